@@ -1,0 +1,154 @@
+"""The one place that knows where heads and neurons live in each architecture.
+
+Everything else asks this table for tensor and module names. Supporting a new model_type means
+adding a row to ``ARCHITECTURES`` below, never a try/except elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from .errors import UnsupportedArchitecture
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one architecture keeps the pieces we edit, relative to a decoder layer.
+
+    ``layer_prefixes`` lists every spelling of the decoder-layer prefix met in real checkpoints
+    (``{layer}`` is the index). Multimodal wrappers were saved under different prefixes by
+    different transformers versions; the spelling that a checkpoint or a loaded model actually
+    contains is chosen by :meth:`Architecture.layer_prefix`, never guessed.
+    """
+
+    layer_prefixes: tuple[str, ...]
+    o_proj: str = "self_attn.o_proj"
+    down_proj: str = "mlp.down_proj"
+    gate_proj: str | None = "mlp.gate_proj"
+    up_proj: str | None = "mlp.up_proj"
+    # Fused gate/up (Phi-3): one (2I, H) matrix, gate rows [0:I], up rows [I:2I].
+    gate_up_proj: str | None = None
+    # The text model's settings live under this key of config.json (multimodal wrappers).
+    text_config_key: str | None = None
+
+
+_DECODER = ("model.layers.{layer}.",)
+
+ARCHITECTURES: dict[str, Layout] = {
+    "llama": Layout(_DECODER),
+    "mistral": Layout(_DECODER),
+    "qwen2": Layout(_DECODER),
+    "qwen3": Layout(_DECODER),
+    "gemma": Layout(_DECODER),
+    "gemma2": Layout(_DECODER),
+    "gemma3_text": Layout(_DECODER),
+    "gemma3": Layout(
+        ("model.language_model.layers.{layer}.", "language_model.model.layers.{layer}."),
+        text_config_key="text_config",
+    ),
+    "phi3": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj"),
+    "olmo2": Layout(_DECODER),
+}
+
+TABLE_LOCATION = "surgery/architectures.py (the ARCHITECTURES table)"
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Sizes read from the config: what layer/head/neuron indices may be."""
+
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    intermediate_size: int
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A supported model: its layout and its geometry."""
+
+    model_type: str
+    layout: Layout
+    geometry: Geometry
+
+    def layer_prefix(self, names: Iterable[str]) -> str:
+        """The layer-prefix template that ``names`` (tensor or module names) use.
+
+        Exactly one spelling of the table must occur; anything else is a clear error.
+        """
+        names = list(names)
+        found = [
+            p for p in self.layout.layer_prefixes
+            if any(n.startswith(p.format(layer=0)) for n in names)
+        ]
+        if len(found) != 1:
+            raise UnsupportedArchitecture(
+                f"{self.model_type}: expected decoder layers under one of "
+                f"{', '.join(p.format(layer='N') for p in self.layout.layer_prefixes)}, "
+                f"found {'none' if not found else 'several'}; extend {TABLE_LOCATION}"
+            )
+        return found[0]
+
+    def mlp_input_modules(self) -> tuple[str, ...]:
+        """Names (relative to a layer) of the matrices whose rows feed the MLP neurons."""
+        lay = self.layout
+        if lay.gate_up_proj:
+            return (lay.gate_up_proj,)
+        return tuple(m for m in (lay.gate_proj, lay.up_proj) if m)
+
+    def neuron_rows(self, module: str, neuron: int) -> tuple[int, ...]:
+        """Rows of ``module`` (an MLP input matrix) that belong to ``neuron``."""
+        if module == self.layout.gate_up_proj:
+            return (neuron, self.geometry.intermediate_size + neuron)
+        return (neuron,)
+
+    def head_columns(self, head: int) -> slice:
+        """Columns of o_proj (its input features) that carry ``head``'s output."""
+        d = self.geometry.head_dim
+        return slice(head * d, (head + 1) * d)
+
+
+def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The text-model part of a config dict (the dict itself for plain causal LMs)."""
+    layout = ARCHITECTURES.get(str(config.get("model_type")))
+    if layout and layout.text_config_key:
+        return config.get(layout.text_config_key) or {}
+    return config
+
+
+def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
+    def need(key: str) -> int:
+        if not isinstance(cfg.get(key), int):
+            raise UnsupportedArchitecture(
+                f"config.json of this {model_type} model has no integer '{key}'; "
+                "is it a complete transformers config?"
+            )
+        return int(cfg[key])
+
+    heads = need("num_attention_heads")
+    hidden = need("hidden_size")
+    # head_dim is explicit in Gemma/Qwen3 configs and differs from hidden/heads there.
+    head_dim = cfg.get("head_dim") or hidden // heads
+    return Geometry(
+        num_layers=need("num_hidden_layers"),
+        num_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(head_dim),
+        hidden_size=hidden,
+        intermediate_size=need("intermediate_size"),
+    )
+
+
+def architecture(config: Mapping[str, Any]) -> Architecture:
+    """Look up a config dict (config.json) in the table."""
+    model_type = config.get("model_type")
+    layout = ARCHITECTURES.get(str(model_type))
+    if layout is None:
+        raise UnsupportedArchitecture(
+            f"model_type '{model_type}' is not supported (supported: "
+            f"{', '.join(sorted(ARCHITECTURES))}); to add it, extend {TABLE_LOCATION}"
+        )
+    return Architecture(str(model_type), layout, _geometry(str(model_type), text_config(config)))

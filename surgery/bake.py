@@ -1,0 +1,224 @@
+"""Copy-on-write bake: the output is the source with only the edited byte ranges changed.
+
+Every file of the source is copied with a kernel copy (content, not symlinks); shards that hold an
+edited tensor are then patched in place at the tensor's byte range. Memory stays bounded by a
+16 MB block of one tensor, whatever the model size. The output carries ``surgery.json``
+(provenance, recipe, sha256 of every file) and ``surgery.undo`` (the original bytes of every edited
+slice and of every file the bake replaced), so ``surgery undo`` restores the source exactly.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from . import __version__
+from .checkpoint import Checkpoint, file_sha256
+from .edits import Recipe
+from .models import Source
+from .patching import group_by_file, patched_chunks, plan
+from .staging import staged_output
+
+PROVENANCE_NAME = "surgery.json"
+UNDO_NAME = "surgery.undo"  # safetensors content, but not *.safetensors: loaders glob for those
+OWN_FILES = (PROVENANCE_NAME, UNDO_NAME)
+SKIP_DIRS = {".git", ".cache"}
+COPY_BLOCK = 64 << 20
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+@dataclass
+class BakeResult:
+    path: Path
+    provenance: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+
+def source_files(ckpt: Checkpoint) -> list[str]:
+    """Files to carry over: everything but VCS/cache folders and an earlier bake's own files."""
+    out = []
+    for root, dirs, names in os.walk(ckpt.path, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        for n in sorted(names):
+            rel = Path(root, n).relative_to(ckpt.path).as_posix()
+            out.append(rel)
+    return out
+
+
+def copy_file(src: Path, dst: Path, on_bytes: Callable[[int], None] = lambda n: None) -> None:
+    """Copy content (following symlinks) with copy_file_range: no bytes pass through Python."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        size = os.fstat(fi.fileno()).st_size
+        done = 0
+        try:
+            while done < size:
+                n = os.copy_file_range(fi.fileno(), fo.fileno(), min(COPY_BLOCK, size - done))
+                if n == 0:
+                    break
+                done += n
+                on_bytes(n)
+        except OSError as exc:
+            # Filesystems or kernels without copy_file_range between these files: plain copy.
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            fi.seek(done)
+            fo.seek(done)
+            while block := fi.read(COPY_BLOCK):
+                fo.write(block)
+                on_bytes(len(block))
+                done += len(block)
+        if done != size:
+            raise OSError(errno.EIO, f"short copy of {src.name} ({done} of {size} bytes)")
+
+
+def _patch_file(src: Path, dst: Path, patches, undo: dict[str, np.ndarray], undo_index: list[dict]) -> None:
+    """Write every patch's new bytes into ``dst``; record the original slices for undo."""
+    fd_src = os.open(src, os.O_RDONLY)
+    fd_dst = os.open(dst, os.O_WRONLY)
+    try:
+        for p in patches:
+            originals: dict[str, list[np.ndarray]] = {"rows": [], "cols": []}
+            for offset, data, orig in patched_chunks(fd_src, p):
+                if os.pwrite(fd_dst, data, offset) != len(data):
+                    raise OSError(errno.ENOSPC, "short write")
+                for kind, arr in orig.items():
+                    originals[kind].append(arr)
+            entry = {"tensor": p.info.name, "file": p.info.file, "dtype": p.info.dtype,
+                     "rows": sorted(p.rows), "cols": sorted(p.cols)}
+            for kind, parts in originals.items():
+                if parts:
+                    key = f"slice{len(undo_index)}.{kind}"
+                    undo[key] = np.concatenate(parts).view(np.uint8)
+                    entry[f"{kind}_key"] = key
+            undo_index.append(entry)
+    finally:
+        os.close(fd_src)
+        os.close(fd_dst)
+
+
+def hash_files(root: Path, names: list[str]) -> dict[str, str]:
+    """sha256 of every file, two at a time (hashlib releases the GIL on large blocks)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(names, pool.map(lambda n: file_sha256(root / n), names)))
+
+
+def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | None = None,
+         force: bool = False, progress: Progress | None = None,
+         check: Callable[[Path], dict[str, Any]] | None = None,
+         card: Callable[[Path, dict[str, Any]], str] | None = None,
+         extra: dict[str, Any] | None = None, report: Callable[[str], None] = lambda m: None) -> BakeResult:
+    """Bake ``recipe`` into a copy of ``ckpt`` at ``out``.
+
+    ``check(staged_dir)`` runs on the finished weights before they are published (the numerical
+    verification) and its result is recorded; ``card(staged_dir, provenance)`` returns a model
+    card (README.md). ``extra`` adds entries (findings summary, selection) to surgery.json.
+    """
+    arch = recipe.validate(ckpt.config)
+    patches = plan(ckpt, arch, recipe.active())
+    by_file = group_by_file(patches)
+    files = source_files(ckpt)
+    total = sum((ckpt.path / f).stat().st_size for f in files)
+    tick = progress or (lambda stage, done, total: None)
+    notes: list[str] = []
+
+    def note(msg: str) -> None:
+        notes.append(msg)
+        report(msg)
+
+    with staged_output(Path(out), [ckpt.path], force, note) as tmp:
+        done = 0
+        tick("copy", 0, total)
+        for rel in files:
+            if rel in OWN_FILES:
+                continue  # an earlier bake's provenance: kept in surgery.undo below instead
+
+            def advance(n: int) -> None:
+                nonlocal done
+                done += n
+                tick("copy", done, total)
+
+            copy_file(ckpt.path / rel, tmp / rel, advance)
+        undo: dict[str, np.ndarray] = {}
+        undo_index: list[dict] = []
+        for i, (fname, file_patches) in enumerate(sorted(by_file.items())):
+            tick("patch", i, len(by_file))
+            _patch_file(ckpt.path / fname, tmp / fname, file_patches, undo, undo_index)
+        tick("patch", len(by_file), len(by_file))
+
+        provenance: dict[str, Any] = {
+            "format": "surgery-checkpoint",
+            "version": 1,
+            "tool_version": __version__,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "source": (source or Source(ckpt.path)).to_dict(),
+            "model_type": arch.model_type,
+            "recipe": recipe.to_dict(),
+            "edited_tensors": undo_index,
+            **(extra or {}),
+        }
+        if check is not None:
+            tick("verify", 0, 1)
+            provenance["verification"] = check(tmp)
+            tick("verify", 1, 1)
+        replaced = [n for n in OWN_FILES if n in files]
+        if card is not None:
+            (tmp / "README.md").write_text(card(tmp, provenance), encoding="utf-8")
+            if "README.md" in files:
+                replaced.append("README.md")
+        for rel in replaced:
+            undo[f"file:{rel}"] = np.frombuffer((ckpt.path / rel).read_bytes(), dtype=np.uint8)
+        provenance["undo"] = {
+            "file": UNDO_NAME,
+            "replaced_files": replaced,
+            "added_files": [n for n in ("README.md",) if card is not None and n not in files],
+        }
+        _write_undo(tmp / UNDO_NAME, undo)
+        outputs = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
+        tick("hash", 0, 1)
+        provenance["files"] = hash_files(tmp, [n for n in outputs if n != PROVENANCE_NAME])
+        provenance["source_files"] = _source_hashes(ckpt, files, by_file, provenance["files"])
+        tick("hash", 1, 1)
+        (tmp / PROVENANCE_NAME).write_text(json.dumps(provenance, indent=1) + "\n", encoding="utf-8")
+    return BakeResult(Path(out), provenance, notes)
+
+
+def _write_undo(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    from safetensors.numpy import save_file
+
+    save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()} or
+              {"empty": np.zeros(0, dtype=np.uint8)}, str(path))
+
+
+def _source_hashes(ckpt: Checkpoint, files: list[str], by_file: dict, out_hashes: dict[str, str]) -> dict[str, str]:
+    """sha256 of every source file: copied files hash like their copy; edited ones are read."""
+    changed = set(by_file) | {n for n in ("README.md",) if n in files} | set(OWN_FILES)
+    result = {n: out_hashes[n] for n in files if n not in changed and n in out_hashes}
+    rest = [n for n in files if n not in result]
+    result.update(hash_files(ckpt.path, rest))
+    return dict(sorted(result.items()))
+
+
+def load_provenance(path: Path) -> dict[str, Any]:
+    """surgery.json of a baked checkpoint (a clear error when it is not one)."""
+    from .errors import VerificationError
+
+    prov = Path(path) / PROVENANCE_NAME
+    if not prov.is_file():
+        raise VerificationError(f"{path} has no {PROVENANCE_NAME}: it was not made by surgery")
+    try:
+        data = json.loads(prov.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise VerificationError(f"{prov} is corrupt (not JSON)") from None
+    if not isinstance(data, dict) or data.get("format") != "surgery-checkpoint":
+        raise VerificationError(f"{prov} is not a surgery provenance file")
+    return data

@@ -1,0 +1,219 @@
+"""Read a safetensors checkpoint without loading it: files, config, headers, tensor byte ranges.
+
+Only safetensors are read. Pickle-based weights (``.bin``, ``.pt``, ``.pth``, ``.ckpt``) can run
+arbitrary code when loaded, so a folder that only has those is refused with a conversion hint.
+Every header is checked (length, offsets, sizes) before any byte range is trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import struct
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from .errors import CheckpointError
+
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+# The safetensors format caps the JSON header at 100 MB; anything larger is corrupt or hostile.
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+DTYPE_SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+               "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
+# Keys of config.json that mean the weights are quantized: byte ranges are not plain floats.
+QUANTIZATION_KEYS = ("quantization_config", "compression_config")
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where one tensor's bytes are: ``file`` and the absolute byte range [start, end)."""
+
+    name: str
+    file: str
+    dtype: str
+    shape: tuple[int, ...]
+    start: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+
+def read_header(path: Path) -> tuple[int, dict[str, Any]]:
+    """Parse and check a safetensors header; return (data start offset, header dict)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) < 8:
+            raise CheckpointError(f"{path.name} is truncated (shorter than a safetensors header); "
+                                  "re-download or re-save it")
+        (length,) = struct.unpack("<Q", raw)
+        if length > MAX_HEADER_BYTES or length > size - 8:
+            raise CheckpointError(f"{path.name} declares a {length}-byte header but the file has "
+                                  f"{size} bytes: the file is truncated or not safetensors")
+        try:
+            header = json.loads(f.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise CheckpointError(f"{path.name} has a header that is not valid JSON: "
+                                  "the file is corrupt; re-download or re-save it") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path.name} has a malformed header (not a JSON object)")
+    _check_layout(path, header, 8 + length, size)
+    return 8 + length, header
+
+
+def _check_layout(path: Path, header: dict[str, Any], data_start: int, size: int) -> None:
+    """Offsets must tile the data section without overlap and match shape × dtype."""
+    spans = []
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = meta["dtype"], meta["shape"], meta["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(f"{path.name}: tensor '{name}' has a malformed header entry") from None
+        if dtype not in DTYPE_SIZES or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise CheckpointError(f"{path.name}: tensor '{name}' has dtype {dtype!r} / shape {shape!r} "
+                                  "that safetensors does not allow")
+        if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end):
+            raise CheckpointError(f"{path.name}: tensor '{name}' has invalid offsets [{begin}, {end})")
+        if end - begin != math.prod(shape) * DTYPE_SIZES[dtype]:
+            raise CheckpointError(f"{path.name}: tensor '{name}' spans {end - begin} bytes but "
+                                  f"shape {shape} × {dtype} needs {math.prod(shape) * DTYPE_SIZES[dtype]}")
+        if data_start + end > size:
+            raise CheckpointError(f"{path.name}: tensor '{name}' runs past the end of the file "
+                                  "(truncated download?); re-download or re-save it")
+        spans.append((begin, end, name))
+    spans.sort()
+    for (b1, e1, n1), (b2, _, n2) in zip(spans, spans[1:]):
+        if b2 < e1:
+            raise CheckpointError(f"{path.name}: tensors '{n1}' and '{n2}' overlap in the file; "
+                                  "it is corrupt or crafted")
+
+
+def file_sha256(path: Path, chunk: int = 8 << 20) -> str:
+    """sha256 of a file's content (symlinks followed)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+class Checkpoint:
+    """A local checkpoint folder (plain, sharded, or a Hub-cache snapshot with symlinks)."""
+
+    def __init__(self, path: str | Path, *, allow_remote_code: bool = False):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise CheckpointError(f"{self.path} does not exist; give a checkpoint folder or a Hub id")
+        if not self.path.is_dir():
+            raise CheckpointError(f"{self.path} is a file; give the checkpoint folder that holds it")
+        self.config = self._read_config()
+        self._refuse_unsafe(allow_remote_code)
+        self.weight_files = self._weight_files()
+
+    def _read_config(self) -> dict[str, Any]:
+        cfg = self.path / "config.json"
+        if not cfg.is_file():
+            raise CheckpointError(f"{self.path} has no config.json; is it a transformers checkpoint folder?")
+        try:
+            config = json.loads(cfg.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"{cfg} is not valid JSON ({exc.__class__.__name__})") from None
+        if not isinstance(config, dict):
+            raise CheckpointError(f"{cfg} is not a JSON object")
+        return config
+
+    def _refuse_unsafe(self, allow_remote_code: bool) -> None:
+        from .architectures import text_config
+
+        for cfg in (self.config, text_config(self.config)):
+            for key in QUANTIZATION_KEYS:
+                if cfg.get(key):
+                    method = (cfg[key] or {}).get("quant_method", "unknown") if isinstance(cfg[key], dict) else "unknown"
+                    raise CheckpointError(
+                        f"{self.path} is quantized ({key}: {method}); its weights are packed integers, not "
+                        "floats, so scaling byte ranges would corrupt them; use the unquantized checkpoint")
+        if self.config.get("auto_map") and not allow_remote_code:
+            raise CheckpointError(
+                f"{self.path} needs custom code (auto_map in config.json); it is not run unless you "
+                "pass --trust-remote-code after reading that code")
+
+    def _weight_files(self) -> list[str]:
+        index = self.path / INDEX_NAME
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+                files = sorted(set(weight_map.values()))
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+                raise CheckpointError(f"{index} is malformed (no weight_map); re-download or re-save it") from None
+            missing = [f for f in files if not (self.path / f).is_file()]
+            if missing:
+                raise CheckpointError(f"{INDEX_NAME} names shard {missing[0]} which is missing from "
+                                      f"{self.path}; the download is incomplete")
+            return files
+        if (self.path / SINGLE_NAME).is_file():
+            return [SINGLE_NAME]
+        others = sorted(f for f in os.listdir(self.path) if f.endswith(".safetensors"))
+        if others:
+            return others
+        pickles = sorted(f for f in os.listdir(self.path) if f.endswith(PICKLE_SUFFIXES))
+        if pickles:
+            raise CheckpointError(
+                f"{self.path} only has pickle weights ({pickles[0]}); loading pickles can run arbitrary "
+                "code, so surgery refuses them: convert to safetensors first (save_pretrained with "
+                "safe_serialization=True from a trusted environment)")
+        raise CheckpointError(f"{self.path} has no weights (*.safetensors); is it a checkpoint folder?")
+
+    # --- tensors -------------------------------------------------------------------------------
+    @cached_property
+    def tensors(self) -> dict[str, TensorInfo]:
+        """Every tensor's location, from the (checked) headers of all weight files."""
+        out: dict[str, TensorInfo] = {}
+        for fname in self.weight_files:
+            start, header = read_header(self.path / fname)
+            for name, meta in header.items():
+                if name == "__metadata__":
+                    continue
+                if name in out:
+                    raise CheckpointError(f"tensor '{name}' appears in both {out[name].file} and {fname}")
+                b, e = meta["data_offsets"]
+                out[name] = TensorInfo(name, fname, meta["dtype"], tuple(meta["shape"]), start + b, start + e)
+        return out
+
+    def tensor(self, name: str) -> TensorInfo:
+        info = self.tensors.get(name)
+        if info is None:
+            raise CheckpointError(f"tensor '{name}' is not in {self.path}; the checkpoint does not "
+                                  "match its config (or the architecture table is wrong for it)")
+        return info
+
+    def total_bytes(self) -> int:
+        return sum((self.path / f).stat().st_size for f in self.weight_files)
+
+    def fingerprint(self) -> str:
+        """A cheap identity for the weights: config, headers and 16 sampled 64 KiB blocks per file.
+
+        Reading every byte of a large model just to key a cache would cost more than the bake;
+        sampled blocks still tell fine-tunes of one base model apart.
+        """
+        h = hashlib.sha256(json.dumps(self.config, sort_keys=True).encode())
+        for fname in self.weight_files:
+            path = self.path / fname
+            size = path.stat().st_size
+            h.update(fname.encode())
+            with open(path, "rb") as f:
+                (length,) = struct.unpack("<Q", f.read(8))
+                h.update(f.read(length))
+                for k in range(16):
+                    f.seek(8 + length + (size - 8 - length) * k // 16)
+                    h.update(f.read(65536))
+        return h.hexdigest()

@@ -1,0 +1,69 @@
+"""The ``surgery`` command: one click group; every error becomes one ``Error: …`` line."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from . import __version__
+from .errors import SurgeryError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="surgery")
+@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+def cli(debug: bool) -> None:
+    """Find the attention heads and MLP neurons behind a behaviour; bake edits into checkpoints."""
+
+
+def _register() -> None:
+    # Each module adds its commands to ``cli``; importing them here keeps start-up in one place.
+    from .commands import core, heads, neurons  # noqa: F401
+
+
+def _one_line(message: str) -> str:
+    return " ".join(str(message).split())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI, mapping every failure to one line and a non-zero exit."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    _register()
+    try:
+        code = cli.main(args=argv, prog_name="surgery", standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except SurgeryError as exc:
+        if debug:
+            raise
+        click.echo(f"Error: {_one_line(exc)}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("Error: interrupted; nothing was left half-written", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        if debug:
+            raise
+        click.echo(f"Error: {_one_line(exc.format_message())} (see --help)", err=True)
+        sys.exit(exc.exit_code or 2)
+    except KeyboardInterrupt:
+        click.echo("Error: interrupted; nothing was left half-written", err=True)
+        sys.exit(130)
+    except OSError as exc:
+        if debug:
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        click.echo(f"Error: {exc.strerror or exc}{where}", err=True)
+        sys.exit(1)
+    except Exception as exc:  # a bug: still one line, the traceback on request
+        if debug:
+            raise
+        click.echo(f"Error: internal error ({type(exc).__name__}: {_one_line(exc)}); rerun with --debug "
+                   "for the traceback and please report it", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""The edit types and the recipe that lists them.
+
+One ``Edit`` is applied three ways — as a run-time hook (interventions.py), baked into tensors
+(bake.py) and exported as a LoRA adapter (export.py) — and tests prove the three agree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Union
+
+import yaml
+
+from .architectures import Architecture, architecture
+from .errors import RecipeError
+
+RECIPE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class HeadScale:
+    """Scale attention head ``head`` of ``layer`` by ``alpha`` (its o_proj input columns)."""
+
+    layer: int
+    head: int
+    alpha: float
+
+    @property
+    def target(self) -> tuple[str, int, int]:
+        return ("head", self.layer, self.head)
+
+    @property
+    def scale(self) -> float:
+        return self.alpha
+
+    def is_identity(self) -> bool:
+        return self.alpha == 1.0
+
+
+@dataclass(frozen=True)
+class NeuronScale:
+    """Scale MLP neuron ``neuron`` of ``layer`` by ``factor``; 0 prunes it (gate/up rows too)."""
+
+    layer: int
+    neuron: int
+    factor: float
+
+    @property
+    def target(self) -> tuple[str, int, int]:
+        return ("neuron", self.layer, self.neuron)
+
+    @property
+    def scale(self) -> float:
+        return self.factor
+
+    def is_identity(self) -> bool:
+        return self.factor == 1.0
+
+
+Edit = Union[HeadScale, NeuronScale]
+
+_EDIT_KEYS = {
+    "head": ("layer", "head", "alpha"),
+    "neuron": ("layer", "neuron", "factor"),
+}
+
+
+def _number(value: Any, where: str, integer: bool) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RecipeError(f"{where} must be a number, got {value!r}")
+    if integer:
+        if not isinstance(value, int):
+            raise RecipeError(f"{where} must be an integer, got {value!r}")
+        if value < 0:
+            raise RecipeError(f"{where} must be ≥ 0, got {value}")
+        return value
+    if not math.isfinite(value):
+        raise RecipeError(f"{where} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def edit_from_dict(raw: Any, where: str = "edit") -> Edit:
+    """Parse one recipe entry such as ``{type: head, layer: 7, head: 7, alpha: 2.5}``."""
+    if not isinstance(raw, Mapping):
+        raise RecipeError(f"{where} must be a mapping with a 'type', got {raw!r}")
+    kind = raw.get("type")
+    if kind not in _EDIT_KEYS:
+        raise RecipeError(f"{where}.type must be 'head' or 'neuron', got {kind!r}")
+    keys = _EDIT_KEYS[kind]
+    unknown = sorted(set(raw) - set(keys) - {"type"})
+    if unknown:
+        raise RecipeError(f"{where}: unknown key(s) {', '.join(unknown)} (allowed: type, {', '.join(keys)})")
+    missing = [k for k in keys if k not in raw]
+    if missing:
+        raise RecipeError(f"{where}: missing key(s) {', '.join(missing)}")
+    layer = _number(raw[keys[0]], f"{where}.{keys[0]}", True)
+    index = _number(raw[keys[1]], f"{where}.{keys[1]}", True)
+    value = _number(raw[keys[2]], f"{where}.{keys[2]}", False)
+    return HeadScale(layer, index, value) if kind == "head" else NeuronScale(layer, index, value)
+
+
+def edit_to_dict(edit: Edit) -> dict[str, Any]:
+    if isinstance(edit, HeadScale):
+        return {"type": "head", "layer": edit.layer, "head": edit.head, "alpha": edit.alpha}
+    return {"type": "neuron", "layer": edit.layer, "neuron": edit.neuron, "factor": edit.factor}
+
+
+def deduplicate(edits: Iterable[Edit]) -> tuple[Edit, ...]:
+    """Drop exact repeats; two different scales for one head or neuron are an error."""
+    seen: dict[tuple[str, int, int], Edit] = {}
+    for e in edits:
+        prior = seen.get(e.target)
+        if prior is not None and prior != e:
+            kind, layer, index = e.target
+            raise RecipeError(
+                f"conflicting edits for {kind} {layer}.{index}: {prior.scale} and {e.scale}; keep one"
+            )
+        seen[e.target] = e
+    return tuple(seen.values())
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A list of edits for one base model, as stored in a recipe YAML file."""
+
+    edits: tuple[Edit, ...]
+    base_model: str | None = None
+    version: int = RECIPE_VERSION
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "edits", deduplicate(self.edits))
+
+    @property
+    def heads(self) -> list[HeadScale]:
+        return [e for e in self.edits if isinstance(e, HeadScale)]
+
+    @property
+    def neurons(self) -> list[NeuronScale]:
+        return [e for e in self.edits if isinstance(e, NeuronScale)]
+
+    def active(self) -> tuple[Edit, ...]:
+        """The edits that change anything (α = 1 and factor = 1 are no-ops)."""
+        return tuple(e for e in self.edits if not e.is_identity())
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"version": self.version, "base_model": self.base_model}
+        if self.notes:
+            out["notes"] = self.notes
+        out["edits"] = [edit_to_dict(e) for e in self.edits]
+        return out
+
+    def to_yaml(self, header: str = "") -> str:
+        comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
+        return comment + yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str = "recipe") -> "Recipe":
+        if not isinstance(raw, Mapping):
+            raise RecipeError(f"{where} must be a YAML mapping with 'version' and 'edits'")
+        unknown = sorted(set(raw) - {"version", "base_model", "edits", "notes"})
+        if unknown:
+            raise RecipeError(f"{where}: unknown key(s) {', '.join(map(str, unknown))} "
+                              "(allowed: version, base_model, edits, notes)")
+        version = raw.get("version")
+        if version != RECIPE_VERSION:
+            raise RecipeError(f"{where}.version must be {RECIPE_VERSION}, got {version!r}")
+        edits = raw.get("edits")
+        if not isinstance(edits, list) or not edits:
+            raise RecipeError(f"{where}.edits must be a non-empty list of head/neuron edits")
+        base = raw.get("base_model")
+        if base is not None and not isinstance(base, str):
+            raise RecipeError(f"{where}.base_model must be a string, got {base!r}")
+        notes = raw.get("notes") or {}
+        if not isinstance(notes, Mapping):
+            raise RecipeError(f"{where}.notes must be a mapping")
+        parsed = [edit_from_dict(e, f"{where}.edits[{i}]") for i, e in enumerate(edits)]
+        return cls(tuple(parsed), base, version, dict(notes))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Recipe":
+        path = Path(path)
+        if not path.is_file():
+            raise RecipeError(f"recipe file {path} does not exist")
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise RecipeError(f"recipe file {path} is not valid YAML: {first}") from None
+        if raw is None:
+            raise RecipeError(f"recipe file {path} is empty; it needs 'version' and 'edits'")
+        return cls.from_dict(raw, where=path.name)
+
+    def validate(self, config: Mapping[str, Any]) -> Architecture:
+        """Check every index against the model's config; return its architecture."""
+        arch = architecture(config)
+        g = arch.geometry
+        for i, e in enumerate(self.edits):
+            where = f"edits[{i}]"
+            index = e.head if isinstance(e, HeadScale) else e.neuron
+            if e.layer < 0 or index < 0:
+                raise RecipeError(f"{where}: layer and index must be ≥ 0, got {e.layer}.{index}")
+            if e.layer >= g.num_layers:
+                raise RecipeError(f"{where}.layer = {e.layer} but the model has "
+                                  f"num_hidden_layers = {g.num_layers} (valid: 0..{g.num_layers - 1})")
+            if isinstance(e, HeadScale) and e.head >= g.num_heads:
+                raise RecipeError(f"{where}.head = {e.head} but the model has "
+                                  f"num_attention_heads = {g.num_heads} (valid: 0..{g.num_heads - 1})")
+            if isinstance(e, NeuronScale) and e.neuron >= g.intermediate_size:
+                raise RecipeError(f"{where}.neuron = {e.neuron} but the model has intermediate_size = "
+                                  f"{g.intermediate_size} (valid: 0..{g.intermediate_size - 1})")
+        return arch
+
+
+def parse_heads(spec: str, alpha: float) -> list[HeadScale]:
+    """Parse ``"7.7,8.17"`` (layer.head pairs) from the command line."""
+    out = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        try:
+            layer, head = (int(x) for x in part.split("."))
+        except ValueError:
+            raise RecipeError(f"--heads: '{part}' is not LAYER.HEAD (e.g. 7.7,8.17)") from None
+        out.append(HeadScale(layer, head, alpha))
+    if not out:
+        raise RecipeError("--heads is empty; give LAYER.HEAD pairs such as 7.7,8.17")
+    return out
+
+
+def parse_neurons(spec: str, factor: float) -> list[NeuronScale]:
+    """Parse ``"28:17,28:901"`` (layer:neuron pairs) from the command line."""
+    out = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        try:
+            layer, neuron = (int(x) for x in part.split(":"))
+        except ValueError:
+            raise RecipeError(f"--neurons: '{part}' is not LAYER:NEURON (e.g. 28:17,28:901)") from None
+        out.append(NeuronScale(layer, neuron, factor))
+    if not out:
+        raise RecipeError("--neurons is empty; give LAYER:NEURON pairs such as 28:17,28:901")
+    return out

@@ -1,0 +1,31 @@
+"""Errors that the CLI turns into one line: ``Error: <what is wrong>; <what to do>``."""
+
+from __future__ import annotations
+
+
+class SurgeryError(Exception):
+    """Base class: its message is shown to the user as is, so it says what to do."""
+
+
+class CheckpointError(SurgeryError):
+    """The checkpoint on disk cannot be read, is unsafe, or is not what we need."""
+
+
+class UnsupportedArchitecture(SurgeryError):
+    """The model_type has no row in the architecture table."""
+
+
+class RecipeError(SurgeryError):
+    """A recipe or an edit does not fit the model it is applied to."""
+
+
+class FindingsError(SurgeryError):
+    """A findings file is malformed or belongs to another model."""
+
+
+class DestinationError(SurgeryError):
+    """The output location is unsafe or already taken."""
+
+
+class VerificationError(SurgeryError):
+    """A baked checkpoint does not match its source and recipe."""

@@ -1,0 +1,131 @@
+"""Findings files: versioned JSON evidence computed once, cached, and reused for any α or n.
+
+A findings file records what was found (per-head or per-neuron scores) together with the model it
+was found on (fingerprint + geometry), the dataset's sha256 and the parameters, so that a later
+``amplify-heads`` / ``prune-neurons`` can check it belongs to the model it is applied to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from .architectures import architecture
+from .checkpoint import Checkpoint
+from .errors import FindingsError
+
+FINDINGS_VERSION = 1
+KINDS = ("heads", "neurons")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def model_identity(ckpt: Checkpoint) -> dict[str, Any]:
+    """What a findings file records about the model it was computed on."""
+    arch = architecture(ckpt.config)
+    return {
+        "fingerprint": ckpt.fingerprint(),
+        "model_type": arch.model_type,
+        "geometry": arch.geometry.__dict__,
+        "path": str(ckpt.path),
+    }
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def params_key(params: Mapping[str, Any]) -> str:
+    return sha256_bytes(json.dumps(params, sort_keys=True, default=str).encode())[:16]
+
+
+def cache_dir() -> Path:
+    """``$SURGERY_CACHE``, else ``$XDG_CACHE_HOME/surgery``, else ``~/.cache/surgery``."""
+    if os.environ.get("SURGERY_CACHE"):
+        return Path(os.environ["SURGERY_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "surgery"
+
+
+def cache_path(kind: str, fingerprint: str, dataset_sha256: str, params: Mapping[str, Any]) -> Path:
+    """Where findings for this model + dataset + parameters are cached."""
+    return cache_dir() / kind / f"{fingerprint[:16]}-{dataset_sha256[:16]}-{params_key(params)}.json"
+
+
+def save_findings(findings: Mapping[str, Any], path: Path) -> None:
+    """Write findings atomically (an interrupted run leaves the old file or none)."""
+    atomic_write_text(Path(path), json.dumps(findings, indent=1, sort_keys=False, default=float) + "\n")
+
+
+def load_findings(path: str | Path, kind: str) -> dict[str, Any]:
+    """Read and check a findings file of the given kind ('heads' or 'neurons')."""
+    path = Path(path)
+    if not path.is_file():
+        raise FindingsError(f"findings file {path} does not exist")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FindingsError(f"findings file {path} is not valid JSON ({exc.__class__.__name__}); "
+                            "recompute it with surgery find-" + kind) from None
+    if not isinstance(data, dict) or data.get("format") != "surgery-findings":
+        raise FindingsError(f"{path} is not a surgery findings file (no \"format\": \"surgery-findings\")")
+    if data.get("version") != FINDINGS_VERSION:
+        raise FindingsError(f"{path} has findings version {data.get('version')!r}; this surgery reads "
+                            f"version {FINDINGS_VERSION}: recompute it with surgery find-{kind}")
+    if data.get("kind") != kind:
+        raise FindingsError(f"{path} holds {data.get('kind')!r} findings, but {kind} findings are needed "
+                            f"(make them with surgery find-{kind})")
+    if not isinstance(data.get("model"), dict) or "fingerprint" not in data["model"]:
+        raise FindingsError(f"{path} does not record the model it was computed on; recompute it")
+    return data
+
+
+def check_model(findings: Mapping[str, Any], ckpt: Checkpoint, allow_transfer: bool = False) -> None:
+    """Findings must come from this model, or (``allow_transfer``) one of the same architecture."""
+    recorded = findings["model"]
+    here = model_identity(ckpt)
+    if recorded.get("fingerprint") == here["fingerprint"]:
+        return
+    same_arch = (recorded.get("model_type") == here["model_type"]
+                 and recorded.get("geometry") == here["geometry"])
+    if allow_transfer and same_arch:
+        return
+    if same_arch:
+        raise FindingsError(
+            f"the findings were computed on another model ({recorded.get('path')}) of the same "
+            "architecture; pass --transfer to apply them anyway (e.g. instruct → base)")
+    raise FindingsError(
+        f"the findings were computed on a different model ({recorded.get('path')}, "
+        f"{recorded.get('model_type')}) and cannot be applied to {ckpt.path} ({here['model_type']})")
+
+
+def new_findings(kind: str, ckpt: Checkpoint, dataset_sha256: str, params: Mapping[str, Any],
+                 tool_version: str) -> dict[str, Any]:
+    """The common head of every findings file; the finder adds its results."""
+    assert kind in KINDS
+    return {
+        "format": "surgery-findings",
+        "version": FINDINGS_VERSION,
+        "kind": kind,
+        "tool_version": tool_version,
+        "model": model_identity(ckpt),
+        "dataset_sha256": dataset_sha256,
+        "parameters": dict(params),
+    }

@@ -1,0 +1,94 @@
+"""Turn a MODEL argument into a local checkpoint folder, and load it for computation.
+
+MODEL is a local folder or a Hub id (``org/name``, optionally with ``--revision``). Hub downloads
+fetch safetensors and the small text files only; pickled weights are never downloaded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import Checkpoint
+from .errors import CheckpointError
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# What a checkpoint needs besides its weights: configs, tokenizer, chat template, card, licence.
+HUB_PATTERNS = ["*.safetensors", "*.json", "*.jinja", "*.model", "*.txt", "*.md", "*.tiktoken",
+                "LICENSE*", "NOTICE*", "USE_POLICY*", "merges.txt", "vocab.*"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a checkpoint came from, for provenance."""
+
+    path: Path
+    hub_id: str | None = None
+    revision: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "hub_id": self.hub_id, "revision": self.revision}
+
+
+def resolve(model: str, revision: str | None = None) -> Source:
+    """A local folder as is; a Hub id downloaded (safetensors only) into the Hub cache."""
+    local = Path(model).expanduser()
+    if local.exists() or not HUB_ID.match(model) or model.startswith((".", "/", "~")):
+        if not local.exists():
+            raise CheckpointError(f"{model} does not exist; give a checkpoint folder or a Hub id (org/name)")
+        return Source(local)
+    return _download(model, revision)
+
+
+def _download(repo_id: str, revision: str | None) -> Source:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        path = snapshot_download(repo_id, revision=revision, allow_patterns=HUB_PATTERNS)
+    except RepositoryNotFoundError:
+        raise CheckpointError(f"{repo_id} is not on the Hub (or is private: log in with `hf auth login`)") from None
+    except LocalEntryNotFoundError:
+        raise CheckpointError(
+            f"cannot download {repo_id}: no network access to the Hub and it is not in the local cache "
+            f"({os.environ.get('HF_HUB_CACHE', '~/.cache/huggingface/hub')}); download it elsewhere or "
+            "give a local folder") from None
+    except (HfHubHTTPError, OSError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(f"cannot download {repo_id}: {first}") from None
+    return Source(Path(path), repo_id, revision)
+
+
+def open_checkpoint(model: str, revision: str | None = None, trust_remote_code: bool = False) -> tuple[Checkpoint, Source]:
+    """Resolve MODEL and open it as a checked checkpoint."""
+    source = resolve(model, revision)
+    return Checkpoint(source.path, allow_remote_code=trust_remote_code), source
+
+
+def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu", trust_remote_code: bool = False):
+    """Load a checkpoint for computation: safetensors only, no remote code unless asked, eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path), dtype=getattr(torch, dtype), use_safetensors=True,
+        trust_remote_code=trust_remote_code, device_map=None,
+    )
+    return model.to(device).eval()
+
+
+def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
+    """The checkpoint's tokenizer; a missing one is a clear error (findings need it)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(f"{path} has no usable tokenizer ({first})") from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok

@@ -1,0 +1,196 @@
+"""What an edit does to the bytes of one tensor, computed in bounded-size chunks.
+
+A recipe becomes a list of ``TensorPatch``: for one stored tensor, which rows and which columns
+(or, for a bias, which elements) are scaled by what. ``patched_chunks`` turns a patch into the new
+bytes of the tensor, a bounded block of rows at a time, computing in fp32 and rounding to the stored
+dtype once. Bake writes those bytes; verify recomputes and compares them; undo keeps the originals.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from .architectures import Architecture
+from .checkpoint import Checkpoint, TensorInfo
+from .edits import Edit, HeadScale, NeuronScale
+from .errors import CheckpointError
+
+CHUNK_BYTES = 16 << 20
+# Storage dtype → numpy dtype of the raw elements (bf16 has no numpy type: we keep its bits).
+RAW_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
+
+
+def to_f32(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """Raw stored elements → float32 (exact for every supported dtype)."""
+    if dtype == "BF16":
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw.astype(np.float32)
+
+
+def from_f32(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 → raw stored elements, rounding once to nearest-even (as torch does for bf16)."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    if dtype == "BF16":
+        bits = values.view(np.uint32)
+        rounded = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16).astype(np.uint16)
+        nan = np.isnan(values)
+        rounded[nan] = ((bits[nan] >> 16) | 0x40).astype(np.uint16)  # keep NaN a (quiet) NaN
+        return rounded
+    return values.astype(RAW_DTYPES[dtype])
+
+
+def _scaled(raw: np.ndarray, scale: float, dtype: str) -> np.ndarray:
+    """``raw`` × ``scale`` in the stored dtype; an exact 0 writes +0.0 (a pruned weight is zero)."""
+    if scale == 0.0:
+        return np.zeros_like(raw)
+    return from_f32(to_f32(raw, dtype) * np.float32(scale), dtype)
+
+
+@dataclass
+class TensorPatch:
+    """Scales for the rows and columns of one stored tensor (elements, for a 1-D bias)."""
+
+    info: TensorInfo
+    rows: dict[int, float] = field(default_factory=dict)
+    cols: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def n_rows(self) -> int:
+        return self.info.shape[0]
+
+    @property
+    def n_cols(self) -> int:
+        return self.info.shape[1] if len(self.info.shape) == 2 else 1
+
+
+def _tensor(ckpt: Checkpoint, name: str, shape: tuple[int, ...]) -> TensorInfo:
+    info = ckpt.tensor(name)
+    if info.dtype not in RAW_DTYPES:
+        raise CheckpointError(f"tensor '{name}' is stored as {info.dtype}; surgery edits F32, F16 and "
+                              "BF16 weights only")
+    if info.shape != shape:
+        raise CheckpointError(f"tensor '{name}' has shape {list(info.shape)}, expected {list(shape)} from "
+                              "config.json; the config does not describe these weights")
+    return info
+
+
+def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
+    """The tensor patches that realise ``edits`` on ``ckpt`` (identity edits change nothing)."""
+    g, lay = arch.geometry, arch.layout
+    prefix = arch.layer_prefix(ckpt.tensors)
+    patches: dict[str, TensorPatch] = {}
+
+    def patch(name: str, shape: tuple[int, ...]) -> TensorPatch:
+        if name not in patches:
+            patches[name] = TensorPatch(_tensor(ckpt, name, shape))
+        return patches[name]
+
+    def optional_bias(name: str, shape: tuple[int, ...]) -> TensorPatch | None:
+        return patch(name, shape) if name in ckpt.tensors else None
+
+    for e in edits:
+        if e.is_identity():
+            continue
+        p = prefix.format(layer=e.layer)
+        if isinstance(e, HeadScale):
+            o = patch(f"{p}{lay.o_proj}.weight", (g.hidden_size, g.num_heads * g.head_dim))
+            cols = arch.head_columns(e.head)
+            o.cols.update({c: e.alpha for c in range(cols.start, cols.stop)})
+        elif isinstance(e, NeuronScale):
+            down = patch(f"{p}{lay.down_proj}.weight", (g.hidden_size, g.intermediate_size))
+            down.cols[e.neuron] = e.factor
+            if e.factor == 0.0:
+                # A pruned neuron is dead everywhere: its gate/up rows and biases are zeroed too.
+                for module in arch.mlp_input_modules():
+                    width = 2 * g.intermediate_size if module == lay.gate_up_proj else g.intermediate_size
+                    w = patch(f"{p}{module}.weight", (width, g.hidden_size))
+                    b = optional_bias(f"{p}{module}.bias", (width,))
+                    for row in arch.neuron_rows(module, e.neuron):
+                        w.rows[row] = 0.0
+                        if b is not None:
+                            b.rows[row] = 0.0
+    return [patches[n] for n in sorted(patches)]
+
+
+def read_raw(fd: int, info: TensorInfo, first_row: int, n_rows: int, n_cols: int) -> np.ndarray:
+    """Rows [first_row, first_row + n_rows) of a stored tensor, as raw elements."""
+    import os
+
+    itemsize = np.dtype(RAW_DTYPES[info.dtype]).itemsize
+    offset = info.start + first_row * n_cols * itemsize
+    size = n_rows * n_cols * itemsize
+    data = os.pread(fd, size, offset)
+    if len(data) != size:
+        raise CheckpointError(f"{info.file} ended early while reading '{info.name}'; the file is truncated")
+    return np.frombuffer(data, dtype=RAW_DTYPES[info.dtype]).reshape(n_rows, n_cols).copy()
+
+
+def _row_blocks(p: TensorPatch) -> Iterator[tuple[int, int]]:
+    """Row ranges to rewrite: every block when columns change, else just the edited rows."""
+    if p.cols:
+        itemsize = np.dtype(RAW_DTYPES[p.info.dtype]).itemsize
+        step = max(1, CHUNK_BYTES // (p.n_cols * itemsize))
+        for start in range(0, p.n_rows, step):
+            yield start, min(step, p.n_rows - start)
+    else:
+        for row in sorted(p.rows):
+            yield row, 1
+
+
+def patched_chunks(fd: int, p: TensorPatch) -> Iterator[tuple[int, bytes, dict[str, np.ndarray]]]:
+    """Yield (absolute offset, new bytes, original slices) for each rewritten block of ``p``.
+
+    ``fd`` is the source file. The original slices are the raw elements of the edited rows and
+    columns of the block, which is what undo needs to restore the source byte for byte.
+    """
+    itemsize = np.dtype(RAW_DTYPES[p.info.dtype]).itemsize
+    col_idx = np.array(sorted(p.cols), dtype=np.int64)
+    col_scale = np.array([p.cols[c] for c in col_idx], dtype=np.float64)
+    for start, n in _row_blocks(p):
+        block = read_raw(fd, p.info, start, n, p.n_cols)
+        originals: dict[str, np.ndarray] = {}
+        rows_here = [r for r in sorted(p.rows) if start <= r < start + n]
+        if rows_here:
+            originals["rows"] = block[np.array(rows_here) - start].copy()
+        if len(col_idx):
+            originals["cols"] = block[:, col_idx].copy()
+            for value in np.unique(col_scale):
+                idx = col_idx[col_scale == value]
+                block[:, idx] = _scaled(block[:, idx], float(value), p.info.dtype)
+        for r in rows_here:
+            block[r - start] = _scaled(block[r - start], p.rows[r], p.info.dtype)
+        yield p.info.start + start * p.n_cols * itemsize, block.tobytes(), originals
+
+
+def group_by_file(patches: Iterable[TensorPatch]) -> dict[str, list[TensorPatch]]:
+    out: dict[str, list[TensorPatch]] = defaultdict(list)
+    for p in patches:
+        out[p.info.file].append(p)
+    return dict(out)
+
+
+def restored_chunks(fd: int, p: TensorPatch, cols: np.ndarray | None, rows: np.ndarray | None
+                    ) -> Iterator[tuple[int, bytes]]:
+    """Yield (absolute offset, bytes) that put the original slices back into a baked tensor.
+
+    ``fd`` is the baked file; ``cols`` / ``rows`` are the originals that ``patched_chunks``
+    reported, concatenated over its blocks (same order, same shapes).
+    """
+    itemsize = np.dtype(RAW_DTYPES[p.info.dtype]).itemsize
+    col_idx = np.array(sorted(p.cols), dtype=np.int64)
+    row_list = sorted(p.rows)
+    done_cols = done_rows = 0
+    for start, n in _row_blocks(p):
+        block = read_raw(fd, p.info, start, n, p.n_cols)
+        if len(col_idx):
+            block[:, col_idx] = cols[done_cols:done_cols + n]
+            done_cols += n
+        rows_here = [r for r in row_list if start <= r < start + n]
+        for r in rows_here:
+            block[r - start] = rows[done_rows]
+            done_rows += 1
+        yield p.info.start + start * p.n_cols * itemsize, block.tobytes()

@@ -1,0 +1,133 @@
+"""Write an output folder so that it either appears complete or not at all.
+
+Work happens in a hidden temporary folder next to the destination (same filesystem, so the final
+``rename`` is atomic). A lock file serialises writers of one destination: of two concurrent runs
+exactly one succeeds. Temporary folders left by a killed run are removed by the next run (the lock
+proves nobody is still writing them) and reported.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from .errors import DestinationError
+
+TMP_TAG = ".surgery-tmp-"
+OLD_TAG = ".surgery-old-"
+LOCK_TAG = ".surgery-lock"
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    return child == parent or parent in child.parents
+
+
+def check_destination(dest: Path, protected: Iterable[Path], force: bool) -> Path:
+    """Refuse a destination that is, contains, or sits inside a protected (source) folder."""
+    target = dest.expanduser().resolve()
+    for src in protected:
+        src = Path(src).resolve()
+        if _inside(target, src):
+            raise DestinationError(f"--out {dest} is {'the source' if target == src else 'inside the source'} "
+                                   f"{src}; the source is never written: choose a folder outside it")
+        if _inside(src, target):
+            raise DestinationError(f"--out {dest} contains the source {src}; choose another folder")
+    if dest.is_symlink() or target.exists():
+        if not force:
+            raise DestinationError(f"{dest} already exists; pass --force to replace it, or choose another --out")
+        if not target.is_dir():
+            raise DestinationError(f"{dest} exists and is not a folder; remove it or choose another --out")
+    parent = target.parent
+    if not parent.is_dir():
+        raise DestinationError(f"the parent folder of {dest} does not exist; create {parent} first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise DestinationError(f"cannot write into {parent} (permission denied); choose another --out")
+    return target
+
+
+@contextmanager
+def _lock(target: Path) -> Iterator[None]:
+    """An exclusive, non-blocking lock on ``.<name>.surgery-lock`` next to the destination."""
+    path = target.parent / f".{target.name}{LOCK_TAG}"
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DestinationError(f"another surgery process is writing {target}; wait for it or "
+                                   "choose another --out") from None
+        # The previous holder may have unlinked the file between our open and flock: retry then.
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def _remove_stale(target: Path, report: Callable[[str], None]) -> None:
+    """Remove temporary folders of earlier, killed runs for this destination (we hold the lock)."""
+    for tag in (TMP_TAG, OLD_TAG):
+        for stale in target.parent.glob(f".{target.name}{tag}*"):
+            shutil.rmtree(stale, ignore_errors=True)
+            report(f"removed {stale.name}, left behind by an interrupted run")
+
+
+def disk_error(exc: OSError, where: Path) -> DestinationError:
+    """One clear line for the write errors users can fix."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return DestinationError(f"no space left while writing {where} ({os.strerror(exc.errno)}); "
+                                "free space or choose another --out; nothing was left behind")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return DestinationError(f"cannot write {where} ({os.strerror(exc.errno)}); choose another --out")
+    return DestinationError(f"writing {where} failed: {exc.strerror or exc}; nothing was left behind")
+
+
+@contextmanager
+def staged_output(dest: Path, protected: Iterable[Path] = (), force: bool = False,
+                  report: Callable[[str], None] = lambda msg: None) -> Iterator[Path]:
+    """Yield an empty temporary folder; on normal exit it replaces ``dest`` atomically.
+
+    On any error (or Ctrl-C) the temporary folder is removed and ``dest`` is left as it was.
+    """
+    target = check_destination(Path(dest), protected, force)
+    with _lock(target):
+        _remove_stale(target, report)
+        tmp = target.parent / f".{target.name}{TMP_TAG}{os.getpid()}"
+        try:
+            tmp.mkdir()
+            yield tmp
+            _publish(tmp, target, force)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise disk_error(exc, target) from None
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+def _publish(tmp: Path, target: Path, force: bool) -> None:
+    if target.exists() or target.is_symlink():
+        if not force:  # appeared while we worked (not through surgery, which holds the lock)
+            raise DestinationError(f"{target} appeared while writing; nothing was replaced")
+        old = target.parent / f".{target.name}{OLD_TAG}{os.getpid()}"
+        os.rename(target, old)
+        os.rename(tmp, target)
+        if old.is_symlink():
+            old.unlink()
+        else:
+            shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, target)

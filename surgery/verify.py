@@ -1,0 +1,203 @@
+"""Check a baked checkpoint against its source: structure, bytes, hashes, and logits.
+
+Structural: same config, tensor names, shapes, dtypes and offsets; every recorded sha256 matches;
+every byte outside the recipe's slices equals the source; every byte inside equals what the recipe
+prescribes. Numerical: the baked model's logits equal the source's with the run-time twins applied.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from .bake import OWN_FILES, PROVENANCE_NAME, load_provenance, source_files
+from .checkpoint import Checkpoint, file_sha256, read_header
+from .edits import Edit, Recipe
+from .errors import SurgeryError
+from .patching import group_by_file, patched_chunks, plan
+
+BLOCK = 16 << 20
+PROMPTS = (
+    "The capital of France is",
+    "Water boils at a temperature of",
+    "Once upon a time, in a small village,",
+    "def add(a, b):\n    return",
+)
+TOLERANCE = {"F32": 1e-4, "F16": 5e-2, "BF16": 2.5e-1}
+
+
+@dataclass
+class Report:
+    """What verify found; ``ok`` only when nothing is wrong."""
+
+    problems: list[str] = field(default_factory=list)
+    files_checked: int = 0
+    tensors_edited: int = 0
+    max_abs_logit_diff: float | None = None
+    tolerance: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "problems": self.problems, "files_checked": self.files_checked,
+                "tensors_edited": self.tensors_edited, "max_abs_logit_diff": self.max_abs_logit_diff,
+                "tolerance": self.tolerance}
+
+
+def _compare_edited(src: Path, dst: Path, patches, report: Report) -> None:
+    """Edited slices must hold the prescribed bytes and nothing else may differ."""
+    covered: list[tuple[int, int]] = []
+    fd_src, fd_dst = os.open(src, os.O_RDONLY), os.open(dst, os.O_RDONLY)
+    try:
+        for p in patches:
+            for offset, expected, _ in patched_chunks(fd_src, p):
+                if os.pread(fd_dst, len(expected), offset) != expected:
+                    report.problems.append(f"{dst.name}: tensor '{p.info.name}' does not hold the values "
+                                           "the recipe prescribes")
+                    break
+                covered.append((offset, offset + len(expected)))
+        starts = np.array(sorted(c[0] for c in covered), dtype=np.int64)
+        ends = np.array(sorted(c[1] for c in covered), dtype=np.int64)
+        offset = 0
+        while True:
+            a, b = os.pread(fd_src, BLOCK, offset), os.pread(fd_dst, BLOCK, offset)
+            if not a and not b:
+                break
+            if a != b:
+                if len(a) != len(b):
+                    report.problems.append(f"{dst.name}: size differs from the source's")
+                    return
+                diff = np.flatnonzero(np.frombuffer(a, np.uint8) != np.frombuffer(b, np.uint8)) + offset
+                slot = np.searchsorted(starts, diff, side="right") - 1
+                outside = (slot < 0) | (diff >= ends[np.maximum(slot, 0)])
+                if outside.any():
+                    report.problems.append(f"{dst.name}: byte {int(diff[outside][0])} differs from the source "
+                                           "outside the edited slices")
+                    return
+            offset += len(a)
+    finally:
+        os.close(fd_src)
+        os.close(fd_dst)
+
+
+def structural(src: Checkpoint, dst_path: Path) -> tuple[Report, Recipe]:
+    """Everything that can be checked without running the model."""
+    report = Report()
+    prov = load_provenance(dst_path)
+    recipe = Recipe.from_dict(prov.get("recipe"), where="surgery.json recipe")
+    for name, digest in sorted(prov.get("files", {}).items()):
+        path = dst_path / name
+        if not path.is_file():
+            report.problems.append(f"{name} is listed in surgery.json but missing")
+        elif file_sha256(path) != digest:
+            report.problems.append(f"{name} changed after the bake (sha256 differs from surgery.json)")
+        report.files_checked += 1
+    produced = {p.relative_to(dst_path).as_posix() for p in dst_path.rglob("*") if p.is_file()}
+    for extra in sorted(produced - set(prov.get("files", {})) - {PROVENANCE_NAME}):
+        report.problems.append(f"{extra} is not recorded in surgery.json")
+    if report.problems:
+        return report, recipe
+
+    dst = Checkpoint(dst_path, allow_remote_code=True)
+    if dst.config != src.config:
+        report.problems.append("config.json differs from the source's")
+    for fname in sorted(set(src.weight_files) | set(dst.weight_files)):
+        if fname not in dst.weight_files or fname not in src.weight_files:
+            report.problems.append(f"weight file {fname} is in only one of source and output")
+        elif read_header(src.path / fname) != read_header(dst_path / fname):
+            report.problems.append(f"{fname}: tensor names, shapes, dtypes or offsets differ from the source")
+    if report.problems:
+        return report, recipe
+
+    patches = plan(src, recipe.validate(src.config), recipe.active())
+    report.tensors_edited = len(patches)
+    by_file = group_by_file(patches)
+    card_files = set(prov.get("undo", {}).get("replaced_files", [])) | set(prov.get("undo", {}).get("added_files", []))
+    for rel in source_files(src):
+        if rel in OWN_FILES or rel in card_files:
+            continue
+        if not (dst_path / rel).is_file():
+            report.problems.append(f"{rel} from the source is missing in the output")
+        elif rel in by_file:
+            _compare_edited(src.path / rel, dst_path / rel, by_file[rel], report)
+        elif file_sha256(src.path / rel) != prov["files"].get(rel):
+            report.problems.append(f"{rel} differs from the source's although the recipe does not touch it")
+    return report, recipe
+
+
+def _token_batches(path: Path, vocab: int, prompts: Iterable[str]) -> list:
+    """Token ids for the prompts; fixed pseudo-random ids when the checkpoint has no tokenizer."""
+    import torch
+
+    files = {p.name for p in path.iterdir()}
+    if {"tokenizer.json", "tokenizer.model", "vocab.json"} & files:
+        from .models import load_tokenizer
+
+        tok = load_tokenizer(path)
+        return [tok(p, return_tensors="pt")["input_ids"] for p in prompts]
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randint(0, vocab, (1, 12), generator=gen) for _ in prompts]
+
+
+def logits(path: Path, batches: list, edits: Iterable[Edit] = ()) -> list:
+    """fp32 logits of the checkpoint at ``path`` for each batch, with ``edits`` as run-time hooks."""
+    import torch
+
+    from .interventions import applied
+    from .models import load_model
+
+    model = load_model(path, "float32")
+    with torch.inference_mode(), applied(model, list(edits)):
+        out = [model(input_ids=b).logits.float() for b in batches]
+    del model
+    return out
+
+
+def numeric(src: Checkpoint, dst_path: Path, recipe: Recipe, prompts: Iterable[str] = PROMPTS) -> tuple[float, float]:
+    """max |Δlogit| between the baked model and the source with run-time twins, and the tolerance."""
+    from .architectures import text_config
+
+    vocab = int(text_config(src.config).get("vocab_size") or src.config.get("vocab_size"))
+    batches = _token_batches(src.path, vocab, prompts)
+    reference = logits(src.path, batches, recipe.active())
+    baked = logits(dst_path, batches)
+    diff = max(float((a - b).abs().max()) for a, b in zip(reference, baked))
+    dtypes = {src.tensors[p.info.name].dtype for p in plan(src, recipe.validate(src.config), recipe.active())}
+    tol = max((TOLERANCE.get(d, TOLERANCE["BF16"]) for d in dtypes), default=TOLERANCE["F32"])
+    return diff, tol
+
+
+def verify(src: Checkpoint, dst_path: str | Path, run_model: bool = True) -> Report:
+    """Full verification of ``dst_path`` against ``src``; see the module docstring."""
+    dst_path = Path(dst_path)
+    report, recipe = structural(src, dst_path)
+    if report.ok and run_model:
+        report.max_abs_logit_diff, report.tolerance = numeric(src, dst_path, recipe)
+        if not report.max_abs_logit_diff <= report.tolerance:
+            report.problems.append(f"baked logits differ from the run-time edit by "
+                                   f"{report.max_abs_logit_diff:.3g} (tolerance {report.tolerance:g})")
+    return report
+
+
+def staged_check(src: Checkpoint, recipe: Recipe) -> Callable[[Path], dict[str, Any]]:
+    """The numerical check as a bake hook: runs on the staged output before it is published."""
+
+    def check(staged: Path) -> dict[str, Any]:
+        diff, tol = numeric(src, staged, recipe)
+        if not diff <= tol:
+            raise SurgeryError(f"the baked weights do not reproduce the run-time edit (max |Δlogit| "
+                               f"{diff:.3g} > {tol:g}); nothing was written. Please report this bug")
+        return {"max_abs_logit_diff": diff, "tolerance": tol, "prompts": len(PROMPTS), "reference": "run-time hooks"}
+
+    return check
+
+
+def dumps(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=1)
