@@ -197,6 +197,7 @@ def _write_undo(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
     save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()} or
               {"empty": np.zeros(0, dtype=np.uint8)}, str(path))
+    path.chmod(0o644)  # safetensors creates it private; it is as public as the weights
 
 
 def _source_hashes(ckpt: Checkpoint, files: list[str], by_file: dict, out_hashes: dict[str, str]) -> dict[str, str]:

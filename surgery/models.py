@@ -72,7 +72,9 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu", tr
     """Load a checkpoint for computation: safetensors only, no remote code unless asked, eval mode."""
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # our own progress bars are the ones users should see
     model = AutoModelForCausalLM.from_pretrained(
         str(path), dtype=getattr(torch, dtype), use_safetensors=True,
         trust_remote_code=trust_remote_code, device_map=None,
