@@ -53,7 +53,8 @@ def _download(repo_id: str, revision: str | None) -> Source:
         raise CheckpointError(f"{repo_id} is not on the Hub (or is private: log in with `hf auth login`)") from None
     except LocalEntryNotFoundError:
         raise CheckpointError(
-            f"cannot download {repo_id}: no network access to the Hub and it is not in the local cache "
+            f"{repo_id} is not a local folder and cannot be downloaded: no network access to the Hub and it "
+            f"is not in the local cache "
             f"({os.environ.get('HF_HUB_CACHE', '~/.cache/huggingface/hub')}); download it elsewhere or "
             "give a local folder") from None
     except (HfHubHTTPError, OSError) as exc:

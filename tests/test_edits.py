@@ -1,0 +1,76 @@
+"""Recipes: YAML round trip and strict validation with messages that name the field."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from surgery.edits import HeadScale, NeuronScale, Recipe, parse_heads, parse_neurons
+from surgery.errors import RecipeError
+
+CONFIG = {"model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+          "hidden_size": 64, "intermediate_size": 100}
+
+
+def test_yaml_round_trip(tmp_path):
+    recipe = Recipe((HeadScale(1, 2, 2.5), NeuronScale(3, 99, 0.0)), base_model="org/model")
+    path = tmp_path / "r.yaml"
+    path.write_text(recipe.to_yaml(header="made by a test\n\nsecond line"))
+    loaded = Recipe.load(path)
+    assert loaded == recipe
+    assert path.read_text().startswith("# made by a test\n#\n# second line\n")
+
+
+@pytest.mark.parametrize("raw, field", [
+    ({"version": 1, "edits": [{"type": "head", "layer": 0, "head": 0, "alpha": 2, "beta": 1}]}, "beta"),
+    ({"version": 1, "edits": [{"type": "head", "layer": 0, "head": 0}]}, "alpha"),
+    ({"version": 1, "edits": [{"type": "neuron", "layer": 0, "neuron": 0, "factor": "x"}]}, "factor"),
+    ({"version": 1, "edits": [{"type": "head", "layer": 0, "head": 0, "alpha": math.nan}]}, "alpha"),
+    ({"version": 1, "edits": [{"type": "head", "layer": 0, "head": 0, "alpha": math.inf}]}, "alpha"),
+    ({"version": 1, "edits": [{"type": "head", "layer": 0.5, "head": 0, "alpha": 2}]}, "layer"),
+    ({"version": 1, "edits": [{"type": "attention", "layer": 0}]}, "type"),
+    ({"version": 2, "edits": [{"type": "head", "layer": 0, "head": 0, "alpha": 2}]}, "version"),
+    ({"version": 1, "edits": []}, "edits"),
+    ({"version": 1, "edits": [], "extra": 1}, "extra"),
+    ({"version": 1, "edits": [{"type": "head", "layer": 0, "head": 0, "alpha": 2},
+                              {"type": "head", "layer": 0, "head": 0, "alpha": 3}]}, "conflicting"),
+])
+def test_malformed_recipes_name_the_field(raw, field):
+    with pytest.raises(RecipeError, match=field):
+        Recipe.from_dict(raw)
+
+
+@pytest.mark.parametrize("edit, field", [
+    (HeadScale(4, 0, 2.0), "num_hidden_layers = 4"),
+    (HeadScale(0, 8, 2.0), "num_attention_heads = 8"),
+    (NeuronScale(0, 100, 0.0), "intermediate_size = 100"),
+    (NeuronScale(-1, 0, 0.0), "≥ 0"),
+])
+def test_out_of_range_names_the_config_field(edit, field):
+    with pytest.raises(RecipeError, match=field):
+        Recipe((edit,)).validate(CONFIG)
+
+
+def test_identical_duplicates_collapse():
+    assert len(Recipe((HeadScale(0, 0, 2.0), HeadScale(0, 0, 2.0))).edits) == 1
+
+
+def test_empty_and_invalid_files(tmp_path):
+    (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "bad.yaml").write_text("version: [1\n")
+    with pytest.raises(RecipeError, match="empty"):
+        Recipe.load(tmp_path / "empty.yaml")
+    with pytest.raises(RecipeError, match="not valid YAML"):
+        Recipe.load(tmp_path / "bad.yaml")
+    with pytest.raises(RecipeError, match="does not exist"):
+        Recipe.load(tmp_path / "missing.yaml")
+
+
+def test_command_line_specs():
+    assert parse_heads("7.7, 8.17", 2.5) == [HeadScale(7, 7, 2.5), HeadScale(8, 17, 2.5)]
+    assert parse_neurons("28:17,28:901", 0.0) == [NeuronScale(28, 17, 0.0), NeuronScale(28, 901, 0.0)]
+    with pytest.raises(RecipeError, match="LAYER.HEAD"):
+        parse_heads("7:7", 2.0)
+    with pytest.raises(RecipeError, match="LAYER:NEURON"):
+        parse_neurons("28.17", 0.0)
