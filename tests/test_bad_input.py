@@ -1,0 +1,309 @@
+"""Bad input through the real CLI: every case fails with one clear line and leaves nothing behind.
+
+Each case breaks one thing in a fresh copy of a tiny checkpoint (or in the command line, recipe or
+destination) and asserts: non-zero exit, exactly one ``Error: …`` line naming the problem and the
+fix, no traceback, no output folder and no hidden staging folder left, and the source's sha256s
+unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from surgery.checkpoint import read_header
+from surgery.errors import CheckpointError
+
+from . import helpers_corrupt as bad
+from .conftest import build_tiny
+from .helpers_cli import error_line, hidden_entries, run_cli, tree_hashes
+
+O_PROJ0 = "model.layers.0.self_attn.o_proj.weight"
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory) -> dict[str, Path]:
+    """One tiny llama (single file) and one sharded, built once and copied per case."""
+    root = tmp_path_factory.mktemp("bases")
+    return {"single": build_tiny("llama", root / "single"),
+            "sharded": build_tiny("llama", root / "sharded", shard="20KB")}
+
+
+@dataclass
+class Ctx:
+    """What a case may use: its own source copy, a default destination, a scratch folder."""
+
+    src: Path
+    out: Path
+    tmp: Path
+
+    def heads(self, model: Path | str | None = None, spec: str = "0.1", alpha: str = "2.0",
+              out: Path | None = None, *extra: str) -> list:
+        return ["amplify-heads", model or self.src, "--heads", spec, "--alpha", alpha,
+                "--out", out or self.out, *extra]
+
+    def recipe(self, text: str, name: str = "recipe.yaml") -> list:
+        path = self.tmp / name
+        path.write_text(text)
+        return ["apply", path, "--model", self.src, "--out", self.out]
+
+
+@dataclass
+class Case:
+    id: str
+    setup: Callable[[Ctx], list]
+    needles: tuple[str, ...]  # (the problem, the fix): both must appear in the error line
+    source: str = "single"
+    dest_exists: bool = False  # the destination was there before: it must be left untouched
+
+
+def _no_config(c: Ctx) -> list:
+    (c.src / "config.json").unlink()
+    return c.heads()
+
+
+def _no_weights(c: Ctx) -> list:
+    (c.src / bad.WEIGHTS).unlink()
+    return c.heads()
+
+
+def _pickle(name: str) -> Callable[[Ctx], list]:
+    def setup(c: Ctx) -> list:
+        bad.pickle_weights(c.src, name, c.tmp / "UNPICKLED")
+        return c.heads()
+    return setup
+
+
+def _weights(change: Callable[..., None], *args) -> Callable[[Ctx], list]:
+    def setup(c: Ctx) -> list:
+        change(c.src / bad.WEIGHTS, *args)
+        return c.heads()
+    return setup
+
+
+def _config(**changes) -> Callable[[Ctx], list]:
+    def setup(c: Ctx) -> list:
+        bad.edit_config(c.src, **changes)
+        return c.heads()
+    return setup
+
+
+def _quant(method: str, key: str = "quantization_config") -> Callable[[Ctx], list]:
+    return _config(**{key: {"quant_method": method, "bits": 4}})
+
+
+def _missing_shard(c: Ctx) -> list:
+    (c.src / "model-00003-of-00007.safetensors").unlink()
+    return c.heads()
+
+
+def _bad_index(c: Ctx) -> list:
+    (c.src / "model.safetensors.index.json").write_text('{"metadata": {}}')
+    return c.heads()
+
+
+def _dest_symlink(c: Ctx) -> list:
+    c.out.parent.mkdir(exist_ok=True)
+    c.out.symlink_to(c.src)
+    return c.heads()
+
+
+def _dest_exists(c: Ctx) -> list:
+    c.out.mkdir(parents=True)
+    (c.out / "keep.txt").write_text("precious")
+    return c.heads()
+
+
+def _dest_is_file(c: Ctx) -> list:
+    c.out.parent.mkdir(exist_ok=True)
+    c.out.write_text("precious")
+    return c.heads(None, "0.1", "2.0", None, "--force")
+
+
+def _not_baked(c: Ctx) -> list:
+    return ["verify", c.src, c.src, "--structural-only"]
+
+
+def _undo_not_baked(c: Ctx) -> list:
+    return ["undo", c.src, "--out", c.out]
+
+
+RECIPE_OK_EDIT = "  - {type: head, layer: 0, head: 1, alpha: 2.0}\n"
+
+CASES = [
+    # --- the MODEL argument ---
+    Case("missing-path", lambda c: c.heads(c.tmp / "nope"), ("does not exist", "give a checkpoint folder")),
+    Case("path-is-a-file", lambda c: c.heads(c.src / "config.json"), ("is a file", "give the checkpoint folder")),
+    Case("no-config", _no_config, ("no config.json", "give the folder")),
+    Case("config-not-json", lambda c: ((c.src / "config.json").write_text("{model_type: llama"), c.heads())[1],
+         ("config.json is not valid JSON", "re-download")),
+    Case("no-weights", _no_weights, ("has no weights", "give the folder")),
+    Case("pickle-bin", _pickle("pytorch_model.bin"), ("pickle weights", "convert to safetensors")),
+    Case("pickle-pt", _pickle("model.pt"), ("pickle weights", "convert to safetensors")),
+    # --- safetensors headers ---
+    Case("truncated-half", _weights(bad.truncate), ("runs past the end", "re-download")),
+    Case("truncated-to-5-bytes", _weights(bad.truncate_to, 5), ("truncated", "re-download")),
+    Case("offsets-overlap", _weights(bad.overlap_offsets), ("overlap", "re-download")),
+    Case("offsets-past-end", _weights(bad.offsets_past_end), ("runs past the end", "re-download")),
+    Case("size-disagrees-with-shape", _weights(bad.size_disagrees), ("needs", "re-download")),
+    Case("absurd-header-length", _weights(bad.absurd_header_length), ("-byte header", "re-download")),
+    Case("header-not-json", _weights(bad.header_not_json), ("not valid JSON", "re-download")),
+    Case("index-names-missing-shard", _missing_shard, ("missing", "re-download"), source="sharded"),
+    Case("index-malformed", _bad_index, ("malformed", "re-download"), source="sharded"),
+    Case("needed-tensor-absent", _weights(bad.drop_tensor, O_PROJ0), (f"'{O_PROJ0}' is not in", "re-download")),
+    Case("weights-stored-as-int8", _weights(bad.retype, O_PROJ0, "I8"), ("stored as I8", "F32, F16 and BF16 weights only")),
+    Case("config-shape-mismatch", _config(num_attention_heads=8), ("expected", "the config does not describe these weights")),
+    # --- what the model is ---
+    Case("unsupported-model-type", _config(model_type="gpt2"), ("'gpt2' is not supported", "extend")),
+    Case("quantized-gptq", _quant("gptq"), ("quantized", "unquantized")),
+    Case("quantized-awq", _quant("awq"), ("quantized", "unquantized")),
+    Case("quantized-bitsandbytes", _quant("bitsandbytes"), ("quantized", "unquantized")),
+    Case("quantized-fp8", _quant("fp8"), ("quantized", "unquantized")),
+    Case("quantized-compressed-tensors", _quant("compressed-tensors"), ("quantized", "unquantized")),
+    Case("quantized-compression-config", _quant("compressed-tensors", "compression_config"),
+         ("quantized", "unquantized")),
+    Case("remote-code-auto-map", _config(auto_map={"AutoModelForCausalLM": "modeling_x.X"}),
+         ("custom code", "--trust-remote-code")),
+    # --- indices and scales ---
+    Case("layer-out-of-range", lambda c: c.heads(None, "3.0"), ("num_hidden_layers = 3", "valid: 0..2")),
+    Case("head-out-of-range", lambda c: c.heads(None, "0.4"), ("num_attention_heads = 4", "valid: 0..3")),
+    Case("negative-head", lambda c: c.heads(None, "0.-1"), ("must be ≥ 0", "got 0.-1")),
+    Case("neuron-out-of-range", lambda c: ["prune-neurons", c.src, "--neurons", "0:48", "--out", c.out],
+         ("intermediate_size = 48", "valid: 0..47")),
+    Case("heads-spec-malformed", lambda c: c.heads(None, "7"), ("not LAYER.HEAD", "e.g. 7.7")),
+    Case("alpha-nan", lambda c: c.heads(None, "0.1", "nan"), ("--alpha must be a finite number", "got nan")),
+    Case("alpha-inf", lambda c: c.heads(None, "0.1", "inf"), ("--alpha must be a finite number", "got inf")),
+    Case("alpha-zero", lambda c: c.heads(None, "0.1", "0"), ("silences the heads", "--allow-zero")),
+    Case("factor-nan", lambda c: ["prune-neurons", c.src, "--neurons", "0:1", "--factor", "nan", "--out", c.out],
+         ("--factor must be a finite number", "got nan")),
+    # --- recipe files ---
+    Case("recipe-missing", lambda c: ["apply", c.tmp / "none.yaml", "--model", c.src, "--out", c.out],
+         ("does not exist", "give the path of a recipe")),
+    Case("recipe-empty", lambda c: c.recipe(""), ("is empty", "needs 'version' and 'edits'")),
+    Case("recipe-not-yaml", lambda c: c.recipe("version: [1\nedits: {"), ("not valid YAML", "fix the syntax")),
+    Case("recipe-a-list", lambda c: c.recipe("- 1\n- 2\n"), ("must be a YAML mapping", "'version' and 'edits'")),
+    Case("recipe-wrong-version", lambda c: c.recipe("version: 9\nedits:\n" + RECIPE_OK_EDIT),
+         ("version must be 1", "got 9")),
+    Case("recipe-unknown-key", lambda c: c.recipe("version: 1\nalpha: 2\nedits:\n" + RECIPE_OK_EDIT),
+         ("unknown key(s) alpha", "allowed:")),
+    Case("recipe-no-edits", lambda c: c.recipe("version: 1\nedits: []\n"), ("edits must be a non-empty list", "head/neuron")),
+    Case("recipe-alpha-string", lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: big}\n"),
+         ("alpha must be a number", "'big'")),
+    Case("recipe-alpha-nan", lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: .nan}\n"),
+         ("alpha must be a finite number", "nan")),
+    Case("recipe-conflict", lambda c: c.recipe("version: 1\nedits:\n" + RECIPE_OK_EDIT +
+                                               "  - {type: head, layer: 0, head: 1, alpha: 3.0}\n"),
+         ("conflicting edits", "keep one")),
+    Case("recipe-head-out-of-range", lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 9, alpha: 2}\n"),
+         ("num_attention_heads = 4", "valid: 0..3")),
+    # --- destinations ---
+    Case("dest-is-source", lambda c: c.heads(None, "0.1", "2.0", c.src), ("is the source", "choose a folder outside")),
+    Case("dest-inside-source", lambda c: c.heads(None, "0.1", "2.0", c.src / "out"), ("inside the source", "choose")),
+    Case("dest-symlink-to-source", _dest_symlink, ("is the source", "choose a folder outside"), dest_exists=True),
+    Case("dest-contains-source", lambda c: c.heads(None, "0.1", "2.0", c.src.parent, "--force"),
+         ("contains the source", "choose another folder")),
+    Case("dest-exists", _dest_exists, ("already exists", "--force"), dest_exists=True),
+    Case("dest-is-a-file", _dest_is_file, ("is not a folder", "remove it or choose another"), dest_exists=True),
+    Case("dest-parent-missing", lambda c: c.heads(None, "0.1", "2.0", c.tmp / "no" / "such" / "out"),
+         ("does not exist", "create")),
+    # --- verify / undo on something that is not a bake ---
+    Case("verify-not-baked", _not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
+    Case("undo-not-baked", _undo_not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_fails_cleanly(case: Case, bases, tmp_path):
+    src = tmp_path / "model" / "src"
+    shutil.copytree(bases[case.source], src)
+    outs = tmp_path / "outs"
+    outs.mkdir()
+    ctx = Ctx(src, outs / "baked", tmp_path)
+    args = case.setup(ctx)
+    source_before = tree_hashes(src)
+    hidden_before = {p: hidden_entries(p) for p in (outs, src.parent)}
+    dest_before = tree_hashes(ctx.out) if ctx.out.is_dir() else ctx.out.read_bytes() if ctx.out.exists() else None
+
+    result = run_cli(args)
+
+    line = error_line(result)
+    for needle in case.needles:
+        assert needle in line, f"{needle!r} not in {line!r}"
+    assert tree_hashes(src) == source_before, "the source changed"
+    for parent, before in hidden_before.items():
+        assert hidden_entries(parent, before) == [], f"hidden leftovers in {parent}"
+    if case.dest_exists:
+        after = tree_hashes(ctx.out) if ctx.out.is_dir() else ctx.out.read_bytes()
+        assert after == dest_before, "an existing destination was modified"
+    else:
+        assert not ctx.out.exists(), "an output folder was left behind"
+    assert not (tmp_path / "UNPICKLED").exists(), "a pickle was unpickled"
+
+
+def test_unwritable_destination(bases, tmp_path):
+    """A read-only destination filesystem: a clear error before any work (root ignores chmod)."""
+    src = tmp_path / "src"
+    shutil.copytree(bases["single"], src)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    args = ["amplify-heads", src, "--heads", "0.1", "--alpha", "2", "--out", ro / "baked"]
+    before = tree_hashes(src)
+    if os.geteuid() != 0:
+        ro.chmod(0o555)
+        result = run_cli(args)
+        ro.chmod(0o755)
+    else:
+        # A private mount namespace: the read-only tmpfs vanishes with the subprocess.
+        if not shutil.which("unshare") or run_cli(["--help"], timeout=30).returncode != 0:
+            pytest.skip("root without unshare: chmod cannot make a folder unwritable for root")
+        import shlex
+        import subprocess
+        import sys
+
+        from .helpers_cli import REPO, cli_env
+
+        cmd = (f"mount -t tmpfs -o ro,size=64k tmpfs {shlex.quote(str(ro))} && "
+               f"{shlex.quote(sys.executable)} -m surgery {' '.join(shlex.quote(str(a)) for a in args)}")
+        probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True)
+        if probe.returncode != 0:
+            pytest.skip("root without mount namespaces: cannot simulate an unwritable destination")
+        result = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", cmd],
+                                capture_output=True, text=True, cwd=REPO, env=cli_env(), timeout=120)
+    line = error_line(result)
+    assert "cannot write" in line and "choose another --out" in line, line
+    assert tree_hashes(src) == before
+    assert list(ro.iterdir()) == []
+
+
+# --- fuzzing the header reader: any JSON in any field is a CheckpointError, never a crash ---
+
+_json = st.recursive(st.none() | st.booleans() | st.integers(-2, 1 << 70) | st.floats() | st.text(max_size=4),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                     max_leaves=6)
+_field = st.sampled_from(["dtype", "shape", "data_offsets", None])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=_field, value=_json, name=st.sampled_from(["a", "b"]))
+def test_header_fuzz_never_crashes(tmp_path, field, value, name):
+    header = {"a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+              "b": {"dtype": "BF16", "shape": [4], "data_offsets": [16, 24]}}
+    if field is None:
+        header[name] = value  # the whole entry replaced
+    else:
+        header[name][field] = value
+    path = tmp_path / "fuzz.safetensors"
+    bad.write_raw(path, header, bytes(24))
+    try:
+        start, parsed = read_header(path)
+    except CheckpointError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert start % 8 == 0 and set(parsed) == {"a", "b"}
