@@ -24,6 +24,7 @@ SINGLE_NAME = "model.safetensors"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 # The safetensors format caps the JSON header at 100 MB; anything larger is corrupt or hostile.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
+REFETCH = "re-download or re-save it"
 DTYPE_SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
                "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
 # Keys of config.json that mean the weights are quantized: byte ranges are not plain floats.
@@ -57,14 +58,14 @@ def read_header(path: Path) -> tuple[int, dict[str, Any]]:
         (length,) = struct.unpack("<Q", raw)
         if length > MAX_HEADER_BYTES or length > size - 8:
             raise CheckpointError(f"{path.name} declares a {length}-byte header but the file has "
-                                  f"{size} bytes: the file is truncated or not safetensors")
+                                  f"{size} bytes: the file is truncated or not safetensors; {REFETCH}")
         try:
             header = json.loads(f.read(length))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             raise CheckpointError(f"{path.name} has a header that is not valid JSON: "
                                   "the file is corrupt; re-download or re-save it") from None
     if not isinstance(header, dict):
-        raise CheckpointError(f"{path.name} has a malformed header (not a JSON object)")
+        raise CheckpointError(f"{path.name} has a malformed header (not a JSON object); {REFETCH}")
     _check_layout(path, header, 8 + length, size)
     return 8 + length, header
 
@@ -78,15 +79,18 @@ def _check_layout(path: Path, header: dict[str, Any], data_start: int, size: int
         try:
             dtype, shape, (begin, end) = meta["dtype"], meta["shape"], meta["data_offsets"]
         except (KeyError, TypeError, ValueError):
-            raise CheckpointError(f"{path.name}: tensor '{name}' has a malformed header entry") from None
-        if dtype not in DTYPE_SIZES or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise CheckpointError(f"{path.name}: tensor '{name}' has a malformed header entry; {REFETCH}") from None
+        # Types first: a crafted header may hold lists or objects where strings and ints belong.
+        if (not isinstance(dtype, str) or dtype not in DTYPE_SIZES or not isinstance(shape, list)
+                or not all(type(d) is int and d >= 0 for d in shape)):
             raise CheckpointError(f"{path.name}: tensor '{name}' has dtype {dtype!r} / shape {shape!r} "
-                                  "that safetensors does not allow")
-        if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end):
-            raise CheckpointError(f"{path.name}: tensor '{name}' has invalid offsets [{begin}, {end})")
+                                  f"that safetensors does not allow; {REFETCH}")
+        if not (type(begin) is int and type(end) is int and 0 <= begin <= end):
+            raise CheckpointError(f"{path.name}: tensor '{name}' has invalid offsets [{begin}, {end}); {REFETCH}")
         if end - begin != math.prod(shape) * DTYPE_SIZES[dtype]:
             raise CheckpointError(f"{path.name}: tensor '{name}' spans {end - begin} bytes but "
-                                  f"shape {shape} × {dtype} needs {math.prod(shape) * DTYPE_SIZES[dtype]}")
+                                  f"shape {shape} × {dtype} needs {math.prod(shape) * DTYPE_SIZES[dtype]}; "
+                                  f"the file is corrupt: {REFETCH}")
         if data_start + end > size:
             raise CheckpointError(f"{path.name}: tensor '{name}' runs past the end of the file "
                                   "(truncated download?); re-download or re-save it")
@@ -95,7 +99,7 @@ def _check_layout(path: Path, header: dict[str, Any], data_start: int, size: int
     for (b1, e1, n1), (b2, _, n2) in zip(spans, spans[1:]):
         if b2 < e1:
             raise CheckpointError(f"{path.name}: tensors '{n1}' and '{n2}' overlap in the file; "
-                                  "it is corrupt or crafted")
+                                  f"it is corrupt or crafted: {REFETCH}")
 
 
 def file_sha256(path: Path, chunk: int = 8 << 20) -> str:
@@ -123,13 +127,14 @@ class Checkpoint:
     def _read_config(self) -> dict[str, Any]:
         cfg = self.path / "config.json"
         if not cfg.is_file():
-            raise CheckpointError(f"{self.path} has no config.json; is it a transformers checkpoint folder?")
+            raise CheckpointError(f"{self.path} has no config.json; give the folder that holds config.json "
+                                  "and the *.safetensors weights")
         try:
             config = json.loads(cfg.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CheckpointError(f"{cfg} is not valid JSON ({exc.__class__.__name__})") from None
+            raise CheckpointError(f"{cfg} is not valid JSON ({exc.__class__.__name__}); {REFETCH}") from None
         if not isinstance(config, dict):
-            raise CheckpointError(f"{cfg} is not a JSON object")
+            raise CheckpointError(f"{cfg} is not a JSON object; {REFETCH}")
         return config
 
     def _refuse_unsafe(self, allow_remote_code: bool) -> None:
@@ -140,8 +145,9 @@ class Checkpoint:
                 if cfg.get(key):
                     method = (cfg[key] or {}).get("quant_method", "unknown") if isinstance(cfg[key], dict) else "unknown"
                     raise CheckpointError(
-                        f"{self.path} is quantized ({key}: {method}); its weights are packed integers, not "
-                        "floats, so scaling byte ranges would corrupt them; use the unquantized checkpoint")
+                        f"{self.path} is quantized ({key}: {method}); its weights are packed integers or "
+                        "fp8 with separate scales, not plain floats, so scaling their bytes would corrupt "
+                        "them; use the unquantized (F32/F16/BF16) checkpoint")
         if self.config.get("auto_map") and not allow_remote_code:
             raise CheckpointError(
                 f"{self.path} needs custom code (auto_map in config.json); it is not run unless you "
@@ -158,7 +164,7 @@ class Checkpoint:
             missing = [f for f in files if not (self.path / f).is_file()]
             if missing:
                 raise CheckpointError(f"{INDEX_NAME} names shard {missing[0]} which is missing from "
-                                      f"{self.path}; the download is incomplete")
+                                      f"{self.path}; the download is incomplete: {REFETCH}")
             return files
         if (self.path / SINGLE_NAME).is_file():
             return [SINGLE_NAME]
@@ -171,7 +177,8 @@ class Checkpoint:
                 f"{self.path} only has pickle weights ({pickles[0]}); loading pickles can run arbitrary "
                 "code, so surgery refuses them: convert to safetensors first (save_pretrained with "
                 "safe_serialization=True from a trusted environment)")
-        raise CheckpointError(f"{self.path} has no weights (*.safetensors); is it a checkpoint folder?")
+        raise CheckpointError(f"{self.path} has no weights (*.safetensors); give the folder that holds "
+                              "config.json and the *.safetensors weights")
 
     # --- tensors -------------------------------------------------------------------------------
     @cached_property
@@ -192,8 +199,8 @@ class Checkpoint:
     def tensor(self, name: str) -> TensorInfo:
         info = self.tensors.get(name)
         if info is None:
-            raise CheckpointError(f"tensor '{name}' is not in {self.path}; the checkpoint does not "
-                                  "match its config (or the architecture table is wrong for it)")
+            raise CheckpointError(f"tensor '{name}' is not in {self.path}; the checkpoint does not match "
+                                  f"its config (or the architecture table is wrong for it): {REFETCH}")
         return info
 
     def total_bytes(self) -> int:
