@@ -215,7 +215,8 @@ def load_provenance(path: Path) -> dict[str, Any]:
 
     prov = Path(path) / PROVENANCE_NAME
     if not prov.is_file():
-        raise VerificationError(f"{path} has no {PROVENANCE_NAME}: it was not made by surgery")
+        raise VerificationError(f"{path} has no {PROVENANCE_NAME}: it was not made by surgery; give the "
+                                "folder that a surgery bake wrote")
     try:
         data = json.loads(prov.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):

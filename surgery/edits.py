@@ -183,12 +183,15 @@ class Recipe:
     def load(cls, path: str | Path) -> "Recipe":
         path = Path(path)
         if not path.is_file():
-            raise RecipeError(f"recipe file {path} does not exist")
+            raise RecipeError(f"recipe file {path} does not exist; give the path of a recipe YAML file")
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise RecipeError(f"recipe file {path} is not valid YAML: {first}") from None
+            # PyYAML's message spans several lines; keep the problem and where it is.
+            mark = getattr(exc, "problem_mark", None)
+            what = getattr(exc, "problem", None) or type(exc).__name__
+            at = f" at line {mark.line + 1}" if mark is not None else ""
+            raise RecipeError(f"recipe file {path} is not valid YAML ({what}{at}); fix the syntax") from None
         if raw is None:
             raise RecipeError(f"recipe file {path} is empty; it needs 'version' and 'edits'")
         return cls.from_dict(raw, where=path.name)
