@@ -1,0 +1,113 @@
+"""Neuron findings computed once: pairs → token check → capture → scores → cached findings JSON.
+
+The cache key is the model fingerprint + the pairs' sha256 + the capture parameters, so a second
+``prune-neurons`` with another --n (or score, rule, factor) reads the file and runs no forward pass.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from . import __version__
+from .checkpoint import Checkpoint
+from .console import item_progress
+from .findings import atomic_write_text, cache_path, check_model, load_findings, new_findings
+from .models import load_model, load_tokenizer
+from .neurons import (DEFAULT_BIAS_WEIGHT, NeuronScores, accumulate_pair_sums, category_overlap,
+                      layer_distribution, neuron_rows, ppm_scores, select)
+from .pairs import PairSet, check_token_counts
+
+# What was captured and how; part of the cache key (bump "method" when the scores change meaning).
+CAPTURE_PARAMS = {"method": 1, "site": "mlp.down_proj input", "pooling": "mean over real tokens",
+                  "dtype": "float32"}
+# The summary stored in every findings file uses the commands' defaults.
+SUMMARY_N = 40
+_NUMBER_LIST = re.compile(r"\[[-+0-9.eE,\s]*\]")
+
+
+@dataclass
+class FoundNeurons:
+    """Findings (the JSON dict), its scores, and where the findings live."""
+
+    findings: dict[str, Any]
+    scores: NeuronScores
+    path: Path
+    from_cache: bool
+
+
+def write_findings(findings: Mapping[str, Any], path: Path) -> None:
+    """Atomic write; lists of numbers go on one line each (a layer's scores), the rest indented."""
+    text = json.dumps(findings, indent=1, ensure_ascii=False)
+    text = _NUMBER_LIST.sub(lambda m: re.sub(r"\s+", "", m.group(0)), text)
+    atomic_write_text(Path(path), text + "\n")
+
+
+def summary(scores: NeuronScores, n: int, score: str, rule: str, bias_weight: float = DEFAULT_BIAS_WEIGHT,
+            categories: Sequence[str] | None = None, layers: Sequence[int] | None = None) -> dict[str, Any]:
+    """Top-n neurons, layer histogram and category overlap for one choice of options."""
+    n = min(n, scores.shape[0] * scores.shape[1])
+    chosen = select(scores, n, score=score, rule=rule, categories=categories, layers=layers,
+                    bias_weight=bias_weight)
+    return {
+        "n": n, "score": score, "rule": rule, "bias_weight": bias_weight,
+        "categories": list(chosen.categories), "layers": chosen.layers,
+        "neurons": neuron_rows(scores, chosen),
+        "layer_distribution": layer_distribution(chosen, scores.shape[0]),
+        "overlap": category_overlap(scores, n, score=score, categories=chosen.categories, layers=layers,
+                                    bias_weight=bias_weight),
+    }
+
+
+def capture_params(pairs: PairSet) -> dict[str, Any]:
+    return {**CAPTURE_PARAMS, "categories": pairs.categories()}
+
+
+def scores_of(findings: Mapping[str, Any]) -> NeuronScores:
+    return NeuronScores.from_dict(findings.get("scores") or {})
+
+
+def load_neuron_findings(path: str | Path, ckpt: Checkpoint, transfer: bool = False) -> FoundNeurons:
+    """A findings file given by the user, checked against the model it is applied to."""
+    findings = load_findings(path, "neurons")
+    check_model(findings, ckpt, allow_transfer=transfer)
+    return FoundNeurons(findings, scores_of(findings), Path(path), from_cache=True)
+
+
+def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, strict: bool = False,
+                 device: str = "cpu", trust_remote_code: bool = False, recompute: bool = False,
+                 show_progress: bool = True, default_score: str, default_rule: str,
+                 report: Callable[[str], None] = lambda m: None) -> FoundNeurons:
+    """Cached findings for (model, pairs, parameters), computing them on a miss."""
+    params = capture_params(pairs)
+    cached = cache_path("neurons", ckpt.fingerprint(), pairs.sha256, params)
+    if cached.is_file() and not recompute:
+        findings = load_findings(cached, "neurons")
+        check_model(findings, ckpt)
+        return FoundNeurons(findings, scores_of(findings), cached, from_cache=True)
+
+    tokenizer = load_tokenizer(ckpt.path, trust_remote_code)
+    check = check_token_counts(pairs, tokenizer, strict)
+    if check.total_skipped:
+        detail = ", ".join(f"{c} {n}" for c, n in check.skipped.items())
+        report(f"skipped {check.total_skipped} of {len(pairs)} pairs whose prompts tokenize to different "
+               f"lengths ({detail}); --strict makes this an error")
+    kept = check.kept
+    model = load_model(ckpt.path, "float32", device, trust_remote_code)
+    with item_progress("capturing prompts", 2 * len(kept), show_progress) as advance:
+        sums = accumulate_pair_sums(model, tokenizer, kept.pairs, batch_size, advance)
+    scores = NeuronScores.from_sums(sums, ppm_scores(model))
+    del model
+
+    findings = new_findings("neurons", ckpt, pairs.sha256, params, __version__)
+    findings["dataset"] = {
+        "source": pairs.source, "pairs": len(pairs), "pairs_used": len(kept),
+        "per_category": scores.counts, "skipped": check.skipped, "skipped_ids": list(check.skipped_ids),
+    }
+    findings["summary"] = summary(scores, SUMMARY_N, default_score, default_rule)
+    findings["scores"] = scores.to_dict()
+    write_findings(findings, cached)
+    return FoundNeurons(findings, scores, cached, from_cache=False)
