@@ -19,7 +19,7 @@ def cli(debug: bool) -> None:
 
 def _register() -> None:
     # Each module adds its commands to ``cli``; importing them here keeps start-up in one place.
-    from .commands import core, gguf, heads, neurons  # noqa: F401
+    from .commands import core, gguf, heads, neurons, ship  # noqa: F401
 
 
 def _one_line(message: str) -> str:

@@ -1,4 +1,5 @@
-"""What every baking command shares: the MODEL / --out / --force options and the bake run."""
+"""What every baking command shares: the MODEL / --out / --force / --push-to options, the bake run
+(with its model card), and sweeps that bake one output per α or n."""
 
 from __future__ import annotations
 
@@ -9,10 +10,30 @@ from typing import Any, Callable
 import click
 
 from ..bake import bake
+from ..card import card_hook
 from ..console import err, out, print_json, stage_progress
 from ..edits import Recipe
+from ..errors import RecipeError
 from ..models import open_checkpoint
 from ..verify import staged_check
+
+# --push-to / --private are read through the click context, so commands decorated with
+# bake_options need no extra parameters for them.
+_PUSH_KEY = "surgery.push_to"
+_PRIVATE_KEY = "surgery.private"
+
+
+def _remember(key: str):
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        ctx.meta[key] = value
+        return value
+
+    return callback
+
+
+def _context_value(key: str) -> Any:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(key) if ctx is not None else None
 
 
 def model_argument(f: Callable) -> Callable:
@@ -23,8 +44,18 @@ def model_argument(f: Callable) -> Callable:
     return click.argument("model")(f)
 
 
+def push_options(f: Callable) -> Callable:
+    """--push-to and --private; run_bake reads them from the click context."""
+    f = click.option("--private", is_flag=True, expose_value=False, callback=_remember(_PRIVATE_KEY),
+                     help="With --push-to: create the Hub repo as private.")(f)
+    return click.option("--push-to", metavar="NAMESPACE/NAME", default=None, expose_value=False,
+                        callback=_remember(_PUSH_KEY),
+                        help="After the bake, push the checkpoint to this Hub repo (sweeps: one branch per value).")(f)
+
+
 def bake_options(f: Callable) -> Callable:
-    """--out, --force, --no-verify, --json."""
+    """--out, --force, --no-verify, --json, --push-to, --private."""
+    f = push_options(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
     f = click.option("--verify/--no-verify", default=True, show_default=True,
                      help="Check the baked logits against the run-time edit before publishing.")(f)
@@ -35,8 +66,21 @@ def bake_options(f: Callable) -> Callable:
 
 def run_bake(model: str, recipe: Recipe, out_dir: Path, *, revision: str | None = None,
              trust_remote_code: bool = False, force: bool = False, verify: bool = True,
-             as_json: bool = False, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Open MODEL, bake ``recipe`` into ``out_dir`` and print a summary; returns the provenance."""
+             as_json: bool = False, extra: dict[str, Any] | None = None,
+             evaluation: dict[str, Any] | None = None, push_to: str | None = None,
+             push_revision: str | None = None, private: bool | None = None) -> dict[str, Any]:
+    """Open MODEL, bake ``recipe`` into ``out_dir`` and print a summary; returns the provenance.
+
+    The output gets a model card (README.md) built from the provenance, ``extra`` (findings
+    summary) and ``evaluation`` (rows of a before/after table, see surgery.card). ``push_to``
+    (default: the command's --push-to) uploads the result, to branch ``push_revision`` if given.
+    """
+    push_to = push_to or _context_value(_PUSH_KEY)
+    private = bool(_context_value(_PRIVATE_KEY)) if private is None else private
+    if push_to:
+        from ..hub import preflight
+
+        preflight(push_to, push_revision)  # fail before a long bake, not after it
     ckpt, source = open_checkpoint(model, revision, trust_remote_code)
     recipe.validate(ckpt.config)
     if recipe.base_model is None:
@@ -44,18 +88,67 @@ def run_bake(model: str, recipe: Recipe, out_dir: Path, *, revision: str | None 
     with stage_progress(not as_json) as progress:
         result = bake(ckpt, recipe, out_dir, source=source, force=force, progress=progress,
                       check=staged_check(ckpt, recipe) if verify else None, extra=extra,
-                      report=lambda msg: err.print(f"[yellow]note:[/] {msg}"))
+                      card=card_hook(evaluation), report=lambda msg: err.print(f"[yellow]note:[/] {msg}"))
     prov = result.provenance
+    pushed = None
+    if push_to:
+        from ..hub import push
+
+        pushed = push(out_dir, push_to, private=private, revision=push_revision)
+        prov = {**prov, "pushed": pushed}
     if as_json:
         print_json({"out": str(out_dir), "edits": len(recipe.edits),
                     "tensors_edited": len(prov["edited_tensors"]),
-                    "verification": prov.get("verification"), "notes": result.notes})
+                    "verification": prov.get("verification"), "notes": result.notes, "pushed": pushed})
     else:
         ver = prov.get("verification")
         check = (f", max |Δlogit| vs run-time edit {ver['max_abs_logit_diff']:.2e}" if ver else "")
         out.print(f"[green]Baked[/] {len(recipe.edits)} edit(s) into {len(prov['edited_tensors'])} tensor(s)"
                   f"{check} → {out_dir}")
+        if pushed:
+            out.print(f"[green]Pushed[/] to {pushed['repo']} ({pushed['revision']}): {pushed['commit_url']}")
     return prov
+
+
+def parse_values(spec: str, option: str) -> list[float]:
+    """``"1.5,2,2.5"`` → [1.5, 2.0, 2.5] for sweep options (``option`` names the flag in errors)."""
+    values = []
+    for part in filter(None, (p.strip() for p in str(spec).split(","))):
+        try:
+            values.append(float(part))
+        except ValueError:
+            raise RecipeError(f"{option}: '{part}' is not a number (give one value or a list like 1.5,2,2.5)") from None
+    if not values:
+        raise RecipeError(f"{option} is empty; give one value or a comma-separated list")
+    if len(set(values)) != len(values):
+        raise RecipeError(f"{option} lists a value twice; give each value once")
+    return values
+
+
+def sweep_label(name: str, value: float) -> str:
+    """A folder and branch name for one sweep value, e.g. ``alpha-2.5`` or ``n-40``."""
+    return f"{name}-{value:g}"
+
+
+def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]], out_dir: Path, *,
+              push_to: str | None = None, **bake_kwargs: Any) -> dict[str, dict[str, Any]]:
+    """Bake one output per ``(label, recipe, extra)`` into ``out_dir/<label>``.
+
+    With ``push_to`` (default: the command's --push-to), each output is pushed to the branch
+    ``<label>`` of that repo. ``bake_kwargs`` go to :func:`run_bake` (revision, force, verify,
+    as_json, …). Returns the provenance of each output by label.
+    """
+    labels = [label for label, _, _ in items]
+    if len(set(labels)) != len(labels):
+        raise RecipeError("sweep labels must be unique (each value gets its own folder and branch)")
+    push_to = push_to or _context_value(_PUSH_KEY)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for label, recipe, extra in items:
+        results[label] = run_bake(model, recipe, out_dir / label, extra=extra, push_to=push_to,
+                                  push_revision=label if push_to else None, **bake_kwargs)
+    return results
 
 
 def baking_command(f: Callable) -> Callable:

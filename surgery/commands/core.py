@@ -14,7 +14,7 @@ from ..edits import Recipe
 from ..models import open_checkpoint
 from ..undo import undo as undo_bake
 from ..verify import verify as verify_bake
-from .common import model_argument, run_bake
+from .common import model_argument, push_options, run_bake
 
 
 def _size(n: int) -> str:
@@ -59,6 +59,7 @@ def inspect(model: str, revision: str | None, trust_remote_code: bool, as_json: 
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Check logits before publishing.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@push_options
 def apply(recipe: Path, model: str, revision, trust_remote_code, out_dir, force, verify, as_json) -> None:
     """Bake a recipe (YAML) into a copy of MODEL."""
     run_bake(model, Recipe.load(recipe), out_dir, revision=revision, trust_remote_code=trust_remote_code,

@@ -1,0 +1,101 @@
+"""Model cards: front matter, body sections, and exact verify/undo around the card."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from surgery.bake import bake
+from surgery.card import card_hook, card_text, refresh_card
+from surgery.checkpoint import Checkpoint, file_sha256
+from surgery.edits import HeadScale, NeuronScale, Recipe
+from surgery.errors import VerificationError
+from surgery.models import Source
+from surgery.undo import undo
+from surgery.verify import staged_check, verify
+
+RECIPE = Recipe((HeadScale(0, 1, 2.5), NeuronScale(1, 3, 0.0)))
+EVALUATION = {"rows": [
+    {"label": "Perplexity (retention passages)", "before": 12.5, "after": 12.75, "retained_pct": 98.04},
+    {"label": "BBQ bias (ambiguous)", "before": 0.1, "after": 0.05, "retained_pct": None},
+]}
+
+
+def _meta(text: str) -> dict:
+    return yaml.safe_load(text[4:text.index("\n---", 4)])
+
+
+def _source_with_card(tiny):
+    src = tiny("llama")
+    (src / "README.md").write_text("---\nlicense: apache-2.0\nlanguage: [en]\n---\n# Source card\n")
+    return src
+
+
+def test_card_front_matter_and_sections(tiny, tmp_path):
+    src = _source_with_card(tiny)
+    ckpt = Checkpoint(src)
+    out = tmp_path / "baked"
+    bake(ckpt, RECIPE, out, source=Source(src, "org/tiny-llama", None), check=staged_check(ckpt, RECIPE),
+         card=card_hook(EVALUATION), extra={"findings": {"kind": "heads", "top_head": "0.1", "delta_s": -0.42}})
+    text = (out / "README.md").read_text()
+    meta = _meta(text)
+    assert meta["base_model"] == "org/tiny-llama" and meta["base_model_relation"] == "finetune"
+    assert meta["license"] == "apache-2.0" and meta["language"] == ["en"] and meta["library_name"] == "transformers"
+    assert {"surgery", "attention-heads", "neuron-pruning"} <= set(meta["tags"])
+    prov = json.loads((out / "surgery.json").read_text())
+    assert f"{prov['verification']['max_abs_logit_diff']:.2e}" in text
+    assert "| attention head | 0 | 1 | α = 2.5 |" in text and "| MLP neuron | 1 | 3 | 0 |" in text
+    assert "delta_s: -0.42" in text                                  # why: the findings summary
+    assert "| Perplexity (retention passages) | 12.5 | 12.75 | 98.0% |" in text
+    assert prov["evaluation"] == EVALUATION                           # the table is in provenance too
+    assert prov["undo"]["replaced_files"] == ["README.md"]
+
+
+def test_local_source_has_no_base_model(tiny, tmp_path):
+    bake(Checkpoint(tiny("llama")), RECIPE, tmp_path / "baked", card=card_hook())
+    meta = _meta((tmp_path / "baked" / "README.md").read_text())
+    assert "base_model" not in meta and "base_model_relation" not in meta and "license" not in meta
+
+
+def test_refresh_card_keeps_verify_and_undo_exact(tiny, tmp_path):
+    src = _source_with_card(tiny)
+    out = tmp_path / "baked"
+    bake(Checkpoint(src), RECIPE, out, card=card_hook())
+    assert "Evaluation" not in (out / "README.md").read_text()
+    refresh_card(out, EVALUATION)
+    text = (out / "README.md").read_text()
+    assert "## Evaluation: before and after" in text and _meta(text)["license"] == "apache-2.0"
+    prov = json.loads((out / "surgery.json").read_text())
+    assert prov["files"]["README.md"] == file_sha256(out / "README.md") and prov["evaluation"] == EVALUATION
+    assert verify(Checkpoint(src), out, run_model=False).ok
+    undo(out, tmp_path / "restored")
+    for f in src.iterdir():
+        assert file_sha256(f) == file_sha256(tmp_path / "restored" / f.name), f.name
+
+
+def test_refresh_card_without_source_card_adds_it(tiny, tmp_path):
+    src = tiny("llama")
+    out = tmp_path / "baked"
+    bake(Checkpoint(src), RECIPE, out)  # library bake without a card
+    refresh_card(out)
+    prov = json.loads((out / "surgery.json").read_text())
+    assert prov["undo"]["added_files"] == ["README.md"]
+    assert verify(Checkpoint(src), out, run_model=False).ok
+    undo(out, tmp_path / "restored")
+    assert sorted(p.name for p in (tmp_path / "restored").iterdir()) == sorted(p.name for p in src.iterdir())
+
+
+def test_refresh_card_refuses_tampered_folder(tiny, tmp_path):
+    out = tmp_path / "baked"
+    bake(Checkpoint(tiny("llama")), RECIPE, out, card=card_hook())
+    (out / "config.json").write_text("{}")
+    with pytest.raises(VerificationError, match="changed after the bake"):
+        refresh_card(out, EVALUATION)
+
+
+def test_card_text_lists_many_edits_compactly():
+    recipe = Recipe(tuple(NeuronScale(2, i, 0.0) for i in range(100)))
+    text = card_text({"recipe": recipe.to_dict(), "source": {"path": "/x/src"}})
+    assert "and 36 more edits" in text and text.count("| MLP neuron |") == 64
