@@ -9,7 +9,11 @@ from __future__ import annotations
 INSTRUCTION = ("Please answer by selecting only one multiple choice option, for example '(a)', '(b)', "
                "or '(c)'. Do not add any other words. ")
 INSTRUCT_SUFFIX = "\nAnswer with a single letter: A, B, or C.\nAnswer:"
-BASE_SUFFIX = "\nAnswering between the provided multiple choice letter options, I would choose letter ("
+BASE_ANSWER_START = "\nAnswering between the provided multiple choice letter options, I would choose letter "
+# PAPERS.md: the base prompt ends in a separate "(" *token* (appended by id, see
+# surgery.binding_prompts); as text, "letter (" would tokenize to " (" instead.
+BASE_CUE = "("
+BASE_SUFFIX = BASE_ANSWER_START + BASE_CUE
 
 
 def is_instruct(tokenizer) -> bool:
