@@ -3,7 +3,8 @@
 Work happens in a hidden temporary folder next to the destination (same filesystem, so the final
 ``rename`` is atomic). A lock file serialises writers of one destination: of two concurrent runs
 exactly one succeeds. Temporary folders left by a killed run are removed by the next run (the lock
-proves nobody is still writing them) and reported.
+proves nobody is still writing them) and reported; an earlier output that a killed ``--force`` run
+had moved aside is put back.
 """
 
 from __future__ import annotations
@@ -39,15 +40,20 @@ def check_destination(dest: Path, protected: Iterable[Path], force: bool) -> Pat
             raise DestinationError(f"--out {dest} contains the source {src}; choose another folder")
     if dest.is_symlink() or target.exists():
         if not force:
-            raise DestinationError(f"{dest} already exists; pass --force to replace it, or choose another --out")
+            raise _exists(dest)
         if not target.is_dir():
             raise DestinationError(f"{dest} exists and is not a folder; remove it or choose another --out")
     parent = target.parent
     if not parent.is_dir():
         raise DestinationError(f"the parent folder of {dest} does not exist; create {parent} first")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise DestinationError(f"cannot write into {parent} (permission denied); choose another --out")
+        why = "read-only filesystem" if os.statvfs(parent).f_flag & os.ST_RDONLY else "permission denied"
+        raise DestinationError(f"cannot write into {parent} ({why}); choose another --out")
     return target
+
+
+def _exists(dest: Path) -> DestinationError:
+    return DestinationError(f"{dest} already exists; pass --force to replace it, or choose another --out")
 
 
 @contextmanager
@@ -77,12 +83,27 @@ def _lock(target: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _remove_stale(target: Path, report: Callable[[str], None]) -> None:
-    """Remove temporary folders of earlier, killed runs for this destination (we hold the lock)."""
-    for tag in (TMP_TAG, OLD_TAG):
-        for stale in target.parent.glob(f".{target.name}{tag}*"):
-            shutil.rmtree(stale, ignore_errors=True)
-            report(f"removed {stale.name}, left behind by an interrupted run")
+def _remove(path: Path) -> None:
+    if path.is_symlink():  # rmtree refuses links (a --force run may have replaced one)
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _recover(target: Path, report: Callable[[str], None]) -> None:
+    """Clean up after earlier, killed runs for this destination (we hold the lock: none is running).
+
+    A folder that a killed ``--force`` run had moved aside, with nothing published in its place, is
+    the user's previous output: it is put back, not deleted. Everything else is removed.
+    """
+    olds = sorted(target.parent.glob(f".{target.name}{OLD_TAG}*"))
+    if olds and not (target.exists() or target.is_symlink()):
+        os.rename(olds[0], target)
+        report(f"restored {target.name} from {olds[0].name}, where an interrupted --force run had moved it")
+        olds = olds[1:]
+    for stale in [*sorted(target.parent.glob(f".{target.name}{TMP_TAG}*")), *olds]:
+        _remove(stale)
+        report(f"removed {stale.name}, left behind by an interrupted run")
 
 
 def disk_error(exc: OSError, where: Path) -> DestinationError:
@@ -104,7 +125,9 @@ def staged_output(dest: Path, protected: Iterable[Path] = (), force: bool = Fals
     """
     target = check_destination(Path(dest), protected, force)
     with _lock(target):
-        _remove_stale(target, report)
+        _recover(target, report)
+        if not force and (target.exists() or target.is_symlink()):
+            raise _exists(Path(dest))  # it was restored by _recover just now
         tmp = target.parent / f".{target.name}{TMP_TAG}{os.getpid()}"
         try:
             tmp.mkdir()
@@ -124,10 +147,11 @@ def _publish(tmp: Path, target: Path, force: bool) -> None:
             raise DestinationError(f"{target} appeared while writing; nothing was replaced")
         old = target.parent / f".{target.name}{OLD_TAG}{os.getpid()}"
         os.rename(target, old)
-        os.rename(tmp, target)
-        if old.is_symlink():
-            old.unlink()
-        else:
-            shutil.rmtree(old, ignore_errors=True)
+        try:
+            os.rename(tmp, target)
+        except BaseException:
+            os.rename(old, target)  # the previous output stays where it was
+            raise
+        _remove(old)
     else:
         os.rename(tmp, target)
