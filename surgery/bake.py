@@ -193,11 +193,13 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
 
 
 def _write_undo(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
-    save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()} or
-              {"empty": np.zeros(0, dtype=np.uint8)}, str(path))
-    path.chmod(0o644)  # safetensors creates it private; it is as public as the weights
+    # Serialised in memory (only the edited slices) and written with Python's own I/O: a full disk
+    # is then an OSError with its errno, like every other write, not an opaque SafetensorError;
+    # and the file gets the same permissions as the copied weights.
+    path.write_bytes(save({k: np.ascontiguousarray(v) for k, v in arrays.items()} or
+                          {"empty": np.zeros(0, dtype=np.uint8)}))
 
 
 def _source_hashes(ckpt: Checkpoint, files: list[str], by_file: dict, out_hashes: dict[str, str]) -> dict[str, str]:
