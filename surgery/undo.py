@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -23,10 +24,12 @@ def _load_undo(path: Path) -> dict[str, np.ndarray]:
         raise VerificationError(f"{path} is corrupt ({type(exc).__name__}); cannot undo") from None
 
 
-def undo(baked: str | Path, out: str | Path, force: bool = False) -> dict[str, str]:
+def undo(baked: str | Path, out: str | Path, force: bool = False,
+         report: Callable[[str], None] = lambda msg: None) -> dict[str, str]:
     """Write the source checkpoint of ``baked`` to ``out``; return the restored files' sha256s.
 
     The result is checked against the source hashes recorded at bake time before it is published.
+    ``report`` receives notes (leftovers of interrupted runs that were cleaned up).
     """
     baked = Path(baked)
     prov = load_provenance(baked)
@@ -39,7 +42,7 @@ def undo(baked: str | Path, out: str | Path, force: bool = False) -> dict[str, s
     undo_meta = prov.get("undo", {})
     skip = set(OWN_FILES) | set(undo_meta.get("added_files", [])) | set(undo_meta.get("replaced_files", []))
 
-    with staged_output(Path(out), [baked], force) as tmp:
+    with staged_output(Path(out), [baked], force, report) as tmp:
         for rel in source_files(ckpt):
             if rel not in skip:
                 copy_file(baked / rel, tmp / rel)
