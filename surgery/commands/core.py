@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..architectures import architecture
 from ..cli import cli
-from ..console import out, print_json
+from ..console import err, out, print_json
 from ..edits import Recipe
 from ..models import open_checkpoint
 from ..undo import undo as undo_bake
@@ -96,7 +96,7 @@ def verify_cmd(source: str, baked: Path, structural_only: bool, as_json: bool) -
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def undo_cmd(baked: Path, out_dir: Path, force: bool, as_json: bool) -> None:
     """Restore the exact source of a baked checkpoint (sha256-identical files)."""
-    hashes = undo_bake(baked, out_dir, force)
+    hashes = undo_bake(baked, out_dir, force, report=lambda msg: err.print(f"[yellow]note:[/] {msg}"))
     if as_json:
         print_json({"out": str(out_dir), "files": hashes})
     else:
