@@ -7,12 +7,15 @@ unchanged, leftovers are cleaned (and reported) by the next run, and a rerun suc
 from __future__ import annotations
 
 import json
+import os
+import random
 import resource
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -171,3 +174,87 @@ def test_full_disk(src, tmp_path):
     line = error_line(result)
     assert "no space left" in line and "free space or choose another --out" in line, line
     assert tree_hashes(src) == before
+
+
+# --- an interrupted find: the findings cache is never left corrupt ---------------------------
+
+def _findings(tag: str, size: int = 1000) -> dict:
+    """A findings document big enough that writing it takes many system calls."""
+    return {"format": "surgery-findings", "version": 1, "kind": "heads", "tag": tag,
+            "model": {"fingerprint": "f" * 64}, "scores": [[i * 0.5, tag] for i in range(size)]}
+
+
+def test_ctrl_c_inside_findings_write_keeps_the_old_entry(tmp_path, monkeypatch):
+    from surgery import findings
+
+    path = findings.cache_path("heads", "f" * 64, "d" * 64, {"n": 1})
+    findings.save_findings(_findings("old"), path)
+
+    def interrupted(fd):
+        raise KeyboardInterrupt  # what Ctrl-C raises in the main thread, here mid-write
+
+    monkeypatch.setattr(findings.os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        findings.save_findings(_findings("new"), path)
+    assert findings.load_findings(path, "heads")["tag"] == "old"
+    assert [p.name for p in path.parent.iterdir()] == [path.name], "a temporary file was left"
+
+    fresh = path.with_name("other.json")
+    with pytest.raises(KeyboardInterrupt):
+        findings.save_findings(_findings("new"), fresh)
+    assert not fresh.exists() and [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from surgery.findings import save_findings
+path, tag = Path(sys.argv[1]), sys.argv[2]
+doc = {"format": "surgery-findings", "version": 1, "kind": "heads", "model": {"fingerprint": "f" * 64},
+       "scores": [[i * 0.5, tag] for i in range(20000)]}
+i = 0
+while True:
+    doc["tag"] = f"{tag}-{i}"
+    save_findings(doc, path)
+    if i == 0:
+        print("ready", flush=True)
+    i += 1
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill"])
+def test_find_interrupted_while_writing_cache(sig, tmp_path):
+    """A real process rewriting a cache entry in a loop, interrupted at several random moments:
+    the entry is always complete JSON; Ctrl-C leaves no temporary file, and a SIGKILL's
+    temporary file is removed by the next writer."""
+    from surgery import findings
+
+    path = tmp_path / "cache" / "heads" / "entry.json"
+    rng = random.Random(7)
+    for round_ in range(4):
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path), f"r{round_}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(0.0, 0.3))
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        data = findings.load_findings(path, "heads")
+        assert data["tag"].startswith(f"r{round_}-") and len(data["scores"]) == 20000
+        if sig == signal.SIGINT:
+            assert [p.name for p in path.parent.iterdir()] == [path.name]
+    findings.save_findings(_findings("final"), path)
+    assert [p.name for p in path.parent.iterdir()] == [path.name], "stale temporaries were not removed"
+
+
+def test_stale_temporaries_of_dead_writers_are_removed(tmp_path):
+    from surgery import findings
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    path = tmp_path / "entry.json"
+    stale = tmp_path / f".entry.json.{int(dead.stdout)}.0a0b0c0d.tmp"
+    live = tmp_path / f".entry.json.{os.getpid()}.0a0b0c0d.tmp"  # a writer still at work: kept
+    stale.write_text('{"half')
+    live.write_text('{"half')
+    findings.save_findings(_findings("new"), path)
+    assert not stale.exists() and live.exists()
+    assert findings.load_findings(path, "heads")["tag"] == "new"
