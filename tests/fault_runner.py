@@ -12,7 +12,7 @@ FAULT is one of:
   kill@hash      SIGKILL when hashing starts (weights patched, surgery.undo written)
   kill@publish   SIGKILL just before the staged folder is renamed into place
   kill@swap      SIGKILL between the two renames of a --force publish (old output moved aside)
-  slow           no fault: sleep 0.5 s per copied file, so concurrent runs overlap
+  slow           no fault: sleep 0.3 s per copied file, so concurrent runs overlap
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def arm(fault: str) -> None:
         real_copy = bake.copy_file
 
         def slow_copy(src, dst, on_bytes=lambda n: None):
-            time.sleep(0.5)
+            time.sleep(0.3)
             real_copy(src, dst, on_bytes)
         bake.copy_file = slow_copy
     else:
