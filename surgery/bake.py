@@ -5,6 +5,7 @@ edited tensor are then patched in place at the tensor's byte range. Memory stays
 16 MB block of one tensor, whatever the model size. The output carries ``surgery.json``
 (provenance, recipe, sha256 of every file) and ``surgery.undo`` (the original bytes of every edited
 slice and of every file the bake replaced), so ``surgery undo`` restores the source exactly.
+Hashing runs on two threads while the main thread copies and patches, so it mostly overlaps the copy.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import errno
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -32,6 +34,7 @@ UNDO_NAME = "surgery.undo"  # safetensors content, but not *.safetensors: loader
 OWN_FILES = (PROVENANCE_NAME, UNDO_NAME)
 SKIP_DIRS = {".git", ".cache"}
 COPY_BLOCK = 64 << 20
+HASH_THREADS = 2  # hashlib releases the GIL on large blocks: two files hash in parallel
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -112,6 +115,18 @@ def hash_files(root: Path, names: list[str]) -> dict[str, str]:
         return dict(zip(names, pool.map(lambda n: file_sha256(root / n), names)))
 
 
+@contextmanager
+def _hash_pool() -> Iterator[ThreadPoolExecutor]:
+    """Threads for sha256; on any error the queued jobs are dropped, not run over the whole model."""
+    pool = ThreadPoolExecutor(max_workers=HASH_THREADS)
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
 def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | None = None,
          force: bool = False, progress: Progress | None = None,
          check: Callable[[Path], dict[str, Any]] | None = None,
@@ -135,24 +150,29 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         notes.append(msg)
         report(msg)
 
-    with staged_output(Path(out), [ckpt.path], force, note) as tmp:
+    # Files that reach the output as exact copies: their sha256 is the source file's.
+    copied = [rel for rel in files if rel not in OWN_FILES]
+    unchanged = {rel for rel in copied if rel not in by_file and not (card is not None and rel == "README.md")}
+    with staged_output(Path(out), [ckpt.path], force, note) as tmp, _hash_pool() as hasher:
+        # Hashing overlaps the copy: the kernel copy leaves the CPU mostly idle, so every source
+        # file is hashed while it is copied, and an edited shard's output as soon as it is patched.
+        source_hashes = {rel: hasher.submit(file_sha256, ckpt.path / rel) for rel in files}
+        output_hashes = {}
+        undo: dict[str, np.ndarray] = {}
+        undo_index: list[dict] = []
         done = 0
         tick("copy", 0, total)
-        for rel in files:
-            if rel in OWN_FILES:
-                continue  # an earlier bake's provenance: kept in surgery.undo below instead
-
+        for rel in copied:
             def advance(n: int) -> None:
                 nonlocal done
                 done += n
                 tick("copy", done, total)
 
             copy_file(ckpt.path / rel, tmp / rel, advance)
-        undo: dict[str, np.ndarray] = {}
-        undo_index: list[dict] = []
-        for i, (fname, file_patches) in enumerate(sorted(by_file.items())):
-            tick("patch", i, len(by_file))
-            _patch_file(ckpt.path / fname, tmp / fname, file_patches, undo, undo_index)
+            if rel in by_file:
+                tick("patch", len(output_hashes), len(by_file))
+                _patch_file(ckpt.path / rel, tmp / rel, by_file[rel], undo, undo_index)
+                output_hashes[rel] = hasher.submit(file_sha256, tmp / rel)
         tick("patch", len(by_file), len(by_file))
 
         provenance: dict[str, Any] = {
@@ -185,8 +205,12 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         _write_undo(tmp / UNDO_NAME, undo)
         outputs = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
         tick("hash", 0, 1)
-        provenance["files"] = hash_files(tmp, [n for n in outputs if n != PROVENANCE_NAME])
-        provenance["source_files"] = _source_hashes(ckpt, files, by_file, provenance["files"])
+        fresh = [n for n in outputs if n not in unchanged and n not in output_hashes and n != PROVENANCE_NAME]
+        hashes = hash_files(tmp, fresh)  # new files: surgery.undo, the card
+        hashes.update({n: source_hashes[n].result() for n in unchanged})
+        hashes.update({n: f.result() for n, f in output_hashes.items()})
+        provenance["files"] = dict(sorted(hashes.items()))
+        provenance["source_files"] = {n: source_hashes[n].result() for n in sorted(files)}
         tick("hash", 1, 1)
         (tmp / PROVENANCE_NAME).write_text(json.dumps(provenance, indent=1) + "\n", encoding="utf-8")
     return BakeResult(Path(out), provenance, notes)
@@ -200,15 +224,6 @@ def _write_undo(path: Path, arrays: dict[str, np.ndarray]) -> None:
     # and the file gets the same permissions as the copied weights.
     path.write_bytes(save({k: np.ascontiguousarray(v) for k, v in arrays.items()} or
                           {"empty": np.zeros(0, dtype=np.uint8)}))
-
-
-def _source_hashes(ckpt: Checkpoint, files: list[str], by_file: dict, out_hashes: dict[str, str]) -> dict[str, str]:
-    """sha256 of every source file: copied files hash like their copy; edited ones are read."""
-    changed = set(by_file) | {n for n in ("README.md",) if n in files} | set(OWN_FILES)
-    result = {n: out_hashes[n] for n in files if n not in changed and n in out_hashes}
-    rest = [n for n in files if n not in result]
-    result.update(hash_files(ckpt.path, rest))
-    return dict(sorted(result.items()))
 
 
 def load_provenance(path: Path) -> dict[str, Any]:
