@@ -153,8 +153,15 @@ class Recipe:
         return out
 
     def to_yaml(self, header: str = "") -> str:
-        comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
-        return comment + yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+        """YAML that ``Recipe.load`` reads back to an equal recipe; ``header`` becomes # comments."""
+        # YAML refuses control characters anywhere, comments included: write them as escapes.
+        safe = "".join(c if c.isprintable() or c == "\n" else c.encode("unicode_escape").decode() for c in header)
+        comment = "".join(f"# {line}\n" if line else "#\n" for line in safe.splitlines())
+        data = self.to_dict()
+        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+        if yaml.safe_load(text) != data:  # PyYAML writes U+0085 / U+2028 raw, and they read back as spaces
+            text = yaml.safe_dump(data, sort_keys=False, allow_unicode=False)
+        return comment + text
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "recipe") -> "Recipe":
