@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
+import hashlib
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,7 @@ from .staging import staged_output
 PROVENANCE_NAME = "surgery.json"
 UNDO_NAME = "surgery.undo"  # safetensors content, but not *.safetensors: loaders glob for those
 OWN_FILES = (PROVENANCE_NAME, UNDO_NAME)
+SEAL_KEY = "provenance_sha256"  # in surgery.json: see provenance_text
 SKIP_DIRS = {".git", ".cache"}
 COPY_BLOCK = 64 << 20
 HASH_THREADS = 2  # hashlib releases the GIL on large blocks: two files hash in parallel
@@ -212,7 +214,7 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         provenance["files"] = dict(sorted(hashes.items()))
         provenance["source_files"] = {n: source_hashes[n].result() for n in sorted(files)}
         tick("hash", 1, 1)
-        (tmp / PROVENANCE_NAME).write_text(json.dumps(provenance, indent=1) + "\n", encoding="utf-8")
+        (tmp / PROVENANCE_NAME).write_text(provenance_text(provenance), encoding="utf-8")
     return BakeResult(Path(out), provenance, notes)
 
 
@@ -224,6 +226,29 @@ def _write_undo(path: Path, arrays: dict[str, np.ndarray]) -> None:
     # and the file gets the same permissions as the copied weights.
     path.write_bytes(save({k: np.ascontiguousarray(v) for k, v in arrays.items()} or
                           {"empty": np.zeros(0, dtype=np.uint8)}))
+
+
+def provenance_text(prov: dict[str, Any]) -> str:
+    """The exact text of surgery.json: ``prov`` sealed with the sha256 of the rest of its content.
+
+    surgery.json cannot list its own sha256, so it carries a seal instead. ``provenance_intact``
+    re-derives the text from the parsed file: a changed value breaks the seal, and a change that
+    parses to the same content (whitespace, the case of an exponent's 'e') breaks the text.
+    Whoever rewrites surgery.json (the card refresh) writes it with this function.
+    """
+    body = {k: v for k, v in prov.items() if k != SEAL_KEY}
+    seal = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    return json.dumps({**body, SEAL_KEY: seal}, indent=1) + "\n"
+
+
+def provenance_intact(path: Path) -> bool:
+    """True when ``path``/surgery.json is byte for byte what ``provenance_text`` wrote."""
+    raw = (Path(path) / PROVENANCE_NAME).read_bytes()
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and provenance_text(data).encode() == raw
 
 
 def load_provenance(path: Path) -> dict[str, Any]:

@@ -9,12 +9,11 @@ example to add evaluation results) and keeps surgery.json's hashes and undo data
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .bake import PROVENANCE_NAME, UNDO_NAME, load_provenance
+from .bake import PROVENANCE_NAME, UNDO_NAME, load_provenance, provenance_text
 from .checkpoint import file_sha256
 from .edits import HeadScale, Recipe
 from .errors import VerificationError
@@ -200,6 +199,6 @@ def refresh_card(folder: str | Path, evaluation: Mapping[str, Any] | None = None
     os.chmod(folder / CARD_NAME, mode)
     files[CARD_NAME] = file_sha256(folder / CARD_NAME)
     prov["files"] = dict(sorted(files.items()))
-    atomic_write_text(folder / PROVENANCE_NAME, json.dumps(prov, indent=1) + "\n")
+    atomic_write_text(folder / PROVENANCE_NAME, provenance_text(prov))
     os.chmod(folder / PROVENANCE_NAME, mode)
     return folder / CARD_NAME

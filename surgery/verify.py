@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .bake import OWN_FILES, PROVENANCE_NAME, load_provenance, source_files
+from .bake import OWN_FILES, PROVENANCE_NAME, load_provenance, provenance_intact, source_files
 from .checkpoint import Checkpoint, file_sha256, read_header
 from .edits import Edit, Recipe
 from .errors import SurgeryError
@@ -92,6 +92,9 @@ def structural(src: Checkpoint, dst_path: Path) -> tuple[Report, Recipe]:
     report = Report()
     prov = load_provenance(dst_path)
     recipe = Recipe.from_dict(prov.get("recipe"), where="surgery.json recipe")
+    if not provenance_intact(dst_path):
+        report.problems.append(f"{PROVENANCE_NAME} changed after the bake (its content does not match its seal)")
+        return report, recipe
     for name, digest in sorted(prov.get("files", {}).items()):
         path = dst_path / name
         if not path.is_file():
