@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator
 
 import click
+from rich.table import Table
 
 from ..cli import cli
-from ..console import out, print_json
+from ..console import err, out, print_json
 from ..edits import Recipe
 from ..errors import SurgeryError
 from ..models import open_checkpoint
@@ -83,3 +87,106 @@ def load_json(path: Path, what: str) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SurgeryError(f"cannot read {what} {path} ({type(exc).__name__}); give the file that "
                            "surgery wrote") from None
+
+
+@contextmanager
+def eval_progress(enabled: bool) -> Iterator[Any]:
+    """A factory ``(description, total) -> advance(n)``: one bar per measurement, on stderr."""
+    if not enabled:
+        yield lambda description, total: (lambda n=1: None)
+        return
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description:<18}"), BarColumn(), TaskProgressColumn(),
+                  TimeRemainingColumn(), console=err, transient=True) as bar:
+        def factory(description: str, total: int):
+            task = bar.add_task(description, total=max(total, 1))
+            return lambda n=1: bar.advance(task, n)
+
+        yield factory
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def eval_table(result: dict) -> Table:
+    """The metrics as a rich table: source, model, and retained % (or Δ for non-retention metrics)."""
+    from ..evaluate_io import metric_info
+
+    model, against = result["metrics"]["model"], result["metrics"].get("against") or {}
+    table = Table(title=f"surgery eval: {result['model']['path']}")
+    table.add_column("metric")
+    if result.get("against"):
+        table.add_column("source", justify="right")
+    table.add_column("model", justify="right")
+    if result.get("against"):
+        table.add_column("retained / Δ", justify="right")
+    for key, value in model.items():
+        label, better, _ = metric_info(key)
+        row = [f"{label} ({better} is better)" if better != "zero" else f"{label} (0 = no bias)"]
+        if result.get("against"):
+            row.append(_cell(against.get(key)))
+        row.append(_cell(value))
+        if result.get("against"):
+            pct = result["retained_pct"].get(key)
+            before = against.get(key)
+            delta = (value - before) if isinstance(value, float) and isinstance(before, float) else None
+            row.append(f"{pct:.1f}%" if pct is not None else (f"{delta:+.4g}" if delta is not None and math.isfinite(delta) else ""))
+        table.add_row(*row)
+    return table
+
+
+@cli.command(name="eval")
+@model_argument
+@click.option("--against", default=None, help="Source checkpoint to compare with (KL, % retained, before/after).")
+@click.option("--suite", "suites", multiple=True, help="retention, kl, bbq, awareness or lm-eval (repeatable; "
+              "default: every suite whose inputs are given).")
+@click.option("--limit", type=int, default=None, help="At most N items per data set (default: shipped sets in full, "
+              "100 per BBQ file and per N4 split).")
+@click.option("--bbq", "bbq_paths", multiple=True, type=click.Path(path_type=Path),
+              help="BBQ-format JSONL file or folder (repeatable).")
+@click.option("--n4", "n4_path", type=click.Path(path_type=Path), default=None, help="N4-format JSONL file.")
+@click.option("--lm-eval", "lm_eval_tasks", default="", help="Comma-separated lm-eval task names (needs lm-eval).")
+@click.option("--lm-eval-include", type=click.Path(path_type=Path), default=None,
+              help="Folder of extra lm-eval task YAML files.")
+@click.option("--batch-size", type=int, default=8, show_default=True, help="Sequences per forward pass.")
+@click.option("--out", "out_path", type=click.Path(path_type=Path), default=None, help="Write the result JSON here (atomically).")
+@click.option("--card", "update_card", is_flag=True, help="Put the before/after table into MODEL's model card "
+              "(MODEL must be a surgery checkpoint; surgery.json is kept consistent).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result JSON instead of the table.")
+def eval_cmd(model, revision, trust_remote_code, against, suites, limit, bbq_paths, n4_path, lm_eval_tasks,
+             lm_eval_include, batch_size, out_path, update_card, as_json):
+    """Evaluate MODEL: retention, KL vs --against, BBQ bias, DiffAware/CtxtAware, lm-eval tasks."""
+    from ..evaluate import evaluate, make_plan
+    from ..evaluate_io import card_summary, save_result
+    from ..models import resolve
+
+    source = resolve(model, revision)
+    against_path = resolve(against).path if against else None
+    tasks = [t.strip() for t in lm_eval_tasks.split(",") if t.strip()]
+    plan = make_plan(suites, against=against_path is not None, limit=limit, bbq=bbq_paths, n4=n4_path,
+                     lm_eval_tasks=tasks, lm_eval_include=lm_eval_include, batch_size=batch_size)
+    if update_card:
+        from ..bake import load_provenance
+
+        load_provenance(source.path)  # fail now, not after the evaluation
+    with eval_progress(not as_json) as progress:
+        result = evaluate(source.path, plan, against=against_path, trust_remote_code=trust_remote_code,
+                          progress=progress, report=lambda m: None if as_json else err.print(f"[dim]{m}[/]"))
+    if out_path:
+        save_result(result, out_path)
+    if update_card:
+        from ..card import refresh_card
+
+        refresh_card(source.path, card_summary(result))
+    if as_json:
+        from ..evaluate_io import clean
+
+        print_json(clean(result))
+        return
+    out.print(eval_table(result))
+    out.print(f"{result['seconds']:.0f} s" + (f"; result → {out_path}" if out_path else "")
+              + ("; model card updated" if update_card else ""))
