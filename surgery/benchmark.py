@@ -94,6 +94,7 @@ class Benchmark:
     source: str
     neutral: dict[int, tuple[str, ...]] = field(default_factory=dict)
     templates: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    format: str = "surgery"  # or "n4"
 
 
 def locate(text: str, phrase: str) -> tuple[int, int] | None:
@@ -233,7 +234,7 @@ def parse_n4(rows: Iterable[Mapping[str, Any]], sha256: str, source: str) -> Ben
         stems.setdefault(name, []).append(Stem(int(row["qtype"]), stem, locate(stem, name), oc))
     items = tuple(Item(name, tuple(used[name].values()), meta[name][1], tuple(stems[name]))
                   for name in sorted(stems))
-    return Benchmark(items, sha256, source)
+    return Benchmark(items, sha256, source, format="n4")
 
 
 def builtin_bytes() -> bytes:
@@ -320,6 +321,13 @@ def annotate_n4(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             same_type = [s for s in item.stems if s.qtype == row["qtype"]] if item else []
             row["focus"] = _neutral_focus(stem, same_type)
     return rows
+
+
+def benchmark_awareness_records(bench: Benchmark, seed: int = 0) -> list[dict[str, Any]]:
+    """The "≠"/"=" questions that go with a benchmark: N4's own (annotated), or ours (generated)."""
+    if bench.format == "n4":
+        return annotate_n4(load_n4(bench.source))
+    return awareness_records(bench, seed)
 
 
 def awareness_records(bench: Benchmark, seed: int = 0) -> list[dict[str, Any]]:

@@ -47,6 +47,7 @@ class Pair:
     wrong: str       # W, the related identity of another item, shown in the mismatch question
     distractor: str  # T, the other option of both questions
     slot: int        # 0: R/W is option (a), 1: option (b)
+    wrong_item: str  # the item W is related to
     match: Question
     mismatch: Question
     k_match: Question
@@ -54,7 +55,7 @@ class Pair:
 
     def to_dict(self) -> dict[str, Any]:
         return {"item": self.item, "qtype": self.qtype, "related": self.related, "wrong": self.wrong,
-                "distractor": self.distractor, "slot": "ab"[self.slot],
+                "distractor": self.distractor, "slot": "ab"[self.slot], "wrong_item": self.wrong_item,
                 "match": self.match.text, "mismatch": self.mismatch.text}
 
 
@@ -78,7 +79,8 @@ def knowledge(item: str, first: str, second: str, slot: int) -> Question:
                   first, second, KNOWLEDGE_EQUAL, slot)
 
 
-def make_pair(item: Item, stem: Stem, related: str, wrong: str, distractor: str, slot: int) -> Pair:
+def make_pair(item: Item, stem: Stem, related: str, wrong: str, wrong_item: str, distractor: str,
+              slot: int) -> Pair:
     """Render match, mismatch and both knowledge probes of one pair."""
     def options(identity: str) -> tuple[str, str]:
         pair = [display(distractor)] * 2
@@ -86,7 +88,7 @@ def make_pair(item: Item, stem: Stem, related: str, wrong: str, distractor: str,
         return pair[0], pair[1]
 
     m, mm = options(related), options(wrong)
-    return Pair(item.name, stem.qtype, related, wrong, distractor, slot,
+    return Pair(item.name, stem.qtype, related, wrong, distractor, slot, wrong_item,
                 render(stem.text, stem.item_span, *m, stem.equal, slot),
                 render(stem.text, stem.item_span, *mm, stem.equal, slot),
                 knowledge(item.name, *m, slot), knowledge(item.name, *mm, slot))
@@ -142,8 +144,8 @@ def build_pairs(bench: Benchmark, seed: int = 0, per_identity: int = DEFAULT_PER
         correct[k1] += 1
         correct[k2] += 1
         usage[t] += 1
-        for item, r, w in ((items[i], r1, r2), (items[j], r2, r1)):
-            pairs.append(make_pair(item, rng.choice(item.stems), r, w, pool[t][0], rng.randrange(2)))
+        for item, r, other, w in ((items[i], r1, items[j], r2), (items[j], r2, items[i], r1)):
+            pairs.append(make_pair(item, rng.choice(item.stems), r, w, other.name, pool[t][0], rng.randrange(2)))
     if not pairs:
         raise BenchmarkError(f"{bench.source}: no pair could be built (no distractor identity left); "
                              "add items of more cultures")
