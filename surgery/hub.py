@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .bake import PROVENANCE_NAME, load_provenance
+from .bake import PROVENANCE_NAME, load_provenance, provenance_intact
 from .checkpoint import Checkpoint, file_sha256, read_header
 from .errors import CheckpointError, SurgeryError, VerificationError
 
@@ -27,6 +27,8 @@ class HubError(SurgeryError):
 
 def _check_hashes(folder: Path, prov: dict[str, Any]) -> list[str]:
     problems = []
+    if not provenance_intact(folder):
+        problems.append(f"{PROVENANCE_NAME} changed after the bake (its content does not match its seal)")
     recorded = prov.get("files") or {}
     for name, digest in sorted(recorded.items()):
         if not (folder / name).is_file():

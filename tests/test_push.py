@@ -92,15 +92,19 @@ def test_corrupted_folder_is_refused_before_any_request(baked, tmp_path):
         assert hub.requests == [] and not hub.repos
 
 
-def test_unrecorded_file_refused_without_source(baked, tmp_path):
-    (baked / "extra.txt").write_text("not from the bake")
-    # the source path recorded in surgery.json no longer exists: the hash check still runs
+def test_without_the_source_every_hash_and_the_seal_are_checked(baked, tmp_path):
     import json
 
-    prov = json.loads((baked / "surgery.json").read_text())
-    prov["source"]["path"] = str(tmp_path / "gone")
-    (baked / "surgery.json").write_text(json.dumps(prov))
+    source = Path(json.loads((baked / "surgery.json").read_text())["source"]["path"])
+    source.rename(tmp_path / "moved-away")  # the recorded source is no longer on this machine
+    assert "sha256 of every recorded file" in check_pushable(baked)[0]
+    (baked / "extra.txt").write_text("not from the bake")
     with pytest.raises(VerificationError, match="extra.txt is not recorded"):
+        check_pushable(baked)
+    (baked / "extra.txt").unlink()
+    prov = (baked / "surgery.json").read_text()
+    (baked / "surgery.json").write_text(prov.replace('"tool_version"', '"tool_version" '))
+    with pytest.raises(VerificationError, match="seal"):
         check_pushable(baked)
 
 
