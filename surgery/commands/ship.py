@@ -190,3 +190,20 @@ def eval_cmd(model, revision, trust_remote_code, against, suites, limit, bbq_pat
     out.print(eval_table(result))
     out.print(f"{result['seconds']:.0f} s" + (f"; result → {out_path}" if out_path else "")
               + ("; model card updated" if update_card else ""))
+
+
+@cli.command(name="report")
+@click.argument("findings", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--eval", "evals", multiple=True, type=click.Path(path_type=Path),
+              help="Eval result JSON (surgery eval --out); repeatable.")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Report folder (written atomically).")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+def report_cmd(findings, evals, out_dir, force):
+    """Write a markdown report with figures from FINDINGS files and eval results (needs matplotlib)."""
+    from ..report import build_report
+
+    if not findings and not evals:
+        raise SurgeryError("give at least one findings file or --eval result to report on")
+    path = build_report(findings, evals, out_dir, force=force)
+    pngs = sorted(p.name for p in path.parent.glob("*.png"))
+    out.print(f"[green]Wrote[/] {path} with {len(pngs)} figure(s)")

@@ -1,0 +1,99 @@
+"""surgery report: PNGs that open, sections present only when their data is, clear error without matplotlib."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+
+import pytest
+
+from surgery.checkpoint import Checkpoint
+from surgery.errors import SurgeryError
+from surgery.evaluate_io import new_result, save_result
+from surgery.findings import new_findings, save_findings
+from surgery.report import build_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture
+def inputs(tiny, tmp_path):
+    ckpt = Checkpoint(tiny("llama"))
+    heads = new_findings("heads", ckpt, "0" * 64, {"benchmark": "builtin"}, "test")
+    heads.update({
+        "selected_heads": [[1, 2], [2, 0]],
+        "discovery": {"auc": 0.81, "coef_grid": [[0.0, 0.1, -0.2, 0.0], [0.0, 0.0, 0.9, 0.0], [-0.5, 0.0, 0.0, 0.2]]},
+        "knockout": {"tested": {"effect_pct": 14.2, "ci95": [9.0, 19.5]}},
+        "dose_response": [{"alpha": a, "edge_delta_s": -1.0 * a, "whole_delta_s": -0.8 * a} for a in (0, 0.5, 1, 2, 3)],
+        "awareness": [{"alpha": a, "edge": {"diffaware": 0.4 + 0.02 * a, "ctxtaware": 0.9},
+                       "whole": {"diffaware": 0.4 + 0.01 * a, "ctxtaware": 0.88}} for a in (1.0, 2.0, 3.0)],
+    })
+    neurons = new_findings("neurons", ckpt, "1" * 64, {"method": 1}, "test")
+    neurons["summary"] = {
+        "n": 3, "score": "bias", "rule": "global", "categories": ["age", "gender"],
+        "neurons": [{"layer": 2, "neuron": i, "bias": 0.5 - 0.1 * i, "signed": 0.1, "top_category": "age"} for i in range(3)],
+        "layer_distribution": [0, 0, 3],
+        "overlap": {"categories": ["age", "gender"], "n": 3, "jaccard": [[1.0, 0.2], [0.2, 1.0]]},
+    }
+    result = new_result({"path": "edited"}, {"path": "source"}, {"limit": 10})
+    result["metrics"] = {"model": {"perplexity": 12.0, "mcq_accuracy": 0.5, "bbq_bias_ambig": 0.02},
+                         "against": {"perplexity": 11.0, "mcq_accuracy": 0.52, "bbq_bias_ambig": 0.08}}
+    result["retained_pct"] = {"perplexity": 91.7, "mcq_accuracy": 96.2}
+    paths = {name: tmp_path / f"{name}.json" for name in ("heads", "neurons", "eval")}
+    save_findings(heads, paths["heads"])
+    save_findings(neurons, paths["neurons"])
+    save_result(result, paths["eval"])
+    return paths
+
+
+def test_report_renders_every_figure(inputs, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "report"
+    md = build_report([inputs["heads"], inputs["neurons"]], [inputs["eval"]], out)
+    text = md.read_text()
+    pngs = sorted(out.glob("*.png"))
+    assert {p.name for p in pngs} == {"01-heads-heads.png", "01-heads-dose.png", "02-neurons-layers.png",
+                                      "02-neurons-overlap.png", "eval01-eval-before-after.png"}
+    for p in pngs:
+        w, h = _png_size(p)
+        assert w > 200 and h > 150 and p.stat().st_size > 5000, p.name
+        assert f"]({p.name})" in text   # every figure is linked from the markdown
+    assert "Selected heads (layer.head): 1.2, 2.0" in text and "reduces |ΔS| by 14.2%" in text
+    assert "| 2 | 0 | 0.5 | 0.1 | age |" in text and "| General-knowledge MCQ accuracy | 0.52 | 0.5 | 96.2% |" in text
+
+
+def test_partial_findings_still_report(inputs, tmp_path):
+    pytest.importorskip("matplotlib")
+    data = json.loads(inputs["heads"].read_text())
+    for key in ("discovery", "dose_response", "awareness", "knockout"):
+        data.pop(key)
+    inputs["heads"].write_text(json.dumps(data))
+    md = build_report([inputs["heads"]], [], tmp_path / "partial")
+    assert "Selected heads" in md.read_text() and not list((tmp_path / "partial").glob("*.png"))
+
+
+def test_without_matplotlib_the_message_names_the_extra(inputs, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(SurgeryError, match=r"llm-surgery\[plots\]"):
+        build_report([inputs["heads"]], [], tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_report(inputs, tmp_path):
+    pytest.importorskip("matplotlib")
+    from click.testing import CliRunner
+
+    from surgery.cli import _register, cli
+
+    _register()
+    r = CliRunner().invoke(cli, ["report", str(inputs["neurons"]), "--eval", str(inputs["eval"]),
+                                 "--out", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    assert "3 figure(s)" in r.output
