@@ -1,15 +1,23 @@
-"""Head commands: amplify-heads."""
+"""Head commands: score-binding, find-heads, amplify-heads."""
 
 from __future__ import annotations
 
+import functools
 import math
+from pathlib import Path
+from typing import Any, Callable
 
 import click
+from rich.table import Table
 
+from ..binding_pairs import DEFAULT_PER_IDENTITY
 from ..cli import cli
+from ..console import err, out, print_json
 from ..edits import Recipe, parse_heads
 from ..errors import RecipeError
-from .common import baking_command, run_bake
+from .common import baking_command, model_argument, parse_values, run_bake, run_sweep, sweep_label
+
+FORMATS = {"auto": None, "instruct": True, "base": False}
 
 
 def check_alpha(alpha: float, allow_zero: bool) -> None:
@@ -20,14 +28,242 @@ def check_alpha(alpha: float, allow_zero: bool) -> None:
                           "pass --allow-zero if that is what you want")
 
 
+def pair_options(f: Callable) -> Callable:
+    """--benchmark, --max-pairs, --per-identity, --seed, --batch-size, --format."""
+    options = [
+        click.option("--benchmark", default="builtin", show_default=True,
+                     help="'builtin', a JSONL file in surgery's benchmark format, or the N4 JSONL."),
+        click.option("--max-pairs", type=click.IntRange(min=2), default=None,
+                     help="Use at most this many pairs (a balanced random subset)."),
+        click.option("--per-identity", type=click.IntRange(min=1), default=DEFAULT_PER_IDENTITY,
+                     show_default=True, help="Times each identity may be the 'correct' one."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed of pairs and option order."),
+        click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True),
+        click.option("--format", "prompt_format", type=click.Choice(list(FORMATS)), default="auto",
+                     show_default=True, help="Prompt format: chat template (instruct) or base; auto = "
+                     "instruct when the tokenizer has a chat template."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def find_options(f: Callable) -> Callable:
+    """Discovery and causal-test options shared by find-heads and amplify-heads."""
+    options = [
+        click.option("--knockout-heads", type=click.IntRange(min=1), default=3, show_default=True,
+                     help="How many top discovery heads are knocked out together (the finding)."),
+        click.option("--random-sets", type=click.IntRange(min=1), default=20, show_default=True,
+                     help="Random head sets of the same size for the knockout baseline."),
+        click.option("--recompute", is_flag=True, help="Ignore cached findings."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _pairs(model_path: Path, kw: dict[str, Any]):
+    from ..benchmark import load_benchmark
+    from ..binding_pairs import build_pairs
+
+    bench = load_benchmark(kw["benchmark"])
+    pairs = build_pairs(bench, seed=kw["seed"], per_identity=kw["per_identity"], max_pairs=kw["max_pairs"])
+    return bench, pairs
+
+
+def _params(bench, kw: dict[str, Any], **more: Any):
+    from ..head_findings import FindParams
+
+    return FindParams(benchmark=kw["benchmark"], seed=kw["seed"], per_identity=kw["per_identity"],
+                      max_pairs=kw["max_pairs"], instruct=FORMATS[kw["prompt_format"]],
+                      batch_size=kw["batch_size"], extra={"benchmark_sha256": bench.sha256}, **more)
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def print_scores(scores: dict[str, Any]) -> None:
+    table = Table(title="Binding scores (S: equal-treatment lean; K: knowledge probe)")
+    for col in ("", "Δ (match − mismatch)", "mean match", "mean mismatch", "t (items)", "p", "pairs", "items"):
+        table.add_column(col)
+    for name in ("S", "K"):
+        d = scores[name]
+        table.add_row(name, _fmt(d["delta"], 4), _fmt(d["mean_match"]), _fmt(d["mean_mismatch"]), _fmt(d["t"], 2),
+                      _fmt(d["p"]), str(d["n_pairs"]), str(d["n_items"]))
+    out.print(table)
+    out.print(f"|ΔK| / |ΔS| = {_fmt(scores['K_over_S'], 2)}")
+
+
+def print_findings(f: dict[str, Any]) -> None:
+    print_scores(f["scores"])
+    disc = f["discovery"]
+    out.print(f"Discovery: CV AUC {_fmt(disc['auc'])} ({disc['folds']} folds by item); "
+              f"stable heads {', '.join(f'{l}.{h}' for l, h in disc['stable_heads']) or 'none'}")
+    top = Table(title="Top heads (stability across folds, then |coef|)")
+    for col in ("head", "stability", "coef"):
+        top.add_column(col)
+    for h in disc["heads"][:10]:
+        top.add_row(f"{h['layer']}.{h['head']}", _fmt(h["stability"], 2), _fmt(h["coef"]))
+    out.print(top)
+    ko = f["knockout"]
+    table = Table(title=f"Edge knockout of {', '.join(f'{l}.{h}' for l, h in f['selected_heads'])}")
+    for col in ("edges from", "ΔS base", "ΔS knockout", "reduction %", "95% CI"):
+        table.add_column(col)
+    for name in ("tested", "control"):
+        r = ko[name]
+        table.add_row("tested identity" if name == "tested" else "distractor (control)", _fmt(r["delta_base"], 4),
+                      _fmt(r["delta_knockout"], 4), _fmt(r["effect_pct"], 1),
+                      f"[{_fmt(r['ci95'][0], 1)}, {_fmt(r['ci95'][1], 1)}]")
+    rnd = ko["random"]
+    table.add_row(f"random heads ×{rnd['n']}", "", "", f"{_fmt(rnd['mean_pct'], 1)} ± {_fmt(rnd['sd_pct'], 1)}",
+                  f"share ≥ tested {_fmt(rnd['share_ge_tested'], 2)}")
+    out.print(table)
+    if f.get("dose_response"):
+        dose = Table(title="Dose-response: edge-level α (paper, run time) vs whole-head α (bakeable)")
+        cols = ["α", "ΔS edge", "ΔS whole-head"]
+        aw = {r["alpha"]: r for r in f.get("awareness") or []}
+        if aw:
+            cols += ["DiffAware edge", "DiffAware whole", "CtxtAware edge", "CtxtAware whole"]
+        for col in cols:
+            dose.add_column(col)
+        for r in f["dose_response"]:
+            row = [f"{r['alpha']:g}", _fmt(r["edge_delta_s"], 4), _fmt(r["whole_delta_s"], 4)]
+            if aw:
+                a = aw.get(r["alpha"])
+                row += ([_fmt(a["edge"]["diffaware"]), _fmt(a["whole"]["diffaware"]),
+                         _fmt(a["edge"]["ctxtaware"]), _fmt(a["whole"]["ctxtaware"])] if a else [""] * 4)
+            dose.add_row(*row)
+        out.print(dose)
+
+
+@cli.command(name="score-binding")
+@model_argument
+@pair_options
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def score_binding_cmd(model, revision, trust_remote_code, as_json, **kw):
+    """Print ΔS and ΔK (paired t-tests over items) of MODEL on the binding benchmark."""
+    from ..attention import surgery_attention_on
+    from ..console import item_progress
+    from ..heads import score_binding
+    from ..models import load_model, load_tokenizer, open_checkpoint
+
+    ckpt, _ = open_checkpoint(model, revision, trust_remote_code)
+    bench, pairs = _pairs(ckpt.path, kw)
+    tok = load_tokenizer(ckpt.path, trust_remote_code)
+    net = load_model(ckpt.path, trust_remote_code=trust_remote_code)
+    with surgery_attention_on(net), item_progress("scoring prompts", 4 * len(pairs), not as_json) as advance:
+        res = score_binding(net, tok, pairs, instruct=FORMATS[kw["prompt_format"]],
+                            batch_size=kw["batch_size"], progress=advance)
+    result = {"S": res["S"], "K": res["K"], "K_over_S": res["K_over_S"], "benchmark": bench.source,
+              "benchmark_sha256": bench.sha256}
+    if as_json:
+        print_json(result)
+    else:
+        print_scores(result)
+
+
+def _find(model_path: Path, kw: dict[str, Any], dose: bool, awareness_max: int | None, show: bool):
+    from ..benchmark import benchmark_awareness_records
+    from ..head_findings import cached_find_heads
+
+    bench, pairs = _pairs(model_path, kw)
+    params = _params(bench, kw, knockout_heads=kw["knockout_heads"], random_sets=kw["random_sets"],
+                     dose_response=dose, awareness_max=awareness_max)
+    records = benchmark_awareness_records(bench, kw["seed"]) if dose else None
+    return cached_find_heads(model_path, pairs, params, recompute=kw["recompute"], awareness_records=records,
+                             show_progress=show, report=lambda m: err.print(f"[yellow]note:[/] {m}"))
+
+
+@cli.command(name="find-heads")
+@model_argument
+@pair_options
+@find_options
+@click.option("--dose-response", is_flag=True,
+              help="Also compare edge-level α with whole-head α on ΔS, DiffAware and CtxtAware.")
+@click.option("--awareness-max", type=click.IntRange(min=1), default=None,
+              help="With --dose-response: at most this many '≠' and '=' questions (generation is slow).")
+@click.option("--out", "out_file", type=click.Path(path_type=Path), default=None,
+              help="Also write the findings JSON here (they are always cached).")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings JSON.")
+def find_heads_cmd(model, revision, trust_remote_code, dose_response, awareness_max, out_file, as_json, **kw):
+    """Find cultural binding heads of MODEL: scores, discovery, knockout (cached findings)."""
+    from ..findings import save_findings
+    from ..models import open_checkpoint
+
+    ckpt, _ = open_checkpoint(model, revision, trust_remote_code)
+    findings, path, cached = _find(ckpt.path, kw, dose_response, awareness_max, not as_json)
+    if out_file:
+        save_findings(findings, out_file)
+    if as_json:
+        print_json(findings)
+        return
+    print_findings(findings)
+    out.print(f"{'Cached' if cached else 'Saved'} findings: {path}" + (f" and {out_file}" if out_file else ""))
+
+
+def _chosen_heads(findings: dict[str, Any], top: int) -> list[tuple[int, int]]:
+    ranked = [(h["layer"], h["head"]) for h in findings["discovery"]["heads"]]
+    selected = [tuple(h) for h in findings.get("selected_heads") or []]
+    order = selected + [h for h in ranked if h not in selected]
+    if top > len(order):
+        raise RecipeError(f"--top {top} but the findings rank only {len(order)} heads; choose a smaller --top")
+    return order[:top]
+
+
 @cli.command(name="amplify-heads")
 @baking_command
-@click.option("--heads", required=True, help="Heads as LAYER.HEAD pairs, e.g. 7.7,8.17 (0-based).")
-@click.option("--alpha", type=float, required=True, help="Scale of each head's output (2.5 amplifies).")
+@click.option("--heads", default=None, help="Heads as LAYER.HEAD pairs, e.g. 7.7,8.17 (0-based); "
+              "without it the heads come from findings.")
+@click.option("--alpha", "alphas", required=True,
+              help="Scale of each head's output (2.5 amplifies); a list (2,2.5,3) bakes one folder per value.")
 @click.option("--allow-zero", is_flag=True, help="Accept --alpha 0 (removes the heads).")
-def amplify_heads(model, revision, trust_remote_code, out_dir, force, verify, as_json, heads, alpha, allow_zero):
+@click.option("--findings", "findings_file", type=click.Path(path_type=Path), default=None,
+              help="A heads findings file (default: cached findings for MODEL, computed if missing).")
+@click.option("--top", type=click.IntRange(min=1), default=None,
+              help="How many heads from the findings (default: the knocked-out selection).")
+@click.option("--transfer", is_flag=True,
+              help="Accept findings from another checkpoint of the same architecture (instruct → base).")
+@pair_options
+@find_options
+def amplify_heads(model, revision, trust_remote_code, out_dir, force, verify, as_json, heads, alphas,
+                  allow_zero, findings_file, top, transfer, **kw):
     """Scale the o_proj input columns of chosen heads by ALPHA and write a new checkpoint."""
-    check_alpha(alpha, allow_zero)
-    recipe = Recipe(tuple(parse_heads(heads, alpha)))
-    run_bake(model, recipe, out_dir, revision=revision, trust_remote_code=trust_remote_code,
-             force=force, verify=verify, as_json=as_json)
+    values = parse_values(alphas, "--alpha")
+    for alpha in values:
+        check_alpha(alpha, allow_zero)
+    extra = None
+    if heads:
+        if findings_file or top:
+            raise RecipeError("--heads names the heads itself; drop --findings / --top, or drop --heads")
+        chosen = [(h.layer, h.head) for h in parse_heads(heads, 1.0)]
+    else:
+        chosen, extra = _heads_from_findings(model, revision, trust_remote_code, findings_file, top, transfer,
+                                             kw, as_json)
+    spec = ",".join(f"{layer}.{head}" for layer, head in chosen)
+    bake = functools.partial(run_bake if len(values) == 1 else run_sweep, model, revision=revision,
+                             trust_remote_code=trust_remote_code, force=force, verify=verify, as_json=as_json)
+    if len(values) == 1:
+        bake(Recipe(tuple(parse_heads(spec, values[0]))), out_dir, extra=extra)
+    else:
+        bake([(sweep_label("alpha", a), Recipe(tuple(parse_heads(spec, a))), extra) for a in values], out_dir)
+
+
+def _heads_from_findings(model, revision, trust_remote_code, findings_file, top, transfer, kw, as_json):
+    from ..findings import check_model, load_findings
+    from ..head_findings import summary
+    from ..models import open_checkpoint
+
+    ckpt, _ = open_checkpoint(model, revision, trust_remote_code)
+    if findings_file:
+        findings = load_findings(findings_file, "heads")
+        check_model(findings, ckpt, allow_transfer=transfer)
+        where = str(findings_file)
+    else:
+        findings, path, _ = _find(ckpt.path, kw, False, None, not as_json)
+        where = str(path)
+    chosen = _chosen_heads(findings, top or len(findings.get("selected_heads") or []) or 1)
+    if not as_json:
+        out.print(f"Heads from findings ({where}): {', '.join(f'{l}.{h}' for l, h in chosen)}")
+    return chosen, {"heads_findings": {**summary(findings), "file": where, "transfer": bool(transfer),
+                                       "heads": [list(h) for h in chosen]}}

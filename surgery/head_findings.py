@@ -1,0 +1,177 @@
+"""find-heads as a library: pairs → scores, discovery, knockout, dose-response → findings dict.
+
+``find_heads(model_path, pairs, params)`` works on any list of :class:`Pair` (the shipped
+benchmark, N4, or a synthetic task in our JSONL format) and returns a versioned findings dict
+(surgery.findings). ``cached_find_heads`` keys it by model fingerprint, pair set and parameters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from . import __version__
+from .attention import surgery_attention_on
+from .binding_pairs import DEFAULT_PER_IDENTITY, Pair
+from .causal import DOSE_GRID, PairRunner, dose_response, knockout_report
+from .checkpoint import Checkpoint
+from .console import item_progress
+from .discovery import discover, rank_heads
+from .errors import FindingsError
+from .findings import cache_path, load_findings, new_findings, save_findings
+from .heads import encode_pairs, option_token_ids, score_binding
+from .models import load_model, load_tokenizer
+from .prompting import is_instruct
+
+# How many top discovery heads are knocked out together and reported as the finding (the paper
+# found 2–3 binding heads per model).
+DEFAULT_KNOCKOUT_HEADS = 3
+# α values at which DiffAware / CtxtAware are measured (baseline, the paper's range, the default bake).
+AWARENESS_ALPHAS = (1.0, 2.0, 2.5, 3.0)
+
+
+@dataclass(frozen=True)
+class FindParams:
+    """Everything that changes the findings (recorded in the file and part of its cache key)."""
+
+    benchmark: str = "builtin"
+    seed: int = 0
+    per_identity: int = DEFAULT_PER_IDENTITY
+    max_pairs: int | None = None
+    instruct: bool | None = None
+    batch_size: int = 8
+    folds: int = 5
+    inner_folds: int = 3
+    top_k: int = 10
+    knockout_heads: int = DEFAULT_KNOCKOUT_HEADS
+    random_sets: int = 20
+    dose_response: bool = False
+    dose_grid: tuple[float, ...] = DOSE_GRID
+    awareness_alphas: tuple[float, ...] = AWARENESS_ALPHAS
+    awareness_max: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["dose_grid"], d["awareness_alphas"] = list(self.dose_grid), list(self.awareness_alphas)
+        return d
+
+
+def pairs_sha256(pairs: Sequence[Pair]) -> str:
+    """The sha256 of exactly the prompts measured (the findings' dataset hash)."""
+    blob = json.dumps([p.to_dict() for p in pairs], sort_keys=True, ensure_ascii=False).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def sample_records(records: Sequence[Mapping[str, Any]], limit: int | None, seed: int) -> list:
+    """At most ``limit`` "≠" and ``limit`` "=" records, drawn with ``seed``."""
+    if limit is None:
+        return list(records)
+    rng = random.Random(seed)
+    out = []
+    for split in ("diff", "equal"):
+        rows = [r for r in records if r["split"] == split]
+        out += rng.sample(rows, min(limit, len(rows)))
+    return out
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items() if not isinstance(v, np.ndarray)}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def find_heads(model_path: str | Path, pairs: Sequence[Pair], params: FindParams | Mapping[str, Any] = FindParams(),
+               *, awareness_records: Sequence[Mapping[str, Any]] | None = None, device: str = "cpu",
+               show_progress: bool = True, report: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """Scores, discovery, knockout and (``params.dose_response``) dose-response on ``pairs``."""
+    if not isinstance(params, FindParams):
+        params = FindParams(**dict(params))
+    ckpt = Checkpoint(Path(model_path))
+    tokenizer = load_tokenizer(ckpt.path)
+    model = load_model(ckpt.path, "float32", device)
+    cfg = model.config.get_text_config()
+    n_layers, n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
+    instruct = is_instruct(tokenizer) if params.instruct is None else params.instruct
+    findings = new_findings("heads", ckpt, pairs_sha256(pairs), params.to_dict(), __version__)
+    findings["prompt_format"] = "instruct" if instruct else "base"
+    items = [p.item for p in pairs]
+    with surgery_attention_on(model):
+        with item_progress("scoring prompts", 4 * len(pairs), show_progress) as advance:
+            scores = score_binding(model, tokenizer, pairs, instruct=instruct, batch_size=params.batch_size,
+                                   features=True, progress=advance)
+        findings["pairs"] = {"n": len(pairs), "items": len(set(items)), "benchmark": params.benchmark}
+        findings["scores"] = {"S": scores["S"], "K": scores["K"], "K_over_S": scores["K_over_S"],
+                              "option_token_ids": scores["option_token_ids"]}
+        n = len(pairs)
+        usable = [i for i, p in enumerate(pairs) if "item" in p.match.spans]
+        if len(usable) < n:
+            report(f"{n - len(usable)} of {n} pairs do not name their item in the stem: left out of "
+                   "discovery and knockout")
+        feats = scores["features"]
+        x = np.concatenate([feats[usable], feats[[n + i for i in usable]]])
+        y = np.r_[np.ones(len(usable)), np.zeros(len(usable))]
+        groups = [items[i] for i in usable] * 2
+        disc = discover(x, y, groups, folds=params.folds, inner_folds=params.inner_folds, top=params.top_k)
+        findings["discovery"] = disc
+        chosen = rank_heads(disc)[:params.knockout_heads]
+        findings["selected_heads"] = [list(h) for h in chosen]
+        sub = [pairs[i] for i in usable]
+        prompts = encode_pairs(tokenizer, sub, "binding", instruct)
+        base = np.r_[scores["s"][usable], scores["s"][[n + i for i in usable]]]
+        steps = 2 * len(sub) * (2 + params.random_sets + (2 * len(params.dose_grid) if params.dose_response else 0))
+        with item_progress("causal tests", steps, show_progress) as advance:
+            runner = PairRunner(model, prompts, [p.item for p in sub], option_token_ids(tokenizer),
+                                params.batch_size, base=base, progress=advance)
+            findings["knockout"] = knockout_report(runner, chosen, n_layers, n_heads,
+                                                   random_sets=params.random_sets, seed=params.seed)
+            if params.dose_response:
+                findings["dose_response"] = dose_response(runner, chosen, params.dose_grid)
+        if params.dose_response and awareness_records:
+            from .binding_awareness import awareness_at
+
+            recs = sample_records(awareness_records, params.awareness_max, params.seed)
+            total = len(recs) * (1 + 2 * sum(a != 1.0 for a in params.awareness_alphas))
+            with item_progress("awareness (generation)", total, show_progress) as advance:
+                findings["awareness"] = awareness_at(model, tokenizer, recs, chosen, params.awareness_alphas,
+                                                     instruct=instruct, batch_size=params.batch_size,
+                                                     progress=advance)
+    return _jsonable(findings)
+
+
+def findings_cache(ckpt: Checkpoint, pairs: Sequence[Pair], params: FindParams) -> Path:
+    return cache_path("heads", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
+
+
+def cached_find_heads(model_path: str | Path, pairs: Sequence[Pair], params: FindParams, *,
+                      recompute: bool = False, **kwargs) -> tuple[dict[str, Any], Path, bool]:
+    """(findings, cache path, whether they came from the cache)."""
+    ckpt = Checkpoint(Path(model_path))
+    path = findings_cache(ckpt, pairs, params)
+    if path.is_file() and not recompute:
+        try:
+            return load_findings(path, "heads"), path, True
+        except FindingsError:
+            pass  # a stale or damaged cache entry is recomputed below
+    findings = find_heads(model_path, pairs, params, **kwargs)
+    save_findings(findings, path)
+    return findings, path, False
+
+
+def summary(findings: Mapping[str, Any]) -> dict[str, Any]:
+    """What a baked checkpoint records about the findings its heads came from."""
+    ko = findings.get("knockout", {}).get("tested", {})
+    return {"dataset_sha256": findings.get("dataset_sha256"), "model": findings["model"].get("path"),
+            "auc": findings.get("discovery", {}).get("auc"),
+            "delta_s": findings.get("scores", {}).get("S", {}).get("delta"),
+            "p_s": findings.get("scores", {}).get("S", {}).get("p"),
+            "knockout_effect_pct": ko.get("effect_pct"), "knockout_ci95": ko.get("ci95"),
+            "selected_heads": findings.get("selected_heads")}
