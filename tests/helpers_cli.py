@@ -70,3 +70,21 @@ def hidden_entries(parent: Path, before: Iterable[str] = ()) -> list[str]:
     if not parent.is_dir():
         return []
     return sorted(p.name for p in parent.iterdir() if p.name.startswith(".") and p.name not in set(before))
+
+
+def run_main(args: Sequence[str | Path], capsys) -> subprocess.CompletedProcess:
+    """The same CLI run in-process through ``surgery.cli.main`` (what the console script calls).
+
+    No interpreter start-up, so a long table of cases stays fast; stdout and stderr are pytest's
+    captured streams, which ``main`` and the rich consoles write to exactly as to a terminal.
+    """
+    from surgery.cli import main
+
+    capsys.readouterr()
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, out, err)

@@ -8,6 +8,7 @@ unchanged.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -18,12 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from surgery.checkpoint import read_header
+from surgery.checkpoint import Checkpoint, read_header
 from surgery.errors import CheckpointError
 
 from . import helpers_corrupt as bad
 from .conftest import build_tiny
-from .helpers_cli import error_line, hidden_entries, run_cli, tree_hashes
+from .helpers_cli import error_line, hidden_entries, run_cli, run_main, tree_hashes
 
 O_PROJ0 = "model.layers.0.self_attn.o_proj.weight"
 
@@ -135,6 +136,39 @@ def _undo_not_baked(c: Ctx) -> list:
     return ["undo", c.src, "--out", c.out]
 
 
+def _findings(text_or_change) -> Callable[[Ctx], list]:
+    """A heads findings file given to amplify-heads: raw text, or a change to a valid one."""
+    def setup(c: Ctx) -> list:
+        from surgery.findings import model_identity
+
+        path = c.tmp / "findings.json"
+        if isinstance(text_or_change, str):
+            path.write_text(text_or_change)
+        else:
+            doc = {"format": "surgery-findings", "version": 1, "kind": "heads",
+                   "model": model_identity(Checkpoint(c.src)), "discovery": {"heads": [{"layer": 0, "head": 1}]},
+                   "selected_heads": [[0, 1]]}
+            text_or_change(doc)
+            path.write_text(json.dumps(doc))
+        return ["amplify-heads", c.src, "--findings", path, "--alpha", "2", "--out", c.out, "--top", "1"]
+    return setup
+
+
+def _other_model(same_architecture: bool) -> Callable[[dict], None]:
+    def change(doc: dict) -> None:
+        doc["model"].update(fingerprint="0" * 64, path="/models/other")
+        if not same_architecture:
+            doc["model"].update(model_type="qwen2", geometry={**doc["model"]["geometry"], "num_layers": 24})
+    return change
+
+
+def _top(n: str) -> Callable[[Ctx], list]:
+    def setup(c: Ctx) -> list:
+        args = _findings(lambda doc: None)(c)
+        return args[:-1] + [n]
+    return setup
+
+
 RECIPE_OK_EDIT = "  - {type: head, layer: 0, head: 1, alpha: 2.0}\n"
 
 CASES = [
@@ -203,6 +237,21 @@ CASES = [
          ("conflicting edits", "keep one")),
     Case("recipe-head-out-of-range", lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 9, alpha: 2}\n"),
          ("num_attention_heads = 4", "valid: 0..3")),
+    # --- findings files ---
+    Case("findings-missing", lambda c: ["amplify-heads", c.src, "--findings", c.tmp / "none.json", "--alpha", "2",
+                                        "--out", c.out], ("does not exist", "surgery find-heads")),
+    Case("findings-empty", _findings(""), ("not valid JSON", "recompute it with surgery find-heads")),
+    Case("findings-truncated", _findings('{"format": "surgery-findings", "versi'),
+         ("not valid JSON", "recompute it with surgery find-heads")),
+    Case("findings-not-surgery", _findings('{"scores": []}'), ("not a surgery findings file", "surgery find-heads")),
+    Case("findings-wrong-version", _findings(lambda d: d.update(version=7)), ("findings version 7", "recompute")),
+    Case("findings-of-neurons", _findings(lambda d: d.update(kind="neurons")),
+         ("holds 'neurons' findings", "surgery find-heads")),
+    Case("findings-without-model", _findings(lambda d: d.pop("model")), ("does not record the model", "recompute")),
+    Case("findings-other-model-same-arch", _findings(_other_model(True)), ("another model", "--transfer")),
+    Case("findings-other-architecture", _findings(_other_model(False)),
+         ("different model", "compute findings for this model")),
+    Case("findings-top-too-large", _top("5"), ("--top 5 but the findings rank only 1", "choose a smaller --top")),
     # --- destinations ---
     Case("dest-is-source", lambda c: c.heads(None, "0.1", "2.0", c.src), ("is the source", "choose a folder outside")),
     Case("dest-inside-source", lambda c: c.heads(None, "0.1", "2.0", c.src / "out"), ("inside the source", "choose")),
@@ -219,8 +268,16 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_fails_cleanly(case: Case, bases, tmp_path):
+# These also run through a real ``python -m surgery`` subprocess (one or two per group); the rest run
+# in-process through surgery.cli.main, which is what the console script calls.
+SUBPROCESS = {"missing-path", "pickle-bin", "truncated-half", "quantized-gptq", "alpha-zero", "recipe-not-yaml",
+              "findings-other-architecture", "dest-exists"}
+RUNS = [pytest.param(c, "in-process", id=c.id) for c in CASES] + \
+       [pytest.param(c, "subprocess", id=f"{c.id}-subprocess") for c in CASES if c.id in SUBPROCESS]
+
+
+@pytest.mark.parametrize("case,how", RUNS)
+def test_bad_input_fails_cleanly(case: Case, how: str, bases, tmp_path, capsys):
     src = tmp_path / "model" / "src"
     shutil.copytree(bases[case.source], src)
     outs = tmp_path / "outs"
@@ -231,7 +288,7 @@ def test_bad_input_fails_cleanly(case: Case, bases, tmp_path):
     hidden_before = {p: hidden_entries(p) for p in (outs, src.parent)}
     dest_before = tree_hashes(ctx.out) if ctx.out.is_dir() else ctx.out.read_bytes() if ctx.out.exists() else None
 
-    result = run_cli(args)
+    result = run_cli(args) if how == "subprocess" else run_main(args, capsys)
 
     line = error_line(result)
     for needle in case.needles:
