@@ -102,14 +102,15 @@ def load_findings(path: str | Path, kind: str) -> dict[str, Any]:
     """Read and check a findings file of the given kind ('heads' or 'neurons')."""
     path = Path(path)
     if not path.is_file():
-        raise FindingsError(f"findings file {path} does not exist")
+        raise FindingsError(f"findings file {path} does not exist; give a file written by surgery find-{kind}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FindingsError(f"findings file {path} is not valid JSON ({exc.__class__.__name__}); "
                             "recompute it with surgery find-" + kind) from None
     if not isinstance(data, dict) or data.get("format") != "surgery-findings":
-        raise FindingsError(f"{path} is not a surgery findings file (no \"format\": \"surgery-findings\")")
+        raise FindingsError(f"{path} is not a surgery findings file (no \"format\": \"surgery-findings\"); "
+                            f"give a file written by surgery find-{kind}")
     if data.get("version") != FINDINGS_VERSION:
         raise FindingsError(f"{path} has findings version {data.get('version')!r}; this surgery reads "
                             f"version {FINDINGS_VERSION}: recompute it with surgery find-{kind}")
@@ -137,7 +138,8 @@ def check_model(findings: Mapping[str, Any], ckpt: Checkpoint, allow_transfer: b
             "architecture; pass --transfer to apply them anyway (e.g. instruct → base)")
     raise FindingsError(
         f"the findings were computed on a different model ({recorded.get('path')}, "
-        f"{recorded.get('model_type')}) and cannot be applied to {ckpt.path} ({here['model_type']})")
+        f"{recorded.get('model_type')}) and cannot be applied to {ckpt.path} ({here['model_type']}); "
+        f"compute findings for this model with surgery find-{findings.get('kind', 'heads')}")
 
 
 def new_findings(kind: str, ckpt: Checkpoint, dataset_sha256: str, params: Mapping[str, Any],
