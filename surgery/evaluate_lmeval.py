@@ -12,6 +12,8 @@ from typing import Any, Sequence
 
 from .errors import SurgeryError
 
+# Result fields of lm-eval that are counts, not scores.
+BOOKKEEPING = ("sample_len", "sample_count", "alias")
 INSTALL_HINT = ("the lm-eval suite needs EleutherAI's lm-evaluation-harness: pip install lm-eval "
                 "(its tasks such as mmlu, arc_challenge, hellaswag and wikitext download their data "
                 "from the Hub on first use)")
@@ -46,7 +48,9 @@ def run_lm_eval(model, tokenizer, tasks: Sequence[str], *, limit: int | None = N
     for task, values in (out or {}).get("results", {}).items():
         for name, value in values.items():
             metric = name.split(",")[0]
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and "stderr" not in metric:
+            if metric in BOOKKEEPING or "stderr" in metric:
+                continue
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
                 metrics[f"lm_eval/{task}/{metric}"] = float(value)
     return {"metrics": metrics, "versions": (out or {}).get("versions", {}),
             "n_samples": {k: v.get("effective", v) if isinstance(v, dict) else v
