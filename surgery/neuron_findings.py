@@ -17,8 +17,8 @@ from .checkpoint import Checkpoint
 from .console import item_progress
 from .findings import atomic_write_text, cache_path, check_model, load_findings, new_findings
 from .models import load_model, load_tokenizer
-from .neurons import (DEFAULT_BIAS_WEIGHT, NeuronScores, accumulate_pair_sums, category_overlap,
-                      layer_distribution, neuron_rows, ppm_scores, select)
+from .neurons import (DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, NeuronScores, accumulate_pair_sums,
+                      category_overlap, layer_distribution, neuron_rows, ppm_scores, select)
 from .pairs import PairSet, check_token_counts
 
 # What was captured and how; part of the cache key (bump "method" when the scores change meaning).
@@ -79,7 +79,7 @@ def load_neuron_findings(path: str | Path, ckpt: Checkpoint, transfer: bool = Fa
 
 def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, strict: bool = False,
                  device: str = "cpu", trust_remote_code: bool = False, recompute: bool = False,
-                 show_progress: bool = True, default_score: str, default_rule: str,
+                 show_progress: bool = True,
                  report: Callable[[str], None] = lambda m: None) -> FoundNeurons:
     """Cached findings for (model, pairs, parameters), computing them on a miss."""
     params = capture_params(pairs)
@@ -107,7 +107,7 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
         "source": pairs.source, "pairs": len(pairs), "pairs_used": len(kept),
         "per_category": scores.counts, "skipped": check.skipped, "skipped_ids": list(check.skipped_ids),
     }
-    findings["summary"] = summary(scores, SUMMARY_N, default_score, default_rule)
+    findings["summary"] = summary(scores, SUMMARY_N, DEFAULT_SCORE, DEFAULT_RULE)
     findings["scores"] = scores.to_dict()
     write_findings(findings, cached)
     return FoundNeurons(findings, scores, cached, from_cache=False)

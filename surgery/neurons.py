@@ -28,6 +28,8 @@ from .pairs import PromptPair
 SCORES = ("bias", "signed", "fairness")
 RULES = ("global", "per-category", "intersection")
 DEFAULT_BIAS_WEIGHT = 0.8
+DEFAULT_SCORE = "fairness"
+DEFAULT_RULE = "per-category"
 DIGITS = 6  # significant digits kept in findings files: ranks are stable, files stay small
 
 

@@ -99,7 +99,8 @@ def run_bake(model: str, recipe: Recipe, out_dir: Path, *, revision: str | None 
     if as_json:
         print_json({"out": str(out_dir), "edits": len(recipe.edits),
                     "tensors_edited": len(prov["edited_tensors"]),
-                    "verification": prov.get("verification"), "notes": result.notes, "pushed": pushed})
+                    "verification": prov.get("verification"), "notes": result.notes, "pushed": pushed,
+                    **(extra or {})})  # the selection / findings summary that went into surgery.json
     else:
         ver = prov.get("verification")
         check = (f", max |Δlogit| vs run-time edit {ver['max_abs_logit_diff']:.2e}" if ver else "")
