@@ -109,3 +109,36 @@ def test_findings_cache_writers_and_readers(tmp_path):
     final = load_findings(path, "heads")
     assert final["writer"] in {"w0", "w1", "w2", "w3"} and final["round"] == 24
     assert [p.name for p in path.parent.iterdir()] == [path.name], "temporary files left behind"
+
+
+@pytest.mark.slow  # three real find-heads runs: about 40 s idle, 2 min on a busy machine
+def test_two_find_heads_share_the_cache(tiny, tmp_path):
+    """Two real find-heads runs on one model at once, then a third: the runs agree, the cache entry
+    is whole, the third run reads it, and a damaged entry is recomputed, not trusted."""
+    from surgery.findings import load_findings
+
+    from .binding_fixtures import char_model, write_small_benchmark
+
+    model = char_model(tiny, "llama")
+    bench = write_small_benchmark(tmp_path / "bench.jsonl")
+    cache = tmp_path / "shared-cache"
+    env = cli_env(SURGERY_CACHE=str(cache))
+
+    def find(out: Path) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "surgery", "find-heads", str(model), "--benchmark", str(bench),
+                                 "--max-pairs", "4", "--random-sets", "1", "--out", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+
+    runs = [find(tmp_path / f"f{i}.json") for i in range(2)]
+    for run in runs:
+        assert run.wait(timeout=300) == 0, run.communicate()[1]
+    first, second = (load_findings(tmp_path / f"f{i}.json", "heads") for i in range(2))
+    assert first["selected_heads"] == second["selected_heads"]
+    entries = list(cache.rglob("*.json"))
+    assert len(entries) == 1 and [p.name for p in entries[0].parent.iterdir()] == [entries[0].name]
+    assert load_findings(entries[0], "heads")["selected_heads"] == first["selected_heads"]
+
+    entries[0].write_text(entries[0].read_text()[:100])  # a damaged entry (e.g. an old crash)
+    third = find(tmp_path / "f2.json")
+    assert third.wait(timeout=300) == 0, third.communicate()[1]
+    assert load_findings(entries[0], "heads")["selected_heads"] == first["selected_heads"]
