@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -24,7 +27,7 @@ from surgery.errors import CheckpointError
 
 from . import helpers_corrupt as bad
 from .conftest import build_tiny
-from .helpers_cli import error_line, hidden_entries, run_cli, run_main, tree_hashes
+from .helpers_cli import REPO, cli_env, error_line, hidden_entries, run_cli, run_main, tree_hashes
 
 O_PROJ0 = "model.layers.0.self_attn.o_proj.weight"
 
@@ -304,8 +307,23 @@ def test_bad_input_fails_cleanly(case: Case, how: str, bases, tmp_path, capsys):
     assert not (tmp_path / "UNPICKLED").exists(), "a pickle was unpickled"
 
 
+def _in_private_mount_namespace(script: str) -> subprocess.CompletedProcess | None:
+    """Run ``script`` with sh in a private mount namespace (its mounts vanish with it); None when
+    this machine does not allow that (not root, no unshare)."""
+    if not shutil.which("unshare"):
+        return None
+    cmd = ["unshare", "-m", "--propagation", "private"]
+    if subprocess.run([*cmd, "true"], capture_output=True).returncode != 0:
+        return None
+    return subprocess.run([*cmd, "sh", "-c", script], capture_output=True, text=True, cwd=REPO, env=cli_env(),
+                          timeout=300)
+
+
 def test_unwritable_destination(bases, tmp_path):
-    """A read-only destination filesystem: a clear error before any work (root ignores chmod)."""
+    """A destination folder the user cannot write: a clear error before any work.
+
+    As root, chmod does not stop writes, so the folder becomes a read-only tmpfs instead.
+    """
     src = tmp_path / "src"
     shutil.copytree(bases["single"], src)
     ro = tmp_path / "ro"
@@ -314,25 +332,15 @@ def test_unwritable_destination(bases, tmp_path):
     before = tree_hashes(src)
     if os.geteuid() != 0:
         ro.chmod(0o555)
-        result = run_cli(args)
-        ro.chmod(0o755)
+        try:
+            result = run_cli(args)
+        finally:
+            ro.chmod(0o755)
     else:
-        # A private mount namespace: the read-only tmpfs vanishes with the subprocess.
-        if not shutil.which("unshare") or run_cli(["--help"], timeout=30).returncode != 0:
-            pytest.skip("root without unshare: chmod cannot make a folder unwritable for root")
-        import shlex
-        import subprocess
-        import sys
-
-        from .helpers_cli import REPO, cli_env
-
-        cmd = (f"mount -t tmpfs -o ro,size=64k tmpfs {shlex.quote(str(ro))} && "
-               f"{shlex.quote(sys.executable)} -m surgery {' '.join(shlex.quote(str(a)) for a in args)}")
-        probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True)
-        if probe.returncode != 0:
-            pytest.skip("root without mount namespaces: cannot simulate an unwritable destination")
-        result = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", cmd],
-                                capture_output=True, text=True, cwd=REPO, env=cli_env(), timeout=120)
+        cli = shlex.join([sys.executable, "-m", "surgery", *map(str, args)])
+        result = _in_private_mount_namespace(f"mount -t tmpfs -o ro,size=64k tmpfs {shlex.quote(str(ro))} && {cli}")
+        if result is None:
+            pytest.skip("root without mount namespaces: chmod cannot make a folder unwritable for root")
     line = error_line(result)
     assert "cannot write" in line and "choose another --out" in line, line
     assert tree_hashes(src) == before
