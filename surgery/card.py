@@ -72,20 +72,37 @@ def _edits_section(recipe: Recipe) -> str:
     return "\n".join(rows)
 
 
+# surgery.json keys written by the bake itself; any other key came from the command's ``extra``
+# (a findings summary, the selection rule, …) and is what the card shows under "Why".
+BAKE_KEYS = {"format", "version", "tool_version", "created", "source", "model_type", "recipe",
+             "edited_tensors", "verification", "undo", "files", "source_files", "evaluation",
+             "provenance_sha256", "pushed"}
+MAX_LIST = 12
+
+
+def _short(value: Any) -> str:
+    """One line for a value of a findings summary (long lists are counted, not printed)."""
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}: {_short(v)}" for k, v in value.items() if not isinstance(v, (Mapping, list)))
+    if isinstance(value, (list, tuple)):
+        if len(value) > MAX_LIST or any(isinstance(v, Mapping) for v in value):
+            return f"{len(value)} entries (see surgery.json)"
+        return ", ".join(".".join(map(str, v)) if isinstance(v, (list, tuple)) else _fmt(v) for v in value)
+    return _fmt(value)
+
+
 def _why_section(prov: Mapping[str, Any], recipe: Recipe) -> str:
-    """Findings summaries that the baking command passed through ``extra`` (any of these keys)."""
+    """What the baking command recorded about its findings (the ``extra`` entries of surgery.json)."""
     lines = []
-    for key in ("findings", "selection", "reason"):
-        value = prov.get(key)
-        items = value if isinstance(value, list) else [value] if value else []
-        for item in items:
-            if isinstance(item, Mapping):
-                lines.append(f"- **{key}**: " + "; ".join(f"{k}: {_fmt(v)}" for k, v in item.items()
-                                                       if not isinstance(v, (dict, list))))
-            else:
-                lines.append(f"- **{key}**: {item}")
+    for key in sorted(set(prov) - BAKE_KEYS):
+        value = prov[key]
+        if isinstance(value, Mapping):
+            lines.append(f"- **{key}**")
+            lines += [f"  - {k}: {_short(v)}" for k, v in value.items() if _short(v)]
+        elif value not in (None, "", [], {}):
+            lines.append(f"- **{key}**: {_short(value)}")
     for k, v in recipe.notes.items():
-        lines.append(f"- {k}: {_fmt(v)}")
+        lines.append(f"- {k}: {_short(v)}")
     return "\n".join(lines) or "No findings summary was recorded: the edits were given by hand."
 
 

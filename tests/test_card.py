@@ -38,7 +38,8 @@ def test_card_front_matter_and_sections(tiny, tmp_path):
     ckpt = Checkpoint(src)
     out = tmp_path / "baked"
     bake(ckpt, RECIPE, out, source=Source(src, "org/tiny-llama", None), check=staged_check(ckpt, RECIPE),
-         card=card_hook(EVALUATION), extra={"findings": {"kind": "heads", "top_head": "0.1", "delta_s": -0.42}})
+         card=card_hook(EVALUATION), extra={"findings": {"kind": "heads", "top_head": "0.1", "delta_s": -0.42},
+                "heads_findings": {"selected_heads": [[7, 7], [8, 17]], "rows": [{"layer": 1}] * 20}})
     text = (out / "README.md").read_text()
     meta = _meta(text)
     assert meta["base_model"] == "org/tiny-llama" and meta["base_model_relation"] == "finetune"
@@ -47,7 +48,8 @@ def test_card_front_matter_and_sections(tiny, tmp_path):
     prov = json.loads((out / "surgery.json").read_text())
     assert f"{prov['verification']['max_abs_logit_diff']:.2e}" in text
     assert "| attention head | 0 | 1 | α = 2.5 |" in text and "| MLP neuron | 1 | 3 | 0 |" in text
-    assert "delta_s: -0.42" in text                                  # why: the findings summary
+    assert "  - delta_s: -0.42" in text and "  - top_head: 0.1" in text  # why: the findings summary
+    assert "  - selected_heads: 7.7, 8.17" in text and "  - rows: 20 entries (see surgery.json)" in text
     assert "| Perplexity (retention passages) | 12.5 | 12.75 | 98.0% |" in text
     assert prov["evaluation"] == EVALUATION                           # the table is in provenance too
     assert prov["undo"]["replaced_files"] == ["README.md"]
