@@ -161,6 +161,12 @@ class Checkpoint:
                 files = sorted(set(weight_map.values()))
             except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
                 raise CheckpointError(f"{index} is malformed (no weight_map); re-download or re-save it") from None
+            # Shards live in the folder: a name that leaves it would be read (and its edits
+            # planned) outside the checkpoint, where a bake never copies it.
+            outside = [f for f in files if not isinstance(f, str) or Path(f).is_absolute() or ".." in Path(f).parts]
+            if outside:
+                raise CheckpointError(f"{INDEX_NAME} names shard {outside[0]!r} outside {self.path}; the index "
+                                      f"is corrupt or crafted: {REFETCH}")
             missing = [f for f in files if not (self.path / f).is_file()]
             if missing:
                 raise CheckpointError(f"{INDEX_NAME} names shard {missing[0]} which is missing from "
@@ -169,6 +175,10 @@ class Checkpoint:
         if (self.path / SINGLE_NAME).is_file():
             return [SINGLE_NAME]
         others = sorted(f for f in os.listdir(self.path) if f.endswith(".safetensors"))
+        broken = [f for f in [SINGLE_NAME, *others] if os.path.lexists(self.path / f) and not (self.path / f).is_file()]
+        if broken:
+            raise CheckpointError(f"{self.path / broken[0]} is not a readable file (a folder, or a link to a "
+                                  f"missing Hub-cache blob); {REFETCH}")
         if others:
             return others
         pickles = sorted(f for f in os.listdir(self.path) if f.endswith(PICKLE_SUFFIXES))
