@@ -25,6 +25,7 @@ import numpy as np
 
 from . import __version__
 from .checkpoint import Checkpoint, file_sha256
+from .errors import CheckpointError
 from .edits import Recipe
 from .models import Source
 from .patching import group_by_file, patched_chunks, plan
@@ -154,6 +155,11 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
 
     # Files that reach the output as exact copies: their sha256 is the source file's.
     copied = [rel for rel in files if rel not in OWN_FILES]
+    # Every edited shard must be one of the copied files, or its edit would silently not happen.
+    stray = sorted(set(by_file) - set(copied))
+    if stray:
+        raise CheckpointError(f"{ckpt.path}: the weights file {stray[0]} is in a folder that is not carried over "
+                              f"({', '.join(sorted(SKIP_DIRS))}); move the shards next to config.json")
     unchanged = {rel for rel in copied if rel not in by_file and not (card is not None and rel == "README.md")}
     with staged_output(Path(out), [ckpt.path], force, note) as tmp, _hash_pool() as hasher:
         # Hashing overlaps the copy: the kernel copy leaves the CPU mostly idle, so every source
