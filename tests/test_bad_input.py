@@ -113,6 +113,31 @@ def _bad_index(c: Ctx) -> list:
     return c.heads()
 
 
+def _weights_folder(c: Ctx) -> list:
+    (c.src / bad.WEIGHTS).unlink()
+    (c.src / bad.WEIGHTS).mkdir()
+    return c.heads()
+
+
+def _dangling_weights(c: Ctx) -> list:
+    """A Hub-cache snapshot whose blob is gone: the symlink points nowhere."""
+    (c.src / bad.WEIGHTS).unlink()
+    (c.src / bad.WEIGHTS).symlink_to(c.tmp / "blobs" / "missing")
+    return c.heads()
+
+
+def _index_to(shard: str) -> Callable[[Ctx], list]:
+    """An index that sends every tensor to ``shard`` (moved there when it is inside the folder)."""
+    def setup(c: Ctx) -> list:
+        names = bad.tensor_names(bad.read_raw(c.src / bad.WEIGHTS)[0])
+        target = (c.src / shard).resolve()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (c.src / bad.WEIGHTS).rename(target)
+        (c.src / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {n: shard for n in names}}))
+        return c.heads()
+    return setup
+
+
 def _dest_symlink(c: Ctx) -> list:
     c.out.parent.mkdir(exist_ok=True)
     c.out.symlink_to(c.src)
@@ -194,6 +219,10 @@ CASES = [
     Case("header-not-json", _weights(bad.header_not_json), ("not valid JSON", "re-download")),
     Case("index-names-missing-shard", _missing_shard, ("missing", "re-download"), source="sharded"),
     Case("index-malformed", _bad_index, ("malformed", "re-download"), source="sharded"),
+    Case("weights-is-a-folder", _weights_folder, ("not a readable file", "re-download")),
+    Case("weights-dangling-symlink", _dangling_weights, ("not a readable file", "re-download")),
+    Case("index-leaves-the-folder", _index_to("../elsewhere/model.safetensors"), ("outside", "re-download")),
+    Case("shard-in-skipped-folder", _index_to(".cache/model.safetensors"), ("not carried over", "move the shards")),
     Case("needed-tensor-absent", _weights(bad.drop_tensor, O_PROJ0), (f"'{O_PROJ0}' is not in", "re-download")),
     Case("weights-stored-as-int8", _weights(bad.retype, O_PROJ0, "I8"), ("stored as I8", "F32, F16 and BF16 weights only")),
     Case("config-shape-mismatch", _config(num_attention_heads=8), ("expected", "the config does not describe these weights")),
