@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 import click
 
@@ -26,13 +30,32 @@ def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """``kill`` and container stops send SIGTERM, whose default ends the process on the spot:
+    unwind like Ctrl-C instead, so staged outputs and temporary files are removed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, mapping every failure to one line and a non-zero exit."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     _register()
     try:
-        code = cli.main(args=argv, prog_name="surgery", standalone_mode=False)
+        with _sigterm_as_ctrl_c():
+            code = cli.main(args=argv, prog_name="surgery", standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)
     except SurgeryError as exc:
