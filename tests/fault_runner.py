@@ -9,6 +9,7 @@ FAULT is one of:
   kill@copy      SIGKILL in the middle of copying a weights file (part of it written)
   kill@pwrite    SIGKILL right after the first patch write (bake) or restore write (undo)
   int@pwrite     SIGINT (Ctrl-C) at the same point: the run must clean up after itself
+  term@pwrite    SIGTERM (kill, container stop) at the same point: cleaned up as for Ctrl-C
   kill@hash      SIGKILL when hashing starts (weights patched, surgery.undo written)
   kill@publish   SIGKILL just before the staged folder is renamed into place
   kill@swap      SIGKILL between the two renames of a --force publish (old output moved aside)
@@ -48,12 +49,13 @@ def arm(fault: str) -> None:
                     fire(fault)
             real_copy(src, dst, tick)
         bake.copy_file = copy_file
-    elif fault in ("kill@pwrite", "int@pwrite"):
+    elif fault in ("kill@pwrite", "int@pwrite", "term@pwrite"):
         real_pwrite = os.pwrite
+        sig = {"kill": signal.SIGKILL, "int": signal.SIGINT, "term": signal.SIGTERM}[fault.split("@")[0]]
 
         def pwrite(fd, data, offset):
             n = real_pwrite(fd, data, offset)
-            fire(fault, signal.SIGKILL if fault.startswith("kill") else signal.SIGINT)
+            fire(fault, sig)
             return n
         os.pwrite = pwrite
     elif fault == "kill@hash":

@@ -102,11 +102,12 @@ def test_force_bake_killed_between_renames_loses_nothing(src, tmp_path):
     assert staging_leftovers(out.parent) == []
 
 
-def test_ctrl_c_during_patch_cleans_up(src, tmp_path):
+@pytest.mark.parametrize("fault", ["int@pwrite", "term@pwrite"], ids=["ctrl-c", "sigterm"])
+def test_interrupt_during_patch_cleans_up(fault, src, tmp_path):
     out = tmp_path / "outs" / "baked"
     out.parent.mkdir()
-    result = _run(faulty_cli("int@pwrite", ["amplify-heads", src, *HEADS, "--out", out, "--no-verify"]))
-    assert "fault: int@pwrite" in result.stderr
+    result = _run(faulty_cli(fault, ["amplify-heads", src, *HEADS, "--out", out, "--no-verify"]))
+    assert f"fault: {fault}" in result.stderr
     assert result.returncode == 130
     assert "interrupted" in error_line(result)
     assert not out.exists() and staging_leftovers(out.parent) == []
