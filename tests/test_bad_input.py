@@ -197,6 +197,22 @@ def _top(n: str) -> Callable[[Ctx], list]:
     return setup
 
 
+def _neuron_findings(*options: str, change: Callable[[dict], None] = lambda doc: None) -> Callable[[Ctx], list]:
+    """prune-neurons --findings with a small valid neurons findings file (3 layers × 48 neurons)."""
+    def setup(c: Ctx) -> list:
+        from surgery.findings import model_identity
+
+        grid = [[(layer * 48 + i) % 7 / 7 for i in range(48)] for layer in range(3)]
+        doc = {"format": "surgery-findings", "version": 1, "kind": "neurons", "model": model_identity(Checkpoint(c.src)),
+               "scores": {"layers": 3, "width": 48, "ppm": grid,
+                          "categories": {"Gender": {"pairs": 4, "bias": grid, "signed": grid}}}}
+        change(doc)
+        path = c.tmp / "neurons.json"
+        path.write_text(json.dumps(doc))
+        return ["prune-neurons", c.src, "--findings", path, *options, "--out", c.out]
+    return setup
+
+
 RECIPE_OK_EDIT = "  - {type: head, layer: 0, head: 1, alpha: 2.0}\n"
 
 CASES = [
@@ -284,6 +300,14 @@ CASES = [
     Case("findings-other-architecture", _findings(_other_model(False)),
          ("different model", "compute findings for this model")),
     Case("findings-top-too-large", _top("5"), ("--top 5 but the findings rank only 1", "choose a smaller --top")),
+    Case("n-larger-than-the-model", _neuron_findings("--n", "1000"), ("--n 1000 is out of range", "choose 1..144")),
+    Case("n-larger-than-one-layer", _neuron_findings("--n", "49", "--layers", "1"),
+         ("these layers hold 48 MLP neurons", "choose 1..48")),
+    Case("n-zero", _neuron_findings("--n", "0"), ("--n must be whole numbers ≥ 1", "got 0")),
+    Case("neuron-findings-bad-scores", _neuron_findings("--n", "5", change=lambda d: d["scores"].update(width=64)),
+         ("do not match their layers × width", "recompute them with surgery find-neurons")),
+    Case("neuron-findings-are-heads", _neuron_findings("--n", "5", change=lambda d: d.update(kind="heads")),
+         ("holds 'heads' findings", "surgery find-neurons")),
     # --- destinations ---
     Case("dest-is-source", lambda c: c.heads(None, "0.1", "2.0", c.src), ("is the source", "choose a folder outside")),
     Case("dest-inside-source", lambda c: c.heads(None, "0.1", "2.0", c.src / "out"), ("inside the source", "choose")),
