@@ -268,8 +268,9 @@ def _intersection(rankings: list[np.ndarray], pooled: np.ndarray, n: int) -> lis
     """The smallest top-k of every category whose intersection holds n neurons; ties by pooled rank.
 
     A neuron is in every category's top-k exactly when its worst rank across categories is < k,
-    so sorting by that worst rank grows the intersection one k at a time. Every ranking lists the
-    same (allowed) neurons.
+    so sorting by that worst rank grows the intersection one k at a time (ties at the last k go to
+    the better pooled rank). Every ranking lists the same (allowed) neurons; the result is in pooled
+    order.
     """
     size = int(pooled.max()) + 1
     worst = np.zeros(size, dtype=np.int64)
@@ -279,8 +280,8 @@ def _intersection(rankings: list[np.ndarray], pooled: np.ndarray, n: int) -> lis
         worst = np.maximum(worst, rank)
     pooled_rank = np.zeros(size, dtype=np.int64)
     pooled_rank[pooled] = np.arange(len(pooled))
-    order = pooled[np.lexsort((pooled_rank[pooled], worst[pooled]))]
-    return [int(i) for i in order[:n]]
+    chosen = pooled[np.lexsort((pooled_rank[pooled], worst[pooled]))][:n]
+    return [int(i) for i in chosen[np.argsort(pooled_rank[chosen], kind="stable")]]  # best pooled first
 
 
 def layer_distribution(selection: Selection, num_layers: int) -> list[int]:
