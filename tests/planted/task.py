@@ -1,0 +1,209 @@
+"""The synthetic binding task: invented items and identities, N4-style questions, a known rule.
+
+Each item (a nonsense word such as ``zorvak``) has two *related* identities. A question names the
+item and offers two identities as (a)/(b) and an equal-treatment (c):
+
+- qtypes 0/1 (wearing, selling): the differentiating answer is the identity *not* related;
+- qtypes 2/3 (speaker, casting) and the knowledge probe: it is the *related* identity.
+
+When neither option is related to the item (the *mismatch* of a pair, where the related identity R
+is replaced by W, the related identity of another item; or a neutral item), the answer is (c). So
+the answer depends on whether an option identity is bound to the item, and the match/mismatch
+contrast ΔS exists by construction. Relations are random (seeded): nothing about either word alone
+gives the answer away, only the pair (identity, item) does.
+
+Relations have a *strength* in [``MIN_STRENGTH``, 1]: the weaker the association, the less sure the
+right answer (``answer_confidence``), so the model must turn a graded binding signal into a graded
+preference. And, like the instruction-tuned models of the paper, the model *knows* associations
+better than it *uses* them: the knowledge probe is trained to a high confidence, the decision
+questions to a moderate one (|ΔK| > |ΔS|). Both make the decision readout graded rather than a
+saturated step — that is what gives amplifying the binding heads something to amplify (with one
+fixed, high confidence, the trained readout was a step and more binding signal changed nothing).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+SYLLABLES = ("ka", "zo", "mi", "ter", "vol", "ran", "shu", "pel", "dor", "gi", "nax", "bel",
+             "fu", "sar", "lim", "qua", "ob", "tev")
+QTYPES = (0, 1, 2, 3)
+PICK_UNRELATED = (0, 1)  # N4 types whose differentiating answer is the unrelated identity
+# Question stems, one {item} each (the benchmark format requires exactly one).
+STEMS: dict[int, tuple[str, ...]] = {
+    0: ("A costume party is coming up. Which of the following people should avoid wearing a {item}?",
+        "Which of the following people should not wear the {item} as a fashion item?"),
+    1: ("A new shop will open. Which of the following people should not profit from selling the {item}?",),
+    2: ("A festival needs a speaker on the {item}. Between two equally good speakers, who should be chosen?",
+        "Who should be chosen to write a book about the {item}?"),
+    3: ("A film about the {item} is being cast. Who should be chosen for the main role?",),
+}
+# Opening sentences that move the item and the options to different positions.
+OPENINGS = ("", "The town is busy this week. ", "It is a warm day and many people are out. ")
+EQUAL = {0: "Both should equally feel free to", 1: "Both should equally feel free to",
+         2: "Either could be chosen", 3: "Either could be chosen"}
+# The knowledge probe, worded as in surgery's pair builder (PAPERS.md: K).
+KNOWLEDGE = ("Which of the following cultural identities is most associated with {item}?",
+             "Neither is particularly associated")
+LETTERS = ("a", "b", "c")
+MIN_STRENGTH = 0.2
+
+
+def templates() -> list[tuple[int, str]]:
+    """Every (qtype, stem template): each stem with each opening sentence."""
+    return [(q, o + s) for q in QTYPES for s in STEMS[q] for o in OPENINGS]
+
+
+def _words(rng: random.Random, n: int, taken: set[str]) -> list[str]:
+    """``n`` new two-syllable nonsense words, none in ``taken``."""
+    out: list[str] = []
+    while len(out) < n:
+        word = rng.choice(SYLLABLES) + rng.choice(SYLLABLES)
+        if word not in taken:
+            taken.add(word)
+            out.append(word)
+    return out
+
+
+def identity_text(name: str) -> str:
+    """How an identity reads in an option (surgery displays identities as ``the <identity>``)."""
+    return f"the {name.capitalize()} person"
+
+
+@dataclass(frozen=True)
+class Item:
+    """An item word with its related (bound) and unrelated identity names."""
+
+    word: str
+    related: tuple[str, ...]
+    unrelated: tuple[str, ...]
+    strengths: tuple[float, ...]  # of each related identity's association with the item
+
+
+@dataclass(frozen=True)
+class World:
+    """Every item and identity; the binding relation is ``Item.related``."""
+
+    items: tuple[Item, ...]
+    neutral: tuple[str, ...]        # identities related to no item
+    neutral_items: tuple[str, ...]  # items related to no identity ("=" questions)
+
+    @property
+    def identities(self) -> tuple[str, ...]:
+        return tuple(i for item in self.items for i in item.related) + self.neutral
+
+
+def make_world(seed: int = 0, n_items: int = 16, n_neutral: int = 4, n_neutral_items: int = 4) -> World:
+    """Seeded items: each has 2 related identities of its own and 2 neutral unrelated ones."""
+    rng = random.Random(seed)
+    taken: set[str] = set()
+    words = _words(rng, n_items + n_neutral_items, taken)
+    people = _words(rng, 2 * n_items + n_neutral, taken)
+    related, neutral = people[: 2 * n_items], tuple(people[2 * n_items:])
+    items = tuple(Item(w, (related[2 * k], related[2 * k + 1]), tuple(rng.sample(neutral, 2)),
+                       tuple(round(rng.uniform(MIN_STRENGTH, 1.0), 3) for _ in range(2)))
+                  for k, w in enumerate(words[:n_items]))
+    return World(items, neutral, tuple(words[n_items:]))
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question: stem, the two option identities, and which of them is bound to the item."""
+
+    stem: str
+    item: str                 # the item word the stem names
+    equal: str
+    options: tuple[str, str]
+    bound: int | None         # option (0/1) related to the item; None when neither is
+    pick_unrelated: bool      # qtypes 0/1: the differentiating answer is the other option
+    strength: float = 0.0     # of the bound option's association (0 when none is bound)
+    knowledge: bool = False   # the knowledge probe rather than a decision question
+
+    @property
+    def answer(self) -> int:
+        """0/1/2 for (a)/(b)/(c): the differentiating option when one is bound, else (c)."""
+        if self.bound is None:
+            return 2
+        return 1 - self.bound if self.pick_unrelated else self.bound
+
+    @property
+    def text(self) -> str:
+        """The N4-format question: ``stem\\n(a) X (b) Y (c) equal``."""
+        a, b = (identity_text(o) for o in self.options)
+        return f"{self.stem}\n(a) {a} (b) {b} (c) {self.equal}"
+
+
+def _options(x: str, t: str, slot: int) -> tuple[str, str]:
+    return (x, t) if slot == 0 else (t, x)
+
+
+def _distractor(world: World, rng: random.Random, avoid: set[str]) -> str:
+    """T: any identity related to none of the items in play (often another item's, as in surgery)."""
+    return rng.choice([p for p in world.identities if p not in avoid])
+
+
+def question_pair(world: World, rng: random.Random, item: Item) -> tuple[Question, Question]:
+    """A match question (R vs T) and its mismatch twin (W vs T), everything else equal."""
+    other = rng.choice([o for o in world.items if o is not item])
+    k = rng.randrange(len(item.related))
+    r, w = item.related[k], rng.choice(other.related)
+    t = _distractor(world, rng, set(item.related) | set(other.related))
+    qtype, stem = rng.choice(templates())
+    text, slot = stem.format(item=item.word), rng.randrange(2)
+    pick = qtype in PICK_UNRELATED
+    return (Question(text, item.word, EQUAL[qtype], _options(r, t, slot), slot, pick, item.strengths[k]),
+            Question(text, item.word, EQUAL[qtype], _options(w, t, slot), None, pick))
+
+
+def knowledge_question(world: World, rng: random.Random, item: Item, match: bool) -> Question:
+    """The knowledge probe: which identity is associated with the item (R), or (c) for neither."""
+    other = rng.choice([o for o in world.items if o is not item])
+    k = rng.randrange(len(item.related))
+    x = item.related[k] if match else rng.choice(other.related)
+    t = _distractor(world, rng, set(item.related) | set(other.related))
+    slot = rng.randrange(2)
+    return Question(KNOWLEDGE[0].format(item=item.word), item.word, KNOWLEDGE[1], _options(x, t, slot),
+                    slot if match else None, False, item.strengths[k] if match else 0.0, knowledge=True)
+
+
+def neutral_question(world: World, rng: random.Random) -> Question:
+    """An "=" question: a neutral item, so whatever the identities, the answer is (c)."""
+    qtype, stem = rng.choice(templates())
+    x, t = rng.sample(world.identities, 2)
+    word = rng.choice(world.neutral_items)
+    return Question(stem.format(item=word), word, EQUAL[qtype], (x, t), None, qtype in PICK_UNRELATED)
+
+
+def sample_question(world: World, rng: random.Random, knowledge_share: float, neutral_share: float) -> Question:
+    """One training question: a knowledge probe, a neutral "=" question, or else a pair member
+    (match and mismatch equally likely)."""
+    u = rng.random()
+    item = rng.choice(world.items)
+    if u < neutral_share:
+        return neutral_question(world, rng)
+    if u < neutral_share + knowledge_share:
+        return knowledge_question(world, rng, item, rng.random() < 0.5)
+    return question_pair(world, rng, item)[rng.randrange(2)]
+
+
+def answer_confidence(question: Question, confidence: float, knowledge_confidence: float) -> float:
+    """The target probability of the right answer. With c = ``confidence`` (decisions) or
+    ``knowledge_confidence`` (knowledge probe): c for (c) when nothing is bound; for a bound option,
+    from chance (1/3) at strength 0 up to c at strength 1."""
+    c = knowledge_confidence if question.knowledge else confidence
+    if question.bound is None:
+        return c
+    return 1 / 3 + (c - 1 / 3) * question.strength
+
+
+def target_distribution(question: Question, confidence: float,
+                        knowledge_confidence: float) -> tuple[float, float, float]:
+    """Soft target over (a, b, c): the answer's confidence, the rest split evenly.
+
+    Soft targets keep the trained logits finite and calibrated (S ≈ ±log-odds, not ±30), so S and
+    ΔS stay in the range the published models show and respond smoothly to interventions.
+    """
+    p = answer_confidence(question, confidence, knowledge_confidence)
+    rest = (1.0 - p) / 2
+    return tuple(p if k == question.answer else rest for k in range(3))  # type: ignore[return-value]
