@@ -19,7 +19,7 @@ from surgery.undo import undo
 from surgery.verify import structural
 
 from .conftest import build_tiny
-from .helpers_cli import run_cli, tree_hashes
+from .helpers_cli import run_cli, run_main, tree_hashes
 
 MASKS = (0x01, 0x20, 0x80, 0xFF)
 
@@ -77,7 +77,9 @@ def test_any_flipped_byte_is_detected(baked):
     assert tried > 100 and not _detected(src, out)
 
 
-def test_verify_cli_fails_on_a_flipped_byte_in_each_file(baked):
+def test_verify_cli_fails_on_a_flipped_byte_in_each_file(baked, capsys):
+    """``surgery verify`` itself: a real subprocess on the intact folder, then one flip per file
+    through surgery.cli.main in-process (the same code without an interpreter start per file)."""
     src, out = baked
     assert run_cli(["verify", src, out, "--structural-only"]).returncode == 0
     for name in sorted(tree_hashes(out)):
@@ -87,7 +89,7 @@ def test_verify_cli_fails_on_a_flipped_byte_in_each_file(baked):
         data[len(data) // 2] ^= 0x01
         path.write_bytes(bytes(data))
         try:
-            result = run_cli(["verify", src, out, "--structural-only"])
+            result = run_main(["verify", src, out, "--structural-only"], capsys)
         finally:
             path.write_bytes(original)
         assert result.returncode != 0, f"verify passed with a flipped byte in {name}"
