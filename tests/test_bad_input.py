@@ -8,25 +8,24 @@ unchanged.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from surgery.checkpoint import Checkpoint, read_header
+from surgery.checkpoint import read_header
 from surgery.errors import CheckpointError
 
+from . import helpers_cases as setups
 from . import helpers_corrupt as bad
 from .conftest import build_tiny
+from .helpers_cases import Case, Ctx
 from .helpers_cli import REPO, cli_env, error_line, hidden_entries, run_cli, run_main, tree_hashes
 
 O_PROJ0 = "model.layers.0.self_attn.o_proj.weight"
@@ -40,218 +39,45 @@ def bases(tmp_path_factory) -> dict[str, Path]:
             "sharded": build_tiny("llama", root / "sharded", shard="20KB")}
 
 
-@dataclass
-class Ctx:
-    """What a case may use: its own source copy, a default destination, a scratch folder."""
-
-    src: Path
-    out: Path
-    tmp: Path
-
-    def heads(self, model: Path | str | None = None, spec: str = "0.1", alpha: str = "2.0",
-              out: Path | None = None, *extra: str) -> list:
-        return ["amplify-heads", model or self.src, "--heads", spec, "--alpha", alpha,
-                "--out", out or self.out, *extra]
-
-    def recipe(self, text: str, name: str = "recipe.yaml") -> list:
-        path = self.tmp / name
-        path.write_text(text)
-        return ["apply", path, "--model", self.src, "--out", self.out]
-
-
-@dataclass
-class Case:
-    id: str
-    setup: Callable[[Ctx], list]
-    needles: tuple[str, ...]  # (the problem, the fix): both must appear in the error line
-    source: str = "single"
-    dest_exists: bool = False  # the destination was there before: it must be left untouched
-
-
-def _no_config(c: Ctx) -> list:
-    (c.src / "config.json").unlink()
-    return c.heads()
-
-
-def _no_weights(c: Ctx) -> list:
-    (c.src / bad.WEIGHTS).unlink()
-    return c.heads()
-
-
-def _pickle(name: str) -> Callable[[Ctx], list]:
-    def setup(c: Ctx) -> list:
-        bad.pickle_weights(c.src, name, c.tmp / "UNPICKLED")
-        return c.heads()
-    return setup
-
-
-def _weights(change: Callable[..., None], *args) -> Callable[[Ctx], list]:
-    def setup(c: Ctx) -> list:
-        change(c.src / bad.WEIGHTS, *args)
-        return c.heads()
-    return setup
-
-
-def _config(**changes) -> Callable[[Ctx], list]:
-    def setup(c: Ctx) -> list:
-        bad.edit_config(c.src, **changes)
-        return c.heads()
-    return setup
-
-
-def _quant(method: str, key: str = "quantization_config") -> Callable[[Ctx], list]:
-    return _config(**{key: {"quant_method": method, "bits": 4}})
-
-
-def _missing_shard(c: Ctx) -> list:
-    (c.src / "model-00003-of-00007.safetensors").unlink()
-    return c.heads()
-
-
-def _bad_index(c: Ctx) -> list:
-    (c.src / "model.safetensors.index.json").write_text('{"metadata": {}}')
-    return c.heads()
-
-
-def _weights_folder(c: Ctx) -> list:
-    (c.src / bad.WEIGHTS).unlink()
-    (c.src / bad.WEIGHTS).mkdir()
-    return c.heads()
-
-
-def _dangling_weights(c: Ctx) -> list:
-    """A Hub-cache snapshot whose blob is gone: the symlink points nowhere."""
-    (c.src / bad.WEIGHTS).unlink()
-    (c.src / bad.WEIGHTS).symlink_to(c.tmp / "blobs" / "missing")
-    return c.heads()
-
-
-def _index_to(shard: str) -> Callable[[Ctx], list]:
-    """An index that sends every tensor to ``shard`` (moved there when it is inside the folder)."""
-    def setup(c: Ctx) -> list:
-        names = bad.tensor_names(bad.read_raw(c.src / bad.WEIGHTS)[0])
-        target = (c.src / shard).resolve()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        (c.src / bad.WEIGHTS).rename(target)
-        (c.src / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {n: shard for n in names}}))
-        return c.heads()
-    return setup
-
-
-def _dest_symlink(c: Ctx) -> list:
-    c.out.parent.mkdir(exist_ok=True)
-    c.out.symlink_to(c.src)
-    return c.heads()
-
-
-def _dest_exists(c: Ctx) -> list:
-    c.out.mkdir(parents=True)
-    (c.out / "keep.txt").write_text("precious")
-    return c.heads()
-
-
-def _dest_is_file(c: Ctx) -> list:
-    c.out.parent.mkdir(exist_ok=True)
-    c.out.write_text("precious")
-    return c.heads(None, "0.1", "2.0", None, "--force")
-
-
-def _not_baked(c: Ctx) -> list:
-    return ["verify", c.src, c.src, "--structural-only"]
-
-
-def _undo_not_baked(c: Ctx) -> list:
-    return ["undo", c.src, "--out", c.out]
-
-
-def _findings(text_or_change) -> Callable[[Ctx], list]:
-    """A heads findings file given to amplify-heads: raw text, or a change to a valid one."""
-    def setup(c: Ctx) -> list:
-        from surgery.findings import model_identity
-
-        path = c.tmp / "findings.json"
-        if isinstance(text_or_change, str):
-            path.write_text(text_or_change)
-        else:
-            doc = {"format": "surgery-findings", "version": 1, "kind": "heads",
-                   "model": model_identity(Checkpoint(c.src)), "discovery": {"heads": [{"layer": 0, "head": 1}]},
-                   "selected_heads": [[0, 1]]}
-            text_or_change(doc)
-            path.write_text(json.dumps(doc))
-        return ["amplify-heads", c.src, "--findings", path, "--alpha", "2", "--out", c.out, "--top", "1"]
-    return setup
-
-
-def _other_model(same_architecture: bool) -> Callable[[dict], None]:
-    def change(doc: dict) -> None:
-        doc["model"].update(fingerprint="0" * 64, path="/models/other")
-        if not same_architecture:
-            doc["model"].update(model_type="qwen2", geometry={**doc["model"]["geometry"], "num_layers": 24})
-    return change
-
-
-def _top(n: str) -> Callable[[Ctx], list]:
-    def setup(c: Ctx) -> list:
-        args = _findings(lambda doc: None)(c)
-        return args[:-1] + [n]
-    return setup
-
-
-def _neuron_findings(*options: str, change: Callable[[dict], None] = lambda doc: None) -> Callable[[Ctx], list]:
-    """prune-neurons --findings with a small valid neurons findings file (3 layers × 48 neurons)."""
-    def setup(c: Ctx) -> list:
-        from surgery.findings import model_identity
-
-        grid = [[(layer * 48 + i) % 7 / 7 for i in range(48)] for layer in range(3)]
-        doc = {"format": "surgery-findings", "version": 1, "kind": "neurons", "model": model_identity(Checkpoint(c.src)),
-               "scores": {"layers": 3, "width": 48, "ppm": grid,
-                          "categories": {"Gender": {"pairs": 4, "bias": grid, "signed": grid}}}}
-        change(doc)
-        path = c.tmp / "neurons.json"
-        path.write_text(json.dumps(doc))
-        return ["prune-neurons", c.src, "--findings", path, *options, "--out", c.out]
-    return setup
-
-
 RECIPE_OK_EDIT = "  - {type: head, layer: 0, head: 1, alpha: 2.0}\n"
 
 CASES = [
     # --- the MODEL argument ---
     Case("missing-path", lambda c: c.heads(c.tmp / "nope"), ("does not exist", "give a checkpoint folder")),
     Case("path-is-a-file", lambda c: c.heads(c.src / "config.json"), ("is a file", "give the checkpoint folder")),
-    Case("no-config", _no_config, ("no config.json", "give the folder")),
+    Case("no-config", setups.no_config, ("no config.json", "give the folder")),
     Case("config-not-json", lambda c: ((c.src / "config.json").write_text("{model_type: llama"), c.heads())[1],
          ("config.json is not valid JSON", "re-download")),
-    Case("no-weights", _no_weights, ("has no weights", "give the folder")),
-    Case("pickle-bin", _pickle("pytorch_model.bin"), ("pickle weights", "convert to safetensors")),
-    Case("pickle-pt", _pickle("model.pt"), ("pickle weights", "convert to safetensors")),
+    Case("no-weights", setups.no_weights, ("has no weights", "give the folder")),
+    Case("pickle-bin", setups.pickle("pytorch_model.bin"), ("pickle weights", "convert to safetensors")),
+    Case("pickle-pt", setups.pickle("model.pt"), ("pickle weights", "convert to safetensors")),
     # --- safetensors headers ---
-    Case("truncated-half", _weights(bad.truncate), ("runs past the end", "re-download")),
-    Case("truncated-to-5-bytes", _weights(bad.truncate_to, 5), ("truncated", "re-download")),
-    Case("offsets-overlap", _weights(bad.overlap_offsets), ("overlap", "re-download")),
-    Case("offsets-past-end", _weights(bad.offsets_past_end), ("runs past the end", "re-download")),
-    Case("size-disagrees-with-shape", _weights(bad.size_disagrees), ("needs", "re-download")),
-    Case("absurd-header-length", _weights(bad.absurd_header_length), ("-byte header", "re-download")),
-    Case("header-not-json", _weights(bad.header_not_json), ("not valid JSON", "re-download")),
-    Case("index-names-missing-shard", _missing_shard, ("missing", "re-download"), source="sharded"),
-    Case("index-malformed", _bad_index, ("malformed", "re-download"), source="sharded"),
-    Case("weights-is-a-folder", _weights_folder, ("not a readable file", "re-download")),
-    Case("weights-dangling-symlink", _dangling_weights, ("not a readable file", "re-download")),
-    Case("index-leaves-the-folder", _index_to("../elsewhere/model.safetensors"), ("outside", "re-download")),
-    Case("shard-in-skipped-folder", _index_to(".cache/model.safetensors"), ("not carried over", "move the shards")),
-    Case("needed-tensor-absent", _weights(bad.drop_tensor, O_PROJ0), (f"'{O_PROJ0}' is not in", "re-download")),
-    Case("weights-stored-as-int8", _weights(bad.retype, O_PROJ0, "I8"), ("stored as I8", "F32, F16 and BF16 weights only")),
-    Case("config-shape-mismatch", _config(num_attention_heads=8), ("expected", "the config does not describe these weights")),
+    Case("truncated-half", setups.weights(bad.truncate), ("runs past the end", "re-download")),
+    Case("truncated-to-5-bytes", setups.weights(bad.truncate_to, 5), ("truncated", "re-download")),
+    Case("offsets-overlap", setups.weights(bad.overlap_offsets), ("overlap", "re-download")),
+    Case("offsets-past-end", setups.weights(bad.offsets_past_end), ("runs past the end", "re-download")),
+    Case("size-disagrees-with-shape", setups.weights(bad.size_disagrees), ("needs", "re-download")),
+    Case("absurd-header-length", setups.weights(bad.absurd_header_length), ("-byte header", "re-download")),
+    Case("header-not-json", setups.weights(bad.header_not_json), ("not valid JSON", "re-download")),
+    Case("index-names-missing-shard", setups.missing_shard, ("missing", "re-download"), source="sharded"),
+    Case("index-malformed", setups.bad_index, ("malformed", "re-download"), source="sharded"),
+    Case("weights-is-a-folder", setups.weights_folder, ("not a readable file", "re-download")),
+    Case("weights-dangling-symlink", setups.dangling_weights, ("not a readable file", "re-download")),
+    Case("index-leaves-the-folder", setups.index_to("../elsewhere/model.safetensors"), ("outside", "re-download")),
+    Case("shard-in-skipped-folder", setups.index_to(".cache/model.safetensors"), ("not carried over", "move the shards")),
+    Case("needed-tensor-absent", setups.weights(bad.drop_tensor, O_PROJ0), (f"'{O_PROJ0}' is not in", "re-download")),
+    Case("weights-stored-as-int8", setups.weights(bad.retype, O_PROJ0, "I8"), ("stored as I8", "F32, F16 and BF16 weights only")),
+    Case("config-shape-mismatch", setups.config(num_attention_heads=8), ("expected", "the config does not describe these weights")),
     # --- what the model is ---
-    Case("unsupported-model-type", _config(model_type="gpt2"), ("'gpt2' is not supported", "extend")),
-    Case("quantized-gptq", _quant("gptq"), ("quantized", "unquantized")),
-    Case("quantized-awq", _quant("awq"), ("quantized", "unquantized")),
-    Case("quantized-bitsandbytes", _quant("bitsandbytes"), ("quantized", "unquantized")),
-    Case("quantized-fp8", _quant("fp8"), ("quantized", "unquantized")),
-    Case("quantized-compressed-tensors", _quant("compressed-tensors"), ("quantized", "unquantized")),
-    Case("quantized-compression-config", _quant("compressed-tensors", "compression_config"),
+    Case("unsupported-model-type", setups.config(model_type="gpt2"), ("'gpt2' is not supported", "extend")),
+    Case("quantized-gptq", setups.quant("gptq"), ("quantized", "unquantized")),
+    Case("quantized-awq", setups.quant("awq"), ("quantized", "unquantized")),
+    Case("quantized-bitsandbytes", setups.quant("bitsandbytes"), ("quantized", "unquantized")),
+    Case("quantized-fp8", setups.quant("fp8"), ("quantized", "unquantized")),
+    Case("quantized-compressed-tensors", setups.quant("compressed-tensors"), ("quantized", "unquantized")),
+    Case("quantized-compression-config", setups.quant("compressed-tensors", "compression_config"),
          ("quantized", "unquantized")),
-    Case("remote-code-auto-map", _config(auto_map={"AutoModelForCausalLM": "modeling_x.X"}),
+    Case("remote-code-auto-map", setups.config(auto_map={"AutoModelForCausalLM": "modeling_x.X"}),
          ("custom code", "--trust-remote-code")),
     # --- indices and scales ---
     Case("layer-out-of-range", lambda c: c.heads(None, "3.0"), ("num_hidden_layers = 3", "valid: 0..2")),
@@ -288,39 +114,39 @@ CASES = [
     # --- findings files ---
     Case("findings-missing", lambda c: ["amplify-heads", c.src, "--findings", c.tmp / "none.json", "--alpha", "2",
                                         "--out", c.out], ("does not exist", "surgery find-heads")),
-    Case("findings-empty", _findings(""), ("not valid JSON", "recompute it with surgery find-heads")),
-    Case("findings-truncated", _findings('{"format": "surgery-findings", "versi'),
+    Case("findings-empty", setups.findings(""), ("not valid JSON", "recompute it with surgery find-heads")),
+    Case("findings-truncated", setups.findings('{"format": "surgery-findings", "versi'),
          ("not valid JSON", "recompute it with surgery find-heads")),
-    Case("findings-not-surgery", _findings('{"scores": []}'), ("not a surgery findings file", "surgery find-heads")),
-    Case("findings-wrong-version", _findings(lambda d: d.update(version=7)), ("findings version 7", "recompute")),
-    Case("findings-of-neurons", _findings(lambda d: d.update(kind="neurons")),
+    Case("findings-not-surgery", setups.findings('{"scores": []}'), ("not a surgery findings file", "surgery find-heads")),
+    Case("findings-wrong-version", setups.findings(lambda d: d.update(version=7)), ("findings version 7", "recompute")),
+    Case("findings-of-neurons", setups.findings(lambda d: d.update(kind="neurons")),
          ("holds 'neurons' findings", "surgery find-heads")),
-    Case("findings-without-model", _findings(lambda d: d.pop("model")), ("does not record the model", "recompute")),
-    Case("findings-other-model-same-arch", _findings(_other_model(True)), ("another model", "--transfer")),
-    Case("findings-other-architecture", _findings(_other_model(False)),
+    Case("findings-without-model", setups.findings(lambda d: d.pop("model")), ("does not record the model", "recompute")),
+    Case("findings-other-model-same-arch", setups.findings(setups.other_model(True)), ("another model", "--transfer")),
+    Case("findings-other-architecture", setups.findings(setups.other_model(False)),
          ("different model", "compute findings for this model")),
-    Case("findings-top-too-large", _top("5"), ("--top 5 but the findings rank only 1", "choose a smaller --top")),
-    Case("n-larger-than-the-model", _neuron_findings("--n", "1000"), ("--n 1000 is out of range", "choose 1..144")),
-    Case("n-larger-than-one-layer", _neuron_findings("--n", "49", "--layers", "1"),
+    Case("findings-top-too-large", setups.top("5"), ("--top 5 but the findings rank only 1", "choose a smaller --top")),
+    Case("n-larger-than-the-model", setups.neuron_findings("--n", "1000"), ("--n 1000 is out of range", "choose 1..144")),
+    Case("n-larger-than-one-layer", setups.neuron_findings("--n", "49", "--layers", "1"),
          ("these layers hold 48 MLP neurons", "choose 1..48")),
-    Case("n-zero", _neuron_findings("--n", "0"), ("--n must be whole numbers ≥ 1", "got 0")),
-    Case("neuron-findings-bad-scores", _neuron_findings("--n", "5", change=lambda d: d["scores"].update(width=64)),
+    Case("n-zero", setups.neuron_findings("--n", "0"), ("--n must be whole numbers ≥ 1", "got 0")),
+    Case("neuron-findings-bad-scores", setups.neuron_findings("--n", "5", change=lambda d: d["scores"].update(width=64)),
          ("do not match their layers × width", "recompute them with surgery find-neurons")),
-    Case("neuron-findings-are-heads", _neuron_findings("--n", "5", change=lambda d: d.update(kind="heads")),
+    Case("neuron-findings-are-heads", setups.neuron_findings("--n", "5", change=lambda d: d.update(kind="heads")),
          ("holds 'heads' findings", "surgery find-neurons")),
     # --- destinations ---
     Case("dest-is-source", lambda c: c.heads(None, "0.1", "2.0", c.src), ("is the source", "choose a folder outside")),
     Case("dest-inside-source", lambda c: c.heads(None, "0.1", "2.0", c.src / "out"), ("inside the source", "choose")),
-    Case("dest-symlink-to-source", _dest_symlink, ("is the source", "choose a folder outside"), dest_exists=True),
+    Case("dest-symlink-to-source", setups.dest_symlink, ("is the source", "choose a folder outside"), dest_exists=True),
     Case("dest-contains-source", lambda c: c.heads(None, "0.1", "2.0", c.src.parent, "--force"),
          ("contains the source", "choose another folder")),
-    Case("dest-exists", _dest_exists, ("already exists", "--force"), dest_exists=True),
-    Case("dest-is-a-file", _dest_is_file, ("is not a folder", "remove it or choose another"), dest_exists=True),
+    Case("dest-exists", setups.dest_exists, ("already exists", "--force"), dest_exists=True),
+    Case("dest-is-a-file", setups.dest_is_file, ("is not a folder", "remove it or choose another"), dest_exists=True),
     Case("dest-parent-missing", lambda c: c.heads(None, "0.1", "2.0", c.tmp / "no" / "such" / "out"),
          ("does not exist", "create")),
     # --- verify / undo on something that is not a bake ---
-    Case("verify-not-baked", _not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
-    Case("undo-not-baked", _undo_not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
+    Case("verify-not-baked", setups.not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
+    Case("undo-not-baked", setups.undo_not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
 ]
 
 
