@@ -13,7 +13,8 @@ FAULT is one of:
   kill@hash      SIGKILL when hashing starts (weights patched, surgery.undo written)
   kill@publish   SIGKILL just before the staged folder is renamed into place
   kill@swap      SIGKILL between the two renames of a --force publish (old output moved aside)
-  slow           no fault: sleep 0.3 s per copied file, so concurrent runs overlap
+  hold:DIR       no fault: on the first copied file, create DIR/holding and wait for DIR/go, so that
+                 a test can start a concurrent run while this one holds the destination's lock
 """
 
 from __future__ import annotations
@@ -74,13 +75,19 @@ def arm(fault: str) -> None:
             if staging.OLD_TAG in str(dst):
                 fire(fault)
         os.rename = rename
-    elif fault == "slow":
-        real_copy = bake.copy_file
+    elif fault.startswith("hold:"):
+        from pathlib import Path
 
-        def slow_copy(src, dst, on_bytes=lambda n: None):
-            time.sleep(0.3)
+        barrier, real_copy = Path(fault[len("hold:"):]), bake.copy_file
+
+        def held_copy(src, dst, on_bytes=lambda n: None):
+            if not (barrier / "holding").exists():
+                (barrier / "holding").touch()
+                deadline = time.monotonic() + 120
+                while not (barrier / "go").exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
             real_copy(src, dst, on_bytes)
-        bake.copy_file = slow_copy
+        bake.copy_file = held_copy
     else:
         raise SystemExit(f"fault_runner: unknown fault {fault!r}")
 

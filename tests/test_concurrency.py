@@ -30,16 +30,24 @@ def _start(cmd: list[str]) -> subprocess.Popen:
 
 @pytest.mark.parametrize("force", [False, True], ids=["plain", "force"])
 def test_two_bakes_into_one_destination(force, base, tmp_path):
-    """Both runs are slowed down (0.3 s per copied file) so that they certainly overlap: the lock
-    lets exactly one write; the other fails at once with one clear line."""
+    """Two bakes into one destination at once: the lock lets exactly one write; the other fails at
+    once with one clear line. The first to take the lock waits (tests/fault_runner.py hold:) until
+    the other has failed, so the two certainly overlap however slowly each starts."""
     src = tmp_path / "src"
     shutil.copytree(base, src)
     before = tree_hashes(src)
     out = tmp_path / "outs" / "baked"
     out.parent.mkdir()
-    runs = [_start(faulty_cli("slow", ["amplify-heads", src, "--heads", spec, "--alpha", "2", "--out", out,
-                                       "--no-verify", *(["--force"] if force else [])]))
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    runs = [_start(faulty_cli(f"hold:{barrier}", ["amplify-heads", src, "--heads", spec, "--alpha", "2",
+                                                 "--out", out, "--no-verify", *(["--force"] if force else [])]))
             for spec in ("0.1", "1.2")]
+    deadline = time.monotonic() + 240
+    while sum(p.poll() is None for p in runs) == 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (barrier / "holding").exists(), "neither run reached the copy"
+    (barrier / "go").touch()
     results = [(p.wait(timeout=120), *p.communicate()) for p in runs]
 
     codes = [rc for rc, _, _ in results]
