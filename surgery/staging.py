@@ -108,9 +108,13 @@ def _recover(target: Path, report: Callable[[str], None]) -> None:
 
 def disk_error(exc: OSError, where: Path) -> DestinationError:
     """One clear line for the write errors users can fix."""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return DestinationError(f"no space left while writing {where} ({os.strerror(exc.errno)}); "
                                 "free space or choose another --out; nothing was left behind")
+    if exc.errno == errno.EFBIG:  # a file-size limit (ulimit -f) or the filesystem's largest file
+        return DestinationError(f"a file grew past the largest size allowed while writing {where} "
+                                f"({os.strerror(exc.errno)}); raise the limit (ulimit -f) or choose another "
+                                "--out; nothing was left behind")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return DestinationError(f"cannot write {where} ({os.strerror(exc.errno)}); choose another --out")
     return DestinationError(f"writing {where} failed: {exc.strerror or exc}; nothing was left behind")
