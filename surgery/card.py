@@ -168,6 +168,24 @@ def card_text(prov: Mapping[str, Any], source_card: str | None = None) -> str:
     return str(card)
 
 
+def adapter_card(summary: Mapping[str, Any]) -> str:
+    """README.md for an exported LoRA adapter (surgery.export's summary)."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    recipe = Recipe.from_dict(summary["recipe"], where="adapter recipe")
+    base = _base_model(summary)
+    data = ModelCardData(base_model=base, base_model_relation="adapter" if base else None,
+                         library_name="peft", tags=["surgery", "lora", "model-surgery"])
+    ranks = sorted(set(summary["modules"].values()))
+    body = (f"# LoRA adapter: the surgery recipe as an exact low-rank update\n\n"
+            f"Applied to **{base or 'its source model'}**, this adapter reproduces the recipe below exactly: "
+            f"{len(summary['modules'])} module(s), rank {'/'.join(map(str, ranks))}, lora_alpha = r "
+            f"(scaling 1){', padded to one rank for vLLM' if summary.get('vllm') else ''}. "
+            "`PeftModel.from_pretrained(base, THIS_FOLDER)` (merged or not) gives the same logits as the "
+            "baked checkpoint.\n\n## What it edits\n\n" + _edits_section(recipe))
+    return str(ModelCard.from_template(data, template_str=TEMPLATE, body=body))
+
+
 def card_hook(evaluation: Mapping[str, Any] | None = None) -> Callable[[Path, dict[str, Any]], str]:
     """A ``card`` callback for :func:`surgery.bake.bake` (reads the source card copied into staging)."""
 

@@ -21,6 +21,7 @@ import torch
 
 from . import __version__
 from .architectures import Architecture
+from .card import adapter_card
 from .checkpoint import Checkpoint
 from .edits import HeadScale, Recipe
 from .errors import RecipeError
@@ -158,4 +159,5 @@ def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool
         config.save_pretrained(str(tmp))
         save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
         (tmp / PROVENANCE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        (tmp / "README.md").write_text(adapter_card(summary), encoding="utf-8")
     return summary

@@ -138,3 +138,18 @@ def test_sweep_pushes_each_value_to_its_own_branch(tiny, tmp_path):
             assert files["surgery.json"] == (tmp_path / "sweep" / label / "surgery.json").read_bytes()
             assert "alpha: 2" in files["README.md"].decode() if label == "alpha-2" else True
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == ["alpha-1.5", "alpha-2"]
+
+
+def test_push_exported_adapter(tiny, tmp_path):
+    from surgery.export import export_lora
+
+    adapter = tmp_path / "adapter"
+    export_lora(Checkpoint(tiny("llama")), Recipe((HeadScale(0, 1, 2.0),)), adapter)
+    assert check_pushable(adapter)[0] == "adapter config and weights header"
+    with FakeHub(TOKEN) as hub:
+        r = _run(["push", adapter, "--repo", "me/lora"], _env(hub, tmp_path))
+        assert r.returncode == 0, r.stderr
+        files = hub.files("me/lora")
+        assert {"adapter_config.json", "adapter_model.safetensors", "README.md"} <= set(files)
+        meta = _front_matter(files["README.md"].decode())
+        assert meta["library_name"] == "peft" and "lora" in meta["tags"]

@@ -80,15 +80,6 @@ def card_cmd(folder, eval_path):
     out.print(f"[green]Wrote[/] {path}{' with the evaluation table' if evaluation else ''}")
 
 
-def load_json(path: Path, what: str) -> dict:
-    """A JSON file given on the command line, with a one-line error."""
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SurgeryError(f"cannot read {what} {path} ({type(exc).__name__}); give the file that "
-                           "surgery wrote") from None
-
-
 @contextmanager
 def eval_progress(enabled: bool) -> Iterator[Any]:
     """A factory ``(description, total) -> advance(n)``: one bar per measurement, on stderr."""
