@@ -24,7 +24,8 @@ from surgery.checkpoint import Checkpoint
 from surgery.verify import verify
 
 from .conftest import build_tiny
-from .helpers_cli import REPO, cli_env, error_line, faulty_cli, run_cli, staging_leftovers, tree_hashes
+from .helpers_cli import (REPO, cli_env, error_line, faulty_cli, run_cli, run_main, staging_leftovers,
+                          tree_hashes)
 
 HEADS = ["--heads", "0.1,2.3", "--alpha", "2.5"]
 
@@ -55,7 +56,7 @@ def _recipe_of(out: Path) -> list:
 
 
 @pytest.mark.parametrize("point", ["kill@copy", "kill@pwrite", "kill@hash", "kill@publish"])
-def test_bake_killed(point, src, tmp_path):
+def test_bake_killed(point, src, tmp_path, capsys):
     before = tree_hashes(src)
     out = tmp_path / "outs" / "baked"
     out.parent.mkdir()
@@ -67,7 +68,7 @@ def test_bake_killed(point, src, tmp_path):
     assert not out.exists(), "a killed bake published a folder"
     assert any(".surgery-tmp-" in n for n in staging_leftovers(out.parent)), "nothing to clean: fault too early?"
 
-    rerun = run_cli(args)
+    rerun = run_main(args, capsys)  # the rerun is an ordinary run: in-process is the same code
     assert rerun.returncode == 0, rerun.stderr
     assert "left behind by an interrupted run" in rerun.stderr
     assert staging_leftovers(out.parent) == []
@@ -75,12 +76,12 @@ def test_bake_killed(point, src, tmp_path):
     assert tree_hashes(src) == before
 
 
-def test_force_bake_killed_between_renames_loses_nothing(src, tmp_path):
+def test_force_bake_killed_between_renames_loses_nothing(src, tmp_path, capsys):
     """--force moves the old output aside before renaming the new one in: a kill there must not
     lose the old output; the next run puts it back."""
     out = tmp_path / "outs" / "baked"
     out.parent.mkdir()
-    first = run_cli(["amplify-heads", src, "--heads", "1.1", "--alpha", "3", "--out", out, "--no-verify"])
+    first = run_main(["amplify-heads", src, "--heads", "1.1", "--alpha", "3", "--out", out, "--no-verify"], capsys)
     assert first.returncode == 0, first.stderr
     old = tree_hashes(out)
     args = ["amplify-heads", src, *HEADS, "--out", out, "--no-verify"]
@@ -90,13 +91,13 @@ def test_force_bake_killed_between_renames_loses_nothing(src, tmp_path):
     assert not out.exists()
 
     # A rerun without --force gives the old output back and refuses to replace it.
-    refused = run_cli(args)
+    refused = run_main(args, capsys)
     assert "already exists" in error_line(refused)
     assert tree_hashes(out) == old and _verified(src, out)
     assert "restored" in refused.stderr
     assert staging_leftovers(out.parent) == []
 
-    replaced = run_cli([*args, "--force"])
+    replaced = run_main([*args, "--force"], capsys)
     assert replaced.returncode == 0, replaced.stderr
     assert _verified(src, out) and _recipe_of(out)[0]["layer"] == 0
     assert staging_leftovers(out.parent) == []
@@ -113,16 +114,16 @@ def test_interrupt_during_patch_cleans_up(fault, src, tmp_path):
     assert not out.exists() and staging_leftovers(out.parent) == []
 
 
-def test_undo_killed(src, tmp_path):
+def test_undo_killed(src, tmp_path, capsys):
     baked, restored = tmp_path / "baked", tmp_path / "restored"
-    assert run_cli(["amplify-heads", src, *HEADS, "--out", baked, "--no-verify"]).returncode == 0
+    assert run_main(["amplify-heads", src, *HEADS, "--out", baked, "--no-verify"], capsys).returncode == 0
     baked_hashes = tree_hashes(baked)
 
     killed = _run(faulty_cli("kill@pwrite", ["undo", baked, "--out", restored]))
     assert killed.returncode == -signal.SIGKILL and "fault: kill@pwrite" in killed.stderr, killed.stderr
     assert not restored.exists() and tree_hashes(baked) == baked_hashes
 
-    rerun = run_cli(["undo", baked, "--out", restored])
+    rerun = run_main(["undo", baked, "--out", restored], capsys)
     assert rerun.returncode == 0, rerun.stderr
     assert "left behind by an interrupted run" in rerun.stderr
     assert tree_hashes(restored) == tree_hashes(src)
