@@ -61,7 +61,7 @@ install_surgery() {
     [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
     # torch first and pinned: a bare requirement would pull a multi-GB CUDA build.
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check torch==2.13.0
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$REPO"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$REPO[plots]"  # report draws figures
 }
 
 TOTAL_START=$EPOCHREALTIME

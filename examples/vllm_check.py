@@ -98,6 +98,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 def check(source: Path, baked: Path, lora: Path | None, max_tokens: int) -> dict:
     from transformers import AutoTokenizer
 
+    start = time.perf_counter()
     tok = AutoTokenizer.from_pretrained(baked)
     prompt_ids = [tok(p).input_ids for p in PROMPTS]
     report: dict = {"source": str(source), "baked": str(baked), "lora": str(lora) if lora else None,
@@ -132,6 +133,7 @@ def check(source: Path, baked: Path, lora: Path | None, max_tokens: int) -> dict
                        "vllm_baked": [decode(t) for t in vb.get("plain", [])],
                        "vllm_source_lora": [decode(t) for t in vs.get("lora", [])]}
     report["ok"] = all(checks.values())
+    report["elapsed_s"] = round(time.perf_counter() - start, 1)
     return report
 
 
@@ -157,6 +159,7 @@ def main() -> None:
     for i, prompt in enumerate(PROMPTS):
         print(f"  {prompt!r}\n    source: {report['texts']['transformers_source'][i]!r}\n"
               f"    baked:  {report['texts']['transformers_baked'][i]!r}")
+    print(f"({report['elapsed_s']:.0f} s; vLLM engine load {report.get('vllm_load_s', '?')} s)")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
     sys.exit(0 if report["ok"] else 1)
