@@ -3,9 +3,10 @@
 Suites (each model is loaded once, in fp32, and runs every chosen suite):
 
 - ``retention``: perplexity on the shipped passages; accuracy on the shipped four-option
-  general-knowledge questions, each option scored by its log-likelihood after
-  ``"Question: …\\nAnswer:"``, divided by the option's length in characters (so long options are
-  not penalised), the highest wins. With ``--against`` both are also given as % of the source's.
+  general-knowledge questions, each option scored by the sum of its tokens' log-likelihoods after
+  ``"Question: …\\nAnswer:"``, the highest wins (lm-eval's ``acc``; the per-character normalised
+  choice, ``acc_norm``, is in the details: it scores lower on SmolLM2, since these options are
+  short names). With ``--against`` both are also given as % of the source's.
 - ``kl``: KL(source ‖ model) of next-token distributions at every position of the shipped
   neutral prompts, and top-1 agreement (needs ``--against``).
 - ``bbq``: accuracy and signed bias score on BBQ-format files (see surgery.evaluate_bbq).
@@ -127,7 +128,7 @@ def run_suites(model, tokenizer, plan: Plan, *, kl_reference: list | None = None
 
 
 def mcq_accuracy(model, tokenizer, questions: list[dict[str, Any]], batch_size: int, progress: Progress) -> dict[str, Any]:
-    """Length-normalised log-likelihood choice (``accuracy``) and the raw-sum choice (``accuracy_raw``)."""
+    """Log-likelihood choice (``accuracy``) and the per-character normalised choice (``accuracy_norm``)."""
     pairs = [(f"Question: {q['question']}\nAnswer:", f" {c}") for q in questions for c in q["choices"]]
     ll = lm.option_logliks(model, tokenizer, pairs, batch_size=batch_size * 2,
                            progress=progress("multiple choice", len(pairs)))
@@ -140,12 +141,17 @@ def mcq_accuracy(model, tokenizer, questions: list[dict[str, Any]], batch_size: 
         norm += lm.choose(scores, opts, normalize=True) == q["answer"]
         raw += lm.choose(scores, opts, normalize=False) == q["answer"]
     n = len(questions)
-    return {"accuracy": norm / n if n else float("nan"), "accuracy_raw": raw / n if n else float("nan"),
+    return {"accuracy": raw / n if n else float("nan"), "accuracy_norm": norm / n if n else float("nan"),
             "n": n, "chance": sum(1 / len(q["choices"]) for q in questions) / n if n else float("nan")}
 
 
 def bbq(model, tokenizer, items: list[dict[str, Any]], batch_size: int, progress: Progress) -> dict[str, Any]:
-    """BBQ answers by per-character log-likelihood, then accuracy and bias score."""
+    """BBQ answers by per-character log-likelihood, then accuracy and bias score.
+
+    Normalised here (unlike the retention questions) because BBQ's "unknown" answers ("Can't be
+    determined") are longer than the person answers: a raw sum would count against exactly the
+    answer that the bias score depends on.
+    """
     pairs = [(evaluate_bbq.prompt(it), o) for it in items for o in evaluate_bbq.options(it)]
     ll = lm.option_logliks(model, tokenizer, pairs, batch_size=batch_size, progress=progress("BBQ", len(pairs)))
     preds = [lm.choose(ll[3 * i:3 * i + 3], evaluate_bbq.options(it), normalize=True) for i, it in enumerate(items)]

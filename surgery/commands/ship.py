@@ -103,12 +103,15 @@ def _cell(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+ARROWS = {"higher": "↑", "lower": "↓", "zero": "(0 = none)"}
+
+
 def eval_table(result: dict) -> Table:
     """The metrics as a rich table: source, model, and retained % (or Δ for non-retention metrics)."""
     from ..evaluate_io import metric_info
 
     model, against = result["metrics"]["model"], result["metrics"].get("against") or {}
-    table = Table(title=f"surgery eval: {result['model']['path']}")
+    table = Table(title=f"surgery eval: {result['model']['path']}", caption="↑ higher is better, ↓ lower is better")
     table.add_column("metric")
     if result.get("against"):
         table.add_column("source", justify="right")
@@ -117,7 +120,7 @@ def eval_table(result: dict) -> Table:
         table.add_column("retained / Δ", justify="right")
     for key, value in model.items():
         label, better, _ = metric_info(key)
-        row = [f"{label} ({better} is better)" if better != "zero" else f"{label} (0 = no bias)"]
+        row = [f"{label} {ARROWS[better]}"]
         if result.get("against"):
             row.append(_cell(against.get(key)))
         row.append(_cell(value))
