@@ -17,6 +17,7 @@ from .architectures import Architecture, architecture
 from .errors import RecipeError
 
 RECIPE_VERSION = 1
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,10 @@ class Recipe:
             index = e.head if isinstance(e, HeadScale) else e.neuron
             if e.layer < 0 or index < 0:
                 raise RecipeError(f"{where}: layer and index must be ≥ 0, got {e.layer}.{index}")
+            # Weights are at most float32: a larger scale turns into inf (and crashes the run-time twin).
+            if not (math.isfinite(e.scale) and abs(e.scale) <= FLOAT32_MAX):
+                raise RecipeError(f"{where}: scale {e.scale!r} is not a finite float32 number "
+                                  f"(|scale| ≤ {FLOAT32_MAX:.3g}); choose a smaller value")
             if e.layer >= g.num_layers:
                 raise RecipeError(f"{where}.layer = {e.layer} but the model has "
                                   f"num_hidden_layers = {g.num_layers} (valid: 0..{g.num_layers - 1})")
