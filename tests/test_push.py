@@ -153,3 +153,16 @@ def test_push_exported_adapter(tiny, tmp_path):
         assert {"adapter_config.json", "adapter_model.safetensors", "README.md"} <= set(files)
         meta = _front_matter(files["README.md"].decode())
         assert meta["library_name"] == "peft" and "lora" in meta["tags"]
+
+
+def test_apply_with_push_to(tiny, tmp_path):
+    src = tiny("llama")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(Recipe((HeadScale(0, 1, 2.0),)).to_yaml())
+    with FakeHub(TOKEN) as hub:
+        r = _run(["apply", recipe, "--model", src, "--out", tmp_path / "out", "--no-verify",
+                  "--push-to", "me/applied", "--private"], _env(hub, tmp_path))
+        assert r.returncode == 0, r.stderr
+        assert hub.repos["me/applied"].private
+        assert hub.files("me/applied")["surgery.json"] == (tmp_path / "out" / "surgery.json").read_bytes()
+    assert "Pushed" in r.stdout and TOKEN not in r.stdout + r.stderr
