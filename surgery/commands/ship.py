@@ -166,6 +166,9 @@ def eval_cmd(model, revision, trust_remote_code, against, suites, limit, bbq_pat
     if update_card:
         from ..bake import load_provenance
 
+        if source.hub_id:
+            raise SurgeryError("--card rewrites a local baked folder; MODEL is a Hub download (the Hub "
+                               "cache is never written): give the local folder, or run surgery card later")
         load_provenance(source.path)  # fail now, not after the evaluation
     with eval_progress(not as_json) as progress:
         result = evaluate(source.path, plan, against=against_path, trust_remote_code=trust_remote_code,
