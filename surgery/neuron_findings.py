@@ -17,12 +17,13 @@ from .checkpoint import Checkpoint
 from .console import item_progress
 from .findings import atomic_write_text, cache_path, check_model, load_findings, new_findings
 from .models import load_model, load_tokenizer
-from .neurons import (DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, NeuronScores, accumulate_pair_sums,
-                      category_overlap, layer_distribution, neuron_rows, ppm_scores, select)
+from .neuron_select import (DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, Selection, category_overlap,
+                            layer_distribution, neuron_rows, select)
+from .neurons import DEFAULT_BIAS_WEIGHT, NeuronScores, accumulate_pair_sums, ppm_scores
 from .pairs import PairSet, check_token_counts
 
 # What was captured and how; part of the cache key (bump "method" when the scores change meaning).
-CAPTURE_PARAMS = {"method": 1, "site": "mlp.down_proj input", "pooling": "mean over real tokens",
+CAPTURE_PARAMS = {"method": 2, "site": "mlp.down_proj input", "pooling": "mean over real tokens",
                   "dtype": "float32"}
 # The summary stored in every findings file uses the commands' defaults.
 SUMMARY_N = 40
@@ -46,20 +47,20 @@ def write_findings(findings: Mapping[str, Any], path: Path) -> None:
     atomic_write_text(Path(path), text + "\n")
 
 
-def summary(scores: NeuronScores, n: int, score: str, rule: str, bias_weight: float = DEFAULT_BIAS_WEIGHT,
-            categories: Sequence[str] | None = None, layers: Sequence[int] | None = None) -> dict[str, Any]:
+def describe(scores: NeuronScores, chosen: Selection) -> dict[str, Any]:
+    """A selection with its evidence: options, neuron rows, layer histogram, category overlap."""
+    return {**chosen.options(), "neurons": neuron_rows(scores, chosen),
+            "layer_distribution": layer_distribution(chosen, scores.shape[0]),
+            "overlap": category_overlap(scores, chosen)}
+
+
+def summary(scores: NeuronScores, n: int, score: str = DEFAULT_SCORE, rule: str = DEFAULT_RULE,
+            bias_weight: float = DEFAULT_BIAS_WEIGHT, categories: Sequence[str] | None = None,
+            layers: Sequence[int] | None = None, spare_active: float = DEFAULT_SPARE) -> dict[str, Any]:
     """Top-n neurons, layer histogram and category overlap for one choice of options."""
-    n = min(n, scores.shape[0] * scores.shape[1])
     chosen = select(scores, n, score=score, rule=rule, categories=categories, layers=layers,
-                    bias_weight=bias_weight)
-    return {
-        "n": n, "score": score, "rule": rule, "bias_weight": bias_weight,
-        "categories": list(chosen.categories), "layers": chosen.layers,
-        "neurons": neuron_rows(scores, chosen),
-        "layer_distribution": layer_distribution(chosen, scores.shape[0]),
-        "overlap": category_overlap(scores, n, score=score, categories=chosen.categories, layers=layers,
-                                    bias_weight=bias_weight),
-    }
+                    bias_weight=bias_weight, spare_active=spare_active)
+    return describe(scores, chosen)
 
 
 def capture_params(pairs: PairSet) -> dict[str, Any]:
@@ -107,7 +108,7 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
         "source": pairs.source, "pairs": len(pairs), "pairs_used": len(kept),
         "per_category": scores.counts, "skipped": check.skipped, "skipped_ids": list(check.skipped_ids),
     }
-    findings["summary"] = summary(scores, SUMMARY_N, DEFAULT_SCORE, DEFAULT_RULE)
+    findings["summary"] = summary(scores, min(SUMMARY_N, scores.shape[0] * scores.shape[1] // 2))
     findings["scores"] = scores.to_dict()
     write_findings(findings, cached)
     return FoundNeurons(findings, scores, cached, from_cache=False)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from surgery.interventions import layer_module, model_architecture
-from surgery.neurons import (NeuronScores, SelectionError, accumulate_pair_sums, category_overlap,
-                             fairness_score, layer_distribution, ppm_scores, select)
+from surgery.neuron_select import allowed_mask, category_overlap, layer_distribution, select
+from surgery.neurons import NeuronScores, SelectionError, accumulate_pair_sums, fairness_score, ppm_scores
 from surgery.pairs import load_pairs
 
 from .test_capture import _load, reference_pooled
@@ -35,14 +35,15 @@ def write_pairs(path) -> str:
 
 
 def reference_scores(model, tok, pairs):
-    """Per category: mean |p1 − p2| and mean (stereotyped − other), one prompt at a time."""
+    """Per category: mean |p1 − p2|, mean (stereotyped − other), mean |p|; one prompt at a time."""
     diffs: dict[str, list] = {}
     for p in pairs:
-        d = (reference_pooled(model, tok, p.prompt_1) - reference_pooled(model, tok, p.prompt_2)).double()
-        diffs.setdefault(p.category, []).append((d, 1 if p.stereotyped == 1 else -1))
-    bias = {c: torch.stack([d.abs() for d, _ in v]).mean(0).numpy() for c, v in diffs.items()}
-    signed = {c: torch.stack([d * s for d, s in v]).mean(0).numpy() for c, v in diffs.items()}
-    return bias, signed
+        a, b = (reference_pooled(model, tok, t).double() for t in (p.prompt_1, p.prompt_2))
+        diffs.setdefault(p.category, []).append((a - b, 1 if p.stereotyped == 1 else -1, (a.abs() + b.abs()) / 2))
+    bias = {c: torch.stack([d.abs() for d, _, _ in v]).mean(0).numpy() for c, v in diffs.items()}
+    signed = {c: torch.stack([d * s for d, s, _ in v]).mean(0).numpy() for c, v in diffs.items()}
+    activation = {c: torch.stack([m for _, _, m in v]).mean(0).numpy() for c, v in diffs.items()}
+    return bias, signed, activation
 
 
 def reference_ppm(model) -> np.ndarray:
@@ -78,11 +79,12 @@ def test_scores_match_plain_loop_reference(tiny, tmp_path, arch):
     sums = accumulate_pair_sums(model, tok, pairs, batch_size=2)  # 2 pairs = 4 padded prompts a pass
     ppm = ppm_scores(model)
     table = NeuronScores.from_sums(sums, ppm)
-    bias, signed = reference_scores(model, tok, pairs)
+    bias, signed, activation = reference_scores(model, tok, pairs)
     assert table.categories == sorted(bias) and table.counts == {"Age": 6, "Gender": 3, "SES": 3}
     for c in bias:
         np.testing.assert_allclose(table.bias[c], bias[c], rtol=1e-5, atol=1e-7)
         np.testing.assert_allclose(table.signed[c], signed[c], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(table.activation[c], activation[c], rtol=1e-5, atol=1e-7)
         assert np.abs(table.signed[c]).max() > 1e-6
     # signed ≠ unsigned: Age mixes stereotyped sides 1 and 2
     assert not np.allclose(np.abs(table.signed["Age"]), table.bias["Age"])
@@ -98,7 +100,8 @@ def synthetic(seed: int = 0, layers: int = 4, width: int = 10, cats=("A", "B", "
     rng = np.random.default_rng(seed)
     return NeuronScores({c: 2 + k for k, c in enumerate(cats)},
                         {c: rng.random((layers, width)) for c in cats},
-                        {c: rng.normal(size=(layers, width)) for c in cats}, rng.random((layers, width)) + 1)
+                        {c: rng.normal(size=(layers, width)) for c in cats},
+                        {c: rng.random((layers, width)) for c in cats}, rng.random((layers, width)) + 1)
 
 
 def _flat(neurons, width=10):
@@ -109,14 +112,14 @@ def test_global_selection_is_top_n_of_the_pooled_score():
     s = synthetic()
     for score in ("bias", "signed", "fairness"):
         values = s.score(score, s.categories).ravel()
-        chosen = select(s, 7, score=score, rule="global")
+        chosen = select(s, 7, score=score, rule="global", spare_active=0)
         assert _flat(chosen.neurons) == list(np.argsort(-values, kind="stable")[:7])
         assert chosen.labels == ("pooled",) * 7
 
 
 def test_per_category_selection_takes_turns():
     s = synthetic()
-    chosen = select(s, 9, score="bias", rule="per-category")
+    chosen = select(s, 9, score="bias", rule="per-category", spare_active=0)
     ranks = {c: list(np.argsort(-s.bias[c].ravel(), kind="stable")) for c in s.categories}
     taken: list[int] = []
     while len(taken) < 9:  # plain reference of the round robin
@@ -132,7 +135,7 @@ def test_per_category_selection_takes_turns():
 def test_intersection_matches_growing_top_k(seed):
     s = synthetic(seed)
     n = 6
-    chosen = select(s, n, score="fairness", rule="intersection")
+    chosen = select(s, n, score="fairness", rule="intersection", spare_active=0)
     tops = {c: list(np.argsort(-s.score("fairness", [c]).ravel(), kind="stable")) for c in s.categories}
     pooled = list(np.argsort(-s.score("fairness", s.categories).ravel(), kind="stable"))
     for k in range(1, 41):  # smallest k whose intersection of top-k lists holds n neurons
@@ -147,7 +150,7 @@ def test_intersection_matches_growing_top_k(seed):
 
 def test_layer_restriction_and_single_category():
     s = synthetic()
-    chosen = select(s, 5, score="bias", rule="global", layers=[1, 3], categories=["b"])
+    chosen = select(s, 5, score="bias", rule="global", layers=[1, 3], categories=["b"], spare_active=0)
     assert {layer for layer, _ in chosen.neurons} <= {1, 3}
     masked = s.bias["B"].copy()
     masked[[0, 2]] = -np.inf
@@ -157,24 +160,47 @@ def test_layer_restriction_and_single_category():
                                              sum(1 for l, _ in chosen.neurons if l == 3)]
 
 
+def test_sparing_the_most_active_neurons_of_each_layer():
+    s = synthetic(width=20)
+    activity = s.pooled("activation", s.categories)
+    mask = allowed_mask(s, None, 0.1)  # 2 of 20 per layer
+    for layer in range(4):
+        top2 = set(np.argsort(-activity[layer])[:2].tolist())
+        assert set(np.flatnonzero(~mask[layer]).tolist()) == top2
+    for rule in ("global", "per-category", "intersection"):
+        chosen = select(s, 30, score="bias", rule=rule, spare_active=0.1)
+        assert all(mask[layer, i] for layer, i in chosen.neurons)
+    planted = s.bias["A"].copy()
+    hot = np.unravel_index(np.argmax(activity), activity.shape)
+    planted[hot] = 100.0  # the most biased neuron is also its layer's most active one
+    s.bias["A"] = s.bias["B"] = s.bias["C"] = planted
+    assert tuple(map(int, hot)) == select(s, 1, score="bias", spare_active=0).neurons[0]
+    assert tuple(map(int, hot)) not in select(s, 10, score="bias", spare_active=0.05).neurons
+
+
 def test_selection_errors():
     s = synthetic()
-    with pytest.raises(SelectionError, match=r"--n 41 is out of range: the model has 40 MLP neurons"):
-        select(s, 41)
+    with pytest.raises(SelectionError, match=r"--n 41 is out of range: the model has 40 selectable MLP neurons"):
+        select(s, 41, spare_active=0)
+    with pytest.raises(SelectionError, match=r"36 selectable MLP neurons \(4 layers × 10, after sparing the 0.1 most"):
+        select(s, 37, spare_active=0.1)
     with pytest.raises(SelectionError, match="these layers hold 10"):
-        select(s, 11, layers=[2])
+        select(s, 11, layers=[2], spare_active=0)
     with pytest.raises(SelectionError, match="layers 0..3"):
         select(s, 1, layers=[4])
     with pytest.raises(SelectionError, match="category Z is not in the findings; they hold A, B, C"):
         select(s, 1, categories=["Z"])
     with pytest.raises(SelectionError, match="bias-weight"):
         fairness_score(s.bias["A"], s.ppm, 1.5)
-    assert len(select(s, 40, rule="intersection").neurons) == 40
+    with pytest.raises(SelectionError, match="spare-active"):
+        select(s, 1, spare_active=1.0)
+    assert len(select(s, 40, rule="intersection", spare_active=0).neurons) == 40
 
 
 def test_overlap_is_a_jaccard_matrix():
     s = synthetic()
-    overlap = category_overlap(s, 8, score="bias")
+    chosen = select(s, 8, score="bias", rule="global", spare_active=0)
+    overlap = category_overlap(s, chosen)
     tops = [set(np.argsort(-s.bias[c].ravel(), kind="stable")[:8].tolist()) for c in s.categories]
     m = overlap["jaccard"]
     assert overlap["categories"] == ["A", "B", "C"] and all(m[i][i] == 1.0 for i in range(3))
@@ -187,6 +213,7 @@ def test_scores_survive_the_file_round_trip():
     assert back.counts == s.counts
     np.testing.assert_allclose(back.bias["A"], s.bias["A"], rtol=1e-5)
     np.testing.assert_allclose(back.ppm, s.ppm, rtol=1e-5)
+    np.testing.assert_allclose(back.activation["C"], s.activation["C"], rtol=1e-5)
     broken = s.to_dict()
     broken["width"] = 11
     with pytest.raises(SelectionError, match="do not match"):

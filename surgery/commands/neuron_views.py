@@ -7,26 +7,17 @@ from typing import Any, Mapping
 from rich.table import Table
 
 from ..console import out
-from ..neuron_findings import FoundNeurons
-from ..neurons import Selection, category_overlap, layer_distribution, neuron_rows
+from ..neuron_findings import FoundNeurons, describe
+from ..neuron_select import Selection
 
 BAR_WIDTH = 30
 
 
 def selection_extra(found: FoundNeurons, chosen: Selection, factor: float) -> dict[str, Any]:
     """The entries a bake adds to surgery.json: the selection and where its evidence came from."""
-    scores = found.scores
-    n = len(chosen.neurons)
     findings = found.findings
     return {
-        "neuron_selection": {
-            "n": n, "score": chosen.score, "rule": chosen.rule, "bias_weight": chosen.bias_weight,
-            "categories": list(chosen.categories), "layers": chosen.layers, "factor": factor,
-            "neurons": neuron_rows(scores, chosen),
-            "layer_distribution": layer_distribution(chosen, scores.shape[0]),
-            "overlap": category_overlap(scores, n, score=chosen.score, categories=chosen.categories,
-                                        layers=chosen.layers, bias_weight=chosen.bias_weight),
-        },
+        "neuron_selection": {**describe(found.scores, chosen), "factor": factor},
         "neuron_findings": {
             "file": str(found.path), "from_cache": found.from_cache,
             "model_fingerprint": findings["model"].get("fingerprint"),
@@ -49,12 +40,13 @@ def neuron_table(summary: Mapping[str, Any], title: str) -> Table:
     """Selected neurons; 'category' is the one that chose it (per-category) or its strongest one."""
     per_category = summary["rule"] == "per-category"
     table = Table(title=title)
-    for col in ("#", "layer", "neuron", "bias", "signed", "fairness", "PPM"):
+    for col in ("#", "layer", "neuron", "bias", "signed", "fairness", "PPM", "activation"):
         table.add_column(col, justify="right")
     table.add_column("chosen for" if per_category else "top category")
     for rank, r in enumerate(summary["neurons"], 1):
         table.add_row(str(rank), str(r["layer"]), str(r["neuron"]), _fmt(r["bias"]), _fmt(r["signed"]),
-                      _fmt(r["fairness"]), _fmt(r["ppm"]), r["chosen_for" if per_category else "top_category"])
+                      _fmt(r["fairness"]), _fmt(r["ppm"]), _fmt(r["activation"]),
+                      r["chosen_for" if per_category else "top_category"])
     return table
 
 
@@ -79,7 +71,9 @@ def overlap_table(overlap: Mapping[str, Any]) -> Table:
 def print_summary(summary: Mapping[str, Any], dataset: Mapping[str, Any], title: str = "") -> None:
     """The rich view of one selection (find-neurons shows the top n; prune-neurons what it bakes)."""
     head = (f"Top {summary['n']} neurons by {summary['score']} ({summary['rule']}"
-            + (f", w = {summary['bias_weight']:g}" if summary["score"] == "fairness" else "") + ")")
+            + (f", w = {summary['bias_weight']:g}" if summary["score"] == "fairness" else "")
+            + (f", sparing the {summary['spare_active']:g} most active per layer" if summary["spare_active"] else "")
+            + ")")
     out.print(neuron_table(summary, f"{head}{' — ' + title if title else ''}"))
     out.print("[bold]Neurons per layer[/]")
     for line in histogram_lines(summary["layer_distribution"]):

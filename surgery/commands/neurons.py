@@ -12,7 +12,8 @@ from ..cli import cli
 from ..console import err, out, print_json
 from ..edits import NeuronScale, Recipe, parse_neurons
 from ..errors import RecipeError
-from ..neurons import DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, RULES, SCORES, select
+from ..neuron_select import DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, RULES, select
+from ..neurons import DEFAULT_BIAS_WEIGHT, SCORES
 from .common import baking_command, model_argument, parse_values, run_bake, run_sweep, sweep_label
 from .neuron_views import dataset_brief, print_summary, selection_extra
 
@@ -73,6 +74,9 @@ def selection_options(f: Callable) -> Callable:
         click.option("--bias-weight", type=click.FloatRange(0, 1), default=DEFAULT_BIAS_WEIGHT,
                      show_default=True, help="w of the fairness score: w·bias + (1 − w)·(1 − PPM)."),
         click.option("--layers", "layer_spec", default=None, help="Only these layers, e.g. 20-29 or 0,5,28-29."),
+        click.option("--spare-active", type=click.FloatRange(0, 1, max_open=True), default=DEFAULT_SPARE,
+                     show_default=True, help="Never choose this fraction of each layer's most active neurons "
+                     "(massive activations: removing them breaks the model); 0 turns it off."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -112,7 +116,7 @@ def _findings(model: str, revision, trust_remote_code: bool, kw: dict[str, Any],
               help="Also write the findings JSON here (they are always cached).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON (summary, not all scores).")
 def find_neurons_cmd(model, revision, trust_remote_code, n, out_file, as_json, score, rule, bias_weight,
-                     layer_spec, **kw):
+                     layer_spec, spare_active, **kw):
     """Score every MLP neuron on contrastive demographic pairs; cache the findings."""
     from ..neuron_findings import summary, write_findings
 
@@ -120,7 +124,7 @@ def find_neurons_cmd(model, revision, trust_remote_code, n, out_file, as_json, s
     if out_file is not None:
         write_findings(found.findings, out_file)
     cats = _categories(kw["categories"])
-    shown = summary(found.scores, n, score, rule, bias_weight, cats, parse_layers(layer_spec))
+    shown = summary(found.scores, n, score, rule, bias_weight, cats, parse_layers(layer_spec), spare_active)
     if as_json:
         print_json({"findings": str(found.path), "cached": found.from_cache, "out": str(out_file) if out_file else None,
                     "dataset": dataset_brief(found.findings.get("dataset")), "summary": shown})
@@ -146,7 +150,7 @@ def find_neurons_cmd(model, revision, trust_remote_code, n, out_file, as_json, s
 @selection_options
 @pair_options
 def prune_neurons(model, revision, trust_remote_code, out_dir, force, verify, as_json, neurons, n_spec,
-                  findings_file, transfer, factor, score, rule, bias_weight, layer_spec, **kw):
+                  findings_file, transfer, factor, score, rule, bias_weight, layer_spec, spare_active, **kw):
     """Zero (or scale) MLP neurons — named, or the top N bias neurons — and write a new checkpoint."""
     if not math.isfinite(factor):
         raise RecipeError(f"--factor must be a finite number, got {factor}")
@@ -169,7 +173,7 @@ def prune_neurons(model, revision, trust_remote_code, out_dir, force, verify, as
     items = []
     for n in (int(v) for v in values):
         chosen = select(found.scores, n, score=score, rule=rule, categories=cats, layers=layers,
-                        bias_weight=bias_weight)
+                        bias_weight=bias_weight, spare_active=spare_active)
         extra = selection_extra(found, chosen, factor)
         if not as_json:
             print_summary(extra["neuron_selection"], found.findings.get("dataset") or {}, title=f"n = {n}")
