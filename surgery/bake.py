@@ -25,10 +25,10 @@ import numpy as np
 
 from . import __version__
 from .checkpoint import Checkpoint, file_sha256
-from .errors import CheckpointError
+from .errors import CheckpointError, RecipeError
 from .edits import Recipe
 from .models import Source
-from .patching import group_by_file, patched_chunks, plan
+from .patching import RAW_DTYPES, group_by_file, patched_chunks, plan, to_f32
 from .staging import staged_output
 
 PROVENANCE_NAME = "surgery.json"
@@ -87,6 +87,16 @@ def copy_file(src: Path, dst: Path, on_bytes: Callable[[int], None] = lambda n: 
             raise OSError(errno.EIO, f"short copy of {src.name} ({done} of {size} bytes)")
 
 
+def _overflowed(fd_src: int, dtype: str, offset: int, data: bytes) -> bool:
+    """True when new bytes hold inf/NaN where the source held finite values (a scale too large for
+    the stored dtype, e.g. α = 1e7 on F16 weights): the bake would publish a broken model."""
+    new = to_f32(np.frombuffer(data, RAW_DTYPES[dtype]), dtype)
+    if np.isfinite(new).all():
+        return False  # the common case: no second read of the source
+    old = to_f32(np.frombuffer(os.pread(fd_src, len(data), offset), RAW_DTYPES[dtype]), dtype)
+    return bool((np.isfinite(old) & ~np.isfinite(new)).any())
+
+
 def _patch_file(src: Path, dst: Path, patches, undo: dict[str, np.ndarray], undo_index: list[dict]) -> None:
     """Write every patch's new bytes into ``dst``; record the original slices for undo."""
     fd_src = os.open(src, os.O_RDONLY)
@@ -94,11 +104,15 @@ def _patch_file(src: Path, dst: Path, patches, undo: dict[str, np.ndarray], undo
     try:
         for p in patches:
             originals: dict[str, list[np.ndarray]] = {"rows": [], "cols": []}
-            for offset, data, orig in patched_chunks(fd_src, p):
-                if os.pwrite(fd_dst, data, offset) != len(data):
-                    raise OSError(errno.ENOSPC, "short write")
-                for kind, arr in orig.items():
-                    originals[kind].append(arr)
+            with np.errstate(over="ignore"):  # an overflow is one clear error below, not numpy warnings
+                for offset, data, orig in patched_chunks(fd_src, p):
+                    if _overflowed(fd_src, p.info.dtype, offset, data):
+                        raise RecipeError(f"scaling '{p.info.name}' overflows {p.info.dtype} (its values would "
+                                          "become inf); choose a smaller scale")
+                    if os.pwrite(fd_dst, data, offset) != len(data):
+                        raise OSError(errno.ENOSPC, "short write")
+                    for kind, arr in orig.items():
+                        originals[kind].append(arr)
             entry = {"tensor": p.info.name, "file": p.info.file, "dtype": p.info.dtype,
                      "rows": sorted(p.rows), "cols": sorted(p.cols)}
             for kind, parts in originals.items():
