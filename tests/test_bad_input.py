@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +37,8 @@ def bases(tmp_path_factory) -> dict[str, Path]:
     """One tiny llama (single file) and one sharded, built once and copied per case."""
     root = tmp_path_factory.mktemp("bases")
     return {"single": build_tiny("llama", root / "single"),
-            "sharded": build_tiny("llama", root / "sharded", shard="20KB")}
+            "sharded": build_tiny("llama", root / "sharded", shard="20KB"),
+            "f16": build_tiny("llama", root / "f16", dtype=torch.float16)}
 
 
 RECIPE_OK_EDIT = "  - {type: head, layer: 0, head: 1, alpha: 2.0}\n"
@@ -92,6 +94,8 @@ CASES = [
     Case("recipe-factor-beyond-float32",
          lambda c: c.recipe("version: 1\nedits:\n  - {type: neuron, layer: 0, neuron: 1, factor: -1.0e+300}\n"),
          ("not a finite float32", "smaller value")),
+    Case("alpha-overflows-f16", lambda c: c.heads(None, "0.1", "1e7"), ("overflows F16", "choose a smaller scale"),
+         source="f16"),
     Case("alpha-zero", lambda c: c.heads(None, "0.1", "0"), ("silences the heads", "--allow-zero")),
     Case("factor-nan", lambda c: ["prune-neurons", c.src, "--neurons", "0:1", "--factor", "nan", "--out", c.out],
          ("--factor must be a finite number", "got nan")),
