@@ -60,6 +60,7 @@ class PassResult:
 
     s: np.ndarray
     features: np.ndarray | None = None
+    coverage: np.ndarray | None = None  # probability mass on the option tokens (a diagnostic)
 
 
 def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequence[int]], *,
@@ -73,13 +74,16 @@ def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequ
     device = next(model.parameters()).device
     pad = model.config.pad_token_id if isinstance(model.config.pad_token_id, int) else 0
     layers = model.config.get_text_config().num_hidden_layers
-    s = np.zeros(len(prompts))
+    s, coverage = np.zeros(len(prompts)), np.zeros(len(prompts))
     feats = None
     for batch in batches(prompts, batch_size, pad, SPAN_NAMES, device):
         plan = Plan(batch.masks, features=features, edit=edit) if (features or edit) else None
         with torch.inference_mode(), active_plan(plan):
             logits = model(**batch.model_inputs(), use_cache=False, logits_to_keep=1).logits[:, -1]
-        s[list(batch.index)] = s_scores(logits.float().log_softmax(-1), option_ids).cpu().numpy()
+        lp = logits.float().log_softmax(-1)
+        s[list(batch.index)] = s_scores(lp, option_ids).cpu().numpy()
+        every = [i for ids in option_ids.values() for i in ids]
+        coverage[list(batch.index)] = lp[:, every].exp().sum(-1).cpu().numpy()
         if features:
             f = plan.features_tensor(layers).numpy()
             if feats is None:
@@ -87,7 +91,7 @@ def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequ
             feats[list(batch.index)] = f
         if progress:
             progress(len(batch.index))
-    return PassResult(s, feats)
+    return PassResult(s, feats, coverage)
 
 
 def encode_pairs(tokenizer, pairs: Sequence[Pair], probe: str = "binding",
@@ -135,5 +139,6 @@ def score_binding(model, tokenizer, pairs: Sequence[Pair], *, instruct: bool | N
                      batch_size=batch_size, progress=progress)
     ds, dk = delta(sp.s[:n], sp.s[n:], items), delta(kp.s[:n], kp.s[n:], items)
     ratio = abs(dk["delta"]) / abs(ds["delta"]) if ds["delta"] else float("inf")
+    ds["option_mass"], dk["option_mass"] = float(sp.coverage.mean()), float(kp.coverage.mean())
     return {"S": ds, "K": dk, "K_over_S": ratio, "s": sp.s, "k": kp.s, "features": sp.features,
             "option_token_ids": {k: list(v) for k, v in ids.items()}}

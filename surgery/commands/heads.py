@@ -85,12 +85,13 @@ def _fmt(x: Any, digits: int = 3) -> str:
 
 def print_scores(scores: dict[str, Any]) -> None:
     table = Table(title="Binding scores (S: equal-treatment lean; K: knowledge probe)")
-    for col in ("", "Δ (match − mismatch)", "mean match", "mean mismatch", "t (items)", "p", "pairs", "items"):
+    for col in ("", "Δ (match − mismatch)", "mean match", "mean mismatch", "t (items)", "p", "pairs", "items",
+                "option mass"):
         table.add_column(col)
     for name in ("S", "K"):
         d = scores[name]
         table.add_row(name, _fmt(d["delta"], 4), _fmt(d["mean_match"]), _fmt(d["mean_mismatch"]), _fmt(d["t"], 2),
-                      _fmt(d["p"]), str(d["n_pairs"]), str(d["n_items"]))
+                      _fmt(d["p"]), str(d["n_pairs"]), str(d["n_items"]), _fmt(d.get("option_mass")))
     out.print(table)
     out.print(f"|ΔK| / |ΔS| = {_fmt(scores['K_over_S'], 2)}")
 
