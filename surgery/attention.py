@@ -57,6 +57,9 @@ class Plan:
 
     @property
     def length(self) -> int:
+        if not self.masks:
+            raise SurgeryError("the attention plan has no token positions yet; set its masks before the "
+                               "forward pass")
         return next(iter(self.masks.values())).shape[1]
 
     def applies(self, q_len: int, k_len: int) -> bool:
