@@ -178,12 +178,24 @@ def neuron_findings(*options: str, change: Callable[[dict], None] = lambda doc: 
     def setup(c: Ctx) -> list:
         from surgery.findings import model_identity
 
-        grid = [[(layer * 48 + i) % 7 / 7 for i in range(48)] for layer in range(3)]
         doc = {"format": "surgery-findings", "version": 1, "kind": "neurons", "model": model_identity(Checkpoint(c.src)),
-               "scores": {"layers": 3, "width": 48, "ppm": grid,
-                          "categories": {"Gender": {"pairs": 4, "bias": grid, "signed": grid}}}}
+               "scores": _neuron_scores(3, 48)}
         change(doc)
         path = c.tmp / "neurons.json"
         path.write_text(json.dumps(doc))
         return ["prune-neurons", c.src, "--findings", path, *options, "--out", c.out]
     return setup
+
+
+def _neuron_scores(layers: int, width: int) -> dict:
+    """Scores in the findings format, made by surgery's own NeuronScores (whatever arrays it holds)."""
+    import dataclasses
+
+    import numpy as np
+
+    from surgery.neurons import NeuronScores
+
+    grid = (np.arange(layers * width).reshape(layers, width) % 7 + 1) / 8
+    values = {f.name: {"Gender": 4} if f.name == "counts" else grid if f.name == "ppm" else {"Gender": grid}
+              for f in dataclasses.fields(NeuronScores)}
+    return NeuronScores(**values).to_dict()
