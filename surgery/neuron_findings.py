@@ -20,7 +20,7 @@ from .models import load_model, load_tokenizer
 from .neuron_select import (DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, Selection, category_overlap,
                             layer_distribution, neuron_rows, select)
 from .neurons import DEFAULT_BIAS_WEIGHT, NeuronScores, accumulate_pair_sums, ppm_scores
-from .pairs import PairSet, check_token_counts
+from .pairs import PairSet, PairsError, check_token_counts
 
 # What was captured and how; part of the cache key (bump "method" when the scores change meaning).
 CAPTURE_PARAMS = {"method": 2, "site": "mlp.down_proj input", "pooling": "mean over real tokens",
@@ -88,6 +88,11 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
     if cached.is_file() and not recompute:
         findings = load_findings(cached, "neurons")
         check_model(findings, ckpt)
+        skipped = (findings.get("dataset") or {}).get("skipped") or {}
+        if strict and skipped:  # the cached run skipped pairs that --strict must refuse
+            detail = ", ".join(f"{c} {n}" for c, n in skipped.items())
+            raise PairsError(f"{sum(skipped.values())} pair(s) tokenize to different lengths in this model's "
+                             f"tokenizer ({detail}); fix them or drop --strict to skip them")
         return FoundNeurons(findings, scores_of(findings), cached, from_cache=True)
 
     tokenizer = load_tokenizer(ckpt.path, trust_remote_code)

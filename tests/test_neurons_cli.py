@@ -70,6 +70,8 @@ def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, m
     assert findings["scores"]["layers"] == 3 and findings["scores"]["width"] == 48
 
     _forbid_capture(monkeypatch)
+    code, _, err = run(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 4, "--strict", "--out", tmp_path / "s")
+    assert code == 2 and "3 pair(s) tokenize to different lengths" in err  # a cache hit is no way around it
     for n in (4, 7):
         dest = tmp_path / f"pruned-{n}"
         code, out, err = run(capsys, "prune-neurons", model, "--pairs", pairs, "--n", n, "--out", dest)
