@@ -78,13 +78,18 @@ def load_neuron_findings(path: str | Path, ckpt: Checkpoint, transfer: bool = Fa
     return FoundNeurons(findings, scores_of(findings), Path(path), from_cache=True)
 
 
+def cached_path(ckpt: Checkpoint, pairs: PairSet) -> Path:
+    """Where findings for this model and these pairs are (or would be) cached."""
+    return cache_path("neurons", ckpt.fingerprint(), pairs.sha256, capture_params(pairs))
+
+
 def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, strict: bool = False,
                  device: str = "cpu", trust_remote_code: bool = False, recompute: bool = False,
                  show_progress: bool = True,
                  report: Callable[[str], None] = lambda m: None) -> FoundNeurons:
     """Cached findings for (model, pairs, parameters), computing them on a miss."""
     params = capture_params(pairs)
-    cached = cache_path("neurons", ckpt.fingerprint(), pairs.sha256, params)
+    cached = cached_path(ckpt, pairs)
     if cached.is_file() and not recompute:
         findings = load_findings(cached, "neurons")
         check_model(findings, ckpt)

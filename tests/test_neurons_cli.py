@@ -84,6 +84,11 @@ def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, m
         assert prov["neuron_findings"]["from_cache"] is True
         assert prov["verification"]["max_abs_logit_diff"] <= 1e-4
     _check_pruned(model, tmp_path / "pruned-7", chosen.neurons, factor=0.0)
+    # --category only selects: the findings over every category serve it
+    code, _, err = run(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 3, "--category", "Gender",
+                       "--json", "--out", tmp_path / "gender")
+    assert code == 0, err
+    assert json.loads((tmp_path / "gender" / "surgery.json").read_text())["neuron_selection"]["categories"] == ["Gender"]
 
 
 def _check_pruned(source, baked, neurons, factor: float, fused: bool = False, width: int = 48):

@@ -84,10 +84,14 @@ def selection_options(f: Callable) -> Callable:
 
 
 def _findings(model: str, revision, trust_remote_code: bool, kw: dict[str, Any], findings_file: Path | None,
-              transfer: bool, show_progress: bool):
-    """Findings from --findings, the cache, or a fresh capture."""
+              transfer: bool, show_progress: bool, any_categories: bool = False):
+    """Findings from --findings, the cache, or a fresh capture.
+
+    With ``any_categories`` (prune-neurons), --category only selects: findings over every category
+    serve it, so a category-restricted capture runs only when it is already cached.
+    """
     from ..models import open_checkpoint
-    from ..neuron_findings import find_neurons, load_neuron_findings
+    from ..neuron_findings import cached_path, find_neurons, load_neuron_findings
     from ..pairs import load_pairs
 
     ckpt, _ = open_checkpoint(model, revision, trust_remote_code)
@@ -100,6 +104,8 @@ def _findings(model: str, revision, trust_remote_code: bool, kw: dict[str, Any],
     if transfer:
         raise RecipeError("--transfer applies to --findings from another checkpoint; give --findings FILE")
     pairs = load_pairs(kw["pairs_source"], kw["language"], _categories(kw["categories"]))
+    if any_categories and kw["categories"] and (kw["recompute"] or not cached_path(ckpt, pairs).is_file()):
+        pairs = load_pairs(kw["pairs_source"], kw["language"])
     return find_neurons(ckpt, pairs, batch_size=kw["batch_size"], strict=kw["strict"], device=kw["device"],
                         trust_remote_code=trust_remote_code, recompute=kw["recompute"],
                         show_progress=show_progress,
@@ -168,7 +174,8 @@ def prune_neurons(model, revision, trust_remote_code, out_dir, force, verify, as
     values = parse_values(n_spec, "--n")
     if any(v != int(v) or v < 1 for v in values):
         raise RecipeError(f"--n must be whole numbers ≥ 1, got {n_spec}")
-    found = _findings(model, revision, trust_remote_code, kw, findings_file, transfer, not as_json)
+    found = _findings(model, revision, trust_remote_code, kw, findings_file, transfer, not as_json,
+                      any_categories=True)
     cats, layers = _categories(kw["categories"]), parse_layers(layer_spec)
     items = []
     for n in (int(v) for v in values):
