@@ -101,3 +101,23 @@ def test_card_text_lists_many_edits_compactly():
     recipe = Recipe(tuple(NeuronScale(2, i, 0.0) for i in range(100)))
     text = card_text({"recipe": recipe.to_dict(), "source": {"path": "/x/src"}})
     assert "and 36 more edits" in text and text.count("| MLP neuron |") == 64
+
+
+def test_card_command_with_eval_json(tiny, tmp_path):
+    from click.testing import CliRunner
+
+    from surgery.cli import _register, cli
+    from surgery.evaluate_io import new_result, save_result
+
+    src = tiny("llama")
+    out = tmp_path / "baked"
+    bake(Checkpoint(src), RECIPE, out, card=card_hook())
+    result = new_result({"path": str(out)}, {"path": str(src)}, {"limit": 5})
+    result["metrics"] = {"model": {"mcq_accuracy": 0.4}, "against": {"mcq_accuracy": 0.5}}
+    result["retained_pct"] = {"mcq_accuracy": 80.0}
+    save_result(result, tmp_path / "eval.json")
+    _register()
+    r = CliRunner().invoke(cli, ["card", str(out), "--eval", str(tmp_path / "eval.json")])
+    assert r.exit_code == 0, r.output
+    assert "| General-knowledge MCQ accuracy | 0.5 | 0.4 | 80.0% |" in (out / "README.md").read_text()
+    assert verify(Checkpoint(src), out, run_model=False).ok
