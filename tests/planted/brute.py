@@ -18,9 +18,14 @@ from typing import Mapping, Sequence
 
 import torch
 
-from .reference import EdgeEdit, Positions, edge_edits, letter_spelling_ids, positions, s_scores
+from surgery.prompting import format_mcq
+
+from .reference import EdgeEdit, edge_edits, letter_spelling_ids, positions, s_scores, token_positions
 from .task import Question, World, question_pair
 from .train import prompt_of
+
+
+GROUND_TRUTH_SEED = 100  # the brute-force pairs; training draws from seed + 1, held-out checks from others
 
 
 def eval_pairs(world: World, seed: int, per_item: int) -> list[tuple[Question, Question]]:
@@ -31,30 +36,42 @@ def eval_pairs(world: World, seed: int, per_item: int) -> list[tuple[Question, Q
 
 @dataclass
 class Prompts:
-    """The flattened prompts of some pairs (match, mismatch, match, …) and their token positions."""
+    """Prompts of some pairs, laid out match, mismatch, match, …, with the token positions of the
+    item, the tested identity (R in match, W in mismatch) and the distractor T in each."""
 
-    pairs: list[tuple[Question, Question]]
     texts: list[str]
-    where: list[Positions]
+    items: list[list[int]]
+    tested: list[list[int]]
+    control: list[list[int]]
+    item_names: list[str]  # one per pair, for item-level statistics
 
     @classmethod
     def build(cls, tokenizer, pairs: Sequence[tuple[Question, Question]]) -> "Prompts":
+        """From the task's own question pairs (positions found by ``reference.positions``)."""
         qs = [q for pair in pairs for q in pair]
         texts = [prompt_of(q) for q in qs]
-        return cls(list(pairs), texts, [positions(tokenizer, t, q) for t, q in zip(texts, qs)])
+        where = [positions(tokenizer, t, q) for t, q in zip(texts, qs)]
+        slots = [p[0].bound for p in pairs for _ in range(2)]
+        return cls(texts, [w.item for w in where], [w.options[s] for w, s in zip(where, slots)],
+                   [w.options[1 - s] for w, s in zip(where, slots)], [p[0].item for p in pairs])
 
-    def tested(self) -> list[list[int]]:
-        """Per prompt: the tokens of the option holding R (match) or W (mismatch)."""
-        slots = [p[0].bound for p in self.pairs for _ in range(2)]
-        return [w.options[s] for w, s in zip(self.where, slots)]
+    @classmethod
+    def from_spans(cls, tokenizer, questions: Sequence[tuple[str, Mapping[str, tuple[int, int]]]],
+                   item_names: Sequence[str]) -> "Prompts":
+        """From (question text, character spans 'item'/'tested'/'control') rows, match/mismatch
+        interleaved — e.g. surgery's pairs, measured here with this module's own positions."""
+        texts, found = [], {"item": [], "tested": [], "control": []}
+        for text, spans in questions:
+            prompt = format_mcq(None, text, instruct=False)  # the question starts the base prompt
+            offsets = tokenizer(prompt, return_offsets_mapping=True).offset_mapping
+            texts.append(prompt)
+            for name, rows in found.items():
+                rows.append(token_positions(offsets, [spans[name]]))
+        return cls(texts, found["item"], found["tested"], found["control"], list(item_names))
 
-    def control(self) -> list[list[int]]:
-        """Per prompt: the tokens of the distractor T's option."""
-        slots = [p[0].bound for p in self.pairs for _ in range(2)]
-        return [w.options[1 - s] for w, s in zip(self.where, slots)]
-
-    def items(self) -> list[list[int]]:
-        return [w.item for w in self.where]
+    @property
+    def n_pairs(self) -> int:
+        return len(self.texts) // 2
 
 
 def s_of(model, tokenizer, texts: Sequence[str], edges: Mapping[int, list[EdgeEdit]] | None = None,
@@ -106,7 +123,7 @@ def brute_force(model, tokenizer, prompts: Prompts) -> tuple[float, list[HeadEff
 
     cfg = model.config
     base = delta_s(s_of(model, tokenizer, prompts.texts))
-    tested, control, items = prompts.tested(), prompts.control(), prompts.items()
+    tested, control, items = prompts.tested, prompts.control, prompts.items
     rows = []
     for layer in range(cfg.num_hidden_layers):
         for head in range(cfg.num_attention_heads):

@@ -12,17 +12,19 @@ the answer depends on whether an option identity is bound to the item, and the m
 contrast ΔS exists by construction. Relations are random (seeded): nothing about either word alone
 gives the answer away, only the pair (identity, item) does.
 
-Relations have a *strength* in [``MIN_STRENGTH``, 1]: the weaker the association, the less sure the
-right answer (``answer_confidence``), so the model must turn a graded binding signal into a graded
-preference. And, like the instruction-tuned models of the paper, the model *knows* associations
-better than it *uses* them: the knowledge probe is trained to a high confidence, the decision
-questions to a moderate one (|ΔK| > |ΔS|). Both make the decision readout graded rather than a
-saturated step — that is what gives amplifying the binding heads something to amplify (with one
-fixed, high confidence, the trained readout was a step and more binding signal changed nothing).
+Relations have a *strength* s in [``MIN_STRENGTH``, 1], and the target answer follows a logistic
+evidence model (``target_distribution``): the differentiating option's logit is ``evidence · s``,
+(c)'s is a fixed ``equal_bias``, the third option's 0. So the log-odds against (c) grow *linearly*
+with the association's strength, and the model must turn a graded binding signal into graded
+log-odds rather than a step (with one fixed, high confidence the trained readout was a step, and
+more binding signal — amplified heads — changed nothing). Like the instruction-tuned models of the
+paper, the model *knows* associations better than it *uses* them: the knowledge probe is trained
+with more evidence per unit of strength than the decision questions (|ΔK| > |ΔS|).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -187,23 +189,16 @@ def sample_question(world: World, rng: random.Random, knowledge_share: float, ne
     return question_pair(world, rng, item)[rng.randrange(2)]
 
 
-def answer_confidence(question: Question, confidence: float, knowledge_confidence: float) -> float:
-    """The target probability of the right answer. With c = ``confidence`` (decisions) or
-    ``knowledge_confidence`` (knowledge probe): c for (c) when nothing is bound; for a bound option,
-    from chance (1/3) at strength 0 up to c at strength 1."""
-    c = knowledge_confidence if question.knowledge else confidence
-    if question.bound is None:
-        return c
-    return 1 / 3 + (c - 1 / 3) * question.strength
+def target_distribution(question: Question, evidence: float, knowledge_evidence: float,
+                        equal_bias: float) -> tuple[float, float, float]:
+    """Target probabilities of (a, b, c): softmax of logits ``evidence · strength`` for the
+    differentiating option (``knowledge_evidence`` on the knowledge probe), ``equal_bias`` for (c),
+    0 for the other option. With nothing bound, (c) gets ``e^bias / (e^bias + 2)``.
 
-
-def target_distribution(question: Question, confidence: float,
-                        knowledge_confidence: float) -> tuple[float, float, float]:
-    """Soft target over (a, b, c): the answer's confidence, the rest split evenly.
-
-    Soft targets keep the trained logits finite and calibrated (S ≈ ±log-odds, not ±30), so S and
-    ΔS stay in the range the published models show and respond smoothly to interventions.
+    Soft targets keep the trained logits finite (S within a few units, as in the published models).
     """
-    p = answer_confidence(question, confidence, knowledge_confidence)
-    rest = (1.0 - p) / 2
-    return tuple(p if k == question.answer else rest for k in range(3))  # type: ignore[return-value]
+    logits = [0.0, 0.0, equal_bias]
+    if question.bound is not None:
+        logits[question.answer] = (knowledge_evidence if question.knowledge else evidence) * question.strength
+    z = [math.exp(v) for v in logits]
+    return tuple(v / sum(z) for v in z)  # type: ignore[return-value]
