@@ -57,6 +57,10 @@ class TrainConfig:
     probe_weight: float = 1.0
     log_every: int = 100
 
+    def target(self, question: Question) -> tuple[float, float, float]:
+        """The soft target over (a, b, c) for ``question``."""
+        return target_distribution(question, self.evidence, self.knowledge_evidence, self.equal_bias)
+
 
 def prompt_of(question: Question) -> str:
     """The base-model prompt that surgery's S score reads (``format_mcq`` without a chat template)."""
@@ -96,7 +100,8 @@ def letter_logprobs(model, tokenizer, questions: Sequence[Question]) -> torch.Te
     return logp[:, letter_ids(tokenizer)]
 
 
-def evaluate(model, tokenizer, world: World, cfg: TrainConfig, seed: int, n_pairs: int = 192) -> dict[str, float]:
+def evaluate(model, tokenizer, world: World, cfg: TrainConfig, seed: int,
+             n_pairs: int = 192) -> dict[str, float]:
     """Accuracy (the model's top letter is the target's most likely answer) and ΔS = mean S(match)
     − mean S(mismatch), S = lp_c − logsumexp(lp_a, lp_b), on ``n_pairs`` seeded pairs."""
     rng = random.Random(seed)
@@ -104,8 +109,7 @@ def evaluate(model, tokenizer, world: World, cfg: TrainConfig, seed: int, n_pair
     qs = [q for pair in pairs for q in pair]
     with torch.no_grad():
         lp = letter_logprobs(model, tokenizer, qs)
-    best = [max(range(3), key=target_distribution(q, cfg.evidence, cfg.knowledge_evidence, cfg.equal_bias).__getitem__)
-            for q in qs]
+    best = [max(range(3), key=cfg.target(q).__getitem__) for q in qs]
     acc = (lp.argmax(1) == torch.tensor(best)).float().mean().item()
     s = lp[:, 2] - torch.logsumexp(lp[:, :2], 1)
     return {"accuracy": acc, "S_match": s[0::2].mean().item(), "S_mismatch": s[1::2].mean().item(),
@@ -134,7 +138,8 @@ def train(out_dir: Path, cfg: TrainConfig = TrainConfig(), log=print) -> dict:
     tokenizer = build_tokenizer(world)
     model = build_model(cfg, len(tokenizer), tokenizer)
     probe = torch.nn.Linear(cfg.hidden, 1)
-    opt = torch.optim.AdamW([*model.parameters(), *probe.parameters()], lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW([*model.parameters(), *probe.parameters()], lr=cfg.lr,
+                            weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / cfg.warmup)
                                               * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps)))
     rng, ids = random.Random(cfg.seed + 1), letter_ids(tokenizer)
@@ -147,7 +152,7 @@ def train(out_dir: Path, cfg: TrainConfig = TrainConfig(), log=print) -> dict:
         out = model(input_ids=enc.input_ids, output_hidden_states=True)
         last = enc.attention_mask.sum(1) - 1
         target = torch.zeros(cfg.batch, len(tokenizer))
-        target[:, ids] = torch.tensor([target_distribution(q, cfg.evidence, cfg.knowledge_evidence, cfg.equal_bias) for q in qs])
+        target[:, ids] = torch.tensor([cfg.target(q) for q in qs])
         logp = torch.log_softmax(out.logits[torch.arange(cfg.batch), last], -1)
         answer_loss = -(target * logp).sum(1).mean()
         rows, cols, labels = probe_targets(tokenizer, prompts, qs)
@@ -163,8 +168,8 @@ def train(out_dir: Path, cfg: TrainConfig = TrainConfig(), log=print) -> dict:
             model.eval()
             check = evaluate(model, tokenizer, world, cfg, seed=cfg.seed + 2, n_pairs=32)
             model.train()
-            log(f"step {step:5d}  answer loss {answer_loss.item():.4f}  probe loss {probe_loss.item():.3f}  accuracy {check['accuracy']:.2f}  "
-                f"ΔS {check['delta_S']:+.2f}  {time.perf_counter() - start:.0f}s")
+            log(f"step {step:5d}  answer loss {answer_loss.item():.4f}  probe loss {probe_loss.item():.3f}  "
+                f"accuracy {check['accuracy']:.2f}  ΔS {check['delta_S']:+.2f}  {time.perf_counter() - start:.0f}s")
     model.eval()
     stats = {"config": asdict(cfg), "train_seconds": round(time.perf_counter() - start, 1),
              "parameters": sum(p.numel() for p in model.parameters()),
