@@ -1,5 +1,7 @@
 """A planted binding circuit: a synthetic task, a tiny model trained on it, and brute-force truth.
 
-Nothing here uses surgery's analysis code (heads, attention, causal): this package is the
-independent reference that those modules are checked against.
+The independent reference that surgery's binding analysis (heads, attention, causal) is checked
+against: none of that code is used here. From surgery this package takes only the prompt text
+(``surgery.prompting``, so that both sides read the same prompts) and, for whole-head α, the
+run-time o_proj hook (``surgery.interventions.applied``, itself checked against the bake).
 """
