@@ -27,7 +27,7 @@ from surgery.evaluate_io import bbq_data, shipped
 from surgery.interventions import applied
 from surgery.models import load_model, load_tokenizer
 from surgery.neuron_findings import find_neurons
-from surgery.neuron_select import DEFAULT_SPARE, RULES, layer_distribution, select
+from surgery.neuron_select import DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, RULES, select
 from surgery.neurons import SCORES
 from surgery.pairs import load_pairs
 
@@ -66,6 +66,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--mcq", type=int, default=0, help="Shipped MCQ questions to score (0: skip).")
     ap.add_argument("--bbq", type=int, default=0, help="BBQ items from ../shared/data/bbq (0: skip).")
+    ap.add_argument("--grid", choices=["full", "short"], default="full",
+                    help="full: every score × rule × spare; short: the raw BiasScore (global, no spare) and the defaults.")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
@@ -82,7 +84,10 @@ def main() -> None:
     layers, width = found.scores.shape
     rng = np.random.default_rng(0)
     configs = [("baseline", None), ("random", rng.choice(layers * width, args.n, replace=False))]
-    configs += [((score, rule, spare), None) for spare in (0.0, DEFAULT_SPARE) for score in SCORES for rule in RULES]
+    if args.grid == "full":
+        configs += [((score, rule, spare), None) for spare in (0.0, DEFAULT_SPARE) for score in SCORES for rule in RULES]
+    else:
+        configs += [(("bias", "global", 0.0), None), ((DEFAULT_SCORE, DEFAULT_RULE, DEFAULT_SPARE), None)]
     rows = []
     for name, random_ids in configs:
         if name == "baseline":
