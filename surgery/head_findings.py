@@ -127,14 +127,18 @@ def find_heads(model_path: str | Path, pairs: Sequence[Pair], params: FindParams
         sub = [pairs[i] for i in usable]
         prompts = encode_pairs(tokenizer, sub, "binding", instruct)
         base = np.r_[scores["s"][usable], scores["s"][[n + i for i in usable]]]
-        steps = 2 * len(sub) * (2 + params.random_sets + (2 * len(params.dose_grid) if params.dose_response else 0))
+        # α = 1 reuses the baseline, every other α runs edge-level and whole-head once each
+        # ΔS is also measured at the α values of the awareness runs (the bake's α among them)
+        grid = tuple(sorted(set(params.dose_grid) | set(params.awareness_alphas)))
+        dose_runs = 2 * sum(a != 1.0 for a in grid) if params.dose_response else 0
+        steps = 2 * len(sub) * (2 + params.random_sets + dose_runs)
         with item_progress("causal tests", steps, show_progress) as advance:
             runner = PairRunner(model, prompts, [p.item for p in sub], option_token_ids(tokenizer),
                                 params.batch_size, base=base, progress=advance)
             findings["knockout"] = knockout_report(runner, chosen, n_layers, n_heads,
                                                    random_sets=params.random_sets, seed=params.seed)
             if params.dose_response:
-                findings["dose_response"] = dose_response(runner, chosen, params.dose_grid)
+                findings["dose_response"] = dose_response(runner, chosen, grid)
         if params.dose_response and awareness_records:
             from .binding_awareness import awareness_at
 

@@ -84,9 +84,8 @@ def _fmt(x: Any, digits: int = 3) -> str:
 
 
 def print_scores(scores: dict[str, Any]) -> None:
-    table = Table(title="Binding scores (S: equal-treatment lean; K: knowledge probe)")
-    for col in ("", "Δ (match − mismatch)", "mean match", "mean mismatch", "t (items)", "p", "pairs", "items",
-                "option mass"):
+    table = Table(title="Binding scores: mean S and K, Δ = match − mismatch, paired t-test over items")
+    for col in ("", "Δ", "match", "mismatch", "t", "p", "pairs", "items", "option mass"):
         table.add_column(col)
     for name in ("S", "K"):
         d = scores[name]
@@ -121,17 +120,20 @@ def print_findings(f: dict[str, Any]) -> None:
                   f"share ≥ tested {_fmt(rnd['share_ge_tested'], 2)}")
     out.print(table)
     if f.get("dose_response"):
-        dose = Table(title="Dose-response: edge-level α (paper, run time) vs whole-head α (bakeable)")
-        cols = ["α", "ΔS edge", "ΔS whole-head"]
+        dose = Table(title="Dose-response: edge-level α (paper, run time only) vs whole-head α (bakeable); "
+                           "DiffAware / CtxtAware by greedy generation")
+        cols = ["α", "ΔS edge", "ΔS whole"]
         aw = {r["alpha"]: r for r in f.get("awareness") or []}
         if aw:
-            cols += ["DiffAware edge", "DiffAware whole", "CtxtAware edge", "CtxtAware whole"]
+            cols += ["DiffA edge", "DiffA whole", "CtxtA edge", "CtxtA whole"]
         for col in cols:
             dose.add_column(col)
-        for r in f["dose_response"]:
-            row = [f"{r['alpha']:g}", _fmt(r["edge_delta_s"], 4), _fmt(r["whole_delta_s"], 4)]
+        by_alpha = {r["alpha"]: r for r in f["dose_response"]}
+        for alpha in sorted(set(by_alpha) | set(aw)):
+            r = by_alpha.get(alpha, {})
+            row = [f"{alpha:g}", _fmt(r.get("edge_delta_s"), 4), _fmt(r.get("whole_delta_s"), 4)]
             if aw:
-                a = aw.get(r["alpha"])
+                a = aw.get(alpha)
                 row += ([_fmt(a["edge"]["diffaware"]), _fmt(a["whole"]["diffaware"]),
                          _fmt(a["edge"]["ctxtaware"]), _fmt(a["whole"]["ctxtaware"])] if a else [""] * 4)
             dose.add_row(*row)
