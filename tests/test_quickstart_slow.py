@@ -29,9 +29,10 @@ def test_quickstart_smollm2(smollm2, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"Everything is in {out}" in proc.stdout
 
-    timings = dict(line.split("\t") for line in (out / "timings.tsv").read_text().splitlines()[1:])
-    assert tuple(timings) == STEPS
-    assert all(float(s) >= 0 for s in timings.values())
+    rows = [line.split("\t") for line in (out / "timings.tsv").read_text().splitlines()]
+    assert rows[0] == ["step", "wall_s", "cpu_s"]
+    assert tuple(r[0] for r in rows[1:]) == STEPS
+    assert all(float(wall) > 0 and float(cpu) >= 0 for _, wall, cpu in rows[1:])
 
     for name in ("pruned", "amplified"):
         prov = json.loads((out / name / "surgery.json").read_text())
