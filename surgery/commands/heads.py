@@ -18,6 +18,7 @@ from ..errors import RecipeError
 from .common import baking_command, model_argument, parse_values, run_bake, run_sweep, sweep_label
 
 FORMATS = {"auto": None, "instruct": True, "base": False}
+SIGNIFICANT = 0.05  # the level below which ΔS counts as an effect the knockout can reduce
 
 
 def check_alpha(alpha: float, allow_zero: bool) -> None:
@@ -119,6 +120,10 @@ def print_findings(f: dict[str, Any]) -> None:
     table.add_row(f"random heads ×{rnd['n']}", "", "", f"{_fmt(rnd['mean_pct'], 1)} ± {_fmt(rnd['sd_pct'], 1)}",
                   f"share ≥ tested {_fmt(rnd['share_ge_tested'], 2)}")
     out.print(table)
+    p = f["scores"]["S"].get("p")
+    if p is None or not p < SIGNIFICANT:
+        err.print(f"[yellow]note:[/] ΔS itself is not significant (p = {_fmt(p)}): the knockout % divides by a "
+                  "ΔS indistinguishable from 0, so it and its CI are not interpretable")
     if f.get("dose_response"):
         dose = Table(title="Dose-response: edge-level α (paper, run time only) vs whole-head α (bakeable); "
                            "DiffAware / CtxtAware by greedy generation")
