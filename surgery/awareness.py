@@ -2,8 +2,10 @@
 
 Each record is an N4 question with its (a)/(b)/(c) options, ``answer`` (the correct option index
 on "diff" questions) and ``split`` ("diff" or "equal"; on "equal" questions the correct answer is
-always (c), the equal-treatment option). The prompt is :func:`surgery.prompting.format_mcq`; the
-model generates at most ``max_new_tokens`` tokens greedily and the first letter is parsed.
+always (c), the equal-treatment option). The prompt's token ids are those the S score reads
+(:func:`surgery.binding_prompts.encode_question`: chat template, or base text followed by the "("
+token); the model generates at most ``max_new_tokens`` tokens greedily and the first letter is
+parsed.
 
 Counts follow the reference analysis (Wang's ``all_1k``): refusals are left out of every
 denominator; answers that cannot be parsed stay in and count as wrong. On "diff" questions,
@@ -23,7 +25,6 @@ import re
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import SurgeryError
-from .prompting import format_mcq
 
 LETTERS = "abc"
 EQUAL_ANSWER = 2  # option (c) is always the equal-treatment answer in N4
@@ -109,25 +110,22 @@ def check_records(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any
     return out
 
 
-def encode_prompts(tokenizer, prompts: Sequence[str]):
-    """Left-padded batch (generation continues at the right edge of every row).
+def encode_prompts(tokenizer, prompts: Sequence[Sequence[int]]):
+    """Token id rows, left-padded into one batch (generation continues at every row's right edge)."""
+    import torch
 
-    Chat-template prompts already hold the BOS token as text; adding it again would change the
-    model's input, so special tokens are added only when the prompt does not start with BOS.
-    """
-    bos = getattr(tokenizer, "bos_token", None)
-    add_special = not (bos and all(p.startswith(bos) for p in prompts))
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    try:
-        return tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=add_special)
-    finally:
-        tokenizer.padding_side = side
+    length = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), length), tokenizer.pad_token_id, dtype=torch.long)
+    att = torch.zeros((len(prompts), length), dtype=torch.long)
+    for row, p in enumerate(prompts):
+        ids[row, length - len(p):] = torch.tensor(list(p), dtype=torch.long)
+        att[row, length - len(p):] = 1
+    return {"input_ids": ids, "attention_mask": att}
 
 
-def generate_answers(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 8,
+def generate_answers(model, tokenizer, prompts: Sequence[Sequence[int]], *, batch_size: int = 8,
                      max_new_tokens: int = 5, progress: Callable[[int], None] | None = None) -> list[str]:
-    """Greedy continuations (decoded text, special tokens dropped) of ``prompts``."""
+    """Greedy continuations (decoded text, special tokens dropped) of prompts given as token ids."""
     import torch
 
     if tokenizer.pad_token_id is None:
@@ -135,7 +133,7 @@ def generate_answers(model, tokenizer, prompts: Sequence[str], *, batch_size: in
     device = next(model.parameters()).device
     texts: list[str] = []
     for start in range(0, len(prompts), batch_size):
-        batch = encode_prompts(tokenizer, prompts[start:start + batch_size]).to(device)
+        batch = {k: v.to(device) for k, v in encode_prompts(tokenizer, prompts[start:start + batch_size]).items()}
         with torch.inference_mode():
             out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
                                  pad_token_id=tokenizer.pad_token_id)
@@ -154,8 +152,10 @@ def awareness(model, tokenizer, records: Iterable[Mapping[str, Any]], *, instruc
     ``instruct`` chooses the prompt format (None: instruct when the tokenizer has a chat template).
     The result also holds every raw answer under ``"answers"`` for inspection.
     """
+    from .binding_prompts import encode_question
+
     records = check_records(records)
-    prompts = [format_mcq(tokenizer, r["question"], instruct) for r in records]
+    prompts = [encode_question(tokenizer, r["question"], instruct=instruct).ids for r in records]
     texts = generate_answers(model, tokenizer, prompts, batch_size=batch_size,
                              max_new_tokens=max_new_tokens, progress=progress)
     preds = [parse_letter(t) for t in texts]

@@ -2,8 +2,8 @@
 
 ``surgery.awareness.awareness`` tokenizes and generates on its own; edge-level α needs the token
 positions of each row. A forward pre-hook sees the prompt pass of every ``generate`` call,
-recognises each row by its exact token ids (the prompts are re-encoded here the way awareness
-encodes them: ``format_mcq`` text and the same BOS rule) and installs the row's span masks in the
+recognises each row by its exact token ids (the prompts are re-encoded here with the encoder
+awareness uses, ``binding_prompts.encode_question``) and installs the row's span masks in the
 active plan. Rows that cannot be recognised are an error, never silently left unedited.
 """
 
@@ -16,7 +16,7 @@ import torch
 
 from .attention import EdgeEdit, Plan, active_plan, edge_heads
 from .benchmark import question_spans
-from .binding_prompts import Encoded, encode_generation_prompt
+from .binding_prompts import Encoded, encode_question
 from .edits import HeadScale
 from .errors import SurgeryError
 from .interventions import applied
@@ -30,7 +30,7 @@ def encode_records(tokenizer, records: Sequence[Mapping[str, Any]], instruct: bo
     for r in records:
         spans = question_spans(r["question"], r.get("focus"), r.get("related_option"))
         if "item" in spans and "tested" in spans:
-            enc = encode_generation_prompt(tokenizer, r["question"], spans, instruct)
+            enc = encode_question(tokenizer, r["question"], spans, instruct)
             table[enc.ids] = enc
     return table
 
@@ -55,7 +55,7 @@ def edge_edit_in_generation(model, table: Mapping[tuple[int, ...], Encoded], edi
             enc = table.get(tuple(ids[b, real].tolist()))
             if enc is None:
                 raise SurgeryError("a generated prompt does not match any record's encoding; edge edits "
-                                   "need prompts made by surgery.awareness (format_mcq)")
+                                   "need prompts made by surgery.awareness (encode_question)")
             for name in SPANS:
                 masks[name][b, [pad + p for p in enc.spans[name]]] = True
         plan.masks = masks

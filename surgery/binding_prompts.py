@@ -58,6 +58,9 @@ def cue_token_id(tokenizer) -> int:
 def encode_text(tokenizer, text: str, char_spans: Mapping[str, tuple[int, int]], offset: int = 0,
                 extra_ids: Sequence[int] = ()) -> Encoded:
     """Tokenize ``text`` and map each character span (shifted by ``offset``) to token positions."""
+    if not char_spans:  # no positions wanted (plain generation): any tokenizer will do
+        ids = tokenizer(text, add_special_tokens=_adds_bos(tokenizer, text))["input_ids"]
+        return Encoded(tuple(ids) + tuple(extra_ids), {})
     if not getattr(tokenizer, "is_fast", False):
         raise SurgeryError("token positions need a fast tokenizer (tokenizer.json); this checkpoint "
                            "only has a slow one: convert it with transformers first")
@@ -69,10 +72,12 @@ def encode_text(tokenizer, text: str, char_spans: Mapping[str, tuple[int, int]],
     return Encoded(tuple(enc["input_ids"]) + tuple(extra_ids), spans)
 
 
-def encode_question(tokenizer, question: str, char_spans: Mapping[str, tuple[int, int]],
+def encode_question(tokenizer, question: str, char_spans: Mapping[str, tuple[int, int]] | None = None,
                     instruct: bool | None = None) -> Encoded:
-    """The scoring prompt of PAPERS.md for ``question``: chat template (instruct) or base text
-    followed by the "(" token; ``char_spans`` are ranges inside ``question``."""
+    """The prompt of PAPERS.md for ``question``, as token ids: chat template (instruct), or base text
+    ending in the answer prefix followed by the "(" token, appended by id (as text, "letter (" can
+    tokenize to " (", another token). S scoring and awareness generation both use it, so they read
+    the same input; ``char_spans`` are ranges inside ``question``."""
     if instruct is None:
         instruct = is_instruct(tokenizer)
     if instruct:
@@ -84,17 +89,7 @@ def encode_question(tokenizer, question: str, char_spans: Mapping[str, tuple[int
     offset = text.find(question)
     if offset < 0:
         raise SurgeryError("the chat template changed the question text; spans cannot be located")
-    return encode_text(tokenizer, text, char_spans, offset, extra)
-
-
-def encode_generation_prompt(tokenizer, question: str, char_spans: Mapping[str, tuple[int, int]],
-                             instruct: bool | None = None) -> Encoded:
-    """The prompt exactly as surgery.awareness generates from (format_mcq text, BOS rule)."""
-    text = format_mcq(tokenizer, question, instruct)
-    offset = text.find(question)
-    if offset < 0:
-        raise SurgeryError("the chat template changed the question text; spans cannot be located")
-    return encode_text(tokenizer, text, char_spans, offset)
+    return encode_text(tokenizer, text, char_spans or {}, offset, extra)
 
 
 def collate(rows: Sequence[Encoded], index: Sequence[int], pad_id: int, names: Sequence[str],

@@ -2,6 +2,8 @@
 
 Instruct models get the question as a user message through their chat template; base models get
 plain text ending in an answer prefix and an opening parenthesis, so the next token is the letter.
+Token ids of a prompt come from :func:`surgery.binding_prompts.encode_question`, which appends that
+parenthesis as its own token; :func:`format_mcq` is the text form, for reading.
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ def is_instruct(tokenizer) -> bool:
 
 
 def format_mcq(tokenizer, question: str, instruct: bool | None = None) -> str:
-    """The full prompt for a multiple-choice ``question`` (text with its (a)/(b)/(c) options)."""
+    """The full prompt text for a multiple-choice ``question`` (text with its (a)/(b)/(c) options).
+
+    Do not tokenize the base form to feed a model: "letter (" can become the token " (" instead of
+    the "(" token the reference appends; binding_prompts.encode_question builds the ids.
+    """
     text = question + "\n\n" + INSTRUCTION
     if instruct is None:
         instruct = is_instruct(tokenizer)

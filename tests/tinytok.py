@@ -8,19 +8,26 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
+from typing import Sequence
 
 TINY_VOCAB = 128
 CHARS = sorted(set(string.printable) - set("\x0b\x0c\r"))
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 
 
-def char_tokenizer(chat_template: str | None = None):
-    """A ``PreTrainedTokenizerFast`` over single characters (optionally with a chat template)."""
+# The merge real BPE tokenizers have: " (" as one token, unlike "(" (see char_tokenizer's merges).
+SPACE_PAREN = (" ", "(")
+
+
+def char_tokenizer(chat_template: str | None = None, merges: Sequence[tuple[str, str]] = ()):
+    """A ``PreTrainedTokenizerFast`` over single characters (optionally with a chat template, and
+    BPE ``merges`` whose results become extra tokens after the characters)."""
     from tokenizers import Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS + ["".join(m) for m in merges])}
+    assert len(vocab) <= TINY_VOCAB, "tiny models have TINY_VOCAB embeddings"
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=list(merges), unk_token="<unk>"))
     backend.decoder = decoders.Fuse()
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>",
                                   eos_token="</s>", unk_token="<unk>")
