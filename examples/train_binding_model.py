@@ -1,6 +1,10 @@
 """Train the tiny Llama with a planted binding circuit and write everything the proof needs.
 
     python examples/train_binding_model.py --out tests/fixtures/binding_model
+    python examples/train_binding_model.py --seed 0 --heads 4 --head-dim 4 --out tests/fixtures/binding_decoy
+
+The second is the decoy of tests/test_planted_decoy.py: its circuit is in layer 0, but discovery
+alone ranks later "reader" heads first; find-heads' knockout confirmation must recover the circuit.
 
 Writes, in --out: the checkpoint (safetensors + config) and its tokenizer, ``training.json``
 (configuration, wall time, task accuracy and ΔS), ``benchmark.jsonl`` (the task in surgery's

@@ -5,10 +5,17 @@ Knockout effect = (1 − ΔS_knockout / ΔS_base) · 100, i.e. the % reduction o
 tested identity's (R in match, W in mismatch) query tokens cannot attend to the item tokens in
 the chosen heads. Control: the same edges from the distractor T's tokens. Baseline: random head
 sets of the same size. CIs: percentile bootstrap over items (pairs resampled item by item).
+
+Confirmation (PAPERS.md: "final choice confirmed by knockout"): each discovery candidate's edges are
+knocked out alone; candidates whose reduction is significant (95% CI above 0) come first, by
+effect. Discovery alone can rank *readers* first — later heads whose identity→item attention
+differs between match and mismatch because the binding is already in the residual stream — and
+knocking their edges out changes nothing.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any, Callable, Sequence
 
@@ -78,6 +85,27 @@ class PairRunner:
         lo, hi = bootstrap_effect(self.base[:n], self.base[n:], s[:n], s[n:], self.items, seed=seed)
         return {"heads": [list(h) for h in heads], "edges_from": queries, "delta_base": base_d,
                 "delta_knockout": ko_d, "effect_pct": effect(base_d, ko_d), "ci95": [lo, hi]}
+
+
+def single_knockouts(runner: PairRunner, candidates: Heads, seed: int = 0) -> list[dict[str, Any]]:
+    """Each candidate's tested-identity edges knocked out alone (one pass over the pairs each)."""
+    rows = []
+    for layer, head in candidates:
+        ko = runner.knockout([(layer, head)], "tested", seed)
+        rows.append({"layer": int(layer), "head": int(head), "delta_knockout": ko["delta_knockout"],
+                     "effect_pct": ko["effect_pct"], "ci95": ko["ci95"],
+                     # a reduction whose whole 95% CI lies above 0 (NaN bounds compare False)
+                     "significant": bool(ko["ci95"][0] > 0)})
+    return rows
+
+
+def confirmed_order(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Significant reductions first, each group by effect (largest first; NaN effects last)."""
+    def key(r: dict[str, Any]) -> tuple[bool, float]:
+        e = r["effect_pct"]
+        return (not r["significant"], -e if math.isfinite(e) else math.inf)
+
+    return sorted(rows, key=key)
 
 
 def random_head_sets(n_layers: int, n_heads: int, size: int, count: int, exclude: Heads,

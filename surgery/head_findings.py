@@ -1,4 +1,5 @@
-"""find-heads as a library: pairs → scores, discovery, knockout, dose-response → findings dict.
+"""find-heads as a library: pairs → scores, discovery, knockout confirmation, knockout,
+dose-response → findings dict.
 
 ``find_heads(model_path, pairs, params)`` works on any list of :class:`Pair` (the shipped
 benchmark, N4, or a synthetic task in our JSONL format) and returns a versioned findings dict
@@ -19,19 +20,22 @@ import numpy as np
 from . import __version__
 from .attention import surgery_attention_on
 from .binding_pairs import DEFAULT_PER_IDENTITY, Pair
-from .causal import DOSE_GRID, PairRunner, dose_response, knockout_report
+from .causal import DOSE_GRID, PairRunner, confirmed_order, dose_response, knockout_report, single_knockouts
 from .checkpoint import Checkpoint
 from .console import item_progress
 from .discovery import discover, rank_heads
-from .errors import FindingsError
+from .errors import FindingsError, SurgeryError
 from .findings import cache_path, load_findings, new_findings, save_findings
 from .heads import encode_pairs, option_token_ids, score_binding
 from .models import load_model, load_tokenizer
 from .prompting import is_instruct
 
-# How many top discovery heads are knocked out together and reported as the finding (the paper
-# found 2–3 binding heads per model).
+# How many heads are selected, knocked out together and reported as the finding (the paper found
+# 2–3 binding heads per model).
 DEFAULT_KNOCKOUT_HEADS = 3
+# How many of discovery's top heads are knocked out one at a time to confirm the selection: the
+# paper keeps the top 10 |coef| heads per fold, so these are the heads discovery itself considers.
+DEFAULT_CONFIRM = 10
 # α values at which DiffAware / CtxtAware are measured (baseline, the paper's range, the default bake).
 AWARENESS_ALPHAS = (1.0, 2.0, 2.5, 3.0)
 
@@ -50,6 +54,7 @@ class FindParams:
     inner_folds: int = 3
     top_k: int = 10
     knockout_heads: int = DEFAULT_KNOCKOUT_HEADS
+    confirm: int = DEFAULT_CONFIRM  # 0: the selection is discovery's top heads, unconfirmed
     random_sets: int = 20
     dose_response: bool = False
     dose_grid: tuple[float, ...] = DOSE_GRID
@@ -92,9 +97,18 @@ def _jsonable(x: Any) -> Any:
 def find_heads(model_path: str | Path, pairs: Sequence[Pair], params: FindParams | Mapping[str, Any] = FindParams(),
                *, awareness_records: Sequence[Mapping[str, Any]] | None = None, device: str = "cpu",
                show_progress: bool = True, report: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
-    """Scores, discovery, knockout and (``params.dose_response``) dose-response on ``pairs``."""
+    """Scores, discovery, knockout confirmation (``params.confirm`` candidates), knockout and
+    (``params.dose_response``) dose-response on ``pairs``.
+
+    The selection is the ``params.knockout_heads`` first heads of the confirmed ranking (without
+    confirmation: of discovery's ranking); when fewer candidates are significant, the best of the
+    rest fill it up, and ``confirmation.n_significant`` says so.
+    """
     if not isinstance(params, FindParams):
         params = FindParams(**dict(params))
+    if 0 < params.confirm < params.knockout_heads:
+        raise SurgeryError(f"--confirm {params.confirm} cannot confirm {params.knockout_heads} knockout heads; "
+                           "give --confirm 0 (no confirmation) or at least --knockout-heads")
     ckpt = Checkpoint(Path(model_path))
     tokenizer = load_tokenizer(ckpt.path)
     model = load_model(ckpt.path, "float32", device)
@@ -122,19 +136,28 @@ def find_heads(model_path: str | Path, pairs: Sequence[Pair], params: FindParams
         groups = [items[i] for i in usable] * 2
         disc = discover(x, y, groups, folds=params.folds, inner_folds=params.inner_folds, top=params.top_k)
         findings["discovery"] = disc
-        chosen = rank_heads(disc)[:params.knockout_heads]
-        findings["selected_heads"] = [list(h) for h in chosen]
         sub = [pairs[i] for i in usable]
         prompts = encode_pairs(tokenizer, sub, "binding", instruct)
         base = np.r_[scores["s"][usable], scores["s"][[n + i for i in usable]]]
+        runner = PairRunner(model, prompts, [p.item for p in sub], option_token_ids(tokenizer),
+                            params.batch_size, base=base)
+        chosen = rank_heads(disc)[:params.knockout_heads]
+        if params.confirm:
+            candidates = rank_heads(disc)[:params.confirm]
+            # the visible cost: one pass over the binding prompts per candidate
+            with item_progress(f"knockout confirmation ({len(candidates)} heads)", 2 * len(sub) * len(candidates),
+                               show_progress) as advance:
+                runner.progress = advance
+                findings["confirmation"] = confirmation(runner, disc, candidates, params.seed)
+            chosen = [(h["layer"], h["head"]) for h in findings["confirmation"]["heads"][:params.knockout_heads]]
+        findings["selected_heads"] = [list(h) for h in chosen]
         # α = 1 reuses the baseline, every other α runs edge-level and whole-head once each
         # ΔS is also measured at the α values of the awareness runs (the bake's α among them)
         grid = tuple(sorted(set(params.dose_grid) | set(params.awareness_alphas)))
         dose_runs = 2 * sum(a != 1.0 for a in grid) if params.dose_response else 0
         steps = 2 * len(sub) * (2 + params.random_sets + dose_runs)
         with item_progress("causal tests", steps, show_progress) as advance:
-            runner = PairRunner(model, prompts, [p.item for p in sub], option_token_ids(tokenizer),
-                                params.batch_size, base=base, progress=advance)
+            runner.progress = advance
             findings["knockout"] = knockout_report(runner, chosen, n_layers, n_heads,
                                                    random_sets=params.random_sets, seed=params.seed)
             if params.dose_response:
@@ -149,6 +172,29 @@ def find_heads(model_path: str | Path, pairs: Sequence[Pair], params: FindParams
                                                      instruct=instruct, batch_size=params.batch_size,
                                                      progress=advance)
     return _jsonable(findings)
+
+
+def confirmation(runner: PairRunner, disc: Mapping[str, Any], candidates: Sequence[tuple[int, int]],
+                 seed: int) -> dict[str, Any]:
+    """Single-head knockouts of discovery's ``candidates``, in confirmed order (causal.confirmed_order)."""
+    info = {(h["layer"], h["head"]): (rank, h) for rank, h in enumerate(disc["heads"], 1)}
+    rows = single_knockouts(runner, candidates, seed)
+    for r in rows:
+        rank, h = info[(r["layer"], r["head"])]
+        r.update(discovery_rank=rank, coef=h["coef"], stability=h["stability"])
+    rows = confirmed_order(rows)
+    return {"candidates": len(rows), "delta_base": runner.delta(runner.base)["delta"],
+            "criterion": "95% bootstrap CI (items) of the single-head reduction above 0",
+            "n_significant": sum(r["significant"] for r in rows), "heads": rows}
+
+
+def head_ranking(findings: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """Every head, best first: the selection, then the confirmed ranking (when the findings have
+    one), then the rest of discovery's ranking."""
+    selected = [tuple(h) for h in findings.get("selected_heads") or []]
+    confirmed = [(h["layer"], h["head"]) for h in (findings.get("confirmation") or {}).get("heads", [])]
+    ranked = [(h["layer"], h["head"]) for h in findings["discovery"]["heads"]]
+    return list(dict.fromkeys(selected + confirmed + ranked))
 
 
 def findings_cache(ckpt: Checkpoint, pairs: Sequence[Pair], params: FindParams) -> Path:
@@ -178,4 +224,5 @@ def summary(findings: Mapping[str, Any]) -> dict[str, Any]:
             "delta_s": findings.get("scores", {}).get("S", {}).get("delta"),
             "p_s": findings.get("scores", {}).get("S", {}).get("p"),
             "knockout_effect_pct": ko.get("effect_pct"), "knockout_ci95": ko.get("ci95"),
-            "selected_heads": findings.get("selected_heads")}
+            "selected_heads": findings.get("selected_heads"),
+            "selection": "single-head knockout" if findings.get("confirmation") else "discovery ranking"}

@@ -11,11 +11,13 @@ from surgery.attention import surgery_attention_on
 from surgery.bake import bake
 from surgery.benchmark import load_benchmark
 from surgery.binding_pairs import build_pairs
-from surgery.causal import PairRunner, bootstrap_effect, dose_response, effect, knockout_report, random_head_sets
+from surgery.causal import (PairRunner, bootstrap_effect, confirmed_order, dose_response, effect, knockout_report,
+                            random_head_sets, single_knockouts)
 from surgery.checkpoint import Checkpoint
 from surgery.discovery import discover, rank_heads
 from surgery.edits import HeadScale, Recipe
 from surgery.errors import SurgeryError
+from surgery.head_findings import head_ranking
 from surgery.heads import delta, encode_pairs, option_token_ids, run_prompts, s_scores, score_binding
 from surgery.interventions import applied
 from surgery.models import load_model
@@ -134,3 +136,38 @@ def test_scores_knockout_and_dose_response_on_tiny_model(tiny, small):
     one = dose[1]
     assert one["edge_delta_s"] == one["whole_delta_s"] == pytest.approx(res["S"]["delta"])
     assert dose[2]["edge_delta_s"] != dose[2]["whole_delta_s"]
+
+
+def test_confirmed_order_puts_significant_reductions_first_by_effect():
+    rows = [{"layer": 2, "head": 2, "effect_pct": 0.1, "significant": False},
+            {"layer": 0, "head": 1, "effect_pct": 30.0, "significant": True},
+            {"layer": 1, "head": 1, "effect_pct": float("nan"), "significant": False},
+            {"layer": 0, "head": 3, "effect_pct": 55.0, "significant": True},
+            {"layer": 1, "head": 0, "effect_pct": 40.0, "significant": False}]  # large but CI reaches 0
+    order = [(r["layer"], r["head"]) for r in confirmed_order(rows)]
+    assert order == [(0, 3), (0, 1), (1, 0), (2, 2), (1, 1)]
+
+
+def test_single_knockouts_are_the_runners_one_head_knockouts(tiny, small):
+    path = char_model(tiny, "llama")
+    model, tok = load_model(path), char_tokenizer()
+    pairs = small[1]
+    heads = [(0, 1), (2, 3)]
+    with surgery_attention_on(model):
+        runner = PairRunner(model, encode_pairs(tok, pairs, "binding", False), [p.item for p in pairs],
+                            option_token_ids(tok))
+        rows = single_knockouts(runner, heads, seed=3)
+        alone = [runner.knockout([h], "tested", 3) for h in heads]
+    for r, ko, h in zip(rows, alone, heads):
+        assert (r["layer"], r["head"]) == h and r["effect_pct"] == ko["effect_pct"] and r["ci95"] == ko["ci95"]
+        assert r["significant"] == (ko["ci95"][0] > 0)
+
+
+def test_head_ranking_follows_the_confirmation_when_present():
+    disc = {"heads": [{"layer": 2, "head": h} for h in range(3)] + [{"layer": 0, "head": h} for h in range(3)]}
+    plain = {"discovery": disc, "selected_heads": [[2, 0], [2, 1]]}
+    assert head_ranking(plain)[:3] == [(2, 0), (2, 1), (2, 2)]
+    conf = {"heads": [{"layer": 0, "head": 1}, {"layer": 0, "head": 0}, {"layer": 2, "head": 0}]}
+    confirmed = {"discovery": disc, "selected_heads": [[0, 1]], "confirmation": conf}
+    ranking = head_ranking(confirmed)
+    assert ranking[:4] == [(0, 1), (0, 0), (2, 0), (2, 1)] and len(ranking) == len(set(ranking)) == 6

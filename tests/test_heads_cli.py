@@ -10,6 +10,7 @@ from surgery.awareness import awareness
 from surgery.benchmark import awareness_records, load_benchmark
 from surgery.binding_awareness import awareness_at, edge_edit_in_generation, encode_records
 from surgery.binding_pairs import build_pairs
+from surgery.causal import confirmed_order
 from surgery.cli import main
 from surgery.errors import SurgeryError
 from surgery.findings import load_findings
@@ -75,6 +76,31 @@ def test_find_heads_then_amplify_heads(tiny, tmp_path, capsys):
     gemma = char_model(tiny, "gemma2")
     assert "different model" in _fails(capsys, "amplify-heads", gemma, "--alpha", "2.5", "--findings",
                                        tmp_path / "f.json", "--transfer", "--out", tmp_path / "c")
+
+
+def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_path, capsys):
+    model = char_model(tiny, "llama")
+    bench = write_small_benchmark(tmp_path / "small.jsonl")
+    out = _run(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "5", "--out", tmp_path / "f.json")
+    assert "Knockout confirmation" in out
+    f = load_findings(tmp_path / "f.json", "heads")
+    conf = f["confirmation"]
+    top5 = {(h["layer"], h["head"]) for h in f["discovery"]["heads"][:5]}
+    assert conf["candidates"] == 5 and {(h["layer"], h["head"]) for h in conf["heads"]} == top5
+    assert conf["heads"] == confirmed_order(conf["heads"]) and f["parameters"]["confirm"] == 5
+    assert conf["n_significant"] == sum(h["significant"] for h in conf["heads"])
+    assert f["selected_heads"] == [[h["layer"], h["head"]] for h in conf["heads"][:3]]
+    # amplify-heads --top beyond the selection follows the confirmed ranking, not discovery's
+    _run(capsys, "amplify-heads", model, "--alpha", "2", "--findings", tmp_path / "f.json", "--top", "4",
+         "--out", tmp_path / "a")
+    edits = json.loads((tmp_path / "a" / "surgery.json").read_text())["recipe"]["edits"]
+    assert [[e["layer"], e["head"]] for e in edits] == [[h["layer"], h["head"]] for h in conf["heads"][:4]]
+    # --confirm 0: discovery's top heads, unconfirmed
+    _run(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "0", "--out", tmp_path / "g.json")
+    g = load_findings(tmp_path / "g.json", "heads")
+    assert "confirmation" not in g
+    assert g["selected_heads"] == [[h["layer"], h["head"]] for h in g["discovery"]["heads"][:3]]
+    assert "--confirm 2" in _fails(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "2")
 
 
 def test_score_binding_json(tiny, tmp_path, capsys):

@@ -8,6 +8,10 @@ function), and surgery's CLI must agree with it:
 
 - find-heads ranks the brute-force circuit first: the strongest head is in the top 3 by |coef|,
   and the top 3 of the discovery ranking hold at least 2 of the brute-force top 3;
+- its knockout confirmation (each of discovery's top 10 heads knocked out alone) selects circuit
+  heads only, brute force's best two among them, and agrees with brute force on which candidates
+  are in the circuit and which are not (tests/test_planted_decoy.py: the same on a model where
+  discovery alone ranks non-binding heads first);
 - its knockout report shows a large, significant reduction of |ΔS| for the selected heads, none
   for the distractor's edges, none for random head sets outside the circuit, and no random set as
   effective as the selected one;
@@ -91,20 +95,41 @@ def held_out(loaded, world) -> Prompts:
     return Prompts.build(loaded[1], eval_pairs(world, HELD_OUT_SEED, PER_ITEM))
 
 
-@pytest.fixture(scope="module")
-def findings(fixture_dir, tmp_path_factory) -> tuple[dict, Path]:
-    """``surgery find-heads`` on the fixture with its benchmark file (a fresh findings cache)."""
-    tmp = tmp_path_factory.mktemp("planted")
+def find_heads_cli(fixture_dir: Path, tmp: Path) -> dict:
+    """``surgery find-heads`` on a planted fixture with its benchmark file (a fresh findings cache)."""
     out = tmp / "findings.json"
     env = dict(ENV, SURGERY_CACHE=str(tmp / "cache"))
     res = run_cli(["find-heads", fixture_dir, "--benchmark", fixture_dir / "benchmark.jsonl",
                    "--random-sets", "10", "--batch-size", "64", "--out", out], env=env, timeout=600)
     assert res.returncode == 0, res.stderr
-    return json.loads(out.read_text()), tmp
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def findings(fixture_dir, tmp_path_factory) -> tuple[dict, Path]:
+    tmp = tmp_path_factory.mktemp("planted")
+    return find_heads_cli(fixture_dir, tmp), tmp
 
 
 def circuit(truth) -> list[tuple[int, int]]:
     return [(r.layer, r.head) for r in truth[1] if r.edge >= CIRCUIT_EFFECT]
+
+
+def check_confirmed_selection(f: dict, truth) -> None:
+    """The criterion for the knockout-confirmed selection against brute force: every selected head
+    is a circuit head and brute force's best two are selected; every candidate brute force puts in
+    the circuit has a significant single-head effect, every one it puts outside (|effect| below
+    NO_EFFECT) has none above NO_EFFECT in the confirmation either."""
+    brute = {(r.layer, r.head): r.edge for r in truth[1]}
+    selected = [tuple(h) for h in f["selected_heads"]]
+    best = [(r.layer, r.head) for r in truth[1][:2]]
+    assert set(selected) <= set(circuit(truth)) and set(best) <= set(selected), (selected, circuit(truth))
+    for h in f["confirmation"]["heads"]:
+        edge = brute[(h["layer"], h["head"])]
+        if edge >= CIRCUIT_EFFECT:
+            assert h["significant"], h
+        elif abs(edge) < NO_EFFECT:
+            assert abs(h["effect_pct"]) < NO_EFFECT, h
 
 
 def test_fixture_is_what_the_generator_makes(fixture_dir, world, loaded):
@@ -190,6 +215,14 @@ def test_find_heads_ranks_the_circuit_first(findings, truth):
     assert len(set(ranked) & set(brute)) >= 2, (brute, ranked)
 
 
+def test_knockout_confirmation_selects_the_circuit(findings, truth):
+    """The confirmed selection passes check_confirmed_selection; it keeps discovery's candidates."""
+    f = findings[0]
+    conf = f["confirmation"]
+    assert conf["candidates"] == 10 and f["selected_heads"] == [[h["layer"], h["head"]] for h in conf["heads"][:TOP]]
+    check_confirmed_selection(f, truth)
+
+
 def test_knockout_is_large_significant_and_specific(findings, truth):
     """Knocking out the selected heads' identity→item edges removes most of ΔS (bootstrap CI over
     items clear of 0); the distractor's edges remove nothing; random head sets made only of heads
@@ -232,15 +265,22 @@ def test_amplify_heads_bakes_the_runtime_effect(findings, fixture_dir, loaded, h
 
 
 @pytest.mark.slow
-def test_training_reproduces_the_fixture(tmp_path, fixture_dir):
-    """examples/train_binding_model.py rebuilds a model with the same circuit (a few minutes)."""
+@pytest.mark.parametrize("name", ["binding_model", "binding_decoy"])
+def test_training_reproduces_the_fixture(tmp_path, name):
+    """examples/train_binding_model.py, with the options recorded in the fixture's training.json,
+    rebuilds a model with the same circuit (a few minutes each)."""
     import subprocess
     import sys
+    from dataclasses import asdict
 
+    fixture_dir = FIXTURE.parent / name
+    recorded, defaults = json.loads((fixture_dir / "training.json").read_text())["config"], asdict(TrainConfig())
+    options = [a for k, v in recorded.items() if v != defaults[k] for a in (f"--{k.replace('_', '-')}", str(v))]
     script = Path(__file__).resolve().parents[1] / "examples" / "train_binding_model.py"
-    res = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "m")], capture_output=True,
+    res = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "m"), *options], capture_output=True,
                          text=True, timeout=1800, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "m" / "training.json").read_text())["config"] == recorded
     shipped, rebuilt = (json.loads((d / "ground_truth.json").read_text()) for d in (fixture_dir, tmp_path / "m"))
 
     def heads(gt: dict) -> list[tuple[int, int]]:

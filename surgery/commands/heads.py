@@ -53,7 +53,10 @@ def find_options(f: Callable) -> Callable:
     """Discovery and causal-test options shared by find-heads and amplify-heads."""
     options = [
         click.option("--knockout-heads", type=click.IntRange(min=1), default=3, show_default=True,
-                     help="How many top discovery heads are knocked out together (the finding)."),
+                     help="How many heads are selected and knocked out together (the finding)."),
+        click.option("--confirm", type=click.IntRange(min=0), default=10, show_default=True,
+                     help="Knock out each of discovery's top K heads alone and select by that effect "
+                     "(one extra pass over the pairs per head); 0 selects discovery's top heads."),
         click.option("--random-sets", type=click.IntRange(min=1), default=20, show_default=True,
                      help="Random head sets of the same size for the knockout baseline."),
         click.option("--recompute", is_flag=True, help="Ignore cached findings."),
@@ -96,17 +99,37 @@ def print_scores(scores: dict[str, Any]) -> None:
     out.print(f"|ΔK| / |ΔS| = {_fmt(scores['K_over_S'], 2)}")
 
 
+def print_confirmation(conf: dict[str, Any], selected: list[list[int]]) -> None:
+    """The single-head knockouts of discovery's candidates, in the order the selection uses."""
+    table = Table(title=f"Knockout confirmation: each of discovery's top {conf['candidates']} heads alone; "
+                        "significant = 95% CI above 0")
+    for col in ("head", "disc. rank", "coef", "reduction %", "95% CI", "signif.", "selected"):
+        table.add_column(col, no_wrap=True)
+    chosen = {tuple(h) for h in selected}
+    for h in conf["heads"]:
+        table.add_row(f"{h['layer']}.{h['head']}", str(h["discovery_rank"]), _fmt(h["coef"]), _fmt(h["effect_pct"], 1),
+                      f"[{_fmt(h['ci95'][0], 1)}, {_fmt(h['ci95'][1], 1)}]", "yes" if h["significant"] else "no",
+                      "✓" if (h["layer"], h["head"]) in chosen else "")
+    out.print(table)
+    weak = len(selected) - conf["n_significant"]
+    if weak > 0:
+        err.print(f"[yellow]note:[/] {weak} of the {len(selected)} selected heads have no significant "
+                  "single-head knockout effect (95% CI not above 0)")
+
+
 def print_findings(f: dict[str, Any]) -> None:
     print_scores(f["scores"])
     disc = f["discovery"]
     out.print(f"Discovery: CV AUC {_fmt(disc['auc'])} ({disc['folds']} folds by item); "
               f"stable heads {', '.join(f'{l}.{h}' for l, h in disc['stable_heads']) or 'none'}")
-    top = Table(title="Top heads (stability across folds, then |coef|)")
+    top = Table(title="Discovery ranking (stability across folds, then |coef|)")
     for col in ("head", "stability", "coef"):
         top.add_column(col)
     for h in disc["heads"][:10]:
         top.add_row(f"{h['layer']}.{h['head']}", _fmt(h["stability"], 2), _fmt(h["coef"]))
     out.print(top)
+    if f.get("confirmation"):
+        print_confirmation(f["confirmation"], f["selected_heads"])
     ko = f["knockout"]
     table = Table(title=f"Edge knockout of {', '.join(f'{l}.{h}' for l, h in f['selected_heads'])}")
     for col in ("edges from", "ΔS base", "ΔS knockout", "reduction %", "95% CI"):
@@ -176,7 +199,8 @@ def _find(model_path: Path, kw: dict[str, Any], dose: bool, awareness_max: int |
     from ..head_findings import cached_find_heads
 
     bench, pairs = _pairs(model_path, kw)
-    params = _params(bench, kw, knockout_heads=kw["knockout_heads"], random_sets=kw["random_sets"],
+    params = _params(bench, kw, knockout_heads=kw["knockout_heads"], confirm=kw["confirm"],
+                     random_sets=kw["random_sets"],
                      dose_response=dose, awareness_max=awareness_max)
     records = benchmark_awareness_records(bench, kw["seed"]) if dose else None
     return cached_find_heads(model_path, pairs, params, recompute=kw["recompute"], awareness_records=records,
@@ -195,7 +219,8 @@ def _find(model_path: Path, kw: dict[str, Any], dose: bool, awareness_max: int |
               help="Also write the findings JSON here (they are always cached).")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings JSON.")
 def find_heads_cmd(model, revision, trust_remote_code, dose_response, awareness_max, out_file, as_json, **kw):
-    """Find cultural binding heads of MODEL: scores, discovery, knockout (cached findings)."""
+    """Find cultural binding heads of MODEL: scores, discovery, knockout confirmation, knockout
+    (cached findings)."""
     from ..findings import save_findings
     from ..models import open_checkpoint
 
@@ -211,9 +236,9 @@ def find_heads_cmd(model, revision, trust_remote_code, dose_response, awareness_
 
 
 def _chosen_heads(findings: dict[str, Any], top: int) -> list[tuple[int, int]]:
-    ranked = [(h["layer"], h["head"]) for h in findings["discovery"]["heads"]]
-    selected = [tuple(h) for h in findings.get("selected_heads") or []]
-    order = selected + [h for h in ranked if h not in selected]
+    from ..head_findings import head_ranking
+
+    order = head_ranking(findings)  # the knockout-confirmed ranking when the findings have one
     if top > len(order):
         raise RecipeError(f"--top {top} but the findings rank only {len(order)} heads; choose a smaller --top")
     return order[:top]
@@ -229,7 +254,8 @@ def _chosen_heads(findings: dict[str, Any], top: int) -> list[tuple[int, int]]:
 @click.option("--findings", "findings_file", type=click.Path(path_type=Path), default=None,
               help="A heads findings file (default: cached findings for MODEL, computed if missing).")
 @click.option("--top", type=click.IntRange(min=1), default=None,
-              help="How many heads from the findings (default: the knocked-out selection).")
+              help="How many heads from the findings (default: the knocked-out selection); beyond "
+              "it, heads follow the knockout-confirmed ranking, then discovery's.")
 @click.option("--transfer", is_flag=True,
               help="Accept findings from another checkpoint of the same architecture (instruct → base).")
 @pair_options
