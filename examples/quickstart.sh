@@ -9,7 +9,7 @@
 #     → find-heads → amplify-heads --alpha 2.5 --top 3 → verify → export-lora → report.
 #
 # Everything lands in one folder (default ./quickstart-<model>): findings/, pruned/, amplified/,
-# adapter/, eval/, report/, and timings.tsv (seconds per step).
+# adapter/, eval/, report/, and timings.tsv (wall and CPU seconds per step).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,21 +40,31 @@ if [[ -e "$OUT" && -n "$(ls -A "$OUT" 2>/dev/null)" ]]; then
 fi
 mkdir -p "$OUT"/{findings,eval,recipes}
 TIMINGS="$OUT/timings.tsv"
-printf 'step\tseconds\n' > "$TIMINGS"
+printf 'step\twall_s\tcpu_s\n' > "$TIMINGS"
 
-# step NAME COMMAND…: run, time, log; stop the pipeline on the first failure.
+# step NAME COMMAND…: run, time (wall and CPU), log; stop the pipeline on the first failure.
+# CPU seconds (user + system of the step's processes) say what a step costs on a busy machine,
+# where wall time depends on who else is running.
 step() {
     local name="$1"; shift
     echo
     echo "== $name: $*"
-    local start=$EPOCHREALTIME seconds
+    local start=$EPOCHREALTIME cpu_start seconds cpu
+    children_cpu; cpu_start=$CPU_NOW
     "$@"
     seconds=$(elapsed "$start")
-    printf '%s\t%s\n' "$name" "$seconds" >> "$TIMINGS"
-    echo "   $name took $seconds s"
+    children_cpu; cpu=$(awk -v a="$cpu_start" -v b="$CPU_NOW" 'BEGIN { printf "%.1f", b - a }')
+    printf '%s\t%s\t%s\n' "$name" "$seconds" "$cpu" >> "$TIMINGS"
+    echo "   $name took $seconds s ($cpu s CPU)"
 }
 
 elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+# CPU_NOW = CPU seconds of every finished child of this shell: bash's `times` (second line: user,
+# system), written to a file because in a pipe or $(…) it would run in a fresh subshell and say 0.
+children_cpu() {
+    times > "$OUT/.times"
+    CPU_NOW=$(awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.2f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$OUT/.times")
+}
 
 install_surgery() {
     VENV="${VENV:-$REPO/.venv}"
@@ -65,6 +75,7 @@ install_surgery() {
 }
 
 TOTAL_START=$EPOCHREALTIME
+children_cpu; TOTAL_CPU_START=$CPU_NOW
 if [[ $INSTALL -eq 1 ]]; then
     step install install_surgery
     # shellcheck disable=SC1091
@@ -98,13 +109,15 @@ step report surgery report "$OUT/findings/neurons.json" "$OUT/findings/heads.jso
     --eval "$OUT/eval/pruned.json" --out "$OUT/report"
 
 TOTAL=$(elapsed "$TOTAL_START")
-printf 'total\t%s\n' "$TOTAL" >> "$TIMINGS"
+children_cpu; TOTAL_CPU=$(awk -v a="$TOTAL_CPU_START" -v b="$CPU_NOW" 'BEGIN { printf "%.1f", b - a }')
+rm -f "$OUT/.times"
+printf 'total\t%s\t%s\n' "$TOTAL" "$TOTAL_CPU" >> "$TIMINGS"
 echo
-echo "Step timings (s):"
-awk -F'\t' 'NR > 1 { printf "  %-18s %8s\n", $1, $2 }' "$TIMINGS"
+echo "Step timings:"
+awk -F'\t' '{ printf "  %-18s %8s %8s\n", $1, $2, $3 }' "$TIMINGS"
 cat <<EOF
 
-Done in $TOTAL s. Everything is in $OUT:
+Done in $TOTAL s ($TOTAL_CPU s CPU). Everything is in $OUT:
   findings/   neurons.json, heads.json
   pruned/     $MODEL_NAME with 40 bias neurons pruned (verified)
   amplified/  $MODEL_NAME with the top 3 binding heads × 2.5 (verified)
