@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
-import torch
-from torch import nn
 
-from .capture import capture_pooled
 from .errors import SurgeryError
-from .interventions import layer_module, model_architecture
 from .pairs import PromptPair
+
+if TYPE_CHECKING:  # torch is imported where the model runs: `surgery --help` stays fast
+    import torch
+    from torch import nn
 
 SCORES = ("bias", "signed", "fairness")
 DEFAULT_BIAS_WEIGHT = 0.8
@@ -57,6 +57,8 @@ class PairSums:
 def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair], batch_size: int = 16,
                          progress: Callable[[int], None] = lambda n: None) -> PairSums:
     """Capture both prompts of every pair (batch_size pairs per forward pass) into PairSums."""
+    from .capture import capture_pooled
+
     texts = [t for p in pairs for t in (p.prompt_1, p.prompt_2)]
     sums = PairSums()
 
@@ -76,6 +78,8 @@ def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair
 
 def ppm_scores(model: nn.Module) -> np.ndarray:
     """PPM of every neuron, [layers, width], from the gate and up rows (Phi-3: fused gate_up)."""
+    from .interventions import layer_module, model_architecture
+
     arch = model_architecture(model)
     g = arch.geometry
     out = np.zeros((g.num_layers, g.intermediate_size), dtype=np.float64)
