@@ -34,7 +34,11 @@ def test_bias_score_matches_unbatched_reference(smollm2):
         diffs.setdefault(p.category, []).append(d)
     for category, ds in diffs.items():
         reference = torch.stack(ds).abs().mean(0).numpy()
-        np.testing.assert_allclose(table.bias[category], reference, rtol=1e-4, atol=1e-4)
+        # 1e-4 absolute, plus 1e-3 relative: the score is a difference of fp32 activations, and on the
+        # last layer's massive-activation neurons (pooled values in the tens) a batch of 16 and a
+        # batch of 1 run different GEMM blockings, which round differently (one neuron of 46,080,
+        # 28.678 at 0.228, differed by 1.3e-4 on a CI machine).
+        np.testing.assert_allclose(table.bias[category], reference, rtol=1e-3, atol=1e-4)
     # the raw score concentrates in the last layer, as PAPERS.md reports for SmolLM2
     pooled = table.pooled("bias", table.categories).ravel()
     top40_layers = np.argsort(-pooled, kind="stable")[:40] // table.shape[1]
