@@ -53,7 +53,7 @@ def _forbid_capture(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("capture ran: the findings should have come from the cache")
 
-    monkeypatch.setattr("surgery.neurons.capture_pooled", fail)
+    monkeypatch.setattr("surgery.capture.capture_pooled", fail)  # neurons.py imports it at call time
 
 
 def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, monkeypatch):
