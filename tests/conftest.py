@@ -9,6 +9,7 @@ marked ``slow`` and are looked up in ``$SURGERY_MODELS`` (default ``~/.cache/sur
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,23 @@ def gemma3_270m() -> Path:
 def _isolated_cache(tmp_path, monkeypatch):
     """Findings caches go to a per-test folder, never the user's."""
     monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "surgery-cache"))
+
+
+# A time budget for the real-model checks (.ci/run sets it): SURGERY_TEST_DEADLINE is the epoch
+# second by which the run must end. Tests carry their cost as ``pytest.mark.slow(minutes=N)`` or
+# ``pytest.mark.vllm(minutes=N)`` (measured on 2 CPU cores); the cheap ones run first, and a test
+# that would not finish in time is skipped with the reason rather than cut off half-way.
+def _minutes(item: pytest.Item) -> float:
+    return max((float(m.kwargs.get("minutes", 0)) for name in ("slow", "vllm")
+                for m in item.iter_markers(name)), default=0.0)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("SURGERY_TEST_DEADLINE"):
+        items.sort(key=_minutes)  # stable: equal costs keep the file order
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    deadline = os.environ.get("SURGERY_TEST_DEADLINE")
+    if deadline and time.time() + 60 * _minutes(item) > float(deadline):
+        pytest.skip(f"not enough of the time budget left for this ~{_minutes(item):g} min check")

@@ -9,7 +9,7 @@ import pytest
 
 from surgery.evaluate import evaluate, make_plan
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(minutes=5)
 
 
 def _shared_data() -> Path:

@@ -79,7 +79,7 @@ def test_instruct_prompts_are_the_chat_template_text_unchanged():
     assert expected[0][-len("assistant:"):] == tok("assistant:")["input_ids"]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=1)
 def test_gemma3_base_prompt_ends_in_the_paren_token(gemma3_270m):
     """Gemma-3's tokenizer has both " (" and "(": scoring and generation both end in "("."""
     from surgery.models import load_tokenizer

@@ -14,7 +14,7 @@ import pytest
 
 from surgery.checkpoint import Checkpoint
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(minutes=30)
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = ("get-model", "find-neurons", "prune-neurons", "verify-pruned", "eval-pruned", "find-heads",
