@@ -15,11 +15,12 @@ from typing import Any, Callable, Mapping, Sequence
 from . import __version__
 from .checkpoint import Checkpoint
 from .console import item_progress
+from .errors import FindingsError
 from .findings import atomic_write_text, cache_path, check_model, load_findings, new_findings
 from .models import load_model, load_tokenizer
 from .neuron_select import (DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, Selection, category_overlap,
                             layer_distribution, neuron_rows, select)
-from .neurons import DEFAULT_BIAS_WEIGHT, NeuronScores, accumulate_pair_sums, ppm_scores
+from .neurons import DEFAULT_BIAS_WEIGHT, NeuronScores, SelectionError, accumulate_pair_sums, ppm_scores
 from .pairs import PairSet, PairsError, check_token_counts
 
 # What was captured and how; part of the cache key (bump "method" when the scores change meaning).
@@ -83,6 +84,19 @@ def cached_path(ckpt: Checkpoint, pairs: PairSet) -> Path:
     return cache_path("neurons", ckpt.fingerprint(), pairs.sha256, capture_params(pairs))
 
 
+def _cache_hit(path: Path, ckpt: Checkpoint) -> FoundNeurons | None:
+    """The cached findings, or None when there are none or they are damaged or stale (then they
+    are recomputed, as find-heads does: a cache entry is never trusted over a fresh capture)."""
+    if not path.is_file():
+        return None
+    try:
+        findings = load_findings(path, "neurons")
+        check_model(findings, ckpt)
+        return FoundNeurons(findings, scores_of(findings), path, from_cache=True)
+    except (FindingsError, SelectionError):
+        return None
+
+
 def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, strict: bool = False,
                  device: str = "cpu", trust_remote_code: bool = False, recompute: bool = False,
                  show_progress: bool = True,
@@ -90,15 +104,14 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
     """Cached findings for (model, pairs, parameters), computing them on a miss."""
     params = capture_params(pairs)
     cached = cached_path(ckpt, pairs)
-    if cached.is_file() and not recompute:
-        findings = load_findings(cached, "neurons")
-        check_model(findings, ckpt)
-        skipped = (findings.get("dataset") or {}).get("skipped") or {}
+    hit = None if recompute else _cache_hit(cached, ckpt)
+    if hit is not None:
+        skipped = (hit.findings.get("dataset") or {}).get("skipped") or {}
         if strict and skipped:  # the cached run skipped pairs that --strict must refuse
             detail = ", ".join(f"{c} {n}" for c, n in skipped.items())
             raise PairsError(f"{sum(skipped.values())} pair(s) tokenize to different lengths in this model's "
                              f"tokenizer ({detail}); fix them or drop --strict to skip them")
-        return FoundNeurons(findings, scores_of(findings), cached, from_cache=True)
+        return hit
 
     tokenizer = load_tokenizer(ckpt.path, trust_remote_code)
     check = check_token_counts(pairs, tokenizer, strict)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -89,6 +91,28 @@ def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, m
                        "--json", "--out", tmp_path / "gender")
     assert code == 0, err
     assert json.loads((tmp_path / "gender" / "surgery.json").read_text())["neuron_selection"]["categories"] == ["Gender"]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "no-scores"])
+def test_damaged_cache_entry_is_recomputed(setup, tmp_path, capsys, damage):
+    """A cache entry cut short (a crash, a full disk) or without readable scores is captured again,
+    never an error and never trusted, as find-heads does."""
+    make, pairs = setup
+    model = make()
+    code, _, err = run(capsys, "find-neurons", model, "--pairs", pairs, "--out", tmp_path / "f.json")
+    assert code == 0, err
+    [entry] = list(Path(os.environ["SURGERY_CACHE"]).rglob("*.json"))
+    if damage == "truncated":
+        entry.write_text(entry.read_text()[:200])
+    else:
+        doc = json.loads(entry.read_text())
+        doc["scores"] = {"layers": 3}
+        entry.write_text(json.dumps(doc))
+    code, _, err = run(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 4, "--out", tmp_path / "p")
+    assert code == 0, err
+    prov = json.loads((tmp_path / "p" / "surgery.json").read_text())
+    assert prov["neuron_findings"]["from_cache"] is False
+    assert load_findings(entry, "neurons")["scores"] == load_findings(tmp_path / "f.json", "neurons")["scores"]
 
 
 def _check_pruned(source, baked, neurons, factor: float, fused: bool = False, width: int = 48):
