@@ -76,7 +76,7 @@ def _neurons_section(f: Mapping[str, Any], stem: str, out: Path) -> list[str]:
                      f"selection); categories: {', '.join(s.get('categories') or [])}")
         lines += ["", "| layer | neuron | bias | signed | top category |", "|---|---|---|---|---|"]
         lines += [f"| {r['layer']} | {r['neuron']} | {_fmt(r.get('bias'))} | {_fmt(r.get('signed'))} | "
-                  f"{r.get('top_category', '')} |" for r in s["neurons"][:20]]
+                  f"{r.get('top_category', '')} |" for r in s["neurons"]]  # every one the header counts
         lines.append("")
     if s.get("layer_distribution"):
         png = plots.layer_histogram(s["layer_distribution"], out / f"{stem}-layers.png")
