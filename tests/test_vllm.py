@@ -18,7 +18,7 @@ from surgery.edits import HeadScale, Recipe
 
 from .helpers_cli import run_cli
 
-pytestmark = pytest.mark.vllm
+pytestmark = pytest.mark.vllm(minutes=6)
 
 REPO = Path(__file__).resolve().parents[1]
 # Silencing 4 heads in each of layers 1 and 2 changes every greedy continuation, and the adapter
