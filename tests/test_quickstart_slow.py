@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow(minutes=30)
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = ("get-model", "find-neurons", "prune-neurons", "verify-pruned", "eval-pruned", "find-heads",
-         "amplify-heads", "verify-amplified", "export-lora", "report", "total")
+         "amplify-heads", "verify-amplified", "eval-amplified", "export-lora", "report", "total")
 
 
 def test_quickstart_smollm2(smollm2, tmp_path):
@@ -44,5 +44,9 @@ def test_quickstart_smollm2(smollm2, tmp_path):
     assert len(amplified) == 3 and {e["alpha"] for e in amplified} == {2.5}
     assert (out / "adapter" / "adapter_config.json").is_file()
     assert (out / "findings" / "neurons.json").is_file() and (out / "findings" / "heads.json").is_file()
-    assert json.loads((out / "eval" / "pruned.json").read_text())
-    assert any((out / "report").iterdir())
+    for name in ("pruned", "amplified"):
+        assert json.loads((out / "eval" / f"{name}.json").read_text())["metrics"]["model"]["perplexity"] > 1
+    # the report lists the selected neurons (a table row "| layer | neuron |") and heads
+    report = (out / "report" / "report.md").read_text()
+    assert all(f"| {e['layer']} | {e['neuron']} |" in report for e in pruned)
+    assert "Selected heads (layer.head): " + ", ".join(f"{e['layer']}.{e['head']}" for e in amplified) in report
