@@ -119,7 +119,7 @@ def test_findings_cache_writers_and_readers(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == [path.name], "temporary files left behind"
 
 
-@pytest.mark.slow(minutes=2)  # three real find-heads runs: about 40 s idle, 2 min on a busy machine
+@pytest.mark.slow(minutes=1)  # three real find-heads runs: about 20 s idle, 2 min on a busy machine
 def test_two_find_heads_share_the_cache(tiny, tmp_path):
     """Two real find-heads runs on one model at once, then a third: the runs agree, the cache entry
     is whole, the third run reads it, and a damaged entry is recomputed, not trusted."""

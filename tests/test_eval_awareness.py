@@ -101,7 +101,7 @@ def _shared_data() -> Path:
     return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
-@pytest.mark.slow(minutes=3)
+@pytest.mark.slow(minutes=1)
 def test_awareness_smollm2_on_n4(smollm2):
     path = _shared_data() / "difference_awareness" / "N4_1k.jsonl"
     if not path.is_file():

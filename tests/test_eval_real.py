@@ -9,7 +9,7 @@ import pytest
 
 from surgery.evaluate import evaluate, make_plan
 
-pytestmark = pytest.mark.slow(minutes=5)
+pytestmark = pytest.mark.slow(minutes=1)
 
 
 def _shared_data() -> Path:

@@ -212,7 +212,7 @@ def test_not_a_gguf_file(tmp_path):
         read_header(truncated)
 
 
-@pytest.mark.slow(minutes=2)
+@pytest.mark.slow(minutes=1)
 @pytest.mark.parametrize("fixture", ["smollm2", "gemma3_270m"])
 def test_real_imports_know_where_the_eiffel_tower_is(fixture, request):
     """The models examples/get_models.py imports from PyPI GGUFs answer like the originals."""

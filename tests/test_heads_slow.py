@@ -20,7 +20,7 @@ from surgery.models import load_model, load_tokenizer
 from surgery.prompting import is_instruct
 from surgery.verify import verify
 
-pytestmark = pytest.mark.slow(minutes=2)
+pytestmark = pytest.mark.slow(minutes=1)
 
 
 @pytest.fixture(params=["smollm2", "gemma3_270m"])
@@ -42,7 +42,7 @@ def test_batched_s_equals_unbatched(real):
     assert np.all(np.isfinite(batched.s))
 
 
-@pytest.mark.slow(minutes=10)
+@pytest.mark.slow(minutes=2)
 def test_find_heads_then_amplify_heads(real, tmp_path, capsys):
     common = ["--max-pairs", "8", "--random-sets", "2"]
     main(["find-heads", str(real), *common, "--out", str(tmp_path / "f.json")])

@@ -20,7 +20,7 @@ from .test_neurons_cli import run
 SHARED = Path(os.environ.get("SURGERY_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 PUBLIC_EN = SHARED / "fairness_pruning" / "prompt_pairs_en.json"
 
-pytestmark = [pytest.mark.slow(minutes=5),
+pytestmark = [pytest.mark.slow(minutes=1),
               pytest.mark.skipif(not PUBLIC_EN.is_file(), reason="public fairness-pruning pairs not present")]
 
 

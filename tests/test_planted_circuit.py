@@ -264,7 +264,7 @@ def test_amplify_heads_bakes_the_runtime_effect(findings, fixture_dir, loaded, h
     assert abs(delta_s(runtime) - delta_s(base)) > 100 * SAME
 
 
-@pytest.mark.slow(minutes=8)
+@pytest.mark.slow(minutes=4)
 @pytest.mark.parametrize("name", ["binding_model", "binding_decoy"])
 def test_training_reproduces_the_fixture(tmp_path, name):
     """examples/train_binding_model.py, with the options recorded in the fixture's training.json,
