@@ -14,7 +14,7 @@ import pytest
 
 from surgery.checkpoint import Checkpoint
 
-pytestmark = pytest.mark.slow(minutes=25)  # 13 min on an idle 2-core machine
+pytestmark = pytest.mark.slow(minutes=25)  # 14 min on an idle 2-core machine
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = ("get-model", "find-neurons", "prune-neurons", "verify-pruned", "eval-pruned", "find-heads",
