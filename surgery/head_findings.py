@@ -141,9 +141,10 @@ def find_heads(model_path: str | Path, pairs: Sequence[Pair], params: FindParams
         base = np.r_[scores["s"][usable], scores["s"][[n + i for i in usable]]]
         runner = PairRunner(model, prompts, [p.item for p in sub], option_token_ids(tokenizer),
                             params.batch_size, base=base)
-        chosen = rank_heads(disc)[:params.knockout_heads]
+        ranked = rank_heads(disc)
+        chosen = ranked[:params.knockout_heads]
         if params.confirm:
-            candidates = rank_heads(disc)[:params.confirm]
+            candidates = ranked[:params.confirm]
             # the visible cost: one pass over the binding prompts per candidate
             with item_progress(f"knockout confirmation ({len(candidates)} heads)", 2 * len(sub) * len(candidates),
                                show_progress) as advance:
