@@ -36,6 +36,8 @@ DEFAULT_KNOCKOUT_HEADS = 3
 # How many of discovery's top heads are knocked out one at a time to confirm the selection: the
 # paper keeps the top 10 |coef| heads per fold, so these are the heads discovery itself considers.
 DEFAULT_CONFIRM = 10
+# Above this many pairs find-heads is a long job on a CPU (the quickstart uses 96: ~11 min on 2 cores).
+LARGE_RUN_PAIRS = 200
 # α values at which DiffAware / CtxtAware are measured (baseline, the paper's range, the default bake).
 AWARENESS_ALPHAS = (1.0, 2.0, 2.5, 3.0)
 
@@ -115,6 +117,7 @@ def find_heads(model_path: str | Path, pairs: Sequence[Pair], params: FindParams
     cfg = model.config.get_text_config()
     n_layers, n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
     instruct = is_instruct(tokenizer) if params.instruct is None else params.instruct
+    report(work_note(len(pairs), params))
     findings = new_findings("heads", ckpt, pairs_sha256(pairs), params.to_dict(), __version__)
     findings["prompt_format"] = "instruct" if instruct else "base"
     items = [p.item for p in pairs]
@@ -152,11 +155,8 @@ def find_heads(model_path: str | Path, pairs: Sequence[Pair], params: FindParams
                 findings["confirmation"] = confirmation(runner, disc, candidates, params.seed)
             chosen = [(h["layer"], h["head"]) for h in findings["confirmation"]["heads"][:params.knockout_heads]]
         findings["selected_heads"] = [list(h) for h in chosen]
-        # α = 1 reuses the baseline, every other α runs edge-level and whole-head once each
-        # ΔS is also measured at the α values of the awareness runs (the bake's α among them)
-        grid = tuple(sorted(set(params.dose_grid) | set(params.awareness_alphas)))
-        dose_runs = 2 * sum(a != 1.0 for a in grid) if params.dose_response else 0
-        steps = 2 * len(sub) * (2 + params.random_sets + dose_runs)
+        grid = dose_alphas(params)
+        steps = 2 * len(sub) * (2 + params.random_sets + dose_passes(params))
         with item_progress("causal tests", steps, show_progress) as advance:
             runner.progress = advance
             findings["knockout"] = knockout_report(runner, chosen, n_layers, n_heads,
@@ -173,6 +173,25 @@ def find_heads(model_path: str | Path, pairs: Sequence[Pair], params: FindParams
                                                      instruct=instruct, batch_size=params.batch_size,
                                                      progress=advance)
     return _jsonable(findings)
+
+
+def dose_alphas(params: FindParams) -> tuple[float, ...]:
+    """The α values of the dose-response: the grid and the awareness runs' α (the bake's among them)."""
+    return tuple(sorted(set(params.dose_grid) | set(params.awareness_alphas)))
+
+
+def dose_passes(params: FindParams) -> int:
+    """Passes over the pairs the dose-response needs: α = 1 reuses the baseline, every other α runs
+    edge-level and whole-head once each."""
+    return 2 * sum(a != 1.0 for a in dose_alphas(params)) if params.dose_response else 0
+
+
+def work_note(n_pairs: int, params: FindParams) -> str:
+    """How many prompt forward passes find-heads will run: said before an hour-long CPU job starts."""
+    passes = params.confirm + 2 + params.random_sets + dose_passes(params)  # each over both prompts of every pair
+    total = 4 * n_pairs + passes * 2 * n_pairs
+    hint = "; on a CPU, --max-pairs 96 keeps it to minutes" if n_pairs > LARGE_RUN_PAIRS else ""
+    return f"{n_pairs} pairs: about {total:,} prompt forward passes ({passes} knockout passes){hint}"
 
 
 def confirmation(runner: PairRunner, disc: Mapping[str, Any], candidates: Sequence[tuple[int, int]],

@@ -171,3 +171,15 @@ def test_head_ranking_follows_the_confirmation_when_present():
     confirmed = {"discovery": disc, "selected_heads": [[0, 1]], "confirmation": conf}
     ranking = head_ranking(confirmed)
     assert ranking[:4] == [(0, 1), (0, 0), (2, 0), (2, 1)] and len(ranking) == len(set(ranking)) == 6
+
+
+def test_find_heads_says_how_much_work_it_will_do():
+    """Before a long run starts: 4 scoring prompts per pair, then 2 per pair in each knockout pass
+    (confirmations, selection, control, random sets, dose-response)."""
+    from surgery.head_findings import FindParams, work_note
+
+    assert work_note(1824, FindParams()) == ("1824 pairs: about 124,032 prompt forward passes (32 knockout "
+                                             "passes); on a CPU, --max-pairs 96 keeps it to minutes")
+    grid = len(set(FindParams().dose_grid) | set(FindParams().awareness_alphas)) - 1  # α = 1 is free
+    note = work_note(96, FindParams(random_sets=10, confirm=0, dose_response=True))
+    assert note == f"96 pairs: about {4 * 96 + (12 + 2 * grid) * 2 * 96:,} prompt forward passes ({12 + 2 * grid} knockout passes)"
