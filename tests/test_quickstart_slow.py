@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,9 @@ STEPS = ("get-model", "find-neurons", "prune-neurons", "verify-pruned", "eval-pr
 
 def test_quickstart_smollm2(smollm2, tmp_path):
     out = tmp_path / "qs"
-    env = {**os.environ, "SURGERY_MODELS": str(smollm2.parent), "SURGERY_CACHE": str(tmp_path / "cache")}
+    env = {**os.environ, "SURGERY_MODELS": str(smollm2.parent), "SURGERY_CACHE": str(tmp_path / "cache"),
+           # the `surgery` next to this interpreter, also when the virtual environment is not activated
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     proc = subprocess.run(["bash", str(REPO / "examples" / "quickstart.sh"), "--no-install", "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=3600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
