@@ -2,11 +2,14 @@
 """Does the bakeable whole-head α raise |ΔS| on the planted binding model? A sweep.
 
     python examples/planted_alpha_sweep.py [--fixture tests/fixtures/binding_model]
+    python examples/planted_alpha_sweep.py --fixture tests/fixtures/binding_dose
 
 Scales the o_proj columns of the brute-force circuit heads (top 1, 2 and 3 of ground_truth.json)
 by α at run time — exactly what `surgery amplify-heads` bakes — and prints ΔS on the held-out pairs
 that tests/test_planted_circuit.py uses. The paper's edge-level α acts only on identity→item
-attention; this shows what scaling everything a head writes does instead.
+attention; this shows what scaling everything a head writes does instead. On binding_model: at
+most +0.6 % (its binding heads write much else). On binding_dose, whose binding head writes only
+at bound identities (tests/test_planted_amplify.py): α = 2 on that head takes |ΔS| 1.53 → 3.32.
 """
 
 from __future__ import annotations

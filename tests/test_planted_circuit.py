@@ -18,7 +18,8 @@ function), and surgery's CLI must agree with it:
 - the paper's edge-level α = 2 on the found heads raises |ΔS| on held-out prompts, and
   amplify-heads --alpha 2 bakes a checkpoint whose scores equal the run-time whole-head edit's.
   (Whole-head α = 2 does not raise |ΔS| in this model — ground_truth.json and the report say so;
-  that is the model's property, and the bake reproduces it exactly.)
+  that is the model's property, and the bake reproduces it exactly. tests/test_planted_amplify.py
+  shows the bake carrying a real amplification on a model whose binding head is specific.)
 """
 
 from __future__ import annotations
@@ -265,7 +266,7 @@ def test_amplify_heads_bakes_the_runtime_effect(findings, fixture_dir, loaded, h
 
 
 @pytest.mark.slow(minutes=4)
-@pytest.mark.parametrize("name", ["binding_model", "binding_decoy"])
+@pytest.mark.parametrize("name", ["binding_model", "binding_decoy", "binding_dose"])
 def test_training_reproduces_the_fixture(tmp_path, name):
     """examples/train_binding_model.py, with the options recorded in the fixture's training.json,
     rebuilds a model with the same circuit (a few minutes each)."""
@@ -280,7 +281,8 @@ def test_training_reproduces_the_fixture(tmp_path, name):
     res = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "m"), *options], capture_output=True,
                          text=True, timeout=1800, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert res.returncode == 0, res.stderr
-    assert json.loads((tmp_path / "m" / "training.json").read_text())["config"] == recorded
+    # Fixtures trained before an option existed do not record it: it had its default then.
+    assert json.loads((tmp_path / "m" / "training.json").read_text())["config"] == {**defaults, **recorded}
     shipped, rebuilt = (json.loads((d / "ground_truth.json").read_text()) for d in (fixture_dir, tmp_path / "m"))
 
     def heads(gt: dict) -> list[tuple[int, int]]:
