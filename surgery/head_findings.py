@@ -25,17 +25,12 @@ from .checkpoint import Checkpoint
 from .console import item_progress
 from .discovery import discover, rank_heads
 from .errors import FindingsError, SurgeryError
+from .head_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CONFIRM, DEFAULT_KNOCKOUT_HEADS, DEFAULT_RANDOM_SETS
 from .findings import cache_path, load_findings, new_findings, save_findings
 from .heads import encode_pairs, option_token_ids, score_binding
 from .models import load_model, load_tokenizer
 from .prompting import is_instruct
 
-# How many heads are selected, knocked out together and reported as the finding (the paper found
-# 2–3 binding heads per model).
-DEFAULT_KNOCKOUT_HEADS = 3
-# How many of discovery's top heads are knocked out one at a time to confirm the selection: the
-# paper keeps the top 10 |coef| heads per fold, so these are the heads discovery itself considers.
-DEFAULT_CONFIRM = 10
 # Above this many pairs find-heads is a long job on a CPU (the quickstart uses 96: ~11 min on 2 cores).
 LARGE_RUN_PAIRS = 200
 # α values at which DiffAware / CtxtAware are measured (baseline, the paper's range, the default bake).
@@ -51,13 +46,13 @@ class FindParams:
     per_identity: int = DEFAULT_PER_IDENTITY
     max_pairs: int | None = None
     instruct: bool | None = None
-    batch_size: int = 8
+    batch_size: int = DEFAULT_BATCH_SIZE
     folds: int = 5
     inner_folds: int = 3
     top_k: int = 10
     knockout_heads: int = DEFAULT_KNOCKOUT_HEADS
     confirm: int = DEFAULT_CONFIRM  # 0: the selection is discovery's top heads, unconfirmed
-    random_sets: int = 20
+    random_sets: int = DEFAULT_RANDOM_SETS
     dose_response: bool = False
     dose_grid: tuple[float, ...] = DOSE_GRID
     awareness_alphas: tuple[float, ...] = AWARENESS_ALPHAS

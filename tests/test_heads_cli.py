@@ -138,3 +138,13 @@ def test_dose_response_findings_and_edge_alpha_in_generation(tiny, tmp_path):
                 awareness(model, tok, records[:1], instruct=False, max_new_tokens=1)
         rows = awareness_at(model, tok, records, [(0, 0)], (1.0,), instruct=False)
     assert rows[0]["edge"] == rows[0]["whole"]
+
+
+def test_find_heads_cli_defaults_are_the_library_defaults():
+    """find-heads' options default to FindParams' values (both read surgery.head_defaults)."""
+    from surgery.commands.heads import find_heads_cmd
+
+    shown = {p.name: p.default for p in find_heads_cmd.params}
+    params = FindParams()
+    for name in ("knockout_heads", "confirm", "random_sets", "batch_size", "per_identity", "seed", "max_pairs"):
+        assert shown[name] == getattr(params, name), name
