@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
@@ -13,6 +14,47 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
 
 STAGE_LABELS = {"copy": "copying", "patch": "patching", "verify": "verifying logits", "hash": "hashing"}
+# When stderr is not a terminal (a log file, CI), a rich bar is drawn only when it ends: print a
+# plain line instead, at most this often, so that a long job shows it is alive.
+LOG_EVERY_SECONDS = 30.0
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class LogLines:
+    """Progress as plain lines for logs: ``description: done/total (pct) elapsed, ~left`` at most
+    every ``every`` seconds per task, and once when a task completes."""
+
+    def __init__(self, write: Callable[[str], None], every: float = LOG_EVERY_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.write, self.every, self.clock = write, every, clock
+        self.started: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+
+    def begin(self, description: str) -> None:
+        """Start the clock of ``description`` (otherwise its first update starts it)."""
+        self.started.setdefault(description, self.clock())
+
+    def update(self, description: str, done: int, total: int) -> None:
+        now = self.clock()
+        start = self.started.setdefault(description, now)
+        finished = done >= total
+        if not finished and now - self.last.get(description, start) < self.every:
+            return
+        if self.last.get(description) == float("inf"):
+            return  # its completion line is out already
+        self.last[description] = float("inf") if finished else now
+        elapsed = now - start
+        left = f", ~{_duration(elapsed * (total - done) / done)} left" if 0 < done < total else ""
+        self.write(f"{description}: {done:,}/{total:,} ({100 * done / max(total, 1):.0f} %) "
+                   f"{_duration(elapsed)} elapsed{left}")
+
+
+def _log_line(text: str) -> None:
+    err.print(text, markup=False, highlight=False)
 
 
 def print_json(data: Any) -> None:
@@ -25,6 +67,10 @@ def stage_progress(enabled: bool = True) -> Iterator[Any]:
     """A progress callback ``(stage, done, total)`` drawing one bar per stage on stderr."""
     if not enabled:
         yield lambda stage, done, total: None
+        return
+    if not err.is_terminal:
+        lines = LogLines(_log_line)
+        yield lambda stage, done, total: lines.update(STAGE_LABELS.get(stage, stage), done, max(total, 1))
         return
     columns = [TextColumn("{task.description:<16}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn()]
     with Progress(*columns, console=err, transient=False) as bar:
@@ -43,6 +89,16 @@ def item_progress(description: str, total: int, enabled: bool = True) -> Iterato
     """A progress callback ``advance(n)`` for loops over prompts or batches."""
     if not enabled:
         yield lambda n=1: None
+        return
+    if not err.is_terminal:
+        lines, done = LogLines(_log_line), [0]
+        lines.begin(description)
+
+        def advance(n: int = 1) -> None:
+            done[0] += n
+            lines.update(description, done[0], total)
+
+        yield advance
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
                   TimeRemainingColumn(), console=err) as bar:

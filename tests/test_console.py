@@ -1,0 +1,46 @@
+"""Progress in logs: when stderr is not a terminal, long work still shows it is alive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from surgery.console import LogLines
+
+from .helpers_cli import run_cli
+
+FIXTURE = Path(__file__).parent / "fixtures" / "binding_model"
+
+
+def test_log_lines_are_throttled_and_end_with_one_completion_line():
+    now, lines = [0.0], []
+    log = LogLines(lines.append, every=30, clock=lambda: now[0])
+    log.begin("knockout")
+    for done in range(1, 101):
+        now[0] = float(done)
+        log.update("knockout", done, 100)
+    log.update("knockout", 100, 100)  # a repeated final update prints nothing more
+    assert lines == ["knockout: 30/100 (30 %) 30s elapsed, ~1m10s left",
+                     "knockout: 60/100 (60 %) 1m00s elapsed, ~40s left",
+                     "knockout: 90/100 (90 %) 1m30s elapsed, ~10s left",
+                     "knockout: 100/100 (100 %) 1m40s elapsed"]
+
+
+def test_log_lines_keep_tasks_apart():
+    now, lines = [0.0], []
+    log = LogLines(lines.append, every=10, clock=lambda: now[0])
+    log.update("copying", 0, 4)
+    log.update("hashing", 0, 2)
+    now[0] = 11.0
+    log.update("copying", 2, 4)
+    log.update("hashing", 2, 2)
+    assert lines == ["copying: 2/4 (50 %) 11s elapsed, ~11s left", "hashing: 2/2 (100 %) 11s elapsed"]
+
+
+def test_cli_writes_progress_lines_when_stderr_is_a_file(tmp_path):
+    """A bake run with stderr captured (not a terminal) prints one plain line per finished stage."""
+    res = run_cli(["amplify-heads", FIXTURE, "--heads", "0.3", "--alpha", "2", "--out", tmp_path / "out"])
+    assert res.returncode == 0, res.stderr
+    lines = res.stderr.splitlines()
+    for stage in ("copying", "patching", "verifying logits", "hashing"):
+        assert any(line.startswith(f"{stage}: ") and "(100 %)" in line for line in lines), res.stderr
+    assert "\x1b[" not in res.stderr  # no cursor or colour codes in a log
