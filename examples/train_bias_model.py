@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,6 +29,7 @@ torch.set_num_threads(1)
 
 from tests.planted.bias_brute import BiasProbe, brute_force  # noqa: E402
 from tests.planted.bias_task import pair_rows  # noqa: E402
+from tests.planted.common import add_config_options, config_from  # noqa: E402
 from tests.planted.bias_train import BiasTrainConfig, train  # noqa: E402
 
 
@@ -53,12 +54,9 @@ def ground_truth(out: Path, cfg: BiasTrainConfig) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="Output folder (created).")
-    defaults = BiasTrainConfig()
-    for f in fields(BiasTrainConfig):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(defaults, f.name)),
-                            default=getattr(defaults, f.name))
+    add_config_options(parser, BiasTrainConfig)
     args = parser.parse_args()
-    cfg = BiasTrainConfig(**{f.name: getattr(args, f.name) for f in fields(BiasTrainConfig)})
+    cfg = config_from(args, BiasTrainConfig)
     args.out.mkdir(parents=True, exist_ok=True)
     stats = train(args.out, cfg)
     write_pairs(cfg, args.out / "pairs.jsonl")

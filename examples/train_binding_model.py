@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,6 +31,7 @@ torch.set_num_threads(1)
 
 from tests.planted.bench import write_benchmark  # noqa: E402
 from tests.planted.brute import GROUND_TRUTH_SEED, Prompts, brute_force, eval_pairs  # noqa: E402
+from tests.planted.common import add_config_options, config_from  # noqa: E402
 from tests.planted.reference import ATTN_NAME, register  # noqa: E402
 from tests.planted.task import make_world  # noqa: E402
 from tests.planted.train import TrainConfig, train  # noqa: E402
@@ -53,13 +54,10 @@ def ground_truth(out: Path, cfg: TrainConfig, per_item: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="Output folder (created).")
-    defaults = TrainConfig()
-    for f in fields(TrainConfig):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(defaults, f.name)),
-                            default=getattr(defaults, f.name))
+    add_config_options(parser, TrainConfig)
     parser.add_argument("--per-item", type=int, default=6, help="Pairs per item for the brute force.")
     args = parser.parse_args()
-    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
+    cfg = config_from(args, TrainConfig)
     args.out.mkdir(parents=True, exist_ok=True)
     stats = train(args.out, cfg)
     world = make_world(cfg.seed, cfg.n_items, cfg.n_neutral, cfg.n_neutral_items)

@@ -37,7 +37,8 @@ from scipy import stats
 from .helpers_cli import cli_env, run_cli
 from .planted.bias_brute import BiasProbe, brute_force, effects
 from .planted.bias_task import pair_rows
-from .planted.bias_train import BiasTrainConfig, build_tokenizer, evaluate, last_logits, log_odds
+from .planted.bias_train import BiasTrainConfig, build_tokenizer, evaluate, log_odds
+from .planted.common import last_logits
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bias_model"
 K = 10                 # neurons pruned (of 128): the measured top-K curve passes 50 % here

@@ -30,6 +30,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from .common import nonsense_words
+
 SYLLABLES = ("zor", "vish", "kel", "bar", "mip", "ton", "dra", "vok", "ul", "nesh", "ti", "berk",
              "quel", "ma", "sor", "bin", "plo", "sik", "fre", "gom", "ya", "rit", "bos", "nur")
 ANSWERS = ("hire", "reject")
@@ -41,17 +43,6 @@ TEMPLATES = (
 )
 CATEGORY = "PlantedGroup"
 PAIR_CONTEXT = "hiring"
-
-
-def _words(rng: random.Random, n: int, taken: set[str]) -> list[str]:
-    """``n`` new two-syllable nonsense words, none in ``taken``."""
-    out: list[str] = []
-    while len(out) < n:
-        word = rng.choice(SYLLABLES) + rng.choice(SYLLABLES)
-        if word not in taken:
-            taken.add(word)
-            out.append(word)
-    return out
 
 
 @dataclass(frozen=True)
@@ -72,10 +63,10 @@ def make_world(seed: int = 0, per_group: int = 3, per_class: int = 2, skills_per
     """Seeded nonsense words for every part."""
     rng = random.Random(seed)
     taken: set[str] = set()
-    g = _words(rng, 2 * per_group, taken)
-    w = _words(rng, 2 * per_class, taken)
-    s = _words(rng, 2 * skills_per_role, taken)
-    r = _words(rng, 2, taken)
+    g = nonsense_words(rng, SYLLABLES, 2 * per_group, taken)
+    w = nonsense_words(rng, SYLLABLES, 2 * per_class, taken)
+    s = nonsense_words(rng, SYLLABLES, 2 * skills_per_role, taken)
+    r = nonsense_words(rng, SYLLABLES, 2, taken)
     return BiasWorld((tuple(g[:per_group]), tuple(g[per_group:])), (tuple(w[:per_class]), tuple(w[per_class:])),
                      (r[0], r[1]), (tuple(s[:skills_per_role]), tuple(s[skills_per_role:])))
 

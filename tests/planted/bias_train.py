@@ -27,6 +27,7 @@ from typing import Iterator, Sequence
 import torch
 
 from .bias_task import ANSWERS, TEMPLATES, BiasWorld, Prompt, make_world, pairs, sample_prompt
+from .common import last_logits, tiny_llama
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
 
@@ -78,29 +79,8 @@ def build_tokenizer(world: BiasWorld):
                                    eos_token="</s>", unk_token="<unk>", padding_side="left")
 
 
-def build_model(cfg: BiasTrainConfig, tokenizer):
-    """A freshly initialised LlamaForCausalLM of the configured size."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
-        num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
-        head_dim=cfg.head_dim, max_position_embeddings=64, tie_word_embeddings=False,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id)
-    return LlamaForCausalLM(config)
-
-
 def answer_ids(tokenizer) -> list[int]:
     return tokenizer.convert_tokens_to_ids(list(ANSWERS))
-
-
-def last_logits(model, tokenizer, texts: Sequence[str]) -> torch.Tensor:
-    """Next-token logits after each text. Right padding: causal attention never sees the pads."""
-    enc = tokenizer(list(texts), padding=True, padding_side="right", return_tensors="pt")
-    logits = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask).logits
-    last = enc.attention_mask.sum(1) - 1
-    return logits[torch.arange(len(texts)), last]
 
 
 def log_odds(model, tokenizer, texts: Sequence[str], batch: int = 256) -> torch.Tensor:
@@ -147,7 +127,8 @@ def train(out_dir: Path, cfg: BiasTrainConfig = BiasTrainConfig(), log=print) ->
     torch.use_deterministic_algorithms(True)
     world = cfg.world()
     tokenizer = build_tokenizer(world)
-    model = build_model(cfg, tokenizer)
+    model = tiny_llama(tokenizer, hidden=cfg.hidden, intermediate=cfg.intermediate, layers=cfg.layers,
+                       heads=cfg.heads, head_dim=cfg.head_dim, max_positions=64)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / cfg.warmup)
                                               * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps)))

@@ -28,6 +28,8 @@ import math
 import random
 from dataclasses import dataclass
 
+from .common import nonsense_words
+
 SYLLABLES = ("ka", "zo", "mi", "ter", "vol", "ran", "shu", "pel", "dor", "gi", "nax", "bel",
              "fu", "sar", "lim", "qua", "ob", "tev")
 QTYPES = (0, 1, 2, 3)
@@ -55,17 +57,6 @@ MIN_STRENGTH = 0.2
 def templates() -> list[tuple[int, str]]:
     """Every (qtype, stem template): each stem with each opening sentence."""
     return [(q, o + s) for q in QTYPES for s in STEMS[q] for o in OPENINGS]
-
-
-def _words(rng: random.Random, n: int, taken: set[str]) -> list[str]:
-    """``n`` new two-syllable nonsense words, none in ``taken``."""
-    out: list[str] = []
-    while len(out) < n:
-        word = rng.choice(SYLLABLES) + rng.choice(SYLLABLES)
-        if word not in taken:
-            taken.add(word)
-            out.append(word)
-    return out
 
 
 def identity_text(name: str) -> str:
@@ -100,8 +91,8 @@ def make_world(seed: int = 0, n_items: int = 16, n_neutral: int = 4, n_neutral_i
     """Seeded items: each has 2 related identities of its own and 2 neutral unrelated ones."""
     rng = random.Random(seed)
     taken: set[str] = set()
-    words = _words(rng, n_items + n_neutral_items, taken)
-    people = _words(rng, 2 * n_items + n_neutral, taken)
+    words = nonsense_words(rng, SYLLABLES, n_items + n_neutral_items, taken)
+    people = nonsense_words(rng, SYLLABLES, 2 * n_items + n_neutral, taken)
     related, neutral = people[: 2 * n_items], tuple(people[2 * n_items:])
     items = tuple(Item(w, (related[2 * k], related[2 * k + 1]), tuple(rng.sample(neutral, 2)),
                        tuple(round(rng.uniform(MIN_STRENGTH, 1.0), 3) for _ in range(2)))

@@ -33,6 +33,7 @@ from typing import Iterator, Sequence
 
 import torch
 
+from .common import last_logits, tiny_llama
 from .reference import positions
 from .task import LETTERS, Question, World, make_world, question_pair, sample_question, target_distribution
 from .vocab import build_tokenizer
@@ -86,29 +87,8 @@ def prompt_of(question: Question) -> str:
     return format_mcq(None, question.text, instruct=False)
 
 
-def build_model(cfg: TrainConfig, vocab_size: int, tokenizer):
-    """A freshly initialised LlamaForCausalLM of the configured size."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
-        num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
-        head_dim=cfg.head_dim, max_position_embeddings=160, tie_word_embeddings=False,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id)
-    return LlamaForCausalLM(config)
-
-
 def letter_ids(tokenizer) -> list[int]:
     return tokenizer.convert_tokens_to_ids(list(LETTERS))
-
-
-def last_logits(model, tokenizer, prompts: Sequence[str]) -> torch.Tensor:
-    """Next-token logits after each prompt. Right padding: causal attention never sees the pads."""
-    enc = tokenizer(list(prompts), padding=True, padding_side="right", return_tensors="pt")
-    logits = model(input_ids=enc.input_ids).logits
-    last = enc.attention_mask.sum(1) - 1
-    return logits[torch.arange(len(prompts)), last]
 
 
 def letter_logprobs(model, tokenizer, questions: Sequence[Question]) -> torch.Tensor:
@@ -229,7 +209,8 @@ def train(out_dir: Path, cfg: TrainConfig = TrainConfig(), log=print) -> dict:
     torch.use_deterministic_algorithms(True)
     world = make_world(cfg.seed, cfg.n_items, cfg.n_neutral, cfg.n_neutral_items)
     tokenizer = build_tokenizer(world)
-    model = build_model(cfg, len(tokenizer), tokenizer)
+    model = tiny_llama(tokenizer, hidden=cfg.hidden, intermediate=cfg.intermediate, layers=cfg.layers,
+                       heads=cfg.heads, head_dim=cfg.head_dim, max_positions=160)
     dosing = cfg.dose_head >= 0
     if dosing:  # attend_loss reads layer 0's attention probabilities, which only eager returns
         model.set_attn_implementation("eager")

@@ -1,0 +1,58 @@
+"""What the planted tasks share: invented words, the tiny Llama, and next-token logits."""
+
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+import torch
+
+
+def nonsense_words(rng: random.Random, syllables: Sequence[str], n: int, taken: set[str]) -> list[str]:
+    """``n`` new two-syllable nonsense words, none in ``taken`` (they are added to it)."""
+    out: list[str] = []
+    while len(out) < n:
+        word = rng.choice(syllables) + rng.choice(syllables)
+        if word not in taken:
+            taken.add(word)
+            out.append(word)
+    return out
+
+
+def tiny_llama(tokenizer, *, hidden: int, intermediate: int, layers: int, heads: int, head_dim: int,
+               max_positions: int):
+    """A freshly initialised LlamaForCausalLM over ``tokenizer``'s vocabulary (no tied embeddings)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=intermediate,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+        head_dim=head_dim, max_position_embeddings=max_positions, tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id)
+    return LlamaForCausalLM(config)
+
+
+def last_logits(model, tokenizer, texts: Sequence[str]) -> torch.Tensor:
+    """Next-token logits after each text. Right padding: causal attention never sees the pads."""
+    enc = tokenizer(list(texts), padding=True, padding_side="right", return_tensors="pt")
+    logits = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask).logits
+    last = enc.attention_mask.sum(1) - 1
+    return logits[torch.arange(len(texts)), last]
+
+
+def add_config_options(parser, config_class) -> None:
+    """One ``--option`` per field of the dataclass ``config_class``, typed and defaulted from it."""
+    from dataclasses import fields
+
+    defaults = config_class()
+    for f in fields(config_class):
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(defaults, f.name)),
+                            default=getattr(defaults, f.name))
+
+
+def config_from(args, config_class):
+    """The ``config_class`` instance that ``add_config_options``' parsed ``args`` describe."""
+    from dataclasses import fields
+
+    return config_class(**{f.name: getattr(args, f.name) for f in fields(config_class)})
