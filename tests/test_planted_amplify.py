@@ -14,7 +14,7 @@ nearly all of ΔS, and by construction whole-head α should scale the evidence.
 The criterion: brute force finds that single head; find-heads selects it first; knocking out its
 identity→item edges removes most of ΔS; ``amplify-heads --alpha 2`` on find-heads' selection bakes
 a checkpoint that, loaded by stock transformers, raises |ΔS| on held-out prompts by at least
-half (measured ×2.2) and equals the run-time edit; and |ΔS| grows monotonically with α from 0 to 3.
+half (measured ×2.04 for its 3 heads) and equals the run-time edit; and |ΔS| grows monotonically with α from 0 to 3.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from .test_planted_circuit import (AMPLIFY, CIRCUIT_EFFECT, ENV, HELD_OUT_SEED, 
 
 DOSE = Path(__file__).parent / "fixtures" / "binding_dose"
 WHOLE_CIRCUIT = 90.0   # % of ΔS the dosed head alone carries (measured 97.6 on the shipped pairs)
-AMPLIFIED = 1.5        # the least factor by which α = 2 must raise |ΔS| (measured 2.17)
+AMPLIFIED = 1.5        # the least factor by which α = 2 must raise |ΔS| (measured 2.04 on the 3 selected heads)
 ALPHAS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 
 
