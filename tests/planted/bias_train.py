@@ -47,11 +47,11 @@ class BiasTrainConfig:
     lr: float = 5e-3
     warmup: int = 100
     weight_decay: float = 0.01
-    capability: float = 3.0  # log-odds of hire from the skill matching the workplace ...
+    capability: float = 3.0  # log-odds of hire from the skill fitting the role ...
     bias: float = 2.0        # ... and from the group being favoured in this workplace class
     # On this share of the prompts every MLP neuron is silenced and the target is 50/50: the decision
     # must come from the MLPs (attention's softmax and the final RMSNorm can compute an XOR too, and
-    # without this a trained model kept 62 % of the bias with all its MLPs zeroed).
+    # without this a trained model kept 65 % of the bias with all its MLPs zeroed).
     silent_share: float = 0.25
     tilt: float = 0.75  # share of workplace class 0 and of role 0 in training (bias_task.sample_prompt)
     log_every: int = 100
