@@ -17,6 +17,7 @@ STAGE_LABELS = {"copy": "copying", "patch": "patching", "verify": "verifying log
 # When stderr is not a terminal (a log file, CI), a rich bar is drawn only when it ends: print a
 # plain line instead, at most this often, so that a long job shows it is alive.
 LOG_EVERY_SECONDS = 30.0
+_FINISHED = float("inf")  # LogLines.last of a task whose completion line is out
 
 
 def _duration(seconds: float) -> str:
@@ -41,12 +42,12 @@ class LogLines:
     def update(self, description: str, done: int, total: int) -> None:
         now = self.clock()
         start = self.started.setdefault(description, now)
+        if self.last.get(description) == _FINISHED:
+            return  # its completion line is out already
         finished = done >= total
         if not finished and now - self.last.get(description, start) < self.every:
             return
-        if self.last.get(description) == float("inf"):
-            return  # its completion line is out already
-        self.last[description] = float("inf") if finished else now
+        self.last[description] = _FINISHED if finished else now
         elapsed = now - start
         left = f", ~{_duration(elapsed * (total - done) / done)} left" if 0 < done < total else ""
         self.write(f"{description}: {done:,}/{total:,} ({100 * done / max(total, 1):.0f} %) "

@@ -25,8 +25,8 @@ from .checkpoint import Checkpoint
 from .console import item_progress
 from .discovery import discover, rank_heads
 from .errors import FindingsError, SurgeryError
-from .head_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CONFIRM, DEFAULT_KNOCKOUT_HEADS, DEFAULT_RANDOM_SETS
 from .findings import cache_path, load_findings, new_findings, save_findings
+from .head_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CONFIRM, DEFAULT_KNOCKOUT_HEADS, DEFAULT_RANDOM_SETS
 from .heads import encode_pairs, option_token_ids, score_binding
 from .models import load_model, load_tokenizer
 from .prompting import is_instruct

@@ -11,11 +11,11 @@ import click
 from rich.table import Table
 
 from ..binding_pairs import DEFAULT_PER_IDENTITY
-from ..head_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CONFIRM, DEFAULT_KNOCKOUT_HEADS, DEFAULT_RANDOM_SETS
 from ..cli import cli
 from ..console import err, out, print_json
 from ..edits import Recipe, parse_heads
 from ..errors import RecipeError
+from ..head_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CONFIRM, DEFAULT_KNOCKOUT_HEADS, DEFAULT_RANDOM_SETS
 from .common import baking_command, model_argument, parse_values, run_bake, run_sweep, sweep_label
 
 FORMATS = {"auto": None, "instruct": True, "base": False}
@@ -40,7 +40,8 @@ def pair_options(f: Callable) -> Callable:
         click.option("--per-identity", type=click.IntRange(min=1), default=DEFAULT_PER_IDENTITY,
                      show_default=True, help="Times each identity may be the 'correct' one."),
         click.option("--seed", type=int, default=0, show_default=True, help="Seed of pairs and option order."),
-        click.option("--batch-size", type=click.IntRange(min=1), default=DEFAULT_BATCH_SIZE, show_default=True),
+        click.option("--batch-size", type=click.IntRange(min=1), default=DEFAULT_BATCH_SIZE,
+                     show_default=True),
         click.option("--format", "prompt_format", type=click.Choice(list(FORMATS)), default="auto",
                      show_default=True, help="Prompt format: chat template (instruct) or base; auto = "
                      "instruct when the tokenizer has a chat template."),
@@ -53,13 +54,15 @@ def pair_options(f: Callable) -> Callable:
 def find_options(f: Callable) -> Callable:
     """Discovery and causal-test options shared by find-heads and amplify-heads."""
     options = [
-        click.option("--knockout-heads", type=click.IntRange(min=1), default=DEFAULT_KNOCKOUT_HEADS, show_default=True,
+        click.option("--knockout-heads", type=click.IntRange(min=1), default=DEFAULT_KNOCKOUT_HEADS,
+                     show_default=True,
                      help="How many heads are selected and knocked out together (the finding)."),
-        click.option("--confirm", type=click.IntRange(min=0), default=DEFAULT_CONFIRM, show_default=True,
+        click.option("--confirm", type=click.IntRange(min=0), default=DEFAULT_CONFIRM,
+                     show_default=True,
                      help="Knock out each of discovery's top K heads alone and select by that effect "
                      "(one extra pass over the pairs per head); 0 selects discovery's top heads."),
-        click.option("--random-sets", type=click.IntRange(min=1), default=DEFAULT_RANDOM_SETS, show_default=True,
-                     help="Random head sets of the same size for the knockout baseline."),
+        click.option("--random-sets", type=click.IntRange(min=1), default=DEFAULT_RANDOM_SETS,
+                     show_default=True, help="Random head sets of the same size for the knockout baseline."),
         click.option("--recompute", is_flag=True, help="Ignore cached findings."),
     ]
     for option in reversed(options):
