@@ -12,6 +12,8 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
+# In a log (stderr not a terminal) a note stays one line, whole for grep; rich would wrap it at 80.
+err.soft_wrap = not err.is_terminal
 
 STAGE_LABELS = {"copy": "copying", "patch": "patching", "verify": "verifying logits", "hash": "hashing"}
 # When stderr is not a terminal (a log file, CI), a rich bar is drawn only when it ends: print a

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from surgery.console import LogLines
 
-from .helpers_cli import run_cli
+from .helpers_cli import cli_env, run_cli
 
 FIXTURE = Path(__file__).parent / "fixtures" / "binding_model"
 
@@ -44,3 +44,16 @@ def test_cli_writes_progress_lines_when_stderr_is_a_file(tmp_path):
     for stage in ("copying", "patching", "verifying logits", "hashing"):
         assert any(line.startswith(f"{stage}: ") and "(100 %)" in line for line in lines), res.stderr
     assert "\x1b[" not in res.stderr  # no cursor or colour codes in a log
+
+
+def test_notes_stay_one_line_in_a_log():
+    """rich wraps at 80 columns when stderr is not a terminal; a note in a log must stay one line."""
+    import subprocess
+    import sys
+
+    note = " ".join(["word"] * 60)
+    res = subprocess.run([sys.executable, "-c", f"from surgery.console import err; err.print('note: {note}')"],
+                         capture_output=True, text=True, timeout=60, env={k: v for k, v in cli_env().items()
+                                                                         if k != "COLUMNS"})
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines() == [f"note: {note}"]
