@@ -23,12 +23,10 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from .helpers_cli import run_cli
-from .planted.brute import GROUND_TRUTH_SEED, Prompts, brute_force, delta_s, eval_pairs, s_of
-from .planted.reference import ATTN_NAME, register
-from .planted.task import make_world
+from .planted.brute import Prompts, delta_s, s_of
+from .planted.fixture import Planted, load_planted
 from .planted.train import TrainConfig
 from .test_planted_circuit import (AMPLIFY, CIRCUIT_EFFECT, ENV, HELD_OUT_SEED, LARGE_EFFECT, NO_EFFECT, PER_ITEM,
                                    SAME, find_heads_cli)
@@ -40,37 +38,28 @@ ALPHAS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 
 
 @pytest.fixture(scope="module")
-def config() -> TrainConfig:
-    if not (DOSE / "model.safetensors").is_file():
-        pytest.fail(f"{DOSE} is missing; rebuild it: python examples/train_binding_model.py --dose-head 3 "
-                    f"--dose-share 0.8 --out {DOSE}")
-    return TrainConfig(**json.loads((DOSE / "training.json").read_text())["config"])
+def planted() -> Planted:
+    return load_planted(DOSE, f"python examples/train_binding_model.py --dose-head 3 --dose-share 0.8 --out {DOSE}")
 
 
 @pytest.fixture(scope="module")
-def loaded(config):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.set_num_threads(1)
-    register()
-    model = AutoModelForCausalLM.from_pretrained(DOSE, attn_implementation=ATTN_NAME).eval()
-    return model, AutoTokenizer.from_pretrained(DOSE)
+def config(planted) -> TrainConfig:
+    return planted.config
 
 
 @pytest.fixture(scope="module")
-def world(config):
-    return make_world(config.seed, config.n_items, config.n_neutral, config.n_neutral_items)
+def loaded(planted):
+    return planted.model, planted.tokenizer
 
 
 @pytest.fixture(scope="module")
-def truth(loaded, world):
-    model, tok = loaded
-    return brute_force(model, tok, Prompts.build(tok, eval_pairs(world, GROUND_TRUTH_SEED, PER_ITEM)))
+def truth(planted):
+    return planted.brute_force(PER_ITEM)
 
 
 @pytest.fixture(scope="module")
-def held_out(loaded, world) -> Prompts:
-    return Prompts.build(loaded[1], eval_pairs(world, HELD_OUT_SEED, PER_ITEM))
+def held_out(planted) -> Prompts:
+    return planted.pairs(HELD_OUT_SEED, PER_ITEM)
 
 
 @pytest.fixture(scope="module")

@@ -30,14 +30,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from scipy import stats
 
 from .helpers_cli import cli_env, run_cli
 from .planted.bench import benchmark_rows
-from .planted.brute import GROUND_TRUTH_SEED, Prompts, brute_force, delta_s, eval_pairs, s_of
-from .planted.reference import ATTN_NAME, EdgeEdit, register
-from .planted.task import make_world
+from .planted.brute import Prompts, delta_s, s_of
+from .planted.fixture import Planted, load_planted
+from .planted.reference import EdgeEdit
 from .planted.train import TrainConfig, evaluate
 from .planted.vocab import build_tokenizer
 
@@ -57,43 +56,40 @@ ENV = cli_env(OMP_NUM_THREADS="1")
 
 
 @pytest.fixture(scope="module")
-def fixture_dir() -> Path:
-    if not (FIXTURE / "model.safetensors").is_file():
-        pytest.fail(f"{FIXTURE} is missing; rebuild it: python examples/train_binding_model.py --out {FIXTURE}")
+def planted() -> Planted:
+    return load_planted(FIXTURE, f"python examples/train_binding_model.py --out {FIXTURE}")
+
+
+@pytest.fixture(scope="module")
+def fixture_dir(planted) -> Path:
     return FIXTURE
 
 
 @pytest.fixture(scope="module")
-def config(fixture_dir) -> TrainConfig:
-    return TrainConfig(**json.loads((fixture_dir / "training.json").read_text())["config"])
+def config(planted) -> TrainConfig:
+    return planted.config
 
 
 @pytest.fixture(scope="module")
-def world(config):
-    return make_world(config.seed, config.n_items, config.n_neutral, config.n_neutral_items)
+def world(planted):
+    return planted.world
 
 
 @pytest.fixture(scope="module")
-def loaded(fixture_dir):
+def loaded(planted):
     """(model with the reference attention function, tokenizer), as stock transformers loads them."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.set_num_threads(1)
-    register()
-    model = AutoModelForCausalLM.from_pretrained(fixture_dir, attn_implementation=ATTN_NAME).eval()
-    return model, AutoTokenizer.from_pretrained(fixture_dir)
+    return planted.model, planted.tokenizer
 
 
 @pytest.fixture(scope="module")
-def truth(loaded, world):
+def truth(planted):
     """Brute force: ΔS of the intact model and every head's effects, largest edge effect first."""
-    model, tok = loaded
-    return brute_force(model, tok, Prompts.build(tok, eval_pairs(world, GROUND_TRUTH_SEED, PER_ITEM)))
+    return planted.brute_force(PER_ITEM)
 
 
 @pytest.fixture(scope="module")
-def held_out(loaded, world) -> Prompts:
-    return Prompts.build(loaded[1], eval_pairs(world, HELD_OUT_SEED, PER_ITEM))
+def held_out(planted) -> Prompts:
+    return planted.pairs(HELD_OUT_SEED, PER_ITEM)
 
 
 def find_heads_cli(fixture_dir: Path, tmp: Path) -> dict:

@@ -18,12 +18,8 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
-from .planted.brute import GROUND_TRUTH_SEED, Prompts, brute_force, eval_pairs
-from .planted.reference import ATTN_NAME, register
-from .planted.task import make_world
-from .planted.train import TrainConfig
+from .planted.fixture import load_planted
 from .test_planted_circuit import (CIRCUIT_EFFECT, LARGE_EFFECT, NO_EFFECT, PER_ITEM, TOP, check_confirmed_selection,
                                    circuit, find_heads_cli)
 
@@ -33,18 +29,9 @@ DECOY = Path(__file__).parent / "fixtures" / "binding_decoy"
 @pytest.fixture(scope="module")
 def decoy_truth() -> tuple[float, list]:
     """Brute force on the decoy (every head's edges knocked out alone), largest effect first."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if not (DECOY / "model.safetensors").is_file():
-        pytest.fail(f"{DECOY} is missing; rebuild it: python examples/train_binding_model.py --seed 0 "
-                    f"--heads 4 --head-dim 4 --out {DECOY}")
-    torch.set_num_threads(1)
-    register()
-    cfg = TrainConfig(**json.loads((DECOY / "training.json").read_text())["config"])
-    world = make_world(cfg.seed, cfg.n_items, cfg.n_neutral, cfg.n_neutral_items)
-    model = AutoModelForCausalLM.from_pretrained(DECOY, attn_implementation=ATTN_NAME).eval()
-    tokenizer = AutoTokenizer.from_pretrained(DECOY)
-    return brute_force(model, tokenizer, Prompts.build(tokenizer, eval_pairs(world, GROUND_TRUTH_SEED, PER_ITEM)))
+    planted = load_planted(DECOY, f"python examples/train_binding_model.py --seed 0 --heads 4 --head-dim 4 "
+                                  f"--out {DECOY}")
+    return planted.brute_force(PER_ITEM)
 
 
 @pytest.fixture(scope="module")
