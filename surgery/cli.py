@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, mapping every failure to one line and a non-zero exit."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    _register()
     try:
+        _register()  # inside the try: a package missing at import time is one line too
         with _sigterm_as_ctrl_c():
             code = cli.main(args=argv, prog_name="surgery", standalone_mode=False)
         if isinstance(code, int) and code:
@@ -80,6 +80,13 @@ def main(argv: list[str] | None = None) -> None:
         where = f": {exc.filename}" if exc.filename else ""
         click.echo(f"Error: {exc.strerror or exc}{where}", err=True)
         sys.exit(1)
+    except ImportError as exc:  # a package missing from a partial install: say what to install
+        if debug or not exc.name:
+            raise
+        from .optional import install_hint
+
+        click.echo(f"Error: {install_hint(exc.name)}", err=True)
+        sys.exit(2)
     except Exception as exc:  # a bug: still one line, the traceback on request
         if debug:
             raise

@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 from . import evaluate_bbq, evaluate_io as io, evaluate_lm as lm
 from .awareness import awareness
 from .errors import SurgeryError
+from .optional import require
 
 SUITES = ("retention", "kl", "bbq", "awareness", "lm-eval")
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
@@ -65,10 +66,7 @@ def make_plan(suites: Sequence[str] | None, *, against: bool, limit: int | None 
     if limit is not None and limit < 1:
         raise SurgeryError(f"--limit must be at least 1, got {limit}")
     if "lm-eval" in chosen:
-        from .evaluate_lmeval import INSTALL_HINT, available
-
-        if not available():
-            raise SurgeryError(INSTALL_HINT)
+        require("lm_eval")  # fail before any model is loaded
     plan = Plan(chosen, limit, batch_size, lm_eval_tasks=tuple(lm_eval_tasks), lm_eval_include=lm_eval_include)
     if "retention" in chosen or "kl" in chosen:
         plan.retention = io.retention_data(limit)

@@ -1,4 +1,4 @@
-"""Optional adapter to EleutherAI's lm-evaluation-harness (``pip install lm-eval``).
+"""Optional adapter to EleutherAI's lm-evaluation-harness (``pip install 'llm-surgery[lmeval]'``).
 
 With network access it runs the standard retention benchmarks (mmlu, arc_challenge, hellaswag,
 wikitext) on the already-loaded model; without the package, a clear message says what to install.
@@ -11,31 +11,19 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import SurgeryError
+from .optional import require
 
 # Result fields of lm-eval that are counts, not scores.
 BOOKKEEPING = ("sample_len", "sample_count", "alias")
-INSTALL_HINT = ("the lm-eval suite needs EleutherAI's lm-evaluation-harness: pip install lm-eval "
-                "(its tasks such as mmlu, arc_challenge, hellaswag and wikitext download their data "
-                "from the Hub on first use)")
-
-
-def available() -> bool:
-    try:
-        import lm_eval  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def run_lm_eval(model, tokenizer, tasks: Sequence[str], *, limit: int | None = None, batch_size: int = 8,
                 include_path: str | Path | None = None) -> dict[str, Any]:
     """Run lm-eval ``tasks`` on ``model``; return flat metrics ``lm_eval/<task>/<metric>`` and raw results."""
-    try:
-        import lm_eval
-        from lm_eval.models.huggingface import HFLM
-        from lm_eval.tasks import TaskManager
-    except ImportError:
-        raise SurgeryError(INSTALL_HINT) from None
+    lm_eval = require("lm_eval")
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
     manager = TaskManager(include_path=str(include_path)) if include_path else TaskManager()
     unknown = [t for t in tasks if t not in manager.all_tasks]
     if unknown:

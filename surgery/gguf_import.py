@@ -21,6 +21,7 @@ from typing import Any, Callable
 from . import __version__
 from .checkpoint import file_sha256
 from .errors import CheckpointError, UnsupportedArchitecture
+from .optional import require
 from .staging import staged_output
 
 MANIFEST_NAME = "surgery.gguf.json"  # not surgery.json: that name means "made by a bake"
@@ -44,8 +45,7 @@ class GgufHeader:
     @property
     def file_type(self) -> str | None:
         """The quantization the file declares (e.g. MOSTLY_Q4_1), when it declares one."""
-        import gguf
-
+        gguf = require("gguf")
         code = self.metadata.get("general.file_type")
         try:
             return gguf.LlamaFileType(code).name if code is not None else None
@@ -77,16 +77,14 @@ class _Cursor:
 
 
 def _scalar_formats() -> dict[int, str]:
-    from gguf import GGUFValueType as T
-
+    T = require("gguf").GGUFValueType
     return {T.UINT8: "B", T.INT8: "b", T.UINT16: "H", T.INT16: "h", T.UINT32: "I", T.INT32: "i",
             T.FLOAT32: "f", T.BOOL: "?", T.UINT64: "Q", T.INT64: "q", T.FLOAT64: "d"}
 
 
 def _value(cur: _Cursor, vtype: int, formats: dict[int, str]) -> Any:
     """One metadata value; arrays are skipped and reported as their length (vocabularies are big)."""
-    from gguf import GGUFValueType as T
-
+    T = require("gguf").GGUFValueType
     if vtype == T.STRING:
         return cur.string()
     if vtype == T.ARRAY:
@@ -113,7 +111,7 @@ def _value(cur: _Cursor, vtype: int, formats: dict[int, str]) -> Any:
 
 def read_header(path: str | Path) -> GgufHeader:
     """Parse a GGUF file's header (metadata scalars, tensor types) without reading tensor data."""
-    import gguf
+    gguf = require("gguf")
 
     path = Path(path)
     if not path.is_file():

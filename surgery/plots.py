@@ -10,18 +10,14 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .errors import SurgeryError
+from .optional import require
 
-INSTALL_HINT = "plots need matplotlib: pip install 'llm-surgery[plots]'"
 DPI = 110
 
 
 def pyplot():
     """matplotlib.pyplot on the non-interactive Agg backend (no display needed)."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise SurgeryError(INSTALL_HINT) from None
+    matplotlib = require("matplotlib")
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 

@@ -32,7 +32,7 @@ metric_list:
 
 def test_absent_package_names_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "lm_eval", None)
-    with pytest.raises(SurgeryError, match="pip install lm-eval"):
+    with pytest.raises(SurgeryError, match=r"pip install 'llm-surgery\[lmeval\]'"):
         run_lm_eval(object(), object(), ["arc_easy"])
 
 

@@ -162,9 +162,15 @@ def test_model_has_the_planted_behaviour(loaded, config, probe, truth):
 def test_ground_truth_file_is_what_brute_force_measures(fixture_dir, truth):
     """ground_truth.json holds the brute force this test recomputes (same order, same effects)."""
     shipped = json.loads((fixture_dir / "ground_truth.json").read_text())
-    assert [(r["layer"], r["neuron"]) for r in shipped["neurons"]] == [(r.layer, r.neuron) for r in truth[1]]
-    for mine, theirs in zip(truth[1], shipped["neurons"]):
-        assert abs(mine.bias - theirs["bias"]) < 1e-3 and abs(mine.capability - theirs["capability"]) < 1e-3
+    # Matched by neuron, not by position: neurons whose effects tie to ~1e-6 swap places with the
+    # BLAS kernel's summation order, which differs between machines.
+    theirs = {(r["layer"], r["neuron"]): r for r in shipped["neurons"]}
+    assert len(theirs) == len(truth[1]) == len(shipped["neurons"])
+    for mine in truth[1]:
+        ref = theirs[(mine.layer, mine.neuron)]
+        assert abs(mine.bias - ref["bias"]) < 1e-3 and abs(mine.capability - ref["capability"]) < 1e-3
+    biases = [r["bias"] for r in shipped["neurons"]]
+    assert biases == sorted(biases, reverse=True)  # the file is ranked, largest effect first
     # The bias is spread over many neurons (no single one removes more than a quarter of it).
     assert 5.0 < truth[1][0].bias < 25.0
 
