@@ -88,6 +88,34 @@ def stage_progress(enabled: bool = True) -> Iterator[Any]:
 
 
 @contextmanager
+def progress_bars() -> Iterator[Callable[[str, int], Callable[..., None]]]:
+    """A factory ``(description, total) -> advance(n)``: one bar per measurement on a terminal,
+    plain lines (every 30 s and at each end) in a log."""
+    if not err.is_terminal:
+        lines = LogLines(_log_line)
+
+        def log_factory(description: str, total: int) -> Callable[..., None]:
+            done = [0]
+            lines.begin(description)
+
+            def advance(n: int = 1) -> None:
+                done[0] += n
+                lines.update(description, done[0], max(total, 1))
+
+            return advance
+
+        yield log_factory
+        return
+    with Progress(TextColumn("{task.description:<18}"), BarColumn(), TaskProgressColumn(),
+                  TimeRemainingColumn(), console=err, transient=True) as bar:
+        def factory(description: str, total: int) -> Callable[..., None]:
+            task = bar.add_task(description, total=max(total, 1))
+            return lambda n=1: bar.advance(task, n)
+
+        yield factory
+
+
+@contextmanager
 def item_progress(description: str, total: int, enabled: bool = True) -> Iterator[Any]:
     """A progress callback ``advance(n)`` for loops over prompts or batches."""
     if not enabled:

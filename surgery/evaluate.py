@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 from . import evaluate_bbq, evaluate_io as io, evaluate_lm as lm
 from .awareness import awareness
 from .errors import SurgeryError
+from .models import DEFAULT_LOAD, LoadSpec
 from .optional import require
 
 SUITES = ("retention", "kl", "bbq", "awareness", "lm-eval")
@@ -162,13 +163,13 @@ def _identity(path: Path) -> dict[str, Any]:
     return {"path": str(path), "fingerprint": Checkpoint(path, allow_remote_code=True).fingerprint()}
 
 
-def _load(path: Path, trust_remote_code: bool):
+def _load(path: Path, load: LoadSpec):
     from .models import load_model, load_tokenizer
 
-    return load_model(path, "float32", trust_remote_code=trust_remote_code), load_tokenizer(path, trust_remote_code)
+    return load_model(path, load), load_tokenizer(path, load)
 
 
-def evaluate(model_path: Path, plan: Plan, *, against: Path | None = None, trust_remote_code: bool = False,
+def evaluate(model_path: Path, plan: Plan, *, against: Path | None = None, load: LoadSpec = DEFAULT_LOAD,
              progress: Progress = _no_progress, report: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
     """Run ``plan`` on the model (and on ``against`` first, when given); return the result JSON."""
     start = time.time()
@@ -176,13 +177,13 @@ def evaluate(model_path: Path, plan: Plan, *, against: Path | None = None, trust
     reference = None
     if against is not None:
         report(f"evaluating the source {against}")
-        model, tok = _load(against, trust_remote_code)
+        model, tok = _load(against, load)
         run = run_suites(model, tok, plan, keep_reference="kl" in plan.suites, progress=progress)
         del model
         result["metrics"]["against"], result["details"]["against"] = run["metrics"], run["details"]
         reference = run["reference"]
     report(f"evaluating {model_path}")
-    model, tok = _load(model_path, trust_remote_code)
+    model, tok = _load(model_path, load)
     run = run_suites(model, tok, plan, kl_reference=reference, progress=progress)
     result["metrics"]["model"], result["details"]["model"] = run["metrics"], run["details"]
     for key, after in run["metrics"].items():

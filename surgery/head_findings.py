@@ -28,7 +28,7 @@ from .errors import FindingsError, SurgeryError
 from .findings import cache_path, load_findings, new_findings, save_findings
 from .head_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CONFIRM, DEFAULT_KNOCKOUT_HEADS, DEFAULT_RANDOM_SETS
 from .heads import encode_pairs, option_token_ids, score_binding
-from .models import load_model, load_tokenizer
+from .models import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
 from .prompting import is_instruct
 
 # Above this many pairs find-heads is a long job on a CPU (the quickstart uses 96: ~11 min on 2 cores).
@@ -91,8 +91,9 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-def find_heads(model_path: str | Path, pairs: Sequence[Pair], params: FindParams | Mapping[str, Any] = FindParams(),
-               *, awareness_records: Sequence[Mapping[str, Any]] | None = None, device: str = "cpu",
+def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
+               params: FindParams | Mapping[str, Any] = FindParams(), *,
+               awareness_records: Sequence[Mapping[str, Any]] | None = None, load: LoadSpec = DEFAULT_LOAD,
                show_progress: bool = True, report: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
     """Scores, discovery, knockout confirmation (``params.confirm`` candidates), knockout and
     (``params.dose_response``) dose-response on ``pairs``.
@@ -106,9 +107,9 @@ def find_heads(model_path: str | Path, pairs: Sequence[Pair], params: FindParams
     if 0 < params.confirm < params.knockout_heads:
         raise SurgeryError(f"--confirm {params.confirm} cannot confirm {params.knockout_heads} knockout heads; "
                            "give --confirm 0 (no confirmation) or at least --knockout-heads")
-    ckpt = Checkpoint(Path(model_path))
-    tokenizer = load_tokenizer(ckpt.path)
-    model = load_model(ckpt.path, "float32", device)
+    ckpt = as_checkpoint(model, load)
+    tokenizer = load_tokenizer(ckpt.path, load)
+    model = load_model(ckpt.path, load)
     cfg = model.config.get_text_config()
     n_layers, n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
     instruct = is_instruct(tokenizer) if params.instruct is None else params.instruct
@@ -216,17 +217,18 @@ def findings_cache(ckpt: Checkpoint, pairs: Sequence[Pair], params: FindParams) 
     return cache_path("heads", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
 
 
-def cached_find_heads(model_path: str | Path, pairs: Sequence[Pair], params: FindParams, *,
-                      recompute: bool = False, **kwargs) -> tuple[dict[str, Any], Path, bool]:
+def cached_find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair], params: FindParams, *,
+                      recompute: bool = False, load: LoadSpec = DEFAULT_LOAD,
+                      **kwargs) -> tuple[dict[str, Any], Path, bool]:
     """(findings, cache path, whether they came from the cache)."""
-    ckpt = Checkpoint(Path(model_path))
+    ckpt = as_checkpoint(model, load)
     path = findings_cache(ckpt, pairs, params)
     if path.is_file() and not recompute:
         try:
             return load_findings(path, "heads"), path, True
         except FindingsError:
             pass  # a stale or damaged cache entry is recomputed below
-    findings = find_heads(model_path, pairs, params, **kwargs)
+    findings = find_heads(ckpt, pairs, params, load=load, **kwargs)
     save_findings(findings, path)
     return findings, path, False
 

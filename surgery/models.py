@@ -63,32 +63,73 @@ def _download(repo_id: str, revision: str | None) -> Source:
     return Source(Path(path), repo_id, revision)
 
 
-def open_checkpoint(model: str, revision: str | None = None, trust_remote_code: bool = False) -> tuple[Checkpoint, Source]:
-    """Resolve MODEL and open it as a checked checkpoint."""
-    source = resolve(model, revision)
-    return Checkpoint(source.path, allow_remote_code=trust_remote_code), source
+@dataclass(frozen=True)
+class LoadSpec:
+    """How a command opens and loads every model it touches, carried as one object from the command
+    line to the loader so that no option is dropped on the way."""
+
+    revision: str | None = None  # Hub revision of MODEL
+    trust_remote_code: bool = False  # run the checkpoint's own Python code (only when the user asks)
+    device: str = "cpu"  # torch device of the computation
+    dtype: str = "float32"  # compute dtype: every command computes in float32 today
 
 
-def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu", trust_remote_code: bool = False):
+DEFAULT_LOAD = LoadSpec()
+
+
+def open_checkpoint(model: str, load: LoadSpec = DEFAULT_LOAD) -> tuple[Checkpoint, Source]:
+    """Resolve MODEL and open it as a checked checkpoint (remote code refused unless ``load`` trusts it)."""
+    source = resolve(model, load.revision)
+    return Checkpoint(source.path, allow_remote_code=load.trust_remote_code), source
+
+
+def as_checkpoint(model: Checkpoint | str | Path, load: LoadSpec = DEFAULT_LOAD) -> Checkpoint:
+    """``model`` as an opened checkpoint: library functions accept either."""
+    if isinstance(model, Checkpoint):
+        return model
+    return Checkpoint(Path(model), allow_remote_code=load.trust_remote_code)
+
+
+def check_device(device: str) -> None:
+    """Refuse a device this machine does not have, in one line, before a model is loaded."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise CheckpointError(f"--device {device!r} is not a torch device; use cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise CheckpointError(f"--device {device}: this machine has no CUDA GPU usable by torch; use --device cpu")
+        if dev.index is not None and dev.index >= count:
+            raise CheckpointError(f"--device {device}: there are only {count} CUDA device(s) (cuda:0"
+                                  f"{f' … cuda:{count - 1}' if count > 1 else ''})")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise CheckpointError(f"--device {device}: MPS is not available on this machine; use --device cpu")
+
+
+def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     """Load a checkpoint for computation: safetensors only, no remote code unless asked, eval mode."""
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
+    check_device(load.device)
     hf_logging.disable_progress_bar()  # our own progress bars are the ones users should see
     model = AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=getattr(torch, dtype), use_safetensors=True,
-        trust_remote_code=trust_remote_code, device_map=None,
+        str(path), dtype=getattr(torch, load.dtype), use_safetensors=True,
+        trust_remote_code=load.trust_remote_code, device_map=None,
     )
-    return model.to(device).eval()
+    return model.to(load.device).eval()
 
 
-def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
+def load_tokenizer(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     """The checkpoint's tokenizer; a missing one is a clear error (findings need it)."""
     from transformers import AutoTokenizer
 
     try:
-        tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+        tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=load.trust_remote_code)
     except (OSError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(f"{path} has no usable tokenizer ({first})") from None

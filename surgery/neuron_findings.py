@@ -17,7 +17,7 @@ from .checkpoint import Checkpoint
 from .console import item_progress
 from .errors import FindingsError
 from .findings import atomic_write_text, cache_path, check_model, load_findings, new_findings
-from .models import load_model, load_tokenizer
+from .models import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
 from .neuron_select import (DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, Selection, category_overlap,
                             layer_distribution, neuron_rows, select)
 from .neurons import DEFAULT_BIAS_WEIGHT, NeuronScores, SelectionError, accumulate_pair_sums, ppm_scores
@@ -98,7 +98,7 @@ def _cache_hit(path: Path, ckpt: Checkpoint) -> FoundNeurons | None:
 
 
 def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, strict: bool = False,
-                 device: str = "cpu", trust_remote_code: bool = False, recompute: bool = False,
+                 load: LoadSpec = DEFAULT_LOAD, recompute: bool = False,
                  show_progress: bool = True,
                  report: Callable[[str], None] = lambda m: None) -> FoundNeurons:
     """Cached findings for (model, pairs, parameters), computing them on a miss."""
@@ -113,14 +113,14 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
                              f"tokenizer ({detail}); fix them or drop --strict to skip them")
         return hit
 
-    tokenizer = load_tokenizer(ckpt.path, trust_remote_code)
+    tokenizer = load_tokenizer(ckpt.path, load)
     check = check_token_counts(pairs, tokenizer, strict)
     if check.total_skipped:
         detail = ", ".join(f"{c} {n}" for c, n in check.skipped.items())
         report(f"skipped {check.total_skipped} of {len(pairs)} pairs whose prompts tokenize to different "
                f"lengths ({detail}); --strict makes this an error")
     kept = check.kept
-    model = load_model(ckpt.path, "float32", device, trust_remote_code)
+    model = load_model(ckpt.path, load)
     with item_progress("capturing prompts", 2 * len(kept), show_progress) as advance:
         sums = accumulate_pair_sums(model, tokenizer, kept.pairs, batch_size, advance)
     scores = NeuronScores.from_sums(sums, ppm_scores(model))

@@ -19,6 +19,7 @@ from .bake import OWN_FILES, PROVENANCE_NAME, load_provenance, provenance_intact
 from .checkpoint import Checkpoint, file_sha256, read_header
 from .edits import Edit, Recipe
 from .errors import SurgeryError
+from .models import DEFAULT_LOAD, LoadSpec
 from .patching import group_by_file, patched_chunks, plan
 
 BLOCK = 16 << 20
@@ -135,7 +136,7 @@ def structural(src: Checkpoint, dst_path: Path) -> tuple[Report, Recipe]:
     return report, recipe
 
 
-def _token_batches(path: Path, vocab: int, prompts: Iterable[str]) -> list:
+def _token_batches(path: Path, vocab: int, prompts: Iterable[str], load: LoadSpec = DEFAULT_LOAD) -> list:
     """Token ids for the prompts; fixed pseudo-random ids when the checkpoint has no tokenizer."""
     import torch
 
@@ -143,57 +144,58 @@ def _token_batches(path: Path, vocab: int, prompts: Iterable[str]) -> list:
     if {"tokenizer.json", "tokenizer.model", "vocab.json"} & files:
         from .models import load_tokenizer
 
-        tok = load_tokenizer(path)
+        tok = load_tokenizer(path, load)
         return [tok(p, return_tensors="pt")["input_ids"] for p in prompts]
     gen = torch.Generator().manual_seed(0)
     return [torch.randint(0, vocab, (1, 12), generator=gen) for _ in prompts]
 
 
-def logits(path: Path, batches: list, edits: Iterable[Edit] = ()) -> list:
+def logits(path: Path, batches: list, edits: Iterable[Edit] = (), load: LoadSpec = DEFAULT_LOAD) -> list:
     """fp32 logits of the checkpoint at ``path`` for each batch, with ``edits`` as run-time hooks."""
     import torch
 
     from .interventions import applied
     from .models import load_model
 
-    model = load_model(path, "float32")
+    model = load_model(path, load)
     with torch.inference_mode(), applied(model, list(edits)):
-        out = [model(input_ids=b).logits.float() for b in batches]
+        out = [model(input_ids=b.to(load.device)).logits.float().cpu() for b in batches]
     del model
     return out
 
 
-def numeric(src: Checkpoint, dst_path: Path, recipe: Recipe, prompts: Iterable[str] = PROMPTS) -> tuple[float, float]:
+def numeric(src: Checkpoint, dst_path: Path, recipe: Recipe, prompts: Iterable[str] = PROMPTS,
+            load: LoadSpec = DEFAULT_LOAD) -> tuple[float, float]:
     """max |Δlogit| between the baked model and the source with run-time twins, and the tolerance."""
     from .architectures import text_config
 
     vocab = int(text_config(src.config).get("vocab_size") or src.config.get("vocab_size"))
-    batches = _token_batches(src.path, vocab, prompts)
-    reference = logits(src.path, batches, recipe.active())
-    baked = logits(dst_path, batches)
+    batches = _token_batches(src.path, vocab, prompts, load)
+    reference = logits(src.path, batches, recipe.active(), load)
+    baked = logits(dst_path, batches, load=load)
     diff = max(float((a - b).abs().max()) for a, b in zip(reference, baked))
     dtypes = {src.tensors[p.info.name].dtype for p in plan(src, recipe.validate(src.config), recipe.active())}
     tol = max((TOLERANCE.get(d, TOLERANCE["BF16"]) for d in dtypes), default=TOLERANCE["F32"])
     return diff, tol
 
 
-def verify(src: Checkpoint, dst_path: str | Path, run_model: bool = True) -> Report:
+def verify(src: Checkpoint, dst_path: str | Path, run_model: bool = True, load: LoadSpec = DEFAULT_LOAD) -> Report:
     """Full verification of ``dst_path`` against ``src``; see the module docstring."""
     dst_path = Path(dst_path)
     report, recipe = structural(src, dst_path)
     if report.ok and run_model:
-        report.max_abs_logit_diff, report.tolerance = numeric(src, dst_path, recipe)
+        report.max_abs_logit_diff, report.tolerance = numeric(src, dst_path, recipe, load=load)
         if not report.max_abs_logit_diff <= report.tolerance:
             report.problems.append(f"baked logits differ from the run-time edit by "
                                    f"{report.max_abs_logit_diff:.3g} (tolerance {report.tolerance:g})")
     return report
 
 
-def staged_check(src: Checkpoint, recipe: Recipe) -> Callable[[Path], dict[str, Any]]:
+def staged_check(src: Checkpoint, recipe: Recipe, load: LoadSpec = DEFAULT_LOAD) -> Callable[[Path], dict[str, Any]]:
     """The numerical check as a bake hook: runs on the staged output before it is published."""
 
     def check(staged: Path) -> dict[str, Any]:
-        diff, tol = numeric(src, staged, recipe)
+        diff, tol = numeric(src, staged, recipe, load=load)
         if not diff <= tol:
             raise SurgeryError(f"the baked weights do not reproduce the run-time edit (max |Δlogit| "
                                f"{diff:.3g} > {tol:g}); nothing was written. Please report this bug")

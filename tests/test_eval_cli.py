@@ -68,5 +68,5 @@ def test_eval_json_output_and_plain_model(pair):
     src, _, _, _ = pair
     r = _invoke(["eval", src, "--limit", "1", "--json"])
     assert r.exit_code == 0, r.output
-    data = json.loads(r.output)
+    data = json.loads(r.stdout)  # progress lines go to stderr, with --json too
     assert data["against"] is None and set(data["metrics"]["model"]) == {"perplexity", "mcq_accuracy"}

@@ -14,7 +14,7 @@ from ..card import card_hook
 from ..console import err, out, print_json, stage_progress
 from ..edits import Recipe
 from ..errors import RecipeError
-from ..models import open_checkpoint
+from ..models import DEFAULT_LOAD, LoadSpec, open_checkpoint
 from ..verify import staged_check
 
 # --push-to / --private are read through the click context, so commands decorated with
@@ -36,12 +36,34 @@ def _context_value(key: str) -> Any:
     return ctx.meta.get(key) if ctx is not None else None
 
 
-def model_argument(f: Callable) -> Callable:
-    """MODEL (local folder or Hub id) plus --revision and --trust-remote-code."""
-    f = click.option("--trust-remote-code", is_flag=True,
-                     help="Allow checkpoints whose config needs custom code (read that code first).")(f)
-    f = click.option("--revision", default=None, help="Hub revision (branch, tag or commit) of MODEL.")(f)
-    return click.argument("model")(f)
+def load_options(f: Callable | None = None, *, runs_model: bool = True) -> Callable:
+    """--revision, --trust-remote-code and (for commands that run a model) --device, handed to the
+    command as one ``load: LoadSpec`` so that every model load of the command gets all of them."""
+
+    def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def command(*args: Any, revision: str | None, trust_remote_code: bool, device: str = "cpu",
+                     **kwargs: Any) -> Any:
+            load = LoadSpec(revision=revision, trust_remote_code=trust_remote_code, device=device)
+            return f(*args, load=load, **kwargs)
+
+        if runs_model:
+            command = click.option("--device", default="cpu", show_default=True,
+                                   help="Torch device the model runs on: cpu, cuda, cuda:N or mps.")(command)
+        command = click.option("--trust-remote-code", is_flag=True,
+                               help="Allow checkpoints whose config needs custom code (read that code first).")(command)
+        return click.option("--revision", default=None, help="Hub revision (branch, tag or commit) of MODEL.")(command)
+
+    return decorate(f) if f is not None else decorate
+
+
+def model_argument(f: Callable | None = None, *, runs_model: bool = True) -> Callable:
+    """MODEL (local folder or Hub id) plus the load options (see :func:`load_options`)."""
+
+    def decorate(f: Callable) -> Callable:
+        return click.argument("model")(load_options(f, runs_model=runs_model))
+
+    return decorate(f) if f is not None else decorate
 
 
 def push_options(f: Callable) -> Callable:
@@ -64,8 +86,8 @@ def bake_options(f: Callable) -> Callable:
                         help="Output checkpoint folder (written atomically).")(f)
 
 
-def run_bake(model: str, recipe: Recipe, out_dir: Path, *, revision: str | None = None,
-             trust_remote_code: bool = False, force: bool = False, verify: bool = True,
+def run_bake(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFAULT_LOAD,
+             force: bool = False, verify: bool = True,
              as_json: bool = False, extra: dict[str, Any] | None = None,
              evaluation: dict[str, Any] | None = None, push_to: str | None = None,
              push_revision: str | None = None, private: bool | None = None) -> dict[str, Any]:
@@ -81,13 +103,13 @@ def run_bake(model: str, recipe: Recipe, out_dir: Path, *, revision: str | None 
         from ..hub import preflight
 
         preflight(push_to, push_revision)  # fail before a long bake, not after it
-    ckpt, source = open_checkpoint(model, revision, trust_remote_code)
+    ckpt, source = open_checkpoint(model, load)
     recipe.validate(ckpt.config)
     if recipe.base_model is None:
         recipe = Recipe(recipe.edits, source.hub_id or str(source.path), recipe.version, recipe.notes)
-    with stage_progress(not as_json) as progress:
+    with stage_progress() as progress:  # stderr: shown with --json too, which owns stdout only
         result = bake(ckpt, recipe, out_dir, source=source, force=force, progress=progress,
-                      check=staged_check(ckpt, recipe) if verify else None, extra=extra,
+                      check=staged_check(ckpt, recipe, load) if verify else None, extra=extra,
                       card=card_hook(evaluation), report=lambda msg: err.print(f"[yellow]note:[/] {msg}"))
     prov = result.provenance
     pushed = None
@@ -136,7 +158,7 @@ def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]]
     """Bake one output per ``(label, recipe, extra)`` into ``out_dir/<label>``.
 
     With ``push_to`` (default: the command's --push-to), each output is pushed to the branch
-    ``<label>`` of that repo. ``bake_kwargs`` go to :func:`run_bake` (revision, force, verify,
+    ``<label>`` of that repo. ``bake_kwargs`` go to :func:`run_bake` (load, force, verify,
     as_json, …). Returns the provenance of each output by label.
     """
     labels = [label for label, _, _ in items]

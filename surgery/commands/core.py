@@ -11,10 +11,10 @@ from ..architectures import architecture
 from ..cli import cli
 from ..console import err, out, print_json
 from ..edits import Recipe
-from ..models import open_checkpoint
+from ..models import LoadSpec, open_checkpoint
 from ..undo import undo as undo_bake
 from ..verify import verify as verify_bake
-from .common import model_argument, push_options, run_bake
+from .common import load_options, model_argument, push_options, run_bake
 
 
 def _size(n: int) -> str:
@@ -26,11 +26,11 @@ def _size(n: int) -> str:
 
 
 @cli.command()
-@model_argument
+@model_argument(runs_model=False)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def inspect(model: str, revision: str | None, trust_remote_code: bool, as_json: bool) -> None:
+def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
     """Show architecture, layers, heads, head_dim, MLP width, dtype, shards and size."""
-    ckpt, source = open_checkpoint(model, revision, trust_remote_code)
+    ckpt, source = open_checkpoint(model, load)
     arch = architecture(ckpt.config)
     g = arch.geometry
     dtypes = sorted({t.dtype for t in ckpt.tensors.values()})
@@ -53,28 +53,27 @@ def inspect(model: str, revision: str | None, trust_remote_code: bool, as_json: 
 @cli.command()
 @click.argument("recipe", type=click.Path(path_type=Path))
 @click.option("--model", required=True, help="Checkpoint folder or Hub id the recipe is applied to.")
-@click.option("--revision", default=None, help="Hub revision of --model.")
-@click.option("--trust-remote-code", is_flag=True, help="Allow checkpoints that need custom code.")
+@load_options
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @click.option("--verify/--no-verify", default=True, show_default=True, help="Check logits before publishing.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @push_options
-def apply(recipe: Path, model: str, revision, trust_remote_code, out_dir, force, verify, as_json) -> None:
+def apply(recipe: Path, model: str, load: LoadSpec, out_dir, force, verify, as_json) -> None:
     """Bake a recipe (YAML) into a copy of MODEL."""
-    run_bake(model, Recipe.load(recipe), out_dir, revision=revision, trust_remote_code=trust_remote_code,
-             force=force, verify=verify, as_json=as_json)
+    run_bake(model, Recipe.load(recipe), out_dir, load=load, force=force, verify=verify, as_json=as_json)
 
 
 @cli.command(name="verify")
 @click.argument("source")
 @click.argument("baked", type=click.Path(path_type=Path))
+@load_options
 @click.option("--structural-only", is_flag=True, help="Skip the logit comparison (no model is loaded).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def verify_cmd(source: str, baked: Path, structural_only: bool, as_json: bool) -> None:
+def verify_cmd(source: str, baked: Path, load: LoadSpec, structural_only: bool, as_json: bool) -> None:
     """Check BAKED against SOURCE: files, bytes, hashes, and logits vs the run-time edit."""
-    ckpt, _ = open_checkpoint(source, trust_remote_code=True)
-    report = verify_bake(ckpt, baked, run_model=not structural_only)
+    ckpt, _ = open_checkpoint(source, load)
+    report = verify_bake(ckpt, baked, run_model=not structural_only, load=load)
     if as_json:
         print_json(report.to_dict())
     elif report.ok:

@@ -176,18 +176,19 @@ def print_findings(f: dict[str, Any]) -> None:
 @model_argument
 @pair_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def score_binding_cmd(model, revision, trust_remote_code, as_json, **kw):
+def score_binding_cmd(model, load, as_json, **kw):
     """Print ΔS and ΔK (paired t-tests over items) of MODEL on the binding benchmark."""
     from ..attention import surgery_attention_on
     from ..console import item_progress
     from ..heads import score_binding
     from ..models import load_model, load_tokenizer, open_checkpoint
 
-    ckpt, _ = open_checkpoint(model, revision, trust_remote_code)
+    ckpt, _ = open_checkpoint(model, load)
     bench, pairs = _pairs(ckpt.path, kw)
-    tok = load_tokenizer(ckpt.path, trust_remote_code)
-    net = load_model(ckpt.path, trust_remote_code=trust_remote_code)
-    with surgery_attention_on(net), item_progress("scoring prompts", 4 * len(pairs), not as_json) as advance:
+    tok = load_tokenizer(ckpt.path, load)
+    net = load_model(ckpt.path, load)
+    # progress goes to stderr, with --json too (it owns stdout only)
+    with surgery_attention_on(net), item_progress("scoring prompts", 4 * len(pairs)) as advance:
         res = score_binding(net, tok, pairs, instruct=FORMATS[kw["prompt_format"]],
                             batch_size=kw["batch_size"], progress=advance)
     result = {"S": res["S"], "K": res["K"], "K_over_S": res["K_over_S"], "benchmark": bench.source,
@@ -198,17 +199,17 @@ def score_binding_cmd(model, revision, trust_remote_code, as_json, **kw):
         print_scores(result)
 
 
-def _find(model_path: Path, kw: dict[str, Any], dose: bool, awareness_max: int | None, show: bool):
+def _find(ckpt, load, kw: dict[str, Any], dose: bool, awareness_max: int | None):
     from ..benchmark import benchmark_awareness_records
     from ..head_findings import cached_find_heads
 
-    bench, pairs = _pairs(model_path, kw)
+    bench, pairs = _pairs(ckpt.path, kw)
     params = _params(bench, kw, knockout_heads=kw["knockout_heads"], confirm=kw["confirm"],
                      random_sets=kw["random_sets"],
                      dose_response=dose, awareness_max=awareness_max)
     records = benchmark_awareness_records(bench, kw["seed"]) if dose else None
-    return cached_find_heads(model_path, pairs, params, recompute=kw["recompute"], awareness_records=records,
-                             show_progress=show, report=lambda m: err.print(f"[yellow]note:[/] {m}"))
+    return cached_find_heads(ckpt, pairs, params, recompute=kw["recompute"], load=load, awareness_records=records,
+                             report=lambda m: err.print(f"[yellow]note:[/] {m}"))
 
 
 @cli.command(name="find-heads")
@@ -222,14 +223,14 @@ def _find(model_path: Path, kw: dict[str, Any], dose: bool, awareness_max: int |
 @click.option("--out", "out_file", type=click.Path(path_type=Path), default=None,
               help="Also write the findings JSON here (they are always cached).")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings JSON.")
-def find_heads_cmd(model, revision, trust_remote_code, dose_response, awareness_max, out_file, as_json, **kw):
+def find_heads_cmd(model, load, dose_response, awareness_max, out_file, as_json, **kw):
     """Find cultural binding heads of MODEL: scores, discovery, knockout confirmation, knockout
     (cached findings)."""
     from ..findings import save_findings
     from ..models import open_checkpoint
 
-    ckpt, _ = open_checkpoint(model, revision, trust_remote_code)
-    findings, path, cached = _find(ckpt.path, kw, dose_response, awareness_max, not as_json)
+    ckpt, _ = open_checkpoint(model, load)
+    findings, path, cached = _find(ckpt, load, kw, dose_response, awareness_max)
     if out_file:
         save_findings(findings, out_file)
     if as_json:
@@ -264,7 +265,7 @@ def _chosen_heads(findings: dict[str, Any], top: int) -> list[tuple[int, int]]:
               help="Accept findings from another checkpoint of the same architecture (instruct → base).")
 @pair_options
 @find_options
-def amplify_heads(model, revision, trust_remote_code, out_dir, force, verify, as_json, heads, alphas,
+def amplify_heads(model, load, out_dir, force, verify, as_json, heads, alphas,
                   allow_zero, findings_file, top, transfer, **kw):
     """Scale the o_proj input columns of chosen heads by ALPHA and write a new checkpoint."""
     values = parse_values(alphas, "--alpha")
@@ -276,29 +277,28 @@ def amplify_heads(model, revision, trust_remote_code, out_dir, force, verify, as
             raise RecipeError("--heads names the heads itself; drop --findings / --top, or drop --heads")
         chosen = [(h.layer, h.head) for h in parse_heads(heads, 1.0)]
     else:
-        chosen, extra = _heads_from_findings(model, revision, trust_remote_code, findings_file, top, transfer,
-                                             kw, as_json)
+        chosen, extra = _heads_from_findings(model, load, findings_file, top, transfer, kw, as_json)
     spec = ",".join(f"{layer}.{head}" for layer, head in chosen)
-    bake = functools.partial(run_bake if len(values) == 1 else run_sweep, model, revision=revision,
-                             trust_remote_code=trust_remote_code, force=force, verify=verify, as_json=as_json)
+    bake = functools.partial(run_bake if len(values) == 1 else run_sweep, model, load=load,
+                             force=force, verify=verify, as_json=as_json)
     if len(values) == 1:
         bake(Recipe(tuple(parse_heads(spec, values[0]))), out_dir, extra=extra)
     else:
         bake([(sweep_label("alpha", a), Recipe(tuple(parse_heads(spec, a))), extra) for a in values], out_dir)
 
 
-def _heads_from_findings(model, revision, trust_remote_code, findings_file, top, transfer, kw, as_json):
+def _heads_from_findings(model, load, findings_file, top, transfer, kw, as_json):
     from ..findings import check_model, load_findings
     from ..head_findings import summary
     from ..models import open_checkpoint
 
-    ckpt, _ = open_checkpoint(model, revision, trust_remote_code)
+    ckpt, _ = open_checkpoint(model, load)
     if findings_file:
         findings = load_findings(findings_file, "heads")
         check_model(findings, ckpt, allow_transfer=transfer)
         where = str(findings_file)
     else:
-        findings, path, _ = _find(ckpt.path, kw, False, None, not as_json)
+        findings, path, _ = _find(ckpt, load, kw, False, None)
         where = str(path)
     chosen = _chosen_heads(findings, top or len(findings.get("selected_heads") or []) or 1)
     if not as_json:

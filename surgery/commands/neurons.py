@@ -12,6 +12,7 @@ from ..cli import cli
 from ..console import err, out, print_json
 from ..edits import NeuronScale, Recipe, parse_neurons
 from ..errors import RecipeError
+from ..models import LoadSpec
 from ..neuron_select import DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, RULES, select
 from ..neurons import DEFAULT_BIAS_WEIGHT, SCORES
 from .common import baking_command, model_argument, parse_values, run_bake, run_sweep, sweep_label
@@ -54,7 +55,6 @@ def pair_options(f: Callable) -> Callable:
                      help="Pairs whose prompts tokenize to different lengths are an error, not skipped."),
         click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
                      help="Pairs per forward pass."),
-        click.option("--device", default="cpu", show_default=True, help="Torch device for the capture."),
         click.option("--recompute", is_flag=True, help="Ignore cached findings and capture again."),
     ]
     for option in reversed(options):
@@ -83,8 +83,8 @@ def selection_options(f: Callable) -> Callable:
     return f
 
 
-def _findings(model: str, revision, trust_remote_code: bool, kw: dict[str, Any], findings_file: Path | None,
-              transfer: bool, show_progress: bool, any_categories: bool = False):
+def _findings(model: str, load: LoadSpec, kw: dict[str, Any], findings_file: Path | None,
+              transfer: bool, any_categories: bool = False):
     """Findings from --findings, the cache, or a fresh capture.
 
     With ``any_categories`` (prune-neurons), --category only selects: findings over every category
@@ -94,7 +94,7 @@ def _findings(model: str, revision, trust_remote_code: bool, kw: dict[str, Any],
     from ..neuron_findings import cached_path, find_neurons, load_neuron_findings
     from ..pairs import load_pairs
 
-    ckpt, _ = open_checkpoint(model, revision, trust_remote_code)
+    ckpt, _ = open_checkpoint(model, load)
     if findings_file is not None:
         pair_flags = kw["pairs_source"] != "builtin" or kw["language"] or kw["recompute"]
         if pair_flags:
@@ -106,9 +106,8 @@ def _findings(model: str, revision, trust_remote_code: bool, kw: dict[str, Any],
     pairs = load_pairs(kw["pairs_source"], kw["language"], _categories(kw["categories"]))
     if any_categories and kw["categories"] and (kw["recompute"] or not cached_path(ckpt, pairs).is_file()):
         pairs = load_pairs(kw["pairs_source"], kw["language"])
-    return find_neurons(ckpt, pairs, batch_size=kw["batch_size"], strict=kw["strict"], device=kw["device"],
-                        trust_remote_code=trust_remote_code, recompute=kw["recompute"],
-                        show_progress=show_progress,
+    return find_neurons(ckpt, pairs, batch_size=kw["batch_size"], strict=kw["strict"], load=load,
+                        recompute=kw["recompute"],
                         report=lambda m: err.print(f"[yellow]note:[/] {m}"))
 
 
@@ -121,12 +120,12 @@ def _findings(model: str, revision, trust_remote_code: bool, kw: dict[str, Any],
 @click.option("--out", "out_file", type=click.Path(path_type=Path), default=None,
               help="Also write the findings JSON here (they are always cached).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON (summary, not all scores).")
-def find_neurons_cmd(model, revision, trust_remote_code, n, out_file, as_json, score, rule, bias_weight,
+def find_neurons_cmd(model, load, n, out_file, as_json, score, rule, bias_weight,
                      layer_spec, spare_active, **kw):
     """Score every MLP neuron on contrastive demographic pairs; cache the findings."""
     from ..neuron_findings import summary, write_findings
 
-    found = _findings(model, revision, trust_remote_code, kw, None, False, not as_json)
+    found = _findings(model, load, kw, None, False)
     if out_file is not None:
         write_findings(found.findings, out_file)
     cats = _categories(kw["categories"])
@@ -155,7 +154,7 @@ def find_neurons_cmd(model, revision, trust_remote_code, n, out_file, as_json, s
                    "(0.5 damps, a negative value flips it, e.g. with --score signed).")
 @selection_options
 @pair_options
-def prune_neurons(model, revision, trust_remote_code, out_dir, force, verify, as_json, neurons, n_spec,
+def prune_neurons(model, load, out_dir, force, verify, as_json, neurons, n_spec,
                   findings_file, transfer, factor, score, rule, bias_weight, layer_spec, spare_active, **kw):
     """Zero (or scale) MLP neurons — named, or the top N bias neurons — and write a new checkpoint."""
     if not math.isfinite(factor):
@@ -164,8 +163,7 @@ def prune_neurons(model, revision, trust_remote_code, out_dir, force, verify, as
         raise RecipeError("--factor 1 leaves every neuron unchanged; use 0 to prune or another value to scale")
     if (neurons is None) == (n_spec is None):
         raise RecipeError("give exactly one of --neurons LAYER:INDEX,… and --n N")
-    bake_kw = dict(revision=revision, trust_remote_code=trust_remote_code, force=force, verify=verify,
-                   as_json=as_json)
+    bake_kw = dict(load=load, force=force, verify=verify, as_json=as_json)
     if neurons is not None:
         if findings_file or transfer:
             raise RecipeError("--neurons names the neurons itself; drop --findings/--transfer or use --n")
@@ -174,8 +172,7 @@ def prune_neurons(model, revision, trust_remote_code, out_dir, force, verify, as
     values = parse_values(n_spec, "--n")
     if any(v != int(v) or v < 1 for v in values):
         raise RecipeError(f"--n must be whole numbers ≥ 1, got {n_spec}")
-    found = _findings(model, revision, trust_remote_code, kw, findings_file, transfer, not as_json,
-                      any_categories=True)
+    found = _findings(model, load, kw, findings_file, transfer, any_categories=True)
     cats, layers = _categories(kw["categories"]), parse_layers(layer_spec)
     items = []
     for n in (int(v) for v in values):

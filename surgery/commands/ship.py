@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import math
-from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import click
 from rich.table import Table
 
 from ..cli import cli
-from ..console import err, out, print_json
+from ..console import err, out, print_json, progress_bars
 from ..edits import Recipe
 from ..errors import SurgeryError
 from ..models import open_checkpoint
@@ -20,7 +20,7 @@ from .common import model_argument
 
 
 @cli.command(name="export-lora")
-@model_argument
+@model_argument(runs_model=False)
 @click.option("--recipe", "recipe_path", required=True, type=click.Path(path_type=Path),
               help="Recipe YAML whose edits the adapter reproduces.")
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
@@ -28,11 +28,11 @@ from .common import model_argument
 @click.option("--vllm", is_flag=True, help="Pad every module to one rank vLLM accepts (8 … 512).")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def export_lora_cmd(model, revision, trust_remote_code, recipe_path, out_dir, vllm, force, as_json):
+def export_lora_cmd(model, load, recipe_path, out_dir, vllm, force, as_json):
     """Write a PEFT LoRA adapter whose effect on MODEL is exactly the recipe."""
     from ..export import export_lora
 
-    ckpt, source = open_checkpoint(model, revision, trust_remote_code)
+    ckpt, source = open_checkpoint(model, load)
     summary = export_lora(ckpt, Recipe.load(recipe_path), out_dir, vllm=vllm, force=force, source=source)
     if as_json:
         print_json({"out": str(out_dir), **summary})
@@ -78,23 +78,6 @@ def card_cmd(folder, eval_path):
     evaluation = card_summary(load_result(eval_path)) if eval_path else None
     path = refresh_card(folder, evaluation)
     out.print(f"[green]Wrote[/] {path}{' with the evaluation table' if evaluation else ''}")
-
-
-@contextmanager
-def eval_progress(enabled: bool) -> Iterator[Any]:
-    """A factory ``(description, total) -> advance(n)``: one bar per measurement, on stderr."""
-    if not enabled:
-        yield lambda description, total: (lambda n=1: None)
-        return
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
-
-    with Progress(TextColumn("{task.description:<18}"), BarColumn(), TaskProgressColumn(),
-                  TimeRemainingColumn(), console=err, transient=True) as bar:
-        def factory(description: str, total: int):
-            task = bar.add_task(description, total=max(total, 1))
-            return lambda n=1: bar.advance(task, n)
-
-        yield factory
 
 
 def _cell(value: Any) -> str:
@@ -151,15 +134,14 @@ def eval_table(result: dict) -> Table:
 @click.option("--card", "update_card", is_flag=True, help="Put the before/after table into MODEL's model card "
               "(MODEL must be a surgery checkpoint; surgery.json is kept consistent).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON instead of the table.")
-def eval_cmd(model, revision, trust_remote_code, against, suites, limit, bbq_paths, n4_path, lm_eval_tasks,
+def eval_cmd(model, load, against, suites, limit, bbq_paths, n4_path, lm_eval_tasks,
              lm_eval_include, batch_size, out_path, update_card, as_json):
     """Evaluate MODEL: retention, KL vs --against, BBQ bias, DiffAware/CtxtAware, lm-eval tasks."""
     from ..evaluate import evaluate, make_plan
     from ..evaluate_io import card_summary, save_result
-    from ..models import resolve
-
-    source = resolve(model, revision)
-    against_path = resolve(against).path if against else None
+    # Opened as checkpoints: the same safety checks (remote code, pickles) as every other command.
+    _, source = open_checkpoint(model, load)
+    against_path = open_checkpoint(against, replace(load, revision=None))[1].path if against else None
     tasks = [t.strip() for t in lm_eval_tasks.split(",") if t.strip()]
     plan = make_plan(suites, against=against_path is not None, limit=limit, bbq=bbq_paths, n4=n4_path,
                      lm_eval_tasks=tasks, lm_eval_include=lm_eval_include, batch_size=batch_size)
@@ -170,9 +152,10 @@ def eval_cmd(model, revision, trust_remote_code, against, suites, limit, bbq_pat
             raise SurgeryError("--card rewrites a local baked folder; MODEL is a Hub download (the Hub "
                                "cache is never written): give the local folder, or run surgery card later")
         load_provenance(source.path)  # fail now, not after the evaluation
-    with eval_progress(not as_json) as progress:
-        result = evaluate(source.path, plan, against=against_path, trust_remote_code=trust_remote_code,
-                          progress=progress, report=lambda m: None if as_json else err.print(f"[dim]{m}[/]"))
+    # Progress and notes go to stderr, with --json too (it owns stdout only).
+    with progress_bars() as progress:
+        result = evaluate(source.path, plan, against=against_path, load=load,
+                          progress=progress, report=lambda m: err.print(f"[dim]{m}[/]"))
     if out_path:
         save_result(result, out_path)
     if update_card:
