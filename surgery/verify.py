@@ -15,8 +15,9 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .bake import OWN_FILES, PROVENANCE_NAME, load_provenance, provenance_intact, source_files
-from .checkpoint import Checkpoint, file_sha256, read_header
+from .bake import (OWN_FILES, PROVENANCE_NAME, load_provenance, other_weight_problems, provenance_intact,
+                   source_files)
+from .checkpoint import Checkpoint, file_sha256, is_other_weights, read_header
 from .edits import Edit, Recipe
 from .errors import SurgeryError
 from .patching import group_by_file, patched_chunks, plan
@@ -95,6 +96,9 @@ def structural(src: Checkpoint, dst_path: Path) -> tuple[Report, Recipe]:
     if not provenance_intact(dst_path):
         report.problems.append(f"{PROVENANCE_NAME} changed after the bake (its content does not match its seal)")
         return report, recipe
+    produced = {p.relative_to(dst_path).as_posix() for p in dst_path.rglob("*") if p.is_file()}
+    # Flagged even when recorded: earlier bakes copied such files, unedited, into the output.
+    report.problems += other_weight_problems(produced)
     for name, digest in sorted(prov.get("files", {}).items()):
         path = dst_path / name
         if not path.is_file():
@@ -102,8 +106,9 @@ def structural(src: Checkpoint, dst_path: Path) -> tuple[Report, Recipe]:
         elif file_sha256(path) != digest:
             report.problems.append(f"{name} changed after the bake (sha256 differs from surgery.json)")
         report.files_checked += 1
-    produced = {p.relative_to(dst_path).as_posix() for p in dst_path.rglob("*") if p.is_file()}
     for extra in sorted(produced - set(prov.get("files", {})) - {PROVENANCE_NAME}):
+        if is_other_weights(extra):
+            continue  # already reported above, with what it means
         report.problems.append(f"{extra} is not recorded in surgery.json")
     if report.problems:
         return report, recipe
@@ -124,7 +129,7 @@ def structural(src: Checkpoint, dst_path: Path) -> tuple[Report, Recipe]:
     by_file = group_by_file(patches)
     card_files = set(prov.get("undo", {}).get("replaced_files", [])) | set(prov.get("undo", {}).get("added_files", []))
     for rel in source_files(src):
-        if rel in OWN_FILES or rel in card_files:
+        if rel in OWN_FILES or rel in card_files or is_other_weights(rel):  # the bake leaves those out
             continue
         if not (dst_path / rel).is_file():
             report.problems.append(f"{rel} from the source is missing in the output")
