@@ -19,7 +19,7 @@ from .bake import (OWN_FILES, PROVENANCE_NAME, load_provenance, other_weight_pro
                    source_files)
 from .checkpoint import Checkpoint, file_sha256, is_other_weights, read_header
 from .edits import Edit, Recipe
-from .errors import SurgeryError
+from .errors import CheckpointError, SurgeryError
 from .patching import RAW_DTYPES, TensorPatch, group_by_file, patched_chunks, plan
 
 BLOCK = 16 << 20
@@ -194,12 +194,20 @@ def _token_batches(path: Path, vocab: int, prompts: Iterable[str]) -> list:
     """Token ids for the prompts; fixed pseudo-random ids when the checkpoint has no tokenizer."""
     import torch
 
+    prompts = list(prompts)
     files = {p.name for p in path.iterdir()}
     if {"tokenizer.json", "tokenizer.model", "vocab.json"} & files:
         from .models import load_tokenizer
 
         tok = load_tokenizer(path)
-        return [tok(p, return_tensors="pt")["input_ids"] for p in prompts]
+        batches = [tok(p, return_tensors="pt")["input_ids"] for p in prompts]
+        for prompt, ids in zip(prompts, batches):
+            if ids.numel() == 0:  # the model cannot run on an empty sequence: say why, not a reshape error
+                raise CheckpointError(
+                    f"the tokenizer of {path} encodes the check prompt {prompt!r} to no tokens (its vocabulary "
+                    "does not cover the text), so the logits cannot be compared; fix the tokenizer, or skip "
+                    "the logit check (bake with --no-verify, verify with --structural-only)")
+        return batches
     gen = torch.Generator().manual_seed(0)
     return [torch.randint(0, vocab, (1, 12), generator=gen) for _ in prompts]
 

@@ -155,13 +155,18 @@ CASES = [
     # --- verify / undo on something that is not a bake ---
     Case("verify-not-baked", setups.not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
     Case("undo-not-baked", setups.undo_not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
+    # --- a tokenizer that encodes the logit check's prompts to nothing ---
+    Case("tokenizer-encodes-nothing-bake", setups.empty_tokenizer(verify=False),
+         ("encodes the check prompt 'The capital of France is' to no tokens", "--no-verify")),
+    Case("tokenizer-encodes-nothing-verify", setups.empty_tokenizer(verify=True),
+         ("encodes the check prompt 'The capital of France is' to no tokens", "--structural-only")),
 ]
 
 
 # These also run through a real ``python -m surgery`` subprocess (one or two per group); the rest run
 # in-process through surgery.cli.main, which is what the console script calls.
 SUBPROCESS = {"missing-path", "pickle-bin", "truncated-half", "quantized-gptq", "alpha-zero", "recipe-not-yaml",
-              "findings-other-architecture", "dest-exists"}
+              "findings-other-architecture", "dest-exists", "tokenizer-encodes-nothing-verify"}
 RUNS = [pytest.param(c, "in-process", id=c.id) for c in CASES] + \
        [pytest.param(c, "subprocess", id=f"{c.id}-subprocess") for c in CASES if c.id in SUBPROCESS]
 
