@@ -206,7 +206,8 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
             "version": 1,
             "tool_version": __version__,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "source": (source or Source(ckpt.path)).to_dict(),
+            # The fingerprint lets export-lora check that MODEL is the source of a baked folder.
+            "source": {**(source or Source(ckpt.path)).to_dict(), "fingerprint": ckpt.fingerprint()},
             "model_type": arch.model_type,
             "recipe": recipe.to_dict(),
             "edited_tensors": undo_index,
