@@ -193,8 +193,9 @@ def vanishing(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> li
     peaks: dict[str, dict[int, float]] = {}
     found = []
     for e in shrinking:
-        module, cols = ((lay.o_proj, range(arch.head_columns(e.head).start, arch.head_columns(e.head).stop))
-                        if isinstance(e, HeadScale) else (lay.down_proj, range(e.neuron, e.neuron + 1)))
+        head = arch.head_columns(e.head) if isinstance(e, HeadScale) else None
+        module, cols = ((lay.o_proj, range(head.start, head.stop)) if head is not None
+                        else (lay.down_proj, range(e.neuron, e.neuron + 1)))
         p = patches[f"{prefix.format(layer=e.layer)}{module}.weight"]
         if p.info.name not in peaks:
             with open(ckpt.path / p.info.file, "rb") as f:
