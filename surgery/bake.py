@@ -19,12 +19,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
 from . import __version__
-from .checkpoint import Checkpoint, file_sha256
+from .checkpoint import Checkpoint, file_sha256, is_other_weights
 from .errors import CheckpointError, RecipeError
 from .edits import Recipe
 from .models import Source
@@ -159,7 +159,10 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
     patches = plan(ckpt, arch, recipe.active())
     by_file = group_by_file(patches)
     files = source_files(ckpt)
-    total = sum((ckpt.path / f).stat().st_size for f in files)
+    left_out = sorted(rel for rel in files if is_other_weights(rel))
+    # Files that reach the output as exact copies: their sha256 is the source file's.
+    copied = [rel for rel in files if rel not in OWN_FILES and rel not in left_out]
+    total = sum((ckpt.path / f).stat().st_size for f in copied)
     tick = progress or (lambda stage, done, total: None)
     notes: list[str] = []
 
@@ -167,8 +170,8 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         notes.append(msg)
         report(msg)
 
-    # Files that reach the output as exact copies: their sha256 is the source file's.
-    copied = [rel for rel in files if rel not in OWN_FILES]
+    if left_out:
+        note(left_out_note(left_out))
     # Every edited shard must be one of the copied files, or its edit would silently not happen.
     stray = sorted(set(by_file) - set(copied))
     if stray:
@@ -178,7 +181,8 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
     with staged_output(Path(out), [ckpt.path], force, note) as tmp, _hash_pool() as hasher:
         # Hashing overlaps the copy: the kernel copy leaves the CPU mostly idle, so every source
         # file is hashed while it is copied, and an edited shard's output as soon as it is patched.
-        source_hashes = {rel: hasher.submit(file_sha256, ckpt.path / rel) for rel in files}
+        # Left-out files are not hashed: undo restores the carried files, and they may be large.
+        source_hashes = {rel: hasher.submit(file_sha256, ckpt.path / rel) for rel in files if rel not in left_out}
         output_hashes = {}
         undo: dict[str, np.ndarray] = {}
         undo_index: list[dict] = []
@@ -202,7 +206,8 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
             "version": 1,
             "tool_version": __version__,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "source": (source or Source(ckpt.path)).to_dict(),
+            # The fingerprint lets export-lora check that MODEL is the source of a baked folder.
+            "source": {**(source or Source(ckpt.path)).to_dict(), "fingerprint": ckpt.fingerprint()},
             "model_type": arch.model_type,
             "recipe": recipe.to_dict(),
             "edited_tensors": undo_index,
@@ -223,6 +228,7 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
             "file": UNDO_NAME,
             "replaced_files": replaced,
             "added_files": [n for n in ("README.md",) if card is not None and n not in files],
+            "left_out_files": left_out,
         }
         _write_undo(tmp / UNDO_NAME, undo)
         outputs = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
@@ -232,10 +238,24 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         hashes.update({n: source_hashes[n].result() for n in unchanged})
         hashes.update({n: f.result() for n, f in output_hashes.items()})
         provenance["files"] = dict(sorted(hashes.items()))
-        provenance["source_files"] = {n: source_hashes[n].result() for n in sorted(files)}
+        provenance["source_files"] = {n: source_hashes[n].result() for n in sorted(source_hashes)}
         tick("hash", 1, 1)
         (tmp / PROVENANCE_NAME).write_text(provenance_text(provenance), encoding="utf-8")
     return BakeResult(Path(out), provenance, notes)
+
+
+def left_out_note(names: list[str]) -> str:
+    """The note for source files a bake does not carry over (see ``is_other_weights``)."""
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (f"left out {shown}: weights in a format the bake does not edit (pickle, GGUF, TF or Flax); "
+            "published next to the edited safetensors they would load the unedited model")
+
+
+def other_weight_problems(names: Iterable[str]) -> list[str]:
+    """verify's line for each file of a baked folder that holds weights the bake did not edit."""
+    return [f"{n} holds weights in a format the bake does not edit (pickle, GGUF, TF or Flax): it is an "
+            "unedited copy of the model that loaders may pick instead; delete it" for n in sorted(names)
+            if is_other_weights(n)]
 
 
 def _write_undo(path: Path, arrays: dict[str, np.ndarray]) -> None:

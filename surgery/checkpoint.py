@@ -22,6 +22,10 @@ from .errors import CheckpointError
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+# Weights in formats a bake does not edit (pickles, GGUF, TF, Flax) and their shard indexes. Next to
+# the edited safetensors they would be a second, unedited copy of the model that loaders pick by a
+# flag (use_safetensors=False) or by tool (llama.cpp reads the .gguf): a bake leaves them out.
+OTHER_WEIGHT_SUFFIXES = (*PICKLE_SUFFIXES, ".gguf", ".h5", ".msgpack")
 # The safetensors format caps the JSON header at 100 MB; anything larger is corrupt or hostile.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 REFETCH = "re-download or re-save it"
@@ -100,6 +104,12 @@ def _check_layout(path: Path, header: dict[str, Any], data_start: int, size: int
         if b2 < e1:
             raise CheckpointError(f"{path.name}: tensors '{n1}' and '{n2}' overlap in the file; "
                                   f"it is corrupt or crafted: {REFETCH}")
+
+
+def is_other_weights(rel: str) -> bool:
+    """True for a weights file (or its shard index) in a format other than safetensors."""
+    name = rel.rsplit("/", 1)[-1].lower()
+    return name.endswith(OTHER_WEIGHT_SUFFIXES) or name.endswith(tuple(f"{s}.index.json" for s in OTHER_WEIGHT_SUFFIXES))
 
 
 def file_sha256(path: Path, chunk: int = 8 << 20) -> str:

@@ -21,6 +21,7 @@ import torch
 
 from . import __version__
 from .architectures import Architecture
+from .bake import PROVENANCE_NAME, hash_files, load_provenance, provenance_intact
 from .card import adapter_card
 from .checkpoint import Checkpoint
 from .edits import HeadScale, Recipe
@@ -100,6 +101,38 @@ def lora_modules(ckpt: Checkpoint, recipe: Recipe) -> list[LoraModule]:
         B = W[:, idx] * (scales[idx] - 1.0)
         modules.append(LoraModule(loaded.format(layer=layer) + module, A, B))
     return modules
+
+
+def _baked_from(prov: dict[str, Any], ckpt: Checkpoint) -> bool:
+    """True when ``ckpt`` holds the weights the bake recorded as its source."""
+    recorded = (prov.get("source") or {}).get("fingerprint")
+    if recorded is not None:
+        return recorded == ckpt.fingerprint()
+    # Bakes that predate the recorded fingerprint: the sha256 of every weight file (a full read).
+    files = prov.get("source_files") or {}
+    return hash_files(ckpt.path, ckpt.weight_files) == {f: files.get(f) for f in ckpt.weight_files}
+
+
+def load_recipe(path: str | Path, ckpt: Checkpoint) -> Recipe:
+    """A recipe YAML, or the recipe recorded by a bake (its folder or its surgery.json).
+
+    A baked folder's recipe is used only when ``ckpt`` is the source it was baked from: over any
+    other base the adapter would not reproduce that bake.
+    """
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent if path.name == PROVENANCE_NAME else None
+    if folder is None:
+        return Recipe.load(path)
+    prov = load_provenance(folder)
+    if not provenance_intact(folder):
+        raise RecipeError(f"{folder / PROVENANCE_NAME} changed after the bake (its content does not match its "
+                          "seal), so its recipe cannot be trusted; give the recipe YAML, or bake again")
+    if not _baked_from(prov, ckpt):
+        baked_from = (prov.get("source") or {}).get("hub_id") or (prov.get("source") or {}).get("path")
+        raise RecipeError(f"{folder} was baked from {baked_from}, not from {ckpt.path} (the weights differ): an "
+                          "adapter over this base would not reproduce the bake; give the source it was "
+                          "baked from as MODEL")
+    return Recipe.from_dict(prov.get("recipe"), where=f"{folder / PROVENANCE_NAME} recipe")
 
 
 def vllm_rank(needed: int) -> int:

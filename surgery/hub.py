@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .bake import PROVENANCE_NAME, load_provenance, provenance_intact
-from .checkpoint import Checkpoint, file_sha256, read_header
+from .bake import PROVENANCE_NAME, load_provenance, other_weight_problems, provenance_intact
+from .checkpoint import Checkpoint, file_sha256, is_other_weights, read_header
 from .errors import CheckpointError, SurgeryError, VerificationError
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -36,7 +36,9 @@ def _check_hashes(folder: Path, prov: dict[str, Any]) -> list[str]:
         elif file_sha256(folder / name) != digest:
             problems.append(f"{name} changed after the bake (sha256 differs from surgery.json)")
     present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-    problems += [f"{n} is not recorded in surgery.json" for n in sorted(present - set(recorded) - {PROVENANCE_NAME})]
+    problems += other_weight_problems(present)
+    problems += [f"{n} is not recorded in surgery.json" for n in sorted(present - set(recorded) - {PROVENANCE_NAME})
+                 if not is_other_weights(n)]
     return problems
 
 

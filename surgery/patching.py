@@ -166,6 +166,47 @@ def patched_chunks(fd: int, p: TensorPatch) -> Iterator[tuple[int, bytes, dict[s
         yield p.info.start + start * p.n_cols * itemsize, block.tobytes(), originals
 
 
+def _column_peaks(fd: int, p: TensorPatch) -> dict[int, float]:
+    """max |value| of every edited column of ``p`` over all rows, read a bounded block at a time."""
+    col_idx = np.array(sorted(p.cols), dtype=np.int64)
+    peak = np.zeros(len(col_idx), dtype=np.float32)
+    for start, n in _row_blocks(p):
+        block = to_f32(read_raw(fd, p.info, start, n, p.n_cols)[:, col_idx], p.info.dtype)
+        peak = np.maximum(peak, np.abs(block).max(axis=0))
+    return dict(zip(col_idx.tolist(), peak.tolist()))
+
+
+def vanishing(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[tuple[Edit, str]]:
+    """Edits with a non-zero scale that still zero every weight of their columns, with the dtype.
+
+    The exact rule, in the bake's own arithmetic: the column's largest magnitude times the scale
+    (both float32) rounds to 0 in the stored dtype. Rounding is monotone, so every smaller value of
+    the column then rounds to 0 too. This covers fp16/bf16 underflow and scales below float32's
+    smallest subnormal (1e-50 is 0 as a float32). Only |scale| < 1 can shrink a value to 0, so
+    other edits cost no read; an all-zero column (a pruned head) is not the scale's doing.
+    """
+    shrinking = [e for e in edits if e.scale != 0 and abs(e.scale) < 1]
+    if not shrinking:
+        return []
+    patches = {p.info.name: p for p in plan(ckpt, arch, shrinking)}
+    prefix, lay = arch.layer_prefix(ckpt.tensors), arch.layout
+    peaks: dict[str, dict[int, float]] = {}
+    found = []
+    for e in shrinking:
+        head = arch.head_columns(e.head) if isinstance(e, HeadScale) else None
+        module, cols = ((lay.o_proj, range(head.start, head.stop)) if head is not None
+                        else (lay.down_proj, range(e.neuron, e.neuron + 1)))
+        p = patches[f"{prefix.format(layer=e.layer)}{module}.weight"]
+        if p.info.name not in peaks:
+            with open(ckpt.path / p.info.file, "rb") as f:
+                peaks[p.info.name] = _column_peaks(f.fileno(), p)
+        peak = np.array([peaks[p.info.name][c] for c in cols], dtype=np.float32)
+        scaled = to_f32(from_f32(peak * np.float32(e.scale), p.info.dtype), p.info.dtype)
+        if peak.any() and not scaled.any():
+            found.append((e, p.info.dtype))
+    return found
+
+
 def group_by_file(patches: Iterable[TensorPatch]) -> dict[str, list[TensorPatch]]:
     out: dict[str, list[TensorPatch]] = defaultdict(list)
     for p in patches:

@@ -65,6 +65,11 @@ def undo(baked: str | Path, out: str | Path, force: bool = False,
         if expected and restored != expected:
             bad = sorted(set(restored.items()) ^ set(expected.items()))
             raise VerificationError(f"undo did not reproduce the source ({bad[0][0]} differs); nothing was written")
+    left_out = undo_meta.get("left_out_files") or []
+    if left_out:
+        report(f"{', '.join(left_out)} of the source {'was' if len(left_out) == 1 else 'were'} left out of "
+               "the bake (weights in a format it does not edit) and cannot be restored from it; copy "
+               f"{'it' if len(left_out) == 1 else 'them'} from the original source if needed")
     return restored
 
 

@@ -15,12 +15,13 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .bake import OWN_FILES, PROVENANCE_NAME, load_provenance, provenance_intact, source_files
-from .checkpoint import Checkpoint, file_sha256, read_header
+from .bake import (OWN_FILES, PROVENANCE_NAME, load_provenance, other_weight_problems, provenance_intact,
+                   source_files)
+from .checkpoint import Checkpoint, file_sha256, is_other_weights, read_header
 from .edits import Edit, Recipe
-from .errors import SurgeryError
+from .errors import CheckpointError, SurgeryError
 from .models import DEFAULT_LOAD, LoadSpec
-from .patching import group_by_file, patched_chunks, plan
+from .patching import RAW_DTYPES, TensorPatch, group_by_file, patched_chunks, plan
 
 BLOCK = 16 << 20
 PROMPTS = (
@@ -41,6 +42,8 @@ class Report:
     tensors_edited: int = 0
     max_abs_logit_diff: float | None = None
     tolerance: float | None = None
+    # Edited tensors whose content is not the recipe's: file, tensor, rows, columns, source_changed.
+    mismatches: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -49,21 +52,68 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "problems": self.problems, "files_checked": self.files_checked,
                 "tensors_edited": self.tensors_edited, "max_abs_logit_diff": self.max_abs_logit_diff,
-                "tolerance": self.tolerance}
+                "tolerance": self.tolerance, "mismatches": self.mismatches}
 
 
-def _compare_edited(src: Path, dst: Path, patches, report: Report) -> None:
-    """Edited slices must hold the prescribed bytes and nothing else may differ."""
+def _ranges(indices: Iterable[int], limit: int = 4) -> str:
+    """``[0, 1, 2, 7]`` → ``"0–2, 7"`` (at most ``limit`` runs, then how many more)."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = ", ".join(f"{a}–{b}" if b > a else str(a) for a, b in runs[:limit])
+    return text + (f" and {len(runs) - limit} more range(s)" if len(runs) > limit else "")
+
+
+def _differing(p: TensorPatch, offset: int, expected: bytes, actual: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, columns) of the tensor where ``actual`` differs from ``expected`` (one row block)."""
+    bits = np.dtype(f"u{np.dtype(RAW_DTYPES[p.info.dtype]).itemsize}")  # raw bits: NaN == NaN, -0 != +0
+    want = np.frombuffer(expected, bits).reshape(-1, p.n_cols)
+    have = np.frombuffer(actual, bits).reshape(-1, p.n_cols)
+    first_row = (offset - p.info.start) // (p.n_cols * bits.itemsize)
+    mask = want != have
+    return first_row + np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+
+
+def _mismatch(p: TensorPatch, dst: Path, rows: set[int], cols: set[int], source_changed: bool) -> tuple[str, dict]:
+    """The problem line (and its JSON form) for an edited tensor that does not hold the recipe's values."""
+    where = (f"elements {_ranges(rows)}" if len(p.info.shape) == 1 else
+             f"rows {_ranges(rows)}, columns {_ranges(cols)}")
+    why = (f"the source's {p.info.file} is not the one this folder was baked from (its sha256 differs from "
+           "surgery.json's source_files): verify against the original source" if source_changed else
+           "the output was changed after the bake (and surgery.json re-sealed to match): bake it again")
+    line = f"{dst.name}: tensor '{p.info.name}' differs from what the recipe prescribes at {where}; {why}"
+    return line, {"file": dst.name, "tensor": p.info.name, "rows": sorted(rows), "columns": sorted(cols),
+                  "source_changed": source_changed}
+
+
+def _compare_edited(src: Path, dst: Path, patches, report: Report, source_sha256: str | None = None) -> None:
+    """Edited slices must hold the prescribed bytes and nothing else may differ.
+
+    ``source_sha256`` is the source file's sha256 recorded at bake time: on a mismatch it tells a
+    source that changed since the bake from an output that was altered.
+    """
     covered: list[tuple[int, int]] = []
     fd_src, fd_dst = os.open(src, os.O_RDONLY), os.open(dst, os.O_RDONLY)
     try:
         for p in patches:
+            rows: set[int] = set()
+            cols: set[int] = set()
             for offset, expected, _ in patched_chunks(fd_src, p):
-                if os.pread(fd_dst, len(expected), offset) != expected:
-                    report.problems.append(f"{dst.name}: tensor '{p.info.name}' does not hold the values "
-                                           "the recipe prescribes")
-                    break
+                actual = os.pread(fd_dst, len(expected), offset)
+                if actual != expected and len(actual) == len(expected):
+                    r, c = _differing(p, offset, expected, actual)
+                    rows.update(r.tolist())
+                    cols.update(c.tolist())
+                # Covered either way: the scan below must not report the same bytes again.
                 covered.append((offset, offset + len(expected)))
+            if rows:
+                changed = source_sha256 is not None and file_sha256(src) != source_sha256
+                line, entry = _mismatch(p, dst, rows, cols, changed)
+                report.problems.append(line)
+                report.mismatches.append(entry)
         starts = np.array(sorted(c[0] for c in covered), dtype=np.int64)
         ends = np.array(sorted(c[1] for c in covered), dtype=np.int64)
         offset = 0
@@ -77,7 +127,7 @@ def _compare_edited(src: Path, dst: Path, patches, report: Report) -> None:
                     return
                 diff = np.flatnonzero(np.frombuffer(a, np.uint8) != np.frombuffer(b, np.uint8)) + offset
                 slot = np.searchsorted(starts, diff, side="right") - 1
-                outside = (slot < 0) | (diff >= ends[np.maximum(slot, 0)])
+                outside = (slot < 0) | (diff >= ends[np.maximum(slot, 0)]) if len(ends) else np.ones(len(diff), bool)
                 if outside.any():
                     report.problems.append(f"{dst.name}: byte {int(diff[outside][0])} differs from the source "
                                            "outside the edited slices")
@@ -96,6 +146,9 @@ def structural(src: Checkpoint, dst_path: Path) -> tuple[Report, Recipe]:
     if not provenance_intact(dst_path):
         report.problems.append(f"{PROVENANCE_NAME} changed after the bake (its content does not match its seal)")
         return report, recipe
+    produced = {p.relative_to(dst_path).as_posix() for p in dst_path.rglob("*") if p.is_file()}
+    # Flagged even when recorded: earlier bakes copied such files, unedited, into the output.
+    report.problems += other_weight_problems(produced)
     for name, digest in sorted(prov.get("files", {}).items()):
         path = dst_path / name
         if not path.is_file():
@@ -103,8 +156,9 @@ def structural(src: Checkpoint, dst_path: Path) -> tuple[Report, Recipe]:
         elif file_sha256(path) != digest:
             report.problems.append(f"{name} changed after the bake (sha256 differs from surgery.json)")
         report.files_checked += 1
-    produced = {p.relative_to(dst_path).as_posix() for p in dst_path.rglob("*") if p.is_file()}
     for extra in sorted(produced - set(prov.get("files", {})) - {PROVENANCE_NAME}):
+        if is_other_weights(extra):
+            continue  # already reported above, with what it means
         report.problems.append(f"{extra} is not recorded in surgery.json")
     if report.problems:
         return report, recipe
@@ -125,12 +179,13 @@ def structural(src: Checkpoint, dst_path: Path) -> tuple[Report, Recipe]:
     by_file = group_by_file(patches)
     card_files = set(prov.get("undo", {}).get("replaced_files", [])) | set(prov.get("undo", {}).get("added_files", []))
     for rel in source_files(src):
-        if rel in OWN_FILES or rel in card_files:
+        if rel in OWN_FILES or rel in card_files or is_other_weights(rel):  # the bake leaves those out
             continue
         if not (dst_path / rel).is_file():
             report.problems.append(f"{rel} from the source is missing in the output")
         elif rel in by_file:
-            _compare_edited(src.path / rel, dst_path / rel, by_file[rel], report)
+            _compare_edited(src.path / rel, dst_path / rel, by_file[rel], report,
+                            (prov.get("source_files") or {}).get(rel))
         elif file_sha256(src.path / rel) != prov["files"].get(rel):
             report.problems.append(f"{rel} differs from the source's although the recipe does not touch it")
     return report, recipe
@@ -140,12 +195,20 @@ def _token_batches(path: Path, vocab: int, prompts: Iterable[str], load: LoadSpe
     """Token ids for the prompts; fixed pseudo-random ids when the checkpoint has no tokenizer."""
     import torch
 
+    prompts = list(prompts)
     files = {p.name for p in path.iterdir()}
     if {"tokenizer.json", "tokenizer.model", "vocab.json"} & files:
         from .models import load_tokenizer
 
         tok = load_tokenizer(path, load)
-        return [tok(p, return_tensors="pt")["input_ids"] for p in prompts]
+        batches = [tok(p, return_tensors="pt")["input_ids"] for p in prompts]
+        for prompt, ids in zip(prompts, batches):
+            if ids.numel() == 0:  # the model cannot run on an empty sequence: say why, not a reshape error
+                raise CheckpointError(
+                    f"the tokenizer of {path} encodes the check prompt {prompt!r} to no tokens (its vocabulary "
+                    "does not cover the text), so the logits cannot be compared; fix the tokenizer, or skip "
+                    "the logit check (bake with --no-verify, verify with --structural-only)")
+        return batches
     gen = torch.Generator().manual_seed(0)
     return [torch.randint(0, vocab, (1, 12), generator=gen) for _ in prompts]
 

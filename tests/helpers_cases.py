@@ -140,6 +140,28 @@ def undo_not_baked(c: Ctx) -> list:
     return ["undo", c.src, "--out", c.out]
 
 
+def empty_tokenizer(verify: bool) -> Callable[[Ctx], list]:
+    """A tokenizer whose vocabulary holds no character of the check prompts (and no <unk>): every
+    prompt encodes to zero tokens. ``verify``: run ``surgery verify`` on a bake made without the
+    logit check; else bake with it."""
+    def setup(c: Ctx) -> list:
+        from tokenizers import Tokenizer, models
+        from transformers import PreTrainedTokenizerFast
+
+        core = Tokenizer(models.BPE(vocab={"<pad>": 0, "<s>": 1, "</s>": 2, "~": 3}, merges=[]))
+        PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>",
+                                eos_token="</s>").save_pretrained(c.src)
+        if not verify:
+            return c.heads()
+        from surgery.bake import bake
+        from surgery.edits import HeadScale, Recipe
+
+        baked = c.tmp / "baked-before"
+        bake(Checkpoint(c.src), Recipe((HeadScale(0, 1, 2.0),)), baked)  # no logit check: it would fail
+        return ["verify", c.src, baked]
+    return setup
+
+
 def findings(text_or_change) -> Callable[[Ctx], list]:
     """A heads findings file given to amplify-heads: raw text, or a change to a valid one."""
     def setup(c: Ctx) -> list:

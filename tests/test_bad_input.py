@@ -34,11 +34,12 @@ O_PROJ0 = "model.layers.0.self_attn.o_proj.weight"
 
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory) -> dict[str, Path]:
-    """One tiny llama (single file) and one sharded, built once and copied per case."""
+    """Tiny llamas (single file, sharded, F16, BF16), built once and copied per case."""
     root = tmp_path_factory.mktemp("bases")
     return {"single": build_tiny("llama", root / "single"),
             "sharded": build_tiny("llama", root / "sharded", shard="20KB"),
-            "f16": build_tiny("llama", root / "f16", dtype=torch.float16)}
+            "f16": build_tiny("llama", root / "f16", dtype=torch.float16),
+            "bf16": build_tiny("llama", root / "bf16", dtype=torch.bfloat16)}
 
 
 RECIPE_OK_EDIT = "  - {type: head, layer: 0, head: 1, alpha: 2.0}\n"
@@ -97,6 +98,17 @@ CASES = [
     Case("alpha-overflows-f16", lambda c: c.heads(None, "0.1", "1e7"), ("overflows F16", "choose a smaller scale"),
          source="f16"),
     Case("alpha-zero", lambda c: c.heads(None, "0.1", "0"), ("silences the heads", "--allow-zero")),
+    # an α that is not 0 but still zeroes the head in the stored dtype (1e-50 is 0 as a float32)
+    Case("alpha-underflows-f32", lambda c: c.heads(None, "0.1", "1e-50"),
+         ("--alpha 1e-50 rounds every weight of head 0.1 to zero in this F32 checkpoint", "--allow-zero")),
+    Case("alpha-underflows-bf16", lambda c: c.heads(None, "0.1", "1e-50"),
+         ("--alpha 1e-50 rounds every weight of head 0.1 to zero in this BF16 checkpoint", "--allow-zero"),
+         source="bf16"),
+    Case("alpha-underflows-bf16-in-a-sweep", lambda c: c.heads(None, "0.1", "0.5,1e-40"),
+         ("--alpha 1e-40 rounds every weight of head 0.1 to zero in this BF16 checkpoint", "--allow-zero"),
+         source="bf16"),
+    Case("alpha-underflows-f16", lambda c: c.heads(None, "0.1", "1e-10"),
+         ("rounds every weight of head 0.1 to zero in this F16 checkpoint", "--allow-zero"), source="f16"),
     Case("factor-nan", lambda c: ["prune-neurons", c.src, "--neurons", "0:1", "--factor", "nan", "--out", c.out],
          ("--factor must be a finite number", "got nan")),
     # --- recipe files ---
@@ -155,13 +167,18 @@ CASES = [
     # --- verify / undo on something that is not a bake ---
     Case("verify-not-baked", setups.not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
     Case("undo-not-baked", setups.undo_not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
+    # --- a tokenizer that encodes the logit check's prompts to nothing ---
+    Case("tokenizer-encodes-nothing-bake", setups.empty_tokenizer(verify=False),
+         ("encodes the check prompt 'The capital of France is' to no tokens", "--no-verify")),
+    Case("tokenizer-encodes-nothing-verify", setups.empty_tokenizer(verify=True),
+         ("encodes the check prompt 'The capital of France is' to no tokens", "--structural-only")),
 ]
 
 
 # These also run through a real ``python -m surgery`` subprocess (one or two per group); the rest run
 # in-process through surgery.cli.main, which is what the console script calls.
 SUBPROCESS = {"missing-path", "pickle-bin", "truncated-half", "quantized-gptq", "alpha-zero", "recipe-not-yaml",
-              "findings-other-architecture", "dest-exists"}
+              "findings-other-architecture", "dest-exists", "alpha-underflows-bf16", "tokenizer-encodes-nothing-verify"}
 RUNS = [pytest.param(c, "in-process", id=c.id) for c in CASES] + \
        [pytest.param(c, "subprocess", id=f"{c.id}-subprocess") for c in CASES if c.id in SUBPROCESS]
 

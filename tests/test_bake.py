@@ -178,3 +178,135 @@ def test_runtime_hooks_leave_nothing_behind(tiny):
         with applied(model, [HeadScale(0, 0, 2.0), NeuronScale(1, 1, 0.0)]):
             raise RuntimeError("boom")
     assert all(not m._forward_pre_hooks for m in model.modules())
+
+
+# --- weights in other formats are never published next to the edited ones ----------------------
+
+def _with_other_weights(src):
+    """Add a pickle, its index and a Meta-style original/ .pth next to the safetensors."""
+    import pickle
+
+    (src / "pytorch_model.bin").write_bytes(pickle.dumps({"unedited": 1}))
+    (src / "pytorch_model.bin.index.json").write_text('{"weight_map": {}}')
+    (src / "original").mkdir()
+    (src / "original" / "consolidated.00.pth").write_bytes(pickle.dumps({"unedited": 2}))
+    return src
+
+
+def test_other_weight_files_are_left_out_with_a_note(tiny, tmp_path):
+    from .helpers_cli import run_cli
+
+    src = _with_other_weights(tiny("llama"))
+    out = tmp_path / "baked"
+    result = run_cli(["amplify-heads", src, "--heads", "0.1", "--alpha", "2", "--out", out, "--no-verify"])
+    assert result.returncode == 0, result.stderr
+    assert "note: left out original/consolidated.00.pth, pytorch_model.bin, pytorch_model.bin.index.json" \
+        in " ".join(result.stderr.split())
+    assert not list(out.rglob("*.bin")) and not list(out.rglob("*.pth"))
+    assert not (out / "pytorch_model.bin.index.json").exists()
+    prov = json.loads((out / "surgery.json").read_text())
+    assert prov["undo"]["left_out_files"] == ["original/consolidated.00.pth", "pytorch_model.bin",
+                                              "pytorch_model.bin.index.json"]
+    assert verify(Checkpoint(src), out, run_model=False).ok
+    restored = run_cli(["undo", out, "--out", tmp_path / "restored"])
+    assert restored.returncode == 0, restored.stderr
+    assert "pytorch_model.bin" in restored.stderr and "copy" in restored.stderr
+    assert file_sha256(tmp_path / "restored" / "model.safetensors") == file_sha256(src / "model.safetensors")
+
+
+def test_verify_fails_on_pickled_weights_in_the_output(tiny, tmp_path):
+    from .helpers_cli import run_cli
+
+    src = tiny("llama")
+    out = tmp_path / "baked"
+    bake(Checkpoint(src), Recipe((HeadScale(0, 1, 2.0),)), out)
+    (out / "pytorch_model.bin").write_bytes((src / "model.safetensors").read_bytes())
+    result = run_cli(["verify", src, out, "--structural-only"])
+    assert result.returncode == 1
+    fails = [ln for ln in result.stderr.splitlines() if ln.startswith("FAIL: ")]
+    assert fails == ["FAIL: pytorch_model.bin holds weights in a format the bake does not edit (pickle, GGUF, "
+                     "TF or Flax): it is an unedited copy of the model that loaders may pick instead; delete it"]
+
+
+def test_verify_fails_on_other_weights_recorded_by_an_earlier_bake(tiny, tmp_path):
+    """Bakes before this check copied a .bin and recorded its sha256: the seal holds, verify fails."""
+    from surgery.bake import provenance_text
+
+    src = tiny("llama")
+    out = tmp_path / "baked"
+    bake(Checkpoint(src), Recipe((HeadScale(0, 1, 2.0),)), out)
+    (out / "model.gguf").write_bytes(b"GGUF")
+    prov = json.loads((out / "surgery.json").read_text())
+    prov["files"]["model.gguf"] = file_sha256(out / "model.gguf")
+    (out / "surgery.json").write_text(provenance_text(prov))
+    report = verify(Checkpoint(src), out, run_model=False)
+    assert [p.split(" holds")[0] for p in report.problems] == ["model.gguf"]
+
+
+# --- verify names the tensor and the rows/columns that do not hold the recipe's values ----------
+
+O_PROJ = "model.layers.0.self_attn.o_proj.weight"
+
+
+def _poke(folder, row: int, col: int, value: float) -> None:
+    """Overwrite one F32 element of layer 0's o_proj in ``folder``/model.safetensors."""
+    import struct
+
+    info = Checkpoint(folder).tensor(O_PROJ)
+    with open(folder / "model.safetensors", "r+b") as f:
+        f.seek(info.start + (row * info.shape[1] + col) * 4)
+        f.write(struct.pack("<f", value))
+
+
+def _reseal(folder) -> None:
+    """Record the current sha256 of every file in surgery.json and seal it again (a careful forger)."""
+    from surgery.bake import provenance_text
+
+    prov = json.loads((folder / "surgery.json").read_text())
+    prov["files"] = {n: file_sha256(folder / n) for n in prov["files"]}
+    (folder / "surgery.json").write_text(provenance_text(prov))
+
+
+@pytest.fixture
+def head_bake(tiny, tmp_path):
+    """A tiny F32 llama and its bake of head 0.1 × 2 (o_proj columns 8–15 of layer 0)."""
+    src = tiny("llama")
+    out = tmp_path / "baked"
+    bake(Checkpoint(src), Recipe((HeadScale(0, 1, 2.0),)), out)
+    return src, out
+
+
+def test_verify_locates_a_tampered_edited_slice(head_bake):
+    from .helpers_cli import run_cli
+
+    src, out = head_bake
+    _poke(out, 5, 9, 123.0)
+    _poke(out, 6, 9, 123.0)
+    _reseal(out)
+    result = run_cli(["verify", src, out, "--structural-only"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"FAIL: model.safetensors: tensor '{O_PROJ}' differs from what the recipe prescribes at rows 5–6, "
+        "columns 9; the output was changed after the bake (and surgery.json re-sealed to match): bake it again"]
+
+    as_json = run_cli(["verify", src, out, "--structural-only", "--json"])
+    assert as_json.returncode == 1
+    report = json.loads(as_json.stdout)
+    assert report["ok"] is False and len(report["problems"]) == 1
+    assert report["mismatches"] == [{"file": "model.safetensors", "tensor": O_PROJ, "rows": [5, 6],
+                                     "columns": [9], "source_changed": False}]
+
+
+def test_verify_tells_a_source_edited_since_the_bake(head_bake, tmp_path):
+    import shutil
+
+    src, out = head_bake
+    edited = tmp_path / "edited-source"
+    shutil.copytree(src, edited)
+    _poke(edited, 0, 15, 0.5)  # inside the recipe's columns: only the edited slice can disagree
+    report = verify(Checkpoint(edited), out, run_model=False)
+    assert not report.ok
+    assert report.problems[0].startswith(f"model.safetensors: tensor '{O_PROJ}' differs from what the recipe "
+                                         "prescribes at rows 0, columns 15; the source's model.safetensors is "
+                                         "not the one this folder was baked from")
+    assert report.mismatches[0]["source_changed"] is True

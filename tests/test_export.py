@@ -90,3 +90,74 @@ def test_vllm_rank_over_512_is_an_error(tiny, tmp_path):
 def test_identity_recipe_is_an_error(tiny, tmp_path):
     with pytest.raises(RecipeError, match="changes nothing"):
         export_lora(Checkpoint(tiny("llama")), Recipe((HeadScale(0, 0, 1.0),)), tmp_path / "adapter")
+
+
+# --- export-lora --recipe BAKED: the recipe recorded by a bake, only over its own source ---------
+
+def _adapter_tensors(folder) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "adapter_model.safetensors"))
+
+
+@pytest.fixture
+def baked_by_cli(tiny, tmp_path, capsys):
+    """A tiny llama baked by the CLI (amplify-heads), and the same edit as a recipe YAML."""
+    from .helpers_cli import run_main
+
+    src = tiny("llama")
+    result = run_main(["amplify-heads", src, "--heads", "0.1,2.3", "--alpha", "2.5", "--out", tmp_path / "baked",
+                       "--no-verify"], capsys)
+    assert result.returncode == 0, result.stderr
+    (tmp_path / "recipe.yaml").write_text(Recipe((HeadScale(0, 1, 2.5), HeadScale(2, 3, 2.5))).to_yaml())
+    return src, tmp_path / "baked"
+
+
+@pytest.mark.parametrize("given", ["folder", "surgery.json"])
+def test_export_lora_from_a_baked_folder(baked_by_cli, tmp_path, capsys, given):
+    from .helpers_cli import run_main
+
+    src, baked = baked_by_cli
+    recipe = baked if given == "folder" else baked / "surgery.json"
+    for out, source in (("from-bake", recipe), ("from-yaml", tmp_path / "recipe.yaml")):
+        result = run_main(["export-lora", src, "--recipe", source, "--out", tmp_path / out], capsys)
+        assert result.returncode == 0, result.stderr
+    a, b = _adapter_tensors(tmp_path / "from-bake"), _adapter_tensors(tmp_path / "from-yaml")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_export_lora_refuses_a_bake_of_another_model(baked_by_cli, tiny, tmp_path, capsys):
+    from .helpers_cli import error_line, run_main
+
+    _, baked = baked_by_cli
+    other = tiny("llama", seed=1)  # same architecture, other weights
+    line = error_line(run_main(["export-lora", other, "--recipe", baked, "--out", tmp_path / "adapter"], capsys))
+    assert f"{baked} was baked from " in line and f"not from {other}" in line
+    assert "give the source it was baked from as MODEL" in line
+    assert not (tmp_path / "adapter").exists()
+
+
+def test_export_lora_from_a_bake_without_a_recorded_fingerprint(baked_by_cli, tiny, tmp_path, capsys):
+    """Older bakes recorded no fingerprint: the sha256 of the weight files decides."""
+    from surgery.bake import provenance_text
+
+    from .helpers_cli import error_line, run_main
+
+    src, baked = baked_by_cli
+    prov = json.loads((baked / "surgery.json").read_text())
+    del prov["source"]["fingerprint"]
+    (baked / "surgery.json").write_text(provenance_text(prov))
+    assert run_main(["export-lora", src, "--recipe", baked, "--out", tmp_path / "ok"], capsys).returncode == 0
+    line = error_line(run_main(["export-lora", tiny("llama", seed=1), "--recipe", baked, "--out", tmp_path / "no"],
+                               capsys))
+    assert "was baked from" in line
+
+
+def test_export_lora_refuses_a_tampered_surgery_json(baked_by_cli, tmp_path, capsys):
+    from .helpers_cli import error_line, run_main
+
+    src, baked = baked_by_cli
+    text = (baked / "surgery.json").read_text()
+    (baked / "surgery.json").write_text(text.replace('"alpha": 2.5', '"alpha": 25.0'))
+    line = error_line(run_main(["export-lora", src, "--recipe", baked, "--out", tmp_path / "adapter"], capsys))
+    assert "changed after the bake" in line and "give the recipe YAML" in line

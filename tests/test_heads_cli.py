@@ -148,3 +148,22 @@ def test_find_heads_cli_defaults_are_the_library_defaults():
     params = FindParams()
     for name in ("knockout_heads", "confirm", "random_sets", "batch_size", "per_identity", "seed", "max_pairs"):
         assert shown[name] == getattr(params, name), name
+
+
+def test_alpha_that_zeroes_a_head_needs_allow_zero_and_the_rule_is_the_stored_dtype(tiny, tmp_path, capsys):
+    """1e-40 × weights of ~0.02 is a float32 subnormal (kept) but underflows bfloat16 (refused);
+    with --allow-zero the head's o_proj columns are baked to exact zeros."""
+    import torch
+    from safetensors import safe_open
+
+    f32, bf16 = tiny("llama"), tiny("llama", dtype=torch.bfloat16)
+    _run(capsys, "amplify-heads", f32, "--heads", "0.1", "--alpha", "1e-40", "--out", tmp_path / "f32", "--no-verify")
+    line = _fails(capsys, "amplify-heads", bf16, "--heads", "0.1", "--alpha", "1e-40", "--out", tmp_path / "bf16")
+    assert "rounds every weight of head 0.1 to zero in this BF16 checkpoint" in line
+    assert not (tmp_path / "bf16").exists()
+    _run(capsys, "amplify-heads", bf16, "--heads", "0.1", "--alpha", "1e-40", "--allow-zero", "--out", tmp_path / "bf16")
+    with safe_open(str(tmp_path / "bf16" / "model.safetensors"), "pt") as f:
+        w = f.get_tensor("model.layers.0.self_attn.o_proj.weight")
+    assert not w[:, 8:16].any() and w[:, :8].abs().min() > 0
+    with safe_open(str(tmp_path / "f32" / "model.safetensors"), "pt") as f:
+        assert f.get_tensor("model.layers.0.self_attn.o_proj.weight")[:, 8:16].all()

@@ -16,6 +16,7 @@ from ..console import err, out, print_json
 from ..edits import Recipe, parse_heads
 from ..errors import RecipeError
 from ..head_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CONFIRM, DEFAULT_KNOCKOUT_HEADS, DEFAULT_RANDOM_SETS
+from ..models import LoadSpec
 from .common import baking_command, model_argument, parse_values, run_bake, run_sweep, sweep_label
 
 FORMATS = {"auto": None, "instruct": True, "base": False}
@@ -28,6 +29,26 @@ def check_alpha(alpha: float, allow_zero: bool) -> None:
     if alpha == 0 and not allow_zero:
         raise RecipeError("--alpha 0 does not amplify: it silences the heads entirely (ablation); "
                           "pass --allow-zero if that is what you want")
+
+
+def refuse_vanishing(model: str, load: LoadSpec, recipes: list[Recipe]) -> None:
+    """Without --allow-zero: refuse an α that zeroes a head in the stored dtype, as --alpha 0 would.
+
+    Every recipe of a sweep is checked before the first bake, so a refused α leaves no outputs.
+    """
+    from ..models import open_checkpoint
+    from ..patching import vanishing
+
+    if all(abs(e.scale) >= 1 for r in recipes for e in r.active()):
+        return  # only |α| < 1 can shrink a weight to zero: no need to open the checkpoint
+    ckpt, _ = open_checkpoint(model, load)
+    for recipe in recipes:
+        found = vanishing(ckpt, recipe.validate(ckpt.config), recipe.active())
+        if found:
+            edit, dtype = found[0]
+            raise RecipeError(f"--alpha {edit.alpha:g} rounds every weight of head {edit.layer}.{edit.head} to zero "
+                              f"in this {dtype} checkpoint: like --alpha 0 it silences the heads; pass "
+                              "--allow-zero if that is what you want, or choose a larger α")
 
 
 def pair_options(f: Callable) -> Callable:
@@ -255,7 +276,8 @@ def _chosen_heads(findings: dict[str, Any], top: int) -> list[tuple[int, int]]:
               "without it the heads come from findings.")
 @click.option("--alpha", "alphas", required=True,
               help="Scale of each head's output (2.5 amplifies); a list (2,2.5,3) bakes one folder per value.")
-@click.option("--allow-zero", is_flag=True, help="Accept --alpha 0 (removes the heads).")
+@click.option("--allow-zero", is_flag=True, help="Accept --alpha 0, or an α that rounds the heads' weights to "
+              "zero in the stored dtype (removes the heads).")
 @click.option("--findings", "findings_file", type=click.Path(path_type=Path), default=None,
               help="A heads findings file (default: cached findings for MODEL, computed if missing).")
 @click.option("--top", type=click.IntRange(min=1), default=None,
@@ -281,10 +303,13 @@ def amplify_heads(model, load, out_dir, force, verify, as_json, heads, alphas,
     spec = ",".join(f"{layer}.{head}" for layer, head in chosen)
     bake = functools.partial(run_bake if len(values) == 1 else run_sweep, model, load=load,
                              force=force, verify=verify, as_json=as_json)
+    recipes = [Recipe(tuple(parse_heads(spec, a))) for a in values]
+    if not allow_zero:
+        refuse_vanishing(model, load, recipes)
     if len(values) == 1:
-        bake(Recipe(tuple(parse_heads(spec, values[0]))), out_dir, extra=extra)
+        bake(recipes[0], out_dir, extra=extra)
     else:
-        bake([(sweep_label("alpha", a), Recipe(tuple(parse_heads(spec, a))), extra) for a in values], out_dir)
+        bake([(sweep_label("alpha", a), r, extra) for a, r in zip(values, recipes)], out_dir)
 
 
 def _heads_from_findings(model, load, findings_file, top, transfer, kw, as_json):

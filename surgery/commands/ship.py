@@ -13,7 +13,6 @@ from rich.table import Table
 
 from ..cli import cli
 from ..console import err, out, print_json, progress_bars
-from ..edits import Recipe
 from ..errors import SurgeryError
 from ..models import open_checkpoint
 from .common import model_argument
@@ -22,7 +21,8 @@ from .common import model_argument
 @cli.command(name="export-lora")
 @model_argument(runs_model=False)
 @click.option("--recipe", "recipe_path", required=True, type=click.Path(path_type=Path),
-              help="Recipe YAML whose edits the adapter reproduces.")
+              help="Recipe YAML whose edits the adapter reproduces, or a folder baked from MODEL "
+              "(or its surgery.json): the recipe it recorded.")
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="Adapter folder to write (atomically).")
 @click.option("--vllm", is_flag=True, help="Pad every module to one rank vLLM accepts (8 … 512).")
@@ -30,10 +30,10 @@ from .common import model_argument
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def export_lora_cmd(model, load, recipe_path, out_dir, vllm, force, as_json):
     """Write a PEFT LoRA adapter whose effect on MODEL is exactly the recipe."""
-    from ..export import export_lora
+    from ..export import export_lora, load_recipe
 
     ckpt, source = open_checkpoint(model, load)
-    summary = export_lora(ckpt, Recipe.load(recipe_path), out_dir, vllm=vllm, force=force, source=source)
+    summary = export_lora(ckpt, load_recipe(recipe_path, ckpt), out_dir, vllm=vllm, force=force, source=source)
     if as_json:
         print_json({"out": str(out_dir), **summary})
         return
