@@ -38,7 +38,7 @@ if [[ -e "$OUT" && -n "$(ls -A "$OUT" 2>/dev/null)" ]]; then
         echo "error: $OUT is not empty; pass --force to replace it or choose another --out" >&2; exit 2
     fi
 fi
-mkdir -p "$OUT"/{findings,eval,recipes}
+mkdir -p "$OUT"/{findings,eval}
 TIMINGS="$OUT/timings.tsv"
 printf 'step\twall_s\tcpu_s\n' > "$TIMINGS"
 
@@ -102,14 +102,8 @@ step amplify-heads surgery amplify-heads "$SRC" --alpha 2.5 --findings "$OUT/fin
 step verify-amplified surgery verify "$SRC" "$OUT/amplified"
 step eval-amplified surgery eval "$OUT/amplified" --against "$SRC" --out "$OUT/eval/amplified.json"
 
-# The adapter reproduces the amplified checkpoint's recipe, read back from its provenance.
-python - "$OUT/amplified/surgery.json" "$OUT/recipes/amplified.yaml" <<'PY'
-import json, sys
-from surgery.edits import Recipe
-recipe = Recipe.from_dict(json.load(open(sys.argv[1], encoding="utf-8"))["recipe"])
-open(sys.argv[2], "w", encoding="utf-8").write(recipe.to_yaml())
-PY
-step export-lora surgery export-lora "$SRC" --recipe "$OUT/recipes/amplified.yaml" --out "$OUT/adapter"
+# The adapter reproduces the recipe the amplified checkpoint recorded (checked to be baked from $SRC).
+step export-lora surgery export-lora "$SRC" --recipe "$OUT/amplified" --out "$OUT/adapter"
 step report surgery report "$OUT/findings/neurons.json" "$OUT/findings/heads.json" \
     --eval "$OUT/eval/pruned.json" --eval "$OUT/eval/amplified.json" --out "$OUT/report"
 
