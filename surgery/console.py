@@ -15,7 +15,8 @@ err = Console(stderr=True, highlight=False)
 # In a log (stderr not a terminal) a note stays one line, whole for grep; rich would wrap it at 80.
 err.soft_wrap = not err.is_terminal
 
-STAGE_LABELS = {"copy": "copying", "patch": "patching", "verify": "verifying logits", "hash": "hashing"}
+STAGE_LABELS = {"copy": "copying", "patch": "patching", "verify": "verifying logits", "hash": "hashing",
+                "compare": "comparing with the source"}
 # When stderr is not a terminal (a log file, CI), a rich bar is drawn only when it ends: print a
 # plain line instead, at most this often, so that a long job shows it is alive.
 LOG_EVERY_SECONDS = 30.0
@@ -92,10 +93,9 @@ def progress_bars() -> Iterator[Callable[[str, int], Callable[..., None]]]:
     """A factory ``(description, total) -> advance(n)``: one bar per measurement on a terminal,
     plain lines (every 30 s and at each end) in a log."""
     if not err.is_terminal:
-        lines = LogLines(_log_line)
-
         def log_factory(description: str, total: int) -> Callable[..., None]:
-            done = [0]
+            # one LogLines per measurement: the same description comes again for the next model
+            lines, done = LogLines(_log_line), [0]
             lines.begin(description)
 
             def advance(n: int = 1) -> None:

@@ -104,7 +104,7 @@ def run_suites(model, tokenizer, plan: Plan, *, kl_reference: list | None = None
     reference = None
     if "kl" in plan.suites or keep_reference:
         prompts = [p["text"] for p in plan.retention["prompts"]]
-        reference = lm.next_token_logprobs(model, tokenizer, prompts)
+        reference = lm.next_token_logprobs(model, tokenizer, prompts, progress("KL prompts", len(prompts)))
         if kl_reference is not None:
             details["kl"] = lm.kl_divergence(kl_reference, reference)
             metrics["kl_mean"] = details["kl"]["kl_mean"]

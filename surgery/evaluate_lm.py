@@ -6,6 +6,7 @@ taken in fp32. Sequences are right-padded and masked, so batching never changes 
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Callable, Sequence
 
@@ -52,14 +53,17 @@ def perplexity(model, tokenizer, texts: Sequence[str], *, batch_size: int = 4,
     is context only. Texts longer than the model's context (or ``MAX_WINDOW``) are split.
     """
     limit = min(MAX_WINDOW, int(getattr(model.config, "max_position_embeddings", MAX_WINDOW) or MAX_WINDOW))
-    seqs = [w for t in texts for w in _windows(tokenizer(t)["input_ids"], limit)]
+    windows = [_windows(tokenizer(t)["input_ids"], limit) for t in texts]
+    seqs = [w for ws in windows for w in ws]
+    # progress counts texts: a text is done with its last window (a long text has several)
+    last_window = set(itertools.accumulate(len(ws) for ws in windows))
     nll, count = 0.0, 0
     for start in range(0, len(seqs), batch_size):
         for lp in _token_logprobs(model, seqs[start:start + batch_size], tokenizer.pad_token_id or 0):
             nll -= float(lp.double().sum())
             count += lp.numel()
         if progress:
-            progress(len(seqs[start:start + batch_size]))
+            progress(sum(end in last_window for end in range(start + 1, min(start + batch_size, len(seqs)) + 1)))
     return {"perplexity": math.exp(nll / count) if count else math.nan,
             "nll_per_token": nll / count if count else math.nan, "tokens": count, "texts": len(texts)}
 
@@ -97,7 +101,8 @@ def choose(logliks: Sequence[float], options: Sequence[str], normalize: bool) ->
     return max(range(len(scores)), key=scores.__getitem__)
 
 
-def next_token_logprobs(model, tokenizer, texts: Sequence[str]) -> list[torch.Tensor]:
+def next_token_logprobs(model, tokenizer, texts: Sequence[str],
+                        progress: Progress | None = None) -> list[torch.Tensor]:
     """log-softmax of the next-token logits at every position of each text (fp32, on CPU)."""
     out = []
     device = _device(model)
@@ -105,6 +110,8 @@ def next_token_logprobs(model, tokenizer, texts: Sequence[str]) -> list[torch.Te
         ids = torch.tensor([tokenizer(text)["input_ids"]], device=device)
         with torch.inference_mode():
             out.append(torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1).cpu())
+        if progress:
+            progress(1)
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .bake import (OWN_FILES, PROVENANCE_NAME, load_provenance, other_weight_problems, provenance_intact,
+from .bake import (OWN_FILES, PROVENANCE_NAME, Progress, load_provenance, other_weight_problems, provenance_intact,
                    source_files)
 from .checkpoint import Checkpoint, file_sha256, is_other_weights, read_header
 from .edits import Edit, Recipe
@@ -138,8 +138,13 @@ def _compare_edited(src: Path, dst: Path, patches, report: Report, source_sha256
         os.close(fd_dst)
 
 
-def structural(src: Checkpoint, dst_path: Path) -> tuple[Report, Recipe]:
-    """Everything that can be checked without running the model."""
+def _silent(stage: str, done: int, total: int) -> None:
+    pass
+
+
+def structural(src: Checkpoint, dst_path: Path, progress: Progress = _silent) -> tuple[Report, Recipe]:
+    """Everything that can be checked without running the model; ``progress(stage, done, total)``
+    follows the hashing of the output and the comparison with the source."""
     report = Report()
     prov = load_provenance(dst_path)
     recipe = Recipe.from_dict(prov.get("recipe"), where="surgery.json recipe")
@@ -149,13 +154,16 @@ def structural(src: Checkpoint, dst_path: Path) -> tuple[Report, Recipe]:
     produced = {p.relative_to(dst_path).as_posix() for p in dst_path.rglob("*") if p.is_file()}
     # Flagged even when recorded: earlier bakes copied such files, unedited, into the output.
     report.problems += other_weight_problems(produced)
-    for name, digest in sorted(prov.get("files", {}).items()):
+    recorded = sorted(prov.get("files", {}).items())
+    for i, (name, digest) in enumerate(recorded):
+        progress("hash", i, len(recorded))
         path = dst_path / name
         if not path.is_file():
             report.problems.append(f"{name} is listed in surgery.json but missing")
         elif file_sha256(path) != digest:
             report.problems.append(f"{name} changed after the bake (sha256 differs from surgery.json)")
         report.files_checked += 1
+    progress("hash", len(recorded), len(recorded))
     for extra in sorted(produced - set(prov.get("files", {})) - {PROVENANCE_NAME}):
         if is_other_weights(extra):
             continue  # already reported above, with what it means
@@ -178,9 +186,10 @@ def structural(src: Checkpoint, dst_path: Path) -> tuple[Report, Recipe]:
     report.tensors_edited = len(patches)
     by_file = group_by_file(patches)
     card_files = set(prov.get("undo", {}).get("replaced_files", [])) | set(prov.get("undo", {}).get("added_files", []))
-    for rel in source_files(src):
-        if rel in OWN_FILES or rel in card_files or is_other_weights(rel):  # the bake leaves those out
-            continue
+    compared = [rel for rel in source_files(src)
+                if rel not in OWN_FILES and rel not in card_files and not is_other_weights(rel)]  # not carried over
+    for i, rel in enumerate(compared):
+        progress("compare", i, len(compared))
         if not (dst_path / rel).is_file():
             report.problems.append(f"{rel} from the source is missing in the output")
         elif rel in by_file:
@@ -188,6 +197,7 @@ def structural(src: Checkpoint, dst_path: Path) -> tuple[Report, Recipe]:
                             (prov.get("source_files") or {}).get(rel))
         elif file_sha256(src.path / rel) != prov["files"].get(rel):
             report.problems.append(f"{rel} differs from the source's although the recipe does not touch it")
+    progress("compare", len(compared), len(compared))
     return report, recipe
 
 
@@ -228,26 +238,30 @@ def logits(path: Path, batches: list, edits: Iterable[Edit] = (), load: LoadSpec
 
 
 def numeric(src: Checkpoint, dst_path: Path, recipe: Recipe, prompts: Iterable[str] = PROMPTS,
-            load: LoadSpec = DEFAULT_LOAD) -> tuple[float, float]:
+            load: LoadSpec = DEFAULT_LOAD, progress: Progress = _silent) -> tuple[float, float]:
     """max |Δlogit| between the baked model and the source with run-time twins, and the tolerance."""
     from .architectures import text_config
 
     vocab = int(text_config(src.config).get("vocab_size") or src.config.get("vocab_size"))
     batches = _token_batches(src.path, vocab, prompts, load)
+    progress("verify", 0, 2)
     reference = logits(src.path, batches, recipe.active(), load)
+    progress("verify", 1, 2)
     baked = logits(dst_path, batches, load=load)
+    progress("verify", 2, 2)
     diff = max(float((a - b).abs().max()) for a, b in zip(reference, baked))
     dtypes = {src.tensors[p.info.name].dtype for p in plan(src, recipe.validate(src.config), recipe.active())}
     tol = max((TOLERANCE.get(d, TOLERANCE["BF16"]) for d in dtypes), default=TOLERANCE["F32"])
     return diff, tol
 
 
-def verify(src: Checkpoint, dst_path: str | Path, run_model: bool = True, load: LoadSpec = DEFAULT_LOAD) -> Report:
+def verify(src: Checkpoint, dst_path: str | Path, run_model: bool = True, load: LoadSpec = DEFAULT_LOAD,
+           progress: Progress = _silent) -> Report:
     """Full verification of ``dst_path`` against ``src``; see the module docstring."""
     dst_path = Path(dst_path)
-    report, recipe = structural(src, dst_path)
+    report, recipe = structural(src, dst_path, progress)
     if report.ok and run_model:
-        report.max_abs_logit_diff, report.tolerance = numeric(src, dst_path, recipe, load=load)
+        report.max_abs_logit_diff, report.tolerance = numeric(src, dst_path, recipe, load=load, progress=progress)
         if not report.max_abs_logit_diff <= report.tolerance:
             report.problems.append(f"baked logits differ from the run-time edit by "
                                    f"{report.max_abs_logit_diff:.3g} (tolerance {report.tolerance:g})")

@@ -164,6 +164,6 @@ def test_plan_errors_name_the_missing_input(monkeypatch):
     with pytest.raises(SurgeryError, match="--suite kl needs --against"):
         make_plan(["kl"], against=False)
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # importing it now fails: the package is absent
-    with pytest.raises(SurgeryError, match="pip install lm-eval"):
+    with pytest.raises(SurgeryError, match=r"pip install .llm-surgery\[lmeval\]."):
         make_plan(None, against=False, lm_eval_tasks=["arc_easy"])
     assert make_plan(None, against=True, limit=2).suites == ("retention", "kl")

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..architectures import architecture
 from ..cli import cli
-from ..console import err, out, print_json
+from ..console import err, out, print_json, stage_progress
 from ..edits import Recipe
 from ..models import LoadSpec, open_checkpoint
 from ..undo import undo as undo_bake
@@ -73,7 +73,8 @@ def apply(recipe: Path, model: str, load: LoadSpec, out_dir, force, verify, as_j
 def verify_cmd(source: str, baked: Path, load: LoadSpec, structural_only: bool, as_json: bool) -> None:
     """Check BAKED against SOURCE: files, bytes, hashes, and logits vs the run-time edit."""
     ckpt, _ = open_checkpoint(source, load)
-    report = verify_bake(ckpt, baked, run_model=not structural_only, load=load)
+    with stage_progress() as progress:  # stderr, with --json too
+        report = verify_bake(ckpt, baked, run_model=not structural_only, load=load, progress=progress)
     if as_json:
         print_json(report.to_dict())
     elif report.ok:
