@@ -78,10 +78,30 @@ def _tensor(ckpt: Checkpoint, name: str, shape: tuple[int, ...]) -> TensorInfo:
     return info
 
 
+def check_attention(ckpt: Checkpoint, arch: Architecture) -> None:
+    """Every layer's q/k/v/o (or fused qkv) shape must match the config's heads × head_dim.
+
+    Read from the safetensors headers only. Edits touch o_proj alone, but the bake's verification
+    and every command that loads the model build all of attention from the config: a wrong
+    num_key_value_heads would otherwise surface as a size-mismatch inside transformers.
+    """
+    prefix = arch.layer_prefix(ckpt.tensors)
+    for layer in range(arch.geometry.num_layers):
+        for module, (shape, why) in arch.attention_shapes().items():
+            name = f"{prefix.format(layer=layer)}{module}.weight"
+            info = ckpt.tensor(name)
+            if info.shape != shape:
+                raise CheckpointError(
+                    f"tensor '{name}' has shape {list(info.shape)}, expected {list(shape)} from config.json "
+                    f"({why}); the config does not describe these weights: correct those fields in "
+                    f"{ckpt.path / 'config.json'} or re-download the checkpoint")
+
+
 def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
     """The tensor patches that realise ``edits`` on ``ckpt`` (identity edits change nothing)."""
     g, lay = arch.geometry, arch.layout
     prefix = arch.layer_prefix(ckpt.tensors)
+    check_attention(ckpt, arch)
     patches: dict[str, TensorPatch] = {}
 
     def patch(name: str, shape: tuple[int, ...]) -> TensorPatch:
