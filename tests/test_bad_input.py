@@ -100,6 +100,8 @@ CASES = [
     Case("neuron-out-of-range", lambda c: ["prune-neurons", c.src, "--neurons", "0:48", "--out", c.out],
          ("intermediate_size = 48", "valid: 0..47")),
     Case("heads-spec-malformed", lambda c: c.heads(None, "7"), ("not LAYER.HEAD", "e.g. 7.7")),
+    Case("heads-empty", lambda c: c.heads(None, ""), ("--heads is empty", "give LAYER.HEAD pairs")),  # not a search
+    Case("heads-only-commas", lambda c: c.heads(None, ","), ("--heads is empty", "give LAYER.HEAD pairs")),
     Case("alpha-nan", lambda c: c.heads(None, "0.1", "nan"), ("--alpha must be a finite number", "got nan")),
     Case("alpha-inf", lambda c: c.heads(None, "0.1", "inf"), ("--alpha must be a finite number", "got inf")),
     Case("alpha-beyond-float32", lambda c: c.heads(None, "0.1", "1e39"), ("not a finite float32", "smaller value")),

@@ -271,7 +271,7 @@ def amplify_heads(model, revision, trust_remote_code, out_dir, force, verify, as
     for alpha in values:
         check_alpha(alpha, allow_zero)
     extra = None
-    if heads:
+    if heads is not None:  # `--heads ""` is an empty list (parse_heads says so), not "use findings"
         if findings_file or top:
             raise RecipeError("--heads names the heads itself; drop --findings / --top, or drop --heads")
         chosen = [(h.layer, h.head) for h in parse_heads(heads, 1.0)]
