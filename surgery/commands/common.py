@@ -15,7 +15,7 @@ from ..card import card_hook
 from ..console import err, out, print_json, stage_progress
 from ..edits import Recipe
 from ..errors import RecipeError
-from ..models import open_checkpoint, resolve
+from ..models import Source, open_checkpoint, resolve, same_model
 from ..staging import check_free
 from ..verify import staged_check
 
@@ -93,6 +93,31 @@ class Baked:
             out.print(f"[green]Pushed[/] to {pushed['repo']} ({pushed['revision']}): {pushed['commit_url']}")
 
 
+def _for_source(recipe: Recipe, config: dict[str, Any], source: Source) -> tuple[Recipe, list[str]]:
+    """``recipe`` checked against the edited checkpoint and renamed after it; notes on the way.
+
+    The bake's provenance and card name the checkpoint actually edited (its Hub id, else its
+    path), never the recipe's ``base_model``: a recipe written for another model would otherwise
+    publish that model's lineage. That model's name stays in the recipe notes (``written_for``).
+    """
+    edited = source.hub_id or str(source.path)
+    other = recipe.base_model if recipe.base_model and not same_model(recipe.base_model, source) else None
+    try:
+        recipe.validate(config)
+    except RecipeError as exc:
+        if other:  # the likely cause, said in the same line
+            raise RecipeError(f"{exc}; the recipe was written for {other}, not this model: use a recipe "
+                              "made for it") from None
+        raise
+    notes, recipe_notes = [], recipe.notes
+    if other:
+        notes.append(f"the recipe was written for {other}, not {edited}; its edits fit this model's config, "
+                     f"so they are baked, and the output names {edited} as its base model")
+        err.print(f"[yellow]note:[/] {notes[-1]}")
+        recipe_notes = {**recipe.notes, "written_for": other}
+    return Recipe(recipe.edits, edited, recipe.version, recipe_notes), notes
+
+
 def bake_one(model: str, recipe: Recipe, out_dir: Path, *, revision: str | None = None,
              trust_remote_code: bool = False, force: bool = False, verify: bool = True,
              as_json: bool = False, extra: dict[str, Any] | None = None,
@@ -111,9 +136,7 @@ def bake_one(model: str, recipe: Recipe, out_dir: Path, *, revision: str | None 
 
         preflight(push_to, push_revision)  # fail before a long bake, not after it
     ckpt, source = open_checkpoint(model, revision, trust_remote_code)
-    recipe.validate(ckpt.config)
-    if recipe.base_model is None:
-        recipe = Recipe(recipe.edits, source.hub_id or str(source.path), recipe.version, recipe.notes)
+    recipe, notes = _for_source(recipe, ckpt.config, source)
     with stage_progress(not as_json) as progress:
         result = bake(ckpt, recipe, out_dir, source=source, force=force, progress=progress,
                       check=staged_check(ckpt, recipe) if verify else None, extra=extra,
@@ -123,7 +146,7 @@ def bake_one(model: str, recipe: Recipe, out_dir: Path, *, revision: str | None 
         from ..hub import push
 
         prov = {**prov, "pushed": push(out_dir, push_to, private=private, revision=push_revision)}
-    return Baked(Path(out_dir), prov, result.notes, extra)
+    return Baked(Path(out_dir), prov, notes + result.notes, extra)
 
 
 def run_bake(model: str, recipe: Recipe, out_dir: Path, *, as_json: bool = False,
