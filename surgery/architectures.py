@@ -24,6 +24,13 @@ class Layout:
 
     layer_prefixes: tuple[str, ...]
     o_proj: str = "self_attn.o_proj"
+    # The attention inputs, checked against the config's head counts before any edit (a config
+    # whose heads fit o_proj but not k/v would otherwise only fail inside transformers' loader).
+    q_proj: str | None = "self_attn.q_proj"
+    k_proj: str | None = "self_attn.k_proj"
+    v_proj: str | None = "self_attn.v_proj"
+    # Fused q/k/v (Phi-3): one ((heads + 2 kv_heads) × head_dim, H) matrix.
+    qkv_proj: str | None = None
     down_proj: str = "mlp.down_proj"
     gate_proj: str | None = "mlp.gate_proj"
     up_proj: str | None = "mlp.up_proj"
@@ -47,7 +54,8 @@ ARCHITECTURES: dict[str, Layout] = {
         ("model.language_model.layers.{layer}.", "language_model.model.layers.{layer}."),
         text_config_key="text_config",
     ),
-    "phi3": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj"),
+    "phi3": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj",
+                   q_proj=None, k_proj=None, v_proj=None, qkv_proj="self_attn.qkv_proj"),
     "olmo2": Layout(_DECODER),
 }
 
@@ -104,6 +112,25 @@ class Architecture:
         if module == self.layout.gate_up_proj:
             return (neuron, self.geometry.intermediate_size + neuron)
         return (neuron,)
+
+    def attention_shapes(self) -> dict[str, tuple[tuple[int, int], str]]:
+        """Expected weight shape of each attention matrix (relative to a layer), with the config
+        fields that set its head dimension, as ``name → ((rows, cols), "fields = sizes")``."""
+        g, lay = self.geometry, self.layout
+        q_rows, kv_rows = g.num_heads * g.head_dim, g.num_kv_heads * g.head_dim
+        q = f"num_attention_heads × head_dim = {g.num_heads} × {g.head_dim}"
+        kv = f"num_key_value_heads × head_dim = {g.num_kv_heads} × {g.head_dim}"
+        shapes = {lay.o_proj: ((g.hidden_size, q_rows), f"{q} columns")}
+        if lay.q_proj:
+            shapes[lay.q_proj] = ((q_rows, g.hidden_size), f"{q} rows")
+        for name in (lay.k_proj, lay.v_proj):
+            if name:
+                shapes[name] = ((kv_rows, g.hidden_size), f"{kv} rows")
+        if lay.qkv_proj:
+            shapes[lay.qkv_proj] = ((q_rows + 2 * kv_rows, g.hidden_size),
+                                    f"(num_attention_heads + 2 × num_key_value_heads) × head_dim = "
+                                    f"({g.num_heads} + 2 × {g.num_kv_heads}) × {g.head_dim} rows")
+        return shapes
 
     def head_columns(self, head: int) -> slice:
         """Columns of o_proj (its input features) that carry ``head``'s output."""

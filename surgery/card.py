@@ -39,14 +39,12 @@ def front_matter(text: str | None) -> dict[str, Any]:
 
 
 def _base_model(prov: Mapping[str, Any]) -> str | None:
-    """A Hub id for ``base_model`` (the Hub rejects local paths there)."""
+    """The Hub id of the checkpoint that was edited, for ``base_model`` (the Hub rejects local paths
+    there). Never the recipe's ``base_model``: a recipe may have been written for another model."""
     from .models import HUB_ID
 
-    source = prov.get("source") or {}
-    for candidate in (source.get("hub_id"), (prov.get("recipe") or {}).get("base_model")):
-        if candidate and HUB_ID.match(candidate) and not Path(candidate).exists():
-            return candidate
-    return None
+    hub_id = (prov.get("source") or {}).get("hub_id")
+    return hub_id if hub_id and HUB_ID.match(hub_id) else None
 
 
 def _fmt(value: Any) -> str:

@@ -122,16 +122,22 @@ def load_findings(path: str | Path, kind: str) -> dict[str, Any]:
     return data
 
 
-def check_model(findings: Mapping[str, Any], ckpt: Checkpoint, allow_transfer: bool = False) -> None:
-    """Findings must come from this model, or (``allow_transfer``) one of the same architecture."""
+def check_model(findings: Mapping[str, Any], ckpt: Checkpoint, allow_transfer: bool = False) -> str | None:
+    """Findings must come from this model, or (``allow_transfer``) one of the same architecture.
+
+    Unlike a recipe's base_model, findings record the model's fingerprint, so "this model" means
+    the same weights, whatever the path. Returns the note to show (and record) when findings of
+    another model are applied under ``allow_transfer``, else None.
+    """
     recorded = findings["model"]
     here = model_identity(ckpt)
     if recorded.get("fingerprint") == here["fingerprint"]:
-        return
+        return None
     same_arch = (recorded.get("model_type") == here["model_type"]
                  and recorded.get("geometry") == here["geometry"])
     if allow_transfer and same_arch:
-        return
+        return (f"the findings were computed on another model ({recorded.get('path')}) of the same "
+                f"architecture; applying them to {ckpt.path} as --transfer asks")
     if same_arch:
         raise FindingsError(
             f"the findings were computed on another model ({recorded.get('path')}) of the same "

@@ -33,6 +33,37 @@ class Source:
         return {"path": str(self.path), "hub_id": self.hub_id, "revision": self.revision}
 
 
+def _hub_cache_repo(path: Path) -> str | None:
+    """``org/name`` of a Hub-cache snapshot folder (``…/models--org--name/snapshots/<commit>``)."""
+    parts = path.parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
+        return parts[-3][len("models--"):].replace("--", "/")
+    return None
+
+
+def same_model(named: str, source: Source) -> bool:
+    """Whether a recipe's ``base_model`` names the checkpoint ``source`` (case-insensitively).
+
+    A recipe records only a name, no fingerprint, so names are compared: an existing local path
+    must be the same folder; a Hub id must equal the id MODEL was downloaded as (or the repo of a
+    Hub-cache snapshot folder). A local MODEL has no Hub id, so a Hub id or a path from another
+    machine is compared by its last part with the folder's name: a local copy named after its repo
+    (examples/get_models.py's smollm2-135m-instruct for HuggingFaceTB/SmolLM2-135M-Instruct) is
+    the same model, anything else gets the note. Findings files carry the model's fingerprint and
+    are checked by it instead (surgery.findings.check_model).
+    """
+    path = Path(named).expanduser()
+    if path.exists():
+        return source.path.exists() and os.path.samefile(path, source.path)
+    ids = {i.casefold() for i in (source.hub_id, _hub_cache_repo(source.path)) if i}
+    if named.casefold() in ids:
+        return True
+    if ids and HUB_ID.match(named):
+        return False  # two Hub ids: the whole id counts, not just the repo name
+    last = named.rstrip("/").rsplit("/", 1)[-1].casefold()
+    return last in {source.path.name.casefold()} | {i.rsplit("/", 1)[-1] for i in ids}
+
+
 def resolve(model: str, revision: str | None = None) -> Source:
     """A local folder as is; a Hub id downloaded (safetensors only) into the Hub cache."""
     local = Path(model).expanduser()

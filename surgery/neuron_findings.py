@@ -39,6 +39,7 @@ class FoundNeurons:
     scores: NeuronScores
     path: Path
     from_cache: bool
+    transfer_note: str | None = None  # set when --transfer applied findings of another model
 
 
 def write_findings(findings: Mapping[str, Any], path: Path) -> None:
@@ -75,8 +76,8 @@ def scores_of(findings: Mapping[str, Any]) -> NeuronScores:
 def load_neuron_findings(path: str | Path, ckpt: Checkpoint, transfer: bool = False) -> FoundNeurons:
     """A findings file given by the user, checked against the model it is applied to."""
     findings = load_findings(path, "neurons")
-    check_model(findings, ckpt, allow_transfer=transfer)
-    return FoundNeurons(findings, scores_of(findings), Path(path), from_cache=True)
+    note = check_model(findings, ckpt, allow_transfer=transfer)
+    return FoundNeurons(findings, scores_of(findings), Path(path), from_cache=True, transfer_note=note)
 
 
 def cached_path(ckpt: Checkpoint, pairs: PairSet) -> Path:

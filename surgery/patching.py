@@ -67,21 +67,42 @@ class TensorPatch:
         return self.info.shape[1] if len(self.info.shape) == 2 else 1
 
 
-def _tensor(ckpt: Checkpoint, name: str, shape: tuple[int, ...]) -> TensorInfo:
+def _tensor(ckpt: Checkpoint, name: str, shape: tuple[int, ...], why: str | None = None) -> TensorInfo:
+    """The header entry of ``name``, which must be a float tensor of ``shape`` (``why``: the config
+    fields that set that shape, named in the error)."""
     info = ckpt.tensor(name)
     if info.dtype not in RAW_DTYPES:
         raise CheckpointError(f"tensor '{name}' is stored as {info.dtype}; surgery edits F32, F16 and "
                               "BF16 weights only")
     if info.shape != shape:
-        raise CheckpointError(f"tensor '{name}' has shape {list(info.shape)}, expected {list(shape)} from "
-                              "config.json; the config does not describe these weights")
+        if why is None:
+            raise CheckpointError(f"tensor '{name}' has shape {list(info.shape)}, expected {list(shape)} from "
+                                  "config.json; the config does not describe these weights")
+        raise CheckpointError(
+            f"tensor '{name}' has shape {list(info.shape)}, expected {list(shape)} from config.json ({why}); "
+            f"the config does not describe these weights: correct those fields in "
+            f"{ckpt.path / 'config.json'} or re-download the checkpoint")
     return info
+
+
+def check_attention(ckpt: Checkpoint, arch: Architecture) -> None:
+    """Every layer's q/k/v/o (or fused qkv) shape must match the config's heads × head_dim.
+
+    Read from the safetensors headers only. Edits touch o_proj alone, but the bake's verification
+    loads the whole model from the config: a wrong num_key_value_heads would otherwise surface
+    there as a size mismatch inside transformers (an "internal error"), after the copy.
+    """
+    prefix = arch.layer_prefix(ckpt.tensors)
+    for layer in range(arch.geometry.num_layers):
+        for module, (shape, why) in arch.attention_shapes().items():
+            _tensor(ckpt, f"{prefix.format(layer=layer)}{module}.weight", shape, why)
 
 
 def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
     """The tensor patches that realise ``edits`` on ``ckpt`` (identity edits change nothing)."""
     g, lay = arch.geometry, arch.layout
     prefix = arch.layer_prefix(ckpt.tensors)
+    check_attention(ckpt, arch)
     patches: dict[str, TensorPatch] = {}
 
     def patch(name: str, shape: tuple[int, ...]) -> TensorPatch:

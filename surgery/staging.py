@@ -28,8 +28,9 @@ def _inside(child: Path, parent: Path) -> bool:
     return child == parent or parent in child.parents
 
 
-def check_destination(dest: Path, protected: Iterable[Path], force: bool) -> Path:
-    """Refuse a destination that is, contains, or sits inside a protected (source) folder."""
+def check_free(dest: Path, protected: Iterable[Path], force: bool) -> Path:
+    """Refuse a destination that is, contains, or sits inside a protected (source) folder, or that
+    is taken (without ``force``); its parent may not exist yet. Returns the resolved destination."""
     target = dest.expanduser().resolve()
     for src in protected:
         src = Path(src).resolve()
@@ -43,6 +44,12 @@ def check_destination(dest: Path, protected: Iterable[Path], force: bool) -> Pat
             raise _exists(dest)
         if not target.is_dir():
             raise DestinationError(f"{dest} exists and is not a folder; remove it or choose another --out")
+    return target
+
+
+def check_destination(dest: Path, protected: Iterable[Path], force: bool) -> Path:
+    """:func:`check_free`, and the parent folder must exist and be writable."""
+    target = check_free(dest, protected, force)
     parent = target.parent
     if not parent.is_dir():
         raise DestinationError(f"the parent folder of {dest} does not exist; create {parent} first")

@@ -39,7 +39,8 @@ def bases(tmp_path_factory) -> dict[str, Path]:
     return {"single": build_tiny("llama", root / "single"),
             "sharded": build_tiny("llama", root / "sharded", shard="20KB"),
             "f16": build_tiny("llama", root / "f16", dtype=torch.float16),
-            "bf16": build_tiny("llama", root / "bf16", dtype=torch.bfloat16)}
+            "bf16": build_tiny("llama", root / "bf16", dtype=torch.bfloat16),
+            "phi3": build_tiny("phi3", root / "phi3")}
 
 
 RECIPE_OK_EDIT = "  - {type: head, layer: 0, head: 1, alpha: 2.0}\n"
@@ -71,6 +72,17 @@ CASES = [
     Case("needed-tensor-absent", setups.weights(bad.drop_tensor, O_PROJ0), (f"'{O_PROJ0}' is not in", "re-download")),
     Case("weights-stored-as-int8", setups.weights(bad.retype, O_PROJ0, "I8"), ("stored as I8", "F32, F16 and BF16 weights only")),
     Case("config-shape-mismatch", setups.config(num_attention_heads=8), ("expected", "the config does not describe these weights")),
+    # heads × head_dim still fit o_proj, but not k/v: found in the header, not inside transformers' loader
+    Case("config-kv-heads-mismatch", setups.config(num_key_value_heads=1),
+         ("'model.layers.0.self_attn.k_proj.weight' has shape [16, 32], expected [8, 32]",
+          "num_key_value_heads × head_dim = 1 × 8", "correct those fields in")),
+    Case("config-kv-heads-mismatch-prune", lambda c: (bad.edit_config(c.src, num_key_value_heads=1),
+                                                      ["prune-neurons", c.src, "--neurons", "0:1", "--out", c.out])[1],
+         ("k_proj.weight' has shape [16, 32]", "num_key_value_heads", "correct those fields in")),
+    Case("config-fused-qkv-mismatch", setups.config(num_key_value_heads=4),
+         ("'model.layers.0.self_attn.qkv_proj.weight' has shape [64, 32], expected [96, 32]",
+          "(num_attention_heads + 2 × num_key_value_heads) × head_dim = (4 + 2 × 4) × 8", "correct those fields in"),
+         source="phi3"),
     # --- what the model is ---
     Case("unsupported-model-type", setups.config(model_type="gpt2"), ("'gpt2' is not supported", "extend")),
     Case("quantized-gptq", setups.quant("gptq"), ("quantized", "unquantized")),
@@ -89,6 +101,8 @@ CASES = [
     Case("neuron-out-of-range", lambda c: ["prune-neurons", c.src, "--neurons", "0:48", "--out", c.out],
          ("intermediate_size = 48", "valid: 0..47")),
     Case("heads-spec-malformed", lambda c: c.heads(None, "7"), ("not LAYER.HEAD", "e.g. 7.7")),
+    Case("heads-empty", lambda c: c.heads(None, ""), ("--heads is empty", "give LAYER.HEAD pairs")),  # not a search
+    Case("heads-only-commas", lambda c: c.heads(None, ","), ("--heads is empty", "give LAYER.HEAD pairs")),
     Case("alpha-nan", lambda c: c.heads(None, "0.1", "nan"), ("--alpha must be a finite number", "got nan")),
     Case("alpha-inf", lambda c: c.heads(None, "0.1", "inf"), ("--alpha must be a finite number", "got inf")),
     Case("alpha-beyond-float32", lambda c: c.heads(None, "0.1", "1e39"), ("not a finite float32", "smaller value")),

@@ -167,3 +167,28 @@ def test_alpha_that_zeroes_a_head_needs_allow_zero_and_the_rule_is_the_stored_dt
     assert not w[:, 8:16].any() and w[:, :8].abs().min() > 0
     with safe_open(str(tmp_path / "f32" / "model.safetensors"), "pt") as f:
         assert f.get_tensor("model.layers.0.self_attn.o_proj.weight")[:, 8:16].all()
+
+
+def test_alpha_sweep_json_is_one_document(tiny, tmp_path, capsys):
+    """--json on a sweep prints one JSON list (one object per value, with its label), not objects back to back."""
+    model = tiny("llama")
+    sweep = tmp_path / "sweep"
+    doc = json.loads(_run(capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2,3", "--no-verify",
+                          "--json", "--out", sweep))
+    assert [d["label"] for d in doc] == ["alpha-2", "alpha-3"]
+    assert [d["out"] for d in doc] == [str(sweep / "alpha-2"), str(sweep / "alpha-3")]
+    for d, alpha in zip(doc, (2.0, 3.0)):
+        assert d["edits"] == 1 and d["tensors_edited"] == 1
+        assert json.loads((sweep / d["label"] / "surgery.json").read_text())["recipe"]["edits"][0]["alpha"] == alpha
+
+
+def test_sweep_checks_every_destination_before_baking(tiny, tmp_path, capsys):
+    model = tiny("llama")
+    sweep = tmp_path / "sweep"
+    (sweep / "alpha-3").mkdir(parents=True)
+    line = _fails(capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2,3", "--out", sweep)
+    assert "alpha-3 already exists" in line and "--force" in line
+    assert sorted(p.name for p in sweep.iterdir()) == ["alpha-3"]  # alpha-2 was not baked first
+    # a sweep folder inside the source is refused before it is created there
+    line = _fails(capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2,3", "--out", model / "sweep")
+    assert "inside the source" in line and not (model / "sweep").exists()

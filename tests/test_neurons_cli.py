@@ -93,6 +93,18 @@ def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, m
     assert json.loads((tmp_path / "gender" / "surgery.json").read_text())["neuron_selection"]["categories"] == ["Gender"]
 
 
+def test_n_sweep_json_is_one_document(setup, tmp_path, capsys):
+    make, pairs = setup
+    model = make()
+    code, out, err = run(capsys, "prune-neurons", model, "--pairs", pairs, "--n", "2,3", "--no-verify", "--json",
+                         "--out", tmp_path / "sweep")
+    assert code == 0, err
+    doc = json.loads(out)  # one document: a list with one object per value
+    assert [d["label"] for d in doc] == ["n-2", "n-3"]
+    assert [d["neuron_selection"]["n"] for d in doc] == [2, 3] and [d["edits"] for d in doc] == [2, 3]
+    assert all(Path(d["out"]).is_dir() for d in doc)
+
+
 @pytest.mark.parametrize("damage", ["truncated", "no-scores"])
 def test_damaged_cache_entry_is_recomputed(setup, tmp_path, capsys, damage):
     """A cache entry cut short (a crash, a full disk) or without readable scores is captured again,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -14,7 +15,8 @@ from ..card import card_hook
 from ..console import err, out, print_json, stage_progress
 from ..edits import Recipe
 from ..errors import RecipeError
-from ..models import DEFAULT_LOAD, LoadSpec, open_checkpoint
+from ..models import DEFAULT_LOAD, LoadSpec, Source, open_checkpoint, resolve, same_model
+from ..staging import check_free
 from ..verify import staged_check
 
 # --push-to / --private are read through the click context, so commands decorated with
@@ -86,12 +88,64 @@ def bake_options(f: Callable) -> Callable:
                         help="Output checkpoint folder (written atomically).")(f)
 
 
-def run_bake(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFAULT_LOAD,
+@dataclass
+class Baked:
+    """One finished bake: where it went, its provenance, and the notes reported on the way."""
+
+    out: Path
+    provenance: dict[str, Any]
+    notes: list[str]
+    extra: dict[str, Any] | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """The --json object of this bake."""
+        prov = self.provenance
+        return {"out": str(self.out), "edits": len(prov["recipe"]["edits"]),
+                "tensors_edited": len(prov["edited_tensors"]), "verification": prov.get("verification"),
+                "notes": self.notes, "pushed": prov.get("pushed"),
+                **(self.extra or {})}  # the selection / findings summary that went into surgery.json
+
+    def print_line(self) -> None:
+        """The human summary: what was baked where (and pushed where)."""
+        prov, ver, pushed = self.provenance, self.provenance.get("verification"), self.provenance.get("pushed")
+        check = (f", max |Δlogit| vs run-time edit {ver['max_abs_logit_diff']:.2e}" if ver else "")
+        out.print(f"[green]Baked[/] {len(prov['recipe']['edits'])} edit(s) into {len(prov['edited_tensors'])} "
+                  f"tensor(s){check} → {self.out}")
+        if pushed:
+            out.print(f"[green]Pushed[/] to {pushed['repo']} ({pushed['revision']}): {pushed['commit_url']}")
+
+
+def _for_source(recipe: Recipe, config: dict[str, Any], source: Source) -> tuple[Recipe, list[str]]:
+    """``recipe`` checked against the edited checkpoint and renamed after it; notes on the way.
+
+    The bake's provenance and card name the checkpoint actually edited (its Hub id, else its
+    path), never the recipe's ``base_model``: a recipe written for another model would otherwise
+    publish that model's lineage. That model's name stays in the recipe notes (``written_for``).
+    """
+    edited = source.hub_id or str(source.path)
+    other = recipe.base_model if recipe.base_model and not same_model(recipe.base_model, source) else None
+    try:
+        recipe.validate(config)
+    except RecipeError as exc:
+        if other:  # the likely cause, said in the same line
+            raise RecipeError(f"{exc}; the recipe was written for {other}, not this model: use a recipe "
+                              "made for it") from None
+        raise
+    notes, recipe_notes = [], recipe.notes
+    if other:
+        notes.append(f"the recipe was written for {other}, not {edited}; its edits fit this model's config, "
+                     f"so they are baked, and the output names {edited} as its base model")
+        err.print(f"[yellow]note:[/] {notes[-1]}")
+        recipe_notes = {**recipe.notes, "written_for": other}
+    return Recipe(recipe.edits, edited, recipe.version, recipe_notes), notes
+
+
+def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFAULT_LOAD,
              force: bool = False, verify: bool = True,
              as_json: bool = False, extra: dict[str, Any] | None = None,
              evaluation: dict[str, Any] | None = None, push_to: str | None = None,
-             push_revision: str | None = None, private: bool | None = None) -> dict[str, Any]:
-    """Open MODEL, bake ``recipe`` into ``out_dir`` and print a summary; returns the provenance.
+             push_revision: str | None = None, private: bool | None = None) -> Baked:
+    """Open MODEL, bake ``recipe`` into ``out_dir`` (and push it); print nothing but progress and notes.
 
     The output gets a model card (README.md) built from the provenance, ``extra`` (findings
     summary) and ``evaluation`` (rows of a before/after table, see surgery.card). ``push_to``
@@ -104,33 +158,28 @@ def run_bake(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFA
 
         preflight(push_to, push_revision)  # fail before a long bake, not after it
     ckpt, source = open_checkpoint(model, load)
-    recipe.validate(ckpt.config)
-    if recipe.base_model is None:
-        recipe = Recipe(recipe.edits, source.hub_id or str(source.path), recipe.version, recipe.notes)
+    recipe, notes = _for_source(recipe, ckpt.config, source)
     with stage_progress() as progress:  # stderr: shown with --json too, which owns stdout only
         result = bake(ckpt, recipe, out_dir, source=source, force=force, progress=progress,
                       check=staged_check(ckpt, recipe, load) if verify else None, extra=extra,
                       card=card_hook(evaluation), report=lambda msg: err.print(f"[yellow]note:[/] {msg}"))
     prov = result.provenance
-    pushed = None
     if push_to:
         from ..hub import push
 
-        pushed = push(out_dir, push_to, private=private, revision=push_revision)
-        prov = {**prov, "pushed": pushed}
+        prov = {**prov, "pushed": push(out_dir, push_to, private=private, revision=push_revision)}
+    return Baked(Path(out_dir), prov, notes + result.notes, extra)
+
+
+def run_bake(model: str, recipe: Recipe, out_dir: Path, *, as_json: bool = False,
+             **kwargs: Any) -> dict[str, Any]:
+    """:func:`bake_one`, then its summary (one JSON object with ``as_json``); returns the provenance."""
+    baked = bake_one(model, recipe, out_dir, as_json=as_json, **kwargs)
     if as_json:
-        print_json({"out": str(out_dir), "edits": len(recipe.edits),
-                    "tensors_edited": len(prov["edited_tensors"]),
-                    "verification": prov.get("verification"), "notes": result.notes, "pushed": pushed,
-                    **(extra or {})})  # the selection / findings summary that went into surgery.json
+        print_json(baked.summary())
     else:
-        ver = prov.get("verification")
-        check = (f", max |Δlogit| vs run-time edit {ver['max_abs_logit_diff']:.2e}" if ver else "")
-        out.print(f"[green]Baked[/] {len(recipe.edits)} edit(s) into {len(prov['edited_tensors'])} tensor(s)"
-                  f"{check} → {out_dir}")
-        if pushed:
-            out.print(f"[green]Pushed[/] to {pushed['repo']} ({pushed['revision']}): {pushed['commit_url']}")
-    return prov
+        baked.print_line()
+    return baked.provenance
 
 
 def parse_values(spec: str, option: str) -> list[float]:
@@ -157,20 +206,33 @@ def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]]
               push_to: str | None = None, **bake_kwargs: Any) -> dict[str, dict[str, Any]]:
     """Bake one output per ``(label, recipe, extra)`` into ``out_dir/<label>``.
 
-    With ``push_to`` (default: the command's --push-to), each output is pushed to the branch
-    ``<label>`` of that repo. ``bake_kwargs`` go to :func:`run_bake` (load, force, verify,
-    as_json, …). Returns the provenance of each output by label.
+    Every destination is checked before the first bake, so a taken one fails the sweep with
+    nothing written. With ``push_to`` (default: the command's --push-to), each output is pushed to
+    the branch ``<label>`` of that repo. ``bake_kwargs`` go to :func:`bake_one` (load, force,
+    verify, as_json, …). With ``as_json`` one JSON list is printed at the end, one object per
+    value with its ``label``. Returns the provenance of each output by label.
     """
     labels = [label for label, _, _ in items]
     if len(set(labels)) != len(labels):
         raise RecipeError("sweep labels must be unique (each value gets its own folder and branch)")
     push_to = push_to or _context_value(_PUSH_KEY)
     out_dir = Path(out_dir)
+    source = resolve(model, bake_kwargs.get("load", DEFAULT_LOAD).revision)
+    check_free(out_dir, [source.path], force=True)  # the sweep's folder may exist: it holds the values
+    for label in labels:
+        check_free(out_dir / label, [source.path], bool(bake_kwargs.get("force")))
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = {}
+    as_json = bool(bake_kwargs.get("as_json"))
+    results, summaries = {}, []
     for label, recipe, extra in items:
-        results[label] = run_bake(model, recipe, out_dir / label, extra=extra, push_to=push_to,
-                                  push_revision=label if push_to else None, **bake_kwargs)
+        baked = bake_one(model, recipe, out_dir / label, extra=extra, push_to=push_to,
+                         push_revision=label if push_to else None, **bake_kwargs)
+        results[label] = baked.provenance
+        summaries.append({"label": label, **baked.summary()})
+        if not as_json:
+            baked.print_line()
+    if as_json:
+        print_json(summaries)  # one document for the whole sweep, not one object per value
     return results
 
 

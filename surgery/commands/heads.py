@@ -294,9 +294,9 @@ def amplify_heads(model, load, out_dir, force, verify, as_json, heads, alphas,
     for alpha in values:
         check_alpha(alpha, allow_zero)
     extra = None
-    if heads:
-        if findings_file or top:
-            raise RecipeError("--heads names the heads itself; drop --findings / --top, or drop --heads")
+    if heads is not None:  # `--heads ""` is an empty list (parse_heads says so), not "use findings"
+        if findings_file or top or transfer:
+            raise RecipeError("--heads names the heads itself; drop --findings / --top / --transfer, or drop --heads")
         chosen = [(h.layer, h.head) for h in parse_heads(heads, 1.0)]
     else:
         chosen, extra = _heads_from_findings(model, load, findings_file, top, transfer, kw, as_json)
@@ -318,15 +318,20 @@ def _heads_from_findings(model, load, findings_file, top, transfer, kw, as_json)
     from ..models import open_checkpoint
 
     ckpt, _ = open_checkpoint(model, load)
+    note = None
     if findings_file:
         findings = load_findings(findings_file, "heads")
-        check_model(findings, ckpt, allow_transfer=transfer)
+        note = check_model(findings, ckpt, allow_transfer=transfer)
+        if note:
+            err.print(f"[yellow]note:[/] {note}")
         where = str(findings_file)
+    elif transfer:  # as prune-neurons: cached findings are this model's, there is nothing to transfer
+        raise RecipeError("--transfer applies to --findings from another checkpoint; give --findings FILE")
     else:
         findings, path, _ = _find(ckpt, load, kw, False, None)
         where = str(path)
     chosen = _chosen_heads(findings, top or len(findings.get("selected_heads") or []) or 1)
     if not as_json:
         out.print(f"Heads from findings ({where}): {', '.join(f'{l}.{h}' for l, h in chosen)}")
-    return chosen, {"heads_findings": {**summary(findings), "file": where, "transfer": bool(transfer),
+    return chosen, {"heads_findings": {**summary(findings), "file": where, "transfer": note is not None,
                                        "heads": [list(h) for h in chosen]}}

@@ -20,7 +20,8 @@ def selection_extra(found: FoundNeurons, chosen: Selection, factor: float) -> di
         "neuron_selection": {**describe(found.scores, chosen), "factor": factor},
         "neuron_findings": {
             "file": str(found.path), "from_cache": found.from_cache,
-            "model_fingerprint": findings["model"].get("fingerprint"),
+            "model": findings["model"].get("path"), "model_fingerprint": findings["model"].get("fingerprint"),
+            "transfer": found.transfer_note is not None,
             "dataset_sha256": findings.get("dataset_sha256"), "dataset": dataset_brief(findings.get("dataset")),
             "parameters": findings.get("parameters"), "tool_version": findings.get("tool_version"),
         },

@@ -100,7 +100,10 @@ def _findings(model: str, load: LoadSpec, kw: dict[str, Any], findings_file: Pat
         if pair_flags:
             raise RecipeError("--findings already holds the scores; drop --pairs/--language/--recompute, "
                               "or drop --findings to compute new ones")
-        return load_neuron_findings(findings_file, ckpt, transfer)
+        found = load_neuron_findings(findings_file, ckpt, transfer)
+        if found.transfer_note:
+            err.print(f"[yellow]note:[/] {found.transfer_note}")
+        return found
     if transfer:
         raise RecipeError("--transfer applies to --findings from another checkpoint; give --findings FILE")
     pairs = load_pairs(kw["pairs_source"], kw["language"], _categories(kw["categories"]))

@@ -139,12 +139,13 @@ def eval_cmd(model, load, against, suites, limit, bbq_paths, n4_path, lm_eval_ta
     """Evaluate MODEL: retention, KL vs --against, BBQ bias, DiffAware/CtxtAware, lm-eval tasks."""
     from ..evaluate import evaluate, make_plan
     from ..evaluate_io import card_summary, save_result
+
+    tasks = [t.strip() for t in lm_eval_tasks.split(",") if t.strip()]
+    plan = make_plan(suites, against=against is not None, limit=limit, bbq=bbq_paths, n4=n4_path,
+                     lm_eval_tasks=tasks, lm_eval_include=lm_eval_include, batch_size=batch_size)
     # Opened as checkpoints: the same safety checks (remote code, pickles) as every other command.
     _, source = open_checkpoint(model, load)
     against_path = open_checkpoint(against, replace(load, revision=None))[1].path if against else None
-    tasks = [t.strip() for t in lm_eval_tasks.split(",") if t.strip()]
-    plan = make_plan(suites, against=against_path is not None, limit=limit, bbq=bbq_paths, n4=n4_path,
-                     lm_eval_tasks=tasks, lm_eval_include=lm_eval_include, batch_size=batch_size)
     if update_card:
         from ..bake import load_provenance
 
