@@ -29,6 +29,7 @@ from .findings import cache_path, load_findings, new_findings, save_findings
 from .head_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CONFIRM, DEFAULT_KNOCKOUT_HEADS, DEFAULT_RANDOM_SETS
 from .heads import encode_pairs, option_token_ids, score_binding
 from .models import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
+from .patching import check_loadable
 from .prompting import is_instruct
 
 # Above this many pairs find-heads is a long job on a CPU (the quickstart uses 96: ~11 min on 2 cores).
@@ -108,6 +109,7 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
         raise SurgeryError(f"--confirm {params.confirm} cannot confirm {params.knockout_heads} knockout heads; "
                            "give --confirm 0 (no confirmation) or at least --knockout-heads")
     ckpt = as_checkpoint(model, load)
+    check_loadable(ckpt)
     tokenizer = load_tokenizer(ckpt.path, load)
     model = load_model(ckpt.path, load)
     cfg = model.config.get_text_config()

@@ -22,6 +22,7 @@ from .neuron_select import (DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, Selectio
                             layer_distribution, neuron_rows, select)
 from .neurons import DEFAULT_BIAS_WEIGHT, NeuronScores, SelectionError, accumulate_pair_sums, ppm_scores
 from .pairs import PairSet, PairsError, check_token_counts
+from .patching import check_loadable
 
 # What was captured and how; part of the cache key (bump "method" when the scores change meaning).
 CAPTURE_PARAMS = {"method": 2, "site": "mlp.down_proj input", "pooling": "mean over real tokens",
@@ -114,6 +115,7 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
                              f"tokenizer ({detail}); fix them or drop --strict to skip them")
         return hit
 
+    check_loadable(ckpt)
     tokenizer = load_tokenizer(ckpt.path, load)
     check = check_token_counts(pairs, tokenizer, strict)
     if check.total_skipped:

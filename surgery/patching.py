@@ -98,6 +98,14 @@ def check_attention(ckpt: Checkpoint, arch: Architecture) -> None:
             _tensor(ckpt, f"{prefix.format(layer=layer)}{module}.weight", shape, why)
 
 
+def check_loadable(ckpt: Checkpoint) -> None:
+    """Before a find command loads the model: a config that does not describe the weights is one
+    line naming the field and the tensor, not a size mismatch inside transformers' loader."""
+    from .architectures import architecture
+
+    check_attention(ckpt, architecture(ckpt.config))
+
+
 def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
     """The tensor patches that realise ``edits`` on ``ckpt`` (identity edits change nothing)."""
     g, lay = arch.geometry, arch.layout

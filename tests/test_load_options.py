@@ -145,3 +145,17 @@ def test_a_device_this_machine_lacks_is_one_line(tiny, tmp_path, capsys, device,
                  "--max-pairs", "4", "--device", device])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and message in err[0] and err[0].startswith("Error: --device")
+
+
+@pytest.mark.parametrize("command", ["find-neurons", "score-binding", "find-heads"])
+def test_a_config_that_does_not_describe_the_weights_is_one_line_before_loading(tiny, tmp_path, capsys, command):
+    """num_key_value_heads edited after saving: the find commands say which field and tensor, as the
+    bake does, instead of a size mismatch from inside transformers' loader."""
+    model = char_model(tiny, "llama")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "num_key_value_heads": 1}))
+    args = _commands(model, tmp_path)[command]
+    code = _run(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "k_proj.weight' has shape" in err[0] and "num_key_value_heads" in err[0] and "internal" not in err[0]

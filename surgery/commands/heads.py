@@ -203,8 +203,10 @@ def score_binding_cmd(model, load, as_json, **kw):
     from ..console import item_progress
     from ..heads import score_binding
     from ..models import load_model, load_tokenizer, open_checkpoint
+    from ..patching import check_loadable
 
     ckpt, _ = open_checkpoint(model, load)
+    check_loadable(ckpt)
     bench, pairs = _pairs(ckpt.path, kw)
     tok = load_tokenizer(ckpt.path, load)
     net = load_model(ckpt.path, load)
