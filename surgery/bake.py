@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
-import hashlib
-import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -29,17 +27,14 @@ from .errors import CheckpointError, RecipeError
 from .edits import Recipe
 from .models import Source
 from .patching import RAW_DTYPES, group_by_file, patched_chunks, plan, to_f32
+from .provenance import (FORMAT, OWN_FILES, PROVENANCE_NAME, UNDO_NAME, Progress, left_out_note, provenance_text,
+                         write_undo)
 from .staging import staged_output
 
-PROVENANCE_NAME = "surgery.json"
-UNDO_NAME = "surgery.undo"  # safetensors content, but not *.safetensors: loaders glob for those
-OWN_FILES = (PROVENANCE_NAME, UNDO_NAME)
-SEAL_KEY = "provenance_sha256"  # in surgery.json: see provenance_text
 SKIP_DIRS = {".git", ".cache"}
 COPY_BLOCK = 64 << 20
 HASH_THREADS = 2  # hashlib releases the GIL on large blocks: two files hash in parallel
 
-Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
 @dataclass
@@ -202,7 +197,7 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         tick("patch", len(by_file), len(by_file))
 
         provenance: dict[str, Any] = {
-            "format": "surgery-checkpoint",
+            "format": FORMAT,
             "version": 1,
             "tool_version": __version__,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -230,7 +225,7 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
             "added_files": [n for n in ("README.md",) if card is not None and n not in files],
             "left_out_files": left_out,
         }
-        _write_undo(tmp / UNDO_NAME, undo)
+        write_undo(tmp / UNDO_NAME, undo)
         outputs = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
         tick("hash", 0, 1)
         fresh = [n for n in outputs if n not in unchanged and n not in output_hashes and n != PROVENANCE_NAME]
@@ -242,67 +237,3 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         tick("hash", 1, 1)
         (tmp / PROVENANCE_NAME).write_text(provenance_text(provenance), encoding="utf-8")
     return BakeResult(Path(out), provenance, notes)
-
-
-def left_out_note(names: list[str]) -> str:
-    """The note for source files a bake does not carry over (see ``is_other_weights``)."""
-    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    return (f"left out {shown}: weights in a format the bake does not edit (pickle, GGUF, TF or Flax); "
-            "published next to the edited safetensors they would load the unedited model")
-
-
-def other_weight_problems(names: Iterable[str]) -> list[str]:
-    """verify's line for each file of a baked folder that holds weights the bake did not edit."""
-    return [f"{n} holds weights in a format the bake does not edit (pickle, GGUF, TF or Flax): it is an "
-            "unedited copy of the model that loaders may pick instead; delete it" for n in sorted(names)
-            if is_other_weights(n)]
-
-
-def _write_undo(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    from safetensors.numpy import save
-
-    # Serialised in memory (only the edited slices) and written with Python's own I/O: a full disk
-    # is then an OSError with its errno, like every other write, not an opaque SafetensorError;
-    # and the file gets the same permissions as the copied weights.
-    path.write_bytes(save({k: np.ascontiguousarray(v) for k, v in arrays.items()} or
-                          {"empty": np.zeros(0, dtype=np.uint8)}))
-
-
-def provenance_text(prov: dict[str, Any]) -> str:
-    """The exact text of surgery.json: ``prov`` sealed with the sha256 of the rest of its content.
-
-    surgery.json cannot list its own sha256, so it carries a seal instead. ``provenance_intact``
-    re-derives the text from the parsed file: a changed value breaks the seal, and a change that
-    parses to the same content (whitespace, the case of an exponent's 'e') breaks the text.
-    Whoever rewrites surgery.json (the card refresh) writes it with this function.
-    """
-    body = {k: v for k, v in prov.items() if k != SEAL_KEY}
-    seal = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-    return json.dumps({**body, SEAL_KEY: seal}, indent=1) + "\n"
-
-
-def provenance_intact(path: Path) -> bool:
-    """True when ``path``/surgery.json is byte for byte what ``provenance_text`` wrote."""
-    raw = (Path(path) / PROVENANCE_NAME).read_bytes()
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    return isinstance(data, dict) and provenance_text(data).encode() == raw
-
-
-def load_provenance(path: Path) -> dict[str, Any]:
-    """surgery.json of a baked checkpoint (a clear error when it is not one)."""
-    from .errors import VerificationError
-
-    prov = Path(path) / PROVENANCE_NAME
-    if not prov.is_file():
-        raise VerificationError(f"{path} has no {PROVENANCE_NAME}: it was not made by surgery; give the "
-                                "folder that a surgery bake wrote")
-    try:
-        data = json.loads(prov.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise VerificationError(f"{prov} is corrupt (not JSON)") from None
-    if not isinstance(data, dict) or data.get("format") != "surgery-checkpoint":
-        raise VerificationError(f"{prov} is not a surgery provenance file")
-    return data

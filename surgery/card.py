@@ -13,11 +13,11 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .bake import PROVENANCE_NAME, UNDO_NAME, load_provenance, provenance_text
 from .checkpoint import file_sha256
 from .edits import HeadScale, Recipe
 from .errors import VerificationError
 from .findings import atomic_write_text
+from .provenance import PROVENANCE_NAME, UNDO_NAME, integrity_problems, load_provenance, load_undo, provenance_text
 
 CARD_NAME = "README.md"
 # Front-matter keys carried over from the source's card when it has them.
@@ -201,9 +201,7 @@ def _source_card(folder: Path, prov: Mapping[str, Any]) -> str | None:
     """The source's README text, kept in surgery.undo when the bake replaced it."""
     if CARD_NAME not in (prov.get("undo") or {}).get("replaced_files", []):
         return None
-    from .undo import _load_undo
-
-    return _load_undo(folder / UNDO_NAME)[f"file:{CARD_NAME}"].tobytes().decode("utf-8", "replace")
+    return load_undo(folder / UNDO_NAME)[f"file:{CARD_NAME}"].tobytes().decode("utf-8", "replace")
 
 
 def refresh_card(folder: str | Path, evaluation: Mapping[str, Any] | None = None) -> Path:
@@ -214,10 +212,10 @@ def refresh_card(folder: str | Path, evaluation: Mapping[str, Any] | None = None
     """
     folder = Path(folder)
     prov = load_provenance(folder)
+    problems = integrity_problems(folder, prov, skip=[CARD_NAME])  # the card itself is about to change
+    if problems:
+        raise VerificationError(f"{folder} fails verification ({problems[0]}); refusing to rewrite the card")
     files = prov.get("files") or {}
-    for name, digest in files.items():
-        if name != CARD_NAME and (not (folder / name).is_file() or file_sha256(folder / name) != digest):
-            raise VerificationError(f"{folder / name} changed after the bake; refusing to rewrite the card")
     undo = prov.setdefault("undo", {"file": UNDO_NAME, "replaced_files": [], "added_files": []})
     if CARD_NAME not in undo.get("replaced_files", []) + undo.get("added_files", []):
         if (folder / CARD_NAME).is_file():

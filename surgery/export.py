@@ -21,13 +21,14 @@ import torch
 
 from . import __version__
 from .architectures import Architecture
-from .bake import PROVENANCE_NAME, hash_files, load_provenance, provenance_intact
+from .bake import hash_files
 from .card import adapter_card
 from .checkpoint import Checkpoint
 from .edits import HeadScale, Recipe
 from .errors import RecipeError
 from .interventions import scale_vectors
 from .models import Source
+from .provenance import PROVENANCE_NAME, load_provenance, provenance_intact
 from .staging import staged_output
 
 VLLM_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)

@@ -14,32 +14,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .bake import PROVENANCE_NAME, load_provenance, other_weight_problems, provenance_intact
-from .checkpoint import Checkpoint, file_sha256, is_other_weights, read_header
+from .checkpoint import Checkpoint, read_header
 from .errors import CheckpointError, SurgeryError, VerificationError
+from .provenance import PROVENANCE_NAME, integrity_problems, load_provenance
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
 class HubError(SurgeryError):
     """The Hub refused or could not be reached."""
-
-
-def _check_hashes(folder: Path, prov: dict[str, Any]) -> list[str]:
-    problems = []
-    if not provenance_intact(folder):
-        problems.append(f"{PROVENANCE_NAME} changed after the bake (its content does not match its seal)")
-    recorded = prov.get("files") or {}
-    for name, digest in sorted(recorded.items()):
-        if not (folder / name).is_file():
-            problems.append(f"{name} is listed in surgery.json but missing")
-        elif file_sha256(folder / name) != digest:
-            problems.append(f"{name} changed after the bake (sha256 differs from surgery.json)")
-    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-    problems += other_weight_problems(present)
-    problems += [f"{n} is not recorded in surgery.json" for n in sorted(present - set(recorded) - {PROVENANCE_NAME})
-                 if not is_other_weights(n)]
-    return problems
 
 
 def check_checkpoint(folder: Path) -> tuple[str, dict[str, Any]]:
@@ -53,7 +36,7 @@ def check_checkpoint(folder: Path) -> tuple[str, dict[str, Any]]:
         report, _ = structural(Checkpoint(src_path, allow_remote_code=True), folder)
         problems, how = report.problems, f"structural check against the source {src_path}"
     else:
-        problems, how = _check_hashes(folder, prov), "sha256 of every recorded file (source not on this machine)"
+        problems, how = integrity_problems(folder, prov), "sha256 of every recorded file (source not on this machine)"
     if problems:
         raise VerificationError(f"{folder} fails verification ({problems[0]}"
                                 f"{f'; {len(problems) - 1} more problem(s)' if len(problems) > 1 else ''}); "

@@ -8,20 +8,12 @@ from typing import Callable
 
 import numpy as np
 
-from .bake import OWN_FILES, UNDO_NAME, copy_file, hash_files, load_provenance, source_files
+from .bake import copy_file, hash_files, source_files
 from .checkpoint import Checkpoint
 from .errors import VerificationError
 from .patching import RAW_DTYPES, TensorPatch, restored_chunks
+from .provenance import OWN_FILES, UNDO_NAME, load_provenance, load_undo
 from .staging import staged_output
-
-
-def _load_undo(path: Path) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
-
-    try:
-        return load_file(str(path))
-    except Exception as exc:  # safetensors raises its own error types for corrupt files
-        raise VerificationError(f"{path} is corrupt ({type(exc).__name__}); cannot undo") from None
 
 
 def undo(baked: str | Path, out: str | Path, force: bool = False,
@@ -37,7 +29,7 @@ def undo(baked: str | Path, out: str | Path, force: bool = False,
     mismatched = [n for n, h in hash_files(baked, sorted(prov.get("files", {}))).items() if h != prov["files"][n]]
     if mismatched:
         raise VerificationError(f"{baked / mismatched[0]} changed after the bake; undo would not give the source")
-    saved = _load_undo(baked / UNDO_NAME)
+    saved = load_undo(baked / UNDO_NAME)
     ckpt = Checkpoint(baked, allow_remote_code=True)
     undo_meta = prov.get("undo", {})
     skip = set(OWN_FILES) | set(undo_meta.get("added_files", [])) | set(undo_meta.get("replaced_files", []))

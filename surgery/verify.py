@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .bake import (OWN_FILES, PROVENANCE_NAME, Progress, load_provenance, other_weight_problems, provenance_intact,
-                   source_files)
+from .bake import source_files
+from .provenance import OWN_FILES, Progress, integrity_problems, load_provenance
 from .checkpoint import Checkpoint, file_sha256, is_other_weights, read_header
 from .edits import Edit, Recipe
 from .errors import CheckpointError, SurgeryError
@@ -148,26 +148,8 @@ def structural(src: Checkpoint, dst_path: Path, progress: Progress = _silent) ->
     report = Report()
     prov = load_provenance(dst_path)
     recipe = Recipe.from_dict(prov.get("recipe"), where="surgery.json recipe")
-    if not provenance_intact(dst_path):
-        report.problems.append(f"{PROVENANCE_NAME} changed after the bake (its content does not match its seal)")
-        return report, recipe
-    produced = {p.relative_to(dst_path).as_posix() for p in dst_path.rglob("*") if p.is_file()}
-    # Flagged even when recorded: earlier bakes copied such files, unedited, into the output.
-    report.problems += other_weight_problems(produced)
-    recorded = sorted(prov.get("files", {}).items())
-    for i, (name, digest) in enumerate(recorded):
-        progress("hash", i, len(recorded))
-        path = dst_path / name
-        if not path.is_file():
-            report.problems.append(f"{name} is listed in surgery.json but missing")
-        elif file_sha256(path) != digest:
-            report.problems.append(f"{name} changed after the bake (sha256 differs from surgery.json)")
-        report.files_checked += 1
-    progress("hash", len(recorded), len(recorded))
-    for extra in sorted(produced - set(prov.get("files", {})) - {PROVENANCE_NAME}):
-        if is_other_weights(extra):
-            continue  # already reported above, with what it means
-        report.problems.append(f"{extra} is not recorded in surgery.json")
+    report.problems += integrity_problems(dst_path, prov, progress=progress)
+    report.files_checked = len(prov.get("files") or {})
     if report.problems:
         return report, recipe
 

@@ -230,7 +230,7 @@ def test_verify_fails_on_pickled_weights_in_the_output(tiny, tmp_path):
 
 def test_verify_fails_on_other_weights_recorded_by_an_earlier_bake(tiny, tmp_path):
     """Bakes before this check copied a .bin and recorded its sha256: the seal holds, verify fails."""
-    from surgery.bake import provenance_text
+    from surgery.provenance import provenance_text
 
     src = tiny("llama")
     out = tmp_path / "baked"
@@ -260,7 +260,7 @@ def _poke(folder, row: int, col: int, value: float) -> None:
 
 def _reseal(folder) -> None:
     """Record the current sha256 of every file in surgery.json and seal it again (a careful forger)."""
-    from surgery.bake import provenance_text
+    from surgery.provenance import provenance_text
 
     prov = json.loads((folder / "surgery.json").read_text())
     prov["files"] = {n: file_sha256(folder / n) for n in prov["files"]}

@@ -139,7 +139,7 @@ def test_export_lora_refuses_a_bake_of_another_model(baked_by_cli, tiny, tmp_pat
 
 def test_export_lora_from_a_bake_without_a_recorded_fingerprint(baked_by_cli, tiny, tmp_path, capsys):
     """Older bakes recorded no fingerprint: the sha256 of the weight files decides."""
-    from surgery.bake import provenance_text
+    from surgery.provenance import provenance_text
 
     from .helpers_cli import error_line, run_main
 

@@ -11,7 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from surgery.bake import PROVENANCE_NAME, bake
+from surgery.bake import bake
+from surgery.provenance import PROVENANCE_NAME
 from surgery.checkpoint import Checkpoint
 from surgery.edits import HeadScale, NeuronScale, Recipe
 from surgery.errors import SurgeryError

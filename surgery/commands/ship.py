@@ -147,7 +147,7 @@ def eval_cmd(model, load, against, suites, limit, bbq_paths, n4_path, lm_eval_ta
     _, source = open_checkpoint(model, load)
     against_path = open_checkpoint(against, replace(load, revision=None))[1].path if against else None
     if update_card:
-        from ..bake import load_provenance
+        from ..provenance import load_provenance
 
         if source.hub_id:
             raise SurgeryError("--card rewrites a local baked folder; MODEL is a Hub download (the Hub "
