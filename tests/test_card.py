@@ -121,3 +121,20 @@ def test_card_command_with_eval_json(tiny, tmp_path):
     assert r.exit_code == 0, r.output
     assert "| General-knowledge MCQ accuracy | 0.5 | 0.4 | 80.0% |" in (out / "README.md").read_text()
     assert verify(Checkpoint(src), out, run_model=False).ok
+
+
+@pytest.mark.parametrize("damage, named", [
+    (lambda out: (out / "config.json").write_text("{}"), "config.json changed after the bake"),
+    (lambda out: (out / "pytorch_model.bin").write_bytes(b"x"), "pytorch_model.bin holds weights"),
+    (lambda out: (out / "notes.txt").write_text("x"), "notes.txt is not recorded"),
+])
+def test_refresh_refuses_a_folder_that_fails_the_integrity_check(tiny, tmp_path, damage, named):
+    """The card refresh runs the same integrity check as verify and push: it never re-seals a
+    folder whose files no longer match their record."""
+    out = tmp_path / "baked"
+    bake(Checkpoint(tiny("llama")), RECIPE, out, card=card_hook())
+    before = (out / "surgery.json").read_bytes()
+    damage(out)
+    with pytest.raises(VerificationError, match=named):
+        refresh_card(out, EVALUATION)
+    assert (out / "surgery.json").read_bytes() == before
