@@ -74,7 +74,7 @@ def main() -> None:
 
     ckpt = Checkpoint(args.model)
     start = time.perf_counter()
-    found = find_neurons(ckpt, load_pairs(args.pairs, args.language), show_progress=False)
+    found = find_neurons(ckpt, load_pairs(args.pairs, args.language))
     print(f"findings ({'cache' if found.from_cache else 'computed'}, {time.perf_counter() - start:.1f} s): {found.path}")
     model, tok = load_model(args.model), load_tokenizer(args.model)
     passages = [r["text"] for r in shipped("retention_passages.jsonl")]

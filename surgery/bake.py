@@ -27,8 +27,8 @@ from .errors import CheckpointError, RecipeError
 from .edits import Recipe
 from .models import Source
 from .patching import RAW_DTYPES, group_by_file, patched_chunks, plan, to_f32
-from .provenance import (FORMAT, OWN_FILES, PROVENANCE_NAME, UNDO_NAME, Progress, left_out_note, provenance_text,
-                         write_undo)
+from .progress import StageProgress, silent_stages
+from .provenance import FORMAT, OWN_FILES, PROVENANCE_NAME, UNDO_NAME, left_out_note, provenance_text, write_undo
 from .staging import staged_output
 
 SKIP_DIRS = {".git", ".cache"}
@@ -140,7 +140,7 @@ def _hash_pool() -> Iterator[ThreadPoolExecutor]:
 
 
 def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | None = None,
-         force: bool = False, progress: Progress | None = None,
+         force: bool = False, progress: StageProgress = silent_stages,
          check: Callable[[Path], dict[str, Any]] | None = None,
          card: Callable[[Path, dict[str, Any]], str] | None = None,
          extra: dict[str, Any] | None = None, report: Callable[[str], None] = lambda m: None) -> BakeResult:
@@ -158,7 +158,7 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
     # Files that reach the output as exact copies: their sha256 is the source file's.
     copied = [rel for rel in files if rel not in OWN_FILES and rel not in left_out]
     total = sum((ckpt.path / f).stat().st_size for f in copied)
-    tick = progress or (lambda stage, done, total: None)
+    tick = progress
     notes: list[str] = []
 
     def note(msg: str) -> None:

@@ -8,7 +8,10 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.progress import Progress as Bars
+
+from .progress import Progress
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
@@ -77,7 +80,7 @@ def stage_progress(enabled: bool = True) -> Iterator[Any]:
         yield lambda stage, done, total: lines.update(STAGE_LABELS.get(stage, stage), done, max(total, 1))
         return
     columns = [TextColumn("{task.description:<16}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn()]
-    with Progress(*columns, console=err, transient=False) as bar:
+    with Bars(*columns, console=err, transient=False) as bar:
         tasks: dict[str, Any] = {}
 
         def update(stage: str, done: int, total: int) -> None:
@@ -89,9 +92,9 @@ def stage_progress(enabled: bool = True) -> Iterator[Any]:
 
 
 @contextmanager
-def progress_bars() -> Iterator[Callable[[str, int], Callable[..., None]]]:
-    """A factory ``(description, total) -> advance(n)``: one bar per measurement on a terminal,
-    plain lines (every 30 s and at each end) in a log."""
+def progress_bars() -> Iterator[Progress]:
+    """A :data:`surgery.progress.Progress` for library code: one bar per measurement on a terminal,
+    plain lines (every 30 s and at each end) in a log; always on stderr."""
     if not err.is_terminal:
         def log_factory(description: str, total: int) -> Callable[..., None]:
             # one LogLines per measurement: the same description comes again for the next model
@@ -106,34 +109,10 @@ def progress_bars() -> Iterator[Callable[[str, int], Callable[..., None]]]:
 
         yield log_factory
         return
-    with Progress(TextColumn("{task.description:<18}"), BarColumn(), TaskProgressColumn(),
-                  TimeRemainingColumn(), console=err, transient=True) as bar:
+    with Bars(TextColumn("{task.description:<18}"), BarColumn(), TaskProgressColumn(),
+                  TimeRemainingColumn(), console=err) as bar:
         def factory(description: str, total: int) -> Callable[..., None]:
             task = bar.add_task(description, total=max(total, 1))
             return lambda n=1: bar.advance(task, n)
 
         yield factory
-
-
-@contextmanager
-def item_progress(description: str, total: int, enabled: bool = True) -> Iterator[Any]:
-    """A progress callback ``advance(n)`` for loops over prompts or batches."""
-    if not enabled:
-        yield lambda n=1: None
-        return
-    if not err.is_terminal:
-        lines, done = LogLines(_log_line), [0]
-        lines.begin(description)
-
-        def advance(n: int = 1) -> None:
-            done[0] += n
-            lines.update(description, done[0], total)
-
-        yield advance
-        return
-    with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
-                  TimeRemainingColumn(), console=err) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n=1: bar.advance(task, n)
-
-

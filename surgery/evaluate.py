@@ -26,9 +26,9 @@ from .awareness import awareness
 from .errors import SurgeryError
 from .models import DEFAULT_LOAD, LoadSpec
 from .optional import require
+from .progress import Progress, silent
 
 SUITES = ("retention", "kl", "bbq", "awareness", "lm-eval")
-Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
 
 
 @dataclass
@@ -84,12 +84,8 @@ def make_plan(suites: Sequence[str] | None, *, against: bool, limit: int | None 
     return plan
 
 
-def _no_progress(description: str, total: int) -> Callable[[int], None]:
-    return lambda n=1: None
-
-
 def run_suites(model, tokenizer, plan: Plan, *, kl_reference: list | None = None,
-               keep_reference: bool = False, progress: Progress = _no_progress) -> dict[str, Any]:
+               keep_reference: bool = False, progress: Progress = silent) -> dict[str, Any]:
     """Every suite of ``plan`` on one loaded model: {"metrics", "details", "reference"}."""
     metrics: dict[str, float] = {}
     details: dict[str, Any] = {}
@@ -170,7 +166,7 @@ def _load(path: Path, load: LoadSpec):
 
 
 def evaluate(model_path: Path, plan: Plan, *, against: Path | None = None, load: LoadSpec = DEFAULT_LOAD,
-             progress: Progress = _no_progress, report: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+             progress: Progress = silent, report: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
     """Run ``plan`` on the model (and on ``against`` first, when given); return the result JSON."""
     start = time.time()
     result = io.new_result(_identity(model_path), _identity(against) if against else None, plan.settings)

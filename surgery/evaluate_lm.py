@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 import torch
 
-Progress = Callable[[int], None]
+Advance = Callable[[int], None]  # one measurement's advance(n); see surgery.progress
 MAX_WINDOW = 1024  # tokens per perplexity window (longer texts are split, without overlap)
 
 
@@ -46,7 +46,7 @@ def _windows(ids: list[int], window: int) -> list[list[int]]:
 
 
 def perplexity(model, tokenizer, texts: Sequence[str], *, batch_size: int = 4,
-               progress: Progress | None = None) -> dict[str, float]:
+               progress: Advance | None = None) -> dict[str, float]:
     """exp(mean negative log-likelihood per predicted token) over ``texts``.
 
     Each text is tokenized as the model would see it (special tokens included); its first token
@@ -69,7 +69,7 @@ def perplexity(model, tokenizer, texts: Sequence[str], *, batch_size: int = 4,
 
 
 def option_logliks(model, tokenizer, pairs: Sequence[tuple[str, str]], *, batch_size: int = 16,
-                   progress: Progress | None = None) -> list[float]:
+                   progress: Advance | None = None) -> list[float]:
     """Sum of log p(continuation tokens | context) for each (context, continuation) pair.
 
     Context and continuation are tokenized separately and joined, so the continuation's tokens are
@@ -102,7 +102,7 @@ def choose(logliks: Sequence[float], options: Sequence[str], normalize: bool) ->
 
 
 def next_token_logprobs(model, tokenizer, texts: Sequence[str],
-                        progress: Progress | None = None) -> list[torch.Tensor]:
+                        progress: Advance | None = None) -> list[torch.Tensor]:
     """log-softmax of the next-token logits at every position of each text (fp32, on CPU)."""
     out = []
     device = _device(model)

@@ -22,7 +22,6 @@ from .attention import surgery_attention_on
 from .binding_pairs import DEFAULT_PER_IDENTITY, Pair
 from .causal import DOSE_GRID, PairRunner, confirmed_order, dose_response, knockout_report, single_knockouts
 from .checkpoint import Checkpoint
-from .console import item_progress
 from .discovery import discover, rank_heads
 from .errors import FindingsError, SurgeryError
 from .findings import cache_path, load_findings, new_findings, save_findings
@@ -30,6 +29,7 @@ from .head_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CONFIRM, DEFAULT_KNOCKOUT
 from .heads import encode_pairs, option_token_ids, score_binding
 from .models import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
 from .patching import check_loadable
+from .progress import Progress, silent
 from .prompting import is_instruct
 
 # Above this many pairs find-heads is a long job on a CPU (the quickstart uses 96: ~11 min on 2 cores).
@@ -95,7 +95,7 @@ def _jsonable(x: Any) -> Any:
 def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
                params: FindParams | Mapping[str, Any] = FindParams(), *,
                awareness_records: Sequence[Mapping[str, Any]] | None = None, load: LoadSpec = DEFAULT_LOAD,
-               show_progress: bool = True, report: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+               progress: Progress = silent, report: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
     """Scores, discovery, knockout confirmation (``params.confirm`` candidates), knockout and
     (``params.dose_response``) dose-response on ``pairs``.
 
@@ -120,9 +120,8 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
     findings["prompt_format"] = "instruct" if instruct else "base"
     items = [p.item for p in pairs]
     with surgery_attention_on(model):
-        with item_progress("scoring prompts", 4 * len(pairs), show_progress) as advance:
-            scores = score_binding(model, tokenizer, pairs, instruct=instruct, batch_size=params.batch_size,
-                                   features=True, progress=advance)
+        scores = score_binding(model, tokenizer, pairs, instruct=instruct, batch_size=params.batch_size,
+                               features=True, progress=progress("scoring prompts", 4 * len(pairs)))
         findings["pairs"] = {"n": len(pairs), "items": len(set(items)), "benchmark": params.benchmark}
         findings["scores"] = {"S": scores["S"], "K": scores["K"], "K_over_S": scores["K_over_S"],
                               "option_token_ids": scores["option_token_ids"]}
@@ -147,29 +146,26 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
         if params.confirm:
             candidates = ranked[:params.confirm]
             # the visible cost: one pass over the binding prompts per candidate
-            with item_progress(f"knockout confirmation ({len(candidates)} heads)", 2 * len(sub) * len(candidates),
-                               show_progress) as advance:
-                runner.progress = advance
-                findings["confirmation"] = confirmation(runner, disc, candidates, params.seed)
+            runner.progress = progress(f"knockout confirmation ({len(candidates)} heads)",
+                                       2 * len(sub) * len(candidates))
+            findings["confirmation"] = confirmation(runner, disc, candidates, params.seed)
             chosen = [(h["layer"], h["head"]) for h in findings["confirmation"]["heads"][:params.knockout_heads]]
         findings["selected_heads"] = [list(h) for h in chosen]
         grid = dose_alphas(params)
         steps = 2 * len(sub) * (2 + params.random_sets + dose_passes(params))
-        with item_progress("causal tests", steps, show_progress) as advance:
-            runner.progress = advance
-            findings["knockout"] = knockout_report(runner, chosen, n_layers, n_heads,
-                                                   random_sets=params.random_sets, seed=params.seed)
-            if params.dose_response:
-                findings["dose_response"] = dose_response(runner, chosen, grid)
+        runner.progress = progress("causal tests", steps)
+        findings["knockout"] = knockout_report(runner, chosen, n_layers, n_heads,
+                                               random_sets=params.random_sets, seed=params.seed)
+        if params.dose_response:
+            findings["dose_response"] = dose_response(runner, chosen, grid)
         if params.dose_response and awareness_records:
             from .binding_awareness import awareness_at
 
             recs = sample_records(awareness_records, params.awareness_max, params.seed)
             total = len(recs) * (1 + 2 * sum(a != 1.0 for a in params.awareness_alphas))
-            with item_progress("awareness (generation)", total, show_progress) as advance:
-                findings["awareness"] = awareness_at(model, tokenizer, recs, chosen, params.awareness_alphas,
-                                                     instruct=instruct, batch_size=params.batch_size,
-                                                     progress=advance)
+            findings["awareness"] = awareness_at(model, tokenizer, recs, chosen, params.awareness_alphas,
+                                                 instruct=instruct, batch_size=params.batch_size,
+                                                 progress=progress("awareness (generation)", total))
     return _jsonable(findings)
 
 

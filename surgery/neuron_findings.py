@@ -14,7 +14,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 from . import __version__
 from .checkpoint import Checkpoint
-from .console import item_progress
 from .errors import FindingsError
 from .findings import atomic_write_text, cache_path, check_model, load_findings, new_findings
 from .models import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
@@ -23,6 +22,7 @@ from .neuron_select import (DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, Selectio
 from .neurons import DEFAULT_BIAS_WEIGHT, NeuronScores, SelectionError, accumulate_pair_sums, ppm_scores
 from .pairs import PairSet, PairsError, check_token_counts
 from .patching import check_loadable
+from .progress import Progress, silent
 
 # What was captured and how; part of the cache key (bump "method" when the scores change meaning).
 CAPTURE_PARAMS = {"method": 2, "site": "mlp.down_proj input", "pooling": "mean over real tokens",
@@ -101,7 +101,7 @@ def _cache_hit(path: Path, ckpt: Checkpoint) -> FoundNeurons | None:
 
 def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, strict: bool = False,
                  load: LoadSpec = DEFAULT_LOAD, recompute: bool = False,
-                 show_progress: bool = True,
+                 progress: Progress = silent,
                  report: Callable[[str], None] = lambda m: None) -> FoundNeurons:
     """Cached findings for (model, pairs, parameters), computing them on a miss."""
     params = capture_params(pairs)
@@ -124,8 +124,7 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
                f"lengths ({detail}); --strict makes this an error")
     kept = check.kept
     model = load_model(ckpt.path, load)
-    with item_progress("capturing prompts", 2 * len(kept), show_progress) as advance:
-        sums = accumulate_pair_sums(model, tokenizer, kept.pairs, batch_size, advance)
+    sums = accumulate_pair_sums(model, tokenizer, kept.pairs, batch_size, progress("capturing prompts", 2 * len(kept)))
     scores = NeuronScores.from_sums(sums, ppm_scores(model))
     del model
 

@@ -11,25 +11,19 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
 from .checkpoint import file_sha256, is_other_weights
 from .errors import VerificationError
+from .progress import StageProgress, silent_stages
 
 PROVENANCE_NAME = "surgery.json"
 UNDO_NAME = "surgery.undo"  # safetensors content, but not *.safetensors: loaders glob for those
 OWN_FILES = (PROVENANCE_NAME, UNDO_NAME)
 SEAL_KEY = "provenance_sha256"  # in surgery.json: see provenance_text
 FORMAT = "surgery-checkpoint"
-
-Progress = Callable[[str, int, int], None]  # (stage, done, total)
-
-
-def _silent(stage: str, done: int, total: int) -> None:
-    pass
-
 
 def provenance_text(prov: dict[str, Any]) -> str:
     """The exact text of surgery.json: ``prov`` sealed with the sha256 of the rest of its content.
@@ -105,7 +99,7 @@ def other_weight_problems(names: Iterable[str]) -> list[str]:
 
 
 def integrity_problems(folder: Path, prov: dict[str, Any], *, skip: Iterable[str] = (),
-                       progress: Progress = _silent) -> list[str]:
+                       progress: StageProgress = silent_stages) -> list[str]:
     """Everything wrong with ``folder`` against its own record ``prov``: a broken seal, a recorded
     file missing or changed (sha256), weights the bake does not edit, a file nobody recorded.
 

@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from .bake import source_files
-from .provenance import OWN_FILES, Progress, integrity_problems, load_provenance
+from .progress import StageProgress, silent_stages
+from .provenance import OWN_FILES, integrity_problems, load_provenance
 from .checkpoint import Checkpoint, file_sha256, is_other_weights, read_header
 from .edits import Edit, Recipe
 from .errors import CheckpointError, SurgeryError
@@ -138,11 +139,7 @@ def _compare_edited(src: Path, dst: Path, patches, report: Report, source_sha256
         os.close(fd_dst)
 
 
-def _silent(stage: str, done: int, total: int) -> None:
-    pass
-
-
-def structural(src: Checkpoint, dst_path: Path, progress: Progress = _silent) -> tuple[Report, Recipe]:
+def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent_stages) -> tuple[Report, Recipe]:
     """Everything that can be checked without running the model; ``progress(stage, done, total)``
     follows the hashing of the output and the comparison with the source."""
     report = Report()
@@ -220,7 +217,7 @@ def logits(path: Path, batches: list, edits: Iterable[Edit] = (), load: LoadSpec
 
 
 def numeric(src: Checkpoint, dst_path: Path, recipe: Recipe, prompts: Iterable[str] = PROMPTS,
-            load: LoadSpec = DEFAULT_LOAD, progress: Progress = _silent) -> tuple[float, float]:
+            load: LoadSpec = DEFAULT_LOAD, progress: StageProgress = silent_stages) -> tuple[float, float]:
     """max |Δlogit| between the baked model and the source with run-time twins, and the tolerance."""
     from .architectures import text_config
 
@@ -238,7 +235,7 @@ def numeric(src: Checkpoint, dst_path: Path, recipe: Recipe, prompts: Iterable[s
 
 
 def verify(src: Checkpoint, dst_path: str | Path, run_model: bool = True, load: LoadSpec = DEFAULT_LOAD,
-           progress: Progress = _silent) -> Report:
+           progress: StageProgress = silent_stages) -> Report:
     """Full verification of ``dst_path`` against ``src``; see the module docstring."""
     dst_path = Path(dst_path)
     report, recipe = structural(src, dst_path, progress)

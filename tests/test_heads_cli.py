@@ -118,7 +118,7 @@ def test_dose_response_findings_and_edge_alpha_in_generation(tiny, tmp_path):
     records = awareness_records(bench, seed=0)[:2]  # one "≠" and one "=" question
     params = FindParams(max_pairs=4, random_sets=1, dose_response=True, dose_grid=(0.0, 1.0, 2.5),
                         awareness_alphas=(1.0, 2.5), knockout_heads=2)
-    f, cache, cached = cached_find_heads(path, pairs, params, awareness_records=records, show_progress=False)
+    f, cache, cached = cached_find_heads(path, pairs, params, awareness_records=records, )
     assert not cached and cache.is_file()
     assert [r["alpha"] for r in f["dose_response"]] == [0.0, 1.0, 2.5]
     assert [r["alpha"] for r in f["awareness"]] == [1.0, 2.5]

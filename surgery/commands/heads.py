@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ..binding_pairs import DEFAULT_PER_IDENTITY
 from ..cli import cli
-from ..console import err, out, print_json
+from ..console import err, out, print_json, progress_bars
 from ..edits import Recipe, parse_heads
 from ..errors import RecipeError
 from ..head_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CONFIRM, DEFAULT_KNOCKOUT_HEADS, DEFAULT_RANDOM_SETS
@@ -200,7 +200,6 @@ def print_findings(f: dict[str, Any]) -> None:
 def score_binding_cmd(model, load, as_json, **kw):
     """Print ΔS and ΔK (paired t-tests over items) of MODEL on the binding benchmark."""
     from ..attention import surgery_attention_on
-    from ..console import item_progress
     from ..heads import score_binding
     from ..models import load_model, load_tokenizer, open_checkpoint
     from ..patching import check_loadable
@@ -211,9 +210,9 @@ def score_binding_cmd(model, load, as_json, **kw):
     tok = load_tokenizer(ckpt.path, load)
     net = load_model(ckpt.path, load)
     # progress goes to stderr, with --json too (it owns stdout only)
-    with surgery_attention_on(net), item_progress("scoring prompts", 4 * len(pairs)) as advance:
+    with surgery_attention_on(net), progress_bars() as progress:
         res = score_binding(net, tok, pairs, instruct=FORMATS[kw["prompt_format"]],
-                            batch_size=kw["batch_size"], progress=advance)
+                            batch_size=kw["batch_size"], progress=progress("scoring prompts", 4 * len(pairs)))
     result = {"S": res["S"], "K": res["K"], "K_over_S": res["K_over_S"], "benchmark": bench.source,
               "benchmark_sha256": bench.sha256}
     if as_json:
@@ -231,8 +230,10 @@ def _find(ckpt, load, kw: dict[str, Any], dose: bool, awareness_max: int | None)
                      random_sets=kw["random_sets"],
                      dose_response=dose, awareness_max=awareness_max)
     records = benchmark_awareness_records(bench, kw["seed"]) if dose else None
-    return cached_find_heads(ckpt, pairs, params, recompute=kw["recompute"], load=load, awareness_records=records,
-                             report=lambda m: err.print(f"[yellow]note:[/] {m}"))
+    with progress_bars() as progress:  # stderr, with --json too
+        return cached_find_heads(ckpt, pairs, params, recompute=kw["recompute"], load=load,
+                                 awareness_records=records, progress=progress,
+                                 report=lambda m: err.print(f"[yellow]note:[/] {m}"))
 
 
 @cli.command(name="find-heads")

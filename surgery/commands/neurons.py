@@ -9,7 +9,7 @@ from typing import Any, Callable
 import click
 
 from ..cli import cli
-from ..console import err, out, print_json
+from ..console import err, out, print_json, progress_bars
 from ..edits import NeuronScale, Recipe, parse_neurons
 from ..errors import RecipeError
 from ..models import LoadSpec
@@ -109,9 +109,10 @@ def _findings(model: str, load: LoadSpec, kw: dict[str, Any], findings_file: Pat
     pairs = load_pairs(kw["pairs_source"], kw["language"], _categories(kw["categories"]))
     if any_categories and kw["categories"] and (kw["recompute"] or not cached_path(ckpt, pairs).is_file()):
         pairs = load_pairs(kw["pairs_source"], kw["language"])
-    return find_neurons(ckpt, pairs, batch_size=kw["batch_size"], strict=kw["strict"], load=load,
-                        recompute=kw["recompute"],
-                        report=lambda m: err.print(f"[yellow]note:[/] {m}"))
+    with progress_bars() as progress:  # stderr, with --json too
+        return find_neurons(ckpt, pairs, batch_size=kw["batch_size"], strict=kw["strict"], load=load,
+                            recompute=kw["recompute"], progress=progress,
+                            report=lambda m: err.print(f"[yellow]note:[/] {m}"))
 
 
 @cli.command(name="find-neurons")
