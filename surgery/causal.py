@@ -24,11 +24,11 @@ import numpy as np
 from .attention import EdgeEdit, edge_heads
 from .binding_prompts import Encoded
 from .edits import HeadScale
+from .head_params import DOSE_GRID
 from .heads import delta, run_prompts
 from .interventions import applied
 
 Heads = Sequence[tuple[int, int]]
-DOSE_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
 
 
 def effect(base: float, knocked: float) -> float:

@@ -12,12 +12,13 @@ import hashlib
 import json
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from .architectures import architecture
 from .checkpoint import Checkpoint
-from .errors import FindingsError
+from .errors import FindingsError, SurgeryError
 
 FINDINGS_VERSION = 1
 KINDS = ("heads", "neurons")
@@ -161,3 +162,48 @@ def new_findings(kind: str, ckpt: Checkpoint, dataset_sha256: str, params: Mappi
         "dataset_sha256": dataset_sha256,
         "parameters": dict(params),
     }
+
+
+@dataclass
+class Found:
+    """Findings of either kind as the commands use them: the JSON dict, the file it lives in,
+    whether it came from the cache, and the note when --transfer applied another model's findings.
+
+    Subclasses (``HeadFindings``, ``NeuronFindings``) set ``kind`` and turn a selection into a
+    :class:`~surgery.edits.Recipe`. Both are checked against the model they are applied to, from a
+    user's file as from the cache.
+    """
+
+    data: dict[str, Any]
+    path: Path
+    from_cache: bool
+    transfer_note: str | None = None
+
+    kind: ClassVar[str] = ""
+
+    @classmethod
+    def read(cls, path: str | Path, ckpt: Checkpoint, transfer: bool = False) -> "Found":
+        """A findings file given by the user, checked against ``ckpt`` (``transfer``: same architecture)."""
+        data = load_findings(path, cls.kind)
+        note = check_model(data, ckpt, allow_transfer=transfer)
+        return cls(data, Path(path), from_cache=True, transfer_note=note)
+
+    @classmethod
+    def cached(cls, path: Path, ckpt: Checkpoint) -> "Found | None":
+        """The cache entry at ``path`` when it is sound and of this model; None when it is missing,
+        damaged or stale (it is then recomputed: a cache entry is never trusted over a fresh run)."""
+        if not path.is_file():
+            return None
+        try:
+            found = cls.read(path, ckpt)
+            found.check()
+        except SurgeryError:
+            return None
+        return found
+
+    def check(self) -> None:
+        """Raise a SurgeryError when the content is not usable (subclasses check their part)."""
+
+    def record(self) -> dict[str, Any]:
+        """What a bake records (in surgery.json) about the findings its edits came from."""
+        return {"file": str(self.path), "transfer": self.transfer_note is not None}

@@ -11,21 +11,21 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from . import __version__
 from .attention import surgery_attention_on
-from .binding_pairs import DEFAULT_PER_IDENTITY, Pair
-from .causal import DOSE_GRID, PairRunner, confirmed_order, dose_response, knockout_report, single_knockouts
+from .binding_pairs import Pair
+from .causal import PairRunner, confirmed_order, dose_response, knockout_report, single_knockouts
 from .checkpoint import Checkpoint
 from .discovery import discover, rank_heads
-from .errors import FindingsError, SurgeryError
-from .findings import cache_path, load_findings, new_findings, save_findings
-from .head_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CONFIRM, DEFAULT_KNOCKOUT_HEADS, DEFAULT_RANDOM_SETS
+from .errors import FindingsError, RecipeError, SurgeryError
+from .findings import Found, cache_path, new_findings, save_findings
+from .head_params import FindParams
 from .heads import encode_pairs, option_token_ids, score_binding
 from .models import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
 from .patching import check_loadable
@@ -34,36 +34,6 @@ from .prompting import is_instruct
 
 # Above this many pairs find-heads is a long job on a CPU (the quickstart uses 96: ~11 min on 2 cores).
 LARGE_RUN_PAIRS = 200
-# α values at which DiffAware / CtxtAware are measured (baseline, the paper's range, the default bake).
-AWARENESS_ALPHAS = (1.0, 2.0, 2.5, 3.0)
-
-
-@dataclass(frozen=True)
-class FindParams:
-    """Everything that changes the findings (recorded in the file and part of its cache key)."""
-
-    benchmark: str = "builtin"
-    seed: int = 0
-    per_identity: int = DEFAULT_PER_IDENTITY
-    max_pairs: int | None = None
-    instruct: bool | None = None
-    batch_size: int = DEFAULT_BATCH_SIZE
-    folds: int = 5
-    inner_folds: int = 3
-    top_k: int = 10
-    knockout_heads: int = DEFAULT_KNOCKOUT_HEADS
-    confirm: int = DEFAULT_CONFIRM  # 0: the selection is discovery's top heads, unconfirmed
-    random_sets: int = DEFAULT_RANDOM_SETS
-    dose_response: bool = False
-    dose_grid: tuple[float, ...] = DOSE_GRID
-    awareness_alphas: tuple[float, ...] = AWARENESS_ALPHAS
-    awareness_max: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["dose_grid"], d["awareness_alphas"] = list(self.dose_grid), list(self.awareness_alphas)
-        return d
 
 
 def pairs_sha256(pairs: Sequence[Pair]) -> str:
@@ -215,20 +185,42 @@ def findings_cache(ckpt: Checkpoint, pairs: Sequence[Pair], params: FindParams) 
     return cache_path("heads", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
 
 
+@dataclass
+class HeadFindings(Found):
+    """Head findings (see :class:`surgery.findings.Found`): scores, discovery, knockout, and the
+    choice of the top heads as a recipe."""
+
+    kind: ClassVar[str] = "heads"
+
+    def check(self) -> None:
+        try:
+            head_ranking(self.data)
+        except (KeyError, TypeError, ValueError):
+            raise FindingsError(f"{self.path} has no usable head ranking; recompute it with surgery find-heads") from None
+
+    def select(self, top: int | None = None) -> list[tuple[int, int]]:
+        """The first ``top`` heads of the ranking (default: the knocked-out selection)."""
+        order = head_ranking(self.data)  # the knockout-confirmed ranking when the findings have one
+        top = top or len(self.data.get("selected_heads") or []) or 1
+        if top > len(order):
+            raise RecipeError(f"--top {top} but the findings rank only {len(order)} heads; choose a smaller --top")
+        return order[:top]
+
+    def record(self) -> dict[str, Any]:
+        return {**summary(self.data), **super().record()}
+
+
 def cached_find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair], params: FindParams, *,
-                      recompute: bool = False, load: LoadSpec = DEFAULT_LOAD,
-                      **kwargs) -> tuple[dict[str, Any], Path, bool]:
-    """(findings, cache path, whether they came from the cache)."""
+                      recompute: bool = False, load: LoadSpec = DEFAULT_LOAD, **kwargs) -> HeadFindings:
+    """The cached findings for (model, pairs, params), computed and cached on a miss."""
     ckpt = as_checkpoint(model, load)
     path = findings_cache(ckpt, pairs, params)
-    if path.is_file() and not recompute:
-        try:
-            return load_findings(path, "heads"), path, True
-        except FindingsError:
-            pass  # a stale or damaged cache entry is recomputed below
+    hit = None if recompute else HeadFindings.cached(path, ckpt)
+    if hit is not None:
+        return hit
     findings = find_heads(ckpt, pairs, params, load=load, **kwargs)
     save_findings(findings, path)
-    return findings, path, False
+    return HeadFindings(findings, path, from_cache=False)
 
 
 def summary(findings: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from .checkpoint import Checkpoint
 from .errors import CheckpointError
+from .options import param
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # What a checkpoint needs besides its weights: configs, tokenizer, chat template, card, licence.
@@ -99,9 +100,11 @@ class LoadSpec:
     """How a command opens and loads every model it touches, carried as one object from the command
     line to the loader so that no option is dropped on the way."""
 
-    revision: str | None = None  # Hub revision of MODEL
-    trust_remote_code: bool = False  # run the checkpoint's own Python code (only when the user asks)
-    device: str = "cpu"  # torch device of the computation
+    revision: str | None = param(None, "Hub revision (branch, tag or commit) of MODEL.", kind="str")
+    # the checkpoint's own Python code runs only when the user asks
+    trust_remote_code: bool = param(False, "Allow checkpoints whose config needs custom code (read that code "
+                                    "first).", is_flag=True)
+    device: str = param("cpu", "Torch device the model runs on: cpu, cuda, cuda:N or mps.")
     dtype: str = "float32"  # compute dtype: every command computes in float32 today
 
 

@@ -6,20 +6,20 @@ The cache key is the model fingerprint + the pairs' sha256 + the capture paramet
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from . import __version__
 from .checkpoint import Checkpoint
-from .errors import FindingsError
-from .findings import atomic_write_text, cache_path, check_model, load_findings, new_findings
+from .findings import Found, atomic_write_text, cache_path, new_findings
 from .models import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
-from .neuron_select import (DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, Selection, category_overlap,
-                            layer_distribution, neuron_rows, select)
-from .neurons import DEFAULT_BIAS_WEIGHT, NeuronScores, SelectionError, accumulate_pair_sums, ppm_scores
+from .neuron_params import DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, SelectParams
+from .neuron_select import Selection, category_overlap, layer_distribution, neuron_rows, select
+from .neurons import NeuronScores, accumulate_pair_sums, ppm_scores
 from .pairs import PairSet, PairsError, check_token_counts
 from .patching import check_loadable
 from .progress import Progress, silent
@@ -33,14 +33,34 @@ _NUMBER_LIST = re.compile(r"\[[-+0-9.eE,\s]*\]")
 
 
 @dataclass
-class FoundNeurons:
-    """Findings (the JSON dict), its scores, and where the findings live."""
+class NeuronFindings(Found):
+    """Neuron findings (see :class:`surgery.findings.Found`): every neuron's scores, and the
+    selection of any n from them as a recipe."""
 
-    findings: dict[str, Any]
-    scores: NeuronScores
-    path: Path
-    from_cache: bool
-    transfer_note: str | None = None  # set when --transfer applied findings of another model
+    kind: ClassVar[str] = "neurons"
+
+    @functools.cached_property
+    def scores(self) -> NeuronScores:
+        return scores_of(self.data)
+
+    def check(self) -> None:
+        self.scores  # parses every layer's scores: a damaged file raises SelectionError here
+
+    def select(self, n: int, options: SelectParams, categories: Sequence[str] | None = None) -> Selection:
+        """The top ``n`` neurons under ``options`` (restricted to ``categories`` when given)."""
+        return select(self.scores, n, **options.select_kwargs(categories))
+
+    def record(self) -> dict[str, Any]:
+        data = self.data
+        return {**super().record(), "from_cache": self.from_cache, "model": data["model"].get("path"),
+                "model_fingerprint": data["model"].get("fingerprint"), "dataset_sha256": data.get("dataset_sha256"),
+                "dataset": dataset_brief(data.get("dataset")), "parameters": data.get("parameters"),
+                "tool_version": data.get("tool_version")}
+
+
+def dataset_brief(dataset: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The dataset record without the (possibly long) list of skipped ids."""
+    return {k: v for k, v in (dataset or {}).items() if k != "skipped_ids"}
 
 
 def write_findings(findings: Mapping[str, Any], path: Path) -> None:
@@ -74,41 +94,21 @@ def scores_of(findings: Mapping[str, Any]) -> NeuronScores:
     return NeuronScores.from_dict(findings.get("scores") or {})
 
 
-def load_neuron_findings(path: str | Path, ckpt: Checkpoint, transfer: bool = False) -> FoundNeurons:
-    """A findings file given by the user, checked against the model it is applied to."""
-    findings = load_findings(path, "neurons")
-    note = check_model(findings, ckpt, allow_transfer=transfer)
-    return FoundNeurons(findings, scores_of(findings), Path(path), from_cache=True, transfer_note=note)
-
-
 def cached_path(ckpt: Checkpoint, pairs: PairSet) -> Path:
     """Where findings for this model and these pairs are (or would be) cached."""
     return cache_path("neurons", ckpt.fingerprint(), pairs.sha256, capture_params(pairs))
 
 
-def _cache_hit(path: Path, ckpt: Checkpoint) -> FoundNeurons | None:
-    """The cached findings, or None when there are none or they are damaged or stale (then they
-    are recomputed, as find-heads does: a cache entry is never trusted over a fresh capture)."""
-    if not path.is_file():
-        return None
-    try:
-        findings = load_findings(path, "neurons")
-        check_model(findings, ckpt)
-        return FoundNeurons(findings, scores_of(findings), path, from_cache=True)
-    except (FindingsError, SelectionError):
-        return None
-
-
 def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, strict: bool = False,
                  load: LoadSpec = DEFAULT_LOAD, recompute: bool = False,
                  progress: Progress = silent,
-                 report: Callable[[str], None] = lambda m: None) -> FoundNeurons:
+                 report: Callable[[str], None] = lambda m: None) -> NeuronFindings:
     """Cached findings for (model, pairs, parameters), computing them on a miss."""
     params = capture_params(pairs)
     cached = cached_path(ckpt, pairs)
-    hit = None if recompute else _cache_hit(cached, ckpt)
+    hit = None if recompute else NeuronFindings.cached(cached, ckpt)
     if hit is not None:
-        skipped = (hit.findings.get("dataset") or {}).get("skipped") or {}
+        skipped = (hit.data.get("dataset") or {}).get("skipped") or {}
         if strict and skipped:  # the cached run skipped pairs that --strict must refuse
             detail = ", ".join(f"{c} {n}" for c, n in skipped.items())
             raise PairsError(f"{sum(skipped.values())} pair(s) tokenize to different lengths in this model's "
@@ -136,4 +136,4 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
     findings["summary"] = summary(scores, min(SUMMARY_N, scores.shape[0] * scores.shape[1] // 2))
     findings["scores"] = scores.to_dict()
     write_findings(findings, cached)
-    return FoundNeurons(findings, scores, cached, from_cache=False)
+    return NeuronFindings(findings, cached, from_cache=False)

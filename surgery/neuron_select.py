@@ -15,12 +15,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .neurons import DEFAULT_BIAS_WEIGHT, NeuronScores, SelectionError, fairness_score
-
-RULES = ("global", "per-category", "intersection")
-DEFAULT_SCORE = "fairness"
-DEFAULT_RULE = "per-category"
-DEFAULT_SPARE = 0.01
+from .neuron_params import DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, RULES
+from .neurons import NeuronScores, SelectionError, fairness_score
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .errors import SurgeryError
+from .neuron_params import DEFAULT_BIAS_WEIGHT, SCORES
 from .pairs import PromptPair
 
 if TYPE_CHECKING:  # torch is imported where the model runs: `surgery --help` stays fast
     import torch
     from torch import nn
 
-SCORES = ("bias", "signed", "fairness")
-DEFAULT_BIAS_WEIGHT = 0.8
 DIGITS = 6  # significant digits kept in findings files: ranks are stable, files stay small
 
 

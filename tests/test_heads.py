@@ -176,7 +176,8 @@ def test_head_ranking_follows_the_confirmation_when_present():
 def test_find_heads_says_how_much_work_it_will_do():
     """Before a long run starts: 4 scoring prompts per pair, then 2 per pair in each knockout pass
     (confirmations, selection, control, random sets, dose-response)."""
-    from surgery.head_findings import FindParams, work_note
+    from surgery.head_findings import work_note
+    from surgery.head_params import FindParams
 
     assert work_note(1824, FindParams()) == ("1824 pairs: about 124,032 prompt forward passes (32 knockout "
                                              "passes); on a CPU, --max-pairs 96 keeps it to minutes")

@@ -14,7 +14,8 @@ from surgery.causal import confirmed_order
 from surgery.cli import main
 from surgery.errors import SurgeryError
 from surgery.findings import load_findings
-from surgery.head_findings import FindParams, cached_find_heads
+from surgery.head_findings import cached_find_heads
+from surgery.head_params import FindParams
 from surgery.models import load_model
 from surgery.verify import verify
 
@@ -118,8 +119,9 @@ def test_dose_response_findings_and_edge_alpha_in_generation(tiny, tmp_path):
     records = awareness_records(bench, seed=0)[:2]  # one "≠" and one "=" question
     params = FindParams(max_pairs=4, random_sets=1, dose_response=True, dose_grid=(0.0, 1.0, 2.5),
                         awareness_alphas=(1.0, 2.5), knockout_heads=2)
-    f, cache, cached = cached_find_heads(path, pairs, params, awareness_records=records, )
-    assert not cached and cache.is_file()
+    found = cached_find_heads(path, pairs, params, awareness_records=records)
+    f = found.data
+    assert not found.from_cache and found.path.is_file()
     assert [r["alpha"] for r in f["dose_response"]] == [0.0, 1.0, 2.5]
     assert [r["alpha"] for r in f["awareness"]] == [1.0, 2.5]
     assert f["awareness"][1]["edge"]["n_diff"] == 1 and f["awareness"][1]["whole"]["n_equal"] == 1
@@ -138,16 +140,6 @@ def test_dose_response_findings_and_edge_alpha_in_generation(tiny, tmp_path):
                 awareness(model, tok, records[:1], instruct=False, max_new_tokens=1)
         rows = awareness_at(model, tok, records, [(0, 0)], (1.0,), instruct=False)
     assert rows[0]["edge"] == rows[0]["whole"]
-
-
-def test_find_heads_cli_defaults_are_the_library_defaults():
-    """find-heads' options default to FindParams' values (both read surgery.head_defaults)."""
-    from surgery.commands.heads import find_heads_cmd
-
-    shown = {p.name: p.default for p in find_heads_cmd.params}
-    params = FindParams()
-    for name in ("knockout_heads", "confirm", "random_sets", "batch_size", "per_identity", "seed", "max_pairs"):
-        assert shown[name] == getattr(params, name), name
 
 
 def test_alpha_that_zeroes_a_head_needs_allow_zero_and_the_rule_is_the_stored_dtype(tiny, tmp_path, capsys):

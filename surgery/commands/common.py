@@ -18,6 +18,7 @@ from ..errors import RecipeError
 from ..models import DEFAULT_LOAD, LoadSpec, Source, open_checkpoint, resolve, same_model
 from ..staging import check_free
 from ..verify import staged_check
+from .options import typed_options
 
 # --push-to / --private are read through the click context, so commands decorated with
 # bake_options need no extra parameters for them.
@@ -41,21 +42,7 @@ def _context_value(key: str) -> Any:
 def load_options(f: Callable | None = None, *, runs_model: bool = True) -> Callable:
     """--revision, --trust-remote-code and (for commands that run a model) --device, handed to the
     command as one ``load: LoadSpec`` so that every model load of the command gets all of them."""
-
-    def decorate(f: Callable) -> Callable:
-        @functools.wraps(f)
-        def command(*args: Any, revision: str | None, trust_remote_code: bool, device: str = "cpu",
-                     **kwargs: Any) -> Any:
-            load = LoadSpec(revision=revision, trust_remote_code=trust_remote_code, device=device)
-            return f(*args, load=load, **kwargs)
-
-        if runs_model:
-            command = click.option("--device", default="cpu", show_default=True,
-                                   help="Torch device the model runs on: cpu, cuda, cuda:N or mps.")(command)
-        command = click.option("--trust-remote-code", is_flag=True,
-                               help="Allow checkpoints whose config needs custom code (read that code first).")(command)
-        return click.option("--revision", default=None, help="Hub revision (branch, tag or commit) of MODEL.")(command)
-
+    decorate = typed_options(LoadSpec, into="load", skip=() if runs_model else ("device",))
     return decorate(f) if f is not None else decorate
 
 
@@ -234,6 +221,16 @@ def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]]
     if as_json:
         print_json(summaries)  # one document for the whole sweep, not one object per value
     return results
+
+
+def bake_each(model: str, items: list[tuple[str | None, Recipe, dict[str, Any] | None]], out_dir: Path,
+              **bake_kwargs: Any) -> dict[str, Any] | dict[str, dict[str, Any]]:
+    """The one ending of amplify-heads and prune-neurons: one ``(label, recipe, extra)`` bakes into
+    ``out_dir``; several (a sweep over α or n) bake into ``out_dir/<label>`` each."""
+    if len(items) == 1:
+        _, recipe, extra = items[0]
+        return run_bake(model, recipe, out_dir, extra=extra, **bake_kwargs)
+    return run_sweep(model, items, out_dir, **bake_kwargs)
 
 
 def baking_command(f: Callable) -> Callable:

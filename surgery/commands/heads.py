@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import functools
 import math
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 from rich.table import Table
 
-from ..binding_pairs import DEFAULT_PER_IDENTITY
 from ..cli import cli
 from ..console import err, out, print_json, progress_bars
-from ..edits import Recipe, parse_heads
+from ..edits import HeadScale, Recipe, parse_heads
 from ..errors import RecipeError
-from ..head_defaults import DEFAULT_BATCH_SIZE, DEFAULT_CONFIRM, DEFAULT_KNOCKOUT_HEADS, DEFAULT_RANDOM_SETS
+from ..head_params import PAIR_FIELDS, SEARCH_FIELDS, FindParams
 from ..models import LoadSpec
-from .common import baking_command, model_argument, parse_values, run_bake, run_sweep, sweep_label
+from .common import bake_each, baking_command, model_argument, parse_values, sweep_label
+from .options import typed_options
 
-FORMATS = {"auto": None, "instruct": True, "base": False}
 SIGNIFICANT = 0.05  # the level below which ΔS counts as an effect the knockout can reduce
 
 
@@ -51,61 +50,16 @@ def refuse_vanishing(model: str, load: LoadSpec, recipes: list[Recipe]) -> None:
                               "--allow-zero if that is what you want, or choose a larger α")
 
 
-def pair_options(f: Callable) -> Callable:
-    """--benchmark, --max-pairs, --per-identity, --seed, --batch-size, --format."""
-    options = [
-        click.option("--benchmark", default="builtin", show_default=True,
-                     help="'builtin', a JSONL file in surgery's benchmark format, or the N4 JSONL."),
-        click.option("--max-pairs", type=click.IntRange(min=2), default=None,
-                     help="Use at most this many pairs (a balanced random subset)."),
-        click.option("--per-identity", type=click.IntRange(min=1), default=DEFAULT_PER_IDENTITY,
-                     show_default=True, help="Times each identity may be the 'correct' one."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of pairs and option order."),
-        click.option("--batch-size", type=click.IntRange(min=1), default=DEFAULT_BATCH_SIZE,
-                     show_default=True),
-        click.option("--format", "prompt_format", type=click.Choice(list(FORMATS)), default="auto",
-                     show_default=True, help="Prompt format: chat template (instruct) or base; auto = "
-                     "instruct when the tokenizer has a chat template."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
+RECOMPUTE = click.option("--recompute", is_flag=True, help="Ignore cached findings.")
 
 
-def find_options(f: Callable) -> Callable:
-    """Discovery and causal-test options shared by find-heads and amplify-heads."""
-    options = [
-        click.option("--knockout-heads", type=click.IntRange(min=1), default=DEFAULT_KNOCKOUT_HEADS,
-                     show_default=True,
-                     help="How many heads are selected and knocked out together (the finding)."),
-        click.option("--confirm", type=click.IntRange(min=0), default=DEFAULT_CONFIRM,
-                     show_default=True,
-                     help="Knock out each of discovery's top K heads alone and select by that effect "
-                     "(one extra pass over the pairs per head); 0 selects discovery's top heads."),
-        click.option("--random-sets", type=click.IntRange(min=1), default=DEFAULT_RANDOM_SETS,
-                     show_default=True, help="Random head sets of the same size for the knockout baseline."),
-        click.option("--recompute", is_flag=True, help="Ignore cached findings."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
-
-
-def _pairs(model_path: Path, kw: dict[str, Any]):
+def _pairs(params: FindParams):
     from ..benchmark import load_benchmark
     from ..binding_pairs import build_pairs
 
-    bench = load_benchmark(kw["benchmark"])
-    pairs = build_pairs(bench, seed=kw["seed"], per_identity=kw["per_identity"], max_pairs=kw["max_pairs"])
+    bench = load_benchmark(params.benchmark)
+    pairs = build_pairs(bench, seed=params.seed, per_identity=params.per_identity, max_pairs=params.max_pairs)
     return bench, pairs
-
-
-def _params(bench, kw: dict[str, Any], **more: Any):
-    from ..head_findings import FindParams
-
-    return FindParams(benchmark=kw["benchmark"], seed=kw["seed"], per_identity=kw["per_identity"],
-                      max_pairs=kw["max_pairs"], instruct=FORMATS[kw["prompt_format"]],
-                      batch_size=kw["batch_size"], extra={"benchmark_sha256": bench.sha256}, **more)
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
@@ -195,9 +149,9 @@ def print_findings(f: dict[str, Any]) -> None:
 
 @cli.command(name="score-binding")
 @model_argument
-@pair_options
+@typed_options(FindParams, into="params", only=PAIR_FIELDS)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def score_binding_cmd(model, load, as_json, **kw):
+def score_binding_cmd(model: str, load: LoadSpec, params: FindParams, as_json: bool) -> None:
     """Print ΔS and ΔK (paired t-tests over items) of MODEL on the binding benchmark."""
     from ..attention import surgery_attention_on
     from ..heads import score_binding
@@ -206,13 +160,13 @@ def score_binding_cmd(model, load, as_json, **kw):
 
     ckpt, _ = open_checkpoint(model, load)
     check_loadable(ckpt)
-    bench, pairs = _pairs(ckpt.path, kw)
+    bench, pairs = _pairs(params)
     tok = load_tokenizer(ckpt.path, load)
     net = load_model(ckpt.path, load)
     # progress goes to stderr, with --json too (it owns stdout only)
     with surgery_attention_on(net), progress_bars() as progress:
-        res = score_binding(net, tok, pairs, instruct=FORMATS[kw["prompt_format"]],
-                            batch_size=kw["batch_size"], progress=progress("scoring prompts", 4 * len(pairs)))
+        res = score_binding(net, tok, pairs, instruct=params.instruct, batch_size=params.batch_size,
+                            progress=progress("scoring prompts", 4 * len(pairs)))
     result = {"S": res["S"], "K": res["K"], "K_over_S": res["K_over_S"], "benchmark": bench.source,
               "benchmark_sha256": bench.sha256}
     if as_json:
@@ -221,40 +175,37 @@ def score_binding_cmd(model, load, as_json, **kw):
         print_scores(result)
 
 
-def _find(ckpt, load, kw: dict[str, Any], dose: bool, awareness_max: int | None):
+def _find(ckpt, load: LoadSpec, params: FindParams, recompute: bool):
+    """Cached or fresh head findings of ``ckpt`` (progress on stderr, with --json too)."""
     from ..benchmark import benchmark_awareness_records
     from ..head_findings import cached_find_heads
 
-    bench, pairs = _pairs(ckpt.path, kw)
-    params = _params(bench, kw, knockout_heads=kw["knockout_heads"], confirm=kw["confirm"],
-                     random_sets=kw["random_sets"],
-                     dose_response=dose, awareness_max=awareness_max)
-    records = benchmark_awareness_records(bench, kw["seed"]) if dose else None
-    with progress_bars() as progress:  # stderr, with --json too
-        return cached_find_heads(ckpt, pairs, params, recompute=kw["recompute"], load=load,
+    bench, pairs = _pairs(params)
+    params = replace(params, extra={"benchmark_sha256": bench.sha256})
+    records = benchmark_awareness_records(bench, params.seed) if params.dose_response else None
+    with progress_bars() as progress:
+        return cached_find_heads(ckpt, pairs, params, recompute=recompute, load=load,
                                  awareness_records=records, progress=progress,
                                  report=lambda m: err.print(f"[yellow]note:[/] {m}"))
 
 
 @cli.command(name="find-heads")
 @model_argument
-@pair_options
-@find_options
-@click.option("--dose-response", is_flag=True,
-              help="Also compare edge-level α with whole-head α on ΔS, DiffAware and CtxtAware.")
-@click.option("--awareness-max", type=click.IntRange(min=1), default=None,
-              help="With --dose-response: at most this many '≠' and '=' questions (generation is slow).")
+@typed_options(FindParams, into="params")
+@RECOMPUTE
 @click.option("--out", "out_file", type=click.Path(path_type=Path), default=None,
               help="Also write the findings JSON here (they are always cached).")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings JSON.")
-def find_heads_cmd(model, load, dose_response, awareness_max, out_file, as_json, **kw):
+def find_heads_cmd(model: str, load: LoadSpec, params: FindParams, recompute: bool, out_file: Path | None,
+                   as_json: bool) -> None:
     """Find cultural binding heads of MODEL: scores, discovery, knockout confirmation, knockout
     (cached findings)."""
     from ..findings import save_findings
     from ..models import open_checkpoint
 
     ckpt, _ = open_checkpoint(model, load)
-    findings, path, cached = _find(ckpt, load, kw, dose_response, awareness_max)
+    found = _find(ckpt, load, params, recompute)
+    findings, path, cached = found.data, found.path, found.from_cache
     if out_file:
         save_findings(findings, out_file)
     if as_json:
@@ -262,15 +213,6 @@ def find_heads_cmd(model, load, dose_response, awareness_max, out_file, as_json,
         return
     print_findings(findings)
     out.print(f"{'Cached' if cached else 'Saved'} findings: {path}" + (f" and {out_file}" if out_file else ""))
-
-
-def _chosen_heads(findings: dict[str, Any], top: int) -> list[tuple[int, int]]:
-    from ..head_findings import head_ranking
-
-    order = head_ranking(findings)  # the knockout-confirmed ranking when the findings have one
-    if top > len(order):
-        raise RecipeError(f"--top {top} but the findings rank only {len(order)} heads; choose a smaller --top")
-    return order[:top]
 
 
 @cli.command(name="amplify-heads")
@@ -288,10 +230,11 @@ def _chosen_heads(findings: dict[str, Any], top: int) -> list[tuple[int, int]]:
               "it, heads follow the knockout-confirmed ranking, then discovery's.")
 @click.option("--transfer", is_flag=True,
               help="Accept findings from another checkpoint of the same architecture (instruct → base).")
-@pair_options
-@find_options
-def amplify_heads(model, load, out_dir, force, verify, as_json, heads, alphas,
-                  allow_zero, findings_file, top, transfer, **kw):
+@typed_options(FindParams, into="params", only=PAIR_FIELDS + SEARCH_FIELDS)
+@RECOMPUTE
+def amplify_heads(model: str, load: LoadSpec, out_dir: Path, force: bool, verify: bool, as_json: bool,
+                  heads: str | None, alphas: str, allow_zero: bool, findings_file: Path | None, top: int | None,
+                  transfer: bool, params: FindParams, recompute: bool) -> None:
     """Scale the o_proj input columns of chosen heads by ALPHA and write a new checkpoint."""
     values = parse_values(alphas, "--alpha")
     for alpha in values:
@@ -302,39 +245,30 @@ def amplify_heads(model, load, out_dir, force, verify, as_json, heads, alphas,
             raise RecipeError("--heads names the heads itself; drop --findings / --top / --transfer, or drop --heads")
         chosen = [(h.layer, h.head) for h in parse_heads(heads, 1.0)]
     else:
-        chosen, extra = _heads_from_findings(model, load, findings_file, top, transfer, kw, as_json)
-    spec = ",".join(f"{layer}.{head}" for layer, head in chosen)
-    bake = functools.partial(run_bake if len(values) == 1 else run_sweep, model, load=load,
-                             force=force, verify=verify, as_json=as_json)
-    recipes = [Recipe(tuple(parse_heads(spec, a))) for a in values]
+        chosen, extra = _heads_from_findings(model, load, findings_file, top, transfer, params, recompute, as_json)
+    recipes = [Recipe(tuple(HeadScale(layer, head, a) for layer, head in chosen)) for a in values]
     if not allow_zero:
         refuse_vanishing(model, load, recipes)
-    if len(values) == 1:
-        bake(recipes[0], out_dir, extra=extra)
-    else:
-        bake([(sweep_label("alpha", a), r, extra) for a, r in zip(values, recipes)], out_dir)
+    items = [(sweep_label("alpha", a), r, extra) for a, r in zip(values, recipes)]
+    bake_each(model, items, out_dir, load=load, force=force, verify=verify, as_json=as_json)
 
 
-def _heads_from_findings(model, load, findings_file, top, transfer, kw, as_json):
-    from ..findings import check_model, load_findings
-    from ..head_findings import summary
+def _heads_from_findings(model: str, load: LoadSpec, findings_file: Path | None, top: int | None, transfer: bool,
+                         params: FindParams, recompute: bool, as_json: bool):
+    """The heads to amplify from --findings or the cached (else fresh) findings, and their record."""
+    from ..head_findings import HeadFindings
     from ..models import open_checkpoint
 
     ckpt, _ = open_checkpoint(model, load)
-    note = None
     if findings_file:
-        findings = load_findings(findings_file, "heads")
-        note = check_model(findings, ckpt, allow_transfer=transfer)
-        if note:
-            err.print(f"[yellow]note:[/] {note}")
-        where = str(findings_file)
+        found = HeadFindings.read(findings_file, ckpt, transfer)
+        if found.transfer_note:
+            err.print(f"[yellow]note:[/] {found.transfer_note}")
     elif transfer:  # as prune-neurons: cached findings are this model's, there is nothing to transfer
         raise RecipeError("--transfer applies to --findings from another checkpoint; give --findings FILE")
     else:
-        findings, path, _ = _find(ckpt, load, kw, False, None)
-        where = str(path)
-    chosen = _chosen_heads(findings, top or len(findings.get("selected_heads") or []) or 1)
+        found = _find(ckpt, load, params, recompute)
+    chosen = found.select(top)
     if not as_json:
-        out.print(f"Heads from findings ({where}): {', '.join(f'{l}.{h}' for l, h in chosen)}")
-    return chosen, {"heads_findings": {**summary(findings), "file": where, "transfer": note is not None,
-                                       "heads": [list(h) for h in chosen]}}
+        out.print(f"Heads from findings ({found.path}): {', '.join(f'{l}.{h}' for l, h in chosen)}")
+    return chosen, {"heads_findings": {**found.record(), "heads": [list(h) for h in chosen]}}

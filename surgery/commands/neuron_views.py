@@ -7,30 +7,16 @@ from typing import Any, Mapping
 from rich.table import Table
 
 from ..console import out
-from ..neuron_findings import FoundNeurons, describe
+from ..neuron_findings import NeuronFindings, dataset_brief, describe
 from ..neuron_select import Selection
 
 BAR_WIDTH = 30
 
 
-def selection_extra(found: FoundNeurons, chosen: Selection, factor: float) -> dict[str, Any]:
+def selection_extra(found: NeuronFindings, chosen: Selection, factor: float) -> dict[str, Any]:
     """The entries a bake adds to surgery.json: the selection and where its evidence came from."""
-    findings = found.findings
-    return {
-        "neuron_selection": {**describe(found.scores, chosen), "factor": factor},
-        "neuron_findings": {
-            "file": str(found.path), "from_cache": found.from_cache,
-            "model": findings["model"].get("path"), "model_fingerprint": findings["model"].get("fingerprint"),
-            "transfer": found.transfer_note is not None,
-            "dataset_sha256": findings.get("dataset_sha256"), "dataset": dataset_brief(findings.get("dataset")),
-            "parameters": findings.get("parameters"), "tool_version": findings.get("tool_version"),
-        },
-    }
-
-
-def dataset_brief(dataset: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The dataset record without the (possibly long) list of skipped ids."""
-    return {k: v for k, v in (dataset or {}).items() if k != "skipped_ids"}
+    return {"neuron_selection": {**describe(found.scores, chosen), "factor": factor},
+            "neuron_findings": found.record()}
 
 
 def _fmt(x: float) -> str:
