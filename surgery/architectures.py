@@ -113,6 +113,16 @@ class Architecture:
             return (neuron, self.geometry.intermediate_size + neuron)
         return (neuron,)
 
+    def mlp_shapes(self) -> dict[str, tuple[int, int]]:
+        """Expected weight shape of each MLP matrix (relative to a layer): down_proj (H, I), the
+        gate/up inputs (I, H), a fused gate_up (2I, H)."""
+        g, lay = self.geometry, self.layout
+        shapes = {lay.down_proj: (g.hidden_size, g.intermediate_size)}
+        for module in self.mlp_input_modules():
+            width = 2 * g.intermediate_size if module == lay.gate_up_proj else g.intermediate_size
+            shapes[module] = (width, g.hidden_size)
+        return shapes
+
     def attention_shapes(self) -> dict[str, tuple[tuple[int, int], str]]:
         """Expected weight shape of each attention matrix (relative to a layer), with the config
         fields that set its head dimension, as ``name → ((rows, cols), "fields = sizes")``."""

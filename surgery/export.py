@@ -1,10 +1,11 @@
 """Exact PEFT LoRA export: an adapter whose effect on the source is exactly the recipe.
 
-Every edit scales input features of o_proj (a head's d columns) or down_proj (a neuron's column)
-by s. That is the low-rank update ΔW = B·A with A selecting the edited columns (one-hot rows) and
-B = (s − 1)·W[:, columns], so W + B·A holds s·W in the edited columns and W elsewhere. With
-``lora_alpha = r`` the LoRA scaling is 1 and nothing else changes. Pruned neurons (s = 0) give
-B = −W_down[:, i]; their gate/up rows stay, but the neuron's output is multiplied by a zero column.
+Every twin site of an edit (surgery/sites.py) scales input features of one module by s: o_proj's
+d columns for a head, down_proj's column for a neuron. That is the low-rank update ΔW = B·A with A
+selecting the edited columns (one-hot rows) and B = (s − 1)·W[:, columns], so W + B·A holds s·W in
+the edited columns and W elsewhere. With ``lora_alpha = r`` the LoRA scaling is 1 and nothing else
+changes. Pruned neurons (s = 0) give B = −W_down[:, i]; their gate/up rows (bake-only sites) stay,
+but the neuron's output is multiplied by a zero column.
 
 ``vllm=True`` pads every module to one rank from ``VLLM_RANKS`` (vLLM ignores per-module ranks):
 the padding is zero rows of A and zero columns of B, so the product is unchanged.
@@ -83,7 +84,8 @@ def _read_weight(ckpt: Checkpoint, name: str) -> torch.Tensor:
 
 
 def plan_ranks(arch: Architecture, recipe: Recipe) -> dict[tuple[str, int], torch.Tensor]:
-    """Per (module, layer): the scale vector of its input features (only modules the recipe edits)."""
+    """Per (module, layer): the scale vector of its input features, from the recipe's twin sites
+    (only modules the recipe edits)."""
     vectors = scale_vectors(arch, recipe.active())
     return {key: v for key, v in vectors.items() if bool((v != 1).any())}
 

@@ -1,14 +1,13 @@
-"""Run-time twins of the baked edits: forward pre-hooks on o_proj and down_proj.
+"""Run-time twins of the baked edits: forward pre-hooks on the modules of their twin sites.
 
-Scaling o_proj's input columns for head h is the same linear map as scaling its weight columns;
-scaling down_proj's input feature i is the same as scaling its column i (and, for factor 0, as
-zeroing the gate/up rows, since act(0)·0 = 0). So these hooks are the reference the bake is checked
-against.
+Scaling a module's input features is the same linear map as scaling its weight columns (an
+``"in"`` site of surgery/sites.py): o_proj's columns for a head, down_proj's column for a neuron
+(and, for factor 0, as zeroing the gate/up rows too, since act(0)·0 = 0). So these hooks are the
+reference the bake is checked against.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from contextlib import contextmanager
 from typing import Iterable, Iterator
 
@@ -16,7 +15,8 @@ import torch
 from torch import nn
 
 from .architectures import Architecture, architecture
-from .edits import Edit, HeadScale, NeuronScale
+from .edits import Edit
+from .sites import all_sites
 
 
 def model_architecture(model: nn.Module) -> Architecture:
@@ -42,22 +42,15 @@ def _scale_hook(scales: torch.Tensor):
 
 
 def scale_vectors(arch: Architecture, edits: Iterable[Edit]) -> dict[tuple[str, int], torch.Tensor]:
-    """Per (module, layer): the vector of input-feature scales that the edits amount to."""
-    g = arch.geometry
+    """Per (module, layer): the vector of input-feature scales of the edits' twin sites."""
     vectors: dict[tuple[str, int], torch.Tensor] = {}
-    width = {arch.layout.o_proj: g.num_heads * g.head_dim, arch.layout.down_proj: g.intermediate_size}
-    grouped: dict[tuple[str, int], list[Edit]] = defaultdict(list)
-    for e in edits:
-        module = arch.layout.o_proj if isinstance(e, HeadScale) else arch.layout.down_proj
-        grouped[(module, e.layer)].append(e)
-    for (module, layer), group in grouped.items():
-        v = torch.ones(width[module], dtype=torch.float32)
-        for e in group:
-            if isinstance(e, HeadScale):
-                v[arch.head_columns(e.head)] = e.alpha
-            elif isinstance(e, NeuronScale):
-                v[e.neuron] = e.factor
-        vectors[(module, layer)] = v
+    for site in all_sites(arch, edits):
+        if not site.twin:
+            continue  # bake-only completeness (a pruned neuron's gate/up rows): no run-time effect
+        key = (site.module, site.layer)
+        if key not in vectors:
+            vectors[key] = torch.ones(site.shape[1], dtype=torch.float32)
+        vectors[key][list(site.indices)] = site.scale
     return vectors
 
 

@@ -16,8 +16,9 @@ import numpy as np
 
 from .architectures import Architecture
 from .checkpoint import Checkpoint, TensorInfo
-from .edits import Edit, HeadScale, NeuronScale
+from .edits import Edit
 from .errors import CheckpointError
+from .sites import all_sites, sites
 
 CHUNK_BYTES = 16 << 20
 # Storage dtype → numpy dtype of the raw elements (bf16 has no numpy type: we keep its bits).
@@ -108,7 +109,6 @@ def check_loadable(ckpt: Checkpoint) -> None:
 
 def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
     """The tensor patches that realise ``edits`` on ``ckpt`` (identity edits change nothing)."""
-    g, lay = arch.geometry, arch.layout
     prefix = arch.layer_prefix(ckpt.tensors)
     check_attention(ckpt, arch)
     patches: dict[str, TensorPatch] = {}
@@ -118,30 +118,18 @@ def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[Te
             patches[name] = TensorPatch(_tensor(ckpt, name, shape))
         return patches[name]
 
-    def optional_bias(name: str, shape: tuple[int, ...]) -> TensorPatch | None:
-        return patch(name, shape) if name in ckpt.tensors else None
-
-    for e in edits:
-        if e.is_identity():
+    for site in all_sites(arch, edits):
+        name = f"{prefix.format(layer=site.layer)}{site.module}"
+        w = patch(f"{name}.weight", site.shape)
+        scales = dict.fromkeys(site.indices, site.scale)
+        if site.axis == "in":
+            w.cols.update(scales)
             continue
-        p = prefix.format(layer=e.layer)
-        if isinstance(e, HeadScale):
-            o = patch(f"{p}{lay.o_proj}.weight", (g.hidden_size, g.num_heads * g.head_dim))
-            cols = arch.head_columns(e.head)
-            o.cols.update({c: e.alpha for c in range(cols.start, cols.stop)})
-        elif isinstance(e, NeuronScale):
-            down = patch(f"{p}{lay.down_proj}.weight", (g.hidden_size, g.intermediate_size))
-            down.cols[e.neuron] = e.factor
-            if e.factor == 0.0:
-                # A pruned neuron is dead everywhere: its gate/up rows and biases are zeroed too.
-                for module in arch.mlp_input_modules():
-                    width = 2 * g.intermediate_size if module == lay.gate_up_proj else g.intermediate_size
-                    w = patch(f"{p}{module}.weight", (width, g.hidden_size))
-                    b = optional_bias(f"{p}{module}.bias", (width,))
-                    for row in arch.neuron_rows(module, e.neuron):
-                        w.rows[row] = 0.0
-                        if b is not None:
-                            b.rows[row] = 0.0
+        # Output features: the rows and, where the checkpoint has one, the bias entries.
+        b = patch(f"{name}.bias", (site.shape[0],)) if f"{name}.bias" in ckpt.tensors else None
+        w.rows.update(scales)
+        if b is not None:
+            b.rows.update(scales)
     return [patches[n] for n in sorted(patches)]
 
 
@@ -218,14 +206,14 @@ def vanishing(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> li
     if not shrinking:
         return []
     patches = {p.info.name: p for p in plan(ckpt, arch, shrinking)}
-    prefix, lay = arch.layer_prefix(ckpt.tensors), arch.layout
+    prefix = arch.layer_prefix(ckpt.tensors)
     peaks: dict[str, dict[int, float]] = {}
     found = []
     for e in shrinking:
-        head = arch.head_columns(e.head) if isinstance(e, HeadScale) else None
-        module, cols = ((lay.o_proj, range(head.start, head.stop)) if head is not None
-                        else (lay.down_proj, range(e.neuron, e.neuron + 1)))
-        p = patches[f"{prefix.format(layer=e.layer)}{module}.weight"]
+        # |scale| < 1 and ≠ 0: no pruning, so the edit's sites are its twin columns alone.
+        (site,) = sites(arch, e)
+        p = patches[f"{prefix.format(layer=site.layer)}{site.module}.weight"]
+        cols = site.indices
         if p.info.name not in peaks:
             with open(ckpt.path / p.info.file, "rb") as f:
                 peaks[p.info.name] = _column_peaks(f.fileno(), p)
