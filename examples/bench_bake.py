@@ -7,7 +7,7 @@ Builds a random sharded Llama checkpoint (streamed to disk tensor by tensor, so 
 little memory), then times, interleaved and in fresh child processes, on a warm page cache:
 
 * ``cp -r`` of the folder (the floor: every byte has to be written once);
-* ``surgery.bake.bake`` (library call, no numerical verify): copy, patch, undo data, sha256 of all;
+* ``surgery.bake.bake.bake`` (library call, no numerical verify): copy, patch, undo data, sha256 of all;
 * the obvious alternative: transformers ``from_pretrained`` → edit tensors in memory → ``save_pretrained``.
 
 Each child's peak RSS comes from ``os.wait4``. ``--double`` repeats cp and bake on a model twice
@@ -121,9 +121,9 @@ def edits(layers: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
 # --- the measured operations (each runs in its own child process) -------------------------------
 def child_bake(src: Path, dst: Path) -> dict:
     t0 = time.perf_counter()
-    from surgery.bake import bake
-    from surgery.checkpoint import Checkpoint
-    from surgery.edits import HeadScale, NeuronScale, Recipe
+    from surgery.bake.bake import bake
+    from surgery.core.checkpoint import Checkpoint
+    from surgery.core.edits import HeadScale, NeuronScale, Recipe
 
     stages: dict[str, float] = {"imported": time.perf_counter()}
     cpu = _count_cpu(src)
@@ -148,7 +148,7 @@ def _count_cpu(src: Path) -> dict[str, float]:
 
     Thread CPU time (user + kernel) is exact per call even while threads overlap, unlike wall time.
     """
-    import surgery.bake as bake_module
+    import surgery.bake.bake as bake_module
 
     totals = {"copy": 0.0, "patch": 0.0, "hash source": 0.0, "hash output": 0.0}
 

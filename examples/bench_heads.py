@@ -30,12 +30,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from surgery.attention import Plan, active_plan, surgery_attention_on
-from surgery.benchmark import load_benchmark
-from surgery.binding_pairs import build_pairs
-from surgery.binding_prompts import batches
-from surgery.heads import SPAN_NAMES, encode_pairs
-from surgery.models import load_model, load_tokenizer
+from surgery.find.heads.attention import Plan, active_plan, surgery_attention_on
+from surgery.find.heads.benchmark import load_benchmark
+from surgery.find.heads.pairs import build_pairs
+from surgery.find.heads.prompts import batches
+from surgery.find.heads.scores import SPAN_NAMES, encode_pairs
+from surgery.model.loading import load_model, load_tokenizer
 
 
 def _status(key: str) -> int:

@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from surgery.edits import Recipe
-from surgery.head_params import FindParams
+from surgery.core.edits import Recipe
+from surgery.find.heads.params import FindParams
 
 # find-heads parameters a user can set on the command line (the findings record them all)
 HEAD_FLAGS = ("benchmark", "max_pairs", "per_identity", "seed", "knockout_heads", "confirm", "random_sets")

@@ -24,8 +24,8 @@ sys.path.insert(0, str(REPO))  # the task and its scoring live in tests/planted/
 
 import torch  # noqa: E402
 
-from surgery.edits import HeadScale  # noqa: E402
-from surgery.interventions import applied  # noqa: E402
+from surgery.core.edits import HeadScale  # noqa: E402
+from surgery.model.hooks import applied  # noqa: E402
 from tests.planted.brute import Prompts, delta_s, eval_pairs, s_of  # noqa: E402
 from tests.planted.reference import ATTN_NAME, register  # noqa: E402
 from tests.planted.task import make_world  # noqa: E402

@@ -33,8 +33,8 @@ def fire(fault: str, sig: int = signal.SIGKILL) -> None:
 
 
 def arm(fault: str) -> None:
-    import surgery.bake as bake
-    import surgery.staging as staging
+    import surgery.bake.bake as bake
+    import surgery.core.staging as staging
 
     if fault == "kill@copy":
         real_copy = bake.copy_file
@@ -96,6 +96,6 @@ if __name__ == "__main__":
     fault, sep, *args = sys.argv[1:]
     assert sep == "--", "usage: fault_runner.py FAULT -- CLI ARGS"
     arm(fault)
-    from surgery.cli import main
+    from surgery.cli.main import main
 
     main(args)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from surgery.checkpoint import Checkpoint
+from surgery.core.checkpoint import Checkpoint
 
 from . import helpers_corrupt as bad
 
@@ -153,8 +153,8 @@ def empty_tokenizer(verify: bool) -> Callable[[Ctx], list]:
                                 eos_token="</s>").save_pretrained(c.src)
         if not verify:
             return c.heads()
-        from surgery.bake import bake
-        from surgery.edits import HeadScale, Recipe
+        from surgery.bake.bake import bake
+        from surgery.core.edits import HeadScale, Recipe
 
         baked = c.tmp / "baked-before"
         bake(Checkpoint(c.src), Recipe((HeadScale(0, 1, 2.0),)), baked)  # no logit check: it would fail
@@ -165,7 +165,7 @@ def empty_tokenizer(verify: bool) -> Callable[[Ctx], list]:
 def findings(text_or_change) -> Callable[[Ctx], list]:
     """A heads findings file given to amplify-heads: raw text, or a change to a valid one."""
     def setup(c: Ctx) -> list:
-        from surgery.findings import model_identity
+        from surgery.find.findings import model_identity
 
         path = c.tmp / "findings.json"
         if isinstance(text_or_change, str):
@@ -198,7 +198,7 @@ def top(n: str) -> Callable[[Ctx], list]:
 def neuron_findings(*options: str, change: Callable[[dict], None] = lambda doc: None) -> Callable[[Ctx], list]:
     """prune-neurons --findings with a small valid neurons findings file (3 layers × 48 neurons)."""
     def setup(c: Ctx) -> list:
-        from surgery.findings import model_identity
+        from surgery.find.findings import model_identity
 
         doc = {"format": "surgery-findings", "version": 1, "kind": "neurons", "model": model_identity(Checkpoint(c.src)),
                "scores": _neuron_scores(3, 48)}
@@ -215,7 +215,7 @@ def _neuron_scores(layers: int, width: int) -> dict:
 
     import numpy as np
 
-    from surgery.neurons import NeuronScores
+    from surgery.find.neurons.scores import NeuronScores
 
     grid = (np.arange(layers * width).reshape(layers, width) % 7 + 1) / 8
     values = {f.name: {"Gender": 4} if f.name == "counts" else grid if f.name == "ppm" else {"Gender": grid}

@@ -73,12 +73,12 @@ def hidden_entries(parent: Path, before: Iterable[str] = ()) -> list[str]:
 
 
 def run_main(args: Sequence[str | Path], capsys) -> subprocess.CompletedProcess:
-    """The same CLI run in-process through ``surgery.cli.main`` (what the console script calls).
+    """The same CLI run in-process through ``surgery.cli.main.main`` (what the console script calls).
 
     No interpreter start-up, so a long table of cases stays fast; stdout and stderr are pytest's
     captured streams, which ``main`` and the rich consoles write to exactly as to a terminal.
     """
-    from surgery.cli import main
+    from surgery.cli.main import main
 
     capsys.readouterr()
     try:

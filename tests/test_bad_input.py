@@ -20,8 +20,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from surgery.checkpoint import read_header
-from surgery.errors import CheckpointError
+from surgery.core.checkpoint import read_header
+from surgery.core.errors import CheckpointError
 
 from . import helpers_cases as setups
 from . import helpers_corrupt as bad
@@ -190,7 +190,7 @@ CASES = [
 
 
 # These also run through a real ``python -m surgery`` subprocess (one or two per group); the rest run
-# in-process through surgery.cli.main, which is what the console script calls.
+# in-process through surgery.cli.main.main, which is what the console script calls.
 SUBPROCESS = {"missing-path", "pickle-bin", "truncated-half", "quantized-gptq", "alpha-zero", "recipe-not-yaml",
               "findings-other-architecture", "dest-exists", "alpha-underflows-bf16", "tokenizer-encodes-nothing-verify"}
 RUNS = [pytest.param(c, "in-process", id=c.id) for c in CASES] + \

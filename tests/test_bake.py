@@ -8,13 +8,13 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from surgery.architectures import architecture
-from surgery.bake import bake
-from surgery.checkpoint import Checkpoint, file_sha256
-from surgery.edits import HeadScale, NeuronScale, Recipe
-from surgery.interventions import applied
-from surgery.undo import undo
-from surgery.verify import verify
+from surgery.core.architectures import architecture
+from surgery.bake.bake import bake
+from surgery.core.checkpoint import Checkpoint, file_sha256
+from surgery.core.edits import HeadScale, NeuronScale, Recipe
+from surgery.model.hooks import applied
+from surgery.bake.undo import undo
+from surgery.bake.verify import verify
 
 from .conftest import ARCHS
 
@@ -230,7 +230,7 @@ def test_verify_fails_on_pickled_weights_in_the_output(tiny, tmp_path):
 
 def test_verify_fails_on_other_weights_recorded_by_an_earlier_bake(tiny, tmp_path):
     """Bakes before this check copied a .bin and recorded its sha256: the seal holds, verify fails."""
-    from surgery.provenance import provenance_text
+    from surgery.bake.provenance import provenance_text
 
     src = tiny("llama")
     out = tmp_path / "baked"
@@ -260,7 +260,7 @@ def _poke(folder, row: int, col: int, value: float) -> None:
 
 def _reseal(folder) -> None:
     """Record the current sha256 of every file in surgery.json and seal it again (a careful forger)."""
-    from surgery.provenance import provenance_text
+    from surgery.bake.provenance import provenance_text
 
     prov = json.loads((folder / "surgery.json").read_text())
     prov["files"] = {n: file_sha256(folder / n) for n in prov["files"]}

@@ -7,12 +7,12 @@ from collections import Counter
 
 import pytest
 
-from surgery.benchmark import (QTYPES, BenchmarkError, annotate_n4, awareness_records, load_benchmark, load_n4,
+from surgery.find.heads.benchmark import (QTYPES, BenchmarkError, annotate_n4, awareness_records, load_benchmark, load_n4,
                                norm_identity, question_spans)
-from surgery.binding_pairs import KNOWLEDGE_EQUAL, build_pairs
-from surgery.binding_prompts import cue_token_id, encode_question
-from surgery.errors import SurgeryError
-from surgery.prompting import BASE_ANSWER_START, INSTRUCTION
+from surgery.find.heads.pairs import KNOWLEDGE_EQUAL, build_pairs
+from surgery.find.heads.prompts import cue_token_id, encode_question
+from surgery.core.errors import SurgeryError
+from surgery.find.heads.prompting import BASE_ANSWER_START, INSTRUCTION
 
 from .binding_fixtures import CHAT, n4_path, write_small_benchmark
 from .tinytok import char_tokenizer

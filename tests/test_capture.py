@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from surgery.capture import capture_pooled
-from surgery.errors import SurgeryError
-from surgery.interventions import layer_module, model_architecture
+from surgery.find.neurons.capture import capture_pooled
+from surgery.core.errors import SurgeryError
+from surgery.model.hooks import layer_module, model_architecture
 
 from .tiny_tokenizer import save_char_tokenizer
 

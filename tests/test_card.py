@@ -7,14 +7,14 @@ import json
 import pytest
 import yaml
 
-from surgery.bake import bake
-from surgery.card import card_hook, card_text, refresh_card
-from surgery.checkpoint import Checkpoint, file_sha256
-from surgery.edits import HeadScale, NeuronScale, Recipe
-from surgery.errors import VerificationError
-from surgery.models import Source
-from surgery.undo import undo
-from surgery.verify import staged_check, verify
+from surgery.bake.bake import bake
+from surgery.ship.card import card_hook, card_text, refresh_card
+from surgery.core.checkpoint import Checkpoint, file_sha256
+from surgery.core.edits import HeadScale, NeuronScale, Recipe
+from surgery.core.errors import VerificationError
+from surgery.model.loading import Source
+from surgery.bake.undo import undo
+from surgery.bake.verify import staged_check, verify
 
 RECIPE = Recipe((HeadScale(0, 1, 2.5), NeuronScale(1, 3, 0.0)))
 EVALUATION = {"rows": [
@@ -106,8 +106,8 @@ def test_card_text_lists_many_edits_compactly():
 def test_card_command_with_eval_json(tiny, tmp_path):
     from click.testing import CliRunner
 
-    from surgery.cli import _register, cli
-    from surgery.evaluate_io import new_result, save_result
+    from surgery.cli.main import _register, cli
+    from surgery.evaluate.data import new_result, save_result
 
     src = tiny("llama")
     out = tmp_path / "baked"

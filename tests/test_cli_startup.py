@@ -7,7 +7,7 @@ import sys
 
 CHECK = """
 import sys
-from surgery.cli import main
+from surgery.cli.main import main
 try:
     main(["--help"])
 except SystemExit:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from surgery.checkpoint import Checkpoint
-from surgery.verify import verify
+from surgery.core.checkpoint import Checkpoint
+from surgery.bake.verify import verify
 
 from .conftest import build_tiny
 from .helpers_cli import REPO, cli_env, faulty_cli, staging_leftovers, tree_hashes
@@ -67,7 +67,7 @@ def test_two_bakes_into_one_destination(force, base, tmp_path):
 WRITER = """
 import sys
 from pathlib import Path
-from surgery.findings import save_findings
+from surgery.find.findings import save_findings
 path, tag, rounds = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 for i in range(rounds):
     save_findings({"format": "surgery-findings", "version": 1, "kind": "heads", "writer": tag, "round": i,
@@ -77,8 +77,8 @@ for i in range(rounds):
 READER = """
 import json, sys
 from pathlib import Path
-from surgery.errors import FindingsError
-from surgery.findings import load_findings
+from surgery.core.errors import FindingsError
+from surgery.find.findings import load_findings
 path, stop = Path(sys.argv[1]), Path(sys.argv[2])
 reads, errors = 0, []
 while not stop.exists():
@@ -97,7 +97,7 @@ print(json.dumps({"reads": reads, "errors": errors[:3], "n_errors": len(errors)}
 def test_findings_cache_writers_and_readers(tmp_path):
     """Four processes rewrite one cache entry while two read it: every read is a whole document
     written by a single writer, and the entry ends as one writer's last round."""
-    from surgery.findings import load_findings, save_findings
+    from surgery.find.findings import load_findings, save_findings
 
     path = tmp_path / "cache" / "heads" / "entry.json"
     save_findings({"format": "surgery-findings", "version": 1, "kind": "heads", "writer": "seed", "round": 0,
@@ -123,7 +123,7 @@ def test_findings_cache_writers_and_readers(tmp_path):
 def test_two_find_heads_share_the_cache(tiny, tmp_path):
     """Two real find-heads runs on one model at once, then a third: the runs agree, the cache entry
     is whole, the third run reads it, and a damaged entry is recomputed, not trusted."""
-    from surgery.findings import load_findings
+    from surgery.find.findings import load_findings
 
     from .binding_fixtures import char_model, write_small_benchmark
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from surgery.console import LogLines
+from surgery.cli.console import LogLines
 
 from .helpers_cli import cli_env, run_cli
 
@@ -52,7 +52,7 @@ def test_notes_stay_one_line_in_a_log():
     import sys
 
     note = " ".join(["word"] * 60)
-    res = subprocess.run([sys.executable, "-c", f"from surgery.console import err; err.print('note: {note}')"],
+    res = subprocess.run([sys.executable, "-c", f"from surgery.cli.console import err; err.print('note: {note}')"],
                          capture_output=True, text=True, timeout=60, env={k: v for k, v in cli_env().items()
                                                                          if k != "COLUMNS"})
     assert res.returncode == 0, res.stderr

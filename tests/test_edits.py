@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from surgery.edits import HeadScale, NeuronScale, Recipe, parse_heads, parse_neurons
-from surgery.errors import RecipeError
+from surgery.core.edits import HeadScale, NeuronScale, Recipe, parse_heads, parse_neurons
+from surgery.core.errors import RecipeError
 
 CONFIG = {"model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
           "hidden_size": 64, "intermediate_size": 100}

@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from surgery import evaluate_bbq, evaluate_lm as lm
-from surgery.errors import SurgeryError
-from surgery.evaluate import make_plan
-from surgery.evaluate_io import retained, subsample
-from surgery.models import load_model
+from surgery.evaluate import bbq as evaluate_bbq, lm
+from surgery.core.errors import SurgeryError
+from surgery.evaluate.suites import make_plan
+from surgery.evaluate.data import retained, subsample
+from surgery.model.loading import load_model
 
 from .tinytok import TINY_VOCAB, char_tokenizer
 
@@ -88,8 +88,8 @@ def test_perplexity_batched_equals_direct_loop(tiny_lm):
 
 
 def test_kl_zero_for_identical_models_positive_after_an_edit(tiny_lm):
-    from surgery.edits import HeadScale
-    from surgery.interventions import applied
+    from surgery.core.edits import HeadScale
+    from surgery.model.hooks import applied
 
     tok = char_tokenizer()
     a, b = tiny_lm(), tiny_lm()  # same seed: identical weights

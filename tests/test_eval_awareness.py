@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from surgery.awareness import REFUSAL, UNPARSED, awareness, parse_letter, score
-from surgery.edits import HeadScale
-from surgery.interventions import applied
+from surgery.evaluate.awareness import REFUSAL, UNPARSED, awareness, parse_letter, score
+from surgery.core.edits import HeadScale
+from surgery.model.hooks import applied
 
 from .tinytok import TINY_VOCAB, char_tokenizer
 
@@ -84,7 +84,7 @@ def test_awareness_with_scripted_generation():
 
 def test_awareness_on_tiny_model_batched_equals_single(tiny):
     tok = char_tokenizer()
-    model = __import__("surgery.models", fromlist=["load_model"]).load_model(tiny("llama", vocab_size=TINY_VOCAB))
+    model = __import__("surgery.model.loading", fromlist=["load_model"]).load_model(tiny("llama", vocab_size=TINY_VOCAB))
     recs = _records()[:3] + _records()[-2:]
     batched = awareness(model, tok, recs, instruct=False, batch_size=4, max_new_tokens=3)
     single = awareness(model, tok, recs, instruct=False, batch_size=1, max_new_tokens=3)
@@ -106,7 +106,7 @@ def test_awareness_smollm2_on_n4(smollm2):
     path = _shared_data() / "difference_awareness" / "N4_1k.jsonl"
     if not path.is_file():
         pytest.skip(f"N4 data not at {path}")
-    from surgery.models import load_model, load_tokenizer
+    from surgery.model.loading import load_model, load_tokenizer
 
     lines = path.read_text().splitlines()
     recs = [json.loads(x) for x in lines[:16] + lines[1000:1016]]

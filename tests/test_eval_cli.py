@@ -7,13 +7,13 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from surgery.bake import bake
-from surgery.card import card_hook
-from surgery.checkpoint import Checkpoint
-from surgery.cli import _register, cli
-from surgery.edits import HeadScale, Recipe
-from surgery.evaluate_io import load_result
-from surgery.verify import verify
+from surgery.bake.bake import bake
+from surgery.ship.card import card_hook
+from surgery.core.checkpoint import Checkpoint
+from surgery.cli.main import _register, cli
+from surgery.core.edits import HeadScale, Recipe
+from surgery.evaluate.data import load_result
+from surgery.bake.verify import verify
 
 from .tinytok import TINY_VOCAB, save_char_tokenizer
 

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from surgery.errors import SurgeryError
-from surgery.evaluate_lmeval import run_lm_eval
-from surgery.models import load_model
+from surgery.core.errors import SurgeryError
+from surgery.evaluate.lmeval import run_lm_eval
+from surgery.model.loading import load_model
 
 from .tinytok import TINY_VOCAB, char_tokenizer
 

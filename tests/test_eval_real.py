@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from surgery.evaluate import evaluate, make_plan
+from surgery.evaluate.suites import evaluate, make_plan
 
 pytestmark = pytest.mark.slow(minutes=1)
 

@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 
-from surgery.architectures import architecture
-from surgery.bake import bake
-from surgery.checkpoint import Checkpoint
-from surgery.edits import HeadScale, NeuronScale, Recipe
-from surgery.errors import RecipeError
-from surgery.export import VLLM_RANKS, export_lora
+from surgery.core.architectures import architecture
+from surgery.bake.bake import bake
+from surgery.core.checkpoint import Checkpoint
+from surgery.core.edits import HeadScale, NeuronScale, Recipe
+from surgery.core.errors import RecipeError
+from surgery.ship.lora import VLLM_RANKS, export_lora
 
 from .conftest import ARCHS
 
@@ -139,7 +139,7 @@ def test_export_lora_refuses_a_bake_of_another_model(baked_by_cli, tiny, tmp_pat
 
 def test_export_lora_from_a_bake_without_a_recorded_fingerprint(baked_by_cli, tiny, tmp_path, capsys):
     """Older bakes recorded no fingerprint: the sha256 of the weight files decides."""
-    from surgery.provenance import provenance_text
+    from surgery.bake.provenance import provenance_text
 
     from .helpers_cli import error_line, run_main
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from surgery.checkpoint import Checkpoint
-from surgery.verify import verify
+from surgery.core.checkpoint import Checkpoint
+from surgery.bake.verify import verify
 
 from .conftest import build_tiny
 from .helpers_cli import (REPO, cli_env, error_line, faulty_cli, run_cli, run_main, staging_leftovers,
@@ -187,7 +187,7 @@ def _findings(tag: str, size: int = 1000) -> dict:
 
 
 def test_ctrl_c_inside_findings_write_keeps_the_old_entry(tmp_path, monkeypatch):
-    from surgery import findings
+    from surgery.find import findings
 
     path = findings.cache_path("heads", "f" * 64, "d" * 64, {"n": 1})
     findings.save_findings(_findings("old"), path)
@@ -210,7 +210,7 @@ def test_ctrl_c_inside_findings_write_keeps_the_old_entry(tmp_path, monkeypatch)
 WRITER = """
 import sys
 from pathlib import Path
-from surgery.findings import save_findings
+from surgery.find.findings import save_findings
 path, tag = Path(sys.argv[1]), sys.argv[2]
 doc = {"format": "surgery-findings", "version": 1, "kind": "heads", "model": {"fingerprint": "f" * 64},
        "scores": [[i * 0.5, tag] for i in range(20000)]}
@@ -229,7 +229,7 @@ def test_find_interrupted_while_writing_cache(sig, tmp_path):
     """A real process rewriting a cache entry in a loop, interrupted at several random moments:
     the entry is always complete JSON; Ctrl-C leaves no temporary file, and a SIGKILL's
     temporary file is removed by the next writer."""
-    from surgery import findings
+    from surgery.find import findings
 
     path = tmp_path / "cache" / "heads" / "entry.json"
     rng = random.Random(7)
@@ -249,7 +249,7 @@ def test_find_interrupted_while_writing_cache(sig, tmp_path):
 
 
 def test_stale_temporaries_of_dead_writers_are_removed(tmp_path):
-    from surgery import findings
+    from surgery.find import findings
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     path = tmp_path / "entry.json"

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from surgery.checkpoint import Checkpoint, file_sha256
-from surgery.cli import main
-from surgery.errors import CheckpointError, UnsupportedArchitecture
-from surgery.gguf_import import MANIFEST_NAME, import_gguf, read_header
+from surgery.core.checkpoint import Checkpoint, file_sha256
+from surgery.cli.main import main
+from surgery.core.errors import CheckpointError, UnsupportedArchitecture
+from surgery.model.gguf_import import MANIFEST_NAME, import_gguf, read_header
 
 HEADS, KV_HEADS, HEAD_DIM, HIDDEN, FFN, LAYERS = 4, 2, 16, 64, 96, 2
 # A sentencepiece vocabulary: specials, the word-start marker, letters, a few merged pieces.

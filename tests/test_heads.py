@@ -7,20 +7,20 @@ import pytest
 import torch
 from scipy import stats
 
-from surgery.attention import surgery_attention_on
-from surgery.bake import bake
-from surgery.benchmark import load_benchmark
-from surgery.binding_pairs import build_pairs
-from surgery.causal import (PairRunner, bootstrap_effect, confirmed_order, dose_response, effect, knockout_report,
+from surgery.find.heads.attention import surgery_attention_on
+from surgery.bake.bake import bake
+from surgery.find.heads.benchmark import load_benchmark
+from surgery.find.heads.pairs import build_pairs
+from surgery.find.heads.causal import (PairRunner, bootstrap_effect, confirmed_order, dose_response, effect, knockout_report,
                             random_head_sets, single_knockouts)
-from surgery.checkpoint import Checkpoint
-from surgery.discovery import discover, rank_heads
-from surgery.edits import HeadScale, Recipe
-from surgery.errors import SurgeryError
-from surgery.head_findings import head_ranking
-from surgery.heads import delta, encode_pairs, option_token_ids, run_prompts, s_scores, score_binding
-from surgery.interventions import applied
-from surgery.models import load_model
+from surgery.core.checkpoint import Checkpoint
+from surgery.find.heads.discovery import discover, rank_heads
+from surgery.core.edits import HeadScale, Recipe
+from surgery.core.errors import SurgeryError
+from surgery.find.heads.find import head_ranking
+from surgery.find.heads.scores import delta, encode_pairs, option_token_ids, run_prompts, s_scores, score_binding
+from surgery.model.hooks import applied
+from surgery.model.loading import load_model
 
 from .binding_fixtures import CHAT, char_model, write_small_benchmark
 from .tinytok import char_tokenizer
@@ -176,8 +176,8 @@ def test_head_ranking_follows_the_confirmation_when_present():
 def test_find_heads_says_how_much_work_it_will_do():
     """Before a long run starts: 4 scoring prompts per pair, then 2 per pair in each knockout pass
     (confirmations, selection, control, random sets, dose-response)."""
-    from surgery.head_findings import work_note
-    from surgery.head_params import FindParams
+    from surgery.find.heads.find import work_note
+    from surgery.find.heads.params import FindParams
 
     assert work_note(1824, FindParams()) == ("1824 pairs: about 124,032 prompt forward passes (32 knockout "
                                              "passes); on a CPU, --max-pairs 96 keeps it to minutes")

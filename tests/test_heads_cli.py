@@ -5,19 +5,19 @@ from __future__ import annotations
 import json
 
 import pytest
-from surgery.attention import EdgeEdit, surgery_attention_on
-from surgery.awareness import awareness
-from surgery.benchmark import awareness_records, load_benchmark
-from surgery.binding_awareness import awareness_at, edge_edit_in_generation, encode_records
-from surgery.binding_pairs import build_pairs
-from surgery.causal import confirmed_order
-from surgery.cli import main
-from surgery.errors import SurgeryError
-from surgery.findings import load_findings
-from surgery.head_findings import cached_find_heads
-from surgery.head_params import FindParams
-from surgery.models import load_model
-from surgery.verify import verify
+from surgery.find.heads.attention import EdgeEdit, surgery_attention_on
+from surgery.evaluate.awareness import awareness
+from surgery.find.heads.benchmark import awareness_records, load_benchmark
+from surgery.find.heads.awareness import awareness_at, edge_edit_in_generation, encode_records
+from surgery.find.heads.pairs import build_pairs
+from surgery.find.heads.causal import confirmed_order
+from surgery.cli.main import main
+from surgery.core.errors import SurgeryError
+from surgery.find.findings import load_findings
+from surgery.find.heads.find import cached_find_heads
+from surgery.find.heads.params import FindParams
+from surgery.model.loading import load_model
+from surgery.bake.verify import verify
 
 from .binding_fixtures import char_model, write_small_benchmark
 from .tinytok import char_tokenizer
@@ -58,7 +58,7 @@ def test_find_heads_then_amplify_heads(tiny, tmp_path, capsys):
     heads = [[e["layer"], e["head"]] for e in prov["recipe"]["edits"]]
     assert heads == f["selected_heads"][:2] and all(e["alpha"] == 2.5 for e in prov["recipe"]["edits"])
     assert prov["heads_findings"]["dataset_sha256"] == f["dataset_sha256"]
-    assert verify(__import__("surgery.checkpoint", fromlist=["Checkpoint"]).Checkpoint(model), baked).ok
+    assert verify(__import__("surgery.core.checkpoint", fromlist=["Checkpoint"]).Checkpoint(model), baked).ok
     from transformers import AutoModelForCausalLM  # stock transformers loads it, no custom code
     assert AutoModelForCausalLM.from_pretrained(baked) is not None
     # the --heads mode still works and refuses to mix with findings options

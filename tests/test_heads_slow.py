@@ -10,15 +10,15 @@ import json
 import numpy as np
 import pytest
 
-from surgery.attention import surgery_attention_on
-from surgery.benchmark import load_benchmark
-from surgery.binding_pairs import build_pairs
-from surgery.checkpoint import Checkpoint
-from surgery.cli import main
-from surgery.heads import encode_pairs, option_token_ids, run_prompts
-from surgery.models import load_model, load_tokenizer
-from surgery.prompting import is_instruct
-from surgery.verify import verify
+from surgery.find.heads.attention import surgery_attention_on
+from surgery.find.heads.benchmark import load_benchmark
+from surgery.find.heads.pairs import build_pairs
+from surgery.core.checkpoint import Checkpoint
+from surgery.cli.main import main
+from surgery.find.heads.scores import encode_pairs, option_token_ids, run_prompts
+from surgery.model.loading import load_model, load_tokenizer
+from surgery.find.heads.prompting import is_instruct
+from surgery.bake.verify import verify
 
 pytestmark = pytest.mark.slow(minutes=1)
 

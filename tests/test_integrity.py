@@ -11,13 +11,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from surgery.bake import bake
-from surgery.provenance import PROVENANCE_NAME
-from surgery.checkpoint import Checkpoint
-from surgery.edits import HeadScale, NeuronScale, Recipe
-from surgery.errors import SurgeryError
-from surgery.undo import undo
-from surgery.verify import structural
+from surgery.bake.bake import bake
+from surgery.bake.provenance import PROVENANCE_NAME
+from surgery.core.checkpoint import Checkpoint
+from surgery.core.edits import HeadScale, NeuronScale, Recipe
+from surgery.core.errors import SurgeryError
+from surgery.bake.undo import undo
+from surgery.bake.verify import structural
 
 from .conftest import build_tiny
 from .helpers_cli import run_cli, run_main, tree_hashes
@@ -80,7 +80,7 @@ def test_any_flipped_byte_is_detected(baked):
 
 def test_verify_cli_fails_on_a_flipped_byte_in_each_file(baked, capsys):
     """``surgery verify`` itself: a real subprocess on the intact folder, then one flip per file
-    through surgery.cli.main in-process (the same code without an interpreter start per file)."""
+    through surgery.cli.main.main in-process (the same code without an interpreter start per file)."""
     src, out = baked
     assert run_cli(["verify", src, out, "--structural-only"]).returncode == 0
     for name in sorted(tree_hashes(out)):

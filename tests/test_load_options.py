@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import transformers
 
-import surgery.models
-from surgery.cli import main
+import surgery.model.loading
+from surgery.cli.main import main
 
 from .binding_fixtures import char_model, write_small_benchmark
 from .test_neurons import write_pairs
@@ -60,13 +60,13 @@ def remote(tiny, tmp_path, monkeypatch):
             return _original(klass, *args, **kwargs)
 
         monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
-    real_check = surgery.models.check_device
+    real_check = surgery.model.loading.check_device
 
     def device_spy(device: str) -> None:
         calls.append(("device", device))
         real_check(device)
 
-    monkeypatch.setattr(surgery.models, "check_device", device_spy)
+    monkeypatch.setattr(surgery.model.loading, "check_device", device_spy)
     return path, calls, mark
 
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from surgery.interventions import layer_module, model_architecture
-from surgery.neuron_select import allowed_mask, category_overlap, layer_distribution, select
-from surgery.neurons import NeuronScores, SelectionError, accumulate_pair_sums, fairness_score, ppm_scores
-from surgery.pairs import load_pairs
+from surgery.model.hooks import layer_module, model_architecture
+from surgery.find.neurons.select import allowed_mask, category_overlap, layer_distribution, select
+from surgery.find.neurons.scores import NeuronScores, SelectionError, accumulate_pair_sums, fairness_score, ppm_scores
+from surgery.find.neurons.pairs import load_pairs
 
 from .test_capture import _load, reference_pooled
 

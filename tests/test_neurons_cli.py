@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from surgery.checkpoint import Checkpoint
-from surgery.cli import main
-from surgery.findings import load_findings
-from surgery.neuron_findings import scores_of
-from surgery.neuron_select import select
-from surgery.pairs import load_pairs
+from surgery.core.checkpoint import Checkpoint
+from surgery.cli.main import main
+from surgery.find.findings import load_findings
+from surgery.find.neurons.find import scores_of
+from surgery.find.neurons.select import select
+from surgery.find.neurons.pairs import load_pairs
 
 from .test_neurons import write_pairs
 from .tiny_tokenizer import save_char_tokenizer
@@ -55,7 +55,7 @@ def _forbid_capture(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("capture ran: the findings should have come from the cache")
 
-    monkeypatch.setattr("surgery.capture.capture_pooled", fail)  # neurons.py imports it at call time
+    monkeypatch.setattr("surgery.find.neurons.capture.capture_pooled", fail)  # neurons.py imports it at call time
 
 
 def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, monkeypatch):

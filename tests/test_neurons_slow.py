@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from surgery.models import load_model, load_tokenizer
-from surgery.neurons import accumulate_pair_sums, ppm_scores, NeuronScores
-from surgery.pairs import check_token_counts, load_pairs
+from surgery.model.loading import load_model, load_tokenizer
+from surgery.find.neurons.scores import accumulate_pair_sums, ppm_scores, NeuronScores
+from surgery.find.neurons.pairs import check_token_counts, load_pairs
 
 from .test_capture import reference_pooled
 from .test_neurons_cli import run

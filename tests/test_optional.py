@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from surgery.optional import OPTIONAL, MissingDependency, require
+from surgery.core.optional import OPTIONAL, MissingDependency, require
 
 from .helpers_cli import REPO, cli_env
 
-HIDDEN_RUN = "import sys; sys.modules[{name!r}] = None; from surgery.cli import main; main({argv!r})"
+HIDDEN_RUN = "import sys; sys.modules[{name!r}] = None; from surgery.cli.main import main; main({argv!r})"
 
 
 def run_hidden(name: str, argv: list[str]) -> subprocess.CompletedProcess:
@@ -27,7 +27,7 @@ def run_hidden(name: str, argv: list[str]) -> subprocess.CompletedProcess:
 
 
 def _report_input(tmp_path: Path) -> Path:
-    from surgery.evaluate_io import new_result, save_result
+    from surgery.evaluate.data import new_result, save_result
 
     result = new_result({"path": "m"}, None, {"limit": 1})
     result["metrics"] = {"model": {"perplexity": 3.0}}

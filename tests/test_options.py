@@ -9,11 +9,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from surgery.commands.options import typed_options
-from surgery.head_params import FindParams
-from surgery.models import LoadSpec
-from surgery.neuron_params import CaptureParams, SelectParams
-from surgery.options import cli_fields, param
+from surgery.cli.options import typed_options
+from surgery.find.heads.params import FindParams
+from surgery.model.loading import LoadSpec
+from surgery.find.neurons.params import CaptureParams, SelectParams
+from surgery.core.options import cli_fields, param
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from surgery.pairs import (LANGUAGES, PairsError, builtin_text, check_token_counts, load_pairs,
+from surgery.find.neurons.pairs import (LANGUAGES, PairsError, builtin_text, check_token_counts, load_pairs,
                            parse_text)
 
 from .tiny_tokenizer import save_char_tokenizer

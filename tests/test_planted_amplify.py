@@ -95,8 +95,8 @@ def test_amplify_heads_raises_binding_on_held_out_prompts(findings, loaded, held
     transformers, raises |ΔS| on prompts discovery never saw, exactly as the run-time edit does."""
     from transformers import AutoModelForCausalLM
 
-    from surgery.edits import HeadScale
-    from surgery.interventions import applied
+    from surgery.core.edits import HeadScale
+    from surgery.model.hooks import applied
 
     f, tmp = findings
     out = tmp / "amplified"
@@ -117,8 +117,8 @@ def test_amplify_heads_raises_binding_on_held_out_prompts(findings, loaded, held
 def test_binding_follows_the_dose(loaded, held_out, config):
     """Whole-head α on the dosed head, 0 to 3: |ΔS| on held-out prompts rises with every step, and
     α = 0 removes nearly all of it."""
-    from surgery.edits import HeadScale
-    from surgery.interventions import applied
+    from surgery.core.edits import HeadScale
+    from surgery.model.hooks import applied
 
     model, tok = loaded
     curve = []

@@ -151,12 +151,12 @@ def test_model_has_the_planted_behaviour(loaded, world, config, held_out):
 
 def test_surgery_measures_what_the_reference_measures(loaded, fixture_dir, truth):
     """On surgery's own pairs: its S and its edge knockout equal this test's independent ones."""
-    from surgery.attention import EdgeEdit as SurgeryEdge
-    from surgery.attention import edge_heads, surgery_attention_on
-    from surgery.benchmark import load_benchmark
-    from surgery.binding_pairs import build_pairs
-    from surgery.causal import PairRunner
-    from surgery.heads import encode_pairs, option_token_ids
+    from surgery.find.heads.attention import EdgeEdit as SurgeryEdge
+    from surgery.find.heads.attention import edge_heads, surgery_attention_on
+    from surgery.find.heads.benchmark import load_benchmark
+    from surgery.find.heads.pairs import build_pairs
+    from surgery.find.heads.causal import PairRunner
+    from surgery.find.heads.scores import encode_pairs, option_token_ids
 
     model, tok = loaded
     pairs = build_pairs(load_benchmark(fixture_dir / "benchmark.jsonl"), seed=0, max_pairs=24)
@@ -241,8 +241,8 @@ def test_amplify_heads_bakes_the_runtime_effect(findings, fixture_dir, loaded, h
     from the unedited model's."""
     from transformers import AutoModelForCausalLM
 
-    from surgery.edits import HeadScale
-    from surgery.interventions import applied
+    from surgery.core.edits import HeadScale
+    from surgery.model.hooks import applied
 
     f, tmp = findings
     out = tmp / "amplified"

@@ -133,7 +133,7 @@ def _top(values: np.ndarray, k: int) -> list[tuple[int, int]]:
 def test_fixture_is_what_the_generator_makes(fixture_dir, config, loaded):
     """The shipped tokenizer and pairs are exactly what the seeded task code produces, every pair
     has equal token counts in it, and the fixture stays small."""
-    from surgery.pairs import check_token_counts, load_pairs
+    from surgery.find.neurons.pairs import check_token_counts, load_pairs
 
     tok = loaded[1]
     assert tok.get_vocab() == build_tokenizer(config.world()).get_vocab()
@@ -208,8 +208,8 @@ def test_prune_removes_the_bias_and_random_neurons_do_not(ranked, fixture_dir, l
     keeps ≥ CAPABILITY_KEPT of its size."""
     from transformers import AutoModelForCausalLM
 
-    from surgery.edits import NeuronScale
-    from surgery.interventions import applied
+    from surgery.core.edits import NeuronScale
+    from surgery.model.hooks import applied
 
     model, tok = loaded
     out = ranked["tmp"] / "pruned"

@@ -12,12 +12,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from surgery.awareness import awareness
-from surgery.benchmark import question_spans
-from surgery.binding_pairs import Question
-from surgery.binding_prompts import cue_token_id, encode_question
-from surgery.heads import encode_pairs
-from surgery.prompting import BASE_ANSWER_START, INSTRUCTION, format_mcq
+from surgery.evaluate.awareness import awareness
+from surgery.find.heads.benchmark import question_spans
+from surgery.find.heads.pairs import Question
+from surgery.find.heads.prompts import cue_token_id, encode_question
+from surgery.find.heads.scores import encode_pairs
+from surgery.find.heads.prompting import BASE_ANSWER_START, INSTRUCTION, format_mcq
 
 from .binding_fixtures import CHAT
 from .tinytok import SPACE_PAREN, char_tokenizer
@@ -82,7 +82,7 @@ def test_instruct_prompts_are_the_chat_template_text_unchanged():
 @pytest.mark.slow(minutes=1)
 def test_gemma3_base_prompt_ends_in_the_paren_token(gemma3_270m):
     """Gemma-3's tokenizer has both " (" and "(": scoring and generation both end in "("."""
-    from surgery.models import load_tokenizer
+    from surgery.model.loading import load_tokenizer
 
     tok = load_tokenizer(gemma3_270m)
     paren = tok.encode("(", add_special_tokens=False)

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from surgery.bake import bake
-from surgery.card import card_hook
-from surgery.checkpoint import Checkpoint
-from surgery.edits import HeadScale, NeuronScale, Recipe
-from surgery.errors import VerificationError
-from surgery.hub import check_pushable
+from surgery.bake.bake import bake
+from surgery.ship.card import card_hook
+from surgery.core.checkpoint import Checkpoint
+from surgery.core.edits import HeadScale, NeuronScale, Recipe
+from surgery.core.errors import VerificationError
+from surgery.ship.hub import check_pushable
 
 from .fakehub import FakeHub
 
@@ -122,8 +122,8 @@ def test_sweep_pushes_each_value_to_its_own_branch(tiny, tmp_path):
     src = tiny("llama")
     script = textwrap.dedent(f"""
         from pathlib import Path
-        from surgery.commands.common import run_sweep, sweep_label
-        from surgery.edits import HeadScale, Recipe
+        from surgery.cli.baking import run_sweep, sweep_label
+        from surgery.core.edits import HeadScale, Recipe
         items = [(sweep_label("alpha", a), Recipe((HeadScale(0, 1, a),)), {{"selection": {{"alpha": a}}}})
                  for a in (1.5, 2.0)]
         run_sweep({str(src)!r}, items, Path({str(tmp_path / 'sweep')!r}), push_to="me/sweep",
@@ -141,7 +141,7 @@ def test_sweep_pushes_each_value_to_its_own_branch(tiny, tmp_path):
 
 
 def test_push_exported_adapter(tiny, tmp_path):
-    from surgery.export import export_lora
+    from surgery.ship.lora import export_lora
 
     adapter = tmp_path / "adapter"
     export_lora(Checkpoint(tiny("llama")), Recipe((HeadScale(0, 1, 2.0),)), adapter)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from surgery.checkpoint import Checkpoint
+from surgery.core.checkpoint import Checkpoint
 
 pytestmark = pytest.mark.quickstart
 

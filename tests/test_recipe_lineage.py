@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from surgery.checkpoint import Checkpoint
-from surgery.findings import model_identity
-from surgery.models import Source, same_model
+from surgery.core.checkpoint import Checkpoint
+from surgery.find.findings import model_identity
+from surgery.model.loading import Source, same_model
 
 from .helpers_cli import cli_env, error_line, run_cli, run_main
 

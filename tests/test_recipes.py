@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from surgery.checkpoint import Checkpoint
-from surgery.edits import Recipe
+from surgery.core.checkpoint import Checkpoint
+from surgery.core.edits import Recipe
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
 MODEL_OF = {"smollm2-135m-instruct": "smollm2", "gemma-3-270m": "gemma3_270m"}

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from surgery.checkpoint import Checkpoint
-from surgery.errors import SurgeryError
-from surgery.evaluate_io import new_result, save_result
-from surgery.findings import new_findings, save_findings
-from surgery.report import build_report
+from surgery.core.checkpoint import Checkpoint
+from surgery.core.errors import SurgeryError
+from surgery.evaluate.data import new_result, save_result
+from surgery.find.findings import new_findings, save_findings
+from surgery.ship.report import build_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -90,7 +90,7 @@ def test_cli_report(inputs, tmp_path):
     pytest.importorskip("matplotlib")
     from click.testing import CliRunner
 
-    from surgery.cli import _register, cli
+    from surgery.cli.main import _register, cli
 
     _register()
     r = CliRunner().invoke(cli, ["report", str(inputs["neurons"]), "--eval", str(inputs["eval"]),

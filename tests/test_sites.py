@@ -7,16 +7,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from surgery import architectures
-from surgery.architectures import Layout, architecture
-from surgery.bake import bake
-from surgery.checkpoint import Checkpoint
-from surgery.edits import HeadScale, NeuronScale, Recipe
-from surgery.errors import UnsupportedArchitecture
-from surgery.export import export_lora
-from surgery.interventions import applied, scale_vectors
-from surgery.sites import Site, sites
-from surgery.verify import verify
+from surgery.core import architectures
+from surgery.core.architectures import Layout, architecture
+from surgery.bake.bake import bake
+from surgery.core.checkpoint import Checkpoint
+from surgery.core.edits import HeadScale, NeuronScale, Recipe
+from surgery.core.errors import UnsupportedArchitecture
+from surgery.ship.lora import export_lora
+from surgery.model.hooks import applied, scale_vectors
+from surgery.core.sites import Site, sites
+from surgery.bake.verify import verify
 
 from .conftest import BASE, tiny_config
 from .test_bake import _tensors

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from surgery.edits import HeadScale, Recipe
+from surgery.core.edits import HeadScale, Recipe
 
 from .helpers_cli import run_cli
 

@@ -10,7 +10,7 @@ log-odds d = logit(hire) − logit(reject) after each prompt:
 
 Effect of an ablation = (1 − ablated / intact) · 100 %: 100 % removes the bias (or the capability),
 negative values increase it. A neuron is zeroed with surgery's run-time hook
-(``surgery.interventions.applied`` + ``NeuronScale(layer, neuron, 0)``: the down_proj input of that
+(``surgery.model.hooks.applied`` + ``NeuronScale(layer, neuron, 0)``: the down_proj input of that
 neuron is 0, which is what zeroing its gate/up rows and down column does); nothing of surgery's
 scoring is used.
 """
@@ -64,8 +64,8 @@ class BiasProbe:
 
     def measure(self, model, tokenizer, zeroed: Iterable[tuple[int, int]] = ()) -> Metrics:
         """Metrics with the neurons ``zeroed`` (layer, index) silenced at run time."""
-        from surgery.edits import NeuronScale
-        from surgery.interventions import applied
+        from surgery.core.edits import NeuronScale
+        from surgery.model.hooks import applied
 
         with applied(model, [NeuronScale(layer, i, 0.0) for layer, i in zeroed]):
             return self.metrics_of(log_odds(model, tokenizer, self.texts))

@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from surgery.prompting import format_mcq
+from surgery.find.heads.prompting import format_mcq
 
 from .reference import EdgeEdit, edge_edits, letter_spelling_ids, positions, s_scores, token_positions
 from .task import Question, World, question_pair
@@ -118,8 +118,8 @@ def brute_force(model, tokenizer, prompts: Prompts) -> tuple[float, list[HeadEff
 
     ``model`` must be loaded with ``attn_implementation="planted_edges"`` (see reference.register).
     """
-    from surgery.edits import HeadScale
-    from surgery.interventions import applied
+    from surgery.core.edits import HeadScale
+    from surgery.model.hooks import applied
 
     cfg = model.config
     base = delta_s(s_of(model, tokenizer, prompts.texts))

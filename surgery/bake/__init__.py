@@ -1,0 +1,1 @@
+"""Writing edits into checkpoints: provenance, byte patches, bake, undo, verify."""

@@ -1,0 +1,254 @@
+"""What an edit does to the bytes of one tensor, computed in bounded-size chunks.
+
+A recipe becomes a list of ``TensorPatch``: for one stored tensor, which rows and which columns
+(or, for a bias, which elements) are scaled by what. ``patched_chunks`` turns a patch into the new
+bytes of the tensor, a bounded block of rows at a time, computing in fp32 and rounding to the stored
+dtype once. Bake writes those bytes; verify recomputes and compares them; undo keeps the originals.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from ..core.architectures import Architecture
+from ..core.checkpoint import Checkpoint, TensorInfo
+from ..core.edits import Edit
+from ..core.errors import CheckpointError
+from ..core.sites import all_sites, sites
+
+CHUNK_BYTES = 16 << 20
+# Storage dtype → numpy dtype of the raw elements (bf16 has no numpy type: we keep its bits).
+RAW_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
+
+
+def to_f32(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """Raw stored elements → float32 (exact for every supported dtype)."""
+    if dtype == "BF16":
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw.astype(np.float32)
+
+
+def from_f32(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 → raw stored elements, rounding once to nearest-even (as torch does for bf16)."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    if dtype == "BF16":
+        bits = values.view(np.uint32)
+        rounded = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16).astype(np.uint16)
+        nan = np.isnan(values)
+        rounded[nan] = ((bits[nan] >> 16) | 0x40).astype(np.uint16)  # keep NaN a (quiet) NaN
+        return rounded
+    return values.astype(RAW_DTYPES[dtype])
+
+
+def _scaled(raw: np.ndarray, scale: float, dtype: str) -> np.ndarray:
+    """``raw`` × ``scale`` in the stored dtype; an exact 0 writes +0.0 (a pruned weight is zero)."""
+    if scale == 0.0:
+        return np.zeros_like(raw)
+    return from_f32(to_f32(raw, dtype) * np.float32(scale), dtype)
+
+
+@dataclass
+class TensorPatch:
+    """Scales for the rows and columns of one stored tensor (elements, for a 1-D bias)."""
+
+    info: TensorInfo
+    rows: dict[int, float] = field(default_factory=dict)
+    cols: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def n_rows(self) -> int:
+        return self.info.shape[0]
+
+    @property
+    def n_cols(self) -> int:
+        return self.info.shape[1] if len(self.info.shape) == 2 else 1
+
+
+def _tensor(ckpt: Checkpoint, name: str, shape: tuple[int, ...], why: str | None = None) -> TensorInfo:
+    """The header entry of ``name``, which must be a float tensor of ``shape`` (``why``: the config
+    fields that set that shape, named in the error)."""
+    info = ckpt.tensor(name)
+    if info.dtype not in RAW_DTYPES:
+        raise CheckpointError(f"tensor '{name}' is stored as {info.dtype}; surgery edits F32, F16 and "
+                              "BF16 weights only")
+    if info.shape != shape:
+        if why is None:
+            raise CheckpointError(f"tensor '{name}' has shape {list(info.shape)}, expected {list(shape)} from "
+                                  "config.json; the config does not describe these weights")
+        raise CheckpointError(
+            f"tensor '{name}' has shape {list(info.shape)}, expected {list(shape)} from config.json ({why}); "
+            f"the config does not describe these weights: correct those fields in "
+            f"{ckpt.path / 'config.json'} or re-download the checkpoint")
+    return info
+
+
+def check_attention(ckpt: Checkpoint, arch: Architecture) -> None:
+    """Every layer's q/k/v/o (or fused qkv) shape must match the config's heads × head_dim.
+
+    Read from the safetensors headers only. Edits touch o_proj alone, but the bake's verification
+    loads the whole model from the config: a wrong num_key_value_heads would otherwise surface
+    there as a size mismatch inside transformers (an "internal error"), after the copy.
+    """
+    prefix = arch.layer_prefix(ckpt.tensors)
+    for layer in range(arch.geometry.num_layers):
+        for module, (shape, why) in arch.attention_shapes().items():
+            _tensor(ckpt, f"{prefix.format(layer=layer)}{module}.weight", shape, why)
+
+
+def check_loadable(ckpt: Checkpoint) -> None:
+    """Before a find command loads the model: a config that does not describe the weights is one
+    line naming the field and the tensor, not a size mismatch inside transformers' loader."""
+    from ..core.architectures import architecture
+
+    check_attention(ckpt, architecture(ckpt.config))
+
+
+def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
+    """The tensor patches that realise ``edits`` on ``ckpt`` (identity edits change nothing)."""
+    prefix = arch.layer_prefix(ckpt.tensors)
+    check_attention(ckpt, arch)
+    patches: dict[str, TensorPatch] = {}
+
+    def patch(name: str, shape: tuple[int, ...]) -> TensorPatch:
+        if name not in patches:
+            patches[name] = TensorPatch(_tensor(ckpt, name, shape))
+        return patches[name]
+
+    for site in all_sites(arch, edits):
+        name = f"{prefix.format(layer=site.layer)}{site.module}"
+        w = patch(f"{name}.weight", site.shape)
+        scales = dict.fromkeys(site.indices, site.scale)
+        if site.axis == "in":
+            w.cols.update(scales)
+            continue
+        # Output features: the rows and, where the checkpoint has one, the bias entries.
+        b = patch(f"{name}.bias", (site.shape[0],)) if f"{name}.bias" in ckpt.tensors else None
+        w.rows.update(scales)
+        if b is not None:
+            b.rows.update(scales)
+    return [patches[n] for n in sorted(patches)]
+
+
+def read_raw(fd: int, info: TensorInfo, first_row: int, n_rows: int, n_cols: int) -> np.ndarray:
+    """Rows [first_row, first_row + n_rows) of a stored tensor, as raw elements."""
+    import os
+
+    itemsize = np.dtype(RAW_DTYPES[info.dtype]).itemsize
+    offset = info.start + first_row * n_cols * itemsize
+    size = n_rows * n_cols * itemsize
+    data = os.pread(fd, size, offset)
+    if len(data) != size:
+        raise CheckpointError(f"{info.file} ended early while reading '{info.name}'; the file is truncated")
+    return np.frombuffer(data, dtype=RAW_DTYPES[info.dtype]).reshape(n_rows, n_cols).copy()
+
+
+def _row_blocks(p: TensorPatch) -> Iterator[tuple[int, int]]:
+    """Row ranges to rewrite: every block when columns change, else just the edited rows."""
+    if p.cols:
+        itemsize = np.dtype(RAW_DTYPES[p.info.dtype]).itemsize
+        step = max(1, CHUNK_BYTES // (p.n_cols * itemsize))
+        for start in range(0, p.n_rows, step):
+            yield start, min(step, p.n_rows - start)
+    else:
+        for row in sorted(p.rows):
+            yield row, 1
+
+
+def patched_chunks(fd: int, p: TensorPatch) -> Iterator[tuple[int, bytes, dict[str, np.ndarray]]]:
+    """Yield (absolute offset, new bytes, original slices) for each rewritten block of ``p``.
+
+    ``fd`` is the source file. The original slices are the raw elements of the edited rows and
+    columns of the block, which is what undo needs to restore the source byte for byte.
+    """
+    itemsize = np.dtype(RAW_DTYPES[p.info.dtype]).itemsize
+    col_idx = np.array(sorted(p.cols), dtype=np.int64)
+    col_scale = np.array([p.cols[c] for c in col_idx], dtype=np.float64)
+    for start, n in _row_blocks(p):
+        block = read_raw(fd, p.info, start, n, p.n_cols)
+        originals: dict[str, np.ndarray] = {}
+        rows_here = [r for r in sorted(p.rows) if start <= r < start + n]
+        if rows_here:
+            originals["rows"] = block[np.array(rows_here) - start].copy()
+        if len(col_idx):
+            originals["cols"] = block[:, col_idx].copy()
+            for value in np.unique(col_scale):
+                idx = col_idx[col_scale == value]
+                block[:, idx] = _scaled(block[:, idx], float(value), p.info.dtype)
+        for r in rows_here:
+            block[r - start] = _scaled(block[r - start], p.rows[r], p.info.dtype)
+        yield p.info.start + start * p.n_cols * itemsize, block.tobytes(), originals
+
+
+def _column_peaks(fd: int, p: TensorPatch) -> dict[int, float]:
+    """max |value| of every edited column of ``p`` over all rows, read a bounded block at a time."""
+    col_idx = np.array(sorted(p.cols), dtype=np.int64)
+    peak = np.zeros(len(col_idx), dtype=np.float32)
+    for start, n in _row_blocks(p):
+        block = to_f32(read_raw(fd, p.info, start, n, p.n_cols)[:, col_idx], p.info.dtype)
+        peak = np.maximum(peak, np.abs(block).max(axis=0))
+    return dict(zip(col_idx.tolist(), peak.tolist()))
+
+
+def vanishing(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[tuple[Edit, str]]:
+    """Edits with a non-zero scale that still zero every weight of their columns, with the dtype.
+
+    The exact rule, in the bake's own arithmetic: the column's largest magnitude times the scale
+    (both float32) rounds to 0 in the stored dtype. Rounding is monotone, so every smaller value of
+    the column then rounds to 0 too. This covers fp16/bf16 underflow and scales below float32's
+    smallest subnormal (1e-50 is 0 as a float32). Only |scale| < 1 can shrink a value to 0, so
+    other edits cost no read; an all-zero column (a pruned head) is not the scale's doing.
+    """
+    shrinking = [e for e in edits if e.scale != 0 and abs(e.scale) < 1]
+    if not shrinking:
+        return []
+    patches = {p.info.name: p for p in plan(ckpt, arch, shrinking)}
+    prefix = arch.layer_prefix(ckpt.tensors)
+    peaks: dict[str, dict[int, float]] = {}
+    found = []
+    for e in shrinking:
+        # |scale| < 1 and ≠ 0: no pruning, so the edit's sites are its twin columns alone.
+        (site,) = sites(arch, e)
+        p = patches[f"{prefix.format(layer=site.layer)}{site.module}.weight"]
+        cols = site.indices
+        if p.info.name not in peaks:
+            with open(ckpt.path / p.info.file, "rb") as f:
+                peaks[p.info.name] = _column_peaks(f.fileno(), p)
+        peak = np.array([peaks[p.info.name][c] for c in cols], dtype=np.float32)
+        scaled = to_f32(from_f32(peak * np.float32(e.scale), p.info.dtype), p.info.dtype)
+        if peak.any() and not scaled.any():
+            found.append((e, p.info.dtype))
+    return found
+
+
+def group_by_file(patches: Iterable[TensorPatch]) -> dict[str, list[TensorPatch]]:
+    out: dict[str, list[TensorPatch]] = defaultdict(list)
+    for p in patches:
+        out[p.info.file].append(p)
+    return dict(out)
+
+
+def restored_chunks(fd: int, p: TensorPatch, cols: np.ndarray | None, rows: np.ndarray | None
+                    ) -> Iterator[tuple[int, bytes]]:
+    """Yield (absolute offset, bytes) that put the original slices back into a baked tensor.
+
+    ``fd`` is the baked file; ``cols`` / ``rows`` are the originals that ``patched_chunks``
+    reported, concatenated over its blocks (same order, same shapes).
+    """
+    itemsize = np.dtype(RAW_DTYPES[p.info.dtype]).itemsize
+    col_idx = np.array(sorted(p.cols), dtype=np.int64)
+    row_list = sorted(p.rows)
+    done_cols = done_rows = 0
+    for start, n in _row_blocks(p):
+        block = read_raw(fd, p.info, start, n, p.n_cols)
+        if len(col_idx):
+            block[:, col_idx] = cols[done_cols:done_cols + n]
+            done_cols += n
+        rows_here = [r for r in row_list if start <= r < start + n]
+        for r in rows_here:
+            block[r - start] = rows[done_rows]
+            done_rows += 1
+        yield p.info.start + start * p.n_cols * itemsize, block.tobytes()

@@ -1,0 +1,126 @@
+"""What a baked folder says about itself, and the one check that it still says the truth.
+
+A bake writes ``surgery.json`` (tool, source, recipe, sha256 of every file, sealed) and
+``surgery.undo`` (the original bytes of every edited slice). This module owns both names, the
+seal, reading them back, and :func:`integrity_problems` — the single check of a baked folder's
+files against its record that verify, push, card refresh and export all use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from ..core.checkpoint import file_sha256, is_other_weights
+from ..core.errors import VerificationError
+from ..core.progress import StageProgress, silent_stages
+
+PROVENANCE_NAME = "surgery.json"
+UNDO_NAME = "surgery.undo"  # safetensors content, but not *.safetensors: loaders glob for those
+OWN_FILES = (PROVENANCE_NAME, UNDO_NAME)
+SEAL_KEY = "provenance_sha256"  # in surgery.json: see provenance_text
+FORMAT = "surgery-checkpoint"
+
+def provenance_text(prov: dict[str, Any]) -> str:
+    """The exact text of surgery.json: ``prov`` sealed with the sha256 of the rest of its content.
+
+    surgery.json cannot list its own sha256, so it carries a seal instead. ``provenance_intact``
+    re-derives the text from the parsed file: a changed value breaks the seal, and a change that
+    parses to the same content (whitespace, the case of an exponent's 'e') breaks the text.
+    Whoever rewrites surgery.json (the card refresh) writes it with this function.
+    """
+    body = {k: v for k, v in prov.items() if k != SEAL_KEY}
+    seal = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    return json.dumps({**body, SEAL_KEY: seal}, indent=1) + "\n"
+
+
+def provenance_intact(path: Path) -> bool:
+    """True when ``path``/surgery.json is byte for byte what ``provenance_text`` wrote."""
+    raw = (Path(path) / PROVENANCE_NAME).read_bytes()
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and provenance_text(data).encode() == raw
+
+
+def load_provenance(path: Path) -> dict[str, Any]:
+    """surgery.json of a baked checkpoint (a clear error when it is not one)."""
+    prov = Path(path) / PROVENANCE_NAME
+    if not prov.is_file():
+        raise VerificationError(f"{path} has no {PROVENANCE_NAME}: it was not made by surgery; give the "
+                                "folder that a surgery bake wrote")
+    try:
+        data = json.loads(prov.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise VerificationError(f"{prov} is corrupt (not JSON)") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise VerificationError(f"{prov} is not a surgery provenance file")
+    return data
+
+
+def write_undo(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """surgery.undo: the original slices, in safetensors format."""
+    from safetensors.numpy import save
+
+    # Serialised in memory (only the edited slices) and written with Python's own I/O: a full disk
+    # is then an OSError with its errno, like every other write, not an opaque SafetensorError;
+    # and the file gets the same permissions as the copied weights.
+    path.write_bytes(save({k: np.ascontiguousarray(v) for k, v in arrays.items()} or
+                          {"empty": np.zeros(0, dtype=np.uint8)}))
+
+
+def load_undo(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of a surgery.undo file (a clear error when it is corrupt)."""
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(str(path))
+    except Exception as exc:  # safetensors raises its own error types for corrupt files
+        raise VerificationError(f"{path} is corrupt ({type(exc).__name__}); cannot undo") from None
+
+
+def left_out_note(names: list[str]) -> str:
+    """The note for source files a bake does not carry over (see ``is_other_weights``)."""
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (f"left out {shown}: weights in a format the bake does not edit (pickle, GGUF, TF or Flax); "
+            "published next to the edited safetensors they would load the unedited model")
+
+
+def other_weight_problems(names: Iterable[str]) -> list[str]:
+    """The problem line for each file of a baked folder that holds weights the bake did not edit."""
+    return [f"{n} holds weights in a format the bake does not edit (pickle, GGUF, TF or Flax): it is an "
+            "unedited copy of the model that loaders may pick instead; delete it" for n in sorted(names)
+            if is_other_weights(n)]
+
+
+def integrity_problems(folder: Path, prov: dict[str, Any], *, skip: Iterable[str] = (),
+                       progress: StageProgress = silent_stages) -> list[str]:
+    """Everything wrong with ``folder`` against its own record ``prov``: a broken seal, a recorded
+    file missing or changed (sha256), weights the bake does not edit, a file nobody recorded.
+
+    ``skip`` names recorded files not to hash (the card refresh is about to replace the card).
+    ``progress("hash", done, total)`` follows the hashing.
+    """
+    folder = Path(folder)
+    if not provenance_intact(folder):
+        return [f"{PROVENANCE_NAME} changed after the bake (its content does not match its seal)"]
+    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    # Flagged even when recorded: earlier bakes copied such files, unedited, into the output.
+    problems = other_weight_problems(present)
+    recorded = sorted((n, d) for n, d in (prov.get("files") or {}).items() if n not in set(skip))
+    for i, (name, digest) in enumerate(recorded):
+        progress("hash", i, len(recorded))
+        if not (folder / name).is_file():
+            problems.append(f"{name} is listed in {PROVENANCE_NAME} but missing")
+        elif file_sha256(folder / name) != digest:
+            problems.append(f"{name} changed after the bake (sha256 differs from {PROVENANCE_NAME})")
+    progress("hash", len(recorded), len(recorded))
+    known = set(prov.get("files") or {}) | {PROVENANCE_NAME}
+    problems += [f"{n} is not recorded in {PROVENANCE_NAME}" for n in sorted(present - known)
+                 if not is_other_weights(n)]  # those were reported above, with what they mean
+    return problems

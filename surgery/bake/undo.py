@@ -1,0 +1,67 @@
+"""Restore the source of a baked checkpoint, byte for byte, from its ``surgery.undo``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .bake import copy_file, hash_files, source_files
+from ..core.checkpoint import Checkpoint
+from ..core.errors import VerificationError
+from .patches import RAW_DTYPES, TensorPatch, restored_chunks
+from .provenance import OWN_FILES, UNDO_NAME, load_provenance, load_undo
+from ..core.staging import staged_output
+
+
+def undo(baked: str | Path, out: str | Path, force: bool = False,
+         report: Callable[[str], None] = lambda msg: None) -> dict[str, str]:
+    """Write the source checkpoint of ``baked`` to ``out``; return the restored files' sha256s.
+
+    The result is checked against the source hashes recorded at bake time before it is published.
+    ``report`` receives notes (leftovers of interrupted runs that were cleaned up).
+    """
+    baked = Path(baked)
+    prov = load_provenance(baked)
+    expected = prov.get("source_files") or {}
+    mismatched = [n for n, h in hash_files(baked, sorted(prov.get("files", {}))).items() if h != prov["files"][n]]
+    if mismatched:
+        raise VerificationError(f"{baked / mismatched[0]} changed after the bake; undo would not give the source")
+    saved = load_undo(baked / UNDO_NAME)
+    ckpt = Checkpoint(baked, allow_remote_code=True)
+    undo_meta = prov.get("undo", {})
+    skip = set(OWN_FILES) | set(undo_meta.get("added_files", [])) | set(undo_meta.get("replaced_files", []))
+
+    with staged_output(Path(out), [baked], force, report) as tmp:
+        for rel in source_files(ckpt):
+            if rel not in skip:
+                copy_file(baked / rel, tmp / rel)
+        for rel in undo_meta.get("replaced_files", []):
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_bytes(saved[f"file:{rel}"].tobytes())
+        for entry in prov.get("edited_tensors", []):
+            info = ckpt.tensor(entry["tensor"])
+            patch = TensorPatch(info, rows={r: 0.0 for r in entry["rows"]}, cols={c: 0.0 for c in entry["cols"]})
+            raw = np.dtype(RAW_DTYPES[info.dtype])
+            cols = saved[entry["cols_key"]].view(raw).reshape(patch.n_rows, -1) if "cols_key" in entry else None
+            rows = saved[entry["rows_key"]].view(raw).reshape(len(entry["rows"]), -1) if "rows_key" in entry else None
+            fd = os.open(tmp / entry["file"], os.O_RDWR)
+            try:
+                for offset, data in restored_chunks(fd, patch, cols, rows):
+                    os.pwrite(fd, data, offset)
+            finally:
+                os.close(fd)
+        restored = hash_files(tmp, sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()))
+        if expected and restored != expected:
+            bad = sorted(set(restored.items()) ^ set(expected.items()))
+            raise VerificationError(f"undo did not reproduce the source ({bad[0][0]} differs); nothing was written")
+    left_out = undo_meta.get("left_out_files") or []
+    if left_out:
+        report(f"{', '.join(left_out)} of the source {'was' if len(left_out) == 1 else 'were'} left out of "
+               "the bake (weights in a format it does not edit) and cannot be restored from it; copy "
+               f"{'it' if len(left_out) == 1 else 'them'} from the original source if needed")
+    return restored
+
+

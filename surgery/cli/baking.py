@@ -1,0 +1,238 @@
+"""What every baking command shares: the MODEL / --out / --force / --push-to options, the bake run
+(with its model card), and sweeps that bake one output per α or n."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from ..bake.bake import bake
+from ..ship.card import card_hook
+from .console import err, out, print_json, stage_progress
+from ..core.edits import Recipe
+from ..core.errors import RecipeError
+from ..model.loading import DEFAULT_LOAD, LoadSpec, Source, open_checkpoint, resolve, same_model
+from ..core.staging import check_free
+from ..bake.verify import staged_check
+from .options import typed_options
+
+# --push-to / --private are read through the click context, so commands decorated with
+# bake_options need no extra parameters for them.
+_PUSH_KEY = "surgery.push_to"
+_PRIVATE_KEY = "surgery.private"
+
+
+def _remember(key: str):
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        ctx.meta[key] = value
+        return value
+
+    return callback
+
+
+def _context_value(key: str) -> Any:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(key) if ctx is not None else None
+
+
+def load_options(f: Callable | None = None, *, runs_model: bool = True) -> Callable:
+    """--revision, --trust-remote-code and (for commands that run a model) --device, handed to the
+    command as one ``load: LoadSpec`` so that every model load of the command gets all of them."""
+    decorate = typed_options(LoadSpec, into="load", skip=() if runs_model else ("device",))
+    return decorate(f) if f is not None else decorate
+
+
+def model_argument(f: Callable | None = None, *, runs_model: bool = True) -> Callable:
+    """MODEL (local folder or Hub id) plus the load options (see :func:`load_options`)."""
+
+    def decorate(f: Callable) -> Callable:
+        return click.argument("model")(load_options(f, runs_model=runs_model))
+
+    return decorate(f) if f is not None else decorate
+
+
+def push_options(f: Callable) -> Callable:
+    """--push-to and --private; run_bake reads them from the click context."""
+    f = click.option("--private", is_flag=True, expose_value=False, callback=_remember(_PRIVATE_KEY),
+                     help="With --push-to: create the Hub repo as private.")(f)
+    return click.option("--push-to", metavar="NAMESPACE/NAME", default=None, expose_value=False,
+                        callback=_remember(_PUSH_KEY),
+                        help="After the bake, push the checkpoint to this Hub repo (sweeps: one branch per value).")(f)
+
+
+def bake_options(f: Callable) -> Callable:
+    """--out, --force, --no-verify, --json, --push-to, --private."""
+    f = push_options(f)
+    f = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
+    f = click.option("--verify/--no-verify", default=True, show_default=True,
+                     help="Check the baked logits against the run-time edit before publishing.")(f)
+    f = click.option("--force", is_flag=True, help="Replace --out if it exists.")(f)
+    return click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
+                        help="Output checkpoint folder (written atomically).")(f)
+
+
+@dataclass
+class Baked:
+    """One finished bake: where it went, its provenance, and the notes reported on the way."""
+
+    out: Path
+    provenance: dict[str, Any]
+    notes: list[str]
+    extra: dict[str, Any] | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """The --json object of this bake."""
+        prov = self.provenance
+        return {"out": str(self.out), "edits": len(prov["recipe"]["edits"]),
+                "tensors_edited": len(prov["edited_tensors"]), "verification": prov.get("verification"),
+                "notes": self.notes, "pushed": prov.get("pushed"),
+                **(self.extra or {})}  # the selection / findings summary that went into surgery.json
+
+    def print_line(self) -> None:
+        """The human summary: what was baked where (and pushed where)."""
+        prov, ver, pushed = self.provenance, self.provenance.get("verification"), self.provenance.get("pushed")
+        check = (f", max |Δlogit| vs run-time edit {ver['max_abs_logit_diff']:.2e}" if ver else "")
+        out.print(f"[green]Baked[/] {len(prov['recipe']['edits'])} edit(s) into {len(prov['edited_tensors'])} "
+                  f"tensor(s){check} → {self.out}")
+        if pushed:
+            out.print(f"[green]Pushed[/] to {pushed['repo']} ({pushed['revision']}): {pushed['commit_url']}")
+
+
+def _for_source(recipe: Recipe, config: dict[str, Any], source: Source) -> tuple[Recipe, list[str]]:
+    """``recipe`` checked against the edited checkpoint and renamed after it; notes on the way.
+
+    The bake's provenance and card name the checkpoint actually edited (its Hub id, else its
+    path), never the recipe's ``base_model``: a recipe written for another model would otherwise
+    publish that model's lineage. That model's name stays in the recipe notes (``written_for``).
+    """
+    edited = source.hub_id or str(source.path)
+    other = recipe.base_model if recipe.base_model and not same_model(recipe.base_model, source) else None
+    try:
+        recipe.validate(config)
+    except RecipeError as exc:
+        if other:  # the likely cause, said in the same line
+            raise RecipeError(f"{exc}; the recipe was written for {other}, not this model: use a recipe "
+                              "made for it") from None
+        raise
+    notes, recipe_notes = [], recipe.notes
+    if other:
+        notes.append(f"the recipe was written for {other}, not {edited}; its edits fit this model's config, "
+                     f"so they are baked, and the output names {edited} as its base model")
+        err.print(f"[yellow]note:[/] {notes[-1]}")
+        recipe_notes = {**recipe.notes, "written_for": other}
+    return Recipe(recipe.edits, edited, recipe.version, recipe_notes), notes
+
+
+def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFAULT_LOAD,
+             force: bool = False, verify: bool = True,
+             as_json: bool = False, extra: dict[str, Any] | None = None,
+             evaluation: dict[str, Any] | None = None, push_to: str | None = None,
+             push_revision: str | None = None, private: bool | None = None) -> Baked:
+    """Open MODEL, bake ``recipe`` into ``out_dir`` (and push it); print nothing but progress and notes.
+
+    The output gets a model card (README.md) built from the provenance, ``extra`` (findings
+    summary) and ``evaluation`` (rows of a before/after table, see surgery.ship.card). ``push_to``
+    (default: the command's --push-to) uploads the result, to branch ``push_revision`` if given.
+    """
+    push_to = push_to or _context_value(_PUSH_KEY)
+    private = bool(_context_value(_PRIVATE_KEY)) if private is None else private
+    if push_to:
+        from ..ship.hub import preflight
+
+        preflight(push_to, push_revision)  # fail before a long bake, not after it
+    ckpt, source = open_checkpoint(model, load)
+    recipe, notes = _for_source(recipe, ckpt.config, source)
+    with stage_progress() as progress:  # stderr: shown with --json too, which owns stdout only
+        result = bake(ckpt, recipe, out_dir, source=source, force=force, progress=progress,
+                      check=staged_check(ckpt, recipe, load) if verify else None, extra=extra,
+                      card=card_hook(evaluation), report=lambda msg: err.print(f"[yellow]note:[/] {msg}"))
+    prov = result.provenance
+    if push_to:
+        from ..ship.hub import push
+
+        prov = {**prov, "pushed": push(out_dir, push_to, private=private, revision=push_revision)}
+    return Baked(Path(out_dir), prov, notes + result.notes, extra)
+
+
+def run_bake(model: str, recipe: Recipe, out_dir: Path, *, as_json: bool = False,
+             **kwargs: Any) -> dict[str, Any]:
+    """:func:`bake_one`, then its summary (one JSON object with ``as_json``); returns the provenance."""
+    baked = bake_one(model, recipe, out_dir, as_json=as_json, **kwargs)
+    if as_json:
+        print_json(baked.summary())
+    else:
+        baked.print_line()
+    return baked.provenance
+
+
+def parse_values(spec: str, option: str) -> list[float]:
+    """``"1.5,2,2.5"`` → [1.5, 2.0, 2.5] for sweep options (``option`` names the flag in errors)."""
+    values = []
+    for part in filter(None, (p.strip() for p in str(spec).split(","))):
+        try:
+            values.append(float(part))
+        except ValueError:
+            raise RecipeError(f"{option}: '{part}' is not a number (give one value or a list like 1.5,2,2.5)") from None
+    if not values:
+        raise RecipeError(f"{option} is empty; give one value or a comma-separated list")
+    if len(set(values)) != len(values):
+        raise RecipeError(f"{option} lists a value twice; give each value once")
+    return values
+
+
+def sweep_label(name: str, value: float) -> str:
+    """A folder and branch name for one sweep value, e.g. ``alpha-2.5`` or ``n-40``."""
+    return f"{name}-{value:g}"
+
+
+def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]], out_dir: Path, *,
+              push_to: str | None = None, **bake_kwargs: Any) -> dict[str, dict[str, Any]]:
+    """Bake one output per ``(label, recipe, extra)`` into ``out_dir/<label>``.
+
+    Every destination is checked before the first bake, so a taken one fails the sweep with
+    nothing written. With ``push_to`` (default: the command's --push-to), each output is pushed to
+    the branch ``<label>`` of that repo. ``bake_kwargs`` go to :func:`bake_one` (load, force,
+    verify, as_json, …). With ``as_json`` one JSON list is printed at the end, one object per
+    value with its ``label``. Returns the provenance of each output by label.
+    """
+    labels = [label for label, _, _ in items]
+    if len(set(labels)) != len(labels):
+        raise RecipeError("sweep labels must be unique (each value gets its own folder and branch)")
+    push_to = push_to or _context_value(_PUSH_KEY)
+    out_dir = Path(out_dir)
+    source = resolve(model, bake_kwargs.get("load", DEFAULT_LOAD).revision)
+    check_free(out_dir, [source.path], force=True)  # the sweep's folder may exist: it holds the values
+    for label in labels:
+        check_free(out_dir / label, [source.path], bool(bake_kwargs.get("force")))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    as_json = bool(bake_kwargs.get("as_json"))
+    results, summaries = {}, []
+    for label, recipe, extra in items:
+        baked = bake_one(model, recipe, out_dir / label, extra=extra, push_to=push_to,
+                         push_revision=label if push_to else None, **bake_kwargs)
+        results[label] = baked.provenance
+        summaries.append({"label": label, **baked.summary()})
+        if not as_json:
+            baked.print_line()
+    if as_json:
+        print_json(summaries)  # one document for the whole sweep, not one object per value
+    return results
+
+
+def bake_each(model: str, items: list[tuple[str | None, Recipe, dict[str, Any] | None]], out_dir: Path,
+              **bake_kwargs: Any) -> dict[str, Any] | dict[str, dict[str, Any]]:
+    """The one ending of amplify-heads and prune-neurons: one ``(label, recipe, extra)`` bakes into
+    ``out_dir``; several (a sweep over α or n) bake into ``out_dir/<label>`` each."""
+    if len(items) == 1:
+        _, recipe, extra = items[0]
+        return run_bake(model, recipe, out_dir, extra=extra, **bake_kwargs)
+    return run_sweep(model, items, out_dir, **bake_kwargs)
+
+
+def baking_command(f: Callable) -> Callable:
+    """Decorate a command that ends in a bake with MODEL and the bake options."""
+    return model_argument(bake_options(functools.wraps(f)(f)))

@@ -1,0 +1,118 @@
+"""Terminal output: rich tables on stdout, progress bars on stderr, JSON for machines."""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from rich.console import Console
+from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.progress import Progress as Bars
+
+from ..core.progress import Progress
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+# In a log (stderr not a terminal) a note stays one line, whole for grep; rich would wrap it at 80.
+err.soft_wrap = not err.is_terminal
+
+STAGE_LABELS = {"copy": "copying", "patch": "patching", "verify": "verifying logits", "hash": "hashing",
+                "compare": "comparing with the source"}
+# When stderr is not a terminal (a log file, CI), a rich bar is drawn only when it ends: print a
+# plain line instead, at most this often, so that a long job shows it is alive.
+LOG_EVERY_SECONDS = 30.0
+_FINISHED = float("inf")  # LogLines.last of a task whose completion line is out
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class LogLines:
+    """Progress as plain lines for logs: ``description: done/total (pct) elapsed, ~left`` at most
+    every ``every`` seconds per task, and once when a task completes."""
+
+    def __init__(self, write: Callable[[str], None], every: float = LOG_EVERY_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.write, self.every, self.clock = write, every, clock
+        self.started: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+
+    def begin(self, description: str) -> None:
+        """Start the clock of ``description`` (otherwise its first update starts it)."""
+        self.started.setdefault(description, self.clock())
+
+    def update(self, description: str, done: int, total: int) -> None:
+        now = self.clock()
+        start = self.started.setdefault(description, now)
+        if self.last.get(description) == _FINISHED:
+            return  # its completion line is out already
+        finished = done >= total
+        if not finished and now - self.last.get(description, start) < self.every:
+            return
+        self.last[description] = _FINISHED if finished else now
+        elapsed = now - start
+        left = f", ~{_duration(elapsed * (total - done) / done)} left" if 0 < done < total else ""
+        self.write(f"{description}: {done:,}/{total:,} ({100 * done / max(total, 1):.0f} %) "
+                   f"{_duration(elapsed)} elapsed{left}")
+
+
+def _log_line(text: str) -> None:
+    err.print(text, markup=False, highlight=False)
+
+
+def print_json(data: Any) -> None:
+    """Machine-readable output: plain JSON on stdout, nothing else."""
+    print(json.dumps(data, indent=1, default=str))
+
+
+@contextmanager
+def stage_progress(enabled: bool = True) -> Iterator[Any]:
+    """A progress callback ``(stage, done, total)`` drawing one bar per stage on stderr."""
+    if not enabled:
+        yield lambda stage, done, total: None
+        return
+    if not err.is_terminal:
+        lines = LogLines(_log_line)
+        yield lambda stage, done, total: lines.update(STAGE_LABELS.get(stage, stage), done, max(total, 1))
+        return
+    columns = [TextColumn("{task.description:<16}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn()]
+    with Bars(*columns, console=err, transient=False) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(STAGE_LABELS.get(stage, stage), total=max(total, 1))
+            bar.update(tasks[stage], completed=done, total=max(total, 1))
+
+        yield update
+
+
+@contextmanager
+def progress_bars() -> Iterator[Progress]:
+    """A :data:`surgery.core.progress.Progress` for library code: one bar per measurement on a terminal,
+    plain lines (every 30 s and at each end) in a log; always on stderr."""
+    if not err.is_terminal:
+        def log_factory(description: str, total: int) -> Callable[..., None]:
+            # one LogLines per measurement: the same description comes again for the next model
+            lines, done = LogLines(_log_line), [0]
+            lines.begin(description)
+
+            def advance(n: int = 1) -> None:
+                done[0] += n
+                lines.update(description, done[0], max(total, 1))
+
+            return advance
+
+        yield log_factory
+        return
+    with Bars(TextColumn("{task.description:<18}"), BarColumn(), TaskProgressColumn(),
+                  TimeRemainingColumn(), console=err) as bar:
+        def factory(description: str, total: int) -> Callable[..., None]:
+            task = bar.add_task(description, total=max(total, 1))
+            return lambda n=1: bar.advance(task, n)
+
+        yield factory

@@ -1,0 +1,274 @@
+"""Head commands: score-binding, find-heads, amplify-heads."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from .group import cli
+from .console import err, out, print_json, progress_bars
+from ..core.edits import HeadScale, Recipe, parse_heads
+from ..core.errors import RecipeError
+from ..find.heads.params import PAIR_FIELDS, SEARCH_FIELDS, FindParams
+from ..model.loading import LoadSpec
+from .baking import bake_each, baking_command, model_argument, parse_values, sweep_label
+from .options import typed_options
+
+SIGNIFICANT = 0.05  # the level below which ΔS counts as an effect the knockout can reduce
+
+
+def check_alpha(alpha: float, allow_zero: bool) -> None:
+    if not math.isfinite(alpha):
+        raise RecipeError(f"--alpha must be a finite number, got {alpha}")
+    if alpha == 0 and not allow_zero:
+        raise RecipeError("--alpha 0 does not amplify: it silences the heads entirely (ablation); "
+                          "pass --allow-zero if that is what you want")
+
+
+def refuse_vanishing(model: str, load: LoadSpec, recipes: list[Recipe]) -> None:
+    """Without --allow-zero: refuse an α that zeroes a head in the stored dtype, as --alpha 0 would.
+
+    Every recipe of a sweep is checked before the first bake, so a refused α leaves no outputs.
+    """
+    from ..model.loading import open_checkpoint
+    from ..bake.patches import vanishing
+
+    if all(abs(e.scale) >= 1 for r in recipes for e in r.active()):
+        return  # only |α| < 1 can shrink a weight to zero: no need to open the checkpoint
+    ckpt, _ = open_checkpoint(model, load)
+    for recipe in recipes:
+        found = vanishing(ckpt, recipe.validate(ckpt.config), recipe.active())
+        if found:
+            edit, dtype = found[0]
+            raise RecipeError(f"--alpha {edit.alpha:g} rounds every weight of head {edit.layer}.{edit.head} to zero "
+                              f"in this {dtype} checkpoint: like --alpha 0 it silences the heads; pass "
+                              "--allow-zero if that is what you want, or choose a larger α")
+
+
+RECOMPUTE = click.option("--recompute", is_flag=True, help="Ignore cached findings.")
+
+
+def _pairs(params: FindParams):
+    from ..find.heads.benchmark import load_benchmark
+    from ..find.heads.pairs import build_pairs
+
+    bench = load_benchmark(params.benchmark)
+    pairs = build_pairs(bench, seed=params.seed, per_identity=params.per_identity, max_pairs=params.max_pairs)
+    return bench, pairs
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def print_scores(scores: dict[str, Any]) -> None:
+    table = Table(title="Binding scores: mean S and K, Δ = match − mismatch, paired t-test over items")
+    for col in ("", "Δ", "match", "mismatch", "t", "p", "pairs", "items", "option mass"):
+        table.add_column(col)
+    for name in ("S", "K"):
+        d = scores[name]
+        table.add_row(name, _fmt(d["delta"], 4), _fmt(d["mean_match"]), _fmt(d["mean_mismatch"]), _fmt(d["t"], 2),
+                      _fmt(d["p"]), str(d["n_pairs"]), str(d["n_items"]), _fmt(d.get("option_mass")))
+    out.print(table)
+    out.print(f"|ΔK| / |ΔS| = {_fmt(scores['K_over_S'], 2)}")
+
+
+def print_confirmation(conf: dict[str, Any], selected: list[list[int]]) -> None:
+    """The single-head knockouts of discovery's candidates, in the order the selection uses."""
+    table = Table(title=f"Knockout confirmation: each of discovery's top {conf['candidates']} heads alone; "
+                        "significant = 95% CI above 0")
+    for col in ("head", "disc. rank", "coef", "reduction %", "95% CI", "signif.", "selected"):
+        table.add_column(col, no_wrap=True)
+    chosen = {tuple(h) for h in selected}
+    for h in conf["heads"]:
+        table.add_row(f"{h['layer']}.{h['head']}", str(h["discovery_rank"]), _fmt(h["coef"]), _fmt(h["effect_pct"], 1),
+                      f"[{_fmt(h['ci95'][0], 1)}, {_fmt(h['ci95'][1], 1)}]", "yes" if h["significant"] else "no",
+                      "✓" if (h["layer"], h["head"]) in chosen else "")
+    out.print(table)
+    weak = len(selected) - conf["n_significant"]
+    if weak > 0:
+        err.print(f"[yellow]note:[/] {weak} of the {len(selected)} selected heads have no significant "
+                  "single-head knockout effect (95% CI not above 0)")
+
+
+def print_findings(f: dict[str, Any]) -> None:
+    print_scores(f["scores"])
+    disc = f["discovery"]
+    out.print(f"Discovery: CV AUC {_fmt(disc['auc'])} ({disc['folds']} folds by item); "
+              f"stable heads {', '.join(f'{l}.{h}' for l, h in disc['stable_heads']) or 'none'}")
+    top = Table(title="Discovery ranking (stability across folds, then |coef|)")
+    for col in ("head", "stability", "coef"):
+        top.add_column(col)
+    for h in disc["heads"][:10]:
+        top.add_row(f"{h['layer']}.{h['head']}", _fmt(h["stability"], 2), _fmt(h["coef"]))
+    out.print(top)
+    if f.get("confirmation"):
+        print_confirmation(f["confirmation"], f["selected_heads"])
+    ko = f["knockout"]
+    table = Table(title=f"Edge knockout of {', '.join(f'{l}.{h}' for l, h in f['selected_heads'])}")
+    for col in ("edges from", "ΔS base", "ΔS knockout", "reduction %", "95% CI"):
+        table.add_column(col)
+    for name in ("tested", "control"):
+        r = ko[name]
+        table.add_row("tested identity" if name == "tested" else "distractor (control)", _fmt(r["delta_base"], 4),
+                      _fmt(r["delta_knockout"], 4), _fmt(r["effect_pct"], 1),
+                      f"[{_fmt(r['ci95'][0], 1)}, {_fmt(r['ci95'][1], 1)}]")
+    rnd = ko["random"]
+    table.add_row(f"random heads ×{rnd['n']}", "", "", f"{_fmt(rnd['mean_pct'], 1)} ± {_fmt(rnd['sd_pct'], 1)}",
+                  f"share ≥ tested {_fmt(rnd['share_ge_tested'], 2)}")
+    out.print(table)
+    p = f["scores"]["S"].get("p")
+    if p is None or not p < SIGNIFICANT:
+        err.print(f"[yellow]note:[/] ΔS itself is not significant (p = {_fmt(p)}): the knockout % divides by a "
+                  "ΔS indistinguishable from 0, so it and its CI are not interpretable")
+    if f.get("dose_response"):
+        dose = Table(title="Dose-response: edge-level α (paper, run time only) vs whole-head α (bakeable); "
+                           "DiffAware / CtxtAware by greedy generation")
+        cols = ["α", "ΔS edge", "ΔS whole"]
+        aw = {r["alpha"]: r for r in f.get("awareness") or []}
+        if aw:
+            cols += ["DiffA edge", "DiffA whole", "CtxtA edge", "CtxtA whole"]
+        for col in cols:
+            dose.add_column(col)
+        by_alpha = {r["alpha"]: r for r in f["dose_response"]}
+        for alpha in sorted(set(by_alpha) | set(aw)):
+            r = by_alpha.get(alpha, {})
+            row = [f"{alpha:g}", _fmt(r.get("edge_delta_s"), 4), _fmt(r.get("whole_delta_s"), 4)]
+            if aw:
+                a = aw.get(alpha)
+                row += ([_fmt(a["edge"]["diffaware"]), _fmt(a["whole"]["diffaware"]),
+                         _fmt(a["edge"]["ctxtaware"]), _fmt(a["whole"]["ctxtaware"])] if a else [""] * 4)
+            dose.add_row(*row)
+        out.print(dose)
+
+
+@cli.command(name="score-binding")
+@model_argument
+@typed_options(FindParams, into="params", only=PAIR_FIELDS)
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def score_binding_cmd(model: str, load: LoadSpec, params: FindParams, as_json: bool) -> None:
+    """Print ΔS and ΔK (paired t-tests over items) of MODEL on the binding benchmark."""
+    from ..find.heads.attention import surgery_attention_on
+    from ..find.heads.scores import score_binding
+    from ..model.loading import load_model, load_tokenizer, open_checkpoint
+    from ..bake.patches import check_loadable
+
+    ckpt, _ = open_checkpoint(model, load)
+    check_loadable(ckpt)
+    bench, pairs = _pairs(params)
+    tok = load_tokenizer(ckpt.path, load)
+    net = load_model(ckpt.path, load)
+    # progress goes to stderr, with --json too (it owns stdout only)
+    with surgery_attention_on(net), progress_bars() as progress:
+        res = score_binding(net, tok, pairs, instruct=params.instruct, batch_size=params.batch_size,
+                            progress=progress("scoring prompts", 4 * len(pairs)))
+    result = {"S": res["S"], "K": res["K"], "K_over_S": res["K_over_S"], "benchmark": bench.source,
+              "benchmark_sha256": bench.sha256}
+    if as_json:
+        print_json(result)
+    else:
+        print_scores(result)
+
+
+def _find(ckpt, load: LoadSpec, params: FindParams, recompute: bool):
+    """Cached or fresh head findings of ``ckpt`` (progress on stderr, with --json too)."""
+    from ..find.heads.benchmark import benchmark_awareness_records
+    from ..find.heads.find import cached_find_heads
+
+    bench, pairs = _pairs(params)
+    params = replace(params, extra={"benchmark_sha256": bench.sha256})
+    records = benchmark_awareness_records(bench, params.seed) if params.dose_response else None
+    with progress_bars() as progress:
+        return cached_find_heads(ckpt, pairs, params, recompute=recompute, load=load,
+                                 awareness_records=records, progress=progress,
+                                 report=lambda m: err.print(f"[yellow]note:[/] {m}"))
+
+
+@cli.command(name="find-heads")
+@model_argument
+@typed_options(FindParams, into="params")
+@RECOMPUTE
+@click.option("--out", "out_file", type=click.Path(path_type=Path), default=None,
+              help="Also write the findings JSON here (they are always cached).")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings JSON.")
+def find_heads_cmd(model: str, load: LoadSpec, params: FindParams, recompute: bool, out_file: Path | None,
+                   as_json: bool) -> None:
+    """Find cultural binding heads of MODEL: scores, discovery, knockout confirmation, knockout
+    (cached findings)."""
+    from ..find.findings import save_findings
+    from ..model.loading import open_checkpoint
+
+    ckpt, _ = open_checkpoint(model, load)
+    found = _find(ckpt, load, params, recompute)
+    findings, path, cached = found.data, found.path, found.from_cache
+    if out_file:
+        save_findings(findings, out_file)
+    if as_json:
+        print_json(findings)
+        return
+    print_findings(findings)
+    out.print(f"{'Cached' if cached else 'Saved'} findings: {path}" + (f" and {out_file}" if out_file else ""))
+
+
+@cli.command(name="amplify-heads")
+@baking_command
+@click.option("--heads", default=None, help="Heads as LAYER.HEAD pairs, e.g. 7.7,8.17 (0-based); "
+              "without it the heads come from findings.")
+@click.option("--alpha", "alphas", required=True,
+              help="Scale of each head's output (2.5 amplifies); a list (2,2.5,3) bakes one folder per value.")
+@click.option("--allow-zero", is_flag=True, help="Accept --alpha 0, or an α that rounds the heads' weights to "
+              "zero in the stored dtype (removes the heads).")
+@click.option("--findings", "findings_file", type=click.Path(path_type=Path), default=None,
+              help="A heads findings file (default: cached findings for MODEL, computed if missing).")
+@click.option("--top", type=click.IntRange(min=1), default=None,
+              help="How many heads from the findings (default: the knocked-out selection); beyond "
+              "it, heads follow the knockout-confirmed ranking, then discovery's.")
+@click.option("--transfer", is_flag=True,
+              help="Accept findings from another checkpoint of the same architecture (instruct → base).")
+@typed_options(FindParams, into="params", only=PAIR_FIELDS + SEARCH_FIELDS)
+@RECOMPUTE
+def amplify_heads(model: str, load: LoadSpec, out_dir: Path, force: bool, verify: bool, as_json: bool,
+                  heads: str | None, alphas: str, allow_zero: bool, findings_file: Path | None, top: int | None,
+                  transfer: bool, params: FindParams, recompute: bool) -> None:
+    """Scale the o_proj input columns of chosen heads by ALPHA and write a new checkpoint."""
+    values = parse_values(alphas, "--alpha")
+    for alpha in values:
+        check_alpha(alpha, allow_zero)
+    extra = None
+    if heads is not None:  # `--heads ""` is an empty list (parse_heads says so), not "use findings"
+        if findings_file or top or transfer:
+            raise RecipeError("--heads names the heads itself; drop --findings / --top / --transfer, or drop --heads")
+        chosen = [(h.layer, h.head) for h in parse_heads(heads, 1.0)]
+    else:
+        chosen, extra = _heads_from_findings(model, load, findings_file, top, transfer, params, recompute, as_json)
+    recipes = [Recipe(tuple(HeadScale(layer, head, a) for layer, head in chosen)) for a in values]
+    if not allow_zero:
+        refuse_vanishing(model, load, recipes)
+    items = [(sweep_label("alpha", a), r, extra) for a, r in zip(values, recipes)]
+    bake_each(model, items, out_dir, load=load, force=force, verify=verify, as_json=as_json)
+
+
+def _heads_from_findings(model: str, load: LoadSpec, findings_file: Path | None, top: int | None, transfer: bool,
+                         params: FindParams, recompute: bool, as_json: bool):
+    """The heads to amplify from --findings or the cached (else fresh) findings, and their record."""
+    from ..find.heads.find import HeadFindings
+    from ..model.loading import open_checkpoint
+
+    ckpt, _ = open_checkpoint(model, load)
+    if findings_file:
+        found = HeadFindings.read(findings_file, ckpt, transfer)
+        if found.transfer_note:
+            err.print(f"[yellow]note:[/] {found.transfer_note}")
+    elif transfer:  # as prune-neurons: cached findings are this model's, there is nothing to transfer
+        raise RecipeError("--transfer applies to --findings from another checkpoint; give --findings FILE")
+    else:
+        found = _find(ckpt, load, params, recompute)
+    chosen = found.select(top)
+    if not as_json:
+        out.print(f"Heads from findings ({found.path}): {', '.join(f'{l}.{h}' for l, h in chosen)}")
+    return chosen, {"heads_findings": {**found.record(), "heads": [list(h) for h in chosen]}}

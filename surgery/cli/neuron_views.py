@@ -1,0 +1,73 @@
+"""What find-neurons / prune-neurons show and record: neuron table, layer histogram, overlap matrix."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from rich.table import Table
+
+from .console import out
+from ..find.neurons.find import NeuronFindings, dataset_brief, describe
+from ..find.neurons.select import Selection
+
+BAR_WIDTH = 30
+
+
+def selection_extra(found: NeuronFindings, chosen: Selection, factor: float) -> dict[str, Any]:
+    """The entries a bake adds to surgery.json: the selection and where its evidence came from."""
+    return {"neuron_selection": {**describe(found.scores, chosen), "factor": factor},
+            "neuron_findings": found.record()}
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def neuron_table(summary: Mapping[str, Any], title: str) -> Table:
+    """Selected neurons; 'category' is the one that chose it (per-category) or its strongest one."""
+    per_category = summary["rule"] == "per-category"
+    table = Table(title=title)
+    for col in ("#", "layer", "neuron", "bias", "signed", "fairness", "PPM", "activation"):
+        table.add_column(col, justify="right")
+    table.add_column("chosen for" if per_category else "top category")
+    for rank, r in enumerate(summary["neurons"], 1):
+        table.add_row(str(rank), str(r["layer"]), str(r["neuron"]), _fmt(r["bias"]), _fmt(r["signed"]),
+                      _fmt(r["fairness"]), _fmt(r["ppm"]), _fmt(r["activation"]),
+                      r["chosen_for" if per_category else "top_category"])
+    return table
+
+
+def histogram_lines(distribution: list[int]) -> list[str]:
+    """One bar per layer that holds a selected neuron."""
+    peak = max(distribution) or 1
+    return [f"layer {layer:>3} {'█' * max(1, round(BAR_WIDTH * c / peak)):<{BAR_WIDTH}} {c}"
+            for layer, c in enumerate(distribution) if c]
+
+
+def overlap_table(overlap: Mapping[str, Any]) -> Table:
+    cats = overlap["categories"]
+    table = Table(title=f"Category overlap: Jaccard of each category's top {overlap['n']} ({overlap['score']})")
+    table.add_column("")
+    for c in cats:
+        table.add_column(c, justify="right")
+    for c, row in zip(cats, overlap["jaccard"]):
+        table.add_row(c, *(f"{v:.2f}" for v in row))
+    return table
+
+
+def print_summary(summary: Mapping[str, Any], dataset: Mapping[str, Any], title: str = "") -> None:
+    """The rich view of one selection (find-neurons shows the top n; prune-neurons what it bakes)."""
+    head = (f"Top {summary['n']} neurons by {summary['score']} ({summary['rule']}"
+            + (f", w = {summary['bias_weight']:g}" if summary["score"] == "fairness" else "")
+            + (f", sparing the {summary['spare_active']:g} most active per layer" if summary["spare_active"] else "")
+            + ")")
+    out.print(neuron_table(summary, f"{head}{' — ' + title if title else ''}"))
+    out.print("[bold]Neurons per layer[/]")
+    for line in histogram_lines(summary["layer_distribution"]):
+        out.print(line)
+    if len(summary["overlap"]["categories"]) > 1:
+        out.print(overlap_table(summary["overlap"]))
+    if dataset:
+        skipped = dataset.get("skipped") or {}
+        note = f"; skipped (token counts differ): {', '.join(f'{c} {k}' for c, k in skipped.items())}" if skipped else ""
+        out.print(f"Pairs: {dataset.get('pairs_used')} of {dataset.get('pairs')} from {dataset.get('source')}{note}")

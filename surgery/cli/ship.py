@@ -1,0 +1,190 @@
+"""Commands that ship results: eval, card, export-lora, push, report."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from .group import cli
+from .console import err, out, print_json, progress_bars
+from ..core.errors import SurgeryError
+from ..model.loading import open_checkpoint
+from .baking import model_argument
+
+
+@cli.command(name="export-lora")
+@model_argument(runs_model=False)
+@click.option("--recipe", "recipe_path", required=True, type=click.Path(path_type=Path),
+              help="Recipe YAML whose edits the adapter reproduces, or a folder baked from MODEL "
+              "(or its surgery.json): the recipe it recorded.")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
+              help="Adapter folder to write (atomically).")
+@click.option("--vllm", is_flag=True, help="Pad every module to one rank vLLM accepts (8 … 512).")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def export_lora_cmd(model, load, recipe_path, out_dir, vllm, force, as_json):
+    """Write a PEFT LoRA adapter whose effect on MODEL is exactly the recipe."""
+    from ..ship.lora import export_lora, load_recipe
+
+    ckpt, source = open_checkpoint(model, load)
+    summary = export_lora(ckpt, load_recipe(recipe_path, ckpt), out_dir, vllm=vllm, force=force, source=source)
+    if as_json:
+        print_json({"out": str(out_dir), **summary})
+        return
+    ranks = sorted(set(summary["modules"].values()))
+    out.print(f"[green]Exported[/] {len(summary['modules'])} LoRA module(s), rank "
+              f"{'/'.join(map(str, ranks))}{' (vLLM)' if vllm else ''}, lora_alpha = r → {out_dir}")
+
+
+@cli.command(name="push")
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--repo", "repo_id", required=True, metavar="NAMESPACE/NAME", help="Hub repo to push to.")
+@click.option("--private", is_flag=True, help="Create the repo as private (an existing repo keeps its visibility).")
+@click.option("--revision", default=None, help="Branch to push to (created when missing).")
+@click.option("--create-pr", is_flag=True, help="Open a pull request against main instead of committing.")
+@click.option("--message", default=None, help="Commit message.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def push_cmd(folder, repo_id, private, revision, create_pr, message, as_json):
+    """Push a verified checkpoint (or exported adapter) FOLDER to the Hub.
+
+    The token comes from HF_TOKEN or `hf auth login`; it is never printed.
+    """
+    from ..ship.hub import push
+
+    result = push(folder, repo_id, private=private, revision=revision, create_pr=create_pr, message=message)
+    if as_json:
+        print_json(result)
+        return
+    out.print(f"Checked: {result['checked']}")
+    where = result["pr_url"] or result["commit_url"]
+    out.print(f"[green]Pushed[/] {folder} to {result['repo']} ({result['revision']}): {where}")
+
+
+@cli.command(name="card")
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--eval", "eval_path", type=click.Path(path_type=Path), default=None,
+              help="An eval JSON (surgery eval --out) whose before/after table goes into the card.")
+def card_cmd(folder, eval_path):
+    """Rewrite the model card of a baked FOLDER (keeps surgery.json's hashes consistent)."""
+    from ..ship.card import refresh_card
+    from ..evaluate.data import card_summary, load_result
+
+    evaluation = card_summary(load_result(eval_path)) if eval_path else None
+    path = refresh_card(folder, evaluation)
+    out.print(f"[green]Wrote[/] {path}{' with the evaluation table' if evaluation else ''}")
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+ARROWS = {"higher": "↑", "lower": "↓", "zero": "(0 = none)"}
+
+
+def eval_table(result: dict) -> Table:
+    """The metrics as a rich table: source, model, and retained % (or Δ for non-retention metrics)."""
+    from ..evaluate.data import metric_info
+
+    model, against = result["metrics"]["model"], result["metrics"].get("against") or {}
+    table = Table(title=f"surgery eval: {result['model']['path']}", caption="↑ higher is better, ↓ lower is better")
+    table.add_column("metric")
+    if result.get("against"):
+        table.add_column("source", justify="right")
+    table.add_column("model", justify="right")
+    if result.get("against"):
+        table.add_column("retained / Δ", justify="right")
+    for key, value in model.items():
+        label, better, _ = metric_info(key)
+        row = [f"{label} {ARROWS[better]}"]
+        if result.get("against"):
+            row.append(_cell(against.get(key)))
+        row.append(_cell(value))
+        if result.get("against"):
+            pct = result["retained_pct"].get(key)
+            before = against.get(key)
+            delta = (value - before) if isinstance(value, float) and isinstance(before, float) else None
+            row.append(f"{pct:.1f}%" if pct is not None else (f"{delta:+.4g}" if delta is not None and math.isfinite(delta) else ""))
+        table.add_row(*row)
+    return table
+
+
+@cli.command(name="eval")
+@model_argument
+@click.option("--against", default=None, help="Source checkpoint to compare with (KL, % retained, before/after).")
+@click.option("--suite", "suites", multiple=True, help="retention, kl, bbq, awareness or lm-eval (repeatable; "
+              "default: every suite whose inputs are given).")
+@click.option("--limit", type=int, default=None, help="At most N items per data set (default: shipped sets in full, "
+              "100 per BBQ file and per N4 split).")
+@click.option("--bbq", "bbq_paths", multiple=True, type=click.Path(path_type=Path),
+              help="BBQ-format JSONL file or folder (repeatable).")
+@click.option("--n4", "n4_path", type=click.Path(path_type=Path), default=None, help="N4-format JSONL file.")
+@click.option("--lm-eval", "lm_eval_tasks", default="", help="Comma-separated lm-eval task names (needs lm-eval).")
+@click.option("--lm-eval-include", type=click.Path(path_type=Path), default=None,
+              help="Folder of extra lm-eval task YAML files.")
+@click.option("--batch-size", type=int, default=8, show_default=True, help="Sequences per forward pass.")
+@click.option("--out", "out_path", type=click.Path(path_type=Path), default=None, help="Write the result JSON here (atomically).")
+@click.option("--card", "update_card", is_flag=True, help="Put the before/after table into MODEL's model card "
+              "(MODEL must be a surgery checkpoint; surgery.json is kept consistent).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result JSON instead of the table.")
+def eval_cmd(model, load, against, suites, limit, bbq_paths, n4_path, lm_eval_tasks,
+             lm_eval_include, batch_size, out_path, update_card, as_json):
+    """Evaluate MODEL: retention, KL vs --against, BBQ bias, DiffAware/CtxtAware, lm-eval tasks."""
+    from ..evaluate.suites import evaluate, make_plan
+    from ..evaluate.data import card_summary, save_result
+
+    tasks = [t.strip() for t in lm_eval_tasks.split(",") if t.strip()]
+    plan = make_plan(suites, against=against is not None, limit=limit, bbq=bbq_paths, n4=n4_path,
+                     lm_eval_tasks=tasks, lm_eval_include=lm_eval_include, batch_size=batch_size)
+    # Opened as checkpoints: the same safety checks (remote code, pickles) as every other command.
+    _, source = open_checkpoint(model, load)
+    against_path = open_checkpoint(against, replace(load, revision=None))[1].path if against else None
+    if update_card:
+        from ..bake.provenance import load_provenance
+
+        if source.hub_id:
+            raise SurgeryError("--card rewrites a local baked folder; MODEL is a Hub download (the Hub "
+                               "cache is never written): give the local folder, or run surgery card later")
+        load_provenance(source.path)  # fail now, not after the evaluation
+    # Progress and notes go to stderr, with --json too (it owns stdout only).
+    with progress_bars() as progress:
+        result = evaluate(source.path, plan, against=against_path, load=load,
+                          progress=progress, report=lambda m: err.print(f"[dim]{m}[/]"))
+    if out_path:
+        save_result(result, out_path)
+    if update_card:
+        from ..ship.card import refresh_card
+
+        refresh_card(source.path, card_summary(result))
+    if as_json:
+        from ..evaluate.data import clean
+
+        print_json(clean(result))
+        return
+    out.print(eval_table(result))
+    out.print(f"{result['seconds']:.0f} s" + (f"; result → {out_path}" if out_path else "")
+              + ("; model card updated" if update_card else ""))
+
+
+@cli.command(name="report")
+@click.argument("findings", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--eval", "evals", multiple=True, type=click.Path(path_type=Path),
+              help="Eval result JSON (surgery eval --out); repeatable.")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Report folder (written atomically).")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+def report_cmd(findings, evals, out_dir, force):
+    """Write a markdown report with figures from FINDINGS files and eval results (needs matplotlib)."""
+    from ..ship.report import build_report
+
+    if not findings and not evals:
+        raise SurgeryError("give at least one findings file or --eval result to report on")
+    path = build_report(findings, evals, out_dir, force=force)
+    pngs = sorted(p.name for p in path.parent.glob("*.png"))
+    out.print(f"[green]Wrote[/] {path} with {len(pngs)} figure(s)")

@@ -1,0 +1,1 @@
+"""Evaluation suites: retention, KL, BBQ, DiffAware/CtxtAware, lm-eval; result files."""

@@ -1,0 +1,192 @@
+"""``surgery eval``: retention, KL against the source, BBQ bias, DiffAware/CtxtAware, lm-eval.
+
+Suites (each model is loaded once, in fp32, and runs every chosen suite):
+
+- ``retention``: perplexity on the shipped passages; accuracy on the shipped four-option
+  general-knowledge questions, each option scored by the sum of its tokens' log-likelihoods after
+  ``"Question: …\\nAnswer:"``, the highest wins (lm-eval's ``acc``; the per-character normalised
+  choice, ``acc_norm``, is in the details: it scores lower on SmolLM2, since these options are
+  short names). With ``--against`` both are also given as % of the source's.
+- ``kl``: KL(source ‖ model) of next-token distributions at every position of the shipped
+  neutral prompts, and top-1 agreement (needs ``--against``).
+- ``bbq``: accuracy and signed bias score on BBQ-format files (see surgery.evaluate.bbq).
+- ``awareness``: DiffAware / CtxtAware on an N4-format file (see surgery.evaluate.awareness).
+- ``lm-eval``: named lm-evaluation-harness tasks, when that package is installed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from . import bbq as evaluate_bbq
+from . import data as io
+from . import lm
+from .awareness import awareness
+from ..core.errors import SurgeryError
+from ..model.loading import DEFAULT_LOAD, LoadSpec
+from ..core.optional import require
+from ..core.progress import Progress, silent
+
+SUITES = ("retention", "kl", "bbq", "awareness", "lm-eval")
+
+
+@dataclass
+class Plan:
+    """What to run and on which data (loaded once, shared by both models)."""
+
+    suites: tuple[str, ...]
+    limit: int | None = None
+    batch_size: int = 8
+    retention: dict[str, list] = field(default_factory=dict)
+    bbq: list[dict[str, Any]] = field(default_factory=list)
+    n4: list[dict[str, Any]] = field(default_factory=list)
+    lm_eval_tasks: tuple[str, ...] = ()
+    lm_eval_include: Path | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def make_plan(suites: Sequence[str] | None, *, against: bool, limit: int | None = None,
+              bbq: Sequence[Path] = (), n4: Path | None = None, lm_eval_tasks: Sequence[str] = (),
+              lm_eval_include: Path | None = None, batch_size: int = 8) -> Plan:
+    """Choose suites (default: every suite whose inputs were given) and load their data."""
+    given = {"retention": True, "kl": against, "bbq": bool(bbq), "awareness": n4 is not None,
+             "lm-eval": bool(lm_eval_tasks)}
+    hints = {"kl": "--against SOURCE", "bbq": "--bbq FILE_OR_FOLDER", "awareness": "--n4 FILE",
+             "lm-eval": "--lm-eval TASKS"}
+    if suites:
+        unknown = [s for s in suites if s not in SUITES]
+        if unknown:
+            raise SurgeryError(f"unknown suite(s) {', '.join(unknown)}; choose from {', '.join(SUITES)}")
+        for s in suites:
+            if not given[s]:
+                raise SurgeryError(f"--suite {s} needs {hints[s]}")
+        chosen = tuple(s for s in SUITES if s in suites)
+    else:
+        chosen = tuple(s for s in SUITES if given[s])
+    if limit is not None and limit < 1:
+        raise SurgeryError(f"--limit must be at least 1, got {limit}")
+    if "lm-eval" in chosen:
+        require("lm_eval")  # fail before any model is loaded
+    plan = Plan(chosen, limit, batch_size, lm_eval_tasks=tuple(lm_eval_tasks), lm_eval_include=lm_eval_include)
+    if "retention" in chosen or "kl" in chosen:
+        plan.retention = io.retention_data(limit)
+    if "bbq" in chosen:
+        plan.bbq = evaluate_bbq.check_items(io.bbq_data(bbq, limit), "--bbq")
+    if "awareness" in chosen:
+        plan.n4 = io.n4_data(Path(n4), limit)
+    plan.settings = {"suites": list(chosen), "limit": limit, "bbq": [str(p) for p in io.bbq_files(bbq)] if bbq else [],
+                     "n4": str(n4) if n4 else None, "lm_eval": list(lm_eval_tasks),
+                     "items": {"passages": len(plan.retention.get("passages", [])),
+                               "mcq": len(plan.retention.get("mcq", [])),
+                               "prompts": len(plan.retention.get("prompts", [])),
+                               "bbq": len(plan.bbq), "n4": len(plan.n4)}}
+    return plan
+
+
+def run_suites(model, tokenizer, plan: Plan, *, kl_reference: list | None = None,
+               keep_reference: bool = False, progress: Progress = silent) -> dict[str, Any]:
+    """Every suite of ``plan`` on one loaded model: {"metrics", "details", "reference"}."""
+    metrics: dict[str, float] = {}
+    details: dict[str, Any] = {}
+    bs = plan.batch_size
+    if "retention" in plan.suites:
+        texts = [p["text"] for p in plan.retention["passages"]]
+        details["perplexity"] = lm.perplexity(model, tokenizer, texts, batch_size=max(1, bs // 2),
+                                              progress=progress("perplexity", len(texts)))
+        details["mcq"] = mcq_accuracy(model, tokenizer, plan.retention["mcq"], bs, progress)
+        metrics["perplexity"] = details["perplexity"]["perplexity"]
+        metrics["mcq_accuracy"] = details["mcq"]["accuracy"]
+    reference = None
+    if "kl" in plan.suites or keep_reference:
+        prompts = [p["text"] for p in plan.retention["prompts"]]
+        reference = lm.next_token_logprobs(model, tokenizer, prompts, progress("KL prompts", len(prompts)))
+        if kl_reference is not None:
+            details["kl"] = lm.kl_divergence(kl_reference, reference)
+            metrics["kl_mean"] = details["kl"]["kl_mean"]
+            metrics["top1_agreement"] = details["kl"]["top1_agreement"]
+    if "bbq" in plan.suites:
+        details["bbq"] = bbq(model, tokenizer, plan.bbq, bs, progress)
+        metrics.update({f"bbq_{k}": details["bbq"][k] for k in
+                        ("acc_ambig", "acc_disambig", "bias_ambig", "bias_disambig")})
+    if "awareness" in plan.suites:
+        aw = awareness(model, tokenizer, plan.n4, batch_size=bs, progress=progress("awareness", len(plan.n4)))
+        details["awareness"] = {k: v for k, v in aw.items() if k != "answers"}
+        metrics["diffaware"], metrics["ctxtaware"] = aw["diffaware"], aw["ctxtaware"]
+    if "lm-eval" in plan.suites:
+        from .lmeval import run_lm_eval
+
+        details["lm_eval"] = run_lm_eval(model, tokenizer, plan.lm_eval_tasks, limit=plan.limit,
+                                         batch_size=bs, include_path=plan.lm_eval_include)
+        metrics.update(details["lm_eval"]["metrics"])
+    return {"metrics": metrics, "details": details, "reference": reference if keep_reference else None}
+
+
+def mcq_accuracy(model, tokenizer, questions: list[dict[str, Any]], batch_size: int, progress: Progress) -> dict[str, Any]:
+    """Log-likelihood choice (``accuracy``) and the per-character normalised choice (``accuracy_norm``)."""
+    pairs = [(f"Question: {q['question']}\nAnswer:", f" {c}") for q in questions for c in q["choices"]]
+    ll = lm.option_logliks(model, tokenizer, pairs, batch_size=batch_size * 2,
+                           progress=progress("multiple choice", len(pairs)))
+    norm = raw = 0
+    start = 0
+    for q in questions:
+        opts = [f" {c}" for c in q["choices"]]
+        scores = ll[start:start + len(opts)]
+        start += len(opts)
+        norm += lm.choose(scores, opts, normalize=True) == q["answer"]
+        raw += lm.choose(scores, opts, normalize=False) == q["answer"]
+    n = len(questions)
+    return {"accuracy": raw / n if n else float("nan"), "accuracy_norm": norm / n if n else float("nan"),
+            "n": n, "chance": sum(1 / len(q["choices"]) for q in questions) / n if n else float("nan")}
+
+
+def bbq(model, tokenizer, items: list[dict[str, Any]], batch_size: int, progress: Progress) -> dict[str, Any]:
+    """BBQ answers by per-character log-likelihood, then accuracy and bias score.
+
+    Normalised here (unlike the retention questions) because BBQ's "unknown" answers ("Can't be
+    determined") are longer than the person answers: a raw sum would count against exactly the
+    answer that the bias score depends on.
+    """
+    pairs = [(evaluate_bbq.prompt(it), o) for it in items for o in evaluate_bbq.options(it)]
+    ll = lm.option_logliks(model, tokenizer, pairs, batch_size=batch_size, progress=progress("BBQ", len(pairs)))
+    preds = [lm.choose(ll[3 * i:3 * i + 3], evaluate_bbq.options(it), normalize=True) for i, it in enumerate(items)]
+    return evaluate_bbq.score(items, preds)
+
+
+def _identity(path: Path) -> dict[str, Any]:
+    from ..core.checkpoint import Checkpoint
+
+    return {"path": str(path), "fingerprint": Checkpoint(path, allow_remote_code=True).fingerprint()}
+
+
+def _load(path: Path, load: LoadSpec):
+    from ..model.loading import load_model, load_tokenizer
+
+    return load_model(path, load), load_tokenizer(path, load)
+
+
+def evaluate(model_path: Path, plan: Plan, *, against: Path | None = None, load: LoadSpec = DEFAULT_LOAD,
+             progress: Progress = silent, report: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """Run ``plan`` on the model (and on ``against`` first, when given); return the result JSON."""
+    start = time.time()
+    result = io.new_result(_identity(model_path), _identity(against) if against else None, plan.settings)
+    reference = None
+    if against is not None:
+        report(f"evaluating the source {against}")
+        model, tok = _load(against, load)
+        run = run_suites(model, tok, plan, keep_reference="kl" in plan.suites, progress=progress)
+        del model
+        result["metrics"]["against"], result["details"]["against"] = run["metrics"], run["details"]
+        reference = run["reference"]
+    report(f"evaluating {model_path}")
+    model, tok = _load(model_path, load)
+    run = run_suites(model, tok, plan, kl_reference=reference, progress=progress)
+    result["metrics"]["model"], result["details"]["model"] = run["metrics"], run["details"]
+    for key, after in run["metrics"].items():
+        pct = io.retained(key, result["metrics"]["against"].get(key), after)
+        if pct is not None:
+            result["retained_pct"][key] = pct
+    result["seconds"] = round(time.time() - start, 1)
+    return result

@@ -1,0 +1,1 @@
+"""Finding what to edit: the findings files and their cache, and the two finders."""

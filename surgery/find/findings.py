@@ -1,0 +1,209 @@
+"""Findings files: versioned JSON evidence computed once, cached, and reused for any α or n.
+
+A findings file records what was found (per-head or per-neuron scores) together with the model it
+was found on (fingerprint + geometry), the dataset's sha256 and the parameters, so that a later
+``amplify-heads`` / ``prune-neurons`` can check it belongs to the model it is applied to.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+from ..core.architectures import architecture
+from ..core.checkpoint import Checkpoint
+from ..core.errors import FindingsError, SurgeryError
+
+FINDINGS_VERSION = 1
+KINDS = ("heads", "neurons")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def _remove_dead_temporaries(path: Path) -> None:
+    """Remove temporary files that killed writers of ``path`` left behind (their pid is gone)."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2:].split(".")[0]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and rename: readers never see half a file.
+
+    The temporary name is chosen before the file is created inside ``try``, so a Ctrl-C at any
+    point removes it (``mkstemp`` could be interrupted after creating its file, before returning).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_dead_temporaries(path)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def model_identity(ckpt: Checkpoint) -> dict[str, Any]:
+    """What a findings file records about the model it was computed on."""
+    arch = architecture(ckpt.config)
+    return {
+        "fingerprint": ckpt.fingerprint(),
+        "model_type": arch.model_type,
+        "geometry": arch.geometry.__dict__,
+        "path": str(ckpt.path),
+    }
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def params_key(params: Mapping[str, Any]) -> str:
+    return sha256_bytes(json.dumps(params, sort_keys=True, default=str).encode())[:16]
+
+
+def cache_dir() -> Path:
+    """``$SURGERY_CACHE``, else ``$XDG_CACHE_HOME/surgery``, else ``~/.cache/surgery``."""
+    if os.environ.get("SURGERY_CACHE"):
+        return Path(os.environ["SURGERY_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "surgery"
+
+
+def cache_path(kind: str, fingerprint: str, dataset_sha256: str, params: Mapping[str, Any]) -> Path:
+    """Where findings for this model + dataset + parameters are cached."""
+    return cache_dir() / kind / f"{fingerprint[:16]}-{dataset_sha256[:16]}-{params_key(params)}.json"
+
+
+def save_findings(findings: Mapping[str, Any], path: Path) -> None:
+    """Write findings atomically (an interrupted run leaves the old file or none)."""
+    atomic_write_text(Path(path), json.dumps(findings, indent=1, sort_keys=False, default=float) + "\n")
+
+
+def load_findings(path: str | Path, kind: str) -> dict[str, Any]:
+    """Read and check a findings file of the given kind ('heads' or 'neurons')."""
+    path = Path(path)
+    if not path.is_file():
+        raise FindingsError(f"findings file {path} does not exist; give a file written by surgery find-{kind}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FindingsError(f"findings file {path} is not valid JSON ({exc.__class__.__name__}); "
+                            "recompute it with surgery find-" + kind) from None
+    if not isinstance(data, dict) or data.get("format") != "surgery-findings":
+        raise FindingsError(f"{path} is not a surgery findings file (no \"format\": \"surgery-findings\"); "
+                            f"give a file written by surgery find-{kind}")
+    if data.get("version") != FINDINGS_VERSION:
+        raise FindingsError(f"{path} has findings version {data.get('version')!r}; this surgery reads "
+                            f"version {FINDINGS_VERSION}: recompute it with surgery find-{kind}")
+    if data.get("kind") != kind:
+        raise FindingsError(f"{path} holds {data.get('kind')!r} findings, but {kind} findings are needed "
+                            f"(make them with surgery find-{kind})")
+    if not isinstance(data.get("model"), dict) or "fingerprint" not in data["model"]:
+        raise FindingsError(f"{path} does not record the model it was computed on; recompute it")
+    return data
+
+
+def check_model(findings: Mapping[str, Any], ckpt: Checkpoint, allow_transfer: bool = False) -> str | None:
+    """Findings must come from this model, or (``allow_transfer``) one of the same architecture.
+
+    Unlike a recipe's base_model, findings record the model's fingerprint, so "this model" means
+    the same weights, whatever the path. Returns the note to show (and record) when findings of
+    another model are applied under ``allow_transfer``, else None.
+    """
+    recorded = findings["model"]
+    here = model_identity(ckpt)
+    if recorded.get("fingerprint") == here["fingerprint"]:
+        return None
+    same_arch = (recorded.get("model_type") == here["model_type"]
+                 and recorded.get("geometry") == here["geometry"])
+    if allow_transfer and same_arch:
+        return (f"the findings were computed on another model ({recorded.get('path')}) of the same "
+                f"architecture; applying them to {ckpt.path} as --transfer asks")
+    if same_arch:
+        raise FindingsError(
+            f"the findings were computed on another model ({recorded.get('path')}) of the same "
+            "architecture; pass --transfer to apply them anyway (e.g. instruct → base)")
+    raise FindingsError(
+        f"the findings were computed on a different model ({recorded.get('path')}, "
+        f"{recorded.get('model_type')}) and cannot be applied to {ckpt.path} ({here['model_type']}); "
+        f"compute findings for this model with surgery find-{findings.get('kind', 'heads')}")
+
+
+def new_findings(kind: str, ckpt: Checkpoint, dataset_sha256: str, params: Mapping[str, Any],
+                 tool_version: str) -> dict[str, Any]:
+    """The common head of every findings file; the finder adds its results."""
+    assert kind in KINDS
+    return {
+        "format": "surgery-findings",
+        "version": FINDINGS_VERSION,
+        "kind": kind,
+        "tool_version": tool_version,
+        "model": model_identity(ckpt),
+        "dataset_sha256": dataset_sha256,
+        "parameters": dict(params),
+    }
+
+
+@dataclass
+class Found:
+    """Findings of either kind as the commands use them: the JSON dict, the file it lives in,
+    whether it came from the cache, and the note when --transfer applied another model's findings.
+
+    Subclasses (``HeadFindings``, ``NeuronFindings``) set ``kind`` and turn a selection into a
+    :class:`~surgery.core.edits.Recipe`. Both are checked against the model they are applied to, from a
+    user's file as from the cache.
+    """
+
+    data: dict[str, Any]
+    path: Path
+    from_cache: bool
+    transfer_note: str | None = None
+
+    kind: ClassVar[str] = ""
+
+    @classmethod
+    def read(cls, path: str | Path, ckpt: Checkpoint, transfer: bool = False) -> "Found":
+        """A findings file given by the user, checked against ``ckpt`` (``transfer``: same architecture)."""
+        data = load_findings(path, cls.kind)
+        note = check_model(data, ckpt, allow_transfer=transfer)
+        return cls(data, Path(path), from_cache=True, transfer_note=note)
+
+    @classmethod
+    def cached(cls, path: Path, ckpt: Checkpoint) -> "Found | None":
+        """The cache entry at ``path`` when it is sound and of this model; None when it is missing,
+        damaged or stale (it is then recomputed: a cache entry is never trusted over a fresh run)."""
+        if not path.is_file():
+            return None
+        try:
+            found = cls.read(path, ckpt)
+            found.check()
+        except SurgeryError:
+            return None
+        return found
+
+    def check(self) -> None:
+        """Raise a SurgeryError when the content is not usable (subclasses check their part)."""
+
+    def record(self) -> dict[str, Any]:
+        """What a bake records (in surgery.json) about the findings its edits came from."""
+        return {"file": str(self.path), "transfer": self.transfer_note is not None}

@@ -1,0 +1,185 @@
+"""A registered attention function: eager attention plus binding features, edge knockout and edge-α.
+
+``transformers`` calls the function registered under :data:`NAME` for every attention layer once
+a model's attention implementation is switched to it (:func:`surgery_attention`). With no active
+:class:`Plan` it computes exactly what eager attention computes. A plan (set with
+:func:`active_plan`, a context variable, because ``generate`` rejects unknown keyword arguments)
+can ask it to
+
+- keep per-head binding features: ``bind_x = P[query ∈ option x, key ∈ item].sum(keys).mean(queries)``
+  for x = a, b — only these (B, 2, H) numbers per layer are kept, never the attention maps;
+- scale the identity→item edges of chosen heads: ``P' = P_ko + α·(P − P_ko)``, where ``P_ko`` is
+  the softmax with those scores set to the dtype's minimum. α = 0 is the edge knockout, α = 1
+  changes nothing, α > 1 amplifies. Because the head output is ``P·V``, this is exactly the
+  published ``out_ko + α·(out − out_ko)`` at the identity query positions (other rows: P_ko = P).
+
+Edits apply to the prompt pass only (query length = plan length). Decoding steps of ``generate``
+(query length 1 against a longer cache) add generated tokens, which are never identity tokens, so
+they run unchanged; their cached keys/values already carry the edited prompt pass.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+import torch
+from torch import nn
+
+from ...core.errors import SurgeryError
+
+NAME = "surgery"
+
+
+@dataclass(frozen=True)
+class EdgeEdit:
+    """Scale the edges query ∈ span ``queries`` → key ∈ span ``keys`` of ``heads`` by ``alpha``."""
+
+    heads: Mapping[int, tuple[int, ...]]  # layer → heads
+    alpha: float
+    queries: str = "tested"
+    keys: str = "item"
+
+    def is_identity(self) -> bool:
+        return self.alpha == 1.0 or not any(self.heads.values())
+
+
+@dataclass
+class Plan:
+    """What the attention function does during one prompt pass (and the decoding that follows)."""
+
+    masks: Mapping[str, torch.Tensor]  # span name → (B, L) bool, in padded positions
+    features: bool = False
+    edit: EdgeEdit | None = None
+    bind: dict[int, torch.Tensor] = field(default_factory=dict)  # layer → (B, 2, H) float32
+
+    @property
+    def length(self) -> int:
+        if not self.masks:
+            raise SurgeryError("the attention plan has no token positions yet; set its masks before the "
+                               "forward pass")
+        return next(iter(self.masks.values())).shape[1]
+
+    def applies(self, q_len: int, k_len: int) -> bool:
+        """True on the prompt pass, False on a cached decoding step; anything else is a misuse."""
+        if q_len == self.length == k_len:
+            return True
+        if k_len > q_len and q_len < self.length:
+            return False
+        raise SurgeryError(f"attention plan built for {self.length}-token prompts met a {q_len}-token "
+                           "pass; build the plan from the same batch that is run")
+
+    def features_tensor(self, num_layers: int) -> torch.Tensor:
+        """(B, layers, heads): the mean of bind_a and bind_b, the discovery feature."""
+        missing = [layer for layer in range(num_layers) if layer not in self.bind]
+        if missing:
+            raise SurgeryError(f"no binding features for layers {missing[:5]}: was the model switched "
+                               "to the surgery attention function?")
+        return torch.stack([self.bind[layer].mean(dim=1) for layer in range(num_layers)], dim=1)
+
+
+_ACTIVE: ContextVar[Plan | None] = ContextVar("surgery_attention_plan", default=None)
+
+
+@contextmanager
+def active_plan(plan: Plan | None) -> Iterator[Plan | None]:
+    """Make ``plan`` the one the attention function reads (nested uses restore the outer one)."""
+    token = _ACTIVE.set(plan)
+    try:
+        yield plan
+    finally:
+        _ACTIVE.reset(token)
+
+
+def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """(B, kv, L, d) → (B, kv·groups, L, d): query head h reads kv head h // groups."""
+    if groups == 1:
+        return x
+    b, kv, length, d = x.shape
+    return x[:, :, None].expand(b, kv, groups, length, d).reshape(b, kv * groups, length, d)
+
+
+def _bind(probs: torch.Tensor, masks: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """(B, 2, H): attention mass from option-a / option-b tokens to the item tokens."""
+    item = masks["item"].to(probs.dtype)
+    to_item = torch.einsum("bhqk,bk->bhq", probs, item).float()
+    out = []
+    for name in ("a", "b"):
+        q = masks[name].float()
+        out.append(torch.einsum("bhq,bq->bh", to_item, q) / q.sum(-1).clamp(min=1)[:, None])
+    return torch.stack(out, dim=1)
+
+
+def _edit(scores: torch.Tensor, probs: torch.Tensor, heads: tuple[int, ...], edit: EdgeEdit,
+          masks: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """``probs`` with the chosen heads' identity→item edges scaled by α (see the module docstring)."""
+    idx = torch.tensor(heads, device=scores.device)
+    edge = masks[edit.queries][:, None, :, None] & masks[edit.keys][:, None, None, :]
+    knocked = scores.index_select(1, idx).masked_fill(edge, torch.finfo(scores.dtype).min)
+    p_ko = nn.functional.softmax(knocked, dim=-1, dtype=torch.float32).to(probs.dtype)
+    p = probs.index_select(1, idx)
+    out = probs.clone()
+    out[:, idx] = p_ko + edit.alpha * (p - p_ko)
+    return out
+
+
+def surgery_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, scaling: float | None = None,
+                      dropout: float = 0.0, softcap: float | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager attention (GQA, Gemma-2 soft-capping, additive mask) plus the active plan's work."""
+    if scaling is None:
+        scaling = module.head_dim ** -0.5
+    groups = module.num_key_value_groups
+    keys, values = _repeat_kv(key, groups), _repeat_kv(value, groups)
+    scores = torch.matmul(query, keys.transpose(2, 3)) * scaling
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    plan = _ACTIVE.get()
+    if plan is not None and plan.applies(query.shape[2], keys.shape[2]):
+        layer = module.layer_idx
+        if plan.features:
+            plan.bind[layer] = _bind(probs, plan.masks).cpu()
+        edit = plan.edit
+        if edit is not None and not edit.is_identity() and edit.heads.get(layer):
+            probs = _edit(scores, probs, tuple(edit.heads[layer]), edit, plan.masks)
+    probs = nn.functional.dropout(probs, p=dropout, training=module.training)
+    out = torch.matmul(probs, values).transpose(1, 2).contiguous()
+    return out, probs
+
+
+def register() -> None:
+    """Register the function and its (eager) mask under :data:`NAME`; idempotent."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(NAME, surgery_attention)
+    # Without a registered mask function, transformers passes no mask at all to custom functions.
+    AttentionMaskInterface.register(NAME, eager_mask)
+
+
+@contextmanager
+def surgery_attention_on(model: nn.Module) -> Iterator[nn.Module]:
+    """Switch ``model`` to the surgery attention function; the previous one is restored on exit."""
+    register()
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(NAME)
+    if model.config._attn_implementation != NAME:
+        raise SurgeryError(f"{type(model).__name__} cannot switch its attention function; binding "
+                           "features and edge edits need a model built on transformers' AttentionInterface")
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(previous)
+
+
+def edge_heads(heads: list[tuple[int, int]]) -> dict[int, tuple[int, ...]]:
+    """``[(layer, head), …]`` → ``{layer: (heads…)}``."""
+    out: dict[int, list[int]] = {}
+    for layer, head in heads:
+        out.setdefault(layer, []).append(head)
+    return {layer: tuple(sorted(set(h))) for layer, h in out.items()}

@@ -1,0 +1,150 @@
+"""Causal tests of chosen heads: edge knockout with controls and random baselines, dose-response of
+edge-level α (the paper's, run time only) and of whole-head α (o_proj slice, what a bake holds).
+
+Knockout effect = (1 − ΔS_knockout / ΔS_base) · 100, i.e. the % reduction of |ΔS| when the
+tested identity's (R in match, W in mismatch) query tokens cannot attend to the item tokens in
+the chosen heads. Control: the same edges from the distractor T's tokens. Baseline: random head
+sets of the same size. CIs: percentile bootstrap over items (pairs resampled item by item).
+
+Confirmation (PAPERS.md: "final choice confirmed by knockout"): each discovery candidate's edges are
+knocked out alone; candidates whose reduction is significant (95% CI above 0) come first, by
+effect. Discovery alone can rank *readers* first — later heads whose identity→item attention
+differs between match and mismatch because the binding is already in the residual stream — and
+knocking their edges out changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .attention import EdgeEdit, edge_heads
+from .prompts import Encoded
+from ...core.edits import HeadScale
+from .params import DOSE_GRID
+from .scores import delta, run_prompts
+from ...model.hooks import applied
+
+Heads = Sequence[tuple[int, int]]
+
+
+def effect(base: float, knocked: float) -> float:
+    """% reduction of ΔS: (1 − ΔS_ko / ΔS_base) · 100 (NaN when ΔS_base is 0)."""
+    return (1.0 - knocked / base) * 100.0 if base else float("nan")
+
+
+def _by_item(items: Sequence[str]) -> list[np.ndarray]:
+    names = sorted(set(items))
+    return [np.array([i for i, it in enumerate(items) if it == n]) for n in names]
+
+
+def bootstrap_effect(base_m: np.ndarray, base_mm: np.ndarray, ko_m: np.ndarray, ko_mm: np.ndarray,
+                     items: Sequence[str], n_boot: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile CI of the knockout effect, resampling items with replacement."""
+    groups = _by_item(items)
+    rng = np.random.default_rng(seed)
+    d_base, d_ko = base_m - base_mm, ko_m - ko_mm
+    values = []
+    for _ in range(n_boot):
+        idx = np.concatenate([groups[g] for g in rng.integers(0, len(groups), len(groups))])
+        values.append(effect(d_base[idx].mean(), d_ko[idx].mean()))
+    values = np.array(values)
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return float("nan"), float("nan")
+    lo, hi = np.percentile(values, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+class PairRunner:
+    """Runs the match and mismatch prompts of a pair set under an edit; keeps the baseline."""
+
+    def __init__(self, model, prompts: Sequence[Encoded], items: Sequence[str], option_ids,
+                 batch_size: int = 8, base: np.ndarray | None = None,
+                 progress: Callable[[int], None] | None = None):
+        self.model, self.prompts, self.items = model, prompts, list(items)
+        self.ids, self.batch_size, self.progress = option_ids, batch_size, progress
+        self.n = len(self.items)
+        self.base = base if base is not None else self.scores(None)
+
+    def scores(self, edit: EdgeEdit | None) -> np.ndarray:
+        return run_prompts(self.model, self.prompts, self.ids, batch_size=self.batch_size, edit=edit,
+                           progress=self.progress).s
+
+    def delta(self, s: np.ndarray) -> dict[str, Any]:
+        return delta(s[:self.n], s[self.n:], self.items)
+
+    def knockout(self, heads: Heads, queries: str = "tested", seed: int = 0) -> dict[str, Any]:
+        """ΔS with the (queries → item) edges of ``heads`` removed, its effect and bootstrap CI."""
+        s = self.scores(EdgeEdit(edge_heads(list(heads)), 0.0, queries=queries))
+        n = self.n
+        base_d, ko_d = self.delta(self.base)["delta"], self.delta(s)["delta"]
+        lo, hi = bootstrap_effect(self.base[:n], self.base[n:], s[:n], s[n:], self.items, seed=seed)
+        return {"heads": [list(h) for h in heads], "edges_from": queries, "delta_base": base_d,
+                "delta_knockout": ko_d, "effect_pct": effect(base_d, ko_d), "ci95": [lo, hi]}
+
+
+def single_knockouts(runner: PairRunner, candidates: Heads, seed: int = 0) -> list[dict[str, Any]]:
+    """Each candidate's tested-identity edges knocked out alone (one pass over the pairs each)."""
+    rows = []
+    for layer, head in candidates:
+        ko = runner.knockout([(layer, head)], "tested", seed)
+        rows.append({"layer": int(layer), "head": int(head), "delta_knockout": ko["delta_knockout"],
+                     "effect_pct": ko["effect_pct"], "ci95": ko["ci95"],
+                     # a reduction whose whole 95% CI lies above 0 (NaN bounds compare False)
+                     "significant": bool(ko["ci95"][0] > 0)})
+    return rows
+
+
+def confirmed_order(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Significant reductions first, each group by effect (largest first; NaN effects last)."""
+    def key(r: dict[str, Any]) -> tuple[bool, float]:
+        e = r["effect_pct"]
+        return (not r["significant"], -e if math.isfinite(e) else math.inf)
+
+    return sorted(rows, key=key)
+
+
+def random_head_sets(n_layers: int, n_heads: int, size: int, count: int, exclude: Heads,
+                     seed: int = 0) -> list[list[tuple[int, int]]]:
+    """``count`` random sets of ``size`` heads, none of them in ``exclude``."""
+    rng = random.Random(seed)
+    pool = [(layer, h) for layer in range(n_layers) for h in range(n_heads)
+            if (layer, h) not in set(map(tuple, exclude))]
+    return [sorted(rng.sample(pool, size)) for _ in range(count)]
+
+
+def knockout_report(runner: PairRunner, heads: Heads, n_layers: int, n_heads: int, *,
+                    random_sets: int = 20, seed: int = 0) -> dict[str, Any]:
+    """Tested-identity knockout, distractor control and random-head baseline for ``heads``."""
+    tested = runner.knockout(heads, "tested", seed)
+    control = runner.knockout(heads, "control", seed)
+    randoms = [runner.knockout(hs, "tested", seed)
+               for hs in random_head_sets(n_layers, n_heads, len(heads), random_sets, heads, seed)]
+    eff = np.array([r["effect_pct"] for r in randoms], float)
+    finite = eff[np.isfinite(eff)]
+    summary = {"n": len(randoms), "mean_pct": float(np.mean(finite)) if len(finite) else float("nan"),
+               "sd_pct": float(np.std(finite)) if len(finite) else float("nan"),
+               "p95_pct": float(np.percentile(finite, 95)) if len(finite) else float("nan"),
+               # share of random sets at least as effective: an empirical p-value for the heads
+               "share_ge_tested": float(np.mean(finite >= tested["effect_pct"])) if len(finite) else float("nan")}
+    return {"tested": tested, "control": control, "random": summary, "random_sets": randoms}
+
+
+def dose_response(runner: PairRunner, heads: Heads, grid: Sequence[float] = DOSE_GRID) -> list[dict[str, Any]]:
+    """ΔS at each α, edge-level (identity→item edges) and whole-head (o_proj slice), side by side."""
+    rows = []
+    for alpha in grid:
+        edge = runner.delta(runner.base if alpha == 1.0 else
+                            runner.scores(EdgeEdit(edge_heads(list(heads)), float(alpha))))
+        if alpha == 1.0:
+            whole = edge
+        else:
+            with applied(runner.model, [HeadScale(layer, h, float(alpha)) for layer, h in heads]):
+                whole = runner.delta(runner.scores(None))
+        rows.append({"alpha": float(alpha), "edge_delta_s": edge["delta"], "edge_p": edge["p"],
+                     "whole_delta_s": whole["delta"], "whole_p": whole["p"]})
+    return rows

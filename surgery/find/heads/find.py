@@ -1,0 +1,235 @@
+"""find-heads as a library: pairs → scores, discovery, knockout confirmation, knockout,
+dose-response → findings dict.
+
+``find_heads(model_path, pairs, params)`` works on any list of :class:`Pair` (the shipped
+benchmark, N4, or a synthetic task in our JSONL format) and returns a versioned findings dict
+(surgery.find.findings). ``cached_find_heads`` keys it by model fingerprint, pair set and parameters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from ... import __version__
+from .attention import surgery_attention_on
+from .pairs import Pair
+from .causal import PairRunner, confirmed_order, dose_response, knockout_report, single_knockouts
+from ...core.checkpoint import Checkpoint
+from .discovery import discover, rank_heads
+from ...core.errors import FindingsError, RecipeError, SurgeryError
+from ..findings import Found, cache_path, new_findings, save_findings
+from .params import FindParams
+from .scores import encode_pairs, option_token_ids, score_binding
+from ...model.loading import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
+from ...bake.patches import check_loadable
+from ...core.progress import Progress, silent
+from .prompting import is_instruct
+
+# Above this many pairs find-heads is a long job on a CPU (the quickstart uses 96: ~11 min on 2 cores).
+LARGE_RUN_PAIRS = 200
+
+
+def pairs_sha256(pairs: Sequence[Pair]) -> str:
+    """The sha256 of exactly the prompts measured (the findings' dataset hash)."""
+    blob = json.dumps([p.to_dict() for p in pairs], sort_keys=True, ensure_ascii=False).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def sample_records(records: Sequence[Mapping[str, Any]], limit: int | None, seed: int) -> list:
+    """At most ``limit`` "≠" and ``limit`` "=" records, drawn with ``seed``."""
+    if limit is None:
+        return list(records)
+    rng = random.Random(seed)
+    out = []
+    for split in ("diff", "equal"):
+        rows = [r for r in records if r["split"] == split]
+        out += rng.sample(rows, min(limit, len(rows)))
+    return out
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items() if not isinstance(v, np.ndarray)}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
+               params: FindParams | Mapping[str, Any] = FindParams(), *,
+               awareness_records: Sequence[Mapping[str, Any]] | None = None, load: LoadSpec = DEFAULT_LOAD,
+               progress: Progress = silent, report: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """Scores, discovery, knockout confirmation (``params.confirm`` candidates), knockout and
+    (``params.dose_response``) dose-response on ``pairs``.
+
+    The selection is the ``params.knockout_heads`` first heads of the confirmed ranking (without
+    confirmation: of discovery's ranking); when fewer candidates are significant, the best of the
+    rest fill it up, and ``confirmation.n_significant`` says so.
+    """
+    if not isinstance(params, FindParams):
+        params = FindParams(**dict(params))
+    if 0 < params.confirm < params.knockout_heads:
+        raise SurgeryError(f"--confirm {params.confirm} cannot confirm {params.knockout_heads} knockout heads; "
+                           "give --confirm 0 (no confirmation) or at least --knockout-heads")
+    ckpt = as_checkpoint(model, load)
+    check_loadable(ckpt)
+    tokenizer = load_tokenizer(ckpt.path, load)
+    model = load_model(ckpt.path, load)
+    cfg = model.config.get_text_config()
+    n_layers, n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
+    instruct = is_instruct(tokenizer) if params.instruct is None else params.instruct
+    report(work_note(len(pairs), params))
+    findings = new_findings("heads", ckpt, pairs_sha256(pairs), params.to_dict(), __version__)
+    findings["prompt_format"] = "instruct" if instruct else "base"
+    items = [p.item for p in pairs]
+    with surgery_attention_on(model):
+        scores = score_binding(model, tokenizer, pairs, instruct=instruct, batch_size=params.batch_size,
+                               features=True, progress=progress("scoring prompts", 4 * len(pairs)))
+        findings["pairs"] = {"n": len(pairs), "items": len(set(items)), "benchmark": params.benchmark}
+        findings["scores"] = {"S": scores["S"], "K": scores["K"], "K_over_S": scores["K_over_S"],
+                              "option_token_ids": scores["option_token_ids"]}
+        n = len(pairs)
+        usable = [i for i, p in enumerate(pairs) if "item" in p.match.spans]
+        if len(usable) < n:
+            report(f"{n - len(usable)} of {n} pairs do not name their item in the stem: left out of "
+                   "discovery and knockout")
+        feats = scores["features"]
+        x = np.concatenate([feats[usable], feats[[n + i for i in usable]]])
+        y = np.r_[np.ones(len(usable)), np.zeros(len(usable))]
+        groups = [items[i] for i in usable] * 2
+        disc = discover(x, y, groups, folds=params.folds, inner_folds=params.inner_folds, top=params.top_k)
+        findings["discovery"] = disc
+        sub = [pairs[i] for i in usable]
+        prompts = encode_pairs(tokenizer, sub, "binding", instruct)
+        base = np.r_[scores["s"][usable], scores["s"][[n + i for i in usable]]]
+        runner = PairRunner(model, prompts, [p.item for p in sub], option_token_ids(tokenizer),
+                            params.batch_size, base=base)
+        ranked = rank_heads(disc)
+        chosen = ranked[:params.knockout_heads]
+        if params.confirm:
+            candidates = ranked[:params.confirm]
+            # the visible cost: one pass over the binding prompts per candidate
+            runner.progress = progress(f"knockout confirmation ({len(candidates)} heads)",
+                                       2 * len(sub) * len(candidates))
+            findings["confirmation"] = confirmation(runner, disc, candidates, params.seed)
+            chosen = [(h["layer"], h["head"]) for h in findings["confirmation"]["heads"][:params.knockout_heads]]
+        findings["selected_heads"] = [list(h) for h in chosen]
+        grid = dose_alphas(params)
+        steps = 2 * len(sub) * (2 + params.random_sets + dose_passes(params))
+        runner.progress = progress("causal tests", steps)
+        findings["knockout"] = knockout_report(runner, chosen, n_layers, n_heads,
+                                               random_sets=params.random_sets, seed=params.seed)
+        if params.dose_response:
+            findings["dose_response"] = dose_response(runner, chosen, grid)
+        if params.dose_response and awareness_records:
+            from .awareness import awareness_at
+
+            recs = sample_records(awareness_records, params.awareness_max, params.seed)
+            total = len(recs) * (1 + 2 * sum(a != 1.0 for a in params.awareness_alphas))
+            findings["awareness"] = awareness_at(model, tokenizer, recs, chosen, params.awareness_alphas,
+                                                 instruct=instruct, batch_size=params.batch_size,
+                                                 progress=progress("awareness (generation)", total))
+    return _jsonable(findings)
+
+
+def dose_alphas(params: FindParams) -> tuple[float, ...]:
+    """The α values of the dose-response: the grid and the awareness runs' α (the bake's among them)."""
+    return tuple(sorted(set(params.dose_grid) | set(params.awareness_alphas)))
+
+
+def dose_passes(params: FindParams) -> int:
+    """Passes over the pairs the dose-response needs: α = 1 reuses the baseline, every other α runs
+    edge-level and whole-head once each."""
+    return 2 * sum(a != 1.0 for a in dose_alphas(params)) if params.dose_response else 0
+
+
+def work_note(n_pairs: int, params: FindParams) -> str:
+    """How many prompt forward passes find-heads will run: said before an hour-long CPU job starts."""
+    passes = params.confirm + 2 + params.random_sets + dose_passes(params)  # each over both prompts of every pair
+    total = 4 * n_pairs + passes * 2 * n_pairs
+    hint = "; on a CPU, --max-pairs 96 keeps it to minutes" if n_pairs > LARGE_RUN_PAIRS else ""
+    return f"{n_pairs} pairs: about {total:,} prompt forward passes ({passes} knockout passes){hint}"
+
+
+def confirmation(runner: PairRunner, disc: Mapping[str, Any], candidates: Sequence[tuple[int, int]],
+                 seed: int) -> dict[str, Any]:
+    """Single-head knockouts of discovery's ``candidates``, in confirmed order (causal.confirmed_order)."""
+    info = {(h["layer"], h["head"]): (rank, h) for rank, h in enumerate(disc["heads"], 1)}
+    rows = single_knockouts(runner, candidates, seed)
+    for r in rows:
+        rank, h = info[(r["layer"], r["head"])]
+        r.update(discovery_rank=rank, coef=h["coef"], stability=h["stability"])
+    rows = confirmed_order(rows)
+    return {"candidates": len(rows), "delta_base": runner.delta(runner.base)["delta"],
+            "criterion": "95% bootstrap CI (items) of the single-head reduction above 0",
+            "n_significant": sum(r["significant"] for r in rows), "heads": rows}
+
+
+def head_ranking(findings: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """Every head, best first: the selection, then the confirmed ranking (when the findings have
+    one), then the rest of discovery's ranking."""
+    selected = [tuple(h) for h in findings.get("selected_heads") or []]
+    confirmed = [(h["layer"], h["head"]) for h in (findings.get("confirmation") or {}).get("heads", [])]
+    ranked = [(h["layer"], h["head"]) for h in findings["discovery"]["heads"]]
+    return list(dict.fromkeys(selected + confirmed + ranked))
+
+
+def findings_cache(ckpt: Checkpoint, pairs: Sequence[Pair], params: FindParams) -> Path:
+    return cache_path("heads", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
+
+
+@dataclass
+class HeadFindings(Found):
+    """Head findings (see :class:`surgery.find.findings.Found`): scores, discovery, knockout, and the
+    choice of the top heads as a recipe."""
+
+    kind: ClassVar[str] = "heads"
+
+    def check(self) -> None:
+        try:
+            head_ranking(self.data)
+        except (KeyError, TypeError, ValueError):
+            raise FindingsError(f"{self.path} has no usable head ranking; recompute it with surgery find-heads") from None
+
+    def select(self, top: int | None = None) -> list[tuple[int, int]]:
+        """The first ``top`` heads of the ranking (default: the knocked-out selection)."""
+        order = head_ranking(self.data)  # the knockout-confirmed ranking when the findings have one
+        top = top or len(self.data.get("selected_heads") or []) or 1
+        if top > len(order):
+            raise RecipeError(f"--top {top} but the findings rank only {len(order)} heads; choose a smaller --top")
+        return order[:top]
+
+    def record(self) -> dict[str, Any]:
+        return {**summary(self.data), **super().record()}
+
+
+def cached_find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair], params: FindParams, *,
+                      recompute: bool = False, load: LoadSpec = DEFAULT_LOAD, **kwargs) -> HeadFindings:
+    """The cached findings for (model, pairs, params), computed and cached on a miss."""
+    ckpt = as_checkpoint(model, load)
+    path = findings_cache(ckpt, pairs, params)
+    hit = None if recompute else HeadFindings.cached(path, ckpt)
+    if hit is not None:
+        return hit
+    findings = find_heads(ckpt, pairs, params, load=load, **kwargs)
+    save_findings(findings, path)
+    return HeadFindings(findings, path, from_cache=False)
+
+
+def summary(findings: Mapping[str, Any]) -> dict[str, Any]:
+    """What a baked checkpoint records about the findings its heads came from."""
+    ko = findings.get("knockout", {}).get("tested", {})
+    return {"dataset_sha256": findings.get("dataset_sha256"), "model": findings["model"].get("path"),
+            "auc": findings.get("discovery", {}).get("auc"),
+            "delta_s": findings.get("scores", {}).get("S", {}).get("delta"),
+            "p_s": findings.get("scores", {}).get("S", {}).get("p"),
+            "knockout_effect_pct": ko.get("effect_pct"), "knockout_ci95": ko.get("ci95"),
+            "selected_heads": findings.get("selected_heads"),
+            "selection": "single-head knockout" if findings.get("confirmation") else "discovery ranking"}

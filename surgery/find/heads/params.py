@@ -1,0 +1,60 @@
+"""What find-heads is asked to do: one typed object, from the command line to the findings file.
+
+Torch-free, so that the CLI can build its options from these fields at start-up (surgery.core.options).
+Every field is recorded in the findings and is part of their cache key (``to_dict``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .pairs import DEFAULT_PER_IDENTITY
+from ...core.options import param
+
+# α values of the dose-response (edge-level and whole-head), and those at which DiffAware /
+# CtxtAware are measured (baseline, the paper's range, the default bake).
+DOSE_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
+AWARENESS_ALPHAS = (1.0, 2.0, 2.5, 3.0)
+# The fields that say which prompts are measured and how: score-binding takes only these.
+PAIR_FIELDS = ("benchmark", "max_pairs", "per_identity", "seed", "batch_size", "instruct")
+# The discovery and causal-test fields that amplify-heads offers too (it finds heads when it must).
+SEARCH_FIELDS = ("knockout_heads", "confirm", "random_sets")
+FORMATS = {"auto": None, "instruct": True, "base": False}
+
+
+@dataclass(frozen=True)
+class FindParams:
+    """Everything that changes the findings (recorded in the file and part of its cache key)."""
+
+    benchmark: str = param("builtin", "'builtin', a JSONL file in surgery's benchmark format, or the N4 JSONL.")
+    seed: int = param(0, "Seed of pairs and option order.")
+    per_identity: int = param(DEFAULT_PER_IDENTITY, "Times each identity may be the 'correct' one.", minimum=1)
+    max_pairs: int | None = param(None, "Use at most this many pairs (a balanced random subset).", kind="int",
+                                  minimum=2)
+    instruct: bool | None = param(None, "Prompt format: chat template (instruct) or base; auto = instruct when the "
+                                  "tokenizer has a chat template.", flag="--format", choices=FORMATS)
+    batch_size: int = param(8, "Pairs per forward pass.", minimum=1)
+    folds: int = 5
+    inner_folds: int = 3
+    top_k: int = 10
+    # How many heads are selected, knocked out together and reported as the finding (the paper
+    # found 2–3 binding heads per model).
+    knockout_heads: int = param(3, "How many heads are selected and knocked out together (the finding).",
+                                minimum=1)
+    # The paper keeps the top 10 |coef| heads per fold: the heads discovery itself considers.
+    confirm: int = param(10, "Knock out each of discovery's top K heads alone and select by that effect (one "
+                         "extra pass over the pairs per head); 0 selects discovery's top heads.", minimum=0)
+    random_sets: int = param(20, "Random head sets of the same size for the knockout baseline.", minimum=1)
+    dose_response: bool = param(False, "Also compare edge-level α with whole-head α on ΔS, DiffAware and "
+                                "CtxtAware.", is_flag=True)
+    dose_grid: tuple[float, ...] = DOSE_GRID
+    awareness_alphas: tuple[float, ...] = AWARENESS_ALPHAS
+    awareness_max: int | None = param(None, "With --dose-response: at most this many '≠' and '=' questions "
+                                      "(generation is slow).", kind="int", minimum=1)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["dose_grid"], d["awareness_alphas"] = list(self.dose_grid), list(self.awareness_alphas)
+        return d

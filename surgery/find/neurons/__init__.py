@@ -1,0 +1,1 @@
+"""Fairness pruning: contrastive pairs, down_proj capture, neuron scores, selection, findings."""

@@ -1,0 +1,139 @@
+"""Neuron findings computed once: pairs → token check → capture → scores → cached findings JSON.
+
+The cache key is the model fingerprint + the pairs' sha256 + the capture parameters, so a second
+``prune-neurons`` with another --n (or score, rule, factor) reads the file and runs no forward pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+from ... import __version__
+from ...core.checkpoint import Checkpoint
+from ..findings import Found, atomic_write_text, cache_path, new_findings
+from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
+from .params import DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, SelectParams
+from .select import Selection, category_overlap, layer_distribution, neuron_rows, select
+from .scores import NeuronScores, accumulate_pair_sums, ppm_scores
+from .pairs import PairSet, PairsError, check_token_counts
+from ...bake.patches import check_loadable
+from ...core.progress import Progress, silent
+
+# What was captured and how; part of the cache key (bump "method" when the scores change meaning).
+CAPTURE_PARAMS = {"method": 2, "site": "mlp.down_proj input", "pooling": "mean over real tokens",
+                  "dtype": "float32"}
+# The summary stored in every findings file uses the commands' defaults.
+SUMMARY_N = 40
+_NUMBER_LIST = re.compile(r"\[[-+0-9.eE,\s]*\]")
+
+
+@dataclass
+class NeuronFindings(Found):
+    """Neuron findings (see :class:`surgery.find.findings.Found`): every neuron's scores, and the
+    selection of any n from them as a recipe."""
+
+    kind: ClassVar[str] = "neurons"
+
+    @functools.cached_property
+    def scores(self) -> NeuronScores:
+        return scores_of(self.data)
+
+    def check(self) -> None:
+        self.scores  # parses every layer's scores: a damaged file raises SelectionError here
+
+    def select(self, n: int, options: SelectParams, categories: Sequence[str] | None = None) -> Selection:
+        """The top ``n`` neurons under ``options`` (restricted to ``categories`` when given)."""
+        return select(self.scores, n, **options.select_kwargs(categories))
+
+    def record(self) -> dict[str, Any]:
+        data = self.data
+        return {**super().record(), "from_cache": self.from_cache, "model": data["model"].get("path"),
+                "model_fingerprint": data["model"].get("fingerprint"), "dataset_sha256": data.get("dataset_sha256"),
+                "dataset": dataset_brief(data.get("dataset")), "parameters": data.get("parameters"),
+                "tool_version": data.get("tool_version")}
+
+
+def dataset_brief(dataset: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The dataset record without the (possibly long) list of skipped ids."""
+    return {k: v for k, v in (dataset or {}).items() if k != "skipped_ids"}
+
+
+def write_findings(findings: Mapping[str, Any], path: Path) -> None:
+    """Atomic write; lists of numbers go on one line each (a layer's scores), the rest indented."""
+    text = json.dumps(findings, indent=1, ensure_ascii=False)
+    text = _NUMBER_LIST.sub(lambda m: re.sub(r"\s+", "", m.group(0)), text)
+    atomic_write_text(Path(path), text + "\n")
+
+
+def describe(scores: NeuronScores, chosen: Selection) -> dict[str, Any]:
+    """A selection with its evidence: options, neuron rows, layer histogram, category overlap."""
+    return {**chosen.options(), "neurons": neuron_rows(scores, chosen),
+            "layer_distribution": layer_distribution(chosen, scores.shape[0]),
+            "overlap": category_overlap(scores, chosen)}
+
+
+def summary(scores: NeuronScores, n: int, score: str = DEFAULT_SCORE, rule: str = DEFAULT_RULE,
+            bias_weight: float = DEFAULT_BIAS_WEIGHT, categories: Sequence[str] | None = None,
+            layers: Sequence[int] | None = None, spare_active: float = DEFAULT_SPARE) -> dict[str, Any]:
+    """Top-n neurons, layer histogram and category overlap for one choice of options."""
+    chosen = select(scores, n, score=score, rule=rule, categories=categories, layers=layers,
+                    bias_weight=bias_weight, spare_active=spare_active)
+    return describe(scores, chosen)
+
+
+def capture_params(pairs: PairSet) -> dict[str, Any]:
+    return {**CAPTURE_PARAMS, "categories": pairs.categories()}
+
+
+def scores_of(findings: Mapping[str, Any]) -> NeuronScores:
+    return NeuronScores.from_dict(findings.get("scores") or {})
+
+
+def cached_path(ckpt: Checkpoint, pairs: PairSet) -> Path:
+    """Where findings for this model and these pairs are (or would be) cached."""
+    return cache_path("neurons", ckpt.fingerprint(), pairs.sha256, capture_params(pairs))
+
+
+def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, strict: bool = False,
+                 load: LoadSpec = DEFAULT_LOAD, recompute: bool = False,
+                 progress: Progress = silent,
+                 report: Callable[[str], None] = lambda m: None) -> NeuronFindings:
+    """Cached findings for (model, pairs, parameters), computing them on a miss."""
+    params = capture_params(pairs)
+    cached = cached_path(ckpt, pairs)
+    hit = None if recompute else NeuronFindings.cached(cached, ckpt)
+    if hit is not None:
+        skipped = (hit.data.get("dataset") or {}).get("skipped") or {}
+        if strict and skipped:  # the cached run skipped pairs that --strict must refuse
+            detail = ", ".join(f"{c} {n}" for c, n in skipped.items())
+            raise PairsError(f"{sum(skipped.values())} pair(s) tokenize to different lengths in this model's "
+                             f"tokenizer ({detail}); fix them or drop --strict to skip them")
+        return hit
+
+    check_loadable(ckpt)
+    tokenizer = load_tokenizer(ckpt.path, load)
+    check = check_token_counts(pairs, tokenizer, strict)
+    if check.total_skipped:
+        detail = ", ".join(f"{c} {n}" for c, n in check.skipped.items())
+        report(f"skipped {check.total_skipped} of {len(pairs)} pairs whose prompts tokenize to different "
+               f"lengths ({detail}); --strict makes this an error")
+    kept = check.kept
+    model = load_model(ckpt.path, load)
+    sums = accumulate_pair_sums(model, tokenizer, kept.pairs, batch_size, progress("capturing prompts", 2 * len(kept)))
+    scores = NeuronScores.from_sums(sums, ppm_scores(model))
+    del model
+
+    findings = new_findings("neurons", ckpt, pairs.sha256, params, __version__)
+    findings["dataset"] = {
+        "source": pairs.source, "pairs": len(pairs), "pairs_used": len(kept),
+        "per_category": scores.counts, "skipped": check.skipped, "skipped_ids": list(check.skipped_ids),
+    }
+    findings["summary"] = summary(scores, min(SUMMARY_N, scores.shape[0] * scores.shape[1] // 2))
+    findings["scores"] = scores.to_dict()
+    write_findings(findings, cached)
+    return NeuronFindings(findings, cached, from_cache=False)

@@ -1,0 +1,1 @@
+"""Loading models for computation (one LoadSpec), run-time twins of the edits (hooks), GGUF import."""

@@ -1,0 +1,69 @@
+"""Run-time twins of the baked edits: forward pre-hooks on the modules of their twin sites.
+
+Scaling a module's input features is the same linear map as scaling its weight columns (an
+``"in"`` site of surgery/sites.py): o_proj's columns for a head, down_proj's column for a neuron
+(and, for factor 0, as zeroing the gate/up rows too, since act(0)·0 = 0). So these hooks are the
+reference the bake is checked against.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterable, Iterator
+
+import torch
+from torch import nn
+
+from ..core.architectures import Architecture, architecture
+from ..core.edits import Edit
+from ..core.sites import all_sites
+
+
+def model_architecture(model: nn.Module) -> Architecture:
+    """The table entry for a loaded transformers model."""
+    return architecture(model.config.to_dict())
+
+
+def layer_module(model: nn.Module, arch: Architecture, layer: int, relative: str) -> nn.Module:
+    """The submodule ``relative`` (e.g. ``mlp.down_proj``) of decoder layer ``layer``."""
+    names = dict(model.named_modules())
+    prefix = arch.layer_prefix(names)
+    return names[prefix.format(layer=layer) + relative]
+
+
+def _scale_hook(scales: torch.Tensor):
+    """A pre-hook multiplying the last dimension of the module input by ``scales``."""
+
+    def hook(module: nn.Module, args: tuple) -> tuple:
+        x = args[0]
+        return (x * scales.to(device=x.device, dtype=x.dtype),) + tuple(args[1:])
+
+    return hook
+
+
+def scale_vectors(arch: Architecture, edits: Iterable[Edit]) -> dict[tuple[str, int], torch.Tensor]:
+    """Per (module, layer): the vector of input-feature scales of the edits' twin sites."""
+    vectors: dict[tuple[str, int], torch.Tensor] = {}
+    for site in all_sites(arch, edits):
+        if not site.twin:
+            continue  # bake-only completeness (a pruned neuron's gate/up rows): no run-time effect
+        key = (site.module, site.layer)
+        if key not in vectors:
+            vectors[key] = torch.ones(site.shape[1], dtype=torch.float32)
+        vectors[key][list(site.indices)] = site.scale
+    return vectors
+
+
+@contextmanager
+def applied(model: nn.Module, edits: Iterable[Edit]) -> Iterator[nn.Module]:
+    """Apply ``edits`` to ``model`` at run time; every hook is removed on exit, even on error."""
+    arch = model_architecture(model)
+    handles = []
+    try:
+        for (module, layer), v in scale_vectors(arch, edits).items():
+            target = layer_module(model, arch, layer, module)
+            handles.append(target.register_forward_pre_hook(_scale_hook(v)))
+        yield model
+    finally:
+        for h in handles:
+            h.remove()

@@ -1,0 +1,1 @@
+"""Shipping results: LoRA export, model card, Hub push, report and its figures."""

@@ -1,0 +1,235 @@
+"""Model cards for baked checkpoints: what was edited, why, how it was verified, what it costs.
+
+The card is built with huggingface_hub's ``ModelCard`` / ``ModelCardData``: YAML front matter
+(base_model, base_model_relation, tags including ``surgery``, library_name, the source's licence)
+and a markdown body rendered from the bake's provenance (surgery.json). ``card_hook`` plugs it
+into :func:`surgery.bake.bake.bake`; ``refresh_card`` rewrites the card of an existing bake (for
+example to add evaluation results) and keeps surgery.json's hashes and undo data consistent.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..core.checkpoint import file_sha256
+from ..core.edits import HeadScale, Recipe
+from ..core.errors import VerificationError
+from ..find.findings import atomic_write_text
+from ..bake.provenance import PROVENANCE_NAME, UNDO_NAME, integrity_problems, load_provenance, load_undo, provenance_text
+
+CARD_NAME = "README.md"
+# Front-matter keys carried over from the source's card when it has them.
+CARRIED_KEYS = ("license", "license_name", "license_link", "language", "pipeline_tag")
+MAX_EDIT_ROWS = 64
+TEMPLATE = "---\n{{ card_data }}\n---\n\n{{ body }}\n"
+
+
+def front_matter(text: str | None) -> dict[str, Any]:
+    """The YAML metadata of a model card's text ({} when there is none or it does not parse)."""
+    from huggingface_hub import ModelCard
+
+    if not text:
+        return {}
+    try:
+        return ModelCard(text, ignore_metadata_errors=True).data.to_dict()
+    except Exception:  # a malformed source card must not block the bake: it just carries nothing
+        return {}
+
+
+def _base_model(prov: Mapping[str, Any]) -> str | None:
+    """The Hub id of the checkpoint that was edited, for ``base_model`` (the Hub rejects local paths
+    there). Never the recipe's ``base_model``: a recipe may have been written for another model."""
+    from ..model.loading import HUB_ID
+
+    hub_id = (prov.get("source") or {}).get("hub_id")
+    return hub_id if hub_id and HUB_ID.match(hub_id) else None
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _edits_section(recipe: Recipe) -> str:
+    rows = ["| edit | layer | index | scale | effect |", "|---|---|---|---|---|"]
+    for e in recipe.edits[:MAX_EDIT_ROWS]:
+        if isinstance(e, HeadScale):
+            effect = "head removed" if e.alpha == 0 else f"head output × {e.alpha:g}"
+            rows.append(f"| attention head | {e.layer} | {e.head} | α = {e.alpha:g} | {effect} (o_proj input columns) |")
+        else:
+            effect = ("neuron pruned (gate/up rows and down_proj column zeroed)" if e.factor == 0
+                      else f"neuron output × {e.factor:g} (down_proj column)")
+            rows.append(f"| MLP neuron | {e.layer} | {e.neuron} | {e.factor:g} | {effect} |")
+    if len(recipe.edits) > MAX_EDIT_ROWS:
+        rows.append(f"\n… and {len(recipe.edits) - MAX_EDIT_ROWS} more edits: see `surgery.json`.")
+    return "\n".join(rows)
+
+
+# surgery.json keys written by the bake itself; any other key came from the command's ``extra``
+# (a findings summary, the selection rule, …) and is what the card shows under "Why".
+BAKE_KEYS = {"format", "version", "tool_version", "created", "source", "model_type", "recipe",
+             "edited_tensors", "verification", "undo", "files", "source_files", "evaluation",
+             "provenance_sha256", "pushed"}
+MAX_LIST = 12
+
+
+def _short(value: Any) -> str:
+    """One line for a value of a findings summary (long lists are counted, not printed)."""
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}: {_short(v)}" for k, v in value.items() if not isinstance(v, (Mapping, list)))
+    if isinstance(value, (list, tuple)):
+        if len(value) > MAX_LIST or any(isinstance(v, Mapping) for v in value):
+            return f"{len(value)} entries (see surgery.json)"
+        return ", ".join(".".join(map(str, v)) if isinstance(v, (list, tuple)) else _fmt(v) for v in value)
+    return _fmt(value)
+
+
+def _why_section(prov: Mapping[str, Any], recipe: Recipe) -> str:
+    """What the baking command recorded about its findings (the ``extra`` entries of surgery.json)."""
+    lines = []
+    for key in sorted(set(prov) - BAKE_KEYS):
+        value = prov[key]
+        if isinstance(value, Mapping):
+            lines.append(f"- **{key}**")
+            lines += [f"  - {k}: {_short(v)}" for k, v in value.items() if _short(v)]
+        elif value not in (None, "", [], {}):
+            lines.append(f"- **{key}**: {_short(value)}")
+    for k, v in recipe.notes.items():
+        lines.append(f"- {k}: {_short(v)}")
+    return "\n".join(lines) or "No findings summary was recorded: the edits were given by hand."
+
+
+def _verification_section(prov: Mapping[str, Any]) -> str:
+    ver = prov.get("verification")
+    if not ver:
+        return ("The numerical check was not run at bake time (`--no-verify`); run "
+                "`surgery verify SOURCE THIS_FOLDER` to check it.")
+    return (f"Before publishing, the baked weights were loaded and compared with the source running "
+            f"the same edit as run-time hooks on {ver.get('prompts', '?')} prompts: max |Δlogit| = "
+            f"{ver['max_abs_logit_diff']:.2e} (tolerance {ver['tolerance']:g}). Every byte outside the "
+            "edited slices equals the source (sha256 of every file in `surgery.json`).")
+
+
+def _evaluation_section(evaluation: Mapping[str, Any] | None) -> str | None:
+    if not evaluation or not evaluation.get("rows"):
+        return None
+    rows = ["| metric | source | edited | retained |", "|---|---|---|---|"]
+    for r in evaluation["rows"]:
+        kept = f"{r['retained_pct']:.1f}%" if r.get("retained_pct") is not None else ""
+        rows.append(f"| {r['label']} | {_fmt(r.get('before'))} | {_fmt(r.get('after'))} | {kept} |")
+    note = evaluation.get("note")
+    return "\n".join(rows) + (f"\n\n{note}" if note else "")
+
+
+def card_text(prov: Mapping[str, Any], source_card: str | None = None) -> str:
+    """The README.md text for a bake with provenance ``prov`` (source's card text optional)."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    recipe = Recipe.from_dict(prov["recipe"], where="surgery.json recipe")
+    src_meta = front_matter(source_card)
+    tags = ["surgery", "model-surgery"]
+    tags += ["attention-heads"] if recipe.heads else []
+    tags += ["neuron-pruning"] if any(e.factor == 0 for e in recipe.neurons) else []
+    tags += ["neuron-scaling"] if any(e.factor != 0 for e in recipe.neurons) else []
+    base = _base_model(prov)
+    data = ModelCardData(base_model=base, base_model_relation="finetune" if base else None, tags=tags,
+                         library_name="transformers",
+                         **{k: src_meta[k] for k in CARRIED_KEYS if src_meta.get(k)})
+    source = prov.get("source") or {}
+    name = base or Path(str(source.get("path", "the source model"))).name
+    sections = [
+        f"# {name} — edited with surgery\n\n"
+        f"This is **{name}** with {len(recipe.edits)} edit(s) baked into its weights by "
+        f"`surgery` {prov.get('tool_version', '')}. Tensor names, shapes, dtypes, shard layout and "
+        "config are the source's, so stock transformers, vLLM, TGI and llama.cpp's converter load "
+        "it with no custom code and no hooks.",
+        "## What was edited\n\n" + _edits_section(recipe),
+        "## Why\n\n" + _why_section(prov, recipe),
+        "## Verification\n\n" + _verification_section(prov),
+    ]
+    evaluation = _evaluation_section(prov.get("evaluation"))
+    if evaluation:
+        sections.append("## Evaluation: before and after\n\n" + evaluation)
+    recipe_yaml = recipe.to_yaml().strip()
+    sections.append(
+        "## Reproduce or undo\n\n```yaml\n" + recipe_yaml + "\n```\n\n"
+        f"`surgery apply recipe.yaml --model {base or 'SOURCE'} --out OUT` bakes the same checkpoint; "
+        "`surgery undo THIS_FOLDER --out SOURCE_COPY` restores the source byte for byte from `surgery.undo`.")
+    if src_meta.get("license"):
+        sections.append(f"## Licence\n\nThe source's licence (`{src_meta['license']}`) applies to this checkpoint.")
+    card = ModelCard.from_template(data, template_str=TEMPLATE, body="\n\n".join(sections))
+    return str(card)
+
+
+def adapter_card(summary: Mapping[str, Any]) -> str:
+    """README.md for an exported LoRA adapter (surgery.ship.lora's summary)."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    recipe = Recipe.from_dict(summary["recipe"], where="adapter recipe")
+    base = _base_model(summary)
+    data = ModelCardData(base_model=base, base_model_relation="adapter" if base else None,
+                         library_name="peft", tags=["surgery", "lora", "model-surgery"])
+    ranks = sorted(set(summary["modules"].values()))
+    body = (f"# LoRA adapter: the surgery recipe as an exact low-rank update\n\n"
+            f"Applied to **{base or 'its source model'}**, this adapter reproduces the recipe below exactly: "
+            f"{len(summary['modules'])} module(s), rank {'/'.join(map(str, ranks))}, lora_alpha = r "
+            f"(scaling 1){', padded to one rank for vLLM' if summary.get('vllm') else ''}. "
+            "`PeftModel.from_pretrained(base, THIS_FOLDER)` (merged or not) gives the same logits as the "
+            "baked checkpoint.\n\n## What it edits\n\n" + _edits_section(recipe))
+    return str(ModelCard.from_template(data, template_str=TEMPLATE, body=body))
+
+
+def card_hook(evaluation: Mapping[str, Any] | None = None) -> Callable[[Path, dict[str, Any]], str]:
+    """A ``card`` callback for :func:`surgery.bake.bake.bake` (reads the source card copied into staging)."""
+
+    def make(staged: Path, prov: dict[str, Any]) -> str:
+        if evaluation:
+            prov["evaluation"] = dict(evaluation)
+        source_card = staged / CARD_NAME
+        return card_text(prov, source_card.read_text(encoding="utf-8", errors="replace")
+                         if source_card.is_file() else None)
+
+    return make
+
+
+def _source_card(folder: Path, prov: Mapping[str, Any]) -> str | None:
+    """The source's README text, kept in surgery.undo when the bake replaced it."""
+    if CARD_NAME not in (prov.get("undo") or {}).get("replaced_files", []):
+        return None
+    return load_undo(folder / UNDO_NAME)[f"file:{CARD_NAME}"].tobytes().decode("utf-8", "replace")
+
+
+def refresh_card(folder: str | Path, evaluation: Mapping[str, Any] | None = None) -> Path:
+    """Rewrite the card of a baked ``folder`` (optionally with ``evaluation``); update surgery.json.
+
+    Every other recorded file must still match its sha256 (a tampered folder is not blessed). The
+    README is written first, then surgery.json: rerunning after an interruption repairs the pair.
+    """
+    folder = Path(folder)
+    prov = load_provenance(folder)
+    problems = integrity_problems(folder, prov, skip=[CARD_NAME])  # the card itself is about to change
+    if problems:
+        raise VerificationError(f"{folder} fails verification ({problems[0]}); refusing to rewrite the card")
+    files = prov.get("files") or {}
+    undo = prov.setdefault("undo", {"file": UNDO_NAME, "replaced_files": [], "added_files": []})
+    if CARD_NAME not in undo.get("replaced_files", []) + undo.get("added_files", []):
+        if (folder / CARD_NAME).is_file():
+            raise VerificationError(f"{folder} carries the source's README.md without undo data for it; "
+                                    "bake again with a card instead of rewriting it")
+        undo.setdefault("added_files", []).append(CARD_NAME)
+    if evaluation is not None:
+        prov["evaluation"] = dict(evaluation)
+    text = card_text(prov, _source_card(folder, prov))
+    mode = (folder / PROVENANCE_NAME).stat().st_mode & 0o777  # temporary files are created 0600
+    atomic_write_text(folder / CARD_NAME, text)
+    os.chmod(folder / CARD_NAME, mode)
+    files[CARD_NAME] = file_sha256(folder / CARD_NAME)
+    prov["files"] = dict(sorted(files.items()))
+    atomic_write_text(folder / PROVENANCE_NAME, provenance_text(prov))
+    os.chmod(folder / PROVENANCE_NAME, mode)
+    return folder / CARD_NAME

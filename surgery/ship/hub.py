@@ -1,0 +1,131 @@
+"""Publish a baked checkpoint (or an exported adapter) to the Hugging Face Hub.
+
+A folder is pushed only after it passes the structural check of ``surgery verify`` against its
+recorded source (or, when that source is not on this machine, after every recorded sha256 is
+checked), so a corrupted or hand-edited folder never reaches the Hub under surgery's name.
+The token comes from huggingface_hub's usual sources (``HF_TOKEN``, ``hf auth login``); it is
+never printed, logged or written anywhere by surgery.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..core.checkpoint import Checkpoint, read_header
+from ..core.errors import CheckpointError, SurgeryError, VerificationError
+from ..bake.provenance import PROVENANCE_NAME, integrity_problems, load_provenance
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+class HubError(SurgeryError):
+    """The Hub refused or could not be reached."""
+
+
+def check_checkpoint(folder: Path) -> tuple[str, dict[str, Any]]:
+    """Structural check of a baked folder; returns (how it was checked, provenance)."""
+    from ..bake.verify import structural
+
+    prov = load_provenance(folder)
+    src_path = Path((prov.get("source") or {}).get("path") or "")
+    problems: list[str]
+    if str(src_path) not in ("", ".") and (src_path / "config.json").is_file():
+        report, _ = structural(Checkpoint(src_path, allow_remote_code=True), folder)
+        problems, how = report.problems, f"structural check against the source {src_path}"
+    else:
+        problems, how = integrity_problems(folder, prov), "sha256 of every recorded file (source not on this machine)"
+    if problems:
+        raise VerificationError(f"{folder} fails verification ({problems[0]}"
+                                f"{f'; {len(problems) - 1} more problem(s)' if len(problems) > 1 else ''}); "
+                                "refusing to push: bake it again")
+    return how, prov
+
+
+def check_adapter(folder: Path) -> tuple[str, dict[str, Any]]:
+    """An exported adapter: its config parses and its weights have a valid safetensors header."""
+    try:
+        config = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
+        read_header(folder / "adapter_model.safetensors")
+    except (OSError, json.JSONDecodeError, CheckpointError) as exc:
+        raise VerificationError(f"{folder} is not a valid adapter ({exc}); export it again") from None
+    return "adapter config and weights header", config
+
+
+def check_pushable(folder: str | Path) -> tuple[str, dict[str, Any]]:
+    """Refuse anything but a verified surgery checkpoint or a readable adapter folder."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise SurgeryError(f"{folder} is not a folder; give a baked checkpoint or adapter folder")
+    if (folder / PROVENANCE_NAME).is_file():
+        return check_checkpoint(folder)
+    if all((folder / f).is_file() for f in ADAPTER_FILES):
+        return check_adapter(folder)
+    raise VerificationError(f"{folder} has no {PROVENANCE_NAME}: only folders written by surgery "
+                            "(bake or export-lora) are pushed")
+
+
+def preflight(repo_id: str, revision: str | None = None, create_pr: bool = False) -> None:
+    """What can be checked before any work: the repo id, the options, and that a token exists."""
+    from huggingface_hub import get_token
+
+    from ..model.loading import HUB_ID
+
+    if not HUB_ID.match(repo_id):
+        raise HubError(f"{repo_id!r} is not a Hub repo id; use NAMESPACE/NAME, e.g. me/model-edited")
+    if create_pr and revision:
+        raise HubError("--create-pr opens a pull request against main; drop --revision (or --create-pr)")
+    if not get_token():
+        raise HubError("no Hugging Face token found: run `hf auth login` or set HF_TOKEN to a token "
+                       "with write access")
+
+
+def _api():
+    from huggingface_hub import HfApi
+
+    # HF_ENDPOINT is read here, not at import time, so a mirror or test hub set later is honoured.
+    return HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None)
+
+
+def _hub_error(exc: BaseException, repo_id: str) -> HubError:
+    """One line for the user; never the request headers (they hold the token)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    while not isinstance(exc, HfHubHTTPError) and exc.__cause__ is not None:
+        exc = exc.__cause__  # LFS upload failures arrive wrapped in a RuntimeError
+    if isinstance(exc, HfHubHTTPError) and exc.response is not None:
+        status = exc.response.status_code
+        if status in (401, 403):
+            return HubError(f"the Hub refused the token for {repo_id} (HTTP {status}): log in with "
+                            "`hf auth login` or set HF_TOKEN to a token with write access to that namespace")
+        server = (getattr(exc, "server_message", None) or "").splitlines()
+        return HubError(f"the Hub answered HTTP {status} for {repo_id}"
+                        f"{': ' + server[0] if server and server[0] else ''}")
+    return HubError(f"cannot reach the Hub to push {repo_id} ({type(exc).__name__}); check the "
+                    "network or HF_ENDPOINT")
+
+
+def push(folder: str | Path, repo_id: str, *, private: bool = False, revision: str | None = None,
+         create_pr: bool = False, message: str | None = None) -> dict[str, Any]:
+    """Check ``folder``, create ``repo_id`` if needed (and branch ``revision``), upload every file."""
+    folder = Path(folder)
+    preflight(repo_id, revision, create_pr)
+    how, _ = check_pushable(folder)
+    api = _api()
+    try:
+        url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        if revision:
+            api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
+        info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model",
+                                 revision=revision, create_pr=create_pr,
+                                 commit_message=message or f"Upload {folder.name} with surgery")
+    except (ValueError, OSError) as exc:
+        if isinstance(exc, ValueError) and "README" in str(exc):
+            raise HubError(f"the Hub rejected README.md's metadata: {str(exc).splitlines()[-1]}") from None
+        raise _hub_error(exc, repo_id) from None
+    except Exception as exc:  # huggingface_hub's HTTP errors do not share a narrower base class
+        raise _hub_error(exc, repo_id) from None
+    return {"repo": repo_id, "url": str(url), "revision": revision or "main", "commit": info.oid,
+            "commit_url": info.commit_url, "pr_url": info.pr_url, "checked": how}

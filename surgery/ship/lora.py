@@ -1,0 +1,199 @@
+"""Exact PEFT LoRA export: an adapter whose effect on the source is exactly the recipe.
+
+Every twin site of an edit (surgery/sites.py) scales input features of one module by s: o_proj's
+d columns for a head, down_proj's column for a neuron. That is the low-rank update ΔW = B·A with A
+selecting the edited columns (one-hot rows) and B = (s − 1)·W[:, columns], so W + B·A holds s·W in
+the edited columns and W elsewhere. With ``lora_alpha = r`` the LoRA scaling is 1 and nothing else
+changes. Pruned neurons (s = 0) give B = −W_down[:, i]; their gate/up rows (bake-only sites) stay,
+but the neuron's output is multiplied by a zero column.
+
+``vllm=True`` pads every module to one rank from ``VLLM_RANKS`` (vLLM ignores per-module ranks):
+the padding is zero rows of A and zero columns of B, so the product is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import __version__
+from ..core.architectures import Architecture
+from ..bake.bake import hash_files
+from .card import adapter_card
+from ..core.checkpoint import Checkpoint
+from ..core.edits import HeadScale, Recipe
+from ..core.errors import RecipeError
+from ..model.hooks import scale_vectors
+from ..model.loading import Source
+from ..bake.provenance import PROVENANCE_NAME, load_provenance, provenance_intact
+from ..core.staging import staged_output
+
+VLLM_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+PROVENANCE = "surgery_adapter.json"
+
+
+@dataclass
+class LoraModule:
+    """One adapted module: its full name in the loaded model and its LoRA factors (fp32)."""
+
+    name: str
+    A: torch.Tensor  # (rank, in_features)
+    B: torch.Tensor  # (out_features, rank)
+
+    @property
+    def rank(self) -> int:
+        return self.A.shape[0]
+
+    def padded(self, rank: int) -> "LoraModule":
+        """The same update at a larger rank (zero rows of A, zero columns of B)."""
+        extra = rank - self.rank
+        A = torch.cat([self.A, self.A.new_zeros(extra, self.A.shape[1])])
+        B = torch.cat([self.B, self.B.new_zeros(self.B.shape[0], extra)], dim=1)
+        return LoraModule(self.name, A, B)
+
+
+def loaded_module_names(ckpt: Checkpoint) -> list[str]:
+    """Module names of the model as transformers loads it (built on the meta device: no weights).
+
+    Multimodal wrappers (Gemma-3) name their text layers differently in the checkpoint and in the
+    loaded model; PEFT matches the loaded model's names, so they are read from a real instance.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(ckpt.path))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return [name for name, _ in model.named_modules()]
+
+
+def _stored_prefix(ckpt: Checkpoint, arch: Architecture) -> str:
+    return arch.layer_prefix(ckpt.tensors)
+
+
+def _read_weight(ckpt: Checkpoint, name: str) -> torch.Tensor:
+    from safetensors import safe_open
+
+    info = ckpt.tensor(name)
+    with safe_open(str(ckpt.path / info.file), framework="pt") as f:
+        return f.get_tensor(name).float()
+
+
+def plan_ranks(arch: Architecture, recipe: Recipe) -> dict[tuple[str, int], torch.Tensor]:
+    """Per (module, layer): the scale vector of its input features, from the recipe's twin sites
+    (only modules the recipe edits)."""
+    vectors = scale_vectors(arch, recipe.active())
+    return {key: v for key, v in vectors.items() if bool((v != 1).any())}
+
+
+def lora_modules(ckpt: Checkpoint, recipe: Recipe) -> list[LoraModule]:
+    """The exact LoRA factors of ``recipe`` on ``ckpt``, read with safetensors (no model load)."""
+    arch = recipe.validate(ckpt.config)
+    stored = _stored_prefix(ckpt, arch)
+    loaded = arch.layer_prefix(loaded_module_names(ckpt))
+    modules = []
+    for (module, layer), scales in sorted(plan_ranks(arch, recipe).items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        idx = torch.nonzero(scales != 1).flatten()
+        W = _read_weight(ckpt, f"{stored.format(layer=layer)}{module}.weight")
+        A = torch.zeros(len(idx), W.shape[1])
+        A[torch.arange(len(idx)), idx] = 1.0
+        B = W[:, idx] * (scales[idx] - 1.0)
+        modules.append(LoraModule(loaded.format(layer=layer) + module, A, B))
+    return modules
+
+
+def _baked_from(prov: dict[str, Any], ckpt: Checkpoint) -> bool:
+    """True when ``ckpt`` holds the weights the bake recorded as its source."""
+    recorded = (prov.get("source") or {}).get("fingerprint")
+    if recorded is not None:
+        return recorded == ckpt.fingerprint()
+    # Bakes that predate the recorded fingerprint: the sha256 of every weight file (a full read).
+    files = prov.get("source_files") or {}
+    return hash_files(ckpt.path, ckpt.weight_files) == {f: files.get(f) for f in ckpt.weight_files}
+
+
+def load_recipe(path: str | Path, ckpt: Checkpoint) -> Recipe:
+    """A recipe YAML, or the recipe recorded by a bake (its folder or its surgery.json).
+
+    A baked folder's recipe is used only when ``ckpt`` is the source it was baked from: over any
+    other base the adapter would not reproduce that bake.
+    """
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent if path.name == PROVENANCE_NAME else None
+    if folder is None:
+        return Recipe.load(path)
+    prov = load_provenance(folder)
+    if not provenance_intact(folder):
+        raise RecipeError(f"{folder / PROVENANCE_NAME} changed after the bake (its content does not match its "
+                          "seal), so its recipe cannot be trusted; give the recipe YAML, or bake again")
+    if not _baked_from(prov, ckpt):
+        baked_from = (prov.get("source") or {}).get("hub_id") or (prov.get("source") or {}).get("path")
+        raise RecipeError(f"{folder} was baked from {baked_from}, not from {ckpt.path} (the weights differ): an "
+                          "adapter over this base would not reproduce the bake; give the source it was "
+                          "baked from as MODEL")
+    return Recipe.from_dict(prov.get("recipe"), where=f"{folder / PROVENANCE_NAME} recipe")
+
+
+def vllm_rank(needed: int) -> int:
+    """The smallest rank vLLM accepts that holds ``needed``; a clear error above the largest."""
+    for r in VLLM_RANKS:
+        if r >= needed:
+            return r
+    raise RecipeError(f"one module of this recipe needs LoRA rank {needed}, above vLLM's largest "
+                      f"max_lora_rank {VLLM_RANKS[-1]}; split the recipe into smaller adapters, "
+                      "bake it into the weights instead, or export without --vllm")
+
+
+def peft_config(modules: list[LoraModule], base: str, vllm: bool):
+    """A LoraConfig with scaling 1 everywhere (lora_alpha = r per module)."""
+    from peft import LoraConfig
+
+    ranks = {m.name: m.rank for m in modules}
+    common = max(ranks.values())
+    if vllm:
+        return LoraConfig(r=common, lora_alpha=common, target_modules=sorted(ranks), lora_dropout=0.0,
+                          bias="none", task_type="CAUSAL_LM", base_model_name_or_path=base)
+    other = {name: r for name, r in ranks.items() if r != common}
+    return LoraConfig(r=common, lora_alpha=common, target_modules=sorted(ranks), lora_dropout=0.0,
+                      bias="none", task_type="CAUSAL_LM", base_model_name_or_path=base,
+                      rank_pattern=other, alpha_pattern=dict(other))
+
+
+def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool = False,
+                force: bool = False, source: Source | None = None) -> dict[str, Any]:
+    """Write a PEFT LoRA adapter equal to ``recipe`` at ``out`` (atomically); return a summary."""
+    from safetensors.torch import save_file
+
+    arch = recipe.validate(ckpt.config)
+    planned = plan_ranks(arch, recipe)
+    if not planned:
+        raise RecipeError("the recipe changes nothing (every α and factor is 1): there is no adapter to export")
+    needed = max(int((v != 1).sum()) for v in planned.values())
+    rank = vllm_rank(needed) if vllm else needed
+    modules = lora_modules(ckpt, recipe)
+    if vllm:
+        modules = [m.padded(rank) for m in modules]
+    source = source or Source(ckpt.path)
+    base = source.hub_id or str(source.path)
+    config = peft_config(modules, base, vllm)
+    tensors = {}
+    for m in modules:
+        tensors[f"base_model.model.{m.name}.lora_A.weight"] = m.A.contiguous()
+        tensors[f"base_model.model.{m.name}.lora_B.weight"] = m.B.contiguous()
+    summary = {
+        "format": "surgery-adapter", "version": 1, "tool_version": __version__,
+        "source": source.to_dict(), "model_type": arch.model_type, "recipe": recipe.to_dict(),
+        "vllm": vllm, "max_rank": rank, "modules": {m.name: m.rank for m in modules},
+        "heads": len([e for e in recipe.active() if isinstance(e, HeadScale)]),
+        "neurons": len([e for e in recipe.active() if not isinstance(e, HeadScale)]),
+    }
+    with staged_output(Path(out), [ckpt.path], force) as tmp:
+        config.save_pretrained(str(tmp))
+        save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+        (tmp / PROVENANCE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        (tmp / "README.md").write_text(adapter_card(summary), encoding="utf-8")
+    return summary
