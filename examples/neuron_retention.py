@@ -1,7 +1,7 @@
 """Which neuron-selection defaults keep a model working? Retention of every score × rule × spare.
 
 For each way of choosing n neurons from the (cached) findings, the neurons are zeroed at run time
-(the same edit `prune-neurons` bakes, see surgery/interventions.py) and the model is measured on:
+(the same edit `prune-neurons` bakes, see surgery/model/hooks.py) and the model is measured on:
 perplexity of the shipped neutral passages, P(" Paris" | "The capital of France is") and whether
 Paris is still the top token, and optionally general-knowledge MCQ accuracy and BBQ bias (external
 data, read at run time). A random set of n neurons is the control.

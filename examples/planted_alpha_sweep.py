@@ -6,10 +6,10 @@
 
 Scales the o_proj columns of the brute-force circuit heads (top 1, 2 and 3 of ground_truth.json)
 by α at run time — exactly what `surgery amplify-heads` bakes — and prints ΔS on the held-out pairs
-that tests/test_planted_circuit.py uses. The paper's edge-level α acts only on identity→item
+that tests/find/heads/test_planted_circuit.py uses. The paper's edge-level α acts only on identity→item
 attention; this shows what scaling everything a head writes does instead. On binding_model: at
 most +0.6 % (its binding heads write much else). On binding_dose, whose binding head writes only
-at bound identities (tests/test_planted_amplify.py): α = 2 on that head takes |ΔS| 1.53 → 3.32.
+at bound identities (tests/find/heads/test_planted_amplify.py): α = 2 on that head takes |ΔS| 1.53 → 3.32.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from tests.planted.reference import ATTN_NAME, register  # noqa: E402
 from tests.planted.task import make_world  # noqa: E402
 from tests.planted.train import TrainConfig  # noqa: E402
 
-HELD_OUT_SEED, PER_ITEM = 4242, 4  # the held-out pairs of tests/test_planted_circuit.py
+HELD_OUT_SEED, PER_ITEM = 4242, 4  # the held-out pairs of tests/find/heads/test_planted_circuit.py
 ALPHAS = (0.5, 1.25, 1.5, 2.0, 3.0)
 
 

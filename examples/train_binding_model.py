@@ -4,10 +4,10 @@
     python examples/train_binding_model.py --seed 0 --heads 4 --head-dim 4 --out tests/fixtures/binding_decoy
     python examples/train_binding_model.py --dose-head 3 --dose-share 0.8 --out tests/fixtures/binding_dose
 
-The second is the decoy of tests/test_planted_decoy.py: its circuit is in layer 0, but discovery
+The second is the decoy of tests/find/heads/test_planted_decoy.py: its circuit is in layer 0, but discovery
 alone ranks later "reader" heads first; find-heads' knockout confirmation must recover the circuit.
 The third has one specific binding head with a planted whole-head dose-response
-(tests/test_planted_amplify.py: the amplify-heads bake raises |ΔS|).
+(tests/find/heads/test_planted_amplify.py: the amplify-heads bake raises |ΔS|).
 
 Writes, in --out: the checkpoint (safetensors + config) and its tokenizer, ``training.json``
 (configuration, wall time, task accuracy and ΔS), ``benchmark.jsonl`` (the task in surgery's

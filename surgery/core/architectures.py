@@ -59,7 +59,7 @@ ARCHITECTURES: dict[str, Layout] = {
     "olmo2": Layout(_DECODER),
 }
 
-TABLE_LOCATION = "surgery/architectures.py (the ARCHITECTURES table)"
+TABLE_LOCATION = "surgery/core/architectures.py (the ARCHITECTURES table)"
 
 
 @dataclass(frozen=True)

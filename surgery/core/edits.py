@@ -1,8 +1,8 @@
 """The edit types and the recipe that lists them.
 
-One ``Edit`` is applied three ways — as a run-time hook (interventions.py), baked into tensors
-(bake.py) and exported as a LoRA adapter (export.py) — all three from the tensor entries that
-surgery/sites.py maps it to, and tests prove the three agree.
+One ``Edit`` is applied three ways — as a run-time hook (model/hooks.py), baked into tensors
+(bake/bake.py) and exported as a LoRA adapter (ship/lora.py) — all three from the tensor entries that
+surgery/core/sites.py maps it to, and tests prove the three agree.
 """
 
 from __future__ import annotations

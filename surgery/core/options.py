@@ -2,7 +2,7 @@
 
 A parameter object (``LoadSpec``, ``FindParams``, ``CaptureParams``, ``SelectParams``) declares each
 field with :func:`param`: its default, its help text and how it is spelled and bounded on the
-command line. The CLI builds its click options from these fields (``surgery.commands.options``)
+command line. The CLI builds its click options from these fields (``surgery.cli.options``)
 and hands the command one typed object, so a default lives in one place and an option cannot be
 dropped between the command line and the code that uses it. No click here: the library stays
 free of the command line.

@@ -1,7 +1,7 @@
 """Run-time twins of the baked edits: forward pre-hooks on the modules of their twin sites.
 
 Scaling a module's input features is the same linear map as scaling its weight columns (an
-``"in"`` site of surgery/sites.py): o_proj's columns for a head, down_proj's column for a neuron
+``"in"`` site of surgery/core/sites.py): o_proj's columns for a head, down_proj's column for a neuron
 (and, for factor 0, as zeroing the gate/up rows too, since act(0)·0 = 0). So these hooks are the
 reference the bake is checked against.
 """

@@ -1,6 +1,6 @@
 """Exact PEFT LoRA export: an adapter whose effect on the source is exactly the recipe.
 
-Every twin site of an edit (surgery/sites.py) scales input features of one module by s: o_proj's
+Every twin site of an edit (surgery/core/sites.py) scales input features of one module by s: o_proj's
 d columns for a head, down_proj's column for a neuron. That is the low-rank update ΔW = B·A with A
 selecting the edited columns (one-hot rows) and B = (s − 1)·W[:, columns], so W + B·A holds s·W in
 the edited columns and W elsewhere. With ``lora_alpha = r`` the LoRA scaling is 1 and nothing else

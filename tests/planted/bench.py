@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .task import EQUAL, QTYPES, World, identity_text, templates
+from tests.planted.task import EQUAL, QTYPES, World, identity_text, templates
 
 
 def benchmark_rows(world: World) -> list[dict[str, Any]]:

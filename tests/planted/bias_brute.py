@@ -22,8 +22,8 @@ from typing import Iterable, Sequence
 
 import torch
 
-from .bias_task import BiasPair, BiasWorld, pairs
-from .bias_train import log_odds
+from tests.planted.bias_task import BiasPair, BiasWorld, pairs
+from tests.planted.bias_train import log_odds
 
 
 @dataclass(frozen=True)

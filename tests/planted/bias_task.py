@@ -30,7 +30,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from .common import nonsense_words
+from tests.planted.common import nonsense_words
 
 SYLLABLES = ("zor", "vish", "kel", "bar", "mip", "ton", "dra", "vok", "ul", "nesh", "ti", "berk",
              "quel", "ma", "sor", "bin", "plo", "sik", "fre", "gom", "ya", "rit", "bos", "nur")

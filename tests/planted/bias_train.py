@@ -26,8 +26,8 @@ from typing import Iterator, Sequence
 
 import torch
 
-from .bias_task import ANSWERS, TEMPLATES, BiasWorld, Prompt, make_world, pairs, sample_prompt
-from .common import last_logits, tiny_llama
+from tests.planted.bias_task import ANSWERS, TEMPLATES, BiasWorld, Prompt, make_world, pairs, sample_prompt
+from tests.planted.common import last_logits, tiny_llama
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from .brute import GROUND_TRUTH_SEED, HeadEffect, Prompts, brute_force, eval_pairs
-from .reference import ATTN_NAME, register
-from .task import World, make_world
-from .train import TrainConfig
+from tests.planted.brute import GROUND_TRUTH_SEED, HeadEffect, Prompts, brute_force, eval_pairs
+from tests.planted.reference import ATTN_NAME, register
+from tests.planted.task import World, make_world
+from tests.planted.train import TrainConfig
 
 
 @dataclass(frozen=True)

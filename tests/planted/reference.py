@@ -17,7 +17,7 @@ from typing import Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
-from .task import LETTERS, Question, identity_text
+from tests.planted.task import LETTERS, Question, identity_text
 
 ATTN_NAME = "planted_edges"
 

@@ -28,7 +28,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from .common import nonsense_words
+from tests.planted.common import nonsense_words
 
 SYLLABLES = ("ka", "zo", "mi", "ter", "vol", "ran", "shu", "pel", "dor", "gi", "nax", "bel",
              "fu", "sar", "lim", "qua", "ob", "tev")

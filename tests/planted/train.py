@@ -33,10 +33,10 @@ from typing import Iterator, Sequence
 
 import torch
 
-from .common import last_logits, tiny_llama
-from .reference import positions
-from .task import LETTERS, Question, World, make_world, question_pair, sample_question, target_distribution
-from .vocab import build_tokenizer
+from tests.planted.common import last_logits, tiny_llama
+from tests.planted.reference import positions
+from tests.planted.task import LETTERS, Question, World, make_world, question_pair, sample_question, target_distribution
+from tests.planted.vocab import build_tokenizer
 
 
 @dataclass(frozen=True)

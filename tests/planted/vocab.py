@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .task import EQUAL, KNOWLEDGE, World, identity_text, templates
+from tests.planted.task import EQUAL, KNOWLEDGE, World, identity_text, templates
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
 

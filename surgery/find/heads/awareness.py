@@ -3,7 +3,7 @@
 ``surgery.evaluate.awareness.awareness`` tokenizes and generates on its own; edge-level α needs the token
 positions of each row. A forward pre-hook sees the prompt pass of every ``generate`` call,
 recognises each row by its exact token ids (the prompts are re-encoded here with the encoder
-awareness uses, ``binding_prompts.encode_question``) and installs the row's span masks in the
+awareness uses, ``find.heads.prompts.encode_question``) and installs the row's span masks in the
 active plan. Rows that cannot be recognised are an error, never silently left unedited.
 """
 

@@ -27,7 +27,7 @@ def format_mcq(tokenizer, question: str, instruct: bool | None = None) -> str:
     """The full prompt text for a multiple-choice ``question`` (text with its (a)/(b)/(c) options).
 
     Do not tokenize the base form to feed a model: "letter (" can become the token " (" instead of
-    the "(" token the reference appends; binding_prompts.encode_question builds the ids.
+    the "(" token the reference appends; find/heads/prompts.encode_question builds the ids.
     """
     text = question + "\n\n" + INSTRUCTION
     if instruct is None:

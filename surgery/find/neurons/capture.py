@@ -78,7 +78,7 @@ def capture_pooled(model: nn.Module, tokenizer, texts: Sequence[str], on_batch: 
             missing = [layer for layer in chosen if layer not in pooled]
             if missing:  # a model whose forward skips down_proj (e.g. cached-only path): say so
                 raise SurgeryError(f"the forward pass never reached down_proj of layers {missing}; "
-                                   f"is {arch.model_type} laid out as surgery/architectures.py says?")
+                                   f"is {arch.model_type} laid out as surgery/core/architectures.py says?")
             on_batch(start, torch.stack([pooled[layer] for layer in chosen], dim=1).cpu())
             progress(len(batch))
     finally:

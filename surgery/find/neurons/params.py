@@ -80,6 +80,6 @@ class SelectParams:
         return parse_layers(self.layers)
 
     def select_kwargs(self, categories: tuple[str, ...] | None) -> dict[str, Any]:
-        """The keyword arguments of ``neuron_select.select`` these options stand for."""
+        """The keyword arguments of ``find.neurons.select.select`` these options stand for."""
         return {"score": self.score, "rule": self.rule, "bias_weight": self.bias_weight,
                 "layers": self.layer_list(), "spare_active": self.spare_active, "categories": categories}

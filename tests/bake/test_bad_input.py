@@ -1,0 +1,293 @@
+"""Bad input through the real CLI: every case fails with one clear line and leaves nothing behind.
+
+Each case breaks one thing in a fresh copy of a tiny checkpoint (or in the command line, recipe or
+destination) and asserts: non-zero exit, exactly one ``Error: …`` line naming the problem and the
+fix, no traceback, no output folder and no hidden staging folder left, and the source's sha256s
+unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from surgery.core.checkpoint import read_header
+from surgery.core.errors import CheckpointError
+
+from tests.support import cases as setups
+from tests.support import corrupt as bad
+from tests.conftest import build_tiny
+from tests.support.cases import Case, Ctx
+from tests.support.cli import REPO, cli_env, error_line, hidden_entries, run_cli, run_main, tree_hashes
+from tests.support.paths import REPO
+
+O_PROJ0 = "model.layers.0.self_attn.o_proj.weight"
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory) -> dict[str, Path]:
+    """Tiny llamas (single file, sharded, F16, BF16), built once and copied per case."""
+    root = tmp_path_factory.mktemp("bases")
+    return {"single": build_tiny("llama", root / "single"),
+            "sharded": build_tiny("llama", root / "sharded", shard="20KB"),
+            "f16": build_tiny("llama", root / "f16", dtype=torch.float16),
+            "bf16": build_tiny("llama", root / "bf16", dtype=torch.bfloat16),
+            "phi3": build_tiny("phi3", root / "phi3")}
+
+
+RECIPE_OK_EDIT = "  - {type: head, layer: 0, head: 1, alpha: 2.0}\n"
+
+CASES = [
+    # --- the MODEL argument ---
+    Case("missing-path", lambda c: c.heads(c.tmp / "nope"), ("does not exist", "give a checkpoint folder")),
+    Case("path-is-a-file", lambda c: c.heads(c.src / "config.json"), ("is a file", "give the checkpoint folder")),
+    Case("no-config", setups.no_config, ("no config.json", "give the folder")),
+    Case("config-not-json", lambda c: ((c.src / "config.json").write_text("{model_type: llama"), c.heads())[1],
+         ("config.json is not valid JSON", "re-download")),
+    Case("no-weights", setups.no_weights, ("has no weights", "give the folder")),
+    Case("pickle-bin", setups.pickle("pytorch_model.bin"), ("pickle weights", "convert to safetensors")),
+    Case("pickle-pt", setups.pickle("model.pt"), ("pickle weights", "convert to safetensors")),
+    # --- safetensors headers ---
+    Case("truncated-half", setups.weights(bad.truncate), ("runs past the end", "re-download")),
+    Case("truncated-to-5-bytes", setups.weights(bad.truncate_to, 5), ("truncated", "re-download")),
+    Case("offsets-overlap", setups.weights(bad.overlap_offsets), ("overlap", "re-download")),
+    Case("offsets-past-end", setups.weights(bad.offsets_past_end), ("runs past the end", "re-download")),
+    Case("size-disagrees-with-shape", setups.weights(bad.size_disagrees), ("needs", "re-download")),
+    Case("absurd-header-length", setups.weights(bad.absurd_header_length), ("-byte header", "re-download")),
+    Case("header-not-json", setups.weights(bad.header_not_json), ("not valid JSON", "re-download")),
+    Case("index-names-missing-shard", setups.missing_shard, ("missing", "re-download"), source="sharded"),
+    Case("index-malformed", setups.bad_index, ("malformed", "re-download"), source="sharded"),
+    Case("weights-is-a-folder", setups.weights_folder, ("not a readable file", "re-download")),
+    Case("weights-dangling-symlink", setups.dangling_weights, ("not a readable file", "re-download")),
+    Case("index-leaves-the-folder", setups.index_to("../elsewhere/model.safetensors"), ("outside", "re-download")),
+    Case("shard-in-skipped-folder", setups.index_to(".cache/model.safetensors"), ("not carried over", "move the shards")),
+    Case("needed-tensor-absent", setups.weights(bad.drop_tensor, O_PROJ0), (f"'{O_PROJ0}' is not in", "re-download")),
+    Case("weights-stored-as-int8", setups.weights(bad.retype, O_PROJ0, "I8"), ("stored as I8", "F32, F16 and BF16 weights only")),
+    Case("config-shape-mismatch", setups.config(num_attention_heads=8), ("expected", "the config does not describe these weights")),
+    # heads × head_dim still fit o_proj, but not k/v: found in the header, not inside transformers' loader
+    Case("config-kv-heads-mismatch", setups.config(num_key_value_heads=1),
+         ("'model.layers.0.self_attn.k_proj.weight' has shape [16, 32], expected [8, 32]",
+          "num_key_value_heads × head_dim = 1 × 8", "correct those fields in")),
+    Case("config-kv-heads-mismatch-prune", lambda c: (bad.edit_config(c.src, num_key_value_heads=1),
+                                                      ["prune-neurons", c.src, "--neurons", "0:1", "--out", c.out])[1],
+         ("k_proj.weight' has shape [16, 32]", "num_key_value_heads", "correct those fields in")),
+    Case("config-fused-qkv-mismatch", setups.config(num_key_value_heads=4),
+         ("'model.layers.0.self_attn.qkv_proj.weight' has shape [64, 32], expected [96, 32]",
+          "(num_attention_heads + 2 × num_key_value_heads) × head_dim = (4 + 2 × 4) × 8", "correct those fields in"),
+         source="phi3"),
+    # --- what the model is ---
+    Case("unsupported-model-type", setups.config(model_type="gpt2"), ("'gpt2' is not supported", "extend")),
+    Case("quantized-gptq", setups.quant("gptq"), ("quantized", "unquantized")),
+    Case("quantized-awq", setups.quant("awq"), ("quantized", "unquantized")),
+    Case("quantized-bitsandbytes", setups.quant("bitsandbytes"), ("quantized", "unquantized")),
+    Case("quantized-fp8", setups.quant("fp8"), ("quantized", "unquantized")),
+    Case("quantized-compressed-tensors", setups.quant("compressed-tensors"), ("quantized", "unquantized")),
+    Case("quantized-compression-config", setups.quant("compressed-tensors", "compression_config"),
+         ("quantized", "unquantized")),
+    Case("remote-code-auto-map", setups.config(auto_map={"AutoModelForCausalLM": "modeling_x.X"}),
+         ("custom code", "--trust-remote-code")),
+    # --- indices and scales ---
+    Case("layer-out-of-range", lambda c: c.heads(None, "3.0"), ("num_hidden_layers = 3", "valid: 0..2")),
+    Case("head-out-of-range", lambda c: c.heads(None, "0.4"), ("num_attention_heads = 4", "valid: 0..3")),
+    Case("negative-head", lambda c: c.heads(None, "0.-1"), ("must be ≥ 0", "got 0.-1")),
+    Case("neuron-out-of-range", lambda c: ["prune-neurons", c.src, "--neurons", "0:48", "--out", c.out],
+         ("intermediate_size = 48", "valid: 0..47")),
+    Case("heads-spec-malformed", lambda c: c.heads(None, "7"), ("not LAYER.HEAD", "e.g. 7.7")),
+    Case("heads-empty", lambda c: c.heads(None, ""), ("--heads is empty", "give LAYER.HEAD pairs")),  # not a search
+    Case("heads-only-commas", lambda c: c.heads(None, ","), ("--heads is empty", "give LAYER.HEAD pairs")),
+    Case("alpha-nan", lambda c: c.heads(None, "0.1", "nan"), ("--alpha must be a finite number", "got nan")),
+    Case("alpha-inf", lambda c: c.heads(None, "0.1", "inf"), ("--alpha must be a finite number", "got inf")),
+    Case("alpha-beyond-float32", lambda c: c.heads(None, "0.1", "1e39"), ("not a finite float32", "smaller value")),
+    Case("recipe-factor-beyond-float32",
+         lambda c: c.recipe("version: 1\nedits:\n  - {type: neuron, layer: 0, neuron: 1, factor: -1.0e+300}\n"),
+         ("not a finite float32", "smaller value")),
+    Case("alpha-overflows-f16", lambda c: c.heads(None, "0.1", "1e7"), ("overflows F16", "choose a smaller scale"),
+         source="f16"),
+    Case("alpha-zero", lambda c: c.heads(None, "0.1", "0"), ("silences the heads", "--allow-zero")),
+    # an α that is not 0 but still zeroes the head in the stored dtype (1e-50 is 0 as a float32)
+    Case("alpha-underflows-f32", lambda c: c.heads(None, "0.1", "1e-50"),
+         ("--alpha 1e-50 rounds every weight of head 0.1 to zero in this F32 checkpoint", "--allow-zero")),
+    Case("alpha-underflows-bf16", lambda c: c.heads(None, "0.1", "1e-50"),
+         ("--alpha 1e-50 rounds every weight of head 0.1 to zero in this BF16 checkpoint", "--allow-zero"),
+         source="bf16"),
+    Case("alpha-underflows-bf16-in-a-sweep", lambda c: c.heads(None, "0.1", "0.5,1e-40"),
+         ("--alpha 1e-40 rounds every weight of head 0.1 to zero in this BF16 checkpoint", "--allow-zero"),
+         source="bf16"),
+    Case("alpha-underflows-f16", lambda c: c.heads(None, "0.1", "1e-10"),
+         ("rounds every weight of head 0.1 to zero in this F16 checkpoint", "--allow-zero"), source="f16"),
+    Case("factor-nan", lambda c: ["prune-neurons", c.src, "--neurons", "0:1", "--factor", "nan", "--out", c.out],
+         ("--factor must be a finite number", "got nan")),
+    # --- recipe files ---
+    Case("recipe-missing", lambda c: ["apply", c.tmp / "none.yaml", "--model", c.src, "--out", c.out],
+         ("does not exist", "give the path of a recipe")),
+    Case("recipe-empty", lambda c: c.recipe(""), ("is empty", "needs 'version' and 'edits'")),
+    Case("recipe-not-yaml", lambda c: c.recipe("version: [1\nedits: {"), ("not valid YAML", "fix the syntax")),
+    Case("recipe-a-list", lambda c: c.recipe("- 1\n- 2\n"), ("must be a YAML mapping", "'version' and 'edits'")),
+    Case("recipe-wrong-version", lambda c: c.recipe("version: 9\nedits:\n" + RECIPE_OK_EDIT),
+         ("version must be 1", "got 9")),
+    Case("recipe-unknown-key", lambda c: c.recipe("version: 1\nalpha: 2\nedits:\n" + RECIPE_OK_EDIT),
+         ("unknown key(s) alpha", "allowed:")),
+    Case("recipe-no-edits", lambda c: c.recipe("version: 1\nedits: []\n"), ("edits must be a non-empty list", "head/neuron")),
+    Case("recipe-alpha-string", lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: big}\n"),
+         ("alpha must be a number", "'big'")),
+    Case("recipe-alpha-nan", lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: .nan}\n"),
+         ("alpha must be a finite number", "nan")),
+    Case("recipe-conflict", lambda c: c.recipe("version: 1\nedits:\n" + RECIPE_OK_EDIT +
+                                               "  - {type: head, layer: 0, head: 1, alpha: 3.0}\n"),
+         ("conflicting edits", "keep one")),
+    Case("recipe-head-out-of-range", lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 9, alpha: 2}\n"),
+         ("num_attention_heads = 4", "valid: 0..3")),
+    # --- findings files ---
+    Case("findings-missing", lambda c: ["amplify-heads", c.src, "--findings", c.tmp / "none.json", "--alpha", "2",
+                                        "--out", c.out], ("does not exist", "surgery find-heads")),
+    Case("findings-empty", setups.findings(""), ("not valid JSON", "recompute it with surgery find-heads")),
+    Case("findings-truncated", setups.findings('{"format": "surgery-findings", "versi'),
+         ("not valid JSON", "recompute it with surgery find-heads")),
+    Case("findings-not-surgery", setups.findings('{"scores": []}'), ("not a surgery findings file", "surgery find-heads")),
+    Case("findings-wrong-version", setups.findings(lambda d: d.update(version=7)), ("findings version 7", "recompute")),
+    Case("findings-of-neurons", setups.findings(lambda d: d.update(kind="neurons")),
+         ("holds 'neurons' findings", "surgery find-heads")),
+    Case("findings-without-model", setups.findings(lambda d: d.pop("model")), ("does not record the model", "recompute")),
+    Case("findings-other-model-same-arch", setups.findings(setups.other_model(True)), ("another model", "--transfer")),
+    Case("findings-other-architecture", setups.findings(setups.other_model(False)),
+         ("different model", "compute findings for this model")),
+    Case("findings-top-too-large", setups.top("5"), ("--top 5 but the findings rank only 1", "choose a smaller --top")),
+    Case("n-larger-than-the-model", setups.neuron_findings("--n", "1000"), ("--n 1000 is out of range: the model has", "choose 1..")),
+    Case("n-larger-than-one-layer", setups.neuron_findings("--n", "49", "--layers", "1"),
+         ("--n 49 is out of range: these layers hold", "choose 1..")),
+    Case("n-zero", setups.neuron_findings("--n", "0"), ("--n must be whole numbers ≥ 1", "got 0")),
+    Case("neuron-findings-bad-scores", setups.neuron_findings("--n", "5", change=lambda d: d["scores"].update(width=64)),
+         ("do not match their layers × width", "recompute them with surgery find-neurons")),
+    Case("neuron-findings-are-heads", setups.neuron_findings("--n", "5", change=lambda d: d.update(kind="heads")),
+         ("holds 'heads' findings", "surgery find-neurons")),
+    # --- destinations ---
+    Case("dest-is-source", lambda c: c.heads(None, "0.1", "2.0", c.src), ("is the source", "choose a folder outside")),
+    Case("dest-inside-source", lambda c: c.heads(None, "0.1", "2.0", c.src / "out"), ("inside the source", "choose")),
+    Case("dest-symlink-to-source", setups.dest_symlink, ("is the source", "choose a folder outside"), dest_exists=True),
+    Case("dest-contains-source", lambda c: c.heads(None, "0.1", "2.0", c.src.parent, "--force"),
+         ("contains the source", "choose another folder")),
+    Case("dest-exists", setups.dest_exists, ("already exists", "--force"), dest_exists=True),
+    Case("dest-is-a-file", setups.dest_is_file, ("is not a folder", "remove it or choose another"), dest_exists=True),
+    Case("dest-parent-missing", lambda c: c.heads(None, "0.1", "2.0", c.tmp / "no" / "such" / "out"),
+         ("does not exist", "create")),
+    # --- verify / undo on something that is not a bake ---
+    Case("verify-not-baked", setups.not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
+    Case("undo-not-baked", setups.undo_not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
+    # --- a tokenizer that encodes the logit check's prompts to nothing ---
+    Case("tokenizer-encodes-nothing-bake", setups.empty_tokenizer(verify=False),
+         ("encodes the check prompt 'The capital of France is' to no tokens", "--no-verify")),
+    Case("tokenizer-encodes-nothing-verify", setups.empty_tokenizer(verify=True),
+         ("encodes the check prompt 'The capital of France is' to no tokens", "--structural-only")),
+]
+
+
+# These also run through a real ``python -m surgery`` subprocess (one or two per group); the rest run
+# in-process through surgery.cli.main.main, which is what the console script calls.
+SUBPROCESS = {"missing-path", "pickle-bin", "truncated-half", "quantized-gptq", "alpha-zero", "recipe-not-yaml",
+              "findings-other-architecture", "dest-exists", "alpha-underflows-bf16", "tokenizer-encodes-nothing-verify"}
+RUNS = [pytest.param(c, "in-process", id=c.id) for c in CASES] + \
+       [pytest.param(c, "subprocess", id=f"{c.id}-subprocess") for c in CASES if c.id in SUBPROCESS]
+
+
+@pytest.mark.parametrize("case,how", RUNS)
+def test_bad_input_fails_cleanly(case: Case, how: str, bases, tmp_path, capsys):
+    src = tmp_path / "model" / "src"
+    shutil.copytree(bases[case.source], src)
+    outs = tmp_path / "outs"
+    outs.mkdir()
+    ctx = Ctx(src, outs / "baked", tmp_path)
+    args = case.setup(ctx)
+    source_before = tree_hashes(src)
+    hidden_before = {p: hidden_entries(p) for p in (outs, src.parent)}
+    dest_before = tree_hashes(ctx.out) if ctx.out.is_dir() else ctx.out.read_bytes() if ctx.out.exists() else None
+
+    result = run_cli(args) if how == "subprocess" else run_main(args, capsys)
+
+    line = error_line(result)
+    for needle in case.needles:
+        assert needle in line, f"{needle!r} not in {line!r}"
+    assert tree_hashes(src) == source_before, "the source changed"
+    for parent, before in hidden_before.items():
+        assert hidden_entries(parent, before) == [], f"hidden leftovers in {parent}"
+    if case.dest_exists:
+        after = tree_hashes(ctx.out) if ctx.out.is_dir() else ctx.out.read_bytes()
+        assert after == dest_before, "an existing destination was modified"
+    else:
+        assert not ctx.out.exists(), "an output folder was left behind"
+    assert not (tmp_path / "UNPICKLED").exists(), "a pickle was unpickled"
+
+
+def _in_private_mount_namespace(script: str) -> subprocess.CompletedProcess | None:
+    """Run ``script`` with sh in a private mount namespace (its mounts vanish with it); None when
+    this machine does not allow that (not root, no unshare)."""
+    if not shutil.which("unshare"):
+        return None
+    cmd = ["unshare", "-m", "--propagation", "private"]
+    if subprocess.run([*cmd, "true"], capture_output=True).returncode != 0:
+        return None
+    return subprocess.run([*cmd, "sh", "-c", script], capture_output=True, text=True, cwd=REPO, env=cli_env(),
+                          timeout=300)
+
+
+def test_unwritable_destination(bases, tmp_path):
+    """A destination folder the user cannot write: a clear error before any work.
+
+    As root, chmod does not stop writes, so the folder becomes a read-only tmpfs instead.
+    """
+    src = tmp_path / "src"
+    shutil.copytree(bases["single"], src)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    args = ["amplify-heads", src, "--heads", "0.1", "--alpha", "2", "--out", ro / "baked"]
+    before = tree_hashes(src)
+    if os.geteuid() != 0:
+        ro.chmod(0o555)
+        try:
+            result = run_cli(args)
+        finally:
+            ro.chmod(0o755)
+    else:
+        cli = shlex.join([sys.executable, "-m", "surgery", *map(str, args)])
+        result = _in_private_mount_namespace(f"mount -t tmpfs -o ro,size=64k tmpfs {shlex.quote(str(ro))} && {cli}")
+        if result is None:
+            pytest.skip("root without mount namespaces: chmod cannot make a folder unwritable for root")
+    line = error_line(result)
+    assert "cannot write" in line and "choose another --out" in line, line
+    assert tree_hashes(src) == before
+    assert list(ro.iterdir()) == []
+
+
+# --- fuzzing the header reader: any JSON in any field is a CheckpointError, never a crash ---
+
+_json = st.recursive(st.none() | st.booleans() | st.integers(-2, 1 << 70) | st.floats() | st.text(max_size=4),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                     max_leaves=6)
+_field = st.sampled_from(["dtype", "shape", "data_offsets", None])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=_field, value=_json, name=st.sampled_from(["a", "b"]))
+def test_header_fuzz_never_crashes(tmp_path, field, value, name):
+    header = {"a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+              "b": {"dtype": "BF16", "shape": [4], "data_offsets": [16, 24]}}
+    if field is None:
+        header[name] = value  # the whole entry replaced
+    else:
+        header[name][field] = value
+    path = tmp_path / "fuzz.safetensors"
+    bad.write_raw(path, header, bytes(24))
+    try:
+        start, parsed = read_header(path)
+    except CheckpointError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert start % 8 == 0 and set(parsed) == {"a", "b"}

@@ -1,0 +1,186 @@
+"""S/K scores, ΔS statistics, discovery, causal tests and whole-head α (run time == baked)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from surgery.find.heads.attention import surgery_attention_on
+from surgery.bake.bake import bake
+from surgery.find.heads.benchmark import load_benchmark
+from surgery.find.heads.pairs import build_pairs
+from surgery.find.heads.causal import (PairRunner, bootstrap_effect, confirmed_order, dose_response, effect, knockout_report,
+                            random_head_sets, single_knockouts)
+from surgery.core.checkpoint import Checkpoint
+from surgery.find.heads.discovery import discover, rank_heads
+from surgery.core.edits import HeadScale, Recipe
+from surgery.core.errors import SurgeryError
+from surgery.find.heads.find import head_ranking
+from surgery.find.heads.scores import delta, encode_pairs, option_token_ids, run_prompts, s_scores, score_binding
+from surgery.model.hooks import applied
+from surgery.model.loading import load_model
+
+from tests.support.binding import CHAT, char_model, write_small_benchmark
+from tests.support.tokenizer import char_tokenizer
+
+
+def test_option_token_ids_single_token_spellings():
+    tok = char_tokenizer()
+    ids = option_token_ids(tok)
+    assert ids == {x: tuple(sorted(tok.convert_tokens_to_ids([x, x.upper()]))) for x in "abc"}
+
+
+def test_s_formula():
+    lp = torch.log_softmax(torch.randn(3, 20, generator=torch.Generator().manual_seed(0)), -1)
+    ids = {"a": (1, 2), "b": (3,), "c": (4, 5, 6)}
+    lse = lambda row, i: torch.logsumexp(row[list(i)], 0)  # noqa: E731
+    for row, s in zip(lp, s_scores(lp, ids)):
+        expected = lse(row, ids["c"]) - torch.logaddexp(lse(row, ids["a"]), lse(row, ids["b"]))
+        assert s.item() == pytest.approx(expected.item(), abs=1e-6)
+
+
+def test_delta_is_paired_t_test_over_item_means():
+    rng = np.random.default_rng(0)
+    items = ["x", "x", "y", "y", "y", "z", "w"]
+    m, mm = rng.normal(size=7), rng.normal(size=7)
+    d = delta(m, mm, items)
+    names = sorted(set(items))
+    im = [m[[i for i, it in enumerate(items) if it == n]].mean() for n in names]
+    imm = [mm[[i for i, it in enumerate(items) if it == n]].mean() for n in names]
+    ref = stats.ttest_rel(im, imm)
+    assert d["delta"] == pytest.approx(m.mean() - mm.mean())
+    assert (d["t"], d["p"], d["n_items"], d["n_pairs"]) == (pytest.approx(ref.statistic), pytest.approx(ref.pvalue), 4, 7)
+
+
+def test_discovery_recovers_a_planted_head():
+    rng = np.random.default_rng(1)
+    n_items, per_item, layers, heads = 12, 6, 4, 5
+    groups = np.repeat([f"item{i}" for i in range(n_items)], per_item)
+    y = np.tile([1, 0], len(groups) // 2)
+    x = rng.normal(size=(len(groups), layers, heads))
+    x[y == 1, 2, 3] += 2.5  # head 2.3 binds in match prompts only
+    res = discover(x, y, groups)
+    assert res["auc"] > 0.8 and res["folds"] == 5
+    assert rank_heads(res)[0] == (2, 3) and [2, 3] in res["stable_heads"]
+    assert len(res["heads"]) == layers * heads  # every head ranked
+    with pytest.raises(SurgeryError, match="≥ 2 items"):
+        discover(x[:per_item], y[:per_item], groups[:per_item])
+
+
+def test_random_head_sets_and_effect():
+    sets = random_head_sets(3, 4, 2, 20, [(0, 0), (1, 1)], seed=0)
+    assert len(sets) == 20 and all(len(s) == 2 and len(set(s)) == 2 for s in sets)
+    assert not any(h in s for s in sets for h in [(0, 0), (1, 1)])
+    assert effect(-2.0, -1.5) == pytest.approx(25.0) and np.isnan(effect(0.0, 1.0))
+    base_m, base_mm = np.array([1.0, 2, 3, 4]), np.zeros(4)
+    lo, hi = bootstrap_effect(base_m, base_mm, base_m / 2, base_mm, ["a", "b", "c", "d"], n_boot=200)
+    assert lo == pytest.approx(50.0) and hi == pytest.approx(50.0)  # halved everywhere: exactly 50%
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bind")
+    bench = load_benchmark(write_small_benchmark(root / "small.jsonl"))
+    return bench, build_pairs(bench, seed=0, max_pairs=4)
+
+
+def test_batched_s_equals_unbatched(tiny, small):
+    path = char_model(tiny, "llama", CHAT)
+    model, tok = load_model(path), char_tokenizer(CHAT)
+    # instruct (chat template) and base prompts of different lengths in one batch: padding varies
+    prompts = encode_pairs(tok, small[1][:2], "binding", True) + encode_pairs(tok, small[1][2:3], "knowledge", False)
+    ids = option_token_ids(tok)
+    with surgery_attention_on(model):
+        batched = run_prompts(model, prompts, ids, batch_size=8, features=True)
+        single = run_prompts(model, prompts, ids, batch_size=1, features=True)
+    np.testing.assert_allclose(batched.s, single.s, atol=1e-5)
+    np.testing.assert_allclose(batched.features, single.features, atol=1e-6)
+
+
+def test_whole_head_alpha_at_run_time_equals_baked(tiny, small, tmp_path):
+    path = char_model(tiny, "gemma2")
+    tok = char_tokenizer()
+    prompts = encode_pairs(tok, small[1][:2], "binding", False)
+    ids = option_token_ids(tok)
+    edits = (HeadScale(0, 1, 2.5), HeadScale(2, 3, 2.5))
+    ckpt = Checkpoint(path)
+    bake(ckpt, Recipe(edits), tmp_path / "baked")
+    source, baked = load_model(path), load_model(tmp_path / "baked")
+    with applied(source, edits):
+        run_time = run_prompts(source, prompts, ids).s
+    np.testing.assert_allclose(run_prompts(baked, prompts, ids).s, run_time, atol=1e-5)
+    assert not np.allclose(run_prompts(source, prompts, ids).s, run_time, atol=1e-5)
+
+
+def test_scores_knockout_and_dose_response_on_tiny_model(tiny, small):
+    path = char_model(tiny, "qwen2")
+    model, tok = load_model(path), char_tokenizer()
+    pairs = small[1]
+    with surgery_attention_on(model):
+        res = score_binding(model, tok, pairs, instruct=False, features=True)
+        assert res["features"].shape == (2 * len(pairs), 3, 4)
+        assert res["S"]["n_pairs"] == len(pairs) and "p" in res["K"]
+        runner = PairRunner(model, encode_pairs(tok, pairs, "binding", False), [p.item for p in pairs],
+                            option_token_ids(tok), base=res["s"])
+        heads = [(1, 0), (2, 3)]
+        report = knockout_report(runner, heads, 3, 4, random_sets=1)
+        dose = dose_response(runner, heads, (0.0, 1.0, 2.0))
+    t = report["tested"]
+    assert t["delta_base"] == pytest.approx(res["S"]["delta"])
+    assert t["delta_knockout"] != t["delta_base"] and report["control"]["delta_knockout"] != t["delta_base"]
+    assert t["effect_pct"] == pytest.approx(effect(t["delta_base"], t["delta_knockout"]))
+    assert report["random"]["n"] == 1 and len(report["random_sets"]) == 1
+    assert dose[0]["edge_delta_s"] == pytest.approx(t["delta_knockout"])  # edge α = 0 is the knockout
+    one = dose[1]
+    assert one["edge_delta_s"] == one["whole_delta_s"] == pytest.approx(res["S"]["delta"])
+    assert dose[2]["edge_delta_s"] != dose[2]["whole_delta_s"]
+
+
+def test_confirmed_order_puts_significant_reductions_first_by_effect():
+    rows = [{"layer": 2, "head": 2, "effect_pct": 0.1, "significant": False},
+            {"layer": 0, "head": 1, "effect_pct": 30.0, "significant": True},
+            {"layer": 1, "head": 1, "effect_pct": float("nan"), "significant": False},
+            {"layer": 0, "head": 3, "effect_pct": 55.0, "significant": True},
+            {"layer": 1, "head": 0, "effect_pct": 40.0, "significant": False}]  # large but CI reaches 0
+    order = [(r["layer"], r["head"]) for r in confirmed_order(rows)]
+    assert order == [(0, 3), (0, 1), (1, 0), (2, 2), (1, 1)]
+
+
+def test_single_knockouts_are_the_runners_one_head_knockouts(tiny, small):
+    path = char_model(tiny, "llama")
+    model, tok = load_model(path), char_tokenizer()
+    pairs = small[1]
+    heads = [(0, 1), (2, 3)]
+    with surgery_attention_on(model):
+        runner = PairRunner(model, encode_pairs(tok, pairs, "binding", False), [p.item for p in pairs],
+                            option_token_ids(tok))
+        rows = single_knockouts(runner, heads, seed=3)
+        alone = [runner.knockout([h], "tested", 3) for h in heads]
+    for r, ko, h in zip(rows, alone, heads):
+        assert (r["layer"], r["head"]) == h and r["effect_pct"] == ko["effect_pct"] and r["ci95"] == ko["ci95"]
+        assert r["significant"] == (ko["ci95"][0] > 0)
+
+
+def test_head_ranking_follows_the_confirmation_when_present():
+    disc = {"heads": [{"layer": 2, "head": h} for h in range(3)] + [{"layer": 0, "head": h} for h in range(3)]}
+    plain = {"discovery": disc, "selected_heads": [[2, 0], [2, 1]]}
+    assert head_ranking(plain)[:3] == [(2, 0), (2, 1), (2, 2)]
+    conf = {"heads": [{"layer": 0, "head": 1}, {"layer": 0, "head": 0}, {"layer": 2, "head": 0}]}
+    confirmed = {"discovery": disc, "selected_heads": [[0, 1]], "confirmation": conf}
+    ranking = head_ranking(confirmed)
+    assert ranking[:4] == [(0, 1), (0, 0), (2, 0), (2, 1)] and len(ranking) == len(set(ranking)) == 6
+
+
+def test_find_heads_says_how_much_work_it_will_do():
+    """Before a long run starts: 4 scoring prompts per pair, then 2 per pair in each knockout pass
+    (confirmations, selection, control, random sets, dose-response)."""
+    from surgery.find.heads.find import work_note
+    from surgery.find.heads.params import FindParams
+
+    assert work_note(1824, FindParams()) == ("1824 pairs: about 124,032 prompt forward passes (32 knockout "
+                                             "passes); on a CPU, --max-pairs 96 keeps it to minutes")
+    grid = len(set(FindParams().dose_grid) | set(FindParams().awareness_alphas)) - 1  # α = 1 is free
+    note = work_note(96, FindParams(random_sets=10, confirm=0, dose_response=True))
+    assert note == f"96 pairs: about {4 * 96 + (12 + 2 * grid) * 2 * 96:,} prompt forward passes ({12 + 2 * grid} knockout passes)"

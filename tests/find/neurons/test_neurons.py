@@ -1,0 +1,220 @@
+"""Neuron scores against plain-loop references, selection rules, and the scores' file round trip."""
+
+from __future__ import annotations
+
+import json
+from itertools import product
+
+import numpy as np
+import pytest
+import torch
+
+from surgery.model.hooks import layer_module, model_architecture
+from surgery.find.neurons.select import allowed_mask, category_overlap, layer_distribution, select
+from surgery.find.neurons.scores import NeuronScores, SelectionError, accumulate_pair_sums, fairness_score, ppm_scores
+from surgery.find.neurons.pairs import load_pairs
+
+from tests.find.neurons.test_capture import _load, reference_pooled
+
+TEMPLATES = ("The {} clerk said", "A {} tenant asked why", "Then the {} pupil wrote")
+ATTRIBUTES = {"Age": [("young", "older", 2), ("older", "young", 1)], "Gender": [("male", "lady", 2)],
+              "SES": [("rich", "poor", 2), ("fat", "thin", 2)]}  # fat/thin: lengths differ (skipped)
+
+
+def write_pairs(path) -> str:
+    """A small pairs file in our JSONL format for the character-level tiny tokenizer."""
+    lines = []
+    for (cat, attrs), (k, template) in product(ATTRIBUTES.items(), enumerate(TEMPLATES)):
+        for a1, a2, st in attrs:
+            lines.append(json.dumps({"id": f"{cat}-{a1}-{a2}-{k}", "language": "en", "category": cat,
+                                     "context": ["labour", "housing", "educational"][k], "attribute_1": a1,
+                                     "attribute_2": a2, "stereotyped": st, "prompt_1": template.format(a1),
+                                     "prompt_2": template.format(a2)}))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def reference_scores(model, tok, pairs):
+    """Per category: mean |p1 − p2|, mean (stereotyped − other), mean |p|; one prompt at a time."""
+    diffs: dict[str, list] = {}
+    for p in pairs:
+        a, b = (reference_pooled(model, tok, t).double() for t in (p.prompt_1, p.prompt_2))
+        diffs.setdefault(p.category, []).append((a - b, 1 if p.stereotyped == 1 else -1, (a.abs() + b.abs()) / 2))
+    bias = {c: torch.stack([d.abs() for d, _, _ in v]).mean(0).numpy() for c, v in diffs.items()}
+    signed = {c: torch.stack([d * s for d, s, _ in v]).mean(0).numpy() for c, v in diffs.items()}
+    activation = {c: torch.stack([m for _, _, m in v]).mean(0).numpy() for c, v in diffs.items()}
+    return bias, signed, activation
+
+
+def reference_ppm(model) -> np.ndarray:
+    arch = model_architecture(model)
+    g = arch.geometry
+    out = np.zeros((g.num_layers, g.intermediate_size))
+    for layer, i in product(range(g.num_layers), range(g.intermediate_size)):
+        if arch.layout.gate_up_proj:
+            w = layer_module(model, arch, layer, arch.layout.gate_up_proj).weight.detach()
+            gate, up = w[i], w[g.intermediate_size + i]
+        else:
+            gate = layer_module(model, arch, layer, arch.layout.gate_proj).weight.detach()[i]
+            up = layer_module(model, arch, layer, arch.layout.up_proj).weight.detach()[i]
+        out[layer, i] = float(max(gate)) + abs(float(min(gate))) + float(max(up)) + abs(float(min(up)))
+    return out
+
+
+def reference_fairness(bias: np.ndarray, ppm: np.ndarray, w: float) -> np.ndarray:
+    out = np.zeros_like(bias)
+    for layer in range(bias.shape[0]):
+        b, p = list(bias[layer]), list(ppm[layer])
+        for i in range(len(b)):
+            nb = (b[i] - min(b)) / (max(b) - min(b))
+            np_ = (p[i] - min(p)) / (max(p) - min(p))
+            out[layer, i] = w * nb + (1 - w) * (1 - np_)
+    return out
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3_text", "phi3"])
+def test_scores_match_plain_loop_reference(tiny, tmp_path, arch):
+    model, tok = _load(tiny(arch))
+    pairs = [p for p in load_pairs(write_pairs(tmp_path / "p.jsonl")).pairs if p.attribute_1 != "fat"]
+    sums = accumulate_pair_sums(model, tok, pairs, batch_size=2)  # 2 pairs = 4 padded prompts a pass
+    ppm = ppm_scores(model)
+    table = NeuronScores.from_sums(sums, ppm)
+    bias, signed, activation = reference_scores(model, tok, pairs)
+    assert table.categories == sorted(bias) and table.counts == {"Age": 6, "Gender": 3, "SES": 3}
+    for c in bias:
+        np.testing.assert_allclose(table.bias[c], bias[c], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(table.signed[c], signed[c], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(table.activation[c], activation[c], rtol=1e-5, atol=1e-7)
+        assert np.abs(table.signed[c]).max() > 1e-6
+    # signed ≠ unsigned: Age mixes stereotyped sides 1 and 2
+    assert not np.allclose(np.abs(table.signed["Age"]), table.bias["Age"])
+    np.testing.assert_allclose(ppm, reference_ppm(model), rtol=1e-6)
+    pooled = (table.bias["Age"] * 6 + table.bias["Gender"] * 3 + table.bias["SES"] * 3) / 12
+    np.testing.assert_allclose(table.pooled("bias", table.categories), pooled, rtol=1e-9)
+    np.testing.assert_allclose(table.score("fairness", ["Age"], 0.7),
+                               reference_fairness(table.bias["Age"], table.ppm, 0.7), rtol=1e-9)
+    np.testing.assert_allclose(table.score("signed", ["Gender"]), np.abs(table.signed["Gender"]))
+
+
+def synthetic(seed: int = 0, layers: int = 4, width: int = 10, cats=("A", "B", "C")) -> NeuronScores:
+    rng = np.random.default_rng(seed)
+    return NeuronScores({c: 2 + k for k, c in enumerate(cats)},
+                        {c: rng.random((layers, width)) for c in cats},
+                        {c: rng.normal(size=(layers, width)) for c in cats},
+                        {c: rng.random((layers, width)) for c in cats}, rng.random((layers, width)) + 1)
+
+
+def _flat(neurons, width=10):
+    return [layer * width + i for layer, i in neurons]
+
+
+def test_global_selection_is_top_n_of_the_pooled_score():
+    s = synthetic()
+    for score in ("bias", "signed", "fairness"):
+        values = s.score(score, s.categories).ravel()
+        chosen = select(s, 7, score=score, rule="global", spare_active=0)
+        assert _flat(chosen.neurons) == list(np.argsort(-values, kind="stable")[:7])
+        assert chosen.labels == ("pooled",) * 7
+
+
+def test_per_category_selection_takes_turns():
+    s = synthetic()
+    chosen = select(s, 9, score="bias", rule="per-category", spare_active=0)
+    ranks = {c: list(np.argsort(-s.bias[c].ravel(), kind="stable")) for c in s.categories}
+    taken: list[int] = []
+    while len(taken) < 9:  # plain reference of the round robin
+        for c in s.categories:
+            nxt = next(i for i in ranks[c] if i not in taken)
+            if len(taken) < 9:
+                taken.append(nxt)
+    assert _flat(chosen.neurons) == taken
+    assert chosen.labels == ("A", "B", "C") * 3
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_intersection_matches_growing_top_k(seed):
+    s = synthetic(seed)
+    n = 6
+    chosen = select(s, n, score="fairness", rule="intersection", spare_active=0)
+    tops = {c: list(np.argsort(-s.score("fairness", [c]).ravel(), kind="stable")) for c in s.categories}
+    pooled = list(np.argsort(-s.score("fairness", s.categories).ravel(), kind="stable"))
+    for k in range(1, 41):  # smallest k whose intersection of top-k lists holds n neurons
+        inter = set.intersection(*(set(t[:k]) for t in tops.values()))
+        if len(inter) >= n:
+            break
+    before = set.intersection(*(set(t[:k - 1]) for t in tops.values()))
+    boundary = [i for i in pooled if i in inter - before][: n - len(before)]
+    assert len(before) < n
+    assert _flat(chosen.neurons) == [i for i in pooled if i in before or i in boundary]
+
+
+def test_layer_restriction_and_single_category():
+    s = synthetic()
+    chosen = select(s, 5, score="bias", rule="global", layers=[1, 3], categories=["b"], spare_active=0)
+    assert {layer for layer, _ in chosen.neurons} <= {1, 3}
+    masked = s.bias["B"].copy()
+    masked[[0, 2]] = -np.inf
+    assert _flat(chosen.neurons) == list(np.argsort(-masked.ravel(), kind="stable")[:5])
+    assert chosen.categories == ("B",) and chosen.layers == (1, 3)
+    assert layer_distribution(chosen, 4) == [0, sum(1 for l, _ in chosen.neurons if l == 1), 0,
+                                             sum(1 for l, _ in chosen.neurons if l == 3)]
+
+
+def test_sparing_the_most_active_neurons_of_each_layer():
+    s = synthetic(width=20)
+    activity = s.pooled("activation", s.categories)
+    mask = allowed_mask(s, None, 0.1)  # 2 of 20 per layer
+    for layer in range(4):
+        top2 = set(np.argsort(-activity[layer])[:2].tolist())
+        assert set(np.flatnonzero(~mask[layer]).tolist()) == top2
+    for rule in ("global", "per-category", "intersection"):
+        chosen = select(s, 30, score="bias", rule=rule, spare_active=0.1)
+        assert all(mask[layer, i] for layer, i in chosen.neurons)
+    planted = s.bias["A"].copy()
+    hot = np.unravel_index(np.argmax(activity), activity.shape)
+    planted[hot] = 100.0  # the most biased neuron is also its layer's most active one
+    s.bias["A"] = s.bias["B"] = s.bias["C"] = planted
+    assert tuple(map(int, hot)) == select(s, 1, score="bias", spare_active=0).neurons[0]
+    assert tuple(map(int, hot)) not in select(s, 10, score="bias", spare_active=0.05).neurons
+
+
+def test_selection_errors():
+    s = synthetic()
+    with pytest.raises(SelectionError, match=r"--n 41 is out of range: the model has 40 selectable MLP neurons"):
+        select(s, 41, spare_active=0)
+    with pytest.raises(SelectionError, match=r"36 selectable MLP neurons \(4 layers × 10, after sparing the 0.1 most"):
+        select(s, 37, spare_active=0.1)
+    with pytest.raises(SelectionError, match="these layers hold 10"):
+        select(s, 11, layers=[2], spare_active=0)
+    with pytest.raises(SelectionError, match="layers 0..3"):
+        select(s, 1, layers=[4])
+    with pytest.raises(SelectionError, match="category Z is not in the findings; they hold A, B, C"):
+        select(s, 1, categories=["Z"])
+    with pytest.raises(SelectionError, match="bias-weight"):
+        fairness_score(s.bias["A"], s.ppm, 1.5)
+    with pytest.raises(SelectionError, match="spare-active"):
+        select(s, 1, spare_active=1.0)
+    assert len(select(s, 40, rule="intersection", spare_active=0).neurons) == 40
+
+
+def test_overlap_is_a_jaccard_matrix():
+    s = synthetic()
+    chosen = select(s, 8, score="bias", rule="global", spare_active=0)
+    overlap = category_overlap(s, chosen)
+    tops = [set(np.argsort(-s.bias[c].ravel(), kind="stable")[:8].tolist()) for c in s.categories]
+    m = overlap["jaccard"]
+    assert overlap["categories"] == ["A", "B", "C"] and all(m[i][i] == 1.0 for i in range(3))
+    assert m[0][1] == round(len(tops[0] & tops[1]) / len(tops[0] | tops[1]), 4) == m[1][0]
+
+
+def test_scores_survive_the_file_round_trip():
+    s = synthetic()
+    back = NeuronScores.from_dict(json.loads(json.dumps(s.to_dict())))
+    assert back.counts == s.counts
+    np.testing.assert_allclose(back.bias["A"], s.bias["A"], rtol=1e-5)
+    np.testing.assert_allclose(back.ppm, s.ppm, rtol=1e-5)
+    np.testing.assert_allclose(back.activation["C"], s.activation["C"], rtol=1e-5)
+    broken = s.to_dict()
+    broken["width"] = 11
+    with pytest.raises(SelectionError, match="do not match"):
+        NeuronScores.from_dict(broken)

@@ -1,0 +1,161 @@
+"""Every command hands the user's load options to every model it loads.
+
+The checkpoint here needs its own code (``auto_map`` → ``modeling_custom.py``, a Llama subclass that
+leaves a mark when it is built): without --trust-remote-code every command refuses it; with it,
+every command runs, transformers' loaders receive ``trust_remote_code=True`` on every call, the
+custom class really is the one that runs, and ``--device`` reaches every model load.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import transformers
+
+import surgery.model.loading
+from surgery.cli.main import main
+
+from tests.support.binding import char_model, write_small_benchmark
+from tests.find.neurons.test_neurons import write_pairs
+
+MODELING = '''
+import os
+
+from transformers import LlamaForCausalLM
+
+
+class CustomForCausalLM(LlamaForCausalLM):
+    """A Llama that says it was built: proof that the checkpoint's own code ran."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        with open(os.environ["SURGERY_TEST_REMOTE_MARK"], "a") as f:
+            f.write("built\\n")
+'''
+DEVICE = "cpu:0"  # a valid device distinct from the default "cpu": seen only if the option arrives
+FAST_HEADS = ["--max-pairs", "4", "--random-sets", "1", "--confirm", "0"]
+
+
+@pytest.fixture
+def remote(tiny, tmp_path, monkeypatch):
+    """A checkpoint that needs remote code, with spies on every model and tokenizer load."""
+    path = char_model(tiny, "llama")
+    (path / "modeling_custom.py").write_text(MODELING)
+    config = json.loads((path / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_custom.CustomForCausalLM"}
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    mark = tmp_path / "remote-code-ran"
+    monkeypatch.setenv("SURGERY_TEST_REMOTE_MARK", str(mark))
+    # transformers copies the checkpoint's code into its modules cache: keep that in tmp_path
+    monkeypatch.setattr("transformers.dynamic_module_utils.HF_MODULES_CACHE", str(tmp_path / "hf-modules"))
+
+    calls: list[tuple[str, object]] = []
+    for kind, cls in (("model", transformers.AutoModelForCausalLM), ("tokenizer", transformers.AutoTokenizer)):
+        original = cls.from_pretrained.__func__
+
+        def spy(klass, *args, _kind=kind, _original=original, **kwargs):
+            calls.append((_kind, kwargs.get("trust_remote_code")))
+            return _original(klass, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
+    real_check = surgery.model.loading.check_device
+
+    def device_spy(device: str) -> None:
+        calls.append(("device", device))
+        real_check(device)
+
+    monkeypatch.setattr(surgery.model.loading, "check_device", device_spy)
+    return path, calls, mark
+
+
+def _commands(model: Path, tmp: Path) -> dict[str, list]:
+    bench = write_small_benchmark(tmp / "small.jsonl")
+    pairs = write_pairs(tmp / "pairs.jsonl")
+    recipe = tmp / "recipe.yaml"
+    recipe.write_text("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: 2.0}\n")
+    return {
+        "find-neurons": ["find-neurons", model, "--pairs", pairs],
+        "prune-neurons": ["prune-neurons", model, "--n", "2", "--pairs", pairs, "--out", tmp / "pruned"],
+        "score-binding": ["score-binding", model, "--benchmark", bench, "--max-pairs", "4"],
+        "find-heads": ["find-heads", model, "--benchmark", bench, *FAST_HEADS],
+        "amplify-heads": ["amplify-heads", model, "--alpha", "2", "--top", "1", "--benchmark", bench, *FAST_HEADS,
+                          "--out", tmp / "amplified"],
+        "apply": ["apply", recipe, "--model", model, "--out", tmp / "applied"],
+        "verify": ["verify", model, tmp / "applied"],
+        "eval": ["eval", tmp / "applied", "--against", model, "--limit", "1", "--suite", "kl"],
+    }
+
+
+def _run(args: list) -> int:
+    try:
+        main([str(a) for a in args])
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def test_every_command_passes_trust_and_device_to_every_load(remote, tmp_path, capsys):
+    model, calls, mark = remote
+    for name, args in _commands(model, tmp_path).items():
+        calls.clear()
+        mark.unlink(missing_ok=True)
+        code = _run([*args, "--trust-remote-code", "--device", DEVICE])
+        assert code == 0, f"{name}: {capsys.readouterr().err[-2000:]}"
+        loads = [value for kind, value in calls if kind in ("model", "tokenizer")]
+        devices = [value for kind, value in calls if kind == "device"]
+        assert any(kind == "model" for kind, _ in calls), f"{name} loaded no model"
+        assert loads and all(value is True for value in loads), f"{name}: trust_remote_code {loads}"
+        assert devices and set(devices) == {DEVICE}, f"{name}: devices {devices}"
+        assert mark.is_file(), f"{name}: the checkpoint's own code did not run"
+
+
+@pytest.mark.parametrize("name", ["find-neurons", "prune-neurons", "score-binding", "find-heads", "amplify-heads",
+                                  "apply", "eval"])
+def test_without_the_flag_every_command_refuses_the_custom_code(remote, tmp_path, capsys, name):
+    model, calls, mark = remote
+    args = _commands(model, tmp_path)[name]
+    if name == "eval":
+        args = ["eval", model, "--limit", "1"]
+    assert _run(args) == 2
+    assert "--trust-remote-code" in capsys.readouterr().err
+    assert not [c for c in calls if c[0] == "model"] and not mark.exists()
+
+
+def test_inspect_and_export_lora_open_it_with_the_flag(remote, tmp_path, capsys):
+    model, _, _ = remote
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: 2.0}\n")
+    assert _run(["inspect", model, "--trust-remote-code"]) == 0
+    assert _run(["export-lora", model, "--recipe", recipe, "--out", tmp_path / "a", "--trust-remote-code"]) == 0
+    assert _run(["inspect", model]) == 2 and "--trust-remote-code" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("device, message", [
+    ("cuda", "no CUDA GPU"), ("cuda:3", "no CUDA GPU"), ("tpu7", "is not a torch device"),
+])
+def test_a_device_this_machine_lacks_is_one_line(tiny, tmp_path, capsys, device, message):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    model = char_model(tiny, "llama")
+    code = _run(["score-binding", model, "--benchmark", write_small_benchmark(tmp_path / "b.jsonl"),
+                 "--max-pairs", "4", "--device", device])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0] and err[0].startswith("Error: --device")
+
+
+@pytest.mark.parametrize("command", ["find-neurons", "score-binding", "find-heads"])
+def test_a_config_that_does_not_describe_the_weights_is_one_line_before_loading(tiny, tmp_path, capsys, command):
+    """num_key_value_heads edited after saving: the find commands say which field and tensor, as the
+    bake does, instead of a size mismatch from inside transformers' loader."""
+    model = char_model(tiny, "llama")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "num_key_value_heads": 1}))
+    args = _commands(model, tmp_path)[command]
+    code = _run(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "k_proj.weight' has shape" in err[0] and "num_key_value_heads" in err[0] and "internal" not in err[0]

@@ -1,0 +1,163 @@
+"""Exact LoRA export: PeftModel(source, adapter) == baked checkpoint, every architecture, ± --vllm."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from surgery.core.architectures import architecture
+from surgery.bake.bake import bake
+from surgery.core.checkpoint import Checkpoint
+from surgery.core.edits import HeadScale, NeuronScale, Recipe
+from surgery.core.errors import RecipeError
+from surgery.ship.lora import VLLM_RANKS, export_lora
+
+from tests.conftest import ARCHS
+
+
+def _recipe(config: dict) -> Recipe:
+    g = architecture(config).geometry
+    last = g.num_layers - 1
+    return Recipe((HeadScale(0, 1, 2.5), HeadScale(0, 3, 0.0), HeadScale(last, g.num_heads - 1, 0.5),
+                   NeuronScale(1, 3, 0.0), NeuronScale(last, 5, 1.5)))
+
+
+def _logits(model) -> torch.Tensor:
+    ids = torch.randint(3, 90, (2, 10), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def _load(path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+@pytest.mark.parametrize("vllm", [False, True], ids=["per-module-rank", "vllm"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_adapter_equals_baked(tiny, tmp_path, arch, vllm):
+    from peft import PeftModel
+
+    src = tiny(arch)
+    ckpt = Checkpoint(src)
+    recipe = _recipe(ckpt.config)
+    bake(ckpt, recipe, tmp_path / "baked")
+    summary = export_lora(ckpt, recipe, tmp_path / "adapter", vllm=vllm)
+
+    cfg = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    d = architecture(ckpt.config).geometry.head_dim
+    if vllm:
+        assert cfg["r"] == cfg["lora_alpha"] in VLLM_RANKS and not cfg["rank_pattern"]
+        assert set(summary["modules"].values()) == {cfg["r"]}
+    else:
+        ranks = summary["modules"]
+        assert sorted(ranks.values()) == sorted([2 * d, d, 1, 1])  # two heads in layer 0, one elsewhere
+        for name, r in ranks.items():
+            assert cfg["rank_pattern"].get(name, cfg["r"]) == r == cfg["alpha_pattern"].get(name, cfg["lora_alpha"])
+
+    baked = _logits(_load(tmp_path / "baked"))
+    peft_model = PeftModel.from_pretrained(_load(src), tmp_path / "adapter").eval()
+    assert (_logits(peft_model) - baked).abs().max().item() <= 1e-5
+    merged = peft_model.merge_and_unload()
+    assert (_logits(merged) - baked).abs().max().item() <= 1e-5
+    assert (_logits(_load(src)) - baked).abs().max().item() > 1e-3  # the edit does something
+
+
+def test_bf16_source_adapter_matches_baked(tiny, tmp_path):
+    from peft import PeftModel
+
+    src = tiny("llama", dtype=torch.bfloat16, shard="20KB")
+    ckpt = Checkpoint(src)
+    recipe = Recipe((NeuronScale(1, 3, 0.0), HeadScale(2, 0, 2.0)))
+    bake(ckpt, recipe, tmp_path / "baked")
+    export_lora(ckpt, recipe, tmp_path / "adapter")
+    merged = PeftModel.from_pretrained(_load(src), tmp_path / "adapter").merge_and_unload()
+    # the baked bf16 weights round α·W once; the adapter holds fp32 factors of the bf16 source
+    assert (_logits(merged) - _logits(_load(tmp_path / "baked"))).abs().max().item() <= 0.05
+
+
+def test_vllm_rank_over_512_is_an_error(tiny, tmp_path):
+    src = tiny("llama", intermediate_size=600)
+    recipe = Recipe(tuple(NeuronScale(0, i, 0.0) for i in range(513)))
+    with pytest.raises(RecipeError, match="512"):
+        export_lora(Checkpoint(src), recipe, tmp_path / "adapter", vllm=True)
+    assert not (tmp_path / "adapter").exists()
+
+
+def test_identity_recipe_is_an_error(tiny, tmp_path):
+    with pytest.raises(RecipeError, match="changes nothing"):
+        export_lora(Checkpoint(tiny("llama")), Recipe((HeadScale(0, 0, 1.0),)), tmp_path / "adapter")
+
+
+# --- export-lora --recipe BAKED: the recipe recorded by a bake, only over its own source ---------
+
+def _adapter_tensors(folder) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "adapter_model.safetensors"))
+
+
+@pytest.fixture
+def baked_by_cli(tiny, tmp_path, capsys):
+    """A tiny llama baked by the CLI (amplify-heads), and the same edit as a recipe YAML."""
+    from tests.support.cli import run_main
+
+    src = tiny("llama")
+    result = run_main(["amplify-heads", src, "--heads", "0.1,2.3", "--alpha", "2.5", "--out", tmp_path / "baked",
+                       "--no-verify"], capsys)
+    assert result.returncode == 0, result.stderr
+    (tmp_path / "recipe.yaml").write_text(Recipe((HeadScale(0, 1, 2.5), HeadScale(2, 3, 2.5))).to_yaml())
+    return src, tmp_path / "baked"
+
+
+@pytest.mark.parametrize("given", ["folder", "surgery.json"])
+def test_export_lora_from_a_baked_folder(baked_by_cli, tmp_path, capsys, given):
+    from tests.support.cli import run_main
+
+    src, baked = baked_by_cli
+    recipe = baked if given == "folder" else baked / "surgery.json"
+    for out, source in (("from-bake", recipe), ("from-yaml", tmp_path / "recipe.yaml")):
+        result = run_main(["export-lora", src, "--recipe", source, "--out", tmp_path / out], capsys)
+        assert result.returncode == 0, result.stderr
+    a, b = _adapter_tensors(tmp_path / "from-bake"), _adapter_tensors(tmp_path / "from-yaml")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_export_lora_refuses_a_bake_of_another_model(baked_by_cli, tiny, tmp_path, capsys):
+    from tests.support.cli import error_line, run_main
+
+    _, baked = baked_by_cli
+    other = tiny("llama", seed=1)  # same architecture, other weights
+    line = error_line(run_main(["export-lora", other, "--recipe", baked, "--out", tmp_path / "adapter"], capsys))
+    assert f"{baked} was baked from " in line and f"not from {other}" in line
+    assert "give the source it was baked from as MODEL" in line
+    assert not (tmp_path / "adapter").exists()
+
+
+def test_export_lora_from_a_bake_without_a_recorded_fingerprint(baked_by_cli, tiny, tmp_path, capsys):
+    """Older bakes recorded no fingerprint: the sha256 of the weight files decides."""
+    from surgery.bake.provenance import provenance_text
+
+    from tests.support.cli import error_line, run_main
+
+    src, baked = baked_by_cli
+    prov = json.loads((baked / "surgery.json").read_text())
+    del prov["source"]["fingerprint"]
+    (baked / "surgery.json").write_text(provenance_text(prov))
+    assert run_main(["export-lora", src, "--recipe", baked, "--out", tmp_path / "ok"], capsys).returncode == 0
+    line = error_line(run_main(["export-lora", tiny("llama", seed=1), "--recipe", baked, "--out", tmp_path / "no"],
+                               capsys))
+    assert "was baked from" in line
+
+
+def test_export_lora_refuses_a_tampered_surgery_json(baked_by_cli, tmp_path, capsys):
+    from tests.support.cli import error_line, run_main
+
+    src, baked = baked_by_cli
+    text = (baked / "surgery.json").read_text()
+    (baked / "surgery.json").write_text(text.replace('"alpha": 2.5', '"alpha": 25.0'))
+    line = error_line(run_main(["export-lora", src, "--recipe", baked, "--out", tmp_path / "adapter"], capsys))
+    assert "changed after the bake" in line and "give the recipe YAML" in line

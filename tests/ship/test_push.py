@@ -1,0 +1,168 @@
+"""Hub push against a loopback fake Hub: repo creation, files, card metadata, branches, refusals."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from surgery.bake.bake import bake
+from surgery.ship.card import card_hook
+from surgery.core.checkpoint import Checkpoint
+from surgery.core.edits import HeadScale, NeuronScale, Recipe
+from surgery.core.errors import VerificationError
+from surgery.ship.hub import check_pushable
+
+from tests.support.fakehub import FakeHub
+from tests.support.paths import REPO
+
+TOKEN = "hf_fakeTokenForLoopbackTests0123456789"
+
+
+def _env(hub: FakeHub, tmp_path: Path, token: str | None = TOKEN) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_ENDPOINT=hub.url, HF_HUB_DISABLE_XET="1", HF_HOME=str(tmp_path / "hf-home"),
+               HF_HUB_DISABLE_TELEMETRY="1", NO_COLOR="1", COLUMNS="200")
+    if token:
+        env["HF_TOKEN"] = token
+    return env
+
+
+def _run(args: list, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "surgery", *map(str, args)], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=180)
+
+
+def _front_matter(text: str) -> dict:
+    assert text.startswith("---\n")
+    return yaml.safe_load(text[4:text.index("\n---", 4)])
+
+
+@pytest.fixture
+def baked(tiny, tmp_path) -> Path:
+    src = tiny("llama")
+    (src / "README.md").write_text("---\nlicense: mit\ntags: [demo]\n---\n# Tiny source\n")
+    out = tmp_path / "baked"
+    bake(Checkpoint(src), Recipe((HeadScale(0, 1, 2.0), NeuronScale(1, 3, 0.0))), out, card=card_hook())
+    return out
+
+
+def test_push_creates_repo_and_uploads_every_file(baked, tmp_path):
+    with FakeHub(TOKEN) as hub:
+        r = _run(["push", baked, "--repo", "me/tiny-edit", "--private"], _env(hub, tmp_path))
+        assert r.returncode == 0, r.stderr
+        repo = hub.repos["me/tiny-edit"]
+        assert repo.private
+        files = hub.files("me/tiny-edit")
+        local = {p.relative_to(baked).as_posix(): p.read_bytes() for p in baked.rglob("*") if p.is_file()}
+        assert files == local
+        meta = _front_matter(files["README.md"].decode())
+        assert "surgery" in meta["tags"] and meta["library_name"] == "transformers" and meta["license"] == "mit"
+        assert "POST /api/validate-yaml" in hub.requests
+        assert any(q.endswith(".git/info/lfs/objects/batch") for q in hub.requests)  # weights went by LFS
+    assert TOKEN not in r.stdout + r.stderr
+    assert "Pushed" in r.stdout and "structural check against the source" in r.stdout
+
+
+def test_push_to_branch_and_pull_request(baked, tmp_path):
+    with FakeHub(TOKEN) as hub:
+        env = _env(hub, tmp_path)
+        assert _run(["push", baked, "--repo", "me/x", "--revision", "alpha-2"], env).returncode == 0
+        assert "model.safetensors" in hub.files("me/x", "alpha-2") and not hub.files("me/x", "main")
+        r = _run(["push", baked, "--repo", "me/x", "--create-pr"], env)
+        assert r.returncode == 0, r.stderr
+        assert len(hub.repos["me/x"].pulls) == 1 and "discussions/1" in r.stdout
+
+
+def test_corrupted_folder_is_refused_before_any_request(baked, tmp_path):
+    weights = baked / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0x10
+    weights.write_bytes(bytes(data))
+    with pytest.raises(VerificationError, match="refusing to push"):
+        check_pushable(baked)
+    with FakeHub(TOKEN) as hub:
+        r = _run(["push", baked, "--repo", "me/bad"], _env(hub, tmp_path))
+        assert r.returncode == 2 and "refusing to push" in r.stderr
+        assert hub.requests == [] and not hub.repos
+
+
+def test_without_the_source_every_hash_and_the_seal_are_checked(baked, tmp_path):
+    import json
+
+    source = Path(json.loads((baked / "surgery.json").read_text())["source"]["path"])
+    source.rename(tmp_path / "moved-away")  # the recorded source is no longer on this machine
+    assert "sha256 of every recorded file" in check_pushable(baked)[0]
+    (baked / "extra.txt").write_text("not from the bake")
+    with pytest.raises(VerificationError, match="extra.txt is not recorded"):
+        check_pushable(baked)
+    (baked / "extra.txt").unlink()
+    prov = (baked / "surgery.json").read_text()
+    (baked / "surgery.json").write_text(prov.replace('"tool_version"', '"tool_version" '))
+    with pytest.raises(VerificationError, match="seal"):
+        check_pushable(baked)
+
+
+def test_bad_or_missing_token(baked, tmp_path):
+    with FakeHub(TOKEN) as hub:
+        wrong = "hf_wrongTokenThatMustNeverBePrinted99"
+        r = _run(["push", baked, "--repo", "me/y"], _env(hub, tmp_path, token=wrong))
+        assert r.returncode == 2 and "refused the token" in r.stderr and wrong not in r.stdout + r.stderr
+        r = _run(["push", baked, "--repo", "me/y"], _env(hub, tmp_path, token=None))
+        assert r.returncode == 2 and "no Hugging Face token" in r.stderr
+        assert not hub.repos
+
+
+def test_sweep_pushes_each_value_to_its_own_branch(tiny, tmp_path):
+    src = tiny("llama")
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from surgery.cli.baking import run_sweep, sweep_label
+        from surgery.core.edits import HeadScale, Recipe
+        items = [(sweep_label("alpha", a), Recipe((HeadScale(0, 1, a),)), {{"selection": {{"alpha": a}}}})
+                 for a in (1.5, 2.0)]
+        run_sweep({str(src)!r}, items, Path({str(tmp_path / 'sweep')!r}), push_to="me/sweep",
+                  verify=False, as_json=True)
+    """)
+    with FakeHub(TOKEN) as hub:
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           env=_env(hub, tmp_path), cwd=REPO, timeout=180)
+        assert r.returncode == 0, r.stderr
+        for label in ("alpha-1.5", "alpha-2"):
+            files = hub.files("me/sweep", label)
+            assert files["surgery.json"] == (tmp_path / "sweep" / label / "surgery.json").read_bytes()
+            assert "alpha: 2" in files["README.md"].decode() if label == "alpha-2" else True
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == ["alpha-1.5", "alpha-2"]
+
+
+def test_push_exported_adapter(tiny, tmp_path):
+    from surgery.ship.lora import export_lora
+
+    adapter = tmp_path / "adapter"
+    export_lora(Checkpoint(tiny("llama")), Recipe((HeadScale(0, 1, 2.0),)), adapter)
+    assert check_pushable(adapter)[0] == "adapter config and weights header"
+    with FakeHub(TOKEN) as hub:
+        r = _run(["push", adapter, "--repo", "me/lora"], _env(hub, tmp_path))
+        assert r.returncode == 0, r.stderr
+        files = hub.files("me/lora")
+        assert {"adapter_config.json", "adapter_model.safetensors", "README.md"} <= set(files)
+        meta = _front_matter(files["README.md"].decode())
+        assert meta["library_name"] == "peft" and "lora" in meta["tags"]
+
+
+def test_apply_with_push_to(tiny, tmp_path):
+    src = tiny("llama")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(Recipe((HeadScale(0, 1, 2.0),)).to_yaml())
+    with FakeHub(TOKEN) as hub:
+        r = _run(["apply", recipe, "--model", src, "--out", tmp_path / "out", "--no-verify",
+                  "--push-to", "me/applied", "--private"], _env(hub, tmp_path))
+        assert r.returncode == 0, r.stderr
+        assert hub.repos["me/applied"].private
+        assert hub.files("me/applied")["surgery.json"] == (tmp_path / "out" / "surgery.json").read_bytes()
+    assert "Pushed" in r.stdout and TOKEN not in r.stdout + r.stderr
