@@ -90,20 +90,22 @@ def real_model_path(name: str) -> Path:
     return root / name
 
 
+def _real_model(name: str, label: str) -> Path:
+    """The real model's folder, or a skip that says how to get it."""
+    path = real_model_path(name)
+    if not (path / "config.json").is_file():
+        pytest.skip(f"{label} not at {path}; run `python examples/get_models.py` first")
+    return path
+
+
 @pytest.fixture(scope="session")
 def smollm2() -> Path:
-    path = real_model_path("smollm2-135m-instruct")
-    if not (path / "config.json").is_file():
-        pytest.skip(f"SmolLM2 not at {path}; run `python examples/get_models.py` first")
-    return path
+    return _real_model("smollm2-135m-instruct", "SmolLM2")
 
 
 @pytest.fixture(scope="session")
 def gemma3_270m() -> Path:
-    path = real_model_path("gemma-3-270m")
-    if not (path / "config.json").is_file():
-        pytest.skip(f"Gemma-3-270M not at {path}; run `python examples/get_models.py` first")
-    return path
+    return _real_model("gemma-3-270m", "Gemma-3-270M")
 
 
 @pytest.fixture(autouse=True)

@@ -1,79 +1,21 @@
-"""What every baking command shares: the MODEL / --out / --force / --push-to options, the bake run
-(with its model card), and sweeps that bake one output per α or n."""
+"""What every baking command shares: the bake run (with its model card and push), and sweeps that
+bake one output per α or n."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
-
-import click
+from typing import Any
 
 from ..bake.bake import bake
-from ..ship.card import card_hook
-from .console import err, out, print_json, stage_progress
+from ..bake.verify import staged_check
 from ..core.edits import Recipe
 from ..core.errors import RecipeError
-from ..model.loading import DEFAULT_LOAD, LoadSpec, Source, open_checkpoint, resolve, same_model
 from ..core.staging import check_free
-from ..bake.verify import staged_check
-from .options import typed_options
-
-# --push-to / --private are read through the click context, so commands decorated with
-# bake_options need no extra parameters for them.
-_PUSH_KEY = "surgery.push_to"
-_PRIVATE_KEY = "surgery.private"
-
-
-def _remember(key: str):
-    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        ctx.meta[key] = value
-        return value
-
-    return callback
-
-
-def _context_value(key: str) -> Any:
-    ctx = click.get_current_context(silent=True)
-    return ctx.meta.get(key) if ctx is not None else None
-
-
-def load_options(f: Callable | None = None, *, runs_model: bool = True) -> Callable:
-    """--revision, --trust-remote-code and (for commands that run a model) --device, handed to the
-    command as one ``load: LoadSpec`` so that every model load of the command gets all of them."""
-    decorate = typed_options(LoadSpec, into="load", skip=() if runs_model else ("device",))
-    return decorate(f) if f is not None else decorate
-
-
-def model_argument(f: Callable | None = None, *, runs_model: bool = True) -> Callable:
-    """MODEL (local folder or Hub id) plus the load options (see :func:`load_options`)."""
-
-    def decorate(f: Callable) -> Callable:
-        return click.argument("model")(load_options(f, runs_model=runs_model))
-
-    return decorate(f) if f is not None else decorate
-
-
-def push_options(f: Callable) -> Callable:
-    """--push-to and --private; run_bake reads them from the click context."""
-    f = click.option("--private", is_flag=True, expose_value=False, callback=_remember(_PRIVATE_KEY),
-                     help="With --push-to: create the Hub repo as private.")(f)
-    return click.option("--push-to", metavar="NAMESPACE/NAME", default=None, expose_value=False,
-                        callback=_remember(_PUSH_KEY),
-                        help="After the bake, push the checkpoint to this Hub repo (sweeps: one branch per value).")(f)
-
-
-def bake_options(f: Callable) -> Callable:
-    """--out, --force, --no-verify, --json, --push-to, --private."""
-    f = push_options(f)
-    f = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
-    f = click.option("--verify/--no-verify", default=True, show_default=True,
-                     help="Check the baked logits against the run-time edit before publishing.")(f)
-    f = click.option("--force", is_flag=True, help="Replace --out if it exists.")(f)
-    return click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
-                        help="Output checkpoint folder (written atomically).")(f)
-
+from ..model.loading import DEFAULT_LOAD, LoadSpec, Source, open_checkpoint, resolve, same_model
+from ..ship.card import card_hook
+from .console import note, out, print_json, stage_progress
+from .options import PRIVATE_KEY, PUSH_KEY, context_value
 
 @dataclass
 class Baked:
@@ -122,7 +64,7 @@ def _for_source(recipe: Recipe, config: dict[str, Any], source: Source) -> tuple
     if other:
         notes.append(f"the recipe was written for {other}, not {edited}; its edits fit this model's config, "
                      f"so they are baked, and the output names {edited} as its base model")
-        err.print(f"[yellow]note:[/] {notes[-1]}")
+        note(notes[-1])
         recipe_notes = {**recipe.notes, "written_for": other}
     return Recipe(recipe.edits, edited, recipe.version, recipe_notes), notes
 
@@ -138,8 +80,8 @@ def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFA
     summary) and ``evaluation`` (rows of a before/after table, see surgery.ship.card). ``push_to``
     (default: the command's --push-to) uploads the result, to branch ``push_revision`` if given.
     """
-    push_to = push_to or _context_value(_PUSH_KEY)
-    private = bool(_context_value(_PRIVATE_KEY)) if private is None else private
+    push_to = push_to or context_value(PUSH_KEY)
+    private = bool(context_value(PRIVATE_KEY)) if private is None else private
     if push_to:
         from ..ship.hub import preflight
 
@@ -149,7 +91,7 @@ def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFA
     with stage_progress() as progress:  # stderr: shown with --json too, which owns stdout only
         result = bake(ckpt, recipe, out_dir, source=source, force=force, progress=progress,
                       check=staged_check(ckpt, recipe, load) if verify else None, extra=extra,
-                      card=card_hook(evaluation), report=lambda msg: err.print(f"[yellow]note:[/] {msg}"))
+                      card=card_hook(evaluation), report=note)
     prov = result.provenance
     if push_to:
         from ..ship.hub import push
@@ -202,7 +144,7 @@ def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]]
     labels = [label for label, _, _ in items]
     if len(set(labels)) != len(labels):
         raise RecipeError("sweep labels must be unique (each value gets its own folder and branch)")
-    push_to = push_to or _context_value(_PUSH_KEY)
+    push_to = push_to or context_value(PUSH_KEY)
     out_dir = Path(out_dir)
     source = resolve(model, bake_kwargs.get("load", DEFAULT_LOAD).revision)
     check_free(out_dir, [source.path], force=True)  # the sweep's folder may exist: it holds the values
@@ -231,8 +173,3 @@ def bake_each(model: str, items: list[tuple[str | None, Recipe, dict[str, Any] |
         _, recipe, extra = items[0]
         return run_bake(model, recipe, out_dir, extra=extra, **bake_kwargs)
     return run_sweep(model, items, out_dir, **bake_kwargs)
-
-
-def baking_command(f: Callable) -> Callable:
-    """Decorate a command that ends in a bake with MODEL and the bake options."""
-    return model_argument(bake_options(functools.wraps(f)(f)))

@@ -64,6 +64,11 @@ def _log_line(text: str) -> None:
     err.print(text, markup=False, highlight=False)
 
 
+def note(message: str) -> None:
+    """A note on stderr (one line in logs): something the user should know, not an error."""
+    err.print(f"[yellow]note:[/] {message}")
+
+
 def print_json(data: Any) -> None:
     """Machine-readable output: plain JSON on stdout, nothing else."""
     print(json.dumps(data, indent=1, default=str))

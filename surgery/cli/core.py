@@ -9,12 +9,13 @@ from rich.table import Table
 
 from ..core.architectures import architecture
 from .group import cli
-from .console import err, out, print_json, stage_progress
+from .console import note, out, print_json, stage_progress
 from ..core.edits import Recipe
 from ..model.loading import LoadSpec, open_checkpoint
 from ..bake.undo import undo as undo_bake
 from ..bake.verify import verify as verify_bake
-from .baking import load_options, model_argument, push_options, run_bake
+from .baking import run_bake
+from .options import load_options, model_argument, push_options
 
 
 def _size(n: int) -> str:
@@ -96,7 +97,7 @@ def verify_cmd(source: str, baked: Path, load: LoadSpec, structural_only: bool, 
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def undo_cmd(baked: Path, out_dir: Path, force: bool, as_json: bool) -> None:
     """Restore the exact source of a baked checkpoint (sha256-identical files)."""
-    hashes = undo_bake(baked, out_dir, force, report=lambda msg: err.print(f"[yellow]note:[/] {msg}"))
+    hashes = undo_bake(baked, out_dir, force, report=note)
     if as_json:
         print_json({"out": str(out_dir), "files": hashes})
     else:

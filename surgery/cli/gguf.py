@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from .group import cli
-from .console import err, out, print_json
+from .console import note, out, print_json
 from ..model.gguf_import import DTYPES, import_gguf
 
 
@@ -22,7 +22,7 @@ from ..model.gguf_import import DTYPES, import_gguf
 def import_gguf_cmd(gguf_file: Path, out_dir: Path, dtype: str, force: bool, as_json: bool) -> None:
     """Dequantize GGUF_FILE into a safetensors checkpoint (config, weights, tokenizer) at --out."""
     result = import_gguf(gguf_file, out_dir, dtype=dtype, force=force,
-                         report=lambda msg: err.print(f"[yellow]note:[/] {msg}"))
+                         report=note)
     m = result.manifest
     if as_json:
         print_json({"out": str(out_dir), **m, "notes": result.notes})

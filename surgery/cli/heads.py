@@ -11,13 +11,13 @@ import click
 from rich.table import Table
 
 from .group import cli
-from .console import err, out, print_json, progress_bars
+from .console import note, out, print_json, progress_bars
 from ..core.edits import HeadScale, Recipe, parse_heads
 from ..core.errors import RecipeError
 from ..find.heads.params import PAIR_FIELDS, SEARCH_FIELDS, FindParams
 from ..model.loading import LoadSpec
-from .baking import bake_each, baking_command, model_argument, parse_values, sweep_label
-from .options import typed_options
+from .baking import bake_each, parse_values, sweep_label
+from .options import baking_command, model_argument, typed_options
 
 SIGNIFICANT = 0.05  # the level below which ΔS counts as an effect the knockout can reduce
 
@@ -92,7 +92,7 @@ def print_confirmation(conf: dict[str, Any], selected: list[list[int]]) -> None:
     out.print(table)
     weak = len(selected) - conf["n_significant"]
     if weak > 0:
-        err.print(f"[yellow]note:[/] {weak} of the {len(selected)} selected heads have no significant "
+        note(f"{weak} of the {len(selected)} selected heads have no significant "
                   "single-head knockout effect (95% CI not above 0)")
 
 
@@ -124,8 +124,8 @@ def print_findings(f: dict[str, Any]) -> None:
     out.print(table)
     p = f["scores"]["S"].get("p")
     if p is None or not p < SIGNIFICANT:
-        err.print(f"[yellow]note:[/] ΔS itself is not significant (p = {_fmt(p)}): the knockout % divides by a "
-                  "ΔS indistinguishable from 0, so it and its CI are not interpretable")
+        note(f"ΔS itself is not significant (p = {_fmt(p)}): the knockout % divides by a "
+             "ΔS indistinguishable from 0, so it and its CI are not interpretable")
     if f.get("dose_response"):
         dose = Table(title="Dose-response: edge-level α (paper, run time only) vs whole-head α (bakeable); "
                            "DiffAware / CtxtAware by greedy generation")
@@ -186,7 +186,7 @@ def _find(ckpt, load: LoadSpec, params: FindParams, recompute: bool):
     with progress_bars() as progress:
         return cached_find_heads(ckpt, pairs, params, recompute=recompute, load=load,
                                  awareness_records=records, progress=progress,
-                                 report=lambda m: err.print(f"[yellow]note:[/] {m}"))
+                                 report=note)
 
 
 @cli.command(name="find-heads")
@@ -263,7 +263,7 @@ def _heads_from_findings(model: str, load: LoadSpec, findings_file: Path | None,
     if findings_file:
         found = HeadFindings.read(findings_file, ckpt, transfer)
         if found.transfer_note:
-            err.print(f"[yellow]note:[/] {found.transfer_note}")
+            note(found.transfer_note)
     elif transfer:  # as prune-neurons: cached findings are this model's, there is nothing to transfer
         raise RecipeError("--transfer applies to --findings from another checkpoint; give --findings FILE")
     else:

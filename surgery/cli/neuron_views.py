@@ -7,7 +7,7 @@ from typing import Any, Mapping
 from rich.table import Table
 
 from .console import out
-from ..find.neurons.find import NeuronFindings, dataset_brief, describe
+from ..find.neurons.find import NeuronFindings, describe
 from ..find.neurons.select import Selection
 
 BAR_WIDTH = 30

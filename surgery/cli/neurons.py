@@ -8,15 +8,15 @@ from pathlib import Path
 import click
 
 from .group import cli
-from .console import err, out, print_json, progress_bars
+from .console import note, out, print_json, progress_bars
 from ..core.edits import NeuronScale, Recipe, parse_neurons
 from ..core.errors import RecipeError
 from ..model.loading import LoadSpec
 from ..find.neurons.params import CaptureParams, SelectParams
-from .baking import bake_each, baking_command, model_argument, parse_values, sweep_label
+from .baking import bake_each, parse_values, sweep_label
 from ..find.neurons.find import dataset_brief
 from .neuron_views import print_summary, selection_extra
-from .options import typed_options
+from .options import baking_command, model_argument, typed_options
 
 RECOMPUTE = click.option("--recompute", is_flag=True, help="Ignore cached findings and capture again.")
 
@@ -39,7 +39,7 @@ def _findings(model: str, load: LoadSpec, capture: CaptureParams, recompute: boo
                               "or drop --findings to compute new ones")
         found = NeuronFindings.read(findings_file, ckpt, transfer)
         if found.transfer_note:
-            err.print(f"[yellow]note:[/] {found.transfer_note}")
+            note(found.transfer_note)
         return found
     if transfer:
         raise RecipeError("--transfer applies to --findings from another checkpoint; give --findings FILE")
@@ -49,7 +49,7 @@ def _findings(model: str, load: LoadSpec, capture: CaptureParams, recompute: boo
     with progress_bars() as progress:  # stderr, with --json too
         return find_neurons(ckpt, pairs, batch_size=capture.batch_size, strict=capture.strict, load=load,
                             recompute=recompute, progress=progress,
-                            report=lambda m: err.print(f"[yellow]note:[/] {m}"))
+                            report=note)
 
 
 @cli.command(name="find-neurons")

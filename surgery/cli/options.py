@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import click
 
 from ..core.options import CliOption, cli_fields
+from ..model.loading import LoadSpec
 
 
 def _click_type(field: dataclasses.Field, spec: CliOption) -> Any:
@@ -66,3 +68,63 @@ def typed_options(cls: type, *, into: str, only: Sequence[str] | None = None,
         return command
 
     return decorate
+
+
+# --push-to / --private are read through the click context, so commands decorated with
+# bake_options need no extra parameters for them.
+PUSH_KEY = "surgery.push_to"
+PRIVATE_KEY = "surgery.private"
+
+
+def _remember(key: str):
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        ctx.meta[key] = value
+        return value
+
+    return callback
+
+
+def context_value(key: str) -> Any:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(key) if ctx is not None else None
+
+
+def load_options(f: Callable | None = None, *, runs_model: bool = True) -> Callable:
+    """--revision, --trust-remote-code and (for commands that run a model) --device, handed to the
+    command as one ``load: LoadSpec`` so that every model load of the command gets all of them."""
+    decorate = typed_options(LoadSpec, into="load", skip=() if runs_model else ("device",))
+    return decorate(f) if f is not None else decorate
+
+
+def model_argument(f: Callable | None = None, *, runs_model: bool = True) -> Callable:
+    """MODEL (local folder or Hub id) plus the load options (see :func:`load_options`)."""
+
+    def decorate(f: Callable) -> Callable:
+        return click.argument("model")(load_options(f, runs_model=runs_model))
+
+    return decorate(f) if f is not None else decorate
+
+
+def push_options(f: Callable) -> Callable:
+    """--push-to and --private; run_bake reads them from the click context."""
+    f = click.option("--private", is_flag=True, expose_value=False, callback=_remember(PRIVATE_KEY),
+                     help="With --push-to: create the Hub repo as private.")(f)
+    return click.option("--push-to", metavar="NAMESPACE/NAME", default=None, expose_value=False,
+                        callback=_remember(PUSH_KEY),
+                        help="After the bake, push the checkpoint to this Hub repo (sweeps: one branch per value).")(f)
+
+
+def bake_options(f: Callable) -> Callable:
+    """--out, --force, --no-verify, --json, --push-to, --private."""
+    f = push_options(f)
+    f = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
+    f = click.option("--verify/--no-verify", default=True, show_default=True,
+                     help="Check the baked logits against the run-time edit before publishing.")(f)
+    f = click.option("--force", is_flag=True, help="Replace --out if it exists.")(f)
+    return click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
+                        help="Output checkpoint folder (written atomically).")(f)
+
+
+def baking_command(f: Callable) -> Callable:
+    """Decorate a command that ends in a bake with MODEL and the bake options."""
+    return model_argument(bake_options(functools.wraps(f)(f)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +14,7 @@ from .group import cli
 from .console import err, out, print_json, progress_bars
 from ..core.errors import SurgeryError
 from ..model.loading import open_checkpoint
-from .baking import model_argument
+from .options import model_argument
 
 
 @cli.command(name="export-lora")

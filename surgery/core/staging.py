@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import glob
 import os
+import secrets
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -166,3 +168,41 @@ def _publish(tmp: Path, target: Path, force: bool) -> None:
         _remove(old)
     else:
         os.rename(tmp, target)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def _remove_dead_temporaries(path: Path) -> None:
+    """Remove temporary files that killed writers of ``path`` left behind (their pid is gone)."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2:].split(".")[0]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and rename: readers never see half a file.
+
+    The temporary name is chosen before the file is created inside ``try``, so a Ctrl-C at any
+    point removes it (``mkstemp`` could be interrupted after creating its file, before returning).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_dead_temporaries(path)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

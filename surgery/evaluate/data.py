@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..core.errors import SurgeryError
-from ..find.findings import atomic_write_text
+from ..core.staging import atomic_write_text
 
 DATA = Path(__file__).resolve().parents[1] / "data"  # surgery/data: the shipped sets
 RESULT_FORMAT = "surgery-eval"

@@ -7,11 +7,9 @@ was found on (fingerprint + geometry), the dataset's sha256 and the parameters, 
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
@@ -19,47 +17,10 @@ from typing import Any, ClassVar, Mapping
 from ..core.architectures import architecture
 from ..core.checkpoint import Checkpoint
 from ..core.errors import FindingsError, SurgeryError
+from ..core.staging import atomic_write_text
 
 FINDINGS_VERSION = 1
 KINDS = ("heads", "neurons")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        return True
-    return True
-
-
-def _remove_dead_temporaries(path: Path) -> None:
-    """Remove temporary files that killed writers of ``path`` left behind (their pid is gone)."""
-    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        pid = tmp.name[len(path.name) + 2:].split(".")[0]
-        if pid.isdigit() and not _pid_alive(int(pid)):
-            tmp.unlink(missing_ok=True)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and rename: readers never see half a file.
-
-    The temporary name is chosen before the file is created inside ``try``, so a Ctrl-C at any
-    point removes it (``mkstemp`` could be interrupted after creating its file, before returning).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_dead_temporaries(path)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def model_identity(ckpt: Checkpoint) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from ..core.checkpoint import file_sha256
 from ..core.edits import HeadScale, Recipe
 from ..core.errors import VerificationError
-from ..find.findings import atomic_write_text
+from ..core.staging import atomic_write_text
 from ..bake.provenance import PROVENANCE_NAME, UNDO_NAME, integrity_problems, load_provenance, load_undo, provenance_text
 
 CARD_NAME = "README.md"

@@ -28,7 +28,6 @@ from tests.support import corrupt as bad
 from tests.conftest import build_tiny
 from tests.support.cases import Case, Ctx
 from tests.support.cli import REPO, cli_env, error_line, hidden_entries, run_cli, run_main, tree_hashes
-from tests.support.paths import REPO
 
 O_PROJ0 = "model.layers.0.self_attn.o_proj.weight"
 

@@ -15,7 +15,6 @@ import pytest
 from surgery.core.optional import OPTIONAL, MissingDependency, require
 
 from tests.support.cli import REPO, cli_env
-from tests.support.paths import REPO
 
 HIDDEN_RUN = "import sys; sys.modules[{name!r}] = None; from surgery.cli.main import main; main({argv!r})"
 

@@ -48,3 +48,20 @@ def n4_path() -> Path:
     env = os.environ.get("SURGERY_SHARED_DATA")
     root = Path(env) if env else REPO.parent / "shared" / "data"
     return root / "difference_awareness" / "N4_1k.jsonl"
+
+
+def assert_batching_changes_nothing(model, tok, prompts, batch_size: int, atol: float) -> None:
+    """S and per-head features of ``prompts`` run ``batch_size`` at a time equal one at a time
+    (padding and prompt mixes must not leak into the scores)."""
+    import numpy as np
+
+    from surgery.find.heads.attention import surgery_attention_on
+    from surgery.find.heads.scores import option_token_ids, run_prompts
+
+    ids = option_token_ids(tok)
+    with surgery_attention_on(model):
+        batched = run_prompts(model, prompts, ids, batch_size=batch_size, features=True)
+        single = run_prompts(model, prompts, ids, batch_size=1, features=True)
+    np.testing.assert_allclose(batched.s, single.s, atol=atol)
+    np.testing.assert_allclose(batched.features, single.features, atol=atol)
+    assert np.all(np.isfinite(batched.s))

@@ -15,7 +15,8 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from ... import __version__
 from ...core.checkpoint import Checkpoint
-from ..findings import Found, atomic_write_text, cache_path, new_findings
+from ...core.staging import atomic_write_text
+from ..findings import Found, cache_path, new_findings
 from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
 from .params import DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, SelectParams
 from .select import Selection, category_overlap, layer_distribution, neuron_rows, select

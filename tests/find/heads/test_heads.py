@@ -22,7 +22,7 @@ from surgery.find.heads.scores import delta, encode_pairs, option_token_ids, run
 from surgery.model.hooks import applied
 from surgery.model.loading import load_model
 
-from tests.support.binding import CHAT, char_model, write_small_benchmark
+from tests.support.binding import CHAT, assert_batching_changes_nothing, char_model, write_small_benchmark
 from tests.support.tokenizer import char_tokenizer
 
 
@@ -91,12 +91,7 @@ def test_batched_s_equals_unbatched(tiny, small):
     model, tok = load_model(path), char_tokenizer(CHAT)
     # instruct (chat template) and base prompts of different lengths in one batch: padding varies
     prompts = encode_pairs(tok, small[1][:2], "binding", True) + encode_pairs(tok, small[1][2:3], "knowledge", False)
-    ids = option_token_ids(tok)
-    with surgery_attention_on(model):
-        batched = run_prompts(model, prompts, ids, batch_size=8, features=True)
-        single = run_prompts(model, prompts, ids, batch_size=1, features=True)
-    np.testing.assert_allclose(batched.s, single.s, atol=1e-5)
-    np.testing.assert_allclose(batched.features, single.features, atol=1e-6)
+    assert_batching_changes_nothing(model, tok, prompts, batch_size=8, atol=1e-5)
 
 
 def test_whole_head_alpha_at_run_time_equals_baked(tiny, small, tmp_path):

@@ -7,18 +7,17 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
-from surgery.find.heads.attention import surgery_attention_on
 from surgery.find.heads.benchmark import load_benchmark
 from surgery.find.heads.pairs import build_pairs
 from surgery.core.checkpoint import Checkpoint
 from surgery.cli.main import main
-from surgery.find.heads.scores import encode_pairs, option_token_ids, run_prompts
+from surgery.find.heads.scores import encode_pairs
 from surgery.model.loading import load_model, load_tokenizer
 from surgery.find.heads.prompting import is_instruct
 from surgery.bake.verify import verify
+from tests.support.binding import assert_batching_changes_nothing
 
 pytestmark = pytest.mark.slow(minutes=1)
 
@@ -33,13 +32,7 @@ def test_batched_s_equals_unbatched(real):
     assert is_instruct(tok) == ("smollm2" in str(real))  # one instruct path, one base path
     pairs = build_pairs(load_benchmark("builtin"), seed=0, max_pairs=4)
     prompts = encode_pairs(tok, pairs[:2], "binding") + encode_pairs(tok, pairs[2:3], "knowledge")
-    ids = option_token_ids(tok)
-    with surgery_attention_on(model):
-        batched = run_prompts(model, prompts, ids, batch_size=6, features=True)
-        single = run_prompts(model, prompts, ids, batch_size=1, features=True)
-    np.testing.assert_allclose(batched.s, single.s, atol=1e-4)
-    np.testing.assert_allclose(batched.features, single.features, atol=1e-4)
-    assert np.all(np.isfinite(batched.s))
+    assert_batching_changes_nothing(model, tok, prompts, batch_size=6, atol=1e-4)
 
 
 @pytest.mark.slow(minutes=2)

@@ -15,7 +15,6 @@ top 3 are all outside the circuit.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
