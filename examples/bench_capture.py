@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from surgery.model.loading import load_model, load_tokenizer
-from surgery.find.neurons.scores import accumulate_pair_sums
 from surgery.find.neurons.pairs import check_token_counts, load_pairs
+from surgery.find.neurons.scores import accumulate_pair_sums
+from surgery.model.loading import load_model, load_tokenizer
 
 
 def _rss() -> int:

@@ -20,16 +20,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from surgery.evaluate import lm
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import NeuronScale
+from surgery.evaluate import lm
 from surgery.evaluate.data import bbq_data, shipped
+from surgery.find.neurons.find import find_neurons
+from surgery.find.neurons.pairs import load_pairs
+from surgery.find.neurons.scores import SCORES
+from surgery.find.neurons.select import DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, RULES, select
 from surgery.model.hooks import applied
 from surgery.model.loading import load_model, load_tokenizer
-from surgery.find.neurons.find import find_neurons
-from surgery.find.neurons.select import DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, RULES, select
-from surgery.find.neurons.scores import SCORES
-from surgery.find.neurons.pairs import load_pairs
 
 PARIS_PROMPT = "The capital of France is"
 BBQ_DIR = Path(os.environ.get("SURGERY_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")) / "bbq"
@@ -37,7 +37,8 @@ BBQ_DIR = Path(os.environ.get("SURGERY_SHARED_DATA", Path(__file__).resolve().pa
 
 def measure(model, tok, edits, passages, mcq, bbq) -> dict:
     """Retention numbers with ``edits`` applied as run-time hooks."""
-    from surgery.evaluate.suites import bbq as bbq_eval, mcq_accuracy
+    from surgery.evaluate.suites import bbq as bbq_eval
+    from surgery.evaluate.suites import mcq_accuracy
 
     def no_progress(description, total):
         return lambda n=1: None

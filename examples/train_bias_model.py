@@ -29,8 +29,8 @@ torch.set_num_threads(1)
 
 from tests.planted.bias_brute import BiasProbe, brute_force  # noqa: E402
 from tests.planted.bias_task import pair_rows  # noqa: E402
-from tests.planted.common import add_config_options, config_from  # noqa: E402
 from tests.planted.bias_train import BiasTrainConfig, train  # noqa: E402
+from tests.planted.common import add_config_options, config_from  # noqa: E402
 
 
 def write_pairs(cfg: BiasTrainConfig, path: Path) -> Path:

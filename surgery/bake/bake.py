@@ -23,13 +23,13 @@ import numpy as np
 
 from .. import __version__
 from ..core.checkpoint import Checkpoint, file_sha256, is_other_weights
-from ..core.errors import CheckpointError, RecipeError
 from ..core.edits import Recipe
+from ..core.errors import CheckpointError, RecipeError
+from ..core.progress import StageProgress, silent_stages
+from ..core.staging import staged_output
 from ..model.loading import Source
 from .patches import RAW_DTYPES, group_by_file, patched_chunks, plan, to_f32
-from ..core.progress import StageProgress, silent_stages
 from .provenance import FORMAT, OWN_FILES, PROVENANCE_NAME, UNDO_NAME, left_out_note, provenance_text, write_undo
-from ..core.staging import staged_output
 
 SKIP_DIRS = {".git", ".cache"}
 COPY_BLOCK = 64 << 20

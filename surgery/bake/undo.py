@@ -8,12 +8,12 @@ from typing import Callable
 
 import numpy as np
 
-from .bake import copy_file, hash_files, source_files
 from ..core.checkpoint import Checkpoint
 from ..core.errors import VerificationError
+from ..core.staging import staged_output
+from .bake import copy_file, hash_files, source_files
 from .patches import RAW_DTYPES, TensorPatch, restored_chunks
 from .provenance import OWN_FILES, UNDO_NAME, load_provenance, load_undo
-from ..core.staging import staged_output
 
 
 def undo(baked: str | Path, out: str | Path, force: bool = False,

@@ -15,14 +15,14 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .bake import source_files
-from ..core.progress import StageProgress, silent_stages
-from .provenance import OWN_FILES, integrity_problems, load_provenance
 from ..core.checkpoint import Checkpoint, file_sha256, is_other_weights, read_header
 from ..core.edits import Edit, Recipe
 from ..core.errors import CheckpointError, SurgeryError
+from ..core.progress import StageProgress, silent_stages
 from ..model.loading import DEFAULT_LOAD, LoadSpec
+from .bake import source_files
 from .patches import RAW_DTYPES, TensorPatch, group_by_file, patched_chunks, plan
+from .provenance import OWN_FILES, integrity_problems, load_provenance
 
 BLOCK = 16 << 20
 PROMPTS = (

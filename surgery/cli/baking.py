@@ -17,6 +17,7 @@ from ..ship.card import card_hook
 from .console import note, out, print_json, stage_progress
 from .options import PRIVATE_KEY, PUSH_KEY, context_value
 
+
 @dataclass
 class Baked:
     """One finished bake: where it went, its provenance, and the notes reported on the way."""

@@ -8,8 +8,9 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn
 from rich.progress import Progress as Bars
+from rich.progress import TaskProgressColumn, TextColumn, TimeRemainingColumn
 
 from ..core.progress import Progress
 

@@ -7,14 +7,14 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ..core.architectures import architecture
-from .group import cli
-from .console import note, out, print_json, stage_progress
-from ..core.edits import Recipe
-from ..model.loading import LoadSpec, open_checkpoint
 from ..bake.undo import undo as undo_bake
 from ..bake.verify import verify as verify_bake
+from ..core.architectures import architecture
+from ..core.edits import Recipe
+from ..model.loading import LoadSpec, open_checkpoint
 from .baking import run_bake
+from .console import note, out, print_json, stage_progress
+from .group import cli
 from .options import load_options, model_argument, push_options
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from .group import cli
-from .console import note, out, print_json
 from ..model.gguf_import import DTYPES, import_gguf
+from .console import note, out, print_json
+from .group import cli
 
 
 @cli.command(name="import-gguf")

@@ -10,13 +10,13 @@ from typing import Any
 import click
 from rich.table import Table
 
-from .group import cli
-from .console import note, out, print_json, progress_bars
 from ..core.edits import HeadScale, Recipe, parse_heads
 from ..core.errors import RecipeError
 from ..find.heads.params import PAIR_FIELDS, SEARCH_FIELDS, FindParams
 from ..model.loading import LoadSpec
 from .baking import bake_each, parse_values, sweep_label
+from .console import note, out, print_json, progress_bars
+from .group import cli
 from .options import baking_command, model_argument, typed_options
 
 SIGNIFICANT = 0.05  # the level below which ΔS counts as an effect the knockout can reduce
@@ -35,8 +35,8 @@ def refuse_vanishing(model: str, load: LoadSpec, recipes: list[Recipe]) -> None:
 
     Every recipe of a sweep is checked before the first bake, so a refused α leaves no outputs.
     """
-    from ..model.loading import open_checkpoint
     from ..bake.patches import vanishing
+    from ..model.loading import open_checkpoint
 
     if all(abs(e.scale) >= 1 for r in recipes for e in r.active()):
         return  # only |α| < 1 can shrink a weight to zero: no need to open the checkpoint
@@ -153,10 +153,10 @@ def print_findings(f: dict[str, Any]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def score_binding_cmd(model: str, load: LoadSpec, params: FindParams, as_json: bool) -> None:
     """Print ΔS and ΔK (paired t-tests over items) of MODEL on the binding benchmark."""
+    from ..bake.patches import check_loadable
     from ..find.heads.attention import surgery_attention_on
     from ..find.heads.scores import score_binding
     from ..model.loading import load_model, load_tokenizer, open_checkpoint
-    from ..bake.patches import check_loadable
 
     ckpt, _ = open_checkpoint(model, load)
     check_loadable(ckpt)

@@ -6,9 +6,9 @@ from typing import Any, Mapping
 
 from rich.table import Table
 
-from .console import out
 from ..find.neurons.find import NeuronFindings, describe
 from ..find.neurons.select import Selection
+from .console import out
 
 BAR_WIDTH = 30
 

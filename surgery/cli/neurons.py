@@ -7,14 +7,14 @@ from pathlib import Path
 
 import click
 
-from .group import cli
-from .console import note, out, print_json, progress_bars
 from ..core.edits import NeuronScale, Recipe, parse_neurons
 from ..core.errors import RecipeError
-from ..model.loading import LoadSpec
-from ..find.neurons.params import CaptureParams, SelectParams
-from .baking import bake_each, parse_values, sweep_label
 from ..find.neurons.find import dataset_brief
+from ..find.neurons.params import CaptureParams, SelectParams
+from ..model.loading import LoadSpec
+from .baking import bake_each, parse_values, sweep_label
+from .console import note, out, print_json, progress_bars
+from .group import cli
 from .neuron_views import print_summary, selection_extra
 from .options import baking_command, model_argument, typed_options
 
@@ -28,9 +28,9 @@ def _findings(model: str, load: LoadSpec, capture: CaptureParams, recompute: boo
     With ``any_categories`` (prune-neurons), --category only selects: findings over every category
     serve it, so a category-restricted capture runs only when it is already cached.
     """
-    from ..model.loading import open_checkpoint
     from ..find.neurons.find import NeuronFindings, cached_path, find_neurons
     from ..find.neurons.pairs import load_pairs
+    from ..model.loading import open_checkpoint
 
     ckpt, _ = open_checkpoint(model, load)
     if findings_file is not None:

@@ -10,10 +10,10 @@ from typing import Any
 import click
 from rich.table import Table
 
-from .group import cli
-from .console import err, out, print_json, progress_bars
 from ..core.errors import SurgeryError
 from ..model.loading import open_checkpoint
+from .console import err, out, print_json, progress_bars
+from .group import cli
 from .options import model_argument
 
 
@@ -71,8 +71,8 @@ def push_cmd(folder, repo_id, private, revision, create_pr, message, as_json):
               help="An eval JSON (surgery eval --out) whose before/after table goes into the card.")
 def card_cmd(folder, eval_path):
     """Rewrite the model card of a baked FOLDER (keeps surgery.json's hashes consistent)."""
-    from ..ship.card import refresh_card
     from ..evaluate.data import card_summary, load_result
+    from ..ship.card import refresh_card
 
     evaluation = card_summary(load_result(eval_path)) if eval_path else None
     path = refresh_card(folder, evaluation)
@@ -136,8 +136,8 @@ def eval_table(result: dict) -> Table:
 def eval_cmd(model, load, against, suites, limit, bbq_paths, n4_path, lm_eval_tasks,
              lm_eval_include, batch_size, out_path, update_card, as_json):
     """Evaluate MODEL: retention, KL vs --against, BBQ bias, DiffAware/CtxtAware, lm-eval tasks."""
-    from ..evaluate.suites import evaluate, make_plan
     from ..evaluate.data import card_summary, save_result
+    from ..evaluate.suites import evaluate, make_plan
 
     tasks = [t.strip() for t in lm_eval_tasks.split(",") if t.strip()]
     plan = make_plan(suites, against=against is not None, limit=limit, bbq=bbq_paths, n4=n4_path,

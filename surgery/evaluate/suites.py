@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..core.errors import SurgeryError
+from ..core.optional import require
+from ..core.progress import Progress, silent
+from ..model.loading import DEFAULT_LOAD, LoadSpec
 from . import bbq as evaluate_bbq
 from . import data as io
 from . import lm
 from .awareness import awareness
-from ..core.errors import SurgeryError
-from ..model.loading import DEFAULT_LOAD, LoadSpec
-from ..core.optional import require
-from ..core.progress import Progress, silent
 
 SUITES = ("retention", "kl", "bbq", "awareness", "lm-eval")
 

@@ -13,11 +13,12 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..bake.provenance import (PROVENANCE_NAME, UNDO_NAME, integrity_problems, load_provenance, load_undo,
+                               provenance_text)
 from ..core.checkpoint import file_sha256
 from ..core.edits import HeadScale, Recipe
 from ..core.errors import VerificationError
 from ..core.staging import atomic_write_text
-from ..bake.provenance import PROVENANCE_NAME, UNDO_NAME, integrity_problems, load_provenance, load_undo, provenance_text
 
 CARD_NAME = "README.md"
 # Front-matter keys carried over from the source's card when it has them.

@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..bake.provenance import PROVENANCE_NAME, integrity_problems, load_provenance
 from ..core.checkpoint import Checkpoint, read_header
 from ..core.errors import CheckpointError, SurgeryError, VerificationError
-from ..bake.provenance import PROVENANCE_NAME, integrity_problems, load_provenance
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 

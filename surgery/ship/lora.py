@@ -21,16 +21,16 @@ from typing import Any
 import torch
 
 from .. import __version__
-from ..core.architectures import Architecture
 from ..bake.bake import hash_files
-from .card import adapter_card
+from ..bake.provenance import PROVENANCE_NAME, load_provenance, provenance_intact
+from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint
 from ..core.edits import HeadScale, Recipe
 from ..core.errors import RecipeError
+from ..core.staging import staged_output
 from ..model.hooks import scale_vectors
 from ..model.loading import Source
-from ..bake.provenance import PROVENANCE_NAME, load_provenance, provenance_intact
-from ..core.staging import staged_output
+from .card import adapter_card
 
 VLLM_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 ADAPTER_WEIGHTS = "adapter_model.safetensors"

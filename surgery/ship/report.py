@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..core.errors import FindingsError
+from ..core.staging import staged_output
 from ..evaluate.data import card_summary, load_result
 from ..find.findings import KINDS, load_findings
-from ..core.staging import staged_output
 
 REPORT_NAME = "report.md"
 

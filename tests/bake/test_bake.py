@@ -8,14 +8,13 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from surgery.core.architectures import architecture
 from surgery.bake.bake import bake
+from surgery.bake.undo import undo
+from surgery.bake.verify import verify
+from surgery.core.architectures import architecture
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.model.hooks import applied
-from surgery.bake.undo import undo
-from surgery.bake.verify import verify
-
 from tests.conftest import ARCHS
 
 

@@ -20,12 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from surgery.core.checkpoint import Checkpoint
 from surgery.bake.verify import verify
-
+from surgery.core.checkpoint import Checkpoint
 from tests.conftest import build_tiny
-from tests.support.cli import (REPO, cli_env, error_line, faulty_cli, run_cli, run_main, staging_leftovers,
-                          tree_hashes)
+from tests.support.cli import REPO, cli_env, error_line, faulty_cli, run_cli, run_main, staging_leftovers, tree_hashes
 
 HEADS = ["--heads", "0.1,2.3", "--alpha", "2.5"]
 

@@ -13,7 +13,6 @@ import yaml
 from surgery.core.checkpoint import Checkpoint
 from surgery.find.findings import model_identity
 from surgery.model.loading import Source, same_model
-
 from tests.support.cli import cli_env, error_line, run_cli, run_main
 
 OTHER = "org/other-model"

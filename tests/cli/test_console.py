@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
 from surgery.cli.console import LogLines
-
 from tests.support.cli import cli_env, run_cli
 from tests.support.paths import FIXTURES
 

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from surgery.core.checkpoint import Checkpoint
 from surgery.bake.verify import verify
-
+from surgery.core.checkpoint import Checkpoint
 from tests.conftest import build_tiny
 from tests.support.cli import REPO, cli_env, faulty_cli, staging_leftovers, tree_hashes
 
@@ -125,7 +124,6 @@ def test_two_find_heads_share_the_cache(tiny, tmp_path):
     """Two real find-heads runs on one model at once, then a third: the runs agree, the cache entry
     is whole, the third run reads it, and a damaged entry is recomputed, not trusted."""
     from surgery.find.findings import load_findings
-
     from tests.support.binding import char_model, write_small_benchmark
 
     model = char_model(tiny, "llama")

@@ -13,12 +13,11 @@ from hypothesis import strategies as st
 
 from surgery.bake.bake import bake
 from surgery.bake.provenance import PROVENANCE_NAME
+from surgery.bake.undo import undo
+from surgery.bake.verify import structural
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import SurgeryError
-from surgery.bake.undo import undo
-from surgery.bake.verify import structural
-
 from tests.conftest import build_tiny
 from tests.support.cli import run_cli, run_main, tree_hashes
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from surgery.core.optional import OPTIONAL, MissingDependency, require
-
 from tests.support.cli import REPO, cli_env
 
 HIDDEN_RUN = "import sys; sys.modules[{name!r}] = None; from surgery.cli.main import main; main({argv!r})"

@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from surgery.cli.options import typed_options
-from surgery.find.heads.params import FindParams
-from surgery.model.loading import LoadSpec
-from surgery.find.neurons.params import CaptureParams, SelectParams
 from surgery.core.options import cli_fields, param
+from surgery.find.heads.params import FindParams
+from surgery.find.neurons.params import CaptureParams, SelectParams
+from surgery.model.loading import LoadSpec
 
 
 @dataclass(frozen=True)

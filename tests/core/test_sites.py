@@ -7,19 +7,18 @@ from pathlib import Path
 import pytest
 import torch
 
+from surgery.bake.bake import bake
+from surgery.bake.verify import verify
 from surgery.core import architectures
 from surgery.core.architectures import Layout, architecture
-from surgery.bake.bake import bake
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import UnsupportedArchitecture
-from surgery.ship.lora import export_lora
-from surgery.model.hooks import applied, scale_vectors
 from surgery.core.sites import Site, sites
-from surgery.bake.verify import verify
-
-from tests.conftest import BASE, tiny_config
+from surgery.model.hooks import applied, scale_vectors
+from surgery.ship.lora import export_lora
 from tests.bake.test_bake import _tensors
+from tests.conftest import BASE, tiny_config
 from tests.ship.test_export import _load
 
 H, I, D = BASE["hidden_size"], BASE["intermediate_size"], BASE["head_dim"]

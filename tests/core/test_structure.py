@@ -10,6 +10,7 @@ import ast
 from pathlib import Path
 
 import pytest
+
 from tests.support.paths import REPO
 
 PACKAGE = REPO / "surgery"

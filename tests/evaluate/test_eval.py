@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from surgery.evaluate import bbq as evaluate_bbq, lm
 from surgery.core.errors import SurgeryError
-from surgery.evaluate.suites import make_plan
+from surgery.evaluate import bbq as evaluate_bbq
+from surgery.evaluate import lm
 from surgery.evaluate.data import retained, subsample
+from surgery.evaluate.suites import make_plan
 from surgery.model.loading import load_model
-
 from tests.support.tokenizer import TINY_VOCAB, char_tokenizer
 
 V = 50

@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from surgery.evaluate.awareness import REFUSAL, UNPARSED, awareness, parse_letter, score
 from surgery.core.edits import HeadScale
+from surgery.evaluate.awareness import REFUSAL, UNPARSED, awareness, parse_letter, score
 from surgery.model.hooks import applied
-
-from tests.support.tokenizer import TINY_VOCAB, char_tokenizer
 from tests.support.paths import REPO
+from tests.support.tokenizer import TINY_VOCAB, char_tokenizer
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -8,13 +8,12 @@ import pytest
 from click.testing import CliRunner
 
 from surgery.bake.bake import bake
-from surgery.ship.card import card_hook
-from surgery.core.checkpoint import Checkpoint
+from surgery.bake.verify import verify
 from surgery.cli.main import _register, cli
+from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, Recipe
 from surgery.evaluate.data import load_result
-from surgery.bake.verify import verify
-
+from surgery.ship.card import card_hook
 from tests.support.tokenizer import TINY_VOCAB, save_char_tokenizer
 
 

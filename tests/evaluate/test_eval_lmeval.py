@@ -10,7 +10,6 @@ import pytest
 from surgery.core.errors import SurgeryError
 from surgery.evaluate.lmeval import run_lm_eval
 from surgery.model.loading import load_model
-
 from tests.support.tokenizer import TINY_VOCAB, char_tokenizer
 
 TASK = """task: surgery_tiny_mc

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.cli.main import main
+from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.errors import CheckpointError, UnsupportedArchitecture
 from surgery.model.gguf_import import MANIFEST_NAME, import_gguf, read_header
 

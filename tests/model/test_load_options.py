@@ -16,9 +16,8 @@ import transformers
 
 import surgery.model.loading
 from surgery.cli.main import main
-
-from tests.support.binding import char_model, write_small_benchmark
 from tests.find.neurons.test_neurons import write_pairs
+from tests.support.binding import char_model, write_small_benchmark
 
 MODELING = '''
 import os

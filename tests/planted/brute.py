@@ -19,11 +19,9 @@ from typing import Mapping, Sequence
 import torch
 
 from surgery.find.heads.prompting import format_mcq
-
 from tests.planted.reference import EdgeEdit, edge_edits, letter_spelling_ids, positions, s_scores, token_positions
 from tests.planted.task import Question, World, question_pair
 from tests.planted.train import prompt_of
-
 
 GROUND_TRUTH_SEED = 100  # the brute-force pairs; training draws from seed + 1, held-out checks from others
 

@@ -8,13 +8,13 @@ import pytest
 import yaml
 
 from surgery.bake.bake import bake
-from surgery.ship.card import card_hook, card_text, refresh_card
+from surgery.bake.undo import undo
+from surgery.bake.verify import staged_check, verify
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import VerificationError
 from surgery.model.loading import Source
-from surgery.bake.undo import undo
-from surgery.bake.verify import staged_check, verify
+from surgery.ship.card import card_hook, card_text, refresh_card
 
 RECIPE = Recipe((HeadScale(0, 1, 2.5), NeuronScale(1, 3, 0.0)))
 EVALUATION = {"rows": [

@@ -7,13 +7,12 @@ import json
 import pytest
 import torch
 
-from surgery.core.architectures import architecture
 from surgery.bake.bake import bake
+from surgery.core.architectures import architecture
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import RecipeError
 from surgery.ship.lora import VLLM_RANKS, export_lora
-
 from tests.conftest import ARCHS
 
 
@@ -140,7 +139,6 @@ def test_export_lora_refuses_a_bake_of_another_model(baked_by_cli, tiny, tmp_pat
 def test_export_lora_from_a_bake_without_a_recorded_fingerprint(baked_by_cli, tiny, tmp_path, capsys):
     """Older bakes recorded no fingerprint: the sha256 of the weight files decides."""
     from surgery.bake.provenance import provenance_text
-
     from tests.support.cli import error_line, run_main
 
     src, baked = baked_by_cli

@@ -12,12 +12,11 @@ import pytest
 import yaml
 
 from surgery.bake.bake import bake
-from surgery.ship.card import card_hook
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import VerificationError
+from surgery.ship.card import card_hook
 from surgery.ship.hub import check_pushable
-
 from tests.support.fakehub import FakeHub
 from tests.support.paths import REPO
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from surgery.core.edits import HeadScale, Recipe
-
 from tests.support.cli import run_cli
 from tests.support.paths import REPO
 

@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from tests.support.tokenizer import TINY_VOCAB, save_char_tokenizer
 from tests.support.paths import REPO
+from tests.support.tokenizer import TINY_VOCAB, save_char_tokenizer
 
 # Short texts keep the character-level prompts (and the tests) small.
 SMALL = [

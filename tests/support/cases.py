@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Callable
 
 from surgery.core.checkpoint import Checkpoint
-
 from tests.support import corrupt as bad
+
 
 @dataclass
 class Ctx:

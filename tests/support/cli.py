@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Iterable, Sequence
+
 from tests.support.paths import REPO, TESTS
 
 FAULT_RUNNER = TESTS / "support" / "fault_runner.py"

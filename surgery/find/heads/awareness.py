@@ -14,12 +14,12 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from .attention import EdgeEdit, Plan, active_plan, edge_heads
-from .benchmark import question_spans
-from .prompts import Encoded, encode_question
 from ...core.edits import HeadScale
 from ...core.errors import SurgeryError
 from ...model.hooks import applied
+from .attention import EdgeEdit, Plan, active_plan, edge_heads
+from .benchmark import question_spans
+from .prompts import Encoded, encode_question
 
 SPANS = ("tested", "item")
 

@@ -21,12 +21,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .attention import EdgeEdit, edge_heads
-from .prompts import Encoded
 from ...core.edits import HeadScale
-from .params import DOSE_GRID
-from .scores import delta, run_prompts
 from ...model.hooks import applied
+from .attention import EdgeEdit, edge_heads
+from .params import DOSE_GRID
+from .prompts import Encoded
+from .scores import delta, run_prompts
 
 Heads = Sequence[tuple[int, int]]
 

@@ -18,19 +18,19 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 import numpy as np
 
 from ... import __version__
-from .attention import surgery_attention_on
-from .pairs import Pair
-from .causal import PairRunner, confirmed_order, dose_response, knockout_report, single_knockouts
-from ...core.checkpoint import Checkpoint
-from .discovery import discover, rank_heads
-from ...core.errors import FindingsError, RecipeError, SurgeryError
-from ..findings import Found, cache_path, new_findings, save_findings
-from .params import FindParams
-from .scores import encode_pairs, option_token_ids, score_binding
-from ...model.loading import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
 from ...bake.patches import check_loadable
+from ...core.checkpoint import Checkpoint
+from ...core.errors import FindingsError, RecipeError, SurgeryError
 from ...core.progress import Progress, silent
+from ...model.loading import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
+from ..findings import Found, cache_path, new_findings, save_findings
+from .attention import surgery_attention_on
+from .causal import PairRunner, confirmed_order, dose_response, knockout_report, single_knockouts
+from .discovery import discover, rank_heads
+from .pairs import Pair
+from .params import FindParams
 from .prompting import is_instruct
+from .scores import encode_pairs, option_token_ids, score_binding
 
 # Above this many pairs find-heads is a long job on a CPU (the quickstart uses 96: ~11 min on 2 cores).
 LARGE_RUN_PAIRS = 200

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .pairs import DEFAULT_PER_IDENTITY
 from ...core.options import param
+from .pairs import DEFAULT_PER_IDENTITY
 
 # α values of the dose-response (edge-level and whole-head), and those at which DiffAware /
 # CtxtAware are measured (baseline, the paper's range, the default bake).

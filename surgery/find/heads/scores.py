@@ -15,10 +15,10 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from ...core.errors import SurgeryError
 from .attention import EdgeEdit, Plan, active_plan
 from .pairs import Pair
 from .prompts import Encoded, batches, encode_question
-from ...core.errors import SurgeryError
 
 SPAN_NAMES = ("a", "b", "item", "tested", "control")
 

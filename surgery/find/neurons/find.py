@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from ... import __version__
-from ...core.checkpoint import Checkpoint
-from ...core.staging import atomic_write_text
-from ..findings import Found, cache_path, new_findings
-from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
-from .params import DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, SelectParams
-from .select import Selection, category_overlap, layer_distribution, neuron_rows, select
-from .scores import NeuronScores, accumulate_pair_sums, ppm_scores
-from .pairs import PairSet, PairsError, check_token_counts
 from ...bake.patches import check_loadable
+from ...core.checkpoint import Checkpoint
 from ...core.progress import Progress, silent
+from ...core.staging import atomic_write_text
+from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
+from ..findings import Found, cache_path, new_findings
+from .pairs import PairsError, PairSet, check_token_counts
+from .params import DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, SelectParams
+from .scores import NeuronScores, accumulate_pair_sums, ppm_scores
+from .select import Selection, category_overlap, layer_distribution, neuron_rows, select
 
 # What was captured and how; part of the cache key (bump "method" when the scores change meaning).
 CAPTURE_PARAMS = {"method": 2, "site": "mlp.down_proj input", "pooling": "mean over real tokens",

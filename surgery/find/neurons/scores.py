@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ...core.errors import SurgeryError
-from .params import DEFAULT_BIAS_WEIGHT, SCORES
 from .pairs import PromptPair
+from .params import DEFAULT_BIAS_WEIGHT, SCORES
 
 if TYPE_CHECKING:  # torch is imported where the model runs: `surgery --help` stays fast
     import torch

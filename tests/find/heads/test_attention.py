@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from surgery.find.heads.attention import EdgeEdit, Plan, active_plan, surgery_attention_on
 from surgery.core.errors import SurgeryError
+from surgery.find.heads.attention import EdgeEdit, Plan, active_plan, surgery_attention_on
 from surgery.model.loading import load_model
 
 ARCHS = ["llama", "gemma2", "gemma3_text", "qwen2"]  # gemma2: soft-capping; gemma2/3: sliding windows

@@ -7,13 +7,12 @@ from collections import Counter
 
 import pytest
 
-from surgery.find.heads.benchmark import (QTYPES, BenchmarkError, annotate_n4, awareness_records, load_benchmark, load_n4,
-                               norm_identity, question_spans)
-from surgery.find.heads.pairs import KNOWLEDGE_EQUAL, build_pairs
-from surgery.find.heads.prompts import cue_token_id, encode_question
 from surgery.core.errors import SurgeryError
+from surgery.find.heads.benchmark import (QTYPES, BenchmarkError, annotate_n4, awareness_records, load_benchmark,
+                                          load_n4, norm_identity, question_spans)
+from surgery.find.heads.pairs import KNOWLEDGE_EQUAL, build_pairs
 from surgery.find.heads.prompting import BASE_ANSWER_START, INSTRUCTION
-
+from surgery.find.heads.prompts import cue_token_id, encode_question
 from tests.support.binding import CHAT, n4_path, write_small_benchmark
 from tests.support.tokenizer import char_tokenizer
 

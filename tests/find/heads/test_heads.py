@@ -7,21 +7,20 @@ import pytest
 import torch
 from scipy import stats
 
-from surgery.find.heads.attention import surgery_attention_on
 from surgery.bake.bake import bake
-from surgery.find.heads.benchmark import load_benchmark
-from surgery.find.heads.pairs import build_pairs
-from surgery.find.heads.causal import (PairRunner, bootstrap_effect, confirmed_order, dose_response, effect, knockout_report,
-                            random_head_sets, single_knockouts)
 from surgery.core.checkpoint import Checkpoint
-from surgery.find.heads.discovery import discover, rank_heads
 from surgery.core.edits import HeadScale, Recipe
 from surgery.core.errors import SurgeryError
+from surgery.find.heads.attention import surgery_attention_on
+from surgery.find.heads.benchmark import load_benchmark
+from surgery.find.heads.causal import (PairRunner, bootstrap_effect, confirmed_order, dose_response, effect,
+                                       knockout_report, random_head_sets, single_knockouts)
+from surgery.find.heads.discovery import discover, rank_heads
 from surgery.find.heads.find import head_ranking
+from surgery.find.heads.pairs import build_pairs
 from surgery.find.heads.scores import delta, encode_pairs, option_token_ids, run_prompts, s_scores, score_binding
 from surgery.model.hooks import applied
 from surgery.model.loading import load_model
-
 from tests.support.binding import CHAT, assert_batching_changes_nothing, char_model, write_small_benchmark
 from tests.support.tokenizer import char_tokenizer
 

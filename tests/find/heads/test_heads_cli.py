@@ -5,20 +5,20 @@ from __future__ import annotations
 import json
 
 import pytest
-from surgery.find.heads.attention import EdgeEdit, surgery_attention_on
-from surgery.evaluate.awareness import awareness
-from surgery.find.heads.benchmark import awareness_records, load_benchmark
-from surgery.find.heads.awareness import awareness_at, edge_edit_in_generation, encode_records
-from surgery.find.heads.pairs import build_pairs
-from surgery.find.heads.causal import confirmed_order
+
+from surgery.bake.verify import verify
 from surgery.cli.main import main
 from surgery.core.errors import SurgeryError
+from surgery.evaluate.awareness import awareness
 from surgery.find.findings import load_findings
+from surgery.find.heads.attention import EdgeEdit, surgery_attention_on
+from surgery.find.heads.awareness import awareness_at, edge_edit_in_generation, encode_records
+from surgery.find.heads.benchmark import awareness_records, load_benchmark
+from surgery.find.heads.causal import confirmed_order
 from surgery.find.heads.find import cached_find_heads
+from surgery.find.heads.pairs import build_pairs
 from surgery.find.heads.params import FindParams
 from surgery.model.loading import load_model
-from surgery.bake.verify import verify
-
 from tests.support.binding import char_model, write_small_benchmark
 from tests.support.tokenizer import char_tokenizer
 

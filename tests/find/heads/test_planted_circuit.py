@@ -32,14 +32,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.support.cli import cli_env, run_cli
 from tests.planted.bench import benchmark_rows
 from tests.planted.brute import Prompts, delta_s, s_of
 from tests.planted.fixture import Planted, load_planted
 from tests.planted.reference import EdgeEdit
 from tests.planted.train import TrainConfig, evaluate
 from tests.planted.vocab import build_tokenizer
-from tests.support.paths import REPO, FIXTURES
+from tests.support.cli import cli_env, run_cli
+from tests.support.paths import FIXTURES, REPO
 
 FIXTURE = FIXTURES / "binding_model"
 HELD_OUT_SEED = 4242      # pairs neither training (seed + 1) nor the brute force drew
@@ -155,8 +155,8 @@ def test_surgery_measures_what_the_reference_measures(loaded, fixture_dir, truth
     from surgery.find.heads.attention import EdgeEdit as SurgeryEdge
     from surgery.find.heads.attention import edge_heads, surgery_attention_on
     from surgery.find.heads.benchmark import load_benchmark
-    from surgery.find.heads.pairs import build_pairs
     from surgery.find.heads.causal import PairRunner
+    from surgery.find.heads.pairs import build_pairs
     from surgery.find.heads.scores import encode_pairs, option_token_ids
 
     model, tok = loaded

@@ -18,9 +18,9 @@ import json
 
 import pytest
 
+from tests.find.heads.test_planted_circuit import (CIRCUIT_EFFECT, LARGE_EFFECT, NO_EFFECT, PER_ITEM, TOP,
+                                                   check_confirmed_selection, circuit, find_heads_cli)
 from tests.planted.fixture import load_planted
-from tests.find.heads.test_planted_circuit import (CIRCUIT_EFFECT, LARGE_EFFECT, NO_EFFECT, PER_ITEM, TOP, check_confirmed_selection,
-                                   circuit, find_heads_cli)
 from tests.support.paths import FIXTURES
 
 DECOY = FIXTURES / "binding_decoy"

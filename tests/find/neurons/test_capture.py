@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from surgery.find.neurons.capture import capture_pooled
 from surgery.core.errors import SurgeryError
+from surgery.find.neurons.capture import capture_pooled
 from surgery.model.hooks import layer_module, model_architecture
-
 from tests.support.tokenizer import save_char_tokenizer
 
 # Different lengths, so batches are padded; one has a character the tokenizer maps to <unk>.

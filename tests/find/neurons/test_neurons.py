@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from surgery.model.hooks import layer_module, model_architecture
-from surgery.find.neurons.select import allowed_mask, category_overlap, layer_distribution, select
-from surgery.find.neurons.scores import NeuronScores, SelectionError, accumulate_pair_sums, fairness_score, ppm_scores
 from surgery.find.neurons.pairs import load_pairs
-
+from surgery.find.neurons.scores import NeuronScores, SelectionError, accumulate_pair_sums, fairness_score, ppm_scores
+from surgery.find.neurons.select import allowed_mask, category_overlap, layer_distribution, select
+from surgery.model.hooks import layer_module, model_architecture
 from tests.find.neurons.test_capture import _load, reference_pooled
 
 TEMPLATES = ("The {} clerk said", "A {} tenant asked why", "Then the {} pupil wrote")

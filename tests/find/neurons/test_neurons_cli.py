@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from surgery.core.checkpoint import Checkpoint
 from surgery.cli.main import main
+from surgery.core.checkpoint import Checkpoint
 from surgery.find.findings import load_findings
 from surgery.find.neurons.find import scores_of
-from surgery.find.neurons.select import select
 from surgery.find.neurons.pairs import load_pairs
-
+from surgery.find.neurons.select import select
 from tests.find.neurons.test_neurons import write_pairs
 from tests.support.tokenizer import save_char_tokenizer
 

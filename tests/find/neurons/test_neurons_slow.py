@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from surgery.model.loading import load_model, load_tokenizer
-from surgery.find.neurons.scores import accumulate_pair_sums, ppm_scores, NeuronScores
 from surgery.find.neurons.pairs import check_token_counts, load_pairs
-
+from surgery.find.neurons.scores import NeuronScores, accumulate_pair_sums, ppm_scores
+from surgery.model.loading import load_model, load_tokenizer
 from tests.find.neurons.test_capture import reference_pooled
 from tests.find.neurons.test_neurons_cli import run
 from tests.support.paths import REPO

@@ -10,11 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from surgery.find.neurons.pairs import (LANGUAGES, PairsError, builtin_text, check_token_counts, load_pairs,
-                           parse_text)
-
-from tests.support.tokenizer import save_char_tokenizer
+from surgery.find.neurons.pairs import LANGUAGES, PairsError, builtin_text, check_token_counts, load_pairs, parse_text
 from tests.support.paths import REPO
+from tests.support.tokenizer import save_char_tokenizer
 
 REQUIRED = ("Age", "Gender", "PhysicalAppearance", "RaceEthnicity", "Religion")
 SHARED = Path(os.environ.get("SURGERY_SHARED_DATA", REPO.parent / "shared" / "data"))

@@ -34,12 +34,12 @@ import pytest
 import torch
 from scipy import stats
 
-from tests.support.cli import cli_env, run_cli
 from tests.planted.bias_brute import BiasProbe, brute_force, effects
 from tests.planted.bias_task import pair_rows
 from tests.planted.bias_train import BiasTrainConfig, build_tokenizer, evaluate, log_odds
 from tests.planted.common import last_logits
-from tests.support.paths import REPO, FIXTURES
+from tests.support.cli import cli_env, run_cli
+from tests.support.paths import FIXTURES, REPO
 
 FIXTURE = FIXTURES / "bias_model"
 K = 10                 # neurons pruned (of 128): the measured top-K curve passes 50 % here
