@@ -20,7 +20,7 @@ err = Console(stderr=True, highlight=False)
 err.soft_wrap = not err.is_terminal
 
 STAGE_LABELS = {"copy": "copying", "patch": "patching", "verify": "verifying logits", "hash": "hashing",
-                "compare": "comparing with the source"}
+                "compare": "comparing with the source", "dequantize": "dequantizing", "write": "writing"}
 # When stderr is not a terminal (a log file, CI), a rich bar is drawn only when it ends: print a
 # plain line instead, at most this often, so that a long job shows it is alive.
 LOG_EVERY_SECONDS = 30.0

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..model.gguf_import import DTYPES, import_gguf
-from .console import note, out, print_json
+from .console import note, out, print_json, stage_progress
 from .group import cli
 
 
@@ -21,8 +21,8 @@ from .group import cli
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def import_gguf_cmd(gguf_file: Path, out_dir: Path, dtype: str, force: bool, as_json: bool) -> None:
     """Dequantize GGUF_FILE into a safetensors checkpoint (config, weights, tokenizer) at --out."""
-    result = import_gguf(gguf_file, out_dir, dtype=dtype, force=force,
-                         report=note)
+    with stage_progress() as progress:  # stderr, with --json too
+        result = import_gguf(gguf_file, out_dir, dtype=dtype, force=force, report=note, progress=progress)
     m = result.manifest
     if as_json:
         print_json({"out": str(out_dir), **m, "notes": result.notes})

@@ -22,6 +22,7 @@ from .. import __version__
 from ..core.checkpoint import file_sha256
 from ..core.errors import CheckpointError, UnsupportedArchitecture
 from ..core.optional import require
+from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
 
 MANIFEST_NAME = "surgery.gguf.json"  # not surgery.json: that name means "made by a bake"
@@ -218,7 +219,7 @@ class ImportResult:
 
 
 def import_gguf(gguf_path: str | Path, out: str | Path, *, dtype: str = "float32", force: bool = False,
-                report: Callable[[str], None] = lambda msg: None) -> ImportResult:
+                report: Callable[[str], None] = lambda msg: None, progress: StageProgress = silent_stages) -> ImportResult:
     """Write ``out``: a safetensors checkpoint (config, weights, tokenizer) dequantized from a GGUF.
 
     The folder appears complete or not at all; ``surgery.gguf.json`` records the GGUF's sha256,
@@ -236,10 +237,14 @@ def import_gguf(gguf_path: str | Path, out: str | Path, *, dtype: str = "float32
         report(msg)
 
     with staged_output(Path(out), [gguf_path], force, note) as tmp:
+        progress("dequantize", 0, 1)  # transformers reads and dequantizes the whole file: the long step
         model, tokenizer = _load(header, dtype)
+        progress("dequantize", 1, 1)
+        progress("write", 0, 1)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         del model
+        progress("write", 1, 1)
         _strip_quantization(tmp / "config.json")
         for p in tmp.iterdir():
             if p.suffix == ".safetensors":
@@ -247,6 +252,7 @@ def import_gguf(gguf_path: str | Path, out: str | Path, *, dtype: str = "float32
         config = json.loads((tmp / "config.json").read_text(encoding="utf-8"))
         _note_editability(config, note)
         files = sorted(p.name for p in tmp.iterdir() if p.is_file())
+        progress("hash", 0, 1)
         manifest = {
             "format": "surgery-gguf-import", "version": 1, "tool_version": __version__,
             "transformers_version": _transformers_version(),
@@ -257,6 +263,7 @@ def import_gguf(gguf_path: str | Path, out: str | Path, *, dtype: str = "float32
             "files": {n: file_sha256(tmp / n) for n in files},
         }
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+        progress("hash", 1, 1)
     return ImportResult(Path(out), manifest, notes)
 
 

@@ -226,3 +226,18 @@ def test_real_imports_know_where_the_eiffel_tower_is(fixture, request):
         out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=4,
                              pad_token_id=tok.eos_token_id)
     assert "Paris" in tok.decode(out[0, ids.shape[1]:])
+
+
+def test_cli_import_reports_each_step_in_a_log(imported, tmp_path):
+    """import-gguf's long steps (dequantizing, writing, hashing) show on stderr in a log, with
+    --json too, and stdout stays one JSON document."""
+    import json
+
+    from tests.support.cli import run_cli
+
+    _, gguf_path, _, _ = imported
+    proc = run_cli(["import-gguf", gguf_path, "--out", tmp_path / "cli", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["files"]
+    for step in ("dequantizing", "writing", "hashing"):
+        assert f"{step}: 1/1 (100 %)" in proc.stderr, proc.stderr
