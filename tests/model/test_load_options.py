@@ -33,6 +33,7 @@ class CustomForCausalLM(LlamaForCausalLM):
         with open(os.environ["SURGERY_TEST_REMOTE_MARK"], "a") as f:
             f.write("built\\n")
 '''
+REVISION = "v1"  # a local folder is read as it is; the point is that the option arrives
 DEVICE = "cpu:0"  # a valid device distinct from the default "cpu": seen only if the option arrives
 FAST_HEADS = ["--max-pairs", "4", "--random-sets", "1", "--confirm", "0"]
 
@@ -66,6 +67,13 @@ def remote(tiny, tmp_path, monkeypatch):
         real_check(device)
 
     monkeypatch.setattr(surgery.model.loading, "check_device", device_spy)
+    real_resolve = surgery.model.loading.resolve
+
+    def resolve_spy(model: str, revision: str | None = None):
+        calls.append(("revision", (str(model), revision)))
+        return real_resolve(model, revision)
+
+    monkeypatch.setattr(surgery.model.loading, "resolve", resolve_spy)
     return path, calls, mark
 
 
@@ -95,12 +103,12 @@ def _run(args: list) -> int:
     return 0
 
 
-def test_every_command_passes_trust_and_device_to_every_load(remote, tmp_path, capsys):
+def test_every_command_passes_trust_device_and_revision_to_every_load(remote, tmp_path, capsys):
     model, calls, mark = remote
     for name, args in _commands(model, tmp_path).items():
         calls.clear()
         mark.unlink(missing_ok=True)
-        code = _run([*args, "--trust-remote-code", "--device", DEVICE])
+        code = _run([*args, "--trust-remote-code", "--device", DEVICE, "--revision", REVISION])
         assert code == 0, f"{name}: {capsys.readouterr().err[-2000:]}"
         loads = [value for kind, value in calls if kind in ("model", "tokenizer")]
         devices = [value for kind, value in calls if kind == "device"]
@@ -108,6 +116,10 @@ def test_every_command_passes_trust_and_device_to_every_load(remote, tmp_path, c
         assert loads and all(value is True for value in loads), f"{name}: trust_remote_code {loads}"
         assert devices and set(devices) == {DEVICE}, f"{name}: devices {devices}"
         assert mark.is_file(), f"{name}: the checkpoint's own code did not run"
+        # MODEL is resolved at the revision asked for (eval's --against is another model, at its default)
+        revisions = {rev for kind, (where, rev) in ((k, v) for k, v in calls if k == "revision")
+                     if where == str(args[1] if name != "apply" else model)}
+        assert revisions == {REVISION}, f"{name}: revisions {revisions}"
 
 
 @pytest.mark.parametrize("name", ["find-neurons", "prune-neurons", "score-binding", "find-heads", "amplify-heads",
