@@ -71,8 +71,7 @@ def _for_source(recipe: Recipe, config: dict[str, Any], source: Source) -> tuple
 
 
 def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFAULT_LOAD,
-             force: bool = False, verify: bool = True,
-             as_json: bool = False, extra: dict[str, Any] | None = None,
+             force: bool = False, verify: bool = True, extra: dict[str, Any] | None = None,
              evaluation: dict[str, Any] | None = None, push_to: str | None = None,
              push_revision: str | None = None, private: bool | None = None) -> Baked:
     """Open MODEL, bake ``recipe`` into ``out_dir`` (and push it); print nothing but progress and notes.
@@ -104,7 +103,7 @@ def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFA
 def run_bake(model: str, recipe: Recipe, out_dir: Path, *, as_json: bool = False,
              **kwargs: Any) -> dict[str, Any]:
     """:func:`bake_one`, then its summary (one JSON object with ``as_json``); returns the provenance."""
-    baked = bake_one(model, recipe, out_dir, as_json=as_json, **kwargs)
+    baked = bake_one(model, recipe, out_dir, **kwargs)
     if as_json:
         print_json(baked.summary())
     else:
@@ -133,13 +132,13 @@ def sweep_label(name: str, value: float) -> str:
 
 
 def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]], out_dir: Path, *,
-              push_to: str | None = None, **bake_kwargs: Any) -> dict[str, dict[str, Any]]:
+              push_to: str | None = None, as_json: bool = False, **bake_kwargs: Any) -> dict[str, dict[str, Any]]:
     """Bake one output per ``(label, recipe, extra)`` into ``out_dir/<label>``.
 
     Every destination is checked before the first bake, so a taken one fails the sweep with
     nothing written. With ``push_to`` (default: the command's --push-to), each output is pushed to
     the branch ``<label>`` of that repo. ``bake_kwargs`` go to :func:`bake_one` (load, force,
-    verify, as_json, …). With ``as_json`` one JSON list is printed at the end, one object per
+    verify, …). With ``as_json`` one JSON list is printed at the end, one object per
     value with its ``label``. Returns the provenance of each output by label.
     """
     labels = [label for label, _, _ in items]
@@ -152,7 +151,6 @@ def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]]
     for label in labels:
         check_free(out_dir / label, [source.path], bool(bake_kwargs.get("force")))
     out_dir.mkdir(parents=True, exist_ok=True)
-    as_json = bool(bake_kwargs.get("as_json"))
     results, summaries = {}, []
     for label, recipe, extra in items:
         baked = bake_one(model, recipe, out_dir / label, extra=extra, push_to=push_to,
