@@ -85,6 +85,7 @@ def _remember(key: str):
 
 
 def context_value(key: str) -> Any:
+    """An option value remembered in the running command's click context (None outside a command)."""
     ctx = click.get_current_context(silent=True)
     return ctx.meta.get(key) if ctx is not None else None
 
