@@ -34,6 +34,7 @@ from scipy import stats
 
 from tests.planted.bench import benchmark_rows
 from tests.planted.brute import Prompts, delta_s, s_of
+from tests.planted.common import same_float_path
 from tests.planted.fixture import Planted, load_planted
 from tests.planted.reference import EdgeEdit
 from tests.planted.train import TrainConfig, evaluate
@@ -266,7 +267,9 @@ def test_amplify_heads_bakes_the_runtime_effect(findings, fixture_dir, loaded, h
 @pytest.mark.parametrize("name", ["binding_model", "binding_decoy", "binding_dose"])
 def test_training_reproduces_the_fixture(tmp_path, name):
     """examples/train_binding_model.py, with the options recorded in the fixture's training.json,
-    rebuilds a model with the same circuit (a few minutes each)."""
+    rebuilds a model with the same circuit (a few minutes each): the same heads where the training
+    follows the fixture's floating-point path, else a circuit in the same layers of the same strength
+    (see tests/planted/common.same_float_path)."""
     import subprocess
     import sys
     from dataclasses import asdict
@@ -285,5 +288,8 @@ def test_training_reproduces_the_fixture(tmp_path, name):
     def heads(gt: dict) -> list[tuple[int, int]]:
         return [(r["layer"], r["head"]) for r in gt["heads"] if r["edge"] >= CIRCUIT_EFFECT]
 
-    assert heads(rebuilt) == heads(shipped)
+    if same_float_path(rebuilt["delta_S"], shipped["delta_S"]):
+        assert heads(rebuilt) == heads(shipped)
+    else:  # another CPU's kernels: which of a layer's equivalent heads carry the circuit may differ
+        assert heads(rebuilt) and {l for l, _ in heads(rebuilt)} == {l for l, _ in heads(shipped)}
     assert abs(rebuilt["delta_S"] - shipped["delta_S"]) < 0.1 * abs(shipped["delta_S"])

@@ -37,7 +37,7 @@ from scipy import stats
 from tests.planted.bias_brute import BiasProbe, brute_force, effects
 from tests.planted.bias_task import pair_rows
 from tests.planted.bias_train import BiasTrainConfig, build_tokenizer, evaluate, log_odds
-from tests.planted.common import last_logits
+from tests.planted.common import last_logits, same_float_path
 from tests.support.cli import cli_env, run_cli
 from tests.support.paths import FIXTURES, REPO
 
@@ -247,7 +247,9 @@ def test_prune_removes_the_bias_and_random_neurons_do_not(ranked, fixture_dir, l
 @pytest.mark.slow(minutes=1)
 def test_training_reproduces_the_fixture(tmp_path, fixture_dir):
     """examples/train_bias_model.py with the options recorded in training.json rebuilds the same
-    ground truth: the same top neurons by bias effect and the same intact bias gap."""
+    ground truth where the training follows the fixture's floating-point path (the same top neurons
+    by bias effect), else a model with the planted behaviour; the intact bias gap either way
+    (see tests/planted/common.same_float_path)."""
     import subprocess
     import sys
     from dataclasses import asdict
@@ -264,5 +266,9 @@ def test_training_reproduces_the_fixture(tmp_path, fixture_dir):
     def top(gt: dict) -> list[tuple[int, int]]:
         return [(r["layer"], r["neuron"]) for r in gt["neurons"][:5]]
 
-    assert top(rebuilt) == top(shipped)
+    if same_float_path(rebuilt["intact"]["gap"], shipped["intact"]["gap"]):
+        assert top(rebuilt) == top(shipped)
+    else:  # another CPU's kernels: MLP neurons are interchangeable, so which ones carry the bias may differ
+        assert json.loads((tmp_path / "m" / "training.json").read_text())["eval"]["accuracy"] == 1.0
+        assert 5.0 < rebuilt["neurons"][0]["bias"] < 25.0  # still spread over many neurons
     assert abs(rebuilt["intact"]["gap"] - shipped["intact"]["gap"]) < 0.01 * shipped["intact"]["gap"]
