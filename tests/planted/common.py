@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -66,3 +67,25 @@ def same_float_path(rebuilt: float, shipped: float) -> bool:
     with OpenBLAS's Haswell kernels). Then the retraining checks assert what the task fixes, not
     which units carry it."""
     return abs(rebuilt - shipped) <= 1e-6 * max(abs(shipped), 1e-12)
+
+
+def retrain(script: str, fixture_dir: Path, config_class: type, out: Path, timeout: float) -> tuple[dict, dict]:
+    """Run ``examples/<script>`` with the options recorded in the fixture's training.json into
+    ``out`` (one thread); check it records the same config; return (shipped, rebuilt) ground truths."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from dataclasses import asdict
+
+    from tests.support.paths import REPO
+
+    recorded, defaults = json.loads((fixture_dir / "training.json").read_text())["config"], asdict(config_class())
+    options = [a for k, v in recorded.items() if v != defaults[k] for a in (f"--{k.replace('_', '-')}", str(v))]
+    res = subprocess.run([sys.executable, str(REPO / "examples" / script), "--out", str(out), *options],
+                         capture_output=True, text=True, timeout=timeout, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert res.returncode == 0, res.stderr
+    # Fixtures trained before an option existed do not record it: it had its default then.
+    assert json.loads((out / "training.json").read_text())["config"] == {**defaults, **recorded}
+    shipped, rebuilt = (json.loads((d / "ground_truth.json").read_text()) for d in (fixture_dir, out))
+    return shipped, rebuilt

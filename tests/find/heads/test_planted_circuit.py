@@ -25,7 +25,6 @@ function), and surgery's CLI must agree with it:
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -34,13 +33,13 @@ from scipy import stats
 
 from tests.planted.bench import benchmark_rows
 from tests.planted.brute import Prompts, delta_s, s_of
-from tests.planted.common import same_float_path
+from tests.planted.common import retrain, same_float_path
 from tests.planted.fixture import Planted, load_planted
 from tests.planted.reference import EdgeEdit
 from tests.planted.train import TrainConfig, evaluate
 from tests.planted.vocab import build_tokenizer
 from tests.support.cli import cli_env, run_cli
-from tests.support.paths import FIXTURES, REPO
+from tests.support.paths import FIXTURES
 
 FIXTURE = FIXTURES / "binding_model"
 HELD_OUT_SEED = 4242      # pairs neither training (seed + 1) nor the brute force drew
@@ -270,20 +269,7 @@ def test_training_reproduces_the_fixture(tmp_path, name):
     rebuilds a model with the same circuit (a few minutes each): the same heads where the training
     follows the fixture's floating-point path, else a circuit in the same layers of the same strength
     (see tests/planted/common.same_float_path)."""
-    import subprocess
-    import sys
-    from dataclasses import asdict
-
-    fixture_dir = FIXTURE.parent / name
-    recorded, defaults = json.loads((fixture_dir / "training.json").read_text())["config"], asdict(TrainConfig())
-    options = [a for k, v in recorded.items() if v != defaults[k] for a in (f"--{k.replace('_', '-')}", str(v))]
-    script = REPO / "examples" / "train_binding_model.py"
-    res = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "m"), *options], capture_output=True,
-                         text=True, timeout=1800, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert res.returncode == 0, res.stderr
-    # Fixtures trained before an option existed do not record it: it had its default then.
-    assert json.loads((tmp_path / "m" / "training.json").read_text())["config"] == {**defaults, **recorded}
-    shipped, rebuilt = (json.loads((d / "ground_truth.json").read_text()) for d in (fixture_dir, tmp_path / "m"))
+    shipped, rebuilt = retrain("train_binding_model.py", FIXTURE.parent / name, TrainConfig, tmp_path / "m", 1800)
 
     def heads(gt: dict) -> list[tuple[int, int]]:
         return [(r["layer"], r["head"]) for r in gt["heads"] if r["edge"] >= CIRCUIT_EFFECT]

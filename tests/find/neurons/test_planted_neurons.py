@@ -24,7 +24,6 @@ What the measurements showed, and so what is asserted:
 from __future__ import annotations
 
 import json
-import os
 import random
 import statistics
 from pathlib import Path
@@ -37,9 +36,9 @@ from scipy import stats
 from tests.planted.bias_brute import BiasProbe, brute_force, effects
 from tests.planted.bias_task import pair_rows
 from tests.planted.bias_train import BiasTrainConfig, build_tokenizer, evaluate, log_odds
-from tests.planted.common import last_logits, same_float_path
+from tests.planted.common import last_logits, retrain, same_float_path
 from tests.support.cli import cli_env, run_cli
-from tests.support.paths import FIXTURES, REPO
+from tests.support.paths import FIXTURES
 
 FIXTURE = FIXTURES / "bias_model"
 K = 10                 # neurons pruned (of 128): the measured top-K curve passes 50 % here
@@ -250,18 +249,7 @@ def test_training_reproduces_the_fixture(tmp_path, fixture_dir):
     ground truth where the training follows the fixture's floating-point path (the same top neurons
     by bias effect), else a model with the planted behaviour; the intact bias gap either way
     (see tests/planted/common.same_float_path)."""
-    import subprocess
-    import sys
-    from dataclasses import asdict
-
-    recorded, defaults = json.loads((fixture_dir / "training.json").read_text())["config"], asdict(BiasTrainConfig())
-    options = [a for k, v in recorded.items() if v != defaults[k] for a in (f"--{k.replace('_', '-')}", str(v))]
-    script = REPO / "examples" / "train_bias_model.py"
-    res = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "m"), *options], capture_output=True,
-                         text=True, timeout=900, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert res.returncode == 0, res.stderr
-    assert json.loads((tmp_path / "m" / "training.json").read_text())["config"] == recorded
-    shipped, rebuilt = (json.loads((d / "ground_truth.json").read_text()) for d in (fixture_dir, tmp_path / "m"))
+    shipped, rebuilt = retrain("train_bias_model.py", fixture_dir, BiasTrainConfig, tmp_path / "m", 900)
 
     def top(gt: dict) -> list[tuple[int, int]]:
         return [(r["layer"], r["neuron"]) for r in gt["neurons"][:5]]
