@@ -174,7 +174,21 @@ def _placement(path: Path, load: LoadSpec, device: str, dtype) -> dict[str, Any]
         ckpt = Checkpoint(path, allow_remote_code=load.trust_remote_code)
         check_budget(budget, largest_layer_bytes(ckpt.tensors, dtype.itemsize), str(dtype).removeprefix("torch."))
     folder = load.offload_folder or tempfile.mkdtemp(prefix="surgery-offload-")
-    return {"device_map": "auto", "max_memory": budget, "offload_folder": folder}
+    return {"device_map": _module_map(path, load, budget, dtype), "offload_folder": folder}
+
+
+def _module_map(path: Path, load: LoadSpec, budget: dict | None, dtype) -> dict[str, Any]:
+    """accelerate's placement, one entry per module: its default map merges a run of modules on the
+    same device into their parent, and a model wholly on disk (``{"": "disk"}``) is then brought
+    into memory whole on every forward pass, not a layer at a time."""
+    from accelerate import infer_auto_device_map, init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(path), trust_remote_code=load.trust_remote_code)
+    with init_empty_weights():
+        empty = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=load.trust_remote_code)
+    return dict(infer_auto_device_map(empty, max_memory=budget, dtype=dtype, clean_result=False,
+                                      no_split_module_classes=getattr(empty, "_no_split_modules", None)))
 
 
 def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
