@@ -221,6 +221,7 @@ def cached_find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair], par
                       recompute: bool = False, load: LoadSpec = DEFAULT_LOAD, **kwargs) -> HeadFindings:
     """The cached findings for (model, pairs, params), computed and cached on a miss."""
     ckpt = as_checkpoint(model, load)
+    distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
     path = findings_cache(ckpt, pairs, params, load)
     hit = None if recompute else HeadFindings.cached(path, ckpt)
     if distributed.all_true(hit is not None):  # under torchrun: a cache miss on any rank computes on all
