@@ -86,7 +86,7 @@ def rank_device(requested: str) -> str:
     import torch
 
     if not torch.cuda.is_available():
-        return "cpu" if requested == "auto" else requested
+        return requested  # the loader resolves auto (MPS or CPU) and refuses a missing GPU
     local = world().local_rank
     if local >= torch.cuda.device_count():
         raise SurgeryError(f"torchrun started local rank {local} but this node has {torch.cuda.device_count()} "

@@ -13,8 +13,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..model.placement import input_device
 from ..core import distributed
+from ..model.placement import input_device
 
 Advance = Callable[[int], None]  # one measurement's advance(n); see surgery.core.progress
 MAX_WINDOW = 1024  # tokens per perplexity window (longer texts are split, without overlap)

@@ -92,7 +92,7 @@ def test_rank_device_without_gpus(monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert distributed.rank_device("auto") == "cpu" and distributed.rank_device("mps") == "mps"
+    assert distributed.rank_device("auto") == "auto" and distributed.rank_device("mps") == "mps"
     assert distributed.rank_device("cuda") == "cuda"  # the loader's device check then refuses it
 
 
