@@ -101,7 +101,7 @@ def test_four_commands_on_two_ranks_equal_one_process(tmp_path, capsys, monkeypa
     single(capsys, ["prune-neurons", BIAS, "--neurons", "0:3,1:5", "--out", pruned, "--no-verify"])
     commands = {
         "neurons": ["find-neurons", BIAS, "--pairs", PAIRS, "--json"],
-        "heads": ["find-heads", BINDING, *HEADS],
+        "heads": ["find-heads", BINDING, *HEADS, "--dose-response", "--awareness-max", "8"],  # generation too
         "binding": ["score-binding", BINDING, "--benchmark", BINDING / "benchmark.jsonl", "--json"],
         "eval": ["eval", pruned, "--against", BIAS, "--limit", "6"],
     }
