@@ -99,8 +99,8 @@ def _comm_device() -> "torch.device":
     import torch
     import torch.distributed as dist
 
-    if "nccl" in str(dist.get_backend()).lower() and torch.cuda.is_available():
-        return torch.device("cuda", world().local_rank)
+    if "nccl" in str(dist.get_backend()).lower():
+        return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
 
@@ -109,7 +109,8 @@ def session() -> Iterator[None]:
     """The process group for one command under torchrun (nothing in a single process, nor inside
     a group that is already up: a script may run several commands in one group).
 
-    gloo serves CPU tensors; on a GPU node NCCL serves CUDA tensors in the same group.
+    gloo serves CPU tensors; on a GPU node NCCL serves CUDA tensors in the same group, when every
+    process there has a GPU of its own (more processes than GPUs compute on CPUs, over gloo alone).
     """
     if not under_torchrun():
         yield
@@ -122,8 +123,8 @@ def session() -> Iterator[None]:
         return
 
     backend = "gloo"
-    if torch.cuda.is_available():
-        torch.cuda.set_device(world().local_rank % max(torch.cuda.device_count(), 1))
+    if torch.cuda.is_available() and world().local_rank < torch.cuda.device_count():
+        torch.cuda.set_device(world().local_rank)  # "cuda" alone now means this rank's GPU
         backend = "cpu:gloo,cuda:nccl"
     dist.init_process_group(backend)
     try:
@@ -149,11 +150,6 @@ def shard(items: Sequence[T], chunk: int = 1) -> list[T]:
     if w.size == 1:
         return list(items)
     return [x for start in range(chunk * w.rank, len(items), chunk * w.size) for x in items[start:start + chunk]]
-
-
-def shard_indices(n: int, chunk: int = 1) -> list[int]:
-    """The indices (into a list of ``n``) of this rank's items under :func:`shard`."""
-    return shard(range(n), chunk)
 
 
 def all_reduce(values: np.ndarray, op: str = "sum") -> np.ndarray:

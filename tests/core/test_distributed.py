@@ -73,7 +73,6 @@ def test_shard_deals_whole_chunks_round_robin(monkeypatch):
         monkeypatch.setenv("WORLD_SIZE", "3")
         dealt.append(distributed.shard(items, 2))
     assert dealt == [[0, 1, 6, 7], [2, 3, 8, 9], [4, 5, 10]]
-    assert distributed.shard_indices(11, 2) == [4, 5, 10]
 
 
 def test_single_process_helpers_are_identities(monkeypatch):
