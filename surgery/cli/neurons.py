@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..core.distributed import is_main
 from ..core.edits import NeuronScale, Recipe, parse_neurons
 from ..core.errors import RecipeError
 from ..find.neurons.find import dataset_brief
@@ -68,7 +69,7 @@ def find_neurons_cmd(model: str, load: LoadSpec, capture: CaptureParams, recompu
     from ..find.neurons.find import describe, write_findings
 
     found = _findings(model, load, capture, recompute, None, False)
-    if out_file is not None:
+    if out_file is not None and is_main():  # under torchrun rank 0 alone writes
         write_findings(found.data, out_file)
     shown = describe(found.scores, found.select(n, choose, capture.category_list))
     if as_json:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core import distributed
 from ..core.checkpoint import Checkpoint
 from ..core.errors import CheckpointError
 from ..core.options import param
@@ -197,7 +198,7 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    device = resolve_device(load.device)
+    device = resolve_device(distributed.rank_device(load.device))  # under torchrun: this rank's GPU
     dtype = resolve_dtype(load.dtype, device)
     placement = _placement(Path(path), load, device, dtype)
     hf_logging.disable_progress_bar()  # our own progress bars are the ones users should see

@@ -19,6 +19,7 @@ import numpy as np
 
 from ... import __version__
 from ...bake.patches import check_loadable
+from ...core import distributed
 from ...core.checkpoint import Checkpoint
 from ...core.errors import FindingsError, RecipeError, SurgeryError
 from ...core.progress import Progress, silent
@@ -80,6 +81,7 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
         raise SurgeryError(f"--confirm {params.confirm} cannot confirm {params.knockout_heads} knockout heads; "
                            "give --confirm 0 (no confirmation) or at least --knockout-heads")
     ckpt = as_checkpoint(model, load)
+    distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
     check_loadable(ckpt)
     tokenizer = load_tokenizer(ckpt.path, load)
     model = load_model(ckpt.path, load)
@@ -219,12 +221,14 @@ def cached_find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair], par
                       recompute: bool = False, load: LoadSpec = DEFAULT_LOAD, **kwargs) -> HeadFindings:
     """The cached findings for (model, pairs, params), computed and cached on a miss."""
     ckpt = as_checkpoint(model, load)
+    distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
     path = findings_cache(ckpt, pairs, params, load)
     hit = None if recompute else HeadFindings.cached(path, ckpt)
-    if hit is not None:
+    if distributed.all_true(hit is not None):  # under torchrun: a cache miss on any rank computes on all
         return hit
     findings = find_heads(ckpt, pairs, params, load=load, **kwargs)
-    save_findings(findings, path)
+    if distributed.is_main():
+        save_findings(findings, path)
     return HeadFindings(findings, path, from_cache=False)
 
 

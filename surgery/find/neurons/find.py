@@ -15,6 +15,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from ... import __version__
 from ...bake.patches import check_loadable
+from ...core import distributed
 from ...core.checkpoint import Checkpoint
 from ...core.progress import Progress, silent
 from ...core.staging import atomic_write_text
@@ -110,9 +111,10 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
                  report: Callable[[str], None] = lambda m: None) -> NeuronFindings:
     """Cached findings for (model, pairs, parameters), computing them on a miss."""
     params = capture_params(pairs, load)
+    distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs.sha256, params, batch_size, strict)
     cached = cached_path(ckpt, pairs, load)
     hit = None if recompute else NeuronFindings.cached(cached, ckpt)
-    if hit is not None:
+    if distributed.all_true(hit is not None):
         skipped = (hit.data.get("dataset") or {}).get("skipped") or {}
         if strict and skipped:  # the cached run skipped pairs that --strict must refuse
             detail = ", ".join(f"{c} {n}" for c, n in skipped.items())
@@ -129,8 +131,15 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
                f"lengths ({detail}); --strict makes this an error")
     kept = check.kept
     model = load_model(ckpt.path, load)
-    sums = accumulate_pair_sums(model, tokenizer, kept.pairs, batch_size, progress("capturing prompts", 2 * len(kept)))
-    scores = NeuronScores.from_sums(sums, ppm_scores(model))
+    advance = progress("capturing prompts", 2 * len(kept))
+    # Under torchrun each rank captures whole batches of its own; the float64 sums are then added up.
+    mine = distributed.shard(kept.pairs, chunk=batch_size)
+    sums = accumulate_pair_sums(model, tokenizer, mine, batch_size, advance)
+    ppm = ppm_scores(model)
+    if distributed.under_torchrun():
+        sums = sums.all_reduced(kept.categories(), ppm.shape)
+        distributed.catch_up(advance, 2 * len(mine), 2 * len(kept))
+    scores = NeuronScores.from_sums(sums, ppm)
     compute = compute_record(model)
     del model
 
@@ -142,5 +151,6 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
     }
     findings["summary"] = summary(scores, min(SUMMARY_N, scores.shape[0] * scores.shape[1] // 2))
     findings["scores"] = scores.to_dict()
-    write_findings(findings, cached)
+    if distributed.is_main():
+        write_findings(findings, cached)
     return NeuronFindings(findings, cached, from_cache=False)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...core import distributed
 from ...core.errors import SurgeryError
 from .pairs import PromptPair
 from .params import DEFAULT_BIAS_WEIGHT, SCORES
@@ -51,6 +52,25 @@ class PairSums:
         self.abs_sum[category] += np.abs(diff).sum(axis=0)
         self.signed_sum[category] += (diff * signs[:, None, None]).sum(axis=0)
         self.mag_sum[category] += (np.abs(pooled_1) + np.abs(pooled_2)).sum(axis=0)
+
+
+    def all_reduced(self, categories: Sequence[str], shape: tuple[int, int]) -> "PairSums":
+        """The sums over every torchrun rank (each holds its shard's); ``categories`` are those of
+        all pairs, so ranks that saw none of a category still take part (in float64)."""
+        cats = sorted(categories)
+        stacked = np.zeros((len(cats), 4) + tuple(shape), dtype=np.float64)
+        for k, c in enumerate(cats):
+            if self.counts[c]:
+                stacked[k, 0], stacked[k, 1] = self.abs_sum[c], self.signed_sum[c]
+                stacked[k, 2], stacked[k, 3] = self.mag_sum[c], self.counts[c]
+        total = distributed.all_reduce(stacked)
+        out = PairSums()
+        for k, c in enumerate(cats):
+            count = int(round(total[k, 3, 0, 0]))
+            if count:
+                out.counts[c] = count
+                out.abs_sum[c], out.signed_sum[c], out.mag_sum[c] = total[k, 0], total[k, 1], total[k, 2]
+        return out
 
 
 def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair], batch_size: int = 16,
