@@ -163,6 +163,9 @@ def _placement(path: Path, load: LoadSpec, device: str, dtype) -> dict[str, Any]
     accelerate's device_map / max_memory / offload_folder, with the budget checked against one layer."""
     if load.device_map is None:
         return {"device_map": None}
+    if distributed.under_torchrun():  # every rank would spread a copy of its own over all the devices
+        raise CheckpointError("--device-map auto splits one model over several devices; under torchrun each "
+                              "process holds a whole copy: run one process with --device-map auto instead")
     budget = parse_max_memory(load.max_memory)
     if budget is None and load.device != "auto":  # only the device the user named (and CPU, disk) may hold layers
         import torch
