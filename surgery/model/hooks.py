@@ -4,6 +4,13 @@ Scaling a module's input features is the same linear map as scaling its weight c
 ``"in"`` site of surgery/core/sites.py): o_proj's columns for a head, down_proj's column for a neuron
 (and, for factor 0, as zeroing the gate/up rows too, since act(0)·0 = 0). So these hooks are the
 reference the bake is checked against.
+
+Routed experts have no module per expert in memory (transformers 5 fuses them into one module with
+3-D ``gate_up_proj``/``down_proj``, run by a pluggable experts implementation). Their twin is a
+forward hook on that module, which sees the routed tokens (``top_k_index``, ``top_k_weights``): it
+recomputes each edited expert's intermediate activation on the tokens routed to it, with the
+module's own gate (``_apply_gate``) and layout flags, and adds (s − 1)·h_i·w·down[:, i] — whatever
+implementation (eager, grouped_mm, …) computed the rest.
 """
 
 from __future__ import annotations
@@ -42,10 +49,11 @@ def _scale_hook(scales: torch.Tensor):
 
 
 def scale_vectors(arch: Architecture, edits: Iterable[Edit]) -> dict[tuple[str, int], torch.Tensor]:
-    """Per (module, layer): the vector of input-feature scales of the edits' twin sites."""
+    """Per (module, layer): the vector of input-feature scales of the edits' twin sites
+    (routed experts excepted: see :func:`expert_scales`)."""
     vectors: dict[tuple[str, int], torch.Tensor] = {}
     for site in all_sites(arch, edits):
-        if not site.twin:
+        if not site.twin or site.expert is not None:
             continue  # bake-only completeness (a pruned neuron's gate/up rows): no run-time effect
         key = (site.module, site.layer)
         if key not in vectors:
@@ -54,15 +62,58 @@ def scale_vectors(arch: Architecture, edits: Iterable[Edit]) -> dict[tuple[str, 
     return vectors
 
 
+def expert_scales(arch: Architecture, edits: Iterable[Edit]) -> dict[int, torch.Tensor]:
+    """Per layer: the [experts, expert width] scales of the routed-expert neurons the edits touch."""
+    out: dict[int, torch.Tensor] = {}
+    g = arch.geometry
+    for site in all_sites(arch, edits):
+        if site.twin and site.expert is not None:
+            if site.layer not in out:
+                out[site.layer] = torch.ones(g.num_experts, g.expert_size, dtype=torch.float32)
+            out[site.layer][site.expert, list(site.indices)] = site.scale
+    return out
+
+
+def _expert_hook(scales: torch.Tensor):
+    """A forward hook on a fused experts module adding what the scaled neurons change."""
+    edited = [(e, torch.nonzero(scales[e] != 1).flatten()) for e in range(scales.shape[0])
+              if bool((scales[e] != 1).any())]
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> torch.Tensor:
+        x, index, weights = (list(args) + list(kwargs.values()))[:3]
+        out = output.clone()
+        for e, idx in edited:
+            tok, pos = torch.where(index == e)
+            if not len(tok):
+                continue
+            xs = x[tok]
+            w = module.gate_up_proj[e]
+            gate_up = xs @ w if module.is_transposed else xs @ w.T
+            if module.has_bias:
+                gate_up = gate_up + module.gate_up_proj_bias[e]
+            h = module._apply_gate(gate_up)[:, idx]                         # (tokens, edited neurons)
+            down = module.down_proj[e]
+            cols = down[idx] if module.is_transposed else down[:, idx].T    # (edited neurons, hidden)
+            delta = (h * (scales[e, idx].to(h) - 1)) @ cols
+            out.index_add_(0, tok, (delta * weights[tok, pos, None]).to(out.dtype))
+        return out
+
+    return hook
+
+
 @contextmanager
 def applied(model: nn.Module, edits: Iterable[Edit]) -> Iterator[nn.Module]:
     """Apply ``edits`` to ``model`` at run time; every hook is removed on exit, even on error."""
     arch = model_architecture(model)
+    edits = list(edits)
     handles = []
     try:
         for (module, layer), v in scale_vectors(arch, edits).items():
             target = layer_module(model, arch, layer, module)
             handles.append(target.register_forward_pre_hook(_scale_hook(v)))
+        for layer, scales in expert_scales(arch, edits).items():
+            target = layer_module(model, arch, layer, arch.layout.experts.module)
+            handles.append(target.register_forward_hook(_expert_hook(scales), with_kwargs=True))
         yield model
     finally:
         for h in handles:
