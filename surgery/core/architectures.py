@@ -125,6 +125,18 @@ class Geometry:
     shared_size: int = 0
     sparse_layers: frozenset[int] = frozenset()
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; a dense model's dict has only the dense fields (findings written before MoE
+        support record exactly those, and must still match)."""
+        out = {k: v for k, v in self.__dict__.items() if k not in _MOE_FIELDS}
+        if self.num_experts:
+            out.update(num_experts=self.num_experts, expert_size=self.expert_size,
+                       shared_size=self.shared_size, sparse_layers=sorted(self.sparse_layers))
+        return out
+
+
+_MOE_FIELDS = ("num_experts", "expert_size", "shared_size", "sparse_layers")
+
 
 @dataclass(frozen=True)
 class Architecture:
@@ -300,12 +312,6 @@ def architecture(config: Mapping[str, Any]) -> Architecture:
     """Look up a config dict (config.json) in the table."""
     model_type = config.get("model_type")
     layout = ARCHITECTURES.get(str(model_type))
-    quant = text_config(config).get("quantization_config") or config.get("quantization_config")
-    if quant:
-        method = quant.get("quant_method", "unknown") if isinstance(quant, Mapping) else "unknown"
-        raise UnsupportedArchitecture(
-            f"this {model_type} checkpoint is quantized ({method}); surgery edits F32, F16 and BF16 "
-            "weights only: use the unquantized (e.g. bf16) release")
     if layout is None:
         raise UnsupportedArchitecture(
             f"model_type '{model_type}' is not supported (supported: "
