@@ -118,3 +118,34 @@ def test_per_expert_sharded_bf16(tiny, tmp_path):
     report = verify(ckpt, tmp_path / "baked")
     assert report.ok and report.max_abs_logit_diff <= report.tolerance, report.problems
     undo(tmp_path / "baked", tmp_path / "restored")
+
+
+def test_cli_prunes_named_expert_neurons_and_says_so(tiny, tmp_path, capsys):
+    """prune-neurons --neurons L:eE:N,L:s:N bakes, checks logits, and every output names them alike."""
+    import yaml
+
+    from surgery.cli.main import main
+    from tests.support.tokenizer import save_char_tokenizer
+
+    def run(*args) -> str:
+        main([str(a) for a in args])
+        return capsys.readouterr().out
+
+    src = save_char_tokenizer(tiny("qwen2_moe"), bos=True)
+    info = json.loads(run("inspect", src, "--json"))
+    assert (info["experts"], info["expert_width"], info["shared_expert_width"]) == (4, 16, 24)
+    assert info["expert_layout"] == "one tensor per expert"
+    dst = tmp_path / "pruned"
+    run("prune-neurons", src, "--neurons", "1:e2:3,1:s:4,0:e0:15", "--out", dst)
+    prov = json.loads((dst / "surgery.json").read_text())
+    assert prov["verification"]["max_abs_logit_diff"] <= 1e-5
+    assert prov["recipe"]["edits"][0] == {"type": "neuron", "layer": 1, "expert": 2, "neuron": 3, "factor": 0.0}
+    card = (dst / "README.md").read_text()
+    assert "`1:e2:3`" in card and "`1:s:4`" in card and "`0:e0:15`" in card
+    # the recipe written from the bake applies again to the same bytes
+    recipe = tmp_path / "again.yaml"
+    recipe.write_text(yaml.safe_dump(prov["recipe"]), encoding="utf-8")
+    run("apply", recipe, "--model", src, "--out", tmp_path / "again")
+    assert _tensors(dst).keys() == _tensors(tmp_path / "again").keys()
+    assert all(_equal(a, b) for a, b in zip(_tensors(dst).values(), _tensors(tmp_path / "again").values()))
+    run("verify", src, dst)
