@@ -75,7 +75,7 @@ def _neurons_section(f: Mapping[str, Any], stem: str, out: Path) -> list[str]:
         lines.append(f"Top {s.get('n', len(s['neurons']))} neurons by {s.get('score', '?')} ({s.get('rule', '?')} "
                      f"selection); categories: {', '.join(s.get('categories') or [])}")
         lines += ["", "| layer | neuron | bias | signed | top category |", "|---|---|---|---|---|"]
-        lines += [f"| {r['layer']} | {r['neuron']} | {_fmt(r.get('bias'))} | {_fmt(r.get('signed'))} | "
+        lines += [f"| {r['layer']} | {r.get('label', r['neuron'])} | {_fmt(r.get('bias'))} | {_fmt(r.get('signed'))} | "
                   f"{r.get('top_category', '')} |" for r in s["neurons"]]  # every one the header counts
         lines.append("")
     if s.get("layer_distribution"):
