@@ -99,3 +99,4 @@ def test_find_and_prune_n_on_a_moe(tiny, tmp_path, capsys):
     edits = prov["recipe"]["edits"]
     assert len(edits) == 40 and all("expert" in e for e in edits)
     assert prov["verification"]["max_abs_logit_diff"] <= 1e-5
+
