@@ -1,4 +1,5 @@
-"""vLLM serves a baked SmolLM2 exactly as transformers runs it, and the exported adapter equals it.
+"""vLLM serves a baked SmolLM2 exactly as transformers runs it, and the exported adapter equals it;
+and a baked tiny mixture of experts (expert-neuron edits) as transformers runs it.
 
 Needs the real model (``python examples/get_models.py``) and a separate virtual environment with
 vLLM, named by ``SURGERY_VLLM_PYTHON`` (its python executable; .ci/run sets one up). Run with
