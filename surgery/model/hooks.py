@@ -23,6 +23,7 @@ from torch import nn
 
 from ..core.architectures import Architecture, architecture
 from ..core.edits import Edit
+from ..core.errors import SurgeryError
 from ..core.sites import all_sites
 
 
@@ -81,6 +82,10 @@ def _expert_hook(scales: torch.Tensor):
 
     def hook(module: nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> torch.Tensor:
         x, index, weights = (list(args) + list(kwargs.values()))[:3]
+        if module.gate_up_proj.device.type == "meta":
+            # Offloaded weights (accelerate) are back on disk once forward returns: say so, never guess.
+            raise SurgeryError("the run-time twin of expert neurons needs the experts' weights in memory; "
+                               "load the model without disk offload")
         out = output.clone()
         for e, idx in edited:
             tok, pos = torch.where(index == e)

@@ -149,3 +149,13 @@ def test_cli_prunes_named_expert_neurons_and_says_so(tiny, tmp_path, capsys):
     assert _tensors(dst).keys() == _tensors(tmp_path / "again").keys()
     assert all(_equal(a, b) for a, b in zip(_tensors(dst).values(), _tensors(tmp_path / "again").values()))
     run("verify", src, dst)
+
+
+def test_expert_scale_that_vanishes_in_bf16_is_refused(tiny, tmp_path):
+    """The vanishing-scale check reads an expert's own slice, in both layouts."""
+    from surgery.bake.patches import vanishing
+
+    for fused in (False, True):
+        ckpt = Checkpoint(tiny("mixtral", dtype=torch.bfloat16, fused=fused))
+        tiny_scale, fine = NeuronScale(1, 4, 1e-45, 3), NeuronScale(1, 5, 0.5, 3)
+        assert vanishing(ckpt, architecture(ckpt.config), [tiny_scale, fine]) == [(tiny_scale, "BF16")]
