@@ -155,7 +155,7 @@ def _expert_patch(ckpt: Checkpoint, arch: Architecture, prefix: str, site: Site,
     part = site.module.rsplit(".", 1)[1]
     lines = site.indices if site.axis == "in" else tuple(
         r for i in site.indices for r in arch.expert_rows(part, i, fused))
-    for rel, shape, first, window, flipped in arch.expert_slices(site.layer, site.expert, part, fused):
+    for rel, shape, first, window, flipped in arch.expert_slices(site.expert, part, fused):
         name = f"{prefix}{rel}"
         key = f"{name}#{first}" if fused else name
         if key not in patches:

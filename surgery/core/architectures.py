@@ -190,7 +190,7 @@ class Architecture:
         raise UnsupportedArchitecture(f"{self.model_type}: layer {layer} has no expert tensors (looked for "
                                       f"{' or '.join(spelled)}); extend {TABLE_LOCATION}")
 
-    def expert_slices(self, layer: int, expert: int, part: str, fused: bool
+    def expert_slices(self, expert: int, part: str, fused: bool
                       ) -> list[tuple[str, tuple[int, ...], int, int, bool]]:
         """Where a per-expert matrix ``part`` ("gate", "up", "down"; standard [out, in] orientation)
         of ``expert`` lies on disk, as (tensor relative to the layer, its full shape, first row and

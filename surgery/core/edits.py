@@ -305,11 +305,10 @@ def parse_neuron(text: str) -> tuple[int, int, int | str | None]:
     fields = text.split(":")
     try:
         expert: int | str | None = None
-        if len(fields) == 3:
-            middle = fields[1]
-            expert = SHARED if middle == "s" else int(middle[1:]) if middle[:1] == "e" and middle[1:].isdigit() else None
-            if expert is None:
-                raise ValueError(middle)
+        if len(fields) == 3 and fields[1] == "s":
+            expert = SHARED
+        elif len(fields) == 3 and fields[1][:1] == "e" and fields[1][1:].isdigit():
+            expert = int(fields[1][1:])
         elif len(fields) != 2:
             raise ValueError(text)
         layer, neuron = int(fields[0]), int(fields[-1])

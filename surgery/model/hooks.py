@@ -15,6 +15,7 @@ implementation (eager, grouped_mm, …) computed the rest.
 
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
 from typing import Iterable, Iterator
 
@@ -75,13 +76,21 @@ def expert_scales(arch: Architecture, edits: Iterable[Edit]) -> dict[int, torch.
     return out
 
 
+def routed_inputs(module: nn.Module, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(hidden states [tokens, H], top-k expert indices, top-k weights) of a fused experts call,
+    bound by the forward's own signature (the names differ: GPT-OSS calls them router_indices…)."""
+    bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    x, index, weights = list(bound.arguments.values())[:3]
+    return x, index, weights
+
+
 def _expert_hook(scales: torch.Tensor):
     """A forward hook on a fused experts module adding what the scaled neurons change."""
     edited = [(e, torch.nonzero(scales[e] != 1).flatten()) for e in range(scales.shape[0])
               if bool((scales[e] != 1).any())]
 
     def hook(module: nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> torch.Tensor:
-        x, index, weights = (list(args) + list(kwargs.values()))[:3]
+        x, index, weights = routed_inputs(module, args, kwargs)
         if module.gate_up_proj.device.type == "meta":
             # Offloaded weights (accelerate) are back on disk once forward returns: say so, never guess.
             raise SurgeryError("the run-time twin of expert neurons needs the experts' weights in memory; "

@@ -64,16 +64,16 @@ def test_expert_rows_in_each_layout(fused, part, rows):
 def test_gpt_oss_rows_interleave_and_windows_transpose():
     arch = _arch("gpt_oss")  # 4 experts, intermediate 48
     assert arch.expert_rows("gate", 7, True) == (14,) and arch.expert_rows("up", 7, True) == (15,)
-    (down,) = arch.expert_slices(0, 3, "down", True)
+    (down,) = arch.expert_slices(3, "down", True)
     assert down == ("mlp.experts.down_proj", (4, 48, H), 3 * 48, 48, True)
-    gate_up, bias = arch.expert_slices(0, 3, "gate", True)
+    gate_up, bias = arch.expert_slices(3, "gate", True)
     assert gate_up == ("mlp.experts.gate_up_proj", (4, H, 96), 3 * H, H, True)
     assert bias == ("mlp.experts.gate_up_proj_bias", (4, 96), 3, 1, True)
 
 
 def test_mixtral_per_expert_names():
     arch = _arch("mixtral")
-    assert [s[0] for p in ("gate", "up", "down") for s in arch.expert_slices(0, 5, p, False)] == [
+    assert [s[0] for p in ("gate", "up", "down") for s in arch.expert_slices(5, p, False)] == [
         "block_sparse_moe.experts.5.w1.weight", "block_sparse_moe.experts.5.w3.weight",
         "block_sparse_moe.experts.5.w2.weight"]
 

@@ -22,7 +22,7 @@ from torch import nn
 
 from ...core.architectures import Architecture
 from ...core.errors import SurgeryError
-from ...model.hooks import layer_module, model_architecture
+from ...model.hooks import layer_module, model_architecture, routed_inputs
 
 # (index of the batch's first text, pooled [batch, layers, columns], routing share [batch, layers, experts])
 ExpertsCallback = Callable[[int, torch.Tensor, torch.Tensor], None]
@@ -85,7 +85,7 @@ def capture_experts(model: nn.Module, tokenizer, texts: Sequence[str], on_batch:
 
     def experts_hook(layer: int):
         def hook(module: nn.Module, args: tuple, kwargs: dict, output) -> None:
-            x, index = (list(args) + list(kwargs.values()))[:2]
+            x, index, _ = routed_inputs(module, args, kwargs)
             real = state["real"]
             sums, counts = _routed_sums(module, x, index, state["prompt"], real, state["n"])
             mean = torch.full((state["n"], g.num_experts, g.expert_size), float("nan"))
