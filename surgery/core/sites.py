@@ -20,6 +20,12 @@ more branch in :func:`sites` returning its ``Site`` list; the three consumers ne
 the site is a weight's columns or rows. ``module`` is the in-memory module name relative to a
 layer; where the on-disk tensor is named or laid out differently (fused expert tensors), that
 translation belongs to ``Architecture`` and the byte plan asks it, not this map.
+
+Routed-expert neurons are such sites: ``expert`` set, ``module`` the logical per-expert matrix
+("mlp.experts.down" etc., [out, in] orientation). ``Architecture.expert_slices`` maps them to the
+per-expert or fused 3-D tensors on disk; their twin is model/expert_twin.py (no Linear per expert
+in memory), and the LoRA export refuses them. A shared expert's neurons are plain dense sites of
+its own MLP.
 """
 
 from __future__ import annotations

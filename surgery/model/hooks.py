@@ -6,16 +6,12 @@ Scaling a module's input features is the same linear map as scaling its weight c
 reference the bake is checked against.
 
 Routed experts have no module per expert in memory (transformers 5 fuses them into one module with
-3-D ``gate_up_proj``/``down_proj``, run by a pluggable experts implementation). Their twin is a
-forward hook on that module, which sees the routed tokens (``top_k_index``, ``top_k_weights``): it
-recomputes each edited expert's intermediate activation on the tokens routed to it, with the
-module's own gate (``_apply_gate``) and layout flags, and adds (s − 1)·h_i·w·down[:, i] — whatever
-implementation (eager, grouped_mm, …) computed the rest.
+3-D ``gate_up_proj``/``down_proj``, run by a pluggable experts implementation): their twin is a
+registered experts implementation that sees the routed tokens (model/expert_twin.py).
 """
 
 from __future__ import annotations
 
-import inspect
 from contextlib import contextmanager
 from typing import Iterable, Iterator
 
@@ -24,8 +20,8 @@ from torch import nn
 
 from ..core.architectures import Architecture, architecture
 from ..core.edits import Edit
-from ..core.errors import SurgeryError
 from ..core.sites import all_sites
+from .expert_twin import expert_twin
 
 
 def model_architecture(model: nn.Module) -> Architecture:
@@ -76,45 +72,6 @@ def expert_scales(arch: Architecture, edits: Iterable[Edit]) -> dict[int, torch.
     return out
 
 
-def routed_inputs(module: nn.Module, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(hidden states [tokens, H], top-k expert indices, top-k weights) of a fused experts call,
-    bound by the forward's own signature (the names differ: GPT-OSS calls them router_indices…)."""
-    bound = inspect.signature(module.forward).bind(*args, **kwargs)
-    x, index, weights = list(bound.arguments.values())[:3]
-    return x, index, weights
-
-
-def _expert_hook(scales: torch.Tensor):
-    """A forward hook on a fused experts module adding what the scaled neurons change."""
-    edited = [(e, torch.nonzero(scales[e] != 1).flatten()) for e in range(scales.shape[0])
-              if bool((scales[e] != 1).any())]
-
-    def hook(module: nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> torch.Tensor:
-        x, index, weights = routed_inputs(module, args, kwargs)
-        if module.gate_up_proj.device.type == "meta":
-            # Offloaded weights (accelerate) are back on disk once forward returns: say so, never guess.
-            raise SurgeryError("the run-time twin of expert neurons needs the experts' weights in memory; "
-                               "load the model without disk offload")
-        out = output.clone()
-        for e, idx in edited:
-            tok, pos = torch.where(index == e)
-            if not len(tok):
-                continue
-            xs = x[tok]
-            w = module.gate_up_proj[e]
-            gate_up = xs @ w if module.is_transposed else xs @ w.T
-            if module.has_bias:
-                gate_up = gate_up + module.gate_up_proj_bias[e]
-            h = module._apply_gate(gate_up)[:, idx]                         # (tokens, edited neurons)
-            down = module.down_proj[e]
-            cols = down[idx] if module.is_transposed else down[:, idx].T    # (edited neurons, hidden)
-            delta = (h * (scales[e, idx].to(h) - 1)) @ cols
-            out.index_add_(0, tok, (delta * weights[tok, pos, None]).to(out.dtype))
-        return out
-
-    return hook
-
-
 @contextmanager
 def applied(model: nn.Module, edits: Iterable[Edit]) -> Iterator[nn.Module]:
     """Apply ``edits`` to ``model`` at run time; every hook is removed on exit, even on error."""
@@ -125,10 +82,10 @@ def applied(model: nn.Module, edits: Iterable[Edit]) -> Iterator[nn.Module]:
         for (module, layer), v in scale_vectors(arch, edits).items():
             target = layer_module(model, arch, layer, module)
             handles.append(target.register_forward_pre_hook(_scale_hook(v)))
-        for layer, scales in expert_scales(arch, edits).items():
-            target = layer_module(model, arch, layer, arch.layout.experts.module)
-            handles.append(target.register_forward_hook(_expert_hook(scales), with_kwargs=True))
-        yield model
+        experts = {layer_module(model, arch, layer, arch.layout.experts.module): scales
+                   for layer, scales in expert_scales(arch, edits).items()}
+        with expert_twin(model, experts):
+            yield model
     finally:
         for h in handles:
             h.remove()

@@ -185,3 +185,25 @@ def test_fused_windows_in_small_blocks(tiny, tmp_path, monkeypatch, arch):
     assert all(_equal(one[k], blocks[k]) for k in one)
     assert verify(ckpt, tmp_path / "blocks").ok
     undo(tmp_path / "blocks", tmp_path / "restored")
+
+
+@pytest.mark.parametrize("arch", ["qwen2_moe", "gpt_oss"])
+def test_twin_under_disk_offload(tiny, tmp_path, arch):
+    """Every layer offloaded to disk by accelerate: the twin runs inside the experts' forward, where
+    the weights are in place, and still equals the bake."""
+    from transformers import AutoModelForCausalLM
+
+    from surgery.model.hooks import applied
+
+    src = tiny(arch)
+    ckpt = Checkpoint(src)
+    recipe = Recipe(_expert_edits(ckpt.config) + (HeadScale(0, 1, 2.5),))
+    bake(ckpt, recipe, tmp_path / "baked")
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, device_map="auto",
+                                                 max_memory={"cpu": "1KB"}, offload_folder=tmp_path / "off").eval()
+    experts = model.model.layers[0].mlp.experts
+    assert experts.gate_up_proj.device.type == "meta"  # really offloaded
+    ids = torch.randint(3, 90, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), applied(model, recipe.edits):
+        twin = model(input_ids=ids).logits
+    assert (twin - _logits(tmp_path / "baked")).abs().max().item() <= 1e-5

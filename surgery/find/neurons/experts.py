@@ -22,7 +22,8 @@ from torch import nn
 
 from ...core.architectures import Architecture
 from ...core.errors import SurgeryError
-from ...model.hooks import layer_module, model_architecture, routed_inputs
+from ...model.expert_twin import routed_inputs
+from ...model.hooks import layer_module, model_architecture
 
 # (index of the batch's first text, pooled [batch, layers, columns], routing share [batch, layers, experts])
 ExpertsCallback = Callable[[int, torch.Tensor, torch.Tensor], None]
