@@ -93,6 +93,11 @@ def test_find_and_prune_n_on_a_moe(tiny, tmp_path, capsys):
     assert report["experts"] == 4 and set(report["routing"]) == set(findings["scores"]["categories"])
     assert findings["parameters"]["site"].startswith("expert intermediate")
     assert all("label" in r and ":e" in r["label"] for r in findings["summary"]["neurons"])
+    from surgery.ship.report import build_report
+
+    text = build_report([tmp_path / "f.json"], [], tmp_path / "report").read_text()
+    first = findings["summary"]["neurons"][0]
+    assert f"| {first['layer']} | {first['label']} |" in text and "routing share, stereotyped − other" in text
     code, out, err = run(capsys, "prune-neurons", src, "--pairs", pairs, "--n", "40", "--out", tmp_path / "p")
     assert code == 0, err
     prov = json.loads((tmp_path / "p" / "surgery.json").read_text())
