@@ -29,7 +29,7 @@ def model_identity(ckpt: Checkpoint) -> dict[str, Any]:
     return {
         "fingerprint": ckpt.fingerprint(),
         "model_type": arch.model_type,
-        "geometry": arch.geometry.__dict__,
+        "geometry": arch.geometry.to_dict(),
         "path": str(ckpt.path),
     }
 
