@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO / "examples"))
 from measure import run_measured  # noqa: E402
 from synthetic_checkpoint import build  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(minutes=6)
 MODELS = Path(os.environ.get("SURGERY_MODELS", Path.home() / ".cache" / "surgery" / "models"))
 GB = 1e9
 
