@@ -175,8 +175,13 @@ def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent
         if not (dst_path / rel).is_file():
             report.problems.append(f"{rel} from the source is missing in the output")
         elif rel in by_file:
-            _compare_edited(src.path / rel, dst_path / rel, by_file[rel], report,
-                            (prov.get("source_files") or {}).get(rel))
+            recorded = (prov.get("source_files") or {}).get(rel)
+            before = len(report.problems)
+            _compare_edited(src.path / rel, dst_path / rel, by_file[rel], report, recorded)
+            # Every recorded sha256 is recomputed, also the edited shards' source hashes (undo checks them).
+            if len(report.problems) == before and recorded is not None and file_sha256(src.path / rel) != recorded:
+                report.problems.append(f"surgery.json records a sha256 for the source's {rel} that its content does "
+                                       "not have (source_files); undo would refuse to restore it")
         elif file_sha256(src.path / rel) != prov["files"].get(rel):
             report.problems.append(f"{rel} differs from the source's although the recipe does not touch it")
     progress("compare", len(compared), len(compared))
