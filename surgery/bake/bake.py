@@ -222,7 +222,7 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
     """Bake ``recipe`` into a copy of ``ckpt`` at ``out``.
 
     ``check(staged_dir)`` runs on the finished weights before they are published (the numerical
-    verification) and its result is recorded; ``card(staged_dir, provenance)`` returns a model
+    check, e.g. ``check.edited_check``) and its result is recorded; ``card(staged_dir, provenance)`` returns a model
     card (README.md). ``extra`` adds entries (findings summary, selection) to surgery.json.
     """
     arch = recipe.validate(ckpt.config)
@@ -292,9 +292,9 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
             **(extra or {}),
         }
         if check is not None:
-            tick("verify", 0, 1)
+            tick("check", 0, 1)
             provenance["verification"] = check(tmp)
-            tick("verify", 1, 1)
+            tick("check", 1, 1)
         replaced = [n for n in OWN_FILES if n in files]
         if card is not None:
             (tmp / "README.md").write_text(card(tmp, provenance), encoding="utf-8")
