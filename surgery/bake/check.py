@@ -5,8 +5,9 @@ the streamed shards take the source's block and overlay only the edited ranges; 
 re-checks each byte), so the edited slices alone decide whether the baked model computes the
 run-time edit. Each site of surgery/core/sites.py is a set of columns (input features) or rows
 (output features, with their bias entries) of one linear map: the check reads only those slices
-from the source and the staged output (safetensors slices, no model), runs both on random inputs
-in float32, and compares the baked map with the source map with the site's scales applied — on
+from the source and the staged output (memory-mapped from the checked safetensors byte ranges; no
+model and no torch, whose import alone costs more than copying a 1 GB model), runs both on random
+inputs in float32, and compares the baked map with the source map with the site's scales applied — on
 the input for a column site (exactly the run-time twin), on the output for a row site.
 
 The two may differ only by the rounding of the scaled weights to the stored dtype (unit roundoff
@@ -22,10 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core.checkpoint import Checkpoint
+import numpy as np
+
+from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.edits import Recipe
 from ..core.errors import SurgeryError
 from ..core.sites import all_sites
+from .patches import RAW_DTYPES, to_f32
 
 INPUTS = 4  # random input vectors per map
 SEED = 0
@@ -58,59 +62,43 @@ def edited_maps(ckpt: Checkpoint, recipe: Recipe) -> list[EditedMap]:
     return [maps[k] for k in sorted(maps)]
 
 
-def _runs(indices: list[int]) -> list[tuple[int, int]]:
-    """Sorted indices → [start, stop) runs of consecutive ones (one slice read each)."""
-    runs: list[list[int]] = []
-    for i in indices:
-        if runs and i == runs[-1][1]:
-            runs[-1][1] = i + 1
-        else:
-            runs.append([i, i + 1])
-    return [(a, b) for a, b in runs]
+def _read(folder: Path, info: TensorInfo, axis: str, idx: list[int]) -> np.ndarray:
+    """float32 slices ``idx`` of a stored tensor (columns for "in", rows or elements for "out"),
+    read through a memory map of its checked byte range: only the pages that hold them are touched."""
+    stored = np.memmap(folder / info.file, dtype=RAW_DTYPES[info.dtype], mode="r", offset=info.start, shape=info.shape)
+    part = np.array(stored[:, idx] if axis == "in" else stored[idx])
+    del stored
+    return to_f32(part, info.dtype)
 
 
-def _read(folder: Path, ckpt: Checkpoint, name: str, axis: str, idx: list[int]):
-    """float32 slices ``idx`` of tensor ``name`` (columns for "in", rows or elements for "out")."""
-    import torch
-    from safetensors import safe_open
-
-    with safe_open(str(folder / ckpt.tensor(name).file), "pt") as f:
-        view = f.get_slice(name)
-        parts = [view[:, a:b] if axis == "in" else view[a:b] for a, b in _runs(idx)]
-    return torch.cat(parts, dim=1 if axis == "in" else 0).float()
-
-
-def _compare(baked, reference, magnitude, dtype: str, terms: int) -> tuple[float, float]:
+def _compare(baked: np.ndarray, reference: np.ndarray, magnitude: np.ndarray, dtype: str, terms: int
+             ) -> tuple[float, float]:
     """(max |baked − reference|, max of that over its rounding bound) for one map's outputs."""
-    import torch
+    bound = (UNIT_ROUNDOFF[dtype] + 2 * terms * F32_EPS) * magnitude.astype(np.float64) + HALF_TINY[dtype] * terms
+    diff = np.abs(baked.astype(np.float64) - reference)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        over = np.where(diff == 0, 0.0, diff / bound)  # an exact zero is fine, also where the bound is 0
+    return float(diff.max(initial=0.0)), float(over.max(initial=0.0))
 
-    bound = (UNIT_ROUNDOFF[dtype] + 2 * terms * F32_EPS) * magnitude + HALF_TINY[dtype] * terms
-    diff = (baked - reference).abs()
-    over = torch.where(diff == 0, torch.zeros_like(diff), diff / bound)  # 0/0 (an exact zero) is fine
-    return float(diff.max()), float(over.max())
 
-
-def check_map(src: Path, out: Path, ckpt: Checkpoint, m: EditedMap, gen) -> tuple[float, float]:
+def check_map(src: Checkpoint, out: Checkpoint, m: EditedMap, rng: np.random.Generator) -> tuple[float, float]:
     """(max |Δ|, max |Δ|/bound) of one edited map's outputs on random inputs, baked vs reference."""
-    import torch
-
     idx = sorted(m.scales)
-    s = torch.tensor([m.scales[i] for i in idx], dtype=torch.float32)
-    w_src, w_out = _read(src, ckpt, m.weight, m.axis, idx), _read(out, ckpt, m.weight, m.axis, idx)
-    dtype = ckpt.tensor(m.weight).dtype
+    s = np.array([m.scales[i] for i in idx], dtype=np.float32)
+    info = src.tensor(m.weight)
+    w_src, w_out = _read(src.path, info, m.axis, idx), _read(out.path, out.tensor(m.weight), m.axis, idx)
     if m.axis == "in":  # the twin: the input features scaled
-        x = torch.randn(INPUTS, len(idx), generator=gen)
+        x = rng.standard_normal((INPUTS, len(idx)), dtype=np.float32)
         ref, baked = (x * s) @ w_src.T, x @ w_out.T
-        mag = (x * s).abs() @ w_src.abs().T
-        results = [_compare(baked, ref, mag, dtype, len(idx))]
+        results = [_compare(baked, ref, np.abs(x * s) @ np.abs(w_src).T, info.dtype, len(idx))]
     else:  # the output features scaled (a pruned neuron's gate/up rows)
-        x = torch.randn(INPUTS, w_src.shape[1], generator=gen)
+        x = rng.standard_normal((INPUTS, w_src.shape[1]), dtype=np.float32)
         ref, baked = (x @ w_src.T) * s, x @ w_out.T
-        mag = (x.abs() @ w_src.abs().T) * s.abs()
-        results = [_compare(baked, ref, mag, dtype, w_src.shape[1])]
+        results = [_compare(baked, ref, (np.abs(x) @ np.abs(w_src).T) * np.abs(s), info.dtype, w_src.shape[1])]
         if m.bias is not None:
-            b_src, b_out = _read(src, ckpt, m.bias, "out", idx), _read(out, ckpt, m.bias, "out", idx)
-            results.append(_compare(b_out, b_src * s, (b_src * s).abs(), ckpt.tensor(m.bias).dtype, 1))
+            b_info = src.tensor(m.bias)
+            b_src, b_out = _read(src.path, b_info, "out", idx), _read(out.path, out.tensor(m.bias), "out", idx)
+            results.append(_compare(b_out, b_src * s, np.abs(b_src * s), b_info.dtype, 1))
     return max(r[0] for r in results), max(r[1] for r in results)
 
 
@@ -118,13 +106,12 @@ def edited_check(ckpt: Checkpoint, recipe: Recipe) -> Callable[[Path], dict[str,
     """The check as a bake hook: runs on the staged output before it is published."""
 
     def check(staged: Path) -> dict[str, Any]:
-        import torch
-
-        gen = torch.Generator().manual_seed(SEED)
+        rng = np.random.default_rng(SEED)
+        out = Checkpoint(staged, allow_remote_code=True)  # its own headers: offsets are checked again
         maps = edited_maps(ckpt, recipe)
         worst_diff = worst_ratio = 0.0
         for m in maps:
-            diff, ratio = check_map(ckpt.path, staged, ckpt, m, gen)
+            diff, ratio = check_map(ckpt, out, m, rng)
             if not ratio <= 1.0:
                 raise SurgeryError(f"the baked '{m.weight}' does not compute the run-time edit (its edited "
                                    f"{'columns' if m.axis == 'in' else 'rows'} are off by {diff:.3g}, "
