@@ -101,9 +101,11 @@ def _new_bytes(fd_src: int, patches, entries: list[dict]) -> Iterator[tuple[int,
     its original slices, goes to ``entries``."""
     for p in sorted(patches, key=lambda q: q.info.start):
         originals: dict[str, list[np.ndarray]] = {"rows": [], "cols": []}
+        # |scale| ≤ 1 cannot overflow (rounding never passes the largest finite value): no scan then.
+        grows = any(abs(s) > 1 for s in (*p.rows.values(), *p.cols.values()))
         with np.errstate(over="ignore"):  # an overflow is one clear error below, not numpy warnings
             for offset, data, orig in patched_chunks(fd_src, p):
-                if _overflowed(fd_src, p.info.dtype, offset, data):
+                if grows and _overflowed(fd_src, p.info.dtype, offset, data):
                     raise RecipeError(f"scaling '{p.info.name}' overflows {p.info.dtype} (its values would "
                                       "become inf); choose a smaller scale")
                 for kind, arr in orig.items():
