@@ -110,7 +110,7 @@ def _verification_section(prov: Mapping[str, Any]) -> str:
     if not ver:
         return ("The numerical check was not run at bake time (`--no-verify`); run "
                 "`surgery verify SOURCE THIS_FOLDER` to check it.")
-    if "max_abs_logit_diff" in ver:  # bakes before 0.x checked logits at bake time
+    if "max_abs_logit_diff" in ver:  # older bakes compared whole-model logits at bake time
         return (f"Before publishing, the baked weights were loaded and compared with the source running "
                 f"the same edit as run-time hooks on {ver.get('prompts', '?')} prompts: max |Δlogit| = "
                 f"{ver['max_abs_logit_diff']:.2e} (tolerance {ver['tolerance']:g}). Every byte outside the "

@@ -84,3 +84,21 @@ def test_verify_recomputes_taken_hashes(tiny, tmp_path, lied):
         assert any(f"source's {edited} that its content does not have" in p for p in report.problems)
     prov = json.loads((tmp_path / "baked" / "surgery.json").read_text())
     assert prov["source_files"][lied if lied != "edited" else edited] == "0" * 64
+
+
+@pytest.mark.parametrize("block", [997, 2048])
+def test_streamed_shard_is_the_same_for_any_block_size(tiny, tmp_path, monkeypatch, block):
+    """Small blocks: patches straddle block edges, buffers are reused many times."""
+    import torch
+
+    from surgery.core.edits import NeuronScale
+
+    src = tiny("llama", dtype=torch.bfloat16)
+    recipe = Recipe((HeadScale(0, 1, 2.5), NeuronScale(1, 3, 0.0), NeuronScale(2, 5, 0.5)))
+    ref = bake(Checkpoint(src), recipe, tmp_path / "ref").provenance
+    monkeypatch.setattr(bake_module, "STREAM_BLOCK", block)
+    got = bake(Checkpoint(src), recipe, tmp_path / "small").provenance
+    assert (src / "model.safetensors").stat().st_size > 30 * block
+    assert got["files"] == ref["files"] and got["source_files"] == ref["source_files"]
+    assert got["files"]["model.safetensors"] == file_sha256(tmp_path / "small" / "model.safetensors")
+    assert verify(Checkpoint(src), tmp_path / "small", run_model=False).ok
