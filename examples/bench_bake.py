@@ -30,6 +30,7 @@ import json
 import math
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -267,8 +268,8 @@ def measure(src: Path, methods: list[str], runs: int, scratch: Path) -> dict[str
         run_child("cli-keep", src, scratch / "out-verify")
     results: dict[str, list[dict]] = {m: [] for m in methods}
     for i in range(runs):  # interleaved, so drift in machine load hits every method alike
-        # Rotated, too: whatever runs right after cp pays for writing back cp's dirty pages.
-        for m in methods[i % len(methods):] + methods[:i % len(methods)]:
+        # Shuffled, too (seeded): whatever runs right after cp pays for writing back its dirty pages.
+        for m in random.Random(i).sample(methods, len(methods)):
             results[m].append(run_child(m, src, scratch / f"out-{m}"))
             r = results[m][-1]
             print(f"  run {i + 1}/{runs} {m:<12} {r['wall_s']:7.2f} s wall {r['cpu_s']:7.2f} s CPU "
