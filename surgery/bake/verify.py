@@ -210,17 +210,13 @@ def _token_batches(path: Path, vocab: int, prompts: Iterable[str], load: LoadSpe
     return [torch.randint(0, vocab, (1, 12), generator=gen) for _ in prompts]
 
 
-def _input_device(model) -> Any:
-    """Where token ids go: the model's device, or the CPU when accelerate dispatches it (its hooks
-    move every input to the device that runs the module)."""
-    return "cpu" if getattr(model, "hf_device_map", None) else model.device
-
-
 def _forward(model, batches: list) -> list:
     """fp32 logits of ``model`` for each batch."""
     import torch
 
-    device = _input_device(model)
+    from ..model.placement import input_device
+
+    device = input_device(model)
     with torch.inference_mode():
         return [model(input_ids=b.to(device)).logits.float().cpu() for b in batches]
 

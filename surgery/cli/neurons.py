@@ -44,7 +44,7 @@ def _findings(model: str, load: LoadSpec, capture: CaptureParams, recompute: boo
     if transfer:
         raise RecipeError("--transfer applies to --findings from another checkpoint; give --findings FILE")
     pairs = load_pairs(capture.pairs, capture.language, capture.category_list)
-    if any_categories and capture.categories and (recompute or not cached_path(ckpt, pairs).is_file()):
+    if any_categories and capture.categories and (recompute or not cached_path(ckpt, pairs, load).is_file()):
         pairs = load_pairs(capture.pairs, capture.language)
     with progress_bars() as progress:  # stderr, with --json too
         return find_neurons(ckpt, pairs, batch_size=capture.batch_size, strict=capture.strict, load=load,
@@ -73,7 +73,8 @@ def find_neurons_cmd(model: str, load: LoadSpec, capture: CaptureParams, recompu
     shown = describe(found.scores, found.select(n, choose, capture.category_list))
     if as_json:
         print_json({"findings": str(found.path), "cached": found.from_cache, "out": str(out_file) if out_file else None,
-                    "dataset": dataset_brief(found.data.get("dataset")), "summary": shown})
+                    "dataset": dataset_brief(found.data.get("dataset")), "compute": found.data.get("compute"),
+                    "summary": shown})
         return
     print_summary(shown, found.data.get("dataset") or {})
     where = f"{found.path}" + (f" and {out_file}" if out_file else "")

@@ -25,6 +25,7 @@ import re
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..core.errors import SurgeryError
+from ..model.placement import input_device
 
 LETTERS = "abc"
 EQUAL_ANSWER = 2  # option (c) is always the equal-treatment answer in N4
@@ -130,7 +131,7 @@ def generate_answers(model, tokenizer, prompts: Sequence[Sequence[int]], *, batc
 
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    device = next(model.parameters()).device
+    device = input_device(model)
     texts: list[str] = []
     for start in range(0, len(prompts), batch_size):
         batch = {k: v.to(device) for k, v in encode_prompts(tokenizer, prompts[start:start + batch_size]).items()}

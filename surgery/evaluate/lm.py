@@ -12,12 +12,14 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..model.placement import input_device
+
 Advance = Callable[[int], None]  # one measurement's advance(n); see surgery.core.progress
 MAX_WINDOW = 1024  # tokens per perplexity window (longer texts are split, without overlap)
 
 
 def _device(model) -> torch.device:
-    return next(model.parameters()).device
+    return input_device(model)
 
 
 def _pad_right(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -125,6 +125,15 @@ def new_findings(kind: str, ckpt: Checkpoint, dataset_sha256: str, params: Mappi
     }
 
 
+def compute_record(model) -> dict[str, str]:
+    """Where and in what precision a finder ran the model (findings record it; sums are float32)."""
+    from ..model.placement import dtype_name, input_device
+
+    placed = getattr(model, "hf_device_map", None)
+    return {"dtype": dtype_name(model.dtype), "device": str(input_device(model)),
+            **({"device_map": "accelerate"} if placed else {})}
+
+
 @dataclass
 class Found:
     """Findings of either kind as the commands use them: the JSON dict, the file it lives in,

@@ -69,3 +69,18 @@ def test_offloaded_numeric_catches_a_wrong_slice(tiny, tmp_path, edit):
     bake(Checkpoint(src), wrong, tmp_path / "wrong")  # baked from another recipe, checked against RECIPE
     diff, tol = numeric(Checkpoint(src), tmp_path / "wrong", RECIPE, model=_offloaded(src, tmp_path / "offload"))
     assert diff > 100 * tol
+
+
+def test_verify_with_the_load_options_for_big_models(baked, tmp_path, monkeypatch):
+    """The same through the command's load options: load_model places the source with accelerate."""
+    from surgery.model.loading import LoadSpec
+
+    src, out = baked
+    models = []
+    real = surgery.model.loading.load_model
+    monkeypatch.setattr(surgery.model.loading, "load_model", lambda *a, **k: models.append(real(*a, **k)) or models[-1])
+    load = LoadSpec(device="cpu", dtype="float32", device_map="auto", max_memory="cpu=80KB",
+                    offload_folder=str(tmp_path / "offload"))
+    report = verify(Checkpoint(src), out, load=load)
+    assert report.ok and report.max_abs_logit_diff <= 1e-5
+    assert len(models) == 1 and "disk" in models[0].hf_device_map.values()  # weights really were on disk

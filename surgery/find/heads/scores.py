@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ...core.errors import SurgeryError
+from ...model.placement import input_device
 from .attention import EdgeEdit, Plan, active_plan
 from .pairs import Pair
 from .prompts import Encoded, batches, encode_question
@@ -71,7 +72,7 @@ def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequ
     The model must run the surgery attention function (attention.surgery_attention_on) when
     ``features`` or ``edit`` is used.
     """
-    device = next(model.parameters()).device
+    device = input_device(model)
     pad = model.config.pad_token_id if isinstance(model.config.pad_token_id, int) else 0
     layers = model.config.get_text_config().num_hidden_layers
     s, coverage = np.zeros(len(prompts)), np.zeros(len(prompts))

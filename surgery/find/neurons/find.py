@@ -18,8 +18,9 @@ from ...bake.patches import check_loadable
 from ...core.checkpoint import Checkpoint
 from ...core.progress import Progress, silent
 from ...core.staging import atomic_write_text
-from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
-from ..findings import Found, cache_path, new_findings
+from ...model.loading import DEFAULT_LOAD, LoadSpec, compute_dtype, load_model, load_tokenizer
+from ...model.placement import dtype_name
+from ..findings import Found, cache_path, compute_record, new_findings
 from .pairs import PairsError, PairSet, check_token_counts
 from .params import DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, SelectParams
 from .scores import NeuronScores, accumulate_pair_sums, ppm_scores
@@ -87,17 +88,20 @@ def summary(scores: NeuronScores, n: int, score: str = DEFAULT_SCORE, rule: str 
     return describe(scores, chosen)
 
 
-def capture_params(pairs: PairSet) -> dict[str, Any]:
-    return {**CAPTURE_PARAMS, "categories": pairs.categories()}
+def capture_params(pairs: PairSet, load: LoadSpec = DEFAULT_LOAD) -> dict[str, Any]:
+    """The cache key's parameters; a model run in bfloat16 gets findings of its own (sums stay float32)."""
+    model_dtype = dtype_name(compute_dtype(load))
+    extra = {} if model_dtype == "float32" else {"model_dtype": model_dtype}
+    return {**CAPTURE_PARAMS, **extra, "categories": pairs.categories()}
 
 
 def scores_of(findings: Mapping[str, Any]) -> NeuronScores:
     return NeuronScores.from_dict(findings.get("scores") or {})
 
 
-def cached_path(ckpt: Checkpoint, pairs: PairSet) -> Path:
+def cached_path(ckpt: Checkpoint, pairs: PairSet, load: LoadSpec = DEFAULT_LOAD) -> Path:
     """Where findings for this model and these pairs are (or would be) cached."""
-    return cache_path("neurons", ckpt.fingerprint(), pairs.sha256, capture_params(pairs))
+    return cache_path("neurons", ckpt.fingerprint(), pairs.sha256, capture_params(pairs, load))
 
 
 def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, strict: bool = False,
@@ -105,8 +109,8 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
                  progress: Progress = silent,
                  report: Callable[[str], None] = lambda m: None) -> NeuronFindings:
     """Cached findings for (model, pairs, parameters), computing them on a miss."""
-    params = capture_params(pairs)
-    cached = cached_path(ckpt, pairs)
+    params = capture_params(pairs, load)
+    cached = cached_path(ckpt, pairs, load)
     hit = None if recompute else NeuronFindings.cached(cached, ckpt)
     if hit is not None:
         skipped = (hit.data.get("dataset") or {}).get("skipped") or {}
@@ -127,9 +131,11 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
     model = load_model(ckpt.path, load)
     sums = accumulate_pair_sums(model, tokenizer, kept.pairs, batch_size, progress("capturing prompts", 2 * len(kept)))
     scores = NeuronScores.from_sums(sums, ppm_scores(model))
+    compute = compute_record(model)
     del model
 
     findings = new_findings("neurons", ckpt, pairs.sha256, params, __version__)
+    findings["compute"] = compute
     findings["dataset"] = {
         "source": pairs.source, "pairs": len(pairs), "pairs_used": len(kept),
         "per_category": scores.counts, "skipped": check.skipped, "skipped_ids": list(check.skipped_ids),

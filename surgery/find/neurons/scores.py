@@ -77,18 +77,25 @@ def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair
 
 def ppm_scores(model: nn.Module) -> np.ndarray:
     """PPM of every neuron, [layers, width], from the gate and up rows (Phi-3: fused gate_up)."""
+    from accelerate.utils import align_module_device
+
     from ...model.hooks import layer_module, model_architecture
 
     arch = model_architecture(model)
     g = arch.geometry
     out = np.zeros((g.num_layers, g.intermediate_size), dtype=np.float64)
+
+    def weight(relative: str) -> torch.Tensor:
+        module = layer_module(model, arch, layer, relative)
+        with align_module_device(module):  # a disk-offloaded module's weight is on "meta" until brought in
+            return module.weight.detach().float()
+
     for layer in range(g.num_layers):
         if arch.layout.gate_up_proj:
-            w = layer_module(model, arch, layer, arch.layout.gate_up_proj).weight.detach().float()
+            w = weight(arch.layout.gate_up_proj)
             gate, up = w[: g.intermediate_size], w[g.intermediate_size:]
         else:
-            gate = layer_module(model, arch, layer, arch.layout.gate_proj).weight.detach().float()
-            up = layer_module(model, arch, layer, arch.layout.up_proj).weight.detach().float()
+            gate, up = weight(arch.layout.gate_proj), weight(arch.layout.up_proj)
         ppm = (gate.amax(1) + gate.amin(1).abs() + up.amax(1) + up.amin(1).abs())
         out[layer] = ppm.double().cpu().numpy()
     return out
