@@ -3,7 +3,8 @@
 
     python examples/bench_bake.py [--gb 1.0] [--runs 3] [--double] [--no-transformers] [--json FILE]
     python examples/bench_bake.py --cli [--gb 1.0 --double]             # the commands as a user runs them
-    python examples/bench_bake.py --cli --shape 8b --layers 32 --runs 1 # the 16 GB Llama-3.1-8B shape
+    python examples/bench_bake.py --cli --shape 8b --layers 32 --runs 1 \
+        --verify-load="--device-map auto --max-memory cpu=8GiB"       # the 16 GB Llama-3.1-8B shape
 
 Builds a random sharded Llama checkpoint (streamed to disk tensor by tensor, so building it needs
 little memory), then times, interleaved and in fresh child processes, on a warm page cache:
@@ -52,6 +53,7 @@ def use_shape(name: str) -> None:
 SHARD_BYTES = 400 << 20
 N_NEURONS, N_HEADS, ALPHA = 40, 3, 2.5
 CLI_METHODS = ("cli-no-verify", "cli", "cli-keep", "verify")
+VERIFY_LOAD: list[str] = []  # load options for verify, e.g. --dtype bfloat16 (from --verify-load)
 GNU_TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
 
 
@@ -224,7 +226,7 @@ def cli_command(method: str, src: Path, dst: Path) -> list[str]:
     """The command a user types (through this Python, so that the same install runs)."""
     surgery = [sys.executable, "-m", "surgery"]
     if method == "verify":
-        return [*surgery, "verify", str(src), str(dst)]
+        return [*surgery, "verify", str(src), str(dst), *VERIFY_LOAD]
     return [*surgery, "prune-neurons", str(src), "--neurons", neuron_spec(src), "--out", str(dst),
             *(["--no-verify"] if method == "cli-no-verify" else [])]
 
@@ -321,6 +323,8 @@ def main() -> None:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="1b", help="Layer shapes: 1b (hidden 2048) "
                         "or 8b (Llama-3.1-8B: hidden 4096, MLP 14336, vocab 128256).")
     parser.add_argument("--layers", type=int, help="Number of layers (instead of --gb); 32 with --shape 8b is 16 GB.")
+    parser.add_argument("--verify-load", default="", help="Load options for verify, e.g. '--dtype bfloat16' or "
+                        "'--device-map auto --max-memory cpu=8GiB' (the 16 GB model does not fit 24 GB in float32).")
     parser.add_argument("--child", nargs=3, metavar=("METHOD", "SRC", "DST"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -330,6 +334,7 @@ def main() -> None:
         return
 
     use_shape(args.shape)
+    VERIFY_LOAD[:] = args.verify_load.split()
     args.workdir.mkdir(parents=True, exist_ok=True)
     report = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
               "python": platform.python_version(), "runs": args.runs, "shape": args.shape,
