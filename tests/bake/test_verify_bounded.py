@@ -84,3 +84,14 @@ def test_verify_with_the_load_options_for_big_models(baked, tmp_path, monkeypatc
     report = verify(Checkpoint(src), out, load=load)
     assert report.ok and report.max_abs_logit_diff <= 1e-5
     assert len(models) == 1 and "disk" in models[0].hf_device_map.values()  # weights really were on disk
+
+
+def test_verify_in_bfloat16_allows_bfloat16_rounding(tiny, tmp_path):
+    """float32 weights run in bfloat16 (--dtype bfloat16): the tolerance follows the compute dtype."""
+    from surgery.model.loading import LoadSpec
+
+    src = tiny("llama")  # float32 on disk
+    bake(Checkpoint(src), RECIPE, tmp_path / "baked")
+    report = verify(Checkpoint(src), tmp_path / "baked", load=LoadSpec(device="cpu", dtype="bfloat16"))
+    assert report.ok and report.tolerance == 0.25
+    assert verify(Checkpoint(src), tmp_path / "baked").tolerance == 1e-4
