@@ -2,6 +2,9 @@
 """Benchmark: baking 40 pruned neurons + 3 amplified heads into a >= 1 GB bf16 checkpoint.
 
     python examples/bench_bake.py [--gb 1.0] [--runs 3] [--double] [--no-transformers] [--json FILE]
+    python examples/bench_bake.py --cli [--gb 1.0 --double]             # the commands as a user runs them
+    python examples/bench_bake.py --cli --shape 8b --layers 32 --runs 1 \
+        --verify-load="--device-map auto --max-memory cpu=8GiB"       # the 16 GB Llama-3.1-8B shape
 
 Builds a random sharded Llama checkpoint (streamed to disk tensor by tensor, so building it needs
 little memory), then times, interleaved and in fresh child processes, on a warm page cache:
@@ -9,6 +12,12 @@ little memory), then times, interleaved and in fresh child processes, on a warm 
 * ``cp -r`` of the folder (the floor: every byte has to be written once);
 * ``surgery.bake.bake.bake`` (library call, no numerical verify): copy, patch, undo data, sha256 of all;
 * the obvious alternative: transformers ``from_pretrained`` → edit tensors in memory → ``save_pretrained``.
+
+With ``--cli`` it times, instead, the commands as a user runs them, each interleaved with ``cp -r``:
+``surgery prune-neurons SRC --neurons <40 neurons> --out DIR`` with ``--no-verify`` and with its
+default check, and ``surgery verify SRC DIR`` on that output, and prints their ratios to ``cp``.
+``--shape 8b`` builds the exact Llama-3.1-8B shapes (hidden 4096, MLP 14336, 32/8 heads, vocab
+128256); ``--layers`` fixes the layer count (32: the full 16 GB model).
 
 Each child's peak RSS comes from ``os.wait4``. ``--double`` repeats cp and bake on a model twice
 as large, to show that the bake's memory does not grow with the model. The bake child also reports
@@ -22,6 +31,7 @@ import json
 import math
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -31,9 +41,19 @@ from pathlib import Path
 
 import numpy as np
 
-HIDDEN, FFN, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 2048, 5632, 16, 4, 128, 2048
+SHAPES = {"1b": dict(hidden=2048, ffn=5632, heads=16, kv_heads=4, head_dim=128, vocab=2048),
+          "8b": dict(hidden=4096, ffn=14336, heads=32, kv_heads=8, head_dim=128, vocab=128256)}
+HIDDEN, FFN, HEADS, KV_HEADS, HEAD_DIM, VOCAB = SHAPES["1b"].values()
+
+
+def use_shape(name: str) -> None:
+    """Set the model dimensions the builder and the edits use (module constants: children re-set them)."""
+    global HIDDEN, FFN, HEADS, KV_HEADS, HEAD_DIM, VOCAB
+    HIDDEN, FFN, HEADS, KV_HEADS, HEAD_DIM, VOCAB = SHAPES[name].values()
 SHARD_BYTES = 400 << 20
 N_NEURONS, N_HEADS, ALPHA = 40, 3, 2.5
+CLI_METHODS = ("cli-no-verify", "cli", "cli-keep", "verify")
+VERIFY_LOAD: list[str] = []  # load options for verify, e.g. --dtype bfloat16 (from --verify-load)
 GNU_TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
 
 
@@ -49,7 +69,7 @@ def layer_shapes() -> dict[str, tuple[int, ...]]:
 
 def layers_for(gb: float) -> int:
     per_layer = sum(math.prod(s) for s in layer_shapes().values()) * 2
-    return max(2, math.ceil(gb * 1e9 / per_layer))
+    return max(2, math.ceil((gb * 1e9 - 2 * VOCAB * HIDDEN * 2) / per_layer))
 
 
 def all_tensors(layers: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -119,8 +139,15 @@ def edits(layers: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
 
 
 # --- the measured operations (each runs in its own child process) -------------------------------
+def use_shape_of(src: Path) -> None:
+    """Children take the shape of the checkpoint they are given."""
+    hidden = json.loads((src / "config.json").read_text())["hidden_size"]
+    use_shape(next(name for name, dims in SHAPES.items() if dims["hidden"] == hidden))
+
+
 def child_bake(src: Path, dst: Path) -> dict:
     t0 = time.perf_counter()
+    use_shape_of(src)
     from surgery.bake.bake import bake
     from surgery.core.checkpoint import Checkpoint
     from surgery.core.edits import HeadScale, NeuronScale, Recipe
@@ -170,6 +197,7 @@ def _count_cpu(src: Path) -> dict[str, float]:
 
 def child_transformers(src: Path, dst: Path) -> dict:
     t0 = time.perf_counter()
+    use_shape_of(src)
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -188,39 +216,62 @@ def child_transformers(src: Path, dst: Path) -> dict:
     return {"op_s": time.perf_counter() - t0, "phases": {"import": t1 - t0, "load+edit+save": time.perf_counter() - t1}}
 
 
+def neuron_spec(src: Path) -> str:
+    """The 40 neurons of ``edits`` as prune-neurons' --neurons value."""
+    neurons, _ = edits(json.loads((src / "config.json").read_text())["num_hidden_layers"])
+    return ",".join(f"{layer}:{n}" for layer, n in neurons)
+
+
+def cli_command(method: str, src: Path, dst: Path) -> list[str]:
+    """The command a user types (through this Python, so that the same install runs)."""
+    surgery = [sys.executable, "-m", "surgery"]
+    if method == "verify":
+        return [*surgery, "verify", str(src), str(dst), *VERIFY_LOAD]
+    return [*surgery, "prune-neurons", str(src), "--neurons", neuron_spec(src), "--out", str(dst),
+            *(["--no-verify"] if method == "cli-no-verify" else [])]
+
+
 def run_child(method: str, src: Path, dst: Path) -> dict:
     """Run one measurement in a fresh process; wall time and peak RSS from the parent's view.
 
     Peak RSS comes from GNU time when installed: a child forked from this (larger) process and
     exec'd would otherwise report this process's RSS as its own high-water mark.
     """
-    shutil.rmtree(dst, ignore_errors=True)
+    if method != "verify":  # verify reads the folder "cli-keep" baked, and writes nothing
+        shutil.rmtree(dst, ignore_errors=True)
     if method == "cp":
         cmd = ["cp", "-r", str(src), str(dst)]
+    elif method in CLI_METHODS:
+        cmd = cli_command(method, src, dst)
     else:
         cmd = [sys.executable, __file__, "--child", method, str(src), str(dst)]
     rss_file = dst.parent / f".rss-{method}"
     if GNU_TIME:
         cmd = [GNU_TIME, "-f", "%M", "-o", str(rss_file), *cmd]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env={**os.environ, "TQDM_DISABLE": "1"})
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL if method in CLI_METHODS else None,
+                            env={**os.environ, "TQDM_DISABLE": "1"})
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"{method} failed (exit {os.waitstatus_to_exitcode(status)})")
     rss_kb = int(rss_file.read_text().split()[-1]) if GNU_TIME else usage.ru_maxrss
-    result = json.loads(out) if method != "cp" else {}
-    shutil.rmtree(dst, ignore_errors=True)
+    result = json.loads(out) if method not in ("cp", *CLI_METHODS) else {}
+    if method not in ("verify", "cli-keep"):
+        shutil.rmtree(dst, ignore_errors=True)
     cpu = usage.ru_utime + usage.ru_stime  # wait4 counts the child's own children too (GNU time → cp)
     return {"wall_s": wall, "cpu_s": cpu, "rss_mb": rss_kb / 1024, **result}
 
 
 def measure(src: Path, methods: list[str], runs: int, scratch: Path) -> dict[str, list[dict]]:
     run_child("cp", src, scratch / "warm")  # page cache warm for everyone
+    if "verify" in methods:  # verify checks one bake made by the default command
+        run_child("cli-keep", src, scratch / "out-verify")
     results: dict[str, list[dict]] = {m: [] for m in methods}
     for i in range(runs):  # interleaved, so drift in machine load hits every method alike
-        for m in methods:
+        # Shuffled, too (seeded): whatever runs right after cp pays for writing back its dirty pages.
+        for m in random.Random(i).sample(methods, len(methods)):
             results[m].append(run_child(m, src, scratch / f"out-{m}"))
             r = results[m][-1]
             print(f"  run {i + 1}/{runs} {m:<12} {r['wall_s']:7.2f} s wall {r['cpu_s']:7.2f} s CPU "
@@ -267,6 +318,13 @@ def main() -> None:
     parser.add_argument("--no-transformers", action="store_true", help="Skip the load/edit/save baseline.")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/surgery-bench"))
     parser.add_argument("--json", type=Path, help="Also write the results here.")
+    parser.add_argument("--cli", action="store_true", help="Time the commands as a user runs them (prune-neurons "
+                        "with --no-verify and with its check, verify) against cp.")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="1b", help="Layer shapes: 1b (hidden 2048) "
+                        "or 8b (Llama-3.1-8B: hidden 4096, MLP 14336, vocab 128256).")
+    parser.add_argument("--layers", type=int, help="Number of layers (instead of --gb); 32 with --shape 8b is 16 GB.")
+    parser.add_argument("--verify-load", default="", help="Load options for verify, e.g. '--dtype bfloat16' or "
+                        "'--device-map auto --max-memory cpu=8GiB' (the 16 GB model does not fit 24 GB in float32).")
     parser.add_argument("--child", nargs=3, metavar=("METHOD", "SRC", "DST"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -275,24 +333,37 @@ def main() -> None:
         print(json.dumps(fn(Path(src), Path(dst))))
         return
 
+    use_shape(args.shape)
+    VERIFY_LOAD[:] = args.verify_load.split()
     args.workdir.mkdir(parents=True, exist_ok=True)
     report = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
-              "python": platform.python_version(), "runs": args.runs, "edits": f"{N_NEURONS} pruned neurons + "
-              f"{N_HEADS} heads × {ALPHA}", "models": {}}
+              "python": platform.python_version(), "runs": args.runs, "shape": args.shape,
+              "edits": f"{N_NEURONS} pruned neurons" + ("" if args.cli else f" + {N_HEADS} heads × {ALPHA}"),
+              "models": {}}
     sizes = [("1x", args.gb)] + ([("2x", 2 * args.gb)] if args.double else [])
     for label, gb in sizes:
-        layers = layers_for(gb)
-        src = build(args.workdir / f"llama-{layers}l", layers)
+        layers = args.layers * (2 if label == "2x" else 1) if args.layers else layers_for(gb)
+        src = build(args.workdir / f"llama-{args.shape}-{layers}l", layers)
         size = sum(p.stat().st_size for p in src.iterdir())
         shards = len(list(src.glob("*.safetensors")))
         print(f"\n{label}: {src} — {size / 1e9:.2f} GB bf16, {layers} layers, {shards} shards", flush=True)
-        methods = ["cp", "bake"] + ([] if args.no_transformers or label != "1x" else ["transformers"])
+        if args.cli:
+            methods = ["cp", "cli-no-verify", "cli", "verify"]
+        else:
+            methods = ["cp", "bake"] + ([] if args.no_transformers or label != "1x" else ["transformers"])
         table = summary(measure(src, methods, args.runs, args.workdir))
         report["models"][label] = {"bytes": size, "layers": layers, "shards": shards, "results": table}
         print_table(f"{label} ({size / 1e9:.2f} GB), median of {args.runs}:", table)
+        if args.cli:
+            ratios = {m: table[m]["ratio_to_cp"] for m in ("cli-no-verify", "cli")}
+            print(f"  prune-neurons --no-verify {ratios['cli-no-verify']:.2f}× cp (target ≤ 1.3), default "
+                  f"{ratios['cli']:.2f}× cp (target ≤ 1.6); peak RSS {table['cli-no-verify']['peak_rss_mb']} / "
+                  f"{table['cli']['peak_rss_mb']} MB (target ≤ 400); verify {table['verify']['median_s']:.2f} s, "
+                  f"{table['verify']['peak_rss_mb']} MB")
     if args.double:
-        rss = [report["models"][k]["results"]["bake"]["peak_rss_mb"] for k in ("1x", "2x")]
-        print(f"\nbake peak RSS: {rss[0]} MB at 1x, {rss[1]} MB at 2x")
+        key = "cli" if args.cli else "bake"
+        rss = [report["models"][k]["results"][key]["peak_rss_mb"] for k in ("1x", "2x")]
+        print(f"\n{key} peak RSS: {rss[0]} MB at 1x, {rss[1]} MB at 2x")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
 

@@ -1,18 +1,21 @@
 """Copy-on-write bake: the output is the source with only the edited byte ranges changed.
 
-Every file of the source is copied with a kernel copy (content, not symlinks); shards that hold an
-edited tensor are then patched in place at the tensor's byte range. Memory stays bounded by a
-16 MB block of one tensor, whatever the model size. The output carries ``surgery.json``
+Every file of the source is copied with a kernel copy (content, not symlinks), except shards that
+hold an edited tensor: those are streamed through memory once, the edited byte ranges overlaid on
+the way. Memory stays bounded by four 16 MB buffers, whatever the model size. The output carries ``surgery.json``
 (provenance, recipe, sha256 of every file) and ``surgery.undo`` (the original bytes of every edited
 slice and of every file the bake replaced), so ``surgery undo`` restores the source exactly.
-Hashing runs on two threads while the main thread copies and patches, so it mostly overlaps the copy.
+Every byte is hashed at most once (see ``hashing_record``), on threads that overlap the copy.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import errno
+import hashlib
+import heapq
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +37,8 @@ from .provenance import FORMAT, OWN_FILES, PROVENANCE_NAME, UNDO_NAME, left_out_
 SKIP_DIRS = {".git", ".cache"}
 COPY_BLOCK = 64 << 20
 HASH_THREADS = 2  # hashlib releases the GIL on large blocks: two files hash in parallel
+STREAM_BLOCK = 16 << 20  # a patched shard is streamed through memory this much at a time
+SHA256_NAME = re.compile(r"[0-9a-f]{64}")
 
 
 
@@ -92,35 +97,122 @@ def _overflowed(fd_src: int, dtype: str, offset: int, data: bytes) -> bool:
     return bool((np.isfinite(old) & ~np.isfinite(new)).any())
 
 
-def _patch_file(src: Path, dst: Path, patches, undo: dict[str, np.ndarray], undo_index: list[dict]) -> None:
-    """Write every patch's new bytes into ``dst``; record the original slices for undo."""
+def _patch_bytes(fd_src: int, p, entries: list[dict]) -> Iterator[tuple[int, bytes]]:
+    """(offset, new bytes) of one patch, in file order; its record, with the original slices, goes
+    to ``entries`` once it is done."""
+    originals: dict[str, list[np.ndarray]] = {"rows": [], "cols": []}
+    # |scale| ≤ 1 cannot overflow (rounding never passes the largest finite value): no scan then.
+    grows = any(abs(s) > 1 for s in (*p.rows.values(), *p.cols.values()))
+    with np.errstate(over="ignore"):  # an overflow is one clear error below, not numpy warnings
+        for offset, data, orig in patched_chunks(fd_src, p):
+            if grows and _overflowed(fd_src, p.info.dtype, offset, data):
+                raise RecipeError(f"scaling '{p.info.name}' overflows {p.info.dtype} (its values would "
+                                  "become inf); choose a smaller scale")
+            for kind, arr in orig.items():
+                originals[kind].append(arr)
+            yield offset, data
+    entry = {"tensor": p.info.name, "file": p.info.file, "dtype": p.info.dtype,
+             "rows": sorted(p.rows), "cols": sorted(p.cols),
+             "originals": {kind: np.concatenate(parts).view(np.uint8) for kind, parts in originals.items() if parts}}
+    if p.window is not None:  # one expert's rows of a fused 3-D tensor
+        entry.update(first_row=p.first_row, window=p.window)
+    entries.append(entry)
+
+
+def _new_bytes(fd_src: int, patches, entries: list[dict]) -> Iterator[tuple[int, bytes]]:
+    """(offset, new bytes) of every patch of one file, merged in file order (the experts of one
+    fused tensor are separate patches over disjoint byte ranges); one record per patch goes to
+    ``entries``."""
+    yield from heapq.merge(*(_patch_bytes(fd_src, p, entries) for p in patches), key=lambda chunk: chunk[0])
+
+
+def _patch_file(src: Path, dst: Path, patches, undo: dict[str, np.ndarray], undo_index: list[dict],
+                hash_source: bool = True, on_bytes: Callable[[int], None] = lambda n: None
+                ) -> tuple[str | None, str]:
+    """Write ``src`` with every patch applied to ``dst`` in one streaming pass; record the original
+    slices for undo. Returns the sha256 of the source (when ``hash_source``) and of the output.
+
+    Each source block is read once: it is hashed as the source, overlaid with the patches' new
+    bytes, hashed as the output and written, the two hashes on two threads (hashlib releases the
+    GIL), so no byte of the shard is read back for hashing. Memory: four 16 MB buffers.
+    """
+    size = os.stat(src).st_size
+    src_h, out_h = hashlib.sha256(), hashlib.sha256()
+    entries: list[dict] = []
+    dst.parent.mkdir(parents=True, exist_ok=True)
     fd_src = os.open(src, os.O_RDONLY)
-    fd_dst = os.open(dst, os.O_WRONLY)
+    fd_dst = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
-        for p in patches:
-            originals: dict[str, list[np.ndarray]] = {"rows": [], "cols": []}
-            with np.errstate(over="ignore"):  # an overflow is one clear error below, not numpy warnings
-                for offset, data, orig in patched_chunks(fd_src, p):
-                    if _overflowed(fd_src, p.info.dtype, offset, data):
-                        raise RecipeError(f"scaling '{p.info.name}' overflows {p.info.dtype} (its values would "
-                                          "become inf); choose a smaller scale")
-                    if os.pwrite(fd_dst, data, offset) != len(data):
-                        raise OSError(errno.ENOSPC, "short write")
-                    for kind, arr in orig.items():
-                        originals[kind].append(arr)
-            entry = {"tensor": p.info.name, "file": p.info.file, "dtype": p.info.dtype,
-                     "rows": sorted(p.rows), "cols": sorted(p.cols)}
-            if p.window is not None:  # one expert's rows of a fused 3-D tensor
-                entry.update(first_row=p.first_row, window=p.window)
-            for kind, parts in originals.items():
-                if parts:
-                    key = f"slice{len(undo_index)}.{kind}"
-                    undo[key] = np.concatenate(parts).view(np.uint8)
-                    entry[f"{kind}_key"] = key
-            undo_index.append(entry)
+        chunks = _new_bytes(fd_src, patches, entries)
+        pending = next(chunks, None)
+        # Two buffers each, used in turn: one is filled while the threads still hash the other.
+        # Reused buffers spare the page faults of a fresh 16 MB allocation per block.
+        reads = [bytearray(STREAM_BLOCK) for _ in range(2)]
+        writes: list[bytearray] = []
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            jobs: list = []
+            pos, turn = 0, 0
+            while pos < size:
+                raw = memoryview(reads[turn])[:min(STREAM_BLOCK, size - pos)]
+                n = os.preadv(fd_src, [raw], pos)
+                if n == 0:
+                    raise OSError(errno.EIO, f"{src.name} ended early while copying it")
+                raw = raw[:n]
+                for job in jobs:  # the other buffers are free again
+                    job.result()
+                end = pos + n
+                block = raw
+                while pending is not None and pending[0] < end:
+                    offset, data = pending
+                    if block is raw:  # copied only where a patch lands
+                        writes = writes or [bytearray(STREAM_BLOCK) for _ in range(2)]
+                        block = memoryview(writes[turn])[:n]
+                        block[:] = raw
+                    a, b = max(offset, pos), min(offset + len(data), end)
+                    block[a - pos:b - pos] = memoryview(data)[a - offset:b - offset]
+                    if offset + len(data) > end:
+                        break  # the rest of this chunk lands in the next block
+                    pending = next(chunks, None)
+                jobs = [pool.submit(out_h.update, block)] + ([pool.submit(src_h.update, raw)] if hash_source else [])
+                if os.pwrite(fd_dst, block, pos) != n:
+                    raise OSError(errno.ENOSPC, "short write")
+                on_bytes(n)
+                pos, turn = end, 1 - turn
+            for job in jobs:
+                job.result()
+        if pending is not None or next(chunks, None) is not None:
+            raise CheckpointError(f"{src.name}: an edited tensor lies past the end of the file; it is truncated")
     finally:
         os.close(fd_src)
         os.close(fd_dst)
+    for entry in sorted(entries, key=lambda e: (e["tensor"], e.get("first_row", 0))):  # the plan's order
+        for kind, arr in entry.pop("originals").items():
+            key = f"slice{len(undo_index)}.{kind}"
+            undo[key] = arr
+            entry[f"{kind}_key"] = key
+        undo_index.append(entry)
+    return (src_h.hexdigest() if hash_source else None), out_h.hexdigest()
+
+
+def hashing_record(taken: list[str], copied: list[str]) -> dict[str, Any]:
+    """What surgery.json says about its sha256s: which were taken rather than computed."""
+    return {"source_files_from_hub_blob_names": taken,
+            "files_from_source": copied,
+            "computed": "every other sha256 in files and source_files, from the bytes, once",
+            "recheck": "surgery verify recomputes every sha256 of the output and of the source"}
+
+
+def hub_blob_sha256(path: Path) -> str | None:
+    """The sha256 a Hugging Face cache snapshot file already carries: its blob's name.
+
+    Snapshot files are links to ``blobs/<name>``; for LFS files (the weights) that name is the
+    content's sha256, which huggingface_hub checked at download. Git-stored files have a 40-digit
+    git hash there instead: None, they are hashed (they are small).
+    """
+    if not path.is_symlink():
+        return None
+    target = path.resolve()
+    return target.name if target.parent.name == "blobs" and SHA256_NAME.fullmatch(target.name) else None
 
 
 def hash_files(root: Path, names: list[str]) -> dict[str, str]:
@@ -149,7 +241,7 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
     """Bake ``recipe`` into a copy of ``ckpt`` at ``out``.
 
     ``check(staged_dir)`` runs on the finished weights before they are published (the numerical
-    verification) and its result is recorded; ``card(staged_dir, provenance)`` returns a model
+    check, e.g. ``check.edited_check``) and its result is recorded; ``card(staged_dir, provenance)`` returns a model
     card (README.md). ``extra`` adds entries (findings summary, selection) to surgery.json.
     """
     arch = recipe.validate(ckpt.config)
@@ -176,11 +268,15 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
                               f"({', '.join(sorted(SKIP_DIRS))}); move the shards next to config.json")
     unchanged = {rel for rel in copied if rel not in by_file and not (card is not None and rel == "README.md")}
     with staged_output(Path(out), [ckpt.path], force, note) as tmp, _hash_pool() as hasher:
-        # Hashing overlaps the copy: the kernel copy leaves the CPU mostly idle, so every source
-        # file is hashed while it is copied, and an edited shard's output as soon as it is patched.
-        # Left-out files are not hashed: undo restores the carried files, and they may be large.
-        source_hashes = {rel: hasher.submit(file_sha256, ckpt.path / rel) for rel in files if rel not in left_out}
-        output_hashes = {}
+        # Every byte is hashed at most once. A Hub-cache source file takes its blob's name; an
+        # edited shard's source and output are hashed in the pass that writes it; every other
+        # source file is hashed on threads while the main thread copies (the kernel copy leaves
+        # the CPU mostly idle), and its copy takes that hash. Left-out files are not hashed: undo
+        # restores the carried files, and they may be large.
+        taken = {rel: h for rel in files if rel not in left_out and (h := hub_blob_sha256(ckpt.path / rel))}
+        source_hashes: dict[str, Any] = {rel: hasher.submit(file_sha256, ckpt.path / rel) for rel in files
+                                         if rel not in left_out and rel not in taken and rel not in by_file}
+        output_hashes: dict[str, str] = {}
         undo: dict[str, np.ndarray] = {}
         undo_index: list[dict] = []
         done = 0
@@ -191,12 +287,16 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
                 done += n
                 tick("copy", done, total)
 
-            copy_file(ckpt.path / rel, tmp / rel, advance)
             if rel in by_file:
                 tick("patch", len(output_hashes), len(by_file))
-                _patch_file(ckpt.path / rel, tmp / rel, by_file[rel], undo, undo_index)
-                output_hashes[rel] = hasher.submit(file_sha256, tmp / rel)
+                src_sha, output_hashes[rel] = _patch_file(ckpt.path / rel, tmp / rel, by_file[rel], undo, undo_index,
+                                                          hash_source=rel not in taken, on_bytes=advance)
+                if src_sha is not None:
+                    source_hashes[rel] = src_sha
+            else:
+                copy_file(ckpt.path / rel, tmp / rel, advance)
         tick("patch", len(by_file), len(by_file))
+        source_hashes.update(taken)
 
         provenance: dict[str, Any] = {
             "format": FORMAT,
@@ -211,9 +311,9 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
             **(extra or {}),
         }
         if check is not None:
-            tick("verify", 0, 1)
+            tick("check", 0, 1)
             provenance["verification"] = check(tmp)
-            tick("verify", 1, 1)
+            tick("check", 1, 1)
         replaced = [n for n in OWN_FILES if n in files]
         if card is not None:
             (tmp / "README.md").write_text(card(tmp, provenance), encoding="utf-8")
@@ -231,11 +331,13 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         outputs = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
         tick("hash", 0, 1)
         fresh = [n for n in outputs if n not in unchanged and n not in output_hashes and n != PROVENANCE_NAME]
+        source_digests = {n: h if isinstance(h, str) else h.result() for n, h in source_hashes.items()}
         hashes = hash_files(tmp, fresh)  # new files: surgery.undo, the card
-        hashes.update({n: source_hashes[n].result() for n in unchanged})
-        hashes.update({n: f.result() for n, f in output_hashes.items()})
+        hashes.update({n: source_digests[n] for n in unchanged})
+        hashes.update(output_hashes)
         provenance["files"] = dict(sorted(hashes.items()))
-        provenance["source_files"] = {n: source_hashes[n].result() for n in sorted(source_hashes)}
+        provenance["source_files"] = dict(sorted(source_digests.items()))
+        provenance["hashing"] = hashing_record(sorted(taken), sorted(unchanged))
         tick("hash", 1, 1)
         (tmp / PROVENANCE_NAME).write_text(provenance_text(provenance), encoding="utf-8")
     return BakeResult(Path(out), provenance, notes)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bake.bake import bake
-from ..bake.verify import staged_check
+from ..bake.check import edited_check
 from ..core.edits import Recipe
 from ..core.errors import RecipeError
 from ..core.staging import check_free
@@ -38,7 +38,8 @@ class Baked:
     def print_line(self) -> None:
         """The human summary: what was baked where (and pushed where)."""
         prov, ver, pushed = self.provenance, self.provenance.get("verification"), self.provenance.get("pushed")
-        check = (f", max |Δlogit| vs run-time edit {ver['max_abs_logit_diff']:.2e}" if ver else "")
+        check = (f", {ver['maps']} edited map(s) match the run-time edit (max |Δ| {ver['max_abs_diff']:.2e})"
+                 if ver else "")
         out.print(f"[green]Baked[/] {len(prov['recipe']['edits'])} edit(s) into {len(prov['edited_tensors'])} "
                   f"tensor(s){check} → {self.out}")
         if pushed:
@@ -90,7 +91,7 @@ def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFA
     recipe, notes = _for_source(recipe, ckpt.config, source)
     with stage_progress() as progress:  # stderr: shown with --json too, which owns stdout only
         result = bake(ckpt, recipe, out_dir, source=source, force=force, progress=progress,
-                      check=staged_check(ckpt, recipe, load) if verify else None, extra=extra,
+                      check=edited_check(ckpt, recipe) if verify else None, extra=extra,
                       card=card_hook(evaluation), report=note)
     prov = result.provenance
     if push_to:

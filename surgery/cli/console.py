@@ -19,7 +19,7 @@ err = Console(stderr=True, highlight=False)
 # In a log (stderr not a terminal) a note stays one line, whole for grep; rich would wrap it at 80.
 err.soft_wrap = not err.is_terminal
 
-STAGE_LABELS = {"copy": "copying", "patch": "patching", "verify": "verifying logits", "hash": "hashing",
+STAGE_LABELS = {"copy": "copying", "patch": "patching", "verify": "verifying logits", "check": "checking edited weights", "hash": "hashing",
                 "compare": "comparing with the source", "dequantize": "dequantizing", "write": "writing"}
 # When stderr is not a terminal (a log file, CI), a rich bar is drawn only when it ends: print a
 # plain line instead, at most this often, so that a long job shows it is alive.

@@ -63,7 +63,8 @@ def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
 @load_options
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
-@click.option("--verify/--no-verify", default=True, show_default=True, help="Check logits before publishing.")
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="Check each edited weight map against the run-time edit before publishing.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @push_options
 def apply(recipe: Path, model: str, load: LoadSpec, out_dir, force, verify, as_json) -> None:
@@ -78,7 +79,12 @@ def apply(recipe: Path, model: str, load: LoadSpec, out_dir, force, verify, as_j
 @click.option("--structural-only", is_flag=True, help="Skip the logit comparison (no model is loaded).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def verify_cmd(source: str, baked: Path, load: LoadSpec, structural_only: bool, as_json: bool) -> None:
-    """Check BAKED against SOURCE: files, bytes, hashes, and logits vs the run-time edit."""
+    """Check BAKED against SOURCE: files, bytes, hashes, and logits vs the run-time edit.
+
+    Every sha256 in surgery.json is recomputed from the bytes (of BAKED and of SOURCE), also those
+    the bake took rather than computed (a copied file's, a Hub-cache blob name). The logits come
+    from one loaded model: the source with the run-time edit, then with the edited tensors swapped in.
+    """
     ckpt, _ = open_checkpoint(source, load)
     with stage_progress() as progress:  # stderr, with --json too
         report = verify_bake(ckpt, baked, run_model=not structural_only, load=load, progress=progress)

@@ -121,7 +121,7 @@ def bake_options(f: Callable) -> Callable:
     f = push_options(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
     f = click.option("--verify/--no-verify", default=True, show_default=True,
-                     help="Check the baked logits against the run-time edit before publishing.")(f)
+                     help="Check each edited weight map against the run-time edit before publishing.")(f)
     f = click.option("--force", is_flag=True, help="Replace --out if it exists.")(f)
     return click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
                         help="Output checkpoint folder (written atomically).")(f)

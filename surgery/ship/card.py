@@ -114,10 +114,16 @@ def _verification_section(prov: Mapping[str, Any]) -> str:
     if not ver:
         return ("The numerical check was not run at bake time (`--no-verify`); run "
                 "`surgery verify SOURCE THIS_FOLDER` to check it.")
-    return (f"Before publishing, the baked weights were loaded and compared with the source running "
-            f"the same edit as run-time hooks on {ver.get('prompts', '?')} prompts: max |Δlogit| = "
-            f"{ver['max_abs_logit_diff']:.2e} (tolerance {ver['tolerance']:g}). Every byte outside the "
-            "edited slices equals the source (sha256 of every file in `surgery.json`).")
+    if "max_abs_logit_diff" in ver:  # older bakes compared whole-model logits at bake time
+        return (f"Before publishing, the baked weights were loaded and compared with the source running "
+                f"the same edit as run-time hooks on {ver.get('prompts', '?')} prompts: max |Δlogit| = "
+                f"{ver['max_abs_logit_diff']:.2e} (tolerance {ver['tolerance']:g}). Every byte outside the "
+                "edited slices equals the source (sha256 of every file in `surgery.json`).")
+    return (f"Before publishing, each of the {ver['maps']} edited weight maps was compared with the source "
+            f"running the same edit as a run-time hook, on random inputs in float32: max |Δ| = "
+            f"{ver['max_abs_diff']:.2e}, within the rounding of the stored dtype. Every byte outside the "
+            "edited slices equals the source (sha256 of every file in `surgery.json`); "
+            "`surgery verify SOURCE THIS_FOLDER` compares the logits end to end.")
 
 
 def _evaluation_section(evaluation: Mapping[str, Any] | None) -> str | None:

@@ -197,9 +197,7 @@ CASES = [
     Case("verify-not-baked", setups.not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
     Case("undo-not-baked", setups.undo_not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
     # --- a tokenizer that encodes the logit check's prompts to nothing ---
-    Case("tokenizer-encodes-nothing-bake", setups.empty_tokenizer(verify=False),
-         ("encodes the check prompt 'The capital of France is' to no tokens", "--no-verify")),
-    Case("tokenizer-encodes-nothing-verify", setups.empty_tokenizer(verify=True),
+    Case("tokenizer-encodes-nothing-verify", setups.empty_tokenizer(),
          ("encodes the check prompt 'The capital of France is' to no tokens", "--structural-only")),
 ]
 

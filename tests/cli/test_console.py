@@ -39,7 +39,7 @@ def test_cli_writes_progress_lines_when_stderr_is_a_file(tmp_path):
     res = run_cli(["amplify-heads", FIXTURE, "--heads", "0.3", "--alpha", "2", "--out", tmp_path / "out"])
     assert res.returncode == 0, res.stderr
     lines = res.stderr.splitlines()
-    for stage in ("copying", "patching", "verifying logits", "hashing"):
+    for stage in ("copying", "patching", "checking edited weights", "hashing"):
         assert any(line.startswith(f"{stage}: ") and "(100 %)" in line for line in lines), res.stderr
     assert "\x1b[" not in res.stderr  # no cursor or colour codes in a log
 

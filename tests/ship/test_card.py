@@ -9,7 +9,8 @@ import yaml
 
 from surgery.bake.bake import bake
 from surgery.bake.undo import undo
-from surgery.bake.verify import staged_check, verify
+from surgery.bake.check import edited_check
+from surgery.bake.verify import verify
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import VerificationError
@@ -37,7 +38,7 @@ def test_card_front_matter_and_sections(tiny, tmp_path):
     src = _source_with_card(tiny)
     ckpt = Checkpoint(src)
     out = tmp_path / "baked"
-    bake(ckpt, RECIPE, out, source=Source(src, "org/tiny-llama", None), check=staged_check(ckpt, RECIPE),
+    bake(ckpt, RECIPE, out, source=Source(src, "org/tiny-llama", None), check=edited_check(ckpt, RECIPE),
          card=card_hook(EVALUATION), extra={"findings": {"kind": "heads", "top_head": "0.1", "delta_s": -0.42},
                 "heads_findings": {"selected_heads": [[7, 7], [8, 17]], "rows": [{"layer": 1}] * 20}})
     text = (out / "README.md").read_text()
@@ -46,7 +47,7 @@ def test_card_front_matter_and_sections(tiny, tmp_path):
     assert meta["license"] == "apache-2.0" and meta["language"] == ["en"] and meta["library_name"] == "transformers"
     assert {"surgery", "attention-heads", "neuron-pruning"} <= set(meta["tags"])
     prov = json.loads((out / "surgery.json").read_text())
-    assert f"{prov['verification']['max_abs_logit_diff']:.2e}" in text
+    assert f"{prov['verification']['max_abs_diff']:.2e}" in text and "surgery verify SOURCE" in text
     assert "| attention head | 0 | 1 | α = 2.5 |" in text and "| MLP neuron | 1 | 3 | 0 |" in text
     assert "  - delta_s: -0.42" in text and "  - top_head: 0.1" in text  # why: the findings summary
     assert "  - selected_heads: 7.7, 8.17" in text and "  - rows: 20 entries (see surgery.json)" in text

@@ -140,10 +140,10 @@ def undo_not_baked(c: Ctx) -> list:
     return ["undo", c.src, "--out", c.out]
 
 
-def empty_tokenizer(verify: bool) -> Callable[[Ctx], list]:
+def empty_tokenizer() -> Callable[[Ctx], list]:
     """A tokenizer whose vocabulary holds no character of the check prompts (and no <unk>): every
-    prompt encodes to zero tokens. ``verify``: run ``surgery verify`` on a bake made without the
-    logit check; else bake with it."""
+    prompt encodes to zero tokens; ``surgery verify`` runs on a bake of that model (the bake's own
+    check runs no tokenizer)."""
     def setup(c: Ctx) -> list:
         from tokenizers import Tokenizer, models
         from transformers import PreTrainedTokenizerFast
@@ -151,13 +151,11 @@ def empty_tokenizer(verify: bool) -> Callable[[Ctx], list]:
         core = Tokenizer(models.BPE(vocab={"<pad>": 0, "<s>": 1, "</s>": 2, "~": 3}, merges=[]))
         PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>",
                                 eos_token="</s>").save_pretrained(c.src)
-        if not verify:
-            return c.heads()
         from surgery.bake.bake import bake
         from surgery.core.edits import HeadScale, Recipe
 
         baked = c.tmp / "baked-before"
-        bake(Checkpoint(c.src), Recipe((HeadScale(0, 1, 2.0),)), baked)  # no logit check: it would fail
+        bake(Checkpoint(c.src), Recipe((HeadScale(0, 1, 2.0),)), baked)
         return ["verify", c.src, baked]
     return setup
 

@@ -83,7 +83,8 @@ def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, m
         assert prov["neuron_selection"]["n"] == n and len(prov["neuron_selection"]["neurons"]) == n
         assert prov["neuron_findings"]["dataset_sha256"] == findings["dataset_sha256"]
         assert prov["neuron_findings"]["from_cache"] is True
-        assert prov["verification"]["max_abs_logit_diff"] <= 1e-4
+        layers = {layer for layer, _ in chosen.neurons}  # gate, up and down of each edited layer
+        assert prov["verification"]["max_diff_over_bound"] <= 1.0 and prov["verification"]["maps"] == 3 * len(layers)
     _check_pruned(model, tmp_path / "pruned-7", chosen.neurons, factor=0.0)
     # --category only selects: the findings over every category serve it
     code, _, err = run(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 3, "--category", "Gender",

@@ -1,0 +1,126 @@
+"""The bake's own check: every edited linear map, baked against source + run-time twin.
+
+Every byte of the output outside the edited slices is a copy of the source (kernel copies, and
+the streamed shards take the source's block and overlay only the edited ranges; ``surgery verify``
+re-checks each byte), so the edited slices alone decide whether the baked model computes the
+run-time edit. Each site of surgery/core/sites.py is a set of columns (input features) or rows
+(output features, with their bias entries) of one linear map: the check reads only those slices
+from the source and the staged output (memory-mapped from the checked safetensors byte ranges; no
+model and no torch, whose import alone costs more than copying a 1 GB model), runs both on random
+inputs in float32, and compares the baked map with the source map with the site's scales applied — on
+the input for a column site (exactly the run-time twin), on the output for a row site.
+
+The two may differ only by the rounding of the scaled weights to the stored dtype (unit roundoff
+``u``, half an ulp) and float32 summation, so each output element must lie within
+``(u + 2·n·2⁻²⁴) · Σ|x·s|·|w|`` (n: terms summed) of the reference: a zeroed slice must be exactly
+zero, and float32 weights agree to ~1e-7 relative. The end-to-end logit comparison is
+``surgery verify``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..core.checkpoint import Checkpoint, TensorInfo
+from ..core.edits import Recipe
+from ..core.errors import SurgeryError
+from ..core.sites import all_sites
+from .patches import RAW_DTYPES, to_f32
+
+INPUTS = 4  # random input vectors per map
+SEED = 0
+# Unit roundoff (half an ulp, relative) and half the smallest subnormal (absolute) of a stored dtype.
+UNIT_ROUNDOFF = {"F32": 2.0 ** -24, "F16": 2.0 ** -11, "BF16": 2.0 ** -8}
+HALF_TINY = {"F32": 2.0 ** -150, "F16": 2.0 ** -25, "BF16": 2.0 ** -134}
+F32_EPS = 2.0 ** -24
+
+
+@dataclass
+class EditedMap:
+    """The edited columns or rows of one weight (and its bias), with their scales."""
+
+    weight: str
+    bias: str | None
+    axis: str                                   # "in": columns; "out": rows
+    scales: dict[int, float] = field(default_factory=dict)
+
+
+def edited_maps(ckpt: Checkpoint, recipe: Recipe) -> list[EditedMap]:
+    """One entry per edited (weight, axis), from the site map alone."""
+    arch = recipe.validate(ckpt.config)
+    prefix = arch.layer_prefix(ckpt.tensors)
+    maps: dict[tuple[str, str], EditedMap] = {}
+    for site in all_sites(arch, recipe.active()):
+        name = f"{prefix.format(layer=site.layer)}{site.module}"
+        bias = f"{name}.bias" if site.axis == "out" and f"{name}.bias" in ckpt.tensors else None
+        entry = maps.setdefault((name, site.axis), EditedMap(f"{name}.weight", bias, site.axis))
+        entry.scales.update(dict.fromkeys(site.indices, site.scale))  # a later edit wins, as in the plan
+    return [maps[k] for k in sorted(maps)]
+
+
+def _read(folder: Path, info: TensorInfo, axis: str, idx: list[int]) -> np.ndarray:
+    """float32 slices ``idx`` of a stored tensor (columns for "in", rows or elements for "out"),
+    read through a memory map of its checked byte range: only the pages that hold them are touched."""
+    stored = np.memmap(folder / info.file, dtype=RAW_DTYPES[info.dtype], mode="r", offset=info.start, shape=info.shape)
+    part = np.array(stored[:, idx] if axis == "in" else stored[idx])
+    del stored
+    return to_f32(part, info.dtype)
+
+
+def _compare(baked: np.ndarray, reference: np.ndarray, magnitude: np.ndarray, dtype: str, terms: int
+             ) -> tuple[float, float]:
+    """(max |baked − reference|, max of that over its rounding bound) for one map's outputs."""
+    bound = (UNIT_ROUNDOFF[dtype] + 2 * terms * F32_EPS) * magnitude.astype(np.float64) + HALF_TINY[dtype] * terms
+    diff = np.abs(baked.astype(np.float64) - reference)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        over = np.where(diff == 0, 0.0, diff / bound)  # an exact zero is fine, also where the bound is 0
+    return float(diff.max(initial=0.0)), float(over.max(initial=0.0))
+
+
+def check_map(src: Checkpoint, out: Checkpoint, m: EditedMap, rng: np.random.Generator) -> tuple[float, float]:
+    """(max |Δ|, max |Δ|/bound) of one edited map's outputs on random inputs, baked vs reference."""
+    idx = sorted(m.scales)
+    s = np.array([m.scales[i] for i in idx], dtype=np.float32)
+    info = src.tensor(m.weight)
+    w_src, w_out = _read(src.path, info, m.axis, idx), _read(out.path, out.tensor(m.weight), m.axis, idx)
+    if m.axis == "in":  # the twin: the input features scaled
+        x = rng.standard_normal((INPUTS, len(idx)), dtype=np.float32)
+        ref, baked = (x * s) @ w_src.T, x @ w_out.T
+        results = [_compare(baked, ref, np.abs(x * s) @ np.abs(w_src).T, info.dtype, len(idx))]
+    else:  # the output features scaled (a pruned neuron's gate/up rows)
+        x = rng.standard_normal((INPUTS, w_src.shape[1]), dtype=np.float32)
+        ref, baked = (x @ w_src.T) * s, x @ w_out.T
+        results = [_compare(baked, ref, (np.abs(x) @ np.abs(w_src).T) * np.abs(s), info.dtype, w_src.shape[1])]
+        if m.bias is not None:
+            b_info = src.tensor(m.bias)
+            b_src, b_out = _read(src.path, b_info, "out", idx), _read(out.path, out.tensor(m.bias), "out", idx)
+            results.append(_compare(b_out, b_src * s, np.abs(b_src * s), b_info.dtype, 1))
+    return max(r[0] for r in results), max(r[1] for r in results)
+
+
+def edited_check(ckpt: Checkpoint, recipe: Recipe) -> Callable[[Path], dict[str, Any]]:
+    """The check as a bake hook: runs on the staged output before it is published."""
+
+    def check(staged: Path) -> dict[str, Any]:
+        rng = np.random.default_rng(SEED)
+        out = Checkpoint(staged, allow_remote_code=True)  # its own headers: offsets are checked again
+        maps = edited_maps(ckpt, recipe)
+        worst_diff = worst_ratio = 0.0
+        for m in maps:
+            diff, ratio = check_map(ckpt, out, m, rng)
+            if not ratio <= 1.0:
+                raise SurgeryError(f"the baked '{m.weight}' does not compute the run-time edit (its edited "
+                                   f"{'columns' if m.axis == 'in' else 'rows'} are off by {diff:.3g}, "
+                                   f"{ratio:.3g}× the rounding bound); nothing was written. Please report this bug")
+            worst_diff, worst_ratio = max(worst_diff, diff), max(worst_ratio, ratio)
+        return {"kind": "edited maps", "maps": len(maps), "inputs": INPUTS,
+                "max_abs_diff": worst_diff, "max_diff_over_bound": worst_ratio,
+                "reference": "source weights with the run-time twin (input scales) or the site's output scales, "
+                             "float32, on random inputs; the rest of the output is a byte copy of the source",
+                "end_to_end": "surgery verify compares the logits"}
+
+    return check
