@@ -49,6 +49,14 @@ class EditedMap:
     scales: dict[int, float] = field(default_factory=dict)
 
 
+def checks_expert_maps(ckpt: Checkpoint, recipe: Recipe) -> bool:
+    """Whether ``recipe`` edits routed experts: their matrices are slices of per-expert or fused
+    tensors (Architecture.expert_slices), which this check does not read; the bake then runs the
+    end-to-end logit check instead (surgery.bake.verify.logit_check)."""
+    arch = recipe.validate(ckpt.config)
+    return any(site.expert is not None for site in all_sites(arch, recipe.active()))
+
+
 def edited_maps(ckpt: Checkpoint, recipe: Recipe) -> list[EditedMap]:
     """One entry per edited (weight, axis), from the site map alone."""
     arch = recipe.validate(ckpt.config)

@@ -14,13 +14,13 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from ..core.checkpoint import Checkpoint, file_sha256, is_other_weights, read_header
 from ..core.edits import Recipe
-from ..core.errors import CheckpointError
+from ..core.errors import CheckpointError, SurgeryError
 from ..core.progress import StageProgress, silent_stages
 from ..model.loading import DEFAULT_LOAD, LoadSpec
 from .bake import source_files
@@ -222,9 +222,10 @@ def _forward(model, batches: list) -> list:
         return [model(input_ids=b.to(device)).logits.float().cpu() for b in batches]
 
 
-def baked_tensors(src: Checkpoint, dst_path: Path, recipe: Recipe, model) -> dict:
+def baked_tensors(src: Checkpoint, dst_path: Path, recipe: Recipe, model) -> dict | None:
     """The edited tensors of the output, by their parameter names in ``model`` (read from disk one
-    by one: the structural check has proven every other byte identical to the source)."""
+    by one: the structural check has proven every other byte identical to the source); None when
+    an edited tensor has no parameter of its own in memory (experts, fused by transformers)."""
     from safetensors import safe_open
 
     from ..core.sites import all_sites
@@ -241,6 +242,8 @@ def baked_tensors(src: Checkpoint, dst_path: Path, recipe: Recipe, model) -> dic
             if disk in edited and disk not in out:
                 with safe_open(str(dst_path / src.tensor(disk).file), "pt") as f:
                     out[disk] = (f"{in_memory.format(layer=site.layer)}{site.module}.{kind}", f.get_tensor(disk))
+    if edited - set(out):
+        return None  # expert tensors: stored per expert, fused in memory; no one-to-one swap
     return dict(out.values())
 
 
@@ -264,8 +267,15 @@ def numeric(src: Checkpoint, dst_path: Path, recipe: Recipe, prompts: Iterable[s
     with applied(model, recipe.active()):
         reference = _forward(model, batches)
     progress("verify", 1, 2)
-    with swapped(model, baked_tensors(src, dst_path, recipe, model)):
-        baked = _forward(model, batches)
+    tensors = baked_tensors(src, dst_path, recipe, model)
+    if tensors is not None:
+        with swapped(model, tensors):
+            baked = _forward(model, batches)
+    else:  # a mixture of experts' edited experts: the baked model is loaded too (after the source is freed)
+        del model
+        baked_model = load_model(dst_path, load)
+        baked = _forward(baked_model, batches)
+        model = baked_model
     progress("verify", 2, 2)
     diff = max(float((a - b).abs().max()) for a, b in zip(reference, baked))
     dtypes = {src.tensors[p.info.name].dtype for p in plan(src, recipe.validate(src.config), recipe.active())}
@@ -288,6 +298,21 @@ def verify(src: Checkpoint, dst_path: str | Path, run_model: bool = True, load: 
             report.problems.append(f"baked logits differ from the run-time edit by "
                                    f"{report.max_abs_logit_diff:.3g} (tolerance {report.tolerance:g})")
     return report
+
+
+def logit_check(src: Checkpoint, recipe: Recipe, load: LoadSpec = DEFAULT_LOAD) -> Callable[[Path], dict[str, Any]]:
+    """The end-to-end check as a bake hook (the bake's check for edits whose weights have no
+    one-to-one map in memory: mixture-of-experts experts, fused by transformers)."""
+
+    def check(staged: Path) -> dict[str, Any]:
+        diff, tol = numeric(src, staged, recipe, load=load)
+        if not diff <= tol:
+            raise SurgeryError(f"the baked weights do not reproduce the run-time edit (max |Δlogit| "
+                               f"{diff:.3g} > {tol:g}); nothing was written. Please report this bug")
+        return {"kind": "logits", "max_abs_logit_diff": diff, "tolerance": tol, "prompts": len(PROMPTS),
+                "reference": "run-time hooks"}
+
+    return check
 
 
 def dumps(report: Report) -> str:
