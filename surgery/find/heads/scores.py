@@ -63,6 +63,11 @@ class PassResult:
     coverage: np.ndarray | None = None  # probability mass on the option tokens (a diagnostic)
 
 
+def pad_id(model) -> int:
+    """The padding token id batches use (left-padded positions are masked out anyway)."""
+    return model.config.pad_token_id if isinstance(model.config.pad_token_id, int) else 0
+
+
 def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequence[int]], *,
                 batch_size: int = 8, features: bool = False, edit: EdgeEdit | None = None,
                 progress: Callable[[int], None] | None = None) -> PassResult:
@@ -72,7 +77,7 @@ def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequ
     ``features`` or ``edit`` is used.
     """
     device = next(model.parameters()).device
-    pad = model.config.pad_token_id if isinstance(model.config.pad_token_id, int) else 0
+    pad = pad_id(model)
     layers = model.config.get_text_config().num_hidden_layers
     s, coverage = np.zeros(len(prompts)), np.zeros(len(prompts))
     feats = None
