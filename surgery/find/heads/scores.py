@@ -65,7 +65,8 @@ class PassResult:
 
 def pad_id(model) -> int:
     """The padding token id batches use (left-padded positions are masked out anyway)."""
-    return model.config.pad_token_id if isinstance(model.config.pad_token_id, int) else 0
+    pad = getattr(model.config.get_text_config(), "pad_token_id", None)  # multimodal: the text config's
+    return pad if isinstance(pad, int) else 0
 
 
 def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequence[int]], *,
