@@ -57,6 +57,7 @@ class Plan:
     edit: EdgeEdit | None = None
     bind: dict[int, torch.Tensor] = field(default_factory=dict)  # layer → (B, 2, H) float32
     start: int = 0  # first query position (> 0 in a pass resumed from cached keys/values)
+    changed: torch.Tensor | None = None  # (B,) bool: rows whose probabilities the edit changed
 
     @property
     def length(self) -> int:
@@ -154,7 +155,10 @@ def surgery_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
             plan.bind[layer] = _bind(probs, plan.masks, queries).cpu()
         edit = plan.edit
         if edit is not None and not edit.is_identity() and edit.heads.get(layer):
-            probs = _edit(scores, probs, tuple(edit.heads[layer]), edit, plan.masks, queries)
+            edited = _edit(scores, probs, tuple(edit.heads[layer]), edit, plan.masks, queries)
+            rows = (edited != probs).flatten(1).any(1)
+            plan.changed = rows if plan.changed is None else plan.changed | rows
+            probs = edited
     probs = nn.functional.dropout(probs, p=dropout, training=module.training)
     out = torch.matmul(probs, values).transpose(1, 2).contiguous()
     return out, probs

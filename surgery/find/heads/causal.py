@@ -95,6 +95,7 @@ class PairRunner:
         for batch in batches(self.prompts, self.batch_size, pad_id(self.model), SPAN_NAMES, device):
             snap = snapshot(self.model, batch)
             self.counter.add(len(batch.index), snap.length)
+            self.counter.add_head(len(batch.index))
             for s, edit in zip(out, edits):
                 logits = resume(self.model, snap, batch, edit, self.counter)
                 s[list(batch.index)] = s_scores(logits.float().log_softmax(-1), self.ids).cpu().numpy()

@@ -37,6 +37,7 @@ class Snapshot:
     values: list[torch.Tensor]
     logits: torch.Tensor          # (B, vocab) at the last position
     length: int
+    final: torch.Tensor           # the last decoder layer's output (B, T, hidden)
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
@@ -85,11 +86,17 @@ def snapshot(model: nn.Module, batch: Batch, plan: Plan | None = None) -> Snapsh
     layers = decoder_layers(model)
     # a cache of plain full-length layers: sliding-window layers keep their window in the mask
     cache = DynamicCache()
-    with torch.inference_mode(), active_plan(plan), _recording(layers) as calls:
-        out = model(**batch.model_inputs(), cache=cache, use_cache=True, logits_to_keep=1)
+    final: list[torch.Tensor] = []
+    handle = layers[-1].register_forward_hook(
+        lambda module, args, out: final.append(out[0] if isinstance(out, tuple) else out))
+    try:
+        with torch.inference_mode(), active_plan(plan), _recording(layers) as calls:
+            out = model(**batch.model_inputs(), cache=cache, use_cache=True, logits_to_keep=1)
+    finally:
+        handle.remove()
     return Snapshot(calls, [cache.layers[i].keys for i in range(len(layers))],
                     [cache.layers[i].values for i in range(len(layers))], out.logits[:, -1],
-                    batch.input_ids.shape[1])
+                    batch.input_ids.shape[1], final[0])
 
 
 def _sliced(call: dict[str, Any], start: int, cache) -> dict[str, Any]:
@@ -126,30 +133,52 @@ def first_query(batch: Batch, edit: EdgeEdit) -> int | None:
 
 def resume(model: nn.Module, snap: Snapshot, batch: Batch, edit: EdgeEdit,
            counter: "Counter | None" = None) -> torch.Tensor:
-    """(B, vocab) last-position logits of ``batch`` under ``edit``, from ``snap``'s cached layers."""
+    """(B, vocab) last-position logits of ``batch`` under ``edit``, from ``snap``'s cached layers.
+
+    The first edited layer runs on every position, as in a full pass, so that its output compares
+    bit for bit with the baseline's: a row it leaves unchanged (an edit below float resolution) keeps
+    the baseline's logits exactly, as a full pass would. The layers above run from ``start`` on.
+    """
     from transformers import DynamicCache
 
     layer, start = first_layer(edit), first_query(batch, edit)
     if layer is None or start is None:
         return snap.logits
-    layers = decoder_layers(model)
-    cache = DynamicCache([(k[:, :, :start], v[:, :, :start]) if i >= layer else (None, None)
+    layers, rows = decoder_layers(model), batch.input_ids.shape[0]
+    cache = DynamicCache([(k[:, :, :start], v[:, :, :start]) if i > layer else (None, None)
                           for i, (k, v) in enumerate(zip(snap.keys, snap.values))])
-    plan = Plan(batch.masks, edit=edit, start=start)
-    hidden = snap.calls[layer]["hidden_states"][:, start:]
+    plan = Plan(batch.masks, edit=edit)
+    last = max(i for i, heads in edit.heads.items() if heads)
     with torch.inference_mode(), active_plan(plan):
-        for i in range(layer, len(layers)):
-            kwargs = _sliced(snap.calls[i], start, cache)
-            kwargs["hidden_states"] = hidden
-            hidden = layers[i](**kwargs)
-            hidden = hidden[0] if isinstance(hidden, tuple) else hidden
+        hidden = _layer(layers[layer], snap.calls[layer], 0, cache, snap.calls[layer]["hidden_states"])
+        baseline = snap.calls[layer + 1]["hidden_states"] if layer + 1 < len(layers) else snap.final
+        changed = (hidden != baseline).flatten(1).any(1)
+        if counter is not None:
+            counter.add(rows, snap.length, 0, layer, layer + 1)
+        plan.start, plan.changed, hidden = start, None, hidden[:, start:]
+        for i in range(layer + 1, len(layers)):
+            if i > last and not changed.any():
+                return snap.logits  # the edit changed nothing, to the last bit
+            hidden = _layer(layers[i], snap.calls[i], start, cache, hidden)
+            if counter is not None:
+                counter.add(rows, snap.length, start, i, i + 1)
+            if plan.changed is not None:  # an edited layer above the first changed these rows
+                changed, plan.changed = changed | plan.changed, None
+        if not changed.any():
+            return snap.logits
         norm, head, softcap = _tail(model)
         logits = head(norm(hidden[:, -1:]))[:, -1]
         if softcap:
             logits = torch.tanh(logits / softcap) * softcap
     if counter is not None:
-        counter.add(batch.input_ids.shape[0], snap.length, start, layer)
-    return logits
+        counter.add_head(rows)
+    return torch.where(changed[:, None], logits, snap.logits)
+
+
+def _layer(layer: nn.Module, call: dict[str, Any], start: int, cache, hidden: torch.Tensor) -> torch.Tensor:
+    """One decoder layer on ``hidden`` (positions ``start:``), with the recorded call's arguments."""
+    out = layer(**{**_sliced(call, start, cache), "hidden_states": hidden})
+    return out[0] if isinstance(out, tuple) else out
 
 
 @dataclass
@@ -171,14 +200,21 @@ class Counter:
         return cls(sum(p.numel() for p in layers[0].parameters()), len(layers), width,
                    model.get_output_embeddings().weight.numel())
 
-    def pass_flops(self, rows: int, length: int, start: int = 0, layer: int = 0) -> int:
-        """FLOPs of ``rows`` prompts of ``length`` tokens, queries ``start:``, layers ``layer``…"""
+    def layer_flops(self, rows: int, length: int, start: int = 0, first: int = 0, end: int | None = None) -> int:
+        """FLOPs of ``rows`` prompts of ``length`` tokens, queries ``start:``, layers ``first:end``."""
         q = length - start
         per_layer = 2 * self.layer_params * q + 4 * q * length * self.attn_width
-        return rows * ((self.layers - layer) * per_layer + 2 * self.head_params)
+        return rows * ((self.layers if end is None else end) - first) * per_layer
 
-    def add(self, rows: int, length: int, start: int = 0, layer: int = 0) -> None:
-        self.flops += self.pass_flops(rows, length, start, layer)
+    def pass_flops(self, rows: int, length: int, start: int = 0, first: int = 0) -> int:
+        """FLOPs of a pass from layer ``first`` to the logits of the last position."""
+        return self.layer_flops(rows, length, start, first) + rows * 2 * self.head_params
+
+    def add(self, rows: int, length: int, start: int = 0, first: int = 0, end: int | None = None) -> None:
+        self.flops += self.layer_flops(rows, length, start, first, end)
+
+    def add_head(self, rows: int) -> None:
+        self.flops += rows * 2 * self.head_params
 
     def _batches(self, prompts: Sequence[Encoded], batch_size: int) -> list[list[Encoded]]:
         """``prompts`` grouped as prompts.batches groups them (sorted by length)."""

@@ -89,8 +89,9 @@ def _numbers(x, path=""):
 @pytest.mark.slow(minutes=3)
 @pytest.mark.parametrize("name", ["binding_model", "binding_decoy", "binding_dose"])
 def test_planted_findings_are_those_of_full_passes(name, monkeypatch):
-    """Same selection, confirmation and knockout numbers (within 1e-5) as full passes; a third of
-    the FLOPs or less."""
+    """Same selection, confirmation and knockout numbers (within 1e-5) as full passes, for fewer
+    FLOPs (3 layers, circuit heads in layer 0: the saving is the tokens before the identities; the
+    30-layer models save far more, test_smollm2_…)."""
     fixture = FIXTURES / name
     new, old = _planted_findings(fixture, monkeypatch, False), _planted_findings(fixture, monkeypatch, True)
     assert new["selected_heads"] == old["selected_heads"]
@@ -106,8 +107,9 @@ def test_planted_findings_are_those_of_full_passes(name, monkeypatch):
     for key in a:
         assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-3) or math.isnan(b[key]), key
     cost = new["cost"]
-    print(name, cost, cost["forward_flops"] / cost["forward_flops_full_passes"])
-    assert cost["forward_flops_full_passes"] == old["cost"]["forward_flops_full_passes"]
+    print(f"{name}: forward-pass FLOPs {cost['forward_flops']:.4g} of {cost['forward_flops_full_passes']:.4g} "
+          f"as full passes ({cost['forward_flops'] / cost['forward_flops_full_passes']:.3f})")
+    assert cost["forward_flops"] < 0.75 * cost["forward_flops_full_passes"]
 
 
 @pytest.mark.slow(minutes=4)
