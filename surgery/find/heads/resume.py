@@ -231,6 +231,7 @@ class Counter:
         for b in self._batches(prompts, batch_size):
             length = max(len(p.ids) for p in b)
             firsts = [length - len(p.ids) + min(p.spans[span]) for p in b if p.spans.get(span)]
-            if firsts:
-                total += self.pass_flops(len(b), length, min(firsts))
+            if firsts:  # the first edited layer runs full length (resume's bit-exact check)
+                total += (self.pass_flops(len(b), length, min(firsts), 1)
+                          + self.layer_flops(len(b), length, 0, 0, 1))
         return total
