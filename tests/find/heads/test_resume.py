@@ -4,6 +4,7 @@ for fewer FLOPs — on tiny models of every architecture and on the planted fixt
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -125,3 +126,22 @@ def test_smollm2_resumed_knockouts_equal_full_passes(smollm2):
     for s, f in zip(swept, full):
         np.testing.assert_allclose(s, f, atol=SAME, rtol=0)
     print("smollm2 sweep FLOPs / full passes:", runner.counter.flops / runner.full_flops)
+
+
+def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, small):
+    path = char_model(tiny, "llama", CHAT)
+    said: list[str] = []
+
+    def progress(label: str, total: int):
+        said.append(f"progress: {label}")
+        return lambda n: None
+
+    found = find_heads(path, small, FindParams(confirm=3, random_sets=2, batch_size=4),
+                       progress=progress, report=said.append)
+    note = next(i for i, m in enumerate(said) if m.startswith("forward-pass FLOPs: at most"))
+    assert note < next(i for i, m in enumerate(said) if m.startswith("progress"))  # before any pass
+    bound, today = (float(x) for x in re.findall(r"\d\.\d+e[+-]\d+", said[note])[:2])
+    cost = found["cost"]
+    assert cost["forward_flops"] <= bound * 1.001 and cost["forward_flops_full_passes"] <= today * 1.001
+    assert cost["forward_flops"] < cost["forward_flops_full_passes"]
+    assert any(m.startswith(f"forward-pass FLOPs: {cost['forward_flops']:.3e}") for m in said)  # the count, after
