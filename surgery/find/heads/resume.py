@@ -4,10 +4,11 @@ An edge edit whose heads sit in layers L… changes nothing below layer L, and (
 nothing before its first query token at any layer. So one baseline pass per batch records what
 transformers hands every decoder layer — its input hidden states and keyword arguments (mask,
 position embeddings, position ids, exactly as the model built them) — and every layer's keys and
-values. An edit then runs only layers L… of the model itself, only on the positions from its first
-query token on, with the earlier positions' keys/values read from a cache; the model's tail (final
-norm, lm_head, soft-cap) comes from the architecture table. Same numbers as a full pass (up to
-floating-point summation order), a fraction of the FLOPs.
+values. An edit then runs only layers L… of the model itself — layer L on every position, the
+layers above only on the positions from its first query token on, with the earlier positions'
+keys/values read from a cache; the model's tail (final norm, lm_head, soft-cap) comes from the
+architecture table. Same numbers as a full pass (up to floating-point summation order; rows the
+edit leaves unchanged bit for bit), a fraction of the FLOPs.
 """
 
 from __future__ import annotations
