@@ -24,6 +24,10 @@ BASE = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_laye
             tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "gemma3", "phi3", "olmo2"]
+# Mixtures of experts: 4 experts, top-2 routing; each expert 16 wide (48 for the rows that use
+# intermediate_size for their experts), Qwen2-MoE with a 24-wide shared expert.
+MOE_ARCHS = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss"]
+MOE = dict(num_experts_per_tok=2)
 
 
 def tiny_config(arch: str, **overrides):
@@ -54,12 +58,27 @@ def tiny_config(arch: str, **overrides):
         return tf.Phi3Config(**{k: v for k, v in kw.items() if k != "head_dim"})
     if arch == "olmo2":
         return tf.Olmo2Config(**{k: v for k, v in kw.items() if k != "head_dim"})
+    if arch == "mixtral":
+        return tf.MixtralConfig(**kw, **MOE, num_local_experts=4)
+    if arch == "qwen2_moe":
+        return tf.Qwen2MoeConfig(**kw, **MOE, num_experts=4, moe_intermediate_size=16,
+                                 shared_expert_intermediate_size=24)
+    if arch == "qwen3_moe":
+        return tf.Qwen3MoeConfig(**kw, **MOE, num_experts=4, moe_intermediate_size=16)
+    if arch == "olmoe":
+        return tf.OlmoeConfig(**{k: v for k, v in kw.items() if k != "head_dim"}, **MOE, num_experts=4)
+    if arch == "gpt_oss":
+        return tf.GptOssConfig(**kw, **MOE, num_local_experts=4, sliding_window=8)
     raise KeyError(arch)
 
 
 def build_tiny(arch: str, path: Path, dtype: torch.dtype = torch.float32, shard: str | None = None,
-               seed: int = 0, **overrides) -> Path:
-    """Save a seeded random ``arch`` model at ``path`` (sharded when ``shard`` is e.g. "20KB")."""
+               seed: int = 0, fused: bool = False, **overrides) -> Path:
+    """Save a seeded random ``arch`` model at ``path`` (sharded when ``shard`` is e.g. "20KB").
+
+    ``fused``: a mixture of experts is written with its in-memory fused 3-D expert tensors
+    (``mlp.experts.gate_up_proj``) instead of save_pretrained's one tensor per expert.
+    """
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
@@ -70,6 +89,10 @@ def build_tiny(arch: str, path: Path, dtype: torch.dtype = torch.float32, shard:
     model = model.to(dtype)
     kwargs = {"max_shard_size": shard} if shard else {}
     model.save_pretrained(path, **kwargs)
+    if fused:
+        from tests.support.moe import resave_fused
+
+        resave_fused(model, path)
     return path
 
 

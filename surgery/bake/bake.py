@@ -110,6 +110,8 @@ def _patch_file(src: Path, dst: Path, patches, undo: dict[str, np.ndarray], undo
                         originals[kind].append(arr)
             entry = {"tensor": p.info.name, "file": p.info.file, "dtype": p.info.dtype,
                      "rows": sorted(p.rows), "cols": sorted(p.cols)}
+            if p.window is not None:  # one expert's rows of a fused 3-D tensor
+                entry.update(first_row=p.first_row, window=p.window)
             for kind, parts in originals.items():
                 if parts:
                     key = f"slice{len(undo_index)}.{kind}"

@@ -18,7 +18,7 @@ from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.edits import Edit
 from ..core.errors import CheckpointError
-from ..core.sites import all_sites, sites
+from ..core.sites import Site, all_sites, sites
 
 CHUNK_BYTES = 16 << 20
 # Storage dtype → numpy dtype of the raw elements (bf16 has no numpy type: we keep its bits).
@@ -53,19 +53,29 @@ def _scaled(raw: np.ndarray, scale: float, dtype: str) -> np.ndarray:
 
 @dataclass
 class TensorPatch:
-    """Scales for the rows and columns of one stored tensor (elements, for a 1-D bias)."""
+    """Scales for the rows and columns of one stored tensor (elements, for a 1-D bias).
+
+    A tensor of 3 or more dimensions is viewed as 2-D ([all leading dims, last dim]); ``first_row``
+    and ``window`` then restrict the patch to one expert's block of rows of that view (``rows`` are
+    relative to it, ``cols`` apply within it only), so several experts of one fused tensor are
+    separate patches over disjoint byte ranges.
+    """
 
     info: TensorInfo
     rows: dict[int, float] = field(default_factory=dict)
     cols: dict[int, float] = field(default_factory=dict)
+    first_row: int = 0
+    window: int | None = None
 
     @property
     def n_rows(self) -> int:
-        return self.info.shape[0]
+        if self.window is not None:
+            return self.window
+        return int(np.prod(self.info.shape[:-1])) if len(self.info.shape) >= 2 else self.info.shape[0]
 
     @property
     def n_cols(self) -> int:
-        return self.info.shape[1] if len(self.info.shape) == 2 else 1
+        return self.info.shape[-1] if len(self.info.shape) >= 2 else 1
 
 
 def _tensor(ckpt: Checkpoint, name: str, shape: tuple[int, ...], why: str | None = None) -> TensorInfo:
@@ -118,7 +128,13 @@ def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[Te
             patches[name] = TensorPatch(_tensor(ckpt, name, shape))
         return patches[name]
 
+    fused = None
     for site in all_sites(arch, edits):
+        if site.expert is not None:
+            if fused is None:
+                fused = arch.fused_experts(ckpt.tensors)
+            _expert_patch(ckpt, arch, prefix.format(layer=site.layer), site, fused, patches)
+            continue
         name = f"{prefix.format(layer=site.layer)}{site.module}"
         w = patch(f"{name}.weight", site.shape)
         scales = dict.fromkeys(site.indices, site.scale)
@@ -133,12 +149,31 @@ def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[Te
     return [patches[n] for n in sorted(patches)]
 
 
+def _expert_patch(ckpt: Checkpoint, arch: Architecture, prefix: str, site: Site, fused: bool,
+                  patches: dict[str, TensorPatch]) -> None:
+    """Add a routed expert's site to ``patches``, on the tensors its layout stores it in."""
+    part = site.module.rsplit(".", 1)[1]
+    lines = site.indices if site.axis == "in" else tuple(
+        r for i in site.indices for r in arch.expert_rows(part, i, fused))
+    for rel, shape, first, window, flipped in arch.expert_slices(site.expert, part, fused):
+        name = f"{prefix}{rel}"
+        key = f"{name}#{first}" if fused else name
+        if key not in patches:
+            patches[key] = TensorPatch(_tensor(ckpt, name, shape), first_row=first if fused else 0,
+                                       window=window if fused else None)
+        # "in" = columns of the [out, in] matrix; a transposed (flipped) window stores them as rows.
+        as_rows = (site.axis == "out") != flipped
+        (patches[key].rows if as_rows else patches[key].cols).update(dict.fromkeys(lines, site.scale))
+
+
 def read_raw(fd: int, info: TensorInfo, first_row: int, n_rows: int, n_cols: int) -> np.ndarray:
     """Rows [first_row, first_row + n_rows) of a stored tensor, as raw elements."""
     import os
 
     itemsize = np.dtype(RAW_DTYPES[info.dtype]).itemsize
     offset = info.start + first_row * n_cols * itemsize
+    if first_row + n_rows > (int(np.prod(info.shape[:-1])) if len(info.shape) >= 2 else info.shape[0]):
+        raise CheckpointError(f"rows {first_row}..{first_row + n_rows} are outside '{info.name}'")
     size = n_rows * n_cols * itemsize
     data = os.pread(fd, size, offset)
     if len(data) != size:
@@ -168,7 +203,7 @@ def patched_chunks(fd: int, p: TensorPatch) -> Iterator[tuple[int, bytes, dict[s
     col_idx = np.array(sorted(p.cols), dtype=np.int64)
     col_scale = np.array([p.cols[c] for c in col_idx], dtype=np.float64)
     for start, n in _row_blocks(p):
-        block = read_raw(fd, p.info, start, n, p.n_cols)
+        block = read_raw(fd, p.info, p.first_row + start, n, p.n_cols)
         originals: dict[str, np.ndarray] = {}
         rows_here = [r for r in sorted(p.rows) if start <= r < start + n]
         if rows_here:
@@ -180,7 +215,7 @@ def patched_chunks(fd: int, p: TensorPatch) -> Iterator[tuple[int, bytes, dict[s
                 block[:, idx] = _scaled(block[:, idx], float(value), p.info.dtype)
         for r in rows_here:
             block[r - start] = _scaled(block[r - start], p.rows[r], p.info.dtype)
-        yield p.info.start + start * p.n_cols * itemsize, block.tobytes(), originals
+        yield p.info.start + (p.first_row + start) * p.n_cols * itemsize, block.tobytes(), originals
 
 
 def _column_peaks(fd: int, p: TensorPatch) -> dict[int, float]:
@@ -188,9 +223,21 @@ def _column_peaks(fd: int, p: TensorPatch) -> dict[int, float]:
     col_idx = np.array(sorted(p.cols), dtype=np.int64)
     peak = np.zeros(len(col_idx), dtype=np.float32)
     for start, n in _row_blocks(p):
-        block = to_f32(read_raw(fd, p.info, start, n, p.n_cols)[:, col_idx], p.info.dtype)
+        block = to_f32(read_raw(fd, p.info, p.first_row + start, n, p.n_cols)[:, col_idx], p.info.dtype)
         peak = np.maximum(peak, np.abs(block).max(axis=0))
     return dict(zip(col_idx.tolist(), peak.tolist()))
+
+
+def _line_peak(fd: int, p: TensorPatch) -> float:
+    """max |value| over the edited columns and rows of ``p`` (one expert neuron: one line)."""
+    peak = np.float32(0)
+    for start, n in _row_blocks(p):
+        block = to_f32(read_raw(fd, p.info, p.first_row + start, n, p.n_cols), p.info.dtype)
+        rows = [r - start for r in p.rows if start <= r < start + n]
+        for part in (block[:, sorted(p.cols)], block[rows]):
+            if part.size:
+                peak = max(peak, np.abs(part).max())
+    return float(peak)
 
 
 def vanishing(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[tuple[Edit, str]]:
@@ -212,6 +259,14 @@ def vanishing(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> li
     for e in shrinking:
         # |scale| < 1 and ≠ 0: no pruning, so the edit's sites are its twin columns alone.
         (site,) = sites(arch, e)
+        if site.expert is not None:  # one expert's window of a fused tensor, or its own tensor
+            (p,) = plan(ckpt, arch, [e])
+            with open(ckpt.path / p.info.file, "rb") as f:
+                peak = np.float32(_line_peak(f.fileno(), p))
+            scaled = to_f32(from_f32(np.array([peak * np.float32(e.scale)]), p.info.dtype), p.info.dtype)
+            if peak and not scaled.any():
+                found.append((e, p.info.dtype))
+            continue
         p = patches[f"{prefix.format(layer=site.layer)}{site.module}.weight"]
         cols = site.indices
         if p.info.name not in peaks:
@@ -243,7 +298,7 @@ def restored_chunks(fd: int, p: TensorPatch, cols: np.ndarray | None, rows: np.n
     row_list = sorted(p.rows)
     done_cols = done_rows = 0
     for start, n in _row_blocks(p):
-        block = read_raw(fd, p.info, start, n, p.n_cols)
+        block = read_raw(fd, p.info, p.first_row + start, n, p.n_cols)
         if len(col_idx):
             block[:, col_idx] = cols[done_cols:done_cols + n]
             done_cols += n
@@ -251,4 +306,4 @@ def restored_chunks(fd: int, p: TensorPatch, cols: np.ndarray | None, rows: np.n
         for r in rows_here:
             block[r - start] = rows[done_rows]
             done_rows += 1
-        yield p.info.start + start * p.n_cols * itemsize, block.tobytes()
+        yield p.info.start + (p.first_row + start) * p.n_cols * itemsize, block.tobytes()

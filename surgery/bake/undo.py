@@ -43,7 +43,8 @@ def undo(baked: str | Path, out: str | Path, force: bool = False,
             (tmp / rel).write_bytes(saved[f"file:{rel}"].tobytes())
         for entry in prov.get("edited_tensors", []):
             info = ckpt.tensor(entry["tensor"])
-            patch = TensorPatch(info, rows={r: 0.0 for r in entry["rows"]}, cols={c: 0.0 for c in entry["cols"]})
+            patch = TensorPatch(info, rows={r: 0.0 for r in entry["rows"]}, cols={c: 0.0 for c in entry["cols"]},
+                                first_row=entry.get("first_row", 0), window=entry.get("window"))
             raw = np.dtype(RAW_DTYPES[info.dtype])
             cols = saved[entry["cols_key"]].view(raw).reshape(patch.n_rows, -1) if "cols_key" in entry else None
             rows = saved[entry["rows_key"]].view(raw).reshape(len(entry["rows"]), -1) if "rows_key" in entry else None

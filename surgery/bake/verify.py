@@ -208,10 +208,11 @@ def logits(path: Path, batches: list, edits: Iterable[Edit] = (), load: LoadSpec
 
     from ..model.hooks import applied
     from ..model.loading import load_model
+    from ..model.placement import input_device
 
     model = load_model(path, load)
     with torch.inference_mode(), applied(model, list(edits)):
-        out = [model(input_ids=b.to(load.device)).logits.float().cpu() for b in batches]
+        out = [model(input_ids=b.to(input_device(model))).logits.float().cpu() for b in batches]
     del model
     return out
 

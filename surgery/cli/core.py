@@ -42,6 +42,12 @@ def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
         "shards": len(ckpt.weight_files), "tensors": len(ckpt.tensors), "bytes": ckpt.total_bytes(),
         "layer_prefix": arch.layer_prefix(ckpt.tensors).format(layer="N"),
     }
+    if g.sparse_layers:  # mixture of experts: neurons are named L:eE:N (routed), L:s:N (shared)
+        info.update(experts=g.num_experts, expert_width=g.expert_size,
+                    expert_layers=f"{len(g.sparse_layers)} of {g.num_layers}",
+                    expert_layout="fused 3-D" if arch.fused_experts(ckpt.tensors) else "one tensor per expert")
+        if g.shared_size:
+            info["shared_expert_width"] = g.shared_size
     if as_json:
         print_json(info)
         return

@@ -10,6 +10,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from ..core.distributed import is_main
 from ..core.edits import HeadScale, Recipe, parse_heads
 from ..core.errors import RecipeError
 from ..find.heads.params import PAIR_FIELDS, SEARCH_FIELDS, FindParams
@@ -154,13 +155,16 @@ def print_findings(f: dict[str, Any]) -> None:
 def score_binding_cmd(model: str, load: LoadSpec, params: FindParams, as_json: bool) -> None:
     """Print ΔS and ΔK (paired t-tests over items) of MODEL on the binding benchmark."""
     from ..bake.patches import check_loadable
+    from ..core import distributed
     from ..find.heads.attention import surgery_attention_on
+    from ..find.heads.find import pairs_sha256
     from ..find.heads.scores import score_binding
     from ..model.loading import load_model, load_tokenizer, open_checkpoint
 
     ckpt, _ = open_checkpoint(model, load)
     check_loadable(ckpt)
     bench, pairs = _pairs(params)
+    distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
     tok = load_tokenizer(ckpt.path, load)
     net = load_model(ckpt.path, load)
     # progress goes to stderr, with --json too (it owns stdout only)
@@ -206,7 +210,7 @@ def find_heads_cmd(model: str, load: LoadSpec, params: FindParams, recompute: bo
     ckpt, _ = open_checkpoint(model, load)
     found = _find(ckpt, load, params, recompute)
     findings, path, cached = found.data, found.path, found.from_cache
-    if out_file:
+    if out_file and is_main():  # under torchrun rank 0 alone writes
         save_findings(findings, out_file)
     if as_json:
         print_json(findings)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from typing import Iterator
 
 import click
 
+from ..core import distributed
 from ..core.errors import SurgeryError
 from .group import cli
 
@@ -41,50 +43,79 @@ def _sigterm_as_ctrl_c() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextmanager
+def _torchrun(argv: list[str]) -> Iterator[None]:
+    """Under torchrun: data-parallel commands only, one process group, and output from rank 0 only
+    (the other ranks compute quietly; their errors still reach the log, see :func:`_error`)."""
+    if not distributed.under_torchrun():
+        yield
+        return
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command is not None and command not in distributed.DATA_PARALLEL:
+        raise distributed.NotDataParallel(f"surgery {command} does not run data-parallel; run it without torchrun "
+                           f"(under torchrun: {', '.join(distributed.DATA_PARALLEL)})")
+    with distributed.session():
+        if distributed.is_main():
+            yield
+            return
+        with open(os.devnull, "w") as sink, redirect_stdout(sink), redirect_stderr(sink):
+            yield
+
+
+def _error(message: str, exc: BaseException | None = None) -> None:
+    """The one ``Error: …`` line; under torchrun rank 0's as is, another rank's marked with its rank,
+    and what every rank detects alike (ranks that disagree, a command that does not split) said by
+    rank 0 alone."""
+    rank = distributed.world().rank
+    if rank and isinstance(exc, distributed.SAID_BY_RANK_0):
+        return
+    click.echo(f"Error (rank {rank}): {message}" if rank else f"Error: {message}", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, mapping every failure to one line and a non-zero exit."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
         _register()  # inside the try: a package missing at import time is one line too
-        with _sigterm_as_ctrl_c():
+        with _sigterm_as_ctrl_c(), _torchrun(argv):
             code = cli.main(args=argv, prog_name="surgery", standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)
     except SurgeryError as exc:
         if debug:
             raise
-        click.echo(f"Error: {_one_line(exc)}", err=True)
+        _error(_one_line(exc), exc)
         sys.exit(2)
     except click.exceptions.Abort:
-        click.echo("Error: interrupted; nothing was left half-written", err=True)
+        _error("interrupted; nothing was left half-written")
         sys.exit(130)
     except click.ClickException as exc:
         if debug:
             raise
-        click.echo(f"Error: {_one_line(exc.format_message())} (see --help)", err=True)
+        _error(f"{_one_line(exc.format_message())} (see --help)")
         sys.exit(exc.exit_code or 2)
     except KeyboardInterrupt:
-        click.echo("Error: interrupted; nothing was left half-written", err=True)
+        _error("interrupted; nothing was left half-written")
         sys.exit(130)
     except OSError as exc:
         if debug:
             raise
         where = f": {exc.filename}" if exc.filename else ""
-        click.echo(f"Error: {exc.strerror or exc}{where}", err=True)
+        _error(f"{exc.strerror or exc}{where}")
         sys.exit(1)
     except ImportError as exc:  # a package missing from a partial install: say what to install
         if debug or not exc.name:
             raise
         from ..core.optional import install_hint
 
-        click.echo(f"Error: {install_hint(exc.name)}", err=True)
+        _error(install_hint(exc.name))
         sys.exit(2)
     except Exception as exc:  # a bug: still one line, the traceback on request
         if debug:
             raise
-        click.echo(f"Error: internal error ({type(exc).__name__}: {_one_line(exc)}); rerun with --debug "
-                   "for the traceback and please report it", err=True)
+        _error(f"internal error ({type(exc).__name__}: {_one_line(exc)}); rerun with --debug "
+               "for the traceback and please report it")
         sys.exit(1)
 
 

@@ -31,7 +31,7 @@ def neuron_table(summary: Mapping[str, Any], title: str) -> Table:
         table.add_column(col, justify="right")
     table.add_column("chosen for" if per_category else "top category")
     for rank, r in enumerate(summary["neurons"], 1):
-        table.add_row(str(rank), str(r["layer"]), str(r["neuron"]), _fmt(r["bias"]), _fmt(r["signed"]),
+        table.add_row(str(rank), str(r["layer"]), r.get("label", str(r["neuron"])), _fmt(r["bias"]), _fmt(r["signed"]),
                       _fmt(r["fairness"]), _fmt(r["ppm"]), _fmt(r["activation"]),
                       r["chosen_for" if per_category else "top_category"])
     return table
@@ -53,6 +53,20 @@ def overlap_table(overlap: Mapping[str, Any]) -> Table:
     for c, row in zip(cats, overlap["jaccard"]):
         table.add_row(c, *(f"{v:.2f}" for v in row))
     return table
+
+
+def print_experts(report: Mapping[str, Any]) -> None:
+    """Mixtures of experts: unscored neurons, and the experts whose routing differs most per category."""
+    out.print(f"Experts: {report['experts']} per layer × {report['expert_width']} neurons"
+              + (f", shared expert {report['shared_width']}" if report["shared_width"] else "")
+              + f"; {report['unscored_neurons']} expert neurons unscored (no pair reached their expert)")
+    table = Table(title="Routing share, stereotyped − other side (mean over pairs)")
+    for col in ("category", "layer", "expert", "signed", "mean |Δ|"):
+        table.add_column(col, justify="right" if col != "category" else "left")
+    for cat, rows in report["routing"].items():
+        for r in rows:
+            table.add_row(cat, str(r["layer"]), str(r["expert"]), _fmt(r["signed"]), _fmt(r["abs"]))
+    out.print(table)
 
 
 def print_summary(summary: Mapping[str, Any], dataset: Mapping[str, Any], title: str = "") -> None:

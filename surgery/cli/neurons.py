@@ -7,15 +7,17 @@ from pathlib import Path
 
 import click
 
-from ..core.edits import NeuronScale, Recipe, parse_neurons
+from ..core.distributed import is_main
+from ..core.edits import Recipe, parse_neurons
 from ..core.errors import RecipeError
 from ..find.neurons.find import dataset_brief
 from ..find.neurons.params import CaptureParams, SelectParams
+from ..find.neurons.select import selected_edits
 from ..model.loading import LoadSpec
 from .baking import bake_each, parse_values, sweep_label
 from .console import note, out, print_json, progress_bars
 from .group import cli
-from .neuron_views import print_summary, selection_extra
+from .neuron_views import print_experts, print_summary, selection_extra
 from .options import baking_command, model_argument, typed_options
 
 RECOMPUTE = click.option("--recompute", is_flag=True, help="Ignore cached findings and capture again.")
@@ -44,7 +46,7 @@ def _findings(model: str, load: LoadSpec, capture: CaptureParams, recompute: boo
     if transfer:
         raise RecipeError("--transfer applies to --findings from another checkpoint; give --findings FILE")
     pairs = load_pairs(capture.pairs, capture.language, capture.category_list)
-    if any_categories and capture.categories and (recompute or not cached_path(ckpt, pairs).is_file()):
+    if any_categories and capture.categories and (recompute or not cached_path(ckpt, pairs, load).is_file()):
         pairs = load_pairs(capture.pairs, capture.language)
     with progress_bars() as progress:  # stderr, with --json too
         return find_neurons(ckpt, pairs, batch_size=capture.batch_size, strict=capture.strict, load=load,
@@ -68,14 +70,17 @@ def find_neurons_cmd(model: str, load: LoadSpec, capture: CaptureParams, recompu
     from ..find.neurons.find import describe, write_findings
 
     found = _findings(model, load, capture, recompute, None, False)
-    if out_file is not None:
+    if out_file is not None and is_main():  # under torchrun rank 0 alone writes
         write_findings(found.data, out_file)
     shown = describe(found.scores, found.select(n, choose, capture.category_list))
     if as_json:
         print_json({"findings": str(found.path), "cached": found.from_cache, "out": str(out_file) if out_file else None,
-                    "dataset": dataset_brief(found.data.get("dataset")), "summary": shown})
+                    "dataset": dataset_brief(found.data.get("dataset")), "compute": found.data.get("compute"),
+                    "summary": shown, **({"experts": found.data["experts"]} if found.data.get("experts") else {})})
         return
     print_summary(shown, found.data.get("dataset") or {})
+    if found.data.get("experts"):
+        print_experts(found.data["experts"])
     where = f"{found.path}" + (f" and {out_file}" if out_file else "")
     out.print(f"{'Cached' if found.from_cache else 'Saved'} findings: {where}")
 
@@ -122,6 +127,6 @@ def prune_neurons(model: str, load: LoadSpec, out_dir: Path, force: bool, verify
         extra = selection_extra(found, chosen, factor)
         if not as_json:
             print_summary(extra["neuron_selection"], found.data.get("dataset") or {}, title=f"n = {n}")
-        recipe = Recipe(tuple(NeuronScale(layer, idx, factor) for layer, idx in chosen.neurons))
+        recipe = Recipe(selected_edits(found.scores, chosen, factor))
         items.append((sweep_label("n", n), recipe, extra))
     bake_each(model, items, out_dir, **bake_kw)

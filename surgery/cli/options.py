@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import click
 
 from ..core.options import CliOption, cli_fields
-from ..model.loading import LoadSpec
+from ..model.loading import RUN_FIELDS, LoadSpec
 
 
 def _click_type(field: dataclasses.Field, spec: CliOption) -> Any:
@@ -91,9 +91,10 @@ def context_value(key: str) -> Any:
 
 
 def load_options(f: Callable | None = None, *, runs_model: bool = True) -> Callable:
-    """--revision, --trust-remote-code and (for commands that run a model) --device, handed to the
-    command as one ``load: LoadSpec`` so that every model load of the command gets all of them."""
-    decorate = typed_options(LoadSpec, into="load", skip=() if runs_model else ("device",))
+    """--revision, --trust-remote-code and (for commands that run a model) --device, --dtype,
+    --device-map, --max-memory and --offload-folder, handed to the command as one ``load: LoadSpec``
+    so that every model load of the command gets all of them."""
+    decorate = typed_options(LoadSpec, into="load", skip=() if runs_model else RUN_FIELDS)
     return decorate(f) if f is not None else decorate
 
 

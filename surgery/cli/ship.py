@@ -10,6 +10,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from ..core.distributed import is_main
 from ..core.errors import SurgeryError
 from ..model.loading import open_checkpoint
 from .console import err, out, print_json, progress_bars
@@ -156,6 +157,8 @@ def eval_cmd(model, load, against, suites, limit, bbq_paths, n4_path, lm_eval_ta
     with progress_bars() as progress:
         result = evaluate(source.path, plan, against=against_path, load=load,
                           progress=progress, report=lambda m: err.print(f"[dim]{m}[/]"))
+    if not is_main():
+        return  # under torchrun rank 0 alone writes and prints
     if out_path:
         save_result(result, out_path)
     if update_card:

@@ -6,10 +6,10 @@ adding a row to ``ARCHITECTURES`` below, never a try/except elsewhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
-from .errors import UnsupportedArchitecture
+from .errors import CheckpointError, UnsupportedArchitecture
 
 
 @dataclass(frozen=True)
@@ -38,13 +38,45 @@ class Layout:
     gate_up_proj: str | None = None
     # The text model's settings live under this key of config.json (multimodal wrappers).
     text_config_key: str | None = None
+    # Mixture-of-experts layers (None: every layer is a dense MLP).
+    experts: "Experts | None" = None
     # After the decoder layers (a knockout pass resumed at layer L runs the model's tail itself):
     # the final norm, a sibling of the layer list, and the config field of a logit soft-cap.
     final_norm: str = "norm"
     logit_softcap: str | None = None
 
 
+@dataclass(frozen=True)
+class Experts:
+    """Where a mixture-of-experts layer keeps its experts, in memory and in both on-disk layouts.
+
+    In memory transformers 5 fuses every expert of a layer into one module (``module``) holding the
+    3-D parameters ``gate_up_proj`` and ``down_proj``. On disk a checkpoint holds either one tensor
+    per expert (``per_expert``: gate, up, down names relative to the layer, ``{expert}`` the index;
+    what Hub releases hold and save_pretrained writes back) or the fused 3-D tensors themselves
+    (``module`` + ``.gate_up_proj`` / ``.down_proj``). Fused tensors are [E, 2I, H] and [E, H, I]
+    (gate rows [0:I], up rows [I:2I]), or with ``transposed`` [E, H, 2I] and [E, I, H]; with
+    ``interleaved`` gate j and up j are entries 2j and 2j+1 (GPT-OSS), and ``gate_up_proj_bias``
+    [E, 2I] then follows the same order.
+    """
+
+    num_keys: tuple[str, ...]           # config keys for the number of routed experts (first present)
+    size_key: str                       # config key of one routed expert's intermediate size
+    per_expert: tuple[str, str, str] | None
+    module: str = "mlp.experts"
+    transposed: bool = False
+    interleaved: bool = False
+    # A shared expert every token goes through (Qwen2-MoE): a dense MLP with its own width.
+    shared: str | None = None
+    shared_size_key: str | None = None
+    # Configs that interleave dense MLP layers (Qwen-MoE): the keys that say which layers.
+    sparse_step_key: str | None = None
+    dense_layers_key: str | None = None
+
+
 _DECODER = ("model.layers.{layer}.",)
+_QWEN_EXPERTS = ("mlp.experts.{expert}.gate_proj", "mlp.experts.{expert}.up_proj",
+                 "mlp.experts.{expert}.down_proj")
 
 ARCHITECTURES: dict[str, Layout] = {
     "llama": Layout(_DECODER),
@@ -61,6 +93,20 @@ ARCHITECTURES: dict[str, Layout] = {
     "phi3": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj",
                    q_proj=None, k_proj=None, v_proj=None, qkv_proj="self_attn.qkv_proj"),
     "olmo2": Layout(_DECODER),
+    "mixtral": Layout(_DECODER, experts=Experts(
+        ("num_local_experts",), "intermediate_size",
+        ("block_sparse_moe.experts.{expert}.w1", "block_sparse_moe.experts.{expert}.w3",
+         "block_sparse_moe.experts.{expert}.w2"))),
+    "qwen2_moe": Layout(_DECODER, experts=Experts(
+        ("num_experts", "num_local_experts"), "moe_intermediate_size", _QWEN_EXPERTS,
+        shared="mlp.shared_expert", shared_size_key="shared_expert_intermediate_size",
+        sparse_step_key="decoder_sparse_step", dense_layers_key="mlp_only_layers")),
+    "qwen3_moe": Layout(_DECODER, experts=Experts(
+        ("num_experts", "num_local_experts"), "moe_intermediate_size", _QWEN_EXPERTS,
+        sparse_step_key="decoder_sparse_step", dense_layers_key="mlp_only_layers")),
+    "olmoe": Layout(_DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS)),
+    "gpt_oss": Layout(_DECODER, experts=Experts(
+        ("num_local_experts",), "intermediate_size", None, transposed=True, interleaved=True)),
 }
 
 TABLE_LOCATION = "surgery/core/architectures.py (the ARCHITECTURES table)"
@@ -76,6 +122,24 @@ class Geometry:
     head_dim: int
     hidden_size: int
     intermediate_size: int
+    # Mixture of experts (0 / empty for dense models): routed experts per layer, one expert's
+    # width, the shared expert's width, and the layers that route (the others are dense MLPs).
+    num_experts: int = 0
+    expert_size: int = 0
+    shared_size: int = 0
+    sparse_layers: frozenset[int] = frozenset()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; a dense model's dict has only the dense fields (findings written before MoE
+        support record exactly those, and must still match)."""
+        out = {k: v for k, v in self.__dict__.items() if k not in _MOE_FIELDS}
+        if self.num_experts:
+            out.update(num_experts=self.num_experts, expert_size=self.expert_size,
+                       shared_size=self.shared_size, sparse_layers=sorted(self.sparse_layers))
+        return out
+
+
+_MOE_FIELDS = ("num_experts", "expert_size", "shared_size", "sparse_layers")
 
 
 @dataclass(frozen=True)
@@ -103,6 +167,65 @@ class Architecture:
                 f"found {'none' if not found else 'several'}; extend {TABLE_LOCATION}"
             )
         return found[0]
+
+    def is_sparse(self, layer: int) -> bool:
+        """Whether ``layer``'s MLP is a mixture of experts."""
+        return layer in self.geometry.sparse_layers
+
+    def fused_experts(self, names: Iterable[str]) -> bool:
+        """Whether ``names`` (a checkpoint's tensors) hold the experts fused (3-D) or one per expert.
+
+        Decided from the names of the first sparse layer; quantized experts (GPT-OSS's MXFP4
+        ``_blocks``/``_scales``) and anything else are one clear line.
+        """
+        ex = self.layout.experts
+        names = set(names)
+        layer = min(self.geometry.sparse_layers)
+        prefix = self.layer_prefix(names).format(layer=layer)
+        fused = f"{prefix}{ex.module}.gate_up_proj"
+        if f"{fused}_blocks" in names:
+            raise CheckpointError(f"{self.model_type}: the experts are quantized ('{fused}_blocks', MXFP4); "
+                                  "surgery edits F32, F16 and BF16 weights only: use a dequantized (bf16) copy")
+        if fused in names:
+            return True
+        if ex.per_expert and f"{prefix}{ex.per_expert[0].format(expert=0)}.weight" in names:
+            return False
+        spelled = [fused] + ([f"{prefix}{ex.per_expert[0].format(expert=0)}.weight"] if ex.per_expert else [])
+        raise UnsupportedArchitecture(f"{self.model_type}: layer {layer} has no expert tensors (looked for "
+                                      f"{' or '.join(spelled)}); extend {TABLE_LOCATION}")
+
+    def expert_slices(self, expert: int, part: str, fused: bool
+                      ) -> list[tuple[str, tuple[int, ...], int, int, bool]]:
+        """Where a per-expert matrix ``part`` ("gate", "up", "down"; standard [out, in] orientation)
+        of ``expert`` lies on disk, as (tensor relative to the layer, its full shape, first row and
+        number of rows of the expert's window in the tensor viewed as 2-D [rows, last dim], and
+        ``flipped``: the matrix's rows are the window's columns and vice versa). A fused gate/up
+        window holds both halves: :meth:`expert_rows` says which of its rows (columns) are a neuron's.
+        """
+        ex, g = self.layout.experts, self.geometry
+        E, H, I = g.num_experts, g.hidden_size, g.expert_size
+        if not fused:
+            name = ex.per_expert[("gate", "up", "down").index(part)].format(expert=expert) + ".weight"
+            shape = (H, I) if part == "down" else (I, H)
+            return [(name, shape, 0, shape[0], False)]
+        base = f"{ex.module}.{'down_proj' if part == 'down' else 'gate_up_proj'}"
+        if part == "down":
+            shape = (E, I, H) if ex.transposed else (E, H, I)
+            return [(base, shape, expert * shape[1], shape[1], ex.transposed)]
+        shape = (E, H, 2 * I) if ex.transposed else (E, 2 * I, H)
+        out = [(base, shape, expert * shape[1], shape[1], ex.transposed)]
+        if ex.interleaved:  # GPT-OSS: the gate/up bias [E, 2I] is pruned with the rows
+            out.append((f"{base}_bias", (E, 2 * I), expert, 1, True))
+        return out
+
+    def expert_rows(self, part: str, neuron: int, fused: bool) -> tuple[int, ...]:
+        """The rows (of a gate/up matrix in [out, in] orientation) that belong to ``neuron``."""
+        if not fused or part == "down":
+            return (neuron,)
+        ex, I = self.layout.experts, self.geometry.expert_size
+        if ex.interleaved:
+            return (2 * neuron + (part == "up"),)
+        return (neuron + (I if part == "up" else 0),)
 
     def mlp_input_modules(self) -> tuple[str, ...]:
         """Names (relative to a layer) of the matrices whose rows feed the MLP neurons."""
@@ -171,16 +294,22 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
 
     heads = need("num_attention_heads")
     hidden = need("hidden_size")
+    layers = need("num_hidden_layers")
     # head_dim is explicit in Gemma/Qwen3 configs and differs from hidden/heads there.
     head_dim = cfg.get("head_dim") or hidden // heads
-    return Geometry(
-        num_layers=need("num_hidden_layers"),
-        num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(head_dim),
-        hidden_size=hidden,
-        intermediate_size=need("intermediate_size"),
-    )
+    dense = Geometry(layers, heads, int(cfg.get("num_key_value_heads") or heads), int(head_dim), hidden,
+                     need("intermediate_size"))
+    ex = ARCHITECTURES[model_type].experts
+    if ex is None:
+        return dense
+    num = next((k for k in ex.num_keys if cfg.get(k) is not None), ex.num_keys[0])
+    step = int(cfg.get(ex.sparse_step_key) or 1) if ex.sparse_step_key else 1
+    only_dense = set(cfg.get(ex.dense_layers_key) or []) if ex.dense_layers_key else set()
+    # transformers' rule (Qwen-MoE): experts where layer ∉ mlp_only_layers and (layer+1) % step == 0.
+    sparse = frozenset(i for i in range(layers) if i not in only_dense and (i + 1) % step == 0)
+    return replace(dense, num_experts=need(num), expert_size=need(ex.size_key),
+                   shared_size=need(ex.shared_size_key) if ex.shared_size_key else 0,
+                   sparse_layers=sparse if need(num) > 0 else frozenset())
 
 
 def architecture(config: Mapping[str, Any]) -> Architecture:

@@ -19,6 +19,8 @@ from .errors import RecipeError
 
 RECIPE_VERSION = 1
 FLOAT32_MAX = 3.4028234663852886e38
+# The ``expert`` of a shared-expert neuron (Qwen2-MoE), in recipes and in the notation L:s:N.
+SHARED = "shared"
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,12 @@ class HeadScale:
     alpha: float
 
     @property
-    def target(self) -> tuple[str, int, int]:
-        return ("head", self.layer, self.head)
+    def target(self) -> tuple[str, int, int, int | str | None]:
+        return ("head", self.layer, self.head, None)
+
+    @property
+    def label(self) -> str:
+        return f"{self.layer}.{self.head}"
 
     @property
     def scale(self) -> float:
@@ -43,15 +49,24 @@ class HeadScale:
 
 @dataclass(frozen=True)
 class NeuronScale:
-    """Scale MLP neuron ``neuron`` of ``layer`` by ``factor``; 0 prunes it (gate/up rows too)."""
+    """Scale MLP neuron ``neuron`` of ``layer`` by ``factor``; 0 prunes it (gate/up rows too).
+
+    In a mixture-of-experts layer ``expert`` names the routed expert (an index) or ``"shared"``;
+    the notation is ``L:N`` (dense), ``L:eE:N`` (routed expert E), ``L:s:N`` (shared expert).
+    """
 
     layer: int
     neuron: int
     factor: float
+    expert: int | str | None = None
 
     @property
-    def target(self) -> tuple[str, int, int]:
-        return ("neuron", self.layer, self.neuron)
+    def target(self) -> tuple[str, int, int, int | str | None]:
+        return ("neuron", self.layer, self.neuron, self.expert)
+
+    @property
+    def label(self) -> str:
+        return neuron_label(self.layer, self.neuron, self.expert)
 
     @property
     def scale(self) -> float:
@@ -62,6 +77,13 @@ class NeuronScale:
 
 
 Edit = Union[HeadScale, NeuronScale]
+
+
+def neuron_label(layer: int, neuron: int, expert: int | str | None = None) -> str:
+    """The one notation of a neuron: ``28:17``, ``3:e5:17`` (routed expert 5), ``3:s:17`` (shared)."""
+    if expert is None:
+        return f"{layer}:{neuron}"
+    return f"{layer}:{'s' if expert == SHARED else f'e{expert}'}:{neuron}"
 
 _EDIT_KEYS = {
     "head": ("layer", "head", "alpha"),
@@ -91,22 +113,32 @@ def edit_from_dict(raw: Any, where: str = "edit") -> Edit:
     if kind not in _EDIT_KEYS:
         raise RecipeError(f"{where}.type must be 'head' or 'neuron', got {kind!r}")
     keys = _EDIT_KEYS[kind]
-    unknown = sorted(set(raw) - set(keys) - {"type"})
+    allowed = set(keys) | {"type"} | ({"expert"} if kind == "neuron" else set())
+    unknown = sorted(set(raw) - allowed)
     if unknown:
-        raise RecipeError(f"{where}: unknown key(s) {', '.join(unknown)} (allowed: type, {', '.join(keys)})")
+        extra = ", expert" if kind == "neuron" else ""
+        raise RecipeError(f"{where}: unknown key(s) {', '.join(unknown)} (allowed: type, {', '.join(keys)}{extra})")
     missing = [k for k in keys if k not in raw]
     if missing:
         raise RecipeError(f"{where}: missing key(s) {', '.join(missing)}")
     layer = _number(raw[keys[0]], f"{where}.{keys[0]}", True)
     index = _number(raw[keys[1]], f"{where}.{keys[1]}", True)
     value = _number(raw[keys[2]], f"{where}.{keys[2]}", False)
-    return HeadScale(layer, index, value) if kind == "head" else NeuronScale(layer, index, value)
+    if kind == "head":
+        return HeadScale(layer, index, value)
+    expert = raw.get("expert")
+    if expert is not None and expert != SHARED:
+        expert = _number(expert, f"{where}.expert", True)
+    return NeuronScale(layer, index, value, expert)
 
 
 def edit_to_dict(edit: Edit) -> dict[str, Any]:
     if isinstance(edit, HeadScale):
         return {"type": "head", "layer": edit.layer, "head": edit.head, "alpha": edit.alpha}
-    return {"type": "neuron", "layer": edit.layer, "neuron": edit.neuron, "factor": edit.factor}
+    out: dict[str, Any] = {"type": "neuron", "layer": edit.layer}
+    if edit.expert is not None:
+        out["expert"] = edit.expert
+    return {**out, "neuron": edit.neuron, "factor": edit.factor}
 
 
 def deduplicate(edits: Iterable[Edit]) -> tuple[Edit, ...]:
@@ -115,9 +147,8 @@ def deduplicate(edits: Iterable[Edit]) -> tuple[Edit, ...]:
     for e in edits:
         prior = seen.get(e.target)
         if prior is not None and prior != e:
-            kind, layer, index = e.target
             raise RecipeError(
-                f"conflicting edits for {kind} {layer}.{index}: {prior.scale} and {e.scale}; keep one"
+                f"conflicting edits for {e.target[0]} {e.label}: {prior.scale} and {e.scale}; keep one"
             )
         seen[e.target] = e
     return tuple(seen.values())
@@ -224,10 +255,35 @@ class Recipe:
             if isinstance(e, HeadScale) and e.head >= g.num_heads:
                 raise RecipeError(f"{where}.head = {e.head} but the model has "
                                   f"num_attention_heads = {g.num_heads} (valid: 0..{g.num_heads - 1})")
-            if isinstance(e, NeuronScale) and e.neuron >= g.intermediate_size:
-                raise RecipeError(f"{where}.neuron = {e.neuron} but the model has intermediate_size = "
-                                  f"{g.intermediate_size} (valid: 0..{g.intermediate_size - 1})")
+            if isinstance(e, NeuronScale):
+                _check_neuron(arch, e, where)
         return arch
+
+
+def _check_neuron(arch: Architecture, e: NeuronScale, where: str) -> None:
+    """The neuron exists: in the dense MLP, the routed expert or the shared expert its layer has."""
+    g, ex = arch.geometry, arch.layout.experts
+    if e.expert is None:
+        if arch.is_sparse(e.layer):
+            raise RecipeError(f"{where}: layer {e.layer} is a mixture of experts; name the expert "
+                              f"({e.layer}:eE:{e.neuron} for routed expert E"
+                              f"{f', {e.layer}:s:{e.neuron} for the shared expert' if ex.shared else ''})")
+        width, what = g.intermediate_size, "intermediate_size"
+    elif not arch.is_sparse(e.layer):
+        raise RecipeError(f"{where}.expert = {e.expert} but layer {e.layer} is a dense MLP "
+                          "(no experts); drop 'expert'")
+    elif e.expert == SHARED:
+        if not ex.shared:
+            raise RecipeError(f"{where}.expert = shared but {arch.model_type} has no shared expert")
+        width, what = g.shared_size, ex.shared_size_key
+    else:
+        if e.expert >= g.num_experts:
+            raise RecipeError(f"{where}.expert = {e.expert} but the model has {g.num_experts} experts per "
+                              f"layer (valid: 0..{g.num_experts - 1})")
+        width, what = g.expert_size, ex.size_key
+    if e.neuron >= width:
+        raise RecipeError(f"{where}.neuron = {e.neuron} but the model has {what} = {width} "
+                          f"(valid: 0..{width - 1})")
 
 
 def parse_heads(spec: str, alpha: float) -> list[HeadScale]:
@@ -244,15 +300,33 @@ def parse_heads(spec: str, alpha: float) -> list[HeadScale]:
     return out
 
 
+def parse_neuron(text: str) -> tuple[int, int, int | str | None]:
+    """``"28:17"`` → (28, 17, None); ``"3:e5:17"`` → (3, 17, 5); ``"3:s:17"`` → (3, 17, "shared")."""
+    fields = text.split(":")
+    try:
+        expert: int | str | None = None
+        if len(fields) == 3 and fields[1] == "s":
+            expert = SHARED
+        elif len(fields) == 3 and fields[1][:1] == "e" and fields[1][1:].isdigit():
+            expert = int(fields[1][1:])
+        elif len(fields) != 2:
+            raise ValueError(text)
+        layer, neuron = int(fields[0]), int(fields[-1])
+    except ValueError:
+        raise RecipeError(f"'{text}' is not LAYER:NEURON, LAYER:eEXPERT:NEURON or LAYER:s:NEURON "
+                          "(e.g. 28:17, 3:e5:17, 3:s:17)") from None
+    return layer, neuron, expert
+
+
 def parse_neurons(spec: str, factor: float) -> list[NeuronScale]:
-    """Parse ``"28:17,28:901"`` (layer:neuron pairs) from the command line."""
+    """Parse ``"28:17,3:e5:17,3:s:2"`` (see :func:`neuron_label`) from the command line."""
     out = []
     for part in filter(None, (p.strip() for p in spec.split(","))):
         try:
-            layer, neuron = (int(x) for x in part.split(":"))
-        except ValueError:
-            raise RecipeError(f"--neurons: '{part}' is not LAYER:NEURON (e.g. 28:17,28:901)") from None
-        out.append(NeuronScale(layer, neuron, factor))
+            layer, neuron, expert = parse_neuron(part)
+        except RecipeError as exc:
+            raise RecipeError(f"--neurons: {exc}") from None
+        out.append(NeuronScale(layer, neuron, factor, expert))
     if not out:
         raise RecipeError("--neurons is empty; give LAYER:NEURON pairs such as 28:17,28:901")
     return out

@@ -20,6 +20,12 @@ more branch in :func:`sites` returning its ``Site`` list; the three consumers ne
 the site is a weight's columns or rows. ``module`` is the in-memory module name relative to a
 layer; where the on-disk tensor is named or laid out differently (fused expert tensors), that
 translation belongs to ``Architecture`` and the byte plan asks it, not this map.
+
+Routed-expert neurons are such sites: ``expert`` set, ``module`` the logical per-expert matrix
+("mlp.experts.down" etc., [out, in] orientation). ``Architecture.expert_slices`` maps them to the
+per-expert or fused 3-D tensors on disk; their twin is model/expert_twin.py (no Linear per expert
+in memory), and the LoRA export refuses them. A shared expert's neurons are plain dense sites of
+its own MLP.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Literal
 
 from .architectures import Architecture
-from .edits import Edit, HeadScale, NeuronScale
+from .edits import SHARED, Edit, HeadScale, NeuronScale
 
 Axis = Literal["in", "out"]
 
@@ -44,6 +50,9 @@ class Site:
     scale: float
     shape: tuple[int, int]      # the weight's expected (rows, cols), from the geometry
     twin: bool                  # the run-time twin and the LoRA export realise this site
+    # A routed expert's matrix: ``module`` is then "<experts module>.gate|up|down" in [out, in]
+    # orientation, and Architecture.expert_slices says where it lies on disk (per-expert or fused).
+    expert: int | None = None
 
     def __post_init__(self) -> None:
         # Hooks and LoRA scale a module's input: only column sites can be theirs.
@@ -59,8 +68,34 @@ def _head_sites(arch: Architecture, e: HeadScale) -> list[Site]:
     return [Site(e.layer, o_proj, "in", tuple(range(cols.start, cols.stop)), e.alpha, shape, True)]
 
 
+def _expert_sites(arch: Architecture, e: NeuronScale) -> list[Site]:
+    """A routed expert's neuron: the same rule as a dense neuron, on that expert's matrices."""
+    g, module = arch.geometry, arch.layout.experts.module
+    H, I = g.hidden_size, g.expert_size
+    out = [Site(e.layer, f"{module}.down", "in", (e.neuron,), e.factor, (H, I), True, e.expert)]
+    if e.factor == 0.0:
+        out += [Site(e.layer, f"{module}.{part}", "out", (e.neuron,), 0.0, (I, H), False, e.expert)
+                for part in ("gate", "up")]
+    return out
+
+
+def _shared_sites(arch: Architecture, e: NeuronScale) -> list[Site]:
+    """A shared-expert neuron: a dense neuron of the shared expert's own MLP."""
+    g, shared = arch.geometry, arch.layout.experts.shared
+    H, I = g.hidden_size, g.shared_size
+    out = [Site(e.layer, f"{shared}.down_proj", "in", (e.neuron,), e.factor, (H, I), True)]
+    if e.factor == 0.0:
+        out += [Site(e.layer, f"{shared}.{m}", "out", (e.neuron,), 0.0, (I, H), False)
+                for m in ("gate_proj", "up_proj")]
+    return out
+
+
 def _neuron_sites(arch: Architecture, e: NeuronScale) -> list[Site]:
     """A neuron is one input column of down_proj; pruned, also its rows of every MLP input matrix."""
+    if e.expert == SHARED:
+        return _shared_sites(arch, e)
+    if e.expert is not None:
+        return _expert_sites(arch, e)
     shapes = arch.mlp_shapes()
     down = arch.layout.down_proj
     out = [Site(e.layer, down, "in", (e.neuron,), e.factor, shapes[down], True)]

@@ -24,7 +24,11 @@ import math
 import re
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import numpy as np
+
+from ..core import distributed
 from ..core.errors import SurgeryError
+from ..model.placement import input_device
 
 LETTERS = "abc"
 EQUAL_ANSWER = 2  # option (c) is always the equal-treatment answer in N4
@@ -130,18 +134,25 @@ def generate_answers(model, tokenizer, prompts: Sequence[Sequence[int]], *, batc
 
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    device = next(model.parameters()).device
-    texts: list[str] = []
-    for start in range(0, len(prompts), batch_size):
+    device = input_device(model)
+    # The new tokens of every prompt, -1 past what generate returned (it stops when all rows end).
+    tokens = np.full((len(prompts), max_new_tokens), -1, dtype=np.int64)
+    mine: list[int] = []
+    # under torchrun each rank generates whole batches; the token rows are gathered back in order
+    for start in distributed.shard(range(0, len(prompts), batch_size)):
         batch = {k: v.to(device) for k, v in encode_prompts(tokenizer, prompts[start:start + batch_size]).items()}
         with torch.inference_mode():
             out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
                                  pad_token_id=tokenizer.pad_token_id)
-        new = out[:, batch["input_ids"].shape[1]:]
-        texts.extend(tokenizer.batch_decode(new, skip_special_tokens=True))
+        new = out[:, batch["input_ids"].shape[1]:].cpu().numpy()
+        tokens[start:start + len(new), :new.shape[1]] = new
+        mine += range(start, start + len(new))
         if progress:
             progress(len(new))
-    return texts
+    if distributed.under_torchrun():
+        tokens = distributed.gather_rows(len(prompts), mine, tokens[mine])
+        distributed.catch_up(progress, len(mine), len(prompts))
+    return tokenizer.batch_decode([[t for t in row if t >= 0] for row in tokens.tolist()], skip_special_tokens=True)
 
 
 def awareness(model, tokenizer, records: Iterable[Mapping[str, Any]], *, instruct: bool | None = None,

@@ -10,14 +10,18 @@ import itertools
 import math
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
+
+from ..core import distributed
+from ..model.placement import input_device
 
 Advance = Callable[[int], None]  # one measurement's advance(n); see surgery.core.progress
 MAX_WINDOW = 1024  # tokens per perplexity window (longer texts are split, without overlap)
 
 
 def _device(model) -> torch.device:
-    return next(model.parameters()).device
+    return input_device(model)
 
 
 def _pad_right(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,13 +61,20 @@ def perplexity(model, tokenizer, texts: Sequence[str], *, batch_size: int = 4,
     seqs = [w for ws in windows for w in ws]
     # progress counts texts: a text is done with its last window (a long text has several)
     last_window = set(itertools.accumulate(len(ws) for ws in windows))
-    nll, count = 0.0, 0
-    for start in range(0, len(seqs), batch_size):
+    nll, count, done = 0.0, 0, 0
+    # under torchrun each rank takes whole batches; the sums are added up across ranks
+    for start in distributed.shard(range(0, len(seqs), batch_size)):
         for lp in _token_logprobs(model, seqs[start:start + batch_size], tokenizer.pad_token_id or 0):
             nll -= float(lp.double().sum())
             count += lp.numel()
+        ended = sum(end in last_window for end in range(start + 1, min(start + batch_size, len(seqs)) + 1))
+        done += ended
         if progress:
-            progress(sum(end in last_window for end in range(start + 1, min(start + batch_size, len(seqs)) + 1)))
+            progress(ended)
+    if distributed.under_torchrun():
+        nll, total = distributed.all_reduce(np.array([nll, count]))
+        count = int(round(total))
+        distributed.catch_up(progress, done, len(texts))
     return {"perplexity": math.exp(nll / count) if count else math.nan,
             "nll_per_token": nll / count if count else math.nan, "tokens": count, "texts": len(texts)}
 
@@ -83,16 +94,22 @@ def option_logliks(model, tokenizer, pairs: Sequence[tuple[str, str]], *, batch_
         spans.append((len(ctx), len(cont)))
     # longest first: padding is wasted only within similar lengths
     order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
-    scores = [0.0] * len(seqs)
-    for start in range(0, len(order), batch_size):
+    scores = np.zeros(len(seqs))
+    mine: list[int] = []
+    # under torchrun each rank takes whole batches; the scores are gathered back into order
+    for start in distributed.shard(range(0, len(order), batch_size)):
         batch = order[start:start + batch_size]
         lps = _token_logprobs(model, [seqs[i] for i in batch], tokenizer.pad_token_id or 0)
         for i, lp in zip(batch, lps):
             n_ctx, n_cont = spans[i]
             scores[i] = float(lp[n_ctx - 1:n_ctx - 1 + n_cont].double().sum())
+        mine += batch
         if progress:
             progress(len(batch))
-    return scores
+    if distributed.under_torchrun():
+        scores = distributed.gather_rows(len(seqs), mine, scores[mine])
+        distributed.catch_up(progress, len(mine), len(seqs))
+    return [float(x) for x in scores]
 
 
 def choose(logliks: Sequence[float], options: Sequence[str], normalize: bool) -> int:
@@ -103,30 +120,41 @@ def choose(logliks: Sequence[float], options: Sequence[str], normalize: bool) ->
 
 def next_token_logprobs(model, tokenizer, texts: Sequence[str],
                         progress: Advance | None = None) -> list[torch.Tensor]:
-    """log-softmax of the next-token logits at every position of each text (fp32, on CPU)."""
+    """log-softmax of the next-token logits at every position of each text (fp32, on CPU).
+
+    Under torchrun, of this rank's texts only (:func:`kl_divergence` adds the ranks up): the
+    reference and the model see the same shard, and vocab-wide rows never travel.
+    """
     out = []
     device = _device(model)
-    for text in texts:
+    mine = distributed.shard(texts)
+    for text in mine:
         ids = torch.tensor([tokenizer(text)["input_ids"]], device=device)
         with torch.inference_mode():
             out.append(torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1).cpu())
         if progress:
             progress(1)
+    distributed.catch_up(progress, len(mine), len(texts))
     return out
 
 
 def kl_divergence(reference: Sequence[torch.Tensor], model_logprobs: Sequence[torch.Tensor]) -> dict[str, float]:
-    """KL(reference ‖ model) of next-token distributions, averaged over every position of every text."""
-    per_position = []
-    agree = 0
+    """KL(reference ‖ model) of next-token distributions, averaged over every position of every text
+    (of every torchrun rank's texts: sums, counts and the maximum are reduced in float64)."""
+    total, largest, positions, agree = 0.0, -math.inf, 0, 0
     for p, q in zip(reference, model_logprobs, strict=True):
         if p.shape != q.shape:
             from ..core.errors import SurgeryError
 
             raise SurgeryError("KL needs both models to share one tokenizer and vocabulary; compare a "
                                "checkpoint with its own source")
-        per_position.append((p.exp() * (p - q)).sum(-1).clamp_min(0.0))
+        kl = (p.exp() * (p - q)).sum(-1).clamp_min(0.0)
+        total += float(kl.double().sum())
+        largest = max(largest, float(kl.max()))
+        positions += kl.numel()
         agree += int((p.argmax(-1) == q.argmax(-1)).sum())
-    kl = torch.cat(per_position)
-    return {"kl_mean": float(kl.mean()), "kl_max": float(kl.max()), "positions": kl.numel(),
-            "top1_agreement": agree / kl.numel()}
+    total, positions, agree = distributed.all_reduce(np.array([total, positions, agree]))
+    largest = float(distributed.all_reduce(np.array([largest]), "max")[0])
+    positions, agree = int(round(positions)), int(round(agree))
+    return {"kl_mean": total / positions if positions else math.nan, "kl_max": largest, "positions": positions,
+            "top1_agreement": agree / positions if positions else math.nan}

@@ -16,11 +16,14 @@ Suites (each model is loaded once, in fp32, and runs every chosen suite):
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..core import distributed
 from ..core.errors import SurgeryError
 from ..core.optional import require
 from ..core.progress import Progress, silent
@@ -155,6 +158,13 @@ def bbq(model, tokenizer, items: list[dict[str, Any]], batch_size: int, progress
     return evaluate_bbq.score(items, preds)
 
 
+def plan_digest(plan: Plan) -> str:
+    """The sha256 of what ``plan`` measures (suites, data, batching): torchrun ranks must agree on it."""
+    blob = json.dumps([plan.suites, plan.limit, plan.batch_size, plan.retention, plan.bbq, plan.n4,
+                       plan.lm_eval_tasks, str(plan.lm_eval_include)], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 def _identity(path: Path) -> dict[str, Any]:
     from ..core.checkpoint import Checkpoint
 
@@ -172,6 +182,8 @@ def evaluate(model_path: Path, plan: Plan, *, against: Path | None = None, load:
     """Run ``plan`` on the model (and on ``against`` first, when given); return the result JSON."""
     start = time.time()
     result = io.new_result(_identity(model_path), _identity(against) if against else None, plan.settings)
+    distributed.check_agree("the models and the evaluation data", result["model"]["fingerprint"],
+                            (result["against"] or {}).get("fingerprint"), plan_digest(plan))
     reference = None
     if against is not None:
         report(f"evaluating the source {against}")

@@ -29,7 +29,7 @@ def model_identity(ckpt: Checkpoint) -> dict[str, Any]:
     return {
         "fingerprint": ckpt.fingerprint(),
         "model_type": arch.model_type,
-        "geometry": arch.geometry.__dict__,
+        "geometry": arch.geometry.to_dict(),
         "path": str(ckpt.path),
     }
 
@@ -123,6 +123,15 @@ def new_findings(kind: str, ckpt: Checkpoint, dataset_sha256: str, params: Mappi
         "dataset_sha256": dataset_sha256,
         "parameters": dict(params),
     }
+
+
+def compute_record(model) -> dict[str, str]:
+    """Where and in what precision a finder ran the model (findings record it; sums are float32)."""
+    from ..model.placement import dtype_name, input_device
+
+    placed = getattr(model, "hf_device_map", None)
+    return {"dtype": dtype_name(model.dtype), "device": str(input_device(model)),
+            **({"device_map": "accelerate"} if placed else {})}
 
 
 @dataclass

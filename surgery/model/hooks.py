@@ -4,6 +4,10 @@ Scaling a module's input features is the same linear map as scaling its weight c
 ``"in"`` site of surgery/core/sites.py): o_proj's columns for a head, down_proj's column for a neuron
 (and, for factor 0, as zeroing the gate/up rows too, since act(0)·0 = 0). So these hooks are the
 reference the bake is checked against.
+
+Routed experts have no module per expert in memory (transformers 5 fuses them into one module with
+3-D ``gate_up_proj``/``down_proj``, run by a pluggable experts implementation): their twin is a
+registered experts implementation that sees the routed tokens (model/expert_twin.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from torch import nn
 from ..core.architectures import Architecture, architecture
 from ..core.edits import Edit
 from ..core.sites import all_sites
+from .expert_twin import expert_twin
 
 
 def model_architecture(model: nn.Module) -> Architecture:
@@ -42,10 +47,11 @@ def _scale_hook(scales: torch.Tensor):
 
 
 def scale_vectors(arch: Architecture, edits: Iterable[Edit]) -> dict[tuple[str, int], torch.Tensor]:
-    """Per (module, layer): the vector of input-feature scales of the edits' twin sites."""
+    """Per (module, layer): the vector of input-feature scales of the edits' twin sites
+    (routed experts excepted: see :func:`expert_scales`)."""
     vectors: dict[tuple[str, int], torch.Tensor] = {}
     for site in all_sites(arch, edits):
-        if not site.twin:
+        if not site.twin or site.expert is not None:
             continue  # bake-only completeness (a pruned neuron's gate/up rows): no run-time effect
         key = (site.module, site.layer)
         if key not in vectors:
@@ -54,16 +60,32 @@ def scale_vectors(arch: Architecture, edits: Iterable[Edit]) -> dict[tuple[str, 
     return vectors
 
 
+def expert_scales(arch: Architecture, edits: Iterable[Edit]) -> dict[int, torch.Tensor]:
+    """Per layer: the [experts, expert width] scales of the routed-expert neurons the edits touch."""
+    out: dict[int, torch.Tensor] = {}
+    g = arch.geometry
+    for site in all_sites(arch, edits):
+        if site.twin and site.expert is not None:
+            if site.layer not in out:
+                out[site.layer] = torch.ones(g.num_experts, g.expert_size, dtype=torch.float32)
+            out[site.layer][site.expert, list(site.indices)] = site.scale
+    return out
+
+
 @contextmanager
 def applied(model: nn.Module, edits: Iterable[Edit]) -> Iterator[nn.Module]:
     """Apply ``edits`` to ``model`` at run time; every hook is removed on exit, even on error."""
     arch = model_architecture(model)
+    edits = list(edits)
     handles = []
     try:
         for (module, layer), v in scale_vectors(arch, edits).items():
             target = layer_module(model, arch, layer, module)
             handles.append(target.register_forward_pre_hook(_scale_hook(v)))
-        yield model
+        experts = {layer_module(model, arch, layer, arch.layout.experts.module): scales
+                   for layer, scales in expert_scales(arch, edits).items()}
+        with expert_twin(model, experts):
+            yield model
     finally:
         for h in handles:
             h.remove()

@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core import distributed
 from ..core.checkpoint import Checkpoint
 from ..core.errors import CheckpointError
 from ..core.options import param
+from .placement import (DEVICE_MAPS, DTYPES, check_budget, largest_layer_bytes,
+                        parse_max_memory, resolve_device, resolve_dtype)
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # What a checkpoint needs besides its weights: configs, tokenizer, chat template, card, licence.
@@ -104,11 +110,34 @@ class LoadSpec:
     # the checkpoint's own Python code runs only when the user asks
     trust_remote_code: bool = param(False, "Allow checkpoints whose config needs custom code (read that code "
                                     "first).", is_flag=True)
-    device: str = param("cpu", "Torch device the model runs on: cpu, cuda, cuda:N or mps.")
-    dtype: str = "float32"  # compute dtype: every command computes in float32 today
+    device: str = param("auto", "Torch device the model runs on: auto (the first GPU when there is one, else "
+                        "the CPU), cpu, cuda, cuda:N or mps.")
+    dtype: str = param("auto", "Compute dtype: auto (bfloat16 on a GPU that supports it, float32 elsewhere), "
+                       "float32, bfloat16 or float16. Scores and sums accumulate in float32 either way.",
+                       choices=DTYPES)
+    device_map: str | None = param(None, "auto: spread a model too big for one device over the GPUs, CPU memory "
+                                   "and disk (accelerate's big-model loading; --device then names the devices "
+                                   "it may use).", kind="str", choices=DEVICE_MAPS)
+    max_memory: str | None = param(None, "With --device-map auto: memory per device, e.g. 0=70GiB,1=70GiB,"
+                                   "cpu=100GiB (accelerate's max_memory).", kind="str", metavar="DEVICE=SIZE,...")
+    offload_folder: str | None = param(None, "With --device-map auto: folder for the weights that fit no device "
+                                       "(default: a temporary folder, removed afterwards).", kind="str",
+                                       metavar="DIR")
+
+    def __post_init__(self) -> None:
+        # option combinations and spelling are checked when the options are read, before any work
+        if self.device_map is None and (self.max_memory or self.offload_folder):
+            raise CheckpointError("--max-memory and --offload-folder place a model with --device-map auto; add it")
+        if self.device_map not in (None, *DEVICE_MAPS):
+            raise CheckpointError(f"--device-map {self.device_map!r}: only 'auto' (accelerate's placement) is offered")
+        if self.dtype not in DTYPES:
+            raise CheckpointError(f"--dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        parse_max_memory(self.max_memory)
 
 
 DEFAULT_LOAD = LoadSpec()
+# The fields that matter only to commands that run a model (the others also open checkpoints).
+RUN_FIELDS = ("device", "dtype", "device_map", "max_memory", "offload_folder")
 
 
 def open_checkpoint(model: str, load: LoadSpec = DEFAULT_LOAD) -> tuple[Checkpoint, Source]:
@@ -124,38 +153,71 @@ def as_checkpoint(model: Checkpoint | str | Path, load: LoadSpec = DEFAULT_LOAD)
     return Checkpoint(Path(model), allow_remote_code=load.trust_remote_code)
 
 
-def check_device(device: str) -> None:
-    """Refuse a device this machine does not have, in one line, before a model is loaded."""
-    import torch
+def compute_dtype(load: LoadSpec = DEFAULT_LOAD):
+    """The torch dtype models load in under ``load`` (what ``--dtype auto`` means on this machine)."""
+    return resolve_dtype(load.dtype, resolve_device(load.device))
 
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise CheckpointError(f"--device {device!r} is not a torch device; use cpu, cuda, cuda:N or mps") from None
-    if dev.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise CheckpointError(f"--device {device}: this machine has no CUDA GPU usable by torch; use --device cpu")
-        if dev.index is not None and dev.index >= count:
-            raise CheckpointError(f"--device {device}: there are only {count} CUDA device(s) (cuda:0"
-                                  f"{f' … cuda:{count - 1}' if count > 1 else ''})")
-    elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise CheckpointError(f"--device {device}: MPS is not available on this machine; use --device cpu")
+
+def _placement(path: Path, load: LoadSpec, device: str, dtype) -> dict[str, Any]:
+    """from_pretrained's placement arguments: none (the caller moves the model to ``device``), or
+    accelerate's device_map / max_memory / offload_folder, with the budget checked against one layer."""
+    if load.device_map is None:
+        return {"device_map": None}
+    if distributed.under_torchrun():  # every rank would spread a copy of its own over all the devices
+        raise CheckpointError("--device-map auto splits one model over several devices; under torchrun each "
+                              "process holds a whole copy: run one process with --device-map auto instead")
+    budget = parse_max_memory(load.max_memory)
+    if budget is None and load.device != "auto":  # only the device the user named (and CPU, disk) may hold layers
+        import torch
+        from accelerate.utils import get_max_memory
+
+        named = torch.device(device)
+        keep = {named.index or 0} if named.type == "cuda" else {named.type}
+        budget = {k: v for k, v in get_max_memory().items() if k in keep | {"cpu"}}
+    if budget:
+        ckpt = Checkpoint(path, allow_remote_code=load.trust_remote_code)
+        check_budget(budget, largest_layer_bytes(ckpt.tensors, dtype.itemsize), str(dtype).removeprefix("torch."))
+    folder = load.offload_folder or tempfile.mkdtemp(prefix="surgery-offload-")
+    return {"device_map": _module_map(path, load, budget, dtype), "offload_folder": folder}
+
+
+def _module_map(path: Path, load: LoadSpec, budget: dict | None, dtype) -> dict[str, Any]:
+    """accelerate's placement, one entry per module: its default map merges a run of modules on the
+    same device into their parent, and a model wholly on disk (``{"": "disk"}``) is then brought
+    into memory whole on every forward pass, not a layer at a time."""
+    from accelerate import infer_auto_device_map, init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(path), trust_remote_code=load.trust_remote_code)
+    with init_empty_weights():
+        empty = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=load.trust_remote_code)
+    return dict(infer_auto_device_map(empty, max_memory=budget, dtype=dtype, clean_result=False,
+                                      no_split_module_classes=getattr(empty, "_no_split_modules", None)))
 
 
 def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
-    """Load a checkpoint for computation: safetensors only, no remote code unless asked, eval mode."""
-    import torch
+    """Load a checkpoint for computation: safetensors only, no remote code unless asked, eval mode,
+    on ``load``'s device in its dtype (or spread by accelerate with ``--device-map auto``)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    check_device(load.device)
+    device = resolve_device(distributed.rank_device(load.device))  # under torchrun: this rank's GPU
+    dtype = resolve_dtype(load.dtype, device)
+    placement = _placement(Path(path), load, device, dtype)
     hf_logging.disable_progress_bar()  # our own progress bars are the ones users should see
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=getattr(torch, load.dtype), use_safetensors=True,
-        trust_remote_code=load.trust_remote_code, device_map=None,
-    )
-    return model.to(load.device).eval()
+    own_folder = placement.get("offload_folder") if load.offload_folder is None else None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=dtype, use_safetensors=True, trust_remote_code=load.trust_remote_code, **placement)
+    except BaseException:
+        if own_folder:
+            shutil.rmtree(own_folder, ignore_errors=True)
+        raise
+    if placement["device_map"] is None:
+        model = model.to(device)
+    elif own_folder:  # our temporary offload folder lives as long as the model
+        weakref.finalize(model, shutil.rmtree, own_folder, True)
+    return model.eval()
 
 
 def load_tokenizer(path: str | Path, load: LoadSpec = DEFAULT_LOAD):

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from ..bake.provenance import (PROVENANCE_NAME, UNDO_NAME, integrity_problems, load_provenance, load_undo,
                                provenance_text)
 from ..core.checkpoint import file_sha256
-from ..core.edits import HeadScale, Recipe
+from ..core.edits import SHARED, HeadScale, Recipe
 from ..core.errors import VerificationError
 from ..core.staging import atomic_write_text
 
@@ -65,7 +65,11 @@ def _edits_section(recipe: Recipe) -> str:
         else:
             effect = ("neuron pruned (gate/up rows and down_proj column zeroed)" if e.factor == 0
                       else f"neuron output × {e.factor:g} (down_proj column)")
-            rows.append(f"| MLP neuron | {e.layer} | {e.neuron} | {e.factor:g} | {effect} |")
+            if e.expert is None:
+                rows.append(f"| MLP neuron | {e.layer} | {e.neuron} | {e.factor:g} | {effect} |")
+            else:  # the notation of recipes and --neurons: 3:e5:17 (routed expert 5), 3:s:17 (shared)
+                what = "shared-expert neuron" if e.expert == SHARED else f"expert {e.expert} neuron"
+                rows.append(f"| {what} (`{e.label}`) | {e.layer} | {e.neuron} | {e.factor:g} | {effect} |")
     if len(recipe.edits) > MAX_EDIT_ROWS:
         rows.append(f"\n… and {len(recipe.edits) - MAX_EDIT_ROWS} more edits: see `surgery.json`.")
     return "\n".join(rows)

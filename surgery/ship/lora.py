@@ -25,7 +25,7 @@ from ..bake.bake import hash_files
 from ..bake.provenance import PROVENANCE_NAME, load_provenance, provenance_intact
 from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint
-from ..core.edits import HeadScale, Recipe
+from ..core.edits import SHARED, HeadScale, NeuronScale, Recipe
 from ..core.errors import RecipeError
 from ..core.staging import staged_output
 from ..model.hooks import scale_vectors
@@ -86,6 +86,13 @@ def _read_weight(ckpt: Checkpoint, name: str) -> torch.Tensor:
 def plan_ranks(arch: Architecture, recipe: Recipe) -> dict[tuple[str, int], torch.Tensor]:
     """Per (module, layer): the scale vector of its input features, from the recipe's twin sites
     (only modules the recipe edits)."""
+    routed = [e for e in recipe.active() if isinstance(e, NeuronScale) and e.expert not in (None, SHARED)]
+    if routed:
+        # Routed experts are fused 3-D parameters in memory: no Linear for a LoRA to sit on, and
+        # vLLM serves no adapter on them. Refusing beats an adapter that silently drops the edit.
+        raise RecipeError(f"export-lora: routed-expert neuron edits ({routed[0].label}"
+                          f"{f' and {len(routed) - 1} more' if len(routed) > 1 else ''}) have no exact "
+                          "LoRA adapter; ship the baked checkpoint instead")
     vectors = scale_vectors(arch, recipe.active())
     return {key: v for key, v in vectors.items() if bool((v != 1).any())}
 

@@ -75,7 +75,7 @@ def _neurons_section(f: Mapping[str, Any], stem: str, out: Path) -> list[str]:
         lines.append(f"Top {s.get('n', len(s['neurons']))} neurons by {s.get('score', '?')} ({s.get('rule', '?')} "
                      f"selection); categories: {', '.join(s.get('categories') or [])}")
         lines += ["", "| layer | neuron | bias | signed | top category |", "|---|---|---|---|---|"]
-        lines += [f"| {r['layer']} | {r['neuron']} | {_fmt(r.get('bias'))} | {_fmt(r.get('signed'))} | "
+        lines += [f"| {r['layer']} | {r.get('label', r['neuron'])} | {_fmt(r.get('bias'))} | {_fmt(r.get('signed'))} | "
                   f"{r.get('top_category', '')} |" for r in s["neurons"]]  # every one the header counts
         lines.append("")
     if s.get("layer_distribution"):
@@ -85,7 +85,21 @@ def _neurons_section(f: Mapping[str, Any], stem: str, out: Path) -> list[str]:
     if overlap.get("jaccard") and len(overlap.get("categories") or []) > 1:
         png = plots.overlap_matrix(overlap["categories"], overlap["jaccard"], out / f"{stem}-overlap.png")
         lines += [f"![category overlap]({png.name})", ""]
-    return lines
+    return lines + _experts_lines(f.get("experts"))
+
+
+def _experts_lines(report: Mapping[str, Any] | None) -> list[str]:
+    """Mixtures of experts: unscored neurons and the experts whose routing differs most per category."""
+    if not report:
+        return []
+    lines = [f"Experts: {report['experts']} per layer × {report['expert_width']} neurons"
+             + (f", shared expert {report['shared_width']}" if report.get("shared_width") else "")
+             + f"; {report['unscored_neurons']} expert neurons unscored (no pair reached their expert).", "",
+             "| category | layer | expert | routing share, stereotyped − other | mean abs difference |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {cat} | {r['layer']} | {r['expert']} | {_fmt(r['signed'])} | {_fmt(r['abs'])} |"
+              for cat, rows in report["routing"].items() for r in rows]
+    return lines + [""]
 
 
 def _eval_section(result: Mapping[str, Any], stem: str, out: Path) -> list[str]:

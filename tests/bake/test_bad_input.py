@@ -39,7 +39,9 @@ def bases(tmp_path_factory) -> dict[str, Path]:
             "sharded": build_tiny("llama", root / "sharded", shard="20KB"),
             "f16": build_tiny("llama", root / "f16", dtype=torch.float16),
             "bf16": build_tiny("llama", root / "bf16", dtype=torch.bfloat16),
-            "phi3": build_tiny("phi3", root / "phi3")}
+            "phi3": build_tiny("phi3", root / "phi3"),
+            "qwen2_moe": build_tiny("qwen2_moe", root / "qwen2_moe"),
+            "gpt_oss": build_tiny("gpt_oss", root / "gpt_oss")}
 
 
 RECIPE_OK_EDIT = "  - {type: head, layer: 0, head: 1, alpha: 2.0}\n"
@@ -99,6 +101,20 @@ CASES = [
     Case("negative-head", lambda c: c.heads(None, "0.-1"), ("must be ≥ 0", "got 0.-1")),
     Case("neuron-out-of-range", lambda c: ["prune-neurons", c.src, "--neurons", "0:48", "--out", c.out],
          ("intermediate_size = 48", "valid: 0..47")),
+    # --- mixture-of-experts neurons (4 experts of width 16, a shared expert of width 24) ---
+    Case("expert-out-of-range", lambda c: ["prune-neurons", c.src, "--neurons", "0:e4:1", "--out", c.out],
+         ("4 experts per layer", "valid: 0..3"), source="qwen2_moe"),
+    Case("neuron-not-in-expert", lambda c: ["prune-neurons", c.src, "--neurons", "0:e1:16", "--out", c.out],
+         ("moe_intermediate_size = 16", "valid: 0..15"), source="qwen2_moe"),
+    Case("neuron-not-in-shared-expert", lambda c: ["prune-neurons", c.src, "--neurons", "0:s:24", "--out", c.out],
+         ("shared_expert_intermediate_size = 24", "valid: 0..23"), source="qwen2_moe"),
+    Case("expert-not-named", lambda c: ["prune-neurons", c.src, "--neurons", "1:5", "--out", c.out],
+         ("layer 1 is a mixture of experts", "1:eE:5"), source="qwen2_moe"),
+    Case("no-shared-expert", lambda c: ["prune-neurons", c.src, "--neurons", "1:s:5", "--out", c.out],
+         ("gpt_oss has no shared expert", "expert = shared"), source="gpt_oss"),
+    Case("expert-spec-malformed", lambda c: ["prune-neurons", c.src, "--neurons", "0:x5:1", "--out", c.out],
+         ("not LAYER:NEURON", "3:e5:17"), source="qwen2_moe"),
+    Case("quantized-mxfp4", setups.quant("mxfp4"), ("quantized", "unquantized"), source="gpt_oss"),
     Case("heads-spec-malformed", lambda c: c.heads(None, "7"), ("not LAYER.HEAD", "e.g. 7.7")),
     Case("heads-empty", lambda c: c.heads(None, ""), ("--heads is empty", "give LAYER.HEAD pairs")),  # not a search
     Case("heads-only-commas", lambda c: c.heads(None, ","), ("--heads is empty", "give LAYER.HEAD pairs")),

@@ -15,6 +15,7 @@ import pytest
 import transformers
 
 import surgery.model.loading
+import surgery.model.placement
 from surgery.cli.main import main
 from tests.find.neurons.test_neurons import write_pairs
 from tests.support.binding import char_model, write_small_benchmark
@@ -60,13 +61,13 @@ def remote(tiny, tmp_path, monkeypatch):
             return _original(klass, *args, **kwargs)
 
         monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
-    real_check = surgery.model.loading.check_device
+    real_check = surgery.model.placement.check_device
 
     def device_spy(device: str) -> None:
         calls.append(("device", device))
         real_check(device)
 
-    monkeypatch.setattr(surgery.model.loading, "check_device", device_spy)
+    monkeypatch.setattr(surgery.model.placement, "check_device", device_spy)
     real_resolve = surgery.model.loading.resolve
 
     def resolve_spy(model: str, revision: str | None = None):

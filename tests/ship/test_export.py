@@ -159,3 +159,26 @@ def test_export_lora_refuses_a_tampered_surgery_json(baked_by_cli, tmp_path, cap
     (baked / "surgery.json").write_text(text.replace('"alpha": 2.5', '"alpha": 25.0'))
     line = error_line(run_main(["export-lora", src, "--recipe", baked, "--out", tmp_path / "adapter"], capsys))
     assert "changed after the bake" in line and "give the recipe YAML" in line
+
+
+def test_routed_expert_edits_are_refused_in_one_line(tiny, tmp_path):
+    """Routed experts are fused 3-D parameters in memory: no exact adapter, so a clear refusal."""
+    ckpt = Checkpoint(tiny("qwen2_moe"))
+    recipe = Recipe((HeadScale(0, 1, 2.0), NeuronScale(1, 3, 0.0, 2), NeuronScale(2, 4, 0.0, 1)))
+    with pytest.raises(RecipeError, match=r"routed-expert neuron edits \(1:e2:3 and 1 more\).*baked checkpoint"):
+        export_lora(ckpt, recipe, tmp_path / "adapter")
+    assert not (tmp_path / "adapter").exists()
+
+
+def test_shared_expert_and_heads_of_a_moe_export_exactly(tiny, tmp_path):
+    from peft import PeftModel
+
+    src = tiny("qwen2_moe")
+    ckpt = Checkpoint(src)
+    recipe = Recipe((HeadScale(0, 1, 2.5), NeuronScale(1, 3, 0.0, "shared"), NeuronScale(2, 5, 1.5, "shared")))
+    bake(ckpt, recipe, tmp_path / "baked")
+    export_lora(ckpt, recipe, tmp_path / "adapter")
+    baked = _logits(_load(tmp_path / "baked"))
+    peft_model = PeftModel.from_pretrained(_load(src), tmp_path / "adapter").eval()
+    assert (_logits(peft_model) - baked).abs().max().item() <= 1e-5
+    assert (_logits(_load(src)) - baked).abs().max().item() > 1e-3

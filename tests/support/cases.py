@@ -219,5 +219,5 @@ def _neuron_scores(layers: int, width: int) -> dict:
 
     grid = (np.arange(layers * width).reshape(layers, width) % 7 + 1) / 8
     values = {f.name: {"Gender": 4} if f.name == "counts" else grid if f.name == "ppm" else {"Gender": grid}
-              for f in dataclasses.fields(NeuronScores)}
+              for f in dataclasses.fields(NeuronScores) if f.default is dataclasses.MISSING}  # dense: no MoE fields
     return NeuronScores(**values).to_dict()

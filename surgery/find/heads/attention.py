@@ -112,8 +112,8 @@ def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
 
 def _bind(probs: torch.Tensor, masks: Mapping[str, torch.Tensor], queries: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """(B, 2, H): attention mass from option-a / option-b tokens (``queries``) to the item tokens."""
-    item = masks["item"].to(probs.dtype)
-    to_item = torch.einsum("bhqk,bk->bhq", probs, item).float()
+    # in float32 whatever the model computes in: these are the features the heads are found from
+    to_item = torch.einsum("bhqk,bk->bhq", probs.float(), masks["item"].float())
     out = []
     for name in ("a", "b"):
         q = queries[name].float()

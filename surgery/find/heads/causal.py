@@ -21,11 +21,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ...core import distributed
 from ...core.edits import HeadScale
 from ...model.hooks import applied
+from ...model.placement import input_device
 from .attention import EdgeEdit, edge_heads
 from .params import DOSE_GRID
-from .prompts import Encoded, batches
+from .prompts import Encoded, batch_groups, collate
 from .resume import Counter, resume, snapshot
 from .scores import SPAN_NAMES, delta, pad_id, run_prompts, s_scores
 
@@ -88,19 +90,31 @@ class PairRunner:
                            progress=self.progress).s
 
     def sweep(self, edits: Sequence[EdgeEdit]) -> list[np.ndarray]:
-        """S of every prompt under each of ``edits``, sharing each batch's unchanged work."""
-        device = next(self.model.parameters()).device
-        out = [np.zeros(len(self.prompts)) for _ in edits]
+        """S of every prompt under each of ``edits``, sharing each batch's unchanged work.
+
+        Under torchrun each rank sweeps whole batches of its own; rows and FLOPs are gathered back.
+        """
+        device, pad, n = input_device(self.model), pad_id(self.model), len(self.prompts)
+        out = [np.zeros(n) for _ in edits]
         self.full_flops += len(edits) * self.counter.full(self.prompts, self.batch_size)
-        for batch in batches(self.prompts, self.batch_size, pad_id(self.model), SPAN_NAMES, device):
+        groups = distributed.shard(batch_groups(self.prompts, self.batch_size))
+        flops = self.counter.flops
+        for idx in groups:
+            batch = collate([self.prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
             snap = snapshot(self.model, batch)
-            self.counter.add(len(batch.index), snap.length)
-            self.counter.add_head(len(batch.index))
+            self.counter.add(len(idx), snap.length)
+            self.counter.add_head(len(idx))
             for s, edit in zip(out, edits):
                 logits = resume(self.model, snap, batch, edit, self.counter)
-                s[list(batch.index)] = s_scores(logits.float().log_softmax(-1), self.ids).cpu().numpy()
+                s[idx] = s_scores(logits.float().log_softmax(-1), self.ids).cpu().numpy()
                 if self.progress:
-                    self.progress(len(batch.index))
+                    self.progress(len(idx))
+        if distributed.under_torchrun():
+            mine = [i for idx in groups for i in idx]
+            out = [distributed.gather_rows(n, mine, s[mine]) for s in out]
+            spent = distributed.all_reduce(np.array([self.counter.flops - flops], dtype=np.float64))
+            self.counter.flops = flops + int(spent[0])
+            distributed.catch_up(self.progress, len(mine) * len(edits), n * len(edits))
         return out
 
     def delta(self, s: np.ndarray) -> dict[str, Any]:

@@ -19,11 +19,13 @@ import numpy as np
 
 from ... import __version__
 from ...bake.patches import check_loadable
+from ...core import distributed
 from ...core.checkpoint import Checkpoint
 from ...core.errors import FindingsError, RecipeError, SurgeryError
 from ...core.progress import Progress, silent
-from ...model.loading import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
-from ..findings import Found, cache_path, new_findings, save_findings
+from ...model.loading import DEFAULT_LOAD, LoadSpec, as_checkpoint, compute_dtype, load_model, load_tokenizer
+from ...model.placement import dtype_name
+from ..findings import Found, cache_path, compute_record, new_findings, save_findings
 from .attention import surgery_attention_on
 from .causal import PairRunner, confirmed_order, dose_response, knockout_report, single_knockouts
 from .discovery import discover, rank_heads
@@ -81,6 +83,7 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
         raise SurgeryError(f"--confirm {params.confirm} cannot confirm {params.knockout_heads} knockout heads; "
                            "give --confirm 0 (no confirmation) or at least --knockout-heads")
     ckpt = as_checkpoint(model, load)
+    distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
     check_loadable(ckpt)
     tokenizer = load_tokenizer(ckpt.path, load)
     model = load_model(ckpt.path, load)
@@ -95,6 +98,7 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
     report(flops_note(counter, binding, scoring, params))
     findings = new_findings("heads", ckpt, pairs_sha256(pairs), params.to_dict(), __version__)
     findings["prompt_format"] = "instruct" if instruct else "base"
+    findings["compute"] = compute_record(model)
     items = [p.item for p in pairs]
     with surgery_attention_on(model):
         scores = score_binding(model, tokenizer, pairs, instruct=instruct, batch_size=params.batch_size,
@@ -209,8 +213,11 @@ def head_ranking(findings: Mapping[str, Any]) -> list[tuple[int, int]]:
     return list(dict.fromkeys(selected + confirmed + ranked))
 
 
-def findings_cache(ckpt: Checkpoint, pairs: Sequence[Pair], params: FindParams) -> Path:
-    return cache_path("heads", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
+def findings_cache(ckpt: Checkpoint, pairs: Sequence[Pair], params: FindParams, load: LoadSpec = DEFAULT_LOAD) -> Path:
+    """Where findings are cached: a model run in bfloat16 gets findings of its own (scores stay float32)."""
+    model_dtype = dtype_name(compute_dtype(load))
+    extra = {} if model_dtype == "float32" else {"model_dtype": model_dtype}
+    return cache_path("heads", ckpt.fingerprint(), pairs_sha256(pairs), {**params.to_dict(), **extra})
 
 
 @dataclass
@@ -242,12 +249,14 @@ def cached_find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair], par
                       recompute: bool = False, load: LoadSpec = DEFAULT_LOAD, **kwargs) -> HeadFindings:
     """The cached findings for (model, pairs, params), computed and cached on a miss."""
     ckpt = as_checkpoint(model, load)
-    path = findings_cache(ckpt, pairs, params)
+    distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
+    path = findings_cache(ckpt, pairs, params, load)
     hit = None if recompute else HeadFindings.cached(path, ckpt)
-    if hit is not None:
+    if distributed.all_true(hit is not None):  # under torchrun: a cache miss on any rank computes on all
         return hit
     findings = find_heads(ckpt, pairs, params, load=load, **kwargs)
-    save_findings(findings, path)
+    if distributed.is_main():
+        save_findings(findings, path)
     return HeadFindings(findings, path, from_cache=False)
 
 

@@ -115,9 +115,14 @@ def collate(rows: Sequence[Encoded], index: Sequence[int], pad_id: int, names: S
 def batches(rows: Sequence[Encoded], batch_size: int, pad_id: int, names: Sequence[str] = (),
             device: torch.device | str = "cpu") -> Iterator[Batch]:
     """Batches of similar length (less padding); ``Batch.index`` maps rows back to ``rows``."""
+    for idx in batch_groups(rows, batch_size):
+        yield collate([rows[i] for i in idx], idx, pad_id, names, device)
+
+
+def batch_groups(rows: Sequence[Encoded], batch_size: int) -> list[list[int]]:
+    """The row indices of each batch, shortest rows first (:func:`batches` collates them; under
+    torchrun each rank takes whole groups, so a batch is the same in every run)."""
     if batch_size < 1:
         raise SurgeryError(f"--batch-size must be ≥ 1, got {batch_size}")
     order = sorted(range(len(rows)), key=lambda i: len(rows[i].ids))
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        yield collate([rows[i] for i in idx], idx, pad_id, names, device)
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]

@@ -15,10 +15,12 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from ...core import distributed
 from ...core.errors import SurgeryError
+from ...model.placement import input_device
 from .attention import EdgeEdit, Plan, active_plan
 from .pairs import Pair
-from .prompts import Encoded, batches, encode_question
+from .prompts import Encoded, batch_groups, collate, encode_question
 
 SPAN_NAMES = ("a", "b", "item", "tested", "control")
 
@@ -77,26 +79,34 @@ def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequ
     The model must run the surgery attention function (attention.surgery_attention_on) when
     ``features`` or ``edit`` is used.
     """
-    device = next(model.parameters()).device
+    device = input_device(model)
     pad = pad_id(model)
-    layers = model.config.get_text_config().num_hidden_layers
-    s, coverage = np.zeros(len(prompts)), np.zeros(len(prompts))
-    feats = None
-    for batch in batches(prompts, batch_size, pad, SPAN_NAMES, device):
+    text = model.config.get_text_config()
+    layers = text.num_hidden_layers
+    n = len(prompts)
+    s, coverage = np.zeros(n), np.zeros(n)
+    feats = np.zeros((n, layers, text.num_attention_heads), dtype=np.float32) if features else None
+    # Under torchrun each rank runs whole batches of its own and the rows are gathered back.
+    groups = distributed.shard(batch_groups(prompts, batch_size))
+    for idx in groups:
+        batch = collate([prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
         plan = Plan(batch.masks, features=features, edit=edit) if (features or edit) else None
         with torch.inference_mode(), active_plan(plan):
             logits = model(**batch.model_inputs(), use_cache=False, logits_to_keep=1).logits[:, -1]
         lp = logits.float().log_softmax(-1)
-        s[list(batch.index)] = s_scores(lp, option_ids).cpu().numpy()
+        s[idx] = s_scores(lp, option_ids).cpu().numpy()
         every = [i for ids in option_ids.values() for i in ids]
-        coverage[list(batch.index)] = lp[:, every].exp().sum(-1).cpu().numpy()
+        coverage[idx] = lp[:, every].exp().sum(-1).cpu().numpy()
         if features:
-            f = plan.features_tensor(layers).numpy()
-            if feats is None:
-                feats = np.zeros((len(prompts),) + f.shape[1:], dtype=np.float32)
-            feats[list(batch.index)] = f
+            feats[idx] = plan.features_tensor(layers).numpy()
         if progress:
-            progress(len(batch.index))
+            progress(len(idx))
+    if distributed.under_torchrun():
+        mine = [i for idx in groups for i in idx]
+        s, coverage = (distributed.gather_rows(n, mine, a[mine]) for a in (s, coverage))
+        if features:
+            feats = distributed.gather_rows(n, mine, feats[mine])
+        distributed.catch_up(progress, len(mine), n)
     return PassResult(s, feats, coverage)
 
 

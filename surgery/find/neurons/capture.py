@@ -16,6 +16,7 @@ from torch import nn
 
 from ...core.errors import SurgeryError
 from ...model.hooks import layer_module, model_architecture
+from ...model.placement import input_device
 
 # (index of the batch's first text, pooled activations [batch, layers, width] in float32)
 BatchCallback = Callable[[int, torch.Tensor], None]
@@ -61,7 +62,7 @@ def capture_pooled(model: nn.Module, tokenizer, texts: Sequence[str], on_batch: 
 
     handles = [layer_module(model, arch, layer, arch.layout.down_proj).register_forward_pre_hook(hook_for(layer))
                for layer in chosen]
-    device = next(model.parameters()).device
+    device = input_device(model)
     try:
         for start in range(0, len(texts), batch_size):
             batch = list(texts[start:start + batch_size])

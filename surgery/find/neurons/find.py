@@ -15,22 +15,29 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from ... import __version__
 from ...bake.patches import check_loadable
+from ...core import distributed
+from ...core.architectures import architecture
 from ...core.checkpoint import Checkpoint
 from ...core.progress import Progress, silent
 from ...core.staging import atomic_write_text
-from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
-from ..findings import Found, cache_path, new_findings
+from ...model.loading import DEFAULT_LOAD, LoadSpec, compute_dtype, load_model, load_tokenizer
+from ...model.placement import dtype_name
+from ..findings import Found, cache_path, compute_record, new_findings
 from .pairs import PairsError, PairSet, check_token_counts
 from .params import DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, SelectParams
+from .routing import expert_report
 from .scores import NeuronScores, accumulate_pair_sums, ppm_scores
 from .select import Selection, category_overlap, layer_distribution, neuron_rows, select
 
 # What was captured and how; part of the cache key (bump "method" when the scores change meaning).
 CAPTURE_PARAMS = {"method": 2, "site": "mlp.down_proj input", "pooling": "mean over real tokens",
                   "dtype": "float32"}
+# Mixtures of experts: each expert's intermediate activation, over the tokens routed to it.
+EXPERT_CAPTURE_PARAMS = {**CAPTURE_PARAMS, "site": "expert intermediate (down_proj input) over routed tokens",
+                         "pooling": "mean over each prompt's real tokens routed to the expert"}
 # The summary stored in every findings file uses the commands' defaults.
 SUMMARY_N = 40
-_NUMBER_LIST = re.compile(r"\[[-+0-9.eE,\s]*\]")
+_NUMBER_LIST = re.compile(r"\[(?:[-+0-9.eE,\s]|null)*\]")
 
 
 @dataclass
@@ -87,17 +94,22 @@ def summary(scores: NeuronScores, n: int, score: str = DEFAULT_SCORE, rule: str 
     return describe(scores, chosen)
 
 
-def capture_params(pairs: PairSet) -> dict[str, Any]:
-    return {**CAPTURE_PARAMS, "categories": pairs.categories()}
+def capture_params(pairs: PairSet, ckpt: Checkpoint | None = None, load: LoadSpec = DEFAULT_LOAD) -> dict[str, Any]:
+    """What is captured, and how (the cache key's parameters): a mixture of experts (``ckpt``)
+    captures its experts; a model run in bfloat16 gets findings of its own (sums stay float32)."""
+    moe = ckpt is not None and bool(architecture(ckpt.config).geometry.sparse_layers)
+    model_dtype = dtype_name(compute_dtype(load))
+    extra = {} if model_dtype == "float32" else {"model_dtype": model_dtype}
+    return {**(EXPERT_CAPTURE_PARAMS if moe else CAPTURE_PARAMS), **extra, "categories": pairs.categories()}
 
 
 def scores_of(findings: Mapping[str, Any]) -> NeuronScores:
     return NeuronScores.from_dict(findings.get("scores") or {})
 
 
-def cached_path(ckpt: Checkpoint, pairs: PairSet) -> Path:
+def cached_path(ckpt: Checkpoint, pairs: PairSet, load: LoadSpec = DEFAULT_LOAD) -> Path:
     """Where findings for this model and these pairs are (or would be) cached."""
-    return cache_path("neurons", ckpt.fingerprint(), pairs.sha256, capture_params(pairs))
+    return cache_path("neurons", ckpt.fingerprint(), pairs.sha256, capture_params(pairs, ckpt, load))
 
 
 def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, strict: bool = False,
@@ -105,10 +117,15 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
                  progress: Progress = silent,
                  report: Callable[[str], None] = lambda m: None) -> NeuronFindings:
     """Cached findings for (model, pairs, parameters), computing them on a miss."""
-    params = capture_params(pairs)
-    cached = cached_path(ckpt, pairs)
+    params = capture_params(pairs, ckpt, load)
+    if distributed.under_torchrun() and params["site"] == EXPERT_CAPTURE_PARAMS["site"]:
+        # the expert sums (reached pairs, routing shares) are not all-reduced yet
+        raise distributed.NotDataParallel("find-neurons on a mixture of experts does not split across torchrun "
+                                          "processes yet; run it as one process")
+    distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs.sha256, params, batch_size, strict)
+    cached = cached_path(ckpt, pairs, load)
     hit = None if recompute else NeuronFindings.cached(cached, ckpt)
-    if hit is not None:
+    if distributed.all_true(hit is not None):
         skipped = (hit.data.get("dataset") or {}).get("skipped") or {}
         if strict and skipped:  # the cached run skipped pairs that --strict must refuse
             detail = ", ".join(f"{c} {n}" for c, n in skipped.items())
@@ -125,16 +142,28 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
                f"lengths ({detail}); --strict makes this an error")
     kept = check.kept
     model = load_model(ckpt.path, load)
-    sums = accumulate_pair_sums(model, tokenizer, kept.pairs, batch_size, progress("capturing prompts", 2 * len(kept)))
-    scores = NeuronScores.from_sums(sums, ppm_scores(model))
+    advance = progress("capturing prompts", 2 * len(kept))
+    # Under torchrun each rank captures whole batches of its own; the float64 sums are then added up.
+    mine = distributed.shard(kept.pairs, chunk=batch_size)
+    sums = accumulate_pair_sums(model, tokenizer, mine, batch_size, advance)
+    ppm = ppm_scores(model)
+    if distributed.under_torchrun():
+        sums = sums.all_reduced(kept.categories(), ppm.shape)
+        distributed.catch_up(advance, 2 * len(mine), 2 * len(kept))
+    scores = NeuronScores.from_sums(sums, ppm)
+    compute = compute_record(model)
     del model
 
     findings = new_findings("neurons", ckpt, pairs.sha256, params, __version__)
+    findings["compute"] = compute
     findings["dataset"] = {
         "source": pairs.source, "pairs": len(pairs), "pairs_used": len(kept),
         "per_category": scores.counts, "skipped": check.skipped, "skipped_ids": list(check.skipped_ids),
     }
+    if scores.experts is not None:
+        findings["experts"] = expert_report(scores)
     findings["summary"] = summary(scores, min(SUMMARY_N, scores.shape[0] * scores.shape[1] // 2))
     findings["scores"] = scores.to_dict()
-    write_findings(findings, cached)
+    if distributed.is_main():
+        write_findings(findings, cached)
     return NeuronFindings(findings, cached, from_cache=False)

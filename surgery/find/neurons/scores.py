@@ -7,6 +7,13 @@ Per neuron (layer l, index i) and category c, over that category's pairs:
   Fairness         w·minmax_l(BiasScore) + (1 − w)·(1 − minmax_l(PPM)), min-max within each layer
   activation       mean |pooled| over the category's prompts (how active the neuron is at all)
 Pooled scores (several categories) weight each category by its number of pairs.
+
+Mixture-of-experts layers (experts.py): a routed expert's neuron has an activation for a prompt only
+when some of its tokens reached the expert. A pair counts for that neuron only when both prompts
+did; ``reached`` holds those counts per neuron, the means divide by them, and a neuron no pair
+reached has no score (NaN in memory, null in the findings) and is never selected. ``routing``
+holds, per category, layer and expert, the mean routing share of the stereotyped side minus the
+other's (signed) and its mean absolute difference.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...core import distributed
 from ...core.errors import SurgeryError
 from .pairs import PromptPair
 from .params import DEFAULT_BIAS_WEIGHT, SCORES
@@ -40,17 +48,54 @@ class PairSums:
     abs_sum: dict[str, np.ndarray] = field(default_factory=dict)
     signed_sum: dict[str, np.ndarray] = field(default_factory=dict)
     mag_sum: dict[str, np.ndarray] = field(default_factory=dict)
+    # Mixtures of experts: pairs whose both prompts reached each neuron's expert, the experts'
+    # (count, width, shared width), and the routing-share sums (signed, absolute) [layers, experts].
+    reached: dict[str, np.ndarray] = field(default_factory=dict)
+    experts: tuple[int, int, int] | None = None
+    routing_signed: dict[str, np.ndarray] = field(default_factory=dict)
+    routing_abs: dict[str, np.ndarray] = field(default_factory=dict)
 
     def add(self, category: str, pooled_1: np.ndarray, pooled_2: np.ndarray, signs: np.ndarray) -> None:
-        """Add the pooled activations ([pairs, layers, width]) of some pairs of one category."""
+        """Add the pooled activations ([pairs, layers, width]; NaN: expert not reached) of some
+        pairs of one category."""
         if category not in self.abs_sum:
-            for sums in (self.abs_sum, self.signed_sum, self.mag_sum):
+            for sums in (self.abs_sum, self.signed_sum, self.mag_sum, self.reached):
                 sums[category] = np.zeros(pooled_1.shape[1:], dtype=np.float64)
         diff = pooled_1 - pooled_2
+        both = np.isfinite(diff)
         self.counts[category] += diff.shape[0]
-        self.abs_sum[category] += np.abs(diff).sum(axis=0)
-        self.signed_sum[category] += (diff * signs[:, None, None]).sum(axis=0)
-        self.mag_sum[category] += (np.abs(pooled_1) + np.abs(pooled_2)).sum(axis=0)
+        self.reached[category] += both.sum(axis=0)
+        self.abs_sum[category] += np.where(both, np.abs(diff), 0.0).sum(axis=0)
+        self.signed_sum[category] += np.where(both, diff * signs[:, None, None], 0.0).sum(axis=0)
+        self.mag_sum[category] += np.where(both, np.abs(pooled_1) + np.abs(pooled_2), 0.0).sum(axis=0)
+
+    def add_routing(self, category: str, share_1: np.ndarray, share_2: np.ndarray, signs: np.ndarray) -> None:
+        """Add the routing shares ([pairs, layers, experts]) of some pairs of one category."""
+        if category not in self.routing_signed:
+            for sums in (self.routing_signed, self.routing_abs):
+                sums[category] = np.zeros(share_1.shape[1:], dtype=np.float64)
+        diff = share_1 - share_2
+        self.routing_signed[category] += (diff * signs[:, None, None]).sum(axis=0)
+        self.routing_abs[category] += np.abs(diff).sum(axis=0)
+
+
+    def all_reduced(self, categories: Sequence[str], shape: tuple[int, int]) -> "PairSums":
+        """The sums over every torchrun rank (each holds its shard's); ``categories`` are those of
+        all pairs, so ranks that saw none of a category still take part (in float64)."""
+        cats = sorted(categories)
+        stacked = np.zeros((len(cats), 4) + tuple(shape), dtype=np.float64)
+        for k, c in enumerate(cats):
+            if self.counts[c]:
+                stacked[k, 0], stacked[k, 1] = self.abs_sum[c], self.signed_sum[c]
+                stacked[k, 2], stacked[k, 3] = self.mag_sum[c], self.counts[c]
+        total = distributed.all_reduce(stacked)
+        out = PairSums()
+        for k, c in enumerate(cats):
+            count = int(round(total[k, 3, 0, 0]))
+            if count:
+                out.counts[c] = count
+                out.abs_sum[c], out.signed_sum[c], out.mag_sum[c] = total[k, 0], total[k, 1], total[k, 2]
+        return out
 
 
 def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair], batch_size: int = 16,
@@ -58,10 +103,13 @@ def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair
     """Capture both prompts of every pair (batch_size pairs per forward pass) into PairSums."""
     from .capture import capture_pooled
 
+    from ...model.hooks import model_architecture
+    from .experts import capture_experts
+
     texts = [t for p in pairs for t in (p.prompt_1, p.prompt_2)]
     sums = PairSums()
 
-    def on_batch(start: int, pooled: torch.Tensor) -> None:
+    def on_batch(start: int, pooled: torch.Tensor, routing: torch.Tensor | None = None) -> None:
         values = pooled.double().numpy()
         first, second = values[0::2], values[1::2]  # batches hold whole pairs: the batch size is even
         batch_pairs = pairs[start // 2: start // 2 + first.shape[0]]
@@ -70,33 +118,79 @@ def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair
         for cat in dict.fromkeys(categories.tolist()):
             rows = categories == cat
             sums.add(cat, first[rows], second[rows], signs[rows])
+            if routing is not None:
+                share = routing.double().numpy()
+                sums.add_routing(cat, share[0::2][rows], share[1::2][rows], signs[rows])
 
-    capture_pooled(model, tokenizer, texts, on_batch, batch_size=2 * batch_size, progress=progress)
+    g = model_architecture(model).geometry
+    if g.sparse_layers:
+        sums.experts = (g.num_experts, g.expert_size, g.shared_size)
+        capture_experts(model, tokenizer, texts, on_batch, batch_size=2 * batch_size, progress=progress)
+    else:
+        capture_pooled(model, tokenizer, texts, on_batch, batch_size=2 * batch_size, progress=progress)
     return sums
 
 
 def ppm_scores(model: nn.Module) -> np.ndarray:
     """PPM of every neuron, [layers, width], from the gate and up rows (Phi-3: fused gate_up)."""
+    from accelerate.utils import align_module_device
+
     from ...model.hooks import layer_module, model_architecture
 
     arch = model_architecture(model)
     g = arch.geometry
+    if g.sparse_layers:
+        return _expert_ppm(model, arch)
     out = np.zeros((g.num_layers, g.intermediate_size), dtype=np.float64)
+
+    def weight(relative: str) -> torch.Tensor:
+        module = layer_module(model, arch, layer, relative)
+        with align_module_device(module):  # a disk-offloaded module's weight is on "meta" until brought in
+            return module.weight.detach().float()
+
     for layer in range(g.num_layers):
         if arch.layout.gate_up_proj:
-            w = layer_module(model, arch, layer, arch.layout.gate_up_proj).weight.detach().float()
+            w = weight(arch.layout.gate_up_proj)
             gate, up = w[: g.intermediate_size], w[g.intermediate_size:]
         else:
-            gate = layer_module(model, arch, layer, arch.layout.gate_proj).weight.detach().float()
-            up = layer_module(model, arch, layer, arch.layout.up_proj).weight.detach().float()
+            gate, up = weight(arch.layout.gate_proj), weight(arch.layout.up_proj)
         ppm = (gate.amax(1) + gate.amin(1).abs() + up.amax(1) + up.amin(1).abs())
         out[layer] = ppm.double().cpu().numpy()
     return out
 
 
+def _ppm(gate: torch.Tensor, up: torch.Tensor) -> np.ndarray:
+    return (gate.amax(-1) + gate.amin(-1).abs() + up.amax(-1) + up.amin(-1).abs()).double().cpu().numpy()
+
+
+def _expert_ppm(model: nn.Module, arch) -> np.ndarray:
+    """PPM of every expert neuron, [layers, E·I + shared], read from the fused in-memory experts."""
+    from ...model.hooks import layer_module
+    from .experts import columns
+
+    g, ex = arch.geometry, arch.layout.experts
+    out = np.zeros((g.num_layers, columns(arch)), dtype=np.float64)
+    for layer in range(g.num_layers):
+        module = layer_module(model, arch, layer, ex.module)
+        w = module.gate_up_proj.detach().float()
+        w = w.transpose(1, 2) if module.is_transposed else w          # [E, 2I, H]
+        if module.is_concatenated:
+            gate, up = w[:, : g.expert_size], w[:, g.expert_size:]
+        else:                                                           # GPT-OSS: gate/up interleaved
+            gate, up = w[:, 0::2], w[:, 1::2]
+        row = [_ppm(gate, up).reshape(-1)]
+        if ex.shared:
+            row.append(_ppm(*(layer_module(model, arch, layer, f"{ex.shared}.{m}").weight.detach().float()
+                              for m in ("gate_proj", "up_proj"))))
+        out[layer] = np.concatenate(row)
+    return out
+
+
 def minmax_rows(x: np.ndarray) -> np.ndarray:
     """Min-max normalise each row (layer) to [0, 1]; a constant row becomes 0."""
-    lo, hi = x.min(axis=1, keepdims=True), x.max(axis=1, keepdims=True)
+    if np.isnan(x).all(axis=1).any():  # a layer with no score at all: keep it unscored
+        x = np.where(np.isnan(x).all(axis=1, keepdims=True), 0.0, x)
+    lo, hi = np.nanmin(x, axis=1, keepdims=True), np.nanmax(x, axis=1, keepdims=True)
     span = np.where(hi > lo, hi - lo, 1.0)
     return (x - lo) / span
 
@@ -109,8 +203,9 @@ def fairness_score(bias: np.ndarray, ppm: np.ndarray, weight: float = DEFAULT_BI
 
 
 def rounded(x: np.ndarray) -> list:
-    """Nested lists with DIGITS significant digits (what findings files store)."""
-    return [[float(f"{v:.{DIGITS}g}") for v in row] for row in np.asarray(x, dtype=np.float64).tolist()]
+    """Nested lists with DIGITS significant digits (what findings files store); NaN (no score) → null."""
+    return [[None if v != v else float(f"{v:.{DIGITS}g}") for v in row]
+            for row in np.asarray(x, dtype=np.float64).tolist()]
 
 
 @dataclass
@@ -122,16 +217,47 @@ class NeuronScores:
     signed: dict[str, np.ndarray]
     activation: dict[str, np.ndarray]
     ppm: np.ndarray
+    # Mixtures of experts only (see the module docstring): pairs that reached each neuron, the
+    # experts' (count, width, shared width), and per category the routing difference
+    # {"signed": [layers, E], "abs": [layers, E]}.
+    reached: dict[str, np.ndarray] | None = None
+    experts: tuple[int, int, int] | None = None
+    routing: dict[str, dict[str, np.ndarray]] | None = None
 
     @classmethod
     def from_sums(cls, sums: PairSums, ppm: np.ndarray) -> "NeuronScores":
         cats = sorted(sums.counts)
         counts = {c: int(sums.counts[c]) for c in cats}
-        # Rounded here as in the file, so a fresh run selects exactly what a cached one does.
-        table = cls(counts, {c: sums.abs_sum[c] / counts[c] for c in cats},
-                    {c: sums.signed_sum[c] / counts[c] for c in cats},
-                    {c: sums.mag_sum[c] / (2 * counts[c]) for c in cats}, ppm)
+        if sums.experts is None:
+            # Rounded here as in the file, so a fresh run selects exactly what a cached one does.
+            table = cls(counts, {c: sums.abs_sum[c] / counts[c] for c in cats},
+                        {c: sums.signed_sum[c] / counts[c] for c in cats},
+                        {c: sums.mag_sum[c] / (2 * counts[c]) for c in cats}, ppm)
+            return cls.from_dict(table.to_dict())
+        with np.errstate(invalid="ignore", divide="ignore"):  # 0 pairs reached: NaN, no score
+            per = {c: np.where(sums.reached[c] > 0, sums.reached[c], np.nan) for c in cats}
+            table = cls(counts, {c: sums.abs_sum[c] / per[c] for c in cats},
+                        {c: sums.signed_sum[c] / per[c] for c in cats},
+                        {c: sums.mag_sum[c] / (2 * per[c]) for c in cats}, ppm,
+                        {c: sums.reached[c] for c in cats}, sums.experts,
+                        {c: {"signed": sums.routing_signed[c] / counts[c], "abs": sums.routing_abs[c] / counts[c]}
+                         for c in cats})
         return cls.from_dict(table.to_dict())
+
+    def expert_of(self, column: int) -> tuple[int | str | None, int]:
+        """(expert, neuron) of a column: (None, i) in a dense model, (e, i) routed, ("shared", j)."""
+        if self.experts is None:
+            return None, column
+        count, width, _ = self.experts
+        if column < count * width:
+            return column // width, column % width
+        return "shared", column - count * width
+
+    def unscored(self) -> int:
+        """Neurons no pair of any category reached (mixtures of experts): they have no score."""
+        if self.reached is None:
+            return 0
+        return int((sum(self.reached.values()) == 0).sum())
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -143,10 +269,17 @@ class NeuronScores:
 
     def to_dict(self) -> dict[str, Any]:
         layers, width = self.shape
-        return {"layers": layers, "width": width, "ppm": rounded(self.ppm),
-                "categories": {c: {"pairs": self.counts[c], "bias": rounded(self.bias[c]),
-                                   "signed": rounded(self.signed[c]), "activation": rounded(self.activation[c])}
-                               for c in self.categories}}
+        out = {"layers": layers, "width": width, "ppm": rounded(self.ppm),
+               "categories": {c: {"pairs": self.counts[c], "bias": rounded(self.bias[c]),
+                                  "signed": rounded(self.signed[c]), "activation": rounded(self.activation[c])}
+                              for c in self.categories}}
+        if self.experts is not None:
+            count, size, shared = self.experts
+            out["experts"] = {"count": count, "width": size, "shared_width": shared}
+            for c in self.categories:
+                out["categories"][c]["reached"] = self.reached[c].astype(int).tolist()
+                out["categories"][c]["routing"] = {k: rounded(v) for k, v in self.routing[c].items()}
+        return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> "NeuronScores":
@@ -159,8 +292,19 @@ class NeuronScores:
         except (KeyError, TypeError, ValueError, AttributeError):
             raise SelectionError("the findings have no readable neuron scores; recompute them with "
                                  "surgery find-neurons") from None
+        if raw.get("experts") is not None:
+            try:
+                ex = raw["experts"]
+                table.experts = (int(ex["count"]), int(ex["width"]), int(ex["shared_width"]))
+                table.reached = {c: np.asarray(v["reached"], dtype=np.float64) for c, v in cats.items()}
+                table.routing = {c: {k: np.asarray(v["routing"][k], dtype=np.float64) for k in ("signed", "abs")}
+                                 for c, v in cats.items()}
+            except (KeyError, TypeError, ValueError):
+                raise SelectionError("the findings' expert scores are unreadable; recompute them with "
+                                     "surgery find-neurons") from None
         shape = (int(raw.get("layers", -1)), int(raw.get("width", -1)))
-        arrays = [ppm, *table.bias.values(), *table.signed.values(), *table.activation.values()]
+        arrays = [ppm, *table.bias.values(), *table.signed.values(), *table.activation.values(),
+                  *(table.reached or {}).values()]
         if not cats or any(a.shape != shape for a in arrays):
             raise SelectionError("the findings' score arrays do not match their layers × width; "
                                  "recompute them with surgery find-neurons")
@@ -180,6 +324,11 @@ class NeuronScores:
     def pooled(self, kind: str, categories: Sequence[str]) -> np.ndarray:
         """Pair-weighted mean of 'bias', 'signed' or 'activation' over ``categories``."""
         source = {"bias": self.bias, "signed": self.signed, "activation": self.activation}[kind]
+        if self.reached is not None:  # weight by the pairs that reached each neuron; none: NaN
+            total = sum(self.reached[c] for c in categories)
+            weighted = sum(np.nan_to_num(source[c]) * self.reached[c] for c in categories)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.where(total > 0, weighted / total, np.nan)
         total = sum(self.counts[c] for c in categories)
         return sum(source[c] * self.counts[c] for c in categories) / total
 

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ...core.edits import NeuronScale, neuron_label
 from .params import DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, RULES
 from .scores import NeuronScores, SelectionError, fairness_score
 
@@ -48,6 +49,8 @@ def allowed_mask(scores: NeuronScores, layers: Sequence[int] | None, spare_activ
         raise SelectionError(f"--spare-active must be a fraction in [0, 1), got {spare_active}")
     mask = np.zeros(scores.shape, dtype=bool)
     mask[sorted(set(layers)) if layers is not None else slice(None)] = True
+    if scores.reached is not None:  # expert neurons no pair reached have no score: never chosen
+        mask &= sum(scores.reached.values()) > 0
     spared = math.ceil(spare_active * width)
     if spared:
         activity = scores.pooled("activation", scores.categories)  # a property of the model: all pairs
@@ -58,9 +61,11 @@ def allowed_mask(scores: NeuronScores, layers: Sequence[int] | None, spare_activ
 
 def _ranking(values: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     """Flat neuron indices, best first, among the allowed ones (stable for ties)."""
-    flat = np.where(allowed.ravel(), values.ravel(), -np.inf)
+    ok = allowed.ravel()
+    # NaN (an expert neuron this category's pairs never reached) ranks last among the allowed.
+    flat = np.where(ok & ~np.isnan(values.ravel()), values.ravel(), -np.inf)
     order = np.argsort(-flat, kind="stable")
-    return order[: int(allowed.sum())]
+    return order[ok[order]]
 
 
 def select(scores: NeuronScores, n: int, *, score: str = DEFAULT_SCORE, rule: str = DEFAULT_RULE,
@@ -92,6 +97,12 @@ def select(scores: NeuronScores, n: int, *, score: str = DEFAULT_SCORE, rule: st
     neurons = tuple((int(i) // width, int(i) % width) for i in order)
     return Selection(neurons, tuple(labels), score, rule, tuple(cats),
                      None if layers is None else tuple(sorted(set(layers))), bias_weight, spare_active)
+
+
+def selected_edits(scores: NeuronScores, selection: Selection, factor: float) -> tuple[NeuronScale, ...]:
+    """The selection as edits: a column of a mixture-of-experts layer names its expert."""
+    return tuple(NeuronScale(layer, neuron, factor, expert)
+                 for layer, expert, neuron in ((la, *scores.expert_of(i)) for la, i in selection.neurons))
 
 
 def _round_robin(rankings: list[np.ndarray], cats: list[str], n: int) -> tuple[list[int], list[str]]:
@@ -154,8 +165,12 @@ def neuron_rows(scores: NeuronScores, selection: Selection) -> list[dict[str, An
     fair = fairness_score(bias, scores.ppm, selection.bias_weight)
     rows = []
     for (layer, idx), label in zip(selection.neurons, selection.labels):
-        top = max(cats, key=lambda c: scores.bias[c][layer, idx])
-        rows.append({"layer": layer, "neuron": idx, "bias": float(bias[layer, idx]),
+        top = max(cats, key=lambda c: np.nan_to_num(scores.bias[c][layer, idx], nan=-np.inf))
+        expert, neuron = scores.expert_of(idx)
+        where = {"layer": layer, "neuron": neuron}
+        if expert is not None:  # the one notation: L:eE:N / L:s:N (surgery.core.edits.neuron_label)
+            where.update(expert=expert, label=neuron_label(layer, neuron, expert))
+        rows.append({**where, "bias": float(bias[layer, idx]),
                      "signed": float(signed[layer, idx]), "ppm": float(scores.ppm[layer, idx]),
                      "activation": float(activity[layer, idx]),
                      "fairness": float(fair[layer, idx]), "chosen_for": label, "top_category": top})

@@ -1,0 +1,233 @@
+"""Data-parallel finding under torchrun: one process per device, each with a disjoint shard.
+
+``torchrun --nproc-per-node N -m surgery find-neurons …`` starts N copies of the command with
+RANK / WORLD_SIZE / LOCAL_RANK set (``--nnodes`` and a rendezvous make it several machines; the
+code path is the same). Every helper here is a no-op in a plain single process, so library code
+calls them unconditionally:
+
+- :func:`shard` deals a list out to the ranks in chunks (a chunk is one batch, so every batch
+  holds exactly the items it holds in a single process, and the numbers are the same);
+- :func:`all_reduce` sums (or maxes) float64 arrays, :func:`gather_rows` puts per-item results
+  back into the original order on every rank;
+- :func:`check_agree` refuses, on every rank, when the ranks were given different inputs;
+- :func:`is_main` says whether this process writes files and prints results (rank 0 only).
+
+Collectives use gloo for CPU tensors and NCCL for CUDA tensors (torch.distributed's own engines).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, Sequence, TypeVar
+
+import numpy as np
+
+from .errors import SurgeryError
+
+if TYPE_CHECKING:  # torch is imported where the processes talk: `surgery --help` stays fast
+    import torch
+
+T = TypeVar("T")
+# The commands that split their work across torchrun's processes; any other refuses (N bakes into
+# one folder would race).
+DATA_PARALLEL = ("find-neurons", "find-heads", "score-binding", "eval")
+
+
+class RanksDisagree(SurgeryError):
+    """torchrun's processes were given different models or inputs (every rank raises it)."""
+
+
+class NotDataParallel(SurgeryError):
+    """A command that does not split its work was started under torchrun (every rank raises it)."""
+
+
+# Errors every rank raises alike: rank 0 alone says them.
+SAID_BY_RANK_0 = (RanksDisagree, NotDataParallel)
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among torchrun's: rank, number of processes, rank on this node."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+
+def world() -> World:
+    """The torchrun world from the environment (a single process when it is not set)."""
+    env = os.environ
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        return World()
+    return World(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", "0")))
+
+
+def under_torchrun() -> bool:
+    """Whether this process is one of several started by torchrun."""
+    return world().size > 1
+
+
+def is_main() -> bool:
+    """Whether this process writes files and prints results (rank 0, or the only process)."""
+    return world().rank == 0
+
+
+def rank_device(requested: str) -> str:
+    """The device this rank computes on: ``cuda``/``auto`` become ``cuda:LOCAL_RANK`` on a GPU node
+    under torchrun (one GPU per process); anything else is returned as asked.
+
+    The loader calls it with the user's ``--device`` before placing the model.
+    """
+    if not under_torchrun() or requested not in ("cuda", "auto"):
+        return requested
+    import torch
+
+    if not torch.cuda.is_available():
+        return requested  # the loader resolves auto (MPS or CPU) and refuses a missing GPU
+    local = world().local_rank
+    if local >= torch.cuda.device_count():
+        raise SurgeryError(f"torchrun started local rank {local} but this node has {torch.cuda.device_count()} "
+                           "GPU(s); give --nproc-per-node at most the number of GPUs")
+    return f"cuda:{local}"
+
+
+def _comm_device() -> "torch.device":
+    """Where collective tensors live: this rank's GPU when NCCL is in the group, else the CPU."""
+    import torch
+    import torch.distributed as dist
+
+    if "nccl" in str(dist.get_backend()).lower():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+@contextmanager
+def session() -> Iterator[None]:
+    """The process group for one command under torchrun (nothing in a single process, nor inside
+    a group that is already up: a script may run several commands in one group).
+
+    gloo serves CPU tensors; on a GPU node NCCL serves CUDA tensors in the same group, when every
+    process there has a GPU of its own (more processes than GPUs compute on CPUs, over gloo alone).
+    """
+    if not under_torchrun():
+        yield
+        return
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        yield
+        return
+
+    backend = "gloo"
+    if torch.cuda.is_available() and world().local_rank < torch.cuda.device_count():
+        torch.cuda.set_device(world().local_rank)  # "cuda" alone now means this rank's GPU
+        backend = "cpu:gloo,cuda:nccl"
+    dist.init_process_group(backend)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _group_ready() -> bool:
+    if not under_torchrun():
+        return False
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise SurgeryError("running under torchrun without a process group: start the command through "
+                           "`surgery` (python -m surgery) or wrap the call in surgery.core.distributed.session()")
+    return True
+
+
+def shard(items: Sequence[T], chunk: int = 1) -> list[T]:
+    """This rank's items: chunks of ``chunk`` consecutive items dealt out round-robin."""
+    w = world()
+    if w.size == 1:
+        return list(items)
+    return [x for start in range(chunk * w.rank, len(items), chunk * w.size) for x in items[start:start + chunk]]
+
+
+def all_reduce(values: np.ndarray, op: str = "sum") -> np.ndarray:
+    """The elementwise sum (or max) of ``values`` over all ranks, in float64, on every rank."""
+    values = np.asarray(values, dtype=np.float64)
+    if not _group_ready():
+        return values
+    import torch
+    import torch.distributed as dist
+
+    t = torch.from_numpy(np.ascontiguousarray(values)).to(_comm_device())
+    dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
+    return t.cpu().numpy()
+
+
+def gather_rows(n: int, indices: Sequence[int], rows: np.ndarray) -> np.ndarray:
+    """The full ``[n, …]`` array on every rank, from each rank's ``rows`` at its ``indices``.
+
+    Every rank passes the rows it computed; each item lands at its original index, so the result
+    is the single-process array whatever the split.
+    """
+    rows = np.asarray(rows)
+    if not _group_ready():
+        out = np.zeros((n,) + rows.shape[1:], dtype=rows.dtype)
+        out[list(indices)] = rows
+        return out
+    import torch
+    import torch.distributed as dist
+
+    device = _comm_device()
+    size = world().size
+    counts = torch.zeros(size, dtype=torch.int64, device=device)
+    counts[world().rank] = len(indices)
+    dist.all_reduce(counts)
+    most = int(counts.max())
+    # all_gather needs equal shapes: pad each rank's rows (and indices, with -1) to the longest
+    padded = torch.zeros((most,) + rows.shape[1:], dtype=torch.from_numpy(rows[:0]).dtype, device=device)
+    padded[:len(indices)] = torch.from_numpy(np.ascontiguousarray(rows)).to(device)
+    idx = torch.full((most,), -1, dtype=torch.int64, device=device)
+    idx[:len(indices)] = torch.tensor(list(indices), dtype=torch.int64, device=device)
+    all_rows = [torch.empty_like(padded) for _ in range(size)]
+    all_idx = [torch.empty_like(idx) for _ in range(size)]
+    dist.all_gather(all_rows, padded)
+    dist.all_gather(all_idx, idx)
+    out = np.zeros((n,) + rows.shape[1:], dtype=rows.dtype)
+    for r, i in zip(all_rows, all_idx):
+        keep = i >= 0
+        out[i[keep].cpu().numpy()] = r[keep].cpu().numpy()
+    return out
+
+
+def check_agree(what: str, *parts: object) -> None:
+    """Refuse on every rank (one line) unless all ranks pass the same ``parts``.
+
+    ``parts`` are fingerprints of the model and the inputs; they are hashed here and the digests
+    compared, so nothing but 32 bytes per rank travels.
+    """
+    if not _group_ready():
+        return
+    import torch
+    import torch.distributed as dist
+
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    mine = torch.tensor(list(digest), dtype=torch.uint8, device=_comm_device())
+    every = [torch.empty_like(mine) for _ in range(world().size)]
+    dist.all_gather(every, mine)
+    differ = [r for r, d in enumerate(every) if not torch.equal(d, every[0])]
+    if differ:
+        raise RanksDisagree(f"torchrun ranks disagree about {what}: rank(s) {', '.join(map(str, differ))} "
+                            "differ from rank 0; give every process the same model and inputs")
+
+
+def all_true(flag: bool) -> bool:
+    """Whether ``flag`` holds on every rank (e.g. every rank found the findings in its cache)."""
+    return bool(all_reduce(np.array([0.0 if flag else 1.0]), "max")[0] == 0.0)
+
+
+def catch_up(advance, done: int, total: int) -> None:
+    """Advance rank 0's progress by what the other ranks did, once the results are gathered."""
+    if advance is not None and total > done:
+        advance(total - done)

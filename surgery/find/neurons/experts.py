@@ -1,0 +1,144 @@
+"""Capture of expert neurons in mixture-of-experts layers, over the tokens each expert is routed.
+
+transformers 5 runs all experts of a layer in one module (fused 3-D ``gate_up_proj``/``down_proj``)
+that receives the router's own top-k choice (``top_k_index``). A forward hook on that module
+recomputes, for each expert, the intermediate activation h = gate(x_routed) (the module's own
+``_apply_gate``, its layout flags) over exactly the tokens routed to it, and pools it per prompt
+over the prompt's real tokens that reached the expert. A prompt none of whose tokens reached an
+expert has no activation for it: NaN, never a silent 0 (the scores count such pairs separately).
+A shared expert (Qwen2-MoE) sees every token and is pooled like a dense MLP.
+
+Columns of a layer: routed expert e's neuron i is column e·I + i; the shared expert's neuron j is
+column E·I + j. Alongside, the routing share: per prompt and expert, the fraction of real tokens
+whose top-k includes the expert.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from ...core.architectures import Architecture
+from ...core.errors import SurgeryError
+from ...model.expert_twin import routed_inputs
+from ...model.hooks import layer_module, model_architecture
+
+# (index of the batch's first text, pooled [batch, layers, columns], routing share [batch, layers, experts])
+ExpertsCallback = Callable[[int, torch.Tensor, torch.Tensor], None]
+
+
+class _StopForward(Exception):
+    """Raised once the last layer's MLP has run: nothing after it is computed."""
+
+
+def moe_layers(arch: Architecture) -> list[int]:
+    """Every layer, which must all be mixtures of experts (find-neurons ranks one kind of column)."""
+    g = arch.geometry
+    dense = [layer for layer in range(g.num_layers) if not arch.is_sparse(layer)]
+    if dense:
+        raise SurgeryError(f"{arch.model_type}: layers {dense} are dense MLPs among expert layers; "
+                           "find-neurons ranks models whose MLP layers are all dense or all experts")
+    return list(range(g.num_layers))
+
+
+def columns(arch: Architecture) -> int:
+    """Columns of a layer in the findings: E·I routed neurons, then the shared expert's."""
+    g = arch.geometry
+    return g.num_experts * g.expert_size + g.shared_size
+
+
+def _routed_sums(module: nn.Module, x: torch.Tensor, index: torch.Tensor, prompt: torch.Tensor,
+                 real: torch.Tensor, n_prompts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per prompt: Σ of each expert's intermediate activation over its routed real tokens
+    [prompts, E, I], and how many routed real tokens that was [prompts, E]."""
+    num_experts = module.gate_up_proj.shape[0]
+    sums, counts = None, torch.zeros(n_prompts, num_experts, dtype=torch.float32, device=x.device)
+    for e in range(num_experts):
+        tok = torch.where((index == e).any(dim=-1) & real)[0]
+        if not len(tok):
+            continue
+        w = module.gate_up_proj[e]
+        gate_up = x[tok] @ w if module.is_transposed else x[tok] @ w.T
+        if module.has_bias:
+            gate_up = gate_up + module.gate_up_proj_bias[e]
+        h = module._apply_gate(gate_up).float()
+        if sums is None:
+            sums = torch.zeros(n_prompts, num_experts, h.shape[-1], dtype=torch.float32, device=x.device)
+        sums[:, e].index_add_(0, prompt[tok], h)
+        counts[:, e].index_add_(0, prompt[tok], torch.ones(len(tok), device=x.device))
+    return sums, counts
+
+
+def capture_experts(model: nn.Module, tokenizer, texts: Sequence[str], on_batch: ExpertsCallback, *,
+                    batch_size: int = 32, progress: Callable[[int], None] = lambda n: None) -> None:
+    """Run ``texts`` in batches; hand ``on_batch`` each batch's pooled expert neurons and routing share."""
+    if batch_size < 1:
+        raise SurgeryError(f"batch size must be ≥ 1, got {batch_size}")
+    arch = model_architecture(model)
+    layers = moe_layers(arch)
+    g, ex = arch.geometry, arch.layout.experts
+    state: dict = {}
+    routed: dict[int, torch.Tensor] = {}
+    shares: dict[int, torch.Tensor] = {}
+    shared: dict[int, torch.Tensor] = {}
+
+    def experts_hook(layer: int):
+        def hook(module: nn.Module, args: tuple, kwargs: dict, output) -> None:
+            x, index, _ = routed_inputs(module, args, kwargs)
+            real = state["real"]
+            sums, counts = _routed_sums(module, x, index, state["prompt"], real, state["n"])
+            mean = torch.full((state["n"], g.num_experts, g.expert_size), float("nan"))
+            if sums is not None:
+                reached = counts > 0
+                mean[reached] = (sums[reached] / counts[reached][:, None]).cpu()
+            routed[layer] = mean.reshape(state["n"], -1)
+            shares[layer] = (counts / state["tokens"]).cpu()
+        return hook
+
+    def shared_hook(layer: int):
+        def hook(module: nn.Module, args: tuple) -> None:
+            h = args[0].float().reshape(state["n"], -1, args[0].shape[-1])
+            shared[layer] = ((h * state["mask"]).sum(dim=1) / state["tokens"]).cpu()
+        return hook
+
+    def stop(module: nn.Module, args: tuple, output) -> None:
+        raise _StopForward
+
+    mlp = ex.module.rsplit(".", 1)[0]
+    handles = []
+    try:
+        for layer in layers:
+            handles.append(layer_module(model, arch, layer, ex.module).register_forward_hook(
+                experts_hook(layer), with_kwargs=True))
+            if ex.shared:
+                handles.append(layer_module(model, arch, layer, f"{ex.shared}.down_proj")
+                               .register_forward_pre_hook(shared_hook(layer)))
+        handles.append(layer_module(model, arch, layers[-1], mlp).register_forward_hook(stop))
+        device = next(model.parameters()).device
+        for start in range(0, len(texts), batch_size):
+            batch = list(texts[start:start + batch_size])
+            enc = tokenizer(batch, return_tensors="pt", padding=True, padding_side="right")
+            mask = enc["attention_mask"].to(device)
+            n, t = mask.shape
+            state.update(n=n, mask=mask.unsqueeze(-1).float(), real=mask.reshape(-1).bool(),
+                         prompt=torch.arange(n, device=device).repeat_interleave(t),
+                         tokens=mask.sum(dim=1, keepdim=True).clamp(min=1).float())
+            routed.clear(), shares.clear(), shared.clear()
+            with torch.inference_mode():
+                try:
+                    model(input_ids=enc["input_ids"].to(device), attention_mask=mask, use_cache=False)
+                except _StopForward:
+                    pass
+            missing = [layer for layer in layers if layer not in routed or (ex.shared and layer not in shared)]
+            if missing:
+                raise SurgeryError(f"the forward pass never reached the experts of layers {missing}; "
+                                   f"is {arch.model_type} laid out as surgery/core/architectures.py says?")
+            pooled = torch.stack([torch.cat([routed[la]] + ([shared[la]] if ex.shared else []), dim=-1)
+                                  for la in layers], dim=1)
+            on_batch(start, pooled, torch.stack([shares[la] for la in layers], dim=1))
+            progress(len(batch))
+    finally:
+        for h in handles:
+            h.remove()

@@ -1,0 +1,93 @@
+"""The run-time twin of routed-expert neuron edits, as a registered experts implementation.
+
+transformers 5 runs the experts of a layer in one module with fused 3-D weights, dispatching its
+forward to the function registered under the model's ``experts_implementation`` (eager,
+grouped_mm, …). Switching the model to :data:`NAME` runs :func:`twin_forward` instead: it calls the
+implementation that was active before, then, for a module with scales, recomputes each edited
+expert's neurons on the tokens routed to it (the module's own ``_apply_gate`` and layout flags)
+and adds (s − 1)·h_i·w·down[:, i]. It runs *inside* the module's forward, so weights that
+accelerate offloads are in place while it reads them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from contextlib import contextmanager
+from typing import Iterator, Mapping
+
+import torch
+from torch import nn
+
+from ..core.errors import SurgeryError
+
+NAME = "surgery_expert_twin"
+
+
+def routed_inputs(module: nn.Module, args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(hidden states [tokens, H], top-k expert indices, top-k weights) of a fused experts call,
+    bound by the forward's own signature (the names differ: GPT-OSS calls them router_indices…)."""
+    bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    x, index, weights = list(bound.arguments.values())[:3]
+    return x, index, weights
+
+
+def _correction(module: nn.Module, scales: torch.Tensor, x: torch.Tensor, index: torch.Tensor,
+                weights: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out`` plus what scaling the edited neurons of each expert by ``scales`` [E, I] changes."""
+    out = out.clone()
+    for e in torch.nonzero((scales != 1).any(dim=1)).flatten().tolist():
+        idx = torch.nonzero(scales[e] != 1).flatten()
+        tok, pos = torch.where(index == e)
+        if not len(tok):
+            continue
+        w = module.gate_up_proj[e]
+        gate_up = x[tok] @ w if module.is_transposed else x[tok] @ w.T
+        if module.has_bias:
+            gate_up = gate_up + module.gate_up_proj_bias[e]
+        h = module._apply_gate(gate_up)[:, idx.to(gate_up.device)]         # (tokens, edited neurons)
+        down = module.down_proj[e]
+        cols = down[idx] if module.is_transposed else down[:, idx].T        # (edited neurons, hidden)
+        delta = (h * (scales[e, idx].to(h) - 1)) @ cols
+        out.index_add_(0, tok, (delta * weights[tok, pos, None]).to(out.dtype))
+    return out
+
+
+def twin_forward(module: nn.Module, *args, **kwargs) -> torch.Tensor:
+    """The previous experts implementation, plus the scaled neurons' difference where asked."""
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+    inner = ALL_EXPERTS_FUNCTIONS.get_interface(module._surgery_inner, type(module).forward.__wrapped__)
+    out = inner(module, *args, **kwargs)
+    scales = module.__dict__.get("_surgery_scales")
+    if scales is None:
+        return out
+    x, index, weights = routed_inputs(module, args, kwargs)
+    return _correction(module, scales.to(x.device), x, index, weights, out)
+
+
+@contextmanager
+def expert_twin(model: nn.Module, modules: Mapping[nn.Module, torch.Tensor]) -> Iterator[None]:
+    """Run ``model`` with each experts module of ``modules`` scaled as its [E, I] tensor says."""
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+    if not modules:
+        yield
+        return
+    ALL_EXPERTS_FUNCTIONS.register(NAME, twin_forward)
+    previous = model.config._experts_implementation
+    experts = [m for m in model.modules() if hasattr(m, "gate_up_proj") and hasattr(m, "_apply_gate")]
+    try:
+        for m in experts:
+            m._surgery_inner = previous
+        for m, scales in modules.items():
+            m._surgery_scales = scales
+        model.set_experts_implementation(NAME)
+        if model.config._experts_implementation != NAME:
+            raise SurgeryError(f"{type(model).__name__} cannot switch its experts implementation; the "
+                               "run-time twin of expert neurons needs transformers' experts interface")
+        yield
+    finally:
+        model.set_experts_implementation(previous)
+        for m in experts:
+            m.__dict__.pop("_surgery_inner", None)
+            m.__dict__.pop("_surgery_scales", None)

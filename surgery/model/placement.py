@@ -1,0 +1,156 @@
+"""Where and in what precision a model runs: device, compute dtype, and accelerate's big-model placement.
+
+``--device auto`` is the first CUDA GPU when there is one (then MPS), else the CPU; ``--dtype auto``
+is bfloat16 on a GPU that supports it and float32 everywhere else (bf16 on a CPU is several times
+slower than float32). ``--device-map auto`` hands placement to accelerate (layers spread over GPUs,
+CPU memory and disk offload); this module only checks the user's input and builds accelerate's
+arguments, it never places weights itself.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from ..core.errors import CheckpointError
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICE_MAPS = ("auto",)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+# A decoder layer's tensors are named "<prefix>.layers.<index>.<rest>" in every supported family.
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def check_device(device: str) -> None:
+    """Refuse a device this machine does not have, in one line, before a model is loaded."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise CheckpointError(f"--device {device!r} is not a torch device; use auto, cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise CheckpointError(f"--device {device}: this machine has no CUDA GPU usable by torch; use --device cpu")
+        if dev.index is not None and dev.index >= count:
+            raise CheckpointError(f"--device {device}: there are only {count} CUDA device(s) (cuda:0"
+                                  f"{f' … cuda:{count - 1}' if count > 1 else ''})")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise CheckpointError(f"--device {device}: MPS is not available on this machine; use --device cpu")
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` → cuda:0 / mps / cpu, whichever this machine has first; anything else checked as given."""
+    import torch
+
+    if device == "auto":
+        if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+            return "cuda:0"
+        if torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    check_device(device)
+    return device
+
+
+def resolve_dtype(dtype: str, device: str):
+    """The torch dtype to compute in on ``device`` (already resolved); bf16 where the device lacks it is refused."""
+    import torch
+
+    if dtype not in DTYPES:
+        raise CheckpointError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    kind = torch.device(device).type
+    if dtype == "auto":
+        return torch.bfloat16 if kind == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    if dtype == "bfloat16" and kind == "cuda" and not torch.cuda.is_bf16_supported():
+        raise CheckpointError(f"--dtype bfloat16: {device} ({torch.cuda.get_device_name(torch.device(device))}) "
+                              "does not support bfloat16; use --dtype float16 or float32")
+    return getattr(torch, dtype)
+
+
+def parse_size(text: str) -> int:
+    """``"70GiB"``, ``"500MB"``, ``"1e9"`` → bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        try:
+            return int(float(text))
+        except ValueError:
+            raise CheckpointError(f"--max-memory: {text!r} is not a size (e.g. 70GiB, 500MB)") from None
+    number, unit = match.groups()
+    return int(float(number) * _UNITS[(unit or "B").lower()])
+
+
+def parse_max_memory(text: str | None) -> dict[Any, int] | None:
+    """``"0=70GiB,1=70GiB,cpu=100GiB"`` → accelerate's ``max_memory`` ({0: bytes, 1: bytes, "cpu": bytes})."""
+    if text is None:
+        return None
+    budget: dict[Any, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        device, sep, size = part.partition("=")
+        device = device.strip().lower()
+        if not sep or not device:
+            raise CheckpointError(f"--max-memory: {part!r} is not DEVICE=SIZE (e.g. 0=70GiB,cpu=100GiB)")
+        device = device.removeprefix("cuda:")
+        key: Any = int(device) if device.isdigit() else device
+        if not isinstance(key, int) and key not in ("cpu", "mps", "disk"):
+            raise CheckpointError(f"--max-memory: device {device!r} is not a GPU index, cpu, mps or disk")
+        budget[key] = parse_size(size)
+    if not budget:
+        raise CheckpointError("--max-memory is empty; give e.g. 0=70GiB,cpu=100GiB")
+    return budget
+
+
+def largest_layer_bytes(tensors: Mapping[str, Any], itemsize: int) -> int:
+    """Bytes of the biggest decoder layer when loaded at ``itemsize`` bytes per value (``tensors``:
+    name → TensorInfo of the checkpoint)."""
+    sizes: dict[int, int] = {}
+    for name, info in tensors.items():
+        match = _LAYER.search(name)
+        if match:
+            numel = 1
+            for d in info.shape:
+                numel *= d
+            sizes[int(match.group(1))] = sizes.get(int(match.group(1)), 0) + numel * itemsize
+    return max(sizes.values(), default=0)
+
+
+def check_budget(budget: Mapping[Any, int], layer_bytes: int, dtype_name: str) -> None:
+    """Every layer must fit on some device's budget: disk-offloaded layers are brought in one at a time."""
+    compute = {k: v for k, v in budget.items() if k != "disk"}
+    if compute and max(compute.values()) < layer_bytes:
+        largest = max(compute.values())
+        raise CheckpointError(f"--max-memory gives at most {human_size(largest)} to a device, but one decoder "
+                              f"layer needs {human_size(layer_bytes)} in {dtype_name}: raise it")
+
+
+def human_size(n: float) -> str:
+    """``1536`` → ``"1.5 KiB"``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} TiB"
+
+
+def dtype_name(dtype) -> str:
+    """``torch.bfloat16`` → ``"bfloat16"``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def input_device(model) -> Any:
+    """The device to put input ids on: the model's first real device (never "meta": under accelerate's
+    disk offload a parameter can live on meta, and accelerate's hooks move inputs onward anyway)."""
+    import torch
+
+    device_map = getattr(model, "hf_device_map", None)
+    if device_map:
+        for where in device_map.values():
+            if isinstance(where, int):
+                return torch.device("cuda", where)
+            if where not in ("disk", "meta"):
+                return torch.device(where)
+        return torch.device("cpu")
+    return next(model.parameters()).device

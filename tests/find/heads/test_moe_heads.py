@@ -1,0 +1,24 @@
+"""find-heads → amplify-heads on mixtures of experts: heads work there as in dense models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.find.heads.test_heads_cli import FAST, _run
+from tests.support.binding import char_model, write_small_benchmark
+
+
+@pytest.mark.parametrize("arch", ["qwen2_moe", "gpt_oss"])
+def test_find_heads_then_amplify_heads_on_a_moe(tiny, tmp_path, capsys, arch):
+    """Heads in mixtures of experts work as in dense models: find-heads → amplify-heads, verified."""
+    model = char_model(tiny, arch)
+    bench = write_small_benchmark(tmp_path / "small.jsonl")
+    out = _run(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--out", tmp_path / "f.json")
+    assert "Edge knockout" in out
+    baked = tmp_path / "baked"
+    out = _run(capsys, "amplify-heads", model, "--alpha", "2.5", "--top", "2", "--benchmark", bench, *FAST,
+               "--out", baked)
+    assert "Baked 2 edit(s)" in out
+    assert json.loads((baked / "surgery.json").read_text())["verification"]["max_abs_logit_diff"] <= 1e-5

@@ -1,0 +1,54 @@
+"""Peak memory of a child process: the kernel's high-water mark of its resident set (VmHWM) and
+the sampled peak of its anonymous memory (RssAnon).
+
+The difference matters for big checkpoints: safetensors weights that transformers maps from the
+file count as resident *file* pages, which the kernel drops and re-reads under memory pressure, so
+a process can run a model larger than RAM; anonymous memory is what it really holds.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass
+class Peaks:
+    rss_bytes: int = 0   # VmHWM: the kernel's exact high-water mark (file-backed pages included)
+    anon_bytes: int = 0  # RssAnon, sampled every 20 ms: memory the process itself allocated
+
+
+def _read(pid: int) -> dict[str, int]:
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmHWM", "RssAnon"):
+                out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def run_measured(cmd: Sequence[str], **popen) -> tuple[subprocess.CompletedProcess, Peaks]:
+    """Run ``cmd`` (text output captured) and return its result with its memory peaks."""
+    proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    peaks, done = Peaks(), threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            try:
+                now = _read(proc.pid)
+            except (FileNotFoundError, ProcessLookupError):
+                return
+            peaks.rss_bytes = max(peaks.rss_bytes, now.get("VmHWM", 0))
+            peaks.anon_bytes = max(peaks.anon_bytes, now.get("RssAnon", 0))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    done.set()
+    sampler.join()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), peaks
