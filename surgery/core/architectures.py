@@ -40,6 +40,10 @@ class Layout:
     text_config_key: str | None = None
     # Mixture-of-experts layers (None: every layer is a dense MLP).
     experts: "Experts | None" = None
+    # After the decoder layers (a knockout pass resumed at layer L runs the model's tail itself):
+    # the final norm, a sibling of the layer list, and the config field of a logit soft-cap.
+    final_norm: str = "norm"
+    logit_softcap: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,11 +84,11 @@ ARCHITECTURES: dict[str, Layout] = {
     "qwen2": Layout(_DECODER),
     "qwen3": Layout(_DECODER),
     "gemma": Layout(_DECODER),
-    "gemma2": Layout(_DECODER),
-    "gemma3_text": Layout(_DECODER),
+    "gemma2": Layout(_DECODER, logit_softcap="final_logit_softcapping"),
+    "gemma3_text": Layout(_DECODER, logit_softcap="final_logit_softcapping"),
     "gemma3": Layout(
         ("model.language_model.layers.{layer}.", "language_model.model.layers.{layer}."),
-        text_config_key="text_config",
+        text_config_key="text_config",  # its forward applies no soft-cap (transformers 5.24)
     ),
     "phi3": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj",
                    q_proj=None, k_proj=None, v_proj=None, qkv_proj="self_attn.qkv_proj"),

@@ -13,7 +13,9 @@ can ask it to
   changes nothing, α > 1 amplifies. Because the head output is ``P·V``, this is exactly the
   published ``out_ko + α·(out − out_ko)`` at the identity query positions (other rows: P_ko = P).
 
-Edits apply to the prompt pass only (query length = plan length). Decoding steps of ``generate``
+Edits apply to the prompt pass only (query length = plan length), or to a pass resumed from
+cached keys/values at query position ``Plan.start`` (surgery.find.heads.resume: queries are the
+positions ``start:``, keys all ``length`` positions). Decoding steps of ``generate``
 (query length 1 against a longer cache) add generated tokens, which are never identity tokens, so
 they run unchanged; their cached keys/values already carry the edited prompt pass.
 """
@@ -54,6 +56,8 @@ class Plan:
     features: bool = False
     edit: EdgeEdit | None = None
     bind: dict[int, torch.Tensor] = field(default_factory=dict)  # layer → (B, 2, H) float32
+    start: int = 0  # first query position (> 0 in a pass resumed from cached keys/values)
+    changed: torch.Tensor | None = None  # (B,) bool: rows whose probabilities the edit changed
 
     @property
     def length(self) -> int:
@@ -63,13 +67,18 @@ class Plan:
         return next(iter(self.masks.values())).shape[1]
 
     def applies(self, q_len: int, k_len: int) -> bool:
-        """True on the prompt pass, False on a cached decoding step; anything else is a misuse."""
-        if q_len == self.length == k_len:
+        """True on the prompt pass (or its resumed part), False on a cached decoding step; anything
+        else is a misuse."""
+        if q_len == self.length - self.start and k_len == self.length:
             return True
-        if k_len > q_len and q_len < self.length:
+        if k_len > q_len and q_len < self.length - self.start:
             return False
         raise SurgeryError(f"attention plan built for {self.length}-token prompts met a {q_len}-token "
                            "pass; build the plan from the same batch that is run")
+
+    def query_masks(self) -> dict[str, torch.Tensor]:
+        """The span masks over the query positions of this pass (``start:``)."""
+        return {name: m[:, self.start:] for name, m in self.masks.items()}
 
     def features_tensor(self, num_layers: int) -> torch.Tensor:
         """(B, layers, heads): the mean of bind_a and bind_b, the discovery feature."""
@@ -101,22 +110,22 @@ def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x[:, :, None].expand(b, kv, groups, length, d).reshape(b, kv * groups, length, d)
 
 
-def _bind(probs: torch.Tensor, masks: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """(B, 2, H): attention mass from option-a / option-b tokens to the item tokens."""
+def _bind(probs: torch.Tensor, masks: Mapping[str, torch.Tensor], queries: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """(B, 2, H): attention mass from option-a / option-b tokens (``queries``) to the item tokens."""
     # in float32 whatever the model computes in: these are the features the heads are found from
     to_item = torch.einsum("bhqk,bk->bhq", probs.float(), masks["item"].float())
     out = []
     for name in ("a", "b"):
-        q = masks[name].float()
+        q = queries[name].float()
         out.append(torch.einsum("bhq,bq->bh", to_item, q) / q.sum(-1).clamp(min=1)[:, None])
     return torch.stack(out, dim=1)
 
 
 def _edit(scores: torch.Tensor, probs: torch.Tensor, heads: tuple[int, ...], edit: EdgeEdit,
-          masks: Mapping[str, torch.Tensor]) -> torch.Tensor:
+          masks: Mapping[str, torch.Tensor], queries: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """``probs`` with the chosen heads' identity→item edges scaled by α (see the module docstring)."""
     idx = torch.tensor(heads, device=scores.device)
-    edge = masks[edit.queries][:, None, :, None] & masks[edit.keys][:, None, None, :]
+    edge = queries[edit.queries][:, None, :, None] & masks[edit.keys][:, None, None, :]
     knocked = scores.index_select(1, idx).masked_fill(edge, torch.finfo(scores.dtype).min)
     p_ko = nn.functional.softmax(knocked, dim=-1, dtype=torch.float32).to(probs.dtype)
     p = probs.index_select(1, idx)
@@ -141,12 +150,15 @@ def surgery_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     plan = _ACTIVE.get()
     if plan is not None and plan.applies(query.shape[2], keys.shape[2]):
-        layer = module.layer_idx
+        layer, queries = module.layer_idx, plan.query_masks()
         if plan.features:
-            plan.bind[layer] = _bind(probs, plan.masks).cpu()
+            plan.bind[layer] = _bind(probs, plan.masks, queries).cpu()
         edit = plan.edit
         if edit is not None and not edit.is_identity() and edit.heads.get(layer):
-            probs = _edit(scores, probs, tuple(edit.heads[layer]), edit, plan.masks)
+            edited = _edit(scores, probs, tuple(edit.heads[layer]), edit, plan.masks, queries)
+            rows = (edited != probs).flatten(1).any(1)
+            plan.changed = rows if plan.changed is None else plan.changed | rows
+            probs = edited
     probs = nn.functional.dropout(probs, p=dropout, training=module.training)
     out = torch.matmul(probs, values).transpose(1, 2).contiguous()
     return out, probs

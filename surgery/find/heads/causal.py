@@ -21,12 +21,15 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ...core import distributed
 from ...core.edits import HeadScale
 from ...model.hooks import applied
+from ...model.placement import input_device
 from .attention import EdgeEdit, edge_heads
 from .params import DOSE_GRID
-from .prompts import Encoded
-from .scores import delta, run_prompts
+from .prompts import Encoded, batch_groups, collate
+from .resume import Counter, resume, snapshot
+from .scores import SPAN_NAMES, delta, pad_id, run_prompts, s_scores
 
 Heads = Sequence[tuple[int, int]]
 
@@ -60,7 +63,11 @@ def bootstrap_effect(base_m: np.ndarray, base_mm: np.ndarray, ko_m: np.ndarray, 
 
 
 class PairRunner:
-    """Runs the match and mismatch prompts of a pair set under an edit; keeps the baseline."""
+    """Runs the match and mismatch prompts of a pair set under edits; keeps the baseline.
+
+    Edge edits run together (:meth:`sweep`): one baseline pass per batch, each edit resumed from its
+    first layer and first query token (resume.py); ``counter`` adds up the forward-pass FLOPs.
+    """
 
     def __init__(self, model, prompts: Sequence[Encoded], items: Sequence[str], option_ids,
                  batch_size: int = 8, base: np.ndarray | None = None,
@@ -68,30 +75,73 @@ class PairRunner:
         self.model, self.prompts, self.items = model, prompts, list(items)
         self.ids, self.batch_size, self.progress = option_ids, batch_size, progress
         self.n = len(self.items)
+        self.counter = Counter.of(model)
+        self.full_flops = 0  # what the same passes cost from the embeddings, one edit at a time
         self.base = base if base is not None else self.scores(None)
 
     def scores(self, edit: EdgeEdit | None) -> np.ndarray:
-        return run_prompts(self.model, self.prompts, self.ids, batch_size=self.batch_size, edit=edit,
+        """S of every prompt under ``edit`` (full passes; with an edge edit: :meth:`sweep`)."""
+        if edit is not None:
+            return self.sweep([edit])[0]
+        full = self.counter.full(self.prompts, self.batch_size)
+        self.counter.flops += full
+        self.full_flops += full
+        return run_prompts(self.model, self.prompts, self.ids, batch_size=self.batch_size,
                            progress=self.progress).s
+
+    def sweep(self, edits: Sequence[EdgeEdit]) -> list[np.ndarray]:
+        """S of every prompt under each of ``edits``, sharing each batch's unchanged work.
+
+        Under torchrun each rank sweeps whole batches of its own; rows and FLOPs are gathered back.
+        """
+        device, pad, n = input_device(self.model), pad_id(self.model), len(self.prompts)
+        out = [np.zeros(n) for _ in edits]
+        self.full_flops += len(edits) * self.counter.full(self.prompts, self.batch_size)
+        groups = distributed.shard(batch_groups(self.prompts, self.batch_size))
+        flops = self.counter.flops
+        for idx in groups:
+            batch = collate([self.prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
+            snap = snapshot(self.model, batch)
+            self.counter.add(len(idx), snap.length)
+            self.counter.add_head(len(idx))
+            for s, edit in zip(out, edits):
+                logits = resume(self.model, snap, batch, edit, self.counter)
+                s[idx] = s_scores(logits.float().log_softmax(-1), self.ids).cpu().numpy()
+                if self.progress:
+                    self.progress(len(idx))
+        if distributed.under_torchrun():
+            mine = [i for idx in groups for i in idx]
+            out = [distributed.gather_rows(n, mine, s[mine]) for s in out]
+            spent = distributed.all_reduce(np.array([self.counter.flops - flops], dtype=np.float64))
+            self.counter.flops = flops + int(spent[0])
+            distributed.catch_up(self.progress, len(mine) * len(edits), n * len(edits))
+        return out
 
     def delta(self, s: np.ndarray) -> dict[str, Any]:
         return delta(s[:self.n], s[self.n:], self.items)
 
     def knockout(self, heads: Heads, queries: str = "tested", seed: int = 0) -> dict[str, Any]:
         """ΔS with the (queries → item) edges of ``heads`` removed, its effect and bootstrap CI."""
-        s = self.scores(EdgeEdit(edge_heads(list(heads)), 0.0, queries=queries))
-        n = self.n
-        base_d, ko_d = self.delta(self.base)["delta"], self.delta(s)["delta"]
-        lo, hi = bootstrap_effect(self.base[:n], self.base[n:], s[:n], s[n:], self.items, seed=seed)
-        return {"heads": [list(h) for h in heads], "edges_from": queries, "delta_base": base_d,
-                "delta_knockout": ko_d, "effect_pct": effect(base_d, ko_d), "ci95": [lo, hi]}
+        return self.knockouts([(heads, queries)], seed)[0]
+
+    def knockouts(self, sets: Sequence[tuple[Heads, str]], seed: int = 0) -> list[dict[str, Any]]:
+        """:meth:`knockout` of each (heads, queries) in ``sets``, in one sweep over the prompts."""
+        edits = [EdgeEdit(edge_heads(list(heads)), 0.0, queries=queries) for heads, queries in sets]
+        n, rows = self.n, []
+        base_d = self.delta(self.base)["delta"]
+        for (heads, queries), s in zip(sets, self.sweep(edits)):
+            ko_d = self.delta(s)["delta"]
+            lo, hi = bootstrap_effect(self.base[:n], self.base[n:], s[:n], s[n:], self.items, seed=seed)
+            rows.append({"heads": [list(h) for h in heads], "edges_from": queries, "delta_base": base_d,
+                         "delta_knockout": ko_d, "effect_pct": effect(base_d, ko_d), "ci95": [lo, hi]})
+        return rows
 
 
 def single_knockouts(runner: PairRunner, candidates: Heads, seed: int = 0) -> list[dict[str, Any]]:
     """Each candidate's tested-identity edges knocked out alone (one pass over the pairs each)."""
     rows = []
-    for layer, head in candidates:
-        ko = runner.knockout([(layer, head)], "tested", seed)
+    kos = runner.knockouts([([(layer, head)], "tested") for layer, head in candidates], seed)
+    for (layer, head), ko in zip(candidates, kos):
         rows.append({"layer": int(layer), "head": int(head), "delta_knockout": ko["delta_knockout"],
                      "effect_pct": ko["effect_pct"], "ci95": ko["ci95"],
                      # a reduction whose whole 95% CI lies above 0 (NaN bounds compare False)
@@ -120,10 +170,9 @@ def random_head_sets(n_layers: int, n_heads: int, size: int, count: int, exclude
 def knockout_report(runner: PairRunner, heads: Heads, n_layers: int, n_heads: int, *,
                     random_sets: int = 20, seed: int = 0) -> dict[str, Any]:
     """Tested-identity knockout, distractor control and random-head baseline for ``heads``."""
-    tested = runner.knockout(heads, "tested", seed)
-    control = runner.knockout(heads, "control", seed)
-    randoms = [runner.knockout(hs, "tested", seed)
-               for hs in random_head_sets(n_layers, n_heads, len(heads), random_sets, heads, seed)]
+    sets = random_head_sets(n_layers, n_heads, len(heads), random_sets, heads, seed)
+    tested, control, *randoms = runner.knockouts([(heads, "tested"), (heads, "control")]
+                                                 + [(hs, "tested") for hs in sets], seed)
     eff = np.array([r["effect_pct"] for r in randoms], float)
     finite = eff[np.isfinite(eff)]
     summary = {"n": len(randoms), "mean_pct": float(np.mean(finite)) if len(finite) else float("nan"),
@@ -137,9 +186,10 @@ def knockout_report(runner: PairRunner, heads: Heads, n_layers: int, n_heads: in
 def dose_response(runner: PairRunner, heads: Heads, grid: Sequence[float] = DOSE_GRID) -> list[dict[str, Any]]:
     """ΔS at each α, edge-level (identity→item edges) and whole-head (o_proj slice), side by side."""
     rows = []
+    edited = [a for a in grid if a != 1.0]
+    swept = dict(zip(edited, runner.sweep([EdgeEdit(edge_heads(list(heads)), float(a)) for a in edited])))
     for alpha in grid:
-        edge = runner.delta(runner.base if alpha == 1.0 else
-                            runner.scores(EdgeEdit(edge_heads(list(heads)), float(alpha))))
+        edge = runner.delta(swept.get(alpha, runner.base))
         if alpha == 1.0:
             whole = edge
         else:

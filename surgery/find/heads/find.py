@@ -30,8 +30,10 @@ from .attention import surgery_attention_on
 from .causal import PairRunner, confirmed_order, dose_response, knockout_report, single_knockouts
 from .discovery import discover, rank_heads
 from .pairs import Pair
+from .prompts import Encoded
 from .params import FindParams
 from .prompting import is_instruct
+from .resume import Counter
 from .scores import encode_pairs, option_token_ids, score_binding
 
 # Above this many pairs find-heads is a long job on a CPU (the quickstart uses 96: ~11 min on 2 cores).
@@ -89,6 +91,11 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
     n_layers, n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
     instruct = is_instruct(tokenizer) if params.instruct is None else params.instruct
     report(work_note(len(pairs), params))
+    counter = Counter.of(model)
+    binding = encode_pairs(tokenizer, pairs, "binding", instruct)
+    scoring = counter.full(binding, params.batch_size) + counter.full(
+        encode_pairs(tokenizer, pairs, "knowledge", instruct), params.batch_size)
+    report(flops_note(counter, binding, scoring, params))
     findings = new_findings("heads", ckpt, pairs_sha256(pairs), params.to_dict(), __version__)
     findings["prompt_format"] = "instruct" if instruct else "base"
     findings["compute"] = compute_record(model)
@@ -132,6 +139,11 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
                                                random_sets=params.random_sets, seed=params.seed)
         if params.dose_response:
             findings["dose_response"] = dose_response(runner, chosen, grid)
+        findings["cost"] = {"forward_flops": scoring + runner.counter.flops,
+                            "forward_flops_full_passes": scoring + runner.full_flops}
+        report(f"forward-pass FLOPs: {findings['cost']['forward_flops']:.3e} "
+               f"({findings['cost']['forward_flops'] / findings['cost']['forward_flops_full_passes']:.2f} of "
+               f"full passes, {findings['cost']['forward_flops_full_passes']:.3e})")
         if params.dose_response and awareness_records:
             from .awareness import awareness_at
 
@@ -160,6 +172,22 @@ def work_note(n_pairs: int, params: FindParams) -> str:
     total = 4 * n_pairs + passes * 2 * n_pairs
     hint = "; on a CPU, --max-pairs 96 keeps it to minutes" if n_pairs > LARGE_RUN_PAIRS else ""
     return f"{n_pairs} pairs: about {total:,} prompt forward passes ({passes} knockout passes){hint}"
+
+
+def flops_note(counter: Counter, binding: Sequence[Encoded], scoring: int, params: FindParams) -> str:
+    """Forward-pass FLOPs before the start: today's full passes, and this run's bound (every knockout
+    resumed at its first query token from layer 0; the real heads sit higher, see findings["cost"])."""
+    b = params.batch_size
+    full, tested = counter.full(binding, b), counter.resumed_bound(binding, b, "tested")
+    edge_alphas = sum(a != 1.0 for a in dose_alphas(params)) if params.dose_response else 0
+    passes = params.confirm + 2 + params.random_sets + 2 * edge_alphas
+    sweeps = (params.confirm > 0) + 1 + (edge_alphas > 0)
+    bound = (scoring + sweeps * full + edge_alphas * full  # baselines, whole-head α passes
+             + (params.confirm + 1 + params.random_sets + edge_alphas) * tested
+             + counter.resumed_bound(binding, b, "control"))
+    today = scoring + passes * full
+    return (f"forward-pass FLOPs: at most {bound:.3e} (knockouts resumed at their heads' layer and first "
+            f"query token; as full passes: {today:.3e}, ×{bound / today:.2f})")
 
 
 def confirmation(runner: PairRunner, disc: Mapping[str, Any], candidates: Sequence[tuple[int, int]],

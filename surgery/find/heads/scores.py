@@ -65,6 +65,12 @@ class PassResult:
     coverage: np.ndarray | None = None  # probability mass on the option tokens (a diagnostic)
 
 
+def pad_id(model) -> int:
+    """The padding token id batches use (left-padded positions are masked out anyway)."""
+    pad = getattr(model.config.get_text_config(), "pad_token_id", None)  # multimodal: the text config's
+    return pad if isinstance(pad, int) else 0
+
+
 def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequence[int]], *,
                 batch_size: int = 8, features: bool = False, edit: EdgeEdit | None = None,
                 progress: Callable[[int], None] | None = None) -> PassResult:
@@ -74,7 +80,7 @@ def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequ
     ``features`` or ``edit`` is used.
     """
     device = input_device(model)
-    pad = model.config.pad_token_id if isinstance(model.config.pad_token_id, int) else 0
+    pad = pad_id(model)
     text = model.config.get_text_config()
     layers = text.num_hidden_layers
     n = len(prompts)

@@ -1,0 +1,238 @@
+"""Edge-edit passes resumed from a batch's cached layer inputs, through the model's own layers.
+
+An edge edit whose heads sit in layers L… changes nothing below layer L, and (attention is causal)
+nothing before its first query token at any layer. So one baseline pass per batch records what
+transformers hands every decoder layer — its input hidden states and keyword arguments (mask,
+position embeddings, position ids, exactly as the model built them) — and every layer's keys and
+values. An edit then runs only layers L… of the model itself — layer L on every position, the
+layers above only on the positions from its first query token on, with the earlier positions'
+keys/values read from a cache; the model's tail (final norm, lm_head, soft-cap) comes from the
+architecture table. Same numbers as a full pass (up to floating-point summation order; rows the
+edit leaves unchanged bit for bit), a fraction of the FLOPs.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import torch
+from torch import nn
+
+from ...core.errors import SurgeryError
+from ...model.hooks import model_architecture
+from .attention import EdgeEdit, Plan, active_plan
+from .prompts import Batch, Encoded
+
+# A recorded layer call's cache arguments: a resumed pass replaces them with its own cache.
+_CACHE_ARGS = ("cache", "use_cache")
+
+
+@dataclass
+class Snapshot:
+    """One batch's baseline pass: every decoder layer's call and every layer's keys/values."""
+
+    calls: list[dict[str, Any]]   # per layer: hidden_states and the keyword arguments it got
+    keys: list[torch.Tensor]      # per layer: (B, kv heads, T, head_dim)
+    values: list[torch.Tensor]
+    logits: torch.Tensor          # (B, vocab) at the last position
+    length: int
+    final: torch.Tensor           # the last decoder layer's output (B, T, hidden)
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The decoder layers, in order, where the architecture table says they are."""
+    names = dict(model.named_modules())
+    prefix = model_architecture(model).layer_prefix(names)
+    n = model.config.get_text_config().num_hidden_layers
+    return [names[prefix.format(layer=i).rstrip(".")] for i in range(n)]
+
+
+def _tail(model: nn.Module) -> tuple[nn.Module, nn.Module, float | None]:
+    """Final norm, lm_head and logit soft-cap (None: none) of ``model``."""
+    arch = model_architecture(model)
+    names = dict(model.named_modules())
+    root = arch.layer_prefix(names).split("layers.{layer}.")[0]
+    cap = arch.layout.logit_softcap
+    softcap = getattr(model.config.get_text_config(), cap, None) if cap else None
+    return names[root + arch.layout.final_norm], model.get_output_embeddings(), softcap
+
+
+@contextmanager
+def _recording(layers: list[nn.Module]) -> Iterator[list[dict[str, Any]]]:
+    calls: list[dict[str, Any]] = [{} for _ in layers]
+
+    def hook_for(i: int):
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            if len(args) > 1:
+                raise SurgeryError(f"{type(module).__name__} got {len(args)} positional arguments; resumed "
+                                   "passes know the transformers calling convention (hidden_states only)")
+            calls[i] = {"hidden_states": args[0] if args else kwargs["hidden_states"],
+                        **{k: v for k, v in kwargs.items() if k != "hidden_states"}}
+        return hook
+
+    handles = [layer.register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, layer in enumerate(layers)]
+    try:
+        yield calls
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def snapshot(model: nn.Module, batch: Batch, plan: Plan | None = None) -> Snapshot:
+    """The baseline pass of ``batch`` (under ``plan``, e.g. for features), with what resuming needs."""
+    from transformers import DynamicCache
+
+    layers = decoder_layers(model)
+    # a cache of plain full-length layers: sliding-window layers keep their window in the mask
+    cache = DynamicCache()
+    final: list[torch.Tensor] = []
+    handle = layers[-1].register_forward_hook(
+        lambda module, args, out: final.append(out[0] if isinstance(out, tuple) else out))
+    try:
+        with torch.inference_mode(), active_plan(plan), _recording(layers) as calls:
+            out = model(**batch.model_inputs(), cache=cache, use_cache=True, logits_to_keep=1)
+    finally:
+        handle.remove()
+    return Snapshot(calls, [cache.layers[i].keys for i in range(len(layers))],
+                    [cache.layers[i].values for i in range(len(layers))], out.logits[:, -1],
+                    batch.input_ids.shape[1], final[0])
+
+
+def _sliced(call: dict[str, Any], start: int, cache) -> dict[str, Any]:
+    """A recorded layer call restricted to the query positions ``start:``, reading ``cache``."""
+    out: dict[str, Any] = {}
+    for name, v in call.items():
+        if name in _CACHE_ARGS:
+            continue
+        if name in ("hidden_states", "position_ids"):
+            out[name] = v[:, start:]
+        elif name == "attention_mask":
+            out[name] = None if v is None else v[..., start:, :]
+        elif name == "position_embeddings":
+            out[name] = tuple(t[..., start:, :] for t in v)
+        elif isinstance(v, torch.Tensor):
+            raise SurgeryError(f"a decoder layer got the tensor argument {name!r}, which a resumed pass "
+                               "does not know how to restrict; extend surgery/find/heads/resume.py")
+        else:
+            out[name] = v
+    return {**out, "cache": cache, "use_cache": True}
+
+
+def first_layer(edit: EdgeEdit) -> int | None:
+    """The lowest layer ``edit`` changes (None: it changes nothing)."""
+    layers = [layer for layer, heads in edit.heads.items() if heads]
+    return None if edit.is_identity() or not layers else min(layers)
+
+
+def first_query(batch: Batch, edit: EdgeEdit) -> int | None:
+    """The first padded position of any row's ``edit.queries`` span (None: no row has one)."""
+    rows = batch.masks[edit.queries].any(dim=0).nonzero()
+    return int(rows[0]) if len(rows) else None
+
+
+def resume(model: nn.Module, snap: Snapshot, batch: Batch, edit: EdgeEdit,
+           counter: "Counter | None" = None) -> torch.Tensor:
+    """(B, vocab) last-position logits of ``batch`` under ``edit``, from ``snap``'s cached layers.
+
+    The first edited layer runs on every position, as in a full pass, so that its output compares
+    bit for bit with the baseline's: a row it leaves unchanged (an edit below float resolution) keeps
+    the baseline's logits exactly, as a full pass would. The layers above run from ``start`` on.
+    """
+    from transformers import DynamicCache
+
+    layer, start = first_layer(edit), first_query(batch, edit)
+    if layer is None or start is None:
+        return snap.logits
+    layers, rows = decoder_layers(model), batch.input_ids.shape[0]
+    cache = DynamicCache([(k[:, :, :start], v[:, :, :start]) if i > layer else (None, None)
+                          for i, (k, v) in enumerate(zip(snap.keys, snap.values))])
+    plan = Plan(batch.masks, edit=edit)
+    last = max(i for i, heads in edit.heads.items() if heads)
+    with torch.inference_mode(), active_plan(plan):
+        hidden = _layer(layers[layer], snap.calls[layer], 0, cache, snap.calls[layer]["hidden_states"])
+        baseline = snap.calls[layer + 1]["hidden_states"] if layer + 1 < len(layers) else snap.final
+        changed = (hidden != baseline).flatten(1).any(1)
+        if counter is not None:
+            counter.add(rows, snap.length, 0, layer, layer + 1)
+        plan.start, plan.changed, hidden = start, None, hidden[:, start:]
+        for i in range(layer + 1, len(layers)):
+            if i > last and not changed.any():
+                return snap.logits  # the edit changed nothing, to the last bit
+            hidden = _layer(layers[i], snap.calls[i], start, cache, hidden)
+            if counter is not None:
+                counter.add(rows, snap.length, start, i, i + 1)
+            if plan.changed is not None:  # an edited layer above the first changed these rows
+                changed, plan.changed = changed | plan.changed, None
+        if not changed.any():
+            return snap.logits
+        norm, head, softcap = _tail(model)
+        logits = head(norm(hidden[:, -1:]))[:, -1]
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+    if counter is not None:
+        counter.add_head(rows)
+    return torch.where(changed[:, None], logits, snap.logits)
+
+
+def _layer(layer: nn.Module, call: dict[str, Any], start: int, cache, hidden: torch.Tensor) -> torch.Tensor:
+    """One decoder layer on ``hidden`` (positions ``start:``), with the recorded call's arguments."""
+    out = layer(**{**_sliced(call, start, cache), "hidden_states": hidden})
+    return out[0] if isinstance(out, tuple) else out
+
+
+@dataclass
+class Counter:
+    """Forward-pass FLOPs, counted per layer as 2·params per token (matmuls) plus 4·q·k·heads·head_dim
+    (attention scores and their sum over values), and 2·vocab·hidden for the kept logit position."""
+
+    layer_params: int
+    layers: int
+    attn_width: int   # heads × head_dim
+    head_params: int  # lm_head
+    flops: int = 0
+
+    @classmethod
+    def of(cls, model: nn.Module) -> "Counter":
+        layers = decoder_layers(model)
+        cfg = model.config.get_text_config()
+        width = cfg.num_attention_heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+        return cls(sum(p.numel() for p in layers[0].parameters()), len(layers), width,
+                   model.get_output_embeddings().weight.numel())
+
+    def layer_flops(self, rows: int, length: int, start: int = 0, first: int = 0, end: int | None = None) -> int:
+        """FLOPs of ``rows`` prompts of ``length`` tokens, queries ``start:``, layers ``first:end``."""
+        q = length - start
+        per_layer = 2 * self.layer_params * q + 4 * q * length * self.attn_width
+        return rows * ((self.layers if end is None else end) - first) * per_layer
+
+    def pass_flops(self, rows: int, length: int, start: int = 0, first: int = 0) -> int:
+        """FLOPs of a pass from layer ``first`` to the logits of the last position."""
+        return self.layer_flops(rows, length, start, first) + rows * 2 * self.head_params
+
+    def add(self, rows: int, length: int, start: int = 0, first: int = 0, end: int | None = None) -> None:
+        self.flops += self.layer_flops(rows, length, start, first, end)
+
+    def add_head(self, rows: int) -> None:
+        self.flops += rows * 2 * self.head_params
+
+    def _batches(self, prompts: Sequence[Encoded], batch_size: int) -> list[list[Encoded]]:
+        """``prompts`` grouped as prompts.batches groups them (sorted by length)."""
+        rows = sorted(prompts, key=lambda p: len(p.ids))
+        return [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+
+    def full(self, prompts: Sequence[Encoded], batch_size: int) -> int:
+        """FLOPs of one full pass over ``prompts`` in batches of ``batch_size`` (left-padded)."""
+        return sum(self.pass_flops(len(b), max(len(p.ids) for p in b)) for b in self._batches(prompts, batch_size))
+
+    def resumed_bound(self, prompts: Sequence[Encoded], batch_size: int, span: str) -> int:
+        """The most FLOPs one edge edit from ``span`` can cost resumed (heads in layer 0)."""
+        total = 0
+        for b in self._batches(prompts, batch_size):
+            length = max(len(p.ids) for p in b)
+            firsts = [length - len(p.ids) + min(p.spans[span]) for p in b if p.spans.get(span)]
+            if firsts:  # the first edited layer runs full length (resume's bit-exact check)
+                total += (self.pass_flops(len(b), length, min(firsts), 1)
+                          + self.layer_flops(len(b), length, 0, 0, 1))
+        return total

@@ -1,0 +1,147 @@
+"""Knockout passes resumed from cached layer inputs (resume.py): the full passes' S and findings,
+for fewer FLOPs — on tiny models of every architecture and on the planted fixtures."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from surgery.find.heads import causal
+from surgery.find.heads.attention import EdgeEdit, edge_heads, surgery_attention_on
+from surgery.find.heads.benchmark import load_benchmark
+from surgery.find.heads.causal import PairRunner, random_head_sets
+from surgery.find.heads.find import find_heads
+from surgery.find.heads.pairs import build_pairs
+from surgery.find.heads.params import FindParams
+from surgery.find.heads.scores import encode_pairs, option_token_ids, run_prompts
+from surgery.model.loading import load_model, load_tokenizer
+from tests.support.binding import CHAT, char_model, write_small_benchmark
+from tests.support.paths import FIXTURES
+from tests.support.tokenizer import char_tokenizer
+
+ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "gemma3", "phi3", "olmo2"]
+SAME = 1e-5  # S agreement of a resumed pass with a full pass (fp32 summation order only)
+
+
+def edits_for(n_layers: int, n_heads: int) -> list[EdgeEdit]:
+    """Single heads in the first and last layer, random head sets, the control span, an α ≠ 0."""
+    sets = random_head_sets(n_layers, n_heads, 2, 3, [], seed=1)
+    return ([EdgeEdit(edge_heads([(0, 1)]), 0.0), EdgeEdit(edge_heads([(n_layers - 1, 2)]), 0.0)]
+            + [EdgeEdit(edge_heads(s), 0.0) for s in sets]
+            + [EdgeEdit(edge_heads(sets[0]), 0.0, queries="control"), EdgeEdit(edge_heads(sets[1]), 2.0)])
+
+
+def full_pass_scores(runner: PairRunner, edits) -> list[np.ndarray]:
+    """What find-heads computed before resumed passes: every edit from the embeddings."""
+    return [run_prompts(runner.model, runner.prompts, runner.ids, batch_size=runner.batch_size, edit=e).s
+            for e in edits]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bind")
+    return build_pairs(load_benchmark(write_small_benchmark(root / "small.jsonl")), seed=0, max_pairs=4)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_resumed_passes_equal_full_passes(tiny, small, arch):
+    path = char_model(tiny, arch, CHAT)  # chat prompts: a long shared prefix before the identities
+    model, tok = load_model(path), char_tokenizer(CHAT)
+    cfg = model.config.get_text_config()
+    edits = edits_for(cfg.num_hidden_layers, cfg.num_attention_heads)
+    with surgery_attention_on(model):
+        runner = PairRunner(model, encode_pairs(tok, small, "binding", True), [p.item for p in small],
+                            option_token_ids(tok), batch_size=3)
+        swept, full = runner.sweep(edits), full_pass_scores(runner, edits)
+    for s, f in zip(swept, full):
+        np.testing.assert_allclose(s, f, atol=SAME, rtol=0)
+    # the edits do change S, unless every layer has an 8-token window (the item is out of reach)
+    windowed = getattr(cfg, "sliding_window", None) and all(t == "sliding_attention" for t in
+                                          getattr(cfg, "layer_types", None) or ["sliding_attention"])
+    assert any(not np.allclose(f, runner.base, atol=1e-4) for f in full) != bool(windowed)
+    assert runner.counter.flops < runner.full_flops + runner.counter.full(runner.prompts, 3)
+
+
+def _planted_findings(fixture, monkeypatch, full: bool) -> dict:
+    if full:  # the old way: each knockout pass from the embeddings
+        monkeypatch.setattr(causal.PairRunner, "sweep", full_pass_scores)
+    params = FindParams(benchmark=str(fixture / "benchmark.jsonl"), random_sets=10, batch_size=64)
+    pairs = build_pairs(load_benchmark(fixture / "benchmark.jsonl"), seed=0)
+    out = find_heads(fixture, pairs, params, report=lambda m: None)
+    monkeypatch.undo()
+    return out
+
+
+def _numbers(x, path=""):
+    """Every number of a findings dict, by its path."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _numbers(v, f"{path}.{k}")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _numbers(v, f"{path}[{i}]")
+    elif isinstance(x, (int, float)) and not isinstance(x, bool):
+        yield path, float(x)
+
+
+@pytest.mark.slow(minutes=3)
+@pytest.mark.parametrize("name", ["binding_model", "binding_decoy", "binding_dose"])
+def test_planted_findings_are_those_of_full_passes(name, monkeypatch):
+    """Same selection, confirmation and knockout numbers (within 1e-5) as full passes, for fewer
+    FLOPs (3 layers, circuit heads in layer 0: the saving is the tokens before the identities; the
+    30-layer models save far more, test_smollm2_…)."""
+    fixture = FIXTURES / name
+    new, old = _planted_findings(fixture, monkeypatch, False), _planted_findings(fixture, monkeypatch, True)
+    assert new["selected_heads"] == old["selected_heads"]
+    assert [(h["layer"], h["head"]) for h in new["confirmation"]["heads"]] == \
+        [(h["layer"], h["head"]) for h in old["confirmation"]["heads"]]
+    a, b = dict(_numbers({k: new[k] for k in ("confirmation", "knockout")})), \
+        dict(_numbers({k: old[k] for k in ("confirmation", "knockout")}))
+    assert a.keys() == b.keys()
+    for key in a:
+        if "ci95" in key or "p95" in key or "sd_pct" in key or "mean_pct" in key or "effect_pct" in key:
+            continue  # derived from the ΔS below (percentages of a ratio): compared relative below
+        assert a[key] == pytest.approx(b[key], abs=SAME) or (math.isnan(a[key]) and math.isnan(b[key])), key
+    for key in a:
+        assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-3) or math.isnan(b[key]), key
+    cost = new["cost"]
+    print(f"{name}: forward-pass FLOPs {cost['forward_flops']:.4g} of {cost['forward_flops_full_passes']:.4g} "
+          f"as full passes ({cost['forward_flops'] / cost['forward_flops_full_passes']:.3f})")
+    assert cost["forward_flops"] < 0.75 * cost["forward_flops_full_passes"]
+
+
+@pytest.mark.slow(minutes=4)
+def test_smollm2_resumed_knockouts_equal_full_passes(smollm2):
+    tok, model = load_tokenizer(smollm2), load_model(smollm2)
+    pairs = build_pairs(load_benchmark("builtin"), seed=0, max_pairs=8)
+    cfg = model.config.get_text_config()
+    edits = edits_for(cfg.num_hidden_layers, cfg.num_attention_heads)
+    with surgery_attention_on(model):
+        runner = PairRunner(model, encode_pairs(tok, pairs, "binding"), [p.item for p in pairs],
+                            option_token_ids(tok))
+        swept, full = runner.sweep(edits), full_pass_scores(runner, edits)
+    for s, f in zip(swept, full):
+        np.testing.assert_allclose(s, f, atol=SAME, rtol=0)
+    print("smollm2 sweep FLOPs / full passes:", runner.counter.flops / runner.full_flops)
+
+
+def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, small):
+    path = char_model(tiny, "llama", CHAT)
+    said: list[str] = []
+
+    def progress(label: str, total: int):
+        said.append(f"progress: {label}")
+        return lambda n: None
+
+    found = find_heads(path, small, FindParams(confirm=3, random_sets=2, batch_size=4),
+                       progress=progress, report=said.append)
+    note = next(i for i, m in enumerate(said) if m.startswith("forward-pass FLOPs: at most"))
+    assert note < next(i for i, m in enumerate(said) if m.startswith("progress"))  # before any pass
+    bound, today = (float(x) for x in re.findall(r"\d\.\d+e[+-]\d+", said[note])[:2])
+    cost = found["cost"]
+    assert cost["forward_flops"] <= bound * 1.001 and cost["forward_flops_full_passes"] <= today * 1.001
+    assert cost["forward_flops"] < cost["forward_flops_full_passes"]
+    assert any(m.startswith(f"forward-pass FLOPs: {cost['forward_flops']:.3e}") for m in said)  # the count, after
