@@ -129,6 +129,9 @@ def session() -> Iterator[None]:
     dist.init_process_group(backend)
     try:
         yield
+        # every rank leaves together: a rank that tears its connections down while another still
+        # talks makes gloo abort that one (SIGABRT, "connection closed by peer")
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
