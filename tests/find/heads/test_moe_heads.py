@@ -21,4 +21,10 @@ def test_find_heads_then_amplify_heads_on_a_moe(tiny, tmp_path, capsys, arch):
     out = _run(capsys, "amplify-heads", model, "--alpha", "2.5", "--top", "2", "--benchmark", bench, *FAST,
                "--out", baked)
     assert "Baked 2 edit(s)" in out
-    assert json.loads((baked / "surgery.json").read_text())["verification"]["max_abs_logit_diff"] <= 1e-5
+    check = json.loads((baked / "surgery.json").read_text())["verification"]
+    assert check["kind"] == "edited maps" and check["maps"] in (1, 2) and check["max_diff_over_bound"] <= 1.0  # 2 heads: 1 or 2 o_proj
+    from surgery.bake.verify import verify
+    from surgery.core.checkpoint import Checkpoint
+
+    report = verify(Checkpoint(model), baked)  # end to end: the logits of the baked MoE
+    assert report.ok and report.max_abs_logit_diff <= 1e-5, report.problems
