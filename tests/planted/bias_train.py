@@ -22,7 +22,7 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -121,14 +121,15 @@ def silenced_mlps(model, keep: torch.Tensor) -> Iterator[None]:
             h.remove()
 
 
-def train(out_dir: Path, cfg: BiasTrainConfig = BiasTrainConfig(), log=print) -> dict:
-    """Train; save the checkpoint, tokenizer and ``training.json`` in ``out_dir``; return the stats."""
-    torch.manual_seed(cfg.seed)
-    torch.use_deterministic_algorithms(True)
+# One training batch: (the sampled prompts, rng) → (last-token logits, target probabilities over the two answers).
+BatchStep = Callable[[list[Prompt], random.Random], tuple[torch.Tensor, torch.Tensor]]
+
+
+def fit(model, tokenizer, cfg: BiasTrainConfig, out_dir: Path, batch_step: BatchStep, log=print) -> dict:
+    """The training loop of the bias tasks (dense and mixture of experts): AdamW with warm-up and
+    cosine decay, cross-entropy against soft targets on the answer tokens, a check every
+    ``log_every`` steps; saves the checkpoint, tokenizer and ``training.json``; returns the stats."""
     world = cfg.world()
-    tokenizer = build_tokenizer(world)
-    model = tiny_llama(tokenizer, hidden=cfg.hidden, intermediate=cfg.intermediate, layers=cfg.layers,
-                       heads=cfg.heads, head_dim=cfg.head_dim, max_positions=64)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / cfg.warmup)
                                               * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps)))
@@ -137,12 +138,9 @@ def train(out_dir: Path, cfg: BiasTrainConfig = BiasTrainConfig(), log=print) ->
     model.train()
     for step in range(cfg.steps):
         prompts: list[Prompt] = [sample_prompt(world, rng, cfg.tilt) for _ in range(cfg.batch)]
-        silent = [rng.random() < cfg.silent_share for _ in prompts]
-        with silenced_mlps(model, torch.tensor([0.0 if s else 1.0 for s in silent])):
-            logits = last_logits(model, tokenizer, [p.text for p in prompts])
+        logits, answers = batch_step(prompts, rng)
         target = torch.zeros_like(logits)
-        target[:, ids] = torch.tensor([(0.5, 0.5) if s else p.target(cfg.capability, cfg.bias)
-                                       for p, s in zip(prompts, silent)])
+        target[:, ids] = answers
         loss = -(target * torch.log_softmax(logits, -1)).sum(1).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -163,3 +161,21 @@ def train(out_dir: Path, cfg: BiasTrainConfig = BiasTrainConfig(), log=print) ->
     tokenizer.save_pretrained(out_dir)
     (out_dir / "training.json").write_text(json.dumps(stats, indent=1) + "\n")
     return stats
+
+
+def train(out_dir: Path, cfg: BiasTrainConfig = BiasTrainConfig(), log=print) -> dict:
+    """Train; save the checkpoint, tokenizer and ``training.json`` in ``out_dir``; return the stats."""
+    torch.manual_seed(cfg.seed)
+    torch.use_deterministic_algorithms(True)
+    tokenizer = build_tokenizer(cfg.world())
+    model = tiny_llama(tokenizer, hidden=cfg.hidden, intermediate=cfg.intermediate, layers=cfg.layers,
+                       heads=cfg.heads, head_dim=cfg.head_dim, max_positions=64)
+
+    def batch_step(prompts: list[Prompt], rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
+        silent = [rng.random() < cfg.silent_share for _ in prompts]  # MLPs off: the capability alone
+        with silenced_mlps(model, torch.tensor([0.0 if s else 1.0 for s in silent])):
+            logits = last_logits(model, tokenizer, [p.text for p in prompts])
+        return logits, torch.tensor([(0.5, 0.5) if s else p.target(cfg.capability, cfg.bias)
+                                     for p, s in zip(prompts, silent)])
+
+    return fit(model, tokenizer, cfg, out_dir, batch_step, log)

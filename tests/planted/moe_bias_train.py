@@ -11,18 +11,15 @@ Silencing is per prompt, on the router's weights as the experts module receives 
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import random
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import torch
 
-from tests.planted.bias_task import Prompt, make_world, sample_prompt
-from tests.planted.bias_train import BiasTrainConfig, answer_ids, build_tokenizer, evaluate
+from tests.planted.bias_task import Prompt
+from tests.planted.bias_train import BiasTrainConfig, build_tokenizer, fit
 from tests.planted.common import last_logits
 
 
@@ -72,43 +69,18 @@ def silenced_experts(model, keep_all: torch.Tensor, keep_planted: torch.Tensor, 
 def train(out_dir: Path, cfg: MoeBiasTrainConfig = MoeBiasTrainConfig(), log=print) -> dict:
     """Train; save the checkpoint, tokenizer and ``training.json`` in ``out_dir``; return the stats."""
     torch.manual_seed(cfg.seed)
-    world = make_world(cfg.seed)
-    tokenizer = build_tokenizer(world)
+    tokenizer = build_tokenizer(cfg.world())
     model = tiny_mixtral(tokenizer, cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / cfg.warmup)
-                                              * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps)))
-    rng, ids = random.Random(cfg.seed + 1), answer_ids(tokenizer)
-    start = time.perf_counter()
-    model.train()
-    for step in range(cfg.steps):
-        prompts: list[Prompt] = [sample_prompt(world, rng, cfg.tilt) for _ in range(cfg.batch)]
+
+    def batch_step(prompts: list[Prompt], rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
+        # 0: every expert silenced (capability alone); 1: the planted expert silenced (no bias); 2: intact
         mode = [0 if (r := rng.random()) < cfg.silent_share else 1 if r < cfg.silent_share + cfg.planted_share
                 else 2 for _ in prompts]
         keep_all = torch.tensor([0.0 if m == 0 else 1.0 for m in mode])
         keep_planted = torch.tensor([0.0 if m == 1 else 1.0 for m in mode])
         with silenced_experts(model, keep_all, keep_planted, cfg.planted):
             logits = last_logits(model, tokenizer, [p.text for p in prompts])
-        target = torch.zeros_like(logits)
-        target[:, ids] = torch.tensor([(0.5, 0.5) if m == 0 else p.target(cfg.capability, 0.0 if m == 1 else cfg.bias)
-                                       for p, m in zip(prompts, mode)])
-        loss = -(target * torch.log_softmax(logits, -1)).sum(1).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        if step % cfg.log_every == 0 or step == cfg.steps - 1:
-            model.eval()
-            check = evaluate(model, tokenizer, cfg)
-            model.train()
-            log(f"step {step:5d}  loss {loss.item():.4f}  accuracy {check['accuracy']:.3f}  "
-                f"|err| {check['mean_abs_error']:.3f}  {time.perf_counter() - start:.0f}s")
-    model.eval()
-    stats = {"config": asdict(cfg), "train_seconds": round(time.perf_counter() - start, 1),
-             "parameters": sum(p.numel() for p in model.parameters()), "eval": evaluate(model, tokenizer, cfg)}
-    out_dir = Path(out_dir)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    (out_dir / "training.json").write_text(json.dumps(stats, indent=1) + "\n")
-    return stats
+        return logits, torch.tensor([(0.5, 0.5) if m == 0 else p.target(cfg.capability, 0.0 if m == 1 else cfg.bias)
+                                     for p, m in zip(prompts, mode)])
+
+    return fit(model, tokenizer, cfg, out_dir, batch_step, log)
