@@ -41,6 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synthetic_checkpoint import write_shard  # noqa: E402  (tensor by tensor: memory is one pool, not the shard)
+
 SHAPES = {"1b": dict(hidden=2048, ffn=5632, heads=16, kv_heads=4, head_dim=128, vocab=2048),
           "8b": dict(hidden=4096, ffn=14336, heads=32, kv_heads=8, head_dim=128, vocab=128256)}
 HIDDEN, FFN, HEADS, KV_HEADS, HEAD_DIM, VOCAB = SHAPES["1b"].values()
@@ -77,24 +80,6 @@ def all_tensors(layers: int) -> list[tuple[str, tuple[int, ...]]]:
     for i in range(layers):
         out += [(f"model.layers.{i}.{name}", shape) for name, shape in layer_shapes().items()]
     return out + [("model.norm.weight", (HIDDEN,)), ("lm_head.weight", (VOCAB, HIDDEN))]
-
-
-def write_shard(path: Path, tensors: list[tuple[str, tuple[int, ...]]], rng: np.random.Generator) -> None:
-    """A safetensors file written tensor by tensor: memory is one tensor, not the shard."""
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
-    for name, shape in tensors:
-        size = math.prod(shape) * 2
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(len(raw).to_bytes(8, "little") + raw)
-        for name, shape in tensors:
-            values = rng.standard_normal(math.prod(shape), dtype=np.float32) * np.float32(0.02)
-            if name.endswith("norm.weight"):
-                values += 1
-            f.write((values.view(np.uint32) >> 16).astype(np.uint16).tobytes())  # bf16 bits
 
 
 def build(folder: Path, layers: int) -> Path:

@@ -125,6 +125,16 @@ def new_findings(kind: str, ckpt: Checkpoint, dataset_sha256: str, params: Mappi
     }
 
 
+def dtype_key(load) -> dict[str, str]:
+    """What a cache key adds for ``load``'s compute dtype: nothing for float32 (keys as before),
+    else the dtype, so bfloat16 findings are cached apart (their sums are float32 either way)."""
+    from ..model.loading import compute_dtype
+    from ..model.placement import dtype_name
+
+    name = dtype_name(compute_dtype(load))
+    return {} if name == "float32" else {"model_dtype": name}
+
+
 def compute_record(model) -> dict[str, str]:
     """Where and in what precision a finder ran the model (findings record it; sums are float32)."""
     from ..model.placement import dtype_name, input_device

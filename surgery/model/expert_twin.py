@@ -31,6 +31,16 @@ def routed_inputs(module: nn.Module, args: tuple, kwargs: dict) -> tuple[torch.T
     return x, index, weights
 
 
+def expert_intermediate(module: nn.Module, e: int, x: torch.Tensor) -> torch.Tensor:
+    """Expert ``e``'s intermediate activation act(gate)·up on the tokens ``x`` [tokens, H], in the
+    module's own layout (transposed or not, biased or not, its ``_apply_gate``)."""
+    w = module.gate_up_proj[e]
+    gate_up = x @ w if module.is_transposed else x @ w.T
+    if module.has_bias:
+        gate_up = gate_up + module.gate_up_proj_bias[e]
+    return module._apply_gate(gate_up)
+
+
 def _correction(module: nn.Module, scales: torch.Tensor, x: torch.Tensor, index: torch.Tensor,
                 weights: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """``out`` plus what scaling the edited neurons of each expert by ``scales`` [E, I] changes."""
@@ -40,11 +50,8 @@ def _correction(module: nn.Module, scales: torch.Tensor, x: torch.Tensor, index:
         tok, pos = torch.where(index == e)
         if not len(tok):
             continue
-        w = module.gate_up_proj[e]
-        gate_up = x[tok] @ w if module.is_transposed else x[tok] @ w.T
-        if module.has_bias:
-            gate_up = gate_up + module.gate_up_proj_bias[e]
-        h = module._apply_gate(gate_up)[:, idx.to(gate_up.device)]         # (tokens, edited neurons)
+        act = expert_intermediate(module, e, x[tok])
+        h = act[:, idx.to(act.device)]                                      # (tokens, edited neurons)
         down = module.down_proj[e]
         cols = down[idx] if module.is_transposed else down[:, idx].T        # (edited neurons, hidden)
         delta = (h * (scales[e, idx].to(h) - 1)) @ cols

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import torch
 
-from surgery.cli.main import main
 from surgery.core.edits import HeadScale, NeuronScale
 from surgery.core.errors import CheckpointError
 from surgery.find.heads.find import find_heads
@@ -27,6 +26,7 @@ from surgery.model.hooks import applied
 from surgery.model.loading import Checkpoint, LoadSpec, compute_dtype, load_model
 from surgery.model.placement import largest_layer_bytes, parse_max_memory, parse_size, resolve_dtype
 from tests.find.neurons.test_neurons import write_pairs
+from tests.model.test_load_options import _run
 from tests.support.binding import char_model, write_small_benchmark
 
 
@@ -147,14 +147,6 @@ def test_bad_max_memory_is_refused(text):
 
 def test_sizes():
     assert parse_size("1.5KiB") == 1536 and parse_size("2 GB") == 2 * 10**9 and parse_size("1e3") == 1000
-
-
-def _run(args: list) -> int:
-    try:
-        main([str(a) for a in args])
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -23,9 +23,8 @@ from ...core import distributed
 from ...core.checkpoint import Checkpoint
 from ...core.errors import FindingsError, RecipeError, SurgeryError
 from ...core.progress import Progress, silent
-from ...model.loading import DEFAULT_LOAD, LoadSpec, as_checkpoint, compute_dtype, load_model, load_tokenizer
-from ...model.placement import dtype_name
-from ..findings import Found, cache_path, compute_record, new_findings, save_findings
+from ...model.loading import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
+from ..findings import Found, cache_path, compute_record, dtype_key, new_findings, save_findings
 from .attention import surgery_attention_on
 from .causal import PairRunner, confirmed_order, dose_response, knockout_report, single_knockouts
 from .discovery import discover, rank_heads
@@ -215,9 +214,7 @@ def head_ranking(findings: Mapping[str, Any]) -> list[tuple[int, int]]:
 
 def findings_cache(ckpt: Checkpoint, pairs: Sequence[Pair], params: FindParams, load: LoadSpec = DEFAULT_LOAD) -> Path:
     """Where findings are cached: a model run in bfloat16 gets findings of its own (scores stay float32)."""
-    model_dtype = dtype_name(compute_dtype(load))
-    extra = {} if model_dtype == "float32" else {"model_dtype": model_dtype}
-    return cache_path("heads", ckpt.fingerprint(), pairs_sha256(pairs), {**params.to_dict(), **extra})
+    return cache_path("heads", ckpt.fingerprint(), pairs_sha256(pairs), {**params.to_dict(), **dtype_key(load)})
 
 
 @dataclass

@@ -22,7 +22,7 @@ from torch import nn
 
 from ...core.architectures import Architecture
 from ...core.errors import SurgeryError
-from ...model.expert_twin import routed_inputs
+from ...model.expert_twin import expert_intermediate, routed_inputs
 from ...model.hooks import layer_module, model_architecture
 
 # (index of the batch's first text, pooled [batch, layers, columns], routing share [batch, layers, experts])
@@ -59,11 +59,7 @@ def _routed_sums(module: nn.Module, x: torch.Tensor, index: torch.Tensor, prompt
         tok = torch.where((index == e).any(dim=-1) & real)[0]
         if not len(tok):
             continue
-        w = module.gate_up_proj[e]
-        gate_up = x[tok] @ w if module.is_transposed else x[tok] @ w.T
-        if module.has_bias:
-            gate_up = gate_up + module.gate_up_proj_bias[e]
-        h = module._apply_gate(gate_up).float()
+        h = expert_intermediate(module, e, x[tok]).float()
         if sums is None:
             sums = torch.zeros(n_prompts, num_experts, h.shape[-1], dtype=torch.float32, device=x.device)
         sums[:, e].index_add_(0, prompt[tok], h)

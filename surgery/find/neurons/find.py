@@ -20,9 +20,8 @@ from ...core.architectures import architecture
 from ...core.checkpoint import Checkpoint
 from ...core.progress import Progress, silent
 from ...core.staging import atomic_write_text
-from ...model.loading import DEFAULT_LOAD, LoadSpec, compute_dtype, load_model, load_tokenizer
-from ...model.placement import dtype_name
-from ..findings import Found, cache_path, compute_record, new_findings
+from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
+from ..findings import Found, cache_path, compute_record, dtype_key, new_findings
 from .pairs import PairsError, PairSet, check_token_counts
 from .params import DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, SelectParams
 from .routing import expert_report
@@ -98,9 +97,7 @@ def capture_params(pairs: PairSet, ckpt: Checkpoint | None = None, load: LoadSpe
     """What is captured, and how (the cache key's parameters): a mixture of experts (``ckpt``)
     captures its experts; a model run in bfloat16 gets findings of its own (sums stay float32)."""
     moe = ckpt is not None and bool(architecture(ckpt.config).geometry.sparse_layers)
-    model_dtype = dtype_name(compute_dtype(load))
-    extra = {} if model_dtype == "float32" else {"model_dtype": model_dtype}
-    return {**(EXPERT_CAPTURE_PARAMS if moe else CAPTURE_PARAMS), **extra, "categories": pairs.categories()}
+    return {**(EXPERT_CAPTURE_PARAMS if moe else CAPTURE_PARAMS), **dtype_key(load), "categories": pairs.categories()}
 
 
 def scores_of(findings: Mapping[str, Any]) -> NeuronScores:
