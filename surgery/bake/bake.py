@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as _dt
 import errno
 import hashlib
-import heapq
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +27,7 @@ from .. import __version__
 from ..core.checkpoint import Checkpoint, file_sha256, is_other_weights
 from ..core.edits import Recipe
 from ..core.errors import CheckpointError, RecipeError
+from ..core.hash_cache import HashCache
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
 from ..model.loading import Source
@@ -97,7 +97,7 @@ def _overflowed(fd_src: int, dtype: str, offset: int, data: bytes) -> bool:
     return bool((np.isfinite(old) & ~np.isfinite(new)).any())
 
 
-def _patch_bytes(fd_src: int, p, entries: list[dict]) -> Iterator[tuple[int, bytes]]:
+def _patch_bytes(fd_src: int, p, entries: list[dict]) -> Iterator[tuple[int, memoryview]]:
     """(offset, new bytes) of one patch, in file order; its record, with the original slices, goes
     to ``entries`` once it is done."""
     originals: dict[str, list[np.ndarray]] = {"rows": [], "cols": []}
@@ -119,11 +119,29 @@ def _patch_bytes(fd_src: int, p, entries: list[dict]) -> Iterator[tuple[int, byt
     entries.append(entry)
 
 
-def _new_bytes(fd_src: int, patches, entries: list[dict]) -> Iterator[tuple[int, bytes]]:
-    """(offset, new bytes) of every patch of one file, merged in file order (the experts of one
-    fused tensor are separate patches over disjoint byte ranges); one record per patch goes to
-    ``entries``."""
-    yield from heapq.merge(*(_patch_bytes(fd_src, p, entries) for p in patches), key=lambda chunk: chunk[0])
+def patch_span(p) -> tuple[int, int]:
+    """The byte range [start, end) of the file that ``p`` may rewrite."""
+    row_bytes = p.n_cols * np.dtype(RAW_DTYPES[p.info.dtype]).itemsize
+    start = p.info.start + p.first_row * row_bytes
+    return start, start + p.n_rows * row_bytes
+
+
+def _new_bytes(fd_src: int, patches, entries: list[dict]) -> Iterator[tuple[int, memoryview]]:
+    """(offset, new bytes) of every patch of one file, in file order; one record per patch goes to
+    ``entries``.
+
+    Patches cover disjoint byte ranges (one tensor each, or one expert's rows of a fused tensor), so
+    running them one after the other in order of their ranges gives file order — and only one
+    patch's block is in memory at a time (merging them would hold one block per patch).
+    """
+    last = 0
+    for p in sorted(patches, key=patch_span):
+        start, end = patch_span(p)
+        if start < last:
+            raise CheckpointError(f"{p.info.file}: '{p.info.name}' overlaps another edited tensor; the "
+                                  "file's header is corrupt")
+        last = end
+        yield from _patch_bytes(fd_src, p, entries)
 
 
 def _patch_file(src: Path, dst: Path, patches, undo: dict[str, np.ndarray], undo_index: list[dict],
@@ -194,9 +212,11 @@ def _patch_file(src: Path, dst: Path, patches, undo: dict[str, np.ndarray], undo
     return (src_h.hexdigest() if hash_source else None), out_h.hexdigest()
 
 
-def hashing_record(taken: list[str], copied: list[str]) -> dict[str, Any]:
+def hashing_record(taken: list[str], remembered: list[str], copied: list[str]) -> dict[str, Any]:
     """What surgery.json says about its sha256s: which were taken rather than computed."""
     return {"source_files_from_hub_blob_names": taken,
+            # hashed by an earlier bake; unchanged since by device, inode, size, mtime and ctime
+            "source_files_from_hash_cache": remembered,
             "files_from_source": copied,
             "computed": "every other sha256 in files and source_files, from the bytes, once",
             "recheck": "surgery verify recomputes every sha256 of the output and of the source"}
@@ -267,15 +287,20 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         raise CheckpointError(f"{ckpt.path}: the weights file {stray[0]} is in a folder that is not carried over "
                               f"({', '.join(sorted(SKIP_DIRS))}); move the shards next to config.json")
     unchanged = {rel for rel in copied if rel not in by_file and not (card is not None and rel == "README.md")}
+    hash_cache = HashCache()
     with staged_output(Path(out), [ckpt.path], force, note) as tmp, _hash_pool() as hasher:
         # Every byte is hashed at most once. A Hub-cache source file takes its blob's name; an
         # edited shard's source and output are hashed in the pass that writes it; every other
         # source file is hashed on threads while the main thread copies (the kernel copy leaves
         # the CPU mostly idle), and its copy takes that hash. Left-out files are not hashed: undo
         # restores the carried files, and they may be large.
+        # A source file hashed by an earlier bake, and unchanged since, takes that hash too.
         taken = {rel: h for rel in files if rel not in left_out and (h := hub_blob_sha256(ckpt.path / rel))}
+        remembered = {rel: h for rel in files if rel not in left_out and rel not in taken
+                      and (h := hash_cache.get(ckpt.path / rel))}
         source_hashes: dict[str, Any] = {rel: hasher.submit(file_sha256, ckpt.path / rel) for rel in files
-                                         if rel not in left_out and rel not in taken and rel not in by_file}
+                                         if rel not in left_out and rel not in taken and rel not in remembered
+                                         and rel not in by_file}
         output_hashes: dict[str, str] = {}
         undo: dict[str, np.ndarray] = {}
         undo_index: list[dict] = []
@@ -290,13 +315,15 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
             if rel in by_file:
                 tick("patch", len(output_hashes), len(by_file))
                 src_sha, output_hashes[rel] = _patch_file(ckpt.path / rel, tmp / rel, by_file[rel], undo, undo_index,
-                                                          hash_source=rel not in taken, on_bytes=advance)
+                                                          hash_source=rel not in taken and rel not in remembered,
+                                                          on_bytes=advance)
                 if src_sha is not None:
                     source_hashes[rel] = src_sha
             else:
                 copy_file(ckpt.path / rel, tmp / rel, advance)
         tick("patch", len(by_file), len(by_file))
         source_hashes.update(taken)
+        source_hashes.update(remembered)
 
         provenance: dict[str, Any] = {
             "format": FORMAT,
@@ -332,12 +359,16 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         tick("hash", 0, 1)
         fresh = [n for n in outputs if n not in unchanged and n not in output_hashes and n != PROVENANCE_NAME]
         source_digests = {n: h if isinstance(h, str) else h.result() for n, h in source_hashes.items()}
+        for rel, digest in source_digests.items():
+            if rel not in taken and rel not in remembered:
+                hash_cache.put(ckpt.path / rel, digest)
         hashes = hash_files(tmp, fresh)  # new files: surgery.undo, the card
         hashes.update({n: source_digests[n] for n in unchanged})
         hashes.update(output_hashes)
         provenance["files"] = dict(sorted(hashes.items()))
         provenance["source_files"] = dict(sorted(source_digests.items()))
-        provenance["hashing"] = hashing_record(sorted(taken), sorted(unchanged))
+        provenance["hashing"] = hashing_record(sorted(taken), sorted(remembered), sorted(unchanged))
         tick("hash", 1, 1)
         (tmp / PROVENANCE_NAME).write_text(provenance_text(provenance), encoding="utf-8")
+    hash_cache.save()
     return BakeResult(Path(out), provenance, notes)

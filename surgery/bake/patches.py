@@ -193,7 +193,7 @@ def _row_blocks(p: TensorPatch) -> Iterator[tuple[int, int]]:
             yield row, 1
 
 
-def patched_chunks(fd: int, p: TensorPatch) -> Iterator[tuple[int, bytes, dict[str, np.ndarray]]]:
+def patched_chunks(fd: int, p: TensorPatch) -> Iterator[tuple[int, memoryview, dict[str, np.ndarray]]]:
     """Yield (absolute offset, new bytes, original slices) for each rewritten block of ``p``.
 
     ``fd`` is the source file. The original slices are the raw elements of the edited rows and
@@ -215,7 +215,8 @@ def patched_chunks(fd: int, p: TensorPatch) -> Iterator[tuple[int, bytes, dict[s
                 block[:, idx] = _scaled(block[:, idx], float(value), p.info.dtype)
         for r in rows_here:
             block[r - start] = _scaled(block[r - start], p.rows[r], p.info.dtype)
-        yield p.info.start + (p.first_row + start) * p.n_cols * itemsize, block.tobytes(), originals
+        # A byte view of the block, not a copy: the caller writes it out before the next block.
+        yield p.info.start + (p.first_row + start) * p.n_cols * itemsize, block.reshape(-1).view(np.uint8).data, originals
 
 
 def _column_peaks(fd: int, p: TensorPatch) -> dict[int, float]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from ..core.architectures import architecture
+from ..core.cache import cache_dir
 from ..core.checkpoint import Checkpoint
 from ..core.errors import FindingsError, SurgeryError
 from ..core.staging import atomic_write_text
@@ -40,14 +40,6 @@ def sha256_bytes(data: bytes) -> str:
 
 def params_key(params: Mapping[str, Any]) -> str:
     return sha256_bytes(json.dumps(params, sort_keys=True, default=str).encode())[:16]
-
-
-def cache_dir() -> Path:
-    """``$SURGERY_CACHE``, else ``$XDG_CACHE_HOME/surgery``, else ``~/.cache/surgery``."""
-    if os.environ.get("SURGERY_CACHE"):
-        return Path(os.environ["SURGERY_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "surgery"
 
 
 def cache_path(kind: str, fingerprint: str, dataset_sha256: str, params: Mapping[str, Any]) -> Path:
