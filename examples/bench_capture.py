@@ -5,7 +5,7 @@ sums) versus a plain ``model(input_ids, attention_mask)`` over the same prompts 
 batches; median of --runs runs each, interleaved. Memory: peak resident memory while capturing 1×
 and 10× the pairs, each in a fresh process (the model's own memory is reported separately).
 
-    python examples/bench_capture.py ~/.cache/surgery/models/smollm2-135m-instruct --runs 3
+    python examples/bench_capture.py ~/.cache/surgery/models/smollm2-135m-instruct --runs 3 [--json FILE]
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16, help="Pairs per forward pass (2 prompts each).")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", type=Path, default=None, help="Also write the results here.")
     ap.add_argument("--child-repeat", dest="repeat", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -122,6 +123,13 @@ def main() -> None:
         print(f"peak RSS {repeat:>2}× pairs ({m['pairs']:>5}): {m['peak'] / mib:8.1f} MiB  "
               f"(+{(m['peak'] - m['rss_before']) / mib:.1f} MiB over the loaded model)")
     print(f"peak ratio 10× / 1×             {mem[10]['peak'] / mem[1]['peak']:7.3f}   (target: flat)")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "model": str(args.model), "pairs": len(pairs), "prompts": len(texts), "threads": args.threads,
+            "runs": args.runs, "capture_s": cap, "plain_s": plain, "capture_runs_s": capture_s,
+            "plain_runs_s": plain_s, "time_ratio": cap / plain,
+            "peak_rss_mib": {str(r): m["peak"] / mib for r, m in mem.items()},
+            "memory_ratio_10x_1x": mem[10]["peak"] / mem[1]["peak"]}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Every speed comparison in one run: ours against what a user would otherwise run, as one table.
+
+    python examples/bench_all.py [MODEL] [--only NAME,…] [--quick] [--json FILE] [--markdown FILE]
+
+Each benchmark is its own script under examples/ (run it alone for the details); this one runs
+them one after the other, each in a fresh process with ``--json``, and prints one row per
+comparison: ours, the alternative, the ratio (how many times faster, or less, ours is), whether the
+two agree, and the command that reproduces the row. MODEL defaults to SmolLM2-135M-Instruct where
+examples/get_models.py puts it; a benchmark whose model, data or extra package is missing says so
+and its rows read "skipped". ``--quick`` runs every benchmark small (a smoke run, not numbers to
+quote). Ratios are what to read: absolute times on a shared machine swing from hour to hour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_MODEL = Path(os.environ.get("SURGERY_MODELS", Path.home() / ".cache" / "surgery" / "models")) \
+    / "smollm2-135m-instruct"
+
+Row = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One benchmark script: its arguments (full and --quick) and how its JSON becomes table rows."""
+
+    name: str
+    script: str
+    args: Callable[[Path, bool], list[str]]
+    rows: Callable[[dict[str, Any]], list[Row]]
+    needs_model: bool = True
+
+
+def _x(value: float) -> str:
+    return f"×{value:.2f}" if value < 10 else f"×{value:.0f}"
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds < 100 else f"{seconds:.0f} s"
+
+
+def bake_rows(r: dict[str, Any]) -> list[Row]:
+    m = r["models"]["1x"]
+    t, gb = m["results"], m["bytes"] / 1e9
+    cp = t["cp"]["median_s"]
+    rows = [{"what": f"bake {gb:.2f} GB bf16, first bake from a source (`--no-verify`)",
+             "ours": _s(t["cli-first"]["median_s"]), "alternative": f"`cp -r` {_s(cp)}",
+             "ratio": f"{t['cli-first']['ratio_to_cp']:.2f}× cp", "agreement": f"peak RSS {t['cli-first']['peak_rss_mb']} MB"},
+            {"what": f"bake {gb:.2f} GB, later bakes (`--no-verify`; source hashes remembered)",
+             "ours": _s(t["cli-no-verify"]["median_s"]), "alternative": f"`cp -r` {_s(cp)}",
+             "ratio": f"{t['cli-no-verify']['ratio_to_cp']:.2f}× cp",
+             "agreement": f"peak RSS {t['cli-no-verify']['peak_rss_mb']} MB"},
+            {"what": f"bake {gb:.2f} GB with its default check",
+             "ours": _s(t["cli"]["median_s"]), "alternative": f"`cp -r` {_s(cp)}",
+             "ratio": f"{t['cli']['ratio_to_cp']:.2f}× cp", "agreement": f"peak RSS {t['cli']['peak_rss_mb']} MB"}]
+    return rows
+
+
+def bake_vs_transformers_rows(r: dict[str, Any]) -> list[Row]:
+    t = r["models"]["1x"]["results"]
+    ours, alt = t["bake"]["median_s"], t["transformers"]["median_s"]
+    return [{"what": f"bake {r['models']['1x']['bytes'] / 1e9:.2f} GB (library call, 40 neurons + 3 heads)",
+             "ours": _s(ours), "alternative": f"transformers load → edit → `save_pretrained` {_s(alt)}",
+             "ratio": f"{_x(alt / ours)} faster",
+             "agreement": f"peak RSS {t['bake']['peak_rss_mb']} vs {t['transformers']['peak_rss_mb']} MB"}]
+
+
+def capture_rows(r: dict[str, Any]) -> list[Row]:
+    return [{"what": f"find-neurons capture, {r['prompts']} prompts",
+             "ours": _s(r["capture_s"]), "alternative": f"plain batched forward {_s(r['plain_s'])}",
+             "ratio": f"{_x(r['plain_s'] / r['capture_s'])} faster",
+             "agreement": f"peak RSS at 10× the pairs ×{r['memory_ratio_10x_1x']:.2f}"}]
+
+
+def heads_rows(r: dict[str, Any]) -> list[Row]:
+    ours, alt = r["registered"], r["output_attentions"]
+    return [{"what": f"per-head binding features, {r['prompts']} prompts",
+             "ours": _s(ours["median_s"]), "alternative": f"`output_attentions=True` {_s(alt['median_s'])}",
+             "ratio": f"{_x(r['time_ratio'])} faster, {_x(r['memory_ratio'])} less extra memory",
+             "agreement": f"max |Δ feature| {r['max_abs_feature_diff']:.1e}"}]
+
+
+def paper_rows(r: dict[str, Any]) -> list[Row]:
+    return [{"what": f"binding scores, {r['pairs']} N4 pairs ({r['prompts']} prompts)",
+             "ours": f"`surgery score-binding` {_s(r['surgery_s'])}",
+             "alternative": f"paper's procedure (1 prompt/pass, eager, attention maps, full logits) {_s(r['paper_s'])}",
+             "ratio": f"{_x(r['ratio'])} faster", "agreement": f"max |ΔS, ΔK difference| {r['max_abs_delta_diff']:.1e}"}]
+
+
+def find_heads_rows(r: dict[str, Any]) -> list[Row]:
+    cost = r["cost"]
+    return [{"what": f"find-heads, {r['pairs']} pairs (every pass of the run)", "ours": f"{cost['forward_flops']:.2e} FLOPs",
+             "alternative": f"one edit per full pass {cost['forward_flops_full_passes']:.2e} FLOPs",
+             "ratio": f"{_x(cost['forward_flops_full_passes'] / cost['forward_flops'])} fewer FLOPs",
+             "agreement": "same findings (tests/find/heads/test_resume.py)"}]
+
+
+def _find_heads_args(model: Path, quick: bool) -> list[str]:
+    return [str(model)] + (["--max-pairs", "8", "--random-sets", "2"] if quick else
+                           ["--max-pairs", "96", "--random-sets", "10"])
+
+
+BENCHES = [
+    Bench("bake", "bench_bake.py", lambda m, q: ["--cli", "--gb", "0.3" if q else "1", "--runs", "1" if q else "3"],
+          bake_rows, needs_model=False),
+    Bench("bake-vs-transformers", "bench_bake.py", lambda m, q: ["--gb", "0.3" if q else "1", "--runs", "1" if q else "3"],
+          bake_vs_transformers_rows, needs_model=False),
+    Bench("capture", "bench_capture.py", lambda m, q: [str(m), "--runs", "1" if q else "3"], capture_rows),
+    Bench("heads", "bench_heads.py", lambda m, q: [str(m), "--runs", "3", "--prompts", "8" if q else "16"], heads_rows),
+    Bench("paper-binding", "bench_paper_binding.py", lambda m, q: [str(m), "--max-pairs", "8" if q else "64"],
+          paper_rows),
+    Bench("find-heads", "surgery find-heads", _find_heads_args, find_heads_rows),
+]
+
+
+def run_bench(bench: Bench, model: Path, quick: bool, scratch: Path) -> tuple[list[Row], str]:
+    """Run one benchmark in a fresh process; its rows (or one "skipped" row) and its command line."""
+    out = scratch / f"{bench.name}.json"
+    if bench.script.startswith("surgery "):
+        cmd = [sys.executable, "-m", "surgery", *bench.script.split()[1:], *bench.args(model, quick), "--out", str(out)]
+        shown = " ".join([bench.script, *bench.args(model, quick)]).replace(str(model), "MODEL")
+    else:
+        cmd = [sys.executable, str(HERE / bench.script), *bench.args(model, quick), "--json", str(out)]
+        shown = " ".join(["python", f"examples/{bench.script}", *bench.args(model, quick)]).replace(str(model), "MODEL")
+    if bench.needs_model and not model.exists():
+        return [{"what": bench.name, "ours": "skipped", "alternative": f"no model at {model}", "ratio": "", "agreement": ""}], shown
+    print(f"\n== {bench.name}: {shown}", flush=True)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=HERE.parent)
+    print(f"   ({time.perf_counter() - start:.0f} s)", flush=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{bench.name} failed (exit {proc.returncode}): {' '.join(cmd)}")
+    if not out.exists():  # the script found its model, data or package missing and said so
+        return [{"what": bench.name, "ours": "skipped", "alternative": "see its output above", "ratio": "",
+                 "agreement": ""}], shown
+    result = json.loads(out.read_text())
+    if bench.name == "find-heads":
+        result["pairs"] = result["pairs"]["n"]
+    return bench.rows(result), shown
+
+
+def markdown(rows: list[tuple[Row, str]]) -> str:
+    lines = ["| what | ours | the alternative | ratio | agreement / memory | reproduce |", "|---|---|---|---|---|---|"]
+    for row, cmd in rows:
+        lines.append(f"| {row['what']} | {row['ours']} | {row['alternative']} | {row['ratio']} | {row['agreement']} | "
+                     f"`{cmd}` |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", nargs="?", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(b.name for b in BENCHES)}")
+    ap.add_argument("--quick", action="store_true", help="small runs: a smoke test, not numbers to quote")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--markdown", type=Path, default=None, help="also write the table here")
+    args = ap.parse_args(argv)
+    chosen = [b for b in BENCHES if not args.only or b.name in args.only.split(",")]
+    unknown = set(filter(None, args.only.split(","))) - {b.name for b in BENCHES}
+    if unknown:
+        ap.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; choose from {', '.join(b.name for b in BENCHES)}")
+    rows: list[tuple[Row, str]] = []
+    with tempfile.TemporaryDirectory(prefix="surgery-bench-all-") as scratch:
+        for bench in chosen:
+            got, cmd = run_bench(bench, args.model, args.quick, Path(scratch))
+            rows += [(r, cmd) for r in got]
+    load = os.getloadavg()[0]
+    table = markdown(rows)
+    print(f"\n{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, load average {load:.1f} at the end"
+          + (" — --quick: smoke-run numbers, not to quote" if args.quick else "") + "\n")
+    print(table)
+    if args.markdown:
+        args.markdown.write_text(table + "\n")
+    if args.json:
+        args.json.write_text(json.dumps([{**r, "command": c} for r, c in rows], indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
