@@ -193,7 +193,7 @@ def test_ctrl_c_inside_findings_write_keeps_the_old_entry(tmp_path, monkeypatch)
     def interrupted(fd):
         raise KeyboardInterrupt  # what Ctrl-C raises in the main thread, here mid-write
 
-    monkeypatch.setattr(findings.os, "fsync", interrupted)
+    monkeypatch.setattr(os, "fsync", interrupted)  # the os module atomic_write_text calls
     with pytest.raises(KeyboardInterrupt):
         findings.save_findings(_findings("new"), path)
     assert findings.load_findings(path, "heads")["tag"] == "old"
