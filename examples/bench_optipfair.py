@@ -102,7 +102,8 @@ def worker(args: argparse.Namespace) -> dict:
             model, tok, texts[:n], target_layers=["down_proj_input"], show_progress=False),
         "surgery down_proj input": lambda n=len(kept): NeuronScores.from_sums(
             accumulate_pair_sums(model, tok, kept[:n], args.batch_size), ppm_scores(model)),
-        "optipfair gate/up outputs": lambda n=len(kept): analyze_neuron_bias(model, tok, texts[:n], show_progress=False),
+        "optipfair gate/up outputs": lambda n=len(kept): analyze_neuron_bias(  # default target_layers
+            model, tok, texts[:n], show_progress=False),
         "surgery gate/up outputs": lambda n=len(kept): accumulate_pair_sums(
             model, tok, kept[:n], args.batch_size, site=GATE_UP_OUTPUTS).mean_abs(),
     }
@@ -128,13 +129,16 @@ def worker(args: argparse.Namespace) -> dict:
     fair_ours = fairness_score((ours_gu[:, :width] + ours_gu[:, width:]) / 2, ppm_scores(model), BIAS_WEIGHT)
     fairness = compare(fair_ours, fair_theirs, args.top_k)
     median = {name: statistics.median(ts) for name, ts in seconds.items()}
+
+    def ratio(site: str) -> float:
+        return median[f"optipfair {site}"] / median[f"surgery {site}"]
+
     return {"model": str(args.model), "pairs": len(kept), "skipped": check.total_skipped,
             "threads": torch.get_num_threads(), "runs": args.runs, "batch_size": args.batch_size,
             "timing": "around the call, one process, one loaded model, median of runs",
             "seconds": seconds, "median_s": median,
-            "down_proj_input": {**down, "ratio": median["optipfair down_proj input"] / median["surgery down_proj input"]},
-            "gate_up_outputs": {**gate_up, "ratio": median["optipfair gate/up outputs"] / median["surgery gate/up outputs"],
-                                "fairness": fairness}}
+            "down_proj_input": {**down, "ratio": ratio("down_proj input")},
+            "gate_up_outputs": {**gate_up, "ratio": ratio("gate/up outputs"), "fairness": fairness}}
 
 
 def _agreement(c: dict) -> str:
@@ -162,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("model", nargs="?", type=Path, default=DEFAULT_MODEL)
     ap.add_argument("--pairs", type=Path, default=None, help="fairness-pruning JSON or our JSONL (default: public EN)")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--batch-size", type=int, default=16, help="surgery's pairs per forward pass (find-neurons' default)")
+    ap.add_argument("--batch-size", type=int, default=16, help="surgery's pairs per forward pass (find-neurons')")
     ap.add_argument("--top-k", type=int, default=40)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)  # internal: result file
@@ -171,9 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         args.worker.write_text(json.dumps(worker(args)))
         return 0
-    for what, path in (("model", args.model / "config.json"), ("prompt pairs", args.pairs)):
+    for what, path, hint in (("model", args.model / "config.json", "python examples/get_models.py gets it"),
+                             ("prompt pairs", args.pairs, "set $SURGERY_SHARED_DATA or pass --pairs")):
         if not path.is_file():
-            print(f"skipped: no {what} at {path} (python examples/get_models.py gets the models)")
+            print(f"skipped: no {what} at {path} ({hint})")
             return 0
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import bench_venv

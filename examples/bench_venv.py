@@ -65,12 +65,17 @@ def _create(where: Path) -> Path:
     res = _run([sys.executable, "-m", "venv", "--system-site-packages", str(where)])
     if res.returncode:
         raise Unavailable(f"python -m venv {where} failed: {_why(res)}")
-    python = where / "bin" / "python"
-    if sys.prefix != sys.base_prefix:  # we run in a venv: share its site-packages explicitly
-        site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
-        ours = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
-        (Path(site) / PTH).write_text("".join(f"{p}\n" for p in ours))
-    return python
+    return where / "bin" / "python"
+
+
+def _share(python: Path) -> None:
+    """Point the environment at this interpreter's site-packages (rewritten on every use, so a
+    benchmark run from another checkout's venv shares that one's torch)."""
+    if sys.prefix == sys.base_prefix:  # not a venv: --system-site-packages already shares them
+        return
+    site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    ours = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    (Path(site) / PTH).write_text("".join(f"{p}\n" for p in ours))
 
 
 def ensure(name: str, requirement: str, report=print) -> Path:
@@ -78,11 +83,12 @@ def ensure(name: str, requirement: str, report=print) -> Path:
     dist, version = re.match(r"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==(\S+)$", requirement).groups()
     where = root() / name
     python = where / "bin" / "python"
-    if python.exists() and _installed(python, dist) == version:
-        return python
     if not python.exists():
         report(f"making {where} (shares this interpreter's torch and transformers)")
         python = _create(where)
+    _share(python)
+    if _installed(python, dist) == version:
+        return python
     with tempfile.TemporaryDirectory() as tmp:
         plan = Path(tmp) / "report.json"
         res = _run([str(python), "-m", "pip", "install", "--quiet", "--dry-run", "--report", str(plan), requirement])
