@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark: optipfair's ``analyze_neuron_bias`` vs surgery find-neurons' scores, same pairs, one run.
 
-    python examples/bench_optipfair.py [MODEL] [--pairs FILE] [--runs 3] [--batch-size 16] [--top-k 40] [--json FILE]
+    python examples/bench_optipfair.py [MODEL] [--pairs FILE] [--max-pairs N] [--runs 3] [--batch-size 16]
+                                       [--top-k 40] [--json FILE]
 
 MODEL defaults to SmolLM2-135M-Instruct where examples/get_models.py puts it; the pairs to the
 public English fairness-pruning pairs in ../shared/data (or ``$SURGERY_SHARED_DATA``). optipfair is
@@ -90,7 +91,7 @@ def worker(args: argparse.Namespace) -> dict:
     logging.getLogger("optipfair").setLevel(logging.WARNING)  # else one INFO line per prompt ("Removed N hooks")
     tok, model = load_tokenizer(args.model), load_model(args.model)
     check = check_token_counts(load_pairs(str(args.pairs)), tok)
-    kept = check.kept.pairs
+    kept = check.kept.pairs[:args.max_pairs]
     texts = [(p.prompt_1, p.prompt_2) for p in kept]
     layers, width = model.config.num_hidden_layers, model.config.intermediate_size
 
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", nargs="?", type=Path, default=DEFAULT_MODEL)
     ap.add_argument("--pairs", type=Path, default=None, help="fairness-pruning JSON or our JSONL (default: public EN)")
+    ap.add_argument("--max-pairs", type=int, default=None, help="the first N kept pairs, for a quick look")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=16, help="surgery's pairs per forward pass (find-neurons')")
     ap.add_argument("--top-k", type=int, default=40)
@@ -192,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     cmd = [str(python), __file__, str(args.model), "--pairs", str(args.pairs), "--runs", str(args.runs),
            "--batch-size", str(args.batch_size), "--top-k", str(args.top_k), "--worker", str(out)]
+    cmd += ["--max-pairs", str(args.max_pairs)] if args.max_pairs else []
     try:
         if subprocess.run(cmd, env=env).returncode:
             print("the benchmark's worker failed (its error is above)")
