@@ -100,6 +100,19 @@ def paper_rows(r: dict[str, Any]) -> list[Row]:
              "ratio": f"{_x(r['ratio'])} faster", "agreement": f"max |ΔS, ΔK difference| {r['max_abs_delta_diff']:.1e}"}]
 
 
+def optipfair_rows(r: dict[str, Any]) -> list[Row]:
+    m, rows = r["median_s"], []
+    for site, key in (("down_proj input", "down_proj_input"), ("gate/up outputs", "gate_up_outputs")):
+        c = r[key]
+        top = "same" if c["top_k_same"] else f"{c['top_k_common']} in common"
+        rows.append({"what": f"neuron BiasScore at the {site}, {r['pairs']} pairs",
+                     "ours": _s(m[f"surgery {site}"]),
+                     "alternative": f"optipfair `analyze_neuron_bias` {_s(m[f'optipfair {site}'])}",
+                     "ratio": f"{_x(c['ratio'])} faster",
+                     "agreement": f"largest relative score difference {c['max_rel_diff']:.1e}, top-{c['top_k']} {top}"})
+    return rows
+
+
 def find_heads_rows(r: dict[str, Any]) -> list[Row]:
     cost = r["cost"]
     return [{"what": f"find-heads, {r['pairs']} pairs (every pass of the run)", "ours": f"{cost['forward_flops']:.2e} FLOPs",
@@ -122,6 +135,8 @@ BENCHES = [
     Bench("heads", "bench_heads.py", lambda m, q: [str(m), "--runs", "3", "--prompts", "8" if q else "16"], heads_rows),
     Bench("paper-binding", "bench_paper_binding.py", lambda m, q: [str(m), "--max-pairs", "8" if q else "64"],
           paper_rows),
+    Bench("optipfair", "bench_optipfair.py", lambda m, q: [str(m)] + (["--max-pairs", "8", "--runs", "1"] if q else []),
+          optipfair_rows),
     Bench("find-heads", "surgery find-heads", _find_heads_args, find_heads_rows),
 ]
 

@@ -1,10 +1,13 @@
 """Batched capture of MLP neuron activations, mean-pooled over each prompt's real tokens.
 
-The input of ``down_proj`` is act(gate(x))·up(x): each feature is one neuron's real contribution
-(SwiGLU, GeGLU, and Phi-3's fused gate_up alike). Pre-hooks on the down_proj modules named by the
-architecture table pool it over the tokens the attention mask marks as real; the forward pass is
-stopped right after the last layer needed (no later layers, no lm_head). Results are handed to a
-callback batch by batch, so memory does not grow with the number of prompts.
+The default site is the input of ``down_proj``, act(gate(x))·up(x): each feature is one neuron's
+real contribution (SwiGLU, GeGLU, and Phi-3's fused gate_up alike). The other site, the outputs of
+the gate and up projections ([gate | up], 2·I features a layer), is what optipfair's
+``analyze_neuron_bias`` scores by default; find-neurons never uses it, examples/bench_optipfair.py
+does, to compare with that library on its own terms. Hooks on the modules named by the
+architecture table pool the site over the tokens the attention mask marks as real; the forward
+pass is stopped right after the last layer needed (no later layers, no lm_head). Results are
+handed to a callback batch by batch, so memory does not grow with the number of prompts.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ from ...model.placement import input_device
 # (index of the batch's first text, pooled activations [batch, layers, width] in float32)
 BatchCallback = Callable[[int, torch.Tensor], None]
 
+DOWN_PROJ_INPUT = "down_proj input"
+GATE_UP_OUTPUTS = "gate/up outputs"
+SITES = (DOWN_PROJ_INPUT, GATE_UP_OUTPUTS)
+
 
 class _StopForward(Exception):
     """Raised by the hook on the last needed layer: nothing after it is computed."""
@@ -36,10 +43,21 @@ def needed_layers(model: nn.Module, layers: Sequence[int] | None) -> list[int]:
     return chosen
 
 
+def site_modules(model: nn.Module, site: str) -> tuple[str, ...]:
+    """The modules (relative to a layer) whose input (down_proj) or outputs (gate, up; or Phi-3's
+    fused gate_up, already [gate | up]) make up ``site``, in the order their features are joined."""
+    arch = model_architecture(model)
+    if site == DOWN_PROJ_INPUT:
+        return (arch.layout.down_proj,)
+    if site == GATE_UP_OUTPUTS:
+        return arch.mlp_input_modules()
+    raise SurgeryError(f"unknown capture site {site!r}; choose one of {', '.join(SITES)}")
+
+
 def capture_pooled(model: nn.Module, tokenizer, texts: Sequence[str], on_batch: BatchCallback, *,
-                   layers: Sequence[int] | None = None, batch_size: int = 32,
+                   layers: Sequence[int] | None = None, batch_size: int = 32, site: str = DOWN_PROJ_INPUT,
                    progress: Callable[[int], None] = lambda n: None) -> None:
-    """Run ``texts`` through ``model`` in batches; call ``on_batch`` with each batch's pooled inputs.
+    """Run ``texts`` through ``model`` in batches; call ``on_batch`` with each batch's pooled ``site``.
 
     Padding is on the right, so real tokens keep positions 0..n-1 and (causal attention) never see
     a pad token: a batched text gives the same activations as the text alone.
@@ -47,21 +65,28 @@ def capture_pooled(model: nn.Module, tokenizer, texts: Sequence[str], on_batch: 
     if batch_size < 1:
         raise SurgeryError(f"batch size must be ≥ 1, got {batch_size}")
     arch = model_architecture(model)
+    modules = site_modules(model, site)
     chosen = needed_layers(model, layers)
     last = chosen[-1]
     state: dict = {}
-    pooled: dict[int, torch.Tensor] = {}
+    pooled: dict[tuple[int, str], torch.Tensor] = {}
 
-    def hook_for(layer: int):
-        def hook(module: nn.Module, args: tuple) -> None:
-            x = args[0].float()
-            pooled[layer] = (x * state["mask"]).sum(dim=1) / state["count"]
-            if layer == last:
-                raise _StopForward
-        return hook
+    def keep(layer: int, name: str, x: torch.Tensor) -> None:
+        pooled[layer, name] = (x.float() * state["mask"]).sum(dim=1) / state["count"]
+        if layer == last and all((last, m) in pooled for m in modules):
+            raise _StopForward
 
-    handles = [layer_module(model, arch, layer, arch.layout.down_proj).register_forward_pre_hook(hook_for(layer))
-               for layer in chosen]
+    def hook_for(layer: int, name: str):
+        if site == DOWN_PROJ_INPUT:
+            return lambda module, args: keep(layer, name, args[0])
+        return lambda module, args, output: keep(layer, name, output)
+
+    handles = []
+    for layer in chosen:
+        for name in modules:
+            module = layer_module(model, arch, layer, name)
+            register = module.register_forward_pre_hook if site == DOWN_PROJ_INPUT else module.register_forward_hook
+            handles.append(register(hook_for(layer, name)))
     device = input_device(model)
     try:
         for start in range(0, len(texts), batch_size):
@@ -76,11 +101,12 @@ def capture_pooled(model: nn.Module, tokenizer, texts: Sequence[str], on_batch: 
                     model(input_ids=enc["input_ids"].to(device), attention_mask=mask, use_cache=False)
                 except _StopForward:
                     pass
-            missing = [layer for layer in chosen if layer not in pooled]
-            if missing:  # a model whose forward skips down_proj (e.g. cached-only path): say so
-                raise SurgeryError(f"the forward pass never reached down_proj of layers {missing}; "
+            missing = sorted({layer for layer in chosen for m in modules if (layer, m) not in pooled})
+            if missing:  # a model whose forward skips the site (e.g. cached-only path): say so
+                raise SurgeryError(f"the forward pass never reached {site} of layers {missing}; "
                                    f"is {arch.model_type} laid out as surgery/core/architectures.py says?")
-            on_batch(start, torch.stack([pooled[layer] for layer in chosen], dim=1).cpu())
+            rows = [torch.cat([pooled[layer, m] for m in modules], dim=-1) for layer in chosen]
+            on_batch(start, torch.stack(rows, dim=1).cpu())
             progress(len(batch))
     finally:
         for h in handles:

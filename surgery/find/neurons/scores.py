@@ -78,6 +78,12 @@ class PairSums:
         self.routing_signed[category] += (diff * signs[:, None, None]).sum(axis=0)
         self.routing_abs[category] += np.abs(diff).sum(axis=0)
 
+    def mean_abs(self) -> np.ndarray:
+        """mean |p₁ − p₂| over every pair of every category, [layers, width] (a dense model's sums):
+        optipfair's ``analyze_neuron_bias`` score, which knows no categories."""
+        if self.experts is not None:
+            raise SurgeryError("mean_abs is defined for dense models: an expert neuron is not reached by every pair")
+        return sum(self.abs_sum.values()) / sum(self.counts.values())
 
     def all_reduced(self, categories: Sequence[str], shape: tuple[int, int]) -> "PairSums":
         """The sums over every torchrun rank (each holds its shard's); ``categories`` are those of
@@ -99,9 +105,13 @@ class PairSums:
 
 
 def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair], batch_size: int = 16,
-                         progress: Callable[[int], None] = lambda n: None) -> PairSums:
-    """Capture both prompts of every pair (batch_size pairs per forward pass) into PairSums."""
-    from .capture import capture_pooled
+                         progress: Callable[[int], None] = lambda n: None, site: str | None = None) -> PairSums:
+    """Capture both prompts of every pair (batch_size pairs per forward pass) into PairSums.
+
+    ``site``: a dense model's capture site (capture.SITES; None: the down_proj input, what the
+    scores are defined on); the gate/up outputs give sums [layers, 2·I], for comparisons only.
+    """
+    from .capture import DOWN_PROJ_INPUT, capture_pooled
 
     from ...model.hooks import model_architecture
     from .experts import capture_experts
@@ -124,10 +134,13 @@ def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair
 
     g = model_architecture(model).geometry
     if g.sparse_layers:
+        if site not in (None, DOWN_PROJ_INPUT):
+            raise SurgeryError(f"a mixture of experts is captured at its experts' down_proj input, not {site}")
         sums.experts = (g.num_experts, g.expert_size, g.shared_size)
         capture_experts(model, tokenizer, texts, on_batch, batch_size=2 * batch_size, progress=progress)
     else:
-        capture_pooled(model, tokenizer, texts, on_batch, batch_size=2 * batch_size, progress=progress)
+        capture_pooled(model, tokenizer, texts, on_batch, batch_size=2 * batch_size, progress=progress,
+                       site=site or DOWN_PROJ_INPUT)
     return sums
 
 

@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Benchmark: optipfair's ``analyze_neuron_bias`` vs surgery find-neurons' scores, same pairs, one run.
+
+    python examples/bench_optipfair.py [MODEL] [--pairs FILE] [--max-pairs N] [--runs 3] [--batch-size 16]
+                                       [--top-k 40] [--json FILE]
+
+MODEL defaults to SmolLM2-135M-Instruct where examples/get_models.py puts it; the pairs to the
+public English fairness-pruning pairs in ../shared/data (or ``$SURGERY_SHARED_DATA``). optipfair is
+installed from PyPI into the benchmark's own environment (examples/bench_venv.py; never a
+dependency of surgery). When the model, the pairs or PyPI is missing the script says so and exits 0.
+
+optipfair (0.4.2, bias/activations.py) scores a neuron by the mean over all pairs of
+|mean over tokens (prompt 1) − mean over tokens (prompt 2)|, one prompt per forward pass (full
+model, logits included). Two sites are compared:
+
+* ``down_proj input``: find-neurons' site, optipfair's opt-in ``target_layers=["down_proj_input"]``.
+  Ours is what find-neurons computes (capture, per-category BiasScore, signed score, activation,
+  PPM, rounded as in the findings file), pooled over the categories by their pair counts — which
+  is the mean over all pairs. Top-k: the k largest BiasScores over every layer.
+* ``gate/up outputs``: optipfair's default target (``gate_proj`` and ``up_proj`` outputs, scored
+  separately). Ours: surgery's capture engine at its ``gate/up outputs`` site
+  (accumulate_pair_sums(site=...)), which find-neurons does not use: the gate's pre-activation is
+  not what a neuron contributes. Top-k: the k largest FairnessPruningScores (optipfair's
+  compute_fairness_pruning_scores, w = 0.8, on the mean of the gate and up scores, vs surgery's
+  fairness_score on the same mean; per-layer scores ranked over every layer).
+
+Both libraries run in one child process in that environment, on one loaded model (float32) and the
+pairs surgery keeps (equal token counts), timed around the call (model load excluded on both
+sides), alternating, after a warm-up; the median of ``--runs`` is reported. Score differences are
+max |ours − theirs| and the largest |ours − theirs| / |theirs|.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL = Path.home() / ".cache" / "surgery" / "models" / "smollm2-135m-instruct"
+OPTIPFAIR = "optipfair[viz]==0.4.2"  # [viz]: optipfair.bias imports seaborn and pandas at import time
+BIAS_WEIGHT = 0.8  # optipfair's default and surgery's
+
+
+def pairs_path() -> Path:
+    root = Path(os.environ.get("SURGERY_SHARED_DATA") or REPO.parent / "shared" / "data")
+    return root / "fairness_pruning" / "prompt_pairs_en.json"
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def top_k(scores, k: int) -> set[int]:
+    import numpy as np
+
+    return set(np.argsort(-scores, axis=None, kind="stable")[:k].tolist())
+
+
+def compare(ours, theirs, k: int) -> dict:
+    """Largest absolute and relative difference, and the top-k neurons of each side (flat indices)."""
+    import numpy as np
+
+    diff = np.abs(ours - theirs)
+    mine, other = top_k(ours, k), top_k(theirs, k)
+    return {"max_abs_diff": float(diff.max()),
+            "max_rel_diff": float((diff / np.where(theirs != 0, np.abs(theirs), np.inf)).max()),
+            "top_k": k, "top_k_common": len(mine & other), "top_k_same": mine == other}
+
+
+def worker(args: argparse.Namespace) -> dict:
+    """In the optipfair environment: both libraries, alternating, on one loaded model."""
+    import logging
+
+    import numpy as np
+    import torch
+    from optipfair.bias import analyze_neuron_bias, compute_fairness_pruning_scores
+
+    from surgery.find.neurons.capture import GATE_UP_OUTPUTS
+    from surgery.find.neurons.pairs import check_token_counts, load_pairs
+    from surgery.find.neurons.scores import NeuronScores, accumulate_pair_sums, fairness_score, ppm_scores
+    from surgery.model.loading import load_model, load_tokenizer
+
+    logging.getLogger("optipfair").setLevel(logging.WARNING)  # else one INFO line per prompt ("Removed N hooks")
+    tok, model = load_tokenizer(args.model), load_model(args.model)
+    check = check_token_counts(load_pairs(str(args.pairs)), tok)
+    kept = check.kept.pairs[:args.max_pairs]
+    texts = [(p.prompt_1, p.prompt_2) for p in kept]
+    layers, width = model.config.num_hidden_layers, model.config.intermediate_size
+
+    def stacked(result: dict, key: str):
+        return np.stack([result[f"{key}_layer_{i}"].double().numpy() for i in range(layers)])
+
+    procedures = {
+        "optipfair down_proj input": lambda n=len(kept): analyze_neuron_bias(
+            model, tok, texts[:n], target_layers=["down_proj_input"], show_progress=False),
+        "surgery down_proj input": lambda n=len(kept): NeuronScores.from_sums(
+            accumulate_pair_sums(model, tok, kept[:n], args.batch_size), ppm_scores(model)),
+        "optipfair gate/up outputs": lambda n=len(kept): analyze_neuron_bias(  # default target_layers
+            model, tok, texts[:n], show_progress=False),
+        "surgery gate/up outputs": lambda n=len(kept): accumulate_pair_sums(
+            model, tok, kept[:n], args.batch_size, site=GATE_UP_OUTPUTS).mean_abs(),
+    }
+    for fn in procedures.values():  # warm-up: first-call allocations and kernel choices
+        fn(2)
+    seconds: dict[str, list[float]] = {name: [] for name in procedures}
+    results = {}
+    names = list(procedures)
+    for run in range(args.runs):
+        for name in names if run % 2 == 0 else names[::-1]:  # alternate who runs first
+            t, results[name] = timed(procedures[name])
+            seconds[name].append(t)
+
+    table = results["surgery down_proj input"]
+    down = compare(table.pooled("bias", table.categories), stacked(results["optipfair down_proj input"],
+                                                                   "down_proj_input"), args.top_k)
+    theirs_gu = results["optipfair gate/up outputs"]
+    ours_gu = results["surgery gate/up outputs"]
+    gate_up = compare(ours_gu, np.concatenate([stacked(theirs_gu, "gate_proj"), stacked(theirs_gu, "up_proj")], 1),
+                      args.top_k)
+    fair_theirs = compute_fairness_pruning_scores(model, theirs_gu, BIAS_WEIGHT)
+    fair_theirs = np.stack([fair_theirs[i].double().numpy() for i in range(layers)])
+    fair_ours = fairness_score((ours_gu[:, :width] + ours_gu[:, width:]) / 2, ppm_scores(model), BIAS_WEIGHT)
+    fairness = compare(fair_ours, fair_theirs, args.top_k)
+    median = {name: statistics.median(ts) for name, ts in seconds.items()}
+
+    def ratio(site: str) -> float:
+        return median[f"optipfair {site}"] / median[f"surgery {site}"]
+
+    return {"model": str(args.model), "pairs": len(kept), "skipped": check.total_skipped,
+            "threads": torch.get_num_threads(), "runs": args.runs, "batch_size": args.batch_size,
+            "timing": "around the call, one process, one loaded model, median of runs",
+            "seconds": seconds, "median_s": median,
+            "down_proj_input": {**down, "ratio": ratio("down_proj input")},
+            "gate_up_outputs": {**gate_up, "ratio": ratio("gate/up outputs"), "fairness": fairness}}
+
+
+def _agreement(c: dict) -> str:
+    same = "same" if c["top_k_same"] else f"{c['top_k_common']} in common"
+    return (f"max |Δ| {c['max_abs_diff']:.1e} (relative {c['max_rel_diff']:.1e}); "
+            f"top-{c['top_k']} neurons: {same}")
+
+
+def show(r: dict) -> None:
+    m = r["median_s"]
+    print(f"{Path(r['model']).name}: {r['pairs']} pairs ({r['skipped']} skipped: unequal token counts), "
+          f"float32, {r['threads']} thread(s); timed around the call, median of {r['runs']}")
+    for site, key in (("down_proj input", "down_proj_input"), ("gate/up outputs", "gate_up_outputs")):
+        c = r[key]
+        print(f"{site}:")
+        print(f"  optipfair analyze_neuron_bias {m['optipfair ' + site]:7.2f} s")
+        print(f"  surgery                       {m['surgery ' + site]:7.2f} s   ×{c['ratio']:.2f} faster")
+        print(f"  BiasScore {_agreement(c)}")
+        if "fairness" in c:
+            print(f"  FairnessPruningScore {_agreement(c['fairness'])}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", nargs="?", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--pairs", type=Path, default=None, help="fairness-pruning JSON or our JSONL (default: public EN)")
+    ap.add_argument("--max-pairs", type=int, default=None, help="the first N kept pairs, for a quick look")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=16, help="surgery's pairs per forward pass (find-neurons')")
+    ap.add_argument("--top-k", type=int, default=40)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)  # internal: result file
+    args = ap.parse_args(argv)
+    args.pairs = args.pairs or pairs_path()
+    if args.worker:
+        args.worker.write_text(json.dumps(worker(args)))
+        return 0
+    for what, path, hint in (("model", args.model / "config.json", "python examples/get_models.py gets it"),
+                             ("prompt pairs", args.pairs, "set $SURGERY_SHARED_DATA or pass --pairs")):
+        if not path.is_file():
+            print(f"skipped: no {what} at {path} ({hint})")
+            return 0
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_venv
+
+    try:
+        python = bench_venv.ensure("optipfair", OPTIPFAIR)
+    except bench_venv.Unavailable as e:
+        print(f"skipped: no optipfair environment: {e}")
+        return 0
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_optipfair.{os.getpid()}.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    cmd = [str(python), __file__, str(args.model), "--pairs", str(args.pairs), "--runs", str(args.runs),
+           "--batch-size", str(args.batch_size), "--top-k", str(args.top_k), "--worker", str(out)]
+    cmd += ["--max-pairs", str(args.max_pairs)] if args.max_pairs else []
+    try:
+        if subprocess.run(cmd, env=env).returncode:
+            print("the benchmark's worker failed (its error is above)")
+            return 1
+        report = json.loads(out.read_text())
+    finally:
+        out.unlink(missing_ok=True)
+    show(report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
