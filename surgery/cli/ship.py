@@ -118,7 +118,10 @@ def eval_table(result: dict) -> Table:
 
 @cli.command(name="eval")
 @model_argument
-@click.option("--against", default=None, help="Source checkpoint to compare with (KL, % retained, before/after).")
+@click.option("--against", default=None, help="Source checkpoint to compare with (KL, % retained, before/after); "
+              "its results are cached, so a second eval against it measures MODEL only.")
+@click.option("--recompute", is_flag=True, help="Evaluate the --against source again instead of taking its "
+              "cached results (the cache is then rewritten).")
 @click.option("--suite", "suites", multiple=True, help="retention, kl, bbq, awareness or lm-eval (repeatable; "
               "default: every suite whose inputs are given).")
 @click.option("--limit", type=int, default=None, help="At most N items per data set (default: shipped sets in full, "
@@ -134,7 +137,7 @@ def eval_table(result: dict) -> Table:
 @click.option("--card", "update_card", is_flag=True, help="Put the before/after table into MODEL's model card "
               "(MODEL must be a surgery checkpoint; surgery.json is kept consistent).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON instead of the table.")
-def eval_cmd(model, load, against, suites, limit, bbq_paths, n4_path, lm_eval_tasks,
+def eval_cmd(model, load, against, recompute, suites, limit, bbq_paths, n4_path, lm_eval_tasks,
              lm_eval_include, batch_size, out_path, update_card, as_json):
     """Evaluate MODEL: retention, KL vs --against, BBQ bias, DiffAware/CtxtAware, lm-eval tasks."""
     from ..evaluate.data import card_summary, save_result
@@ -155,7 +158,7 @@ def eval_cmd(model, load, against, suites, limit, bbq_paths, n4_path, lm_eval_ta
         load_provenance(source.path)  # fail now, not after the evaluation
     # Progress and notes go to stderr, with --json too (it owns stdout only).
     with progress_bars() as progress:
-        result = evaluate(source.path, plan, against=against_path, load=load,
+        result = evaluate(source.path, plan, against=against_path, load=load, recompute=recompute,
                           progress=progress, report=lambda m: err.print(f"[dim]{m}[/]"))
     if not is_main():
         return  # under torchrun rank 0 alone writes and prints
@@ -171,7 +174,9 @@ def eval_cmd(model, load, against, suites, limit, bbq_paths, n4_path, lm_eval_ta
         print_json(clean(result))
         return
     out.print(eval_table(result))
-    out.print(f"{result['seconds']:.0f} s" + (f"; result → {out_path}" if out_path else "")
+    cached = (result.get("against") or {}).get("from_cache")
+    out.print(f"{result['seconds']:.0f} s" + ("; the source's results from the cache" if cached else "")
+              + (f"; result → {out_path}" if out_path else "")
               + ("; model card updated" if update_card else ""))
 
 

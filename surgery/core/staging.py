@@ -188,8 +188,8 @@ def _remove_dead_temporaries(path: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and rename: readers never see half a file.
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file and rename: readers never see half a file.
 
     The temporary name is chosen before the file is created inside ``try``, so a Ctrl-C at any
     point removes it (``mkstemp`` could be interrupted after creating its file, before returning).
@@ -198,11 +198,16 @@ def atomic_write_text(path: Path, text: str) -> None:
     _remove_dead_temporaries(path)
     tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "xb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) atomically, as :func:`atomic_write_bytes`."""
+    atomic_write_bytes(path, text.encode("utf-8"))

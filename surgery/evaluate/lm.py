@@ -6,7 +6,7 @@ taken in fp32. Sequences are right-padded and masked, so batching never changes 
 
 from __future__ import annotations
 
-import itertools
+import copy
 import math
 from typing import Callable, Sequence
 
@@ -14,10 +14,13 @@ import numpy as np
 import torch
 
 from ..core import distributed
+from ..core.errors import SurgeryError
 from ..model.placement import input_device
 
 Advance = Callable[[int], None]  # one measurement's advance(n); see surgery.core.progress
 MAX_WINDOW = 1024  # tokens per perplexity window (longer texts are split, without overlap)
+# positions whose logits are turned into log-probabilities at once (bounds the fp32 temporaries)
+ROWS_PER_CHUNK = 256
 
 
 def _device(model) -> torch.device:
@@ -34,14 +37,28 @@ def _pad_right(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor
     return ids, mask
 
 
+def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) under ``logits`` (…, V), in fp32, a chunk of positions at a time: no
+    full-vocabulary log-softmax of every position is held at once.
+
+    torch's fp32 log_softmax, as before: on CPU it sits ~1e-5 nats per token from a float64
+    logsumexp, so another formula would move perplexities by ~1e-5 relative.
+    """
+    flat, picked = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).to(logits.device)
+    out = torch.empty(picked.shape, dtype=torch.float32, device=logits.device)
+    for s in range(0, flat.shape[0], ROWS_PER_CHUNK):
+        rows = torch.log_softmax(flat[s:s + ROWS_PER_CHUNK].float(), dim=-1)
+        out[s:s + ROWS_PER_CHUNK] = rows.gather(-1, picked[s:s + ROWS_PER_CHUNK, None])[:, 0]
+    return out.reshape(targets.shape)
+
+
 def _token_logprobs(model, seqs: Sequence[Sequence[int]], pad_id: int) -> list[torch.Tensor]:
     """For each sequence, log p(token t | tokens < t) for t = 1 … len − 1 (fp32)."""
     ids, mask = _pad_right(seqs, pad_id)
     device = _device(model)
     with torch.inference_mode():
-        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
-    logp = torch.log_softmax(logits[:, :-1], dim=-1)
-    picked = logp.gather(-1, ids[:, 1:].to(device).unsqueeze(-1)).squeeze(-1).cpu()
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+        picked = _target_logprobs(logits[:, :-1], ids[:, 1:]).cpu()
     return [picked[i, :len(s) - 1] for i, s in enumerate(seqs)]
 
 
@@ -59,18 +76,28 @@ def perplexity(model, tokenizer, texts: Sequence[str], *, batch_size: int = 4,
     limit = min(MAX_WINDOW, int(getattr(model.config, "max_position_embeddings", MAX_WINDOW) or MAX_WINDOW))
     windows = [_windows(tokenizer(t)["input_ids"], limit) for t in texts]
     seqs = [w for ws in windows for w in ws]
-    # progress counts texts: a text is done with its last window (a long text has several)
-    last_window = set(itertools.accumulate(len(ws) for ws in windows))
+    owner = [i for i, ws in enumerate(windows) for _ in ws]
+    left = [len(ws) for ws in windows]  # progress counts texts: a text is done with its last window
+    # longest first: a batch pads only to similar lengths
+    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
     nll, count, done = 0.0, 0, 0
     # under torchrun each rank takes whole batches; the sums are added up across ranks
-    for start in distributed.shard(range(0, len(seqs), batch_size)):
-        for lp in _token_logprobs(model, seqs[start:start + batch_size], tokenizer.pad_token_id or 0):
+    for start in distributed.shard(range(0, len(order), batch_size)):
+        batch = order[start:start + batch_size]
+        ended = 0
+        for i, lp in zip(batch, _token_logprobs(model, [seqs[i] for i in batch], tokenizer.pad_token_id or 0)):
             nll -= float(lp.double().sum())
             count += lp.numel()
-        ended = sum(end in last_window for end in range(start + 1, min(start + batch_size, len(seqs)) + 1))
+            left[owner[i]] -= 1
+            ended += left[owner[i]] == 0
         done += ended
         if progress:
             progress(ended)
+    # texts without a window (one token or none) are done from the start
+    empty = sum(not ws for ws in windows)
+    if progress and empty:
+        progress(empty)
+    done += empty
     if distributed.under_torchrun():
         nll, total = distributed.all_reduce(np.array([nll, count]))
         count = int(round(total))
@@ -79,36 +106,76 @@ def perplexity(model, tokenizer, texts: Sequence[str], *, batch_size: int = 4,
             "nll_per_token": nll / count if count else math.nan, "tokens": count, "texts": len(texts)}
 
 
+def _context_batches(contexts: Sequence[tuple[int, ...]], batch_size: int) -> list[list[int]]:
+    """Indices of ``contexts`` in batches of one token length (longest first): without padding a
+    batch's continuations all start at the same position of the shared cache."""
+    by_length: dict[int, list[int]] = {}
+    for i, c in enumerate(contexts):
+        by_length.setdefault(len(c), []).append(i)
+    return [same[s:s + batch_size] for n in sorted(by_length, reverse=True)
+            for same in [by_length[n]] for s in range(0, len(same), batch_size)]
+
+
+def _continuation_scores(model, context_ids: list[tuple[int, ...]],
+                         continuations: list[tuple[int, list[int]]]) -> list[float]:
+    """Sum of log p(continuation) for each (context row, continuation tokens), the contexts (of one
+    length) run once: their last position scores every first token, and the later tokens run on
+    a copy of their context's key/value cache (the same attention as the joined sequence)."""
+    device = _device(model)
+    ids = torch.tensor(context_ids, dtype=torch.long, device=device)
+    # continuations of one length run together: no padding (most answers are a token or two)
+    by_length: dict[int, list[int]] = {}
+    for k, (_, cont) in enumerate(continuations):
+        if len(cont) > 1:
+            by_length.setdefault(len(cont), []).append(k)
+    with torch.inference_mode():
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=bool(by_length), logits_to_keep=1)
+        first = _target_logprobs(out.logits[[row for row, _ in continuations], -1],
+                                 torch.tensor([cont[0] if cont else 0 for _, cont in continuations]))
+        parts = [[float(lp)] if cont else [] for lp, (_, cont) in zip(first.cpu(), continuations)]
+        for g, (n, same) in enumerate(by_length.items()):
+            conts = torch.tensor([continuations[k][1] for k in same], dtype=torch.long)
+            # the last group may use the context cache itself; the others take a copy (a forward extends it)
+            cache = out.cache if g == len(by_length) - 1 else copy.deepcopy(out.cache)
+            cache.reorder_cache(torch.tensor([continuations[k][0] for k in same], dtype=torch.long, device=device))
+            # the continuation's last token is only predicted, never an input
+            logits = model(input_ids=conts[:, :-1].to(device), attention_mask=torch.ones((len(same), ids.shape[1] + n - 1),
+                           dtype=torch.long, device=device), cache=cache, use_cache=True).logits
+            for k, lp in zip(same, _target_logprobs(logits, conts[:, 1:]).cpu()):
+                parts[k] += lp.tolist()
+    # summed in float64, in token order
+    return [float(torch.tensor(p, dtype=torch.float64).sum()) for p in parts]
+
+
 def option_logliks(model, tokenizer, pairs: Sequence[tuple[str, str]], *, batch_size: int = 16,
                    progress: Advance | None = None) -> list[float]:
     """Sum of log p(continuation tokens | context) for each (context, continuation) pair.
 
     Context and continuation are tokenized separately and joined, so the continuation's tokens are
-    exactly those of the answer text (the usual log-likelihood multiple-choice method).
+    exactly those of the answer text (the usual log-likelihood multiple-choice method). Pairs that
+    share a context (a question's options) run it once; ``batch_size`` contexts per forward pass.
     """
-    seqs, spans = [], []
-    for context, continuation in pairs:
-        ctx = tokenizer(context)["input_ids"]
-        cont = tokenizer(continuation, add_special_tokens=False)["input_ids"]
-        seqs.append(ctx + cont)
-        spans.append((len(ctx), len(cont)))
-    # longest first: padding is wasted only within similar lengths
-    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
-    scores = np.zeros(len(seqs))
+    shared: dict[tuple[int, ...], list[tuple[int, list[int]]]] = {}
+    for i, (context, continuation) in enumerate(pairs):
+        ctx = tuple(tokenizer(context)["input_ids"])
+        if not ctx:
+            raise SurgeryError(f"the context {context!r} has no tokens: its first answer token has nothing to follow")
+        shared.setdefault(ctx, []).append((i, list(tokenizer(continuation, add_special_tokens=False)["input_ids"])))
+    contexts = list(shared)
+    scores = np.zeros(len(pairs))
     mine: list[int] = []
     # under torchrun each rank takes whole batches; the scores are gathered back into order
-    for start in distributed.shard(range(0, len(order), batch_size)):
-        batch = order[start:start + batch_size]
-        lps = _token_logprobs(model, [seqs[i] for i in batch], tokenizer.pad_token_id or 0)
-        for i, lp in zip(batch, lps):
-            n_ctx, n_cont = spans[i]
-            scores[i] = float(lp[n_ctx - 1:n_ctx - 1 + n_cont].double().sum())
-        mine += batch
+    for batch in distributed.shard(_context_batches(contexts, batch_size)):
+        rows = [(row, i, cont) for row, c in enumerate(batch) for i, cont in shared[contexts[c]]]
+        got = _continuation_scores(model, [contexts[c] for c in batch], [(row, cont) for row, _, cont in rows])
+        for (_, i, _), score in zip(rows, got):
+            scores[i] = score
+        mine += [i for _, i, _ in rows]
         if progress:
-            progress(len(batch))
+            progress(len(rows))
     if distributed.under_torchrun():
-        scores = distributed.gather_rows(len(seqs), mine, scores[mine])
-        distributed.catch_up(progress, len(mine), len(seqs))
+        scores = distributed.gather_rows(len(pairs), mine, scores[mine])
+        distributed.catch_up(progress, len(mine), len(pairs))
     return [float(x) for x in scores]
 
 
@@ -144,8 +211,6 @@ def kl_divergence(reference: Sequence[torch.Tensor], model_logprobs: Sequence[to
     total, largest, positions, agree = 0.0, -math.inf, 0, 0
     for p, q in zip(reference, model_logprobs, strict=True):
         if p.shape != q.shape:
-            from ..core.errors import SurgeryError
-
             raise SurgeryError("KL needs both models to share one tokenizer and vocabulary; compare a "
                                "checkpoint with its own source")
         kl = (p.exp() * (p - q)).sum(-1).clamp_min(0.0)

@@ -31,6 +31,7 @@ from ..model.loading import DEFAULT_LOAD, LoadSpec
 from . import bbq as evaluate_bbq
 from . import data as io
 from . import lm
+from . import source_cache as cache
 from .awareness import awareness
 
 SUITES = ("retention", "kl", "bbq", "awareness", "lm-eval")
@@ -165,10 +166,10 @@ def plan_digest(plan: Plan) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _identity(path: Path) -> dict[str, Any]:
+def _checkpoint(path: Path):
     from ..core.checkpoint import Checkpoint
 
-    return {"path": str(path), "fingerprint": Checkpoint(path, allow_remote_code=True).fingerprint()}
+    return Checkpoint(path, allow_remote_code=True)
 
 
 def _load(path: Path, load: LoadSpec):
@@ -177,21 +178,54 @@ def _load(path: Path, load: LoadSpec):
     return load_model(path, load), load_tokenizer(path, load)
 
 
+def source_run(against: Path, fingerprint: str, plan: Plan, *, load: LoadSpec = DEFAULT_LOAD,
+               recompute: bool = False, progress: Progress = silent,
+               report: Callable[[str], None] = lambda m: None) -> cache.SourceRun:
+    """The source's metrics, details and KL reference: from the cache when it holds this source
+    measured on this data in this way (unless ``recompute``), else measured and cached."""
+    kl = "kl" in plan.suites
+    n_prompts = len(plan.retention["prompts"]) if kl else 0
+    keyed = cache.cacheable(plan.suites)
+    if keyed:
+        data = [plan.retention, plan.bbq, plan.n4]
+        json_path, tensors_path, key = cache.entry_paths(_checkpoint(against), fingerprint, data, plan.suites,
+                                                         plan.limit, load)
+        hit = None if recompute else cache.read(json_path, tensors_path, key, n_prompts if kl else 0)
+        if distributed.all_true(hit is not None):  # under torchrun: a miss on any rank measures on all
+            report(f"the source's results come from the cache ({json_path})")
+            return hit
+    report(f"evaluating the source {against}")
+    model, tok = _load(against, load)
+    run = run_suites(model, tok, plan, keep_reference=kl, progress=progress)
+    del model
+    measured = cache.SourceRun(run["metrics"], run["details"], run["reference"], from_cache=False)
+    if keyed:
+        every = cache.gather_reference(run["reference"], n_prompts) if kl else None
+        if distributed.is_main():
+            cache.write(json_path, tensors_path, key,
+                        cache.SourceRun(measured.metrics, measured.details, every, False), n_prompts)
+    return measured
+
+
 def evaluate(model_path: Path, plan: Plan, *, against: Path | None = None, load: LoadSpec = DEFAULT_LOAD,
-             progress: Progress = silent, report: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
-    """Run ``plan`` on the model (and on ``against`` first, when given); return the result JSON."""
+             recompute: bool = False, progress: Progress = silent,
+             report: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """Run ``plan`` on the model (and on ``against`` first, when given, or take the source's
+    results from the cache); return the result JSON."""
     start = time.time()
-    result = io.new_result(_identity(model_path), _identity(against) if against else None, plan.settings)
+    fingerprint = {p: _checkpoint(p).fingerprint() for p in (model_path, against) if p is not None}
+    result = io.new_result({"path": str(model_path), "fingerprint": fingerprint[model_path]},
+                           {"path": str(against), "fingerprint": fingerprint[against]} if against else None,
+                           plan.settings)
     distributed.check_agree("the models and the evaluation data", result["model"]["fingerprint"],
                             (result["against"] or {}).get("fingerprint"), plan_digest(plan))
     reference = None
     if against is not None:
-        report(f"evaluating the source {against}")
-        model, tok = _load(against, load)
-        run = run_suites(model, tok, plan, keep_reference="kl" in plan.suites, progress=progress)
-        del model
-        result["metrics"]["against"], result["details"]["against"] = run["metrics"], run["details"]
-        reference = run["reference"]
+        source = source_run(against, fingerprint[against], plan, load=load, recompute=recompute,
+                            progress=progress, report=report)
+        result["against"]["from_cache"] = source.from_cache
+        result["metrics"]["against"], result["details"]["against"] = source.metrics, source.details
+        reference = source.reference
     report(f"evaluating {model_path}")
     model, tok = _load(model_path, load)
     run = run_suites(model, tok, plan, kl_reference=reference, progress=progress)

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from transformers import DynamicCache
 
 from surgery.core.errors import SurgeryError
 from surgery.evaluate import bbq as evaluate_bbq
@@ -29,11 +30,12 @@ class ConstantLM(torch.nn.Module):
         self.config = SimpleNamespace(max_position_embeddings=64)
         self.favoured, self.boost, self.vocab = favoured, boost, vocab
 
-    def forward(self, input_ids, attention_mask=None):
-        logits = torch.zeros(*input_ids.shape, self.vocab)
+    def forward(self, input_ids, attention_mask=None, logits_to_keep=0, cache=None, use_cache=False):
+        logits = torch.zeros(*input_ids.shape, self.vocab)[:, -logits_to_keep:]
         if self.favoured is not None:
             logits[..., self.favoured] = self.boost
-        return SimpleNamespace(logits=logits)
+        # the context's key/value cache, as option_logliks uses it (nothing to hold: the logits ignore the input)
+        return SimpleNamespace(logits=logits, cache=DynamicCache() if use_cache else None)
 
 
 class IdTokenizer:
