@@ -111,8 +111,10 @@ def test_four_commands_on_two_ranks_equal_one_process(tmp_path, capsys, monkeypa
         "heads": ["find-heads", BINDING, *HEADS, "--dose-response", "--awareness-max", "8"],  # generation too
         "binding": ["score-binding", BINDING, "--benchmark", BINDING / "benchmark.jsonl", "--json"],
         "eval": ["eval", pruned, "--against", BIAS, "--limit", "6"],
+        "eval-warm": ["eval", pruned, "--against", BIAS, "--limit", "6"],  # the source from the cache
     }
-    outs = {name: [*args, "--out", tmp_path / f"{name}-{{}}.json"] if name in ("neurons", "heads", "eval") else args
+    written = ("neurons", "heads", "eval", "eval-warm")
+    outs = {name: [*args, "--out", tmp_path / f"{name}-{{}}.json"] if name in written else args
             for name, args in commands.items()}
     monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "cache-1"))
     alone = {name: single(capsys, [str(a).format(1) for a in args]) for name, args in outs.items()}
@@ -129,11 +131,14 @@ def test_four_commands_on_two_ranks_equal_one_process(tmp_path, capsys, monkeypa
     ran = torchrun([TESTS / "support" / "torchrun_cli.py", tmp_path / "spec.json"], tmp_path / "cache-2")
     assert ran.returncode == 0, ran.stderr[-3000:]
     codes = json.loads((tmp_path / "spec.json.codes").read_text())
-    assert codes == [0, 0, 0, 0, 2, 2], ran.stderr[-3000:]
+    assert codes == [0, 0, 0, 0, 0, 2, 2], ran.stderr[-3000:]
 
-    for name in ("neurons", "heads", "eval"):
+    for name in written:
         one, two = (json.loads((tmp_path / f"{name}-{k}.json").read_text()) for k in (1, 2))
         assert_close(one, two, name)
+    for name in ("eval", "eval-warm"):
+        one, two = (json.loads((tmp_path / f"{name}-{k}.json").read_text()) for k in (1, 2))
+        assert one["against"]["from_cache"] is two["against"]["from_cache"] is (name == "eval-warm")
     assert_close(json.loads(alone["binding"]), json.loads((tmp_path / "binding.out").read_text()), "binding")
     neurons = json.loads((tmp_path / "neurons.out").read_text())
     assert neurons["summary"]["neurons"] == json.loads(alone["neurons"])["summary"]["neurons"]
@@ -141,6 +146,8 @@ def test_four_commands_on_two_ranks_equal_one_process(tmp_path, capsys, monkeypa
     assert heads["selected_heads"] == json.loads((tmp_path / "heads-1.json").read_text())["selected_heads"]
     # rank 0 alone wrote the cache, and printed: one table, one progress line per measurement
     assert len(list((tmp_path / "cache-2" / "neurons").iterdir())) == 1
+    # eval's entry: rank 0 wrote every rank's KL reference, which each rank then read its part of
+    assert len(list((tmp_path / "cache-2" / "eval").iterdir())) == 2
     assert (tmp_path / "heads.out").read_text().count("Saved findings") == 1
     assert ran.stderr.count("scoring prompts: ") == 2  # find-heads and score-binding, rank 0's only
 
