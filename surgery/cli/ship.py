@@ -132,7 +132,8 @@ def eval_table(result: dict) -> Table:
 @click.option("--lm-eval", "lm_eval_tasks", default="", help="Comma-separated lm-eval task names (needs lm-eval).")
 @click.option("--lm-eval-include", type=click.Path(path_type=Path), default=None,
               help="Folder of extra lm-eval task YAML files.")
-@click.option("--batch-size", type=int, default=8, show_default=True, help="Sequences per forward pass.")
+@click.option("--batch-size", type=int, default=8, show_default=True, help="Sequences per forward pass "
+              "(multiple choice: questions, each with its options).")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), default=None, help="Write the result JSON here (atomically).")
 @click.option("--card", "update_card", is_flag=True, help="Put the before/after table into MODEL's model card "
               "(MODEL must be a surgery checkpoint; surgery.json is kept consistent).")
