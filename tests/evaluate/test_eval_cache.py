@@ -148,3 +148,22 @@ def test_reference_log_probs_are_stored_exactly(pair, tmp_path):
     assert len(stored) == len(prompts)
     for i, t in enumerate(fresh):
         assert stored[f"prompt.{i}"].dtype == torch.float32 and torch.equal(stored[f"prompt.{i}"], t)
+
+
+def test_cli_says_where_the_source_came_from_and_recomputes_on_request(pair):
+    from click.testing import CliRunner
+
+    from surgery.cli.main import _register, cli
+
+    src, baked = pair
+    _register()
+
+    def run(*extra: str) -> dict:
+        r = CliRunner().invoke(cli, ["eval", str(baked), "--against", str(src), "--limit", "2", "--json", *extra],
+                               catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)
+
+    cold, warm, again = run(), run(), run("--recompute")
+    assert [x["against"]["from_cache"] for x in (cold, warm, again)] == [False, True, False]
+    assert _numbers(cold) == _numbers(warm) == _numbers(again)
