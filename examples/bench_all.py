@@ -39,9 +39,11 @@ class Bench:
 
     name: str
     script: str
-    args: Callable[[Path, bool], list[str]]
+    args: Callable[[Path, bool, Path], list[str]]  # (MODEL, --quick, scratch folder)
     rows: Callable[[dict[str, Any]], list[Row]]
     needs_model: bool = True
+    # makes what the benchmark needs besides MODEL (e.g. an edited copy) in the scratch folder
+    prepare: Callable[[Path, Path], None] | None = None
 
 
 def _x(value: float) -> str:
@@ -113,6 +115,26 @@ def optipfair_rows(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def eval_rows(r: dict[str, Any]) -> list[Row]:
+    naive = r.get("naive")
+    rows = []
+    for kind, label in (("cold", "the source measured too"), ("warm", "the source's results from the cache")):
+        ours = r[kind]["cpu_s"]
+        rows.append({"what": f"`eval PRUNED --against MODEL`, {label} (CPU seconds)", "ours": _s(ours),
+                     "alternative": f"one item per pass, full logits {_s(naive['cpu_s'])}" if naive else "",
+                     "ratio": f"{_x(naive['cpu_s'] / ours)} faster" if naive else "",
+                     "agreement": (f"numbers differ by at most {naive['max_rel_diff']:.1e} relative" if naive
+                                   else "") + ("; warm equals cold" if r["warm_equals_cold"] else "; WARM DIFFERS")})
+    return rows
+
+
+def _pruned_copy(model: Path, scratch: Path) -> None:
+    """A pruned copy of MODEL to evaluate against it (the first 8 neurons of layers 0-4)."""
+    neurons = ",".join(f"{layer}:{n}" for layer in range(5) for n in range(8))
+    subprocess.run([sys.executable, "-m", "surgery", "prune-neurons", str(model), "--neurons", neurons,
+                    "--out", str(scratch / "pruned"), "--no-verify", "--force"], cwd=HERE.parent, check=True)
+
+
 def find_heads_rows(r: dict[str, Any]) -> list[Row]:
     cost = r["cost"]
     return [{"what": f"find-heads, {r['pairs']} pairs (every pass of the run)", "ours": f"{cost['forward_flops']:.2e} FLOPs",
@@ -121,22 +143,26 @@ def find_heads_rows(r: dict[str, Any]) -> list[Row]:
              "agreement": "same findings (tests/find/heads/test_resume.py)"}]
 
 
-def _find_heads_args(model: Path, quick: bool) -> list[str]:
+def _find_heads_args(model: Path, quick: bool, scratch: Path) -> list[str]:
     return [str(model)] + (["--max-pairs", "8", "--random-sets", "2"] if quick else
                            ["--max-pairs", "96", "--random-sets", "10"])
 
 
 BENCHES = [
-    Bench("bake", "bench_bake.py", lambda m, q: ["--cli", "--gb", "0.3" if q else "1", "--runs", "1" if q else "3"],
+    Bench("bake", "bench_bake.py", lambda m, q, s: ["--cli", "--gb", "0.3" if q else "1", "--runs", "1" if q else "3"],
           bake_rows, needs_model=False),
-    Bench("bake-vs-transformers", "bench_bake.py", lambda m, q: ["--gb", "0.3" if q else "1", "--runs", "1" if q else "3"],
+    Bench("bake-vs-transformers", "bench_bake.py", lambda m, q, s: ["--gb", "0.3" if q else "1", "--runs", "1" if q else "3"],
           bake_vs_transformers_rows, needs_model=False),
-    Bench("capture", "bench_capture.py", lambda m, q: [str(m), "--runs", "1" if q else "3"], capture_rows),
-    Bench("heads", "bench_heads.py", lambda m, q: [str(m), "--runs", "3", "--prompts", "8" if q else "16"], heads_rows),
-    Bench("paper-binding", "bench_paper_binding.py", lambda m, q: [str(m), "--max-pairs", "8" if q else "64"],
+    Bench("capture", "bench_capture.py", lambda m, q, s: [str(m), "--runs", "1" if q else "3"], capture_rows),
+    Bench("heads", "bench_heads.py", lambda m, q, s: [str(m), "--runs", "3", "--prompts", "8" if q else "16"], heads_rows),
+    Bench("paper-binding", "bench_paper_binding.py", lambda m, q, s: [str(m), "--max-pairs", "8" if q else "64"],
           paper_rows),
-    Bench("optipfair", "bench_optipfair.py", lambda m, q: [str(m)] + (["--max-pairs", "8", "--runs", "1"] if q else []),
+    Bench("optipfair", "bench_optipfair.py", lambda m, q, s: [str(m)] + (["--max-pairs", "8", "--runs", "1"] if q else []),
           optipfair_rows),
+    Bench("eval", "bench_eval.py",
+          lambda m, q, s: [str(s / "pruned"), "--against", str(m), "--runs", "1" if q else "3"] + (["--no-naive"] if q else []),
+          eval_rows,
+          prepare=_pruned_copy),
     Bench("find-heads", "surgery find-heads", _find_heads_args, find_heads_rows),
 ]
 
@@ -145,14 +171,17 @@ def run_bench(bench: Bench, model: Path, quick: bool, scratch: Path) -> tuple[li
     """Run one benchmark in a fresh process; its rows (or one "skipped" row) and its command line."""
     out = scratch / f"{bench.name}.json"
     if bench.script.startswith("surgery "):
-        cmd = [sys.executable, "-m", "surgery", *bench.script.split()[1:], *bench.args(model, quick), "--out", str(out)]
-        shown = " ".join([bench.script, *bench.args(model, quick)]).replace(str(model), "MODEL")
+        cmd = [sys.executable, "-m", "surgery", *bench.script.split()[1:], *bench.args(model, quick, scratch), "--out", str(out)]
+        shown = " ".join([bench.script, *bench.args(model, quick, scratch)])
     else:
-        cmd = [sys.executable, str(HERE / bench.script), *bench.args(model, quick), "--json", str(out)]
-        shown = " ".join(["python", f"examples/{bench.script}", *bench.args(model, quick)]).replace(str(model), "MODEL")
+        cmd = [sys.executable, str(HERE / bench.script), *bench.args(model, quick, scratch), "--json", str(out)]
+        shown = " ".join(["python", f"examples/{bench.script}", *bench.args(model, quick, scratch)])
+    shown = shown.replace(str(scratch / "pruned"), "PRUNED").replace(str(model), "MODEL")
     if bench.needs_model and not model.exists():
         return [{"what": bench.name, "ours": "skipped", "alternative": f"no model at {model}", "ratio": "", "agreement": ""}], shown
     print(f"\n== {bench.name}: {shown}", flush=True)
+    if bench.prepare is not None:
+        bench.prepare(model, scratch)
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=HERE.parent)
     print(f"   ({time.perf_counter() - start:.0f} s)", flush=True)

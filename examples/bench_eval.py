@@ -77,6 +77,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--baseline-repo", type=Path, default=None, help="Also time this checkout's eval.")
     ap.add_argument("--no-naive", action="store_true", help="Skip the naive baseline (it takes minutes).")
+    ap.add_argument("--json", type=Path, default=None, help="Also write the medians and differences here.")
     args = ap.parse_args()
 
     times: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
@@ -110,13 +111,19 @@ def main() -> None:
                   % largest_difference(numbers(results["cold"]), numbers(results["baseline"])))
         same = numbers(results["cold"]) == numbers(results["warm"])
         print(f"  warm numbers identical to cold: {same}")
+        report = {"model": args.model, "against": args.against, "runs": args.runs,
+                  "threads": os.environ.get("OMP_NUM_THREADS"), "warm_equals_cold": same,
+                  **{kind: {"wall_s": wall, "cpu_s": cpu} for kind, (wall, cpu) in med.items()}}
         if not args.no_naive:
             out = tmp_path / "naive.json"
             wall, cpu = timed(naive_numbers(args.model, args.against, out), dict(os.environ))
             naive = json.loads(out.read_text())
+            diff, worst = largest_difference(numbers(results["cold"]), naive)
             print(f"  naive     {wall:7.1f} s wall {cpu:7.1f} s CPU (one run)")
-            print("  largest relative difference, eval vs naive: %.2g (%s)"
-                  % largest_difference(numbers(results["cold"]), naive))
+            print("  largest relative difference, eval vs naive: %.2g (%s)" % (diff, worst))
+            report["naive"] = {"wall_s": wall, "cpu_s": cpu, "max_rel_diff": diff, "worst": worst}
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":
