@@ -23,15 +23,16 @@ import numpy as np
 
 from ...core import distributed
 from ...core.edits import HeadScale
-from ...model.hooks import applied
 from ...model.placement import input_device
 from .attention import EdgeEdit, edge_heads
 from .params import DOSE_GRID
 from .prompts import Encoded, batch_groups, collate
-from .resume import Counter, resume, snapshot
+from .resume import Counter, resume, resume_scaled, snapshot
 from .scores import SPAN_NAMES, delta, pad_id, run_prompts, s_scores
 
 Heads = Sequence[tuple[int, int]]
+# What one sweep condition edits: identity→item edges (run time only), or whole heads (o_proj slices).
+Condition = EdgeEdit | tuple[HeadScale, ...]
 
 
 def effect(base: float, knocked: float) -> float:
@@ -89,8 +90,9 @@ class PairRunner:
         return run_prompts(self.model, self.prompts, self.ids, batch_size=self.batch_size,
                            progress=self.progress).s
 
-    def sweep(self, edits: Sequence[EdgeEdit]) -> list[np.ndarray]:
-        """S of every prompt under each of ``edits``, sharing each batch's unchanged work.
+    def sweep(self, edits: Sequence[Condition]) -> list[np.ndarray]:
+        """S of every prompt under each of ``edits`` (edge edits or whole-head scales), sharing each
+        batch's unchanged work: one baseline pass per batch, every condition resumed from it.
 
         Under torchrun each rank sweeps whole batches of its own; rows and FLOPs are gathered back.
         """
@@ -105,7 +107,8 @@ class PairRunner:
             self.counter.add(len(idx), snap.length)
             self.counter.add_head(len(idx))
             for s, edit in zip(out, edits):
-                logits = resume(self.model, snap, batch, edit, self.counter)
+                logits = (resume(self.model, snap, batch, edit, self.counter) if isinstance(edit, EdgeEdit)
+                          else resume_scaled(self.model, snap, edit, self.counter))
                 s[idx] = s_scores(logits.float().log_softmax(-1), self.ids).cpu().numpy()
                 if self.progress:
                     self.progress(len(idx))
@@ -184,17 +187,17 @@ def knockout_report(runner: PairRunner, heads: Heads, n_layers: int, n_heads: in
 
 
 def dose_response(runner: PairRunner, heads: Heads, grid: Sequence[float] = DOSE_GRID) -> list[dict[str, Any]]:
-    """ΔS at each α, edge-level (identity→item edges) and whole-head (o_proj slice), side by side."""
+    """ΔS at each α, edge-level (identity→item edges) and whole-head (o_proj slice), side by side:
+    one sweep, both kinds resumed from each batch's baseline pass (whole-head from its lowest layer)."""
     rows = []
     edited = [a for a in grid if a != 1.0]
-    swept = dict(zip(edited, runner.sweep([EdgeEdit(edge_heads(list(heads)), float(a)) for a in edited])))
+    conditions: list[Condition] = [EdgeEdit(edge_heads(list(heads)), float(a)) for a in edited]
+    conditions += [tuple(HeadScale(layer, h, float(a)) for layer, h in heads) for a in edited]
+    swept = runner.sweep(conditions)
+    edges, wholes = dict(zip(edited, swept[:len(edited)])), dict(zip(edited, swept[len(edited):]))
     for alpha in grid:
-        edge = runner.delta(swept.get(alpha, runner.base))
-        if alpha == 1.0:
-            whole = edge
-        else:
-            with applied(runner.model, [HeadScale(layer, h, float(alpha)) for layer, h in heads]):
-                whole = runner.delta(runner.scores(None))
+        edge = runner.delta(edges.get(alpha, runner.base))
+        whole = runner.delta(wholes.get(alpha, runner.base))
         rows.append({"alpha": float(alpha), "edge_delta_s": edge["delta"], "edge_p": edge["p"],
                      "whole_delta_s": whole["delta"], "whole_p": whole["p"]})
     return rows

@@ -20,8 +20,9 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
+from ...core.edits import HeadScale
 from ...core.errors import SurgeryError
-from ...model.hooks import model_architecture
+from ...model.hooks import applied, model_architecture
 from .attention import EdgeEdit, Plan, active_plan
 from .prompts import Batch, Encoded
 
@@ -174,6 +175,36 @@ def resume(model: nn.Module, snap: Snapshot, batch: Batch, edit: EdgeEdit,
     if counter is not None:
         counter.add_head(rows)
     return torch.where(changed[:, None], logits, snap.logits)
+
+
+def resume_scaled(model: nn.Module, snap: Snapshot, scales: Sequence[HeadScale],
+                  counter: "Counter | None" = None) -> torch.Tensor:
+    """(B, vocab) last-position logits under whole-head ``scales`` (o_proj input slices), from
+    ``snap``'s cached inputs of the lowest scaled layer.
+
+    A head scale changes every position from its layer on, so the layers from the lowest one run on
+    all positions, with the recorded inputs of a full pass: the same computation as a full pass,
+    without the layers below. The scales are applied (model.hooks.applied) for the duration.
+    """
+    from transformers import DynamicCache
+
+    scales = [s for s in scales if not s.is_identity()]
+    if not scales:
+        return snap.logits
+    first, layers, rows = min(s.layer for s in scales), decoder_layers(model), snap.logits.shape[0]
+    cache = DynamicCache([(None, None)] * len(layers))  # filled by the layers that run, as a full pass
+    with torch.inference_mode(), applied(model, scales):
+        hidden = snap.calls[first]["hidden_states"]
+        for i in range(first, len(layers)):
+            hidden = _layer(layers[i], snap.calls[i], 0, cache, hidden)
+        norm, head, softcap = _tail(model)
+        logits = head(norm(hidden[:, -1:]))[:, -1]
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+    if counter is not None:
+        counter.add(rows, snap.length, 0, first)
+        counter.add_head(rows)
+    return logits
 
 
 def _layer(layer: nn.Module, call: dict[str, Any], start: int, cache, hidden: torch.Tensor) -> torch.Tensor:
