@@ -9,6 +9,10 @@ layers above only on the positions from its first query token on, with the earli
 keys/values read from a cache; the model's tail (final norm, lm_head, soft-cap) comes from the
 architecture table. Same numbers as a full pass (up to floating-point summation order; rows the
 edit leaves unchanged bit for bit), a fraction of the FLOPs.
+
+A whole-head scale (o_proj slice, :func:`resume_scaled`) changes every position from its layer on:
+it reruns the layers from the lowest scaled one on all positions, with the recorded inputs — the
+full pass's computation bit for bit, without the layers below.
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def full_scaled_scores(runner: PairRunner, scales) -> list[np.ndarray]:
 @pytest.mark.parametrize("arch", ARCHS)
 def test_resumed_whole_head_scales_equal_full_passes(tiny, small, arch):
     """Whole-head α resumed from the lowest scaled layer's recorded inputs, in one sweep with edge
-    edits: the full passes' S, fewer FLOPs than full passes."""
+    edits: the full passes' S bit for bit, fewer FLOPs than full passes."""
     path = char_model(tiny, arch, CHAT)
     model, tok = load_model(path), char_tokenizer(CHAT)
     cfg = model.config.get_text_config()
@@ -99,8 +99,11 @@ def test_resumed_whole_head_scales_equal_full_passes(tiny, small, arch):
         swept = runner.sweep([*edits, *scales])
         spent = runner.counter.flops - flops
         full = full_pass_scores(runner, edits) + full_scaled_scores(runner, scales)
-    for s, f in zip(swept, full):
+    for s, f in zip(swept[:len(edits)], full):
         np.testing.assert_allclose(s, f, atol=SAME, rtol=0)
+    for s, f in zip(swept[len(edits):], full[len(edits):]):
+        # the layers that run get the inputs a full pass gives them, in the same shapes: bit for bit
+        np.testing.assert_array_equal(s, f)
     assert any(not np.allclose(f, runner.base, atol=1e-4) for f in full[len(edits):])  # the scales do change S
     # the whole-head passes skip the layers below their lowest head (the first starts in layer 0)
     assert spent < (1 + len(edits) + len(scales)) * runner.counter.full(runner.prompts, 3)
