@@ -13,7 +13,8 @@ from surgery.core.edits import HeadScale
 from surgery.find.heads import causal
 from surgery.find.heads.attention import EdgeEdit, edge_heads, surgery_attention_on
 from surgery.find.heads.benchmark import load_benchmark
-from surgery.find.heads.causal import PairRunner, dose_response, random_head_sets
+from surgery.find.heads.causal import (PairRunner, dose_conditions, dose_response, knockout_edit, knockout_report,
+                                      knockout_sets, random_head_sets)
 from surgery.find.heads.find import find_heads
 from surgery.find.heads.pairs import build_pairs
 from surgery.find.heads.params import FindParams
@@ -127,6 +128,28 @@ def test_dose_response_equals_full_whole_head_passes(tiny, small):
     assert not np.allclose(whole[0], runner.base, atol=1e-4)  # α = 0 removes the heads: S moves
 
 
+def test_knockouts_and_dose_response_share_one_sweep(tiny, small):
+    """Swept first together (as find_heads does with --dose-response), the knockout report and the
+    dose-response are those of separate sweeps, for one baseline pass less."""
+    path = char_model(tiny, "qwen2", CHAT)
+    model, tok = load_model(path), char_tokenizer(CHAT)
+    heads, grid = [(1, 0), (2, 3)], (0.0, 1.0, 2.0)
+    prompts = encode_pairs(tok, small, "binding", True)
+    out = []
+    with surgery_attention_on(model):
+        for together in (False, True):
+            runner = PairRunner(model, prompts, [p.item for p in small], option_token_ids(tok), batch_size=3)
+            flops = runner.counter.flops
+            if together:
+                runner.sweep([knockout_edit(h, q) for h, q in knockout_sets(heads, 3, 4, 3, seed=0)]
+                             + dose_conditions(heads, grid))
+            report = knockout_report(runner, heads, 3, 4, random_sets=3, seed=0)
+            out.append((report, dose_response(runner, heads, grid), runner.counter.flops - flops, runner.full_flops))
+    (ko_a, dose_a, flops_a, full_a), (ko_b, dose_b, flops_b, full_b) = out
+    assert ko_a == ko_b and dose_a == dose_b  # the same conditions on the same baseline: bit for bit
+    assert flops_a - flops_b == runner.counter.full(prompts, 3) and full_a == full_b
+
+
 def _planted_findings(fixture, monkeypatch, full: bool) -> dict:
     if full:  # the old way: each knockout pass from the embeddings
         monkeypatch.setattr(causal.PairRunner, "sweep", full_pass_scores)
@@ -190,7 +213,8 @@ def test_smollm2_resumed_knockouts_equal_full_passes(smollm2):
     print("smollm2 sweep FLOPs / full passes:", runner.counter.flops / runner.full_flops)
 
 
-def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, small):
+@pytest.mark.parametrize("dose", [False, True])
+def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, small, dose):
     path = char_model(tiny, "llama", CHAT)
     said: list[str] = []
 
@@ -198,7 +222,8 @@ def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, sma
         said.append(f"progress: {label}")
         return lambda n: None
 
-    found = find_heads(path, small, FindParams(confirm=3, random_sets=2, batch_size=4),
+    found = find_heads(path, small, FindParams(confirm=3, random_sets=2, batch_size=4, dose_response=dose,
+                                               dose_grid=(0.0, 1.0, 2.0), awareness_alphas=(1.0,)),
                        progress=progress, report=said.append)
     note = next(i for i, m in enumerate(said) if m.startswith("forward-pass FLOPs: at most"))
     assert note < next(i for i, m in enumerate(said) if m.startswith("progress"))  # before any pass
