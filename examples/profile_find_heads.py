@@ -22,18 +22,27 @@ from surgery.cli.group import cli
 from surgery.cli.main import _register
 from surgery.find import findings as findings_mod
 from surgery.find.heads import awareness as awareness_mod
+from surgery.find.heads import causal as causal_mod
 from surgery.find.heads import find as find_mod
 from surgery.find.heads import scores as scores_mod
 
 PHASES: dict[str, list[float]] = {}
 
 
+ACTIVE: list[str] = []  # the phase being timed: a wrapped call inside it is part of it
+
+
 @contextmanager
 def timed(name: str) -> Iterator[None]:
+    if ACTIVE:
+        yield
+        return
+    ACTIVE.append(name)
     wall, cpu = time.perf_counter(), time.process_time()
     try:
         yield
     finally:
+        ACTIVE.pop()
         acc = PHASES.setdefault(name, [0.0, 0.0, 0])
         acc[0] += time.perf_counter() - wall
         acc[1] += time.process_time() - cpu
@@ -67,6 +76,8 @@ def main(argv: list[str]) -> None:
     wrap(find_mod, "confirmation", "single-head confirmations")
     wrap(find_mod, "knockout_report", "knockout report + random sets")
     wrap(find_mod, "dose_response", "dose response (edge + whole-head)")
+    # with --dose-response find_heads sweeps the knockouts and the dose-response together first
+    wrap(causal_mod.PairRunner, "prefetch", "knockouts + dose response, one shared sweep")
     wrap(awareness_mod, "awareness_at", "awareness / knowledge probe (generation)")
     wrap(find_mod, "save_findings", "writing")
     wrap(findings_mod, "save_findings", "writing")  # the CLI's --out (imported at call time)

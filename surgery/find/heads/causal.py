@@ -97,19 +97,26 @@ class PairRunner:
         """S of every prompt under each of ``edits`` (edge edits or whole-head scales), sharing each
         batch's unchanged work: one baseline pass per batch, every condition resumed from it.
 
-        Conditions swept before are read back, not run again. Under torchrun each rank sweeps whole
-        batches of its own; rows and FLOPs are gathered back.
+        Conditions swept before (:meth:`prefetch`) are read back, not run again; ``full_flops`` counts
+        every condition asked for, as the one-edit-at-a-time full passes would run it.
+        """
+        self.prefetch(edits)
+        self.full_flops += len(edits) * self.counter.full(self.prompts, self.batch_size)
+        return [self.swept[condition_key(e)] for e in edits]
+
+    def prefetch(self, edits: Sequence[Condition]) -> None:
+        """Sweep those of ``edits`` not swept yet (each once) and keep their S for :meth:`sweep`.
+
+        Under torchrun each rank sweeps whole batches of its own; rows and FLOPs are gathered back.
         """
         todo = list({condition_key(e): e for e in edits if condition_key(e) not in self.swept}.values())
         if todo:
             for e, s in zip(todo, self._sweep(todo)):
                 self.swept[condition_key(e)] = s
-        return [self.swept[condition_key(e)] for e in edits]
 
     def _sweep(self, edits: Sequence[Condition]) -> list[np.ndarray]:
         device, pad, n = input_device(self.model), pad_id(self.model), len(self.prompts)
         out = [np.zeros(n) for _ in edits]
-        self.full_flops += len(edits) * self.counter.full(self.prompts, self.batch_size)
         groups = distributed.shard(batch_groups(self.prompts, self.batch_size))
         flops = self.counter.flops
         for idx in groups:

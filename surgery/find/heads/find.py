@@ -136,7 +136,7 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
         steps = 2 * len(sub) * (2 + params.random_sets + dose_passes(params))
         runner.progress = progress("causal tests", steps)
         if params.dose_response:  # both known now: one sweep, one baseline pass per batch for both
-            runner.sweep([knockout_edit(h, q) for h, q in knockout_sets(chosen, n_layers, n_heads,
+            runner.prefetch([knockout_edit(h, q) for h, q in knockout_sets(chosen, n_layers, n_heads,
                                                                           params.random_sets, params.seed)]
                          + dose_conditions(chosen, grid))
         findings["knockout"] = knockout_report(runner, chosen, n_layers, n_heads,

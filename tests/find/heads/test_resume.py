@@ -129,8 +129,9 @@ def test_dose_response_equals_full_whole_head_passes(tiny, small):
 
 
 def test_knockouts_and_dose_response_share_one_sweep(tiny, small):
-    """Swept first together (as find_heads does with --dose-response), the knockout report and the
-    dose-response are those of separate sweeps, for one baseline pass less."""
+    """Prefetched together (as find_heads does with --dose-response), the knockout report and the
+    dose-response are those of separate sweeps, for one baseline pass less; the full-pass count is
+    that of every condition asked for."""
     path = char_model(tiny, "qwen2", CHAT)
     model, tok = load_model(path), char_tokenizer(CHAT)
     heads, grid = [(1, 0), (2, 3)], (0.0, 1.0, 2.0)
@@ -141,13 +142,16 @@ def test_knockouts_and_dose_response_share_one_sweep(tiny, small):
             runner = PairRunner(model, prompts, [p.item for p in small], option_token_ids(tok), batch_size=3)
             flops = runner.counter.flops
             if together:
-                runner.sweep([knockout_edit(h, q) for h, q in knockout_sets(heads, 3, 4, 3, seed=0)]
-                             + dose_conditions(heads, grid))
+                runner.prefetch([knockout_edit(h, q) for h, q in knockout_sets(heads, 3, 4, 3, seed=0)]
+                                + dose_conditions(heads, grid))
             report = knockout_report(runner, heads, 3, 4, random_sets=3, seed=0)
             out.append((report, dose_response(runner, heads, grid), runner.counter.flops - flops, runner.full_flops))
     (ko_a, dose_a, flops_a, full_a), (ko_b, dose_b, flops_b, full_b) = out
     assert ko_a == ko_b and dose_a == dose_b  # the same conditions on the same baseline: bit for bit
-    assert flops_a - flops_b == runner.counter.full(prompts, 3) and full_a == full_b
+    full = runner.counter.full(prompts, 3)
+    assert flops_a - flops_b == full  # the dose-response's α = 0 edge edit is the knockout: swept once
+    # as full passes: the baseline, 2 + 3 knockouts, 2 edge-level and 2 whole-head α, as before
+    assert full_a == full_b == (1 + 5 + 4) * full
 
 
 def _planted_findings(fixture, monkeypatch, full: bool) -> dict:
