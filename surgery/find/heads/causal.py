@@ -23,15 +23,16 @@ import numpy as np
 
 from ...core import distributed
 from ...core.edits import HeadScale
-from ...model.hooks import applied
 from ...model.placement import input_device
 from .attention import EdgeEdit, edge_heads
 from .params import DOSE_GRID
 from .prompts import Encoded, batch_groups, collate
-from .resume import Counter, resume, snapshot
+from .resume import Counter, resume, resume_scaled, snapshot
 from .scores import SPAN_NAMES, delta, pad_id, run_prompts, s_scores
 
 Heads = Sequence[tuple[int, int]]
+# What one sweep condition edits: identity→item edges (run time only), or whole heads (o_proj slices).
+Condition = EdgeEdit | tuple[HeadScale, ...]
 
 
 def effect(base: float, knocked: float) -> float:
@@ -67,6 +68,8 @@ class PairRunner:
 
     Edge edits run together (:meth:`sweep`): one baseline pass per batch, each edit resumed from its
     first layer and first query token (resume.py); ``counter`` adds up the forward-pass FLOPs.
+    Swept S are kept by condition, so that conditions known early can share one sweep (find_heads:
+    the knockouts and the dose-response) and later calls read them back.
     """
 
     def __init__(self, model, prompts: Sequence[Encoded], items: Sequence[str], option_ids,
@@ -77,6 +80,7 @@ class PairRunner:
         self.n = len(self.items)
         self.counter = Counter.of(model)
         self.full_flops = 0  # what the same passes cost from the embeddings, one edit at a time
+        self.swept: dict[tuple, np.ndarray] = {}  # condition_key → S of every prompt
         self.base = base if base is not None else self.scores(None)
 
     def scores(self, edit: EdgeEdit | None) -> np.ndarray:
@@ -89,14 +93,30 @@ class PairRunner:
         return run_prompts(self.model, self.prompts, self.ids, batch_size=self.batch_size,
                            progress=self.progress).s
 
-    def sweep(self, edits: Sequence[EdgeEdit]) -> list[np.ndarray]:
-        """S of every prompt under each of ``edits``, sharing each batch's unchanged work.
+    def sweep(self, edits: Sequence[Condition]) -> list[np.ndarray]:
+        """S of every prompt under each of ``edits`` (edge edits or whole-head scales), sharing each
+        batch's unchanged work: one baseline pass per batch, every condition resumed from it.
+
+        Conditions swept before (:meth:`prefetch`) are read back, not run again; ``full_flops`` counts
+        every condition asked for, as the one-edit-at-a-time full passes would run it.
+        """
+        self.prefetch(edits)
+        self.full_flops += len(edits) * self.counter.full(self.prompts, self.batch_size)
+        return [self.swept[condition_key(e)] for e in edits]
+
+    def prefetch(self, edits: Sequence[Condition]) -> None:
+        """Sweep those of ``edits`` not swept yet (each once) and keep their S for :meth:`sweep`.
 
         Under torchrun each rank sweeps whole batches of its own; rows and FLOPs are gathered back.
         """
+        todo = list({condition_key(e): e for e in edits if condition_key(e) not in self.swept}.values())
+        if todo:
+            for e, s in zip(todo, self._sweep(todo)):
+                self.swept[condition_key(e)] = s
+
+    def _sweep(self, edits: Sequence[Condition]) -> list[np.ndarray]:
         device, pad, n = input_device(self.model), pad_id(self.model), len(self.prompts)
         out = [np.zeros(n) for _ in edits]
-        self.full_flops += len(edits) * self.counter.full(self.prompts, self.batch_size)
         groups = distributed.shard(batch_groups(self.prompts, self.batch_size))
         flops = self.counter.flops
         for idx in groups:
@@ -105,7 +125,8 @@ class PairRunner:
             self.counter.add(len(idx), snap.length)
             self.counter.add_head(len(idx))
             for s, edit in zip(out, edits):
-                logits = resume(self.model, snap, batch, edit, self.counter)
+                logits = (resume(self.model, snap, batch, edit, self.counter) if isinstance(edit, EdgeEdit)
+                          else resume_scaled(self.model, snap, edit, self.counter))
                 s[idx] = s_scores(logits.float().log_softmax(-1), self.ids).cpu().numpy()
                 if self.progress:
                     self.progress(len(idx))
@@ -126,7 +147,7 @@ class PairRunner:
 
     def knockouts(self, sets: Sequence[tuple[Heads, str]], seed: int = 0) -> list[dict[str, Any]]:
         """:meth:`knockout` of each (heads, queries) in ``sets``, in one sweep over the prompts."""
-        edits = [EdgeEdit(edge_heads(list(heads)), 0.0, queries=queries) for heads, queries in sets]
+        edits = [knockout_edit(heads, queries) for heads, queries in sets]
         n, rows = self.n, []
         base_d = self.delta(self.base)["delta"]
         for (heads, queries), s in zip(sets, self.sweep(edits)):
@@ -135,6 +156,19 @@ class PairRunner:
             rows.append({"heads": [list(h) for h in heads], "edges_from": queries, "delta_base": base_d,
                          "delta_knockout": ko_d, "effect_pct": effect(base_d, ko_d), "ci95": [lo, hi]})
         return rows
+
+
+def condition_key(condition: Condition) -> tuple:
+    """A hashable key of a sweep condition: equal keys, equal S."""
+    if isinstance(condition, EdgeEdit):
+        heads = tuple(sorted((layer, tuple(sorted(h))) for layer, h in condition.heads.items() if h))
+        return ("edge", heads, float(condition.alpha), condition.queries, condition.keys)
+    return ("whole", tuple(sorted((s.layer, s.head, float(s.alpha)) for s in condition)))
+
+
+def knockout_edit(heads: Heads, queries: str = "tested") -> EdgeEdit:
+    """The edge knockout (α = 0) of the (``queries`` → item) edges of ``heads``."""
+    return EdgeEdit(edge_heads(list(heads)), 0.0, queries=queries)
 
 
 def single_knockouts(runner: PairRunner, candidates: Heads, seed: int = 0) -> list[dict[str, Any]]:
@@ -170,9 +204,7 @@ def random_head_sets(n_layers: int, n_heads: int, size: int, count: int, exclude
 def knockout_report(runner: PairRunner, heads: Heads, n_layers: int, n_heads: int, *,
                     random_sets: int = 20, seed: int = 0) -> dict[str, Any]:
     """Tested-identity knockout, distractor control and random-head baseline for ``heads``."""
-    sets = random_head_sets(n_layers, n_heads, len(heads), random_sets, heads, seed)
-    tested, control, *randoms = runner.knockouts([(heads, "tested"), (heads, "control")]
-                                                 + [(hs, "tested") for hs in sets], seed)
+    tested, control, *randoms = runner.knockouts(knockout_sets(heads, n_layers, n_heads, random_sets, seed), seed)
     eff = np.array([r["effect_pct"] for r in randoms], float)
     finite = eff[np.isfinite(eff)]
     summary = {"n": len(randoms), "mean_pct": float(np.mean(finite)) if len(finite) else float("nan"),
@@ -183,18 +215,30 @@ def knockout_report(runner: PairRunner, heads: Heads, n_layers: int, n_heads: in
     return {"tested": tested, "control": control, "random": summary, "random_sets": randoms}
 
 
+def knockout_sets(heads: Heads, n_layers: int, n_heads: int, random_sets: int = 20,
+                  seed: int = 0) -> list[tuple[Heads, str]]:
+    """The (heads, queries) of :func:`knockout_report`: tested, control, then the random sets."""
+    sets = random_head_sets(n_layers, n_heads, len(heads), random_sets, heads, seed)
+    return [(heads, "tested"), (heads, "control")] + [(hs, "tested") for hs in sets]
+
+
+def dose_conditions(heads: Heads, grid: Sequence[float] = DOSE_GRID) -> list[Condition]:
+    """The edge-level α conditions of every α ≠ 1 of ``grid``, then the whole-head ones."""
+    edited = [a for a in grid if a != 1.0]
+    return ([EdgeEdit(edge_heads(list(heads)), float(a)) for a in edited]
+            + [tuple(HeadScale(layer, h, float(a)) for layer, h in heads) for a in edited])
+
+
 def dose_response(runner: PairRunner, heads: Heads, grid: Sequence[float] = DOSE_GRID) -> list[dict[str, Any]]:
-    """ΔS at each α, edge-level (identity→item edges) and whole-head (o_proj slice), side by side."""
+    """ΔS at each α, edge-level (identity→item edges) and whole-head (o_proj slice), side by side:
+    one sweep, both kinds resumed from each batch's baseline pass (whole-head from its lowest layer)."""
     rows = []
     edited = [a for a in grid if a != 1.0]
-    swept = dict(zip(edited, runner.sweep([EdgeEdit(edge_heads(list(heads)), float(a)) for a in edited])))
+    swept = runner.sweep(dose_conditions(heads, grid))
+    edges, wholes = dict(zip(edited, swept[:len(edited)])), dict(zip(edited, swept[len(edited):]))
     for alpha in grid:
-        edge = runner.delta(swept.get(alpha, runner.base))
-        if alpha == 1.0:
-            whole = edge
-        else:
-            with applied(runner.model, [HeadScale(layer, h, float(alpha)) for layer, h in heads]):
-                whole = runner.delta(runner.scores(None))
+        edge = runner.delta(edges.get(alpha, runner.base))
+        whole = runner.delta(wholes.get(alpha, runner.base))
         rows.append({"alpha": float(alpha), "edge_delta_s": edge["delta"], "edge_p": edge["p"],
                      "whole_delta_s": whole["delta"], "whole_p": whole["p"]})
     return rows

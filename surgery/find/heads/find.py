@@ -26,7 +26,8 @@ from ...core.progress import Progress, silent
 from ...model.loading import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
 from ..findings import Found, cache_path, compute_record, dtype_key, new_findings, save_findings
 from .attention import surgery_attention_on
-from .causal import PairRunner, confirmed_order, dose_response, knockout_report, single_knockouts
+from .causal import (PairRunner, confirmed_order, dose_conditions, dose_response, knockout_edit, knockout_report,
+                     knockout_sets, single_knockouts)
 from .discovery import discover, rank_heads
 from .pairs import Pair
 from .prompts import Encoded
@@ -134,6 +135,10 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
         grid = dose_alphas(params)
         steps = 2 * len(sub) * (2 + params.random_sets + dose_passes(params))
         runner.progress = progress("causal tests", steps)
+        if params.dose_response:  # both known now: one sweep, one baseline pass per batch for both
+            runner.prefetch([knockout_edit(h, q) for h, q in knockout_sets(chosen, n_layers, n_heads,
+                                                                          params.random_sets, params.seed)]
+                         + dose_conditions(chosen, grid))
         findings["knockout"] = knockout_report(runner, chosen, n_layers, n_heads,
                                                random_sets=params.random_sets, seed=params.seed)
         if params.dose_response:
@@ -180,8 +185,8 @@ def flops_note(counter: Counter, binding: Sequence[Encoded], scoring: int, param
     full, tested = counter.full(binding, b), counter.resumed_bound(binding, b, "tested")
     edge_alphas = sum(a != 1.0 for a in dose_alphas(params)) if params.dose_response else 0
     passes = params.confirm + 2 + params.random_sets + 2 * edge_alphas
-    sweeps = (params.confirm > 0) + 1 + (edge_alphas > 0)
-    bound = (scoring + sweeps * full + edge_alphas * full  # baselines, whole-head α passes
+    sweeps = (params.confirm > 0) + 1  # the dose-response shares the knockouts' sweep
+    bound = (scoring + sweeps * full + edge_alphas * full  # baselines, whole-head α passes (from layer 0)
              + (params.confirm + 1 + params.random_sets + edge_alphas) * tested
              + counter.resumed_bound(binding, b, "control"))
     today = scoring + passes * full

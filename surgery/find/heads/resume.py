@@ -9,6 +9,10 @@ layers above only on the positions from its first query token on, with the earli
 keys/values read from a cache; the model's tail (final norm, lm_head, soft-cap) comes from the
 architecture table. Same numbers as a full pass (up to floating-point summation order; rows the
 edit leaves unchanged bit for bit), a fraction of the FLOPs.
+
+A whole-head scale (o_proj slice, :func:`resume_scaled`) changes every position from its layer on:
+it reruns the layers from the lowest scaled one on all positions, with the recorded inputs — the
+full pass's computation bit for bit, without the layers below.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
+from ...core.edits import HeadScale
 from ...core.errors import SurgeryError
-from ...model.hooks import model_architecture
+from ...model.hooks import applied, model_architecture
 from .attention import EdgeEdit, Plan, active_plan
 from .prompts import Batch, Encoded
 
@@ -174,6 +179,36 @@ def resume(model: nn.Module, snap: Snapshot, batch: Batch, edit: EdgeEdit,
     if counter is not None:
         counter.add_head(rows)
     return torch.where(changed[:, None], logits, snap.logits)
+
+
+def resume_scaled(model: nn.Module, snap: Snapshot, scales: Sequence[HeadScale],
+                  counter: "Counter | None" = None) -> torch.Tensor:
+    """(B, vocab) last-position logits under whole-head ``scales`` (o_proj input slices), from
+    ``snap``'s cached inputs of the lowest scaled layer.
+
+    A head scale changes every position from its layer on, so the layers from the lowest one run on
+    all positions, with the recorded inputs of a full pass: the same computation as a full pass,
+    without the layers below. The scales are applied (model.hooks.applied) for the duration.
+    """
+    from transformers import DynamicCache
+
+    scales = [s for s in scales if not s.is_identity()]
+    if not scales:
+        return snap.logits
+    first, layers, rows = min(s.layer for s in scales), decoder_layers(model), snap.logits.shape[0]
+    cache = DynamicCache([(None, None)] * len(layers))  # filled by the layers that run, as a full pass
+    with torch.inference_mode(), applied(model, scales):
+        hidden = snap.calls[first]["hidden_states"]
+        for i in range(first, len(layers)):
+            hidden = _layer(layers[i], snap.calls[i], 0, cache, hidden)
+        norm, head, softcap = _tail(model)
+        logits = head(norm(hidden[:, -1:]))[:, -1]
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+    if counter is not None:
+        counter.add(rows, snap.length, 0, first)
+        counter.add_head(rows)
+    return logits
 
 
 def _layer(layer: nn.Module, call: dict[str, Any], start: int, cache, hidden: torch.Tensor) -> torch.Tensor:

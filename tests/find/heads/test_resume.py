@@ -9,14 +9,17 @@ import re
 import numpy as np
 import pytest
 
+from surgery.core.edits import HeadScale
 from surgery.find.heads import causal
 from surgery.find.heads.attention import EdgeEdit, edge_heads, surgery_attention_on
 from surgery.find.heads.benchmark import load_benchmark
-from surgery.find.heads.causal import PairRunner, random_head_sets
+from surgery.find.heads.causal import (PairRunner, dose_conditions, dose_response, knockout_edit, knockout_report,
+                                      knockout_sets, random_head_sets)
 from surgery.find.heads.find import find_heads
 from surgery.find.heads.pairs import build_pairs
 from surgery.find.heads.params import FindParams
 from surgery.find.heads.scores import encode_pairs, option_token_ids, run_prompts
+from surgery.model.hooks import applied
 from surgery.model.loading import load_model, load_tokenizer
 from tests.support.binding import CHAT, char_model, write_small_benchmark
 from tests.support.paths import FIXTURES
@@ -63,6 +66,92 @@ def test_resumed_passes_equal_full_passes(tiny, small, arch):
                                           getattr(cfg, "layer_types", None) or ["sliding_attention"])
     assert any(not np.allclose(f, runner.base, atol=1e-4) for f in full) != bool(windowed)
     assert runner.counter.flops < runner.full_flops + runner.counter.full(runner.prompts, 3)
+
+
+def scales_for(n_layers: int, n_heads: int) -> list[tuple[HeadScale, ...]]:
+    """Whole-head α: one head in the first and in the last layer, random sets, α = 0 and α > 1."""
+    sets = random_head_sets(n_layers, n_heads, 2, 2, [], seed=2)
+    return ([(HeadScale(0, 1, 2.5),), (HeadScale(n_layers - 1, 2, 0.0),)]
+            + [tuple(HeadScale(layer, h, a) for layer, h in s) for s, a in zip(sets, (0.0, 3.0))])
+
+
+def full_scaled_scores(runner: PairRunner, scales) -> list[np.ndarray]:
+    """Whole-head α as dose_response ran it before: a full pass with the heads scaled."""
+    out = []
+    for sc in scales:
+        with applied(runner.model, sc):
+            out.append(run_prompts(runner.model, runner.prompts, runner.ids, batch_size=runner.batch_size).s)
+    return out
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_resumed_whole_head_scales_equal_full_passes(tiny, small, arch):
+    """Whole-head α resumed from the lowest scaled layer's recorded inputs, in one sweep with edge
+    edits: the full passes' S bit for bit, fewer FLOPs than full passes."""
+    path = char_model(tiny, arch, CHAT)
+    model, tok = load_model(path), char_tokenizer(CHAT)
+    cfg = model.config.get_text_config()
+    scales = scales_for(cfg.num_hidden_layers, cfg.num_attention_heads)
+    edits = edits_for(cfg.num_hidden_layers, cfg.num_attention_heads)[:2]
+    with surgery_attention_on(model):
+        runner = PairRunner(model, encode_pairs(tok, small, "binding", True), [p.item for p in small],
+                            option_token_ids(tok), batch_size=3)
+        flops = runner.counter.flops
+        swept = runner.sweep([*edits, *scales])
+        spent = runner.counter.flops - flops
+        full = full_pass_scores(runner, edits) + full_scaled_scores(runner, scales)
+    for s, f in zip(swept[:len(edits)], full):
+        np.testing.assert_allclose(s, f, atol=SAME, rtol=0)
+    for s, f in zip(swept[len(edits):], full[len(edits):]):
+        # the layers that run get the inputs a full pass gives them, in the same shapes: bit for bit
+        np.testing.assert_array_equal(s, f)
+    assert any(not np.allclose(f, runner.base, atol=1e-4) for f in full[len(edits):])  # the scales do change S
+    # the whole-head passes skip the layers below their lowest head (the first starts in layer 0)
+    assert spent < (1 + len(edits) + len(scales)) * runner.counter.full(runner.prompts, 3)
+
+
+def test_dose_response_equals_full_whole_head_passes(tiny, small):
+    """dose_response's rows are those of edge edits and whole-head α run as full passes."""
+    path = char_model(tiny, "llama", CHAT)
+    model, tok = load_model(path), char_tokenizer(CHAT)
+    heads, grid = [(1, 0), (2, 3)], (0.0, 1.0, 2.5)
+    with surgery_attention_on(model):
+        runner = PairRunner(model, encode_pairs(tok, small, "binding", True), [p.item for p in small],
+                            option_token_ids(tok), batch_size=3)
+        rows = dose_response(runner, heads, grid)
+        edge = full_pass_scores(runner, [EdgeEdit(edge_heads(heads), a) for a in grid])
+        whole = full_scaled_scores(runner, [tuple(HeadScale(la, h, a) for la, h in heads) for a in grid])
+    assert [r["alpha"] for r in rows] == list(grid)
+    for row, e, w in zip(rows, edge, whole):
+        assert row["edge_delta_s"] == pytest.approx(runner.delta(e)["delta"], abs=SAME)
+        assert row["whole_delta_s"] == pytest.approx(runner.delta(w)["delta"], abs=SAME)
+    assert not np.allclose(whole[0], runner.base, atol=1e-4)  # α = 0 removes the heads: S moves
+
+
+def test_knockouts_and_dose_response_share_one_sweep(tiny, small):
+    """Prefetched together (as find_heads does with --dose-response), the knockout report and the
+    dose-response are those of separate sweeps, for one baseline pass less; the full-pass count is
+    that of every condition asked for."""
+    path = char_model(tiny, "qwen2", CHAT)
+    model, tok = load_model(path), char_tokenizer(CHAT)
+    heads, grid = [(1, 0), (2, 3)], (0.0, 1.0, 2.0)
+    prompts = encode_pairs(tok, small, "binding", True)
+    out = []
+    with surgery_attention_on(model):
+        for together in (False, True):
+            runner = PairRunner(model, prompts, [p.item for p in small], option_token_ids(tok), batch_size=3)
+            flops = runner.counter.flops
+            if together:
+                runner.prefetch([knockout_edit(h, q) for h, q in knockout_sets(heads, 3, 4, 3, seed=0)]
+                                + dose_conditions(heads, grid))
+            report = knockout_report(runner, heads, 3, 4, random_sets=3, seed=0)
+            out.append((report, dose_response(runner, heads, grid), runner.counter.flops - flops, runner.full_flops))
+    (ko_a, dose_a, flops_a, full_a), (ko_b, dose_b, flops_b, full_b) = out
+    assert ko_a == ko_b and dose_a == dose_b  # the same conditions on the same baseline: bit for bit
+    full = runner.counter.full(prompts, 3)
+    assert flops_a - flops_b == full  # the dose-response's α = 0 edge edit is the knockout: swept once
+    # as full passes: the baseline, 2 + 3 knockouts, 2 edge-level and 2 whole-head α, as before
+    assert full_a == full_b == (1 + 5 + 4) * full
 
 
 def _planted_findings(fixture, monkeypatch, full: bool) -> dict:
@@ -128,7 +217,8 @@ def test_smollm2_resumed_knockouts_equal_full_passes(smollm2):
     print("smollm2 sweep FLOPs / full passes:", runner.counter.flops / runner.full_flops)
 
 
-def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, small):
+@pytest.mark.parametrize("dose", [False, True])
+def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, small, dose):
     path = char_model(tiny, "llama", CHAT)
     said: list[str] = []
 
@@ -136,7 +226,8 @@ def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, sma
         said.append(f"progress: {label}")
         return lambda n: None
 
-    found = find_heads(path, small, FindParams(confirm=3, random_sets=2, batch_size=4),
+    found = find_heads(path, small, FindParams(confirm=3, random_sets=2, batch_size=4, dose_response=dose,
+                                               dose_grid=(0.0, 1.0, 2.0), awareness_alphas=(1.0,)),
                        progress=progress, report=said.append)
     note = next(i for i, m in enumerate(said) if m.startswith("forward-pass FLOPs: at most"))
     assert note < next(i for i, m in enumerate(said) if m.startswith("progress"))  # before any pass
