@@ -90,7 +90,7 @@ def _check_layout(path: Path, header: dict[str, Any], data_start: int, size: int
             raise CheckpointError(f"{path.name}: tensor '{name}' has dtype {dtype!r} / shape {shape!r} "
                                   f"that safetensors does not allow; {REFETCH}")
         if not (type(begin) is int and type(end) is int and 0 <= begin <= end):
-            raise CheckpointError(f"{path.name}: tensor '{name}' has invalid offsets [{begin}, {end}); {REFETCH}")
+            raise CheckpointError(f"{path.name}: tensor '{name}' has invalid offsets [{begin!r}, {end!r}); {REFETCH}")
         if end - begin != math.prod(shape) * DTYPE_SIZES[dtype]:
             raise CheckpointError(f"{path.name}: tensor '{name}' spans {end - begin} bytes but "
                                   f"shape {shape} × {dtype} needs {math.prod(shape) * DTYPE_SIZES[dtype]}; "
