@@ -5,7 +5,7 @@
 
 Each benchmark is its own script under examples/ (run it alone for the details); this one runs
 them one after the other, each in a fresh process with ``--json``, and prints one row per
-comparison: ours, the alternative, the ratio (how many times faster, or less, ours is), whether the
+comparison: ours, the alternative, the ratio (a bake: its time over `cp`'s; the rest: the speed-up, the alternative's time over ours), whether the
 two agree, and the command that reproduces the row. MODEL defaults to SmolLM2-135M-Instruct where
 examples/get_models.py puts it; a benchmark whose model, data or extra package is missing says so
 and its rows read "skipped". ``--quick`` runs every benchmark small (a smoke run, not numbers to
@@ -60,14 +60,14 @@ def bake_rows(r: dict[str, Any]) -> list[Row]:
     cp = t["cp"]["median_s"]
     rows = [{"what": f"bake {gb:.2f} GB bf16, first bake from a source (`--no-verify`)",
              "ours": _s(t["cli-first"]["median_s"]), "alternative": f"`cp -r` {_s(cp)}",
-             "ratio": f"{t['cli-first']['ratio_to_cp']:.2f}× cp", "agreement": f"peak RSS {t['cli-first']['peak_rss_mb']} MB"},
+             "ratio": f"{t['cli-first']['ratio_to_cp']:.2f}× cp's time", "agreement": f"peak RSS {t['cli-first']['peak_rss_mb']} MB"},
             {"what": f"bake {gb:.2f} GB, later bakes (`--no-verify`; source hashes remembered)",
              "ours": _s(t["cli-no-verify"]["median_s"]), "alternative": f"`cp -r` {_s(cp)}",
-             "ratio": f"{t['cli-no-verify']['ratio_to_cp']:.2f}× cp",
+             "ratio": f"{t['cli-no-verify']['ratio_to_cp']:.2f}× cp's time",
              "agreement": f"peak RSS {t['cli-no-verify']['peak_rss_mb']} MB"},
             {"what": f"bake {gb:.2f} GB with its default check",
              "ours": _s(t["cli"]["median_s"]), "alternative": f"`cp -r` {_s(cp)}",
-             "ratio": f"{t['cli']['ratio_to_cp']:.2f}× cp", "agreement": f"peak RSS {t['cli']['peak_rss_mb']} MB"}]
+             "ratio": f"{t['cli']['ratio_to_cp']:.2f}× cp's time", "agreement": f"peak RSS {t['cli']['peak_rss_mb']} MB"}]
     return rows
 
 
@@ -76,14 +76,14 @@ def bake_vs_transformers_rows(r: dict[str, Any]) -> list[Row]:
     ours, alt = t["bake"]["median_s"], t["transformers"]["median_s"]
     return [{"what": f"bake {r['models']['1x']['bytes'] / 1e9:.2f} GB (library call, 40 neurons + 3 heads)",
              "ours": _s(ours), "alternative": f"transformers load → edit → `save_pretrained` {_s(alt)}",
-             "ratio": f"{_x(alt / ours)} faster",
+             "ratio": f"{_x(alt / ours)} speed-up",
              "agreement": f"peak RSS {t['bake']['peak_rss_mb']} vs {t['transformers']['peak_rss_mb']} MB"}]
 
 
 def capture_rows(r: dict[str, Any]) -> list[Row]:
     return [{"what": f"find-neurons capture, {r['prompts']} prompts",
              "ours": _s(r["capture_s"]), "alternative": f"plain batched forward {_s(r['plain_s'])}",
-             "ratio": f"{_x(r['plain_s'] / r['capture_s'])} faster",
+             "ratio": f"{_x(r['plain_s'] / r['capture_s'])} speed-up",
              "agreement": f"peak RSS at 10× the pairs ×{r['memory_ratio_10x_1x']:.2f}"}]
 
 
@@ -91,7 +91,7 @@ def heads_rows(r: dict[str, Any]) -> list[Row]:
     ours, alt = r["registered"], r["output_attentions"]
     return [{"what": f"per-head binding features, {r['prompts']} prompts",
              "ours": _s(ours["median_s"]), "alternative": f"`output_attentions=True` {_s(alt['median_s'])}",
-             "ratio": f"{_x(r['time_ratio'])} faster, {_x(r['memory_ratio'])} less extra memory",
+             "ratio": f"{_x(r['time_ratio'])} speed-up, {_x(r['memory_ratio'])} less extra memory",
              "agreement": f"features differ by at most {r['max_abs_feature_diff']:.1e}"}]
 
 
@@ -99,7 +99,7 @@ def paper_rows(r: dict[str, Any]) -> list[Row]:
     return [{"what": f"binding scores, {r['pairs']} N4 pairs ({r['prompts']} prompts)",
              "ours": f"`surgery score-binding` {_s(r['surgery_s'])}",
              "alternative": f"paper's procedure (1 prompt/pass, eager, attention maps, full logits) {_s(r['paper_s'])}",
-             "ratio": f"{_x(r['ratio'])} faster", "agreement": f"ΔS and ΔK differ by at most {r['max_abs_delta_diff']:.1e}"}]
+             "ratio": f"{_x(r['ratio'])} speed-up", "agreement": f"ΔS and ΔK differ by at most {r['max_abs_delta_diff']:.1e}"}]
 
 
 def optipfair_rows(r: dict[str, Any]) -> list[Row]:
@@ -110,7 +110,7 @@ def optipfair_rows(r: dict[str, Any]) -> list[Row]:
         rows.append({"what": f"neuron BiasScore at the {site}, {r['pairs']} pairs",
                      "ours": _s(m[f"surgery {site}"]),
                      "alternative": f"optipfair `analyze_neuron_bias` {_s(m[f'optipfair {site}'])}",
-                     "ratio": f"{_x(c['ratio'])} faster",
+                     "ratio": f"{_x(c['ratio'])} speed-up",
                      "agreement": f"largest relative score difference {c['max_rel_diff']:.1e}, top-{c['top_k']} {top}"})
     return rows
 
@@ -122,7 +122,7 @@ def eval_rows(r: dict[str, Any]) -> list[Row]:
         ours = r[kind]["cpu_s"]
         rows.append({"what": f"`eval PRUNED --against MODEL`, {label} (CPU seconds)", "ours": _s(ours),
                      "alternative": f"one item per pass, full logits {_s(naive['cpu_s'])}" if naive else "",
-                     "ratio": f"{_x(naive['cpu_s'] / ours)} faster" if naive else "",
+                     "ratio": f"{_x(naive['cpu_s'] / ours)} speed-up" if naive else "",
                      "agreement": (f"numbers differ by at most {naive['max_rel_diff']:.1e} relative" if naive
                                    else "") + ("; warm equals cold" if r["warm_equals_cold"] else "; WARM DIFFERS")})
     return rows
