@@ -5,8 +5,9 @@
 
 Each benchmark is its own script under examples/ (run it alone for the details); this one runs
 them one after the other, each in a fresh process with ``--json``, and prints one row per
-comparison: ours, the alternative, the ratio (a bake: its time over `cp`'s; the rest: the speed-up, the alternative's time over ours), whether the
-two agree, and the command that reproduces the row. MODEL defaults to SmolLM2-135M-Instruct where
+comparison: ours, the alternative, the ratio (a bake: its time over ``cp``'s; the rest: the
+speed-up, the alternative's time over ours), whether the two agree, and the command that
+reproduces the row. MODEL defaults to SmolLM2-135M-Instruct where
 examples/get_models.py puts it; a benchmark whose model, data or extra package is missing says so
 and its rows read "skipped". ``--quick`` runs every benchmark small (a smoke run, not numbers to
 quote). Ratios are what to read: absolute times on a shared machine swing from hour to hour.
