@@ -63,7 +63,6 @@ class HashCache:
         entries = {**self._read(), **self.added}
         entries = dict(list(entries.items())[-MAX_ENTRIES:])
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.path, json.dumps(entries, indent=0) + "\n")
+            atomic_write_text(self.path, json.dumps(entries, indent=0) + "\n")  # makes the folder too
         except OSError:
             pass  # a read-only or full cache folder costs the next bake its hashing, nothing else

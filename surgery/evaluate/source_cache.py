@@ -24,7 +24,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ..core import distributed
-from ..core.checkpoint import Checkpoint
+from ..core.checkpoint import Checkpoint, file_sha256
 from ..core.staging import atomic_write_bytes, atomic_write_text
 from ..find.findings import cache_path
 from ..model.loading import LoadSpec, compute_dtype
@@ -81,14 +81,6 @@ def entry_paths(ckpt: Checkpoint, fingerprint: str, data: Any, suites: tuple[str
     return path, path.with_suffix(".safetensors"), key
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def read(json_path: Path, tensors_path: Path, key: dict[str, Any], n_prompts: int) -> SourceRun | None:
     """The cached run when the entry is whole and of this key; None otherwise (missing, damaged,
     stale). Of the KL reference only this rank's prompts are read."""
@@ -101,7 +93,7 @@ def read(json_path: Path, tensors_path: Path, key: dict[str, Any], n_prompts: in
             return None
         reference = None
         if entry["kl_prompts"] is not None:
-            if entry["kl_prompts"] != n_prompts or _file_sha256(tensors_path) != entry["tensors_sha256"]:
+            if entry["kl_prompts"] != n_prompts or file_sha256(tensors_path) != entry["tensors_sha256"]:
                 return None
             with safe_open(str(tensors_path), framework="pt") as f:
                 reference = [f.get_tensor(f"prompt.{i}") for i in distributed.shard(range(n_prompts))]
@@ -124,7 +116,7 @@ def write(json_path: Path, tensors_path: Path, key: dict[str, Any], run: SourceR
 
         assert len(run.reference) == n_prompts
         atomic_write_bytes(tensors_path, save({f"prompt.{i}": t.contiguous() for i, t in enumerate(run.reference)}))
-        entry["kl_prompts"], entry["tensors_sha256"] = n_prompts, _file_sha256(tensors_path)
+        entry["kl_prompts"], entry["tensors_sha256"] = n_prompts, file_sha256(tensors_path)
     entry["sha256"] = _content_sha256(entry)
     atomic_write_text(json_path, json.dumps(entry, indent=1) + "\n")
 
