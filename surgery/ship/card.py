@@ -1,8 +1,10 @@
 """Model cards for baked checkpoints: what was edited, why, how it was verified, what it costs.
 
-The card is built with huggingface_hub's ``ModelCard`` / ``ModelCardData``: YAML front matter
+The card is what huggingface_hub's ``ModelCard.from_template`` writes: YAML front matter
 (base_model, base_model_relation, tags including ``surgery``, library_name, the source's licence)
-and a markdown body rendered from the bake's provenance (surgery.json). ``card_hook`` plugs it
+and a markdown body rendered from the bake's provenance (surgery.json). It is written here with
+PyYAML and huggingface_hub's own front-matter rule, because importing huggingface_hub's card
+classes costs ~0.2 s, most of a small bake. ``card_hook`` plugs it
 into :func:`surgery.bake.bake.bake`; ``refresh_card`` rewrites the card of an existing bake (for
 example to add evaluation results) and keeps surgery.json's hashes and undo data consistent.
 """
@@ -10,8 +12,11 @@ example to add evaluation results) and keeps surgery.json's hashes and undo data
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable, Mapping
+
+import yaml
 
 from ..bake.provenance import (PROVENANCE_NAME, UNDO_NAME, integrity_problems, load_provenance, load_undo,
                                provenance_text)
@@ -24,19 +29,33 @@ CARD_NAME = "README.md"
 # Front-matter keys carried over from the source's card when it has them.
 CARRIED_KEYS = ("license", "license_name", "license_link", "language", "pipeline_tag")
 MAX_EDIT_ROWS = 64
-TEMPLATE = "---\n{{ card_data }}\n---\n\n{{ body }}\n"
+# huggingface_hub's rule for a card's front matter (repocard.REGEX_YAML_BLOCK).
+YAML_BLOCK = re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))")
+# ModelCardData's field order, which its YAML keeps; other keys follow in the order given.
+FIELD_ORDER = ("base_model", "datasets", "language", "library_name", "license", "license_name", "license_link",
+               "metrics", "model_name", "pipeline_tag", "tags")
 
 
 def front_matter(text: str | None) -> dict[str, Any]:
     """The YAML metadata of a model card's text ({} when there is none or it does not parse)."""
-    from huggingface_hub import ModelCard
-
-    if not text:
+    match = YAML_BLOCK.search(text or "")
+    if not match:
         return {}
     try:
-        return ModelCard(text, ignore_metadata_errors=True).data.to_dict()
-    except Exception:  # a malformed source card must not block the bake: it just carries nothing
+        data = yaml.safe_load(match.group(2))
+    except yaml.YAMLError:  # a malformed source card must not block the bake: it just carries nothing
         return {}
+    return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else {}
+
+
+def render_card(meta: Mapping[str, Any], body: str) -> str:
+    """A card's text: ``meta`` as YAML front matter (None values left out) and the markdown ``body``,
+    byte for byte what ``ModelCard.from_template`` renders from ``ModelCardData(**meta)``."""
+    data = {k: meta[k] for k in FIELD_ORDER if meta.get(k) is not None}
+    data.update({k: v for k, v in meta.items() if k not in data and k not in FIELD_ORDER and v is not None})
+    if isinstance(data.get("tags"), list):  # ModelCardData keeps each tag once
+        data["tags"] = list(dict.fromkeys(data["tags"]))
+    return f"---\n{yaml.safe_dump(data, sort_keys=False, allow_unicode=True).strip()}\n---\n\n{body}"
 
 
 def _base_model(prov: Mapping[str, Any]) -> str | None:
@@ -139,8 +158,6 @@ def _evaluation_section(evaluation: Mapping[str, Any] | None) -> str | None:
 
 def card_text(prov: Mapping[str, Any], source_card: str | None = None) -> str:
     """The README.md text for a bake with provenance ``prov`` (source's card text optional)."""
-    from huggingface_hub import ModelCard, ModelCardData
-
     recipe = Recipe.from_dict(prov["recipe"], where="surgery.json recipe")
     src_meta = front_matter(source_card)
     tags = ["surgery", "model-surgery"]
@@ -148,9 +165,8 @@ def card_text(prov: Mapping[str, Any], source_card: str | None = None) -> str:
     tags += ["neuron-pruning"] if any(e.factor == 0 for e in recipe.neurons) else []
     tags += ["neuron-scaling"] if any(e.factor != 0 for e in recipe.neurons) else []
     base = _base_model(prov)
-    data = ModelCardData(base_model=base, base_model_relation="finetune" if base else None, tags=tags,
-                         library_name="transformers",
-                         **{k: src_meta[k] for k in CARRIED_KEYS if src_meta.get(k)})
+    meta = dict(base_model=base, base_model_relation="finetune" if base else None, tags=tags,
+                library_name="transformers", **{k: src_meta[k] for k in CARRIED_KEYS if src_meta.get(k)})
     source = prov.get("source") or {}
     name = base or Path(str(source.get("path", "the source model"))).name
     sections = [
@@ -173,18 +189,15 @@ def card_text(prov: Mapping[str, Any], source_card: str | None = None) -> str:
         "`surgery undo THIS_FOLDER --out SOURCE_COPY` restores the source byte for byte from `surgery.undo`.")
     if src_meta.get("license"):
         sections.append(f"## Licence\n\nThe source's licence (`{src_meta['license']}`) applies to this checkpoint.")
-    card = ModelCard.from_template(data, template_str=TEMPLATE, body="\n\n".join(sections))
-    return str(card)
+    return render_card(meta, "\n\n".join(sections))
 
 
 def adapter_card(summary: Mapping[str, Any]) -> str:
     """README.md for an exported LoRA adapter (surgery.ship.lora's summary)."""
-    from huggingface_hub import ModelCard, ModelCardData
-
     recipe = Recipe.from_dict(summary["recipe"], where="adapter recipe")
     base = _base_model(summary)
-    data = ModelCardData(base_model=base, base_model_relation="adapter" if base else None,
-                         library_name="peft", tags=["surgery", "lora", "model-surgery"])
+    meta = dict(base_model=base, base_model_relation="adapter" if base else None,
+                library_name="peft", tags=["surgery", "lora", "model-surgery"])
     ranks = sorted(set(summary["modules"].values()))
     body = (f"# LoRA adapter: the surgery recipe as an exact low-rank update\n\n"
             f"Applied to **{base or 'its source model'}**, this adapter reproduces the recipe below exactly: "
@@ -192,7 +205,7 @@ def adapter_card(summary: Mapping[str, Any]) -> str:
             f"(scaling 1){', padded to one rank for vLLM' if summary.get('vllm') else ''}. "
             "`PeftModel.from_pretrained(base, THIS_FOLDER)` (merged or not) gives the same logits as the "
             "baked checkpoint.\n\n## What it edits\n\n" + _edits_section(recipe))
-    return str(ModelCard.from_template(data, template_str=TEMPLATE, body=body))
+    return render_card(meta, body)
 
 
 def card_hook(evaluation: Mapping[str, Any] | None = None) -> Callable[[Path, dict[str, Any]], str]:

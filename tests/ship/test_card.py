@@ -139,3 +139,25 @@ def test_refresh_refuses_a_folder_that_fails_the_integrity_check(tiny, tmp_path,
     with pytest.raises(VerificationError, match=named):
         refresh_card(out, EVALUATION)
     assert (out / "surgery.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("source_card", [
+    None, "no front matter", "---\nlicense: apache-2.0\nlanguage: [en]\n---\n# Source card\n",
+    "---\r\nlicense: other\r\nlicense_name: gemma\r\nlicense_link: https://x\r\npipeline_tag: text-generation\r\n---\r\n",
+    "---\nbad: [unclosed\n---\n", "---\n- a list\n---\n", "---\nlicense: é中文\n---\n"])
+def test_card_is_what_huggingface_hub_renders(source_card):
+    """The card is written without huggingface_hub's card classes (their import is most of a small
+    bake): it must be byte for byte what ModelCard.from_template renders, and parse back the same."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    from surgery.ship.card import CARRIED_KEYS, front_matter, render_card
+
+    prov = {"recipe": RECIPE.to_dict(), "tool_version": "0", "source": {"hub_id": "org/m", "path": "/m"}}
+    text = card_text(prov, source_card)
+    carried = {k: v for k, v in front_matter(source_card).items() if k in CARRIED_KEYS}
+    body = text[text.index("\n---\n\n", 4) + 6:]
+    data = ModelCardData(base_model="org/m", base_model_relation="finetune", library_name="transformers",
+                         tags=["surgery", "model-surgery", "attention-heads", "neuron-pruning", "surgery"], **carried)
+    hub = str(ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n{{ body }}\n", body=body))
+    assert render_card(data.to_dict(), body) == hub == text
+    assert ModelCard(text).data.to_dict() == _meta(text)
