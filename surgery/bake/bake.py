@@ -5,7 +5,8 @@ hold an edited tensor: those are streamed through memory once, the edited byte r
 the way. Memory stays bounded by four 16 MB buffers, whatever the model size. The output carries ``surgery.json``
 (provenance, recipe, sha256 of every file) and ``surgery.undo`` (the original bytes of every edited
 slice and of every file the bake replaced), so ``surgery undo`` restores the source exactly.
-Every byte is hashed at most once (see ``hashing_record``), on threads that overlap the copy.
+Every byte is hashed at most once (see ``hashing_record``), on threads that overlap the copy, and
+two edited shards are streamed at once, so both cores hash.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import errno
 import hashlib
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+import threading
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -37,6 +39,7 @@ from .provenance import FORMAT, OWN_FILES, PROVENANCE_NAME, UNDO_NAME, left_out_
 SKIP_DIRS = {".git", ".cache"}
 COPY_BLOCK = 64 << 20
 HASH_THREADS = 2  # hashlib releases the GIL on large blocks: two files hash in parallel
+PATCH_THREADS = 2  # edited shards streamed at once: each hashes its output on its own thread
 STREAM_BLOCK = 16 << 20  # a patched shard is streamed through memory this much at a time
 SHA256_NAME = re.compile(r"[0-9a-f]{64}")
 
@@ -144,11 +147,22 @@ def _new_bytes(fd_src: int, patches, entries: list[dict]) -> Iterator[tuple[int,
         yield from _patch_bytes(fd_src, p, entries)
 
 
-def _patch_file(src: Path, dst: Path, patches, undo: dict[str, np.ndarray], undo_index: list[dict],
-                hash_source: bool = True, on_bytes: Callable[[int], None] = lambda n: None
-                ) -> tuple[str | None, str]:
-    """Write ``src`` with every patch applied to ``dst`` in one streaming pass; record the original
-    slices for undo. Returns the sha256 of the source (when ``hash_source``) and of the output.
+@dataclass
+class PatchedFile:
+    """What streaming one edited shard gave: its sha256s and one undo record per patch (plan order),
+    each with the original bytes of its slices under ``originals``."""
+
+    source_sha256: str | None
+    output_sha256: str
+    entries: list[dict]
+
+
+def _patch_file(src: Path, dst: Path, patches, hash_source: bool = True,
+                on_bytes: Callable[[int], None] = lambda n: None,
+                stop: threading.Event | None = None) -> PatchedFile:
+    """Write ``src`` with every patch applied to ``dst`` in one streaming pass, keeping the original
+    slices for undo; returns the sha256 of the source (when ``hash_source``) and of the output.
+    A set ``stop`` (another shard failed) ends the pass early with an error.
 
     Each source block is read once: it is hashed as the source, overlaid with the patches' new
     bytes, hashed as the output and written, the two hashes on two threads (hashlib releases the
@@ -158,10 +172,15 @@ def _patch_file(src: Path, dst: Path, patches, undo: dict[str, np.ndarray], undo
     src_h, out_h = hashlib.sha256(), hashlib.sha256()
     entries: list[dict] = []
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fd_src = os.open(src, os.O_RDONLY)
-    fd_dst = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
+    with ExitStack() as closing:
+        fd_src = os.open(src, os.O_RDONLY)
+        closing.callback(os.close, fd_src)
+        fd_dst = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        closing.callback(os.close, fd_dst)
         chunks = _new_bytes(fd_src, patches, entries)
+        # Closed here, on an error too: left to the garbage collector, it would end (leave its numpy
+        # errstate) in another thread's context, which numpy rejects with a traceback.
+        closing.callback(chunks.close)
         pending = next(chunks, None)
         # Two buffers each, used in turn: one is filled while the threads still hash the other.
         # Reused buffers spare the page faults of a fresh 16 MB allocation per block.
@@ -171,6 +190,8 @@ def _patch_file(src: Path, dst: Path, patches, undo: dict[str, np.ndarray], undo
             jobs: list = []
             pos, turn = 0, 0
             while pos < size:
+                if stop is not None and stop.is_set():
+                    raise CheckpointError(f"{src.name}: stopped, another shard failed")
                 raw = memoryview(reads[turn])[:min(STREAM_BLOCK, size - pos)]
                 n = os.preadv(fd_src, [raw], pos)
                 if n == 0:
@@ -200,16 +221,19 @@ def _patch_file(src: Path, dst: Path, patches, undo: dict[str, np.ndarray], undo
                 job.result()
         if pending is not None or next(chunks, None) is not None:
             raise CheckpointError(f"{src.name}: an edited tensor lies past the end of the file; it is truncated")
-    finally:
-        os.close(fd_src)
-        os.close(fd_dst)
-    for entry in sorted(entries, key=lambda e: (e["tensor"], e.get("first_row", 0))):  # the plan's order
+    return PatchedFile(src_h.hexdigest() if hash_source else None, out_h.hexdigest(),
+                       sorted(entries, key=lambda e: (e["tensor"], e.get("first_row", 0))))  # the plan's order
+
+
+def _record_undo(entries: list[dict], undo: dict[str, np.ndarray], undo_index: list[dict]) -> None:
+    """Move each entry's original slices into ``undo`` under numbered keys, and the entry into
+    ``undo_index``; called in file order, so the numbering does not depend on which shard ended first."""
+    for entry in entries:
         for kind, arr in entry.pop("originals").items():
             key = f"slice{len(undo_index)}.{kind}"
             undo[key] = arr
             entry[f"{kind}_key"] = key
         undo_index.append(entry)
-    return (src_h.hexdigest() if hash_source else None), out_h.hexdigest()
 
 
 def hashing_record(taken: list[str], remembered: list[str], copied: list[str]) -> dict[str, Any]:
@@ -248,6 +272,20 @@ def _hash_pool() -> Iterator[ThreadPoolExecutor]:
     try:
         yield pool
     except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+@contextmanager
+def _patch_pool() -> Iterator[tuple[ThreadPoolExecutor, threading.Event]]:
+    """Threads that stream edited shards, and the event that stops them all when anything fails
+    (the staged folder is removed only once no thread writes into it)."""
+    pool, stop = ThreadPoolExecutor(max_workers=PATCH_THREADS), threading.Event()
+    try:
+        yield pool, stop
+    except BaseException:
+        stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
@@ -304,24 +342,38 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         output_hashes: dict[str, str] = {}
         undo: dict[str, np.ndarray] = {}
         undo_index: list[dict] = []
-        done = 0
-        tick("copy", 0, total)
-        for rel in copied:
-            def advance(n: int) -> None:
-                nonlocal done
+        done, ticking = 0, threading.Lock()
+
+        def advance(n: int) -> None:  # called by the patch threads too
+            nonlocal done
+            with ticking:
                 done += n
                 tick("copy", done, total)
 
-            if rel in by_file:
-                tick("patch", len(output_hashes), len(by_file))
-                src_sha, output_hashes[rel] = _patch_file(ckpt.path / rel, tmp / rel, by_file[rel], undo, undo_index,
-                                                          hash_source=rel not in taken and rel not in remembered,
-                                                          on_bytes=advance)
-                if src_sha is not None:
-                    source_hashes[rel] = src_sha
-            else:
-                copy_file(ckpt.path / rel, tmp / rel, advance)
-        tick("patch", len(by_file), len(by_file))
+        tick("copy", 0, total)
+        tick("patch", 0, len(by_file))
+        with _patch_pool() as (patcher, stop):
+            # Edited shards stream on their own threads while this one copies the other files.
+            patched: dict[str, Future] = {
+                rel: patcher.submit(_patch_file, ckpt.path / rel, tmp / rel, by_file[rel],
+                                    hash_source=rel not in taken and rel not in remembered, on_bytes=advance,
+                                    stop=stop)
+                for rel in copied if rel in by_file}
+            for rel in copied:
+                if rel not in by_file:
+                    copy_file(ckpt.path / rel, tmp / rel, advance)
+            finished, _ = wait(patched.values(), return_when=FIRST_EXCEPTION)
+            for job in finished:  # the first failure, at once: the others stop at their next block
+                if job.exception() is not None:
+                    raise job.exception()
+            for k, rel in enumerate(patched, 1):
+                result = patched[rel].result()
+                with ticking:
+                    tick("patch", k, len(by_file))
+                output_hashes[rel] = result.output_sha256
+                if result.source_sha256 is not None:
+                    source_hashes[rel] = result.source_sha256
+                _record_undo(result.entries, undo, undo_index)
         source_hashes.update(taken)
         source_hashes.update(remembered)
 

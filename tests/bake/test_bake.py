@@ -309,3 +309,62 @@ def test_verify_tells_a_source_edited_since_the_bake(head_bake, tmp_path):
                                          "prescribes at rows 0, columns 15; the source's model.safetensors is "
                                          "not the one this folder was baked from")
     assert report.mismatches[0]["source_changed"] is True
+
+
+def test_edited_shards_streamed_at_once_give_one_layout(tiny, tmp_path, monkeypatch):
+    """Edited shards stream on two threads; surgery.undo and the edit records must not depend on
+    which shard ends first (slow down the first shard so that the others finish before it)."""
+    import time
+
+    import surgery.bake.bake as bake_module
+
+    src = tiny("llama", shard="20KB")
+    ckpt = Checkpoint(src)
+    recipe = _recipe(ckpt.config)
+    bake(ckpt, recipe, tmp_path / "a")
+    first = sorted(bake_module.group_by_file(bake_module.plan(ckpt, architecture(ckpt.config), recipe.active())))[0]
+    original = bake_module._patch_file
+
+    def late_first(src_file, *args, **kwargs):
+        if src_file.name == first:
+            time.sleep(0.5)
+        return original(src_file, *args, **kwargs)
+
+    monkeypatch.setattr(bake_module, "_patch_file", late_first)
+    bake(ckpt, recipe, tmp_path / "b")
+    assert file_sha256(tmp_path / "a" / "surgery.undo") == file_sha256(tmp_path / "b" / "surgery.undo")
+    edited = [json.loads((tmp_path / d / "surgery.json").read_text())["edited_tensors"] for d in "ab"]
+    assert edited[0] == edited[1] and len({e["file"] for e in edited[0]}) > 1
+
+
+def test_a_failing_shard_stops_the_others(tiny, tmp_path, monkeypatch):
+    """One edited shard fails: its error is the bake's, the shard streaming beside it stops at its
+    next block, and nothing is left behind."""
+    import time
+
+    import surgery.bake.bake as bake_module
+
+    src = tiny("llama", shard="20KB")
+    ckpt = Checkpoint(src)
+    recipe = _recipe(ckpt.config)
+    files = sorted(bake_module.group_by_file(bake_module.plan(ckpt, architecture(ckpt.config), recipe.active())))
+    original, outcome = bake_module._patch_file, {}
+
+    def failing(src_file, *args, **kwargs):
+        if src_file.name == files[1]:
+            raise OSError(28, "No space left on device")
+        if src_file.name == files[0]:  # still streaming when files[1] fails
+            time.sleep(0.5)
+            try:
+                return original(src_file, *args, **kwargs)
+            except Exception as exc:
+                outcome["first"] = str(exc)
+                raise
+        return original(src_file, *args, **kwargs)
+
+    monkeypatch.setattr(bake_module, "_patch_file", failing)
+    (tmp_path / "outs").mkdir()
+    with pytest.raises(Exception, match="no space left"):
+        bake(ckpt, recipe, tmp_path / "outs" / "baked")
+    assert list((tmp_path / "outs").iterdir()) == []
+    assert "another shard failed" in outcome["first"]
