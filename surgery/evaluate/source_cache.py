@@ -9,13 +9,17 @@ and its weight files' sizes and modification times, the data measured, the suite
 dtype and device type, and the surgery version with a hash of the measuring code. Batch size is
 not in it: batching never changes a number beyond float rounding.
 
-A damaged, stale or mismatched entry is never trusted: it is recomputed (and rewritten).
+A damaged, stale or mismatched entry is never trusted: it is recomputed (and rewritten). The
+folder keeps its most recently used entries up to ``MAX_CACHE_BYTES`` (:func:`prune`, after each
+write): a reading marks an entry used.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,10 @@ VERSION = 1
 UNCACHED_SUITES = ("lm-eval",)
 # the modules whose code makes the numbers: a change to any of them is a new cache key
 MEASURING_CODE = ("lm.py", "suites.py", "bbq.py", "awareness.py")
+# The folder's size limit: ~45 entries for SmolLM2's 45 MB, ~17 at a 128k vocabulary (118 MB).
+MAX_CACHE_BYTES = 2 << 30
+# A tensors file with no JSON is a write in progress (the JSON comes last) for this long, then litter.
+ORPHAN_SECONDS = 3600
 
 
 @dataclass
@@ -102,6 +110,10 @@ def read(json_path: Path, tensors_path: Path, key: dict[str, Any], n_prompts: in
             return None
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, SafetensorError):
         return None
+    try:
+        os.utime(json_path)  # used now: prune() drops the least recently used entries first
+    except OSError:
+        pass  # a read-only cache still serves
     return SourceRun(metrics, details, reference, from_cache=True)
 
 
@@ -119,6 +131,38 @@ def write(json_path: Path, tensors_path: Path, key: dict[str, Any], run: SourceR
         entry["kl_prompts"], entry["tensors_sha256"] = n_prompts, file_sha256(tensors_path)
     entry["sha256"] = _content_sha256(entry)
     atomic_write_text(json_path, json.dumps(entry, indent=1) + "\n")
+    prune(json_path.parent, keep=json_path)
+
+
+def prune(folder: Path, keep: Path, limit: int = MAX_CACHE_BYTES) -> list[Path]:
+    """Delete the least recently used entries of ``folder`` (JSON + tensors) until it holds at most
+    ``limit`` bytes, never ``keep`` (the entry just written); also tensors files whose JSON never came.
+    Returns the deleted JSON paths. Another process deleting the same files at once is harmless."""
+    entries, now = [], time.time()
+    for tensors in folder.glob("*.safetensors"):
+        try:
+            if not tensors.with_suffix(".json").exists() and now - tensors.stat().st_mtime > ORPHAN_SECONDS:
+                tensors.unlink()
+        except OSError:
+            pass
+    for json_path in folder.glob("*.json"):
+        try:
+            tensors = json_path.with_suffix(".safetensors")
+            size = json_path.stat().st_size + (tensors.stat().st_size if tensors.exists() else 0)
+            entries.append((json_path.stat().st_mtime, json_path, size))
+        except OSError:
+            continue  # deleted meanwhile
+    total, dropped = sum(size for _, _, size in entries), []
+    for _, json_path, size in sorted(entries, key=lambda e: e[0]):
+        if total <= limit:
+            break
+        if json_path == keep:
+            continue
+        for path in (json_path, json_path.with_suffix(".safetensors")):  # the JSON first: no half entry reads back
+            path.unlink(missing_ok=True)
+        total -= size
+        dropped.append(json_path)
+    return dropped
 
 
 def _content_sha256(entry: dict[str, Any]) -> str:

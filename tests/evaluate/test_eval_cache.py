@@ -167,3 +167,39 @@ def test_cli_says_where_the_source_came_from_and_recomputes_on_request(pair):
     cold, warm, again = run(), run(), run("--recompute")
     assert [x["against"]["from_cache"] for x in (cold, warm, again)] == [False, True, False]
     assert _numbers(cold) == _numbers(warm) == _numbers(again)
+
+
+def test_cache_keeps_the_most_recently_used_entries_within_its_limit(tmp_path):
+    """prune: least recently used entries go first, whole (JSON and tensors); the entry just written
+    stays even when it alone passes the limit; an old tensors file without its JSON is litter."""
+    import os
+    import time
+
+    from surgery.evaluate import source_cache
+
+    folder, now = tmp_path / "eval", time.time()
+    folder.mkdir()
+    for age, name in ((40, "old"), (30, "mid"), (20, "new"), (10, "newest")):
+        (folder / f"{name}.json").write_text("{}")
+        (folder / f"{name}.safetensors").write_bytes(b"x" * 1000)
+        for suffix in (".json", ".safetensors"):
+            os.utime(folder / f"{name}{suffix}", (now - age, now - age))
+    (folder / "orphan.safetensors").write_bytes(b"x" * 10)
+    os.utime(folder / "orphan.safetensors", (now - 2 * source_cache.ORPHAN_SECONDS,) * 2)
+    (folder / "writing.safetensors").write_bytes(b"x" * 10)  # its JSON is about to come
+    dropped = source_cache.prune(folder, keep=folder / "newest.json", limit=2100)
+    assert [p.name for p in dropped] == ["old.json", "mid.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["new.json", "new.safetensors", "newest.json",
+                                                         "newest.safetensors", "writing.safetensors"]
+    assert [p.name for p in source_cache.prune(folder, keep=folder / "new.json", limit=0)] == ["newest.json"]
+
+
+def test_reading_an_entry_marks_it_used(pair, tmp_path):
+    import os
+
+    src, baked = pair
+    _evaluate(baked, src)
+    json_path, _ = _entry(tmp_path)
+    os.utime(json_path, (1, 1))
+    assert _evaluate(baked, src)["against"]["from_cache"]
+    assert json_path.stat().st_mtime > 1
