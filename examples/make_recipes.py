@@ -124,7 +124,7 @@ def main() -> None:
     write(args.out / f"{prefix}-prune40.yaml", recipe, [
         f"{hub_id}: the 40 fairness-pruning neurons (gate/up rows and down column zeroed).",
         f"Apply: surgery apply recipes/{prefix}-prune40.yaml --model MODEL --out DIR",
-        *reproduce, f"Same edit directly: surgery prune-neurons MODEL --n 40 --out DIR", "",
+        *reproduce, "Same edit directly: surgery prune-neurons MODEL --n 40 --out DIR", "",
         *neuron_lines(pruned), "", *eval_lines(_read(args.folder / "eval" / "pruned.json"))])
 
     amplified = _read(args.folder / "amplified" / "surgery.json")

@@ -11,6 +11,7 @@ example to add evaluation results) and keeps surgery.json's hashes and undo data
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -20,9 +21,11 @@ import yaml
 
 from ..bake.provenance import (PROVENANCE_NAME, UNDO_NAME, integrity_problems, load_provenance, load_undo,
                                provenance_text)
+from ..core.architectures import Architecture, architecture
 from ..core.checkpoint import file_sha256
 from ..core.edits import SHARED, HeadScale, Recipe
 from ..core.errors import VerificationError
+from ..core.sites import sites
 from ..core.staging import atomic_write_text
 
 CARD_NAME = "README.md"
@@ -75,15 +78,38 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _edits_section(recipe: Recipe) -> str:
+def _indices(idx: tuple[int, ...]) -> str:
+    if len(idx) > 2 and list(idx) == list(range(idx[0], idx[-1] + 1)):
+        return f"{idx[0]}–{idx[-1]}"
+    return ", ".join(map(str, idx))
+
+
+def _where(arch: Architecture, edit) -> str:
+    """The weight entries ``edit`` changes, named as in this model (the site map), e.g.
+    "`mlp.down_proj` column 17; `mlp.gate_up_proj` rows 17, 8209"."""
+    parts = []
+    for site in sites(arch, edit):
+        kind = "column" if site.axis == "in" else "row"
+        # A routed expert's matrix is a logical one (per-expert or fused tensors on disk): named by its part.
+        name = f"`{site.module}`" if site.expert is None else f"expert {site.expert}'s {site.module.rsplit('.', 1)[1]} matrix"
+        parts.append(f"{name} {kind}{'s' if len(site.indices) > 1 else ''} {_indices(site.indices)}")
+    return "; ".join(parts)
+
+
+def _edits_section(recipe: Recipe, arch: Architecture | None = None) -> str:
+    """One table row per edit; with ``arch`` each row names the weight entries it changed."""
     rows = ["| edit | layer | index | scale | effect |", "|---|---|---|---|---|"]
     for e in recipe.edits[:MAX_EDIT_ROWS]:
         if isinstance(e, HeadScale):
             effect = "head removed" if e.alpha == 0 else f"head output × {e.alpha:g}"
-            rows.append(f"| attention head | {e.layer} | {e.head} | α = {e.alpha:g} | {effect} (o_proj input columns) |")
+            where = _where(arch, e) if arch else "the output projection's input columns that carry it"
+            rows.append(f"| attention head | {e.layer} | {e.head} | α = {e.alpha:g} | {effect} ({where}) |")
         else:
-            effect = ("neuron pruned (gate/up rows and down_proj column zeroed)" if e.factor == 0
-                      else f"neuron output × {e.factor:g} (down_proj column)")
+            if arch:
+                where = _where(arch, e)
+            else:
+                where = "its MLP input rows and down-projection column" if e.factor == 0 else "its down-projection column"
+            effect = f"neuron pruned (zeroed: {where})" if e.factor == 0 else f"neuron output × {e.factor:g} ({where})"
             if e.expert is None:
                 rows.append(f"| MLP neuron | {e.layer} | {e.neuron} | {e.factor:g} | {effect} |")
             else:  # the notation of recipes and --neurons: 3:e5:17 (routed expert 5), 3:s:17 (shared)
@@ -156,8 +182,9 @@ def _evaluation_section(evaluation: Mapping[str, Any] | None) -> str | None:
     return "\n".join(rows) + (f"\n\n{note}" if note else "")
 
 
-def card_text(prov: Mapping[str, Any], source_card: str | None = None) -> str:
-    """The README.md text for a bake with provenance ``prov`` (source's card text optional)."""
+def card_text(prov: Mapping[str, Any], source_card: str | None = None, arch: Architecture | None = None) -> str:
+    """The README.md text for a bake with provenance ``prov`` (source's card text optional; with
+    the model's ``arch`` the edits are described with its own module names)."""
     recipe = Recipe.from_dict(prov["recipe"], where="surgery.json recipe")
     src_meta = front_matter(source_card)
     tags = ["surgery", "model-surgery"]
@@ -175,7 +202,7 @@ def card_text(prov: Mapping[str, Any], source_card: str | None = None) -> str:
         f"`surgery` {prov.get('tool_version', '')}. Tensor names, shapes, dtypes, shard layout and "
         "config are the source's, so stock transformers, vLLM, TGI and llama.cpp's converter load "
         "it with no custom code and no hooks.",
-        "## What was edited\n\n" + _edits_section(recipe),
+        "## What was edited\n\n" + _edits_section(recipe, arch),
         "## Why\n\n" + _why_section(prov, recipe),
         "## Verification\n\n" + _verification_section(prov),
     ]
@@ -192,8 +219,8 @@ def card_text(prov: Mapping[str, Any], source_card: str | None = None) -> str:
     return render_card(meta, "\n\n".join(sections))
 
 
-def adapter_card(summary: Mapping[str, Any]) -> str:
-    """README.md for an exported LoRA adapter (surgery.ship.lora's summary)."""
+def adapter_card(summary: Mapping[str, Any], arch: Architecture | None = None) -> str:
+    """README.md for an exported LoRA adapter (surgery.ship.lora's summary; ``arch``: the base model's)."""
     recipe = Recipe.from_dict(summary["recipe"], where="adapter recipe")
     base = _base_model(summary)
     meta = dict(base_model=base, base_model_relation="adapter" if base else None,
@@ -204,7 +231,7 @@ def adapter_card(summary: Mapping[str, Any]) -> str:
             f"{len(summary['modules'])} module(s), rank {'/'.join(map(str, ranks))}, lora_alpha = r "
             f"(scaling 1){', padded to one rank for vLLM' if summary.get('vllm') else ''}. "
             "`PeftModel.from_pretrained(base, THIS_FOLDER)` (merged or not) gives the same logits as the "
-            "baked checkpoint.\n\n## What it edits\n\n" + _edits_section(recipe))
+            "baked checkpoint.\n\n## What it edits\n\n" + _edits_section(recipe, arch))
     return render_card(meta, body)
 
 
@@ -216,9 +243,14 @@ def card_hook(evaluation: Mapping[str, Any] | None = None) -> Callable[[Path, di
             prov["evaluation"] = dict(evaluation)
         source_card = staged / CARD_NAME
         return card_text(prov, source_card.read_text(encoding="utf-8", errors="replace")
-                         if source_card.is_file() else None)
+                         if source_card.is_file() else None, _architecture(staged))
 
     return make
+
+
+def _architecture(folder: Path) -> Architecture:
+    """The table's entry for the checkpoint in ``folder`` (a bake's output: its config is the source's)."""
+    return architecture(json.loads((folder / "config.json").read_text(encoding="utf-8")))
 
 
 def _source_card(folder: Path, prov: Mapping[str, Any]) -> str | None:
@@ -248,7 +280,7 @@ def refresh_card(folder: str | Path, evaluation: Mapping[str, Any] | None = None
         undo.setdefault("added_files", []).append(CARD_NAME)
     if evaluation is not None:
         prov["evaluation"] = dict(evaluation)
-    text = card_text(prov, _source_card(folder, prov))
+    text = card_text(prov, _source_card(folder, prov), _architecture(folder))
     mode = (folder / PROVENANCE_NAME).stat().st_mode & 0o777  # temporary files are created 0600
     atomic_write_text(folder / CARD_NAME, text)
     os.chmod(folder / CARD_NAME, mode)

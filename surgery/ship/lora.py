@@ -202,5 +202,5 @@ def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool
         config.save_pretrained(str(tmp))
         save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
         (tmp / PROVENANCE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-        (tmp / "README.md").write_text(adapter_card(summary), encoding="utf-8")
+        (tmp / "README.md").write_text(adapter_card(summary, arch), encoding="utf-8")
     return summary

@@ -161,3 +161,29 @@ def test_card_is_what_huggingface_hub_renders(source_card):
     hub = str(ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n{{ body }}\n", body=body))
     assert render_card(data.to_dict(), body) == hub == text
     assert ModelCard(text).data.to_dict() == _meta(text)
+
+
+def test_card_names_the_weights_of_this_architecture(tiny, tmp_path):
+    """The edits table names the entries each edit changed as this model names them (the site
+    map), not Llama's names: phi3 fuses gate and up into one matrix."""
+    src = tiny("phi3")
+    ckpt = Checkpoint(src)
+    bake(ckpt, RECIPE, tmp_path / "baked", card=card_hook())
+    text = (tmp_path / "baked" / "README.md").read_text()
+    d = ckpt.config["hidden_size"] // ckpt.config["num_attention_heads"]
+    assert f"head output × 2.5 (`self_attn.o_proj` columns {d}–{2 * d - 1})" in text
+    rows = f"3, {ckpt.config['intermediate_size'] + 3}"
+    assert f"neuron pruned (zeroed: `mlp.down_proj` column 3; `mlp.gate_up_proj` rows {rows})" in text
+    assert "gate_proj" not in text.replace("gate_up_proj", "")
+
+
+def test_card_names_routed_expert_entries():
+    from surgery.core.architectures import architecture
+    from surgery.ship.card import _edits_section
+
+    config = {"model_type": "mixtral", "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "hidden_size": 64, "intermediate_size": 96, "num_local_experts": 4}
+    text = _edits_section(Recipe((NeuronScale(1, 7, 0.0, expert=2),)), architecture(config))
+    assert "| expert 2 neuron (`1:e2:7`) | 1 | 7 | 0 | neuron pruned (zeroed: " in text
+    assert ("(zeroed: expert 2's down matrix column 7; expert 2's gate matrix row 7; expert 2's up matrix row 7)"
+            in text)
