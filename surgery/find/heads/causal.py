@@ -90,7 +90,8 @@ class PairRunner:
         full = self.counter.full(self.prompts, self.batch_size)
         self.counter.flops += full
         self.full_flops += full
-        return run_prompts(self.model, self.prompts, self.ids, batch_size=self.batch_size,
+        # the layout of the sweeps' baseline passes: a row no edit changes keeps this S exactly
+        return run_prompts(self.model, self.prompts, self.ids, batch_size=self.batch_size, share_prefixes=False,
                            progress=self.progress).s
 
     def sweep(self, edits: Sequence[Condition]) -> list[np.ndarray]:

@@ -93,9 +93,11 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
     report(work_note(len(pairs), params))
     counter = Counter.of(model)
     binding = encode_pairs(tokenizer, pairs, "binding", instruct)
-    scoring = counter.full(binding, params.batch_size) + counter.full(
-        encode_pairs(tokenizer, pairs, "knowledge", instruct), params.batch_size)
-    report(flops_note(counter, binding, scoring, params))
+    knowledge = encode_pairs(tokenizer, pairs, "knowledge", instruct)
+    # the binding prompts run with features (full passes); the knowledge probe shares prefixes
+    scoring = counter.full(binding, params.batch_size) + counter.shared(knowledge, params.batch_size)
+    scoring_full = counter.full(binding, params.batch_size) + counter.full(knowledge, params.batch_size)
+    report(flops_note(counter, binding, scoring, scoring_full, params))
     findings = new_findings("heads", ckpt, pairs_sha256(pairs), params.to_dict(), __version__)
     findings["prompt_format"] = "instruct" if instruct else "base"
     findings["compute"] = compute_record(model)
@@ -144,7 +146,7 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
         if params.dose_response:
             findings["dose_response"] = dose_response(runner, chosen, grid)
         findings["cost"] = {"forward_flops": scoring + runner.counter.flops,
-                            "forward_flops_full_passes": scoring + runner.full_flops}
+                            "forward_flops_full_passes": scoring_full + runner.full_flops}
         report(f"forward-pass FLOPs: {findings['cost']['forward_flops']:.3e} "
                f"({findings['cost']['forward_flops'] / findings['cost']['forward_flops_full_passes']:.2f} of "
                f"full passes, {findings['cost']['forward_flops_full_passes']:.3e})")
@@ -178,9 +180,11 @@ def work_note(n_pairs: int, params: FindParams) -> str:
     return f"{n_pairs} pairs: about {total:,} prompt forward passes ({passes} knockout passes){hint}"
 
 
-def flops_note(counter: Counter, binding: Sequence[Encoded], scoring: int, params: FindParams) -> str:
-    """Forward-pass FLOPs before the start: today's full passes, and this run's bound (every knockout
-    resumed at its first query token from layer 0; the real heads sit higher, see findings["cost"])."""
+def flops_note(counter: Counter, binding: Sequence[Encoded], scoring: int, scoring_full: int,
+               params: FindParams) -> str:
+    """Forward-pass FLOPs before the start: today's full passes (``scoring_full`` for the scoring),
+    and this run's bound (``scoring``; every knockout resumed at its first query token from layer 0;
+    the real heads sit higher, see findings["cost"])."""
     b = params.batch_size
     full, tested = counter.full(binding, b), counter.resumed_bound(binding, b, "tested")
     edge_alphas = sum(a != 1.0 for a in dose_alphas(params)) if params.dose_response else 0
@@ -189,7 +193,7 @@ def flops_note(counter: Counter, binding: Sequence[Encoded], scoring: int, param
     bound = (scoring + sweeps * full + edge_alphas * full  # baselines, whole-head α passes (from layer 0)
              + (params.confirm + 1 + params.random_sets + edge_alphas) * tested
              + counter.resumed_bound(binding, b, "control"))
-    today = scoring + passes * full
+    today = scoring_full + passes * full
     return (f"forward-pass FLOPs: at most {bound:.3e} (knockouts resumed at their heads' layer and first "
             f"query token; as full passes: {today:.3e}, ×{bound / today:.2f})")
 

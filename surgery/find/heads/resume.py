@@ -261,6 +261,21 @@ class Counter:
         """FLOPs of one full pass over ``prompts`` in batches of ``batch_size`` (left-padded)."""
         return sum(self.pass_flops(len(b), max(len(p.ids) for p in b)) for b in self._batches(prompts, batch_size))
 
+    def shared(self, prompts: Sequence[Encoded], batch_size: int) -> int:
+        """FLOPs of one plain pass over ``prompts`` as run_prompts runs it: each batch's common prefix
+        once, then every row's tail right-padded behind it (shared_prefix.py)."""
+        from .shared_prefix import common_prefix, token_order_groups
+
+        total = 0
+        for group in token_order_groups(prompts, batch_size):
+            ids = [prompts[i].ids for i in group]
+            shared = common_prefix(ids)
+            width = max(len(r) for r in ids) - shared
+            kept = len({len(r) - shared for r in ids})  # logits at one position per distinct tail length
+            total += (self.layer_flops(1, shared) + self.layer_flops(len(ids), shared + width, shared)
+                      + len(ids) * kept * 2 * self.head_params)
+        return total
+
     def resumed_bound(self, prompts: Sequence[Encoded], batch_size: int, span: str) -> int:
         """The most FLOPs one edge edit from ``span`` can cost resumed (heads in layer 0)."""
         total = 0

@@ -21,6 +21,7 @@ from ...model.placement import input_device
 from .attention import EdgeEdit, Plan, active_plan
 from .pairs import Pair
 from .prompts import Encoded, batch_groups, collate, encode_question
+from .shared_prefix import last_token_logits, token_order_groups
 
 SPAN_NAMES = ("a", "b", "item", "tested", "control")
 
@@ -73,11 +74,13 @@ def pad_id(model) -> int:
 
 def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequence[int]], *,
                 batch_size: int = 8, features: bool = False, edit: EdgeEdit | None = None,
-                progress: Callable[[int], None] | None = None) -> PassResult:
+                share_prefixes: bool = True, progress: Callable[[int], None] | None = None) -> PassResult:
     """One forward pass per prompt (batched): S, binding features, optional edge edit.
 
     The model must run the surgery attention function (attention.surgery_attention_on) when
-    ``features`` or ``edit`` is used.
+    ``features`` or ``edit`` is used. Plain passes (neither) run each batch's common prefix once
+    (shared_prefix.py) unless ``share_prefixes`` is False: then every pass has prompts.collate's
+    layout, bit for bit that of resume.snapshot's baseline passes.
     """
     device = input_device(model)
     pad = pad_id(model)
@@ -87,12 +90,17 @@ def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequ
     s, coverage = np.zeros(n), np.zeros(n)
     feats = np.zeros((n, layers, text.num_attention_heads), dtype=np.float32) if features else None
     # Under torchrun each rank runs whole batches of its own and the rows are gathered back.
-    groups = distributed.shard(batch_groups(prompts, batch_size))
+    plain = share_prefixes and not features and edit is None
+    groups = distributed.shard(token_order_groups(prompts, batch_size) if plain else batch_groups(prompts, batch_size))
     for idx in groups:
-        batch = collate([prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
-        plan = Plan(batch.masks, features=features, edit=edit) if (features or edit) else None
-        with torch.inference_mode(), active_plan(plan):
-            logits = model(**batch.model_inputs(), use_cache=False, logits_to_keep=1).logits[:, -1]
+        if plain:
+            with torch.inference_mode():
+                logits = last_token_logits(model, [prompts[i] for i in idx], pad, device)
+        else:
+            batch = collate([prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
+            plan = Plan(batch.masks, features=features, edit=edit)
+            with torch.inference_mode(), active_plan(plan):
+                logits = model(**batch.model_inputs(), use_cache=False, logits_to_keep=1).logits[:, -1]
         lp = logits.float().log_softmax(-1)
         s[idx] = s_scores(lp, option_ids).cpu().numpy()
         every = [i for ids in option_ids.values() for i in ids]

@@ -80,7 +80,8 @@ def full_scaled_scores(runner: PairRunner, scales) -> list[np.ndarray]:
     out = []
     for sc in scales:
         with applied(runner.model, sc):
-            out.append(run_prompts(runner.model, runner.prompts, runner.ids, batch_size=runner.batch_size).s)
+            out.append(run_prompts(runner.model, runner.prompts, runner.ids, batch_size=runner.batch_size,
+                                   share_prefixes=False).s)  # the sweeps' layout: bit for bit
     return out
 
 
