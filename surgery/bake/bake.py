@@ -2,9 +2,10 @@
 
 Every file of the source is copied with a kernel copy (content, not symlinks), except shards that
 hold an edited tensor: those are streamed through memory once, the edited byte ranges overlaid on
-the way. Memory stays bounded by four 16 MB buffers, whatever the model size. The output carries ``surgery.json``
-(provenance, recipe, sha256 of every file) and ``surgery.undo`` (the original bytes of every edited
-slice and of every file the bake replaced), so ``surgery undo`` restores the source exactly.
+the way. Memory stays bounded by four 16 MB buffers per shard streamed (two at once), whatever the
+model size. The output carries ``surgery.json`` (provenance, recipe, sha256 of every file) and
+``surgery.undo`` (the original bytes of every edited slice and of every file the bake replaced), so
+``surgery undo`` restores the source exactly.
 Every byte is hashed at most once (see ``hashing_record``), on threads that overlap the copy, and
 two edited shards are streamed at once, so both cores hash.
 """
@@ -286,7 +287,13 @@ def _patch_pool() -> Iterator[tuple[ThreadPoolExecutor, threading.Event]]:
         yield pool, stop
     except BaseException:
         stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=False, cancel_futures=True)
+        while True:  # until the threads are gone: they stop within one block
+            try:
+                pool.shutdown(wait=True)
+                break
+            except KeyboardInterrupt:
+                continue  # a second Ctrl-C must not remove the staged folder under a writing thread
         raise
     pool.shutdown(wait=True)
 
