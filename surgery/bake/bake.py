@@ -286,11 +286,10 @@ def _patch_pool() -> Iterator[tuple[ThreadPoolExecutor, threading.Event]]:
     try:
         yield pool, stop
     except BaseException:
-        stop.set()
-        pool.shutdown(wait=False, cancel_futures=True)
         while True:  # until the threads are gone: they stop within one block
             try:
-                pool.shutdown(wait=True)
+                stop.set()
+                pool.shutdown(wait=True, cancel_futures=True)
                 break
             except KeyboardInterrupt:
                 continue  # a second Ctrl-C must not remove the staged folder under a writing thread
