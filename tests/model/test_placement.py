@@ -97,6 +97,8 @@ def test_offloaded_model_gives_the_same_head_findings(deep, tmp_path):
     assert plain["selected_heads"] == split["selected_heads"]
     # S is a difference of log-probabilities of order 1: float32 noise of the offloaded run is ~1e-7
     np.testing.assert_allclose(split["scores"]["S"]["delta"], plain["scores"]["S"]["delta"], rtol=0, atol=1e-6)
+    # K: the knowledge probe's passes share each batch's prefix cache, here across CPU and disk layers
+    np.testing.assert_allclose(split["scores"]["K"]["delta"], plain["scores"]["K"]["delta"], rtol=0, atol=1e-6)
     assert [h["coef"] for h in split["discovery"]["heads"]] == pytest.approx(
         [h["coef"] for h in plain["discovery"]["heads"]], rel=1e-4, abs=1e-5)
 

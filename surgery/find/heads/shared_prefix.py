@@ -63,7 +63,9 @@ def last_token_logits(model, rows: Sequence[Encoded], pad_id: int, device: torch
                               for layer in cache.layers])
     last = torch.tensor([len(t) - 1 for t in tails])
     keep = torch.unique(last)  # the positions whose logits are needed (one per distinct tail length)
+    # ``keep`` stays on the CPU: it indexes the last layer's output, which a device map may place on
+    # another device than the inputs (PyTorch accepts CPU indices for any device).
     out = model(input_ids=batch.to(device), attention_mask=mask.to(device), cache=cache, use_cache=True,
-                logits_to_keep=keep.to(device))
-    column = torch.searchsorted(keep, last)
-    return out.logits[torch.arange(len(rows)), column.to(out.logits.device)]
+                logits_to_keep=keep)
+    where = out.logits.device
+    return out.logits[torch.arange(len(rows), device=where), torch.searchsorted(keep, last).to(where)]
