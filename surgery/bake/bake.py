@@ -267,32 +267,21 @@ def hash_files(root: Path, names: list[str]) -> dict[str, str]:
 
 
 @contextmanager
-def _hash_pool() -> Iterator[ThreadPoolExecutor]:
-    """Threads for sha256; on any error the queued jobs are dropped, not run over the whole model."""
-    pool = ThreadPoolExecutor(max_workers=HASH_THREADS)
-    try:
-        yield pool
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-
-
-@contextmanager
-def _patch_pool() -> Iterator[tuple[ThreadPoolExecutor, threading.Event]]:
-    """Threads that stream edited shards, and the event that stops them all when anything fails
-    (the staged folder is removed only once no thread writes into it)."""
-    pool, stop = ThreadPoolExecutor(max_workers=PATCH_THREADS), threading.Event()
+def _threads(workers: int) -> Iterator[tuple[ThreadPoolExecutor, threading.Event]]:
+    """A thread pool, and the event that tells its jobs to stop. On any error (Ctrl-C included) the
+    queued jobs are dropped, not run over the whole model, and the running ones are waited for,
+    even through a second Ctrl-C: the staged folder is removed only once no thread uses it."""
+    pool, stop = ThreadPoolExecutor(max_workers=workers), threading.Event()
     try:
         yield pool, stop
     except BaseException:
-        while True:  # until the threads are gone: they stop within one block
+        while True:  # until the threads are gone: a patch stops within one block
             try:
                 stop.set()
                 pool.shutdown(wait=True, cancel_futures=True)
                 break
             except KeyboardInterrupt:
-                continue  # a second Ctrl-C must not remove the staged folder under a writing thread
+                continue
         raise
     pool.shutdown(wait=True)
 
@@ -332,7 +321,7 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
                               f"({', '.join(sorted(SKIP_DIRS))}); move the shards next to config.json")
     unchanged = {rel for rel in copied if rel not in by_file and not (card is not None and rel == "README.md")}
     hash_cache = HashCache()
-    with staged_output(Path(out), [ckpt.path], force, note) as tmp, _hash_pool() as hasher:
+    with staged_output(Path(out), [ckpt.path], force, note) as tmp, _threads(HASH_THREADS) as (hasher, _):
         # Every byte is hashed at most once. A Hub-cache source file takes its blob's name; an
         # edited shard's source and output are hashed in the pass that writes it; every other
         # source file is hashed on threads while the main thread copies (the kernel copy leaves
@@ -358,7 +347,7 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
 
         tick("copy", 0, total)
         tick("patch", 0, len(by_file))
-        with _patch_pool() as (patcher, stop):
+        with _threads(PATCH_THREADS) as (patcher, stop):
             # Edited shards stream on their own threads while this one copies the other files.
             patched: dict[str, Future] = {
                 rel: patcher.submit(_patch_file, ckpt.path / rel, tmp / rel, by_file[rel],

@@ -147,9 +147,8 @@ def prune(folder: Path, keep: Path, limit: int = MAX_CACHE_BYTES) -> list[Path]:
             pass
     for json_path in folder.glob("*.json"):
         try:
-            tensors = json_path.with_suffix(".safetensors")
-            size = json_path.stat().st_size + (tensors.stat().st_size if tensors.exists() else 0)
-            entries.append((json_path.stat().st_mtime, json_path, size))
+            tensors, st = json_path.with_suffix(".safetensors"), json_path.stat()
+            entries.append((st.st_mtime, json_path, st.st_size + (tensors.stat().st_size if tensors.exists() else 0)))
         except OSError:
             continue  # deleted meanwhile
     total, dropped = sum(size for _, _, size in entries), []

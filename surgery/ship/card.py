@@ -91,7 +91,8 @@ def _where(arch: Architecture, edit) -> str:
     for site in sites(arch, edit):
         kind = "column" if site.axis == "in" else "row"
         # A routed expert's matrix is a logical one (per-expert or fused tensors on disk): named by its part.
-        name = f"`{site.module}`" if site.expert is None else f"expert {site.expert}'s {site.module.rsplit('.', 1)[1]} matrix"
+        part = site.module.rsplit(".", 1)[1]
+        name = f"`{site.module}`" if site.expert is None else f"expert {site.expert}'s {part} matrix"
         parts.append(f"{name} {kind}{'s' if len(site.indices) > 1 else ''} {_indices(site.indices)}")
     return "; ".join(parts)
 
@@ -107,8 +108,10 @@ def _edits_section(recipe: Recipe, arch: Architecture | None = None) -> str:
         else:
             if arch:
                 where = _where(arch, e)
+            elif e.factor == 0:
+                where = "its MLP input rows and down-projection column"
             else:
-                where = "its MLP input rows and down-projection column" if e.factor == 0 else "its down-projection column"
+                where = "its down-projection column"
             effect = f"neuron pruned (zeroed: {where})" if e.factor == 0 else f"neuron output × {e.factor:g} ({where})"
             if e.expert is None:
                 rows.append(f"| MLP neuron | {e.layer} | {e.neuron} | {e.factor:g} | {effect} |")

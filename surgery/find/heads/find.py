@@ -95,8 +95,9 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
     binding = encode_pairs(tokenizer, pairs, "binding", instruct)
     knowledge = encode_pairs(tokenizer, pairs, "knowledge", instruct)
     # the binding prompts run with features (full passes); the knowledge probe shares prefixes
-    scoring = counter.full(binding, params.batch_size) + counter.shared(knowledge, params.batch_size)
-    scoring_full = counter.full(binding, params.batch_size) + counter.full(knowledge, params.batch_size)
+    binding_flops = counter.full(binding, params.batch_size)
+    scoring = binding_flops + counter.shared(knowledge, params.batch_size)
+    scoring_full = binding_flops + counter.full(knowledge, params.batch_size)
     report(flops_note(counter, binding, scoring, scoring_full, params))
     findings = new_findings("heads", ckpt, pairs_sha256(pairs), params.to_dict(), __version__)
     findings["prompt_format"] = "instruct" if instruct else "base"
