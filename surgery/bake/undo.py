@@ -16,12 +16,21 @@ from .patches import RAW_DTYPES, TensorPatch, restored_chunks
 from .provenance import OWN_FILES, UNDO_NAME, load_provenance, load_undo
 
 
+def earlier_restore(folder: Path, expected: dict[str, str]) -> bool:
+    """Whether ``folder`` holds exactly the files undo writes, with the recorded sha256s: an earlier
+    restore of the same bake. A restore is the source byte for byte, so it carries no marker of
+    surgery's; its content is what lets ``--force`` replace it (nothing is lost: it is rewritten)."""
+    names = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    return bool(expected) and names == sorted(expected) and hash_files(folder, names) == expected
+
+
 def undo(baked: str | Path, out: str | Path, force: bool = False,
          report: Callable[[str], None] = lambda msg: None) -> dict[str, str]:
     """Write the source checkpoint of ``baked`` to ``out``; return the restored files' sha256s.
 
     The result is checked against the source hashes recorded at bake time before it is published.
-    ``report`` receives notes (leftovers of interrupted runs that were cleaned up).
+    ``report`` receives notes (leftovers of interrupted runs that were cleaned up). ``force``
+    replaces an earlier restore of this bake, an empty folder or a surgery output at ``out``.
     """
     baked = Path(baked)
     prov = load_provenance(baked)
@@ -34,7 +43,8 @@ def undo(baked: str | Path, out: str | Path, force: bool = False,
     undo_meta = prov.get("undo", {})
     skip = set(OWN_FILES) | set(undo_meta.get("added_files", [])) | set(undo_meta.get("replaced_files", []))
 
-    with staged_output(Path(out), [baked], force, report) as tmp:
+    with staged_output(Path(out), [baked], force, report,
+                       replaceable=lambda folder: earlier_restore(folder, expected)) as tmp:
         for rel in source_files(ckpt):
             if rel not in skip:
                 copy_file(baked / rel, tmp / rel)

@@ -11,7 +11,7 @@ from ..bake.bake import bake
 from ..bake.check import checks_expert_maps, edited_check
 from ..core.edits import Recipe
 from ..core.errors import RecipeError
-from ..core.staging import check_free
+from ..core.staging import check_container, check_free
 from ..model.loading import DEFAULT_LOAD, LoadSpec, Source, open_checkpoint, resolve, same_model
 from ..ship.card import card_hook
 from .console import note, out, print_json, stage_progress
@@ -159,7 +159,7 @@ def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]]
     push_to = push_to or context_value(PUSH_KEY)
     out_dir = Path(out_dir)
     source = resolve(model, bake_kwargs.get("load", DEFAULT_LOAD).revision)
-    check_free(out_dir, [source.path], force=True)  # the sweep's folder may exist: it holds the values
+    check_container(out_dir, [source.path])  # the sweep's folder may exist: it holds the values
     for label in labels:
         check_free(out_dir / label, [source.path], bool(bake_kwargs.get("force")))
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,11 @@ Work happens in a hidden temporary folder next to the destination (same filesyst
 exactly one succeeds. Temporary folders left by a killed run are removed by the next run (the lock
 proves nobody is still writing them) and reported; an earlier output that a killed ``--force`` run
 had moved aside is put back.
+
+``--force`` replaces only what surgery can tell is its own: an empty folder, or a folder holding
+one of the marker files of ``OUTPUT_MARKERS`` (or what a command's own ``replaceable`` accepts,
+e.g. undo's earlier restore of the same bake). A destination that is a symbolic link is refused,
+never followed: removing "the folder" would remove whatever the link points to.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import glob
+import json
 import os
 import secrets
 import shutil
@@ -24,15 +30,49 @@ from .errors import DestinationError
 TMP_TAG = ".surgery-tmp-"
 OLD_TAG = ".surgery-old-"
 LOCK_TAG = ".surgery-lock"
+# The file each command writes into its output folder, with the "format" recorded in it: a bake
+# (surgery/bake/provenance.py), export-lora (surgery/ship/lora.py), import-gguf
+# (surgery/model/gguf_import.py), report (surgery/ship/report.py). tests/core/test_staging.py
+# checks that these are the names and formats those modules write.
+OUTPUT_MARKERS = {"surgery.json": "surgery-checkpoint", "surgery_adapter.json": "surgery-adapter",
+                  "surgery.gguf.json": "surgery-gguf-import", "surgery_report.json": "surgery-report"}
+Replaceable = Callable[[Path], bool]
 
 
 def _inside(child: Path, parent: Path) -> bool:
     return child == parent or parent in child.parents
 
 
-def check_free(dest: Path, protected: Iterable[Path], force: bool) -> Path:
-    """Refuse a destination that is, contains, or sits inside a protected (source) folder, or that
-    is taken (without ``force``); its parent may not exist yet. Returns the resolved destination."""
+def surgery_output(folder: Path) -> bool:
+    """True when ``folder`` holds a marker file of ``OUTPUT_MARKERS`` with its format."""
+    for name, fmt in OUTPUT_MARKERS.items():
+        marker = folder / name
+        if marker.is_file() and not marker.is_symlink():
+            try:
+                doc = json.loads(marker.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                continue
+            if isinstance(doc, dict) and doc.get("format") == fmt:
+                return True
+    return False
+
+
+def _check_replaceable(dest: Path, target: Path, replaceable: Replaceable | None) -> None:
+    """What ``--force`` may remove: an empty folder, a surgery output, or what ``replaceable`` accepts."""
+    try:
+        empty = not any(target.iterdir())
+    except OSError:  # unreadable: not known to be empty
+        empty = False
+    if empty or surgery_output(target) or (replaceable is not None and replaceable(target)):
+        return
+    raise DestinationError(f"{dest} exists and was not written by surgery (no {' / '.join(OUTPUT_MARKERS)} "
+                           "in it); --force replaces only surgery's own outputs or an empty folder: remove it "
+                           "yourself or choose another --out")
+
+
+def check_outside(dest: Path, protected: Iterable[Path]) -> Path:
+    """Refuse a destination that is, contains, or sits inside a protected (source) folder (a link
+    is followed here: writing through it would reach the source). Returns the resolved path."""
     target = dest.expanduser().resolve()
     for src in protected:
         src = Path(src).resolve()
@@ -41,17 +81,40 @@ def check_free(dest: Path, protected: Iterable[Path], force: bool) -> Path:
                                    f"{src}; the source is never written: choose a folder outside it")
         if _inside(src, target):
             raise DestinationError(f"--out {dest} contains the source {src}; choose another folder")
-    if dest.is_symlink() or target.exists():
+    return target
+
+
+def check_container(dest: Path, protected: Iterable[Path]) -> Path:
+    """A folder that outputs are written into, never replaced itself (a sweep's folder): only
+    :func:`check_outside`, and it must be a folder if it exists. Returns the resolved path."""
+    target = check_outside(dest, protected)
+    if target.exists() and not target.is_dir():
+        raise DestinationError(f"{dest} exists and is not a folder; remove it or choose another --out")
+    return target
+
+
+def check_free(dest: Path, protected: Iterable[Path], force: bool, replaceable: Replaceable | None = None) -> Path:
+    """:func:`check_outside`; then refuse a destination that is a symbolic link, or that is taken
+    (without ``force``; with it, anything but an empty folder or one surgery wrote, see
+    :func:`surgery_output`). Its parent may not exist yet. Returns the resolved destination."""
+    target = check_outside(dest, protected)
+    link = dest.expanduser()
+    if link.is_symlink():
+        raise DestinationError(f"--out {dest} is a symbolic link (to {os.readlink(link)}); surgery never writes "
+                               "through or replaces a link: give the folder itself or another --out")
+    if target.exists():
         if not force:
             raise _exists(dest)
         if not target.is_dir():
             raise DestinationError(f"{dest} exists and is not a folder; remove it or choose another --out")
+        _check_replaceable(dest, target, replaceable)
     return target
 
 
-def check_destination(dest: Path, protected: Iterable[Path], force: bool) -> Path:
+def check_destination(dest: Path, protected: Iterable[Path], force: bool,
+                      replaceable: Replaceable | None = None) -> Path:
     """:func:`check_free`, and the parent folder must exist and be writable."""
-    target = check_free(dest, protected, force)
+    target = check_free(dest, protected, force, replaceable)
     parent = target.parent
     if not parent.is_dir():
         raise DestinationError(f"the parent folder of {dest} does not exist; create {parent} first")
@@ -99,20 +162,23 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _recover(target: Path, report: Callable[[str], None]) -> None:
-    """Clean up after earlier, killed runs for this destination (we hold the lock: none is running).
+def _recover(target: Path, report: Callable[[str], None]) -> bool:
+    """Clean up after earlier, killed runs for this destination (we hold the lock: none is running);
+    True when an earlier output was put back.
 
     A folder that a killed ``--force`` run had moved aside, with nothing published in its place, is
     the user's previous output: it is put back, not deleted. Everything else is removed.
     """
     olds = sorted(target.parent.glob(f".{target.name}{OLD_TAG}*"))
+    restored = False
     if olds and not (target.exists() or target.is_symlink()):
         os.rename(olds[0], target)
         report(f"restored {target.name} from {olds[0].name}, where an interrupted --force run had moved it")
-        olds = olds[1:]
+        olds, restored = olds[1:], True
     for stale in [*sorted(target.parent.glob(f".{target.name}{TMP_TAG}*")), *olds]:
         _remove(stale)
         report(f"removed {stale.name}, left behind by an interrupted run")
+    return restored
 
 
 def disk_error(exc: OSError, where: Path) -> DestinationError:
@@ -131,16 +197,22 @@ def disk_error(exc: OSError, where: Path) -> DestinationError:
 
 @contextmanager
 def staged_output(dest: Path, protected: Iterable[Path] = (), force: bool = False,
-                  report: Callable[[str], None] = lambda msg: None) -> Iterator[Path]:
+                  report: Callable[[str], None] = lambda msg: None,
+                  replaceable: Replaceable | None = None) -> Iterator[Path]:
     """Yield an empty temporary folder; on normal exit it replaces ``dest`` atomically.
 
     On any error (or Ctrl-C) the temporary folder is removed and ``dest`` is left as it was.
+    ``replaceable(folder)``: an existing folder, besides surgery's marked outputs, that ``force``
+    may replace (see :func:`check_free`).
     """
-    target = check_destination(Path(dest), protected, force)
+    target = check_destination(Path(dest), protected, force, replaceable)
     with _lock(target):
-        _recover(target, report)
-        if not force and (target.exists() or target.is_symlink()):
-            raise _exists(Path(dest))  # it was restored by _recover just now
+        restored = _recover(target, report)
+        if target.exists() or target.is_symlink():
+            if not force:
+                raise _exists(Path(dest))  # restored by _recover just now, or made since the check
+            if restored:  # checked like any taken destination (it was not there at the check)
+                _check_replaceable(Path(dest), target, replaceable)
         tmp = target.parent / f".{target.name}{TMP_TAG}{os.getpid()}"
         try:
             tmp.mkdir()

@@ -11,12 +11,15 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .. import __version__
 from ..core.errors import FindingsError
 from ..core.staging import staged_output
 from ..evaluate.data import card_summary, load_result
 from ..find.findings import KINDS, load_findings
 
 REPORT_NAME = "report.md"
+# What the report was drawn from; it marks the folder as surgery's (see surgery.core.staging).
+MANIFEST_NAME = "surgery_report.json"
 
 
 def read_findings(path: Path) -> dict[str, Any]:
@@ -137,4 +140,7 @@ def build_report(findings: Iterable[Path], evals: Iterable[Path], out: Path, *, 
         if not loaded and not results:
             lines.append("Nothing to report: give findings files and/or eval results.")
         (tmp / REPORT_NAME).write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+        manifest = {"format": "surgery-report", "version": 1, "tool_version": __version__,
+                    "findings": [str(p) for p in findings], "evals": [str(p) for p in evals]}
+        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     return Path(out) / REPORT_NAME
