@@ -113,14 +113,20 @@ def lora_modules(ckpt: Checkpoint, recipe: Recipe) -> list[LoraModule]:
     return modules
 
 
-def _baked_from(prov: dict[str, Any], ckpt: Checkpoint) -> bool:
-    """True when ``ckpt`` holds the weights the bake recorded as its source."""
+def _source_difference(prov: dict[str, Any], ckpt: Checkpoint) -> str | None:
+    """How ``ckpt`` differs from the weights the bake recorded as its source (None: it holds them)."""
     recorded = (prov.get("source") or {}).get("fingerprint")
     if recorded is not None:
-        return recorded == ckpt.fingerprint()
+        now = ckpt.fingerprint()
+        return None if now == recorded else (f"its weights' fingerprint is {now[:12]}…, the bake recorded "
+                                             f"{recorded[:12]}…")
     # Bakes that predate the recorded fingerprint: the sha256 of every weight file (a full read).
     files = prov.get("source_files") or {}
-    return hash_files(ckpt.path, ckpt.weight_files) == {f: files.get(f) for f in ckpt.weight_files}
+    for name, now in hash_files(ckpt.path, ckpt.weight_files).items():
+        if files.get(name) != now:
+            return (f"its {name} has sha256 {now[:12]}…, the bake recorded "
+                    f"{files[name][:12] + '…' if files.get(name) else 'no such file'}")
+    return None
 
 
 def load_recipe(path: str | Path, ckpt: Checkpoint) -> Recipe:
@@ -137,11 +143,17 @@ def load_recipe(path: str | Path, ckpt: Checkpoint) -> Recipe:
     if not provenance_intact(folder):
         raise RecipeError(f"{folder / PROVENANCE_NAME} changed after the bake (its content does not match its "
                           "seal), so its recipe cannot be trusted; give the recipe YAML, or bake again")
-    if not _baked_from(prov, ckpt):
-        baked_from = (prov.get("source") or {}).get("hub_id") or (prov.get("source") or {}).get("path")
-        raise RecipeError(f"{folder} was baked from {baked_from}, not from {ckpt.path} (the weights differ): an "
-                          "adapter over this base would not reproduce the bake; give the source it was "
-                          "baked from as MODEL")
+    difference = _source_difference(prov, ckpt)
+    if difference:
+        source = prov.get("source") or {}
+        path = source.get("path")
+        if path and Path(path).resolve() == ckpt.path.resolve():
+            raise RecipeError(f"{ckpt.path} changed since {folder} was baked from it ({difference}): an adapter "
+                              "over these weights would not reproduce the bake; give the source as it was baked "
+                              f"(surgery undo {folder} restores it)")
+        raise RecipeError(f"{folder} was baked from {source.get('hub_id') or path}, not from {ckpt.path} "
+                          f"({difference}): an adapter over this base would not reproduce the bake; give the "
+                          "source it was baked from as MODEL")
     return Recipe.from_dict(prov.get("recipe"), where=f"{folder / PROVENANCE_NAME} recipe")
 
 

@@ -9,7 +9,7 @@ import torch
 
 from surgery.bake.bake import bake
 from surgery.core.architectures import architecture
-from surgery.core.checkpoint import Checkpoint
+from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import RecipeError
 from surgery.ship.lora import VLLM_RANKS, export_lora
@@ -134,6 +134,35 @@ def test_export_lora_refuses_a_bake_of_another_model(baked_by_cli, tiny, tmp_pat
     assert f"{baked} was baked from " in line and f"not from {other}" in line
     assert "give the source it was baked from as MODEL" in line
     assert not (tmp_path / "adapter").exists()
+
+
+@pytest.mark.parametrize("fingerprint", [True, False], ids=["fingerprint", "sha256"])
+def test_export_lora_names_what_changed_in_the_same_source(baked_by_cli, tmp_path, capsys, fingerprint):
+    """The source folder changed after the bake: the error names the content that differs, not the
+    same path twice (before: "was baked from models/x, not from models/x")."""
+    from safetensors.torch import load_file, save_file
+
+    from surgery.bake.provenance import provenance_text
+    from tests.support.cli import error_line, run_main
+
+    src, baked = baked_by_cli
+    if not fingerprint:  # older bakes: the sha256 of every weight file decides
+        prov = json.loads((baked / "surgery.json").read_text())
+        del prov["source"]["fingerprint"]
+        (baked / "surgery.json").write_text(provenance_text(prov))
+    recorded = json.loads((baked / "surgery.json").read_text())
+    tensors = load_file(str(src / "model.safetensors"))
+    tensors["model.norm.weight"] = tensors["model.norm.weight"] + 1  # retrained since
+    save_file(tensors, str(src / "model.safetensors"), metadata={"format": "pt"})
+    line = error_line(run_main(["export-lora", src, "--recipe", baked, "--out", tmp_path / "adapter"], capsys))
+    assert f"{src} changed since {baked} was baked from it" in line and "not from" not in line
+    if fingerprint:
+        now = Checkpoint(src).fingerprint()
+        assert f"fingerprint is {now[:12]}…, the bake recorded {recorded['source']['fingerprint'][:12]}…" in line
+    else:
+        assert (f"model.safetensors has sha256 {file_sha256(src / 'model.safetensors')[:12]}…, the bake recorded "
+                f"{recorded['source_files']['model.safetensors'][:12]}…") in line
+    assert f"surgery undo {baked} restores it" in line and not (tmp_path / "adapter").exists()
 
 
 def test_export_lora_from_a_bake_without_a_recorded_fingerprint(baked_by_cli, tiny, tmp_path, capsys):
