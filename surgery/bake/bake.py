@@ -2,10 +2,12 @@
 
 Every file of the source is copied with a kernel copy (content, not symlinks), except shards that
 hold an edited tensor: those are streamed through memory once, the edited byte ranges overlaid on
-the way. Memory stays bounded by four 16 MB buffers per shard streamed (two at once), whatever the
-model size. The output carries ``surgery.json`` (provenance, recipe, sha256 of every file) and
-``surgery.undo`` (the original bytes of every edited slice and of every file the bake replaced), so
-``surgery undo`` restores the source exactly.
+the way. A second copy of the weights outside the loaded files (Mistral's consolidated.safetensors)
+is edited the same way, or the bake is refused (surgery/bake/copies.py). Memory stays bounded by
+four 16 MB buffers per shard streamed (two at once), whatever the model size. The output carries
+``surgery.json`` (provenance, recipe, sha256 of every file) and ``surgery.undo`` (the original bytes
+of every edited slice and of every file the bake replaced), so ``surgery undo`` restores the source
+exactly.
 Every byte is hashed at most once (see ``hashing_record``), on threads that overlap the copy, and
 two edited shards are streamed at once, so both cores hash.
 """
@@ -27,17 +29,17 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from .. import __version__
-from ..core.checkpoint import Checkpoint, file_sha256, is_other_weights
+from ..core.checkpoint import SKIP_DIRS, Checkpoint, file_sha256, folder_files, is_other_weights
 from ..core.edits import Recipe
 from ..core.errors import CheckpointError, RecipeError
 from ..core.hash_cache import HashCache
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
 from ..model.loading import Source
+from .copies import copy_note, copy_patches
 from .patches import RAW_DTYPES, group_by_file, patched_chunks, plan, to_f32
 from .provenance import FORMAT, OWN_FILES, PROVENANCE_NAME, UNDO_NAME, left_out_note, provenance_text, write_undo
 
-SKIP_DIRS = {".git", ".cache"}
 COPY_BLOCK = 64 << 20
 HASH_THREADS = 2  # hashlib releases the GIL on large blocks: two files hash in parallel
 PATCH_THREADS = 2  # edited shards streamed at once: each hashes its output on its own thread
@@ -54,14 +56,8 @@ class BakeResult:
 
 
 def source_files(ckpt: Checkpoint) -> list[str]:
-    """Files to carry over: everything but VCS/cache folders and an earlier bake's own files."""
-    out = []
-    for root, dirs, names in os.walk(ckpt.path, followlinks=True):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-        for n in sorted(names):
-            rel = Path(root, n).relative_to(ckpt.path).as_posix()
-            out.append(rel)
-    return out
+    """Files of the source: everything but VCS/cache folders (``SKIP_DIRS``)."""
+    return folder_files(ckpt.path)
 
 
 def copy_file(src: Path, dst: Path, on_bytes: Callable[[int], None] = lambda n: None) -> None:
@@ -299,7 +295,8 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
     """
     arch = recipe.validate(ckpt.config)
     patches = plan(ckpt, arch, recipe.active())
-    by_file = group_by_file(patches)
+    copies = copy_patches(ckpt, arch, patches)  # the same edits on second copies of the weights
+    by_file = group_by_file(patches + copies)
     files = source_files(ckpt)
     left_out = sorted(rel for rel in files if is_other_weights(rel))
     # Files that reach the output as exact copies: their sha256 is the source file's.
@@ -314,6 +311,8 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
 
     if left_out:
         note(left_out_note(left_out))
+    if copies:
+        note(copy_note(copies))
     # Every edited shard must be one of the copied files, or its edit would silently not happen.
     stray = sorted(set(by_file) - set(copied))
     if stray:

@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..core.checkpoint import Checkpoint
+from ..core.checkpoint import Checkpoint, TensorInfo, file_tensors
 from ..core.errors import VerificationError
 from ..core.staging import staged_output
 from .bake import copy_file, hash_files, source_files
@@ -45,14 +45,24 @@ def undo(baked: str | Path, out: str | Path, force: bool = False,
 
     with staged_output(Path(out), [baked], force, report,
                        replaceable=lambda folder: earlier_restore(folder, expected)) as tmp:
-        for rel in source_files(ckpt):
-            if rel not in skip:
-                copy_file(baked / rel, tmp / rel)
+        carried = [rel for rel in source_files(ckpt) if rel not in skip]
+        for rel in carried:
+            copy_file(baked / rel, tmp / rel)
         for rel in undo_meta.get("replaced_files", []):
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_bytes(saved[f"file:{rel}"].tobytes())
+        headers: dict[str, dict[str, TensorInfo]] = {}
         for entry in prov.get("edited_tensors", []):
-            info = ckpt.tensor(entry["tensor"])
+            # By file and name: a second copy of the weights (copies.py) holds the same tensor again.
+            if entry["file"] not in carried:
+                raise VerificationError(f"surgery.json records an edit in {entry['file']!r}, which is not a file "
+                                        f"of {baked}; undo cannot restore it")
+            if entry["file"] not in headers:
+                headers[entry["file"]] = file_tensors(baked, entry["file"])
+            info = headers[entry["file"]].get(entry["tensor"])
+            if info is None:
+                raise VerificationError(f"surgery.json records an edit of '{entry['tensor']}', which is not in "
+                                        f"{baked / entry['file']}; undo cannot restore it")
             patch = TensorPatch(info, rows={r: 0.0 for r in entry["rows"]}, cols={c: 0.0 for c in entry["cols"]},
                                 first_row=entry.get("first_row", 0), window=entry.get("window"))
             raw = np.dtype(RAW_DTYPES[info.dtype])

@@ -24,6 +24,7 @@ from ..core.errors import CheckpointError, SurgeryError
 from ..core.progress import StageProgress, silent_stages
 from ..model.loading import DEFAULT_LOAD, LoadSpec
 from .bake import source_files
+from .copies import copy_patches, unrecorded
 from .patches import RAW_DTYPES, TensorPatch, group_by_file, patched_chunks, plan
 from .provenance import OWN_FILES, integrity_problems, load_provenance
 
@@ -94,11 +95,20 @@ def _mismatch(p: TensorPatch, dst: Path, rows: set[int], cols: set[int], source_
                   "source_changed": source_changed}
 
 
-def _compare_edited(src: Path, dst: Path, patches, report: Report, source_sha256: str | None = None) -> None:
-    """Edited slices must hold the prescribed bytes and nothing else may differ.
+def source_changed_line(rel: str) -> str:
+    """The problem line for a source file whose content is not the one recorded at bake time."""
+    return (f"the source's {rel} no longer matches the sha256 recorded at bake time (surgery.json source_files): "
+            "the source changed after the bake, or is another model; verify against the source this folder "
+            "was baked from")
 
-    ``source_sha256`` is the source file's sha256 recorded at bake time: on a mismatch it tells a
-    source that changed since the bake from an output that was altered.
+
+def _compare_edited(src: Path, dst: Path, patches, report: Report, source_changed: bool = False) -> bool:
+    """Edited slices must hold the prescribed bytes and nothing else may differ; True when something
+    outside the edited slices differs.
+
+    ``source_changed``: the source file's sha256 is not the one recorded at bake time. A mismatch
+    is then blamed on the source, not on the output; a difference outside the edited slices is left
+    to the caller's plain line (:func:`source_changed_line`), not located as if the output were damaged.
     """
     covered: list[tuple[int, int]] = []
     fd_src, fd_dst = os.open(src, os.O_RDONLY), os.open(dst, os.O_RDONLY)
@@ -115,8 +125,7 @@ def _compare_edited(src: Path, dst: Path, patches, report: Report, source_sha256
                 # Covered either way: the scan below must not report the same bytes again.
                 covered.append((offset, offset + len(expected)))
             if rows:
-                changed = source_sha256 is not None and file_sha256(src) != source_sha256
-                line, entry = _mismatch(p, dst, rows, cols, changed)
+                line, entry = _mismatch(p, dst, rows, cols, source_changed)
                 report.problems.append(line)
                 report.mismatches.append(entry)
         starts = np.array(sorted(c[0] for c in covered), dtype=np.int64)
@@ -128,24 +137,44 @@ def _compare_edited(src: Path, dst: Path, patches, report: Report, source_sha256
                 break
             if a != b:
                 if len(a) != len(b):
-                    report.problems.append(f"{dst.name}: size differs from the source's")
-                    return
+                    if not source_changed:
+                        report.problems.append(f"{dst.name}: size differs from the source's")
+                    return True
                 diff = np.flatnonzero(np.frombuffer(a, np.uint8) != np.frombuffer(b, np.uint8)) + offset
                 slot = np.searchsorted(starts, diff, side="right") - 1
                 outside = (slot < 0) | (diff >= ends[np.maximum(slot, 0)]) if len(ends) else np.ones(len(diff), bool)
                 if outside.any():
-                    report.problems.append(f"{dst.name}: byte {int(diff[outside][0])} differs from the source "
-                                           "outside the edited slices")
-                    return
+                    if not source_changed:
+                        report.problems.append(f"{dst.name}: byte {int(diff[outside][0])} differs from the "
+                                               "source outside the edited slices")
+                    return True
             offset += len(a)
     finally:
         os.close(fd_src)
         os.close(fd_dst)
+    return False
+
+
+def _changed_sources(src: Checkpoint, prov: dict[str, Any], names: list[str],
+                     progress: StageProgress) -> tuple[dict[str, str], set[str]]:
+    """sha256 of each source file in ``names`` now, and those that no longer match the sha256
+    recorded at bake time (surgery.json source_files)."""
+    recorded = prov.get("source_files") or {}
+    current = {}
+    for i, rel in enumerate(names):
+        progress("compare", i, 2 * len(names))
+        current[rel] = file_sha256(src.path / rel)
+    return current, {rel for rel, digest in current.items() if rel in recorded and digest != recorded[rel]}
 
 
 def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent_stages) -> tuple[Report, Recipe]:
     """Everything that can be checked without running the model; ``progress(stage, done, total)``
-    follows the hashing of the output and the comparison with the source."""
+    follows the hashing of the output and the comparison with the source.
+
+    The source is checked against its sha256s recorded at bake time first: a source file that
+    changed since is said to be so (:func:`source_changed_line`), never reported as damage to the
+    output; only an edited tensor that does not hold the recipe's values is still located in it.
+    """
     report = Report()
     prov = load_provenance(dst_path)
     recipe = Recipe.from_dict(prov.get("recipe"), where="surgery.json recipe")
@@ -154,38 +183,53 @@ def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent
     if report.problems:
         return report, recipe
 
+    card_files = set(prov.get("undo", {}).get("replaced_files", [])) | set(prov.get("undo", {}).get("added_files", []))
+    compared = [rel for rel in source_files(src)
+                if rel not in OWN_FILES and rel not in card_files and not is_other_weights(rel)]  # not carried over
+    current, changed = _changed_sources(src, prov, compared, progress)
     dst = Checkpoint(dst_path, allow_remote_code=True)
-    if dst.config != src.config:
+    if dst.config != src.config and "config.json" not in changed:
         report.problems.append("config.json differs from the source's")
     for fname in sorted(set(src.weight_files) | set(dst.weight_files)):
         if fname not in dst.weight_files or fname not in src.weight_files:
             report.problems.append(f"weight file {fname} is in only one of source and output")
-        elif read_header(src.path / fname) != read_header(dst_path / fname):
+        elif fname not in changed and read_header(src.path / fname) != read_header(dst_path / fname):
             report.problems.append(f"{fname}: tensor names, shapes, dtypes or offsets differ from the source")
-    if report.problems:
+    if report.problems or "config.json" in changed:  # the recipe is planned on the source's config
+        report.problems += [source_changed_line(rel) for rel in sorted(changed)]
         return report, recipe
 
-    patches = plan(src, recipe.validate(src.config), recipe.active())
-    report.tensors_edited = len(patches)
-    by_file = group_by_file(patches)
-    card_files = set(prov.get("undo", {}).get("replaced_files", [])) | set(prov.get("undo", {}).get("added_files", []))
-    compared = [rel for rel in source_files(src)
-                if rel not in OWN_FILES and rel not in card_files and not is_other_weights(rel)]  # not carried over
+    arch = recipe.validate(src.config)
+    patches = plan(src, arch, recipe.active())
+    try:
+        copies = copy_patches(src, arch, patches)
+    except CheckpointError as exc:  # a weights file the bake cannot match: it was copied as is
+        report.problems.append(str(exc))
+        return report, recipe
+    report.tensors_edited = len(patches) + len(copies)
+    left_unedited = unrecorded(copies, prov)
+    report.problems += left_unedited.values()
+    by_file = group_by_file(patches + copies)
     for i, rel in enumerate(compared):
-        progress("compare", i, len(compared))
+        progress("compare", len(compared) + i, 2 * len(compared))
         if not (dst_path / rel).is_file():
             report.problems.append(f"{rel} from the source is missing in the output")
+        elif rel in left_unedited:
+            continue  # said above
         elif rel in by_file:
-            recorded = (prov.get("source_files") or {}).get(rel)
             before = len(report.problems)
-            _compare_edited(src.path / rel, dst_path / rel, by_file[rel], report, recorded)
-            # Every recorded sha256 is recomputed, also the edited shards' source hashes (undo checks them).
-            if len(report.problems) == before and recorded is not None and file_sha256(src.path / rel) != recorded:
-                report.problems.append(f"surgery.json records a sha256 for the source's {rel} that its content does "
-                                       "not have (source_files); undo would refuse to restore it")
-        elif file_sha256(src.path / rel) != prov["files"].get(rel):
+            outside = _compare_edited(src.path / rel, dst_path / rel, by_file[rel], report, rel in changed)
+            if rel in changed and len(report.problems) == before:
+                # Nothing differs but the sha256: the output holds the recipe's bytes over this very
+                # source, so the record is wrong (a Hub blob named with a wrong sha256 at bake time).
+                report.problems.append(source_changed_line(rel) if outside else
+                                       f"surgery.json records a sha256 for the source's {rel} that its content "
+                                       "does not have (source_files); undo would refuse to restore it")
+        elif rel in changed:
+            report.problems.append(source_changed_line(rel))
+        elif current[rel] != prov["files"].get(rel):
             report.problems.append(f"{rel} differs from the source's although the recipe does not touch it")
-    progress("compare", len(compared), len(compared))
+    progress("compare", 2 * len(compared), 2 * len(compared))
     return report, recipe
 
 

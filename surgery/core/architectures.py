@@ -6,6 +6,7 @@ adding a row to ``ARCHITECTURES`` below, never a try/except elsewhere.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
@@ -44,6 +45,41 @@ class Layout:
     # the final norm, a sibling of the layer list, and the config field of a logit soft-cap.
     final_norm: str = "norm"
     logit_softcap: str | None = None
+    # The release's native tensor names (a second copy of the weights some releases ship next to
+    # the transformers ones, e.g. Mistral's consolidated.safetensors): see NativeName.
+    native_names: tuple["NativeName", ...] = ()
+
+
+@dataclass(frozen=True)
+class NativeName:
+    """A tensor name of a release's native format and the transformers name of the same tensor.
+
+    ``pattern`` matches the whole native name; ``loaded`` is its ``re`` replacement (``\\1`` = the
+    layer). ``permuted``: the native rows are in another order than transformers' (Mistral and
+    Meta store wq/wk for interleaved RoPE; the conversion permutes them), so the same bytes are not
+    the same rows and no byte plan may be carried over to it.
+    """
+
+    pattern: str
+    loaded: str
+    permuted: bool = False
+
+
+# Mistral's (and Meta's original Llama) native format, as transformers' conversion script renames
+# it (models/mistral/convert_mistral_weights_to_hf.py, STATE_DICT_MAPPING; not shipped in the wheel):
+# wq/wk are permuted for RoPE by that script, wv/wo and the feed-forward matrices are copied as is.
+_META_NATIVE = (
+    NativeName(r"tok_embeddings\.weight", "model.embed_tokens.weight"),
+    NativeName(r"norm\.weight", "model.norm.weight"),
+    NativeName(r"output\.weight", "lm_head.weight"),
+    NativeName(r"layers\.(\d+)\.attention_norm\.weight", r"model.layers.\1.input_layernorm.weight"),
+    NativeName(r"layers\.(\d+)\.ffn_norm\.weight", r"model.layers.\1.post_attention_layernorm.weight"),
+    NativeName(r"layers\.(\d+)\.attention\.w([qk])\.weight", r"model.layers.\1.self_attn.\2_proj.weight", True),
+    NativeName(r"layers\.(\d+)\.attention\.w([vo])\.weight", r"model.layers.\1.self_attn.\2_proj.weight"),
+    NativeName(r"layers\.(\d+)\.feed_forward\.w1\.weight", r"model.layers.\1.mlp.gate_proj.weight"),
+    NativeName(r"layers\.(\d+)\.feed_forward\.w2\.weight", r"model.layers.\1.mlp.down_proj.weight"),
+    NativeName(r"layers\.(\d+)\.feed_forward\.w3\.weight", r"model.layers.\1.mlp.up_proj.weight"),
+)
 
 
 @dataclass(frozen=True)
@@ -79,8 +115,8 @@ _QWEN_EXPERTS = ("mlp.experts.{expert}.gate_proj", "mlp.experts.{expert}.up_proj
                  "mlp.experts.{expert}.down_proj")
 
 ARCHITECTURES: dict[str, Layout] = {
-    "llama": Layout(_DECODER),
-    "mistral": Layout(_DECODER),
+    "llama": Layout(_DECODER, native_names=_META_NATIVE),
+    "mistral": Layout(_DECODER, native_names=_META_NATIVE),
     "qwen2": Layout(_DECODER),
     "qwen3": Layout(_DECODER),
     "gemma": Layout(_DECODER),
@@ -167,6 +203,14 @@ class Architecture:
                 f"found {'none' if not found else 'several'}; extend {TABLE_LOCATION}"
             )
         return found[0]
+
+    def loaded_name(self, native: str) -> tuple[str, bool] | None:
+        """The transformers name of a tensor stored under a native name (see ``NativeName``), and
+        whether its rows are permuted; None when the table knows no such name."""
+        for entry in self.layout.native_names:
+            if match := re.fullmatch(entry.pattern, native):
+                return match.expand(entry.loaded), entry.permuted
+        return None
 
     def is_sparse(self, layer: int) -> bool:
         """Whether ``layer``'s MLP is a mixture of experts."""

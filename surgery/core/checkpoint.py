@@ -33,6 +33,8 @@ DTYPE_SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16
                "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
 # Keys of config.json that mean the weights are quantized: byte ranges are not plain floats.
 QUANTIZATION_KEYS = ("quantization_config", "compression_config")
+# Folders of a checkpoint that are not part of it (version control, download caches).
+SKIP_DIRS = {".git", ".cache"}
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,26 @@ def _check_layout(path: Path, header: dict[str, Any], data_start: int, size: int
         if b2 < e1:
             raise CheckpointError(f"{path.name}: tensors '{n1}' and '{n2}' overlap in the file; "
                                   f"it is corrupt or crafted: {REFETCH}")
+
+
+def folder_files(root: Path) -> list[str]:
+    """Every file under ``root`` (links followed), as sorted relative POSIX paths, except in ``SKIP_DIRS``."""
+    out = []
+    for folder, dirs, names in os.walk(root, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        out += [Path(folder, n).relative_to(root).as_posix() for n in sorted(names)]
+    return out
+
+
+def file_tensors(root: Path, rel: str) -> dict[str, TensorInfo]:
+    """Every tensor of the safetensors file ``root``/``rel``, from its checked header (absolute byte ranges)."""
+    start, header = read_header(root / rel)
+    out = {}
+    for name, meta in header.items():
+        if name != "__metadata__":
+            b, e = meta["data_offsets"]
+            out[name] = TensorInfo(name, rel, meta["dtype"], tuple(meta["shape"]), start + b, start + e)
+    return out
 
 
 def is_other_weights(rel: str) -> bool:
@@ -206,14 +228,10 @@ class Checkpoint:
         """Every tensor's location, from the (checked) headers of all weight files."""
         out: dict[str, TensorInfo] = {}
         for fname in self.weight_files:
-            start, header = read_header(self.path / fname)
-            for name, meta in header.items():
-                if name == "__metadata__":
-                    continue
+            for name, info in file_tensors(self.path, fname).items():
                 if name in out:
                     raise CheckpointError(f"tensor '{name}' appears in both {out[name].file} and {fname}")
-                b, e = meta["data_offsets"]
-                out[name] = TensorInfo(name, fname, meta["dtype"], tuple(meta["shape"]), start + b, start + e)
+                out[name] = info
         return out
 
     def tensor(self, name: str) -> TensorInfo:

@@ -36,7 +36,11 @@ def check_checkpoint(folder: Path) -> tuple[str, dict[str, Any]]:
         report, _ = structural(Checkpoint(src_path, allow_remote_code=True), folder)
         problems, how = report.problems, f"structural check against the source {src_path}"
     else:
-        problems, how = integrity_problems(folder, prov), "sha256 of every recorded file (source not on this machine)"
+        from ..bake.copies import unedited_copies
+
+        problems = integrity_problems(folder, prov)
+        problems = problems or unedited_copies(folder, prov)  # the same rule as bake's and verify's
+        how = "sha256 of every recorded file (source not on this machine)"
     if problems:
         raise VerificationError(f"{folder} fails verification ({problems[0]}"
                                 f"{f'; {len(problems) - 1} more problem(s)' if len(problems) > 1 else ''}); "

@@ -311,6 +311,30 @@ def test_verify_tells_a_source_edited_since_the_bake(head_bake, tmp_path):
     assert report.mismatches[0]["source_changed"] is True
 
 
+def test_verify_says_plainly_that_the_source_changed_outside_the_edited_slices(head_bake, tmp_path):
+    """A source changed after the bake is said to be so, not reported as a damaged output (before:
+    "model.safetensors: byte N differs from the source outside the edited slices")."""
+    import shutil
+
+    from surgery.bake.verify import source_changed_line
+
+    src, out = head_bake
+    for changed in ("model.safetensors", "generation_config.json", "config.json"):
+        edited = tmp_path / f"edited-{changed}"
+        shutil.copytree(src, edited)
+        if changed == "model.safetensors":  # a tensor the recipe does not touch
+            start = Checkpoint(edited).tensor("model.layers.1.self_attn.q_proj.weight").start
+            with open(edited / changed, "r+b") as f:
+                f.seek(start)
+                f.write(b"\x00\x00\xc0\x3f")
+        else:
+            (edited / changed).write_text((edited / changed).read_text().replace("{", '{"_note": 1, ', 1))
+        report = verify(Checkpoint(edited), out, run_model=False)
+        assert report.problems == [source_changed_line(changed)], changed
+        assert report.problems[0].startswith(f"the source's {changed} no longer matches the sha256 recorded at "
+                                             "bake time")
+
+
 def test_edited_shards_streamed_at_once_give_one_layout(tiny, tmp_path, monkeypatch):
     """Edited shards stream on two threads; surgery.undo and the edit records must not depend on
     which shard ends first (slow down the first shard so that the others finish before it)."""
