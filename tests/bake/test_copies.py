@@ -194,3 +194,23 @@ def test_push_refuses_a_copy_left_unedited(copied_as_is, tmp_path):
     src.rename(tmp_path / "moved-away")  # the source is no longer on this machine: the folder's own record
     with pytest.raises(VerificationError, match=f"{COPY} holds a copy of the edited tensor .* left unedited"):
         check_pushable(out)
+
+
+def test_an_edit_of_a_permuted_native_tensor_is_refused(tiny):
+    """Mistral's wq/wk rows are permuted for RoPE: the same bytes are not the same rows, so a plan on
+    q_proj (no edit makes one today) is never carried over to them."""
+    from surgery.bake.copies import copy_patches
+    from surgery.bake.patches import TensorPatch
+    from surgery.core.architectures import architecture
+    from surgery.core.errors import CheckpointError
+
+    src = with_native_copy(tiny("mistral"))
+    ckpt = Checkpoint(src)
+    q_proj = TensorPatch(ckpt.tensor("model.layers.0.self_attn.q_proj.weight"), rows={0: 2.0})
+    with pytest.raises(CheckpointError, match=r"its copy 'layers\.0\.attention\.wq\.weight' of the edited "
+                                              r"'model\.layers\.0\.self_attn\.q_proj\.weight' stores its rows in "
+                                              r"another order \(permuted for RoPE\)"):
+        copy_patches(ckpt, architecture(ckpt.config), [q_proj])
+    v_proj = TensorPatch(ckpt.tensor("model.layers.0.self_attn.v_proj.weight"), rows={0: 2.0})
+    (carried,) = copy_patches(ckpt, architecture(ckpt.config), [v_proj])
+    assert (carried.info.file, carried.info.name, carried.rows) == (COPY, "layers.0.attention.wv.weight", {0: 2.0})
