@@ -18,8 +18,8 @@ from surgery.bake.verify import structural
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import SurgeryError
-from tests.conftest import build_tiny
 from tests.support.cli import run_cli, run_main, tree_hashes
+from tests.support.tiny import build_tiny
 
 MASKS = (0x01, 0x20, 0x80, 0xFF)
 
