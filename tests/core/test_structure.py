@@ -28,23 +28,31 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
-def _imports(name: str) -> set[str]:
-    """Absolute names of everything module ``name`` imports (modules of surgery and third parties)."""
-    path = MODULES[name]
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
+def _statements(path: Path, package: str) -> list[tuple[str, list[str]]]:
+    """(absolute module, names taken from it) of every import in ``path``; relative ones resolved in ``package``."""
+    found: list[tuple[str, list[str]]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
+            found += [(alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            found.add(target)
-            # `from . import hooks`: the names may be modules themselves
-            found |= {f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in MODULES}
+            found.append((target, [alias.name for alias in node.names]))
+    return found
+
+
+def _imports(name: str) -> set[str]:
+    """Absolute names of everything module ``name`` imports (modules of surgery and third parties)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for target, names in _statements(path, package):
+        found.add(target)
+        # `from . import hooks`: the names may be modules themselves
+        found |= {f"{target}.{n}" for n in names if f"{target}.{n}" in MODULES}
     return found
 
 
@@ -104,15 +112,9 @@ NOT_MIRRORED = ("support", "planted", "fixtures", "docs")
 
 
 def _imported_names(path: Path) -> set[str]:
-    """Every module name ``path`` imports, and every ``module.name`` of its from-imports."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and not node.level:  # tests import absolutely
-            found.add(node.module or "")
-            found |= {f"{node.module}.{alias.name}" for alias in node.names}
-    return found
+    """Every module a file under tests/ imports, and every ``module.name`` of its from-imports."""
+    package = ".".join(path.parent.relative_to(REPO).parts)
+    return {m for target, names in _statements(path, package) for m in (target, *(f"{target}.{n}" for n in names))}
 
 
 def _is_test_module(name: str) -> bool:
