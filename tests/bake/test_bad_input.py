@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 
 from surgery.core.checkpoint import read_header
 from surgery.core.errors import CheckpointError
-from tests.conftest import build_tiny
 from tests.support import cases as setups
 from tests.support import corrupt as bad
 from tests.support.cases import Case, Ctx
 from tests.support.cli import REPO, cli_env, error_line, hidden_entries, run_cli, run_main, tree_hashes
+from tests.support.tiny import build_tiny
 
 O_PROJ0 = "model.layers.0.self_attn.o_proj.weight"
 

@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-from safetensors import safe_open
 
 from surgery.bake.bake import bake
 from surgery.bake.undo import undo
@@ -15,7 +14,8 @@ from surgery.core.architectures import architecture
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.model.hooks import applied
-from tests.conftest import ARCHS
+from tests.support.models import load_fp32, logits, stored_tensors
+from tests.support.tiny import ARCHS
 
 
 def _recipe(config: dict) -> Recipe:
@@ -25,24 +25,6 @@ def _recipe(config: dict) -> Recipe:
         HeadScale(0, 1, 2.5), HeadScale(last, g.num_heads - 1, 0.5),
         NeuronScale(1, 3, 0.0), NeuronScale(1, g.intermediate_size - 1, 0.0), NeuronScale(last, 5, 0.5),
     ))
-
-
-def _tensors(path) -> dict[str, torch.Tensor]:
-    ckpt = Checkpoint(path)
-    out = {}
-    for f in ckpt.weight_files:
-        with safe_open(str(path / f), "pt") as st:
-            out.update({k: st.get_tensor(k) for k in st.keys()})
-    return out
-
-
-def _logits(path, edits=()):
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    ids = torch.randint(3, 90, (2, 10), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad(), applied(model, edits):
-        return model(input_ids=ids).logits
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -57,12 +39,12 @@ def test_baked_equals_runtime_twin(tiny, tmp_path, arch, shard):
     bake(ckpt, recipe, dst)
 
     # logits: baked == source + hooks (fp32)
-    assert (_logits(dst) - _logits(src, recipe.edits)).abs().max().item() <= 1e-5
+    assert (logits(load_fp32(dst)) - logits(load_fp32(src), recipe.edits)).abs().max().item() <= 1e-5
     # hooks change something (the test would pass vacuously otherwise)
-    assert (_logits(src) - _logits(src, recipe.edits)).abs().max().item() > 1e-3
+    assert (logits(load_fp32(src)) - logits(load_fp32(src), recipe.edits)).abs().max().item() > 1e-3
 
     # names, shapes, dtypes, config unchanged; only edited tensors differ
-    before, after = _tensors(src), _tensors(dst)
+    before, after = stored_tensors(src), stored_tensors(dst)
     assert before.keys() == after.keys()
     edited = {e["tensor"] for e in json.loads((dst / "surgery.json").read_text())["edited_tensors"]}
     for name in before:
@@ -120,7 +102,7 @@ def test_identity_edits_are_byte_identical(tiny, tmp_path, dtype):
 def test_pruned_neuron_is_dead_everywhere(tiny, tmp_path):
     src = tiny("llama")  # mlp_bias=True
     bake(Checkpoint(src), Recipe((NeuronScale(1, 3, 0.0),)), tmp_path / "baked")
-    t = _tensors(tmp_path / "baked")
+    t = stored_tensors(tmp_path / "baked")
     p = "model.layers.1.mlp."
     assert not t[p + "down_proj.weight"][:, 3].any()
     for m in ("gate_proj", "up_proj"):
@@ -131,14 +113,14 @@ def test_pruned_neuron_is_dead_everywhere(tiny, tmp_path):
 def test_phi3_fused_rows(tiny, tmp_path):
     src = tiny("phi3")
     bake(Checkpoint(src), Recipe((NeuronScale(0, 5, 0.0),)), tmp_path / "baked")
-    w = _tensors(tmp_path / "baked")["model.layers.0.mlp.gate_up_proj.weight"]
+    w = stored_tensors(tmp_path / "baked")["model.layers.0.mlp.gate_up_proj.weight"]
     assert not w[5].any() and not w[48 + 5].any() and w[6].any() and w[48 + 6].any()
 
 
 def test_tied_embeddings_untouched(tiny, tmp_path):
     src = tiny("gemma3_text", tie_word_embeddings=True)
     bake(Checkpoint(src), _recipe(Checkpoint(src).config), tmp_path / "baked")
-    a, b = _tensors(src), _tensors(tmp_path / "baked")
+    a, b = stored_tensors(src), stored_tensors(tmp_path / "baked")
     assert "lm_head.weight" not in b
     assert torch.equal(a["model.embed_tokens.weight"], b["model.embed_tokens.weight"])
 

@@ -22,8 +22,8 @@ import pytest
 
 from surgery.bake.verify import verify
 from surgery.core.checkpoint import Checkpoint
-from tests.conftest import build_tiny
 from tests.support.cli import REPO, cli_env, error_line, faulty_cli, run_cli, run_main, staging_leftovers, tree_hashes
+from tests.support.tiny import build_tiny
 
 HEADS = ["--heads", "0.1,2.3", "--alpha", "2.5"]
 

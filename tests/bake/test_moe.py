@@ -18,8 +18,8 @@ from surgery.bake.verify import verify
 from surgery.core.architectures import architecture
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import SHARED, HeadScale, NeuronScale, Recipe
-from tests.bake.test_bake import _logits, _tensors
-from tests.conftest import MOE_ARCHS
+from tests.support.models import load_fp32, logits, stored_tensors
+from tests.support.tiny import MOE_ARCHS
 
 # save_pretrained writes GPT-OSS fused already: its "per-expert" case would repeat the fused one.
 CASES = [(a, f) for a in MOE_ARCHS for f in (False, True) if not (a == "gpt_oss" and not f)]
@@ -49,12 +49,12 @@ def test_moe_baked_equals_runtime_twin(tiny, tmp_path, arch, fused):
     dst = tmp_path / "baked"
     bake(ckpt, recipe, dst)
 
-    base = _logits(src)
+    base = logits(load_fp32(src))
     # the expert edits alone change the output (the twin is not vacuous), and so does the rest
-    assert (base - _logits(src, experts)).abs().max().item() > 1e-3
-    assert (_logits(dst) - _logits(src, recipe.edits)).abs().max().item() <= 1e-5
+    assert (base - logits(load_fp32(src), experts)).abs().max().item() > 1e-3
+    assert (logits(load_fp32(dst)) - logits(load_fp32(src), recipe.edits)).abs().max().item() <= 1e-5
 
-    before, after = _tensors(src), _tensors(dst)
+    before, after = stored_tensors(src), stored_tensors(dst)
     assert before.keys() == after.keys()
     edited = {e["tensor"] for e in json.loads((dst / "surgery.json").read_text())["edited_tensors"]}
     assert any("experts" in name for name in edited)
@@ -83,7 +83,7 @@ def test_fused_expert_slices_are_exactly_the_neuron(tiny, tmp_path):
     ckpt = Checkpoint(src)
     I = architecture(ckpt.config).geometry.expert_size
     bake(ckpt, Recipe((NeuronScale(0, 5, 0.0, 2),)), tmp_path / "baked")
-    before, after = _tensors(src), _tensors(tmp_path / "baked")
+    before, after = stored_tensors(src), stored_tensors(tmp_path / "baked")
     name = "model.layers.0.mlp.experts."
     gu, down = after[name + "gate_up_proj"], after[name + "down_proj"]
     assert not gu[2, [5, I + 5]].any() and not down[2, :, 5].any()
@@ -100,7 +100,7 @@ def test_gpt_oss_interleaved_neuron_and_bias(tiny, tmp_path):
     src = tiny("gpt_oss", dtype=torch.bfloat16)
     ckpt = Checkpoint(src)
     bake(ckpt, Recipe((NeuronScale(1, 6, 0.0, 3),)), tmp_path / "baked")
-    before, after = _tensors(src), _tensors(tmp_path / "baked")
+    before, after = stored_tensors(src), stored_tensors(tmp_path / "baked")
     name = "model.layers.1.mlp.experts."
     assert not after[name + "gate_up_proj"][3, :, [12, 13]].float().any()
     assert not after[name + "gate_up_proj_bias"][3, [12, 13]].float().any()
@@ -146,8 +146,8 @@ def test_cli_prunes_named_expert_neurons_and_says_so(tiny, tmp_path, capsys):
     recipe = tmp_path / "again.yaml"
     recipe.write_text(yaml.safe_dump(prov["recipe"]), encoding="utf-8")
     run("apply", recipe, "--model", src, "--out", tmp_path / "again")
-    assert _tensors(dst).keys() == _tensors(tmp_path / "again").keys()
-    assert all(_equal(a, b) for a, b in zip(_tensors(dst).values(), _tensors(tmp_path / "again").values()))
+    assert stored_tensors(dst).keys() == stored_tensors(tmp_path / "again").keys()
+    assert all(_equal(a, b) for a, b in zip(stored_tensors(dst).values(), stored_tensors(tmp_path / "again").values()))
     run("verify", src, dst)
 
 
@@ -181,7 +181,7 @@ def test_fused_windows_in_small_blocks(tiny, tmp_path, monkeypatch, arch):
     for info, first, n, cols in reads:
         window = info.shape[1] if len(info.shape) == 3 else 1  # an expert's rows of the 2-D view
         assert n * cols * 4 <= 768 and first // window == (first + n - 1) // window < info.shape[0]
-    one, blocks = _tensors(tmp_path / "one-block"), _tensors(tmp_path / "blocks")
+    one, blocks = stored_tensors(tmp_path / "one-block"), stored_tensors(tmp_path / "blocks")
     assert all(_equal(one[k], blocks[k]) for k in one)
     assert verify(ckpt, tmp_path / "blocks").ok
     undo(tmp_path / "blocks", tmp_path / "restored")
@@ -206,4 +206,4 @@ def test_twin_under_disk_offload(tiny, tmp_path, arch):
     ids = torch.randint(3, 90, (2, 10), generator=torch.Generator().manual_seed(1))
     with torch.no_grad(), applied(model, recipe.edits):
         twin = model(input_ids=ids).logits
-    assert (twin - _logits(tmp_path / "baked")).abs().max().item() <= 1e-5
+    assert (twin - logits(load_fp32(tmp_path / "baked"))).abs().max().item() <= 1e-5

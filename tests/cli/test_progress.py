@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from tests.find.neurons.test_neurons import write_pairs
 from tests.support.binding import char_model, write_small_benchmark
 from tests.support.cli import cli_env, run_cli
+from tests.support.neuron_pairs import write_pairs
 
 DONE = re.compile(r"^(?P<step>[^:\n]+): (?P<n>[\d,]+)/(?P=n) \(100 %\) \S+ elapsed$", re.M)
 

@@ -13,8 +13,8 @@ import pytest
 
 from surgery.bake.verify import verify
 from surgery.core.checkpoint import Checkpoint
-from tests.conftest import build_tiny
 from tests.support.cli import REPO, cli_env, faulty_cli, staging_leftovers, tree_hashes
+from tests.support.tiny import build_tiny
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def _start(cmd: list[str]) -> subprocess.Popen:
 @pytest.mark.parametrize("force", [False, True], ids=["plain", "force"])
 def test_two_bakes_into_one_destination(force, base, tmp_path):
     """Two bakes into one destination at once: the lock lets exactly one write; the other fails at
-    once with one clear line. The first to take the lock waits (tests/fault_runner.py hold:) until
+    once with one clear line. The first to take the lock waits (tests/support/fault_runner.py hold:) until
     the other has failed, so the two certainly overlap however slowly each starts."""
     src = tmp_path / "src"
     shutil.copytree(base, src)

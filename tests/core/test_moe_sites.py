@@ -8,7 +8,7 @@ from surgery.core.architectures import architecture
 from surgery.core.edits import SHARED, NeuronScale, Recipe, parse_neurons
 from surgery.core.errors import CheckpointError, RecipeError
 from surgery.core.sites import Site, sites
-from tests.conftest import BASE, tiny_config
+from tests.support.tiny import BASE, tiny_config
 
 H = BASE["hidden_size"]
 

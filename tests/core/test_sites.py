@@ -17,9 +17,8 @@ from surgery.core.errors import UnsupportedArchitecture
 from surgery.core.sites import Site, sites
 from surgery.model.hooks import applied, scale_vectors
 from surgery.ship.lora import export_lora
-from tests.bake.test_bake import _tensors
-from tests.conftest import BASE, tiny_config
-from tests.ship.test_export import _load
+from tests.support.models import load_fp32, logits, stored_tensors
+from tests.support.tiny import BASE, tiny_config
 
 H, I, D = BASE["hidden_size"], BASE["intermediate_size"], BASE["head_dim"]
 
@@ -96,12 +95,6 @@ def _recipe() -> Recipe:
     return Recipe((HeadScale(0, 1, 2.5), NeuronScale(1, 3, 0.0), NeuronScale(last, 5, 1.5)))
 
 
-def _logits(model, edits=()) -> torch.Tensor:
-    ids = torch.randint(3, 90, (2, 10), generator=torch.Generator().manual_seed(3))
-    with torch.no_grad(), applied(model, edits):
-        return model(input_ids=ids).logits
-
-
 @pytest.fixture
 def starcoder2(tmp_path) -> Path:
     return _starcoder2(tmp_path / "starcoder2")
@@ -111,7 +104,7 @@ def test_without_its_row_every_path_refuses(starcoder2, tmp_path):
     ckpt, recipe = Checkpoint(starcoder2), _recipe()
     assert "starcoder2" not in architectures.ARCHITECTURES
     with pytest.raises(UnsupportedArchitecture, match="starcoder2"):
-        with applied(_load(starcoder2), recipe.edits):
+        with applied(load_fp32(starcoder2), recipe.edits):
             pass
     with pytest.raises(UnsupportedArchitecture, match="starcoder2"):
         bake(ckpt, recipe, tmp_path / "baked")
@@ -128,17 +121,17 @@ def test_one_row_makes_hooks_bake_and_lora_agree(starcoder2, tmp_path, monkeypat
     bake(ckpt, recipe, tmp_path / "baked")
     export_lora(ckpt, recipe, tmp_path / "adapter")
 
-    hooked = _logits(_load(starcoder2), recipe.edits)
-    baked = _logits(_load(tmp_path / "baked"))
-    adapted = _logits(PeftModel.from_pretrained(_load(starcoder2), tmp_path / "adapter").eval())
+    hooked = logits(load_fp32(starcoder2), recipe.edits, seed=3)
+    baked = logits(load_fp32(tmp_path / "baked"), seed=3)
+    adapted = logits(PeftModel.from_pretrained(load_fp32(starcoder2), tmp_path / "adapter").eval(), seed=3)
     assert (hooked - baked).abs().max().item() <= 1e-5
     assert (adapted - baked).abs().max().item() <= 1e-5
-    assert (_logits(_load(starcoder2)) - baked).abs().max().item() > 1e-3  # the recipe does something
+    assert (logits(load_fp32(starcoder2), seed=3) - baked).abs().max().item() > 1e-3  # the recipe does something
     assert verify(ckpt, tmp_path / "baked").ok
 
     # Exactly the sites' tensors changed (the pruned neuron's c_fc row and bias too); the rest,
     # o_proj and c_proj biases included, is byte-identical.
-    before, after = _tensors(starcoder2), _tensors(tmp_path / "baked")
+    before, after = stored_tensors(starcoder2), stored_tensors(tmp_path / "baked")
     edited = {"model.layers.0.self_attn.o_proj.weight", "model.layers.1.mlp.c_proj.weight",
               "model.layers.1.mlp.c_fc.weight", "model.layers.1.mlp.c_fc.bias", "model.layers.2.mlp.c_proj.weight"}
     assert before.keys() == after.keys() and edited <= before.keys()

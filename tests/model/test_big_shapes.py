@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.find.neurons.test_neurons import write_pairs
 from tests.support.binding import write_small_benchmark
 from tests.support.cli import cli_env
-
+from tests.support.neuron_pairs import write_pairs
 from tests.support.paths import REPO
 
 sys.path.insert(0, str(REPO / "examples"))

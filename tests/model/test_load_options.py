@@ -9,16 +9,15 @@ custom class really is the one that runs, and ``--device`` reaches every model l
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import transformers
 
 import surgery.model.loading
 import surgery.model.placement
-from surgery.cli.main import main
-from tests.find.neurons.test_neurons import write_pairs
 from tests.support.binding import char_model, write_small_benchmark
+from tests.support.cli import main_code
+from tests.support.commands import model_commands
 
 MODELING = '''
 import os
@@ -36,7 +35,6 @@ class CustomForCausalLM(LlamaForCausalLM):
 '''
 REVISION = "v1"  # a local folder is read as it is; the point is that the option arrives
 DEVICE = "cpu:0"  # a valid device distinct from the default "cpu": seen only if the option arrives
-FAST_HEADS = ["--max-pairs", "4", "--random-sets", "1", "--confirm", "0"]
 # Bakes whose findings come from a cache (or a recipe) run no model: the bake's own check reads the
 # edited weight slices only. They must still refuse the custom code without the flag (test below).
 RUN_NO_MODEL = {"prune-neurons", "amplify-heads", "apply"}
@@ -81,38 +79,12 @@ def remote(tiny, tmp_path, monkeypatch):
     return path, calls, mark
 
 
-def _commands(model: Path, tmp: Path) -> dict[str, list]:
-    bench = write_small_benchmark(tmp / "small.jsonl")
-    pairs = write_pairs(tmp / "pairs.jsonl")
-    recipe = tmp / "recipe.yaml"
-    recipe.write_text("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: 2.0}\n")
-    return {
-        "find-neurons": ["find-neurons", model, "--pairs", pairs],
-        "prune-neurons": ["prune-neurons", model, "--n", "2", "--pairs", pairs, "--out", tmp / "pruned"],
-        "score-binding": ["score-binding", model, "--benchmark", bench, "--max-pairs", "4"],
-        "find-heads": ["find-heads", model, "--benchmark", bench, *FAST_HEADS],
-        "amplify-heads": ["amplify-heads", model, "--alpha", "2", "--top", "1", "--benchmark", bench, *FAST_HEADS,
-                          "--out", tmp / "amplified"],
-        "apply": ["apply", recipe, "--model", model, "--out", tmp / "applied"],
-        "verify": ["verify", model, tmp / "applied"],
-        "eval": ["eval", tmp / "applied", "--against", model, "--limit", "1", "--suite", "kl"],
-    }
-
-
-def _run(args: list) -> int:
-    try:
-        main([str(a) for a in args])
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
-
-
 def test_every_command_passes_trust_device_and_revision_to_every_load(remote, tmp_path, capsys):
     model, calls, mark = remote
-    for name, args in _commands(model, tmp_path).items():
+    for name, args in model_commands(model, tmp_path).items():
         calls.clear()
         mark.unlink(missing_ok=True)
-        code = _run([*args, "--trust-remote-code", "--device", DEVICE, "--revision", REVISION])
+        code = main_code([*args, "--trust-remote-code", "--device", DEVICE, "--revision", REVISION])
         assert code == 0, f"{name}: {capsys.readouterr().err[-2000:]}"
         loads = [value for kind, value in calls if kind in ("model", "tokenizer")]
         devices = [value for kind, value in calls if kind == "device"]
@@ -133,10 +105,10 @@ def test_every_command_passes_trust_device_and_revision_to_every_load(remote, tm
                                   "apply", "eval"])
 def test_without_the_flag_every_command_refuses_the_custom_code(remote, tmp_path, capsys, name):
     model, calls, mark = remote
-    args = _commands(model, tmp_path)[name]
+    args = model_commands(model, tmp_path)[name]
     if name == "eval":
         args = ["eval", model, "--limit", "1"]
-    assert _run(args) == 2
+    assert main_code(args) == 2
     assert "--trust-remote-code" in capsys.readouterr().err
     assert not [c for c in calls if c[0] == "model"] and not mark.exists()
 
@@ -145,9 +117,9 @@ def test_inspect_and_export_lora_open_it_with_the_flag(remote, tmp_path, capsys)
     model, _, _ = remote
     recipe = tmp_path / "r.yaml"
     recipe.write_text("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: 2.0}\n")
-    assert _run(["inspect", model, "--trust-remote-code"]) == 0
-    assert _run(["export-lora", model, "--recipe", recipe, "--out", tmp_path / "a", "--trust-remote-code"]) == 0
-    assert _run(["inspect", model]) == 2 and "--trust-remote-code" in capsys.readouterr().err
+    assert main_code(["inspect", model, "--trust-remote-code"]) == 0
+    assert main_code(["export-lora", model, "--recipe", recipe, "--out", tmp_path / "a", "--trust-remote-code"]) == 0
+    assert main_code(["inspect", model]) == 2 and "--trust-remote-code" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("device, message", [
@@ -159,8 +131,8 @@ def test_a_device_this_machine_lacks_is_one_line(tiny, tmp_path, capsys, device,
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     model = char_model(tiny, "llama")
-    code = _run(["score-binding", model, "--benchmark", write_small_benchmark(tmp_path / "b.jsonl"),
-                 "--max-pairs", "4", "--device", device])
+    code = main_code(["score-binding", model, "--benchmark", write_small_benchmark(tmp_path / "b.jsonl"),
+                      "--max-pairs", "4", "--device", device])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and message in err[0] and err[0].startswith("Error: --device")
 
@@ -172,8 +144,8 @@ def test_a_config_that_does_not_describe_the_weights_is_one_line_before_loading(
     model = char_model(tiny, "llama")
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "num_key_value_heads": 1}))
-    args = _commands(model, tmp_path)[command]
-    code = _run(args)
+    args = model_commands(model, tmp_path)[command]
+    code = main_code(args)
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert "k_proj.weight' has shape" in err[0] and "num_key_value_heads" in err[0] and "internal" not in err[0]

@@ -25,9 +25,9 @@ from surgery.find.neurons.pairs import load_pairs
 from surgery.model.hooks import applied
 from surgery.model.loading import Checkpoint, LoadSpec, compute_dtype, load_model
 from surgery.model.placement import largest_layer_bytes, parse_max_memory, parse_size, resolve_dtype
-from tests.find.neurons.test_neurons import write_pairs
-from tests.model.test_load_options import _run
 from tests.support.binding import char_model, write_small_benchmark
+from tests.support.cli import main_code
+from tests.support.neuron_pairs import write_pairs
 
 
 def _offloading(model: Path, tmp_path: Path) -> LoadSpec:
@@ -161,7 +161,7 @@ def test_sizes():
 def test_bad_placement_is_one_line(tiny, tmp_path, capsys, extra, message):
     model = char_model(tiny, "llama")
     pairs = write_pairs(tmp_path / "pairs.jsonl")
-    code = _run(["find-neurons", model, "--pairs", pairs, "--device", "cpu", *extra])
+    code = main_code(["find-neurons", model, "--pairs", pairs, "--device", "cpu", *extra])
     err = [line for line in capsys.readouterr().err.strip().splitlines() if line.strip() and not line.startswith("note:")]
     assert code == 2 and message in err[-1], err
     if message != "--dtype":  # click's own usage error for an unknown choice has its usage lines
@@ -175,8 +175,8 @@ def test_the_cli_runs_offloaded_and_bfloat16(tiny, tmp_path, capsys, monkeypatch
     model = char_model(tiny, "llama", num_hidden_layers=6)
     layer = largest_layer_bytes(Checkpoint(model).tensors, 2)
     pairs = write_pairs(tmp_path / "pairs.jsonl")
-    code = _run(["find-neurons", model, "--pairs", pairs, "--device", "cpu", "--dtype", "bfloat16",
-                 "--device-map", "auto", "--max-memory", f"cpu={2 * layer + 4096}", "--json"])
+    code = main_code(["find-neurons", model, "--pairs", pairs, "--device", "cpu", "--dtype", "bfloat16",
+                      "--device-map", "auto", "--max-memory", f"cpu={2 * layer + 4096}", "--json"])
     assert code == 0, capsys.readouterr().err
     printed = json.loads(capsys.readouterr().out)
     assert printed["compute"] == {"dtype": "bfloat16", "device": "cpu", "device_map": "accelerate"}

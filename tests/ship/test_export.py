@@ -13,7 +13,8 @@ from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import RecipeError
 from surgery.ship.lora import VLLM_RANKS, export_lora
-from tests.conftest import ARCHS
+from tests.support.models import load_fp32
+from tests.support.tiny import ARCHS
 
 
 def _recipe(config: dict) -> Recipe:
@@ -27,12 +28,6 @@ def _logits(model) -> torch.Tensor:
     ids = torch.randint(3, 90, (2, 10), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         return model(input_ids=ids).logits
-
-
-def _load(path):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
 @pytest.mark.parametrize("vllm", [False, True], ids=["per-module-rank", "vllm"])
@@ -57,12 +52,12 @@ def test_adapter_equals_baked(tiny, tmp_path, arch, vllm):
         for name, r in ranks.items():
             assert cfg["rank_pattern"].get(name, cfg["r"]) == r == cfg["alpha_pattern"].get(name, cfg["lora_alpha"])
 
-    baked = _logits(_load(tmp_path / "baked"))
-    peft_model = PeftModel.from_pretrained(_load(src), tmp_path / "adapter").eval()
+    baked = _logits(load_fp32(tmp_path / "baked"))
+    peft_model = PeftModel.from_pretrained(load_fp32(src), tmp_path / "adapter").eval()
     assert (_logits(peft_model) - baked).abs().max().item() <= 1e-5
     merged = peft_model.merge_and_unload()
     assert (_logits(merged) - baked).abs().max().item() <= 1e-5
-    assert (_logits(_load(src)) - baked).abs().max().item() > 1e-3  # the edit does something
+    assert (_logits(load_fp32(src)) - baked).abs().max().item() > 1e-3  # the edit does something
 
 
 def test_bf16_source_adapter_matches_baked(tiny, tmp_path):
@@ -73,9 +68,9 @@ def test_bf16_source_adapter_matches_baked(tiny, tmp_path):
     recipe = Recipe((NeuronScale(1, 3, 0.0), HeadScale(2, 0, 2.0)))
     bake(ckpt, recipe, tmp_path / "baked")
     export_lora(ckpt, recipe, tmp_path / "adapter")
-    merged = PeftModel.from_pretrained(_load(src), tmp_path / "adapter").merge_and_unload()
+    merged = PeftModel.from_pretrained(load_fp32(src), tmp_path / "adapter").merge_and_unload()
     # the baked bf16 weights round α·W once; the adapter holds fp32 factors of the bf16 source
-    assert (_logits(merged) - _logits(_load(tmp_path / "baked"))).abs().max().item() <= 0.05
+    assert (_logits(merged) - _logits(load_fp32(tmp_path / "baked"))).abs().max().item() <= 0.05
 
 
 def test_vllm_rank_over_512_is_an_error(tiny, tmp_path):
@@ -207,7 +202,7 @@ def test_shared_expert_and_heads_of_a_moe_export_exactly(tiny, tmp_path):
     recipe = Recipe((HeadScale(0, 1, 2.5), NeuronScale(1, 3, 0.0, "shared"), NeuronScale(2, 5, 1.5, "shared")))
     bake(ckpt, recipe, tmp_path / "baked")
     export_lora(ckpt, recipe, tmp_path / "adapter")
-    baked = _logits(_load(tmp_path / "baked"))
-    peft_model = PeftModel.from_pretrained(_load(src), tmp_path / "adapter").eval()
+    baked = _logits(load_fp32(tmp_path / "baked"))
+    peft_model = PeftModel.from_pretrained(load_fp32(src), tmp_path / "adapter").eval()
     assert (_logits(peft_model) - baked).abs().max().item() <= 1e-5
-    assert (_logits(_load(src)) - baked).abs().max().item() > 1e-3
+    assert (_logits(load_fp32(src)) - baked).abs().max().item() > 1e-3

@@ -1,7 +1,8 @@
-"""Run the real ``surgery`` CLI in a subprocess and check what it leaves behind.
+"""Run the real ``surgery`` CLI in a subprocess (or in this process) and check what it leaves behind.
 
 A subprocess is the honest test of the user's view: stderr exactly as a terminal gets it, the real
-exit code, and no state shared with pytest. ``python -m surgery`` starts in about 0.3 s.
+exit code, and no state shared with pytest. ``python -m surgery`` starts in about 0.3 s. The
+in-process runners (``run_main``, ``main_*``) let a test watch or patch what the command does.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def run_cli(args: Sequence[str | Path], *, timeout: float = 120, **popen) -> sub
 
 
 def faulty_cli(fault: str, args: Sequence[str | Path]) -> list[str]:
-    """The command line that runs the CLI under ``tests/fault_runner.py`` with ``fault`` armed."""
+    """The command line that runs the CLI under ``tests/support/fault_runner.py`` with ``fault`` armed."""
     return [sys.executable, str(FAULT_RUNNER), fault, "--", *map(str, args)]
 
 
@@ -89,3 +90,35 @@ def run_main(args: Sequence[str | Path], capsys) -> subprocess.CompletedProcess:
         code = exc.code if isinstance(exc.code, int) else 1
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess(list(args), code, out, err)
+
+
+def main_code(args: Sequence[str | Path]) -> int:
+    """Run ``surgery ARGS`` in this process; its exit code (the output is left to pytest's capture)."""
+    from surgery.cli.main import main
+
+    try:
+        main([str(a) for a in args])
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def main_output(capsys, *args) -> tuple[int, str, str]:
+    """Run ``surgery ARGS`` in this process; (exit code, stdout, stderr with rich's wrapping undone)."""
+    from surgery.cli.main import main
+
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, " ".join(captured.err.split())
+
+
+def main_stdout(capsys, *args) -> str:
+    """Run ``surgery ARGS`` in this process, which must succeed without exiting; its stdout."""
+    from surgery.cli.main import main
+
+    main([str(a) for a in args])
+    return capsys.readouterr().out

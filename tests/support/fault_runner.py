@@ -1,4 +1,4 @@
-"""Run the surgery CLI with one fault armed: ``python tests/fault_runner.py FAULT -- ARGS…``.
+"""Run the surgery CLI with one fault armed: ``python tests/support/fault_runner.py FAULT -- ARGS…``.
 
 Test-only. The fault is injected by wrapping a real surgery or os function in this process (the
 product code has no hooks for it), so the run takes exactly the code path a user's run takes until

@@ -28,7 +28,7 @@ def _inputs():
 
 @pytest.fixture(scope="module", params=ARCHS)
 def model(request, tmp_path_factory):
-    from tests.conftest import build_tiny
+    from tests.support.tiny import build_tiny
 
     path = build_tiny(request.param, tmp_path_factory.mktemp(request.param) / "m")
     m = load_model(path)

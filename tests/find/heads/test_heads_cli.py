@@ -19,15 +19,9 @@ from surgery.find.heads.find import cached_find_heads
 from surgery.find.heads.pairs import build_pairs
 from surgery.find.heads.params import FindParams
 from surgery.model.loading import load_model
-from tests.support.binding import char_model, write_small_benchmark
+from tests.support.binding import FAST, char_model, write_small_benchmark
+from tests.support.cli import main_stdout
 from tests.support.tokenizer import char_tokenizer
-
-FAST = ["--max-pairs", "4", "--random-sets", "1"]
-
-
-def _run(capsys, *args) -> str:
-    main([str(a) for a in args])
-    return capsys.readouterr().out
 
 
 def _fails(capsys, *args) -> str:
@@ -42,17 +36,17 @@ def _fails(capsys, *args) -> str:
 def test_find_heads_then_amplify_heads(tiny, tmp_path, capsys):
     model = char_model(tiny, "llama")
     bench = write_small_benchmark(tmp_path / "small.jsonl")
-    out = _run(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--out", tmp_path / "f.json")
+    out = main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--out", tmp_path / "f.json")
     assert "Discovery: CV AUC" in out and "Edge knockout" in out
     f = load_findings(tmp_path / "f.json", "heads")
     assert f["dataset_sha256"] and f["parameters"]["max_pairs"] == 4 and len(f["selected_heads"]) == 3
     assert f["knockout"]["tested"]["ci95"] and f["knockout"]["random"]["n"] == 1
     assert len(f["discovery"]["heads"]) == 3 * 4 and "auc" in f["discovery"]
-    assert "Cached findings" in _run(capsys, "find-heads", model, "--benchmark", bench, *FAST)
+    assert "Cached findings" in main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST)
     # amplify-heads reuses the cached findings (same parameters) and bakes the top 2 heads
     baked = tmp_path / "baked"
-    out = _run(capsys, "amplify-heads", model, "--alpha", "2.5", "--top", "2", "--benchmark", bench, *FAST,
-               "--out", baked)
+    out = main_stdout(capsys, "amplify-heads", model, "--alpha", "2.5", "--top", "2", "--benchmark", bench, *FAST,
+                      "--out", baked)
     assert "Heads from findings" in out and "Baked 2 edit(s)" in out
     prov = json.loads((baked / "surgery.json").read_text())
     heads = [[e["layer"], e["head"]] for e in prov["recipe"]["edits"]]
@@ -62,7 +56,7 @@ def test_find_heads_then_amplify_heads(tiny, tmp_path, capsys):
     from transformers import AutoModelForCausalLM  # stock transformers loads it, no custom code
     assert AutoModelForCausalLM.from_pretrained(baked) is not None
     # the --heads mode still works and refuses to mix with findings options
-    out = _run(capsys, "amplify-heads", model, "--heads", "0.1,2.3", "--alpha", "2", "--out", tmp_path / "h")
+    out = main_stdout(capsys, "amplify-heads", model, "--heads", "0.1,2.3", "--alpha", "2", "--out", tmp_path / "h")
     assert "Baked 2 edit(s)" in out
     assert "drop --findings" in _fails(capsys, "amplify-heads", model, "--heads", "0.1", "--top", "1",
                                        "--alpha", "2", "--out", tmp_path / "x")
@@ -70,8 +64,8 @@ def test_find_heads_then_amplify_heads(tiny, tmp_path, capsys):
     other = char_model(tiny, "llama", seed=1)
     assert "--transfer" in _fails(capsys, "amplify-heads", other, "--alpha", "2.5", "--findings",
                                   tmp_path / "f.json", "--out", tmp_path / "a")
-    out = _run(capsys, "amplify-heads", other, "--alpha", "2.5", "--findings", tmp_path / "f.json",
-               "--transfer", "--out", tmp_path / "b")
+    out = main_stdout(capsys, "amplify-heads", other, "--alpha", "2.5", "--findings", tmp_path / "f.json",
+                      "--transfer", "--out", tmp_path / "b")
     prov = json.loads((tmp_path / "b" / "surgery.json").read_text())
     assert "Baked 3 edit(s)" in out and prov["heads_findings"]["transfer"] is True
     gemma = char_model(tiny, "gemma2")
@@ -82,7 +76,8 @@ def test_find_heads_then_amplify_heads(tiny, tmp_path, capsys):
 def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_path, capsys):
     model = char_model(tiny, "llama")
     bench = write_small_benchmark(tmp_path / "small.jsonl")
-    out = _run(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "5", "--out", tmp_path / "f.json")
+    out = main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "5", "--out",
+                      tmp_path / "f.json")
     assert "Knockout confirmation" in out
     f = load_findings(tmp_path / "f.json", "heads")
     conf = f["confirmation"]
@@ -92,12 +87,13 @@ def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_pa
     assert conf["n_significant"] == sum(h["significant"] for h in conf["heads"])
     assert f["selected_heads"] == [[h["layer"], h["head"]] for h in conf["heads"][:3]]
     # amplify-heads --top beyond the selection follows the confirmed ranking, not discovery's
-    _run(capsys, "amplify-heads", model, "--alpha", "2", "--findings", tmp_path / "f.json", "--top", "4",
-         "--out", tmp_path / "a")
+    main_stdout(capsys, "amplify-heads", model, "--alpha", "2", "--findings", tmp_path / "f.json", "--top", "4",
+                "--out", tmp_path / "a")
     edits = json.loads((tmp_path / "a" / "surgery.json").read_text())["recipe"]["edits"]
     assert [[e["layer"], e["head"]] for e in edits] == [[h["layer"], h["head"]] for h in conf["heads"][:4]]
     # --confirm 0: discovery's top heads, unconfirmed
-    _run(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "0", "--out", tmp_path / "g.json")
+    main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "0", "--out",
+                tmp_path / "g.json")
     g = load_findings(tmp_path / "g.json", "heads")
     assert "confirmation" not in g
     assert g["selected_heads"] == [[h["layer"], h["head"]] for h in g["discovery"]["heads"][:3]]
@@ -107,7 +103,7 @@ def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_pa
 def test_score_binding_json(tiny, tmp_path, capsys):
     model = char_model(tiny, "qwen2")
     bench = write_small_benchmark(tmp_path / "small.jsonl")
-    res = json.loads(_run(capsys, "score-binding", model, "--benchmark", bench, "--max-pairs", "2", "--json"))
+    res = json.loads(main_stdout(capsys, "score-binding", model, "--benchmark", bench, "--max-pairs", "2", "--json"))
     assert res["S"]["n_pairs"] == 2 and res["K"]["n_items"] == 2 and "p" in res["S"]
     assert "give 'builtin'" in _fails(capsys, "score-binding", model, "--benchmark", tmp_path / "none.jsonl")
 
@@ -149,11 +145,13 @@ def test_alpha_that_zeroes_a_head_needs_allow_zero_and_the_rule_is_the_stored_dt
     from safetensors import safe_open
 
     f32, bf16 = tiny("llama"), tiny("llama", dtype=torch.bfloat16)
-    _run(capsys, "amplify-heads", f32, "--heads", "0.1", "--alpha", "1e-40", "--out", tmp_path / "f32", "--no-verify")
+    main_stdout(capsys, "amplify-heads", f32, "--heads", "0.1", "--alpha", "1e-40", "--out", tmp_path / "f32",
+                "--no-verify")
     line = _fails(capsys, "amplify-heads", bf16, "--heads", "0.1", "--alpha", "1e-40", "--out", tmp_path / "bf16")
     assert "rounds every weight of head 0.1 to zero in this BF16 checkpoint" in line
     assert not (tmp_path / "bf16").exists()
-    _run(capsys, "amplify-heads", bf16, "--heads", "0.1", "--alpha", "1e-40", "--allow-zero", "--out", tmp_path / "bf16")
+    main_stdout(capsys, "amplify-heads", bf16, "--heads", "0.1", "--alpha", "1e-40", "--allow-zero", "--out",
+                tmp_path / "bf16")
     with safe_open(str(tmp_path / "bf16" / "model.safetensors"), "pt") as f:
         w = f.get_tensor("model.layers.0.self_attn.o_proj.weight")
     assert not w[:, 8:16].any() and w[:, :8].abs().min() > 0
@@ -165,8 +163,8 @@ def test_alpha_sweep_json_is_one_document(tiny, tmp_path, capsys):
     """--json on a sweep prints one JSON list (one object per value, with its label), not objects back to back."""
     model = tiny("llama")
     sweep = tmp_path / "sweep"
-    doc = json.loads(_run(capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2,3", "--no-verify",
-                          "--json", "--out", sweep))
+    doc = json.loads(main_stdout(capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2,3", "--no-verify",
+                                 "--json", "--out", sweep))
     assert [d["label"] for d in doc] == ["alpha-2", "alpha-3"]
     assert [d["out"] for d in doc] == [str(sweep / "alpha-2"), str(sweep / "alpha-3")]
     for d, alpha in zip(doc, (2.0, 3.0)):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tests.find.heads.test_heads_cli import FAST, _run
-from tests.support.binding import char_model, write_small_benchmark
+from tests.support.binding import FAST, char_model, write_small_benchmark
+from tests.support.cli import main_stdout
 
 
 @pytest.mark.parametrize("arch", ["qwen2_moe", "gpt_oss"])
@@ -15,11 +15,11 @@ def test_find_heads_then_amplify_heads_on_a_moe(tiny, tmp_path, capsys, arch):
     """Heads in mixtures of experts work as in dense models: find-heads → amplify-heads, verified."""
     model = char_model(tiny, arch)
     bench = write_small_benchmark(tmp_path / "small.jsonl")
-    out = _run(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--out", tmp_path / "f.json")
+    out = main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--out", tmp_path / "f.json")
     assert "Edge knockout" in out
     baked = tmp_path / "baked"
-    out = _run(capsys, "amplify-heads", model, "--alpha", "2.5", "--top", "2", "--benchmark", bench, *FAST,
-               "--out", baked)
+    out = main_stdout(capsys, "amplify-heads", model, "--alpha", "2.5", "--top", "2", "--benchmark", bench, *FAST,
+                      "--out", baked)
     assert "Baked 2 edit(s)" in out
     check = json.loads((baked / "surgery.json").read_text())["verification"]
     assert check["kind"] == "edited maps" and check["maps"] in (1, 2) and check["max_diff_over_bound"] <= 1.0  # 2 heads: 1 or 2 o_proj

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.find.heads.test_planted_circuit import (AMPLIFY, CIRCUIT_EFFECT, ENV, HELD_OUT_SEED, LARGE_EFFECT, NO_EFFECT,
-                                                   PER_ITEM, SAME, find_heads_cli)
 from tests.planted.brute import Prompts, delta_s, s_of
 from tests.planted.fixture import Planted, load_planted
 from tests.planted.train import TrainConfig
 from tests.support.cli import run_cli
 from tests.support.paths import FIXTURES
+from tests.support.planted_circuit import (AMPLIFY, CIRCUIT_EFFECT, ENV, HELD_OUT_SEED, LARGE_EFFECT, NO_EFFECT,
+                                           PER_ITEM, SAME, find_heads_cli)
 
 DOSE = FIXTURES / "binding_dose"
 WHOLE_CIRCUIT = 90.0   # % of ΔS the dosed head alone carries (measured 97.6 on the shipped pairs)

@@ -10,7 +10,7 @@ function), and surgery's CLI must agree with it:
   and the top 3 of the discovery ranking hold at least 2 of the brute-force top 3;
 - its knockout confirmation (each of discovery's top 10 heads knocked out alone) selects circuit
   heads only, brute force's best two among them, and agrees with brute force on which candidates
-  are in the circuit and which are not (tests/test_planted_decoy.py: the same on a model where
+  are in the circuit and which are not (test_planted_decoy.py: the same on a model where
   discovery alone ranks non-binding heads first);
 - its knockout report shows a large, significant reduction of |ΔS| for the selected heads, none
   for the distractor's edges, none for random head sets outside the circuit, and no random set as
@@ -18,7 +18,7 @@ function), and surgery's CLI must agree with it:
 - the paper's edge-level α = 2 on the found heads raises |ΔS| on held-out prompts, and
   amplify-heads --alpha 2 bakes a checkpoint whose scores equal the run-time whole-head edit's.
   (Whole-head α = 2 does not raise |ΔS| in this model — ground_truth.json and the report say so;
-  that is the model's property, and the bake reproduces it exactly. tests/test_planted_amplify.py
+  that is the model's property, and the bake reproduces it exactly. test_planted_amplify.py
   shows the bake carrying a real amplification on a model whose binding head is specific.)
 """
 
@@ -38,22 +38,13 @@ from tests.planted.fixture import Planted, load_planted
 from tests.planted.reference import EdgeEdit
 from tests.planted.train import TrainConfig, evaluate
 from tests.planted.vocab import build_tokenizer
-from tests.support.cli import cli_env, run_cli
+from tests.support.cli import run_cli
 from tests.support.paths import FIXTURES
+from tests.support.planted_circuit import (AMPLIFY, CIRCUIT_EFFECT, ENV, HELD_OUT_SEED, LARGE_EFFECT, NO_EFFECT,
+                                           PER_ITEM, SAME, TOP, check_confirmed_selection, circuit, find_heads_cli)
 
 FIXTURE = FIXTURES / "binding_model"
-HELD_OUT_SEED = 4242      # pairs neither training (seed + 1) nor the brute force drew
-PER_ITEM = 4              # pairs per item for the brute force and the held-out checks
-CIRCUIT_EFFECT = 20.0     # % of ΔS removed by one head's edge knockout: a clear circuit head
-NO_EFFECT = 5.0           # % below which an effect counts as none (controls, heads outside the circuit)
-LARGE_EFFECT = 50.0       # % the selected heads' knockout must remove
-TOP = 3                   # heads compared between find-heads and brute force (the paper's 2–3)
-AMPLIFY = 2.0             # the α of the amplification checks
 GAIN = 0.1                # the least relative rise of |ΔS| that counts as amplified
-# Exact agreement of two implementations / of the bake and the run-time hook, in units of S.
-SAME = 1e-4
-# One thread: the model is tiny, and on a shared CPU extra threads spin rather than work.
-ENV = cli_env(OMP_NUM_THREADS="1")
 
 
 @pytest.fixture(scope="module")
@@ -93,41 +84,10 @@ def held_out(planted) -> Prompts:
     return planted.pairs(HELD_OUT_SEED, PER_ITEM)
 
 
-def find_heads_cli(fixture_dir: Path, tmp: Path) -> dict:
-    """``surgery find-heads`` on a planted fixture with its benchmark file (a fresh findings cache)."""
-    out = tmp / "findings.json"
-    env = dict(ENV, SURGERY_CACHE=str(tmp / "cache"))
-    res = run_cli(["find-heads", fixture_dir, "--benchmark", fixture_dir / "benchmark.jsonl",
-                   "--random-sets", "10", "--batch-size", "64", "--out", out], env=env, timeout=600)
-    assert res.returncode == 0, res.stderr
-    return json.loads(out.read_text())
-
-
 @pytest.fixture(scope="module")
 def findings(fixture_dir, tmp_path_factory) -> tuple[dict, Path]:
     tmp = tmp_path_factory.mktemp("planted")
     return find_heads_cli(fixture_dir, tmp), tmp
-
-
-def circuit(truth) -> list[tuple[int, int]]:
-    return [(r.layer, r.head) for r in truth[1] if r.edge >= CIRCUIT_EFFECT]
-
-
-def check_confirmed_selection(f: dict, truth) -> None:
-    """The criterion for the knockout-confirmed selection against brute force: every selected head
-    is a circuit head and brute force's best two are selected; every candidate brute force puts in
-    the circuit has a significant single-head effect, every one it puts outside (|effect| below
-    NO_EFFECT) has none above NO_EFFECT in the confirmation either."""
-    brute = {(r.layer, r.head): r.edge for r in truth[1]}
-    selected = [tuple(h) for h in f["selected_heads"]]
-    best = [(r.layer, r.head) for r in truth[1][:2]]
-    assert set(selected) <= set(circuit(truth)) and set(best) <= set(selected), (selected, circuit(truth))
-    for h in f["confirmation"]["heads"]:
-        edge = brute[(h["layer"], h["head"])]
-        if edge >= CIRCUIT_EFFECT:
-            assert h["significant"], h
-        elif abs(edge) < NO_EFFECT:
-            assert abs(h["effect_pct"]) < NO_EFFECT, h
 
 
 def test_fixture_is_what_the_generator_makes(fixture_dir, world, loaded):

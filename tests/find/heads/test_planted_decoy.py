@@ -6,7 +6,7 @@ tests/fixtures/binding_decoy``). Its binding runs through layer 0, but heads of 
 identity→item attention merely *reads* the bound residual stream separate match from mismatch
 prompts best, so discovery ranks them first and knocking out its top 3 removes nothing.
 
-The criterion (test_planted_circuit.check_confirmed_selection, plus): find-heads' confirmed
+The criterion (support.planted_circuit.check_confirmed_selection, plus): find-heads' confirmed
 selection is exactly the brute-force circuit (every head whose own edge knockout removes at least
 CIRCUIT_EFFECT % of ΔS), and knocking it out removes most of ΔS, significantly, while discovery's
 top 3 are all outside the circuit.
@@ -18,10 +18,10 @@ import json
 
 import pytest
 
-from tests.find.heads.test_planted_circuit import (CIRCUIT_EFFECT, LARGE_EFFECT, NO_EFFECT, PER_ITEM, TOP,
-                                                   check_confirmed_selection, circuit, find_heads_cli)
 from tests.planted.fixture import load_planted
 from tests.support.paths import FIXTURES
+from tests.support.planted_circuit import (CIRCUIT_EFFECT, LARGE_EFFECT, NO_EFFECT, PER_ITEM, TOP,
+                                           check_confirmed_selection, circuit, find_heads_cli)
 
 DECOY = FIXTURES / "binding_decoy"
 

@@ -8,34 +8,7 @@ import torch
 from surgery.core.errors import SurgeryError
 from surgery.find.neurons.capture import capture_pooled
 from surgery.model.hooks import layer_module, model_architecture
-from tests.support.tokenizer import save_char_tokenizer
-
-# Different lengths, so batches are padded; one has a character the tokenizer maps to <unk>.
-TEXTS = ["The nurse said", "A tall visitor asked about the medicine", "ok", "The old tenant, worried!",
-         "Students wrote the exam early", "The judge thought that"]
-
-
-def _load(path):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    save_char_tokenizer(path, bos=True)
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(path)
-
-
-def reference_pooled(model, tokenizer, text: str) -> torch.Tensor:
-    """Plain loop: one prompt, no padding, full forward; the down_proj input averaged over tokens."""
-    arch = model_architecture(model)
-    seen = {}
-    handles = [layer_module(model, arch, layer, arch.layout.down_proj).register_forward_pre_hook(
-        lambda m, args, layer=layer: seen.__setitem__(layer, args[0][0].mean(0)))
-        for layer in range(arch.geometry.num_layers)]
-    try:
-        with torch.no_grad():
-            model(input_ids=torch.tensor([tokenizer(text)["input_ids"]]))
-    finally:
-        for h in handles:
-            h.remove()
-    return torch.stack([seen[layer] for layer in sorted(seen)])
+from tests.support.neuron_capture import TEXTS, load_with_char_tokenizer, reference_pooled
 
 
 def _captured(model, tok, texts, batch_size, layers=None) -> torch.Tensor:
@@ -48,7 +21,7 @@ def _captured(model, tok, texts, batch_size, layers=None) -> torch.Tensor:
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3_text", "phi3", "gemma3"])
 def test_batched_equals_one_at_a_time(tiny, arch):
-    model, tok = _load(tiny(arch))
+    model, tok = load_with_char_tokenizer(tiny(arch))
     tok.padding_side = "left"  # capture must pad on the right whatever the tokenizer's default
     reference = torch.stack([reference_pooled(model, tok, t) for t in TEXTS])
     batched = _captured(model, tok, TEXTS, batch_size=4)
@@ -61,7 +34,7 @@ def test_batched_equals_one_at_a_time(tiny, arch):
 
 
 def test_stops_after_last_needed_layer(tiny):
-    model, tok = _load(tiny("llama"))
+    model, tok = load_with_char_tokenizer(tiny("llama"))
     arch = model_architecture(model)
     calls = {"layer2_mlp": 0, "lm_head": 0}
     layer_module(model, arch, 2, "mlp").register_forward_pre_hook(
@@ -76,7 +49,7 @@ def test_stops_after_last_needed_layer(tiny):
 
 
 def test_hooks_removed_when_the_consumer_fails(tiny):
-    model, tok = _load(tiny("llama"))
+    model, tok = load_with_char_tokenizer(tiny("llama"))
 
     def boom(start, pooled):
         raise RuntimeError("consumer failed")
@@ -89,7 +62,7 @@ def test_hooks_removed_when_the_consumer_fails(tiny):
 
 
 def test_bad_layers_and_batch_size_are_clear_errors(tiny):
-    model, tok = _load(tiny("llama"))
+    model, tok = load_with_char_tokenizer(tiny("llama"))
     with pytest.raises(SurgeryError, match=r"layers \[3\] do not exist: the model has layers 0..2"):
         capture_pooled(model, tok, TEXTS, lambda s, p: None, layers=[0, 3])
     with pytest.raises(SurgeryError, match="batch size must be ≥ 1"):

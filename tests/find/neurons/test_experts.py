@@ -12,8 +12,8 @@ from surgery.find.neurons.experts import capture_experts
 from surgery.find.neurons.pairs import load_pairs
 from surgery.find.neurons.scores import NeuronScores, accumulate_pair_sums, ppm_scores
 from surgery.find.neurons.select import select, selected_edits
-from tests.find.neurons.test_neurons import write_pairs
-from tests.find.neurons.test_neurons_cli import run
+from tests.support.cli import main_output
+from tests.support.neuron_pairs import write_pairs
 from tests.support.tokenizer import char_tokenizer, save_char_tokenizer
 
 
@@ -85,7 +85,8 @@ def test_find_and_prune_n_on_a_moe(tiny, tmp_path, capsys):
     """find-neurons reports experts and routing; prune-neurons --n 40 bakes expert edits, checked."""
     src = save_char_tokenizer(tiny("olmoe"), bos=True)
     pairs = write_pairs(tmp_path / "pairs.jsonl")
-    code, out, err = run(capsys, "find-neurons", src, "--pairs", pairs, "--n", "5", "--out", tmp_path / "f.json")
+    code, out, err = main_output(capsys, "find-neurons", src, "--pairs", pairs, "--n", "5", "--out",
+                                 tmp_path / "f.json")
     assert code == 0, err
     assert "Routing share" in out and "expert neurons unscored" in out
     findings = json.loads((tmp_path / "f.json").read_text())
@@ -98,7 +99,7 @@ def test_find_and_prune_n_on_a_moe(tiny, tmp_path, capsys):
     text = build_report([tmp_path / "f.json"], [], tmp_path / "report").read_text()
     first = findings["summary"]["neurons"][0]
     assert f"| {first['layer']} | {first['label']} |" in text and "routing share, stereotyped − other" in text
-    code, out, err = run(capsys, "prune-neurons", src, "--pairs", pairs, "--n", "40", "--out", tmp_path / "p")
+    code, out, err = main_output(capsys, "prune-neurons", src, "--pairs", pairs, "--n", "40", "--out", tmp_path / "p")
     assert code == 0, err
     prov = json.loads((tmp_path / "p" / "surgery.json").read_text())
     edits = prov["recipe"]["edits"]

@@ -13,24 +13,8 @@ from surgery.find.neurons.pairs import load_pairs
 from surgery.find.neurons.scores import NeuronScores, SelectionError, accumulate_pair_sums, fairness_score, ppm_scores
 from surgery.find.neurons.select import allowed_mask, category_overlap, layer_distribution, select
 from surgery.model.hooks import layer_module, model_architecture
-from tests.find.neurons.test_capture import _load, reference_pooled
-
-TEMPLATES = ("The {} clerk said", "A {} tenant asked why", "Then the {} pupil wrote")
-ATTRIBUTES = {"Age": [("young", "older", 2), ("older", "young", 1)], "Gender": [("male", "lady", 2)],
-              "SES": [("rich", "poor", 2), ("fat", "thin", 2)]}  # fat/thin: lengths differ (skipped)
-
-
-def write_pairs(path) -> str:
-    """A small pairs file in our JSONL format for the character-level tiny tokenizer."""
-    lines = []
-    for (cat, attrs), (k, template) in product(ATTRIBUTES.items(), enumerate(TEMPLATES)):
-        for a1, a2, st in attrs:
-            lines.append(json.dumps({"id": f"{cat}-{a1}-{a2}-{k}", "language": "en", "category": cat,
-                                     "context": ["labour", "housing", "educational"][k], "attribute_1": a1,
-                                     "attribute_2": a2, "stereotyped": st, "prompt_1": template.format(a1),
-                                     "prompt_2": template.format(a2)}))
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return str(path)
+from tests.support.neuron_capture import load_with_char_tokenizer, reference_pooled
+from tests.support.neuron_pairs import write_pairs
 
 
 def reference_scores(model, tok, pairs):
@@ -73,7 +57,7 @@ def reference_fairness(bias: np.ndarray, ppm: np.ndarray, w: float) -> np.ndarra
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3_text", "phi3"])
 def test_scores_match_plain_loop_reference(tiny, tmp_path, arch):
-    model, tok = _load(tiny(arch))
+    model, tok = load_with_char_tokenizer(tiny(arch))
     pairs = [p for p in load_pairs(write_pairs(tmp_path / "p.jsonl")).pairs if p.attribute_1 != "fat"]
     sums = accumulate_pair_sums(model, tok, pairs, batch_size=2)  # 2 pairs = 4 padded prompts a pass
     ppm = ppm_scores(model)

@@ -10,25 +10,14 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from surgery.cli.main import main
 from surgery.core.checkpoint import Checkpoint
 from surgery.find.findings import load_findings
 from surgery.find.neurons.find import scores_of
 from surgery.find.neurons.pairs import load_pairs
 from surgery.find.neurons.select import select
-from tests.find.neurons.test_neurons import write_pairs
+from tests.support.cli import main_output
+from tests.support.neuron_pairs import write_pairs
 from tests.support.tokenizer import save_char_tokenizer
-
-
-def run(capsys, *args) -> tuple[int, str, str]:
-    """Run ``surgery ARGS`` in this process; (exit code, stdout, stderr with rich's wrapping undone)."""
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, " ".join(captured.err.split())
 
 
 @pytest.fixture
@@ -60,7 +49,8 @@ def _forbid_capture(monkeypatch):
 def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, monkeypatch):
     make, pairs = setup
     model = make()
-    code, out, err = run(capsys, "find-neurons", model, "--pairs", pairs, "--n", "5", "--out", tmp_path / "f.json")
+    code, out, err = main_output(capsys, "find-neurons", model, "--pairs", pairs, "--n", "5", "--out",
+                                 tmp_path / "f.json")
     assert code == 0, err
     assert "skipped 3 of 15 pairs" in err and "SES 3" in err
     assert "Neurons per layer" in out and "Category overlap" in out
@@ -71,11 +61,12 @@ def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, m
     assert findings["scores"]["layers"] == 3 and findings["scores"]["width"] == 48
 
     _forbid_capture(monkeypatch)
-    code, _, err = run(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 4, "--strict", "--out", tmp_path / "s")
+    code, _, err = main_output(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 4, "--strict", "--out",
+                               tmp_path / "s")
     assert code == 2 and "3 pair(s) tokenize to different lengths" in err  # a cache hit is no way around it
     for n in (4, 7):
         dest = tmp_path / f"pruned-{n}"
-        code, out, err = run(capsys, "prune-neurons", model, "--pairs", pairs, "--n", n, "--out", dest)
+        code, out, err = main_output(capsys, "prune-neurons", model, "--pairs", pairs, "--n", n, "--out", dest)
         assert code == 0, err
         chosen = select(scores_of(findings), n)  # the defaults, from the same scores
         prov = json.loads((dest / "surgery.json").read_text())
@@ -87,8 +78,8 @@ def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, m
         assert prov["verification"]["max_diff_over_bound"] <= 1.0 and prov["verification"]["maps"] == 3 * len(layers)
     _check_pruned(model, tmp_path / "pruned-7", chosen.neurons, factor=0.0)
     # --category only selects: the findings over every category serve it
-    code, _, err = run(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 3, "--category", "Gender",
-                       "--json", "--out", tmp_path / "gender")
+    code, _, err = main_output(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 3, "--category", "Gender",
+                               "--json", "--out", tmp_path / "gender")
     assert code == 0, err
     assert json.loads((tmp_path / "gender" / "surgery.json").read_text())["neuron_selection"]["categories"] == ["Gender"]
 
@@ -96,8 +87,8 @@ def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, m
 def test_n_sweep_json_is_one_document(setup, tmp_path, capsys):
     make, pairs = setup
     model = make()
-    code, out, err = run(capsys, "prune-neurons", model, "--pairs", pairs, "--n", "2,3", "--no-verify", "--json",
-                         "--out", tmp_path / "sweep")
+    code, out, err = main_output(capsys, "prune-neurons", model, "--pairs", pairs, "--n", "2,3", "--no-verify",
+                                 "--json", "--out", tmp_path / "sweep")
     assert code == 0, err
     doc = json.loads(out)  # one document: a list with one object per value
     assert [d["label"] for d in doc] == ["n-2", "n-3"]
@@ -111,7 +102,7 @@ def test_damaged_cache_entry_is_recomputed(setup, tmp_path, capsys, damage):
     never an error and never trusted, as find-heads does."""
     make, pairs = setup
     model = make()
-    code, _, err = run(capsys, "find-neurons", model, "--pairs", pairs, "--out", tmp_path / "f.json")
+    code, _, err = main_output(capsys, "find-neurons", model, "--pairs", pairs, "--out", tmp_path / "f.json")
     assert code == 0, err
     [entry] = list(Path(os.environ["SURGERY_CACHE"]).rglob("*.json"))
     if damage == "truncated":
@@ -120,7 +111,7 @@ def test_damaged_cache_entry_is_recomputed(setup, tmp_path, capsys, damage):
         doc = json.loads(entry.read_text())
         doc["scores"] = {"layers": 3}
         entry.write_text(json.dumps(doc))
-    code, _, err = run(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 4, "--out", tmp_path / "p")
+    code, _, err = main_output(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 4, "--out", tmp_path / "p")
     assert code == 0, err
     prov = json.loads((tmp_path / "p" / "surgery.json").read_text())
     assert prov["neuron_findings"]["from_cache"] is False
@@ -152,14 +143,14 @@ def _check_pruned(source, baked, neurons, factor: float, fused: bool = False, wi
 def test_phi3_fused_gate_up_and_steering_factor(setup, tmp_path, capsys):
     make, pairs = setup
     model = make("phi3")
-    code, _, err = run(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 6, "--score", "signed",
-                       "--select", "global", "--out", tmp_path / "zero")
+    code, _, err = main_output(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 6, "--score", "signed",
+                               "--select", "global", "--out", tmp_path / "zero")
     assert code == 0, err
     neurons = [(e["layer"], e["neuron"]) for e in
                json.loads((tmp_path / "zero" / "surgery.json").read_text())["recipe"]["edits"]]
     _check_pruned(model, tmp_path / "zero", neurons, 0.0, fused=True)
-    code, out, err = run(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 6, "--score", "signed",
-                         "--select", "global", "--factor", -0.5, "--json", "--out", tmp_path / "flip")
+    code, out, err = main_output(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 6, "--score", "signed",
+                                 "--select", "global", "--factor", -0.5, "--json", "--out", tmp_path / "flip")
     assert code == 0, err
     report = json.loads(out)
     assert report["neuron_selection"]["factor"] == -0.5 and report["neuron_selection"]["score"] == "signed"
@@ -170,13 +161,13 @@ def test_phi3_fused_gate_up_and_steering_factor(setup, tmp_path, capsys):
 def test_layers_category_and_named_neurons_modes(setup, tmp_path, capsys):
     make, pairs = setup
     model = make()
-    code, out, err = run(capsys, "find-neurons", model, "--pairs", pairs, "--category", "Age,gender",
-                         "--layers", "1-2", "--n", 4, "--select", "intersection", "--json")
+    code, out, err = main_output(capsys, "find-neurons", model, "--pairs", pairs, "--category", "Age,gender",
+                                 "--layers", "1-2", "--n", 4, "--select", "intersection", "--json")
     assert code == 0, err
     shown = json.loads(out)["summary"]
     assert shown["categories"] == ["Age", "Gender"] and shown["rule"] == "intersection"
     assert {r["layer"] for r in shown["neurons"]} <= {1, 2} and shown["layer_distribution"][0] == 0
-    code, _, err = run(capsys, "prune-neurons", model, "--neurons", "1:3,2:47", "--out", tmp_path / "named")
+    code, _, err = main_output(capsys, "prune-neurons", model, "--neurons", "1:3,2:47", "--out", tmp_path / "named")
     assert code == 0, err
     _check_pruned(model, tmp_path / "named", [(1, 3), (2, 47)], 0.0)
 
@@ -184,16 +175,16 @@ def test_layers_category_and_named_neurons_modes(setup, tmp_path, capsys):
 def test_findings_of_another_model_are_refused(setup, tmp_path, capsys):
     make, pairs = setup
     first, second = make(seed=0), make(seed=1)
-    assert run(capsys, "find-neurons", first, "--pairs", pairs, "--out", tmp_path / "f.json")[0] == 0
-    code, _, err = run(capsys, "prune-neurons", second, "--n", 3, "--findings", tmp_path / "f.json",
-                       "--out", tmp_path / "x")
+    assert main_output(capsys, "find-neurons", first, "--pairs", pairs, "--out", tmp_path / "f.json")[0] == 0
+    code, _, err = main_output(capsys, "prune-neurons", second, "--n", 3, "--findings", tmp_path / "f.json",
+                               "--out", tmp_path / "x")
     assert code == 2 and "same architecture; pass --transfer" in err
-    code, _, err = run(capsys, "prune-neurons", second, "--n", 3, "--findings", tmp_path / "f.json",
-                       "--transfer", "--out", tmp_path / "x")
+    code, _, err = main_output(capsys, "prune-neurons", second, "--n", 3, "--findings", tmp_path / "f.json",
+                               "--transfer", "--out", tmp_path / "x")
     assert code == 0, err
     other = make("gemma3_text")
-    code, _, err = run(capsys, "prune-neurons", other, "--n", 3, "--findings", tmp_path / "f.json",
-                       "--out", tmp_path / "y")
+    code, _, err = main_output(capsys, "prune-neurons", other, "--n", 3, "--findings", tmp_path / "f.json",
+                               "--out", tmp_path / "y")
     assert code == 2 and "different model" in err
 
 
@@ -211,6 +202,6 @@ def test_findings_of_another_model_are_refused(setup, tmp_path, capsys):
 ])
 def test_prune_errors_are_one_line(setup, tmp_path, capsys, args, message):
     make, pairs = setup
-    code, _, err = run(capsys, "prune-neurons", make(), "--pairs", pairs, *args, "--out", tmp_path / "o")
+    code, _, err = main_output(capsys, "prune-neurons", make(), "--pairs", pairs, *args, "--out", tmp_path / "o")
     assert code == 2
     assert err.count("Error: ") == 1 and message in err, err

@@ -13,8 +13,8 @@ import torch
 from surgery.find.neurons.pairs import check_token_counts, load_pairs
 from surgery.find.neurons.scores import NeuronScores, accumulate_pair_sums, ppm_scores
 from surgery.model.loading import load_model, load_tokenizer
-from tests.find.neurons.test_capture import reference_pooled
-from tests.find.neurons.test_neurons_cli import run
+from tests.support.cli import main_output
+from tests.support.neuron_capture import reference_pooled
 from tests.support.paths import REPO
 
 SHARED = Path(os.environ.get("SURGERY_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -46,7 +46,8 @@ def test_bias_score_matches_unbatched_reference(smollm2):
 
 
 def test_prune_40_with_defaults_still_knows_paris(smollm2, tmp_path, capsys):
-    code, _, err = run(capsys, "prune-neurons", smollm2, "--pairs", PUBLIC_EN, "--n", 40, "--out", tmp_path / "out")
+    code, _, err = main_output(capsys, "prune-neurons", smollm2, "--pairs", PUBLIC_EN, "--n", 40, "--out",
+                               tmp_path / "out")
     assert code == 0, err
     prov = json.loads((tmp_path / "out" / "surgery.json").read_text())
     assert len(prov["recipe"]["edits"]) == 40 and prov["neuron_selection"]["n"] == 40

@@ -18,8 +18,8 @@ from surgery.core.errors import SurgeryError
 from surgery.find.neurons.capture import GATE_UP_OUTPUTS, capture_pooled
 from surgery.find.neurons.pairs import load_pairs
 from surgery.find.neurons.scores import NeuronScores, accumulate_pair_sums, ppm_scores
-from tests.find.neurons.test_capture import TEXTS, _load
-from tests.find.neurons.test_neurons import write_pairs
+from tests.support.neuron_capture import TEXTS, load_with_char_tokenizer
+from tests.support.neuron_pairs import write_pairs
 
 
 def naive_bias(model, tok, pairs, site: str) -> dict[str, np.ndarray]:
@@ -56,7 +56,7 @@ def naive_bias(model, tok, pairs, site: str) -> dict[str, np.ndarray]:
 
 @pytest.fixture
 def llama_and_pairs(tiny, tmp_path):
-    model, tok = _load(tiny("llama"))
+    model, tok = load_with_char_tokenizer(tiny("llama"))
     # equal-length pairs only (what find-neurons keeps), of three categories with unequal counts
     pairs = [p for p in load_pairs(write_pairs(tmp_path / "p.jsonl")).pairs if p.attribute_1 != "fat"]
     return model, tok, pairs
@@ -88,7 +88,7 @@ def test_gate_up_outputs_site_is_optipfairs_default_score(llama_and_pairs):
 
 def test_fused_gate_up_is_split_like_separate_projections(tiny):
     """Phi-3's fused gate_up output is already [gate | up]: the site is that output as it is."""
-    model, tok = _load(tiny("phi3"))
+    model, tok = load_with_char_tokenizer(tiny("phi3"))
     got = []
     capture_pooled(model, tok, TEXTS, lambda start, pooled: got.append(pooled), batch_size=4, site=GATE_UP_OUTPUTS)
     outputs = {}
@@ -107,6 +107,6 @@ def test_unknown_site_and_experts_at_gate_up_are_errors(tiny, llama_and_pairs):
     model, tok, pairs = llama_and_pairs
     with pytest.raises(SurgeryError, match="unknown capture site 'mlp'; choose one of down_proj input, gate/up"):
         capture_pooled(model, tok, TEXTS, lambda s, p: None, site="mlp")
-    moe, moe_tok = _load(tiny("qwen3_moe"))
+    moe, moe_tok = load_with_char_tokenizer(tiny("qwen3_moe"))
     with pytest.raises(SurgeryError, match="mixture of experts is captured at its experts' down_proj input"):
         accumulate_pair_sums(moe, moe_tok, pairs, site=GATE_UP_OUTPUTS)

@@ -18,8 +18,8 @@ from surgery.bake.verify import structural
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import SurgeryError
-from tests.conftest import build_tiny
 from tests.support.cli import run_cli, run_main, tree_hashes
+from tests.support.tiny import build_tiny
 
 MASKS = (0x01, 0x20, 0x80, 0xFF)
 
@@ -135,7 +135,7 @@ def sources(tmp_path_factory) -> dict[str, Path]:
             "phi3-bf16": build_tiny("phi3", root / "phi3", dtype=torch.bfloat16)}
 
 
-# Both tiny models have 3 layers, 4 heads and an MLP width of 48 (conftest.BASE).
+# Both tiny models have 3 layers, 4 heads and an MLP width of 48 (BASE in tests/support/tiny.py).
 @pytest.mark.parametrize("name", ["llama-f32-sharded", "phi3-bf16"])
 @settings(max_examples=10, deadline=None)
 @given(edits=_edits(3, 4, 48, 6, _bake_scale))
