@@ -10,7 +10,7 @@ import pytest
 
 from surgery.core.edits import HeadScale, Recipe
 from surgery.core.staging import OUTPUT_MARKERS, surgery_output
-from tests.conftest import build_tiny
+from tests.support.tiny import build_tiny
 from tests.support.cli import error_line, run_main, staging_leftovers, tree_hashes
 
 FOREIGN = ("was not written by surgery", "remove it yourself or choose another --out")
@@ -22,7 +22,7 @@ def made(tmp_path_factory) -> dict[str, Path]:
     from surgery.bake.bake import bake
     from surgery.core.checkpoint import Checkpoint
     from surgery.find.findings import new_findings, save_findings
-    from tests.model.test_gguf_import import _tiny_model, write_tiny_gguf
+    from tests.support.tiny_gguf import gguf_source_model, write_tiny_gguf
 
     root = tmp_path_factory.mktemp("force")
     src = build_tiny("llama", root / "src")
@@ -32,7 +32,7 @@ def made(tmp_path_factory) -> dict[str, Path]:
     findings = new_findings("heads", Checkpoint(src), "0" * 64, {"benchmark": "builtin"}, "test")
     findings["selected_heads"] = [[0, 1]]
     save_findings(findings, root / "findings.json")
-    write_tiny_gguf(root / "tiny.gguf", _tiny_model())
+    write_tiny_gguf(root / "tiny.gguf", gguf_source_model())
     return {"root": root, "src": src, "baked": root / "baked", "recipe": root / "recipe.yaml",
             "findings": root / "findings.json", "gguf": root / "tiny.gguf"}
 
