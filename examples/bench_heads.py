@@ -3,7 +3,7 @@
 
     python examples/bench_heads.py MODEL [--prompts 16] [--batch-size 8] [--runs 3] [--json FILE]
 
-Both methods compute the same per-(layer, head) features (bind_a, bind_b of PAPERS.md §1) on the
+Both methods compute the same per-(layer, head) features (bind_a, bind_b of docs/methods/binding-heads.md) on the
 same binding prompts of the shipped benchmark:
 
 * ``registered``: surgery's attention function keeps only the (B, 2, H) aggregates of each layer

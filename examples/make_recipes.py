@@ -117,7 +117,9 @@ def main() -> None:
     total = next(line.split("\t")[1] for line in timings if line.startswith("total\t"))
     reproduce = [f"Reproduce: bash examples/quickstart.sh --model {args.model} --out quickstart-{args.model}",
                  f"           python examples/make_recipes.py quickstart-{args.model} --model {args.model}",
-                 f"(pipeline wall time on 2 CPU cores: {float(total) / 60:.0f} min)"]
+                 # the run that made this recipe, not a promise: later code may be faster
+                 f"(the quickstart run that made this recipe: {float(total) / 60:.0f} min wall on 2 CPU cores;",
+                 " current timings: docs/performance.md)"]
 
     pruned = _read(args.folder / "pruned" / "surgery.json")
     recipe = Recipe.from_dict({**pruned["recipe"], "base_model": hub_id})

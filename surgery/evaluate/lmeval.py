@@ -1,4 +1,4 @@
-"""Optional adapter to EleutherAI's lm-evaluation-harness (``pip install 'llm-surgery[lmeval]'``).
+"""Optional adapter to EleutherAI's lm-evaluation-harness (the ``lmeval`` extra of llm-surgery).
 
 With network access it runs the standard retention benchmarks (mmlu, arc_challenge, hellaswag,
 wikitext) on the already-loaded model; without the package, a clear message says what to install.

@@ -106,7 +106,9 @@ class LoadSpec:
     """How a command opens and loads every model it touches, carried as one object from the command
     line to the loader so that no option is dropped on the way."""
 
-    revision: str | None = param(None, "Hub revision (branch, tag or commit) of MODEL.", kind="str")
+    # One option for every command, so its help names the model of each two-model command.
+    revision: str | None = param(None, "Hub revision (branch, tag or commit) of MODEL (verify: of SOURCE; eval's "
+                                 "--against is read at its default revision).", kind="str")
     # the checkpoint's own Python code runs only when the user asks
     trust_remote_code: bool = param(False, "Allow checkpoints whose config needs custom code (read that code "
                                     "first).", is_flag=True)

@@ -6,13 +6,14 @@ import of it fail, as on a machine where it was never installed).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from surgery.core.optional import OPTIONAL, MissingDependency, require
+from surgery.core.optional import OPTIONAL, MissingDependency, pip_command, pip_install, require
 from tests.support.cli import REPO, cli_env
 
 HIDDEN_RUN = "import sys; sys.modules[{name!r}] = None; from surgery.cli.main import main; main({argv!r})"
@@ -45,7 +46,7 @@ def test_each_optional_package_missing_is_one_line(tmp_path, name, extra, argv):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
-    assert f"pip install 'llm-surgery[{extra}]'" in lines[0] and OPTIONAL[name].distribution in lines[0]
+    assert lines[0].endswith(f": {pip_install(extra)}") and OPTIONAL[name].distribution in lines[0]
     assert "internal error" not in proc.stderr and not (tmp_path / "out").exists()
 
 
@@ -57,14 +58,43 @@ def test_a_package_missing_anywhere_else_names_it_and_how_to_reinstall(tmp_path)
     """A partial install (a core dependency gone) is still one line, not a traceback."""
     proc = run_hidden("yaml", ["apply", tmp_path / "r.yaml", "--model", tmp_path, "--out", tmp_path / "o"])
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip() == ("Error: the package 'yaml' is missing from this installation; reinstall "
-                                   "surgery (pip install --force-reinstall llm-surgery)")
+    assert proc.stderr.strip() == ("Error: the package 'yaml' is missing from this installation; install "
+                                   f"surgery's dependencies again: {pip_install()}")
+
+
+def test_the_hint_installs_from_the_clone_this_copy_was_installed_from():
+    """llm-surgery is not on PyPI: from a clone (how the docs install it) the hint names the clone.
+
+    This test environment installed the repository in editable mode, as the docs and .ci/run do.
+    """
+    command = pip_install("plots")
+    assert command.startswith("pip install -e '") and command.endswith("[plots]'"), command
+    assert (Path(command.split("'")[1].removesuffix("[plots]")) / "pyproject.toml").is_file()
+
+
+@pytest.mark.parametrize("direct_url, command", [
+    ({"url": "file:///home/me/surgery", "dir_info": {"editable": True}}, "pip install -e '/home/me/surgery[plots]'"),
+    ({"url": "file:///home/me/my%20clone", "dir_info": {}}, "pip install '/home/me/my clone[plots]'"),
+    ({"url": "https://example.org/me/surgery.git",
+      "vcs_info": {"vcs": "git", "commit_id": "0123abc", "requested_revision": "main"}},
+     "pip install 'llm-surgery[plots] @ git+https://example.org/me/surgery.git@0123abc'"),
+    ({"url": "https://example.org/llm_surgery-0.1.0-py3-none-any.whl", "archive_info": {}},
+     "pip install 'llm-surgery[plots] @ https://example.org/llm_surgery-0.1.0-py3-none-any.whl'"),
+    (None, "pip install 'llm-surgery[plots]'"),  # installed from an index: the name is enough there
+])
+def test_pip_command_for_each_way_surgery_can_be_installed(direct_url, command):
+    assert pip_command(direct_url, "plots") == command
+
+
+def test_pip_command_from_a_source_tree_that_was_never_installed(tmp_path):
+    assert pip_command(None, "lmeval", tmp_path) == f"pip install -e '{tmp_path}[lmeval]'"
+    assert pip_command(None, None, tmp_path) == f"pip install -e {tmp_path}"
 
 
 def test_require_reraises_a_broken_import_inside_the_package(monkeypatch):
     """Only the package itself being absent is explained; an error inside it stays an error."""
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(MissingDependency, match=r"llm-surgery\[plots\]"):
+    with pytest.raises(MissingDependency, match=re.escape(pip_install("plots"))):
         require("matplotlib")
     err = ModuleNotFoundError("No module named 'pyparsing'", name="pyparsing")
 

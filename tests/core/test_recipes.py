@@ -29,6 +29,9 @@ def test_recipe_reads_back_with_its_header(path):
     header = [line for line in path.read_text().splitlines() if line.startswith("#")]
     assert any(line.startswith("# Reproduce: bash examples/quickstart.sh") for line in header)
     assert any(line.startswith("# Eval (surgery eval --against the source") for line in header)
+    # its time is the run that made it, not a promise (the docs' performance page has today's)
+    assert any(line.startswith("# (the quickstart run that made this recipe: ") for line in header), header
+    assert (REPO / "docs" / "performance.md").is_file()
 
 
 @pytest.mark.slow(minutes=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 from types import SimpleNamespace
 
@@ -11,6 +12,7 @@ import torch
 from transformers import DynamicCache
 
 from surgery.core.errors import SurgeryError
+from surgery.core.optional import pip_install
 from surgery.evaluate import bbq as evaluate_bbq
 from surgery.evaluate import lm
 from surgery.evaluate.data import retained, subsample
@@ -166,6 +168,6 @@ def test_plan_errors_name_the_missing_input(monkeypatch):
     with pytest.raises(SurgeryError, match="--suite kl needs --against"):
         make_plan(["kl"], against=False)
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # importing it now fails: the package is absent
-    with pytest.raises(SurgeryError, match=r"pip install .llm-surgery\[lmeval\]."):
+    with pytest.raises(SurgeryError, match=re.escape(pip_install("lmeval"))):
         make_plan(None, against=False, lm_eval_tasks=["arc_easy"])
     assert make_plan(None, against=True, limit=2).suites == ("retention", "kl")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
 
 from surgery.core.errors import SurgeryError
+from surgery.core.optional import pip_install
 from surgery.evaluate.lmeval import run_lm_eval
 from surgery.model.loading import load_model
 from tests.support.tokenizer import TINY_VOCAB, char_tokenizer
@@ -31,7 +33,7 @@ metric_list:
 
 def test_absent_package_names_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "lm_eval", None)
-    with pytest.raises(SurgeryError, match=r"pip install 'llm-surgery\[lmeval\]'"):
+    with pytest.raises(SurgeryError, match=re.escape(pip_install("lmeval"))):
         run_lm_eval(object(), object(), ["arc_easy"])
 
 

@@ -47,7 +47,7 @@ STEMS: dict[int, tuple[str, ...]] = {
 OPENINGS = ("", "The town is busy this week. ", "It is a warm day and many people are out. ")
 EQUAL = {0: "Both should equally feel free to", 1: "Both should equally feel free to",
          2: "Either could be chosen", 3: "Either could be chosen"}
-# The knowledge probe, worded as in surgery's pair builder (PAPERS.md: K).
+# The knowledge probe, worded as in surgery's pair builder (docs/methods/binding-heads.md: K).
 KNOWLEDGE = ("Which of the following cultural identities is most associated with {item}?",
              "Neither is particularly associated")
 LETTERS = ("a", "b", "c")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 import sys
 
@@ -10,6 +11,7 @@ import pytest
 
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.errors import SurgeryError
+from surgery.core.optional import pip_install
 from surgery.evaluate.data import new_result, save_result
 from surgery.find.findings import new_findings, save_findings
 from surgery.ship.report import build_report
@@ -81,7 +83,7 @@ def test_partial_findings_still_report(inputs, tmp_path):
 
 def test_without_matplotlib_the_message_names_the_extra(inputs, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(SurgeryError, match=r"llm-surgery\[plots\]"):
+    with pytest.raises(SurgeryError, match=re.escape(pip_install("plots"))):
         build_report([inputs["heads"]], [], tmp_path / "r")
     assert not (tmp_path / "r").exists()
 

@@ -6,11 +6,11 @@ tested identity's (R in match, W in mismatch) query tokens cannot attend to the 
 the chosen heads. Control: the same edges from the distractor T's tokens. Baseline: random head
 sets of the same size. CIs: percentile bootstrap over items (pairs resampled item by item).
 
-Confirmation (PAPERS.md: "final choice confirmed by knockout"): each discovery candidate's edges are
-knocked out alone; candidates whose reduction is significant (95% CI above 0) come first, by
-effect. Discovery alone can rank *readers* first — later heads whose identity→item attention
-differs between match and mismatch because the binding is already in the residual stream — and
-knocking their edges out changes nothing.
+Confirmation (the paper's "final choice confirmed by knockout", docs/methods/binding-heads.md): each
+discovery candidate's edges are knocked out alone; candidates whose reduction is significant (95% CI
+above 0) come first, by effect. Discovery alone can rank *readers* first — later heads whose
+identity→item attention differs between match and mismatch because the binding is already in the
+residual stream — and knocking their edges out changes nothing.
 """
 
 from __future__ import annotations

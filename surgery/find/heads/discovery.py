@@ -1,4 +1,4 @@
-"""Head discovery (PAPERS.md §1): L1 logistic regression on per-head binding features.
+"""Head discovery (docs/methods/binding-heads.md): L1 logistic regression on per-head binding features.
 
 Rows are prompts (match y = 1, mismatch y = 0), columns the flattened layers × heads grid of
 bind features. Standardised, then ``LogisticRegression(penalty="l1", solver="liblinear")``; C is

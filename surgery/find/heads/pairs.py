@@ -1,4 +1,5 @@
-"""Factorial prompt pairs (PAPERS.md §1): one stem rendered with R ("match") and with W ("mismatch").
+"""Factorial prompt pairs (docs/methods/binding-heads.md): one stem rendered with R ("match") and
+with W ("mismatch").
 
 For two items that share no identity (nor a declared culture), with related identities r1 and r2,
 a *couple* of pairs is made: item 1 asked with r1 (match) vs r2 (mismatch), and item 2 asked with

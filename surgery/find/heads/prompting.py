@@ -1,4 +1,5 @@
-"""Multiple-choice prompt formatting exactly as in the cultural-binding reference code (PAPERS.md).
+"""Multiple-choice prompt formatting exactly as in the cultural-binding reference code
+(docs/methods/binding-heads.md).
 
 Instruct models get the question as a user message through their chat template; base models get
 plain text ending in an answer prefix and an opening parenthesis, so the next token is the letter.
@@ -12,7 +13,7 @@ INSTRUCTION = ("Please answer by selecting only one multiple choice option, for 
                "or '(c)'. Do not add any other words. ")
 INSTRUCT_SUFFIX = "\nAnswer with a single letter: A, B, or C.\nAnswer:"
 BASE_ANSWER_START = "\nAnswering between the provided multiple choice letter options, I would choose letter "
-# PAPERS.md: the base prompt ends in a separate "(" *token* (appended by id, see
+# docs/methods/binding-heads.md: the base prompt ends in a separate "(" *token* (appended by id, see
 # surgery.find.heads.prompts); as text, "letter (" would tokenize to " (" instead.
 BASE_CUE = "("
 BASE_SUFFIX = BASE_ANSWER_START + BASE_CUE

@@ -47,7 +47,7 @@ def _adds_bos(tokenizer, text: str) -> bool:
 
 
 def cue_token_id(tokenizer) -> int:
-    """The single token "(" that ends a base-model prompt (PAPERS.md)."""
+    """The single token "(" that ends a base-model prompt (docs/methods/binding-heads.md)."""
     ids = tokenizer.encode(BASE_CUE, add_special_tokens=False)
     if len(ids) != 1:
         raise SurgeryError(f"this tokenizer splits {BASE_CUE!r} into {len(ids)} tokens; the base-model "
@@ -74,10 +74,10 @@ def encode_text(tokenizer, text: str, char_spans: Mapping[str, tuple[int, int]],
 
 def encode_question(tokenizer, question: str, char_spans: Mapping[str, tuple[int, int]] | None = None,
                     instruct: bool | None = None) -> Encoded:
-    """The prompt of PAPERS.md for ``question``, as token ids: chat template (instruct), or base text
-    ending in the answer prefix followed by the "(" token, appended by id (as text, "letter (" can
-    tokenize to " (", another token). S scoring and awareness generation both use it, so they read
-    the same input; ``char_spans`` are ranges inside ``question``."""
+    """The prompt of docs/methods/binding-heads.md for ``question``, as token ids: chat template
+    (instruct), or base text ending in the answer prefix followed by the "(" token, appended by id
+    (as text, "letter (" can tokenize to " (", another token). S scoring and awareness generation
+    both use it, so they read the same input; ``char_spans`` are ranges inside ``question``."""
     if instruct is None:
         instruct = is_instruct(tokenizer)
     if instruct:

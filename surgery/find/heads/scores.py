@@ -1,4 +1,4 @@
-"""Cultural binding scores (PAPERS.md §1): option token sets, S and K per prompt, ΔS / ΔK with a
+"""Cultural binding scores (docs/methods/binding-heads.md): option token sets, S and K per prompt, ΔS / ΔK with a
 paired t-test over items.
 
 S = lp_c − logsumexp(lp_a, lp_b), where lp_x is the logsumexp of the last-position log-softmax

@@ -1,4 +1,4 @@
-"""Fairness pruning scores (PAPERS.md §2); selection lives in select.py.
+"""Fairness pruning scores (docs/methods/fairness-pruning.md); selection lives in select.py.
 
 Per neuron (layer l, index i) and category c, over that category's pairs:
   BiasScore        mean |pooled₁ − pooled₂|

@@ -135,7 +135,7 @@ def test_prompt_encoding_spans(builtin, instruct):
     text = tok.decode(enc.ids)
     if instruct:
         assert text.startswith("<s>user: ") and text.endswith("\nAnswer:\nassistant:")
-    else:  # PAPERS.md: text + "\n" + answer start, then a separate "(" token
+    else:  # docs/methods/binding-heads.md: text + "\n" + answer start, then a separate "(" token
         assert enc.ids[-1] == cue_token_id(tok)
         assert text.removeprefix("<s>") == q.text + "\n\n" + INSTRUCTION + BASE_ANSWER_START + "("
 

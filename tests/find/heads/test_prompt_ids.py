@@ -1,8 +1,9 @@
 """One prompt encoder for S scoring and awareness generation: base prompts end in the "(" token.
 
-PAPERS.md: the base prompt is text ending in "... I would choose letter " followed by a "(" token.
-Tokenizing the text "letter (" gives " (" on BPE tokenizers — another token. Both the S score and
-DiffAware/CtxtAware generation must read the ids of binding_prompts.encode_question.
+docs/methods/binding-heads.md: the base prompt is text ending in "... I would choose letter "
+followed by a "(" token. Tokenizing the text "letter (" gives " (" on BPE tokenizers — another
+token. Both the S score and DiffAware/CtxtAware generation must read the ids of
+binding_prompts.encode_question.
 """
 
 from __future__ import annotations

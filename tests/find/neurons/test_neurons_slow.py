@@ -39,7 +39,8 @@ def test_bias_score_matches_unbatched_reference(smollm2):
         # batch of 1 run different GEMM blockings, which round differently (one neuron of 46,080,
         # 28.678 at 0.228, differed by 1.3e-4 on a CI machine).
         np.testing.assert_allclose(table.bias[category], reference, rtol=1e-3, atol=1e-4)
-    # the raw score concentrates in the last layer, as PAPERS.md reports for SmolLM2
+    # the raw score concentrates in the last layer, as optipfair's BiasScore does on SmolLM2
+    # (docs/methods/fairness-pruning.md)
     pooled = table.pooled("bias", table.categories).ravel()
     top40_layers = np.argsort(-pooled, kind="stable")[:40] // table.shape[1]
     assert (top40_layers == table.shape[0] - 1).sum() >= 30

@@ -1,0 +1,156 @@
+"""The documentation says what the code does: generated pages are current, links resolve inside
+the repository, and every command line the docs show names real commands and options."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+from pathlib import Path
+
+import click
+import pytest
+import yaml
+
+from tests.support.paths import REPO
+
+DOCS = REPO / "docs"
+PAGES = sorted(DOCS.rglob("*.md"))
+READ = [REPO / "README.md", *PAGES]  # what a user reads
+# Mentions kept for now: CHANGELOG.md is history, owned by whoever merges; its two lines citing
+# the file are to be reworded there (then drop the entry).
+OUTSIDE_MENTIONS_ALLOWED = {"CHANGELOG.md"}
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("docs_generate", DOCS / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cli() -> click.Group:
+    from surgery.cli.group import cli
+    from surgery.cli.main import _register
+
+    _register()
+    return cli
+
+
+def _repository_files() -> list[Path]:
+    try:
+        names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                               text=True, check=True, timeout=60).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"the repository's file list needs git: {exc}")
+    return [REPO / n for n in names if (REPO / n).is_file()]
+
+
+def test_generated_pages_are_what_the_code_generates_now():
+    stale = _generator().stale()
+    assert not stale, f"run `python docs/generate.py`: {', '.join('docs/' + p for p in stale)} differ from the code"
+
+
+def test_nothing_points_at_files_outside_the_repository():
+    """No file cites the design brief that lives outside the repository, and no page links there."""
+    cites = re.compile(rb"PAPERS\.md")
+    citing = [str(p.relative_to(REPO)) for p in _repository_files()
+              if str(p.relative_to(REPO)) not in OUTSIDE_MENTIONS_ALLOWED and cites.search(p.read_bytes())]
+    assert not citing, f"cite docs/methods/ or the paper instead: {citing}"
+    outside = re.compile(r"\.\./shared")
+    linking = [str(p.relative_to(REPO)) for p in [*READ, REPO / "mkdocs.yml"] if outside.search(p.read_text())]
+    assert not linking, linking
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _local_links(path: Path) -> list[str]:
+    """Relative link targets of a markdown file, code blocks and spans left out."""
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    return [t for t in LINK.findall(text) if not re.match(r"[a-z]+:", t) and not t.startswith("#")]
+
+
+@pytest.mark.parametrize("path", READ, ids=lambda p: str(p.relative_to(REPO)))
+def test_relative_links_resolve_inside_the_repository(path):
+    for target in _local_links(path):
+        resolved = (path.parent / target.split("#")[0]).resolve()
+        assert resolved.is_relative_to(REPO), f"{target} leaves the repository"
+        assert resolved.exists(), f"{path.name}: {target} does not exist"
+
+
+def test_every_page_is_in_the_site_navigation():
+    def pages(nav) -> list[str]:
+        if isinstance(nav, str):
+            return [nav]
+        items = nav.values() if isinstance(nav, dict) else nav
+        return [p for item in items for p in pages(item)]
+
+    listed = pages(yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])
+    assert sorted(listed) == sorted(str(p.relative_to(DOCS)) for p in PAGES)
+
+
+def _code(path: Path) -> list[str]:
+    """Code lines of a markdown file (fenced blocks, continuation lines joined) and code spans."""
+    text = path.read_text(encoding="utf-8")
+    blocks = re.findall(r"```[^\n]*\n(.*?)```", text, flags=re.S)
+    lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+    return lines + re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+
+
+def _shown_commands() -> list[tuple[str, str, list[str]]]:
+    """(file, command, its --options) for every `surgery COMMAND …` the docs show."""
+    found = []
+    for path in READ:
+        for line in _code(path):
+            line = line.split(" # ")[0]
+            for match in re.finditer(r"\bsurgery\s+(?:--debug\s+)?([a-z][a-z0-9-]*)(.*)", line):
+                found.append((path.name, match.group(1), re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", match.group(2))))
+    return found
+
+
+def test_every_command_line_in_the_docs_is_one_the_cli_accepts():
+    cli = _cli()
+    shown = _shown_commands()
+    assert len(shown) > 40  # the scan sees the docs' command lines
+    for page, name, flags in shown:
+        assert name in cli.commands, f"{page}: surgery {name} is not a command"
+        known = {o for p in cli.commands[name].params for o in (*p.opts, *getattr(p, "secondary_opts", ()))}
+        unknown = sorted(set(flags) - known - {"--help"})
+        assert not unknown, f"{page}: surgery {name} has no option {unknown}"
+
+
+def test_every_quickstart_flag_in_the_docs_exists():
+    script = (REPO / "examples" / "quickstart.sh").read_text(encoding="utf-8")
+    accepted = set(re.findall(r"^\s+(--[a-z-]+)(?:\|[^)]*)?\)", script, flags=re.M))
+    assert {"--install-only", "--torch-index", "--model", "--out"} <= accepted
+    for path in READ:
+        for line in _code(path):
+            for match in re.finditer(r"examples/quickstart\.sh(.*)", line.split(" # ")[0]):
+                flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", match.group(1)))
+                assert flags <= accepted, f"{path.name}: quickstart.sh has no {sorted(flags - accepted)}"
+
+
+def test_the_readme_says_which_commands_lack_json():
+    cli = _cli()
+    lacking = {name for name, c in cli.commands.items() if not any("--json" in p.opts for p in c.params)}
+    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    claim = re.search(r"Every command except ((?:`[a-z-]+`(?:, | and )?)+) takes `--json`", text)
+    assert claim, "the README no longer says which commands take --json"
+    assert set(re.findall(r"`([a-z-]+)`", claim.group(1))) == lacking
+
+
+def test_the_readme_gives_the_device_default_of_the_code():
+    from surgery.model.loading import LoadSpec
+
+    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    stated = re.findall(r"`--device [^`]*` \(default `([a-z:0-9]+)`", text)
+    assert stated == [LoadSpec().device]
+
+
+@pytest.mark.parametrize("command, model", [("verify", "SOURCE"), ("eval", "--against")])
+def test_revision_help_says_whose_revision_in_a_two_model_command(command, model):
+    """verify reads SOURCE and BAKED, eval MODEL and --against: the help says which one --revision is for."""
+    (revision,) = [p for p in _cli().commands[command].params if "--revision" in getattr(p, "opts", ())]
+    assert model in revision.help
