@@ -11,7 +11,6 @@ example to add evaluation results) and keeps surgery.json's hashes and undo data
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -27,6 +26,7 @@ from ..core.edits import SHARED, HeadScale, Recipe
 from ..core.errors import VerificationError
 from ..core.sites import sites
 from ..core.staging import atomic_write_text
+from ..core.strict_files import load_json, load_yaml
 
 CARD_NAME = "README.md"
 # Front-matter keys carried over from the source's card when it has them.
@@ -45,8 +45,8 @@ def front_matter(text: str | None) -> dict[str, Any]:
     if not match:
         return {}
     try:
-        data = yaml.safe_load(match.group(2))
-    except yaml.YAMLError:  # a malformed source card must not block the bake: it just carries nothing
+        data = load_yaml(match.group(2))
+    except yaml.YAMLError:  # a malformed source card (a repeated key too) must not block the bake: it carries nothing
         return {}
     return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else {}
 
@@ -253,7 +253,7 @@ def card_hook(evaluation: Mapping[str, Any] | None = None) -> Callable[[Path, di
 
 def _architecture(folder: Path) -> Architecture:
     """The table's entry for the checkpoint in ``folder`` (a bake's output: its config is the source's)."""
-    return architecture(json.loads((folder / "config.json").read_text(encoding="utf-8")))
+    return architecture(load_json((folder / "config.json").read_text(encoding="utf-8")))
 
 
 def _source_card(folder: Path, prov: Mapping[str, Any]) -> str | None:
