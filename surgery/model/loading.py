@@ -18,7 +18,7 @@ from typing import Any
 from ..core import distributed
 from ..core.checkpoint import Checkpoint
 from ..core.errors import CheckpointError
-from ..core.options import param
+from ..core.options import check_options, param
 from .placement import (DEVICE_MAPS, DTYPES, check_budget, largest_layer_bytes,
                         parse_max_memory, resolve_device, resolve_dtype)
 
@@ -126,12 +126,9 @@ class LoadSpec:
 
     def __post_init__(self) -> None:
         # option combinations and spelling are checked when the options are read, before any work
+        check_options(self)
         if self.device_map is None and (self.max_memory or self.offload_folder):
             raise CheckpointError("--max-memory and --offload-folder place a model with --device-map auto; add it")
-        if self.device_map not in (None, *DEVICE_MAPS):
-            raise CheckpointError(f"--device-map {self.device_map!r}: only 'auto' (accelerate's placement) is offered")
-        if self.dtype not in DTYPES:
-            raise CheckpointError(f"--dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
         parse_max_memory(self.max_memory)
 
 

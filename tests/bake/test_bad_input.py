@@ -146,6 +146,8 @@ CASES = [
          ("rounds every weight of head 0.1 to zero in this F16 checkpoint", "--allow-zero"), source="f16"),
     Case("factor-nan", lambda c: ["prune-neurons", c.src, "--neurons", "0:1", "--factor", "nan", "--out", c.out],
          ("--factor must be a finite number", "got nan")),
+    Case("factor-inf", lambda c: ["prune-neurons", c.src, "--neurons", "0:1", "--factor", "-inf", "--out", c.out],
+         ("--factor must be a finite number", "got -inf")),
     # --- recipe files ---
     Case("recipe-missing", lambda c: ["apply", c.tmp / "none.yaml", "--model", c.src, "--out", c.out],
          ("does not exist", "give the path of a recipe")),
