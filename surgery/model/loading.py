@@ -19,7 +19,7 @@ from ..core import distributed
 from ..core.checkpoint import Checkpoint
 from ..core.errors import CheckpointError
 from ..core.options import check_options, param
-from .placement import (DEVICE_MAPS, DTYPES, check_budget, largest_layer_bytes,
+from .placement import (DEVICE_MAPS, DTYPES, check_budget, check_budget_devices, largest_layer_bytes,
                         parse_max_memory, resolve_device, resolve_dtype)
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -164,6 +164,8 @@ def _placement(path: Path, load: LoadSpec, device: str, dtype) -> dict[str, Any]
         raise CheckpointError("--device-map auto splits one model over several devices; under torchrun each "
                               "process holds a whole copy: run one process with --device-map auto instead")
     budget = parse_max_memory(load.max_memory)
+    if budget is not None:
+        check_budget_devices(budget)
     if budget is None and load.device != "auto":  # only the device the user named (and CPU, disk) may hold layers
         import torch
         from accelerate.utils import get_max_memory
