@@ -18,6 +18,7 @@ import surgery.model.loading
 import surgery.model.placement
 from surgery.cli.main import main
 from tests.find.neurons.test_neurons import write_pairs
+from tests.support.hub_cache import hub_cache
 from tests.support.binding import char_model, write_small_benchmark
 
 MODELING = '''
@@ -34,7 +35,9 @@ class CustomForCausalLM(LlamaForCausalLM):
         with open(os.environ["SURGERY_TEST_REMOTE_MARK"], "a") as f:
             f.write("built\\n")
 '''
-REVISION = "v1"  # a local folder is read as it is; the point is that the option arrives
+# --revision picks a commit of a Hub id (a local folder refuses it): that test's MODEL is the checkpoint
+# as a Hub-cache snapshot, read offline at this branch
+HUB_ID, REVISION = "org/custom", "main"
 DEVICE = "cpu:0"  # a valid device distinct from the default "cpu": seen only if the option arrives
 FAST_HEADS = ["--max-pairs", "4", "--random-sets", "1", "--confirm", "0"]
 # Bakes whose findings come from a cache (or a recipe) run no model: the bake's own check reads the
@@ -95,7 +98,7 @@ def _commands(model: Path, tmp: Path) -> dict[str, list]:
                           "--out", tmp / "amplified"],
         "apply": ["apply", recipe, "--model", model, "--out", tmp / "applied"],
         "verify": ["verify", model, tmp / "applied"],
-        "eval": ["eval", tmp / "applied", "--against", model, "--limit", "1", "--suite", "kl"],
+        "eval": ["eval", model, "--against", tmp / "applied", "--limit", "1", "--suite", "kl"],
     }
 
 
@@ -107,8 +110,10 @@ def _run(args: list) -> int:
     return 0
 
 
-def test_every_command_passes_trust_device_and_revision_to_every_load(remote, tmp_path, capsys):
-    model, calls, mark = remote
+def test_every_command_passes_trust_device_and_revision_to_every_load(remote, tmp_path, capsys, monkeypatch):
+    path, calls, mark = remote
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(hub_cache(path, tmp_path / "hub", HUB_ID)))
+    model = HUB_ID
     for name, args in _commands(model, tmp_path).items():
         calls.clear()
         mark.unlink(missing_ok=True)
