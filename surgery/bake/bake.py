@@ -35,7 +35,7 @@ from ..core.errors import CheckpointError, RecipeError
 from ..core.hash_cache import HashCache
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
-from ..model.loading import Source
+from ..model.loading import Source, local_source
 from .copies import copy_note, copy_patches
 from .patches import RAW_DTYPES, group_by_file, patched_chunks, plan, to_f32
 from .provenance import FORMAT, OWN_FILES, PROVENANCE_NAME, UNDO_NAME, left_out_note, provenance_text, write_undo
@@ -377,7 +377,7 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
             "tool_version": __version__,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             # The fingerprint lets export-lora check that MODEL is the source of a baked folder.
-            "source": {**(source or Source(ckpt.path)).to_dict(), "fingerprint": ckpt.fingerprint()},
+            "source": {**(source or local_source(ckpt.path)).to_dict(), "fingerprint": ckpt.fingerprint()},
             "model_type": arch.model_type,
             "recipe": recipe.to_dict(),
             "edited_tensors": undo_index,

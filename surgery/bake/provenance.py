@@ -18,6 +18,7 @@ import numpy as np
 from ..core.checkpoint import file_sha256, is_other_weights
 from ..core.errors import VerificationError
 from ..core.progress import StageProgress, silent_stages
+from ..core.strict_files import DuplicateKey, load_json
 
 PROVENANCE_NAME = "surgery.json"
 UNDO_NAME = "surgery.undo"  # safetensors content, but not *.safetensors: loaders glob for those
@@ -42,8 +43,8 @@ def provenance_intact(path: Path) -> bool:
     """True when ``path``/surgery.json is byte for byte what ``provenance_text`` wrote."""
     raw = (Path(path) / PROVENANCE_NAME).read_bytes()
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        data = load_json(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):  # a repeated key too: the seal covers one value
         return False
     return isinstance(data, dict) and provenance_text(data).encode() == raw
 
@@ -55,7 +56,10 @@ def load_provenance(path: Path) -> dict[str, Any]:
         raise VerificationError(f"{path} has no {PROVENANCE_NAME}: it was not made by surgery; give the "
                                 "folder that a surgery bake wrote")
     try:
-        data = json.loads(prov.read_text(encoding="utf-8"))
+        data = load_json(prov.read_text(encoding="utf-8"))
+    except DuplicateKey as exc:
+        raise VerificationError(f"{prov}: {exc.what}; a bake writes each key once, so the file was "
+                                "edited after the bake: bake again") from None
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise VerificationError(f"{prov} is corrupt (not JSON)") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:

@@ -9,10 +9,11 @@ from typing import Any
 
 from ..bake.bake import bake
 from ..bake.check import checks_expert_maps, edited_check
+from ..bake.lineage import for_source
 from ..core.edits import Recipe
 from ..core.errors import RecipeError
 from ..core.staging import check_container, check_free
-from ..model.loading import DEFAULT_LOAD, LoadSpec, Source, open_checkpoint, resolve, same_model
+from ..model.loading import DEFAULT_LOAD, LoadSpec, open_checkpoint, resolve
 from ..ship.card import card_hook
 from .console import note, out, print_json, stage_progress
 from .options import PRIVATE_KEY, PUSH_KEY, context_value
@@ -47,31 +48,6 @@ class Baked:
             out.print(f"[green]Pushed[/] to {pushed['repo']} ({pushed['revision']}): {pushed['commit_url']}")
 
 
-def _for_source(recipe: Recipe, config: dict[str, Any], source: Source) -> tuple[Recipe, list[str]]:
-    """``recipe`` checked against the edited checkpoint and renamed after it; notes on the way.
-
-    The bake's provenance and card name the checkpoint actually edited (its Hub id, else its
-    path), never the recipe's ``base_model``: a recipe written for another model would otherwise
-    publish that model's lineage. That model's name stays in the recipe notes (``written_for``).
-    """
-    edited = source.hub_id or str(source.path)
-    other = recipe.base_model if recipe.base_model and not same_model(recipe.base_model, source) else None
-    try:
-        recipe.validate(config)
-    except RecipeError as exc:
-        if other:  # the likely cause, said in the same line
-            raise RecipeError(f"{exc}; the recipe was written for {other}, not this model: use a recipe "
-                              "made for it") from None
-        raise
-    notes, recipe_notes = [], recipe.notes
-    if other:
-        notes.append(f"the recipe was written for {other}, not {edited}; its edits fit this model's config, "
-                     f"so they are baked, and the output names {edited} as its base model")
-        note(notes[-1])
-        recipe_notes = {**recipe.notes, "written_for": other}
-    return Recipe(recipe.edits, edited, recipe.version, recipe_notes), notes
-
-
 def bake_check(ckpt, recipe: Recipe, load: LoadSpec):
     """The check a bake runs before publishing: the edited maps alone, or for routed-expert edits
     the end-to-end logits (loads the model; see surgery.bake.check.checks_expert_maps)."""
@@ -85,12 +61,14 @@ def bake_check(ckpt, recipe: Recipe, load: LoadSpec):
 def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFAULT_LOAD,
              force: bool = False, verify: bool = True, extra: dict[str, Any] | None = None,
              evaluation: dict[str, Any] | None = None, push_to: str | None = None,
-             push_revision: str | None = None, private: bool | None = None) -> Baked:
+             push_revision: str | None = None, private: bool | None = None,
+             allow_other_base: bool = False) -> Baked:
     """Open MODEL, bake ``recipe`` into ``out_dir`` (and push it); print nothing but progress and notes.
 
     The output gets a model card (README.md) built from the provenance, ``extra`` (findings
     summary) and ``evaluation`` (rows of a before/after table, see surgery.ship.card). ``push_to``
     (default: the command's --push-to) uploads the result, to branch ``push_revision`` if given.
+    A recipe written for another model is refused unless ``allow_other_base`` (surgery.bake.lineage).
     """
     push_to = push_to or context_value(PUSH_KEY)
     private = bool(context_value(PRIVATE_KEY)) if private is None else private
@@ -99,7 +77,10 @@ def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFA
 
         preflight(push_to, push_revision)  # fail before a long bake, not after it
     ckpt, source = open_checkpoint(model, load)
-    recipe, notes = _for_source(recipe, ckpt.config, source)
+    recipe, lineage = for_source(recipe, ckpt.config, source, allow_other_base=allow_other_base)
+    notes = [lineage] if lineage else []
+    if lineage:
+        note(lineage)
     with stage_progress() as progress:  # stderr: shown with --json too, which owns stdout only
         result = bake(ckpt, recipe, out_dir, source=source, force=force, progress=progress,
                       check=bake_check(ckpt, recipe, load) if verify else None, extra=extra,

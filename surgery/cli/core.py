@@ -65,11 +65,14 @@ def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Check each edited weight map against the run-time edit before publishing.")
+@click.option("--allow-other-base", is_flag=True, help="Bake a recipe whose base_model names another model "
+              "(refused otherwise: its α and n were chosen there); the output records both names.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @push_options
-def apply(recipe: Path, model: str, load: LoadSpec, out_dir, force, verify, as_json) -> None:
+def apply(recipe: Path, model: str, load: LoadSpec, out_dir, force, verify, allow_other_base, as_json) -> None:
     """Bake a recipe (YAML) into a copy of MODEL."""
-    run_bake(model, Recipe.load(recipe), out_dir, load=load, force=force, verify=verify, as_json=as_json)
+    run_bake(model, Recipe.load(recipe), out_dir, load=load, force=force, verify=verify, as_json=as_json,
+             allow_other_base=allow_other_base)
 
 
 @cli.command(name="verify")

@@ -12,10 +12,11 @@ from rich.table import Table
 
 from ..core.distributed import is_main
 from ..core.errors import SurgeryError
+from ..evaluate.params import EvalParams
 from ..model.loading import open_checkpoint
 from .console import err, out, print_json, progress_bars
 from .group import cli
-from .options import model_argument
+from .options import model_argument, typed_options
 
 
 @cli.command(name="export-lora")
@@ -122,31 +123,26 @@ def eval_table(result: dict) -> Table:
               "its results are cached, so a second eval against it measures MODEL only.")
 @click.option("--recompute", is_flag=True, help="Evaluate the --against source again instead of taking its "
               "cached results (the cache is then rewritten).")
-@click.option("--suite", "suites", multiple=True, help="retention, kl, bbq, awareness or lm-eval (repeatable; "
-              "default: every suite whose inputs are given).")
-@click.option("--limit", type=int, default=None, help="At most N items per data set (default: shipped sets in full, "
-              "100 per BBQ file and per N4 split).")
+@typed_options(EvalParams, into="params")
 @click.option("--bbq", "bbq_paths", multiple=True, type=click.Path(path_type=Path),
               help="BBQ-format JSONL file or folder (repeatable).")
 @click.option("--n4", "n4_path", type=click.Path(path_type=Path), default=None, help="N4-format JSONL file.")
 @click.option("--lm-eval", "lm_eval_tasks", default="", help="Comma-separated lm-eval task names (needs lm-eval).")
 @click.option("--lm-eval-include", type=click.Path(path_type=Path), default=None,
               help="Folder of extra lm-eval task YAML files.")
-@click.option("--batch-size", type=int, default=8, show_default=True, help="Sequences per forward pass "
-              "(multiple choice: questions, each with its options).")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), default=None, help="Write the result JSON here (atomically).")
 @click.option("--card", "update_card", is_flag=True, help="Put the before/after table into MODEL's model card "
               "(MODEL must be a surgery checkpoint; surgery.json is kept consistent).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON instead of the table.")
-def eval_cmd(model, load, against, recompute, suites, limit, bbq_paths, n4_path, lm_eval_tasks,
-             lm_eval_include, batch_size, out_path, update_card, as_json):
+def eval_cmd(model, load, against, recompute, params, bbq_paths, n4_path, lm_eval_tasks,
+             lm_eval_include, out_path, update_card, as_json):
     """Evaluate MODEL: retention, KL vs --against, BBQ bias, DiffAware/CtxtAware, lm-eval tasks."""
     from ..evaluate.data import card_summary, save_result
     from ..evaluate.suites import evaluate, make_plan
 
     tasks = [t.strip() for t in lm_eval_tasks.split(",") if t.strip()]
-    plan = make_plan(suites, against=against is not None, limit=limit, bbq=bbq_paths, n4=n4_path,
-                     lm_eval_tasks=tasks, lm_eval_include=lm_eval_include, batch_size=batch_size)
+    plan = make_plan(params.suites, against=against is not None, limit=params.limit, bbq=bbq_paths, n4=n4_path,
+                     lm_eval_tasks=tasks, lm_eval_include=lm_eval_include, batch_size=params.batch_size)
     # Opened as checkpoints: the same safety checks (remote code, pickles) as every other command.
     _, source = open_checkpoint(model, load)
     against_path = open_checkpoint(against, replace(load, revision=None))[1].path if against else None

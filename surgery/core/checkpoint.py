@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
+from .strict_files import DuplicateKey, load_json
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -66,7 +67,10 @@ def read_header(path: Path) -> tuple[int, dict[str, Any]]:
             raise CheckpointError(f"{path.name} declares a {length}-byte header but the file has "
                                   f"{size} bytes: the file is truncated or not safetensors; {REFETCH}")
         try:
-            header = json.loads(f.read(length))
+            header = load_json(f.read(length))
+        except DuplicateKey as exc:  # two entries for one tensor: which bytes are the weight?
+            raise CheckpointError(f"{path.name} has a header that gives {exc.key!r} twice: the file is "
+                                  f"corrupt or crafted; {REFETCH}") from None
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             raise CheckpointError(f"{path.name} has a header that is not valid JSON: "
                                   "the file is corrupt; re-download or re-save it") from None
@@ -162,7 +166,9 @@ class Checkpoint:
             raise CheckpointError(f"{self.path} has no config.json; give the folder that holds config.json "
                                   "and the *.safetensors weights")
         try:
-            config = json.loads(cfg.read_text(encoding="utf-8"))
+            config = load_json(cfg.read_text(encoding="utf-8"))
+        except DuplicateKey as exc:
+            raise CheckpointError(f"{cfg}: {exc.what}, so it is unclear which value holds; keep one") from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CheckpointError(f"{cfg} is not valid JSON ({exc.__class__.__name__}); {REFETCH}") from None
         if not isinstance(config, dict):
@@ -189,8 +195,11 @@ class Checkpoint:
         index = self.path / INDEX_NAME
         if index.is_file():
             try:
-                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+                weight_map = load_json(index.read_text(encoding="utf-8"))["weight_map"]
                 files = sorted(set(weight_map.values()))
+            except DuplicateKey as exc:
+                raise CheckpointError(f"{index}: {exc.what}, so it is unclear which shard holds it; "
+                                      f"{REFETCH}") from None
             except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
                 raise CheckpointError(f"{index} is malformed (no weight_map); re-download or re-save it") from None
             # Shards live in the folder: a name that leaves it would be read (and its edits

@@ -16,6 +16,7 @@ import yaml
 
 from .architectures import Architecture, architecture
 from .errors import RecipeError
+from .strict_files import DuplicateKey, load_yaml
 
 RECIPE_VERSION = 1
 FLOAT32_MAX = 3.4028234663852886e38
@@ -192,7 +193,7 @@ class Recipe:
         comment = "".join(f"# {line}\n" if line else "#\n" for line in safe.splitlines())
         data = self.to_dict()
         text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-        if yaml.safe_load(text) != data:  # PyYAML writes U+0085 / U+2028 raw, and they read back as spaces
+        if load_yaml(text) != data:  # PyYAML writes U+0085 / U+2028 raw, and they read back as spaces
             text = yaml.safe_dump(data, sort_keys=False, allow_unicode=False)
         return comment + text
 
@@ -225,7 +226,10 @@ class Recipe:
         if not path.is_file():
             raise RecipeError(f"recipe file {path} does not exist; give the path of a recipe YAML file")
         try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+            raw = load_yaml(path.read_text(encoding="utf-8"))
+        except DuplicateKey as exc:  # PyYAML would keep the last one: two recipes in one file lose edits
+            raise RecipeError(f"recipe file {path}: {exc.what}; a recipe gives each key once (two recipes "
+                              "pasted into one file?): keep one") from None
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
             # PyYAML's message spans several lines; keep the problem and where it is.
             mark = getattr(exc, "problem_mark", None)

@@ -15,6 +15,10 @@ class UnsupportedArchitecture(SurgeryError):
     """The model_type has no row in the architecture table."""
 
 
+class OptionError(SurgeryError):
+    """A parameter (a command-line option) is outside its bounds or not one of its choices."""
+
+
 class RecipeError(SurgeryError):
     """A recipe or an edit does not fit the model it is applied to."""
 

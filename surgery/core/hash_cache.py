@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .cache import cache_dir
 from .staging import atomic_write_text
+from .strict_files import load_json
 
 CACHE_NAME = "sha256-by-stat.json"
 SETTLE_SECONDS = 2.0
@@ -41,7 +42,7 @@ class HashCache:
 
     def _read(self) -> dict[str, str]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = load_json(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}  # none yet, or unreadable: hashes are recomputed, never trusted half-read
         return {k: v for k, v in data.items() if isinstance(v, str)} if isinstance(data, dict) else {}

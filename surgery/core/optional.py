@@ -73,13 +73,17 @@ def pip_command(direct_url: Mapping[str, Any] | None, extra: str | None = None,
 
 
 def _direct_url() -> tuple[Mapping[str, Any] | None, bool]:
-    """(this installation's direct_url.json or None, whether surgery is installed at all)."""
+    """(this installation's direct_url.json or None, whether surgery is installed at all).
+
+    Every copy of the metadata is asked: run from a clone, the source tree's own
+    ``llm_surgery.egg-info`` (left by the editable build) comes first on ``sys.path`` and carries
+    no pip record, while the installed ``.dist-info`` does.
+    """
+    found = list(importlib.metadata.distributions(name=DISTRIBUTION))
+    text = next((t for d in found if (t := d.read_text("direct_url.json"))), None)
     try:
-        text = importlib.metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
-    except importlib.metadata.PackageNotFoundError:
-        return None, False
-    try:
-        return (json.loads(text) if text else None), True
+        # pip's own record, read with plain json: yaml (strict_files) may be the missing package
+        return (json.loads(text) if text else None), bool(found)
     except ValueError:  # a damaged record: the index form is the best guess left
         return None, True
 

@@ -4,15 +4,20 @@ A parameter object (``LoadSpec``, ``FindParams``, ``CaptureParams``, ``SelectPar
 field with :func:`param`: its default, its help text and how it is spelled and bounded on the
 command line. The CLI builds its click options from these fields (``surgery.cli.options``)
 and hands the command one typed object, so a default lives in one place and an option cannot be
-dropped between the command line and the code that uses it. No click here: the library stays
-free of the command line.
+dropped between the command line and the code that uses it. Each object checks its own fields
+against the same bounds and choices (:func:`check_options` in ``__post_init__``), so a Python
+caller gets the command line's checks. No click here: the library stays free of the command line.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import Any, Mapping, Sequence
+
+from .errors import OptionError
 
 
 @dataclass(frozen=True)
@@ -47,3 +52,60 @@ def cli_fields(cls: type, only: Sequence[str] | None = None,
         raise KeyError(f"{cls.__name__} has no option field(s) {sorted(unknown)}")
     names = [n for n in (only or fields) if n not in set(skip)]
     return [(fields[n], fields[n].metadata["cli"]) for n in names]
+
+
+def check_options(obj: Any) -> None:
+    """Refuse a field of ``obj`` (a parameter object) outside its option's bounds, kind or choices.
+
+    Called by each parameter object's ``__post_init__``: click checks the command line too, but
+    it lets NaN through a float range, and a Python caller has no click at all. A field whose
+    default is None may be None (not given).
+    """
+    for field, spec in cli_fields(type(obj)):
+        value = getattr(obj, field.name)
+        if value is None and field.default is None:
+            continue
+        name = f"{spec.flag or '--' + field.name.replace('_', '-')} ({type(obj).__name__}.{field.name})"
+        if spec.multiple and not isinstance(value, (tuple, list)):
+            raise OptionError(f"{name} must be a tuple of values, got {value!r}")
+        for item in value if spec.multiple else (value,):
+            _check_value(name, field, spec, item)
+
+
+def _check_value(name: str, field: dataclasses.Field, spec: CliOption, value: Any) -> None:
+    if spec.is_flag:
+        if not isinstance(value, bool):
+            raise OptionError(f"{name} is a switch: give True or False, got {value!r}")
+        return
+    if spec.choices is not None:
+        allowed = spec.choices.values() if isinstance(spec.choices, Mapping) else spec.choices
+        if value not in list(allowed):
+            shown = (", ".join(f"{k} ({v!r})" for k, v in spec.choices.items()) if isinstance(spec.choices, Mapping)
+                     else ", ".join(map(str, spec.choices)))
+            raise OptionError(f"{name} must be one of {shown}, got {value!r}")
+        return
+    kind = spec.kind or type(field.default).__name__
+    if kind == "int" and (isinstance(value, bool) or not isinstance(value, Integral)):
+        raise OptionError(f"{name} must be a whole number, got {value!r}")
+    if kind == "float" and (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value)):
+        raise OptionError(f"{name} must be a finite number, got {value!r}")
+    if kind in ("int", "float") and not _within(value, spec):
+        raise OptionError(f"{name} must be {_bounds_text(spec)}, got {value!r}")
+
+
+def _within(value: float, spec: CliOption) -> bool:
+    if spec.minimum is not None and value < spec.minimum:
+        return False
+    if spec.maximum is not None and (value >= spec.maximum if spec.max_open else value > spec.maximum):
+        return False
+    return True
+
+
+def _bounds_text(spec: CliOption) -> str:
+    """``≥ 1``, ``≤ 10``, ``in [0, 1)``: the range of a bounded option, as its errors say it."""
+    low, high = spec.minimum, spec.maximum
+    if low is not None and high is not None:
+        return f"in [{low:g}, {high:g}{')' if spec.max_open else ']'}"
+    if low is not None:
+        return f"≥ {low:g}"
+    return f"< {high:g}" if spec.max_open else f"≤ {high:g}"

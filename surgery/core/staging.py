@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from .errors import DestinationError
+from .strict_files import load_json
 
 TMP_TAG = ".surgery-tmp-"
 OLD_TAG = ".surgery-old-"
@@ -49,7 +50,7 @@ def surgery_output(folder: Path) -> bool:
         marker = folder / name
         if marker.is_file() and not marker.is_symlink():
             try:
-                doc = json.loads(marker.read_text(encoding="utf-8"))
+                doc = load_json(marker.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                 continue
             if isinstance(doc, dict) and doc.get("format") == fmt:

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..core.errors import SurgeryError
 from ..core.staging import atomic_write_text
+from ..core.strict_files import DuplicateKey, load_json
 
 DATA = Path(__file__).resolve().parents[1] / "data"  # surgery/data: the shipped sets
 RESULT_FORMAT = "surgery-eval"
@@ -60,7 +61,9 @@ def read_jsonl(path: Path, what: str) -> list[dict[str, Any]]:
         for n, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    out.append(json.loads(line))
+                    out.append(load_json(line))
+                except DuplicateKey as exc:
+                    raise SurgeryError(f"{path}:{n}: {exc.key!r} is given twice in one record; keep one") from None
                 except json.JSONDecodeError:
                     raise SurgeryError(f"{path}:{n} is not valid JSON; {what} files hold one JSON object per line") from None
     return out
@@ -147,7 +150,10 @@ def save_result(result: Mapping[str, Any], path: Path) -> None:
 def load_result(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(path.read_text(encoding="utf-8"))
+    except DuplicateKey as exc:
+        raise SurgeryError(f"eval result {path}: {exc.what}; surgery writes each key once, so the file was "
+                           "edited: rerun `surgery eval … --out FILE`") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SurgeryError(f"cannot read the eval result {path} ({type(exc).__name__}); write it with "
                            "`surgery eval … --out FILE`") from None

@@ -30,6 +30,7 @@ from safetensors import SafetensorError, safe_open
 from ..core import distributed
 from ..core.checkpoint import Checkpoint, file_sha256
 from ..core.staging import atomic_write_bytes, atomic_write_text
+from ..core.strict_files import load_json
 from ..find.findings import cache_path
 from ..model.loading import LoadSpec, compute_dtype
 from ..model.placement import dtype_name, resolve_device
@@ -95,9 +96,9 @@ def read(json_path: Path, tensors_path: Path, key: dict[str, Any], n_prompts: in
     if not json_path.is_file():
         return None
     try:
-        entry = json.loads(json_path.read_text(encoding="utf-8"))
+        entry = load_json(json_path.read_text(encoding="utf-8"))  # a repeated key: a miss
         if (not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("version") != VERSION
-                or entry.get("key") != json.loads(json.dumps(key))):
+                or entry.get("key") != load_json(json.dumps(key))):
             return None
         reference = None
         if entry["kl_prompts"] is not None:

@@ -33,8 +33,7 @@ from . import data as io
 from . import lm
 from . import source_cache as cache
 from .awareness import awareness
-
-SUITES = ("retention", "kl", "bbq", "awareness", "lm-eval")
+from .params import SUITES, EvalParams
 
 
 @dataclass
@@ -55,26 +54,25 @@ class Plan:
 def make_plan(suites: Sequence[str] | None, *, against: bool, limit: int | None = None,
               bbq: Sequence[Path] = (), n4: Path | None = None, lm_eval_tasks: Sequence[str] = (),
               lm_eval_include: Path | None = None, batch_size: int = 8) -> Plan:
-    """Choose suites (default: every suite whose inputs were given) and load their data."""
+    """Choose suites (default: every suite whose inputs were given) and load their data.
+
+    ``suites``, ``limit`` and ``batch_size`` are checked as :class:`EvalParams` (bounds, choices).
+    """
+    params = EvalParams(tuple(suites or ()), limit, batch_size)
     given = {"retention": True, "kl": against, "bbq": bool(bbq), "awareness": n4 is not None,
              "lm-eval": bool(lm_eval_tasks)}
     hints = {"kl": "--against SOURCE", "bbq": "--bbq FILE_OR_FOLDER", "awareness": "--n4 FILE",
              "lm-eval": "--lm-eval TASKS"}
-    if suites:
-        unknown = [s for s in suites if s not in SUITES]
-        if unknown:
-            raise SurgeryError(f"unknown suite(s) {', '.join(unknown)}; choose from {', '.join(SUITES)}")
-        for s in suites:
+    if params.suites:
+        for s in params.suites:
             if not given[s]:
                 raise SurgeryError(f"--suite {s} needs {hints[s]}")
-        chosen = tuple(s for s in SUITES if s in suites)
+        chosen = tuple(s for s in SUITES if s in params.suites)
     else:
         chosen = tuple(s for s in SUITES if given[s])
-    if limit is not None and limit < 1:
-        raise SurgeryError(f"--limit must be at least 1, got {limit}")
     if "lm-eval" in chosen:
         require("lm_eval")  # fail before any model is loaded
-    plan = Plan(chosen, limit, batch_size, lm_eval_tasks=tuple(lm_eval_tasks), lm_eval_include=lm_eval_include)
+    plan = Plan(chosen, limit, params.batch_size, lm_eval_tasks=tuple(lm_eval_tasks), lm_eval_include=lm_eval_include)
     if "retention" in chosen or "kl" in chosen:
         plan.retention = io.retention_data(limit)
     if "bbq" in chosen:

@@ -18,6 +18,7 @@ from ..core.cache import cache_dir
 from ..core.checkpoint import Checkpoint
 from ..core.errors import FindingsError, SurgeryError
 from ..core.staging import atomic_write_text
+from ..core.strict_files import DuplicateKey, load_json
 
 FINDINGS_VERSION = 1
 KINDS = ("heads", "neurons")
@@ -58,7 +59,10 @@ def load_findings(path: str | Path, kind: str) -> dict[str, Any]:
     if not path.is_file():
         raise FindingsError(f"findings file {path} does not exist; give a file written by surgery find-{kind}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(path.read_text(encoding="utf-8"))
+    except DuplicateKey as exc:
+        raise FindingsError(f"findings file {path}: {exc.what}; surgery writes each key once, so the file "
+                            f"was edited: recompute it with surgery find-{kind}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FindingsError(f"findings file {path} is not valid JSON ({exc.__class__.__name__}); "
                             "recompute it with surgery find-" + kind) from None

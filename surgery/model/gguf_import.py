@@ -24,6 +24,7 @@ from ..core.errors import CheckpointError, UnsupportedArchitecture
 from ..core.optional import require
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
+from ..core.strict_files import load_json
 
 MANIFEST_NAME = "surgery.gguf.json"  # not surgery.json: that name means "made by a bake"
 DTYPES = ("float32", "bfloat16")
@@ -249,7 +250,7 @@ def import_gguf(gguf_path: str | Path, out: str | Path, *, dtype: str = "float32
         for p in tmp.iterdir():
             if p.suffix == ".safetensors":
                 p.chmod(0o644)  # safetensors creates files private; a checkpoint is meant to be shared
-        config = json.loads((tmp / "config.json").read_text(encoding="utf-8"))
+        config = load_json((tmp / "config.json").read_text(encoding="utf-8"))
         _note_editability(config, note)
         files = sorted(p.name for p in tmp.iterdir() if p.is_file())
         progress("hash", 0, 1)
@@ -269,7 +270,7 @@ def import_gguf(gguf_path: str | Path, out: str | Path, *, dtype: str = "float32
 
 def _strip_quantization(config_path: Path) -> None:
     """The weights are plain floats now: a leftover quantization_config would mislabel them."""
-    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config = load_json(config_path.read_text(encoding="utf-8"))
     if config.pop("quantization_config", None) is not None:
         config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 

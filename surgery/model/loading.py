@@ -18,11 +18,12 @@ from typing import Any
 from ..core import distributed
 from ..core.checkpoint import Checkpoint
 from ..core.errors import CheckpointError
-from ..core.options import param
-from .placement import (DEVICE_MAPS, DTYPES, check_budget, largest_layer_bytes,
+from ..core.options import check_options, param
+from .placement import (DEVICE_MAPS, DTYPES, check_budget, check_budget_devices, largest_layer_bytes,
                         parse_max_memory, resolve_device, resolve_dtype)
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+COMMIT = re.compile(r"^[0-9a-f]{40}$")  # a Hub-cache snapshot folder is named after its commit
 # What a checkpoint needs besides its weights: configs, tokenizer, chat template, card, licence.
 HUB_PATTERNS = ["*.safetensors", "*.json", "*.jinja", "*.model", "*.txt", "*.md", "*.tiktoken",
                 "LICENSE*", "NOTICE*", "USE_POLICY*", "merges.txt", "vocab.*"]
@@ -30,7 +31,8 @@ HUB_PATTERNS = ["*.safetensors", "*.json", "*.jinja", "*.model", "*.txt", "*.md"
 
 @dataclass(frozen=True)
 class Source:
-    """Where a checkpoint came from, for provenance."""
+    """Where a checkpoint came from, for provenance: its folder and, for a Hub model, its id and the
+    commit it was read at."""
 
     path: Path
     hub_id: str | None = None
@@ -40,12 +42,26 @@ class Source:
         return {"path": str(self.path), "hub_id": self.hub_id, "revision": self.revision}
 
 
-def _hub_cache_repo(path: Path) -> str | None:
-    """``org/name`` of a Hub-cache snapshot folder (``…/models--org--name/snapshots/<commit>``)."""
-    parts = path.parts
-    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
-        return parts[-3][len("models--"):].replace("--", "/")
+def _hub_cache_snapshot(path: Path) -> tuple[str, str] | None:
+    """``(org/name, commit)`` of a Hub-cache snapshot folder (``…/models--org--name/snapshots/<commit>``)."""
+    parts = Path(path).parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--") and COMMIT.match(parts[-1]):
+        return parts[-3][len("models--"):].replace("--", "/"), parts[-1]
     return None
+
+
+def _hub_cache_repo(path: Path) -> str | None:
+    """``org/name`` of a Hub-cache snapshot folder, or None."""
+    snapshot = _hub_cache_snapshot(path)
+    return snapshot[0] if snapshot else None
+
+
+def local_source(path: str | Path) -> Source:
+    """The Source of a local folder: a Hub-cache snapshot is that Hub model at its commit (the
+    folder's name), so provenance and card name the repo and the exact revision, not a cache path."""
+    path = Path(path)
+    snapshot = _hub_cache_snapshot(path.resolve())
+    return Source(path, *snapshot) if snapshot else Source(path)
 
 
 def same_model(named: str, source: Source) -> bool:
@@ -53,11 +69,11 @@ def same_model(named: str, source: Source) -> bool:
 
     A recipe records only a name, no fingerprint, so names are compared: an existing local path
     must be the same folder; a Hub id must equal the id MODEL was downloaded as (or the repo of a
-    Hub-cache snapshot folder). A local MODEL has no Hub id, so a Hub id or a path from another
+    Hub-cache snapshot folder). Another local MODEL has no Hub id, so a Hub id or a path from another
     machine is compared by its last part with the folder's name: a local copy named after its repo
     (examples/get_models.py's smollm2-135m-instruct for HuggingFaceTB/SmolLM2-135M-Instruct) is
-    the same model, anything else gets the note. Findings files carry the model's fingerprint and
-    are checked by it instead (surgery.find.findings.check_model).
+    the same model, anything else is another model (surgery.bake.lineage). Findings files carry the
+    model's fingerprint and are checked by it instead (surgery.find.findings.check_model).
     """
     path = Path(named).expanduser()
     if path.exists():
@@ -77,7 +93,10 @@ def resolve(model: str, revision: str | None = None) -> Source:
     if local.exists() or not HUB_ID.match(model) or model.startswith((".", "/", "~")):
         if not local.exists():
             raise CheckpointError(f"{model} does not exist; give a checkpoint folder or a Hub id (org/name)")
-        return Source(local)
+        if revision is not None:  # it would be ignored: the folder is read as it is
+            raise CheckpointError(f"--revision {revision}: MODEL {model} is a local folder, read as it is; "
+                                  "--revision picks a commit of a Hub id: drop it, or give the Hub id")
+        return local_source(local)
     return _download(model, revision)
 
 
@@ -98,7 +117,9 @@ def _download(repo_id: str, revision: str | None) -> Source:
     except (HfHubHTTPError, OSError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(f"cannot download {repo_id}: {first}") from None
-    return Source(Path(path), repo_id, revision)
+    snapshot = _hub_cache_snapshot(Path(path))
+    # the commit that was read (the snapshot folder's name), not the branch or tag asked for
+    return Source(Path(path), repo_id, snapshot[1] if snapshot else revision)
 
 
 @dataclass(frozen=True)
@@ -128,12 +149,9 @@ class LoadSpec:
 
     def __post_init__(self) -> None:
         # option combinations and spelling are checked when the options are read, before any work
+        check_options(self)
         if self.device_map is None and (self.max_memory or self.offload_folder):
             raise CheckpointError("--max-memory and --offload-folder place a model with --device-map auto; add it")
-        if self.device_map not in (None, *DEVICE_MAPS):
-            raise CheckpointError(f"--device-map {self.device_map!r}: only 'auto' (accelerate's placement) is offered")
-        if self.dtype not in DTYPES:
-            raise CheckpointError(f"--dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
         parse_max_memory(self.max_memory)
 
 
@@ -169,6 +187,8 @@ def _placement(path: Path, load: LoadSpec, device: str, dtype) -> dict[str, Any]
         raise CheckpointError("--device-map auto splits one model over several devices; under torchrun each "
                               "process holds a whole copy: run one process with --device-map auto instead")
     budget = parse_max_memory(load.max_memory)
+    if budget is not None:
+        check_budget_devices(budget)
     if budget is None and load.device != "auto":  # only the device the user named (and CPU, disk) may hold layers
         import torch
         from accelerate.utils import get_max_memory

@@ -9,6 +9,7 @@ arguments, it never places weights itself.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Mapping
 
@@ -74,9 +75,12 @@ def parse_size(text: str) -> int:
     match = _SIZE.match(text)
     if not match:
         try:
-            return int(float(text))
+            value = float(text)
         except ValueError:
-            raise CheckpointError(f"--max-memory: {text!r} is not a size (e.g. 70GiB, 500MB)") from None
+            value = math.nan
+        if not (math.isfinite(value) and value >= 0):  # "inf" overflowed int(), "-1" was a negative budget
+            raise CheckpointError(f"--max-memory: {text!r} is not a size (e.g. 70GiB, 500MB)")
+        return int(value)
     number, unit = match.groups()
     return int(float(number) * _UNITS[(unit or "B").lower()])
 
@@ -86,6 +90,7 @@ def parse_max_memory(text: str | None) -> dict[Any, int] | None:
     if text is None:
         return None
     budget: dict[Any, int] = {}
+    given: dict[Any, str] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         device, sep, size = part.partition("=")
         device = device.strip().lower()
@@ -95,10 +100,31 @@ def parse_max_memory(text: str | None) -> dict[Any, int] | None:
         key: Any = int(device) if device.isdigit() else device
         if not isinstance(key, int) and key not in ("cpu", "mps", "disk"):
             raise CheckpointError(f"--max-memory: device {device!r} is not a GPU index, cpu, mps or disk")
+        if key in given:  # a dict would keep the last one silently
+            raise CheckpointError(f"--max-memory names {'GPU ' if isinstance(key, int) else ''}{key} twice "
+                                  f"({given[key]!r} and {part!r}); give each device once")
+        given[key] = part
         budget[key] = parse_size(size)
     if not budget:
         raise CheckpointError("--max-memory is empty; give e.g. 0=70GiB,cpu=100GiB")
     return budget
+
+
+def check_budget_devices(budget: Mapping[Any, int]) -> None:
+    """Refuse, in one line, a --max-memory device this machine lacks (accelerate fails deep inside
+    its placement with "Cannot access accelerator device" otherwise)."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    missing = sorted(k for k in budget if isinstance(k, int) and k >= count)
+    if missing:
+        have, fix = (("no CUDA GPU usable by torch", "cpu and disk only") if count == 0 else
+                     (f"only {count} CUDA device(s)", f"GPUs 0 to {count - 1}, cpu and disk"))
+        raise CheckpointError(f"--max-memory gives GPU {missing[0]} a budget, but this machine has {have}; "
+                              f"give {fix}")
+    if "mps" in budget and not torch.backends.mps.is_available():
+        raise CheckpointError("--max-memory gives mps a budget, but MPS is not available on this machine; "
+                              "give cpu and disk")
 
 
 def largest_layer_bytes(tensors: Mapping[str, Any], itemsize: int) -> int:

@@ -11,7 +11,6 @@ example to add evaluation results) and keeps surgery.json's hashes and undo data
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
+from ..bake.lineage import WRITTEN_FOR
 from ..bake.provenance import (PROVENANCE_NAME, UNDO_NAME, integrity_problems, load_provenance, load_undo,
                                provenance_text)
 from ..core.architectures import Architecture, architecture
@@ -27,6 +27,7 @@ from ..core.edits import SHARED, HeadScale, Recipe
 from ..core.errors import VerificationError
 from ..core.sites import sites
 from ..core.staging import atomic_write_text
+from ..core.strict_files import load_json, load_yaml
 
 CARD_NAME = "README.md"
 # Front-matter keys carried over from the source's card when it has them.
@@ -45,8 +46,8 @@ def front_matter(text: str | None) -> dict[str, Any]:
     if not match:
         return {}
     try:
-        data = yaml.safe_load(match.group(2))
-    except yaml.YAMLError:  # a malformed source card must not block the bake: it just carries nothing
+        data = load_yaml(match.group(2))
+    except yaml.YAMLError:  # a malformed source card (a repeated key too) must not block the bake: it carries nothing
         return {}
     return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else {}
 
@@ -153,7 +154,8 @@ def _why_section(prov: Mapping[str, Any], recipe: Recipe) -> str:
         elif value not in (None, "", [], {}):
             lines.append(f"- **{key}**: {_short(value)}")
     for k, v in recipe.notes.items():
-        lines.append(f"- {k}: {_short(v)}")
+        if k != WRITTEN_FOR:  # said at the top of the card
+            lines.append(f"- {k}: {_short(v)}")
     return "\n".join(lines) or "No findings summary was recorded: the edits were given by hand."
 
 
@@ -199,12 +201,15 @@ def card_text(prov: Mapping[str, Any], source_card: str | None = None, arch: Arc
                 library_name="transformers", **{k: src_meta[k] for k in CARRIED_KEYS if src_meta.get(k)})
     source = prov.get("source") or {}
     name = base or Path(str(source.get("path", "the source model"))).name
+    written_for = recipe.notes.get(WRITTEN_FOR)
     sections = [
         f"# {name} — edited with surgery\n\n"
         f"This is **{name}** with {len(recipe.edits)} edit(s) baked into its weights by "
         f"`surgery` {prov.get('tool_version', '')}. Tensor names, shapes, dtypes, shard layout and "
         "config are the source's, so stock transformers, vLLM, TGI and llama.cpp's converter load "
-        "it with no custom code and no hooks.",
+        "it with no custom code and no hooks."
+        + (f"\n\nThe recipe was written for **{written_for}**, not for this model: its edits were baked "
+           "here as given, with the scales chosen on that model." if written_for else ""),
         "## What was edited\n\n" + _edits_section(recipe, arch),
         "## Why\n\n" + _why_section(prov, recipe),
         "## Verification\n\n" + _verification_section(prov),
@@ -213,9 +218,11 @@ def card_text(prov: Mapping[str, Any], source_card: str | None = None, arch: Arc
     if evaluation:
         sections.append("## Evaluation: before and after\n\n" + evaluation)
     recipe_yaml = recipe.to_yaml().strip()
+    # the commit the source was read at: the branch may have moved since
+    revision = f" --revision {source['revision']}" if base and source.get("revision") else ""
     sections.append(
         "## Reproduce or undo\n\n```yaml\n" + recipe_yaml + "\n```\n\n"
-        f"`surgery apply recipe.yaml --model {base or 'SOURCE'} --out OUT` bakes the same checkpoint; "
+        f"`surgery apply recipe.yaml --model {base or 'SOURCE'}{revision} --out OUT` bakes the same checkpoint; "
         "`surgery undo THIS_FOLDER --out SOURCE_COPY` restores the source byte for byte from `surgery.undo`.")
     if src_meta.get("license"):
         sections.append(f"## Licence\n\nThe source's licence (`{src_meta['license']}`) applies to this checkpoint.")
@@ -253,7 +260,7 @@ def card_hook(evaluation: Mapping[str, Any] | None = None) -> Callable[[Path, di
 
 def _architecture(folder: Path) -> Architecture:
     """The table's entry for the checkpoint in ``folder`` (a bake's output: its config is the source's)."""
-    return architecture(json.loads((folder / "config.json").read_text(encoding="utf-8")))
+    return architecture(load_json((folder / "config.json").read_text(encoding="utf-8")))
 
 
 def _source_card(folder: Path, prov: Mapping[str, Any]) -> str | None:

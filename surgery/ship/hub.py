@@ -17,6 +17,7 @@ from typing import Any
 from ..bake.provenance import PROVENANCE_NAME, integrity_problems, load_provenance
 from ..core.checkpoint import Checkpoint, read_header
 from ..core.errors import CheckpointError, SurgeryError, VerificationError
+from ..core.strict_files import load_json
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
@@ -51,7 +52,7 @@ def check_checkpoint(folder: Path) -> tuple[str, dict[str, Any]]:
 def check_adapter(folder: Path) -> tuple[str, dict[str, Any]]:
     """An exported adapter: its config parses and its weights have a valid safetensors header."""
     try:
-        config = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
+        config = load_json((folder / "adapter_config.json").read_text(encoding="utf-8"))
         read_header(folder / "adapter_model.safetensors")
     except (OSError, json.JSONDecodeError, CheckpointError) as exc:
         raise VerificationError(f"{folder} is not a valid adapter ({exc}); export it again") from None

@@ -29,7 +29,7 @@ from ..core.edits import SHARED, HeadScale, NeuronScale, Recipe
 from ..core.errors import RecipeError
 from ..core.staging import staged_output
 from ..model.hooks import scale_vectors
-from ..model.loading import Source
+from ..model.loading import Source, local_source
 from .card import adapter_card
 
 VLLM_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
@@ -196,7 +196,7 @@ def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool
     modules = lora_modules(ckpt, recipe)
     if vllm:
         modules = [m.padded(rank) for m in modules]
-    source = source or Source(ckpt.path)
+    source = source or local_source(ckpt.path)
     base = source.hub_id or str(source.path)
     config = peft_config(modules, base, vllm)
     tensors = {}

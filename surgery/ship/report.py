@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping
 from .. import __version__
 from ..core.errors import FindingsError
 from ..core.staging import staged_output
+from ..core.strict_files import DuplicateKey, load_json
 from ..evaluate.data import card_summary, load_result
 from ..find.findings import KINDS, load_findings
 
@@ -25,7 +26,10 @@ MANIFEST_NAME = "surgery_report.json"
 def read_findings(path: Path) -> dict[str, Any]:
     """A findings file of either kind (its 'kind' field says which)."""
     try:
-        kind = json.loads(Path(path).read_text(encoding="utf-8")).get("kind")
+        kind = load_json(Path(path).read_text(encoding="utf-8")).get("kind")
+    except DuplicateKey as exc:
+        raise FindingsError(f"findings file {path}: {exc.what}; surgery writes each key once, so the file "
+                            "was edited: recompute it") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
         raise FindingsError(f"{path} is not a readable findings JSON file") from None
     if kind not in KINDS:

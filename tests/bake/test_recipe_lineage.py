@@ -1,10 +1,12 @@
-"""A recipe or findings file from another model: a note (or a refusal), and the output names the
-checkpoint actually edited, never the recipe's base_model (a push would publish the wrong lineage)."""
+"""A recipe or findings file from another model: a refusal unless allowed (--allow-other-base,
+--transfer), and then the output names the checkpoint actually edited as its base, never the recipe's
+base_model (a push would publish the wrong lineage), and keeps the recipe's model as written_for.
+Where a checkpoint came from: a Hub download or a Hub-cache snapshot folder records its repo and the
+commit read; --revision with a local folder is refused (it would be ignored)."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -14,9 +16,9 @@ from surgery.core.checkpoint import Checkpoint
 from surgery.find.findings import model_identity
 from surgery.model.loading import Source, same_model
 from tests.support.cli import cli_env, error_line, run_cli, run_main
+from tests.support.hub_cache import SNAPSHOT, hub_cache
 
 OTHER = "org/other-model"
-SNAPSHOT = "0123456789abcdef0123456789abcdef01234567"
 
 
 def _recipe(tmp_path: Path, base: str = OTHER, head: int = 1) -> Path:
@@ -37,48 +39,54 @@ def _reproduce_recipe(text: str) -> dict:
     return yaml.safe_load(section[start:section.index("\n```", start)])
 
 
-def _hub_cache(src: Path, root: Path, repo: str = "org/tiny-llama") -> Path:
-    """``src`` as the Hub cache's snapshot of ``repo``: MODEL=repo resolves to it offline."""
-    entry = root / f"models--{repo.replace('/', '--')}"
-    shutil.copytree(src, entry / "snapshots" / SNAPSHOT)
-    (entry / "refs").mkdir()
-    (entry / "refs" / "main").write_text(SNAPSHOT)
-    return root
+def test_recipe_of_another_model_is_refused_without_the_flag(tiny, tmp_path, capsys):
+    """A recipe's α and n were chosen on its model: baking it into another one is a refusal (it was
+    a note and exit 0), in one line naming both models and the flag, with nothing written."""
+    model = tiny("llama")
+    out = tmp_path / "baked"
+    line = error_line(run_main(["apply", _recipe(tmp_path), "--model", model, "--out", out, "--no-verify"], capsys))
+    assert f"the recipe was written for {OTHER}, not {model}" in line and "--allow-other-base" in line, line
+    assert not out.exists()
 
 
 def test_recipe_of_another_model_on_a_local_folder(tiny, tmp_path, capsys):
     model = tiny("llama")
     out = tmp_path / "baked"
-    result = run_main(["apply", _recipe(tmp_path), "--model", model, "--out", out, "--no-verify", "--json"], capsys)
+    result = run_main(["apply", _recipe(tmp_path), "--model", model, "--out", out, "--no-verify", "--json",
+                       "--allow-other-base"], capsys)
     assert result.returncode == 0, result.stderr
     err = " ".join(result.stderr.split())
-    assert f"note: the recipe was written for {OTHER}, not {model}" in err
+    assert f"note: the recipe was written for {OTHER}, not {model}; baked as --allow-other-base asks" in err
     summary = json.loads(result.stdout)
     assert any(OTHER in n for n in summary["notes"])
-    prov = json.loads((out / "surgery.json").read_text())
+    prov = json.loads((out / "surgery.json").read_text())  # both names: the edited model and the recipe's
     assert prov["recipe"]["base_model"] == str(model) and prov["recipe"]["notes"] == {"written_for": OTHER}
     meta, text = _card(out)
     assert "base_model" not in meta and "base_model_relation" not in meta  # was base_model: org/other-model
     assert _reproduce_recipe(text)["base_model"] == str(model)
     assert f"# {model.name} — edited with surgery" in text
+    assert f"The recipe was written for **{OTHER}**, not for this model" in text
 
 
 def test_recipe_of_another_model_on_a_hub_model(tiny, tmp_path):
-    cache = _hub_cache(tiny("llama"), tmp_path / "hub")
+    cache = hub_cache(tiny("llama"), tmp_path / "hub")
     out = tmp_path / "baked"
-    result = run_cli(["apply", _recipe(tmp_path), "--model", "org/tiny-llama", "--out", out, "--no-verify"],
-                     env=cli_env(HF_HUB_CACHE=str(cache)))
+    result = run_cli(["apply", _recipe(tmp_path), "--model", "org/tiny-llama", "--out", out, "--no-verify",
+                      "--allow-other-base"], env=cli_env(HF_HUB_CACHE=str(cache)))
     assert result.returncode == 0, result.stderr
     assert f"note: the recipe was written for {OTHER}, not org/tiny-llama" in " ".join(result.stderr.split())
     meta, text = _card(out)
     assert meta["base_model"] == "org/tiny-llama" and meta["base_model_relation"] == "finetune"
-    assert "`surgery apply recipe.yaml --model org/tiny-llama --out OUT`" in text
+    # the commit read, not the branch: main may have moved since
+    assert f"`surgery apply recipe.yaml --model org/tiny-llama --revision {SNAPSHOT} --out OUT`" in text
     assert _reproduce_recipe(text)["base_model"] == "org/tiny-llama"
     assert OTHER not in meta.values() and "This is **org/tiny-llama**" in text
-    # the recipe written for this very model: no note
+    assert f"The recipe was written for **{OTHER}**" in text
+    # the recipe written for this very model: no note, no flag needed
     result = run_cli(["apply", _recipe(tmp_path, "ORG/tiny-llama"), "--model", "org/tiny-llama", "--out",
                       tmp_path / "same", "--no-verify"], env=cli_env(HF_HUB_CACHE=str(cache)))
     assert result.returncode == 0 and "note:" not in result.stderr, result.stderr
+    assert "written for" not in (tmp_path / "same" / "README.md").read_text()
 
 
 def test_recipe_that_cannot_fit_says_whose_it_is(tiny, tmp_path, capsys):
@@ -137,3 +145,42 @@ def test_transfer_without_findings_is_refused(tiny, tmp_path, capsys):
     line = error_line(run_main(["amplify-heads", model, "--heads", "0.1", "--alpha", "2", "--transfer",
                                 "--out", tmp_path / "o"], capsys))
     assert "drop --findings / --top / --transfer" in line
+
+
+@pytest.mark.parametrize("command", ["inspect", "apply"])
+def test_revision_with_a_local_folder_is_refused(tiny, tmp_path, capsys, command):
+    """A local folder is read as it is: --revision was silently ignored."""
+    model = tiny("llama")
+    args = {"inspect": ["inspect", model],
+            "apply": ["apply", _recipe(tmp_path, str(model)), "--model", model, "--out", tmp_path / "o"]}[command]
+    line = error_line(run_main([*args, "--revision", "v1"], capsys))
+    assert f"--revision v1: MODEL {model} is a local folder" in line and "drop it, or give the Hub id" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_hub_cache_snapshot_folder_is_that_hub_model_at_its_commit(tiny, tmp_path, capsys):
+    snapshot = hub_cache(tiny("llama"), tmp_path / "hub") / "models--org--tiny-llama" / "snapshots" / SNAPSHOT
+    out = tmp_path / "baked"
+    # a recipe made for org/tiny-llama fits this folder: no --allow-other-base needed
+    result = run_main(["apply", _recipe(tmp_path, "org/tiny-llama"), "--model", snapshot, "--out", out,
+                       "--no-verify"], capsys)
+    assert result.returncode == 0 and "note:" not in result.stderr, result.stderr
+    source = json.loads((out / "surgery.json").read_text())["source"]
+    assert (source["hub_id"], source["revision"], source["path"]) == ("org/tiny-llama", SNAPSHOT, str(snapshot))
+    meta, text = _card(out)
+    assert meta["base_model"] == "org/tiny-llama" and "This is **org/tiny-llama**" in text
+    assert f"--model org/tiny-llama --revision {SNAPSHOT} --out OUT" in text
+    assert _reproduce_recipe(text)["base_model"] == "org/tiny-llama"
+
+
+@pytest.mark.parametrize("revision", [None, "main"])
+def test_a_hub_download_records_the_commit_it_read(tiny, tmp_path, revision):
+    """It recorded ``revision: null`` (or the branch asked for) while the commit was in its path."""
+    cache = hub_cache(tiny("llama"), tmp_path / "hub")
+    out = tmp_path / "baked"
+    result = run_cli(["apply", _recipe(tmp_path, "org/tiny-llama"), "--model", "org/tiny-llama", "--out", out,
+                      "--no-verify", *(["--revision", revision] if revision else [])],
+                     env=cli_env(HF_HUB_CACHE=str(cache)))
+    assert result.returncode == 0, result.stderr
+    source = json.loads((out / "surgery.json").read_text())["source"]
+    assert source["hub_id"] == "org/tiny-llama" and source["revision"] == SNAPSHOT

@@ -15,6 +15,7 @@ import transformers
 
 import surgery.model.loading
 import surgery.model.placement
+from tests.support.hub_cache import hub_cache
 from tests.support.binding import char_model, write_small_benchmark
 from tests.support.cli import main_code
 from tests.support.commands import model_commands
@@ -33,7 +34,9 @@ class CustomForCausalLM(LlamaForCausalLM):
         with open(os.environ["SURGERY_TEST_REMOTE_MARK"], "a") as f:
             f.write("built\\n")
 '''
-REVISION = "v1"  # a local folder is read as it is; the point is that the option arrives
+# --revision picks a commit of a Hub id (a local folder refuses it): that test's MODEL is the checkpoint
+# as a Hub-cache snapshot, read offline at this branch
+HUB_ID, REVISION = "org/custom", "main"
 DEVICE = "cpu:0"  # a valid device distinct from the default "cpu": seen only if the option arrives
 # Bakes whose findings come from a cache (or a recipe) run no model: the bake's own check reads the
 # edited weight slices only. They must still refuse the custom code without the flag (test below).
@@ -79,8 +82,10 @@ def remote(tiny, tmp_path, monkeypatch):
     return path, calls, mark
 
 
-def test_every_command_passes_trust_device_and_revision_to_every_load(remote, tmp_path, capsys):
-    model, calls, mark = remote
+def test_every_command_passes_trust_device_and_revision_to_every_load(remote, tmp_path, capsys, monkeypatch):
+    path, calls, mark = remote
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(hub_cache(path, tmp_path / "hub", HUB_ID)))
+    model = HUB_ID
     for name, args in model_commands(model, tmp_path).items():
         calls.clear()
         mark.unlink(missing_ok=True)

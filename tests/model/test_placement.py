@@ -147,6 +147,38 @@ def test_bad_max_memory_is_refused(text):
         parse_max_memory(text)
 
 
+@pytest.mark.parametrize("text, needle", [
+    ("cpu=1GiB,cpu=2GiB", "names cpu twice ('cpu=1GiB' and 'cpu=2GiB')"),   # was: the last one, silently
+    ("0=1GB,cuda:0=2GB", "names GPU 0 twice ('0=1GB' and 'cuda:0=2GB')"),
+    ("CPU=1GB, cpu=2GB", "names cpu twice"),
+    ("cpu=-1", "'-1' is not a size"),                                      # was: a negative budget
+    ("cpu=inf", "'inf' is not a size"),                                    # was: an internal OverflowError
+    ("cpu=nan", "'nan' is not a size"),
+])
+def test_repeated_devices_and_impossible_sizes_are_refused(text, needle):
+    with pytest.raises(CheckpointError) as caught:
+        parse_max_memory(text)
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_gpu_this_machine_lacks_is_one_line_before_loading(tiny, tmp_path, capsys, monkeypatch):
+    """The first GPU index this machine does not have (0 without a GPU): accelerate's placement
+    failed with an internal "Cannot access accelerator device" error."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where our offload folder would go
+    model = char_model(tiny, "llama")
+    missing = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    pairs = write_pairs(tmp_path / "pairs.jsonl")
+    loads = []
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", lambda *a, **k: loads.append(a))
+    capsys.readouterr()  # the fixture's own output (save_pretrained's progress bar)
+    code = _run(["find-neurons", model, "--pairs", pairs, "--device", "cpu",
+                 "--device-map", "auto", "--max-memory", f"{missing}=1GiB,cpu=1GiB"])
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.strip() and not line.startswith("note:")]
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"Error: --max-memory gives GPU {missing} a budget, but this machine has"), err
+    assert not loads and not list(tmp_path.glob("surgery-offload-*"))
+
+
 def test_sizes():
     assert parse_size("1.5KiB") == 1536 and parse_size("2 GB") == 2 * 10**9 and parse_size("1e3") == 1000
 

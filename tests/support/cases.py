@@ -79,6 +79,23 @@ def quant(method: str, key: str = "quantization_config") -> Callable[[Ctx], list
     return config(**{key: {"quant_method": method, "bits": 4}})
 
 
+def repeated_config_key(c: Ctx) -> list:
+    """config.json giving num_hidden_layers twice: which one holds depends on the reader."""
+    path = c.src / "config.json"
+    path.write_text(path.read_text().replace("{", '{\n  "num_hidden_layers": 2,', 1))
+    return c.heads()
+
+
+def repeated_index_entry(c: Ctx) -> list:
+    """An index that maps one tensor to two shards."""
+    path = c.src / "model.safetensors.index.json"
+    index = json.loads(path.read_text())
+    name, shard = next(iter(index["weight_map"].items()))
+    other = next(s for s in index["weight_map"].values() if s != shard)
+    path.write_text(json.dumps(index, indent=1).replace('"weight_map": {', f'"weight_map": {{\n  "{name}": "{other}",', 1))
+    return c.heads()
+
+
 def missing_shard(c: Ctx) -> list:
     (c.src / "model-00003-of-00007.safetensors").unlink()
     return c.heads()

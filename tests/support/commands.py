@@ -26,5 +26,5 @@ def model_commands(model: Path, tmp: Path) -> dict[str, list]:
                           "--out", tmp / "amplified"],
         "apply": ["apply", recipe, "--model", model, "--out", tmp / "applied"],
         "verify": ["verify", model, tmp / "applied"],
-        "eval": ["eval", tmp / "applied", "--against", model, "--limit", "1", "--suite", "kl"],
+        "eval": ["eval", model, "--against", tmp / "applied", "--limit", "1", "--suite", "kl"],
     }

@@ -97,6 +97,16 @@ def header_not_json(path: Path) -> None:
     path.write_bytes(struct.pack("<Q", len(text)) + b"\xff" * len(text) + data)
 
 
+def repeat_entry(path: Path) -> None:
+    """Give one tensor's header entry twice (a JSON reader would silently keep the last)."""
+    header, data = read_raw(path)
+    name = tensor_names(header)[0]
+    entry = json.dumps({name: header[name]}, separators=(",", ":"))[1:-1]
+    text = ("{" + entry + "," + json.dumps(header, separators=(",", ":"))[1:]).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+
+
 def retype(path: Path, name: str, dtype: str) -> None:
     """Store ``name`` as another dtype with the same byte size (as a quantized export would)."""
     sizes = {"F32": 4, "F16": 2, "BF16": 2, "I8": 1, "U8": 1, "F8_E4M3": 1}

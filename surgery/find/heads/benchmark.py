@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ...core.errors import SurgeryError
+from ...core.strict_files import DuplicateKey, load_json
 
 QTYPES = {0: "wearing", 1: "selling", 2: "speaker", 3: "casting"}
 BUILTIN_FILES = ("binding_templates.jsonl", "binding_items.jsonl", "binding_neutral.jsonl")
@@ -123,7 +124,9 @@ def _read_jsonl(data: bytes, where: str) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = load_json(line)
+        except DuplicateKey as exc:
+            raise BenchmarkError(f"{where} line {n}: {exc.key!r} is given twice in one row; keep one") from None
         except json.JSONDecodeError as exc:
             raise BenchmarkError(f"{where} line {n} is not JSON ({exc.msg}); fix the line") from None
         if not isinstance(row, dict):

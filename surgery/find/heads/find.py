@@ -242,6 +242,8 @@ class HeadFindings(Found):
 
     def select(self, top: int | None = None) -> list[tuple[int, int]]:
         """The first ``top`` heads of the ranking (default: the knocked-out selection)."""
+        if top is not None and top < 1:  # 0 would silently mean the default, a negative count cut from the end
+            raise RecipeError(f"--top must be ≥ 1, got {top}")
         order = head_ranking(self.data)  # the knockout-confirmed ranking when the findings have one
         top = top or len(self.data.get("selected_heads") or []) or 1
         if top > len(order):

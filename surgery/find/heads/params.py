@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ...core.options import param
+from ...core.options import check_options, param
 from .pairs import DEFAULT_PER_IDENTITY
 
 # α values of the dose-response (edge-level and whole-head), and those at which DiffAware /
@@ -28,7 +28,7 @@ class FindParams:
     """Everything that changes the findings (recorded in the file and part of its cache key)."""
 
     benchmark: str = param("builtin", "'builtin', a JSONL file in surgery's benchmark format, or the N4 JSONL.")
-    seed: int = param(0, "Seed of pairs and option order.")
+    seed: int = param(0, "Seed of pairs and option order.", minimum=0)  # numpy refuses negative seeds
     per_identity: int = param(DEFAULT_PER_IDENTITY, "Times each identity may be the 'correct' one.", minimum=1)
     max_pairs: int | None = param(None, "Use at most this many pairs (a balanced random subset).", kind="int",
                                   minimum=2)
@@ -53,6 +53,9 @@ class FindParams:
     awareness_max: int | None = param(None, "With --dose-response: at most this many '≠' and '=' questions "
                                       "(generation is slow).", kind="int", minimum=1)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_options(self)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

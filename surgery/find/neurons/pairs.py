@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ...core.errors import SurgeryError
+from ...core.strict_files import DuplicateKey, load_json
 
 LANGUAGES = ("en", "es")
 BUILTIN = "builtin"
@@ -133,7 +134,9 @@ def parse_text(text: str, name: str, language: str | None = None) -> list[Prompt
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
-            records = json.loads(text)
+            records = load_json(text)
+        except DuplicateKey as exc:
+            raise PairsError(f"{name}: {exc.what}; give each field once") from None
         except json.JSONDecodeError as exc:
             raise PairsError(f"{name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
         return [from_public(r, f"{name}[{i}]", language) for i, r in enumerate(records)]
@@ -142,7 +145,9 @@ def parse_text(text: str, name: str, language: str | None = None) -> list[Prompt
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = load_json(line)
+        except DuplicateKey as exc:
+            raise PairsError(f"{name} line {lineno}: {exc.key!r} is given twice in one pair; keep one") from None
         except json.JSONDecodeError as exc:
             raise PairsError(f"{name} line {lineno} is not valid JSON ({exc.msg}); "
                              "each line must be one pair object") from None

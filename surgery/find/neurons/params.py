@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import RecipeError
-from ...core.options import param
+from ...core.options import check_options, param
 
 SCORES = ("bias", "signed", "fairness")
 RULES = ("global", "per-category", "intersection")
@@ -56,6 +56,9 @@ class CaptureParams:
                          is_flag=True)
     batch_size: int = param(16, "Pairs per forward pass.", minimum=1)
 
+    def __post_init__(self) -> None:
+        check_options(self)
+
     @property
     def category_list(self) -> tuple[str, ...] | None:
         return categories_of(self.categories)
@@ -75,6 +78,10 @@ class SelectParams:
     spare_active: float = param(DEFAULT_SPARE, "Never choose this fraction of each layer's most active neurons "
                                 "(massive activations: removing them breaks the model); 0 turns it off.",
                                 minimum=0, maximum=1, max_open=True)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        self.layer_list()  # a malformed --layers fails now, not after the capture
 
     def layer_list(self) -> list[int] | None:
         return parse_layers(self.layers)
