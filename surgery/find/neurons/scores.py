@@ -146,8 +146,6 @@ def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair
 
 def ppm_scores(model: nn.Module) -> np.ndarray:
     """PPM of every neuron, [layers, width], from the gate and up rows (Phi-3: fused gate_up)."""
-    from accelerate.utils import align_module_device
-
     from ...model.hooks import layer_module, model_architecture
 
     arch = model_architecture(model)
@@ -157,9 +155,7 @@ def ppm_scores(model: nn.Module) -> np.ndarray:
     out = np.zeros((g.num_layers, g.intermediate_size), dtype=np.float64)
 
     def weight(relative: str) -> torch.Tensor:
-        module = layer_module(model, arch, layer, relative)
-        with align_module_device(module):  # a disk-offloaded module's weight is on "meta" until brought in
-            return module.weight.detach().float()
+        return _param(layer_module(model, arch, layer, relative))
 
     for layer in range(g.num_layers):
         if arch.layout.gate_up_proj:
@@ -170,6 +166,15 @@ def ppm_scores(model: nn.Module) -> np.ndarray:
         ppm = (gate.amax(1) + gate.amin(1).abs() + up.amax(1) + up.amin(1).abs())
         out[layer] = ppm.double().cpu().numpy()
     return out
+
+
+def _param(module: nn.Module, name: str = "weight") -> torch.Tensor:
+    """A module's parameter in float32, also when accelerate offloads it to disk (it is on "meta"
+    until brought in; the tensor read stays valid after it is sent back)."""
+    from accelerate.utils import align_module_device
+
+    with align_module_device(module):
+        return getattr(module, name).detach().float()
 
 
 def _ppm(gate: torch.Tensor, up: torch.Tensor) -> np.ndarray:
@@ -185,7 +190,7 @@ def _expert_ppm(model: nn.Module, arch) -> np.ndarray:
     out = np.zeros((g.num_layers, columns(arch)), dtype=np.float64)
     for layer in range(g.num_layers):
         module = layer_module(model, arch, layer, ex.module)
-        w = module.gate_up_proj.detach().float()
+        w = _param(module, "gate_up_proj")
         w = w.transpose(1, 2) if module.is_transposed else w          # [E, 2I, H]
         if module.is_concatenated:
             gate, up = w[:, : g.expert_size], w[:, g.expert_size:]
@@ -193,7 +198,7 @@ def _expert_ppm(model: nn.Module, arch) -> np.ndarray:
             gate, up = w[:, 0::2], w[:, 1::2]
         row = [_ppm(gate, up).reshape(-1)]
         if ex.shared:
-            row.append(_ppm(*(layer_module(model, arch, layer, f"{ex.shared}.{m}").weight.detach().float()
+            row.append(_ppm(*(_param(layer_module(model, arch, layer, f"{ex.shared}.{m}"))
                               for m in ("gate_proj", "up_proj"))))
         out[layer] = np.concatenate(row)
     return out
