@@ -86,21 +86,36 @@ class PairSums:
         return sum(self.abs_sum.values()) / sum(self.counts.values())
 
     def all_reduced(self, categories: Sequence[str], shape: tuple[int, int]) -> "PairSums":
-        """The sums over every torchrun rank (each holds its shard's); ``categories`` are those of
-        all pairs, so ranks that saw none of a category still take part (in float64)."""
+        """The sums over every torchrun rank (each holds its shard's; in a single process, these).
+
+        ``categories`` are those of all pairs, so ranks that saw none of a category still take
+        part; ``shape`` is [layers, width]. In float64; a mixture of experts also adds up its
+        reached-pair counts and routing shares, so its scores are the single process's too.
+        """
+        if not distributed.under_torchrun():
+            return self
         cats = sorted(categories)
-        stacked = np.zeros((len(cats), 4) + tuple(shape), dtype=np.float64)
+        fields = ("abs_sum", "signed_sum", "mag_sum") + (("reached",) if self.experts else ())
+        # one all_reduce per shape: [category, field + the pair count, layers, width]
+        stacked = np.zeros((len(cats), len(fields) + 1) + tuple(shape), dtype=np.float64)
+        routing = np.zeros((len(cats), 2, shape[0], self.experts[0] if self.experts else 0), dtype=np.float64)
         for k, c in enumerate(cats):
             if self.counts[c]:
-                stacked[k, 0], stacked[k, 1] = self.abs_sum[c], self.signed_sum[c]
-                stacked[k, 2], stacked[k, 3] = self.mag_sum[c], self.counts[c]
+                stacked[k, :-1] = [getattr(self, f)[c] for f in fields]
+                stacked[k, -1] = self.counts[c]
+                if self.experts:
+                    routing[k] = self.routing_signed[c], self.routing_abs[c]
         total = distributed.all_reduce(stacked)
-        out = PairSums()
+        routing = distributed.all_reduce(routing) if self.experts else routing
+        out = PairSums(experts=self.experts)
         for k, c in enumerate(cats):
-            count = int(round(total[k, 3, 0, 0]))
+            count = int(round(total[k, -1, 0, 0]))
             if count:
                 out.counts[c] = count
-                out.abs_sum[c], out.signed_sum[c], out.mag_sum[c] = total[k, 0], total[k, 1], total[k, 2]
+                for j, f in enumerate(fields):
+                    getattr(out, f)[c] = total[k, j]
+                if self.experts:
+                    out.routing_signed[c], out.routing_abs[c] = routing[k, 0], routing[k, 1]
         return out
 
 
