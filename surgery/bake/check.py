@@ -31,10 +31,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.edits import Recipe
 from ..core.errors import SurgeryError
-from ..core.architectures import Architecture
 from ..core.sites import Site, all_sites
 from .patches import RAW_DTYPES, to_f32
 
