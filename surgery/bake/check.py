@@ -10,6 +10,12 @@ model and no torch, whose import alone costs more than copying a 1 GB model), ru
 inputs in float32, and compares the baked map with the source map with the site's scales applied — on
 the input for a column site (exactly the run-time twin), on the output for a row site.
 
+A routed expert's matrices are maps like any other (gate and up rows, down columns, GPT-OSS's
+gate/up bias entries): :meth:`Architecture.expert_slices` says where each lies — a tensor of its
+own, or the expert's window of a fused 3-D tensor, possibly stored [in, out] — and
+:meth:`Architecture.expert_rows` which of its rows are a neuron's (fused gate/up: both halves,
+or interleaved). So a mixture-of-experts bake is checked from its slices too, without the model.
+
 The two may differ only by the rounding of the scaled weights to the stored dtype (unit roundoff
 ``u``, half an ulp) and float32 summation, so each output element must lie within
 ``(u + 2·n·2⁻²⁴) · Σ|x·s|·|w|`` (n: terms summed) of the reference: a zeroed slice must be exactly
@@ -25,10 +31,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.edits import Recipe
 from ..core.errors import SurgeryError
-from ..core.sites import all_sites
+from ..core.sites import Site, all_sites
 from .patches import RAW_DTYPES, to_f32
 
 INPUTS = 4  # random input vectors per map
@@ -41,41 +48,69 @@ F32_EPS = 2.0 ** -24
 
 @dataclass
 class EditedMap:
-    """The edited columns or rows of one weight (and its bias), with their scales."""
+    """The edited columns or rows of one weight matrix (and its bias), with their scales.
+
+    A routed expert's matrix is its own tensor (one tensor per expert on disk), or the window
+    ``expert`` of a fused 3-D tensor, stored [in, out] when ``flipped`` (its rows are then the
+    window's columns).
+    """
 
     weight: str
     bias: str | None
     axis: str                                   # "in": columns; "out": rows
     scales: dict[int, float] = field(default_factory=dict)
+    expert: int | None = None
+    flipped: bool = False
+
+    @property
+    def label(self) -> str:
+        """The weight's name, with the expert's window of a fused tensor."""
+        return self.weight if self.expert is None else f"{self.weight}[expert {self.expert}]"
 
 
-def checks_expert_maps(ckpt: Checkpoint, recipe: Recipe) -> bool:
-    """Whether ``recipe`` edits routed experts: their matrices are slices of per-expert or fused
-    tensors (Architecture.expert_slices), which this check does not read; the bake then runs the
-    end-to-end logit check instead (surgery.bake.verify.logit_check)."""
-    arch = recipe.validate(ckpt.config)
-    return any(site.expert is not None for site in all_sites(arch, recipe.active()))
+def _expert_map(arch: Architecture, layer: str, site: Site, fused: bool) -> tuple[EditedMap, tuple[int, ...]]:
+    """A routed expert's edited map, where its layout stores it, and the lines (columns for "in",
+    rows for "out") of its [out, in] matrix that hold the site's neurons."""
+    part = site.module.rsplit(".", 1)[1]
+    (weight, _, _, _, flipped), *bias = arch.expert_slices(site.expert, part, fused)
+    lines = site.indices if site.axis == "in" else tuple(
+        r for i in site.indices for r in arch.expert_rows(part, i, fused))
+    entry = EditedMap(f"{layer}{weight}", f"{layer}{bias[0][0]}" if bias and site.axis == "out" else None,
+                      site.axis, expert=site.expert if fused else None, flipped=flipped)
+    return entry, lines
 
 
 def edited_maps(ckpt: Checkpoint, recipe: Recipe) -> list[EditedMap]:
-    """One entry per edited (weight, axis), from the site map alone."""
+    """One entry per edited (weight, axis, expert window), from the site map alone."""
     arch = recipe.validate(ckpt.config)
     prefix = arch.layer_prefix(ckpt.tensors)
-    maps: dict[tuple[str, str], EditedMap] = {}
+    maps: dict[tuple[str, str, int], EditedMap] = {}
+    fused = None
     for site in all_sites(arch, recipe.active()):
-        name = f"{prefix.format(layer=site.layer)}{site.module}"
-        bias = f"{name}.bias" if site.axis == "out" and f"{name}.bias" in ckpt.tensors else None
-        entry = maps.setdefault((name, site.axis), EditedMap(f"{name}.weight", bias, site.axis))
-        entry.scales.update(dict.fromkeys(site.indices, site.scale))  # a later edit wins, as in the plan
+        layer = prefix.format(layer=site.layer)
+        if site.expert is None:
+            name = f"{layer}{site.module}"
+            bias = f"{name}.bias" if site.axis == "out" and f"{name}.bias" in ckpt.tensors else None
+            entry, lines = EditedMap(f"{name}.weight", bias, site.axis), site.indices
+        else:
+            fused = arch.fused_experts(ckpt.tensors) if fused is None else fused
+            entry, lines = _expert_map(arch, layer, site, fused)
+        key = (entry.weight, entry.axis, -1 if entry.expert is None else entry.expert)
+        # a later edit wins, as in the plan; a fused gate/up window gathers both halves' rows
+        maps.setdefault(key, entry).scales.update(dict.fromkeys(lines, site.scale))
     return [maps[k] for k in sorted(maps)]
 
 
-def _read(folder: Path, info: TensorInfo, axis: str, idx: list[int]) -> np.ndarray:
-    """float32 slices ``idx`` of a stored tensor (columns for "in", rows or elements for "out"),
-    read through a memory map of its checked byte range: only the pages that hold them are touched."""
+def _read(folder: Path, info: TensorInfo, axis: str, idx: list[int], expert: int | None = None,
+          flipped: bool = False) -> np.ndarray:
+    """float32 slices ``idx`` of a stored matrix (columns for "in", rows or elements for "out"),
+    read through a memory map of its checked byte range: only the pages that hold them are touched.
+    ``expert``: that window of a fused 3-D tensor; ``flipped``: stored [in, out]."""
     stored = np.memmap(folder / info.file, dtype=RAW_DTYPES[info.dtype], mode="r", offset=info.start, shape=info.shape)
-    part = np.array(stored[:, idx] if axis == "in" else stored[idx])
-    del stored
+    matrix = stored if expert is None else stored[expert]
+    matrix = matrix.T if flipped else matrix
+    part = np.array(matrix[:, idx] if axis == "in" else matrix[idx])
+    del stored, matrix
     return to_f32(part, info.dtype)
 
 
@@ -94,7 +129,7 @@ def check_map(src: Checkpoint, out: Checkpoint, m: EditedMap, rng: np.random.Gen
     idx = sorted(m.scales)
     s = np.array([m.scales[i] for i in idx], dtype=np.float32)
     info = src.tensor(m.weight)
-    w_src, w_out = _read(src.path, info, m.axis, idx), _read(out.path, out.tensor(m.weight), m.axis, idx)
+    w_src, w_out = (_read(f.path, f.tensor(m.weight), m.axis, idx, m.expert, m.flipped) for f in (src, out))
     if m.axis == "in":  # the twin: the input features scaled
         x = rng.standard_normal((INPUTS, len(idx)), dtype=np.float32)
         ref, baked = (x * s) @ w_src.T, x @ w_out.T
@@ -105,7 +140,7 @@ def check_map(src: Checkpoint, out: Checkpoint, m: EditedMap, rng: np.random.Gen
         results = [_compare(baked, ref, (np.abs(x) @ np.abs(w_src).T) * np.abs(s), info.dtype, w_src.shape[1])]
         if m.bias is not None:
             b_info = src.tensor(m.bias)
-            b_src, b_out = _read(src.path, b_info, "out", idx), _read(out.path, out.tensor(m.bias), "out", idx)
+            b_src, b_out = (_read(f.path, f.tensor(m.bias), "out", idx, m.expert) for f in (src, out))
             results.append(_compare(b_out, b_src * s, np.abs(b_src * s), b_info.dtype, 1))
     return max(r[0] for r in results), max(r[1] for r in results)
 
@@ -121,7 +156,7 @@ def edited_check(ckpt: Checkpoint, recipe: Recipe) -> Callable[[Path], dict[str,
         for m in maps:
             diff, ratio = check_map(ckpt, out, m, rng)
             if not ratio <= 1.0:
-                raise SurgeryError(f"the baked '{m.weight}' does not compute the run-time edit (its edited "
+                raise SurgeryError(f"the baked '{m.label}' does not compute the run-time edit (its edited "
                                    f"{'columns' if m.axis == 'in' else 'rows'} are off by {diff:.3g}, "
                                    f"{ratio:.3g}× the rounding bound); nothing was written. Please report this bug")
             worst_diff, worst_ratio = max(worst_diff, diff), max(worst_ratio, ratio)

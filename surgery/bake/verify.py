@@ -14,13 +14,13 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
 from ..core.checkpoint import Checkpoint, file_sha256, is_other_weights, read_header
 from ..core.edits import Recipe
-from ..core.errors import CheckpointError, SurgeryError
+from ..core.errors import CheckpointError
 from ..core.progress import StageProgress, silent_stages
 from ..model.loading import DEFAULT_LOAD, LoadSpec
 from .bake import source_files
@@ -342,21 +342,6 @@ def verify(src: Checkpoint, dst_path: str | Path, run_model: bool = True, load: 
             report.problems.append(f"baked logits differ from the run-time edit by "
                                    f"{report.max_abs_logit_diff:.3g} (tolerance {report.tolerance:g})")
     return report
-
-
-def logit_check(src: Checkpoint, recipe: Recipe, load: LoadSpec = DEFAULT_LOAD) -> Callable[[Path], dict[str, Any]]:
-    """The end-to-end check as a bake hook (the bake's check for edits whose weights have no
-    one-to-one map in memory: mixture-of-experts experts, fused by transformers)."""
-
-    def check(staged: Path) -> dict[str, Any]:
-        diff, tol = numeric(src, staged, recipe, load=load)
-        if not diff <= tol:
-            raise SurgeryError(f"the baked weights do not reproduce the run-time edit (max |Δlogit| "
-                               f"{diff:.3g} > {tol:g}); nothing was written. Please report this bug")
-        return {"kind": "logits", "max_abs_logit_diff": diff, "tolerance": tol, "prompts": len(PROMPTS),
-                "reference": "run-time hooks"}
-
-    return check
 
 
 def dumps(report: Report) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bake.bake import bake
-from ..bake.check import checks_expert_maps, edited_check
+from ..bake.check import edited_check
 from ..bake.lineage import for_source
 from ..core.edits import Recipe
 from ..core.errors import RecipeError
@@ -40,22 +40,13 @@ class Baked:
         """The human summary: what was baked where (and pushed where)."""
         prov, ver, pushed = self.provenance, self.provenance.get("verification"), self.provenance.get("pushed")
         check = ("" if not ver else
-                 f", logits match the run-time edit (max |Δ| {ver['max_abs_logit_diff']:.2e})" if ver.get("kind") == "logits"
-                 else f", {ver['maps']} edited map(s) match the run-time edit (max |Δ| {ver['max_abs_diff']:.2e})")
+                 f", {ver['maps']} edited map(s) match the run-time edit (max |Δ| {ver['max_abs_diff']:.2e})")
         out.print(f"[green]Baked[/] {len(prov['recipe']['edits'])} edit(s) into {len(prov['edited_tensors'])} "
                   f"tensor(s){check} → {self.out}")
         if pushed:
             out.print(f"[green]Pushed[/] to {pushed['repo']} ({pushed['revision']}): {pushed['commit_url']}")
 
 
-def bake_check(ckpt, recipe: Recipe, load: LoadSpec):
-    """The check a bake runs before publishing: the edited maps alone, or for routed-expert edits
-    the end-to-end logits (loads the model; see surgery.bake.check.checks_expert_maps)."""
-    if checks_expert_maps(ckpt, recipe):
-        from ..bake.verify import logit_check
-
-        return logit_check(ckpt, recipe, load)
-    return edited_check(ckpt, recipe)
 
 
 def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFAULT_LOAD,
@@ -83,7 +74,7 @@ def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFA
         note(lineage)
     with stage_progress() as progress:  # stderr: shown with --json too, which owns stdout only
         result = bake(ckpt, recipe, out_dir, source=source, force=force, progress=progress,
-                      check=bake_check(ckpt, recipe, load) if verify else None, extra=extra,
+                      check=edited_check(ckpt, recipe) if verify else None, extra=extra,
                       card=card_hook(evaluation), report=note)
     prov = result.provenance
     if push_to:

@@ -15,6 +15,11 @@ from ..core import distributed
 from ..core.errors import SurgeryError
 from .group import cli
 
+# The commands that split their work across torchrun's processes; any other refuses (N bakes into
+# one folder would race). Which commands run data-parallel is the command line's decision: the
+# library's loops split themselves wherever they run (surgery.core.distributed.Shard).
+DATA_PARALLEL = ("find-neurons", "find-heads", "score-binding", "eval")
+
 
 def _register() -> None:
     # Each module adds its commands to the group; importing them here keeps start-up in one place.
@@ -51,9 +56,9 @@ def _torchrun(argv: list[str]) -> Iterator[None]:
         yield
         return
     command = next((a for a in argv if not a.startswith("-")), None)
-    if command is not None and command not in distributed.DATA_PARALLEL:
+    if command is not None and command not in DATA_PARALLEL:
         raise distributed.NotDataParallel(f"surgery {command} does not run data-parallel; run it without torchrun "
-                           f"(under torchrun: {', '.join(distributed.DATA_PARALLEL)})")
+                                          f"(under torchrun: {', '.join(DATA_PARALLEL)})")
     with distributed.session():
         if distributed.is_main():
             yield

@@ -5,9 +5,12 @@ RANK / WORLD_SIZE / LOCAL_RANK set (``--nnodes`` and a rendezvous make it severa
 code path is the same). Every helper here is a no-op in a plain single process, so library code
 calls them unconditionally:
 
-- :func:`shard` deals a list out to the ranks in chunks (a chunk is one batch, so every batch
-  holds exactly the items it holds in a single process, and the numbers are the same);
-- :func:`all_reduce` sums (or maxes) float64 arrays, :func:`gather_rows` puts per-item results
+- :class:`Shard` is the one shape of every data-parallel loop: this rank's share of the batches,
+  then the tail that gathers per-item rows back into their original order (or adds sums up) on
+  every rank and advances rank 0's progress by what the other ranks did;
+- underneath, :func:`shard` deals a list out to the ranks in chunks (a chunk is one batch, so
+  every batch holds exactly the items it holds in a single process, and the numbers are the same),
+  :func:`all_reduce` sums (or maxes) arrays, :func:`gather_rows` puts per-item results
   back into the original order on every rank;
 - :func:`check_agree` refuses, on every rank, when the ranks were given different inputs;
 - :func:`is_main` says whether this process writes files and prints results (rank 0 only).
@@ -21,7 +24,7 @@ import hashlib
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
@@ -31,9 +34,6 @@ if TYPE_CHECKING:  # torch is imported where the processes talk: `surgery --help
     import torch
 
 T = TypeVar("T")
-# The commands that split their work across torchrun's processes; any other refuses (N bakes into
-# one folder would race).
-DATA_PARALLEL = ("find-neurons", "find-heads", "score-binding", "eval")
 
 
 class RanksDisagree(SurgeryError):
@@ -156,8 +156,10 @@ def shard(items: Sequence[T], chunk: int = 1) -> list[T]:
 
 
 def all_reduce(values: np.ndarray, op: str = "sum") -> np.ndarray:
-    """The elementwise sum (or max) of ``values`` over all ranks, in float64, on every rank."""
-    values = np.asarray(values, dtype=np.float64)
+    """The elementwise sum (or max) of ``values`` over all ranks, on every rank: in float64, or in
+    int64 when they are whole numbers (counts such as FLOPs pass 2⁵³, where float64 rounds them)."""
+    values = np.asarray(values)
+    values = values.astype(np.int64 if np.issubdtype(values.dtype, np.integer) else np.float64)
     if not _group_ready():
         return values
     import torch
@@ -230,7 +232,57 @@ def all_true(flag: bool) -> bool:
     return bool(all_reduce(np.array([0.0 if flag else 1.0]), "max")[0] == 0.0)
 
 
-def catch_up(advance, done: int, total: int) -> None:
+def catch_up(advance: Callable[[int], None] | None, done: int, total: int) -> None:
     """Advance rank 0's progress by what the other ranks did, once the results are gathered."""
     if advance is not None and total > done:
         advance(total - done)
+
+
+class Shard(Generic[T]):
+    """This rank's share of a data-parallel loop, and the tail that makes the results whole again.
+
+    Every loop torchrun splits has one shape: whole batches dealt out round-robin, this rank's
+    computed, then the per-item rows gathered back into their original order (or the sums added
+    up) on every rank, and rank 0's progress advanced by what the other ranks did::
+
+        work = Shard(batches, items=n)      # this rank's batches
+        for batch in work:
+            rows[batch] = compute(batch)
+            work.done(batch)                # the item indices this batch filled
+        rows, = work.gather(rows)           # every rank: all n rows, in the original order
+        nll, count = work.sum(nll, count)   # every rank: the sums over all ranks
+        work.finish(progress)               # rank 0's bar: the items the other ranks did
+
+    Without ``items`` the units are the items themselves, dealt ``chunk`` at a time, and this
+    rank's indices are known from the start. In a single process it is the plain loop: every
+    unit, and gather/sum return what they are given.
+    """
+
+    def __init__(self, units: Sequence[T], items: int | None = None, chunk: int = 1) -> None:
+        self.units: list[T] = shard(units, chunk)
+        self.items = len(units) if items is None else items
+        self.mine: list[int] = shard(range(len(units)), chunk) if items is None else []
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self.units)
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+    def done(self, indices: Iterable[int]) -> None:
+        """Record the items (indices into the whole list) this rank computed."""
+        self.mine.extend(indices)
+
+    def gather(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        """Each ``[items, …]`` array, filled at this rank's rows, complete on every rank."""
+        if not under_torchrun():
+            return list(arrays)
+        return [gather_rows(self.items, self.mine, np.asarray(a)[self.mine]) for a in arrays]
+
+    def sum(self, *values: float) -> np.ndarray:
+        """The sums of ``values`` over every rank (float64; int64 when they are all whole numbers)."""
+        return all_reduce(np.array(values))
+
+    def finish(self, progress: Callable[[int], None] | None, per_item: int = 1) -> None:
+        """Advance rank 0's ``progress`` (``per_item`` steps an item) by the other ranks' items."""
+        catch_up(progress, per_item * len(self.mine), per_item * self.items)

@@ -137,21 +137,20 @@ def generate_answers(model, tokenizer, prompts: Sequence[Sequence[int]], *, batc
     device = input_device(model)
     # The new tokens of every prompt, -1 past what generate returned (it stops when all rows end).
     tokens = np.full((len(prompts), max_new_tokens), -1, dtype=np.int64)
-    mine: list[int] = []
     # under torchrun each rank generates whole batches; the token rows are gathered back in order
-    for start in distributed.shard(range(0, len(prompts), batch_size)):
+    work = distributed.Shard(range(0, len(prompts), batch_size), len(prompts))
+    for start in work:
         batch = {k: v.to(device) for k, v in encode_prompts(tokenizer, prompts[start:start + batch_size]).items()}
         with torch.inference_mode():
             out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
                                  pad_token_id=tokenizer.pad_token_id)
         new = out[:, batch["input_ids"].shape[1]:].cpu().numpy()
         tokens[start:start + len(new), :new.shape[1]] = new
-        mine += range(start, start + len(new))
+        work.done(range(start, start + len(new)))
         if progress:
             progress(len(new))
-    if distributed.under_torchrun():
-        tokens = distributed.gather_rows(len(prompts), mine, tokens[mine])
-        distributed.catch_up(progress, len(mine), len(prompts))
+    (tokens,) = work.gather(tokens)
+    work.finish(progress)
     return tokenizer.batch_decode([[t for t in row if t >= 0] for row in tokens.tolist()], skip_special_tokens=True)
 
 

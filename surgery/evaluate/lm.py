@@ -80,28 +80,29 @@ def perplexity(model, tokenizer, texts: Sequence[str], *, batch_size: int = 4,
     left = [len(ws) for ws in windows]  # progress counts texts: a text is done with its last window
     # longest first: a batch pads only to similar lengths
     order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
-    nll, count, done = 0.0, 0, 0
+    nll, count = 0.0, 0
     # under torchrun each rank takes whole batches; the sums are added up across ranks
-    for start in distributed.shard(range(0, len(order), batch_size)):
+    work = distributed.Shard(range(0, len(order), batch_size), len(texts))
+    for start in work:
         batch = order[start:start + batch_size]
-        ended = 0
+        ended = []
         for i, lp in zip(batch, _token_logprobs(model, [seqs[i] for i in batch], tokenizer.pad_token_id or 0)):
             nll -= float(lp.double().sum())
             count += lp.numel()
             left[owner[i]] -= 1
-            ended += left[owner[i]] == 0
-        done += ended
+            if left[owner[i]] == 0:
+                ended.append(owner[i])
+        work.done(ended)
         if progress:
-            progress(ended)
+            progress(len(ended))
     # texts without a window (one token or none) are done from the start
-    empty = sum(not ws for ws in windows)
+    empty = [i for i, ws in enumerate(windows) if not ws]
     if progress and empty:
-        progress(empty)
-    done += empty
-    if distributed.under_torchrun():
-        nll, total = distributed.all_reduce(np.array([nll, count]))
-        count = int(round(total))
-        distributed.catch_up(progress, done, len(texts))
+        progress(len(empty))
+    work.done(empty)
+    nll, count = (float(v) for v in work.sum(nll, count))
+    count = int(round(count))
+    work.finish(progress)
     return {"perplexity": math.exp(nll / count) if count else math.nan,
             "nll_per_token": nll / count if count else math.nan, "tokens": count, "texts": len(texts)}
 
@@ -163,19 +164,18 @@ def option_logliks(model, tokenizer, pairs: Sequence[tuple[str, str]], *, batch_
         shared.setdefault(ctx, []).append((i, list(tokenizer(continuation, add_special_tokens=False)["input_ids"])))
     contexts = list(shared)
     scores = np.zeros(len(pairs))
-    mine: list[int] = []
     # under torchrun each rank takes whole batches; the scores are gathered back into order
-    for batch in distributed.shard(_context_batches(contexts, batch_size)):
+    work = distributed.Shard(_context_batches(contexts, batch_size), len(pairs))
+    for batch in work:
         rows = [(row, i, cont) for row, c in enumerate(batch) for i, cont in shared[contexts[c]]]
         got = _continuation_scores(model, [contexts[c] for c in batch], [(row, cont) for row, _, cont in rows])
         for (_, i, _), score in zip(rows, got):
             scores[i] = score
-        mine += [i for _, i, _ in rows]
+        work.done(i for _, i, _ in rows)
         if progress:
             progress(len(rows))
-    if distributed.under_torchrun():
-        scores = distributed.gather_rows(len(pairs), mine, scores[mine])
-        distributed.catch_up(progress, len(mine), len(pairs))
+    (scores,) = work.gather(scores)
+    work.finish(progress)
     return [float(x) for x in scores]
 
 
@@ -194,14 +194,14 @@ def next_token_logprobs(model, tokenizer, texts: Sequence[str],
     """
     out = []
     device = _device(model)
-    mine = distributed.shard(texts)
-    for text in mine:
+    work = distributed.Shard(texts)
+    for text in work:
         ids = torch.tensor([tokenizer(text)["input_ids"]], device=device)
         with torch.inference_mode():
             out.append(torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1).cpu())
         if progress:
             progress(1)
-    distributed.catch_up(progress, len(mine), len(texts))
+    work.finish(progress)
     return out
 
 

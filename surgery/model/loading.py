@@ -213,6 +213,10 @@ def _module_map(path: Path, load: LoadSpec, budget: dict | None, dtype) -> dict[
     config = AutoConfig.from_pretrained(str(path), trust_remote_code=load.trust_remote_code)
     with init_empty_weights():
         empty = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=load.trust_remote_code)
+    # Built on meta, tied embeddings (SmolLM2, Gemma) are two separate tensors until tied: accelerate
+    # would then place lm_head apart from embed_tokens, e.g. on disk, where the loader never writes
+    # it (the checkpoint has no lm_head.weight), and the first forward fails with a KeyError.
+    empty.tie_weights()
     return dict(infer_auto_device_map(empty, max_memory=budget, dtype=dtype, clean_result=False,
                                       no_split_module_classes=getattr(empty, "_no_split_modules", None)))
 

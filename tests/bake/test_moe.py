@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from surgery.bake.bake import bake
+from surgery.bake.check import edited_check, edited_maps
 from surgery.bake.undo import undo
 from surgery.bake.verify import verify
 from surgery.core.architectures import architecture
@@ -120,8 +121,10 @@ def test_per_expert_sharded_bf16(tiny, tmp_path):
     undo(tmp_path / "baked", tmp_path / "restored")
 
 
-def test_cli_prunes_named_expert_neurons_and_says_so(tiny, tmp_path, capsys):
-    """prune-neurons --neurons L:eE:N,L:s:N bakes, checks logits, and every output names them alike."""
+def test_cli_prunes_named_expert_neurons_and_says_so(tiny, tmp_path, capsys, monkeypatch):
+    """prune-neurons --neurons L:eE:N,L:s:N bakes, checks the edited slices (no model loaded), and
+    every output names them alike."""
+    import transformers
     import yaml
 
     from surgery.cli.main import main
@@ -136,9 +139,13 @@ def test_cli_prunes_named_expert_neurons_and_says_so(tiny, tmp_path, capsys):
     assert (info["experts"], info["expert_width"], info["shared_expert_width"]) == (4, 16, 24)
     assert info["expert_layout"] == "one tensor per expert"
     dst = tmp_path / "pruned"
-    run("prune-neurons", src, "--neurons", "1:e2:3,1:s:4,0:e0:15", "--out", dst)
+    with monkeypatch.context() as m:
+        m.setattr(transformers.AutoModelForCausalLM, "from_pretrained", None)  # a model load would fail
+        run("prune-neurons", src, "--neurons", "1:e2:3,1:s:4,0:e0:15", "--out", dst)
     prov = json.loads((dst / "surgery.json").read_text())
-    assert prov["verification"]["max_abs_logit_diff"] <= 1e-5
+    ver = prov["verification"]
+    # routed e2 and e0 (down, gate, up each), the shared expert's down, gate and up
+    assert ver["kind"] == "edited maps" and ver["maps"] == 9 and ver["max_abs_diff"] <= 1e-5
     assert prov["recipe"]["edits"][0] == {"type": "neuron", "layer": 1, "expert": 2, "neuron": 3, "factor": 0.0}
     card = (dst / "README.md").read_text()
     assert "`1:e2:3`" in card and "`1:s:4`" in card and "`0:e0:15`" in card
@@ -207,3 +214,98 @@ def test_twin_under_disk_offload(tiny, tmp_path, arch):
     with torch.no_grad(), applied(model, recipe.edits):
         twin = model(input_ids=ids).logits
     assert (twin - logits(load_fp32(tmp_path / "baked"))).abs().max().item() <= 1e-5
+
+
+# --- the bake's own check reads the experts' slices: no model ---------------------------------------
+
+CHECKED = [(a, f, torch.float32) for a, f in CASES] + [
+    ("mixtral", True, torch.bfloat16), ("qwen3_moe", False, torch.bfloat16), ("gpt_oss", True, torch.bfloat16)]
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Any model load fails the test: the bake and its check must not need one."""
+    import transformers
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the bake loaded a model")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+
+
+@pytest.mark.parametrize("arch,fused,dtype", CHECKED,
+                         ids=[f"{a}-{'fused' if f else 'per-expert'}-{str(d)[6:]}" for a, f, d in CHECKED])
+def test_expert_check_passes_good_bakes_without_the_model(tiny, tmp_path, no_model, arch, fused, dtype):
+    src = tiny(arch, dtype=dtype, fused=fused)
+    ckpt = Checkpoint(src)
+    recipe = Recipe(_expert_edits(ckpt.config))
+    bake(ckpt, recipe, tmp_path / "baked", check=edited_check(ckpt, recipe))
+    ver = json.loads((tmp_path / "baked" / "surgery.json").read_text())["verification"]
+    # 4 (layer, expert) edited, 3 of them pruned: their down columns, and gate and up rows — one
+    # tensor each per expert, or the one fused gate_up window
+    assert ver["kind"] == "edited maps" and ver["maps"] == (7 if fused or arch == "gpt_oss" else 10)
+    assert ver["max_diff_over_bound"] <= 1.0
+    if dtype == torch.float32:
+        assert ver["max_abs_diff"] <= 1e-5
+    else:  # the scales 2.5 and 0.5 of bf16 weights: 2.5 rounds, and the check allows it
+        assert ver["max_abs_diff"] > 0
+
+
+def test_expert_maps_follow_each_layout(tiny):
+    """Per-expert tensors, Mixtral's fused [E, 2I, H] window (gate rows j, up rows I+j) and GPT-OSS's
+    [E, H, 2I] window stored [in, out] with gate/up interleaved (2j, 2j+1) and their bias."""
+    prune = Recipe((NeuronScale(0, 3, 0.0, 1),))
+    per_expert = {(m.weight, m.axis): m for m in edited_maps(Checkpoint(tiny("mixtral")), prune)}
+    w1 = per_expert[("model.layers.0.block_sparse_moe.experts.1.w1.weight", "out")]
+    assert w1.scales == {3: 0.0} and w1.expert is None and w1.bias is None
+    assert per_expert[("model.layers.0.block_sparse_moe.experts.1.w2.weight", "in")].scales == {3: 0.0}
+    ckpt = Checkpoint(tiny("mixtral", fused=True))
+    width = architecture(ckpt.config).geometry.expert_size
+    fused = {(m.weight, m.axis): m for m in edited_maps(ckpt, prune)}
+    gate_up = fused[("model.layers.0.mlp.experts.gate_up_proj", "out")]
+    assert gate_up.scales == {3: 0.0, width + 3: 0.0} and gate_up.expert == 1 and not gate_up.flipped
+    oss = {(m.weight, m.axis): m for m in edited_maps(Checkpoint(tiny("gpt_oss")), prune)}
+    gate_up = oss[("model.layers.0.mlp.experts.gate_up_proj", "out")]
+    assert gate_up.scales == {6: 0.0, 7: 0.0} and gate_up.expert == 1 and gate_up.flipped
+    assert gate_up.bias == "model.layers.0.mlp.experts.gate_up_proj_bias"
+    down = oss[("model.layers.0.mlp.experts.down_proj", "in")]
+    assert down.scales == {3: 0.0} and down.flipped and down.bias is None
+
+
+def _poke(path, p) -> None:
+    """Write 7.0 over the first edited element of patch ``p`` in ``path`` (a bake bug, or bit rot)."""
+    import numpy as np
+
+    from surgery.bake.patches import RAW_DTYPES, from_f32
+
+    itemsize = np.dtype(RAW_DTYPES[p.info.dtype]).itemsize
+    row, col = (min(p.rows), 0) if p.rows else (0, min(p.cols))
+    with open(path, "r+b") as f:
+        f.seek(p.info.start + ((p.first_row + row) * p.n_cols + col) * itemsize)
+        f.write(from_f32(np.array([7.0], dtype=np.float32), p.info.dtype).tobytes())
+
+
+TAMPERED = [("mixtral", False, ".w2.weight"), ("qwen3_moe", False, ".up_proj.weight"),
+            ("mixtral", True, "gate_up_proj"), ("gpt_oss", True, "gate_up_proj_bias"), ("gpt_oss", True, "down_proj")]
+
+
+@pytest.mark.parametrize("arch,fused,tensor", TAMPERED, ids=[f"{a}-{t.strip('.')}" for a, f, t in TAMPERED])
+def test_a_corrupted_expert_slice_fails_the_check(tiny, tmp_path, no_model, arch, fused, tensor):
+    from surgery.bake.patches import plan
+    from surgery.core.errors import SurgeryError
+
+    src = tiny(arch, fused=fused)
+    ckpt = Checkpoint(src)
+    recipe = Recipe(_expert_edits(ckpt.config))
+    target = next(p for p in plan(ckpt, architecture(ckpt.config), recipe.active()) if p.info.name.endswith(tensor))
+    check = edited_check(ckpt, recipe)
+
+    def tampered(staged):
+        _poke(staged / target.info.file, target)
+        return check(staged)
+
+    before = {f.name: file_sha256(f) for f in src.iterdir()}
+    with pytest.raises(SurgeryError, match=r"does not compute the run-time edit"):
+        bake(ckpt, recipe, tmp_path / "baked", check=tampered)
+    assert not (tmp_path / "baked").exists() and not list(tmp_path.glob(".baked*"))
+    assert {f.name: file_sha256(f) for f in src.iterdir()} == before

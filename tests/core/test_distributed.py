@@ -94,6 +94,33 @@ def test_single_process_helpers_are_identities(monkeypatch):
     assert distributed.rank_device("auto") == "auto" and distributed.rank_device("cpu") == "cpu"
 
 
+def test_a_shard_is_the_plain_loop_in_one_process(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    batches = [[0, 1], [2, 3], [4]]
+    work = distributed.Shard(batches, items=5)
+    rows = np.arange(10.0).reshape(5, 2)
+    for batch in work:
+        work.done(batch)
+    assert list(work) == batches and work.gather(rows)[0] is rows
+    advanced: list[int] = []
+    work.finish(advanced.append, per_item=3)
+    assert advanced == []  # every item was this process's
+    big = 2 ** 60 + 1  # FLOP counts: whole numbers stay exact (float64 would round this one)
+    assert work.sum(big)[0] == big and work.sum(0.5, 2).tolist() == [0.5, 2.0]
+
+
+def test_a_shard_deals_whole_batches_and_catches_up_on_the_others(monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert list(distributed.Shard([[0, 1], [2, 3], [4]], items=5)) == [[2, 3]]
+    pairs = distributed.Shard(list("abcde"), chunk=2)  # the units are the items: indices known
+    assert pairs.units == ["c", "d"] and pairs.mine == [2, 3]
+    advanced: list[int] = []
+    pairs.finish(advanced.append, per_item=2)  # two prompts a pair: 10 steps, 4 of them here
+    assert advanced == [6]
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU node maps cuda/auto to cuda:LOCAL_RANK")
 def test_rank_device_without_gpus(monkeypatch):
     monkeypatch.setenv("RANK", "1")
@@ -156,6 +183,25 @@ def test_four_commands_on_two_ranks_equal_one_process(tmp_path, capsys, monkeypa
                       "rank 0; give every process the same model and inputs",
                       "Error: surgery verify does not run data-parallel; run it without torchrun (under "
                       "torchrun: find-neurons, find-heads, score-binding, eval)"], ran.stderr[-3000:]
+
+
+def test_moe_find_neurons_on_two_ranks_equals_one_process(tiny, tmp_path, capsys, monkeypatch):
+    """A mixture of experts with a shared expert: the ranks add up the expert sums, the pairs that
+    reached each expert and the routing shares, so two processes find what one does."""
+    from tests.support.neuron_pairs import write_pairs
+    from tests.support.binding import char_model
+
+    model = char_model(tiny, "qwen2_moe")
+    pairs = write_pairs(tmp_path / "pairs.jsonl")
+    args = ["find-neurons", model, "--pairs", pairs, "--batch-size", "2", "--json", "--out"]  # 6 batches, 3 a rank
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "cache-1"))
+    alone = json.loads(single(capsys, [*args, tmp_path / "one.json"]))
+    ran = torchrun(["-m", "surgery", *args, tmp_path / "two.json"], tmp_path / "cache-2")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    one, two = (json.loads((tmp_path / f"{k}.json").read_text()) for k in ("one", "two"))
+    assert one["experts"]["routing"] and one["scores"]["experts"]["shared_width"] == 24
+    assert_close(one, two, "findings")
+    assert json.loads(ran.stdout)["summary"]["neurons"] == alone["summary"]["neurons"]
 
 
 def test_python_m_surgery_under_torchrun(tmp_path, capsys, monkeypatch):

@@ -80,6 +80,28 @@ def test_offloaded_model_gives_the_same_neuron_findings(deep, tmp_path, monkeypa
     assert plain.select(8, _select()).neurons == split.select(8, _select()).neurons
 
 
+@pytest.mark.parametrize("arch", ["qwen2_moe", "gpt_oss"])
+def test_offloaded_moe_gives_the_same_expert_findings(tiny, tmp_path, monkeypatch, arch):
+    """Everything on disk, the embeddings too: the input ids go to a real device (not the first
+    parameter's "meta"), and the capture and PPM read the experts' weights brought in from disk."""
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "cache"))
+    model = char_model(tiny, arch)
+    pairs = load_pairs(write_pairs(tmp_path / "pairs.jsonl"))
+    layer = largest_layer_bytes(Checkpoint(model).tensors, 4)
+    spec = LoadSpec(device="cpu", device_map="auto", max_memory=f"cpu={layer + 4096}B",
+                    offload_folder=str(tmp_path / "offload"))
+    assert set(load_model(model, spec).hf_device_map.values()) == {"disk"}
+    plain = find_neurons(Checkpoint(model), pairs, load=LoadSpec(device="cpu"), recompute=True)
+    split = find_neurons(Checkpoint(model), pairs, load=spec, recompute=True)
+    assert plain.scores.experts is not None
+    np.testing.assert_array_equal(split.scores.ppm, plain.scores.ppm)
+    for name in ("bias", "signed", "activation", "reached"):
+        a, b = getattr(plain.scores, name), getattr(split.scores, name)
+        for category in a:
+            np.testing.assert_allclose(b[category], a[category], rtol=1e-5, atol=1e-7, err_msg=name)
+    assert plain.select(8, _select()).neurons == split.select(8, _select()).neurons
+
+
 def _select():
     from surgery.find.neurons.params import SelectParams
 
@@ -171,7 +193,7 @@ def test_a_gpu_this_machine_lacks_is_one_line_before_loading(tiny, tmp_path, cap
     loads = []
     monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", lambda *a, **k: loads.append(a))
     capsys.readouterr()  # the fixture's own output (save_pretrained's progress bar)
-    code = _run(["find-neurons", model, "--pairs", pairs, "--device", "cpu",
+    code = main_code(["find-neurons", model, "--pairs", pairs, "--device", "cpu",
                  "--device-map", "auto", "--max-memory", f"{missing}=1GiB,cpu=1GiB"])
     err = [line for line in capsys.readouterr().err.strip().splitlines() if line.strip() and not line.startswith("note:")]
     assert code == 2 and len(err) == 1, err

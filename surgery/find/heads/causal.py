@@ -118,9 +118,9 @@ class PairRunner:
     def _sweep(self, edits: Sequence[Condition]) -> list[np.ndarray]:
         device, pad, n = input_device(self.model), pad_id(self.model), len(self.prompts)
         out = [np.zeros(n) for _ in edits]
-        groups = distributed.shard(batch_groups(self.prompts, self.batch_size))
+        work = distributed.Shard(batch_groups(self.prompts, self.batch_size), n)
         flops = self.counter.flops
-        for idx in groups:
+        for idx in work:
             batch = collate([self.prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
             snap = snapshot(self.model, batch)
             self.counter.add(len(idx), snap.length)
@@ -131,12 +131,11 @@ class PairRunner:
                 s[idx] = s_scores(logits.float().log_softmax(-1), self.ids).cpu().numpy()
                 if self.progress:
                     self.progress(len(idx))
-        if distributed.under_torchrun():
-            mine = [i for idx in groups for i in idx]
-            out = [distributed.gather_rows(n, mine, s[mine]) for s in out]
-            spent = distributed.all_reduce(np.array([self.counter.flops - flops], dtype=np.float64))
-            self.counter.flops = flops + int(spent[0])
-            distributed.catch_up(self.progress, len(mine) * len(edits), n * len(edits))
+            work.done(idx)
+        out = work.gather(*out)
+        (spent,) = work.sum(self.counter.flops - flops)
+        self.counter.flops = flops + int(spent)
+        work.finish(self.progress, per_item=len(edits))
         return out
 
     def delta(self, s: np.ndarray) -> dict[str, Any]:

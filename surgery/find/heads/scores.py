@@ -91,8 +91,8 @@ def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequ
     feats = np.zeros((n, layers, text.num_attention_heads), dtype=np.float32) if features else None
     # Under torchrun each rank runs whole batches of its own and the rows are gathered back.
     plain = share_prefixes and not features and edit is None
-    groups = distributed.shard(token_order_groups(prompts, batch_size) if plain else batch_groups(prompts, batch_size))
-    for idx in groups:
+    work = distributed.Shard(token_order_groups(prompts, batch_size) if plain else batch_groups(prompts, batch_size), n)
+    for idx in work:
         if plain:
             with torch.inference_mode():
                 logits = last_token_logits(model, [prompts[i] for i in idx], pad, device)
@@ -107,14 +107,13 @@ def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequ
         coverage[idx] = lp[:, every].exp().sum(-1).cpu().numpy()
         if features:
             feats[idx] = plan.features_tensor(layers).numpy()
+        work.done(idx)
         if progress:
             progress(len(idx))
-    if distributed.under_torchrun():
-        mine = [i for idx in groups for i in idx]
-        s, coverage = (distributed.gather_rows(n, mine, a[mine]) for a in (s, coverage))
-        if features:
-            feats = distributed.gather_rows(n, mine, feats[mine])
-        distributed.catch_up(progress, len(mine), n)
+    s, coverage = work.gather(s, coverage)
+    if features:
+        (feats,) = work.gather(feats)
+    work.finish(progress)
     return PassResult(s, feats, coverage)
 
 

@@ -6,7 +6,9 @@ recomputes, for each expert, the intermediate activation h = gate(x_routed) (the
 ``_apply_gate``, its layout flags) over exactly the tokens routed to it, and pools it per prompt
 over the prompt's real tokens that reached the expert. A prompt none of whose tokens reached an
 expert has no activation for it: NaN, never a silent 0 (the scores count such pairs separately).
-A shared expert (Qwen2-MoE) sees every token and is pooled like a dense MLP.
+A shared expert (Qwen2-MoE) sees every token and is pooled like a dense MLP. Under accelerate's
+disk offload the hook runs after the module has sent its weights back to disk: it brings them in
+again while it reads them.
 
 Columns of a layer: routed expert e's neuron i is column e·I + i; the shared expert's neuron j is
 column E·I + j. Alongside, the routing share: per prompt and expert, the fraction of real tokens
@@ -18,12 +20,14 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import torch
+from accelerate.utils import align_module_device
 from torch import nn
 
 from ...core.architectures import Architecture
 from ...core.errors import SurgeryError
 from ...model.expert_twin import expert_intermediate, routed_inputs
 from ...model.hooks import layer_module, model_architecture
+from ...model.placement import input_device
 
 # (index of the batch's first text, pooled [batch, layers, columns], routing share [batch, layers, experts])
 ExpertsCallback = Callable[[int, torch.Tensor, torch.Tensor], None]
@@ -83,8 +87,9 @@ def capture_experts(model: nn.Module, tokenizer, texts: Sequence[str], on_batch:
     def experts_hook(layer: int):
         def hook(module: nn.Module, args: tuple, kwargs: dict, output) -> None:
             x, index, _ = routed_inputs(module, args, kwargs)
-            real = state["real"]
-            sums, counts = _routed_sums(module, x, index, state["prompt"], real, state["n"])
+            # after the forward, accelerate has sent offloaded expert weights back to "meta": bring them in
+            with align_module_device(module):
+                sums, counts = _routed_sums(module, x, index, state["prompt"], state["real"], state["n"])
             mean = torch.full((state["n"], g.num_experts, g.expert_size), float("nan"))
             if sums is not None:
                 reached = counts > 0
@@ -112,7 +117,7 @@ def capture_experts(model: nn.Module, tokenizer, texts: Sequence[str], on_batch:
                 handles.append(layer_module(model, arch, layer, f"{ex.shared}.down_proj")
                                .register_forward_pre_hook(shared_hook(layer)))
         handles.append(layer_module(model, arch, layers[-1], mlp).register_forward_hook(stop))
-        device = next(model.parameters()).device
+        device = input_device(model)  # under disk offload the first parameter may sit on "meta"
         for start in range(0, len(texts), batch_size):
             batch = list(texts[start:start + batch_size])
             enc = tokenizer(batch, return_tensors="pt", padding=True, padding_side="right")

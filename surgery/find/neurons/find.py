@@ -115,10 +115,6 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
                  report: Callable[[str], None] = lambda m: None) -> NeuronFindings:
     """Cached findings for (model, pairs, parameters), computing them on a miss."""
     params = capture_params(pairs, ckpt, load)
-    if distributed.under_torchrun() and params["site"] == EXPERT_CAPTURE_PARAMS["site"]:
-        # the expert sums (reached pairs, routing shares) are not all-reduced yet
-        raise distributed.NotDataParallel("find-neurons on a mixture of experts does not split across torchrun "
-                                          "processes yet; run it as one process")
     distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs.sha256, params, batch_size, strict)
     cached = cached_path(ckpt, pairs, load)
     hit = None if recompute else NeuronFindings.cached(cached, ckpt)
@@ -141,12 +137,11 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
     model = load_model(ckpt.path, load)
     advance = progress("capturing prompts", 2 * len(kept))
     # Under torchrun each rank captures whole batches of its own; the float64 sums are then added up.
-    mine = distributed.shard(kept.pairs, chunk=batch_size)
-    sums = accumulate_pair_sums(model, tokenizer, mine, batch_size, advance)
+    work = distributed.Shard(kept.pairs, chunk=batch_size)
+    sums = accumulate_pair_sums(model, tokenizer, work.units, batch_size, advance)
     ppm = ppm_scores(model)
-    if distributed.under_torchrun():
-        sums = sums.all_reduced(kept.categories(), ppm.shape)
-        distributed.catch_up(advance, 2 * len(mine), 2 * len(kept))
+    sums = sums.all_reduced(kept.categories(), ppm.shape)
+    work.finish(advance, per_item=2)  # two prompts a pair
     scores = NeuronScores.from_sums(sums, ppm)
     compute = compute_record(model)
     del model

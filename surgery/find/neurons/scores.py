@@ -86,21 +86,36 @@ class PairSums:
         return sum(self.abs_sum.values()) / sum(self.counts.values())
 
     def all_reduced(self, categories: Sequence[str], shape: tuple[int, int]) -> "PairSums":
-        """The sums over every torchrun rank (each holds its shard's); ``categories`` are those of
-        all pairs, so ranks that saw none of a category still take part (in float64)."""
+        """The sums over every torchrun rank (each holds its shard's; in a single process, these).
+
+        ``categories`` are those of all pairs, so ranks that saw none of a category still take
+        part; ``shape`` is [layers, width]. In float64; a mixture of experts also adds up its
+        reached-pair counts and routing shares, so its scores are the single process's too.
+        """
+        if not distributed.under_torchrun():
+            return self
         cats = sorted(categories)
-        stacked = np.zeros((len(cats), 4) + tuple(shape), dtype=np.float64)
+        fields = ("abs_sum", "signed_sum", "mag_sum") + (("reached",) if self.experts else ())
+        # one all_reduce per shape: [category, field + the pair count, layers, width]
+        stacked = np.zeros((len(cats), len(fields) + 1) + tuple(shape), dtype=np.float64)
+        routing = np.zeros((len(cats), 2, shape[0], self.experts[0] if self.experts else 0), dtype=np.float64)
         for k, c in enumerate(cats):
             if self.counts[c]:
-                stacked[k, 0], stacked[k, 1] = self.abs_sum[c], self.signed_sum[c]
-                stacked[k, 2], stacked[k, 3] = self.mag_sum[c], self.counts[c]
+                stacked[k, :-1] = [getattr(self, f)[c] for f in fields]
+                stacked[k, -1] = self.counts[c]
+                if self.experts:
+                    routing[k] = self.routing_signed[c], self.routing_abs[c]
         total = distributed.all_reduce(stacked)
-        out = PairSums()
+        routing = distributed.all_reduce(routing) if self.experts else routing
+        out = PairSums(experts=self.experts)
         for k, c in enumerate(cats):
-            count = int(round(total[k, 3, 0, 0]))
+            count = int(round(total[k, -1, 0, 0]))
             if count:
                 out.counts[c] = count
-                out.abs_sum[c], out.signed_sum[c], out.mag_sum[c] = total[k, 0], total[k, 1], total[k, 2]
+                for j, f in enumerate(fields):
+                    getattr(out, f)[c] = total[k, j]
+                if self.experts:
+                    out.routing_signed[c], out.routing_abs[c] = routing[k, 0], routing[k, 1]
         return out
 
 
@@ -146,8 +161,6 @@ def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair
 
 def ppm_scores(model: nn.Module) -> np.ndarray:
     """PPM of every neuron, [layers, width], from the gate and up rows (Phi-3: fused gate_up)."""
-    from accelerate.utils import align_module_device
-
     from ...model.hooks import layer_module, model_architecture
 
     arch = model_architecture(model)
@@ -157,9 +170,7 @@ def ppm_scores(model: nn.Module) -> np.ndarray:
     out = np.zeros((g.num_layers, g.intermediate_size), dtype=np.float64)
 
     def weight(relative: str) -> torch.Tensor:
-        module = layer_module(model, arch, layer, relative)
-        with align_module_device(module):  # a disk-offloaded module's weight is on "meta" until brought in
-            return module.weight.detach().float()
+        return _param(layer_module(model, arch, layer, relative))
 
     for layer in range(g.num_layers):
         if arch.layout.gate_up_proj:
@@ -170,6 +181,15 @@ def ppm_scores(model: nn.Module) -> np.ndarray:
         ppm = (gate.amax(1) + gate.amin(1).abs() + up.amax(1) + up.amin(1).abs())
         out[layer] = ppm.double().cpu().numpy()
     return out
+
+
+def _param(module: nn.Module, name: str = "weight") -> torch.Tensor:
+    """A module's parameter in float32, also when accelerate offloads it to disk (it is on "meta"
+    until brought in; the tensor read stays valid after it is sent back)."""
+    from accelerate.utils import align_module_device
+
+    with align_module_device(module):
+        return getattr(module, name).detach().float()
 
 
 def _ppm(gate: torch.Tensor, up: torch.Tensor) -> np.ndarray:
@@ -185,7 +205,7 @@ def _expert_ppm(model: nn.Module, arch) -> np.ndarray:
     out = np.zeros((g.num_layers, columns(arch)), dtype=np.float64)
     for layer in range(g.num_layers):
         module = layer_module(model, arch, layer, ex.module)
-        w = module.gate_up_proj.detach().float()
+        w = _param(module, "gate_up_proj")
         w = w.transpose(1, 2) if module.is_transposed else w          # [E, 2I, H]
         if module.is_concatenated:
             gate, up = w[:, : g.expert_size], w[:, g.expert_size:]
@@ -193,7 +213,7 @@ def _expert_ppm(model: nn.Module, arch) -> np.ndarray:
             gate, up = w[:, 0::2], w[:, 1::2]
         row = [_ppm(gate, up).reshape(-1)]
         if ex.shared:
-            row.append(_ppm(*(layer_module(model, arch, layer, f"{ex.shared}.{m}").weight.detach().float()
+            row.append(_ppm(*(_param(layer_module(model, arch, layer, f"{ex.shared}.{m}"))
                               for m in ("gate_proj", "up_proj"))))
         out[layer] = np.concatenate(row)
     return out
