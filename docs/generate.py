@@ -102,7 +102,7 @@ def _command_section(name: str, command: click.Command, parent: click.Context) -
 
 def cli_reference() -> str:
     """docs/reference/cli.md: the group's options, a table of commands, then every command in full."""
-    from surgery.core.distributed import DATA_PARALLEL
+    from surgery.cli.main import DATA_PARALLEL
 
     cli = _commands()
     root = click.Context(cli, info_name="surgery")
