@@ -9,10 +9,11 @@ from typing import Any
 
 from ..bake.bake import bake
 from ..bake.check import checks_expert_maps, edited_check
+from ..bake.guards import check_scales
 from ..core.edits import Recipe
 from ..core.errors import RecipeError
 from ..core.staging import check_free
-from ..model.loading import DEFAULT_LOAD, LoadSpec, Source, open_checkpoint, resolve, same_model
+from ..model.loading import DEFAULT_LOAD, LoadSpec, Source, open_checkpoint, same_model
 from ..ship.card import card_hook
 from .console import note, out, print_json, stage_progress
 from .options import PRIVATE_KEY, PUSH_KEY, context_value
@@ -85,12 +86,13 @@ def bake_check(ckpt, recipe: Recipe, load: LoadSpec):
 def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFAULT_LOAD,
              force: bool = False, verify: bool = True, extra: dict[str, Any] | None = None,
              evaluation: dict[str, Any] | None = None, push_to: str | None = None,
-             push_revision: str | None = None, private: bool | None = None) -> Baked:
+             push_revision: str | None = None, private: bool | None = None, allow_zero: bool = False) -> Baked:
     """Open MODEL, bake ``recipe`` into ``out_dir`` (and push it); print nothing but progress and notes.
 
     The output gets a model card (README.md) built from the provenance, ``extra`` (findings
     summary) and ``evaluation`` (rows of a before/after table, see surgery.ship.card). ``push_to``
     (default: the command's --push-to) uploads the result, to branch ``push_revision`` if given.
+    ``allow_zero`` accepts a scale that rounds a head's or neuron's weights to zero (surgery.bake.guards).
     """
     push_to = push_to or context_value(PUSH_KEY)
     private = bool(context_value(PRIVATE_KEY)) if private is None else private
@@ -103,7 +105,7 @@ def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFA
     with stage_progress() as progress:  # stderr: shown with --json too, which owns stdout only
         result = bake(ckpt, recipe, out_dir, source=source, force=force, progress=progress,
                       check=bake_check(ckpt, recipe, load) if verify else None, extra=extra,
-                      card=card_hook(evaluation), report=note)
+                      card=card_hook(evaluation), report=note, allow_zero=allow_zero)
     prov = result.provenance
     if push_to:
         from ..ship.hub import push
@@ -147,8 +149,8 @@ def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]]
               push_to: str | None = None, as_json: bool = False, **bake_kwargs: Any) -> dict[str, dict[str, Any]]:
     """Bake one output per ``(label, recipe, extra)`` into ``out_dir/<label>``.
 
-    Every destination is checked before the first bake, so a taken one fails the sweep with
-    nothing written. With ``push_to`` (default: the command's --push-to), each output is pushed to
+    Every destination and every value's scales (surgery.bake.guards) are checked before the first
+    bake, so a taken destination or a refused value fails the sweep with nothing written. With ``push_to`` (default: the command's --push-to), each output is pushed to
     the branch ``<label>`` of that repo. ``bake_kwargs`` go to :func:`bake_one` (load, force,
     verify, …). With ``as_json`` one JSON list is printed at the end, one object per
     value with its ``label``. Returns the provenance of each output by label.
@@ -158,7 +160,9 @@ def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]]
         raise RecipeError("sweep labels must be unique (each value gets its own folder and branch)")
     push_to = push_to or context_value(PUSH_KEY)
     out_dir = Path(out_dir)
-    source = resolve(model, bake_kwargs.get("load", DEFAULT_LOAD).revision)
+    ckpt, source = open_checkpoint(model, bake_kwargs.get("load", DEFAULT_LOAD))
+    # Every value's scales before the first bake: a refused one leaves no outputs.
+    check_scales(ckpt, [recipe for _, recipe, _ in items], allow_zero=bool(bake_kwargs.get("allow_zero")))
     check_free(out_dir, [source.path], force=True)  # the sweep's folder may exist: it holds the values
     for label in labels:
         check_free(out_dir / label, [source.path], bool(bake_kwargs.get("force")))

@@ -31,26 +31,6 @@ def check_alpha(alpha: float, allow_zero: bool) -> None:
                           "pass --allow-zero if that is what you want")
 
 
-def refuse_vanishing(model: str, load: LoadSpec, recipes: list[Recipe]) -> None:
-    """Without --allow-zero: refuse an α that zeroes a head in the stored dtype, as --alpha 0 would.
-
-    Every recipe of a sweep is checked before the first bake, so a refused α leaves no outputs.
-    """
-    from ..bake.patches import vanishing
-    from ..model.loading import open_checkpoint
-
-    if all(abs(e.scale) >= 1 for r in recipes for e in r.active()):
-        return  # only |α| < 1 can shrink a weight to zero: no need to open the checkpoint
-    ckpt, _ = open_checkpoint(model, load)
-    for recipe in recipes:
-        found = vanishing(ckpt, recipe.validate(ckpt.config), recipe.active())
-        if found:
-            edit, dtype = found[0]
-            raise RecipeError(f"--alpha {edit.alpha:g} rounds every weight of head {edit.layer}.{edit.head} to zero "
-                              f"in this {dtype} checkpoint: like --alpha 0 it silences the heads; pass "
-                              "--allow-zero if that is what you want, or choose a larger α")
-
-
 RECOMPUTE = click.option("--recompute", is_flag=True, help="Ignore cached findings.")
 
 
@@ -251,10 +231,8 @@ def amplify_heads(model: str, load: LoadSpec, out_dir: Path, force: bool, verify
     else:
         chosen, extra = _heads_from_findings(model, load, findings_file, top, transfer, params, recompute, as_json)
     recipes = [Recipe(tuple(HeadScale(layer, head, a) for layer, head in chosen)) for a in values]
-    if not allow_zero:
-        refuse_vanishing(model, load, recipes)
     items = [(sweep_label("alpha", a), r, extra) for a, r in zip(values, recipes)]
-    bake_each(model, items, out_dir, load=load, force=force, verify=verify, as_json=as_json)
+    bake_each(model, items, out_dir, load=load, force=force, verify=verify, as_json=as_json, allow_zero=allow_zero)
 
 
 def _heads_from_findings(model: str, load: LoadSpec, findings_file: Path | None, top: int | None, transfer: bool,

@@ -18,6 +18,7 @@ from surgery.bake.verify import verify
 from surgery.core.architectures import architecture
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import SHARED, HeadScale, NeuronScale, Recipe
+from surgery.core.errors import RecipeError
 from tests.bake.test_bake import _logits, _tensors
 from tests.conftest import MOE_ARCHS
 
@@ -153,12 +154,15 @@ def test_cli_prunes_named_expert_neurons_and_says_so(tiny, tmp_path, capsys):
 
 def test_expert_scale_that_vanishes_in_bf16_is_refused(tiny, tmp_path):
     """The vanishing-scale check reads an expert's own slice, in both layouts."""
-    from surgery.bake.patches import vanishing
+    from surgery.bake.guards import check_scales
 
     for fused in (False, True):
         ckpt = Checkpoint(tiny("mixtral", dtype=torch.bfloat16, fused=fused))
         tiny_scale, fine = NeuronScale(1, 4, 1e-45, 3), NeuronScale(1, 5, 0.5, 3)
-        assert vanishing(ckpt, architecture(ckpt.config), [tiny_scale, fine]) == [(tiny_scale, "BF16")]
+        check_scales(ckpt, Recipe((fine,)))
+        with pytest.raises(RecipeError, match="factor 1e-45 rounds every weight of neuron 1:e3:4 to zero in this BF16"):
+            check_scales(ckpt, Recipe((tiny_scale, fine)))
+        check_scales(ckpt, Recipe((tiny_scale, fine)), allow_zero=True)
 
 
 @pytest.mark.parametrize("arch", ["mixtral", "gpt_oss"])
