@@ -63,6 +63,13 @@ def load_provenance(path: Path) -> dict[str, Any]:
     return data
 
 
+def edited_tensors(prov: dict[str, Any]) -> list[tuple[str, str]]:
+    """The distinct (file, tensor) pairs a bake edited. ``edited_tensors`` holds one undo entry per
+    patch, and a fused 3-D expert tensor is patched one expert's window at a time: counting the
+    entries would count those windows as tensors."""
+    return sorted({(e["file"], e["tensor"]) for e in prov.get("edited_tensors") or []})
+
+
 def write_undo(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """surgery.undo: the original slices, in safetensors format."""
     from safetensors.numpy import save

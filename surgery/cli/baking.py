@@ -10,6 +10,7 @@ from typing import Any
 from ..bake.bake import bake
 from ..bake.check import checks_expert_maps, edited_check
 from ..bake.guards import check_scales
+from ..bake.provenance import edited_tensors
 from ..core.edits import Recipe
 from ..core.errors import RecipeError
 from ..core.staging import check_free
@@ -32,7 +33,7 @@ class Baked:
         """The --json object of this bake."""
         prov = self.provenance
         return {"out": str(self.out), "edits": len(prov["recipe"]["edits"]),
-                "tensors_edited": len(prov["edited_tensors"]), "verification": prov.get("verification"),
+                "tensors_edited": len(edited_tensors(prov)), "verification": prov.get("verification"),
                 "notes": self.notes, "pushed": prov.get("pushed"),
                 **(self.extra or {})}  # the selection / findings summary that went into surgery.json
 
@@ -42,7 +43,7 @@ class Baked:
         check = ("" if not ver else
                  f", logits match the run-time edit (max |Δ| {ver['max_abs_logit_diff']:.2e})" if ver.get("kind") == "logits"
                  else f", {ver['maps']} edited map(s) match the run-time edit (max |Δ| {ver['max_abs_diff']:.2e})")
-        out.print(f"[green]Baked[/] {len(prov['recipe']['edits'])} edit(s) into {len(prov['edited_tensors'])} "
+        out.print(f"[green]Baked[/] {len(prov['recipe']['edits'])} edit(s) into {len(edited_tensors(prov))} "
                   f"tensor(s){check} → {self.out}")
         if pushed:
             out.print(f"[green]Pushed[/] to {pushed['repo']} ({pushed['revision']}): {pushed['commit_url']}")

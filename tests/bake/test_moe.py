@@ -211,3 +211,16 @@ def test_twin_under_disk_offload(tiny, tmp_path, arch):
     with torch.no_grad(), applied(model, recipe.edits):
         twin = model(input_ids=ids).logits
     assert (twin - _logits(tmp_path / "baked")).abs().max().item() <= 1e-5
+
+
+def test_fused_bake_counts_tensors_not_expert_windows(tiny, tmp_path, capsys):
+    """Two experts' neurons of one fused layer change two tensors (gate_up_proj, down_proj), though
+    the bake patches (and records for undo) one window per expert in each."""
+    from surgery.cli.main import main
+
+    src = tiny("mixtral", fused=True)
+    main(["prune-neurons", str(src), "--neurons", "1:e0:3,1:e1:4", "--no-verify", "--out", str(tmp_path / "a")])
+    assert "Baked 2 edit(s) into 2 tensor(s)" in capsys.readouterr().out
+    main(["prune-neurons", str(src), "--neurons", "1:e0:3,1:e1:4", "--no-verify", "--json", "--out", str(tmp_path / "b")])
+    assert json.loads(capsys.readouterr().out)["tensors_edited"] == 2
+    assert len(json.loads((tmp_path / "b" / "surgery.json").read_text())["edited_tensors"]) == 4  # windows, for undo
