@@ -22,6 +22,7 @@ from ..core.progress import StageProgress, silent_stages
 PROVENANCE_NAME = "surgery.json"
 UNDO_NAME = "surgery.undo"  # safetensors content, but not *.safetensors: loaders glob for those
 OWN_FILES = (PROVENANCE_NAME, UNDO_NAME)
+ADAPTER_PROVENANCE_NAME = "surgery_adapter.json"  # what export-lora records in an adapter folder
 SEAL_KEY = "provenance_sha256"  # in surgery.json: see provenance_text
 FORMAT = "surgery-checkpoint"
 
@@ -48,12 +49,36 @@ def provenance_intact(path: Path) -> bool:
     return isinstance(data, dict) and provenance_text(data).encode() == raw
 
 
+def sweep_values(path: Path) -> list[str]:
+    """The value folders of a sweep (``alpha-2``, ``n-40``, …): subfolders holding a bake's record."""
+    path = Path(path)
+    return sorted(p.name for p in path.iterdir() if (p / PROVENANCE_NAME).is_file()) if path.is_dir() else []
+
+
+def not_baked(path: Path) -> str:
+    """Why ``path`` (which has no surgery.json) is not a baked folder, and what to give instead.
+
+    Surgery's own other outputs are named as such: a sweep holds one baked folder per value, an
+    adapter folder is export-lora's.
+    """
+    path = Path(path)
+    if (path / ADAPTER_PROVENANCE_NAME).is_file():
+        return (f"{path} is a LoRA adapter written by surgery export-lora, not a baked checkpoint; give a folder "
+                "that a bake wrote (apply, amplify-heads, prune-neurons)")
+    values = sweep_values(path)
+    if values:
+        shown = ", ".join(values[:4]) + (f" and {len(values) - 4} more" if len(values) > 4 else "")
+        return (f"{path} is a sweep made by surgery, one baked folder per value ({shown}); give one of "
+                f"them, e.g. {path / values[0]}")
+    return (f"{path} has no {PROVENANCE_NAME}: it was not made by surgery; give the folder that a surgery "
+            "bake wrote")
+
+
 def load_provenance(path: Path) -> dict[str, Any]:
     """surgery.json of a baked checkpoint (a clear error when it is not one)."""
     prov = Path(path) / PROVENANCE_NAME
     if not prov.is_file():
-        raise VerificationError(f"{path} has no {PROVENANCE_NAME}: it was not made by surgery; give the "
-                                "folder that a surgery bake wrote")
+        raise VerificationError(not_baked(Path(path)))
     try:
         data = json.loads(prov.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):

@@ -215,6 +215,19 @@ CASES = [
     # --- verify / undo on something that is not a bake ---
     Case("verify-not-baked", setups.not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
     Case("undo-not-baked", setups.undo_not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
+    # … on surgery's own other outputs: named as what they are, not "not made by surgery"
+    Case("verify-a-sweep", setups.sweep_folder(lambda c, f: ["verify", c.src, f, "--structural-only"]),
+         ("is a sweep made by surgery, one baked folder per value (alpha-2, alpha-3)", "give one of them")),
+    Case("card-a-sweep", setups.sweep_folder(lambda c, f: ["card", f]), ("is a sweep made by surgery", "give one of them")),
+    Case("undo-a-sweep", setups.sweep_folder(lambda c, f: ["undo", f, "--out", c.out]),
+         ("is a sweep made by surgery", "give one of them")),
+    Case("verify-an-adapter", setups.adapter_folder(lambda c, f: ["verify", c.src, f, "--structural-only"]),
+         ("is a LoRA adapter written by surgery export-lora", "give a folder that a bake wrote")),
+    Case("card-an-adapter", setups.adapter_folder(lambda c, f: ["card", f]),
+         ("is a LoRA adapter written by surgery export-lora", "give a folder that a bake wrote")),
+    Case("export-lora-from-an-adapter", setups.adapter_folder(lambda c, f: ["export-lora", c.src, "--recipe", f,
+                                                                            "--out", c.out]),
+         ("is a LoRA adapter written by surgery export-lora", "give a folder that a bake wrote")),
     # --- a tokenizer that encodes the logit check's prompts to nothing ---
     Case("tokenizer-encodes-nothing-verify", setups.empty_tokenizer(),
          ("encodes the check prompt 'The capital of France is' to no tokens", "--structural-only")),
