@@ -84,11 +84,14 @@ def _indices(idx: tuple[int, ...]) -> str:
     return ", ".join(map(str, idx))
 
 
-def _where(arch: Architecture, edit) -> str:
+def _where(arch: Architecture, edit, adapter: bool = False) -> str:
     """The weight entries ``edit`` changes, named as in this model (the site map), e.g.
-    "`mlp.down_proj` column 17; `mlp.gate_up_proj` rows 17, 8209"."""
+    "`mlp.down_proj` column 17; `mlp.gate_up_proj` rows 17, 8209". An ``adapter`` changes only the
+    sites with a run-time twin (a pruned neuron's down_proj column, not its gate/up rows)."""
     parts = []
     for site in sites(arch, edit):
+        if adapter and not site.twin:
+            continue
         kind = "column" if site.axis == "in" else "row"
         # A routed expert's matrix is a logical one (per-expert or fused tensors on disk): named by its part.
         part = site.module.rsplit(".", 1)[1]
@@ -97,18 +100,19 @@ def _where(arch: Architecture, edit) -> str:
     return "; ".join(parts)
 
 
-def _edits_section(recipe: Recipe, arch: Architecture | None = None) -> str:
-    """One table row per edit; with ``arch`` each row names the weight entries it changed."""
+def _edits_section(recipe: Recipe, arch: Architecture | None = None, adapter: bool = False) -> str:
+    """One table row per edit; with ``arch`` each row names the weight entries it changed (those the
+    LoRA changes, for an ``adapter``)."""
     rows = ["| edit | layer | index | scale | effect |", "|---|---|---|---|---|"]
     for e in recipe.edits[:MAX_EDIT_ROWS]:
         if isinstance(e, HeadScale):
             effect = "head removed" if e.alpha == 0 else f"head output × {e.alpha:g}"
-            where = _where(arch, e) if arch else "the output projection's input columns that carry it"
+            where = _where(arch, e, adapter) if arch else "the output projection's input columns that carry it"
             rows.append(f"| attention head | {e.layer} | {e.head} | α = {e.alpha:g} | {effect} ({where}) |")
         else:
             if arch:
-                where = _where(arch, e)
-            elif e.factor == 0:
+                where = _where(arch, e, adapter)
+            elif e.factor == 0 and not adapter:
                 where = "its MLP input rows and down-projection column"
             else:
                 where = "its down-projection column"
@@ -229,12 +233,15 @@ def adapter_card(summary: Mapping[str, Any], arch: Architecture | None = None) -
     meta = dict(base_model=base, base_model_relation="adapter" if base else None,
                 library_name="peft", tags=["surgery", "lora", "model-surgery"])
     ranks = sorted(set(summary["modules"].values()))
+    pruned = ("\n\nA pruned neuron's gate/up rows, which the baked checkpoint also zeroes, are not part of "
+              "the adapter: with its down-projection column at zero the neuron adds nothing to the output "
+              "either way." if any(e.factor == 0 for e in recipe.neurons) else "")
     body = (f"# LoRA adapter: the surgery recipe as an exact low-rank update\n\n"
             f"Applied to **{base or 'its source model'}**, this adapter reproduces the recipe below exactly: "
             f"{len(summary['modules'])} module(s), rank {'/'.join(map(str, ranks))}, lora_alpha = r "
             f"(scaling 1){', padded to one rank for vLLM' if summary.get('vllm') else ''}. "
             "`PeftModel.from_pretrained(base, THIS_FOLDER)` (merged or not) gives the same logits as the "
-            "baked checkpoint.\n\n## What it edits\n\n" + _edits_section(recipe, arch))
+            "baked checkpoint.\n\n## What it edits\n\n" + _edits_section(recipe, arch, adapter=True) + pruned)
     return render_card(meta, body)
 
 

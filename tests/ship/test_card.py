@@ -187,3 +187,16 @@ def test_card_names_routed_expert_entries():
     assert "| expert 2 neuron (`1:e2:7`) | 1 | 7 | 0 | neuron pruned (zeroed: " in text
     assert ("(zeroed: expert 2's down matrix column 7; expert 2's gate matrix row 7; expert 2's up matrix row 7)"
             in text)
+
+
+def test_adapter_card_describes_what_the_adapter_changes(tiny, tmp_path):
+    """The LoRA realises a pruned neuron on down_proj alone: its card names that column, not the
+    gate/up rows the baked checkpoint also zeroes (phi3: the fused gate_up_proj)."""
+    from surgery.ship.lora import export_lora
+
+    src = tiny("phi3")
+    export_lora(Checkpoint(src), RECIPE, tmp_path / "adapter")
+    text = (tmp_path / "adapter" / "README.md").read_text()
+    assert "neuron pruned (zeroed: `mlp.down_proj` column 3) |" in text
+    assert "gate_up_proj" not in text.split("## What it edits")[1].split("\n\n")[1]  # not in the table
+    assert "gate/up rows, which the baked checkpoint also zeroes, are not part of the adapter" in text
