@@ -95,6 +95,26 @@ def edited_tensors(prov: dict[str, Any]) -> list[tuple[str, str]]:
     return sorted({(e["file"], e["tensor"]) for e in prov.get("edited_tensors") or []})
 
 
+def weight_hashes(prov: dict[str, Any]) -> dict[str, str]:
+    """The sha256 a bake recorded for each of its weight files (*.safetensors): the bake's identity.
+
+    A checkpoint's fingerprint samples 1 MiB per file, so it rarely tells a bake from its source
+    or from a bake of another α; these hashes do, and reading them costs nothing.
+    """
+    return {name: digest for name, digest in (prov.get("files") or {}).items() if name.endswith(".safetensors")}
+
+
+def baked_weights(folder: Path) -> dict[str, str] | None:
+    """:func:`weight_hashes` of the bake in ``folder``; None when it holds no readable surgery.json
+    (such a folder names no bake: the card then refuses an evaluation of it)."""
+    if not (Path(folder) / PROVENANCE_NAME).is_file():
+        return None
+    try:
+        return weight_hashes(load_provenance(folder))
+    except VerificationError:
+        return None
+
+
 def write_undo(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """surgery.undo: the original slices, in safetensors format."""
     from safetensors.numpy import save

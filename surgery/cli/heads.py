@@ -13,15 +13,13 @@ from rich.table import Table
 from ..core.distributed import is_main
 from ..core.edits import HeadScale, Recipe, parse_heads
 from ..core.errors import RecipeError
+from ..find.heads.caveats import delta_s_caveat, weak_heads_caveat
 from ..find.heads.params import PAIR_FIELDS, SEARCH_FIELDS, FindParams
 from ..model.loading import LoadSpec
 from .baking import bake_each, parse_values, sweep_label
 from .console import note, out, print_json, progress_bars
 from .group import cli
 from .options import baking_command, model_argument, typed_options
-
-SIGNIFICANT = 0.05  # the level below which ΔS counts as an effect the knockout can reduce
-
 
 def check_alpha(alpha: float, allow_zero: bool) -> None:
     if not math.isfinite(alpha):
@@ -71,10 +69,9 @@ def print_confirmation(conf: dict[str, Any], selected: list[list[int]]) -> None:
                       f"[{_fmt(h['ci95'][0], 1)}, {_fmt(h['ci95'][1], 1)}]", "yes" if h["significant"] else "no",
                       "✓" if (h["layer"], h["head"]) in chosen else "")
     out.print(table)
-    weak = len(selected) - conf["n_significant"]
-    if weak > 0:
-        note(f"{weak} of the {len(selected)} selected heads have no significant "
-                  "single-head knockout effect (95% CI not above 0)")
+    caveat = weak_heads_caveat(max(0, len(selected) - conf["n_significant"]), len(selected))
+    if caveat:
+        note(caveat)
 
 
 def print_findings(f: dict[str, Any]) -> None:
@@ -103,10 +100,9 @@ def print_findings(f: dict[str, Any]) -> None:
     table.add_row(f"random heads ×{rnd['n']}", "", "", f"{_fmt(rnd['mean_pct'], 1)} ± {_fmt(rnd['sd_pct'], 1)}",
                   f"share ≥ tested {_fmt(rnd['share_ge_tested'], 2)}")
     out.print(table)
-    p = f["scores"]["S"].get("p")
-    if p is None or not p < SIGNIFICANT:
-        note(f"ΔS itself is not significant (p = {_fmt(p)}): the knockout % divides by a "
-             "ΔS indistinguishable from 0, so it and its CI are not interpretable")
+    caveat = delta_s_caveat(f["scores"]["S"].get("p"))
+    if caveat:
+        note(caveat)
     if f.get("dose_response"):
         dose = Table(title="Dose-response: edge-level α (paper, run time only) vs whole-head α (bakeable); "
                            "DiffAware / CtxtAware by greedy generation")

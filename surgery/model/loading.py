@@ -40,7 +40,7 @@ class Source:
         return {"path": str(self.path), "hub_id": self.hub_id, "revision": self.revision}
 
 
-def _hub_cache_repo(path: Path) -> str | None:
+def hub_cache_repo(path: Path) -> str | None:
     """``org/name`` of a Hub-cache snapshot folder (``…/models--org--name/snapshots/<commit>``)."""
     parts = path.parts
     if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
@@ -62,7 +62,7 @@ def same_model(named: str, source: Source) -> bool:
     path = Path(named).expanduser()
     if path.exists():
         return source.path.exists() and os.path.samefile(path, source.path)
-    ids = {i.casefold() for i in (source.hub_id, _hub_cache_repo(source.path)) if i}
+    ids = {i.casefold() for i in (source.hub_id, hub_cache_repo(source.path)) if i}
     if named.casefold() in ids:
         return True
     if ids and HUB_ID.match(named):

@@ -20,11 +20,11 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from ..bake.provenance import (PROVENANCE_NAME, UNDO_NAME, integrity_problems, load_provenance, load_undo,
-                               provenance_text)
+                               provenance_text, weight_hashes)
 from ..core.architectures import Architecture, architecture
-from ..core.checkpoint import file_sha256
+from ..core.checkpoint import Checkpoint, file_sha256
 from ..core.edits import SHARED, HeadScale, Recipe
-from ..core.errors import VerificationError
+from ..core.errors import EvaluationError, VerificationError
 from ..core.sites import sites
 from ..core.staging import atomic_write_text
 
@@ -61,6 +61,33 @@ def render_card(meta: Mapping[str, Any], body: str) -> str:
     return f"---\n{yaml.safe_dump(data, sort_keys=False, allow_unicode=True).strip()}\n---\n\n{body}"
 
 
+# A path of the machine that baked the checkpoint: POSIX absolute, home-relative, Windows drive or UNC.
+LOCAL_PATH = re.compile(r"^(?:/|~|[A-Za-z]:[\\/]|\\\\)")
+
+
+def public(text: str) -> str:
+    """``text``, or when it is a local path the name a reader of the card can use: the Hub repo of
+    a Hub-cache snapshot, else the last part. A card is published: the folders of the machine that
+    baked the checkpoint mean nothing to its readers, and they may say who ran it and where."""
+    from ..model.loading import hub_cache_repo
+
+    if not LOCAL_PATH.match(text):
+        return text
+    path = Path(text.replace("\\", "/"))
+    return hub_cache_repo(path) or path.name or text
+
+
+def _public_values(value: Any) -> Any:
+    """``value`` with every string made :func:`public`, recursively (recipe notes, findings records)."""
+    if isinstance(value, str):
+        return public(value)
+    if isinstance(value, Mapping):
+        return {k: _public_values(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_public_values(v) for v in value]
+    return value
+
+
 def _base_model(prov: Mapping[str, Any]) -> str | None:
     """The Hub id of the checkpoint that was edited, for ``base_model`` (the Hub rejects local paths
     there). Never the recipe's ``base_model``: a recipe may have been written for another model."""
@@ -70,12 +97,18 @@ def _base_model(prov: Mapping[str, Any]) -> str | None:
     return hub_id if hub_id and HUB_ID.match(hub_id) else None
 
 
+def _source_name(prov: Mapping[str, Any]) -> str:
+    """How the card names the edited checkpoint: its Hub id, the repo of a Hub-cache snapshot, else
+    its folder's name; never a path (see :func:`public`)."""
+    return _base_model(prov) or public(str((prov.get("source") or {}).get("path") or "the source model"))
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "—"
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value)
+    return public(str(value))
 
 
 def _indices(idx: tuple[int, ...]) -> str:
@@ -147,13 +180,17 @@ def _short(value: Any) -> str:
 
 
 def _why_section(prov: Mapping[str, Any], recipe: Recipe) -> str:
-    """What the baking command recorded about its findings (the ``extra`` entries of surgery.json)."""
+    """What the baking command recorded about its findings (the ``extra`` entries of surgery.json),
+    with the caveats of what it quotes (a ΔS or a knockout reduction that is not significant)."""
+    from ..find.heads.caveats import caveats
+
     lines = []
     for key in sorted(set(prov) - BAKE_KEYS):
         value = prov[key]
         if isinstance(value, Mapping):
             lines.append(f"- **{key}**")
             lines += [f"  - {k}: {_short(v)}" for k, v in value.items() if _short(v)]
+            lines += [f"  - **Not significant:** {c}" for c in caveats(value)]
         elif value not in (None, "", [], {}):
             lines.append(f"- **{key}**: {_short(value)}")
     for k, v in recipe.notes.items():
@@ -201,11 +238,12 @@ def card_text(prov: Mapping[str, Any], source_card: str | None = None, arch: Arc
     base = _base_model(prov)
     meta = dict(base_model=base, base_model_relation="finetune" if base else None, tags=tags,
                 library_name="transformers", **{k: src_meta[k] for k in CARRIED_KEYS if src_meta.get(k)})
-    source = prov.get("source") or {}
-    name = base or Path(str(source.get("path", "the source model"))).name
+    name = _source_name(prov)
+    asked = (prov.get("source") or {}).get("revision")
+    revision = f" (revision `{asked}`)" if base and asked else ""
     sections = [
         f"# {name} — edited with surgery\n\n"
-        f"This is **{name}** with {len(recipe.edits)} edit(s) baked into its weights by "
+        f"This is **{name}**{revision} with {len(recipe.edits)} edit(s) baked into its weights by "
         f"`surgery` {prov.get('tool_version', '')}. Tensor names, shapes, dtypes, shard layout and "
         "config are the source's, so stock transformers, vLLM, TGI and llama.cpp's converter load "
         "it with no custom code and no hooks.",
@@ -216,7 +254,9 @@ def card_text(prov: Mapping[str, Any], source_card: str | None = None, arch: Arc
     evaluation = _evaluation_section(prov.get("evaluation"))
     if evaluation:
         sections.append("## Evaluation: before and after\n\n" + evaluation)
-    recipe_yaml = recipe.to_yaml().strip()
+    shown = Recipe(recipe.edits, public(recipe.base_model) if recipe.base_model else None, recipe.version,
+                   _public_values(recipe.notes))
+    recipe_yaml = shown.to_yaml().strip()
     sections.append(
         "## Reproduce or undo\n\n```yaml\n" + recipe_yaml + "\n```\n\n"
         f"`surgery apply recipe.yaml --model {base or 'SOURCE'} --out OUT` bakes the same checkpoint; "
@@ -268,6 +308,38 @@ def _source_card(folder: Path, prov: Mapping[str, Any]) -> str | None:
     if CARD_NAME not in (prov.get("undo") or {}).get("replaced_files", []):
         return None
     return load_undo(folder / UNDO_NAME)[f"file:{CARD_NAME}"].tobytes().decode("utf-8", "replace")
+
+
+def check_evaluated(folder: Path, prov: Mapping[str, Any], result: Mapping[str, Any], where: str) -> None:
+    """Refuse an eval ``result`` (read from ``where``) that did not measure the bake in ``folder``,
+    or whose source column measured another model than the one it was baked from.
+
+    The bake is named by its fingerprint and the sha256 of its weight files (the fingerprint alone
+    samples 1 MiB per file: on a real model it does not tell a bake from its source). A result
+    without the ``weights_sha256`` entry (surgery eval before it was recorded) is refused too: it may
+    be an evaluation of the source or of another α, whose numbers must not reach this model's card.
+    """
+    model = result.get("model") or {}
+    rerun = f"re-run `surgery eval {folder} --against SOURCE --out {where}`, then give that file"
+    if not model.get("fingerprint") or "weights_sha256" not in model:
+        raise EvaluationError(f"{where} does not record which bake it measured (written by an older surgery); {rerun}")
+    if (model["weights_sha256"] != weight_hashes(dict(prov))
+            or model["fingerprint"] != Checkpoint(folder, allow_remote_code=True).fingerprint()):
+        raise EvaluationError(f"{where} is an evaluation of another model ({model.get('path')}), not of {folder}; {rerun}")
+    against, source = result.get("against") or {}, (prov.get("source") or {}).get("fingerprint")
+    if against and source and against.get("fingerprint") != source:
+        raise EvaluationError(f"{where} compares with {against.get('path')}, which is not the source {folder} was "
+                              f"baked from; {rerun.replace('SOURCE', 'THAT_SOURCE')}")
+
+
+def card_with_evaluation(folder: str | Path, result: Mapping[str, Any], where: str = "the eval result") -> Path:
+    """Put the before/after table of eval ``result`` into the card of the baked ``folder``, after
+    :func:`check_evaluated`; see :func:`refresh_card`."""
+    from ..evaluate.data import card_summary
+
+    folder = Path(folder)
+    check_evaluated(folder, load_provenance(folder), result, where)
+    return refresh_card(folder, card_summary(result))
 
 
 def refresh_card(folder: str | Path, evaluation: Mapping[str, Any] | None = None) -> Path:

@@ -57,6 +57,10 @@ def test_eval_every_suite_writes_json_and_updates_the_card(pair, tmp_path):
     assert result["retained_pct"]["perplexity"] == pytest.approx(100 * a["perplexity"] / m["perplexity"])
     assert result["settings"]["items"] == {"passages": 2, "mcq": 2, "prompts": 2, "bbq": 2, "n4": 4}
     assert result["details"]["model"]["bbq"]["n_ambig"] == 1  # limit 2: one of each condition
+    # what it measured: the bake by its weights' sha256 (surgery card checks them), the source by fingerprint
+    recorded = json.loads((baked / "surgery.json").read_text())["files"]
+    assert result["model"]["weights_sha256"] == {"model.safetensors": recorded["model.safetensors"]}
+    assert result["against"]["weights_sha256"] is None and result["against"]["fingerprint"]
     card = (baked / "README.md").read_text()
     assert "## Evaluation: before and after" in card and "General-knowledge MCQ accuracy" in card
     assert verify(Checkpoint(src), baked, run_model=False).ok   # the card update kept hashes consistent
