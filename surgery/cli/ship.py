@@ -150,12 +150,12 @@ def eval_cmd(model, load, against, recompute, suites, limit, bbq_paths, n4_path,
     _, source = open_checkpoint(model, load)
     against_path = open_checkpoint(against, replace(load, revision=None))[1].path if against else None
     if update_card:
-        from ..bake.provenance import load_provenance
+        from ..ship.card import check_card_evaluation
 
         if source.hub_id:
             raise SurgeryError("--card rewrites a local baked folder; MODEL is a Hub download (the Hub "
                                "cache is never written): give the local folder, or run surgery card later")
-        load_provenance(source.path)  # fail now, not after the evaluation
+        check_card_evaluation(source.path, against_path)  # fail now, not after the evaluation
     # Progress and notes go to stderr, with --json too (it owns stdout only).
     with progress_bars() as progress:
         result = evaluate(source.path, plan, against=against_path, load=load, recompute=recompute,

@@ -207,13 +207,14 @@ def source_run(against: Path, fingerprint: str, plan: Plan, *, load: LoadSpec = 
     return measured
 
 
-def measured(path: Path, fingerprint: str) -> dict[str, Any]:
-    """What a result records about a model it measured: its path and fingerprint and, for a bake,
-    the sha256 of its weight files (null for any other model; surgery card checks them: see
-    surgery.ship.card.check_evaluated)."""
+def measured(path: Path, fingerprint: str | None = None) -> dict[str, Any]:
+    """What a result records about a model it measured: its path and fingerprint (computed when not
+    given) and, for a bake, the sha256 of its weight files (null for any other model; surgery card
+    checks them: see surgery.ship.card.check_evaluated)."""
     from ..bake.provenance import baked_weights
 
-    return {"path": str(path), "fingerprint": fingerprint, "weights_sha256": baked_weights(path)}
+    return {"path": str(path), "fingerprint": fingerprint or _checkpoint(path).fingerprint(),
+            "weights_sha256": baked_weights(path)}
 
 
 def evaluate(model_path: Path, plan: Plan, *, against: Path | None = None, load: LoadSpec = DEFAULT_LOAD,

@@ -310,26 +310,40 @@ def _source_card(folder: Path, prov: Mapping[str, Any]) -> str | None:
     return load_undo(folder / UNDO_NAME)[f"file:{CARD_NAME}"].tobytes().decode("utf-8", "replace")
 
 
-def check_evaluated(folder: Path, prov: Mapping[str, Any], result: Mapping[str, Any], where: str) -> None:
+def check_evaluated(folder: Path, prov: Mapping[str, Any], result: Mapping[str, Any], where: str,
+                    fix: str | None = None) -> None:
     """Refuse an eval ``result`` (read from ``where``) that did not measure the bake in ``folder``,
-    or whose source column measured another model than the one it was baked from.
+    or whose source column measured another model than the one it was baked from (``fix``: what
+    to do instead; default: run the evaluation again).
 
     The bake is named by its fingerprint and the sha256 of its weight files (the fingerprint alone
     samples 1 MiB per file: on a real model it does not tell a bake from its source). A result
     without the ``weights_sha256`` entry (surgery eval before it was recorded) is refused too: it may
     be an evaluation of the source or of another α, whose numbers must not reach this model's card.
     """
+    fix = fix or (f"re-run `surgery eval {folder} --against SOURCE --out {where}` with the source it was "
+                  "baked from, then give that file")
     model = result.get("model") or {}
-    rerun = f"re-run `surgery eval {folder} --against SOURCE --out {where}`, then give that file"
     if not model.get("fingerprint") or "weights_sha256" not in model:
-        raise EvaluationError(f"{where} does not record which bake it measured (written by an older surgery); {rerun}")
+        raise EvaluationError(f"{where} does not record which bake it measured (written by an older surgery); {fix}")
     if (model["weights_sha256"] != weight_hashes(dict(prov))
             or model["fingerprint"] != Checkpoint(folder, allow_remote_code=True).fingerprint()):
-        raise EvaluationError(f"{where} is an evaluation of another model ({model.get('path')}), not of {folder}; {rerun}")
+        raise EvaluationError(f"{where} is an evaluation of another model ({model.get('path')}), not of {folder}; {fix}")
     against, source = result.get("against") or {}, (prov.get("source") or {}).get("fingerprint")
     if against and source and against.get("fingerprint") != source:
         raise EvaluationError(f"{where} compares with {against.get('path')}, which is not the source {folder} was "
-                              f"baked from; {rerun.replace('SOURCE', 'THAT_SOURCE')}")
+                              f"baked from; {fix}")
+
+
+def check_card_evaluation(folder: str | Path, against: Path | None) -> None:
+    """Before ``surgery eval FOLDER --card``: FOLDER must be a bake, and ``against`` the source it was
+    baked from, so that a long evaluation does not end in a refused card (:func:`check_evaluated`)."""
+    from ..evaluate.suites import measured
+
+    folder = Path(folder)
+    plan = {"model": measured(folder), "against": measured(against) if against is not None else None}
+    check_evaluated(folder, load_provenance(folder), plan, "this evaluation",
+                    "give --against the source it was baked from (or leave --against out)")
 
 
 def card_with_evaluation(folder: str | Path, result: Mapping[str, Any], where: str = "the eval result") -> Path:

@@ -73,3 +73,18 @@ def test_eval_json_output_and_plain_model(pair):
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)  # progress lines go to stderr, with --json too
     assert data["against"] is None and set(data["metrics"]["model"]) == {"perplexity", "mcq_accuracy"}
+
+
+def test_eval_card_refuses_another_source_before_evaluating(pair, tiny, capsys, monkeypatch):
+    """eval --card against a model the bake was not baked from fails at once (no suite runs), in
+    one line, and leaves the bake's card as it was."""
+    from surgery.evaluate import suites
+    from tests.support.cli import error_line, run_main
+
+    _, baked, _, _ = pair
+    stranger = save_char_tokenizer(tiny("llama", vocab_size=TINY_VOCAB, seed=1))
+    monkeypatch.setattr(suites, "run_suites", lambda *a, **k: pytest.fail("evaluated before refusing"))
+    before = (baked / "README.md").read_bytes()
+    line = error_line(run_main(["eval", baked, "--against", stranger, "--card", "--limit", "1"], capsys))
+    assert "which is not the source" in line and "give --against the source it was baked from" in line
+    assert (baked / "README.md").read_bytes() == before
