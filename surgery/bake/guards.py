@@ -68,7 +68,8 @@ def check_scales(ckpt: Checkpoint, recipes: Recipe | Sequence[Recipe], *, allow_
     recipes = [recipes] if isinstance(recipes, Recipe) else list(recipes)
     if not recipes:
         return
-    arch = [r.validate(ckpt.config) for r in recipes][0]  # each must fit the model before its bytes are read
+    for recipe in recipes:  # each must fit the model before its bytes are read
+        arch = recipe.validate(ckpt.config)
     edits = list(dict.fromkeys(e for r in recipes for e in r.active()))
     for e, peak, dtype in edit_peaks(ckpt, arch, edits):
         problem = scale_problem(e, peak, dtype, allow_zero)

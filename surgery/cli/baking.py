@@ -151,8 +151,9 @@ def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]]
     """Bake one output per ``(label, recipe, extra)`` into ``out_dir/<label>``.
 
     Every destination and every value's scales (surgery.bake.guards) are checked before the first
-    bake, so a taken destination or a refused value fails the sweep with nothing written. With ``push_to`` (default: the command's --push-to), each output is pushed to
-    the branch ``<label>`` of that repo. ``bake_kwargs`` go to :func:`bake_one` (load, force,
+    bake, so a taken destination or a refused value fails the sweep with nothing written. With
+    ``push_to`` (default: the command's --push-to), each output is pushed to the branch ``<label>``
+    of that repo. ``bake_kwargs`` go to :func:`bake_one` (load, force,
     verify, …). With ``as_json`` one JSON list is printed at the end, one object per
     value with its ``label``. Returns the provenance of each output by label.
     """

@@ -190,7 +190,7 @@ def _why_section(prov: Mapping[str, Any], recipe: Recipe) -> str:
         if isinstance(value, Mapping):
             lines.append(f"- **{key}**")
             lines += [f"  - {k}: {_short(v)}" for k, v in value.items() if _short(v)]
-            lines += [f"  - **Not significant:** {c}" for c in caveats(value)]
+            lines += [f"  - **Caveat:** {c}" for c in caveats(value)]
         elif value not in (None, "", [], {}):
             lines.append(f"- **{key}**: {_short(value)}")
     for k, v in recipe.notes.items():
