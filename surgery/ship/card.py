@@ -328,7 +328,8 @@ def check_evaluated(folder: Path, prov: Mapping[str, Any], result: Mapping[str, 
         raise EvaluationError(f"{where} does not record which bake it measured (written by an older surgery); {fix}")
     if (model["weights_sha256"] != weight_hashes(dict(prov))
             or model["fingerprint"] != Checkpoint(folder, allow_remote_code=True).fingerprint()):
-        raise EvaluationError(f"{where} is an evaluation of another model ({model.get('path')}), not of {folder}; {fix}")
+        raise EvaluationError(f"{where} is an evaluation of another model ({model.get('path')}), not of {folder}; "
+                              f"{fix}")
     against, source = result.get("against") or {}, (prov.get("source") or {}).get("fingerprint")
     if against and source and against.get("fingerprint") != source:
         raise EvaluationError(f"{where} compares with {against.get('path')}, which is not the source {folder} was "

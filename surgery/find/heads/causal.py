@@ -174,8 +174,9 @@ class PairRunner:
     def knockouts(self, sets: Sequence[tuple[Heads, str]], seed: int = 0) -> list[dict[str, Any]]:
         """:meth:`knockout` of each (heads, queries) in ``sets``, in one sweep over the prompts."""
         edits = [knockout_edit(heads, queries) for heads, queries in sets]
+        swept = self.sweep(edits)
         return [{"heads": [list(h) for h in heads], "edges_from": queries, **knockout_row(self.base, s, self.items, seed)}
-                for (heads, queries), s in zip(sets, self.sweep(edits))]
+                for (heads, queries), s in zip(sets, swept)]
 
 
 def knockout_row(base: np.ndarray, knocked: np.ndarray, items: Sequence[str], seed: int = 0) -> dict[str, Any]:

@@ -26,7 +26,9 @@ def knockout_caveat(ci95: Sequence[float | None] | None) -> str | None:
     """The caveat for a knockout reduction with 95% CI ``ci95`` (None when the CI lies above 0)."""
     lo, hi = (list(ci95) + [None, None])[:2] if ci95 else (None, None)
     if _finite(lo) and _finite(hi):
-        return None if lo > 0 else f"the knockout reduction is not significant (its 95% CI [{lo:.1f}, {hi:.1f}] % includes 0)"
+        if lo > 0:
+            return None
+        return f"the knockout reduction is not significant (its 95% CI [{lo:.1f}, {hi:.1f}] % includes 0)"
     return "the knockout reduction has no 95% CI (ΔS changes sign across the bootstrap), so it is not significant"
 
 
