@@ -31,13 +31,14 @@ import numpy as np
 from .. import __version__
 from ..core.checkpoint import SKIP_DIRS, Checkpoint, file_sha256, folder_files, is_other_weights
 from ..core.edits import Recipe
-from ..core.errors import CheckpointError, RecipeError
+from ..core.errors import CheckpointError
 from ..core.hash_cache import HashCache
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
 from ..model.loading import Source, local_source
 from .copies import copy_note, copy_patches
-from .patches import RAW_DTYPES, group_by_file, patched_chunks, plan, to_f32
+from .guards import check_scales
+from .patches import RAW_DTYPES, group_by_file, patched_chunks, plan
 from .provenance import FORMAT, OWN_FILES, PROVENANCE_NAME, UNDO_NAME, left_out_note, provenance_text, write_undo
 
 COPY_BLOCK = 64 << 20
@@ -87,30 +88,15 @@ def copy_file(src: Path, dst: Path, on_bytes: Callable[[int], None] = lambda n: 
             raise OSError(errno.EIO, f"short copy of {src.name} ({done} of {size} bytes)")
 
 
-def _overflowed(fd_src: int, dtype: str, offset: int, data: bytes) -> bool:
-    """True when new bytes hold inf/NaN where the source held finite values (a scale too large for
-    the stored dtype, e.g. α = 1e7 on F16 weights): the bake would publish a broken model."""
-    new = to_f32(np.frombuffer(data, RAW_DTYPES[dtype]), dtype)
-    if np.isfinite(new).all():
-        return False  # the common case: no second read of the source
-    old = to_f32(np.frombuffer(os.pread(fd_src, len(data), offset), RAW_DTYPES[dtype]), dtype)
-    return bool((np.isfinite(old) & ~np.isfinite(new)).any())
-
-
 def _patch_bytes(fd_src: int, p, entries: list[dict]) -> Iterator[tuple[int, memoryview]]:
     """(offset, new bytes) of one patch, in file order; its record, with the original slices, goes
     to ``entries`` once it is done."""
     originals: dict[str, list[np.ndarray]] = {"rows": [], "cols": []}
-    # |scale| ≤ 1 cannot overflow (rounding never passes the largest finite value): no scan then.
-    grows = any(abs(s) > 1 for s in (*p.rows.values(), *p.cols.values()))
-    with np.errstate(over="ignore"):  # an overflow is one clear error below, not numpy warnings
-        for offset, data, orig in patched_chunks(fd_src, p):
-            if grows and _overflowed(fd_src, p.info.dtype, offset, data):
-                raise RecipeError(f"scaling '{p.info.name}' overflows {p.info.dtype} (its values would "
-                                  "become inf); choose a smaller scale")
-            for kind, arr in orig.items():
-                originals[kind].append(arr)
-            yield offset, data
+    # No scale overflows here: guards.check_scales refused those before anything was written.
+    for offset, data, orig in patched_chunks(fd_src, p):
+        for kind, arr in orig.items():
+            originals[kind].append(arr)
+        yield offset, data
     entry = {"tensor": p.info.name, "file": p.info.file, "dtype": p.info.dtype,
              "rows": sorted(p.rows), "cols": sorted(p.cols),
              "originals": {kind: np.concatenate(parts).view(np.uint8) for kind, parts in originals.items() if parts}}
@@ -286,14 +272,18 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
          force: bool = False, progress: StageProgress = silent_stages,
          check: Callable[[Path], dict[str, Any]] | None = None,
          card: Callable[[Path, dict[str, Any]], str] | None = None,
-         extra: dict[str, Any] | None = None, report: Callable[[str], None] = lambda m: None) -> BakeResult:
+         extra: dict[str, Any] | None = None, report: Callable[[str], None] = lambda m: None,
+         allow_zero: bool = False) -> BakeResult:
     """Bake ``recipe`` into a copy of ``ckpt`` at ``out``.
 
     ``check(staged_dir)`` runs on the finished weights before they are published (the numerical
     check, e.g. ``check.edited_check``) and its result is recorded; ``card(staged_dir, provenance)`` returns a model
     card (README.md). ``extra`` adds entries (findings summary, selection) to surgery.json.
+    A scale that overflows, or one that rounds a head's or neuron's weights to zero (unless
+    ``allow_zero``), is refused before anything is written (surgery.bake.guards).
     """
     arch = recipe.validate(ckpt.config)
+    check_scales(ckpt, recipe, allow_zero=allow_zero)
     patches = plan(ckpt, arch, recipe.active())
     copies = copy_patches(ckpt, arch, patches)  # the same edits on second copies of the weights
     by_file = group_by_file(patches + copies)

@@ -241,42 +241,32 @@ def _line_peak(fd: int, p: TensorPatch) -> float:
     return float(peak)
 
 
-def vanishing(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[tuple[Edit, str]]:
-    """Edits with a non-zero scale that still zero every weight of their columns, with the dtype.
+def edit_peaks(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[tuple[Edit, float, str]]:
+    """For each edit that scales by neither 0 nor 1: the largest |weight| it scales (float32, exact)
+    and the stored dtype. Each edited tensor is read once, a bounded block at a time.
 
-    The exact rule, in the bake's own arithmetic: the column's largest magnitude times the scale
-    (both float32) rounds to 0 in the stored dtype. Rounding is monotone, so every smaller value of
-    the column then rounds to 0 too. This covers fp16/bf16 underflow and scales below float32's
-    smallest subnormal (1e-50 is 0 as a float32). Only |scale| < 1 can shrink a value to 0, so
-    other edits cost no read; an all-zero column (a pruned head) is not the scale's doing.
+    Such an edit has one site, its twin columns (only pruning adds rows), so this one value and
+    the scale decide what the bake's rounding does to all of them (see surgery.bake.guards).
     """
-    shrinking = [e for e in edits if e.scale != 0 and abs(e.scale) < 1]
-    if not shrinking:
+    scaled = [e for e in edits if e.scale not in (0.0, 1.0)]
+    if not scaled:
         return []
-    patches = {p.info.name: p for p in plan(ckpt, arch, shrinking)}
+    patches = {p.info.name: p for p in plan(ckpt, arch, scaled)}
     prefix = arch.layer_prefix(ckpt.tensors)
     peaks: dict[str, dict[int, float]] = {}
     found = []
-    for e in shrinking:
-        # |scale| < 1 and ≠ 0: no pruning, so the edit's sites are its twin columns alone.
+    for e in scaled:
         (site,) = sites(arch, e)
         if site.expert is not None:  # one expert's window of a fused tensor, or its own tensor
             (p,) = plan(ckpt, arch, [e])
             with open(ckpt.path / p.info.file, "rb") as f:
-                peak = np.float32(_line_peak(f.fileno(), p))
-            scaled = to_f32(from_f32(np.array([peak * np.float32(e.scale)]), p.info.dtype), p.info.dtype)
-            if peak and not scaled.any():
-                found.append((e, p.info.dtype))
+                found.append((e, _line_peak(f.fileno(), p), p.info.dtype))
             continue
         p = patches[f"{prefix.format(layer=site.layer)}{site.module}.weight"]
-        cols = site.indices
         if p.info.name not in peaks:
             with open(ckpt.path / p.info.file, "rb") as f:
                 peaks[p.info.name] = _column_peaks(f.fileno(), p)
-        peak = np.array([peaks[p.info.name][c] for c in cols], dtype=np.float32)
-        scaled = to_f32(from_f32(peak * np.float32(e.scale), p.info.dtype), p.info.dtype)
-        if peak.any() and not scaled.any():
-            found.append((e, p.info.dtype))
+        found.append((e, max(peaks[p.info.name][c] for c in site.indices), p.info.dtype))
     return found
 
 

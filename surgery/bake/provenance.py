@@ -23,6 +23,7 @@ from ..core.strict_files import DuplicateKey, load_json
 PROVENANCE_NAME = "surgery.json"
 UNDO_NAME = "surgery.undo"  # safetensors content, but not *.safetensors: loaders glob for those
 OWN_FILES = (PROVENANCE_NAME, UNDO_NAME)
+ADAPTER_PROVENANCE_NAME = "surgery_adapter.json"  # what export-lora records in an adapter folder
 SEAL_KEY = "provenance_sha256"  # in surgery.json: see provenance_text
 FORMAT = "surgery-checkpoint"
 
@@ -49,12 +50,36 @@ def provenance_intact(path: Path) -> bool:
     return isinstance(data, dict) and provenance_text(data).encode() == raw
 
 
+def sweep_values(path: Path) -> list[str]:
+    """The value folders of a sweep (``alpha-2``, ``n-40``, …): subfolders holding a bake's record."""
+    path = Path(path)
+    return sorted(p.name for p in path.iterdir() if (p / PROVENANCE_NAME).is_file()) if path.is_dir() else []
+
+
+def not_baked(path: Path) -> str:
+    """Why ``path`` (which has no surgery.json) is not a baked folder, and what to give instead.
+
+    Surgery's own other outputs are named as such: a sweep holds one baked folder per value, an
+    adapter folder is export-lora's.
+    """
+    path = Path(path)
+    if (path / ADAPTER_PROVENANCE_NAME).is_file():
+        return (f"{path} is a LoRA adapter written by surgery export-lora, not a baked checkpoint; give a folder "
+                "that a bake wrote (apply, amplify-heads, prune-neurons)")
+    values = sweep_values(path)
+    if values:
+        shown = ", ".join(values[:4]) + (f" and {len(values) - 4} more" if len(values) > 4 else "")
+        return (f"{path} is a sweep made by surgery, one baked folder per value ({shown}); give one of "
+                f"them, e.g. {path / values[0]}")
+    return (f"{path} has no {PROVENANCE_NAME}: it was not made by surgery; give the folder that a surgery "
+            "bake wrote")
+
+
 def load_provenance(path: Path) -> dict[str, Any]:
     """surgery.json of a baked checkpoint (a clear error when it is not one)."""
     prov = Path(path) / PROVENANCE_NAME
     if not prov.is_file():
-        raise VerificationError(f"{path} has no {PROVENANCE_NAME}: it was not made by surgery; give the "
-                                "folder that a surgery bake wrote")
+        raise VerificationError(not_baked(Path(path)))
     try:
         data = load_json(prov.read_text(encoding="utf-8"))
     except DuplicateKey as exc:
@@ -65,6 +90,33 @@ def load_provenance(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise VerificationError(f"{prov} is not a surgery provenance file")
     return data
+
+
+def edited_tensors(prov: dict[str, Any]) -> list[tuple[str, str]]:
+    """The distinct (file, tensor) pairs a bake edited. ``edited_tensors`` holds one undo entry per
+    patch, and a fused 3-D expert tensor is patched one expert's window at a time: counting the
+    entries would count those windows as tensors."""
+    return sorted({(e["file"], e["tensor"]) for e in prov.get("edited_tensors") or []})
+
+
+def weight_hashes(prov: dict[str, Any]) -> dict[str, str]:
+    """The sha256 a bake recorded for each of its weight files (*.safetensors): the bake's identity.
+
+    A checkpoint's fingerprint samples 1 MiB per file, so it rarely tells a bake from its source
+    or from a bake of another α; these hashes do, and reading them costs nothing.
+    """
+    return {name: digest for name, digest in (prov.get("files") or {}).items() if name.endswith(".safetensors")}
+
+
+def baked_weights(folder: Path) -> dict[str, str] | None:
+    """:func:`weight_hashes` of the bake in ``folder``; None when it holds no readable surgery.json
+    (such a folder names no bake: the card then refuses an evaluation of it)."""
+    if not (Path(folder) / PROVENANCE_NAME).is_file():
+        return None
+    try:
+        return weight_hashes(load_provenance(folder))
+    except VerificationError:
+        return None
 
 
 def write_undo(path: Path, arrays: dict[str, np.ndarray]) -> None:

@@ -9,11 +9,13 @@ from typing import Any
 
 from ..bake.bake import bake
 from ..bake.check import edited_check
+from ..bake.guards import check_scales
 from ..bake.lineage import for_source
+from ..bake.provenance import edited_tensors
 from ..core.edits import Recipe
 from ..core.errors import RecipeError
 from ..core.staging import check_container, check_free
-from ..model.loading import DEFAULT_LOAD, LoadSpec, open_checkpoint, resolve
+from ..model.loading import DEFAULT_LOAD, LoadSpec, open_checkpoint
 from ..ship.card import card_hook
 from .console import note, out, print_json, stage_progress
 from .options import PRIVATE_KEY, PUSH_KEY, context_value
@@ -32,7 +34,7 @@ class Baked:
         """The --json object of this bake."""
         prov = self.provenance
         return {"out": str(self.out), "edits": len(prov["recipe"]["edits"]),
-                "tensors_edited": len(prov["edited_tensors"]), "verification": prov.get("verification"),
+                "tensors_edited": len(edited_tensors(prov)), "verification": prov.get("verification"),
                 "notes": self.notes, "pushed": prov.get("pushed"),
                 **(self.extra or {})}  # the selection / findings summary that went into surgery.json
 
@@ -41,7 +43,7 @@ class Baked:
         prov, ver, pushed = self.provenance, self.provenance.get("verification"), self.provenance.get("pushed")
         check = ("" if not ver else
                  f", {ver['maps']} edited map(s) match the run-time edit (max |Δ| {ver['max_abs_diff']:.2e})")
-        out.print(f"[green]Baked[/] {len(prov['recipe']['edits'])} edit(s) into {len(prov['edited_tensors'])} "
+        out.print(f"[green]Baked[/] {len(prov['recipe']['edits'])} edit(s) into {len(edited_tensors(prov))} "
                   f"tensor(s){check} → {self.out}")
         if pushed:
             out.print(f"[green]Pushed[/] to {pushed['repo']} ({pushed['revision']}): {pushed['commit_url']}")
@@ -53,13 +55,14 @@ def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFA
              force: bool = False, verify: bool = True, extra: dict[str, Any] | None = None,
              evaluation: dict[str, Any] | None = None, push_to: str | None = None,
              push_revision: str | None = None, private: bool | None = None,
-             allow_other_base: bool = False) -> Baked:
+             allow_other_base: bool = False, allow_zero: bool = False) -> Baked:
     """Open MODEL, bake ``recipe`` into ``out_dir`` (and push it); print nothing but progress and notes.
 
     The output gets a model card (README.md) built from the provenance, ``extra`` (findings
     summary) and ``evaluation`` (rows of a before/after table, see surgery.ship.card). ``push_to``
     (default: the command's --push-to) uploads the result, to branch ``push_revision`` if given.
-    A recipe written for another model is refused unless ``allow_other_base`` (surgery.bake.lineage).
+    A recipe written for another model is refused unless ``allow_other_base`` (surgery.bake.lineage);
+    ``allow_zero`` accepts a scale that rounds a head's or neuron's weights to zero (surgery.bake.guards).
     """
     push_to = push_to or context_value(PUSH_KEY)
     private = bool(context_value(PRIVATE_KEY)) if private is None else private
@@ -75,7 +78,7 @@ def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFA
     with stage_progress() as progress:  # stderr: shown with --json too, which owns stdout only
         result = bake(ckpt, recipe, out_dir, source=source, force=force, progress=progress,
                       check=edited_check(ckpt, recipe) if verify else None, extra=extra,
-                      card=card_hook(evaluation), report=note)
+                      card=card_hook(evaluation), report=note, allow_zero=allow_zero)
     prov = result.provenance
     if push_to:
         from ..ship.hub import push
@@ -119,9 +122,10 @@ def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]]
               push_to: str | None = None, as_json: bool = False, **bake_kwargs: Any) -> dict[str, dict[str, Any]]:
     """Bake one output per ``(label, recipe, extra)`` into ``out_dir/<label>``.
 
-    Every destination is checked before the first bake, so a taken one fails the sweep with
-    nothing written. With ``push_to`` (default: the command's --push-to), each output is pushed to
-    the branch ``<label>`` of that repo. ``bake_kwargs`` go to :func:`bake_one` (load, force,
+    Every destination and every value's scales (surgery.bake.guards) are checked before the first
+    bake, so a taken destination or a refused value fails the sweep with nothing written. With
+    ``push_to`` (default: the command's --push-to), each output is pushed to the branch ``<label>``
+    of that repo. ``bake_kwargs`` go to :func:`bake_one` (load, force,
     verify, …). With ``as_json`` one JSON list is printed at the end, one object per
     value with its ``label``. Returns the provenance of each output by label.
     """
@@ -130,7 +134,9 @@ def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]]
         raise RecipeError("sweep labels must be unique (each value gets its own folder and branch)")
     push_to = push_to or context_value(PUSH_KEY)
     out_dir = Path(out_dir)
-    source = resolve(model, bake_kwargs.get("load", DEFAULT_LOAD).revision)
+    ckpt, source = open_checkpoint(model, bake_kwargs.get("load", DEFAULT_LOAD))
+    # Every value's scales before the first bake: a refused one leaves no outputs.
+    check_scales(ckpt, [recipe for _, recipe, _ in items], allow_zero=bool(bake_kwargs.get("allow_zero")))
     check_container(out_dir, [source.path])  # the sweep's folder may exist: it holds the values
     for label in labels:
         check_free(out_dir / label, [source.path], bool(bake_kwargs.get("force")))

@@ -68,11 +68,14 @@ def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
 @click.option("--allow-other-base", is_flag=True, help="Bake a recipe whose base_model names another model "
               "(refused otherwise: its α and n were chosen there); the output records both names.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.option("--allow-zero", is_flag=True, help="Accept an alpha or factor that rounds a head's or neuron's "
+              "weights to zero in the stored dtype (0 itself needs no flag).")
 @push_options
-def apply(recipe: Path, model: str, load: LoadSpec, out_dir, force, verify, allow_other_base, as_json) -> None:
+def apply(recipe: Path, model: str, load: LoadSpec, out_dir, force, verify, allow_other_base, as_json,
+          allow_zero) -> None:
     """Bake a recipe (YAML) into a copy of MODEL."""
     run_bake(model, Recipe.load(recipe), out_dir, load=load, force=force, verify=verify, as_json=as_json,
-             allow_other_base=allow_other_base)
+             allow_other_base=allow_other_base, allow_zero=allow_zero)
 
 
 @cli.command(name="verify")

@@ -13,6 +13,7 @@ from rich.table import Table
 from ..core.distributed import is_main
 from ..core.edits import HeadScale, Recipe, parse_heads
 from ..core.errors import RecipeError
+from ..find.heads.caveats import delta_s_caveat, weak_heads_caveat
 from ..find.heads.params import PAIR_FIELDS, SEARCH_FIELDS, FindParams
 from ..model.loading import LoadSpec
 from .baking import bake_each, parse_values, sweep_label
@@ -20,35 +21,12 @@ from .console import note, out, print_json, progress_bars
 from .group import cli
 from .options import baking_command, model_argument, typed_options
 
-SIGNIFICANT = 0.05  # the level below which ΔS counts as an effect the knockout can reduce
-
-
 def check_alpha(alpha: float, allow_zero: bool) -> None:
     if not math.isfinite(alpha):
         raise RecipeError(f"--alpha must be a finite number, got {alpha}")
     if alpha == 0 and not allow_zero:
         raise RecipeError("--alpha 0 does not amplify: it silences the heads entirely (ablation); "
                           "pass --allow-zero if that is what you want")
-
-
-def refuse_vanishing(model: str, load: LoadSpec, recipes: list[Recipe]) -> None:
-    """Without --allow-zero: refuse an α that zeroes a head in the stored dtype, as --alpha 0 would.
-
-    Every recipe of a sweep is checked before the first bake, so a refused α leaves no outputs.
-    """
-    from ..bake.patches import vanishing
-    from ..model.loading import open_checkpoint
-
-    if all(abs(e.scale) >= 1 for r in recipes for e in r.active()):
-        return  # only |α| < 1 can shrink a weight to zero: no need to open the checkpoint
-    ckpt, _ = open_checkpoint(model, load)
-    for recipe in recipes:
-        found = vanishing(ckpt, recipe.validate(ckpt.config), recipe.active())
-        if found:
-            edit, dtype = found[0]
-            raise RecipeError(f"--alpha {edit.alpha:g} rounds every weight of head {edit.layer}.{edit.head} to zero "
-                              f"in this {dtype} checkpoint: like --alpha 0 it silences the heads; pass "
-                              "--allow-zero if that is what you want, or choose a larger α")
 
 
 RECOMPUTE = click.option("--recompute", is_flag=True, help="Ignore cached findings.")
@@ -91,10 +69,9 @@ def print_confirmation(conf: dict[str, Any], selected: list[list[int]]) -> None:
                       f"[{_fmt(h['ci95'][0], 1)}, {_fmt(h['ci95'][1], 1)}]", "yes" if h["significant"] else "no",
                       "✓" if (h["layer"], h["head"]) in chosen else "")
     out.print(table)
-    weak = len(selected) - conf["n_significant"]
-    if weak > 0:
-        note(f"{weak} of the {len(selected)} selected heads have no significant "
-                  "single-head knockout effect (95% CI not above 0)")
+    caveat = weak_heads_caveat(max(0, len(selected) - conf["n_significant"]), len(selected))
+    if caveat:
+        note(caveat)
 
 
 def print_findings(f: dict[str, Any]) -> None:
@@ -123,10 +100,9 @@ def print_findings(f: dict[str, Any]) -> None:
     table.add_row(f"random heads ×{rnd['n']}", "", "", f"{_fmt(rnd['mean_pct'], 1)} ± {_fmt(rnd['sd_pct'], 1)}",
                   f"share ≥ tested {_fmt(rnd['share_ge_tested'], 2)}")
     out.print(table)
-    p = f["scores"]["S"].get("p")
-    if p is None or not p < SIGNIFICANT:
-        note(f"ΔS itself is not significant (p = {_fmt(p)}): the knockout % divides by a "
-             "ΔS indistinguishable from 0, so it and its CI are not interpretable")
+    caveat = delta_s_caveat(f["scores"]["S"].get("p"))
+    if caveat:
+        note(caveat)
     if f.get("dose_response"):
         dose = Table(title="Dose-response: edge-level α (paper, run time only) vs whole-head α (bakeable); "
                            "DiffAware / CtxtAware by greedy generation")
@@ -251,10 +227,8 @@ def amplify_heads(model: str, load: LoadSpec, out_dir: Path, force: bool, verify
     else:
         chosen, extra = _heads_from_findings(model, load, findings_file, top, transfer, params, recompute, as_json)
     recipes = [Recipe(tuple(HeadScale(layer, head, a) for layer, head in chosen)) for a in values]
-    if not allow_zero:
-        refuse_vanishing(model, load, recipes)
     items = [(sweep_label("alpha", a), r, extra) for a, r in zip(values, recipes)]
-    bake_each(model, items, out_dir, load=load, force=force, verify=verify, as_json=as_json)
+    bake_each(model, items, out_dir, load=load, force=force, verify=verify, as_json=as_json, allow_zero=allow_zero)
 
 
 def _heads_from_findings(model: str, load: LoadSpec, findings_file: Path | None, top: int | None, transfer: bool,

@@ -98,12 +98,14 @@ def find_neurons_cmd(model: str, load: LoadSpec, capture: CaptureParams, recompu
 @click.option("--factor", type=float, default=0.0, show_default=True,
               help="0 prunes (zeroes gate/up rows and the down column); other values scale the neuron "
                    "(0.5 damps, a negative value flips it, e.g. with --score signed).")
+@click.option("--allow-zero", is_flag=True, help="Accept a --factor that rounds the neurons' down_proj weights "
+              "to zero in the stored dtype (silences them without pruning; --factor 0 needs no flag).")
 @typed_options(SelectParams, into="choose")
 @typed_options(CaptureParams, into="capture")
 @RECOMPUTE
 def prune_neurons(model: str, load: LoadSpec, out_dir: Path, force: bool, verify: bool, as_json: bool,
                   neurons: str | None, n_spec: str | None, findings_file: Path | None, transfer: bool, factor: float,
-                  choose: SelectParams, capture: CaptureParams, recompute: bool) -> None:
+                  allow_zero: bool, choose: SelectParams, capture: CaptureParams, recompute: bool) -> None:
     """Zero (or scale) MLP neurons — named, or the top N bias neurons — and write a new checkpoint."""
     if not math.isfinite(factor):
         raise RecipeError(f"--factor must be a finite number, got {factor}")
@@ -111,7 +113,7 @@ def prune_neurons(model: str, load: LoadSpec, out_dir: Path, force: bool, verify
         raise RecipeError("--factor 1 leaves every neuron unchanged; use 0 to prune or another value to scale")
     if (neurons is None) == (n_spec is None):
         raise RecipeError("give exactly one of --neurons LAYER:INDEX,… and --n N")
-    bake_kw = dict(load=load, force=force, verify=verify, as_json=as_json)
+    bake_kw = dict(load=load, force=force, verify=verify, as_json=as_json, allow_zero=allow_zero)
     if neurons is not None:
         if findings_file or transfer:
             raise RecipeError("--neurons names the neurons itself; drop --findings/--transfer or use --n")

@@ -73,12 +73,11 @@ def push_cmd(folder, repo_id, private, revision, create_pr, message, as_json):
               help="An eval JSON (surgery eval --out) whose before/after table goes into the card.")
 def card_cmd(folder, eval_path):
     """Rewrite the model card of a baked FOLDER (keeps surgery.json's hashes consistent)."""
-    from ..evaluate.data import card_summary, load_result
-    from ..ship.card import refresh_card
+    from ..evaluate.data import load_result
+    from ..ship.card import card_with_evaluation, refresh_card
 
-    evaluation = card_summary(load_result(eval_path)) if eval_path else None
-    path = refresh_card(folder, evaluation)
-    out.print(f"[green]Wrote[/] {path}{' with the evaluation table' if evaluation else ''}")
+    path = card_with_evaluation(folder, load_result(eval_path), str(eval_path)) if eval_path else refresh_card(folder)
+    out.print(f"[green]Wrote[/] {path}{' with the evaluation table' if eval_path else ''}")
 
 
 def _cell(value: Any) -> str:
@@ -137,7 +136,7 @@ def eval_table(result: dict) -> Table:
 def eval_cmd(model, load, against, recompute, params, bbq_paths, n4_path, lm_eval_tasks,
              lm_eval_include, out_path, update_card, as_json):
     """Evaluate MODEL: retention, KL vs --against, BBQ bias, DiffAware/CtxtAware, lm-eval tasks."""
-    from ..evaluate.data import card_summary, save_result
+    from ..evaluate.data import save_result
     from ..evaluate.suites import evaluate, make_plan
 
     tasks = [t.strip() for t in lm_eval_tasks.split(",") if t.strip()]
@@ -147,12 +146,12 @@ def eval_cmd(model, load, against, recompute, params, bbq_paths, n4_path, lm_eva
     _, source = open_checkpoint(model, load)
     against_path = open_checkpoint(against, replace(load, revision=None))[1].path if against else None
     if update_card:
-        from ..bake.provenance import load_provenance
+        from ..ship.card import check_card_evaluation
 
         if source.hub_id:
             raise SurgeryError("--card rewrites a local baked folder; MODEL is a Hub download (the Hub "
                                "cache is never written): give the local folder, or run surgery card later")
-        load_provenance(source.path)  # fail now, not after the evaluation
+        check_card_evaluation(source.path, against_path)  # fail now, not after the evaluation
     # Progress and notes go to stderr, with --json too (it owns stdout only).
     with progress_bars() as progress:
         result = evaluate(source.path, plan, against=against_path, load=load, recompute=recompute,
@@ -162,9 +161,9 @@ def eval_cmd(model, load, against, recompute, params, bbq_paths, n4_path, lm_eva
     if out_path:
         save_result(result, out_path)
     if update_card:
-        from ..ship.card import refresh_card
+        from ..ship.card import card_with_evaluation
 
-        refresh_card(source.path, card_summary(result))
+        card_with_evaluation(source.path, result, str(out_path) if out_path else "this evaluation")
     if as_json:
         from ..evaluate.data import clean
 

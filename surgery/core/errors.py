@@ -33,3 +33,7 @@ class DestinationError(SurgeryError):
 
 class VerificationError(SurgeryError):
     """A baked checkpoint does not match its source and recipe."""
+
+
+class EvaluationError(SurgeryError):
+    """An evaluation result is used for a model it did not measure."""

@@ -205,6 +205,16 @@ def source_run(against: Path, fingerprint: str, plan: Plan, *, load: LoadSpec = 
     return measured
 
 
+def measured(path: Path, fingerprint: str | None = None) -> dict[str, Any]:
+    """What a result records about a model it measured: its path and fingerprint (computed when not
+    given) and, for a bake, the sha256 of its weight files (null for any other model; surgery card
+    checks them: see surgery.ship.card.check_evaluated)."""
+    from ..bake.provenance import baked_weights
+
+    return {"path": str(path), "fingerprint": fingerprint or _checkpoint(path).fingerprint(),
+            "weights_sha256": baked_weights(path)}
+
+
 def evaluate(model_path: Path, plan: Plan, *, against: Path | None = None, load: LoadSpec = DEFAULT_LOAD,
              recompute: bool = False, progress: Progress = silent,
              report: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
@@ -212,9 +222,8 @@ def evaluate(model_path: Path, plan: Plan, *, against: Path | None = None, load:
     results from the cache); return the result JSON."""
     start = time.time()
     fingerprint = {p: _checkpoint(p).fingerprint() for p in (model_path, against) if p is not None}
-    result = io.new_result({"path": str(model_path), "fingerprint": fingerprint[model_path]},
-                           {"path": str(against), "fingerprint": fingerprint[against]} if against else None,
-                           plan.settings)
+    result = io.new_result(measured(model_path, fingerprint[model_path]),
+                           measured(against, fingerprint[against]) if against else None, plan.settings)
     distributed.check_agree("the models and the evaluation data", result["model"]["fingerprint"],
                             (result["against"] or {}).get("fingerprint"), plan_digest(plan))
     reference = None

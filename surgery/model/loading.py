@@ -50,7 +50,7 @@ def _hub_cache_snapshot(path: Path) -> tuple[str, str] | None:
     return None
 
 
-def _hub_cache_repo(path: Path) -> str | None:
+def hub_cache_repo(path: Path) -> str | None:
     """``org/name`` of a Hub-cache snapshot folder, or None."""
     snapshot = _hub_cache_snapshot(path)
     return snapshot[0] if snapshot else None
@@ -78,7 +78,7 @@ def same_model(named: str, source: Source) -> bool:
     path = Path(named).expanduser()
     if path.exists():
         return source.path.exists() and os.path.samefile(path, source.path)
-    ids = {i.casefold() for i in (source.hub_id, _hub_cache_repo(source.path)) if i}
+    ids = {i.casefold() for i in (source.hub_id, hub_cache_repo(source.path)) if i}
     if named.casefold() in ids:
         return True
     if ids and HUB_ID.match(named):

@@ -20,11 +20,11 @@ import yaml
 
 from ..bake.lineage import WRITTEN_FOR
 from ..bake.provenance import (PROVENANCE_NAME, UNDO_NAME, integrity_problems, load_provenance, load_undo,
-                               provenance_text)
+                               provenance_text, weight_hashes)
 from ..core.architectures import Architecture, architecture
-from ..core.checkpoint import file_sha256
+from ..core.checkpoint import Checkpoint, file_sha256
 from ..core.edits import SHARED, HeadScale, Recipe
-from ..core.errors import VerificationError
+from ..core.errors import EvaluationError, VerificationError
 from ..core.sites import sites
 from ..core.staging import atomic_write_text
 from ..core.strict_files import load_json, load_yaml
@@ -62,6 +62,33 @@ def render_card(meta: Mapping[str, Any], body: str) -> str:
     return f"---\n{yaml.safe_dump(data, sort_keys=False, allow_unicode=True).strip()}\n---\n\n{body}"
 
 
+# A path of the machine that baked the checkpoint: POSIX absolute, home-relative, Windows drive or UNC.
+LOCAL_PATH = re.compile(r"^(?:/|~|[A-Za-z]:[\\/]|\\\\)")
+
+
+def public(text: str) -> str:
+    """``text``, or when it is a local path the name a reader of the card can use: the Hub repo of
+    a Hub-cache snapshot, else the last part. A card is published: the folders of the machine that
+    baked the checkpoint mean nothing to its readers, and they may say who ran it and where."""
+    from ..model.loading import hub_cache_repo
+
+    if not LOCAL_PATH.match(text):
+        return text
+    path = Path(text.replace("\\", "/"))
+    return hub_cache_repo(path) or path.name or text
+
+
+def _public_values(value: Any) -> Any:
+    """``value`` with every string made :func:`public`, recursively (recipe notes, findings records)."""
+    if isinstance(value, str):
+        return public(value)
+    if isinstance(value, Mapping):
+        return {k: _public_values(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_public_values(v) for v in value]
+    return value
+
+
 def _base_model(prov: Mapping[str, Any]) -> str | None:
     """The Hub id of the checkpoint that was edited, for ``base_model`` (the Hub rejects local paths
     there). Never the recipe's ``base_model``: a recipe may have been written for another model."""
@@ -71,12 +98,18 @@ def _base_model(prov: Mapping[str, Any]) -> str | None:
     return hub_id if hub_id and HUB_ID.match(hub_id) else None
 
 
+def _source_name(prov: Mapping[str, Any]) -> str:
+    """How the card names the edited checkpoint: its Hub id, the repo of a Hub-cache snapshot, else
+    its folder's name; never a path (see :func:`public`)."""
+    return _base_model(prov) or public(str((prov.get("source") or {}).get("path") or "the source model"))
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "—"
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value)
+    return public(str(value))
 
 
 def _indices(idx: tuple[int, ...]) -> str:
@@ -85,11 +118,14 @@ def _indices(idx: tuple[int, ...]) -> str:
     return ", ".join(map(str, idx))
 
 
-def _where(arch: Architecture, edit) -> str:
+def _where(arch: Architecture, edit, adapter: bool = False) -> str:
     """The weight entries ``edit`` changes, named as in this model (the site map), e.g.
-    "`mlp.down_proj` column 17; `mlp.gate_up_proj` rows 17, 8209"."""
+    "`mlp.down_proj` column 17; `mlp.gate_up_proj` rows 17, 8209". An ``adapter`` changes only the
+    sites with a run-time twin (a pruned neuron's down_proj column, not its gate/up rows)."""
     parts = []
     for site in sites(arch, edit):
+        if adapter and not site.twin:
+            continue
         kind = "column" if site.axis == "in" else "row"
         # A routed expert's matrix is a logical one (per-expert or fused tensors on disk): named by its part.
         part = site.module.rsplit(".", 1)[1]
@@ -98,18 +134,19 @@ def _where(arch: Architecture, edit) -> str:
     return "; ".join(parts)
 
 
-def _edits_section(recipe: Recipe, arch: Architecture | None = None) -> str:
-    """One table row per edit; with ``arch`` each row names the weight entries it changed."""
+def _edits_section(recipe: Recipe, arch: Architecture | None = None, adapter: bool = False) -> str:
+    """One table row per edit; with ``arch`` each row names the weight entries it changed (those the
+    LoRA changes, for an ``adapter``)."""
     rows = ["| edit | layer | index | scale | effect |", "|---|---|---|---|---|"]
     for e in recipe.edits[:MAX_EDIT_ROWS]:
         if isinstance(e, HeadScale):
             effect = "head removed" if e.alpha == 0 else f"head output × {e.alpha:g}"
-            where = _where(arch, e) if arch else "the output projection's input columns that carry it"
+            where = _where(arch, e, adapter) if arch else "the output projection's input columns that carry it"
             rows.append(f"| attention head | {e.layer} | {e.head} | α = {e.alpha:g} | {effect} ({where}) |")
         else:
             if arch:
-                where = _where(arch, e)
-            elif e.factor == 0:
+                where = _where(arch, e, adapter)
+            elif e.factor == 0 and not adapter:
                 where = "its MLP input rows and down-projection column"
             else:
                 where = "its down-projection column"
@@ -144,13 +181,17 @@ def _short(value: Any) -> str:
 
 
 def _why_section(prov: Mapping[str, Any], recipe: Recipe) -> str:
-    """What the baking command recorded about its findings (the ``extra`` entries of surgery.json)."""
+    """What the baking command recorded about its findings (the ``extra`` entries of surgery.json),
+    with the caveats of what it quotes (a ΔS or a knockout reduction that is not significant)."""
+    from ..find.heads.caveats import caveats
+
     lines = []
     for key in sorted(set(prov) - BAKE_KEYS):
         value = prov[key]
         if isinstance(value, Mapping):
             lines.append(f"- **{key}**")
             lines += [f"  - {k}: {_short(v)}" for k, v in value.items() if _short(v)]
+            lines += [f"  - **Caveat:** {c}" for c in caveats(value)]
         elif value not in (None, "", [], {}):
             lines.append(f"- **{key}**: {_short(value)}")
     for k, v in recipe.notes.items():
@@ -199,12 +240,14 @@ def card_text(prov: Mapping[str, Any], source_card: str | None = None, arch: Arc
     base = _base_model(prov)
     meta = dict(base_model=base, base_model_relation="finetune" if base else None, tags=tags,
                 library_name="transformers", **{k: src_meta[k] for k in CARRIED_KEYS if src_meta.get(k)})
+    name = _source_name(prov)
     source = prov.get("source") or {}
-    name = base or Path(str(source.get("path", "the source model"))).name
-    written_for = recipe.notes.get(WRITTEN_FOR)
+    # the commit the source was read at (a Hub id's branch may have moved since)
+    pinned = source.get("revision") if base else None
+    written_for = public(str(recipe.notes[WRITTEN_FOR])) if recipe.notes.get(WRITTEN_FOR) else None
     sections = [
         f"# {name} — edited with surgery\n\n"
-        f"This is **{name}** with {len(recipe.edits)} edit(s) baked into its weights by "
+        f"This is **{name}**{f' (revision `{pinned}`)' if pinned else ''} with {len(recipe.edits)} edit(s) baked into its weights by "
         f"`surgery` {prov.get('tool_version', '')}. Tensor names, shapes, dtypes, shard layout and "
         "config are the source's, so stock transformers, vLLM, TGI and llama.cpp's converter load "
         "it with no custom code and no hooks."
@@ -217,12 +260,12 @@ def card_text(prov: Mapping[str, Any], source_card: str | None = None, arch: Arc
     evaluation = _evaluation_section(prov.get("evaluation"))
     if evaluation:
         sections.append("## Evaluation: before and after\n\n" + evaluation)
-    recipe_yaml = recipe.to_yaml().strip()
-    # the commit the source was read at: the branch may have moved since
-    revision = f" --revision {source['revision']}" if base and source.get("revision") else ""
+    shown = Recipe(recipe.edits, public(recipe.base_model) if recipe.base_model else None, recipe.version,
+                   _public_values(recipe.notes))
+    recipe_yaml = shown.to_yaml().strip()
     sections.append(
         "## Reproduce or undo\n\n```yaml\n" + recipe_yaml + "\n```\n\n"
-        f"`surgery apply recipe.yaml --model {base or 'SOURCE'}{revision} --out OUT` bakes the same checkpoint; "
+        f"`surgery apply recipe.yaml --model {base or 'SOURCE'}{f' --revision {pinned}' if pinned else ''} --out OUT` bakes the same checkpoint; "
         "`surgery undo THIS_FOLDER --out SOURCE_COPY` restores the source byte for byte from `surgery.undo`.")
     if src_meta.get("license"):
         sections.append(f"## Licence\n\nThe source's licence (`{src_meta['license']}`) applies to this checkpoint.")
@@ -236,12 +279,15 @@ def adapter_card(summary: Mapping[str, Any], arch: Architecture | None = None) -
     meta = dict(base_model=base, base_model_relation="adapter" if base else None,
                 library_name="peft", tags=["surgery", "lora", "model-surgery"])
     ranks = sorted(set(summary["modules"].values()))
+    pruned = ("\n\nA pruned neuron's gate/up rows, which the baked checkpoint also zeroes, are not part of "
+              "the adapter: with its down-projection column at zero the neuron adds nothing to the output "
+              "either way." if any(e.factor == 0 for e in recipe.neurons) else "")
     body = (f"# LoRA adapter: the surgery recipe as an exact low-rank update\n\n"
             f"Applied to **{base or 'its source model'}**, this adapter reproduces the recipe below exactly: "
             f"{len(summary['modules'])} module(s), rank {'/'.join(map(str, ranks))}, lora_alpha = r "
             f"(scaling 1){', padded to one rank for vLLM' if summary.get('vllm') else ''}. "
             "`PeftModel.from_pretrained(base, THIS_FOLDER)` (merged or not) gives the same logits as the "
-            "baked checkpoint.\n\n## What it edits\n\n" + _edits_section(recipe, arch))
+            "baked checkpoint.\n\n## What it edits\n\n" + _edits_section(recipe, arch, adapter=True) + pruned)
     return render_card(meta, body)
 
 
@@ -268,6 +314,53 @@ def _source_card(folder: Path, prov: Mapping[str, Any]) -> str | None:
     if CARD_NAME not in (prov.get("undo") or {}).get("replaced_files", []):
         return None
     return load_undo(folder / UNDO_NAME)[f"file:{CARD_NAME}"].tobytes().decode("utf-8", "replace")
+
+
+def check_evaluated(folder: Path, prov: Mapping[str, Any], result: Mapping[str, Any], where: str,
+                    fix: str | None = None) -> None:
+    """Refuse an eval ``result`` (read from ``where``) that did not measure the bake in ``folder``,
+    or whose source column measured another model than the one it was baked from (``fix``: what
+    to do instead; default: run the evaluation again).
+
+    The bake is named by its fingerprint and the sha256 of its weight files (the fingerprint alone
+    samples 1 MiB per file: on a real model it does not tell a bake from its source). A result
+    without the ``weights_sha256`` entry (surgery eval before it was recorded) is refused too: it may
+    be an evaluation of the source or of another α, whose numbers must not reach this model's card.
+    """
+    fix = fix or (f"re-run `surgery eval {folder} --against SOURCE --out {where}` with the source it was "
+                  "baked from, then give that file")
+    model = result.get("model") or {}
+    if not model.get("fingerprint") or "weights_sha256" not in model:
+        raise EvaluationError(f"{where} does not record which bake it measured (written by an older surgery); {fix}")
+    if (model["weights_sha256"] != weight_hashes(dict(prov))
+            or model["fingerprint"] != Checkpoint(folder, allow_remote_code=True).fingerprint()):
+        raise EvaluationError(f"{where} is an evaluation of another model ({model.get('path')}), not of {folder}; "
+                              f"{fix}")
+    against, source = result.get("against") or {}, (prov.get("source") or {}).get("fingerprint")
+    if against and source and against.get("fingerprint") != source:
+        raise EvaluationError(f"{where} compares with {against.get('path')}, which is not the source {folder} was "
+                              f"baked from; {fix}")
+
+
+def check_card_evaluation(folder: str | Path, against: Path | None) -> None:
+    """Before ``surgery eval FOLDER --card``: FOLDER must be a bake, and ``against`` the source it was
+    baked from, so that a long evaluation does not end in a refused card (:func:`check_evaluated`)."""
+    from ..evaluate.suites import measured
+
+    folder = Path(folder)
+    plan = {"model": measured(folder), "against": measured(against) if against is not None else None}
+    check_evaluated(folder, load_provenance(folder), plan, "this evaluation",
+                    "give --against the source it was baked from (or leave --against out)")
+
+
+def card_with_evaluation(folder: str | Path, result: Mapping[str, Any], where: str = "the eval result") -> Path:
+    """Put the before/after table of eval ``result`` into the card of the baked ``folder``, after
+    :func:`check_evaluated`; see :func:`refresh_card`."""
+    from ..evaluate.data import card_summary
+
+    folder = Path(folder)
+    check_evaluated(folder, load_provenance(folder), result, where)
+    return refresh_card(folder, card_summary(result))
 
 
 def refresh_card(folder: str | Path, evaluation: Mapping[str, Any] | None = None) -> Path:

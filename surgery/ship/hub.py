@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..bake.provenance import PROVENANCE_NAME, integrity_problems, load_provenance
+from ..bake.provenance import PROVENANCE_NAME, integrity_problems, load_provenance, not_baked, sweep_values
 from ..core.checkpoint import Checkpoint, read_header
 from ..core.errors import CheckpointError, SurgeryError, VerificationError
 from ..core.strict_files import load_json
@@ -68,6 +68,8 @@ def check_pushable(folder: str | Path) -> tuple[str, dict[str, Any]]:
         return check_checkpoint(folder)
     if all((folder / f).is_file() for f in ADAPTER_FILES):
         return check_adapter(folder)
+    if sweep_values(folder):
+        raise VerificationError(f"{not_baked(folder)}, or bake with --push-to (one branch per value)")
     raise VerificationError(f"{folder} has no {PROVENANCE_NAME}: only folders written by surgery "
                             "(bake or export-lora) are pushed")
 

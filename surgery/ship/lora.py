@@ -22,7 +22,7 @@ import torch
 
 from .. import __version__
 from ..bake.bake import hash_files
-from ..bake.provenance import PROVENANCE_NAME, load_provenance, provenance_intact
+from ..bake.provenance import ADAPTER_PROVENANCE_NAME, PROVENANCE_NAME, load_provenance, provenance_intact
 from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint
 from ..core.edits import SHARED, HeadScale, NeuronScale, Recipe
@@ -34,7 +34,6 @@ from .card import adapter_card
 
 VLLM_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
-PROVENANCE = "surgery_adapter.json"
 
 
 @dataclass
@@ -213,6 +212,6 @@ def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool
     with staged_output(Path(out), [ckpt.path], force) as tmp:
         config.save_pretrained(str(tmp))
         save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
-        (tmp / PROVENANCE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        (tmp / ADAPTER_PROVENANCE_NAME).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
         (tmp / "README.md").write_text(adapter_card(summary, arch), encoding="utf-8")
     return summary

@@ -144,7 +144,7 @@ def test_random_edits_bake_verify_undo(name, sources, edits):
     src = sources[name]
     with tempfile.TemporaryDirectory() as tmp:
         out, restored = Path(tmp) / "baked", Path(tmp) / "restored"
-        bake(Checkpoint(src), Recipe(edits), out)
+        bake(Checkpoint(src), Recipe(edits), out, allow_zero=True)  # a subnormal scale may round to 0
         report, _ = structural(Checkpoint(src), out)
         assert report.ok, report.problems
         undo(out, restored)

@@ -19,6 +19,7 @@ from surgery.bake.verify import verify
 from surgery.core.architectures import architecture
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import SHARED, HeadScale, NeuronScale, Recipe
+from surgery.core.errors import RecipeError
 from tests.support.models import load_fp32, logits, stored_tensors
 from tests.support.tiny import MOE_ARCHS
 
@@ -160,12 +161,15 @@ def test_cli_prunes_named_expert_neurons_and_says_so(tiny, tmp_path, capsys, mon
 
 def test_expert_scale_that_vanishes_in_bf16_is_refused(tiny, tmp_path):
     """The vanishing-scale check reads an expert's own slice, in both layouts."""
-    from surgery.bake.patches import vanishing
+    from surgery.bake.guards import check_scales
 
     for fused in (False, True):
         ckpt = Checkpoint(tiny("mixtral", dtype=torch.bfloat16, fused=fused))
         tiny_scale, fine = NeuronScale(1, 4, 1e-45, 3), NeuronScale(1, 5, 0.5, 3)
-        assert vanishing(ckpt, architecture(ckpt.config), [tiny_scale, fine]) == [(tiny_scale, "BF16")]
+        check_scales(ckpt, Recipe((fine,)))
+        with pytest.raises(RecipeError, match="factor 1e-45 rounds every weight of neuron 1:e3:4 to zero in this BF16"):
+            check_scales(ckpt, Recipe((tiny_scale, fine)))
+        check_scales(ckpt, Recipe((tiny_scale, fine)), allow_zero=True)
 
 
 @pytest.mark.parametrize("arch", ["mixtral", "gpt_oss"])
@@ -309,3 +313,16 @@ def test_a_corrupted_expert_slice_fails_the_check(tiny, tmp_path, no_model, arch
         bake(ckpt, recipe, tmp_path / "baked", check=tampered)
     assert not (tmp_path / "baked").exists() and not list(tmp_path.glob(".baked*"))
     assert {f.name: file_sha256(f) for f in src.iterdir()} == before
+
+
+def test_fused_bake_counts_tensors_not_expert_windows(tiny, tmp_path, capsys):
+    """Two experts' neurons of one fused layer change two tensors (gate_up_proj, down_proj), though
+    the bake patches (and records for undo) one window per expert in each."""
+    from surgery.cli.main import main
+
+    src = tiny("mixtral", fused=True)
+    main(["prune-neurons", str(src), "--neurons", "1:e0:3,1:e1:4", "--no-verify", "--out", str(tmp_path / "a")])
+    assert "Baked 2 edit(s) into 2 tensor(s)" in capsys.readouterr().out
+    main(["prune-neurons", str(src), "--neurons", "1:e0:3,1:e1:4", "--no-verify", "--json", "--out", str(tmp_path / "b")])
+    assert json.loads(capsys.readouterr().out)["tensors_edited"] == 2
+    assert len(json.loads((tmp_path / "b" / "surgery.json").read_text())["edited_tensors"]) == 4  # windows, for undo

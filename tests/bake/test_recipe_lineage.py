@@ -63,7 +63,7 @@ def test_recipe_of_another_model_on_a_local_folder(tiny, tmp_path, capsys):
     assert prov["recipe"]["base_model"] == str(model) and prov["recipe"]["notes"] == {"written_for": OTHER}
     meta, text = _card(out)
     assert "base_model" not in meta and "base_model_relation" not in meta  # was base_model: org/other-model
-    assert _reproduce_recipe(text)["base_model"] == str(model)
+    assert _reproduce_recipe(text)["base_model"] == model.name  # the edited folder, by name: no local path on a card
     assert f"# {model.name} — edited with surgery" in text
     assert f"The recipe was written for **{OTHER}**, not for this model" in text
 

@@ -121,9 +121,9 @@ def test_sweep_writes_into_an_existing_folder_but_force_replaces_only_its_values
 
 def test_markers_are_what_the_commands_write():
     """The marker table of surgery.core.staging names each command's own file and format."""
+    from surgery.bake.provenance import ADAPTER_PROVENANCE_NAME as ADAPTER_PROVENANCE
     from surgery.bake.provenance import FORMAT, PROVENANCE_NAME
     from surgery.model.gguf_import import MANIFEST_NAME as GGUF_MANIFEST
-    from surgery.ship.lora import PROVENANCE as ADAPTER_PROVENANCE
     from surgery.ship.report import MANIFEST_NAME as REPORT_MANIFEST
 
     assert OUTPUT_MARKERS == {PROVENANCE_NAME: FORMAT, ADAPTER_PROVENANCE: "surgery-adapter",

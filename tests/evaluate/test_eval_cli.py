@@ -57,6 +57,10 @@ def test_eval_every_suite_writes_json_and_updates_the_card(pair, tmp_path):
     assert result["retained_pct"]["perplexity"] == pytest.approx(100 * a["perplexity"] / m["perplexity"])
     assert result["settings"]["items"] == {"passages": 2, "mcq": 2, "prompts": 2, "bbq": 2, "n4": 4}
     assert result["details"]["model"]["bbq"]["n_ambig"] == 1  # limit 2: one of each condition
+    # what it measured: the bake by its weights' sha256 (surgery card checks them), the source by fingerprint
+    recorded = json.loads((baked / "surgery.json").read_text())["files"]
+    assert result["model"]["weights_sha256"] == {"model.safetensors": recorded["model.safetensors"]}
+    assert result["against"]["weights_sha256"] is None and result["against"]["fingerprint"]
     card = (baked / "README.md").read_text()
     assert "## Evaluation: before and after" in card and "General-knowledge MCQ accuracy" in card
     assert verify(Checkpoint(src), baked, run_model=False).ok   # the card update kept hashes consistent
@@ -69,3 +73,18 @@ def test_eval_json_output_and_plain_model(pair):
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)  # progress lines go to stderr, with --json too
     assert data["against"] is None and set(data["metrics"]["model"]) == {"perplexity", "mcq_accuracy"}
+
+
+def test_eval_card_refuses_another_source_before_evaluating(pair, tiny, capsys, monkeypatch):
+    """eval --card against a model the bake was not baked from fails at once (no suite runs), in
+    one line, and leaves the bake's card as it was."""
+    from surgery.evaluate import suites
+    from tests.support.cli import error_line, run_main
+
+    _, baked, _, _ = pair
+    stranger = save_char_tokenizer(tiny("llama", vocab_size=TINY_VOCAB, seed=1))
+    monkeypatch.setattr(suites, "run_suites", lambda *a, **k: pytest.fail("evaluated before refusing"))
+    before = (baked / "README.md").read_bytes()
+    line = error_line(run_main(["eval", baked, "--against", stranger, "--card", "--limit", "1"], capsys))
+    assert "which is not the source" in line and "give --against the source it was baked from" in line
+    assert (baked / "README.md").read_bytes() == before

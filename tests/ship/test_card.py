@@ -24,6 +24,13 @@ EVALUATION = {"rows": [
 ]}
 
 
+def _measured(path) -> dict:
+    """What surgery eval records about a model it measured."""
+    from surgery.evaluate.suites import measured
+
+    return measured(path, Checkpoint(path).fingerprint())
+
+
 def _meta(text: str) -> dict:
     return yaml.safe_load(text[4:text.index("\n---", 4)])
 
@@ -113,7 +120,7 @@ def test_card_command_with_eval_json(tiny, tmp_path):
     src = tiny("llama")
     out = tmp_path / "baked"
     bake(Checkpoint(src), RECIPE, out, card=card_hook())
-    result = new_result({"path": str(out)}, {"path": str(src)}, {"limit": 5})
+    result = new_result(_measured(out), _measured(src), {"limit": 5})
     result["metrics"] = {"model": {"mcq_accuracy": 0.4}, "against": {"mcq_accuracy": 0.5}}
     result["retained_pct"] = {"mcq_accuracy": 80.0}
     save_result(result, tmp_path / "eval.json")
@@ -187,3 +194,97 @@ def test_card_names_routed_expert_entries():
     assert "| expert 2 neuron (`1:e2:7`) | 1 | 7 | 0 | neuron pruned (zeroed: " in text
     assert ("(zeroed: expert 2's down matrix column 7; expert 2's gate matrix row 7; expert 2's up matrix row 7)"
             in text)
+
+
+def test_adapter_card_describes_what_the_adapter_changes(tiny, tmp_path):
+    """The LoRA realises a pruned neuron on down_proj alone: its card names that column, not the
+    gate/up rows the baked checkpoint also zeroes (phi3: the fused gate_up_proj)."""
+    from surgery.ship.lora import export_lora
+
+    src = tiny("phi3")
+    export_lora(Checkpoint(src), RECIPE, tmp_path / "adapter")
+    text = (tmp_path / "adapter" / "README.md").read_text()
+    assert "neuron pruned (zeroed: `mlp.down_proj` column 3) |" in text
+    assert "gate_up_proj" not in text.split("## What it edits")[1].split("\n\n")[1]  # not in the table
+    assert "gate/up rows, which the baked checkpoint also zeroes, are not part of the adapter" in text
+
+
+def test_card_refuses_an_evaluation_of_another_model(tiny, tmp_path, capsys):
+    """surgery card --eval puts numbers on this model's card only when the eval measured this bake
+    (and, for the source column, its source); anything else is one line and leaves the folder as it was."""
+    from surgery.evaluate.data import new_result, save_result
+    from tests.support.cli import error_line, run_main
+
+    # A vocabulary this large puts the layers past every block the fingerprint samples: the
+    # fingerprint alone cannot tell this bake from its source, as on a real model.
+    src = tiny("llama", vocab_size=32768)
+    out, other_alpha = tmp_path / "baked", tmp_path / "other-alpha"
+    bake(Checkpoint(src), RECIPE, out, card=card_hook())
+    bake(Checkpoint(src), Recipe((HeadScale(0, 1, 3.0), NeuronScale(1, 3, 0.0))), other_alpha)
+    assert Checkpoint(src).fingerprint() == Checkpoint(out).fingerprint() == Checkpoint(other_alpha).fingerprint()
+    stranger = tiny("llama")
+    old = new_result({"path": str(out), "fingerprint": Checkpoint(out).fingerprint()}, None, {})  # before weight hashes
+    cases = {"the source": (new_result(_measured(src), None, {}), "is an evaluation of another model"),
+             "another α": (new_result(_measured(other_alpha), None, {}), "is an evaluation of another model"),
+             "another model": (new_result(_measured(stranger), None, {}), "is an evaluation of another model"),
+             "another source": (new_result(_measured(out), _measured(stranger), {}), "which is not the source"),
+             "an older eval": (old, "does not record which bake it measured")}
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    for name, (result, needle) in cases.items():
+        result["metrics"] = {"model": {"mcq_accuracy": 0.4}, "against": {}}
+        path = tmp_path / f"{name}.json"
+        save_result(result, path)
+        line = error_line(run_main(["card", out, "--eval", path], capsys))
+        assert needle in line and f"re-run `surgery eval {out}" in line, (name, line)
+        assert {f.name: f.read_bytes() for f in out.iterdir()} == before, name
+    good = new_result(_measured(out), _measured(src), {})
+    good["metrics"] = {"model": {"mcq_accuracy": 0.4}, "against": {"mcq_accuracy": 0.5}}
+    save_result(good, tmp_path / "good.json")
+    assert run_main(["card", out, "--eval", tmp_path / "good.json"], capsys).returncode == 0
+    assert "| General-knowledge MCQ accuracy | 0.5 | 0.4 |" in (out / "README.md").read_text()
+
+
+def test_card_names_no_local_path_and_keeps_the_caveats(tmp_path, capsys):
+    """A card is meant for the Hub: a source under a home folder's Hub cache, findings in a file of
+    that machine and a recipe written for a local folder show as names (the snapshot's repo, the
+    file's name), never as paths; the findings' ΔS, knockout and selection keep their caveats."""
+    from surgery.find.findings import model_identity
+    from tests.support.tiny import build_tiny
+    from tests.support.cli import run_main
+
+    home = tmp_path / "home" / "someone"
+    src = build_tiny("llama", home / ".cache" / "huggingface" / "hub" / "models--org--tiny" / "snapshots" / ("0a1b2c" * 7)[:40])
+    findings = home / "work" / "findings.json"
+    findings.parent.mkdir()
+    findings.write_text(json.dumps({
+        "format": "surgery-findings", "version": 1, "kind": "heads", "model": model_identity(Checkpoint(src)),
+        "scores": {"S": {"delta": -0.01, "p": 0.6}}, "discovery": {"auc": 0.6, "heads": [{"layer": 0, "head": 1}]},
+        "knockout": {"tested": {"effect_pct": -12.2, "ci95": [-15.6, 4.9]}},
+        "confirmation": {"n_significant": 0, "heads": []}, "selected_heads": [[0, 1]]}))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"version: 1\nbase_model: {home / 'models' / 'other'}\nedits:\n"
+                      "  - {type: neuron, layer: 1, neuron: 3, factor: 0.0}\n")
+    runs = {"heads": ["amplify-heads", src, "--findings", findings, "--alpha", "2", "--out", tmp_path / "heads"],
+            "recipe": ["apply", recipe, "--model", src, "--allow-other-base", "--out", tmp_path / "recipe"]}
+    for name, args in runs.items():
+        assert run_main(args, capsys).returncode == 0, capsys.readouterr().err
+        text = (tmp_path / name / "README.md").read_text()
+        assert str(tmp_path) not in text and ".cache" not in text and "someone" not in text, text
+        assert text.count("org/tiny") >= 2  # the title and the sentence name the snapshot's repo
+    heads = (tmp_path / "heads" / "README.md").read_text()
+    assert "  - file: findings.json" in heads and "  - model: org/tiny" in heads
+    assert "**Caveat:** ΔS itself is not significant (p = 0.600)" in heads
+    assert "**Caveat:** the knockout reduction is not significant (its 95% CI [-15.6, 4.9] % includes 0)" in heads
+    assert "**Caveat:** 1 of the 1 selected heads have no significant single-head knockout" in heads
+    recipe_card = (tmp_path / "recipe" / "README.md").read_text()
+    assert "The recipe was written for **other**" in recipe_card and "base_model: org/tiny" in recipe_card
+
+
+def test_caveats_only_for_what_is_not_significant():
+    from surgery.find.heads.caveats import caveats
+
+    strong = {"p_s": 0.001, "knockout_effect_pct": 14.0, "knockout_ci95": [9.0, 19.5], "weak_heads": 0,
+              "selected_heads": [[7, 7]]}
+    assert caveats(strong) == [] and caveats({"kind": "neurons", "n": 40}) == []
+    weak = caveats({**strong, "p_s": float("nan"), "knockout_ci95": [float("nan"), float("nan")]})
+    assert [c.split(" (")[0] for c in weak] == ["ΔS itself is not significant", "the knockout reduction has no 95% CI"]

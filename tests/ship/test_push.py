@@ -139,6 +139,16 @@ def test_sweep_pushes_each_value_to_its_own_branch(tiny, tmp_path):
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == ["alpha-1.5", "alpha-2"]
 
 
+def test_a_sweep_folder_is_named_as_such(baked, tmp_path):
+    """A sweep's folder was made by surgery: push says which value folders it holds, not "not made by surgery"."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    baked.rename(sweep / "alpha-2")
+    with pytest.raises(VerificationError, match=r"is a sweep made by surgery, one baked folder per value \(alpha-2\); "
+                                                r"give one of them, .*or bake with --push-to"):
+        check_pushable(sweep)
+
+
 def test_push_exported_adapter(tiny, tmp_path):
     from surgery.ship.lora import export_lora
 

@@ -157,6 +157,30 @@ def undo_not_baked(c: Ctx) -> list:
     return ["undo", c.src, "--out", c.out]
 
 
+def sweep_folder(command: Callable[[Ctx, Path], list]) -> Callable[[Ctx], list]:
+    """``command`` given a sweep's folder (two α, one baked folder each) instead of a baked folder."""
+    def setup(c: Ctx) -> list:
+        from surgery.bake.bake import bake
+        from surgery.core.edits import HeadScale, Recipe
+
+        (c.tmp / "sweep").mkdir()
+        for alpha in (2.0, 3.0):
+            bake(Checkpoint(c.src), Recipe((HeadScale(0, 1, alpha),)), c.tmp / "sweep" / f"alpha-{alpha:g}")
+        return command(c, c.tmp / "sweep")
+    return setup
+
+
+def adapter_folder(command: Callable[[Ctx, Path], list]) -> Callable[[Ctx], list]:
+    """``command`` given an adapter folder that export-lora wrote instead of a baked folder."""
+    def setup(c: Ctx) -> list:
+        from surgery.core.edits import HeadScale, Recipe
+        from surgery.ship.lora import export_lora
+
+        export_lora(Checkpoint(c.src), Recipe((HeadScale(0, 1, 2.0),)), c.tmp / "adapter")
+        return command(c, c.tmp / "adapter")
+    return setup
+
+
 def empty_tokenizer() -> Callable[[Ctx], list]:
     """A tokenizer whose vocabulary holds no character of the check prompts (and no <unk>): every
     prompt encodes to zero tokens; ``surgery verify`` runs on a bake of that model (the bake's own

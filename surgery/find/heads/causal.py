@@ -4,7 +4,8 @@ edge-level α (the paper's, run time only) and of whole-head α (o_proj slice, w
 Knockout effect = (1 − ΔS_knockout / ΔS_base) · 100, i.e. the % reduction of |ΔS| when the
 tested identity's (R in match, W in mismatch) query tokens cannot attend to the item tokens in
 the chosen heads. Control: the same edges from the distractor T's tokens. Baseline: random head
-sets of the same size. CIs: percentile bootstrap over items (pairs resampled item by item).
+sets of the same size. CIs: percentile bootstrap over items (pairs resampled item by item), given
+only where ΔS_base keeps its sign across the resamples (see :func:`bootstrap_effect`).
 
 Confirmation (the paper's "final choice confirmed by knockout", docs/methods/binding-heads.md): each
 discovery candidate's edges are knocked out alone; candidates whose reduction is significant (95% CI
@@ -45,22 +46,46 @@ def _by_item(items: Sequence[str]) -> list[np.ndarray]:
     return [np.array([i for i, it in enumerate(items) if it == n]) for n in names]
 
 
+# The share of resamples in which ΔS_base must keep its sign for the effect % to get a CI: the
+# percentile interval's own coverage (its bounds are the 2.5th and 97.5th percentiles).
+SIGN_KEPT = 0.975
+
+
 def bootstrap_effect(base_m: np.ndarray, base_mm: np.ndarray, ko_m: np.ndarray, ko_mm: np.ndarray,
-                     items: Sequence[str], n_boot: int = 1000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile CI of the knockout effect, resampling items with replacement."""
+                     items: Sequence[str], n_boot: int = 1000, seed: int = 0,
+                     estimate: float | None = None) -> tuple[float, float]:
+    """95% percentile CI of the knockout effect ``estimate`` (default: computed from the arrays),
+    resampling items with replacement; NaN bounds where the data give it no interval.
+
+    The effect is a ratio, (1 − ΔS_ko / ΔS_base) · 100. When ΔS_base does not keep its sign across
+    the resamples, their ratios mix effects of opposite meaning (a reduction of a negative ΔS and
+    one of a positive ΔS), and near ΔS_base = 0 the estimate itself lies far out while most
+    resamples, with a larger |ΔS_base|, do not: the interval would not even hold the estimate
+    (find-heads once printed −12.2 % with [−5.6, 4.9]). So there is a CI only when ΔS_base keeps
+    its sign in ``SIGN_KEPT`` of the resamples, and only when it holds the estimate: a percentile
+    interval that leaves out its own estimate does not describe that estimate's uncertainty. The
+    bounds are widened by at most rounding to hold it exactly (resample means add in another order).
+    """
     groups = _by_item(items)
     rng = np.random.default_rng(seed)
     d_base, d_ko = base_m - base_mm, ko_m - ko_mm
-    values = []
+    if estimate is None:
+        estimate = effect(d_base.mean(), d_ko.mean())
+    bases, values = [], []
     for _ in range(n_boot):
         idx = np.concatenate([groups[g] for g in rng.integers(0, len(groups), len(groups))])
-        values.append(effect(d_base[idx].mean(), d_ko[idx].mean()))
+        bases.append(d_base[idx].mean())
+        values.append(effect(bases[-1], d_ko[idx].mean()))
     values = np.array(values)
+    kept = np.mean(np.sign(bases) == np.sign(d_base.mean()))
     values = values[np.isfinite(values)]
-    if not len(values):
+    if not math.isfinite(estimate) or kept < SIGN_KEPT or not len(values):
         return float("nan"), float("nan")
-    lo, hi = np.percentile(values, [2.5, 97.5])
-    return float(lo), float(hi)
+    lo, hi = (float(v) for v in np.percentile(values, [2.5, 97.5]))
+    rounding = 1e-9 * max(1.0, abs(estimate))
+    if not lo - rounding <= estimate <= hi + rounding:
+        return float("nan"), float("nan")
+    return min(lo, estimate), max(hi, estimate)
 
 
 class PairRunner:
@@ -148,14 +173,20 @@ class PairRunner:
     def knockouts(self, sets: Sequence[tuple[Heads, str]], seed: int = 0) -> list[dict[str, Any]]:
         """:meth:`knockout` of each (heads, queries) in ``sets``, in one sweep over the prompts."""
         edits = [knockout_edit(heads, queries) for heads, queries in sets]
-        n, rows = self.n, []
-        base_d = self.delta(self.base)["delta"]
-        for (heads, queries), s in zip(sets, self.sweep(edits)):
-            ko_d = self.delta(s)["delta"]
-            lo, hi = bootstrap_effect(self.base[:n], self.base[n:], s[:n], s[n:], self.items, seed=seed)
-            rows.append({"heads": [list(h) for h in heads], "edges_from": queries, "delta_base": base_d,
-                         "delta_knockout": ko_d, "effect_pct": effect(base_d, ko_d), "ci95": [lo, hi]})
-        return rows
+        swept = self.sweep(edits)
+        return [{"heads": [list(h) for h in heads], "edges_from": queries, **knockout_row(self.base, s, self.items, seed)}
+                for (heads, queries), s in zip(sets, swept)]
+
+
+def knockout_row(base: np.ndarray, knocked: np.ndarray, items: Sequence[str], seed: int = 0) -> dict[str, Any]:
+    """ΔS without and with a knockout (``base``, ``knocked``: S of the match prompts, then of the
+    mismatch prompts, pair by pair), the effect % and its 95% CI (:func:`bootstrap_effect`), all of
+    them from the same pairs and the same definition of ΔS."""
+    n = len(items)
+    base_d, ko_d = delta(base[:n], base[n:], items)["delta"], delta(knocked[:n], knocked[n:], items)["delta"]
+    pct = effect(base_d, ko_d)
+    lo, hi = bootstrap_effect(base[:n], base[n:], knocked[:n], knocked[n:], items, seed=seed, estimate=pct)
+    return {"delta_base": base_d, "delta_knockout": ko_d, "effect_pct": pct, "ci95": [lo, hi]}
 
 
 def condition_key(condition: Condition) -> tuple:

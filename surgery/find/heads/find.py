@@ -278,4 +278,11 @@ def summary(findings: Mapping[str, Any]) -> dict[str, Any]:
             "p_s": findings.get("scores", {}).get("S", {}).get("p"),
             "knockout_effect_pct": ko.get("effect_pct"), "knockout_ci95": ko.get("ci95"),
             "selected_heads": findings.get("selected_heads"),
-            "selection": "single-head knockout" if findings.get("confirmation") else "discovery ranking"}
+            "selection": "single-head knockout" if findings.get("confirmation") else "discovery ranking",
+            **({"weak_heads": weak_heads(findings)} if findings.get("confirmation") else {})}
+
+
+def weak_heads(findings: Mapping[str, Any]) -> int:
+    """How many selected heads have no significant single-head knockout (the confirmed ranking puts
+    the significant candidates first, so they fill the selection first)."""
+    return max(0, len(findings.get("selected_heads") or []) - findings["confirmation"]["n_significant"])

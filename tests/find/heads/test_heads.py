@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from surgery.bake.bake import bake
@@ -14,7 +16,7 @@ from surgery.core.errors import SurgeryError
 from surgery.find.heads.attention import surgery_attention_on
 from surgery.find.heads.benchmark import load_benchmark
 from surgery.find.heads.causal import (PairRunner, bootstrap_effect, confirmed_order, dose_response, effect,
-                                       knockout_report, random_head_sets, single_knockouts)
+                                       knockout_report, knockout_row, random_head_sets, single_knockouts)
 from surgery.find.heads.discovery import discover, rank_heads
 from surgery.find.heads.find import head_ranking
 from surgery.find.heads.pairs import build_pairs
@@ -76,6 +78,48 @@ def test_random_head_sets_and_effect():
     base_m, base_mm = np.array([1.0, 2, 3, 4]), np.zeros(4)
     lo, hi = bootstrap_effect(base_m, base_mm, base_m / 2, base_mm, ["a", "b", "c", "d"], n_boot=200)
     assert lo == pytest.approx(50.0) and hi == pytest.approx(50.0)  # halved everywhere: exactly 50%
+
+
+# One ΔS per item (30 items), summing to 0.3: ΔS_base = 0.01, far inside its spread over items.
+NEAR_ZERO = [0.60, -2.56, 0.42, -0.57, -0.45, -0.22, -2.02, -0.23, -0.87, 3.32, 0.23, -0.35, -0.28, -0.67, -1.06,
+             -0.39, 0.48, -0.24, 0.96, -0.2, 0.02, 1.55, 0.55, -0.51, -0.18, 0.54, 1.94, -0.27, -0.24, 1.0]
+
+
+def test_no_ci_for_an_effect_of_a_delta_s_indistinguishable_from_zero():
+    """The distractor control of the issue: a knockout that moves ΔS by 0.00122 reports −12.2 % of a
+    ΔS_base of 0.01. Resamples change ΔS_base's sign, and their ratios ([−7.5, 6.8] as percentiles)
+    left the estimate out: there is no CI then, and no significance."""
+    base = np.r_[NEAR_ZERO, np.zeros(30)]
+    row = knockout_row(base, base + np.r_[np.full(30, 0.00122), np.zeros(30)], [f"item{i}" for i in range(30)])
+    assert row["delta_base"] == pytest.approx(0.01) and row["effect_pct"] == pytest.approx(-12.2)
+    assert np.isnan(row["ci95"]).all()
+    # the same knockout on a ΔS whose sign every resample keeps: an interval around its estimate
+    shifted = np.r_[np.array(NEAR_ZERO) + 3.0, np.zeros(30)]
+    row = knockout_row(shifted, shifted + np.r_[np.full(30, 0.3), np.zeros(30)], [f"item{i}" for i in range(30)])
+    assert row["effect_pct"] == pytest.approx(-100 * 0.3 / 3.01)
+    assert row["ci95"][0] < row["effect_pct"] < row["ci95"][1] < 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), n_items=st.integers(2, 9), seed=st.integers(0, 3))
+def test_every_reported_ci_contains_its_estimate(data, n_items, seed):
+    """Whatever the S values, a knockout row's 95% CI (when it has one) holds its effect %."""
+    per_item = data.draw(st.lists(st.integers(1, 4), min_size=n_items, max_size=n_items))
+    items = [f"item{i}" for i, k in enumerate(per_item) for _ in range(k)]
+    s = st.floats(-8, 8, allow_nan=False, allow_infinity=False)
+    base = np.array(data.draw(st.lists(s, min_size=2 * len(items), max_size=2 * len(items))))
+    change = data.draw(st.sampled_from(["shift", "scale", "free"]))
+    if change == "shift":  # a knockout that moves every S alike (as the control's edges often do)
+        knocked = base + data.draw(st.floats(-1, 1))
+    elif change == "scale":
+        knocked = base * data.draw(st.floats(-2, 2))
+    else:
+        knocked = np.array(data.draw(st.lists(s, min_size=2 * len(items), max_size=2 * len(items))))
+    row = knockout_row(base, knocked, items, seed)
+    lo, hi = row["ci95"]
+    assert np.isnan(lo) == np.isnan(hi)
+    if not np.isnan(lo):
+        assert lo <= row["effect_pct"] <= hi, row
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +197,8 @@ def test_single_knockouts_are_the_runners_one_head_knockouts(tiny, small):
         rows = single_knockouts(runner, heads, seed=3)
         alone = [runner.knockout([h], "tested", 3) for h in heads]
     for r, ko, h in zip(rows, alone, heads):
-        assert (r["layer"], r["head"]) == h and r["effect_pct"] == ko["effect_pct"] and r["ci95"] == ko["ci95"]
+        assert (r["layer"], r["head"]) == h and r["effect_pct"] == ko["effect_pct"]
+        np.testing.assert_equal(r["ci95"], ko["ci95"])  # NaN bounds (no CI) count as equal
         assert r["significant"] == (ko["ci95"][0] > 0)
 
 

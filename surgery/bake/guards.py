@@ -1,0 +1,77 @@
+"""Scales a bake refuses before it writes anything: one that rounds every weight of a head or a
+neuron to zero (unless asked for), and one that makes them inf or too large to compute with.
+
+Both are decided in the bake's own arithmetic (surgery.bake.patches): a weight times the scale in
+float32, rounded once to the stored dtype. Rounding is monotone in |value|, so the largest |weight|
+an edit scales decides for all of them: when it rounds to 0 every weight does, and when it stays
+finite and below ``HUGE`` every weight does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from ..core.checkpoint import Checkpoint
+from ..core.edits import Edit, HeadScale, Recipe
+from ..core.errors import RecipeError
+from .patches import edit_peaks, from_f32, to_f32
+
+# 2^64 ≈ 1.8e19 is the square root of float32's largest value. Norms square the activations
+# (RMSNorm upcasts to float32 even in fp16/bf16 models), so a weight that large writes values into
+# the residual stream whose squares overflow: the model computes inf and NaN, though every stored
+# weight is finite and the baked bytes match the run-time edit.
+HUGE = 2.0 ** 64
+
+
+def scaled_peak(peak: float, scale: float, dtype: str) -> float:
+    """``peak`` × ``scale`` as the bake stores it: float32 product, rounded once to ``dtype``."""
+    with np.errstate(over="ignore"):  # an overflow is the answer (inf), not a warning
+        product = np.array([peak], dtype=np.float32) * np.float32(scale)
+        return float(to_f32(from_f32(product, dtype), dtype)[0])
+
+
+def _named(e: Edit) -> tuple[str, str]:
+    """(the scale as a recipe names it, what it scales), e.g. ("alpha 2", "head 0.1")."""
+    if isinstance(e, HeadScale):
+        return f"alpha {e.alpha:g}", f"head {e.label}"
+    return f"factor {e.factor:g}", f"neuron {e.label}"
+
+
+def scale_problem(e: Edit, peak: float, dtype: str, allow_zero: bool) -> str | None:
+    """Why the bake refuses scaling ``e``'s weights (largest |value| ``peak``) in ``dtype``, or None."""
+    scale, what = _named(e)
+    new = scaled_peak(peak, e.scale, dtype)
+    if not math.isfinite(new):
+        return f"{scale} overflows {dtype} for {what} (its weights would become inf); choose a smaller scale"
+    if abs(new) >= HUGE:
+        return (f"{scale} scales the weights of {what} up to {abs(new):.2g}, past 2^64 ≈ 1.8e19: the "
+                "activations they write overflow float32 in the next norm, which squares them; choose a smaller scale")
+    if peak and new == 0 and not allow_zero:
+        removes = "silences the head" if isinstance(e, HeadScale) else "silences the neuron"
+        zero = scale.split()[0] + " 0"
+        return (f"{scale} rounds every weight of {what} to zero in this {dtype} checkpoint: like {zero} it "
+                f"{removes}; pass --allow-zero (allow_zero=True) if that is what you want, or choose a larger "
+                f"{scale.split()[0]}")
+    return None
+
+
+def check_scales(ckpt: Checkpoint, recipes: Recipe | Sequence[Recipe], *, allow_zero: bool = False) -> None:
+    """Refuse, in one line, a scale that makes a head's or neuron's weights inf or past ``HUGE``,
+    or (unless ``allow_zero``) rounds them all to zero; exact 0 is pruning and always allowed.
+
+    Give every recipe of a sweep at once: each edited tensor is read once, and a refused value
+    leaves nothing written.
+    """
+    recipes = [recipes] if isinstance(recipes, Recipe) else list(recipes)
+    if not recipes:
+        return
+    for recipe in recipes:  # each must fit the model before its bytes are read
+        arch = recipe.validate(ckpt.config)
+    edits = list(dict.fromkeys(e for r in recipes for e in r.active()))
+    for e, peak, dtype in edit_peaks(ckpt, arch, edits):
+        problem = scale_problem(e, peak, dtype, allow_zero)
+        if problem:
+            raise RecipeError(problem)
