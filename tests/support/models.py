@@ -1,0 +1,38 @@
+"""Loading tiny checkpoints in tests: the model in float32, its stored tensors, its logits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import torch
+
+from surgery.core.checkpoint import Checkpoint
+
+
+def load_fp32(path: str | Path):
+    """The checkpoint as transformers loads it, in float32, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def stored_tensors(path: str | Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint's weight files, as stored."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    out = {}
+    for f in Checkpoint(path).weight_files:
+        with safe_open(str(path / f), "pt") as st:
+            out.update({k: st.get_tensor(k) for k in st.keys()})
+    return out
+
+
+def logits(model, edits: Iterable = (), seed: int = 1) -> torch.Tensor:
+    """The model's logits on fixed random ids, with ``edits`` applied at run time (hooks)."""
+    from surgery.model.hooks import applied
+
+    ids = torch.randint(3, 90, (2, 10), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad(), applied(model, list(edits)):
+        return model(input_ids=ids).logits
