@@ -18,7 +18,8 @@ from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.edits import Edit
 from ..core.errors import CheckpointError
-from ..core.sites import Site, all_sites, sites
+from ..core.resolve import Resolver
+from ..core.sites import all_sites, sites
 
 CHUNK_BYTES = 16 << 20
 # Storage dtype → numpy dtype of the raw elements (bf16 has no numpy type: we keep its bits).
@@ -119,51 +120,15 @@ def check_loadable(ckpt: Checkpoint) -> None:
 
 def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
     """The tensor patches that realise ``edits`` on ``ckpt`` (identity edits change nothing)."""
-    prefix = arch.layer_prefix(ckpt.tensors)
     check_attention(ckpt, arch)
     patches: dict[str, TensorPatch] = {}
-
-    def patch(name: str, shape: tuple[int, ...]) -> TensorPatch:
-        if name not in patches:
-            patches[name] = TensorPatch(_tensor(ckpt, name, shape))
-        return patches[name]
-
-    fused = None
-    for site in all_sites(arch, edits):
-        if site.expert is not None:
-            if fused is None:
-                fused = arch.fused_experts(ckpt.tensors)
-            _expert_patch(ckpt, arch, prefix.format(layer=site.layer), site, fused, patches)
-            continue
-        name = f"{prefix.format(layer=site.layer)}{site.module}"
-        w = patch(f"{name}.weight", site.shape)
-        scales = dict.fromkeys(site.indices, site.scale)
-        if site.axis == "in":
-            w.cols.update(scales)
-            continue
-        # Output features: the rows and, where the checkpoint has one, the bias entries.
-        b = patch(f"{name}.bias", (site.shape[0],)) if f"{name}.bias" in ckpt.tensors else None
-        w.rows.update(scales)
-        if b is not None:
-            b.rows.update(scales)
-    return [patches[n] for n in sorted(patches)]
-
-
-def _expert_patch(ckpt: Checkpoint, arch: Architecture, prefix: str, site: Site, fused: bool,
-                  patches: dict[str, TensorPatch]) -> None:
-    """Add a routed expert's site to ``patches``, on the tensors its layout stores it in."""
-    part = site.module.rsplit(".", 1)[1]
-    lines = site.indices if site.axis == "in" else tuple(
-        r for i in site.indices for r in arch.expert_rows(part, i, fused))
-    for rel, shape, first, window, flipped in arch.expert_slices(site.expert, part, fused):
-        name = f"{prefix}{rel}"
-        key = f"{name}#{first}" if fused else name
-        if key not in patches:
-            patches[key] = TensorPatch(_tensor(ckpt, name, shape), first_row=first if fused else 0,
-                                       window=window if fused else None)
-        # "in" = columns of the [out, in] matrix; a transposed (flipped) window stores them as rows.
-        as_rows = (site.axis == "out") != flipped
-        (patches[key].rows if as_rows else patches[key].cols).update(dict.fromkeys(lines, site.scale))
+    for sl in Resolver(arch, ckpt.tensors).all(all_sites(arch, edits)):
+        if sl.key not in patches:
+            patches[sl.key] = TensorPatch(_tensor(ckpt, sl.tensor, sl.shape), first_row=sl.first_row,
+                                          window=sl.window)
+        lines = patches[sl.key].rows if sl.as_rows else patches[sl.key].cols
+        lines.update(dict.fromkeys(sl.lines, sl.scale))  # a later edit of the same line wins
+    return [patches[k] for k in sorted(patches)]
 
 
 def read_raw(fd: int, info: TensorInfo, first_row: int, n_rows: int, n_cols: int) -> np.ndarray:
@@ -254,7 +219,7 @@ def vanishing(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> li
     if not shrinking:
         return []
     patches = {p.info.name: p for p in plan(ckpt, arch, shrinking)}
-    prefix = arch.layer_prefix(ckpt.tensors)
+    resolver = Resolver(arch, ckpt.tensors)
     peaks: dict[str, dict[int, float]] = {}
     found = []
     for e in shrinking:
@@ -268,7 +233,7 @@ def vanishing(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> li
             if peak and not scaled.any():
                 found.append((e, p.info.dtype))
             continue
-        p = patches[f"{prefix.format(layer=site.layer)}{site.module}.weight"]
+        p = patches[resolver.slices(site)[0].tensor]  # the weight (a column site has no bias slice)
         cols = site.indices
         if p.info.name not in peaks:
             with open(ckpt.path / p.info.file, "rb") as f:

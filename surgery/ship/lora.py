@@ -28,6 +28,8 @@ from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint
 from ..core.edits import Recipe, edit_kinds
 from ..core.errors import RecipeError
+from ..core.resolve import Resolver
+from ..core.sites import all_sites
 from ..core.staging import staged_output
 from ..model.hooks import scale_vectors
 from ..model.loading import Source
@@ -72,10 +74,6 @@ def loaded_module_names(ckpt: Checkpoint) -> list[str]:
     return [name for name, _ in model.named_modules()]
 
 
-def _stored_prefix(ckpt: Checkpoint, arch: Architecture) -> str:
-    return arch.layer_prefix(ckpt.tensors)
-
-
 def _read_weight(ckpt: Checkpoint, name: str) -> torch.Tensor:
     from safetensors import safe_open
 
@@ -98,12 +96,14 @@ def plan_ranks(arch: Architecture, recipe: Recipe) -> dict[tuple[str, int], torc
 def lora_modules(ckpt: Checkpoint, recipe: Recipe) -> list[LoraModule]:
     """The exact LoRA factors of ``recipe`` on ``ckpt``, read with safetensors (no model load)."""
     arch = recipe.validate(ckpt.config)
-    stored = _stored_prefix(ckpt, arch)
+    resolver = Resolver(arch, ckpt.tensors)
     loaded = arch.layer_prefix(loaded_module_names(ckpt))
+    weights = {(s.module, s.layer): sl.tensor for sl in resolver.all(all_sites(arch, recipe.active()))
+               if (s := sl.site).twin and not sl.is_bias}
     modules = []
     for (module, layer), scales in sorted(plan_ranks(arch, recipe).items(), key=lambda kv: (kv[0][1], kv[0][0])):
         idx = torch.nonzero(scales != 1).flatten()
-        W = _read_weight(ckpt, f"{stored.format(layer=layer)}{module}.weight")
+        W = _read_weight(ckpt, weights[(module, layer)])
         A = torch.zeros(len(idx), W.shape[1])
         A[torch.arange(len(idx)), idx] = 1.0
         B = W[:, idx] * (scales[idx] - 1.0)
