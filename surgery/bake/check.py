@@ -11,10 +11,9 @@ inputs in float32, and compares the baked map with the source map with the site'
 the input for a column site (exactly the run-time twin), on the output for a row site.
 
 A routed expert's matrices are maps like any other (gate and up rows, down columns, GPT-OSS's
-gate/up bias entries): :meth:`Architecture.expert_slices` says where each lies — a tensor of its
-own, or the expert's window of a fused 3-D tensor, possibly stored [in, out] — and
-:meth:`Architecture.expert_rows` which of its rows are a neuron's (fused gate/up: both halves,
-or interleaved). So a mixture-of-experts bake is checked from its slices too, without the model.
+gate/up bias entries): the site resolution (surgery/core/resolve.py) says where each lies — a
+tensor of its own, or the expert's window of a fused 3-D tensor, possibly stored [in, out] — and
+which of its rows are a neuron's (fused gate/up: both halves, or interleaved). So a mixture-of-experts bake is checked from its slices too, without the model.
 
 The two may differ only by the rounding of the scaled weights to the stored dtype (unit roundoff
 ``u``, half an ulp) and float32 summation, so each output element must lie within
@@ -31,11 +30,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.edits import Recipe
 from ..core.errors import SurgeryError
-from ..core.sites import Site, all_sites
+from ..core.resolve import Resolver
+from ..core.sites import all_sites
 from .patches import RAW_DTYPES, to_f32
 
 INPUTS = 4  # random input vectors per map
@@ -68,36 +67,20 @@ class EditedMap:
         return self.weight if self.expert is None else f"{self.weight}[expert {self.expert}]"
 
 
-def _expert_map(arch: Architecture, layer: str, site: Site, fused: bool) -> tuple[EditedMap, tuple[int, ...]]:
-    """A routed expert's edited map, where its layout stores it, and the lines (columns for "in",
-    rows for "out") of its [out, in] matrix that hold the site's neurons."""
-    part = site.module.rsplit(".", 1)[1]
-    (weight, _, _, _, flipped), *bias = arch.expert_slices(site.expert, part, fused)
-    lines = site.indices if site.axis == "in" else tuple(
-        r for i in site.indices for r in arch.expert_rows(part, i, fused))
-    entry = EditedMap(f"{layer}{weight}", f"{layer}{bias[0][0]}" if bias and site.axis == "out" else None,
-                      site.axis, expert=site.expert if fused else None, flipped=flipped)
-    return entry, lines
-
-
 def edited_maps(ckpt: Checkpoint, recipe: Recipe) -> list[EditedMap]:
-    """One entry per edited (weight, axis, expert window), from the site map alone."""
+    """One entry per edited (weight, axis, expert window), from the site map and its resolution."""
     arch = recipe.validate(ckpt.config)
-    prefix = arch.layer_prefix(ckpt.tensors)
+    resolver = Resolver(arch, ckpt.tensors)
     maps: dict[tuple[str, str, int], EditedMap] = {}
-    fused = None
     for site in all_sites(arch, recipe.active()):
-        layer = prefix.format(layer=site.layer)
-        if site.expert is None:
-            name = f"{layer}{site.module}"
-            bias = f"{name}.bias" if site.axis == "out" and f"{name}.bias" in ckpt.tensors else None
-            entry, lines = EditedMap(f"{name}.weight", bias, site.axis), site.indices
-        else:
-            fused = arch.fused_experts(ckpt.tensors) if fused is None else fused
-            entry, lines = _expert_map(arch, layer, site, fused)
-        key = (entry.weight, entry.axis, -1 if entry.expert is None else entry.expert)
+        weight, *rest = resolver.slices(site)
+        bias = next((sl.tensor for sl in rest if sl.is_bias), None)
+        expert = site.expert if weight.window is not None else None  # a window of a fused tensor
+        entry = EditedMap(weight.tensor, bias, site.axis, expert=expert,
+                          flipped=weight.as_rows != (site.axis == "out"))  # stored [in, out]
+        key = (entry.weight, entry.axis, -1 if expert is None else expert)
         # a later edit wins, as in the plan; a fused gate/up window gathers both halves' rows
-        maps.setdefault(key, entry).scales.update(dict.fromkeys(lines, site.scale))
+        maps.setdefault(key, entry).scales.update(dict.fromkeys(weight.lines, site.scale))
     return [maps[k] for k in sorted(maps)]
 
 

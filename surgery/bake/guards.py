@@ -15,9 +15,9 @@ from typing import Sequence
 import numpy as np
 
 from ..core.checkpoint import Checkpoint
-from ..core.edits import Edit, HeadScale, Recipe
+from ..core.edits import Edit, Recipe
 from ..core.errors import RecipeError
-from .patches import edit_peaks, from_f32, to_f32
+from .patches import from_f32, site_peaks, to_f32
 
 # 2^64 ≈ 1.8e19 is the square root of float32's largest value. Norms square the activations
 # (RMSNorm upcasts to float32 even in fp16/bf16 models), so a weight that large writes values into
@@ -33,28 +33,20 @@ def scaled_peak(peak: float, scale: float, dtype: str) -> float:
         return float(to_f32(from_f32(product, dtype), dtype)[0])
 
 
-def _named(e: Edit) -> tuple[str, str]:
-    """(the scale as a recipe names it, what it scales), e.g. ("alpha 2", "head 0.1")."""
-    if isinstance(e, HeadScale):
-        return f"alpha {e.alpha:g}", f"head {e.label}"
-    return f"factor {e.factor:g}", f"neuron {e.label}"
-
-
-def scale_problem(e: Edit, peak: float, dtype: str, allow_zero: bool) -> str | None:
-    """Why the bake refuses scaling ``e``'s weights (largest |value| ``peak``) in ``dtype``, or None."""
-    scale, what = _named(e)
-    new = scaled_peak(peak, e.scale, dtype)
+def scale_problem(e: Edit, scale: float, peak: float, dtype: str, allow_zero: bool) -> str | None:
+    """Why the bake refuses scaling by ``scale`` the weights of ``e`` whose largest |value| is
+    ``peak`` in ``dtype``, or None. The message names the scale as the recipe does (``alpha 2``)."""
+    named, what = f"{e.scale_key} {scale:g}", f"{e.kind} {e.label}"
+    new = scaled_peak(peak, scale, dtype)
     if not math.isfinite(new):
-        return f"{scale} overflows {dtype} for {what} (its weights would become inf); choose a smaller scale"
+        return f"{named} overflows {dtype} for {what} (its weights would become inf); choose a smaller scale"
     if abs(new) >= HUGE:
-        return (f"{scale} scales the weights of {what} up to {abs(new):.2g}, past 2^64 ≈ 1.8e19: the "
+        return (f"{named} scales the weights of {what} up to {abs(new):.2g}, past 2^64 ≈ 1.8e19: the "
                 "activations they write overflow float32 in the next norm, which squares them; choose a smaller scale")
     if peak and new == 0 and not allow_zero:
-        removes = "silences the head" if isinstance(e, HeadScale) else "silences the neuron"
-        zero = scale.split()[0] + " 0"
-        return (f"{scale} rounds every weight of {what} to zero in this {dtype} checkpoint: like {zero} it "
-                f"{removes}; pass --allow-zero (allow_zero=True) if that is what you want, or choose a larger "
-                f"{scale.split()[0]}")
+        return (f"{named} rounds every weight of {what} to zero in this {dtype} checkpoint: like "
+                f"{e.scale_key} 0 it silences the {e.kind}; pass --allow-zero (allow_zero=True) if that is what "
+                f"you want, or choose a larger {e.scale_key}")
     return None
 
 
@@ -71,7 +63,7 @@ def check_scales(ckpt: Checkpoint, recipes: Recipe | Sequence[Recipe], *, allow_
     for recipe in recipes:  # each must fit the model before its bytes are read
         arch = recipe.validate(ckpt.config)
     edits = list(dict.fromkeys(e for r in recipes for e in r.active()))
-    for e, peak, dtype in edit_peaks(ckpt, arch, edits):
-        problem = scale_problem(e, peak, dtype, allow_zero)
+    for e, site, peak, dtype in site_peaks(ckpt, arch, edits):
+        problem = scale_problem(e, site.scale, peak, dtype, allow_zero)
         if problem:
             raise RecipeError(problem)

@@ -18,6 +18,7 @@ from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.edits import Edit
 from ..core.errors import CheckpointError
+from ..core.resolve import Resolver, TensorSlice
 from ..core.sites import Site, all_sites, sites
 
 CHUNK_BYTES = 16 << 20
@@ -119,51 +120,21 @@ def check_loadable(ckpt: Checkpoint) -> None:
 
 def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
     """The tensor patches that realise ``edits`` on ``ckpt`` (identity edits change nothing)."""
-    prefix = arch.layer_prefix(ckpt.tensors)
     check_attention(ckpt, arch)
+    return list(patches_for(ckpt, Resolver(arch, ckpt.tensors).all(all_sites(arch, edits))).values())
+
+
+def patches_for(ckpt: Checkpoint, slices: Iterable[TensorSlice]) -> dict[str, TensorPatch]:
+    """One patch per slice key (a tensor, or one expert's window of a fused tensor), in key order,
+    holding every line the slices scale; a later slice of the same line wins."""
     patches: dict[str, TensorPatch] = {}
-
-    def patch(name: str, shape: tuple[int, ...]) -> TensorPatch:
-        if name not in patches:
-            patches[name] = TensorPatch(_tensor(ckpt, name, shape))
-        return patches[name]
-
-    fused = None
-    for site in all_sites(arch, edits):
-        if site.expert is not None:
-            if fused is None:
-                fused = arch.fused_experts(ckpt.tensors)
-            _expert_patch(ckpt, arch, prefix.format(layer=site.layer), site, fused, patches)
-            continue
-        name = f"{prefix.format(layer=site.layer)}{site.module}"
-        w = patch(f"{name}.weight", site.shape)
-        scales = dict.fromkeys(site.indices, site.scale)
-        if site.axis == "in":
-            w.cols.update(scales)
-            continue
-        # Output features: the rows and, where the checkpoint has one, the bias entries.
-        b = patch(f"{name}.bias", (site.shape[0],)) if f"{name}.bias" in ckpt.tensors else None
-        w.rows.update(scales)
-        if b is not None:
-            b.rows.update(scales)
-    return [patches[n] for n in sorted(patches)]
-
-
-def _expert_patch(ckpt: Checkpoint, arch: Architecture, prefix: str, site: Site, fused: bool,
-                  patches: dict[str, TensorPatch]) -> None:
-    """Add a routed expert's site to ``patches``, on the tensors its layout stores it in."""
-    part = site.module.rsplit(".", 1)[1]
-    lines = site.indices if site.axis == "in" else tuple(
-        r for i in site.indices for r in arch.expert_rows(part, i, fused))
-    for rel, shape, first, window, flipped in arch.expert_slices(site.expert, part, fused):
-        name = f"{prefix}{rel}"
-        key = f"{name}#{first}" if fused else name
-        if key not in patches:
-            patches[key] = TensorPatch(_tensor(ckpt, name, shape), first_row=first if fused else 0,
-                                       window=window if fused else None)
-        # "in" = columns of the [out, in] matrix; a transposed (flipped) window stores them as rows.
-        as_rows = (site.axis == "out") != flipped
-        (patches[key].rows if as_rows else patches[key].cols).update(dict.fromkeys(lines, site.scale))
+    for sl in slices:
+        if sl.key not in patches:
+            patches[sl.key] = TensorPatch(_tensor(ckpt, sl.tensor, sl.shape), first_row=sl.first_row,
+                                          window=sl.window)
+        lines = patches[sl.key].rows if sl.as_rows else patches[sl.key].cols
+        lines.update(dict.fromkeys(sl.lines, sl.scale))
+    return {k: patches[k] for k in sorted(patches)}
 
 
 def read_raw(fd: int, info: TensorInfo, first_row: int, n_rows: int, n_cols: int) -> np.ndarray:
@@ -219,54 +190,43 @@ def patched_chunks(fd: int, p: TensorPatch) -> Iterator[tuple[int, memoryview, d
         yield p.info.start + (p.first_row + start) * p.n_cols * itemsize, block.reshape(-1).view(np.uint8).data, originals
 
 
-def _column_peaks(fd: int, p: TensorPatch) -> dict[int, float]:
-    """max |value| of every edited column of ``p`` over all rows, read a bounded block at a time."""
+def _line_peaks(fd: int, p: TensorPatch) -> dict[tuple[bool, int], float]:
+    """max |value| of every edited line of ``p`` — ``(True, row)`` or ``(False, column)`` — read a
+    bounded block of rows at a time (a column's peak is over every row of ``p``'s window)."""
     col_idx = np.array(sorted(p.cols), dtype=np.int64)
-    peak = np.zeros(len(col_idx), dtype=np.float32)
+    col_peak = np.zeros(len(col_idx), dtype=np.float32)
+    peaks: dict[tuple[bool, int], float] = {}
     for start, n in _row_blocks(p):
-        block = to_f32(read_raw(fd, p.info, p.first_row + start, n, p.n_cols)[:, col_idx], p.info.dtype)
-        peak = np.maximum(peak, np.abs(block).max(axis=0))
-    return dict(zip(col_idx.tolist(), peak.tolist()))
+        block = read_raw(fd, p.info, p.first_row + start, n, p.n_cols)
+        if len(col_idx):
+            col_peak = np.maximum(col_peak, np.abs(to_f32(block[:, col_idx], p.info.dtype)).max(axis=0))
+        for r in (r for r in p.rows if start <= r < start + n):
+            peaks[(True, r)] = float(np.abs(to_f32(block[r - start], p.info.dtype)).max())
+    peaks.update({(False, int(c)): float(v) for c, v in zip(col_idx, col_peak)})
+    return peaks
 
 
-def _line_peak(fd: int, p: TensorPatch) -> float:
-    """max |value| over the edited columns and rows of ``p`` (one expert neuron: one line)."""
-    peak = np.float32(0)
-    for start, n in _row_blocks(p):
-        block = to_f32(read_raw(fd, p.info, p.first_row + start, n, p.n_cols), p.info.dtype)
-        rows = [r - start for r in p.rows if start <= r < start + n]
-        for part in (block[:, sorted(p.cols)], block[rows]):
-            if part.size:
-                peak = max(peak, np.abs(part).max())
-    return float(peak)
+def site_peaks(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[tuple[Edit, Site, float, str]]:
+    """For each site that scales by neither 0 nor 1: the largest |weight| it scales (float32,
+    exact) and the stored dtype. Each edited tensor is read once, a bounded block at a time.
 
-
-def edit_peaks(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[tuple[Edit, float, str]]:
-    """For each edit that scales by neither 0 nor 1: the largest |weight| it scales (float32, exact)
-    and the stored dtype. Each edited tensor is read once, a bounded block at a time.
-
-    Such an edit has one site, its twin columns (only pruning adds rows), so this one value and
-    the scale decide what the bake's rounding does to all of them (see surgery.bake.guards).
+    Rounding is monotone in |value|, so this one value and the site's scale decide what the bake's
+    rounding does to every weight of the site (see surgery.bake.guards).
     """
-    scaled = [e for e in edits if e.scale not in (0.0, 1.0)]
-    if not scaled:
+    chosen = [(e, site) for e in edits for site in sites(arch, e) if site.scale not in (0.0, 1.0)]
+    if not chosen:
         return []
-    patches = {p.info.name: p for p in plan(ckpt, arch, scaled)}
-    prefix = arch.layer_prefix(ckpt.tensors)
-    peaks: dict[str, dict[int, float]] = {}
+    resolver = Resolver(arch, ckpt.tensors)
+    patches = patches_for(ckpt, [sl for _, site in chosen for sl in resolver.slices(site)])
+    peaks: dict[str, dict[tuple[bool, int], float]] = {}
+    for key, p in patches.items():
+        with open(ckpt.path / p.info.file, "rb") as f:
+            peaks[key] = _line_peaks(f.fileno(), p)
     found = []
-    for e in scaled:
-        (site,) = sites(arch, e)
-        if site.expert is not None:  # one expert's window of a fused tensor, or its own tensor
-            (p,) = plan(ckpt, arch, [e])
-            with open(ckpt.path / p.info.file, "rb") as f:
-                found.append((e, _line_peak(f.fileno(), p), p.info.dtype))
-            continue
-        p = patches[f"{prefix.format(layer=site.layer)}{site.module}.weight"]
-        if p.info.name not in peaks:
-            with open(ckpt.path / p.info.file, "rb") as f:
-                peaks[p.info.name] = _column_peaks(f.fileno(), p)
-        found.append((e, max(peaks[p.info.name][c] for c in site.indices), p.info.dtype))
+    for e, site in chosen:
+        slices = resolver.slices(site)
+        peak = max(peaks[sl.key][(sl.as_rows, i)] for sl in slices for i in sl.lines)
+        found.append((e, site, peak, patches[slices[0].key].info.dtype))
     return found
 
 

@@ -272,6 +272,7 @@ def baked_tensors(src: Checkpoint, dst_path: Path, recipe: Recipe, model) -> dic
     an edited tensor has no parameter of its own in memory (experts, fused by transformers)."""
     from safetensors import safe_open
 
+    from ..core.resolve import Resolver
     from ..core.sites import all_sites
     from ..model.hooks import model_architecture
 
@@ -280,12 +281,13 @@ def baked_tensors(src: Checkpoint, dst_path: Path, recipe: Recipe, model) -> dic
     on_disk = arch.layer_prefix(src.tensors)
     in_memory = model_architecture(model).layer_prefix(name for name, _ in model.named_parameters())
     out = {}
-    for site in all_sites(arch, recipe.active()):
-        for kind in ("weight", "bias"):
-            disk = f"{on_disk.format(layer=site.layer)}{site.module}.{kind}"
-            if disk in edited and disk not in out:
-                with safe_open(str(dst_path / src.tensor(disk).file), "pt") as f:
-                    out[disk] = (f"{in_memory.format(layer=site.layer)}{site.module}.{kind}", f.get_tensor(disk))
+    for sl in Resolver(arch, src.tensors).all(all_sites(arch, recipe.active())):
+        disk, layer = sl.tensor, sl.site.layer
+        if disk in edited and disk not in out and sl.site.expert is None:
+            with safe_open(str(dst_path / src.tensor(disk).file), "pt") as f:
+                # the same module under the loaded model's layer prefix (multimodal wrappers differ)
+                memory = in_memory.format(layer=layer) + disk[len(on_disk.format(layer=layer)):]
+                out[disk] = (memory, f.get_tensor(disk))
     if edited - set(out):
         return None  # expert tensors: stored per expert, fused in memory; no one-to-one swap
     return dict(out.values())

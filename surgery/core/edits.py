@@ -1,155 +1,42 @@
-"""The edit types and the recipe that lists them.
+"""The recipe: a list of edits for one base model, as stored in a recipe YAML file.
 
-One ``Edit`` is applied three ways — as a run-time hook (model/hooks.py), baked into tensors
-(bake/bake.py) and exported as a LoRA adapter (ship/lora.py) — all three from the tensor entries that
-surgery/core/sites.py maps it to, and tests prove the three agree.
+Each edit is an instance of a registered edit kind (surgery/core/edit_kind.py): ``head``
+(surgery/core/head_edit.py) and ``neuron`` (surgery/core/neuron_edit.py) are built in. One edit is
+applied three ways — as a run-time hook (model/hooks.py), baked into tensors (bake/bake.py) and
+exported as a LoRA adapter (ship/lora.py) — all three from the sites its kind maps it to
+(surgery/core/sites.py), and tests prove the three agree.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Iterable, Mapping
 
 import yaml
 
 from .architectures import Architecture, architecture
+from .edit_kind import FLOAT32_MAX, Edit, edit_from_dict, edit_kinds, edit_to_dict, register_edit_kind
 from .errors import RecipeError
+from .head_edit import HeadScale, parse_heads
+from .neuron_edit import SHARED, NeuronScale, neuron_label, parse_neuron, parse_neurons
 from .strict_files import DuplicateKey, load_yaml
 
+__all__ = ["RECIPE_VERSION", "FLOAT32_MAX", "SHARED", "Edit", "HeadScale", "NeuronScale", "Recipe",
+           "deduplicate", "edit_from_dict", "edit_kinds", "edit_to_dict", "neuron_label", "parse_heads",
+           "parse_neuron", "parse_neurons", "register_edit_kind"]
+
 RECIPE_VERSION = 1
-FLOAT32_MAX = 3.4028234663852886e38
-# The ``expert`` of a shared-expert neuron (Qwen2-MoE), in recipes and in the notation L:s:N.
-SHARED = "shared"
-
-
-@dataclass(frozen=True)
-class HeadScale:
-    """Scale attention head ``head`` of ``layer`` by ``alpha`` (its o_proj input columns)."""
-
-    layer: int
-    head: int
-    alpha: float
-
-    @property
-    def target(self) -> tuple[str, int, int, int | str | None]:
-        return ("head", self.layer, self.head, None)
-
-    @property
-    def label(self) -> str:
-        return f"{self.layer}.{self.head}"
-
-    @property
-    def scale(self) -> float:
-        return self.alpha
-
-    def is_identity(self) -> bool:
-        return self.alpha == 1.0
-
-
-@dataclass(frozen=True)
-class NeuronScale:
-    """Scale MLP neuron ``neuron`` of ``layer`` by ``factor``; 0 prunes it (gate/up rows too).
-
-    In a mixture-of-experts layer ``expert`` names the routed expert (an index) or ``"shared"``;
-    the notation is ``L:N`` (dense), ``L:eE:N`` (routed expert E), ``L:s:N`` (shared expert).
-    """
-
-    layer: int
-    neuron: int
-    factor: float
-    expert: int | str | None = None
-
-    @property
-    def target(self) -> tuple[str, int, int, int | str | None]:
-        return ("neuron", self.layer, self.neuron, self.expert)
-
-    @property
-    def label(self) -> str:
-        return neuron_label(self.layer, self.neuron, self.expert)
-
-    @property
-    def scale(self) -> float:
-        return self.factor
-
-    def is_identity(self) -> bool:
-        return self.factor == 1.0
-
-
-Edit = Union[HeadScale, NeuronScale]
-
-
-def neuron_label(layer: int, neuron: int, expert: int | str | None = None) -> str:
-    """The one notation of a neuron: ``28:17``, ``3:e5:17`` (routed expert 5), ``3:s:17`` (shared)."""
-    if expert is None:
-        return f"{layer}:{neuron}"
-    return f"{layer}:{'s' if expert == SHARED else f'e{expert}'}:{neuron}"
-
-_EDIT_KEYS = {
-    "head": ("layer", "head", "alpha"),
-    "neuron": ("layer", "neuron", "factor"),
-}
-
-
-def _number(value: Any, where: str, integer: bool) -> float | int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RecipeError(f"{where} must be a number, got {value!r}")
-    if integer:
-        if not isinstance(value, int):
-            raise RecipeError(f"{where} must be an integer, got {value!r}")
-        if value < 0:
-            raise RecipeError(f"{where} must be ≥ 0, got {value}")
-        return value
-    if not math.isfinite(value):
-        raise RecipeError(f"{where} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def edit_from_dict(raw: Any, where: str = "edit") -> Edit:
-    """Parse one recipe entry such as ``{type: head, layer: 7, head: 7, alpha: 2.5}``."""
-    if not isinstance(raw, Mapping):
-        raise RecipeError(f"{where} must be a mapping with a 'type', got {raw!r}")
-    kind = raw.get("type")
-    if kind not in _EDIT_KEYS:
-        raise RecipeError(f"{where}.type must be 'head' or 'neuron', got {kind!r}")
-    keys = _EDIT_KEYS[kind]
-    allowed = set(keys) | {"type"} | ({"expert"} if kind == "neuron" else set())
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        extra = ", expert" if kind == "neuron" else ""
-        raise RecipeError(f"{where}: unknown key(s) {', '.join(unknown)} (allowed: type, {', '.join(keys)}{extra})")
-    missing = [k for k in keys if k not in raw]
-    if missing:
-        raise RecipeError(f"{where}: missing key(s) {', '.join(missing)}")
-    layer = _number(raw[keys[0]], f"{where}.{keys[0]}", True)
-    index = _number(raw[keys[1]], f"{where}.{keys[1]}", True)
-    value = _number(raw[keys[2]], f"{where}.{keys[2]}", False)
-    if kind == "head":
-        return HeadScale(layer, index, value)
-    expert = raw.get("expert")
-    if expert is not None and expert != SHARED:
-        expert = _number(expert, f"{where}.expert", True)
-    return NeuronScale(layer, index, value, expert)
-
-
-def edit_to_dict(edit: Edit) -> dict[str, Any]:
-    if isinstance(edit, HeadScale):
-        return {"type": "head", "layer": edit.layer, "head": edit.head, "alpha": edit.alpha}
-    out: dict[str, Any] = {"type": "neuron", "layer": edit.layer}
-    if edit.expert is not None:
-        out["expert"] = edit.expert
-    return {**out, "neuron": edit.neuron, "factor": edit.factor}
 
 
 def deduplicate(edits: Iterable[Edit]) -> tuple[Edit, ...]:
-    """Drop exact repeats; two different scales for one head or neuron are an error."""
-    seen: dict[tuple[str, int, int], Edit] = {}
+    """Drop exact repeats; two different settings for one target are an error."""
+    seen: dict[tuple, Edit] = {}
     for e in edits:
         prior = seen.get(e.target)
         if prior is not None and prior != e:
             raise RecipeError(
-                f"conflicting edits for {e.target[0]} {e.label}: {prior.scale} and {e.scale}; keep one"
+                f"conflicting edits for {e.kind} {e.label}: {prior.setting} and {e.setting}; keep one"
             )
         seen[e.target] = e
     return tuple(seen.values())
@@ -167,13 +54,17 @@ class Recipe:
     def __post_init__(self) -> None:
         object.__setattr__(self, "edits", deduplicate(self.edits))
 
+    def of_kind(self, kind: type[Edit]) -> list[Edit]:
+        """The edits of one kind, in recipe order."""
+        return [e for e in self.edits if isinstance(e, kind)]
+
     @property
     def heads(self) -> list[HeadScale]:
-        return [e for e in self.edits if isinstance(e, HeadScale)]
+        return self.of_kind(HeadScale)
 
     @property
     def neurons(self) -> list[NeuronScale]:
-        return [e for e in self.edits if isinstance(e, NeuronScale)]
+        return self.of_kind(NeuronScale)
 
     def active(self) -> tuple[Edit, ...]:
         """The edits that change anything (α = 1 and factor = 1 are no-ops)."""
@@ -210,7 +101,8 @@ class Recipe:
             raise RecipeError(f"{where}.version must be {RECIPE_VERSION}, got {version!r}")
         edits = raw.get("edits")
         if not isinstance(edits, list) or not edits:
-            raise RecipeError(f"{where}.edits must be a non-empty list of head/neuron edits")
+            raise RecipeError(f"{where}.edits must be a non-empty list of edits "
+                              f"({', '.join(sorted(edit_kinds()))})")
         base = raw.get("base_model")
         if base is not None and not isinstance(base, str):
             raise RecipeError(f"{where}.base_model must be a string, got {base!r}")
@@ -241,96 +133,9 @@ class Recipe:
         return cls.from_dict(raw, where=path.name)
 
     def validate(self, config: Mapping[str, Any]) -> Architecture:
-        """Check every index against the model's config; return its architecture."""
+        """Check every edit against the model's config; return its architecture."""
         arch = architecture(config)
-        g = arch.geometry
         for i, e in enumerate(self.edits):
-            where = f"edits[{i}]"
-            index = e.head if isinstance(e, HeadScale) else e.neuron
-            if e.layer < 0 or index < 0:
-                raise RecipeError(f"{where}: layer and index must be ≥ 0, got {e.layer}.{index}")
-            # Weights are at most float32: a larger scale turns into inf (and crashes the run-time twin).
-            if not (math.isfinite(e.scale) and abs(e.scale) <= FLOAT32_MAX):
-                raise RecipeError(f"{where}: scale {e.scale!r} is not a finite float32 number "
-                                  f"(|scale| ≤ {FLOAT32_MAX:.3g}); choose a smaller value")
-            if e.layer >= g.num_layers:
-                raise RecipeError(f"{where}.layer = {e.layer} but the model has "
-                                  f"num_hidden_layers = {g.num_layers} (valid: 0..{g.num_layers - 1})")
-            if isinstance(e, HeadScale) and e.head >= g.num_heads:
-                raise RecipeError(f"{where}.head = {e.head} but the model has "
-                                  f"num_attention_heads = {g.num_heads} (valid: 0..{g.num_heads - 1})")
-            if isinstance(e, NeuronScale):
-                _check_neuron(arch, e, where)
+            e.check_values(f"edits[{i}]")
+            e.validate(arch, f"edits[{i}]")
         return arch
-
-
-def _check_neuron(arch: Architecture, e: NeuronScale, where: str) -> None:
-    """The neuron exists: in the dense MLP, the routed expert or the shared expert its layer has."""
-    g, ex = arch.geometry, arch.layout.experts
-    if e.expert is None:
-        if arch.is_sparse(e.layer):
-            raise RecipeError(f"{where}: layer {e.layer} is a mixture of experts; name the expert "
-                              f"({e.layer}:eE:{e.neuron} for routed expert E"
-                              f"{f', {e.layer}:s:{e.neuron} for the shared expert' if ex.shared else ''})")
-        width, what = g.intermediate_size, "intermediate_size"
-    elif not arch.is_sparse(e.layer):
-        raise RecipeError(f"{where}.expert = {e.expert} but layer {e.layer} is a dense MLP "
-                          "(no experts); drop 'expert'")
-    elif e.expert == SHARED:
-        if not ex.shared:
-            raise RecipeError(f"{where}.expert = shared but {arch.model_type} has no shared expert")
-        width, what = g.shared_size, ex.shared_size_key
-    else:
-        if e.expert >= g.num_experts:
-            raise RecipeError(f"{where}.expert = {e.expert} but the model has {g.num_experts} experts per "
-                              f"layer (valid: 0..{g.num_experts - 1})")
-        width, what = g.expert_size, ex.size_key
-    if e.neuron >= width:
-        raise RecipeError(f"{where}.neuron = {e.neuron} but the model has {what} = {width} "
-                          f"(valid: 0..{width - 1})")
-
-
-def parse_heads(spec: str, alpha: float) -> list[HeadScale]:
-    """Parse ``"7.7,8.17"`` (layer.head pairs) from the command line."""
-    out = []
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        try:
-            layer, head = (int(x) for x in part.split("."))
-        except ValueError:
-            raise RecipeError(f"--heads: '{part}' is not LAYER.HEAD (e.g. 7.7,8.17)") from None
-        out.append(HeadScale(layer, head, alpha))
-    if not out:
-        raise RecipeError("--heads is empty; give LAYER.HEAD pairs such as 7.7,8.17")
-    return out
-
-
-def parse_neuron(text: str) -> tuple[int, int, int | str | None]:
-    """``"28:17"`` → (28, 17, None); ``"3:e5:17"`` → (3, 17, 5); ``"3:s:17"`` → (3, 17, "shared")."""
-    fields = text.split(":")
-    try:
-        expert: int | str | None = None
-        if len(fields) == 3 and fields[1] == "s":
-            expert = SHARED
-        elif len(fields) == 3 and fields[1][:1] == "e" and fields[1][1:].isdigit():
-            expert = int(fields[1][1:])
-        elif len(fields) != 2:
-            raise ValueError(text)
-        layer, neuron = int(fields[0]), int(fields[-1])
-    except ValueError:
-        raise RecipeError(f"'{text}' is not LAYER:NEURON, LAYER:eEXPERT:NEURON or LAYER:s:NEURON "
-                          "(e.g. 28:17, 3:e5:17, 3:s:17)") from None
-    return layer, neuron, expert
-
-
-def parse_neurons(spec: str, factor: float) -> list[NeuronScale]:
-    """Parse ``"28:17,3:e5:17,3:s:2"`` (see :func:`neuron_label`) from the command line."""
-    out = []
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        try:
-            layer, neuron, expert = parse_neuron(part)
-        except RecipeError as exc:
-            raise RecipeError(f"--neurons: {exc}") from None
-        out.append(NeuronScale(layer, neuron, factor, expert))
-    if not out:
-        raise RecipeError("--neurons is empty; give LAYER:NEURON pairs such as 28:17,28:901")
-    return out

@@ -14,12 +14,10 @@ Two axes cover every edit so far:
   pruned neuron dead in the weights too (its gate/up rows: act(0)·0 = 0, and its down_proj column
   is zero anyway), so the twin and the LoRA may skip it (``twin=False``).
 
-A new kind of site (e.g. MoE expert neurons) plugs in as one more ``Edit`` type in edits.py, its
-tensor names and shapes asked from ``Architecture`` (which grows them from ``Layout``), and one
-more branch in :func:`sites` returning its ``Site`` list; the three consumers need no change while
-the site is a weight's columns or rows. ``module`` is the in-memory module name relative to a
-layer; where the on-disk tensor is named or laid out differently (fused expert tensors), that
-translation belongs to ``Architecture`` and the byte plan asks it, not this map.
+Each edit kind (surgery/core/edit_kind.py) says where its edits act (``Edit.sites``); the three
+consumers need no change while a site is a weight's columns or rows. ``module`` is the in-memory
+module name relative to a layer; where the on-disk tensor is named or laid out differently (fused
+expert tensors), that translation belongs to ``Architecture`` and the byte plan asks it, not this map.
 
 Routed-expert neurons are such sites: ``expert`` set, ``module`` the logical per-expert matrix
 ("mlp.experts.down" etc., [out, in] orientation). ``Architecture.expert_slices`` maps them to the
@@ -31,10 +29,9 @@ its own MLP.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Literal
+from typing import Iterable, Iterator, Literal, Protocol
 
 from .architectures import Architecture
-from .edits import SHARED, Edit, HeadScale, NeuronScale
 
 Axis = Literal["in", "out"]
 
@@ -60,63 +57,42 @@ class Site:
             raise ValueError(f"site {self.module}: only input-feature ('in') sites have run-time twins")
 
 
-def _head_sites(arch: Architecture, e: HeadScale) -> list[Site]:
-    """A head is the d input columns of o_proj that carry its output."""
-    o_proj = arch.layout.o_proj
-    shape, _ = arch.attention_shapes()[o_proj]
-    cols = arch.head_columns(e.head)
-    return [Site(e.layer, o_proj, "in", tuple(range(cols.start, cols.stop)), e.alpha, shape, True)]
+class Sited(Protocol):
+    """What the site map needs of an edit (every kind of surgery/core/edit_kind.py has it)."""
+
+    def is_identity(self) -> bool: ...
+
+    def sites(self, arch: Architecture) -> list["Site"]: ...
 
 
-def _expert_sites(arch: Architecture, e: NeuronScale) -> list[Site]:
-    """A routed expert's neuron: the same rule as a dense neuron, on that expert's matrices."""
-    g, module = arch.geometry, arch.layout.experts.module
-    H, I = g.hidden_size, g.expert_size
-    out = [Site(e.layer, f"{module}.down", "in", (e.neuron,), e.factor, (H, I), True, e.expert)]
-    if e.factor == 0.0:
-        out += [Site(e.layer, f"{module}.{part}", "out", (e.neuron,), 0.0, (I, H), False, e.expert)
-                for part in ("gate", "up")]
-    return out
-
-
-def _shared_sites(arch: Architecture, e: NeuronScale) -> list[Site]:
-    """A shared-expert neuron: a dense neuron of the shared expert's own MLP."""
-    g, shared = arch.geometry, arch.layout.experts.shared
-    H, I = g.hidden_size, g.shared_size
-    out = [Site(e.layer, f"{shared}.down_proj", "in", (e.neuron,), e.factor, (H, I), True)]
-    if e.factor == 0.0:
-        out += [Site(e.layer, f"{shared}.{m}", "out", (e.neuron,), 0.0, (I, H), False)
-                for m in ("gate_proj", "up_proj")]
-    return out
-
-
-def _neuron_sites(arch: Architecture, e: NeuronScale) -> list[Site]:
-    """A neuron is one input column of down_proj; pruned, also its rows of every MLP input matrix."""
-    if e.expert == SHARED:
-        return _shared_sites(arch, e)
-    if e.expert is not None:
-        return _expert_sites(arch, e)
-    shapes = arch.mlp_shapes()
-    down = arch.layout.down_proj
-    out = [Site(e.layer, down, "in", (e.neuron,), e.factor, shapes[down], True)]
-    if e.factor == 0.0:
-        out += [Site(e.layer, m, "out", arch.neuron_rows(m, e.neuron), 0.0, shapes[m], False)
-                for m in arch.mlp_input_modules()]
-    return out
-
-
-def sites(arch: Architecture, edit: Edit) -> list[Site]:
+def sites(arch: Architecture, edit: Sited) -> list[Site]:
     """Where ``edit`` acts, in the order the bake checks and patches them; none for an identity."""
-    if edit.is_identity():
-        return []
-    if isinstance(edit, HeadScale):
-        return _head_sites(arch, edit)
-    if isinstance(edit, NeuronScale):
-        return _neuron_sites(arch, edit)
-    raise TypeError(f"no sites known for {type(edit).__name__}")
+    return [] if edit.is_identity() else edit.sites(arch)
 
 
-def all_sites(arch: Architecture, edits: Iterable[Edit]) -> Iterator[Site]:
+def all_sites(arch: Architecture, edits: Iterable[Sited]) -> Iterator[Site]:
     """The sites of every edit, edit by edit."""
     for e in edits:
         yield from sites(arch, e)
+
+
+def _indices(idx: tuple[int, ...]) -> str:
+    if len(idx) > 2 and list(idx) == list(range(idx[0], idx[-1] + 1)):
+        return f"{idx[0]}–{idx[-1]}"
+    return ", ".join(map(str, idx))
+
+
+def where_text(arch: Architecture, edit: Sited, twin_only: bool = False) -> str:
+    """The weight entries ``edit`` changes, named as in this model, e.g.
+    "`mlp.down_proj` column 17; `mlp.gate_up_proj` rows 17, 8209" (model cards); ``twin_only``: the
+    sites with a run-time twin alone (what a LoRA adapter changes)."""
+    parts = []
+    for site in sites(arch, edit):
+        if twin_only and not site.twin:
+            continue
+        kind = "column" if site.axis == "in" else "row"
+        # A routed expert's matrix is a logical one (per-expert or fused tensors on disk): named by its part.
+        part = site.module.rsplit(".", 1)[1]
+        name = f"`{site.module}`" if site.expert is None else f"expert {site.expert}'s {part} matrix"
+        parts.append(f"{name} {kind}{'s' if len(site.indices) > 1 else ''} {_indices(site.indices)}")
+    return "; ".join(parts)

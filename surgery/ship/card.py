@@ -23,9 +23,9 @@ from ..bake.provenance import (PROVENANCE_NAME, UNDO_NAME, integrity_problems, l
                                provenance_text, weight_hashes)
 from ..core.architectures import Architecture, architecture
 from ..core.checkpoint import Checkpoint, file_sha256
-from ..core.edits import SHARED, HeadScale, Recipe
+from ..core.edits import Recipe
 from ..core.errors import EvaluationError, VerificationError
-from ..core.sites import sites
+from ..core.sites import where_text
 from ..core.staging import atomic_write_text
 from ..core.strict_files import load_json, load_yaml
 
@@ -112,50 +112,14 @@ def _fmt(value: Any) -> str:
     return public(str(value))
 
 
-def _indices(idx: tuple[int, ...]) -> str:
-    if len(idx) > 2 and list(idx) == list(range(idx[0], idx[-1] + 1)):
-        return f"{idx[0]}–{idx[-1]}"
-    return ", ".join(map(str, idx))
-
-
-def _where(arch: Architecture, edit, adapter: bool = False) -> str:
-    """The weight entries ``edit`` changes, named as in this model (the site map), e.g.
-    "`mlp.down_proj` column 17; `mlp.gate_up_proj` rows 17, 8209". An ``adapter`` changes only the
-    sites with a run-time twin (a pruned neuron's down_proj column, not its gate/up rows)."""
-    parts = []
-    for site in sites(arch, edit):
-        if adapter and not site.twin:
-            continue
-        kind = "column" if site.axis == "in" else "row"
-        # A routed expert's matrix is a logical one (per-expert or fused tensors on disk): named by its part.
-        part = site.module.rsplit(".", 1)[1]
-        name = f"`{site.module}`" if site.expert is None else f"expert {site.expert}'s {part} matrix"
-        parts.append(f"{name} {kind}{'s' if len(site.indices) > 1 else ''} {_indices(site.indices)}")
-    return "; ".join(parts)
-
-
 def _edits_section(recipe: Recipe, arch: Architecture | None = None, adapter: bool = False) -> str:
-    """One table row per edit; with ``arch`` each row names the weight entries it changed (those the
-    LoRA changes, for an ``adapter``)."""
+    """One table row per edit (each kind writes its own, surgery/core/edit_kind.py); with ``arch``
+    each row names the weight entries it changed (the site map; for an ``adapter`` those the LoRA
+    changes: the sites with a run-time twin, e.g. a pruned neuron's down_proj column, not its gate/up rows)."""
     rows = ["| edit | layer | index | scale | effect |", "|---|---|---|---|---|"]
     for e in recipe.edits[:MAX_EDIT_ROWS]:
-        if isinstance(e, HeadScale):
-            effect = "head removed" if e.alpha == 0 else f"head output × {e.alpha:g}"
-            where = _where(arch, e, adapter) if arch else "the output projection's input columns that carry it"
-            rows.append(f"| attention head | {e.layer} | {e.head} | α = {e.alpha:g} | {effect} ({where}) |")
-        else:
-            if arch:
-                where = _where(arch, e, adapter)
-            elif e.factor == 0 and not adapter:
-                where = "its MLP input rows and down-projection column"
-            else:
-                where = "its down-projection column"
-            effect = f"neuron pruned (zeroed: {where})" if e.factor == 0 else f"neuron output × {e.factor:g} ({where})"
-            if e.expert is None:
-                rows.append(f"| MLP neuron | {e.layer} | {e.neuron} | {e.factor:g} | {effect} |")
-            else:  # the notation of recipes and --neurons: 3:e5:17 (routed expert 5), 3:s:17 (shared)
-                what = "shared-expert neuron" if e.expert == SHARED else f"expert {e.expert} neuron"
-                rows.append(f"| {what} (`{e.label}`) | {e.layer} | {e.neuron} | {e.factor:g} | {effect} |")
+        where = where_text(arch, e, twin_only=adapter) if arch else "see `surgery.json` for the weight entries"
+        rows.append("| " + " | ".join(e.card_row(where)) + " |")
     if len(recipe.edits) > MAX_EDIT_ROWS:
         rows.append(f"\n… and {len(recipe.edits) - MAX_EDIT_ROWS} more edits: see `surgery.json`.")
     return "\n".join(rows)
@@ -233,10 +197,7 @@ def card_text(prov: Mapping[str, Any], source_card: str | None = None, arch: Arc
     the model's ``arch`` the edits are described with its own module names)."""
     recipe = Recipe.from_dict(prov["recipe"], where="surgery.json recipe")
     src_meta = front_matter(source_card)
-    tags = ["surgery", "model-surgery"]
-    tags += ["attention-heads"] if recipe.heads else []
-    tags += ["neuron-pruning"] if any(e.factor == 0 for e in recipe.neurons) else []
-    tags += ["neuron-scaling"] if any(e.factor != 0 for e in recipe.neurons) else []
+    tags = ["surgery", "model-surgery"] + sorted({t for e in recipe.edits for t in e.card_tags()})
     base = _base_model(prov)
     meta = dict(base_model=base, base_model_relation="finetune" if base else None, tags=tags,
                 library_name="transformers", **{k: src_meta[k] for k in CARRIED_KEYS if src_meta.get(k)})

@@ -14,6 +14,7 @@ the padding is zero rows of A and zero columns of B, so the product is unchanged
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,10 @@ from ..bake.bake import hash_files
 from ..bake.provenance import ADAPTER_PROVENANCE_NAME, PROVENANCE_NAME, load_provenance, provenance_intact
 from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint
-from ..core.edits import SHARED, HeadScale, NeuronScale, Recipe
+from ..core.edits import Recipe, edit_kinds
 from ..core.errors import RecipeError
+from ..core.resolve import Resolver
+from ..core.sites import all_sites
 from ..core.staging import staged_output
 from ..model.hooks import scale_vectors
 from ..model.loading import Source, local_source
@@ -70,10 +73,6 @@ def loaded_module_names(ckpt: Checkpoint) -> list[str]:
     return [name for name, _ in model.named_modules()]
 
 
-def _stored_prefix(ckpt: Checkpoint, arch: Architecture) -> str:
-    return arch.layer_prefix(ckpt.tensors)
-
-
 def _read_weight(ckpt: Checkpoint, name: str) -> torch.Tensor:
     from safetensors import safe_open
 
@@ -85,13 +84,10 @@ def _read_weight(ckpt: Checkpoint, name: str) -> torch.Tensor:
 def plan_ranks(arch: Architecture, recipe: Recipe) -> dict[tuple[str, int], torch.Tensor]:
     """Per (module, layer): the scale vector of its input features, from the recipe's twin sites
     (only modules the recipe edits)."""
-    routed = [e for e in recipe.active() if isinstance(e, NeuronScale) and e.expert not in (None, SHARED)]
-    if routed:
-        # Routed experts are fused 3-D parameters in memory: no Linear for a LoRA to sit on, and
-        # vLLM serves no adapter on them. Refusing beats an adapter that silently drops the edit.
-        raise RecipeError(f"export-lora: routed-expert neuron edits ({routed[0].label}"
-                          f"{f' and {len(routed) - 1} more' if len(routed) > 1 else ''}) have no exact "
-                          "LoRA adapter; ship the baked checkpoint instead")
+    refused = [(e, why) for e in recipe.active() if (why := e.lora_refusal(arch))]
+    if refused:
+        (first, why), more = refused[0], len(refused) - 1
+        raise RecipeError(f"export-lora: {first.kind} {first.label}{f' and {more} more' if more else ''}: {why}")
     vectors = scale_vectors(arch, recipe.active())
     return {key: v for key, v in vectors.items() if bool((v != 1).any())}
 
@@ -99,12 +95,14 @@ def plan_ranks(arch: Architecture, recipe: Recipe) -> dict[tuple[str, int], torc
 def lora_modules(ckpt: Checkpoint, recipe: Recipe) -> list[LoraModule]:
     """The exact LoRA factors of ``recipe`` on ``ckpt``, read with safetensors (no model load)."""
     arch = recipe.validate(ckpt.config)
-    stored = _stored_prefix(ckpt, arch)
+    resolver = Resolver(arch, ckpt.tensors)
     loaded = arch.layer_prefix(loaded_module_names(ckpt))
+    weights = {(s.module, s.layer): sl.tensor for sl in resolver.all(all_sites(arch, recipe.active()))
+               if (s := sl.site).twin and not sl.is_bias}
     modules = []
     for (module, layer), scales in sorted(plan_ranks(arch, recipe).items(), key=lambda kv: (kv[0][1], kv[0][0])):
         idx = torch.nonzero(scales != 1).flatten()
-        W = _read_weight(ckpt, f"{stored.format(layer=layer)}{module}.weight")
+        W = _read_weight(ckpt, weights[(module, layer)])
         A = torch.zeros(len(idx), W.shape[1])
         A[torch.arange(len(idx)), idx] = 1.0
         B = W[:, idx] * (scales[idx] - 1.0)
@@ -202,12 +200,13 @@ def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool
     for m in modules:
         tensors[f"base_model.model.{m.name}.lora_A.weight"] = m.A.contiguous()
         tensors[f"base_model.model.{m.name}.lora_B.weight"] = m.B.contiguous()
+    counts = Counter(e.kind for e in recipe.active())
     summary = {
         "format": "surgery-adapter", "version": 1, "tool_version": __version__,
         "source": source.to_dict(), "model_type": arch.model_type, "recipe": recipe.to_dict(),
         "vllm": vllm, "max_rank": rank, "modules": {m.name: m.rank for m in modules},
-        "heads": len([e for e in recipe.active() if isinstance(e, HeadScale)]),
-        "neurons": len([e for e in recipe.active() if not isinstance(e, HeadScale)]),
+        # "heads": 2, "neurons": 40, … (every registered kind, 0 when the recipe has none)
+        **{f"{kind}s": counts.get(kind, 0) for kind in edit_kinds()},
     }
     with staged_output(Path(out), [ckpt.path], force) as tmp:
         config.save_pretrained(str(tmp))

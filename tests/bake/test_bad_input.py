@@ -104,7 +104,7 @@ CASES = [
     # --- indices and scales ---
     Case("layer-out-of-range", lambda c: c.heads(None, "3.0"), ("num_hidden_layers = 3", "valid: 0..2")),
     Case("head-out-of-range", lambda c: c.heads(None, "0.4"), ("num_attention_heads = 4", "valid: 0..3")),
-    Case("negative-head", lambda c: c.heads(None, "0.-1"), ("must be ≥ 0", "got 0.-1")),
+    Case("negative-head", lambda c: c.heads(None, "0.-1"), ("head must be ≥ 0", "got -1")),
     Case("neuron-out-of-range", lambda c: ["prune-neurons", c.src, "--neurons", "0:48", "--out", c.out],
          ("intermediate_size = 48", "valid: 0..47")),
     # --- mixture-of-experts neurons (4 experts of width 16, a shared expert of width 24) ---
@@ -184,7 +184,7 @@ CASES = [
          ("version must be 1", "got 9")),
     Case("recipe-unknown-key", lambda c: c.recipe("version: 1\nalpha: 2\nedits:\n" + RECIPE_OK_EDIT),
          ("unknown key(s) alpha", "allowed:")),
-    Case("recipe-no-edits", lambda c: c.recipe("version: 1\nedits: []\n"), ("edits must be a non-empty list", "head/neuron")),
+    Case("recipe-no-edits", lambda c: c.recipe("version: 1\nedits: []\n"), ("edits must be a non-empty list", "(head, neuron)")),
     Case("recipe-alpha-string", lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: big}\n"),
          ("alpha must be a number", "'big'")),
     Case("recipe-alpha-nan", lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: .nan}\n"),

@@ -189,7 +189,7 @@ def test_routed_expert_edits_are_refused_in_one_line(tiny, tmp_path):
     """Routed experts are fused 3-D parameters in memory: no exact adapter, so a clear refusal."""
     ckpt = Checkpoint(tiny("qwen2_moe"))
     recipe = Recipe((HeadScale(0, 1, 2.0), NeuronScale(1, 3, 0.0, 2), NeuronScale(2, 4, 0.0, 1)))
-    with pytest.raises(RecipeError, match=r"routed-expert neuron edits \(1:e2:3 and 1 more\).*baked checkpoint"):
+    with pytest.raises(RecipeError, match=r"neuron 1:e2:3 and 1 more: routed-expert neuron edits have no exact LoRA.*baked checkpoint"):
         export_lora(ckpt, recipe, tmp_path / "adapter")
     assert not (tmp_path / "adapter").exists()
 

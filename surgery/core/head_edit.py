@@ -1,0 +1,81 @@
+"""The ``head`` edit kind: scale one attention head's output by α (its output projection's columns)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from .edit_kind import Edit, check_layer, check_scale, index, number, recipe_key, register_edit_kind
+from .errors import RecipeError
+from .sites import Site
+
+if TYPE_CHECKING:
+    from .architectures import Architecture
+
+
+@register_edit_kind
+@dataclass(frozen=True)
+class HeadScale(Edit):
+    """Scale attention head ``head`` of ``layer`` by ``alpha`` (its o_proj input columns)."""
+
+    kind: ClassVar[str] = "head"
+    scale_key: ClassVar[str] = "alpha"
+
+    layer: int = recipe_key(index)
+    head: int = recipe_key(index)
+    alpha: float = recipe_key(number)
+
+    @property
+    def target(self) -> tuple[str, int, int, None]:
+        return ("head", self.layer, self.head, None)
+
+    @property
+    def label(self) -> str:
+        return f"{self.layer}.{self.head}"
+
+    @property
+    def scale(self) -> float:
+        return self.alpha
+
+    @property
+    def setting(self) -> str:
+        return f"{self.alpha}"
+
+    def is_identity(self) -> bool:
+        return self.alpha == 1.0
+
+    def validate(self, arch: "Architecture", where: str) -> None:
+        check_scale(self.alpha, where)
+        check_layer(arch, self.layer, where)
+        n = arch.geometry.num_heads
+        if self.head >= n:
+            raise RecipeError(f"{where}.head = {self.head} but the model has num_attention_heads = {n} "
+                              f"(valid: 0..{n - 1})")
+
+    def sites(self, arch: "Architecture") -> list[Site]:
+        """A head is the d input columns of o_proj that carry its output."""
+        o_proj = arch.layout.o_proj
+        shape, _ = arch.attention_shapes()[o_proj]
+        cols = arch.head_columns(self.head)
+        return [Site(self.layer, o_proj, "in", tuple(range(cols.start, cols.stop)), self.alpha, shape, True)]
+
+    def card_row(self, where: str) -> tuple[str, str, str, str, str]:
+        effect = "head removed" if self.alpha == 0 else f"head output × {self.alpha:g}"
+        return ("attention head", str(self.layer), str(self.head), f"α = {self.alpha:g}", f"{effect} ({where})")
+
+    def card_tags(self) -> tuple[str, ...]:
+        return ("attention-heads",)
+
+
+def parse_heads(spec: str, alpha: float) -> list[HeadScale]:
+    """Parse ``"7.7,8.17"`` (layer.head pairs) from the command line."""
+    out = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        try:
+            layer, head = (int(x) for x in part.split("."))
+        except ValueError:
+            raise RecipeError(f"--heads: '{part}' is not LAYER.HEAD (e.g. 7.7,8.17)") from None
+        out.append(HeadScale(layer, head, alpha))
+    if not out:
+        raise RecipeError("--heads is empty; give LAYER.HEAD pairs such as 7.7,8.17")
+    return out

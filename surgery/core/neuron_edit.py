@@ -1,0 +1,186 @@
+"""The ``neuron`` edit kind: scale one MLP neuron (dense, routed expert or shared expert); 0 prunes it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .edit_kind import Edit, check_layer, check_scale, index, number, recipe_key, register_edit_kind
+from .errors import RecipeError
+from .sites import Site
+
+if TYPE_CHECKING:
+    from .architectures import Architecture
+
+# The ``expert`` of a shared-expert neuron (Qwen2-MoE), in recipes and in the notation L:s:N.
+SHARED = "shared"
+
+
+def expert_index(value: Any, where: str) -> int | str:
+    """A routed expert's index, or ``shared``."""
+    return value if value == SHARED else index(value, where)
+
+
+def neuron_label(layer: int, neuron: int, expert: int | str | None = None) -> str:
+    """The one notation of a neuron: ``28:17``, ``3:e5:17`` (routed expert 5), ``3:s:17`` (shared)."""
+    if expert is None:
+        return f"{layer}:{neuron}"
+    return f"{layer}:{'s' if expert == SHARED else f'e{expert}'}:{neuron}"
+
+
+@register_edit_kind
+@dataclass(frozen=True)
+class NeuronScale(Edit):
+    """Scale MLP neuron ``neuron`` of ``layer`` by ``factor``; 0 prunes it (gate/up rows too).
+
+    In a mixture-of-experts layer ``expert`` names the routed expert (an index) or ``"shared"``;
+    the notation is ``L:N`` (dense), ``L:eE:N`` (routed expert E), ``L:s:N`` (shared expert).
+    """
+
+    kind: ClassVar[str] = "neuron"
+    scale_key: ClassVar[str] = "factor"
+    keys: ClassVar[tuple[str, ...]] = ("layer", "expert", "neuron", "factor")
+
+    layer: int = recipe_key(index)
+    neuron: int = recipe_key(index)
+    factor: float = recipe_key(number)
+    expert: int | str | None = recipe_key(expert_index, default=None)
+
+    @property
+    def target(self) -> tuple[str, int, int, int | str | None]:
+        return ("neuron", self.layer, self.neuron, self.expert)
+
+    @property
+    def label(self) -> str:
+        return neuron_label(self.layer, self.neuron, self.expert)
+
+    @property
+    def scale(self) -> float:
+        return self.factor
+
+    @property
+    def setting(self) -> str:
+        return f"{self.factor}"
+
+    @property
+    def routed(self) -> bool:
+        """A routed expert's neuron (not a dense or shared-expert one)."""
+        return self.expert not in (None, SHARED)
+
+    def is_identity(self) -> bool:
+        return self.factor == 1.0
+
+    def validate(self, arch: "Architecture", where: str) -> None:
+        """The neuron exists: in the dense MLP, the routed expert or the shared expert its layer has."""
+        check_scale(self.factor, where)
+        check_layer(arch, self.layer, where)
+        g, ex = arch.geometry, arch.layout.experts
+        L, N = self.layer, self.neuron
+        if self.expert is None:
+            if arch.is_sparse(L):
+                raise RecipeError(f"{where}: layer {L} is a mixture of experts; name the expert "
+                                  f"({L}:eE:{N} for routed expert E"
+                                  f"{f', {L}:s:{N} for the shared expert' if ex.shared else ''})")
+            width, what = g.intermediate_size, "intermediate_size"
+        elif not arch.is_sparse(L):
+            raise RecipeError(f"{where}.expert = {self.expert} but layer {L} is a dense MLP "
+                              "(no experts); drop 'expert'")
+        elif self.expert == SHARED:
+            if not ex.shared:
+                raise RecipeError(f"{where}.expert = shared but {arch.model_type} has no shared expert")
+            width, what = g.shared_size, ex.shared_size_key
+        else:
+            if self.expert >= g.num_experts:
+                raise RecipeError(f"{where}.expert = {self.expert} but the model has {g.num_experts} experts "
+                                  f"per layer (valid: 0..{g.num_experts - 1})")
+            width, what = g.expert_size, ex.size_key
+        if N >= width:
+            raise RecipeError(f"{where}.neuron = {N} but the model has {what} = {width} (valid: 0..{width - 1})")
+
+    def sites(self, arch: "Architecture") -> list[Site]:
+        """A neuron is one input column of down_proj; pruned, also its rows of every MLP input matrix."""
+        if self.expert == SHARED:
+            return self._shared_sites(arch)
+        if self.expert is not None:
+            return self._expert_sites(arch)
+        shapes = arch.mlp_shapes()
+        down = arch.layout.down_proj
+        out = [Site(self.layer, down, "in", (self.neuron,), self.factor, shapes[down], True)]
+        if self.factor == 0.0:
+            out += [Site(self.layer, m, "out", arch.neuron_rows(m, self.neuron), 0.0, shapes[m], False)
+                    for m in arch.mlp_input_modules()]
+        return out
+
+    def _expert_sites(self, arch: "Architecture") -> list[Site]:
+        """A routed expert's neuron: the same rule as a dense neuron, on that expert's matrices."""
+        g, module = arch.geometry, arch.layout.experts.module
+        H, I = g.hidden_size, g.expert_size
+        out = [Site(self.layer, f"{module}.down", "in", (self.neuron,), self.factor, (H, I), True, self.expert)]
+        if self.factor == 0.0:
+            out += [Site(self.layer, f"{module}.{part}", "out", (self.neuron,), 0.0, (I, H), False, self.expert)
+                    for part in ("gate", "up")]
+        return out
+
+    def _shared_sites(self, arch: "Architecture") -> list[Site]:
+        """A shared-expert neuron: a dense neuron of the shared expert's own MLP."""
+        g, shared = arch.geometry, arch.layout.experts.shared
+        H, I = g.hidden_size, g.shared_size
+        out = [Site(self.layer, f"{shared}.down_proj", "in", (self.neuron,), self.factor, (H, I), True)]
+        if self.factor == 0.0:
+            out += [Site(self.layer, f"{shared}.{m}", "out", (self.neuron,), 0.0, (I, H), False)
+                    for m in ("gate_proj", "up_proj")]
+        return out
+
+    def lora_refusal(self, arch: "Architecture") -> str | None:
+        # Routed experts are fused 3-D parameters in memory: no Linear for a LoRA to sit on, and
+        # vLLM serves no adapter on them. Refusing beats an adapter that silently drops the edit.
+        if self.routed:
+            return "routed-expert neuron edits have no exact LoRA adapter; ship the baked checkpoint instead"
+        return None
+
+    def card_row(self, where: str) -> tuple[str, str, str, str, str]:
+        if self.factor == 0:
+            effect = f"neuron pruned (zeroed: {where})"
+        else:
+            effect = f"neuron output × {self.factor:g} ({where})"
+        if self.expert is None:
+            what = "MLP neuron"
+        else:  # the notation of recipes and --neurons: 3:e5:17 (routed expert 5), 3:s:17 (shared)
+            what = ("shared-expert neuron" if self.expert == SHARED else f"expert {self.expert} neuron") \
+                + f" (`{self.label}`)"
+        return (what, str(self.layer), str(self.neuron), f"{self.factor:g}", effect)
+
+    def card_tags(self) -> tuple[str, ...]:
+        return ("neuron-pruning",) if self.factor == 0 else ("neuron-scaling",)
+
+
+def parse_neuron(text: str) -> tuple[int, int, int | str | None]:
+    """``"28:17"`` → (28, 17, None); ``"3:e5:17"`` → (3, 17, 5); ``"3:s:17"`` → (3, 17, "shared")."""
+    fields = text.split(":")
+    try:
+        expert: int | str | None = None
+        if len(fields) == 3 and fields[1] == "s":
+            expert = SHARED
+        elif len(fields) == 3 and fields[1][:1] == "e" and fields[1][1:].isdigit():
+            expert = int(fields[1][1:])
+        elif len(fields) != 2:
+            raise ValueError(text)
+        layer, neuron = int(fields[0]), int(fields[-1])
+    except ValueError:
+        raise RecipeError(f"'{text}' is not LAYER:NEURON, LAYER:eEXPERT:NEURON or LAYER:s:NEURON "
+                          "(e.g. 28:17, 3:e5:17, 3:s:17)") from None
+    return layer, neuron, expert
+
+
+def parse_neurons(spec: str, factor: float) -> list[NeuronScale]:
+    """Parse ``"28:17,3:e5:17,3:s:2"`` (see :func:`neuron_label`) from the command line."""
+    out = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        try:
+            layer, neuron, expert = parse_neuron(part)
+        except RecipeError as exc:
+            raise RecipeError(f"--neurons: {exc}") from None
+        out.append(NeuronScale(layer, neuron, factor, expert))
+    if not out:
+        raise RecipeError("--neurons is empty; give LAYER:NEURON pairs such as 28:17,28:901")
+    return out

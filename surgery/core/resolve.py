@@ -1,0 +1,97 @@
+"""A site resolved to the stored tensors it touches: the one place that turns sites into tensor names.
+
+A :class:`~surgery.core.sites.Site` names a module relative to a decoder layer ("self_attn.o_proj",
+"mlp.experts.down") and the columns or rows it scales. A checkpoint stores that module under its
+own layer prefix, with or without a bias, and a routed expert's matrix either as a tensor of its own
+or as one expert's window of a fused 3-D tensor (possibly transposed, gate and up interleaved).
+:class:`Resolver` answers, once per checkpoint, where each site lies: a list of :class:`TensorSlice`.
+The byte plan, the bake's check, verify, the vanishing guard, the LoRA export and the card all read
+these slices instead of spelling tensor names themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from .architectures import Architecture
+from .sites import Site
+
+
+@dataclass(frozen=True)
+class TensorSlice:
+    """The part of one stored tensor a site scales.
+
+    The tensor is viewed as 2-D ([all leading dims, last dim]; a 1-D bias as [n, 1]). ``lines`` are
+    rows of that view when ``as_rows``, else columns; with ``window`` set they are relative to the
+    block of ``window`` rows starting at ``first_row`` (one expert of a fused tensor), and columns
+    apply within that block only.
+    """
+
+    tensor: str                  # the name in the checkpoint
+    shape: tuple[int, ...]       # the shape the config says it has (checked against the header)
+    lines: tuple[int, ...]
+    as_rows: bool
+    scale: float
+    site: Site
+    first_row: int = 0
+    window: int | None = None
+    is_bias: bool = False
+
+    @property
+    def key(self) -> str:
+        """One patch per key: a tensor, or one expert's window of a fused tensor."""
+        return self.tensor if self.window is None else f"{self.tensor}#{self.first_row}"
+
+
+class Resolver:
+    """Where the sites of ``arch`` lie in a checkpoint whose tensors are ``names``."""
+
+    def __init__(self, arch: Architecture, names: Iterable[str]):
+        self.arch = arch
+        self.names = frozenset(names)
+        self.prefix = arch.layer_prefix(self.names)
+        self._fused: bool | None = None
+
+    @property
+    def fused_experts(self) -> bool:
+        """Whether routed experts are stored fused (3-D) rather than one tensor per expert."""
+        if self._fused is None:
+            self._fused = self.arch.fused_experts(self.names)
+        return self._fused
+
+    def module(self, site: Site) -> str:
+        """The stored name of ``site``'s module (without ``.weight``): layer prefix + module."""
+        return f"{self.prefix.format(layer=site.layer)}{site.module}"
+
+    def slices(self, site: Site) -> list[TensorSlice]:
+        """The tensor slices ``site`` scales, weight first, then its bias entries (output sites)."""
+        if site.expert is not None:
+            return self._expert_slices(site)
+        name = self.module(site)
+        out = [TensorSlice(f"{name}.weight", site.shape, site.indices, site.axis == "out", site.scale, site)]
+        # Output features: the rows and, where the checkpoint has one, the bias entries.
+        if site.axis == "out" and f"{name}.bias" in self.names:
+            out.append(TensorSlice(f"{name}.bias", (site.shape[0],), site.indices, True, site.scale, site,
+                                   is_bias=True))
+        return out
+
+    def _expert_slices(self, site: Site) -> list[TensorSlice]:
+        """A routed expert's matrix, on the tensors its on-disk layout stores it in."""
+        arch, fused = self.arch, self.fused_experts
+        part = site.module.rsplit(".", 1)[1]
+        prefix = self.prefix.format(layer=site.layer)
+        lines = site.indices if site.axis == "in" else tuple(
+            r for i in site.indices for r in arch.expert_rows(part, i, fused))
+        out = []
+        for rel, shape, first, window, flipped in arch.expert_slices(site.expert, part, fused):
+            # "in" = columns of the [out, in] matrix; a transposed (flipped) window stores them as rows.
+            as_rows = (site.axis == "out") != flipped
+            out.append(TensorSlice(f"{prefix}{rel}", shape, lines, as_rows, site.scale, site,
+                                   first_row=first if fused else 0, window=window if fused else None,
+                                   is_bias=rel.endswith("_bias")))
+        return out
+
+    def all(self, sites: Iterable[Site]) -> list[TensorSlice]:
+        """The slices of every site, in site order."""
+        return [s for site in sites for s in self.slices(site)]
