@@ -160,7 +160,9 @@ def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair
 
 
 def ppm_scores(model: nn.Module) -> np.ndarray:
-    """PPM of every neuron, [layers, width], from the gate and up rows (Phi-3: fused gate_up)."""
+    """PPM of every neuron, [layers, width]: max + |min| of each of its MLP input rows, summed —
+    gate and up (Phi-3: both halves of the fused gate_up), or up alone in an ungated MLP. The rows
+    come from the architecture table (``mlp_input_modules``, ``neuron_rows``), as the bake's."""
     from ...model.hooks import layer_module, model_architecture
 
     arch = model_architecture(model)
@@ -168,18 +170,13 @@ def ppm_scores(model: nn.Module) -> np.ndarray:
     if g.sparse_layers:
         return _expert_ppm(model, arch)
     out = np.zeros((g.num_layers, g.intermediate_size), dtype=np.float64)
-
-    def weight(relative: str) -> torch.Tensor:
-        return _param(layer_module(model, arch, layer, relative))
-
+    # each neuron's rows of each input matrix, [width, rows per neuron] (a fused gate_up holds two)
+    rows = {m: np.array([arch.neuron_rows(m, i) for i in range(g.intermediate_size)])
+            for m in arch.mlp_input_modules()}
     for layer in range(g.num_layers):
-        if arch.layout.gate_up_proj:
-            w = weight(arch.layout.gate_up_proj)
-            gate, up = w[: g.intermediate_size], w[g.intermediate_size:]
-        else:
-            gate, up = weight(arch.layout.gate_proj), weight(arch.layout.up_proj)
-        ppm = (gate.amax(1) + gate.amin(1).abs() + up.amax(1) + up.amin(1).abs())
-        out[layer] = ppm.double().cpu().numpy()
+        for module, idx in rows.items():
+            w = _param(layer_module(model, arch, layer, module))
+            out[layer] += (w.amax(1) + w.amin(1).abs()).double().cpu().numpy()[idx].sum(axis=1)
     return out
 
 

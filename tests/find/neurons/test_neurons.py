@@ -201,3 +201,23 @@ def test_scores_survive_the_file_round_trip():
     broken["width"] = 11
     with pytest.raises(SelectionError, match="do not match"):
         NeuronScores.from_dict(broken)
+
+
+def test_ppm_of_an_ungated_mlp_reads_its_one_input_matrix(tmp_path, monkeypatch):
+    """PPM follows the table's MLP input rows: an ungated MLP (Starcoder2's c_fc → c_proj, added as a
+    row in this test only) has one input row per neuron, and scoring it needs no gate_proj."""
+    import transformers as tf
+
+    from surgery.core import architectures
+    from surgery.core.architectures import Layout
+    from tests.support.tiny import BASE
+
+    monkeypatch.setitem(architectures.ARCHITECTURES, "starcoder2", Layout(
+        ("model.layers.{layer}.",), down_proj="mlp.c_proj", gate_proj=None, up_proj="mlp.c_fc"))
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(tf.Starcoder2Config(**{k: v for k, v in BASE.items()
+                                                                       if k != "head_dim"})).eval()
+    arch = model_architecture(model)
+    up = np.stack([layer_module(model, arch, layer, "mlp.c_fc").weight.detach().double().numpy()
+                   for layer in range(arch.geometry.num_layers)])
+    np.testing.assert_allclose(ppm_scores(model), up.max(axis=2) + np.abs(up.min(axis=2)), rtol=1e-6)
