@@ -135,9 +135,9 @@ def use_shape_of(src: Path) -> None:
 def child_bake(src: Path, dst: Path) -> dict:
     t0 = time.perf_counter()
     use_shape_of(src)
-    from surgery.bake.bake import bake
+    import surgery
+    from surgery import HeadScale, NeuronScale, Recipe
     from surgery.core.checkpoint import Checkpoint
-    from surgery.core.edits import HeadScale, NeuronScale, Recipe
 
     stages: dict[str, float] = {"imported": time.perf_counter()}
     cpu = _count_cpu(src)
@@ -148,7 +148,7 @@ def child_bake(src: Path, dst: Path) -> dict:
     def progress(stage: str, done: int, total: int) -> None:
         stages.setdefault(stage, time.perf_counter())
 
-    bake(ckpt, recipe, dst, progress=progress)
+    surgery.bake_recipe(src, recipe, dst, verify=False, stages=progress)
     stages["done"] = time.perf_counter()
     # Copy and patch interleave (a shard is patched right after it is copied), and hashing runs
     # on threads throughout; "hash wait" is what is left of it after the last file is written.

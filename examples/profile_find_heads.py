@@ -18,8 +18,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from surgery.cli.group import cli
-from surgery.cli.main import _register
+from surgery.cli import main as surgery_command
 from surgery.find import findings as findings_mod
 from surgery.find.heads import awareness as awareness_mod
 from surgery.find.heads import causal as causal_mod
@@ -81,11 +80,14 @@ def main(argv: list[str]) -> None:
     wrap(awareness_mod, "awareness_at", "awareness / knowledge probe (generation)")
     wrap(find_mod, "save_findings", "writing")
     wrap(findings_mod, "save_findings", "writing")  # the CLI's --out (imported at call time)
-    _register()
 
     wall, cpu = time.perf_counter(), time.process_time()
     try:
-        cli.main(["find-heads", *argv, "--recompute"], standalone_mode=False)
+        try:  # the `surgery` command itself, in this process
+            surgery_command(["find-heads", *argv, "--recompute"])
+        except SystemExit as exc:
+            if exc.code:
+                raise
     finally:
         total = [time.perf_counter() - wall, time.process_time() - cpu]
         named = [sum(v[0] for v in PHASES.values()), sum(v[1] for v in PHASES.values())]

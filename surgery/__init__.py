@@ -1,3 +1,82 @@
-"""surgery: find the heads and neurons behind a behaviour, bake the edit into a checkpoint."""
+"""surgery: find the heads and neurons behind a behaviour, bake the edit into a checkpoint.
+
+The Python API mirrors the ``surgery`` command line, one function per command::
+
+    import surgery
+
+    found = surgery.find_neurons("models/smollm2")                 # cached findings
+    surgery.prune_neurons("models/smollm2", "pruned", n=40)          # surgery prune-neurons --n 40
+    surgery.amplify_heads("models/smollm2", "amplified", alpha=2.5, heads=[(7, 7)])
+    surgery.apply("recipe.yaml", "models/smollm2", "out")
+    assert surgery.verify("models/smollm2", "pruned").ok
+    surgery.undo("pruned", "restored")
+
+Options are keyword arguments named like the command line's (``device="cpu"``, ``score="bias"``,
+``max_pairs=96``), checked as the command line checks them. Everything listed in ``__all__`` is
+the supported surface; the modules below it may change. Names are imported on first use, so
+``import surgery`` stays cheap (no torch).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# name → module that defines it (imported on first access: PEP 562)
+_EXPORTS = {
+    # operations (surgery/api/)
+    "find_neurons": "surgery.api.neurons", "prune_neurons": "surgery.api.neurons",
+    "neuron_findings": "surgery.api.neurons",
+    "score_binding": "surgery.api.heads", "find_heads": "surgery.api.heads", "amplify_heads": "surgery.api.heads",
+    "head_findings": "surgery.api.heads",
+    "apply": "surgery.api.checkpoints", "verify": "surgery.api.checkpoints", "undo": "surgery.api.checkpoints",
+    "inspect": "surgery.api.checkpoints",
+    "export_lora": "surgery.api.shipping", "evaluate": "surgery.api.shipping", "push": "surgery.api.shipping",
+    "write_card": "surgery.api.shipping", "report": "surgery.api.shipping", "import_gguf": "surgery.api.shipping",
+    "bake_recipe": "surgery.api.baking", "bake_sweep": "surgery.api.baking",
+    # what they take and return
+    "Recipe": "surgery.core.edits", "Edit": "surgery.core.edit_kind", "HeadScale": "surgery.core.edits",
+    "NeuronScale": "surgery.core.edits", "register_edit_kind": "surgery.core.edit_kind",
+    "edit_kinds": "surgery.core.edit_kind",
+    "LoadSpec": "surgery.model.loading", "CaptureParams": "surgery.find.neurons.params",
+    "SelectParams": "surgery.find.neurons.params", "FindParams": "surgery.find.heads.params",
+    "EvalParams": "surgery.evaluate.params",
+    "Baked": "surgery.api.baking", "Planned": "surgery.api.baking", "Report": "surgery.bake.verify",
+    "NeuronFindings": "surgery.find.neurons.find", "HeadFindings": "surgery.find.heads.find",
+    "SurgeryError": "surgery.core.errors", "ParameterError": "surgery.core.errors",
+    "OptionError": "surgery.core.errors", "RecipeError": "surgery.core.errors",
+    "CheckpointError": "surgery.core.errors",
+}
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run __getattr__
+    from .api.baking import Baked, Planned, bake_recipe, bake_sweep
+    from .api.checkpoints import apply, inspect, undo, verify
+    from .api.heads import amplify_heads, find_heads, head_findings, score_binding
+    from .api.neurons import find_neurons, neuron_findings, prune_neurons
+    from .api.shipping import evaluate, export_lora, import_gguf, push, report, write_card
+    from .bake.verify import Report
+    from .core.edit_kind import Edit, edit_kinds, register_edit_kind
+    from .core.edits import HeadScale, NeuronScale, Recipe
+    from .core.errors import CheckpointError, OptionError, ParameterError, RecipeError, SurgeryError
+    from .evaluate.params import EvalParams
+    from .find.heads.find import HeadFindings
+    from .find.heads.params import FindParams
+    from .find.neurons.find import NeuronFindings
+    from .find.neurons.params import CaptureParams, SelectParams
+    from .model.loading import LoadSpec
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'surgery' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

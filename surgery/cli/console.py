@@ -122,3 +122,27 @@ def progress_bars() -> Iterator[Progress]:
             return lambda n=1: bar.advance(task, n)
 
         yield factory
+
+
+@contextmanager
+def both_progress() -> Iterator[tuple[Progress, Callable[[str, int, int], None]]]:
+    """A measurement :data:`Progress` and a stage progress that share one display (a terminal shows
+    one live display at a time): for commands that find, then bake."""
+    if not err.is_terminal:
+        with progress_bars() as progress, stage_progress() as stages:
+            yield progress, stages
+        return
+    with Bars(TextColumn("{task.description:<18}"), BarColumn(), TaskProgressColumn(),
+              TimeRemainingColumn(), console=err) as bar:
+        tasks: dict[str, Any] = {}
+
+        def factory(description: str, total: int) -> Callable[..., None]:
+            task = bar.add_task(description, total=max(total, 1))
+            return lambda n=1: bar.advance(task, n)
+
+        def stages(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(STAGE_LABELS.get(stage, stage), total=max(total, 1))
+            bar.update(tasks[stage], completed=done, total=max(total, 1))
+
+        yield factory, stages

@@ -7,12 +7,9 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ..bake.undo import undo as undo_bake
-from ..bake.verify import verify as verify_bake
-from ..core.architectures import architecture
-from ..core.edits import Recipe
-from ..model.loading import LoadSpec, open_checkpoint
-from .baking import run_bake
+from .. import api
+from ..model.loading import LoadSpec
+from .baking import print_baked, print_result, push_settings
 from .console import note, out, print_json, stage_progress
 from .group import cli
 from .options import load_options, model_argument, push_options
@@ -31,23 +28,7 @@ def _size(n: int) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
     """Show architecture, layers, heads, head_dim, MLP width, dtype, shards and size."""
-    ckpt, source = open_checkpoint(model, load)
-    arch = architecture(ckpt.config)
-    g = arch.geometry
-    dtypes = sorted({t.dtype for t in ckpt.tensors.values()})
-    info = {
-        "path": str(source.path), "model_type": arch.model_type, "layers": g.num_layers,
-        "heads": g.num_heads, "kv_heads": g.num_kv_heads, "head_dim": g.head_dim,
-        "hidden_size": g.hidden_size, "mlp_width": g.intermediate_size, "dtypes": dtypes,
-        "shards": len(ckpt.weight_files), "tensors": len(ckpt.tensors), "bytes": ckpt.total_bytes(),
-        "layer_prefix": arch.layer_prefix(ckpt.tensors).format(layer="N"),
-    }
-    if g.sparse_layers:  # mixture of experts: neurons are named L:eE:N (routed), L:s:N (shared)
-        info.update(experts=g.num_experts, expert_width=g.expert_size,
-                    expert_layers=f"{len(g.sparse_layers)} of {g.num_layers}",
-                    expert_layout="fused 3-D" if arch.fused_experts(ckpt.tensors) else "one tensor per expert")
-        if g.shared_size:
-            info["shared_expert_width"] = g.shared_size
+    info = api.inspect(model, load=load)
     if as_json:
         print_json(info)
         return
@@ -74,8 +55,14 @@ def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
 def apply(recipe: Path, model: str, load: LoadSpec, out_dir, force, verify, allow_other_base, as_json,
           allow_zero) -> None:
     """Bake a recipe (YAML) into a copy of MODEL."""
-    run_bake(model, Recipe.load(recipe), out_dir, load=load, force=force, verify=verify, as_json=as_json,
-             allow_other_base=allow_other_base, allow_zero=allow_zero)
+    with stage_progress() as stages:  # stderr: shown with --json too, which owns stdout only
+        baked = api.apply(recipe, model, out_dir, load=load, force=force, verify=verify,
+                          allow_other_base=allow_other_base, allow_zero=allow_zero, stages=stages, report=note,
+                          **push_settings())
+    if as_json:
+        print_result(baked, as_json)
+    else:
+        print_baked(baked)
 
 
 @cli.command(name="verify")
@@ -91,9 +78,8 @@ def verify_cmd(source: str, baked: Path, load: LoadSpec, structural_only: bool, 
     the bake took rather than computed (a copied file's, a Hub-cache blob name). The logits come
     from one loaded model: the source with the run-time edit, then with the edited tensors swapped in.
     """
-    ckpt, _ = open_checkpoint(source, load)
-    with stage_progress() as progress:  # stderr, with --json too
-        report = verify_bake(ckpt, baked, run_model=not structural_only, load=load, progress=progress)
+    with stage_progress() as stages:  # stderr, with --json too
+        report = api.verify(source, baked, structural_only=structural_only, load=load, stages=stages)
     if as_json:
         print_json(report.to_dict())
     elif report.ok:
@@ -115,7 +101,7 @@ def verify_cmd(source: str, baked: Path, load: LoadSpec, structural_only: bool, 
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def undo_cmd(baked: Path, out_dir: Path, force: bool, as_json: bool) -> None:
     """Restore the exact source of a baked checkpoint (sha256-identical files)."""
-    hashes = undo_bake(baked, out_dir, force, report=note)
+    hashes = api.undo(baked, out_dir, force=force, report=note)
     if as_json:
         print_json({"out": str(out_dir), "files": hashes})
     else:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from ..model.gguf_import import DTYPES, import_gguf
+from .. import api
+from ..model.gguf_import import DTYPES
 from .console import note, out, print_json, stage_progress
 from .group import cli
 
@@ -22,7 +23,7 @@ from .group import cli
 def import_gguf_cmd(gguf_file: Path, out_dir: Path, dtype: str, force: bool, as_json: bool) -> None:
     """Dequantize GGUF_FILE into a safetensors checkpoint (config, weights, tokenizer) at --out."""
     with stage_progress() as progress:  # stderr, with --json too
-        result = import_gguf(gguf_file, out_dir, dtype=dtype, force=force, report=note, progress=progress)
+        result = api.import_gguf(gguf_file, out_dir, dtype=dtype, force=force, report=note, stages=progress)
     m = result.manifest
     if as_json:
         print_json({"out": str(out_dir), **m, "notes": result.notes})

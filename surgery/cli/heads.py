@@ -3,42 +3,22 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.table import Table
 
-from ..core.distributed import is_main
-from ..core.edits import HeadScale, Recipe, parse_heads
-from ..core.errors import RecipeError
+from .. import api
 from ..find.heads.caveats import delta_s_caveat, weak_heads_caveat
 from ..find.heads.params import PAIR_FIELDS, SEARCH_FIELDS, FindParams
 from ..model.loading import LoadSpec
-from .baking import bake_each, parse_values, sweep_label
-from .console import note, out, print_json, progress_bars
+from .baking import each_line, parse_values, print_result, push_settings
+from .console import both_progress, note, out, print_json, progress_bars
 from .group import cli
 from .options import baking_command, model_argument, typed_options
 
-def check_alpha(alpha: float, allow_zero: bool) -> None:
-    if not math.isfinite(alpha):
-        raise RecipeError(f"--alpha must be a finite number, got {alpha}")
-    if alpha == 0 and not allow_zero:
-        raise RecipeError("--alpha 0 does not amplify: it silences the heads entirely (ablation); "
-                          "pass --allow-zero if that is what you want")
-
-
 RECOMPUTE = click.option("--recompute", is_flag=True, help="Ignore cached findings.")
-
-
-def _pairs(params: FindParams):
-    from ..find.heads.benchmark import load_benchmark
-    from ..find.heads.pairs import build_pairs
-
-    bench = load_benchmark(params.benchmark)
-    pairs = build_pairs(bench, seed=params.seed, per_identity=params.per_identity, max_pairs=params.max_pairs)
-    return bench, pairs
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
@@ -130,43 +110,12 @@ def print_findings(f: dict[str, Any]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def score_binding_cmd(model: str, load: LoadSpec, params: FindParams, as_json: bool) -> None:
     """Print ΔS and ΔK (paired t-tests over items) of MODEL on the binding benchmark."""
-    from ..bake.patches import check_loadable
-    from ..core import distributed
-    from ..find.heads.attention import surgery_attention_on
-    from ..find.heads.find import pairs_sha256
-    from ..find.heads.scores import score_binding
-    from ..model.loading import load_model, load_tokenizer, open_checkpoint
-
-    ckpt, _ = open_checkpoint(model, load)
-    check_loadable(ckpt)
-    bench, pairs = _pairs(params)
-    distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
-    tok = load_tokenizer(ckpt.path, load)
-    net = load_model(ckpt.path, load)
-    # progress goes to stderr, with --json too (it owns stdout only)
-    with surgery_attention_on(net), progress_bars() as progress:
-        res = score_binding(net, tok, pairs, instruct=params.instruct, batch_size=params.batch_size,
-                            progress=progress("scoring prompts", 4 * len(pairs)))
-    result = {"S": res["S"], "K": res["K"], "K_over_S": res["K_over_S"], "benchmark": bench.source,
-              "benchmark_sha256": bench.sha256}
+    with progress_bars() as progress:  # stderr, with --json too (it owns stdout only)
+        result = api.score_binding(model, load=load, params=params, progress=progress)
     if as_json:
         print_json(result)
     else:
         print_scores(result)
-
-
-def _find(ckpt, load: LoadSpec, params: FindParams, recompute: bool):
-    """Cached or fresh head findings of ``ckpt`` (progress on stderr, with --json too)."""
-    from ..find.heads.benchmark import benchmark_awareness_records
-    from ..find.heads.find import cached_find_heads
-
-    bench, pairs = _pairs(params)
-    params = replace(params, extra={"benchmark_sha256": bench.sha256})
-    records = benchmark_awareness_records(bench, params.seed) if params.dose_response else None
-    with progress_bars() as progress:
-        return cached_find_heads(ckpt, pairs, params, recompute=recompute, load=load,
-                                 awareness_records=records, progress=progress,
-                                 report=note)
 
 
 @cli.command(name="find-heads")
@@ -180,14 +129,10 @@ def find_heads_cmd(model: str, load: LoadSpec, params: FindParams, recompute: bo
                    as_json: bool) -> None:
     """Find cultural binding heads of MODEL: scores, discovery, knockout confirmation, knockout
     (cached findings)."""
-    from ..find.findings import save_findings
-    from ..model.loading import open_checkpoint
-
-    ckpt, _ = open_checkpoint(model, load)
-    found = _find(ckpt, load, params, recompute)
+    with progress_bars() as progress:  # stderr, with --json too
+        found = api.find_heads(model, recompute=recompute, out=out_file, load=load, params=params,
+                               progress=progress, report=note)
     findings, path, cached = found.data, found.path, found.from_cache
-    if out_file and is_main():  # under torchrun rank 0 alone writes
-        save_findings(findings, out_file)
     if as_json:
         print_json(findings)
         return
@@ -216,37 +161,15 @@ def amplify_heads(model: str, load: LoadSpec, out_dir: Path, force: bool, verify
                   heads: str | None, alphas: str, allow_zero: bool, findings_file: Path | None, top: int | None,
                   transfer: bool, params: FindParams, recompute: bool) -> None:
     """Scale the o_proj input columns of chosen heads by ALPHA and write a new checkpoint."""
-    values = parse_values(alphas, "--alpha")
-    for alpha in values:
-        check_alpha(alpha, allow_zero)
-    extra = None
-    if heads is not None:  # `--heads ""` is an empty list (parse_heads says so), not "use findings"
-        if findings_file or top or transfer:
-            raise RecipeError("--heads names the heads itself; drop --findings / --top / --transfer, or drop --heads")
-        chosen = [(h.layer, h.head) for h in parse_heads(heads, 1.0)]
-    else:
-        chosen, extra = _heads_from_findings(model, load, findings_file, top, transfer, params, recompute, as_json)
-    recipes = [Recipe(tuple(HeadScale(layer, head, a) for layer, head in chosen)) for a in values]
-    items = [(sweep_label("alpha", a), r, extra) for a, r in zip(values, recipes)]
-    bake_each(model, items, out_dir, load=load, force=force, verify=verify, as_json=as_json, allow_zero=allow_zero)
+    def show(plans: list[api.Planned]) -> None:  # the heads the findings gave, before they are baked
+        record = (plans[0].extra or {}).get("heads_findings")
+        if record and not as_json:
+            out.print(f"Heads from findings ({record['file']}): {', '.join(f'{la}.{h}' for la, h in record['heads'])}")
 
-
-def _heads_from_findings(model: str, load: LoadSpec, findings_file: Path | None, top: int | None, transfer: bool,
-                         params: FindParams, recompute: bool, as_json: bool):
-    """The heads to amplify from --findings or the cached (else fresh) findings, and their record."""
-    from ..find.heads.find import HeadFindings
-    from ..model.loading import open_checkpoint
-
-    ckpt, _ = open_checkpoint(model, load)
-    if findings_file:
-        found = HeadFindings.read(findings_file, ckpt, transfer)
-        if found.transfer_note:
-            note(found.transfer_note)
-    elif transfer:  # as prune-neurons: cached findings are this model's, there is nothing to transfer
-        raise RecipeError("--transfer applies to --findings from another checkpoint; give --findings FILE")
-    else:
-        found = _find(ckpt, load, params, recompute)
-    chosen = found.select(top)
-    if not as_json:
-        out.print(f"Heads from findings ({found.path}): {', '.join(f'{l}.{h}' for l, h in chosen)}")
-    return chosen, {"heads_findings": {**found.record(), "heads": [list(h) for h in chosen]}}
+    with both_progress() as (progress, stages):  # stderr, with --json too
+        result = api.amplify_heads(model, out_dir, alpha=parse_values(alphas, "alpha"), heads=heads, top=top,
+                                   findings=findings_file, transfer=transfer, recompute=recompute,
+                                   allow_zero=allow_zero, verify=verify, force=force, load=load, params=params,
+                                   progress=progress, stages=stages, report=note, on_plans=show,
+                                   on_each=each_line(as_json), **push_settings())
+    print_result(result, as_json)

@@ -12,8 +12,9 @@ from typing import Iterator
 import click
 
 from ..core import distributed
-from ..core.errors import SurgeryError
+from ..core.errors import ParameterError, SurgeryError
 from .group import cli
+from .options import flag_of
 
 # The commands that split their work across torchrun's processes; any other refuses (N bakes into
 # one folder would race). Which commands run data-parallel is the command line's decision: the
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> None:
     except SurgeryError as exc:
         if debug:
             raise
-        _error(_one_line(exc), exc)
+        # a library error names its parameters; the command line's user knows them as flags
+        _error(_one_line(exc.spelled(flag_of) if isinstance(exc, ParameterError) else exc), exc)
         sys.exit(2)
     except click.exceptions.Abort:
         _error("interrupted; nothing was left half-written")

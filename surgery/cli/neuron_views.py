@@ -6,17 +6,9 @@ from typing import Any, Mapping
 
 from rich.table import Table
 
-from ..find.neurons.find import NeuronFindings, describe
-from ..find.neurons.select import Selection
 from .console import out
 
 BAR_WIDTH = 30
-
-
-def selection_extra(found: NeuronFindings, chosen: Selection, factor: float) -> dict[str, Any]:
-    """The entries a bake adds to surgery.json: the selection and where its evidence came from."""
-    return {"neuron_selection": {**describe(found.scores, chosen), "factor": factor},
-            "neuron_findings": found.record()}
 
 
 def _fmt(x: float) -> str:

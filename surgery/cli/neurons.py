@@ -2,56 +2,21 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import click
 
-from ..core.distributed import is_main
-from ..core.edits import Recipe, parse_neurons
-from ..core.errors import RecipeError
+from .. import api
 from ..find.neurons.find import dataset_brief
 from ..find.neurons.params import CaptureParams, SelectParams
-from ..find.neurons.select import selected_edits
 from ..model.loading import LoadSpec
-from .baking import bake_each, parse_values, sweep_label
-from .console import note, out, print_json, progress_bars
+from .baking import each_line, parse_values, print_result, push_settings
+from .console import both_progress, note, out, print_json, progress_bars
 from .group import cli
-from .neuron_views import print_experts, print_summary, selection_extra
+from .neuron_views import print_experts, print_summary
 from .options import baking_command, model_argument, typed_options
 
 RECOMPUTE = click.option("--recompute", is_flag=True, help="Ignore cached findings and capture again.")
-
-
-def _findings(model: str, load: LoadSpec, capture: CaptureParams, recompute: bool, findings_file: Path | None,
-              transfer: bool, any_categories: bool = False):
-    """Findings from --findings, the cache, or a fresh capture.
-
-    With ``any_categories`` (prune-neurons), --category only selects: findings over every category
-    serve it, so a category-restricted capture runs only when it is already cached.
-    """
-    from ..find.neurons.find import NeuronFindings, cached_path, find_neurons
-    from ..find.neurons.pairs import load_pairs
-    from ..model.loading import open_checkpoint
-
-    ckpt, _ = open_checkpoint(model, load)
-    if findings_file is not None:
-        if capture.pairs != "builtin" or capture.language or recompute:
-            raise RecipeError("--findings already holds the scores; drop --pairs/--language/--recompute, "
-                              "or drop --findings to compute new ones")
-        found = NeuronFindings.read(findings_file, ckpt, transfer)
-        if found.transfer_note:
-            note(found.transfer_note)
-        return found
-    if transfer:
-        raise RecipeError("--transfer applies to --findings from another checkpoint; give --findings FILE")
-    pairs = load_pairs(capture.pairs, capture.language, capture.category_list)
-    if any_categories and capture.categories and (recompute or not cached_path(ckpt, pairs, load).is_file()):
-        pairs = load_pairs(capture.pairs, capture.language)
-    with progress_bars() as progress:  # stderr, with --json too
-        return find_neurons(ckpt, pairs, batch_size=capture.batch_size, strict=capture.strict, load=load,
-                            recompute=recompute, progress=progress,
-                            report=note)
 
 
 @cli.command(name="find-neurons")
@@ -67,11 +32,11 @@ def _findings(model: str, load: LoadSpec, capture: CaptureParams, recompute: boo
 def find_neurons_cmd(model: str, load: LoadSpec, capture: CaptureParams, recompute: bool, choose: SelectParams,
                      n: int, out_file: Path | None, as_json: bool) -> None:
     """Score every MLP neuron on contrastive demographic pairs; cache the findings."""
-    from ..find.neurons.find import describe, write_findings
+    from ..find.neurons.find import describe
 
-    found = _findings(model, load, capture, recompute, None, False)
-    if out_file is not None and is_main():  # under torchrun rank 0 alone writes
-        write_findings(found.data, out_file)
+    with progress_bars() as progress:  # stderr, with --json too
+        found = api.find_neurons(model, recompute=recompute, out=out_file, load=load, capture=capture,
+                                 progress=progress, report=note)
     shown = describe(found.scores, found.select(n, choose, capture.category_list))
     if as_json:
         print_json({"findings": str(found.path), "cached": found.from_cache, "out": str(out_file) if out_file else None,
@@ -107,28 +72,18 @@ def prune_neurons(model: str, load: LoadSpec, out_dir: Path, force: bool, verify
                   neurons: str | None, n_spec: str | None, findings_file: Path | None, transfer: bool, factor: float,
                   allow_zero: bool, choose: SelectParams, capture: CaptureParams, recompute: bool) -> None:
     """Zero (or scale) MLP neurons — named, or the top N bias neurons — and write a new checkpoint."""
-    if not math.isfinite(factor):
-        raise RecipeError(f"--factor must be a finite number, got {factor}")
-    if factor == 1.0:
-        raise RecipeError("--factor 1 leaves every neuron unchanged; use 0 to prune or another value to scale")
-    if (neurons is None) == (n_spec is None):
-        raise RecipeError("give exactly one of --neurons LAYER:INDEX,… and --n N")
-    bake_kw = dict(load=load, force=force, verify=verify, as_json=as_json, allow_zero=allow_zero)
-    if neurons is not None:
-        if findings_file or transfer:
-            raise RecipeError("--neurons names the neurons itself; drop --findings/--transfer or use --n")
-        bake_each(model, [(None, Recipe(tuple(parse_neurons(neurons, factor))), None)], out_dir, **bake_kw)
-        return
-    values = parse_values(n_spec, "--n")
-    if any(v != int(v) or v < 1 for v in values):
-        raise RecipeError(f"--n must be whole numbers ≥ 1, got {n_spec}")
-    found = _findings(model, load, capture, recompute, findings_file, transfer, any_categories=True)
-    items = []
-    for n in (int(v) for v in values):
-        chosen = found.select(n, choose, capture.category_list)
-        extra = selection_extra(found, chosen, factor)
-        if not as_json:
-            print_summary(extra["neuron_selection"], found.data.get("dataset") or {}, title=f"n = {n}")
-        recipe = Recipe(selected_edits(found.scores, chosen, factor))
-        items.append((sweep_label("n", n), recipe, extra))
-    bake_each(model, items, out_dir, **bake_kw)
+    def show(plans: list[api.Planned]) -> None:  # what each value of n bakes, before it is baked
+        for plan in plans if not as_json else ():
+            if not plan.extra:
+                continue  # neurons named on the command line: no selection to show
+            selection = plan.extra["neuron_selection"]
+            print_summary(selection, plan.extra["neuron_findings"].get("dataset") or {}, title=f"n = {selection['n']}")
+
+    ns = None if n_spec is None else [v if v != int(v) else int(v) for v in parse_values(n_spec, "n")]
+    with both_progress() as (progress, stages):  # stderr, with --json too
+        result = api.prune_neurons(model, out_dir, n=ns, neurons=neurons, factor=factor, findings=findings_file,
+                                   transfer=transfer, recompute=recompute, allow_zero=allow_zero, verify=verify,
+                                   force=force, load=load, capture=capture, select=choose, progress=progress,
+                                   stages=stages, report=note, on_plans=show, on_each=each_line(as_json),
+                                   **push_settings())
+    print_result(result, as_json)

@@ -130,3 +130,17 @@ def bake_options(f: Callable) -> Callable:
 def baking_command(f: Callable) -> Callable:
     """Decorate a command that ends in a bake with MODEL and the bake options."""
     return model_argument(bake_options(functools.wraps(f)(f)))
+
+
+def flag_of(name: str) -> str:
+    """The command-line flag of a library parameter: a typed option's own spelling (``rule`` →
+    ``--select``), else ``--`` and the name with dashes (``allow_zero`` → ``--allow-zero``)."""
+    from ..evaluate.params import EvalParams
+    from ..find.heads.params import FindParams
+    from ..find.neurons.params import CaptureParams, SelectParams
+
+    for cls in (LoadSpec, CaptureParams, SelectParams, FindParams, EvalParams):
+        for field, spec in cli_fields(cls):
+            if field.name == name and spec.flag:
+                return spec.flag
+    return "--" + name.replace("_", "-")

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.table import Table
 
+from .. import api
 from ..core.distributed import is_main
-from ..core.errors import SurgeryError
 from ..evaluate.params import EvalParams
-from ..model.loading import open_checkpoint
 from .console import err, out, print_json, progress_bars
 from .group import cli
 from .options import model_argument, typed_options
@@ -31,10 +29,7 @@ from .options import model_argument, typed_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def export_lora_cmd(model, load, recipe_path, out_dir, vllm, force, as_json):
     """Write a PEFT LoRA adapter whose effect on MODEL is exactly the recipe."""
-    from ..ship.lora import export_lora, load_recipe
-
-    ckpt, source = open_checkpoint(model, load)
-    summary = export_lora(ckpt, load_recipe(recipe_path, ckpt), out_dir, vllm=vllm, force=force, source=source)
+    summary = api.export_lora(model, recipe_path, out_dir, vllm=vllm, force=force, load=load)
     if as_json:
         print_json({"out": str(out_dir), **summary})
         return
@@ -56,9 +51,7 @@ def push_cmd(folder, repo_id, private, revision, create_pr, message, as_json):
 
     The token comes from HF_TOKEN or `hf auth login`; it is never printed.
     """
-    from ..ship.hub import push
-
-    result = push(folder, repo_id, private=private, revision=revision, create_pr=create_pr, message=message)
+    result = api.push(folder, repo_id, private=private, revision=revision, create_pr=create_pr, message=message)
     if as_json:
         print_json(result)
         return
@@ -73,10 +66,7 @@ def push_cmd(folder, repo_id, private, revision, create_pr, message, as_json):
               help="An eval JSON (surgery eval --out) whose before/after table goes into the card.")
 def card_cmd(folder, eval_path):
     """Rewrite the model card of a baked FOLDER (keeps surgery.json's hashes consistent)."""
-    from ..evaluate.data import load_result
-    from ..ship.card import card_with_evaluation, refresh_card
-
-    path = card_with_evaluation(folder, load_result(eval_path), str(eval_path)) if eval_path else refresh_card(folder)
+    path = api.write_card(folder, eval_path)
     out.print(f"[green]Wrote[/] {path}{' with the evaluation table' if eval_path else ''}")
 
 
@@ -136,34 +126,14 @@ def eval_table(result: dict) -> Table:
 def eval_cmd(model, load, against, recompute, params, bbq_paths, n4_path, lm_eval_tasks,
              lm_eval_include, out_path, update_card, as_json):
     """Evaluate MODEL: retention, KL vs --against, BBQ bias, DiffAware/CtxtAware, lm-eval tasks."""
-    from ..evaluate.data import save_result
-    from ..evaluate.suites import evaluate, make_plan
-
-    tasks = [t.strip() for t in lm_eval_tasks.split(",") if t.strip()]
-    plan = make_plan(params.suites, against=against is not None, limit=params.limit, bbq=bbq_paths, n4=n4_path,
-                     lm_eval_tasks=tasks, lm_eval_include=lm_eval_include, batch_size=params.batch_size)
-    # Opened as checkpoints: the same safety checks (remote code, pickles) as every other command.
-    _, source = open_checkpoint(model, load)
-    against_path = open_checkpoint(against, replace(load, revision=None))[1].path if against else None
-    if update_card:
-        from ..ship.card import check_card_evaluation
-
-        if source.hub_id:
-            raise SurgeryError("--card rewrites a local baked folder; MODEL is a Hub download (the Hub "
-                               "cache is never written): give the local folder, or run surgery card later")
-        check_card_evaluation(source.path, against_path)  # fail now, not after the evaluation
     # Progress and notes go to stderr, with --json too (it owns stdout only).
     with progress_bars() as progress:
-        result = evaluate(source.path, plan, against=against_path, load=load, recompute=recompute,
-                          progress=progress, report=lambda m: err.print(f"[dim]{m}[/]"))
+        result = api.evaluate(model, against=against, recompute=recompute, bbq=bbq_paths, n4=n4_path,
+                              lm_eval=[t.strip() for t in lm_eval_tasks.split(",") if t.strip()],
+                              lm_eval_include=lm_eval_include, out=out_path, card=update_card, load=load,
+                              params=params, progress=progress, report=lambda m: err.print(f"[dim]{m}[/]"))
     if not is_main():
-        return  # under torchrun rank 0 alone writes and prints
-    if out_path:
-        save_result(result, out_path)
-    if update_card:
-        from ..ship.card import card_with_evaluation
-
-        card_with_evaluation(source.path, result, str(out_path) if out_path else "this evaluation")
+        return  # under torchrun rank 0 alone prints
     if as_json:
         from ..evaluate.data import clean
 
@@ -184,10 +154,6 @@ def eval_cmd(model, load, against, recompute, params, bbq_paths, n4_path, lm_eva
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def report_cmd(findings, evals, out_dir, force):
     """Write a markdown report with figures from FINDINGS files and eval results (needs matplotlib)."""
-    from ..ship.report import build_report
-
-    if not findings and not evals:
-        raise SurgeryError("give at least one findings file or --eval result to report on")
-    path = build_report(findings, evals, out_dir, force=force)
+    path = api.report(findings, out_dir, evals=evals, force=force)
     pngs = sorted(p.name for p in path.parent.glob("*.png"))
     out.print(f"[green]Wrote[/] {path} with {len(pngs)} figure(s)")

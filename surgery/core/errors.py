@@ -37,3 +37,16 @@ class VerificationError(SurgeryError):
 
 class EvaluationError(SurgeryError):
     """An evaluation result is used for a model it did not measure."""
+
+
+class ParameterError(SurgeryError):
+    """A parameter's value is wrong. The message names each parameter as a ``{name}`` placeholder:
+    Python callers read the parameter's name, the command line its flag (``{n}`` → ``--n``)."""
+
+    def __init__(self, template: str, *names: str) -> None:
+        self.template, self.names = template, names
+        super().__init__(self.spelled(lambda name: name))
+
+    def spelled(self, spell) -> str:
+        """The message with every parameter written by ``spell(name)``."""
+        return self.template.format(**{name: spell(name) for name in self.names})

@@ -121,12 +121,11 @@ def test_sweep_pushes_each_value_to_its_own_branch(tiny, tmp_path):
     src = tiny("llama")
     script = textwrap.dedent(f"""
         from pathlib import Path
-        from surgery.cli.baking import run_sweep, sweep_label
+        from surgery.api.baking import Planned, bake_sweep, sweep_label
         from surgery.core.edits import HeadScale, Recipe
-        items = [(sweep_label("alpha", a), Recipe((HeadScale(0, 1, a),)), {{"selection": {{"alpha": a}}}})
+        plans = [Planned(sweep_label("alpha", a), Recipe((HeadScale(0, 1, a),)), {{"selection": {{"alpha": a}}}})
                  for a in (1.5, 2.0)]
-        run_sweep({str(src)!r}, items, Path({str(tmp_path / 'sweep')!r}), push_to="me/sweep",
-                  verify=False, as_json=True)
+        bake_sweep({str(src)!r}, plans, Path({str(tmp_path / 'sweep')!r}), push_to="me/sweep", verify=False)
     """)
     with FakeHub(TOKEN) as hub:
         r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

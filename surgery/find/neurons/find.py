@@ -84,6 +84,13 @@ def describe(scores: NeuronScores, chosen: Selection) -> dict[str, Any]:
             "overlap": category_overlap(scores, chosen)}
 
 
+def selection_record(found: NeuronFindings, chosen: Selection, factor: float) -> dict[str, Any]:
+    """What a bake of this selection adds to surgery.json: the selection with its evidence, and
+    where the findings came from."""
+    return {"neuron_selection": {**describe(found.scores, chosen), "factor": factor},
+            "neuron_findings": found.record()}
+
+
 def summary(scores: NeuronScores, n: int, score: str = DEFAULT_SCORE, rule: str = DEFAULT_RULE,
             bias_weight: float = DEFAULT_BIAS_WEIGHT, categories: Sequence[str] | None = None,
             layers: Sequence[int] | None = None, spare_active: float = DEFAULT_SPARE) -> dict[str, Any]:

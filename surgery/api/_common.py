@@ -1,0 +1,49 @@
+"""What every API function shares: flat keyword options into typed parameter objects, and notes.
+
+The Python API mirrors the command line: ``surgery.prune_neurons(model, out, n=40, score="bias",
+device="cpu")`` takes the same options as ``surgery prune-neurons MODEL --n 40 --score bias
+--device cpu``, spelled as the fields of the typed parameter objects (``LoadSpec``,
+``CaptureParams``, ``SelectParams``, ``FindParams``, ``EvalParams``). A ready object may be given
+instead (``load=LoadSpec(...)``). Bounds and choices are checked by the objects themselves, so a
+Python caller gets the command line's errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+logger = logging.getLogger("surgery")
+
+
+def log_note(message: str) -> None:
+    """The default ``report`` of API functions: a note on the ``surgery`` logger (warning level, so
+    that Python's last-resort handler shows it on stderr when logging is not configured)."""
+    logger.warning(message)
+
+
+def typed(cls: type[T], options: dict[str, Any], given: T | None = None) -> T:
+    """``given``, or ``cls`` built from the options named like its fields (taken out of ``options``)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    mine = {k: options.pop(k) for k in list(options) if k in names}
+    if given is not None:
+        if mine:
+            raise TypeError(f"give either a {cls.__name__} or its options ({', '.join(sorted(mine))}), not both")
+        return given
+    return cls(**mine)
+
+
+def no_other_options(function: str, options: dict[str, Any], *accepted: type) -> None:
+    """A keyword no parameter object took is a typo: say which, and what is accepted."""
+    if options:
+        known = sorted({f.name for cls in accepted for f in dataclasses.fields(cls)})
+        raise TypeError(f"{function}() got unknown option(s) {', '.join(sorted(options))}; "
+                        f"it also takes: {', '.join(known)}")
+
+
+def reporter(report: Callable[[str], None] | None) -> Callable[[str], None]:
+    """``report``, or notes on the ``surgery`` logger."""
+    return report or log_note

@@ -1,0 +1,157 @@
+"""Bake a recipe into a copy of a model, with every policy a bake carries — the one path the
+commands and Python callers share.
+
+:func:`bake_recipe` opens MODEL, checks the recipe against the model it is baked into
+(surgery.bake.lineage: a recipe written for another model is refused unless ``allow_other_base``),
+refuses scales that vanish or overflow in the stored dtype (surgery.bake.guards, inside the bake),
+runs the bake's own check of every edited weight map (surgery.bake.check) unless ``verify=False``,
+writes the model card and pushes the result when asked. :func:`bake_sweep` bakes one output per
+value of a sweep (α or n), every destination and every value's scales checked before the first bake.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ..bake.provenance import edited_tensors
+from ..core.edits import Recipe
+from ..core.errors import RecipeError
+from ..core.progress import StageProgress, silent_stages
+from ..model.loading import LoadSpec, open_checkpoint
+from ._common import no_other_options, reporter, typed
+
+
+@dataclass
+class Baked:
+    """One finished bake: where it went, its provenance (surgery.json), the notes reported on the
+    way, and the findings summary that went into surgery.json (``extra``)."""
+
+    out: Path
+    provenance: dict[str, Any]
+    notes: list[str]
+    extra: dict[str, Any] | None = None
+
+    @property
+    def tensors_edited(self) -> int:
+        """Distinct tensors the bake changed (a fused expert tensor counts once, not per window)."""
+        return len(edited_tensors(self.provenance))
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON object the command line prints for this bake (``--json``)."""
+        prov = self.provenance
+        return {"out": str(self.out), "edits": len(prov["recipe"]["edits"]), "tensors_edited": self.tensors_edited,
+                "verification": prov.get("verification"), "notes": self.notes, "pushed": prov.get("pushed"),
+                **(self.extra or {})}  # the selection / findings summary that went into surgery.json
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One output of a sweep: its label (folder and branch name), recipe, and surgery.json extras."""
+
+    label: str | None
+    recipe: Recipe
+    extra: dict[str, Any] | None = None
+
+
+def sweep_label(name: str, value: float) -> str:
+    """A folder and branch name for one sweep value, e.g. ``alpha-2.5`` or ``n-40``."""
+    return f"{name}-{value:g}"
+
+
+def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: LoadSpec | None = None,
+                force: bool = False, verify: bool = True, allow_other_base: bool = False, allow_zero: bool = False,
+                extra: Mapping[str, Any] | None = None, evaluation: Mapping[str, Any] | None = None,
+                push_to: str | None = None, push_revision: str | None = None, private: bool = False,
+                stages: StageProgress = silent_stages, report: Callable[[str], None] | None = None,
+                **options: Any) -> Baked:
+    """Bake ``recipe`` into a copy of ``model`` at ``out`` (written atomically) and return what happened.
+
+    Args:
+        model: a checkpoint folder or a Hub id (``org/name``).
+        recipe: the edits; a recipe written for another model is refused unless ``allow_other_base``
+            (the output then records both names).
+        out: the output folder; an existing one is refused unless ``force`` and it is a surgery
+            output (or empty).
+        verify: run the bake's check of every edited weight map before publishing.
+        allow_zero: accept a non-zero scale that rounds a head's or neuron's weights to zero.
+        extra: entries added to surgery.json (findings summaries); ``evaluation``: rows of the card's
+            before/after table.
+        push_to: push the result to this Hub repo (branch ``push_revision``; ``private`` when created).
+        stages: progress callback ``(stage, done, total)``; ``report``: notes (default: the
+            ``surgery`` logger).
+        options: load options (``revision``, ``trust_remote_code``, ``device`` …: see ``LoadSpec``).
+    """
+    from ..bake.bake import bake
+    from ..bake.check import edited_check
+    from ..bake.lineage import for_source
+    from ..ship.card import card_hook
+
+    load = typed(LoadSpec, options, load)
+    no_other_options("bake_recipe", options, LoadSpec)
+    note = reporter(report)
+    if push_to:
+        from ..ship.hub import preflight
+
+        preflight(push_to, push_revision)  # fail before a long bake, not after it
+    ckpt, source = open_checkpoint(str(model), load)
+    recipe, lineage = for_source(recipe, ckpt.config, source, allow_other_base=allow_other_base)
+    notes = [lineage] if lineage else []
+    if lineage:
+        note(lineage)
+    result = bake(ckpt, recipe, out, source=source, force=force, progress=stages,
+                  check=edited_check(ckpt, recipe) if verify else None, extra=dict(extra) if extra else None,
+                  card=card_hook(evaluation), report=note, allow_zero=allow_zero)
+    prov = result.provenance
+    if push_to:
+        from ..ship.hub import push
+
+        prov = {**prov, "pushed": push(out, push_to, private=private, revision=push_revision)}
+    return Baked(Path(out), prov, notes + result.notes, dict(extra) if extra else None)
+
+
+def bake_sweep(model: str | Path, plans: Sequence[Planned], out: str | Path, *, load: LoadSpec | None = None,
+               force: bool = False, allow_zero: bool = False, push_to: str | None = None,
+               on_each: Callable[[str, Baked], None] | None = None, **kwargs: Any) -> dict[str, Baked]:
+    """Bake each plan into ``out/<label>`` (on the Hub: branch ``<label>`` of ``push_to``).
+
+    Every destination and every value's scales are checked before the first bake, so a taken
+    destination or a refused value fails the sweep with nothing written. ``on_each(label, baked)``
+    runs after each bake; ``kwargs`` go to :func:`bake_recipe`.
+    """
+    from ..bake.guards import check_scales
+    from ..core.staging import check_container, check_free
+
+    labels = [p.label for p in plans]
+    if None in labels or len(set(labels)) != len(labels):
+        raise RecipeError("sweep labels must be given and unique (each value gets its own folder and branch)")
+    load = typed(LoadSpec, kwargs, load)
+    out = Path(out)
+    ckpt, source = open_checkpoint(str(model), load)
+    check_scales(ckpt, [p.recipe for p in plans], allow_zero=allow_zero)  # a refused value leaves no outputs
+    check_container(out, [source.path])  # the sweep's folder may exist: it holds the values
+    for label in labels:
+        check_free(out / label, [source.path], force)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for plan in plans:
+        baked = bake_recipe(model, plan.recipe, out / plan.label, load=load, force=force, allow_zero=allow_zero,
+                            extra=plan.extra, push_to=push_to, push_revision=plan.label if push_to else None,
+                            **kwargs)
+        results[plan.label] = baked
+        if on_each is not None:
+            on_each(plan.label, baked)
+    return results
+
+
+def bake_plans(model: str | Path, plans: Sequence[Planned], out: str | Path, *,
+               on_each: Callable[[str | None, Baked], None] | None = None, **kwargs: Any) -> Baked | dict[str, Baked]:
+    """One plan bakes into ``out``; several (a sweep over α or n) into ``out/<label>`` each.
+    ``on_each(label, baked)`` runs after each bake."""
+    if len(plans) == 1:
+        baked = bake_recipe(model, plans[0].recipe, out, extra=plans[0].extra, **kwargs)
+        if on_each is not None:
+            on_each(plans[0].label, baked)
+        return baked
+    return bake_sweep(model, plans, out, on_each=on_each, **kwargs)

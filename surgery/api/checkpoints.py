@@ -1,0 +1,77 @@
+"""Checkpoints and recipes from Python: inspect a model, apply a recipe, verify a bake, undo it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..core.edits import Recipe
+from ..core.progress import StageProgress, silent_stages
+from ..model.loading import LoadSpec, open_checkpoint
+from ._common import no_other_options, reporter, typed
+from .baking import Baked, bake_recipe
+
+if TYPE_CHECKING:
+    from ..bake.verify import Report
+
+
+def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) -> dict[str, Any]:
+    """What ``model`` is, read from its config and safetensors headers (no weights loaded):
+    architecture, layers, heads, kv heads, head_dim, sizes, dtypes, shards, and its experts."""
+    from ..core.architectures import architecture
+
+    load = typed(LoadSpec, options, load)
+    no_other_options("inspect", options, LoadSpec)
+    ckpt, source = open_checkpoint(str(model), load)
+    arch = architecture(ckpt.config)
+    g = arch.geometry
+    info = {
+        "path": str(source.path), "model_type": arch.model_type, "layers": g.num_layers,
+        "heads": g.num_heads, "kv_heads": g.num_kv_heads, "head_dim": g.head_dim,
+        "hidden_size": g.hidden_size, "mlp_width": g.intermediate_size,
+        "dtypes": sorted({t.dtype for t in ckpt.tensors.values()}),
+        "shards": len(ckpt.weight_files), "tensors": len(ckpt.tensors), "bytes": ckpt.total_bytes(),
+        "layer_prefix": arch.layer_prefix(ckpt.tensors).format(layer="N"),
+    }
+    if g.sparse_layers:  # mixture of experts: neurons are named L:eE:N (routed), L:s:N (shared)
+        info.update(experts=g.num_experts, expert_width=g.expert_size,
+                    expert_layers=f"{len(g.sparse_layers)} of {g.num_layers}",
+                    expert_layout="fused 3-D" if arch.fused_experts(ckpt.tensors) else "one tensor per expert")
+        if g.shared_size:
+            info["shared_expert_width"] = g.shared_size
+    return info
+
+
+def apply(recipe: Recipe | str | Path, model: str | Path, out: str | Path, *, verify: bool = True,
+          force: bool = False, allow_other_base: bool = False, allow_zero: bool = False,
+          push_to: str | None = None, private: bool = False, stages: StageProgress = silent_stages,
+          report: Callable[[str], None] | None = None, **options: Any) -> Baked:
+    """Bake ``recipe`` (a :class:`~surgery.core.edits.Recipe` or a recipe YAML file) into a copy of
+    ``model`` at ``out``. A recipe whose ``base_model`` names another model is refused unless
+    ``allow_other_base``. Options: ``LoadSpec`` fields (``revision``, ``trust_remote_code`` …)."""
+    recipe = recipe if isinstance(recipe, Recipe) else Recipe.load(recipe)
+    return bake_recipe(model, recipe, out, verify=verify, force=force, allow_other_base=allow_other_base,
+                       allow_zero=allow_zero, push_to=push_to, private=private, stages=stages, report=report,
+                       **options)
+
+
+def verify(source: str | Path, baked: str | Path, *, structural_only: bool = False, load: LoadSpec | None = None,
+           stages: StageProgress = silent_stages, **options: Any) -> "Report":
+    """Check ``baked`` against ``source``: files, bytes, every sha256 recomputed, and (unless
+    ``structural_only``) the logits against the run-time edit. The report's ``ok`` says whether
+    all is well and ``problems`` lists what is not."""
+    from ..bake.verify import verify as verify_bake
+
+    load = typed(LoadSpec, options, load)
+    no_other_options("verify", options, LoadSpec)
+    ckpt, _ = open_checkpoint(str(source), load)
+    return verify_bake(ckpt, baked, run_model=not structural_only, load=load, progress=stages)
+
+
+def undo(baked: str | Path, out: str | Path, *, force: bool = False,
+         report: Callable[[str], None] | None = None) -> dict[str, str]:
+    """Restore the exact source of a baked folder at ``out``; returns the sha256 of every file
+    written (each equals the source's, as recorded at bake time)."""
+    from ..bake.undo import undo as undo_bake
+
+    return undo_bake(baked, out, force, report=reporter(report))

@@ -1,0 +1,173 @@
+"""Cultural binding heads from Python: score, find, amplify.
+
+``surgery.score_binding(model)`` measures S and K on the binding benchmark (ΔS / ΔK with paired
+t-tests); ``surgery.find_heads(model)`` discovers, confirms and knocks out the binding heads (cached
+by model fingerprint, pairs and parameters); ``surgery.amplify_heads(model, out, alpha=2.5)`` bakes
+the found heads (or ``heads=[(7, 7)]``) scaled by α (``alpha=[2, 2.5, 3]``: one output per value).
+The options are those of the commands, spelled as the fields of ``LoadSpec`` and ``FindParams``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from ..core.checkpoint import Checkpoint
+from ..core.edits import HeadScale, Recipe, parse_heads
+from ..core.errors import ParameterError
+from ..core.progress import Progress, StageProgress, silent, silent_stages
+from ..find.heads.params import FindParams
+from ..model.loading import LoadSpec, open_checkpoint
+from ._common import no_other_options, reporter, typed
+from .baking import Baked, Planned, bake_plans, sweep_label
+
+if TYPE_CHECKING:
+    from ..find.heads.find import HeadFindings
+
+
+def _pairs(params: FindParams):
+    """The benchmark ``params`` name and its factorial pairs."""
+    from ..find.heads.benchmark import load_benchmark
+    from ..find.heads.pairs import build_pairs
+
+    bench = load_benchmark(params.benchmark)
+    return bench, build_pairs(bench, seed=params.seed, per_identity=params.per_identity, max_pairs=params.max_pairs)
+
+
+def score_binding(model: str | Path, *, load: LoadSpec | None = None, params: FindParams | None = None,
+                  progress: Progress = silent, **options: Any) -> dict[str, Any]:
+    """S and K of ``model`` on the binding benchmark: mean match / mismatch, Δ, paired t-test over
+    items (``{"S": …, "K": …, "K_over_S": …, "benchmark": …, "benchmark_sha256": …}``).
+    Options: ``LoadSpec`` fields and FindParams' prompt fields (``benchmark``, ``max_pairs`` …)."""
+    from ..bake.patches import check_loadable
+    from ..core import distributed
+    from ..find.heads.attention import surgery_attention_on
+    from ..find.heads.find import pairs_sha256
+    from ..find.heads.scores import score_binding as scores
+    from ..model.loading import load_model, load_tokenizer
+
+    load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
+    no_other_options("score_binding", options, LoadSpec, FindParams)
+    ckpt, _ = open_checkpoint(str(model), load)
+    check_loadable(ckpt)
+    bench, pairs = _pairs(params)
+    distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
+    tok = load_tokenizer(ckpt.path, load)
+    net = load_model(ckpt.path, load)
+    with surgery_attention_on(net):
+        res = scores(net, tok, pairs, instruct=params.instruct, batch_size=params.batch_size,
+                     progress=progress("scoring prompts", 4 * len(pairs)))
+    return {"S": res["S"], "K": res["K"], "K_over_S": res["K_over_S"], "benchmark": bench.source,
+            "benchmark_sha256": bench.sha256}
+
+
+def head_findings(model: str | Path | Checkpoint, *, findings: str | Path | None = None, transfer: bool = False,
+                  recompute: bool = False, load: LoadSpec | None = None, params: FindParams | None = None,
+                  progress: Progress = silent, report: Callable[[str], None] | None = None,
+                  **options: Any) -> "HeadFindings":
+    """The head findings for ``model``: read from ``findings`` (a file; ``transfer`` accepts one of
+    another checkpoint of the same architecture), else from the cache, else computed. The cache key
+    holds the model's fingerprint, the pairs, every parameter and the benchmark file's sha256."""
+    from ..find.heads.benchmark import benchmark_awareness_records
+    from ..find.heads.find import HeadFindings, cached_find_heads
+
+    load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
+    no_other_options("head_findings", options, LoadSpec, FindParams)
+    note = reporter(report)
+    ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(str(model), load)[0]
+    if findings is not None:
+        found = HeadFindings.read(findings, ckpt, transfer)
+        if found.transfer_note:
+            note(found.transfer_note)
+        return found
+    if transfer:  # as for neurons: cached findings are this model's, there is nothing to transfer
+        raise ParameterError("{transfer} applies to {findings} from another checkpoint; give {findings} FILE",
+                             "transfer", "findings")
+    bench, pairs = _pairs(params)
+    params = replace(params, extra={"benchmark_sha256": bench.sha256})
+    records = benchmark_awareness_records(bench, params.seed) if params.dose_response else None
+    return cached_find_heads(ckpt, pairs, params, recompute=recompute, load=load, awareness_records=records,
+                             progress=progress, report=note)
+
+
+def find_heads(model: str | Path, *, recompute: bool = False, out: str | Path | None = None,
+               progress: Progress = silent, report: Callable[[str], None] | None = None,
+               **options: Any) -> "HeadFindings":
+    """Find the cultural binding heads of ``model``: scores, discovery, knockout confirmation,
+    knockout with controls, optionally the dose-response (cached; ``recompute`` runs again);
+    ``out`` also writes the findings JSON there. Options: ``LoadSpec`` and ``FindParams`` fields."""
+    from ..core.distributed import is_main
+    from ..find.findings import save_findings
+
+    found = head_findings(model, recompute=recompute, progress=progress, report=report, **options)
+    if out is not None and is_main():  # under torchrun rank 0 alone writes
+        save_findings(found.data, Path(out))
+    return found
+
+
+def amplify_heads(model: str | Path, out: str | Path, *, alpha: float | Iterable[float],
+                  heads: str | Iterable[tuple[int, int]] | None = None, top: int | None = None,
+                  findings: str | Path | None = None, transfer: bool = False, recompute: bool = False,
+                  allow_zero: bool = False, verify: bool = True, force: bool = False, push_to: str | None = None,
+                  private: bool = False, load: LoadSpec | None = None, params: FindParams | None = None,
+                  progress: Progress = silent, stages: StageProgress = silent_stages,
+                  report: Callable[[str], None] | None = None,
+                  on_plans: Callable[[list[Planned]], None] | None = None,
+                  on_each: Callable[[str | None, Baked], None] | None = None,
+                  **options: Any) -> Baked | dict[str, Baked]:
+    """Scale the output of chosen heads by ``alpha`` (their o_proj input columns) and write a new
+    checkpoint at ``out``; a list of α bakes one folder per value into ``out``.
+
+    The heads are ``heads`` (``"7.7,8.17"`` or ``[(7, 7), (8, 17)]``) or come from the findings (the
+    knocked-out selection, or the ``top`` heads of the confirmed ranking), computed once and cached,
+    or read from ``findings``. α = 0 silences the heads: it needs ``allow_zero``. ``on_plans(plans)``
+    sees what will be baked before the first bake, ``on_each(label, baked)`` each output once written.
+    """
+    alphas = _alphas(alpha, allow_zero)
+    load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
+    no_other_options("amplify_heads", options, LoadSpec, FindParams)
+    extra = None
+    if heads is not None:  # an empty list is an error (parse_heads says so), not "use findings"
+        if findings or top or transfer:
+            raise ParameterError("{heads} names the heads itself; drop {findings} / {top} / {transfer}, or drop "
+                                 "{heads}", "heads", "findings", "top", "transfer")
+        chosen = _head_pairs(heads)
+    else:
+        found = head_findings(model, findings=findings, transfer=transfer, recompute=recompute, load=load,
+                              params=params, progress=progress, report=report)
+        chosen = found.select(top)
+        extra = {"heads_findings": {**found.record(), "heads": [list(h) for h in chosen]}}
+    plans = [Planned(sweep_label("alpha", a), Recipe(tuple(HeadScale(layer, head, a) for layer, head in chosen)),
+                     extra) for a in alphas]
+    if on_plans is not None:
+        on_plans(plans)
+    return bake_plans(model, plans, out, load=load, force=force, verify=verify, allow_zero=allow_zero,
+                      push_to=push_to, private=private, stages=stages, report=report, on_each=on_each)
+
+
+def _alphas(alpha: float | Iterable[float], allow_zero: bool) -> list[float]:
+    """``alpha`` as a list of distinct finite values; 0 (ablation) only with ``allow_zero``."""
+    values = [alpha] if isinstance(alpha, (int, float)) else list(alpha)
+    if not values:
+        raise ParameterError("{alpha} is empty; give one value or a list like 1.5,2,2.5", "alpha")
+    if len(set(values)) != len(values):
+        raise ParameterError("{alpha} lists a value twice; give each value once", "alpha")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ParameterError(f"{{alpha}} must be a finite number, got {value}", "alpha")
+        if value == 0 and not allow_zero:
+            raise ParameterError("{alpha} 0 does not amplify: it silences the heads entirely (ablation); "
+                                 "pass {allow_zero} if that is what you want", "alpha", "allow_zero")
+    return [float(v) for v in values]
+
+
+def _head_pairs(heads: str | Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Heads named as ``"7.7,8.17"`` or as (layer, head) pairs."""
+    if isinstance(heads, str):
+        return [(h.layer, h.head) for h in parse_heads(heads, 1.0)]
+    pairs = [(int(layer), int(head)) for layer, head in heads]
+    if not pairs:
+        raise ParameterError("{heads} is empty; give LAYER.HEAD pairs such as 7.7,8.17", "heads")
+    return pairs

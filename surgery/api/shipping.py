@@ -1,0 +1,113 @@
+"""Shipping results from Python: LoRA export, evaluation, model cards, reports, the Hub, GGUF import."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from ..core.edits import Recipe
+from ..core.errors import ParameterError, SurgeryError
+from ..core.progress import Progress, StageProgress, silent, silent_stages
+from ..evaluate.params import EvalParams
+from ..model.loading import LoadSpec, open_checkpoint
+from ._common import no_other_options, reporter, typed
+
+if TYPE_CHECKING:
+    from ..model.gguf_import import ImportResult
+
+
+def export_lora(model: str | Path, recipe: Recipe | str | Path, out: str | Path, *, vllm: bool = False,
+                force: bool = False, load: LoadSpec | None = None, **options: Any) -> dict[str, Any]:
+    """Write a PEFT LoRA adapter at ``out`` whose effect on ``model`` is exactly ``recipe`` (a Recipe,
+    a recipe YAML, or a folder baked from ``model``: the recipe it recorded); ``vllm`` pads every
+    module to one rank vLLM accepts. Returns the adapter's record (modules, ranks, recipe)."""
+    from ..ship.lora import export_lora as export, load_recipe
+
+    load = typed(LoadSpec, options, load)
+    no_other_options("export_lora", options, LoadSpec)
+    ckpt, source = open_checkpoint(str(model), load)
+    recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe, ckpt)
+    return export(ckpt, recipe, out, vllm=vllm, force=force, source=source)
+
+
+def evaluate(model: str | Path, *, against: str | Path | None = None, recompute: bool = False,
+             bbq: Iterable[str | Path] = (), n4: str | Path | None = None, lm_eval: Iterable[str] = (),
+             lm_eval_include: str | Path | None = None, out: str | Path | None = None, card: bool = False,
+             load: LoadSpec | None = None, params: EvalParams | None = None, progress: Progress = silent,
+             report: Callable[[str], None] | None = None, **options: Any) -> dict[str, Any]:
+    """Evaluate ``model``: retention (perplexity, multiple choice), KL against ``against`` (the source;
+    its results are cached), BBQ bias (``bbq`` files), DiffAware / CtxtAware (``n4``) and lm-eval
+    tasks. ``out`` writes the result JSON; ``card`` puts the before/after table into ``model``'s
+    card (a local baked folder). Options: ``LoadSpec`` and ``EvalParams`` fields (``suites``,
+    ``limit``, ``batch_size``)."""
+    from ..core.distributed import is_main
+    from ..evaluate.data import save_result
+    from ..evaluate.suites import evaluate as run, make_plan
+
+    load, params = typed(LoadSpec, options, load), typed(EvalParams, options, params)
+    no_other_options("evaluate", options, LoadSpec, EvalParams)
+    plan = make_plan(params.suites, against=against is not None, limit=params.limit,
+                     bbq=[Path(b) for b in bbq], n4=Path(n4) if n4 else None, lm_eval_tasks=list(lm_eval),
+                     lm_eval_include=Path(lm_eval_include) if lm_eval_include else None,
+                     batch_size=params.batch_size)
+    # Opened as checkpoints: the same safety checks (remote code, pickles) as every other command.
+    _, source = open_checkpoint(str(model), load)
+    against_path = open_checkpoint(str(against), replace(load, revision=None))[1].path if against else None
+    if card:
+        from ..ship.card import check_card_evaluation
+
+        if source.hub_id:
+            raise ParameterError("{card} rewrites a local baked folder; MODEL is a Hub download (the Hub cache is "
+                                 "never written): give the local folder, or write the card later", "card")
+        check_card_evaluation(source.path, against_path)  # fail now, not after the evaluation
+    result = run(source.path, plan, against=against_path, load=load, recompute=recompute, progress=progress,
+                 report=reporter(report))
+    if is_main():  # under torchrun rank 0 alone writes
+        if out:
+            save_result(result, Path(out))
+        if card:
+            from ..ship.card import card_with_evaluation
+
+            card_with_evaluation(source.path, result, str(out) if out else "this evaluation")
+    return result
+
+
+def write_card(folder: str | Path, evaluation: str | Path | None = None) -> Path:
+    """Rewrite the model card of a baked ``folder`` (keeping surgery.json's hashes consistent), with
+    the before/after table of ``evaluation`` (an eval JSON of this very folder) when given."""
+    from ..evaluate.data import load_result
+    from ..ship.card import card_with_evaluation, refresh_card
+
+    if evaluation is None:
+        return refresh_card(folder)
+    return card_with_evaluation(folder, load_result(Path(evaluation)), str(evaluation))
+
+
+def push(folder: str | Path, repo: str, *, private: bool = False, revision: str | None = None,
+         create_pr: bool = False, message: str | None = None) -> dict[str, Any]:
+    """Push a verified baked folder (or exported adapter) to the Hub repo ``repo`` (token from
+    ``HF_TOKEN`` or ``hf auth login``, never printed); ``revision``: the branch, created when missing."""
+    from ..ship.hub import push as upload
+
+    return upload(folder, repo, private=private, revision=revision, create_pr=create_pr, message=message)
+
+
+def report(findings: Iterable[str | Path], out: str | Path, *, evals: Iterable[str | Path] = (),
+           force: bool = False) -> Path:
+    """Write a markdown report with figures from findings files and eval results (needs matplotlib)
+    into the folder ``out``; returns the report's path."""
+    from ..ship.report import build_report
+
+    findings, evals = [Path(f) for f in findings], [Path(e) for e in evals]
+    if not findings and not evals:
+        raise SurgeryError("give at least one findings file or eval result to report on")
+    return build_report(findings, evals, Path(out), force=force)
+
+
+def import_gguf(gguf_file: str | Path, out: str | Path, *, dtype: str = "float32", force: bool = False,
+                stages: StageProgress = silent_stages, report: Callable[[str], None] | None = None) -> "ImportResult":
+    """Dequantize a GGUF file into a safetensors checkpoint (config, weights, tokenizer) at ``out``."""
+    from ..model.gguf_import import import_gguf as convert
+
+    return convert(gguf_file, out, dtype=dtype, force=force, report=reporter(report), progress=stages)
