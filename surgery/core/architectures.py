@@ -105,6 +105,10 @@ class Experts:
     # A shared expert every token goes through (Qwen2-MoE): a dense MLP with its own width.
     shared: str | None = None
     shared_size_key: str | None = None
+    # The shared expert's own matrices, relative to ``shared``: the MLP inputs (whose rows feed a
+    # neuron) and the down matrix (whose columns it writes through).
+    shared_inputs: tuple[str, ...] = ("gate_proj", "up_proj")
+    shared_down: str = "down_proj"
     # Configs that interleave dense MLP layers (Qwen-MoE): the keys that say which layers.
     sparse_step_key: str | None = None
     dense_layers_key: str | None = None

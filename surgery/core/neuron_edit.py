@@ -123,12 +123,12 @@ class NeuronScale(Edit):
 
     def _shared_sites(self, arch: "Architecture") -> list[Site]:
         """A shared-expert neuron: a dense neuron of the shared expert's own MLP."""
-        g, shared = arch.geometry, arch.layout.experts.shared
+        g, ex = arch.geometry, arch.layout.experts
         H, I = g.hidden_size, g.shared_size
-        out = [Site(self.layer, f"{shared}.down_proj", "in", (self.neuron,), self.factor, (H, I), True)]
+        out = [Site(self.layer, f"{ex.shared}.{ex.shared_down}", "in", (self.neuron,), self.factor, (H, I), True)]
         if self.factor == 0.0:
-            out += [Site(self.layer, f"{shared}.{m}", "out", (self.neuron,), 0.0, (I, H), False)
-                    for m in ("gate_proj", "up_proj")]
+            out += [Site(self.layer, f"{ex.shared}.{m}", "out", (self.neuron,), 0.0, (I, H), False)
+                    for m in ex.shared_inputs]
         return out
 
     def lora_refusal(self, arch: "Architecture") -> str | None:

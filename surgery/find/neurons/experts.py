@@ -114,7 +114,7 @@ def capture_experts(model: nn.Module, tokenizer, texts: Sequence[str], on_batch:
             handles.append(layer_module(model, arch, layer, ex.module).register_forward_hook(
                 experts_hook(layer), with_kwargs=True))
             if ex.shared:
-                handles.append(layer_module(model, arch, layer, f"{ex.shared}.down_proj")
+                handles.append(layer_module(model, arch, layer, f"{ex.shared}.{ex.shared_down}")
                                .register_forward_pre_hook(shared_hook(layer)))
         handles.append(layer_module(model, arch, layers[-1], mlp).register_forward_hook(stop))
         device = input_device(model)  # under disk offload the first parameter may sit on "meta"

@@ -189,8 +189,9 @@ def _param(module: nn.Module, name: str = "weight") -> torch.Tensor:
         return getattr(module, name).detach().float()
 
 
-def _ppm(gate: torch.Tensor, up: torch.Tensor) -> np.ndarray:
-    return (gate.amax(-1) + gate.amin(-1).abs() + up.amax(-1) + up.amin(-1).abs()).double().cpu().numpy()
+def _ppm(*inputs: torch.Tensor) -> np.ndarray:
+    """max + |min| of each neuron's row of every MLP input matrix (gate, up), summed."""
+    return sum(w.amax(-1) + w.amin(-1).abs() for w in inputs).double().cpu().numpy()
 
 
 def _expert_ppm(model: nn.Module, arch) -> np.ndarray:
@@ -211,7 +212,7 @@ def _expert_ppm(model: nn.Module, arch) -> np.ndarray:
         row = [_ppm(gate, up).reshape(-1)]
         if ex.shared:
             row.append(_ppm(*(_param(layer_module(model, arch, layer, f"{ex.shared}.{m}"))
-                              for m in ("gate_proj", "up_proj"))))
+                              for m in ex.shared_inputs)))
         out[layer] = np.concatenate(row)
     return out
 
