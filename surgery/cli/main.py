@@ -14,7 +14,6 @@ import click
 from ..core import distributed
 from ..core.errors import ParameterError, SurgeryError
 from .group import cli
-from .options import flag_of
 
 # The commands that split their work across torchrun's processes; any other refuses (N bakes into
 # one folder would race). Which commands run data-parallel is the command line's decision: the
@@ -29,6 +28,15 @@ def _register() -> None:
 
 def _one_line(message: str) -> str:
     return " ".join(str(message).split())
+
+
+def _for_the_command_line(exc: SurgeryError) -> str:
+    """A library error names its parameters; the command line's user knows them as flags."""
+    if not isinstance(exc, ParameterError):
+        return str(exc)
+    from .options import flag_of  # imported here: a partial install must still reach its one line
+
+    return exc.spelled(flag_of)
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -91,8 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     except SurgeryError as exc:
         if debug:
             raise
-        # a library error names its parameters; the command line's user knows them as flags
-        _error(_one_line(exc.spelled(flag_of) if isinstance(exc, ParameterError) else exc), exc)
+        _error(_one_line(_for_the_command_line(exc)), exc)
         sys.exit(2)
     except click.exceptions.Abort:
         _error("interrupted; nothing was left half-written")
