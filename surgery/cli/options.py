@@ -108,7 +108,7 @@ def model_argument(f: Callable | None = None, *, runs_model: bool = True) -> Cal
 
 
 def push_options(f: Callable) -> Callable:
-    """--push-to and --private; run_bake reads them from the click context."""
+    """--push-to and --private; the baking commands read them from the click context (cli.baking.push_settings)."""
     f = click.option("--private", is_flag=True, expose_value=False, callback=_remember(PRIVATE_KEY),
                      help="With --push-to: create the Hub repo as private.")(f)
     return click.option("--push-to", metavar="NAMESPACE/NAME", default=None, expose_value=False,
