@@ -56,7 +56,7 @@ def numbers(result: dict) -> dict[str, float]:
 def naive_numbers(model: str, source: str, out: Path) -> list[str]:
     """The command that writes the naive baseline's numbers to ``out``."""
     code = ("import json, sys; sys.path.insert(0, %r)\n"
-            "from surgery.evaluate.data import retention_data\n"
+            "from surgery.evaluation.data import retention_data\n"
             "from surgery.model.loading import load_model, load_tokenizer\n"
             "from tests.support.naive_eval import retention_and_kl\n"
             "m, s = load_model(%r), load_model(%r)\n"

@@ -22,8 +22,8 @@ import torch
 
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import NeuronScale
-from surgery.evaluate import lm
-from surgery.evaluate.data import bbq_data, shipped
+from surgery.evaluation import lm
+from surgery.evaluation.data import bbq_data, shipped
 from surgery.find.neurons.find import find_neurons
 from surgery.find.neurons.pairs import load_pairs
 from surgery.find.neurons.scores import SCORES
@@ -37,8 +37,8 @@ BBQ_DIR = Path(os.environ.get("SURGERY_SHARED_DATA", Path(__file__).resolve().pa
 
 def measure(model, tok, edits, passages, mcq, bbq) -> dict:
     """Retention numbers with ``edits`` applied as run-time hooks."""
-    from surgery.evaluate.suites import bbq as bbq_eval
-    from surgery.evaluate.suites import mcq_accuracy
+    from surgery.evaluation.suites import bbq as bbq_eval
+    from surgery.evaluation.suites import mcq_accuracy
 
     def no_progress(description, total):
         return lambda n=1: None

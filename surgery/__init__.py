@@ -42,7 +42,7 @@ _EXPORTS = {
     "edit_kinds": "surgery.core.edit_kind",
     "LoadSpec": "surgery.model.loading", "CaptureParams": "surgery.find.neurons.params",
     "SelectParams": "surgery.find.neurons.params", "FindParams": "surgery.find.heads.params",
-    "EvalParams": "surgery.evaluate.params",
+    "EvalParams": "surgery.evaluation.params",
     "Baked": "surgery.api.baking", "Planned": "surgery.api.baking", "Report": "surgery.bake.verify",
     "NeuronFindings": "surgery.find.neurons.find", "HeadFindings": "surgery.find.heads.find",
     "SurgeryError": "surgery.core.errors", "ParameterError": "surgery.core.errors",
@@ -61,7 +61,7 @@ if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run
     from .core.edit_kind import Edit, edit_kinds, register_edit_kind
     from .core.edits import HeadScale, NeuronScale, Recipe
     from .core.errors import CheckpointError, OptionError, ParameterError, RecipeError, SurgeryError
-    from .evaluate.params import EvalParams
+    from .evaluation.params import EvalParams
     from .find.heads.find import HeadFindings
     from .find.heads.params import FindParams
     from .find.neurons.find import NeuronFindings

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from ..core.edits import Recipe
 from ..core.errors import ParameterError, SurgeryError
 from ..core.progress import Progress, StageProgress, silent, silent_stages
-from ..evaluate.params import EvalParams
+from ..evaluation.params import EvalParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
 
@@ -42,8 +42,8 @@ def evaluate(model: str | Path, *, against: str | Path | None = None, recompute:
     card (a local baked folder). Options: ``LoadSpec`` and ``EvalParams`` fields (``suites``,
     ``limit``, ``batch_size``)."""
     from ..core.distributed import is_main
-    from ..evaluate.data import save_result
-    from ..evaluate.suites import evaluate as run, make_plan
+    from ..evaluation.data import save_result
+    from ..evaluation.suites import evaluate as run, make_plan
 
     load, params = typed(LoadSpec, options, load), typed(EvalParams, options, params)
     no_other_options("evaluate", options, LoadSpec, EvalParams)
@@ -76,7 +76,7 @@ def evaluate(model: str | Path, *, against: str | Path | None = None, recompute:
 def write_card(folder: str | Path, evaluation: str | Path | None = None) -> Path:
     """Rewrite the model card of a baked ``folder`` (keeping surgery.json's hashes consistent), with
     the before/after table of ``evaluation`` (an eval JSON of this very folder) when given."""
-    from ..evaluate.data import load_result
+    from ..evaluation.data import load_result
     from ..ship.card import card_with_evaluation, refresh_card
 
     if evaluation is None:

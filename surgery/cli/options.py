@@ -135,7 +135,7 @@ def baking_command(f: Callable) -> Callable:
 def flag_of(name: str) -> str:
     """The command-line flag of a library parameter: a typed option's own spelling (``rule`` →
     ``--select``), else ``--`` and the name with dashes (``allow_zero`` → ``--allow-zero``)."""
-    from ..evaluate.params import EvalParams
+    from ..evaluation.params import EvalParams
     from ..find.heads.params import FindParams
     from ..find.neurons.params import CaptureParams, SelectParams
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from .. import api
 from ..core.distributed import is_main
-from ..evaluate.params import EvalParams
+from ..evaluation.params import EvalParams
 from .console import err, out, print_json, progress_bars
 from .group import cli
 from .options import model_argument, typed_options
@@ -81,7 +81,7 @@ ARROWS = {"higher": "↑", "lower": "↓", "zero": "(0 = none)"}
 
 def eval_table(result: dict) -> Table:
     """The metrics as a rich table: source, model, and retained % (or Δ for non-retention metrics)."""
-    from ..evaluate.data import metric_info
+    from ..evaluation.data import metric_info
 
     model, against = result["metrics"]["model"], result["metrics"].get("against") or {}
     table = Table(title=f"surgery eval: {result['model']['path']}", caption="↑ higher is better, ↓ lower is better")
@@ -135,7 +135,7 @@ def eval_cmd(model, load, against, recompute, params, bbq_paths, n4_path, lm_eva
     if not is_main():
         return  # under torchrun rank 0 alone prints
     if as_json:
-        from ..evaluate.data import clean
+        from ..evaluation.data import clean
 
         print_json(clean(result))
         return

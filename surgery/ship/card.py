@@ -306,7 +306,7 @@ def check_evaluated(folder: Path, prov: Mapping[str, Any], result: Mapping[str, 
 def check_card_evaluation(folder: str | Path, against: Path | None) -> None:
     """Before ``surgery eval FOLDER --card``: FOLDER must be a bake, and ``against`` the source it was
     baked from, so that a long evaluation does not end in a refused card (:func:`check_evaluated`)."""
-    from ..evaluate.suites import measured
+    from ..evaluation.suites import measured
 
     folder = Path(folder)
     plan = {"model": measured(folder), "against": measured(against) if against is not None else None}
@@ -317,7 +317,7 @@ def check_card_evaluation(folder: str | Path, against: Path | None) -> None:
 def card_with_evaluation(folder: str | Path, result: Mapping[str, Any], where: str = "the eval result") -> Path:
     """Put the before/after table of eval ``result`` into the card of the baked ``folder``, after
     :func:`check_evaluated`; see :func:`refresh_card`."""
-    from ..evaluate.data import card_summary
+    from ..evaluation.data import card_summary
 
     folder = Path(folder)
     check_evaluated(folder, load_provenance(folder), result, where)

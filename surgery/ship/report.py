@@ -15,7 +15,7 @@ from .. import __version__
 from ..core.errors import FindingsError
 from ..core.staging import staged_output
 from ..core.strict_files import DuplicateKey, load_json
-from ..evaluate.data import card_summary, load_result
+from ..evaluation.data import card_summary, load_result
 from ..find.findings import KINDS, load_findings
 
 REPORT_NAME = "report.md"

@@ -186,3 +186,18 @@ def test_import_surgery_is_cheap_and_exports_what_it_lists():
         assert name in surgery.__all__
     with pytest.raises(AttributeError):
         surgery.not_a_name  # noqa: B018
+
+
+def test_exported_names_are_their_objects_whatever_was_imported_first():
+    """A subpackage of the same name as an export would shadow it once imported (a package's
+    submodules are set as its attributes): every name in __all__ must stay the exported object."""
+    probe = ("import importlib, pkgutil, surgery\n"
+             "for m in pkgutil.walk_packages(surgery.__path__, 'surgery.'):\n"
+             "    if m.name != 'surgery.__main__':  # that one runs the command\n"
+             "        importlib.import_module(m.name)\n"
+             "import types\n"
+             "bad = [n for n in surgery.__all__ if isinstance(getattr(surgery, n), types.ModuleType)]\n"
+             "print(bad)")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from surgery.cli.options import typed_options
 from surgery.core.options import cli_fields, param
-from surgery.evaluate.params import EvalParams
+from surgery.evaluation.params import EvalParams
 from surgery.find.heads.params import FindParams
 from surgery.find.neurons.params import CaptureParams, SelectParams
 from surgery.model.loading import LoadSpec
@@ -164,7 +164,7 @@ def test_out_of_range_options_are_one_line_before_any_work(args, needle, capsys,
 
 def test_python_callers_get_the_same_checks():
     from surgery.core.errors import OptionError, RecipeError
-    from surgery.evaluate.suites import make_plan
+    from surgery.evaluation.suites import make_plan
     from surgery.find.heads.find import HeadFindings
 
     with pytest.raises(OptionError, match=r"--batch-size \(EvalParams.batch_size\) must be ≥ 1, got -3"):

@@ -16,7 +16,7 @@ from tests.support.paths import REPO, TESTS
 
 PACKAGE = REPO / "surgery"
 # Below the command line: these never import it, nor a screen library.
-LIBRARY = ("surgery.api", "surgery.core", "surgery.model", "surgery.find", "surgery.bake", "surgery.evaluate",
+LIBRARY = ("surgery.api", "surgery.core", "surgery.model", "surgery.find", "surgery.bake", "surgery.evaluation",
            "surgery.ship")
 SCREEN = ("click", "rich")
 

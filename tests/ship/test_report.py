@@ -12,7 +12,7 @@ import pytest
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.errors import SurgeryError
 from surgery.core.optional import pip_install
-from surgery.evaluate.data import new_result, save_result
+from surgery.evaluation.data import new_result, save_result
 from surgery.find.findings import new_findings, save_findings
 from surgery.ship.report import build_report
 

@@ -1,6 +1,6 @@
 """The straightforward evaluation a user would write with transformers: one item per forward pass,
 full-vocabulary log-softmax at every position. The reference the batched, cached ``surgery eval``
-must reproduce (tests/evaluate/test_eval_cache.py, examples/bench_eval.py).
+must reproduce (tests/evaluation/test_eval_cache.py, examples/bench_eval.py).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import torch
 
-from surgery.evaluate.lm import MAX_WINDOW
+from surgery.evaluation.lm import MAX_WINDOW
 
 
 def _logprobs(model, ids: list[int]) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """DiffAware / CtxtAware under head edits: edge-level α during ``generate`` and whole-head α.
 
-``surgery.evaluate.awareness.awareness`` tokenizes and generates on its own; edge-level α needs the token
+``surgery.evaluation.awareness.awareness`` tokenizes and generates on its own; edge-level α needs the token
 positions of each row. A forward pre-hook sees the prompt pass of every ``generate`` call,
 recognises each row by its exact token ids (the prompts are re-encoded here with the encoder
 awareness uses, ``find.heads.prompts.encode_question``) and installs the row's span masks in the
@@ -55,7 +55,7 @@ def edge_edit_in_generation(model, table: Mapping[tuple[int, ...], Encoded], edi
             enc = table.get(tuple(ids[b, real].tolist()))
             if enc is None:
                 raise SurgeryError("a generated prompt does not match any record's encoding; edge edits "
-                                   "need prompts made by surgery.evaluate.awareness (encode_question)")
+                                   "need prompts made by surgery.evaluation.awareness (encode_question)")
             for name in SPANS:
                 masks[name][b, [pad + p for p in enc.spans[name]]] = True
         plan.masks = masks
@@ -76,7 +76,7 @@ def awareness_at(model, tokenizer, records: Sequence[Mapping[str, Any]], heads: 
 
     The model must run the surgery attention function (attention.surgery_attention_on).
     """
-    from ...evaluate.awareness import awareness
+    from ...evaluation.awareness import awareness
 
     table = encode_records(tokenizer, records, instruct)
     usable = [r for r in records

@@ -9,7 +9,7 @@ import pytest
 from surgery.bake.verify import verify
 from surgery.cli.main import main
 from surgery.core.errors import SurgeryError
-from surgery.evaluate.awareness import awareness
+from surgery.evaluation.awareness import awareness
 from surgery.find.findings import load_findings
 from surgery.find.heads.attention import EdgeEdit, surgery_attention_on
 from surgery.find.heads.awareness import awareness_at, edge_edit_in_generation, encode_records

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from surgery.evaluate.awareness import awareness
+from surgery.evaluation.awareness import awareness
 from surgery.find.heads.benchmark import question_spans
 from surgery.find.heads.pairs import Question
 from surgery.find.heads.prompting import BASE_ANSWER_START, INSTRUCTION, format_mcq

@@ -12,7 +12,7 @@ from surgery.bake.verify import verify
 from surgery.cli.main import _register, cli
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, Recipe
-from surgery.evaluate.data import load_result
+from surgery.evaluation.data import load_result
 from surgery.ship.card import card_hook
 from tests.support.tokenizer import TINY_VOCAB, save_char_tokenizer
 
@@ -78,7 +78,7 @@ def test_eval_json_output_and_plain_model(pair):
 def test_eval_card_refuses_another_source_before_evaluating(pair, tiny, capsys, monkeypatch):
     """eval --card against a model the bake was not baked from fails at once (no suite runs), in
     one line, and leaves the bake's card as it was."""
-    from surgery.evaluate import suites
+    from surgery.evaluation import suites
     from tests.support.cli import error_line, run_main
 
     _, baked, _, _ = pair

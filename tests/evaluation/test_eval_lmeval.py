@@ -10,7 +10,7 @@ import pytest
 
 from surgery.core.errors import SurgeryError
 from surgery.core.optional import pip_install
-from surgery.evaluate.lmeval import run_lm_eval
+from surgery.evaluation.lmeval import run_lm_eval
 from surgery.model.loading import load_model
 from tests.support.tokenizer import TINY_VOCAB, char_tokenizer
 

@@ -13,10 +13,10 @@ from transformers import DynamicCache
 
 from surgery.core.errors import SurgeryError
 from surgery.core.optional import pip_install
-from surgery.evaluate import bbq as evaluate_bbq
-from surgery.evaluate import lm
-from surgery.evaluate.data import retained, subsample
-from surgery.evaluate.suites import make_plan
+from surgery.evaluation import bbq as evaluate_bbq
+from surgery.evaluation import lm
+from surgery.evaluation.data import retained, subsample
+from surgery.evaluation.suites import make_plan
 from surgery.model.loading import load_model
 from tests.support.tokenizer import TINY_VOCAB, char_tokenizer
 

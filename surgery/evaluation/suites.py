@@ -9,8 +9,8 @@ Suites (each model is loaded once, in fp32, and runs every chosen suite):
   short names). With ``--against`` both are also given as % of the source's.
 - ``kl``: KL(source ‖ model) of next-token distributions at every position of the shipped
   neutral prompts, and top-1 agreement (needs ``--against``).
-- ``bbq``: accuracy and signed bias score on BBQ-format files (see surgery.evaluate.bbq).
-- ``awareness``: DiffAware / CtxtAware on an N4-format file (see surgery.evaluate.awareness).
+- ``bbq``: accuracy and signed bias score on BBQ-format files (see surgery.evaluation.bbq).
+- ``awareness``: DiffAware / CtxtAware on an N4-format file (see surgery.evaluation.awareness).
 - ``lm-eval``: named lm-evaluation-harness tasks, when that package is installed.
 """
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from surgery.core.edits import HeadScale
-from surgery.evaluate.awareness import REFUSAL, UNPARSED, awareness, parse_letter, score
+from surgery.evaluation.awareness import REFUSAL, UNPARSED, awareness, parse_letter, score
 from surgery.model.hooks import applied
 from tests.support.paths import REPO
 from tests.support.tokenizer import TINY_VOCAB, char_tokenizer

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from surgery.evaluate.suites import evaluate, make_plan
+from surgery.evaluation.suites import evaluate, make_plan
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow(minutes=1)

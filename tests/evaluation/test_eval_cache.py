@@ -1,7 +1,7 @@
 """The fast eval gives the naive numbers, and the source's results come back from the cache.
 
 The reference is tests/support/naive_eval.py: one item per forward pass, full log-softmax. The
-cache (surgery.evaluate.source_cache) must give the source's numbers exactly as measured, and
+cache (surgery.evaluation.source_cache) must give the source's numbers exactly as measured, and
 must not be trusted when the source's weights change or an entry is damaged.
 """
 
@@ -17,8 +17,8 @@ from safetensors.torch import load_file, save_file
 from surgery.bake.bake import bake
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, Recipe
-from surgery.evaluate import lm, suites
-from surgery.evaluate.data import retention_data
+from surgery.evaluation import lm, suites
+from surgery.evaluation.data import retention_data
 from surgery.model.loading import load_model, load_tokenizer
 from tests.support import naive_eval as naive
 from tests.support.tokenizer import TINY_VOCAB, char_tokenizer, save_char_tokenizer
@@ -175,7 +175,7 @@ def test_cache_keeps_the_most_recently_used_entries_within_its_limit(tmp_path):
     import os
     import time
 
-    from surgery.evaluate import source_cache
+    from surgery.evaluation import source_cache
 
     folder, now = tmp_path / "eval", time.time()
     folder.mkdir()
