@@ -3,7 +3,7 @@ bake one output per α or n."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +11,7 @@ from ..bake.bake import bake
 from ..bake.check import edited_check
 from ..bake.guards import check_scales
 from ..bake.lineage import for_source
-from ..bake.provenance import edited_tensors
+from ..bake.record import BakeRecord
 from ..core.edits import Recipe
 from ..core.errors import RecipeError
 from ..core.staging import check_container, check_free
@@ -26,27 +26,28 @@ class Baked:
     """One finished bake: where it went, its provenance, and the notes reported on the way."""
 
     out: Path
-    provenance: dict[str, Any]
+    provenance: BakeRecord
     notes: list[str]
     extra: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         """The --json object of this bake."""
-        prov = self.provenance
-        return {"out": str(self.out), "edits": len(prov["recipe"]["edits"]),
-                "tensors_edited": len(edited_tensors(prov)), "verification": prov.get("verification"),
-                "notes": self.notes, "pushed": prov.get("pushed"),
+        record = self.provenance
+        return {"out": str(self.out), "edits": len(record.recipe.edits),
+                "tensors_edited": len(record.edited_pairs()),
+                "verification": record.verification.to_dict() if record.verification else None,
+                "notes": self.notes, "pushed": record.pushed.to_dict() if record.pushed else None,
                 **(self.extra or {})}  # the selection / findings summary that went into surgery.json
 
     def print_line(self) -> None:
         """The human summary: what was baked where (and pushed where)."""
-        prov, ver, pushed = self.provenance, self.provenance.get("verification"), self.provenance.get("pushed")
+        record, ver, pushed = self.provenance, self.provenance.verification, self.provenance.pushed
         check = ("" if not ver else
-                 f", {ver['maps']} edited map(s) match the run-time edit (max |Δ| {ver['max_abs_diff']:.2e})")
-        out.print(f"[green]Baked[/] {len(prov['recipe']['edits'])} edit(s) into {len(edited_tensors(prov))} "
+                 f", {ver.maps} edited map(s) match the run-time edit (max |Δ| {ver.max_abs_diff:.2e})")
+        out.print(f"[green]Baked[/] {len(record.recipe.edits)} edit(s) into {len(record.edited_pairs())} "
                   f"tensor(s){check} → {self.out}")
         if pushed:
-            out.print(f"[green]Pushed[/] to {pushed['repo']} ({pushed['revision']}): {pushed['commit_url']}")
+            out.print(f"[green]Pushed[/] to {pushed.repo} ({pushed.revision}): {pushed.commit_url}")
 
 
 
@@ -79,17 +80,17 @@ def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFA
         result = bake(ckpt, recipe, out_dir, source=source, force=force, progress=progress,
                       check=edited_check(ckpt, recipe) if verify else None, extra=extra,
                       card=card_hook(evaluation), report=note, allow_zero=allow_zero)
-    prov = result.provenance
+    record = result.provenance
     if push_to:
         from ..ship.hub import push
 
-        prov = {**prov, "pushed": push(out_dir, push_to, private=private, revision=push_revision)}
-    return Baked(Path(out_dir), prov, notes + result.notes, extra)
+        record = replace(record, pushed=push(out_dir, push_to, private=private, revision=push_revision))
+    return Baked(Path(out_dir), record, notes + result.notes, extra)
 
 
 def run_bake(model: str, recipe: Recipe, out_dir: Path, *, as_json: bool = False,
-             **kwargs: Any) -> dict[str, Any]:
-    """:func:`bake_one`, then its summary (one JSON object with ``as_json``); returns the provenance."""
+             **kwargs: Any) -> BakeRecord:
+    """:func:`bake_one`, then its summary (one JSON object with ``as_json``); returns the bake's record."""
     baked = bake_one(model, recipe, out_dir, **kwargs)
     if as_json:
         print_json(baked.summary())
@@ -119,7 +120,7 @@ def sweep_label(name: str, value: float) -> str:
 
 
 def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]], out_dir: Path, *,
-              push_to: str | None = None, as_json: bool = False, **bake_kwargs: Any) -> dict[str, dict[str, Any]]:
+              push_to: str | None = None, as_json: bool = False, **bake_kwargs: Any) -> dict[str, BakeRecord]:
     """Bake one output per ``(label, recipe, extra)`` into ``out_dir/<label>``.
 
     Every destination and every value's scales (surgery.bake.guards) are checked before the first
@@ -127,7 +128,7 @@ def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]]
     ``push_to`` (default: the command's --push-to), each output is pushed to the branch ``<label>``
     of that repo. ``bake_kwargs`` go to :func:`bake_one` (load, force,
     verify, …). With ``as_json`` one JSON list is printed at the end, one object per
-    value with its ``label``. Returns the provenance of each output by label.
+    value with its ``label``. Returns the record of each output by label.
     """
     labels = [label for label, _, _ in items]
     if len(set(labels)) != len(labels):
@@ -155,7 +156,7 @@ def run_sweep(model: str, items: list[tuple[str, Recipe, dict[str, Any] | None]]
 
 
 def bake_each(model: str, items: list[tuple[str | None, Recipe, dict[str, Any] | None]], out_dir: Path,
-              **bake_kwargs: Any) -> dict[str, Any] | dict[str, dict[str, Any]]:
+              **bake_kwargs: Any) -> BakeRecord | dict[str, BakeRecord]:
     """The one ending of amplify-heads and prune-neurons: one ``(label, recipe, extra)`` bakes into
     ``out_dir``; several (a sweep over α or n) bake into ``out_dir/<label>`` each."""
     if len(items) == 1:

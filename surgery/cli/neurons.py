@@ -10,7 +10,7 @@ import click
 from ..core.distributed import is_main
 from ..core.edits import Recipe, parse_neurons
 from ..core.errors import RecipeError
-from ..find.neurons.find import dataset_brief
+from ..find.neurons.find import describe
 from ..find.neurons.params import CaptureParams, SelectParams
 from ..find.neurons.select import selected_edits
 from ..model.loading import LoadSpec
@@ -73,14 +73,16 @@ def find_neurons_cmd(model: str, load: LoadSpec, capture: CaptureParams, recompu
     if out_file is not None and is_main():  # under torchrun rank 0 alone writes
         write_findings(found.data, out_file)
     shown = describe(found.scores, found.select(n, choose, capture.category_list))
+    data = found.data
     if as_json:
         print_json({"findings": str(found.path), "cached": found.from_cache, "out": str(out_file) if out_file else None,
-                    "dataset": dataset_brief(found.data.get("dataset")), "compute": found.data.get("compute"),
-                    "summary": shown, **({"experts": found.data["experts"]} if found.data.get("experts") else {})})
+                    "dataset": data.dataset.brief() if data.dataset else {},
+                    "compute": data.compute.to_dict() if data.compute else None,
+                    "summary": shown.to_dict(), **({"experts": data.experts.to_dict()} if data.experts else {})})
         return
-    print_summary(shown, found.data.get("dataset") or {})
-    if found.data.get("experts"):
-        print_experts(found.data["experts"])
+    print_summary(shown, data.dataset)
+    if data.experts:
+        print_experts(data.experts)
     where = f"{found.path}" + (f" and {out_file}" if out_file else "")
     out.print(f"{'Cached' if found.from_cache else 'Saved'} findings: {where}")
 
@@ -126,9 +128,10 @@ def prune_neurons(model: str, load: LoadSpec, out_dir: Path, force: bool, verify
     items = []
     for n in (int(v) for v in values):
         chosen = found.select(n, choose, capture.category_list)
-        extra = selection_extra(found, chosen, factor)
+        shown = describe(found.scores, chosen)
+        extra = selection_extra(found, shown, factor)
         if not as_json:
-            print_summary(extra["neuron_selection"], found.data.get("dataset") or {}, title=f"n = {n}")
+            print_summary(shown, found.data.dataset, title=f"n = {n}")
         recipe = Recipe(selected_edits(found.scores, chosen, factor))
         items.append((sweep_label("n", n), recipe, extra))
     bake_each(model, items, out_dir, **bake_kw)

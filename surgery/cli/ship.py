@@ -34,12 +34,12 @@ def export_lora_cmd(model, load, recipe_path, out_dir, vllm, force, as_json):
     from ..ship.lora import export_lora, load_recipe
 
     ckpt, source = open_checkpoint(model, load)
-    summary = export_lora(ckpt, load_recipe(recipe_path, ckpt), out_dir, vllm=vllm, force=force, source=source)
+    record = export_lora(ckpt, load_recipe(recipe_path, ckpt), out_dir, vllm=vllm, force=force, source=source)
     if as_json:
-        print_json({"out": str(out_dir), **summary})
+        print_json({"out": str(out_dir), **record.to_dict()})
         return
-    ranks = sorted(set(summary["modules"].values()))
-    out.print(f"[green]Exported[/] {len(summary['modules'])} LoRA module(s), rank "
+    ranks = sorted(set(record.modules.values()))
+    out.print(f"[green]Exported[/] {len(record.modules)} LoRA module(s), rank "
               f"{'/'.join(map(str, ranks))}{' (vLLM)' if vllm else ''}, lora_alpha = r → {out_dir}")
 
 
@@ -58,13 +58,12 @@ def push_cmd(folder, repo_id, private, revision, create_pr, message, as_json):
     """
     from ..ship.hub import push
 
-    result = push(folder, repo_id, private=private, revision=revision, create_pr=create_pr, message=message)
+    pushed = push(folder, repo_id, private=private, revision=revision, create_pr=create_pr, message=message)
     if as_json:
-        print_json(result)
+        print_json(pushed.to_dict())
         return
-    out.print(f"Checked: {result['checked']}")
-    where = result["pr_url"] or result["commit_url"]
-    out.print(f"[green]Pushed[/] {folder} to {result['repo']} ({result['revision']}): {where}")
+    out.print(f"Checked: {pushed.checked}")
+    out.print(f"[green]Pushed[/] {folder} to {pushed.repo} ({pushed.revision}): {pushed.pr_url or pushed.commit_url}")
 
 
 @cli.command(name="card")
