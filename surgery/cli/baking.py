@@ -11,7 +11,7 @@ from ..bake.bake import bake
 from ..bake.check import edited_check
 from ..bake.guards import check_scales
 from ..bake.lineage import for_source
-from ..bake.record import BakeRecord
+from ..bake.record import BakeRecord, Evaluation
 from ..core.edits import Recipe
 from ..core.errors import RecipeError
 from ..core.staging import check_container, check_free
@@ -54,7 +54,7 @@ class Baked:
 
 def bake_one(model: str, recipe: Recipe, out_dir: Path, *, load: LoadSpec = DEFAULT_LOAD,
              force: bool = False, verify: bool = True, extra: dict[str, Any] | None = None,
-             evaluation: dict[str, Any] | None = None, push_to: str | None = None,
+             evaluation: Evaluation | None = None, push_to: str | None = None,
              push_revision: str | None = None, private: bool | None = None,
              allow_other_base: bool = False, allow_zero: bool = False) -> Baked:
     """Open MODEL, bake ``recipe`` into ``out_dir`` (and push it); print nothing but progress and notes.

@@ -99,6 +99,7 @@ class _Spec:
     codec: Codec
     required: bool
     keep_none: bool
+    default: Any  # dataclasses.MISSING for a required key
 
 
 @functools.cache
@@ -110,7 +111,7 @@ def _specs_of(cls: type) -> tuple[_Spec, ...]:
             continue
         key, codec, keep_none = f.metadata.get("json", (None, PLAIN, False))
         required = f.default is _MISSING and f.default_factory is _MISSING
-        specs.append(_Spec(f.name, key or f.name, codec, required, keep_none))
+        specs.append(_Spec(f.name, key or f.name, codec, required, keep_none, f.default))
     return tuple(specs)
 
 
@@ -118,14 +119,16 @@ def _specs_of(cls: type) -> tuple[_Spec, ...]:
 class JsonRecord:
     """Base class of a JSON object's record; subclasses are dataclasses whose fields are its keys.
 
-    A field with a default (None) is optional: left out of ``to_dict`` while None, unless the
-    object it was read from had the key. ``extra`` holds the keys the class does not declare (a
-    command's own entries, newer fields), in order; ``layout`` the key order of the object read,
-    which ``to_dict`` keeps (keys set since then follow in the class's order).
+    A field with a default (None for an optional key) may be absent: a record built in code leaves
+    out its optional keys while None; a record read writes the keys it was read with, and those
+    set since to another value than the default. ``extra`` holds the keys the class does not
+    declare (a command's own entries, newer fields), in order; ``layout`` the key order of the
+    object read (None: built in code), which ``to_dict`` keeps; keys set since follow in the
+    class's order.
     """
 
     extra: dict[str, Any] = field(default_factory=dict, kw_only=True)
-    layout: tuple[str, ...] = field(default=(), kw_only=True, compare=False, repr=False)
+    layout: tuple[str, ...] | None = field(default=None, kw_only=True, compare=False, repr=False)
 
     # The order of a new object's keys when it is not the fields' order.
     KEY_ORDER: ClassVar[tuple[str, ...]] = ()
@@ -137,16 +140,12 @@ class JsonRecord:
     FIX: ClassVar[str] = "give a file written by surgery"
 
     @classmethod
-    def _specs(cls) -> tuple[_Spec, ...]:
-        return _specs_of(cls)
-
-    @classmethod
     def read(cls: type[R], raw: Any, at: str = "") -> R:
         """The record of the parsed object ``raw`` at key path ``at``; raises :class:`Malformed`."""
         if not isinstance(raw, Mapping):
             raise Malformed(at, f"must be a JSON object, got {type(raw).__name__}")
         values: dict[str, Any] = {}
-        specs = cls._specs()
+        specs = _specs_of(cls)
         for s in specs:
             where = f"{at}.{s.key}" if at else s.key
             if s.key not in raw:
@@ -171,7 +170,7 @@ class JsonRecord:
     def to_dict(self) -> dict[str, Any]:
         """The JSON object: the keys of the object read, in its order, then any set since, in the
         class's order (a record built in code: all of them in the class's order)."""
-        specs = self._specs()
+        specs = _specs_of(type(self))
         declared = [s.key for s in specs]
         clash = sorted(set(self.extra) & set(declared))
         if clash:
@@ -179,12 +178,16 @@ class JsonRecord:
         values: dict[str, Any] = {}
         for s in specs:
             value = getattr(self, s.name)
-            if value is None and not (s.required or s.keep_none or s.key in self.layout):
-                continue
-            values[s.key] = None if value is None else s.codec.dump(value)
+            if self.layout is None:  # built in code
+                written = s.required or s.keep_none or value is not None
+            else:  # read: the keys it had, and any set since
+                written = s.key in self.layout or s.required or value != s.default
+            if written:
+                values[s.key] = None if value is None else s.codec.dump(value)
         values.update(self.extra)
         order = list(self.KEY_ORDER) + [k for k in declared if k not in self.KEY_ORDER]
         after = order.index(self.EXTRA_AFTER) + 1 if self.EXTRA_AFTER else len(order)
         order[after:after] = list(self.extra)
-        keys = [k for k in self.layout if k in values] + [k for k in order if k not in self.layout and k in values]
+        layout = self.layout or ()
+        keys = [k for k in layout if k in values] + [k for k in order if k not in layout and k in values]
         return {k: values[k] for k in keys}
