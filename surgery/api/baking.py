@@ -11,11 +11,11 @@ value of a sweep (α or n), every destination and every value's scales checked b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..bake.provenance import edited_tensors
+from ..bake.record import BakeRecord, Evaluation
 from ..core.edits import Recipe
 from ..core.errors import RecipeError
 from ..core.progress import StageProgress, silent_stages
@@ -25,24 +25,25 @@ from ._common import no_other_options, reporter, typed
 
 @dataclass
 class Baked:
-    """One finished bake: where it went, its provenance (surgery.json), the notes reported on the
-    way, and the findings summary that went into surgery.json (``extra``)."""
+    """One finished bake: where it went, its record (surgery.json), the notes reported on the way,
+    and the findings summary that went into surgery.json (``extra``)."""
 
     out: Path
-    provenance: dict[str, Any]
+    provenance: BakeRecord
     notes: list[str]
     extra: dict[str, Any] | None = None
 
     @property
     def tensors_edited(self) -> int:
         """Distinct tensors the bake changed (a fused expert tensor counts once, not per window)."""
-        return len(edited_tensors(self.provenance))
+        return len(self.provenance.edited_pairs())
 
     def summary(self) -> dict[str, Any]:
         """The JSON object the command line prints for this bake (``--json``)."""
-        prov = self.provenance
-        return {"out": str(self.out), "edits": len(prov["recipe"]["edits"]), "tensors_edited": self.tensors_edited,
-                "verification": prov.get("verification"), "notes": self.notes, "pushed": prov.get("pushed"),
+        record = self.provenance
+        return {"out": str(self.out), "edits": len(record.recipe.edits), "tensors_edited": self.tensors_edited,
+                "verification": record.verification.to_dict() if record.verification else None,
+                "notes": self.notes, "pushed": record.pushed.to_dict() if record.pushed else None,
                 **(self.extra or {})}  # the selection / findings summary that went into surgery.json
 
 
@@ -62,7 +63,7 @@ def sweep_label(name: str, value: float) -> str:
 
 def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: LoadSpec | None = None,
                 force: bool = False, verify: bool = True, allow_other_base: bool = False, allow_zero: bool = False,
-                extra: Mapping[str, Any] | None = None, evaluation: Mapping[str, Any] | None = None,
+                extra: Mapping[str, Any] | None = None, evaluation: Evaluation | Mapping[str, Any] | None = None,
                 push_to: str | None = None, push_revision: str | None = None, private: bool = False,
                 stages: StageProgress = silent_stages, report: Callable[[str], None] | None = None,
                 **options: Any) -> Baked:
@@ -100,15 +101,17 @@ def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: Loa
     notes = [lineage] if lineage else []
     if lineage:
         note(lineage)
+    if evaluation is not None and not isinstance(evaluation, Evaluation):
+        evaluation = Evaluation.from_dict(dict(evaluation))
     result = bake(ckpt, recipe, out, source=source, force=force, progress=stages,
                   check=edited_check(ckpt, recipe) if verify else None, extra=dict(extra) if extra else None,
                   card=card_hook(evaluation), report=note, allow_zero=allow_zero)
-    prov = result.provenance
+    record = result.provenance
     if push_to:
         from ..ship.hub import push
 
-        prov = {**prov, "pushed": push(out, push_to, private=private, revision=push_revision)}
-    return Baked(Path(out), prov, notes + result.notes, dict(extra) if extra else None)
+        record = replace(record, pushed=push(out, push_to, private=private, revision=push_revision))
+    return Baked(Path(out), record, notes + result.notes, dict(extra) if extra else None)
 
 
 def bake_sweep(model: str | Path, plans: Sequence[Planned], out: str | Path, *, load: LoadSpec | None = None,

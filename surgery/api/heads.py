@@ -25,6 +25,7 @@ from .baking import Baked, Planned, bake_plans, sweep_label
 
 if TYPE_CHECKING:
     from ..find.heads.find import HeadFindings
+    from ..find.heads.record import BindingScores
 
 
 def _pairs(params: FindParams):
@@ -37,14 +38,15 @@ def _pairs(params: FindParams):
 
 
 def score_binding(model: str | Path, *, load: LoadSpec | None = None, params: FindParams | None = None,
-                  progress: Progress = silent, **options: Any) -> dict[str, Any]:
+                  progress: Progress = silent, **options: Any) -> "BindingScores":
     """S and K of ``model`` on the binding benchmark: mean match / mismatch, Δ, paired t-test over
-    items (``{"S": …, "K": …, "K_over_S": …, "benchmark": …, "benchmark_sha256": …}``).
+    items (``.S``, ``.K``, ``.K_over_S``; ``to_dict()`` adds the benchmark's source and sha256).
     Options: ``LoadSpec`` fields and FindParams' prompt fields (``benchmark``, ``max_pairs`` …)."""
     from ..bake.patches import check_loadable
     from ..core import distributed
     from ..find.heads.attention import surgery_attention_on
     from ..find.heads.find import pairs_sha256
+    from ..find.heads.record import BindingScores
     from ..find.heads.scores import score_binding as scores
     from ..model.loading import load_model, load_tokenizer
 
@@ -59,8 +61,9 @@ def score_binding(model: str | Path, *, load: LoadSpec | None = None, params: Fi
     with surgery_attention_on(net):
         res = scores(net, tok, pairs, instruct=params.instruct, batch_size=params.batch_size,
                      progress=progress("scoring prompts", 4 * len(pairs)))
-    return {"S": res["S"], "K": res["K"], "K_over_S": res["K_over_S"], "benchmark": bench.source,
-            "benchmark_sha256": bench.sha256}
+    scores = BindingScores.of(res)  # the tokenizer's ids of the options are left out: not a score
+    return BindingScores(S=scores.S, K=scores.K, K_over_S=scores.K_over_S,
+                         extra={"benchmark": bench.source, "benchmark_sha256": bench.sha256})
 
 
 def head_findings(model: str | Path | Checkpoint, *, findings: str | Path | None = None, transfer: bool = False,

@@ -22,7 +22,7 @@ import re
 import threading
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -39,7 +39,8 @@ from ..model.loading import Source, local_source
 from .copies import copy_note, copy_patches
 from .guards import check_scales
 from .patches import RAW_DTYPES, group_by_file, patched_chunks, plan
-from .provenance import FORMAT, OWN_FILES, PROVENANCE_NAME, UNDO_NAME, left_out_note, provenance_text, write_undo
+from .provenance import OWN_FILES, PROVENANCE_NAME, UNDO_NAME, left_out_note, record_text, write_undo
+from .record import BakeRecord, EditedTensor, HashingRecord, UndoRecord, Verification
 
 COPY_BLOCK = 64 << 20
 HASH_THREADS = 2  # hashlib releases the GIL on large blocks: two files hash in parallel
@@ -52,8 +53,12 @@ SHA256_NAME = re.compile(r"[0-9a-f]{64}")
 @dataclass
 class BakeResult:
     path: Path
-    provenance: dict[str, Any]
+    provenance: BakeRecord  # what surgery.json holds
     notes: list[str] = field(default_factory=list)
+
+
+# One patch's record and the original bytes of its slices ("rows", "cols"), until they go to surgery.undo.
+Patched = tuple[EditedTensor, dict[str, np.ndarray]]
 
 
 def source_files(ckpt: Checkpoint) -> list[str]:
@@ -88,7 +93,7 @@ def copy_file(src: Path, dst: Path, on_bytes: Callable[[int], None] = lambda n: 
             raise OSError(errno.EIO, f"short copy of {src.name} ({done} of {size} bytes)")
 
 
-def _patch_bytes(fd_src: int, p, entries: list[dict]) -> Iterator[tuple[int, memoryview]]:
+def _patch_bytes(fd_src: int, p, entries: list[Patched]) -> Iterator[tuple[int, memoryview]]:
     """(offset, new bytes) of one patch, in file order; its record, with the original slices, goes
     to ``entries`` once it is done."""
     originals: dict[str, list[np.ndarray]] = {"rows": [], "cols": []}
@@ -97,12 +102,11 @@ def _patch_bytes(fd_src: int, p, entries: list[dict]) -> Iterator[tuple[int, mem
         for kind, arr in orig.items():
             originals[kind].append(arr)
         yield offset, data
-    entry = {"tensor": p.info.name, "file": p.info.file, "dtype": p.info.dtype,
-             "rows": sorted(p.rows), "cols": sorted(p.cols),
-             "originals": {kind: np.concatenate(parts).view(np.uint8) for kind, parts in originals.items() if parts}}
-    if p.window is not None:  # one expert's rows of a fused 3-D tensor
-        entry.update(first_row=p.first_row, window=p.window)
-    entries.append(entry)
+    window = p.window is not None  # one expert's rows of a fused 3-D tensor
+    entry = EditedTensor(tensor=p.info.name, file=p.info.file, dtype=p.info.dtype, rows=sorted(p.rows),
+                         cols=sorted(p.cols), first_row=p.first_row if window else None,
+                         window=p.window if window else None)
+    entries.append((entry, {kind: np.concatenate(parts).view(np.uint8) for kind, parts in originals.items() if parts}))
 
 
 def patch_span(p) -> tuple[int, int]:
@@ -112,7 +116,7 @@ def patch_span(p) -> tuple[int, int]:
     return start, start + p.n_rows * row_bytes
 
 
-def _new_bytes(fd_src: int, patches, entries: list[dict]) -> Iterator[tuple[int, memoryview]]:
+def _new_bytes(fd_src: int, patches, entries: list[Patched]) -> Iterator[tuple[int, memoryview]]:
     """(offset, new bytes) of every patch of one file, in file order; one record per patch goes to
     ``entries``.
 
@@ -137,7 +141,7 @@ class PatchedFile:
 
     source_sha256: str | None
     output_sha256: str
-    entries: list[dict]
+    entries: list[Patched]
 
 
 def _patch_file(src: Path, dst: Path, patches, hash_source: bool = True,
@@ -153,7 +157,7 @@ def _patch_file(src: Path, dst: Path, patches, hash_source: bool = True,
     """
     size = os.stat(src).st_size
     src_h, out_h = hashlib.sha256(), hashlib.sha256()
-    entries: list[dict] = []
+    entries: list[Patched] = []
     dst.parent.mkdir(parents=True, exist_ok=True)
     with ExitStack() as closing:
         fd_src = os.open(src, os.O_RDONLY)
@@ -205,28 +209,27 @@ def _patch_file(src: Path, dst: Path, patches, hash_source: bool = True,
         if pending is not None or next(chunks, None) is not None:
             raise CheckpointError(f"{src.name}: an edited tensor lies past the end of the file; it is truncated")
     return PatchedFile(src_h.hexdigest() if hash_source else None, out_h.hexdigest(),
-                       sorted(entries, key=lambda e: (e["tensor"], e.get("first_row", 0))))  # the plan's order
+                       sorted(entries, key=lambda e: (e[0].tensor, e[0].first_row or 0)))  # the plan's order
 
 
-def _record_undo(entries: list[dict], undo: dict[str, np.ndarray], undo_index: list[dict]) -> None:
+def _record_undo(entries: list[Patched], undo: dict[str, np.ndarray], undo_index: list[EditedTensor]) -> None:
     """Move each entry's original slices into ``undo`` under numbered keys, and the entry into
     ``undo_index``; called in file order, so the numbering does not depend on which shard ended first."""
-    for entry in entries:
-        for kind, arr in entry.pop("originals").items():
-            key = f"slice{len(undo_index)}.{kind}"
-            undo[key] = arr
-            entry[f"{kind}_key"] = key
+    for entry, originals in entries:
+        keys = {kind: f"slice{len(undo_index)}.{kind}" for kind in originals}
+        undo.update({keys[kind]: arr for kind, arr in originals.items()})
+        entry.rows_key, entry.cols_key = keys.get("rows"), keys.get("cols")
         undo_index.append(entry)
 
 
-def hashing_record(taken: list[str], remembered: list[str], copied: list[str]) -> dict[str, Any]:
+def hashing_record(taken: list[str], remembered: list[str], copied: list[str]) -> HashingRecord:
     """What surgery.json says about its sha256s: which were taken rather than computed."""
-    return {"source_files_from_hub_blob_names": taken,
-            # hashed by an earlier bake; unchanged since by device, inode, size, mtime and ctime
-            "source_files_from_hash_cache": remembered,
-            "files_from_source": copied,
-            "computed": "every other sha256 in files and source_files, from the bytes, once",
-            "recheck": "surgery verify recomputes every sha256 of the output and of the source"}
+    return HashingRecord(source_files_from_hub_blob_names=taken,
+                         # hashed by an earlier bake; unchanged since by device, inode, size, mtime and ctime
+                         source_files_from_hash_cache=remembered,
+                         files_from_source=copied,
+                         computed="every other sha256 in files and source_files, from the bytes, once",
+                         recheck="surgery verify recomputes every sha256 of the output and of the source")
 
 
 def hub_blob_sha256(path: Path) -> str | None:
@@ -270,14 +273,14 @@ def _threads(workers: int) -> Iterator[tuple[ThreadPoolExecutor, threading.Event
 
 def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | None = None,
          force: bool = False, progress: StageProgress = silent_stages,
-         check: Callable[[Path], dict[str, Any]] | None = None,
-         card: Callable[[Path, dict[str, Any]], str] | None = None,
+         check: Callable[[Path], Verification] | None = None,
+         card: Callable[[Path, BakeRecord], str] | None = None,
          extra: dict[str, Any] | None = None, report: Callable[[str], None] = lambda m: None,
          allow_zero: bool = False) -> BakeResult:
     """Bake ``recipe`` into a copy of ``ckpt`` at ``out``.
 
     ``check(staged_dir)`` runs on the finished weights before they are published (the numerical
-    check, e.g. ``check.edited_check``) and its result is recorded; ``card(staged_dir, provenance)`` returns a model
+    check, e.g. ``check.edited_check``) and its result is recorded; ``card(staged_dir, record)`` returns a model
     card (README.md). ``extra`` adds entries (findings summary, selection) to surgery.json.
     A scale that overflows, or one that rounds a head's or neuron's weights to zero (unless
     ``allow_zero``), is refused before anything is written (surgery.bake.guards).
@@ -325,7 +328,7 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
                                          and rel not in by_file}
         output_hashes: dict[str, str] = {}
         undo: dict[str, np.ndarray] = {}
-        undo_index: list[dict] = []
+        undo_index: list[EditedTensor] = []
         done, ticking = 0, threading.Lock()
 
         def advance(n: int) -> None:  # called by the patch threads too
@@ -361,35 +364,31 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         source_hashes.update(taken)
         source_hashes.update(remembered)
 
-        provenance: dict[str, Any] = {
-            "format": FORMAT,
-            "version": 1,
-            "tool_version": __version__,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        replaced = [n for n in OWN_FILES if n in files]  # an earlier bake's record, kept in surgery.undo
+        if card is not None and "README.md" in files:
+            replaced.append("README.md")
+        record = BakeRecord(
+            tool_version=__version__,
+            created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             # The fingerprint lets export-lora check that MODEL is the source of a baked folder.
-            "source": {**(source or local_source(ckpt.path)).to_dict(), "fingerprint": ckpt.fingerprint()},
-            "model_type": arch.model_type,
-            "recipe": recipe.to_dict(),
-            "edited_tensors": undo_index,
-            **(extra or {}),
-        }
+            source=replace(source or local_source(ckpt.path), fingerprint=ckpt.fingerprint()),
+            model_type=arch.model_type,
+            recipe=recipe,
+            edited_tensors=undo_index,
+            extra=dict(extra or {}),
+            undo=UndoRecord(file=UNDO_NAME, replaced_files=replaced,
+                            added_files=[n for n in ("README.md",) if card is not None and n not in files],
+                            left_out_files=left_out),
+            files={}, source_files={},  # hashed below, once the card is written
+        )
         if check is not None:
             tick("check", 0, 1)
-            provenance["verification"] = check(tmp)
+            record.verification = check(tmp)
             tick("check", 1, 1)
-        replaced = [n for n in OWN_FILES if n in files]
         if card is not None:
-            (tmp / "README.md").write_text(card(tmp, provenance), encoding="utf-8")
-            if "README.md" in files:
-                replaced.append("README.md")
+            (tmp / "README.md").write_text(card(tmp, record), encoding="utf-8")
         for rel in replaced:
             undo[f"file:{rel}"] = np.frombuffer((ckpt.path / rel).read_bytes(), dtype=np.uint8)
-        provenance["undo"] = {
-            "file": UNDO_NAME,
-            "replaced_files": replaced,
-            "added_files": [n for n in ("README.md",) if card is not None and n not in files],
-            "left_out_files": left_out,
-        }
         write_undo(tmp / UNDO_NAME, undo)
         outputs = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
         tick("hash", 0, 1)
@@ -401,10 +400,10 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         hashes = hash_files(tmp, fresh)  # new files: surgery.undo, the card
         hashes.update({n: source_digests[n] for n in unchanged})
         hashes.update(output_hashes)
-        provenance["files"] = dict(sorted(hashes.items()))
-        provenance["source_files"] = dict(sorted(source_digests.items()))
-        provenance["hashing"] = hashing_record(sorted(taken), sorted(remembered), sorted(unchanged))
+        record.files = dict(sorted(hashes.items()))
+        record.source_files = dict(sorted(source_digests.items()))
+        record.hashing = hashing_record(sorted(taken), sorted(remembered), sorted(unchanged))
         tick("hash", 1, 1)
-        (tmp / PROVENANCE_NAME).write_text(provenance_text(provenance), encoding="utf-8")
+        (tmp / PROVENANCE_NAME).write_text(record_text(record), encoding="utf-8")
     hash_cache.save()
-    return BakeResult(Path(out), provenance, notes)
+    return BakeResult(Path(out), record, notes)

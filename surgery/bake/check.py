@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from ..core.errors import SurgeryError
 from ..core.resolve import Resolver
 from ..core.sites import all_sites
 from .patches import RAW_DTYPES, to_f32
+from .record import Verification
 
 INPUTS = 4  # random input vectors per map
 SEED = 0
@@ -128,10 +129,10 @@ def check_map(src: Checkpoint, out: Checkpoint, m: EditedMap, rng: np.random.Gen
     return max(r[0] for r in results), max(r[1] for r in results)
 
 
-def edited_check(ckpt: Checkpoint, recipe: Recipe) -> Callable[[Path], dict[str, Any]]:
+def edited_check(ckpt: Checkpoint, recipe: Recipe) -> Callable[[Path], Verification]:
     """The check as a bake hook: runs on the staged output before it is published."""
 
-    def check(staged: Path) -> dict[str, Any]:
+    def check(staged: Path) -> Verification:
         rng = np.random.default_rng(SEED)
         out = Checkpoint(staged, allow_remote_code=True)  # its own headers: offsets are checked again
         maps = edited_maps(ckpt, recipe)
@@ -143,10 +144,11 @@ def edited_check(ckpt: Checkpoint, recipe: Recipe) -> Callable[[Path], dict[str,
                                    f"{'columns' if m.axis == 'in' else 'rows'} are off by {diff:.3g}, "
                                    f"{ratio:.3g}× the rounding bound); nothing was written. Please report this bug")
             worst_diff, worst_ratio = max(worst_diff, diff), max(worst_ratio, ratio)
-        return {"kind": "edited maps", "maps": len(maps), "inputs": INPUTS,
-                "max_abs_diff": worst_diff, "max_diff_over_bound": worst_ratio,
-                "reference": "source weights with the run-time twin (input scales) or the site's output scales, "
-                             "float32, on random inputs; the rest of the output is a byte copy of the source",
-                "end_to_end": "surgery verify compares the logits"}
+        return Verification(kind="edited maps", maps=len(maps), inputs=INPUTS,
+                            max_abs_diff=worst_diff, max_diff_over_bound=worst_ratio,
+                            reference="source weights with the run-time twin (input scales) or the site's output "
+                                      "scales, float32, on random inputs; the rest of the output is a byte copy of "
+                                      "the source",
+                            end_to_end="surgery verify compares the logits")
 
     return check

@@ -22,13 +22,12 @@ machine through :func:`unedited_copies`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ..core.architectures import Architecture
 from ..core.checkpoint import INDEX_NAME, Checkpoint, TensorInfo, file_tensors, folder_files
-from ..core.edits import Recipe
 from ..core.errors import CheckpointError
 from .patches import RAW_DTYPES, TensorPatch, group_by_file, plan
+from .record import BakeRecord
 
 NON_WEIGHT_FILES = ("adapter_model.safetensors",)
 
@@ -90,24 +89,24 @@ def copy_note(copies: list[TensorPatch]) -> str:
             f"ones transformers loads): edited the same way ({len(copies)} tensor(s))")
 
 
-def unrecorded(copies: list[TensorPatch], prov: dict[str, Any]) -> dict[str, str]:
-    """The weight copies that hold edited tensors but that the bake recorded in ``prov`` as not
+def unrecorded(copies: list[TensorPatch], record: BakeRecord) -> dict[str, str]:
+    """The weight copies that hold edited tensors but that the bake recorded in ``record`` as not
     edited (bakes before this check copied them as is), each with its problem line."""
-    recorded = {e.get("file") for e in prov.get("edited_tensors") or []}
+    recorded = {e.file for e in record.edited_tensors}
     return {rel: f"{rel} holds a copy of the edited tensor '{ps[0].info.name}' that the bake left unedited (it "
                  "copied weight files outside the loaded ones as is): whatever loads it serves the unedited "
                  "model; bake again"
             for rel, ps in sorted(group_by_file(copies).items()) if rel not in recorded}
 
 
-def unedited_copies(folder: Path, prov: dict[str, Any]) -> list[str]:
+def unedited_copies(folder: Path, record: BakeRecord) -> list[str]:
     """The rule above on a baked ``folder`` alone (no source: push of a folder whose source is not
-    on this machine), from its own files and record ``prov``."""
+    on this machine), from its own files and ``record``."""
     ckpt = Checkpoint(folder, allow_remote_code=True)
-    recipe = Recipe.from_dict(prov.get("recipe"), where="surgery.json recipe")
+    recipe = record.recipe
     arch = recipe.validate(ckpt.config)
     try:
         copies = copy_patches(ckpt, arch, plan(ckpt, arch, recipe.active()))
     except CheckpointError as exc:
         return [str(exc)]
-    return list(unrecorded(copies, prov).values())
+    return list(unrecorded(copies, record).values())

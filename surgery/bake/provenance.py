@@ -1,9 +1,10 @@
 """What a baked folder says about itself, and the one check that it still says the truth.
 
-A bake writes ``surgery.json`` (tool, source, recipe, sha256 of every file, sealed) and
-``surgery.undo`` (the original bytes of every edited slice). This module owns both names, the
-seal, reading them back, and :func:`integrity_problems` — the single check of a baked folder's
-files against its record that verify, push, card refresh and export all use.
+A bake writes ``surgery.json`` (tool, source, recipe, sha256 of every file, sealed; its content is
+a :class:`~surgery.bake.record.BakeRecord`) and ``surgery.undo`` (the original bytes of every
+edited slice). This module owns both names, the seal, reading them back, and
+:func:`integrity_problems` — the single check of a baked folder's files against its record that
+verify, push, card refresh and export all use.
 """
 
 from __future__ import annotations
@@ -11,23 +12,30 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from ..core.checkpoint import file_sha256, is_other_weights
-from ..core.errors import VerificationError
+from ..core.errors import SurgeryError, VerificationError
 from ..core.progress import StageProgress, silent_stages
 from ..core.strict_files import DuplicateKey, load_json
+from .record import FORMAT, BakeRecord  # noqa: F401 (FORMAT stays importable with the file's names)
 
 PROVENANCE_NAME = "surgery.json"
 UNDO_NAME = "surgery.undo"  # safetensors content, but not *.safetensors: loaders glob for those
 OWN_FILES = (PROVENANCE_NAME, UNDO_NAME)
 ADAPTER_PROVENANCE_NAME = "surgery_adapter.json"  # what export-lora records in an adapter folder
 SEAL_KEY = "provenance_sha256"  # in surgery.json: see provenance_text
-FORMAT = "surgery-checkpoint"
 
-def provenance_text(prov: dict[str, Any]) -> str:
+
+def seal(prov: Mapping[str, Any]) -> str:
+    """The sha256 of ``prov``'s content but the seal itself (key order does not count)."""
+    body = {k: v for k, v in prov.items() if k != SEAL_KEY}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def provenance_text(prov: Mapping[str, Any]) -> str:
     """The exact text of surgery.json: ``prov`` sealed with the sha256 of the rest of its content.
 
     surgery.json cannot list its own sha256, so it carries a seal instead. ``provenance_intact``
@@ -36,8 +44,13 @@ def provenance_text(prov: dict[str, Any]) -> str:
     Whoever rewrites surgery.json (the card refresh) writes it with this function.
     """
     body = {k: v for k, v in prov.items() if k != SEAL_KEY}
-    seal = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-    return json.dumps({**body, SEAL_KEY: seal}, indent=1) + "\n"
+    return json.dumps({**body, SEAL_KEY: seal(body)}, indent=1) + "\n"
+
+
+def record_text(record: BakeRecord) -> str:
+    """The text of surgery.json for ``record`` (:func:`provenance_text`), whose seal it sets."""
+    record.seal = seal(record.to_dict())
+    return provenance_text(record.to_dict())
 
 
 def provenance_intact(path: Path) -> bool:
@@ -75,8 +88,8 @@ def not_baked(path: Path) -> str:
             "bake wrote")
 
 
-def load_provenance(path: Path) -> dict[str, Any]:
-    """surgery.json of a baked checkpoint (a clear error when it is not one)."""
+def load_provenance(path: Path) -> BakeRecord:
+    """surgery.json of a baked checkpoint (a clear error when it is not one, or of a newer version)."""
     prov = Path(path) / PROVENANCE_NAME
     if not prov.is_file():
         raise VerificationError(not_baked(Path(path)))
@@ -87,35 +100,17 @@ def load_provenance(path: Path) -> dict[str, Any]:
                                 "edited after the bake: bake again") from None
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise VerificationError(f"{prov} is corrupt (not JSON)") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise VerificationError(f"{prov} is not a surgery provenance file")
-    return data
-
-
-def edited_tensors(prov: dict[str, Any]) -> list[tuple[str, str]]:
-    """The distinct (file, tensor) pairs a bake edited. ``edited_tensors`` holds one undo entry per
-    patch, and a fused 3-D expert tensor is patched one expert's window at a time: counting the
-    entries would count those windows as tensors."""
-    return sorted({(e["file"], e["tensor"]) for e in prov.get("edited_tensors") or []})
-
-
-def weight_hashes(prov: dict[str, Any]) -> dict[str, str]:
-    """The sha256 a bake recorded for each of its weight files (*.safetensors): the bake's identity.
-
-    A checkpoint's fingerprint samples 1 MiB per file, so it rarely tells a bake from its source
-    or from a bake of another α; these hashes do, and reading them costs nothing.
-    """
-    return {name: digest for name, digest in (prov.get("files") or {}).items() if name.endswith(".safetensors")}
+    return BakeRecord.from_dict(data, where=str(prov))
 
 
 def baked_weights(folder: Path) -> dict[str, str] | None:
-    """:func:`weight_hashes` of the bake in ``folder``; None when it holds no readable surgery.json
-    (such a folder names no bake: the card then refuses an evaluation of it)."""
+    """:meth:`BakeRecord.weight_hashes` of the bake in ``folder``; None when it holds no readable
+    surgery.json (such a folder names no bake: the card then refuses an evaluation of it)."""
     if not (Path(folder) / PROVENANCE_NAME).is_file():
         return None
     try:
-        return weight_hashes(load_provenance(folder))
-    except VerificationError:
+        return load_provenance(folder).weight_hashes()
+    except SurgeryError:  # not a bake's record, or one whose recipe no longer reads
         return None
 
 
@@ -154,9 +149,9 @@ def other_weight_problems(names: Iterable[str]) -> list[str]:
             if is_other_weights(n)]
 
 
-def integrity_problems(folder: Path, prov: dict[str, Any], *, skip: Iterable[str] = (),
+def integrity_problems(folder: Path, record: BakeRecord, *, skip: Iterable[str] = (),
                        progress: StageProgress = silent_stages) -> list[str]:
-    """Everything wrong with ``folder`` against its own record ``prov``: a broken seal, a recorded
+    """Everything wrong with ``folder`` against its own ``record``: a broken seal, a recorded
     file missing or changed (sha256), weights the bake does not edit, a file nobody recorded.
 
     ``skip`` names recorded files not to hash (the card refresh is about to replace the card).
@@ -168,7 +163,7 @@ def integrity_problems(folder: Path, prov: dict[str, Any], *, skip: Iterable[str
     present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
     # Flagged even when recorded: earlier bakes copied such files, unedited, into the output.
     problems = other_weight_problems(present)
-    recorded = sorted((n, d) for n, d in (prov.get("files") or {}).items() if n not in set(skip))
+    recorded = sorted((n, d) for n, d in record.files.items() if n not in set(skip))
     for i, (name, digest) in enumerate(recorded):
         progress("hash", i, len(recorded))
         if not (folder / name).is_file():
@@ -176,7 +171,7 @@ def integrity_problems(folder: Path, prov: dict[str, Any], *, skip: Iterable[str
         elif file_sha256(folder / name) != digest:
             problems.append(f"{name} changed after the bake (sha256 differs from {PROVENANCE_NAME})")
     progress("hash", len(recorded), len(recorded))
-    known = set(prov.get("files") or {}) | {PROVENANCE_NAME}
+    known = set(record.files) | {PROVENANCE_NAME}
     problems += [f"{n} is not recorded in {PROVENANCE_NAME}" for n in sorted(present - known)
                  if not is_other_weights(n)]  # those were reported above, with what they mean
     return problems

@@ -33,42 +33,41 @@ def undo(baked: str | Path, out: str | Path, force: bool = False,
     replaces an earlier restore of this bake, an empty folder or a surgery output at ``out``.
     """
     baked = Path(baked)
-    prov = load_provenance(baked)
-    expected = prov.get("source_files") or {}
-    mismatched = [n for n, h in hash_files(baked, sorted(prov.get("files", {}))).items() if h != prov["files"][n]]
+    record = load_provenance(baked)
+    expected = record.source_files
+    mismatched = [n for n, h in hash_files(baked, sorted(record.files)).items() if h != record.files[n]]
     if mismatched:
         raise VerificationError(f"{baked / mismatched[0]} changed after the bake; undo would not give the source")
     saved = load_undo(baked / UNDO_NAME)
     ckpt = Checkpoint(baked, allow_remote_code=True)
-    undo_meta = prov.get("undo", {})
-    skip = set(OWN_FILES) | set(undo_meta.get("added_files", [])) | set(undo_meta.get("replaced_files", []))
+    skip = set(OWN_FILES) | record.undo.rewritten()
 
     with staged_output(Path(out), [baked], force, report,
                        replaceable=lambda folder: earlier_restore(folder, expected)) as tmp:
         carried = [rel for rel in source_files(ckpt) if rel not in skip]
         for rel in carried:
             copy_file(baked / rel, tmp / rel)
-        for rel in undo_meta.get("replaced_files", []):
+        for rel in record.undo.replaced_files:
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_bytes(saved[f"file:{rel}"].tobytes())
         headers: dict[str, dict[str, TensorInfo]] = {}
-        for entry in prov.get("edited_tensors", []):
+        for entry in record.edited_tensors:
             # By file and name: a second copy of the weights (copies.py) holds the same tensor again.
-            if entry["file"] not in carried:
-                raise VerificationError(f"surgery.json records an edit in {entry['file']!r}, which is not a file "
+            if entry.file not in carried:
+                raise VerificationError(f"surgery.json records an edit in {entry.file!r}, which is not a file "
                                         f"of {baked}; undo cannot restore it")
-            if entry["file"] not in headers:
-                headers[entry["file"]] = file_tensors(baked, entry["file"])
-            info = headers[entry["file"]].get(entry["tensor"])
+            if entry.file not in headers:
+                headers[entry.file] = file_tensors(baked, entry.file)
+            info = headers[entry.file].get(entry.tensor)
             if info is None:
-                raise VerificationError(f"surgery.json records an edit of '{entry['tensor']}', which is not in "
-                                        f"{baked / entry['file']}; undo cannot restore it")
-            patch = TensorPatch(info, rows={r: 0.0 for r in entry["rows"]}, cols={c: 0.0 for c in entry["cols"]},
-                                first_row=entry.get("first_row", 0), window=entry.get("window"))
+                raise VerificationError(f"surgery.json records an edit of '{entry.tensor}', which is not in "
+                                        f"{baked / entry.file}; undo cannot restore it")
+            patch = TensorPatch(info, rows={r: 0.0 for r in entry.rows}, cols={c: 0.0 for c in entry.cols},
+                                first_row=entry.first_row or 0, window=entry.window)
             raw = np.dtype(RAW_DTYPES[info.dtype])
-            cols = saved[entry["cols_key"]].view(raw).reshape(patch.n_rows, -1) if "cols_key" in entry else None
-            rows = saved[entry["rows_key"]].view(raw).reshape(len(entry["rows"]), -1) if "rows_key" in entry else None
-            fd = os.open(tmp / entry["file"], os.O_RDWR)
+            cols = saved[entry.cols_key].view(raw).reshape(patch.n_rows, -1) if entry.cols_key else None
+            rows = saved[entry.rows_key].view(raw).reshape(len(entry.rows), -1) if entry.rows_key else None
+            fd = os.open(tmp / entry.file, os.O_RDWR)
             try:
                 for offset, data in restored_chunks(fd, patch, cols, rows):
                     os.pwrite(fd, data, offset)
@@ -78,7 +77,7 @@ def undo(baked: str | Path, out: str | Path, force: bool = False,
         if expected and restored != expected:
             bad = sorted(set(restored.items()) ^ set(expected.items()))
             raise VerificationError(f"undo did not reproduce the source ({bad[0][0]} differs); nothing was written")
-    left_out = undo_meta.get("left_out_files") or []
+    left_out = record.undo.left_out_files or []
     if left_out:
         report(f"{', '.join(left_out)} of the source {'was' if len(left_out) == 1 else 'were'} left out of "
                "the bake (weights in a format it does not edit) and cannot be restored from it; copy "

@@ -27,6 +27,7 @@ from .bake import source_files
 from .copies import copy_patches, unrecorded
 from .patches import RAW_DTYPES, TensorPatch, group_by_file, patched_chunks, plan
 from .provenance import OWN_FILES, integrity_problems, load_provenance
+from .record import BakeRecord
 
 BLOCK = 16 << 20
 PROMPTS = (
@@ -155,11 +156,11 @@ def _compare_edited(src: Path, dst: Path, patches, report: Report, source_change
     return False
 
 
-def _changed_sources(src: Checkpoint, prov: dict[str, Any], names: list[str],
+def _changed_sources(src: Checkpoint, record: BakeRecord, names: list[str],
                      progress: StageProgress) -> tuple[dict[str, str], set[str]]:
     """sha256 of each source file in ``names`` now, and those that no longer match the sha256
     recorded at bake time (surgery.json source_files)."""
-    recorded = prov.get("source_files") or {}
+    recorded = record.source_files
     current = {}
     for i, rel in enumerate(names):
         progress("compare", i, 2 * len(names))
@@ -176,17 +177,17 @@ def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent
     output; only an edited tensor that does not hold the recipe's values is still located in it.
     """
     report = Report()
-    prov = load_provenance(dst_path)
-    recipe = Recipe.from_dict(prov.get("recipe"), where="surgery.json recipe")
-    report.problems += integrity_problems(dst_path, prov, progress=progress)
-    report.files_checked = len(prov.get("files") or {})
+    record = load_provenance(dst_path)
+    recipe = record.recipe
+    report.problems += integrity_problems(dst_path, record, progress=progress)
+    report.files_checked = len(record.files)
     if report.problems:
         return report, recipe
 
-    card_files = set(prov.get("undo", {}).get("replaced_files", [])) | set(prov.get("undo", {}).get("added_files", []))
+    card_files = record.undo.rewritten()
     compared = [rel for rel in source_files(src)
                 if rel not in OWN_FILES and rel not in card_files and not is_other_weights(rel)]  # not carried over
-    current, changed = _changed_sources(src, prov, compared, progress)
+    current, changed = _changed_sources(src, record, compared, progress)
     dst = Checkpoint(dst_path, allow_remote_code=True)
     if dst.config != src.config and "config.json" not in changed:
         report.problems.append("config.json differs from the source's")
@@ -207,7 +208,7 @@ def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent
         report.problems.append(str(exc))
         return report, recipe
     report.tensors_edited = len(patches) + len(copies)
-    left_unedited = unrecorded(copies, prov)
+    left_unedited = unrecorded(copies, record)
     report.problems += left_unedited.values()
     by_file = group_by_file(patches + copies)
     for i, rel in enumerate(compared):
@@ -227,7 +228,7 @@ def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent
                                        "does not have (source_files); undo would refuse to restore it")
         elif rel in changed:
             report.problems.append(source_changed_line(rel))
-        elif current[rel] != prov["files"].get(rel):
+        elif current[rel] != record.files.get(rel):
             report.problems.append(f"{rel} differs from the source's although the recipe does not touch it")
     progress("compare", 2 * len(compared), 2 * len(compared))
     return report, recipe

@@ -19,13 +19,13 @@ def push_settings() -> dict[str, Any]:
 
 def print_baked(baked: Baked) -> None:
     """The human summary: what was baked where (and pushed where)."""
-    prov, ver, pushed = baked.provenance, baked.provenance.get("verification"), baked.provenance.get("pushed")
+    record, ver, pushed = baked.provenance, baked.provenance.verification, baked.provenance.pushed
     check = ("" if not ver else
-             f", {ver['maps']} edited map(s) match the run-time edit (max |Δ| {ver['max_abs_diff']:.2e})")
-    out.print(f"[green]Baked[/] {len(prov['recipe']['edits'])} edit(s) into {baked.tensors_edited} "
+             f", {ver.maps} edited map(s) match the run-time edit (max |Δ| {ver.max_abs_diff:.2e})")
+    out.print(f"[green]Baked[/] {len(record.recipe.edits)} edit(s) into {baked.tensors_edited} "
               f"tensor(s){check} → {baked.out}")
     if pushed:
-        out.print(f"[green]Pushed[/] to {pushed['repo']} ({pushed['revision']}): {pushed['commit_url']}")
+        out.print(f"[green]Pushed[/] to {pushed.repo} ({pushed.revision}): {pushed.commit_url}")
 
 
 def each_line(as_json: bool):

@@ -12,6 +12,7 @@ from rich.table import Table
 from .. import api
 from ..find.heads.caveats import delta_s_caveat, weak_heads_caveat
 from ..find.heads.params import PAIR_FIELDS, SEARCH_FIELDS, FindParams
+from ..find.heads.record import BindingScores, Confirmation, HeadsFindings
 from ..model.loading import LoadSpec
 from .baking import each_line, parse_values, print_result, push_settings
 from .console import both_progress, note, out, print_json, progress_bars
@@ -25,81 +26,81 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def print_scores(scores: dict[str, Any]) -> None:
+def _ci(ci95: list | None) -> str:
+    lo, hi = (list(ci95 or []) + [None, None])[:2]
+    return f"[{_fmt(lo, 1)}, {_fmt(hi, 1)}]"
+
+
+def print_scores(scores: BindingScores) -> None:
     table = Table(title="Binding scores: mean S and K, Δ = match − mismatch, paired t-test over items")
     for col in ("", "Δ", "match", "mismatch", "t", "p", "pairs", "items", "option mass"):
         table.add_column(col)
-    for name in ("S", "K"):
-        d = scores[name]
-        table.add_row(name, _fmt(d["delta"], 4), _fmt(d["mean_match"]), _fmt(d["mean_mismatch"]), _fmt(d["t"], 2),
-                      _fmt(d["p"]), str(d["n_pairs"]), str(d["n_items"]), _fmt(d.get("option_mass")))
+    for name, d in (("S", scores.S), ("K", scores.K)):
+        table.add_row(name, _fmt(d.delta, 4), _fmt(d.mean_match), _fmt(d.mean_mismatch), _fmt(d.t, 2),
+                      _fmt(d.p), str(d.n_pairs), str(d.n_items), _fmt(d.option_mass))
     out.print(table)
-    out.print(f"|ΔK| / |ΔS| = {_fmt(scores['K_over_S'], 2)}")
+    out.print(f"|ΔK| / |ΔS| = {_fmt(scores.K_over_S, 2)}")
 
 
-def print_confirmation(conf: dict[str, Any], selected: list[list[int]]) -> None:
+def print_confirmation(conf: Confirmation, selected: list[tuple[int, int]]) -> None:
     """The single-head knockouts of discovery's candidates, in the order the selection uses."""
-    table = Table(title=f"Knockout confirmation: each of discovery's top {conf['candidates']} heads alone; "
+    table = Table(title=f"Knockout confirmation: each of discovery's top {conf.candidates} heads alone; "
                         "significant = 95% CI above 0")
     for col in ("head", "disc. rank", "coef", "reduction %", "95% CI", "signif.", "selected"):
         table.add_column(col, no_wrap=True)
-    chosen = {tuple(h) for h in selected}
-    for h in conf["heads"]:
-        table.add_row(f"{h['layer']}.{h['head']}", str(h["discovery_rank"]), _fmt(h["coef"]), _fmt(h["effect_pct"], 1),
-                      f"[{_fmt(h['ci95'][0], 1)}, {_fmt(h['ci95'][1], 1)}]", "yes" if h["significant"] else "no",
-                      "✓" if (h["layer"], h["head"]) in chosen else "")
+    chosen = set(selected)
+    for h in conf.heads:
+        table.add_row(f"{h.layer}.{h.head}", str(h.discovery_rank), _fmt(h.coef), _fmt(h.effect_pct, 1),
+                      _ci(h.ci95), "yes" if h.significant else "no", "✓" if (h.layer, h.head) in chosen else "")
     out.print(table)
-    caveat = weak_heads_caveat(max(0, len(selected) - conf["n_significant"]), len(selected))
+    caveat = weak_heads_caveat(max(0, len(selected) - conf.n_significant), len(selected))
     if caveat:
         note(caveat)
 
 
-def print_findings(f: dict[str, Any]) -> None:
-    print_scores(f["scores"])
-    disc = f["discovery"]
-    out.print(f"Discovery: CV AUC {_fmt(disc['auc'])} ({disc['folds']} folds by item); "
-              f"stable heads {', '.join(f'{l}.{h}' for l, h in disc['stable_heads']) or 'none'}")
+def print_findings(f: HeadsFindings) -> None:
+    print_scores(f.scores)
+    disc = f.discovery
+    out.print(f"Discovery: CV AUC {_fmt(disc.auc)} ({disc.folds} folds by item); "
+              f"stable heads {', '.join(f'{l}.{h}' for l, h in disc.stable_heads or []) or 'none'}")
     top = Table(title="Discovery ranking (stability across folds, then |coef|)")
     for col in ("head", "stability", "coef"):
         top.add_column(col)
-    for h in disc["heads"][:10]:
-        top.add_row(f"{h['layer']}.{h['head']}", _fmt(h["stability"], 2), _fmt(h["coef"]))
+    for h in disc.heads[:10]:
+        top.add_row(f"{h.layer}.{h.head}", _fmt(h.stability, 2), _fmt(h.coef))
     out.print(top)
-    if f.get("confirmation"):
-        print_confirmation(f["confirmation"], f["selected_heads"])
-    ko = f["knockout"]
-    table = Table(title=f"Edge knockout of {', '.join(f'{l}.{h}' for l, h in f['selected_heads'])}")
+    if f.confirmation:
+        print_confirmation(f.confirmation, f.selected())
+    ko = f.knockout
+    table = Table(title=f"Edge knockout of {', '.join(f'{l}.{h}' for l, h in f.selected())}")
     for col in ("edges from", "ΔS base", "ΔS knockout", "reduction %", "95% CI"):
         table.add_column(col)
-    for name in ("tested", "control"):
-        r = ko[name]
-        table.add_row("tested identity" if name == "tested" else "distractor (control)", _fmt(r["delta_base"], 4),
-                      _fmt(r["delta_knockout"], 4), _fmt(r["effect_pct"], 1),
-                      f"[{_fmt(r['ci95'][0], 1)}, {_fmt(r['ci95'][1], 1)}]")
-    rnd = ko["random"]
-    table.add_row(f"random heads ×{rnd['n']}", "", "", f"{_fmt(rnd['mean_pct'], 1)} ± {_fmt(rnd['sd_pct'], 1)}",
-                  f"share ≥ tested {_fmt(rnd['share_ge_tested'], 2)}")
+    for label, r in (("tested identity", ko.tested), ("distractor (control)", ko.control)):
+        table.add_row(label, _fmt(r.delta_base, 4), _fmt(r.delta_knockout, 4), _fmt(r.effect_pct, 1), _ci(r.ci95))
+    rnd = ko.random
+    table.add_row(f"random heads ×{rnd.n}", "", "", f"{_fmt(rnd.mean_pct, 1)} ± {_fmt(rnd.sd_pct, 1)}",
+                  f"share ≥ tested {_fmt(rnd.share_ge_tested, 2)}")
     out.print(table)
-    caveat = delta_s_caveat(f["scores"]["S"].get("p"))
+    caveat = delta_s_caveat(f.scores.S.p)
     if caveat:
         note(caveat)
-    if f.get("dose_response"):
+    if f.dose_response:
         dose = Table(title="Dose-response: edge-level α (paper, run time only) vs whole-head α (bakeable); "
                            "DiffAware / CtxtAware by greedy generation")
         cols = ["α", "ΔS edge", "ΔS whole"]
-        aw = {r["alpha"]: r for r in f.get("awareness") or []}
+        aw = {r.alpha: r for r in f.awareness or []}
         if aw:
             cols += ["DiffA edge", "DiffA whole", "CtxtA edge", "CtxtA whole"]
         for col in cols:
             dose.add_column(col)
-        by_alpha = {r["alpha"]: r for r in f["dose_response"]}
+        by_alpha = {r.alpha: r for r in f.dose_response}
         for alpha in sorted(set(by_alpha) | set(aw)):
-            r = by_alpha.get(alpha, {})
-            row = [f"{alpha:g}", _fmt(r.get("edge_delta_s"), 4), _fmt(r.get("whole_delta_s"), 4)]
+            r = by_alpha.get(alpha)
+            row = [f"{alpha:g}", _fmt(r.edge_delta_s if r else None, 4), _fmt(r.whole_delta_s if r else None, 4)]
             if aw:
                 a = aw.get(alpha)
-                row += ([_fmt(a["edge"]["diffaware"]), _fmt(a["whole"]["diffaware"]),
-                         _fmt(a["edge"]["ctxtaware"]), _fmt(a["whole"]["ctxtaware"])] if a else [""] * 4)
+                row += ([_fmt(a.edge.diffaware), _fmt(a.whole.diffaware),
+                         _fmt(a.edge.ctxtaware), _fmt(a.whole.ctxtaware)] if a else [""] * 4)
             dose.add_row(*row)
         out.print(dose)
 
@@ -113,7 +114,7 @@ def score_binding_cmd(model: str, load: LoadSpec, params: FindParams, as_json: b
     with progress_bars() as progress:  # stderr, with --json too (it owns stdout only)
         result = api.score_binding(model, load=load, params=params, progress=progress)
     if as_json:
-        print_json(result)
+        print_json(result.to_dict())
     else:
         print_scores(result)
 
@@ -134,7 +135,7 @@ def find_heads_cmd(model: str, load: LoadSpec, params: FindParams, recompute: bo
                                progress=progress, report=note)
     findings, path, cached = found.data, found.path, found.from_cache
     if as_json:
-        print_json(findings)
+        print_json(findings.to_dict())
         return
     print_findings(findings)
     out.print(f"{'Cached' if cached else 'Saved'} findings: {path}" + (f" and {out_file}" if out_file else ""))

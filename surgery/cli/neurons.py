@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from .. import api
-from ..find.neurons.find import dataset_brief
+from ..find.neurons.record import NeuronsDataset, NeuronSelection
 from ..find.neurons.params import CaptureParams, SelectParams
 from ..model.loading import LoadSpec
 from .baking import each_line, parse_values, print_result, push_settings
@@ -38,14 +38,16 @@ def find_neurons_cmd(model: str, load: LoadSpec, capture: CaptureParams, recompu
         found = api.find_neurons(model, recompute=recompute, out=out_file, load=load, capture=capture,
                                  progress=progress, report=note)
     shown = describe(found.scores, found.select(n, choose, capture.category_list))
+    data = found.data
     if as_json:
         print_json({"findings": str(found.path), "cached": found.from_cache, "out": str(out_file) if out_file else None,
-                    "dataset": dataset_brief(found.data.get("dataset")), "compute": found.data.get("compute"),
-                    "summary": shown, **({"experts": found.data["experts"]} if found.data.get("experts") else {})})
+                    "dataset": data.dataset.brief() if data.dataset else {},
+                    "compute": data.compute.to_dict() if data.compute else None,
+                    "summary": shown.to_dict(), **({"experts": data.experts.to_dict()} if data.experts else {})})
         return
-    print_summary(shown, found.data.get("dataset") or {})
-    if found.data.get("experts"):
-        print_experts(found.data["experts"])
+    print_summary(shown, data.dataset)
+    if data.experts:
+        print_experts(data.experts)
     where = f"{found.path}" + (f" and {out_file}" if out_file else "")
     out.print(f"{'Cached' if found.from_cache else 'Saved'} findings: {where}")
 
@@ -76,8 +78,9 @@ def prune_neurons(model: str, load: LoadSpec, out_dir: Path, force: bool, verify
         for plan in plans if not as_json else ():
             if not plan.extra:
                 continue  # neurons named on the command line: no selection to show
-            selection = plan.extra["neuron_selection"]
-            print_summary(selection, plan.extra["neuron_findings"].get("dataset") or {}, title=f"n = {selection['n']}")
+            selection = NeuronSelection.from_dict(plan.extra["neuron_selection"])
+            dataset = NeuronsDataset.from_dict(plan.extra["neuron_findings"]["dataset"])
+            print_summary(selection, dataset, title=f"n = {selection.n}")
 
     ns = None if n_spec is None else [v if v != int(v) else int(v) for v in parse_values(n_spec, "n")]
     with both_progress() as (progress, stages):  # stderr, with --json too

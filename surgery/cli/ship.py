@@ -29,12 +29,12 @@ from .options import model_argument, typed_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def export_lora_cmd(model, load, recipe_path, out_dir, vllm, force, as_json):
     """Write a PEFT LoRA adapter whose effect on MODEL is exactly the recipe."""
-    summary = api.export_lora(model, recipe_path, out_dir, vllm=vllm, force=force, load=load)
+    record = api.export_lora(model, recipe_path, out_dir, vllm=vllm, force=force, load=load)
     if as_json:
-        print_json({"out": str(out_dir), **summary})
+        print_json({"out": str(out_dir), **record.to_dict()})
         return
-    ranks = sorted(set(summary["modules"].values()))
-    out.print(f"[green]Exported[/] {len(summary['modules'])} LoRA module(s), rank "
+    ranks = sorted(set(record.modules.values()))
+    out.print(f"[green]Exported[/] {len(record.modules)} LoRA module(s), rank "
               f"{'/'.join(map(str, ranks))}{' (vLLM)' if vllm else ''}, lora_alpha = r → {out_dir}")
 
 
@@ -51,13 +51,12 @@ def push_cmd(folder, repo_id, private, revision, create_pr, message, as_json):
 
     The token comes from HF_TOKEN or `hf auth login`; it is never printed.
     """
-    result = api.push(folder, repo_id, private=private, revision=revision, create_pr=create_pr, message=message)
+    pushed = api.push(folder, repo_id, private=private, revision=revision, create_pr=create_pr, message=message)
     if as_json:
-        print_json(result)
+        print_json(pushed.to_dict())
         return
-    out.print(f"Checked: {result['checked']}")
-    where = result["pr_url"] or result["commit_url"]
-    out.print(f"[green]Pushed[/] {folder} to {result['repo']} ({result['revision']}): {where}")
+    out.print(f"Checked: {pushed.checked}")
+    out.print(f"[green]Pushed[/] {folder} to {pushed.repo} ({pushed.revision}): {pushed.pr_url or pushed.commit_url}")
 
 
 @cli.command(name="card")

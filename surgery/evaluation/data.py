@@ -13,11 +13,14 @@ import json
 import math
 import random
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..core.errors import SurgeryError
 from ..core.staging import atomic_write_text
 from ..core.strict_files import DuplicateKey, load_json
+
+if TYPE_CHECKING:
+    from ..bake.record import Evaluation
 
 DATA = Path(__file__).resolve().parents[1] / "data"  # surgery/data: the shipped sets
 RESULT_FORMAT = "surgery-eval"
@@ -174,16 +177,18 @@ def retained(key: str, before: float | None, after: float | None) -> float | Non
     return 100.0 * (before / after if better == "lower" else after / before)
 
 
-def card_summary(result: Mapping[str, Any]) -> dict[str, Any]:
+def card_summary(result: Mapping[str, Any]) -> Evaluation:
     """The rows of a model card's before/after table (see surgery.ship.card)."""
+    from ..bake.record import Evaluation, EvaluationRow
+
     model, against = result["metrics"]["model"], result["metrics"].get("against") or {}
     rows = []
     for key, after in model.items():
         label, _, _ = metric_info(key)
-        rows.append({"metric": key, "label": label, "before": against.get(key), "after": after,
-                     "retained_pct": (result.get("retained_pct") or {}).get(key)})
+        rows.append(EvaluationRow(metric=key, label=label, before=against.get(key), after=after,
+                                  retained_pct=(result.get("retained_pct") or {}).get(key)))
     settings = result.get("settings") or {}
     note = (f"Measured with `surgery eval` on {result.get('created', '?')[:10]}; limit per data set: "
             f"{settings.get('limit') or 'none (shipped sets in full)'}. \"Retained\" is the edited "
             "model's score as % of the source's (perplexity inverted, so 100% = unchanged).")
-    return {"rows": rows, "note": note, "settings": dict(settings)}
+    return Evaluation(rows=rows, note=note, settings=dict(settings))

@@ -3,6 +3,9 @@
 A findings file records what was found (per-head or per-neuron scores) together with the model it
 was found on (fingerprint + geometry), the dataset's sha256 and the parameters, so that a later
 ``amplify-heads`` / ``prune-neurons`` can check it belongs to the model it is applied to.
+:class:`Findings` types that common head; each kind types its results in a subclass
+(surgery.find.heads.record, surgery.find.neurons.record). Files written before still read: the
+cache holds them, keyed by model, data and parameters, not by layout.
 """
 
 from __future__ import annotations
@@ -11,28 +14,94 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, TypeVar
 
 from ..core.architectures import architecture
 from ..core.cache import cache_dir
 from ..core.checkpoint import Checkpoint
 from ..core.errors import FindingsError, SurgeryError
+from ..core.json_record import TEXT, JsonRecord, Malformed, entry, part
 from ..core.staging import atomic_write_text
 from ..core.strict_files import DuplicateKey, load_json
 
+FORMAT = "surgery-findings"
 FINDINGS_VERSION = 1
 KINDS = ("heads", "neurons")
+F = TypeVar("F", bound="Findings")
+
+
+@dataclass(kw_only=True)
+class ModelIdentity(JsonRecord):
+    """The model findings were computed on (:func:`model_identity`); findings apply to the same
+    weights (fingerprint), or with --transfer to the same architecture (model_type, geometry)."""
+
+    fingerprint: str = entry(codec=TEXT)
+    model_type: str | None = None
+    geometry: dict[str, Any] | None = None
+    path: str | None = None
+
+    @classmethod
+    def of(cls, ckpt: Checkpoint) -> "ModelIdentity":
+        arch = architecture(ckpt.config)
+        return cls(fingerprint=ckpt.fingerprint(), model_type=arch.model_type, geometry=arch.geometry.to_dict(),
+                   path=str(ckpt.path))
+
+
+@dataclass(kw_only=True)
+class Compute(JsonRecord):
+    """Where and in what precision a finder ran the model (:func:`compute_record`)."""
+
+    dtype: str
+    device: str
+    device_map: str | None = None  # "accelerate" when the model was placed by a device map
+
+
+@dataclass(kw_only=True)
+class Findings(JsonRecord):
+    """The common head of every findings file; a subclass per kind (``KIND``) types its results,
+    and this class keeps them in ``extra``."""
+
+    format: str = FORMAT
+    version: int = FINDINGS_VERSION
+    kind: str
+    tool_version: str | None = None
+    model: ModelIdentity = entry(codec=part(ModelIdentity))
+    dataset_sha256: str | None = None
+    parameters: dict[str, Any] | None = None
+    compute: Compute | None = entry(codec=part(Compute), default=None)
+
+    KIND: ClassVar[str] = ""
+    LABEL = "findings file"
+    ERROR = FindingsError
+
+    @classmethod
+    def from_dict(cls: type[F], raw: Any, where: str | None = None, kind: str | None = None) -> F:
+        """The findings in ``raw``, checked: format, version, kind (a subclass's ``KIND``, else
+        ``kind`` when given), the model; ``where`` names the file in errors."""
+        where = where or cls.LABEL
+        expected = cls.KIND or kind
+        recorded = raw.get("kind") if isinstance(raw, Mapping) else None
+        kind = expected or (recorded if recorded in KINDS else "heads")  # the command that makes them
+        if not isinstance(raw, Mapping) or raw.get("format") != FORMAT:
+            raise FindingsError(f"{where} is not a surgery findings file (no \"format\": \"{FORMAT}\"); "
+                                f"give a file written by surgery find-{kind}")
+        if raw.get("version") != FINDINGS_VERSION:
+            raise FindingsError(f"{where} has findings version {raw.get('version')!r}; this surgery reads "
+                                f"version {FINDINGS_VERSION}: recompute it with surgery find-{kind}")
+        if expected and recorded != expected:
+            raise FindingsError(f"{where} holds {recorded!r} findings, but {kind} findings are needed "
+                                f"(make them with surgery find-{kind})")
+        if not isinstance(raw.get("model"), Mapping) or "fingerprint" not in raw["model"]:
+            raise FindingsError(f"{where} does not record the model it was computed on; recompute it")
+        try:
+            return cls.read(raw)
+        except Malformed as exc:
+            raise FindingsError(f"{where}: {exc}; recompute it with surgery find-{kind}") from None
 
 
 def model_identity(ckpt: Checkpoint) -> dict[str, Any]:
-    """What a findings file records about the model it was computed on."""
-    arch = architecture(ckpt.config)
-    return {
-        "fingerprint": ckpt.fingerprint(),
-        "model_type": arch.model_type,
-        "geometry": arch.geometry.to_dict(),
-        "path": str(ckpt.path),
-    }
+    """What a findings file records about the model it was computed on (:meth:`ModelIdentity.of`)."""
+    return ModelIdentity.of(ckpt).to_dict()
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -48,13 +117,14 @@ def cache_path(kind: str, fingerprint: str, dataset_sha256: str, params: Mapping
     return cache_dir() / kind / f"{fingerprint[:16]}-{dataset_sha256[:16]}-{params_key(params)}.json"
 
 
-def save_findings(findings: Mapping[str, Any], path: Path) -> None:
+def save_findings(findings: Findings, path: Path) -> None:
     """Write findings atomically (an interrupted run leaves the old file or none)."""
-    atomic_write_text(Path(path), json.dumps(findings, indent=1, sort_keys=False, default=float) + "\n")
+    atomic_write_text(Path(path), json.dumps(findings.to_dict(), indent=1, sort_keys=False, default=float) + "\n")
 
 
-def load_findings(path: str | Path, kind: str) -> dict[str, Any]:
-    """Read and check a findings file of the given kind ('heads' or 'neurons')."""
+def load_findings(path: str | Path, kind: str, as_type: type[F] | None = None) -> F:
+    """Read and check a findings file of the given kind ('heads' or 'neurons'), as ``as_type``
+    (the kind's record class; default :class:`Findings`, the common head)."""
     path = Path(path)
     if not path.is_file():
         raise FindingsError(f"findings file {path} does not exist; give a file written by surgery find-{kind}")
@@ -66,59 +136,41 @@ def load_findings(path: str | Path, kind: str) -> dict[str, Any]:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FindingsError(f"findings file {path} is not valid JSON ({exc.__class__.__name__}); "
                             "recompute it with surgery find-" + kind) from None
-    if not isinstance(data, dict) or data.get("format") != "surgery-findings":
-        raise FindingsError(f"{path} is not a surgery findings file (no \"format\": \"surgery-findings\"); "
-                            f"give a file written by surgery find-{kind}")
-    if data.get("version") != FINDINGS_VERSION:
-        raise FindingsError(f"{path} has findings version {data.get('version')!r}; this surgery reads "
-                            f"version {FINDINGS_VERSION}: recompute it with surgery find-{kind}")
-    if data.get("kind") != kind:
-        raise FindingsError(f"{path} holds {data.get('kind')!r} findings, but {kind} findings are needed "
-                            f"(make them with surgery find-{kind})")
-    if not isinstance(data.get("model"), dict) or "fingerprint" not in data["model"]:
-        raise FindingsError(f"{path} does not record the model it was computed on; recompute it")
-    return data
+    return (as_type or Findings).from_dict(data, where=str(path), kind=kind)
 
 
-def check_model(findings: Mapping[str, Any], ckpt: Checkpoint, allow_transfer: bool = False) -> str | None:
+def check_model(findings: Findings, ckpt: Checkpoint, allow_transfer: bool = False) -> str | None:
     """Findings must come from this model, or (``allow_transfer``) one of the same architecture.
 
     Unlike a recipe's base_model, findings record the model's fingerprint, so "this model" means
     the same weights, whatever the path. Returns the note to show (and record) when findings of
     another model are applied under ``allow_transfer``, else None.
     """
-    recorded = findings["model"]
-    here = model_identity(ckpt)
-    if recorded.get("fingerprint") == here["fingerprint"]:
+    recorded = findings.model
+    here = ModelIdentity.of(ckpt)
+    if recorded.fingerprint == here.fingerprint:
         return None
-    same_arch = (recorded.get("model_type") == here["model_type"]
-                 and recorded.get("geometry") == here["geometry"])
+    same_arch = recorded.model_type == here.model_type and recorded.geometry == here.geometry
     if allow_transfer and same_arch:
-        return (f"the findings were computed on another model ({recorded.get('path')}) of the same "
+        return (f"the findings were computed on another model ({recorded.path}) of the same "
                 f"architecture; applying them to {ckpt.path} as --transfer asks")
     if same_arch:
         raise FindingsError(
-            f"the findings were computed on another model ({recorded.get('path')}) of the same "
+            f"the findings were computed on another model ({recorded.path}) of the same "
             "architecture; pass --transfer to apply them anyway (e.g. instruct → base)")
     raise FindingsError(
-        f"the findings were computed on a different model ({recorded.get('path')}, "
-        f"{recorded.get('model_type')}) and cannot be applied to {ckpt.path} ({here['model_type']}); "
-        f"compute findings for this model with surgery find-{findings.get('kind', 'heads')}")
+        f"the findings were computed on a different model ({recorded.path}, "
+        f"{recorded.model_type}) and cannot be applied to {ckpt.path} ({here.model_type}); "
+        f"compute findings for this model with surgery find-{findings.kind}")
 
 
 def new_findings(kind: str, ckpt: Checkpoint, dataset_sha256: str, params: Mapping[str, Any],
                  tool_version: str) -> dict[str, Any]:
-    """The common head of every findings file; the finder adds its results."""
+    """The common head of every findings file, as the JSON a finder adds its results to (and then
+    reads as its kind's record)."""
     assert kind in KINDS
-    return {
-        "format": "surgery-findings",
-        "version": FINDINGS_VERSION,
-        "kind": kind,
-        "tool_version": tool_version,
-        "model": model_identity(ckpt),
-        "dataset_sha256": dataset_sha256,
-        "parameters": dict(params),
-    }
+    return Findings(kind=kind, tool_version=tool_version, model=ModelIdentity.of(ckpt), dataset_sha256=dataset_sha256,
+                    parameters=dict(params)).to_dict()
 
 
 def dtype_key(load) -> dict[str, str]:
@@ -142,25 +194,26 @@ def compute_record(model) -> dict[str, str]:
 
 @dataclass
 class Found:
-    """Findings of either kind as the commands use them: the JSON dict, the file it lives in,
-    whether it came from the cache, and the note when --transfer applied another model's findings.
+    """Findings of either kind as the commands use them: the typed findings, the file they live in,
+    whether they came from the cache, and the note when --transfer applied another model's findings.
 
-    Subclasses (``HeadFindings``, ``NeuronFindings``) set ``kind`` and turn a selection into a
-    :class:`~surgery.core.edits.Recipe`. Both are checked against the model they are applied to, from a
-    user's file as from the cache.
+    Subclasses (``HeadFindings``, ``NeuronFindings``) set ``kind`` and ``record_type`` (the kind's
+    :class:`Findings` class) and turn a selection into a :class:`~surgery.core.edits.Recipe`. Both
+    are checked against the model they are applied to, from a user's file as from the cache.
     """
 
-    data: dict[str, Any]
+    data: Findings
     path: Path
     from_cache: bool
     transfer_note: str | None = None
 
     kind: ClassVar[str] = ""
+    record_type: ClassVar[type[Findings]] = Findings
 
     @classmethod
     def read(cls, path: str | Path, ckpt: Checkpoint, transfer: bool = False) -> "Found":
         """A findings file given by the user, checked against ``ckpt`` (``transfer``: same architecture)."""
-        data = load_findings(path, cls.kind)
+        data = load_findings(path, cls.kind, cls.record_type)
         note = check_model(data, ckpt, allow_transfer=transfer)
         return cls(data, Path(path), from_cache=True, transfer_note=note)
 

@@ -32,14 +32,18 @@ HUB_PATTERNS = ["*.safetensors", "*.json", "*.jinja", "*.model", "*.txt", "*.md"
 @dataclass(frozen=True)
 class Source:
     """Where a checkpoint came from, for provenance: its folder and, for a Hub model, its id and the
-    commit it was read at."""
+    commit it was read at; a bake also records the weights' fingerprint (export-lora checks a base by it)."""
 
     path: Path
     hub_id: str | None = None
     revision: str | None = None
+    fingerprint: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.path), "hub_id": self.hub_id, "revision": self.revision}
+        out = {"path": str(self.path), "hub_id": self.hub_id, "revision": self.revision}
+        if self.fingerprint is not None:  # surgery.json's source has it; bakes before it and adapters do not
+            out["fingerprint"] = self.fingerprint
+        return out
 
 
 def _hub_cache_snapshot(path: Path) -> tuple[str, str] | None:

@@ -19,8 +19,8 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from ..bake.lineage import WRITTEN_FOR
-from ..bake.provenance import (PROVENANCE_NAME, UNDO_NAME, integrity_problems, load_provenance, load_undo,
-                               provenance_text, weight_hashes)
+from ..bake.provenance import PROVENANCE_NAME, UNDO_NAME, integrity_problems, load_provenance, load_undo, record_text
+from ..bake.record import AdapterRecord, BakeRecord, Evaluation, Verification
 from ..core.architectures import Architecture, architecture
 from ..core.checkpoint import Checkpoint, file_sha256
 from ..core.edits import Recipe
@@ -28,6 +28,7 @@ from ..core.errors import EvaluationError, VerificationError
 from ..core.sites import where_text
 from ..core.staging import atomic_write_text
 from ..core.strict_files import load_json, load_yaml
+from ..model.loading import Source
 
 CARD_NAME = "README.md"
 # Front-matter keys carried over from the source's card when it has them.
@@ -89,19 +90,18 @@ def _public_values(value: Any) -> Any:
     return value
 
 
-def _base_model(prov: Mapping[str, Any]) -> str | None:
+def _base_model(source: Source) -> str | None:
     """The Hub id of the checkpoint that was edited, for ``base_model`` (the Hub rejects local paths
     there). Never the recipe's ``base_model``: a recipe may have been written for another model."""
     from ..model.loading import HUB_ID
 
-    hub_id = (prov.get("source") or {}).get("hub_id")
-    return hub_id if hub_id and HUB_ID.match(hub_id) else None
+    return source.hub_id if source.hub_id and HUB_ID.match(source.hub_id) else None
 
 
-def _source_name(prov: Mapping[str, Any]) -> str:
+def _source_name(source: Source) -> str:
     """How the card names the edited checkpoint: its Hub id, the repo of a Hub-cache snapshot, else
     its folder's name; never a path (see :func:`public`)."""
-    return _base_model(prov) or public(str((prov.get("source") or {}).get("path") or "the source model"))
+    return _base_model(source) or public(str(source.path))
 
 
 def _fmt(value: Any) -> str:
@@ -125,11 +125,6 @@ def _edits_section(recipe: Recipe, arch: Architecture | None = None, adapter: bo
     return "\n".join(rows)
 
 
-# surgery.json keys written by the bake itself; any other key came from the command's ``extra``
-# (a findings summary, the selection rule, …) and is what the card shows under "Why".
-BAKE_KEYS = {"format", "version", "tool_version", "created", "source", "model_type", "recipe",
-             "edited_tensors", "verification", "undo", "files", "source_files", "evaluation",
-             "provenance_sha256", "pushed"}
 MAX_LIST = 12
 
 
@@ -144,81 +139,78 @@ def _short(value: Any) -> str:
     return _fmt(value)
 
 
-def _why_section(prov: Mapping[str, Any], recipe: Recipe) -> str:
+def _why_section(record: BakeRecord) -> str:
     """What the baking command recorded about its findings (the ``extra`` entries of surgery.json),
     with the caveats of what it quotes (a ΔS or a knockout reduction that is not significant)."""
     from ..find.heads.caveats import caveats
 
     lines = []
-    for key in sorted(set(prov) - BAKE_KEYS):
-        value = prov[key]
+    for key in sorted(record.extra):
+        value = record.extra[key]
         if isinstance(value, Mapping):
             lines.append(f"- **{key}**")
             lines += [f"  - {k}: {_short(v)}" for k, v in value.items() if _short(v)]
             lines += [f"  - **Caveat:** {c}" for c in caveats(value)]
         elif value not in (None, "", [], {}):
             lines.append(f"- **{key}**: {_short(value)}")
-    for k, v in recipe.notes.items():
+    for k, v in record.recipe.notes.items():
         if k != WRITTEN_FOR:  # said at the top of the card
             lines.append(f"- {k}: {_short(v)}")
     return "\n".join(lines) or "No findings summary was recorded: the edits were given by hand."
 
 
-def _verification_section(prov: Mapping[str, Any]) -> str:
-    ver = prov.get("verification")
-    if not ver:
+def _verification_section(ver: Verification | None) -> str:
+    if ver is None:
         return ("The numerical check was not run at bake time (`--no-verify`); run "
                 "`surgery verify SOURCE THIS_FOLDER` to check it.")
-    if "max_abs_logit_diff" in ver:  # older bakes compared whole-model logits at bake time
+    if ver.compared_logits:  # older bakes compared whole-model logits at bake time
         return (f"Before publishing, the baked weights were loaded and compared with the source running "
-                f"the same edit as run-time hooks on {ver.get('prompts', '?')} prompts: max |Δlogit| = "
-                f"{ver['max_abs_logit_diff']:.2e} (tolerance {ver['tolerance']:g}). Every byte outside the "
-                "edited slices equals the source (sha256 of every file in `surgery.json`).")
-    return (f"Before publishing, each of the {ver['maps']} edited weight maps was compared with the source "
+                f"the same edit as run-time hooks on {ver.prompts if ver.prompts is not None else '?'} prompts: "
+                f"max |Δlogit| = {ver.max_abs_logit_diff:.2e} (tolerance {ver.tolerance:g}). Every byte outside "
+                "the edited slices equals the source (sha256 of every file in `surgery.json`).")
+    return (f"Before publishing, each of the {ver.maps} edited weight maps was compared with the source "
             f"running the same edit as a run-time hook, on random inputs in float32: max |Δ| = "
-            f"{ver['max_abs_diff']:.2e}, within the rounding of the stored dtype. Every byte outside the "
+            f"{ver.max_abs_diff:.2e}, within the rounding of the stored dtype. Every byte outside the "
             "edited slices equals the source (sha256 of every file in `surgery.json`); "
             "`surgery verify SOURCE THIS_FOLDER` compares the logits end to end.")
 
 
-def _evaluation_section(evaluation: Mapping[str, Any] | None) -> str | None:
-    if not evaluation or not evaluation.get("rows"):
+def _evaluation_section(evaluation: Evaluation | None) -> str | None:
+    if evaluation is None or not evaluation.rows:
         return None
     rows = ["| metric | source | edited | retained |", "|---|---|---|---|"]
-    for r in evaluation["rows"]:
-        kept = f"{r['retained_pct']:.1f}%" if r.get("retained_pct") is not None else ""
-        rows.append(f"| {r['label']} | {_fmt(r.get('before'))} | {_fmt(r.get('after'))} | {kept} |")
-    note = evaluation.get("note")
-    return "\n".join(rows) + (f"\n\n{note}" if note else "")
+    for r in evaluation.rows:
+        kept = f"{r.retained_pct:.1f}%" if r.retained_pct is not None else ""
+        rows.append(f"| {r.label} | {_fmt(r.before)} | {_fmt(r.after)} | {kept} |")
+    return "\n".join(rows) + (f"\n\n{evaluation.note}" if evaluation.note else "")
 
 
-def card_text(prov: Mapping[str, Any], source_card: str | None = None, arch: Architecture | None = None) -> str:
-    """The README.md text for a bake with provenance ``prov`` (source's card text optional; with
-    the model's ``arch`` the edits are described with its own module names)."""
-    recipe = Recipe.from_dict(prov["recipe"], where="surgery.json recipe")
+def card_text(record: BakeRecord, source_card: str | None = None, arch: Architecture | None = None) -> str:
+    """The README.md text for the bake ``record`` (source's card text optional; with the model's
+    ``arch`` the edits are described with its own module names)."""
+    recipe = record.recipe
     src_meta = front_matter(source_card)
     tags = ["surgery", "model-surgery"] + sorted({t for e in recipe.edits for t in e.card_tags()})
-    base = _base_model(prov)
+    base = _base_model(record.source)
     meta = dict(base_model=base, base_model_relation="finetune" if base else None, tags=tags,
                 library_name="transformers", **{k: src_meta[k] for k in CARRIED_KEYS if src_meta.get(k)})
-    name = _source_name(prov)
-    source = prov.get("source") or {}
+    name = _source_name(record.source)
     # the commit the source was read at (a Hub id's branch may have moved since)
-    pinned = source.get("revision") if base else None
+    pinned = record.source.revision if base else None
     written_for = public(str(recipe.notes[WRITTEN_FOR])) if recipe.notes.get(WRITTEN_FOR) else None
     sections = [
         f"# {name} — edited with surgery\n\n"
         f"This is **{name}**{f' (revision `{pinned}`)' if pinned else ''} with {len(recipe.edits)} edit(s) baked into its weights by "
-        f"`surgery` {prov.get('tool_version', '')}. Tensor names, shapes, dtypes, shard layout and "
+        f"`surgery` {record.tool_version}. Tensor names, shapes, dtypes, shard layout and "
         "config are the source's, so stock transformers, vLLM, TGI and llama.cpp's converter load "
         "it with no custom code and no hooks."
         + (f"\n\nThe recipe was written for **{written_for}**, not for this model: its edits were baked "
            "here as given, with the scales chosen on that model." if written_for else ""),
         "## What was edited\n\n" + _edits_section(recipe, arch),
-        "## Why\n\n" + _why_section(prov, recipe),
-        "## Verification\n\n" + _verification_section(prov),
+        "## Why\n\n" + _why_section(record),
+        "## Verification\n\n" + _verification_section(record.verification),
     ]
-    evaluation = _evaluation_section(prov.get("evaluation"))
+    evaluation = _evaluation_section(record.evaluation)
     if evaluation:
         sections.append("## Evaluation: before and after\n\n" + evaluation)
     shown = Recipe(recipe.edits, public(recipe.base_model) if recipe.base_model else None, recipe.version,
@@ -233,33 +225,34 @@ def card_text(prov: Mapping[str, Any], source_card: str | None = None, arch: Arc
     return render_card(meta, "\n\n".join(sections))
 
 
-def adapter_card(summary: Mapping[str, Any], arch: Architecture | None = None) -> str:
-    """README.md for an exported LoRA adapter (surgery.ship.lora's summary; ``arch``: the base model's)."""
-    recipe = Recipe.from_dict(summary["recipe"], where="adapter recipe")
-    base = _base_model(summary)
+def adapter_card(record: AdapterRecord, arch: Architecture | None = None) -> str:
+    """README.md for an exported LoRA adapter (its ``record``, surgery_adapter.json; ``arch``: the base model's)."""
+    recipe = record.recipe
+    base = _base_model(record.source)
     meta = dict(base_model=base, base_model_relation="adapter" if base else None,
                 library_name="peft", tags=["surgery", "lora", "model-surgery"])
-    ranks = sorted(set(summary["modules"].values()))
+    ranks = sorted(set(record.modules.values()))
     pruned = ("\n\nA pruned neuron's gate/up rows, which the baked checkpoint also zeroes, are not part of "
               "the adapter: with its down-projection column at zero the neuron adds nothing to the output "
               "either way." if any(e.factor == 0 for e in recipe.neurons) else "")
     body = (f"# LoRA adapter: the surgery recipe as an exact low-rank update\n\n"
             f"Applied to **{base or 'its source model'}**, this adapter reproduces the recipe below exactly: "
-            f"{len(summary['modules'])} module(s), rank {'/'.join(map(str, ranks))}, lora_alpha = r "
-            f"(scaling 1){', padded to one rank for vLLM' if summary.get('vllm') else ''}. "
+            f"{len(record.modules)} module(s), rank {'/'.join(map(str, ranks))}, lora_alpha = r "
+            f"(scaling 1){', padded to one rank for vLLM' if record.vllm else ''}. "
             "`PeftModel.from_pretrained(base, THIS_FOLDER)` (merged or not) gives the same logits as the "
             "baked checkpoint.\n\n## What it edits\n\n" + _edits_section(recipe, arch, adapter=True) + pruned)
     return render_card(meta, body)
 
 
-def card_hook(evaluation: Mapping[str, Any] | None = None) -> Callable[[Path, dict[str, Any]], str]:
-    """A ``card`` callback for :func:`surgery.bake.bake.bake` (reads the source card copied into staging)."""
+def card_hook(evaluation: Evaluation | None = None) -> Callable[[Path, BakeRecord], str]:
+    """A ``card`` callback for :func:`surgery.bake.bake.bake` (reads the source card copied into
+    staging); ``evaluation`` goes into the record and onto the card."""
 
-    def make(staged: Path, prov: dict[str, Any]) -> str:
-        if evaluation:
-            prov["evaluation"] = dict(evaluation)
+    def make(staged: Path, record: BakeRecord) -> str:
+        if evaluation is not None:
+            record.evaluation = evaluation
         source_card = staged / CARD_NAME
-        return card_text(prov, source_card.read_text(encoding="utf-8", errors="replace")
+        return card_text(record, source_card.read_text(encoding="utf-8", errors="replace")
                          if source_card.is_file() else None, _architecture(staged))
 
     return make
@@ -270,14 +263,14 @@ def _architecture(folder: Path) -> Architecture:
     return architecture(load_json((folder / "config.json").read_text(encoding="utf-8")))
 
 
-def _source_card(folder: Path, prov: Mapping[str, Any]) -> str | None:
+def _source_card(folder: Path, record: BakeRecord) -> str | None:
     """The source's README text, kept in surgery.undo when the bake replaced it."""
-    if CARD_NAME not in (prov.get("undo") or {}).get("replaced_files", []):
+    if CARD_NAME not in record.undo.replaced_files:
         return None
     return load_undo(folder / UNDO_NAME)[f"file:{CARD_NAME}"].tobytes().decode("utf-8", "replace")
 
 
-def check_evaluated(folder: Path, prov: Mapping[str, Any], result: Mapping[str, Any], where: str,
+def check_evaluated(folder: Path, record: BakeRecord, result: Mapping[str, Any], where: str,
                     fix: str | None = None) -> None:
     """Refuse an eval ``result`` (read from ``where``) that did not measure the bake in ``folder``,
     or whose source column measured another model than the one it was baked from (``fix``: what
@@ -293,11 +286,11 @@ def check_evaluated(folder: Path, prov: Mapping[str, Any], result: Mapping[str, 
     model = result.get("model") or {}
     if not model.get("fingerprint") or "weights_sha256" not in model:
         raise EvaluationError(f"{where} does not record which bake it measured (written by an older surgery); {fix}")
-    if (model["weights_sha256"] != weight_hashes(dict(prov))
+    if (model["weights_sha256"] != record.weight_hashes()
             or model["fingerprint"] != Checkpoint(folder, allow_remote_code=True).fingerprint()):
         raise EvaluationError(f"{where} is an evaluation of another model ({model.get('path')}), not of {folder}; "
                               f"{fix}")
-    against, source = result.get("against") or {}, (prov.get("source") or {}).get("fingerprint")
+    against, source = result.get("against") or {}, record.source.fingerprint
     if against and source and against.get("fingerprint") != source:
         raise EvaluationError(f"{where} compares with {against.get('path')}, which is not the source {folder} was "
                               f"baked from; {fix}")
@@ -324,32 +317,31 @@ def card_with_evaluation(folder: str | Path, result: Mapping[str, Any], where: s
     return refresh_card(folder, card_summary(result))
 
 
-def refresh_card(folder: str | Path, evaluation: Mapping[str, Any] | None = None) -> Path:
+def refresh_card(folder: str | Path, evaluation: Evaluation | None = None) -> Path:
     """Rewrite the card of a baked ``folder`` (optionally with ``evaluation``); update surgery.json.
 
     Every other recorded file must still match its sha256 (a tampered folder is not blessed). The
     README is written first, then surgery.json: rerunning after an interruption repairs the pair.
     """
     folder = Path(folder)
-    prov = load_provenance(folder)
-    problems = integrity_problems(folder, prov, skip=[CARD_NAME])  # the card itself is about to change
+    record = load_provenance(folder)
+    problems = integrity_problems(folder, record, skip=[CARD_NAME])  # the card itself is about to change
     if problems:
         raise VerificationError(f"{folder} fails verification ({problems[0]}); refusing to rewrite the card")
-    files = prov.get("files") or {}
-    undo = prov.setdefault("undo", {"file": UNDO_NAME, "replaced_files": [], "added_files": []})
-    if CARD_NAME not in undo.get("replaced_files", []) + undo.get("added_files", []):
+    files = dict(record.files)
+    if CARD_NAME not in record.undo.rewritten():
         if (folder / CARD_NAME).is_file():
             raise VerificationError(f"{folder} carries the source's README.md without undo data for it; "
                                     "bake again with a card instead of rewriting it")
-        undo.setdefault("added_files", []).append(CARD_NAME)
+        record.undo.added_files.append(CARD_NAME)
     if evaluation is not None:
-        prov["evaluation"] = dict(evaluation)
-    text = card_text(prov, _source_card(folder, prov), _architecture(folder))
+        record.evaluation = evaluation
+    text = card_text(record, _source_card(folder, record), _architecture(folder))
     mode = (folder / PROVENANCE_NAME).stat().st_mode & 0o777  # temporary files are created 0600
     atomic_write_text(folder / CARD_NAME, text)
     os.chmod(folder / CARD_NAME, mode)
     files[CARD_NAME] = file_sha256(folder / CARD_NAME)
-    prov["files"] = dict(sorted(files.items()))
-    atomic_write_text(folder / PROVENANCE_NAME, provenance_text(prov))
+    record.files = dict(sorted(files.items()))
+    atomic_write_text(folder / PROVENANCE_NAME, record_text(record))
     os.chmod(folder / PROVENANCE_NAME, mode)
     return folder / CARD_NAME

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bake.provenance import PROVENANCE_NAME, integrity_problems, load_provenance, not_baked, sweep_values
+from ..bake.record import BakeRecord, Pushed
 from ..core.checkpoint import Checkpoint, read_header
 from ..core.errors import CheckpointError, SurgeryError, VerificationError
 from ..core.strict_files import load_json
@@ -26,12 +27,12 @@ class HubError(SurgeryError):
     """The Hub refused or could not be reached."""
 
 
-def check_checkpoint(folder: Path) -> tuple[str, dict[str, Any]]:
-    """Structural check of a baked folder; returns (how it was checked, provenance)."""
+def check_checkpoint(folder: Path) -> tuple[str, BakeRecord]:
+    """Structural check of a baked folder; returns (how it was checked, its record)."""
     from ..bake.verify import structural
 
-    prov = load_provenance(folder)
-    src_path = Path((prov.get("source") or {}).get("path") or "")
+    record = load_provenance(folder)
+    src_path = record.source.path
     problems: list[str]
     if str(src_path) not in ("", ".") and (src_path / "config.json").is_file():
         report, _ = structural(Checkpoint(src_path, allow_remote_code=True), folder)
@@ -39,14 +40,14 @@ def check_checkpoint(folder: Path) -> tuple[str, dict[str, Any]]:
     else:
         from ..bake.copies import unedited_copies
 
-        problems = integrity_problems(folder, prov)
-        problems = problems or unedited_copies(folder, prov)  # the same rule as bake's and verify's
+        problems = integrity_problems(folder, record)
+        problems = problems or unedited_copies(folder, record)  # the same rule as bake's and verify's
         how = "sha256 of every recorded file (source not on this machine)"
     if problems:
         raise VerificationError(f"{folder} fails verification ({problems[0]}"
                                 f"{f'; {len(problems) - 1} more problem(s)' if len(problems) > 1 else ''}); "
                                 "refusing to push: bake it again")
-    return how, prov
+    return how, record
 
 
 def check_adapter(folder: Path) -> tuple[str, dict[str, Any]]:
@@ -59,8 +60,9 @@ def check_adapter(folder: Path) -> tuple[str, dict[str, Any]]:
     return "adapter config and weights header", config
 
 
-def check_pushable(folder: str | Path) -> tuple[str, dict[str, Any]]:
-    """Refuse anything but a verified surgery checkpoint or a readable adapter folder."""
+def check_pushable(folder: str | Path) -> tuple[str, BakeRecord | dict[str, Any]]:
+    """Refuse anything but a verified surgery checkpoint or a readable adapter folder; returns how
+    it was checked and the bake's record (the adapter's PEFT config)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise SurgeryError(f"{folder} is not a folder; give a baked checkpoint or adapter folder")
@@ -115,7 +117,7 @@ def _hub_error(exc: BaseException, repo_id: str) -> HubError:
 
 
 def push(folder: str | Path, repo_id: str, *, private: bool = False, revision: str | None = None,
-         create_pr: bool = False, message: str | None = None) -> dict[str, Any]:
+         create_pr: bool = False, message: str | None = None) -> Pushed:
     """Check ``folder``, create ``repo_id`` if needed (and branch ``revision``), upload every file."""
     folder = Path(folder)
     preflight(repo_id, revision, create_pr)
@@ -134,5 +136,5 @@ def push(folder: str | Path, repo_id: str, *, private: bool = False, revision: s
         raise _hub_error(exc, repo_id) from None
     except Exception as exc:  # huggingface_hub's HTTP errors do not share a narrower base class
         raise _hub_error(exc, repo_id) from None
-    return {"repo": repo_id, "url": str(url), "revision": revision or "main", "commit": info.oid,
-            "commit_url": info.commit_url, "pr_url": info.pr_url, "checked": how}
+    return Pushed(repo=repo_id, url=str(url), revision=revision or "main", commit=info.oid,
+                  commit_url=info.commit_url, pr_url=info.pr_url, checked=how)

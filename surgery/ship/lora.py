@@ -17,13 +17,13 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from .. import __version__
 from ..bake.bake import hash_files
 from ..bake.provenance import ADAPTER_PROVENANCE_NAME, PROVENANCE_NAME, load_provenance, provenance_intact
+from ..bake.record import AdapterRecord, BakeRecord
 from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint
 from ..core.edits import Recipe, edit_kinds
@@ -110,15 +110,15 @@ def lora_modules(ckpt: Checkpoint, recipe: Recipe) -> list[LoraModule]:
     return modules
 
 
-def _source_difference(prov: dict[str, Any], ckpt: Checkpoint) -> str | None:
+def _source_difference(record: BakeRecord, ckpt: Checkpoint) -> str | None:
     """How ``ckpt`` differs from the weights the bake recorded as its source (None: it holds them)."""
-    recorded = (prov.get("source") or {}).get("fingerprint")
+    recorded = record.source.fingerprint
     if recorded is not None:
         now = ckpt.fingerprint()
         return None if now == recorded else (f"its weights' fingerprint is {now[:12]}…, the bake recorded "
                                              f"{recorded[:12]}…")
     # Bakes that predate the recorded fingerprint: the sha256 of every weight file (a full read).
-    files = prov.get("source_files") or {}
+    files = record.source_files
     for name, now in hash_files(ckpt.path, ckpt.weight_files).items():
         if files.get(name) != now:
             return (f"its {name} has sha256 {now[:12]}…, the bake recorded "
@@ -136,22 +136,21 @@ def load_recipe(path: str | Path, ckpt: Checkpoint) -> Recipe:
     folder = path if path.is_dir() else path.parent if path.name == PROVENANCE_NAME else None
     if folder is None:
         return Recipe.load(path)
-    prov = load_provenance(folder)
+    record = load_provenance(folder)
     if not provenance_intact(folder):
         raise RecipeError(f"{folder / PROVENANCE_NAME} changed after the bake (its content does not match its "
                           "seal), so its recipe cannot be trusted; give the recipe YAML, or bake again")
-    difference = _source_difference(prov, ckpt)
+    difference = _source_difference(record, ckpt)
     if difference:
-        source = prov.get("source") or {}
-        path = source.get("path")
-        if path and Path(path).resolve() == ckpt.path.resolve():
+        source = record.source
+        if source.path.resolve() == ckpt.path.resolve():
             raise RecipeError(f"{ckpt.path} changed since {folder} was baked from it ({difference}): an adapter "
                               "over these weights would not reproduce the bake; give the source as it was baked "
                               f"(surgery undo {folder} restores it)")
-        raise RecipeError(f"{folder} was baked from {source.get('hub_id') or path}, not from {ckpt.path} "
+        raise RecipeError(f"{folder} was baked from {source.hub_id or source.path}, not from {ckpt.path} "
                           f"({difference}): an adapter over this base would not reproduce the bake; give the "
                           "source it was baked from as MODEL")
-    return Recipe.from_dict(prov.get("recipe"), where=f"{folder / PROVENANCE_NAME} recipe")
+    return record.recipe
 
 
 def vllm_rank(needed: int) -> int:
@@ -180,8 +179,9 @@ def peft_config(modules: list[LoraModule], base: str, vllm: bool):
 
 
 def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool = False,
-                force: bool = False, source: Source | None = None) -> dict[str, Any]:
-    """Write a PEFT LoRA adapter equal to ``recipe`` at ``out`` (atomically); return a summary."""
+                force: bool = False, source: Source | None = None) -> AdapterRecord:
+    """Write a PEFT LoRA adapter equal to ``recipe`` at ``out`` (atomically); return its record
+    (surgery_adapter.json)."""
     from safetensors.torch import save_file
 
     arch = recipe.validate(ckpt.config)
@@ -201,16 +201,14 @@ def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool
         tensors[f"base_model.model.{m.name}.lora_A.weight"] = m.A.contiguous()
         tensors[f"base_model.model.{m.name}.lora_B.weight"] = m.B.contiguous()
     counts = Counter(e.kind for e in recipe.active())
-    summary = {
-        "format": "surgery-adapter", "version": 1, "tool_version": __version__,
-        "source": source.to_dict(), "model_type": arch.model_type, "recipe": recipe.to_dict(),
-        "vllm": vllm, "max_rank": rank, "modules": {m.name: m.rank for m in modules},
+    record = AdapterRecord(
+        tool_version=__version__, source=source, model_type=arch.model_type, recipe=recipe, vllm=vllm,
+        max_rank=rank, modules={m.name: m.rank for m in modules},
         # "heads": 2, "neurons": 40, … (every registered kind, 0 when the recipe has none)
-        **{f"{kind}s": counts.get(kind, 0) for kind in edit_kinds()},
-    }
+        extra={f"{kind}s": counts.get(kind, 0) for kind in edit_kinds()})
     with staged_output(Path(out), [ckpt.path], force) as tmp:
         config.save_pretrained(str(tmp))
         save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
-        (tmp / ADAPTER_PROVENANCE_NAME).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-        (tmp / "README.md").write_text(adapter_card(summary, arch), encoding="utf-8")
-    return summary
+        (tmp / ADAPTER_PROVENANCE_NAME).write_text(json.dumps(record.to_dict(), indent=1) + "\n", encoding="utf-8")
+        (tmp / "README.md").write_text(adapter_card(record, arch), encoding="utf-8")
+    return record

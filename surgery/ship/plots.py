@@ -1,16 +1,21 @@
 """Figures for reports (optional extra ``llm-surgery[plots]``: matplotlib, drawn off-screen).
 
-Each function takes plain data (lists, dicts from findings or eval results), writes one PNG and
-returns its path. Nothing here reads files or decides what to plot: surgery.ship.report does that.
+Each function takes plain data (lists of numbers, the typed rows of findings and eval results),
+writes one PNG and returns its path. Nothing here reads files or decides what to plot:
+surgery.ship.report does that.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..core.optional import require
+
+if TYPE_CHECKING:
+    from ..bake.record import EvaluationRow
+    from ..find.heads.record import AwarenessPoint, DosePoint
 
 DPI = 110
 
@@ -58,16 +63,16 @@ def head_heatmap(grid: Sequence[Sequence[float]], path: Path, *, title: str = "H
     return _save(fig, path)
 
 
-def dose_response(rows: Sequence[Mapping[str, Any]], path: Path, *, awareness: Sequence[Mapping[str, Any]] = (),
+def dose_response(rows: Sequence[DosePoint], path: Path, *, awareness: Sequence[AwarenessPoint] = (),
                   title: str = "Dose-response: edge-α vs whole-head α") -> Path:
     """ΔS against α for edge-level and whole-head scaling; DiffAware/CtxtAware in a second panel."""
     plt = pyplot()
     panels = 2 if awareness else 1
     fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
     ax = axes[0][0]
-    alphas = [r["alpha"] for r in rows]
-    ax.plot(alphas, [r.get("edge_delta_s") for r in rows], "o-", label="edge-α (identity→item edges)")
-    ax.plot(alphas, [r.get("whole_delta_s") for r in rows], "s--", label="whole-head α (o_proj slice)")
+    alphas = [r.alpha for r in rows]
+    ax.plot(alphas, [r.edge_delta_s for r in rows], "o-", label="edge-α (identity→item edges)")
+    ax.plot(alphas, [r.whole_delta_s for r in rows], "s--", label="whole-head α (o_proj slice)")
     ax.axvline(1.0, color="grey", linewidth=0.8)
     ax.set_xlabel("α")
     ax.set_ylabel("ΔS (match − mismatch)")
@@ -75,10 +80,10 @@ def dose_response(rows: Sequence[Mapping[str, Any]], path: Path, *, awareness: S
     ax.legend()
     if awareness:
         ax = axes[0][1]
-        a = [r["alpha"] for r in awareness]
+        a = [r.alpha for r in awareness]
         for mode, style in (("edge", "-"), ("whole", "--")):
             for metric, marker in (("diffaware", "o"), ("ctxtaware", "s")):
-                ys = [(r.get(mode) or {}).get(metric) for r in awareness]
+                ys = [getattr(getattr(r, mode), metric) for r in awareness]
                 if any(y is not None for y in ys):
                     ax.plot(a, ys, marker + style, label=f"{metric} ({mode})")
         ax.set_xlabel("α")
@@ -116,17 +121,17 @@ def overlap_matrix(categories: Sequence[str], matrix: Sequence[Sequence[float]],
     return _save(fig, path)
 
 
-def before_after(rows: Sequence[Mapping[str, Any]], path: Path, *, title: str = "Before / after") -> Path:
+def before_after(rows: Sequence[EvaluationRow], path: Path, *, title: str = "Before / after") -> Path:
     """One small panel per metric: source vs edited (metrics have different scales)."""
     plt = pyplot()
-    rows = [r for r in rows if r.get("after") is not None]
+    rows = [r for r in rows if r.after is not None]
     cols = min(4, max(1, len(rows)))
     lines = max(1, math.ceil(len(rows) / cols))
     fig, axes = plt.subplots(lines, cols, figsize=(3.2 * cols, 2.8 * lines), squeeze=False)
     for ax, r in zip([a for line in axes for a in line], rows):
-        values = [r.get("before"), r["after"]]
+        values = [r.before, r.after]
         ax.bar(["source", "edited"], [v if v is not None else 0 for v in values], color=["tab:grey", "tab:blue"])
-        ax.set_title(r["label"], fontsize=8)
+        ax.set_title(r.label, fontsize=8)
     for ax in [a for line in axes for a in line][len(rows):]:
         ax.axis("off")
     fig.suptitle(title)

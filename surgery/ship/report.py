@@ -16,15 +16,19 @@ from ..core.errors import FindingsError
 from ..core.staging import staged_output
 from ..core.strict_files import DuplicateKey, load_json
 from ..evaluation.data import card_summary, load_result
-from ..find.findings import KINDS, load_findings
+from ..find.findings import KINDS, Findings, load_findings
+from ..find.heads.record import HeadsFindings
+from ..find.neurons.record import ExpertReport, NeuronsFindings
+
+RECORDS: dict[str, type[Findings]] = {"heads": HeadsFindings, "neurons": NeuronsFindings}
 
 REPORT_NAME = "report.md"
 # What the report was drawn from; it marks the folder as surgery's (see surgery.core.staging).
 MANIFEST_NAME = "surgery_report.json"
 
 
-def read_findings(path: Path) -> dict[str, Any]:
-    """A findings file of either kind (its 'kind' field says which)."""
+def read_findings(path: Path) -> Findings:
+    """A findings file of either kind (its 'kind' field says which), as that kind's record."""
     try:
         kind = load_json(Path(path).read_text(encoding="utf-8")).get("kind")
     except DuplicateKey as exc:
@@ -34,7 +38,7 @@ def read_findings(path: Path) -> dict[str, Any]:
         raise FindingsError(f"{path} is not a readable findings JSON file") from None
     if kind not in KINDS:
         raise FindingsError(f"{path} has findings kind {kind!r}; surgery report reads {' and '.join(KINDS)} findings")
-    return load_findings(path, kind)
+    return load_findings(path, kind, RECORDS[kind])
 
 
 def _fmt(v: Any) -> str:
@@ -45,67 +49,66 @@ def _pct(v: float | None) -> str:
     return "" if v is None else f"{v:.1f}%"
 
 
-def _heads_section(f: Mapping[str, Any], stem: str, out: Path) -> list[str]:
+def _heads_section(f: HeadsFindings, stem: str, out: Path) -> list[str]:
     from . import plots
 
-    lines = [f"## Attention heads — {f['model'].get('path', '?')}", ""]
-    disc = f.get("discovery") or {}
-    selected = f.get("selected_heads") or []
+    lines = [f"## Attention heads — {f.model.path or '?'}", ""]
+    disc = f.discovery
+    selected = f.selected()
     if selected:
         lines.append("Selected heads (layer.head): " + ", ".join(f"{l}.{h}" for l, h in selected))
-    if disc.get("auc") is not None:
-        lines.append(f"Discovery AUC (grouped cross-validation): {_fmt(disc['auc'])}")
-    ko = (f.get("knockout") or {}).get("tested") or {}
-    if ko.get("effect_pct") is not None:
-        lines.append(f"Edge knockout of the selected heads reduces |ΔS| by {_fmt(ko['effect_pct'])}%"
-                     + (f" (95% CI {_fmt(ko['ci95'][0])} – {_fmt(ko['ci95'][1])})" if ko.get("ci95") else ""))
+    if disc and disc.auc is not None:
+        lines.append(f"Discovery AUC (grouped cross-validation): {_fmt(disc.auc)}")
+    ko = f.knockout.tested if f.knockout else None
+    if ko and ko.effect_pct is not None:
+        lines.append(f"Edge knockout of the selected heads reduces |ΔS| by {_fmt(ko.effect_pct)}%"
+                     + (f" (95% CI {_fmt(ko.ci95[0])} – {_fmt(ko.ci95[1])})" if ko.ci95 else ""))
     lines.append("")
-    if disc.get("coef_grid"):
-        png = plots.head_heatmap(disc["coef_grid"], out / f"{stem}-heads.png", marked=selected,
+    if disc and disc.coef_grid:
+        png = plots.head_heatmap(disc.coef_grid, out / f"{stem}-heads.png", marked=selected,
                                  title="L1 logistic-regression coefficient per head")
         lines += [f"![head coefficients]({png.name})", ""]
-    if f.get("dose_response"):
-        png = plots.dose_response(f["dose_response"], out / f"{stem}-dose.png", awareness=f.get("awareness") or ())
+    if f.dose_response:
+        png = plots.dose_response(f.dose_response, out / f"{stem}-dose.png", awareness=f.awareness or ())
         lines += [f"![dose-response]({png.name})", "", "| α | ΔS edge | ΔS whole head |", "|---|---|---|"]
-        lines += [f"| {_fmt(r['alpha'])} | {_fmt(r.get('edge_delta_s'))} | {_fmt(r.get('whole_delta_s'))} |"
-                  for r in f["dose_response"]]
+        lines += [f"| {_fmt(r.alpha)} | {_fmt(r.edge_delta_s)} | {_fmt(r.whole_delta_s)} |" for r in f.dose_response]
         lines.append("")
     return lines
 
 
-def _neurons_section(f: Mapping[str, Any], stem: str, out: Path) -> list[str]:
+def _neurons_section(f: NeuronsFindings, stem: str, out: Path) -> list[str]:
     from . import plots
 
-    s = f.get("summary") or {}
-    lines = [f"## MLP neurons — {f['model'].get('path', '?')}", ""]
-    if s.get("neurons"):
-        lines.append(f"Top {s.get('n', len(s['neurons']))} neurons by {s.get('score', '?')} ({s.get('rule', '?')} "
-                     f"selection); categories: {', '.join(s.get('categories') or [])}")
+    s = f.summary
+    lines = [f"## MLP neurons — {f.model.path or '?'}", ""]
+    if s and s.neurons:
+        lines.append(f"Top {s.n if s.n is not None else len(s.neurons)} neurons by {s.score or '?'} ({s.rule or '?'} "
+                     f"selection); categories: {', '.join(s.categories or [])}")
         lines += ["", "| layer | neuron | bias | signed | top category |", "|---|---|---|---|---|"]
-        lines += [f"| {r['layer']} | {r.get('label', r['neuron'])} | {_fmt(r.get('bias'))} | {_fmt(r.get('signed'))} | "
-                  f"{r.get('top_category', '')} |" for r in s["neurons"]]  # every one the header counts
+        lines += [f"| {r.layer} | {r.name} | {_fmt(r.bias)} | {_fmt(r.signed)} | {r.top_category or ''} |"
+                  for r in s.neurons]  # every one the header counts
         lines.append("")
-    if s.get("layer_distribution"):
-        png = plots.layer_histogram(s["layer_distribution"], out / f"{stem}-layers.png")
+    if s and s.layer_distribution:
+        png = plots.layer_histogram(s.layer_distribution, out / f"{stem}-layers.png")
         lines += [f"![neurons per layer]({png.name})", ""]
-    overlap = s.get("overlap") or {}
-    if overlap.get("jaccard") and len(overlap.get("categories") or []) > 1:
-        png = plots.overlap_matrix(overlap["categories"], overlap["jaccard"], out / f"{stem}-overlap.png")
+    overlap = s.overlap if s else None
+    if overlap and overlap.jaccard and len(overlap.categories) > 1:
+        png = plots.overlap_matrix(overlap.categories, overlap.jaccard, out / f"{stem}-overlap.png")
         lines += [f"![category overlap]({png.name})", ""]
-    return lines + _experts_lines(f.get("experts"))
+    return lines + _experts_lines(f.experts)
 
 
-def _experts_lines(report: Mapping[str, Any] | None) -> list[str]:
+def _experts_lines(report: ExpertReport | None) -> list[str]:
     """Mixtures of experts: unscored neurons and the experts whose routing differs most per category."""
-    if not report:
+    if report is None:
         return []
-    lines = [f"Experts: {report['experts']} per layer × {report['expert_width']} neurons"
-             + (f", shared expert {report['shared_width']}" if report.get("shared_width") else "")
-             + f"; {report['unscored_neurons']} expert neurons unscored (no pair reached their expert).", "",
+    lines = [f"Experts: {report.experts} per layer × {report.expert_width} neurons"
+             + (f", shared expert {report.shared_width}" if report.shared_width else "")
+             + f"; {report.unscored_neurons} expert neurons unscored (no pair reached their expert).", "",
              "| category | layer | expert | routing share, stereotyped − other | mean abs difference |",
              "|---|---|---|---|---|"]
-    lines += [f"| {cat} | {r['layer']} | {r['expert']} | {_fmt(r['signed'])} | {_fmt(r['abs'])} |"
-              for cat, rows in report["routing"].items() for r in rows]
+    lines += [f"| {cat} | {r.layer} | {r.expert} | {_fmt(r.signed)} | {_fmt(r.mean_abs)} |"
+              for cat, rows in report.routing.items() for r in rows]
     return lines + [""]
 
 
@@ -117,11 +120,11 @@ def _eval_section(result: Mapping[str, Any], stem: str, out: Path) -> list[str]:
     if result.get("against"):
         lines.append(f"Compared with the source {result['against'].get('path')}.")
     lines += ["", "| metric | source | model | retained |", "|---|---|---|---|"]
-    lines += [f"| {r['label']} | {_fmt(r['before'])} | {_fmt(r['after'])} | {_pct(r['retained_pct'])} |"
-              for r in summary["rows"]]
+    lines += [f"| {r.label} | {_fmt(r.before)} | {_fmt(r.after)} | {_pct(r.retained_pct)} |"
+              for r in summary.rows]
     lines.append("")
-    if result.get("against") and summary["rows"]:
-        png = plots.before_after(summary["rows"], out / f"{stem}-before-after.png")
+    if result.get("against") and summary.rows:
+        png = plots.before_after(summary.rows, out / f"{stem}-before-after.png")
         lines += [f"![before and after]({png.name})", ""]
     return lines
 
@@ -138,7 +141,7 @@ def build_report(findings: Iterable[Path], evals: Iterable[Path], out: Path, *, 
         lines = ["# surgery report", ""]
         for i, (path, f) in enumerate(loaded):
             stem = f"{i + 1:02d}-{path.stem}"
-            lines += (_heads_section if f["kind"] == "heads" else _neurons_section)(f, stem, tmp)
+            lines += (_heads_section if isinstance(f, HeadsFindings) else _neurons_section)(f, stem, tmp)
         for i, (path, r) in enumerate(results):
             lines += _eval_section(r, f"eval{i + 1:02d}-{path.stem}", tmp)
         if not loaded and not results:

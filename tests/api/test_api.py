@@ -113,8 +113,8 @@ def test_apply_verify_undo_and_export(tiny, tmp_path, capsys):
     _cli(capsys, "apply", recipe, "--model", model, "--out", tmp_path / "cli")
     baked = surgery.apply(recipe, model, tmp_path / "api")
     assert_same_bake(tmp_path / "cli", tmp_path / "api")
-    assert surgery.apply(surgery.Recipe.load(recipe), model, tmp_path / "from-object").provenance["recipe"] \
-        == baked.provenance["recipe"]
+    assert surgery.apply(surgery.Recipe.load(recipe), model, tmp_path / "from-object").provenance.recipe \
+        == baked.provenance.recipe
 
     report = surgery.verify(model, tmp_path / "api")
     assert isinstance(report, surgery.Report) and report.ok and report.max_abs_logit_diff <= 1e-4

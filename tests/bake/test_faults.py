@@ -178,10 +178,12 @@ def test_full_disk(src, tmp_path):
 
 # --- an interrupted find: the findings cache is never left corrupt ---------------------------
 
-def _findings(tag: str, size: int = 1000) -> dict:
+def _findings(tag: str, size: int = 1000):
     """A findings document big enough that writing it takes many system calls."""
-    return {"format": "surgery-findings", "version": 1, "kind": "heads", "tag": tag,
-            "model": {"fingerprint": "f" * 64}, "scores": [[i * 0.5, tag] for i in range(size)]}
+    from surgery.find.findings import Findings
+
+    return Findings.from_dict({"format": "surgery-findings", "version": 1, "kind": "heads", "tag": tag,
+                               "model": {"fingerprint": "f" * 64}, "scores": [[i * 0.5, tag] for i in range(size)]})
 
 
 def test_ctrl_c_inside_findings_write_keeps_the_old_entry(tmp_path, monkeypatch):
@@ -196,7 +198,7 @@ def test_ctrl_c_inside_findings_write_keeps_the_old_entry(tmp_path, monkeypatch)
     monkeypatch.setattr(os, "fsync", interrupted)  # the os module atomic_write_text calls
     with pytest.raises(KeyboardInterrupt):
         findings.save_findings(_findings("new"), path)
-    assert findings.load_findings(path, "heads")["tag"] == "old"
+    assert findings.load_findings(path, "heads").extra["tag"] == "old"
     assert [p.name for p in path.parent.iterdir()] == [path.name], "a temporary file was left"
 
     fresh = path.with_name("other.json")
@@ -208,14 +210,14 @@ def test_ctrl_c_inside_findings_write_keeps_the_old_entry(tmp_path, monkeypatch)
 WRITER = """
 import sys
 from pathlib import Path
-from surgery.find.findings import save_findings
+from surgery.find.findings import Findings, save_findings
 from tests.support.paths import REPO
 path, tag = Path(sys.argv[1]), sys.argv[2]
-doc = {"format": "surgery-findings", "version": 1, "kind": "heads", "model": {"fingerprint": "f" * 64},
-       "scores": [[i * 0.5, tag] for i in range(20000)]}
+doc = Findings.from_dict({"format": "surgery-findings", "version": 1, "kind": "heads", "model": {"fingerprint": "f" * 64},
+                          "scores": [[i * 0.5, tag] for i in range(20000)]})
 i = 0
 while True:
-    doc["tag"] = f"{tag}-{i}"
+    doc.extra["tag"] = f"{tag}-{i}"
     save_findings(doc, path)
     if i == 0:
         print("ready", flush=True)
@@ -239,7 +241,7 @@ def test_find_interrupted_while_writing_cache(sig, tmp_path):
         time.sleep(rng.uniform(0.0, 0.3))
         proc.send_signal(sig)
         proc.wait(timeout=30)
-        data = findings.load_findings(path, "heads")
+        data = findings.load_findings(path, "heads").extra
         assert data["tag"].startswith(f"r{round_}-") and len(data["scores"]) == 20000
         if sig == signal.SIGINT:
             assert [p.name for p in path.parent.iterdir()] == [path.name]
@@ -258,4 +260,4 @@ def test_stale_temporaries_of_dead_writers_are_removed(tmp_path):
     live.write_text('{"half')
     findings.save_findings(_findings("new"), path)
     assert not stale.exists() and live.exists()
-    assert findings.load_findings(path, "heads")["tag"] == "new"
+    assert findings.load_findings(path, "heads").extra["tag"] == "new"

@@ -40,7 +40,7 @@ def _hashed(monkeypatch) -> list[str]:
 def test_local_source_every_file_hashed_once(tiny, tmp_path, monkeypatch):
     src = tiny("llama", shard="20KB")
     seen = _hashed(monkeypatch)
-    prov = bake(Checkpoint(src), RECIPE, tmp_path / "baked").provenance
+    prov = bake(Checkpoint(src), RECIPE, tmp_path / "baked").provenance.to_dict()
     edited = {e["file"] for e in prov["edited_tensors"]}
     shards = sorted(p.name for p in src.glob("*.safetensors"))
     assert len(edited) == 1 and len(shards) > 1
@@ -62,7 +62,7 @@ def test_hub_cache_source_takes_blob_names(tiny, tmp_path, monkeypatch):
     src = tiny("llama", shard="20KB")
     snapshot = _snapshot(src, tmp_path / "hub")
     seen = _hashed(monkeypatch)
-    prov = bake(Checkpoint(snapshot), RECIPE, tmp_path / "baked").provenance
+    prov = bake(Checkpoint(snapshot), RECIPE, tmp_path / "baked").provenance.to_dict()
     assert seen == ["surgery.undo"]  # nothing of the source is read for hashing; the edited shard in its pass
     assert prov["hashing"]["source_files_from_hub_blob_names"] == sorted(p.name for p in src.iterdir())
     assert prov["source_files"] == {p.name: file_sha256(p) for p in src.iterdir()}
@@ -73,7 +73,7 @@ def test_hub_cache_source_takes_blob_names(tiny, tmp_path, monkeypatch):
 def test_verify_recomputes_taken_hashes(tiny, tmp_path, lied):
     """A blob whose name is not its sha256 is taken at bake time; verify recomputes and says so."""
     src = tiny("llama", shard="20KB")
-    edited = bake(Checkpoint(src), RECIPE, tmp_path / "probe").provenance["edited_tensors"][0]["file"]
+    edited = bake(Checkpoint(src), RECIPE, tmp_path / "probe").provenance.edited_tensors[0].file
     snapshot = _snapshot(src, tmp_path / "hub", lie=edited if lied == "edited" else lied)
     bake(Checkpoint(snapshot), RECIPE, tmp_path / "baked")
     report = verify(Checkpoint(snapshot), tmp_path / "baked", run_model=False)
@@ -95,9 +95,9 @@ def test_streamed_shard_is_the_same_for_any_block_size(tiny, tmp_path, monkeypat
 
     src = tiny("llama", dtype=torch.bfloat16)
     recipe = Recipe((HeadScale(0, 1, 2.5), NeuronScale(1, 3, 0.0), NeuronScale(2, 5, 0.5)))
-    ref = bake(Checkpoint(src), recipe, tmp_path / "ref").provenance
+    ref = bake(Checkpoint(src), recipe, tmp_path / "ref").provenance.to_dict()
     monkeypatch.setattr(bake_module, "STREAM_BLOCK", block)
-    got = bake(Checkpoint(src), recipe, tmp_path / "small").provenance
+    got = bake(Checkpoint(src), recipe, tmp_path / "small").provenance.to_dict()
     assert (src / "model.safetensors").stat().st_size > 30 * block
     assert got["files"] == ref["files"] and got["source_files"] == ref["source_files"]
     assert got["files"]["model.safetensors"] == file_sha256(tmp_path / "small" / "model.safetensors")

@@ -66,11 +66,12 @@ def test_two_bakes_into_one_destination(force, base, tmp_path):
 WRITER = """
 import sys
 from pathlib import Path
-from surgery.find.findings import save_findings
+from surgery.find.findings import Findings, save_findings
 path, tag, rounds = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 for i in range(rounds):
-    save_findings({"format": "surgery-findings", "version": 1, "kind": "heads", "writer": tag, "round": i,
-                   "model": {"fingerprint": "f" * 64}, "scores": [[tag, i, k] for k in range(5000)]}, path)
+    save_findings(Findings.from_dict({"format": "surgery-findings", "version": 1, "kind": "heads", "writer": tag,
+                                      "round": i, "model": {"fingerprint": "f" * 64},
+                                      "scores": [[tag, i, k] for k in range(5000)]}), path)
 """
 
 READER = """
@@ -83,7 +84,7 @@ path, stop = Path(sys.argv[1]), Path(sys.argv[2])
 reads, errors = 0, []
 while not stop.exists():
     try:
-        data = load_findings(path, "heads")
+        data = load_findings(path, "heads").extra
     except FindingsError as exc:
         errors.append(str(exc))
         continue
@@ -97,11 +98,12 @@ print(json.dumps({"reads": reads, "errors": errors[:3], "n_errors": len(errors)}
 def test_findings_cache_writers_and_readers(tmp_path):
     """Four processes rewrite one cache entry while two read it: every read is a whole document
     written by a single writer, and the entry ends as one writer's last round."""
-    from surgery.find.findings import load_findings, save_findings
+    from surgery.find.findings import Findings, load_findings, save_findings
 
     path = tmp_path / "cache" / "heads" / "entry.json"
-    save_findings({"format": "surgery-findings", "version": 1, "kind": "heads", "writer": "seed", "round": 0,
-                   "model": {"fingerprint": "f" * 64}, "scores": [["seed", 0, k] for k in range(5000)]}, path)
+    save_findings(Findings.from_dict({"format": "surgery-findings", "version": 1, "kind": "heads", "writer": "seed",
+                                      "round": 0, "model": {"fingerprint": "f" * 64},
+                                      "scores": [["seed", 0, k] for k in range(5000)]}), path)
     stop = tmp_path / "stop"
     readers = [_start([sys.executable, "-c", READER, str(path), str(stop)]) for _ in range(2)]
     writers = [_start([sys.executable, "-c", WRITER, str(path), f"w{i}", "25"]) for i in range(4)]
@@ -114,7 +116,7 @@ def test_findings_cache_writers_and_readers(tmp_path):
         report = json.loads(r.communicate()[0])
         assert report["n_errors"] == 0, report
         assert report["reads"] > 0
-    final = load_findings(path, "heads")
+    final = load_findings(path, "heads").extra
     assert final["writer"] in {"w0", "w1", "w2", "w3"} and final["round"] == 24
     assert [p.name for p in path.parent.iterdir()] == [path.name], "temporary files left behind"
 
@@ -139,13 +141,13 @@ def test_two_find_heads_share_the_cache(tiny, tmp_path):
     runs = [find(tmp_path / f"f{i}.json") for i in range(2)]
     for run in runs:
         assert run.wait(timeout=300) == 0, run.communicate()[1]
-    first, second = (load_findings(tmp_path / f"f{i}.json", "heads") for i in range(2))
+    first, second = (load_findings(tmp_path / f"f{i}.json", "heads").to_dict() for i in range(2))
     assert first["selected_heads"] == second["selected_heads"]
     entries = list(cache.rglob("*.json"))
     assert len(entries) == 1 and [p.name for p in entries[0].parent.iterdir()] == [entries[0].name]
-    assert load_findings(entries[0], "heads")["selected_heads"] == first["selected_heads"]
+    assert load_findings(entries[0], "heads").to_dict()["selected_heads"] == first["selected_heads"]
 
     entries[0].write_text(entries[0].read_text()[:100])  # a damaged entry (e.g. an old crash)
     third = find(tmp_path / "f2.json")
     assert third.wait(timeout=300) == 0, third.communicate()[1]
-    assert load_findings(entries[0], "heads")["selected_heads"] == first["selected_heads"]
+    assert load_findings(entries[0], "heads").to_dict()["selected_heads"] == first["selected_heads"]

@@ -111,7 +111,7 @@ def test_a_kind_registered_in_a_test_goes_through_every_path(toy_kinds, tiny, tm
 
     ckpt = Checkpoint(src)
     result = bake(ckpt, recipe, tmp_path / "baked", check=edited_check(ckpt, recipe), card=card_hook())
-    assert result.provenance["verification"]["maps"] == 4  # o_proj columns; down column; gate, up rows
+    assert result.provenance.verification.maps == 4  # o_proj columns; down column; gate, up rows
     card = (tmp_path / "baked" / "README.md").read_text()
     assert "| whole attention layer | 1 | all heads | α = 0.5 |" in card and "attention-layers" in card
 

@@ -29,10 +29,10 @@ def _hashed(monkeypatch) -> list[str]:
 
 def test_second_bake_takes_source_hashes_from_the_cache(tiny, tmp_path, monkeypatch, settled):
     src = tiny("llama", shard="20KB")
-    first = bake(Checkpoint(src), RECIPE, tmp_path / "a").provenance
+    first = bake(Checkpoint(src), RECIPE, tmp_path / "a").provenance.to_dict()
     assert first["hashing"]["source_files_from_hash_cache"] == []
     seen = _hashed(monkeypatch)
-    second = bake(Checkpoint(src), RECIPE, tmp_path / "b").provenance
+    second = bake(Checkpoint(src), RECIPE, tmp_path / "b").provenance.to_dict()
     assert seen == ["surgery.undo"]  # no source file read back for hashing
     assert second["hashing"]["source_files_from_hash_cache"] == sorted(p.name for p in src.iterdir())
     assert second["source_files"] == first["source_files"] == {p.name: file_sha256(p) for p in src.iterdir()}
@@ -45,7 +45,7 @@ def test_a_changed_source_file_is_hashed_again(tiny, tmp_path, settled):
     bake(Checkpoint(src), RECIPE, tmp_path / "a")
     config = src / "config.json"
     config.write_text(config.read_text() + "\n")  # same settings, other bytes
-    prov = bake(Checkpoint(src), RECIPE, tmp_path / "b").provenance
+    prov = bake(Checkpoint(src), RECIPE, tmp_path / "b").provenance.to_dict()
     assert "config.json" not in prov["hashing"]["source_files_from_hash_cache"]
     assert "model.safetensors.index.json" in prov["hashing"]["source_files_from_hash_cache"]
     assert prov["source_files"]["config.json"] == file_sha256(config)
@@ -55,7 +55,7 @@ def test_fresh_files_are_not_remembered(tiny, tmp_path):
     """A file written within SETTLE_SECONDS of the hash could change again in the same clock tick."""
     src = tiny("llama", shard="20KB")  # just written
     bake(Checkpoint(src), RECIPE, tmp_path / "a")
-    prov = bake(Checkpoint(src), RECIPE, tmp_path / "b").provenance
+    prov = bake(Checkpoint(src), RECIPE, tmp_path / "b").provenance.to_dict()
     assert prov["hashing"]["source_files_from_hash_cache"] == []
 
 
@@ -66,6 +66,6 @@ def test_a_corrupt_cache_is_ignored(tiny, tmp_path, monkeypatch, settled, conten
     cache.mkdir()
     (cache / hash_cache.CACHE_NAME).write_text(content)
     src = tiny("llama", shard="20KB")
-    prov = bake(Checkpoint(src), RECIPE, tmp_path / "a").provenance
+    prov = bake(Checkpoint(src), RECIPE, tmp_path / "a").provenance.to_dict()
     assert prov["source_files"] == {p.name: file_sha256(p) for p in src.iterdir()}
-    assert bake(Checkpoint(src), RECIPE, tmp_path / "b").provenance["hashing"]["source_files_from_hash_cache"]
+    assert bake(Checkpoint(src), RECIPE, tmp_path / "b").provenance.hashing.source_files_from_hash_cache

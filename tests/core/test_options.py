@@ -166,12 +166,15 @@ def test_python_callers_get_the_same_checks():
     from surgery.core.errors import OptionError, RecipeError
     from surgery.evaluation.suites import make_plan
     from surgery.find.heads.find import HeadFindings
+    from surgery.find.heads.record import HeadsFindings
 
     with pytest.raises(OptionError, match=r"--batch-size \(EvalParams.batch_size\) must be ≥ 1, got -3"):
         make_plan(None, against=False, batch_size=-3)
     with pytest.raises(OptionError, match=r"--suite \(EvalParams.suites\) must be one of retention, kl"):
         make_plan(["nope"], against=False)
-    found = HeadFindings({"selected_heads": [[0, 1]], "discovery": {"heads": [{"layer": 0, "head": 1}]}}, None, False)
+    found = HeadFindings(HeadsFindings.from_dict({"format": "surgery-findings", "version": 1, "kind": "heads",
+                                                  "model": {"fingerprint": "f" * 64}, "selected_heads": [[0, 1]],
+                                                  "discovery": {"heads": [{"layer": 0, "head": 1}]}}), None, False)
     assert found.select(1) == [(0, 1)]
     for top in (0, -1):  # 0 meant "the default", -1 cut the ranking from its end
         with pytest.raises(RecipeError, match=f"--top must be ≥ 1, got {top}"):

@@ -22,6 +22,7 @@ def made(tmp_path_factory) -> dict[str, Path]:
     from surgery.bake.bake import bake
     from surgery.core.checkpoint import Checkpoint
     from surgery.find.findings import new_findings, save_findings
+    from surgery.find.heads.record import HeadsFindings
     from tests.support.tiny_gguf import gguf_source_model, write_tiny_gguf
 
     root = tmp_path_factory.mktemp("force")
@@ -31,7 +32,7 @@ def made(tmp_path_factory) -> dict[str, Path]:
     (root / "recipe.yaml").write_text(recipe.to_yaml())
     findings = new_findings("heads", Checkpoint(src), "0" * 64, {"benchmark": "builtin"}, "test")
     findings["selected_heads"] = [[0, 1]]
-    save_findings(findings, root / "findings.json")
+    save_findings(HeadsFindings.from_dict(findings), root / "findings.json")
     write_tiny_gguf(root / "tiny.gguf", gguf_source_model())
     return {"root": root, "src": src, "baked": root / "baked", "recipe": root / "recipe.yaml",
             "findings": root / "findings.json", "gguf": root / "tiny.gguf"}

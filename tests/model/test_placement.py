@@ -70,7 +70,7 @@ def test_offloaded_model_gives_the_same_neuron_findings(deep, tmp_path, monkeypa
 
     plain = find_neurons(Ckpt(deep), pairs, load=LoadSpec(device="cpu"), recompute=True)
     split = find_neurons(Ckpt(deep), pairs, load=_offloading(deep, tmp_path), recompute=True)
-    assert split.data["compute"]["device_map"] == "accelerate"
+    assert split.data.compute.device_map == "accelerate"
     np.testing.assert_allclose(split.scores.ppm, plain.scores.ppm, rtol=1e-6)
     for name in ("bias", "signed", "activation"):
         a, b = getattr(plain.scores, name), getattr(split.scores, name)
@@ -114,8 +114,8 @@ def test_offloaded_model_gives_the_same_head_findings(deep, tmp_path):
 
     pairs = build_pairs(load_benchmark(write_small_benchmark(tmp_path / "small.jsonl")), seed=0, max_pairs=6)
     params = FindParams(max_pairs=6, random_sets=1, confirm=0, knockout_heads=2)
-    plain = find_heads(deep, pairs, params, load=LoadSpec(device="cpu"))
-    split = find_heads(deep, pairs, params, load=_offloading(deep, tmp_path))
+    plain = find_heads(deep, pairs, params, load=LoadSpec(device="cpu")).to_dict()
+    split = find_heads(deep, pairs, params, load=_offloading(deep, tmp_path)).to_dict()
     assert plain["selected_heads"] == split["selected_heads"]
     # S is a difference of log-probabilities of order 1: float32 noise of the offloaded run is ~1e-7
     np.testing.assert_allclose(split["scores"]["S"]["delta"], plain["scores"]["S"]["delta"], rtol=0, atol=1e-6)
@@ -133,7 +133,7 @@ def test_bfloat16_findings_are_their_own_cache_entry(tiny, tmp_path, monkeypatch
 
     f32 = find_neurons(Ckpt(model), pairs, load=LoadSpec(device="cpu"))
     bf16 = find_neurons(Ckpt(model), pairs, load=LoadSpec(device="cpu", dtype="bfloat16"))
-    assert f32.data["compute"]["dtype"] == "float32" and bf16.data["compute"]["dtype"] == "bfloat16"
+    assert f32.data.compute.dtype == "float32" and bf16.data.compute.dtype == "bfloat16"
     assert f32.path != bf16.path and not bf16.from_cache
     # bf16 rounds the activations, the float32 sums keep the ranking close
     top = set(f32.select(10, _select()).neurons) & set(bf16.select(10, _select()).neurons)

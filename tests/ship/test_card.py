@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -10,6 +11,7 @@ import yaml
 from surgery.bake.bake import bake
 from surgery.bake.undo import undo
 from surgery.bake.check import edited_check
+from surgery.bake.record import BakeRecord, Evaluation, UndoRecord
 from surgery.bake.verify import verify
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
@@ -31,6 +33,13 @@ def _measured(path) -> dict:
     return measured(path, Checkpoint(path).fingerprint())
 
 
+def _record(recipe: Recipe, source: Source) -> BakeRecord:
+    """The record of a bake of ``recipe`` from ``source`` that edited nothing yet: what a card needs."""
+    return BakeRecord(tool_version="0", created="2026-12-01T00:00:00+00:00", source=source, model_type="llama",
+                      recipe=recipe, edited_tensors=[], files={}, source_files={},
+                      undo=UndoRecord(file="surgery.undo", replaced_files=[], added_files=[]))
+
+
 def _meta(text: str) -> dict:
     return yaml.safe_load(text[4:text.index("\n---", 4)])
 
@@ -46,7 +55,8 @@ def test_card_front_matter_and_sections(tiny, tmp_path):
     ckpt = Checkpoint(src)
     out = tmp_path / "baked"
     bake(ckpt, RECIPE, out, source=Source(src, "org/tiny-llama", None), check=edited_check(ckpt, RECIPE),
-         card=card_hook(EVALUATION), extra={"findings": {"kind": "heads", "top_head": "0.1", "delta_s": -0.42},
+         card=card_hook(Evaluation.from_dict(EVALUATION)),
+         extra={"findings": {"kind": "heads", "top_head": "0.1", "delta_s": -0.42},
                 "heads_findings": {"selected_heads": [[7, 7], [8, 17]], "rows": [{"layer": 1}] * 20}})
     text = (out / "README.md").read_text()
     meta = _meta(text)
@@ -74,7 +84,7 @@ def test_refresh_card_keeps_verify_and_undo_exact(tiny, tmp_path):
     out = tmp_path / "baked"
     bake(Checkpoint(src), RECIPE, out, card=card_hook())
     assert "Evaluation" not in (out / "README.md").read_text()
-    refresh_card(out, EVALUATION)
+    refresh_card(out, Evaluation.from_dict(EVALUATION))
     text = (out / "README.md").read_text()
     assert "## Evaluation: before and after" in text and _meta(text)["license"] == "apache-2.0"
     prov = json.loads((out / "surgery.json").read_text())
@@ -102,12 +112,12 @@ def test_refresh_card_refuses_tampered_folder(tiny, tmp_path):
     bake(Checkpoint(tiny("llama")), RECIPE, out, card=card_hook())
     (out / "config.json").write_text("{}")
     with pytest.raises(VerificationError, match="changed after the bake"):
-        refresh_card(out, EVALUATION)
+        refresh_card(out, Evaluation.from_dict(EVALUATION))
 
 
 def test_card_text_lists_many_edits_compactly():
     recipe = Recipe(tuple(NeuronScale(2, i, 0.0) for i in range(100)))
-    text = card_text({"recipe": recipe.to_dict(), "source": {"path": "/x/src"}})
+    text = card_text(_record(recipe, Source(Path("/x/src"))))
     assert "and 36 more edits" in text and text.count("| MLP neuron |") == 64
 
 
@@ -144,7 +154,7 @@ def test_refresh_refuses_a_folder_that_fails_the_integrity_check(tiny, tmp_path,
     before = (out / "surgery.json").read_bytes()
     damage(out)
     with pytest.raises(VerificationError, match=named):
-        refresh_card(out, EVALUATION)
+        refresh_card(out, Evaluation.from_dict(EVALUATION))
     assert (out / "surgery.json").read_bytes() == before
 
 
@@ -159,8 +169,7 @@ def test_card_is_what_huggingface_hub_renders(source_card):
 
     from surgery.ship.card import CARRIED_KEYS, front_matter, render_card
 
-    prov = {"recipe": RECIPE.to_dict(), "tool_version": "0", "source": {"hub_id": "org/m", "path": "/m"}}
-    text = card_text(prov, source_card)
+    text = card_text(_record(RECIPE, Source(Path("/m"), "org/m")), source_card)
     carried = {k: v for k, v in front_matter(source_card).items() if k in CARRIED_KEYS}
     body = text[text.index("\n---\n\n", 4) + 6:]
     data = ModelCardData(base_model="org/m", base_model_relation="finetune", library_name="transformers",

@@ -45,9 +45,9 @@ def test_adapter_equals_baked(tiny, tmp_path, arch, vllm):
     d = architecture(ckpt.config).geometry.head_dim
     if vllm:
         assert cfg["r"] == cfg["lora_alpha"] in VLLM_RANKS and not cfg["rank_pattern"]
-        assert set(summary["modules"].values()) == {cfg["r"]}
+        assert set(summary.modules.values()) == {cfg["r"]}
     else:
-        ranks = summary["modules"]
+        ranks = summary.modules
         assert sorted(ranks.values()) == sorted([2 * d, d, 1, 1])  # two heads in layer 0, one elsewhere
         for name, r in ranks.items():
             assert cfg["rank_pattern"].get(name, cfg["r"]) == r == cfg["alpha_pattern"].get(name, cfg["lora_alpha"])

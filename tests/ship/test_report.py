@@ -14,6 +14,8 @@ from surgery.core.errors import SurgeryError
 from surgery.core.optional import pip_install
 from surgery.evaluation.data import new_result, save_result
 from surgery.find.findings import new_findings, save_findings
+from surgery.find.heads.record import HeadsFindings
+from surgery.find.neurons.record import NeuronsFindings
 from surgery.ship.report import build_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -49,8 +51,8 @@ def inputs(tiny, tmp_path):
                          "against": {"perplexity": 11.0, "mcq_accuracy": 0.52, "bbq_bias_ambig": 0.08}}
     result["retained_pct"] = {"perplexity": 91.7, "mcq_accuracy": 96.2}
     paths = {name: tmp_path / f"{name}.json" for name in ("heads", "neurons", "eval")}
-    save_findings(heads, paths["heads"])
-    save_findings(neurons, paths["neurons"])
+    save_findings(HeadsFindings.from_dict(heads), paths["heads"])
+    save_findings(NeuronsFindings.from_dict(neurons), paths["neurons"])
     save_result(result, paths["eval"])
     return paths
 

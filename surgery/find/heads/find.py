@@ -1,9 +1,10 @@
 """find-heads as a library: pairs → scores, discovery, knockout confirmation, knockout,
-dose-response → findings dict.
+dose-response → findings.
 
 ``find_heads(model_path, pairs, params)`` works on any list of :class:`Pair` (the shipped
-benchmark, N4, or a synthetic task in our JSONL format) and returns a versioned findings dict
-(surgery.find.findings). ``cached_find_heads`` keys it by model fingerprint, pair set and parameters.
+benchmark, N4, or a synthetic task in our JSONL format) and returns versioned findings
+(:class:`~surgery.find.heads.record.HeadsFindings`). ``cached_find_heads`` keys them by model
+fingerprint, pair set and parameters.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .pairs import Pair
 from .prompts import Encoded
 from .params import FindParams
 from .prompting import is_instruct
+from .record import HeadsFindings
 from .resume import Counter
 from .scores import encode_pairs, option_token_ids, score_binding
 
@@ -69,7 +71,7 @@ def _jsonable(x: Any) -> Any:
 def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
                params: FindParams | Mapping[str, Any] = FindParams(), *,
                awareness_records: Sequence[Mapping[str, Any]] | None = None, load: LoadSpec = DEFAULT_LOAD,
-               progress: Progress = silent, report: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+               progress: Progress = silent, report: Callable[[str], None] = lambda m: None) -> HeadsFindings:
     """Scores, discovery, knockout confirmation (``params.confirm`` candidates), knockout and
     (``params.dose_response``) dose-response on ``pairs``.
 
@@ -132,8 +134,9 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
             # the visible cost: one pass over the binding prompts per candidate
             runner.progress = progress(f"knockout confirmation ({len(candidates)} heads)",
                                        2 * len(sub) * len(candidates))
-            findings["confirmation"] = confirmation(runner, disc, candidates, params.seed)
-            chosen = [(h["layer"], h["head"]) for h in findings["confirmation"]["heads"][:params.knockout_heads]]
+            confirmed = confirmation(runner, disc, candidates, params.seed)
+            findings["confirmation"] = confirmed
+            chosen = [(h["layer"], h["head"]) for h in confirmed["heads"][:params.knockout_heads]]
         findings["selected_heads"] = [list(h) for h in chosen]
         grid = dose_alphas(params)
         steps = 2 * len(sub) * (2 + params.random_sets + dose_passes(params))
@@ -146,11 +149,9 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
                                                random_sets=params.random_sets, seed=params.seed)
         if params.dose_response:
             findings["dose_response"] = dose_response(runner, chosen, grid)
-        findings["cost"] = {"forward_flops": scoring + runner.counter.flops,
-                            "forward_flops_full_passes": scoring_full + runner.full_flops}
-        report(f"forward-pass FLOPs: {findings['cost']['forward_flops']:.3e} "
-               f"({findings['cost']['forward_flops'] / findings['cost']['forward_flops_full_passes']:.2f} of "
-               f"full passes, {findings['cost']['forward_flops_full_passes']:.3e})")
+        flops, full_flops = scoring + runner.counter.flops, scoring_full + runner.full_flops
+        findings["cost"] = {"forward_flops": flops, "forward_flops_full_passes": full_flops}
+        report(f"forward-pass FLOPs: {flops:.3e} ({flops / full_flops:.2f} of full passes, {full_flops:.3e})")
         if params.dose_response and awareness_records:
             from .awareness import awareness_at
 
@@ -159,7 +160,7 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
             findings["awareness"] = awareness_at(model, tokenizer, recs, chosen, params.awareness_alphas,
                                                  instruct=instruct, batch_size=params.batch_size,
                                                  progress=progress("awareness (generation)", total))
-    return _jsonable(findings)
+    return HeadsFindings.from_dict(_jsonable(findings))
 
 
 def dose_alphas(params: FindParams) -> tuple[float, ...]:
@@ -213,15 +214,6 @@ def confirmation(runner: PairRunner, disc: Mapping[str, Any], candidates: Sequen
             "n_significant": sum(r["significant"] for r in rows), "heads": rows}
 
 
-def head_ranking(findings: Mapping[str, Any]) -> list[tuple[int, int]]:
-    """Every head, best first: the selection, then the confirmed ranking (when the findings have
-    one), then the rest of discovery's ranking."""
-    selected = [tuple(h) for h in findings.get("selected_heads") or []]
-    confirmed = [(h["layer"], h["head"]) for h in (findings.get("confirmation") or {}).get("heads", [])]
-    ranked = [(h["layer"], h["head"]) for h in findings["discovery"]["heads"]]
-    return list(dict.fromkeys(selected + confirmed + ranked))
-
-
 def findings_cache(ckpt: Checkpoint, pairs: Sequence[Pair], params: FindParams, load: LoadSpec = DEFAULT_LOAD) -> Path:
     """Where findings are cached: a model run in bfloat16 gets findings of its own (scores stay float32)."""
     return cache_path("heads", ckpt.fingerprint(), pairs_sha256(pairs), {**params.to_dict(), **dtype_key(load)})
@@ -232,26 +224,28 @@ class HeadFindings(Found):
     """Head findings (see :class:`surgery.find.findings.Found`): scores, discovery, knockout, and the
     choice of the top heads as a recipe."""
 
+    data: HeadsFindings
     kind: ClassVar[str] = "heads"
+    record_type: ClassVar[type[HeadsFindings]] = HeadsFindings
 
     def check(self) -> None:
         try:
-            head_ranking(self.data)
-        except (KeyError, TypeError, ValueError):
+            self.data.ranking()
+        except (TypeError, ValueError):
             raise FindingsError(f"{self.path} has no usable head ranking; recompute it with surgery find-heads") from None
 
     def select(self, top: int | None = None) -> list[tuple[int, int]]:
         """The first ``top`` heads of the ranking (default: the knocked-out selection)."""
         if top is not None and top < 1:  # 0 would silently mean the default, a negative count cut from the end
             raise RecipeError(f"--top must be ≥ 1, got {top}")
-        order = head_ranking(self.data)  # the knockout-confirmed ranking when the findings have one
-        top = top or len(self.data.get("selected_heads") or []) or 1
+        order = self.data.ranking()  # the knockout-confirmed ranking when the findings have one
+        top = top or len(self.data.selected()) or 1
         if top > len(order):
             raise RecipeError(f"--top {top} but the findings rank only {len(order)} heads; choose a smaller --top")
         return order[:top]
 
     def record(self) -> dict[str, Any]:
-        return {**summary(self.data), **super().record()}
+        return {**self.data.summary(), **super().record()}
 
 
 def cached_find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair], params: FindParams, *,
@@ -267,22 +261,3 @@ def cached_find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair], par
     if distributed.is_main():
         save_findings(findings, path)
     return HeadFindings(findings, path, from_cache=False)
-
-
-def summary(findings: Mapping[str, Any]) -> dict[str, Any]:
-    """What a baked checkpoint records about the findings its heads came from."""
-    ko = findings.get("knockout", {}).get("tested", {})
-    return {"dataset_sha256": findings.get("dataset_sha256"), "model": findings["model"].get("path"),
-            "auc": findings.get("discovery", {}).get("auc"),
-            "delta_s": findings.get("scores", {}).get("S", {}).get("delta"),
-            "p_s": findings.get("scores", {}).get("S", {}).get("p"),
-            "knockout_effect_pct": ko.get("effect_pct"), "knockout_ci95": ko.get("ci95"),
-            "selected_heads": findings.get("selected_heads"),
-            "selection": "single-head knockout" if findings.get("confirmation") else "discovery ranking",
-            **({"weak_heads": weak_heads(findings)} if findings.get("confirmation") else {})}
-
-
-def weak_heads(findings: Mapping[str, Any]) -> int:
-    """How many selected heads have no significant single-head knockout (the confirmed ranking puts
-    the significant candidates first, so they fill the selection first)."""
-    return max(0, len(findings.get("selected_heads") or []) - findings["confirmation"]["n_significant"])

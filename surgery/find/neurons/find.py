@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 from ... import __version__
 from ...bake.patches import check_loadable
@@ -24,6 +24,7 @@ from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
 from ..findings import Found, cache_path, compute_record, dtype_key, new_findings
 from .pairs import PairsError, PairSet, check_token_counts
 from .params import DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, SelectParams
+from .record import NeuronSelection, NeuronsFindings
 from .routing import expert_report
 from .scores import NeuronScores, accumulate_pair_sums, ppm_scores
 from .select import Selection, category_overlap, layer_distribution, neuron_rows, select
@@ -44,7 +45,9 @@ class NeuronFindings(Found):
     """Neuron findings (see :class:`surgery.find.findings.Found`): every neuron's scores, and the
     selection of any n from them as a recipe."""
 
+    data: NeuronsFindings
     kind: ClassVar[str] = "neurons"
+    record_type: ClassVar[type[NeuronsFindings]] = NeuronsFindings
 
     @functools.cached_property
     def scores(self) -> NeuronScores:
@@ -59,41 +62,36 @@ class NeuronFindings(Found):
 
     def record(self) -> dict[str, Any]:
         data = self.data
-        return {**super().record(), "from_cache": self.from_cache, "model": data["model"].get("path"),
-                "model_fingerprint": data["model"].get("fingerprint"), "dataset_sha256": data.get("dataset_sha256"),
-                "dataset": dataset_brief(data.get("dataset")), "parameters": data.get("parameters"),
-                "tool_version": data.get("tool_version")}
+        return {**super().record(), "from_cache": self.from_cache, "model": data.model.path,
+                "model_fingerprint": data.model.fingerprint, "dataset_sha256": data.dataset_sha256,
+                "dataset": data.dataset.brief() if data.dataset else {}, "parameters": data.parameters,
+                "tool_version": data.tool_version}
 
 
-def dataset_brief(dataset: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The dataset record without the (possibly long) list of skipped ids."""
-    return {k: v for k, v in (dataset or {}).items() if k != "skipped_ids"}
-
-
-def write_findings(findings: Mapping[str, Any], path: Path) -> None:
+def write_findings(findings: NeuronsFindings, path: Path) -> None:
     """Atomic write; lists of numbers go on one line each (a layer's scores), the rest indented."""
-    text = json.dumps(findings, indent=1, ensure_ascii=False)
+    text = json.dumps(findings.to_dict(), indent=1, ensure_ascii=False)
     text = _NUMBER_LIST.sub(lambda m: re.sub(r"\s+", "", m.group(0)), text)
     atomic_write_text(Path(path), text + "\n")
 
 
-def describe(scores: NeuronScores, chosen: Selection) -> dict[str, Any]:
+def describe(scores: NeuronScores, chosen: Selection) -> NeuronSelection:
     """A selection with its evidence: options, neuron rows, layer histogram, category overlap."""
-    return {**chosen.options(), "neurons": neuron_rows(scores, chosen),
-            "layer_distribution": layer_distribution(chosen, scores.shape[0]),
-            "overlap": category_overlap(scores, chosen)}
+    return NeuronSelection.read({**chosen.options(), "neurons": neuron_rows(scores, chosen),
+                                 "layer_distribution": layer_distribution(chosen, scores.shape[0]),
+                                 "overlap": category_overlap(scores, chosen)})
 
 
 def selection_record(found: NeuronFindings, chosen: Selection, factor: float) -> dict[str, Any]:
     """What a bake of this selection adds to surgery.json: the selection with its evidence, and
     where the findings came from."""
-    return {"neuron_selection": {**describe(found.scores, chosen), "factor": factor},
+    return {"neuron_selection": {**describe(found.scores, chosen).to_dict(), "factor": factor},
             "neuron_findings": found.record()}
 
 
 def summary(scores: NeuronScores, n: int, score: str = DEFAULT_SCORE, rule: str = DEFAULT_RULE,
             bias_weight: float = DEFAULT_BIAS_WEIGHT, categories: Sequence[str] | None = None,
-            layers: Sequence[int] | None = None, spare_active: float = DEFAULT_SPARE) -> dict[str, Any]:
+            layers: Sequence[int] | None = None, spare_active: float = DEFAULT_SPARE) -> NeuronSelection:
     """Top-n neurons, layer histogram and category overlap for one choice of options."""
     chosen = select(scores, n, score=score, rule=rule, categories=categories, layers=layers,
                     bias_weight=bias_weight, spare_active=spare_active)
@@ -107,8 +105,9 @@ def capture_params(pairs: PairSet, ckpt: Checkpoint | None = None, load: LoadSpe
     return {**(EXPERT_CAPTURE_PARAMS if moe else CAPTURE_PARAMS), **dtype_key(load), "categories": pairs.categories()}
 
 
-def scores_of(findings: Mapping[str, Any]) -> NeuronScores:
-    return NeuronScores.from_dict(findings.get("scores") or {})
+def scores_of(findings: NeuronsFindings) -> NeuronScores:
+    """Every neuron's scores, parsed (a damaged file raises SelectionError, saying to recompute)."""
+    return NeuronScores.from_dict(findings.scores or {})
 
 
 def cached_path(ckpt: Checkpoint, pairs: PairSet, load: LoadSpec = DEFAULT_LOAD) -> Path:
@@ -126,7 +125,7 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
     cached = cached_path(ckpt, pairs, load)
     hit = None if recompute else NeuronFindings.cached(cached, ckpt)
     if distributed.all_true(hit is not None):
-        skipped = (hit.data.get("dataset") or {}).get("skipped") or {}
+        skipped = (hit.data.dataset.skipped if hit.data.dataset else None) or {}
         if strict and skipped:  # the cached run skipped pairs that --strict must refuse
             detail = ", ".join(f"{c} {n}" for c, n in skipped.items())
             raise PairsError(f"{sum(skipped.values())} pair(s) tokenize to different lengths in this model's "
@@ -161,8 +160,9 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
     }
     if scores.experts is not None:
         findings["experts"] = expert_report(scores)
-    findings["summary"] = summary(scores, min(SUMMARY_N, scores.shape[0] * scores.shape[1] // 2))
+    findings["summary"] = summary(scores, min(SUMMARY_N, scores.shape[0] * scores.shape[1] // 2)).to_dict()
     findings["scores"] = scores.to_dict()
+    record = NeuronsFindings.from_dict(findings)
     if distributed.is_main():
-        write_findings(findings, cached)
-    return NeuronFindings(findings, cached, from_cache=False)
+        write_findings(record, cached)
+    return NeuronFindings(record, cached, from_cache=False)

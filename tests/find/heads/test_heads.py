@@ -18,7 +18,7 @@ from surgery.find.heads.benchmark import load_benchmark
 from surgery.find.heads.causal import (PairRunner, bootstrap_effect, confirmed_order, dose_response, effect,
                                        knockout_report, knockout_row, random_head_sets, single_knockouts)
 from surgery.find.heads.discovery import discover, rank_heads
-from surgery.find.heads.find import head_ranking
+from surgery.find.heads.record import HeadsFindings
 from surgery.find.heads.pairs import build_pairs
 from surgery.find.heads.scores import delta, encode_pairs, option_token_ids, run_prompts, s_scores, score_binding
 from surgery.model.hooks import applied
@@ -202,11 +202,17 @@ def test_single_knockouts_are_the_runners_one_head_knockouts(tiny, small):
         assert r["significant"] == (ko["ci95"][0] > 0)
 
 
+def head_ranking(payload: dict) -> list[tuple[int, int]]:
+    """The ranking of heads findings with ``payload`` (and a minimal common head)."""
+    head = {"format": "surgery-findings", "version": 1, "kind": "heads", "model": {"fingerprint": "f" * 64}}
+    return HeadsFindings.from_dict({**head, **payload}).ranking()
+
+
 def test_head_ranking_follows_the_confirmation_when_present():
     disc = {"heads": [{"layer": 2, "head": h} for h in range(3)] + [{"layer": 0, "head": h} for h in range(3)]}
     plain = {"discovery": disc, "selected_heads": [[2, 0], [2, 1]]}
     assert head_ranking(plain)[:3] == [(2, 0), (2, 1), (2, 2)]
-    conf = {"heads": [{"layer": 0, "head": 1}, {"layer": 0, "head": 0}, {"layer": 2, "head": 0}]}
+    conf = {"n_significant": 0, "heads": [{"layer": 0, "head": 1}, {"layer": 0, "head": 0}, {"layer": 2, "head": 0}]}
     confirmed = {"discovery": disc, "selected_heads": [[0, 1]], "confirmation": conf}
     ranking = head_ranking(confirmed)
     assert ranking[:4] == [(0, 1), (0, 0), (2, 0), (2, 1)] and len(ranking) == len(set(ranking)) == 6

@@ -38,7 +38,7 @@ def test_find_heads_then_amplify_heads(tiny, tmp_path, capsys):
     bench = write_small_benchmark(tmp_path / "small.jsonl")
     out = main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--out", tmp_path / "f.json")
     assert "Discovery: CV AUC" in out and "Edge knockout" in out
-    f = load_findings(tmp_path / "f.json", "heads")
+    f = load_findings(tmp_path / "f.json", "heads").to_dict()
     assert f["dataset_sha256"] and f["parameters"]["max_pairs"] == 4 and len(f["selected_heads"]) == 3
     assert f["knockout"]["tested"]["ci95"] and f["knockout"]["random"]["n"] == 1
     assert len(f["discovery"]["heads"]) == 3 * 4 and "auc" in f["discovery"]
@@ -79,7 +79,7 @@ def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_pa
     out = main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "5", "--out",
                       tmp_path / "f.json")
     assert "Knockout confirmation" in out
-    f = load_findings(tmp_path / "f.json", "heads")
+    f = load_findings(tmp_path / "f.json", "heads").to_dict()
     conf = f["confirmation"]
     top5 = {(h["layer"], h["head"]) for h in f["discovery"]["heads"][:5]}
     assert conf["candidates"] == 5 and {(h["layer"], h["head"]) for h in conf["heads"]} == top5
@@ -94,7 +94,7 @@ def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_pa
     # --confirm 0: discovery's top heads, unconfirmed
     main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "0", "--out",
                 tmp_path / "g.json")
-    g = load_findings(tmp_path / "g.json", "heads")
+    g = load_findings(tmp_path / "g.json", "heads").to_dict()
     assert "confirmation" not in g
     assert g["selected_heads"] == [[h["layer"], h["head"]] for h in g["discovery"]["heads"][:3]]
     assert "--confirm 2" in _fails(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "2")
@@ -116,7 +116,7 @@ def test_dose_response_findings_and_edge_alpha_in_generation(tiny, tmp_path):
     params = FindParams(max_pairs=4, random_sets=1, dose_response=True, dose_grid=(0.0, 1.0, 2.5),
                         awareness_alphas=(1.0, 2.5), knockout_heads=2)
     found = cached_find_heads(path, pairs, params, awareness_records=records)
-    f = found.data
+    f = found.data.to_dict()
     assert not found.from_cache and found.path.is_file()
     assert [r["alpha"] for r in f["dose_response"]] == [0.0, 1.0, 2.5]
     assert [r["alpha"] for r in f["awareness"]] == [1.0, 2.5]

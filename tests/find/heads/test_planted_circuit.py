@@ -222,6 +222,26 @@ def test_amplify_heads_bakes_the_runtime_effect(findings, fixture_dir, loaded, h
     assert abs(delta_s(runtime) - delta_s(base)) > 100 * SAME
 
 
+def test_the_findings_file_reads_as_typed_findings_and_writes_back_unchanged(findings, fixture_dir):
+    """What find-heads wrote on the planted model reads as HeadsFindings checked against that model,
+    whose attributes are the file's values, and is written again byte for byte."""
+    from surgery.core.checkpoint import Checkpoint
+    from surgery.find.findings import save_findings
+    from surgery.find.heads.find import HeadFindings
+
+    raw, tmp = findings
+    found = HeadFindings.read(tmp / "findings.json", Checkpoint(fixture_dir))
+    f = found.data
+    assert f.selected() == [tuple(h) for h in raw["selected_heads"]] == found.select()
+    assert [(h.layer, h.head, h.significant) for h in f.confirmation.heads] == [
+        (h["layer"], h["head"], h["significant"]) for h in raw["confirmation"]["heads"]]
+    assert f.knockout.tested.effect_pct == raw["knockout"]["tested"]["effect_pct"]
+    assert len(f.knockout.random_sets) == raw["knockout"]["random"]["n"] == f.knockout.random.n
+    assert f.scores.S.p == raw["scores"]["S"]["p"] and f.discovery.coef_grid == raw["discovery"]["coef_grid"]
+    save_findings(f, tmp / "again.json")
+    assert (tmp / "again.json").read_bytes() == (tmp / "findings.json").read_bytes()
+
+
 @pytest.mark.slow(minutes=4)
 @pytest.mark.parametrize("name", ["binding_model", "binding_decoy", "binding_dose"])
 def test_training_reproduces_the_fixture(tmp_path, name):

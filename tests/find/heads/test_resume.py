@@ -161,7 +161,7 @@ def _planted_findings(fixture, monkeypatch, full: bool) -> dict:
         monkeypatch.setattr(causal.PairRunner, "sweep", full_pass_scores)
     params = FindParams(benchmark=str(fixture / "benchmark.jsonl"), random_sets=10, batch_size=64)
     pairs = build_pairs(load_benchmark(fixture / "benchmark.jsonl"), seed=0)
-    out = find_heads(fixture, pairs, params, report=lambda m: None)
+    out = find_heads(fixture, pairs, params, report=lambda m: None).to_dict()
     monkeypatch.undo()
     return out
 
@@ -234,7 +234,7 @@ def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, sma
     note = next(i for i, m in enumerate(said) if m.startswith("forward-pass FLOPs: at most"))
     assert note < next(i for i, m in enumerate(said) if m.startswith("progress"))  # before any pass
     bound, today = (float(x) for x in re.findall(r"\d\.\d+e[+-]\d+", said[note])[:2])
-    cost = found["cost"]
+    cost = found.cost
     assert cost["forward_flops"] <= bound * 1.001 and cost["forward_flops_full_passes"] <= today * 1.001
     assert cost["forward_flops"] < cost["forward_flops_full_passes"]
     assert any(m.startswith(f"forward-pass FLOPs: {cost['forward_flops']:.3e}") for m in said)  # the count, after

@@ -13,6 +13,7 @@ from safetensors import safe_open
 from surgery.core.checkpoint import Checkpoint
 from surgery.find.findings import load_findings
 from surgery.find.neurons.find import scores_of
+from surgery.find.neurons.record import NeuronsFindings
 from surgery.find.neurons.pairs import load_pairs
 from surgery.find.neurons.select import select
 from tests.support.cli import main_output
@@ -54,11 +55,12 @@ def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, m
     assert code == 0, err
     assert "skipped 3 of 15 pairs" in err and "SES 3" in err
     assert "Neurons per layer" in out and "Category overlap" in out
-    findings = load_findings(tmp_path / "f.json", "neurons")
-    assert findings["dataset_sha256"] == load_pairs(pairs).sha256
-    assert findings["dataset"]["skipped"] == {"SES": 3} and findings["dataset"]["pairs_used"] == 12
-    assert findings["summary"]["n"] == 40 and len(findings["summary"]["layer_distribution"]) == 3
-    assert findings["scores"]["layers"] == 3 and findings["scores"]["width"] == 48
+    findings = load_findings(tmp_path / "f.json", "neurons", NeuronsFindings)
+    raw = findings.to_dict()
+    assert raw["dataset_sha256"] == load_pairs(pairs).sha256
+    assert raw["dataset"]["skipped"] == {"SES": 3} and raw["dataset"]["pairs_used"] == 12
+    assert raw["summary"]["n"] == 40 and len(raw["summary"]["layer_distribution"]) == 3
+    assert raw["scores"]["layers"] == 3 and raw["scores"]["width"] == 48
 
     _forbid_capture(monkeypatch)
     code, _, err = main_output(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 4, "--strict", "--out",
@@ -72,7 +74,7 @@ def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, m
         prov = json.loads((dest / "surgery.json").read_text())
         assert [(e["layer"], e["neuron"]) for e in prov["recipe"]["edits"]] == list(chosen.neurons)
         assert prov["neuron_selection"]["n"] == n and len(prov["neuron_selection"]["neurons"]) == n
-        assert prov["neuron_findings"]["dataset_sha256"] == findings["dataset_sha256"]
+        assert prov["neuron_findings"]["dataset_sha256"] == raw["dataset_sha256"]
         assert prov["neuron_findings"]["from_cache"] is True
         layers = {layer for layer, _ in chosen.neurons}  # gate, up and down of each edited layer
         assert prov["verification"]["max_diff_over_bound"] <= 1.0 and prov["verification"]["maps"] == 3 * len(layers)
@@ -115,7 +117,8 @@ def test_damaged_cache_entry_is_recomputed(setup, tmp_path, capsys, damage):
     assert code == 0, err
     prov = json.loads((tmp_path / "p" / "surgery.json").read_text())
     assert prov["neuron_findings"]["from_cache"] is False
-    assert load_findings(entry, "neurons")["scores"] == load_findings(tmp_path / "f.json", "neurons")["scores"]
+    assert (load_findings(entry, "neurons").to_dict()["scores"]
+            == load_findings(tmp_path / "f.json", "neurons").to_dict()["scores"])
 
 
 def _check_pruned(source, baked, neurons, factor: float, fused: bool = False, width: int = 48):

@@ -102,9 +102,10 @@ def test_planted_expert_is_found_and_pruned(trained, tmp_path):
     unscored = findings["experts"]["unscored_neurons"]
     scored = L * E * I - unscored
     from surgery.find.neurons.find import scores_of
+    from surgery.find.neurons.record import NeuronsFindings
     from surgery.find.neurons.select import select, selected_edits
 
-    scores = scores_of(findings)
+    scores = scores_of(NeuronsFindings.from_dict(findings))
     order = [(e.layer, e.expert, e.neuron) for e in
              selected_edits(scores, select(scores, scored, score="bias", rule="global", spare_active=0.0), 0.0)]
     assert len(order) == scored and unscored == int((sum(scores.reached.values()) == 0).sum())

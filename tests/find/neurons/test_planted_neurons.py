@@ -201,6 +201,25 @@ def test_bias_score_does_not_see_the_direction(ranked, effect_maps):
     assert _top(bias, 1)[0] in signed[:3]
 
 
+def test_the_findings_file_reads_as_typed_findings_and_writes_back_unchanged(ranked, fixture_dir):
+    """What find-neurons wrote on the planted model reads as NeuronsFindings checked against that
+    model, ranks as the command did, and is written again byte for byte."""
+    from surgery.core.checkpoint import Checkpoint
+    from surgery.find.neurons.find import NeuronFindings, write_findings
+    from surgery.find.neurons.params import SelectParams
+
+    path = ranked["findings"]
+    raw = json.loads(path.read_text())
+    found = NeuronFindings.read(path, Checkpoint(fixture_dir))
+    f = found.data
+    assert f.dataset.pairs == raw["dataset"]["pairs"] and f.dataset.per_category == raw["dataset"]["per_category"]
+    assert [(r.layer, r.neuron) for r in f.summary.neurons] == [(r["layer"], r["neuron"]) for r in raw["summary"]["neurons"]]
+    every = found.select(128, SelectParams(score="bias", rule="global", spare_active=0.0))
+    assert list(every.neurons) == ranked["bias"]
+    write_findings(f, ranked["tmp"] / "again.json")
+    assert (ranked["tmp"] / "again.json").read_bytes() == path.read_bytes()
+
+
 def test_prune_removes_the_bias_and_random_neurons_do_not(ranked, fixture_dir, loaded, probe, truth):
     """prune-neurons --n K from the findings: the baked checkpoint removes ≥ LARGE % of the bias
     gap (run-time edit, equal to the bake); no random K-neuron set reaches RANDOM_MAX % and their
