@@ -68,6 +68,15 @@ class Layout:
     ffn_adjust: tuple[str, str, str] | None = None
     # An MLP narrower than intermediate_size by this factor (RecurrentGemma's is intermediate_size // 2).
     ffn_divisor: int = 1
+    # find-heads' passes: whether the model's cache is one key/value pair per layer and nothing else
+    # (shared prefixes and resumed passes slice it; a state-space, compressed or indexer cache is not),
+    # and a module the model applies before its final norm (the hyper-connection head that merges
+    # DeepSeek-V4's residual streams).
+    kv_cache: bool = True
+    final_head: str | None = None
+    # Whether attention reads the prompt's tokens as its keys and nothing else (DeepSeek-V4 also reads
+    # compressed blocks of them): find-heads' per-token binding features and edge knockouts need it.
+    token_keys: bool = True
 
 
 @dataclass(frozen=True)
@@ -218,6 +227,10 @@ class LayerKinds:
     editable: tuple[str, ...]
 
 
+# Kinds of layers whose cache is keys and values only (transformers' ALLOWED_ATTN_LAYER_TYPES, less
+# the recurrent, convolution, compressed and mixed ones).
+ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
+
 # transformers' older names of layer kinds (configuration_utils._LEGACY_LAYER_TYPE_REMAP; a test compares).
 LEGACY_KINDS = {"mamba": "linear_attention", "attention": "full_attention",
                 "deepseek_sparse_attention": "indexed_attention", "qwen_sparse_attention": "indexed_attention"}
@@ -281,18 +294,19 @@ ARCHITECTURES: dict[str, Layout] = {
     "deepseek_v2": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_DEEPSEEK_MLP),
     "deepseek_v3": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_DEEPSEEK_MLP),
     "sarvam_mla": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_DEEPSEEK_MLP),
-    "deepseek_v32": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_DEEPSEEK_MLP),
-    "glm_moe_dsa": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_DEEPSEEK_MLP),
+    # DeepSeek sparse attention: an indexer picks each query's keys and keeps its own key cache.
+    "deepseek_v32": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_DEEPSEEK_MLP, kv_cache=False),
+    "glm_moe_dsa": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_DEEPSEEK_MLP, kv_cache=False),
     "glm4_moe_lite": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_SPARSE_LIST),
     "axk1": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_SPARSE_LIST),
     # Hunyuan-V4: MLA with hyper-connection residual streams around each block (linear in o_proj's
     # output, so a head scale is still exact); its dense MLP's gate is stored as mlp.linear_gate.
-    "hy_v4": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_SPARSE_LIST,
+    "hy_v4": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_SPARSE_LIST, kv_cache=False, final_head="hc_head",
                     stored_names=(("mlp.gate_proj", "mlp.linear_gate"),)),
     # DeepSeek-V4: heads through the grouped o_a_proj; every MLP is a mixture of experts.
     "deepseek_v4": Layout(
         ("model.layers.{layer}.", "layers.{layer}."), o_proj="self_attn.o_a_proj", q_proj=None, k_proj=None,
-        v_proj=None, grouped_output=GroupedOutput(), final_norm="norm",
+        v_proj=None, grouped_output=GroupedOutput(), kv_cache=False, final_head="hc_head", token_keys=False,
         mlp_kinds=LayerKinds((KindRule("list", ("mlp_layer_types",)),), editable=()),
         stored_names=(("self_attn.o_a_proj", "attn.wo_a"), ("self_attn.o_b_proj", "attn.wo_b"),
                       ("self_attn.kv_proj", "attn.wkv"))),
@@ -311,10 +325,14 @@ ARCHITECTURES: dict[str, Layout] = {
                    layer_kinds=LayerKinds(
                        (KindRule("list", ("layer_types",)),
                         KindRule("indices", ("full_attn_idxs",), ("full_attention", "conv"))), ("full_attention",))),
+    "lfm3": Layout(_DECODER, gate_proj="feed_forward.w1", up_proj="feed_forward.w3", down_proj="feed_forward.w2",
+                   final_norm="embedding_norm", layer_kinds=LayerKinds((KindRule("list", ("layer_types",)),),
+                                                                       ("full_attention", "sliding_attention"))),
+    # Falcon-H1: attention and a state-space block side by side in every layer.
     "falcon_h1": Layout(_DECODER, gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
-                        down_proj="feed_forward.down_proj", final_norm="final_layernorm"),
+                        down_proj="feed_forward.down_proj", final_norm="final_layernorm", kv_cache=False),
     "bamba": Layout(_DECODER, gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
-                    down_proj="feed_forward.down_proj", layer_kinds=LayerKinds(
+                    down_proj="feed_forward.down_proj", final_norm="final_layernorm", layer_kinds=LayerKinds(
                         (KindRule("indices", ("attn_layer_indices",)),), ("full_attention",))),
     "jamba": Layout(_DECODER, gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
                     down_proj="feed_forward.down_proj", final_norm="final_layernorm", layer_kinds=LayerKinds(
@@ -343,6 +361,16 @@ ARCHITECTURES: dict[str, Layout] = {
 }
 
 TABLE_LOCATION = "surgery/core/architectures.py (the ARCHITECTURES table)"
+
+# --- MLA, DeepSeek-V4, hybrid layers (issue 24): causal-LM types refused, and why ---
+REFUSED: dict[str, str] = {
+    "zamba": "its attention and MLP are one shared block reused by every hybrid layer: an edit of one layer "
+             "would edit them all",
+    "zamba2": "its attention and MLP blocks are shared across hybrid layers (with per-layer adapters): an edit "
+              "of one layer would edit every layer sharing the block",
+    "dots3_note": "its layers mix MLA (indexed attention) and plain attention with different head sizes",
+    "dots3_note_text": "its layers mix MLA (indexed attention) and plain attention with different head sizes",
+}
 
 
 @dataclass(frozen=True)
@@ -568,6 +596,11 @@ class Architecture:
         return tuple(i for i in range(g.num_layers) if not self.is_sparse(i)
                      and (mk is None or g.mlp_kinds[i] in mk.editable))
 
+    def kv_cache_only(self) -> bool:
+        """Whether the model caches one key/value pair per layer and nothing else (no state-space,
+        convolution or compressed state): a shared prefix or a resumed pass may slice its cache."""
+        return self.layout.kv_cache and all(k in ATTENTION_KINDS for k in self.geometry.layer_kinds)
+
     def kinds_summary(self) -> dict[str, dict[str, Any]]:
         """Per layer kind of a hybrid model: its layers and what an edit may touch there (heads,
         dense MLP neurons); empty for a model whose layers are all alike."""
@@ -763,6 +796,8 @@ def architecture(config: Mapping[str, Any]) -> Architecture:
     """Look up a config dict (config.json) in the table."""
     model_type = config.get("model_type")
     layout = ARCHITECTURES.get(str(model_type))
+    if str(model_type) in REFUSED:
+        raise UnsupportedArchitecture(f"model_type '{model_type}' is not supported: {REFUSED[str(model_type)]}")
     if layout is None:
         raise UnsupportedArchitecture(
             f"model_type '{model_type}' is not supported (supported: "

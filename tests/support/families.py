@@ -39,6 +39,8 @@ FAMILIES: dict[str, dict[str, Any]] = {
     # LFM2 derives its MLP width from intermediate_size: 2·48/3 = 32, × 1.0, rounded up to 16 → 32.
     "lfm2": dict(layer_types=["conv", "full_attention", "conv", "full_attention"], num_key_value_heads=2,
                  block_multiple_of=16),
+    "lfm3": dict(layer_types=["conv", "full_attention", "conv", "sliding_attention"], head_dim=8,
+                 num_key_value_heads=2, sliding_window=4),
     "falcon_h1": dict(head_dim=8, num_key_value_heads=2, mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8,
                       mamba_n_groups=1, mamba_d_state=8, mamba_chunk_size=8),
     "bamba": dict(attn_layer_indices=[1, 3], num_key_value_heads=2, mamba_n_heads=4, mamba_d_head=16,

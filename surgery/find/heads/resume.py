@@ -32,6 +32,8 @@ from .prompts import Batch, Encoded
 
 # A recorded layer call's cache arguments: a resumed pass replaces them with its own cache.
 _CACHE_ARGS = ("cache", "use_cache")
+# Where a recorded call keeps the positional arguments that followed the hidden states.
+_POSITIONAL = "_positional"
 
 
 @dataclass
@@ -55,13 +57,28 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 
 
 def _tail(model: nn.Module) -> tuple[nn.Module, nn.Module, float | None]:
-    """Final norm, lm_head and logit soft-cap (None: none) of ``model``."""
+    """Final norm (after the hyper-connection head, where the model has one), lm_head and logit
+    soft-cap (None: none) of ``model``."""
     arch = model_architecture(model)
     names = dict(model.named_modules())
     root = arch.layer_prefix(names).split("layers.{layer}.")[0]
     cap = arch.layout.logit_softcap
     softcap = getattr(model.config.get_text_config(), cap, None) if cap else None
-    return names[root + arch.layout.final_norm], model.get_output_embeddings(), softcap
+    norm = names[root + arch.layout.final_norm]
+    if arch.layout.final_head:
+        norm = nn.Sequential(names[root + arch.layout.final_head], norm)
+    return norm, model.get_output_embeddings(), softcap
+
+
+def _cache(model: nn.Module, layers: list[tuple[torch.Tensor, torch.Tensor] | tuple[None, None]] | None = None):
+    """A cache of plain key/value layers (``layers``: the cached prefix of each) for a pass through the
+    model's own layers; None for a model whose cache is more than keys and values (state-space,
+    convolution, compressed or indexer state): its passes run every position without a cache."""
+    from transformers import DynamicCache
+
+    if not model_architecture(model).kv_cache_only():
+        return None
+    return DynamicCache(layers) if layers is not None else DynamicCache()
 
 
 @contextmanager
@@ -70,10 +87,9 @@ def _recording(layers: list[nn.Module]) -> Iterator[list[dict[str, Any]]]:
 
     def hook_for(i: int):
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
-            if len(args) > 1:
-                raise SurgeryError(f"{type(module).__name__} got {len(args)} positional arguments; resumed "
-                                   "passes know the transformers calling convention (hidden_states only)")
+            # positional arguments after the hidden states (RecurrentGemma) are replayed as they came
             calls[i] = {"hidden_states": args[0] if args else kwargs["hidden_states"],
+                        **({_POSITIONAL: args[1:]} if len(args) > 1 else {}),
                         **{k: v for k, v in kwargs.items() if k != "hidden_states"}}
         return hook
 
@@ -87,26 +103,30 @@ def _recording(layers: list[nn.Module]) -> Iterator[list[dict[str, Any]]]:
 
 def snapshot(model: nn.Module, batch: Batch, plan: Plan | None = None) -> Snapshot:
     """The baseline pass of ``batch`` (under ``plan``, e.g. for features), with what resuming needs."""
-    from transformers import DynamicCache
-
     layers = decoder_layers(model)
     # a cache of plain full-length layers: sliding-window layers keep their window in the mask
-    cache = DynamicCache()
+    cache = _cache(model)
     final: list[torch.Tensor] = []
     handle = layers[-1].register_forward_hook(
         lambda module, args, out: final.append(out[0] if isinstance(out, tuple) else out))
     try:
         with torch.inference_mode(), active_plan(plan), _recording(layers) as calls:
-            out = model(**batch.model_inputs(), cache=cache, use_cache=True, logits_to_keep=1)
+            out = model(**batch.model_inputs(), cache=cache, use_cache=cache is not None, logits_to_keep=1)
     finally:
         handle.remove()
-    return Snapshot(calls, [cache.layers[i].keys for i in range(len(layers))],
-                    [cache.layers[i].values for i in range(len(layers))], out.logits[:, -1],
-                    batch.input_ids.shape[1], final[0])
+    # without a key/value cache, resumed passes rerun every position: no keys are kept
+    return Snapshot(calls, [cache.layers[i].keys for i in range(len(layers))] if cache is not None else [],
+                    [cache.layers[i].values for i in range(len(layers))] if cache is not None else [],
+                    out.logits[:, -1], batch.input_ids.shape[1], final[0])
 
 
 def _sliced(call: dict[str, Any], start: int, cache) -> dict[str, Any]:
     """A recorded layer call restricted to the query positions ``start:``, reading ``cache``."""
+    if cache is None:  # a model run without a cache (every position): the call as recorded
+        return dict(call)
+    if _POSITIONAL in call:  # positional arguments: a cached pass does not know what they are
+        raise SurgeryError("a decoder layer got positional arguments besides its hidden states, which a resumed "
+                           "pass does not know how to restrict; extend surgery/find/heads/resume.py")
     out: dict[str, Any] = {}
     for name, v in call.items():
         if name in _CACHE_ARGS:
@@ -145,14 +165,14 @@ def resume(model: nn.Module, snap: Snapshot, batch: Batch, edit: EdgeEdit,
     bit for bit with the baseline's: a row it leaves unchanged (an edit below float resolution) keeps
     the baseline's logits exactly, as a full pass would. The layers above run from ``start`` on.
     """
-    from transformers import DynamicCache
-
     layer, start = first_layer(edit), first_query(batch, edit)
     if layer is None or start is None:
         return snap.logits
     layers, rows = decoder_layers(model), batch.input_ids.shape[0]
-    cache = DynamicCache([(k[:, :, :start], v[:, :, :start]) if i > layer else (None, None)
-                          for i, (k, v) in enumerate(zip(snap.keys, snap.values))])
+    if not snap.keys:  # a state-space or compressed cache: the layers above rerun every position
+        start = 0
+    cache = _cache(model, [(k[:, :, :start], v[:, :, :start]) if i > layer else (None, None)
+                           for i, (k, v) in enumerate(zip(snap.keys, snap.values))])
     plan = Plan(batch.masks, edit=edit)
     last = max(i for i, heads in edit.heads.items() if heads)
     with torch.inference_mode(), active_plan(plan):
@@ -190,13 +210,11 @@ def resume_scaled(model: nn.Module, snap: Snapshot, scales: Sequence[HeadScale],
     all positions, with the recorded inputs of a full pass: the same computation as a full pass,
     without the layers below. The scales are applied (model.hooks.applied) for the duration.
     """
-    from transformers import DynamicCache
-
     scales = [s for s in scales if not s.is_identity()]
     if not scales:
         return snap.logits
     first, layers, rows = min(s.layer for s in scales), decoder_layers(model), snap.logits.shape[0]
-    cache = DynamicCache([(None, None)] * len(layers))  # filled by the layers that run, as a full pass
+    cache = _cache(model, [(None, None)] * len(layers))  # filled by the layers that run, as a full pass
     with torch.inference_mode(), applied(model, scales):
         hidden = snap.calls[first]["hidden_states"]
         for i in range(first, len(layers)):
@@ -213,7 +231,8 @@ def resume_scaled(model: nn.Module, snap: Snapshot, scales: Sequence[HeadScale],
 
 def _layer(layer: nn.Module, call: dict[str, Any], start: int, cache, hidden: torch.Tensor) -> torch.Tensor:
     """One decoder layer on ``hidden`` (positions ``start:``), with the recorded call's arguments."""
-    out = layer(**{**_sliced(call, start, cache), "hidden_states": hidden})
+    kwargs = _sliced(call, start, cache)
+    out = layer(hidden, *kwargs.pop(_POSITIONAL, ()), **{k: v for k, v in kwargs.items() if k != "hidden_states"})
     return out[0] if isinstance(out, tuple) else out
 
 
