@@ -610,7 +610,9 @@ class Architecture:
         heads, mlp = set(self.head_layers()), set(self.dense_mlp_layers())
         out: dict[str, dict[str, Any]] = {}
         for i in range(g.num_layers):
-            kind = " + ".join(k for k in (self.layer_kind(i), g.mlp_kinds[i] if g.mlp_kinds else None) if k)
+            # the attention side's kind and the MLP side's, once where one list says both (Nemotron-H)
+            kind = " + ".join(dict.fromkeys(k for k in (self.layer_kind(i), g.mlp_kinds[i] if g.mlp_kinds else None)
+                                            if k))
             row = out.setdefault(kind, {"layers": [], "heads": i in heads, "neurons": i in mlp,
                                         "experts": self.is_sparse(i)})
             row["layers"].append(i)

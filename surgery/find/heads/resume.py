@@ -246,6 +246,7 @@ class Counter:
     attn_width: int   # heads × head_dim
     head_params: int  # lm_head
     flops: int = 0
+    resumable: bool = True  # False: a resumed pass reruns every position (no key/value-only cache)
 
     @classmethod
     def of(cls, model: nn.Module) -> "Counter":
@@ -253,7 +254,8 @@ class Counter:
         cfg = model.config.get_text_config()
         width = cfg.num_attention_heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
         return cls(sum(p.numel() for p in layers[0].parameters()), len(layers), width,
-                   model.get_output_embeddings().weight.numel())
+                   model.get_output_embeddings().weight.numel(),
+                   resumable=model_architecture(model).kv_cache_only())
 
     def layer_flops(self, rows: int, length: int, start: int = 0, first: int = 0, end: int | None = None) -> int:
         """FLOPs of ``rows`` prompts of ``length`` tokens, queries ``start:``, layers ``first:end``."""
@@ -300,7 +302,8 @@ class Counter:
         total = 0
         for b in self._batches(prompts, batch_size):
             length = max(len(p.ids) for p in b)
-            firsts = [length - len(p.ids) + min(p.spans[span]) for p in b if p.spans.get(span)]
+            firsts = [length - len(p.ids) + min(p.spans[span]) if self.resumable else 0
+                      for p in b if p.spans.get(span)]
             if firsts:  # the first edited layer runs full length (resume's bit-exact check)
                 total += (self.pass_flops(len(b), length, min(firsts), 1)
                           + self.layer_flops(len(b), length, 0, 0, 1))
