@@ -216,6 +216,7 @@ def site_peaks(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> l
     chosen = [(e, site) for e in edits for site in sites(arch, e) if site.scale not in (0.0, 1.0)]
     if not chosen:
         return []
+    check_attention(ckpt, arch)  # a config that contradicts the weights: the line names its fields
     resolver = Resolver(arch, ckpt.tensors)
     patches = patches_for(ckpt, [sl for _, site in chosen for sl in resolver.slices(site)])
     peaks: dict[str, dict[tuple[bool, int], float]] = {}

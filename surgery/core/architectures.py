@@ -74,6 +74,8 @@ class Layout:
     # DeepSeek-V4's residual streams).
     kv_cache: bool = True
     final_head: str | None = None
+    # The config attribute the last hidden states are divided by before lm_head (MiniCPM3's logits_scaling).
+    logit_scaling: str | None = None
     # Whether attention reads the prompt's tokens as its keys and nothing else (DeepSeek-V4 also reads
     # compressed blocks of them): find-heads' per-token binding features and edge knockouts need it.
     token_keys: bool = True
@@ -289,7 +291,7 @@ ARCHITECTURES: dict[str, Layout] = {
     # --- MLA, DeepSeek-V4, hybrid layers (issue 24) ---
     # MLA: a head is its v_head_dim columns of o_proj. The MoE families' experts are i24-moe's rows:
     # until then their sparse layers (mlp_kinds) refuse dense neuron edits, naming the layer.
-    "minicpm3": Layout(_DECODER, **_MLA_ATTENTION),
+    "minicpm3": Layout(_DECODER, **_MLA_ATTENTION, logit_scaling="logits_scaling"),
     "youtu": Layout(_DECODER, **_MLA_ATTENTION),
     "deepseek_v2": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_DEEPSEEK_MLP),
     "deepseek_v3": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_DEEPSEEK_MLP),
@@ -680,7 +682,7 @@ def _kinds_by_rule(rule: KindRule, values: list[Any], n: int, where: str) -> tup
             raise UnsupportedArchitecture(f"{where}: '{rule.keys[0]}' has {len(seq)} entries but num_hidden_layers "
                                           f"= {n}; the config contradicts itself")
         return tuple(names.get(k, k) for k in seq)
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values if not isinstance(v, list)):
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values if not isinstance(v, (list, type(None)))):
         raise UnsupportedArchitecture(f"{where}: {', '.join(repr(k) for k in rule.keys)} must be integers, got {values}")
     if rule.form == "interval":
         return tuple(chosen if (i + 1) % max(values[0], 1) == 0 else other for i in range(n))

@@ -34,6 +34,8 @@ from .prompts import Batch, Encoded
 _CACHE_ARGS = ("cache", "use_cache")
 # Where a recorded call keeps the positional arguments that followed the hidden states.
 _POSITIONAL = "_positional"
+# A layer's tensor arguments that the model computes once per pass, from its inputs alone.
+_PASS_INPUTS = ("hidden_states", "position_ids", "attention_mask", "position_embeddings", "input_ids")
 
 
 @dataclass
@@ -46,6 +48,14 @@ class Snapshot:
     logits: torch.Tensor          # (B, vocab) at the last position
     length: int
     final: torch.Tensor           # the last decoder layer's output (B, T, hidden)
+    inputs: dict[str, Any]        # the model's inputs (a pass that cannot resume runs them in full)
+
+    @property
+    def replayable(self) -> bool:
+        """Whether every tensor a layer got is an input of the whole pass (positions, masks, token ids),
+        so that a layer may rerun from its recorded call. Not so where a layer hands another its output
+        (DeepSeek sparse attention's shared indexer layers get the previous layer's top-k keys)."""
+        return all(not isinstance(v, torch.Tensor) or k in _PASS_INPUTS for call in self.calls for k, v in call.items())
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
@@ -56,18 +66,33 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return [names[prefix.format(layer=i).rstrip(".")] for i in range(n)]
 
 
-def _tail(model: nn.Module) -> tuple[nn.Module, nn.Module, float | None]:
-    """Final norm (after the hyper-connection head, where the model has one), lm_head and logit
-    soft-cap (None: none) of ``model``."""
+def last_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """(B, vocab) logits at the last position of ``hidden``, the last decoder layer's output, through
+    the model's tail as the architecture table describes it: the hyper-connection head (where the model
+    has one), the final norm, a division by the config's logit scaling, lm_head, the logit soft-cap."""
     arch = model_architecture(model)
-    names = dict(model.named_modules())
+    names, text = dict(model.named_modules()), model.config.get_text_config()
     root = arch.layer_prefix(names).split("layers.{layer}.")[0]
-    cap = arch.layout.logit_softcap
-    softcap = getattr(model.config.get_text_config(), cap, None) if cap else None
-    norm = names[root + arch.layout.final_norm]
+    x = hidden[:, -1:]
     if arch.layout.final_head:
-        norm = nn.Sequential(names[root + arch.layout.final_head], norm)
-    return norm, model.get_output_embeddings(), softcap
+        x = names[root + arch.layout.final_head](x)
+    x = names[root + arch.layout.final_norm](x)
+    if arch.layout.logit_scaling:
+        x = x / getattr(text, arch.layout.logit_scaling)
+    logits = model.get_output_embeddings()(x)[:, -1]
+    cap = getattr(text, arch.layout.logit_softcap, None) if arch.layout.logit_softcap else None
+    return torch.tanh(logits / cap) * cap if cap else logits
+
+
+def check_tail(model: nn.Module, final: torch.Tensor, logits: torch.Tensor) -> None:
+    """Resumed passes compute the logits from the last layer's output themselves (:func:`last_logits`):
+    that must be the model's own computation, or every knockout would be wrong."""
+    with torch.inference_mode():
+        ours = last_logits(model, final).to(logits.dtype)
+    if not torch.allclose(ours, logits, rtol=1e-4, atol=1e-4 * float(logits.abs().max())):
+        raise SurgeryError(f"{type(model).__name__} computes its logits from the last decoder layer otherwise than "
+                           f"surgery/core/architectures.py describes it (final_head, final_norm, logit_scaling, "
+                           f"logit_softcap): extend its row")
 
 
 def _cache(model: nn.Module, layers: list[tuple[torch.Tensor, torch.Tensor] | tuple[None, None]] | None = None):
@@ -114,10 +139,22 @@ def snapshot(model: nn.Module, batch: Batch, plan: Plan | None = None) -> Snapsh
             out = model(**batch.model_inputs(), cache=cache, use_cache=cache is not None, logits_to_keep=1)
     finally:
         handle.remove()
+    check_tail(model, final[0], out.logits[:, -1])
     # without a key/value cache, resumed passes rerun every position: no keys are kept
     return Snapshot(calls, [cache.layers[i].keys for i in range(len(layers))] if cache is not None else [],
                     [cache.layers[i].values for i in range(len(layers))] if cache is not None else [],
-                    out.logits[:, -1], batch.input_ids.shape[1], final[0])
+                    out.logits[:, -1], batch.input_ids.shape[1], final[0], batch.model_inputs())
+
+
+def _full_pass(model: nn.Module, snap: Snapshot, counter: "Counter | None") -> torch.Tensor:
+    """(B, vocab) last-position logits of a full pass over ``snap``'s inputs (under the active plan
+    or scales): what a pass that cannot resume computes."""
+    with torch.inference_mode():
+        logits = model(**snap.inputs, use_cache=False, logits_to_keep=1).logits[:, -1]
+    if counter is not None:
+        counter.add(logits.shape[0], snap.length)
+        counter.add_head(logits.shape[0])
+    return logits
 
 
 def _sliced(call: dict[str, Any], start: int, cache) -> dict[str, Any]:
@@ -135,8 +172,8 @@ def _sliced(call: dict[str, Any], start: int, cache) -> dict[str, Any]:
             out[name] = v[:, start:]
         elif name == "attention_mask":
             out[name] = None if v is None else v[..., start:, :]
-        elif name == "position_embeddings":
-            out[name] = tuple(t[..., start:, :] for t in v)
+        elif name == "position_embeddings":  # (cos, sin), or one complex tensor (DeepSeek-V2)
+            out[name] = v[..., start:, :] if isinstance(v, torch.Tensor) else tuple(t[..., start:, :] for t in v)
         elif isinstance(v, torch.Tensor):
             raise SurgeryError(f"a decoder layer got the tensor argument {name!r}, which a resumed pass "
                                "does not know how to restrict; extend surgery/find/heads/resume.py")
@@ -168,6 +205,9 @@ def resume(model: nn.Module, snap: Snapshot, batch: Batch, edit: EdgeEdit,
     layer, start = first_layer(edit), first_query(batch, edit)
     if layer is None or start is None:
         return snap.logits
+    if not snap.replayable:
+        with active_plan(Plan(batch.masks, edit=edit)):
+            return _full_pass(model, snap, counter)
     layers, rows = decoder_layers(model), batch.input_ids.shape[0]
     if not snap.keys:  # a state-space or compressed cache: the layers above rerun every position
         start = 0
@@ -192,10 +232,7 @@ def resume(model: nn.Module, snap: Snapshot, batch: Batch, edit: EdgeEdit,
                 changed, plan.changed = changed | plan.changed, None
         if not changed.any():
             return snap.logits
-        norm, head, softcap = _tail(model)
-        logits = head(norm(hidden[:, -1:]))[:, -1]
-        if softcap:
-            logits = torch.tanh(logits / softcap) * softcap
+        logits = last_logits(model, hidden)
     if counter is not None:
         counter.add_head(rows)
     return torch.where(changed[:, None], logits, snap.logits)
@@ -213,16 +250,16 @@ def resume_scaled(model: nn.Module, snap: Snapshot, scales: Sequence[HeadScale],
     scales = [s for s in scales if not s.is_identity()]
     if not scales:
         return snap.logits
+    if not snap.replayable:
+        with applied(model, scales):
+            return _full_pass(model, snap, counter)
     first, layers, rows = min(s.layer for s in scales), decoder_layers(model), snap.logits.shape[0]
     cache = _cache(model, [(None, None)] * len(layers))  # filled by the layers that run, as a full pass
     with torch.inference_mode(), applied(model, scales):
         hidden = snap.calls[first]["hidden_states"]
         for i in range(first, len(layers)):
             hidden = _layer(layers[i], snap.calls[i], 0, cache, hidden)
-        norm, head, softcap = _tail(model)
-        logits = head(norm(hidden[:, -1:]))[:, -1]
-        if softcap:
-            logits = torch.tanh(logits / softcap) * softcap
+        logits = last_logits(model, hidden)
     if counter is not None:
         counter.add(rows, snap.length, 0, first)
         counter.add_head(rows)
