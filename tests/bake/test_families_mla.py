@@ -94,3 +94,17 @@ def test_family_bake_equals_twin_verify_undo_lora(tmp_path, model_type):
     bake(ckpt, lora_recipe, tmp_path / "baked-lora")
     adapted = logits(PeftModel.from_pretrained(model, tmp_path / "adapter").eval())
     assert (adapted - logits(load_fp32(tmp_path / "baked-lora"))).abs().max().item() <= 1e-5
+
+
+def test_a_config_contradicting_the_attention_names_its_fields_before_any_read(tiny, tmp_path):
+    """The scale guards read the edited slices first: a config whose head_dim contradicts o_proj is
+    the attention check's line (naming the fields), not a bare shape mismatch."""
+    import surgery
+    from surgery.core.errors import CheckpointError
+
+    src = tiny("llama")
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "head_dim": 4}))
+    with pytest.raises(CheckpointError, match=r"\(num_attention_heads × head_dim = 4 × 4 columns\)"):
+        surgery.apply(Recipe((HeadScale(0, 1, 2.0),)), src, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
