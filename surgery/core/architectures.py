@@ -341,10 +341,11 @@ ARCHITECTURES: dict[str, Layout] = {
                         (KindRule("period", ("attn_layer_period", "attn_layer_offset")),), ("full_attention",)),
                     mlp_kinds=LayerKinds((KindRule("period", ("expert_layer_period", "expert_layer_offset"),
                                                    ("sparse", "dense")),), ("dense",))),
-    "nemotron_h": Layout(("model.layers.{layer}.", "backbone.layers.{layer}."), o_proj="mixer.o_proj", q_proj="mixer.q_proj", k_proj="mixer.k_proj",
-                         v_proj="mixer.v_proj", gate_proj=None, up_proj="mixer.up_proj", down_proj="mixer.down_proj",
-                         final_norm="norm_f", layer_kinds=_nemotron_h_kinds("full_attention"),
-                         mlp_kinds=_nemotron_h_kinds("mlp")),
+    # Nemotron-H: one block per layer (state-space, attention, ungated MLP or experts); stored under backbone.
+    "nemotron_h": Layout(("model.layers.{layer}.", "backbone.layers.{layer}."), o_proj="mixer.o_proj",
+                         q_proj="mixer.q_proj", k_proj="mixer.k_proj", v_proj="mixer.v_proj", gate_proj=None,
+                         up_proj="mixer.up_proj", down_proj="mixer.down_proj", final_norm="norm_f",
+                         layer_kinds=_nemotron_h_kinds("full_attention"), mlp_kinds=_nemotron_h_kinds("mlp")),
     "recurrent_gemma": Layout(
         _DECODER, o_proj="temporal_block.o_proj", q_proj="temporal_block.q_proj", k_proj="temporal_block.k_proj",
         v_proj="temporal_block.v_proj", gate_proj="mlp_block.gate_proj", up_proj="mlp_block.up_proj",
@@ -407,9 +408,9 @@ class Geometry:
             out.update(num_experts=self.num_experts, expert_size=self.expert_size,
                        shared_size=self.shared_size, sparse_layers=sorted(self.sparse_layers))
         # the same for the fields of issue 24: present only where the model has them
-        out.update({k: list(v) if isinstance(v, tuple) else v for k in _SHAPE_FIELDS[1:] if (v := getattr(self, k))})
-        if self.mla:
-            out["mla"] = dict(self.mla.__dict__)
+        for k in _SHAPE_FIELDS:
+            if v := getattr(self, k):
+                out[k] = dict(v.__dict__) if isinstance(v, MlaSizes) else list(v) if isinstance(v, tuple) else v
         return out
 
 
@@ -683,7 +684,8 @@ def _kinds_by_rule(rule: KindRule, values: list[Any], n: int, where: str) -> tup
                                           f"= {n}; the config contradicts itself")
         return tuple(names.get(k, k) for k in seq)
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in values if not isinstance(v, (list, type(None)))):
-        raise UnsupportedArchitecture(f"{where}: {', '.join(repr(k) for k in rule.keys)} must be integers, got {values}")
+        raise UnsupportedArchitecture(f"{where}: {', '.join(repr(k) for k in rule.keys)} must be integers, "
+                                      f"got {values}")
     if rule.form == "interval":
         return tuple(chosen if (i + 1) % max(values[0], 1) == 0 else other for i in range(n))
     if rule.form == "period":

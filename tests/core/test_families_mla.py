@@ -63,7 +63,8 @@ ATTENTION_RULES = [
 ]
 
 
-@pytest.mark.parametrize("model_type,drop,keys", ATTENTION_RULES, ids=[f"{c[0]}-{sorted(c[2])[0]}" for c in ATTENTION_RULES])
+@pytest.mark.parametrize("model_type,drop,keys", ATTENTION_RULES,
+                         ids=[f"{c[0]}-{sorted(c[2])[0]}" for c in ATTENTION_RULES])
 def test_layer_kinds_are_transformers_layer_types(model_type, drop, keys):
     from transformers.configuration_utils import remap_legacy_layer_types
 
