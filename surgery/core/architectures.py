@@ -301,6 +301,9 @@ ARCHITECTURES: dict[str, Layout] = {
     "glm_moe_dsa": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_DEEPSEEK_MLP, kv_cache=False),
     "glm4_moe_lite": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_SPARSE_LIST),
     "axk1": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_SPARSE_LIST),
+    # A.X K2: MLA whose queries and output gate come from one fused q_gate_proj (no q_b_proj), DSA indexer.
+    "axk2": Layout(_DECODER, **{**_MLA_ATTENTION, "mla": Mla(q_b_proj=None)}, mlp_kinds=_SPARSE_LIST,
+                   kv_cache=False),
     # Hunyuan-V4: MLA with hyper-connection residual streams around each block (linear in o_proj's
     # output, so a head scale is still exact); its dense MLP's gate is stored as mlp.linear_gate.
     "hy_v4": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_SPARSE_LIST, kv_cache=False, final_head="hc_head",

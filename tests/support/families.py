@@ -32,6 +32,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "glm_moe_dsa": {**MLA, **DENSE_LIST, "index_n_heads": 2, "index_head_dim": 8, "index_topk": 4},
     "glm4_moe_lite": {**MLA, **DENSE_LIST},
     "axk1": {**MLA, **DENSE_LIST},
+    "axk2": {**MLA, **DENSE_LIST, "index_n_heads": 2, "index_head_dim": 8, "index_topk": 4},
     "hy_v4": {**MLA, **DENSE_LIST, "index_n_heads": 2, "index_head_dim": 8, "index_topk": 4, "hc_mult": 2},
     "qwen3_5_text": dict(layer_types=HYBRID, head_dim=8, num_key_value_heads=2, linear_num_value_heads=2,
                          linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8),
