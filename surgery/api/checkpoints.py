@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) -> dict[str, Any]:
     """What ``model`` is, read from its config and safetensors headers (no weights loaded):
-    architecture, layers, heads, kv heads, head_dim, sizes, dtypes, shards, and its experts."""
+    architecture, layers, heads, kv heads, head_dim, sizes, dtypes, shards, its experts, MLA sizes, and
+    for a hybrid model each kind of layer with what an edit may touch there (heads, neurons, experts)."""
     from ..core.architectures import architecture
 
     load = typed(LoadSpec, options, load)
@@ -39,6 +40,12 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
                     expert_layout="fused 3-D" if arch.fused_experts(ckpt.tensors) else "one tensor per expert")
         if g.shared_size:
             info["shared_expert_width"] = g.shared_size
+    if g.mla:  # multi-head latent attention: head_dim above is a head's width in o_proj (v_head_dim)
+        info["mla"] = dict(g.mla.__dict__)
+    if g.o_groups:  # DeepSeek-V4: a head is its columns of o_a_proj within its group's rows
+        info.update(o_groups=g.o_groups, o_lora_rank=g.o_rank)
+    if kinds := arch.kinds_summary():  # a hybrid model: what an edit may touch in each kind of layer
+        info["layer_kinds"] = kinds
     return info
 
 

@@ -61,10 +61,13 @@ class EditedMap:
     scales: dict[int, float] = field(default_factory=dict)
     expert: int | None = None
     flipped: bool = False
+    rows: tuple[int, int] | None = None  # (first, count): a grouped linear's block (DeepSeek-V4's o_a_proj)
 
     @property
     def label(self) -> str:
-        """The weight's name, with the expert's window of a fused tensor."""
+        """The weight's name, with the expert's window of a fused tensor or a group's block of rows."""
+        if self.rows:
+            return f"{self.weight}[rows {self.rows[0]}:{sum(self.rows)}]"
         return self.weight if self.expert is None else f"{self.weight}[expert {self.expert}]"
 
 
@@ -77,22 +80,23 @@ def edited_maps(ckpt: Checkpoint, recipe: Recipe) -> list[EditedMap]:
         weight, *rest = resolver.slices(site)
         bias = next((sl.tensor for sl in rest if sl.is_bias), None)
         expert = site.expert if weight.window is not None else None  # a window of a fused tensor
-        entry = EditedMap(weight.tensor, bias, site.axis, expert=expert,
+        entry = EditedMap(weight.tensor, bias, site.axis, expert=expert, rows=site.rows,
                           flipped=weight.as_rows != (site.axis == "out"))  # stored [in, out]
-        key = (entry.weight, entry.axis, -1 if expert is None else expert)
+        key = (entry.weight, entry.axis, -1 if expert is None else expert, site.rows or (0, 0))
         # a later edit wins, as in the plan; a fused gate/up window gathers both halves' rows
         maps.setdefault(key, entry).scales.update(dict.fromkeys(weight.lines, site.scale))
     return [maps[k] for k in sorted(maps)]
 
 
 def _read(folder: Path, info: TensorInfo, axis: str, idx: list[int], expert: int | None = None,
-          flipped: bool = False) -> np.ndarray:
+          flipped: bool = False, rows: tuple[int, int] | None = None) -> np.ndarray:
     """float32 slices ``idx`` of a stored matrix (columns for "in", rows or elements for "out"),
     read through a memory map of its checked byte range: only the pages that hold them are touched.
-    ``expert``: that window of a fused 3-D tensor; ``flipped``: stored [in, out]."""
+    ``expert``: that window of a fused 3-D tensor; ``flipped``: stored [in, out]; ``rows``: that block."""
     stored = np.memmap(folder / info.file, dtype=RAW_DTYPES[info.dtype], mode="r", offset=info.start, shape=info.shape)
     matrix = stored if expert is None else stored[expert]
     matrix = matrix.T if flipped else matrix
+    matrix = matrix[rows[0]:sum(rows)] if rows else matrix
     part = np.array(matrix[:, idx] if axis == "in" else matrix[idx])
     del stored, matrix
     return to_f32(part, info.dtype)
@@ -113,7 +117,8 @@ def check_map(src: Checkpoint, out: Checkpoint, m: EditedMap, rng: np.random.Gen
     idx = sorted(m.scales)
     s = np.array([m.scales[i] for i in idx], dtype=np.float32)
     info = src.tensor(m.weight)
-    w_src, w_out = (_read(f.path, f.tensor(m.weight), m.axis, idx, m.expert, m.flipped) for f in (src, out))
+    w_src, w_out = (_read(f.path, f.tensor(m.weight), m.axis, idx, m.expert, m.flipped, m.rows)
+                    for f in (src, out))
     if m.axis == "in":  # the twin: the input features scaled
         x = rng.standard_normal((INPUTS, len(idx)), dtype=np.float32)
         ref, baked = (x * s) @ w_src.T, x @ w_out.T

@@ -98,16 +98,16 @@ def _tensor(ckpt: Checkpoint, name: str, shape: tuple[int, ...], why: str | None
 
 
 def check_attention(ckpt: Checkpoint, arch: Architecture) -> None:
-    """Every layer's q/k/v/o (or fused qkv) shape must match the config's heads × head_dim.
+    """Every attention layer's q/k/v/o (fused qkv, MLA's low-rank pairs) shape must match the config's heads.
 
     Read from the safetensors headers only. Edits touch o_proj alone, but the bake's verification
     loads the whole model from the config: a wrong num_key_value_heads would otherwise surface
     there as a size mismatch inside transformers (an "internal error"), after the copy.
     """
     prefix = arch.layer_prefix(ckpt.tensors)
-    for layer in range(arch.geometry.num_layers):
+    for layer in arch.head_layers():  # a hybrid model's other layers have no such attention
         for module, (shape, why) in arch.attention_shapes().items():
-            _tensor(ckpt, f"{prefix.format(layer=layer)}{module}.weight", shape, why)
+            _tensor(ckpt, f"{prefix.format(layer=layer)}{arch.stored_module(module)}.weight", shape, why)
 
 
 def check_loadable(ckpt: Checkpoint) -> None:
@@ -216,6 +216,7 @@ def site_peaks(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> l
     chosen = [(e, site) for e in edits for site in sites(arch, e) if site.scale not in (0.0, 1.0)]
     if not chosen:
         return []
+    check_attention(ckpt, arch)  # a config that contradicts the weights: the line names its fields
     resolver = Resolver(arch, ckpt.tensors)
     patches = patches_for(ckpt, [sl for _, site in chosen for sl in resolver.slices(site)])
     peaks: dict[str, dict[tuple[bool, int], float]] = {}

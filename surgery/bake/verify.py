@@ -287,7 +287,9 @@ def baked_tensors(src: Checkpoint, dst_path: Path, recipe: Recipe, model) -> dic
         if disk in edited and disk not in out and sl.site.expert is None:
             with safe_open(str(dst_path / src.tensor(disk).file), "pt") as f:
                 # the same module under the loaded model's layer prefix (multimodal wrappers differ)
-                memory = in_memory.format(layer=layer) + disk[len(on_disk.format(layer=layer)):]
+                # and its loaded name (DeepSeek-V4 stores attn.wo_a for self_attn.o_a_proj)
+                stored = on_disk.format(layer=layer) + arch.stored_module(sl.site.module)
+                memory = in_memory.format(layer=layer) + sl.site.module + disk[len(stored):]
                 out[disk] = (memory, f.get_tensor(disk))
     if edited - set(out):
         return None  # expert tensors: stored per expert, fused in memory; no one-to-one swap

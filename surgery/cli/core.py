@@ -34,8 +34,21 @@ def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
         return
     table = Table(title=f"{model}", show_header=False)
     for key, value in info.items():
-        table.add_row(key, _size(value) if key == "bytes" else ", ".join(value) if isinstance(value, list) else str(value))
+        if key == "layer_kinds":
+            for kind, row in value.items():
+                table.add_row(f"{kind} layers", _kind_text(row))
+        elif isinstance(value, dict):
+            table.add_row(key, ", ".join(f"{k} {v}" for k, v in value.items()))
+        else:
+            table.add_row(key, _size(value) if key == "bytes" else ", ".join(value) if isinstance(value, list)
+                          else str(value))
     out.print(table)
+
+
+def _kind_text(row: dict) -> str:
+    """One kind of layer of a hybrid model: its layers and what an edit may touch there."""
+    can = [what for what in ("heads", "neurons", "experts") if row[what]]
+    return f"{', '.join(map(str, row['layers']))}: {', '.join(can) if can else 'nothing editable'}"
 
 
 @cli.command()

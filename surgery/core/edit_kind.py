@@ -68,6 +68,12 @@ def check_layer(arch: "Architecture", layer: int, where: str) -> None:
         raise RecipeError(f"{where}.layer = {layer} but the model has num_hidden_layers = {n} (valid: 0..{n - 1})")
 
 
+def layer_list(layers: "tuple[int, ...] | list[int]", most: int = 8) -> str:
+    """Layer indices for a message: ``3, 7, 11`` (the first ``most``, then how many more)."""
+    shown = ", ".join(map(str, layers[:most]))
+    return shown + (f" and {len(layers) - most} more" if len(layers) > most else "") if layers else "none"
+
+
 def check_scale(scale: float, where: str) -> None:
     """Weights are at most float32: a larger scale turns into inf (and crashes the run-time twin)."""
     if not (math.isfinite(scale) and abs(scale) <= FLOAT32_MAX):

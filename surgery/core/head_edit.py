@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from .edit_kind import Edit, check_layer, check_scale, index, number, recipe_key, register_edit_kind
+from .edit_kind import Edit, check_layer, check_scale, index, layer_list, number, recipe_key, register_edit_kind
 from .errors import RecipeError
 from .sites import Site
 
@@ -51,13 +51,23 @@ class HeadScale(Edit):
         if self.head >= n:
             raise RecipeError(f"{where}.head = {self.head} but the model has num_attention_heads = {n} "
                               f"(valid: 0..{n - 1})")
+        check_head_layer(arch, self.layer, where)
 
     def sites(self, arch: "Architecture") -> list[Site]:
-        """A head is the d input columns of o_proj that carry its output."""
+        """A head is the d input columns of o_proj that carry its output (DeepSeek-V4: within the rows
+        of its group of the grouped o_a_proj)."""
         o_proj = arch.layout.o_proj
         shape, _ = arch.attention_shapes()[o_proj]
         cols = arch.head_columns(self.head)
-        return [Site(self.layer, o_proj, "in", tuple(range(cols.start, cols.stop)), self.alpha, shape, True)]
+        return [Site(self.layer, o_proj, "in", tuple(range(cols.start, cols.stop)), self.alpha, shape, True,
+                     group=arch.head_group(self.head))]
+
+    def lora_refusal(self, arch: "Architecture") -> str | None:
+        # PEFT wraps a grouped linear as a plain Linear: its adapter would mix the groups.
+        if arch.layout.grouped_output:
+            return (f"{arch.model_type}'s grouped o_a_proj has no exact LoRA adapter (PEFT treats it as a plain "
+                    "Linear); ship the baked checkpoint instead")
+        return None
 
     def card_row(self, where: str) -> tuple[str, str, str, str, str]:
         effect = "head removed" if self.alpha == 0 else f"head output × {self.alpha:g}"
@@ -65,6 +75,15 @@ class HeadScale(Edit):
 
     def card_tags(self) -> tuple[str, ...]:
         return ("attention-heads",)
+
+
+def check_head_layer(arch: "Architecture", layer: int, where: str) -> None:
+    """``layer`` has attention heads at o_proj (a hybrid model's other layers have none)."""
+    if layer not in arch.head_layers():
+        raise RecipeError(f"{where}.layer = {layer} is a {arch.layer_kind(layer)} layer of this {arch.model_type} "
+                          f"model: it has no attention heads to scale (heads are in its "
+                          f"{' and '.join(arch.layout.layer_kinds.editable)} layers: "
+                          f"{layer_list(arch.head_layers())}); choose one of those")
 
 
 def parse_heads(spec: str, alpha: float) -> list[HeadScale]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .edit_kind import Edit, check_layer, check_scale, index, number, recipe_key, register_edit_kind
+from .architectures import TABLE_LOCATION
+from .edit_kind import (Edit, check_layer, check_scale, index, layer_list, number, recipe_key,
+                        register_edit_kind)
 from .errors import RecipeError
 from .sites import Site
 
@@ -81,7 +83,11 @@ class NeuronScale(Edit):
                 raise RecipeError(f"{where}: layer {L} is a mixture of experts; name the expert "
                                   f"({L}:eE:{N} for routed expert E"
                                   f"{f', {L}:s:{N} for the shared expert' if ex.shared else ''})")
+            check_dense_mlp(arch, L, where)
             width, what = g.intermediate_size, "intermediate_size"
+        elif ex is None and arch.geometry.mlp_kinds and L not in arch.dense_mlp_layers():
+            raise RecipeError(f"{where}.expert = {self.expert} but surgery does not edit the experts of this "
+                              f"{arch.model_type} model (its table row has none); extend {TABLE_LOCATION}")
         elif not arch.is_sparse(L):
             raise RecipeError(f"{where}.expert = {self.expert} but layer {L} is a dense MLP "
                               "(no experts); drop 'expert'")
@@ -152,6 +158,14 @@ class NeuronScale(Edit):
 
     def card_tags(self) -> tuple[str, ...]:
         return ("neuron-pruning",) if self.factor == 0 else ("neuron-scaling",)
+
+
+def check_dense_mlp(arch: "Architecture", layer: int, where: str) -> None:
+    """``layer`` has a dense MLP (a hybrid model's state-space, attention-only or expert layers have none)."""
+    if layer not in arch.dense_mlp_layers():
+        kind = arch.geometry.mlp_kinds[layer]
+        raise RecipeError(f"{where}.layer = {layer} is a '{kind}' layer of this {arch.model_type} model: it has no "
+                          f"dense MLP (dense MLP neurons are in layers {layer_list(arch.dense_mlp_layers())})")
 
 
 def parse_neuron(text: str) -> tuple[int, int, int | str | None]:

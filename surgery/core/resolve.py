@@ -62,14 +62,16 @@ class Resolver:
 
     def module(self, site: Site) -> str:
         """The stored name of ``site``'s module (without ``.weight``): layer prefix + module."""
-        return f"{self.prefix.format(layer=site.layer)}{site.module}"
+        return f"{self.prefix.format(layer=site.layer)}{self.arch.stored_module(site.module)}"
 
     def slices(self, site: Site) -> list[TensorSlice]:
         """The tensor slices ``site`` scales, weight first, then its bias entries (output sites)."""
         if site.expert is not None:
             return self._expert_slices(site)
         name = self.module(site)
-        out = [TensorSlice(f"{name}.weight", site.shape, site.indices, site.axis == "out", site.scale, site)]
+        first, window = site.rows or (0, None)  # a grouped site: its columns within its block of rows
+        out = [TensorSlice(f"{name}.weight", site.shape, site.indices, site.axis == "out", site.scale, site,
+                           first_row=first, window=window)]
         # Output features: the rows and, where the checkpoint has one, the bias entries.
         if site.axis == "out" and f"{name}.bias" in self.names:
             out.append(TensorSlice(f"{name}.bias", (site.shape[0],), site.indices, True, site.scale, site,

@@ -50,6 +50,19 @@ class Site:
     # A routed expert's matrix: ``module`` is then "<experts module>.gate|up|down" in [out, in]
     # orientation, and Architecture.expert_slices says where it lies on disk (per-expert or fused).
     expert: int | None = None
+    # (group, groups): ``module`` is a grouped linear (DeepSeek-V4's o_a_proj) whose input is
+    # [..., groups, shape[1]] and whose rows are ``groups`` equal blocks, block g reading input group g.
+    # The site's columns are then those of block ``group`` only (Architecture.head_group).
+    group: tuple[int, int] | None = None
+
+    @property
+    def rows(self) -> tuple[int, int] | None:
+        """(first row, number of rows) of the block a grouped site's columns lie in; None: all rows."""
+        if self.group is None:
+            return None
+        g, groups = self.group
+        block = self.shape[0] // groups
+        return g * block, block
 
     def __post_init__(self) -> None:
         # Hooks and LoRA scale a module's input: only column sites can be theirs.

@@ -47,16 +47,20 @@ def _scale_hook(scales: torch.Tensor):
 
 
 def scale_vectors(arch: Architecture, edits: Iterable[Edit]) -> dict[tuple[str, int], torch.Tensor]:
-    """Per (module, layer): the vector of input-feature scales of the edits' twin sites
-    (routed experts excepted: see :func:`expert_scales`)."""
+    """Per (module, layer): the vector of input-feature scales of the edits' twin sites (routed experts
+    excepted: see :func:`expert_scales`); a grouped linear's (DeepSeek-V4's o_a_proj) is [groups, features]."""
     vectors: dict[tuple[str, int], torch.Tensor] = {}
     for site in all_sites(arch, edits):
         if not site.twin or site.expert is not None:
             continue  # bake-only completeness (a pruned neuron's gate/up rows): no run-time effect
         key = (site.module, site.layer)
-        if key not in vectors:
-            vectors[key] = torch.ones(site.shape[1], dtype=torch.float32)
-        vectors[key][list(site.indices)] = site.scale
+        if key not in vectors:  # a grouped linear's input is [..., groups, features]: one row per group
+            groups = site.group[1] if site.group else None
+            vectors[key] = torch.ones((groups, site.shape[1]) if groups else site.shape[1], dtype=torch.float32)
+        if site.group:
+            vectors[key][site.group[0], list(site.indices)] = site.scale
+        else:
+            vectors[key][list(site.indices)] = site.scale
     return vectors
 
 

@@ -59,18 +59,43 @@ class LoraModule:
         return LoraModule(self.name, A, B)
 
 
+def meta_model(ckpt: Checkpoint) -> torch.nn.Module:
+    """The model as transformers loads it, built on the meta device (no weights)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(ckpt.path))
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
 def loaded_module_names(ckpt: Checkpoint) -> list[str]:
     """Module names of the model as transformers loads it (built on the meta device: no weights).
 
     Multimodal wrappers (Gemma-3) name their text layers differently in the checkpoint and in the
     loaded model; PEFT matches the loaded model's names, so they are read from a real instance.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM
+    return [name for name, _ in meta_model(ckpt).named_modules()]
 
-    config = AutoConfig.from_pretrained(str(ckpt.path))
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return [name for name, _ in model.named_modules()]
+
+def peft_moved_targets(ckpt: Checkpoint, config) -> list[str]:
+    """The target modules of ``config`` that PEFT would not adapt as named.
+
+    For transformers 5, PEFT renames the gate/up/down (w1/w2/w3) targets of mixture-of-experts model
+    types to their fused experts' parameters by the module's last name, a dense MLP's and a shared
+    expert's as well; such an adapter would act on the routed experts. PEFT's own conversion is run
+    on a copy of the config (PEFT versions without it rename nothing).
+    """
+    import importlib.util
+    from copy import deepcopy
+
+    if importlib.util.find_spec("peft.utils.transformers_weight_conversion") is None:
+        return []
+    from peft.utils.transformers_weight_conversion import (convert_peft_config_for_transformers,
+                                                           get_model_conversion_mapping)
+
+    model, probe = meta_model(ckpt), deepcopy(config)
+    convert_peft_config_for_transformers(probe, model=model, conversions=get_model_conversion_mapping(model))
+    return sorted(set(config.target_modules) - set(probe.target_modules))
 
 
 def _read_weight(ckpt: Checkpoint, name: str) -> torch.Tensor:
@@ -196,6 +221,11 @@ def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool
     source = source or local_source(ckpt.path)
     base = source.hub_id or str(source.path)
     config = peft_config(modules, base, vllm)
+    if moved := peft_moved_targets(ckpt, config):
+        raise RecipeError(f"export-lora: PEFT would load the adapter of {moved[0]}"
+                          f"{f' and {len(moved) - 1} more module(s)' if len(moved) > 1 else ''} onto "
+                          f"{arch.model_type}'s fused experts (it renames mixture-of-experts targets by name), "
+                          "so it would not be this edit; ship the baked checkpoint instead")
     tensors = {}
     for m in modules:
         tensors[f"base_model.model.{m.name}.lora_A.weight"] = m.A.contiguous()

@@ -25,7 +25,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -80,13 +80,15 @@ class Plan:
         """The span masks over the query positions of this pass (``start:``)."""
         return {name: m[:, self.start:] for name, m in self.masks.items()}
 
-    def features_tensor(self, num_layers: int) -> torch.Tensor:
-        """(B, layers, heads): the mean of bind_a and bind_b, the discovery feature."""
-        missing = [layer for layer in range(num_layers) if layer not in self.bind]
+    def features_tensor(self, layers: int | Sequence[int]) -> torch.Tensor:
+        """(B, layers, heads): the mean of bind_a and bind_b, the discovery feature, of ``layers`` (a
+        count: layers 0…n−1; a hybrid model passes its attention layers)."""
+        layers = range(layers) if isinstance(layers, int) else layers
+        missing = [layer for layer in layers if layer not in self.bind]
         if missing:
             raise SurgeryError(f"no binding features for layers {missing[:5]}: was the model switched "
                                "to the surgery attention function?")
-        return torch.stack([self.bind[layer].mean(dim=1) for layer in range(num_layers)], dim=1)
+        return torch.stack([self.bind[layer].mean(dim=1) for layer in layers], dim=1)
 
 
 _ACTIVE: ContextVar[Plan | None] = ContextVar("surgery_attention_plan", default=None)
@@ -121,13 +123,37 @@ def _bind(probs: torch.Tensor, masks: Mapping[str, torch.Tensor], queries: Mappi
     return torch.stack(out, dim=1)
 
 
+def _sparse_mask(mask: torch.Tensor | None, indices: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """The additive ``mask`` with every key outside a query's ``indices`` (B, Q, top-k) at the dtype's
+    minimum, as DeepSeek-V3.2-style models build it for eager attention (they hand a custom attention
+    function the indices instead)."""
+    b, _, q, k = scores.shape
+    outside = torch.ones(b, q, k, dtype=torch.bool, device=scores.device).scatter(-1, indices.long(), False)
+    base = scores.new_zeros(b, 1, q, k) if mask is None else mask
+    return base.masked_fill(outside[:, None], torch.finfo(base.dtype).min)
+
+
+def _softmax(scores: torch.Tensor, sinks: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """The attention probabilities of ``scores`` (B, H, Q, K); with per-head ``sinks`` (GPT-OSS,
+    DeepSeek-V4, Hunyuan-V4) as eager attention computes them: one more logit per row, softmaxed with
+    the rest and dropped, so a row sums to less than 1."""
+    if sinks is None:
+        return nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
+    b, h, q, _ = scores.shape
+    sink = sinks.reshape(1, -1, 1, 1).expand(b, h, q, 1).to(device=scores.device, dtype=scores.dtype)
+    combined = torch.cat([scores, sink], dim=-1)
+    combined = combined - combined.max(dim=-1, keepdim=True).values
+    return nn.functional.softmax(combined, dim=-1, dtype=combined.dtype)[..., :-1].to(dtype)
+
+
 def _edit(scores: torch.Tensor, probs: torch.Tensor, heads: tuple[int, ...], edit: EdgeEdit,
-          masks: Mapping[str, torch.Tensor], queries: Mapping[str, torch.Tensor]) -> torch.Tensor:
+          masks: Mapping[str, torch.Tensor], queries: Mapping[str, torch.Tensor],
+          sinks: torch.Tensor | None = None) -> torch.Tensor:
     """``probs`` with the chosen heads' identity→item edges scaled by α (see the module docstring)."""
     idx = torch.tensor(heads, device=scores.device)
     edge = queries[edit.queries][:, None, :, None] & masks[edit.keys][:, None, None, :]
     knocked = scores.index_select(1, idx).masked_fill(edge, torch.finfo(scores.dtype).min)
-    p_ko = nn.functional.softmax(knocked, dim=-1, dtype=torch.float32).to(probs.dtype)
+    p_ko = _softmax(knocked, None if sinks is None else sinks.index_select(0, idx.to(sinks.device)), probs.dtype)
     p = probs.index_select(1, idx)
     out = probs.clone()
     out[:, idx] = p_ko + edit.alpha * (p - p_ko)
@@ -137,7 +163,8 @@ def _edit(scores: torch.Tensor, probs: torch.Tensor, heads: tuple[int, ...], edi
 def surgery_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, scaling: float | None = None,
                       dropout: float = 0.0, softcap: float | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eager attention (GQA, Gemma-2 soft-capping, additive mask) plus the active plan's work."""
+    """Eager attention (GQA, MLA's wider q·k than v heads, Gemma-2 soft-capping, additive mask,
+    attention sinks) plus the active plan's work."""
     if scaling is None:
         scaling = module.head_dim ** -0.5
     groups = module.num_key_value_groups
@@ -145,9 +172,12 @@ def surgery_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     scores = torch.matmul(query, keys.transpose(2, 3)) * scaling
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
+    if kwargs.get("indices") is not None:  # DeepSeek sparse attention: each query reads its indexer's top-k keys
+        attention_mask = _sparse_mask(attention_mask, kwargs["indices"], scores)
     if attention_mask is not None:
         scores = scores + attention_mask
-    probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    sinks = kwargs.get("s_aux")  # per-head sink logits (GPT-OSS, DeepSeek-V4, Hunyuan-V4)
+    probs = _softmax(scores, sinks, query.dtype)
     plan = _ACTIVE.get()
     if plan is not None and plan.applies(query.shape[2], keys.shape[2]):
         layer, queries = module.layer_idx, plan.query_masks()
@@ -155,7 +185,7 @@ def surgery_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
             plan.bind[layer] = _bind(probs, plan.masks, queries).cpu()
         edit = plan.edit
         if edit is not None and not edit.is_identity() and edit.heads.get(layer):
-            edited = _edit(scores, probs, tuple(edit.heads[layer]), edit, plan.masks, queries)
+            edited = _edit(scores, probs, tuple(edit.heads[layer]), edit, plan.masks, queries, sinks)
             rows = (edited != probs).flatten(1).any(1)
             plan.changed = rows if plan.changed is None else plan.changed | rows
             probs = edited

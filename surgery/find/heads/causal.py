@@ -223,16 +223,17 @@ def confirmed_order(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=key)
 
 
-def random_head_sets(n_layers: int, n_heads: int, size: int, count: int, exclude: Heads,
+def random_head_sets(layers: int | Sequence[int], n_heads: int, size: int, count: int, exclude: Heads,
                      seed: int = 0) -> list[list[tuple[int, int]]]:
-    """``count`` random sets of ``size`` heads, none of them in ``exclude``."""
+    """``count`` random sets of ``size`` heads of ``layers`` (a count: layers 0…n−1; a hybrid model
+    passes its attention layers), none of them in ``exclude``."""
     rng = random.Random(seed)
-    pool = [(layer, h) for layer in range(n_layers) for h in range(n_heads)
+    pool = [(layer, h) for layer in (range(layers) if isinstance(layers, int) else layers) for h in range(n_heads)
             if (layer, h) not in set(map(tuple, exclude))]
     return [sorted(rng.sample(pool, size)) for _ in range(count)]
 
 
-def knockout_report(runner: PairRunner, heads: Heads, n_layers: int, n_heads: int, *,
+def knockout_report(runner: PairRunner, heads: Heads, n_layers: int | Sequence[int], n_heads: int, *,
                     random_sets: int = 20, seed: int = 0) -> dict[str, Any]:
     """Tested-identity knockout, distractor control and random-head baseline for ``heads``."""
     tested, control, *randoms = runner.knockouts(knockout_sets(heads, n_layers, n_heads, random_sets, seed), seed)
@@ -246,7 +247,7 @@ def knockout_report(runner: PairRunner, heads: Heads, n_layers: int, n_heads: in
     return {"tested": tested, "control": control, "random": summary, "random_sets": randoms}
 
 
-def knockout_sets(heads: Heads, n_layers: int, n_heads: int, random_sets: int = 20,
+def knockout_sets(heads: Heads, n_layers: int | Sequence[int], n_heads: int, random_sets: int = 20,
                   seed: int = 0) -> list[tuple[Heads, str]]:
     """The (heads, queries) of :func:`knockout_report`: tested, control, then the random sets."""
     sets = random_head_sets(n_layers, n_heads, len(heads), random_sets, heads, seed)

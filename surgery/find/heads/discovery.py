@@ -65,11 +65,14 @@ def _coefs(model) -> np.ndarray:
 
 
 def discover(features: np.ndarray, y: np.ndarray, groups: Sequence[str], *, folds: int = 5,
-             inner_folds: int = 3, grid: Sequence[float] = C_GRID, top: int = 10) -> dict[str, Any]:
-    """Cross-validated L1 discovery on ``features`` (rows, layers, heads); see the module docstring."""
+             inner_folds: int = 3, grid: Sequence[float] = C_GRID, top: int = 10,
+             layers: Sequence[int] | None = None) -> dict[str, Any]:
+    """Cross-validated L1 discovery on ``features`` (rows, layers, heads); see the module docstring.
+    ``layers``: the model layer of each feature layer (a hybrid model's attention layers; default 0…n−1)."""
     from sklearn.model_selection import GroupKFold
 
     rows, n_layers, n_heads = features.shape
+    layer_of = list(range(n_layers)) if layers is None else list(layers)
     x = features.reshape(rows, n_layers * n_heads).astype(np.float64)
     y = np.asarray(y)
     groups = np.asarray(groups)
@@ -96,7 +99,7 @@ def discover(features: np.ndarray, y: np.ndarray, groups: Sequence[str], *, fold
     sd = np.sqrt((x[y == 1].var(0) + x[y == 0].var(0)) / 2)
     d = np.divide(x[y == 1].mean(0) - x[y == 0].mean(0), sd, out=np.zeros(x.shape[1]), where=sd > 0)
     order = sorted(range(x.shape[1]), key=lambda i: (-stability[i], -abs(coef[i]), -abs(d[i]), i))
-    ranked = [{"layer": i // n_heads, "head": i % n_heads, "coef": float(coef[i]),
+    ranked = [{"layer": layer_of[i // n_heads], "head": i % n_heads, "coef": float(coef[i]),
                "mean_fold_coef": float(np.mean([fc[i] for fc in fold_coefs])),
                "stability": float(stability[i]), "effect_size": float(d[i])} for i in order]
     return {
@@ -106,6 +109,8 @@ def discover(features: np.ndarray, y: np.ndarray, groups: Sequence[str], *, fold
         # "stable": in the top-k of most (more than half of the) outer folds, as in the paper.
         "stable_heads": [[h["layer"], h["head"]] for h in ranked if h["stability"] > 0.5],
         "coef_grid": coef.reshape(n_layers, n_heads).tolist(),
+        # the model layer of each coef_grid row, where they are not 0…n−1 (a hybrid model's attention layers)
+        **({"coef_grid_layers": layer_of} if layer_of != list(range(n_layers)) else {}),
     }
 
 

@@ -21,9 +21,11 @@ import numpy as np
 from ... import __version__
 from ...bake.patches import check_loadable
 from ...core import distributed
+from ...core.architectures import Architecture, architecture
 from ...core.checkpoint import Checkpoint
-from ...core.errors import FindingsError, RecipeError, SurgeryError
+from ...core.errors import FindingsError, RecipeError, SurgeryError, UnsupportedArchitecture
 from ...core.progress import Progress, silent
+from ...model.hooks import model_architecture
 from ...model.loading import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
 from ..findings import Found, cache_path, compute_record, dtype_key, new_findings, save_findings
 from .attention import surgery_attention_on
@@ -87,10 +89,12 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
     ckpt = as_checkpoint(model, load)
     distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
     check_loadable(ckpt)
+    check_token_attention(architecture(ckpt.config))
     tokenizer = load_tokenizer(ckpt.path, load)
     model = load_model(ckpt.path, load)
     cfg = model.config.get_text_config()
-    n_layers, n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
+    # discovery and knockouts over the layers with attention heads (a hybrid model's attention layers)
+    n_layers, n_heads = model_architecture(model).head_layers(), cfg.num_attention_heads
     instruct = is_instruct(tokenizer) if params.instruct is None else params.instruct
     report(work_note(len(pairs), params))
     counter = Counter.of(model)
@@ -120,7 +124,8 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
         x = np.concatenate([feats[usable], feats[[n + i for i in usable]]])
         y = np.r_[np.ones(len(usable)), np.zeros(len(usable))]
         groups = [items[i] for i in usable] * 2
-        disc = discover(x, y, groups, folds=params.folds, inner_folds=params.inner_folds, top=params.top_k)
+        disc = discover(x, y, groups, folds=params.folds, inner_folds=params.inner_folds, top=params.top_k,
+                        layers=n_layers)
         findings["discovery"] = disc
         sub = [pairs[i] for i in usable]
         prompts = encode_pairs(tokenizer, sub, "binding", instruct)
@@ -161,6 +166,16 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
                                                  instruct=instruct, batch_size=params.batch_size,
                                                  progress=progress("awareness (generation)", total))
     return HeadsFindings.from_dict(_jsonable(findings))
+
+
+def check_token_attention(arch: Architecture) -> None:
+    """find-heads measures attention from tokens to tokens: a model whose attention also reads other
+    keys (DeepSeek-V4's compressed blocks) is refused before it is loaded."""
+    if not arch.layout.token_keys:
+        raise UnsupportedArchitecture(
+            f"find-heads: {arch.model_type}'s attention also reads compressed blocks of keys, not only the "
+            "prompt's tokens, so its per-token binding features and edge knockouts are not defined; edit its "
+            "heads with amplify-heads --heads or a recipe")
 
 
 def dose_alphas(params: FindParams) -> tuple[float, ...]:

@@ -32,6 +32,10 @@ from .prompts import Batch, Encoded
 
 # A recorded layer call's cache arguments: a resumed pass replaces them with its own cache.
 _CACHE_ARGS = ("cache", "use_cache")
+# Where a recorded call keeps the positional arguments that followed the hidden states.
+_POSITIONAL = "_positional"
+# A layer's tensor arguments that the model computes once per pass, from its inputs alone.
+_PASS_INPUTS = ("hidden_states", "position_ids", "attention_mask", "position_embeddings", "input_ids")
 
 
 @dataclass
@@ -44,6 +48,14 @@ class Snapshot:
     logits: torch.Tensor          # (B, vocab) at the last position
     length: int
     final: torch.Tensor           # the last decoder layer's output (B, T, hidden)
+    inputs: dict[str, Any]        # the model's inputs (a pass that cannot resume runs them in full)
+
+    @property
+    def replayable(self) -> bool:
+        """Whether every tensor a layer got is an input of the whole pass (positions, masks, token ids),
+        so that a layer may rerun from its recorded call. Not so where a layer hands another its output
+        (DeepSeek sparse attention's shared indexer layers get the previous layer's top-k keys)."""
+        return all(not isinstance(v, torch.Tensor) or k in _PASS_INPUTS for call in self.calls for k, v in call.items())
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
@@ -54,14 +66,44 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return [names[prefix.format(layer=i).rstrip(".")] for i in range(n)]
 
 
-def _tail(model: nn.Module) -> tuple[nn.Module, nn.Module, float | None]:
-    """Final norm, lm_head and logit soft-cap (None: none) of ``model``."""
+def last_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """(B, vocab) logits at the last position of ``hidden``, the last decoder layer's output, through
+    the model's tail as the architecture table describes it: the hyper-connection head (where the model
+    has one), the final norm, a division by the config's logit scaling, lm_head, the logit soft-cap."""
     arch = model_architecture(model)
-    names = dict(model.named_modules())
+    names, text = dict(model.named_modules()), model.config.get_text_config()
     root = arch.layer_prefix(names).split("layers.{layer}.")[0]
-    cap = arch.layout.logit_softcap
-    softcap = getattr(model.config.get_text_config(), cap, None) if cap else None
-    return names[root + arch.layout.final_norm], model.get_output_embeddings(), softcap
+    x = hidden[:, -1:]
+    if arch.layout.final_head:
+        x = names[root + arch.layout.final_head](x)
+    x = names[root + arch.layout.final_norm](x)
+    if arch.layout.logit_scaling:
+        x = x / getattr(text, arch.layout.logit_scaling)
+    logits = model.get_output_embeddings()(x)[:, -1]
+    cap = getattr(text, arch.layout.logit_softcap, None) if arch.layout.logit_softcap else None
+    return torch.tanh(logits / cap) * cap if cap else logits
+
+
+def check_tail(model: nn.Module, final: torch.Tensor, logits: torch.Tensor) -> None:
+    """Resumed passes compute the logits from the last layer's output themselves (:func:`last_logits`):
+    that must be the model's own computation, or every knockout would be wrong."""
+    with torch.inference_mode():
+        ours = last_logits(model, final).to(logits.dtype)
+    if not torch.allclose(ours, logits, rtol=1e-4, atol=1e-4 * float(logits.abs().max())):
+        raise SurgeryError(f"{type(model).__name__} computes its logits from the last decoder layer otherwise than "
+                           f"surgery/core/architectures.py describes it (final_head, final_norm, logit_scaling, "
+                           f"logit_softcap): extend its row")
+
+
+def _cache(model: nn.Module, layers: list[tuple[torch.Tensor, torch.Tensor] | tuple[None, None]] | None = None):
+    """A cache of plain key/value layers (``layers``: the cached prefix of each) for a pass through the
+    model's own layers; None for a model whose cache is more than keys and values (state-space,
+    convolution, compressed or indexer state): its passes run every position without a cache."""
+    from transformers import DynamicCache
+
+    if not model_architecture(model).kv_cache_only():
+        return None
+    return DynamicCache(layers) if layers is not None else DynamicCache()
 
 
 @contextmanager
@@ -70,10 +112,9 @@ def _recording(layers: list[nn.Module]) -> Iterator[list[dict[str, Any]]]:
 
     def hook_for(i: int):
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
-            if len(args) > 1:
-                raise SurgeryError(f"{type(module).__name__} got {len(args)} positional arguments; resumed "
-                                   "passes know the transformers calling convention (hidden_states only)")
+            # positional arguments after the hidden states (RecurrentGemma) are replayed as they came
             calls[i] = {"hidden_states": args[0] if args else kwargs["hidden_states"],
+                        **({_POSITIONAL: args[1:]} if len(args) > 1 else {}),
                         **{k: v for k, v in kwargs.items() if k != "hidden_states"}}
         return hook
 
@@ -87,26 +128,42 @@ def _recording(layers: list[nn.Module]) -> Iterator[list[dict[str, Any]]]:
 
 def snapshot(model: nn.Module, batch: Batch, plan: Plan | None = None) -> Snapshot:
     """The baseline pass of ``batch`` (under ``plan``, e.g. for features), with what resuming needs."""
-    from transformers import DynamicCache
-
     layers = decoder_layers(model)
     # a cache of plain full-length layers: sliding-window layers keep their window in the mask
-    cache = DynamicCache()
+    cache = _cache(model)
     final: list[torch.Tensor] = []
     handle = layers[-1].register_forward_hook(
         lambda module, args, out: final.append(out[0] if isinstance(out, tuple) else out))
     try:
         with torch.inference_mode(), active_plan(plan), _recording(layers) as calls:
-            out = model(**batch.model_inputs(), cache=cache, use_cache=True, logits_to_keep=1)
+            out = model(**batch.model_inputs(), cache=cache, use_cache=cache is not None, logits_to_keep=1)
     finally:
         handle.remove()
-    return Snapshot(calls, [cache.layers[i].keys for i in range(len(layers))],
-                    [cache.layers[i].values for i in range(len(layers))], out.logits[:, -1],
-                    batch.input_ids.shape[1], final[0])
+    check_tail(model, final[0], out.logits[:, -1])
+    # without a key/value cache, resumed passes rerun every position: no keys are kept
+    return Snapshot(calls, [cache.layers[i].keys for i in range(len(layers))] if cache is not None else [],
+                    [cache.layers[i].values for i in range(len(layers))] if cache is not None else [],
+                    out.logits[:, -1], batch.input_ids.shape[1], final[0], batch.model_inputs())
+
+
+def _full_pass(model: nn.Module, snap: Snapshot, counter: "Counter | None") -> torch.Tensor:
+    """(B, vocab) last-position logits of a full pass over ``snap``'s inputs (under the active plan
+    or scales): what a pass that cannot resume computes."""
+    with torch.inference_mode():
+        logits = model(**snap.inputs, use_cache=False, logits_to_keep=1).logits[:, -1]
+    if counter is not None:
+        counter.add(logits.shape[0], snap.length)
+        counter.add_head(logits.shape[0])
+    return logits
 
 
 def _sliced(call: dict[str, Any], start: int, cache) -> dict[str, Any]:
     """A recorded layer call restricted to the query positions ``start:``, reading ``cache``."""
+    if cache is None:  # a model run without a cache (every position): the call as recorded
+        return dict(call)
+    if _POSITIONAL in call:  # positional arguments: a cached pass does not know what they are
+        raise SurgeryError("a decoder layer got positional arguments besides its hidden states, which a resumed "
+                           "pass does not know how to restrict; extend surgery/find/heads/resume.py")
     out: dict[str, Any] = {}
     for name, v in call.items():
         if name in _CACHE_ARGS:
@@ -115,8 +172,8 @@ def _sliced(call: dict[str, Any], start: int, cache) -> dict[str, Any]:
             out[name] = v[:, start:]
         elif name == "attention_mask":
             out[name] = None if v is None else v[..., start:, :]
-        elif name == "position_embeddings":
-            out[name] = tuple(t[..., start:, :] for t in v)
+        elif name == "position_embeddings":  # (cos, sin), or one complex tensor (DeepSeek-V2)
+            out[name] = v[..., start:, :] if isinstance(v, torch.Tensor) else tuple(t[..., start:, :] for t in v)
         elif isinstance(v, torch.Tensor):
             raise SurgeryError(f"a decoder layer got the tensor argument {name!r}, which a resumed pass "
                                "does not know how to restrict; extend surgery/find/heads/resume.py")
@@ -145,14 +202,17 @@ def resume(model: nn.Module, snap: Snapshot, batch: Batch, edit: EdgeEdit,
     bit for bit with the baseline's: a row it leaves unchanged (an edit below float resolution) keeps
     the baseline's logits exactly, as a full pass would. The layers above run from ``start`` on.
     """
-    from transformers import DynamicCache
-
     layer, start = first_layer(edit), first_query(batch, edit)
     if layer is None or start is None:
         return snap.logits
+    if not snap.replayable:
+        with active_plan(Plan(batch.masks, edit=edit)):
+            return _full_pass(model, snap, counter)
     layers, rows = decoder_layers(model), batch.input_ids.shape[0]
-    cache = DynamicCache([(k[:, :, :start], v[:, :, :start]) if i > layer else (None, None)
-                          for i, (k, v) in enumerate(zip(snap.keys, snap.values))])
+    if not snap.keys:  # a state-space or compressed cache: the layers above rerun every position
+        start = 0
+    cache = _cache(model, [(k[:, :, :start], v[:, :, :start]) if i > layer else (None, None)
+                           for i, (k, v) in enumerate(zip(snap.keys, snap.values))])
     plan = Plan(batch.masks, edit=edit)
     last = max(i for i, heads in edit.heads.items() if heads)
     with torch.inference_mode(), active_plan(plan):
@@ -172,10 +232,7 @@ def resume(model: nn.Module, snap: Snapshot, batch: Batch, edit: EdgeEdit,
                 changed, plan.changed = changed | plan.changed, None
         if not changed.any():
             return snap.logits
-        norm, head, softcap = _tail(model)
-        logits = head(norm(hidden[:, -1:]))[:, -1]
-        if softcap:
-            logits = torch.tanh(logits / softcap) * softcap
+        logits = last_logits(model, hidden)
     if counter is not None:
         counter.add_head(rows)
     return torch.where(changed[:, None], logits, snap.logits)
@@ -190,21 +247,19 @@ def resume_scaled(model: nn.Module, snap: Snapshot, scales: Sequence[HeadScale],
     all positions, with the recorded inputs of a full pass: the same computation as a full pass,
     without the layers below. The scales are applied (model.hooks.applied) for the duration.
     """
-    from transformers import DynamicCache
-
     scales = [s for s in scales if not s.is_identity()]
     if not scales:
         return snap.logits
+    if not snap.replayable:
+        with applied(model, scales):
+            return _full_pass(model, snap, counter)
     first, layers, rows = min(s.layer for s in scales), decoder_layers(model), snap.logits.shape[0]
-    cache = DynamicCache([(None, None)] * len(layers))  # filled by the layers that run, as a full pass
+    cache = _cache(model, [(None, None)] * len(layers))  # filled by the layers that run, as a full pass
     with torch.inference_mode(), applied(model, scales):
         hidden = snap.calls[first]["hidden_states"]
         for i in range(first, len(layers)):
             hidden = _layer(layers[i], snap.calls[i], 0, cache, hidden)
-        norm, head, softcap = _tail(model)
-        logits = head(norm(hidden[:, -1:]))[:, -1]
-        if softcap:
-            logits = torch.tanh(logits / softcap) * softcap
+        logits = last_logits(model, hidden)
     if counter is not None:
         counter.add(rows, snap.length, 0, first)
         counter.add_head(rows)
@@ -213,7 +268,8 @@ def resume_scaled(model: nn.Module, snap: Snapshot, scales: Sequence[HeadScale],
 
 def _layer(layer: nn.Module, call: dict[str, Any], start: int, cache, hidden: torch.Tensor) -> torch.Tensor:
     """One decoder layer on ``hidden`` (positions ``start:``), with the recorded call's arguments."""
-    out = layer(**{**_sliced(call, start, cache), "hidden_states": hidden})
+    kwargs = _sliced(call, start, cache)
+    out = layer(hidden, *kwargs.pop(_POSITIONAL, ()), **{k: v for k, v in kwargs.items() if k != "hidden_states"})
     return out[0] if isinstance(out, tuple) else out
 
 
@@ -227,6 +283,7 @@ class Counter:
     attn_width: int   # heads × head_dim
     head_params: int  # lm_head
     flops: int = 0
+    resumable: bool = True  # False: a resumed pass reruns every position (no key/value-only cache)
 
     @classmethod
     def of(cls, model: nn.Module) -> "Counter":
@@ -234,7 +291,8 @@ class Counter:
         cfg = model.config.get_text_config()
         width = cfg.num_attention_heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
         return cls(sum(p.numel() for p in layers[0].parameters()), len(layers), width,
-                   model.get_output_embeddings().weight.numel())
+                   model.get_output_embeddings().weight.numel(),
+                   resumable=model_architecture(model).kv_cache_only())
 
     def layer_flops(self, rows: int, length: int, start: int = 0, first: int = 0, end: int | None = None) -> int:
         """FLOPs of ``rows`` prompts of ``length`` tokens, queries ``start:``, layers ``first:end``."""
@@ -281,7 +339,8 @@ class Counter:
         total = 0
         for b in self._batches(prompts, batch_size):
             length = max(len(p.ids) for p in b)
-            firsts = [length - len(p.ids) + min(p.spans[span]) for p in b if p.spans.get(span)]
+            firsts = [length - len(p.ids) + min(p.spans[span]) if self.resumable else 0
+                      for p in b if p.spans.get(span)]
             if firsts:  # the first edited layer runs full length (resume's bit-exact check)
                 total += (self.pass_flops(len(b), length, min(firsts), 1)
                           + self.layer_flops(len(b), length, 0, 0, 1))

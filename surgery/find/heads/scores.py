@@ -17,6 +17,7 @@ import torch
 
 from ...core import distributed
 from ...core.errors import SurgeryError
+from ...model.hooks import model_architecture
 from ...model.placement import input_device
 from .attention import EdgeEdit, Plan, active_plan
 from .pairs import Pair
@@ -85,12 +86,14 @@ def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequ
     device = input_device(model)
     pad = pad_id(model)
     text = model.config.get_text_config()
-    layers = text.num_hidden_layers
+    arch = model_architecture(model)
+    layers = arch.head_layers()  # a hybrid model's attention layers only
     n = len(prompts)
     s, coverage = np.zeros(n), np.zeros(n)
-    feats = np.zeros((n, layers, text.num_attention_heads), dtype=np.float32) if features else None
-    # Under torchrun each rank runs whole batches of its own and the rows are gathered back.
-    plain = share_prefixes and not features and edit is None
+    feats = np.zeros((n, len(layers), text.num_attention_heads), dtype=np.float32) if features else None
+    # Under torchrun each rank runs whole batches of its own and the rows are gathered back. A shared
+    # prefix hands its cached keys/values to every row: a state-space or compressed cache is not that.
+    plain = share_prefixes and not features and edit is None and arch.kv_cache_only()
     work = distributed.Shard(token_order_groups(prompts, batch_size) if plain else batch_groups(prompts, batch_size), n)
     for idx in work:
         if plain:

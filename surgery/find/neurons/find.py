@@ -16,8 +16,10 @@ from typing import Any, Callable, ClassVar, Sequence
 from ... import __version__
 from ...bake.patches import check_loadable
 from ...core import distributed
-from ...core.architectures import architecture
+from ...core.architectures import Architecture, architecture
 from ...core.checkpoint import Checkpoint
+from ...core.edit_kind import layer_list
+from ...core.errors import UnsupportedArchitecture
 from ...core.progress import Progress, silent
 from ...core.staging import atomic_write_text
 from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
@@ -105,6 +107,20 @@ def capture_params(pairs: PairSet, ckpt: Checkpoint | None = None, load: LoadSpe
     return {**(EXPERT_CAPTURE_PARAMS if moe else CAPTURE_PARAMS), **dtype_key(load), "categories": pairs.categories()}
 
 
+def check_mlp_layers(arch: Architecture) -> None:
+    """find-neurons ranks one kind of column per layer: a model some of whose layers have no dense MLP
+    (a hybrid's state-space or attention-only layers, experts the table does not describe) is refused
+    before it is loaded. Mixtures of experts are checked by their capture (experts.moe_layers)."""
+    g = arch.geometry
+    missing = [i for i in range(g.num_layers) if i not in arch.dense_mlp_layers() and not arch.is_sparse(i)]
+    if missing:
+        kinds = sorted({g.mlp_kinds[i] for i in missing})
+        raise UnsupportedArchitecture(
+            f"find-neurons: layers {layer_list(missing)} of this {arch.model_type} model are "
+            f"{' and '.join(repr(k) for k in kinds)} layers without a dense MLP; find-neurons ranks models whose "
+            "every layer has one (or experts); name the neurons with prune-neurons --neurons or a recipe")
+
+
 def scores_of(findings: NeuronsFindings) -> NeuronScores:
     """Every neuron's scores, parsed (a damaged file raises SelectionError, saying to recompute)."""
     return NeuronScores.from_dict(findings.scores or {})
@@ -133,6 +149,7 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
         return hit
 
     check_loadable(ckpt)
+    check_mlp_layers(architecture(ckpt.config))
     tokenizer = load_tokenizer(ckpt.path, load)
     check = check_token_counts(pairs, tokenizer, strict)
     if check.total_skipped:
