@@ -48,6 +48,11 @@ class Layout:
     # The release's native tensor names (a second copy of the weights some releases ship next to
     # the transformers ones, e.g. Mistral's consolidated.safetensors): see NativeName.
     native_names: tuple["NativeName", ...] = ()
+    # A multimodal wrapper: the model types its text_config may name (the text decoder this row
+    # describes; empty: not a wrapper), and the transformers auto class that loads the whole model
+    # (a wrapper that AutoModelForCausalLM does not map, e.g. Mistral-3, loads as image-text-to-text).
+    text_model_types: tuple[str, ...] = ()
+    model_class: str = "AutoModelForCausalLM"
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,7 @@ ARCHITECTURES: dict[str, Layout] = {
     "gemma3": Layout(
         ("model.language_model.layers.{layer}.", "language_model.model.layers.{layer}."),
         text_config_key="text_config",  # its forward applies no soft-cap (transformers 5.24)
+        text_model_types=("gemma3_text",),
     ),
     "phi3": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj",
                    q_proj=None, k_proj=None, v_proj=None, qkv_proj="self_attn.qkv_proj"),
@@ -147,9 +153,94 @@ ARCHITECTURES: dict[str, Layout] = {
     "olmoe": Layout(_DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS)),
     "gpt_oss": Layout(_DECODER, experts=Experts(
         ("num_local_experts",), "intermediate_size", None, transposed=True, interleaved=True)),
+    # --- multimodal wrappers (issue 24) ---
+    # The text decoder of a vision or audio model, edited in place; the other towers are copied
+    # byte for byte. Each row is its text model's row under the wrapper's layer prefixes.
 }
 
+# --- multimodal wrappers (issue 24) ---
+# Where transformers 5 keeps a wrapper's text decoder, and where older releases saved it.
+_WRAPPED = ("model.language_model.layers.{layer}.", "language_model.model.layers.{layer}.")
+
+
+def _wrapper(text_type: str, *also: str, model_class: str = "AutoModelForCausalLM") -> Layout:
+    """The row of a wrapper around a ``text_type`` decoder (or one of ``also``, laid out alike):
+    that decoder's row under the wrapper's prefixes, its sizes read from ``text_config``."""
+    return replace(ARCHITECTURES[text_type], layer_prefixes=_WRAPPED, text_config_key="text_config",
+                   text_model_types=(text_type, *also), model_class=model_class, native_names=())
+
+
+ARCHITECTURES.update({
+    "mistral3": _wrapper("mistral", "ministral3", model_class="AutoModelForImageTextToText"),
+    "got_ocr2": _wrapper("qwen2"),
+    "moss_transcribe_diarize": _wrapper("qwen3"),
+})
+
 TABLE_LOCATION = "surgery/core/architectures.py (the ARCHITECTURES table)"
+
+# --- coverage (issue 24) ---
+# The causal-LM model types of transformers that surgery refuses, each with the reason that
+# architecture() gives in its one line. Every causal-LM type of the installed transformers is a row
+# of ARCHITECTURES or a key here (tests/core/test_coverage.py fails naming any other).
+_ENCODER = ("a BERT-style bidirectional encoder with a language-model head (transformers runs it causally "
+            "with is_decoder=True), not a decoder-only LM")
+_SEQ2SEQ = "the decoder of an encoder-decoder model (its layers cross-attend to the encoder's output)"
+_MAMBA = "Mamba layers only: no attention heads, and no MLP (the mixer gates a selective state-space scan)"
+_DRAFTER = ("a speculative-decoding drafter: it runs only on its target model's embeddings and key/value "
+            "states (inputs_embeds, shared_kv_states), not on token ids")
+REFUSED: dict[str, str] = {
+    **dict.fromkeys(("bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie",
+                     "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer",
+                     "xlm-roberta", "xlm-roberta-xl", "xmod"), _ENCODER),
+    **dict.fromkeys(("bart", "bigbird_pegasus", "blenderbot", "blenderbot-small", "marian", "mbart", "mvp",
+                     "pegasus", "plbart", "prophetnet", "trocr", "whisper"), _SEQ2SEQ),
+    **dict.fromkeys(("mamba", "mamba2", "falcon_mamba"), _MAMBA),
+    **dict.fromkeys(("gemma4_assistant", "gemma4_unified_assistant"), _DRAFTER),
+    "musicgen": "an audio-code decoder (MusicGen): it predicts several codebooks at once, cross-attending to a "
+                "text encoder, not a text causal LM",
+    "musicgen_melody": "an audio-code decoder (MusicGen Melody): it predicts several codebooks at once from "
+                       "prepended audio and text conditioning, not a text causal LM",
+    "rwkv": "RWKV layers: time mixing in place of attention (no heads) and a receptance-gated channel mix",
+    "xlstm": "xLSTM layers: mLSTM recurrent cells in place of attention (no heads); neuron-only editing of its "
+             "feed-forward blocks is not implemented",
+    "xlm": "XLM: a masked-LM encoder (causal only as a pretraining option) whose attention and feed-forward blocks "
+           "are separate module lists, not decoder layers",
+    "xlnet": "XLNet: a permutation language model with two-stream relative attention, not a causal decoder",
+    "reformer": "Reformer: reversible layers (two residual streams) with LSH and chunked local attention",
+    "git": "GIT: its text layers are a BERT-style encoder over image and text tokens (git.encoder.layer), not a "
+           "decoder-only LM",
+    "blt": "Byte Latent Transformer: three stacks of layers (local encoder, global transformer, local decoder) "
+           "joined by cross-attention, so a layer index names no single layer",
+    "hrm_text": "Hierarchical Reasoning Model: two stacks of layers (H_module, L_module) run in nested cycles, so "
+                "a layer index names no single layer",
+}
+
+
+def refusal(config: Mapping[str, Any]) -> str | None:
+    """Why the table cannot edit a model of this config (one line), or None when it can.
+
+    Read from config.json alone: an unknown or refused model_type, or a wrapper whose text model
+    is not the decoder its row describes.
+    """
+    model_type = str(config.get("model_type"))
+    layout = ARCHITECTURES.get(model_type)
+    if layout is None and model_type in REFUSED:
+        return f"model_type '{model_type}' is not supported: {REFUSED[model_type]}"
+    if layout is None:
+        return (f"model_type '{model_type}' is not supported (supported: {', '.join(sorted(ARCHITECTURES))}); "
+                f"to add it, extend {TABLE_LOCATION}")
+    text_type = text_config(config).get("model_type")
+    if layout.text_model_types and text_type is not None and text_type not in layout.text_model_types:
+        return (f"{model_type}: its text_config has model_type '{text_type}', but the table's {model_type} row "
+                f"describes a {' or '.join(layout.text_model_types)} text decoder; extend {TABLE_LOCATION}")
+    return None
+
+
+def model_class(model_type: str) -> str:
+    """The transformers auto class that loads a whole ``model_type`` checkpoint (for a wrapper, with
+    its other towers)."""
+    layout = ARCHITECTURES.get(model_type)
+    return layout.model_class if layout else "AutoModelForCausalLM"
 
 
 @dataclass(frozen=True)
@@ -322,6 +413,51 @@ class Architecture:
         d = self.geometry.head_dim
         return slice(head * d, (head + 1) * d)
 
+    def layer_edits(self, layer: int) -> "LayerEdits":
+        """What decoder layer ``layer`` lets an edit touch (read from the config: no weights)."""
+        g = self.geometry
+        if self.is_sparse(layer):
+            return LayerEdits(g.num_heads, 0, g.num_experts, g.expert_size, g.shared_size)
+        return LayerEdits(g.num_heads, g.intermediate_size)
+
+    def layer_kinds(self) -> list[tuple[tuple[int, ...], "LayerEdits"]]:
+        """The layers grouped by what they let an edit touch, in the order each kind first occurs."""
+        kinds: dict[LayerEdits, list[int]] = {}
+        for layer in range(self.geometry.num_layers):
+            kinds.setdefault(self.layer_edits(layer), []).append(layer)
+        return [(tuple(layers), kind) for kind, layers in kinds.items()]
+
+
+@dataclass(frozen=True)
+class LayerEdits:
+    """What one decoder layer lets an edit touch: ``heads`` attention heads, ``neurons`` dense MLP
+    neurons, ``experts`` routed experts of ``expert_width`` neurons each and a shared expert of
+    ``shared_width`` neurons (0: the layer has none); ``refused`` names what the layer holds that
+    surgery does not edit, each with its reason."""
+
+    heads: int
+    neurons: int
+    experts: int = 0
+    expert_width: int = 0
+    shared_width: int = 0
+    refused: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: only what the layer has (and what it refuses)."""
+        return {k: v for k, v in self.__dict__.items() if v}
+
+    def text(self) -> str:
+        """One line, e.g. "4 heads; 4 experts × 16 neurons; shared expert: 24 neurons"."""
+        parts = [f"{self.heads} heads"] if self.heads else []
+        if self.neurons:
+            parts.append(f"{self.neurons} MLP neurons")
+        if self.experts:
+            parts.append(f"{self.experts} experts × {self.expert_width} neurons")
+        if self.shared_width:
+            parts.append(f"shared expert: {self.shared_width} neurons")
+        parts += [f"not {what}" for what in self.refused]
+        return "; ".join(parts) or "nothing"
+
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """The text-model part of a config dict (the dict itself for plain causal LMs)."""
@@ -361,12 +497,9 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
 
 
 def architecture(config: Mapping[str, Any]) -> Architecture:
-    """Look up a config dict (config.json) in the table."""
-    model_type = config.get("model_type")
-    layout = ARCHITECTURES.get(str(model_type))
-    if layout is None:
-        raise UnsupportedArchitecture(
-            f"model_type '{model_type}' is not supported (supported: "
-            f"{', '.join(sorted(ARCHITECTURES))}); to add it, extend {TABLE_LOCATION}"
-        )
-    return Architecture(str(model_type), layout, _geometry(str(model_type), text_config(config)))
+    """Look up a config dict (config.json) in the table; a refused family is one line saying why."""
+    why = refusal(config)
+    if why:
+        raise UnsupportedArchitecture(why)
+    model_type = str(config.get("model_type"))
+    return Architecture(model_type, ARCHITECTURES[model_type], _geometry(model_type, text_config(config)))

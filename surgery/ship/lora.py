@@ -65,11 +65,13 @@ def loaded_module_names(ckpt: Checkpoint) -> list[str]:
     Multimodal wrappers (Gemma-3) name their text layers differently in the checkpoint and in the
     loaded model; PEFT matches the loaded model's names, so they are read from a real instance.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
+
+    from ..model.loading import auto_class
 
     config = AutoConfig.from_pretrained(str(ckpt.path))
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        model = auto_class(config.model_type).from_config(config)
     return [name for name, _ in model.named_modules()]
 
 

@@ -1,0 +1,121 @@
+"""A tiny random model of any causal-LM model type, built from its own config class (no network).
+
+One generic rule makes a config tiny: every size below that the config class declares (a dataclass
+field, or a standard name its ``attribute_map`` translates, e.g. gpt2's ``n_embd`` for
+``hidden_size``) is set; the config's own ``__post_init__`` then derives the rest (per-layer type
+lists, defaults such as ``n_inner = 4 × n_embd``). Sub-configs (a wrapper's ``text_config``, its
+vision or audio tower) are made tiny the same way, the towers smaller still. ``OVERRIDES`` holds
+the few per-type settings that the rule cannot know, as data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# hidden 64, 4 layers (a dense layer and expert layers, full and sliding attention both occur),
+# 4 heads over 2 kv heads (GQA) of head_dim 16, vocab 128; experts: 4 of width 32, top-2.
+SIZES: dict[str, Any] = dict(
+    vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=16, max_position_embeddings=128, sliding_window=8,
+    num_experts=4, num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+    shared_expert_intermediate_size=48, n_shared_experts=1, first_k_dense_replace=1,
+    q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=12,
+    pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+)
+# A vision or audio tower: one small layer (it is only carried along, byte for byte).
+TOWER: dict[str, Any] = dict(
+    hidden_size=32, intermediate_size=48, num_hidden_layers=1, depth=1, num_attention_heads=2, num_heads=2,
+    embed_dim=32, image_size=28, patch_size=14, out_hidden_size=64, projection_dim=32,
+)
+TEXT_KEYS = ("text_config",)
+# Settings the generic rule cannot derive, per model type (merged over the sizes above).
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "gemma3": dict(mm_tokens_per_image=4, image_token_index=127, boi_token_index=125, eoi_token_index=126),
+    "mistral3": dict(image_token_index=127, spatial_merge_size=1),
+    "got_ocr2": dict(image_token_index=127),
+    "moss_transcribe_diarize": dict(audio_token_id=127),
+}
+MAX_PARAMETERS = 4_000_000  # a "tiny" model that is not: a size the rule missed
+
+
+def _declared(cls: type) -> set[str]:
+    """The names a config class accepts: its fields and the standard names it maps to them."""
+    return {f.name for f in dataclasses.fields(cls)} | set(getattr(cls, "attribute_map", {}))
+
+
+def _sizes(cls: type, sizes: dict[str, Any]) -> dict[str, Any]:
+    names = _declared(cls)
+    out = {k: v for k, v in sizes.items() if k in names}
+    if "qk_rope_head_dim" in names:  # MLA: head_dim is the rotary part, set by qk_rope_head_dim
+        out.pop("head_dim", None)
+    return out
+
+
+def tiny_family_config(model_type: str, **overrides: Any):
+    """A config of ``model_type``'s own class with tiny sizes (see the module docstring)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING[model_type]
+    kw = _sizes(cls, SIZES)
+    default = cls()
+    for key in getattr(cls, "sub_configs", {}) or {}:
+        sub = getattr(default, key, None)
+        if sub is not None and hasattr(sub, "to_dict"):
+            sizes = SIZES if key in TEXT_KEYS else TOWER
+            kw[key] = type(sub)(**_sizes(type(sub), sizes))
+    kw.update(OVERRIDES.get(model_type, {}))
+    kw.update(overrides)
+    return cls(**kw)
+
+
+def build_family(model_type: str, seed: int = 0, **overrides: Any):
+    """A seeded random ``model_type`` model (float32, eval mode) whose every weight matters: the
+    random init leaves norms at 1 and biases at 0, so everything is perturbed a little."""
+    from surgery.model.loading import auto_class
+
+    torch.manual_seed(seed)
+    config = tiny_family_config(model_type, **overrides)
+    model = auto_class(model_type).from_config(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    return model.float().eval()
+
+
+def save_family(model, path: Path) -> Path:
+    """Save ``model`` as its checkpoint folder (transformers' own on-disk names and layout)."""
+    model.save_pretrained(path)
+    return path
+
+
+# --- the proof that surgery edits a family -----------------------------------------------------------
+
+def proof_edits(arch) -> dict[str, tuple]:
+    """Edits of every kind ``arch``'s layers offer, by group: heads (α 2.5 and 0.5 in the first and
+    last layers with heads), dense MLP neurons, routed-expert and shared-expert neurons (each group
+    prunes one neuron in its first layer and scales one in its last, the last index included)."""
+    from surgery.core.edits import SHARED, HeadScale, NeuronScale
+
+    layers = [(layer, arch.layer_edits(layer)) for layer in range(arch.geometry.num_layers)]
+    heads = [(i, e) for i, e in layers if e.heads]
+    dense = [(i, e) for i, e in layers if e.neurons]
+    sparse = [(i, e) for i, e in layers if e.experts]
+    shared = [(i, e) for i, e in layers if e.shared_width]
+    groups = {}
+    if heads:
+        (first, _), (last, e) = heads[0], heads[-1]
+        groups["heads"] = (HeadScale(first, 1, 2.5), HeadScale(last, e.heads - 1, 0.5))
+    if dense:
+        (first, _), (last, e) = dense[0], dense[-1]
+        groups["neurons"] = (NeuronScale(first, 3, 0.0), NeuronScale(last, e.neurons - 1, 1.5))
+    if sparse:
+        (first, _), (last, e) = sparse[0], sparse[-1]
+        groups["experts"] = (NeuronScale(first, 2, 0.0, 1), NeuronScale(last, e.expert_width - 1, 2.0, e.experts - 1))
+    if shared:
+        (first, _), (last, e) = shared[0], shared[-1]
+        groups["shared expert"] = (NeuronScale(first, 4, 0.0, SHARED), NeuronScale(last, e.shared_width - 1, 3.0, SHARED))
+    return groups
