@@ -16,21 +16,30 @@ if TYPE_CHECKING:
 
 
 def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) -> dict[str, Any]:
-    """What ``model`` is, read from its config and safetensors headers (no weights loaded):
-    architecture, layers, heads, kv heads, head_dim, sizes, dtypes, shards, and its experts."""
-    from ..core.architectures import architecture
+    """What ``model`` is and what surgery may edit in it, read from its config and safetensors headers
+    (no weights loaded): architecture, layers, heads, kv heads, head_dim, sizes, dtypes, shards, its
+    experts, and per kind of layer what an edit may touch (``layer_kinds``). A model surgery does not
+    edit says why (``supported``: false, ``refused``: the one-line reason); a config whose sizes
+    contradict its tensors is an error naming the tensor."""
+    from ..bake.patches import check_layers
+    from ..core.architectures import architecture, refusal
 
     load = typed(LoadSpec, options, load)
     no_other_options("inspect", options, LoadSpec)
     ckpt, source = open_checkpoint(str(model), load)
+    files = {"dtypes": sorted({t.dtype for t in ckpt.tensors.values()}), "shards": len(ckpt.weight_files),
+             "tensors": len(ckpt.tensors), "bytes": ckpt.total_bytes()}
+    why = refusal(ckpt.config)
+    if why:
+        return {"path": str(source.path), "model_type": ckpt.config.get("model_type"), "supported": False,
+                "refused": why, **files}
     arch = architecture(ckpt.config)
+    check_layers(ckpt, arch)
     g = arch.geometry
     info = {
-        "path": str(source.path), "model_type": arch.model_type, "layers": g.num_layers,
+        "path": str(source.path), "model_type": arch.model_type, "supported": True, "layers": g.num_layers,
         "heads": g.num_heads, "kv_heads": g.num_kv_heads, "head_dim": g.head_dim,
-        "hidden_size": g.hidden_size, "mlp_width": g.intermediate_size,
-        "dtypes": sorted({t.dtype for t in ckpt.tensors.values()}),
-        "shards": len(ckpt.weight_files), "tensors": len(ckpt.tensors), "bytes": ckpt.total_bytes(),
+        "hidden_size": g.hidden_size, "mlp_width": g.intermediate_size, **files,
         "layer_prefix": arch.layer_prefix(ckpt.tensors).format(layer="N"),
     }
     if g.sparse_layers:  # mixture of experts: neurons are named L:eE:N (routed), L:s:N (shared)
@@ -39,7 +48,21 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
                     expert_layout="fused 3-D" if arch.fused_experts(ckpt.tensors) else "one tensor per expert")
         if g.shared_size:
             info["shared_expert_width"] = g.shared_size
+    info["layer_kinds"] = [{"layers": list(layers), **kind.to_dict(),
+                            "summary": f"layers {_spans(layers)}: {kind.text()}"}
+                           for layers, kind in arch.layer_kinds()]
     return info
+
+
+def _spans(numbers: tuple[int, ...]) -> str:
+    """``(0, 1, 2, 5)`` → ``"0–2, 5"``."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"{a}–{b}" if b > a else str(a) for a, b in runs)
 
 
 def apply(recipe: Recipe | str | Path, model: str | Path, out: str | Path, *, verify: bool = True,

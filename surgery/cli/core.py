@@ -27,14 +27,20 @@ def _size(n: int) -> str:
 @model_argument(runs_model=False)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
-    """Show architecture, layers, heads, head_dim, MLP width, dtype, shards and size."""
+    """Show architecture, layers, heads, head_dim, MLP width, dtype, shards, size, and what an edit may
+    touch in each kind of layer (or why the model is refused)."""
     info = api.inspect(model, load=load)
     if as_json:
         print_json(info)
         return
     table = Table(title=f"{model}", show_header=False)
     for key, value in info.items():
-        table.add_row(key, _size(value) if key == "bytes" else ", ".join(value) if isinstance(value, list) else str(value))
+        if key == "layer_kinds":
+            for kind in value:
+                table.add_row("editable", kind["summary"])
+        else:
+            table.add_row(key, _size(value) if key == "bytes" else ", ".join(value) if isinstance(value, list)
+                          else str(value))
     out.print(table)
 
 

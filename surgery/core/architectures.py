@@ -455,7 +455,7 @@ class LayerEdits:
             parts.append(f"{self.experts} experts × {self.expert_width} neurons")
         if self.shared_width:
             parts.append(f"shared expert: {self.shared_width} neurons")
-        parts += [f"not {what}" for what in self.refused]
+        parts += [f"refused: {why}" for why in self.refused]
         return "; ".join(parts) or "nothing"
 
 
