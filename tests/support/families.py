@@ -20,7 +20,7 @@ import torch
 # 4 heads over 2 kv heads (GQA) of head_dim 16, vocab 128; experts: 4 of width 32, top-2.
 SIZES: dict[str, Any] = dict(
     vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
-    num_key_value_heads=2, head_dim=16, max_position_embeddings=128, sliding_window=8,
+    num_key_value_heads=2, head_dim=16, max_position_embeddings=512, sliding_window=8,
     num_experts=4, num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
     shared_expert_intermediate_size=48, n_shared_experts=1, first_k_dense_replace=1,
     q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=12,
@@ -119,3 +119,74 @@ def proof_edits(arch) -> dict[str, tuple]:
         (first, _), (last, e) = shared[0], shared[-1]
         groups["shared expert"] = (NeuronScale(first, 4, 0.0, SHARED), NeuronScale(last, e.shared_width - 1, 3.0, SHARED))
     return groups
+
+
+def _bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def prove(model, folder: Path, src: Path | None = None) -> None:
+    """The proof that surgery edits ``model``'s family (saved under ``folder``, or already at ``src``):
+    every kind of edit its layers offer (proof_edits) changes the run-time output; the bake equals the
+    run-time twin on fp32 logits (≤ 1e-5); exactly the tensors the sites resolve to change and every
+    other byte (a wrapper's vision or audio tower included) is the source's; verify passes; undo
+    restores the source byte for byte; the LoRA adapter equals the edits it can carry and refuses
+    the others in one line. ``model`` is wrapped by the adapter at the end: its last use."""
+    import json
+
+    import pytest
+
+    import surgery
+    from surgery.core.architectures import architecture
+    from surgery.core.checkpoint import Checkpoint, file_sha256
+    from surgery.core.edits import Recipe
+    from surgery.core.errors import RecipeError
+    from surgery.core.resolve import Resolver
+    from surgery.core.sites import all_sites
+    from tests.support.models import load_fp32, logits, stored_tensors
+
+    assert sum(p.numel() for p in model.parameters()) <= MAX_PARAMETERS
+    src = src or save_family(model, folder / "src")
+    ckpt = Checkpoint(src)
+    arch = architecture(ckpt.config)
+    groups = proof_edits(arch)
+    assert "heads" in groups and {"neurons", "experts"} & set(groups), groups
+    recipe = Recipe(tuple(e for edits in groups.values() for e in edits))
+
+    base = logits(model)  # every kind of edit does something at run time: the proof is not vacuous
+    for name, edits in groups.items():
+        assert (logits(model, edits) - base).abs().max().item() > 1e-4, f"the {name} edits change nothing"
+    twin = logits(model, recipe.edits)
+
+    baked = folder / "baked"
+    surgery.apply(recipe, src, baked)  # the bake, and its own check of each edited map
+    assert (logits(load_fp32(baked)) - twin).abs().max().item() <= 1e-5
+
+    before, after = stored_tensors(src), stored_tensors(baked)
+    resolved = {sl.tensor for sl in Resolver(arch, ckpt.tensors).all(all_sites(arch, recipe.active()))}
+    assert before.keys() == after.keys()
+    assert {n for n in before if not _bytes_equal(before[n], after[n])} == resolved
+    if arch.layout.text_model_types:  # a wrapper: its other towers are there (and untouched, above)
+        text = arch.layer_prefix(before).split("layers.")[0]
+        assert [n for n in before if not n.startswith((text, "lm_head."))]
+    assert (src / "config.json").read_bytes() == (baked / "config.json").read_bytes()
+    recorded = {e["tensor"] for e in json.loads((baked / "surgery.json").read_text())["edited_tensors"]}
+    assert recorded == resolved
+
+    report = surgery.verify(src, baked)
+    assert report.ok, report.problems
+    surgery.undo(baked, folder / "restored")
+    for f in src.iterdir():
+        assert file_sha256(f) == file_sha256(folder / "restored" / f.name), f.name
+
+    exact = tuple(e for e in recipe.active() if e.lora_refusal(arch) is None)
+    if len(exact) < len(recipe.active()):
+        with pytest.raises(RecipeError) as exc:
+            surgery.export_lora(src, recipe, folder / "refused")
+        assert "\n" not in str(exc.value) and not (folder / "refused").exists()
+    expected = twin if len(exact) == len(recipe.active()) else logits(model, exact)
+    surgery.export_lora(src, Recipe(exact), folder / "adapter")
+    from peft import PeftModel
+
+    adapted = PeftModel.from_pretrained(model, folder / "adapter").eval()
+    assert (logits(adapted) - expected).abs().max().item() <= 1e-5
