@@ -9,7 +9,7 @@ import pytest
 
 import surgery
 from tests.support.cli import error_line, run_main
-from tests.support.families import build_family, save_family
+from tests.support.coverage import build_family, save_family
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The coverage sweep: every causal-LM model type of the installed transformers is either edited with
 proof on a tiny random model, or refused in one line that says why.
 
-A supported type's proof, on a model built from its own config class (tests/support/families.py):
+A supported type's proof, on a model built from its own config class (tests/support/coverage.py):
 every kind of edit its layers offer (heads, MLP neurons, routed- and shared-expert neurons) changes
 the run-time output; the bake equals the run-time twin on fp32 logits (≤ 1e-5); exactly the tensors
 the sites resolve to change and every other byte (a wrapper's vision or audio tower included) is
@@ -19,7 +19,7 @@ import pytest
 from surgery.core.architectures import ARCHITECTURES, REFUSED, TABLE_LOCATION, architecture
 from surgery.core.coverage import SUPPORTED, UNKNOWN, coverage, representatives
 from surgery.core.errors import UnsupportedArchitecture
-from tests.support.families import build_family, prove
+from tests.support.coverage import build_family, prove
 
 ROWS = coverage()
 EVERY_RUN = set(representatives())

@@ -1,5 +1,5 @@
 """Multimodal wrappers: surgery edits the text decoder and copies the vision or audio tower byte for
-byte (the coverage sweep proves each wrapper row; tests/support/families.py ``prove``); here the
+byte (the coverage sweep proves each wrapper row; tests/support/coverage.py ``prove``); here the
 variants a row must also cover, and find-neurons / find-heads run on the wrapper's text model."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import surgery
 from surgery.core.architectures import architecture
 from surgery.core.checkpoint import Checkpoint
 from tests.support.binding import write_small_benchmark
-from tests.support.families import build_family, prove, save_family, tiny_family_config
+from tests.support.coverage import build_family, prove, save_family, tiny_family_config
 from tests.support.models import stored_tensors
 from tests.support.neuron_pairs import write_pairs
 from tests.support.tokenizer import save_char_tokenizer

@@ -1,4 +1,4 @@
-"""A tiny random model of any causal-LM model type, built from its own config class (no network).
+"""The coverage sweep's tiny random model of any causal-LM model type, built from its own config class (no network).
 
 One generic rule makes a config tiny: every size below that the config class declares (a dataclass
 field, or a standard name its ``attribute_map`` translates, e.g. gpt2's ``n_embd`` for
