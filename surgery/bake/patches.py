@@ -106,7 +106,7 @@ def check_attention(ckpt: Checkpoint, arch: Architecture) -> None:
     """
     prefix = arch.layer_prefix(ckpt.tensors)
     for layer in range(arch.geometry.num_layers):
-        for module, (shape, why) in arch.attention_shapes().items():
+        for module, (shape, why) in arch.at(layer).attention_shapes().items():
             _tensor(ckpt, f"{prefix.format(layer=layer)}{module}.weight", shape, why)
 
 

@@ -53,6 +53,8 @@ class Layout:
     # (a wrapper that AutoModelForCausalLM does not map, e.g. Mistral-3, loads as image-text-to-text).
     text_model_types: tuple[str, ...] = ()
     model_class: str = "AutoModelForCausalLM"
+    # Layers that lack attention inputs or have a wider MLP than the config's top level says (Gemma 4).
+    layer_sizes: "LayerSizes | None" = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,20 @@ class NativeName:
     pattern: str
     loaded: str
     permuted: bool = False
+
+
+@dataclass(frozen=True)
+class LayerSizes:
+    """A family's rules for layers that differ from config.json's top-level sizes (Gemma 4), each a
+    config key: the last ``kv_shared_key`` layers reuse an earlier layer's keys and values (they have
+    no k_proj, v_proj); with ``k_eq_v_key`` true the full-attention layers take their values from
+    k_proj (no v_proj); with ``double_wide_key`` true the kv-shared layers' MLP is twice
+    intermediate_size wide. (Per-layer head sizes come from transformers' ``per_layer_config``,
+    read for every family.)"""
+
+    kv_shared_key: str | None = None
+    k_eq_v_key: str | None = None
+    double_wide_key: str | None = None
 
 
 # Mistral's (and Meta's original Llama) native format, as transformers' conversion script renames
@@ -171,6 +187,17 @@ def _wrapper(text_type: str, *also: str, model_class: str = "AutoModelForCausalL
 
 
 ARCHITECTURES.update({
+    # Gemma 4: full-attention layers with their own head size (per_layer_config), kv-shared layers
+    # without k/v projections (and, with use_double_wide_mlp, a twice-wide MLP).
+    "gemma4_text": Layout(_DECODER, logit_softcap="final_logit_softcapping", layer_sizes=LayerSizes(
+        "num_kv_shared_layers", "attention_k_eq_v", "use_double_wide_mlp")),
+})
+ARCHITECTURES["gemma4_unified_text"] = ARCHITECTURES["gemma4_text"]
+ARCHITECTURES.update({
+    "gemma4": _wrapper("gemma4_text"),
+    "gemma4_unified": _wrapper("gemma4_unified_text"),
+    # Phi-4-multimodal: Phi-3's decoder with its vision and audio encoders beside it (model.embed_tokens_extend).
+    "phi4_multimodal": ARCHITECTURES["phi3"],
     "mistral3": _wrapper("mistral", "ministral3", model_class="AutoModelForImageTextToText"),
     "got_ocr2": _wrapper("qwen2"),
     "moss_transcribe_diarize": _wrapper("qwen3"),
@@ -259,18 +286,30 @@ class Geometry:
     expert_size: int = 0
     shared_size: int = 0
     sparse_layers: frozenset[int] = frozenset()
+    # Layers whose sizes differ from the ones above, as layer → ((field, value), …), and the attention
+    # inputs a layer lacks, as layer → ("k_proj", "v_proj") (empty: every layer is alike).
+    layer_sizes: tuple[tuple[int, tuple[tuple[str, int], ...]], ...] = ()
+    layer_absent: tuple[tuple[int, tuple[str, ...]], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; a dense model's dict has only the dense fields (findings written before MoE
         support record exactly those, and must still match)."""
-        out = {k: v for k, v in self.__dict__.items() if k not in _MOE_FIELDS}
+        out = {k: v for k, v in self.__dict__.items() if k not in _MOE_FIELDS + _LAYER_FIELDS}
         if self.num_experts:
             out.update(num_experts=self.num_experts, expert_size=self.expert_size,
                        shared_size=self.shared_size, sparse_layers=sorted(self.sparse_layers))
+        if self.layer_sizes or self.layer_absent:
+            out.update(layer_sizes={str(i): dict(f) for i, f in self.layer_sizes},
+                       layer_absent={str(i): list(m) for i, m in self.layer_absent})
         return out
+
+    def at(self, layer: int) -> "Geometry":
+        """The sizes of decoder layer ``layer``."""
+        return replace(self, **dict(dict(self.layer_sizes).get(layer, ())), layer_sizes=(), layer_absent=())
 
 
 _MOE_FIELDS = ("num_experts", "expert_size", "shared_size", "sparse_layers")
+_LAYER_FIELDS = ("layer_sizes", "layer_absent")
 
 
 @dataclass(frozen=True)
@@ -413,12 +452,31 @@ class Architecture:
         d = self.geometry.head_dim
         return slice(head * d, (head + 1) * d)
 
+    def at(self, layer: int) -> "Architecture":
+        """The architecture as decoder layer ``layer`` has it: that layer's sizes, and no attention
+        inputs it lacks (a row whose layers are all alike is itself)."""
+        g = self.geometry
+        if not (g.layer_sizes or g.layer_absent):
+            return self
+        absent = dict(g.layer_absent).get(layer, ())
+        return Architecture(self.model_type, replace(self.layout, **dict.fromkeys(absent)), g.at(layer))
+
+    def head_layers(self) -> tuple[int, ...]:
+        """The layers with attention heads at o_proj."""
+        return tuple(range(self.geometry.num_layers))
+
+    def dense_mlp_layers(self) -> tuple[int, ...]:
+        """The layers with a dense MLP (not a mixture of experts)."""
+        return tuple(i for i in range(self.geometry.num_layers) if not self.is_sparse(i))
+
     def layer_edits(self, layer: int) -> "LayerEdits":
         """What decoder layer ``layer`` lets an edit touch (read from the config: no weights)."""
-        g = self.geometry
+        g = self.at(layer).geometry
+        heads = g.num_heads if layer in self.head_layers() else 0
+        neurons = g.intermediate_size if layer in self.dense_mlp_layers() else 0
         if self.is_sparse(layer):
-            return LayerEdits(g.num_heads, 0, g.num_experts, g.expert_size, g.shared_size)
-        return LayerEdits(g.num_heads, g.intermediate_size)
+            return LayerEdits(heads, neurons, g.num_experts, g.expert_size, g.shared_size)
+        return LayerEdits(heads, neurons)
 
     def layer_kinds(self) -> list[tuple[tuple[int, ...], "LayerEdits"]]:
         """The layers grouped by what they let an edit touch, in the order each kind first occurs."""
@@ -502,4 +560,31 @@ def architecture(config: Mapping[str, Any]) -> Architecture:
     if why:
         raise UnsupportedArchitecture(why)
     model_type = str(config.get("model_type"))
-    return Architecture(model_type, ARCHITECTURES[model_type], _geometry(model_type, text_config(config)))
+    layout, cfg = ARCHITECTURES[model_type], text_config(config)
+    return Architecture(model_type, layout, _per_layer(layout, cfg, _geometry(model_type, cfg)))
+
+
+# transformers' per_layer_config keys → the Geometry fields they set for one layer.
+_PER_LAYER_FIELDS = {"head_dim": "head_dim", "num_key_value_heads": "num_kv_heads",
+                     "num_attention_heads": "num_heads", "intermediate_size": "intermediate_size"}
+
+
+def _per_layer(layout: Layout, cfg: Mapping[str, Any], g: Geometry) -> Geometry:
+    """``g`` with the layers that differ: transformers' ``per_layer_config`` (layer → the sizes it
+    overrides) and the row's :class:`LayerSizes` rules."""
+    sizes = {int(layer): {field: int(over[key]) for key, field in _PER_LAYER_FIELDS.items() if key in over}
+             for layer, over in (cfg.get("per_layer_config") or {}).items()}
+    absent: dict[int, tuple[str, ...]] = {}
+    rules, n = layout.layer_sizes, g.num_layers
+    if rules is not None:
+        shared = int(cfg.get(rules.kv_shared_key) or 0) if rules.kv_shared_key else 0
+        for layer in range(n - shared, n):  # transformers: layers from n − shared on reuse keys and values
+            absent[layer] = ("k_proj", "v_proj")
+            if rules.double_wide_key and cfg.get(rules.double_wide_key):
+                sizes.setdefault(layer, {})["intermediate_size"] = 2 * g.intermediate_size
+        if rules.k_eq_v_key and cfg.get(rules.k_eq_v_key):
+            for layer, kind in enumerate((cfg.get("layer_types") or [])[:n]):
+                if kind != "sliding_attention" and layer not in absent:
+                    absent[layer] = ("v_proj",)
+    return replace(g, layer_sizes=tuple((i, tuple(sorted(f.items()))) for i, f in sorted(sizes.items()) if f),
+                   layer_absent=tuple(sorted(absent.items())))

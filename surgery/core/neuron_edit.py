@@ -81,7 +81,7 @@ class NeuronScale(Edit):
                 raise RecipeError(f"{where}: layer {L} is a mixture of experts; name the expert "
                                   f"({L}:eE:{N} for routed expert E"
                                   f"{f', {L}:s:{N} for the shared expert' if ex.shared else ''})")
-            width, what = g.intermediate_size, "intermediate_size"
+            width, what = arch.at(L).geometry.intermediate_size, "intermediate_size"
         elif not arch.is_sparse(L):
             raise RecipeError(f"{where}.expert = {self.expert} but layer {L} is a dense MLP "
                               "(no experts); drop 'expert'")
@@ -103,6 +103,7 @@ class NeuronScale(Edit):
             return self._shared_sites(arch)
         if self.expert is not None:
             return self._expert_sites(arch)
+        arch = arch.at(self.layer)  # its layer's width (Gemma 4's double-wide layers)
         shapes = arch.mlp_shapes()
         down = arch.layout.down_proj
         out = [Site(self.layer, down, "in", (self.neuron,), self.factor, shapes[down], True)]

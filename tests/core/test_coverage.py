@@ -19,7 +19,7 @@ import pytest
 from surgery.core.architectures import ARCHITECTURES, REFUSED, TABLE_LOCATION, architecture
 from surgery.core.coverage import SUPPORTED, UNKNOWN, coverage, representatives
 from surgery.core.errors import UnsupportedArchitecture
-from tests.support.coverage import build_family, prove
+from tests.support.coverage import build_family, prove, table_mismatches
 
 ROWS = coverage()
 EVERY_RUN = set(representatives())
@@ -51,6 +51,18 @@ def test_refused_in_one_line_with_its_reason(model_type):
         architecture({"model_type": model_type})
     assert str(exc.value) == f"model_type '{model_type}' is not supported: {REFUSED[model_type]}"
     assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("model_type", [r.model_type for r in ROWS if r.status == SUPPORTED])
+def test_the_table_describes_the_model_transformers_builds(model_type):
+    """Every supported type, every run (built on the meta device: no weights): each layer's attention
+    and dense MLP matrices have the shapes the table derives from config.json, and the attention
+    inputs the table says a layer lacks are absent."""
+    import torch
+
+    with torch.device("meta"):
+        model = build_family(model_type)
+    assert table_mismatches(model, architecture(model.config.to_dict())) == []
 
 
 @pytest.mark.parametrize("model_type", [_case(r.model_type) for r in ROWS if r.status == SUPPORTED])

@@ -5,7 +5,7 @@ field, or a standard name its ``attribute_map`` translates, e.g. gpt2's ``n_embd
 ``hidden_size``) is set; the config's own ``__post_init__`` then derives the rest (per-layer type
 lists, defaults such as ``n_inner = 4 × n_embd``). Sub-configs (a wrapper's ``text_config``, its
 vision or audio tower) are made tiny the same way, the towers smaller still. ``OVERRIDES`` holds
-the few per-type settings that the rule cannot know, as data.
+the few per-type settings that the rule cannot know, as data (a sub-config's by its model type).
 """
 
 from __future__ import annotations
@@ -30,10 +30,20 @@ SIZES: dict[str, Any] = dict(
 TOWER: dict[str, Any] = dict(
     hidden_size=32, intermediate_size=48, num_hidden_layers=1, depth=1, num_attention_heads=2, num_heads=2,
     embed_dim=32, image_size=28, patch_size=14, out_hidden_size=64, projection_dim=32,
+    num_blocks=1, ext_pw_out_channel=32, depthwise_separable_out_channel=32, nemo_conv_channels=32,
+    mm_embed_dim=32, mm_posemb_size=16, output_proj_dims=32,
 )
 TEXT_KEYS = ("text_config",)
+# Towers a wrapper's default config leaves out, which its releases have (the proof wants them there).
+TOWERS: dict[str, tuple[str, ...]] = {"gemma4": ("vision_config",), "gemma4_unified": ("vision_config",)}
 # Settings the generic rule cannot derive, per model type (merged over the sizes above).
+# Gemma 4: its full-attention layers' own head size and kv heads, values from keys there, a kv-shared
+# last layer with a double-wide MLP, and small per-layer inputs.
+GEMMA4 = dict(global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True, num_kv_shared_layers=1,
+              use_double_wide_mlp=True, hidden_size_per_layer_input=8, vocab_size_per_layer_input=128,
+              layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"])
 OVERRIDES: dict[str, dict[str, Any]] = {
+    "gemma4_text": GEMMA4, "gemma4_unified_text": GEMMA4,
     "gemma3": dict(mm_tokens_per_image=4, image_token_index=127, boi_token_index=125, eoi_token_index=126),
     "mistral3": dict(image_token_index=127, spatial_merge_size=1),
     "got_ocr2": dict(image_token_index=127),
@@ -62,11 +72,13 @@ def tiny_family_config(model_type: str, **overrides: Any):
     cls = CONFIG_MAPPING[model_type]
     kw = _sizes(cls, SIZES)
     default = cls()
-    for key in getattr(cls, "sub_configs", {}) or {}:
+    for key, sub_cls in (getattr(cls, "sub_configs", {}) or {}).items():
         sub = getattr(default, key, None)
+        if sub is None and key in TOWERS.get(model_type, ()):
+            sub = sub_cls()
         if sub is not None and hasattr(sub, "to_dict"):
             sizes = SIZES if key in TEXT_KEYS else TOWER
-            kw[key] = type(sub)(**_sizes(type(sub), sizes))
+            kw[key] = type(sub)(**_sizes(type(sub), sizes), **OVERRIDES.get(type(sub).model_type, {}))
     kw.update(OVERRIDES.get(model_type, {}))
     kw.update(overrides)
     return cls(**kw)
@@ -190,3 +202,26 @@ def prove(model, folder: Path, src: Path | None = None) -> None:
 
     adapted = PeftModel.from_pretrained(model, folder / "adapter").eval()
     assert (logits(adapted) - expected).abs().max().item() <= 1e-5
+
+
+def table_mismatches(model, arch) -> list[str]:
+    """Where the table's per-layer view of ``arch`` (every attention matrix a layer has, its dense MLP,
+    and the attention inputs it lacks) disagrees with the modules transformers built in ``model``."""
+    modules = dict(model.named_modules())
+    prefix = arch.layer_prefix(modules)
+    out = []
+    for layer in range(arch.geometry.num_layers):
+        here, root = arch.at(layer), prefix.format(layer=layer)
+        expected = {m: shape for m, (shape, _) in here.attention_shapes().items()}
+        if layer in arch.dense_mlp_layers():
+            expected.update(here.mlp_shapes())
+        for module, shape in expected.items():
+            got = modules.get(root + module)
+            if got is None or tuple(got.weight.shape) != shape:
+                out.append(f"layer {layer} {module}: table {shape}, model "
+                           f"{'none' if got is None else tuple(got.weight.shape)}")
+        for name in ("q_proj", "k_proj", "v_proj"):
+            module = getattr(arch.layout, name)
+            if module and getattr(here.layout, name) is None and root + module in modules:
+                out.append(f"layer {layer} {module}: the table says the layer has none, the model has one")
+    return out

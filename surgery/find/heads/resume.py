@@ -231,9 +231,10 @@ class Counter:
     @classmethod
     def of(cls, model: nn.Module) -> "Counter":
         layers = decoder_layers(model)
-        cfg = model.config.get_text_config()
-        width = cfg.num_attention_heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
-        return cls(sum(p.numel() for p in layers[0].parameters()), len(layers), width,
+        arch = model_architecture(model)
+        # heads × head_dim from the table, layer by layer (Gemma 4's full-attention heads are wider): the mean
+        widths = [g.num_heads * g.head_dim for g in (arch.at(i).geometry for i in range(len(layers)))]
+        return cls(sum(p.numel() for p in layers[0].parameters()), len(layers), round(sum(widths) / len(widths)),
                    model.get_output_embeddings().weight.numel())
 
     def layer_flops(self, rows: int, length: int, start: int = 0, first: int = 0, end: int | None = None) -> int:
