@@ -68,3 +68,17 @@ def test_the_table_describes_the_model_transformers_builds(model_type):
 @pytest.mark.parametrize("model_type", [_case(r.model_type) for r in ROWS if r.status == SUPPORTED])
 def test_supported_with_proof(model_type, tmp_path):
     prove(build_family(model_type), tmp_path)
+
+
+def test_a_type_new_in_transformers_is_named_not_a_crash(monkeypatch, tmp_path):
+    """A release that adds a causal-LM type: the sweep lists it as unknown (and fails naming it), and
+    every command on such a checkpoint is one line pointing at the table."""
+    from transformers.models.auto import modeling_auto
+
+    monkeypatch.setitem(modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "brand_new", "BrandNewForCausalLM")
+    (row,) = [r for r in coverage() if r.model_type == "brand_new"]
+    assert row.status == UNKNOWN and row.reason == "new in this transformers: add a row or a refusal"
+    with pytest.raises(UnsupportedArchitecture) as exc:
+        architecture({"model_type": "brand_new", "num_hidden_layers": 2})
+    assert str(exc.value).startswith("model_type 'brand_new' is not supported (supported: ")
+    assert str(exc.value).endswith(f"to add it, extend {TABLE_LOCATION}") and "\n" not in str(exc.value)

@@ -129,7 +129,8 @@ def proof_edits(arch) -> dict[str, tuple]:
         groups["experts"] = (NeuronScale(first, 2, 0.0, 1), NeuronScale(last, e.expert_width - 1, 2.0, e.experts - 1))
     if shared:
         (first, _), (last, e) = shared[0], shared[-1]
-        groups["shared expert"] = (NeuronScale(first, 4, 0.0, SHARED), NeuronScale(last, e.shared_width - 1, 3.0, SHARED))
+        groups["shared expert"] = (NeuronScale(first, 4, 0.0, SHARED),
+                                   NeuronScale(last, e.shared_width - 1, 3.0, SHARED))
     return groups
 
 
