@@ -169,13 +169,12 @@ ARCHITECTURES: dict[str, Layout] = {
     "olmoe": Layout(_DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS)),
     "gpt_oss": Layout(_DECODER, experts=Experts(
         ("num_local_experts",), "intermediate_size", None, transposed=True, interleaved=True)),
-    # --- multimodal wrappers (issue 24) ---
-    # The text decoder of a vision or audio model, edited in place; the other towers are copied
-    # byte for byte. Each row is its text model's row under the wrapper's layer prefixes.
 }
 
-# --- multimodal wrappers (issue 24) ---
-# Where transformers 5 keeps a wrapper's text decoder, and where older releases saved it.
+# --- multimodal wrappers and Gemma 4 (issue 24) ---
+# A wrapper's text decoder is edited in place and its other towers are copied byte for byte: its row
+# is the text model's row under the wrapper's layer prefixes, where transformers 5 keeps the text
+# decoder in memory and where it (and releases before 4.52) saves it.
 _WRAPPED = ("model.language_model.layers.{layer}.", "language_model.model.layers.{layer}.")
 
 

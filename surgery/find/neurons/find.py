@@ -17,8 +17,8 @@ from ... import __version__
 from ...bake.patches import check_loadable
 from ...core import distributed
 from ...core.architectures import Architecture, architecture
-from ...core.errors import UnsupportedArchitecture
 from ...core.checkpoint import Checkpoint
+from ...core.errors import UnsupportedArchitecture
 from ...core.progress import Progress, silent
 from ...core.staging import atomic_write_text
 from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
@@ -123,8 +123,9 @@ def check_one_width(arch: Architecture) -> None:
     widths = sorted({arch.at(layer).geometry.intermediate_size for layer in arch.dense_mlp_layers()})
     if len(widths) > 1:
         raise UnsupportedArchitecture(
-            f"{arch.model_type}: its MLP widths differ from layer to layer ({' and '.join(map(str, widths))} neurons), "
-            "and find-neurons scores every layer at one width; prune or scale neurons by name instead "
+            f"{arch.model_type}: its MLP widths differ from layer to layer "
+            f"({' and '.join(map(str, widths))} neurons), and find-neurons scores every layer at one width; "
+            "prune or scale neurons by name instead "
             "(prune-neurons --neurons L:N; Python: prune_neurons(neurons=...))")
 
 
