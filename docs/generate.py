@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Write the documentation pages that are generated from the code, or check that they are current.
 
-    python docs/generate.py          # rewrite docs/reference/cli.md and docs/reference/architectures.md
+    python docs/generate.py          # rewrite docs/reference/cli.md, architectures.md and coverage.md
     python docs/generate.py --check  # exit 1 naming each page that differs from what the code gives
 
 The command reference comes from the click group itself (every command, argument and option with
-its default, bounds, choices and help, as ``--help`` shows them) and the architecture table from
-``surgery.core.architectures.ARCHITECTURES``, so neither can drift from the code:
+its default, bounds, choices and help, as ``--help`` shows them), the architecture table from
+``surgery.core.architectures.ARCHITECTURES``, and the coverage page from ``surgery.core.coverage``
+(the table crossed with the installed transformers' causal-LM types), so none can drift from the code:
 ``tests/docs/test_docs.py`` fails when a committed page differs from what this script writes.
 Run it from the repository root, in an environment where surgery is installed.
 """
@@ -168,6 +169,10 @@ def _experts(layout: Any) -> str:
 
 def _other(layout: Any) -> str:
     parts = []
+    if layout.text_model_types:
+        parts.append(f"wraps a {' or '.join(_code(t) for t in layout.text_model_types)} text decoder")
+    if layout.model_class != "AutoModelForCausalLM":
+        parts.append(f"loads as {_code(layout.model_class)}")
     if layout.text_config_key:
         parts.append(f"text settings under {_code(layout.text_config_key)}")
     if layout.logit_softcap:
@@ -195,10 +200,45 @@ def architectures_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def coverage_table() -> str:
+    """docs/reference/coverage.md: every causal-LM model type of the installed transformers (and every
+    row of the table), supported with proof, refused with the reason, or unknown."""
+    import transformers
+
+    from surgery.core.coverage import SUPPORTED, coverage, representatives
+
+    rows, every_run = coverage(), set(representatives())
+    counts = {status: sum(r.status == status for r in rows) for status in ("supported", "refused", "unknown")}
+
+    def proof(row: Any) -> str:
+        if row.status != SUPPORTED:
+            return ""
+        return "every test run" if row.model_type in every_run else "`pytest -m slow`"
+
+    lines = [BANNER.format(source="surgery/core/coverage.py and the ARCHITECTURES table").rstrip("\n"), "",
+             "# Model coverage", "",
+             f"Every causal-LM `model_type` of transformers {transformers.__version__} (and every row of the "
+             "[architecture table](architectures.md)), as surgery treats it. *Supported*: "
+             "`tests/core/test_coverage.py` builds a tiny random model from the type's own config class and "
+             "proves each edit its layers offer (heads; MLP, routed- and shared-expert neurons): the bake "
+             "equals the run-time edit on fp32 logits (≤ 1e-5), every other byte is the source's (a wrapper's "
+             "vision or audio tower included), verify passes, undo restores the source byte for byte, and the "
+             "LoRA adapter equals the edit or is refused in one line. Every test run proves one type per "
+             "distinct table row; `pytest -m slow` proves them all. *Refused*: any command stops with one "
+             "line giving the reason below. *Unknown*: new in this transformers release; the sweep fails "
+             "until the table has a row or a refusal for it.", "",
+             f"{counts['supported']} supported, {counts['refused']} refused, {counts['unknown']} unknown.", "",
+             "| model_type | status | what an edit may touch | proven in | reason |", "|---|---|---|---|---|"]
+    lines += [f"| `{r.model_type}` | {r.status} | {_cell(r.editable)} | {proof(r)} | {_cell(r.reason)} |"
+              for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 # Page (relative to docs/) → the function that writes it.
 PAGES: dict[str, Callable[[], str]] = {
     "reference/cli.md": cli_reference,
     "reference/architectures.md": architectures_table,
+    "reference/coverage.md": coverage_table,
 }
 
 

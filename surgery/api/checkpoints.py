@@ -13,25 +13,35 @@ from .baking import Baked, bake_recipe
 
 if TYPE_CHECKING:
     from ..bake.verify import Report
+    from ..core.architectures import LayerEdits
 
 
 def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) -> dict[str, Any]:
-    """What ``model`` is, read from its config and safetensors headers (no weights loaded):
-    architecture, layers, heads, kv heads, head_dim, sizes, dtypes, shards, its experts, MLA sizes, and
-    for a hybrid model each kind of layer with what an edit may touch there (heads, neurons, experts)."""
-    from ..core.architectures import architecture
+    """What ``model`` is and what surgery may edit in it, read from its config and safetensors headers
+    (no weights loaded): architecture, layers, heads, kv heads, head_dim, sizes, dtypes, shards, its
+    experts, MLA sizes, and per kind of layer what an edit may touch and what it refuses and why
+    (``layer_kinds``; a hybrid model's kinds of layer by name). A model surgery does not edit says why
+    (``supported``: false, ``refused``: the one-line reason); a config whose sizes contradict its
+    tensors is an error naming the tensor."""
+    from ..bake.patches import check_layers
+    from ..core.architectures import architecture, refusal
 
     load = typed(LoadSpec, options, load)
     no_other_options("inspect", options, LoadSpec)
     ckpt, source = open_checkpoint(str(model), load)
+    files = {"dtypes": sorted({t.dtype for t in ckpt.tensors.values()}), "shards": len(ckpt.weight_files),
+             "tensors": len(ckpt.tensors), "bytes": ckpt.total_bytes()}
+    why = refusal(ckpt.config)
+    if why:
+        return {"path": str(source.path), "model_type": ckpt.config.get("model_type"), "supported": False,
+                "refused": why, **files}
     arch = architecture(ckpt.config)
+    check_layers(ckpt, arch)
     g = arch.geometry
     info = {
-        "path": str(source.path), "model_type": arch.model_type, "layers": g.num_layers,
+        "path": str(source.path), "model_type": arch.model_type, "supported": True, "layers": g.num_layers,
         "heads": g.num_heads, "kv_heads": g.num_kv_heads, "head_dim": g.head_dim,
-        "hidden_size": g.hidden_size, "mlp_width": g.intermediate_size,
-        "dtypes": sorted({t.dtype for t in ckpt.tensors.values()}),
-        "shards": len(ckpt.weight_files), "tensors": len(ckpt.tensors), "bytes": ckpt.total_bytes(),
+        "hidden_size": g.hidden_size, "mlp_width": g.intermediate_size, **files,
         "layer_prefix": arch.layer_prefix(ckpt.tensors).format(layer="N"),
     }
     if g.sparse_layers:  # mixture of experts: neurons are named L:eE:N (routed), L:s:N (shared)
@@ -44,9 +54,25 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
         info["mla"] = dict(g.mla.__dict__)
     if g.o_groups:  # DeepSeek-V4: a head is its columns of o_a_proj within its group's rows
         info.update(o_groups=g.o_groups, o_lora_rank=g.o_rank)
-    if kinds := arch.kinds_summary():  # a hybrid model: what an edit may touch in each kind of layer
-        info["layer_kinds"] = kinds
+    info["layer_kinds"] = [{"layers": list(layers), **kind.to_dict(), "summary": _summary(layers, kind)}
+                           for layers, kind in arch.layer_kinds()]
     return info
+
+
+def _summary(layers: tuple[int, ...], kind: LayerEdits) -> str:
+    """One line for a kind of layer, e.g. "layers 0–2, 5 (full_attention): 4 heads; 48 MLP neurons"."""
+    return f"layers {_spans(layers)}{f' ({kind.kind})' if kind.kind else ''}: {kind.text()}"
+
+
+def _spans(numbers: tuple[int, ...]) -> str:
+    """``(0, 1, 2, 5)`` → ``"0–2, 5"``."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"{a}–{b}" if b > a else str(a) for a, b in runs)
 
 
 def apply(recipe: Recipe | str | Path, model: str | Path, out: str | Path, *, verify: bool = True,

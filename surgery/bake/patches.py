@@ -106,8 +106,35 @@ def check_attention(ckpt: Checkpoint, arch: Architecture) -> None:
     """
     prefix = arch.layer_prefix(ckpt.tensors)
     for layer in arch.head_layers():  # a hybrid model's other layers have no such attention
-        for module, (shape, why) in arch.attention_shapes().items():
+        for module, (shape, why) in arch.at(layer).attention_shapes().items():  # at its own sizes (Gemma 4)
             _tensor(ckpt, f"{prefix.format(layer=layer)}{arch.stored_module(module)}.weight", shape, why)
+
+
+def _probes(arch: Architecture, layer: int) -> list[Edit]:
+    """One edit of each kind ``layer`` offers, on its last head or neuron (and first and last expert):
+    together they resolve to every tensor an edit of that layer may touch, at its full shape."""
+    from ..core.edits import SHARED, HeadScale, NeuronScale
+
+    e = arch.layer_edits(layer)
+    probes: list[Edit] = [HeadScale(layer, e.heads - 1, 0.5)] if e.heads else []
+    if e.neurons:
+        probes.append(NeuronScale(layer, e.neurons - 1, 0.0))
+    probes += [NeuronScale(layer, e.expert_width - 1, 0.0, x) for x in sorted({0, e.experts - 1}) if e.experts]
+    if e.shared_width:
+        probes.append(NeuronScale(layer, e.shared_width - 1, 0.0, SHARED))
+    return probes
+
+
+def check_layers(ckpt: Checkpoint, arch: Architecture) -> None:
+    """Every tensor an edit of any kind may touch, in every layer, is in the checkpoint with the shape
+    config.json gives (attention inputs included): read from the headers alone, a config that
+    contradicts its weights is one line naming the tensor and the shape it should have."""
+    check_attention(ckpt, arch)
+    resolver = Resolver(arch, ckpt.tensors)
+    for layer in range(arch.geometry.num_layers):
+        for edit in _probes(arch, layer):
+            for sl in resolver.all(sites(arch, edit)):
+                _tensor(ckpt, sl.tensor, sl.shape)
 
 
 def check_loadable(ckpt: Checkpoint) -> None:

@@ -27,7 +27,8 @@ def _size(n: int) -> str:
 @model_argument(runs_model=False)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
-    """Show architecture, layers, heads, head_dim, MLP width, dtype, shards and size."""
+    """Show architecture, layers, heads, head_dim, MLP width, dtype, shards, size, and what an edit may
+    touch in each kind of layer (or why the model is refused)."""
     info = api.inspect(model, load=load)
     if as_json:
         print_json(info)
@@ -35,20 +36,14 @@ def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
     table = Table(title=f"{model}", show_header=False)
     for key, value in info.items():
         if key == "layer_kinds":
-            for kind, row in value.items():
-                table.add_row(f"{kind} layers", _kind_text(row))
+            for kind in value:
+                table.add_row("editable", kind["summary"])
         elif isinstance(value, dict):
             table.add_row(key, ", ".join(f"{k} {v}" for k, v in value.items()))
         else:
             table.add_row(key, _size(value) if key == "bytes" else ", ".join(value) if isinstance(value, list)
                           else str(value))
     out.print(table)
-
-
-def _kind_text(row: dict) -> str:
-    """One kind of layer of a hybrid model: its layers and what an edit may touch there."""
-    can = [what for what in ("heads", "neurons", "experts") if row[what]]
-    return f"{', '.join(map(str, row['layers']))}: {', '.join(can) if can else 'nothing editable'}"
 
 
 @cli.command()

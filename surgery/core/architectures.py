@@ -79,6 +79,13 @@ class Layout:
     # Whether attention reads the prompt's tokens as its keys and nothing else (DeepSeek-V4 also reads
     # compressed blocks of them): find-heads' per-token binding features and edge knockouts need it.
     token_keys: bool = True
+    # A multimodal wrapper: the model types its text_config may name (the text decoder this row
+    # describes; empty: not a wrapper), and the transformers auto class that loads the whole model
+    # (a wrapper that AutoModelForCausalLM does not map, e.g. Mistral-3, loads as image-text-to-text).
+    text_model_types: tuple[str, ...] = ()
+    model_class: str = "AutoModelForCausalLM"
+    # Layers that lack attention inputs or have a wider MLP than the config's top level says (Gemma 4).
+    layer_sizes: "LayerSizes | None" = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,20 @@ class NativeName:
     pattern: str
     loaded: str
     permuted: bool = False
+
+
+@dataclass(frozen=True)
+class LayerSizes:
+    """A family's rules for layers that differ from config.json's top-level sizes (Gemma 4), each a
+    config key: the last ``kv_shared_key`` layers reuse an earlier layer's keys and values (they have
+    no k_proj, v_proj); with ``k_eq_v_key`` true the full-attention layers take their values from
+    k_proj (no v_proj); with ``double_wide_key`` true the kv-shared layers' MLP is twice
+    intermediate_size wide. (Per-layer head sizes come from transformers' ``per_layer_config``,
+    read for every family.)"""
+
+    kv_shared_key: str | None = None
+    k_eq_v_key: str | None = None
+    double_wide_key: str | None = None
 
 
 # Mistral's (and Meta's original Llama) native format, as transformers' conversion script renames
@@ -237,6 +258,17 @@ ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 LEGACY_KINDS = {"mamba": "linear_attention", "attention": "full_attention",
                 "deepseek_sparse_attention": "indexed_attention", "qwen_sparse_attention": "indexed_attention"}
 
+# What a hybrid model's layer of a kind holds that surgery does not edit, and why, by (side, kind):
+# "heads" for a layer outside the row's attention kinds, "mlp" for one without a dense MLP or the
+# row's experts. A kind not listed holds no such part (e.g. Nemotron-H's attention-only layers).
+_UNDESCRIBED_EXPERTS = "experts (this table row does not describe its mixture of experts)"
+KIND_REFUSALS: dict[tuple[str, str], str] = {
+    ("heads", "linear_attention"): "heads of linear attention or a state-space scan (only softmax-attention heads "
+                                   "are edited)",
+    ("heads", "conv"): "a short convolution in place of attention (no heads)",
+    **{("mlp", kind): _UNDESCRIBED_EXPERTS for kind in ("sparse", "moe", "hash_moe")},
+}
+
 
 # MLA rows: no q/k/v of their own (Mla names the matrices); the MLP kinds of DeepSeek-style MoE configs.
 _MLA_ATTENTION: dict[str, Any] = dict(mla=Mla(), q_proj=None, k_proj=None, v_proj=None)
@@ -270,6 +302,7 @@ ARCHITECTURES: dict[str, Layout] = {
     "gemma3": Layout(
         ("model.language_model.layers.{layer}.", "language_model.model.layers.{layer}."),
         text_config_key="text_config",  # its forward applies no soft-cap (transformers 5.24)
+        text_model_types=("gemma3_text",),
     ),
     "phi3": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj",
                    q_proj=None, k_proj=None, v_proj=None, qkv_proj="self_attn.qkv_proj"),
@@ -317,8 +350,6 @@ ARCHITECTURES: dict[str, Layout] = {
                       ("self_attn.kv_proj", "attn.wkv"))),
     # Hybrid layers: heads in the softmax-attention layers only, MLP neurons where a dense MLP is.
     "qwen3_5_text": Layout(_DECODER, layer_kinds=_QWEN_HYBRID, q_gate=True),
-    "qwen3_5": Layout(("model.language_model.layers.{layer}.",), text_config_key="text_config",
-                      layer_kinds=_QWEN_HYBRID, q_gate=True),
     "qwen3_next": Layout(_DECODER, layer_kinds=_QWEN_HYBRID, q_gate=True, experts=Experts(
         ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_expert",
         shared_size_key="shared_expert_intermediate_size", sparse_step_key="decoder_sparse_step",
@@ -366,10 +397,76 @@ ARCHITECTURES: dict[str, Layout] = {
         mlp_kinds=_DEEPSEEK_MLP),
 }
 
+# --- multimodal wrappers and Gemma 4 (issue 24) ---
+# A wrapper's text decoder is edited in place and its other towers are copied byte for byte: its row
+# is the text model's row under the wrapper's layer prefixes, where transformers 5 keeps the text
+# decoder in memory and where it (and releases before 4.52) saves it.
+_WRAPPED = ("model.language_model.layers.{layer}.", "language_model.model.layers.{layer}.")
+
+
+def _wrapper(text_type: str, *also: str, model_class: str = "AutoModelForCausalLM") -> Layout:
+    """The row of a wrapper around a ``text_type`` decoder (or one of ``also``, laid out alike):
+    that decoder's row under the wrapper's prefixes, its sizes read from ``text_config``."""
+    return replace(ARCHITECTURES[text_type], layer_prefixes=_WRAPPED, text_config_key="text_config",
+                   text_model_types=(text_type, *also), model_class=model_class, native_names=())
+
+
+ARCHITECTURES.update({
+    # Gemma 4: full-attention layers with their own head size (per_layer_config), kv-shared layers
+    # without k/v projections (and, with use_double_wide_mlp, a twice-wide MLP).
+    "gemma4_text": Layout(_DECODER, logit_softcap="final_logit_softcapping", layer_sizes=LayerSizes(
+        "num_kv_shared_layers", "attention_k_eq_v", "use_double_wide_mlp")),
+})
+ARCHITECTURES["gemma4_unified_text"] = ARCHITECTURES["gemma4_text"]
+ARCHITECTURES.update({
+    "gemma4": _wrapper("gemma4_text"),
+    "qwen3_5": _wrapper("qwen3_5_text"),  # the hybrid decoder of the MLA, DeepSeek-V4 and hybrid rows' section
+    "gemma4_unified": _wrapper("gemma4_unified_text"),
+    # Phi-4-multimodal: Phi-3's decoder with its vision and audio encoders beside it (model.embed_tokens_extend).
+    "phi4_multimodal": ARCHITECTURES["phi3"],
+    "mistral3": _wrapper("mistral", "ministral3", model_class="AutoModelForImageTextToText"),
+    "got_ocr2": _wrapper("qwen2"),
+    "moss_transcribe_diarize": _wrapper("qwen3"),
+})
+
 TABLE_LOCATION = "surgery/core/architectures.py (the ARCHITECTURES table)"
 
-# --- MLA, DeepSeek-V4, hybrid layers (issue 24): causal-LM types refused, and why ---
+# --- coverage (issue 24) ---
+# The causal-LM model types of transformers that surgery refuses, each with the reason that
+# architecture() gives in its one line. Every causal-LM type of the installed transformers is a row
+# of ARCHITECTURES or a key here (tests/core/test_coverage.py fails naming any other).
+_ENCODER = ("a BERT-style bidirectional encoder with a language-model head (transformers runs it causally "
+            "with is_decoder=True), not a decoder-only LM")
+_SEQ2SEQ = "the decoder of an encoder-decoder model (its layers cross-attend to the encoder's output)"
+_MAMBA = "Mamba layers only: no attention heads, and no MLP (the mixer gates a selective state-space scan)"
+_DRAFTER = ("a speculative-decoding drafter: it runs only on its target model's embeddings and key/value "
+            "states (inputs_embeds, shared_kv_states), not on token ids")
 REFUSED: dict[str, str] = {
+    **dict.fromkeys(("bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie",
+                     "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer",
+                     "xlm-roberta", "xlm-roberta-xl", "xmod"), _ENCODER),
+    **dict.fromkeys(("bart", "bigbird_pegasus", "blenderbot", "blenderbot-small", "marian", "mbart", "mvp",
+                     "pegasus", "plbart", "prophetnet", "trocr", "whisper"), _SEQ2SEQ),
+    **dict.fromkeys(("mamba", "mamba2", "falcon_mamba"), _MAMBA),
+    **dict.fromkeys(("gemma4_assistant", "gemma4_unified_assistant"), _DRAFTER),
+    "musicgen": "an audio-code decoder (MusicGen): it predicts several codebooks at once, cross-attending to a "
+                "text encoder, not a text causal LM",
+    "musicgen_melody": "an audio-code decoder (MusicGen Melody): it predicts several codebooks at once from "
+                       "prepended audio and text conditioning, not a text causal LM",
+    "rwkv": "RWKV layers: time mixing in place of attention (no heads) and a receptance-gated channel mix",
+    "xlstm": "xLSTM layers: mLSTM recurrent cells in place of attention (no heads); neuron-only editing of its "
+             "feed-forward blocks is not implemented",
+    "xlm": "XLM: a masked-LM encoder (causal only as a pretraining option) whose attention and feed-forward blocks "
+           "are separate module lists, not decoder layers",
+    "xlnet": "XLNet: a permutation language model with two-stream relative attention, not a causal decoder",
+    "reformer": "Reformer: reversible layers (two residual streams) with LSH and chunked local attention",
+    "git": "GIT: its text layers are a BERT-style encoder over image and text tokens (git.encoder.layer), not a "
+           "decoder-only LM",
+    "blt": "Byte Latent Transformer: three stacks of layers (local encoder, global transformer, local decoder) "
+           "joined by cross-attention, so a layer index names no single layer",
+    "hrm_text": "Hierarchical Reasoning Model: two stacks of layers (H_module, L_module) run in nested cycles, so "
+                "a layer index names no single layer",
+    # hybrid layers sharing one block, and mixed attention shapes (the MLA, DeepSeek-V4 and hybrid rows' section)
     "zamba": "its attention and MLP are one shared block reused by every hybrid layer: an edit of one layer "
              "would edit them all",
     "zamba2": "its attention and MLP blocks are shared across hybrid layers (with per-layer adapters): an edit "
@@ -377,6 +474,33 @@ REFUSED: dict[str, str] = {
     "dots3_note": "its layers mix MLA (indexed attention) and plain attention with different head sizes",
     "dots3_note_text": "its layers mix MLA (indexed attention) and plain attention with different head sizes",
 }
+
+
+def refusal(config: Mapping[str, Any]) -> str | None:
+    """Why the table cannot edit a model of this config (one line), or None when it can.
+
+    Read from config.json alone: an unknown or refused model_type, or a wrapper whose text model
+    is not the decoder its row describes.
+    """
+    model_type = str(config.get("model_type"))
+    layout = ARCHITECTURES.get(model_type)
+    if layout is None and model_type in REFUSED:
+        return f"model_type '{model_type}' is not supported: {REFUSED[model_type]}"
+    if layout is None:
+        return (f"model_type '{model_type}' is not supported (supported: {', '.join(sorted(ARCHITECTURES))}); "
+                f"to add it, extend {TABLE_LOCATION}")
+    text_type = text_config(config).get("model_type")
+    if layout.text_model_types and text_type is not None and text_type not in layout.text_model_types:
+        return (f"{model_type}: its text_config has model_type '{text_type}', but the table's {model_type} row "
+                f"describes a {' or '.join(layout.text_model_types)} text decoder; extend {TABLE_LOCATION}")
+    return None
+
+
+def model_class(model_type: str) -> str:
+    """The transformers auto class that loads a whole ``model_type`` checkpoint (for a wrapper, with
+    its other towers)."""
+    layout = ARCHITECTURES.get(model_type)
+    return layout.model_class if layout else "AutoModelForCausalLM"
 
 
 @dataclass(frozen=True)
@@ -402,11 +526,15 @@ class Geometry:
     mlp_kinds: tuple[str, ...] = ()
     o_groups: int = 0
     o_rank: int = 0
+    # Layers whose sizes differ from the ones above, as layer → ((field, value), …), and the attention
+    # inputs a layer lacks, as layer → ("k_proj", "v_proj") (empty: every layer is alike).
+    layer_sizes: tuple[tuple[int, tuple[tuple[str, int], ...]], ...] = ()
+    layer_absent: tuple[tuple[int, tuple[str, ...]], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; a dense model's dict has only the dense fields (findings written before MoE
         support record exactly those, and must still match)."""
-        out = {k: v for k, v in self.__dict__.items() if k not in _MOE_FIELDS + _SHAPE_FIELDS}
+        out = {k: v for k, v in self.__dict__.items() if k not in _MOE_FIELDS + _SHAPE_FIELDS + _LAYER_FIELDS}
         if self.num_experts:
             out.update(num_experts=self.num_experts, expert_size=self.expert_size,
                        shared_size=self.shared_size, sparse_layers=sorted(self.sparse_layers))
@@ -414,11 +542,19 @@ class Geometry:
         for k in _SHAPE_FIELDS:
             if v := getattr(self, k):
                 out[k] = dict(v.__dict__) if isinstance(v, MlaSizes) else list(v) if isinstance(v, tuple) else v
+        if self.layer_sizes or self.layer_absent:
+            out.update(layer_sizes={str(i): dict(f) for i, f in self.layer_sizes},
+                       layer_absent={str(i): list(m) for i, m in self.layer_absent})
         return out
+
+    def at(self, layer: int) -> "Geometry":
+        """The sizes of decoder layer ``layer``."""
+        return replace(self, **dict(dict(self.layer_sizes).get(layer, ())), layer_sizes=(), layer_absent=())
 
 
 _MOE_FIELDS = ("num_experts", "expert_size", "shared_size", "sparse_layers")
 _SHAPE_FIELDS = ("mla", "layer_kinds", "mlp_kinds", "o_groups", "o_rank")
+_LAYER_FIELDS = ("layer_sizes", "layer_absent")
 
 
 @dataclass(frozen=True)
@@ -607,22 +743,79 @@ class Architecture:
         convolution or compressed state): a shared prefix or a resumed pass may slice its cache."""
         return self.layout.kv_cache and all(k in ATTENTION_KINDS for k in self.geometry.layer_kinds)
 
-    def kinds_summary(self) -> dict[str, dict[str, Any]]:
-        """Per layer kind of a hybrid model: its layers and what an edit may touch there (heads,
-        dense MLP neurons); empty for a model whose layers are all alike."""
+    def at(self, layer: int) -> "Architecture":
+        """The architecture as decoder layer ``layer`` has it: that layer's sizes, and no attention
+        inputs it lacks (a row whose layers are all alike is itself)."""
         g = self.geometry
-        if not (g.layer_kinds or g.mlp_kinds):
-            return {}
-        heads, mlp = set(self.head_layers()), set(self.dense_mlp_layers())
-        out: dict[str, dict[str, Any]] = {}
-        for i in range(g.num_layers):
-            # the attention side's kind and the MLP side's, once where one list says both (Nemotron-H)
-            kind = " + ".join(dict.fromkeys(k for k in (self.layer_kind(i), g.mlp_kinds[i] if g.mlp_kinds else None)
-                                            if k))
-            row = out.setdefault(kind, {"layers": [], "heads": i in heads, "neurons": i in mlp,
-                                        "experts": self.is_sparse(i)})
-            row["layers"].append(i)
-        return out
+        if not (g.layer_sizes or g.layer_absent):
+            return self
+        absent = dict(g.layer_absent).get(layer, ())
+        return Architecture(self.model_type, replace(self.layout, **dict.fromkeys(absent)), g.at(layer))
+
+    def kind_name(self, layer: int) -> str:
+        """A hybrid model's kind of ``layer``: its attention side's and its MLP side's, once where one
+        list says both (Nemotron-H), e.g. "linear_attention + sparse"; "" for a model whose layers are alike."""
+        g = self.geometry
+        return " + ".join(dict.fromkeys(k for k in (self.layer_kind(layer), g.mlp_kinds[layer] if g.mlp_kinds
+                                                    else None) if k))
+
+    def refused_parts(self, layer: int) -> tuple[str, ...]:
+        """What a hybrid model's ``layer`` holds that surgery does not edit, each with its reason
+        (:data:`KIND_REFUSALS`): heads outside the row's attention kinds, experts the row does not describe."""
+        g, why = self.geometry, []
+        if g.layer_kinds and layer not in self.head_layers():
+            why.append(KIND_REFUSALS.get(("heads", g.layer_kinds[layer])))
+        if g.mlp_kinds and layer not in self.dense_mlp_layers() and not self.is_sparse(layer):
+            why.append(KIND_REFUSALS.get(("mlp", g.mlp_kinds[layer])))
+        return tuple(dict.fromkeys(w for w in why if w))
+
+    def layer_edits(self, layer: int) -> "LayerEdits":
+        """What decoder layer ``layer`` lets an edit touch, at its own sizes, and what it holds that
+        surgery refuses (read from the config: no weights)."""
+        g = self.at(layer).geometry
+        heads = g.num_heads if layer in self.head_layers() else 0
+        neurons = g.intermediate_size if layer in self.dense_mlp_layers() else 0
+        experts = (g.num_experts, g.expert_size, g.shared_size) if self.is_sparse(layer) else (0, 0, 0)
+        return LayerEdits(heads, neurons, *experts, refused=self.refused_parts(layer), kind=self.kind_name(layer))
+
+    def layer_kinds(self) -> list[tuple[tuple[int, ...], "LayerEdits"]]:
+        """The layers grouped by what they let an edit touch, in the order each kind first occurs."""
+        kinds: dict[LayerEdits, list[int]] = {}
+        for layer in range(self.geometry.num_layers):
+            kinds.setdefault(self.layer_edits(layer), []).append(layer)
+        return [(tuple(layers), kind) for kind, layers in kinds.items()]
+
+
+@dataclass(frozen=True)
+class LayerEdits:
+    """What one decoder layer lets an edit touch: ``heads`` attention heads, ``neurons`` dense MLP
+    neurons, ``experts`` routed experts of ``expert_width`` neurons each and a shared expert of
+    ``shared_width`` neurons (0: the layer has none); ``refused`` names what the layer holds that
+    surgery does not edit, each with its reason; ``kind``: a hybrid model's kind of layer."""
+
+    heads: int
+    neurons: int
+    experts: int = 0
+    expert_width: int = 0
+    shared_width: int = 0
+    refused: tuple[str, ...] = ()
+    kind: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: only what the layer has (and what it refuses)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items() if v}
+
+    def text(self) -> str:
+        """One line, e.g. "4 heads; 4 experts × 16 neurons; shared expert: 24 neurons", or "nothing;
+        refused: …" for a layer an edit cannot touch."""
+        parts = [f"{self.heads} heads"] if self.heads else []
+        if self.neurons:
+            parts.append(f"{self.neurons} MLP neurons")
+        if self.experts:
+            parts.append(f"{self.experts} experts × {self.expert_width} neurons")
+        if self.shared_width:
+            parts.append(f"shared expert: {self.shared_width} neurons")
+        return "; ".join((parts or ["nothing"]) + [f"refused: {why}" for why in self.refused])
 
 
 # --- MLA, DeepSeek-V4's grouped output, hybrid layer kinds (issue 24): shapes and kinds from the config ---
@@ -802,14 +995,36 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
 
 
 def architecture(config: Mapping[str, Any]) -> Architecture:
-    """Look up a config dict (config.json) in the table."""
-    model_type = config.get("model_type")
-    layout = ARCHITECTURES.get(str(model_type))
-    if str(model_type) in REFUSED:
-        raise UnsupportedArchitecture(f"model_type '{model_type}' is not supported: {REFUSED[str(model_type)]}")
-    if layout is None:
-        raise UnsupportedArchitecture(
-            f"model_type '{model_type}' is not supported (supported: "
-            f"{', '.join(sorted(ARCHITECTURES))}); to add it, extend {TABLE_LOCATION}"
-        )
-    return Architecture(str(model_type), layout, _geometry(str(model_type), text_config(config)))
+    """Look up a config dict (config.json) in the table; a refused family is one line saying why."""
+    why = refusal(config)
+    if why:
+        raise UnsupportedArchitecture(why)
+    model_type = str(config.get("model_type"))
+    layout, cfg = ARCHITECTURES[model_type], text_config(config)
+    return Architecture(model_type, layout, _per_layer(layout, cfg, _geometry(model_type, cfg)))
+
+
+# transformers' per_layer_config keys → the Geometry fields they set for one layer.
+_PER_LAYER_FIELDS = {"head_dim": "head_dim", "num_key_value_heads": "num_kv_heads",
+                     "num_attention_heads": "num_heads", "intermediate_size": "intermediate_size"}
+
+
+def _per_layer(layout: Layout, cfg: Mapping[str, Any], g: Geometry) -> Geometry:
+    """``g`` with the layers that differ: transformers' ``per_layer_config`` (layer → the sizes it
+    overrides) and the row's :class:`LayerSizes` rules."""
+    sizes = {int(layer): {field: int(over[key]) for key, field in _PER_LAYER_FIELDS.items() if key in over}
+             for layer, over in (cfg.get("per_layer_config") or {}).items()}
+    absent: dict[int, tuple[str, ...]] = {}
+    rules, n = layout.layer_sizes, g.num_layers
+    if rules is not None:
+        shared = int(cfg.get(rules.kv_shared_key) or 0) if rules.kv_shared_key else 0
+        for layer in range(n - shared, n):  # transformers: layers from n − shared on reuse keys and values
+            absent[layer] = ("k_proj", "v_proj")
+            if rules.double_wide_key and cfg.get(rules.double_wide_key):
+                sizes.setdefault(layer, {})["intermediate_size"] = 2 * g.intermediate_size
+        if rules.k_eq_v_key and cfg.get(rules.k_eq_v_key):
+            for layer, kind in enumerate((cfg.get("layer_types") or [])[:n]):
+                if kind != "sliding_attention" and layer not in absent:
+                    absent[layer] = ("v_proj",)
+    return replace(g, layer_sizes=tuple((i, tuple(sorted(f.items()))) for i, f in sorted(sizes.items()) if f),
+                   layer_absent=tuple(sorted(absent.items())))

@@ -47,15 +47,16 @@ class HeadScale(Edit):
     def validate(self, arch: "Architecture", where: str) -> None:
         check_scale(self.alpha, where)
         check_layer(arch, self.layer, where)
-        n = arch.geometry.num_heads
+        n = arch.at(self.layer).geometry.num_heads
         if self.head >= n:
             raise RecipeError(f"{where}.head = {self.head} but the model has num_attention_heads = {n} "
                               f"(valid: 0..{n - 1})")
         check_head_layer(arch, self.layer, where)
 
     def sites(self, arch: "Architecture") -> list[Site]:
-        """A head is the d input columns of o_proj that carry its output (DeepSeek-V4: within the rows
-        of its group of the grouped o_a_proj)."""
+        """A head is the d input columns of o_proj that carry its output (d: its layer's head_dim;
+        DeepSeek-V4: within the rows of its group of the grouped o_a_proj)."""
+        arch = arch.at(self.layer)
         o_proj = arch.layout.o_proj
         shape, _ = arch.attention_shapes()[o_proj]
         cols = arch.head_columns(self.head)

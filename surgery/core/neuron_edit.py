@@ -84,7 +84,7 @@ class NeuronScale(Edit):
                                   f"({L}:eE:{N} for routed expert E"
                                   f"{f', {L}:s:{N} for the shared expert' if ex.shared else ''})")
             check_dense_mlp(arch, L, where)
-            width, what = g.intermediate_size, "intermediate_size"
+            width, what = arch.at(L).geometry.intermediate_size, "intermediate_size"
         elif ex is None and arch.geometry.mlp_kinds and L not in arch.dense_mlp_layers():
             raise RecipeError(f"{where}.expert = {self.expert} but surgery does not edit the experts of this "
                               f"{arch.model_type} model (its table row has none); extend {TABLE_LOCATION}")
@@ -109,6 +109,7 @@ class NeuronScale(Edit):
             return self._shared_sites(arch)
         if self.expert is not None:
             return self._expert_sites(arch)
+        arch = arch.at(self.layer)  # its layer's width (Gemma 4's double-wide layers)
         shapes = arch.mlp_shapes()
         down = arch.layout.down_proj
         out = [Site(self.layer, down, "in", (self.neuron,), self.factor, shapes[down], True)]

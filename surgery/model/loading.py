@@ -207,16 +207,27 @@ def _placement(path: Path, load: LoadSpec, device: str, dtype) -> dict[str, Any]
     return {"device_map": _module_map(path, load, budget, dtype), "offload_folder": folder}
 
 
+def auto_class(model_type: str):
+    """The transformers auto class that loads a ``model_type`` checkpoint whole (the table says:
+    AutoModelForCausalLM, or for a wrapper it does not map, e.g. Mistral-3, AutoModelForImageTextToText)."""
+    import transformers
+
+    from ..core.architectures import model_class
+
+    return getattr(transformers, model_class(model_type))
+
+
 def _module_map(path: Path, load: LoadSpec, budget: dict | None, dtype) -> dict[str, Any]:
     """accelerate's placement, one entry per module: its default map merges a run of modules on the
     same device into their parent, and a model wholly on disk (``{"": "disk"}``) is then brought
     into memory whole on every forward pass, not a layer at a time."""
     from accelerate import infer_auto_device_map, init_empty_weights
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(str(path), trust_remote_code=load.trust_remote_code)
     with init_empty_weights():
-        empty = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=load.trust_remote_code)
+        empty = auto_class(config.model_type).from_config(config, dtype=dtype,
+                                                          trust_remote_code=load.trust_remote_code)
     # Built on meta, tied embeddings (SmolLM2, Gemma) are two separate tensors until tied: accelerate
     # would then place lm_head apart from embed_tokens, e.g. on disk, where the loader never writes
     # it (the checkpoint has no lm_head.weight), and the first forward fails with a KeyError.
@@ -228,7 +239,7 @@ def _module_map(path: Path, load: LoadSpec, budget: dict | None, dtype) -> dict[
 def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     """Load a checkpoint for computation: safetensors only, no remote code unless asked, eval mode,
     on ``load``'s device in its dtype (or spread by accelerate with ``--device-map auto``)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
 
     device = resolve_device(distributed.rank_device(load.device))  # under torchrun: this rank's GPU
@@ -237,7 +248,8 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     hf_logging.disable_progress_bar()  # our own progress bars are the ones users should see
     own_folder = placement.get("offload_folder") if load.offload_folder is None else None
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model_type = AutoConfig.from_pretrained(str(path), trust_remote_code=load.trust_remote_code).model_type
+        model = auto_class(model_type).from_pretrained(
             str(path), dtype=dtype, use_safetensors=True, trust_remote_code=load.trust_remote_code, **placement)
     except BaseException:
         if own_folder:

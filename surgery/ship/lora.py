@@ -61,11 +61,13 @@ class LoraModule:
 
 def meta_model(ckpt: Checkpoint) -> torch.nn.Module:
     """The model as transformers loads it, built on the meta device (no weights)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
+
+    from ..model.loading import auto_class
 
     config = AutoConfig.from_pretrained(str(ckpt.path))
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config)
+        return auto_class(config.model_type).from_config(config)
 
 
 def loaded_module_names(ckpt: Checkpoint) -> list[str]:

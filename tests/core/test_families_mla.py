@@ -273,9 +273,14 @@ def test_inspect_says_what_each_kind_of_layer_allows(tmp_path):
     from tests.support.families import build_family
 
     info = surgery.inspect(build_family("nemotron_h", tmp_path / "src"))
-    assert info["layer_kinds"] == {
-        "linear_attention": {"layers": [0], "heads": False, "neurons": False, "experts": False},
-        "full_attention": {"layers": [1, 3], "heads": True, "neurons": False, "experts": False},
-        "mlp": {"layers": [2], "heads": False, "neurons": True, "experts": False}}
+    ssm = "heads of linear attention or a state-space scan (only softmax-attention heads are edited)"
+    assert info["layer_kinds"] == [
+        {"layers": [0], "kind": "linear_attention", "refused": [ssm],
+         "summary": f"layers 0 (linear_attention): nothing; refused: {ssm}"},
+        {"layers": [1, 3], "kind": "full_attention", "heads": 4, "summary": "layers 1, 3 (full_attention): 4 heads"},
+        {"layers": [2], "kind": "mlp", "neurons": 48, "summary": "layers 2 (mlp): 48 MLP neurons"}]
     info = surgery.inspect(build_family("deepseek_v4", tmp_path / "v4"))
-    assert (info["o_groups"], info["o_lora_rank"]) == (2, 6) and "layer_kinds" in info
+    assert (info["o_groups"], info["o_lora_rank"]) == (2, 6)
+    experts = "experts (this table row does not describe its mixture of experts)"
+    assert [k["summary"] for k in info["layer_kinds"]] == [
+        f"layers 0 (hash_moe): 4 heads; refused: {experts}", f"layers 1–3 (moe): 4 heads; refused: {experts}"]

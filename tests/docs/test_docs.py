@@ -151,3 +151,16 @@ def test_revision_help_says_whose_revision_in_a_two_model_command(command, model
     """verify reads SOURCE and BAKED, eval MODEL and --against: the help says which one --revision is for."""
     (revision,) = [p for p in _cli().commands[command].params if "--revision" in getattr(p, "opts", ())]
     assert model in revision.help
+
+
+def test_readme_counts_what_the_coverage_page_counts():
+    """The README's one line of coverage numbers is the generated page's, not a copy that drifts."""
+    from surgery.core.coverage import coverage
+
+    rows = coverage()
+    supported = sum(r.status == "supported" for r in rows)
+    refused = sum(r.status == "refused" for r in rows)
+    said = re.search(r"(\d+) model types supported with proof, (\d+) refused", " ".join(
+        (REPO / "README.md").read_text(encoding="utf-8").split()))
+    assert said, "README.md lost its line 'N model types supported with proof, M refused'"
+    assert (int(said[1]), int(said[2])) == (supported, refused), "update the counts in README.md"

@@ -12,9 +12,10 @@ from surgery.core.checkpoint import Checkpoint
 
 def load_fp32(path: str | Path):
     """The checkpoint as transformers loads it, in float32, in eval mode."""
-    from transformers import AutoModelForCausalLM
+    from surgery.model.loading import auto_class
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model_type = Checkpoint(Path(path)).config["model_type"]
+    return auto_class(model_type).from_pretrained(path, dtype=torch.float32).eval()
 
 
 def stored_tensors(path: str | Path) -> dict[str, torch.Tensor]:

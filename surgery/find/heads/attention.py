@@ -206,17 +206,23 @@ def register() -> None:
 
 @contextmanager
 def surgery_attention_on(model: nn.Module) -> Iterator[nn.Module]:
-    """Switch ``model`` to the surgery attention function; the previous one is restored on exit."""
+    """Switch ``model``'s text decoder to the surgery attention function; the previous one is restored
+    on exit. A multimodal wrapper's other towers keep theirs (some support no other, e.g. GOT-OCR2's
+    eager-only vision encoder)."""
+    from ...model.hooks import model_architecture
+
     register()
-    previous = model.config._attn_implementation
-    model.set_attn_implementation(NAME)
-    if model.config._attn_implementation != NAME:
+    key = model_architecture(model).layout.text_config_key
+    text = model.config.get_text_config()
+    previous = text._attn_implementation
+    model.set_attn_implementation({key: NAME} if key else NAME)
+    if text._attn_implementation != NAME:
         raise SurgeryError(f"{type(model).__name__} cannot switch its attention function; binding "
                            "features and edge edits need a model built on transformers' AttentionInterface")
     try:
         yield model
     finally:
-        model.set_attn_implementation(previous)
+        model.set_attn_implementation({key: previous} if key else previous)
 
 
 def edge_heads(heads: list[tuple[int, int]]) -> dict[int, tuple[int, ...]]:

@@ -89,7 +89,9 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
     ckpt = as_checkpoint(model, load)
     distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
     check_loadable(ckpt)
-    check_token_attention(architecture(ckpt.config))
+    arch = architecture(ckpt.config)
+    check_token_attention(arch)
+    check_observable(arch)
     tokenizer = load_tokenizer(ckpt.path, load)
     model = load_model(ckpt.path, load)
     cfg = model.config.get_text_config()
@@ -232,6 +234,19 @@ def confirmation(runner: PairRunner, disc: Mapping[str, Any], candidates: Sequen
 def findings_cache(ckpt: Checkpoint, pairs: Sequence[Pair], params: FindParams, load: LoadSpec = DEFAULT_LOAD) -> Path:
     """Where findings are cached: a model run in bfloat16 gets findings of its own (scores stay float32)."""
     return cache_path("heads", ckpt.fingerprint(), pairs_sha256(pairs), {**params.to_dict(), **dtype_key(load)})
+
+
+def check_observable(arch: Architecture) -> None:
+    """find-heads reads every layer's attention over the whole prompt. Layers that reuse an earlier
+    layer's keys and values (no k_proj: Gemma 4's kv-shared layers) are run by transformers on the
+    kept positions only, so their heads cannot be observed: one line saying what to do instead."""
+    shared = [layer for layer, absent in arch.geometry.layer_absent if "k_proj" in absent]
+    if shared:
+        which = f"layer {shared[0]} reuses" if len(shared) == 1 else f"layers {shared[0]}–{shared[-1]} reuse"
+        raise UnsupportedArchitecture(
+            f"{arch.model_type}: {which} an earlier layer's keys and values and transformers runs them on the "
+            "kept positions only, so find-heads cannot observe their heads; "
+            "amplify heads by name instead (amplify-heads --heads L.H; Python: amplify_heads(heads=...))")
 
 
 @dataclass

@@ -288,11 +288,13 @@ class Counter:
     @classmethod
     def of(cls, model: nn.Module) -> "Counter":
         layers = decoder_layers(model)
-        cfg = model.config.get_text_config()
-        width = cfg.num_attention_heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
-        return cls(sum(p.numel() for p in layers[0].parameters()), len(layers), width,
-                   model.get_output_embeddings().weight.numel(),
-                   resumable=model_architecture(model).kv_cache_only())
+        arch = model_architecture(model)
+        # heads × head_dim from the table, layer by layer (Gemma 4's full-attention heads are wider; a
+        # hybrid's other layers have no softmax attention): the mean over the layers
+        widths = [arch.at(i).geometry.num_heads * arch.at(i).geometry.head_dim if i in arch.head_layers() else 0
+                  for i in range(len(layers))]
+        return cls(sum(p.numel() for p in layers[0].parameters()), len(layers), round(sum(widths) / len(widths)),
+                   model.get_output_embeddings().weight.numel(), resumable=arch.kv_cache_only())
 
     def layer_flops(self, rows: int, length: int, start: int = 0, first: int = 0, end: int | None = None) -> int:
         """FLOPs of ``rows`` prompts of ``length`` tokens, queries ``start:``, layers ``first:end``."""

@@ -131,11 +131,24 @@ def cached_path(ckpt: Checkpoint, pairs: PairSet, load: LoadSpec = DEFAULT_LOAD)
     return cache_path("neurons", ckpt.fingerprint(), pairs.sha256, capture_params(pairs, ckpt, load))
 
 
+def check_one_width(arch: Architecture) -> None:
+    """find-neurons scores every dense layer at one MLP width: a model whose widths differ by layer
+    (Gemma 4's double-wide kv-shared layers) is one line saying what to do instead."""
+    widths = sorted({arch.at(layer).geometry.intermediate_size for layer in arch.dense_mlp_layers()})
+    if len(widths) > 1:
+        raise UnsupportedArchitecture(
+            f"{arch.model_type}: its MLP widths differ from layer to layer "
+            f"({' and '.join(map(str, widths))} neurons), and find-neurons scores every layer at one width; "
+            "prune or scale neurons by name instead "
+            "(prune-neurons --neurons L:N; Python: prune_neurons(neurons=...))")
+
+
 def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, strict: bool = False,
                  load: LoadSpec = DEFAULT_LOAD, recompute: bool = False,
                  progress: Progress = silent,
                  report: Callable[[str], None] = lambda m: None) -> NeuronFindings:
     """Cached findings for (model, pairs, parameters), computing them on a miss."""
+    check_one_width(architecture(ckpt.config))
     params = capture_params(pairs, ckpt, load)
     distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs.sha256, params, batch_size, strict)
     cached = cached_path(ckpt, pairs, load)
