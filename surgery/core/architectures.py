@@ -48,6 +48,9 @@ class Layout:
     # The release's native tensor names (a second copy of the weights some releases ship next to
     # the transformers ones, e.g. Mistral's consolidated.safetensors): see NativeName.
     native_names: tuple["NativeName", ...] = ()
+    # Why head edits are refused on this family (None: heads are the o_proj input columns): the
+    # attention shapes are then not checked either (the table knows no head layout to check them by).
+    head_refusal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -112,11 +115,44 @@ class Experts:
     # Configs that interleave dense MLP layers (Qwen-MoE): the keys that say which layers.
     sparse_step_key: str | None = None
     dense_layers_key: str | None = None
+    # --- issue 24 (MoE variants) ---
+    # The fused tensors' names in a release's own files where transformers renames them on load
+    # (Granite-MoE's block_sparse_moe.input_linear / output_linear): gate_up and down, relative to a
+    # layer, with their suffix. The fused in-memory names (a transformers 5 re-save) are read too.
+    stored_fused: tuple[str, str] | None = None
+    # The shared expert's width is shared_size_key × shared_count_key where the family sizes it by a
+    # count of shared experts (DeepSeek: moe_intermediate_size × n_shared_experts); its input is one
+    # fused [gate; up] matrix with ``shared_fused`` (Granite's shared_mlp.input_linear).
+    shared_count_key: str | None = None
+    shared_fused: bool = False
+    # Config keys of the width of the dense MLP layers among the expert layers, the first one set
+    # (empty: the family has no dense MLP layers).
+    dense_size_keys: tuple[str, ...] = ("intermediate_size",)
+    # Which layers route, in transformers' order of precedence: a per-layer list of "sparse"/"dense"
+    # (``layer_types_key``, what transformers 5 writes), a list of the sparse layers' indices
+    # (``sparse_list_key``), else the step rule above restricted to first_dense ≤ layer ≤ last_sparse
+    # (``first_dense_key``, ``first_dense_default`` when config.json lacks it, as the config class
+    # fills it in; ``last_sparse_key``, -1 = the last layer).
+    layer_types_key: str | None = None
+    sparse_list_key: str | None = None
+    first_dense_key: str | None = None
+    first_dense_default: int = 0
+    last_sparse_key: str | None = None
 
 
 _DECODER = ("model.layers.{layer}.",)
 _QWEN_EXPERTS = ("mlp.experts.{expert}.gate_proj", "mlp.experts.{expert}.up_proj",
                  "mlp.experts.{expert}.down_proj")
+
+# Mixtral's per-expert names: w1 = gate, w3 = up, w2 = down.
+_MIXTRAL_EXPERTS = ("block_sparse_moe.experts.{expert}.w1", "block_sparse_moe.experts.{expert}.w3",
+                    "block_sparse_moe.experts.{expert}.w2")
+# Granite-MoE releases store the fused experts under names of their own.
+_GRANITE_EXPERTS = Experts(("num_local_experts",), "intermediate_size", None, module="block_sparse_moe.experts",
+                           stored_fused=("block_sparse_moe.input_linear.weight",
+                                         "block_sparse_moe.output_linear.weight"), dense_size_keys=())
+_MLA = ("multi-head latent attention (o_proj input = heads × v_head_dim, low-rank q/kv): head edits on MLA "
+        "are not in the table yet; edit its MLP and expert neurons")
 
 ARCHITECTURES: dict[str, Layout] = {
     "llama": Layout(_DECODER, native_names=_META_NATIVE),
@@ -133,10 +169,7 @@ ARCHITECTURES: dict[str, Layout] = {
     "phi3": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj",
                    q_proj=None, k_proj=None, v_proj=None, qkv_proj="self_attn.qkv_proj"),
     "olmo2": Layout(_DECODER),
-    "mixtral": Layout(_DECODER, experts=Experts(
-        ("num_local_experts",), "intermediate_size",
-        ("block_sparse_moe.experts.{expert}.w1", "block_sparse_moe.experts.{expert}.w3",
-         "block_sparse_moe.experts.{expert}.w2"))),
+    "mixtral": Layout(_DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS)),
     "qwen2_moe": Layout(_DECODER, experts=Experts(
         ("num_experts", "num_local_experts"), "moe_intermediate_size", _QWEN_EXPERTS,
         shared="mlp.shared_expert", shared_size_key="shared_expert_intermediate_size",
@@ -147,6 +180,71 @@ ARCHITECTURES: dict[str, Layout] = {
     "olmoe": Layout(_DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS)),
     "gpt_oss": Layout(_DECODER, experts=Experts(
         ("num_local_experts",), "intermediate_size", None, transposed=True, interleaved=True)),
+
+    # --- MoE variants (issue 24) ---
+    # Per-expert names on disk are what transformers' checkpoint conversion mapping splits the fused
+    # experts into (tests/core/test_moe_table.py compares every row with it).
+    "deepseek_v2": Layout(_DECODER, head_refusal=_MLA, experts=Experts(
+        ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts",
+        first_dense_key="first_k_dense_replace")),
+    "deepseek_v3": Layout(_DECODER, head_refusal=_MLA, experts=Experts(
+        ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts",
+        first_dense_key="first_k_dense_replace", first_dense_default=3)),
+    "glm4_moe": Layout(_DECODER, experts=Experts(
+        ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts",
+        first_dense_key="first_k_dense_replace", first_dense_default=1)),
+    "ernie4_5_moe": Layout(_DECODER, experts=Experts(
+        ("moe_num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="moe_num_shared_experts",
+        sparse_step_key="moe_layer_interval", first_dense_key="moe_layer_start_index", first_dense_default=1,
+        last_sparse_key="moe_layer_end_index")),
+    "hunyuan_v1_moe": Layout(_DECODER, experts=Experts(
+        ("num_experts",), "intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_mlp",
+        shared_size_key="intermediate_size", dense_size_keys=())),
+    "minimax_m2": Layout(_DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS,
+                                                   dense_size_keys=())),
+    "phimoe": Layout(_DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS,
+                                               dense_size_keys=())),
+    "granitemoe": Layout(_DECODER, experts=_GRANITE_EXPERTS),
+    "granitemoe_swa": Layout(_DECODER, experts=replace(_GRANITE_EXPERTS, stored_fused=None)),
+    "granitemoeshared": Layout(_DECODER, experts=replace(
+        _GRANITE_EXPERTS, shared="shared_mlp", shared_size_key="shared_intermediate_size",
+        shared_inputs=("input_linear",), shared_down="output_linear", shared_fused=True)),
+    "flex_olmo": Layout(_DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS,
+                                                  dense_size_keys=())),
+    "aria_text": Layout(_DECODER, experts=Experts(
+        ("moe_num_experts",), "intermediate_size", None, transposed=True,
+        stored_fused=("mlp.experts.fc1.weight", "mlp.experts.fc2.weight"), shared="mlp.shared_experts",
+        shared_size_key="intermediate_size", shared_count_key="moe_num_shared_experts", dense_size_keys=())),
+    "solar_open": Layout(_DECODER, experts=Experts(
+        ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts", dense_size_keys=())),
+    "cohere2_moe": Layout(_DECODER, experts=Experts(
+        ("num_experts",), "intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="intermediate_size", shared_count_key="num_shared_experts",
+        dense_size_keys=("prefix_dense_intermediate_size", "intermediate_size"),
+        layer_types_key="mlp_layer_types")),
+    "mellum": Layout(_DECODER, experts=Experts(
+        ("num_local_experts", "num_experts"), "moe_intermediate_size", _QWEN_EXPERTS, layer_types_key="mlp_layer_types")),
+    "afmoe": Layout(_DECODER, experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
+        first_dense_key="num_dense_layers", first_dense_default=1)),
+    "exaone_moe": Layout(_DECODER, experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
+        layer_types_key="mlp_layer_types", first_dense_key="first_k_dense_replace", first_dense_default=1)),
+    "kolibri1": Layout(_DECODER, experts=Experts(
+        ("num_local_experts", "num_experts"), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="shared_expert_intermediate_size", dense_size_keys=())),
+    "dots1": Layout(_DECODER, experts=Experts(
+        ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts",
+        first_dense_key="first_k_dense_replace")),
+
 }
 
 TABLE_LOCATION = "surgery/core/architectures.py (the ARCHITECTURES table)"
@@ -221,7 +319,13 @@ class Architecture:
         return layer in self.geometry.sparse_layers
 
     def fused_experts(self, names: Iterable[str]) -> bool:
-        """Whether ``names`` (a checkpoint's tensors) hold the experts fused (3-D) or one per expert.
+        """Whether ``names`` (a checkpoint's tensors) hold the experts fused (3-D) or one per expert."""
+        return self.stored_experts(names) is not None
+
+    def stored_experts(self, names: Iterable[str]) -> tuple[str, str] | None:
+        """The fused (gate_up, down) tensors of ``names`` (a checkpoint's tensors) relative to a
+        layer, under the in-memory names or a release's own (``Experts.stored_fused``); None when
+        the checkpoint holds one tensor per expert.
 
         Decided from the names of the first sparse layer; quantized experts (GPT-OSS's MXFP4
         ``_blocks``/``_scales``) and anything else are one clear line.
@@ -230,25 +334,28 @@ class Architecture:
         names = set(names)
         layer = min(self.geometry.sparse_layers)
         prefix = self.layer_prefix(names).format(layer=layer)
-        fused = f"{prefix}{ex.module}.gate_up_proj"
-        if f"{fused}_blocks" in names:
-            raise CheckpointError(f"{self.model_type}: the experts are quantized ('{fused}_blocks', MXFP4); "
-                                  "surgery edits F32, F16 and BF16 weights only: use a dequantized (bf16) copy")
-        if fused in names:
-            return True
+        in_memory = (f"{ex.module}.gate_up_proj", f"{ex.module}.down_proj")
+        if f"{prefix}{in_memory[0]}_blocks" in names:
+            raise CheckpointError(f"{self.model_type}: the experts are quantized ('{prefix}{in_memory[0]}_blocks', "
+                                  "MXFP4); surgery edits F32, F16 and BF16 weights only: use a dequantized (bf16) copy")
+        for fused in filter(None, (in_memory, ex.stored_fused)):
+            if f"{prefix}{fused[0]}" in names:
+                return fused
         if ex.per_expert and f"{prefix}{ex.per_expert[0].format(expert=0)}.weight" in names:
-            return False
-        spelled = [fused] + ([f"{prefix}{ex.per_expert[0].format(expert=0)}.weight"] if ex.per_expert else [])
+            return None
+        spelled = [f"{prefix}{fused[0]}" for fused in filter(None, (in_memory, ex.stored_fused))]
+        spelled += [f"{prefix}{ex.per_expert[0].format(expert=0)}.weight"] if ex.per_expert else []
         raise UnsupportedArchitecture(f"{self.model_type}: layer {layer} has no expert tensors (looked for "
                                       f"{' or '.join(spelled)}); extend {TABLE_LOCATION}")
 
-    def expert_slices(self, expert: int, part: str, fused: bool
+    def expert_slices(self, expert: int, part: str, fused: bool, stored: tuple[str, str] | None = None
                       ) -> list[tuple[str, tuple[int, ...], int, int, bool]]:
         """Where a per-expert matrix ``part`` ("gate", "up", "down"; standard [out, in] orientation)
         of ``expert`` lies on disk, as (tensor relative to the layer, its full shape, first row and
         number of rows of the expert's window in the tensor viewed as 2-D [rows, last dim], and
         ``flipped``: the matrix's rows are the window's columns and vice versa). A fused gate/up
         window holds both halves: :meth:`expert_rows` says which of its rows (columns) are a neuron's.
+        ``stored``: the fused tensors' names (:meth:`stored_experts`; default the in-memory ones).
         """
         ex, g = self.layout.experts, self.geometry
         E, H, I = g.num_experts, g.hidden_size, g.expert_size
@@ -256,14 +363,14 @@ class Architecture:
             name = ex.per_expert[("gate", "up", "down").index(part)].format(expert=expert) + ".weight"
             shape = (H, I) if part == "down" else (I, H)
             return [(name, shape, 0, shape[0], False)]
-        base = f"{ex.module}.{'down_proj' if part == 'down' else 'gate_up_proj'}"
+        gate_up, down = stored or (f"{ex.module}.gate_up_proj", f"{ex.module}.down_proj")
         if part == "down":
             shape = (E, I, H) if ex.transposed else (E, H, I)
-            return [(base, shape, expert * shape[1], shape[1], ex.transposed)]
+            return [(down, shape, expert * shape[1], shape[1], ex.transposed)]
         shape = (E, H, 2 * I) if ex.transposed else (E, 2 * I, H)
-        out = [(base, shape, expert * shape[1], shape[1], ex.transposed)]
+        out = [(gate_up, shape, expert * shape[1], shape[1], ex.transposed)]
         if ex.interleaved:  # GPT-OSS: the gate/up bias [E, 2I] is pruned with the rows
-            out.append((f"{base}_bias", (E, 2 * I), expert, 1, True))
+            out.append((f"{gate_up}_bias", (E, 2 * I), expert, 1, True))
         return out
 
     def expert_rows(self, part: str, neuron: int, fused: bool) -> tuple[int, ...]:
@@ -288,6 +395,17 @@ class Architecture:
             return (neuron, self.geometry.intermediate_size + neuron)
         return (neuron,)
 
+    def shared_rows(self, neuron: int) -> tuple[int, ...]:
+        """Rows of each shared-expert input matrix that belong to ``neuron`` (a fused [gate; up]
+        input holds two: ``Experts.shared_fused``)."""
+        ex, S = self.layout.experts, self.geometry.shared_size
+        return (neuron, S + neuron) if ex.shared_fused else (neuron,)
+
+    def shared_input_shape(self) -> tuple[int, int]:
+        """The weight shape of each shared-expert input matrix: (S, H), or (2S, H) fused."""
+        g = self.geometry
+        return ((2 if self.layout.experts.shared_fused else 1) * g.shared_size, g.hidden_size)
+
     def mlp_shapes(self) -> dict[str, tuple[int, int]]:
         """Expected weight shape of each MLP matrix (relative to a layer): down_proj (H, I), the
         gate/up inputs (I, H), a fused gate_up (2I, H)."""
@@ -302,6 +420,8 @@ class Architecture:
         """Expected weight shape of each attention matrix (relative to a layer), with the config
         fields that set its head dimension, as ``name → ((rows, cols), "fields = sizes")``."""
         g, lay = self.geometry, self.layout
+        if lay.head_refusal:  # no head edits: the table knows no head layout to check the shapes by
+            return {}
         q_rows, kv_rows = g.num_heads * g.head_dim, g.num_kv_heads * g.head_dim
         q = f"num_attention_heads × head_dim = {g.num_heads} × {g.head_dim}"
         kv = f"num_key_value_heads × head_dim = {g.num_kv_heads} × {g.head_dim}"
@@ -345,19 +465,52 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
     layers = need("num_hidden_layers")
     # head_dim is explicit in Gemma/Qwen3 configs and differs from hidden/heads there.
     head_dim = cfg.get("head_dim") or hidden // heads
-    dense = Geometry(layers, heads, int(cfg.get("num_key_value_heads") or heads), int(head_dim), hidden,
-                     need("intermediate_size"))
     ex = ARCHITECTURES[model_type].experts
+    keys = ex.dense_size_keys if ex else ("intermediate_size",)
+    dense_key = next((k for k in keys if cfg.get(k) is not None), keys[0]) if keys else None
+    dense = Geometry(layers, heads, int(cfg.get("num_key_value_heads") or heads), int(head_dim), hidden,
+                     need(dense_key) if dense_key else 0)
     if ex is None:
         return dense
     num = next((k for k in ex.num_keys if cfg.get(k) is not None), ex.num_keys[0])
+    shared = need(ex.shared_size_key) if ex.shared_size_key else 0
+    if ex.shared_count_key:
+        shared *= need(ex.shared_count_key)
+    sparse = _sparse_layers(model_type, ex, cfg, layers) if need(num) > 0 else frozenset()
+    if sparse and len(sparse) < layers and not dense_key:
+        raise UnsupportedArchitecture(f"config.json of this {model_type} model makes layers "
+                                      f"{sorted(set(range(layers)) - sparse)} dense, but {model_type} has no dense "
+                                      "MLP layers; is it a complete transformers config?")
+    return replace(dense, num_experts=need(num), expert_size=need(ex.size_key), shared_size=shared,
+                   sparse_layers=sparse)
+
+
+def _sparse_layers(model_type: str, ex: Experts, cfg: Mapping[str, Any], layers: int) -> frozenset[int]:
+    """The layers whose MLP is a mixture of experts, by the config's keys (see ``Experts``)."""
+    kinds = cfg.get(ex.layer_types_key) if ex.layer_types_key else None
+    if kinds is not None:
+        if not isinstance(kinds, list) or len(kinds) != layers:
+            raise UnsupportedArchitecture(
+                f"config.json of this {model_type} model has '{ex.layer_types_key}' = {kinds!r:.60}, not a list of "
+                f"num_hidden_layers = {layers} layer kinds; correct it or drop it")
+        return frozenset(i for i, kind in enumerate(kinds) if kind == "sparse")
+    listed = cfg.get(ex.sparse_list_key) if ex.sparse_list_key else None
+    if listed is not None:
+        if not isinstance(listed, list) or not all(isinstance(i, int) and 0 <= i < layers for i in listed):
+            raise UnsupportedArchitecture(
+                f"config.json of this {model_type} model has '{ex.sparse_list_key}' = {listed!r:.60}, not a list of "
+                f"layer indices in 0..{layers - 1}; correct it or drop it")
+        return frozenset(listed)
     step = int(cfg.get(ex.sparse_step_key) or 1) if ex.sparse_step_key else 1
     only_dense = set(cfg.get(ex.dense_layers_key) or []) if ex.dense_layers_key else set()
+    first = ex.first_dense_default
+    if ex.first_dense_key and cfg.get(ex.first_dense_key) is not None:
+        first = int(cfg[ex.first_dense_key])
+    last = int(cfg.get(ex.last_sparse_key, -1)) if ex.last_sparse_key else -1
+    last = layers - 1 if last == -1 else last
     # transformers' rule (Qwen-MoE): experts where layer ∉ mlp_only_layers and (layer+1) % step == 0.
-    sparse = frozenset(i for i in range(layers) if i not in only_dense and (i + 1) % step == 0)
-    return replace(dense, num_experts=need(num), expert_size=need(ex.size_key),
-                   shared_size=need(ex.shared_size_key) if ex.shared_size_key else 0,
-                   sparse_layers=sparse if need(num) > 0 else frozenset())
+    return frozenset(i for i in range(layers)
+                     if first <= i <= last and i not in only_dense and (i + 1) % step == 0)
 
 
 def architecture(config: Mapping[str, Any]) -> Architecture:

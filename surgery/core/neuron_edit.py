@@ -127,8 +127,8 @@ class NeuronScale(Edit):
         H, I = g.hidden_size, g.shared_size
         out = [Site(self.layer, f"{ex.shared}.{ex.shared_down}", "in", (self.neuron,), self.factor, (H, I), True)]
         if self.factor == 0.0:
-            out += [Site(self.layer, f"{ex.shared}.{m}", "out", (self.neuron,), 0.0, (I, H), False)
-                    for m in ex.shared_inputs]
+            rows, shape = arch.shared_rows(self.neuron), arch.shared_input_shape()
+            out += [Site(self.layer, f"{ex.shared}.{m}", "out", rows, 0.0, shape, False) for m in ex.shared_inputs]
         return out
 
     def lora_refusal(self, arch: "Architecture") -> str | None:

@@ -51,14 +51,19 @@ class Resolver:
         self.arch = arch
         self.names = frozenset(names)
         self.prefix = arch.layer_prefix(self.names)
-        self._fused: bool | None = None
+        self._stored: tuple[tuple[str, str] | None] | None = None
+
+    @property
+    def stored_experts(self) -> tuple[str, str] | None:
+        """The fused (gate_up, down) tensors of routed experts; None when stored one tensor per expert."""
+        if self._stored is None:
+            self._stored = (self.arch.stored_experts(self.names),)
+        return self._stored[0]
 
     @property
     def fused_experts(self) -> bool:
         """Whether routed experts are stored fused (3-D) rather than one tensor per expert."""
-        if self._fused is None:
-            self._fused = self.arch.fused_experts(self.names)
-        return self._fused
+        return self.stored_experts is not None
 
     def module(self, site: Site) -> str:
         """The stored name of ``site``'s module (without ``.weight``): layer prefix + module."""
@@ -84,7 +89,7 @@ class Resolver:
         lines = site.indices if site.axis == "in" else tuple(
             r for i in site.indices for r in arch.expert_rows(part, i, fused))
         out = []
-        for rel, shape, first, window, flipped in arch.expert_slices(site.expert, part, fused):
+        for rel, shape, first, window, flipped in arch.expert_slices(site.expert, part, fused, self.stored_experts):
             # "in" = columns of the [out, in] matrix; a transposed (flipped) window stores them as rows.
             as_rows = (site.axis == "out") != flipped
             out.append(TensorSlice(f"{prefix}{rel}", shape, lines, as_rows, site.scale, site,

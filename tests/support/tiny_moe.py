@@ -1,0 +1,53 @@
+"""Tiny configs of the mixture-of-experts families of issue 24, built from their config classes.
+
+One recipe for every family: the common sizes below, set through whichever of these keys the
+family's config class has (4 experts, top-2, experts 16 wide, 2 shared experts, the first layer
+dense where the family can have dense layers), then the few per-family keys in ``OVERRIDES``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+SIZES = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=8, max_position_embeddings=64, tie_word_embeddings=False,
+             pad_token_id=0, bos_token_id=1, eos_token_id=2)
+EXPERTS = dict(num_experts_per_tok=2, moe_k=2, moe_topk=2, moe_intermediate_size=16,
+               num_experts=4, num_local_experts=4, n_routed_experts=4, moe_num_experts=4,
+               shared_expert_intermediate_size=24, shared_intermediate_size=24,
+               n_shared_experts=2, num_shared_experts=2, moe_num_shared_experts=2,
+               first_k_dense_replace=1, num_dense_layers=1, moe_layer_start_index=1, n_group=1, topk_group=1)
+# Multi-head latent attention (DeepSeek): q·k heads of 8 + 4 (rope), value heads of 8, a k/v head per head.
+MLA = dict(q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8,
+           num_key_value_heads=4)
+OVERRIDES: dict[str, dict] = {
+    "deepseek_v2": MLA,
+    "deepseek_v3": MLA,
+    "cohere2_moe": dict(mlp_layer_types=["dense", "sparse", "sparse"], prefix_dense_intermediate_size=40),
+    "mellum": dict(mlp_layer_types=["dense", "sparse", "sparse"]),
+}
+
+
+# The families proven by tests/bake/test_families_moe.py (and described by tests/core/test_moe_table.py).
+FAMILIES = ("deepseek_v2", "deepseek_v3", "glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe", "minimax_m2", "phimoe",
+            "granitemoe", "granitemoe_swa", "granitemoeshared", "flex_olmo", "aria_text", "solar_open",
+            "cohere2_moe", "mellum", "afmoe", "exaone_moe", "kolibri1", "dots1")
+
+
+def config_fields(cls) -> set[str]:
+    """The keyword arguments a config class takes (its dataclass fields, or its __init__'s)."""
+    try:
+        return {f.name for f in dataclasses.fields(cls)}
+    except TypeError:
+        return set(inspect.signature(cls.__init__).parameters)
+
+
+def tiny_moe_config(model_type: str, **overrides):
+    """A transformers config object of ``model_type`` with tiny sizes."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING[model_type]
+    known = config_fields(cls)
+    kw = {k: v for k, v in {**SIZES, **EXPERTS}.items() if k in known}
+    return cls(**{**kw, **OVERRIDES.get(model_type, {}), **overrides})
