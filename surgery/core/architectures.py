@@ -51,6 +51,10 @@ class Layout:
     # Why head edits are refused on this family (None: heads are the o_proj input columns): the
     # attention shapes are then not checked either (the table knows no head layout to check them by).
     head_refusal: str | None = None
+    # Modules a release stores under other names than transformers' modules (transformers renames
+    # them on load): (in-memory prefix, stored prefix) pairs relative to a layer, e.g.
+    # ("mlp.shared_experts.", "mlp.shared_mlp."); a checkpoint may hold either spelling.
+    stored_modules: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -245,6 +249,43 @@ ARCHITECTURES: dict[str, Layout] = {
         shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts",
         first_dense_key="first_k_dense_replace")),
 
+
+    # Sarvam-MoE releases store Bailing-style attention: attention.dense (o_proj), one fused query_key_value.
+    "sarvam_moe": Layout(_DECODER, q_proj=None, k_proj=None, v_proj=None,
+                         stored_modules=(("self_attn.o_proj.", "attention.dense."),), experts=Experts(
+        ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts",
+        first_dense_key="first_k_dense_replace", first_dense_default=1)),
+    "hy_v3": Layout(_DECODER, stored_modules=(("mlp.shared_experts.", "mlp.shared_mlp."),), experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
+        layer_types_key="mlp_layer_types", first_dense_default=1)),
+    "beam": Layout(_DECODER, experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, layer_types_key="mlp_layer_types",
+        first_dense_default=3)),
+    "flint": Layout(_DECODER, experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_expert",
+        shared_size_key="shared_expert_intermediate_size", sparse_step_key="decoder_sparse_step",
+        dense_layers_key="mlp_only_layers")),
+    "laguna": Layout(_DECODER, head_refusal=(
+        "attention heads differ per layer (num_attention_heads_per_layer) and are gated per head: head edits on "
+        "laguna are not in the table yet; edit its MLP and expert neurons"),
+        stored_modules=(("mlp.shared_experts.", "mlp.shared_expert."),), experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="shared_expert_intermediate_size", layer_types_key="mlp_layer_types",
+        first_dense_default=1)),
+    "mimo_v2_flash": Layout(_DECODER, head_refusal=(
+        "value heads are v_head_dim wide, not head_dim (o_proj input = heads × v_head_dim): head edits on "
+        "mimo_v2_flash are not in the table yet; edit its MLP and expert neurons"), experts=Experts(
+        ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, layer_types_key="mlp_layer_types",
+        first_dense_default=1)),
+    "minimax_m3_vl_text": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj",
+                                 experts=Experts(
+        ("num_local_experts",), "intermediate_size", None, shared="mlp.shared_experts",
+        shared_size_key="shared_intermediate_size", shared_inputs=("gate_up_proj",), shared_fused=True,
+        dense_size_keys=("dense_intermediate_size",), layer_types_key="mlp_layer_types")),
+    "zaya": Layout(_DECODER, q_proj="self_attn.qkv_proj.q_proj", k_proj="self_attn.qkv_proj.k_proj", v_proj=None,
+                   experts=Experts(("num_experts",), "moe_intermediate_size", None, dense_size_keys=())),
 }
 
 TABLE_LOCATION = "surgery/core/architectures.py (the ARCHITECTURES table)"

@@ -67,7 +67,18 @@ class Resolver:
 
     def module(self, site: Site) -> str:
         """The stored name of ``site``'s module (without ``.weight``): layer prefix + module."""
-        return f"{self.prefix.format(layer=site.layer)}{site.module}"
+        return self.stored(site.layer, site.module)
+
+    def stored(self, layer: int, module: str) -> str:
+        """The name ``module`` (an in-memory name relative to a layer) has in this checkpoint: under
+        the release's own name (``Layout.stored_modules``) where the checkpoint holds that one."""
+        prefix = self.prefix.format(layer=layer)
+        for memory, release in self.arch.layout.stored_modules:
+            if f"{module}.".startswith(memory):
+                renamed = release + f"{module}."[len(memory):]
+                if f"{prefix}{module}.weight" not in self.names and f"{prefix}{renamed}weight" in self.names:
+                    return prefix + renamed[:-1]
+        return prefix + module
 
     def slices(self, site: Site) -> list[TensorSlice]:
         """The tensor slices ``site`` scales, weight first, then its bias entries (output sites)."""

@@ -26,13 +26,17 @@ OVERRIDES: dict[str, dict] = {
     "deepseek_v3": MLA,
     "cohere2_moe": dict(mlp_layer_types=["dense", "sparse", "sparse"], prefix_dense_intermediate_size=40),
     "mellum": dict(mlp_layer_types=["dense", "sparse", "sparse"]),
+    "beam": dict(mlp_layer_types=["dense", "sparse", "sparse"]),
+    "minimax_m3_vl_text": dict(mlp_layer_types=["dense", "sparse", "sparse"], dense_intermediate_size=40),
+    "zaya": dict(num_experts_per_tok=1),  # ZAYA routes each token to one expert (or none)
 }
 
 
 # The families proven by tests/bake/test_families_moe.py (and described by tests/core/test_moe_table.py).
 FAMILIES = ("deepseek_v2", "deepseek_v3", "glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe", "minimax_m2", "phimoe",
             "granitemoe", "granitemoe_swa", "granitemoeshared", "flex_olmo", "aria_text", "solar_open",
-            "cohere2_moe", "mellum", "afmoe", "exaone_moe", "kolibri1", "dots1")
+            "cohere2_moe", "mellum", "afmoe", "exaone_moe", "kolibri1", "dots1", "sarvam_moe", "hy_v3", "beam",
+            "flint", "laguna", "mimo_v2_flash", "minimax_m3_vl_text", "zaya")
 
 
 def config_fields(cls) -> set[str]:
