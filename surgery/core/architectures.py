@@ -142,6 +142,10 @@ class Experts:
     first_dense_key: str | None = None
     first_dense_default: int = 0
     last_sparse_key: str | None = None
+    # How the experts module is run: "routed" (transformers' experts interface: the tokens each
+    # expert is routed, with the router's weights) or "dense" (Llama 4: every expert runs on every
+    # token, its input already scaled by the router's score, exactly 0 off the token's top-k).
+    dispatch: str = "routed"
 
 
 _DECODER = ("model.layers.{layer}.",)
@@ -155,6 +159,11 @@ _MIXTRAL_EXPERTS = ("block_sparse_moe.experts.{expert}.w1", "block_sparse_moe.ex
 _GRANITE_EXPERTS = Experts(("num_local_experts",), "intermediate_size", None, module="block_sparse_moe.experts",
                            stored_fused=("block_sparse_moe.input_linear.weight",
                                          "block_sparse_moe.output_linear.weight"), dense_size_keys=())
+# Llama 4: fused [E, H, 2I] experts on disk too, a shared expert, dense MLPs interleaved (moe_layers).
+_LLAMA4_EXPERTS = Experts(("num_local_experts",), "intermediate_size", None, module="feed_forward.experts",
+                          transposed=True, shared="feed_forward.shared_expert", shared_size_key="intermediate_size",
+                          dense_size_keys=("intermediate_size_mlp",), sparse_list_key="moe_layers",
+                          sparse_step_key="interleave_moe_layer_step", dispatch="dense")
 _MLA = ("multi-head latent attention (o_proj input = heads × v_head_dim, low-rank q/kv): head edits on MLA "
         "are not in the table yet; edit its MLP and expert neurons")
 
@@ -251,6 +260,13 @@ ARCHITECTURES: dict[str, Layout] = {
 
 
     # Sarvam-MoE releases store Bailing-style attention: attention.dense (o_proj), one fused query_key_value.
+    "llama4_text": Layout(_DECODER, gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
+                          down_proj="feed_forward.down_proj", experts=_LLAMA4_EXPERTS),
+    # Llama 4's releases hold the vision model too (Llama4ForConditionalGeneration); AutoModelForCausalLM
+    # loads the text model alone, under model.layers.
+    "llama4": Layout(("language_model.model.layers.{layer}.", "model.layers.{layer}."), text_config_key="text_config",
+                     gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
+                     down_proj="feed_forward.down_proj", experts=_LLAMA4_EXPERTS),
     "sarvam_moe": Layout(_DECODER, q_proj=None, k_proj=None, v_proj=None,
                          stored_modules=(("self_attn.o_proj.", "attention.dense."),), experts=Experts(
         ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",

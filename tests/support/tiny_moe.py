@@ -29,6 +29,7 @@ OVERRIDES: dict[str, dict] = {
     "beam": dict(mlp_layer_types=["dense", "sparse", "sparse"]),
     "minimax_m3_vl_text": dict(mlp_layer_types=["dense", "sparse", "sparse"], dense_intermediate_size=40),
     "zaya": dict(num_experts_per_tok=1),  # ZAYA routes each token to one expert (or none)
+    "llama4_text": dict(interleave_moe_layer_step=2, intermediate_size_mlp=40),  # dense, sparse, dense
 }
 
 
@@ -36,7 +37,10 @@ OVERRIDES: dict[str, dict] = {
 FAMILIES = ("deepseek_v2", "deepseek_v3", "glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe", "minimax_m2", "phimoe",
             "granitemoe", "granitemoe_swa", "granitemoeshared", "flex_olmo", "aria_text", "solar_open",
             "cohere2_moe", "mellum", "afmoe", "exaone_moe", "kolibri1", "dots1", "sarvam_moe", "hy_v3", "beam",
-            "flint", "laguna", "mimo_v2_flash", "minimax_m3_vl_text", "zaya")
+            "flint", "laguna", "mimo_v2_flash", "minimax_m3_vl_text", "zaya",
+            "llama4_text", "llama4")
+# The class a release is saved from where it is not the causal LM (the text model of a multimodal one).
+RELEASE_CLASSES = {"llama4": "Llama4ForConditionalGeneration"}
 
 
 def config_fields(cls) -> set[str]:
@@ -50,6 +54,12 @@ def config_fields(cls) -> set[str]:
 def tiny_moe_config(model_type: str, **overrides):
     """A transformers config object of ``model_type`` with tiny sizes."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if model_type == "llama4":  # the multimodal wrapper: the tiny text model and a one-layer vision model
+        vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                      patch_size=14, vision_output_dim=16, projector_input_dim=16, projector_output_dim=16)
+        return CONFIG_MAPPING["llama4"](text_config=tiny_moe_config("llama4_text", **overrides).to_dict(),
+                                        vision_config=vision, image_token_index=95)
 
     cls = CONFIG_MAPPING[model_type]
     known = config_fields(cls)

@@ -19,7 +19,7 @@ the columns past its width have no neuron (NaN), and it has no routing (NaN).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 from accelerate.utils import align_module_device
@@ -27,7 +27,7 @@ from torch import nn
 
 from ...core.architectures import Architecture
 from ...core.errors import SurgeryError
-from ...model.expert_twin import expert_intermediate, routed_inputs
+from ...model.expert_twin import expert_blocks, expert_intermediate, routed_inputs
 from ...model.hooks import layer_module, model_architecture
 from ...model.placement import input_device
 
@@ -51,17 +51,35 @@ def columns(arch: Architecture) -> int:
     return max(g.num_experts * g.expert_size + g.shared_size, g.intermediate_size if dense_layers(arch) else 0)
 
 
-def _routed_sums(module: nn.Module, x: torch.Tensor, index: torch.Tensor, prompt: torch.Tensor,
-                 real: torch.Tensor, n_prompts: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _expert_inputs(module: nn.Module, args: tuple, kwargs: dict, dispatch: str
+                   ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """(expert, its routed tokens' indices, their inputs) of one experts call: the tokens whose top-k
+    holds the expert, or in a dense-dispatch module (Llama 4) the nonzero rows of the expert's
+    block (the router's score, exactly 0 off the top-k, scales the block's input)."""
+    if dispatch == "dense":
+        blocks = expert_blocks(module, args[0])
+        for e in range(blocks.shape[0]):
+            tok = torch.where(blocks[e].any(dim=-1))[0]
+            yield e, tok, blocks[e, tok]
+        return
+    x, index, _ = routed_inputs(module, args, kwargs)
+    for e in range(module.gate_up_proj.shape[0]):
+        tok = torch.where((index == e).any(dim=-1))[0]
+        yield e, tok, x[tok]
+
+
+def _routed_sums(module: nn.Module, inputs: Iterable[tuple[int, torch.Tensor, torch.Tensor]], dispatch: str,
+                 prompt: torch.Tensor, real: torch.Tensor, n_prompts: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per prompt: Σ of each expert's intermediate activation over its routed real tokens
     [prompts, E, I], and how many routed real tokens that was [prompts, E]."""
     num_experts = module.gate_up_proj.shape[0]
-    sums, counts = None, torch.zeros(n_prompts, num_experts, dtype=torch.float32, device=x.device)
-    for e in range(num_experts):
-        tok = torch.where((index == e).any(dim=-1) & real)[0]
+    sums, counts = None, torch.zeros(n_prompts, num_experts, dtype=torch.float32, device=prompt.device)
+    for e, tok, x in inputs:
+        keep = real[tok]
+        tok, x = tok[keep], x[keep]
         if not len(tok):
             continue
-        h = expert_intermediate(module, e, x[tok]).float()
+        h = expert_intermediate(module, e, x, dispatch).float()
         if sums is None:
             sums = torch.zeros(n_prompts, num_experts, h.shape[-1], dtype=torch.float32, device=x.device)
         sums[:, e].index_add_(0, prompt[tok], h)
@@ -85,10 +103,10 @@ def capture_experts(model: nn.Module, tokenizer, texts: Sequence[str], on_batch:
 
     def experts_hook(layer: int):
         def hook(module: nn.Module, args: tuple, kwargs: dict, output) -> None:
-            x, index, _ = routed_inputs(module, args, kwargs)
+            inputs = _expert_inputs(module, args, kwargs, ex.dispatch)
             # after the forward, accelerate has sent offloaded expert weights back to "meta": bring them in
             with align_module_device(module):
-                sums, counts = _routed_sums(module, x, index, state["prompt"], state["real"], state["n"])
+                sums, counts = _routed_sums(module, inputs, ex.dispatch, state["prompt"], state["real"], state["n"])
             mean = torch.full((state["n"], g.num_experts, g.expert_size), float("nan"))
             if sums is not None:
                 reached = counts > 0

@@ -217,10 +217,9 @@ def _expert_ppm(model: nn.Module, arch) -> np.ndarray:
         if not arch.is_sparse(layer):
             out[layer, :g.intermediate_size] = _dense_ppm(model, arch, layer)
             continue
-        module = layer_module(model, arch, layer, ex.module)
-        w = _param(module, "gate_up_proj")
-        w = w.transpose(1, 2) if module.is_transposed else w          # [E, 2I, H]
-        if module.is_concatenated:
+        w = _param(layer_module(model, arch, layer, ex.module), "gate_up_proj")
+        w = w.transpose(1, 2) if ex.transposed else w                  # [E, 2I, H]
+        if not ex.interleaved:
             gate, up = w[:, : g.expert_size], w[:, g.expert_size:]
         else:                                                           # GPT-OSS: gate/up interleaved
             gate, up = w[:, 0::2], w[:, 1::2]
