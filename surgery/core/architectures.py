@@ -142,6 +142,12 @@ class Experts:
     first_dense_key: str | None = None
     first_dense_default: int = 0
     last_sparse_key: str | None = None
+    # The step rule's offset (Jamba: layer % expert_layer_period == expert_layer_offset); without
+    # it, (layer + 1) % step == 0.
+    sparse_offset_key: str | None = None
+    # config.json spellings transformers reads as the keys above (the config class's attribute_map,
+    # alias → key), for configs written before the key was renamed.
+    aliases: tuple[tuple[str, str], ...] = ()
     # How the experts module is run: "routed" (transformers' experts interface: the tokens each
     # expert is routed, with the router's weights) or "dense" (Llama 4: every expert runs on every
     # token, its input already scaled by the router's score, exactly 0 off the token's top-k).
@@ -164,6 +170,8 @@ _LLAMA4_EXPERTS = Experts(("num_local_experts",), "intermediate_size", None, mod
                           transposed=True, shared="feed_forward.shared_expert", shared_size_key="intermediate_size",
                           dense_size_keys=("intermediate_size_mlp",), sparse_list_key="moe_layers",
                           sparse_step_key="interleave_moe_layer_step", dispatch="dense")
+_HYBRID = ("hybrid layers (linear-attention or state-space layers beside full attention): per-layer head edits are "
+           "not in the table yet; edit its MLP and expert neurons")
 _MLA = ("multi-head latent attention (o_proj input = heads × v_head_dim, low-rank q/kv): head edits on MLA "
         "are not in the table yet; edit its MLP and expert neurons")
 
@@ -241,7 +249,8 @@ ARCHITECTURES: dict[str, Layout] = {
         dense_size_keys=("prefix_dense_intermediate_size", "intermediate_size"),
         layer_types_key="mlp_layer_types")),
     "mellum": Layout(_DECODER, experts=Experts(
-        ("num_local_experts", "num_experts"), "moe_intermediate_size", _QWEN_EXPERTS, layer_types_key="mlp_layer_types")),
+        ("num_local_experts",), "moe_intermediate_size", _QWEN_EXPERTS, layer_types_key="mlp_layer_types",
+        aliases=(("num_experts", "num_local_experts"),))),
     "afmoe": Layout(_DECODER, experts=Experts(
         ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
         shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
@@ -251,8 +260,9 @@ ARCHITECTURES: dict[str, Layout] = {
         shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
         layer_types_key="mlp_layer_types", first_dense_key="first_k_dense_replace", first_dense_default=1)),
     "kolibri1": Layout(_DECODER, experts=Experts(
-        ("num_local_experts", "num_experts"), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="shared_expert_intermediate_size", dense_size_keys=())),
+        ("num_local_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="shared_expert_intermediate_size", dense_size_keys=(),
+        aliases=(("num_experts", "num_local_experts"),))),
     "dots1": Layout(_DECODER, experts=Experts(
         ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
         shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts",
@@ -267,6 +277,42 @@ ARCHITECTURES: dict[str, Layout] = {
     "llama4": Layout(("language_model.model.layers.{layer}.", "model.layers.{layer}."), text_config_key="text_config",
                      gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
                      down_proj="feed_forward.down_proj", experts=_LLAMA4_EXPERTS),
+    "qwen3_next": Layout(_DECODER, head_refusal=_HYBRID, experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_expert",
+        shared_size_key="shared_expert_intermediate_size", sparse_step_key="decoder_sparse_step",
+        dense_layers_key="mlp_only_layers")),
+    "qwen3_5_moe_text": Layout(_DECODER, head_refusal=_HYBRID, experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_expert",
+        shared_size_key="shared_expert_intermediate_size", dense_size_keys=())),
+    "lara_mini": Layout(_DECODER, head_refusal=_HYBRID, experts=Experts(
+        ("num_experts",), "moe_intermediate_size", None, shared="mlp.shared_expert",
+        shared_size_key="shared_expert_intermediate_size", dense_size_keys=())),
+    "minimax": Layout(_DECODER, head_refusal=_HYBRID, experts=Experts(
+        ("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, dense_size_keys=())),
+    "granitemoehybrid": Layout(_DECODER, head_refusal=_HYBRID, experts=replace(
+        _GRANITE_EXPERTS, shared="shared_mlp", shared_size_key="shared_intermediate_size",
+        shared_inputs=("input_linear",), shared_down="output_linear", shared_fused=True)),
+    "jamba": Layout(_DECODER, head_refusal=_HYBRID, gate_proj="feed_forward.gate_proj",
+                    up_proj="feed_forward.up_proj", down_proj="feed_forward.down_proj", experts=Experts(
+        ("num_experts",), "intermediate_size", tuple(n.replace("mlp.", "feed_forward.") for n in _QWEN_EXPERTS),
+        module="feed_forward.experts", sparse_step_key="expert_layer_period",
+        sparse_offset_key="expert_layer_offset")),
+    # Kimi-Linear releases keep the MLP under block_sparse_moe (dense layers too), experts Mixtral-style.
+    "kimi_linear": Layout(_DECODER, head_refusal=_HYBRID, stored_modules=(("mlp.", "block_sparse_moe."),),
+                          experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _MIXTRAL_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
+        layer_types_key="mlp_layer_types", first_dense_key="first_k_dense_replace", first_dense_default=1,
+        aliases=(("num_local_experts", "num_experts"), ("n_shared_experts", "num_shared_experts")))),
+    "bailing_hybrid": Layout(_DECODER, head_refusal=_HYBRID, experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
+        layer_types_key="mlp_layer_types", first_dense_key="first_k_dense_replace",
+        aliases=(("num_local_experts", "num_experts"), ("n_shared_experts", "num_shared_experts")))),
+    "lfm2_moe": Layout(_DECODER, head_refusal=_HYBRID, gate_proj="feed_forward.w1", up_proj="feed_forward.w3",
+                       down_proj="feed_forward.w2", experts=Experts(
+        ("num_experts",), "moe_intermediate_size", tuple(f"feed_forward.experts.{{expert}}.{w}" for w in ("w1", "w3", "w2")),
+        module="feed_forward.experts", first_dense_key="num_dense_layers", first_dense_default=2)),
     "sarvam_moe": Layout(_DECODER, q_proj=None, k_proj=None, v_proj=None,
                          stored_modules=(("self_attn.o_proj.", "attention.dense."),), experts=Experts(
         ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
@@ -523,6 +569,8 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
     # head_dim is explicit in Gemma/Qwen3 configs and differs from hidden/heads there.
     head_dim = cfg.get("head_dim") or hidden // heads
     ex = ARCHITECTURES[model_type].experts
+    if ex and ex.aliases:  # an old spelling stands for the key when the key itself is absent
+        cfg = {**{key: cfg[alias] for alias, key in ex.aliases if alias in cfg}, **cfg}
     keys = ex.dense_size_keys if ex else ("intermediate_size",)
     dense_key = next((k for k in keys if cfg.get(k) is not None), keys[0]) if keys else None
     dense = Geometry(layers, heads, int(cfg.get("num_key_value_heads") or heads), int(head_dim), hidden,
@@ -566,8 +614,9 @@ def _sparse_layers(model_type: str, ex: Experts, cfg: Mapping[str, Any], layers:
     last = int(cfg.get(ex.last_sparse_key, -1)) if ex.last_sparse_key else -1
     last = layers - 1 if last == -1 else last
     # transformers' rule (Qwen-MoE): experts where layer ∉ mlp_only_layers and (layer+1) % step == 0.
+    offset = int(cfg.get(ex.sparse_offset_key) or 0) if ex.sparse_offset_key else step - 1
     return frozenset(i for i in range(layers)
-                     if first <= i <= last and i not in only_dense and (i + 1) % step == 0)
+                     if first <= i <= last and i not in only_dense and i % step == offset % step)
 
 
 def architecture(config: Mapping[str, Any]) -> Architecture:

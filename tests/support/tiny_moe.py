@@ -21,6 +21,7 @@ EXPERTS = dict(num_experts_per_tok=2, moe_k=2, moe_topk=2, moe_intermediate_size
 # Multi-head latent attention (DeepSeek): q·k heads of 8 + 4 (rope), value heads of 8, a k/v head per head.
 MLA = dict(q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8,
            num_key_value_heads=4)
+HYBRID = ["linear_attention", "full_attention", "linear_attention"]
 OVERRIDES: dict[str, dict] = {
     "deepseek_v2": MLA,
     "deepseek_v3": MLA,
@@ -30,6 +31,16 @@ OVERRIDES: dict[str, dict] = {
     "minimax_m3_vl_text": dict(mlp_layer_types=["dense", "sparse", "sparse"], dense_intermediate_size=40),
     "zaya": dict(num_experts_per_tok=1),  # ZAYA routes each token to one expert (or none)
     "llama4_text": dict(interleave_moe_layer_step=2, intermediate_size_mlp=40),  # dense, sparse, dense
+    # hybrids: each kind of layer once
+    "lfm2_moe": dict(layer_types=["conv", "full_attention", "conv"], num_dense_layers=1),
+    "granitemoehybrid": dict(layer_types=["mamba", "attention", "mamba"], mamba_n_heads=8, mamba_d_head=8,
+                             mamba_d_state=8, mamba_chunk_size=8),
+    "qwen3_next": dict(layer_types=HYBRID),
+    "qwen3_5_moe_text": dict(layer_types=HYBRID),
+    "bailing_hybrid": dict(layer_types=HYBRID, **MLA),
+    "kimi_linear": dict(layer_types=HYBRID, **MLA, linear_head_dim=8, linear_num_heads=4),
+    "jamba": dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
+                  mamba_d_state=8, mamba_dt_rank=8),
 }
 
 
@@ -38,7 +49,8 @@ FAMILIES = ("deepseek_v2", "deepseek_v3", "glm4_moe", "ernie4_5_moe", "hunyuan_v
             "granitemoe", "granitemoe_swa", "granitemoeshared", "flex_olmo", "aria_text", "solar_open",
             "cohere2_moe", "mellum", "afmoe", "exaone_moe", "kolibri1", "dots1", "sarvam_moe", "hy_v3", "beam",
             "flint", "laguna", "mimo_v2_flash", "minimax_m3_vl_text", "zaya",
-            "llama4_text", "llama4")
+            "llama4_text", "llama4", "qwen3_next", "qwen3_5_moe_text", "lara_mini", "minimax", "granitemoehybrid",
+            "jamba", "kimi_linear", "bailing_hybrid", "lfm2_moe")
 # The class a release is saved from where it is not the causal LM (the text model of a multimodal one).
 RELEASE_CLASSES = {"llama4": "Llama4ForConditionalGeneration"}
 
