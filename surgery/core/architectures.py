@@ -142,9 +142,10 @@ class Experts:
     first_dense_key: str | None = None
     first_dense_default: int = 0
     last_sparse_key: str | None = None
-    # The step rule's offset (Jamba: layer % expert_layer_period == expert_layer_offset); without
-    # it, (layer + 1) % step == 0.
+    # The step rule's offset: layer % step == offset (Jamba: expert_layer_offset), ``sparse_offset``
+    # without the key (-1: (layer + 1) % step == 0, Qwen's rule; 0: DeepSeek's layer % moe_layer_freq == 0).
     sparse_offset_key: str | None = None
+    sparse_offset: int = -1
     # config.json spellings transformers reads as the keys above (the config class's attribute_map,
     # alias → key), for configs written before the key was renamed.
     aliases: tuple[tuple[str, str], ...] = ()
@@ -172,6 +173,25 @@ _LLAMA4_EXPERTS = Experts(("num_local_experts",), "intermediate_size", None, mod
                           sparse_step_key="interleave_moe_layer_step", dispatch="dense")
 _HYBRID = ("hybrid layers (linear-attention or state-space layers beside full attention): per-layer head edits are "
            "not in the table yet; edit its MLP and expert neurons")
+# DeepSeek-V3.2 and its kin: a per-layer list of MLP kinds, else the first first_k_dense_replace dense.
+_DEEPSEEK_EXPERTS = Experts(("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+                            shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts",
+                            layer_types_key="mlp_layer_types", first_dense_key="first_k_dense_replace",
+                            first_dense_default=3, aliases=(("num_local_experts", "n_routed_experts"),))
+# config.json spellings of the expert count (the config classes' attribute_map).
+_N_LOCAL = (("num_experts", "num_local_experts"),)
+_N_EXPERTS = (("num_local_experts", "num_experts"),)
+_N_ROUTED = (("num_local_experts", "n_routed_experts"),)
+_SARVAM = (("num_experts", "n_routed_experts"), ("num_local_experts", "n_routed_experts"),
+           ("num_shared_experts", "n_shared_experts"))
+_GRANITE_SHARED = replace(_GRANITE_EXPERTS, shared="shared_mlp", shared_size_key="shared_intermediate_size",
+                          shared_inputs=("input_linear",), shared_down="output_linear", shared_fused=True)
+_QWEN35_EXPERTS = Experts(("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_expert",
+                          shared_size_key="shared_expert_intermediate_size", dense_size_keys=())
+_KIMI_EXPERTS = Experts(("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+                        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
+                        layer_types_key="mlp_layer_types", first_dense_key="first_k_dense_replace",
+                        aliases=(("num_local_experts", "num_experts"), ("n_shared_experts", "num_shared_experts")))
 _MLA = ("multi-head latent attention (o_proj input = heads × v_head_dim, low-rank q/kv): head edits on MLA "
         "are not in the table yet; edit its MLP and expert neurons")
 
@@ -190,7 +210,8 @@ ARCHITECTURES: dict[str, Layout] = {
     "phi3": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj",
                    q_proj=None, k_proj=None, v_proj=None, qkv_proj="self_attn.qkv_proj"),
     "olmo2": Layout(_DECODER),
-    "mixtral": Layout(_DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS)),
+    "mixtral": Layout(_DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS,
+                                                aliases=_N_LOCAL)),
     "qwen2_moe": Layout(_DECODER, experts=Experts(
         ("num_experts", "num_local_experts"), "moe_intermediate_size", _QWEN_EXPERTS,
         shared="mlp.shared_expert", shared_size_key="shared_expert_intermediate_size",
@@ -198,59 +219,70 @@ ARCHITECTURES: dict[str, Layout] = {
     "qwen3_moe": Layout(_DECODER, experts=Experts(
         ("num_experts", "num_local_experts"), "moe_intermediate_size", _QWEN_EXPERTS,
         sparse_step_key="decoder_sparse_step", dense_layers_key="mlp_only_layers")),
-    "olmoe": Layout(_DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS)),
+    "olmoe": Layout(_DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS,
+                                              aliases=_N_EXPERTS)),
     "gpt_oss": Layout(_DECODER, experts=Experts(
-        ("num_local_experts",), "intermediate_size", None, transposed=True, interleaved=True)),
+        ("num_local_experts",), "intermediate_size", None, transposed=True, interleaved=True, aliases=_N_LOCAL)),
 
     # --- MoE variants (issue 24) ---
     # Per-expert names on disk are what transformers' checkpoint conversion mapping splits the fused
-    # experts into (tests/core/test_moe_table.py compares every row with it).
-    "deepseek_v2": Layout(_DECODER, head_refusal=_MLA, experts=Experts(
-        ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts",
-        first_dense_key="first_k_dense_replace")),
-    "deepseek_v3": Layout(_DECODER, head_refusal=_MLA, experts=Experts(
-        ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts",
-        first_dense_key="first_k_dense_replace", first_dense_default=3)),
-    "glm4_moe": Layout(_DECODER, experts=Experts(
-        ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts",
-        first_dense_key="first_k_dense_replace", first_dense_default=1)),
+    # experts into; config aliases are the config class's attribute_map (tests/core/test_moe_table.py
+    # compares every row with both, and its routing rule and sizes with the model transformers builds).
+    "deepseek_v2": Layout(_DECODER, head_refusal=_MLA, experts=replace(
+        _DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=0,
+        aliases=(("num_experts", "n_routed_experts"),))),
+    "deepseek_v3": Layout(_DECODER, head_refusal=_MLA, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None)),
+    "deepseek_v32": Layout(_DECODER, head_refusal=_MLA, experts=_DEEPSEEK_EXPERTS),
+    "glm_moe_dsa": Layout(_DECODER, head_refusal=_MLA, experts=_DEEPSEEK_EXPERTS),
+    "glm4_moe": Layout(_DECODER, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1)),
+    "glm4_moe_lite": Layout(_DECODER, head_refusal=_MLA, experts=replace(
+        _DEEPSEEK_EXPERTS, first_dense_key=None, first_dense_default=1)),
+    "sarvam_mla": Layout(_DECODER, head_refusal=_MLA, experts=replace(
+        _DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1, aliases=_SARVAM)),
+    "axk1": Layout(_DECODER, head_refusal=_MLA, experts=replace(
+        _DEEPSEEK_EXPERTS, first_dense_default=1, sparse_step_key="moe_layer_freq", sparse_offset=0)),
+    "axk2": Layout(_DECODER, head_refusal=_MLA, experts=replace(
+        _DEEPSEEK_EXPERTS, first_dense_default=1, sparse_step_key="moe_layer_freq", sparse_offset=0)),
+    "dots1": Layout(_DECODER, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=0)),
+    "solar_open": Layout(_DECODER, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_key=None,
+                                                   first_dense_default=0, dense_size_keys=())),
+    # Sarvam-MoE releases store Bailing-style attention: attention.dense (o_proj), one fused query_key_value.
+    "sarvam_moe": Layout(_DECODER, q_proj=None, k_proj=None, v_proj=None,
+                         stored_modules=(("self_attn.o_proj.", "attention.dense."),),
+                         experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1,
+                                         aliases=_SARVAM)),
     "ernie4_5_moe": Layout(_DECODER, experts=Experts(
         ("moe_num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
         shared_size_key="moe_intermediate_size", shared_count_key="moe_num_shared_experts",
         sparse_step_key="moe_layer_interval", first_dense_key="moe_layer_start_index", first_dense_default=1,
-        last_sparse_key="moe_layer_end_index")),
+        last_sparse_key="moe_layer_end_index", aliases=(("num_experts", "moe_num_experts"),))),
     "hunyuan_v1_moe": Layout(_DECODER, experts=Experts(
         ("num_experts",), "intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_mlp",
-        shared_size_key="intermediate_size", dense_size_keys=())),
+        shared_size_key="intermediate_size", dense_size_keys=(), aliases=_N_EXPERTS)),
+    "hy_v3": Layout(_DECODER, stored_modules=(("mlp.shared_experts.", "mlp.shared_mlp."),), experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
+        layer_types_key="mlp_layer_types", first_dense_default=1, aliases=_N_EXPERTS)),
     "minimax_m2": Layout(_DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS,
-                                                   dense_size_keys=())),
+                                                   dense_size_keys=(), aliases=_N_LOCAL)),
     "phimoe": Layout(_DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS,
                                                dense_size_keys=())),
     "granitemoe": Layout(_DECODER, experts=_GRANITE_EXPERTS),
     "granitemoe_swa": Layout(_DECODER, experts=replace(_GRANITE_EXPERTS, stored_fused=None)),
-    "granitemoeshared": Layout(_DECODER, experts=replace(
-        _GRANITE_EXPERTS, shared="shared_mlp", shared_size_key="shared_intermediate_size",
-        shared_inputs=("input_linear",), shared_down="output_linear", shared_fused=True)),
+    "granitemoeshared": Layout(_DECODER, experts=_GRANITE_SHARED),
     "flex_olmo": Layout(_DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS,
-                                                  dense_size_keys=())),
+                                                  dense_size_keys=(), aliases=_N_EXPERTS)),
     "aria_text": Layout(_DECODER, experts=Experts(
         ("moe_num_experts",), "intermediate_size", None, transposed=True,
         stored_fused=("mlp.experts.fc1.weight", "mlp.experts.fc2.weight"), shared="mlp.shared_experts",
         shared_size_key="intermediate_size", shared_count_key="moe_num_shared_experts", dense_size_keys=())),
-    "solar_open": Layout(_DECODER, experts=Experts(
-        ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts", dense_size_keys=())),
     "cohere2_moe": Layout(_DECODER, experts=Experts(
         ("num_experts",), "intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
         shared_size_key="intermediate_size", shared_count_key="num_shared_experts",
-        dense_size_keys=("prefix_dense_intermediate_size", "intermediate_size"),
-        layer_types_key="mlp_layer_types")),
+        dense_size_keys=("prefix_dense_intermediate_size", "intermediate_size"), layer_types_key="mlp_layer_types")),
     "mellum": Layout(_DECODER, experts=Experts(
         ("num_local_experts",), "moe_intermediate_size", _QWEN_EXPERTS, layer_types_key="mlp_layer_types",
-        aliases=(("num_experts", "num_local_experts"),))),
+        aliases=_N_LOCAL)),
     "afmoe": Layout(_DECODER, experts=Experts(
         ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
         shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
@@ -261,67 +293,7 @@ ARCHITECTURES: dict[str, Layout] = {
         layer_types_key="mlp_layer_types", first_dense_key="first_k_dense_replace", first_dense_default=1)),
     "kolibri1": Layout(_DECODER, experts=Experts(
         ("num_local_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="shared_expert_intermediate_size", dense_size_keys=(),
-        aliases=(("num_experts", "num_local_experts"),))),
-    "dots1": Layout(_DECODER, experts=Experts(
-        ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts",
-        first_dense_key="first_k_dense_replace")),
-
-
-    # Sarvam-MoE releases store Bailing-style attention: attention.dense (o_proj), one fused query_key_value.
-    "llama4_text": Layout(_DECODER, gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
-                          down_proj="feed_forward.down_proj", experts=_LLAMA4_EXPERTS),
-    # Llama 4's releases hold the vision model too (Llama4ForConditionalGeneration); AutoModelForCausalLM
-    # loads the text model alone, under model.layers.
-    "llama4": Layout(("language_model.model.layers.{layer}.", "model.layers.{layer}."), text_config_key="text_config",
-                     gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
-                     down_proj="feed_forward.down_proj", experts=_LLAMA4_EXPERTS),
-    "qwen3_next": Layout(_DECODER, head_refusal=_HYBRID, experts=Experts(
-        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_expert",
-        shared_size_key="shared_expert_intermediate_size", sparse_step_key="decoder_sparse_step",
-        dense_layers_key="mlp_only_layers")),
-    "qwen3_5_moe_text": Layout(_DECODER, head_refusal=_HYBRID, experts=Experts(
-        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_expert",
-        shared_size_key="shared_expert_intermediate_size", dense_size_keys=())),
-    "lara_mini": Layout(_DECODER, head_refusal=_HYBRID, experts=Experts(
-        ("num_experts",), "moe_intermediate_size", None, shared="mlp.shared_expert",
-        shared_size_key="shared_expert_intermediate_size", dense_size_keys=())),
-    "minimax": Layout(_DECODER, head_refusal=_HYBRID, experts=Experts(
-        ("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, dense_size_keys=())),
-    "granitemoehybrid": Layout(_DECODER, head_refusal=_HYBRID, experts=replace(
-        _GRANITE_EXPERTS, shared="shared_mlp", shared_size_key="shared_intermediate_size",
-        shared_inputs=("input_linear",), shared_down="output_linear", shared_fused=True)),
-    "jamba": Layout(_DECODER, head_refusal=_HYBRID, gate_proj="feed_forward.gate_proj",
-                    up_proj="feed_forward.up_proj", down_proj="feed_forward.down_proj", experts=Experts(
-        ("num_experts",), "intermediate_size", tuple(n.replace("mlp.", "feed_forward.") for n in _QWEN_EXPERTS),
-        module="feed_forward.experts", sparse_step_key="expert_layer_period",
-        sparse_offset_key="expert_layer_offset")),
-    # Kimi-Linear releases keep the MLP under block_sparse_moe (dense layers too), experts Mixtral-style.
-    "kimi_linear": Layout(_DECODER, head_refusal=_HYBRID, stored_modules=(("mlp.", "block_sparse_moe."),),
-                          experts=Experts(
-        ("num_experts",), "moe_intermediate_size", _MIXTRAL_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
-        layer_types_key="mlp_layer_types", first_dense_key="first_k_dense_replace", first_dense_default=1,
-        aliases=(("num_local_experts", "num_experts"), ("n_shared_experts", "num_shared_experts")))),
-    "bailing_hybrid": Layout(_DECODER, head_refusal=_HYBRID, experts=Experts(
-        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
-        layer_types_key="mlp_layer_types", first_dense_key="first_k_dense_replace",
-        aliases=(("num_local_experts", "num_experts"), ("n_shared_experts", "num_shared_experts")))),
-    "lfm2_moe": Layout(_DECODER, head_refusal=_HYBRID, gate_proj="feed_forward.w1", up_proj="feed_forward.w3",
-                       down_proj="feed_forward.w2", experts=Experts(
-        ("num_experts",), "moe_intermediate_size", tuple(f"feed_forward.experts.{{expert}}.{w}" for w in ("w1", "w3", "w2")),
-        module="feed_forward.experts", first_dense_key="num_dense_layers", first_dense_default=2)),
-    "sarvam_moe": Layout(_DECODER, q_proj=None, k_proj=None, v_proj=None,
-                         stored_modules=(("self_attn.o_proj.", "attention.dense."),), experts=Experts(
-        ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts",
-        first_dense_key="first_k_dense_replace", first_dense_default=1)),
-    "hy_v3": Layout(_DECODER, stored_modules=(("mlp.shared_experts.", "mlp.shared_mlp."),), experts=Experts(
-        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
-        layer_types_key="mlp_layer_types", first_dense_default=1)),
+        shared_size_key="shared_expert_intermediate_size", dense_size_keys=(), aliases=_N_LOCAL)),
     "beam": Layout(_DECODER, experts=Experts(
         ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, layer_types_key="mlp_layer_types",
         first_dense_default=3)),
@@ -333,21 +305,57 @@ ARCHITECTURES: dict[str, Layout] = {
         "attention heads differ per layer (num_attention_heads_per_layer) and are gated per head: head edits on "
         "laguna are not in the table yet; edit its MLP and expert neurons"),
         stored_modules=(("mlp.shared_experts.", "mlp.shared_expert."),), experts=Experts(
-        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="shared_expert_intermediate_size", layer_types_key="mlp_layer_types",
-        first_dense_default=1)),
+            ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+            shared_size_key="shared_expert_intermediate_size", layer_types_key="mlp_layer_types",
+            first_dense_default=1)),
     "mimo_v2_flash": Layout(_DECODER, head_refusal=(
         "value heads are v_head_dim wide, not head_dim (o_proj input = heads × v_head_dim): head edits on "
         "mimo_v2_flash are not in the table yet; edit its MLP and expert neurons"), experts=Experts(
-        ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, layer_types_key="mlp_layer_types",
-        first_dense_default=1)),
+            ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, layer_types_key="mlp_layer_types",
+            first_dense_default=1, aliases=_N_ROUTED)),
+    # MiniMax-M3: the dense MLPs and the shared expert hold one fused [gate; up] matrix.
     "minimax_m3_vl_text": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj",
                                  experts=Experts(
         ("num_local_experts",), "intermediate_size", None, shared="mlp.shared_experts",
         shared_size_key="shared_intermediate_size", shared_inputs=("gate_up_proj",), shared_fused=True,
-        dense_size_keys=("dense_intermediate_size",), layer_types_key="mlp_layer_types")),
+        dense_size_keys=("dense_intermediate_size",), layer_types_key="mlp_layer_types", aliases=_N_LOCAL)),
+    # ZAYA: q/k through convolutions, v from two projections; its heads meet in o_proj as usual.
     "zaya": Layout(_DECODER, q_proj="self_attn.qkv_proj.q_proj", k_proj="self_attn.qkv_proj.k_proj", v_proj=None,
                    experts=Experts(("num_experts",), "moe_intermediate_size", None, dense_size_keys=())),
+    "llama4_text": Layout(_DECODER, gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
+                          down_proj="feed_forward.down_proj", experts=_LLAMA4_EXPERTS),
+    # Llama 4's releases hold the vision model too (Llama4ForConditionalGeneration); AutoModelForCausalLM
+    # loads the text model alone, under model.layers.
+    "llama4": Layout(("language_model.model.layers.{layer}.", "model.layers.{layer}."), text_config_key="text_config",
+                     gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
+                     down_proj="feed_forward.down_proj", experts=_LLAMA4_EXPERTS),
+    # Hybrids: linear-attention or state-space layers beside full attention.
+    "qwen3_next": Layout(_DECODER, head_refusal=_HYBRID, experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_expert",
+        shared_size_key="shared_expert_intermediate_size", sparse_step_key="decoder_sparse_step",
+        dense_layers_key="mlp_only_layers")),
+    "qwen3_5_moe_text": Layout(_DECODER, head_refusal=_HYBRID, experts=_QWEN35_EXPERTS),
+    "qwen3_5_moe": Layout(("model.language_model.layers.{layer}.", "model.layers.{layer}."), head_refusal=_HYBRID,
+                          text_config_key="text_config", experts=_QWEN35_EXPERTS),
+    "lara_mini": Layout(_DECODER, head_refusal=_HYBRID, experts=replace(_QWEN35_EXPERTS, per_expert=None)),
+    "minimax": Layout(_DECODER, head_refusal=_HYBRID, experts=Experts(
+        ("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, dense_size_keys=(), aliases=_N_LOCAL)),
+    "granitemoehybrid": Layout(_DECODER, head_refusal=_HYBRID, experts=_GRANITE_SHARED),
+    "jamba": Layout(_DECODER, head_refusal=_HYBRID, gate_proj="feed_forward.gate_proj",
+                    up_proj="feed_forward.up_proj", down_proj="feed_forward.down_proj", experts=Experts(
+        ("num_experts",), "intermediate_size", tuple(n.replace("mlp.", "feed_forward.") for n in _QWEN_EXPERTS),
+        module="feed_forward.experts", sparse_step_key="expert_layer_period",
+        sparse_offset_key="expert_layer_offset", aliases=_N_EXPERTS)),
+    # Kimi-Linear and Bailing-hybrid name their keys Kimi's way; Kimi's releases keep the MLP under
+    # block_sparse_moe (dense layers too), experts Mixtral-style.
+    "kimi_linear": Layout(_DECODER, head_refusal=_HYBRID, stored_modules=(("mlp.", "block_sparse_moe."),),
+                          experts=replace(_KIMI_EXPERTS, per_expert=_MIXTRAL_EXPERTS, first_dense_default=1)),
+    "bailing_hybrid": Layout(_DECODER, head_refusal=_HYBRID, experts=replace(_KIMI_EXPERTS, first_dense_default=2)),
+    "lfm2_moe": Layout(_DECODER, head_refusal=_HYBRID, gate_proj="feed_forward.w1", up_proj="feed_forward.w3",
+                       down_proj="feed_forward.w2", experts=Experts(
+        ("num_experts",), "moe_intermediate_size",
+        tuple(f"feed_forward.experts.{{expert}}.{w}" for w in ("w1", "w3", "w2")), module="feed_forward.experts",
+        first_dense_key="num_dense_layers", first_dense_default=2)),
 }
 
 TABLE_LOCATION = "surgery/core/architectures.py (the ARCHITECTURES table)"
@@ -614,7 +622,7 @@ def _sparse_layers(model_type: str, ex: Experts, cfg: Mapping[str, Any], layers:
     last = int(cfg.get(ex.last_sparse_key, -1)) if ex.last_sparse_key else -1
     last = layers - 1 if last == -1 else last
     # transformers' rule (Qwen-MoE): experts where layer ∉ mlp_only_layers and (layer+1) % step == 0.
-    offset = int(cfg.get(ex.sparse_offset_key) or 0) if ex.sparse_offset_key else step - 1
+    offset = int(cfg.get(ex.sparse_offset_key) or 0) if ex.sparse_offset_key else ex.sparse_offset
     return frozenset(i for i in range(layers)
                      if first <= i <= last and i not in only_dense and i % step == offset % step)
 

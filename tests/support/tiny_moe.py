@@ -25,6 +25,12 @@ HYBRID = ["linear_attention", "full_attention", "linear_attention"]
 OVERRIDES: dict[str, dict] = {
     "deepseek_v2": MLA,
     "deepseek_v3": MLA,
+    "sarvam_mla": MLA,
+    "glm4_moe_lite": MLA,
+    "axk1": MLA,
+    "axk2": dict(MLA, index_n_heads=2, index_head_dim=8, index_topk=4),
+    "deepseek_v32": dict(MLA, index_n_heads=2, index_head_dim=8, index_topk=4),
+    "glm_moe_dsa": dict(MLA, index_n_heads=2, index_head_dim=8, index_topk=4),
     "cohere2_moe": dict(mlp_layer_types=["dense", "sparse", "sparse"], prefix_dense_intermediate_size=40),
     "mellum": dict(mlp_layer_types=["dense", "sparse", "sparse"]),
     "beam": dict(mlp_layer_types=["dense", "sparse", "sparse"]),
@@ -50,9 +56,10 @@ FAMILIES = ("deepseek_v2", "deepseek_v3", "glm4_moe", "ernie4_5_moe", "hunyuan_v
             "cohere2_moe", "mellum", "afmoe", "exaone_moe", "kolibri1", "dots1", "sarvam_moe", "hy_v3", "beam",
             "flint", "laguna", "mimo_v2_flash", "minimax_m3_vl_text", "zaya",
             "llama4_text", "llama4", "qwen3_next", "qwen3_5_moe_text", "lara_mini", "minimax", "granitemoehybrid",
-            "jamba", "kimi_linear", "bailing_hybrid", "lfm2_moe")
+            "jamba", "kimi_linear", "bailing_hybrid", "lfm2_moe", "deepseek_v32", "glm_moe_dsa", "sarvam_mla",
+            "glm4_moe_lite", "axk1", "axk2", "qwen3_5_moe")
 # The class a release is saved from where it is not the causal LM (the text model of a multimodal one).
-RELEASE_CLASSES = {"llama4": "Llama4ForConditionalGeneration"}
+RELEASE_CLASSES = {"llama4": "Llama4ForConditionalGeneration", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration"}
 
 
 def config_fields(cls) -> set[str]:
@@ -67,6 +74,11 @@ def tiny_moe_config(model_type: str, **overrides):
     """A transformers config object of ``model_type`` with tiny sizes."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    if model_type == "qwen3_5_moe":  # the multimodal wrapper: the tiny text model, a tiny vision model
+        vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32, patch_size=14,
+                      temporal_patch_size=2, spatial_merge_size=2)
+        return CONFIG_MAPPING["qwen3_5_moe"](text_config=tiny_moe_config("qwen3_5_moe_text", **overrides).to_dict(),
+                                             vision_config=vision)
     if model_type == "llama4":  # the multimodal wrapper: the tiny text model and a one-layer vision model
         vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28,
                       patch_size=14, vision_output_dim=16, projector_input_dim=16, projector_output_dim=16)
@@ -76,4 +88,8 @@ def tiny_moe_config(model_type: str, **overrides):
     cls = CONFIG_MAPPING[model_type]
     known = config_fields(cls)
     kw = {k: v for k, v in {**SIZES, **EXPERTS}.items() if k in known}
-    return cls(**{**kw, **OVERRIDES.get(model_type, {}), **overrides})
+    layers = overrides.get("num_hidden_layers", SIZES["num_hidden_layers"])
+    # per-layer lists follow the number of layers (the last layer's kind repeated)
+    family = {k: v + v[-1:] * (layers - len(v)) if isinstance(v, list) and len(v) == SIZES["num_hidden_layers"] else v
+              for k, v in OVERRIDES.get(model_type, {}).items()}
+    return cls(**{**kw, **family, **overrides})
