@@ -425,6 +425,14 @@ class Architecture:
                 return match.expand(entry.loaded), entry.permuted
         return None
 
+    def release_name(self, module: str) -> str:
+        """``module`` (an in-memory name relative to a layer) as the family's releases store it
+        (``Layout.stored_modules``; itself where they keep transformers' name)."""
+        for memory, release in self.layout.stored_modules:
+            if f"{module}.".startswith(memory):
+                return (release + f"{module}."[len(memory):])[:-1]
+        return module
+
     def is_sparse(self, layer: int) -> bool:
         """Whether ``layer``'s MLP is a mixture of experts."""
         return layer in self.geometry.sparse_layers

@@ -72,12 +72,9 @@ class Resolver:
     def stored(self, layer: int, module: str) -> str:
         """The name ``module`` (an in-memory name relative to a layer) has in this checkpoint: under
         the release's own name (``Layout.stored_modules``) where the checkpoint holds that one."""
-        prefix = self.prefix.format(layer=layer)
-        for memory, release in self.arch.layout.stored_modules:
-            if f"{module}.".startswith(memory):
-                renamed = release + f"{module}."[len(memory):]
-                if f"{prefix}{module}.weight" not in self.names and f"{prefix}{renamed}weight" in self.names:
-                    return prefix + renamed[:-1]
+        prefix, release = self.prefix.format(layer=layer), self.arch.release_name(module)
+        if f"{prefix}{module}.weight" not in self.names and f"{prefix}{release}.weight" in self.names:
+            return prefix + release
         return prefix + module
 
     def slices(self, site: Site) -> list[TensorSlice]:

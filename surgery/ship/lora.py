@@ -46,6 +46,13 @@ class LoraModule:
     name: str
     A: torch.Tensor  # (rank, in_features)
     B: torch.Tensor  # (out_features, rank)
+    # The name its weights are saved under: the module as the family's releases name it, since
+    # PEFT renames an adapter's weights with transformers' checkpoint conversion when it loads them.
+    saved_as: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.saved_as or self.name
 
     @property
     def rank(self) -> int:
@@ -56,11 +63,11 @@ class LoraModule:
         extra = rank - self.rank
         A = torch.cat([self.A, self.A.new_zeros(extra, self.A.shape[1])])
         B = torch.cat([self.B, self.B.new_zeros(self.B.shape[0], extra)], dim=1)
-        return LoraModule(self.name, A, B)
+        return LoraModule(self.name, A, B, self.saved_as)
 
 
-def loaded_module_names(ckpt: Checkpoint) -> list[str]:
-    """Module names of the model as transformers loads it (built on the meta device: no weights).
+def loaded_model(ckpt: Checkpoint) -> torch.nn.Module:
+    """The model as transformers loads it, built on the meta device (no weights).
 
     Multimodal wrappers (Gemma-3) name their text layers differently in the checkpoint and in the
     loaded model; PEFT matches the loaded model's names, so they are read from a real instance.
@@ -69,8 +76,32 @@ def loaded_module_names(ckpt: Checkpoint) -> list[str]:
 
     config = AutoConfig.from_pretrained(str(ckpt.path))
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return [name for name, _ in model.named_modules()]
+        return AutoModelForCausalLM.from_config(config)
+
+
+def loaded_module_names(ckpt: Checkpoint) -> list[str]:
+    """Module names of the model as transformers loads it (see :func:`loaded_model`)."""
+    return [name for name, _ in loaded_model(ckpt).named_modules()]
+
+
+def peft_retargeted(config, model: torch.nn.Module) -> list[str]:
+    """The adapter's target modules that PEFT, loading it on ``model``, would put elsewhere.
+
+    PEFT (0.18 and later) converts adapters written for transformers 4 on mixtures of experts that
+    transformers 5 fuses: on a family whose checkpoint conversion follows Mixtral's or Qwen2-MoE's,
+    it moves every ``*.gate_proj``/``up_proj``/``down_proj`` target onto the fused experts — also a
+    dense layer's or a shared expert's down_proj, which is what this adapter means. PEFT's own
+    conversion is asked, on a copy of the config: a PEFT without it loads every target as named.
+    """
+    import copy
+
+    try:
+        from peft.utils.transformers_weight_conversion import convert_peft_config_for_transformers
+    except ImportError:
+        return []
+    probe = copy.deepcopy(config)
+    convert_peft_config_for_transformers(probe, model=model, conversions=None)
+    return sorted(set(config.target_modules) - set(probe.target_modules or ()))
 
 
 def _read_weight(ckpt: Checkpoint, name: str) -> torch.Tensor:
@@ -92,11 +123,12 @@ def plan_ranks(arch: Architecture, recipe: Recipe) -> dict[tuple[str, int], torc
     return {key: v for key, v in vectors.items() if bool((v != 1).any())}
 
 
-def lora_modules(ckpt: Checkpoint, recipe: Recipe) -> list[LoraModule]:
-    """The exact LoRA factors of ``recipe`` on ``ckpt``, read with safetensors (no model load)."""
+def lora_modules(ckpt: Checkpoint, recipe: Recipe, names: list[str] | None = None) -> list[LoraModule]:
+    """The exact LoRA factors of ``recipe`` on ``ckpt``, read with safetensors (no model load);
+    ``names``: the loaded model's module names (default: built here, :func:`loaded_module_names`)."""
     arch = recipe.validate(ckpt.config)
     resolver = Resolver(arch, ckpt.tensors)
-    loaded = arch.layer_prefix(loaded_module_names(ckpt))
+    loaded = arch.layer_prefix(names if names is not None else loaded_module_names(ckpt))
     weights = {(s.module, s.layer): sl.tensor for sl in resolver.all(all_sites(arch, recipe.active()))
                if (s := sl.site).twin and not sl.is_bias}
     modules = []
@@ -106,7 +138,8 @@ def lora_modules(ckpt: Checkpoint, recipe: Recipe) -> list[LoraModule]:
         A = torch.zeros(len(idx), W.shape[1])
         A[torch.arange(len(idx)), idx] = 1.0
         B = W[:, idx] * (scales[idx] - 1.0)
-        modules.append(LoraModule(loaded.format(layer=layer) + module, A, B))
+        prefix = loaded.format(layer=layer)
+        modules.append(LoraModule(prefix + module, A, B, prefix + arch.release_name(module)))
     return modules
 
 
@@ -190,16 +223,25 @@ def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool
         raise RecipeError("the recipe changes nothing (every α and factor is 1): there is no adapter to export")
     needed = max(int((v != 1).sum()) for v in planned.values())
     rank = vllm_rank(needed) if vllm else needed
-    modules = lora_modules(ckpt, recipe)
+    model = loaded_model(ckpt)
+    modules = lora_modules(ckpt, recipe, [name for name, _ in model.named_modules()])
     if vllm:
         modules = [m.padded(rank) for m in modules]
     source = source or local_source(ckpt.path)
     base = source.hub_id or str(source.path)
     config = peft_config(modules, base, vllm)
+    moved = peft_retargeted(config, model)
+    if moved:  # an adapter PEFT loads onto other modules is not the recipe: refuse rather than mislead
+        import peft
+
+        raise RecipeError(f"export-lora: PEFT {peft.__version__} would load the adapter of '{moved[0]}'"
+                          f"{f' and {len(moved) - 1} more' if len(moved) > 1 else ''} onto {arch.model_type}'s "
+                          "fused experts (its conversion of transformers-4 adapters); ship the baked checkpoint "
+                          "instead, or export head edits alone")
     tensors = {}
     for m in modules:
-        tensors[f"base_model.model.{m.name}.lora_A.weight"] = m.A.contiguous()
-        tensors[f"base_model.model.{m.name}.lora_B.weight"] = m.B.contiguous()
+        tensors[f"base_model.model.{m.key}.lora_A.weight"] = m.A.contiguous()
+        tensors[f"base_model.model.{m.key}.lora_B.weight"] = m.B.contiguous()
     counts = Counter(e.kind for e in recipe.active())
     summary = {
         "format": "surgery-adapter", "version": 1, "tool_version": __version__,
