@@ -337,6 +337,9 @@ ARCHITECTURES: dict[str, Layout] = {
     "qwen3_5_moe_text": Layout(_DECODER, head_refusal=_HYBRID, experts=_QWEN35_EXPERTS),
     "qwen3_5_moe": Layout(("model.language_model.layers.{layer}.", "model.layers.{layer}."), head_refusal=_HYBRID,
                           text_config_key="text_config", experts=_QWEN35_EXPERTS),
+    "qwen4_exp_text": Layout(_DECODER, head_refusal=_HYBRID, experts=_QWEN35_EXPERTS),
+    "qwen4_exp": Layout(("model.language_model.layers.{layer}.", "model.layers.{layer}."), head_refusal=_HYBRID,
+                        text_config_key="text_config", experts=_QWEN35_EXPERTS),
     "lara_mini": Layout(_DECODER, head_refusal=_HYBRID, experts=replace(_QWEN35_EXPERTS, per_expert=None)),
     "minimax": Layout(_DECODER, head_refusal=_HYBRID, experts=Experts(
         ("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, dense_size_keys=(), aliases=_N_LOCAL)),
@@ -359,6 +362,26 @@ ARCHITECTURES: dict[str, Layout] = {
 }
 
 TABLE_LOCATION = "surgery/core/architectures.py (the ARCHITECTURES table)"
+
+# Causal-LM families of transformers that surgery refuses, and why (one line each).
+REFUSALS: dict[str, str] = {
+    # --- MoE variants (issue 24) ---
+    "dbrx": ("its experts are DBRX's own GLU (w1/v1/w2 stacked [E·I, H]) run by a custom forward, and its "
+             "attention is one fused Wqkv under transformer.blocks: neither is in the table yet"),
+    "jetmoe": ("its attention is itself a mixture of experts (MoA: each token's heads come from routed expert "
+               "projections), so no fixed columns carry a head; its MLP experts run a custom dispatch"),
+    "longcat_flash": ("each layer has two attention blocks, two dense MLPs and zero-computation experts "
+                      "(self_attn.0/1, mlps.0/1): a layer's neurons and heads have no single site to name"),
+    "dots3_note": "the number of routed experts differs per layer (pyramid_num_routed); the table has one per model",
+    "dots3_note_text": ("the number of routed experts differs per layer (pyramid_num_routed); the table has one "
+                        "per model"),
+    "inkling_text": ("short convolutions wrap its attention inputs and its experts (attn_sconv, k/v_sconv, "
+                     "mlp_sconv): not described by the table yet"),
+    "inkling2_text": ("its attention projections are wrapped in short convolutions and its layers read "
+                      "learned residual queries (attention_input, mlp_input): not described by the table yet"),
+    "inkling2_loop_text": ("a looped Inkling-2 (layers re-run with message gates between passes): one weight "
+                           "serves several passes, so an edit's site is not one layer"),
+}
 
 
 @dataclass(frozen=True)
@@ -639,6 +662,8 @@ def architecture(config: Mapping[str, Any]) -> Architecture:
     """Look up a config dict (config.json) in the table."""
     model_type = config.get("model_type")
     layout = ARCHITECTURES.get(str(model_type))
+    if layout is None and str(model_type) in REFUSALS:
+        raise UnsupportedArchitecture(f"model_type '{model_type}' is not supported: {REFUSALS[str(model_type)]}")
     if layout is None:
         raise UnsupportedArchitecture(
             f"model_type '{model_type}' is not supported (supported: "

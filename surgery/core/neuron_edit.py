@@ -86,8 +86,9 @@ class NeuronScale(Edit):
             raise RecipeError(f"{where}.expert = {self.expert} but layer {L} is a dense MLP "
                               "(no experts); drop 'expert'")
         elif self.expert == SHARED:
-            if not ex.shared:
-                raise RecipeError(f"{where}.expert = shared but {arch.model_type} has no shared expert")
+            if not ex.shared or not g.shared_size:  # a family whose config may set no shared expert (width 0)
+                raise RecipeError(f"{where}.expert = shared but {arch.model_type} has no shared expert"
+                                  f"{f' (config.json sets its width to 0)' if ex.shared else ''}")
             width, what = g.shared_size, ex.shared_size_key
         else:
             if self.expert >= g.num_experts:

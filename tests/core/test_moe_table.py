@@ -183,3 +183,15 @@ def test_dense_layers_in_a_family_without_them_is_one_line():
     cfg = {**tiny_config("cohere2_moe").to_dict(), "intermediate_size": None, "prefix_dense_intermediate_size": None}
     with pytest.raises(UnsupportedArchitecture, match="no integer 'prefix_dense_intermediate_size'"):
         architecture(cfg)
+
+
+def test_a_shared_expert_the_config_leaves_out_is_one_line():
+    """Cohere2-MoE with num_shared_experts = 0 builds no shared expert: a shared-expert edit says so
+    (not 'valid: 0..-1')."""
+    from surgery.core.edits import SHARED, NeuronScale, Recipe
+    from surgery.core.errors import RecipeError
+
+    cfg = tiny_config("cohere2_moe", num_shared_experts=0).to_dict()
+    with pytest.raises(RecipeError, match=r"^edits\[0\]\.expert = shared but cohere2_moe has no shared expert "
+                                          r"\(config.json sets its width to 0\)$"):
+        Recipe((NeuronScale(1, 2, 0.0, SHARED),)).validate(cfg)

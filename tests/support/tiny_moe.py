@@ -43,6 +43,10 @@ OVERRIDES: dict[str, dict] = {
                              mamba_d_state=8, mamba_chunk_size=8),
     "qwen3_next": dict(layer_types=HYBRID),
     "qwen3_5_moe_text": dict(layer_types=HYBRID),
+    "qwen4_exp_text": dict(layer_types=HYBRID, hc_lowrank=8, linear_key_head_dim=8, linear_value_head_dim=8,
+                           linear_num_key_heads=2, linear_num_value_heads=4, indexer_n_heads=2, indexer_kv_heads=1,
+                           indexer_head_dim=8, indexer_budget=8, indexer_compress_ratio=2, ple_layer_ids=[],
+                           ple_embed_dim=8, ngram_vocab_size_base=64, split_ngram_parts=2),
     "bailing_hybrid": dict(layer_types=HYBRID, **MLA),
     "kimi_linear": dict(layer_types=HYBRID, **MLA, linear_head_dim=8, linear_num_heads=4),
     "jamba": dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
@@ -57,9 +61,11 @@ FAMILIES = ("deepseek_v2", "deepseek_v3", "glm4_moe", "ernie4_5_moe", "hunyuan_v
             "flint", "laguna", "mimo_v2_flash", "minimax_m3_vl_text", "zaya",
             "llama4_text", "llama4", "qwen3_next", "qwen3_5_moe_text", "lara_mini", "minimax", "granitemoehybrid",
             "jamba", "kimi_linear", "bailing_hybrid", "lfm2_moe", "deepseek_v32", "glm_moe_dsa", "sarvam_mla",
-            "glm4_moe_lite", "axk1", "axk2", "qwen3_5_moe")
+            "glm4_moe_lite", "axk1", "axk2", "qwen3_5_moe", "qwen4_exp_text",
+            "qwen4_exp")
 # The class a release is saved from where it is not the causal LM (the text model of a multimodal one).
-RELEASE_CLASSES = {"llama4": "Llama4ForConditionalGeneration", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration"}
+RELEASE_CLASSES = {"llama4": "Llama4ForConditionalGeneration", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
+                   "qwen4_exp": "Qwen4ExpForConditionalGeneration"}
 
 
 def config_fields(cls) -> set[str]:
@@ -74,11 +80,11 @@ def tiny_moe_config(model_type: str, **overrides):
     """A transformers config object of ``model_type`` with tiny sizes."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    if model_type == "qwen3_5_moe":  # the multimodal wrapper: the tiny text model, a tiny vision model
+    if model_type in ("qwen3_5_moe", "qwen4_exp"):  # multimodal wrappers: the tiny text model, a tiny vision model
         vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32, patch_size=14,
                       temporal_patch_size=2, spatial_merge_size=2)
-        return CONFIG_MAPPING["qwen3_5_moe"](text_config=tiny_moe_config("qwen3_5_moe_text", **overrides).to_dict(),
-                                             vision_config=vision)
+        text = tiny_moe_config(f"{model_type}_text", **overrides).to_dict()
+        return CONFIG_MAPPING[model_type](text_config=text, vision_config=vision)
     if model_type == "llama4":  # the multimodal wrapper: the tiny text model and a one-layer vision model
         vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28,
                       patch_size=14, vision_output_dim=16, projector_input_dim=16, projector_output_dim=16)
