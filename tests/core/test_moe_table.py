@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from surgery.core.architectures import ARCHITECTURES, Experts, architecture
+from surgery.core.architectures import ARCHITECTURES, REFUSALS, Experts, architecture
 from surgery.core.errors import UnsupportedArchitecture
 from surgery.core.resolve import Resolver
 from tests.support.tiny import tiny_config
@@ -195,3 +195,15 @@ def test_a_shared_expert_the_config_leaves_out_is_one_line():
     with pytest.raises(RecipeError, match=r"^edits\[0\]\.expert = shared but cohere2_moe has no shared expert "
                                           r"\(config.json sets its width to 0\)$"):
         Recipe((NeuronScale(1, 2, 0.0, SHARED),)).validate(cfg)
+
+
+@pytest.mark.parametrize("model_type", sorted(REFUSALS))
+def test_refused_families_say_why_in_one_line(model_type):
+    """A causal-LM family of this transformers that surgery refuses: one line with the reason."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    assert model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in ARCHITECTURES
+    with pytest.raises(UnsupportedArchitecture) as error:
+        architecture({"model_type": model_type})
+    assert str(error.value) == f"model_type '{model_type}' is not supported: {REFUSALS[model_type]}"
+    assert "\n" not in str(error.value)
