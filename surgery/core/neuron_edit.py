@@ -88,7 +88,7 @@ class NeuronScale(Edit):
         elif self.expert == SHARED:
             if not ex.shared or not g.shared_size:  # a family whose config may set no shared expert (width 0)
                 raise RecipeError(f"{where}.expert = shared but {arch.model_type} has no shared expert"
-                                  f"{f' (config.json sets its width to 0)' if ex.shared else ''}")
+                                  f"{' (config.json sets its width to 0)' if ex.shared else ''}")
             width, what = g.shared_size, ex.shared_size_key
         else:
             if self.expert >= g.num_experts:

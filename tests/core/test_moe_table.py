@@ -39,10 +39,6 @@ def _routing_layers(model, arch) -> set[int]:
     return {i for i in range(arch.geometry.num_layers) if prefix.format(layer=i) + arch.layout.experts.module in names}
 
 
-def _config_dict(model_type: str, config) -> dict:
-    return config.to_dict()
-
-
 def _keys(ex: Experts) -> set[str]:
     """Every config key the row reads."""
     keys = (*ex.num_keys, ex.size_key, ex.shared_size_key, ex.shared_count_key, *ex.dense_size_keys,
@@ -81,7 +77,8 @@ def _older_configs(model_type: str, config) -> list[dict]:
     ex = ARCHITECTURES[model_type].experts
     cfg = config.to_dict()
     out = []
-    for drop in ((ex.layer_types_key, ex.sparse_list_key), (ex.layer_types_key, ex.sparse_list_key, ex.first_dense_key)):
+    listed = (ex.layer_types_key, ex.sparse_list_key)
+    for drop in (listed, (*listed, ex.first_dense_key)):
         older = {k: v for k, v in cfg.items() if k not in drop}
         if older != cfg and older not in out:
             out.append(older)

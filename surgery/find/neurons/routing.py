@@ -1,8 +1,9 @@
 """Expert-level findings of a mixture of experts: how routing differs between the sides of the pairs.
 
-Per category, layer and expert (of the layers that route) the capture measured the mean routing share (fraction of a prompt's
-tokens whose top-k includes the expert) of the stereotyped side minus the other side's. An expert
-that one side reaches more often is bias at the routing level, before any neuron is looked at.
+Per category, layer and expert (of the layers that route) the capture measured the mean routing
+share (fraction of a prompt's tokens whose top-k includes the expert) of the stereotyped side minus
+the other side's. An expert that one side reaches more often is bias at the routing level, before
+any neuron is looked at.
 """
 
 from __future__ import annotations
