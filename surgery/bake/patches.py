@@ -104,10 +104,10 @@ def check_attention(ckpt: Checkpoint, arch: Architecture) -> None:
     loads the whole model from the config: a wrong num_key_value_heads would otherwise surface
     there as a size mismatch inside transformers (an "internal error"), after the copy.
     """
-    prefix = arch.layer_prefix(ckpt.tensors)
+    resolver = Resolver(arch, ckpt.tensors)
     for layer in arch.head_layers():  # a hybrid model's other layers have no such attention
         for module, (shape, why) in arch.at(layer).attention_shapes().items():  # at its own sizes (Gemma 4)
-            _tensor(ckpt, f"{prefix.format(layer=layer)}{arch.stored_module(module)}.weight", shape, why)
+            _tensor(ckpt, f"{resolver.stored(layer, module)}.weight", shape, why)
 
 
 def _probes(arch: Architecture, layer: int) -> list[Edit]:

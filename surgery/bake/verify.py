@@ -279,17 +279,16 @@ def baked_tensors(src: Checkpoint, dst_path: Path, recipe: Recipe, model) -> dic
 
     arch = recipe.validate(src.config)
     edited = {p.info.name for p in plan(src, arch, recipe.active())}
-    on_disk = arch.layer_prefix(src.tensors)
     in_memory = model_architecture(model).layer_prefix(name for name, _ in model.named_parameters())
     out = {}
-    for sl in Resolver(arch, src.tensors).all(all_sites(arch, recipe.active())):
+    resolver = Resolver(arch, src.tensors)
+    for sl in resolver.all(all_sites(arch, recipe.active())):
         disk, layer = sl.tensor, sl.site.layer
         if disk in edited and disk not in out and sl.site.expert is None:
             with safe_open(str(dst_path / src.tensor(disk).file), "pt") as f:
                 # the same module under the loaded model's layer prefix (multimodal wrappers differ)
-                # and its loaded name (DeepSeek-V4 stores attn.wo_a for self_attn.o_a_proj)
-                stored = on_disk.format(layer=layer) + arch.stored_module(sl.site.module)
-                memory = in_memory.format(layer=layer) + sl.site.module + disk[len(stored):]
+                # and its in-memory name (a release may store it under another: Layout.stored_names)
+                memory = in_memory.format(layer=layer) + sl.site.module + disk[len(resolver.module(sl.site)):]
                 out[disk] = (memory, f.get_tensor(disk))
     if edited - set(out):
         return None  # expert tensors: stored per expert, fused in memory; no one-to-one swap

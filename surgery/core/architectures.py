@@ -61,7 +61,8 @@ class Layout:
     q_gate: bool = False
     # Modules (relative to a layer) stored on disk under another name than the loaded model's, as
     # transformers' checkpoint conversion mapping renames them: (loaded, stored) name prefixes, e.g.
-    # DeepSeek-V4's ("self_attn.o_a_proj", "attn.wo_a"), Ling's ("self_attn.", "attention.").
+    # DeepSeek-V4's ("self_attn.o_a_proj", "attn.wo_a"), Ling's ("self_attn.", "attention."); a
+    # checkpoint may hold either spelling (a re-save under the loaded names).
     stored_names: tuple[tuple[str, str], ...] = ()
     # An MLP whose width the model derives from intermediate_size (LFM2, as Meta's Llama code did): the
     # config keys of (the switch, the multiplier, the multiple): width = 2·I/3, × multiplier, rounded up.
@@ -86,6 +87,9 @@ class Layout:
     model_class: str = "AutoModelForCausalLM"
     # Layers that lack attention inputs or have a wider MLP than the config's top level says (Gemma 4).
     layer_sizes: "LayerSizes | None" = None
+    # Why head edits are refused on this family (None: heads are the o_proj input columns of the
+    # head layers): the attention shapes are then not checked either (no head layout to check them by).
+    head_refusal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,40 @@ class Experts:
     # Configs that interleave dense MLP layers (Qwen-MoE): the keys that say which layers.
     sparse_step_key: str | None = None
     dense_layers_key: str | None = None
+    # --- issue 24 (MoE variants) ---
+    # The fused tensors' names in a release's own files where transformers renames them on load
+    # (Granite-MoE's block_sparse_moe.input_linear / output_linear): gate_up and down, relative to a
+    # layer, with their suffix. The fused in-memory names (a transformers 5 re-save) are read too.
+    stored_fused: tuple[str, str] | None = None
+    # The shared expert's width is shared_size_key × shared_count_key where the family sizes it by a
+    # count of shared experts (DeepSeek: moe_intermediate_size × n_shared_experts); its input is one
+    # fused [gate; up] matrix with ``shared_fused`` (Granite's shared_mlp.input_linear).
+    shared_count_key: str | None = None
+    shared_fused: bool = False
+    # Config keys of the width of the dense MLP layers among the expert layers, the first one set
+    # (empty: the family has no dense MLP layers).
+    dense_size_keys: tuple[str, ...] = ("intermediate_size",)
+    # Which layers route, in transformers' order of precedence: a per-layer list of "sparse"/"dense"
+    # (``layer_types_key``, what transformers 5 writes), a list of the sparse layers' indices
+    # (``sparse_list_key``), else the step rule above restricted to first_dense ≤ layer ≤ last_sparse
+    # (``first_dense_key``, ``first_dense_default`` when config.json lacks it, as the config class
+    # fills it in; ``last_sparse_key``, -1 = the last layer).
+    layer_types_key: str | None = None
+    sparse_list_key: str | None = None
+    first_dense_key: str | None = None
+    first_dense_default: int = 0
+    last_sparse_key: str | None = None
+    # The step rule's offset: layer % step == offset (Jamba: expert_layer_offset), ``sparse_offset``
+    # without the key (-1: (layer + 1) % step == 0, Qwen's rule; 0: DeepSeek's layer % moe_layer_freq == 0).
+    sparse_offset_key: str | None = None
+    sparse_offset: int = -1
+    # config.json spellings transformers reads as the keys above (the config class's attribute_map,
+    # alias → key), for configs written before the key was renamed.
+    aliases: tuple[tuple[str, str], ...] = ()
+    # How the experts module is run: "routed" (transformers' experts interface: the tokens each
+    # expert is routed, with the router's weights) or "dense" (Llama 4: every expert runs on every
+    # token, its input already scaled by the router's score, exactly 0 off the token's top-k).
+    dispatch: str = "routed"
 
 
 # --- MLA, DeepSeek-V4's grouped output, hybrid layer kinds (issue 24): the shapes of the rows below ---
@@ -291,6 +329,40 @@ _DECODER = ("model.layers.{layer}.",)
 _QWEN_EXPERTS = ("mlp.experts.{expert}.gate_proj", "mlp.experts.{expert}.up_proj",
                  "mlp.experts.{expert}.down_proj")
 
+# Mixtral's per-expert names: w1 = gate, w3 = up, w2 = down.
+_MIXTRAL_EXPERTS = ("block_sparse_moe.experts.{expert}.w1", "block_sparse_moe.experts.{expert}.w3",
+                    "block_sparse_moe.experts.{expert}.w2")
+# Granite-MoE releases store the fused experts under names of their own.
+_GRANITE_EXPERTS = Experts(("num_local_experts",), "intermediate_size", None, module="block_sparse_moe.experts",
+                           stored_fused=("block_sparse_moe.input_linear.weight",
+                                         "block_sparse_moe.output_linear.weight"), dense_size_keys=())
+# Llama 4: fused [E, H, 2I] experts on disk too, a shared expert, dense MLPs interleaved (moe_layers).
+_LLAMA4_EXPERTS = Experts(("num_local_experts",), "intermediate_size", None, module="feed_forward.experts",
+                          transposed=True, shared="feed_forward.shared_expert", shared_size_key="intermediate_size",
+                          dense_size_keys=("intermediate_size_mlp",), sparse_list_key="moe_layers",
+                          sparse_step_key="interleave_moe_layer_step", dispatch="dense")
+# DeepSeek-V3.2 and its kin: a per-layer list of MLP kinds, else the first first_k_dense_replace dense.
+_DEEPSEEK_EXPERTS = Experts(("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+                            shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts",
+                            layer_types_key="mlp_layer_types", first_dense_key="first_k_dense_replace",
+                            first_dense_default=3, aliases=(("num_local_experts", "n_routed_experts"),))
+# config.json spellings of the expert count (the config classes' attribute_map).
+_N_LOCAL = (("num_experts", "num_local_experts"),)
+_N_EXPERTS = (("num_local_experts", "num_experts"),)
+_N_ROUTED = (("num_local_experts", "n_routed_experts"),)
+_SARVAM = (("num_experts", "n_routed_experts"), ("num_local_experts", "n_routed_experts"),
+           ("num_shared_experts", "n_shared_experts"))
+_GRANITE_SHARED = replace(_GRANITE_EXPERTS, shared="shared_mlp", shared_size_key="shared_intermediate_size",
+                          shared_inputs=("input_linear",), shared_down="output_linear", shared_fused=True)
+_QWEN35_EXPERTS = Experts(("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_expert",
+                          shared_size_key="shared_expert_intermediate_size", dense_size_keys=())
+_KIMI_EXPERTS = Experts(("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+                        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
+                        layer_types_key="mlp_layer_types", first_dense_key="first_k_dense_replace",
+                        aliases=(("num_local_experts", "num_experts"), ("n_shared_experts", "num_shared_experts")))
+_QWEN4_HEADS = ("its attention layers pick their keys through a QSA indexer and sit inside hyper-connection residual "
+                "streams: head edits on qwen4_exp are not in the table yet; edit its expert neurons")
+
 ARCHITECTURES: dict[str, Layout] = {
     "llama": Layout(_DECODER, native_names=_META_NATIVE),
     "mistral": Layout(_DECODER, native_names=_META_NATIVE),
@@ -307,10 +379,8 @@ ARCHITECTURES: dict[str, Layout] = {
     "phi3": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj",
                    q_proj=None, k_proj=None, v_proj=None, qkv_proj="self_attn.qkv_proj"),
     "olmo2": Layout(_DECODER),
-    "mixtral": Layout(_DECODER, experts=Experts(
-        ("num_local_experts",), "intermediate_size",
-        ("block_sparse_moe.experts.{expert}.w1", "block_sparse_moe.experts.{expert}.w3",
-         "block_sparse_moe.experts.{expert}.w2"))),
+    "mixtral": Layout(_DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS,
+                                                aliases=_N_LOCAL)),
     "qwen2_moe": Layout(_DECODER, experts=Experts(
         ("num_experts", "num_local_experts"), "moe_intermediate_size", _QWEN_EXPERTS,
         shared="mlp.shared_expert", shared_size_key="shared_expert_intermediate_size",
@@ -318,25 +388,120 @@ ARCHITECTURES: dict[str, Layout] = {
     "qwen3_moe": Layout(_DECODER, experts=Experts(
         ("num_experts", "num_local_experts"), "moe_intermediate_size", _QWEN_EXPERTS,
         sparse_step_key="decoder_sparse_step", dense_layers_key="mlp_only_layers")),
-    "olmoe": Layout(_DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS)),
+    "olmoe": Layout(_DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS,
+                                              aliases=_N_EXPERTS)),
     "gpt_oss": Layout(_DECODER, experts=Experts(
-        ("num_local_experts",), "intermediate_size", None, transposed=True, interleaved=True)),
+        ("num_local_experts",), "intermediate_size", None, transposed=True, interleaved=True, aliases=_N_LOCAL)),
+
+    # --- MoE variants (issue 24) ---
+    # Per-expert names on disk are what transformers' checkpoint conversion mapping splits the fused
+    # experts into; config aliases are the config class's attribute_map (tests/core/test_moe_table.py
+    # compares every row with both, and its routing rule and sizes with the model transformers builds).
+    "glm4_moe": Layout(_DECODER, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1)),
+    "dots1": Layout(_DECODER, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=0)),
+    "solar_open": Layout(_DECODER, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_key=None,
+                                                   first_dense_default=0, dense_size_keys=())),
+    # Sarvam-MoE releases store Bailing-style attention: attention.dense (o_proj), one fused query_key_value.
+    "sarvam_moe": Layout(_DECODER, q_proj=None, k_proj=None, v_proj=None,
+                         stored_names=(("self_attn.o_proj.", "attention.dense."),),
+                         experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1,
+                                         aliases=_SARVAM)),
+    "ernie4_5_moe": Layout(_DECODER, experts=Experts(
+        ("moe_num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="moe_num_shared_experts",
+        sparse_step_key="moe_layer_interval", first_dense_key="moe_layer_start_index", first_dense_default=1,
+        last_sparse_key="moe_layer_end_index", aliases=(("num_experts", "moe_num_experts"),))),
+    "hunyuan_v1_moe": Layout(_DECODER, experts=Experts(
+        ("num_experts",), "intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_mlp",
+        shared_size_key="intermediate_size", dense_size_keys=(), aliases=_N_EXPERTS)),
+    "hy_v3": Layout(_DECODER, stored_names=(("mlp.shared_experts.", "mlp.shared_mlp."),), experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
+        layer_types_key="mlp_layer_types", first_dense_default=1, aliases=_N_EXPERTS)),
+    "minimax_m2": Layout(_DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS,
+                                                   dense_size_keys=(), aliases=_N_LOCAL)),
+    "phimoe": Layout(_DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS,
+                                               dense_size_keys=())),
+    "granitemoe": Layout(_DECODER, experts=_GRANITE_EXPERTS),
+    "granitemoe_swa": Layout(_DECODER, experts=replace(_GRANITE_EXPERTS, stored_fused=None)),
+    "granitemoeshared": Layout(_DECODER, experts=_GRANITE_SHARED),
+    "flex_olmo": Layout(_DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS,
+                                                  dense_size_keys=(), aliases=_N_EXPERTS)),
+    "aria_text": Layout(_DECODER, experts=Experts(
+        ("moe_num_experts",), "intermediate_size", None, transposed=True,
+        stored_fused=("mlp.experts.fc1.weight", "mlp.experts.fc2.weight"), shared="mlp.shared_experts",
+        shared_size_key="intermediate_size", shared_count_key="moe_num_shared_experts", dense_size_keys=())),
+    "cohere2_moe": Layout(_DECODER, experts=Experts(
+        ("num_experts",), "intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="intermediate_size", shared_count_key="num_shared_experts",
+        dense_size_keys=("prefix_dense_intermediate_size", "intermediate_size"), layer_types_key="mlp_layer_types")),
+    "mellum": Layout(_DECODER, experts=Experts(
+        ("num_local_experts",), "moe_intermediate_size", _QWEN_EXPERTS, layer_types_key="mlp_layer_types",
+        aliases=_N_LOCAL)),
+    "afmoe": Layout(_DECODER, experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
+        first_dense_key="num_dense_layers", first_dense_default=1)),
+    "exaone_moe": Layout(_DECODER, experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
+        layer_types_key="mlp_layer_types", first_dense_key="first_k_dense_replace", first_dense_default=1)),
+    "kolibri1": Layout(_DECODER, experts=Experts(
+        ("num_local_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+        shared_size_key="shared_expert_intermediate_size", dense_size_keys=(), aliases=_N_LOCAL)),
+    "beam": Layout(_DECODER, experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, layer_types_key="mlp_layer_types",
+        first_dense_default=3)),
+    "flint": Layout(_DECODER, experts=Experts(
+        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_expert",
+        shared_size_key="shared_expert_intermediate_size", sparse_step_key="decoder_sparse_step",
+        dense_layers_key="mlp_only_layers")),
+    "laguna": Layout(_DECODER, head_refusal=(
+        "attention heads differ per layer (num_attention_heads_per_layer) and are gated per head: head edits on "
+        "laguna are not in the table yet; edit its MLP and expert neurons"),
+        stored_names=(("mlp.shared_experts.", "mlp.shared_expert."),), experts=Experts(
+            ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
+            shared_size_key="shared_expert_intermediate_size", layer_types_key="mlp_layer_types",
+            first_dense_default=1)),
+    "mimo_v2_flash": Layout(_DECODER, head_refusal=(
+        "value heads are v_head_dim wide, not head_dim (o_proj input = heads × v_head_dim): head edits on "
+        "mimo_v2_flash are not in the table yet; edit its MLP and expert neurons"), experts=Experts(
+            ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, layer_types_key="mlp_layer_types",
+            first_dense_default=1, aliases=_N_ROUTED)),
+    # MiniMax-M3: the dense MLPs and the shared expert hold one fused [gate; up] matrix.
+    "minimax_m3_vl_text": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj",
+                                 experts=Experts(
+        ("num_local_experts",), "intermediate_size", None, shared="mlp.shared_experts",
+        shared_size_key="shared_intermediate_size", shared_inputs=("gate_up_proj",), shared_fused=True,
+        dense_size_keys=("dense_intermediate_size",), layer_types_key="mlp_layer_types", aliases=_N_LOCAL)),
+    # ZAYA: q/k through convolutions, v from two projections; its heads meet in o_proj as usual.
+    "zaya": Layout(_DECODER, q_proj="self_attn.qkv_proj.q_proj", k_proj="self_attn.qkv_proj.k_proj", v_proj=None,
+                   experts=Experts(("num_experts",), "moe_intermediate_size", None, dense_size_keys=())),
+    "llama4_text": Layout(_DECODER, gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
+                          down_proj="feed_forward.down_proj", experts=_LLAMA4_EXPERTS),
+    "minimax": Layout(_DECODER, layer_kinds=_LAYER_TYPES, experts=Experts(
+        ("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, dense_size_keys=(), aliases=_N_LOCAL)),
+
     # --- MLA, DeepSeek-V4, hybrid layers (issue 24) ---
-    # MLA: a head is its v_head_dim columns of o_proj. The MoE families' experts are i24-moe's rows:
-    # until then their sparse layers (mlp_kinds) refuse dense neuron edits, naming the layer.
+    # MLA: a head is its v_head_dim columns of o_proj; the experts of the MoE families as in the section above.
     "minicpm3": Layout(_DECODER, **_MLA_ATTENTION, logit_scaling="logits_scaling"),
     "youtu": Layout(_DECODER, **_MLA_ATTENTION),
-    "deepseek_v2": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_DEEPSEEK_MLP),
-    "deepseek_v3": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_DEEPSEEK_MLP),
-    "sarvam_mla": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_DEEPSEEK_MLP),
+    "deepseek_v2": Layout(_DECODER, **_MLA_ATTENTION, experts=replace(
+        _DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=0,
+        aliases=(("num_experts", "n_routed_experts"),))),
+    "deepseek_v3": Layout(_DECODER, **_MLA_ATTENTION, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None)),
+    "sarvam_mla": Layout(_DECODER, **_MLA_ATTENTION, experts=replace(
+        _DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1, aliases=_SARVAM)),
     # DeepSeek sparse attention: an indexer picks each query's keys and keeps its own key cache.
-    "deepseek_v32": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_DEEPSEEK_MLP, kv_cache=False),
-    "glm_moe_dsa": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_DEEPSEEK_MLP, kv_cache=False),
-    "glm4_moe_lite": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_SPARSE_LIST),
-    "axk1": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_SPARSE_LIST),
+    "deepseek_v32": Layout(_DECODER, **_MLA_ATTENTION, experts=_DEEPSEEK_EXPERTS, kv_cache=False),
+    "glm_moe_dsa": Layout(_DECODER, **_MLA_ATTENTION, experts=_DEEPSEEK_EXPERTS, kv_cache=False),
+    "glm4_moe_lite": Layout(_DECODER, **_MLA_ATTENTION, experts=replace(
+        _DEEPSEEK_EXPERTS, first_dense_key=None, first_dense_default=1)),
+    "axk1": Layout(_DECODER, **_MLA_ATTENTION, experts=replace(
+        _DEEPSEEK_EXPERTS, first_dense_default=1, sparse_step_key="moe_layer_freq", sparse_offset=0)),
     # A.X K2: MLA whose queries and output gate come from one fused q_gate_proj (no q_b_proj), DSA indexer.
-    "axk2": Layout(_DECODER, **{**_MLA_ATTENTION, "mla": Mla(q_b_proj=None)}, mlp_kinds=_SPARSE_LIST,
-                   kv_cache=False),
+    "axk2": Layout(_DECODER, **{**_MLA_ATTENTION, "mla": Mla(q_b_proj=None)}, kv_cache=False, experts=replace(
+        _DEEPSEEK_EXPERTS, first_dense_default=1, sparse_step_key="moe_layer_freq", sparse_offset=0)),
     # Hunyuan-V4: MLA with hyper-connection residual streams around each block (linear in o_proj's
     # output, so a head scale is still exact); its dense MLP's gate is stored as mlp.linear_gate.
     "hy_v4": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_SPARSE_LIST, kv_cache=False, final_head="hc_head",
@@ -348,12 +513,16 @@ ARCHITECTURES: dict[str, Layout] = {
         mlp_kinds=LayerKinds((KindRule("list", ("mlp_layer_types",)),), editable=()),
         stored_names=(("self_attn.o_a_proj", "attn.wo_a"), ("self_attn.o_b_proj", "attn.wo_b"),
                       ("self_attn.kv_proj", "attn.wkv"))),
-    # Hybrid layers: heads in the softmax-attention layers only, MLP neurons where a dense MLP is.
+    # Hybrid layers: heads in the softmax-attention layers only, MLP and expert neurons where they are.
     "qwen3_5_text": Layout(_DECODER, layer_kinds=_QWEN_HYBRID, q_gate=True),
     "qwen3_next": Layout(_DECODER, layer_kinds=_QWEN_HYBRID, q_gate=True, experts=Experts(
         ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_expert",
         shared_size_key="shared_expert_intermediate_size", sparse_step_key="decoder_sparse_step",
         dense_layers_key="mlp_only_layers")),
+    "qwen3_5_moe_text": Layout(_DECODER, layer_kinds=_QWEN_HYBRID, q_gate=True, experts=_QWEN35_EXPERTS),
+    "lara_mini": Layout(_DECODER, layer_kinds=LayerKinds((KindRule("list", ("layer_types",)),),
+                                                         ("full_attention", "sliding_attention")),
+                        experts=replace(_QWEN35_EXPERTS, per_expert=None)),
     "olmo_hybrid": Layout(_DECODER, layer_kinds=_LAYER_TYPES),
     "lfm2": Layout(_DECODER, o_proj="self_attn.out_proj", gate_proj="feed_forward.w1", up_proj="feed_forward.w3",
                    down_proj="feed_forward.w2", final_norm="embedding_norm",
@@ -361,6 +530,12 @@ ARCHITECTURES: dict[str, Layout] = {
                    layer_kinds=LayerKinds(
                        (KindRule("list", ("layer_types",)),
                         KindRule("indices", ("full_attn_idxs",), ("full_attention", "conv"))), ("full_attention",))),
+    "lfm2_moe": Layout(_DECODER, o_proj="self_attn.out_proj", gate_proj="feed_forward.w1", up_proj="feed_forward.w3",
+                       down_proj="feed_forward.w2", final_norm="embedding_norm", layer_kinds=_LAYER_TYPES,
+                       experts=Experts(
+        ("num_experts",), "moe_intermediate_size",
+        tuple(f"feed_forward.experts.{{expert}}.{w}" for w in ("w1", "w3", "w2")), module="feed_forward.experts",
+        first_dense_key="num_dense_layers", first_dense_default=2)),
     "lfm3": Layout(_DECODER, gate_proj="feed_forward.w1", up_proj="feed_forward.w3", down_proj="feed_forward.w2",
                    final_norm="embedding_norm", layer_kinds=LayerKinds((KindRule("list", ("layer_types",)),),
                                                                        ("full_attention", "sliding_attention"))),
@@ -373,8 +548,14 @@ ARCHITECTURES: dict[str, Layout] = {
     "jamba": Layout(_DECODER, gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
                     down_proj="feed_forward.down_proj", final_norm="final_layernorm", layer_kinds=LayerKinds(
                         (KindRule("period", ("attn_layer_period", "attn_layer_offset")),), ("full_attention",)),
-                    mlp_kinds=LayerKinds((KindRule("period", ("expert_layer_period", "expert_layer_offset"),
-                                                   ("sparse", "dense")),), ("dense",))),
+                    experts=Experts(
+        ("num_experts",), "intermediate_size", tuple(n.replace("mlp.", "feed_forward.") for n in _QWEN_EXPERTS),
+        module="feed_forward.experts", sparse_step_key="expert_layer_period",
+        sparse_offset_key="expert_layer_offset", aliases=_N_EXPERTS)),
+    # Granite-4 hybrids: Mamba-2 or attention per layer, experts and a shared MLP in every layer.
+    "granitemoehybrid": Layout(_DECODER, layer_kinds=LayerKinds(
+        (KindRule("list", ("layer_types",)), KindRule("list", ("layers_block_type",))), ("full_attention",)),
+        experts=_GRANITE_SHARED),
     # Nemotron-H: one block per layer (state-space, attention, ungated MLP or experts); stored under backbone.
     "nemotron_h": Layout(("model.layers.{layer}.", "backbone.layers.{layer}."), o_proj="mixer.o_proj",
                          q_proj="mixer.q_proj", k_proj="mixer.k_proj", v_proj="mixer.v_proj", gate_proj=None,
@@ -386,15 +567,21 @@ ARCHITECTURES: dict[str, Layout] = {
         down_proj="mlp_block.down_proj", final_norm="final_norm", logit_softcap="logits_soft_cap", ffn_divisor=2,
         layer_kinds=LayerKinds((KindRule("cycle", ("block_types",), names=(
             ("recurrent", "linear_attention"), ("attention", "sliding_attention"))),), ("sliding_attention",))),
+    # Kimi-Linear: MLA in its full-attention layers; its releases keep the MLP under block_sparse_moe
+    # (dense layers too), experts Mixtral-style.
     "kimi_linear": Layout(_DECODER, **_MLA_ATTENTION, layer_kinds=LayerKinds(
         (KindRule("list", ("layer_types",)),
          KindRule("indices", ("linear_attn_config.full_attn_layers",), one_based=True)), ("full_attention",)),
-        mlp_kinds=_DEEPSEEK_MLP, stored_names=(("mlp.", "block_sparse_moe."),)),
+        stored_names=(("mlp.", "block_sparse_moe."),),
+        experts=replace(_KIMI_EXPERTS, per_expert=_MIXTRAL_EXPERTS, first_dense_default=1)),
     # Ling/Bailing hybrid: MLA in its full-attention layers, stored under attention.* (o_proj as dense).
     "bailing_hybrid": Layout(_DECODER, **_MLA_ATTENTION, stored_names=(
         ("self_attn.o_proj", "attention.dense"), ("self_attn.", "attention.")), layer_kinds=LayerKinds(
         (KindRule("list", ("layer_types",)), KindRule("interval", ("layer_group_size",))), ("full_attention",)),
-        mlp_kinds=_DEEPSEEK_MLP),
+        experts=replace(_KIMI_EXPERTS, first_dense_default=2)),
+    # Qwen4-exp: QSA-indexed attention (gated, every fourth layer) between gated delta-net layers, inside
+    # hyper-connection residual streams.
+    "qwen4_exp_text": Layout(_DECODER, head_refusal=_QWEN4_HEADS, experts=_QWEN35_EXPERTS),
 }
 
 # --- multimodal wrappers and Gemma 4 (issue 24) ---
@@ -427,6 +614,11 @@ ARCHITECTURES.update({
     "mistral3": _wrapper("mistral", "ministral3", model_class="AutoModelForImageTextToText"),
     "got_ocr2": _wrapper("qwen2"),
     "moss_transcribe_diarize": _wrapper("qwen3"),
+    # Mixtures of experts: saved from the multimodal class (text layers under its language model) or,
+    # by AutoModelForCausalLM, from the text model alone under model.layers.
+    "qwen3_5_moe": replace(_wrapper("qwen3_5_moe_text"), layer_prefixes=_WRAPPED + _DECODER),
+    "qwen4_exp": replace(_wrapper("qwen4_exp_text"), layer_prefixes=_WRAPPED + _DECODER),
+    "llama4": replace(_wrapper("llama4_text"), layer_prefixes=_WRAPPED + _DECODER),
 })
 
 TABLE_LOCATION = "surgery/core/architectures.py (the ARCHITECTURES table)"
@@ -441,6 +633,8 @@ _SEQ2SEQ = "the decoder of an encoder-decoder model (its layers cross-attend to 
 _MAMBA = "Mamba layers only: no attention heads, and no MLP (the mixer gates a selective state-space scan)"
 _DRAFTER = ("a speculative-decoding drafter: it runs only on its target model's embeddings and key/value "
             "states (inputs_embeds, shared_kv_states), not on token ids")
+_DOTS3 = ("its layers mix MLA (indexed attention) and plain attention with different head sizes, and the number "
+          "of routed experts differs per layer (pyramid_num_routed; the table has one per model)")
 REFUSED: dict[str, str] = {
     **dict.fromkeys(("bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie",
                      "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer",
@@ -471,8 +665,20 @@ REFUSED: dict[str, str] = {
              "would edit them all",
     "zamba2": "its attention and MLP blocks are shared across hybrid layers (with per-layer adapters): an edit "
               "of one layer would edit every layer sharing the block",
-    "dots3_note": "its layers mix MLA (indexed attention) and plain attention with different head sizes",
-    "dots3_note_text": "its layers mix MLA (indexed attention) and plain attention with different head sizes",
+    **dict.fromkeys(("dots3_note", "dots3_note_text"), _DOTS3),
+    # --- MoE variants (issue 24) ---
+    "dbrx": ("its experts are DBRX's own GLU (w1/v1/w2 stacked [E·I, H]) run by a custom forward, and its "
+             "attention is one fused Wqkv under transformer.blocks: neither is in the table yet"),
+    "jetmoe": ("its attention is itself a mixture of experts (MoA: each token's heads come from routed expert "
+               "projections), so no fixed columns carry a head; its MLP experts run a custom dispatch"),
+    "longcat_flash": ("each layer has two attention blocks, two dense MLPs and zero-computation experts "
+                      "(self_attn.0/1, mlps.0/1): a layer's neurons and heads have no single site to name"),
+    "inkling_text": ("short convolutions wrap its attention inputs and its experts (attn_sconv, k/v_sconv, "
+                     "mlp_sconv): not described by the table yet"),
+    "inkling2_text": ("its attention projections are wrapped in short convolutions and its layers read "
+                      "learned residual queries (attention_input, mlp_input): not described by the table yet"),
+    "inkling2_loop_text": ("a looped Inkling-2 (layers re-run with message gates between passes): one weight "
+                           "serves several passes, so an edit's site is not one layer"),
 }
 
 
@@ -596,7 +802,13 @@ class Architecture:
         return layer in self.geometry.sparse_layers
 
     def fused_experts(self, names: Iterable[str]) -> bool:
-        """Whether ``names`` (a checkpoint's tensors) hold the experts fused (3-D) or one per expert.
+        """Whether ``names`` (a checkpoint's tensors) hold the experts fused (3-D) or one per expert."""
+        return self.stored_experts(names) is not None
+
+    def stored_experts(self, names: Iterable[str]) -> tuple[str, str] | None:
+        """The fused (gate_up, down) tensors of ``names`` (a checkpoint's tensors) relative to a
+        layer, under the in-memory names or a release's own (``Experts.stored_fused``); None when
+        the checkpoint holds one tensor per expert.
 
         Decided from the names of the first sparse layer; quantized experts (GPT-OSS's MXFP4
         ``_blocks``/``_scales``) and anything else are one clear line.
@@ -605,25 +817,28 @@ class Architecture:
         names = set(names)
         layer = min(self.geometry.sparse_layers)
         prefix = self.layer_prefix(names).format(layer=layer)
-        fused = f"{prefix}{ex.module}.gate_up_proj"
-        if f"{fused}_blocks" in names:
-            raise CheckpointError(f"{self.model_type}: the experts are quantized ('{fused}_blocks', MXFP4); "
-                                  "surgery edits F32, F16 and BF16 weights only: use a dequantized (bf16) copy")
-        if fused in names:
-            return True
+        in_memory = (f"{ex.module}.gate_up_proj", f"{ex.module}.down_proj")
+        if f"{prefix}{in_memory[0]}_blocks" in names:
+            raise CheckpointError(f"{self.model_type}: the experts are quantized ('{prefix}{in_memory[0]}_blocks', "
+                                  "MXFP4); surgery edits F32, F16 and BF16 weights only: use a dequantized (bf16) copy")
+        for fused in filter(None, (in_memory, ex.stored_fused)):
+            if f"{prefix}{fused[0]}" in names:
+                return fused
         if ex.per_expert and f"{prefix}{ex.per_expert[0].format(expert=0)}.weight" in names:
-            return False
-        spelled = [fused] + ([f"{prefix}{ex.per_expert[0].format(expert=0)}.weight"] if ex.per_expert else [])
+            return None
+        spelled = [f"{prefix}{fused[0]}" for fused in filter(None, (in_memory, ex.stored_fused))]
+        spelled += [f"{prefix}{ex.per_expert[0].format(expert=0)}.weight"] if ex.per_expert else []
         raise UnsupportedArchitecture(f"{self.model_type}: layer {layer} has no expert tensors (looked for "
                                       f"{' or '.join(spelled)}); extend {TABLE_LOCATION}")
 
-    def expert_slices(self, expert: int, part: str, fused: bool
+    def expert_slices(self, expert: int, part: str, fused: bool, stored: tuple[str, str] | None = None
                       ) -> list[tuple[str, tuple[int, ...], int, int, bool]]:
         """Where a per-expert matrix ``part`` ("gate", "up", "down"; standard [out, in] orientation)
         of ``expert`` lies on disk, as (tensor relative to the layer, its full shape, first row and
         number of rows of the expert's window in the tensor viewed as 2-D [rows, last dim], and
         ``flipped``: the matrix's rows are the window's columns and vice versa). A fused gate/up
         window holds both halves: :meth:`expert_rows` says which of its rows (columns) are a neuron's.
+        ``stored``: the fused tensors' names (:meth:`stored_experts`; default the in-memory ones).
         """
         ex, g = self.layout.experts, self.geometry
         E, H, I = g.num_experts, g.hidden_size, g.expert_size
@@ -631,14 +846,14 @@ class Architecture:
             name = ex.per_expert[("gate", "up", "down").index(part)].format(expert=expert) + ".weight"
             shape = (H, I) if part == "down" else (I, H)
             return [(name, shape, 0, shape[0], False)]
-        base = f"{ex.module}.{'down_proj' if part == 'down' else 'gate_up_proj'}"
+        gate_up, down = stored or (f"{ex.module}.gate_up_proj", f"{ex.module}.down_proj")
         if part == "down":
             shape = (E, I, H) if ex.transposed else (E, H, I)
-            return [(base, shape, expert * shape[1], shape[1], ex.transposed)]
+            return [(down, shape, expert * shape[1], shape[1], ex.transposed)]
         shape = (E, H, 2 * I) if ex.transposed else (E, 2 * I, H)
-        out = [(base, shape, expert * shape[1], shape[1], ex.transposed)]
+        out = [(gate_up, shape, expert * shape[1], shape[1], ex.transposed)]
         if ex.interleaved:  # GPT-OSS: the gate/up bias [E, 2I] is pruned with the rows
-            out.append((f"{base}_bias", (E, 2 * I), expert, 1, True))
+            out.append((f"{gate_up}_bias", (E, 2 * I), expert, 1, True))
         return out
 
     def expert_rows(self, part: str, neuron: int, fused: bool) -> tuple[int, ...]:
@@ -663,6 +878,17 @@ class Architecture:
             return (neuron, self.geometry.intermediate_size + neuron)
         return (neuron,)
 
+    def shared_rows(self, neuron: int) -> tuple[int, ...]:
+        """Rows of each shared-expert input matrix that belong to ``neuron`` (a fused [gate; up]
+        input holds two: ``Experts.shared_fused``)."""
+        ex, S = self.layout.experts, self.geometry.shared_size
+        return (neuron, S + neuron) if ex.shared_fused else (neuron,)
+
+    def shared_input_shape(self) -> tuple[int, int]:
+        """The weight shape of each shared-expert input matrix: (S, H), or (2S, H) fused."""
+        g = self.geometry
+        return ((2 if self.layout.experts.shared_fused else 1) * g.shared_size, g.hidden_size)
+
     def mlp_shapes(self) -> dict[str, tuple[int, int]]:
         """Expected weight shape of each MLP matrix (relative to a layer): down_proj (H, I), the
         gate/up inputs (I, H), a fused gate_up (2I, H)."""
@@ -677,6 +903,8 @@ class Architecture:
         """Expected weight shape of each attention matrix (relative to a layer), with the config
         fields that set its head dimension, as ``name → ((rows, cols), "fields = sizes")``."""
         g, lay = self.geometry, self.layout
+        if lay.head_refusal:  # no head edits: the table knows no head layout to check the shapes by
+            return {}
         if lay.mla or lay.grouped_output:
             return mla_shapes(self) if lay.mla else grouped_output_shapes(self)
         q_rows, kv_rows = g.num_heads * g.head_dim, g.num_kv_heads * g.head_dim
@@ -714,10 +942,11 @@ class Architecture:
         return head // (g.num_heads // g.o_groups), g.o_groups
 
     def stored_module(self, module: str) -> str:
-        """The name a checkpoint stores ``module`` (relative to a layer) under."""
+        """``module`` (an in-memory name relative to a layer) as the family's releases store it
+        (``Layout.stored_names``; itself where they keep transformers' name)."""
         for loaded, stored in self.layout.stored_names:
-            if module.startswith(loaded):
-                return stored + module[len(loaded):]
+            if f"{module}.".startswith(loaded):
+                return (stored + f"{module}."[len(loaded):])[:-1]
         return module
 
     def layer_kind(self, layer: int) -> str | None:
@@ -728,6 +957,8 @@ class Architecture:
     def head_layers(self) -> tuple[int, ...]:
         """The layers with attention heads at o_proj (all but a hybrid model's other kinds)."""
         lk, n = self.layout.layer_kinds, self.geometry.num_layers
+        if self.layout.head_refusal:
+            return ()
         if lk is None:
             return tuple(range(n))
         return tuple(i for i, kind in enumerate(self.geometry.layer_kinds) if kind in lk.editable)
@@ -755,15 +986,20 @@ class Architecture:
     def kind_name(self, layer: int) -> str:
         """A hybrid model's kind of ``layer``: its attention side's and its MLP side's, once where one
         list says both (Nemotron-H), e.g. "linear_attention + sparse"; "" for a model whose layers are alike."""
-        g = self.geometry
-        return " + ".join(dict.fromkeys(k for k in (self.layer_kind(layer), g.mlp_kinds[layer] if g.mlp_kinds
-                                                    else None) if k))
+        g, mlp = self.geometry, None
+        if g.mlp_kinds:
+            mlp = g.mlp_kinds[layer]
+        elif g.layer_kinds and self.layout.experts:  # a hybrid mixture of experts: which MLP the layer has
+            mlp = "sparse" if self.is_sparse(layer) else "dense"
+        return " + ".join(dict.fromkeys(k for k in (self.layer_kind(layer), mlp) if k))
 
     def refused_parts(self, layer: int) -> tuple[str, ...]:
         """What a hybrid model's ``layer`` holds that surgery does not edit, each with its reason
         (:data:`KIND_REFUSALS`): heads outside the row's attention kinds, experts the row does not describe."""
         g, why = self.geometry, []
-        if g.layer_kinds and layer not in self.head_layers():
+        if self.layout.head_refusal:
+            why.append(f"heads ({self.layout.head_refusal})")
+        elif g.layer_kinds and layer not in self.head_layers():
             why.append(KIND_REFUSALS.get(("heads", g.layer_kinds[layer])))
         if g.mlp_kinds and layer not in self.dense_mlp_layers() and not self.is_sparse(layer):
             why.append(KIND_REFUSALS.get(("mlp", g.mlp_kinds[layer])))
@@ -923,9 +1159,10 @@ def _num_layers(layout: Layout, cfg: Mapping[str, Any], need) -> int:
     return need("num_hidden_layers")
 
 
-def _mlp_width(layout: Layout, cfg: Mapping[str, Any], need) -> int:
-    """The dense MLP's width: intermediate_size, or what ``Layout.ffn_adjust`` derives from it."""
-    width = need("intermediate_size") // layout.ffn_divisor
+def _mlp_width(layout: Layout, cfg: Mapping[str, Any], need, key: str) -> int:
+    """The dense MLP's width: the config's ``key`` (intermediate_size), or what ``Layout.ffn_adjust``
+    derives from it."""
+    width = need(key) // layout.ffn_divisor
     if layout.ffn_adjust and cfg.get(layout.ffn_adjust[0]):
         switch, multiplier, multiple = layout.ffn_adjust
         width = int(2 * width / 3)
@@ -978,20 +1215,57 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
     # head_dim is explicit in Gemma/Qwen3 configs and differs from hidden/heads there.
     head_dim = cfg.get("head_dim") or hidden // heads
     layout = ARCHITECTURES[model_type]
+    ex = layout.experts
+    if ex and ex.aliases:  # an old spelling stands for the key when the key itself is absent
+        cfg = {**{key: cfg[alias] for alias, key in ex.aliases if alias in cfg}, **cfg}
+    keys = ex.dense_size_keys if ex else ("intermediate_size",)
+    dense_key = next((k for k in keys if cfg.get(k) is not None), keys[0]) if keys else None
+    has_dense = dense_key and (layout.mlp_kinds is None or layout.mlp_kinds.editable)
     dense = _issue24_geometry(layout, model_type, cfg, Geometry(
         layers, heads, int(cfg.get("num_key_value_heads") or heads), int(head_dim), hidden,
-        _mlp_width(layout, cfg, need) if layout.mlp_kinds is None or layout.mlp_kinds.editable else 0), need)
-    ex = layout.experts
+        _mlp_width(layout, cfg, need, dense_key) if has_dense else 0), need)
     if ex is None:
         return dense
     num = next((k for k in ex.num_keys if cfg.get(k) is not None), ex.num_keys[0])
+    shared = need(ex.shared_size_key) if ex.shared_size_key else 0
+    if ex.shared_count_key:
+        shared *= need(ex.shared_count_key)
+    sparse = _sparse_layers(model_type, ex, cfg, layers) if need(num) > 0 else frozenset()
+    if sparse and len(sparse) < layers and not dense_key:
+        raise UnsupportedArchitecture(f"config.json of this {model_type} model makes layers "
+                                      f"{sorted(set(range(layers)) - sparse)} dense, but {model_type} has no dense "
+                                      "MLP layers; is it a complete transformers config?")
+    return replace(dense, num_experts=need(num), expert_size=need(ex.size_key), shared_size=shared,
+                   sparse_layers=sparse)
+
+
+def _sparse_layers(model_type: str, ex: Experts, cfg: Mapping[str, Any], layers: int) -> frozenset[int]:
+    """The layers whose MLP is a mixture of experts, by the config's keys (see ``Experts``)."""
+    kinds = cfg.get(ex.layer_types_key) if ex.layer_types_key else None
+    if kinds is not None:
+        if not isinstance(kinds, list) or len(kinds) != layers:
+            raise UnsupportedArchitecture(
+                f"config.json of this {model_type} model has '{ex.layer_types_key}' = {kinds!r:.60}, not a list of "
+                f"num_hidden_layers = {layers} layer kinds; correct it or drop it")
+        return frozenset(i for i, kind in enumerate(kinds) if kind == "sparse")
+    listed = cfg.get(ex.sparse_list_key) if ex.sparse_list_key else None
+    if listed is not None:
+        if not isinstance(listed, list) or not all(isinstance(i, int) and 0 <= i < layers for i in listed):
+            raise UnsupportedArchitecture(
+                f"config.json of this {model_type} model has '{ex.sparse_list_key}' = {listed!r:.60}, not a list of "
+                f"layer indices in 0..{layers - 1}; correct it or drop it")
+        return frozenset(listed)
     step = int(cfg.get(ex.sparse_step_key) or 1) if ex.sparse_step_key else 1
     only_dense = set(cfg.get(ex.dense_layers_key) or []) if ex.dense_layers_key else set()
+    first = ex.first_dense_default
+    if ex.first_dense_key and cfg.get(ex.first_dense_key) is not None:
+        first = int(cfg[ex.first_dense_key])
+    last = int(cfg.get(ex.last_sparse_key, -1)) if ex.last_sparse_key else -1
+    last = layers - 1 if last == -1 else last
     # transformers' rule (Qwen-MoE): experts where layer ∉ mlp_only_layers and (layer+1) % step == 0.
-    sparse = frozenset(i for i in range(layers) if i not in only_dense and (i + 1) % step == 0)
-    return replace(dense, num_experts=need(num), expert_size=need(ex.size_key),
-                   shared_size=need(ex.shared_size_key) if ex.shared_size_key else 0,
-                   sparse_layers=sparse if need(num) > 0 else frozenset())
+    offset = int(cfg.get(ex.sparse_offset_key) or 0) if ex.sparse_offset_key else ex.sparse_offset
+    return frozenset(i for i in range(layers)
+                     if first <= i <= last and i not in only_dense and i % step == offset % step)
 
 
 def architecture(config: Mapping[str, Any]) -> Architecture:

@@ -46,6 +46,8 @@ class HeadScale(Edit):
 
     def validate(self, arch: "Architecture", where: str) -> None:
         check_scale(self.alpha, where)
+        if arch.layout.head_refusal:
+            raise RecipeError(f"{where}: {arch.model_type} has no head edits: {arch.layout.head_refusal}")
         check_layer(arch, self.layer, where)
         n = arch.at(self.layer).geometry.num_heads
         if self.head >= n:

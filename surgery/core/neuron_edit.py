@@ -92,8 +92,9 @@ class NeuronScale(Edit):
             raise RecipeError(f"{where}.expert = {self.expert} but layer {L} is a dense MLP "
                               "(no experts); drop 'expert'")
         elif self.expert == SHARED:
-            if not ex.shared:
-                raise RecipeError(f"{where}.expert = shared but {arch.model_type} has no shared expert")
+            if not ex.shared or not g.shared_size:  # a family whose config may set no shared expert (width 0)
+                raise RecipeError(f"{where}.expert = shared but {arch.model_type} has no shared expert"
+                                  f"{' (config.json sets its width to 0)' if ex.shared else ''}")
             width, what = g.shared_size, ex.shared_size_key
         else:
             if self.expert >= g.num_experts:
@@ -134,8 +135,8 @@ class NeuronScale(Edit):
         H, I = g.hidden_size, g.shared_size
         out = [Site(self.layer, f"{ex.shared}.{ex.shared_down}", "in", (self.neuron,), self.factor, (H, I), True)]
         if self.factor == 0.0:
-            out += [Site(self.layer, f"{ex.shared}.{m}", "out", (self.neuron,), 0.0, (I, H), False)
-                    for m in ex.shared_inputs]
+            rows, shape = arch.shared_rows(self.neuron), arch.shared_input_shape()
+            out += [Site(self.layer, f"{ex.shared}.{m}", "out", rows, 0.0, shape, False) for m in ex.shared_inputs]
         return out
 
     def lora_refusal(self, arch: "Architecture") -> str | None:

@@ -51,18 +51,31 @@ class Resolver:
         self.arch = arch
         self.names = frozenset(names)
         self.prefix = arch.layer_prefix(self.names)
-        self._fused: bool | None = None
+        self._stored: tuple[tuple[str, str] | None] | None = None
+
+    @property
+    def stored_experts(self) -> tuple[str, str] | None:
+        """The fused (gate_up, down) tensors of routed experts; None when stored one tensor per expert."""
+        if self._stored is None:
+            self._stored = (self.arch.stored_experts(self.names),)
+        return self._stored[0]
 
     @property
     def fused_experts(self) -> bool:
         """Whether routed experts are stored fused (3-D) rather than one tensor per expert."""
-        if self._fused is None:
-            self._fused = self.arch.fused_experts(self.names)
-        return self._fused
+        return self.stored_experts is not None
 
     def module(self, site: Site) -> str:
         """The stored name of ``site``'s module (without ``.weight``): layer prefix + module."""
-        return f"{self.prefix.format(layer=site.layer)}{self.arch.stored_module(site.module)}"
+        return self.stored(site.layer, site.module)
+
+    def stored(self, layer: int, module: str) -> str:
+        """The name ``module`` (an in-memory name relative to a layer) has in this checkpoint: under
+        the release's own name (``Layout.stored_names``) where the checkpoint holds that one."""
+        prefix, release = self.prefix.format(layer=layer), self.arch.stored_module(module)
+        if f"{prefix}{module}.weight" not in self.names and f"{prefix}{release}.weight" in self.names:
+            return prefix + release
+        return prefix + module
 
     def slices(self, site: Site) -> list[TensorSlice]:
         """The tensor slices ``site`` scales, weight first, then its bias entries (output sites)."""
@@ -86,7 +99,7 @@ class Resolver:
         lines = site.indices if site.axis == "in" else tuple(
             r for i in site.indices for r in arch.expert_rows(part, i, fused))
         out = []
-        for rel, shape, first, window, flipped in arch.expert_slices(site.expert, part, fused):
+        for rel, shape, first, window, flipped in arch.expert_slices(site.expert, part, fused, self.stored_experts):
             # "in" = columns of the [out, in] matrix; a transposed (flipped) window stores them as rows.
             as_rows = (site.axis == "out") != flipped
             out.append(TensorSlice(f"{prefix}{rel}", shape, lines, as_rows, site.scale, site,

@@ -7,6 +7,11 @@ implementation that was active before, then, for a module with scales, recompute
 expert's neurons on the tokens routed to it (the module's own ``_apply_gate`` and layout flags)
 and adds (s − 1)·h_i·w·down[:, i]. It runs *inside* the module's forward, so weights that
 accelerate offloads are in place while it reads them.
+
+Llama 4's experts module (``Experts.dispatch == "dense"``) has no such interface: it runs every
+expert on every token, each expert's input block [tokens, H] already scaled by the router's score
+(exactly 0 off the token's top-k). Its twin is a forward hook that adds the same correction per
+expert block, over all of the block's tokens (an unrouted token's zero input has h = 0).
 """
 
 from __future__ import annotations
@@ -31,14 +36,52 @@ def routed_inputs(module: nn.Module, args: tuple, kwargs: dict) -> tuple[torch.T
     return x, index, weights
 
 
-def expert_intermediate(module: nn.Module, e: int, x: torch.Tensor) -> torch.Tensor:
+def expert_intermediate(module: nn.Module, e: int, x: torch.Tensor, dispatch: str = "routed") -> torch.Tensor:
     """Expert ``e``'s intermediate activation act(gate)·up on the tokens ``x`` [tokens, H], in the
-    module's own layout (transposed or not, biased or not, its ``_apply_gate``)."""
+    module's own layout (transposed or not, biased or not, its ``_apply_gate``); a dense-dispatch
+    module (Llama 4) has no interface flags: its forward's own math, [E, H, 2I] and act_fn(gate)·up."""
     w = module.gate_up_proj[e]
+    if dispatch == "dense":
+        gate, up = (x @ w).chunk(2, dim=-1)
+        return up * module.act_fn(gate)
     gate_up = x @ w if module.is_transposed else x @ w.T
     if module.has_bias:
         gate_up = gate_up + module.gate_up_proj_bias[e]
     return module._apply_gate(gate_up)
+
+
+def expert_blocks(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A dense-dispatch experts input [E·tokens, H] as its per-expert blocks [E, tokens, H]."""
+    return x.view(module.gate_up_proj.shape[0], -1, x.shape[-1])
+
+
+def _dense_correction(module: nn.Module, scales: torch.Tensor, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """A dense-dispatch module's output plus what scaling each expert's edited neurons changes."""
+    blocks, out = expert_blocks(module, x), expert_blocks(module, out.clone())
+    for e in torch.nonzero((scales != 1).any(dim=1)).flatten().tolist():
+        idx = torch.nonzero(scales[e] != 1).flatten()
+        h = expert_intermediate(module, e, blocks[e], "dense")[:, idx.to(x.device)]
+        out[e] += ((h * (scales[e, idx].to(h) - 1)) @ module.down_proj[e][idx]).to(out.dtype)  # down: [E, I, H]
+    return out.view(-1, x.shape[-1])
+
+
+@contextmanager
+def _dense_twin(modules: Mapping[nn.Module, torch.Tensor]) -> Iterator[None]:
+    """Forward hooks adding each dense-dispatch module's correction (weights brought in under offload)."""
+    from accelerate.utils import align_module_device
+
+    def hook_for(scales: torch.Tensor):
+        def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+            with align_module_device(module):
+                return _dense_correction(module, scales.to(output.device), args[0], output)
+        return hook
+
+    handles = [m.register_forward_hook(hook_for(scales)) for m, scales in modules.items()]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def _correction(module: nn.Module, scales: torch.Tensor, x: torch.Tensor, index: torch.Tensor,
@@ -73,12 +116,18 @@ def twin_forward(module: nn.Module, *args, **kwargs) -> torch.Tensor:
 
 
 @contextmanager
-def expert_twin(model: nn.Module, modules: Mapping[nn.Module, torch.Tensor]) -> Iterator[None]:
-    """Run ``model`` with each experts module of ``modules`` scaled as its [E, I] tensor says."""
+def expert_twin(model: nn.Module, modules: Mapping[nn.Module, torch.Tensor], dispatch: str = "routed"
+                ) -> Iterator[None]:
+    """Run ``model`` with each experts module of ``modules`` scaled as its [E, I] tensor says
+    (``dispatch``: how the family runs its experts, ``Experts.dispatch``)."""
     from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
     if not modules:
         yield
+        return
+    if dispatch == "dense":
+        with _dense_twin(modules):
+            yield
         return
     ALL_EXPERTS_FUNCTIONS.register(NAME, twin_forward)
     previous = model.config._experts_implementation

@@ -88,7 +88,7 @@ def applied(model: nn.Module, edits: Iterable[Edit]) -> Iterator[nn.Module]:
             handles.append(target.register_forward_pre_hook(_scale_hook(v)))
         experts = {layer_module(model, arch, layer, arch.layout.experts.module): scales
                    for layer, scales in expert_scales(arch, edits).items()}
-        with expert_twin(model, experts):
+        with expert_twin(model, experts, arch.layout.experts.dispatch if experts else "routed"):
             yield model
     finally:
         for h in handles:

@@ -46,6 +46,13 @@ class LoraModule:
     name: str
     A: torch.Tensor  # (rank, in_features)
     B: torch.Tensor  # (out_features, rank)
+    # The name its weights are saved under: the module as the family's releases name it, since
+    # PEFT renames an adapter's weights with transformers' checkpoint conversion when it loads them.
+    saved_as: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.saved_as or self.name
 
     @property
     def rank(self) -> int:
@@ -56,11 +63,15 @@ class LoraModule:
         extra = rank - self.rank
         A = torch.cat([self.A, self.A.new_zeros(extra, self.A.shape[1])])
         B = torch.cat([self.B, self.B.new_zeros(self.B.shape[0], extra)], dim=1)
-        return LoraModule(self.name, A, B)
+        return LoraModule(self.name, A, B, self.saved_as)
 
 
 def meta_model(ckpt: Checkpoint) -> torch.nn.Module:
-    """The model as transformers loads it, built on the meta device (no weights)."""
+    """The model as transformers loads it, built on the meta device (no weights).
+
+    Multimodal wrappers (Gemma-3) name their text layers differently in the checkpoint and in the
+    loaded model; PEFT matches the loaded model's names, so they are read from a real instance.
+    """
     from transformers import AutoConfig
 
     from ..model.loading import auto_class
@@ -71,16 +82,12 @@ def meta_model(ckpt: Checkpoint) -> torch.nn.Module:
 
 
 def loaded_module_names(ckpt: Checkpoint) -> list[str]:
-    """Module names of the model as transformers loads it (built on the meta device: no weights).
-
-    Multimodal wrappers (Gemma-3) name their text layers differently in the checkpoint and in the
-    loaded model; PEFT matches the loaded model's names, so they are read from a real instance.
-    """
+    """Module names of the model as transformers loads it (see :func:`meta_model`)."""
     return [name for name, _ in meta_model(ckpt).named_modules()]
 
 
-def peft_moved_targets(ckpt: Checkpoint, config) -> list[str]:
-    """The target modules of ``config`` that PEFT would not adapt as named.
+def peft_moved_targets(config, model: torch.nn.Module) -> list[str]:
+    """The target modules of ``config`` that PEFT, loading the adapter on ``model``, would not adapt as named.
 
     For transformers 5, PEFT renames the gate/up/down (w1/w2/w3) targets of mixture-of-experts model
     types to their fused experts' parameters by the module's last name, a dense MLP's and a shared
@@ -95,9 +102,9 @@ def peft_moved_targets(ckpt: Checkpoint, config) -> list[str]:
     from peft.utils.transformers_weight_conversion import (convert_peft_config_for_transformers,
                                                            get_model_conversion_mapping)
 
-    model, probe = meta_model(ckpt), deepcopy(config)
+    probe = deepcopy(config)
     convert_peft_config_for_transformers(probe, model=model, conversions=get_model_conversion_mapping(model))
-    return sorted(set(config.target_modules) - set(probe.target_modules))
+    return sorted(set(config.target_modules) - set(probe.target_modules or ()))
 
 
 def _read_weight(ckpt: Checkpoint, name: str) -> torch.Tensor:
@@ -119,11 +126,12 @@ def plan_ranks(arch: Architecture, recipe: Recipe) -> dict[tuple[str, int], torc
     return {key: v for key, v in vectors.items() if bool((v != 1).any())}
 
 
-def lora_modules(ckpt: Checkpoint, recipe: Recipe) -> list[LoraModule]:
-    """The exact LoRA factors of ``recipe`` on ``ckpt``, read with safetensors (no model load)."""
+def lora_modules(ckpt: Checkpoint, recipe: Recipe, names: list[str] | None = None) -> list[LoraModule]:
+    """The exact LoRA factors of ``recipe`` on ``ckpt``, read with safetensors (no model load);
+    ``names``: the loaded model's module names (default: built here, :func:`loaded_module_names`)."""
     arch = recipe.validate(ckpt.config)
     resolver = Resolver(arch, ckpt.tensors)
-    loaded = arch.layer_prefix(loaded_module_names(ckpt))
+    loaded = arch.layer_prefix(names if names is not None else loaded_module_names(ckpt))
     weights = {(s.module, s.layer): sl.tensor for sl in resolver.all(all_sites(arch, recipe.active()))
                if (s := sl.site).twin and not sl.is_bias}
     modules = []
@@ -133,7 +141,8 @@ def lora_modules(ckpt: Checkpoint, recipe: Recipe) -> list[LoraModule]:
         A = torch.zeros(len(idx), W.shape[1])
         A[torch.arange(len(idx)), idx] = 1.0
         B = W[:, idx] * (scales[idx] - 1.0)
-        modules.append(LoraModule(loaded.format(layer=layer) + module, A, B))
+        prefix = loaded.format(layer=layer)
+        modules.append(LoraModule(prefix + module, A, B, prefix + arch.stored_module(module)))
     return modules
 
 
@@ -217,21 +226,24 @@ def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool
         raise RecipeError("the recipe changes nothing (every α and factor is 1): there is no adapter to export")
     needed = max(int((v != 1).sum()) for v in planned.values())
     rank = vllm_rank(needed) if vllm else needed
-    modules = lora_modules(ckpt, recipe)
+    model = meta_model(ckpt)
+    modules = lora_modules(ckpt, recipe, [name for name, _ in model.named_modules()])
     if vllm:
         modules = [m.padded(rank) for m in modules]
     source = source or local_source(ckpt.path)
     base = source.hub_id or str(source.path)
     config = peft_config(modules, base, vllm)
-    if moved := peft_moved_targets(ckpt, config):
-        raise RecipeError(f"export-lora: PEFT would load the adapter of {moved[0]}"
-                          f"{f' and {len(moved) - 1} more module(s)' if len(moved) > 1 else ''} onto "
-                          f"{arch.model_type}'s fused experts (it renames mixture-of-experts targets by name), "
-                          "so it would not be this edit; ship the baked checkpoint instead")
+    if moved := peft_moved_targets(config, model):  # an adapter PEFT loads elsewhere is not the recipe
+        import peft
+
+        raise RecipeError(f"export-lora: PEFT {peft.__version__} would load the adapter of '{moved[0]}'"
+                          f"{f' and {len(moved) - 1} more' if len(moved) > 1 else ''} onto {arch.model_type}'s "
+                          "fused experts (it renames mixture-of-experts targets by name), so it would not be this "
+                          "edit; ship the baked checkpoint instead, or export head edits alone")
     tensors = {}
     for m in modules:
-        tensors[f"base_model.model.{m.name}.lora_A.weight"] = m.A.contiguous()
-        tensors[f"base_model.model.{m.name}.lora_B.weight"] = m.B.contiguous()
+        tensors[f"base_model.model.{m.key}.lora_A.weight"] = m.A.contiguous()
+        tensors[f"base_model.model.{m.key}.lora_B.weight"] = m.B.contiguous()
     counts = Counter(e.kind for e in recipe.active())
     record = AdapterRecord(
         tool_version=__version__, source=source, model_type=arch.model_type, recipe=recipe, vllm=vllm,

@@ -90,7 +90,10 @@ def test_mlp_kinds_are_transformers_mlp_layer_types(model_type, drop, keys):
     raw = _legacy(model_type, drop, **keys)
     config = _config_class(model_type)(**raw)
     theirs = getattr(config, "mlp_layer_types", None) or config.layer_types
-    assert list(architecture(raw).geometry.mlp_kinds) == list(theirs)
+    arch = architecture(raw)
+    # a row with experts: its routing rule says which layers are sparse (the others dense)
+    ours = arch.geometry.mlp_kinds or ["sparse" if arch.is_sparse(i) else "dense" for i in range(len(theirs))]
+    assert list(ours) == list(theirs)
 
 
 @pytest.mark.parametrize("model_type", ["deepseek_v2", "deepseek_v3", "sarvam_mla", "jamba"])
@@ -216,11 +219,11 @@ def test_neurons_only_where_a_dense_mlp_is():
 
 
 def test_a_sparse_layer_without_experts_in_the_table_is_refused():
-    arch = _arch("deepseek_v3", first_k_dense_replace=1)
+    arch = _arch("hy_v4", mlp_layer_types=["dense", "sparse", "dense", "dense"])  # its row has no experts
     NeuronScale(0, 5, 0.0).validate(arch, "edits[0]")
     with pytest.raises(RecipeError, match="layer = 1 is a 'sparse' layer .* no dense MLP"):
         NeuronScale(1, 5, 0.0).validate(arch, "edits[0]")
-    with pytest.raises(RecipeError, match="does not edit the experts of this deepseek_v3 model"):
+    with pytest.raises(RecipeError, match="does not edit the experts of this hy_v4 model"):
         NeuronScale(1, 5, 0.0, 0).validate(arch, "edits[0]")
 
 

@@ -17,22 +17,25 @@ SMALL = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_lay
              bos_token_id=1, eos_token_id=2)
 # MLA: q·k heads of 8 + 4 (nope + rope), v heads of 6, latent ranks 16 (q) and 8 (kv).
 MLA = dict(q_lora_rank=16, kv_lora_rank=8, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, head_dim=4)
-# DeepSeek-style MoE configs, made dense in every layer (the experts are the MoE rows' concern).
-ALL_DENSE = dict(first_k_dense_replace=4, n_routed_experts=4, moe_intermediate_size=8, num_experts_per_tok=2)
+# DeepSeek-style MoE configs: a dense first layer, then experts (with a shared expert) in the others.
+MOE = dict(n_routed_experts=4, moe_intermediate_size=8, num_experts_per_tok=2, n_shared_experts=1, n_group=1, topk_group=1)
+FIRST_DENSE = dict(first_k_dense_replace=1, **MOE)
+MIXED_LIST = dict(mlp_layer_types=["dense", "sparse", "dense", "sparse"], **MOE)
+# Hunyuan-V4's experts are not in the table: dense in every layer.
 DENSE_LIST = dict(mlp_layer_types=["dense"] * 4, n_routed_experts=4, moe_intermediate_size=8, num_experts_per_tok=2)
 HYBRID = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
 
 FAMILIES: dict[str, dict[str, Any]] = {
     "minicpm3": MLA,
     "youtu": MLA,
-    "deepseek_v2": {**MLA, **ALL_DENSE},
-    "deepseek_v3": {**MLA, **ALL_DENSE},
-    "sarvam_mla": {**MLA, **ALL_DENSE},
-    "deepseek_v32": {**MLA, **DENSE_LIST, "index_n_heads": 2, "index_head_dim": 8, "index_topk": 4},
-    "glm_moe_dsa": {**MLA, **DENSE_LIST, "index_n_heads": 2, "index_head_dim": 8, "index_topk": 4},
-    "glm4_moe_lite": {**MLA, **DENSE_LIST},
-    "axk1": {**MLA, **DENSE_LIST},
-    "axk2": {**MLA, **DENSE_LIST, "index_n_heads": 2, "index_head_dim": 8, "index_topk": 4},
+    "deepseek_v2": {**MLA, **FIRST_DENSE},
+    "deepseek_v3": {**MLA, **FIRST_DENSE},
+    "sarvam_mla": {**MLA, **FIRST_DENSE},
+    "deepseek_v32": {**MLA, **MIXED_LIST, "index_n_heads": 2, "index_head_dim": 8, "index_topk": 4},
+    "glm_moe_dsa": {**MLA, **MIXED_LIST, "index_n_heads": 2, "index_head_dim": 8, "index_topk": 4},
+    "glm4_moe_lite": {**MLA, **MIXED_LIST},
+    "axk1": {**MLA, **MIXED_LIST},
+    "axk2": {**MLA, **MIXED_LIST, "index_n_heads": 2, "index_head_dim": 8, "index_topk": 4},
     "hy_v4": {**MLA, **DENSE_LIST, "index_n_heads": 2, "index_head_dim": 8, "index_topk": 4, "hc_mult": 2},
     "qwen3_5_text": dict(layer_types=HYBRID, head_dim=8, num_key_value_heads=2, linear_num_value_heads=2,
                          linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8),
@@ -46,19 +49,19 @@ FAMILIES: dict[str, dict[str, Any]] = {
                       mamba_n_groups=1, mamba_d_state=8, mamba_chunk_size=8),
     "bamba": dict(attn_layer_indices=[1, 3], num_key_value_heads=2, mamba_n_heads=4, mamba_d_head=16,
                   mamba_n_groups=1, mamba_d_state=8, mamba_chunk_size=8),
-    # Jamba: attention in layers 1 and 3; no layer has experts (the expert period puts them past the end).
-    "jamba": dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=5, expert_layer_offset=4,
+    # Jamba: attention in layers 1 and 3, experts in layers 0 and 2.
+    "jamba": dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=0,
                   num_experts=2, num_key_value_heads=2, mamba_d_state=8, mamba_dt_rank=4, mamba_expand=2),
     "nemotron_h": dict(layers_block_type=["linear_attention", "full_attention", "mlp", "full_attention"],
                        num_key_value_heads=2, head_dim=8, mamba_num_heads=4, mamba_head_dim=16, n_groups=1,
                        ssm_state_size=8, chunk_size=8),
     "recurrent_gemma": dict(block_types=["recurrent", "attention"], num_key_value_heads=1, lru_width=32,
                             attention_window_size=8),
-    "kimi_linear": dict(**MLA, layer_types=HYBRID, mlp_layer_types=["dense"] * 4,
+    "kimi_linear": dict(**MLA, layer_types=HYBRID, mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
                         linear_attn_config={"head_dim": 8, "num_heads": 4, "short_conv_kernel_size": 4},
                         num_experts=4, moe_intermediate_size=8, num_experts_per_tok=2),
-    "bailing_hybrid": dict(**{**MLA, "q_lora_rank": None}, layer_types=HYBRID, mlp_layer_types=["dense"] * 4,
-                           num_experts=4, moe_intermediate_size=8, num_experts_per_tok=2),
+    "bailing_hybrid": dict(**{**MLA, "q_lora_rank": None}, layer_types=HYBRID, mlp_layer_types=["dense", "sparse"] * 2,
+                           n_group=1, topk_group=1, num_experts=4, moe_intermediate_size=8, num_experts_per_tok=2),
     "qwen3_next": dict(layer_types=HYBRID, head_dim=8, num_key_value_heads=2, linear_num_value_heads=2,
                        linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8, num_experts=4,
                        num_experts_per_tok=2, moe_intermediate_size=8, shared_expert_intermediate_size=12),

@@ -57,6 +57,10 @@ def tiny_config(arch: str, **overrides):
         return tf.OlmoeConfig(**{k: v for k, v in kw.items() if k != "head_dim"}, **MOE, num_experts=4)
     if arch == "gpt_oss":
         return tf.GptOssConfig(**kw, **MOE, num_local_experts=4, sliding_window=8)
+    from tests.support.tiny_moe import FAMILIES, tiny_moe_config  # issue 24's mixtures of experts
+
+    if arch in FAMILIES:
+        return tiny_moe_config(arch, **overrides)
     raise KeyError(arch)
 
 
@@ -69,8 +73,16 @@ def build_tiny(arch: str, path: Path, dtype: torch.dtype = torch.float32, shard:
     """
     from transformers import AutoModelForCausalLM
 
+    from tests.support.tiny_moe import RELEASE_CLASSES
+
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(tiny_config(arch, **overrides))
+    config = tiny_config(arch, **overrides)
+    if arch in RELEASE_CLASSES:  # a multimodal release: saved with its vision model
+        import transformers
+
+        model = getattr(transformers, RELEASE_CLASSES[arch])(config)
+    else:
+        model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():  # random init leaves norms at 1 / 0: perturb so every weight matters
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.02)

@@ -12,12 +12,14 @@ again while it reads them.
 
 Columns of a layer: routed expert e's neuron i is column e·I + i; the shared expert's neuron j is
 column E·I + j. Alongside, the routing share: per prompt and expert, the fraction of real tokens
-whose top-k includes the expert.
+whose top-k includes the expert. A dense MLP layer among the expert layers (DeepSeek's first k, Llama
+4's interleaved ones) is captured at its down_proj input like a dense model's: neuron i is column i,
+the columns past its width have no neuron (NaN), and it has no routing (NaN).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 from accelerate.utils import align_module_device
@@ -25,7 +27,7 @@ from torch import nn
 
 from ...core.architectures import Architecture
 from ...core.errors import SurgeryError
-from ...model.expert_twin import expert_intermediate, routed_inputs
+from ...model.expert_twin import expert_blocks, expert_intermediate, routed_inputs
 from ...model.hooks import layer_module, model_architecture
 from ...model.placement import input_device
 
@@ -37,33 +39,47 @@ class _StopForward(Exception):
     """Raised once the last layer's MLP has run: nothing after it is computed."""
 
 
-def moe_layers(arch: Architecture) -> list[int]:
-    """Every layer, which must all be mixtures of experts (find-neurons ranks one kind of column)."""
-    g = arch.geometry
-    dense = [layer for layer in range(g.num_layers) if not arch.is_sparse(layer)]
-    if dense:
-        raise SurgeryError(f"{arch.model_type}: layers {dense} are dense MLPs among expert layers; "
-                           "find-neurons ranks models whose MLP layers are all dense or all experts")
-    return list(range(g.num_layers))
+def dense_layers(arch: Architecture) -> list[int]:
+    """The layers of a mixture of experts whose MLP is dense (no experts)."""
+    return [layer for layer in range(arch.geometry.num_layers) if not arch.is_sparse(layer)]
 
 
 def columns(arch: Architecture) -> int:
-    """Columns of a layer in the findings: E·I routed neurons, then the shared expert's."""
+    """Columns of a layer in the findings: E·I routed neurons, then the shared expert's (a dense
+    layer's neurons fill the first columns)."""
     g = arch.geometry
-    return g.num_experts * g.expert_size + g.shared_size
+    return max(g.num_experts * g.expert_size + g.shared_size, g.intermediate_size if dense_layers(arch) else 0)
 
 
-def _routed_sums(module: nn.Module, x: torch.Tensor, index: torch.Tensor, prompt: torch.Tensor,
-                 real: torch.Tensor, n_prompts: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _expert_inputs(module: nn.Module, args: tuple, kwargs: dict, dispatch: str
+                   ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """(expert, its routed tokens' indices, their inputs) of one experts call: the tokens whose top-k
+    holds the expert, or in a dense-dispatch module (Llama 4) the nonzero rows of the expert's
+    block (the router's score, exactly 0 off the top-k, scales the block's input)."""
+    if dispatch == "dense":
+        blocks = expert_blocks(module, args[0])
+        for e in range(blocks.shape[0]):
+            tok = torch.where(blocks[e].any(dim=-1))[0]
+            yield e, tok, blocks[e, tok]
+        return
+    x, index, _ = routed_inputs(module, args, kwargs)
+    for e in range(module.gate_up_proj.shape[0]):
+        tok = torch.where((index == e).any(dim=-1))[0]
+        yield e, tok, x[tok]
+
+
+def _routed_sums(module: nn.Module, inputs: Iterable[tuple[int, torch.Tensor, torch.Tensor]], dispatch: str,
+                 prompt: torch.Tensor, real: torch.Tensor, n_prompts: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per prompt: Σ of each expert's intermediate activation over its routed real tokens
     [prompts, E, I], and how many routed real tokens that was [prompts, E]."""
     num_experts = module.gate_up_proj.shape[0]
-    sums, counts = None, torch.zeros(n_prompts, num_experts, dtype=torch.float32, device=x.device)
-    for e in range(num_experts):
-        tok = torch.where((index == e).any(dim=-1) & real)[0]
+    sums, counts = None, torch.zeros(n_prompts, num_experts, dtype=torch.float32, device=prompt.device)
+    for e, tok, x in inputs:
+        keep = real[tok]
+        tok, x = tok[keep], x[keep]
         if not len(tok):
             continue
-        h = expert_intermediate(module, e, x[tok]).float()
+        h = expert_intermediate(module, e, x, dispatch).float()
         if sums is None:
             sums = torch.zeros(n_prompts, num_experts, h.shape[-1], dtype=torch.float32, device=x.device)
         sums[:, e].index_add_(0, prompt[tok], h)
@@ -77,8 +93,9 @@ def capture_experts(model: nn.Module, tokenizer, texts: Sequence[str], on_batch:
     if batch_size < 1:
         raise SurgeryError(f"batch size must be ≥ 1, got {batch_size}")
     arch = model_architecture(model)
-    layers = moe_layers(arch)
     g, ex = arch.geometry, arch.layout.experts
+    layers, dense = list(range(g.num_layers)), dense_layers(arch)
+    width = columns(arch)
     state: dict = {}
     routed: dict[int, torch.Tensor] = {}
     shares: dict[int, torch.Tensor] = {}
@@ -86,10 +103,10 @@ def capture_experts(model: nn.Module, tokenizer, texts: Sequence[str], on_batch:
 
     def experts_hook(layer: int):
         def hook(module: nn.Module, args: tuple, kwargs: dict, output) -> None:
-            x, index, _ = routed_inputs(module, args, kwargs)
+            inputs = _expert_inputs(module, args, kwargs, ex.dispatch)
             # after the forward, accelerate has sent offloaded expert weights back to "meta": bring them in
             with align_module_device(module):
-                sums, counts = _routed_sums(module, x, index, state["prompt"], state["real"], state["n"])
+                sums, counts = _routed_sums(module, inputs, ex.dispatch, state["prompt"], state["real"], state["n"])
             mean = torch.full((state["n"], g.num_experts, g.expert_size), float("nan"))
             if sums is not None:
                 reached = counts > 0
@@ -98,25 +115,31 @@ def capture_experts(model: nn.Module, tokenizer, texts: Sequence[str], on_batch:
             shares[layer] = (counts / state["tokens"]).cpu()
         return hook
 
-    def shared_hook(layer: int):
+    def pooled_hook(into: dict[int, torch.Tensor], layer: int):
+        """A down_proj pre-hook pooling its input over the real tokens (a shared expert, a dense MLP)."""
         def hook(module: nn.Module, args: tuple) -> None:
             h = args[0].float().reshape(state["n"], -1, args[0].shape[-1])
-            shared[layer] = ((h * state["mask"]).sum(dim=1) / state["tokens"]).cpu()
+            into[layer] = ((h * state["mask"]).sum(dim=1) / state["tokens"]).cpu()
         return hook
 
     def stop(module: nn.Module, args: tuple, output) -> None:
         raise _StopForward
 
-    mlp = ex.module.rsplit(".", 1)[0]
     handles = []
     try:
         for layer in layers:
+            if layer in dense:
+                handles.append(layer_module(model, arch, layer, arch.layout.down_proj)
+                               .register_forward_pre_hook(pooled_hook(routed, layer)))
+                continue
             handles.append(layer_module(model, arch, layer, ex.module).register_forward_hook(
                 experts_hook(layer), with_kwargs=True))
-            if ex.shared:
+            if ex.shared and g.shared_size:
                 handles.append(layer_module(model, arch, layer, f"{ex.shared}.{ex.shared_down}")
-                               .register_forward_pre_hook(shared_hook(layer)))
-        handles.append(layer_module(model, arch, layers[-1], mlp).register_forward_hook(stop))
+                               .register_forward_pre_hook(pooled_hook(shared, layer)))
+        # stop after the whole last layer: a shared MLP may sit beside the experts' block (Granite)
+        names = dict(model.named_modules())
+        handles.append(names[arch.layer_prefix(names).format(layer=layers[-1])[:-1]].register_forward_hook(stop))
         device = input_device(model)  # under disk offload the first parameter may sit on "meta"
         for start in range(0, len(texts), batch_size):
             batch = list(texts[start:start + batch_size])
@@ -132,14 +155,21 @@ def capture_experts(model: nn.Module, tokenizer, texts: Sequence[str], on_batch:
                     model(input_ids=enc["input_ids"].to(device), attention_mask=mask, use_cache=False)
                 except _StopForward:
                     pass
-            missing = [layer for layer in layers if layer not in routed or (ex.shared and layer not in shared)]
+            missing = [layer for layer in layers if layer not in routed
+                       or (layer not in dense and ex.shared and g.shared_size and layer not in shared)]
             if missing:
-                raise SurgeryError(f"the forward pass never reached the experts of layers {missing}; "
+                raise SurgeryError(f"the forward pass never reached the MLPs of layers {missing}; "
                                    f"is {arch.model_type} laid out as surgery/core/architectures.py says?")
-            pooled = torch.stack([torch.cat([routed[la]] + ([shared[la]] if ex.shared else []), dim=-1)
-                                  for la in layers], dim=1)
-            on_batch(start, pooled, torch.stack([shares[la] for la in layers], dim=1))
+            no_routing = torch.full((n, g.num_experts), float("nan"))
+            rows = [torch.cat([routed[la]] + ([shared[la]] if la in shared else []), dim=-1) for la in layers]
+            pooled = torch.stack([_padded(row, width) for row in rows], dim=1)
+            on_batch(start, pooled, torch.stack([shares.get(la, no_routing) for la in layers], dim=1))
             progress(len(batch))
     finally:
         for h in handles:
             h.remove()
+
+
+def _padded(row: torch.Tensor, width: int) -> torch.Tensor:
+    """[prompts, columns] filled up to ``width`` columns with NaN (columns with no neuron)."""
+    return torch.cat([row, row.new_full((row.shape[0], width - row.shape[1]), float("nan"))], dim=-1)

@@ -37,6 +37,9 @@ CAPTURE_PARAMS = {"method": 2, "site": "mlp.down_proj input", "pooling": "mean o
 # Mixtures of experts: each expert's intermediate activation, over the tokens routed to it.
 EXPERT_CAPTURE_PARAMS = {**CAPTURE_PARAMS, "site": "expert intermediate (down_proj input) over routed tokens",
                          "pooling": "mean over each prompt's real tokens routed to the expert"}
+# ... with dense MLP layers among the expert layers (DeepSeek's first k): those at their down_proj input.
+MIXED_CAPTURE_PARAMS = {**EXPERT_CAPTURE_PARAMS, "site": "expert intermediate (down_proj input) over routed "
+                        "tokens; dense layers' down_proj input over real tokens"}
 # The summary stored in every findings file uses the commands' defaults.
 SUMMARY_N = 40
 _NUMBER_LIST = re.compile(r"\[(?:[-+0-9.eE,\s]|null)*\]")
@@ -103,8 +106,12 @@ def summary(scores: NeuronScores, n: int, score: str = DEFAULT_SCORE, rule: str 
 def capture_params(pairs: PairSet, ckpt: Checkpoint | None = None, load: LoadSpec = DEFAULT_LOAD) -> dict[str, Any]:
     """What is captured, and how (the cache key's parameters): a mixture of experts (``ckpt``)
     captures its experts; a model run in bfloat16 gets findings of its own (sums stay float32)."""
-    moe = ckpt is not None and bool(architecture(ckpt.config).geometry.sparse_layers)
-    return {**(EXPERT_CAPTURE_PARAMS if moe else CAPTURE_PARAMS), **dtype_key(load), "categories": pairs.categories()}
+    g = architecture(ckpt.config).geometry if ckpt is not None else None
+    if g is None or not g.sparse_layers:
+        site = CAPTURE_PARAMS
+    else:
+        site = EXPERT_CAPTURE_PARAMS if len(g.sparse_layers) == g.num_layers else MIXED_CAPTURE_PARAMS
+    return {**site, **dtype_key(load), "categories": pairs.categories()}
 
 
 def check_mlp_layers(arch: Architecture) -> None:

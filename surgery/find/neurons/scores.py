@@ -54,6 +54,9 @@ class PairSums:
     experts: tuple[int, int, int] | None = None
     routing_signed: dict[str, np.ndarray] = field(default_factory=dict)
     routing_abs: dict[str, np.ndarray] = field(default_factory=dict)
+    # Dense MLP layers among the expert layers and their width (their neurons are columns 0..width-1).
+    dense_layers: tuple[int, ...] = ()
+    dense_width: int = 0
 
     def add(self, category: str, pooled_1: np.ndarray, pooled_2: np.ndarray, signs: np.ndarray) -> None:
         """Add the pooled activations ([pairs, layers, width]; NaN: expert not reached) of some
@@ -107,7 +110,7 @@ class PairSums:
                     routing[k] = self.routing_signed[c], self.routing_abs[c]
         total = distributed.all_reduce(stacked)
         routing = distributed.all_reduce(routing) if self.experts else routing
-        out = PairSums(experts=self.experts)
+        out = PairSums(experts=self.experts, dense_layers=self.dense_layers, dense_width=self.dense_width)
         for k, c in enumerate(cats):
             count = int(round(total[k, -1, 0, 0]))
             if count:
@@ -129,7 +132,7 @@ def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair
     from .capture import DOWN_PROJ_INPUT, capture_pooled
 
     from ...model.hooks import model_architecture
-    from .experts import capture_experts
+    from .experts import capture_experts, dense_layers
 
     texts = [t for p in pairs for t in (p.prompt_1, p.prompt_2)]
     sums = PairSums()
@@ -152,6 +155,8 @@ def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair
         if site not in (None, DOWN_PROJ_INPUT):
             raise SurgeryError(f"a mixture of experts is captured at its experts' down_proj input, not {site}")
         sums.experts = (g.num_experts, g.expert_size, g.shared_size)
+        sums.dense_layers = tuple(dense_layers(model_architecture(model)))
+        sums.dense_width = g.intermediate_size if sums.dense_layers else 0
         capture_experts(model, tokenizer, texts, on_batch, batch_size=2 * batch_size, progress=progress)
     else:
         capture_pooled(model, tokenizer, texts, on_batch, batch_size=2 * batch_size, progress=progress,
@@ -163,21 +168,13 @@ def ppm_scores(model: nn.Module) -> np.ndarray:
     """PPM of every neuron, [layers, width]: max + |min| of each of its MLP input rows, summed —
     gate and up (Phi-3: both halves of the fused gate_up), or up alone in an ungated MLP. The rows
     come from the architecture table (``mlp_input_modules``, ``neuron_rows``), as the bake's."""
-    from ...model.hooks import layer_module, model_architecture
+    from ...model.hooks import model_architecture
 
     arch = model_architecture(model)
     g = arch.geometry
     if g.sparse_layers:
         return _expert_ppm(model, arch)
-    out = np.zeros((g.num_layers, g.intermediate_size), dtype=np.float64)
-    # each neuron's rows of each input matrix, [width, rows per neuron] (a fused gate_up holds two)
-    rows = {m: np.array([arch.neuron_rows(m, i) for i in range(g.intermediate_size)])
-            for m in arch.mlp_input_modules()}
-    for layer in range(g.num_layers):
-        for module, idx in rows.items():
-            w = _param(layer_module(model, arch, layer, module))
-            out[layer] += (w.amax(1) + w.amin(1).abs()).double().cpu().numpy()[idx].sum(axis=1)
-    return out
+    return np.stack([_dense_ppm(model, arch, layer) for layer in range(g.num_layers)])
 
 
 def _param(module: nn.Module, name: str = "weight") -> torch.Tensor:
@@ -194,26 +191,46 @@ def _ppm(*inputs: torch.Tensor) -> np.ndarray:
     return sum(w.amax(-1) + w.amin(-1).abs() for w in inputs).double().cpu().numpy()
 
 
+def _dense_ppm(model: nn.Module, arch, layer: int) -> np.ndarray:
+    """PPM of a dense MLP layer's neurons: max + |min| of each neuron's rows of its input matrices
+    (gate and up, or both halves of a fused gate_up; up alone in an ungated MLP), summed."""
+    from ...model.hooks import layer_module
+
+    width = arch.geometry.intermediate_size
+    out = np.zeros(width, dtype=np.float64)
+    for module in arch.mlp_input_modules():
+        idx = np.array([arch.neuron_rows(module, i) for i in range(width)])  # [width, rows per neuron]
+        w = _param(layer_module(model, arch, layer, module))
+        out += (w.amax(1) + w.amin(1).abs()).double().cpu().numpy()[idx].sum(axis=1)
+    return out
+
+
 def _expert_ppm(model: nn.Module, arch) -> np.ndarray:
-    """PPM of every expert neuron, [layers, E·I + shared], read from the fused in-memory experts."""
+    """PPM of every expert neuron, [layers, E·I + shared], read from the fused in-memory experts;
+    a dense layer's neurons in its first columns (no neuron past them: NaN)."""
     from ...model.hooks import layer_module
     from .experts import columns
 
     g, ex = arch.geometry, arch.layout.experts
-    out = np.zeros((g.num_layers, columns(arch)), dtype=np.float64)
+    out = np.full((g.num_layers, columns(arch)), np.nan, dtype=np.float64)
     for layer in range(g.num_layers):
-        module = layer_module(model, arch, layer, ex.module)
-        w = _param(module, "gate_up_proj")
-        w = w.transpose(1, 2) if module.is_transposed else w          # [E, 2I, H]
-        if module.is_concatenated:
+        if not arch.is_sparse(layer):
+            out[layer, :g.intermediate_size] = _dense_ppm(model, arch, layer)
+            continue
+        w = _param(layer_module(model, arch, layer, ex.module), "gate_up_proj")
+        w = w.transpose(1, 2) if ex.transposed else w                  # [E, 2I, H]
+        if not ex.interleaved:
             gate, up = w[:, : g.expert_size], w[:, g.expert_size:]
         else:                                                           # GPT-OSS: gate/up interleaved
             gate, up = w[:, 0::2], w[:, 1::2]
         row = [_ppm(gate, up).reshape(-1)]
-        if ex.shared:
-            row.append(_ppm(*(_param(layer_module(model, arch, layer, f"{ex.shared}.{m}"))
-                              for m in ex.shared_inputs)))
-        out[layer] = np.concatenate(row)
+        if ex.shared and g.shared_size:
+            inputs = [_param(layer_module(model, arch, layer, f"{ex.shared}.{m}")) for m in ex.shared_inputs]
+            if ex.shared_fused:  # one [gate; up] matrix: its two halves
+                inputs = [half for w in inputs for half in (w[:g.shared_size], w[g.shared_size:])]
+            row.append(_ppm(*inputs))
+        row = np.concatenate(row)
+        out[layer, :len(row)] = row
     return out
 
 
@@ -254,6 +271,9 @@ class NeuronScores:
     reached: dict[str, np.ndarray] | None = None
     experts: tuple[int, int, int] | None = None
     routing: dict[str, dict[str, np.ndarray]] | None = None
+    # Dense MLP layers among the expert layers (their neurons: columns 0..dense_width-1), their width.
+    dense_layers: tuple[int, ...] = ()
+    dense_width: int = 0
 
     @classmethod
     def from_sums(cls, sums: PairSums, ppm: np.ndarray) -> "NeuronScores":
@@ -272,23 +292,34 @@ class NeuronScores:
                         {c: sums.mag_sum[c] / (2 * per[c]) for c in cats}, ppm,
                         {c: sums.reached[c] for c in cats}, sums.experts,
                         {c: {"signed": sums.routing_signed[c] / counts[c], "abs": sums.routing_abs[c] / counts[c]}
-                         for c in cats})
+                         for c in cats}, sums.dense_layers, sums.dense_width)
         return cls.from_dict(table.to_dict())
 
-    def expert_of(self, column: int) -> tuple[int | str | None, int]:
-        """(expert, neuron) of a column: (None, i) in a dense model, (e, i) routed, ("shared", j)."""
-        if self.experts is None:
+    def expert_of(self, layer: int, column: int) -> tuple[int | str | None, int]:
+        """(expert, neuron) of a layer's column: (None, i) in a dense model or a dense layer, (e, i)
+        routed, ("shared", j)."""
+        if self.experts is None or layer in self.dense_layers:
             return None, column
         count, width, _ = self.experts
         if column < count * width:
             return column // width, column % width
         return "shared", column - count * width
 
+    def neurons(self) -> np.ndarray:
+        """[layers, width] booleans: the columns that are a neuron (a dense layer among expert
+        layers has fewer neurons than the row has columns)."""
+        real = np.ones(self.shape, dtype=bool)
+        if self.experts is not None:
+            count, width, shared = self.experts
+            real[:, count * width + shared:] = False
+            real[list(self.dense_layers)] = np.arange(self.shape[1]) < self.dense_width
+        return real
+
     def unscored(self) -> int:
         """Neurons no pair of any category reached (mixtures of experts): they have no score."""
         if self.reached is None:
             return 0
-        return int((sum(self.reached.values()) == 0).sum())
+        return int(((sum(self.reached.values()) == 0) & self.neurons()).sum())
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -307,6 +338,8 @@ class NeuronScores:
         if self.experts is not None:
             count, size, shared = self.experts
             out["experts"] = {"count": count, "width": size, "shared_width": shared}
+            if self.dense_layers:  # files of models without dense layers read and write as before
+                out["experts"].update(dense_layers=list(self.dense_layers), dense_width=self.dense_width)
             for c in self.categories:
                 out["categories"][c]["reached"] = self.reached[c].astype(int).tolist()
                 out["categories"][c]["routing"] = {k: rounded(v) for k, v in self.routing[c].items()}
@@ -327,6 +360,8 @@ class NeuronScores:
             try:
                 ex = raw["experts"]
                 table.experts = (int(ex["count"]), int(ex["width"]), int(ex["shared_width"]))
+                table.dense_layers = tuple(int(i) for i in ex.get("dense_layers", ()))
+                table.dense_width = int(ex.get("dense_width", 0))
                 table.reached = {c: np.asarray(v["reached"], dtype=np.float64) for c, v in cats.items()}
                 table.routing = {c: {k: np.asarray(v["routing"][k], dtype=np.float64) for k in ("signed", "abs")}
                                  for c, v in cats.items()}

@@ -102,7 +102,7 @@ def select(scores: NeuronScores, n: int, *, score: str = DEFAULT_SCORE, rule: st
 def selected_edits(scores: NeuronScores, selection: Selection, factor: float) -> tuple[NeuronScale, ...]:
     """The selection as edits: a column of a mixture-of-experts layer names its expert."""
     return tuple(NeuronScale(layer, neuron, factor, expert)
-                 for layer, expert, neuron in ((la, *scores.expert_of(i)) for la, i in selection.neurons))
+                 for layer, expert, neuron in ((la, *scores.expert_of(la, i)) for la, i in selection.neurons))
 
 
 def _round_robin(rankings: list[np.ndarray], cats: list[str], n: int) -> tuple[list[int], list[str]]:
@@ -166,7 +166,7 @@ def neuron_rows(scores: NeuronScores, selection: Selection) -> list[dict[str, An
     rows = []
     for (layer, idx), label in zip(selection.neurons, selection.labels):
         top = max(cats, key=lambda c: np.nan_to_num(scores.bias[c][layer, idx], nan=-np.inf))
-        expert, neuron = scores.expert_of(idx)
+        expert, neuron = scores.expert_of(layer, idx)
         where = {"layer": layer, "neuron": neuron}
         if expert is not None:  # the one notation: L:eE:N / L:s:N (surgery.core.edits.neuron_label)
             where.update(expert=expert, label=neuron_label(layer, neuron, expert))
