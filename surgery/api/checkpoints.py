@@ -19,6 +19,7 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
     """What ``model`` is, read from its config and safetensors headers (no weights loaded):
     architecture, layers, heads, kv heads, head_dim, sizes, dtypes, shards, and its experts."""
     from ..core.architectures import architecture
+    from ..core.resolve import Resolver
 
     load = typed(LoadSpec, options, load)
     no_other_options("inspect", options, LoadSpec)
@@ -31,7 +32,7 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
         "hidden_size": g.hidden_size, "mlp_width": g.intermediate_size,
         "dtypes": sorted({t.dtype for t in ckpt.tensors.values()}),
         "shards": len(ckpt.weight_files), "tensors": len(ckpt.tensors), "bytes": ckpt.total_bytes(),
-        "layer_prefix": arch.layer_prefix(ckpt.tensors).format(layer="N"),
+        "layer_prefix": Resolver(arch, ckpt.tensors).prefix.format(layer="N"),
     }
     if g.sparse_layers:  # mixture of experts: neurons are named L:eE:N (routed), L:s:N (shared)
         info.update(experts=g.num_experts, expert_width=g.expert_size,

@@ -104,10 +104,10 @@ def check_attention(ckpt: Checkpoint, arch: Architecture) -> None:
     loads the whole model from the config: a wrong num_key_value_heads would otherwise surface
     there as a size mismatch inside transformers (an "internal error"), after the copy.
     """
-    prefix = arch.layer_prefix(ckpt.tensors)
+    resolver = Resolver(arch, ckpt.tensors)
     for layer in range(arch.geometry.num_layers):
         for module, (shape, why) in arch.attention_shapes().items():
-            _tensor(ckpt, f"{prefix.format(layer=layer)}{module}.weight", shape, why)
+            _tensor(ckpt, resolver.stored(layer, module), arch.stored_shape(module, shape), why)
 
 
 def check_loadable(ckpt: Checkpoint) -> None:

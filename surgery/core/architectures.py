@@ -8,9 +8,34 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .errors import CheckpointError, UnsupportedArchitecture
+
+
+@dataclass(frozen=True)
+class ConfigKeys:
+    """The config.json keys a family spells Geometry's sizes with, by their transformers names.
+
+    Most families use the names themselves; others spell them as their config class's
+    ``attribute_map`` says (GPT-2: ``num_hidden_layers`` → ``n_layer``) or with keys of their own
+    (OPT's ``ffn_dim``). Read as data, so the bake path needs no transformers import; a test
+    compares every row with the config class. ``None``: the family has no such key (every head has
+    its own keys and values; ``head_dim`` is hidden_size / num_attention_heads).
+    """
+
+    num_hidden_layers: str = "num_hidden_layers"
+    num_attention_heads: str = "num_attention_heads"
+    hidden_size: str = "hidden_size"
+    intermediate_size: str | None = "intermediate_size"
+    num_key_value_heads: str | None = "num_key_value_heads"
+    head_dim: str | None = "head_dim"
+    # When the intermediate_size key is absent or null (or the family has none), the MLP is
+    # hidden_size × this wide: a number (GPT-2's 4 × n_embd) or the key that holds it (MPT's expansion_ratio).
+    mlp_ratio: int | str | None = None
+    # Flags that decide the number of k/v heads, first true one wins: (flag, count or the key that
+    # holds it). Falcon: new_decoder_architecture → num_kv_heads, multi_query → 1, else every head.
+    kv_heads_when: tuple[tuple[str, int | str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -42,12 +67,35 @@ class Layout:
     # Mixture-of-experts layers (None: every layer is a dense MLP).
     experts: "Experts | None" = None
     # After the decoder layers (a knockout pass resumed at layer L runs the model's tail itself):
-    # the final norm, a sibling of the layer list, and the config field of a logit soft-cap.
-    final_norm: str = "norm"
+    # the final norm, a sibling of the layer list (None: none, GPT-1 is post-norm), and the config
+    # field of a logit soft-cap.
+    final_norm: str | None = "norm"
     logit_softcap: str | None = None
     # The release's native tensor names (a second copy of the weights some releases ship next to
     # the transformers ones, e.g. Mistral's consolidated.safetensors): see NativeName.
     native_names: tuple["NativeName", ...] = ()
+    # How config.json spells the sizes (GPT-2's n_layer, n_head, n_embd, n_inner …): see ConfigKeys.
+    config_keys: ConfigKeys = ConfigKeys()
+    # Modules that are transformers' Conv1D (GPT-2): the weight is stored [in, out], so a column of
+    # the [out, in] map is a stored row. Sites keep the [out, in] view; the resolver flips them.
+    conv1d: tuple[str, ...] = ()
+    # Whether a pruned neuron's MLP input rows are zeroed too. The down_proj column alone is the exact
+    # edit; zero input rows make the neuron dead in the weights as well, but only where act(0) = 0
+    # and nothing else reads those rows: not with xIELU (act(0) ≠ 0), nor where a norm over the MLP's
+    # hidden units (BitNet's ffn_sub_norm) would see the zeros and change every other neuron.
+    prune_inputs: bool = True
+    # Why a head edit has no meaning in this family (its o_proj columns are not num_heads heads of
+    # head_dim, e.g. DiffLlama's differential head pairs); None: heads are editable.
+    heads_refused: str | None = None
+    # The model's tail after the final norm and lm_head, as config keys: logits × multiplier
+    # (Cohere's logit_scale, HyperCLOVA X's logits_scaling), logits ÷ divisor (Granite's logits_scaling).
+    logit_multiplier: str | None = None
+    logit_divisor: str | None = None
+    # transformers' checkpoint conversion renames of this family (conversion_mapping.py), as
+    # (on-disk regex, loaded replacement) in its order: save_pretrained writes the on-disk names
+    # (EXAONE's transformer.h.N.attn.attention.out_proj), the loaded model has the others. A test
+    # compares them with transformers' mapping.
+    renames: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -149,6 +197,123 @@ ARCHITECTURES: dict[str, Layout] = {
         ("num_local_experts",), "intermediate_size", None, transposed=True, interleaved=True)),
 }
 
+# --- dense (issue 24) ---
+# Llama-shaped decoders (self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj), ungated MLPs (up → act →
+# down), fused q/k/v, GPT-2's Conv1D, and config keys spelled the family's own way. What each row
+# says is proven on a tiny model of the family (tests/bake/test_families_dense.py).
+
+_NO_QKV = dict(q_proj=None, k_proj=None, v_proj=None)
+# Every head has its own k/v and head_dim = hidden / heads (a stray head_dim key is not read).
+_MHA = dict(num_key_value_heads=None, head_dim=None)
+# GPT-2 and its descendants: n_layer, n_head, n_embd, n_inner (null: 4 × n_embd).
+_GPT2_KEYS = ConfigKeys("n_layer", "n_head", "n_embd", "n_inner", **_MHA, mlp_ratio=4)
+_GPT2 = dict(o_proj="attn.c_proj", **_NO_QKV, qkv_proj="attn.c_attn", gate_proj=None, up_proj="mlp.c_fc",
+             down_proj="mlp.c_proj", final_norm="ln_f")
+_GPT2_CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+# Checkpoints saved from the base model (the Hub's gpt2, bloom) have no "transformer." prefix.
+_GPT_H = ("transformer.h.{layer}.", "h.{layer}.")
+_NEOX_MLP = dict(gate_proj=None, up_proj="mlp.dense_h_to_4h", down_proj="mlp.dense_4h_to_h")
+_FC_MLP = dict(gate_proj=None, up_proj="fc1", down_proj="fc2")
+_FUSED_GATE_UP = dict(gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj")
+# transformers' conversion_mapping.py, "exaone" (the names EXAONE 3.x releases and save_pretrained use)
+_EXAONE_RENAMES = (
+    (r"^transformer\.wte\.", "model.embed_tokens."), (r"^transformer\.h\.", "model.layers."),
+    (r"^transformer\.ln_f\.", "model.norm."), (r"\.attn\.attention\.", ".self_attn."),
+    (r"\.self_attn\.out_proj\.", ".self_attn.o_proj."), (r"\.ln_1\.", ".input_layernorm."),
+    (r"\.ln_2\.", ".post_attention_layernorm."), (r"\.mlp\.c_fc_0\.", ".mlp.gate_proj."),
+    (r"\.mlp\.c_fc_1\.", ".mlp.up_proj."), (r"\.mlp\.c_proj\.", ".mlp.down_proj."),
+)
+
+ARCHITECTURES.update({
+    # Llama-shaped
+    "cohere": Layout(_DECODER, logit_multiplier="logit_scale"),
+    "cohere2": Layout(_DECODER, logit_multiplier="logit_scale"),
+    "cwm": Layout(_DECODER),
+    "doge": Layout(_DECODER),
+    "ernie4_5": Layout(_DECODER),
+    "exaone": Layout(_DECODER, renames=_EXAONE_RENAMES),
+    "exaone4": Layout(_DECODER),
+    "flint": Layout(_DECODER),
+    "granite": Layout(_DECODER, logit_divisor="logits_scaling"),
+    "granite_swa": Layout(_DECODER, logit_divisor="logits_scaling"),
+    "helium": Layout(_DECODER),
+    "hunyuan_v1_dense": Layout(_DECODER),
+    "hyperclovax": Layout(_DECODER, logit_multiplier="logits_scaling"),
+    "internlm3": Layout(_DECODER),
+    "iquestcoder": Layout(_DECODER),
+    "ministral": Layout(_DECODER),
+    "ministral3": Layout(_DECODER),
+    "olmo": Layout(_DECODER),
+    "olmo3": Layout(_DECODER),
+    "seed_oss": Layout(_DECODER),
+    "smollm3": Layout(_DECODER),
+    "stablelm": Layout(_DECODER),
+    "vaultgemma": Layout(_DECODER, logit_softcap="final_logit_softcapping"),
+    # BitNet normalises the MLP's hidden units (ffn_sub_norm) before down_proj: see Layout.prune_inputs.
+    "bitnet": Layout(_DECODER, prune_inputs=False),
+    "diffllama": Layout(_DECODER, heads_refused=(
+        "differential attention pairs its heads (o_proj's input is num_attention_heads / 2 differential "
+        "heads of 2 × head_dim)")),
+    "glm": Layout(_DECODER, **_FUSED_GATE_UP),
+    "glm4": Layout(_DECODER, **_FUSED_GATE_UP),
+    # Ungated MLPs: up → act → down
+    "apertus": Layout(_DECODER, gate_proj=None, prune_inputs=False),  # xIELU(0) ≠ 0
+    "arcee": Layout(_DECODER, gate_proj=None),
+    "jais2": Layout(_DECODER, gate_proj=None),
+    "nanochat": Layout(_DECODER, gate_proj=None, up_proj="mlp.fc1", down_proj="mlp.fc2",
+                       logit_softcap="final_logit_softcapping"),
+    "nemotron": Layout(_DECODER, gate_proj=None),
+    "starcoder2": Layout(_DECODER, gate_proj=None, up_proj="mlp.c_fc", down_proj="mlp.c_proj"),
+    "phi": Layout(_DECODER, o_proj="self_attn.dense", gate_proj=None, up_proj="mlp.fc1", down_proj="mlp.fc2",
+                  final_norm="final_layernorm"),
+    "persimmon": Layout(_DECODER, o_proj="self_attn.dense", **_NO_QKV, qkv_proj="self_attn.query_key_value",
+                        **_NEOX_MLP, final_norm="final_layernorm", config_keys=ConfigKeys(**_MHA)),
+    "gpt_neox": Layout(("gpt_neox.layers.{layer}.",), o_proj="attention.dense", **_NO_QKV,
+                       qkv_proj="attention.query_key_value", **_NEOX_MLP, final_norm="final_layer_norm",
+                       config_keys=ConfigKeys(**_MHA)),
+    "gpt_neox_japanese": Layout(("gpt_neox_japanese.layers.{layer}.",), o_proj="attention.dense", **_NO_QKV,
+                                qkv_proj="attention.query_key_value", **_NEOX_MLP, final_norm="final_layer_norm",
+                                config_keys=ConfigKeys(intermediate_size=None, **_MHA,
+                                                       mlp_ratio="intermediate_multiple_size")),
+    "opt": Layout(("model.decoder.layers.{layer}.", "decoder.layers.{layer}."), o_proj="self_attn.out_proj",
+                  **_FC_MLP, final_norm="final_layer_norm", config_keys=ConfigKeys(intermediate_size="ffn_dim", **_MHA)),
+    "biogpt": Layout(("biogpt.layers.{layer}.",), o_proj="self_attn.out_proj", **_FC_MLP, final_norm="layer_norm",
+                     config_keys=ConfigKeys(**_MHA)),
+    "xglm": Layout(("model.layers.{layer}.",), o_proj="self_attn.out_proj", **_FC_MLP, final_norm="layer_norm",
+                   config_keys=ConfigKeys("num_layers", "attention_heads", "d_model", "ffn_dim", **_MHA)),
+    "gptj": Layout(("transformer.h.{layer}.",), o_proj="attn.out_proj", q_proj="attn.q_proj", k_proj="attn.k_proj",
+                   v_proj="attn.v_proj", gate_proj=None, up_proj="mlp.fc_in", down_proj="mlp.fc_out",
+                   final_norm="ln_f", config_keys=_GPT2_KEYS),
+    "codegen": Layout(("transformer.h.{layer}.",), o_proj="attn.out_proj", **_NO_QKV, qkv_proj="attn.qkv_proj",
+                      gate_proj=None, up_proj="mlp.fc_in", down_proj="mlp.fc_out", final_norm="ln_f",
+                      config_keys=_GPT2_KEYS),
+    "gpt_neo": Layout(("transformer.h.{layer}.",), o_proj="attn.attention.out_proj", q_proj="attn.attention.q_proj",
+                      k_proj="attn.attention.k_proj", v_proj="attn.attention.v_proj", gate_proj=None,
+                      up_proj="mlp.c_fc", down_proj="mlp.c_proj", final_norm="ln_f",
+                      config_keys=ConfigKeys("num_layers", "num_heads", **_MHA, mlp_ratio=4)),
+    "bloom": Layout(_GPT_H, o_proj="self_attention.dense", **_NO_QKV, qkv_proj="self_attention.query_key_value",
+                    **_NEOX_MLP, final_norm="ln_f",
+                    config_keys=ConfigKeys("n_layer", "n_head", intermediate_size=None, **_MHA, mlp_ratio=4)),
+    "falcon": Layout(("transformer.h.{layer}.",), o_proj="self_attention.dense", **_NO_QKV,
+                     qkv_proj="self_attention.query_key_value", **_NEOX_MLP, final_norm="ln_f",
+                     config_keys=ConfigKeys(intermediate_size="ffn_hidden_size", **_MHA, mlp_ratio=4, kv_heads_when=(
+                         ("new_decoder_architecture", "num_kv_heads"), ("multi_query", 1)))),
+    "mpt": Layout(("transformer.blocks.{layer}.",), o_proj="attn.out_proj", **_NO_QKV, qkv_proj="attn.Wqkv",
+                  gate_proj=None, up_proj="ffn.up_proj", down_proj="ffn.down_proj", final_norm="norm_f",
+                  config_keys=ConfigKeys("n_layers", "n_heads", "d_model", None, **_MHA, mlp_ratio="expansion_ratio")),
+    "ctrl": Layout(("transformer.h.{layer}.",), o_proj="multi_head_attention.dense", q_proj="multi_head_attention.Wq",
+                   k_proj="multi_head_attention.Wk", v_proj="multi_head_attention.Wv", gate_proj=None,
+                   up_proj="ffn.0", down_proj="ffn.2", final_norm="layernorm",
+                   config_keys=ConfigKeys("n_layer", "n_head", "n_embd", "dff", **_MHA)),
+    # GPT-2's Conv1D: weights stored [in, out]
+    "gpt2": Layout(_GPT_H, **_GPT2, conv1d=_GPT2_CONV1D, config_keys=_GPT2_KEYS),
+    "openai-gpt": Layout(_GPT_H, **{**_GPT2, "final_norm": None}, conv1d=_GPT2_CONV1D,
+                         config_keys=ConfigKeys("n_layer", "n_head", "n_embd", None, **_MHA, mlp_ratio=4)),
+    # GPT-BigCode: GPT-2's names on nn.Linear, one k/v head under multi_query
+    "gpt_bigcode": Layout(("transformer.h.{layer}.",), **_GPT2, config_keys=ConfigKeys(
+        "n_layer", "n_head", "n_embd", "n_inner", **_MHA, mlp_ratio=4, kv_heads_when=(("multi_query", 1),))),
+})
+
 TABLE_LOCATION = "surgery/core/architectures.py (the ARCHITECTURES table)"
 
 
@@ -189,6 +354,16 @@ class Architecture:
     model_type: str
     layout: Layout
     geometry: Geometry
+
+    def loaded_names(self, names: Iterable[str]) -> dict[str, str]:
+        """Each stored name of ``names`` under the name the loaded model gives it (``renames``)."""
+        out = {}
+        for name in names:
+            loaded = name
+            for pattern, replacement in self.layout.renames:
+                loaded = re.sub(pattern, replacement, loaded, count=1)
+            out[loaded] = name
+        return out
 
     def layer_prefix(self, names: Iterable[str]) -> str:
         """The layer-prefix template that ``names`` (tensor or module names) use.
@@ -322,6 +497,14 @@ class Architecture:
         d = self.geometry.head_dim
         return slice(head * d, (head + 1) * d)
 
+    def stored_flipped(self, module: str) -> bool:
+        """Whether ``module``'s weight is stored [in, out] (a Conv1D) instead of [out, in]."""
+        return module in self.layout.conv1d
+
+    def stored_shape(self, module: str, shape: tuple[int, int]) -> tuple[int, int]:
+        """The stored shape of ``module``'s weight, whose [out, in] shape is ``shape``."""
+        return (shape[1], shape[0]) if self.stored_flipped(module) else shape
+
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """The text-model part of a config dict (the dict itself for plain causal LMs)."""
@@ -332,6 +515,8 @@ def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
+    keys = ARCHITECTURES[model_type].config_keys
+
     def need(key: str) -> int:
         if not isinstance(cfg.get(key), int):
             raise UnsupportedArchitecture(
@@ -340,13 +525,13 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
             )
         return int(cfg[key])
 
-    heads = need("num_attention_heads")
-    hidden = need("hidden_size")
-    layers = need("num_hidden_layers")
+    heads = need(keys.num_attention_heads)
+    hidden = need(keys.hidden_size)
+    layers = need(keys.num_hidden_layers)
     # head_dim is explicit in Gemma/Qwen3 configs and differs from hidden/heads there.
-    head_dim = cfg.get("head_dim") or hidden // heads
-    dense = Geometry(layers, heads, int(cfg.get("num_key_value_heads") or heads), int(head_dim), hidden,
-                     need("intermediate_size"))
+    head_dim = (cfg.get(keys.head_dim) if keys.head_dim else None) or hidden // heads
+    dense = Geometry(layers, heads, _kv_heads(keys, cfg, heads, need), int(head_dim), hidden,
+                     _mlp_width(keys, cfg, hidden, need))
     ex = ARCHITECTURES[model_type].experts
     if ex is None:
         return dense
@@ -358,6 +543,23 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
     return replace(dense, num_experts=need(num), expert_size=need(ex.size_key),
                    shared_size=need(ex.shared_size_key) if ex.shared_size_key else 0,
                    sparse_layers=sparse if need(num) > 0 else frozenset())
+
+
+def _kv_heads(keys: ConfigKeys, cfg: Mapping[str, Any], heads: int, need: Callable[[str], int]) -> int:
+    """The number of k/v heads: set by a flag of ``kv_heads_when``, else its key, else one per head."""
+    for flag, source in keys.kv_heads_when:
+        if cfg.get(flag):
+            return source if isinstance(source, int) else need(source)
+    return int((cfg.get(keys.num_key_value_heads) if keys.num_key_value_heads else None) or heads)
+
+
+def _mlp_width(keys: ConfigKeys, cfg: Mapping[str, Any], hidden: int, need: Callable[[str], int]) -> int:
+    """The MLP's width: its key, or hidden_size × ``mlp_ratio`` where the key is absent or null."""
+    key = keys.intermediate_size
+    if key and (cfg.get(key) is not None or keys.mlp_ratio is None):
+        return need(key)
+    ratio = keys.mlp_ratio if isinstance(keys.mlp_ratio, int) else need(keys.mlp_ratio)
+    return ratio * hidden
 
 
 def architecture(config: Mapping[str, Any]) -> Architecture:

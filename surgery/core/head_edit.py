@@ -47,9 +47,12 @@ class HeadScale(Edit):
     def validate(self, arch: "Architecture", where: str) -> None:
         check_scale(self.alpha, where)
         check_layer(arch, self.layer, where)
-        n = arch.geometry.num_heads
+        if arch.layout.heads_refused:
+            raise RecipeError(f"{where}: {arch.model_type} has no editable attention heads: "
+                              f"{arch.layout.heads_refused}; edit its MLP neurons instead")
+        n, key = arch.geometry.num_heads, arch.layout.config_keys.num_attention_heads
         if self.head >= n:
-            raise RecipeError(f"{where}.head = {self.head} but the model has num_attention_heads = {n} "
+            raise RecipeError(f"{where}.head = {self.head} but the model has {key} = {n} "
                               f"(valid: 0..{n - 1})")
 
     def sites(self, arch: "Architecture") -> list[Site]:

@@ -81,7 +81,7 @@ class NeuronScale(Edit):
                 raise RecipeError(f"{where}: layer {L} is a mixture of experts; name the expert "
                                   f"({L}:eE:{N} for routed expert E"
                                   f"{f', {L}:s:{N} for the shared expert' if ex.shared else ''})")
-            width, what = g.intermediate_size, "intermediate_size"
+            width, what = g.intermediate_size, arch.layout.config_keys.intermediate_size
         elif not arch.is_sparse(L):
             raise RecipeError(f"{where}.expert = {self.expert} but layer {L} is a dense MLP "
                               "(no experts); drop 'expert'")
@@ -106,7 +106,7 @@ class NeuronScale(Edit):
         shapes = arch.mlp_shapes()
         down = arch.layout.down_proj
         out = [Site(self.layer, down, "in", (self.neuron,), self.factor, shapes[down], True)]
-        if self.factor == 0.0:
+        if self.factor == 0.0 and arch.layout.prune_inputs:  # see Layout.prune_inputs
             out += [Site(self.layer, m, "out", arch.neuron_rows(m, self.neuron), 0.0, shapes[m], False)
                     for m in arch.mlp_input_modules()]
         return out

@@ -50,7 +50,9 @@ class Resolver:
     def __init__(self, arch: Architecture, names: Iterable[str]):
         self.arch = arch
         self.names = frozenset(names)
-        self.prefix = arch.layer_prefix(self.names)
+        # loaded name → stored name (the same but where the family's conversion renames differ)
+        self._stored = arch.loaded_names(self.names)
+        self.prefix = arch.layer_prefix(self._stored)
         self._fused: bool | None = None
 
     @property
@@ -61,19 +63,26 @@ class Resolver:
         return self._fused
 
     def module(self, site: Site) -> str:
-        """The stored name of ``site``'s module (without ``.weight``): layer prefix + module."""
+        """The loaded name of ``site``'s module (without ``.weight``): layer prefix + module."""
         return f"{self.prefix.format(layer=site.layer)}{site.module}"
+
+    def stored(self, layer: int, module: str, part: str = "weight") -> str:
+        """The checkpoint's name of ``module``'s ``part`` (weight, bias) in ``layer``."""
+        loaded = f"{self.prefix.format(layer=layer)}{module}.{part}"
+        return self._stored.get(loaded, loaded)
 
     def slices(self, site: Site) -> list[TensorSlice]:
         """The tensor slices ``site`` scales, weight first, then its bias entries (output sites)."""
         if site.expert is not None:
             return self._expert_slices(site)
-        name = self.module(site)
-        out = [TensorSlice(f"{name}.weight", site.shape, site.indices, site.axis == "out", site.scale, site)]
+        flipped = self.arch.stored_flipped(site.module)
+        # A Conv1D stores [in, out]: the map's columns are its stored rows and vice versa.
+        out = [TensorSlice(self.stored(site.layer, site.module), self.arch.stored_shape(site.module, site.shape),
+                           site.indices, (site.axis == "out") != flipped, site.scale, site)]
         # Output features: the rows and, where the checkpoint has one, the bias entries.
-        if site.axis == "out" and f"{name}.bias" in self.names:
-            out.append(TensorSlice(f"{name}.bias", (site.shape[0],), site.indices, True, site.scale, site,
-                                   is_bias=True))
+        bias = self.stored(site.layer, site.module, "bias")
+        if site.axis == "out" and bias in self.names:
+            out.append(TensorSlice(bias, (site.shape[0],), site.indices, True, site.scale, site, is_bias=True))
         return out
 
     def _expert_slices(self, site: Site) -> list[TensorSlice]:

@@ -46,6 +46,7 @@ class LoraModule:
     name: str
     A: torch.Tensor  # (rank, in_features)
     B: torch.Tensor  # (out_features, rank)
+    conv1d: bool = False  # the base module is a Conv1D (weight stored [in, out]: PEFT's fan_in_fan_out)
 
     @property
     def rank(self) -> int:
@@ -56,7 +57,7 @@ class LoraModule:
         extra = rank - self.rank
         A = torch.cat([self.A, self.A.new_zeros(extra, self.A.shape[1])])
         B = torch.cat([self.B, self.B.new_zeros(self.B.shape[0], extra)], dim=1)
-        return LoraModule(self.name, A, B)
+        return LoraModule(self.name, A, B, self.conv1d)
 
 
 def loaded_module_names(ckpt: Checkpoint) -> list[str]:
@@ -103,10 +104,12 @@ def lora_modules(ckpt: Checkpoint, recipe: Recipe) -> list[LoraModule]:
     for (module, layer), scales in sorted(plan_ranks(arch, recipe).items(), key=lambda kv: (kv[0][1], kv[0][0])):
         idx = torch.nonzero(scales != 1).flatten()
         W = _read_weight(ckpt, weights[(module, layer)])
+        conv1d = arch.stored_flipped(module)
+        W = W.T if conv1d else W  # the [out, in] map of a Conv1D's [in, out] weight
         A = torch.zeros(len(idx), W.shape[1])
         A[torch.arange(len(idx)), idx] = 1.0
         B = W[:, idx] * (scales[idx] - 1.0)
-        modules.append(LoraModule(loaded.format(layer=layer) + module, A, B))
+        modules.append(LoraModule(loaded.format(layer=layer) + module, A, B, conv1d))
     return modules
 
 
@@ -170,13 +173,15 @@ def peft_config(modules: list[LoraModule], base: str, vllm: bool):
 
     ranks = {m.name: m.rank for m in modules}
     common = max(ranks.values())
+    # PEFT adapts a Conv1D (GPT-2) with fan_in_fan_out=True: the forward pass is the same either way,
+    # merging transposes the update to the stored [in, out] weight. No family mixes Conv1D and Linear.
+    shared = dict(r=common, lora_alpha=common, target_modules=sorted(ranks), lora_dropout=0.0, bias="none",
+                  task_type="CAUSAL_LM", base_model_name_or_path=base,
+                  fan_in_fan_out=any(m.conv1d for m in modules))
     if vllm:
-        return LoraConfig(r=common, lora_alpha=common, target_modules=sorted(ranks), lora_dropout=0.0,
-                          bias="none", task_type="CAUSAL_LM", base_model_name_or_path=base)
+        return LoraConfig(**shared)
     other = {name: r for name, r in ranks.items() if r != common}
-    return LoraConfig(r=common, lora_alpha=common, target_modules=sorted(ranks), lora_dropout=0.0,
-                      bias="none", task_type="CAUSAL_LM", base_model_name_or_path=base,
-                      rank_pattern=other, alpha_pattern=dict(other))
+    return LoraConfig(**shared, rank_pattern=other, alpha_pattern=dict(other))
 
 
 def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool = False,

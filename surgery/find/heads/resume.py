@@ -54,14 +54,26 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return [names[prefix.format(layer=i).rstrip(".")] for i in range(n)]
 
 
-def _tail(model: nn.Module) -> tuple[nn.Module, nn.Module, float | None]:
-    """Final norm, lm_head and logit soft-cap (None: none) of ``model``."""
+def tail_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """(B, vocab) logits of the last position of ``hidden``, the last decoder layer's output (B, T,
+    hidden): the model's tail as the architecture table describes it — the final norm (a sibling of
+    the layer list), lm_head, then the logit multiplier, divisor and soft-cap its config sets."""
     arch = model_architecture(model)
     names = dict(model.named_modules())
-    root = arch.layer_prefix(names).split("layers.{layer}.")[0]
-    cap = arch.layout.logit_softcap
-    softcap = getattr(model.config.get_text_config(), cap, None) if cap else None
-    return names[root + arch.layout.final_norm], model.get_output_embeddings(), softcap
+    prefix = arch.layer_prefix(names)
+    root = prefix[:prefix.index("{layer}")].rstrip(".").rpartition(".")[0]  # "model.layers." → "model"
+    final = arch.layout.final_norm
+    last = hidden[:, -1:] if final is None else names[f"{root}.{final}" if root else final](hidden[:, -1:])
+    logits = model.get_output_embeddings()(last)[:, -1]
+    cfg, lay = model.config.get_text_config(), arch.layout
+    if lay.logit_multiplier:
+        logits = logits * getattr(cfg, lay.logit_multiplier)
+    if lay.logit_divisor:
+        logits = logits / getattr(cfg, lay.logit_divisor)
+    softcap = getattr(cfg, lay.logit_softcap, None) if lay.logit_softcap else None
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    return logits
 
 
 @contextmanager
@@ -94,7 +106,7 @@ def snapshot(model: nn.Module, batch: Batch, plan: Plan | None = None) -> Snapsh
     cache = DynamicCache()
     final: list[torch.Tensor] = []
     handle = layers[-1].register_forward_hook(
-        lambda module, args, out: final.append(out[0] if isinstance(out, tuple) else out))
+        lambda module, args, out: final.append(out[0] if isinstance(out, (tuple, list)) else out))
     try:
         with torch.inference_mode(), active_plan(plan), _recording(layers) as calls:
             out = model(**batch.model_inputs(), cache=cache, use_cache=True, logits_to_keep=1)
@@ -172,10 +184,7 @@ def resume(model: nn.Module, snap: Snapshot, batch: Batch, edit: EdgeEdit,
                 changed, plan.changed = changed | plan.changed, None
         if not changed.any():
             return snap.logits
-        norm, head, softcap = _tail(model)
-        logits = head(norm(hidden[:, -1:]))[:, -1]
-        if softcap:
-            logits = torch.tanh(logits / softcap) * softcap
+        logits = tail_logits(model, hidden)
     if counter is not None:
         counter.add_head(rows)
     return torch.where(changed[:, None], logits, snap.logits)
@@ -201,10 +210,7 @@ def resume_scaled(model: nn.Module, snap: Snapshot, scales: Sequence[HeadScale],
         hidden = snap.calls[first]["hidden_states"]
         for i in range(first, len(layers)):
             hidden = _layer(layers[i], snap.calls[i], 0, cache, hidden)
-        norm, head, softcap = _tail(model)
-        logits = head(norm(hidden[:, -1:]))[:, -1]
-        if softcap:
-            logits = torch.tanh(logits / softcap) * softcap
+        logits = tail_logits(model, hidden)
     if counter is not None:
         counter.add(rows, snap.length, 0, first)
         counter.add_head(rows)
@@ -214,7 +220,7 @@ def resume_scaled(model: nn.Module, snap: Snapshot, scales: Sequence[HeadScale],
 def _layer(layer: nn.Module, call: dict[str, Any], start: int, cache, hidden: torch.Tensor) -> torch.Tensor:
     """One decoder layer on ``hidden`` (positions ``start:``), with the recorded call's arguments."""
     out = layer(**{**_sliced(call, start, cache), "hidden_states": hidden})
-    return out[0] if isinstance(out, tuple) else out
+    return out[0] if isinstance(out, (tuple, list)) else out
 
 
 @dataclass

@@ -176,6 +176,7 @@ def ppm_scores(model: nn.Module) -> np.ndarray:
     for layer in range(g.num_layers):
         for module, idx in rows.items():
             w = _param(layer_module(model, arch, layer, module))
+            w = w.T if arch.stored_flipped(module) else w  # a Conv1D holds [in, out]: a neuron is a column
             out[layer] += (w.amax(1) + w.amin(1).abs()).double().cpu().numpy()[idx].sum(axis=1)
     return out
 
