@@ -91,6 +91,9 @@ class Layout:
     # (Cohere's logit_scale, HyperCLOVA X's logits_scaling), logits ÷ divisor (Granite's logits_scaling).
     logit_multiplier: str | None = None
     logit_divisor: str | None = None
+    # A module of the causal LM between the final norm and the output embeddings (ModernBERT's
+    # prediction head, "lm_head": dense, activation, norm); None: none.
+    pre_head: str | None = None
     # transformers' checkpoint conversion renames of this family (conversion_mapping.py), as
     # (on-disk regex, loaded replacement) in its order: save_pretrained writes the on-disk names
     # (EXAONE's transformer.h.N.attn.attention.out_proj), the loaded model has the others. A test
@@ -196,6 +199,9 @@ ARCHITECTURES: dict[str, Layout] = {
     "gpt_oss": Layout(_DECODER, experts=Experts(
         ("num_local_experts",), "intermediate_size", None, transposed=True, interleaved=True)),
 }
+
+# Causal LMs of transformers that surgery does not edit, each with the reason architecture() gives.
+REFUSALS: dict[str, str] = {}
 
 # --- dense (issue 24) ---
 # Llama-shaped decoders (self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj), ungated MLPs (up → act →
@@ -305,6 +311,15 @@ ARCHITECTURES.update({
                    k_proj="multi_head_attention.Wk", v_proj="multi_head_attention.Wv", gate_proj=None,
                    up_proj="ffn.0", down_proj="ffn.2", final_norm="layernorm",
                    config_keys=ConfigKeys("n_layer", "n_head", "n_embd", "dff", **_MHA)),
+    "modernbert-decoder": Layout(_DECODER, o_proj="attn.Wo", q_proj="attn.q_proj", k_proj="attn.k_proj",
+                                 v_proj="attn.v_proj", down_proj="mlp.Wo", gate_proj=None, up_proj=None,
+                                 gate_up_proj="mlp.Wi", final_norm="final_norm", pre_head="lm_head",
+                                 config_keys=ConfigKeys(**_MHA)),
+    "cpmant": Layout(("cpmant.encoder.layers.{layer}.",), o_proj="self_att.self_attention.attention_out",
+                     q_proj="self_att.self_attention.project_q", k_proj="self_att.self_attention.project_k",
+                     v_proj="self_att.self_attention.project_v", gate_proj="ffn.ffn.w_in.w_0",
+                     up_proj="ffn.ffn.w_in.w_1", down_proj="ffn.ffn.w_out", final_norm="output_layernorm",
+                     config_keys=ConfigKeys(intermediate_size="dim_ff", num_key_value_heads=None, head_dim="dim_head")),
     # GPT-2's Conv1D: weights stored [in, out]
     "gpt2": Layout(_GPT_H, **_GPT2, conv1d=_GPT2_CONV1D, config_keys=_GPT2_KEYS),
     "openai-gpt": Layout(_GPT_H, **{**_GPT2, "final_norm": None}, conv1d=_GPT2_CONV1D,
@@ -312,6 +327,15 @@ ARCHITECTURES.update({
     # GPT-BigCode: GPT-2's names on nn.Linear, one k/v head under multi_query
     "gpt_bigcode": Layout(("transformer.h.{layer}.",), **_GPT2, config_keys=ConfigKeys(
         "n_layer", "n_head", "n_embd", "n_inner", **_MHA, mlp_ratio=4, kv_heads_when=(("multi_query", 1),))),
+})
+
+REFUSALS.update({
+    "hrm_text": "two stacks of decoder layers (H_module, L_module) run in nested cycles: a layer index names "
+                "no single decoder layer",
+    "dory": "its releases store each decoder layer as two blocks (layers.2i attention, layers.2i+1 MLP) that "
+            "transformers collapses on load: the stored layers are not the model's",
+    "blt": "byte-level: a local encoder, a global transformer and a local decoder, three stacks of layers "
+           "with cross-attention between them, not one decoder-layer stack",
 })
 
 TABLE_LOCATION = "surgery/core/architectures.py (the ARCHITECTURES table)"
@@ -476,20 +500,28 @@ class Architecture:
     def attention_shapes(self) -> dict[str, tuple[tuple[int, int], str]]:
         """Expected weight shape of each attention matrix (relative to a layer), with the config
         fields that set its head dimension, as ``name → ((rows, cols), "fields = sizes")``."""
-        g, lay = self.geometry, self.layout
+        g, lay, keys = self.geometry, self.layout, self.layout.config_keys
         q_rows, kv_rows = g.num_heads * g.head_dim, g.num_kv_heads * g.head_dim
-        q = f"num_attention_heads × head_dim = {g.num_heads} × {g.head_dim}"
-        kv = f"num_key_value_heads × head_dim = {g.num_kv_heads} × {g.head_dim}"
-        shapes = {lay.o_proj: ((g.hidden_size, q_rows), f"{q} columns")}
+        # the family's own config keys, so that the message names the fields to correct
+        heads, dim = keys.num_attention_heads, keys.head_dim or f"({keys.hidden_size} / {keys.num_attention_heads})"
+        kv_heads = keys.num_key_value_heads or (
+            f"k/v heads (set by {', '.join(flag for flag, _ in keys.kv_heads_when)})" if keys.kv_heads_when else heads)
+        q = f"{heads} × {dim} = {g.num_heads} × {g.head_dim}"
+        kv = f"{kv_heads} × {dim} = {g.num_kv_heads} × {g.head_dim}"
+
+        def side(module: str, out: bool) -> str:  # the stored side of the [out, in] map's out/in features
+            return "rows" if out != self.stored_flipped(module) else "columns"
+
+        shapes = {lay.o_proj: ((g.hidden_size, q_rows), f"{q} {side(lay.o_proj, False)}")}
         if lay.q_proj:
-            shapes[lay.q_proj] = ((q_rows, g.hidden_size), f"{q} rows")
+            shapes[lay.q_proj] = ((q_rows, g.hidden_size), f"{q} {side(lay.q_proj, True)}")
         for name in (lay.k_proj, lay.v_proj):
             if name:
-                shapes[name] = ((kv_rows, g.hidden_size), f"{kv} rows")
+                shapes[name] = ((kv_rows, g.hidden_size), f"{kv} {side(name, True)}")
         if lay.qkv_proj:
             shapes[lay.qkv_proj] = ((q_rows + 2 * kv_rows, g.hidden_size),
-                                    f"(num_attention_heads + 2 × num_key_value_heads) × head_dim = "
-                                    f"({g.num_heads} + 2 × {g.num_kv_heads}) × {g.head_dim} rows")
+                                    f"({heads} + 2 × {kv_heads}) × {dim} = ({g.num_heads} + 2 × {g.num_kv_heads}) "
+                                    f"× {g.head_dim} {side(lay.qkv_proj, True)}")
         return shapes
 
     def head_columns(self, head: int) -> slice:
@@ -566,6 +598,8 @@ def architecture(config: Mapping[str, Any]) -> Architecture:
     """Look up a config dict (config.json) in the table."""
     model_type = config.get("model_type")
     layout = ARCHITECTURES.get(str(model_type))
+    if layout is None and str(model_type) in REFUSALS:
+        raise UnsupportedArchitecture(f"model_type '{model_type}' is not supported: {REFUSALS[str(model_type)]}")
     if layout is None:
         raise UnsupportedArchitecture(
             f"model_type '{model_type}' is not supported (supported: "

@@ -22,10 +22,10 @@ import torch
 from surgery.bake.bake import bake
 from surgery.bake.undo import undo
 from surgery.bake.verify import verify
-from surgery.core.architectures import ARCHITECTURES, ConfigKeys, architecture
+from surgery.core.architectures import ARCHITECTURES, REFUSALS, ConfigKeys, architecture
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
-from surgery.core.errors import RecipeError
+from surgery.core.errors import RecipeError, UnsupportedArchitecture
 from surgery.core.resolve import Resolver
 from surgery.core.sites import all_sites
 from surgery.ship.lora import export_lora
@@ -226,3 +226,37 @@ def test_stray_keys_are_not_read():
     assert (g.num_layers, g.num_heads, g.num_kv_heads, g.head_dim, g.hidden_size, g.intermediate_size) == \
         (config["n_layer"], config["n_head"], config["n_head"], config["n_embd"] // config["n_head"],
          config["n_embd"], 4 * config["n_embd"])
+
+
+@pytest.mark.parametrize("model_type", ["hrm_text", "dory", "blt"])
+def test_refused_families_say_why_in_one_line(model_type):
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    assert model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in ARCHITECTURES
+    config = CONFIG_MAPPING[model_type]().to_dict()
+    with pytest.raises(UnsupportedArchitecture) as err:
+        architecture(config)
+    assert str(err.value) == f"model_type '{model_type}' is not supported: {REFUSALS[model_type]}"
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("case,key,value,words", [
+    ("gpt2", "n_embd", 64, ("'transformer.h.0.attn.c_proj.weight' has shape [32, 32], expected [64, 64]",
+                            "(n_head × (n_embd / n_head) = 4 × 16 rows)")),  # Conv1D: its input side is rows
+    ("falcon-mha", "multi_query", True, ("'transformer.h.0.self_attention.query_key_value.weight' has shape [96, 32]",
+                                         "k/v heads (set by new_decoder_architecture, multi_query)")),
+])
+def test_a_config_contradicting_its_tensors_names_the_family_keys(tmp_path, case, key, value, words):
+    """One line naming the family's own config keys (GPT-2's n_embd, Falcon's flags), nothing written."""
+    import json
+
+    from surgery.core.errors import CheckpointError
+
+    src = build_family(case, tmp_path / "src")
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, key: value}))
+    with pytest.raises(CheckpointError) as err:
+        bake(Checkpoint(src), Recipe((NeuronScale(0, 1, 0.0),)), tmp_path / "out")
+    assert all(w in str(err.value) for w in words) and "\n" not in str(err.value), str(err.value)
+    assert not (tmp_path / "out").exists()

@@ -33,8 +33,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "helium": ("helium", {"head_dim": HIDDEN // HEADS}),
     "bitnet": ("bitnet", {"head_dim": HIDDEN // HEADS}),
     # Their rotary embedding reads a head_dim key that their attention ignores: no stray one
-    **{t: (t, {"head_dim": None}) for t in ("stablelm", "persimmon", "gpt_neox_japanese")},
+    **{t: (t, {"head_dim": None}) for t in ("stablelm", "persimmon", "gpt_neox_japanese", "modernbert-decoder")},
     **{t: (t, {"head_dim": None, "rotary_dim": 4}) for t in ("gptj", "codegen")},  # rotary_dim ≤ head_dim
+    "cpmant": ("cpmant", {"init_std": 0.02}),  # its default 1.0 makes logits of ~10: fp32 rounding above 1e-5
     "gpt_neo": ("gpt_neo", {"attention_types": [[["global", "local"], 1]], "window_size": 4}),
     "falcon": ("falcon", {}),  # multi_query: one k/v head
     "falcon-mha": ("falcon", {"multi_query": False}),

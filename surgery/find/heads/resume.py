@@ -57,15 +57,19 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 def tail_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     """(B, vocab) logits of the last position of ``hidden``, the last decoder layer's output (B, T,
     hidden): the model's tail as the architecture table describes it — the final norm (a sibling of
-    the layer list), lm_head, then the logit multiplier, divisor and soft-cap its config sets."""
+    the layer list), a prediction head, lm_head, then the logit multiplier, divisor and soft-cap its
+    config sets."""
     arch = model_architecture(model)
     names = dict(model.named_modules())
     prefix = arch.layer_prefix(names)
     root = prefix[:prefix.index("{layer}")].rstrip(".").rpartition(".")[0]  # "model.layers." → "model"
-    final = arch.layout.final_norm
-    last = hidden[:, -1:] if final is None else names[f"{root}.{final}" if root else final](hidden[:, -1:])
-    logits = model.get_output_embeddings()(last)[:, -1]
     cfg, lay = model.config.get_text_config(), arch.layout
+    last = hidden[:, -1:]
+    if lay.final_norm:
+        last = names[f"{root}.{lay.final_norm}" if root else lay.final_norm](last)
+    if lay.pre_head:
+        last = names[lay.pre_head](last)
+    logits = model.get_output_embeddings()(last)[:, -1]
     if lay.logit_multiplier:
         logits = logits * getattr(cfg, lay.logit_multiplier)
     if lay.logit_divisor:
