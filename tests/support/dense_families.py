@@ -54,7 +54,7 @@ STANDARD = dict(num_hidden_layers=LAYERS, num_attention_heads=HEADS, hidden_size
 STRAY = dict(intermediate_size=WIDTH + 8, num_key_value_heads=1, head_dim=2 * HEAD_DIM)
 
 
-def family_config(case: str):
+def family_config(case: str, **overrides: Any):
     """The config object of ``case`` (a key of CASES), tiny, through the family's own keys."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -67,16 +67,17 @@ def family_config(case: str):
             kwargs[name] = STRAY[name]  # a transformers name this family must not read (Falcon computes head_dim)
         if key is not None and not (name == "intermediate_size" and keys.mlp_ratio is not None):
             kwargs[key] = value
-    return cls(**{**kwargs, **own})
+    return cls(**{**kwargs, **own, **overrides})
 
 
-def build_family(case: str, path: Path, seed: int = 0) -> Path:
+def build_family(case: str, path: Path, seed: int = 0, **overrides: Any) -> Path:
     """Save a seeded random fp32 model of ``case`` at ``path`` (every weight perturbed, so none is
-    a trivial 0 or 1) with save_pretrained, i.e. under the names the family stores on disk."""
+    a trivial 0 or 1) with save_pretrained, i.e. under the names the family stores on disk.
+    ``overrides``: config settings (``vocab_size=128`` for the character tokenizer …)."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(family_config(case))
+    model = AutoModelForCausalLM.from_config(family_config(case, **overrides))
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.02)
