@@ -127,8 +127,8 @@ def test_tail_reproduces_the_logits(case):
 
     model = _model(case)
     seen = []
-    decoder_layers(model)[-1].register_forward_hook(lambda m, a, out: seen.append(out[0] if isinstance(out, (tuple, list))
-                                                                                  else out))
+    decoder_layers(model)[-1].register_forward_hook(
+        lambda m, a, out: seen.append(out[0] if isinstance(out, (tuple, list)) else out))
     ids = torch.randint(3, 90, (2, 7), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         full = model(input_ids=ids).logits[:, -1]

@@ -126,6 +126,7 @@ def _edit(scores: torch.Tensor, probs: torch.Tensor, heads: tuple[int, ...], edi
     """``probs`` with the chosen heads' identity→item edges scaled by α (see the module docstring)."""
     idx = torch.tensor(heads, device=scores.device)
     edge = queries[edit.queries][:, None, :, None] & masks[edit.keys][:, None, None, :]
+    edge = nn.functional.pad(edge, (0, scores.shape[-1] - edge.shape[-1]))  # an attention sink is no edge
     knocked = scores.index_select(1, idx).masked_fill(edge, torch.finfo(scores.dtype).min)
     p_ko = nn.functional.softmax(knocked, dim=-1, dtype=torch.float32).to(probs.dtype)
     p = probs.index_select(1, idx)
@@ -137,29 +138,34 @@ def _edit(scores: torch.Tensor, probs: torch.Tensor, heads: tuple[int, ...], edi
 def surgery_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, scaling: float | None = None,
                       dropout: float = 0.0, softcap: float | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eager attention (GQA, Gemma-2 soft-capping, additive mask) plus the active plan's work."""
+    """Eager attention (GQA, Gemma-2 soft-capping, additive mask, attention sinks) plus the active
+    plan's work."""
     if scaling is None:
         scaling = module.head_dim ** -0.5
-    groups = module.num_key_value_groups
+    groups = query.shape[1] // key.shape[1]  # query heads per k/v head (1 without GQA; GPT-2 has no such attribute)
     keys, values = _repeat_kv(key, groups), _repeat_kv(value, groups)
+    n = keys.shape[2]
     scores = torch.matmul(query, keys.transpose(2, 3)) * scaling
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if attention_mask is not None:
         scores = scores + attention_mask
+    sinks = kwargs.get("s_aux")
+    if sinks is not None:  # GPT-OSS, Flint, Granite-SWA: one more logit per head, a key with no value
+        scores = torch.cat([scores, sinks.reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1).to(scores.dtype)], -1)
     probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     plan = _ACTIVE.get()
-    if plan is not None and plan.applies(query.shape[2], keys.shape[2]):
+    if plan is not None and plan.applies(query.shape[2], n):
         layer, queries = module.layer_idx, plan.query_masks()
         if plan.features:
-            plan.bind[layer] = _bind(probs, plan.masks, queries).cpu()
+            plan.bind[layer] = _bind(probs[..., :n], plan.masks, queries).cpu()
         edit = plan.edit
         if edit is not None and not edit.is_identity() and edit.heads.get(layer):
             edited = _edit(scores, probs, tuple(edit.heads[layer]), edit, plan.masks, queries)
             rows = (edited != probs).flatten(1).any(1)
             plan.changed = rows if plan.changed is None else plan.changed | rows
             probs = edited
-    probs = nn.functional.dropout(probs, p=dropout, training=module.training)
+    probs = nn.functional.dropout(probs[..., :n], p=dropout, training=module.training)
     out = torch.matmul(probs, values).transpose(1, 2).contiguous()
     return out, probs
 

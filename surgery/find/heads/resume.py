@@ -17,6 +17,7 @@ full pass's computation bit for bit, without the layers below.
 
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
@@ -80,17 +81,26 @@ def tail_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     return logits
 
 
+def _by_name(layer: nn.Module, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """A decoder layer's call as keyword arguments: positional ones named by its forward's
+    signature (GPT-2's blocks get cache and mask positionally), ``**kwargs`` flattened."""
+    signature = inspect.signature(layer.forward)
+    try:
+        bound = signature.bind_partial(*args, **kwargs).arguments
+    except TypeError as exc:
+        raise SurgeryError(f"{type(layer).__name__} was called in a way its forward's signature does not "
+                           f"allow ({exc}); resumed passes cannot replay it") from None
+    var = next((p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None)
+    return {**{k: v for k, v in bound.items() if k != var}, **bound.get(var, {})}
+
+
 @contextmanager
 def _recording(layers: list[nn.Module]) -> Iterator[list[dict[str, Any]]]:
     calls: list[dict[str, Any]] = [{} for _ in layers]
 
     def hook_for(i: int):
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
-            if len(args) > 1:
-                raise SurgeryError(f"{type(module).__name__} got {len(args)} positional arguments; resumed "
-                                   "passes know the transformers calling convention (hidden_states only)")
-            calls[i] = {"hidden_states": args[0] if args else kwargs["hidden_states"],
-                        **{k: v for k, v in kwargs.items() if k != "hidden_states"}}
+            calls[i] = _by_name(module, args, kwargs)
         return hook
 
     handles = [layer.register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, layer in enumerate(layers)]
@@ -123,11 +133,15 @@ def snapshot(model: nn.Module, batch: Batch, plan: Plan | None = None) -> Snapsh
 
 def _sliced(call: dict[str, Any], start: int, cache) -> dict[str, Any]:
     """A recorded layer call restricted to the query positions ``start:``, reading ``cache``."""
+    from transformers import Cache
+
     out: dict[str, Any] = {}
     for name, v in call.items():
         if name in _CACHE_ARGS:
             continue
-        if name in ("hidden_states", "position_ids"):
+        if isinstance(v, Cache):  # the baseline's cache under the layer's own name (GPT-NeoX: layer_past)
+            out[name] = cache
+        elif name in ("hidden_states", "position_ids"):
             out[name] = v[:, start:]
         elif name == "attention_mask":
             out[name] = None if v is None else v[..., start:, :]
@@ -138,7 +152,8 @@ def _sliced(call: dict[str, Any], start: int, cache) -> dict[str, Any]:
                                "does not know how to restrict; extend surgery/find/heads/resume.py")
         else:
             out[name] = v
-    return {**out, "cache": cache, "use_cache": True}
+    named = any(v is cache for v in out.values())
+    return {**out, **({} if named else {"cache": cache}), "use_cache": True}
 
 
 def first_layer(edit: EdgeEdit) -> int | None:

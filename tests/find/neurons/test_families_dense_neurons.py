@@ -60,8 +60,8 @@ def test_ppm_reads_each_neurons_input_rows(case):
 def test_findings_and_their_bake(tmp_path, case):
     """find-neurons end to end (character tokenizer, a small pairs file), then its top neurons
     pruned: the bake verifies against the run-time twin."""
-    from surgery.core.checkpoint import Checkpoint
     from surgery.bake.verify import verify
+    from surgery.core.checkpoint import Checkpoint
     from tests.support.tokenizer import save_char_tokenizer
 
     model = build_family(case, tmp_path / case)
