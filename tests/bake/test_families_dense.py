@@ -260,3 +260,27 @@ def test_a_config_contradicting_its_tensors_names_the_family_keys(tmp_path, case
         bake(Checkpoint(src), Recipe((NeuronScale(0, 1, 0.0),)), tmp_path / "out")
     assert all(w in str(err.value) for w in words) and "\n" not in str(err.value), str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case,stored", [("gpt2", "h.0.attn.c_proj.weight"),
+                                         ("bloom", "h.0.self_attention.dense.weight"),
+                                         ("opt", "decoder.layers.0.self_attn.out_proj.weight")])
+def test_checkpoints_saved_from_the_base_model(tmp_path, case, stored):
+    """The Hub's gpt2, bloom and opt checkpoints hold the base model's names (no "transformer." or
+    "model." prefix); transformers adds it on load. The bake edits them under their own names."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(family_config(case, tie_word_embeddings=True))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    model.base_model.save_pretrained(tmp_path / "src")  # e.g. GPT2Model: h.0.…, wte.weight
+    ckpt = Checkpoint(tmp_path / "src")
+    assert stored in ckpt.tensors
+    recipe = _recipe(ckpt.config)
+    bake(ckpt, recipe, tmp_path / "baked")
+    before, after = stored_tensors(tmp_path / "src"), stored_tensors(tmp_path / "baked")
+    assert not _equal(before[stored], after[stored])  # head 1 of layer 0 is scaled
+    report = verify(ckpt, tmp_path / "baked")
+    assert report.ok, report.problems
