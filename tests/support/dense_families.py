@@ -37,6 +37,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     **{t: (t, {"head_dim": None, "rotary_dim": 4}) for t in ("gptj", "codegen")},  # rotary_dim ≤ head_dim
     "cpmant": ("cpmant", {"init_std": 0.02}),  # its default 1.0 makes logits of ~10: fp32 rounding above 1e-5
     "gpt_neo": ("gpt_neo", {"attention_types": [[["global", "local"], 1]], "window_size": 4}),
+    # Doge's cross-domain MoE keeps a dense gated MLP next to its expert embeddings: its neurons are edited
+    "doge-cdmoe": ("doge", {"is_moe": True, "num_experts": 16, "num_experts_per_tok": 2}),
     "falcon": ("falcon", {}),  # multi_query: one k/v head
     "falcon-mha": ("falcon", {"multi_query": False}),
     "falcon-new": ("falcon", {"new_decoder_architecture": True, "num_kv_heads": KV_HEADS}),
