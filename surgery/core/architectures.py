@@ -264,6 +264,10 @@ ARCHITECTURES.update({
     "glm4": Layout(_DECODER, **_FUSED_GATE_UP),
     # Ungated MLPs: up → act → down
     "apertus": Layout(_DECODER, gate_proj=None, prune_inputs=False),  # xIELU(0) ≠ 0
+    # the text model of Apertus 1.5, also stored inside its multimodal release (transformers' conversion
+    # mapping drops the "language_model." part on load)
+    "apertus1p5_text": Layout(_DECODER + ("model.language_model.layers.{layer}.",), gate_proj=None,
+                              prune_inputs=False),
     "arcee": Layout(_DECODER, gate_proj=None),
     "jais2": Layout(_DECODER, gate_proj=None),
     "nanochat": Layout(_DECODER, gate_proj=None, up_proj="mlp.fc1", down_proj="mlp.fc2",

@@ -284,3 +284,33 @@ def test_checkpoints_saved_from_the_base_model(tmp_path, case, stored):
     assert not _equal(before[stored], after[stored])  # head 1 of layer 0 is scaled
     report = verify(ckpt, tmp_path / "baked")
     assert report.ok, report.problems
+
+
+def test_apertus1p5_text_prefixes_are_transformers_conversion():
+    """Apertus 1.5's text layers stored under model.language_model. load as model.layers.: each prefix
+    spelling of the row is one transformers' conversion mapping reads as the loaded one."""
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    (change,) = get_checkpoint_conversion_mapping("apertus1p5_text")
+    loaded, *stored = ARCHITECTURES["apertus1p5_text"].layer_prefixes
+    for prefix in stored:
+        name = f"{prefix.format(layer=3)}self_attn.o_proj.weight"
+        assert change.rename_source_key(name)[0] == f"{loaded.format(layer=3)}self_attn.o_proj.weight"
+
+
+def test_apertus1p5_text_stored_under_language_model(tmp_path):
+    """A checkpoint holding the text layers as model.language_model.layers.N (the multimodal
+    release's names) is baked under those names and verifies (transformers renames them on load)."""
+    from safetensors.torch import load_file, save_file
+
+    src = build_family("apertus1p5_text", tmp_path / "src")
+    tensors = load_file(src / "model.safetensors")
+    save_file({k.replace("model.layers.", "model.language_model.layers."): v for k, v in tensors.items()},
+              str(src / "model.safetensors"), metadata={"format": "pt"})
+    ckpt = Checkpoint(src)
+    recipe = _recipe(ckpt.config)
+    bake(ckpt, recipe, tmp_path / "baked")
+    after = stored_tensors(tmp_path / "baked")
+    assert "model.language_model.layers.0.self_attn.o_proj.weight" in after
+    report = verify(ckpt, tmp_path / "baked")
+    assert report.ok, report.problems

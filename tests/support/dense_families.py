@@ -25,7 +25,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "cohere", "cohere2", "cwm", "doge", "ernie4_5", "exaone", "exaone4", "flint", "granite", "granite_swa",
         "hunyuan_v1_dense", "hyperclovax", "internlm3", "iquestcoder", "ministral", "ministral3",
         "olmo", "olmo3", "seed_oss", "smollm3", "vaultgemma", "diffllama", "glm", "glm4",
-        "apertus", "arcee", "jais2", "nanochat", "nemotron", "starcoder2", "phi", "gpt_neox",
+        "apertus", "apertus1p5_text", "arcee", "jais2", "nanochat", "nemotron", "starcoder2", "phi", "gpt_neox",
         "opt", "biogpt", "xglm", "bloom", "mpt", "ctrl", "gpt2",
         "openai-gpt", "gpt_bigcode")},
     # transformers' Helium and BitNet size o_proj (BitNet: its sub-norm) by hidden_size: head_dim must
