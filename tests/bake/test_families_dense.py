@@ -9,7 +9,7 @@ find-heads runs after a resumed pass (final norm, logit scale, soft-cap) reprodu
 ``prune_inputs`` says whether zero MLP input rows silence a neuron alone, and the config keys,
 renames and refusals agree with transformers.
 
-The proof of a handful of representative cases runs by default; every case runs under ``-m slow``.
+Every case is a model of 2 layers, hidden size 32: the whole file runs in about 20 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -32,15 +32,6 @@ from surgery.ship.lora import export_lora
 from tests.support.dense_families import CASES, build_family, family_config
 from tests.support.models import load_fp32, logits, stored_tensors
 
-# One of each shape: Conv1D, fused q/k/v under another prefix, model.decoder + out_proj + ffn_dim,
-# Falcon's k/v-head flags, xIELU (no input-row pruning), a logit multiplier, renamed on-disk names,
-# MPT's ratio key, differential attention (heads refused).
-FAST = ("gpt2", "gpt_neox", "opt", "falcon-new", "apertus", "cohere", "exaone", "mpt", "diffllama", "bloom")
-
-
-def _cases(fast: tuple[str, ...]) -> list:
-    return [pytest.param(c, marks=() if c in fast else pytest.mark.slow) for c in CASES]
-
 
 def _recipe(config: dict) -> Recipe:
     """Pruned and scaled neurons (the last neuron of a layer too) and, where the family has editable
@@ -57,7 +48,7 @@ def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))  # bytes: -0.0 ≠ +0.0
 
 
-@pytest.mark.parametrize("case", _cases(FAST))
+@pytest.mark.parametrize("case", list(CASES))
 def test_family_bake_twin_verify_undo_lora(case, tmp_path):
     from peft import PeftModel
 
