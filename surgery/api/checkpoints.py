@@ -25,6 +25,7 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
     tensors is an error naming the tensor."""
     from ..bake.patches import check_layers
     from ..core.architectures import architecture, refusal
+    from ..core.resolve import Resolver
 
     load = typed(LoadSpec, options, load)
     no_other_options("inspect", options, LoadSpec)
@@ -42,7 +43,7 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
         "path": str(source.path), "model_type": arch.model_type, "supported": True, "layers": g.num_layers,
         "heads": g.num_heads, "kv_heads": g.num_kv_heads, "head_dim": g.head_dim,
         "hidden_size": g.hidden_size, "mlp_width": g.intermediate_size, **files,
-        "layer_prefix": arch.layer_prefix(ckpt.tensors).format(layer="N"),
+        "layer_prefix": Resolver(arch, ckpt.tensors).prefix.format(layer="N"),
     }
     if g.sparse_layers:  # mixture of experts: neurons are named L:eE:N (routed), L:s:N (shared)
         info.update(experts=g.num_experts, expert_width=g.expert_size,

@@ -107,7 +107,7 @@ def check_attention(ckpt: Checkpoint, arch: Architecture) -> None:
     resolver = Resolver(arch, ckpt.tensors)
     for layer in arch.head_layers():  # a hybrid model's other layers have no such attention
         for module, (shape, why) in arch.at(layer).attention_shapes().items():  # at its own sizes (Gemma 4)
-            _tensor(ckpt, f"{resolver.stored(layer, module)}.weight", shape, why)
+            _tensor(ckpt, resolver.stored(layer, module), arch.stored_shape(module, shape), why)
 
 
 def _probes(arch: Architecture, layer: int) -> list[Edit]:

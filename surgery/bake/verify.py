@@ -283,12 +283,12 @@ def baked_tensors(src: Checkpoint, dst_path: Path, recipe: Recipe, model) -> dic
     out = {}
     resolver = Resolver(arch, src.tensors)
     for sl in resolver.all(all_sites(arch, recipe.active())):
-        disk, layer = sl.tensor, sl.site.layer
-        if disk in edited and disk not in out and sl.site.expert is None:
+        disk, site = sl.tensor, sl.site
+        if disk in edited and disk not in out and site.expert is None:
             with safe_open(str(dst_path / src.tensor(disk).file), "pt") as f:
-                # the same module under the loaded model's layer prefix (multimodal wrappers differ)
-                # and its in-memory name (a release may store it under another: Layout.stored_names)
-                memory = in_memory.format(layer=layer) + sl.site.module + disk[len(resolver.module(sl.site)):]
+                # the site's module under the loaded model's layer prefix (multimodal wrappers and
+                # renamed checkpoints store it under another name)
+                memory = f"{in_memory.format(layer=site.layer)}{site.module}.{'bias' if sl.is_bias else 'weight'}"
                 out[disk] = (memory, f.get_tensor(disk))
     if edited - set(out):
         return None  # expert tensors: stored per expert, fused in memory; no one-to-one swap

@@ -8,9 +8,34 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .errors import CheckpointError, UnsupportedArchitecture
+
+
+@dataclass(frozen=True)
+class ConfigKeys:
+    """The config.json keys a family spells Geometry's sizes with, by their transformers names.
+
+    Most families use the names themselves; others spell them as their config class's
+    ``attribute_map`` says (GPT-2: ``num_hidden_layers`` → ``n_layer``) or with keys of their own
+    (OPT's ``ffn_dim``). Read as data, so the bake path needs no transformers import; a test
+    compares every row with the config class. ``None``: the family has no such key (every head has
+    its own keys and values; ``head_dim`` is hidden_size / num_attention_heads).
+    """
+
+    num_hidden_layers: str = "num_hidden_layers"
+    num_attention_heads: str = "num_attention_heads"
+    hidden_size: str = "hidden_size"
+    intermediate_size: str | None = "intermediate_size"
+    num_key_value_heads: str | None = "num_key_value_heads"
+    head_dim: str | None = "head_dim"
+    # When the intermediate_size key is absent or null (or the family has none), the MLP is
+    # hidden_size × this wide: a number (GPT-2's 4 × n_embd) or the key that holds it (MPT's expansion_ratio).
+    mlp_ratio: int | str | None = None
+    # Flags that decide the number of k/v heads, first true one wins: (flag, count or the key that
+    # holds it). Falcon: new_decoder_architecture → num_kv_heads, multi_query → 1, else every head.
+    kv_heads_when: tuple[tuple[str, int | str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -42,8 +67,9 @@ class Layout:
     # Mixture-of-experts layers (None: every layer is a dense MLP).
     experts: "Experts | None" = None
     # After the decoder layers (a knockout pass resumed at layer L runs the model's tail itself):
-    # the final norm, a sibling of the layer list, and the config field of a logit soft-cap.
-    final_norm: str = "norm"
+    # the final norm, a sibling of the layer list (None: none, GPT-1 is post-norm), and the config
+    # field of a logit soft-cap.
+    final_norm: str | None = "norm"
     logit_softcap: str | None = None
     # The release's native tensor names (a second copy of the weights some releases ship next to
     # the transformers ones, e.g. Mistral's consolidated.safetensors): see NativeName.
@@ -88,8 +114,32 @@ class Layout:
     # Layers that lack attention inputs or have a wider MLP than the config's top level says (Gemma 4).
     layer_sizes: "LayerSizes | None" = None
     # Why head edits are refused on this family (None: heads are the o_proj input columns of the
-    # head layers): the attention shapes are then not checked either (no head layout to check them by).
+    # head layers), e.g. DiffLlama's differential head pairs (its o_proj columns are not num_heads heads
+    # of head_dim): the attention shapes are then not checked either (no head layout to check them by).
     head_refusal: str | None = None
+    # --- issue 24 (dense families) ---
+    # How config.json spells the sizes (GPT-2's n_layer, n_head, n_embd, n_inner …): see ConfigKeys.
+    config_keys: ConfigKeys = ConfigKeys()
+    # Modules that are transformers' Conv1D (GPT-2): the weight is stored [in, out], so a column of
+    # the [out, in] map is a stored row. Sites keep the [out, in] view; the resolver flips them.
+    conv1d: tuple[str, ...] = ()
+    # Whether a pruned neuron's MLP input rows are zeroed too. The down_proj column alone is the exact
+    # edit; zero input rows make the neuron dead in the weights as well, but only where act(0) = 0
+    # and nothing else reads those rows: not with xIELU (act(0) ≠ 0), nor where a norm over the MLP's
+    # hidden units (BitNet's ffn_sub_norm) would see the zeros and change every other neuron.
+    prune_inputs: bool = True
+    # The model's tail after the final norm and lm_head, as config keys: logits × multiplier
+    # (Cohere's logit_scale, HyperCLOVA X's logits_scaling), logits ÷ divisor (Granite's logits_scaling).
+    logit_multiplier: str | None = None
+    logit_divisor: str | None = None
+    # A module of the causal LM between the final norm and the output embeddings (ModernBERT's
+    # prediction head, "lm_head": dense, activation, norm); None: none.
+    pre_head: str | None = None
+    # transformers' checkpoint conversion renames of this family (conversion_mapping.py), as
+    # (on-disk regex, loaded replacement) in its order: save_pretrained writes the on-disk names
+    # (EXAONE's transformer.h.N.attn.attention.out_proj), the loaded model has the others. A test
+    # compares them with transformers' mapping.
+    renames: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -495,8 +545,9 @@ ARCHITECTURES: dict[str, Layout] = {
     # DeepSeek sparse attention: an indexer picks each query's keys and keeps its own key cache.
     "deepseek_v32": Layout(_DECODER, **_MLA_ATTENTION, experts=_DEEPSEEK_EXPERTS, kv_cache=False),
     "glm_moe_dsa": Layout(_DECODER, **_MLA_ATTENTION, experts=_DEEPSEEK_EXPERTS, kv_cache=False),
-    "glm4_moe_lite": Layout(_DECODER, **_MLA_ATTENTION, experts=replace(
-        _DEEPSEEK_EXPERTS, first_dense_key=None, first_dense_default=1)),
+    # its config class reads head_dim as qk_rope_head_dim (a head's width in o_proj is MLA's v_head_dim)
+    "glm4_moe_lite": Layout(_DECODER, **_MLA_ATTENTION, config_keys=ConfigKeys(head_dim="qk_rope_head_dim"),
+                            experts=replace(_DEEPSEEK_EXPERTS, first_dense_key=None, first_dense_default=1)),
     "axk1": Layout(_DECODER, **_MLA_ATTENTION, experts=replace(
         _DEEPSEEK_EXPERTS, first_dense_default=1, sparse_step_key="moe_layer_freq", sparse_offset=0)),
     # A.X K2: MLA whose queries and output gate come from one fused q_gate_proj (no q_b_proj), DSA indexer.
@@ -510,6 +561,7 @@ ARCHITECTURES: dict[str, Layout] = {
     "deepseek_v4": Layout(
         ("model.layers.{layer}.", "layers.{layer}."), o_proj="self_attn.o_a_proj", q_proj=None, k_proj=None,
         v_proj=None, grouped_output=GroupedOutput(), kv_cache=False, final_head="hc_head", token_keys=False,
+        config_keys=ConfigKeys(intermediate_size="moe_intermediate_size"),  # its config class's attribute_map
         mlp_kinds=LayerKinds((KindRule("list", ("mlp_layer_types",)),), editable=()),
         stored_names=(("self_attn.o_a_proj", "attn.wo_a"), ("self_attn.o_b_proj", "attn.wo_b"),
                       ("self_attn.kv_proj", "attn.wkv"))),
@@ -621,6 +673,136 @@ ARCHITECTURES.update({
     "llama4": replace(_wrapper("llama4_text"), layer_prefixes=_WRAPPED + _DECODER),
 })
 
+# --- dense (issue 24) ---
+# Llama-shaped decoders (self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj), ungated MLPs (up → act →
+# down), fused q/k/v, GPT-2's Conv1D, and config keys spelled the family's own way. What each row
+# says is proven on a tiny model of the family (tests/bake/test_families_dense.py).
+
+_NO_QKV = dict(q_proj=None, k_proj=None, v_proj=None)
+# Every head has its own k/v and head_dim = hidden / heads (a stray head_dim key is not read).
+_MHA = dict(num_key_value_heads=None, head_dim=None)
+# GPT-2 and its descendants: n_layer, n_head, n_embd, n_inner (null: 4 × n_embd).
+_GPT2_KEYS = ConfigKeys("n_layer", "n_head", "n_embd", "n_inner", **_MHA, mlp_ratio=4)
+_GPT2 = dict(o_proj="attn.c_proj", **_NO_QKV, qkv_proj="attn.c_attn", gate_proj=None, up_proj="mlp.c_fc",
+             down_proj="mlp.c_proj", final_norm="ln_f")
+_GPT2_CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+# Checkpoints saved from the base model (the Hub's gpt2, bloom) have no "transformer." prefix.
+_GPT_H = ("transformer.h.{layer}.", "h.{layer}.")
+_NEOX_MLP = dict(gate_proj=None, up_proj="mlp.dense_h_to_4h", down_proj="mlp.dense_4h_to_h")
+_FC_MLP = dict(gate_proj=None, up_proj="fc1", down_proj="fc2")
+_FUSED_GATE_UP = dict(gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj")
+# transformers' conversion_mapping.py, "exaone" (the names EXAONE 3.x releases and save_pretrained use)
+_EXAONE_RENAMES = (
+    (r"^transformer\.wte\.", "model.embed_tokens."), (r"^transformer\.h\.", "model.layers."),
+    (r"^transformer\.ln_f\.", "model.norm."), (r"\.attn\.attention\.", ".self_attn."),
+    (r"\.self_attn\.out_proj\.", ".self_attn.o_proj."), (r"\.ln_1\.", ".input_layernorm."),
+    (r"\.ln_2\.", ".post_attention_layernorm."), (r"\.mlp\.c_fc_0\.", ".mlp.gate_proj."),
+    (r"\.mlp\.c_fc_1\.", ".mlp.up_proj."), (r"\.mlp\.c_proj\.", ".mlp.down_proj."),
+)
+
+ARCHITECTURES.update({
+    # Llama-shaped
+    "cohere": Layout(_DECODER, logit_multiplier="logit_scale"),
+    "cohere2": Layout(_DECODER, logit_multiplier="logit_scale"),
+    "cwm": Layout(_DECODER),
+    "doge": Layout(_DECODER),
+    "ernie4_5": Layout(_DECODER),
+    "exaone": Layout(_DECODER, renames=_EXAONE_RENAMES),
+    "exaone4": Layout(_DECODER),
+    "granite": Layout(_DECODER, logit_divisor="logits_scaling"),
+    "granite_swa": Layout(_DECODER, logit_divisor="logits_scaling"),
+    "helium": Layout(_DECODER),
+    "hunyuan_v1_dense": Layout(_DECODER),
+    "hyperclovax": Layout(_DECODER, logit_multiplier="logits_scaling"),
+    "internlm3": Layout(_DECODER),
+    "iquestcoder": Layout(_DECODER),
+    "ministral": Layout(_DECODER),
+    "ministral3": Layout(_DECODER),
+    "olmo": Layout(_DECODER),
+    "olmo3": Layout(_DECODER),
+    "seed_oss": Layout(_DECODER),
+    "smollm3": Layout(_DECODER),
+    "stablelm": Layout(_DECODER),
+    "vaultgemma": Layout(_DECODER, logit_softcap="final_logit_softcapping"),
+    # BitNet normalises the MLP's hidden units (ffn_sub_norm) before down_proj: see Layout.prune_inputs.
+    "bitnet": Layout(_DECODER, prune_inputs=False),
+    "diffllama": Layout(_DECODER, head_refusal=(
+        "differential attention pairs its heads (o_proj's input is num_attention_heads / 2 differential "
+        "heads of 2 × head_dim); edit its MLP neurons instead")),
+    "glm": Layout(_DECODER, **_FUSED_GATE_UP),
+    "glm4": Layout(_DECODER, **_FUSED_GATE_UP),
+    # Ungated MLPs: up → act → down
+    "apertus": Layout(_DECODER, gate_proj=None, prune_inputs=False),  # xIELU(0) ≠ 0
+    # the text model of Apertus 1.5, also stored inside its multimodal release (transformers' conversion
+    # mapping drops the "language_model." part on load)
+    "apertus1p5_text": Layout(_DECODER + ("model.language_model.layers.{layer}.",), gate_proj=None,
+                              prune_inputs=False),
+    "arcee": Layout(_DECODER, gate_proj=None),
+    "jais2": Layout(_DECODER, gate_proj=None),
+    "nanochat": Layout(_DECODER, gate_proj=None, up_proj="mlp.fc1", down_proj="mlp.fc2",
+                       logit_softcap="final_logit_softcapping"),
+    "nemotron": Layout(_DECODER, gate_proj=None),
+    "starcoder2": Layout(_DECODER, gate_proj=None, up_proj="mlp.c_fc", down_proj="mlp.c_proj"),
+    "phi": Layout(_DECODER, o_proj="self_attn.dense", gate_proj=None, up_proj="mlp.fc1", down_proj="mlp.fc2",
+                  final_norm="final_layernorm"),
+    "persimmon": Layout(_DECODER, o_proj="self_attn.dense", **_NO_QKV, qkv_proj="self_attn.query_key_value",
+                        **_NEOX_MLP, final_norm="final_layernorm", config_keys=ConfigKeys(**_MHA)),
+    "gpt_neox": Layout(("gpt_neox.layers.{layer}.",), o_proj="attention.dense", **_NO_QKV,
+                       qkv_proj="attention.query_key_value", **_NEOX_MLP, final_norm="final_layer_norm",
+                       config_keys=ConfigKeys(**_MHA)),
+    "gpt_neox_japanese": Layout(("gpt_neox_japanese.layers.{layer}.",), o_proj="attention.dense", **_NO_QKV,
+                                qkv_proj="attention.query_key_value", **_NEOX_MLP, final_norm="final_layer_norm",
+                                config_keys=ConfigKeys(intermediate_size=None, **_MHA,
+                                                       mlp_ratio="intermediate_multiple_size")),
+    "opt": Layout(("model.decoder.layers.{layer}.", "decoder.layers.{layer}."), o_proj="self_attn.out_proj",
+                  **_FC_MLP, final_norm="final_layer_norm",
+                  config_keys=ConfigKeys(intermediate_size="ffn_dim", **_MHA)),
+    "biogpt": Layout(("biogpt.layers.{layer}.",), o_proj="self_attn.out_proj", **_FC_MLP, final_norm="layer_norm",
+                     config_keys=ConfigKeys(**_MHA)),
+    "xglm": Layout(("model.layers.{layer}.",), o_proj="self_attn.out_proj", **_FC_MLP, final_norm="layer_norm",
+                   config_keys=ConfigKeys("num_layers", "attention_heads", "d_model", "ffn_dim", **_MHA)),
+    "gptj": Layout(("transformer.h.{layer}.",), o_proj="attn.out_proj", q_proj="attn.q_proj", k_proj="attn.k_proj",
+                   v_proj="attn.v_proj", gate_proj=None, up_proj="mlp.fc_in", down_proj="mlp.fc_out",
+                   final_norm="ln_f", config_keys=_GPT2_KEYS),
+    "codegen": Layout(("transformer.h.{layer}.",), o_proj="attn.out_proj", **_NO_QKV, qkv_proj="attn.qkv_proj",
+                      gate_proj=None, up_proj="mlp.fc_in", down_proj="mlp.fc_out", final_norm="ln_f",
+                      config_keys=_GPT2_KEYS),
+    "gpt_neo": Layout(("transformer.h.{layer}.",), o_proj="attn.attention.out_proj", q_proj="attn.attention.q_proj",
+                      k_proj="attn.attention.k_proj", v_proj="attn.attention.v_proj", gate_proj=None,
+                      up_proj="mlp.c_fc", down_proj="mlp.c_proj", final_norm="ln_f",
+                      config_keys=ConfigKeys("num_layers", "num_heads", **_MHA, mlp_ratio=4)),
+    "bloom": Layout(_GPT_H, o_proj="self_attention.dense", **_NO_QKV, qkv_proj="self_attention.query_key_value",
+                    **_NEOX_MLP, final_norm="ln_f",
+                    config_keys=ConfigKeys("n_layer", "n_head", intermediate_size=None, **_MHA, mlp_ratio=4)),
+    "falcon": Layout(("transformer.h.{layer}.",), o_proj="self_attention.dense", **_NO_QKV,
+                     qkv_proj="self_attention.query_key_value", **_NEOX_MLP, final_norm="ln_f",
+                     config_keys=ConfigKeys(intermediate_size="ffn_hidden_size", **_MHA, mlp_ratio=4, kv_heads_when=(
+                         ("new_decoder_architecture", "num_kv_heads"), ("multi_query", 1)))),
+    "mpt": Layout(("transformer.blocks.{layer}.",), o_proj="attn.out_proj", **_NO_QKV, qkv_proj="attn.Wqkv",
+                  gate_proj=None, up_proj="ffn.up_proj", down_proj="ffn.down_proj", final_norm="norm_f",
+                  config_keys=ConfigKeys("n_layers", "n_heads", "d_model", None, **_MHA, mlp_ratio="expansion_ratio")),
+    "ctrl": Layout(("transformer.h.{layer}.",), o_proj="multi_head_attention.dense", q_proj="multi_head_attention.Wq",
+                   k_proj="multi_head_attention.Wk", v_proj="multi_head_attention.Wv", gate_proj=None,
+                   up_proj="ffn.0", down_proj="ffn.2", final_norm="layernorm",
+                   config_keys=ConfigKeys("n_layer", "n_head", "n_embd", "dff", **_MHA)),
+    "modernbert-decoder": Layout(_DECODER, o_proj="attn.Wo", q_proj="attn.q_proj", k_proj="attn.k_proj",
+                                 v_proj="attn.v_proj", down_proj="mlp.Wo", gate_proj=None, up_proj=None,
+                                 gate_up_proj="mlp.Wi", final_norm="final_norm", pre_head="lm_head",
+                                 config_keys=ConfigKeys(**_MHA)),
+    "cpmant": Layout(("cpmant.encoder.layers.{layer}.",), o_proj="self_att.self_attention.attention_out",
+                     q_proj="self_att.self_attention.project_q", k_proj="self_att.self_attention.project_k",
+                     v_proj="self_att.self_attention.project_v", gate_proj="ffn.ffn.w_in.w_0",
+                     up_proj="ffn.ffn.w_in.w_1", down_proj="ffn.ffn.w_out", final_norm="output_layernorm",
+                     config_keys=ConfigKeys(intermediate_size="dim_ff", num_key_value_heads=None, head_dim="dim_head")),
+    # GPT-2's Conv1D: weights stored [in, out]
+    "gpt2": Layout(_GPT_H, **_GPT2, conv1d=_GPT2_CONV1D, config_keys=_GPT2_KEYS),
+    "openai-gpt": Layout(_GPT_H, **{**_GPT2, "final_norm": None}, conv1d=_GPT2_CONV1D,
+                         config_keys=ConfigKeys("n_layer", "n_head", "n_embd", None, **_MHA, mlp_ratio=4)),
+    # GPT-BigCode: GPT-2's names on nn.Linear, one k/v head under multi_query
+    "gpt_bigcode": Layout(("transformer.h.{layer}.",), **_GPT2, config_keys=ConfigKeys(
+        "n_layer", "n_head", "n_embd", "n_inner", **_MHA, mlp_ratio=4, kv_heads_when=(("multi_query", 1),))),
+})
+
 TABLE_LOCATION = "surgery/core/architectures.py (the ARCHITECTURES table)"
 
 # --- coverage (issue 24) ---
@@ -636,6 +818,8 @@ _DRAFTER = ("a speculative-decoding drafter: it runs only on its target model's 
 _DOTS3 = ("its layers mix MLA (indexed attention) and plain attention with different head sizes, and the number "
           "of routed experts differs per layer (pyramid_num_routed; the table has one per model)")
 REFUSED: dict[str, str] = {
+    "dory": "its releases store each decoder layer as two blocks (layers.2i attention, layers.2i+1 MLP) that "
+            "transformers collapses on load: the stored layers are not the model's",
     **dict.fromkeys(("bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie",
                      "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer",
                      "xlm-roberta", "xlm-roberta-xl", "xmod"), _ENCODER),
@@ -771,6 +955,16 @@ class Architecture:
     layout: Layout
     geometry: Geometry
 
+    def loaded_names(self, names: Iterable[str]) -> dict[str, str]:
+        """Each stored name of ``names`` under the name the loaded model gives it (``renames``)."""
+        out = {}
+        for name in names:
+            loaded = name
+            for pattern, replacement in self.layout.renames:
+                loaded = re.sub(pattern, replacement, loaded, count=1)
+            out[loaded] = name
+        return out
+
     def layer_prefix(self, names: Iterable[str]) -> str:
         """The layer-prefix template that ``names`` (tensor or module names) use.
 
@@ -902,25 +1096,34 @@ class Architecture:
     def attention_shapes(self) -> dict[str, tuple[tuple[int, int], str]]:
         """Expected weight shape of each attention matrix (relative to a layer), with the config
         fields that set its head dimension, as ``name → ((rows, cols), "fields = sizes")``."""
-        g, lay = self.geometry, self.layout
+        g, lay, keys = self.geometry, self.layout, self.layout.config_keys
         if lay.head_refusal:  # no head edits: the table knows no head layout to check the shapes by
             return {}
         if lay.mla or lay.grouped_output:
             return mla_shapes(self) if lay.mla else grouped_output_shapes(self)
         q_rows, kv_rows = g.num_heads * g.head_dim, g.num_kv_heads * g.head_dim
-        q = f"num_attention_heads × head_dim = {g.num_heads} × {g.head_dim}"
-        kv = f"num_key_value_heads × head_dim = {g.num_kv_heads} × {g.head_dim}"
-        shapes = {lay.o_proj: ((g.hidden_size, q_rows), f"{q} columns")}
+        # the family's own config keys, so that the message names the fields to correct
+        heads, dim = keys.num_attention_heads, keys.head_dim or f"({keys.hidden_size} / {keys.num_attention_heads})"
+        kv_heads = keys.num_key_value_heads or (
+            f"k/v heads (set by {', '.join(flag for flag, _ in keys.kv_heads_when)})" if keys.kv_heads_when else heads)
+        q = f"{heads} × {dim} = {g.num_heads} × {g.head_dim}"
+        kv = f"{kv_heads} × {dim} = {g.num_kv_heads} × {g.head_dim}"
+
+        def side(module: str, out: bool) -> str:  # the stored side of the [out, in] map's out/in features
+            return "rows" if out != self.stored_flipped(module) else "columns"
+
+        shapes = {lay.o_proj: ((g.hidden_size, q_rows), f"{q} {side(lay.o_proj, False)}")}
         if lay.q_proj:  # a gated attention's q_proj holds each head's query and gate: twice the rows
             gate = 2 if lay.q_gate else 1
-            shapes[lay.q_proj] = ((gate * q_rows, g.hidden_size), f"{'2 × ' if lay.q_gate else ''}{q} rows")
+            shapes[lay.q_proj] = ((gate * q_rows, g.hidden_size),
+                                  f"{'2 × ' if lay.q_gate else ''}{q} {side(lay.q_proj, True)}")
         for name in (lay.k_proj, lay.v_proj):
             if name:
-                shapes[name] = ((kv_rows, g.hidden_size), f"{kv} rows")
+                shapes[name] = ((kv_rows, g.hidden_size), f"{kv} {side(name, True)}")
         if lay.qkv_proj:
             shapes[lay.qkv_proj] = ((q_rows + 2 * kv_rows, g.hidden_size),
-                                    f"(num_attention_heads + 2 × num_key_value_heads) × head_dim = "
-                                    f"({g.num_heads} + 2 × {g.num_kv_heads}) × {g.head_dim} rows")
+                                    f"({heads} + 2 × {kv_heads}) × {dim} = ({g.num_heads} + 2 × {g.num_kv_heads}) "
+                                    f"× {g.head_dim} {side(lay.qkv_proj, True)}")
         return shapes
 
     def head_columns(self, head: int) -> slice:
@@ -948,6 +1151,14 @@ class Architecture:
             if f"{module}.".startswith(loaded):
                 return (stored + f"{module}."[len(loaded):])[:-1]
         return module
+
+    def stored_flipped(self, module: str) -> bool:
+        """Whether ``module``'s weight is stored [in, out] (a Conv1D) instead of [out, in]."""
+        return module in self.layout.conv1d
+
+    def stored_shape(self, module: str, shape: tuple[int, int]) -> tuple[int, int]:
+        """The stored shape of ``module``'s weight, whose [out, in] shape is ``shape``."""
+        return (shape[1], shape[0]) if self.stored_flipped(module) else shape
 
     def layer_kind(self, layer: int) -> str | None:
         """The kind of ``layer`` in a hybrid model ("full_attention", "linear_attention", …); None: not hybrid."""
@@ -1152,17 +1363,23 @@ def _mla_sizes(cfg: Mapping[str, Any], need) -> MlaSizes:
 
 def _num_layers(layout: Layout, cfg: Mapping[str, Any], need) -> int:
     """num_hidden_layers; Nemotron-H's config has none, its per-layer kinds are the layers."""
-    if "num_hidden_layers" not in cfg and layout.layer_kinds:
+    key = layout.config_keys.num_hidden_layers
+    if key not in cfg and layout.layer_kinds:
         for rule in layout.layer_kinds.rules:
             if rule.form in ("list", "pattern") and isinstance(kinds := _lookup(cfg, rule.keys[0]), (list, str)):
                 return len(kinds)
-    return need("num_hidden_layers")
+    return need(key)
 
 
-def _mlp_width(layout: Layout, cfg: Mapping[str, Any], need, key: str) -> int:
-    """The dense MLP's width: the config's ``key`` (intermediate_size), or what ``Layout.ffn_adjust``
-    derives from it."""
-    width = need(key) // layout.ffn_divisor
+def _mlp_width(layout: Layout, cfg: Mapping[str, Any], hidden: int, need, key: str | None) -> int:
+    """The dense MLP's width: the config's ``key`` (intermediate_size), hidden_size ×
+    ``ConfigKeys.mlp_ratio`` where the key is absent or null, or what ``Layout.ffn_adjust`` derives from it."""
+    ratio = layout.config_keys.mlp_ratio
+    if key and (cfg.get(key) is not None or ratio is None):
+        width = need(key)
+    else:
+        width = (ratio if isinstance(ratio, int) else need(ratio)) * hidden
+    width //= layout.ffn_divisor
     if layout.ffn_adjust and cfg.get(layout.ffn_adjust[0]):
         switch, multiplier, multiple = layout.ffn_adjust
         width = int(2 * width / 3)
@@ -1201,6 +1418,8 @@ def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
+    keys = ARCHITECTURES[model_type].config_keys
+
     def need(key: str) -> int:
         if not isinstance(cfg.get(key), int):
             raise UnsupportedArchitecture(
@@ -1209,21 +1428,21 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
             )
         return int(cfg[key])
 
-    heads = need("num_attention_heads")
-    hidden = need("hidden_size")
-    layers = _num_layers(ARCHITECTURES[model_type], cfg, need)
-    # head_dim is explicit in Gemma/Qwen3 configs and differs from hidden/heads there.
-    head_dim = cfg.get("head_dim") or hidden // heads
     layout = ARCHITECTURES[model_type]
+    heads = need(keys.num_attention_heads)
+    hidden = need(keys.hidden_size)
+    layers = _num_layers(layout, cfg, need)
+    # head_dim is explicit in Gemma/Qwen3 configs and differs from hidden/heads there.
+    head_dim = (cfg.get(keys.head_dim) if keys.head_dim else None) or hidden // heads
     ex = layout.experts
     if ex and ex.aliases:  # an old spelling stands for the key when the key itself is absent
         cfg = {**{key: cfg[alias] for alias, key in ex.aliases if alias in cfg}, **cfg}
-    keys = ex.dense_size_keys if ex else ("intermediate_size",)
-    dense_key = next((k for k in keys if cfg.get(k) is not None), keys[0]) if keys else None
-    has_dense = dense_key and (layout.mlp_kinds is None or layout.mlp_kinds.editable)
+    size_keys = ex.dense_size_keys if ex else (keys.intermediate_size,)
+    dense_key = next((k for k in size_keys if k and cfg.get(k) is not None), size_keys[0]) if size_keys else None
+    has_dense = (dense_key or keys.mlp_ratio) and (layout.mlp_kinds is None or layout.mlp_kinds.editable)
     dense = _issue24_geometry(layout, model_type, cfg, Geometry(
-        layers, heads, int(cfg.get("num_key_value_heads") or heads), int(head_dim), hidden,
-        _mlp_width(layout, cfg, need, dense_key) if has_dense else 0), need)
+        layers, heads, _kv_heads(keys, cfg, heads, need), int(head_dim), hidden,
+        _mlp_width(layout, cfg, hidden, need, dense_key) if has_dense else 0), need)
     if ex is None:
         return dense
     num = next((k for k in ex.num_keys if cfg.get(k) is not None), ex.num_keys[0])
@@ -1266,6 +1485,14 @@ def _sparse_layers(model_type: str, ex: Experts, cfg: Mapping[str, Any], layers:
     offset = int(cfg.get(ex.sparse_offset_key) or 0) if ex.sparse_offset_key else ex.sparse_offset
     return frozenset(i for i in range(layers)
                      if first <= i <= last and i not in only_dense and i % step == offset % step)
+
+
+def _kv_heads(keys: ConfigKeys, cfg: Mapping[str, Any], heads: int, need: Callable[[str], int]) -> int:
+    """The number of k/v heads: set by a flag of ``kv_heads_when``, else its key, else one per head."""
+    for flag, source in keys.kv_heads_when:
+        if cfg.get(flag):
+            return source if isinstance(source, int) else need(source)
+    return int((cfg.get(keys.num_key_value_heads) if keys.num_key_value_heads else None) or heads)
 
 
 def architecture(config: Mapping[str, Any]) -> Architecture:

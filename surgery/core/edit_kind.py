@@ -63,9 +63,9 @@ def recipe_key(parse: Parser, **kwargs: Any) -> Any:
 
 def check_layer(arch: "Architecture", layer: int, where: str) -> None:
     """``layer`` is a decoder layer of ``arch``."""
-    n = arch.geometry.num_layers
+    n, key = arch.geometry.num_layers, arch.layout.config_keys.num_hidden_layers
     if layer >= n:
-        raise RecipeError(f"{where}.layer = {layer} but the model has num_hidden_layers = {n} (valid: 0..{n - 1})")
+        raise RecipeError(f"{where}.layer = {layer} but the model has {key} = {n} (valid: 0..{n - 1})")
 
 
 def layer_list(layers: "tuple[int, ...] | list[int]", most: int = 8) -> str:

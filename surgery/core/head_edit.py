@@ -49,9 +49,9 @@ class HeadScale(Edit):
         if arch.layout.head_refusal:
             raise RecipeError(f"{where}: {arch.model_type} has no head edits: {arch.layout.head_refusal}")
         check_layer(arch, self.layer, where)
-        n = arch.at(self.layer).geometry.num_heads
+        n, key = arch.at(self.layer).geometry.num_heads, arch.layout.config_keys.num_attention_heads
         if self.head >= n:
-            raise RecipeError(f"{where}.head = {self.head} but the model has num_attention_heads = {n} "
+            raise RecipeError(f"{where}.head = {self.head} but the model has {key} = {n} "
                               f"(valid: 0..{n - 1})")
         check_head_layer(arch, self.layer, where)
 

@@ -84,7 +84,9 @@ class NeuronScale(Edit):
                                   f"({L}:eE:{N} for routed expert E"
                                   f"{f', {L}:s:{N} for the shared expert' if ex.shared else ''})")
             check_dense_mlp(arch, L, where)
-            width, what = arch.at(L).geometry.intermediate_size, "intermediate_size"
+            # the family's own key (OPT's ffn_dim); a family that derives the width has none
+            what = arch.layout.config_keys.intermediate_size or "the MLP width"
+            width = arch.at(L).geometry.intermediate_size
         elif ex is None and arch.geometry.mlp_kinds and L not in arch.dense_mlp_layers():
             raise RecipeError(f"{where}.expert = {self.expert} but surgery does not edit the experts of this "
                               f"{arch.model_type} model (its table row has none); extend {TABLE_LOCATION}")
@@ -114,7 +116,7 @@ class NeuronScale(Edit):
         shapes = arch.mlp_shapes()
         down = arch.layout.down_proj
         out = [Site(self.layer, down, "in", (self.neuron,), self.factor, shapes[down], True)]
-        if self.factor == 0.0:
+        if self.factor == 0.0 and arch.layout.prune_inputs:  # see Layout.prune_inputs
             out += [Site(self.layer, m, "out", arch.neuron_rows(m, self.neuron), 0.0, shapes[m], False)
                     for m in arch.mlp_input_modules()]
         return out

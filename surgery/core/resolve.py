@@ -50,45 +50,49 @@ class Resolver:
     def __init__(self, arch: Architecture, names: Iterable[str]):
         self.arch = arch
         self.names = frozenset(names)
-        self.prefix = arch.layer_prefix(self.names)
-        self._stored: tuple[tuple[str, str] | None] | None = None
+        # loaded name → stored name (the same but where the family's conversion renames whole names)
+        self._renamed = arch.loaded_names(self.names)
+        self.prefix = arch.layer_prefix(self._renamed)
+        self._experts: tuple[tuple[str, str] | None] | None = None
 
     @property
     def stored_experts(self) -> tuple[str, str] | None:
         """The fused (gate_up, down) tensors of routed experts; None when stored one tensor per expert."""
-        if self._stored is None:
-            self._stored = (self.arch.stored_experts(self.names),)
-        return self._stored[0]
+        if self._experts is None:
+            self._experts = (self.arch.stored_experts(self.names),)
+        return self._experts[0]
 
     @property
     def fused_experts(self) -> bool:
         """Whether routed experts are stored fused (3-D) rather than one tensor per expert."""
         return self.stored_experts is not None
 
-    def module(self, site: Site) -> str:
-        """The stored name of ``site``'s module (without ``.weight``): layer prefix + module."""
-        return self.stored(site.layer, site.module)
-
-    def stored(self, layer: int, module: str) -> str:
-        """The name ``module`` (an in-memory name relative to a layer) has in this checkpoint: under
-        the release's own name (``Layout.stored_names``) where the checkpoint holds that one."""
-        prefix, release = self.prefix.format(layer=layer), self.arch.stored_module(module)
-        if f"{prefix}{module}.weight" not in self.names and f"{prefix}{release}.weight" in self.names:
-            return prefix + release
-        return prefix + module
+    def stored(self, layer: int, module: str, part: str = "weight") -> str:
+        """The checkpoint's name of ``module``'s ``part`` (weight, bias) in ``layer``: ``module`` is an
+        in-memory name relative to a layer; the checkpoint may hold it under that name, under the
+        family's conversion renames (``Layout.renames``) or under its releases' own module name
+        (``Layout.stored_names``)."""
+        prefix = self.prefix.format(layer=layer)
+        loaded = f"{prefix}{module}.{part}"
+        if loaded in self._renamed:
+            return self._renamed[loaded]
+        release = f"{prefix}{self.arch.stored_module(module)}.{part}"
+        return release if release in self.names else loaded
 
     def slices(self, site: Site) -> list[TensorSlice]:
         """The tensor slices ``site`` scales, weight first, then its bias entries (output sites)."""
         if site.expert is not None:
             return self._expert_slices(site)
-        name = self.module(site)
+        flipped = self.arch.stored_flipped(site.module)
         first, window = site.rows or (0, None)  # a grouped site: its columns within its block of rows
-        out = [TensorSlice(f"{name}.weight", site.shape, site.indices, site.axis == "out", site.scale, site,
+        # A Conv1D stores [in, out]: the map's columns are its stored rows and vice versa.
+        out = [TensorSlice(self.stored(site.layer, site.module), self.arch.stored_shape(site.module, site.shape),
+                           site.indices, (site.axis == "out") != flipped, site.scale, site,
                            first_row=first, window=window)]
         # Output features: the rows and, where the checkpoint has one, the bias entries.
-        if site.axis == "out" and f"{name}.bias" in self.names:
-            out.append(TensorSlice(f"{name}.bias", (site.shape[0],), site.indices, True, site.scale, site,
-                                   is_bias=True))
+        bias = self.stored(site.layer, site.module, "bias")
+        if site.axis == "out" and bias in self.names:
+            out.append(TensorSlice(bias, (site.shape[0],), site.indices, True, site.scale, site, is_bias=True))
         return out
 
     def _expert_slices(self, site: Site) -> list[TensorSlice]:

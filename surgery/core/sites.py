@@ -105,7 +105,7 @@ def where_text(arch: Architecture, edit: Sited, twin_only: bool = False) -> str:
             continue
         kind = "column" if site.axis == "in" else "row"
         # A routed expert's matrix is a logical one (per-expert or fused tensors on disk): named by its part.
-        part = site.module.rsplit(".", 1)[1]
+        part = site.module.rsplit(".", 1)[-1]  # a dense module may sit on the layer itself (OPT's fc1)
         name = f"`{site.module}`" if site.expert is None else f"expert {site.expert}'s {part} matrix"
         parts.append(f"{name} {kind}{'s' if len(site.indices) > 1 else ''} {_indices(site.indices)}")
     return "; ".join(parts)

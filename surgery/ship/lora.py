@@ -46,6 +46,7 @@ class LoraModule:
     name: str
     A: torch.Tensor  # (rank, in_features)
     B: torch.Tensor  # (out_features, rank)
+    conv1d: bool = False  # the base module is a Conv1D (weight stored [in, out]: PEFT's fan_in_fan_out)
     # The name its weights are saved under: the module as the family's releases name it, since
     # PEFT renames an adapter's weights with transformers' checkpoint conversion when it loads them.
     saved_as: str = ""
@@ -63,7 +64,7 @@ class LoraModule:
         extra = rank - self.rank
         A = torch.cat([self.A, self.A.new_zeros(extra, self.A.shape[1])])
         B = torch.cat([self.B, self.B.new_zeros(self.B.shape[0], extra)], dim=1)
-        return LoraModule(self.name, A, B, self.saved_as)
+        return LoraModule(self.name, A, B, self.conv1d, self.saved_as)
 
 
 def meta_model(ckpt: Checkpoint) -> torch.nn.Module:
@@ -138,11 +139,13 @@ def lora_modules(ckpt: Checkpoint, recipe: Recipe, names: list[str] | None = Non
     for (module, layer), scales in sorted(plan_ranks(arch, recipe).items(), key=lambda kv: (kv[0][1], kv[0][0])):
         idx = torch.nonzero(scales != 1).flatten()
         W = _read_weight(ckpt, weights[(module, layer)])
+        conv1d = arch.stored_flipped(module)
+        W = W.T if conv1d else W  # the [out, in] map of a Conv1D's [in, out] weight
         A = torch.zeros(len(idx), W.shape[1])
         A[torch.arange(len(idx)), idx] = 1.0
         B = W[:, idx] * (scales[idx] - 1.0)
         prefix = loaded.format(layer=layer)
-        modules.append(LoraModule(prefix + module, A, B, prefix + arch.stored_module(module)))
+        modules.append(LoraModule(prefix + module, A, B, conv1d, prefix + arch.stored_module(module)))
     return modules
 
 
@@ -205,13 +208,15 @@ def peft_config(modules: list[LoraModule], base: str, vllm: bool):
 
     ranks = {m.name: m.rank for m in modules}
     common = max(ranks.values())
+    # PEFT adapts a Conv1D (GPT-2) with fan_in_fan_out=True: the forward pass is the same either way,
+    # merging transposes the update to the stored [in, out] weight. No family mixes Conv1D and Linear.
+    shared = dict(r=common, lora_alpha=common, target_modules=sorted(ranks), lora_dropout=0.0, bias="none",
+                  task_type="CAUSAL_LM", base_model_name_or_path=base,
+                  fan_in_fan_out=any(m.conv1d for m in modules))
     if vllm:
-        return LoraConfig(r=common, lora_alpha=common, target_modules=sorted(ranks), lora_dropout=0.0,
-                          bias="none", task_type="CAUSAL_LM", base_model_name_or_path=base)
+        return LoraConfig(**shared)
     other = {name: r for name, r in ranks.items() if r != common}
-    return LoraConfig(r=common, lora_alpha=common, target_modules=sorted(ranks), lora_dropout=0.0,
-                      bias="none", task_type="CAUSAL_LM", base_model_name_or_path=base,
-                      rank_pattern=other, alpha_pattern=dict(other))
+    return LoraConfig(**shared, rank_pattern=other, alpha_pattern=dict(other))
 
 
 def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool = False,

@@ -91,7 +91,8 @@ CASES = [
           "(num_attention_heads + 2 × num_key_value_heads) × head_dim = (4 + 2 × 4) × 8", "correct those fields in"),
          source="phi3"),
     # --- what the model is ---
-    Case("unsupported-model-type", setups.config(model_type="gpt2"), ("'gpt2' is not supported", "extend")),
+    Case("unsupported-model-type", setups.config(model_type="made_up_family"),
+         ("'made_up_family' is not supported", "extend")),
     Case("quantized-gptq", setups.quant("gptq"), ("quantized", "unquantized")),
     Case("quantized-awq", setups.quant("awq"), ("quantized", "unquantized")),
     Case("quantized-bitsandbytes", setups.quant("bitsandbytes"), ("quantized", "unquantized")),

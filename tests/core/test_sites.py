@@ -100,9 +100,9 @@ def starcoder2(tmp_path) -> Path:
     return _starcoder2(tmp_path / "starcoder2")
 
 
-def test_without_its_row_every_path_refuses(starcoder2, tmp_path):
+def test_without_its_row_every_path_refuses(starcoder2, tmp_path, monkeypatch):
+    monkeypatch.delitem(architectures.ARCHITECTURES, "starcoder2")  # the table as it was before its row
     ckpt, recipe = Checkpoint(starcoder2), _recipe()
-    assert "starcoder2" not in architectures.ARCHITECTURES
     with pytest.raises(UnsupportedArchitecture, match="starcoder2"):
         with applied(load_fp32(starcoder2), recipe.edits):
             pass
@@ -116,6 +116,7 @@ def test_without_its_row_every_path_refuses(starcoder2, tmp_path):
 def test_one_row_makes_hooks_bake_and_lora_agree(starcoder2, tmp_path, monkeypatch):
     from peft import PeftModel
 
+    assert architectures.ARCHITECTURES["starcoder2"] == STARCODER2  # the table's row is this one
     monkeypatch.setitem(architectures.ARCHITECTURES, "starcoder2", STARCODER2)
     ckpt, recipe = Checkpoint(starcoder2), _recipe()
     bake(ckpt, recipe, tmp_path / "baked")

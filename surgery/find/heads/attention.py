@@ -167,7 +167,7 @@ def surgery_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     attention sinks) plus the active plan's work."""
     if scaling is None:
         scaling = module.head_dim ** -0.5
-    groups = module.num_key_value_groups
+    groups = query.shape[1] // key.shape[1]  # query heads per k/v head (1 without GQA; GPT-2 has no such attribute)
     keys, values = _repeat_kv(key, groups), _repeat_kv(value, groups)
     scores = torch.matmul(query, keys.transpose(2, 3)) * scaling
     if softcap is not None:

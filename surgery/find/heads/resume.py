@@ -17,6 +17,7 @@ full pass's computation bit for bit, without the layers below.
 
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
@@ -32,8 +33,6 @@ from .prompts import Batch, Encoded
 
 # A recorded layer call's cache arguments: a resumed pass replaces them with its own cache.
 _CACHE_ARGS = ("cache", "use_cache")
-# Where a recorded call keeps the positional arguments that followed the hidden states.
-_POSITIONAL = "_positional"
 # A layer's tensor arguments that the model computes once per pass, from its inputs alone.
 _PASS_INPUTS = ("hidden_states", "position_ids", "attention_mask", "position_embeddings", "input_ids")
 
@@ -66,33 +65,47 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return [names[prefix.format(layer=i).rstrip(".")] for i in range(n)]
 
 
-def last_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """(B, vocab) logits at the last position of ``hidden``, the last decoder layer's output, through
-    the model's tail as the architecture table describes it: the hyper-connection head (where the model
-    has one), the final norm, a division by the config's logit scaling, lm_head, the logit soft-cap."""
+def tail_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """(B, vocab) logits at the last position of ``hidden``, the last decoder layer's output (B, T,
+    hidden), through the model's tail as the architecture table describes it: the hyper-connection
+    head (where the model has one), the final norm (a sibling of the layer list), a division by the
+    config's logit scaling, a prediction head, lm_head, then the logit multiplier, divisor and
+    soft-cap its config sets."""
     arch = model_architecture(model)
-    names, text = dict(model.named_modules()), model.config.get_text_config()
-    root = arch.layer_prefix(names).split("layers.{layer}.")[0]
+    names, cfg, lay = dict(model.named_modules()), model.config.get_text_config(), arch.layout
+    prefix = arch.layer_prefix(names)
+    root = prefix[:prefix.index("{layer}")].rstrip(".").rpartition(".")[0]  # "model.layers." → "model"
+
+    def sibling(name: str) -> nn.Module:  # a module next to the layer list
+        return names[f"{root}.{name}" if root else name]
+
     x = hidden[:, -1:]
-    if arch.layout.final_head:
-        x = names[root + arch.layout.final_head](x)
-    x = names[root + arch.layout.final_norm](x)
-    if arch.layout.logit_scaling:
-        x = x / getattr(text, arch.layout.logit_scaling)
+    if lay.final_head:
+        x = sibling(lay.final_head)(x)
+    if lay.final_norm:
+        x = sibling(lay.final_norm)(x)
+    if lay.logit_scaling:
+        x = x / getattr(cfg, lay.logit_scaling)
+    if lay.pre_head:
+        x = names[lay.pre_head](x)
     logits = model.get_output_embeddings()(x)[:, -1]
-    cap = getattr(text, arch.layout.logit_softcap, None) if arch.layout.logit_softcap else None
+    if lay.logit_multiplier:
+        logits = logits * getattr(cfg, lay.logit_multiplier)
+    if lay.logit_divisor:
+        logits = logits / getattr(cfg, lay.logit_divisor)
+    cap = getattr(cfg, lay.logit_softcap, None) if lay.logit_softcap else None
     return torch.tanh(logits / cap) * cap if cap else logits
 
 
 def check_tail(model: nn.Module, final: torch.Tensor, logits: torch.Tensor) -> None:
-    """Resumed passes compute the logits from the last layer's output themselves (:func:`last_logits`):
+    """Resumed passes compute the logits from the last layer's output themselves (:func:`tail_logits`):
     that must be the model's own computation, or every knockout would be wrong."""
     with torch.inference_mode():
-        ours = last_logits(model, final).to(logits.dtype)
+        ours = tail_logits(model, final).to(logits.dtype)
     if not torch.allclose(ours, logits, rtol=1e-4, atol=1e-4 * float(logits.abs().max())):
         raise SurgeryError(f"{type(model).__name__} computes its logits from the last decoder layer otherwise than "
                            f"surgery/core/architectures.py describes it (final_head, final_norm, logit_scaling, "
-                           f"logit_softcap): extend its row")
+                           f"pre_head, logit_multiplier, logit_divisor, logit_softcap): extend its row")
 
 
 def _cache(model: nn.Module, layers: list[tuple[torch.Tensor, torch.Tensor] | tuple[None, None]] | None = None):
@@ -106,16 +119,30 @@ def _cache(model: nn.Module, layers: list[tuple[torch.Tensor, torch.Tensor] | tu
     return DynamicCache(layers) if layers is not None else DynamicCache()
 
 
+def _by_name(layer: nn.Module, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """A decoder layer's call as keyword arguments: positional ones named by its forward's
+    signature (GPT-2's blocks get cache and mask positionally), ``**kwargs`` flattened; the first
+    argument, the hidden states, under "hidden_states" whatever the layer calls it (RecurrentGemma:
+    activations), since replays pass it positionally."""
+    signature = inspect.signature(layer.forward)
+    try:
+        bound = signature.bind_partial(*args, **kwargs).arguments
+    except TypeError as exc:
+        raise SurgeryError(f"{type(layer).__name__} was called in a way its forward's signature does not "
+                           f"allow ({exc}); resumed passes cannot replay it") from None
+    var = next((p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None)
+    first = next(iter(signature.parameters))
+    named = {**{k: v for k, v in bound.items() if k != var}, **bound.get(var, {})}
+    return {"hidden_states": named.pop(first), **named}
+
+
 @contextmanager
 def _recording(layers: list[nn.Module]) -> Iterator[list[dict[str, Any]]]:
     calls: list[dict[str, Any]] = [{} for _ in layers]
 
     def hook_for(i: int):
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
-            # positional arguments after the hidden states (RecurrentGemma) are replayed as they came
-            calls[i] = {"hidden_states": args[0] if args else kwargs["hidden_states"],
-                        **({_POSITIONAL: args[1:]} if len(args) > 1 else {}),
-                        **{k: v for k, v in kwargs.items() if k != "hidden_states"}}
+            calls[i] = _by_name(module, args, kwargs)
         return hook
 
     handles = [layer.register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, layer in enumerate(layers)]
@@ -133,7 +160,7 @@ def snapshot(model: nn.Module, batch: Batch, plan: Plan | None = None) -> Snapsh
     cache = _cache(model)
     final: list[torch.Tensor] = []
     handle = layers[-1].register_forward_hook(
-        lambda module, args, out: final.append(out[0] if isinstance(out, tuple) else out))
+        lambda module, args, out: final.append(out[0] if isinstance(out, (tuple, list)) else out))
     try:
         with torch.inference_mode(), active_plan(plan), _recording(layers) as calls:
             out = model(**batch.model_inputs(), cache=cache, use_cache=cache is not None, logits_to_keep=1)
@@ -161,14 +188,15 @@ def _sliced(call: dict[str, Any], start: int, cache) -> dict[str, Any]:
     """A recorded layer call restricted to the query positions ``start:``, reading ``cache``."""
     if cache is None:  # a model run without a cache (every position): the call as recorded
         return dict(call)
-    if _POSITIONAL in call:  # positional arguments: a cached pass does not know what they are
-        raise SurgeryError("a decoder layer got positional arguments besides its hidden states, which a resumed "
-                           "pass does not know how to restrict; extend surgery/find/heads/resume.py")
+    from transformers import Cache
+
     out: dict[str, Any] = {}
     for name, v in call.items():
         if name in _CACHE_ARGS:
             continue
-        if name in ("hidden_states", "position_ids"):
+        if isinstance(v, Cache):  # the baseline's cache under the layer's own name (GPT-NeoX: layer_past)
+            out[name] = cache
+        elif name in ("hidden_states", "position_ids"):
             out[name] = v[:, start:]
         elif name == "attention_mask":
             out[name] = None if v is None else v[..., start:, :]
@@ -179,7 +207,8 @@ def _sliced(call: dict[str, Any], start: int, cache) -> dict[str, Any]:
                                "does not know how to restrict; extend surgery/find/heads/resume.py")
         else:
             out[name] = v
-    return {**out, "cache": cache, "use_cache": True}
+    named = any(v is cache for v in out.values())
+    return {**out, **({} if named else {"cache": cache}), "use_cache": True}
 
 
 def first_layer(edit: EdgeEdit) -> int | None:
@@ -232,7 +261,7 @@ def resume(model: nn.Module, snap: Snapshot, batch: Batch, edit: EdgeEdit,
                 changed, plan.changed = changed | plan.changed, None
         if not changed.any():
             return snap.logits
-        logits = last_logits(model, hidden)
+        logits = tail_logits(model, hidden)
     if counter is not None:
         counter.add_head(rows)
     return torch.where(changed[:, None], logits, snap.logits)
@@ -259,7 +288,7 @@ def resume_scaled(model: nn.Module, snap: Snapshot, scales: Sequence[HeadScale],
         hidden = snap.calls[first]["hidden_states"]
         for i in range(first, len(layers)):
             hidden = _layer(layers[i], snap.calls[i], 0, cache, hidden)
-        logits = last_logits(model, hidden)
+        logits = tail_logits(model, hidden)
     if counter is not None:
         counter.add(rows, snap.length, 0, first)
         counter.add_head(rows)
@@ -269,8 +298,8 @@ def resume_scaled(model: nn.Module, snap: Snapshot, scales: Sequence[HeadScale],
 def _layer(layer: nn.Module, call: dict[str, Any], start: int, cache, hidden: torch.Tensor) -> torch.Tensor:
     """One decoder layer on ``hidden`` (positions ``start:``), with the recorded call's arguments."""
     kwargs = _sliced(call, start, cache)
-    out = layer(hidden, *kwargs.pop(_POSITIONAL, ()), **{k: v for k, v in kwargs.items() if k != "hidden_states"})
-    return out[0] if isinstance(out, tuple) else out
+    out = layer(hidden, **{k: v for k, v in kwargs.items() if k != "hidden_states"})
+    return out[0] if isinstance(out, (tuple, list)) else out
 
 
 @dataclass

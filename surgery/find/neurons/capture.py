@@ -72,6 +72,8 @@ def capture_pooled(model: nn.Module, tokenizer, texts: Sequence[str], on_batch: 
     pooled: dict[tuple[int, str], torch.Tensor] = {}
 
     def keep(layer: int, name: str, x: torch.Tensor) -> None:
+        # [batch, tokens, width]; OPT runs its MLP on the tokens flattened to [batch · tokens, width]
+        x = x.reshape(*state["mask"].shape[:2], x.shape[-1])
         pooled[layer, name] = (x.float() * state["mask"]).sum(dim=1) / state["count"]
         if layer == last and all((last, m) in pooled for m in modules):
             raise _StopForward

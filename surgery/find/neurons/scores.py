@@ -201,6 +201,7 @@ def _dense_ppm(model: nn.Module, arch, layer: int) -> np.ndarray:
     for module in arch.mlp_input_modules():
         idx = np.array([arch.neuron_rows(module, i) for i in range(width)])  # [width, rows per neuron]
         w = _param(layer_module(model, arch, layer, module))
+        w = w.T if arch.stored_flipped(module) else w  # a Conv1D holds [in, out]: a neuron is a column
         out += (w.amax(1) + w.amin(1).abs()).double().cpu().numpy()[idx].sum(axis=1)
     return out
 
