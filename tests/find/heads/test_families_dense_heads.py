@@ -90,8 +90,8 @@ def small(tmp_path_factory):
 
 
 # GPT-2 (positional layer calls, Conv1D), GPT-NeoX, OPT (model.decoder), Phi, ModernBERT (prediction
-# head), Cohere (logit multiplier), Granite (divisor), nanochat (soft-cap), Flint (attention sinks)
-RESUMED = ("gpt2", "gpt_neox", "opt", "phi", "modernbert-decoder", "cohere", "granite", "nanochat", "flint")
+# head), Cohere (logit multiplier), Granite (divisor), nanochat (soft-cap), Granite-SWA (attention sinks)
+RESUMED = ("gpt2", "gpt_neox", "opt", "phi", "modernbert-decoder", "cohere", "granite", "nanochat", "granite_swa")
 
 
 @pytest.mark.parametrize("case", RESUMED)
@@ -125,7 +125,7 @@ def test_find_heads_and_amplify_on_gpt2(tmp_path):
     bench = str(write_small_benchmark(tmp_path / "bench.jsonl"))
     options = dict(benchmark=bench, max_pairs=4, random_sets=1, confirm=0)
     found = surgery.find_heads(model, **options)
-    assert found.data["model"]["model_type"] == "gpt2"
+    assert found.data.to_dict()["model"]["model_type"] == "gpt2"
     baked = surgery.amplify_heads(model, tmp_path / "amplified", alpha=2.5, top=2, **options)
     assert baked.tensors_edited > 0
     assert verify(Checkpoint(model), tmp_path / "amplified").ok

@@ -68,7 +68,7 @@ def test_findings_and_their_bake(tmp_path, case):
     save_char_tokenizer(model, bos=True)
     pairs = str(write_pairs(tmp_path / "pairs.jsonl"))
     found = surgery.find_neurons(model, pairs=pairs)
-    assert found.data["model"]["model_type"] == case
+    assert found.data.to_dict()["model"]["model_type"] == case
     baked = surgery.prune_neurons(model, tmp_path / "pruned", n=4, pairs=pairs, score="fairness")
     assert baked.tensors_edited > 0 and len(baked.extra["neuron_selection"]["neurons"]) == 4
     assert verify(Checkpoint(model), tmp_path / "pruned").ok

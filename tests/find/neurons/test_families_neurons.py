@@ -13,17 +13,23 @@ from tests.support.neuron_pairs import write_pairs
 from tests.support.tokenizer import TINY_VOCAB, save_char_tokenizer
 
 
-def _char_model(model_type: str, path):
-    path = build_family(model_type, path, vocab_size=TINY_VOCAB, max_position_embeddings=512)
+def _char_model(model_type: str, path, **overrides):
+    path = build_family(model_type, path, vocab_size=TINY_VOCAB, max_position_embeddings=512, **overrides)
     save_char_tokenizer(path)
     return path
+
+
+# Jamba without experts (its expert period past the last layer): the dense MLP of every kind of layer;
+# find-neurons through experts: tests/find/neurons/test_moe_families.py
+DENSE = {"jamba": dict(expert_layer_period=5, expert_layer_offset=4)}
 
 
 @pytest.mark.parametrize("model_type", ["minicpm3", "qwen3_5_text", "lfm2", "jamba"])
 def test_find_neurons_then_prune_on_each_shape(tmp_path, model_type):
     import surgery
 
-    model, pairs = _char_model(model_type, tmp_path / "m"), write_pairs(tmp_path / "pairs.jsonl")
+    model = _char_model(model_type, tmp_path / "m", **DENSE.get(model_type, {}))
+    pairs = write_pairs(tmp_path / "pairs.jsonl")
     scores = surgery.find_neurons(model, pairs=pairs).scores
     bias = np.stack(list(scores.bias.values()))
     assert bias.shape[1] == 4 and np.isfinite(bias).all() and (bias > 0).any(axis=-1).all()  # every layer scored
