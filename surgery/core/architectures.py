@@ -801,7 +801,13 @@ ARCHITECTURES.update({
     # GPT-BigCode: GPT-2's names on nn.Linear, one k/v head under multi_query
     "gpt_bigcode": Layout(("transformer.h.{layer}.",), **_GPT2, config_keys=ConfigKeys(
         "n_layer", "n_head", "n_embd", "n_inner", **_MHA, mlp_ratio=4, kv_heads_when=(("multi_query", 1),))),
+    # Cohere's parallel attention and MLP block, as the text model of Cohere's Compass (North) vision models
+    "cohere_compass_text": Layout(_DECODER, logit_multiplier="logit_scale"),
 })
+# GPT-SW3 releases are GPT-2 models (transformers maps the type to GPT2Config and GPT2LMHeadModel).
+ARCHITECTURES["gpt-sw3"] = ARCHITECTURES["gpt2"]
+# Fuyu: a Persimmon decoder reading image patches projected into its embeddings (no vision tower)
+ARCHITECTURES["fuyu"] = _wrapper("persimmon")
 
 TABLE_LOCATION = "surgery/core/architectures.py (the ARCHITECTURES table)"
 
@@ -818,6 +824,16 @@ _DRAFTER = ("a speculative-decoding drafter: it runs only on its target model's 
 _DOTS3 = ("its layers mix MLA (indexed attention) and plain attention with different head sizes, and the number "
           "of routed experts differs per layer (pyramid_num_routed; the table has one per model)")
 REFUSED: dict[str, str] = {
+    "mllama": ("its decoder interleaves cross-attention layers (cross_attention_layers, attending to the image) "
+               "with its self-attention layers, and the table has no layer kind for them yet"),
+    "moshi": ("a speech model: its causal LM is one stream of a model with audio codebooks and a depth decoder "
+              "whose projections are per-codebook; not described by the table yet"),
+    "emu3": ("its releases are the image-and-text generation model (text layers under model.text_model, a VQ-VAE "
+             "image tokenizer beside them): not described by the table yet"),
+    "gemma3n_text": ("AltUp keeps several residual streams per layer (altup, laurel, per-layer inputs) and the "
+                     "first layers' MLPs are activation-sparse (a top-k over every neuron): not described by the "
+                     "table yet"),
+    "gemma3n": "its text model is gemma3n_text (AltUp streams, activation-sparse MLPs): not described by the table yet",
     "dory": "its releases store each decoder layer as two blocks (layers.2i attention, layers.2i+1 MLP) that "
             "transformers collapses on load: the stored layers are not the model's",
     **dict.fromkeys(("bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie",

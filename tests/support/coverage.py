@@ -57,6 +57,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "mistral3": dict(image_token_index=127, spatial_merge_size=1),
     "got_ocr2": dict(image_token_index=127),
     "moss_transcribe_diarize": dict(audio_token_id=127),
+    # its rotary embedding is keyed by layer type and multimodal (sections of head_dim / 2 = 8)
+    "cohere_compass_text": dict(rope_parameters={"full_attention": dict(rope_type="default", rope_theta=10000.0,
+                                                                         mrope_section=[4, 2, 2])}),
     # CTRL's ReLU MLP: at its default init most neurons of a tiny model are dead on the proof's inputs
     # (an edit of a dead neuron changes nothing, and the proof wants every edit to do something)
     "ctrl": dict(initializer_range=0.2),
