@@ -188,7 +188,7 @@ def architectures_table() -> str:
 
     lines = [BANNER.format(source=TABLE_LOCATION).rstrip("\n"), "",
              "# Architecture table", "",
-             "Every `model_type` surgery edits, as the table in `surgery/core/architectures.py` declares it. "
+             "Every `model_type` surgery edits, as the table in `surgery/core/architectures/` declares it. "
              "Names are relative to a decoder layer (the prefix column, `{layer}` its index); "
              "[Supported architectures](../architectures.md) says what each part is for and how it is tested.",
              "", f"{len(ARCHITECTURES)} model types.", "",

@@ -1,6 +1,6 @@
 """Which causal-LM model types of the installed transformers surgery edits, and which it refuses.
 
-The facts are the table's (surgery/core/architectures.py): the rows of ``ARCHITECTURES`` and the
+The facts are the table's (surgery/core/architectures/): the rows of ``ARCHITECTURES`` and the
 reasons of ``REFUSED``. This module crosses them with transformers' own list of causal-LM model
 types, for the coverage sweep (tests/core/test_coverage.py, which proves every supported type on a
 tiny random model) and the generated page docs/reference/coverage.md. A type transformers lists

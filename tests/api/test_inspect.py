@@ -72,7 +72,7 @@ def test_a_wrapper_around_another_text_model_is_refused(tmp_path, no_model, caps
     src = save_family(build_family("mistral3"), tmp_path / "mistral3")
     _config(src, text_config={"model_type": "qwen2"})
     why = ("mistral3: its text_config has model_type 'qwen2', but the table's mistral3 row describes a mistral "
-           "or ministral3 text decoder; extend surgery/core/architectures.py (the ARCHITECTURES table)")
+           "or ministral3 text decoder; extend surgery/core/architectures/ (the ARCHITECTURES table)")
     assert surgery.inspect(src)["refused"] == why
     line = error_line(run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "2", "--out", tmp_path / "o"],
                                capsys))

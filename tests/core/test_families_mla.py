@@ -159,12 +159,19 @@ def test_stored_names_load_as_the_tables_modules(model_type):
 
 
 def test_the_table_has_each_model_type_once():
-    """Rows added by several helpers at once: a second literal key would silently replace the first."""
-    tree = ast.parse(Path(architectures.__file__).read_text(encoding="utf-8"))
-    table = next(node.value for node in ast.walk(tree) if isinstance(node, ast.AnnAssign)
-                 and getattr(node.target, "id", None) == "ARCHITECTURES")
-    keys = [k.value for k in table.keys]
+    """Rows added by several helpers at once: a second literal key, in one group's table or in two
+    groups (table_*.py, joined into ARCHITECTURES), would silently replace the first."""
+    keys = []
+    for path in sorted(Path(architectures.__file__).parent.glob("table_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Dict) and node.keys and all(isinstance(k, ast.Constant) for k in node.keys):
+                if all(isinstance(v, (ast.Call, ast.Name, ast.Subscript)) for v in node.values):  # rows
+                    keys += [k.value for k in node.keys]
+            elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript):
+                keys.append(node.targets[0].slice.value)  # TABLE["alias"] = …
     assert len(keys) == len(set(keys)), sorted({k for k in keys if keys.count(k) > 1})
+    assert set(keys) == set(architectures.ARCHITECTURES)  # every row is seen by this test
     assert not set(keys) & set(architectures.REFUSED)
 
 

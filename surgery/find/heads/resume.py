@@ -104,7 +104,7 @@ def check_tail(model: nn.Module, final: torch.Tensor, logits: torch.Tensor) -> N
         ours = tail_logits(model, final).to(logits.dtype)
     if not torch.allclose(ours, logits, rtol=1e-4, atol=1e-4 * float(logits.abs().max())):
         raise SurgeryError(f"{type(model).__name__} computes its logits from the last decoder layer otherwise than "
-                           f"surgery/core/architectures.py describes it (final_head, final_norm, logit_scaling, "
+                           f"surgery/core/architectures/ describes it (final_head, final_norm, logit_scaling, "
                            f"pre_head, logit_multiplier, logit_divisor, logit_softcap): extend its row")
 
 

@@ -106,7 +106,7 @@ def capture_pooled(model: nn.Module, tokenizer, texts: Sequence[str], on_batch: 
             missing = sorted({layer for layer in chosen for m in modules if (layer, m) not in pooled})
             if missing:  # a model whose forward skips the site (e.g. cached-only path): say so
                 raise SurgeryError(f"the forward pass never reached {site} of layers {missing}; "
-                                   f"is {arch.model_type} laid out as surgery/core/architectures.py says?")
+                                   f"is {arch.model_type} laid out as surgery/core/architectures/ says?")
             rows = [torch.cat([pooled[layer, m] for m in modules], dim=-1) for layer in chosen]
             on_batch(start, torch.stack(rows, dim=1).cpu())
             progress(len(batch))

@@ -159,7 +159,7 @@ def capture_experts(model: nn.Module, tokenizer, texts: Sequence[str], on_batch:
                        or (layer not in dense and ex.shared and g.shared_size and layer not in shared)]
             if missing:
                 raise SurgeryError(f"the forward pass never reached the MLPs of layers {missing}; "
-                                   f"is {arch.model_type} laid out as surgery/core/architectures.py says?")
+                                   f"is {arch.model_type} laid out as surgery/core/architectures/ says?")
             no_routing = torch.full((n, g.num_experts), float("nan"))
             rows = [torch.cat([routed[la]] + ([shared[la]] if la in shared else []), dim=-1) for la in layers]
             pooled = torch.stack([_padded(row, width) for row in rows], dim=1)

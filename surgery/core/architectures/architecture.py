@@ -1,0 +1,376 @@
+"""An architecture: a table row with the sizes of one config, answering names and shapes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Mapping
+
+from ..errors import CheckpointError, UnsupportedArchitecture
+from .kinds import ATTENTION_KINDS
+from .geometry import Geometry, _geometry, _per_layer
+from .layout import TABLE_LOCATION, Layout
+from .refusals import KIND_REFUSALS
+from .table import ARCHITECTURES, refusal, text_config
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A supported model: its layout and its geometry."""
+
+    model_type: str
+    layout: Layout
+    geometry: Geometry
+
+    def loaded_names(self, names: Iterable[str]) -> dict[str, str]:
+        """Each stored name of ``names`` under the name the loaded model gives it (``renames``)."""
+        out = {}
+        for name in names:
+            loaded = name
+            for pattern, replacement in self.layout.renames:
+                loaded = re.sub(pattern, replacement, loaded, count=1)
+            out[loaded] = name
+        return out
+
+    def layer_prefix(self, names: Iterable[str]) -> str:
+        """The layer-prefix template that ``names`` (tensor or module names) use.
+
+        Exactly one spelling of the table must occur; anything else is a clear error.
+        """
+        names = list(names)
+        found = [
+            p for p in self.layout.layer_prefixes
+            if any(n.startswith(p.format(layer=0)) for n in names)
+        ]
+        if len(found) != 1:
+            raise UnsupportedArchitecture(
+                f"{self.model_type}: expected decoder layers under one of "
+                f"{', '.join(p.format(layer='N') for p in self.layout.layer_prefixes)}, "
+                f"found {'none' if not found else 'several'}; extend {TABLE_LOCATION}"
+            )
+        return found[0]
+
+    def loaded_name(self, native: str) -> tuple[str, bool] | None:
+        """The transformers name of a tensor stored under a native name (see ``NativeName``), and
+        whether its rows are permuted; None when the table knows no such name."""
+        for entry in self.layout.native_names:
+            if match := re.fullmatch(entry.pattern, native):
+                return match.expand(entry.loaded), entry.permuted
+        return None
+
+    def is_sparse(self, layer: int) -> bool:
+        """Whether ``layer``'s MLP is a mixture of experts."""
+        return layer in self.geometry.sparse_layers
+
+    def fused_experts(self, names: Iterable[str]) -> bool:
+        """Whether ``names`` (a checkpoint's tensors) hold the experts fused (3-D) or one per expert."""
+        return self.stored_experts(names) is not None
+
+    def stored_experts(self, names: Iterable[str]) -> tuple[str, str] | None:
+        """The fused (gate_up, down) tensors of ``names`` (a checkpoint's tensors) relative to a
+        layer, under the in-memory names or a release's own (``Experts.stored_fused``); None when
+        the checkpoint holds one tensor per expert.
+
+        Decided from the names of the first sparse layer; quantized experts (GPT-OSS's MXFP4
+        ``_blocks``/``_scales``) and anything else are one clear line.
+        """
+        ex = self.layout.experts
+        names = set(names)
+        layer = min(self.geometry.sparse_layers)
+        prefix = self.layer_prefix(names).format(layer=layer)
+        in_memory = (f"{ex.module}.gate_up_proj", f"{ex.module}.down_proj")
+        if f"{prefix}{in_memory[0]}_blocks" in names:
+            raise CheckpointError(f"{self.model_type}: the experts are quantized ('{prefix}{in_memory[0]}_blocks', "
+                                  "MXFP4); surgery edits F32, F16 and BF16 weights only: use a dequantized (bf16) copy")
+        for fused in filter(None, (in_memory, ex.stored_fused)):
+            if f"{prefix}{fused[0]}" in names:
+                return fused
+        if ex.per_expert and f"{prefix}{ex.per_expert[0].format(expert=0)}.weight" in names:
+            return None
+        spelled = [f"{prefix}{fused[0]}" for fused in filter(None, (in_memory, ex.stored_fused))]
+        spelled += [f"{prefix}{ex.per_expert[0].format(expert=0)}.weight"] if ex.per_expert else []
+        raise UnsupportedArchitecture(f"{self.model_type}: layer {layer} has no expert tensors (looked for "
+                                      f"{' or '.join(spelled)}); extend {TABLE_LOCATION}")
+
+    def expert_slices(self, expert: int, part: str, fused: bool, stored: tuple[str, str] | None = None
+                      ) -> list[tuple[str, tuple[int, ...], int, int, bool]]:
+        """Where a per-expert matrix ``part`` ("gate", "up", "down"; standard [out, in] orientation)
+        of ``expert`` lies on disk, as (tensor relative to the layer, its full shape, first row and
+        number of rows of the expert's window in the tensor viewed as 2-D [rows, last dim], and
+        ``flipped``: the matrix's rows are the window's columns and vice versa). A fused gate/up
+        window holds both halves: :meth:`expert_rows` says which of its rows (columns) are a neuron's.
+        ``stored``: the fused tensors' names (:meth:`stored_experts`; default the in-memory ones).
+        """
+        ex, g = self.layout.experts, self.geometry
+        E, H, I = g.num_experts, g.hidden_size, g.expert_size
+        if not fused:
+            name = ex.per_expert[("gate", "up", "down").index(part)].format(expert=expert) + ".weight"
+            shape = (H, I) if part == "down" else (I, H)
+            return [(name, shape, 0, shape[0], False)]
+        gate_up, down = stored or (f"{ex.module}.gate_up_proj", f"{ex.module}.down_proj")
+        if part == "down":
+            shape = (E, I, H) if ex.transposed else (E, H, I)
+            return [(down, shape, expert * shape[1], shape[1], ex.transposed)]
+        shape = (E, H, 2 * I) if ex.transposed else (E, 2 * I, H)
+        out = [(gate_up, shape, expert * shape[1], shape[1], ex.transposed)]
+        if ex.interleaved:  # GPT-OSS: the gate/up bias [E, 2I] is pruned with the rows
+            out.append((f"{gate_up}_bias", (E, 2 * I), expert, 1, True))
+        return out
+
+    def expert_rows(self, part: str, neuron: int, fused: bool) -> tuple[int, ...]:
+        """The rows (of a gate/up matrix in [out, in] orientation) that belong to ``neuron``."""
+        if not fused or part == "down":
+            return (neuron,)
+        ex, I = self.layout.experts, self.geometry.expert_size
+        if ex.interleaved:
+            return (2 * neuron + (part == "up"),)
+        return (neuron + (I if part == "up" else 0),)
+
+    def mlp_input_modules(self) -> tuple[str, ...]:
+        """Names (relative to a layer) of the matrices whose rows feed the MLP neurons."""
+        lay = self.layout
+        if lay.gate_up_proj:
+            return (lay.gate_up_proj,)
+        return tuple(m for m in (lay.gate_proj, lay.up_proj) if m)
+
+    def neuron_rows(self, module: str, neuron: int) -> tuple[int, ...]:
+        """Rows of ``module`` (an MLP input matrix) that belong to ``neuron``."""
+        if module == self.layout.gate_up_proj:
+            return (neuron, self.geometry.intermediate_size + neuron)
+        return (neuron,)
+
+    def shared_rows(self, neuron: int) -> tuple[int, ...]:
+        """Rows of each shared-expert input matrix that belong to ``neuron`` (a fused [gate; up]
+        input holds two: ``Experts.shared_fused``)."""
+        ex, S = self.layout.experts, self.geometry.shared_size
+        return (neuron, S + neuron) if ex.shared_fused else (neuron,)
+
+    def shared_input_shape(self) -> tuple[int, int]:
+        """The weight shape of each shared-expert input matrix: (S, H), or (2S, H) fused."""
+        g = self.geometry
+        return ((2 if self.layout.experts.shared_fused else 1) * g.shared_size, g.hidden_size)
+
+    def mlp_shapes(self) -> dict[str, tuple[int, int]]:
+        """Expected weight shape of each MLP matrix (relative to a layer): down_proj (H, I), the
+        gate/up inputs (I, H), a fused gate_up (2I, H)."""
+        g, lay = self.geometry, self.layout
+        shapes = {lay.down_proj: (g.hidden_size, g.intermediate_size)}
+        for module in self.mlp_input_modules():
+            width = 2 * g.intermediate_size if module == lay.gate_up_proj else g.intermediate_size
+            shapes[module] = (width, g.hidden_size)
+        return shapes
+
+    def attention_shapes(self) -> dict[str, tuple[tuple[int, int], str]]:
+        """Expected weight shape of each attention matrix (relative to a layer), with the config
+        fields that set its head dimension, as ``name → ((rows, cols), "fields = sizes")``."""
+        g, lay, keys = self.geometry, self.layout, self.layout.config_keys
+        if lay.head_refusal:  # no head edits: the table knows no head layout to check the shapes by
+            return {}
+        if lay.mla or lay.grouped_output:
+            return mla_shapes(self) if lay.mla else grouped_output_shapes(self)
+        q_rows, kv_rows = g.num_heads * g.head_dim, g.num_kv_heads * g.head_dim
+        # the family's own config keys, so that the message names the fields to correct
+        heads, dim = keys.num_attention_heads, keys.head_dim or f"({keys.hidden_size} / {keys.num_attention_heads})"
+        kv_heads = keys.num_key_value_heads or (
+            f"k/v heads (set by {', '.join(flag for flag, _ in keys.kv_heads_when)})" if keys.kv_heads_when else heads)
+        q = f"{heads} × {dim} = {g.num_heads} × {g.head_dim}"
+        kv = f"{kv_heads} × {dim} = {g.num_kv_heads} × {g.head_dim}"
+
+        def side(module: str, out: bool) -> str:  # the stored side of the [out, in] map's out/in features
+            return "rows" if out != self.stored_flipped(module) else "columns"
+
+        shapes = {lay.o_proj: ((g.hidden_size, q_rows), f"{q} {side(lay.o_proj, False)}")}
+        if lay.q_proj:  # a gated attention's q_proj holds each head's query and gate: twice the rows
+            gate = 2 if lay.q_gate else 1
+            shapes[lay.q_proj] = ((gate * q_rows, g.hidden_size),
+                                  f"{'2 × ' if lay.q_gate else ''}{q} {side(lay.q_proj, True)}")
+        for name in (lay.k_proj, lay.v_proj):
+            if name:
+                shapes[name] = ((kv_rows, g.hidden_size), f"{kv} {side(name, True)}")
+        if lay.qkv_proj:
+            shapes[lay.qkv_proj] = ((q_rows + 2 * kv_rows, g.hidden_size),
+                                    f"({heads} + 2 × {kv_heads}) × {dim} = ({g.num_heads} + 2 × {g.num_kv_heads}) "
+                                    f"× {g.head_dim} {side(lay.qkv_proj, True)}")
+        return shapes
+
+    def head_columns(self, head: int) -> slice:
+        """Columns of o_proj (its input features) that carry ``head``'s output (DeepSeek-V4: within
+        its group, see :meth:`head_group`)."""
+        d = self.geometry.head_dim
+        if self.layout.grouped_output:
+            head %= self.geometry.num_heads // self.geometry.o_groups
+        return slice(head * d, (head + 1) * d)
+
+    # --- issue 24: hybrid layers, MLA, stored names ----------------------------------------------
+
+    def head_group(self, head: int) -> tuple[int, int] | None:
+        """(group, groups) of ``head`` where o_proj is a grouped linear (DeepSeek-V4's o_a_proj: the
+        heads' outputs split into groups, each projected by its own block of rows); else None."""
+        g = self.geometry
+        if not self.layout.grouped_output:
+            return None
+        return head // (g.num_heads // g.o_groups), g.o_groups
+
+    def stored_module(self, module: str) -> str:
+        """``module`` (an in-memory name relative to a layer) as the family's releases store it
+        (``Layout.stored_names``; itself where they keep transformers' name)."""
+        for loaded, stored in self.layout.stored_names:
+            if f"{module}.".startswith(loaded):
+                return (stored + f"{module}."[len(loaded):])[:-1]
+        return module
+
+    def stored_flipped(self, module: str) -> bool:
+        """Whether ``module``'s weight is stored [in, out] (a Conv1D) instead of [out, in]."""
+        return module in self.layout.conv1d
+
+    def stored_shape(self, module: str, shape: tuple[int, int]) -> tuple[int, int]:
+        """The stored shape of ``module``'s weight, whose [out, in] shape is ``shape``."""
+        return (shape[1], shape[0]) if self.stored_flipped(module) else shape
+
+    def layer_kind(self, layer: int) -> str | None:
+        """The kind of ``layer`` in a hybrid model ("full_attention", "linear_attention", …); None: not hybrid."""
+        kinds = self.geometry.layer_kinds
+        return kinds[layer] if kinds else None
+
+    def head_layers(self) -> tuple[int, ...]:
+        """The layers with attention heads at o_proj (all but a hybrid model's other kinds)."""
+        lk, n = self.layout.layer_kinds, self.geometry.num_layers
+        if self.layout.head_refusal:
+            return ()
+        if lk is None:
+            return tuple(range(n))
+        return tuple(i for i, kind in enumerate(self.geometry.layer_kinds) if kind in lk.editable)
+
+    def dense_mlp_layers(self) -> tuple[int, ...]:
+        """The layers with a dense MLP (not a mixture of experts, not a layer without MLP)."""
+        mk, g = self.layout.mlp_kinds, self.geometry
+        return tuple(i for i in range(g.num_layers) if not self.is_sparse(i)
+                     and (mk is None or g.mlp_kinds[i] in mk.editable))
+
+    def kv_cache_only(self) -> bool:
+        """Whether the model caches one key/value pair per layer and nothing else (no state-space,
+        convolution or compressed state): a shared prefix or a resumed pass may slice its cache."""
+        return self.layout.kv_cache and all(k in ATTENTION_KINDS for k in self.geometry.layer_kinds)
+
+    def at(self, layer: int) -> "Architecture":
+        """The architecture as decoder layer ``layer`` has it: that layer's sizes, and no attention
+        inputs it lacks (a row whose layers are all alike is itself)."""
+        g = self.geometry
+        if not (g.layer_sizes or g.layer_absent):
+            return self
+        absent = dict(g.layer_absent).get(layer, ())
+        return Architecture(self.model_type, replace(self.layout, **dict.fromkeys(absent)), g.at(layer))
+
+    def kind_name(self, layer: int) -> str:
+        """A hybrid model's kind of ``layer``: its attention side's and its MLP side's, once where one
+        list says both (Nemotron-H), e.g. "linear_attention + sparse"; "" for a model whose layers are alike."""
+        g, mlp = self.geometry, None
+        if g.mlp_kinds:
+            mlp = g.mlp_kinds[layer]
+        elif g.layer_kinds and self.layout.experts:  # a hybrid mixture of experts: which MLP the layer has
+            mlp = "sparse" if self.is_sparse(layer) else "dense"
+        return " + ".join(dict.fromkeys(k for k in (self.layer_kind(layer), mlp) if k))
+
+    def refused_parts(self, layer: int) -> tuple[str, ...]:
+        """What a hybrid model's ``layer`` holds that surgery does not edit, each with its reason
+        (:data:`KIND_REFUSALS`): heads outside the row's attention kinds, experts the row does not describe."""
+        g, why = self.geometry, []
+        if self.layout.head_refusal:
+            why.append(f"heads ({self.layout.head_refusal})")
+        elif g.layer_kinds and layer not in self.head_layers():
+            why.append(KIND_REFUSALS.get(("heads", g.layer_kinds[layer])))
+        if g.mlp_kinds and layer not in self.dense_mlp_layers() and not self.is_sparse(layer):
+            why.append(KIND_REFUSALS.get(("mlp", g.mlp_kinds[layer])))
+        return tuple(dict.fromkeys(w for w in why if w))
+
+    def layer_edits(self, layer: int) -> "LayerEdits":
+        """What decoder layer ``layer`` lets an edit touch, at its own sizes, and what it holds that
+        surgery refuses (read from the config: no weights)."""
+        g = self.at(layer).geometry
+        heads = g.num_heads if layer in self.head_layers() else 0
+        neurons = g.intermediate_size if layer in self.dense_mlp_layers() else 0
+        experts = (g.num_experts, g.expert_size, g.shared_size) if self.is_sparse(layer) else (0, 0, 0)
+        return LayerEdits(heads, neurons, *experts, refused=self.refused_parts(layer), kind=self.kind_name(layer))
+
+    def layer_kinds(self) -> list[tuple[tuple[int, ...], "LayerEdits"]]:
+        """The layers grouped by what they let an edit touch, in the order each kind first occurs."""
+        kinds: dict[LayerEdits, list[int]] = {}
+        for layer in range(self.geometry.num_layers):
+            kinds.setdefault(self.layer_edits(layer), []).append(layer)
+        return [(tuple(layers), kind) for kind, layers in kinds.items()]
+
+
+@dataclass(frozen=True)
+class LayerEdits:
+    """What one decoder layer lets an edit touch: ``heads`` attention heads, ``neurons`` dense MLP
+    neurons, ``experts`` routed experts of ``expert_width`` neurons each and a shared expert of
+    ``shared_width`` neurons (0: the layer has none); ``refused`` names what the layer holds that
+    surgery does not edit, each with its reason; ``kind``: a hybrid model's kind of layer."""
+
+    heads: int
+    neurons: int
+    experts: int = 0
+    expert_width: int = 0
+    shared_width: int = 0
+    refused: tuple[str, ...] = ()
+    kind: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: only what the layer has (and what it refuses)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items() if v}
+
+    def text(self) -> str:
+        """One line, e.g. "4 heads; 4 experts × 16 neurons; shared expert: 24 neurons", or "nothing;
+        refused: …" for a layer an edit cannot touch."""
+        parts = [f"{self.heads} heads"] if self.heads else []
+        if self.neurons:
+            parts.append(f"{self.neurons} MLP neurons")
+        if self.experts:
+            parts.append(f"{self.experts} experts × {self.expert_width} neurons")
+        if self.shared_width:
+            parts.append(f"shared expert: {self.shared_width} neurons")
+        return "; ".join((parts or ["nothing"]) + [f"refused: {why}" for why in self.refused])
+
+
+# --- MLA, DeepSeek-V4's grouped output, hybrid layer kinds (issue 24): shapes and kinds from the config ---
+
+def mla_shapes(arch: Architecture) -> dict[str, tuple[tuple[int, int], str]]:
+    """Expected shapes of an MLA layer's matrices (see :class:`Mla`), as ``Architecture.attention_shapes``."""
+    g, mla, m = arch.geometry, arch.layout.mla, arch.geometry.mla
+    heads, H, qk = g.num_heads, g.hidden_size, m.qk_nope_head_dim + m.qk_rope_head_dim
+    q = f"num_attention_heads × (qk_nope_head_dim + qk_rope_head_dim) = {heads} × {qk} rows"
+    shapes = {arch.layout.o_proj: ((H, heads * m.v_head_dim),
+                                   f"num_attention_heads × v_head_dim = {heads} × {m.v_head_dim} columns"),
+              mla.kv_a_proj: ((m.kv_lora_rank + m.qk_rope_head_dim, H),
+                              f"kv_lora_rank + qk_rope_head_dim = {m.kv_lora_rank} + {m.qk_rope_head_dim} rows"),
+              mla.kv_b_proj: ((heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank),
+                              f"num_attention_heads × (qk_nope_head_dim + v_head_dim) = {heads} × "
+                              f"{m.qk_nope_head_dim + m.v_head_dim} rows, kv_lora_rank = {m.kv_lora_rank} columns")}
+    if m.q_lora_rank is None and mla.q_proj:
+        shapes[mla.q_proj] = ((heads * qk, H), q)
+    if m.q_lora_rank is not None and mla.q_a_proj:
+        shapes[mla.q_a_proj] = ((m.q_lora_rank, H), f"q_lora_rank = {m.q_lora_rank} rows")
+    if m.q_lora_rank is not None and mla.q_b_proj:
+        shapes[mla.q_b_proj] = ((heads * qk, m.q_lora_rank), f"{q}, q_lora_rank = {m.q_lora_rank} columns")
+    return shapes
+
+
+def grouped_output_shapes(arch: Architecture) -> dict[str, tuple[tuple[int, int], str]]:
+    """Expected shapes of DeepSeek-V4's attention matrices (see :class:`GroupedOutput`)."""
+    g, go = arch.geometry, arch.layout.grouped_output
+    heads, d, G, R, H = g.num_heads, g.head_dim, g.o_groups, g.o_rank, g.hidden_size
+    return {arch.layout.o_proj: ((G * R, heads * d // G),
+                                 f"o_groups × o_lora_rank = {G} × {R} rows, num_attention_heads × head_dim / "
+                                 f"o_groups = {heads} × {d} / {G} columns"),
+            go.o_b_proj: ((H, G * R), f"o_groups × o_lora_rank = {G} × {R} columns"),
+            go.kv_proj: ((d, H), f"head_dim = {d} rows (one key/value head)")}
+
+
+def architecture(config: Mapping[str, Any]) -> Architecture:
+    """Look up a config dict (config.json) in the table; a refused family is one line saying why."""
+    why = refusal(config)
+    if why:
+        raise UnsupportedArchitecture(why)
+    model_type = str(config.get("model_type"))
+    layout, cfg = ARCHITECTURES[model_type], text_config(config)
+    return Architecture(model_type, layout, _per_layer(layout, cfg, _geometry(model_type, cfg)))

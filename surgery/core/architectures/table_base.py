@@ -1,0 +1,53 @@
+"""The rows surgery had before issue 24: Llama-shaped decoders and the first mixtures of experts."""
+
+from __future__ import annotations
+
+from .layout import Experts, Layout, NativeName
+from .parts import _DECODER, _MIXTRAL_EXPERTS, _N_EXPERTS, _N_LOCAL, _QWEN_EXPERTS
+
+# Mistral's (and Meta's original Llama) native format, as transformers' conversion script renames
+# it (models/mistral/convert_mistral_weights_to_hf.py, STATE_DICT_MAPPING; not shipped in the wheel):
+# wq/wk are permuted for RoPE by that script, wv/wo and the feed-forward matrices are copied as is.
+_META_NATIVE = (
+    NativeName(r"tok_embeddings\.weight", "model.embed_tokens.weight"),
+    NativeName(r"norm\.weight", "model.norm.weight"),
+    NativeName(r"output\.weight", "lm_head.weight"),
+    NativeName(r"layers\.(\d+)\.attention_norm\.weight", r"model.layers.\1.input_layernorm.weight"),
+    NativeName(r"layers\.(\d+)\.ffn_norm\.weight", r"model.layers.\1.post_attention_layernorm.weight"),
+    NativeName(r"layers\.(\d+)\.attention\.w([qk])\.weight", r"model.layers.\1.self_attn.\2_proj.weight", True),
+    NativeName(r"layers\.(\d+)\.attention\.w([vo])\.weight", r"model.layers.\1.self_attn.\2_proj.weight"),
+    NativeName(r"layers\.(\d+)\.feed_forward\.w1\.weight", r"model.layers.\1.mlp.gate_proj.weight"),
+    NativeName(r"layers\.(\d+)\.feed_forward\.w2\.weight", r"model.layers.\1.mlp.down_proj.weight"),
+    NativeName(r"layers\.(\d+)\.feed_forward\.w3\.weight", r"model.layers.\1.mlp.up_proj.weight"),
+)
+
+BASE: dict[str, Layout] = {
+    "llama": Layout(_DECODER, native_names=_META_NATIVE),
+    "mistral": Layout(_DECODER, native_names=_META_NATIVE),
+    "qwen2": Layout(_DECODER),
+    "qwen3": Layout(_DECODER),
+    "gemma": Layout(_DECODER),
+    "gemma2": Layout(_DECODER, logit_softcap="final_logit_softcapping"),
+    "gemma3_text": Layout(_DECODER, logit_softcap="final_logit_softcapping"),
+    "gemma3": Layout(
+        ("model.language_model.layers.{layer}.", "language_model.model.layers.{layer}."),
+        text_config_key="text_config",  # its forward applies no soft-cap (transformers 5.24)
+        text_model_types=("gemma3_text",),
+    ),
+    "phi3": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj",
+                   q_proj=None, k_proj=None, v_proj=None, qkv_proj="self_attn.qkv_proj"),
+    "olmo2": Layout(_DECODER),
+    "mixtral": Layout(_DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS,
+                                                aliases=_N_LOCAL)),
+    "qwen2_moe": Layout(_DECODER, experts=Experts(
+        ("num_experts", "num_local_experts"), "moe_intermediate_size", _QWEN_EXPERTS,
+        shared="mlp.shared_expert", shared_size_key="shared_expert_intermediate_size",
+        sparse_step_key="decoder_sparse_step", dense_layers_key="mlp_only_layers")),
+    "qwen3_moe": Layout(_DECODER, experts=Experts(
+        ("num_experts", "num_local_experts"), "moe_intermediate_size", _QWEN_EXPERTS,
+        sparse_step_key="decoder_sparse_step", dense_layers_key="mlp_only_layers")),
+    "olmoe": Layout(_DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS,
+                                              aliases=_N_EXPERTS)),
+    "gpt_oss": Layout(_DECODER, experts=Experts(
+        ("num_local_experts",), "intermediate_size", None, transposed=True, interleaved=True, aliases=_N_LOCAL)),
+}

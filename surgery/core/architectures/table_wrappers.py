@@ -1,0 +1,60 @@
+"""Multimodal wrappers and Gemma 4 (issue 24).
+
+A wrapper's text decoder is edited in place and its other towers are copied byte for byte: its row
+is the text model's row under the wrapper's layer prefixes, where transformers 5 keeps the text
+decoder in memory and where it (and releases before 4.52) saves it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping
+
+from .layout import LayerSizes, Layout
+from .parts import _DECODER
+
+_WRAPPED = ("model.language_model.layers.{layer}.", "language_model.model.layers.{layer}.")
+
+# Gemma 4: full-attention layers with their own head size (per_layer_config), kv-shared layers
+# without k/v projections (and, with use_double_wide_mlp, a twice-wide MLP).
+_GEMMA4_TEXT = Layout(_DECODER, logit_softcap="final_logit_softcapping", layer_sizes=LayerSizes(
+    "num_kv_shared_layers", "attention_k_eq_v", "use_double_wide_mlp"))
+
+
+def _wrapper(table: Mapping[str, Layout], text_type: str, *also: str,
+             model_class: str = "AutoModelForCausalLM") -> Layout:
+    """The row of a wrapper around a ``text_type`` decoder (or one of ``also``, laid out alike):
+    that decoder's row of ``table`` under the wrapper's prefixes, its sizes read from ``text_config``."""
+    return replace(table[text_type], layer_prefixes=_WRAPPED, text_config_key="text_config",
+                   text_model_types=(text_type, *also), model_class=model_class, native_names=())
+
+
+def wrappers(table: Mapping[str, Layout]) -> dict[str, Layout]:
+    """Gemma 4's text rows and the rows of the wrappers around ``table``'s text decoders."""
+    table = {**table, "gemma4_text": _GEMMA4_TEXT, "gemma4_unified_text": _GEMMA4_TEXT}
+
+    def wrap(text_type: str, *also: str, **kwargs) -> Layout:
+        return _wrapper(table, text_type, *also, **kwargs)
+
+    def either(text_type: str) -> Layout:
+        """Mixtures of experts: saved from the multimodal class (text layers under its language model)
+        or, by AutoModelForCausalLM, from the text model alone under model.layers."""
+        return replace(wrap(text_type), layer_prefixes=_WRAPPED + _DECODER)
+
+    return {
+        "gemma4_text": _GEMMA4_TEXT,
+        "gemma4_unified_text": _GEMMA4_TEXT,
+        "gemma4": wrap("gemma4_text"),
+        "qwen3_5": wrap("qwen3_5_text"),  # the hybrid decoder of table_hybrid
+        "gemma4_unified": wrap("gemma4_unified_text"),
+        # Phi-4-multimodal: Phi-3's decoder with its vision and audio encoders beside it (model.embed_tokens_extend).
+        "phi4_multimodal": table["phi3"],
+        "mistral3": wrap("mistral", "ministral3", model_class="AutoModelForImageTextToText"),
+        "got_ocr2": wrap("qwen2"),
+        "moss_transcribe_diarize": wrap("qwen3"),
+        "qwen3_5_moe": either("qwen3_5_moe_text"),
+        "qwen4_exp": either("qwen4_exp_text"),
+        "llama4": either("llama4_text"),
+        # Fuyu: a Persimmon decoder reading image patches projected into its embeddings (no vision tower)
+        "fuyu": wrap("persimmon"),
+    }
