@@ -140,7 +140,20 @@ def _code(*names: str | None) -> str:
 def _attention(layout: Any) -> str:
     inputs = _code(layout.qkv_proj) + " (fused)" if layout.qkv_proj else _code(layout.q_proj, layout.k_proj,
                                                                                  layout.v_proj)
-    return f"{_code(layout.o_proj)}; inputs {inputs}"
+    parts = [f"{_code(layout.o_proj)}; inputs {inputs}" if inputs else _code(layout.o_proj)]
+    if layout.mla:
+        parts.append("MLA (a head is v_head_dim columns)")
+    if layout.grouped_output:
+        parts.append("grouped low-rank output (o_groups)")
+    if layout.q_gate:
+        parts.append("gated q_proj")
+    if layout.conv1d:
+        parts.append("Conv1D weights stored [in, out]")
+    if layout.layer_kinds:
+        parts.append(f"heads in {', '.join(layout.layer_kinds.editable)} layers only")
+    if layout.head_refusal:
+        parts.append(f"heads refused: {layout.head_refusal}")
+    return "; ".join(parts)
 
 
 def _mlp(layout: Any) -> str:
@@ -148,7 +161,12 @@ def _mlp(layout: Any) -> str:
         return "experts (next column)"
     inputs = _code(layout.gate_up_proj) + " (fused)" if layout.gate_up_proj else _code(layout.gate_proj,
                                                                                        layout.up_proj)
-    return f"{_code(layout.down_proj)}; inputs {inputs}"
+    parts = [f"{_code(layout.down_proj)}; inputs {inputs}"]
+    if not layout.prune_inputs:
+        parts.append("pruning leaves the inputs (act(0) ≠ 0 or a norm over the hidden units)")
+    if layout.mlp_kinds:
+        parts.append(f"in {', '.join(layout.mlp_kinds.editable) or 'no'} layers")
+    return "; ".join(parts)
 
 
 def _experts(layout: Any) -> str:
@@ -162,8 +180,16 @@ def _experts(layout: Any) -> str:
     parts.append(f"fused {_code(ex.module + '.gate_up_proj')} {order}")
     if ex.shared:
         parts.append(f"shared expert {_code(ex.shared)} (width {_code(ex.shared_size_key)})")
-    if ex.sparse_step_key or ex.dense_layers_key:
-        parts.append(f"dense layers from {_code(ex.sparse_step_key, ex.dense_layers_key)}")
+    if ex.shared_count_key:
+        parts.append(f"× {_code(ex.shared_count_key)} shared experts")
+    if ex.stored_fused:
+        parts.append(f"releases store {_code(*ex.stored_fused)}")
+    routing = (ex.layer_types_key, ex.sparse_list_key, ex.sparse_step_key, ex.dense_layers_key, ex.first_dense_key,
+               ex.last_sparse_key, ex.sparse_offset_key)
+    if any(routing):
+        parts.append(f"sparse layers from {_code(*routing)}")
+    if ex.dispatch != "routed":
+        parts.append(f"{ex.dispatch} dispatch")
     return "; ".join(parts)
 
 
@@ -178,7 +204,23 @@ def _other(layout: Any) -> str:
     if layout.logit_softcap:
         parts.append(f"logit soft-cap {_code(layout.logit_softcap)}")
     if layout.final_norm != "norm":
-        parts.append(f"final norm {_code(layout.final_norm)}")
+        parts.append(f"final norm {_code(layout.final_norm) or 'none'}")
+    for field, what in (("final_head", "head before the final norm"), ("logit_scaling", "hidden ÷"),
+                        ("pre_head", "prediction head"), ("logit_multiplier", "logits ×"),
+                        ("logit_divisor", "logits ÷")):
+        if getattr(layout, field):
+            parts.append(f"{what} {_code(getattr(layout, field))}")
+    default = type(layout.config_keys)()
+    own = {f: v for f, v in vars(layout.config_keys).items() if v != getattr(default, f)}
+    if own:
+        parts.append("config keys " + ", ".join(f"{f} = {_code(str(v)) if v is not None else 'none'}"
+                                                for f, v in own.items()))
+    if layout.stored_names:
+        parts.append("releases store " + ", ".join(f"{_code(a)} as {_code(b)}" for a, b in layout.stored_names))
+    if layout.renames:
+        parts.append(f"{len(layout.renames)} checkpoint renames (transformers' conversion mapping)")
+    if not layout.kv_cache:
+        parts.append("no plain key/value cache")
     return "; ".join(parts)
 
 
