@@ -236,7 +236,7 @@ def architectures_table() -> str:
              "", f"{len(ARCHITECTURES)} model types.", "",
              "| model_type | decoder layers | heads: o_proj; its inputs | neurons: down_proj; its inputs | "
              "mixture of experts | other |", "|---|---|---|---|---|---|"]
-    for name, layout in ARCHITECTURES.items():
+    for name, layout in sorted(ARCHITECTURES.items()):  # by name: the table's groups are its source's concern
         lines.append(f"| `{name}` | {_cell(_code(*layout.layer_prefixes))} | {_cell(_attention(layout))} | "
                      f"{_cell(_mlp(layout))} | {_cell(_experts(layout))} | {_cell(_other(layout))} |")
     return "\n".join(lines) + "\n"
