@@ -158,7 +158,9 @@ def proof_edits(arch) -> dict[str, tuple]:
 
 
 def _bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+    # reshape(-1): a 0-d tensor (Apertus's xIELU parameters) cannot be viewed as bytes
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.reshape(-1).view(torch.uint8),
+                                                                     b.reshape(-1).view(torch.uint8))
 
 
 def prove(model, folder: Path, src: Path | None = None) -> None:
