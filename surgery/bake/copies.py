@@ -21,12 +21,13 @@ machine through :func:`unedited_copies`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..core.architectures import Architecture
 from ..core.checkpoint import INDEX_NAME, Checkpoint, TensorInfo, file_tensors, folder_files
-from ..core.edits import Recipe
+from ..core.edits import BakedVectors, Recipe
 from ..core.errors import CheckpointError
 from .patches import RAW_DTYPES, TensorPatch, group_by_file, plan
 
@@ -79,7 +80,7 @@ def copy_patches(ckpt: Checkpoint, arch: Architecture, patches: list[TensorPatch
                     why = ("stores its rows in another order (permuted for RoPE)" if permuted
                            else f"is stored as {info.dtype}")
                     raise _refusal(ckpt, rel, f"its copy '{info.name}' of the edited '{p.info.name}' {why}")
-                out.append(TensorPatch(info, dict(p.rows), dict(p.cols), p.first_row, p.window))
+                out.append(replace(p, info=info, rows=dict(p.rows), cols=dict(p.cols)))  # projection too
     return out
 
 
@@ -104,7 +105,7 @@ def unedited_copies(folder: Path, prov: dict[str, Any]) -> list[str]:
     """The rule above on a baked ``folder`` alone (no source: push of a folder whose source is not
     on this machine), from its own files and record ``prov``."""
     ckpt = Checkpoint(folder, allow_remote_code=True)
-    recipe = Recipe.from_dict(prov.get("recipe"), where="surgery.json recipe")
+    recipe = Recipe.from_dict(prov.get("recipe"), where="surgery.json recipe", vectors=BakedVectors(folder))
     arch = recipe.validate(ckpt.config)
     try:
         copies = copy_patches(ckpt, arch, plan(ckpt, arch, recipe.active()))

@@ -19,7 +19,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..core.checkpoint import Checkpoint, file_sha256, is_other_weights, read_header
-from ..core.edits import Recipe
+from ..core.edits import BakedVectors, Recipe
 from ..core.errors import CheckpointError
 from ..core.progress import StageProgress, silent_stages
 from ..model.loading import DEFAULT_LOAD, LoadSpec
@@ -177,7 +177,7 @@ def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent
     """
     report = Report()
     prov = load_provenance(dst_path)
-    recipe = Recipe.from_dict(prov.get("recipe"), where="surgery.json recipe")
+    recipe = Recipe.from_dict(prov.get("recipe"), where="surgery.json recipe", vectors=BakedVectors(dst_path))
     report.problems += integrity_problems(dst_path, prov, progress=progress)
     report.files_checked = len(prov.get("files") or {})
     if report.problems:
@@ -278,15 +278,23 @@ def baked_tensors(src: Checkpoint, dst_path: Path, recipe: Recipe, model) -> dic
 
     arch = recipe.validate(src.config)
     edited = {p.info.name for p in plan(src, arch, recipe.active())}
-    on_disk = arch.layer_prefix(src.tensors)
-    in_memory = model_architecture(model).layer_prefix(name for name, _ in model.named_parameters())
+    params = [name for name, _ in model.named_parameters(remove_duplicate=False)]
+    on_disk, in_memory = arch.layer_prefix(src.tensors), model_architecture(model).layer_prefix(params)
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight is model.get_input_embeddings().weight
     out = {}
     for sl in Resolver(arch, src.tensors).all(all_sites(arch, recipe.active())):
         disk, layer = sl.tensor, sl.site.layer
+        if layer is None and tied:
+            return None  # a tied table: swapping one parameter would untie it; the baked model is loaded
         if disk in edited and disk not in out and sl.site.expert is None:
             with safe_open(str(dst_path / src.tensor(disk).file), "pt") as f:
-                # the same module under the loaded model's layer prefix (multimodal wrappers differ)
-                memory = in_memory.format(layer=layer) + disk[len(on_disk.format(layer=layer)):]
+                # the same module under the loaded model's layer prefix (multimodal wrappers differ);
+                # a module next to the layer list (the embeddings) under the loaded model's root prefix
+                if layer is None:
+                    memory = in_memory.split("layers.{layer}.")[0] + disk[len(on_disk.split("layers.{layer}.")[0]):]
+                else:
+                    memory = in_memory.format(layer=layer) + disk[len(on_disk.format(layer=layer)):]
                 out[disk] = (memory, f.get_tensor(disk))
     if edited - set(out):
         return None  # expert tensors: stored per expert, fused in memory; no one-to-one swap

@@ -44,6 +44,8 @@ class Layout:
     # After the decoder layers (a knockout pass resumed at layer L runs the model's tail itself):
     # the final norm, a sibling of the layer list, and the config field of a logit soft-cap.
     final_norm: str = "norm"
+    # The token embedding table [vocab, hidden], a sibling of the layer list like the final norm.
+    embeddings: str = "embed_tokens"
     logit_softcap: str | None = None
     # The release's native tensor names (a second copy of the weights some releases ship next to
     # the transformers ones, e.g. Mistral's consolidated.safetensors): see NativeName.
@@ -168,11 +170,13 @@ class Geometry:
     expert_size: int = 0
     shared_size: int = 0
     sparse_layers: frozenset[int] = frozenset()
+    # The vocabulary (rows of the embedding table); not part of to_dict (findings predate it).
+    vocab_size: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; a dense model's dict has only the dense fields (findings written before MoE
         support record exactly those, and must still match)."""
-        out = {k: v for k, v in self.__dict__.items() if k not in _MOE_FIELDS}
+        out = {k: v for k, v in self.__dict__.items() if k not in _MOE_FIELDS and k != "vocab_size"}
         if self.num_experts:
             out.update(num_experts=self.num_experts, expert_size=self.expert_size,
                        shared_size=self.shared_size, sparse_layers=sorted(self.sparse_layers))
@@ -207,6 +211,10 @@ class Architecture:
                 f"found {'none' if not found else 'several'}; extend {TABLE_LOCATION}"
             )
         return found[0]
+
+    def root_prefix(self, names: Iterable[str]) -> str:
+        """The prefix of what sits next to the layer list (embeddings, final norm), e.g. ``model.``."""
+        return self.layer_prefix(names).split("layers.{layer}.")[0]
 
     def loaded_name(self, native: str) -> tuple[str, bool] | None:
         """The transformers name of a tensor stored under a native name (see ``NativeName``), and
@@ -346,7 +354,7 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
     # head_dim is explicit in Gemma/Qwen3 configs and differs from hidden/heads there.
     head_dim = cfg.get("head_dim") or hidden // heads
     dense = Geometry(layers, heads, int(cfg.get("num_key_value_heads") or heads), int(head_dim), hidden,
-                     need("intermediate_size"))
+                     need("intermediate_size"), vocab_size=int(cfg.get("vocab_size") or 0))
     ex = ARCHITECTURES[model_type].experts
     if ex is None:
         return dense

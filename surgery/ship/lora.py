@@ -26,7 +26,7 @@ from ..bake.bake import hash_files
 from ..bake.provenance import ADAPTER_PROVENANCE_NAME, PROVENANCE_NAME, load_provenance, provenance_intact
 from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint
-from ..core.edits import Recipe, edit_kinds
+from ..core.edits import BakedVectors, Recipe, edit_kinds
 from ..core.errors import RecipeError
 from ..core.resolve import Resolver
 from ..core.sites import all_sites
@@ -151,7 +151,7 @@ def load_recipe(path: str | Path, ckpt: Checkpoint) -> Recipe:
         raise RecipeError(f"{folder} was baked from {source.get('hub_id') or path}, not from {ckpt.path} "
                           f"({difference}): an adapter over this base would not reproduce the bake; give the "
                           "source it was baked from as MODEL")
-    return Recipe.from_dict(prov.get("recipe"), where=f"{folder / PROVENANCE_NAME} recipe")
+    return Recipe.from_dict(prov.get("recipe"), where=f"{folder / PROVENANCE_NAME} recipe", vectors=BakedVectors(folder))
 
 
 def vllm_rank(needed: int) -> int:
