@@ -32,6 +32,7 @@ from surgery.core.resolve import Resolver
 from surgery.core.sites import all_sites
 from surgery.core.vectors import BakedVectors, FolderVectors
 from surgery.ship.card import card_hook
+from surgery.ship.lora import export_lora
 from tests.support.directions import direction_recipe, write_vectors
 from tests.support.models import load_fp32, logits, stored_tensors
 from tests.support.tiny import ARCHS, MOE_ARCHS
@@ -76,7 +77,29 @@ def _check_bake(src, tmp_path, recipe: Recipe, tol: float = 1e-5):
     assert report.ok, report.problems
     undo(dst, tmp_path / "restored")
     assert _sha256s(tmp_path / "restored") == _sha256s(src)
+    _check_adapter(src, tmp_path, recipe, any(e["tensor"].endswith("bias") for e in projected))
     return dst
+
+
+def _check_adapter(src, tmp_path, recipe: Recipe, projects_a_bias: bool) -> None:
+    """The recipe's edits that have an adapter, as a LoRA, equal their run-time twin (== the bake);
+    a projected bias is refused in one line (an adapter cannot change a bias)."""
+    from peft import PeftModel
+
+    ckpt = Checkpoint(src)
+    arch = architecture(ckpt.config)
+    adaptable = Recipe(tuple(e for e in recipe.edits if not e.lora_refusal(arch)))
+    if not adaptable.edits:
+        return
+    if projects_a_bias:
+        with pytest.raises(RecipeError, match="is projected too, and a LoRA adapter cannot change a bias"):
+            export_lora(ckpt, adaptable, tmp_path / "adapter")
+        assert not (tmp_path / "adapter").exists()
+        return
+    summary = export_lora(ckpt, adaptable, tmp_path / "adapter")
+    assert summary["directions"] == len(adaptable.directions)
+    adapted = logits(PeftModel.from_pretrained(load_fp32(src), tmp_path / "adapter").eval())
+    assert (adapted - logits(load_fp32(src), adaptable.edits)).abs().max().item() <= 1e-5
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -110,6 +133,17 @@ def test_embeddings_direction(tiny, tmp_path, tied):
     recipe = Recipe.load(direction_recipe(tmp_path / "r", ["module: embeddings, weight: 1.0"]))
     assert recipe.edits[0].to_dict().get("layer") is None
     _check_bake(src, tmp_path, recipe)
+    with pytest.raises(RecipeError, match="direction embeddings: a direction edit of the embeddings has no exact "
+                                          "adapter here"):
+        export_lora(Checkpoint(src), recipe, tmp_path / "adapter2")
+
+
+def test_vllm_adapters_refuse_the_experts(tiny, tmp_path):
+    src = tiny("qwen3_moe")
+    recipe = Recipe.load(direction_recipe(tmp_path / "r", ["layer: 1, module: experts, weight: 1.0"]))
+    with pytest.raises(RecipeError, match="vLLM serves no adapter on the fused experts parameters"):
+        export_lora(Checkpoint(src), recipe, tmp_path / "adapter", vllm=True)
+    assert not (tmp_path / "adapter").exists()
 
 
 def test_bf16_keeps_a_little_of_the_direction_and_says_so(tiny, tmp_path):
