@@ -21,7 +21,9 @@ from ..core.staging import atomic_write_text
 from ..core.strict_files import DuplicateKey, load_json
 
 FINDINGS_VERSION = 1
-KINDS = ("heads", "neurons")
+KINDS = ("heads", "neurons", "directions")
+# The command that writes each kind (messages tell the user to run it).
+FINDERS = {"heads": "find-heads", "neurons": "find-neurons", "directions": "find-direction"}
 
 
 def model_identity(ckpt: Checkpoint) -> dict[str, Any]:
@@ -55,26 +57,26 @@ def save_findings(findings: Mapping[str, Any], path: Path) -> None:
 
 def load_findings(path: str | Path, kind: str) -> dict[str, Any]:
     """Read and check a findings file of the given kind ('heads' or 'neurons')."""
-    path = Path(path)
+    path, finder = Path(path), FINDERS[kind]
     if not path.is_file():
-        raise FindingsError(f"findings file {path} does not exist; give a file written by surgery find-{kind}")
+        raise FindingsError(f"findings file {path} does not exist; give a file written by surgery {finder}")
     try:
         data = load_json(path.read_text(encoding="utf-8"))
     except DuplicateKey as exc:
         raise FindingsError(f"findings file {path}: {exc.what}; surgery writes each key once, so the file "
-                            f"was edited: recompute it with surgery find-{kind}") from None
+                            f"was edited: recompute it with surgery {finder}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FindingsError(f"findings file {path} is not valid JSON ({exc.__class__.__name__}); "
-                            "recompute it with surgery find-" + kind) from None
+                            "recompute it with surgery " + finder) from None
     if not isinstance(data, dict) or data.get("format") != "surgery-findings":
         raise FindingsError(f"{path} is not a surgery findings file (no \"format\": \"surgery-findings\"); "
-                            f"give a file written by surgery find-{kind}")
+                            f"give a file written by surgery {finder}")
     if data.get("version") != FINDINGS_VERSION:
         raise FindingsError(f"{path} has findings version {data.get('version')!r}; this surgery reads "
-                            f"version {FINDINGS_VERSION}: recompute it with surgery find-{kind}")
+                            f"version {FINDINGS_VERSION}: recompute it with surgery {finder}")
     if data.get("kind") != kind:
         raise FindingsError(f"{path} holds {data.get('kind')!r} findings, but {kind} findings are needed "
-                            f"(make them with surgery find-{kind})")
+                            f"(make them with surgery {finder})")
     if not isinstance(data.get("model"), dict) or "fingerprint" not in data["model"]:
         raise FindingsError(f"{path} does not record the model it was computed on; recompute it")
     return data
@@ -103,7 +105,7 @@ def check_model(findings: Mapping[str, Any], ckpt: Checkpoint, allow_transfer: b
     raise FindingsError(
         f"the findings were computed on a different model ({recorded.get('path')}, "
         f"{recorded.get('model_type')}) and cannot be applied to {ckpt.path} ({here['model_type']}); "
-        f"compute findings for this model with surgery find-{findings.get('kind', 'heads')}")
+        f"compute findings for this model with surgery {FINDERS.get(findings.get('kind'), 'find-heads')}")
 
 
 def new_findings(kind: str, ckpt: Checkpoint, dataset_sha256: str, params: Mapping[str, Any],
