@@ -57,7 +57,7 @@ def write_vectors(folder: Path, recipe: Recipe) -> None:
     from safetensors.numpy import save
 
     units = {f"{e.sha256}#{e.vector.split('#')[1]}": np.frombuffer(e.unit, dtype=np.float32)
-             for e in recipe.directions if not e.is_identity()}
+             for e in recipe.directions}  # weight 0 too: the recorded recipe names it
     if units:
         (folder / VECTORS_NAME).write_bytes(save(dict(sorted(units.items()))))
 

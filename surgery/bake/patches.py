@@ -327,7 +327,8 @@ def site_peaks(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> l
     Rounding is monotone in |value|, so this one value and the site's scale decide what the bake's
     rounding does to every weight of the site (see surgery.bake.guards).
     """
-    chosen = [(e, site) for e in edits for site in sites(arch, e) if site.op == "scale" and site.scale not in (0.0, 1.0)]
+    chosen = [(e, site) for e in edits for site in sites(arch, e)
+              if site.op == "scale" and site.scale not in (0.0, 1.0)]  # a projection scales nothing
     if not chosen:
         return []
     resolver = Resolver(arch, ckpt.tensors)

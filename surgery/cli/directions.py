@@ -25,8 +25,9 @@ def print_layers(data: dict[str, Any]) -> None:
     best = data["best_layer"]
     for row in data["layers"]:
         mark = " ◀" if row["layer"] == best else ""
+        cosine = data["cosine"][best][row["layer"]]
         table.add_row(f"{row['layer']}{mark}", f"{row['norm']:.3g}", f"{row['norm_a']:.3g}", f"{row['norm_b']:.3g}",
-                      f"{row['separation']:.2f}", f"{100 * row['accuracy']:.0f} %", f"{data['cosine'][best][row['layer']]:.2f}")
+                      f"{row['separation']:.2f}", f"{100 * row['accuracy']:.0f} %", f"{cosine:.2f}")
     out.print(table)
 
 

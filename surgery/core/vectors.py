@@ -96,8 +96,8 @@ class FolderVectors:
             raise RecipeError(f"{where}.vector: {path} does not exist; the path is relative to the recipe's folder")
         digest = file_sha256(path)
         if sha256 is not None and digest != sha256:
-            raise RecipeError(f"{where}.sha256: {file} has sha256 {digest[:12]}…, the recipe pins {sha256[:12]}…: the "
-                              "vector file changed since the recipe was written; restore it or drop 'sha256'")
+            raise RecipeError(f"{where}.sha256: {file} has sha256 {digest[:12]}…, the recipe pins {sha256[:12]}…: "
+                              "the vector file changed since the recipe was written; restore it or drop 'sha256'")
         return unit_vector(_read_1d(path, name, f"{where}.vector"), f"{where}.vector '{spec}'"), digest
 
 

@@ -2,8 +2,9 @@
 
 Shipped data (surgery/data/, written for this project): ``retention_passages.jsonl`` (original
 passages for perplexity), ``mcq_general.jsonl`` (four-option general-knowledge questions) and
-``retention_prompts.jsonl`` (neutral prompts for KL, in English and Spanish: ``language``). External data is read at run time from the
-paths the user gives: BBQ-format JSONL files (or a folder of them) and an N4-format JSONL file.
+``retention_prompts.jsonl`` (neutral prompts for KL, in English and Spanish: ``language``). External
+data is read at run time from the paths the user gives: BBQ-format JSONL files (or a folder of
+them) and an N4-format JSONL file.
 """
 
 from __future__ import annotations

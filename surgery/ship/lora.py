@@ -118,8 +118,8 @@ def _projections(resolver: Resolver, recipe: Recipe) -> tuple[dict, dict]:
             if sl.site.op != "project":
                 continue
             if sl.is_bias:
-                raise RecipeError(f"export-lora: {e.kind} {e.label}: '{sl.tensor}' is projected too, and a LoRA adapter "
-                                  "cannot change a bias; ship the baked checkpoint instead")
+                raise RecipeError(f"export-lora: {e.kind} {e.label}: '{sl.tensor}' is projected too, and a LoRA "
+                                  "adapter cannot change a bias; ship the baked checkpoint instead")
             if sl.site.expert is None:
                 dense[(sl.site.module, sl.site.layer)] = sl
             else:
@@ -212,7 +212,8 @@ def load_recipe(path: str | Path, ckpt: Checkpoint) -> Recipe:
         raise RecipeError(f"{folder} was baked from {source.get('hub_id') or path}, not from {ckpt.path} "
                           f"({difference}): an adapter over this base would not reproduce the bake; give the "
                           "source it was baked from as MODEL")
-    return Recipe.from_dict(prov.get("recipe"), where=f"{folder / PROVENANCE_NAME} recipe", vectors=BakedVectors(folder))
+    return Recipe.from_dict(prov.get("recipe"), where=f"{folder / PROVENANCE_NAME} recipe",
+                            vectors=BakedVectors(folder))  # direction edits: the vectors the bake kept
 
 
 def vllm_rank(needed: int) -> int:
@@ -233,9 +234,9 @@ def peft_config(modules: list[LoraModule], base: str, vllm: bool):
     ranks = {m.name: m.rank for m in modules}
     common = max(ranks.values())
     linear = sorted(m.name for m in modules if m.experts == 1)
-    params = {"target_parameters": sorted(m.name for m in modules if m.experts > 1)} if len(linear) < len(modules) else {}
+    fused = sorted(m.name for m in modules if m.experts > 1)
     kw = dict(r=common, lora_alpha=common, target_modules=linear or None, lora_dropout=0.0, bias="none",
-              task_type="CAUSAL_LM", base_model_name_or_path=base, **params)
+              task_type="CAUSAL_LM", base_model_name_or_path=base, **({"target_parameters": fused} if fused else {}))
     if vllm:
         return LoraConfig(**kw)
     other = {name: r for name, r in ranks.items() if r != common}

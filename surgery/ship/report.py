@@ -1,6 +1,6 @@
 """``surgery report``: one markdown page with figures from findings files and eval results.
 
-Findings files (heads or neurons, the common head of surgery.find.findings) and eval results
+Findings files (heads, neurons or directions, the common head of surgery.find.findings) and eval results
 (``surgery eval --out``) are read as given; every section is drawn only when its data is present,
 so a report of a partial run is still a valid report. The folder is written atomically.
 """
@@ -95,6 +95,28 @@ def _neurons_section(f: Mapping[str, Any], stem: str, out: Path) -> list[str]:
     return lines + _experts_lines(f.get("experts"))
 
 
+def _directions_section(f: Mapping[str, Any], stem: str, out: Path) -> list[str]:
+    from . import plots
+
+    rows, best = f.get("layers") or [], f.get("best_layer")
+    data = f.get("dataset") or {}
+    sizes = [(data.get(side) or {}).get("prompts") for side in ("a", "b")]
+    lines = [f"## Directions — {f['model'].get('path', '?')}", "",
+             f"mean(a) − mean(b) at the last prompt token after each layer; a: {sizes[0]} prompts, b: {sizes[1]}; "
+             f"best separation at layer {best}.", ""]
+    if rows:
+        png = plots.direction_layers(rows, f.get("cosine") or [[1.0]], out / f"{stem}-directions.png", best=best)
+        lines += [f"![directions per layer]({png.name})", "",
+                  "| layer | ‖direction‖ | separation (d) | accuracy |", "|---|---|---|---|"]
+        lines += [f"| {r['layer']} | {_fmt(r['norm'])} | {_fmt(r['separation'])} | {_pct(100 * r['accuracy'])} |"
+                  for r in rows]
+        lines.append("")
+    return lines
+
+
+SECTIONS = {"heads": _heads_section, "neurons": _neurons_section, "directions": _directions_section}
+
+
 def _experts_lines(report: Mapping[str, Any] | None) -> list[str]:
     """Mixtures of experts: unscored neurons and the experts whose routing differs most per category."""
     if not report:
@@ -138,7 +160,7 @@ def build_report(findings: Iterable[Path], evals: Iterable[Path], out: Path, *, 
         lines = ["# surgery report", ""]
         for i, (path, f) in enumerate(loaded):
             stem = f"{i + 1:02d}-{path.stem}"
-            lines += (_heads_section if f["kind"] == "heads" else _neurons_section)(f, stem, tmp)
+            lines += SECTIONS[f["kind"]](f, stem, tmp)
         for i, (path, r) in enumerate(results):
             lines += _eval_section(r, f"eval{i + 1:02d}-{path.stem}", tmp)
         if not loaded and not results:

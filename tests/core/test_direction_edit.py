@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import shutil
 import tracemalloc
 
 import numpy as np
@@ -206,12 +207,16 @@ def test_vectors_of_other_float_types_are_read(tmp_path, dtype):
 def test_a_bake_keeps_its_unit_vectors(tiny, tmp_path):
     """verify, undo and export-lora read a bake's recipe from its folder, without the vector files."""
     src = tiny("llama")
-    recipe = Recipe.load(direction_recipe(tmp_path / "r", ["layer: 1, module: attention, weight: 1.0"]))
+    recipe = Recipe.load(direction_recipe(tmp_path / "r", ["layer: 1, module: attention, weight: 1.0",
+                                                           "layer: 2, module: attention, weight: 0.0, "
+                                                           "vector: v.safetensors#s"]))  # a no-op, still recorded
     bake(Checkpoint(src), recipe, tmp_path / "baked")
     record = json.loads((tmp_path / "baked" / "surgery.json").read_text())
     again = Recipe.from_dict(record["recipe"], vectors=BakedVectors(tmp_path / "baked"))
-    assert again.edits[0].unit == recipe.edits[0].unit
+    assert [e.unit for e in again.edits] == [e.unit for e in recipe.edits]
     assert "surgery.vectors" in record["files"]
+    shutil.rmtree(tmp_path / "r")  # the vector files are not needed any more
+    assert verify(Checkpoint(src), tmp_path / "baked").ok
 
 
 def test_the_bake_streams_a_projected_tensor(tmp_path, monkeypatch):

@@ -60,7 +60,8 @@ def roles(kernel: KernelParams, arch: Architecture, layer: int) -> list[str]:
     return out
 
 
-def direction_recipe(found: DirectionFindings, kernel: KernelParams, arch: Architecture) -> tuple[Recipe, dict[str, Any]]:
+def direction_recipe(found: DirectionFindings, kernel: KernelParams,
+                     arch: Architecture) -> tuple[Recipe, dict[str, Any]]:
     """The recipe of direction edits ``kernel`` asks for, and what surgery.json records about it."""
     n = len(found.layers)
     if kernel.direction_layer is not None and kernel.direction_layer >= n:
