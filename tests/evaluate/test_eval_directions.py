@@ -4,7 +4,6 @@ language) and the share of answers that hold one of the user's markers."""
 from __future__ import annotations
 
 import math
-import shutil
 
 import numpy as np
 import pytest
