@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...core.errors import ParameterError
+from ...core.strict_files import DuplicateKey, load_json
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,8 @@ def read_prompts(path: str | Path | None, name: str) -> PromptSet:
             continue
         if path.suffix == ".jsonl":
             try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
+                entry = load_json(line)
+            except (json.JSONDecodeError, DuplicateKey):  # a key given twice: which prompt?
                 entry = None
             prompt = entry.get("prompt") if isinstance(entry, dict) else None
             if not isinstance(prompt, str) or not prompt.strip():
