@@ -35,8 +35,10 @@ def test_first_token_kl_per_language():
 def ablated(tmp_path_factory):
     """The planted model with its direction baked out (tests/find/directions/test_planted_direction.py)."""
     root = tmp_path_factory.mktemp("ablated")
-    found = surgery.find_direction(FIXTURE, a=FIXTURE / "a.txt", b=FIXTURE / "b.txt", device="cpu")
-    surgery.ablate_direction(FIXTURE, root / "out", direction=found.path, device="cpu")
+    with pytest.MonkeyPatch.context() as patch:  # module scope: the per-test cache folder is not set yet
+        patch.setenv("SURGERY_CACHE", str(root / "cache"))
+        found = surgery.find_direction(FIXTURE, a=FIXTURE / "a.txt", b=FIXTURE / "b.txt", device="cpu")
+        surgery.ablate_direction(FIXTURE, root / "out", direction=found.path, device="cpu")
     return root / "out"
 
 
