@@ -178,7 +178,7 @@ def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent
     """
     report = Report()
     record = load_provenance(dst_path)
-    recipe = record.recipe
+    recipe = record.replayable_recipe(dst_path)
     report.problems += integrity_problems(dst_path, record, progress=progress)
     report.files_checked = len(record.files)
     if report.problems:
@@ -279,17 +279,23 @@ def baked_tensors(src: Checkpoint, dst_path: Path, recipe: Recipe, model) -> dic
 
     arch = recipe.validate(src.config)
     edited = {p.info.name for p in plan(src, arch, recipe.active())}
-    on_disk = arch.layer_prefix(src.tensors)
-    in_memory = model_architecture(model).layer_prefix(name for name, _ in model.named_parameters())
+    params = [name for name, _ in model.named_parameters(remove_duplicate=False)]
+    on_disk, in_memory = arch.layer_prefix(src.tensors), model_architecture(model).layer_prefix(params)
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight is model.get_input_embeddings().weight
     out = {}
     for sl in Resolver(arch, src.tensors).all(all_sites(arch, recipe.active())):
         disk, layer = sl.tensor, sl.site.layer
+        if layer is None and tied:
+            return None  # a tied table: swapping one parameter would untie it; the baked model is loaded
         if disk in edited and disk not in out and sl.site.expert is None:
             with safe_open(str(dst_path / src.tensor(disk).file), "pt") as f:
-                # the same module under the loaded model's layer prefix (multimodal wrappers differ)
-                # and its loaded name (DeepSeek-V4 stores attn.wo_a for self_attn.o_a_proj)
-                stored = on_disk.format(layer=layer) + arch.stored_module(sl.site.module)
-                memory = in_memory.format(layer=layer) + sl.site.module + disk[len(stored):]
+                if layer is None:  # next to the layer list (the embeddings): under the loaded model's root prefix
+                    memory = in_memory.split("layers.{layer}.")[0] + disk[len(on_disk.split("layers.{layer}.")[0]):]
+                else:  # under the loaded model's layer prefix (multimodal wrappers differ) and its loaded name
+                    # (DeepSeek-V4 stores attn.wo_a for self_attn.o_a_proj)
+                    stored = on_disk.format(layer=layer) + arch.stored_module(sl.site.module)
+                    memory = in_memory.format(layer=layer) + sl.site.module + disk[len(stored):]
                 out[disk] = (memory, f.get_tensor(disk))
     if edited - set(out):
         return None  # expert tensors: stored per expert, fused in memory; no one-to-one swap

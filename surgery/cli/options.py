@@ -136,10 +136,11 @@ def flag_of(name: str) -> str:
     """The command-line flag of a library parameter: a typed option's own spelling (``rule`` →
     ``--select``), else ``--`` and the name with dashes (``allow_zero`` → ``--allow-zero``)."""
     from ..evaluation.params import EvalParams
+    from ..find.directions.params import DirectionParams, KernelParams
     from ..find.heads.params import FindParams
     from ..find.neurons.params import CaptureParams, SelectParams
 
-    for cls in (LoadSpec, CaptureParams, SelectParams, FindParams, EvalParams):
+    for cls in (LoadSpec, CaptureParams, SelectParams, FindParams, EvalParams, DirectionParams, KernelParams):
         for field, spec in cli_fields(cls):
             if field.name == name and spec.flag:
                 return spec.flag

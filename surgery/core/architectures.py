@@ -44,6 +44,8 @@ class Layout:
     # After the decoder layers (a knockout pass resumed at layer L runs the model's tail itself):
     # the final norm, a sibling of the layer list, and the config field of a logit soft-cap.
     final_norm: str = "norm"
+    # The token embedding table [vocab, hidden], a sibling of the layer list like the final norm.
+    embeddings: str = "embed_tokens"
     logit_softcap: str | None = None
     # The release's native tensor names (a second copy of the weights some releases ship next to
     # the transformers ones, e.g. Mistral's consolidated.safetensors): see NativeName.
@@ -402,11 +404,13 @@ class Geometry:
     mlp_kinds: tuple[str, ...] = ()
     o_groups: int = 0
     o_rank: int = 0
+    # The vocabulary (rows of the embedding table); not part of to_dict (findings predate it).
+    vocab_size: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; a dense model's dict has only the dense fields (findings written before MoE
         support record exactly those, and must still match)."""
-        out = {k: v for k, v in self.__dict__.items() if k not in _MOE_FIELDS + _SHAPE_FIELDS}
+        out = {k: v for k, v in self.__dict__.items() if k not in _MOE_FIELDS + _SHAPE_FIELDS + ("vocab_size",)}
         if self.num_experts:
             out.update(num_experts=self.num_experts, expert_size=self.expert_size,
                        shared_size=self.shared_size, sparse_layers=sorted(self.sparse_layers))
@@ -446,6 +450,10 @@ class Architecture:
                 f"found {'none' if not found else 'several'}; extend {TABLE_LOCATION}"
             )
         return found[0]
+
+    def root_prefix(self, names: Iterable[str]) -> str:
+        """The prefix of what sits next to the layer list (embeddings, final norm), e.g. ``model.``."""
+        return self.layer_prefix(names).split("layers.{layer}.")[0]
 
     def loaded_name(self, native: str) -> tuple[str, bool] | None:
         """The transformers name of a tensor stored under a native name (see ``NativeName``), and
@@ -558,6 +566,14 @@ class Architecture:
                                     f"(num_attention_heads + 2 × num_key_value_heads) × head_dim = "
                                     f"({g.num_heads} + 2 × {g.num_kv_heads}) × {g.head_dim} rows")
         return shapes
+
+    def attention_output(self) -> tuple[str, tuple[int, int]]:
+        """The module that writes the attention's output into the residual stream (relative to a
+        layer) and its weight's expected shape: o_proj, or DeepSeek-V4's o_b_proj, which mixes the
+        groups of its grouped o_a_proj (``Layout.o_proj`` there)."""
+        lay = self.layout
+        module = lay.grouped_output.o_b_proj if lay.grouped_output else lay.o_proj
+        return module, self.attention_shapes()[module][0]
 
     def head_columns(self, head: int) -> slice:
         """Columns of o_proj (its input features) that carry ``head``'s output (DeepSeek-V4: within
@@ -787,7 +803,8 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
     layout = ARCHITECTURES[model_type]
     dense = _issue24_geometry(layout, model_type, cfg, Geometry(
         layers, heads, int(cfg.get("num_key_value_heads") or heads), int(head_dim), hidden,
-        _mlp_width(layout, cfg, need) if layout.mlp_kinds is None or layout.mlp_kinds.editable else 0), need)
+        _mlp_width(layout, cfg, need) if layout.mlp_kinds is None or layout.mlp_kinds.editable else 0,
+        vocab_size=int(cfg.get("vocab_size") or 0)), need)
     ex = layout.experts
     if ex is None:
         return dense

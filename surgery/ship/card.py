@@ -125,6 +125,28 @@ def _edits_section(recipe: Recipe, arch: Architecture | None = None, adapter: bo
     return "\n".join(rows)
 
 
+def _directions_section(record: BakeRecord) -> str | None:
+    """Per projected matrix, how much of the direction the rounding to the stored dtype left,
+    ‖rᵀW′‖ / ‖rᵀW‖, next to what the weight asks for (|1 − w|: 0 for a removal); the experts of
+    one fused or per-expert layer on one row (their largest)."""
+    rows: dict[str, list[tuple[float, float]]] = {}
+    for e in record.edited_tensors:
+        if e.direction_left is not None and not e.tensor.endswith(("bias", "_bias")):
+            name = re.sub(r"\.experts\.\d+\.", ".experts.N.", e.tensor)
+            rows.setdefault(name, []).append((e.direction_left, abs(1 - e.direction_weight)))
+    if not rows:
+        return None
+    lines = ["| matrix | direction left | asked for |", "|---|---|---|"]
+    for name, values in list(rows.items())[:MAX_EDIT_ROWS]:
+        left, asked = max(values)
+        what = f"`{public(name)}`" + (f" ({len(values)} experts, the largest)" if len(values) > 1 else "")
+        lines.append(f"| {what} | {100 * left:.3g} % | {100 * asked:.3g} % |")
+    if len(rows) > MAX_EDIT_ROWS:
+        lines.append(f"\n… and {len(rows) - MAX_EDIT_ROWS} more matrices: see `surgery.json` (edited_tensors).")
+    return ("How much of each direction is left in the matrices it was projected out of, after the "
+            "rounding to the stored dtype (‖rᵀW′‖ / ‖rᵀW‖; not zero in bf16):\n\n" + "\n".join(lines))
+
+
 MAX_LIST = 12
 
 
@@ -206,7 +228,8 @@ def card_text(record: BakeRecord, source_card: str | None = None, arch: Architec
         "it with no custom code and no hooks."
         + (f"\n\nThe recipe was written for **{written_for}**, not for this model: its edits were baked "
            "here as given, with the scales chosen on that model." if written_for else ""),
-        "## What was edited\n\n" + _edits_section(recipe, arch),
+        "## What was edited\n\n" + _edits_section(recipe, arch)
+        + (f"\n\n{left}" if (left := _directions_section(record)) else ""),
         "## Why\n\n" + _why_section(record),
         "## Verification\n\n" + _verification_section(record.verification),
     ]
@@ -218,7 +241,9 @@ def card_text(record: BakeRecord, source_card: str | None = None, arch: Architec
     recipe_yaml = shown.to_yaml().strip()
     sections.append(
         "## Reproduce or undo\n\n```yaml\n" + recipe_yaml + "\n```\n\n"
-        f"`surgery apply recipe.yaml --model {base or 'SOURCE'}{f' --revision {pinned}' if pinned else ''} --out OUT` bakes the same checkpoint; "
+        f"`surgery apply recipe.yaml --model {base or 'SOURCE'}{f' --revision {pinned}' if pinned else ''} --out OUT` bakes the same checkpoint"
+        + (" (with the vector files it names next to it; their unit vectors are kept in `surgery.vectors`)"
+           if recipe.directions else "") + "; "
         "`surgery undo THIS_FOLDER --out SOURCE_COPY` restores the source byte for byte from `surgery.undo`.")
     if src_meta.get("license"):
         sections.append(f"## Licence\n\nThe source's licence (`{src_meta['license']}`) applies to this checkpoint.")

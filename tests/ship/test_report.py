@@ -101,3 +101,19 @@ def test_cli_report(inputs, tmp_path):
                                  "--out", str(tmp_path / "rep")])
     assert r.exit_code == 0, r.output
     assert "3 figure(s)" in r.output
+
+
+def test_report_draws_direction_findings(tiny, tmp_path):
+    """find-direction's findings: the per-layer table and one figure (separation, norms, cosines)."""
+    pytest.importorskip("matplotlib")
+    found = new_findings("directions", Checkpoint(tiny("llama")), "2" * 64, {"method": 1}, "test")
+    found.update(dataset={"a": {"prompts": 12}, "b": {"prompts": 10}}, best_layer=1,
+                 layers=[{"layer": i, "norm": 1.0 + i, "norm_a": 2.0, "norm_b": 2.0, "separation": s, "accuracy": a}
+                         for i, (s, a) in enumerate([(0.5, 0.6), (3.0, 1.0), (1.0, 0.75)])],
+                 cosine=[[1.0, 0.5, 0.2], [0.5, 1.0, 0.7], [0.2, 0.7, 1.0]])
+    save_findings(found, tmp_path / "direction.json")
+    md = build_report([tmp_path / "direction.json"], [], tmp_path / "report")
+    text = md.read_text()
+    w, h = _png_size(tmp_path / "report" / "01-direction-directions.png")
+    assert w > 400 and h > 200 and "](01-direction-directions.png)" in text
+    assert "best separation at layer 1" in text and "| 1 | 2 | 3 | 100.0% |" in text
