@@ -134,19 +134,31 @@ class UndoSpool:
         self._lock = threading.Lock()
         self._end = 0
         self.parts: dict[str, list[tuple[int, int]]] = {}
+        self._rows: dict[str, tuple[int, tuple[int, ...]]] = {}  # key -> (rows so far, shape of a row in bytes)
 
     def add(self, key: str, data: np.ndarray) -> None:
-        """Append the raw bytes of ``data`` to ``key``."""
-        raw = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+        """Append the raw bytes of ``data`` (a block of rows, or of bytes when 1-D) to ``key``."""
+        data = np.ascontiguousarray(data).view(np.uint8)
+        raw = memoryview(data.reshape(-1))
         with self._lock:
             start, self._end = self._end, self._end + raw.nbytes
             self.parts.setdefault(key, []).append((start, raw.nbytes))
+            rows, row = self._rows.get(key, (0, data.shape[1:]))
+            if row != data.shape[1:]:
+                raise ValueError(f"undo spool: rows of shape {data.shape[1:]} added to '{key}', which holds {row}")
+            self._rows[key] = (rows + len(data), row)
         while raw.nbytes:  # a short write is retried: the next one fails with the errno (a full disk)
             n = os.pwrite(self._file.fileno(), raw, start)
             raw, start = raw[n:], start + n
 
     def size(self, key: str) -> int:
         return sum(n for _, n in self.parts.get(key, ()))
+
+    def shape(self, key: str) -> list[int]:
+        """The shape ``key``'s bytes are recorded under: rows × bytes per row, as the slices were
+        cut (surgery.undo keeps the layout surgery 0.1 wrote)."""
+        rows, row = self._rows.get(key, (0, ()))
+        return [rows, *row]
 
     def copy(self, key: str, fd: int) -> None:
         """Write ``key``'s bytes to ``fd`` at its current position, a bounded block at a time."""
@@ -170,7 +182,7 @@ UndoValue = Union[np.ndarray, Spooled]
 
 
 def write_undo(path: Path, arrays: dict[str, UndoValue], spool: UndoSpool | None = None) -> None:
-    """surgery.undo: the original slices (1-D uint8 each), in safetensors format, streamed.
+    """surgery.undo: the original slices (uint8, rows × bytes per row), in safetensors format, streamed.
 
     Laid out as safetensors' own writer does (tensors by name, header padded to 8 bytes), so an
     undo of only in-memory slices is byte-identical to ``safetensors.numpy.save``. Written with
@@ -181,8 +193,11 @@ def write_undo(path: Path, arrays: dict[str, UndoValue], spool: UndoSpool | None
     header, offset = {}, 0
     for key in sorted(arrays):
         value = arrays[key]
-        n = spool.size(value) if isinstance(value, Spooled) else np.asarray(value).nbytes
-        header[key] = {"dtype": "U8", "shape": [n], "data_offsets": [offset, offset + n]}
+        if isinstance(value, Spooled):
+            n, shape = spool.size(value), spool.shape(value)
+        else:
+            n, shape = np.asarray(value).nbytes, list(np.ascontiguousarray(value).view(np.uint8).shape)
+        header[key] = {"dtype": "U8", "shape": shape, "data_offsets": [offset, offset + n]}
         offset += n
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)

@@ -43,6 +43,7 @@ from .card import adapter_card
 
 VLLM_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+COUNTED_SINCE_0_1 = ("head", "neuron")  # surgery_adapter.json counts these kinds even at 0 (the 0.1 layout)
 
 
 @dataclass
@@ -300,8 +301,9 @@ def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool
     record = AdapterRecord(
         tool_version=__version__, source=source, model_type=arch.model_type, recipe=recipe, vllm=vllm,
         max_rank=rank, modules={m.name: m.rank for m in modules},
-        # "heads": 2, "neurons": 40, … (every registered kind, 0 when the recipe has none)
-        extra={f"{kind}s": counts.get(kind, 0) for kind in edit_kinds()})
+        # "heads": 2, "neurons": 40, …: the kinds surgery 0.1 counted always (0 when the recipe has
+        # none, as its records did), any later kind when the recipe has it
+        extra={f"{kind}s": counts.get(kind, 0) for kind in edit_kinds() if kind in counts or kind in COUNTED_SINCE_0_1})
     with staged_output(Path(out), [ckpt.path], force) as tmp:
         config.save_pretrained(str(tmp))
         save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
