@@ -114,4 +114,3 @@ class BakedVectors:
                               "the bake's record is incomplete: bake again")
         # Stored already unit-length in float32: used as is (normalising again could move the last bit).
         return _read_1d(self.path, key, f"{where}.vector").astype(np.float32), sha256
-
