@@ -23,6 +23,7 @@ from ..core.checkpoint import file_sha256
 from ..core.errors import SurgeryError, VerificationError
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_files
+from .bake import replaceable as baked_output
 from .formats import block_shape
 from .model import open_gguf
 from .plan import edit_tensor, plan, runs
@@ -138,10 +139,10 @@ def undo_gguf(baked: str | Path, out: str | Path, force: bool = False,
     record, originals = _load(baked)
     (source_name, source_sha), = record.source_files.items()
 
-    def earlier_restore(path: Path) -> bool:
-        return file_sha256(path) == source_sha
+    def replaceable(path: Path) -> bool:  # a bake's output, or an earlier restore of this one
+        return baked_output(path) or file_sha256(path) == source_sha
 
-    with staged_files(out, [baked], force, report, replaceable=earlier_restore,
+    with staged_files(out, [baked], force, report, replaceable=replaceable,
                       companions=[p.name for p in sidecars(out)]) as tmp:
         baked_sha, restored = stream_patched(baked, tmp / out.name, _restore_chunks(originals))
         if baked_sha != recorded_hashes(record)[0]:
