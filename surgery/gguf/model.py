@@ -57,10 +57,12 @@ def _header_digest(path: Path, header: GgufHeader) -> str:
 
 def _config(path: Path, header: GgufHeader) -> dict[str, Any]:
     """The transformers config of the GGUF, cached by the header's sha256 (transformers reads the
-    whole vocabulary to build it: seconds on a 49k vocabulary, ~40 s on a 262k one)."""
+    whole vocabulary to build it: seconds on a 49k vocabulary, ~40 s on a 262k one; importing it
+    alone takes seconds)."""
     cached = cache_dir() / "gguf-configs" / f"{_header_digest(path, header)}.json"
     if cached.is_file():
         return load_json(cached.read_text(encoding="utf-8"))
+    check_supported(header)  # an architecture transformers reads the config of (one line otherwise)
     from transformers import AutoConfig
 
     try:
@@ -129,7 +131,6 @@ def open_gguf(path: str | Path) -> GgufModel:
     path = Path(path)
     header = read_header(path)
     check_complete(path, header)
-    check_supported(header)  # transformers reads the config of this architecture
     config = _config(path, header)
     return GgufModel(path, header, config, architecture(config))
 
