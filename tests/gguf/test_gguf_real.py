@@ -13,7 +13,7 @@ from surgery.bake.provenance import sidecars
 from surgery.core.checkpoint import file_sha256
 from surgery.gguf.formats import dequantize
 from surgery.gguf.model import open_gguf, tensor_bytes
-from tests.conftest import real_model_path
+from tests.support.paths import real_model_path
 from tests.support.cli import run_cli
 
 
