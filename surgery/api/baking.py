@@ -157,7 +157,6 @@ def bake_sweep(model: str | Path, plans: Sequence[Planned], out: str | Path, *, 
     """
     from ..bake.guards import check_scales
     from ..core.staging import check_container, check_free
-
     from ..gguf.model import is_gguf
 
     if is_gguf(model):

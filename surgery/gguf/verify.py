@@ -20,12 +20,12 @@ from ..bake.provenance import load_provenance, load_undo, provenance_intact, sid
 from ..bake.record import BakeRecord
 from ..bake.verify import Report
 from ..core.checkpoint import file_sha256
-from ..core.errors import SurgeryError, VerificationError
+from ..core.errors import DestinationError, SurgeryError, VerificationError
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_files
 from .bake import replaceable as baked_output
 from .formats import block_shape
-from .model import open_gguf
+from .model import is_gguf, open_gguf
 from .plan import edit_tensor, plan, runs
 
 
@@ -57,6 +57,9 @@ def recorded_hashes(record: BakeRecord) -> tuple[str | None, str | None]:
 
 def _load(baked: Path) -> tuple[BakeRecord, list]:
     record = load_provenance(baked)
+    if len(record.source_files) != 1 or "gguf" not in record.extra:
+        raise VerificationError(f"{sidecars(baked)[0].name} is not the record of a GGUF bake; give the .gguf file "
+                                "a bake wrote")
     undo_path = sidecars(baked)[1]
     if not undo_path.is_file():
         raise VerificationError(f"{baked} has no undo sidecar {undo_path.name}; copy it next to the file")
@@ -87,7 +90,9 @@ def verify_gguf(baked: str | Path, source: str | Path | None = None,
     if restored_sha != source_sha:
         report.problems.append(f"{baked.name} with its original blocks put back is not the source {source_name} "
                                "(bytes outside the edited blocks differ); bake it again")
-    if source is not None and file_sha256(Path(source)) != source_sha:
+    if source is not None and not Path(source).is_file():
+        report.problems.append(f"{source} is not a file; give the source GGUF {baked.name} was baked from")
+    elif source is not None and file_sha256(Path(source)) != source_sha:
         report.problems.append(f"{Path(source).name} is not the source {baked.name} was baked from (its sha256 "
                                "differs from the record); verify against that source")
     if report.problems:
@@ -136,6 +141,8 @@ def undo_gguf(baked: str | Path, out: str | Path, force: bool = False,
     """Write the source of the baked GGUF ``baked`` to ``out`` (a file), byte for byte; checked
     against the sha256 recorded at bake time before it is published. Returns {name: sha256}."""
     baked, out = Path(baked), Path(out)
+    if not is_gguf(out):
+        raise DestinationError(f"--out {out} must end in .gguf: a baked GGUF restores to a GGUF file")
     record, originals = _load(baked)
     (source_name, source_sha), = record.source_files.items()
 

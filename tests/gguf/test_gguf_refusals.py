@@ -112,6 +112,10 @@ def test_destinations(tmp_path):
     assert taken.read_bytes() == src.read_bytes()
     assert not any(p.exists() for p in sidecars(taken))
     undo_gguf(out, taken, force=True)  # an earlier restore is replaceable too
+    with pytest.raises(SurgeryError, match=r"must end in \.gguf"):
+        undo_gguf(out, tmp_path / "restored")
+    report = verify_gguf(out, tmp_path / "missing.gguf")
+    assert not report.ok and "is not a file" in report.problems[0]
 
 
 def test_commands_end_to_end(tmp_path, capsys):
