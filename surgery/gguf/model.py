@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -134,8 +133,3 @@ def open_gguf(path: str | Path) -> GgufModel:
     config = _config(path, header)
     return GgufModel(path, header, config, architecture(config))
 
-
-def file_identity(path: Path) -> tuple[int, int]:
-    """(size, mtime_ns): cheap evidence that a file did not change between two reads."""
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
