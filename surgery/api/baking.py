@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..bake.record import BakeRecord, Evaluation
 from ..core.edits import Recipe
-from ..core.errors import RecipeError
+from ..core.errors import ParameterError, RecipeError
 from ..core.progress import StageProgress, silent_stages
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
@@ -65,12 +65,13 @@ def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: Loa
                 force: bool = False, verify: bool = True, allow_other_base: bool = False, allow_zero: bool = False,
                 extra: Mapping[str, Any] | None = None, evaluation: Evaluation | Mapping[str, Any] | None = None,
                 push_to: str | None = None, push_revision: str | None = None, private: bool = False,
-                stages: StageProgress = silent_stages, report: Callable[[str], None] | None = None,
-                **options: Any) -> Baked:
+                requantize: bool = False, stages: StageProgress = silent_stages,
+                report: Callable[[str], None] | None = None, **options: Any) -> Baked:
     """Bake ``recipe`` into a copy of ``model`` at ``out`` (written atomically) and return what happened.
 
     Args:
-        model: a checkpoint folder or a Hub id (``org/name``).
+        model: a checkpoint folder, a Hub id (``org/name``), or a GGUF file (then ``out`` is a
+            .gguf file too: see :func:`_bake_gguf`).
         recipe: the edits; a recipe written for another model is refused unless ``allow_other_base``
             (the output then records both names).
         out: the output folder; an existing one is refused unless ``force`` and it is a surgery
@@ -80,6 +81,8 @@ def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: Loa
         extra: entries added to surgery.json (findings summaries); ``evaluation``: rows of the card's
             before/after table.
         push_to: push the result to this Hub repo (branch ``push_revision``; ``private`` when created).
+        requantize: GGUF only: requantize the blocks an edit cannot change exactly (Q4_0/1, Q5_0/1,
+            Q8_0), the error measured and recorded; without it such an edit is refused.
         stages: progress callback ``(stage, done, total)``; ``report``: notes (default: the
             ``surgery`` logger).
         options: load options (``revision``, ``trust_remote_code``, ``device`` …: see ``LoadSpec``).
@@ -92,6 +95,17 @@ def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: Loa
     load = typed(LoadSpec, options, load)
     no_other_options("bake_recipe", options, LoadSpec)
     note = reporter(report)
+    from ..gguf.model import is_gguf
+
+    if is_gguf(model):
+        if push_to:
+            raise ParameterError("{push_to} does not take a GGUF bake yet; upload the .gguf and its two .surgery "
+                                 "sidecars yourself", "push_to")
+        return _bake_gguf(Path(model), recipe, Path(out), force=force, allow_other_base=allow_other_base,
+                          requantize=requantize, extra=extra, stages=stages, note=note)
+    if requantize:
+        raise ParameterError("{requantize} applies to GGUF models only (a safetensors bake rounds to the stored "
+                             "dtype); drop it", "requantize")
     if push_to:
         from ..ship.hub import preflight
 
@@ -114,6 +128,24 @@ def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: Loa
     return Baked(Path(out), record, notes + result.notes, dict(extra) if extra else None)
 
 
+def _bake_gguf(model: Path, recipe: Recipe, out: Path, *, force: bool, allow_other_base: bool, requantize: bool,
+               extra: Mapping[str, Any] | None, stages: StageProgress, note: Callable[[str], None]) -> Baked:
+    """Bake into a GGUF file (surgery/gguf/bake.py): only the edited blocks change, each exact or refused
+    (or requantized, with ``requantize``); the record and undo go to sidecars next to ``out``."""
+    from ..bake.lineage import for_source
+    from ..gguf.bake import bake_gguf
+    from ..gguf.model import open_gguf
+    from ..model.loading import Source
+
+    gguf_model, source = open_gguf(model), Source(model)
+    recipe, lineage = for_source(recipe, gguf_model.config, source, allow_other_base=allow_other_base)
+    if lineage:
+        note(lineage)
+    result = bake_gguf(gguf_model, recipe, out, source=source, force=force, requantize=requantize,
+                       extra=dict(extra) if extra else None, report=note, progress=stages)
+    return Baked(out, result.provenance, ([lineage] if lineage else []) + result.notes, dict(extra) if extra else None)
+
+
 def bake_sweep(model: str | Path, plans: Sequence[Planned], out: str | Path, *, load: LoadSpec | None = None,
                force: bool = False, allow_zero: bool = False, push_to: str | None = None,
                on_each: Callable[[str, Baked], None] | None = None, **kwargs: Any) -> dict[str, Baked]:
@@ -125,7 +157,11 @@ def bake_sweep(model: str | Path, plans: Sequence[Planned], out: str | Path, *, 
     """
     from ..bake.guards import check_scales
     from ..core.staging import check_container, check_free
+    from ..gguf.model import is_gguf
 
+    if is_gguf(model):
+        raise ParameterError("a sweep over several values does not bake GGUF files yet; give one value of "
+                             "{alpha} / {n} per bake", "alpha", "n")
     labels = [p.label for p in plans]
     if None in labels or len(set(labels)) != len(labels):
         raise RecipeError("sweep labels must be given and unique (each value gets its own folder and branch)")

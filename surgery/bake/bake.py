@@ -166,24 +166,35 @@ class PatchedFile:
 def _patch_file(src: Path, dst: Path, patches, spool: UndoSpool, hash_source: bool = True,
                 on_bytes: Callable[[int], None] = lambda n: None,
                 stop: threading.Event | None = None) -> PatchedFile:
-    """Write ``src`` with every patch applied to ``dst`` in one streaming pass, keeping the original
-    slices for undo; returns the sha256 of the source (when ``hash_source``) and of the output.
-    A set ``stop`` (another shard failed) ends the pass early with an error.
+    """Write ``src`` with every patch applied to ``dst`` in one streaming pass (:func:`stream_patched`),
+    keeping the original slices for undo."""
+    entries: list[Patched] = []
+    src_sha, out_sha = stream_patched(src, dst, lambda fd: _new_bytes(fd, patches, entries, spool), hash_source,
+                                      on_bytes, stop)
+    return PatchedFile(src_sha, out_sha,
+                       sorted(entries, key=lambda e: (e[0].tensor, e[0].first_row or 0)))  # the plan's order
+
+
+def stream_patched(src: Path, dst: Path, new_bytes: Callable[[int], Iterator[tuple[int, memoryview]]],
+                   hash_source: bool = True, on_bytes: Callable[[int], None] = lambda n: None,
+                   stop: threading.Event | None = None) -> tuple[str | None, str]:
+    """Write ``src`` to ``dst`` with ``new_bytes(fd_src)``'s (offset, bytes) overlaid (in file order,
+    disjoint), in one streaming pass; return the sha256 of the source (when ``hash_source``) and of
+    the output. A set ``stop`` (another shard failed) ends the pass early with an error.
 
     Each source block is read once: it is hashed as the source, overlaid with the patches' new
     bytes, hashed as the output and written, the two hashes on two threads (hashlib releases the
-    GIL), so no byte of the shard is read back for hashing. Memory: four 16 MB buffers.
+    GIL), so no byte of the file is read back for hashing. Memory: four 16 MB buffers.
     """
     size = os.stat(src).st_size
     src_h, out_h = hashlib.sha256(), hashlib.sha256()
-    entries: list[Patched] = []
     dst.parent.mkdir(parents=True, exist_ok=True)
     with ExitStack() as closing:
         fd_src = os.open(src, os.O_RDONLY)
         closing.callback(os.close, fd_src)
         fd_dst = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         closing.callback(os.close, fd_dst)
-        chunks = _new_bytes(fd_src, patches, entries, spool)
+        chunks = new_bytes(fd_src)
         # Closed here, on an error too: left to the garbage collector, it would end (leave its numpy
         # errstate) in another thread's context, which numpy rejects with a traceback.
         closing.callback(chunks.close)
@@ -227,8 +238,7 @@ def _patch_file(src: Path, dst: Path, patches, spool: UndoSpool, hash_source: bo
                 job.result()
         if pending is not None or next(chunks, None) is not None:
             raise CheckpointError(f"{src.name}: an edited tensor lies past the end of the file; it is truncated")
-    return PatchedFile(src_h.hexdigest() if hash_source else None, out_h.hexdigest(),
-                       sorted(entries, key=lambda e: (e[0].tensor, e[0].first_row or 0)))  # the plan's order
+    return src_h.hexdigest() if hash_source else None, out_h.hexdigest()
 
 
 def _record_undo(entries: list[Patched], undo: dict[str, UndoValue], undo_index: list[EditedTensor]) -> None:

@@ -34,6 +34,19 @@ OWN_FILES = (PROVENANCE_NAME, UNDO_NAME, VECTORS_NAME)
 COPY_BLOCK = 16 << 20
 ADAPTER_PROVENANCE_NAME = "surgery_adapter.json"  # what export-lora records in an adapter folder
 SEAL_KEY = "provenance_sha256"  # in surgery.json: see provenance_text
+# A baked single file (a GGUF) carries its record and undo as sidecars: NAME.gguf.surgery.json / .surgery.undo.
+SIDECAR_SUFFIXES = (".surgery.json", ".surgery.undo")
+
+
+def sidecars(path: Path) -> tuple[Path, Path]:
+    """(record, undo) sidecar paths of the baked single file ``path``."""
+    return tuple(Path(f"{path}{suffix}") for suffix in SIDECAR_SUFFIXES)  # type: ignore[return-value]
+
+
+def record_file(path: Path) -> Path:
+    """Where the record of the bake at ``path`` is: a folder's surgery.json, a file's sidecar."""
+    path = Path(path)
+    return sidecars(path)[0] if path.is_file() else path / PROVENANCE_NAME
 
 
 def seal(prov: Mapping[str, Any]) -> str:
@@ -62,7 +75,7 @@ def record_text(record: BakeRecord) -> str:
 
 def provenance_intact(path: Path) -> bool:
     """True when ``path``/surgery.json is byte for byte what ``provenance_text`` wrote."""
-    raw = (Path(path) / PROVENANCE_NAME).read_bytes()
+    raw = record_file(path).read_bytes()
     try:
         data = load_json(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):  # a repeated key too: the seal covers one value
@@ -97,8 +110,11 @@ def not_baked(path: Path) -> str:
 
 def load_provenance(path: Path) -> BakeRecord:
     """surgery.json of a baked checkpoint (a clear error when it is not one, or of a newer version)."""
-    prov = Path(path) / PROVENANCE_NAME
+    prov = record_file(path)
     if not prov.is_file():
+        if Path(path).is_file():
+            raise VerificationError(f"{path} has no sidecar {prov.name}: it was not made by a surgery bake; give "
+                                    "the file a bake wrote, next to its sidecars")
         raise VerificationError(not_baked(Path(path)))
     try:
         data = load_json(prov.read_text(encoding="utf-8"))
