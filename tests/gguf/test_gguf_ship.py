@@ -170,3 +170,23 @@ def test_sweep_pushes_each_value_to_its_own_branch(tmp_path):
             files = hub.files("me/sweep", label)
             assert files[f"{label}.gguf"] == (tmp_path / "sweep" / f"{label}.gguf").read_bytes()
             assert "README.md" in files and f"{label}.gguf.surgery.undo" in files
+
+
+def test_n_sweep_bakes_one_gguf_per_n_from_findings_on_the_file(tmp_path, capsys):
+    """--n 2,3: the findings are computed once on the imported GGUF; n-2.gguf prunes the top two, n-3.gguf three."""
+    from tests.support.tiny_gguf import gguf_source_model, write_tiny_gguf
+
+    src = tmp_path / "tiny.gguf"
+    write_tiny_gguf(src, gguf_source_model())
+    done = run_main(["prune-neurons", src, "--n", "2,3", "--out", tmp_path / "sweep", "--json"], capsys)
+    assert done.returncode == 0, done.stderr
+    assert [v["label"] for v in json.loads(done.stdout)] == ["n-2", "n-3"]
+    pruned = {}
+    for n in (2, 3):
+        out = tmp_path / "sweep" / f"n-{n}.gguf"
+        assert verify_gguf(out, src).ok
+        record = json.loads(sidecars(out)[0].read_text())
+        pruned[n] = [(e["layer"], e["neuron"]) for e in record["recipe"]["edits"]]
+        assert len(pruned[n]) == n and record["neuron_selection"]["n"] == n
+        assert "- **neuron_selection**" in checked_upload(out)[1]["README.md"].decode()
+    assert set(pruned[2]) < set(pruned[3])  # the same ranking, cut at two and at three
