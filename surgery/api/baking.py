@@ -11,54 +11,17 @@ value of a sweep (α or n), every destination and every value's scales checked b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..bake.record import BakeRecord, Evaluation
+from ..bake.record import Evaluation
 from ..core.edits import Recipe
 from ..core.errors import ParameterError, RecipeError
 from ..core.progress import StageProgress, silent_stages
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
-
-
-@dataclass
-class Baked:
-    """One finished bake: where it went, its record (surgery.json), the notes reported on the way,
-    and the findings summary that went into surgery.json (``extra``)."""
-
-    out: Path
-    provenance: BakeRecord
-    notes: list[str]
-    extra: dict[str, Any] | None = None
-
-    @property
-    def tensors_edited(self) -> int:
-        """Distinct tensors the bake changed (a fused expert tensor counts once, not per window)."""
-        return len(self.provenance.edited_pairs())
-
-    def summary(self) -> dict[str, Any]:
-        """The JSON object the command line prints for this bake (``--json``)."""
-        record = self.provenance
-        return {"out": str(self.out), "edits": len(record.recipe.edits), "tensors_edited": self.tensors_edited,
-                "verification": record.verification.to_dict() if record.verification else None,
-                "notes": self.notes, "pushed": record.pushed.to_dict() if record.pushed else None,
-                **(self.extra or {})}  # the selection / findings summary that went into surgery.json
-
-
-@dataclass(frozen=True)
-class Planned:
-    """One output of a sweep: its label (folder and branch name), recipe, and surgery.json extras."""
-
-    label: str | None
-    recipe: Recipe
-    extra: dict[str, Any] | None = None
-
-
-def sweep_label(name: str, value: float) -> str:
-    """A folder and branch name for one sweep value, e.g. ``alpha-2.5`` or ``n-40``."""
-    return f"{name}-{value:g}"
+from .baked import Baked, Planned, sweep_label  # noqa: F401 (sweep_label: callers import it from here)
 
 
 def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: LoadSpec | None = None,

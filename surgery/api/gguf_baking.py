@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..core.edits import Recipe
 from ..core.errors import DestinationError, RecipeError
 from ..core.progress import StageProgress, silent_stages
-from .baking import Baked, Planned
+from .baked import Baked, Planned
+
+if TYPE_CHECKING:
+    from ..gguf.bake import Prepared
 
 
 def _opened(model: Path, recipe: Recipe, allow_other_base: bool):
@@ -33,7 +36,7 @@ def _opened(model: Path, recipe: Recipe, allow_other_base: bool):
 def bake_gguf_recipe(model: Path, recipe: Recipe, out: Path, *, force: bool = False, allow_other_base: bool = False,
                      requantize: bool = False, extra: Mapping[str, Any] | None = None, push_to: str | None = None,
                      push_revision: str | None = None, private: bool = False, stages: StageProgress = silent_stages,
-                     note: Callable[[str], None] = lambda m: None, prepared: Any = None) -> Baked:
+                     note: Callable[[str], None] = lambda m: None, prepared: "Prepared | None" = None) -> Baked:
     """Bake into a GGUF file (surgery/gguf/bake.py): only the edited blocks change, each exact or refused
     (or requantized, with ``requantize``); the record and undo go to sidecars next to ``out``; with
     ``push_to`` the three files and a card go to that Hub repo (branch ``push_revision``)."""

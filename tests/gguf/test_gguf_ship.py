@@ -16,11 +16,9 @@ from surgery.gguf.bake import bake_gguf
 from surgery.gguf.model import open_gguf
 from surgery.gguf.ship import checked_upload
 from surgery.gguf.verify import verify_gguf
-from tests.gguf.test_gguf_bake import tensor_values
-from tests.ship.test_push import TOKEN, _env, _front_matter, _run
 from tests.support.cli import run_main, staging_leftovers
-from tests.support.fakehub import FakeHub
-from tests.support.typed_gguf import write_typed_gguf
+from tests.support.fakehub import TOKEN, FakeHub, card_front_matter, hub_env, run_surgery
+from tests.support.typed_gguf import tensor_values, write_typed_gguf
 
 HEAD_DIM = 256
 
@@ -43,7 +41,7 @@ def test_push_uploads_the_file_its_sidecars_and_a_card_in_one_commit(baked, tmp_
     src, out = baked
     record_path, undo_path = sidecars(out)
     with FakeHub(TOKEN) as hub:
-        r = _run(["push", out, "--repo", "me/edited-gguf", "--private"], _env(hub, tmp_path))
+        r = run_surgery(["push", out, "--repo", "me/edited-gguf", "--private"], hub_env(hub, tmp_path))
         assert r.returncode == 0, r.stderr
         files = hub.files("me/edited-gguf")
         assert len(commits(hub, "me/edited-gguf")) == 1 and hub.repos["me/edited-gguf"].private
@@ -55,7 +53,7 @@ def test_push_uploads_the_file_its_sidecars_and_a_card_in_one_commit(baked, tmp_
     assert record["files"][undo_path.name] == file_sha256(undo_path)
 
     card = files["README.md"].decode()
-    meta = _front_matter(card)
+    meta = card_front_matter(card)
     assert {"surgery", "gguf"} <= set(meta["tags"]) and "base_model" not in meta  # a local file: no Hub id
     assert f"sha256 `{file_sha256(src)}`" in card and "src.gguf" in card and str(tmp_path) not in card
     for tensor in ("blk.0.ffn_gate.weight", "blk.1.ffn_up.weight", "blk.1.attn_output.weight"):
@@ -85,7 +83,7 @@ def test_a_changed_file_is_refused_before_any_request(baked, tmp_path):
     data[-3] ^= 0x10
     out.write_bytes(bytes(data))
     with FakeHub(TOKEN) as hub:
-        r = _run(["push", out, "--repo", "me/bad"], _env(hub, tmp_path))
+        r = run_surgery(["push", out, "--repo", "me/bad"], hub_env(hub, tmp_path))
         assert hub.requests == [] and not hub.repos
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("Error: ")]
     assert r.returncode == 2 and len(errors) == 1 and "refusing to push" in errors[0]
@@ -98,8 +96,8 @@ def test_bake_with_push_to(tmp_path):
     src, out = tmp_path / "src.gguf", tmp_path / "pruned.gguf"
     write_typed_gguf(src, "Q8_0")
     with FakeHub(TOKEN) as hub:
-        r = _run(["prune-neurons", src, "--neurons", "0:3", "--out", out, "--push-to", "me/pruned"],
-                 _env(hub, tmp_path))
+        r = run_surgery(["prune-neurons", src, "--neurons", "0:3", "--out", out, "--push-to", "me/pruned"],
+                 hub_env(hub, tmp_path))
         assert r.returncode == 0, r.stderr
         files = hub.files("me/pruned")
     assert files[out.name] == out.read_bytes() and "README.md" in files and "Pushed" in r.stdout
@@ -163,8 +161,8 @@ def test_sweep_pushes_each_value_to_its_own_branch(tmp_path):
     src = tmp_path / "src.gguf"
     write_typed_gguf(src, "Q8_0", head_dim=HEAD_DIM)
     with FakeHub(TOKEN) as hub:
-        r = _run(["amplify-heads", src, "--heads", "0.1", "--alpha", "2,4", "--out", tmp_path / "sweep",
-                  "--push-to", "me/sweep"], _env(hub, tmp_path))
+        r = run_surgery(["amplify-heads", src, "--heads", "0.1", "--alpha", "2,4", "--out", tmp_path / "sweep",
+                  "--push-to", "me/sweep"], hub_env(hub, tmp_path))
         assert r.returncode == 0, r.stderr
         for label in ("alpha-2", "alpha-4"):
             files = hub.files("me/sweep", label)
