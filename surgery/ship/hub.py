@@ -65,7 +65,8 @@ def check_pushable(folder: str | Path) -> tuple[str, BakeRecord | dict[str, Any]
     it was checked and the bake's record (the adapter's PEFT config)."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise SurgeryError(f"{folder} is not a folder; give a baked checkpoint or adapter folder")
+        raise SurgeryError(f"{folder} is not a folder; give a baked checkpoint or adapter folder, or a baked "
+                           ".gguf file")
     if (folder / PROVENANCE_NAME).is_file():
         return check_checkpoint(folder)
     if all((folder / f).is_file() for f in ADAPTER_FILES):

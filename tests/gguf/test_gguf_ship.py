@@ -87,6 +87,8 @@ def test_a_changed_file_is_refused_before_any_request(baked, tmp_path):
         assert hub.requests == [] and not hub.repos
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("Error: ")]
     assert r.returncode == 2 and len(errors) == 1 and "refusing to push" in errors[0]
+    with pytest.raises(VerificationError, match="no sidecar src.gguf.surgery.json: it was not made by a surgery bake"):
+        checked_upload(src)  # a GGUF that no bake wrote
     src.rename(tmp_path / "moved-away.gguf")  # without the source: the recorded sha256s still catch it
     with pytest.raises(VerificationError, match="changed after the bake"):
         checked_upload(out)
