@@ -90,7 +90,9 @@ def write_card(folder: str | Path, evaluation: str | Path | None = None) -> Path
 def push(folder: str | Path, repo: str, *, private: bool = False, revision: str | None = None,
          create_pr: bool = False, message: str | None = None) -> dict[str, Any]:
     """Push a verified baked folder (or exported adapter) to the Hub repo ``repo`` (token from
-    ``HF_TOKEN`` or ``hf auth login``, never printed); ``revision``: the branch, created when missing."""
+    ``HF_TOKEN`` or ``hf auth login``, never printed); ``revision``: the branch, created when missing.
+    ``folder`` may be a baked .gguf file: it goes with its two sidecars and a model card written from
+    its record, in one commit."""
     from ..ship.hub import push as upload
 
     return upload(folder, repo, private=private, revision=revision, create_pr=create_pr, message=message)

@@ -128,7 +128,8 @@ def bake_options(f: Callable) -> Callable:
                      help="Check each edited weight map against the run-time edit before publishing.")(f)
     f = click.option("--force", is_flag=True, help="Replace --out if it exists.")(f)
     return click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
-                        help="Output checkpoint folder, or a .gguf file when MODEL is a GGUF file (written atomically).")(f)
+                        help="Output checkpoint folder, or a .gguf file when MODEL is a GGUF file (written "
+                             "atomically); a sweep writes OUT/<label> per value (OUT/<label>.gguf from a GGUF).")(f)
 
 
 def baking_command(f: Callable) -> Callable:

@@ -49,6 +49,9 @@ def export_lora_cmd(model, load, recipe_path, out_dir, vllm, force, as_json):
 def push_cmd(folder, repo_id, private, revision, create_pr, message, as_json):
     """Push a verified checkpoint (or exported adapter) FOLDER to the Hub.
 
+    FOLDER may be a baked .gguf file: it goes with its two .surgery sidecars and a model card
+    written from its record, in one commit.
+
     The token comes from HF_TOKEN or `hf auth login`; it is never printed.
     """
     pushed = api.push(folder, repo_id, private=private, revision=revision, create_pr=create_pr, message=message)

@@ -243,6 +243,24 @@ def _publish(tmp: Path, target: Path, force: bool) -> None:
         os.rename(tmp, target)
 
 
+def check_free_file(dest: Path, protected: Iterable[Path], force: bool,
+                    replaceable: Replaceable | None = None) -> Path:
+    """:func:`check_outside` for a single-file output; then refuse a link, or a taken ``dest``
+    (without ``force``; with it, unless ``replaceable(dest)`` says it is surgery's own). Its parent
+    may not exist yet (a sweep's folder is made after every value is checked). Returns the resolved path."""
+    target = check_outside(dest, protected)
+    if dest.expanduser().is_symlink():
+        raise DestinationError(f"--out {dest} is a symbolic link; surgery never writes through or replaces a "
+                               "link: give another --out")
+    if target.exists():
+        if not force:
+            raise _exists(dest)
+        if not target.is_file() or replaceable is None or not replaceable(target):
+            raise DestinationError(f"{dest} exists and was not written by surgery; --force replaces only "
+                                   "surgery's own outputs: remove it yourself or choose another --out")
+    return target
+
+
 @contextmanager
 def staged_files(dest: Path, protected: Iterable[Path] = (), force: bool = False,
                  report: Callable[[str], None] = lambda msg: None,
@@ -256,16 +274,7 @@ def staged_files(dest: Path, protected: Iterable[Path] = (), force: bool = False
     when the block fails.
     """
     dest = Path(dest)
-    target = check_outside(dest, protected)
-    if dest.expanduser().is_symlink():
-        raise DestinationError(f"--out {dest} is a symbolic link; surgery never writes through or replaces a "
-                               "link: give another --out")
-    if target.exists():
-        if not force:
-            raise _exists(dest)
-        if not target.is_file() or replaceable is None or not replaceable(target):
-            raise DestinationError(f"{dest} exists and was not written by surgery; --force replaces only "
-                                   "surgery's own outputs: remove it yourself or choose another --out")
+    target = check_free_file(dest, protected, force, replaceable)
     if not target.parent.is_dir():
         raise DestinationError(f"the parent folder of {dest} does not exist; create {target.parent} first")
     with _lock(target):

@@ -48,6 +48,16 @@ def edited_blocks(model: GgufModel, recipe: Recipe, requantize: bool) -> tuple[l
         os.close(fd)
 
 
+Prepared = tuple[list[Blocks], list[str]]  # every edited block's new bytes, and the plan's notes
+
+
+def prepare(model: GgufModel, recipe: Recipe, requantize: bool) -> Prepared:
+    """Check ``recipe`` against ``model`` and compute its edited blocks: exact (or requantized, with
+    ``requantize``) or refused in one line, before anything is written."""
+    recipe.validate(model.config)
+    return edited_blocks(model, recipe, requantize)
+
+
 def _chunks(blocks: list[Blocks]):
     def new_bytes(fd: int):
         for b in blocks:  # sorted by tensor offset, and tensors do not overlap
@@ -91,17 +101,17 @@ def replaceable(path: Path) -> bool:
 def bake_gguf(model: GgufModel, recipe: Recipe, out: str | Path, *, source: Source | None = None,
               force: bool = False, requantize: bool = False, extra: dict[str, Any] | None = None,
               report: Callable[[str], None] = lambda m: None,
-              progress: StageProgress = silent_stages) -> BakeResult:
+              progress: StageProgress = silent_stages, prepared: Prepared | None = None) -> BakeResult:
     """Write ``out`` (a .gguf): ``model``'s file with ``recipe`` baked into its blocks, and its sidecars.
 
     Every edited block is exact (checked against gguf-py's dequantizer) or refused before anything
     is written; with ``requantize``, blocks that cannot be exact are requantized (Q4_0/1, Q5_0/1,
-    Q8_0) and the error is measured and recorded.
+    Q8_0) and the error is measured and recorded. ``prepared``: ``prepare(model, recipe, requantize)``
+    computed already (a sweep checks every value before it writes the first).
     """
     out = Path(out)
     if not is_gguf(out):
         raise DestinationError(f"--out {out} must end in .gguf: a GGUF model bakes into a GGUF file")
-    recipe.validate(model.config)
     notes: list[str] = []
 
     def note(msg: str) -> None:
@@ -109,7 +119,7 @@ def bake_gguf(model: GgufModel, recipe: Recipe, out: str | Path, *, source: Sour
         report(msg)
 
     progress("check", 0, 1)
-    blocks, plan_notes = edited_blocks(model, recipe, requantize)
+    blocks, plan_notes = prepared or prepare(model, recipe, requantize)
     progress("check", 1, 1)
     for msg in plan_notes:
         note(msg)

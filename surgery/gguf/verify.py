@@ -63,7 +63,9 @@ def recorded_hashes(record: BakeRecord) -> tuple[str | None, str | None]:
     return (gguf[0] if len(gguf) == 1 else None), record.files.get(record.undo.file)
 
 
-def _load(baked: Path) -> tuple[BakeRecord, list]:
+def load_baked(baked: Path) -> tuple[BakeRecord, list]:
+    """The sidecar record of the baked GGUF ``baked`` and its original blocks (refused in one line when
+    the record is not a GGUF bake's or the undo sidecar is missing)."""
     record = load_provenance(baked)
     if len(record.source_files) != 1 or "gguf" not in record.extra:
         raise VerificationError(f"{sidecars(baked)[0].name} is not the record of a GGUF bake; give the .gguf file "
@@ -79,7 +81,7 @@ def verify_gguf(baked: str | Path, source: str | Path | None = None,
     """Check a baked GGUF against its sidecars (and ``source``, when given); see the module docstring."""
     baked = Path(baked)
     report = Report()
-    record, originals = _load(baked)
+    record, originals = load_baked(baked)
     if not provenance_intact(baked):
         report.problems.append(f"{sidecars(baked)[0].name} changed after the bake (its content does not match its seal)")
         return report
@@ -151,7 +153,7 @@ def undo_gguf(baked: str | Path, out: str | Path, force: bool = False,
     baked, out = Path(baked), Path(out)
     if not is_gguf(out):
         raise DestinationError(f"--out {out} must end in .gguf: a baked GGUF restores to a GGUF file")
-    record, originals = _load(baked)
+    record, originals = load_baked(baked)
     (source_name, source_sha), = record.source_files.items()
 
     def replaceable(path: Path) -> bool:  # a bake's output, or an earlier restore of this one

@@ -13,7 +13,7 @@ from surgery.gguf.bake import bake_gguf
 from surgery.gguf.formats import ELEMENT_ZERO, FLOATS, SUPPORTED, dequantize, quantize
 from surgery.gguf.model import open_gguf, tensor_bytes
 from surgery.gguf.verify import undo_gguf, verify_gguf
-from tests.support.typed_gguf import write_typed_gguf
+from tests.support.typed_gguf import tensor_values, write_typed_gguf
 
 NEURONS = "0:5,0:300,1:511"
 HEADS = ((0, 1, 2.0), (1, 0, 0.5))  # (layer, head, α): powers of two, exact in every type
@@ -22,16 +22,6 @@ HEAD_DIM = 256
 
 def recipe() -> Recipe:
     return Recipe(tuple(parse_neurons(NEURONS, 0.0)) + tuple(HeadScale(la, h, a) for la, h, a in HEADS))
-
-
-def tensor_values(path, name):
-    """The dequantized (rows, cols) values of tensor ``name`` of the GGUF at ``path``."""
-    t = open_gguf(path).header.tensors[name]
-    with open(path, "rb") as f:
-        f.seek(t.offset)
-        raw = np.frombuffer(f.read(tensor_bytes(t)), dtype=np.uint8)
-    rows = t.shape[0]
-    return dequantize(raw.reshape(rows, -1), t.type).reshape(t.shape)
 
 
 def expected_edit(values: dict[str, np.ndarray], kind: str) -> dict[str, np.ndarray]:

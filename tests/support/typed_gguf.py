@@ -85,3 +85,16 @@ def write_typed_gguf(path: Path, kind: str, *, heads: int = 2, head_dim: int = 2
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def tensor_values(path, name):
+    """The dequantized (rows, cols) values of tensor ``name`` of the GGUF at ``path``."""
+    from surgery.gguf.formats import dequantize
+    from surgery.gguf.model import open_gguf, tensor_bytes
+
+    t = open_gguf(path).header.tensors[name]
+    with open(path, "rb") as f:
+        f.seek(t.offset)
+        raw = np.frombuffer(f.read(tensor_bytes(t)), dtype=np.uint8)
+    rows = t.shape[0]
+    return dequantize(raw.reshape(rows, -1), t.type).reshape(t.shape)
