@@ -8,6 +8,8 @@ The Python API mirrors the ``surgery`` command line, one function per command::
     surgery.prune_neurons("models/smollm2", "pruned", n=40)          # surgery prune-neurons --n 40
     surgery.amplify_heads("models/smollm2", "amplified", alpha=2.5, heads=[(7, 7)])
     surgery.apply("recipe.yaml", "models/smollm2", "out")
+    found = surgery.find_direction("models/smollm2", a="a.txt", b="b.txt")  # per-layer directions
+    surgery.ablate_direction("models/smollm2", "ablated", direction=found.path, weight=1.0)
     assert surgery.verify("models/smollm2", "pruned").ok
     surgery.undo("pruned", "restored")
 
@@ -27,6 +29,8 @@ __version__ = "0.1.0"
 # name → module that defines it (imported on first access: PEP 562)
 _EXPORTS = {
     # operations (surgery/api/)
+    "find_direction": "surgery.api.directions", "ablate_direction": "surgery.api.directions",
+    "direction_findings": "surgery.api.directions",
     "find_neurons": "surgery.api.neurons", "prune_neurons": "surgery.api.neurons",
     "neuron_findings": "surgery.api.neurons",
     "score_binding": "surgery.api.heads", "find_heads": "surgery.api.heads", "amplify_heads": "surgery.api.heads",
@@ -38,11 +42,12 @@ _EXPORTS = {
     "bake_recipe": "surgery.api.baking", "bake_sweep": "surgery.api.baking",
     # what they take and return
     "Recipe": "surgery.core.edits", "Edit": "surgery.core.edit_kind", "HeadScale": "surgery.core.edits",
-    "NeuronScale": "surgery.core.edits", "register_edit_kind": "surgery.core.edit_kind",
+    "NeuronScale": "surgery.core.edits", "DirectionEdit": "surgery.core.edits", "register_edit_kind": "surgery.core.edit_kind",
     "edit_kinds": "surgery.core.edit_kind",
     "LoadSpec": "surgery.model.loading", "CaptureParams": "surgery.find.neurons.params",
     "SelectParams": "surgery.find.neurons.params", "FindParams": "surgery.find.heads.params",
-    "EvalParams": "surgery.evaluation.params",
+    "EvalParams": "surgery.evaluation.params", "DirectionParams": "surgery.find.directions.params",
+    "KernelParams": "surgery.find.directions.params", "DirectionFindings": "surgery.find.directions.find",
     "Baked": "surgery.api.baking", "Planned": "surgery.api.baking", "Report": "surgery.bake.verify",
     "NeuronFindings": "surgery.find.neurons.find", "HeadFindings": "surgery.find.heads.find",
     "SurgeryError": "surgery.core.errors", "ParameterError": "surgery.core.errors",
@@ -54,14 +59,17 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run __getattr__
     from .api.baking import Baked, Planned, bake_recipe, bake_sweep
     from .api.checkpoints import apply, inspect, undo, verify
+    from .api.directions import ablate_direction, direction_findings, find_direction
     from .api.heads import amplify_heads, find_heads, head_findings, score_binding
     from .api.neurons import find_neurons, neuron_findings, prune_neurons
     from .api.shipping import evaluate, export_lora, import_gguf, push, report, write_card
     from .bake.verify import Report
     from .core.edit_kind import Edit, edit_kinds, register_edit_kind
-    from .core.edits import HeadScale, NeuronScale, Recipe
+    from .core.edits import DirectionEdit, HeadScale, NeuronScale, Recipe
     from .core.errors import CheckpointError, OptionError, ParameterError, RecipeError, SurgeryError
     from .evaluation.params import EvalParams
+    from .find.directions.find import DirectionFindings
+    from .find.directions.params import DirectionParams, KernelParams
     from .find.heads.find import HeadFindings
     from .find.heads.params import FindParams
     from .find.neurons.find import NeuronFindings

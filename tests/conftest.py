@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support.paths import real_model_path
 from tests.support.tiny import build_tiny
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -29,12 +30,6 @@ def tiny(tmp_path):
         return build_tiny(arch, tmp_path / f"{arch}-{next(counter)}", dtype, shard, **kw)
 
     return make
-
-
-def real_model_path(name: str) -> Path:
-    """Where examples/get_models.py leaves a real model ('smollm2-135m-instruct', 'gemma-3-270m')."""
-    root = Path(os.environ.get("SURGERY_MODELS", Path.home() / ".cache" / "surgery" / "models"))
-    return root / name
 
 
 def _real_model(name: str, label: str) -> Path:

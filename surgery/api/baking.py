@@ -11,66 +11,30 @@ value of a sweep (α or n), every destination and every value's scales checked b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..bake.record import BakeRecord, Evaluation
+from ..bake.record import Evaluation
 from ..core.edits import Recipe
-from ..core.errors import RecipeError
+from ..core.errors import ParameterError, RecipeError
 from ..core.progress import StageProgress, silent_stages
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
-
-
-@dataclass
-class Baked:
-    """One finished bake: where it went, its record (surgery.json), the notes reported on the way,
-    and the findings summary that went into surgery.json (``extra``)."""
-
-    out: Path
-    provenance: BakeRecord
-    notes: list[str]
-    extra: dict[str, Any] | None = None
-
-    @property
-    def tensors_edited(self) -> int:
-        """Distinct tensors the bake changed (a fused expert tensor counts once, not per window)."""
-        return len(self.provenance.edited_pairs())
-
-    def summary(self) -> dict[str, Any]:
-        """The JSON object the command line prints for this bake (``--json``)."""
-        record = self.provenance
-        return {"out": str(self.out), "edits": len(record.recipe.edits), "tensors_edited": self.tensors_edited,
-                "verification": record.verification.to_dict() if record.verification else None,
-                "notes": self.notes, "pushed": record.pushed.to_dict() if record.pushed else None,
-                **(self.extra or {})}  # the selection / findings summary that went into surgery.json
-
-
-@dataclass(frozen=True)
-class Planned:
-    """One output of a sweep: its label (folder and branch name), recipe, and surgery.json extras."""
-
-    label: str | None
-    recipe: Recipe
-    extra: dict[str, Any] | None = None
-
-
-def sweep_label(name: str, value: float) -> str:
-    """A folder and branch name for one sweep value, e.g. ``alpha-2.5`` or ``n-40``."""
-    return f"{name}-{value:g}"
+from .baked import Baked, Planned, sweep_label  # noqa: F401 (sweep_label: callers import it from here)
 
 
 def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: LoadSpec | None = None,
                 force: bool = False, verify: bool = True, allow_other_base: bool = False, allow_zero: bool = False,
                 extra: Mapping[str, Any] | None = None, evaluation: Evaluation | Mapping[str, Any] | None = None,
                 push_to: str | None = None, push_revision: str | None = None, private: bool = False,
-                stages: StageProgress = silent_stages, report: Callable[[str], None] | None = None,
-                **options: Any) -> Baked:
+                requantize: bool = False, stages: StageProgress = silent_stages,
+                report: Callable[[str], None] | None = None, **options: Any) -> Baked:
     """Bake ``recipe`` into a copy of ``model`` at ``out`` (written atomically) and return what happened.
 
     Args:
-        model: a checkpoint folder or a Hub id (``org/name``).
+        model: a checkpoint folder, a Hub id (``org/name``), or a GGUF file (then ``out`` is a
+            .gguf file too: see :mod:`surgery.api.gguf_baking`).
         recipe: the edits; a recipe written for another model is refused unless ``allow_other_base``
             (the output then records both names).
         out: the output folder; an existing one is refused unless ``force`` and it is a surgery
@@ -80,6 +44,8 @@ def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: Loa
         extra: entries added to surgery.json (findings summaries); ``evaluation``: rows of the card's
             before/after table.
         push_to: push the result to this Hub repo (branch ``push_revision``; ``private`` when created).
+        requantize: GGUF only: requantize the blocks an edit cannot change exactly (Q4_0/1, Q5_0/1,
+            Q8_0), the error measured and recorded; without it such an edit is refused.
         stages: progress callback ``(stage, done, total)``; ``report``: notes (default: the
             ``surgery`` logger).
         options: load options (``revision``, ``trust_remote_code``, ``device`` …: see ``LoadSpec``).
@@ -92,6 +58,17 @@ def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: Loa
     load = typed(LoadSpec, options, load)
     no_other_options("bake_recipe", options, LoadSpec)
     note = reporter(report)
+    from ..gguf.model import is_gguf
+
+    if is_gguf(model):
+        from .gguf_baking import bake_gguf_recipe
+
+        return bake_gguf_recipe(Path(model), recipe, Path(out), force=force, allow_other_base=allow_other_base,
+                                requantize=requantize, extra=extra, push_to=push_to, push_revision=push_revision,
+                                private=private, stages=stages, note=note)
+    if requantize:
+        raise ParameterError("{requantize} applies to GGUF models only (a safetensors bake rounds to the stored "
+                             "dtype); drop it", "requantize")
     if push_to:
         from ..ship.hub import preflight
 
@@ -117,7 +94,8 @@ def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: Loa
 def bake_sweep(model: str | Path, plans: Sequence[Planned], out: str | Path, *, load: LoadSpec | None = None,
                force: bool = False, allow_zero: bool = False, push_to: str | None = None,
                on_each: Callable[[str, Baked], None] | None = None, **kwargs: Any) -> dict[str, Baked]:
-    """Bake each plan into ``out/<label>`` (on the Hub: branch ``<label>`` of ``push_to``).
+    """Bake each plan into ``out/<label>`` (on the Hub: branch ``<label>`` of ``push_to``); from a GGUF
+    MODEL into ``out/<label>.gguf`` (:func:`surgery.api.gguf_baking.sweep_gguf`).
 
     Every destination and every value's scales are checked before the first bake, so a taken
     destination or a refused value fails the sweep with nothing written. ``on_each(label, baked)``
@@ -125,10 +103,17 @@ def bake_sweep(model: str | Path, plans: Sequence[Planned], out: str | Path, *, 
     """
     from ..bake.guards import check_scales
     from ..core.staging import check_container, check_free
+    from ..gguf.model import is_gguf
 
     labels = [p.label for p in plans]
     if None in labels or len(set(labels)) != len(labels):
         raise RecipeError("sweep labels must be given and unique (each value gets its own folder and branch)")
+    if is_gguf(model):  # one OUT/<label>.gguf per value
+        from .gguf_baking import sweep_gguf
+
+        kept = {k: kwargs[k] for k in ("allow_other_base", "requantize", "private", "stages") if k in kwargs}
+        return sweep_gguf(Path(model), plans, Path(out), force=force, push_to=push_to, on_each=on_each,
+                          note=reporter(kwargs.get("report")), **kept)
     load = typed(LoadSpec, kwargs, load)
     out = Path(out)
     ckpt, source = open_checkpoint(str(model), load)

@@ -78,23 +78,31 @@ def _spans(numbers: tuple[int, ...]) -> str:
 
 def apply(recipe: Recipe | str | Path, model: str | Path, out: str | Path, *, verify: bool = True,
           force: bool = False, allow_other_base: bool = False, allow_zero: bool = False,
-          push_to: str | None = None, private: bool = False, stages: StageProgress = silent_stages,
-          report: Callable[[str], None] | None = None, **options: Any) -> Baked:
+          push_to: str | None = None, private: bool = False, requantize: bool = False,
+          stages: StageProgress = silent_stages, report: Callable[[str], None] | None = None,
+          **options: Any) -> Baked:
     """Bake ``recipe`` (a :class:`~surgery.core.edits.Recipe` or a recipe YAML file) into a copy of
     ``model`` at ``out``. A recipe whose ``base_model`` names another model is refused unless
     ``allow_other_base``. Options: ``LoadSpec`` fields (``revision``, ``trust_remote_code`` …)."""
     recipe = recipe if isinstance(recipe, Recipe) else Recipe.load(recipe)
     return bake_recipe(model, recipe, out, verify=verify, force=force, allow_other_base=allow_other_base,
-                       allow_zero=allow_zero, push_to=push_to, private=private, stages=stages, report=report,
-                       **options)
+                       allow_zero=allow_zero, push_to=push_to, private=private, requantize=requantize, stages=stages,
+                       report=report, **options)
 
 
 def verify(source: str | Path, baked: str | Path, *, structural_only: bool = False, load: LoadSpec | None = None,
            stages: StageProgress = silent_stages, **options: Any) -> "Report":
     """Check ``baked`` against ``source``: files, bytes, every sha256 recomputed, and (unless
     ``structural_only``) the logits against the run-time edit. The report's ``ok`` says whether
-    all is well and ``problems`` lists what is not."""
+    all is well and ``problems`` lists what is not. A baked GGUF is checked against its sidecars
+    and the ``source`` file (surgery/gguf/verify.py): no model is loaded."""
     from ..bake.verify import verify as verify_bake
+    from ..gguf.model import is_gguf
+
+    if is_gguf(baked) and Path(baked).is_file():
+        from ..gguf.verify import verify_gguf
+
+        return verify_gguf(baked, source, progress=stages)
 
     load = typed(LoadSpec, options, load)
     no_other_options("verify", options, LoadSpec)
@@ -105,7 +113,14 @@ def verify(source: str | Path, baked: str | Path, *, structural_only: bool = Fal
 def undo(baked: str | Path, out: str | Path, *, force: bool = False,
          report: Callable[[str], None] | None = None) -> dict[str, str]:
     """Restore the exact source of a baked folder at ``out``; returns the sha256 of every file
-    written (each equals the source's, as recorded at bake time)."""
+    written (each equals the source's, as recorded at bake time). A baked GGUF file restores to the
+    file ``out``."""
     from ..bake.undo import undo as undo_bake
+    from ..gguf.model import is_gguf
+
+    if is_gguf(baked) and Path(baked).is_file():
+        from ..gguf.verify import undo_gguf
+
+        return undo_gguf(baked, out, force, report=reporter(report))
 
     return undo_bake(baked, out, force, report=reporter(report))

@@ -114,7 +114,8 @@ def amplify_heads(model: str | Path, out: str | Path, *, alpha: float | Iterable
                   heads: str | Iterable[tuple[int, int]] | None = None, top: int | None = None,
                   findings: str | Path | None = None, transfer: bool = False, recompute: bool = False,
                   allow_zero: bool = False, verify: bool = True, force: bool = False, push_to: str | None = None,
-                  private: bool = False, load: LoadSpec | None = None, params: FindParams | None = None,
+                  private: bool = False, requantize: bool = False, load: LoadSpec | None = None,
+                  params: FindParams | None = None,
                   progress: Progress = silent, stages: StageProgress = silent_stages,
                   report: Callable[[str], None] | None = None,
                   on_plans: Callable[[list[Planned]], None] | None = None,
@@ -147,7 +148,8 @@ def amplify_heads(model: str | Path, out: str | Path, *, alpha: float | Iterable
     if on_plans is not None:
         on_plans(plans)
     return bake_plans(model, plans, out, load=load, force=force, verify=verify, allow_zero=allow_zero,
-                      push_to=push_to, private=private, stages=stages, report=report, on_each=on_each)
+                      push_to=push_to, private=private, requantize=requantize, stages=stages, report=report,
+                      on_each=on_each)
 
 
 def _alphas(alpha: float | Iterable[float], allow_zero: bool) -> list[float]:

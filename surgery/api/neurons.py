@@ -100,7 +100,8 @@ def prune_neurons(model: str | Path, out: str | Path, *, n: int | Iterable[int] 
                   neurons: str | Iterable[NeuronScale | str] | None = None, factor: float = 0.0,
                   findings: str | Path | None = None, transfer: bool = False, recompute: bool = False,
                   allow_zero: bool = False, verify: bool = True, force: bool = False, push_to: str | None = None,
-                  private: bool = False, load: LoadSpec | None = None, capture: CaptureParams | None = None,
+                  private: bool = False, requantize: bool = False, load: LoadSpec | None = None,
+                  capture: CaptureParams | None = None,
                   select: SelectParams | None = None, progress: Progress = silent,
                   stages: StageProgress = silent_stages, report: Callable[[str], None] | None = None,
                   on_plans: Callable[[list[Planned]], None] | None = None,
@@ -124,7 +125,7 @@ def prune_neurons(model: str | Path, out: str | Path, *, n: int | Iterable[int] 
         raise ParameterError("give exactly one of {neurons} LAYER:INDEX,… and {n} N", "neurons", "n")
     load = typed(LoadSpec, options, load)
     bake_kw = dict(load=load, force=force, verify=verify, allow_zero=allow_zero, push_to=push_to,
-                   private=private, stages=stages, report=report, on_each=on_each)
+                   private=private, requantize=requantize, stages=stages, report=report, on_each=on_each)
     if neurons is not None:
         if findings or transfer:
             raise ParameterError("{neurons} names the neurons itself; drop {findings}/{transfer} or use {n}",

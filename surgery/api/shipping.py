@@ -33,14 +33,16 @@ def export_lora(model: str | Path, recipe: Recipe | str | Path, out: str | Path,
 
 def evaluate(model: str | Path, *, against: str | Path | None = None, recompute: bool = False,
              bbq: Iterable[str | Path] = (), n4: str | Path | None = None, lm_eval: Iterable[str] = (),
-             lm_eval_include: str | Path | None = None, out: str | Path | None = None, card: bool = False,
+             lm_eval_include: str | Path | None = None, prompts: str | Path | None = None,
+             markers: str | Path | None = None, out: str | Path | None = None, card: bool = False,
              load: LoadSpec | None = None, params: EvalParams | None = None, progress: Progress = silent,
              report: Callable[[str], None] | None = None, **options: Any) -> dict[str, Any]:
     """Evaluate ``model``: retention (perplexity, multiple choice), KL against ``against`` (the source;
     its results are cached), BBQ bias (``bbq`` files), DiffAware / CtxtAware (``n4``) and lm-eval
-    tasks. ``out`` writes the result JSON; ``card`` puts the before/after table into ``model``'s
+    tasks, the share of greedy answers to ``prompts`` holding one of ``markers`` (files; one marker
+    a line). ``out`` writes the result JSON; ``card`` puts the before/after table into ``model``'s
     card (a local baked folder). Options: ``LoadSpec`` and ``EvalParams`` fields (``suites``,
-    ``limit``, ``batch_size``)."""
+    ``limit``, ``batch_size``, ``max_new_tokens``)."""
     from ..core.distributed import is_main
     from ..evaluation.data import save_result
     from ..evaluation.suites import evaluate as run, make_plan
@@ -50,7 +52,8 @@ def evaluate(model: str | Path, *, against: str | Path | None = None, recompute:
     plan = make_plan(params.suites, against=against is not None, limit=params.limit,
                      bbq=[Path(b) for b in bbq], n4=Path(n4) if n4 else None, lm_eval_tasks=list(lm_eval),
                      lm_eval_include=Path(lm_eval_include) if lm_eval_include else None,
-                     batch_size=params.batch_size)
+                     batch_size=params.batch_size, prompts=Path(prompts) if prompts else None,
+                     markers=Path(markers) if markers else None, max_new_tokens=params.max_new_tokens)
     # Opened as checkpoints: the same safety checks (remote code, pickles) as every other command.
     _, source = open_checkpoint(str(model), load)
     against_path = open_checkpoint(str(against), replace(load, revision=None))[1].path if against else None
@@ -87,7 +90,9 @@ def write_card(folder: str | Path, evaluation: str | Path | None = None) -> Path
 def push(folder: str | Path, repo: str, *, private: bool = False, revision: str | None = None,
          create_pr: bool = False, message: str | None = None) -> dict[str, Any]:
     """Push a verified baked folder (or exported adapter) to the Hub repo ``repo`` (token from
-    ``HF_TOKEN`` or ``hf auth login``, never printed); ``revision``: the branch, created when missing."""
+    ``HF_TOKEN`` or ``hf auth login``, never printed); ``revision``: the branch, created when missing.
+    ``folder`` may be a baked .gguf file: it goes with its two sidecars and a model card written from
+    its record, in one commit."""
     from ..ship.hub import push as upload
 
     return upload(folder, repo, private=private, revision=revision, create_pr=create_pr, message=message)

@@ -35,11 +35,13 @@ from ..core.errors import CheckpointError
 from ..core.hash_cache import HashCache
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
+from ..core.vectors import VECTORS_NAME
 from ..model.loading import Source, local_source
 from .copies import copy_note, copy_patches
 from .guards import check_scales
 from .patches import RAW_DTYPES, group_by_file, patched_chunks, plan
-from .provenance import OWN_FILES, PROVENANCE_NAME, UNDO_NAME, left_out_note, record_text, write_undo
+from .provenance import (OWN_FILES, PROVENANCE_NAME, UNDO_NAME, Spooled, UndoSpool, UndoValue, left_out_note,
+                         record_text, write_undo)
 from .record import BakeRecord, EditedTensor, HashingRecord, UndoRecord, Verification
 
 COPY_BLOCK = 64 << 20
@@ -50,6 +52,17 @@ SHA256_NAME = re.compile(r"[0-9a-f]{64}")
 
 
 
+def write_vectors(folder: Path, recipe: Recipe) -> None:
+    """``surgery.vectors``: the unit vectors of the recipe's direction edits (none: no file), so
+    that the bake's record can be re-read without the files the recipe named."""
+    from safetensors.numpy import save
+
+    units = {f"{e.sha256}#{e.vector.split('#')[1]}": np.frombuffer(e.unit, dtype=np.float32)
+             for e in recipe.directions}  # weight 0 too: the recorded recipe names it
+    if units:
+        (folder / VECTORS_NAME).write_bytes(save(dict(sorted(units.items()))))
+
+
 @dataclass
 class BakeResult:
     path: Path
@@ -57,8 +70,9 @@ class BakeResult:
     notes: list[str] = field(default_factory=list)
 
 
-# One patch's record and the original bytes of its slices ("rows", "cols"), until they go to surgery.undo.
-Patched = tuple[EditedTensor, dict[str, np.ndarray]]
+# One patch's record and the keys of its original bytes in the spool ("rows", "cols", or "block" for a
+# projection), until they go to surgery.undo.
+Patched = tuple[EditedTensor, dict[str, Spooled]]
 
 
 def source_files(ckpt: Checkpoint) -> list[str]:
@@ -93,20 +107,25 @@ def copy_file(src: Path, dst: Path, on_bytes: Callable[[int], None] = lambda n: 
             raise OSError(errno.EIO, f"short copy of {src.name} ({done} of {size} bytes)")
 
 
-def _patch_bytes(fd_src: int, p, entries: list[Patched]) -> Iterator[tuple[int, memoryview]]:
-    """(offset, new bytes) of one patch, in file order; its record, with the original slices, goes
-    to ``entries`` once it is done."""
-    originals: dict[str, list[np.ndarray]] = {"rows": [], "cols": []}
+def _patch_bytes(fd_src: int, p, entries: list[Patched], spool: UndoSpool) -> Iterator[tuple[int, memoryview]]:
+    """(offset, new bytes) of one patch, in file order; its record goes to ``entries`` once it is
+    done, with the keys of its original slices (spooled to disk as they come: a projected tensor's
+    originals are the whole tensor)."""
+    key, kinds, stats = f"{p.info.file}:{p.info.name}#{p.first_row}", [], {}
     # No scale overflows here: guards.check_scales refused those before anything was written.
-    for offset, data, orig in patched_chunks(fd_src, p):
+    for offset, data, orig in patched_chunks(fd_src, p, stats):
         for kind, arr in orig.items():
-            originals[kind].append(arr)
+            spool.add(f"{key}.{kind}", arr)
+            kinds += [kind] if kind not in kinds else []
         yield offset, data
     window = p.window is not None  # one expert's rows of a fused 3-D tensor
+    projected = p.project is not None  # the whole tensor (window) is rewritten; how much of r the rounding left
     entry = EditedTensor(tensor=p.info.name, file=p.info.file, dtype=p.info.dtype, rows=sorted(p.rows),
                          cols=sorted(p.cols), first_row=p.first_row if window else None,
-                         window=p.window if window else None)
-    entries.append((entry, {kind: np.concatenate(parts).view(np.uint8) for kind, parts in originals.items() if parts}))
+                         window=p.window if window else None,
+                         direction_weight=p.project.weight if projected else None,
+                         direction_left=stats["left"] if projected else None)
+    entries.append((entry, {kind: Spooled(f"{key}.{kind}") for kind in kinds}))
 
 
 def patch_span(p) -> tuple[int, int]:
@@ -116,7 +135,7 @@ def patch_span(p) -> tuple[int, int]:
     return start, start + p.n_rows * row_bytes
 
 
-def _new_bytes(fd_src: int, patches, entries: list[Patched]) -> Iterator[tuple[int, memoryview]]:
+def _new_bytes(fd_src: int, patches, entries: list[Patched], spool: UndoSpool) -> Iterator[tuple[int, memoryview]]:
     """(offset, new bytes) of every patch of one file, in file order; one record per patch goes to
     ``entries``.
 
@@ -131,7 +150,7 @@ def _new_bytes(fd_src: int, patches, entries: list[Patched]) -> Iterator[tuple[i
             raise CheckpointError(f"{p.info.file}: '{p.info.name}' overlaps another edited tensor; the "
                                   "file's header is corrupt")
         last = end
-        yield from _patch_bytes(fd_src, p, entries)
+        yield from _patch_bytes(fd_src, p, entries, spool)
 
 
 @dataclass
@@ -144,27 +163,38 @@ class PatchedFile:
     entries: list[Patched]
 
 
-def _patch_file(src: Path, dst: Path, patches, hash_source: bool = True,
+def _patch_file(src: Path, dst: Path, patches, spool: UndoSpool, hash_source: bool = True,
                 on_bytes: Callable[[int], None] = lambda n: None,
                 stop: threading.Event | None = None) -> PatchedFile:
-    """Write ``src`` with every patch applied to ``dst`` in one streaming pass, keeping the original
-    slices for undo; returns the sha256 of the source (when ``hash_source``) and of the output.
-    A set ``stop`` (another shard failed) ends the pass early with an error.
+    """Write ``src`` with every patch applied to ``dst`` in one streaming pass (:func:`stream_patched`),
+    keeping the original slices for undo."""
+    entries: list[Patched] = []
+    src_sha, out_sha = stream_patched(src, dst, lambda fd: _new_bytes(fd, patches, entries, spool), hash_source,
+                                      on_bytes, stop)
+    return PatchedFile(src_sha, out_sha,
+                       sorted(entries, key=lambda e: (e[0].tensor, e[0].first_row or 0)))  # the plan's order
+
+
+def stream_patched(src: Path, dst: Path, new_bytes: Callable[[int], Iterator[tuple[int, memoryview]]],
+                   hash_source: bool = True, on_bytes: Callable[[int], None] = lambda n: None,
+                   stop: threading.Event | None = None) -> tuple[str | None, str]:
+    """Write ``src`` to ``dst`` with ``new_bytes(fd_src)``'s (offset, bytes) overlaid (in file order,
+    disjoint), in one streaming pass; return the sha256 of the source (when ``hash_source``) and of
+    the output. A set ``stop`` (another shard failed) ends the pass early with an error.
 
     Each source block is read once: it is hashed as the source, overlaid with the patches' new
     bytes, hashed as the output and written, the two hashes on two threads (hashlib releases the
-    GIL), so no byte of the shard is read back for hashing. Memory: four 16 MB buffers.
+    GIL), so no byte of the file is read back for hashing. Memory: four 16 MB buffers.
     """
     size = os.stat(src).st_size
     src_h, out_h = hashlib.sha256(), hashlib.sha256()
-    entries: list[Patched] = []
     dst.parent.mkdir(parents=True, exist_ok=True)
     with ExitStack() as closing:
         fd_src = os.open(src, os.O_RDONLY)
         closing.callback(os.close, fd_src)
         fd_dst = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         closing.callback(os.close, fd_dst)
-        chunks = _new_bytes(fd_src, patches, entries)
+        chunks = new_bytes(fd_src)
         # Closed here, on an error too: left to the garbage collector, it would end (leave its numpy
         # errstate) in another thread's context, which numpy rejects with a traceback.
         closing.callback(chunks.close)
@@ -208,17 +238,16 @@ def _patch_file(src: Path, dst: Path, patches, hash_source: bool = True,
                 job.result()
         if pending is not None or next(chunks, None) is not None:
             raise CheckpointError(f"{src.name}: an edited tensor lies past the end of the file; it is truncated")
-    return PatchedFile(src_h.hexdigest() if hash_source else None, out_h.hexdigest(),
-                       sorted(entries, key=lambda e: (e[0].tensor, e[0].first_row or 0)))  # the plan's order
+    return src_h.hexdigest() if hash_source else None, out_h.hexdigest()
 
 
-def _record_undo(entries: list[Patched], undo: dict[str, np.ndarray], undo_index: list[EditedTensor]) -> None:
+def _record_undo(entries: list[Patched], undo: dict[str, UndoValue], undo_index: list[EditedTensor]) -> None:
     """Move each entry's original slices into ``undo`` under numbered keys, and the entry into
     ``undo_index``; called in file order, so the numbering does not depend on which shard ended first."""
     for entry, originals in entries:
         keys = {kind: f"slice{len(undo_index)}.{kind}" for kind in originals}
         undo.update({keys[kind]: arr for kind, arr in originals.items()})
-        entry.rows_key, entry.cols_key = keys.get("rows"), keys.get("cols")
+        entry.rows_key, entry.cols_key, entry.block_key = keys.get("rows"), keys.get("cols"), keys.get("block")
         undo_index.append(entry)
 
 
@@ -313,7 +342,10 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
                               f"({', '.join(sorted(SKIP_DIRS))}); move the shards next to config.json")
     unchanged = {rel for rel in copied if rel not in by_file and not (card is not None and rel == "README.md")}
     hash_cache = HashCache()
-    with staged_output(Path(out), [ckpt.path], force, note) as tmp, _threads(HASH_THREADS) as (hasher, _):
+    with staged_output(Path(out), [ckpt.path], force, note) as tmp, _threads(HASH_THREADS) as (hasher, _), \
+            ExitStack() as closing:
+        spool = UndoSpool(tmp)
+        closing.callback(spool.close)
         # Every byte is hashed at most once. A Hub-cache source file takes its blob's name; an
         # edited shard's source and output are hashed in the pass that writes it; every other
         # source file is hashed on threads while the main thread copies (the kernel copy leaves
@@ -327,7 +359,7 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
                                          if rel not in left_out and rel not in taken and rel not in remembered
                                          and rel not in by_file}
         output_hashes: dict[str, str] = {}
-        undo: dict[str, np.ndarray] = {}
+        undo: dict[str, UndoValue] = {}
         undo_index: list[EditedTensor] = []
         done, ticking = 0, threading.Lock()
 
@@ -342,7 +374,7 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         with _threads(PATCH_THREADS) as (patcher, stop):
             # Edited shards stream on their own threads while this one copies the other files.
             patched: dict[str, Future] = {
-                rel: patcher.submit(_patch_file, ckpt.path / rel, tmp / rel, by_file[rel],
+                rel: patcher.submit(_patch_file, ckpt.path / rel, tmp / rel, by_file[rel], spool,
                                     hash_source=rel not in taken and rel not in remembered, on_bytes=advance,
                                     stop=stop)
                 for rel in copied if rel in by_file}
@@ -389,7 +421,8 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
             (tmp / "README.md").write_text(card(tmp, record), encoding="utf-8")
         for rel in replaced:
             undo[f"file:{rel}"] = np.frombuffer((ckpt.path / rel).read_bytes(), dtype=np.uint8)
-        write_undo(tmp / UNDO_NAME, undo)
+        write_undo(tmp / UNDO_NAME, undo, spool)
+        write_vectors(tmp, recipe)
         outputs = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
         tick("hash", 0, 1)
         fresh = [n for n in outputs if n not in unchanged and n not in output_hashes and n != PROVENANCE_NAME]

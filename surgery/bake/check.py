@@ -15,6 +15,11 @@ gate/up bias entries): the site resolution (surgery/core/resolve.py) says where 
 tensor of its own, or the expert's window of a fused 3-D tensor, possibly stored [in, out] — and
 which of its rows are a neuron's (fused gate/up: both halves, or interleaved). So a mixture-of-experts bake is checked from its slices too, without the model.
 
+A projection (a direction edit, W ← W − w·r(rᵀW)) rewrites the whole matrix: its map is read
+whole, a bounded block of rows at a time, and compared with the source map followed by the
+projection of its output (exactly the run-time twin), its input scales (a head or neuron edit of
+the same matrix) applied first; its bias, where it has one, against the projected source bias.
+
 The two may differ only by the rounding of the scaled weights to the stored dtype (unit roundoff
 ``u``, half an ulp) and float32 summation, so each output element must lie within
 ``(u + 2·n·2⁻²⁴) · Σ|x·s|·|w|`` (n: terms summed) of the reference: a zeroed slice must be exactly
@@ -35,7 +40,7 @@ from ..core.edits import Recipe
 from ..core.errors import SurgeryError
 from ..core.resolve import Resolver
 from ..core.sites import all_sites
-from .patches import RAW_DTYPES, to_f32
+from .patches import CHUNK_BYTES, RAW_DTYPES, to_f32
 from .record import Verification
 
 INPUTS = 4  # random input vectors per map
@@ -57,11 +62,12 @@ class EditedMap:
 
     weight: str
     bias: str | None
-    axis: str                                   # "in": columns; "out": rows
-    scales: dict[int, float] = field(default_factory=dict)
+    axis: str                                   # "in": columns; "out": rows; "project": all of it
+    scales: dict[int, float] = field(default_factory=dict)  # a projection's: its input scales
     expert: int | None = None
     flipped: bool = False
     rows: tuple[int, int] | None = None  # (first, count): a grouped linear's block (DeepSeek-V4's o_a_proj)
+    project: tuple[bytes, float] | None = None  # a projection's unit vector (float32 bytes) and weight
 
     @property
     def label(self) -> str:
@@ -75,16 +81,24 @@ def edited_maps(ckpt: Checkpoint, recipe: Recipe) -> list[EditedMap]:
     """One entry per edited (weight, axis, expert window), from the site map and its resolution."""
     arch = recipe.validate(ckpt.config)
     resolver = Resolver(arch, ckpt.tensors)
-    maps: dict[tuple[str, str, int], EditedMap] = {}
+    maps: dict[tuple[str, str, int, tuple[int, int]], EditedMap] = {}
     for site in all_sites(arch, recipe.active()):
         weight, *rest = resolver.slices(site)
         bias = next((sl.tensor for sl in rest if sl.is_bias), None)
         expert = site.expert if weight.window is not None else None  # a window of a fused tensor
+        if site.op == "project":  # the residual stream along the stored rows, else [in, out]
+            entry = EditedMap(weight.tensor, bias, "project", expert=expert, flipped=not weight.as_rows,
+                              project=(site.unit().tobytes(), site.scale))
+            maps[(entry.weight, entry.axis, -1 if expert is None else expert, (0, 0))] = entry
+            continue
         entry = EditedMap(weight.tensor, bias, site.axis, expert=expert, rows=site.rows,
                           flipped=weight.as_rows != (site.axis == "out"))  # stored [in, out]
         key = (entry.weight, entry.axis, -1 if expert is None else expert, site.rows or (0, 0))
         # a later edit wins, as in the plan; a fused gate/up window gathers both halves' rows
         maps.setdefault(key, entry).scales.update(dict.fromkeys(weight.lines, site.scale))
+    for (weight, axis, expert, rows), m in list(maps.items()):  # a projected matrix's column scales: its inputs
+        if axis == "project" and (weight, "in", expert, rows) in maps:
+            m.scales = maps.pop((weight, "in", expert, rows)).scales
     return [maps[k] for k in sorted(maps)]
 
 
@@ -112,8 +126,61 @@ def _compare(baked: np.ndarray, reference: np.ndarray, magnitude: np.ndarray, dt
     return float(diff.max(initial=0.0)), float(over.max(initial=0.0))
 
 
+def _matrix(folder: Path, info: TensorInfo, expert: int | None) -> np.ndarray:
+    """A memory map of a stored matrix (an expert's window of a fused tensor), as stored."""
+    stored = np.memmap(folder / info.file, dtype=RAW_DTYPES[info.dtype], mode="r", offset=info.start, shape=info.shape)
+    return stored if expert is None else stored[expert]
+
+
+def check_projection(src: Checkpoint, out: Checkpoint, m: EditedMap, rng: np.random.Generator) -> tuple[float, float]:
+    """(max |Δ|, max |Δ|/bound) of a projected map: baked W′x against P·(W·S)x, P = I − w·r·rᵀ.
+
+    Read a bounded block of stored rows at a time; computed in float64, so the bound is the bake's
+    float32 arithmetic and one rounding to the stored dtype, per element relative to
+    |W·S| + |w·r|·|rᵀW·S| (what W′ is computed from).
+    """
+    unit, w = m.project
+    r = np.frombuffer(unit, dtype=np.float32).astype(np.float64)
+    info = src.tensor(m.weight)
+    w_src, w_out = _matrix(src.path, info, m.expert), _matrix(out.path, out.tensor(m.weight), m.expert)
+    along_rows = not m.flipped  # stored [out, in]: rows are output features
+    n_in = w_src.shape[1] if along_rows else w_src.shape[0]
+    s = np.ones(n_in)
+    s[list(m.scales)] = [m.scales[i] for i in m.scales]
+    x = rng.standard_normal((INPUTS, n_in), dtype=np.float32).astype(np.float64)
+    xs = x * s
+    H = len(r)
+    y_src, y_out, mag = (np.zeros((INPUTS, H)) for _ in range(3))
+    a = np.zeros(n_in)  # rᵀ·W·S
+    step = max(1, CHUNK_BYTES // (w_src.shape[1] * 4))
+    for start in range(0, w_src.shape[0], step):
+        block = slice(start, start + step)
+        ws, wo = (to_f32(np.array(mat[block]), info.dtype).astype(np.float64) for mat in (w_src, w_out))
+        if along_rows:  # rows [block] of W: output features
+            y_src[:, block], y_out[:, block], mag[:, block] = xs @ ws.T, x @ wo.T, np.abs(xs) @ np.abs(ws).T
+            a += (r[block] @ ws) * s
+        else:  # rows [block] of Wᵀ: input features
+            y_src += xs[:, block] @ ws
+            y_out += x[:, block] @ wo
+            mag += np.abs(xs[:, block]) @ np.abs(ws)
+            a[block] = (ws @ r) * s[block]
+    ref = y_src - w * np.outer(y_src @ r, r)
+    magnitude = mag + np.outer(np.abs(a * w) @ np.abs(x).T, np.abs(r))  # + |w·r_i|·Σ_j |a_j·x_j|
+    results = [_compare(y_out, ref, magnitude, info.dtype, n_in)]
+    if m.bias is not None:
+        b_info = src.tensor(m.bias)
+        b_src, b_out = (to_f32(np.array(_matrix(f.path, f.tensor(m.bias), m.expert)), b_info.dtype).astype(np.float64)
+                        for f in (src, out))
+        b_ref = b_src - w * (b_src @ r) * r
+        # terms 4: the bake's float32 steps (rᵀb, w·r, the product, the difference) before the rounding
+        results.append(_compare(b_out, b_ref, np.abs(b_src) + np.abs(w * (b_src @ r) * r), b_info.dtype, 4))
+    return max(res[0] for res in results), max(res[1] for res in results)
+
+
 def check_map(src: Checkpoint, out: Checkpoint, m: EditedMap, rng: np.random.Generator) -> tuple[float, float]:
     """(max |Δ|, max |Δ|/bound) of one edited map's outputs on random inputs, baked vs reference."""
+    if m.project is not None:
+        return check_projection(src, out, m, rng)
     idx = sorted(m.scales)
     s = np.array([m.scales[i] for i in idx], dtype=np.float32)
     info = src.tensor(m.weight)
@@ -145,15 +212,16 @@ def edited_check(ckpt: Checkpoint, recipe: Recipe) -> Callable[[Path], Verificat
         for m in maps:
             diff, ratio = check_map(ckpt, out, m, rng)
             if not ratio <= 1.0:
-                raise SurgeryError(f"the baked '{m.label}' does not compute the run-time edit (its edited "
-                                   f"{'columns' if m.axis == 'in' else 'rows'} are off by {diff:.3g}, "
+                what = {"in": "edited columns", "out": "edited rows", "project": "projected weights"}[m.axis]
+                raise SurgeryError(f"the baked '{m.label}' does not compute the run-time edit (its "
+                                   f"{what} are off by {diff:.3g}, "
                                    f"{ratio:.3g}× the rounding bound); nothing was written. Please report this bug")
             worst_diff, worst_ratio = max(worst_diff, diff), max(worst_ratio, ratio)
         return Verification(kind="edited maps", maps=len(maps), inputs=INPUTS,
                             max_abs_diff=worst_diff, max_diff_over_bound=worst_ratio,
-                            reference="source weights with the run-time twin (input scales) or the site's output "
-                                      "scales, float32, on random inputs; the rest of the output is a byte copy of "
-                                      "the source",
+                            reference="source weights with the run-time twin (input scales, output projections) or "
+                                      "the site's output scales, float32, on random inputs; the rest of the output "
+                                      "is a byte copy of the source",
                             end_to_end="surgery verify compares the logits")
 
     return check

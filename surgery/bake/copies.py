@@ -21,6 +21,7 @@ machine through :func:`unedited_copies`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ..core.architectures import Architecture
@@ -78,7 +79,7 @@ def copy_patches(ckpt: Checkpoint, arch: Architecture, patches: list[TensorPatch
                     why = ("stores its rows in another order (permuted for RoPE)" if permuted
                            else f"is stored as {info.dtype}")
                     raise _refusal(ckpt, rel, f"its copy '{info.name}' of the edited '{p.info.name}' {why}")
-                out.append(TensorPatch(info, dict(p.rows), dict(p.cols), p.first_row, p.window))
+                out.append(replace(p, info=info, rows=dict(p.rows), cols=dict(p.cols)))  # projection too
     return out
 
 
@@ -103,7 +104,7 @@ def unedited_copies(folder: Path, record: BakeRecord) -> list[str]:
     """The rule above on a baked ``folder`` alone (no source: push of a folder whose source is not
     on this machine), from its own files and ``record``."""
     ckpt = Checkpoint(folder, allow_remote_code=True)
-    recipe = record.recipe
+    recipe = record.replayable_recipe(folder)
     arch = recipe.validate(ckpt.config)
     try:
         copies = copy_patches(ckpt, arch, plan(ckpt, arch, recipe.active()))

@@ -17,13 +17,7 @@ import numpy as np
 from ..core.checkpoint import Checkpoint
 from ..core.edits import Edit, Recipe
 from ..core.errors import RecipeError
-from .patches import from_f32, site_peaks, to_f32
-
-# 2^64 ≈ 1.8e19 is the square root of float32's largest value. Norms square the activations
-# (RMSNorm upcasts to float32 even in fp16/bf16 models), so a weight that large writes values into
-# the residual stream whose squares overflow: the model computes inf and NaN, though every stored
-# weight is finite and the baked bytes match the run-time edit.
-HUGE = 2.0 ** 64
+from .patches import HUGE, from_f32, site_peaks, to_f32
 
 
 def scaled_peak(peak: float, scale: float, dtype: str) -> float:

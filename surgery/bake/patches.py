@@ -1,9 +1,17 @@
 """What an edit does to the bytes of one tensor, computed in bounded-size chunks.
 
 A recipe becomes a list of ``TensorPatch``: for one stored tensor, which rows and which columns
-(or, for a bias, which elements) are scaled by what. ``patched_chunks`` turns a patch into the new
-bytes of the tensor, a bounded block of rows at a time, computing in fp32 and rounding to the stored
-dtype once. Bake writes those bytes; verify recomputes and compares them; undo keeps the originals.
+(or, for a bias, which elements) are scaled by what, and whether a direction is projected out of
+it. ``patched_chunks`` turns a patch into the new bytes of the tensor, a bounded block of rows at a
+time, computing in fp32 and rounding to the stored dtype once. Bake writes those bytes; verify
+recomputes and compares them; undo keeps the originals.
+
+A projection W ← W − w·r(rᵀW) rewrites every element, so it takes two passes over the row blocks
+when the residual stream runs along the rows (first a = rᵀW, accumulated in float64, then
+W′ = W − (w·r)⊗a in float32, rounded once), one pass when it runs along the columns (each row
+is projected on its own: the embedding table). Memory stays one block plus vectors of the tensor's
+width, whatever its size. The same pass measures how much of the direction the rounding leaves,
+‖rᵀW′‖ / ‖rᵀW‖, recorded per matrix in surgery.json.
 """
 
 from __future__ import annotations
@@ -17,11 +25,17 @@ import numpy as np
 from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.edits import Edit
-from ..core.errors import CheckpointError
+from ..core.errors import CheckpointError, RecipeError
 from ..core.resolve import Resolver, TensorSlice
 from ..core.sites import Site, all_sites, sites
 
 CHUNK_BYTES = 16 << 20
+# 2^64 ≈ 1.8e19 is the square root of float32's largest value. Norms square the activations
+# (RMSNorm upcasts to float32 even in fp16/bf16 models), so a weight that large writes values into
+# the residual stream whose squares overflow: the model computes inf and NaN, though every stored
+# weight is finite and the baked bytes match the run-time edit (surgery.bake.guards refuses scales
+# that get there; a projection refuses it as it computes).
+HUGE = 2.0 ** 64
 # Storage dtype → numpy dtype of the raw elements (bf16 has no numpy type: we keep its bits).
 RAW_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
 
@@ -52,6 +66,21 @@ def _scaled(raw: np.ndarray, scale: float, dtype: str) -> np.ndarray:
     return from_f32(to_f32(raw, dtype) * np.float32(scale), dtype)
 
 
+@dataclass(frozen=True)
+class Projection:
+    """W ← W − weight·r(rᵀW), r the float32 unit vector ``unit``; ``along_rows``: the residual stream
+    runs along the rows of the tensor's 2-D view (an output projection), else along its columns
+    (the [vocab, hidden] embedding table, a transposed expert window, an expert's bias row)."""
+
+    unit: bytes
+    weight: float
+    along_rows: bool
+
+    @property
+    def r(self) -> np.ndarray:
+        return np.frombuffer(self.unit, dtype=np.float32)
+
+
 @dataclass
 class TensorPatch:
     """Scales for the rows and columns of one stored tensor (elements, for a 1-D bias).
@@ -59,7 +88,9 @@ class TensorPatch:
     A tensor of 3 or more dimensions is viewed as 2-D ([all leading dims, last dim]); ``first_row``
     and ``window`` then restrict the patch to one expert's block of rows of that view (``rows`` are
     relative to it, ``cols`` apply within it only), so several experts of one fused tensor are
-    separate patches over disjoint byte ranges.
+    separate patches over disjoint byte ranges. ``project``: a direction projected out of the
+    whole tensor (window), after the scales (they act on the other side of the matrix: the two
+    commute).
     """
 
     info: TensorInfo
@@ -67,6 +98,7 @@ class TensorPatch:
     cols: dict[int, float] = field(default_factory=dict)
     first_row: int = 0
     window: int | None = None
+    project: Projection | None = None
 
     @property
     def n_rows(self) -> int:
@@ -159,8 +191,21 @@ def patches_for(ckpt: Checkpoint, slices: Iterable[TensorSlice]) -> dict[str, Te
         if sl.key not in patches:
             patches[sl.key] = TensorPatch(_tensor(ckpt, sl.tensor, sl.shape), first_row=sl.first_row,
                                           window=sl.window)
-        lines = patches[sl.key].rows if sl.as_rows else patches[sl.key].cols
-        lines.update(dict.fromkeys(sl.lines, sl.scale))
+        p = patches[sl.key]
+        if sl.site.op == "project":
+            project = Projection(sl.site.unit().tobytes(), sl.scale, sl.as_rows)
+            if p.project is not None and p.project != project:
+                raise RecipeError(f"two direction edits project '{sl.tensor}'; one direction per matrix: combine "
+                                  "them into one recipe entry or bake them one after the other")
+            p.project = project
+        else:
+            (p.rows if sl.as_rows else p.cols).update(dict.fromkeys(sl.lines, sl.scale))
+    for p in patches.values():
+        # Scales act on the input side, projections on the residual side; both on one side cannot
+        # come from the built-in kinds, and their order would matter.
+        if p.project is not None and (p.rows if p.project.along_rows else p.cols):
+            raise RecipeError(f"'{p.info.name}' is both projected and scaled along its residual axis; "
+                              "bake these edits one after the other")
     return {k: patches[k] for k in sorted(patches)}
 
 
@@ -180,8 +225,9 @@ def read_raw(fd: int, info: TensorInfo, first_row: int, n_rows: int, n_cols: int
 
 
 def _row_blocks(p: TensorPatch) -> Iterator[tuple[int, int]]:
-    """Row ranges to rewrite: every block when columns change, else just the edited rows."""
-    if p.cols:
+    """Row ranges to rewrite: every block when columns change or a direction is projected, else
+    just the edited rows."""
+    if p.cols or p.project is not None:
         itemsize = np.dtype(RAW_DTYPES[p.info.dtype]).itemsize
         step = max(1, CHUNK_BYTES // (p.n_cols * itemsize))
         for start in range(0, p.n_rows, step):
@@ -191,12 +237,18 @@ def _row_blocks(p: TensorPatch) -> Iterator[tuple[int, int]]:
             yield row, 1
 
 
-def patched_chunks(fd: int, p: TensorPatch) -> Iterator[tuple[int, memoryview, dict[str, np.ndarray]]]:
+def patched_chunks(fd: int, p: TensorPatch, stats: dict | None = None
+                   ) -> Iterator[tuple[int, memoryview, dict[str, np.ndarray]]]:
     """Yield (absolute offset, new bytes, original slices) for each rewritten block of ``p``.
 
     ``fd`` is the source file. The original slices are the raw elements of the edited rows and
-    columns of the block, which is what undo needs to restore the source byte for byte.
+    columns of the block (the whole block under ``"block"`` for a projection), which is what undo
+    needs to restore the source byte for byte. A projection puts ‖rᵀW′‖ / ‖rᵀW‖ into ``stats``
+    under ``"left"`` once the last block is out.
     """
+    if p.project is not None:
+        yield from _projected_chunks(fd, p, {} if stats is None else stats)
+        return
     itemsize = np.dtype(RAW_DTYPES[p.info.dtype]).itemsize
     col_idx = np.array(sorted(p.cols), dtype=np.int64)
     col_scale = np.array([p.cols[c] for c in col_idx], dtype=np.float64)
@@ -215,6 +267,68 @@ def patched_chunks(fd: int, p: TensorPatch) -> Iterator[tuple[int, memoryview, d
             block[r - start] = _scaled(block[r - start], p.rows[r], p.info.dtype)
         # A byte view of the block, not a copy: the caller writes it out before the next block.
         yield p.info.start + (p.first_row + start) * p.n_cols * itemsize, block.reshape(-1).view(np.uint8).data, originals
+
+
+def _scaled_f32(p: TensorPatch, start: int, n: int, fd: int) -> tuple[np.ndarray, np.ndarray]:
+    """(raw block, its float32 values with ``p``'s row and column scales applied) for rows
+    [start, start + n) of ``p``."""
+    raw = read_raw(fd, p.info, p.first_row + start, n, p.n_cols)
+    x = to_f32(raw, p.info.dtype)
+    if p.cols:
+        idx = np.array(sorted(p.cols), dtype=np.int64)
+        x[:, idx] *= np.array([p.cols[c] for c in idx], dtype=np.float32)
+    for r in (r for r in p.rows if start <= r < start + n):
+        x[r - start] *= np.float32(p.rows[r])
+    return raw, x
+
+
+def _rounded(p: TensorPatch, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(raw elements, their float32 values) of the new block ``x``, rounded once to the stored
+    dtype; a column scaled by 0 stays +0.0 (projecting a zero column changes nothing)."""
+    zero = [c for c, s in p.cols.items() if s == 0.0]
+    if zero:
+        x[:, zero] = 0.0
+    raw = from_f32(x, p.info.dtype)
+    back = to_f32(raw, p.info.dtype)
+    if not np.isfinite(back).all():
+        raise RecipeError(f"weight {p.project.weight:g} of the direction edit of '{p.info.name}' makes some of its "
+                          f"weights overflow {p.info.dtype} (or the tensor holds inf/NaN); choose a smaller weight")
+    if back.size and (peak := float(np.abs(back).max())) >= HUGE:
+        raise RecipeError(f"weight {p.project.weight:g} of the direction edit of '{p.info.name}' makes some of its "
+                          f"weights {peak:.2g}, past 2^64 ≈ 1.8e19: the activations they write overflow float32 in "
+                          "the next norm, which squares them; choose a smaller weight")
+    return raw, back
+
+
+def _projected_chunks(fd: int, p: TensorPatch, stats: dict) -> Iterator[tuple[int, memoryview, dict[str, np.ndarray]]]:
+    """The blocks of a projected patch: W′ = W − w·r(rᵀW) (scales applied first), rounded once."""
+    itemsize = np.dtype(RAW_DTYPES[p.info.dtype]).itemsize
+    pr, blocks = p.project, list(_row_blocks(p))
+    r64, wr = pr.r.astype(np.float64), np.float32(pr.weight) * pr.r
+    before = after = 0.0
+    if pr.along_rows:  # rᵀW needs every row before any row can change: a first pass
+        a = np.zeros(p.n_cols, dtype=np.float64)
+        for start, n in blocks:
+            a += r64[start:start + n] @ _scaled_f32(p, start, n, fd)[1].astype(np.float64)
+        a32, left = a.astype(np.float32), np.zeros(p.n_cols, dtype=np.float64)
+        for start, n in blocks:
+            raw, x = _scaled_f32(p, start, n, fd)
+            new, back = _rounded(p, x - np.outer(wr[start:start + n], a32))
+            left += r64[start:start + n] @ back.astype(np.float64)
+            yield p.info.start + (p.first_row + start) * p.n_cols * itemsize, new.reshape(-1).view(np.uint8).data, \
+                {"block": raw}
+        before, after = float(a @ a), float(left @ left)
+    else:  # each row is projected on its own: c = W r per row
+        for start, n in blocks:
+            raw, x = _scaled_f32(p, start, n, fd)
+            c = x.astype(np.float64) @ r64
+            new, back = _rounded(p, x - np.outer(np.float32(pr.weight) * c.astype(np.float32), pr.r))
+            c_new = back.astype(np.float64) @ r64
+            before, after = before + float(c @ c), after + float(c_new @ c_new)
+            yield p.info.start + (p.first_row + start) * p.n_cols * itemsize, new.reshape(-1).view(np.uint8).data, \
+                {"block": raw}
+    # None: the matrix had no component along r to remove (e.g. a zero bias)
+    stats["left"] = float(np.sqrt(after / before)) if before > 0 else None
 
 
 def _line_peaks(fd: int, p: TensorPatch) -> dict[tuple[bool, int], float]:
@@ -240,7 +354,8 @@ def site_peaks(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> l
     Rounding is monotone in |value|, so this one value and the site's scale decide what the bake's
     rounding does to every weight of the site (see surgery.bake.guards).
     """
-    chosen = [(e, site) for e in edits for site in sites(arch, e) if site.scale not in (0.0, 1.0)]
+    chosen = [(e, site) for e in edits for site in sites(arch, e)
+              if site.op == "scale" and site.scale not in (0.0, 1.0)]  # a projection scales nothing
     if not chosen:
         return []
     check_attention(ckpt, arch)  # a config that contradicts the weights: the line names its fields

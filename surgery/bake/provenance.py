@@ -11,22 +11,42 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import struct
+import tempfile
+import threading
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Union
 
 import numpy as np
 
-from ..core.checkpoint import file_sha256, is_other_weights
-from ..core.errors import SurgeryError, VerificationError
+from ..core.checkpoint import file_sha256, file_tensors, is_other_weights
+from ..core.errors import CheckpointError, SurgeryError, VerificationError
 from ..core.progress import StageProgress, silent_stages
 from ..core.strict_files import DuplicateKey, load_json
+from ..core.vectors import VECTORS_NAME
 from .record import FORMAT, BakeRecord  # noqa: F401 (FORMAT stays importable with the file's names)
 
 PROVENANCE_NAME = "surgery.json"
 UNDO_NAME = "surgery.undo"  # safetensors content, but not *.safetensors: loaders glob for those
-OWN_FILES = (PROVENANCE_NAME, UNDO_NAME)
+# The bake's own files; VECTORS_NAME (surgery.vectors) holds the unit vectors of direction edits.
+OWN_FILES = (PROVENANCE_NAME, UNDO_NAME, VECTORS_NAME)
+COPY_BLOCK = 16 << 20
 ADAPTER_PROVENANCE_NAME = "surgery_adapter.json"  # what export-lora records in an adapter folder
 SEAL_KEY = "provenance_sha256"  # in surgery.json: see provenance_text
+# A baked single file (a GGUF) carries its record and undo as sidecars: NAME.gguf.surgery.json / .surgery.undo.
+SIDECAR_SUFFIXES = (".surgery.json", ".surgery.undo")
+
+
+def sidecars(path: Path) -> tuple[Path, Path]:
+    """(record, undo) sidecar paths of the baked single file ``path``."""
+    return tuple(Path(f"{path}{suffix}") for suffix in SIDECAR_SUFFIXES)  # type: ignore[return-value]
+
+
+def record_file(path: Path) -> Path:
+    """Where the record of the bake at ``path`` is: a folder's surgery.json, a file's sidecar."""
+    path = Path(path)
+    return sidecars(path)[0] if path.is_file() else path / PROVENANCE_NAME
 
 
 def seal(prov: Mapping[str, Any]) -> str:
@@ -55,7 +75,7 @@ def record_text(record: BakeRecord) -> str:
 
 def provenance_intact(path: Path) -> bool:
     """True when ``path``/surgery.json is byte for byte what ``provenance_text`` wrote."""
-    raw = (Path(path) / PROVENANCE_NAME).read_bytes()
+    raw = record_file(path).read_bytes()
     try:
         data = load_json(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):  # a repeated key too: the seal covers one value
@@ -90,8 +110,11 @@ def not_baked(path: Path) -> str:
 
 def load_provenance(path: Path) -> BakeRecord:
     """surgery.json of a baked checkpoint (a clear error when it is not one, or of a newer version)."""
-    prov = Path(path) / PROVENANCE_NAME
+    prov = record_file(path)
     if not prov.is_file():
+        if Path(path).is_file():
+            raise VerificationError(f"{path} has no sidecar {prov.name}: it was not made by a surgery bake; give "
+                                    "the file a bake wrote, next to its sidecars")
         raise VerificationError(not_baked(Path(path)))
     try:
         data = load_json(prov.read_text(encoding="utf-8"))
@@ -114,25 +137,135 @@ def baked_weights(folder: Path) -> dict[str, str] | None:
         return None
 
 
-def write_undo(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """surgery.undo: the original slices, in safetensors format."""
-    from safetensors.numpy import save
+class UndoSpool:
+    """Original bytes of edited slices, spooled to an unnamed temporary file while the bake streams
+    them: a projected tensor's originals are the whole tensor, which must not sit in memory.
 
-    # Serialised in memory (only the edited slices) and written with Python's own I/O: a full disk
-    # is then an OSError with its errno, like every other write, not an opaque SafetensorError;
-    # and the file gets the same permissions as the copied weights.
-    path.write_bytes(save({k: np.ascontiguousarray(v) for k, v in arrays.items()} or
-                          {"empty": np.zeros(0, dtype=np.uint8)}))
+    Each key's parts are appended in the order given (one patch's blocks come from one thread, in
+    order); parts of different keys may interleave. :func:`write_undo` copies them into surgery.undo.
+    """
+
+    def __init__(self, folder: Path):
+        self._file = tempfile.TemporaryFile(dir=folder)  # no name: nothing to clean up, nothing listed
+        self._lock = threading.Lock()
+        self._end = 0
+        self.parts: dict[str, list[tuple[int, int]]] = {}
+        self._rows: dict[str, tuple[int, tuple[int, ...]]] = {}  # key -> (rows so far, shape of a row in bytes)
+
+    def add(self, key: str, data: np.ndarray) -> None:
+        """Append the raw bytes of ``data`` (a block of rows, or of bytes when 1-D) to ``key``."""
+        data = np.ascontiguousarray(data).view(np.uint8)
+        raw = memoryview(data.reshape(-1))
+        with self._lock:
+            start, self._end = self._end, self._end + raw.nbytes
+            self.parts.setdefault(key, []).append((start, raw.nbytes))
+            rows, row = self._rows.get(key, (0, data.shape[1:]))
+            if row != data.shape[1:]:
+                raise ValueError(f"undo spool: rows of shape {data.shape[1:]} added to '{key}', which holds {row}")
+            self._rows[key] = (rows + len(data), row)
+        while raw.nbytes:  # a short write is retried: the next one fails with the errno (a full disk)
+            n = os.pwrite(self._file.fileno(), raw, start)
+            raw, start = raw[n:], start + n
+
+    def size(self, key: str) -> int:
+        return sum(n for _, n in self.parts.get(key, ()))
+
+    def shape(self, key: str) -> list[int]:
+        """The shape ``key``'s bytes are recorded under: rows × bytes per row, as the slices were
+        cut (surgery.undo keeps the layout surgery 0.1 wrote)."""
+        rows, row = self._rows.get(key, (0, ()))
+        return [rows, *row]
+
+    def copy(self, key: str, fd: int) -> None:
+        """Write ``key``'s bytes to ``fd`` at its current position, a bounded block at a time."""
+        for start, n in self.parts.get(key, ()):
+            done = 0
+            while done < n:
+                block = memoryview(os.pread(self._file.fileno(), min(COPY_BLOCK, n - done), start + done))
+                done += len(block)
+                while block.nbytes:
+                    block = block[os.write(fd, block):]
+
+    def close(self) -> None:
+        self._file.close()
 
 
-def load_undo(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of a surgery.undo file (a clear error when it is corrupt)."""
-    from safetensors.numpy import load_file
+class Spooled(str):
+    """An undo entry whose bytes are in an :class:`UndoSpool`, under this key."""
 
+
+UndoValue = Union[np.ndarray, Spooled]
+
+
+def write_undo(path: Path, arrays: dict[str, UndoValue], spool: UndoSpool | None = None) -> None:
+    """surgery.undo: the original slices (uint8, rows × bytes per row), in safetensors format, streamed.
+
+    Laid out as safetensors' own writer does (tensors by name, header padded to 8 bytes), so an
+    undo of only in-memory slices is byte-identical to ``safetensors.numpy.save``. Written with
+    Python's own I/O: a full disk is an OSError with its errno, and the file gets the same
+    permissions as the copied weights.
+    """
+    arrays = arrays or {"empty": np.zeros(0, dtype=np.uint8)}
+    header, offset = {}, 0
+    for key in sorted(arrays):
+        value = arrays[key]
+        if isinstance(value, Spooled):
+            n, shape = spool.size(value), spool.shape(value)
+        else:
+            n, shape = np.asarray(value).nbytes, list(np.ascontiguousarray(value).view(np.uint8).shape)
+        header[key] = {"dtype": "U8", "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
-        return load_file(str(path))
-    except Exception as exc:  # safetensors raises its own error types for corrupt files
-        raise VerificationError(f"{path} is corrupt ({type(exc).__name__}); cannot undo") from None
+        os.write(fd, struct.pack("<Q", len(text)) + text)
+        for key in sorted(arrays):
+            value = arrays[key]
+            if isinstance(value, Spooled):
+                spool.copy(value, fd)
+            else:
+                data = memoryview(np.ascontiguousarray(value).reshape(-1).view(np.uint8))
+                while data.nbytes:
+                    data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
+
+
+class UndoFile:
+    """A surgery.undo file, read an entry (or part of one) at a time, never whole."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            self.entries = file_tensors(self.path.parent, self.path.name)
+        except CheckpointError as exc:
+            raise VerificationError(f"{path} is corrupt ({exc}); cannot undo") from None
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.entries
+
+    def read(self, key: str, start: int = 0, size: int | None = None) -> bytes:
+        """``size`` bytes of entry ``key`` from byte ``start`` (default: all of it)."""
+        info = self.entries.get(key)
+        if info is None:
+            raise VerificationError(f"{self.path} has no entry '{key}' that surgery.json names; cannot undo")
+        size = info.nbytes - start if size is None else size
+        if start + size > info.nbytes:
+            raise VerificationError(f"{self.path}: entry '{key}' is shorter than surgery.json says; cannot undo")
+        with open(self.path, "rb") as f:
+            data = os.pread(f.fileno(), size, info.start + start)
+        if len(data) != size:
+            raise VerificationError(f"{self.path} is truncated; cannot undo")
+        return data
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return np.frombuffer(self.read(key), dtype=np.uint8)
+
+
+def load_undo(path: Path) -> UndoFile:
+    """The entries of a surgery.undo file (a clear error when it is corrupt), read lazily."""
+    return UndoFile(path)
 
 
 def left_out_note(names: list[str]) -> str:

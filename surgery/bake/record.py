@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..core.edits import Recipe
+from ..core.vectors import BakedVectors
 from ..core.errors import VerificationError
 from ..core.json_record import TEXT, Codec, JsonRecord, Malformed, entry, listof, mapof, part
 from ..model.loading import Source
@@ -44,7 +45,10 @@ HASHES = mapof(TEXT)
 @dataclass(kw_only=True)
 class EditedTensor(JsonRecord):
     """One patch of the bake: a tensor (or one expert's rows of a fused 3-D tensor) of one file,
-    the rows and columns it changed, and the keys of their original bytes in surgery.undo."""
+    the rows and columns it changed, and the keys of their original bytes in surgery.undo. A
+    direction edit rewrites the whole tensor (window): its weight, how much of the direction the
+    rounding left (‖rᵀW′‖ / ‖rᵀW‖; absent when the matrix had none to remove), and the key of the
+    whole original block."""
 
     tensor: str
     file: str
@@ -53,8 +57,16 @@ class EditedTensor(JsonRecord):
     cols: list[int]
     first_row: int | None = None  # one expert's window of a fused tensor: its first row …
     window: int | None = None     # … and how many rows it spans
+    direction_weight: float | None = None
+    direction_left: float | None = None
     rows_key: str | None = None
     cols_key: str | None = None
+    block_key: str | None = None  # a projection: the original bytes of the whole tensor (window)
+
+    @property
+    def projected(self) -> bool:
+        """Whether a direction was projected out of this tensor (every byte rewritten)."""
+        return self.direction_weight is not None
 
 
 @dataclass(kw_only=True)
@@ -173,6 +185,15 @@ class BakeRecord(JsonRecord):
             raise VerificationError(f"{where} has surgery.json version {raw.get('version')!r}; this surgery reads "
                                     f"version {VERSION}: upgrade surgery to read it")
         return super().from_dict(raw, where)
+
+    def replayable_recipe(self, folder: Path) -> Recipe:
+        """The recipe with the unit vectors of its direction edits read back from the bake's
+        ``folder``/surgery.vectors, so that it can be planned and replayed (verify, push's copy
+        check, export-lora); a recipe without direction edits as read."""
+        if not self.recipe.directions:
+            return self.recipe
+        return Recipe.from_dict(self.recipe.to_dict(), where=f"{Path(folder) / self.LABEL} recipe",
+                              vectors=BakedVectors(folder))
 
     def edited_pairs(self) -> list[tuple[str, str]]:
         """The distinct (file, tensor) pairs the bake edited: a fused 3-D expert tensor is patched

@@ -13,7 +13,16 @@ from ..core.errors import VerificationError
 from ..core.staging import staged_output
 from .bake import copy_file, hash_files, source_files
 from .patches import RAW_DTYPES, TensorPatch, restored_chunks
-from .provenance import OWN_FILES, UNDO_NAME, load_provenance, load_undo
+from .provenance import COPY_BLOCK, OWN_FILES, UNDO_NAME, UndoFile, load_provenance, load_undo
+
+
+def _restore_whole(fd: int, saved: UndoFile, key: str, start: int, size: int) -> None:
+    """Put back a whole rewritten tensor (window) of ``size`` bytes at ``start``, a block at a time."""
+    if key not in saved or saved.entries[key].nbytes != size:
+        raise VerificationError(f"{saved.path}: entry '{key}' does not hold the {size} bytes surgery.json names; "
+                                "cannot undo")
+    for done in range(0, size, COPY_BLOCK):
+        os.pwrite(fd, saved.read(key, done, min(COPY_BLOCK, size - done)), start + done)
 
 
 def earlier_restore(folder: Path, expected: dict[str, str]) -> bool:
@@ -64,11 +73,16 @@ def undo(baked: str | Path, out: str | Path, force: bool = False,
                                         f"{baked / entry.file}; undo cannot restore it")
             patch = TensorPatch(info, rows={r: 0.0 for r in entry.rows}, cols={c: 0.0 for c in entry.cols},
                                 first_row=entry.first_row or 0, window=entry.window)
-            raw = np.dtype(RAW_DTYPES[info.dtype])
-            cols = saved[entry.cols_key].view(raw).reshape(patch.n_rows, -1) if entry.cols_key else None
-            rows = saved[entry.rows_key].view(raw).reshape(len(entry.rows), -1) if entry.rows_key else None
             fd = os.open(tmp / entry.file, os.O_RDWR)
             try:
+                if entry.block_key:  # a projected tensor: every byte of it was rewritten
+                    row_bytes = patch.n_cols * np.dtype(RAW_DTYPES[info.dtype]).itemsize
+                    _restore_whole(fd, saved, entry.block_key, info.start + patch.first_row * row_bytes,
+                                   patch.n_rows * row_bytes)
+                    continue
+                raw = np.dtype(RAW_DTYPES[info.dtype])
+                cols = saved[entry.cols_key].view(raw).reshape(patch.n_rows, -1) if entry.cols_key else None
+                rows = saved[entry.rows_key].view(raw).reshape(len(entry.rows), -1) if entry.rows_key else None
                 for offset, data in restored_chunks(fd, patch, cols, rows):
                     os.pwrite(fd, data, offset)
             finally:

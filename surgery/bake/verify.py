@@ -178,7 +178,7 @@ def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent
     """
     report = Report()
     record = load_provenance(dst_path)
-    recipe = record.recipe
+    recipe = record.replayable_recipe(dst_path)
     report.problems += integrity_problems(dst_path, record, progress=progress)
     report.files_checked = len(record.files)
     if report.problems:
@@ -279,16 +279,22 @@ def baked_tensors(src: Checkpoint, dst_path: Path, recipe: Recipe, model) -> dic
 
     arch = recipe.validate(src.config)
     edited = {p.info.name for p in plan(src, arch, recipe.active())}
-    in_memory = model_architecture(model).layer_prefix(name for name, _ in model.named_parameters())
+    params = [name for name, _ in model.named_parameters(remove_duplicate=False)]
+    loaded = model_architecture(model)
+    in_memory = loaded.layer_prefix(params)
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight is model.get_input_embeddings().weight
     out = {}
-    resolver = Resolver(arch, src.tensors)
-    for sl in resolver.all(all_sites(arch, recipe.active())):
+    for sl in Resolver(arch, src.tensors).all(all_sites(arch, recipe.active())):
         disk, site = sl.tensor, sl.site
+        if site.layer is None and tied:
+            return None  # a tied table: swapping one parameter would untie it; the baked model is loaded
         if disk in edited and disk not in out and site.expert is None:
             with safe_open(str(dst_path / src.tensor(disk).file), "pt") as f:
                 # the site's module under the loaded model's layer prefix (multimodal wrappers and
-                # renamed checkpoints store it under another name)
-                memory = f"{in_memory.format(layer=site.layer)}{site.module}.{'bias' if sl.is_bias else 'weight'}"
+                # renamed checkpoints store it under another name), or next to its layer list (embeddings)
+                where = loaded.root_prefix(params) if site.layer is None else in_memory.format(layer=site.layer)
+                memory = f"{where}{site.module}.{'bias' if sl.is_bias else 'weight'}"
                 out[disk] = (memory, f.get_tensor(disk))
     if edited - set(out):
         return None  # expert tensors: stored per expert, fused in memory; no one-to-one swap

@@ -9,12 +9,13 @@ from typing import Any
 from ..api.baking import Baked
 from ..core.errors import ParameterError
 from .console import out, print_json
-from .options import PRIVATE_KEY, PUSH_KEY, context_value
+from .options import PRIVATE_KEY, PUSH_KEY, REQUANTIZE_KEY, context_value
 
 
 def push_settings() -> dict[str, Any]:
-    """The command's --push-to and --private, as keyword arguments of the library's bake."""
-    return {"push_to": context_value(PUSH_KEY), "private": bool(context_value(PRIVATE_KEY))}
+    """The command's --push-to, --private and --requantize, as keyword arguments of the library's bake."""
+    return {"push_to": context_value(PUSH_KEY), "private": bool(context_value(PRIVATE_KEY)),
+            "requantize": bool(context_value(REQUANTIZE_KEY))}
 
 
 def print_baked(baked: Baked) -> None:

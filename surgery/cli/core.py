@@ -50,7 +50,8 @@ def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
 @click.argument("recipe", type=click.Path(path_type=Path))
 @click.option("--model", required=True, help="Checkpoint folder or Hub id the recipe is applied to.")
 @load_options
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
+              help="Output folder (a .gguf file when BAKED is a baked GGUF).")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Check each edited weight map against the run-time edit before publishing.")
@@ -104,7 +105,8 @@ def verify_cmd(source: str, baked: Path, load: LoadSpec, structural_only: bool, 
 
 @cli.command(name="undo")
 @click.argument("baked", type=click.Path(path_type=Path))
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output folder.")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
+              help="Output folder (a .gguf file when BAKED is a baked GGUF).")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def undo_cmd(baked: Path, out_dir: Path, force: bool, as_json: bool) -> None:

@@ -18,12 +18,12 @@ from .group import cli
 # The commands that split their work across torchrun's processes; any other refuses (N bakes into
 # one folder would race). Which commands run data-parallel is the command line's decision: the
 # library's loops split themselves wherever they run (surgery.core.distributed.Shard).
-DATA_PARALLEL = ("find-neurons", "find-heads", "score-binding", "eval")
+DATA_PARALLEL = ("find-neurons", "find-heads", "score-binding", "eval", "find-direction")
 
 
 def _register() -> None:
     # Each module adds its commands to the group; importing them here keeps start-up in one place.
-    from . import core, gguf, heads, neurons, ship  # noqa: F401
+    from . import core, directions, gguf, heads, neurons, ship  # noqa: F401
 
 
 def _one_line(message: str) -> str:

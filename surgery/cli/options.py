@@ -73,6 +73,7 @@ def typed_options(cls: type, *, into: str, only: Sequence[str] | None = None,
 # --push-to / --private are read through the click context, so commands decorated with
 # bake_options need no extra parameters for them.
 PUSH_KEY = "surgery.push_to"
+REQUANTIZE_KEY = "surgery.requantize"
 PRIVATE_KEY = "surgery.private"
 
 
@@ -117,14 +118,18 @@ def push_options(f: Callable) -> Callable:
 
 
 def bake_options(f: Callable) -> Callable:
-    """--out, --force, --no-verify, --json, --push-to, --private."""
+    """--out, --force, --no-verify, --json, --requantize, --push-to, --private."""
     f = push_options(f)
+    f = click.option("--requantize", is_flag=True, expose_value=False, callback=_remember(REQUANTIZE_KEY),
+                     help="GGUF MODEL: requantize blocks an edit cannot change exactly (Q4_0/1, Q5_0/1, Q8_0), "
+                     "recording the error; without it such an edit is refused.")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
     f = click.option("--verify/--no-verify", default=True, show_default=True,
                      help="Check each edited weight map against the run-time edit before publishing.")(f)
     f = click.option("--force", is_flag=True, help="Replace --out if it exists.")(f)
     return click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
-                        help="Output checkpoint folder (written atomically).")(f)
+                        help="Output checkpoint folder, or a .gguf file when MODEL is a GGUF file (written "
+                             "atomically); a sweep writes OUT/<label> per value (OUT/<label>.gguf from a GGUF).")(f)
 
 
 def baking_command(f: Callable) -> Callable:
@@ -136,10 +141,11 @@ def flag_of(name: str) -> str:
     """The command-line flag of a library parameter: a typed option's own spelling (``rule`` →
     ``--select``), else ``--`` and the name with dashes (``allow_zero`` → ``--allow-zero``)."""
     from ..evaluation.params import EvalParams
+    from ..find.directions.params import DirectionParams, KernelParams
     from ..find.heads.params import FindParams
     from ..find.neurons.params import CaptureParams, SelectParams
 
-    for cls in (LoadSpec, CaptureParams, SelectParams, FindParams, EvalParams):
+    for cls in (LoadSpec, CaptureParams, SelectParams, FindParams, EvalParams, DirectionParams, KernelParams):
         for field, spec in cli_fields(cls):
             if field.name == name and spec.flag:
                 return spec.flag

@@ -49,6 +49,9 @@ def export_lora_cmd(model, load, recipe_path, out_dir, vllm, force, as_json):
 def push_cmd(folder, repo_id, private, revision, create_pr, message, as_json):
     """Push a verified checkpoint (or exported adapter) FOLDER to the Hub.
 
+    FOLDER may be a baked .gguf file: it goes with its two .surgery sidecars and a model card
+    written from its record, in one commit.
+
     The token comes from HF_TOKEN or `hf auth login`; it is never printed.
     """
     pushed = api.push(folder, repo_id, private=private, revision=revision, create_pr=create_pr, message=message)
@@ -118,18 +121,23 @@ def eval_table(result: dict) -> Table:
 @click.option("--lm-eval", "lm_eval_tasks", default="", help="Comma-separated lm-eval task names (needs lm-eval).")
 @click.option("--lm-eval-include", type=click.Path(path_type=Path), default=None,
               help="Folder of extra lm-eval task YAML files.")
+@click.option("--prompts", "prompts_path", type=click.Path(path_type=Path), default=None,
+              help="Prompts for the markers suite: text (one a line) or JSONL ({\"prompt\": …} a line).")
+@click.option("--markers", "markers_path", type=click.Path(path_type=Path), default=None,
+              help="Markers for the markers suite, one a line: an answer that contains one counts (case-insensitive).")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), default=None, help="Write the result JSON here (atomically).")
 @click.option("--card", "update_card", is_flag=True, help="Put the before/after table into MODEL's model card "
               "(MODEL must be a surgery checkpoint; surgery.json is kept consistent).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON instead of the table.")
 def eval_cmd(model, load, against, recompute, params, bbq_paths, n4_path, lm_eval_tasks,
-             lm_eval_include, out_path, update_card, as_json):
-    """Evaluate MODEL: retention, KL vs --against, BBQ bias, DiffAware/CtxtAware, lm-eval tasks."""
+             lm_eval_include, prompts_path, markers_path, out_path, update_card, as_json):
+    """Evaluate MODEL: retention, KL vs --against, BBQ bias, DiffAware/CtxtAware, markers, lm-eval tasks."""
     # Progress and notes go to stderr, with --json too (it owns stdout only).
     with progress_bars() as progress:
         result = api.evaluate(model, against=against, recompute=recompute, bbq=bbq_paths, n4=n4_path,
                               lm_eval=[t.strip() for t in lm_eval_tasks.split(",") if t.strip()],
-                              lm_eval_include=lm_eval_include, out=out_path, card=update_card, load=load,
+                              lm_eval_include=lm_eval_include, prompts=prompts_path, markers=markers_path,
+                              out=out_path, card=update_card, load=load,
                               params=params, progress=progress, report=lambda m: err.print(f"[dim]{m}[/]"))
     if not is_main():
         return  # under torchrun rank 0 alone prints

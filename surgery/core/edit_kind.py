@@ -14,8 +14,9 @@ An edit kind is a frozen dataclass deriving from :class:`Edit` and decorated wit
 * **LoRA support** (:meth:`Edit.lora_refusal`) and **card text** (:meth:`Edit.card_row`,
   :meth:`Edit.card_tags`).
 
-The two built-in kinds are ``head`` (surgery/core/head_edit.py) and ``neuron``
-(surgery/core/neuron_edit.py); ``docs/contributing/edit-kinds.md`` adds a third, step by step.
+The built-in kinds are ``head`` (surgery/core/head_edit.py), ``neuron``
+(surgery/core/neuron_edit.py) and ``direction`` (surgery/core/direction_edit.py, whose sites are
+projections, not scales); ``docs/contributing/adding-an-edit-kind.md`` adds one, step by step.
 """
 
 from __future__ import annotations
@@ -96,8 +97,9 @@ class Edit:
         return cls.keys or tuple(f.name for f in dataclasses.fields(cls) if "recipe" in f.metadata)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], where: str) -> "Edit":
-        """Parse one recipe entry of this kind: unknown and missing keys named, each value checked."""
+    def from_dict(cls, raw: Mapping[str, Any], where: str, vectors: Any = None) -> "Edit":
+        """Parse one recipe entry of this kind: unknown and missing keys named, each value checked.
+        ``vectors`` reads the files a kind's entries name (surgery.core.vectors; direction edits)."""
         fields = {f.name: f for f in dataclasses.fields(cls) if "recipe" in f.metadata}
         keys = cls.recipe_keys()
         required = [k for k in keys if fields[k].default is dataclasses.MISSING]
@@ -202,8 +204,9 @@ def edit_kinds() -> dict[str, type[Edit]]:
     return dict(_KINDS)
 
 
-def edit_from_dict(raw: Any, where: str = "edit") -> Edit:
-    """Parse one recipe entry such as ``{type: head, layer: 7, head: 7, alpha: 2.5}``."""
+def edit_from_dict(raw: Any, where: str = "edit", vectors: Any = None) -> Edit:
+    """Parse one recipe entry such as ``{type: head, layer: 7, head: 7, alpha: 2.5}``; ``vectors``
+    reads the files it names (surgery.core.vectors)."""
     if not isinstance(raw, Mapping):
         raise RecipeError(f"{where} must be a mapping with a 'type', got {raw!r}")
     kind = raw.get("type")
@@ -211,7 +214,7 @@ def edit_from_dict(raw: Any, where: str = "edit") -> Edit:
     if cls is None:
         names = sorted(_KINDS)
         raise RecipeError(f"{where}.type must be {' or '.join(repr(n) for n in names)}, got {kind!r}")
-    return cls.from_dict(raw, where)
+    return cls.from_dict(raw, where, vectors)
 
 
 def edit_to_dict(edit: Edit) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The recipe: a list of edits for one base model, as stored in a recipe YAML file.
 
 Each edit is an instance of a registered edit kind (surgery/core/edit_kind.py): ``head``
-(surgery/core/head_edit.py) and ``neuron`` (surgery/core/neuron_edit.py) are built in. One edit is
+(surgery/core/head_edit.py), ``neuron`` (surgery/core/neuron_edit.py) and ``direction``
+(surgery/core/direction_edit.py) are built in. One edit is
 applied three ways — as a run-time hook (model/hooks.py), baked into tensors (bake/bake.py) and
 exported as a LoRA adapter (ship/lora.py) — all three from the sites its kind maps it to
 (surgery/core/sites.py), and tests prove the three agree.
@@ -16,13 +17,16 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from .architectures import Architecture, architecture
+from .direction_edit import DirectionEdit
 from .edit_kind import FLOAT32_MAX, Edit, edit_from_dict, edit_kinds, edit_to_dict, register_edit_kind
 from .errors import RecipeError
 from .head_edit import HeadScale, parse_heads
 from .neuron_edit import SHARED, NeuronScale, neuron_label, parse_neuron, parse_neurons
 from .strict_files import DuplicateKey, load_yaml
+from .vectors import BakedVectors, FolderVectors, VectorSource
 
-__all__ = ["RECIPE_VERSION", "FLOAT32_MAX", "SHARED", "Edit", "HeadScale", "NeuronScale", "Recipe",
+__all__ = ["RECIPE_VERSION", "FLOAT32_MAX", "SHARED", "BakedVectors", "DirectionEdit", "Edit", "FolderVectors",
+           "HeadScale", "NeuronScale", "Recipe", "VectorSource",
            "deduplicate", "edit_from_dict", "edit_kinds", "edit_to_dict", "neuron_label", "parse_heads",
            "parse_neuron", "parse_neurons", "register_edit_kind"]
 
@@ -66,8 +70,12 @@ class Recipe:
     def neurons(self) -> list[NeuronScale]:
         return self.of_kind(NeuronScale)
 
+    @property
+    def directions(self) -> list[DirectionEdit]:
+        return self.of_kind(DirectionEdit)
+
     def active(self) -> tuple[Edit, ...]:
-        """The edits that change anything (α = 1 and factor = 1 are no-ops)."""
+        """The edits that change anything (α = 1, factor = 1 and weight = 0 are no-ops)."""
         return tuple(e for e in self.edits if not e.is_identity())
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,7 +97,12 @@ class Recipe:
         return comment + text
 
     @classmethod
-    def from_dict(cls, raw: Any, where: str = "recipe") -> "Recipe":
+    def from_dict(cls, raw: Any, where: str = "recipe", vectors: VectorSource | str | Path | None = None) -> "Recipe":
+        """Parse a recipe; ``vectors`` reads the vector files of direction edits (a folder: paths are
+        relative to it; a baked folder's record: ``BakedVectors``; None: not read, the recipe can then
+        be shown but not baked)."""
+        if isinstance(vectors, (str, Path)):
+            vectors = FolderVectors(vectors)
         if not isinstance(raw, Mapping):
             raise RecipeError(f"{where} must be a YAML mapping with 'version' and 'edits'")
         unknown = sorted(set(raw) - {"version", "base_model", "edits", "notes"})
@@ -109,7 +122,7 @@ class Recipe:
         notes = raw.get("notes") or {}
         if not isinstance(notes, Mapping):
             raise RecipeError(f"{where}.notes must be a mapping")
-        parsed = [edit_from_dict(e, f"{where}.edits[{i}]") for i, e in enumerate(edits)]
+        parsed = [edit_from_dict(e, f"{where}.edits[{i}]", vectors) for i, e in enumerate(edits)]
         return cls(tuple(parsed), base, version, dict(notes))
 
     @classmethod
@@ -130,7 +143,7 @@ class Recipe:
             raise RecipeError(f"recipe file {path} is not valid YAML ({what}{at}); fix the syntax") from None
         if raw is None:
             raise RecipeError(f"recipe file {path} is empty; it needs 'version' and 'edits'")
-        return cls.from_dict(raw, where=path.name)
+        return cls.from_dict(raw, where=path.name, vectors=FolderVectors(path.parent))
 
     def validate(self, config: Mapping[str, Any]) -> Architecture:
         """Check every edit against the model's config; return its architecture."""

@@ -80,11 +80,12 @@ class HeadScale(Edit):
         return ("attention-heads",)
 
 
-def check_head_layer(arch: "Architecture", layer: int, where: str) -> None:
-    """``layer`` has attention heads at o_proj (a hybrid model's other layers have none)."""
+def check_head_layer(arch: "Architecture", layer: int, where: str, what: str = "attention heads to scale") -> None:
+    """``layer`` has attention heads at o_proj (a hybrid model's other layers have none); ``what``
+    says what the edit needs of them."""
     if layer not in arch.head_layers():
         raise RecipeError(f"{where}.layer = {layer} is a {arch.layer_kind(layer)} layer of this {arch.model_type} "
-                          f"model: it has no attention heads to scale (heads are in its "
+                          f"model: it has no {what} (heads are in its "
                           f"{' and '.join(arch.layout.layer_kinds.editable)} layers: "
                           f"{layer_list(arch.head_layers())}); choose one of those")
 

@@ -25,7 +25,8 @@ class TensorSlice:
     The tensor is viewed as 2-D ([all leading dims, last dim]; a 1-D bias as [n, 1]). ``lines`` are
     rows of that view when ``as_rows``, else columns; with ``window`` set they are relative to the
     block of ``window`` rows starting at ``first_row`` (one expert of a fused tensor), and columns
-    apply within that block only.
+    apply within that block only. A projection site's slice is the whole tensor (or window), with
+    no ``lines``: ``as_rows`` then says that the residual stream runs along its rows (else its columns).
     """
 
     tensor: str                  # the name in the checkpoint
@@ -67,20 +68,22 @@ class Resolver:
         """Whether routed experts are stored fused (3-D) rather than one tensor per expert."""
         return self.stored_experts is not None
 
-    def stored(self, layer: int, module: str, part: str = "weight") -> str:
+    def stored(self, layer: int | None, module: str, part: str = "weight") -> str:
         """The checkpoint's name of ``module``'s ``part`` (weight, bias) in ``layer``: ``module`` is an
-        in-memory name relative to a layer; the checkpoint may hold it under that name, under the
-        family's conversion renames (``Layout.renames``) or under its releases' own module name
-        (``Layout.stored_names``)."""
-        prefix = self.prefix.format(layer=layer)
+        in-memory name relative to a layer (``layer`` None: relative to the layer list's siblings, e.g.
+        the embeddings); the checkpoint may hold it under that name, under the family's conversion
+        renames (``Layout.renames``) or under its releases' own module name (``Layout.stored_names``)."""
+        prefix = self.arch.root_prefix(self._renamed) if layer is None else self.prefix.format(layer=layer)
         loaded = f"{prefix}{module}.{part}"
         if loaded in self._renamed:
             return self._renamed[loaded]
+        if layer is None:
+            return loaded
         release = f"{prefix}{self.arch.stored_module(module)}.{part}"
         return release if release in self.names else loaded
 
     def slices(self, site: Site) -> list[TensorSlice]:
-        """The tensor slices ``site`` scales, weight first, then its bias entries (output sites)."""
+        """The tensor slices ``site`` scales (or projects), weight first, then its bias entries (output sites)."""
         if site.expert is not None:
             return self._expert_slices(site)
         flipped = self.arch.stored_flipped(site.module)
@@ -109,7 +112,22 @@ class Resolver:
             out.append(TensorSlice(f"{prefix}{rel}", shape, lines, as_rows, site.scale, site,
                                    first_row=first if fused else 0, window=window if fused else None,
                                    is_bias=rel.endswith("_bias")))
+        if site.op == "project":  # the expert's output bias is projected with its down matrix
+            out += self._expert_down_bias(site, prefix, out[0])
         return out
+
+    def _expert_down_bias(self, site: Site, prefix: str, weight: TensorSlice) -> list[TensorSlice]:
+        """The bias of a routed expert's down matrix where the checkpoint has one: the expert's row
+        of the fused [E, hidden] ``…_bias`` tensor (GPT-OSS), or the per-expert tensor's ``.bias``."""
+        H, E = self.arch.geometry.hidden_size, self.arch.geometry.num_experts
+        if weight.window is not None:
+            name = f"{weight.tensor}_bias"
+            if name in self.names:
+                return [TensorSlice(name, (E, H), (), False, site.scale, site, first_row=site.expert, window=1,
+                                    is_bias=True)]
+            return []
+        name = weight.tensor.removesuffix(".weight") + ".bias"
+        return [TensorSlice(name, (H,), (), True, site.scale, site, is_bias=True)] if name in self.names else []
 
     def all(self, sites: Iterable[Site]) -> list[TensorSlice]:
         """The slices of every site, in site order."""

@@ -19,6 +19,15 @@ consumers need no change while a site is a weight's columns or rows. ``module`` 
 module name relative to a layer; where the on-disk tensor is named or laid out differently (fused
 expert tensors), that translation belongs to ``Architecture`` and the byte plan asks it, not this map.
 
+A third kind of site is not a scale: a **projection** (``op="project"``) rewrites a whole matrix
+that writes into the residual stream, W ← W − w·r(rᵀW) with r a unit vector (``direction``) and w
+the site's ``scale``: the direction r is removed from (w = 1) or scaled in (w ≠ 1) everything the
+module writes. ``axis`` then says which axis of the stored weight is the residual stream: ``"out"``
+(its rows, an output projection such as o_proj or down_proj, and its bias) or ``"in"`` (its
+columns, the [vocab, hidden] embedding table). Its twin projects the module's output,
+y ← y − w·r(rᵀy), the same map; its LoRA is rank 1 (A = rᵀW, B = −w·r). A site with ``layer``
+None sits next to the layer list (the embeddings).
+
 Routed-expert neurons are such sites: ``expert`` set, ``module`` the logical per-expert matrix
 ("mlp.experts.down" etc., [out, in] orientation). ``Architecture.expert_slices`` maps them to the
 per-expert or fused 3-D tensors on disk; their twin is model/expert_twin.py (no Linear per expert
@@ -31,16 +40,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Literal, Protocol
 
+import numpy as np
+
 from .architectures import Architecture
+from .errors import RecipeError
 
 Axis = Literal["in", "out"]
+Op = Literal["scale", "project"]
 
 
 @dataclass(frozen=True)
 class Site:
     """One place an edit acts on, relative to decoder layer ``layer``."""
 
-    layer: int
+    layer: int | None           # None: a module next to the layer list (the embeddings)
     module: str                 # e.g. "self_attn.o_proj", relative to the layer prefix
     axis: Axis                  # "in": weight columns; "out": weight rows (+ bias entries)
     indices: tuple[int, ...]
@@ -54,6 +67,8 @@ class Site:
     # [..., groups, shape[1]] and whose rows are ``groups`` equal blocks, block g reading input group g.
     # The site's columns are then those of block ``group`` only (Architecture.head_group).
     group: tuple[int, int] | None = None
+    op: Op = "scale"            # "project": W ← W − scale·r(rᵀW) along ``axis`` (see the module docstring)
+    direction: bytes | None = None  # the projection's unit vector r, float32 bytes (None: not read yet)
 
     @property
     def rows(self) -> tuple[int, int] | None:
@@ -65,9 +80,16 @@ class Site:
         return g * block, block
 
     def __post_init__(self) -> None:
-        # Hooks and LoRA scale a module's input: only column sites can be theirs.
-        if self.twin and self.axis != "in":
+        # Scale hooks and LoRA scale a module's input: only column sites can be theirs.
+        if self.twin and self.op == "scale" and self.axis != "in":
             raise ValueError(f"site {self.module}: only input-feature ('in') sites have run-time twins")
+
+    def unit(self) -> np.ndarray:
+        """The projection's unit vector r (float32)."""
+        if self.direction is None:
+            raise RecipeError(f"the direction of '{self.module}' was not read; load the recipe from its file "
+                              "(Recipe.load), or give Recipe.from_dict the folder of its vector files")
+        return np.frombuffer(self.direction, dtype=np.float32)
 
 
 class Sited(Protocol):
@@ -102,6 +124,11 @@ def where_text(arch: Architecture, edit: Sited, twin_only: bool = False) -> str:
     parts = []
     for site in sites(arch, edit):
         if twin_only and not site.twin:
+            continue
+        if site.op == "project":
+            name = f"`{site.module}`" if site.expert is None else "every routed expert's down matrix"
+            if name not in parts:  # one phrase for all the experts of a layer
+                parts.append(name)
             continue
         kind = "column" if site.axis == "in" else "row"
         # A routed expert's matrix is a logical one (per-expert or fused tensors on disk): named by its part.

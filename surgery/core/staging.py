@@ -243,6 +243,61 @@ def _publish(tmp: Path, target: Path, force: bool) -> None:
         os.rename(tmp, target)
 
 
+def check_free_file(dest: Path, protected: Iterable[Path], force: bool,
+                    replaceable: Replaceable | None = None) -> Path:
+    """:func:`check_outside` for a single-file output; then refuse a link, or a taken ``dest``
+    (without ``force``; with it, unless ``replaceable(dest)`` says it is surgery's own). Its parent
+    may not exist yet (a sweep's folder is made after every value is checked). Returns the resolved path."""
+    target = check_outside(dest, protected)
+    if dest.expanduser().is_symlink():
+        raise DestinationError(f"--out {dest} is a symbolic link; surgery never writes through or replaces a "
+                               "link: give another --out")
+    if target.exists():
+        if not force:
+            raise _exists(dest)
+        if not target.is_file() or replaceable is None or not replaceable(target):
+            raise DestinationError(f"{dest} exists and was not written by surgery; --force replaces only "
+                                   "surgery's own outputs: remove it yourself or choose another --out")
+    return target
+
+
+@contextmanager
+def staged_files(dest: Path, protected: Iterable[Path] = (), force: bool = False,
+                 report: Callable[[str], None] = lambda msg: None,
+                 replaceable: Replaceable | None = None, companions: Iterable[str] = ()) -> Iterator[Path]:
+    """Yield an empty temporary folder for a single-file output (a GGUF and its sidecars); on normal
+    exit every file in it is moved next to ``dest`` under its own name, ``dest`` itself last, and
+    any ``companions`` (sidecar names) of an earlier output that this one did not write are removed.
+
+    ``dest`` is refused when it is or holds a protected path, is a link, or exists (without
+    ``force``; with it, unless ``replaceable(dest)`` says it is surgery's own). Nothing is moved
+    when the block fails.
+    """
+    dest = Path(dest)
+    target = check_free_file(dest, protected, force, replaceable)
+    if not target.parent.is_dir():
+        raise DestinationError(f"the parent folder of {dest} does not exist; create {target.parent} first")
+    with _lock(target):
+        _recover(target, report)
+        tmp = target.parent / f".{target.name}{TMP_TAG}{os.getpid()}"
+        try:
+            tmp.mkdir()
+            yield tmp
+            written = sorted(p.name for p in tmp.iterdir())
+            for name in sorted(written, key=lambda n: n == target.name):  # the file itself last
+                os.replace(tmp / name, target.parent / name)
+            for name in companions:
+                if name not in written:
+                    (target.parent / name).unlink(missing_ok=True)
+            tmp.rmdir()
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise disk_error(exc, target) from None
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

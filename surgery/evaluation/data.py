@@ -2,8 +2,9 @@
 
 Shipped data (surgery/data/, written for this project): ``retention_passages.jsonl`` (original
 passages for perplexity), ``mcq_general.jsonl`` (four-option general-knowledge questions) and
-``retention_prompts.jsonl`` (neutral prompts for KL). External data is read at run time from the
-paths the user gives: BBQ-format JSONL files (or a folder of them) and an N4-format JSONL file.
+``retention_prompts.jsonl`` (neutral prompts for KL, in English and Spanish: ``language``). External
+data is read at run time from the paths the user gives: BBQ-format JSONL files (or a folder of
+them) and an N4-format JSONL file.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ METRICS: dict[str, tuple[str, str, bool]] = {
     "perplexity": ("Perplexity, shipped passages", "lower", True),
     "mcq_accuracy": ("General-knowledge MCQ accuracy", "higher", True),
     "kl_mean": ("KL(source ‖ model), neutral prompts", "lower", False),
+    "first_token_kl_mean": ("First-token KL(source ‖ model), neutral prompts, mean", "lower", False),
+    "first_token_kl_p95": ("First-token KL, neutral prompts, 95th percentile", "lower", False),
+    "first_token_kl_p99": ("First-token KL, neutral prompts, 99th percentile", "lower", False),
     "top1_agreement": ("Top-1 agreement with source", "higher", False),
     "bbq_acc_ambig": ("BBQ accuracy, ambiguous", "higher", False),
     "bbq_acc_disambig": ("BBQ accuracy, disambiguated", "higher", False),
@@ -40,6 +44,7 @@ METRICS: dict[str, tuple[str, str, bool]] = {
     "bbq_bias_disambig": ("BBQ bias score, disambiguated", "zero", False),
     "diffaware": ("DiffAware (N4 ≠)", "higher", False),
     "ctxtaware": ("CtxtAware (N4 =)", "higher", False),
+    "marker_rate": ("Answers with a marker, your prompts", "lower", False),
 }
 
 

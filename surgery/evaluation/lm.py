@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -205,10 +205,16 @@ def next_token_logprobs(model, tokenizer, texts: Sequence[str],
     return out
 
 
-def kl_divergence(reference: Sequence[torch.Tensor], model_logprobs: Sequence[torch.Tensor]) -> dict[str, float]:
+def kl_divergence(reference: Sequence[torch.Tensor], model_logprobs: Sequence[torch.Tensor],
+                  languages: Sequence[str] | None = None) -> dict[str, Any]:
     """KL(reference ‖ model) of next-token distributions, averaged over every position of every text
-    (of every torchrun rank's texts: sums, counts and the maximum are reduced in float64)."""
-    total, largest, positions, agree = 0.0, -math.inf, 0, 0
+    (of every torchrun rank's texts: sums, counts and the maximum are reduced in float64).
+
+    With ``languages`` (one per text, all texts) also the *first-token* KL: at each text's last
+    position, the distribution of the first token the models would write — what a direction edit
+    must leave alone on neutral prompts — as mean, p95 and p99 over the texts, overall and per language.
+    """
+    total, largest, positions, agree, first = 0.0, -math.inf, 0, 0, []
     for p, q in zip(reference, model_logprobs, strict=True):
         if p.shape != q.shape:
             raise SurgeryError("KL needs both models to share one tokenizer and vocabulary; compare a "
@@ -218,8 +224,23 @@ def kl_divergence(reference: Sequence[torch.Tensor], model_logprobs: Sequence[to
         largest = max(largest, float(kl.max()))
         positions += kl.numel()
         agree += int((p.argmax(-1) == q.argmax(-1)).sum())
+        first.append(float(kl[-1]))
     total, positions, agree = distributed.all_reduce(np.array([total, positions, agree]))
     largest = float(distributed.all_reduce(np.array([largest]), "max")[0])
     positions, agree = int(round(positions)), int(round(agree))
-    return {"kl_mean": total / positions if positions else math.nan, "kl_max": largest, "positions": positions,
-            "top1_agreement": agree / positions if positions else math.nan}
+    out: dict[str, Any] = {"kl_mean": total / positions if positions else math.nan, "kl_max": largest,
+                           "positions": positions, "top1_agreement": agree / positions if positions else math.nan}
+    if languages is not None:
+        n = len(languages)
+        every = distributed.gather_rows(n, distributed.shard(range(n)), np.array(first, dtype=np.float64))
+        out["first_token"] = {**_spread(every), "per_language": {
+            lang: _spread(every[[i for i, x in enumerate(languages) if x == lang]]) for lang in sorted(set(languages))}}
+    return out
+
+
+def _spread(values: np.ndarray) -> dict[str, Any]:
+    """Mean, 95th and 99th percentile (linear interpolation) and count of per-text KLs."""
+    if not len(values):
+        return {"mean": math.nan, "p95": math.nan, "p99": math.nan, "n": 0}
+    return {"mean": float(values.mean()), "p95": float(np.percentile(values, 95)),
+            "p99": float(np.percentile(values, 99)), "n": int(len(values))}

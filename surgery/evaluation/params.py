@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..core.options import check_options, param
 
-SUITES = ("retention", "kl", "bbq", "awareness", "lm-eval")
+SUITES = ("retention", "kl", "bbq", "awareness", "markers", "lm-eval")
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class EvalParams:
                               "file and per N4 split).", kind="int", minimum=1)
     batch_size: int = param(8, "Sequences per forward pass (multiple choice: questions, each with its options).",
                             minimum=1)
+    max_new_tokens: int = param(32, "Tokens each answer of the markers suite runs to (greedy).", minimum=1)
 
     def __post_init__(self) -> None:
         check_options(self)

@@ -40,7 +40,7 @@ VERSION = 1
 # lm-eval's tasks bring their own data and code (outside the plan): a source evaluated with them is not cached
 UNCACHED_SUITES = ("lm-eval",)
 # the modules whose code makes the numbers: a change to any of them is a new cache key
-MEASURING_CODE = ("lm.py", "suites.py", "bbq.py", "awareness.py")
+MEASURING_CODE = ("lm.py", "suites.py", "bbq.py", "awareness.py", "markers.py")
 # The folder's size limit: ~45 entries for SmolLM2's 45 MB, ~17 at a 128k vocabulary (118 MB).
 MAX_CACHE_BYTES = 2 << 30
 # A tensors file with no JSON is a write in progress (the JSON comes last) for this long, then litter.

@@ -8,9 +8,12 @@ Suites (each model is loaded once, in fp32, and runs every chosen suite):
   choice, ``acc_norm``, is in the details: it scores lower on SmolLM2, since these options are
   short names). With ``--against`` both are also given as % of the source's.
 - ``kl``: KL(source ‖ model) of next-token distributions at every position of the shipped
-  neutral prompts, and top-1 agreement (needs ``--against``).
+  neutral prompts, and top-1 agreement; and the first-token KL (at each prompt's end: the first
+  token either model would write) as mean, p95 and p99, overall and per language (needs ``--against``).
 - ``bbq``: accuracy and signed bias score on BBQ-format files (see surgery.evaluation.bbq).
 - ``awareness``: DiffAware / CtxtAware on an N4-format file (see surgery.evaluation.awareness).
+- ``markers``: the share of greedy answers to the user's prompts that contain one of the user's
+  markers (see surgery.evaluation.markers).
 - ``lm-eval``: named lm-evaluation-harness tasks, when that package is installed.
 """
 
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..core import distributed
-from ..core.errors import SurgeryError
+from ..core.errors import ParameterError, SurgeryError
 from ..core.optional import require
 from ..core.progress import Progress, silent
 from ..model.loading import DEFAULT_LOAD, LoadSpec
@@ -48,21 +51,28 @@ class Plan:
     n4: list[dict[str, Any]] = field(default_factory=list)
     lm_eval_tasks: tuple[str, ...] = ()
     lm_eval_include: Path | None = None
+    marker_prompts: list[str] = field(default_factory=list)
+    markers: list[str] = field(default_factory=list)
+    max_new_tokens: int = 32
     settings: dict[str, Any] = field(default_factory=dict)
 
 
 def make_plan(suites: Sequence[str] | None, *, against: bool, limit: int | None = None,
               bbq: Sequence[Path] = (), n4: Path | None = None, lm_eval_tasks: Sequence[str] = (),
-              lm_eval_include: Path | None = None, batch_size: int = 8) -> Plan:
+              lm_eval_include: Path | None = None, batch_size: int = 8, prompts: Path | None = None,
+              markers: Path | None = None, max_new_tokens: int = 32) -> Plan:
     """Choose suites (default: every suite whose inputs were given) and load their data.
 
-    ``suites``, ``limit`` and ``batch_size`` are checked as :class:`EvalParams` (bounds, choices).
+    ``suites``, ``limit``, ``batch_size`` and ``max_new_tokens`` are checked as :class:`EvalParams`
+    (bounds, choices); ``prompts`` and ``markers`` (files) feed the markers suite, both or neither.
     """
-    params = EvalParams(tuple(suites or ()), limit, batch_size)
+    params = EvalParams(tuple(suites or ()), limit, batch_size, max_new_tokens)
+    if (prompts is None) != (markers is None):
+        raise ParameterError("the markers suite needs both {prompts} FILE and {markers} FILE", "prompts", "markers")
     given = {"retention": True, "kl": against, "bbq": bool(bbq), "awareness": n4 is not None,
-             "lm-eval": bool(lm_eval_tasks)}
+             "markers": prompts is not None, "lm-eval": bool(lm_eval_tasks)}
     hints = {"kl": "--against SOURCE", "bbq": "--bbq FILE_OR_FOLDER", "awareness": "--n4 FILE",
-             "lm-eval": "--lm-eval TASKS"}
+             "markers": "--prompts FILE --markers FILE", "lm-eval": "--lm-eval TASKS"}
     if params.suites:
         for s in params.suites:
             if not given[s]:
@@ -79,12 +89,19 @@ def make_plan(suites: Sequence[str] | None, *, against: bool, limit: int | None 
         plan.bbq = evaluate_bbq.check_items(io.bbq_data(bbq, limit), "--bbq")
     if "awareness" in chosen:
         plan.n4 = io.n4_data(Path(n4), limit)
+    if "markers" in chosen:
+        from ..find.directions.prompts import read_prompts
+        from .markers import read_markers
+
+        plan.marker_prompts = io.subsample(list(read_prompts(prompts, "prompts").prompts), limit)
+        plan.markers, plan.max_new_tokens = read_markers(markers), params.max_new_tokens
     plan.settings = {"suites": list(chosen), "limit": limit, "bbq": [str(p) for p in io.bbq_files(bbq)] if bbq else [],
                      "n4": str(n4) if n4 else None, "lm_eval": list(lm_eval_tasks),
                      "items": {"passages": len(plan.retention.get("passages", [])),
                                "mcq": len(plan.retention.get("mcq", [])),
                                "prompts": len(plan.retention.get("prompts", [])),
-                               "bbq": len(plan.bbq), "n4": len(plan.n4)}}
+                               "bbq": len(plan.bbq), "n4": len(plan.n4),
+                               **({"marker_prompts": len(plan.marker_prompts)} if plan.marker_prompts else {})}}
     return plan
 
 
@@ -106,9 +123,12 @@ def run_suites(model, tokenizer, plan: Plan, *, kl_reference: list | None = None
         prompts = [p["text"] for p in plan.retention["prompts"]]
         reference = lm.next_token_logprobs(model, tokenizer, prompts, progress("KL prompts", len(prompts)))
         if kl_reference is not None:
-            details["kl"] = lm.kl_divergence(kl_reference, reference)
+            languages = [p.get("language", "en") for p in plan.retention["prompts"]]
+            details["kl"] = lm.kl_divergence(kl_reference, reference, languages)
             metrics["kl_mean"] = details["kl"]["kl_mean"]
             metrics["top1_agreement"] = details["kl"]["top1_agreement"]
+            first = details["kl"]["first_token"]
+            metrics.update({f"first_token_kl_{k}": first[k] for k in ("mean", "p95", "p99")})
     if "bbq" in plan.suites:
         details["bbq"] = bbq(model, tokenizer, plan.bbq, bs, progress)
         metrics.update({f"bbq_{k}": details["bbq"][k] for k in
@@ -117,6 +137,13 @@ def run_suites(model, tokenizer, plan: Plan, *, kl_reference: list | None = None
         aw = awareness(model, tokenizer, plan.n4, batch_size=bs, progress=progress("awareness", len(plan.n4)))
         details["awareness"] = {k: v for k, v in aw.items() if k != "answers"}
         metrics["diffaware"], metrics["ctxtaware"] = aw["diffaware"], aw["ctxtaware"]
+    if "markers" in plan.suites:
+        from .markers import marker_rate
+
+        details["markers"] = marker_rate(model, tokenizer, plan.marker_prompts, plan.markers,
+                                         max_new_tokens=plan.max_new_tokens, batch_size=bs,
+                                         progress=progress("answers", len(plan.marker_prompts)))
+        metrics["marker_rate"] = details["markers"]["rate"]
     if "lm-eval" in plan.suites:
         from .lmeval import run_lm_eval
 
@@ -160,7 +187,8 @@ def bbq(model, tokenizer, items: list[dict[str, Any]], batch_size: int, progress
 def plan_digest(plan: Plan) -> str:
     """The sha256 of what ``plan`` measures (suites, data, batching): torchrun ranks must agree on it."""
     blob = json.dumps([plan.suites, plan.limit, plan.batch_size, plan.retention, plan.bbq, plan.n4,
-                       plan.lm_eval_tasks, str(plan.lm_eval_include)], sort_keys=True, default=str)
+                       plan.lm_eval_tasks, str(plan.lm_eval_include), plan.marker_prompts, plan.markers,
+                       plan.max_new_tokens], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -185,7 +213,8 @@ def source_run(against: Path, fingerprint: str, plan: Plan, *, load: LoadSpec = 
     n_prompts = len(plan.retention["prompts"]) if kl else 0
     keyed = cache.cacheable(plan.suites)
     if keyed:
-        data = [plan.retention, plan.bbq, plan.n4]
+        data = [plan.retention, plan.bbq, plan.n4] + ([plan.marker_prompts, plan.markers, plan.max_new_tokens]
+                                                       if plan.marker_prompts else [])
         json_path, tensors_path, key = cache.entry_paths(_checkpoint(against), fingerprint, data, plan.suites,
                                                          plan.limit, load)
         hit = None if recompute else cache.read(json_path, tensors_path, key, n_prompts if kl else 0)

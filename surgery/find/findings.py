@@ -1,10 +1,11 @@
 """Findings files: versioned JSON evidence computed once, cached, and reused for any α or n.
 
-A findings file records what was found (per-head or per-neuron scores) together with the model it
-was found on (fingerprint + geometry), the dataset's sha256 and the parameters, so that a later
-``amplify-heads`` / ``prune-neurons`` can check it belongs to the model it is applied to.
-:class:`Findings` types that common head; each kind types its results in a subclass
-(surgery.find.heads.record, surgery.find.neurons.record). Files written before still read: the
+A findings file records what was found (per-head or per-neuron scores, per-layer directions)
+together with the model it was found on (fingerprint + geometry), the dataset's sha256 and the
+parameters, so that a later ``amplify-heads`` / ``prune-neurons`` / ``ablate-direction`` can check
+it belongs to the model it is applied to. :class:`Findings` types that common head; each kind
+types its results in a subclass (surgery.find.heads.record, surgery.find.neurons.record,
+surgery.find.directions.record). Files written before still read: the
 cache holds them, keyed by model, data and parameters, not by layout.
 """
 
@@ -26,7 +27,9 @@ from ..core.strict_files import DuplicateKey, load_json
 
 FORMAT = "surgery-findings"
 FINDINGS_VERSION = 1
-KINDS = ("heads", "neurons")
+KINDS = ("heads", "neurons", "directions")
+# The command that writes each kind (messages tell the user to run it).
+FINDERS = {"heads": "find-heads", "neurons": "find-neurons", "directions": "find-direction"}
 F = TypeVar("F", bound="Findings")
 
 
@@ -81,22 +84,23 @@ class Findings(JsonRecord):
         where = where or cls.LABEL
         expected = cls.KIND or kind
         recorded = raw.get("kind") if isinstance(raw, Mapping) else None
-        kind = expected or (recorded if recorded in KINDS else "heads")  # the command that makes them
+        kind = expected or (recorded if recorded in KINDS else "heads")
+        finder = FINDERS[kind]  # the command that makes them
         if not isinstance(raw, Mapping) or raw.get("format") != FORMAT:
             raise FindingsError(f"{where} is not a surgery findings file (no \"format\": \"{FORMAT}\"); "
-                                f"give a file written by surgery find-{kind}")
+                                f"give a file written by surgery {finder}")
         if raw.get("version") != FINDINGS_VERSION:
             raise FindingsError(f"{where} has findings version {raw.get('version')!r}; this surgery reads "
-                                f"version {FINDINGS_VERSION}: recompute it with surgery find-{kind}")
+                                f"version {FINDINGS_VERSION}: recompute it with surgery {finder}")
         if expected and recorded != expected:
             raise FindingsError(f"{where} holds {recorded!r} findings, but {kind} findings are needed "
-                                f"(make them with surgery find-{kind})")
+                                f"(make them with surgery {finder})")
         if not isinstance(raw.get("model"), Mapping) or "fingerprint" not in raw["model"]:
             raise FindingsError(f"{where} does not record the model it was computed on; recompute it")
         try:
             return cls.read(raw)
         except Malformed as exc:
-            raise FindingsError(f"{where}: {exc}; recompute it with surgery find-{kind}") from None
+            raise FindingsError(f"{where}: {exc}; recompute it with surgery {finder}") from None
 
 
 def model_identity(ckpt: Checkpoint) -> dict[str, Any]:
@@ -123,19 +127,19 @@ def save_findings(findings: Findings, path: Path) -> None:
 
 
 def load_findings(path: str | Path, kind: str, as_type: type[F] | None = None) -> F:
-    """Read and check a findings file of the given kind ('heads' or 'neurons'), as ``as_type``
-    (the kind's record class; default :class:`Findings`, the common head)."""
-    path = Path(path)
+    """Read and check a findings file of the given kind (one of ``KINDS``), as ``as_type`` (the
+    kind's record class; default :class:`Findings`, the common head)."""
+    path, finder = Path(path), FINDERS[kind]
     if not path.is_file():
-        raise FindingsError(f"findings file {path} does not exist; give a file written by surgery find-{kind}")
+        raise FindingsError(f"findings file {path} does not exist; give a file written by surgery {finder}")
     try:
         data = load_json(path.read_text(encoding="utf-8"))
     except DuplicateKey as exc:
         raise FindingsError(f"findings file {path}: {exc.what}; surgery writes each key once, so the file "
-                            f"was edited: recompute it with surgery find-{kind}") from None
+                            f"was edited: recompute it with surgery {finder}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FindingsError(f"findings file {path} is not valid JSON ({exc.__class__.__name__}); "
-                            "recompute it with surgery find-" + kind) from None
+                            "recompute it with surgery " + finder) from None
     return (as_type or Findings).from_dict(data, where=str(path), kind=kind)
 
 
@@ -161,7 +165,7 @@ def check_model(findings: Findings, ckpt: Checkpoint, allow_transfer: bool = Fal
     raise FindingsError(
         f"the findings were computed on a different model ({recorded.path}, "
         f"{recorded.model_type}) and cannot be applied to {ckpt.path} ({here.model_type}); "
-        f"compute findings for this model with surgery find-{findings.kind}")
+        f"compute findings for this model with surgery {FINDERS.get(findings.kind, 'find-heads')}")
 
 
 def new_findings(kind: str, ckpt: Checkpoint, dataset_sha256: str, params: Mapping[str, Any],

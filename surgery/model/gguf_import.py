@@ -32,13 +32,24 @@ MAGIC = b"GGUF"
 
 
 @dataclass(frozen=True)
+class GgufTensor:
+    """Where one tensor's data lies in a GGUF file, and how it is stored."""
+
+    name: str
+    type: str                 # ggml type name (Q4_1, F32, …) or "type N" when gguf does not know N
+    shape: tuple[int, ...]    # PyTorch order (out, in): GGUF lists ne0 (the input dimension) first
+    offset: int               # absolute byte offset of the data in the file
+
+
+@dataclass(frozen=True)
 class GgufHeader:
-    """What the header of a GGUF file says: metadata scalars and the type of every tensor."""
+    """What the header of a GGUF file says: metadata scalars and the type, shape and place of every tensor."""
 
     path: Path
     version: int
     metadata: dict[str, Any]
     tensor_types: dict[str, str] = field(default_factory=dict)  # tensor name -> ggml type name
+    tensors: dict[str, GgufTensor] = field(default_factory=dict)
 
     @property
     def architecture(self) -> str:
@@ -136,18 +147,21 @@ def read_header(path: str | Path) -> GgufHeader:
             for _ in range(n_kv):
                 key = cur.string()
                 metadata[key] = _value(cur, cur.read("I"), formats)
-            tensor_types = {}
+            tensor_types, places = {}, []
             for _ in range(n_tensors):
                 name = cur.string()
                 n_dims = cur.read("I")  # read first: `cur.pos += cur.read(...)` would lose the read
-                cur.pos += 8 * n_dims
+                dims = tuple(cur.read("Q") for _ in range(n_dims))
                 code = cur.read("I")
-                cur.pos += 8  # data offset
                 try:
                     tensor_types[name] = gguf.GGMLQuantizationType(code).name
                 except ValueError:
                     tensor_types[name] = f"type {code}"
-    return GgufHeader(path, version, metadata, tensor_types)
+                places.append((name, dims[::-1], cur.read("Q")))
+            align = int(metadata.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT))
+            start = -(-cur.pos // align) * align  # tensor data begins at the next multiple of the alignment
+            tensors = {name: GgufTensor(name, tensor_types[name], shape, start + rel) for name, shape, rel in places}
+    return GgufHeader(path, version, metadata, tensor_types, tensors)
 
 
 def _canonical(arch: str) -> str:

@@ -8,6 +8,12 @@ reference the bake is checked against.
 Routed experts have no module per expert in memory (transformers 5 fuses them into one module with
 3-D ``gate_up_proj``/``down_proj``, run by a pluggable experts implementation): their twin is a
 registered experts implementation that sees the routed tokens (model/expert_twin.py).
+
+A projection site (a direction edit, W ← W − w·r(rᵀW)) is twinned by a forward hook on the module
+that projects its output, y ← y − w·r(rᵀy): the same map, its bias included. Every routed expert's
+down matrix projected is the experts module's output projected (the output is a weighted sum of
+the experts' outputs, and the projection is linear). An embedding table that is also the output
+head (tied) is projected on that side too: a pre-hook on the head's input, E′h = E(h − w·r(rᵀh)).
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ def scale_vectors(arch: Architecture, edits: Iterable[Edit]) -> dict[tuple[str, 
     excepted: see :func:`expert_scales`); a grouped linear's (DeepSeek-V4's o_a_proj) is [groups, features]."""
     vectors: dict[tuple[str, int], torch.Tensor] = {}
     for site in all_sites(arch, edits):
-        if not site.twin or site.expert is not None:
+        if not site.twin or site.expert is not None or site.op != "scale":
             continue  # bake-only completeness (a pruned neuron's gate/up rows): no run-time effect
         key = (site.module, site.layer)
         if key not in vectors:  # a grouped linear's input is [..., groups, features]: one row per group
@@ -64,12 +70,58 @@ def scale_vectors(arch: Architecture, edits: Iterable[Edit]) -> dict[tuple[str, 
     return vectors
 
 
+def projections(arch: Architecture, edits: Iterable[Edit]) -> dict[tuple[str, int | None], tuple[torch.Tensor, float]]:
+    """Per (module, layer): the unit vector r and weight w of the edits' projection sites; a routed
+    expert's site is its layer's experts module (the kind projects every expert alike)."""
+    out: dict[tuple[str, int | None], tuple[torch.Tensor, float]] = {}
+    for site in all_sites(arch, edits):
+        if site.op == "project":
+            module = arch.layout.experts.module if site.expert is not None else site.module
+            out[(module, site.layer)] = (torch.from_numpy(site.unit().copy()), site.scale)
+    return out
+
+
+def _project(y: torch.Tensor, r: torch.Tensor, w: float) -> torch.Tensor:
+    """y − w·r(rᵀy) over the last dimension, computed in float32."""
+    r = r.to(device=y.device)
+    y32 = y.float()
+    return (y32 - (w * (y32 @ r)).unsqueeze(-1) * r).to(y.dtype)
+
+
+def _project_output(r: torch.Tensor, w: float):
+    """A forward hook projecting the module's output (the first element of a tuple output)."""
+
+    def hook(module: nn.Module, args: tuple, output):
+        if isinstance(output, tuple):
+            return (_project(output[0], r, w),) + output[1:]
+        return _project(output, r, w)
+
+    return hook
+
+
+def _project_input(r: torch.Tensor, w: float):
+    """A pre-hook projecting the module's input (a tied output head)."""
+
+    def hook(module: nn.Module, args: tuple) -> tuple:
+        return (_project(args[0], r, w),) + tuple(args[1:])
+
+    return hook
+
+
+def _module(model: nn.Module, arch: Architecture, layer: int | None, relative: str) -> nn.Module:
+    """``relative`` in decoder layer ``layer``, or next to the layer list when ``layer`` is None."""
+    if layer is not None:
+        return layer_module(model, arch, layer, relative)
+    names = dict(model.named_modules())
+    return names[arch.root_prefix(names) + relative]
+
+
 def expert_scales(arch: Architecture, edits: Iterable[Edit]) -> dict[int, torch.Tensor]:
     """Per layer: the [experts, expert width] scales of the routed-expert neurons the edits touch."""
     out: dict[int, torch.Tensor] = {}
     g = arch.geometry
     for site in all_sites(arch, edits):
-        if site.twin and site.expert is not None:
+        if site.twin and site.expert is not None and site.op == "scale":
             if site.layer not in out:
                 out[site.layer] = torch.ones(g.num_experts, g.expert_size, dtype=torch.float32)
             out[site.layer][site.expert, list(site.indices)] = site.scale
@@ -86,6 +138,12 @@ def applied(model: nn.Module, edits: Iterable[Edit]) -> Iterator[nn.Module]:
         for (module, layer), v in scale_vectors(arch, edits).items():
             target = layer_module(model, arch, layer, module)
             handles.append(target.register_forward_pre_hook(_scale_hook(v)))
+        for (module, layer), (r, w) in projections(arch, edits).items():
+            target = _module(model, arch, layer, module)
+            handles.append(target.register_forward_hook(_project_output(r, w)))
+            head = model.get_output_embeddings()
+            if layer is None and head is not None and head.weight is getattr(target, "weight", None):
+                handles.append(head.register_forward_pre_hook(_project_input(r, w)))  # tied: the same table
         experts = {layer_module(model, arch, layer, arch.layout.experts.module): scales
                    for layer, scales in expert_scales(arch, edits).items()}
         with expert_twin(model, experts, arch.layout.experts.dispatch if experts else "routed"):

@@ -112,17 +112,40 @@ def _fmt(value: Any) -> str:
     return public(str(value))
 
 
-def _edits_section(recipe: Recipe, arch: Architecture | None = None, adapter: bool = False) -> str:
+def edits_section(recipe: Recipe, arch: Architecture | None = None, adapter: bool = False,
+                  record_name: str = PROVENANCE_NAME) -> str:
     """One table row per edit (each kind writes its own, surgery/core/edit_kind.py); with ``arch``
     each row names the weight entries it changed (the site map; for an ``adapter`` those the LoRA
     changes: the sites with a run-time twin, e.g. a pruned neuron's down_proj column, not its gate/up rows)."""
     rows = ["| edit | layer | index | scale | effect |", "|---|---|---|---|---|"]
     for e in recipe.edits[:MAX_EDIT_ROWS]:
-        where = where_text(arch, e, twin_only=adapter) if arch else "see `surgery.json` for the weight entries"
+        where = where_text(arch, e, twin_only=adapter) if arch else f"see `{record_name}` for the weight entries"
         rows.append("| " + " | ".join(e.card_row(where)) + " |")
     if len(recipe.edits) > MAX_EDIT_ROWS:
-        rows.append(f"\n… and {len(recipe.edits) - MAX_EDIT_ROWS} more edits: see `surgery.json`.")
+        rows.append(f"\n… and {len(recipe.edits) - MAX_EDIT_ROWS} more edits: see `{record_name}`.")
     return "\n".join(rows)
+
+
+def _directions_section(record: BakeRecord) -> str | None:
+    """Per projected matrix, how much of the direction the rounding to the stored dtype left,
+    ‖rᵀW′‖ / ‖rᵀW‖, next to what the weight asks for (|1 − w|: 0 for a removal); the experts of
+    one fused or per-expert layer on one row (their largest)."""
+    rows: dict[str, list[tuple[float, float]]] = {}
+    for e in record.edited_tensors:
+        if e.direction_left is not None and not e.tensor.endswith(("bias", "_bias")):
+            name = re.sub(r"\.experts\.\d+\.", ".experts.N.", e.tensor)
+            rows.setdefault(name, []).append((e.direction_left, abs(1 - e.direction_weight)))
+    if not rows:
+        return None
+    lines = ["| matrix | direction left | asked for |", "|---|---|---|"]
+    for name, values in list(rows.items())[:MAX_EDIT_ROWS]:
+        left, asked = max(values)
+        what = f"`{public(name)}`" + (f" ({len(values)} experts, the largest)" if len(values) > 1 else "")
+        lines.append(f"| {what} | {100 * left:.3g} % | {100 * asked:.3g} % |")
+    if len(rows) > MAX_EDIT_ROWS:
+        lines.append(f"\n… and {len(rows) - MAX_EDIT_ROWS} more matrices: see `surgery.json` (edited_tensors).")
+    return ("How much of each direction is left in the matrices it was projected out of, after the "
+            "rounding to the stored dtype (‖rᵀW′‖ / ‖rᵀW‖; not zero in bf16):\n\n" + "\n".join(lines))
 
 
 MAX_LIST = 12
@@ -139,7 +162,7 @@ def _short(value: Any) -> str:
     return _fmt(value)
 
 
-def _why_section(record: BakeRecord) -> str:
+def why_section(record: BakeRecord) -> str:
     """What the baking command recorded about its findings (the ``extra`` entries of surgery.json),
     with the caveats of what it quotes (a ΔS or a knockout reduction that is not significant)."""
     from ..find.heads.caveats import caveats
@@ -175,7 +198,7 @@ def _verification_section(ver: Verification | None) -> str:
             "`surgery verify SOURCE THIS_FOLDER` compares the logits end to end.")
 
 
-def _evaluation_section(evaluation: Evaluation | None) -> str | None:
+def evaluation_section(evaluation: Evaluation | None) -> str | None:
     if evaluation is None or not evaluation.rows:
         return None
     rows = ["| metric | source | edited | retained |", "|---|---|---|---|"]
@@ -183,6 +206,13 @@ def _evaluation_section(evaluation: Evaluation | None) -> str | None:
         kept = f"{r.retained_pct:.1f}%" if r.retained_pct is not None else ""
         rows.append(f"| {r.label} | {_fmt(r.before)} | {_fmt(r.after)} | {kept} |")
     return "\n".join(rows) + (f"\n\n{evaluation.note}" if evaluation.note else "")
+
+
+def recipe_yaml(recipe: Recipe) -> str:
+    """The recipe as a card shows it: its YAML with local paths made :func:`public`."""
+    shown = Recipe(recipe.edits, public(recipe.base_model) if recipe.base_model else None, recipe.version,
+                   _public_values(recipe.notes))
+    return shown.to_yaml().strip()
 
 
 def card_text(record: BakeRecord, source_card: str | None = None, arch: Architecture | None = None) -> str:
@@ -206,19 +236,19 @@ def card_text(record: BakeRecord, source_card: str | None = None, arch: Architec
         "it with no custom code and no hooks."
         + (f"\n\nThe recipe was written for **{written_for}**, not for this model: its edits were baked "
            "here as given, with the scales chosen on that model." if written_for else ""),
-        "## What was edited\n\n" + _edits_section(recipe, arch),
-        "## Why\n\n" + _why_section(record),
+        "## What was edited\n\n" + edits_section(recipe, arch)
+        + (f"\n\n{left}" if (left := _directions_section(record)) else ""),
+        "## Why\n\n" + why_section(record),
         "## Verification\n\n" + _verification_section(record.verification),
     ]
-    evaluation = _evaluation_section(record.evaluation)
+    evaluation = evaluation_section(record.evaluation)
     if evaluation:
         sections.append("## Evaluation: before and after\n\n" + evaluation)
-    shown = Recipe(recipe.edits, public(recipe.base_model) if recipe.base_model else None, recipe.version,
-                   _public_values(recipe.notes))
-    recipe_yaml = shown.to_yaml().strip()
     sections.append(
-        "## Reproduce or undo\n\n```yaml\n" + recipe_yaml + "\n```\n\n"
-        f"`surgery apply recipe.yaml --model {base or 'SOURCE'}{f' --revision {pinned}' if pinned else ''} --out OUT` bakes the same checkpoint; "
+        "## Reproduce or undo\n\n```yaml\n" + recipe_yaml(recipe) + "\n```\n\n"
+        f"`surgery apply recipe.yaml --model {base or 'SOURCE'}{f' --revision {pinned}' if pinned else ''} --out OUT` bakes the same checkpoint"
+        + (" (with the vector files it names next to it; their unit vectors are kept in `surgery.vectors`)"
+           if recipe.directions else "") + "; "
         "`surgery undo THIS_FOLDER --out SOURCE_COPY` restores the source byte for byte from `surgery.undo`.")
     if src_meta.get("license"):
         sections.append(f"## Licence\n\nThe source's licence (`{src_meta['license']}`) applies to this checkpoint.")
@@ -240,7 +270,7 @@ def adapter_card(record: AdapterRecord, arch: Architecture | None = None) -> str
             f"{len(record.modules)} module(s), rank {'/'.join(map(str, ranks))}, lora_alpha = r "
             f"(scaling 1){', padded to one rank for vLLM' if record.vllm else ''}. "
             "`PeftModel.from_pretrained(base, THIS_FOLDER)` (merged or not) gives the same logits as the "
-            "baked checkpoint.\n\n## What it edits\n\n" + _edits_section(recipe, arch, adapter=True) + pruned)
+            "baked checkpoint.\n\n## What it edits\n\n" + edits_section(recipe, arch, adapter=True) + pruned)
     return render_card(meta, body)
 
 

@@ -65,7 +65,8 @@ def check_pushable(folder: str | Path) -> tuple[str, BakeRecord | dict[str, Any]
     it was checked and the bake's record (the adapter's PEFT config)."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise SurgeryError(f"{folder} is not a folder; give a baked checkpoint or adapter folder")
+        raise SurgeryError(f"{folder} is not a folder; give a baked checkpoint or adapter folder, or a baked "
+                           ".gguf file")
     if (folder / PROVENANCE_NAME).is_file():
         return check_checkpoint(folder)
     if all((folder / f).is_file() for f in ADAPTER_FILES):
@@ -116,20 +117,41 @@ def _hub_error(exc: BaseException, repo_id: str) -> HubError:
                     "network or HF_ENDPOINT")
 
 
+def _additions(files: dict[str, bytes | Path]) -> list:
+    """One commit's operations: each file (or bytes) added under its name in the repo."""
+    from huggingface_hub import CommitOperationAdd
+
+    return [CommitOperationAdd(path_in_repo=name, path_or_fileobj=data if isinstance(data, bytes) else str(data))
+            for name, data in files.items()]
+
+
 def push(folder: str | Path, repo_id: str, *, private: bool = False, revision: str | None = None,
          create_pr: bool = False, message: str | None = None) -> Pushed:
-    """Check ``folder``, create ``repo_id`` if needed (and branch ``revision``), upload every file."""
+    """Check ``folder``, create ``repo_id`` if needed (and branch ``revision``), upload every file in
+    one commit. ``folder`` may be a baked GGUF file: it goes with its two sidecars and a model card
+    rendered from its record (surgery/gguf/ship.py)."""
+    from ..gguf.model import is_gguf
+
     folder = Path(folder)
     preflight(repo_id, revision, create_pr)
-    how, _ = check_pushable(folder)
+    files = None
+    if is_gguf(folder) and folder.is_file():
+        from ..gguf.ship import checked_upload
+
+        how, files = checked_upload(folder)
+    else:
+        how, _ = check_pushable(folder)
     api = _api()
     try:
         url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
         if revision:
             api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
-        info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model",
-                                 revision=revision, create_pr=create_pr,
-                                 commit_message=message or f"Upload {folder.name} with surgery")
+        commit = dict(repo_id=repo_id, repo_type="model", revision=revision, create_pr=create_pr,
+                      commit_message=message or f"Upload {folder.name} with surgery")
+        if files is None:
+            info = api.upload_folder(folder_path=str(folder), **commit)
+        else:
+            info = api.create_commit(operations=_additions(files), **commit)
     except (ValueError, OSError) as exc:
         if isinstance(exc, ValueError) and "README" in str(exc):
             raise HubError(f"the Hub rejected README.md's metadata: {str(exc).splitlines()[-1]}") from None

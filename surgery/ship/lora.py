@@ -7,6 +7,12 @@ the edited columns and W elsewhere. With ``lora_alpha = r`` the LoRA scaling is 
 changes. Pruned neurons (s = 0) give B = −W_down[:, i]; their gate/up rows (bake-only sites) stay,
 but the neuron's output is multiplied by a zero column.
 
+A direction edit's projection site is rank 1: W′ = (I − w·r·rᵀ)·W·S = W·S + B·A with A = rᵀ·W·S
+(S: the module's column scales, if a head or neuron edit scales it too) and B = −w·r, appended to
+the module's scale factors. Every routed expert's down matrix projected is one adapter on the fused
+3-D parameter (PEFT's ``target_parameters``), rank 1 per expert. A projected bias has no adapter
+(PEFT leaves biases as they are): such a recipe is refused in one line, as vLLM is for experts.
+
 ``vllm=True`` pads every module to one rank from ``VLLM_RANKS`` (vLLM ignores per-module ranks):
 the padding is zero rows of A and zero columns of B, so the product is unchanged.
 """
@@ -17,6 +23,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,7 +36,7 @@ from ..core.checkpoint import Checkpoint
 from ..core.edits import Recipe, edit_kinds
 from ..core.errors import RecipeError
 from ..core.resolve import Resolver
-from ..core.sites import all_sites
+from ..core.sites import all_sites, sites
 from ..core.staging import staged_output
 from ..model.hooks import scale_vectors
 from ..model.loading import Source, local_source
@@ -37,15 +44,22 @@ from .card import adapter_card
 
 VLLM_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+COUNTED_SINCE_0_1 = ("head", "neuron")  # surgery_adapter.json counts these kinds even at 0 (the 0.1 layout)
 
 
 @dataclass
 class LoraModule:
-    """One adapted module: its full name in the loaded model and its LoRA factors (fp32)."""
+    """One adapted module: its full name in the loaded model and its LoRA factors (fp32).
+
+    With ``experts`` > 1 it is a fused 3-D experts parameter (``name`` is the parameter's): PEFT's
+    layout, A = (experts · rank, in) with expert e's rows at e·rank…, B = (out, rank · experts) with
+    expert e's columns at k·experts + e.
+    """
 
     name: str
-    A: torch.Tensor  # (rank, in_features)
-    B: torch.Tensor  # (out_features, rank)
+    A: torch.Tensor  # (rank [· experts], in_features)
+    B: torch.Tensor  # (out_features, rank [· experts])
+    experts: int = 1
     conv1d: bool = False  # the base module is a Conv1D (weight stored [in, out]: PEFT's fan_in_fan_out)
     # The name its weights are saved under: the module as the family's releases name it, since
     # PEFT renames an adapter's weights with transformers' checkpoint conversion when it loads them.
@@ -53,18 +67,24 @@ class LoraModule:
 
     @property
     def key(self) -> str:
-        return self.saved_as or self.name
+        """The name ``lora_A``/``lora_B`` are saved under (see ``saved_as`` and :attr:`module`)."""
+        return self.saved_as or self.module
 
     @property
     def rank(self) -> int:
-        return self.A.shape[0]
+        return self.A.shape[0] // self.experts
+
+    @property
+    def module(self) -> str:
+        """The module whose ``lora_A``/``lora_B`` hold the factors (a parameter's owner)."""
+        return self.name.rsplit(".", 1)[0] if self.experts > 1 else self.name
 
     def padded(self, rank: int) -> "LoraModule":
         """The same update at a larger rank (zero rows of A, zero columns of B)."""
         extra = rank - self.rank
         A = torch.cat([self.A, self.A.new_zeros(extra, self.A.shape[1])])
         B = torch.cat([self.B, self.B.new_zeros(self.B.shape[0], extra)], dim=1)
-        return LoraModule(self.name, A, B, self.conv1d, self.saved_as)
+        return LoraModule(self.name, A, B, self.experts, self.conv1d, self.saved_as)
 
 
 def meta_model(ckpt: Checkpoint) -> torch.nn.Module:
@@ -118,7 +138,7 @@ def _read_weight(ckpt: Checkpoint, name: str) -> torch.Tensor:
 
 def plan_ranks(arch: Architecture, recipe: Recipe) -> dict[tuple[str, int], torch.Tensor]:
     """Per (module, layer): the scale vector of its input features, from the recipe's twin sites
-    (only modules the recipe edits)."""
+    (only modules the recipe scales); a recipe with an edit that has no exact adapter is refused."""
     refused = [(e, why) for e in recipe.active() if (why := e.lora_refusal(arch))]
     if refused:
         (first, why), more = refused[0], len(refused) - 1
@@ -127,25 +147,69 @@ def plan_ranks(arch: Architecture, recipe: Recipe) -> dict[tuple[str, int], torc
     return {key: v for key, v in vectors.items() if bool((v != 1).any())}
 
 
+def _projections(resolver: Resolver, recipe: Recipe) -> tuple[dict, dict]:
+    """The recipe's projection sites: per dense (module, layer) its slice, and per layer the slices
+    of its routed experts' down matrices (by expert). A projected bias is refused."""
+    arch, dense, experts = resolver.arch, {}, {}
+    for e in recipe.active():
+        for sl in resolver.all(sites(arch, e)):
+            if sl.site.op != "project":
+                continue
+            if sl.is_bias:
+                raise RecipeError(f"export-lora: {e.kind} {e.label}: '{sl.tensor}' is projected too, and a LoRA "
+                                  "adapter cannot change a bias; ship the baked checkpoint instead")
+            if sl.site.expert is None:
+                dense[(sl.site.module, sl.site.layer)] = sl
+            else:
+                experts.setdefault(sl.site.layer, {})[sl.site.expert] = sl
+    return dense, experts
+
+
+def _expert_module(ckpt: Checkpoint, arch: Architecture, loaded: str, layer: int, slices: dict[int, Any]) -> LoraModule:
+    """Every routed expert's down matrix projected, as one rank-1-per-expert adapter on the fused
+    parameter: A_e = rᵀ·W_e, B_e = −w·r (W_e in [hidden, expert width] orientation)."""
+    first, E = slices[0], arch.geometry.num_experts
+    r = torch.from_numpy(first.site.unit().copy())
+    stored = _read_weight(ckpt, first.tensor)
+    A = []
+    for e in range(E):
+        sl = slices[e]
+        W = _read_weight(ckpt, sl.tensor) if sl.tensor != first.tensor else stored
+        W = W[e] if sl.window is not None else W     # the expert's window of a fused tensor
+        A.append(r @ W if sl.as_rows else W @ r)       # stored [in, out] when the residual runs along columns
+    B = (-first.site.scale * r)[:, None].expand(-1, E).contiguous()
+    return LoraModule(f"{loaded.format(layer=layer)}{arch.layout.experts.module}.down_proj", torch.stack(A), B, E)
+
+
 def lora_modules(ckpt: Checkpoint, recipe: Recipe, names: list[str] | None = None) -> list[LoraModule]:
     """The exact LoRA factors of ``recipe`` on ``ckpt``, read with safetensors (no model load);
     ``names``: the loaded model's module names (default: built here, :func:`loaded_module_names`)."""
     arch = recipe.validate(ckpt.config)
     resolver = Resolver(arch, ckpt.tensors)
     loaded = arch.layer_prefix(names if names is not None else loaded_module_names(ckpt))
+    scaled = plan_ranks(arch, recipe)
+    projected, experts = _projections(resolver, recipe)
     weights = {(s.module, s.layer): sl.tensor for sl in resolver.all(all_sites(arch, recipe.active()))
-               if (s := sl.site).twin and not sl.is_bias}
+               if (s := sl.site).twin and not sl.is_bias and s.expert is None}
     modules = []
-    for (module, layer), scales in sorted(plan_ranks(arch, recipe).items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        idx = torch.nonzero(scales != 1).flatten()
+    for module, layer in sorted(set(scaled) | set(projected), key=lambda key: (key[1], key[0])):
         W = _read_weight(ckpt, weights[(module, layer)])
         conv1d = arch.stored_flipped(module)
         W = W.T if conv1d else W  # the [out, in] map of a Conv1D's [in, out] weight
+        scales = scaled.get((module, layer), torch.ones(W.shape[1]))
+        idx = torch.nonzero(scales != 1).flatten()
         A = torch.zeros(len(idx), W.shape[1])
         A[torch.arange(len(idx)), idx] = 1.0
         B = W[:, idx] * (scales[idx] - 1.0)
+        if (module, layer) in projected:  # rank 1 more: −w·r ⊗ rᵀ·W·S
+            site = projected[(module, layer)].site
+            r = torch.from_numpy(site.unit().copy())
+            A = torch.cat([A, (r @ (W * scales))[None]])
+            B = torch.cat([B, (-site.scale * r)[:, None]], dim=1)
         prefix = loaded.format(layer=layer)
-        modules.append(LoraModule(prefix + module, A, B, conv1d, prefix + arch.stored_module(module)))
+        modules.append(LoraModule(prefix + module, A, B, conv1d=conv1d, saved_as=prefix + arch.stored_module(module)))
+    for layer, slices in sorted(experts.items()):
+        modules.append(_expert_module(ckpt, arch, loaded, layer, slices))
     return modules
 
 
@@ -189,7 +253,7 @@ def load_recipe(path: str | Path, ckpt: Checkpoint) -> Recipe:
         raise RecipeError(f"{folder} was baked from {source.hub_id or source.path}, not from {ckpt.path} "
                           f"({difference}): an adapter over this base would not reproduce the bake; give the "
                           "source it was baked from as MODEL")
-    return record.recipe
+    return record.replayable_recipe(folder)  # direction edits: the vectors the bake kept
 
 
 def vllm_rank(needed: int) -> int:
@@ -203,20 +267,23 @@ def vllm_rank(needed: int) -> int:
 
 
 def peft_config(modules: list[LoraModule], base: str, vllm: bool):
-    """A LoraConfig with scaling 1 everywhere (lora_alpha = r per module)."""
+    """A LoraConfig with scaling 1 everywhere (lora_alpha = r per module); fused experts parameters
+    through ``target_parameters`` (their rank pattern keyed by the parameter's name)."""
     from peft import LoraConfig
 
     ranks = {m.name: m.rank for m in modules}
     common = max(ranks.values())
+    linear = sorted(m.name for m in modules if m.experts == 1)
+    fused = sorted(m.name for m in modules if m.experts > 1)
     # PEFT adapts a Conv1D (GPT-2) with fan_in_fan_out=True: the forward pass is the same either way,
     # merging transposes the update to the stored [in, out] weight. No family mixes Conv1D and Linear.
-    shared = dict(r=common, lora_alpha=common, target_modules=sorted(ranks), lora_dropout=0.0, bias="none",
-                  task_type="CAUSAL_LM", base_model_name_or_path=base,
-                  fan_in_fan_out=any(m.conv1d for m in modules))
+    kw = dict(r=common, lora_alpha=common, target_modules=linear or None, lora_dropout=0.0, bias="none",
+              task_type="CAUSAL_LM", base_model_name_or_path=base, fan_in_fan_out=any(m.conv1d for m in modules),
+              **({"target_parameters": fused} if fused else {}))
     if vllm:
-        return LoraConfig(**shared)
+        return LoraConfig(**kw)
     other = {name: r for name, r in ranks.items() if r != common}
-    return LoraConfig(**shared, rank_pattern=other, alpha_pattern=dict(other))
+    return LoraConfig(**kw, rank_pattern=other, alpha_pattern=dict(other))
 
 
 def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool = False,
@@ -226,13 +293,16 @@ def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool
     from safetensors.torch import save_file
 
     arch = recipe.validate(ckpt.config)
-    planned = plan_ranks(arch, recipe)
-    if not planned:
-        raise RecipeError("the recipe changes nothing (every α and factor is 1): there is no adapter to export")
-    needed = max(int((v != 1).sum()) for v in planned.values())
-    rank = vllm_rank(needed) if vllm else needed
     model = meta_model(ckpt)
     modules = lora_modules(ckpt, recipe, [name for name, _ in model.named_modules()])
+    if not modules:
+        raise RecipeError("the recipe changes nothing (every α and factor is 1, every weight 0): there is no "
+                          "adapter to export")
+    if vllm and any(m.experts > 1 for m in modules):
+        raise RecipeError("export-lora --vllm: vLLM serves no adapter on the fused experts parameters that a "
+                          "direction edit of 'experts' adapts; export without --vllm, or ship the baked checkpoint")
+    needed = max(m.rank for m in modules)
+    rank = vllm_rank(needed) if vllm else needed
     if vllm:
         modules = [m.padded(rank) for m in modules]
     source = source or local_source(ckpt.path)
@@ -253,8 +323,9 @@ def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool
     record = AdapterRecord(
         tool_version=__version__, source=source, model_type=arch.model_type, recipe=recipe, vllm=vllm,
         max_rank=rank, modules={m.name: m.rank for m in modules},
-        # "heads": 2, "neurons": 40, … (every registered kind, 0 when the recipe has none)
-        extra={f"{kind}s": counts.get(kind, 0) for kind in edit_kinds()})
+        # "heads": 2, "neurons": 40, …: the kinds surgery 0.1 counted always (0 when the recipe has
+        # none, as its records did), any later kind when the recipe has it
+        extra={f"{kind}s": counts.get(kind, 0) for kind in edit_kinds() if kind in counts or kind in COUNTED_SINCE_0_1})
     with staged_output(Path(out), [ckpt.path], force) as tmp:
         config.save_pretrained(str(tmp))
         save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})

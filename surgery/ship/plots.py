@@ -15,6 +15,7 @@ from ..core.optional import require
 
 if TYPE_CHECKING:
     from ..bake.record import EvaluationRow
+    from ..find.directions.record import LayerDirection
     from ..find.heads.record import AwarenessPoint, DosePoint
 
 DPI = 110
@@ -101,6 +102,32 @@ def layer_histogram(counts: Sequence[int], path: Path, *, title: str = "Selected
     ax.set_xlabel("layer")
     ax.set_ylabel("neurons")
     ax.set_title(title)
+    return _save(fig, path)
+
+
+def direction_layers(rows: Sequence[LayerDirection], cosine: Sequence[Sequence[float]], path: Path, *,
+                     best: int | None = None) -> Path:
+    """Direction findings: each layer's separation and the direction's norm (left), and the cosine
+    between every two layers' directions (right)."""
+    plt = pyplot()
+    n = len(rows)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(max(8.0, 0.3 * n + 5), 3.6))
+    layers = [r.layer for r in rows]
+    left.plot(layers, [r.separation for r in rows], marker="o", color="tab:blue", label="separation (d)")
+    left.set_xlabel("layer")
+    left.set_ylabel("separation (Cohen's d)")
+    norms = left.twinx()
+    norms.plot(layers, [r.norm for r in rows], color="tab:grey", linestyle="--", label="‖direction‖")
+    norms.set_ylabel("‖mean a − mean b‖")
+    if best is not None:
+        left.axvline(best, color="tab:red", linewidth=0.8)
+    _integer_ticks(left)
+    image = right.imshow(cosine, cmap="RdBu_r", vmin=-1, vmax=1, origin="lower")
+    _integer_ticks(right)
+    right.set_xlabel("layer")
+    right.set_ylabel("layer")
+    right.set_title("cosine between layers' directions", fontsize=9)
+    fig.colorbar(image, ax=right, shrink=0.8)
     return _save(fig, path)
 
 

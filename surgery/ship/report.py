@@ -1,6 +1,6 @@
 """``surgery report``: one markdown page with figures from findings files and eval results.
 
-Findings files (heads or neurons, the common head of surgery.find.findings) and eval results
+Findings files (heads, neurons or directions, the common head of surgery.find.findings) and eval results
 (``surgery eval --out``) are read as given; every section is drawn only when its data is present,
 so a report of a partial run is still a valid report. The folder is written atomically.
 """
@@ -17,10 +17,12 @@ from ..core.staging import staged_output
 from ..core.strict_files import DuplicateKey, load_json
 from ..evaluation.data import card_summary, load_result
 from ..find.findings import KINDS, Findings, load_findings
+from ..find.directions.record import DirectionsFindings
 from ..find.heads.record import HeadsFindings
 from ..find.neurons.record import ExpertReport, NeuronsFindings
 
-RECORDS: dict[str, type[Findings]] = {"heads": HeadsFindings, "neurons": NeuronsFindings}
+RECORDS: dict[str, type[Findings]] = {"heads": HeadsFindings, "neurons": NeuronsFindings,
+                                      "directions": DirectionsFindings}
 
 REPORT_NAME = "report.md"
 # What the report was drawn from; it marks the folder as surgery's (see surgery.core.staging).
@@ -98,6 +100,26 @@ def _neurons_section(f: NeuronsFindings, stem: str, out: Path) -> list[str]:
     return lines + _experts_lines(f.experts)
 
 
+def _directions_section(f: DirectionsFindings, stem: str, out: Path) -> list[str]:
+    from . import plots
+
+    sizes = [side.prompts if side else None for side in ((f.dataset.a, f.dataset.b) if f.dataset else (None, None))]
+    lines = [f"## Directions — {f.model.path or '?'}", "",
+             f"mean(a) − mean(b) at the last prompt token after each layer; a: {sizes[0]} prompts, b: {sizes[1]}; "
+             f"best separation at layer {f.best_layer}.", ""]
+    if f.layers:
+        png = plots.direction_layers(f.layers, f.cosine or [[1.0]], out / f"{stem}-directions.png", best=f.best_layer)
+        lines += [f"![directions per layer]({png.name})", "",
+                  "| layer | ‖direction‖ | separation (d) | accuracy |", "|---|---|---|---|"]
+        lines += [f"| {r.layer} | {_fmt(r.norm)} | {_fmt(r.separation)} | {_pct(100 * r.accuracy)} |"
+                  for r in f.layers]
+        lines.append("")
+    return lines
+
+
+SECTIONS = {"heads": _heads_section, "neurons": _neurons_section, "directions": _directions_section}
+
+
 def _experts_lines(report: ExpertReport | None) -> list[str]:
     """Mixtures of experts: unscored neurons and the experts whose routing differs most per category."""
     if report is None:
@@ -141,7 +163,7 @@ def build_report(findings: Iterable[Path], evals: Iterable[Path], out: Path, *, 
         lines = ["# surgery report", ""]
         for i, (path, f) in enumerate(loaded):
             stem = f"{i + 1:02d}-{path.stem}"
-            lines += (_heads_section if isinstance(f, HeadsFindings) else _neurons_section)(f, stem, tmp)
+            lines += SECTIONS[f.kind](f, stem, tmp)
         for i, (path, r) in enumerate(results):
             lines += _eval_section(r, f"eval{i + 1:02d}-{path.stem}", tmp)
         if not loaded and not results:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -185,7 +186,7 @@ CASES = [
          ("version must be 1", "got 9")),
     Case("recipe-unknown-key", lambda c: c.recipe("version: 1\nalpha: 2\nedits:\n" + RECIPE_OK_EDIT),
          ("unknown key(s) alpha", "allowed:")),
-    Case("recipe-no-edits", lambda c: c.recipe("version: 1\nedits: []\n"), ("edits must be a non-empty list", "(head, neuron)")),
+    Case("recipe-no-edits", lambda c: c.recipe("version: 1\nedits: []\n"), ("edits must be a non-empty list", "(direction, head, neuron)")),
     Case("recipe-alpha-string", lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: big}\n"),
          ("alpha must be a number", "'big'")),
     Case("recipe-alpha-nan", lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: .nan}\n"),
@@ -195,6 +196,33 @@ CASES = [
          ("conflicting edits", "keep one")),
     Case("recipe-head-out-of-range", lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 9, alpha: 2}\n"),
          ("num_attention_heads = 4", "valid: 0..3")),
+    # --- direction edits: the vector, the module, the weight ---
+    Case("direction-zero-norm", setups.direction(np.zeros(32, np.float32)), ("has norm 0", "give a non-zero vector")),
+    Case("direction-wrong-size", setups.direction(np.ones(31, np.float32)),
+         ("has 31 values but the model has hidden_size = 32", "give a direction of the model's residual stream")),
+    Case("direction-nan", setups.direction(np.full(32, np.nan, np.float32)), ("holds NaN or inf", "give a finite direction")),
+    Case("direction-not-1d", setups.direction(np.ones((4, 8), np.float32)), ("shape [4, 8]", "a direction is a 1-D")),
+    Case("direction-file-missing", setups.direction(vector="none.safetensors#r"),
+         ("none.safetensors does not exist", "relative to the recipe's folder")),
+    Case("direction-name-missing", setups.direction(vector="v.safetensors#q"), ("has no tensor 'q' (it has: r)",)),
+    Case("direction-spec-malformed", setups.direction(vector="v.safetensors"), ("must be FILE.safetensors#NAME",)),
+    Case("direction-sha256-pinned", setups.direction(entry=f"layer: 0, module: attention, weight: 1.0, sha256: '{'0' * 64}'"),
+         ("the recipe pins 000000000000", "restore it or drop 'sha256'")),
+    Case("direction-unknown-module", setups.direction(entry="layer: 0, module: residual, weight: 1.0"),
+         ("module must be one of attention, mlp, experts, shared_experts, embeddings", "'residual'")),
+    Case("direction-layer-out-of-range", setups.direction(entry="layer: 3, module: mlp, weight: 1.0"),
+         ("num_hidden_layers = 3", "valid: 0..2")),
+    Case("direction-mlp-of-moe-layer", setups.direction(entry="layer: 0, module: mlp, weight: 1.0"),
+         ("layer 0 is a mixture of experts", "use experts, shared_experts"), source="qwen2_moe"),
+    Case("direction-experts-of-dense-layer", setups.direction(entry="layer: 0, module: experts, weight: 1.0"),
+         ("layer 0 of llama is a dense MLP (no experts)", "use mlp")),
+    Case("direction-no-shared-expert", setups.direction(entry="layer: 0, module: shared_experts, weight: 1.0"),
+         ("gpt_oss has no shared expert", "use experts"), source="gpt_oss"),
+    Case("direction-weight-inf", setups.direction(entry="layer: 0, module: attention, weight: .inf"),
+         ("weight must be a finite number", "inf")),
+    Case("direction-weight-overflows-bf16", setups.direction(entry="layer: 0, module: mlp, weight: 1.0e+38"),
+         ("direction edit of 'model.layers.0.mlp.down_proj.bias' makes some of its weights 1.7e+35, past 2^64",
+          "choose a smaller weight"), source="bf16"),
     # --- findings files ---
     Case("findings-missing", lambda c: ["amplify-heads", c.src, "--findings", c.tmp / "none.json", "--alpha", "2",
                                         "--out", c.out], ("does not exist", "surgery find-heads")),
@@ -254,7 +282,7 @@ CASES = [
 
 # These also run through a real ``python -m surgery`` subprocess (one or two per group); the rest run
 # in-process through surgery.cli.main.main, which is what the console script calls.
-SUBPROCESS = {"missing-path", "pickle-bin", "truncated-half", "quantized-gptq", "alpha-zero", "recipe-not-yaml",
+SUBPROCESS = {"missing-path", "direction-wrong-size", "direction-weight-overflows-bf16", "pickle-bin", "truncated-half", "quantized-gptq", "alpha-zero", "recipe-not-yaml",
               "findings-other-architecture", "dest-exists", "alpha-underflows-bf16", "tokenizer-encodes-nothing-verify"}
 RUNS = [pytest.param(c, "in-process", id=c.id) for c in CASES] + \
        [pytest.param(c, "subprocess", id=f"{c.id}-subprocess") for c in CASES if c.id in SUBPROCESS]

@@ -108,3 +108,51 @@ def test_a_config_contradicting_the_attention_names_its_fields_before_any_read(t
     with pytest.raises(CheckpointError, match=r"\(num_attention_heads × head_dim = 4 × 4 columns\)"):
         surgery.apply(Recipe((HeadScale(0, 1, 2.0),)), src, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def _direction_entries(arch) -> list[str]:
+    """A direction out of every residual writer the family has: each attention layer's output, each
+    dense MLP, the first sparse layer's routed experts (and its shared expert)."""
+    entries = [f"layer: {i}, module: attention, weight: 1.0" for i in arch.head_layers()]
+    entries += [f"layer: {i}, module: mlp, weight: 0.5, vector: v.safetensors#s" for i in arch.dense_mlp_layers()]
+    if arch.geometry.sparse_layers:
+        first = min(arch.geometry.sparse_layers)
+        entries += [f"layer: {first}, module: experts, weight: 1.0"]
+        entries += [f"layer: {first}, module: shared_experts, weight: 2.0"] if arch.layout.experts.shared else []
+    return entries
+
+
+@pytest.mark.parametrize("model_type", ["minicpm3", "deepseek_v4", "qwen3_next", "nemotron_h", "lfm2"])
+def test_direction_edits_on_mla_grouped_output_and_hybrid_layers(tmp_path, model_type):
+    """A direction edit projects each family's own residual writers (MLA's o_proj, DeepSeek-V4's o_b_proj
+    after its grouped o_a_proj, a hybrid's attention and dense-MLP layers only): bake == twin, verify,
+    undo byte for byte; a layer of another kind is refused in one line, nothing written."""
+    from tests.support.directions import direction_recipe
+
+    src = build_family(model_type, tmp_path / "src")
+    ckpt = Checkpoint(src)
+    arch = architecture(ckpt.config)
+    recipe = Recipe.load(direction_recipe(tmp_path / "r", _direction_entries(arch)))
+    dst = tmp_path / "baked"
+    bake(ckpt, recipe, dst, check=edited_check(ckpt, recipe))
+    model = load_fp32(src)
+    base, twin = logits(model), logits(model, recipe.edits)
+    assert (base - twin).abs().max().item() > 1e-3  # the recipe does something
+    assert (twin - logits(load_fp32(dst))).abs().max().item() <= 1e-5
+    projected = {e["tensor"] for e in json.loads((dst / "surgery.json").read_text())["edited_tensors"]}
+    assert any(f".{arch.stored_module(arch.attention_output()[0])}." in name for name in projected)  # stored names
+    report = verify(ckpt, dst)
+    assert report.ok, report.problems
+    undo(dst, tmp_path / "restored")
+    assert all(file_sha256(f) == file_sha256(tmp_path / "restored" / f.name) for f in src.iterdir())
+
+    other = [i for i in range(arch.geometry.num_layers) if i not in arch.head_layers()]
+    no_mlp = [i for i in range(arch.geometry.num_layers)
+              if i not in arch.dense_mlp_layers() and i not in arch.geometry.sparse_layers]
+    refused = ([f"layer: {other[0]}, module: attention, weight: 1.0"] if other else []) + \
+              ([f"layer: {no_mlp[0]}, module: mlp, weight: 1.0"] if no_mlp else [])
+    for i, entry in enumerate(refused):
+        bad = Recipe.load(direction_recipe(tmp_path / f"bad{i}", [entry]))
+        with pytest.raises(RecipeError, match=r"layer of this .* model: it has no") as exc:
+            bake(ckpt, bad, tmp_path / f"out{i}")
+        assert "\n" not in str(exc.value) and not (tmp_path / f"out{i}").exists()

@@ -82,6 +82,9 @@ PARAMETER_OBJECTS = [LoadSpec, FindParams, CaptureParams, SelectParams, EvalPara
 # Numeric options with no range, each with the reason and the check that still applies.
 UNBOUNDED = {
     ("prune-neurons", "--factor"): "a scale: negative flips the neuron; NaN/inf refused, |factor| ≤ float32 max",
+    ("ablate-direction", "--weight"): "a direction's weight: negative amplifies it; NaN/inf refused, weights the "
+                                      "bake cannot store refused by the bake",
+    ("ablate-direction", "--floor"): "the kernel's weight far from the peak: the same as --weight",
 }
 
 

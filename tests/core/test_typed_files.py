@@ -14,7 +14,8 @@ PACKAGE = REPO / "surgery"
 BAKE_KEYS = {"edited_tensors", "source_files", "verification", "evaluation", "undo", "hashing", "pushed",
              "provenance_sha256", "replaced_files", "added_files", "left_out_files", "rows_key", "cols_key",
              "max_abs_diff", "max_abs_logit_diff", "max_diff_over_bound", "commit_url", "pr_url", "hub_id",
-             "max_rank", "source_files_from_hub_blob_names", "source_files_from_hash_cache", "files_from_source"}
+             "max_rank", "source_files_from_hub_blob_names", "source_files_from_hash_cache", "files_from_source",
+             "block_key", "direction_left", "direction_weight"}
 # Keys that name a part of a findings file: read in its own package only (surgery/find/, where the
 # finders build them and the records type them).
 FINDINGS_KEYS = {"discovery", "confirmation", "knockout", "selected_heads", "dose_response", "dataset_sha256",
@@ -22,7 +23,7 @@ FINDINGS_KEYS = {"discovery", "confirmation", "knockout", "selected_heads", "dos
                  "effect_pct", "ci95", "delta_base", "delta_knockout", "share_ge_tested", "random_sets",
                  "edge_delta_s", "whole_delta_s", "discovery_rank", "expert_width", "unscored_neurons", "routing",
                  "layer_distribution", "jaccard", "pairs_used", "skipped", "skipped_ids", "top_category",
-                 "chosen_for"}
+                 "chosen_for", "best_layer", "cosine", "norm_a", "norm_b", "separation"}
 OWNERS = {**{key: ("surgery/bake/record.py",) for key in BAKE_KEYS},
           **{key: ("surgery/find/",) for key in FINDINGS_KEYS}}
 

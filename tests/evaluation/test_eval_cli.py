@@ -52,7 +52,8 @@ def test_eval_every_suite_writes_json_and_updates_the_card(pair, tmp_path):
     result = load_result(out)
     m, a = result["metrics"]["model"], result["metrics"]["against"]
     assert set(m) == {"perplexity", "mcq_accuracy", "kl_mean", "top1_agreement", "bbq_acc_ambig",
-                      "bbq_acc_disambig", "bbq_bias_ambig", "bbq_bias_disambig", "diffaware", "ctxtaware"}
+                      "bbq_acc_disambig", "bbq_bias_ambig", "bbq_bias_disambig", "diffaware", "ctxtaware",
+                      "first_token_kl_mean", "first_token_kl_p95", "first_token_kl_p99"}
     assert m["kl_mean"] > 0 and "kl_mean" not in a          # KL is measured against the source
     assert result["retained_pct"]["perplexity"] == pytest.approx(100 * a["perplexity"] / m["perplexity"])
     assert result["settings"]["items"] == {"passages": 2, "mcq": 2, "prompts": 2, "bbq": 2, "n4": 4}

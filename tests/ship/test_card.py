@@ -195,11 +195,11 @@ def test_card_names_the_weights_of_this_architecture(tiny, tmp_path):
 
 def test_card_names_routed_expert_entries():
     from surgery.core.architectures import architecture
-    from surgery.ship.card import _edits_section
+    from surgery.ship.card import edits_section
 
     config = {"model_type": "mixtral", "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
               "hidden_size": 64, "intermediate_size": 96, "num_local_experts": 4}
-    text = _edits_section(Recipe((NeuronScale(1, 7, 0.0, expert=2),)), architecture(config))
+    text = edits_section(Recipe((NeuronScale(1, 7, 0.0, expert=2),)), architecture(config))
     assert "| expert 2 neuron (`1:e2:7`) | 1 | 7 | 0 | neuron pruned (zeroed: " in text
     assert ("(zeroed: expert 2's down matrix column 7; expert 2's gate matrix row 7; expert 2's up matrix row 7)"
             in text)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 
 from surgery.bake.bake import bake
 from surgery.core.checkpoint import Checkpoint
@@ -17,30 +15,8 @@ from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import VerificationError
 from surgery.ship.card import card_hook
 from surgery.ship.hub import check_pushable
-from tests.support.fakehub import FakeHub
+from tests.support.fakehub import TOKEN, FakeHub, card_front_matter, hub_env, run_surgery
 from tests.support.paths import REPO
-
-TOKEN = "hf_fakeTokenForLoopbackTests0123456789"
-
-
-def _env(hub: FakeHub, tmp_path: Path, token: str | None = TOKEN) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(HF_ENDPOINT=hub.url, HF_HUB_DISABLE_XET="1", HF_HOME=str(tmp_path / "hf-home"),
-               HF_HUB_DISABLE_TELEMETRY="1", NO_COLOR="1", COLUMNS="200")
-    if token:
-        env["HF_TOKEN"] = token
-    return env
-
-
-def _run(args: list, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "surgery", *map(str, args)], capture_output=True,
-                          text=True, env=env, cwd=REPO, timeout=180)
-
-
-def _front_matter(text: str) -> dict:
-    assert text.startswith("---\n")
-    return yaml.safe_load(text[4:text.index("\n---", 4)])
-
 
 @pytest.fixture
 def baked(tiny, tmp_path) -> Path:
@@ -53,14 +29,14 @@ def baked(tiny, tmp_path) -> Path:
 
 def test_push_creates_repo_and_uploads_every_file(baked, tmp_path):
     with FakeHub(TOKEN) as hub:
-        r = _run(["push", baked, "--repo", "me/tiny-edit", "--private"], _env(hub, tmp_path))
+        r = run_surgery(["push", baked, "--repo", "me/tiny-edit", "--private"], hub_env(hub, tmp_path))
         assert r.returncode == 0, r.stderr
         repo = hub.repos["me/tiny-edit"]
         assert repo.private
         files = hub.files("me/tiny-edit")
         local = {p.relative_to(baked).as_posix(): p.read_bytes() for p in baked.rglob("*") if p.is_file()}
         assert files == local
-        meta = _front_matter(files["README.md"].decode())
+        meta = card_front_matter(files["README.md"].decode())
         assert "surgery" in meta["tags"] and meta["library_name"] == "transformers" and meta["license"] == "mit"
         assert "POST /api/validate-yaml" in hub.requests
         assert any(q.endswith(".git/info/lfs/objects/batch") for q in hub.requests)  # weights went by LFS
@@ -70,10 +46,10 @@ def test_push_creates_repo_and_uploads_every_file(baked, tmp_path):
 
 def test_push_to_branch_and_pull_request(baked, tmp_path):
     with FakeHub(TOKEN) as hub:
-        env = _env(hub, tmp_path)
-        assert _run(["push", baked, "--repo", "me/x", "--revision", "alpha-2"], env).returncode == 0
+        env = hub_env(hub, tmp_path)
+        assert run_surgery(["push", baked, "--repo", "me/x", "--revision", "alpha-2"], env).returncode == 0
         assert "model.safetensors" in hub.files("me/x", "alpha-2") and not hub.files("me/x", "main")
-        r = _run(["push", baked, "--repo", "me/x", "--create-pr"], env)
+        r = run_surgery(["push", baked, "--repo", "me/x", "--create-pr"], env)
         assert r.returncode == 0, r.stderr
         assert len(hub.repos["me/x"].pulls) == 1 and "discussions/1" in r.stdout
 
@@ -86,7 +62,7 @@ def test_corrupted_folder_is_refused_before_any_request(baked, tmp_path):
     with pytest.raises(VerificationError, match="refusing to push"):
         check_pushable(baked)
     with FakeHub(TOKEN) as hub:
-        r = _run(["push", baked, "--repo", "me/bad"], _env(hub, tmp_path))
+        r = run_surgery(["push", baked, "--repo", "me/bad"], hub_env(hub, tmp_path))
         assert r.returncode == 2 and "refusing to push" in r.stderr
         assert hub.requests == [] and not hub.repos
 
@@ -110,9 +86,9 @@ def test_without_the_source_every_hash_and_the_seal_are_checked(baked, tmp_path)
 def test_bad_or_missing_token(baked, tmp_path):
     with FakeHub(TOKEN) as hub:
         wrong = "hf_wrongTokenThatMustNeverBePrinted99"
-        r = _run(["push", baked, "--repo", "me/y"], _env(hub, tmp_path, token=wrong))
+        r = run_surgery(["push", baked, "--repo", "me/y"], hub_env(hub, tmp_path, token=wrong))
         assert r.returncode == 2 and "refused the token" in r.stderr and wrong not in r.stdout + r.stderr
-        r = _run(["push", baked, "--repo", "me/y"], _env(hub, tmp_path, token=None))
+        r = run_surgery(["push", baked, "--repo", "me/y"], hub_env(hub, tmp_path, token=None))
         assert r.returncode == 2 and "no Hugging Face token" in r.stderr
         assert not hub.repos
 
@@ -129,7 +105,7 @@ def test_sweep_pushes_each_value_to_its_own_branch(tiny, tmp_path):
     """)
     with FakeHub(TOKEN) as hub:
         r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                           env=_env(hub, tmp_path), cwd=REPO, timeout=180)
+                           env=hub_env(hub, tmp_path), cwd=REPO, timeout=180)
         assert r.returncode == 0, r.stderr
         for label in ("alpha-1.5", "alpha-2"):
             files = hub.files("me/sweep", label)
@@ -155,11 +131,11 @@ def test_push_exported_adapter(tiny, tmp_path):
     export_lora(Checkpoint(tiny("llama")), Recipe((HeadScale(0, 1, 2.0),)), adapter)
     assert check_pushable(adapter)[0] == "adapter config and weights header"
     with FakeHub(TOKEN) as hub:
-        r = _run(["push", adapter, "--repo", "me/lora"], _env(hub, tmp_path))
+        r = run_surgery(["push", adapter, "--repo", "me/lora"], hub_env(hub, tmp_path))
         assert r.returncode == 0, r.stderr
         files = hub.files("me/lora")
         assert {"adapter_config.json", "adapter_model.safetensors", "README.md"} <= set(files)
-        meta = _front_matter(files["README.md"].decode())
+        meta = card_front_matter(files["README.md"].decode())
         assert meta["library_name"] == "peft" and "lora" in meta["tags"]
 
 
@@ -168,8 +144,8 @@ def test_apply_with_push_to(tiny, tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(Recipe((HeadScale(0, 1, 2.0),)).to_yaml())
     with FakeHub(TOKEN) as hub:
-        r = _run(["apply", recipe, "--model", src, "--out", tmp_path / "out", "--no-verify",
-                  "--push-to", "me/applied", "--private"], _env(hub, tmp_path))
+        r = run_surgery(["apply", recipe, "--model", src, "--out", tmp_path / "out", "--no-verify",
+                  "--push-to", "me/applied", "--private"], hub_env(hub, tmp_path))
         assert r.returncode == 0, r.stderr
         assert hub.repos["me/applied"].private
         assert hub.files("me/applied")["surgery.json"] == (tmp_path / "out" / "surgery.json").read_bytes()

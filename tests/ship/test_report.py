@@ -14,6 +14,7 @@ from surgery.core.errors import SurgeryError
 from surgery.core.optional import pip_install
 from surgery.evaluation.data import new_result, save_result
 from surgery.find.findings import new_findings, save_findings
+from surgery.find.directions.record import DirectionsFindings
 from surgery.find.heads.record import HeadsFindings
 from surgery.find.neurons.record import NeuronsFindings
 from surgery.ship.report import build_report
@@ -101,3 +102,20 @@ def test_cli_report(inputs, tmp_path):
                                  "--out", str(tmp_path / "rep")])
     assert r.exit_code == 0, r.output
     assert "3 figure(s)" in r.output
+
+
+def test_report_draws_direction_findings(tiny, tmp_path):
+    """find-direction's findings: the per-layer table and one figure (separation, norms, cosines)."""
+    pytest.importorskip("matplotlib")
+    found = new_findings("directions", Checkpoint(tiny("llama")), "2" * 64, {"method": 1}, "test")
+    found.update(dataset={"a": {"file": "a.txt", "prompts": 12, "sha256": "3" * 64},
+                          "b": {"file": "b.txt", "prompts": 10, "sha256": "4" * 64}}, best_layer=1,
+                 layers=[{"layer": i, "norm": 1.0 + i, "norm_a": 2.0, "norm_b": 2.0, "separation": s, "accuracy": a}
+                         for i, (s, a) in enumerate([(0.5, 0.6), (3.0, 1.0), (1.0, 0.75)])],
+                 cosine=[[1.0, 0.5, 0.2], [0.5, 1.0, 0.7], [0.2, 0.7, 1.0]])
+    save_findings(DirectionsFindings.from_dict(found), tmp_path / "direction.json")
+    md = build_report([tmp_path / "direction.json"], [], tmp_path / "report")
+    text = md.read_text()
+    w, h = _png_size(tmp_path / "report" / "01-direction-directions.png")
+    assert w > 400 and h > 200 and "](01-direction-directions.png)" in text
+    assert "best separation at layer 1" in text and "| 1 | 2 | 3 | 100.0% |" in text

@@ -260,3 +260,17 @@ def _neuron_scores(layers: int, width: int) -> dict:
     values = {f.name: {"Gender": 4} if f.name == "counts" else grid if f.name == "ppm" else {"Gender": grid}
               for f in dataclasses.fields(NeuronScores) if f.default is dataclasses.MISSING}  # dense: no MoE fields
     return NeuronScores(**values).to_dict()
+
+
+def direction(values=None, entry: str = "layer: 0, module: attention, weight: 1.0",
+              vector: str = "v.safetensors#r") -> Callable[[Ctx], list]:
+    """A recipe with one direction edit ``entry`` whose vector ``r`` is ``values`` (default: a random
+    direction of the tiny models' hidden size 32), saved next to the recipe as v.safetensors."""
+    def setup(c: Ctx) -> list:
+        import numpy as np
+        from safetensors.numpy import save_file
+
+        v = np.random.default_rng(0).standard_normal(32).astype(np.float32) if values is None else values
+        save_file({"r": np.asarray(v)}, c.tmp / "v.safetensors")
+        return c.recipe(f"version: 1\nedits:\n  - {{type: direction, {entry}, vector: {vector}}}\n")
+    return setup

@@ -12,10 +12,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import secrets
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -51,6 +55,33 @@ class FakeHub:
 
     def files(self, repo_id: str, branch: str = "main") -> dict[str, bytes]:
         return self.repos[repo_id].branches[branch]
+
+
+TOKEN = "hf_fakeTokenForLoopbackTests0123456789"
+
+
+def hub_env(hub: FakeHub, tmp_path: Path, token: str | None = TOKEN) -> dict[str, str]:
+    """The environment of a surgery subprocess that pushes to ``hub`` (no other HF_ setting leaks in)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_ENDPOINT=hub.url, HF_HUB_DISABLE_XET="1", HF_HOME=str(tmp_path / "hf-home"),
+               HF_HUB_DISABLE_TELEMETRY="1", NO_COLOR="1", COLUMNS="200")
+    if token:
+        env["HF_TOKEN"] = token
+    return env
+
+
+def run_surgery(args: list, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``python -m surgery ARGS`` in the repository root with ``env``."""
+    from tests.support.paths import REPO
+
+    return subprocess.run([sys.executable, "-m", "surgery", *map(str, args)], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=180)
+
+
+def card_front_matter(text: str) -> dict:
+    """The YAML front matter of a model card, which must start the text."""
+    assert text.startswith("---\n")
+    return yaml.safe_load(text[4:text.index("\n---", 4)])
 
 
 def _front_matter(text: str) -> Any:

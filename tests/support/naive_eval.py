@@ -70,6 +70,13 @@ def retention_and_kl(model, source, tokenizer, data: dict[str, list]) -> dict[st
     for name, m in (("against", source), ("model", model)):
         out[f"{name}/perplexity"] = perplexity(m, tokenizer, texts)
         out[f"{name}/mcq_accuracy"], _ = mcq(m, tokenizer, data["mcq"])
-    out["model/kl_mean"], out["model/top1_agreement"] = kl(next_token_logprobs(source, tokenizer, prompts),
-                                                           next_token_logprobs(model, tokenizer, prompts))
+    reference, logprobs = next_token_logprobs(source, tokenizer, prompts), next_token_logprobs(model, tokenizer, prompts)
+    out["model/kl_mean"], out["model/top1_agreement"] = kl(reference, logprobs)
+    first = sorted(float((p[-1].exp() * (p[-1] - q[-1])).sum().clamp_min(0.0)) for p, q in zip(reference, logprobs))
+    out["model/first_token_kl_mean"] = sum(first) / len(first)
+    for pct in (95, 99):  # linear interpolation between the two ranks around the percentile
+        rank = pct / 100 * (len(first) - 1)
+        low = int(rank)
+        high = min(low + 1, len(first) - 1)
+        out[f"model/first_token_kl_p{pct}"] = first[low] + (first[high] - first[low]) * (rank - low)
     return out

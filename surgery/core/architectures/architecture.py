@@ -50,6 +50,13 @@ class Architecture:
             )
         return found[0]
 
+    def root_prefix(self, names: Iterable[str]) -> str:
+        """The prefix of what sits next to the layer list (embeddings, final norm): ``model.`` for
+        ``model.layers.{layer}.``, ``transformer.`` for ``transformer.h.{layer}.``, ``""`` at the top."""
+        prefix = self.layer_prefix(names)
+        root = prefix[: prefix.index("{layer}")].rstrip(".").rpartition(".")[0]
+        return f"{root}." if root else ""
+
     def loaded_name(self, native: str) -> tuple[str, bool] | None:
         """The transformers name of a tensor stored under a native name (see ``NativeName``), and
         whether its rows are permuted; None when the table knows no such name."""
@@ -192,6 +199,14 @@ class Architecture:
                                     f"({heads} + 2 × {kv_heads}) × {dim} = ({g.num_heads} + 2 × {g.num_kv_heads}) "
                                     f"× {g.head_dim} {side(lay.qkv_proj, True)}")
         return shapes
+
+    def attention_output(self) -> tuple[str, tuple[int, int]]:
+        """The module that writes the attention's output into the residual stream (relative to a
+        layer) and its weight's expected shape: o_proj, or DeepSeek-V4's o_b_proj, which mixes the
+        groups of its grouped o_a_proj (``Layout.o_proj`` there)."""
+        lay = self.layout
+        module = lay.grouped_output.o_b_proj if lay.grouped_output else lay.o_proj
+        return module, self.attention_shapes()[module][0]
 
     def head_columns(self, head: int) -> slice:
         """Columns of o_proj (its input features) that carry ``head``'s output (DeepSeek-V4: within

@@ -34,6 +34,8 @@ class Geometry:
     mlp_kinds: tuple[str, ...] = ()
     o_groups: int = 0
     o_rank: int = 0
+    # The vocabulary (rows of the embedding table); not part of to_dict (findings predate it).
+    vocab_size: int = 0
     # Layers whose sizes differ from the ones above, as layer → ((field, value), …), and the attention
     # inputs a layer lacks, as layer → ("k_proj", "v_proj") (empty: every layer is alike).
     layer_sizes: tuple[tuple[int, tuple[tuple[str, int], ...]], ...] = ()
@@ -42,7 +44,8 @@ class Geometry:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; a dense model's dict has only the dense fields (findings written before MoE
         support record exactly those, and must still match)."""
-        out = {k: v for k, v in self.__dict__.items() if k not in _MOE_FIELDS + _SHAPE_FIELDS + _LAYER_FIELDS}
+        left_out = _MOE_FIELDS + _SHAPE_FIELDS + _LAYER_FIELDS + ("vocab_size",)
+        out = {k: v for k, v in self.__dict__.items() if k not in left_out}
         if self.num_experts:
             out.update(num_experts=self.num_experts, expert_size=self.expert_size,
                        shared_size=self.shared_size, sparse_layers=sorted(self.sparse_layers))
@@ -144,7 +147,8 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
     has_dense = (dense_key or keys.mlp_ratio) and (layout.mlp_kinds is None or layout.mlp_kinds.editable)
     dense = _issue24_geometry(layout, model_type, cfg, Geometry(
         layers, heads, _kv_heads(keys, cfg, heads, need), int(head_dim), hidden,
-        _mlp_width(layout, cfg, hidden, need, dense_key) if has_dense else 0), need)
+        _mlp_width(layout, cfg, hidden, need, dense_key) if has_dense else 0,
+        vocab_size=int(cfg.get("vocab_size") or 0)), need)
     if ex is None:
         return dense
     num = next((k for k in ex.num_keys if cfg.get(k) is not None), ex.num_keys[0])

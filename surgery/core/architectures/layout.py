@@ -68,6 +68,9 @@ class Layout:
     # the final norm, a sibling of the layer list (None: none, GPT-1 is post-norm), and the config
     # field of a logit soft-cap.
     final_norm: str | None = "norm"
+    # The token embedding table [vocab, hidden], a sibling of the layer list like the final norm
+    # (None: it is not one; direction edits of the embeddings are refused).
+    embeddings: str | None = "embed_tokens"
     logit_softcap: str | None = None
     # The release's native tensor names (a second copy of the weights some releases ship next to
     # the transformers ones, e.g. Mistral's consolidated.safetensors): see NativeName.

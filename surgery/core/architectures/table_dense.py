@@ -16,7 +16,7 @@ _MHA = dict(num_key_value_heads=None, head_dim=None)
 # GPT-2 and its descendants: n_layer, n_head, n_embd, n_inner (null: 4 × n_embd).
 _GPT2_KEYS = ConfigKeys("n_layer", "n_head", "n_embd", "n_inner", **_MHA, mlp_ratio=4)
 _GPT2 = dict(o_proj="attn.c_proj", **_NO_QKV, qkv_proj="attn.c_attn", gate_proj=None, up_proj="mlp.c_fc",
-             down_proj="mlp.c_proj", final_norm="ln_f")
+             down_proj="mlp.c_proj", final_norm="ln_f", embeddings="wte")
 _GPT2_CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 # Checkpoints saved from the base model (the Hub's gpt2, bloom) have no "transformer." prefix.
 _GPT_H = ("transformer.h.{layer}.", "h.{layer}.")
@@ -81,10 +81,10 @@ DENSE: dict[str, Layout] = {
                         **_NEOX_MLP, final_norm="final_layernorm", config_keys=ConfigKeys(**_MHA)),
     "gpt_neox": Layout(("gpt_neox.layers.{layer}.",), o_proj="attention.dense", **_NO_QKV,
                        qkv_proj="attention.query_key_value", **_NEOX_MLP, final_norm="final_layer_norm",
-                       config_keys=ConfigKeys(**_MHA)),
+                       embeddings="embed_in", config_keys=ConfigKeys(**_MHA)),
     "gpt_neox_japanese": Layout(("gpt_neox_japanese.layers.{layer}.",), o_proj="attention.dense", **_NO_QKV,
                                 qkv_proj="attention.query_key_value", **_NEOX_MLP, final_norm="final_layer_norm",
-                                config_keys=ConfigKeys(intermediate_size=None, **_MHA,
+                                embeddings="embed_in", config_keys=ConfigKeys(intermediate_size=None, **_MHA,
                                                        mlp_ratio="intermediate_multiple_size")),
     "opt": Layout(("model.decoder.layers.{layer}.", "decoder.layers.{layer}."), o_proj="self_attn.out_proj",
                   **_FC_MLP, final_norm="final_layer_norm",
@@ -95,40 +95,42 @@ DENSE: dict[str, Layout] = {
                    config_keys=ConfigKeys("num_layers", "attention_heads", "d_model", "ffn_dim", **_MHA)),
     "gptj": Layout(("transformer.h.{layer}.",), o_proj="attn.out_proj", q_proj="attn.q_proj", k_proj="attn.k_proj",
                    v_proj="attn.v_proj", gate_proj=None, up_proj="mlp.fc_in", down_proj="mlp.fc_out",
-                   final_norm="ln_f", config_keys=_GPT2_KEYS),
+                   final_norm="ln_f", embeddings="wte", config_keys=_GPT2_KEYS),
     "codegen": Layout(("transformer.h.{layer}.",), o_proj="attn.out_proj", **_NO_QKV, qkv_proj="attn.qkv_proj",
                       gate_proj=None, up_proj="mlp.fc_in", down_proj="mlp.fc_out", final_norm="ln_f",
-                      config_keys=_GPT2_KEYS),
+                      embeddings="wte", config_keys=_GPT2_KEYS),
     "gpt_neo": Layout(("transformer.h.{layer}.",), o_proj="attn.attention.out_proj", q_proj="attn.attention.q_proj",
                       k_proj="attn.attention.k_proj", v_proj="attn.attention.v_proj", gate_proj=None,
-                      up_proj="mlp.c_fc", down_proj="mlp.c_proj", final_norm="ln_f",
+                      up_proj="mlp.c_fc", down_proj="mlp.c_proj", final_norm="ln_f", embeddings="wte",
                       config_keys=ConfigKeys("num_layers", "num_heads", **_MHA, mlp_ratio=4)),
     "bloom": Layout(_GPT_H, o_proj="self_attention.dense", **_NO_QKV, qkv_proj="self_attention.query_key_value",
-                    **_NEOX_MLP, final_norm="ln_f",
+                    **_NEOX_MLP, final_norm="ln_f", embeddings="word_embeddings",
                     config_keys=ConfigKeys("n_layer", "n_head", intermediate_size=None, **_MHA, mlp_ratio=4)),
     "falcon": Layout(("transformer.h.{layer}.",), o_proj="self_attention.dense", **_NO_QKV,
                      qkv_proj="self_attention.query_key_value", **_NEOX_MLP, final_norm="ln_f",
-                     config_keys=ConfigKeys(intermediate_size="ffn_hidden_size", **_MHA, mlp_ratio=4, kv_heads_when=(
+                     embeddings="word_embeddings", config_keys=ConfigKeys(intermediate_size="ffn_hidden_size", **_MHA, mlp_ratio=4, kv_heads_when=(
                          ("new_decoder_architecture", "num_kv_heads"), ("multi_query", 1)))),
     "mpt": Layout(("transformer.blocks.{layer}.",), o_proj="attn.out_proj", **_NO_QKV, qkv_proj="attn.Wqkv",
-                  gate_proj=None, up_proj="ffn.up_proj", down_proj="ffn.down_proj", final_norm="norm_f",
+                  gate_proj=None, up_proj="ffn.up_proj", down_proj="ffn.down_proj", final_norm="norm_f", embeddings="wte",
                   config_keys=ConfigKeys("n_layers", "n_heads", "d_model", None, **_MHA, mlp_ratio="expansion_ratio")),
     "ctrl": Layout(("transformer.h.{layer}.",), o_proj="multi_head_attention.dense", q_proj="multi_head_attention.Wq",
                    k_proj="multi_head_attention.Wk", v_proj="multi_head_attention.Wv", gate_proj=None,
-                   up_proj="ffn.0", down_proj="ffn.2", final_norm="layernorm",
+                   up_proj="ffn.0", down_proj="ffn.2", final_norm="layernorm", embeddings="w",
                    config_keys=ConfigKeys("n_layer", "n_head", "n_embd", "dff", **_MHA)),
     "modernbert-decoder": Layout(_DECODER, o_proj="attn.Wo", q_proj="attn.q_proj", k_proj="attn.k_proj",
                                  v_proj="attn.v_proj", down_proj="mlp.Wo", gate_proj=None, up_proj=None,
                                  gate_up_proj="mlp.Wi", final_norm="final_norm", pre_head="lm_head",
+                                 embeddings="embeddings.tok_embeddings",
                                  config_keys=ConfigKeys(**_MHA)),
     "cpmant": Layout(("cpmant.encoder.layers.{layer}.",), o_proj="self_att.self_attention.attention_out",
                      q_proj="self_att.self_attention.project_q", k_proj="self_att.self_attention.project_k",
                      v_proj="self_att.self_attention.project_v", gate_proj="ffn.ffn.w_in.w_0",
                      up_proj="ffn.ffn.w_in.w_1", down_proj="ffn.ffn.w_out", final_norm="output_layernorm",
+                     embeddings=None,  # cpmant.input_embedding is not next to the layer list
                      config_keys=ConfigKeys(intermediate_size="dim_ff", num_key_value_heads=None, head_dim="dim_head")),
     # GPT-2's Conv1D: weights stored [in, out]
     "gpt2": Layout(_GPT_H, **_GPT2, conv1d=_GPT2_CONV1D, config_keys=_GPT2_KEYS),
-    "openai-gpt": Layout(_GPT_H, **{**_GPT2, "final_norm": None}, conv1d=_GPT2_CONV1D,
+    "openai-gpt": Layout(_GPT_H, **{**_GPT2, "final_norm": None, "embeddings": "tokens_embed"}, conv1d=_GPT2_CONV1D,
                          config_keys=ConfigKeys("n_layer", "n_head", "n_embd", None, **_MHA, mlp_ratio=4)),
     # GPT-BigCode: GPT-2's names on nn.Linear, one k/v head under multi_query
     "gpt_bigcode": Layout(("transformer.h.{layer}.",), **_GPT2, config_keys=ConfigKeys(

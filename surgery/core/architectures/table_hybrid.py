@@ -92,7 +92,7 @@ HYBRID: dict[str, Layout] = {
     # Nemotron-H: one block per layer (state-space, attention, ungated MLP or experts); stored under backbone.
     "nemotron_h": Layout(("model.layers.{layer}.", "backbone.layers.{layer}."), o_proj="mixer.o_proj",
                          q_proj="mixer.q_proj", k_proj="mixer.k_proj", v_proj="mixer.v_proj", gate_proj=None,
-                         up_proj="mixer.up_proj", down_proj="mixer.down_proj", final_norm="norm_f",
+                         up_proj="mixer.up_proj", down_proj="mixer.down_proj", final_norm="norm_f", embeddings="embeddings",
                          layer_kinds=_nemotron_h_kinds("full_attention"), mlp_kinds=_nemotron_h_kinds("mlp")),
     "recurrent_gemma": Layout(
         _DECODER, o_proj="temporal_block.o_proj", q_proj="temporal_block.q_proj", k_proj="temporal_block.k_proj",

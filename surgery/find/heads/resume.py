@@ -73,11 +73,10 @@ def tail_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     soft-cap its config sets."""
     arch = model_architecture(model)
     names, cfg, lay = dict(model.named_modules()), model.config.get_text_config(), arch.layout
-    prefix = arch.layer_prefix(names)
-    root = prefix[:prefix.index("{layer}")].rstrip(".").rpartition(".")[0]  # "model.layers." → "model"
+    root = arch.root_prefix(names)  # "model.layers.{layer}." → "model."
 
     def sibling(name: str) -> nn.Module:  # a module next to the layer list
-        return names[f"{root}.{name}" if root else name]
+        return names[f"{root}{name}"]
 
     x = hidden[:, -1:]
     if lay.final_head:

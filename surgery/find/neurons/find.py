@@ -23,7 +23,7 @@ from ...core.errors import UnsupportedArchitecture
 from ...core.progress import Progress, silent
 from ...core.staging import atomic_write_text
 from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
-from ..findings import Found, cache_path, compute_record, dtype_key, new_findings
+from ..findings import Findings, Found, cache_path, compute_record, dtype_key, new_findings
 from .pairs import PairsError, PairSet, check_token_counts
 from .params import DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, SelectParams
 from .record import NeuronSelection, NeuronsFindings
@@ -73,7 +73,7 @@ class NeuronFindings(Found):
                 "tool_version": data.tool_version}
 
 
-def write_findings(findings: NeuronsFindings, path: Path) -> None:
+def write_findings(findings: Findings, path: Path) -> None:
     """Atomic write; lists of numbers go on one line each (a layer's scores), the rest indented."""
     text = json.dumps(findings.to_dict(), indent=1, ensure_ascii=False)
     text = _NUMBER_LIST.sub(lambda m: re.sub(r"\s+", "", m.group(0)), text)

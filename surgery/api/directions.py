@@ -1,0 +1,103 @@
+"""Direction edits from Python: find a direction once, ablate it from any layers.
+
+``surgery.find_direction(model, a="harmful.txt", b="harmless.txt")`` takes the residual stream at
+each prompt's last token after every layer and returns each layer's difference of the two sets'
+means, with norms, separation and cosines between layers (cached by model fingerprint, prompt sets
+and parameters); ``surgery.ablate_direction(model, out, direction=findings)`` bakes
+W ← W − w·r(rᵀW) into the attention output and MLP down matrices (every expert's too) of the
+layers the weight kernel picks. The options are those of ``surgery find-direction`` /
+``surgery ablate-direction``, spelled as the fields of ``LoadSpec``, ``DirectionParams`` and
+``KernelParams``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..core.architectures import architecture
+from ..core.checkpoint import Checkpoint
+from ..core.errors import ParameterError
+from ..core.progress import Progress, StageProgress, silent, silent_stages
+from ..find.directions.params import DirectionParams, KernelParams
+from ..model.loading import LoadSpec, open_checkpoint
+from ._common import no_other_options, reporter, typed
+from .baking import Baked, Planned, bake_plans
+
+if TYPE_CHECKING:
+    from ..find.directions.find import DirectionFindings
+
+
+def direction_findings(model: str | Path | Checkpoint, *, findings: str | Path | None = None,
+                       transfer: bool = False, recompute: bool = False, load: LoadSpec | None = None,
+                       params: DirectionParams | None = None, progress: Progress = silent,
+                       report: Callable[[str], None] | None = None, **options: Any) -> "DirectionFindings":
+    """The direction findings for ``model``: read from ``findings`` (a file; ``transfer`` accepts one
+    of another checkpoint of the same architecture), else from the cache, else computed from the
+    prompt sets ``a`` and ``b``."""
+    from ..find.directions.find import DirectionFindings, find_direction as compute
+    from ..find.directions.prompts import read_prompts
+
+    load, params = typed(LoadSpec, options, load), typed(DirectionParams, options, params)
+    no_other_options("direction_findings", options, LoadSpec, DirectionParams)
+    note = reporter(report)
+    ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(str(model), load)[0]
+    if findings is not None:
+        if params.a or params.b or recompute:
+            raise ParameterError("{findings} already holds the directions; drop {a}/{b}/{recompute}, or drop "
+                                 "{findings} to compute new ones", "findings", "a", "b", "recompute")
+        found = DirectionFindings.read(findings, ckpt, transfer)
+        found.check()
+        if found.transfer_note:
+            note(found.transfer_note)
+        return found
+    if transfer:
+        raise ParameterError("{transfer} applies to {findings} from another checkpoint; give {findings} FILE",
+                             "transfer", "findings")
+    a, b = read_prompts(params.a, "a"), read_prompts(params.b, "b")
+    return compute(ckpt, a, b, projected=params.projected, template=params.template, batch_size=params.batch_size,
+                   load=load, recompute=recompute, progress=progress, report=note)
+
+
+def find_direction(model: str | Path, *, recompute: bool = False, out: str | Path | None = None,
+                   progress: Progress = silent, report: Callable[[str], None] | None = None,
+                   **options: Any) -> "DirectionFindings":
+    """Per-layer directions between the prompt sets ``a`` and ``b`` of ``model`` (cached; ``recompute``
+    captures again); ``out`` also writes the findings JSON there, with its vectors file next to it
+    (``out`` with the suffix ``.safetensors``). Options: ``LoadSpec`` and ``DirectionParams`` fields."""
+    from ..core.distributed import is_main
+    from ..find.directions.find import vectors_path, write
+
+    found = direction_findings(model, recompute=recompute, progress=progress, report=report, **options)
+    if out is not None and is_main():  # under torchrun rank 0 alone writes
+        from safetensors.numpy import load_file
+
+        out = Path(out)
+        if vectors_path(out).resolve() == found.vectors.resolve():
+            raise ParameterError("{out} is where the cached findings already are; choose another file", "out")
+        write(found.data, load_file(str(found.vectors)), out)
+    return found
+
+
+def ablate_direction(model: str | Path, out: str | Path, *, direction: str | Path, transfer: bool = False,
+                     verify: bool = True, force: bool = False, push_to: str | None = None, private: bool = False,
+                     load: LoadSpec | None = None, kernel: KernelParams | None = None,
+                     stages: StageProgress = silent_stages, report: Callable[[str], None] | None = None,
+                     on_plans: Callable[[list[Planned]], None] | None = None,
+                     on_each: Callable[[str | None, Baked], None] | None = None, **options: Any) -> Baked:
+    """Bake the direction of ``direction`` (a findings file of find-direction) out of ``model``:
+    W ← W − w·r(rᵀW) on the modules and layers ``kernel`` picks, with its per-layer weights.
+    Options: ``LoadSpec`` and ``KernelParams`` fields (``weight``, ``position``, ``floor``, ``width``,
+    ``layers``, ``direction_layer``, ``modules``)."""
+    from ..find.directions.ablate import direction_recipe
+
+    load, kernel = typed(LoadSpec, options, load), typed(KernelParams, options, kernel)
+    no_other_options("ablate_direction", options, LoadSpec, KernelParams)
+    ckpt = open_checkpoint(str(model), load)[0]
+    found = direction_findings(ckpt, findings=direction, transfer=transfer, load=load, report=report)
+    recipe, record = direction_recipe(found, kernel, architecture(ckpt.config))
+    plans = [Planned(None, recipe, record)]
+    if on_plans is not None:
+        on_plans(plans)
+    return bake_plans(model, plans, out, load=load, force=force, verify=verify, push_to=push_to, private=private,
+                      stages=stages, report=report, on_each=on_each)

@@ -1,0 +1,152 @@
+"""The ``direction`` edit kind: remove (or scale) a direction r from what one module writes into the
+residual stream, W ← W − weight·r(rᵀW), baked exactly.
+
+``module`` names the residual writer by role, not by tensor name: ``attention`` (the attention
+output matrix), ``mlp`` (the dense MLP's down matrix), ``experts`` (every routed expert's down
+matrix of a mixture-of-experts layer), ``shared_experts`` (the shared expert's down matrix) or
+``embeddings`` (the token embedding table; ``layer`` is not used). ``vector`` is
+``FILE.safetensors#NAME`` (surgery/core/vectors.py); ``weight`` 1 removes the direction, 0 < w < 1
+weakens it, w < 0 strengthens it. A module's bias, where it has one, is projected too: the twin
+projects the module's whole output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+from .edit_kind import Edit, check_layer, check_scale, index, number, recipe_key, register_edit_kind
+from .errors import RecipeError
+from .head_edit import check_head_layer
+from .neuron_edit import check_dense_mlp
+from .sites import Site
+from .vectors import VectorSource, sha256_hex, vector_spec
+
+if TYPE_CHECKING:
+    from .architectures import Architecture
+
+MODULES = ("attention", "mlp", "experts", "shared_experts", "embeddings")
+
+
+def module_role(value: Any, where: str) -> str:
+    """A residual writer by role (see :data:`MODULES`)."""
+    if value not in MODULES:
+        raise RecipeError(f"{where} must be one of {', '.join(MODULES)}, got {value!r}")
+    return value
+
+
+@register_edit_kind
+@dataclass(frozen=True)
+class DirectionEdit(Edit):
+    """W ← W − weight·r(rᵀW) on the residual writer ``module`` of ``layer``, r = ``vector`` / ‖vector‖.
+
+    Build it from a recipe entry: ``Recipe.load`` reads the vector file relative to the recipe.
+    """
+
+    kind: ClassVar[str] = "direction"
+    scale_key: ClassVar[str] = "weight"
+    keys: ClassVar[tuple[str, ...]] = ("layer", "module", "vector", "weight", "sha256")
+
+    module: str = recipe_key(module_role)
+    vector: str = recipe_key(vector_spec)
+    weight: float = recipe_key(number)
+    layer: int | None = recipe_key(index, default=None)
+    sha256: str | None = recipe_key(sha256_hex, default=None)
+    # The float32 unit vector's bytes, read once from ``vector`` (not a recipe key: the file is).
+    unit: bytes = field(default=b"", compare=False, repr=False)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], where: str, vectors: VectorSource | None = None) -> "DirectionEdit":
+        """Parse the entry, then read its vector from ``vectors`` (None: not read; sites then carry
+        no direction and a bake refuses the recipe, but its card rows can still be written)."""
+        edit = super().from_dict(raw, where)
+        if vectors is None:
+            return edit
+        unit, digest = vectors.unit(edit.vector, edit.sha256, where)
+        return dataclasses.replace(edit, sha256=digest, unit=unit.tobytes())
+
+    @property
+    def target(self) -> tuple[str, int | None, str]:
+        return ("direction", None if self.module == "embeddings" else self.layer, self.module)
+
+    @property
+    def label(self) -> str:
+        return self.module if self.module == "embeddings" else f"{self.layer}:{self.module}"
+
+    @property
+    def setting(self) -> str:
+        return f"{self.vector} × {self.weight}"
+
+    def is_identity(self) -> bool:
+        return self.weight == 0.0
+
+    def validate(self, arch: "Architecture", where: str) -> None:
+        """The module exists in this layer, and the vector has the hidden size."""
+        check_scale(self.weight, where)
+        if not self.unit:
+            raise RecipeError(f"{where}.vector: '{self.vector}' was not read; load the recipe from its file "
+                              "(Recipe.load) so that the path is read relative to it")
+        H = arch.geometry.hidden_size
+        if len(self.unit) // 4 != H:
+            raise RecipeError(f"{where}.vector: '{self.vector}' has {len(self.unit) // 4} values but the model has "
+                              f"hidden_size = {H}; give a direction of the model's residual stream")
+        if self.module == "embeddings":
+            if arch.layout.embeddings is None:
+                raise RecipeError(f"{where}.module = embeddings but {arch.model_type}'s embedding table is not next to "
+                                  "its layer list, where the table looks for it; edit a decoder layer's modules")
+            return
+        if self.layer is None:
+            raise RecipeError(f"{where}: missing key(s) layer (module {self.module} is in a decoder layer)")
+        check_layer(arch, self.layer, where)
+        ex, sparse = arch.layout.experts, arch.is_sparse(self.layer)
+        if self.module == "attention":  # a hybrid model's other layer kinds write through other modules
+            check_head_layer(arch, self.layer, where, what="attention output (o_proj) to project")
+        if self.module == "mlp" and sparse:
+            shared = ", shared_experts" if ex.shared else ""
+            raise RecipeError(f"{where}.module = mlp but layer {self.layer} is a mixture of experts; use "
+                              f"experts{shared}")
+        if self.module == "mlp":  # state-space or attention-only layers, experts the table has no row for
+            check_dense_mlp(arch, self.layer, where)
+        if self.module in ("experts", "shared_experts") and not sparse:
+            raise RecipeError(f"{where}.module = {self.module} but layer {self.layer} of {arch.model_type} is a "
+                              "dense MLP (no experts); use mlp")
+        if self.module == "shared_experts" and not ex.shared:
+            raise RecipeError(f"{where}.module = shared_experts but {arch.model_type} has no shared expert; "
+                              "use experts")
+
+    def sites(self, arch: "Architecture") -> list[Site]:
+        """One projection per matrix: the module's output matrix, or each routed expert's down matrix."""
+        g, lay = arch.geometry, arch.layout
+        r, w, L = self.unit or None, self.weight, self.layer
+
+        def site(module: str, shape: tuple[int, int], axis: str = "out", layer: int | None = L,
+                 expert: int | None = None) -> Site:
+            return Site(layer, module, axis, (), w, shape, True, expert, op="project", direction=r)
+
+        if self.module == "attention":
+            return [site(*arch.attention_output())]
+        if self.module == "mlp":
+            return [site(lay.down_proj, arch.mlp_shapes()[lay.down_proj])]
+        if self.module == "experts":
+            return [site(f"{lay.experts.module}.down", (g.hidden_size, g.expert_size), expert=e)
+                    for e in range(g.num_experts)]
+        if self.module == "shared_experts":
+            ex = lay.experts
+            return [site(f"{ex.shared}.{ex.shared_down}", (g.hidden_size, g.shared_size))]
+        # The embedding table is stored [vocab, hidden]: the residual stream is its columns.
+        return [site(lay.embeddings, (g.vocab_size, g.hidden_size), axis="in", layer=None)]
+
+    def lora_refusal(self, arch: "Architecture") -> str | None:
+        if self.module == "embeddings":
+            return ("a direction edit of the embeddings has no exact adapter here (a tied table is also the "
+                    "output head); ship the baked checkpoint instead")
+        return None
+
+    def card_row(self, where: str) -> tuple[str, str, str, str, str]:
+        kept = "removed" if self.weight == 1 else f"× {1 - self.weight:g}"
+        return ("direction", "—" if self.module == "embeddings" else str(self.layer), self.module,
+                f"w = {self.weight:g}", f"direction `{self.vector}` {kept} in what {where} writes")
+
+    def card_tags(self) -> tuple[str, ...]:
+        return ("direction-ablation",) if self.weight > 0 else ("direction-steering",)

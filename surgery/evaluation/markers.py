@@ -1,0 +1,59 @@
+"""Marker-based response rate: how often a model's answers contain one of the user's markers.
+
+The field measures a direction edit's effect this way (e.g. the share of answers that refuse, by
+phrases such as "I can't"): each prompt of the user's set goes through the chat template when the
+tokenizer has one, the model answers greedily for ``max_new_tokens`` tokens, and an answer counts
+when it contains any marker (case-insensitive). Only counts are kept: no prompt, answer or token
+is stored or printed. The project ships no such prompt set; the user gives prompts and markers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..core import distributed
+from ..core.errors import ParameterError
+from ..find.directions.prompts import formatted
+
+
+def read_markers(path: str | Path) -> list[str]:
+    """The markers of ``path``: one a line (blank lines skipped)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ParameterError(f"{{markers}}: {path} does not exist; give a text file with one marker a line", "markers")
+    markers = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not markers:
+        raise ParameterError(f"{{markers}}: {path} holds no markers; give one marker (a phrase) a line", "markers")
+    return markers
+
+
+def marker_rate(model, tokenizer, prompts: Sequence[str], markers: Sequence[str], *, max_new_tokens: int = 32,
+                batch_size: int = 8, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """The share of greedy answers that contain a marker, and how many answers hold each marker
+    (under torchrun each rank answers its own prompts; the counts are added up)."""
+    texts, special = formatted(tokenizer, tuple(prompts), "auto")
+    wanted = [m.lower() for m in markers]
+    hits, per_marker = 0, np.zeros(len(markers))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    device = next(model.parameters()).device
+    work = distributed.Shard(texts, chunk=batch_size)
+    for start in range(0, len(work.units), batch_size):
+        batch = work.units[start:start + batch_size]
+        enc = tokenizer(batch, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=special)
+        with torch.inference_mode():
+            out = model.generate(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device),
+                                 max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
+        for answer in tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True):
+            found = [m in answer.lower() for m in wanted]
+            hits += any(found)
+            per_marker += found
+        if progress:
+            progress(len(batch))
+    work.finish(progress)
+    hits, *counts = distributed.all_reduce(np.array([hits, *per_marker]))
+    return {"rate": float(hits) / len(texts), "answers": len(texts), "with_marker": int(round(hits)),
+            "per_marker": {m: int(round(c)) for m, c in zip(markers, counts)}, "max_new_tokens": max_new_tokens}

@@ -1,0 +1,69 @@
+"""Direction findings as a typed record: the two prompt sets, each layer's direction statistics, the
+cosines between layers, the best layer and the vectors file that goes with the JSON.
+
+:class:`DirectionsFindings` is the findings file of ``surgery find-direction`` (its common head is
+:class:`surgery.find.findings.Findings`). The vectors themselves (``layer.L``, ``mean_a.L``,
+``mean_b.L``) are in a safetensors file next to the JSON, which ``vectors`` names and pins by sha256.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...core.json_record import JsonRecord, entry, listof, part
+from ..findings import Findings
+
+
+@dataclass(kw_only=True)
+class PromptFile(JsonRecord):
+    """One side's prompt file: its name, how many prompts it holds, and its sha256."""
+
+    file: str
+    prompts: int
+    sha256: str
+
+
+@dataclass(kw_only=True)
+class DirectionsDataset(JsonRecord):
+    """The two prompt sets (``a`` shows the behaviour, ``b`` does not), and whether the prompts went
+    through the model's chat template."""
+
+    a: PromptFile = entry(codec=part(PromptFile))
+    b: PromptFile = entry(codec=part(PromptFile))
+    chat_template: bool | None = None
+
+
+@dataclass(kw_only=True)
+class LayerDirection(JsonRecord):
+    """One layer's direction, mean(a) − mean(b): its norm, the norms of the two means, and how well
+    the unit direction separates the two sets (Cohen's d; the midpoint threshold's accuracy)."""
+
+    layer: int
+    norm: float
+    norm_a: float | None = None
+    norm_b: float | None = None
+    separation: float
+    accuracy: float | None = None
+
+
+@dataclass(kw_only=True)
+class VectorsFile(JsonRecord):
+    """The safetensors file of the vectors, next to the findings JSON, and its sha256."""
+
+    file: str
+    sha256: str
+
+
+@dataclass(kw_only=True)
+class DirectionsFindings(Findings):
+    """The findings file of find-direction (see the module docstring)."""
+
+    kind: str = "directions"
+    dataset: DirectionsDataset | None = entry(codec=part(DirectionsDataset), default=None)
+    best_layer: int
+    layers: list[LayerDirection] = entry(codec=listof(part(LayerDirection)))
+    cosine: list[list[float]]  # layers × layers, between the unit directions
+    vectors: VectorsFile | None = entry(codec=part(VectorsFile), default=None)  # set once the vectors are written
+
+    KIND: ClassVar[str] = "directions"

@@ -1,0 +1,135 @@
+"""A GGUF file as surgery edits it: its header (tensor places), its transformers config, the
+architecture row of surgery's table, and the map from transformers tensor names to GGUF ones.
+
+The config is the one transformers derives from the GGUF metadata (``AutoConfig`` with
+``gguf_file``): that is transformers' own GGUF-architecture → model_type mapping, and the model
+type must then have a row in ``surgery/core/architectures.py``. Tensor names go through gguf-py's
+``TensorNameMap`` (llama.cpp's own table), never a second hand-made copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from ..core.architectures import Architecture, architecture
+from ..core.cache import cache_dir
+from ..core.errors import CheckpointError
+from ..core.optional import require
+from ..core.staging import atomic_write_text
+from ..core.strict_files import load_json
+from ..model.gguf_import import GgufHeader, GgufTensor, check_supported, read_header
+
+SUFFIX = ".gguf"
+
+
+def is_gguf(path: str | Path) -> bool:
+    """Whether MODEL names a GGUF file (by its suffix; the header is checked when it is opened)."""
+    return str(path).lower().endswith(SUFFIX)
+
+
+def tensor_bytes(t: GgufTensor) -> int | None:
+    """Size of ``t``'s data in bytes; None for a type gguf-py does not know."""
+    gguf = require("gguf")
+    try:
+        values, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t.type]]
+    except KeyError:
+        return None
+    count = 1
+    for d in t.shape:
+        count *= d
+    return count // values * nbytes
+
+
+def _header_digest(path: Path, header: GgufHeader) -> str:
+    """sha256 of the bytes before the first tensor: metadata and tensor table (what the config is read from)."""
+    start = min((t.offset for t in header.tensors.values()), default=path.stat().st_size)
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(start))
+    return h.hexdigest()
+
+
+def _config(path: Path, header: GgufHeader) -> dict[str, Any]:
+    """The transformers config of the GGUF, cached by the header's sha256 (transformers reads the
+    whole vocabulary to build it: seconds on a 49k vocabulary, ~40 s on a 262k one; importing it
+    alone takes seconds)."""
+    cached = cache_dir() / "gguf-configs" / f"{_header_digest(path, header)}.json"
+    if cached.is_file():
+        return load_json(cached.read_text(encoding="utf-8"))
+    check_supported(header)  # an architecture transformers reads the config of (one line otherwise)
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name).to_dict()
+    except (ValueError, KeyError, OSError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(f"transformers cannot read the config of {path.name}: {first}") from None
+    atomic_write_text(cached, json.dumps(config, sort_keys=True))
+    return config
+
+
+@dataclass
+class GgufModel:
+    """An opened GGUF file: header, config, architecture row."""
+
+    path: Path
+    header: GgufHeader
+    config: dict[str, Any]
+    arch: Architecture
+
+    @cached_property
+    def _names(self):
+        gguf = require("gguf")
+        archs = {name: key for key, name in gguf.MODEL_ARCH_NAMES.items()}
+        if self.header.architecture not in archs:
+            raise CheckpointError(f"{self.path.name}: gguf-py has no tensor-name table for architecture "
+                                  f"'{self.header.architecture}'; upgrade gguf (pip install -U gguf)")
+        blocks = int(self.header.metadata.get(f"{self.header.architecture}.block_count", 0))
+        return gguf.get_tensor_name_map(archs[self.header.architecture], blocks)
+
+    def gguf_name(self, hf_name: str) -> str | None:
+        """The GGUF name of the transformers tensor ``hf_name`` (``….weight`` / ``….bias``), or None."""
+        mapped = self._names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        return mapped if mapped in self.header.tensors else None
+
+    def tensor(self, hf_name: str) -> GgufTensor:
+        """The stored tensor for ``hf_name``, or a one-line error naming it."""
+        name = self.gguf_name(hf_name)
+        if name is None:
+            raise CheckpointError(f"{self.path.name} has no tensor for {hf_name} (gguf-py's name map for "
+                                  f"'{self.header.architecture}' gives none, or the file lacks it)")
+        return self.header.tensors[name]
+
+    def hf_names(self) -> list[str]:
+        """Transformers names of the layer-0 modules surgery edits, spelled with every layer prefix of
+        the table that maps onto this file's tensors (the resolver picks the prefix from them)."""
+        lay = self.arch.layout
+        modules = [m for m in (lay.o_proj, lay.down_proj, lay.gate_proj, lay.up_proj) if m]
+        return [n for p in lay.layer_prefixes for m in modules
+                if self.gguf_name(n := f"{p.format(layer=0)}{self.arch.stored_module(m)}.weight")]
+
+
+def check_complete(path: Path, header: GgufHeader) -> None:
+    """Refuse a file whose tensor data runs past its end (a truncated download), in one line."""
+    size = path.stat().st_size
+    for t in header.tensors.values():
+        n = tensor_bytes(t)
+        if n is not None and t.offset + n > size:
+            raise CheckpointError(f"{path.name} is truncated: tensor {t.name} ends at byte {t.offset + n}, the file "
+                                  f"has {size}; download it again")
+
+
+def open_gguf(path: str | Path) -> GgufModel:
+    """Read a GGUF file's header and config and find its architecture row; one-line errors for a
+    file that is not a complete GGUF of an architecture surgery can edit."""
+    path = Path(path)
+    header = read_header(path)
+    check_complete(path, header)
+    config = _config(path, header)
+    return GgufModel(path, header, config, architecture(config))
+
