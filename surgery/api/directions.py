@@ -81,7 +81,7 @@ def find_direction(model: str | Path, *, recompute: bool = False, out: str | Pat
 
 def ablate_direction(model: str | Path, out: str | Path, *, direction: str | Path, transfer: bool = False,
                      verify: bool = True, force: bool = False, push_to: str | None = None, private: bool = False,
-                     load: LoadSpec | None = None, kernel: KernelParams | None = None,
+                     requantize: bool = False, load: LoadSpec | None = None, kernel: KernelParams | None = None,
                      stages: StageProgress = silent_stages, report: Callable[[str], None] | None = None,
                      on_plans: Callable[[list[Planned]], None] | None = None,
                      on_each: Callable[[str | None, Baked], None] | None = None, **options: Any) -> Baked:
@@ -100,4 +100,4 @@ def ablate_direction(model: str | Path, out: str | Path, *, direction: str | Pat
     if on_plans is not None:
         on_plans(plans)
     return bake_plans(model, plans, out, load=load, force=force, verify=verify, push_to=push_to, private=private,
-                      stages=stages, report=report, on_each=on_each)
+                      requantize=requantize, stages=stages, report=report, on_each=on_each)
