@@ -282,13 +282,13 @@ def baked_tensors(src: Checkpoint, dst_path: Path, recipe: Recipe, model) -> dic
     params = [name for name, _ in model.named_parameters(remove_duplicate=False)]
     loaded = model_architecture(model)
     in_memory = loaded.layer_prefix(params)
-    head = model.get_output_embeddings()
-    tied = head is not None and head.weight is model.get_input_embeddings().weight
     out = {}
     for sl in Resolver(arch, src.tensors).all(all_sites(arch, recipe.active())):
         disk, site = sl.tensor, sl.site
-        if site.layer is None and tied:
-            return None  # a tied table: swapping one parameter would untie it; the baked model is loaded
+        if site.layer is None:
+            # The embedding table: a tied one would be untied by a swap, and a family that declares a tie
+            # its config turns off (Youtu) gave a stale first forward after the swap; the baked model is loaded.
+            return None
         if disk in edited and disk not in out and site.expert is None:
             with safe_open(str(dst_path / src.tensor(disk).file), "pt") as f:
                 # the site's module under the loaded model's layer prefix (multimodal wrappers and

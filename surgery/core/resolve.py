@@ -77,8 +77,6 @@ class Resolver:
         loaded = f"{prefix}{module}.{part}"
         if loaded in self._renamed:
             return self._renamed[loaded]
-        if layer is None:
-            return loaded
         release = f"{prefix}{self.arch.stored_module(module)}.{part}"
         return release if release in self.names else loaded
 

@@ -167,18 +167,23 @@ def _projections(resolver: Resolver, recipe: Recipe) -> tuple[dict, dict]:
 
 def _expert_module(ckpt: Checkpoint, arch: Architecture, loaded: str, layer: int, slices: dict[int, Any]) -> LoraModule:
     """Every routed expert's down matrix projected, as one rank-1-per-expert adapter on the fused
-    parameter: A_e = rᵀ·W_e, B_e = −w·r (W_e in [hidden, expert width] orientation)."""
+    parameter: ΔW_e = B_e·A_e with A_e = rᵀ·W_e, B_e = −w·r (W_e in [hidden, expert width] orientation).
+
+    PEFT reads a fused parameter's update in its stored orientation: where it is stored [expert width,
+    hidden] (Llama 4), the update is ΔW_eᵀ = (W_eᵀ·r)·(−w·rᵀ), so the two factors trade places."""
     first, E = slices[0], arch.geometry.num_experts
     r = torch.from_numpy(first.site.unit().copy())
     stored = _read_weight(ckpt, first.tensor)
-    A = []
+    reads, writes = [], []  # per expert: rᵀ·W_e (expert width), −w·r (hidden)
     for e in range(E):
         sl = slices[e]
         W = _read_weight(ckpt, sl.tensor) if sl.tensor != first.tensor else stored
         W = W[e] if sl.window is not None else W     # the expert's window of a fused tensor
-        A.append(r @ W if sl.as_rows else W @ r)       # stored [in, out] when the residual runs along columns
-    B = (-first.site.scale * r)[:, None].expand(-1, E).contiguous()
-    return LoraModule(f"{loaded.format(layer=layer)}{arch.layout.experts.module}.down_proj", torch.stack(A), B, E)
+        reads.append(r @ W if sl.as_rows else W @ r)   # stored [in, out] when the residual runs along columns
+        writes.append(-first.site.scale * r)
+    A, B = (reads, writes) if first.as_rows else (writes, reads)
+    return LoraModule(f"{loaded.format(layer=layer)}{arch.layout.experts.module}.down_proj",
+                      torch.stack(A), torch.stack(B, dim=1), E)
 
 
 def lora_modules(ckpt: Checkpoint, recipe: Recipe, names: list[str] | None = None) -> list[LoraModule]:

@@ -6,7 +6,8 @@ every kind of edit its layers offer (heads, MLP neurons, routed- and shared-expe
 the run-time output; the bake equals the run-time twin on fp32 logits (≤ 1e-5); exactly the tensors
 the sites resolve to change and every other byte (a wrapper's vision or audio tower included) is
 identical; ``surgery.verify`` passes; ``surgery.undo`` restores the source byte for byte; the LoRA
-export equals the edit, or refuses in one line. Every run proves one type per distinct table row
+export equals the edit, or refuses in one line. The same for a direction edit of every kind of residual
+writer the family has (attention output, MLP down, routed and shared experts, embeddings). Every run proves one type per distinct table row
 (surgery.core.coverage.representatives); ``pytest -m slow`` proves every supported type.
 
 The test prints the table (``pytest -s``); docs/reference/coverage.md is generated from the same data.
@@ -19,7 +20,7 @@ import pytest
 from surgery.core.architectures import ARCHITECTURES, REFUSED, TABLE_LOCATION, architecture
 from surgery.core.coverage import SUPPORTED, UNKNOWN, coverage, representatives
 from surgery.core.errors import UnsupportedArchitecture
-from tests.support.coverage import build_family, prove, table_mismatches
+from tests.support.coverage import build_family, prove, prove_direction, save_family, table_mismatches
 
 ROWS = coverage()
 EVERY_RUN = set(representatives())
@@ -67,7 +68,10 @@ def test_the_table_describes_the_model_transformers_builds(model_type):
 
 @pytest.mark.parametrize("model_type", [_case(r.model_type) for r in ROWS if r.status == SUPPORTED])
 def test_supported_with_proof(model_type, tmp_path):
-    prove(build_family(model_type), tmp_path)
+    model = build_family(model_type)
+    src = save_family(model, tmp_path / "src")
+    prove_direction(model, tmp_path / "direction", src)  # before prove(), which wraps the model in its adapter
+    prove(model, tmp_path, src)
 
 
 def test_a_type_new_in_transformers_is_named_not_a_crash(monkeypatch, tmp_path):

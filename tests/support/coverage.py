@@ -237,6 +237,72 @@ def prove(model, folder: Path, src: Path | None = None) -> None:
     assert (logits(adapted) - expected).abs().max().item() <= 1e-5
 
 
+def direction_entries(arch) -> list[str]:
+    """A direction out of every kind of residual writer ``arch`` has: the first attention layer's output,
+    the first dense MLP's down matrix, the first sparse layer's routed experts and shared expert, and
+    the embeddings (recipe lines for tests.support.directions.direction_recipe)."""
+    heads, dense, sparse = arch.head_layers(), arch.dense_mlp_layers(), sorted(arch.geometry.sparse_layers)
+    entries = [f"layer: {heads[0]}, module: attention, weight: 1.0"] if heads else []
+    entries += [f"layer: {dense[0]}, module: mlp, weight: 0.5, vector: v.safetensors#s"] if dense else []
+    if sparse:
+        entries += [f"layer: {sparse[0]}, module: experts, weight: 1.0"]
+        entries += [f"layer: {sparse[0]}, module: shared_experts, weight: 2.0"] if arch.layout.experts.shared else []
+    if arch.layout.embeddings:
+        entries += ["module: embeddings, weight: 0.5"]
+    return entries
+
+
+def prove_direction(model, folder: Path, src: Path) -> None:
+    """The direction edit's proof on ``model``'s family (saved at ``src``): projecting a direction out of
+    every kind of residual writer (direction_entries) changes the run-time output; the bake equals the
+    run-time twin (fp32, ≤ 1e-5); exactly the resolved tensors change; verify passes; undo restores the
+    source byte for byte; the rank-1 LoRA adapter of the non-embedding edits equals their twin, or is
+    refused in one line (a projected bias, PEFT moving a target onto fused experts)."""
+    import pytest
+
+    import surgery
+    from surgery.core.architectures import architecture
+    from surgery.core.checkpoint import Checkpoint, file_sha256
+    from surgery.core.edits import Recipe
+    from surgery.core.errors import RecipeError
+    from surgery.core.resolve import Resolver
+    from surgery.core.sites import all_sites
+    from tests.support.directions import direction_recipe
+    from tests.support.models import load_fp32, logits, stored_tensors
+
+    ckpt = Checkpoint(src)
+    arch = architecture(ckpt.config)
+    entries = direction_entries(arch)
+    recipe = Recipe.load(direction_recipe(folder / "recipe", entries, hidden=arch.geometry.hidden_size))
+    base, twin = logits(model), logits(model, recipe.edits)
+    assert (twin - base).abs().max().item() > 1e-4, "the direction edits change nothing"
+
+    baked = folder / "baked"
+    surgery.apply(recipe, src, baked)
+    assert (logits(load_fp32(baked)) - twin).abs().max().item() <= 1e-5
+    before, after = stored_tensors(src), stored_tensors(baked)
+    resolved = {sl.tensor for sl in Resolver(arch, ckpt.tensors).all(all_sites(arch, recipe.active()))}
+    assert {n for n in before if not _bytes_equal(before[n], after[n])} == resolved
+    report = surgery.verify(src, baked)
+    assert report.ok, report.problems
+    surgery.undo(baked, folder / "restored")
+    for f in src.iterdir():
+        assert file_sha256(f) == file_sha256(folder / "restored" / f.name), f.name
+
+    layered = Recipe(tuple(e for e in recipe.active() if e.module != "embeddings"))
+    if not layered.edits:
+        return
+    try:
+        surgery.export_lora(src, layered, folder / "adapter")
+    except RecipeError as exc:
+        assert "\n" not in str(exc) and not (folder / "adapter").exists()
+        return
+    from peft import PeftModel
+
+    adapted = PeftModel.from_pretrained(load_fp32(src), folder / "adapter").eval()
+    assert (logits(adapted) - logits(model, layered.edits)).abs().max().item() <= 1e-5
+
+
 def table_mismatches(model, arch) -> list[str]:
     """Where the table's per-layer view of ``arch`` (every attention matrix a layer has, its dense MLP,
     and the attention inputs it lacks) disagrees with the modules transformers built in ``model``."""

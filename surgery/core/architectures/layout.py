@@ -86,7 +86,8 @@ class Layout:
     mlp_kinds: "LayerKinds | None" = None
     # Gated attention (Qwen3-Next, Qwen3.5): q_proj's rows hold each head's query and its output gate.
     q_gate: bool = False
-    # Modules (relative to a layer) stored on disk under another name than the loaded model's, as
+    # Modules (relative to a layer, or to the layer list's parent for the embeddings) stored on disk under
+    # another name than the loaded model's, as
     # transformers' checkpoint conversion mapping renames them: (loaded, stored) name prefixes, e.g.
     # DeepSeek-V4's ("self_attn.o_a_proj", "attn.wo_a"), Ling's ("self_attn.", "attention."); a
     # checkpoint may hold either spelling (a re-save under the loaded names).

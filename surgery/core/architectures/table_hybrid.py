@@ -109,7 +109,8 @@ HYBRID: dict[str, Layout] = {
         experts=replace(_KIMI_EXPERTS, per_expert=_MIXTRAL_EXPERTS, first_dense_default=1)),
     # Ling/Bailing hybrid: MLA in its full-attention layers, stored under attention.* (o_proj as dense).
     "bailing_hybrid": Layout(_DECODER, **_MLA_ATTENTION, stored_names=(
-        ("self_attn.o_proj", "attention.dense"), ("self_attn.", "attention.")), layer_kinds=LayerKinds(
+        ("self_attn.o_proj", "attention.dense"), ("self_attn.", "attention."), ("embed_tokens.", "word_embeddings.")),
+        layer_kinds=LayerKinds(
         (KindRule("list", ("layer_types",)), KindRule("interval", ("layer_group_size",))), ("full_attention",)),
         experts=replace(_KIMI_EXPERTS, first_dense_default=2)),
     # Qwen4-exp: QSA-indexed attention (gated, every fourth layer) between gated delta-net layers, inside

@@ -21,7 +21,7 @@ MOE: dict[str, Layout] = {
                                                    first_dense_default=0, dense_size_keys=())),
     # Sarvam-MoE releases store Bailing-style attention: attention.dense (o_proj), one fused query_key_value.
     "sarvam_moe": Layout(_DECODER, q_proj=None, k_proj=None, v_proj=None,
-                         stored_names=(("self_attn.o_proj.", "attention.dense."),),
+                         stored_names=(("self_attn.o_proj.", "attention.dense."), ("embed_tokens.", "word_embeddings.")),
                          experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1,
                                          aliases=_SARVAM)),
     "ernie4_5_moe": Layout(_DECODER, experts=Experts(
