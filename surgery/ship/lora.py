@@ -165,12 +165,14 @@ def _projections(resolver: Resolver, recipe: Recipe) -> tuple[dict, dict]:
     return dense, experts
 
 
-def _expert_module(ckpt: Checkpoint, arch: Architecture, loaded: str, layer: int, slices: dict[int, Any]) -> LoraModule:
+def _expert_module(ckpt: Checkpoint, arch: Architecture, loaded: str, layer: int, slices: dict[int, Any],
+                   transposed: bool) -> LoraModule:
     """Every routed expert's down matrix projected, as one rank-1-per-expert adapter on the fused
     parameter: ΔW_e = B_e·A_e with A_e = rᵀ·W_e, B_e = −w·r (W_e in [hidden, expert width] orientation).
 
-    PEFT reads a fused parameter's update in its stored orientation: where it is stored [expert width,
-    hidden] (Llama 4), the update is ΔW_eᵀ = (W_eᵀ·r)·(−w·rᵀ), so the two factors trade places."""
+    ``transposed``: PEFT reads this parameter's update as [hidden, expert width]ᵀ (Llama 4: stored [E,
+    width, hidden] in memory, with no ``is_transposed`` flag for PEFT to see); the update is then
+    ΔW_eᵀ = (W_eᵀ·r)·(−w·rᵀ), so the two factors trade places."""
     first, E = slices[0], arch.geometry.num_experts
     r = torch.from_numpy(first.site.unit().copy())
     stored = _read_weight(ckpt, first.tensor)
@@ -181,17 +183,19 @@ def _expert_module(ckpt: Checkpoint, arch: Architecture, loaded: str, layer: int
         W = W[e] if sl.window is not None else W     # the expert's window of a fused tensor
         reads.append(r @ W if sl.as_rows else W @ r)   # stored [in, out] when the residual runs along columns
         writes.append(-first.site.scale * r)
-    A, B = (reads, writes) if first.as_rows else (writes, reads)
+    A, B = (writes, reads) if transposed else (reads, writes)
     return LoraModule(f"{loaded.format(layer=layer)}{arch.layout.experts.module}.down_proj",
                       torch.stack(A), torch.stack(B, dim=1), E)
 
 
-def lora_modules(ckpt: Checkpoint, recipe: Recipe, names: list[str] | None = None) -> list[LoraModule]:
-    """The exact LoRA factors of ``recipe`` on ``ckpt``, read with safetensors (no model load);
-    ``names``: the loaded model's module names (default: built here, :func:`loaded_module_names`)."""
+def lora_modules(ckpt: Checkpoint, recipe: Recipe, model: torch.nn.Module | None = None) -> list[LoraModule]:
+    """The exact LoRA factors of ``recipe`` on ``ckpt``, read with safetensors (no weights loaded);
+    ``model``: the model as transformers builds it, on the meta device (default: built here, :func:`meta_model`)."""
     arch = recipe.validate(ckpt.config)
     resolver = Resolver(arch, ckpt.tensors)
-    loaded = arch.layer_prefix(names if names is not None else loaded_module_names(ckpt))
+    model = meta_model(ckpt) if model is None else model
+    names = dict(model.named_modules())
+    loaded = arch.layer_prefix(names)
     scaled = plan_ranks(arch, recipe)
     projected, experts = _projections(resolver, recipe)
     weights = {(s.module, s.layer): sl.tensor for sl in resolver.all(all_sites(arch, recipe.active()))
@@ -214,7 +218,10 @@ def lora_modules(ckpt: Checkpoint, recipe: Recipe, names: list[str] | None = Non
         prefix = loaded.format(layer=layer)
         modules.append(LoraModule(prefix + module, A, B, conv1d=conv1d, saved_as=prefix + arch.stored_module(module)))
     for layer, slices in sorted(experts.items()):
-        modules.append(_expert_module(ckpt, arch, loaded, layer, slices))
+        # PEFT takes a 3-D parameter as [experts, out, in] unless its module says ``is_transposed`` (read as
+        # PEFT reads it, absent = False); the table says whether the loaded layout is [experts, in, out].
+        flagged = getattr(names[f"{loaded.format(layer=layer)}{arch.layout.experts.module}"], "is_transposed", False)
+        modules.append(_expert_module(ckpt, arch, loaded, layer, slices, arch.layout.experts.transposed != flagged))
     return modules
 
 
@@ -299,7 +306,7 @@ def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool
 
     arch = recipe.validate(ckpt.config)
     model = meta_model(ckpt)
-    modules = lora_modules(ckpt, recipe, [name for name, _ in model.named_modules()])
+    modules = lora_modules(ckpt, recipe, model)
     if not modules:
         raise RecipeError("the recipe changes nothing (every α and factor is 1, every weight 0): there is no "
                           "adapter to export")
