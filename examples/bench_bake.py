@@ -46,8 +46,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic_checkpoint import write_shard  # noqa: E402  (tensor by tensor: memory is one pool, not the shard)
 
-SHAPES = {"1b": dict(hidden=2048, ffn=5632, heads=16, kv_heads=4, head_dim=128, vocab=2048),
-          "8b": dict(hidden=4096, ffn=14336, heads=32, kv_heads=8, head_dim=128, vocab=128256)}
+SHAPES = {
+    "1b": dict(hidden=2048, ffn=5632, heads=16, kv_heads=4, head_dim=128, vocab=2048),
+    "8b": dict(hidden=4096, ffn=14336, heads=32, kv_heads=8, head_dim=128, vocab=128256),
+}
 HIDDEN, FFN, HEADS, KV_HEADS, HEAD_DIM, VOCAB = SHAPES["1b"].values()
 
 
@@ -55,6 +57,8 @@ def use_shape(name: str) -> None:
     """Set the model dimensions the builder and the edits use (module constants: children re-set them)."""
     global HIDDEN, FFN, HEADS, KV_HEADS, HEAD_DIM, VOCAB
     HIDDEN, FFN, HEADS, KV_HEADS, HEAD_DIM, VOCAB = SHAPES[name].values()
+
+
 SHARD_BYTES = 400 << 20
 N_NEURONS, N_HEADS, ALPHA = 40, 3, 2.5
 CLI_METHODS = ("cli-no-verify", "cli-first", "cli", "cli-keep", "verify")
@@ -65,11 +69,17 @@ GNU_TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
 # --- building the checkpoint ------------------------------------------------------------------
 def layer_shapes() -> dict[str, tuple[int, ...]]:
     kv = KV_HEADS * HEAD_DIM
-    return {"input_layernorm.weight": (HIDDEN,), "post_attention_layernorm.weight": (HIDDEN,),
-            "self_attn.q_proj.weight": (HEADS * HEAD_DIM, HIDDEN), "self_attn.k_proj.weight": (kv, HIDDEN),
-            "self_attn.v_proj.weight": (kv, HIDDEN), "self_attn.o_proj.weight": (HIDDEN, HEADS * HEAD_DIM),
-            "mlp.gate_proj.weight": (FFN, HIDDEN), "mlp.up_proj.weight": (FFN, HIDDEN),
-            "mlp.down_proj.weight": (HIDDEN, FFN)}
+    return {
+        "input_layernorm.weight": (HIDDEN,),
+        "post_attention_layernorm.weight": (HIDDEN,),
+        "self_attn.q_proj.weight": (HEADS * HEAD_DIM, HIDDEN),
+        "self_attn.k_proj.weight": (kv, HIDDEN),
+        "self_attn.v_proj.weight": (kv, HIDDEN),
+        "self_attn.o_proj.weight": (HIDDEN, HEADS * HEAD_DIM),
+        "mlp.gate_proj.weight": (FFN, HIDDEN),
+        "mlp.up_proj.weight": (FFN, HIDDEN),
+        "mlp.down_proj.weight": (HIDDEN, FFN),
+    }
 
 
 def layers_for(gb: float) -> int:
@@ -86,11 +96,22 @@ def all_tensors(layers: int) -> list[tuple[str, tuple[int, ...]]]:
 
 def build(folder: Path, layers: int) -> Path:
     """A random bf16 Llama with ``layers`` layers in ~400 MB shards (reused when already there)."""
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": HIDDEN,
-              "intermediate_size": FFN, "num_hidden_layers": layers, "num_attention_heads": HEADS,
-              "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM, "vocab_size": VOCAB,
-              "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
-              "hidden_act": "silu", "dtype": "bfloat16"}
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": HIDDEN,
+        "intermediate_size": FFN,
+        "num_hidden_layers": layers,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "dtype": "bfloat16",
+    }
     if (folder / "config.json").is_file() and json.loads((folder / "config.json").read_text()) == config:
         return folder
     shutil.rmtree(folder, ignore_errors=True)
@@ -152,8 +173,12 @@ def child_bake(src: Path, dst: Path) -> dict:
     stages["done"] = time.perf_counter()
     # Copy and patch interleave (a shard is patched right after it is copied), and hashing runs
     # on threads throughout; "hash wait" is what is left of it after the last file is written.
-    phases = {"import": stages["imported"] - t0, "plan": stages["copy"] - stages["imported"],
-              "copy+patch": stages["hash"] - stages["copy"], "hash wait": stages["done"] - stages["hash"]}
+    phases = {
+        "import": stages["imported"] - t0,
+        "plan": stages["copy"] - stages["imported"],
+        "copy+patch": stages["hash"] - stages["copy"],
+        "hash wait": stages["done"] - stages["hash"],
+    }
     return {"op_s": stages["done"] - t0, "phases": phases, "cpu": {k: round(v, 3) for k, v in cpu.items()}}
 
 
@@ -173,12 +198,14 @@ def _count_cpu(src: Path) -> dict[str, float]:
                 return fn(*args, **kwargs)
             finally:
                 totals[key_of(*args)] += time.thread_time() - start
+
         return wrapper
 
     bake_module.copy_file = timed(bake_module.copy_file, lambda *a: "copy")
     bake_module._patch_file = timed(bake_module._patch_file, lambda *a: "patch")
-    bake_module.file_sha256 = timed(bake_module.file_sha256, lambda path, *a: "hash source"
-                                    if Path(path).is_relative_to(src) else "hash output")
+    bake_module.file_sha256 = timed(
+        bake_module.file_sha256, lambda path, *a: "hash source" if Path(path).is_relative_to(src) else "hash output"
+    )
     return totals
 
 
@@ -198,7 +225,7 @@ def child_transformers(src: Path, dst: Path) -> dict:
             mlp.up_proj.weight[n] = 0
             mlp.down_proj.weight[:, n] = 0
         for layer, h in heads:
-            model.model.layers[layer].self_attn.o_proj.weight[:, h * HEAD_DIM:(h + 1) * HEAD_DIM] *= ALPHA
+            model.model.layers[layer].self_attn.o_proj.weight[:, h * HEAD_DIM : (h + 1) * HEAD_DIM] *= ALPHA
     model.save_pretrained(dst, max_shard_size=SHARD_BYTES)
     return {"op_s": time.perf_counter() - t0, "phases": {"import": t1 - t0, "load+edit+save": time.perf_counter() - t1}}
 
@@ -214,8 +241,16 @@ def cli_command(method: str, src: Path, dst: Path) -> list[str]:
     surgery = [sys.executable, "-m", "surgery"]
     if method == "verify":
         return [*surgery, "verify", str(src), str(dst), *VERIFY_LOAD]
-    return [*surgery, "prune-neurons", str(src), "--neurons", neuron_spec(src), "--out", str(dst),
-            *(["--no-verify"] if method in ("cli-no-verify", "cli-first") else [])]
+    return [
+        *surgery,
+        "prune-neurons",
+        str(src),
+        "--neurons",
+        neuron_spec(src),
+        "--out",
+        str(dst),
+        *(["--no-verify"] if method in ("cli-no-verify", "cli-first") else []),
+    ]
 
 
 def run_child(method: str, src: Path, dst: Path) -> dict:
@@ -240,8 +275,9 @@ def run_child(method: str, src: Path, dst: Path) -> dict:
         env["SURGERY_CACHE"] = str(dst.parent / ".empty-cache")
         shutil.rmtree(env["SURGERY_CACHE"], ignore_errors=True)
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL if method in CLI_METHODS else None,
-                            env=env)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL if method in CLI_METHODS else None, env=env
+    )
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
@@ -268,8 +304,10 @@ def measure(src: Path, methods: list[str], runs: int, scratch: Path) -> dict[str
         for m in random.Random(i).sample(methods, len(methods)):
             results[m].append(run_child(m, src, scratch / f"out-{m}"))
             r = results[m][-1]
-            print(f"  run {i + 1}/{runs} {m:<12} {r['wall_s']:7.2f} s wall {r['cpu_s']:7.2f} s CPU "
-                  f"{r['rss_mb']:7.0f} MB", flush=True)
+            print(
+                f"  run {i + 1}/{runs} {m:<12} {r['wall_s']:7.2f} s wall {r['cpu_s']:7.2f} s CPU {r['rss_mb']:7.0f} MB",
+                flush=True,
+            )
     return results
 
 
@@ -280,14 +318,20 @@ def summary(results: dict[str, list[dict]]) -> dict[str, dict]:
     for m, runs in results.items():
         wall = statistics.median(r["wall_s"] for r in runs)
         cpu = statistics.median(r["cpu_s"] for r in runs)
-        row = {"median_s": round(wall, 3), "min_s": round(min(r["wall_s"] for r in runs), 3),
-               "ratio_to_cp": round(wall / cp, 2), "median_cpu_s": round(cpu, 3),
-               "cpu_ratio_to_cp": round(cpu / cp_cpu, 2), "peak_rss_mb": round(max(r["rss_mb"] for r in runs))}
+        row = {
+            "median_s": round(wall, 3),
+            "min_s": round(min(r["wall_s"] for r in runs), 3),
+            "ratio_to_cp": round(wall / cp, 2),
+            "median_cpu_s": round(cpu, 3),
+            "cpu_ratio_to_cp": round(cpu / cp_cpu, 2),
+            "peak_rss_mb": round(max(r["rss_mb"] for r in runs)),
+        }
         if runs[0].get("cpu"):
             row["cpu_median_s"] = {k: round(statistics.median(r["cpu"][k] for r in runs), 3) for k in runs[0]["cpu"]}
         if runs[0].get("phases"):
-            row["phases_median_s"] = {k: round(statistics.median(r["phases"].get(k, 0.0) for r in runs), 3)
-                                      for k in runs[0]["phases"]}
+            row["phases_median_s"] = {
+                k: round(statistics.median(r["phases"].get(k, 0.0) for r in runs), 3) for k in runs[0]["phases"]
+            }
         out[m] = row
     return out
 
@@ -296,8 +340,10 @@ def print_table(title: str, table: dict[str, dict]) -> None:
     print(f"\n{title}")
     print(f"  {'method':<14}{'wall s':>8}{'× cp':>7}{'CPU s':>8}{'× cp':>7}{'peak RSS':>12}")
     for m, row in table.items():
-        print(f"  {m:<14}{row['median_s']:>8.2f}{row['ratio_to_cp']:>7.2f}{row['median_cpu_s']:>8.2f}"
-              f"{row['cpu_ratio_to_cp']:>7.2f}{row['peak_rss_mb']:>9} MB")
+        print(
+            f"  {m:<14}{row['median_s']:>8.2f}{row['ratio_to_cp']:>7.2f}{row['median_cpu_s']:>8.2f}"
+            f"{row['cpu_ratio_to_cp']:>7.2f}{row['peak_rss_mb']:>9} MB"
+        )
         if "phases_median_s" in row:
             print("      wall by stage: " + ", ".join(f"{k} {v:.2f}" for k, v in row["phases_median_s"].items()))
         if "cpu_median_s" in row:
@@ -312,13 +358,25 @@ def main() -> None:
     parser.add_argument("--no-transformers", action="store_true", help="Skip the load/edit/save baseline.")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/surgery-bench"))
     parser.add_argument("--json", type=Path, help="Also write the results here.")
-    parser.add_argument("--cli", action="store_true", help="Time the commands as a user runs them (prune-neurons "
-                        "with --no-verify and with its check, verify) against cp.")
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="1b", help="Layer shapes: 1b (hidden 2048) "
-                        "or 8b (Llama-3.1-8B: hidden 4096, MLP 14336, vocab 128256).")
+    parser.add_argument(
+        "--cli",
+        action="store_true",
+        help="Time the commands as a user runs them (prune-neurons "
+        "with --no-verify and with its check, verify) against cp.",
+    )
+    parser.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        default="1b",
+        help="Layer shapes: 1b (hidden 2048) or 8b (Llama-3.1-8B: hidden 4096, MLP 14336, vocab 128256).",
+    )
     parser.add_argument("--layers", type=int, help="Number of layers (instead of --gb); 32 with --shape 8b is 16 GB.")
-    parser.add_argument("--verify-load", default="", help="Load options for verify, e.g. '--dtype bfloat16' or "
-                        "'--device-map auto --max-memory cpu=8GiB' (the 16 GB model does not fit 24 GB in float32).")
+    parser.add_argument(
+        "--verify-load",
+        default="",
+        help="Load options for verify, e.g. '--dtype bfloat16' or "
+        "'--device-map auto --max-memory cpu=8GiB' (the 16 GB model does not fit 24 GB in float32).",
+    )
     parser.add_argument("--child", nargs=3, metavar=("METHOD", "SRC", "DST"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -330,10 +388,14 @@ def main() -> None:
     use_shape(args.shape)
     VERIFY_LOAD[:] = args.verify_load.split()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    report = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
-              "python": platform.python_version(), "runs": args.runs, "shape": args.shape,
-              "edits": f"{N_NEURONS} pruned neurons" + ("" if args.cli else f" + {N_HEADS} heads × {ALPHA}"),
-              "models": {}}
+    report = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "runs": args.runs,
+        "shape": args.shape,
+        "edits": f"{N_NEURONS} pruned neurons" + ("" if args.cli else f" + {N_HEADS} heads × {ALPHA}"),
+        "models": {},
+    }
     sizes = [("1x", args.gb)] + ([("2x", 2 * args.gb)] if args.double else [])
     for label, gb in sizes:
         layers = args.layers * (2 if label == "2x" else 1) if args.layers else layers_for(gb)
@@ -350,11 +412,13 @@ def main() -> None:
         print_table(f"{label} ({size / 1e9:.2f} GB), median of {args.runs}:", table)
         if args.cli:
             ratios = {m: table[m]["ratio_to_cp"] for m in ("cli-first", "cli-no-verify", "cli")}
-            print(f"  prune-neurons --no-verify {ratios['cli-no-verify']:.2f}× cp (target ≤ 1.3; "
-                  f"{ratios['cli-first']:.2f}× as the first bake from this source), default "
-                  f"{ratios['cli']:.2f}× cp (target ≤ 1.6); peak RSS {table['cli-no-verify']['peak_rss_mb']} / "
-                  f"{table['cli']['peak_rss_mb']} MB (target ≤ 400); verify {table['verify']['median_s']:.2f} s, "
-                  f"{table['verify']['peak_rss_mb']} MB")
+            print(
+                f"  prune-neurons --no-verify {ratios['cli-no-verify']:.2f}× cp (target ≤ 1.3; "
+                f"{ratios['cli-first']:.2f}× as the first bake from this source), default "
+                f"{ratios['cli']:.2f}× cp (target ≤ 1.6); peak RSS {table['cli-no-verify']['peak_rss_mb']} / "
+                f"{table['cli']['peak_rss_mb']} MB (target ≤ 400); verify {table['verify']['median_s']:.2f} s, "
+                f"{table['verify']['peak_rss_mb']} MB"
+            )
     if args.double:
         key = "cli" if args.cli else "bake"
         rss = [report["models"][k]["results"][key]["peak_rss_mb"] for k in ("1x", "2x")]

@@ -59,11 +59,16 @@ def main() -> None:
     args = ap.parse_args()
     args.scratch.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    src = build(args.scratch / f"llama-3.1-8b-shapes-{args.layers}l", layers=args.layers,
-                log=lambda m: print(m, file=sys.stderr, flush=True))
+    src = build(
+        args.scratch / f"llama-3.1-8b-shapes-{args.layers}l",
+        layers=args.layers,
+        log=lambda m: print(m, file=sys.stderr, flush=True),
+    )
     size = sum(p.stat().st_size for p in src.glob("*.safetensors"))
-    print(f"checkpoint: {size / GB:.2f} GB, {args.layers} layers (built/reused in {time.perf_counter() - started:.0f} s)",
-          flush=True)
+    print(
+        f"checkpoint: {size / GB:.2f} GB, {args.layers} layers (built/reused in {time.perf_counter() - started:.0f} s)",
+        flush=True,
+    )
     dst = args.scratch / "out"
     surgery = [sys.executable, "-m", "surgery"]
     bake = [*surgery, "prune-neurons", str(src), "--neurons", neurons(args.layers), "--out", str(dst)]
@@ -77,8 +82,10 @@ def main() -> None:
     def record(run: int, name: str, cmd: list[str]) -> None:
         results[name].append(timed(cmd))
         r = results[name][-1]
-        print(f"run {run + 1} {name:38s} {r['wall_s']:7.1f} s  RSS {r['rss_gb']:5.2f} GB  "
-              f"anon {r['anon_gb']:5.2f} GB", flush=True)
+        print(
+            f"run {run + 1} {name:38s} {r['wall_s']:7.1f} s  RSS {r['rss_gb']:5.2f} GB  anon {r['anon_gb']:5.2f} GB",
+            flush=True,
+        )
 
     for run in range(args.runs):
         # Shuffled (seeded), and each command starts from the same state: no output folder (so no
@@ -101,8 +108,9 @@ def main() -> None:
         summary[name] = {"wall_s": wall, "x_cp": wall / cp, "peak_rss_gb": rss, "peak_anon_gb": anon}
         print(f"{name:40s} {wall:7.1f}s {wall / cp:5.2f}× {rss:7.2f} GB {anon:5.2f} GB")
     if args.json:
-        args.json.write_text(json.dumps({"size_gb": size / GB, "runs": args.runs, "results": results,
-                                         "summary": summary}, indent=1))
+        args.json.write_text(
+            json.dumps({"size_gb": size / GB, "runs": args.runs, "results": results, "summary": summary}, indent=1)
+        )
 
 
 if __name__ == "__main__":

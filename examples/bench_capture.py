@@ -36,7 +36,7 @@ def _rss() -> int:
 class PeakRss:
     """Sample the resident memory every 5 ms while the block runs."""
 
-    def __enter__(self) -> "PeakRss":
+    def __enter__(self) -> PeakRss:
         self.peak, self._stop = _rss(), threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -56,7 +56,7 @@ def plain_forward(model, tok, texts: list[str], batch: int) -> None:
     """What any user would run: tokenize, pad, full forward (lm_head included), no hooks."""
     with torch.inference_mode():
         for start in range(0, len(texts), batch):
-            enc = tok(texts[start:start + batch], return_tensors="pt", padding=True, padding_side="right")
+            enc = tok(texts[start : start + batch], return_tensors="pt", padding=True, padding_side="right")
             model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], use_cache=False)
 
 
@@ -105,31 +105,60 @@ def main() -> None:
         plain_forward(model, tok, texts, 2 * args.batch_size)
         plain_s.append(time.perf_counter() - t)
     cap, plain = statistics.median(capture_s), statistics.median(plain_s)
-    print(f"{len(pairs)} pairs ({len(texts)} prompts), batch {args.batch_size} pairs, {args.threads} threads, "
-          f"median of {args.runs}")
+    print(
+        f"{len(pairs)} pairs ({len(texts)} prompts), batch {args.batch_size} pairs, {args.threads} threads, "
+        f"median of {args.runs}"
+    )
     print(f"capture (find-neurons forward)  {cap:7.2f} s   runs {', '.join(f'{x:.2f}' for x in capture_s)}")
     print(f"plain batched forward           {plain:7.2f} s   runs {', '.join(f'{x:.2f}' for x in plain_s)}")
     print(f"ratio capture / plain           {cap / plain:7.3f}   (target ≤ 1.15)")
 
     mem = {}
     for repeat in (1, 10):
-        cmd = [sys.executable, __file__, str(args.model), "--pairs", args.pairs, "--batch-size", str(args.batch_size),
-               "--threads", str(args.threads), "--child-repeat", str(repeat)]
+        cmd = [
+            sys.executable,
+            __file__,
+            str(args.model),
+            "--pairs",
+            args.pairs,
+            "--batch-size",
+            str(args.batch_size),
+            "--threads",
+            str(args.threads),
+            "--child-repeat",
+            str(repeat),
+        ]
         cmd += ["--language", args.language] if args.language else []
         res = subprocess.run(cmd, capture_output=True, text=True, check=True)
         mem[repeat] = json.loads(res.stdout.strip().splitlines()[-1])
     mib = 1 << 20
     for repeat, m in mem.items():
-        print(f"peak RSS {repeat:>2}× pairs ({m['pairs']:>5}): {m['peak'] / mib:8.1f} MiB  "
-              f"(+{(m['peak'] - m['rss_before']) / mib:.1f} MiB over the loaded model)")
+        print(
+            f"peak RSS {repeat:>2}× pairs ({m['pairs']:>5}): {m['peak'] / mib:8.1f} MiB  "
+            f"(+{(m['peak'] - m['rss_before']) / mib:.1f} MiB over the loaded model)"
+        )
     print(f"peak ratio 10× / 1×             {mem[10]['peak'] / mem[1]['peak']:7.3f}   (target: flat)")
     if args.json:
-        args.json.write_text(json.dumps({
-            "model": str(args.model), "pairs": len(pairs), "prompts": len(texts), "threads": args.threads,
-            "runs": args.runs, "capture_s": cap, "plain_s": plain, "capture_runs_s": capture_s,
-            "plain_runs_s": plain_s, "time_ratio": cap / plain,
-            "peak_rss_mib": {str(r): m["peak"] / mib for r, m in mem.items()},
-            "memory_ratio_10x_1x": mem[10]["peak"] / mem[1]["peak"]}, indent=1) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "model": str(args.model),
+                    "pairs": len(pairs),
+                    "prompts": len(texts),
+                    "threads": args.threads,
+                    "runs": args.runs,
+                    "capture_s": cap,
+                    "plain_s": plain,
+                    "capture_runs_s": capture_s,
+                    "plain_runs_s": plain_s,
+                    "time_ratio": cap / plain,
+                    "peak_rss_mib": {str(r): m["peak"] / mib for r, m in mem.items()},
+                    "memory_ratio_10x_1x": mem[10]["peak"] / mem[1]["peak"],
+                },
+                indent=1,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -55,13 +55,15 @@ def numbers(result: dict) -> dict[str, float]:
 
 def naive_numbers(model: str, source: str, out: Path) -> list[str]:
     """The command that writes the naive baseline's numbers to ``out``."""
-    code = ("import json, sys; sys.path.insert(0, %r)\n"
-            "from surgery.evaluation.data import retention_data\n"
-            "from surgery.model.loading import load_model, load_tokenizer\n"
-            "from tests.support.naive_eval import retention_and_kl\n"
-            "m, s = load_model(%r), load_model(%r)\n"
-            "json.dump(retention_and_kl(m, s, load_tokenizer(%r), retention_data(None)), open(%r, 'w'))\n"
-            % (str(REPO), model, source, model, str(out)))
+    code = (
+        "import json, sys; sys.path.insert(0, %r)\n"
+        "from surgery.evaluation.data import retention_data\n"
+        "from surgery.model.loading import load_model, load_tokenizer\n"
+        "from tests.support.naive_eval import retention_and_kl\n"
+        "m, s = load_model(%r), load_model(%r)\n"
+        "json.dump(retention_and_kl(m, s, load_tokenizer(%r), retention_data(None)), open(%r, 'w'))\n"
+        % (str(REPO), model, source, model, str(out))
+    )
     return [sys.executable, "-c", code]
 
 
@@ -95,25 +97,38 @@ def main() -> None:
                 env["SURGERY_CACHE"] = str(cache if kind != "baseline" else tmp_path / f"baseline-cache-{run}")
                 times[kind].append(timed(cmd, env))
                 results[kind] = json.loads(out.read_text())
-                print(f"run {run + 1} {kind}: {times[kind][-1][0]:.1f} s wall, {times[kind][-1][1]:.1f} s CPU",
-                      file=sys.stderr)
+                print(
+                    f"run {run + 1} {kind}: {times[kind][-1][0]:.1f} s wall, {times[kind][-1][1]:.1f} s CPU",
+                    file=sys.stderr,
+                )
         assert results["warm"]["against"]["from_cache"] and not results["cold"]["against"]["from_cache"]
-        print(f"eval {args.model} --against {args.against} (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
-              f"median of {args.runs})")
+        print(
+            f"eval {args.model} --against {args.against} (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
+            f"median of {args.runs})"
+        )
         med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in times.items()}
         for kind, (wall, cpu) in med.items():
             print(f"  {kind:9s} {wall:7.1f} s wall {cpu:7.1f} s CPU")
         if "baseline" in med:
             for kind in ("cold", "warm"):
-                print(f"  baseline / {kind}: {med['baseline'][0] / med[kind][0]:.2f}× wall, "
-                      f"{med['baseline'][1] / med[kind][1]:.2f}× CPU")
-            print("  largest relative difference, new vs baseline: %.2g (%s)"
-                  % largest_difference(numbers(results["cold"]), numbers(results["baseline"])))
+                print(
+                    f"  baseline / {kind}: {med['baseline'][0] / med[kind][0]:.2f}× wall, "
+                    f"{med['baseline'][1] / med[kind][1]:.2f}× CPU"
+                )
+            print(
+                "  largest relative difference, new vs baseline: %.2g (%s)"
+                % largest_difference(numbers(results["cold"]), numbers(results["baseline"]))
+            )
         same = numbers(results["cold"]) == numbers(results["warm"])
         print(f"  warm numbers identical to cold: {same}")
-        report = {"model": args.model, "against": args.against, "runs": args.runs,
-                  "threads": os.environ.get("OMP_NUM_THREADS"), "warm_equals_cold": same,
-                  **{kind: {"wall_s": wall, "cpu_s": cpu} for kind, (wall, cpu) in med.items()}}
+        report = {
+            "model": args.model,
+            "against": args.against,
+            "runs": args.runs,
+            "threads": os.environ.get("OMP_NUM_THREADS"),
+            "warm_equals_cold": same,
+            **{kind: {"wall_s": wall, "cpu_s": cpu} for kind, (wall, cpu) in med.items()},
+        }
         if not args.no_naive:
             out = tmp_path / "naive.json"
             wall, cpu = timed(naive_numbers(args.model, args.against, out), dict(os.environ))

@@ -89,8 +89,9 @@ def main() -> None:
         env = dict(os.environ, SURGERY_CACHE=str(tmp / "cache"), PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
         config = json.loads(timed([sys.executable, "-c", CONFIG_CHILD, str(args.gguf)], env)[2])
         recipe = tmp / "recipe.yaml"
-        recipe.write_text(recipe_text(config["num_hidden_layers"], config["intermediate_size"],
-                                      config["num_attention_heads"]))
+        recipe.write_text(
+            recipe_text(config["num_hidden_layers"], config["intermediate_size"], config["num_attention_heads"])
+        )
         out = tmp / "out.gguf"
 
         def clear() -> None:
@@ -115,8 +116,13 @@ def main() -> None:
     cp = statistics.median(w for w, _ in results["cp"])
     print(f"{args.gguf.name}: {size:.0f} MiB, 40 neurons pruned + 3 heads × 2, median of {args.runs} runs")
     print(f"{'':6} {'seconds':>8} {'× cp':>6} {'peak RSS MB':>12}")
-    summary = {"file": args.gguf.name, "mib": round(size, 1), "runs": args.runs,
-               "first_cli_s": round(first[0], 3), "first_cli_rss_mb": round(first[1], 1)}
+    summary = {
+        "file": args.gguf.name,
+        "mib": round(size, 1),
+        "runs": args.runs,
+        "first_cli_s": round(first[0], 3),
+        "first_cli_rss_mb": round(first[1], 1),
+    }
     for name, rows in results.items():
         wall = statistics.median(w for w, _ in rows)
         rss = statistics.median(r for _, r in rows)

@@ -67,15 +67,16 @@ def with_maps(model, prompts, batch_size: int, pad: int) -> np.ndarray:
     out = []
     for batch in batches(prompts, batch_size, pad, SPAN_NAMES):
         with torch.inference_mode():
-            maps = model(**batch.model_inputs(), use_cache=False, logits_to_keep=1,
-                         output_attentions=True).attentions
+            maps = model(**batch.model_inputs(), use_cache=False, logits_to_keep=1, output_attentions=True).attentions
         m = batch.masks
         item = m["item"].float()
         feats = []
         for att in maps:  # (B, H, T, T) per layer, all held at once
             to_item = torch.einsum("bhqk,bk->bhq", att.float(), item)
-            per = [torch.einsum("bhq,bq->bh", to_item, m[x].float()) / m[x].float().sum(-1).clamp(min=1)[:, None]
-                   for x in ("a", "b")]
+            per = [
+                torch.einsum("bhq,bq->bh", to_item, m[x].float()) / m[x].float().sum(-1).clamp(min=1)[:, None]
+                for x in ("a", "b")
+            ]
             feats.append((per[0] + per[1]) / 2)
         out.append((batch.index, torch.stack(feats, 1).numpy()))
     return _order(out, len(prompts))
@@ -119,11 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     tok, model = load_tokenizer(args.model), load_model(args.model)
     pairs = build_pairs(load_benchmark("builtin"), seed=0, max_pairs=max(2, args.prompts // 2))
-    prompts = encode_pairs(tok, pairs, "binding")[:args.prompts]
+    prompts = encode_pairs(tok, pairs, "binding")[: args.prompts]
     pad = tok.pad_token_id or 0
     methods = {"registered": registered, "output_attentions": with_maps}
     for fn in methods.values():  # warm-up: first-call allocations and lazy imports are not measured
-        fn(model, prompts[:args.batch_size], args.batch_size, pad)
+        fn(model, prompts[: args.batch_size], args.batch_size, pad)
     runs: dict[str, list[tuple[float, int]]] = {name: [] for name in methods}
     results = {}
     for _ in range(args.runs):
@@ -132,19 +133,29 @@ def main(argv: list[str] | None = None) -> int:
             runs[name].append((sec, peak))
             results[name] = res
     diff = float(np.abs(results["registered"] - results["output_attentions"]).max())
-    report = {"model": args.model, "prompts": len(prompts), "batch_size": args.batch_size, "runs": args.runs,
-              "tokens_per_prompt": statistics.median(len(p.ids) for p in prompts),
-              "max_abs_feature_diff": diff, "threads": torch.get_num_threads()}
+    report = {
+        "model": args.model,
+        "prompts": len(prompts),
+        "batch_size": args.batch_size,
+        "runs": args.runs,
+        "tokens_per_prompt": statistics.median(len(p.ids) for p in prompts),
+        "max_abs_feature_diff": diff,
+        "threads": torch.get_num_threads(),
+    }
     for name in methods:
-        report[name] = {"median_s": statistics.median(s for s, _ in runs[name]),
-                        "median_peak_extra_mb": statistics.median(m for _, m in runs[name]) / 2**20,
-                        "runs_s": [s for s, _ in runs[name]]}
+        report[name] = {
+            "median_s": statistics.median(s for s, _ in runs[name]),
+            "median_peak_extra_mb": statistics.median(m for _, m in runs[name]) / 2**20,
+            "runs_s": [s for s, _ in runs[name]],
+        }
     r, o = report["registered"], report["output_attentions"]
     report["time_ratio"] = o["median_s"] / r["median_s"]
     # below 1 MB the peak is within measurement noise (page granularity, allocator slack)
     report["memory_ratio"] = o["median_peak_extra_mb"] / max(r["median_peak_extra_mb"], 1.0)
-    print(f"{len(prompts)} prompts (median {report['tokens_per_prompt']} tokens), batch {args.batch_size}, "
-          f"median of {args.runs} runs; features agree to {diff:.1e}")
+    print(
+        f"{len(prompts)} prompts (median {report['tokens_per_prompt']} tokens), batch {args.batch_size}, "
+        f"median of {args.runs} runs; features agree to {diff:.1e}"
+    )
     for name in methods:
         print(f"  {name:<18} {report[name]['median_s']:8.2f} s   peak +{report[name]['median_peak_extra_mb']:8.1f} MB")
     print(f"  output_attentions / registered: time ×{report['time_ratio']:.2f}, memory ×{report['memory_ratio']:.1f}")

@@ -70,9 +70,13 @@ def compare(ours, theirs, k: int) -> dict:
 
     diff = np.abs(ours - theirs)
     mine, other = top_k(ours, k), top_k(theirs, k)
-    return {"max_abs_diff": float(diff.max()),
-            "max_rel_diff": float((diff / np.where(theirs != 0, np.abs(theirs), np.inf)).max()),
-            "top_k": k, "top_k_common": len(mine & other), "top_k_same": mine == other}
+    return {
+        "max_abs_diff": float(diff.max()),
+        "max_rel_diff": float((diff / np.where(theirs != 0, np.abs(theirs), np.inf)).max()),
+        "top_k": k,
+        "top_k_common": len(mine & other),
+        "top_k_same": mine == other,
+    }
 
 
 def worker(args: argparse.Namespace) -> dict:
@@ -91,7 +95,7 @@ def worker(args: argparse.Namespace) -> dict:
     logging.getLogger("optipfair").setLevel(logging.WARNING)  # else one INFO line per prompt ("Removed N hooks")
     tok, model = load_tokenizer(args.model), load_model(args.model)
     check = check_token_counts(load_pairs(str(args.pairs)), tok)
-    kept = check.kept.pairs[:args.max_pairs]
+    kept = check.kept.pairs[: args.max_pairs]
     texts = [(p.prompt_1, p.prompt_2) for p in kept]
     layers, width = model.config.num_hidden_layers, model.config.intermediate_size
 
@@ -100,13 +104,17 @@ def worker(args: argparse.Namespace) -> dict:
 
     procedures = {
         "optipfair down_proj input": lambda n=len(kept): analyze_neuron_bias(
-            model, tok, texts[:n], target_layers=["down_proj_input"], show_progress=False),
+            model, tok, texts[:n], target_layers=["down_proj_input"], show_progress=False
+        ),
         "surgery down_proj input": lambda n=len(kept): NeuronScores.from_sums(
-            accumulate_pair_sums(model, tok, kept[:n], args.batch_size), ppm_scores(model)),
+            accumulate_pair_sums(model, tok, kept[:n], args.batch_size), ppm_scores(model)
+        ),
         "optipfair gate/up outputs": lambda n=len(kept): analyze_neuron_bias(  # default target_layers
-            model, tok, texts[:n], show_progress=False),
+            model, tok, texts[:n], show_progress=False
+        ),
         "surgery gate/up outputs": lambda n=len(kept): accumulate_pair_sums(
-            model, tok, kept[:n], args.batch_size, site=GATE_UP_OUTPUTS).mean_abs(),
+            model, tok, kept[:n], args.batch_size, site=GATE_UP_OUTPUTS
+        ).mean_abs(),
     }
     for fn in procedures.values():  # warm-up: first-call allocations and kernel choices
         fn(2)
@@ -119,12 +127,16 @@ def worker(args: argparse.Namespace) -> dict:
             seconds[name].append(t)
 
     table = results["surgery down_proj input"]
-    down = compare(table.pooled("bias", table.categories), stacked(results["optipfair down_proj input"],
-                                                                   "down_proj_input"), args.top_k)
+    down = compare(
+        table.pooled("bias", table.categories),
+        stacked(results["optipfair down_proj input"], "down_proj_input"),
+        args.top_k,
+    )
     theirs_gu = results["optipfair gate/up outputs"]
     ours_gu = results["surgery gate/up outputs"]
-    gate_up = compare(ours_gu, np.concatenate([stacked(theirs_gu, "gate_proj"), stacked(theirs_gu, "up_proj")], 1),
-                      args.top_k)
+    gate_up = compare(
+        ours_gu, np.concatenate([stacked(theirs_gu, "gate_proj"), stacked(theirs_gu, "up_proj")], 1), args.top_k
+    )
     fair_theirs = compute_fairness_pruning_scores(model, theirs_gu, BIAS_WEIGHT)
     fair_theirs = np.stack([fair_theirs[i].double().numpy() for i in range(layers)])
     fair_ours = fairness_score((ours_gu[:, :width] + ours_gu[:, width:]) / 2, ppm_scores(model), BIAS_WEIGHT)
@@ -134,24 +146,32 @@ def worker(args: argparse.Namespace) -> dict:
     def ratio(site: str) -> float:
         return median[f"optipfair {site}"] / median[f"surgery {site}"]
 
-    return {"model": str(args.model), "pairs": len(kept), "skipped": check.total_skipped,
-            "threads": torch.get_num_threads(), "runs": args.runs, "batch_size": args.batch_size,
-            "timing": "around the call, one process, one loaded model, median of runs",
-            "seconds": seconds, "median_s": median,
-            "down_proj_input": {**down, "ratio": ratio("down_proj input")},
-            "gate_up_outputs": {**gate_up, "ratio": ratio("gate/up outputs"), "fairness": fairness}}
+    return {
+        "model": str(args.model),
+        "pairs": len(kept),
+        "skipped": check.total_skipped,
+        "threads": torch.get_num_threads(),
+        "runs": args.runs,
+        "batch_size": args.batch_size,
+        "timing": "around the call, one process, one loaded model, median of runs",
+        "seconds": seconds,
+        "median_s": median,
+        "down_proj_input": {**down, "ratio": ratio("down_proj input")},
+        "gate_up_outputs": {**gate_up, "ratio": ratio("gate/up outputs"), "fairness": fairness},
+    }
 
 
 def _agreement(c: dict) -> str:
     same = "same" if c["top_k_same"] else f"{c['top_k_common']} in common"
-    return (f"max |Δ| {c['max_abs_diff']:.1e} (relative {c['max_rel_diff']:.1e}); "
-            f"top-{c['top_k']} neurons: {same}")
+    return f"max |Δ| {c['max_abs_diff']:.1e} (relative {c['max_rel_diff']:.1e}); top-{c['top_k']} neurons: {same}"
 
 
 def show(r: dict) -> None:
     m = r["median_s"]
-    print(f"{Path(r['model']).name}: {r['pairs']} pairs ({r['skipped']} skipped: unequal token counts), "
-          f"float32, {r['threads']} thread(s); timed around the call, median of {r['runs']}")
+    print(
+        f"{Path(r['model']).name}: {r['pairs']} pairs ({r['skipped']} skipped: unequal token counts), "
+        f"float32, {r['threads']} thread(s); timed around the call, median of {r['runs']}"
+    )
     for site, key in (("down_proj input", "down_proj_input"), ("gate/up outputs", "gate_up_outputs")):
         c = r[key]
         print(f"{site}:")
@@ -177,8 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         args.worker.write_text(json.dumps(worker(args)))
         return 0
-    for what, path, hint in (("model", args.model / "config.json", "python examples/get_models.py gets it"),
-                             ("prompt pairs", args.pairs, "set $SURGERY_SHARED_DATA or pass --pairs")):
+    for what, path, hint in (
+        ("model", args.model / "config.json", "python examples/get_models.py gets it"),
+        ("prompt pairs", args.pairs, "set $SURGERY_SHARED_DATA or pass --pairs"),
+    ):
         if not path.is_file():
             print(f"skipped: no {what} at {path} ({hint})")
             return 0
@@ -192,8 +214,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_optipfair.{os.getpid()}.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    cmd = [str(python), __file__, str(args.model), "--pairs", str(args.pairs), "--runs", str(args.runs),
-           "--batch-size", str(args.batch_size), "--top-k", str(args.top_k), "--worker", str(out)]
+    cmd = [
+        str(python),
+        __file__,
+        str(args.model),
+        "--pairs",
+        str(args.pairs),
+        "--runs",
+        str(args.runs),
+        "--batch-size",
+        str(args.batch_size),
+        "--top-k",
+        str(args.top_k),
+        "--worker",
+        str(out),
+    ]
     cmd += ["--max-pairs", str(args.max_pairs)] if args.max_pairs else []
     try:
         if subprocess.run(cmd, env=env).returncode:

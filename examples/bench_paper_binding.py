@@ -71,8 +71,18 @@ def paper_procedure(model_path: Path, n4: Path, per_identity: int, max_pairs: in
 
 
 def surgery_command(model_path: Path, n4: Path, per_identity: int, max_pairs: int | None) -> dict:
-    cmd = [sys.executable, "-m", "surgery", "score-binding", str(model_path), "--benchmark", str(n4),
-           "--per-identity", str(per_identity), "--json"] + (["--max-pairs", str(max_pairs)] if max_pairs else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "surgery",
+        "score-binding",
+        str(model_path),
+        "--benchmark",
+        str(n4),
+        "--per-identity",
+        str(per_identity),
+        "--json",
+    ] + (["--max-pairs", str(max_pairs)] if max_pairs else [])
     start = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     seconds = time.perf_counter() - start
@@ -96,16 +106,25 @@ def main(argv: list[str] | None = None) -> int:
     ours = surgery_command(args.model, n4, args.per_identity, args.max_pairs)
     paper = paper_procedure(args.model, n4, args.per_identity, args.max_pairs)
     diff = max(abs(paper[k]["delta"] - ours[k]["delta"]) for k in ("S", "K"))
-    report = {"model": str(args.model), "pairs": paper["pairs"], "prompts": 4 * paper["pairs"],
-              "paper_s": paper["seconds"], "surgery_s": ours["seconds"],
-              "ratio": paper["seconds"] / ours["seconds"], "max_abs_delta_diff": diff,
-              "delta_s": [paper["S"]["delta"], ours["S"]["delta"]],
-              "delta_k": [paper["K"]["delta"], ours["K"]["delta"]], "threads": os.environ.get("OMP_NUM_THREADS")}
+    report = {
+        "model": str(args.model),
+        "pairs": paper["pairs"],
+        "prompts": 4 * paper["pairs"],
+        "paper_s": paper["seconds"],
+        "surgery_s": ours["seconds"],
+        "ratio": paper["seconds"] / ours["seconds"],
+        "max_abs_delta_diff": diff,
+        "delta_s": [paper["S"]["delta"], ours["S"]["delta"]],
+        "delta_k": [paper["K"]["delta"], ours["K"]["delta"]],
+        "threads": os.environ.get("OMP_NUM_THREADS"),
+    }
     print(f"{report['pairs']} N4 pairs ({report['prompts']} prompts), {args.model.name}")
     print(f"  paper's procedure (1 prompt/pass, eager, output_attentions, full logits): {paper['seconds']:8.1f} s")
     print(f"  surgery score-binding (whole command, load included):                     {ours['seconds']:8.1f} s")
-    print(f"  ratio ×{report['ratio']:.1f}; max |ΔS|, |ΔK| difference {diff:.1e} "
-          f"(ΔS {paper['S']['delta']:.5f} vs {ours['S']['delta']:.5f})")
+    print(
+        f"  ratio ×{report['ratio']:.1f}; max |ΔS|, |ΔK| difference {diff:.1e} "
+        f"(ΔS {paper['S']['delta']:.5f} vs {ours['S']['delta']:.5f})"
+    )
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0

@@ -24,15 +24,22 @@ REPO = Path(__file__).resolve().parents[1]
 
 def commands(model: str, max_pairs: int) -> dict[str, list[str]]:
     """find-neurons on the builtin English pairs, score-binding on a subset of the benchmark."""
-    return {"find-neurons": ["find-neurons", model, "--language", "en", "--json"],
-            "score-binding": ["score-binding", model, "--max-pairs", str(max_pairs), "--json"]}
+    return {
+        "find-neurons": ["find-neurons", model, "--language", "en", "--json"],
+        "score-binding": ["score-binding", model, "--max-pairs", str(max_pairs), "--json"],
+    }
 
 
 def timed(cmd: list[str]) -> tuple[float, dict]:
     """Wall seconds and the printed JSON of ``cmd``, one thread per process, fresh cache."""
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, OMP_NUM_THREADS="1", SURGERY_CACHE=cache, HF_HUB_OFFLINE="1",
-                   PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+        env = dict(
+            os.environ,
+            OMP_NUM_THREADS="1",
+            SURGERY_CACHE=cache,
+            HF_HUB_OFFLINE="1",
+            PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        )
         start = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
         seconds = time.perf_counter() - start
@@ -51,8 +58,19 @@ def main() -> None:
     print(f"{'command':<14} {'1 × 1 thread':>13} {f'{args.nproc} × 1 thread':>13} {'speed-up':>9}  same result")
     for name, argv in commands(args.model, args.max_pairs).items():
         one, single = timed([sys.executable, "-m", "surgery", *argv])
-        many, multi = timed([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                             "--nproc-per-node", str(args.nproc), "-m", "surgery", *argv])
+        many, multi = timed(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                str(args.nproc),
+                "-m",
+                "surgery",
+                *argv,
+            ]
+        )
         key = "summary" if name == "find-neurons" else "S"
         same = "yes" if single[key] == multi[key] else "NO"
         print(f"{name:<14} {one:>12.1f}s {many:>12.1f}s {one / many:>8.2f}×  {same}")

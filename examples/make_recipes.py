@@ -95,8 +95,7 @@ def head_lines(findings: dict[str, Any]) -> list[str]:
 def head_options(findings: dict[str, Any]) -> str:
     """The amplify-heads options that reproduce these findings (those not at their default)."""
     params, defaults = findings["parameters"], FindParams()
-    return "".join(f" --{k.replace('_', '-')} {params[k]}" for k in HEAD_FLAGS
-                   if params.get(k) != getattr(defaults, k))
+    return "".join(f" --{k.replace('_', '-')} {params[k]}" for k in HEAD_FLAGS if params.get(k) != getattr(defaults, k))
 
 
 def write(path: Path, recipe: Recipe, header: list[str]) -> None:
@@ -115,31 +114,50 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     timings = (args.folder / "timings.tsv").read_text(encoding="utf-8").splitlines()
     total = next(line.split("\t")[1] for line in timings if line.startswith("total\t"))
-    reproduce = [f"Reproduce: bash examples/quickstart.sh --model {args.model} --out quickstart-{args.model}",
-                 f"           python examples/make_recipes.py quickstart-{args.model} --model {args.model}",
-                 # the run that made this recipe, not a promise: later code may be faster
-                 f"(the quickstart run that made this recipe: {float(total) / 60:.0f} min wall on 2 CPU cores;",
-                 " current timings: docs/performance.md)"]
+    reproduce = [
+        f"Reproduce: bash examples/quickstart.sh --model {args.model} --out quickstart-{args.model}",
+        f"           python examples/make_recipes.py quickstart-{args.model} --model {args.model}",
+        # the run that made this recipe, not a promise: later code may be faster
+        f"(the quickstart run that made this recipe: {float(total) / 60:.0f} min wall on 2 CPU cores;",
+        " current timings: docs/performance.md)",
+    ]
 
     pruned = _read(args.folder / "pruned" / "surgery.json")
     recipe = Recipe.from_dict({**pruned["recipe"], "base_model": hub_id})
-    write(args.out / f"{prefix}-prune40.yaml", recipe, [
-        f"{hub_id}: the 40 fairness-pruning neurons (gate/up rows and down column zeroed).",
-        f"Apply: surgery apply recipes/{prefix}-prune40.yaml --model MODEL --out DIR",
-        *reproduce, "Same edit directly: surgery prune-neurons MODEL --n 40 --out DIR", "",
-        *neuron_lines(pruned), "", *eval_lines(_read(args.folder / "eval" / "pruned.json"))])
+    write(
+        args.out / f"{prefix}-prune40.yaml",
+        recipe,
+        [
+            f"{hub_id}: the 40 fairness-pruning neurons (gate/up rows and down column zeroed).",
+            f"Apply: surgery apply recipes/{prefix}-prune40.yaml --model MODEL --out DIR",
+            *reproduce,
+            "Same edit directly: surgery prune-neurons MODEL --n 40 --out DIR",
+            "",
+            *neuron_lines(pruned),
+            "",
+            *eval_lines(_read(args.folder / "eval" / "pruned.json")),
+        ],
+    )
 
     amplified = _read(args.folder / "amplified" / "surgery.json")
     heads = _read(args.folder / "findings" / "heads.json")
     recipe = Recipe.from_dict({**amplified["recipe"], "base_model": hub_id})
     alpha = recipe.edits[0].alpha
-    write(args.out / f"{prefix}-heads-alpha{alpha:g}.yaml", recipe, [
-        f"{hub_id}: the top {len(recipe.edits)} cultural binding heads, o_proj columns x {alpha:g}.",
-        f"Apply: surgery apply recipes/{prefix}-heads-alpha{alpha:g}.yaml --model MODEL --out DIR",
-        *reproduce, f"Same edit directly: surgery amplify-heads MODEL --alpha {alpha:g} --top {len(recipe.edits)}"
-        f"{head_options(heads)} --out DIR", "",
-        *head_lines(heads), "",
-        *eval_lines(_read(args.folder / "eval" / "amplified.json"))])
+    write(
+        args.out / f"{prefix}-heads-alpha{alpha:g}.yaml",
+        recipe,
+        [
+            f"{hub_id}: the top {len(recipe.edits)} cultural binding heads, o_proj columns x {alpha:g}.",
+            f"Apply: surgery apply recipes/{prefix}-heads-alpha{alpha:g}.yaml --model MODEL --out DIR",
+            *reproduce,
+            f"Same edit directly: surgery amplify-heads MODEL --alpha {alpha:g} --top {len(recipe.edits)}"
+            f"{head_options(heads)} --out DIR",
+            "",
+            *head_lines(heads),
+            "",
+            *eval_lines(_read(args.folder / "eval" / "amplified.json")),
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -11,13 +11,13 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 @dataclass
 class Peaks:
-    rss_bytes: int = 0   # VmHWM: the kernel's exact high-water mark (file-backed pages included)
+    rss_bytes: int = 0  # VmHWM: the kernel's exact high-water mark (file-backed pages included)
     anon_bytes: int = 0  # RssAnon, sampled every 20 ms: memory the process itself allocated
 
 

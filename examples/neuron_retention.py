@@ -49,8 +49,12 @@ def measure(model, tok, edits, passages, mcq, bbq) -> dict:
         ids = tok(PARIS_PROMPT, return_tensors="pt")["input_ids"]
         logp = torch.log_softmax(model(input_ids=ids).logits[0, -1].float(), -1)
         greedy = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
-        row = {"perplexity": ppl, "p_paris": float(logp[paris].exp()), "paris_top1": int(logp.argmax()) == paris,
-               "continuation": tok.decode(greedy[0, ids.shape[1]:])}
+        row = {
+            "perplexity": ppl,
+            "p_paris": float(logp[paris].exp()),
+            "paris_top1": int(logp.argmax()) == paris,
+            "continuation": tok.decode(greedy[0, ids.shape[1] :]),
+        }
         if mcq:
             row["mcq_accuracy"] = mcq_accuracy(model, tok, mcq, 8, no_progress)["accuracy"]
         if bbq:
@@ -67,8 +71,12 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--mcq", type=int, default=0, help="Shipped MCQ questions to score (0: skip).")
     ap.add_argument("--bbq", type=int, default=0, help="BBQ items from ../shared/data/bbq (0: skip).")
-    ap.add_argument("--grid", choices=["full", "short"], default="full",
-                    help="full: every score × rule × spare; short: the raw BiasScore (global, no spare) and the defaults.")
+    ap.add_argument(
+        "--grid",
+        choices=["full", "short"],
+        default="full",
+        help="full: every score × rule × spare; short: the raw BiasScore (global, no spare) and the defaults.",
+    )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
@@ -76,7 +84,9 @@ def main() -> None:
     ckpt = Checkpoint(args.model)
     start = time.perf_counter()
     found = find_neurons(ckpt, load_pairs(args.pairs, args.language))
-    print(f"findings ({'cache' if found.from_cache else 'computed'}, {time.perf_counter() - start:.1f} s): {found.path}")
+    print(
+        f"findings ({'cache' if found.from_cache else 'computed'}, {time.perf_counter() - start:.1f} s): {found.path}"
+    )
     model, tok = load_model(args.model), load_tokenizer(args.model)
     passages = [r["text"] for r in shipped("retention_passages.jsonl")]
     mcq = shipped("mcq_general.jsonl")[: args.mcq] if args.mcq else []
@@ -86,7 +96,9 @@ def main() -> None:
     rng = np.random.default_rng(0)
     configs = [("baseline", None), ("random", rng.choice(layers * width, args.n, replace=False))]
     if args.grid == "full":
-        configs += [((score, rule, spare), None) for spare in (0.0, DEFAULT_SPARE) for score in SCORES for rule in RULES]
+        configs += [
+            ((score, rule, spare), None) for spare in (0.0, DEFAULT_SPARE) for score in SCORES for rule in RULES
+        ]
     else:
         configs += [(("bias", "global", 0.0), None), ((DEFAULT_SCORE, DEFAULT_RULE, DEFAULT_SPARE), None)]
     rows = []
@@ -102,14 +114,20 @@ def main() -> None:
         dist = [0] * layers
         for layer, _ in neurons:
             dist[layer] += 1
-        row = {"config": label, "last_layer": dist[-1], "layers_used": sum(1 for c in dist if c),
-               **measure(model, tok, [NeuronScale(l, i, 0.0) for l, i in neurons], passages, mcq, bbq)}
+        row = {
+            "config": label,
+            "last_layer": dist[-1],
+            "layers_used": sum(1 for c in dist if c),
+            **measure(model, tok, [NeuronScale(l, i, 0.0) for l, i in neurons], passages, mcq, bbq),
+        }
         rows.append(row)
         base = rows[0]["perplexity"]
         extra = "".join(f"  {k} {row[k]:.3f}" for k in ("mcq_accuracy", "bbq_acc_ambig", "bbq_bias_ambig") if k in row)
-        print(f"{label:<34} ppl {row['perplexity']:8.2f} ({row['perplexity'] / base:5.2f}×)  "
-              f"P(Paris) {row['p_paris']:.3f}  top1 {'yes' if row['paris_top1'] else 'NO '}  "
-              f"last layer {row['last_layer']:>2}  layers {row['layers_used']:>2}{extra}  {row['continuation']!r}")
+        print(
+            f"{label:<34} ppl {row['perplexity']:8.2f} ({row['perplexity'] / base:5.2f}×)  "
+            f"P(Paris) {row['p_paris']:.3f}  top1 {'yes' if row['paris_top1'] else 'NO '}  "
+            f"last layer {row['last_layer']:>2}  layers {row['layers_used']:>2}{extra}  {row['continuation']!r}"
+        )
     if args.json:
         args.json.write_text(json.dumps({"model": str(args.model), "n": args.n, "rows": rows}, indent=1))
 

@@ -60,8 +60,11 @@ def main() -> None:
             with applied(model, [HeadScale(layer, head, alpha) for layer, head in heads]):
                 row.append(delta_s(s_of(model, tok, held_out.texts)))
         label = ", ".join(f"{layer}.{head}" for layer, head in heads)
-        print(f"  top {k} ({label}): " + "  ".join(f"{d:7.3f}" for d in row)
-              + f"   best |ΔS| gain {max(abs(d) for d in row) / abs(base) - 1:+.1%}")
+        print(
+            f"  top {k} ({label}): "
+            + "  ".join(f"{d:7.3f}" for d in row)
+            + f"   best |ΔS| gain {max(abs(d) for d in row) / abs(base) - 1:+.1%}"
+        )
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from surgery.cli import main as surgery_command
 from surgery.find import findings as findings_mod
@@ -64,13 +65,18 @@ def main(argv: list[str]) -> None:
     if "--profile-json" in argv:
         i = argv.index("--profile-json")
         out_json = argv[i + 1]
-        argv = argv[:i] + argv[i + 2:]
+        argv = argv[:i] + argv[i + 2 :]
     wrap(find_mod, "load_tokenizer", "model load")
     wrap(find_mod, "load_model", "model load")
     wrap(find_mod, "flops_note", "FLOP count")
     # score_binding runs the binding prompts with features (the capture) and the knowledge prompts
-    wrap(scores_mod, "run_prompts", lambda *a, **k: ("baseline + attention-feature capture (binding)"
-                                                      if k.get("features") else "baseline scores (knowledge)"))
+    wrap(
+        scores_mod,
+        "run_prompts",
+        lambda *a, **k: (
+            "baseline + attention-feature capture (binding)" if k.get("features") else "baseline scores (knowledge)"
+        ),
+    )
     wrap(find_mod, "discover", "L1 discovery")
     wrap(find_mod, "confirmation", "single-head confirmations")
     wrap(find_mod, "knockout_report", "knockout report + random sets")

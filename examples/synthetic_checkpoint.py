@@ -25,9 +25,17 @@ import numpy as np
 
 # The published configs' shapes (hidden, MLP width, heads, KV heads, head_dim, vocab, depth).
 SHAPES = {
-    "llama-3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
-                         head_dim=128, vocab_size=128256, num_hidden_layers=32, rope_theta=500000.0,
-                         max_position_embeddings=131072),
+    "llama-3.1-8b": dict(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=128256,
+        num_hidden_layers=32,
+        rope_theta=500000.0,
+        max_position_embeddings=131072,
+    ),
 }
 POOL = 16 << 20  # random values drawn once, written in windows at random offsets
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
@@ -36,26 +44,47 @@ SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 def layer_tensors(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
     h, f, d = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
     q, kv = cfg["num_attention_heads"] * d, cfg["num_key_value_heads"] * d
-    return [("input_layernorm.weight", (h,)), ("self_attn.q_proj.weight", (q, h)),
-            ("self_attn.k_proj.weight", (kv, h)), ("self_attn.v_proj.weight", (kv, h)),
-            ("self_attn.o_proj.weight", (h, q)), ("post_attention_layernorm.weight", (h,)),
-            ("mlp.gate_proj.weight", (f, h)), ("mlp.up_proj.weight", (f, h)), ("mlp.down_proj.weight", (h, f))]
+    return [
+        ("input_layernorm.weight", (h,)),
+        ("self_attn.q_proj.weight", (q, h)),
+        ("self_attn.k_proj.weight", (kv, h)),
+        ("self_attn.v_proj.weight", (kv, h)),
+        ("self_attn.o_proj.weight", (h, q)),
+        ("post_attention_layernorm.weight", (h,)),
+        ("mlp.gate_proj.weight", (f, h)),
+        ("mlp.up_proj.weight", (f, h)),
+        ("mlp.down_proj.weight", (h, f)),
+    ]
 
 
 def all_tensors(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
     out = [("model.embed_tokens.weight", (cfg["vocab_size"], cfg["hidden_size"]))]
     for i in range(cfg["num_hidden_layers"]):
         out += [(f"model.layers.{i}.{name}", shape) for name, shape in layer_tensors(cfg)]
-    return out + [("model.norm.weight", (cfg["hidden_size"],)), ("lm_head.weight", (cfg["vocab_size"], cfg["hidden_size"]))]
+    return out + [
+        ("model.norm.weight", (cfg["hidden_size"],)),
+        ("lm_head.weight", (cfg["vocab_size"], cfg["hidden_size"])),
+    ]
 
 
 def config_for(shape: str, layers: int | None) -> dict:
     cfg = dict(SHAPES[shape])
     if layers is not None:
         cfg["num_hidden_layers"] = layers
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **cfg, "rms_norm_eps": 1e-5,
-            "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
-            "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "dtype": "bfloat16"}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        **cfg,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "dtype": "bfloat16",
+    }
 
 
 def _bf16_pool(rng: np.random.Generator, shift: float) -> bytes:
@@ -72,7 +101,7 @@ def _write_values(f, numel: int, pool: bytes, rng: np.random.Generator) -> None:
     for start in range(0, numel, POOL):
         n = min(POOL, numel - start)
         offset = int(rng.integers(POOL))
-        f.write(pool[2 * offset: 2 * (offset + n)])
+        f.write(pool[2 * offset : 2 * (offset + n)])
 
 
 def write_shard(path: Path, tensors: list[tuple[str, tuple[int, ...]]], rng: np.random.Generator) -> int:
@@ -101,12 +130,19 @@ def save_tokenizer(folder: Path) -> None:
     vocab = {tok: i for i, tok in enumerate(SPECIALS + chars)}
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     backend.decoder = decoders.Fuse()
-    PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                            unk_token="<unk>").save_pretrained(folder)
+    PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    ).save_pretrained(folder)
 
 
-def build(folder: Path, shape: str = "llama-3.1-8b", layers: int | None = None, shard_gb: float = 5.0,
-          seed: int = 0, log=lambda msg: None) -> Path:
+def build(
+    folder: Path,
+    shape: str = "llama-3.1-8b",
+    layers: int | None = None,
+    shard_gb: float = 5.0,
+    seed: int = 0,
+    log=lambda msg: None,
+) -> Path:
     """The checkpoint at ``folder`` (built unless the same build is already there)."""
     config = config_for(shape, layers)
     stamp = {"shape": shape, "seed": seed, "shard_gb": shard_gb, "generator": "pool-windows", "config": config}
@@ -154,8 +190,10 @@ def main() -> None:
     started = time.perf_counter()
     build(args.out, args.shape, args.layers, args.shard_gb, args.seed, log=lambda m: print(m, file=sys.stderr))
     size = sum(p.stat().st_size for p in args.out.glob("*.safetensors"))
-    print(f"{args.out}: {args.shape} shapes, {config_for(args.shape, args.layers)['num_hidden_layers']} layers, "
-          f"{size / 1e9:.2f} GB in {time.perf_counter() - started:.0f} s")
+    print(
+        f"{args.out}: {args.shape} shapes, {config_for(args.shape, args.layers)['num_hidden_layers']} layers, "
+        f"{size / 1e9:.2f} GB in {time.perf_counter() - started:.0f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,7 @@ from tests.planted.common import add_config_options, config_from  # noqa: E402
 
 def write_pairs(cfg: BiasTrainConfig, path: Path) -> Path:
     """The task's pairs as surgery's pairs JSONL."""
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in pair_rows(cfg.world())),
-                    encoding="utf-8")
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in pair_rows(cfg.world())), encoding="utf-8")
     return path
 
 
@@ -65,8 +64,10 @@ def main() -> None:
     print(f"trained {stats['parameters']} parameters in {stats['train_seconds']} s: {stats['eval']}")
     print(f"brute force on {truth['pairs']} pairs: {truth['intact']}")
     for r in truth["neurons"][:10]:
-        print(f"  neuron {r['layer']}:{r['neuron']}: bias {r['bias']:6.1f} %   |gap| {r['abs_bias']:6.1f} %   "
-              f"capability {r['capability']:6.1f} %")
+        print(
+            f"  neuron {r['layer']}:{r['neuron']}: bias {r['bias']:6.1f} %   |gap| {r['abs_bias']:6.1f} %   "
+            f"capability {r['capability']:6.1f} %"
+        )
 
 
 if __name__ == "__main__":

@@ -50,8 +50,7 @@ def ground_truth(out: Path, cfg: TrainConfig, per_item: int) -> dict:
     world = make_world(cfg.seed, cfg.n_items, cfg.n_neutral, cfg.n_neutral_items)
     prompts = Prompts.build(tokenizer, eval_pairs(world, GROUND_TRUTH_SEED, per_item))
     base, rows = brute_force(model, tokenizer, prompts)
-    return {"delta_S": base, "pairs": prompts.n_pairs, "seed": GROUND_TRUTH_SEED,
-            "heads": [asdict(r) for r in rows]}
+    return {"delta_S": base, "pairs": prompts.n_pairs, "seed": GROUND_TRUTH_SEED, "heads": [asdict(r) for r in rows]}
 
 
 def main() -> None:
@@ -70,8 +69,10 @@ def main() -> None:
     print(f"trained {stats['parameters']} parameters in {stats['train_seconds']} s: {stats['eval']}")
     print(f"brute force on {truth['pairs']} pairs, ΔS = {truth['delta_S']:+.3f}")
     for r in truth["heads"]:
-        print(f"  head {r['layer']}.{r['head']}: edge knockout {r['edge']:6.1f} %   control "
-              f"{r['edge_control']:6.1f} %   whole head α=0 {r['whole']:6.1f} %")
+        print(
+            f"  head {r['layer']}.{r['head']}: edge knockout {r['edge']:6.1f} %   control "
+            f"{r['edge_control']:6.1f} %   whole head α=0 {r['whole']:6.1f} %"
+        )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,15 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 from tests.planted.common import add_config_options, config_from  # noqa: E402
-from tests.planted.direction_task import (DirectionTrainConfig, behaviour, make_world, planted_direction,  # noqa: E402
-                                          projected_off, prompt_sets, train)
+from tests.planted.direction_task import (  # noqa: E402
+    DirectionTrainConfig,
+    behaviour,
+    make_world,
+    planted_direction,
+    projected_off,
+    prompt_sets,
+    train,
+)
 
 
 def main() -> None:
@@ -48,8 +55,12 @@ def main() -> None:
     u = planted_direction(cfg)
     with projected_off(model, u):
         ablated = behaviour(model, tokenizer, sets)
-    truth = {"u": u.tolist(), "behaviour": behaviour(model, tokenizer, sets), "behaviour_u_ablated": ablated,
-             "prompts": {name: len(texts) for name, texts in sets.items()}}
+    truth = {
+        "u": u.tolist(),
+        "behaviour": behaviour(model, tokenizer, sets),
+        "behaviour_u_ablated": ablated,
+        "prompts": {name: len(texts) for name, texts in sets.items()},
+    }
     (args.out / "ground_truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     print(f"trained {stats['parameters']} parameters in {stats['train_seconds']} s: {stats['eval']}")
     print(f"behaviour on the proof's sets: {truth['behaviour']:.2f} intact, {ablated:.2f} with u projected out")

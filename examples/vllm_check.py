@@ -45,9 +45,14 @@ def hf_greedy(model_dir: Path, prompt_ids: list[list[int]], max_tokens: int) -> 
     with torch.no_grad():
         for ids in prompt_ids:
             x = torch.tensor([ids])
-            gen = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
-                                 max_new_tokens=max_tokens, pad_token_id=model.config.eos_token_id)
-            out.append(gen[0, len(ids):].tolist())
+            gen = model.generate(
+                x,
+                attention_mask=torch.ones_like(x),
+                do_sample=False,
+                max_new_tokens=max_tokens,
+                pad_token_id=model.config.eos_token_id,
+            )
+            out.append(gen[0, len(ids) :].tolist())
     return out
 
 
@@ -79,8 +84,16 @@ def vllm_generate(model_dir: str, lora: str | None, prompt_ids: list[list[int]],
 def run_vllm_child(model_dir: Path, lora: Path | None, prompt_ids: list[list[int]], max_tokens: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         spec, out = Path(tmp, "in.json"), Path(tmp, "out.json")
-        spec.write_text(json.dumps({"model": str(model_dir), "lora": str(lora) if lora else None,
-                                    "prompt_ids": prompt_ids, "max_tokens": max_tokens}))
+        spec.write_text(
+            json.dumps(
+                {
+                    "model": str(model_dir),
+                    "lora": str(lora) if lora else None,
+                    "prompt_ids": prompt_ids,
+                    "max_tokens": max_tokens,
+                }
+            )
+        )
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
         proc = subprocess.run([sys.executable, __file__, "--child", str(spec), str(out)], env=env)
         if proc.returncode != 0 or not out.is_file():
@@ -101,8 +114,14 @@ def check(source: Path, baked: Path, lora: Path | None, max_tokens: int) -> dict
     start = time.perf_counter()
     tok = AutoTokenizer.from_pretrained(baked)
     prompt_ids = [tok(p).input_ids for p in PROMPTS]
-    report: dict = {"source": str(source), "baked": str(baked), "lora": str(lora) if lora else None,
-                    "prompts": list(PROMPTS), "max_tokens": max_tokens, "checks": {}}
+    report: dict = {
+        "source": str(source),
+        "baked": str(baked),
+        "lora": str(lora) if lora else None,
+        "prompts": list(PROMPTS),
+        "max_tokens": max_tokens,
+        "checks": {},
+    }
     hf_baked = hf_greedy(baked, prompt_ids, max_tokens)
     hf_source = hf_greedy(source, prompt_ids, max_tokens)
     vb = run_vllm_child(baked, None, prompt_ids, max_tokens)
@@ -128,10 +147,12 @@ def check(source: Path, baked: Path, lora: Path | None, max_tokens: int) -> dict
         checks["vllm_lora_equals_baked"] = False
         report["lora_error"] = vs["error"]
     decode = lambda ids: tok.decode(ids, skip_special_tokens=True)  # noqa: E731
-    report["texts"] = {"transformers_baked": [decode(t) for t in hf_baked],
-                       "transformers_source": [decode(t) for t in hf_source],
-                       "vllm_baked": [decode(t) for t in vb.get("plain", [])],
-                       "vllm_source_lora": [decode(t) for t in vs.get("lora", [])]}
+    report["texts"] = {
+        "transformers_baked": [decode(t) for t in hf_baked],
+        "transformers_source": [decode(t) for t in hf_source],
+        "vllm_baked": [decode(t) for t in vb.get("plain", [])],
+        "vllm_source_lora": [decode(t) for t in vs.get("lora", [])],
+    }
     report["ok"] = all(checks.values())
     report["elapsed_s"] = round(time.perf_counter() - start, 1)
     return report
@@ -157,8 +178,10 @@ def main() -> None:
     for name, ok in report["checks"].items():
         print(f"{'PASS' if ok else 'FAIL'}  {name}")
     for i, prompt in enumerate(PROMPTS):
-        print(f"  {prompt!r}\n    source: {report['texts']['transformers_source'][i]!r}\n"
-              f"    baked:  {report['texts']['transformers_baked'][i]!r}")
+        print(
+            f"  {prompt!r}\n    source: {report['texts']['transformers_source'][i]!r}\n"
+            f"    baked:  {report['texts']['transformers_baked'][i]!r}"
+        )
     print(f"({report['elapsed_s']:.0f} s; vLLM engine load {report.get('vllm_load_s', '?')} s)")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))

@@ -21,6 +21,7 @@ from tests.support.tiny import build_tiny
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+
 @pytest.fixture
 def tiny(tmp_path):
     """Factory: ``tiny("llama", dtype=torch.bfloat16, shard="20KB")`` → checkpoint folder."""
@@ -61,8 +62,9 @@ def _isolated_cache(tmp_path, monkeypatch):
 # ``pytest.mark.vllm(minutes=N)`` (measured on 2 CPU cores); the cheap ones run first, and a test
 # that would not finish in time is skipped with the reason rather than cut off half-way.
 def _minutes(item: pytest.Item) -> float:
-    return max((float(m.kwargs.get("minutes", 0)) for name in ("slow", "vllm")
-                for m in item.iter_markers(name)), default=0.0)
+    return max(
+        (float(m.kwargs.get("minutes", 0)) for name in ("slow", "vllm") for m in item.iter_markers(name)), default=0.0
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

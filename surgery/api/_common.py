@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -40,8 +41,9 @@ def no_other_options(function: str, options: dict[str, Any], *accepted: type) ->
     """A keyword no parameter object took is a typo: say which, and what is accepted."""
     if options:
         known = sorted({f.name for cls in accepted for f in dataclasses.fields(cls)})
-        raise TypeError(f"{function}() got unknown option(s) {', '.join(sorted(options))}; "
-                        f"it also takes: {', '.join(known)}")
+        raise TypeError(
+            f"{function}() got unknown option(s) {', '.join(sorted(options))}; it also takes: {', '.join(known)}"
+        )
 
 
 def reporter(report: Callable[[str], None] | None) -> Callable[[str], None]:

@@ -29,10 +29,15 @@ class Baked:
     def summary(self) -> dict[str, Any]:
         """The JSON object the command line prints for this bake (``--json``)."""
         record = self.provenance
-        return {"out": str(self.out), "edits": len(record.recipe.edits), "tensors_edited": self.tensors_edited,
-                "verification": record.verification.to_dict() if record.verification else None,
-                "notes": self.notes, "pushed": record.pushed.to_dict() if record.pushed else None,
-                **(self.extra or {})}  # the selection / findings summary that went into surgery.json
+        return {
+            "out": str(self.out),
+            "edits": len(record.recipe.edits),
+            "tensors_edited": self.tensors_edited,
+            "verification": record.verification.to_dict() if record.verification else None,
+            "notes": self.notes,
+            "pushed": record.pushed.to_dict() if record.pushed else None,
+            **(self.extra or {}),
+        }  # the selection / findings summary that went into surgery.json
 
 
 @dataclass(frozen=True)

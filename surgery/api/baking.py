@@ -11,9 +11,10 @@ value of a sweep (α or n), every destination and every value's scales checked b
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from ..bake.record import Evaluation
 from ..core.edits import Recipe
@@ -24,12 +25,26 @@ from ._common import no_other_options, reporter, typed
 from .baked import Baked, Planned, sweep_label  # noqa: F401 (sweep_label: callers import it from here)
 
 
-def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: LoadSpec | None = None,
-                force: bool = False, verify: bool = True, allow_other_base: bool = False, allow_zero: bool = False,
-                extra: Mapping[str, Any] | None = None, evaluation: Evaluation | Mapping[str, Any] | None = None,
-                push_to: str | None = None, push_revision: str | None = None, private: bool = False,
-                requantize: bool = False, stages: StageProgress = silent_stages,
-                report: Callable[[str], None] | None = None, **options: Any) -> Baked:
+def bake_recipe(
+    model: str | Path,
+    recipe: Recipe,
+    out: str | Path,
+    *,
+    load: LoadSpec | None = None,
+    force: bool = False,
+    verify: bool = True,
+    allow_other_base: bool = False,
+    allow_zero: bool = False,
+    extra: Mapping[str, Any] | None = None,
+    evaluation: Evaluation | Mapping[str, Any] | None = None,
+    push_to: str | None = None,
+    push_revision: str | None = None,
+    private: bool = False,
+    requantize: bool = False,
+    stages: StageProgress = silent_stages,
+    report: Callable[[str], None] | None = None,
+    **options: Any,
+) -> Baked:
     """Bake ``recipe`` into a copy of ``model`` at ``out`` (written atomically) and return what happened.
 
     Args:
@@ -63,12 +78,25 @@ def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: Loa
     if is_gguf(model):
         from .gguf_baking import bake_gguf_recipe
 
-        return bake_gguf_recipe(Path(model), recipe, Path(out), force=force, allow_other_base=allow_other_base,
-                                requantize=requantize, extra=extra, push_to=push_to, push_revision=push_revision,
-                                private=private, stages=stages, note=note)
+        return bake_gguf_recipe(
+            Path(model),
+            recipe,
+            Path(out),
+            force=force,
+            allow_other_base=allow_other_base,
+            requantize=requantize,
+            extra=extra,
+            push_to=push_to,
+            push_revision=push_revision,
+            private=private,
+            stages=stages,
+            note=note,
+        )
     if requantize:
-        raise ParameterError("{requantize} applies to GGUF models only (a safetensors bake rounds to the stored "
-                             "dtype); drop it", "requantize")
+        raise ParameterError(
+            "{requantize} applies to GGUF models only (a safetensors bake rounds to the stored dtype); drop it",
+            "requantize",
+        )
     if push_to:
         from ..ship.hub import preflight
 
@@ -80,9 +108,19 @@ def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: Loa
         note(lineage)
     if evaluation is not None and not isinstance(evaluation, Evaluation):
         evaluation = Evaluation.from_dict(dict(evaluation))
-    result = bake(ckpt, recipe, out, source=source, force=force, progress=stages,
-                  check=edited_check(ckpt, recipe) if verify else None, extra=dict(extra) if extra else None,
-                  card=card_hook(evaluation), report=note, allow_zero=allow_zero)
+    result = bake(
+        ckpt,
+        recipe,
+        out,
+        source=source,
+        force=force,
+        progress=stages,
+        check=edited_check(ckpt, recipe) if verify else None,
+        extra=dict(extra) if extra else None,
+        card=card_hook(evaluation),
+        report=note,
+        allow_zero=allow_zero,
+    )
     record = result.provenance
     if push_to:
         from ..ship.hub import push
@@ -91,9 +129,18 @@ def bake_recipe(model: str | Path, recipe: Recipe, out: str | Path, *, load: Loa
     return Baked(Path(out), record, notes + result.notes, dict(extra) if extra else None)
 
 
-def bake_sweep(model: str | Path, plans: Sequence[Planned], out: str | Path, *, load: LoadSpec | None = None,
-               force: bool = False, allow_zero: bool = False, push_to: str | None = None,
-               on_each: Callable[[str, Baked], None] | None = None, **kwargs: Any) -> dict[str, Baked]:
+def bake_sweep(
+    model: str | Path,
+    plans: Sequence[Planned],
+    out: str | Path,
+    *,
+    load: LoadSpec | None = None,
+    force: bool = False,
+    allow_zero: bool = False,
+    push_to: str | None = None,
+    on_each: Callable[[str, Baked], None] | None = None,
+    **kwargs: Any,
+) -> dict[str, Baked]:
     """Bake each plan into ``out/<label>`` (on the Hub: branch ``<label>`` of ``push_to``); from a GGUF
     MODEL into ``out/<label>.gguf`` (:func:`surgery.api.gguf_baking.sweep_gguf`).
 
@@ -112,8 +159,16 @@ def bake_sweep(model: str | Path, plans: Sequence[Planned], out: str | Path, *, 
         from .gguf_baking import sweep_gguf
 
         kept = {k: kwargs[k] for k in ("allow_other_base", "requantize", "private", "stages") if k in kwargs}
-        return sweep_gguf(Path(model), plans, Path(out), force=force, push_to=push_to, on_each=on_each,
-                          note=reporter(kwargs.get("report")), **kept)
+        return sweep_gguf(
+            Path(model),
+            plans,
+            Path(out),
+            force=force,
+            push_to=push_to,
+            on_each=on_each,
+            note=reporter(kwargs.get("report")),
+            **kept,
+        )
     load = typed(LoadSpec, kwargs, load)
     out = Path(out)
     ckpt, source = open_checkpoint(str(model), load)
@@ -124,17 +179,32 @@ def bake_sweep(model: str | Path, plans: Sequence[Planned], out: str | Path, *, 
     out.mkdir(parents=True, exist_ok=True)
     results = {}
     for plan in plans:
-        baked = bake_recipe(model, plan.recipe, out / plan.label, load=load, force=force, allow_zero=allow_zero,
-                            extra=plan.extra, push_to=push_to, push_revision=plan.label if push_to else None,
-                            **kwargs)
+        baked = bake_recipe(
+            model,
+            plan.recipe,
+            out / plan.label,
+            load=load,
+            force=force,
+            allow_zero=allow_zero,
+            extra=plan.extra,
+            push_to=push_to,
+            push_revision=plan.label if push_to else None,
+            **kwargs,
+        )
         results[plan.label] = baked
         if on_each is not None:
             on_each(plan.label, baked)
     return results
 
 
-def bake_plans(model: str | Path, plans: Sequence[Planned], out: str | Path, *,
-               on_each: Callable[[str | None, Baked], None] | None = None, **kwargs: Any) -> Baked | dict[str, Baked]:
+def bake_plans(
+    model: str | Path,
+    plans: Sequence[Planned],
+    out: str | Path,
+    *,
+    on_each: Callable[[str | None, Baked], None] | None = None,
+    **kwargs: Any,
+) -> Baked | dict[str, Baked]:
     """One plan bakes into ``out``; several (a sweep over α or n) into ``out/<label>`` each.
     ``on_each(label, baked)`` runs after each bake."""
     if len(plans) == 1:

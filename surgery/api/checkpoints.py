@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..core.edits import Recipe
 from ..core.progress import StageProgress, silent_stages
@@ -30,33 +31,54 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
     load = typed(LoadSpec, options, load)
     no_other_options("inspect", options, LoadSpec)
     ckpt, source = open_checkpoint(str(model), load)
-    files = {"dtypes": sorted({t.dtype for t in ckpt.tensors.values()}), "shards": len(ckpt.weight_files),
-             "tensors": len(ckpt.tensors), "bytes": ckpt.total_bytes()}
+    files = {
+        "dtypes": sorted({t.dtype for t in ckpt.tensors.values()}),
+        "shards": len(ckpt.weight_files),
+        "tensors": len(ckpt.tensors),
+        "bytes": ckpt.total_bytes(),
+    }
     why = refusal(ckpt.config)
     if why:
-        return {"path": str(source.path), "model_type": ckpt.config.get("model_type"), "supported": False,
-                "refused": why, **files}
+        return {
+            "path": str(source.path),
+            "model_type": ckpt.config.get("model_type"),
+            "supported": False,
+            "refused": why,
+            **files,
+        }
     arch = architecture(ckpt.config)
     check_layers(ckpt, arch)
     g = arch.geometry
     info = {
-        "path": str(source.path), "model_type": arch.model_type, "supported": True, "layers": g.num_layers,
-        "heads": g.num_heads, "kv_heads": g.num_kv_heads, "head_dim": g.head_dim,
-        "hidden_size": g.hidden_size, "mlp_width": g.intermediate_size, **files,
+        "path": str(source.path),
+        "model_type": arch.model_type,
+        "supported": True,
+        "layers": g.num_layers,
+        "heads": g.num_heads,
+        "kv_heads": g.num_kv_heads,
+        "head_dim": g.head_dim,
+        "hidden_size": g.hidden_size,
+        "mlp_width": g.intermediate_size,
+        **files,
         "layer_prefix": Resolver(arch, ckpt.tensors).prefix.format(layer="N"),
     }
     if g.sparse_layers:  # mixture of experts: neurons are named L:eE:N (routed), L:s:N (shared)
-        info.update(experts=g.num_experts, expert_width=g.expert_size,
-                    expert_layers=f"{len(g.sparse_layers)} of {g.num_layers}",
-                    expert_layout="fused 3-D" if arch.fused_experts(ckpt.tensors) else "one tensor per expert")
+        info.update(
+            experts=g.num_experts,
+            expert_width=g.expert_size,
+            expert_layers=f"{len(g.sparse_layers)} of {g.num_layers}",
+            expert_layout="fused 3-D" if arch.fused_experts(ckpt.tensors) else "one tensor per expert",
+        )
         if g.shared_size:
             info["shared_expert_width"] = g.shared_size
     if g.mla:  # multi-head latent attention: head_dim above is a head's width in o_proj (v_head_dim)
         info["mla"] = dict(g.mla.__dict__)
     if g.o_groups:  # DeepSeek-V4: a head is its columns of o_a_proj within its group's rows
         info.update(o_groups=g.o_groups, o_lora_rank=g.o_rank)
-    info["layer_kinds"] = [{"layers": list(layers), **kind.to_dict(), "summary": _summary(layers, kind)}
-                           for layers, kind in arch.layer_kinds()]
+    info["layer_kinds"] = [
+        {"layers": list(layers), **kind.to_dict(), "summary": _summary(layers, kind)}
+        for layers, kind in arch.layer_kinds()
+    ]
     return info
 
 
@@ -76,22 +98,52 @@ def _spans(numbers: tuple[int, ...]) -> str:
     return ", ".join(f"{a}–{b}" if b > a else str(a) for a, b in runs)
 
 
-def apply(recipe: Recipe | str | Path, model: str | Path, out: str | Path, *, verify: bool = True,
-          force: bool = False, allow_other_base: bool = False, allow_zero: bool = False,
-          push_to: str | None = None, private: bool = False, requantize: bool = False,
-          stages: StageProgress = silent_stages, report: Callable[[str], None] | None = None,
-          **options: Any) -> Baked:
+def apply(
+    recipe: Recipe | str | Path,
+    model: str | Path,
+    out: str | Path,
+    *,
+    verify: bool = True,
+    force: bool = False,
+    allow_other_base: bool = False,
+    allow_zero: bool = False,
+    push_to: str | None = None,
+    private: bool = False,
+    requantize: bool = False,
+    stages: StageProgress = silent_stages,
+    report: Callable[[str], None] | None = None,
+    **options: Any,
+) -> Baked:
     """Bake ``recipe`` (a :class:`~surgery.core.edits.Recipe` or a recipe YAML file) into a copy of
     ``model`` at ``out``. A recipe whose ``base_model`` names another model is refused unless
     ``allow_other_base``. Options: ``LoadSpec`` fields (``revision``, ``trust_remote_code`` …)."""
     recipe = recipe if isinstance(recipe, Recipe) else Recipe.load(recipe)
-    return bake_recipe(model, recipe, out, verify=verify, force=force, allow_other_base=allow_other_base,
-                       allow_zero=allow_zero, push_to=push_to, private=private, requantize=requantize, stages=stages,
-                       report=report, **options)
+    return bake_recipe(
+        model,
+        recipe,
+        out,
+        verify=verify,
+        force=force,
+        allow_other_base=allow_other_base,
+        allow_zero=allow_zero,
+        push_to=push_to,
+        private=private,
+        requantize=requantize,
+        stages=stages,
+        report=report,
+        **options,
+    )
 
 
-def verify(source: str | Path, baked: str | Path, *, structural_only: bool = False, load: LoadSpec | None = None,
-           stages: StageProgress = silent_stages, **options: Any) -> "Report":
+def verify(
+    source: str | Path,
+    baked: str | Path,
+    *,
+    structural_only: bool = False,
+    load: LoadSpec | None = None,
+    stages: StageProgress = silent_stages,
+    **options: Any,
+) -> Report:
     """Check ``baked`` against ``source``: files, bytes, every sha256 recomputed, and (unless
     ``structural_only``) the logits against the run-time edit. The report's ``ok`` says whether
     all is well and ``problems`` lists what is not. A baked GGUF is checked against its sidecars
@@ -110,8 +162,9 @@ def verify(source: str | Path, baked: str | Path, *, structural_only: bool = Fal
     return verify_bake(ckpt, baked, run_model=not structural_only, load=load, progress=stages)
 
 
-def undo(baked: str | Path, out: str | Path, *, force: bool = False,
-         report: Callable[[str], None] | None = None) -> dict[str, str]:
+def undo(
+    baked: str | Path, out: str | Path, *, force: bool = False, report: Callable[[str], None] | None = None
+) -> dict[str, str]:
     """Restore the exact source of a baked folder at ``out``; returns the sha256 of every file
     written (each equals the source's, as recorded at bake time). A baked GGUF file restores to the
     file ``out``."""

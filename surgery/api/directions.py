@@ -12,8 +12,9 @@ layers the weight kernel picks. The options are those of ``surgery find-directio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..core.architectures import architecture
 from ..core.checkpoint import Checkpoint
@@ -28,14 +29,23 @@ if TYPE_CHECKING:
     from ..find.directions.find import DirectionFindings
 
 
-def direction_findings(model: str | Path | Checkpoint, *, findings: str | Path | None = None,
-                       transfer: bool = False, recompute: bool = False, load: LoadSpec | None = None,
-                       params: DirectionParams | None = None, progress: Progress = silent,
-                       report: Callable[[str], None] | None = None, **options: Any) -> "DirectionFindings":
+def direction_findings(
+    model: str | Path | Checkpoint,
+    *,
+    findings: str | Path | None = None,
+    transfer: bool = False,
+    recompute: bool = False,
+    load: LoadSpec | None = None,
+    params: DirectionParams | None = None,
+    progress: Progress = silent,
+    report: Callable[[str], None] | None = None,
+    **options: Any,
+) -> DirectionFindings:
     """The direction findings for ``model``: read from ``findings`` (a file; ``transfer`` accepts one
     of another checkpoint of the same architecture), else from the cache, else computed from the
     prompt sets ``a`` and ``b``."""
-    from ..find.directions.find import DirectionFindings, find_direction as compute
+    from ..find.directions.find import DirectionFindings
+    from ..find.directions.find import find_direction as compute
     from ..find.directions.prompts import read_prompts
 
     load, params = typed(LoadSpec, options, load), typed(DirectionParams, options, params)
@@ -44,24 +54,47 @@ def direction_findings(model: str | Path | Checkpoint, *, findings: str | Path |
     ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(str(model), load)[0]
     if findings is not None:
         if params.a or params.b or recompute:
-            raise ParameterError("{findings} already holds the directions; drop {a}/{b}/{recompute}, or drop "
-                                 "{findings} to compute new ones", "findings", "a", "b", "recompute")
+            raise ParameterError(
+                "{findings} already holds the directions; drop {a}/{b}/{recompute}, or drop "
+                "{findings} to compute new ones",
+                "findings",
+                "a",
+                "b",
+                "recompute",
+            )
         found = DirectionFindings.read(findings, ckpt, transfer)
         found.check()
         if found.transfer_note:
             note(found.transfer_note)
         return found
     if transfer:
-        raise ParameterError("{transfer} applies to {findings} from another checkpoint; give {findings} FILE",
-                             "transfer", "findings")
+        raise ParameterError(
+            "{transfer} applies to {findings} from another checkpoint; give {findings} FILE", "transfer", "findings"
+        )
     a, b = read_prompts(params.a, "a"), read_prompts(params.b, "b")
-    return compute(ckpt, a, b, projected=params.projected, template=params.template, batch_size=params.batch_size,
-                   load=load, recompute=recompute, progress=progress, report=note)
+    return compute(
+        ckpt,
+        a,
+        b,
+        projected=params.projected,
+        template=params.template,
+        batch_size=params.batch_size,
+        load=load,
+        recompute=recompute,
+        progress=progress,
+        report=note,
+    )
 
 
-def find_direction(model: str | Path, *, recompute: bool = False, out: str | Path | None = None,
-                   progress: Progress = silent, report: Callable[[str], None] | None = None,
-                   **options: Any) -> "DirectionFindings":
+def find_direction(
+    model: str | Path,
+    *,
+    recompute: bool = False,
+    out: str | Path | None = None,
+    progress: Progress = silent,
+    report: Callable[[str], None] | None = None,
+    **options: Any,
+) -> DirectionFindings:
     """Per-layer directions between the prompt sets ``a`` and ``b`` of ``model`` (cached; ``recompute``
     captures again); ``out`` also writes the findings JSON there, with its vectors file next to it
     (``out`` with the suffix ``.safetensors``). Options: ``LoadSpec`` and ``DirectionParams`` fields."""
@@ -79,12 +112,25 @@ def find_direction(model: str | Path, *, recompute: bool = False, out: str | Pat
     return found
 
 
-def ablate_direction(model: str | Path, out: str | Path, *, direction: str | Path, transfer: bool = False,
-                     verify: bool = True, force: bool = False, push_to: str | None = None, private: bool = False,
-                     requantize: bool = False, load: LoadSpec | None = None, kernel: KernelParams | None = None,
-                     stages: StageProgress = silent_stages, report: Callable[[str], None] | None = None,
-                     on_plans: Callable[[list[Planned]], None] | None = None,
-                     on_each: Callable[[str | None, Baked], None] | None = None, **options: Any) -> Baked:
+def ablate_direction(
+    model: str | Path,
+    out: str | Path,
+    *,
+    direction: str | Path,
+    transfer: bool = False,
+    verify: bool = True,
+    force: bool = False,
+    push_to: str | None = None,
+    private: bool = False,
+    requantize: bool = False,
+    load: LoadSpec | None = None,
+    kernel: KernelParams | None = None,
+    stages: StageProgress = silent_stages,
+    report: Callable[[str], None] | None = None,
+    on_plans: Callable[[list[Planned]], None] | None = None,
+    on_each: Callable[[str | None, Baked], None] | None = None,
+    **options: Any,
+) -> Baked:
     """Bake the direction of ``direction`` (a findings file of find-direction) out of ``model``:
     W ← W − w·r(rᵀW) on the modules and layers ``kernel`` picks, with its per-layer weights.
     Options: ``LoadSpec`` and ``KernelParams`` fields (``weight``, ``position``, ``floor``, ``width``,
@@ -99,5 +145,17 @@ def ablate_direction(model: str | Path, out: str | Path, *, direction: str | Pat
     plans = [Planned(None, recipe, record)]
     if on_plans is not None:
         on_plans(plans)
-    return bake_plans(model, plans, out, load=load, force=force, verify=verify, push_to=push_to, private=private,
-                      requantize=requantize, stages=stages, report=report, on_each=on_each)
+    return bake_plans(
+        model,
+        plans,
+        out,
+        load=load,
+        force=force,
+        verify=verify,
+        push_to=push_to,
+        private=private,
+        requantize=requantize,
+        stages=stages,
+        report=report,
+        on_each=on_each,
+    )

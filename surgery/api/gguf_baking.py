@@ -9,9 +9,10 @@ sidecars and its card in one commit (surgery/gguf/ship.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..core.edits import Recipe
 from ..core.errors import DestinationError, RecipeError
@@ -33,10 +34,22 @@ def _opened(model: Path, recipe: Recipe, allow_other_base: bool):
     return gguf_model, source, recipe, lineage
 
 
-def bake_gguf_recipe(model: Path, recipe: Recipe, out: Path, *, force: bool = False, allow_other_base: bool = False,
-                     requantize: bool = False, extra: Mapping[str, Any] | None = None, push_to: str | None = None,
-                     push_revision: str | None = None, private: bool = False, stages: StageProgress = silent_stages,
-                     note: Callable[[str], None] = lambda m: None, prepared: "Prepared | None" = None) -> Baked:
+def bake_gguf_recipe(
+    model: Path,
+    recipe: Recipe,
+    out: Path,
+    *,
+    force: bool = False,
+    allow_other_base: bool = False,
+    requantize: bool = False,
+    extra: Mapping[str, Any] | None = None,
+    push_to: str | None = None,
+    push_revision: str | None = None,
+    private: bool = False,
+    stages: StageProgress = silent_stages,
+    note: Callable[[str], None] = lambda m: None,
+    prepared: Prepared | None = None,
+) -> Baked:
     """Bake into a GGUF file (surgery/gguf/bake.py): only the edited blocks change, each exact or refused
     (or requantized, with ``requantize``); the record and undo go to sidecars next to ``out``; with
     ``push_to`` the three files and a card go to that Hub repo (branch ``push_revision``)."""
@@ -49,8 +62,18 @@ def bake_gguf_recipe(model: Path, recipe: Recipe, out: Path, *, force: bool = Fa
     gguf_model, source, recipe, lineage = _opened(model, recipe, allow_other_base)
     if lineage:
         note(lineage)
-    result = bake_gguf(gguf_model, recipe, out, source=source, force=force, requantize=requantize,
-                       extra=dict(extra) if extra else None, report=note, progress=stages, prepared=prepared)
+    result = bake_gguf(
+        gguf_model,
+        recipe,
+        out,
+        source=source,
+        force=force,
+        requantize=requantize,
+        extra=dict(extra) if extra else None,
+        report=note,
+        progress=stages,
+        prepared=prepared,
+    )
     record = result.provenance
     if push_to:
         from ..ship.hub import push
@@ -63,14 +86,25 @@ def sweep_outputs(out: Path, labels: Sequence[str]) -> dict[str, Path]:
     """Where each value of a GGUF sweep goes: ``OUT/<label>.gguf`` (``OUT`` a folder, as a folder
     sweep's ``OUT/<label>``)."""
     if out.suffix.lower() == ".gguf":
-        raise DestinationError(f"--out {out} is a .gguf file, but a sweep writes one .gguf per value: give a "
-                               f"folder (e.g. --out {out.with_suffix('')}: {labels[0]}.gguf, … go into it)")
+        raise DestinationError(
+            f"--out {out} is a .gguf file, but a sweep writes one .gguf per value: give a "
+            f"folder (e.g. --out {out.with_suffix('')}: {labels[0]}.gguf, … go into it)"
+        )
     return {label: out / f"{label}.gguf" for label in labels}
 
 
-def sweep_gguf(model: Path, plans: Sequence[Planned], out: Path, *, force: bool = False,
-               allow_other_base: bool = False, requantize: bool = False, push_to: str | None = None,
-               on_each: Callable[[str, Baked], None] | None = None, **kwargs: Any) -> dict[str, Baked]:
+def sweep_gguf(
+    model: Path,
+    plans: Sequence[Planned],
+    out: Path,
+    *,
+    force: bool = False,
+    allow_other_base: bool = False,
+    requantize: bool = False,
+    push_to: str | None = None,
+    on_each: Callable[[str, Baked], None] | None = None,
+    **kwargs: Any,
+) -> dict[str, Baked]:
     """Bake each plan into ``out/<label>.gguf`` (on the Hub: branch ``<label>`` of ``push_to``).
 
     Every destination is checked and every value's blocks are computed before the first file is
@@ -98,10 +132,19 @@ def sweep_gguf(model: Path, plans: Sequence[Planned], out: Path, *, force: bool 
     out.mkdir(parents=True, exist_ok=True)
     results = {}
     for plan in plans:
-        baked = bake_gguf_recipe(model, plan.recipe, outputs[plan.label], force=force,
-                                 allow_other_base=allow_other_base, requantize=requantize, extra=plan.extra,
-                                 push_to=push_to, push_revision=plan.label if push_to else None,
-                                 prepared=prepared[plan.label], **kwargs)
+        baked = bake_gguf_recipe(
+            model,
+            plan.recipe,
+            outputs[plan.label],
+            force=force,
+            allow_other_base=allow_other_base,
+            requantize=requantize,
+            extra=plan.extra,
+            push_to=push_to,
+            push_revision=plan.label if push_to else None,
+            prepared=prepared[plan.label],
+            **kwargs,
+        )
         results[plan.label] = baked
         if on_each is not None:
             on_each(plan.label, baked)

@@ -10,9 +10,10 @@ The options are those of the commands, spelled as the fields of ``LoadSpec`` and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from ..core.checkpoint import Checkpoint
 from ..core.edits import HeadScale, Recipe, parse_heads
@@ -37,8 +38,14 @@ def _pairs(params: FindParams):
     return bench, build_pairs(bench, seed=params.seed, per_identity=params.per_identity, max_pairs=params.max_pairs)
 
 
-def score_binding(model: str | Path, *, load: LoadSpec | None = None, params: FindParams | None = None,
-                  progress: Progress = silent, **options: Any) -> "BindingScores":
+def score_binding(
+    model: str | Path,
+    *,
+    load: LoadSpec | None = None,
+    params: FindParams | None = None,
+    progress: Progress = silent,
+    **options: Any,
+) -> BindingScores:
     """S and K of ``model`` on the binding benchmark: mean match / mismatch, Δ, paired t-test over
     items (``.S``, ``.K``, ``.K_over_S``; ``to_dict()`` adds the benchmark's source and sha256).
     Options: ``LoadSpec`` fields and FindParams' prompt fields (``benchmark``, ``max_pairs`` …)."""
@@ -59,17 +66,35 @@ def score_binding(model: str | Path, *, load: LoadSpec | None = None, params: Fi
     tok = load_tokenizer(ckpt.path, load)
     net = load_model(ckpt.path, load)
     with surgery_attention_on(net):
-        res = scores(net, tok, pairs, instruct=params.instruct, batch_size=params.batch_size,
-                     progress=progress("scoring prompts", 4 * len(pairs)))
+        res = scores(
+            net,
+            tok,
+            pairs,
+            instruct=params.instruct,
+            batch_size=params.batch_size,
+            progress=progress("scoring prompts", 4 * len(pairs)),
+        )
     scores = BindingScores.of(res)  # the tokenizer's ids of the options are left out: not a score
-    return BindingScores(S=scores.S, K=scores.K, K_over_S=scores.K_over_S,
-                         extra={"benchmark": bench.source, "benchmark_sha256": bench.sha256})
+    return BindingScores(
+        S=scores.S,
+        K=scores.K,
+        K_over_S=scores.K_over_S,
+        extra={"benchmark": bench.source, "benchmark_sha256": bench.sha256},
+    )
 
 
-def head_findings(model: str | Path | Checkpoint, *, findings: str | Path | None = None, transfer: bool = False,
-                  recompute: bool = False, load: LoadSpec | None = None, params: FindParams | None = None,
-                  progress: Progress = silent, report: Callable[[str], None] | None = None,
-                  **options: Any) -> "HeadFindings":
+def head_findings(
+    model: str | Path | Checkpoint,
+    *,
+    findings: str | Path | None = None,
+    transfer: bool = False,
+    recompute: bool = False,
+    load: LoadSpec | None = None,
+    params: FindParams | None = None,
+    progress: Progress = silent,
+    report: Callable[[str], None] | None = None,
+    **options: Any,
+) -> HeadFindings:
     """The head findings for ``model``: read from ``findings`` (a file; ``transfer`` accepts one of
     another checkpoint of the same architecture), else from the cache, else computed. The cache key
     holds the model's fingerprint, the pairs, every parameter and the benchmark file's sha256."""
@@ -86,18 +111,26 @@ def head_findings(model: str | Path | Checkpoint, *, findings: str | Path | None
             note(found.transfer_note)
         return found
     if transfer:  # as for neurons: cached findings are this model's, there is nothing to transfer
-        raise ParameterError("{transfer} applies to {findings} from another checkpoint; give {findings} FILE",
-                             "transfer", "findings")
+        raise ParameterError(
+            "{transfer} applies to {findings} from another checkpoint; give {findings} FILE", "transfer", "findings"
+        )
     bench, pairs = _pairs(params)
     params = replace(params, extra={"benchmark_sha256": bench.sha256})
     records = benchmark_awareness_records(bench, params.seed) if params.dose_response else None
-    return cached_find_heads(ckpt, pairs, params, recompute=recompute, load=load, awareness_records=records,
-                             progress=progress, report=note)
+    return cached_find_heads(
+        ckpt, pairs, params, recompute=recompute, load=load, awareness_records=records, progress=progress, report=note
+    )
 
 
-def find_heads(model: str | Path, *, recompute: bool = False, out: str | Path | None = None,
-               progress: Progress = silent, report: Callable[[str], None] | None = None,
-               **options: Any) -> "HeadFindings":
+def find_heads(
+    model: str | Path,
+    *,
+    recompute: bool = False,
+    out: str | Path | None = None,
+    progress: Progress = silent,
+    report: Callable[[str], None] | None = None,
+    **options: Any,
+) -> HeadFindings:
     """Find the cultural binding heads of ``model``: scores, discovery, knockout confirmation,
     knockout with controls, optionally the dose-response (cached; ``recompute`` runs again);
     ``out`` also writes the findings JSON there. Options: ``LoadSpec`` and ``FindParams`` fields."""
@@ -110,17 +143,31 @@ def find_heads(model: str | Path, *, recompute: bool = False, out: str | Path | 
     return found
 
 
-def amplify_heads(model: str | Path, out: str | Path, *, alpha: float | Iterable[float],
-                  heads: str | Iterable[tuple[int, int]] | None = None, top: int | None = None,
-                  findings: str | Path | None = None, transfer: bool = False, recompute: bool = False,
-                  allow_zero: bool = False, verify: bool = True, force: bool = False, push_to: str | None = None,
-                  private: bool = False, requantize: bool = False, load: LoadSpec | None = None,
-                  params: FindParams | None = None,
-                  progress: Progress = silent, stages: StageProgress = silent_stages,
-                  report: Callable[[str], None] | None = None,
-                  on_plans: Callable[[list[Planned]], None] | None = None,
-                  on_each: Callable[[str | None, Baked], None] | None = None,
-                  **options: Any) -> Baked | dict[str, Baked]:
+def amplify_heads(
+    model: str | Path,
+    out: str | Path,
+    *,
+    alpha: float | Iterable[float],
+    heads: str | Iterable[tuple[int, int]] | None = None,
+    top: int | None = None,
+    findings: str | Path | None = None,
+    transfer: bool = False,
+    recompute: bool = False,
+    allow_zero: bool = False,
+    verify: bool = True,
+    force: bool = False,
+    push_to: str | None = None,
+    private: bool = False,
+    requantize: bool = False,
+    load: LoadSpec | None = None,
+    params: FindParams | None = None,
+    progress: Progress = silent,
+    stages: StageProgress = silent_stages,
+    report: Callable[[str], None] | None = None,
+    on_plans: Callable[[list[Planned]], None] | None = None,
+    on_each: Callable[[str | None, Baked], None] | None = None,
+    **options: Any,
+) -> Baked | dict[str, Baked]:
     """Scale the output of chosen heads by ``alpha`` (their o_proj input columns) and write a new
     checkpoint at ``out``; a list of α bakes one folder per value into ``out``.
 
@@ -135,21 +182,48 @@ def amplify_heads(model: str | Path, out: str | Path, *, alpha: float | Iterable
     extra = None
     if heads is not None:  # an empty list is an error (parse_heads says so), not "use findings"
         if findings or top or transfer:
-            raise ParameterError("{heads} names the heads itself; drop {findings} / {top} / {transfer}, or drop "
-                                 "{heads}", "heads", "findings", "top", "transfer")
+            raise ParameterError(
+                "{heads} names the heads itself; drop {findings} / {top} / {transfer}, or drop {heads}",
+                "heads",
+                "findings",
+                "top",
+                "transfer",
+            )
         chosen = _head_pairs(heads)
     else:
-        found = head_findings(model, findings=findings, transfer=transfer, recompute=recompute, load=load,
-                              params=params, progress=progress, report=report)
+        found = head_findings(
+            model,
+            findings=findings,
+            transfer=transfer,
+            recompute=recompute,
+            load=load,
+            params=params,
+            progress=progress,
+            report=report,
+        )
         chosen = found.select(top)
         extra = {"heads_findings": {**found.record(), "heads": [list(h) for h in chosen]}}
-    plans = [Planned(sweep_label("alpha", a), Recipe(tuple(HeadScale(layer, head, a) for layer, head in chosen)),
-                     extra) for a in alphas]
+    plans = [
+        Planned(sweep_label("alpha", a), Recipe(tuple(HeadScale(layer, head, a) for layer, head in chosen)), extra)
+        for a in alphas
+    ]
     if on_plans is not None:
         on_plans(plans)
-    return bake_plans(model, plans, out, load=load, force=force, verify=verify, allow_zero=allow_zero,
-                      push_to=push_to, private=private, requantize=requantize, stages=stages, report=report,
-                      on_each=on_each)
+    return bake_plans(
+        model,
+        plans,
+        out,
+        load=load,
+        force=force,
+        verify=verify,
+        allow_zero=allow_zero,
+        push_to=push_to,
+        private=private,
+        requantize=requantize,
+        stages=stages,
+        report=report,
+        on_each=on_each,
+    )
 
 
 def _alphas(alpha: float | Iterable[float], allow_zero: bool) -> list[float]:
@@ -163,8 +237,12 @@ def _alphas(alpha: float | Iterable[float], allow_zero: bool) -> list[float]:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ParameterError(f"{{alpha}} must be a finite number, got {value}", "alpha")
         if value == 0 and not allow_zero:
-            raise ParameterError("{alpha} 0 does not amplify: it silences the heads entirely (ablation); "
-                                 "pass {allow_zero} if that is what you want", "alpha", "allow_zero")
+            raise ParameterError(
+                "{alpha} 0 does not amplify: it silences the heads entirely (ablation); "
+                "pass {allow_zero} if that is what you want",
+                "alpha",
+                "allow_zero",
+            )
     return [float(v) for v in values]
 
 

@@ -10,8 +10,9 @@ fields of ``LoadSpec``, ``CaptureParams`` and ``SelectParams``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..core.checkpoint import Checkpoint
 from ..core.edits import NeuronScale, Recipe, parse_neurons
@@ -26,10 +27,19 @@ if TYPE_CHECKING:
     from ..find.neurons.find import NeuronFindings
 
 
-def neuron_findings(model: str | Path | Checkpoint, *, findings: str | Path | None = None, transfer: bool = False,
-                    recompute: bool = False, any_categories: bool = False, load: LoadSpec | None = None,
-                    capture: CaptureParams | None = None, progress: Progress = silent,
-                    report: Callable[[str], None] | None = None, **options: Any) -> "NeuronFindings":
+def neuron_findings(
+    model: str | Path | Checkpoint,
+    *,
+    findings: str | Path | None = None,
+    transfer: bool = False,
+    recompute: bool = False,
+    any_categories: bool = False,
+    load: LoadSpec | None = None,
+    capture: CaptureParams | None = None,
+    progress: Progress = silent,
+    report: Callable[[str], None] | None = None,
+    **options: Any,
+) -> NeuronFindings:
     """The neuron findings for ``model``: read from ``findings`` (a file; ``transfer`` accepts one of
     another checkpoint of the same architecture), else from the cache, else computed.
 
@@ -46,26 +56,46 @@ def neuron_findings(model: str | Path | Checkpoint, *, findings: str | Path | No
     ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(str(model), load)[0]
     if findings is not None:
         if capture.pairs != "builtin" or capture.language or recompute:
-            raise ParameterError("{findings} already holds the scores; drop {pairs}/{language}/{recompute}, "
-                                 "or drop {findings} to compute new ones", "findings", "pairs", "language",
-                                 "recompute")
+            raise ParameterError(
+                "{findings} already holds the scores; drop {pairs}/{language}/{recompute}, "
+                "or drop {findings} to compute new ones",
+                "findings",
+                "pairs",
+                "language",
+                "recompute",
+            )
         found = NeuronFindings.read(findings, ckpt, transfer)
         if found.transfer_note:
             note(found.transfer_note)
         return found
     if transfer:
-        raise ParameterError("{transfer} applies to {findings} from another checkpoint; give {findings} FILE",
-                             "transfer", "findings")
+        raise ParameterError(
+            "{transfer} applies to {findings} from another checkpoint; give {findings} FILE", "transfer", "findings"
+        )
     pairs = load_pairs(capture.pairs, capture.language, capture.category_list)
     if any_categories and capture.categories and (recompute or not cached_path(ckpt, pairs, load).is_file()):
         pairs = load_pairs(capture.pairs, capture.language)
-    return compute(ckpt, pairs, batch_size=capture.batch_size, strict=capture.strict, load=load,
-                   recompute=recompute, progress=progress, report=note)
+    return compute(
+        ckpt,
+        pairs,
+        batch_size=capture.batch_size,
+        strict=capture.strict,
+        load=load,
+        recompute=recompute,
+        progress=progress,
+        report=note,
+    )
 
 
-def find_neurons(model: str | Path, *, recompute: bool = False, out: str | Path | None = None,
-                 progress: Progress = silent, report: Callable[[str], None] | None = None,
-                 **options: Any) -> "NeuronFindings":
+def find_neurons(
+    model: str | Path,
+    *,
+    recompute: bool = False,
+    out: str | Path | None = None,
+    progress: Progress = silent,
+    report: Callable[[str], None] | None = None,
+    **options: Any,
+) -> NeuronFindings:
     """Score every MLP neuron of ``model`` on contrastive demographic pairs (cached; ``recompute``
     captures again); ``out`` also writes the findings JSON there. Options: ``LoadSpec`` and
     ``CaptureParams`` fields (``pairs``, ``language``, ``categories``, ``batch_size``, ``device`` …)."""
@@ -78,9 +108,15 @@ def find_neurons(model: str | Path, *, recompute: bool = False, out: str | Path 
     return found
 
 
-def neuron_plans(found: "NeuronFindings", n: int | Iterable[int], factor: float = 0.0, *,
-                 select: SelectParams | None = None, categories: Sequence[str] | None = None,
-                 **options: Any) -> list[Planned]:
+def neuron_plans(
+    found: NeuronFindings,
+    n: int | Iterable[int],
+    factor: float = 0.0,
+    *,
+    select: SelectParams | None = None,
+    categories: Sequence[str] | None = None,
+    **options: Any,
+) -> list[Planned]:
     """One plan per ``n``: the top n neurons under ``select`` as a recipe with its selection record
     (labels ``n-20``, ``n-40``, …)."""
     from ..find.neurons.find import selection_record
@@ -91,22 +127,42 @@ def neuron_plans(found: "NeuronFindings", n: int | Iterable[int], factor: float 
     plans = []
     for count in _counts(n):
         chosen = found.select(count, select, categories)
-        plans.append(Planned(sweep_label("n", count), Recipe(selected_edits(found.scores, chosen, factor)),
-                             selection_record(found, chosen, factor)))
+        plans.append(
+            Planned(
+                sweep_label("n", count),
+                Recipe(selected_edits(found.scores, chosen, factor)),
+                selection_record(found, chosen, factor),
+            )
+        )
     return plans
 
 
-def prune_neurons(model: str | Path, out: str | Path, *, n: int | Iterable[int] | None = None,
-                  neurons: str | Iterable[NeuronScale | str] | None = None, factor: float = 0.0,
-                  findings: str | Path | None = None, transfer: bool = False, recompute: bool = False,
-                  allow_zero: bool = False, verify: bool = True, force: bool = False, push_to: str | None = None,
-                  private: bool = False, requantize: bool = False, load: LoadSpec | None = None,
-                  capture: CaptureParams | None = None,
-                  select: SelectParams | None = None, progress: Progress = silent,
-                  stages: StageProgress = silent_stages, report: Callable[[str], None] | None = None,
-                  on_plans: Callable[[list[Planned]], None] | None = None,
-                  on_each: Callable[[str | None, Baked], None] | None = None,
-                  **options: Any) -> Baked | dict[str, Baked]:
+def prune_neurons(
+    model: str | Path,
+    out: str | Path,
+    *,
+    n: int | Iterable[int] | None = None,
+    neurons: str | Iterable[NeuronScale | str] | None = None,
+    factor: float = 0.0,
+    findings: str | Path | None = None,
+    transfer: bool = False,
+    recompute: bool = False,
+    allow_zero: bool = False,
+    verify: bool = True,
+    force: bool = False,
+    push_to: str | None = None,
+    private: bool = False,
+    requantize: bool = False,
+    load: LoadSpec | None = None,
+    capture: CaptureParams | None = None,
+    select: SelectParams | None = None,
+    progress: Progress = silent,
+    stages: StageProgress = silent_stages,
+    report: Callable[[str], None] | None = None,
+    on_plans: Callable[[list[Planned]], None] | None = None,
+    on_each: Callable[[str | None, Baked], None] | None = None,
+    **options: Any,
+) -> Baked | dict[str, Baked]:
     """Zero (``factor=0``) or scale MLP neurons and write a new checkpoint at ``out``.
 
     Give ``neurons`` (``"28:17,3:e5:17"`` or a list of labels / ``NeuronScale``) or ``n``, the top n
@@ -119,25 +175,50 @@ def prune_neurons(model: str | Path, out: str | Path, *, n: int | Iterable[int] 
     if not math.isfinite(factor):
         raise ParameterError(f"{{factor}} must be a finite number, got {factor}", "factor")
     if factor == 1.0:
-        raise ParameterError("{factor} 1 leaves every neuron unchanged; use 0 to prune or another value to scale",
-                             "factor")
+        raise ParameterError(
+            "{factor} 1 leaves every neuron unchanged; use 0 to prune or another value to scale", "factor"
+        )
     if (neurons is None) == (n is None):
         raise ParameterError("give exactly one of {neurons} LAYER:INDEX,… and {n} N", "neurons", "n")
     load = typed(LoadSpec, options, load)
-    bake_kw = dict(load=load, force=force, verify=verify, allow_zero=allow_zero, push_to=push_to,
-                   private=private, requantize=requantize, stages=stages, report=report, on_each=on_each)
+    bake_kw = dict(
+        load=load,
+        force=force,
+        verify=verify,
+        allow_zero=allow_zero,
+        push_to=push_to,
+        private=private,
+        requantize=requantize,
+        stages=stages,
+        report=report,
+        on_each=on_each,
+    )
     if neurons is not None:
         if findings or transfer:
-            raise ParameterError("{neurons} names the neurons itself; drop {findings}/{transfer} or use {n}",
-                                 "neurons", "findings", "transfer", "n")
+            raise ParameterError(
+                "{neurons} names the neurons itself; drop {findings}/{transfer} or use {n}",
+                "neurons",
+                "findings",
+                "transfer",
+                "n",
+            )
         no_other_options("prune_neurons", options, LoadSpec)
         plans = [Planned(None, Recipe(_neuron_edits(neurons, factor)))]
     else:
         capture, select = typed(CaptureParams, options, capture), typed(SelectParams, options, select)
         no_other_options("prune_neurons", options, LoadSpec, CaptureParams, SelectParams)
         counts = _counts(n)  # before the findings: they may take a capture
-        found = neuron_findings(model, findings=findings, transfer=transfer, recompute=recompute,
-                                any_categories=True, load=load, capture=capture, progress=progress, report=report)
+        found = neuron_findings(
+            model,
+            findings=findings,
+            transfer=transfer,
+            recompute=recompute,
+            any_categories=True,
+            load=load,
+            capture=capture,
+            progress=progress,
+            report=report,
+        )
         plans = neuron_plans(found, counts, factor, select=select, categories=capture.category_list)
     if on_plans is not None:
         on_plans(plans)
@@ -147,8 +228,9 @@ def prune_neurons(model: str | Path, out: str | Path, *, n: int | Iterable[int] 
 def _counts(n: int | Iterable[int]) -> list[int]:
     """``n`` as a list of distinct whole numbers ≥ 1."""
     values = [n] if isinstance(n, (int, float)) else list(n)
-    bad = next((v for v in values if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 1),
-               None)
+    bad = next(
+        (v for v in values if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 1), None
+    )
     if not values or bad is not None:
         raise ParameterError(f"{{n}} must be whole numbers ≥ 1, got {bad if values else n!r}", "n")
     if len(set(values)) != len(values):

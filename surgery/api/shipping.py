@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from ..core.edits import Recipe
 from ..core.errors import ParameterError, SurgeryError
@@ -17,12 +18,21 @@ if TYPE_CHECKING:
     from ..model.gguf_import import ImportResult
 
 
-def export_lora(model: str | Path, recipe: Recipe | str | Path, out: str | Path, *, vllm: bool = False,
-                force: bool = False, load: LoadSpec | None = None, **options: Any) -> dict[str, Any]:
+def export_lora(
+    model: str | Path,
+    recipe: Recipe | str | Path,
+    out: str | Path,
+    *,
+    vllm: bool = False,
+    force: bool = False,
+    load: LoadSpec | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     """Write a PEFT LoRA adapter at ``out`` whose effect on ``model`` is exactly ``recipe`` (a Recipe,
     a recipe YAML, or a folder baked from ``model``: the recipe it recorded); ``vllm`` pads every
     module to one rank vLLM accepts. Returns the adapter's record (modules, ranks, recipe)."""
-    from ..ship.lora import export_lora as export, load_recipe
+    from ..ship.lora import export_lora as export
+    from ..ship.lora import load_recipe
 
     load = typed(LoadSpec, options, load)
     no_other_options("export_lora", options, LoadSpec)
@@ -31,12 +41,25 @@ def export_lora(model: str | Path, recipe: Recipe | str | Path, out: str | Path,
     return export(ckpt, recipe, out, vllm=vllm, force=force, source=source)
 
 
-def evaluate(model: str | Path, *, against: str | Path | None = None, recompute: bool = False,
-             bbq: Iterable[str | Path] = (), n4: str | Path | None = None, lm_eval: Iterable[str] = (),
-             lm_eval_include: str | Path | None = None, prompts: str | Path | None = None,
-             markers: str | Path | None = None, out: str | Path | None = None, card: bool = False,
-             load: LoadSpec | None = None, params: EvalParams | None = None, progress: Progress = silent,
-             report: Callable[[str], None] | None = None, **options: Any) -> dict[str, Any]:
+def evaluate(
+    model: str | Path,
+    *,
+    against: str | Path | None = None,
+    recompute: bool = False,
+    bbq: Iterable[str | Path] = (),
+    n4: str | Path | None = None,
+    lm_eval: Iterable[str] = (),
+    lm_eval_include: str | Path | None = None,
+    prompts: str | Path | None = None,
+    markers: str | Path | None = None,
+    out: str | Path | None = None,
+    card: bool = False,
+    load: LoadSpec | None = None,
+    params: EvalParams | None = None,
+    progress: Progress = silent,
+    report: Callable[[str], None] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     """Evaluate ``model``: retention (perplexity, multiple choice), KL against ``against`` (the source;
     its results are cached), BBQ bias (``bbq`` files), DiffAware / CtxtAware (``n4``) and lm-eval
     tasks, the share of greedy answers to ``prompts`` holding one of ``markers`` (files; one marker
@@ -45,15 +68,24 @@ def evaluate(model: str | Path, *, against: str | Path | None = None, recompute:
     ``limit``, ``batch_size``, ``max_new_tokens``)."""
     from ..core.distributed import is_main
     from ..evaluation.data import save_result
-    from ..evaluation.suites import evaluate as run, make_plan
+    from ..evaluation.suites import evaluate as run
+    from ..evaluation.suites import make_plan
 
     load, params = typed(LoadSpec, options, load), typed(EvalParams, options, params)
     no_other_options("evaluate", options, LoadSpec, EvalParams)
-    plan = make_plan(params.suites, against=against is not None, limit=params.limit,
-                     bbq=[Path(b) for b in bbq], n4=Path(n4) if n4 else None, lm_eval_tasks=list(lm_eval),
-                     lm_eval_include=Path(lm_eval_include) if lm_eval_include else None,
-                     batch_size=params.batch_size, prompts=Path(prompts) if prompts else None,
-                     markers=Path(markers) if markers else None, max_new_tokens=params.max_new_tokens)
+    plan = make_plan(
+        params.suites,
+        against=against is not None,
+        limit=params.limit,
+        bbq=[Path(b) for b in bbq],
+        n4=Path(n4) if n4 else None,
+        lm_eval_tasks=list(lm_eval),
+        lm_eval_include=Path(lm_eval_include) if lm_eval_include else None,
+        batch_size=params.batch_size,
+        prompts=Path(prompts) if prompts else None,
+        markers=Path(markers) if markers else None,
+        max_new_tokens=params.max_new_tokens,
+    )
     # Opened as checkpoints: the same safety checks (remote code, pickles) as every other command.
     _, source = open_checkpoint(str(model), load)
     against_path = open_checkpoint(str(against), replace(load, revision=None))[1].path if against else None
@@ -61,11 +93,21 @@ def evaluate(model: str | Path, *, against: str | Path | None = None, recompute:
         from ..ship.card import check_card_evaluation
 
         if source.hub_id:
-            raise ParameterError("{card} rewrites a local baked folder; MODEL is a Hub download (the Hub cache is "
-                                 "never written): give the local folder, or write the card later", "card")
+            raise ParameterError(
+                "{card} rewrites a local baked folder; MODEL is a Hub download (the Hub cache is "
+                "never written): give the local folder, or write the card later",
+                "card",
+            )
         check_card_evaluation(source.path, against_path)  # fail now, not after the evaluation
-    result = run(source.path, plan, against=against_path, load=load, recompute=recompute, progress=progress,
-                 report=reporter(report))
+    result = run(
+        source.path,
+        plan,
+        against=against_path,
+        load=load,
+        recompute=recompute,
+        progress=progress,
+        report=reporter(report),
+    )
     if is_main():  # under torchrun rank 0 alone writes
         if out:
             save_result(result, Path(out))
@@ -87,8 +129,15 @@ def write_card(folder: str | Path, evaluation: str | Path | None = None) -> Path
     return card_with_evaluation(folder, load_result(Path(evaluation)), str(evaluation))
 
 
-def push(folder: str | Path, repo: str, *, private: bool = False, revision: str | None = None,
-         create_pr: bool = False, message: str | None = None) -> dict[str, Any]:
+def push(
+    folder: str | Path,
+    repo: str,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    create_pr: bool = False,
+    message: str | None = None,
+) -> dict[str, Any]:
     """Push a verified baked folder (or exported adapter) to the Hub repo ``repo`` (token from
     ``HF_TOKEN`` or ``hf auth login``, never printed); ``revision``: the branch, created when missing.
     ``folder`` may be a baked .gguf file: it goes with its two sidecars and a model card written from
@@ -98,8 +147,9 @@ def push(folder: str | Path, repo: str, *, private: bool = False, revision: str 
     return upload(folder, repo, private=private, revision=revision, create_pr=create_pr, message=message)
 
 
-def report(findings: Iterable[str | Path], out: str | Path, *, evals: Iterable[str | Path] = (),
-           force: bool = False) -> Path:
+def report(
+    findings: Iterable[str | Path], out: str | Path, *, evals: Iterable[str | Path] = (), force: bool = False
+) -> Path:
     """Write a markdown report with figures from findings files and eval results (needs matplotlib)
     into the folder ``out``; returns the report's path."""
     from ..ship.report import build_report
@@ -110,8 +160,15 @@ def report(findings: Iterable[str | Path], out: str | Path, *, evals: Iterable[s
     return build_report(findings, evals, Path(out), force=force)
 
 
-def import_gguf(gguf_file: str | Path, out: str | Path, *, dtype: str = "float32", force: bool = False,
-                stages: StageProgress = silent_stages, report: Callable[[str], None] | None = None) -> "ImportResult":
+def import_gguf(
+    gguf_file: str | Path,
+    out: str | Path,
+    *,
+    dtype: str = "float32",
+    force: bool = False,
+    stages: StageProgress = silent_stages,
+    report: Callable[[str], None] | None = None,
+) -> ImportResult:
     """Dequantize a GGUF file into a safetensors checkpoint (config, weights, tokenizer) at ``out``."""
     from ..model.gguf_import import import_gguf as convert
 

@@ -20,11 +20,12 @@ import hashlib
 import os
 import re
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -40,8 +41,17 @@ from ..model.loading import Source, local_source
 from .copies import copy_note, copy_patches
 from .guards import check_scales
 from .patches import RAW_DTYPES, group_by_file, patched_chunks, plan
-from .provenance import (OWN_FILES, PROVENANCE_NAME, UNDO_NAME, Spooled, UndoSpool, UndoValue, left_out_note,
-                         record_text, write_undo)
+from .provenance import (
+    OWN_FILES,
+    PROVENANCE_NAME,
+    UNDO_NAME,
+    Spooled,
+    UndoSpool,
+    UndoValue,
+    left_out_note,
+    record_text,
+    write_undo,
+)
 from .record import BakeRecord, EditedTensor, HashingRecord, UndoRecord, Verification
 
 COPY_BLOCK = 64 << 20
@@ -51,14 +61,14 @@ STREAM_BLOCK = 16 << 20  # a patched shard is streamed through memory this much 
 SHA256_NAME = re.compile(r"[0-9a-f]{64}")
 
 
-
 def write_vectors(folder: Path, recipe: Recipe) -> None:
     """``surgery.vectors``: the unit vectors of the recipe's direction edits (none: no file), so
     that the bake's record can be re-read without the files the recipe named."""
     from safetensors.numpy import save
 
-    units = {f"{e.sha256}#{e.vector.split('#')[1]}": np.frombuffer(e.unit, dtype=np.float32)
-             for e in recipe.directions}  # weight 0 too: the recorded recipe names it
+    units = {
+        f"{e.sha256}#{e.vector.split('#')[1]}": np.frombuffer(e.unit, dtype=np.float32) for e in recipe.directions
+    }  # weight 0 too: the recorded recipe names it
     if units:
         (folder / VECTORS_NAME).write_bytes(save(dict(sorted(units.items()))))
 
@@ -120,11 +130,17 @@ def _patch_bytes(fd_src: int, p, entries: list[Patched], spool: UndoSpool) -> It
         yield offset, data
     window = p.window is not None  # one expert's rows of a fused 3-D tensor
     projected = p.project is not None  # the whole tensor (window) is rewritten; how much of r the rounding left
-    entry = EditedTensor(tensor=p.info.name, file=p.info.file, dtype=p.info.dtype, rows=sorted(p.rows),
-                         cols=sorted(p.cols), first_row=p.first_row if window else None,
-                         window=p.window if window else None,
-                         direction_weight=p.project.weight if projected else None,
-                         direction_left=stats["left"] if projected else None)
+    entry = EditedTensor(
+        tensor=p.info.name,
+        file=p.info.file,
+        dtype=p.info.dtype,
+        rows=sorted(p.rows),
+        cols=sorted(p.cols),
+        first_row=p.first_row if window else None,
+        window=p.window if window else None,
+        direction_weight=p.project.weight if projected else None,
+        direction_left=stats["left"] if projected else None,
+    )
     entries.append((entry, {kind: Spooled(f"{key}.{kind}") for kind in kinds}))
 
 
@@ -147,8 +163,9 @@ def _new_bytes(fd_src: int, patches, entries: list[Patched], spool: UndoSpool) -
     for p in sorted(patches, key=patch_span):
         start, end = patch_span(p)
         if start < last:
-            raise CheckpointError(f"{p.info.file}: '{p.info.name}' overlaps another edited tensor; the "
-                                  "file's header is corrupt")
+            raise CheckpointError(
+                f"{p.info.file}: '{p.info.name}' overlaps another edited tensor; the file's header is corrupt"
+            )
         last = end
         yield from _patch_bytes(fd_src, p, entries, spool)
 
@@ -163,21 +180,34 @@ class PatchedFile:
     entries: list[Patched]
 
 
-def _patch_file(src: Path, dst: Path, patches, spool: UndoSpool, hash_source: bool = True,
-                on_bytes: Callable[[int], None] = lambda n: None,
-                stop: threading.Event | None = None) -> PatchedFile:
+def _patch_file(
+    src: Path,
+    dst: Path,
+    patches,
+    spool: UndoSpool,
+    hash_source: bool = True,
+    on_bytes: Callable[[int], None] = lambda n: None,
+    stop: threading.Event | None = None,
+) -> PatchedFile:
     """Write ``src`` with every patch applied to ``dst`` in one streaming pass (:func:`stream_patched`),
     keeping the original slices for undo."""
     entries: list[Patched] = []
-    src_sha, out_sha = stream_patched(src, dst, lambda fd: _new_bytes(fd, patches, entries, spool), hash_source,
-                                      on_bytes, stop)
-    return PatchedFile(src_sha, out_sha,
-                       sorted(entries, key=lambda e: (e[0].tensor, e[0].first_row or 0)))  # the plan's order
+    src_sha, out_sha = stream_patched(
+        src, dst, lambda fd: _new_bytes(fd, patches, entries, spool), hash_source, on_bytes, stop
+    )
+    return PatchedFile(
+        src_sha, out_sha, sorted(entries, key=lambda e: (e[0].tensor, e[0].first_row or 0))
+    )  # the plan's order
 
 
-def stream_patched(src: Path, dst: Path, new_bytes: Callable[[int], Iterator[tuple[int, memoryview]]],
-                   hash_source: bool = True, on_bytes: Callable[[int], None] = lambda n: None,
-                   stop: threading.Event | None = None) -> tuple[str | None, str]:
+def stream_patched(
+    src: Path,
+    dst: Path,
+    new_bytes: Callable[[int], Iterator[tuple[int, memoryview]]],
+    hash_source: bool = True,
+    on_bytes: Callable[[int], None] = lambda n: None,
+    stop: threading.Event | None = None,
+) -> tuple[str | None, str]:
     """Write ``src`` to ``dst`` with ``new_bytes(fd_src)``'s (offset, bytes) overlaid (in file order,
     disjoint), in one streaming pass; return the sha256 of the source (when ``hash_source``) and of
     the output. A set ``stop`` (another shard failed) ends the pass early with an error.
@@ -209,7 +239,7 @@ def stream_patched(src: Path, dst: Path, new_bytes: Callable[[int], Iterator[tup
             while pos < size:
                 if stop is not None and stop.is_set():
                     raise CheckpointError(f"{src.name}: stopped, another shard failed")
-                raw = memoryview(reads[turn])[:min(STREAM_BLOCK, size - pos)]
+                raw = memoryview(reads[turn])[: min(STREAM_BLOCK, size - pos)]
                 n = os.preadv(fd_src, [raw], pos)
                 if n == 0:
                     raise OSError(errno.EIO, f"{src.name} ended early while copying it")
@@ -225,7 +255,7 @@ def stream_patched(src: Path, dst: Path, new_bytes: Callable[[int], Iterator[tup
                         block = memoryview(writes[turn])[:n]
                         block[:] = raw
                     a, b = max(offset, pos), min(offset + len(data), end)
-                    block[a - pos:b - pos] = memoryview(data)[a - offset:b - offset]
+                    block[a - pos : b - pos] = memoryview(data)[a - offset : b - offset]
                     if offset + len(data) > end:
                         break  # the rest of this chunk lands in the next block
                     pending = next(chunks, None)
@@ -253,12 +283,14 @@ def _record_undo(entries: list[Patched], undo: dict[str, UndoValue], undo_index:
 
 def hashing_record(taken: list[str], remembered: list[str], copied: list[str]) -> HashingRecord:
     """What surgery.json says about its sha256s: which were taken rather than computed."""
-    return HashingRecord(source_files_from_hub_blob_names=taken,
-                         # hashed by an earlier bake; unchanged since by device, inode, size, mtime and ctime
-                         source_files_from_hash_cache=remembered,
-                         files_from_source=copied,
-                         computed="every other sha256 in files and source_files, from the bytes, once",
-                         recheck="surgery verify recomputes every sha256 of the output and of the source")
+    return HashingRecord(
+        source_files_from_hub_blob_names=taken,
+        # hashed by an earlier bake; unchanged since by device, inode, size, mtime and ctime
+        source_files_from_hash_cache=remembered,
+        files_from_source=copied,
+        computed="every other sha256 in files and source_files, from the bytes, once",
+        recheck="surgery verify recomputes every sha256 of the output and of the source",
+    )
 
 
 def hub_blob_sha256(path: Path) -> str | None:
@@ -300,12 +332,20 @@ def _threads(workers: int) -> Iterator[tuple[ThreadPoolExecutor, threading.Event
     pool.shutdown(wait=True)
 
 
-def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | None = None,
-         force: bool = False, progress: StageProgress = silent_stages,
-         check: Callable[[Path], Verification] | None = None,
-         card: Callable[[Path, BakeRecord], str] | None = None,
-         extra: dict[str, Any] | None = None, report: Callable[[str], None] = lambda m: None,
-         allow_zero: bool = False) -> BakeResult:
+def bake(
+    ckpt: Checkpoint,
+    recipe: Recipe,
+    out: str | Path,
+    *,
+    source: Source | None = None,
+    force: bool = False,
+    progress: StageProgress = silent_stages,
+    check: Callable[[Path], Verification] | None = None,
+    card: Callable[[Path, BakeRecord], str] | None = None,
+    extra: dict[str, Any] | None = None,
+    report: Callable[[str], None] = lambda m: None,
+    allow_zero: bool = False,
+) -> BakeResult:
     """Bake ``recipe`` into a copy of ``ckpt`` at ``out``.
 
     ``check(staged_dir)`` runs on the finished weights before they are published (the numerical
@@ -338,12 +378,17 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
     # Every edited shard must be one of the copied files, or its edit would silently not happen.
     stray = sorted(set(by_file) - set(copied))
     if stray:
-        raise CheckpointError(f"{ckpt.path}: the weights file {stray[0]} is in a folder that is not carried over "
-                              f"({', '.join(sorted(SKIP_DIRS))}); move the shards next to config.json")
+        raise CheckpointError(
+            f"{ckpt.path}: the weights file {stray[0]} is in a folder that is not carried over "
+            f"({', '.join(sorted(SKIP_DIRS))}); move the shards next to config.json"
+        )
     unchanged = {rel for rel in copied if rel not in by_file and not (card is not None and rel == "README.md")}
     hash_cache = HashCache()
-    with staged_output(Path(out), [ckpt.path], force, note) as tmp, _threads(HASH_THREADS) as (hasher, _), \
-            ExitStack() as closing:
+    with (
+        staged_output(Path(out), [ckpt.path], force, note) as tmp,
+        _threads(HASH_THREADS) as (hasher, _),
+        ExitStack() as closing,
+    ):
         spool = UndoSpool(tmp)
         closing.callback(spool.close)
         # Every byte is hashed at most once. A Hub-cache source file takes its blob's name; an
@@ -353,11 +398,16 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         # restores the carried files, and they may be large.
         # A source file hashed by an earlier bake, and unchanged since, takes that hash too.
         taken = {rel: h for rel in files if rel not in left_out and (h := hub_blob_sha256(ckpt.path / rel))}
-        remembered = {rel: h for rel in files if rel not in left_out and rel not in taken
-                      and (h := hash_cache.get(ckpt.path / rel))}
-        source_hashes: dict[str, Any] = {rel: hasher.submit(file_sha256, ckpt.path / rel) for rel in files
-                                         if rel not in left_out and rel not in taken and rel not in remembered
-                                         and rel not in by_file}
+        remembered = {
+            rel: h
+            for rel in files
+            if rel not in left_out and rel not in taken and (h := hash_cache.get(ckpt.path / rel))
+        }
+        source_hashes: dict[str, Any] = {
+            rel: hasher.submit(file_sha256, ckpt.path / rel)
+            for rel in files
+            if rel not in left_out and rel not in taken and rel not in remembered and rel not in by_file
+        }
         output_hashes: dict[str, str] = {}
         undo: dict[str, UndoValue] = {}
         undo_index: list[EditedTensor] = []
@@ -374,10 +424,19 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
         with _threads(PATCH_THREADS) as (patcher, stop):
             # Edited shards stream on their own threads while this one copies the other files.
             patched: dict[str, Future] = {
-                rel: patcher.submit(_patch_file, ckpt.path / rel, tmp / rel, by_file[rel], spool,
-                                    hash_source=rel not in taken and rel not in remembered, on_bytes=advance,
-                                    stop=stop)
-                for rel in copied if rel in by_file}
+                rel: patcher.submit(
+                    _patch_file,
+                    ckpt.path / rel,
+                    tmp / rel,
+                    by_file[rel],
+                    spool,
+                    hash_source=rel not in taken and rel not in remembered,
+                    on_bytes=advance,
+                    stop=stop,
+                )
+                for rel in copied
+                if rel in by_file
+            }
             for rel in copied:
                 if rel not in by_file:
                     copy_file(ckpt.path / rel, tmp / rel, advance)
@@ -408,10 +467,14 @@ def bake(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, source: Source | 
             recipe=recipe,
             edited_tensors=undo_index,
             extra=dict(extra or {}),
-            undo=UndoRecord(file=UNDO_NAME, replaced_files=replaced,
-                            added_files=[n for n in ("README.md",) if card is not None and n not in files],
-                            left_out_files=left_out),
-            files={}, source_files={},  # hashed below, once the card is written
+            undo=UndoRecord(
+                file=UNDO_NAME,
+                replaced_files=replaced,
+                added_files=[n for n in ("README.md",) if card is not None and n not in files],
+                left_out_files=left_out,
+            ),
+            files={},
+            source_files={},  # hashed below, once the card is written
         )
         if check is not None:
             tick("check", 0, 1)

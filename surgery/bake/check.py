@@ -29,9 +29,9 @@ zero, and float32 weights agree to ~1e-7 relative. The end-to-end logit comparis
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -46,9 +46,9 @@ from .record import Verification
 INPUTS = 4  # random input vectors per map
 SEED = 0
 # Unit roundoff (half an ulp, relative) and half the smallest subnormal (absolute) of a stored dtype.
-UNIT_ROUNDOFF = {"F32": 2.0 ** -24, "F16": 2.0 ** -11, "BF16": 2.0 ** -8}
-HALF_TINY = {"F32": 2.0 ** -150, "F16": 2.0 ** -25, "BF16": 2.0 ** -134}
-F32_EPS = 2.0 ** -24
+UNIT_ROUNDOFF = {"F32": 2.0**-24, "F16": 2.0**-11, "BF16": 2.0**-8}
+HALF_TINY = {"F32": 2.0**-150, "F16": 2.0**-25, "BF16": 2.0**-134}
+F32_EPS = 2.0**-24
 
 
 @dataclass
@@ -62,7 +62,7 @@ class EditedMap:
 
     weight: str
     bias: str | None
-    axis: str                                   # "in": columns; "out": rows; "project": all of it
+    axis: str  # "in": columns; "out": rows; "project": all of it
     scales: dict[int, float] = field(default_factory=dict)  # a projection's: its input scales
     expert: int | None = None
     flipped: bool = False
@@ -87,12 +87,24 @@ def edited_maps(ckpt: Checkpoint, recipe: Recipe) -> list[EditedMap]:
         bias = next((sl.tensor for sl in rest if sl.is_bias), None)
         expert = site.expert if weight.window is not None else None  # a window of a fused tensor
         if site.op == "project":  # the residual stream along the stored rows, else [in, out]
-            entry = EditedMap(weight.tensor, bias, "project", expert=expert, flipped=not weight.as_rows,
-                              project=(site.unit().tobytes(), site.scale))
+            entry = EditedMap(
+                weight.tensor,
+                bias,
+                "project",
+                expert=expert,
+                flipped=not weight.as_rows,
+                project=(site.unit().tobytes(), site.scale),
+            )
             maps[(entry.weight, entry.axis, -1 if expert is None else expert, (0, 0))] = entry
             continue
-        entry = EditedMap(weight.tensor, bias, site.axis, expert=expert, rows=site.rows,
-                          flipped=weight.as_rows != (site.axis == "out"))  # stored [in, out]
+        entry = EditedMap(
+            weight.tensor,
+            bias,
+            site.axis,
+            expert=expert,
+            rows=site.rows,
+            flipped=weight.as_rows != (site.axis == "out"),
+        )  # stored [in, out]
         key = (entry.weight, entry.axis, -1 if expert is None else expert, site.rows or (0, 0))
         # a later edit wins, as in the plan; a fused gate/up window gathers both halves' rows
         maps.setdefault(key, entry).scales.update(dict.fromkeys(weight.lines, site.scale))
@@ -102,22 +114,30 @@ def edited_maps(ckpt: Checkpoint, recipe: Recipe) -> list[EditedMap]:
     return [maps[k] for k in sorted(maps)]
 
 
-def _read(folder: Path, info: TensorInfo, axis: str, idx: list[int], expert: int | None = None,
-          flipped: bool = False, rows: tuple[int, int] | None = None) -> np.ndarray:
+def _read(
+    folder: Path,
+    info: TensorInfo,
+    axis: str,
+    idx: list[int],
+    expert: int | None = None,
+    flipped: bool = False,
+    rows: tuple[int, int] | None = None,
+) -> np.ndarray:
     """float32 slices ``idx`` of a stored matrix (columns for "in", rows or elements for "out"),
     read through a memory map of its checked byte range: only the pages that hold them are touched.
     ``expert``: that window of a fused 3-D tensor; ``flipped``: stored [in, out]; ``rows``: that block."""
     stored = np.memmap(folder / info.file, dtype=RAW_DTYPES[info.dtype], mode="r", offset=info.start, shape=info.shape)
     matrix = stored if expert is None else stored[expert]
     matrix = matrix.T if flipped else matrix
-    matrix = matrix[rows[0]:sum(rows)] if rows else matrix
+    matrix = matrix[rows[0] : sum(rows)] if rows else matrix
     part = np.array(matrix[:, idx] if axis == "in" else matrix[idx])
     del stored, matrix
     return to_f32(part, info.dtype)
 
 
-def _compare(baked: np.ndarray, reference: np.ndarray, magnitude: np.ndarray, dtype: str, terms: int
-             ) -> tuple[float, float]:
+def _compare(
+    baked: np.ndarray, reference: np.ndarray, magnitude: np.ndarray, dtype: str, terms: int
+) -> tuple[float, float]:
     """(max |baked − reference|, max of that over its rounding bound) for one map's outputs."""
     bound = (UNIT_ROUNDOFF[dtype] + 2 * terms * F32_EPS) * magnitude.astype(np.float64) + HALF_TINY[dtype] * terms
     diff = np.abs(baked.astype(np.float64) - reference)
@@ -169,8 +189,10 @@ def check_projection(src: Checkpoint, out: Checkpoint, m: EditedMap, rng: np.ran
     results = [_compare(y_out, ref, magnitude, info.dtype, n_in)]
     if m.bias is not None:
         b_info = src.tensor(m.bias)
-        b_src, b_out = (to_f32(np.array(_matrix(f.path, f.tensor(m.bias), m.expert)), b_info.dtype).astype(np.float64)
-                        for f in (src, out))
+        b_src, b_out = (
+            to_f32(np.array(_matrix(f.path, f.tensor(m.bias), m.expert)), b_info.dtype).astype(np.float64)
+            for f in (src, out)
+        )
         b_ref = b_src - w * (b_src @ r) * r
         # terms 4: the bake's float32 steps (rᵀb, w·r, the product, the difference) before the rounding
         results.append(_compare(b_out, b_ref, np.abs(b_src) + np.abs(w * (b_src @ r) * r), b_info.dtype, 4))
@@ -184,8 +206,7 @@ def check_map(src: Checkpoint, out: Checkpoint, m: EditedMap, rng: np.random.Gen
     idx = sorted(m.scales)
     s = np.array([m.scales[i] for i in idx], dtype=np.float32)
     info = src.tensor(m.weight)
-    w_src, w_out = (_read(f.path, f.tensor(m.weight), m.axis, idx, m.expert, m.flipped, m.rows)
-                    for f in (src, out))
+    w_src, w_out = (_read(f.path, f.tensor(m.weight), m.axis, idx, m.expert, m.flipped, m.rows) for f in (src, out))
     if m.axis == "in":  # the twin: the input features scaled
         x = rng.standard_normal((INPUTS, len(idx)), dtype=np.float32)
         ref, baked = (x * s) @ w_src.T, x @ w_out.T
@@ -213,15 +234,22 @@ def edited_check(ckpt: Checkpoint, recipe: Recipe) -> Callable[[Path], Verificat
             diff, ratio = check_map(ckpt, out, m, rng)
             if not ratio <= 1.0:
                 what = {"in": "edited columns", "out": "edited rows", "project": "projected weights"}[m.axis]
-                raise SurgeryError(f"the baked '{m.label}' does not compute the run-time edit (its "
-                                   f"{what} are off by {diff:.3g}, "
-                                   f"{ratio:.3g}× the rounding bound); nothing was written. Please report this bug")
+                raise SurgeryError(
+                    f"the baked '{m.label}' does not compute the run-time edit (its "
+                    f"{what} are off by {diff:.3g}, "
+                    f"{ratio:.3g}× the rounding bound); nothing was written. Please report this bug"
+                )
             worst_diff, worst_ratio = max(worst_diff, diff), max(worst_ratio, ratio)
-        return Verification(kind="edited maps", maps=len(maps), inputs=INPUTS,
-                            max_abs_diff=worst_diff, max_diff_over_bound=worst_ratio,
-                            reference="source weights with the run-time twin (input scales, output projections) or "
-                                      "the site's output scales, float32, on random inputs; the rest of the output "
-                                      "is a byte copy of the source",
-                            end_to_end="surgery verify compares the logits")
+        return Verification(
+            kind="edited maps",
+            maps=len(maps),
+            inputs=INPUTS,
+            max_abs_diff=worst_diff,
+            max_diff_over_bound=worst_ratio,
+            reference="source weights with the run-time twin (input scales, output projections) or "
+            "the site's output scales, float32, on random inputs; the rest of the output "
+            "is a byte copy of the source",
+            end_to_end="surgery verify compares the logits",
+        )
 
     return check

@@ -37,8 +37,11 @@ def outside_files(ckpt: Checkpoint) -> list[str]:
     """The ``.safetensors`` files of ``ckpt``'s folder that transformers does not load, known
     non-weight files excepted."""
     loaded = set(ckpt.weight_files)
-    return [rel for rel in folder_files(ckpt.path) if rel.endswith(".safetensors") and rel not in loaded
-            and Path(rel).name not in NON_WEIGHT_FILES]
+    return [
+        rel
+        for rel in folder_files(ckpt.path)
+        if rel.endswith(".safetensors") and rel not in loaded and Path(rel).name not in NON_WEIGHT_FILES
+    ]
 
 
 def _refusal(ckpt: Checkpoint, rel: str, why: str) -> CheckpointError:
@@ -46,7 +49,8 @@ def _refusal(ckpt: Checkpoint, rel: str, why: str) -> CheckpointError:
     return CheckpointError(
         f"{ckpt.path / rel} is a weights file outside the ones transformers loads ({loaded}) and {why}, so "
         "it may be a second copy of the model that an edit would leave unedited: move it out of "
-        f"{ckpt.path} (or delete it) and run again")
+        f"{ckpt.path} (or delete it) and run again"
+    )
 
 
 def _matched(ckpt: Checkpoint, arch: Architecture, rel: str) -> dict[str, list[tuple[TensorInfo, bool]]]:
@@ -57,11 +61,19 @@ def _matched(ckpt: Checkpoint, arch: Architecture, rel: str) -> dict[str, list[t
         loaded, permuted = (name, False) if name in ckpt.tensors else arch.loaded_name(name) or (None, False)
         target = ckpt.tensors.get(loaded) if loaded else None
         if target is None:
-            raise _refusal(ckpt, rel, f"its tensor '{name}' is none of the model's (by name, or by a native "
-                                      f"name of {arch.model_type} that surgery knows)")
+            raise _refusal(
+                ckpt,
+                rel,
+                f"its tensor '{name}' is none of the model's (by name, or by a native "
+                f"name of {arch.model_type} that surgery knows)",
+            )
         if target.shape != info.shape:
-            raise _refusal(ckpt, rel, f"its tensor '{name}' has shape {list(info.shape)} where the model's "
-                                      f"'{loaded}' has {list(target.shape)}")
+            raise _refusal(
+                ckpt,
+                rel,
+                f"its tensor '{name}' has shape {list(info.shape)} where the model's "
+                f"'{loaded}' has {list(target.shape)}",
+            )
         matched.setdefault(loaded, []).append((info, permuted))
     return matched
 
@@ -76,8 +88,11 @@ def copy_patches(ckpt: Checkpoint, arch: Architecture, patches: list[TensorPatch
         for p in patches:
             for info, permuted in matched.get(p.info.name, ()):
                 if permuted or info.dtype not in RAW_DTYPES:
-                    why = ("stores its rows in another order (permuted for RoPE)" if permuted
-                           else f"is stored as {info.dtype}")
+                    why = (
+                        "stores its rows in another order (permuted for RoPE)"
+                        if permuted
+                        else f"is stored as {info.dtype}"
+                    )
                     raise _refusal(ckpt, rel, f"its copy '{info.name}' of the edited '{p.info.name}' {why}")
                 out.append(replace(p, info=info, rows=dict(p.rows), cols=dict(p.cols)))  # projection too
     return out
@@ -86,18 +101,23 @@ def copy_patches(ckpt: Checkpoint, arch: Architecture, patches: list[TensorPatch
 def copy_note(copies: list[TensorPatch]) -> str:
     """The bake's note about the weight copies it edited."""
     files = sorted(group_by_file(copies))
-    return (f"{', '.join(files)} {'holds' if len(files) == 1 else 'hold'} a second copy of the weights (outside the "
-            f"ones transformers loads): edited the same way ({len(copies)} tensor(s))")
+    return (
+        f"{', '.join(files)} {'holds' if len(files) == 1 else 'hold'} a second copy of the weights (outside the "
+        f"ones transformers loads): edited the same way ({len(copies)} tensor(s))"
+    )
 
 
 def unrecorded(copies: list[TensorPatch], record: BakeRecord) -> dict[str, str]:
     """The weight copies that hold edited tensors but that the bake recorded in ``record`` as not
     edited (bakes before this check copied them as is), each with its problem line."""
     recorded = {e.file for e in record.edited_tensors}
-    return {rel: f"{rel} holds a copy of the edited tensor '{ps[0].info.name}' that the bake left unedited (it "
-                 "copied weight files outside the loaded ones as is): whatever loads it serves the unedited "
-                 "model; bake again"
-            for rel, ps in sorted(group_by_file(copies).items()) if rel not in recorded}
+    return {
+        rel: f"{rel} holds a copy of the edited tensor '{ps[0].info.name}' that the bake left unedited (it "
+        "copied weight files outside the loaded ones as is): whatever loads it serves the unedited "
+        "model; bake again"
+        for rel, ps in sorted(group_by_file(copies).items())
+        if rel not in recorded
+    }
 
 
 def unedited_copies(folder: Path, record: BakeRecord) -> list[str]:

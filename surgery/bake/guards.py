@@ -10,7 +10,7 @@ finite and below ``HUGE`` every weight does.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -35,12 +35,16 @@ def scale_problem(e: Edit, scale: float, peak: float, dtype: str, allow_zero: bo
     if not math.isfinite(new):
         return f"{named} overflows {dtype} for {what} (its weights would become inf); choose a smaller scale"
     if abs(new) >= HUGE:
-        return (f"{named} scales the weights of {what} up to {abs(new):.2g}, past 2^64 ≈ 1.8e19: the "
-                "activations they write overflow float32 in the next norm, which squares them; choose a smaller scale")
+        return (
+            f"{named} scales the weights of {what} up to {abs(new):.2g}, past 2^64 ≈ 1.8e19: the "
+            "activations they write overflow float32 in the next norm, which squares them; choose a smaller scale"
+        )
     if peak and new == 0 and not allow_zero:
-        return (f"{named} rounds every weight of {what} to zero in this {dtype} checkpoint: like "
-                f"{e.scale_key} 0 it silences the {e.kind}; pass --allow-zero (allow_zero=True) if that is what "
-                f"you want, or choose a larger {e.scale_key}")
+        return (
+            f"{named} rounds every weight of {what} to zero in this {dtype} checkpoint: like "
+            f"{e.scale_key} 0 it silences the {e.kind}; pass --allow-zero (allow_zero=True) if that is what "
+            f"you want, or choose a larger {e.scale_key}"
+        )
     return None
 
 

@@ -9,7 +9,8 @@ must not publish another model's lineage), and the recipe's notes keep ``written
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..core.edits import Recipe
 from ..core.errors import RecipeError
@@ -18,8 +19,9 @@ from ..model.loading import Source, same_model
 WRITTEN_FOR = "written_for"  # the recipe note that keeps the model a recipe was written for
 
 
-def for_source(recipe: Recipe, config: Mapping[str, Any], source: Source, *,
-               allow_other_base: bool = False) -> tuple[Recipe, str | None]:
+def for_source(
+    recipe: Recipe, config: Mapping[str, Any], source: Source, *, allow_other_base: bool = False
+) -> tuple[Recipe, str | None]:
     """``recipe`` checked against the checkpoint it is baked into and renamed after it, and the note
     to show when it was written for another model (None otherwise).
 
@@ -32,15 +34,20 @@ def for_source(recipe: Recipe, config: Mapping[str, Any], source: Source, *,
         recipe.validate(config)
     except RecipeError as exc:
         if other:
-            raise RecipeError(f"{exc}; the recipe was written for {other}, not this model: use a recipe "
-                              "made for it") from None
+            raise RecipeError(
+                f"{exc}; the recipe was written for {other}, not this model: use a recipe made for it"
+            ) from None
         raise
     if other is None:
         return Recipe(recipe.edits, edited, recipe.version, recipe.notes), None
     if not allow_other_base:
-        raise RecipeError(f"the recipe was written for {other}, not {edited}: its α and n were chosen on that "
-                          "model; use a recipe made for this one, or pass --allow-other-base to bake it anyway "
-                          "(the output then records both names)")
-    note = (f"the recipe was written for {other}, not {edited}; baked as --allow-other-base asks: the output "
-            f"names {edited} as its base model and keeps {other} as the model the recipe was written for")
+        raise RecipeError(
+            f"the recipe was written for {other}, not {edited}: its α and n were chosen on that "
+            "model; use a recipe made for this one, or pass --allow-other-base to bake it anyway "
+            "(the output then records both names)"
+        )
+    note = (
+        f"the recipe was written for {other}, not {edited}; baked as --allow-other-base asks: the output "
+        f"names {edited} as its base model and keeps {other} as the model the recipe was written for"
+    )
     return Recipe(recipe.edits, edited, recipe.version, {**recipe.notes, WRITTEN_FOR: other}), note

@@ -17,8 +17,8 @@ width, whatever its size. The same pass measures how much of the direction the r
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -35,7 +35,7 @@ CHUNK_BYTES = 16 << 20
 # the residual stream whose squares overflow: the model computes inf and NaN, though every stored
 # weight is finite and the baked bytes match the run-time edit (surgery.bake.guards refuses scales
 # that get there; a projection refuses it as it computes).
-HUGE = 2.0 ** 64
+HUGE = 2.0**64
 # Storage dtype → numpy dtype of the raw elements (bf16 has no numpy type: we keep its bits).
 RAW_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
 
@@ -116,16 +116,20 @@ def _tensor(ckpt: Checkpoint, name: str, shape: tuple[int, ...], why: str | None
     fields that set that shape, named in the error)."""
     info = ckpt.tensor(name)
     if info.dtype not in RAW_DTYPES:
-        raise CheckpointError(f"tensor '{name}' is stored as {info.dtype}; surgery edits F32, F16 and "
-                              "BF16 weights only")
+        raise CheckpointError(
+            f"tensor '{name}' is stored as {info.dtype}; surgery edits F32, F16 and BF16 weights only"
+        )
     if info.shape != shape:
         if why is None:
-            raise CheckpointError(f"tensor '{name}' has shape {list(info.shape)}, expected {list(shape)} from "
-                                  "config.json; the config does not describe these weights")
+            raise CheckpointError(
+                f"tensor '{name}' has shape {list(info.shape)}, expected {list(shape)} from "
+                "config.json; the config does not describe these weights"
+            )
         raise CheckpointError(
             f"tensor '{name}' has shape {list(info.shape)}, expected {list(shape)} from config.json ({why}); "
             f"the config does not describe these weights: correct those fields in "
-            f"{ckpt.path / 'config.json'} or re-download the checkpoint")
+            f"{ckpt.path / 'config.json'} or re-download the checkpoint"
+        )
     return info
 
 
@@ -189,14 +193,15 @@ def patches_for(ckpt: Checkpoint, slices: Iterable[TensorSlice]) -> dict[str, Te
     patches: dict[str, TensorPatch] = {}
     for sl in slices:
         if sl.key not in patches:
-            patches[sl.key] = TensorPatch(_tensor(ckpt, sl.tensor, sl.shape), first_row=sl.first_row,
-                                          window=sl.window)
+            patches[sl.key] = TensorPatch(_tensor(ckpt, sl.tensor, sl.shape), first_row=sl.first_row, window=sl.window)
         p = patches[sl.key]
         if sl.site.op == "project":
             project = Projection(sl.site.unit().tobytes(), sl.scale, sl.as_rows)
             if p.project is not None and p.project != project:
-                raise RecipeError(f"two direction edits project '{sl.tensor}'; one direction per matrix: combine "
-                                  "them into one recipe entry or bake them one after the other")
+                raise RecipeError(
+                    f"two direction edits project '{sl.tensor}'; one direction per matrix: combine "
+                    "them into one recipe entry or bake them one after the other"
+                )
             p.project = project
         else:
             (p.rows if sl.as_rows else p.cols).update(dict.fromkeys(sl.lines, sl.scale))
@@ -204,8 +209,10 @@ def patches_for(ckpt: Checkpoint, slices: Iterable[TensorSlice]) -> dict[str, Te
         # Scales act on the input side, projections on the residual side; both on one side cannot
         # come from the built-in kinds, and their order would matter.
         if p.project is not None and (p.rows if p.project.along_rows else p.cols):
-            raise RecipeError(f"'{p.info.name}' is both projected and scaled along its residual axis; "
-                              "bake these edits one after the other")
+            raise RecipeError(
+                f"'{p.info.name}' is both projected and scaled along its residual axis; "
+                "bake these edits one after the other"
+            )
     return {k: patches[k] for k in sorted(patches)}
 
 
@@ -237,8 +244,9 @@ def _row_blocks(p: TensorPatch) -> Iterator[tuple[int, int]]:
             yield row, 1
 
 
-def patched_chunks(fd: int, p: TensorPatch, stats: dict | None = None
-                   ) -> Iterator[tuple[int, memoryview, dict[str, np.ndarray]]]:
+def patched_chunks(
+    fd: int, p: TensorPatch, stats: dict | None = None
+) -> Iterator[tuple[int, memoryview, dict[str, np.ndarray]]]:
     """Yield (absolute offset, new bytes, original slices) for each rewritten block of ``p``.
 
     ``fd`` is the source file. The original slices are the raw elements of the edited rows and
@@ -266,7 +274,11 @@ def patched_chunks(fd: int, p: TensorPatch, stats: dict | None = None
         for r in rows_here:
             block[r - start] = _scaled(block[r - start], p.rows[r], p.info.dtype)
         # A byte view of the block, not a copy: the caller writes it out before the next block.
-        yield p.info.start + (p.first_row + start) * p.n_cols * itemsize, block.reshape(-1).view(np.uint8).data, originals
+        yield (
+            p.info.start + (p.first_row + start) * p.n_cols * itemsize,
+            block.reshape(-1).view(np.uint8).data,
+            originals,
+        )
 
 
 def _scaled_f32(p: TensorPatch, start: int, n: int, fd: int) -> tuple[np.ndarray, np.ndarray]:
@@ -291,12 +303,16 @@ def _rounded(p: TensorPatch, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     raw = from_f32(x, p.info.dtype)
     back = to_f32(raw, p.info.dtype)
     if not np.isfinite(back).all():
-        raise RecipeError(f"weight {p.project.weight:g} of the direction edit of '{p.info.name}' makes some of its "
-                          f"weights overflow {p.info.dtype} (or the tensor holds inf/NaN); choose a smaller weight")
+        raise RecipeError(
+            f"weight {p.project.weight:g} of the direction edit of '{p.info.name}' makes some of its "
+            f"weights overflow {p.info.dtype} (or the tensor holds inf/NaN); choose a smaller weight"
+        )
     if back.size and (peak := float(np.abs(back).max())) >= HUGE:
-        raise RecipeError(f"weight {p.project.weight:g} of the direction edit of '{p.info.name}' makes some of its "
-                          f"weights {peak:.2g}, past 2^64 ≈ 1.8e19: the activations they write overflow float32 in "
-                          "the next norm, which squares them; choose a smaller weight")
+        raise RecipeError(
+            f"weight {p.project.weight:g} of the direction edit of '{p.info.name}' makes some of its "
+            f"weights {peak:.2g}, past 2^64 ≈ 1.8e19: the activations they write overflow float32 in "
+            "the next norm, which squares them; choose a smaller weight"
+        )
     return raw, back
 
 
@@ -309,14 +325,17 @@ def _projected_chunks(fd: int, p: TensorPatch, stats: dict) -> Iterator[tuple[in
     if pr.along_rows:  # rᵀW needs every row before any row can change: a first pass
         a = np.zeros(p.n_cols, dtype=np.float64)
         for start, n in blocks:
-            a += r64[start:start + n] @ _scaled_f32(p, start, n, fd)[1].astype(np.float64)
+            a += r64[start : start + n] @ _scaled_f32(p, start, n, fd)[1].astype(np.float64)
         a32, left = a.astype(np.float32), np.zeros(p.n_cols, dtype=np.float64)
         for start, n in blocks:
             raw, x = _scaled_f32(p, start, n, fd)
-            new, back = _rounded(p, x - np.outer(wr[start:start + n], a32))
-            left += r64[start:start + n] @ back.astype(np.float64)
-            yield p.info.start + (p.first_row + start) * p.n_cols * itemsize, new.reshape(-1).view(np.uint8).data, \
-                {"block": raw}
+            new, back = _rounded(p, x - np.outer(wr[start : start + n], a32))
+            left += r64[start : start + n] @ back.astype(np.float64)
+            yield (
+                p.info.start + (p.first_row + start) * p.n_cols * itemsize,
+                new.reshape(-1).view(np.uint8).data,
+                {"block": raw},
+            )
         before, after = float(a @ a), float(left @ left)
     else:  # each row is projected on its own: c = W r per row
         for start, n in blocks:
@@ -325,8 +344,11 @@ def _projected_chunks(fd: int, p: TensorPatch, stats: dict) -> Iterator[tuple[in
             new, back = _rounded(p, x - np.outer(np.float32(pr.weight) * c.astype(np.float32), pr.r))
             c_new = back.astype(np.float64) @ r64
             before, after = before + float(c @ c), after + float(c_new @ c_new)
-            yield p.info.start + (p.first_row + start) * p.n_cols * itemsize, new.reshape(-1).view(np.uint8).data, \
-                {"block": raw}
+            yield (
+                p.info.start + (p.first_row + start) * p.n_cols * itemsize,
+                new.reshape(-1).view(np.uint8).data,
+                {"block": raw},
+            )
     # None: the matrix had no component along r to remove (e.g. a zero bias)
     stats["left"] = float(np.sqrt(after / before)) if before > 0 else None
 
@@ -354,8 +376,9 @@ def site_peaks(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> l
     Rounding is monotone in |value|, so this one value and the site's scale decide what the bake's
     rounding does to every weight of the site (see surgery.bake.guards).
     """
-    chosen = [(e, site) for e in edits for site in sites(arch, e)
-              if site.op == "scale" and site.scale not in (0.0, 1.0)]  # a projection scales nothing
+    chosen = [
+        (e, site) for e in edits for site in sites(arch, e) if site.op == "scale" and site.scale not in (0.0, 1.0)
+    ]  # a projection scales nothing
     if not chosen:
         return []
     check_attention(ckpt, arch)  # a config that contradicts the weights: the line names its fields
@@ -380,8 +403,9 @@ def group_by_file(patches: Iterable[TensorPatch]) -> dict[str, list[TensorPatch]
     return dict(out)
 
 
-def restored_chunks(fd: int, p: TensorPatch, cols: np.ndarray | None, rows: np.ndarray | None
-                    ) -> Iterator[tuple[int, bytes]]:
+def restored_chunks(
+    fd: int, p: TensorPatch, cols: np.ndarray | None, rows: np.ndarray | None
+) -> Iterator[tuple[int, bytes]]:
     """Yield (absolute offset, bytes) that put the original slices back into a baked tensor.
 
     ``fd`` is the baked file; ``cols`` / ``rows`` are the originals that ``patched_chunks``
@@ -394,7 +418,7 @@ def restored_chunks(fd: int, p: TensorPatch, cols: np.ndarray | None, rows: np.n
     for start, n in _row_blocks(p):
         block = read_raw(fd, p.info, p.first_row + start, n, p.n_cols)
         if len(col_idx):
-            block[:, col_idx] = cols[done_cols:done_cols + n]
+            block[:, col_idx] = cols[done_cols : done_cols + n]
             done_cols += n
         rows_here = [r for r in row_list if start <= r < start + n]
         for r in rows_here:

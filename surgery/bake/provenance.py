@@ -15,8 +15,9 @@ import os
 import struct
 import tempfile
 import threading
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Union
+from typing import Any
 
 import numpy as np
 
@@ -97,15 +98,18 @@ def not_baked(path: Path) -> str:
     """
     path = Path(path)
     if (path / ADAPTER_PROVENANCE_NAME).is_file():
-        return (f"{path} is a LoRA adapter written by surgery export-lora, not a baked checkpoint; give a folder "
-                "that a bake wrote (apply, amplify-heads, prune-neurons)")
+        return (
+            f"{path} is a LoRA adapter written by surgery export-lora, not a baked checkpoint; give a folder "
+            "that a bake wrote (apply, amplify-heads, prune-neurons)"
+        )
     values = sweep_values(path)
     if values:
         shown = ", ".join(values[:4]) + (f" and {len(values) - 4} more" if len(values) > 4 else "")
-        return (f"{path} is a sweep made by surgery, one baked folder per value ({shown}); give one of "
-                f"them, e.g. {path / values[0]}")
-    return (f"{path} has no {PROVENANCE_NAME}: it was not made by surgery; give the folder that a surgery "
-            "bake wrote")
+        return (
+            f"{path} is a sweep made by surgery, one baked folder per value ({shown}); give one of "
+            f"them, e.g. {path / values[0]}"
+        )
+    return f"{path} has no {PROVENANCE_NAME}: it was not made by surgery; give the folder that a surgery bake wrote"
 
 
 def load_provenance(path: Path) -> BakeRecord:
@@ -113,14 +117,17 @@ def load_provenance(path: Path) -> BakeRecord:
     prov = record_file(path)
     if not prov.is_file():
         if Path(path).is_file():
-            raise VerificationError(f"{path} has no sidecar {prov.name}: it was not made by a surgery bake; give "
-                                    "the file a bake wrote, next to its sidecars")
+            raise VerificationError(
+                f"{path} has no sidecar {prov.name}: it was not made by a surgery bake; give "
+                "the file a bake wrote, next to its sidecars"
+            )
         raise VerificationError(not_baked(Path(path)))
     try:
         data = load_json(prov.read_text(encoding="utf-8"))
     except DuplicateKey as exc:
-        raise VerificationError(f"{prov}: {exc.what}; a bake writes each key once, so the file was "
-                                "edited after the bake: bake again") from None
+        raise VerificationError(
+            f"{prov}: {exc.what}; a bake writes each key once, so the file was edited after the bake: bake again"
+        ) from None
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise VerificationError(f"{prov} is corrupt (not JSON)") from None
     return BakeRecord.from_dict(data, where=str(prov))
@@ -184,7 +191,7 @@ class UndoSpool:
                 block = memoryview(os.pread(self._file.fileno(), min(COPY_BLOCK, n - done), start + done))
                 done += len(block)
                 while block.nbytes:
-                    block = block[os.write(fd, block):]
+                    block = block[os.write(fd, block) :]
 
     def close(self) -> None:
         self._file.close()
@@ -194,7 +201,7 @@ class Spooled(str):
     """An undo entry whose bytes are in an :class:`UndoSpool`, under this key."""
 
 
-UndoValue = Union[np.ndarray, Spooled]
+UndoValue = np.ndarray | Spooled
 
 
 def write_undo(path: Path, arrays: dict[str, UndoValue], spool: UndoSpool | None = None) -> None:
@@ -227,7 +234,7 @@ def write_undo(path: Path, arrays: dict[str, UndoValue], spool: UndoSpool | None
             else:
                 data = memoryview(np.ascontiguousarray(value).reshape(-1).view(np.uint8))
                 while data.nbytes:
-                    data = data[os.write(fd, data):]
+                    data = data[os.write(fd, data) :]
     finally:
         os.close(fd)
 
@@ -271,19 +278,25 @@ def load_undo(path: Path) -> UndoFile:
 def left_out_note(names: list[str]) -> str:
     """The note for source files a bake does not carry over (see ``is_other_weights``)."""
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    return (f"left out {shown}: weights in a format the bake does not edit (pickle, GGUF, TF or Flax); "
-            "published next to the edited safetensors they would load the unedited model")
+    return (
+        f"left out {shown}: weights in a format the bake does not edit (pickle, GGUF, TF or Flax); "
+        "published next to the edited safetensors they would load the unedited model"
+    )
 
 
 def other_weight_problems(names: Iterable[str]) -> list[str]:
     """The problem line for each file of a baked folder that holds weights the bake did not edit."""
-    return [f"{n} holds weights in a format the bake does not edit (pickle, GGUF, TF or Flax): it is an "
-            "unedited copy of the model that loaders may pick instead; delete it" for n in sorted(names)
-            if is_other_weights(n)]
+    return [
+        f"{n} holds weights in a format the bake does not edit (pickle, GGUF, TF or Flax): it is an "
+        "unedited copy of the model that loaders may pick instead; delete it"
+        for n in sorted(names)
+        if is_other_weights(n)
+    ]
 
 
-def integrity_problems(folder: Path, record: BakeRecord, *, skip: Iterable[str] = (),
-                       progress: StageProgress = silent_stages) -> list[str]:
+def integrity_problems(
+    folder: Path, record: BakeRecord, *, skip: Iterable[str] = (), progress: StageProgress = silent_stages
+) -> list[str]:
     """Everything wrong with ``folder`` against its own ``record``: a broken seal, a recorded
     file missing or changed (sha256), weights the bake does not edit, a file nobody recorded.
 
@@ -305,6 +318,7 @@ def integrity_problems(folder: Path, record: BakeRecord, *, skip: Iterable[str] 
             problems.append(f"{name} changed after the bake (sha256 differs from {PROVENANCE_NAME})")
     progress("hash", len(recorded), len(recorded))
     known = set(record.files) | {PROVENANCE_NAME}
-    problems += [f"{n} is not recorded in {PROVENANCE_NAME}" for n in sorted(present - known)
-                 if not is_other_weights(n)]  # those were reported above, with what they mean
+    problems += [
+        f"{n} is not recorded in {PROVENANCE_NAME}" for n in sorted(present - known) if not is_other_weights(n)
+    ]  # those were reported above, with what they mean
     return problems

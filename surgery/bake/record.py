@@ -12,14 +12,15 @@ seal is computed on that dict (surgery.bake.provenance).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..core.edits import Recipe
-from ..core.vectors import BakedVectors
 from ..core.errors import VerificationError
 from ..core.json_record import TEXT, Codec, JsonRecord, Malformed, entry, listof, mapof, part
+from ..core.vectors import BakedVectors
 from ..model.loading import Source
 
 FORMAT = "surgery-checkpoint"
@@ -56,7 +57,7 @@ class EditedTensor(JsonRecord):
     rows: list[int]
     cols: list[int]
     first_row: int | None = None  # one expert's window of a fused tensor: its first row …
-    window: int | None = None     # … and how many rows it spans
+    window: int | None = None  # … and how many rows it spans
     direction_weight: float | None = None
     direction_left: float | None = None
     rows_key: str | None = None
@@ -177,13 +178,15 @@ class BakeRecord(JsonRecord):
     FIX = "it was edited after the bake: bake again"
 
     @classmethod
-    def from_dict(cls, raw: Any, where: str | None = None) -> "BakeRecord":
+    def from_dict(cls, raw: Any, where: str | None = None) -> BakeRecord:
         where = where or cls.LABEL
         if not isinstance(raw, Mapping) or raw.get("format") != FORMAT:
             raise VerificationError(f"{where} is not a surgery provenance file")
         if raw.get("version") != VERSION:
-            raise VerificationError(f"{where} has surgery.json version {raw.get('version')!r}; this surgery reads "
-                                    f"version {VERSION}: upgrade surgery to read it")
+            raise VerificationError(
+                f"{where} has surgery.json version {raw.get('version')!r}; this surgery reads "
+                f"version {VERSION}: upgrade surgery to read it"
+            )
         return super().from_dict(raw, where)
 
     def replayable_recipe(self, folder: Path) -> Recipe:
@@ -192,8 +195,9 @@ class BakeRecord(JsonRecord):
         check, export-lora); a recipe without direction edits as read."""
         if not self.recipe.directions:
             return self.recipe
-        return Recipe.from_dict(self.recipe.to_dict(), where=f"{Path(folder) / self.LABEL} recipe",
-                              vectors=BakedVectors(folder))
+        return Recipe.from_dict(
+            self.recipe.to_dict(), where=f"{Path(folder) / self.LABEL} recipe", vectors=BakedVectors(folder)
+        )
 
     def edited_pairs(self) -> list[tuple[str, str]]:
         """The distinct (file, tensor) pairs the bake edited: a fused 3-D expert tensor is patched
@@ -229,11 +233,13 @@ class AdapterRecord(JsonRecord):
     FIX = "export the adapter again"
 
     @classmethod
-    def from_dict(cls, raw: Any, where: str | None = None) -> "AdapterRecord":
+    def from_dict(cls, raw: Any, where: str | None = None) -> AdapterRecord:
         where = where or cls.LABEL
         if not isinstance(raw, Mapping) or raw.get("format") != ADAPTER_FORMAT:
             raise VerificationError(f"{where} is not a surgery adapter record")
         if raw.get("version") != ADAPTER_VERSION:
-            raise VerificationError(f"{where} has adapter record version {raw.get('version')!r}; this surgery "
-                                    f"reads version {ADAPTER_VERSION}: upgrade surgery to read it")
+            raise VerificationError(
+                f"{where} has adapter record version {raw.get('version')!r}; this surgery "
+                f"reads version {ADAPTER_VERSION}: upgrade surgery to read it"
+            )
         return super().from_dict(raw, where)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -19,8 +19,9 @@ from .provenance import COPY_BLOCK, OWN_FILES, UNDO_NAME, UndoFile, load_provena
 def _restore_whole(fd: int, saved: UndoFile, key: str, start: int, size: int) -> None:
     """Put back a whole rewritten tensor (window) of ``size`` bytes at ``start``, a block at a time."""
     if key not in saved or saved.entries[key].nbytes != size:
-        raise VerificationError(f"{saved.path}: entry '{key}' does not hold the {size} bytes surgery.json names; "
-                                "cannot undo")
+        raise VerificationError(
+            f"{saved.path}: entry '{key}' does not hold the {size} bytes surgery.json names; cannot undo"
+        )
     for done in range(0, size, COPY_BLOCK):
         os.pwrite(fd, saved.read(key, done, min(COPY_BLOCK, size - done)), start + done)
 
@@ -33,8 +34,9 @@ def earlier_restore(folder: Path, expected: dict[str, str]) -> bool:
     return bool(expected) and names == sorted(expected) and hash_files(folder, names) == expected
 
 
-def undo(baked: str | Path, out: str | Path, force: bool = False,
-         report: Callable[[str], None] = lambda msg: None) -> dict[str, str]:
+def undo(
+    baked: str | Path, out: str | Path, force: bool = False, report: Callable[[str], None] = lambda msg: None
+) -> dict[str, str]:
     """Write the source checkpoint of ``baked`` to ``out``; return the restored files' sha256s.
 
     The result is checked against the source hashes recorded at bake time before it is published.
@@ -51,8 +53,9 @@ def undo(baked: str | Path, out: str | Path, force: bool = False,
     ckpt = Checkpoint(baked, allow_remote_code=True)
     skip = set(OWN_FILES) | record.undo.rewritten()
 
-    with staged_output(Path(out), [baked], force, report,
-                       replaceable=lambda folder: earlier_restore(folder, expected)) as tmp:
+    with staged_output(
+        Path(out), [baked], force, report, replaceable=lambda folder: earlier_restore(folder, expected)
+    ) as tmp:
         carried = [rel for rel in source_files(ckpt) if rel not in skip]
         for rel in carried:
             copy_file(baked / rel, tmp / rel)
@@ -63,22 +66,32 @@ def undo(baked: str | Path, out: str | Path, force: bool = False,
         for entry in record.edited_tensors:
             # By file and name: a second copy of the weights (copies.py) holds the same tensor again.
             if entry.file not in carried:
-                raise VerificationError(f"surgery.json records an edit in {entry.file!r}, which is not a file "
-                                        f"of {baked}; undo cannot restore it")
+                raise VerificationError(
+                    f"surgery.json records an edit in {entry.file!r}, which is not a file "
+                    f"of {baked}; undo cannot restore it"
+                )
             if entry.file not in headers:
                 headers[entry.file] = file_tensors(baked, entry.file)
             info = headers[entry.file].get(entry.tensor)
             if info is None:
-                raise VerificationError(f"surgery.json records an edit of '{entry.tensor}', which is not in "
-                                        f"{baked / entry.file}; undo cannot restore it")
-            patch = TensorPatch(info, rows={r: 0.0 for r in entry.rows}, cols={c: 0.0 for c in entry.cols},
-                                first_row=entry.first_row or 0, window=entry.window)
+                raise VerificationError(
+                    f"surgery.json records an edit of '{entry.tensor}', which is not in "
+                    f"{baked / entry.file}; undo cannot restore it"
+                )
+            patch = TensorPatch(
+                info,
+                rows={r: 0.0 for r in entry.rows},
+                cols={c: 0.0 for c in entry.cols},
+                first_row=entry.first_row or 0,
+                window=entry.window,
+            )
             fd = os.open(tmp / entry.file, os.O_RDWR)
             try:
                 if entry.block_key:  # a projected tensor: every byte of it was rewritten
                     row_bytes = patch.n_cols * np.dtype(RAW_DTYPES[info.dtype]).itemsize
-                    _restore_whole(fd, saved, entry.block_key, info.start + patch.first_row * row_bytes,
-                                   patch.n_rows * row_bytes)
+                    _restore_whole(
+                        fd, saved, entry.block_key, info.start + patch.first_row * row_bytes, patch.n_rows * row_bytes
+                    )
                     continue
                 raw = np.dtype(RAW_DTYPES[info.dtype])
                 cols = saved[entry.cols_key].view(raw).reshape(patch.n_rows, -1) if entry.cols_key else None
@@ -93,9 +106,9 @@ def undo(baked: str | Path, out: str | Path, force: bool = False,
             raise VerificationError(f"undo did not reproduce the source ({bad[0][0]} differs); nothing was written")
     left_out = record.undo.left_out_files or []
     if left_out:
-        report(f"{', '.join(left_out)} of the source {'was' if len(left_out) == 1 else 'were'} left out of "
-               "the bake (weights in a format it does not edit) and cannot be restored from it; copy "
-               f"{'it' if len(left_out) == 1 else 'them'} from the original source if needed")
+        report(
+            f"{', '.join(left_out)} of the source {'was' if len(left_out) == 1 else 'were'} left out of "
+            "the bake (weights in a format it does not edit) and cannot be restored from it; copy "
+            f"{'it' if len(left_out) == 1 else 'them'} from the original source if needed"
+        )
     return restored
-
-

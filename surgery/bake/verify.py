@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -57,9 +58,15 @@ class Report:
         return not self.problems
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "problems": self.problems, "files_checked": self.files_checked,
-                "tensors_edited": self.tensors_edited, "max_abs_logit_diff": self.max_abs_logit_diff,
-                "tolerance": self.tolerance, "mismatches": self.mismatches}
+        return {
+            "ok": self.ok,
+            "problems": self.problems,
+            "files_checked": self.files_checked,
+            "tensors_edited": self.tensors_edited,
+            "max_abs_logit_diff": self.max_abs_logit_diff,
+            "tolerance": self.tolerance,
+            "mismatches": self.mismatches,
+        }
 
 
 def _ranges(indices: Iterable[int], limit: int = 4) -> str:
@@ -86,21 +93,30 @@ def _differing(p: TensorPatch, offset: int, expected: bytes, actual: bytes) -> t
 
 def _mismatch(p: TensorPatch, dst: Path, rows: set[int], cols: set[int], source_changed: bool) -> tuple[str, dict]:
     """The problem line (and its JSON form) for an edited tensor that does not hold the recipe's values."""
-    where = (f"elements {_ranges(rows)}" if len(p.info.shape) == 1 else
-             f"rows {_ranges(rows)}, columns {_ranges(cols)}")
-    why = (f"the source's {p.info.file} is not the one this folder was baked from (its sha256 differs from "
-           "surgery.json's source_files): verify against the original source" if source_changed else
-           "the output was changed after the bake (and surgery.json re-sealed to match): bake it again")
+    where = f"elements {_ranges(rows)}" if len(p.info.shape) == 1 else f"rows {_ranges(rows)}, columns {_ranges(cols)}"
+    why = (
+        f"the source's {p.info.file} is not the one this folder was baked from (its sha256 differs from "
+        "surgery.json's source_files): verify against the original source"
+        if source_changed
+        else "the output was changed after the bake (and surgery.json re-sealed to match): bake it again"
+    )
     line = f"{dst.name}: tensor '{p.info.name}' differs from what the recipe prescribes at {where}; {why}"
-    return line, {"file": dst.name, "tensor": p.info.name, "rows": sorted(rows), "columns": sorted(cols),
-                  "source_changed": source_changed}
+    return line, {
+        "file": dst.name,
+        "tensor": p.info.name,
+        "rows": sorted(rows),
+        "columns": sorted(cols),
+        "source_changed": source_changed,
+    }
 
 
 def source_changed_line(rel: str) -> str:
     """The problem line for a source file whose content is not the one recorded at bake time."""
-    return (f"the source's {rel} no longer matches the sha256 recorded at bake time (surgery.json source_files): "
-            "the source changed after the bake, or is another model; verify against the source this folder "
-            "was baked from")
+    return (
+        f"the source's {rel} no longer matches the sha256 recorded at bake time (surgery.json source_files): "
+        "the source changed after the bake, or is another model; verify against the source this folder "
+        "was baked from"
+    )
 
 
 def _compare_edited(src: Path, dst: Path, patches, report: Report, source_changed: bool = False) -> bool:
@@ -146,8 +162,10 @@ def _compare_edited(src: Path, dst: Path, patches, report: Report, source_change
                 outside = (slot < 0) | (diff >= ends[np.maximum(slot, 0)]) if len(ends) else np.ones(len(diff), bool)
                 if outside.any():
                     if not source_changed:
-                        report.problems.append(f"{dst.name}: byte {int(diff[outside][0])} differs from the "
-                                               "source outside the edited slices")
+                        report.problems.append(
+                            f"{dst.name}: byte {int(diff[outside][0])} differs from the "
+                            "source outside the edited slices"
+                        )
                     return True
             offset += len(a)
     finally:
@@ -156,8 +174,9 @@ def _compare_edited(src: Path, dst: Path, patches, report: Report, source_change
     return False
 
 
-def _changed_sources(src: Checkpoint, record: BakeRecord, names: list[str],
-                     progress: StageProgress) -> tuple[dict[str, str], set[str]]:
+def _changed_sources(
+    src: Checkpoint, record: BakeRecord, names: list[str], progress: StageProgress
+) -> tuple[dict[str, str], set[str]]:
     """sha256 of each source file in ``names`` now, and those that no longer match the sha256
     recorded at bake time (surgery.json source_files)."""
     recorded = record.source_files
@@ -185,8 +204,9 @@ def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent
         return report, recipe
 
     card_files = record.undo.rewritten()
-    compared = [rel for rel in source_files(src)
-                if rel not in OWN_FILES and rel not in card_files and not is_other_weights(rel)]  # not carried over
+    compared = [
+        rel for rel in source_files(src) if rel not in OWN_FILES and rel not in card_files and not is_other_weights(rel)
+    ]  # not carried over
     current, changed = _changed_sources(src, record, compared, progress)
     dst = Checkpoint(dst_path, allow_remote_code=True)
     if dst.config != src.config and "config.json" not in changed:
@@ -223,9 +243,12 @@ def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent
             if rel in changed and len(report.problems) == before:
                 # Nothing differs but the sha256: the output holds the recipe's bytes over this very
                 # source, so the record is wrong (a Hub blob named with a wrong sha256 at bake time).
-                report.problems.append(source_changed_line(rel) if outside else
-                                       f"surgery.json records a sha256 for the source's {rel} that its content "
-                                       "does not have (source_files); undo would refuse to restore it")
+                report.problems.append(
+                    source_changed_line(rel)
+                    if outside
+                    else f"surgery.json records a sha256 for the source's {rel} that its content "
+                    "does not have (source_files); undo would refuse to restore it"
+                )
         elif rel in changed:
             report.problems.append(source_changed_line(rel))
         elif current[rel] != record.files.get(rel):
@@ -250,7 +273,8 @@ def _token_batches(path: Path, vocab: int, prompts: Iterable[str], load: LoadSpe
                 raise CheckpointError(
                     f"the tokenizer of {path} encodes the check prompt {prompt!r} to no tokens (its vocabulary "
                     "does not cover the text), so the logits cannot be compared; fix the tokenizer, or skip "
-                    "the logit check (verify with --structural-only)")
+                    "the logit check (verify with --structural-only)"
+                )
         return batches
     gen = torch.Generator().manual_seed(0)
     return [torch.randint(0, vocab, (1, 12), generator=gen) for _ in prompts]
@@ -301,8 +325,15 @@ def baked_tensors(src: Checkpoint, dst_path: Path, recipe: Recipe, model) -> dic
     return dict(out.values())
 
 
-def numeric(src: Checkpoint, dst_path: Path, recipe: Recipe, prompts: Iterable[str] = PROMPTS,
-            load: LoadSpec = DEFAULT_LOAD, progress: StageProgress = silent_stages, model=None) -> tuple[float, float]:
+def numeric(
+    src: Checkpoint,
+    dst_path: Path,
+    recipe: Recipe,
+    prompts: Iterable[str] = PROMPTS,
+    load: LoadSpec = DEFAULT_LOAD,
+    progress: StageProgress = silent_stages,
+    model=None,
+) -> tuple[float, float]:
     """max |Δlogit| between the baked model and the source with run-time twins, and the tolerance.
 
     The source is loaded once (or ``model``, already loaded from it, is used and left as it was):
@@ -339,18 +370,27 @@ def numeric(src: Checkpoint, dst_path: Path, recipe: Recipe, prompts: Iterable[s
     return diff, tol
 
 
-def verify(src: Checkpoint, dst_path: str | Path, run_model: bool = True, load: LoadSpec = DEFAULT_LOAD,
-           progress: StageProgress = silent_stages, model=None) -> Report:
+def verify(
+    src: Checkpoint,
+    dst_path: str | Path,
+    run_model: bool = True,
+    load: LoadSpec = DEFAULT_LOAD,
+    progress: StageProgress = silent_stages,
+    model=None,
+) -> Report:
     """Full verification of ``dst_path`` against ``src``; see the module docstring. ``model``: the
     source already loaded (e.g. with a device map), used instead of loading it."""
     dst_path = Path(dst_path)
     report, recipe = structural(src, dst_path, progress)
     if report.ok and run_model:
-        report.max_abs_logit_diff, report.tolerance = numeric(src, dst_path, recipe, load=load, progress=progress,
-                                                              model=model)
+        report.max_abs_logit_diff, report.tolerance = numeric(
+            src, dst_path, recipe, load=load, progress=progress, model=model
+        )
         if not report.max_abs_logit_diff <= report.tolerance:
-            report.problems.append(f"baked logits differ from the run-time edit by "
-                                   f"{report.max_abs_logit_diff:.3g} (tolerance {report.tolerance:g})")
+            report.problems.append(
+                f"baked logits differ from the run-time edit by "
+                f"{report.max_abs_logit_diff:.3g} (tolerance {report.tolerance:g})"
+            )
     return report
 
 

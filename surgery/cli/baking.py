@@ -14,17 +14,20 @@ from .options import PRIVATE_KEY, PUSH_KEY, REQUANTIZE_KEY, context_value
 
 def push_settings() -> dict[str, Any]:
     """The command's --push-to, --private and --requantize, as keyword arguments of the library's bake."""
-    return {"push_to": context_value(PUSH_KEY), "private": bool(context_value(PRIVATE_KEY)),
-            "requantize": bool(context_value(REQUANTIZE_KEY))}
+    return {
+        "push_to": context_value(PUSH_KEY),
+        "private": bool(context_value(PRIVATE_KEY)),
+        "requantize": bool(context_value(REQUANTIZE_KEY)),
+    }
 
 
 def print_baked(baked: Baked) -> None:
     """The human summary: what was baked where (and pushed where)."""
     record, ver, pushed = baked.provenance, baked.provenance.verification, baked.provenance.pushed
-    check = ("" if not ver else
-             f", {ver.maps} edited map(s) match the run-time edit (max |Δ| {ver.max_abs_diff:.2e})")
-    out.print(f"[green]Baked[/] {len(record.recipe.edits)} edit(s) into {baked.tensors_edited} "
-              f"tensor(s){check} → {baked.out}")
+    check = "" if not ver else f", {ver.maps} edited map(s) match the run-time edit (max |Δ| {ver.max_abs_diff:.2e})"
+    out.print(
+        f"[green]Baked[/] {len(record.recipe.edits)} edit(s) into {baked.tensors_edited} tensor(s){check} → {baked.out}"
+    )
     if pushed:
         out.print(f"[green]Pushed[/] to {pushed.repo} ({pushed.revision}): {pushed.commit_url}")
 
@@ -52,8 +55,9 @@ def parse_values(spec: str, option: str) -> list[float]:
         try:
             values.append(float(part))
         except ValueError:
-            raise ParameterError(f"{{{option}}}: '{part}' is not a number (give one value or a list like 1.5,2,2.5)",
-                                 option) from None
+            raise ParameterError(
+                f"{{{option}}}: '{part}' is not a number (give one value or a list like 1.5,2,2.5)", option
+            ) from None
     if not values:
         raise ParameterError(f"{{{option}}} is empty; give one value or a comma-separated list", option)
     return values

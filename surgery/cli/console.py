@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn
+from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.progress import Progress as Bars
-from rich.progress import TaskProgressColumn, TextColumn, TimeRemainingColumn
 
 from ..core.progress import Progress
 
@@ -19,8 +19,16 @@ err = Console(stderr=True, highlight=False)
 # In a log (stderr not a terminal) a note stays one line, whole for grep; rich would wrap it at 80.
 err.soft_wrap = not err.is_terminal
 
-STAGE_LABELS = {"copy": "copying", "patch": "patching", "verify": "verifying logits", "check": "checking edited weights", "hash": "hashing",
-                "compare": "comparing with the source", "dequantize": "dequantizing", "write": "writing"}
+STAGE_LABELS = {
+    "copy": "copying",
+    "patch": "patching",
+    "verify": "verifying logits",
+    "check": "checking edited weights",
+    "hash": "hashing",
+    "compare": "comparing with the source",
+    "dequantize": "dequantizing",
+    "write": "writing",
+}
 # When stderr is not a terminal (a log file, CI), a rich bar is drawn only when it ends: print a
 # plain line instead, at most this often, so that a long job shows it is alive.
 LOG_EVERY_SECONDS = 30.0
@@ -36,8 +44,12 @@ class LogLines:
     """Progress as plain lines for logs: ``description: done/total (pct) elapsed, ~left`` at most
     every ``every`` seconds per task, and once when a task completes."""
 
-    def __init__(self, write: Callable[[str], None], every: float = LOG_EVERY_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        write: Callable[[str], None],
+        every: float = LOG_EVERY_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.write, self.every, self.clock = write, every, clock
         self.started: dict[str, float] = {}
         self.last: dict[str, float] = {}
@@ -57,8 +69,9 @@ class LogLines:
         self.last[description] = _FINISHED if finished else now
         elapsed = now - start
         left = f", ~{_duration(elapsed * (total - done) / done)} left" if 0 < done < total else ""
-        self.write(f"{description}: {done:,}/{total:,} ({100 * done / max(total, 1):.0f} %) "
-                   f"{_duration(elapsed)} elapsed{left}")
+        self.write(
+            f"{description}: {done:,}/{total:,} ({100 * done / max(total, 1):.0f} %) {_duration(elapsed)} elapsed{left}"
+        )
 
 
 def _log_line(text: str) -> None:
@@ -102,6 +115,7 @@ def progress_bars() -> Iterator[Progress]:
     """A :data:`surgery.core.progress.Progress` for library code: one bar per measurement on a terminal,
     plain lines (every 30 s and at each end) in a log; always on stderr."""
     if not err.is_terminal:
+
         def log_factory(description: str, total: int) -> Callable[..., None]:
             # one LogLines per measurement: the same description comes again for the next model
             lines, done = LogLines(_log_line), [0]
@@ -115,8 +129,10 @@ def progress_bars() -> Iterator[Progress]:
 
         yield log_factory
         return
-    with Bars(TextColumn("{task.description:<18}"), BarColumn(), TaskProgressColumn(),
-                  TimeRemainingColumn(), console=err) as bar:
+    with Bars(
+        TextColumn("{task.description:<18}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn(), console=err
+    ) as bar:
+
         def factory(description: str, total: int) -> Callable[..., None]:
             task = bar.add_task(description, total=max(total, 1))
             return lambda n=1: bar.advance(task, n)
@@ -132,8 +148,9 @@ def both_progress() -> Iterator[tuple[Progress, Callable[[str, int, int], None]]
         with progress_bars() as progress, stage_progress() as stages:
             yield progress, stages
         return
-    with Bars(TextColumn("{task.description:<18}"), BarColumn(), TaskProgressColumn(),
-              TimeRemainingColumn(), console=err) as bar:
+    with Bars(
+        TextColumn("{task.description:<18}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn(), console=err
+    ) as bar:
         tasks: dict[str, Any] = {}
 
         def factory(description: str, total: int) -> Callable[..., None]:

@@ -41,8 +41,9 @@ def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
         elif isinstance(value, dict):
             table.add_row(key, ", ".join(f"{k} {v}" for k, v in value.items()))
         else:
-            table.add_row(key, _size(value) if key == "bytes" else ", ".join(value) if isinstance(value, list)
-                          else str(value))
+            table.add_row(
+                key, _size(value) if key == "bytes" else ", ".join(value) if isinstance(value, list) else str(value)
+            )
     out.print(table)
 
 
@@ -50,24 +51,52 @@ def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
 @click.argument("recipe", type=click.Path(path_type=Path))
 @click.option("--model", required=True, help="Checkpoint folder or Hub id the recipe is applied to.")
 @load_options
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
-              help="Output folder (a .gguf file when BAKED is a baked GGUF).")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Output folder (a .gguf file when BAKED is a baked GGUF).",
+)
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
-@click.option("--verify/--no-verify", default=True, show_default=True,
-              help="Check each edited weight map against the run-time edit before publishing.")
-@click.option("--allow-other-base", is_flag=True, help="Bake a recipe whose base_model names another model "
-              "(refused otherwise: its α and n were chosen there); the output records both names.")
+@click.option(
+    "--verify/--no-verify",
+    default=True,
+    show_default=True,
+    help="Check each edited weight map against the run-time edit before publishing.",
+)
+@click.option(
+    "--allow-other-base",
+    is_flag=True,
+    help="Bake a recipe whose base_model names another model "
+    "(refused otherwise: its α and n were chosen there); the output records both names.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-@click.option("--allow-zero", is_flag=True, help="Accept an alpha or factor that rounds a head's or neuron's "
-              "weights to zero in the stored dtype (0 itself needs no flag).")
+@click.option(
+    "--allow-zero",
+    is_flag=True,
+    help="Accept an alpha or factor that rounds a head's or neuron's "
+    "weights to zero in the stored dtype (0 itself needs no flag).",
+)
 @push_options
-def apply(recipe: Path, model: str, load: LoadSpec, out_dir, force, verify, allow_other_base, as_json,
-          allow_zero) -> None:
+def apply(
+    recipe: Path, model: str, load: LoadSpec, out_dir, force, verify, allow_other_base, as_json, allow_zero
+) -> None:
     """Bake a recipe (YAML) into a copy of MODEL."""
     with stage_progress() as stages:  # stderr: shown with --json too, which owns stdout only
-        baked = api.apply(recipe, model, out_dir, load=load, force=force, verify=verify,
-                          allow_other_base=allow_other_base, allow_zero=allow_zero, stages=stages, report=note,
-                          **push_settings())
+        baked = api.apply(
+            recipe,
+            model,
+            out_dir,
+            load=load,
+            force=force,
+            verify=verify,
+            allow_other_base=allow_other_base,
+            allow_zero=allow_zero,
+            stages=stages,
+            report=note,
+            **push_settings(),
+        )
     if as_json:
         print_result(baked, as_json)
     else:
@@ -92,10 +121,15 @@ def verify_cmd(source: str, baked: Path, load: LoadSpec, structural_only: bool, 
     if as_json:
         print_json(report.to_dict())
     elif report.ok:
-        diff = ("" if report.max_abs_logit_diff is None else
-                f"; max |Δlogit| vs run-time edit {report.max_abs_logit_diff:.2e} (tolerance {report.tolerance:g})")
-        out.print(f"[green]OK[/]: {report.files_checked} files, {report.tensors_edited} edited tensors match "
-                  f"the source and the recipe{diff}")
+        diff = (
+            ""
+            if report.max_abs_logit_diff is None
+            else f"; max |Δlogit| vs run-time edit {report.max_abs_logit_diff:.2e} (tolerance {report.tolerance:g})"
+        )
+        out.print(
+            f"[green]OK[/]: {report.files_checked} files, {report.tensors_edited} edited tensors match "
+            f"the source and the recipe{diff}"
+        )
     else:
         for problem in report.problems:
             click.echo(f"FAIL: {problem}", err=True)
@@ -105,8 +139,13 @@ def verify_cmd(source: str, baked: Path, load: LoadSpec, structural_only: bool, 
 
 @cli.command(name="undo")
 @click.argument("baked", type=click.Path(path_type=Path))
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
-              help="Output folder (a .gguf file when BAKED is a baked GGUF).")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Output folder (a .gguf file when BAKED is a baked GGUF).",
+)
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def undo_cmd(baked: Path, out_dir: Path, force: bool, as_json: bool) -> None:
@@ -116,5 +155,3 @@ def undo_cmd(baked: Path, out_dir: Path, force: bool, as_json: bool) -> None:
         print_json({"out": str(out_dir), "files": hashes})
     else:
         out.print(f"[green]Restored[/] {len(hashes)} files, sha256-identical to the source → {out_dir}")
-
-

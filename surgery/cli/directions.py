@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
+
 import click
 from rich.table import Table
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from ..find.directions.record import DirectionsFindings
 
 
-def print_layers(data: "DirectionsFindings") -> None:
+def print_layers(data: DirectionsFindings) -> None:
     """One row per layer: the direction's norm, how well it separates the two sets."""
     table = Table(title="Directions: mean(a) − mean(b) at the last prompt token after each layer")
     for col in ("layer", "‖direction‖", "‖mean a‖", "‖mean b‖", "separation (d)", "accuracy", "cos to best"):
@@ -27,8 +28,15 @@ def print_layers(data: "DirectionsFindings") -> None:
     best = data.best_layer
     for row in data.layers:
         mark = " ◀" if row.layer == best else ""
-        table.add_row(f"{row.layer}{mark}", f"{row.norm:.3g}", f"{row.norm_a:.3g}", f"{row.norm_b:.3g}",
-                      f"{row.separation:.2f}", f"{100 * row.accuracy:.0f} %", f"{data.cosine[best][row.layer]:.2f}")
+        table.add_row(
+            f"{row.layer}{mark}",
+            f"{row.norm:.3g}",
+            f"{row.norm_a:.3g}",
+            f"{row.norm_b:.3g}",
+            f"{row.separation:.2f}",
+            f"{100 * row.accuracy:.0f} %",
+            f"{data.cosine[best][row.layer]:.2f}",
+        )
     out.print(table)
 
 
@@ -36,37 +44,67 @@ def print_layers(data: "DirectionsFindings") -> None:
 @model_argument
 @typed_options(DirectionParams, into="params")
 @click.option("--recompute", is_flag=True, help="Ignore cached findings and capture again.")
-@click.option("--out", "out_file", type=click.Path(path_type=Path), default=None,
-              help="Also write the findings JSON here (and its vectors next to it, as .safetensors).")
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the findings JSON here (and its vectors next to it, as .safetensors).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def find_direction_cmd(model: str, load: LoadSpec, params: DirectionParams, recompute: bool, out_file: Path | None,
-                       as_json: bool) -> None:
+def find_direction_cmd(
+    model: str, load: LoadSpec, params: DirectionParams, recompute: bool, out_file: Path | None, as_json: bool
+) -> None:
     """Per-layer directions between two prompt sets (--a shows the behaviour, --b does not); cache them."""
     with progress_bars() as progress:
-        found = api.find_direction(model, recompute=recompute, out=out_file, load=load, params=params,
-                                   progress=progress, report=note)
+        found = api.find_direction(
+            model, recompute=recompute, out=out_file, load=load, params=params, progress=progress, report=note
+        )
     data = found.data
     if as_json:
-        print_json({"findings": str(found.path), "vectors": str(found.vectors), "cached": found.from_cache,
-                    "out": str(out_file) if out_file else None,
-                    "dataset": data.dataset.to_dict() if data.dataset else None,
-                    "best_layer": data.best_layer, "layers": [row.to_dict() for row in data.layers]})
+        print_json(
+            {
+                "findings": str(found.path),
+                "vectors": str(found.vectors),
+                "cached": found.from_cache,
+                "out": str(out_file) if out_file else None,
+                "dataset": data.dataset.to_dict() if data.dataset else None,
+                "best_layer": data.best_layer,
+                "layers": [row.to_dict() for row in data.layers],
+            }
+        )
         return
     print_layers(data)
     where = f"{found.path}" + (f" and {out_file}" if out_file else "")
-    out.print(f"Best separation at layer {data.best_layer}. {'Cached' if found.from_cache else 'Saved'} "
-              f"findings: {where}")
+    out.print(
+        f"Best separation at layer {data.best_layer}. {'Cached' if found.from_cache else 'Saved'} findings: {where}"
+    )
 
 
 @cli.command(name="ablate-direction")
 @baking_command
-@click.option("--direction", "direction_file", required=True, type=click.Path(path_type=Path),
-              help="A findings file of surgery find-direction.")
+@click.option(
+    "--direction",
+    "direction_file",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="A findings file of surgery find-direction.",
+)
 @click.option("--transfer", is_flag=True, help="Accept --direction from another checkpoint of the same architecture.")
 @typed_options(KernelParams, into="kernel")
-def ablate_direction_cmd(model: str, load: LoadSpec, out_dir: Path, force: bool, verify: bool, as_json: bool,
-                         direction_file: Path, transfer: bool, kernel: KernelParams) -> None:
+def ablate_direction_cmd(
+    model: str,
+    load: LoadSpec,
+    out_dir: Path,
+    force: bool,
+    verify: bool,
+    as_json: bool,
+    direction_file: Path,
+    transfer: bool,
+    kernel: KernelParams,
+) -> None:
     """Bake a direction out of the residual writers: W ← W − w·r(rᵀW), per-layer weights."""
+
     def show(plans: list[api.Planned]) -> None:
         if not as_json:
             weights = plans[0].extra["direction_kernel"]["weights"]
@@ -74,7 +112,19 @@ def ablate_direction_cmd(model: str, load: LoadSpec, out_dir: Path, force: bool,
             out.print(f"Layer weights: {shown} ({len(plans[0].recipe.edits)} edits)")
 
     with both_progress() as (_, stages):
-        result = api.ablate_direction(model, out_dir, direction=direction_file, transfer=transfer, verify=verify,
-                                      force=force, load=load, kernel=kernel, stages=stages, report=note,
-                                      on_plans=show, on_each=each_line(as_json), **push_settings())
+        result = api.ablate_direction(
+            model,
+            out_dir,
+            direction=direction_file,
+            transfer=transfer,
+            verify=verify,
+            force=force,
+            load=load,
+            kernel=kernel,
+            stages=stages,
+            report=note,
+            on_plans=show,
+            on_each=each_line(as_json),
+            **push_settings(),
+        )
     print_result(result, as_json)

@@ -14,10 +14,20 @@ from .group import cli
 
 @cli.command(name="import-gguf")
 @click.argument("gguf_file", type=click.Path(path_type=Path))
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
-              help="Output checkpoint folder (written atomically).")
-@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True,
-              help="Storage dtype of the dequantized weights.")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Output checkpoint folder (written atomically).",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(DTYPES),
+    default="float32",
+    show_default=True,
+    help="Storage dtype of the dequantized weights.",
+)
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def import_gguf_cmd(gguf_file: Path, out_dir: Path, dtype: str, force: bool, as_json: bool) -> None:
@@ -29,6 +39,8 @@ def import_gguf_cmd(gguf_file: Path, out_dir: Path, dtype: str, force: bool, as_
         print_json({"out": str(out_dir), **m, "notes": result.notes})
         return
     size = sum((out_dir / n).stat().st_size for n in m["files"]) / 2**20
-    out.print(f"[green]Imported[/] {m['gguf']['file']} ({m['gguf']['architecture']}, "
-              f"{m['gguf']['file_type'] or 'no declared file type'}) as {m['model_type']} in {dtype}, "
-              f"{size:.0f} MB → {out_dir}")
+    out.print(
+        f"[green]Imported[/] {m['gguf']['file']} ({m['gguf']['architecture']}, "
+        f"{m['gguf']['file_type'] or 'no declared file type'}) as {m['model_type']} in {dtype}, "
+        f"{size:.0f} MB → {out_dir}"
+    )

@@ -36,22 +36,40 @@ def print_scores(scores: BindingScores) -> None:
     for col in ("", "Δ", "match", "mismatch", "t", "p", "pairs", "items", "option mass"):
         table.add_column(col)
     for name, d in (("S", scores.S), ("K", scores.K)):
-        table.add_row(name, _fmt(d.delta, 4), _fmt(d.mean_match), _fmt(d.mean_mismatch), _fmt(d.t, 2),
-                      _fmt(d.p), str(d.n_pairs), str(d.n_items), _fmt(d.option_mass))
+        table.add_row(
+            name,
+            _fmt(d.delta, 4),
+            _fmt(d.mean_match),
+            _fmt(d.mean_mismatch),
+            _fmt(d.t, 2),
+            _fmt(d.p),
+            str(d.n_pairs),
+            str(d.n_items),
+            _fmt(d.option_mass),
+        )
     out.print(table)
     out.print(f"|ΔK| / |ΔS| = {_fmt(scores.K_over_S, 2)}")
 
 
 def print_confirmation(conf: Confirmation, selected: list[tuple[int, int]]) -> None:
     """The single-head knockouts of discovery's candidates, in the order the selection uses."""
-    table = Table(title=f"Knockout confirmation: each of discovery's top {conf.candidates} heads alone; "
-                        "significant = 95% CI above 0")
+    table = Table(
+        title=f"Knockout confirmation: each of discovery's top {conf.candidates} heads alone; "
+        "significant = 95% CI above 0"
+    )
     for col in ("head", "disc. rank", "coef", "reduction %", "95% CI", "signif.", "selected"):
         table.add_column(col, no_wrap=True)
     chosen = set(selected)
     for h in conf.heads:
-        table.add_row(f"{h.layer}.{h.head}", str(h.discovery_rank), _fmt(h.coef), _fmt(h.effect_pct, 1),
-                      _ci(h.ci95), "yes" if h.significant else "no", "✓" if (h.layer, h.head) in chosen else "")
+        table.add_row(
+            f"{h.layer}.{h.head}",
+            str(h.discovery_rank),
+            _fmt(h.coef),
+            _fmt(h.effect_pct, 1),
+            _ci(h.ci95),
+            "yes" if h.significant else "no",
+            "✓" if (h.layer, h.head) in chosen else "",
+        )
     out.print(table)
     caveat = weak_heads_caveat(max(0, len(selected) - conf.n_significant), len(selected))
     if caveat:
@@ -61,8 +79,10 @@ def print_confirmation(conf: Confirmation, selected: list[tuple[int, int]]) -> N
 def print_findings(f: HeadsFindings) -> None:
     print_scores(f.scores)
     disc = f.discovery
-    out.print(f"Discovery: CV AUC {_fmt(disc.auc)} ({disc.folds} folds by item); "
-              f"stable heads {', '.join(f'{l}.{h}' for l, h in disc.stable_heads or []) or 'none'}")
+    out.print(
+        f"Discovery: CV AUC {_fmt(disc.auc)} ({disc.folds} folds by item); "
+        f"stable heads {', '.join(f'{l}.{h}' for l, h in disc.stable_heads or []) or 'none'}"
+    )
     top = Table(title="Discovery ranking (stability across folds, then |coef|)")
     for col in ("head", "stability", "coef"):
         top.add_column(col)
@@ -78,15 +98,22 @@ def print_findings(f: HeadsFindings) -> None:
     for label, r in (("tested identity", ko.tested), ("distractor (control)", ko.control)):
         table.add_row(label, _fmt(r.delta_base, 4), _fmt(r.delta_knockout, 4), _fmt(r.effect_pct, 1), _ci(r.ci95))
     rnd = ko.random
-    table.add_row(f"random heads ×{rnd.n}", "", "", f"{_fmt(rnd.mean_pct, 1)} ± {_fmt(rnd.sd_pct, 1)}",
-                  f"share ≥ tested {_fmt(rnd.share_ge_tested, 2)}")
+    table.add_row(
+        f"random heads ×{rnd.n}",
+        "",
+        "",
+        f"{_fmt(rnd.mean_pct, 1)} ± {_fmt(rnd.sd_pct, 1)}",
+        f"share ≥ tested {_fmt(rnd.share_ge_tested, 2)}",
+    )
     out.print(table)
     caveat = delta_s_caveat(f.scores.S.p)
     if caveat:
         note(caveat)
     if f.dose_response:
-        dose = Table(title="Dose-response: edge-level α (paper, run time only) vs whole-head α (bakeable); "
-                           "DiffAware / CtxtAware by greedy generation")
+        dose = Table(
+            title="Dose-response: edge-level α (paper, run time only) vs whole-head α (bakeable); "
+            "DiffAware / CtxtAware by greedy generation"
+        )
         cols = ["α", "ΔS edge", "ΔS whole"]
         aw = {r.alpha: r for r in f.awareness or []}
         if aw:
@@ -99,8 +126,11 @@ def print_findings(f: HeadsFindings) -> None:
             row = [f"{alpha:g}", _fmt(r.edge_delta_s if r else None, 4), _fmt(r.whole_delta_s if r else None, 4)]
             if aw:
                 a = aw.get(alpha)
-                row += ([_fmt(a.edge.diffaware), _fmt(a.whole.diffaware),
-                         _fmt(a.edge.ctxtaware), _fmt(a.whole.ctxtaware)] if a else [""] * 4)
+                row += (
+                    [_fmt(a.edge.diffaware), _fmt(a.whole.diffaware), _fmt(a.edge.ctxtaware), _fmt(a.whole.ctxtaware)]
+                    if a
+                    else [""] * 4
+                )
             dose.add_row(*row)
         out.print(dose)
 
@@ -123,16 +153,23 @@ def score_binding_cmd(model: str, load: LoadSpec, params: FindParams, as_json: b
 @model_argument
 @typed_options(FindParams, into="params")
 @RECOMPUTE
-@click.option("--out", "out_file", type=click.Path(path_type=Path), default=None,
-              help="Also write the findings JSON here (they are always cached).")
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the findings JSON here (they are always cached).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the findings JSON.")
-def find_heads_cmd(model: str, load: LoadSpec, params: FindParams, recompute: bool, out_file: Path | None,
-                   as_json: bool) -> None:
+def find_heads_cmd(
+    model: str, load: LoadSpec, params: FindParams, recompute: bool, out_file: Path | None, as_json: bool
+) -> None:
     """Find cultural binding heads of MODEL: scores, discovery, knockout confirmation, knockout
     (cached findings)."""
     with progress_bars() as progress:  # stderr, with --json too
-        found = api.find_heads(model, recompute=recompute, out=out_file, load=load, params=params,
-                               progress=progress, report=note)
+        found = api.find_heads(
+            model, recompute=recompute, out=out_file, load=load, params=params, progress=progress, report=note
+        )
     findings, path, cached = found.data, found.path, found.from_cache
     if as_json:
         print_json(findings.to_dict())
@@ -143,34 +180,86 @@ def find_heads_cmd(model: str, load: LoadSpec, params: FindParams, recompute: bo
 
 @cli.command(name="amplify-heads")
 @baking_command
-@click.option("--heads", default=None, help="Heads as LAYER.HEAD pairs, e.g. 7.7,8.17 (0-based); "
-              "without it the heads come from findings.")
-@click.option("--alpha", "alphas", required=True,
-              help="Scale of each head's output (2.5 amplifies); a list (2,2.5,3) bakes one folder per value.")
-@click.option("--allow-zero", is_flag=True, help="Accept --alpha 0, or an α that rounds the heads' weights to "
-              "zero in the stored dtype (removes the heads).")
-@click.option("--findings", "findings_file", type=click.Path(path_type=Path), default=None,
-              help="A heads findings file (default: cached findings for MODEL, computed if missing).")
-@click.option("--top", type=click.IntRange(min=1), default=None,
-              help="How many heads from the findings (default: the knocked-out selection); beyond "
-              "it, heads follow the knockout-confirmed ranking, then discovery's.")
-@click.option("--transfer", is_flag=True,
-              help="Accept findings from another checkpoint of the same architecture (instruct → base).")
+@click.option(
+    "--heads",
+    default=None,
+    help="Heads as LAYER.HEAD pairs, e.g. 7.7,8.17 (0-based); without it the heads come from findings.",
+)
+@click.option(
+    "--alpha",
+    "alphas",
+    required=True,
+    help="Scale of each head's output (2.5 amplifies); a list (2,2.5,3) bakes one folder per value.",
+)
+@click.option(
+    "--allow-zero",
+    is_flag=True,
+    help="Accept --alpha 0, or an α that rounds the heads' weights to zero in the stored dtype (removes the heads).",
+)
+@click.option(
+    "--findings",
+    "findings_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A heads findings file (default: cached findings for MODEL, computed if missing).",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=None,
+    help="How many heads from the findings (default: the knocked-out selection); beyond "
+    "it, heads follow the knockout-confirmed ranking, then discovery's.",
+)
+@click.option(
+    "--transfer",
+    is_flag=True,
+    help="Accept findings from another checkpoint of the same architecture (instruct → base).",
+)
 @typed_options(FindParams, into="params", only=PAIR_FIELDS + SEARCH_FIELDS)
 @RECOMPUTE
-def amplify_heads(model: str, load: LoadSpec, out_dir: Path, force: bool, verify: bool, as_json: bool,
-                  heads: str | None, alphas: str, allow_zero: bool, findings_file: Path | None, top: int | None,
-                  transfer: bool, params: FindParams, recompute: bool) -> None:
+def amplify_heads(
+    model: str,
+    load: LoadSpec,
+    out_dir: Path,
+    force: bool,
+    verify: bool,
+    as_json: bool,
+    heads: str | None,
+    alphas: str,
+    allow_zero: bool,
+    findings_file: Path | None,
+    top: int | None,
+    transfer: bool,
+    params: FindParams,
+    recompute: bool,
+) -> None:
     """Scale the o_proj input columns of chosen heads by ALPHA and write a new checkpoint."""
+
     def show(plans: list[api.Planned]) -> None:  # the heads the findings gave, before they are baked
         record = (plans[0].extra or {}).get("heads_findings")
         if record and not as_json:
             out.print(f"Heads from findings ({record['file']}): {', '.join(f'{la}.{h}' for la, h in record['heads'])}")
 
     with both_progress() as (progress, stages):  # stderr, with --json too
-        result = api.amplify_heads(model, out_dir, alpha=parse_values(alphas, "alpha"), heads=heads, top=top,
-                                   findings=findings_file, transfer=transfer, recompute=recompute,
-                                   allow_zero=allow_zero, verify=verify, force=force, load=load, params=params,
-                                   progress=progress, stages=stages, report=note, on_plans=show,
-                                   on_each=each_line(as_json), **push_settings())
+        result = api.amplify_heads(
+            model,
+            out_dir,
+            alpha=parse_values(alphas, "alpha"),
+            heads=heads,
+            top=top,
+            findings=findings_file,
+            transfer=transfer,
+            recompute=recompute,
+            allow_zero=allow_zero,
+            verify=verify,
+            force=force,
+            load=load,
+            params=params,
+            progress=progress,
+            stages=stages,
+            report=note,
+            on_plans=show,
+            on_each=each_line(as_json),
+            **push_settings(),
+        )
     print_result(result, as_json)

@@ -6,8 +6,8 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
-from typing import Iterator
 
 import click
 
@@ -66,8 +66,10 @@ def _torchrun(argv: list[str]) -> Iterator[None]:
         return
     command = next((a for a in argv if not a.startswith("-")), None)
     if command is not None and command not in DATA_PARALLEL:
-        raise distributed.NotDataParallel(f"surgery {command} does not run data-parallel; run it without torchrun "
-                                          f"(under torchrun: {', '.join(DATA_PARALLEL)})")
+        raise distributed.NotDataParallel(
+            f"surgery {command} does not run data-parallel; run it without torchrun "
+            f"(under torchrun: {', '.join(DATA_PARALLEL)})"
+        )
     with distributed.session():
         if distributed.is_main():
             yield
@@ -128,8 +130,10 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug: still one line, the traceback on request
         if debug:
             raise
-        _error(f"internal error ({type(exc).__name__}: {_one_line(exc)}); rerun with --debug "
-               "for the traceback and please report it")
+        _error(
+            f"internal error ({type(exc).__name__}: {_one_line(exc)}); rerun with --debug "
+            "for the traceback and please report it"
+        )
         sys.exit(1)
 
 

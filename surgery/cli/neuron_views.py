@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.table import Table
 
 from ..find.neurons.record import CategoryOverlap, ExpertReport, NeuronsDataset, NeuronSelection
@@ -24,16 +22,28 @@ def neuron_table(summary: NeuronSelection, title: str) -> Table:
         table.add_column(col, justify="right")
     table.add_column("chosen for" if per_category else "top category")
     for rank, r in enumerate(summary.neurons or [], 1):
-        table.add_row(str(rank), str(r.layer), r.name, _fmt(r.bias), _fmt(r.signed), _fmt(r.fairness), _fmt(r.ppm),
-                      _fmt(r.activation), r.chosen_for if per_category else r.top_category)
+        table.add_row(
+            str(rank),
+            str(r.layer),
+            r.name,
+            _fmt(r.bias),
+            _fmt(r.signed),
+            _fmt(r.fairness),
+            _fmt(r.ppm),
+            _fmt(r.activation),
+            r.chosen_for if per_category else r.top_category,
+        )
     return table
 
 
 def histogram_lines(distribution: list[int]) -> list[str]:
     """One bar per layer that holds a selected neuron."""
     peak = max(distribution) or 1
-    return [f"layer {layer:>3} {'█' * max(1, round(BAR_WIDTH * c / peak)):<{BAR_WIDTH}} {c}"
-            for layer, c in enumerate(distribution) if c]
+    return [
+        f"layer {layer:>3} {'█' * max(1, round(BAR_WIDTH * c / peak)):<{BAR_WIDTH}} {c}"
+        for layer, c in enumerate(distribution)
+        if c
+    ]
 
 
 def overlap_table(overlap: CategoryOverlap) -> Table:
@@ -49,9 +59,11 @@ def overlap_table(overlap: CategoryOverlap) -> Table:
 
 def print_experts(report: ExpertReport) -> None:
     """Mixtures of experts: unscored neurons, and the experts whose routing differs most per category."""
-    out.print(f"Experts: {report.experts} per layer × {report.expert_width} neurons"
-              + (f", shared expert {report.shared_width}" if report.shared_width else "")
-              + f"; {report.unscored_neurons} expert neurons unscored (no pair reached their expert)")
+    out.print(
+        f"Experts: {report.experts} per layer × {report.expert_width} neurons"
+        + (f", shared expert {report.shared_width}" if report.shared_width else "")
+        + f"; {report.unscored_neurons} expert neurons unscored (no pair reached their expert)"
+    )
     table = Table(title="Routing share, stereotyped − other side (mean over pairs)")
     for col in ("category", "layer", "expert", "signed", "mean |Δ|"):
         table.add_column(col, justify="right" if col != "category" else "left")
@@ -63,10 +75,12 @@ def print_experts(report: ExpertReport) -> None:
 
 def print_summary(summary: NeuronSelection, dataset: NeuronsDataset | None, title: str = "") -> None:
     """The rich view of one selection (find-neurons shows the top n; prune-neurons what it bakes)."""
-    head = (f"Top {summary.n} neurons by {summary.score} ({summary.rule}"
-            + (f", w = {summary.bias_weight:g}" if summary.score == "fairness" else "")
-            + (f", sparing the {summary.spare_active:g} most active per layer" if summary.spare_active else "")
-            + ")")
+    head = (
+        f"Top {summary.n} neurons by {summary.score} ({summary.rule}"
+        + (f", w = {summary.bias_weight:g}" if summary.score == "fairness" else "")
+        + (f", sparing the {summary.spare_active:g} most active per layer" if summary.spare_active else "")
+        + ")"
+    )
     out.print(neuron_table(summary, f"{head}{' — ' + title if title else ''}"))
     out.print("[bold]Neurons per layer[/]")
     for line in histogram_lines(summary.layer_distribution or []):
@@ -75,5 +89,7 @@ def print_summary(summary: NeuronSelection, dataset: NeuronsDataset | None, titl
         out.print(overlap_table(summary.overlap))
     if dataset:
         skipped = dataset.skipped or {}
-        note = f"; skipped (token counts differ): {', '.join(f'{c} {k}' for c, k in skipped.items())}" if skipped else ""
+        note = (
+            f"; skipped (token counts differ): {', '.join(f'{c} {k}' for c, k in skipped.items())}" if skipped else ""
+        )
         out.print(f"Pairs: {dataset.pairs_used} of {dataset.pairs} from {dataset.source}{note}")

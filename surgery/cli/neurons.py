@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from .. import api
-from ..find.neurons.record import NeuronsDataset, NeuronSelection
 from ..find.neurons.params import CaptureParams, SelectParams
+from ..find.neurons.record import NeuronsDataset, NeuronSelection
 from ..model.loading import LoadSpec
 from .baking import each_line, parse_values, print_result, push_settings
 from .console import both_progress, note, out, print_json, progress_bars
@@ -24,26 +24,53 @@ RECOMPUTE = click.option("--recompute", is_flag=True, help="Ignore cached findin
 @typed_options(CaptureParams, into="capture")
 @RECOMPUTE
 @typed_options(SelectParams, into="choose")
-@click.option("--n", "n", type=click.IntRange(min=1), default=40, show_default=True,
-              help="How many top neurons to show (the findings keep every neuron's scores).")
-@click.option("--out", "out_file", type=click.Path(path_type=Path), default=None,
-              help="Also write the findings JSON here (they are always cached).")
+@click.option(
+    "--n",
+    "n",
+    type=click.IntRange(min=1),
+    default=40,
+    show_default=True,
+    help="How many top neurons to show (the findings keep every neuron's scores).",
+)
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the findings JSON here (they are always cached).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON (summary, not all scores).")
-def find_neurons_cmd(model: str, load: LoadSpec, capture: CaptureParams, recompute: bool, choose: SelectParams,
-                     n: int, out_file: Path | None, as_json: bool) -> None:
+def find_neurons_cmd(
+    model: str,
+    load: LoadSpec,
+    capture: CaptureParams,
+    recompute: bool,
+    choose: SelectParams,
+    n: int,
+    out_file: Path | None,
+    as_json: bool,
+) -> None:
     """Score every MLP neuron on contrastive demographic pairs; cache the findings."""
     from ..find.neurons.find import describe
 
     with progress_bars() as progress:  # stderr, with --json too
-        found = api.find_neurons(model, recompute=recompute, out=out_file, load=load, capture=capture,
-                                 progress=progress, report=note)
+        found = api.find_neurons(
+            model, recompute=recompute, out=out_file, load=load, capture=capture, progress=progress, report=note
+        )
     shown = describe(found.scores, found.select(n, choose, capture.category_list))
     data = found.data
     if as_json:
-        print_json({"findings": str(found.path), "cached": found.from_cache, "out": str(out_file) if out_file else None,
-                    "dataset": data.dataset.brief() if data.dataset else {},
-                    "compute": data.compute.to_dict() if data.compute else None,
-                    "summary": shown.to_dict(), **({"experts": data.experts.to_dict()} if data.experts else {})})
+        print_json(
+            {
+                "findings": str(found.path),
+                "cached": found.from_cache,
+                "out": str(out_file) if out_file else None,
+                "dataset": data.dataset.brief() if data.dataset else {},
+                "compute": data.compute.to_dict() if data.compute else None,
+                "summary": shown.to_dict(),
+                **({"experts": data.experts.to_dict()} if data.experts else {}),
+            }
+        )
         return
     print_summary(shown, data.dataset)
     if data.experts:
@@ -55,25 +82,56 @@ def find_neurons_cmd(model: str, load: LoadSpec, capture: CaptureParams, recompu
 @cli.command(name="prune-neurons")
 @baking_command
 @click.option("--neurons", default=None, help="Neurons as LAYER:INDEX pairs, e.g. 28:17,28:901 (or use --n).")
-@click.option("--n", "n_spec", default=None,
-              help="Prune the top N neurons from findings (computed once, cached); a list (20,40) bakes one "
-                   "folder per value.")
-@click.option("--findings", "findings_file", type=click.Path(path_type=Path), default=None,
-              help="A neurons findings file (default: cached findings for MODEL, computed if missing).")
-@click.option("--transfer", is_flag=True,
-              help="Accept --findings from another checkpoint of the same architecture.")
-@click.option("--factor", type=float, default=0.0, show_default=True,
-              help="0 prunes (zeroes gate/up rows and the down column); other values scale the neuron "
-                   "(0.5 damps, a negative value flips it, e.g. with --score signed).")
-@click.option("--allow-zero", is_flag=True, help="Accept a --factor that rounds the neurons' down_proj weights "
-              "to zero in the stored dtype (silences them without pruning; --factor 0 needs no flag).")
+@click.option(
+    "--n",
+    "n_spec",
+    default=None,
+    help="Prune the top N neurons from findings (computed once, cached); a list (20,40) bakes one folder per value.",
+)
+@click.option(
+    "--findings",
+    "findings_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A neurons findings file (default: cached findings for MODEL, computed if missing).",
+)
+@click.option("--transfer", is_flag=True, help="Accept --findings from another checkpoint of the same architecture.")
+@click.option(
+    "--factor",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="0 prunes (zeroes gate/up rows and the down column); other values scale the neuron "
+    "(0.5 damps, a negative value flips it, e.g. with --score signed).",
+)
+@click.option(
+    "--allow-zero",
+    is_flag=True,
+    help="Accept a --factor that rounds the neurons' down_proj weights "
+    "to zero in the stored dtype (silences them without pruning; --factor 0 needs no flag).",
+)
 @typed_options(SelectParams, into="choose")
 @typed_options(CaptureParams, into="capture")
 @RECOMPUTE
-def prune_neurons(model: str, load: LoadSpec, out_dir: Path, force: bool, verify: bool, as_json: bool,
-                  neurons: str | None, n_spec: str | None, findings_file: Path | None, transfer: bool, factor: float,
-                  allow_zero: bool, choose: SelectParams, capture: CaptureParams, recompute: bool) -> None:
+def prune_neurons(
+    model: str,
+    load: LoadSpec,
+    out_dir: Path,
+    force: bool,
+    verify: bool,
+    as_json: bool,
+    neurons: str | None,
+    n_spec: str | None,
+    findings_file: Path | None,
+    transfer: bool,
+    factor: float,
+    allow_zero: bool,
+    choose: SelectParams,
+    capture: CaptureParams,
+    recompute: bool,
+) -> None:
     """Zero (or scale) MLP neurons — named, or the top N bias neurons — and write a new checkpoint."""
+
     def show(plans: list[api.Planned]) -> None:  # what each value of n bakes, before it is baked
         for plan in plans if not as_json else ():
             if not plan.extra:
@@ -84,9 +142,26 @@ def prune_neurons(model: str, load: LoadSpec, out_dir: Path, force: bool, verify
 
     ns = None if n_spec is None else [v if v != int(v) else int(v) for v in parse_values(n_spec, "n")]
     with both_progress() as (progress, stages):  # stderr, with --json too
-        result = api.prune_neurons(model, out_dir, n=ns, neurons=neurons, factor=factor, findings=findings_file,
-                                   transfer=transfer, recompute=recompute, allow_zero=allow_zero, verify=verify,
-                                   force=force, load=load, capture=capture, select=choose, progress=progress,
-                                   stages=stages, report=note, on_plans=show, on_each=each_line(as_json),
-                                   **push_settings())
+        result = api.prune_neurons(
+            model,
+            out_dir,
+            n=ns,
+            neurons=neurons,
+            factor=factor,
+            findings=findings_file,
+            transfer=transfer,
+            recompute=recompute,
+            allow_zero=allow_zero,
+            verify=verify,
+            force=force,
+            load=load,
+            capture=capture,
+            select=choose,
+            progress=progress,
+            stages=stages,
+            report=note,
+            on_plans=show,
+            on_each=each_line(as_json),
+            **push_settings(),
+        )
     print_result(result, as_json)

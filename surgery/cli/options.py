@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import click
 
@@ -42,8 +43,16 @@ def _option(field: dataclasses.Field, spec: CliOption) -> Callable:
     if spec.is_flag:
         return click.option(flag, field.name, is_flag=True, default=bool(field.default), help=spec.help)
     shown = _shown_default(field, spec)
-    return click.option(flag, field.name, type=_click_type(field, spec), default=shown, multiple=spec.multiple,
-                        show_default=shown not in (None, ()), metavar=spec.metavar, help=spec.help)
+    return click.option(
+        flag,
+        field.name,
+        type=_click_type(field, spec),
+        default=shown,
+        multiple=spec.multiple,
+        show_default=shown not in (None, ()),
+        metavar=spec.metavar,
+        help=spec.help,
+    )
 
 
 def _value(spec: CliOption, raw: Any) -> Any:
@@ -52,8 +61,9 @@ def _value(spec: CliOption, raw: Any) -> Any:
     return tuple(raw) if spec.multiple else raw
 
 
-def typed_options(cls: type, *, into: str, only: Sequence[str] | None = None,
-                  skip: Sequence[str] = ()) -> Callable[[Callable], Callable]:
+def typed_options(
+    cls: type, *, into: str, only: Sequence[str] | None = None, skip: Sequence[str] = ()
+) -> Callable[[Callable], Callable]:
     """Add the options of ``cls``'s fields (``only`` / ``skip`` choose); the command gets ``into=cls(…)``."""
     specs = cli_fields(cls, only, skip)
 
@@ -110,26 +120,50 @@ def model_argument(f: Callable | None = None, *, runs_model: bool = True) -> Cal
 
 def push_options(f: Callable) -> Callable:
     """--push-to and --private; the baking commands read them from the click context (cli.baking.push_settings)."""
-    f = click.option("--private", is_flag=True, expose_value=False, callback=_remember(PRIVATE_KEY),
-                     help="With --push-to: create the Hub repo as private.")(f)
-    return click.option("--push-to", metavar="NAMESPACE/NAME", default=None, expose_value=False,
-                        callback=_remember(PUSH_KEY),
-                        help="After the bake, push the checkpoint to this Hub repo (sweeps: one branch per value).")(f)
+    f = click.option(
+        "--private",
+        is_flag=True,
+        expose_value=False,
+        callback=_remember(PRIVATE_KEY),
+        help="With --push-to: create the Hub repo as private.",
+    )(f)
+    return click.option(
+        "--push-to",
+        metavar="NAMESPACE/NAME",
+        default=None,
+        expose_value=False,
+        callback=_remember(PUSH_KEY),
+        help="After the bake, push the checkpoint to this Hub repo (sweeps: one branch per value).",
+    )(f)
 
 
 def bake_options(f: Callable) -> Callable:
     """--out, --force, --no-verify, --json, --requantize, --push-to, --private."""
     f = push_options(f)
-    f = click.option("--requantize", is_flag=True, expose_value=False, callback=_remember(REQUANTIZE_KEY),
-                     help="GGUF MODEL: requantize blocks an edit cannot change exactly (Q4_0/1, Q5_0/1, Q8_0), "
-                     "recording the error; without it such an edit is refused.")(f)
+    f = click.option(
+        "--requantize",
+        is_flag=True,
+        expose_value=False,
+        callback=_remember(REQUANTIZE_KEY),
+        help="GGUF MODEL: requantize blocks an edit cannot change exactly (Q4_0/1, Q5_0/1, Q8_0), "
+        "recording the error; without it such an edit is refused.",
+    )(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
-    f = click.option("--verify/--no-verify", default=True, show_default=True,
-                     help="Check each edited weight map against the run-time edit before publishing.")(f)
+    f = click.option(
+        "--verify/--no-verify",
+        default=True,
+        show_default=True,
+        help="Check each edited weight map against the run-time edit before publishing.",
+    )(f)
     f = click.option("--force", is_flag=True, help="Replace --out if it exists.")(f)
-    return click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
-                        help="Output checkpoint folder, or a .gguf file when MODEL is a GGUF file (written "
-                             "atomically); a sweep writes OUT/<label> per value (OUT/<label>.gguf from a GGUF).")(f)
+    return click.option(
+        "--out",
+        "out_dir",
+        required=True,
+        type=click.Path(path_type=Path),
+        help="Output checkpoint folder, or a .gguf file when MODEL is a GGUF file (written "
+        "atomically); a sweep writes OUT/<label> per value (OUT/<label>.gguf from a GGUF).",
+    )(f)
 
 
 def baking_command(f: Callable) -> Callable:

@@ -19,11 +19,17 @@ from .options import model_argument, typed_options
 
 @cli.command(name="export-lora")
 @model_argument(runs_model=False)
-@click.option("--recipe", "recipe_path", required=True, type=click.Path(path_type=Path),
-              help="Recipe YAML whose edits the adapter reproduces, or a folder baked from MODEL "
-              "(or its surgery.json): the recipe it recorded.")
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
-              help="Adapter folder to write (atomically).")
+@click.option(
+    "--recipe",
+    "recipe_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Recipe YAML whose edits the adapter reproduces, or a folder baked from MODEL "
+    "(or its surgery.json): the recipe it recorded.",
+)
+@click.option(
+    "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Adapter folder to write (atomically)."
+)
 @click.option("--vllm", is_flag=True, help="Pad every module to one rank vLLM accepts (8 … 512).")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
@@ -34,8 +40,10 @@ def export_lora_cmd(model, load, recipe_path, out_dir, vllm, force, as_json):
         print_json({"out": str(out_dir), **record.to_dict()})
         return
     ranks = sorted(set(record.modules.values()))
-    out.print(f"[green]Exported[/] {len(record.modules)} LoRA module(s), rank "
-              f"{'/'.join(map(str, ranks))}{' (vLLM)' if vllm else ''}, lora_alpha = r → {out_dir}")
+    out.print(
+        f"[green]Exported[/] {len(record.modules)} LoRA module(s), rank "
+        f"{'/'.join(map(str, ranks))}{' (vLLM)' if vllm else ''}, lora_alpha = r → {out_dir}"
+    )
 
 
 @cli.command(name="push")
@@ -64,8 +72,13 @@ def push_cmd(folder, repo_id, private, revision, create_pr, message, as_json):
 
 @cli.command(name="card")
 @click.argument("folder", type=click.Path(path_type=Path))
-@click.option("--eval", "eval_path", type=click.Path(path_type=Path), default=None,
-              help="An eval JSON (surgery eval --out) whose before/after table goes into the card.")
+@click.option(
+    "--eval",
+    "eval_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="An eval JSON (surgery eval --out) whose before/after table goes into the card.",
+)
 def card_cmd(folder, eval_path):
     """Rewrite the model card of a baked FOLDER (keeps surgery.json's hashes consistent)."""
     path = api.write_card(folder, eval_path)
@@ -103,42 +116,102 @@ def eval_table(result: dict) -> Table:
             pct = result["retained_pct"].get(key)
             before = against.get(key)
             delta = (value - before) if isinstance(value, float) and isinstance(before, float) else None
-            row.append(f"{pct:.1f}%" if pct is not None else (f"{delta:+.4g}" if delta is not None and math.isfinite(delta) else ""))
+            row.append(
+                f"{pct:.1f}%"
+                if pct is not None
+                else (f"{delta:+.4g}" if delta is not None and math.isfinite(delta) else "")
+            )
         table.add_row(*row)
     return table
 
 
 @cli.command(name="eval")
 @model_argument
-@click.option("--against", default=None, help="Source checkpoint to compare with (KL, % retained, before/after); "
-              "its results are cached, so a second eval against it measures MODEL only.")
-@click.option("--recompute", is_flag=True, help="Evaluate the --against source again instead of taking its "
-              "cached results (the cache is then rewritten).")
+@click.option(
+    "--against",
+    default=None,
+    help="Source checkpoint to compare with (KL, % retained, before/after); "
+    "its results are cached, so a second eval against it measures MODEL only.",
+)
+@click.option(
+    "--recompute",
+    is_flag=True,
+    help="Evaluate the --against source again instead of taking its cached results (the cache is then rewritten).",
+)
 @typed_options(EvalParams, into="params")
-@click.option("--bbq", "bbq_paths", multiple=True, type=click.Path(path_type=Path),
-              help="BBQ-format JSONL file or folder (repeatable).")
+@click.option(
+    "--bbq",
+    "bbq_paths",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="BBQ-format JSONL file or folder (repeatable).",
+)
 @click.option("--n4", "n4_path", type=click.Path(path_type=Path), default=None, help="N4-format JSONL file.")
 @click.option("--lm-eval", "lm_eval_tasks", default="", help="Comma-separated lm-eval task names (needs lm-eval).")
-@click.option("--lm-eval-include", type=click.Path(path_type=Path), default=None,
-              help="Folder of extra lm-eval task YAML files.")
-@click.option("--prompts", "prompts_path", type=click.Path(path_type=Path), default=None,
-              help="Prompts for the markers suite: text (one a line) or JSONL ({\"prompt\": …} a line).")
-@click.option("--markers", "markers_path", type=click.Path(path_type=Path), default=None,
-              help="Markers for the markers suite, one a line: an answer that contains one counts (case-insensitive).")
-@click.option("--out", "out_path", type=click.Path(path_type=Path), default=None, help="Write the result JSON here (atomically).")
-@click.option("--card", "update_card", is_flag=True, help="Put the before/after table into MODEL's model card "
-              "(MODEL must be a surgery checkpoint; surgery.json is kept consistent).")
+@click.option(
+    "--lm-eval-include", type=click.Path(path_type=Path), default=None, help="Folder of extra lm-eval task YAML files."
+)
+@click.option(
+    "--prompts",
+    "prompts_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help='Prompts for the markers suite: text (one a line) or JSONL ({"prompt": …} a line).',
+)
+@click.option(
+    "--markers",
+    "markers_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Markers for the markers suite, one a line: an answer that contains one counts (case-insensitive).",
+)
+@click.option(
+    "--out", "out_path", type=click.Path(path_type=Path), default=None, help="Write the result JSON here (atomically)."
+)
+@click.option(
+    "--card",
+    "update_card",
+    is_flag=True,
+    help="Put the before/after table into MODEL's model card "
+    "(MODEL must be a surgery checkpoint; surgery.json is kept consistent).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON instead of the table.")
-def eval_cmd(model, load, against, recompute, params, bbq_paths, n4_path, lm_eval_tasks,
-             lm_eval_include, prompts_path, markers_path, out_path, update_card, as_json):
+def eval_cmd(
+    model,
+    load,
+    against,
+    recompute,
+    params,
+    bbq_paths,
+    n4_path,
+    lm_eval_tasks,
+    lm_eval_include,
+    prompts_path,
+    markers_path,
+    out_path,
+    update_card,
+    as_json,
+):
     """Evaluate MODEL: retention, KL vs --against, BBQ bias, DiffAware/CtxtAware, markers, lm-eval tasks."""
     # Progress and notes go to stderr, with --json too (it owns stdout only).
     with progress_bars() as progress:
-        result = api.evaluate(model, against=against, recompute=recompute, bbq=bbq_paths, n4=n4_path,
-                              lm_eval=[t.strip() for t in lm_eval_tasks.split(",") if t.strip()],
-                              lm_eval_include=lm_eval_include, prompts=prompts_path, markers=markers_path,
-                              out=out_path, card=update_card, load=load,
-                              params=params, progress=progress, report=lambda m: err.print(f"[dim]{m}[/]"))
+        result = api.evaluate(
+            model,
+            against=against,
+            recompute=recompute,
+            bbq=bbq_paths,
+            n4=n4_path,
+            lm_eval=[t.strip() for t in lm_eval_tasks.split(",") if t.strip()],
+            lm_eval_include=lm_eval_include,
+            prompts=prompts_path,
+            markers=markers_path,
+            out=out_path,
+            card=update_card,
+            load=load,
+            params=params,
+            progress=progress,
+            report=lambda m: err.print(f"[dim]{m}[/]"),
+        )
     if not is_main():
         return  # under torchrun rank 0 alone prints
     if as_json:
@@ -148,16 +221,26 @@ def eval_cmd(model, load, against, recompute, params, bbq_paths, n4_path, lm_eva
         return
     out.print(eval_table(result))
     cached = (result.get("against") or {}).get("from_cache")
-    out.print(f"{result['seconds']:.0f} s" + ("; the source's results from the cache" if cached else "")
-              + (f"; result → {out_path}" if out_path else "")
-              + ("; model card updated" if update_card else ""))
+    out.print(
+        f"{result['seconds']:.0f} s"
+        + ("; the source's results from the cache" if cached else "")
+        + (f"; result → {out_path}" if out_path else "")
+        + ("; model card updated" if update_card else "")
+    )
 
 
 @cli.command(name="report")
 @click.argument("findings", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--eval", "evals", multiple=True, type=click.Path(path_type=Path),
-              help="Eval result JSON (surgery eval --out); repeatable.")
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Report folder (written atomically).")
+@click.option(
+    "--eval",
+    "evals",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Eval result JSON (surgery eval --out); repeatable.",
+)
+@click.option(
+    "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Report folder (written atomically)."
+)
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def report_cmd(findings, evals, out_dir, force):
     """Write a markdown report with figures from FINDINGS files and eval results (needs matplotlib)."""

@@ -30,8 +30,23 @@ OTHER_WEIGHT_SUFFIXES = (*PICKLE_SUFFIXES, ".gguf", ".h5", ".msgpack")
 # The safetensors format caps the JSON header at 100 MB; anything larger is corrupt or hostile.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 REFETCH = "re-download or re-save it"
-DTYPE_SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
-               "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
+DTYPE_SIZES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "U16": 2,
+    "U32": 4,
+    "U64": 8,
+}
 # Keys of config.json that mean the weights are quantized: byte ranges are not plain floats.
 QUANTIZATION_KEYS = ("quantization_config", "compression_config")
 # Folders of a checkpoint that are not part of it (version control, download caches).
@@ -60,20 +75,25 @@ def read_header(path: Path) -> tuple[int, dict[str, Any]]:
     with open(path, "rb") as f:
         raw = f.read(8)
         if len(raw) < 8:
-            raise CheckpointError(f"{path.name} is truncated (shorter than a safetensors header); "
-                                  "re-download or re-save it")
+            raise CheckpointError(
+                f"{path.name} is truncated (shorter than a safetensors header); re-download or re-save it"
+            )
         (length,) = struct.unpack("<Q", raw)
         if length > MAX_HEADER_BYTES or length > size - 8:
-            raise CheckpointError(f"{path.name} declares a {length}-byte header but the file has "
-                                  f"{size} bytes: the file is truncated or not safetensors; {REFETCH}")
+            raise CheckpointError(
+                f"{path.name} declares a {length}-byte header but the file has "
+                f"{size} bytes: the file is truncated or not safetensors; {REFETCH}"
+            )
         try:
             header = load_json(f.read(length))
         except DuplicateKey as exc:  # two entries for one tensor: which bytes are the weight?
-            raise CheckpointError(f"{path.name} has a header that gives {exc.key!r} twice: the file is "
-                                  f"corrupt or crafted; {REFETCH}") from None
+            raise CheckpointError(
+                f"{path.name} has a header that gives {exc.key!r} twice: the file is corrupt or crafted; {REFETCH}"
+            ) from None
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            raise CheckpointError(f"{path.name} has a header that is not valid JSON: "
-                                  "the file is corrupt; re-download or re-save it") from None
+            raise CheckpointError(
+                f"{path.name} has a header that is not valid JSON: the file is corrupt; re-download or re-save it"
+            ) from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path.name} has a malformed header (not a JSON object); {REFETCH}")
     _check_layout(path, header, 8 + length, size)
@@ -91,25 +111,36 @@ def _check_layout(path: Path, header: dict[str, Any], data_start: int, size: int
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(f"{path.name}: tensor '{name}' has a malformed header entry; {REFETCH}") from None
         # Types first: a crafted header may hold lists or objects where strings and ints belong.
-        if (not isinstance(dtype, str) or dtype not in DTYPE_SIZES or not isinstance(shape, list)
-                or not all(type(d) is int and d >= 0 for d in shape)):
-            raise CheckpointError(f"{path.name}: tensor '{name}' has dtype {dtype!r} / shape {shape!r} "
-                                  f"that safetensors does not allow; {REFETCH}")
+        if (
+            not isinstance(dtype, str)
+            or dtype not in DTYPE_SIZES
+            or not isinstance(shape, list)
+            or not all(type(d) is int and d >= 0 for d in shape)
+        ):
+            raise CheckpointError(
+                f"{path.name}: tensor '{name}' has dtype {dtype!r} / shape {shape!r} "
+                f"that safetensors does not allow; {REFETCH}"
+            )
         if not (type(begin) is int and type(end) is int and 0 <= begin <= end):
             raise CheckpointError(f"{path.name}: tensor '{name}' has invalid offsets [{begin!r}, {end!r}); {REFETCH}")
         if end - begin != math.prod(shape) * DTYPE_SIZES[dtype]:
-            raise CheckpointError(f"{path.name}: tensor '{name}' spans {end - begin} bytes but "
-                                  f"shape {shape} × {dtype} needs {math.prod(shape) * DTYPE_SIZES[dtype]}; "
-                                  f"the file is corrupt: {REFETCH}")
+            raise CheckpointError(
+                f"{path.name}: tensor '{name}' spans {end - begin} bytes but "
+                f"shape {shape} × {dtype} needs {math.prod(shape) * DTYPE_SIZES[dtype]}; "
+                f"the file is corrupt: {REFETCH}"
+            )
         if data_start + end > size:
-            raise CheckpointError(f"{path.name}: tensor '{name}' runs past the end of the file "
-                                  "(truncated download?); re-download or re-save it")
+            raise CheckpointError(
+                f"{path.name}: tensor '{name}' runs past the end of the file "
+                "(truncated download?); re-download or re-save it"
+            )
         spans.append((begin, end, name))
     spans.sort()
-    for (b1, e1, n1), (b2, _, n2) in zip(spans, spans[1:]):
+    for (_, e1, n1), (b2, _, n2) in zip(spans, spans[1:]):
         if b2 < e1:
-            raise CheckpointError(f"{path.name}: tensors '{n1}' and '{n2}' overlap in the file; "
-                                  f"it is corrupt or crafted: {REFETCH}")
+            raise CheckpointError(
+                f"{path.name}: tensors '{n1}' and '{n2}' overlap in the file; it is corrupt or crafted: {REFETCH}"
+            )
 
 
 def folder_files(root: Path) -> list[str]:
@@ -135,7 +166,9 @@ def file_tensors(root: Path, rel: str) -> dict[str, TensorInfo]:
 def is_other_weights(rel: str) -> bool:
     """True for a weights file (or its shard index) in a format other than safetensors."""
     name = rel.rsplit("/", 1)[-1].lower()
-    return name.endswith(OTHER_WEIGHT_SUFFIXES) or name.endswith(tuple(f"{s}.index.json" for s in OTHER_WEIGHT_SUFFIXES))
+    return name.endswith(OTHER_WEIGHT_SUFFIXES) or name.endswith(
+        tuple(f"{s}.index.json" for s in OTHER_WEIGHT_SUFFIXES)
+    )
 
 
 def file_sha256(path: Path, chunk: int = 8 << 20) -> str:
@@ -163,8 +196,9 @@ class Checkpoint:
     def _read_config(self) -> dict[str, Any]:
         cfg = self.path / "config.json"
         if not cfg.is_file():
-            raise CheckpointError(f"{self.path} has no config.json; give the folder that holds config.json "
-                                  "and the *.safetensors weights")
+            raise CheckpointError(
+                f"{self.path} has no config.json; give the folder that holds config.json and the *.safetensors weights"
+            )
         try:
             config = load_json(cfg.read_text(encoding="utf-8"))
         except DuplicateKey as exc:
@@ -181,15 +215,19 @@ class Checkpoint:
         for cfg in (self.config, text_config(self.config)):
             for key in QUANTIZATION_KEYS:
                 if cfg.get(key):
-                    method = (cfg[key] or {}).get("quant_method", "unknown") if isinstance(cfg[key], dict) else "unknown"
+                    method = (
+                        (cfg[key] or {}).get("quant_method", "unknown") if isinstance(cfg[key], dict) else "unknown"
+                    )
                     raise CheckpointError(
                         f"{self.path} is quantized ({key}: {method}); its weights are packed integers or "
                         "fp8 with separate scales, not plain floats, so scaling their bytes would corrupt "
-                        "them; use the unquantized (F32/F16/BF16) checkpoint")
+                        "them; use the unquantized (F32/F16/BF16) checkpoint"
+                    )
         if self.config.get("auto_map") and not allow_remote_code:
             raise CheckpointError(
                 f"{self.path} needs custom code (auto_map in config.json); it is not run unless you "
-                "pass --trust-remote-code after reading that code")
+                "pass --trust-remote-code after reading that code"
+            )
 
     def _weight_files(self) -> list[str]:
         index = self.path / INDEX_NAME
@@ -198,28 +236,35 @@ class Checkpoint:
                 weight_map = load_json(index.read_text(encoding="utf-8"))["weight_map"]
                 files = sorted(set(weight_map.values()))
             except DuplicateKey as exc:
-                raise CheckpointError(f"{index}: {exc.what}, so it is unclear which shard holds it; "
-                                      f"{REFETCH}") from None
+                raise CheckpointError(
+                    f"{index}: {exc.what}, so it is unclear which shard holds it; {REFETCH}"
+                ) from None
             except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
                 raise CheckpointError(f"{index} is malformed (no weight_map); re-download or re-save it") from None
             # Shards live in the folder: a name that leaves it would be read (and its edits
             # planned) outside the checkpoint, where a bake never copies it.
             outside = [f for f in files if not isinstance(f, str) or Path(f).is_absolute() or ".." in Path(f).parts]
             if outside:
-                raise CheckpointError(f"{INDEX_NAME} names shard {outside[0]!r} outside {self.path}; the index "
-                                      f"is corrupt or crafted: {REFETCH}")
+                raise CheckpointError(
+                    f"{INDEX_NAME} names shard {outside[0]!r} outside {self.path}; the index "
+                    f"is corrupt or crafted: {REFETCH}"
+                )
             missing = [f for f in files if not (self.path / f).is_file()]
             if missing:
-                raise CheckpointError(f"{INDEX_NAME} names shard {missing[0]} which is missing from "
-                                      f"{self.path}; the download is incomplete: {REFETCH}")
+                raise CheckpointError(
+                    f"{INDEX_NAME} names shard {missing[0]} which is missing from "
+                    f"{self.path}; the download is incomplete: {REFETCH}"
+                )
             return files
         if (self.path / SINGLE_NAME).is_file():
             return [SINGLE_NAME]
         others = sorted(f for f in os.listdir(self.path) if f.endswith(".safetensors"))
         broken = [f for f in [SINGLE_NAME, *others] if os.path.lexists(self.path / f) and not (self.path / f).is_file()]
         if broken:
-            raise CheckpointError(f"{self.path / broken[0]} is not a readable file (a folder, or a link to a "
-                                  f"missing Hub-cache blob); {REFETCH}")
+            raise CheckpointError(
+                f"{self.path / broken[0]} is not a readable file (a folder, or a link to a "
+                f"missing Hub-cache blob); {REFETCH}"
+            )
         if others:
             return others
         pickles = sorted(f for f in os.listdir(self.path) if f.endswith(PICKLE_SUFFIXES))
@@ -227,9 +272,12 @@ class Checkpoint:
             raise CheckpointError(
                 f"{self.path} only has pickle weights ({pickles[0]}); loading pickles can run arbitrary "
                 "code, so surgery refuses them: convert to safetensors first (save_pretrained with "
-                "safe_serialization=True from a trusted environment)")
-        raise CheckpointError(f"{self.path} has no weights (*.safetensors); give the folder that holds "
-                              "config.json and the *.safetensors weights")
+                "safe_serialization=True from a trusted environment)"
+            )
+        raise CheckpointError(
+            f"{self.path} has no weights (*.safetensors); give the folder that holds "
+            "config.json and the *.safetensors weights"
+        )
 
     # --- tensors -------------------------------------------------------------------------------
     @cached_property
@@ -246,8 +294,10 @@ class Checkpoint:
     def tensor(self, name: str) -> TensorInfo:
         info = self.tensors.get(name)
         if info is None:
-            raise CheckpointError(f"tensor '{name}' is not in {self.path}; the checkpoint does not match "
-                                  f"its config (or the architecture table is wrong for it): {REFETCH}")
+            raise CheckpointError(
+                f"tensor '{name}' is not in {self.path}; the checkpoint does not match "
+                f"its config (or the architecture table is wrong for it): {REFETCH}"
+            )
         return info
 
     def total_bytes(self) -> int:

@@ -13,8 +13,9 @@ projects the module's whole output.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .edit_kind import Edit, check_layer, check_scale, index, number, recipe_key, register_edit_kind
 from .errors import RecipeError
@@ -57,7 +58,7 @@ class DirectionEdit(Edit):
     unit: bytes = field(default=b"", compare=False, repr=False)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], where: str, vectors: VectorSource | None = None) -> "DirectionEdit":
+    def from_dict(cls, raw: Mapping[str, Any], where: str, vectors: VectorSource | None = None) -> DirectionEdit:
         """Parse the entry, then read its vector from ``vectors`` (None: not read; sites then carry
         no direction and a bake refuses the recipe, but its card rows can still be written)."""
         edit = super().from_dict(raw, where)
@@ -81,20 +82,26 @@ class DirectionEdit(Edit):
     def is_identity(self) -> bool:
         return self.weight == 0.0
 
-    def validate(self, arch: "Architecture", where: str) -> None:
+    def validate(self, arch: Architecture, where: str) -> None:
         """The module exists in this layer, and the vector has the hidden size."""
         check_scale(self.weight, where)
         if not self.unit:
-            raise RecipeError(f"{where}.vector: '{self.vector}' was not read; load the recipe from its file "
-                              "(Recipe.load) so that the path is read relative to it")
+            raise RecipeError(
+                f"{where}.vector: '{self.vector}' was not read; load the recipe from its file "
+                "(Recipe.load) so that the path is read relative to it"
+            )
         H = arch.geometry.hidden_size
         if len(self.unit) // 4 != H:
-            raise RecipeError(f"{where}.vector: '{self.vector}' has {len(self.unit) // 4} values but the model has "
-                              f"hidden_size = {H}; give a direction of the model's residual stream")
+            raise RecipeError(
+                f"{where}.vector: '{self.vector}' has {len(self.unit) // 4} values but the model has "
+                f"hidden_size = {H}; give a direction of the model's residual stream"
+            )
         if self.module == "embeddings":
             if arch.layout.embeddings is None:
-                raise RecipeError(f"{where}.module = embeddings but {arch.model_type}'s embedding table is not next to "
-                                  "its layer list, where the table looks for it; edit a decoder layer's modules")
+                raise RecipeError(
+                    f"{where}.module = embeddings but {arch.model_type}'s embedding table is not next to "
+                    "its layer list, where the table looks for it; edit a decoder layer's modules"
+                )
             return
         if self.layer is None:
             raise RecipeError(f"{where}: missing key(s) layer (module {self.module} is in a decoder layer)")
@@ -104,24 +111,29 @@ class DirectionEdit(Edit):
             check_head_layer(arch, self.layer, where, what="attention output (o_proj) to project")
         if self.module == "mlp" and sparse:
             shared = ", shared_experts" if ex.shared else ""
-            raise RecipeError(f"{where}.module = mlp but layer {self.layer} is a mixture of experts; use "
-                              f"experts{shared}")
+            raise RecipeError(
+                f"{where}.module = mlp but layer {self.layer} is a mixture of experts; use experts{shared}"
+            )
         if self.module == "mlp":  # state-space or attention-only layers, experts the table has no row for
             check_dense_mlp(arch, self.layer, where)
         if self.module in ("experts", "shared_experts") and not sparse:
-            raise RecipeError(f"{where}.module = {self.module} but layer {self.layer} of {arch.model_type} is a "
-                              "dense MLP (no experts); use mlp")
+            raise RecipeError(
+                f"{where}.module = {self.module} but layer {self.layer} of {arch.model_type} is a "
+                "dense MLP (no experts); use mlp"
+            )
         if self.module == "shared_experts" and not ex.shared:
-            raise RecipeError(f"{where}.module = shared_experts but {arch.model_type} has no shared expert; "
-                              "use experts")
+            raise RecipeError(
+                f"{where}.module = shared_experts but {arch.model_type} has no shared expert; use experts"
+            )
 
-    def sites(self, arch: "Architecture") -> list[Site]:
+    def sites(self, arch: Architecture) -> list[Site]:
         """One projection per matrix: the module's output matrix, or each routed expert's down matrix."""
         g, lay = arch.geometry, arch.layout
         r, w, L = self.unit or None, self.weight, self.layer
 
-        def site(module: str, shape: tuple[int, int], axis: str = "out", layer: int | None = L,
-                 expert: int | None = None) -> Site:
+        def site(
+            module: str, shape: tuple[int, int], axis: str = "out", layer: int | None = L, expert: int | None = None
+        ) -> Site:
             return Site(layer, module, axis, (), w, shape, True, expert, op="project", direction=r)
 
         if self.module == "attention":
@@ -129,24 +141,33 @@ class DirectionEdit(Edit):
         if self.module == "mlp":
             return [site(lay.down_proj, arch.mlp_shapes()[lay.down_proj])]
         if self.module == "experts":
-            return [site(f"{lay.experts.module}.down", (g.hidden_size, g.expert_size), expert=e)
-                    for e in range(g.num_experts)]
+            return [
+                site(f"{lay.experts.module}.down", (g.hidden_size, g.expert_size), expert=e)
+                for e in range(g.num_experts)
+            ]
         if self.module == "shared_experts":
             ex = lay.experts
             return [site(f"{ex.shared}.{ex.shared_down}", (g.hidden_size, g.shared_size))]
         # The embedding table is stored [vocab, hidden]: the residual stream is its columns.
         return [site(lay.embeddings, (g.vocab_size, g.hidden_size), axis="in", layer=None)]
 
-    def lora_refusal(self, arch: "Architecture") -> str | None:
+    def lora_refusal(self, arch: Architecture) -> str | None:
         if self.module == "embeddings":
-            return ("a direction edit of the embeddings has no exact adapter here (a tied table is also the "
-                    "output head); ship the baked checkpoint instead")
+            return (
+                "a direction edit of the embeddings has no exact adapter here (a tied table is also the "
+                "output head); ship the baked checkpoint instead"
+            )
         return None
 
     def card_row(self, where: str) -> tuple[str, str, str, str, str]:
         kept = "removed" if self.weight == 1 else f"× {1 - self.weight:g}"
-        return ("direction", "—" if self.module == "embeddings" else str(self.layer), self.module,
-                f"w = {self.weight:g}", f"direction `{self.vector}` {kept} in what {where} writes")
+        return (
+            "direction",
+            "—" if self.module == "embeddings" else str(self.layer),
+            self.module,
+            f"w = {self.weight:g}",
+            f"direction `{self.vector}` {kept} in what {where} writes",
+        )
 
     def card_tags(self) -> tuple[str, ...]:
         return ("direction-ablation",) if self.weight > 0 else ("direction-steering",)

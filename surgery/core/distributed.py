@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
 
@@ -89,12 +90,14 @@ def rank_device(requested: str) -> str:
         return requested  # the loader resolves auto (MPS or CPU) and refuses a missing GPU
     local = world().local_rank
     if local >= torch.cuda.device_count():
-        raise SurgeryError(f"torchrun started local rank {local} but this node has {torch.cuda.device_count()} "
-                           "GPU(s); give --nproc-per-node at most the number of GPUs")
+        raise SurgeryError(
+            f"torchrun started local rank {local} but this node has {torch.cuda.device_count()} "
+            "GPU(s); give --nproc-per-node at most the number of GPUs"
+        )
     return f"cuda:{local}"
 
 
-def _comm_device() -> "torch.device":
+def _comm_device() -> torch.device:
     """Where collective tensors live: this rank's GPU when NCCL is in the group, else the CPU."""
     import torch
     import torch.distributed as dist
@@ -142,8 +145,10 @@ def _group_ready() -> bool:
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        raise SurgeryError("running under torchrun without a process group: start the command through "
-                           "`surgery` (python -m surgery) or wrap the call in surgery.core.distributed.session()")
+        raise SurgeryError(
+            "running under torchrun without a process group: start the command through "
+            "`surgery` (python -m surgery) or wrap the call in surgery.core.distributed.session()"
+        )
     return True
 
 
@@ -152,7 +157,7 @@ def shard(items: Sequence[T], chunk: int = 1) -> list[T]:
     w = world()
     if w.size == 1:
         return list(items)
-    return [x for start in range(chunk * w.rank, len(items), chunk * w.size) for x in items[start:start + chunk]]
+    return [x for start in range(chunk * w.rank, len(items), chunk * w.size) for x in items[start : start + chunk]]
 
 
 def all_reduce(values: np.ndarray, op: str = "sum") -> np.ndarray:
@@ -192,9 +197,9 @@ def gather_rows(n: int, indices: Sequence[int], rows: np.ndarray) -> np.ndarray:
     most = int(counts.max())
     # all_gather needs equal shapes: pad each rank's rows (and indices, with -1) to the longest
     padded = torch.zeros((most,) + rows.shape[1:], dtype=torch.from_numpy(rows[:0]).dtype, device=device)
-    padded[:len(indices)] = torch.from_numpy(np.ascontiguousarray(rows)).to(device)
+    padded[: len(indices)] = torch.from_numpy(np.ascontiguousarray(rows)).to(device)
     idx = torch.full((most,), -1, dtype=torch.int64, device=device)
-    idx[:len(indices)] = torch.tensor(list(indices), dtype=torch.int64, device=device)
+    idx[: len(indices)] = torch.tensor(list(indices), dtype=torch.int64, device=device)
     all_rows = [torch.empty_like(padded) for _ in range(size)]
     all_idx = [torch.empty_like(idx) for _ in range(size)]
     dist.all_gather(all_rows, padded)
@@ -223,8 +228,10 @@ def check_agree(what: str, *parts: object) -> None:
     dist.all_gather(every, mine)
     differ = [r for r, d in enumerate(every) if not torch.equal(d, every[0])]
     if differ:
-        raise RanksDisagree(f"torchrun ranks disagree about {what}: rank(s) {', '.join(map(str, differ))} "
-                            "differ from rank 0; give every process the same model and inputs")
+        raise RanksDisagree(
+            f"torchrun ranks disagree about {what}: rank(s) {', '.join(map(str, differ))} "
+            "differ from rank 0; give every process the same model and inputs"
+        )
 
 
 def all_true(flag: bool) -> bool:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .errors import RecipeError
 
@@ -62,14 +63,14 @@ def recipe_key(parse: Parser, **kwargs: Any) -> Any:
     return dataclasses.field(metadata={"recipe": parse}, **kwargs)
 
 
-def check_layer(arch: "Architecture", layer: int, where: str) -> None:
+def check_layer(arch: Architecture, layer: int, where: str) -> None:
     """``layer`` is a decoder layer of ``arch``."""
     n, key = arch.geometry.num_layers, arch.layout.config_keys.num_hidden_layers
     if layer >= n:
         raise RecipeError(f"{where}.layer = {layer} but the model has {key} = {n} (valid: 0..{n - 1})")
 
 
-def layer_list(layers: "tuple[int, ...] | list[int]", most: int = 8) -> str:
+def layer_list(layers: tuple[int, ...] | list[int], most: int = 8) -> str:
     """Layer indices for a message: ``3, 7, 11`` (the first ``most``, then how many more)."""
     shown = ", ".join(map(str, layers[:most]))
     return shown + (f" and {len(layers) - most} more" if len(layers) > most else "") if layers else "none"
@@ -78,15 +79,17 @@ def layer_list(layers: "tuple[int, ...] | list[int]", most: int = 8) -> str:
 def check_scale(scale: float, where: str) -> None:
     """Weights are at most float32: a larger scale turns into inf (and crashes the run-time twin)."""
     if not (math.isfinite(scale) and abs(scale) <= FLOAT32_MAX):
-        raise RecipeError(f"{where}: scale {scale!r} is not a finite float32 number "
-                          f"(|scale| ≤ {FLOAT32_MAX:.3g}); choose a smaller value")
+        raise RecipeError(
+            f"{where}: scale {scale!r} is not a finite float32 number "
+            f"(|scale| ≤ {FLOAT32_MAX:.3g}); choose a smaller value"
+        )
 
 
 class Edit:
     """Base class of every edit kind (a frozen dataclass registered with :func:`register_edit_kind`)."""
 
-    kind: ClassVar[str]                       # the recipe's ``type``
-    scale_key: ClassVar[str] = "scale"        # how messages name the scale of its sites ("alpha")
+    kind: ClassVar[str]  # the recipe's ``type``
+    scale_key: ClassVar[str] = "scale"  # how messages name the scale of its sites ("alpha")
     keys: ClassVar[tuple[str, ...] | None] = None  # recipe key order when it differs from the fields'
 
     # --- the recipe entry -------------------------------------------------------------------------
@@ -97,7 +100,7 @@ class Edit:
         return cls.keys or tuple(f.name for f in dataclasses.fields(cls) if "recipe" in f.metadata)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], where: str, vectors: Any = None) -> "Edit":
+    def from_dict(cls, raw: Mapping[str, Any], where: str, vectors: Any = None) -> Edit:
         """Parse one recipe entry of this kind: unknown and missing keys named, each value checked.
         ``vectors`` reads the files a kind's entries name (surgery.core.vectors; direction edits)."""
         fields = {f.name: f for f in dataclasses.fields(cls) if "recipe" in f.metadata}
@@ -105,13 +108,17 @@ class Edit:
         required = [k for k in keys if fields[k].default is dataclasses.MISSING]
         unknown = sorted(set(raw) - set(keys) - {"type"}, key=str)
         if unknown:
-            raise RecipeError(f"{where}: unknown key(s) {', '.join(map(str, unknown))} "
-                              f"(allowed: type, {', '.join(keys)})")
+            raise RecipeError(
+                f"{where}: unknown key(s) {', '.join(map(str, unknown))} (allowed: type, {', '.join(keys)})"
+            )
         missing = [k for k in required if k not in raw]
         if missing:
             raise RecipeError(f"{where}: missing key(s) {', '.join(missing)}")
-        values = {k: fields[k].metadata["recipe"](raw[k], f"{where}.{k}") for k in keys
-                  if k in raw and not (raw[k] is None and k not in required)}
+        values = {
+            k: fields[k].metadata["recipe"](raw[k], f"{where}.{k}")
+            for k in keys
+            if k in raw and not (raw[k] is None and k not in required)
+        }
         return cls(**values)
 
     def check_values(self, where: str) -> None:
@@ -154,15 +161,15 @@ class Edit:
 
     # --- what it does to a model ------------------------------------------------------------------
 
-    def validate(self, arch: "Architecture", where: str) -> None:
+    def validate(self, arch: Architecture, where: str) -> None:
         """Raise RecipeError (naming ``where`` and the config field) when ``arch`` has no such target."""
         raise NotImplementedError
 
-    def sites(self, arch: "Architecture") -> list["Site"]:
+    def sites(self, arch: Architecture) -> list[Site]:
         """Where the edit acts (none for an identity), in the order the bake checks and patches them."""
         raise NotImplementedError
 
-    def lora_refusal(self, arch: "Architecture") -> str | None:
+    def lora_refusal(self, arch: Architecture) -> str | None:
         """Why the edit has no exact LoRA adapter, or None when its twin sites are the adapter."""
         return None
 

@@ -10,9 +10,10 @@ exported as a LoRA adapter (ship/lora.py) — all three from the sites its kind 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
@@ -25,10 +26,28 @@ from .neuron_edit import SHARED, NeuronScale, neuron_label, parse_neuron, parse_
 from .strict_files import DuplicateKey, load_yaml
 from .vectors import BakedVectors, FolderVectors, VectorSource
 
-__all__ = ["RECIPE_VERSION", "FLOAT32_MAX", "SHARED", "BakedVectors", "DirectionEdit", "Edit", "FolderVectors",
-           "HeadScale", "NeuronScale", "Recipe", "VectorSource",
-           "deduplicate", "edit_from_dict", "edit_kinds", "edit_to_dict", "neuron_label", "parse_heads",
-           "parse_neuron", "parse_neurons", "register_edit_kind"]
+__all__ = [
+    "RECIPE_VERSION",
+    "FLOAT32_MAX",
+    "SHARED",
+    "BakedVectors",
+    "DirectionEdit",
+    "Edit",
+    "FolderVectors",
+    "HeadScale",
+    "NeuronScale",
+    "Recipe",
+    "VectorSource",
+    "deduplicate",
+    "edit_from_dict",
+    "edit_kinds",
+    "edit_to_dict",
+    "neuron_label",
+    "parse_heads",
+    "parse_neuron",
+    "parse_neurons",
+    "register_edit_kind",
+]
 
 RECIPE_VERSION = 1
 
@@ -39,9 +58,7 @@ def deduplicate(edits: Iterable[Edit]) -> tuple[Edit, ...]:
     for e in edits:
         prior = seen.get(e.target)
         if prior is not None and prior != e:
-            raise RecipeError(
-                f"conflicting edits for {e.kind} {e.label}: {prior.setting} and {e.setting}; keep one"
-            )
+            raise RecipeError(f"conflicting edits for {e.kind} {e.label}: {prior.setting} and {e.setting}; keep one")
         seen[e.target] = e
     return tuple(seen.values())
 
@@ -97,7 +114,7 @@ class Recipe:
         return comment + text
 
     @classmethod
-    def from_dict(cls, raw: Any, where: str = "recipe", vectors: VectorSource | str | Path | None = None) -> "Recipe":
+    def from_dict(cls, raw: Any, where: str = "recipe", vectors: VectorSource | str | Path | None = None) -> Recipe:
         """Parse a recipe; ``vectors`` reads the vector files of direction edits (a folder: paths are
         relative to it; a baked folder's record: ``BakedVectors``; None: not read, the recipe can then
         be shown but not baked)."""
@@ -107,15 +124,15 @@ class Recipe:
             raise RecipeError(f"{where} must be a YAML mapping with 'version' and 'edits'")
         unknown = sorted(set(raw) - {"version", "base_model", "edits", "notes"})
         if unknown:
-            raise RecipeError(f"{where}: unknown key(s) {', '.join(map(str, unknown))} "
-                              "(allowed: version, base_model, edits, notes)")
+            raise RecipeError(
+                f"{where}: unknown key(s) {', '.join(map(str, unknown))} (allowed: version, base_model, edits, notes)"
+            )
         version = raw.get("version")
         if version != RECIPE_VERSION:
             raise RecipeError(f"{where}.version must be {RECIPE_VERSION}, got {version!r}")
         edits = raw.get("edits")
         if not isinstance(edits, list) or not edits:
-            raise RecipeError(f"{where}.edits must be a non-empty list of edits "
-                              f"({', '.join(sorted(edit_kinds()))})")
+            raise RecipeError(f"{where}.edits must be a non-empty list of edits ({', '.join(sorted(edit_kinds()))})")
         base = raw.get("base_model")
         if base is not None and not isinstance(base, str):
             raise RecipeError(f"{where}.base_model must be a string, got {base!r}")
@@ -126,15 +143,17 @@ class Recipe:
         return cls(tuple(parsed), base, version, dict(notes))
 
     @classmethod
-    def load(cls, path: str | Path) -> "Recipe":
+    def load(cls, path: str | Path) -> Recipe:
         path = Path(path)
         if not path.is_file():
             raise RecipeError(f"recipe file {path} does not exist; give the path of a recipe YAML file")
         try:
             raw = load_yaml(path.read_text(encoding="utf-8"))
         except DuplicateKey as exc:  # PyYAML would keep the last one: two recipes in one file lose edits
-            raise RecipeError(f"recipe file {path}: {exc.what}; a recipe gives each key once (two recipes "
-                              "pasted into one file?): keep one") from None
+            raise RecipeError(
+                f"recipe file {path}: {exc.what}; a recipe gives each key once (two recipes "
+                "pasted into one file?): keep one"
+            ) from None
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
             # PyYAML's message spans several lines; keep the problem and where it is.
             mark = getattr(exc, "problem_mark", None)

@@ -27,8 +27,7 @@ MAX_ENTRIES = 20_000  # the oldest are dropped beyond this: a few MB of JSON at 
 
 def _key(path: Path) -> tuple[str, os.stat_result]:
     st = os.stat(path)
-    return (f"{os.path.realpath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|"
-            f"{st.st_ctime_ns}"), st
+    return (f"{os.path.realpath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"), st
 
 
 class HashCache:

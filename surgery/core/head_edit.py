@@ -44,32 +44,43 @@ class HeadScale(Edit):
     def is_identity(self) -> bool:
         return self.alpha == 1.0
 
-    def validate(self, arch: "Architecture", where: str) -> None:
+    def validate(self, arch: Architecture, where: str) -> None:
         check_scale(self.alpha, where)
         if arch.layout.head_refusal:
             raise RecipeError(f"{where}: {arch.model_type} has no head edits: {arch.layout.head_refusal}")
         check_layer(arch, self.layer, where)
         n, key = arch.at(self.layer).geometry.num_heads, arch.layout.config_keys.num_attention_heads
         if self.head >= n:
-            raise RecipeError(f"{where}.head = {self.head} but the model has {key} = {n} "
-                              f"(valid: 0..{n - 1})")
+            raise RecipeError(f"{where}.head = {self.head} but the model has {key} = {n} (valid: 0..{n - 1})")
         check_head_layer(arch, self.layer, where)
 
-    def sites(self, arch: "Architecture") -> list[Site]:
+    def sites(self, arch: Architecture) -> list[Site]:
         """A head is the d input columns of o_proj that carry its output (d: its layer's head_dim;
         DeepSeek-V4: within the rows of its group of the grouped o_a_proj)."""
         arch = arch.at(self.layer)
         o_proj = arch.layout.o_proj
         shape, _ = arch.attention_shapes()[o_proj]
         cols = arch.head_columns(self.head)
-        return [Site(self.layer, o_proj, "in", tuple(range(cols.start, cols.stop)), self.alpha, shape, True,
-                     group=arch.head_group(self.head))]
+        return [
+            Site(
+                self.layer,
+                o_proj,
+                "in",
+                tuple(range(cols.start, cols.stop)),
+                self.alpha,
+                shape,
+                True,
+                group=arch.head_group(self.head),
+            )
+        ]
 
-    def lora_refusal(self, arch: "Architecture") -> str | None:
+    def lora_refusal(self, arch: Architecture) -> str | None:
         # PEFT wraps a grouped linear as a plain Linear: its adapter would mix the groups.
         if arch.layout.grouped_output:
-            return (f"{arch.model_type}'s grouped o_a_proj has no exact LoRA adapter (PEFT treats it as a plain "
-                    "Linear); ship the baked checkpoint instead")
+            return (
+                f"{arch.model_type}'s grouped o_a_proj has no exact LoRA adapter (PEFT treats it as a plain "
+                "Linear); ship the baked checkpoint instead"
+            )
         return None
 
     def card_row(self, where: str) -> tuple[str, str, str, str, str]:
@@ -80,14 +91,16 @@ class HeadScale(Edit):
         return ("attention-heads",)
 
 
-def check_head_layer(arch: "Architecture", layer: int, where: str, what: str = "attention heads to scale") -> None:
+def check_head_layer(arch: Architecture, layer: int, where: str, what: str = "attention heads to scale") -> None:
     """``layer`` has attention heads at o_proj (a hybrid model's other layers have none); ``what``
     says what the edit needs of them."""
     if layer not in arch.head_layers():
-        raise RecipeError(f"{where}.layer = {layer} is a {arch.layer_kind(layer)} layer of this {arch.model_type} "
-                          f"model: it has no {what} (heads are in its "
-                          f"{' and '.join(arch.layout.layer_kinds.editable)} layers: "
-                          f"{layer_list(arch.head_layers())}); choose one of those")
+        raise RecipeError(
+            f"{where}.layer = {layer} is a {arch.layer_kind(layer)} layer of this {arch.model_type} "
+            f"model: it has no {what} (heads are in its "
+            f"{' and '.join(arch.layout.layer_kinds.editable)} layers: "
+            f"{layer_list(arch.head_layers())}); choose one of those"
+        )
 
 
 def parse_heads(spec: str, alpha: float) -> list[HeadScale]:

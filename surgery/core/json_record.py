@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from .errors import SurgeryError
 

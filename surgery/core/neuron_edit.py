@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .architectures import TABLE_LOCATION
-from .edit_kind import (Edit, check_layer, check_scale, index, layer_list, number, recipe_key,
-                        register_edit_kind)
+from .edit_kind import Edit, check_layer, check_scale, index, layer_list, number, recipe_key, register_edit_kind
 from .errors import RecipeError
 from .sites import Site
 
@@ -72,7 +71,7 @@ class NeuronScale(Edit):
     def is_identity(self) -> bool:
         return self.factor == 1.0
 
-    def validate(self, arch: "Architecture", where: str) -> None:
+    def validate(self, arch: Architecture, where: str) -> None:
         """The neuron exists: in the dense MLP, the routed expert or the shared expert its layer has."""
         check_scale(self.factor, where)
         check_layer(arch, self.layer, where)
@@ -80,33 +79,42 @@ class NeuronScale(Edit):
         L, N = self.layer, self.neuron
         if self.expert is None:
             if arch.is_sparse(L):
-                raise RecipeError(f"{where}: layer {L} is a mixture of experts; name the expert "
-                                  f"({L}:eE:{N} for routed expert E"
-                                  f"{f', {L}:s:{N} for the shared expert' if ex.shared else ''})")
+                raise RecipeError(
+                    f"{where}: layer {L} is a mixture of experts; name the expert "
+                    f"({L}:eE:{N} for routed expert E"
+                    f"{f', {L}:s:{N} for the shared expert' if ex.shared else ''})"
+                )
             check_dense_mlp(arch, L, where)
             # the family's own key (OPT's ffn_dim); a family that derives the width has none
             what = arch.layout.config_keys.intermediate_size or "the MLP width"
             width = arch.at(L).geometry.intermediate_size
         elif ex is None and arch.geometry.mlp_kinds and L not in arch.dense_mlp_layers():
-            raise RecipeError(f"{where}.expert = {self.expert} but surgery does not edit the experts of this "
-                              f"{arch.model_type} model (its table row has none); extend {TABLE_LOCATION}")
+            raise RecipeError(
+                f"{where}.expert = {self.expert} but surgery does not edit the experts of this "
+                f"{arch.model_type} model (its table row has none); extend {TABLE_LOCATION}"
+            )
         elif not arch.is_sparse(L):
-            raise RecipeError(f"{where}.expert = {self.expert} but layer {L} is a dense MLP "
-                              "(no experts); drop 'expert'")
+            raise RecipeError(
+                f"{where}.expert = {self.expert} but layer {L} is a dense MLP (no experts); drop 'expert'"
+            )
         elif self.expert == SHARED:
             if not ex.shared or not g.shared_size:  # a family whose config may set no shared expert (width 0)
-                raise RecipeError(f"{where}.expert = shared but {arch.model_type} has no shared expert"
-                                  f"{' (config.json sets its width to 0)' if ex.shared else ''}")
+                raise RecipeError(
+                    f"{where}.expert = shared but {arch.model_type} has no shared expert"
+                    f"{' (config.json sets its width to 0)' if ex.shared else ''}"
+                )
             width, what = g.shared_size, ex.shared_size_key
         else:
             if self.expert >= g.num_experts:
-                raise RecipeError(f"{where}.expert = {self.expert} but the model has {g.num_experts} experts "
-                                  f"per layer (valid: 0..{g.num_experts - 1})")
+                raise RecipeError(
+                    f"{where}.expert = {self.expert} but the model has {g.num_experts} experts "
+                    f"per layer (valid: 0..{g.num_experts - 1})"
+                )
             width, what = g.expert_size, ex.size_key
         if N >= width:
             raise RecipeError(f"{where}.neuron = {N} but the model has {what} = {width} (valid: 0..{width - 1})")
 
-    def sites(self, arch: "Architecture") -> list[Site]:
+    def sites(self, arch: Architecture) -> list[Site]:
         """A neuron is one input column of down_proj; pruned, also its rows of every MLP input matrix."""
         if self.expert == SHARED:
             return self._shared_sites(arch)
@@ -117,21 +125,25 @@ class NeuronScale(Edit):
         down = arch.layout.down_proj
         out = [Site(self.layer, down, "in", (self.neuron,), self.factor, shapes[down], True)]
         if self.factor == 0.0 and arch.layout.prune_inputs:  # see Layout.prune_inputs
-            out += [Site(self.layer, m, "out", arch.neuron_rows(m, self.neuron), 0.0, shapes[m], False)
-                    for m in arch.mlp_input_modules()]
+            out += [
+                Site(self.layer, m, "out", arch.neuron_rows(m, self.neuron), 0.0, shapes[m], False)
+                for m in arch.mlp_input_modules()
+            ]
         return out
 
-    def _expert_sites(self, arch: "Architecture") -> list[Site]:
+    def _expert_sites(self, arch: Architecture) -> list[Site]:
         """A routed expert's neuron: the same rule as a dense neuron, on that expert's matrices."""
         g, module = arch.geometry, arch.layout.experts.module
         H, I = g.hidden_size, g.expert_size
         out = [Site(self.layer, f"{module}.down", "in", (self.neuron,), self.factor, (H, I), True, self.expert)]
         if self.factor == 0.0:
-            out += [Site(self.layer, f"{module}.{part}", "out", (self.neuron,), 0.0, (I, H), False, self.expert)
-                    for part in ("gate", "up")]
+            out += [
+                Site(self.layer, f"{module}.{part}", "out", (self.neuron,), 0.0, (I, H), False, self.expert)
+                for part in ("gate", "up")
+            ]
         return out
 
-    def _shared_sites(self, arch: "Architecture") -> list[Site]:
+    def _shared_sites(self, arch: Architecture) -> list[Site]:
         """A shared-expert neuron: a dense neuron of the shared expert's own MLP."""
         g, ex = arch.geometry, arch.layout.experts
         H, I = g.hidden_size, g.shared_size
@@ -141,7 +153,7 @@ class NeuronScale(Edit):
             out += [Site(self.layer, f"{ex.shared}.{m}", "out", rows, 0.0, shape, False) for m in ex.shared_inputs]
         return out
 
-    def lora_refusal(self, arch: "Architecture") -> str | None:
+    def lora_refusal(self, arch: Architecture) -> str | None:
         # Routed experts are fused 3-D parameters in memory: no Linear for a LoRA to sit on, and
         # vLLM serves no adapter on them. Refusing beats an adapter that silently drops the edit.
         if self.routed:
@@ -156,20 +168,23 @@ class NeuronScale(Edit):
         if self.expert is None:
             what = "MLP neuron"
         else:  # the notation of recipes and --neurons: 3:e5:17 (routed expert 5), 3:s:17 (shared)
-            what = ("shared-expert neuron" if self.expert == SHARED else f"expert {self.expert} neuron") \
-                + f" (`{self.label}`)"
+            what = (
+                "shared-expert neuron" if self.expert == SHARED else f"expert {self.expert} neuron"
+            ) + f" (`{self.label}`)"
         return (what, str(self.layer), str(self.neuron), f"{self.factor:g}", effect)
 
     def card_tags(self) -> tuple[str, ...]:
         return ("neuron-pruning",) if self.factor == 0 else ("neuron-scaling",)
 
 
-def check_dense_mlp(arch: "Architecture", layer: int, where: str) -> None:
+def check_dense_mlp(arch: Architecture, layer: int, where: str) -> None:
     """``layer`` has a dense MLP (a hybrid model's state-space, attention-only or expert layers have none)."""
     if layer not in arch.dense_mlp_layers():
         kind = arch.geometry.mlp_kinds[layer]
-        raise RecipeError(f"{where}.layer = {layer} is a '{kind}' layer of this {arch.model_type} model: it has no "
-                          f"dense MLP (dense MLP neurons are in layers {layer_list(arch.dense_mlp_layers())})")
+        raise RecipeError(
+            f"{where}.layer = {layer} is a '{kind}' layer of this {arch.model_type} model: it has no "
+            f"dense MLP (dense MLP neurons are in layers {layer_list(arch.dense_mlp_layers())})"
+        )
 
 
 def parse_neuron(text: str) -> tuple[int, int, int | str | None]:
@@ -185,8 +200,9 @@ def parse_neuron(text: str) -> tuple[int, int, int | str | None]:
             raise ValueError(text)
         layer, neuron = int(fields[0]), int(fields[-1])
     except ValueError:
-        raise RecipeError(f"'{text}' is not LAYER:NEURON, LAYER:eEXPERT:NEURON or LAYER:s:NEURON "
-                          "(e.g. 28:17, 3:e5:17, 3:s:17)") from None
+        raise RecipeError(
+            f"'{text}' is not LAYER:NEURON, LAYER:eEXPERT:NEURON or LAYER:s:NEURON (e.g. 28:17, 3:e5:17, 3:s:17)"
+        ) from None
     return layer, neuron, expert
 
 

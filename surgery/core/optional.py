@@ -13,10 +13,11 @@ import importlib
 import importlib.metadata
 import json
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from .errors import SurgeryError
@@ -49,8 +50,7 @@ DISTRIBUTION = "llm-surgery"
 SOURCE_TREE = Path(__file__).resolve().parents[2]
 
 
-def pip_command(direct_url: Mapping[str, Any] | None, extra: str | None = None,
-                source_tree: Path | None = None) -> str:
+def pip_command(direct_url: Mapping[str, Any] | None, extra: str | None = None, source_tree: Path | None = None) -> str:
     """The pip command that installs surgery (with ``extra``) from where this copy came from.
 
     ``direct_url`` is the installed distribution's PEP 610 record (``direct_url.json``: a local
@@ -100,10 +100,11 @@ def install_hint(module: str) -> str:
     top = module.split(".")[0]
     dep = OPTIONAL.get(top)
     if dep is None:
-        return (f"the package '{top}' is missing from this installation; install surgery's "
-                f"dependencies again: {pip_install()}")
-    return (f"{dep.needed_for} needs the package '{dep.distribution}', which is not installed: "
-            f"{pip_install(dep.extra)}")
+        return (
+            f"the package '{top}' is missing from this installation; install surgery's "
+            f"dependencies again: {pip_install()}"
+        )
+    return f"{dep.needed_for} needs the package '{dep.distribution}', which is not installed: {pip_install(dep.extra)}"
 
 
 def require(module: str) -> ModuleType:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .errors import OptionError
 
@@ -43,8 +44,9 @@ def param(default: Any, help: str, **cli: Any) -> Any:
     return dataclasses.field(default=default, metadata={"cli": CliOption(help=help, **cli)})
 
 
-def cli_fields(cls: type, only: Sequence[str] | None = None,
-               skip: Sequence[str] = ()) -> list[tuple[dataclasses.Field, CliOption]]:
+def cli_fields(
+    cls: type, only: Sequence[str] | None = None, skip: Sequence[str] = ()
+) -> list[tuple[dataclasses.Field, CliOption]]:
     """The fields of ``cls`` that are options, in declaration order (``only`` picks and orders them)."""
     fields = {f.name: f for f in dataclasses.fields(cls) if "cli" in f.metadata}
     unknown = set(only or ()) - set(fields) | set(skip) - set(fields)
@@ -80,8 +82,11 @@ def _check_value(name: str, field: dataclasses.Field, spec: CliOption, value: An
     if spec.choices is not None:
         allowed = spec.choices.values() if isinstance(spec.choices, Mapping) else spec.choices
         if value not in list(allowed):
-            shown = (", ".join(f"{k} ({v!r})" for k, v in spec.choices.items()) if isinstance(spec.choices, Mapping)
-                     else ", ".join(map(str, spec.choices)))
+            shown = (
+                ", ".join(f"{k} ({v!r})" for k, v in spec.choices.items())
+                if isinstance(spec.choices, Mapping)
+                else ", ".join(map(str, spec.choices))
+            )
             raise OptionError(f"{name} must be one of {shown}, got {value!r}")
         return
     kind = spec.kind or type(field.default).__name__

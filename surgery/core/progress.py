@@ -8,7 +8,7 @@ terminal and prints plain lines in logs (``surgery.cli.console.progress_bars``);
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 Advance = Callable[..., None]  # advance(n: int = 1)
 Progress = Callable[[str, int], Advance]  # (description, total) -> advance

@@ -11,8 +11,8 @@ these slices instead of spelling tensor names themselves.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from .architectures import Architecture
 from .sites import Site
@@ -29,8 +29,8 @@ class TensorSlice:
     no ``lines``: ``as_rows`` then says that the residual stream runs along its rows (else its columns).
     """
 
-    tensor: str                  # the name in the checkpoint
-    shape: tuple[int, ...]       # the shape the config says it has (checked against the header)
+    tensor: str  # the name in the checkpoint
+    shape: tuple[int, ...]  # the shape the config says it has (checked against the header)
     lines: tuple[int, ...]
     as_rows: bool
     scale: float
@@ -87,9 +87,18 @@ class Resolver:
         flipped = self.arch.stored_flipped(site.module)
         first, window = site.rows or (0, None)  # a grouped site: its columns within its block of rows
         # A Conv1D stores [in, out]: the map's columns are its stored rows and vice versa.
-        out = [TensorSlice(self.stored(site.layer, site.module), self.arch.stored_shape(site.module, site.shape),
-                           site.indices, (site.axis == "out") != flipped, site.scale, site,
-                           first_row=first, window=window)]
+        out = [
+            TensorSlice(
+                self.stored(site.layer, site.module),
+                self.arch.stored_shape(site.module, site.shape),
+                site.indices,
+                (site.axis == "out") != flipped,
+                site.scale,
+                site,
+                first_row=first,
+                window=window,
+            )
+        ]
         # Output features: the rows and, where the checkpoint has one, the bias entries.
         bias = self.stored(site.layer, site.module, "bias")
         if site.axis == "out" and bias in self.names:
@@ -101,15 +110,28 @@ class Resolver:
         arch, fused = self.arch, self.fused_experts
         part = site.module.rsplit(".", 1)[1]
         prefix = self.prefix.format(layer=site.layer)
-        lines = site.indices if site.axis == "in" else tuple(
-            r for i in site.indices for r in arch.expert_rows(part, i, fused))
+        lines = (
+            site.indices
+            if site.axis == "in"
+            else tuple(r for i in site.indices for r in arch.expert_rows(part, i, fused))
+        )
         out = []
         for rel, shape, first, window, flipped in arch.expert_slices(site.expert, part, fused, self.stored_experts):
             # "in" = columns of the [out, in] matrix; a transposed (flipped) window stores them as rows.
             as_rows = (site.axis == "out") != flipped
-            out.append(TensorSlice(f"{prefix}{rel}", shape, lines, as_rows, site.scale, site,
-                                   first_row=first if fused else 0, window=window if fused else None,
-                                   is_bias=rel.endswith("_bias")))
+            out.append(
+                TensorSlice(
+                    f"{prefix}{rel}",
+                    shape,
+                    lines,
+                    as_rows,
+                    site.scale,
+                    site,
+                    first_row=first if fused else 0,
+                    window=window if fused else None,
+                    is_bias=rel.endswith("_bias"),
+                )
+            )
         if site.op == "project":  # the expert's output bias is projected with its down matrix
             out += self._expert_down_bias(site, prefix, out[0])
         return out
@@ -121,8 +143,11 @@ class Resolver:
         if weight.window is not None:
             name = f"{weight.tensor}_bias"
             if name in self.names:
-                return [TensorSlice(name, (E, H), (), False, site.scale, site, first_row=site.expert, window=1,
-                                    is_bias=True)]
+                return [
+                    TensorSlice(
+                        name, (E, H), (), False, site.scale, site, first_row=site.expert, window=1, is_bias=True
+                    )
+                ]
             return []
         name = weight.tensor.removesuffix(".weight") + ".bias"
         return [TensorSlice(name, (H,), (), True, site.scale, site, is_bias=True)] if name in self.names else []

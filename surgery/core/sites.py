@@ -37,8 +37,9 @@ its own MLP.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Literal, Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -53,13 +54,13 @@ Op = Literal["scale", "project"]
 class Site:
     """One place an edit acts on, relative to decoder layer ``layer``."""
 
-    layer: int | None           # None: a module next to the layer list (the embeddings)
-    module: str                 # e.g. "self_attn.o_proj", relative to the layer prefix
-    axis: Axis                  # "in": weight columns; "out": weight rows (+ bias entries)
+    layer: int | None  # None: a module next to the layer list (the embeddings)
+    module: str  # e.g. "self_attn.o_proj", relative to the layer prefix
+    axis: Axis  # "in": weight columns; "out": weight rows (+ bias entries)
     indices: tuple[int, ...]
     scale: float
-    shape: tuple[int, int]      # the weight's expected (rows, cols), from the geometry
-    twin: bool                  # the run-time twin and the LoRA export realise this site
+    shape: tuple[int, int]  # the weight's expected (rows, cols), from the geometry
+    twin: bool  # the run-time twin and the LoRA export realise this site
     # A routed expert's matrix: ``module`` is then "<experts module>.gate|up|down" in [out, in]
     # orientation, and Architecture.expert_slices says where it lies on disk (per-expert or fused).
     expert: int | None = None
@@ -67,7 +68,7 @@ class Site:
     # [..., groups, shape[1]] and whose rows are ``groups`` equal blocks, block g reading input group g.
     # The site's columns are then those of block ``group`` only (Architecture.head_group).
     group: tuple[int, int] | None = None
-    op: Op = "scale"            # "project": W ← W − scale·r(rᵀW) along ``axis`` (see the module docstring)
+    op: Op = "scale"  # "project": W ← W − scale·r(rᵀW) along ``axis`` (see the module docstring)
     direction: bytes | None = None  # the projection's unit vector r, float32 bytes (None: not read yet)
 
     @property
@@ -87,8 +88,10 @@ class Site:
     def unit(self) -> np.ndarray:
         """The projection's unit vector r (float32)."""
         if self.direction is None:
-            raise RecipeError(f"the direction of '{self.module}' was not read; load the recipe from its file "
-                              "(Recipe.load), or give Recipe.from_dict the folder of its vector files")
+            raise RecipeError(
+                f"the direction of '{self.module}' was not read; load the recipe from its file "
+                "(Recipe.load), or give Recipe.from_dict the folder of its vector files"
+            )
         return np.frombuffer(self.direction, dtype=np.float32)
 
 
@@ -97,7 +100,7 @@ class Sited(Protocol):
 
     def is_identity(self) -> bool: ...
 
-    def sites(self, arch: Architecture) -> list["Site"]: ...
+    def sites(self, arch: Architecture) -> list[Site]: ...
 
 
 def sites(arch: Architecture, edit: Sited) -> list[Site]:

@@ -21,9 +21,9 @@ import json
 import os
 import secrets
 import shutil
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from .errors import DestinationError
 from .strict_files import load_json
@@ -35,8 +35,12 @@ LOCK_TAG = ".surgery-lock"
 # (surgery/bake/provenance.py), export-lora (surgery/ship/lora.py), import-gguf
 # (surgery/model/gguf_import.py), report (surgery/ship/report.py). tests/core/test_staging.py
 # checks that these are the names and formats those modules write.
-OUTPUT_MARKERS = {"surgery.json": "surgery-checkpoint", "surgery_adapter.json": "surgery-adapter",
-                  "surgery.gguf.json": "surgery-gguf-import", "surgery_report.json": "surgery-report"}
+OUTPUT_MARKERS = {
+    "surgery.json": "surgery-checkpoint",
+    "surgery_adapter.json": "surgery-adapter",
+    "surgery.gguf.json": "surgery-gguf-import",
+    "surgery_report.json": "surgery-report",
+}
 Replaceable = Callable[[Path], bool]
 
 
@@ -66,9 +70,11 @@ def _check_replaceable(dest: Path, target: Path, replaceable: Replaceable | None
         empty = False
     if empty or surgery_output(target) or (replaceable is not None and replaceable(target)):
         return
-    raise DestinationError(f"{dest} exists and was not written by surgery (no {' / '.join(OUTPUT_MARKERS)} "
-                           "in it); --force replaces only surgery's own outputs or an empty folder: remove it "
-                           "yourself or choose another --out")
+    raise DestinationError(
+        f"{dest} exists and was not written by surgery (no {' / '.join(OUTPUT_MARKERS)} "
+        "in it); --force replaces only surgery's own outputs or an empty folder: remove it "
+        "yourself or choose another --out"
+    )
 
 
 def check_outside(dest: Path, protected: Iterable[Path]) -> Path:
@@ -78,8 +84,10 @@ def check_outside(dest: Path, protected: Iterable[Path]) -> Path:
     for src in protected:
         src = Path(src).resolve()
         if _inside(target, src):
-            raise DestinationError(f"--out {dest} is {'the source' if target == src else 'inside the source'} "
-                                   f"{src}; the source is never written: choose a folder outside it")
+            raise DestinationError(
+                f"--out {dest} is {'the source' if target == src else 'inside the source'} "
+                f"{src}; the source is never written: choose a folder outside it"
+            )
         if _inside(src, target):
             raise DestinationError(f"--out {dest} contains the source {src}; choose another folder")
     return target
@@ -101,8 +109,10 @@ def check_free(dest: Path, protected: Iterable[Path], force: bool, replaceable: 
     target = check_outside(dest, protected)
     link = dest.expanduser()
     if link.is_symlink():
-        raise DestinationError(f"--out {dest} is a symbolic link (to {os.readlink(link)}); surgery never writes "
-                               "through or replaces a link: give the folder itself or another --out")
+        raise DestinationError(
+            f"--out {dest} is a symbolic link (to {os.readlink(link)}); surgery never writes "
+            "through or replaces a link: give the folder itself or another --out"
+        )
     if target.exists():
         if not force:
             raise _exists(dest)
@@ -112,8 +122,9 @@ def check_free(dest: Path, protected: Iterable[Path], force: bool, replaceable: 
     return target
 
 
-def check_destination(dest: Path, protected: Iterable[Path], force: bool,
-                      replaceable: Replaceable | None = None) -> Path:
+def check_destination(
+    dest: Path, protected: Iterable[Path], force: bool, replaceable: Replaceable | None = None
+) -> Path:
     """:func:`check_free`, and the parent folder must exist and be writable."""
     target = check_free(dest, protected, force, replaceable)
     parent = target.parent
@@ -139,8 +150,9 @@ def _lock(target: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise DestinationError(f"another surgery process is writing {target}; wait for it or "
-                                   "choose another --out") from None
+            raise DestinationError(
+                f"another surgery process is writing {target}; wait for it or choose another --out"
+            ) from None
         # The previous holder may have unlinked the file between our open and flock: retry then.
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
@@ -185,21 +197,29 @@ def _recover(target: Path, report: Callable[[str], None]) -> bool:
 def disk_error(exc: OSError, where: Path) -> DestinationError:
     """One clear line for the write errors users can fix."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return DestinationError(f"no space left while writing {where} ({os.strerror(exc.errno)}); "
-                                "free space or choose another --out; nothing was left behind")
+        return DestinationError(
+            f"no space left while writing {where} ({os.strerror(exc.errno)}); "
+            "free space or choose another --out; nothing was left behind"
+        )
     if exc.errno == errno.EFBIG:  # a file-size limit (ulimit -f) or the filesystem's largest file
-        return DestinationError(f"a file grew past the largest size allowed while writing {where} "
-                                f"({os.strerror(exc.errno)}); raise the limit (ulimit -f) or choose another "
-                                "--out; nothing was left behind")
+        return DestinationError(
+            f"a file grew past the largest size allowed while writing {where} "
+            f"({os.strerror(exc.errno)}); raise the limit (ulimit -f) or choose another "
+            "--out; nothing was left behind"
+        )
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return DestinationError(f"cannot write {where} ({os.strerror(exc.errno)}); choose another --out")
     return DestinationError(f"writing {where} failed: {exc.strerror or exc}; nothing was left behind")
 
 
 @contextmanager
-def staged_output(dest: Path, protected: Iterable[Path] = (), force: bool = False,
-                  report: Callable[[str], None] = lambda msg: None,
-                  replaceable: Replaceable | None = None) -> Iterator[Path]:
+def staged_output(
+    dest: Path,
+    protected: Iterable[Path] = (),
+    force: bool = False,
+    report: Callable[[str], None] = lambda msg: None,
+    replaceable: Replaceable | None = None,
+) -> Iterator[Path]:
     """Yield an empty temporary folder; on normal exit it replaces ``dest`` atomically.
 
     On any error (or Ctrl-C) the temporary folder is removed and ``dest`` is left as it was.
@@ -243,28 +263,35 @@ def _publish(tmp: Path, target: Path, force: bool) -> None:
         os.rename(tmp, target)
 
 
-def check_free_file(dest: Path, protected: Iterable[Path], force: bool,
-                    replaceable: Replaceable | None = None) -> Path:
+def check_free_file(dest: Path, protected: Iterable[Path], force: bool, replaceable: Replaceable | None = None) -> Path:
     """:func:`check_outside` for a single-file output; then refuse a link, or a taken ``dest``
     (without ``force``; with it, unless ``replaceable(dest)`` says it is surgery's own). Its parent
     may not exist yet (a sweep's folder is made after every value is checked). Returns the resolved path."""
     target = check_outside(dest, protected)
     if dest.expanduser().is_symlink():
-        raise DestinationError(f"--out {dest} is a symbolic link; surgery never writes through or replaces a "
-                               "link: give another --out")
+        raise DestinationError(
+            f"--out {dest} is a symbolic link; surgery never writes through or replaces a link: give another --out"
+        )
     if target.exists():
         if not force:
             raise _exists(dest)
         if not target.is_file() or replaceable is None or not replaceable(target):
-            raise DestinationError(f"{dest} exists and was not written by surgery; --force replaces only "
-                                   "surgery's own outputs: remove it yourself or choose another --out")
+            raise DestinationError(
+                f"{dest} exists and was not written by surgery; --force replaces only "
+                "surgery's own outputs: remove it yourself or choose another --out"
+            )
     return target
 
 
 @contextmanager
-def staged_files(dest: Path, protected: Iterable[Path] = (), force: bool = False,
-                 report: Callable[[str], None] = lambda msg: None,
-                 replaceable: Replaceable | None = None, companions: Iterable[str] = ()) -> Iterator[Path]:
+def staged_files(
+    dest: Path,
+    protected: Iterable[Path] = (),
+    force: bool = False,
+    report: Callable[[str], None] = lambda msg: None,
+    replaceable: Replaceable | None = None,
+    companions: Iterable[str] = (),
+) -> Iterator[Path]:
     """Yield an empty temporary folder for a single-file output (a GGUF and its sidecars); on normal
     exit every file in it is moved next to ``dest`` under its own name, ``dest`` itself last, and
     any ``companions`` (sidecar names) of an earlier output that this one did not write are removed.
@@ -311,7 +338,7 @@ def _pid_alive(pid: int) -> bool:
 def _remove_dead_temporaries(path: Path) -> None:
     """Remove temporary files that killed writers of ``path`` left behind (their pid is gone)."""
     for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        pid = tmp.name[len(path.name) + 2:].split(".")[0]
+        pid = tmp.name[len(path.name) + 2 :].split(".")[0]
         if pid.isdigit() and not _pid_alive(int(pid)):
             tmp.unlink(missing_ok=True)
 

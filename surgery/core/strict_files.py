@@ -35,8 +35,11 @@ class DuplicateKey(ValueError):
     @property
     def what(self) -> str:
         """``key 'alpha' appears twice in one mapping (lines 3 and 7)``: the part every message shares."""
-        where = f"twice on line {self.line}" if self.line == self.first_line else \
-            f"twice in one mapping (lines {self.first_line} and {self.line})"
+        where = (
+            f"twice on line {self.line}"
+            if self.line == self.first_line
+            else f"twice in one mapping (lines {self.first_line} and {self.line})"
+        )
         return f"key {self.key!r} appears {where}"
 
 
@@ -44,8 +47,7 @@ class YAMLDuplicateKey(DuplicateKey, ConstructorError):
     """A YAML mapping repeats a key."""
 
     def __init__(self, key: Any, first: yaml.Mark, second: yaml.Mark) -> None:
-        ConstructorError.__init__(self, "while constructing a mapping", first,
-                                  f"found duplicate key {key!r}", second)
+        ConstructorError.__init__(self, "while constructing a mapping", first, f"found duplicate key {key!r}", second)
         self._remember(key, second.line + 1, first.line + 1)
 
     def __str__(self) -> str:
@@ -136,6 +138,7 @@ def _locate(doc: str) -> JSONDuplicateKey:
 
 def _key_offsets(s: str, pos: int, scan_value) -> list[tuple[str, int]]:
     """(key, offset of its opening quote) of the object whose body starts at ``pos`` (after '{')."""
+
     def skip(i: int) -> int:
         while s[i] in " \t\r\n":
             i += 1

@@ -32,8 +32,10 @@ _DTYPES = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"
 def vector_spec(value: Any, where: str) -> str:
     """A recipe value ``FILE.safetensors#NAME``."""
     if not isinstance(value, str) or value.count("#") != 1 or not all(value.split("#")):
-        raise RecipeError(f"{where} must be FILE.safetensors#NAME (a 1-D tensor NAME in a safetensors file, "
-                          f"the path relative to the recipe), got {value!r}")
+        raise RecipeError(
+            f"{where} must be FILE.safetensors#NAME (a 1-D tensor NAME in a safetensors file, "
+            f"the path relative to the recipe), got {value!r}"
+        )
     return value
 
 
@@ -66,8 +68,10 @@ def _read_1d(path: Path, name: str, what: str) -> np.ndarray:
         shown = ", ".join(sorted(tensors)[:8]) + (" …" if len(tensors) > 8 else "")
         raise RecipeError(f"{what}: {path.name} has no tensor '{name}' (it has: {shown or 'none'})")
     if info.dtype not in _DTYPES or len(info.shape) != 1:
-        raise RecipeError(f"{what}: '{name}' is {info.dtype} of shape {list(info.shape)}; a direction is a 1-D "
-                          f"float tensor ({', '.join(_DTYPES)}) of the model's hidden size")
+        raise RecipeError(
+            f"{what}: '{name}' is {info.dtype} of shape {list(info.shape)}; a direction is a 1-D "
+            f"float tensor ({', '.join(_DTYPES)}) of the model's hidden size"
+        )
     with open(path, "rb") as f:
         raw = np.frombuffer(os.pread(f.fileno(), info.nbytes, info.start), dtype=_DTYPES[info.dtype])
     if info.dtype == "BF16":
@@ -96,8 +100,10 @@ class FolderVectors:
             raise RecipeError(f"{where}.vector: {path} does not exist; the path is relative to the recipe's folder")
         digest = file_sha256(path)
         if sha256 is not None and digest != sha256:
-            raise RecipeError(f"{where}.sha256: {file} has sha256 {digest[:12]}…, the recipe pins {sha256[:12]}…: "
-                              "the vector file changed since the recipe was written; restore it or drop 'sha256'")
+            raise RecipeError(
+                f"{where}.sha256: {file} has sha256 {digest[:12]}…, the recipe pins {sha256[:12]}…: "
+                "the vector file changed since the recipe was written; restore it or drop 'sha256'"
+            )
         return unit_vector(_read_1d(path, name, f"{where}.vector"), f"{where}.vector '{spec}'"), digest
 
 
@@ -110,7 +116,9 @@ class BakedVectors:
     def unit(self, spec: str, sha256: str | None, where: str) -> tuple[np.ndarray, str]:
         key = f"{sha256}#{spec.split('#')[1]}"
         if sha256 is None or not self.path.is_file():
-            raise RecipeError(f"{where}.vector: {self.path.parent} has no {VECTORS_NAME} entry for '{spec}'; "
-                              "the bake's record is incomplete: bake again")
+            raise RecipeError(
+                f"{where}.vector: {self.path.parent} has no {VECTORS_NAME} entry for '{spec}'; "
+                "the bake's record is incomplete: bake again"
+            )
         # Stored already unit-length in float32: used as is (normalising again could move the last bit).
         return _read_1d(self.path, key, f"{where}.vector").astype(np.float32), sha256

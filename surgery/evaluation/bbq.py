@@ -16,13 +16,23 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ..core.errors import SurgeryError
 
 ANSWERS = ("ans0", "ans1", "ans2")
-REQUIRED = ("context", "question", "ans0", "ans1", "ans2", "label", "answer_info",
-            "question_polarity", "context_condition")
+REQUIRED = (
+    "context",
+    "question",
+    "ans0",
+    "ans1",
+    "ans2",
+    "label",
+    "answer_info",
+    "question_polarity",
+    "context_condition",
+)
 
 
 def _norm(text: str) -> str:
@@ -59,8 +69,10 @@ def check_items(items: Iterable[Mapping[str, Any]], where: str) -> list[Mapping[
     for i, item in enumerate(out):
         missing = [k for k in REQUIRED if k not in item]
         if missing:
-            raise SurgeryError(f"{where}: item {i} lacks {', '.join(missing)}; give BBQ-format JSONL "
-                               "(see the BBQ repository's data/*.jsonl)")
+            raise SurgeryError(
+                f"{where}: item {i} lacks {', '.join(missing)}; give BBQ-format JSONL "
+                "(see the BBQ repository's data/*.jsonl)"
+            )
     return out
 
 

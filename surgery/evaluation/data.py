@@ -13,8 +13,9 @@ import datetime as _dt
 import json
 import math
 import random
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import SurgeryError
 from ..core.staging import atomic_write_text
@@ -73,7 +74,9 @@ def read_jsonl(path: Path, what: str) -> list[dict[str, Any]]:
                 except DuplicateKey as exc:
                     raise SurgeryError(f"{path}:{n}: {exc.key!r} is given twice in one record; keep one") from None
                 except json.JSONDecodeError:
-                    raise SurgeryError(f"{path}:{n} is not valid JSON; {what} files hold one JSON object per line") from None
+                    raise SurgeryError(
+                        f"{path}:{n} is not valid JSON; {what} files hold one JSON object per line"
+                    ) from None
     return out
 
 
@@ -90,9 +93,11 @@ def shipped(name: str) -> list[dict[str, Any]]:
 
 
 def retention_data(limit: int | None) -> dict[str, list[dict[str, Any]]]:
-    return {"passages": subsample(shipped("retention_passages.jsonl"), limit),
-            "mcq": subsample(shipped("mcq_general.jsonl"), limit),
-            "prompts": subsample(shipped("retention_prompts.jsonl"), limit)}
+    return {
+        "passages": subsample(shipped("retention_passages.jsonl"), limit),
+        "mcq": subsample(shipped("mcq_general.jsonl"), limit),
+        "prompts": subsample(shipped("retention_prompts.jsonl"), limit),
+    }
 
 
 def bbq_files(paths: Iterable[Path]) -> list[Path]:
@@ -142,13 +147,23 @@ def clean(value: Any) -> Any:
     return value
 
 
-def new_result(model: Mapping[str, Any], against: Mapping[str, Any] | None, settings: Mapping[str, Any]) -> dict[str, Any]:
+def new_result(
+    model: Mapping[str, Any], against: Mapping[str, Any] | None, settings: Mapping[str, Any]
+) -> dict[str, Any]:
     from .. import __version__
 
-    return {"format": RESULT_FORMAT, "version": RESULT_VERSION, "tool_version": __version__,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "model": dict(model), "against": dict(against) if against else None, "settings": dict(settings),
-            "metrics": {"model": {}, "against": {}}, "retained_pct": {}, "details": {"model": {}, "against": {}}}
+    return {
+        "format": RESULT_FORMAT,
+        "version": RESULT_VERSION,
+        "tool_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": dict(model),
+        "against": dict(against) if against else None,
+        "settings": dict(settings),
+        "metrics": {"model": {}, "against": {}},
+        "retained_pct": {},
+        "details": {"model": {}, "against": {}},
+    }
 
 
 def save_result(result: Mapping[str, Any], path: Path) -> None:
@@ -160,13 +175,16 @@ def load_result(path: str | Path) -> dict[str, Any]:
     try:
         data = load_json(path.read_text(encoding="utf-8"))
     except DuplicateKey as exc:
-        raise SurgeryError(f"eval result {path}: {exc.what}; surgery writes each key once, so the file was "
-                           "edited: rerun `surgery eval … --out FILE`") from None
+        raise SurgeryError(
+            f"eval result {path}: {exc.what}; surgery writes each key once, so the file was "
+            "edited: rerun `surgery eval … --out FILE`"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SurgeryError(f"cannot read the eval result {path} ({type(exc).__name__}); write it with "
-                           "`surgery eval … --out FILE`") from None
+        raise SurgeryError(
+            f"cannot read the eval result {path} ({type(exc).__name__}); write it with `surgery eval … --out FILE`"
+        ) from None
     if not isinstance(data, dict) or data.get("format") != RESULT_FORMAT:
-        raise SurgeryError(f"{path} is not a surgery eval result (no \"format\": \"{RESULT_FORMAT}\")")
+        raise SurgeryError(f'{path} is not a surgery eval result (no "format": "{RESULT_FORMAT}")')
     if data.get("version") != RESULT_VERSION:
         raise SurgeryError(f"{path} has eval result version {data.get('version')!r}; rerun surgery eval")
     return data
@@ -190,10 +208,19 @@ def card_summary(result: Mapping[str, Any]) -> Evaluation:
     rows = []
     for key, after in model.items():
         label, _, _ = metric_info(key)
-        rows.append(EvaluationRow(metric=key, label=label, before=against.get(key), after=after,
-                                  retained_pct=(result.get("retained_pct") or {}).get(key)))
+        rows.append(
+            EvaluationRow(
+                metric=key,
+                label=label,
+                before=against.get(key),
+                after=after,
+                retained_pct=(result.get("retained_pct") or {}).get(key),
+            )
+        )
     settings = result.get("settings") or {}
-    note = (f"Measured with `surgery eval` on {result.get('created', '?')[:10]}; limit per data set: "
-            f"{settings.get('limit') or 'none (shipped sets in full)'}. \"Retained\" is the edited "
-            "model's score as % of the source's (perplexity inverted, so 100% = unchanged).")
+    note = (
+        f"Measured with `surgery eval` on {result.get('created', '?')[:10]}; limit per data set: "
+        f'{settings.get("limit") or "none (shipped sets in full)"}. "Retained" is the edited '
+        "model's score as % of the source's (perplexity inverted, so 100% = unchanged)."
+    )
     return Evaluation(rows=rows, note=note, settings=dict(settings))

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,8 +33,8 @@ def _pad_right(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
     for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(list(s), dtype=torch.long)
-        mask[i, :len(s)] = 1
+        ids[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
+        mask[i, : len(s)] = 1
     return ids, mask
 
 
@@ -47,8 +48,8 @@ def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
     flat, picked = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).to(logits.device)
     out = torch.empty(picked.shape, dtype=torch.float32, device=logits.device)
     for s in range(0, flat.shape[0], ROWS_PER_CHUNK):
-        rows = torch.log_softmax(flat[s:s + ROWS_PER_CHUNK].float(), dim=-1)
-        out[s:s + ROWS_PER_CHUNK] = rows.gather(-1, picked[s:s + ROWS_PER_CHUNK, None])[:, 0]
+        rows = torch.log_softmax(flat[s : s + ROWS_PER_CHUNK].float(), dim=-1)
+        out[s : s + ROWS_PER_CHUNK] = rows.gather(-1, picked[s : s + ROWS_PER_CHUNK, None])[:, 0]
     return out.reshape(targets.shape)
 
 
@@ -59,15 +60,16 @@ def _token_logprobs(model, seqs: Sequence[Sequence[int]], pad_id: int) -> list[t
     with torch.inference_mode():
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
         picked = _target_logprobs(logits[:, :-1], ids[:, 1:]).cpu()
-    return [picked[i, :len(s) - 1] for i, s in enumerate(seqs)]
+    return [picked[i, : len(s) - 1] for i, s in enumerate(seqs)]
 
 
 def _windows(ids: list[int], window: int) -> list[list[int]]:
-    return [ids[i:i + window] for i in range(0, len(ids), window) if len(ids[i:i + window]) > 1]
+    return [ids[i : i + window] for i in range(0, len(ids), window) if len(ids[i : i + window]) > 1]
 
 
-def perplexity(model, tokenizer, texts: Sequence[str], *, batch_size: int = 4,
-               progress: Advance | None = None) -> dict[str, float]:
+def perplexity(
+    model, tokenizer, texts: Sequence[str], *, batch_size: int = 4, progress: Advance | None = None
+) -> dict[str, float]:
     """exp(mean negative log-likelihood per predicted token) over ``texts``.
 
     Each text is tokenized as the model would see it (special tokens included); its first token
@@ -84,7 +86,7 @@ def perplexity(model, tokenizer, texts: Sequence[str], *, batch_size: int = 4,
     # under torchrun each rank takes whole batches; the sums are added up across ranks
     work = distributed.Shard(range(0, len(order), batch_size), len(texts))
     for start in work:
-        batch = order[start:start + batch_size]
+        batch = order[start : start + batch_size]
         ended = []
         for i, lp in zip(batch, _token_logprobs(model, [seqs[i] for i in batch], tokenizer.pad_token_id or 0)):
             nll -= float(lp.double().sum())
@@ -103,8 +105,12 @@ def perplexity(model, tokenizer, texts: Sequence[str], *, batch_size: int = 4,
     nll, count = (float(v) for v in work.sum(nll, count))
     count = int(round(count))
     work.finish(progress)
-    return {"perplexity": math.exp(nll / count) if count else math.nan,
-            "nll_per_token": nll / count if count else math.nan, "tokens": count, "texts": len(texts)}
+    return {
+        "perplexity": math.exp(nll / count) if count else math.nan,
+        "nll_per_token": nll / count if count else math.nan,
+        "tokens": count,
+        "texts": len(texts),
+    }
 
 
 def _context_batches(contexts: Sequence[tuple[int, ...]], batch_size: int) -> list[list[int]]:
@@ -113,12 +119,17 @@ def _context_batches(contexts: Sequence[tuple[int, ...]], batch_size: int) -> li
     by_length: dict[int, list[int]] = {}
     for i, c in enumerate(contexts):
         by_length.setdefault(len(c), []).append(i)
-    return [same[s:s + batch_size] for n in sorted(by_length, reverse=True)
-            for same in [by_length[n]] for s in range(0, len(same), batch_size)]
+    return [
+        same[s : s + batch_size]
+        for n in sorted(by_length, reverse=True)
+        for same in [by_length[n]]
+        for s in range(0, len(same), batch_size)
+    ]
 
 
-def _continuation_scores(model, context_ids: list[tuple[int, ...]],
-                         continuations: list[tuple[int, list[int]]]) -> list[float]:
+def _continuation_scores(
+    model, context_ids: list[tuple[int, ...]], continuations: list[tuple[int, list[int]]]
+) -> list[float]:
     """Sum of log p(continuation) for each (context row, continuation tokens), the contexts (of one
     length) run once: their last position scores every first token, and the later tokens run on
     a copy of their context's key/value cache (the same attention as the joined sequence)."""
@@ -131,8 +142,10 @@ def _continuation_scores(model, context_ids: list[tuple[int, ...]],
             by_length.setdefault(len(cont), []).append(k)
     with torch.inference_mode():
         out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=bool(by_length), logits_to_keep=1)
-        first = _target_logprobs(out.logits[[row for row, _ in continuations], -1],
-                                 torch.tensor([cont[0] if cont else 0 for _, cont in continuations]))
+        first = _target_logprobs(
+            out.logits[[row for row, _ in continuations], -1],
+            torch.tensor([cont[0] if cont else 0 for _, cont in continuations]),
+        )
         parts = [[float(lp)] if cont else [] for lp, (_, cont) in zip(first.cpu(), continuations)]
         for g, (n, same) in enumerate(by_length.items()):
             conts = torch.tensor([continuations[k][1] for k in same], dtype=torch.long)
@@ -140,16 +153,21 @@ def _continuation_scores(model, context_ids: list[tuple[int, ...]],
             cache = out.cache if g == len(by_length) - 1 else copy.deepcopy(out.cache)
             cache.reorder_cache(torch.tensor([continuations[k][0] for k in same], dtype=torch.long, device=device))
             # the continuation's last token is only predicted, never an input
-            logits = model(input_ids=conts[:, :-1].to(device), attention_mask=torch.ones((len(same), ids.shape[1] + n - 1),
-                           dtype=torch.long, device=device), cache=cache, use_cache=True).logits
+            logits = model(
+                input_ids=conts[:, :-1].to(device),
+                attention_mask=torch.ones((len(same), ids.shape[1] + n - 1), dtype=torch.long, device=device),
+                cache=cache,
+                use_cache=True,
+            ).logits
             for k, lp in zip(same, _target_logprobs(logits, conts[:, 1:]).cpu()):
                 parts[k] += lp.tolist()
     # summed in float64, in token order
     return [float(torch.tensor(p, dtype=torch.float64).sum()) for p in parts]
 
 
-def option_logliks(model, tokenizer, pairs: Sequence[tuple[str, str]], *, batch_size: int = 16,
-                   progress: Advance | None = None) -> list[float]:
+def option_logliks(
+    model, tokenizer, pairs: Sequence[tuple[str, str]], *, batch_size: int = 16, progress: Advance | None = None
+) -> list[float]:
     """Sum of log p(continuation tokens | context) for each (context, continuation) pair.
 
     Context and continuation are tokenized separately and joined, so the continuation's tokens are
@@ -185,8 +203,7 @@ def choose(logliks: Sequence[float], options: Sequence[str], normalize: bool) ->
     return max(range(len(scores)), key=scores.__getitem__)
 
 
-def next_token_logprobs(model, tokenizer, texts: Sequence[str],
-                        progress: Advance | None = None) -> list[torch.Tensor]:
+def next_token_logprobs(model, tokenizer, texts: Sequence[str], progress: Advance | None = None) -> list[torch.Tensor]:
     """log-softmax of the next-token logits at every position of each text (fp32, on CPU).
 
     Under torchrun, of this rank's texts only (:func:`kl_divergence` adds the ranks up): the
@@ -205,8 +222,9 @@ def next_token_logprobs(model, tokenizer, texts: Sequence[str],
     return out
 
 
-def kl_divergence(reference: Sequence[torch.Tensor], model_logprobs: Sequence[torch.Tensor],
-                  languages: Sequence[str] | None = None) -> dict[str, Any]:
+def kl_divergence(
+    reference: Sequence[torch.Tensor], model_logprobs: Sequence[torch.Tensor], languages: Sequence[str] | None = None
+) -> dict[str, Any]:
     """KL(reference ‖ model) of next-token distributions, averaged over every position of every text
     (of every torchrun rank's texts: sums, counts and the maximum are reduced in float64).
 
@@ -217,8 +235,9 @@ def kl_divergence(reference: Sequence[torch.Tensor], model_logprobs: Sequence[to
     total, largest, positions, agree, first = 0.0, -math.inf, 0, 0, []
     for p, q in zip(reference, model_logprobs, strict=True):
         if p.shape != q.shape:
-            raise SurgeryError("KL needs both models to share one tokenizer and vocabulary; compare a "
-                               "checkpoint with its own source")
+            raise SurgeryError(
+                "KL needs both models to share one tokenizer and vocabulary; compare a checkpoint with its own source"
+            )
         kl = (p.exp() * (p - q)).sum(-1).clamp_min(0.0)
         total += float(kl.double().sum())
         largest = max(largest, float(kl.max()))
@@ -228,13 +247,22 @@ def kl_divergence(reference: Sequence[torch.Tensor], model_logprobs: Sequence[to
     total, positions, agree = distributed.all_reduce(np.array([total, positions, agree]))
     largest = float(distributed.all_reduce(np.array([largest]), "max")[0])
     positions, agree = int(round(positions)), int(round(agree))
-    out: dict[str, Any] = {"kl_mean": total / positions if positions else math.nan, "kl_max": largest,
-                           "positions": positions, "top1_agreement": agree / positions if positions else math.nan}
+    out: dict[str, Any] = {
+        "kl_mean": total / positions if positions else math.nan,
+        "kl_max": largest,
+        "positions": positions,
+        "top1_agreement": agree / positions if positions else math.nan,
+    }
     if languages is not None:
         n = len(languages)
         every = distributed.gather_rows(n, distributed.shard(range(n)), np.array(first, dtype=np.float64))
-        out["first_token"] = {**_spread(every), "per_language": {
-            lang: _spread(every[[i for i, x in enumerate(languages) if x == lang]]) for lang in sorted(set(languages))}}
+        out["first_token"] = {
+            **_spread(every),
+            "per_language": {
+                lang: _spread(every[[i for i, x in enumerate(languages) if x == lang]])
+                for lang in sorted(set(languages))
+            },
+        }
     return out
 
 
@@ -242,5 +270,9 @@ def _spread(values: np.ndarray) -> dict[str, Any]:
     """Mean, 95th and 99th percentile (linear interpolation) and count of per-text KLs."""
     if not len(values):
         return {"mean": math.nan, "p95": math.nan, "p99": math.nan, "n": 0}
-    return {"mean": float(values.mean()), "p95": float(np.percentile(values, 95)),
-            "p99": float(np.percentile(values, 99)), "n": int(len(values))}
+    return {
+        "mean": float(values.mean()),
+        "p95": float(np.percentile(values, 95)),
+        "p99": float(np.percentile(values, 99)),
+        "n": int(len(values)),
+    }

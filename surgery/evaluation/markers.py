@@ -9,8 +9,9 @@ is stored or printed. The project ships no such prompt set; the user gives promp
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,8 +32,16 @@ def read_markers(path: str | Path) -> list[str]:
     return markers
 
 
-def marker_rate(model, tokenizer, prompts: Sequence[str], markers: Sequence[str], *, max_new_tokens: int = 32,
-                batch_size: int = 8, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+def marker_rate(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    markers: Sequence[str],
+    *,
+    max_new_tokens: int = 32,
+    batch_size: int = 8,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     """The share of greedy answers that contain a marker, and how many answers hold each marker
     (under torchrun each rank answers its own prompts; the counts are added up)."""
     texts, special = formatted(tokenizer, tuple(prompts), "auto")
@@ -42,12 +51,17 @@ def marker_rate(model, tokenizer, prompts: Sequence[str], markers: Sequence[str]
     device = next(model.parameters()).device
     work = distributed.Shard(texts, chunk=batch_size)
     for start in range(0, len(work.units), batch_size):
-        batch = work.units[start:start + batch_size]
+        batch = work.units[start : start + batch_size]
         enc = tokenizer(batch, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=special)
         with torch.inference_mode():
-            out = model.generate(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device),
-                                 max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
-        for answer in tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True):
+            out = model.generate(
+                input_ids=enc["input_ids"].to(device),
+                attention_mask=enc["attention_mask"].to(device),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=pad,
+            )
+        for answer in tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True):
             found = [m in answer.lower() for m in wanted]
             hits += any(found)
             per_marker += found
@@ -55,5 +69,10 @@ def marker_rate(model, tokenizer, prompts: Sequence[str], markers: Sequence[str]
             progress(len(batch))
     work.finish(progress)
     hits, *counts = distributed.all_reduce(np.array([hits, *per_marker]))
-    return {"rate": float(hits) / len(texts), "answers": len(texts), "with_marker": int(round(hits)),
-            "per_marker": {m: int(round(c)) for m, c in zip(markers, counts)}, "max_new_tokens": max_new_tokens}
+    return {
+        "rate": float(hits) / len(texts),
+        "answers": len(texts),
+        "with_marker": int(round(hits)),
+        "per_marker": {m: int(round(c)) for m, c in zip(markers, counts)},
+        "max_new_tokens": max_new_tokens,
+    }

@@ -75,16 +75,25 @@ def _weights_stat(ckpt: Checkpoint) -> list[tuple[str, int, int]]:
     return [(f, (s := (ckpt.path / f).stat()).st_size, s.st_mtime_ns) for f in ckpt.weight_files]
 
 
-def entry_paths(ckpt: Checkpoint, fingerprint: str, data: Any, suites: tuple[str, ...], limit: int | None,
-                load: LoadSpec) -> tuple[Path, Path, dict[str, Any]]:
+def entry_paths(
+    ckpt: Checkpoint, fingerprint: str, data: Any, suites: tuple[str, ...], limit: int | None, load: LoadSpec
+) -> tuple[Path, Path, dict[str, Any]]:
     """The entry's JSON and safetensors paths, and its key (recorded in the JSON and checked on reading)."""
     from .. import __version__
 
     data_sha = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
-    key = {"fingerprint": fingerprint, "weights": _weights_stat(ckpt), "data_sha256": data_sha,
-           "suites": list(suites), "limit": limit, "dtype": dtype_name(compute_dtype(load)),
-           "device": torch.device(resolve_device(load.device)).type, "device_map": load.device_map,
-           "tool_version": __version__, "code_sha256": _code_sha256()}
+    key = {
+        "fingerprint": fingerprint,
+        "weights": _weights_stat(ckpt),
+        "data_sha256": data_sha,
+        "suites": list(suites),
+        "limit": limit,
+        "dtype": dtype_name(compute_dtype(load)),
+        "device": torch.device(resolve_device(load.device)).type,
+        "device_map": load.device_map,
+        "tool_version": __version__,
+        "code_sha256": _code_sha256(),
+    }
     params = {k: v for k, v in key.items() if k not in ("fingerprint", "data_sha256")}
     path = cache_path("eval", fingerprint, data_sha, params)
     return path, path.with_suffix(".safetensors"), key
@@ -97,8 +106,12 @@ def read(json_path: Path, tensors_path: Path, key: dict[str, Any], n_prompts: in
         return None
     try:
         entry = load_json(json_path.read_text(encoding="utf-8"))  # a repeated key: a miss
-        if (not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("version") != VERSION
-                or entry.get("key") != load_json(json.dumps(key))):
+        if (
+            not isinstance(entry, dict)
+            or entry.get("format") != FORMAT
+            or entry.get("version") != VERSION
+            or entry.get("key") != load_json(json.dumps(key))
+        ):
             return None
         reference = None
         if entry["kl_prompts"] is not None:
@@ -122,8 +135,14 @@ def write(json_path: Path, tensors_path: Path, key: dict[str, Any], run: SourceR
     """Write the entry (rank 0 only; under torchrun ``run.reference`` must hold every prompt).
 
     The tensors go first and the JSON records their sha256: a half-written entry never reads back."""
-    entry: dict[str, Any] = {"format": FORMAT, "version": VERSION, "key": key, "kl_prompts": None,
-                             "metrics": run.metrics, "details": run.details}
+    entry: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "key": key,
+        "kl_prompts": None,
+        "metrics": run.metrics,
+        "details": run.details,
+    }
     if run.reference is not None:
         from safetensors.torch import save
 
@@ -167,8 +186,9 @@ def prune(folder: Path, keep: Path, limit: int = MAX_CACHE_BYTES) -> list[Path]:
 
 def _content_sha256(entry: dict[str, Any]) -> str:
     """sha256 of the numbers (a changed or damaged entry that still parses is not trusted either)."""
-    return hashlib.sha256(json.dumps([entry["metrics"], entry["details"], entry.get("tensors_sha256")],
-                                     sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps([entry["metrics"], entry["details"], entry.get("tensors_sha256")], sort_keys=True).encode()
+    ).hexdigest()
 
 
 def gather_reference(mine: list[torch.Tensor], n_prompts: int) -> list[torch.Tensor]:
@@ -185,4 +205,4 @@ def gather_reference(mine: list[torch.Tensor], n_prompts: int) -> list[torch.Ten
     vocab = int(distributed.all_reduce(np.array([vocab]), "max")[0])
     flat = torch.cat(mine).numpy() if mine else np.zeros((0, vocab), dtype=np.float32)
     every = torch.from_numpy(distributed.gather_rows(int(starts[-1]), rows, flat))
-    return [every[int(starts[i]):int(starts[i + 1])] for i in range(n_prompts)]
+    return [every[int(starts[i]) : int(starts[i + 1])] for i in range(n_prompts)]

@@ -22,9 +22,10 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..core import distributed
 from ..core.errors import ParameterError, SurgeryError
@@ -57,10 +58,20 @@ class Plan:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-def make_plan(suites: Sequence[str] | None, *, against: bool, limit: int | None = None,
-              bbq: Sequence[Path] = (), n4: Path | None = None, lm_eval_tasks: Sequence[str] = (),
-              lm_eval_include: Path | None = None, batch_size: int = 8, prompts: Path | None = None,
-              markers: Path | None = None, max_new_tokens: int = 32) -> Plan:
+def make_plan(
+    suites: Sequence[str] | None,
+    *,
+    against: bool,
+    limit: int | None = None,
+    bbq: Sequence[Path] = (),
+    n4: Path | None = None,
+    lm_eval_tasks: Sequence[str] = (),
+    lm_eval_include: Path | None = None,
+    batch_size: int = 8,
+    prompts: Path | None = None,
+    markers: Path | None = None,
+    max_new_tokens: int = 32,
+) -> Plan:
     """Choose suites (default: every suite whose inputs were given) and load their data.
 
     ``suites``, ``limit``, ``batch_size`` and ``max_new_tokens`` are checked as :class:`EvalParams`
@@ -69,10 +80,21 @@ def make_plan(suites: Sequence[str] | None, *, against: bool, limit: int | None 
     params = EvalParams(tuple(suites or ()), limit, batch_size, max_new_tokens)
     if (prompts is None) != (markers is None):
         raise ParameterError("the markers suite needs both {prompts} FILE and {markers} FILE", "prompts", "markers")
-    given = {"retention": True, "kl": against, "bbq": bool(bbq), "awareness": n4 is not None,
-             "markers": prompts is not None, "lm-eval": bool(lm_eval_tasks)}
-    hints = {"kl": "--against SOURCE", "bbq": "--bbq FILE_OR_FOLDER", "awareness": "--n4 FILE",
-             "markers": "--prompts FILE --markers FILE", "lm-eval": "--lm-eval TASKS"}
+    given = {
+        "retention": True,
+        "kl": against,
+        "bbq": bool(bbq),
+        "awareness": n4 is not None,
+        "markers": prompts is not None,
+        "lm-eval": bool(lm_eval_tasks),
+    }
+    hints = {
+        "kl": "--against SOURCE",
+        "bbq": "--bbq FILE_OR_FOLDER",
+        "awareness": "--n4 FILE",
+        "markers": "--prompts FILE --markers FILE",
+        "lm-eval": "--lm-eval TASKS",
+    }
     if params.suites:
         for s in params.suites:
             if not given[s]:
@@ -95,26 +117,42 @@ def make_plan(suites: Sequence[str] | None, *, against: bool, limit: int | None 
 
         plan.marker_prompts = io.subsample(list(read_prompts(prompts, "prompts").prompts), limit)
         plan.markers, plan.max_new_tokens = read_markers(markers), params.max_new_tokens
-    plan.settings = {"suites": list(chosen), "limit": limit, "bbq": [str(p) for p in io.bbq_files(bbq)] if bbq else [],
-                     "n4": str(n4) if n4 else None, "lm_eval": list(lm_eval_tasks),
-                     "items": {"passages": len(plan.retention.get("passages", [])),
-                               "mcq": len(plan.retention.get("mcq", [])),
-                               "prompts": len(plan.retention.get("prompts", [])),
-                               "bbq": len(plan.bbq), "n4": len(plan.n4),
-                               **({"marker_prompts": len(plan.marker_prompts)} if plan.marker_prompts else {})}}
+    plan.settings = {
+        "suites": list(chosen),
+        "limit": limit,
+        "bbq": [str(p) for p in io.bbq_files(bbq)] if bbq else [],
+        "n4": str(n4) if n4 else None,
+        "lm_eval": list(lm_eval_tasks),
+        "items": {
+            "passages": len(plan.retention.get("passages", [])),
+            "mcq": len(plan.retention.get("mcq", [])),
+            "prompts": len(plan.retention.get("prompts", [])),
+            "bbq": len(plan.bbq),
+            "n4": len(plan.n4),
+            **({"marker_prompts": len(plan.marker_prompts)} if plan.marker_prompts else {}),
+        },
+    }
     return plan
 
 
-def run_suites(model, tokenizer, plan: Plan, *, kl_reference: list | None = None,
-               keep_reference: bool = False, progress: Progress = silent) -> dict[str, Any]:
+def run_suites(
+    model,
+    tokenizer,
+    plan: Plan,
+    *,
+    kl_reference: list | None = None,
+    keep_reference: bool = False,
+    progress: Progress = silent,
+) -> dict[str, Any]:
     """Every suite of ``plan`` on one loaded model: {"metrics", "details", "reference"}."""
     metrics: dict[str, float] = {}
     details: dict[str, Any] = {}
     bs = plan.batch_size
     if "retention" in plan.suites:
         texts = [p["text"] for p in plan.retention["passages"]]
-        details["perplexity"] = lm.perplexity(model, tokenizer, texts, batch_size=max(1, bs // 2),
-                                              progress=progress("perplexity", len(texts)))
+        details["perplexity"] = lm.perplexity(
+            model, tokenizer, texts, batch_size=max(1, bs // 2), progress=progress("perplexity", len(texts))
+        )
         details["mcq"] = mcq_accuracy(model, tokenizer, plan.retention["mcq"], bs, progress)
         metrics["perplexity"] = details["perplexity"]["perplexity"]
         metrics["mcq_accuracy"] = details["mcq"]["accuracy"]
@@ -131,8 +169,9 @@ def run_suites(model, tokenizer, plan: Plan, *, kl_reference: list | None = None
             metrics.update({f"first_token_kl_{k}": first[k] for k in ("mean", "p95", "p99")})
     if "bbq" in plan.suites:
         details["bbq"] = bbq(model, tokenizer, plan.bbq, bs, progress)
-        metrics.update({f"bbq_{k}": details["bbq"][k] for k in
-                        ("acc_ambig", "acc_disambig", "bias_ambig", "bias_disambig")})
+        metrics.update(
+            {f"bbq_{k}": details["bbq"][k] for k in ("acc_ambig", "acc_disambig", "bias_ambig", "bias_disambig")}
+        )
     if "awareness" in plan.suites:
         aw = awareness(model, tokenizer, plan.n4, batch_size=bs, progress=progress("awareness", len(plan.n4)))
         details["awareness"] = {k: v for k, v in aw.items() if k != "answers"}
@@ -140,35 +179,49 @@ def run_suites(model, tokenizer, plan: Plan, *, kl_reference: list | None = None
     if "markers" in plan.suites:
         from .markers import marker_rate
 
-        details["markers"] = marker_rate(model, tokenizer, plan.marker_prompts, plan.markers,
-                                         max_new_tokens=plan.max_new_tokens, batch_size=bs,
-                                         progress=progress("answers", len(plan.marker_prompts)))
+        details["markers"] = marker_rate(
+            model,
+            tokenizer,
+            plan.marker_prompts,
+            plan.markers,
+            max_new_tokens=plan.max_new_tokens,
+            batch_size=bs,
+            progress=progress("answers", len(plan.marker_prompts)),
+        )
         metrics["marker_rate"] = details["markers"]["rate"]
     if "lm-eval" in plan.suites:
         from .lmeval import run_lm_eval
 
-        details["lm_eval"] = run_lm_eval(model, tokenizer, plan.lm_eval_tasks, limit=plan.limit,
-                                         batch_size=bs, include_path=plan.lm_eval_include)
+        details["lm_eval"] = run_lm_eval(
+            model, tokenizer, plan.lm_eval_tasks, limit=plan.limit, batch_size=bs, include_path=plan.lm_eval_include
+        )
         metrics.update(details["lm_eval"]["metrics"])
     return {"metrics": metrics, "details": details, "reference": reference if keep_reference else None}
 
 
-def mcq_accuracy(model, tokenizer, questions: list[dict[str, Any]], batch_size: int, progress: Progress) -> dict[str, Any]:
+def mcq_accuracy(
+    model, tokenizer, questions: list[dict[str, Any]], batch_size: int, progress: Progress
+) -> dict[str, Any]:
     """Log-likelihood choice (``accuracy``) and the per-character normalised choice (``accuracy_norm``)."""
     pairs = [(f"Question: {q['question']}\nAnswer:", f" {c}") for q in questions for c in q["choices"]]
-    ll = lm.option_logliks(model, tokenizer, pairs, batch_size=batch_size * 2,
-                           progress=progress("multiple choice", len(pairs)))
+    ll = lm.option_logliks(
+        model, tokenizer, pairs, batch_size=batch_size * 2, progress=progress("multiple choice", len(pairs))
+    )
     norm = raw = 0
     start = 0
     for q in questions:
         opts = [f" {c}" for c in q["choices"]]
-        scores = ll[start:start + len(opts)]
+        scores = ll[start : start + len(opts)]
         start += len(opts)
         norm += lm.choose(scores, opts, normalize=True) == q["answer"]
         raw += lm.choose(scores, opts, normalize=False) == q["answer"]
     n = len(questions)
-    return {"accuracy": raw / n if n else float("nan"), "accuracy_norm": norm / n if n else float("nan"),
-            "n": n, "chance": sum(1 / len(q["choices"]) for q in questions) / n if n else float("nan")}
+    return {
+        "accuracy": raw / n if n else float("nan"),
+        "accuracy_norm": norm / n if n else float("nan"),
+        "n": n,
+        "chance": sum(1 / len(q["choices"]) for q in questions) / n if n else float("nan"),
+    }
 
 
 def bbq(model, tokenizer, items: list[dict[str, Any]], batch_size: int, progress: Progress) -> dict[str, Any]:
@@ -180,15 +233,29 @@ def bbq(model, tokenizer, items: list[dict[str, Any]], batch_size: int, progress
     """
     pairs = [(evaluate_bbq.prompt(it), o) for it in items for o in evaluate_bbq.options(it)]
     ll = lm.option_logliks(model, tokenizer, pairs, batch_size=batch_size, progress=progress("BBQ", len(pairs)))
-    preds = [lm.choose(ll[3 * i:3 * i + 3], evaluate_bbq.options(it), normalize=True) for i, it in enumerate(items)]
+    preds = [lm.choose(ll[3 * i : 3 * i + 3], evaluate_bbq.options(it), normalize=True) for i, it in enumerate(items)]
     return evaluate_bbq.score(items, preds)
 
 
 def plan_digest(plan: Plan) -> str:
     """The sha256 of what ``plan`` measures (suites, data, batching): torchrun ranks must agree on it."""
-    blob = json.dumps([plan.suites, plan.limit, plan.batch_size, plan.retention, plan.bbq, plan.n4,
-                       plan.lm_eval_tasks, str(plan.lm_eval_include), plan.marker_prompts, plan.markers,
-                       plan.max_new_tokens], sort_keys=True, default=str)
+    blob = json.dumps(
+        [
+            plan.suites,
+            plan.limit,
+            plan.batch_size,
+            plan.retention,
+            plan.bbq,
+            plan.n4,
+            plan.lm_eval_tasks,
+            str(plan.lm_eval_include),
+            plan.marker_prompts,
+            plan.markers,
+            plan.max_new_tokens,
+        ],
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -204,19 +271,28 @@ def _load(path: Path, load: LoadSpec):
     return load_model(path, load), load_tokenizer(path, load)
 
 
-def source_run(against: Path, fingerprint: str, plan: Plan, *, load: LoadSpec = DEFAULT_LOAD,
-               recompute: bool = False, progress: Progress = silent,
-               report: Callable[[str], None] = lambda m: None) -> cache.SourceRun:
+def source_run(
+    against: Path,
+    fingerprint: str,
+    plan: Plan,
+    *,
+    load: LoadSpec = DEFAULT_LOAD,
+    recompute: bool = False,
+    progress: Progress = silent,
+    report: Callable[[str], None] = lambda m: None,
+) -> cache.SourceRun:
     """The source's metrics, details and KL reference: from the cache when it holds this source
     measured on this data in this way (unless ``recompute``), else measured and cached."""
     kl = "kl" in plan.suites
     n_prompts = len(plan.retention["prompts"]) if kl else 0
     keyed = cache.cacheable(plan.suites)
     if keyed:
-        data = [plan.retention, plan.bbq, plan.n4] + ([plan.marker_prompts, plan.markers, plan.max_new_tokens]
-                                                       if plan.marker_prompts else [])
-        json_path, tensors_path, key = cache.entry_paths(_checkpoint(against), fingerprint, data, plan.suites,
-                                                         plan.limit, load)
+        data = [plan.retention, plan.bbq, plan.n4] + (
+            [plan.marker_prompts, plan.markers, plan.max_new_tokens] if plan.marker_prompts else []
+        )
+        json_path, tensors_path, key = cache.entry_paths(
+            _checkpoint(against), fingerprint, data, plan.suites, plan.limit, load
+        )
         hit = None if recompute else cache.read(json_path, tensors_path, key, n_prompts if kl else 0)
         if distributed.all_true(hit is not None):  # under torchrun: a miss on any rank measures on all
             report(f"the source's results come from the cache ({json_path})")
@@ -229,8 +305,13 @@ def source_run(against: Path, fingerprint: str, plan: Plan, *, load: LoadSpec = 
     if keyed:
         every = cache.gather_reference(run["reference"], n_prompts) if kl else None
         if distributed.is_main():
-            cache.write(json_path, tensors_path, key,
-                        cache.SourceRun(measured.metrics, measured.details, every, False), n_prompts)
+            cache.write(
+                json_path,
+                tensors_path,
+                key,
+                cache.SourceRun(measured.metrics, measured.details, every, False),
+                n_prompts,
+            )
     return measured
 
 
@@ -240,25 +321,43 @@ def measured(path: Path, fingerprint: str | None = None) -> dict[str, Any]:
     checks them: see surgery.ship.card.check_evaluated)."""
     from ..bake.provenance import baked_weights
 
-    return {"path": str(path), "fingerprint": fingerprint or _checkpoint(path).fingerprint(),
-            "weights_sha256": baked_weights(path)}
+    return {
+        "path": str(path),
+        "fingerprint": fingerprint or _checkpoint(path).fingerprint(),
+        "weights_sha256": baked_weights(path),
+    }
 
 
-def evaluate(model_path: Path, plan: Plan, *, against: Path | None = None, load: LoadSpec = DEFAULT_LOAD,
-             recompute: bool = False, progress: Progress = silent,
-             report: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+def evaluate(
+    model_path: Path,
+    plan: Plan,
+    *,
+    against: Path | None = None,
+    load: LoadSpec = DEFAULT_LOAD,
+    recompute: bool = False,
+    progress: Progress = silent,
+    report: Callable[[str], None] = lambda m: None,
+) -> dict[str, Any]:
     """Run ``plan`` on the model (and on ``against`` first, when given, or take the source's
     results from the cache); return the result JSON."""
     start = time.time()
     fingerprint = {p: _checkpoint(p).fingerprint() for p in (model_path, against) if p is not None}
-    result = io.new_result(measured(model_path, fingerprint[model_path]),
-                           measured(against, fingerprint[against]) if against else None, plan.settings)
-    distributed.check_agree("the models and the evaluation data", result["model"]["fingerprint"],
-                            (result["against"] or {}).get("fingerprint"), plan_digest(plan))
+    result = io.new_result(
+        measured(model_path, fingerprint[model_path]),
+        measured(against, fingerprint[against]) if against else None,
+        plan.settings,
+    )
+    distributed.check_agree(
+        "the models and the evaluation data",
+        result["model"]["fingerprint"],
+        (result["against"] or {}).get("fingerprint"),
+        plan_digest(plan),
+    )
     reference = None
     if against is not None:
-        source = source_run(against, fingerprint[against], plan, load=load, recompute=recompute,
-                            progress=progress, report=report)
+        source = source_run(
+            against, fingerprint[against], plan, load=load, recompute=recompute, progress=progress, report=report
+        )
         result["against"]["from_cache"] = source.from_cache
         result["metrics"]["against"], result["details"]["against"] = source.metrics, source.details
         reference = source.reference

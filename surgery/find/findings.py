@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from ..core.architectures import architecture
 from ..core.cache import cache_dir
@@ -44,10 +45,14 @@ class ModelIdentity(JsonRecord):
     path: str | None = None
 
     @classmethod
-    def of(cls, ckpt: Checkpoint) -> "ModelIdentity":
+    def of(cls, ckpt: Checkpoint) -> ModelIdentity:
         arch = architecture(ckpt.config)
-        return cls(fingerprint=ckpt.fingerprint(), model_type=arch.model_type, geometry=arch.geometry.to_dict(),
-                   path=str(ckpt.path))
+        return cls(
+            fingerprint=ckpt.fingerprint(),
+            model_type=arch.model_type,
+            geometry=arch.geometry.to_dict(),
+            path=str(ckpt.path),
+        )
 
 
 @dataclass(kw_only=True)
@@ -87,14 +92,19 @@ class Findings(JsonRecord):
         kind = expected or (recorded if recorded in KINDS else "heads")
         finder = FINDERS[kind]  # the command that makes them
         if not isinstance(raw, Mapping) or raw.get("format") != FORMAT:
-            raise FindingsError(f"{where} is not a surgery findings file (no \"format\": \"{FORMAT}\"); "
-                                f"give a file written by surgery {finder}")
+            raise FindingsError(
+                f'{where} is not a surgery findings file (no "format": "{FORMAT}"); '
+                f"give a file written by surgery {finder}"
+            )
         if raw.get("version") != FINDINGS_VERSION:
-            raise FindingsError(f"{where} has findings version {raw.get('version')!r}; this surgery reads "
-                                f"version {FINDINGS_VERSION}: recompute it with surgery {finder}")
+            raise FindingsError(
+                f"{where} has findings version {raw.get('version')!r}; this surgery reads "
+                f"version {FINDINGS_VERSION}: recompute it with surgery {finder}"
+            )
         if expected and recorded != expected:
-            raise FindingsError(f"{where} holds {recorded!r} findings, but {kind} findings are needed "
-                                f"(make them with surgery {finder})")
+            raise FindingsError(
+                f"{where} holds {recorded!r} findings, but {kind} findings are needed (make them with surgery {finder})"
+            )
         if not isinstance(raw.get("model"), Mapping) or "fingerprint" not in raw["model"]:
             raise FindingsError(f"{where} does not record the model it was computed on; recompute it")
         try:
@@ -135,11 +145,14 @@ def load_findings(path: str | Path, kind: str, as_type: type[F] | None = None) -
     try:
         data = load_json(path.read_text(encoding="utf-8"))
     except DuplicateKey as exc:
-        raise FindingsError(f"findings file {path}: {exc.what}; surgery writes each key once, so the file "
-                            f"was edited: recompute it with surgery {finder}") from None
+        raise FindingsError(
+            f"findings file {path}: {exc.what}; surgery writes each key once, so the file "
+            f"was edited: recompute it with surgery {finder}"
+        ) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FindingsError(f"findings file {path} is not valid JSON ({exc.__class__.__name__}); "
-                            "recompute it with surgery " + finder) from None
+        raise FindingsError(
+            f"findings file {path} is not valid JSON ({exc.__class__.__name__}); recompute it with surgery " + finder
+        ) from None
     return (as_type or Findings).from_dict(data, where=str(path), kind=kind)
 
 
@@ -156,25 +169,35 @@ def check_model(findings: Findings, ckpt: Checkpoint, allow_transfer: bool = Fal
         return None
     same_arch = recorded.model_type == here.model_type and recorded.geometry == here.geometry
     if allow_transfer and same_arch:
-        return (f"the findings were computed on another model ({recorded.path}) of the same "
-                f"architecture; applying them to {ckpt.path} as --transfer asks")
+        return (
+            f"the findings were computed on another model ({recorded.path}) of the same "
+            f"architecture; applying them to {ckpt.path} as --transfer asks"
+        )
     if same_arch:
         raise FindingsError(
             f"the findings were computed on another model ({recorded.path}) of the same "
-            "architecture; pass --transfer to apply them anyway (e.g. instruct → base)")
+            "architecture; pass --transfer to apply them anyway (e.g. instruct → base)"
+        )
     raise FindingsError(
         f"the findings were computed on a different model ({recorded.path}, "
         f"{recorded.model_type}) and cannot be applied to {ckpt.path} ({here.model_type}); "
-        f"compute findings for this model with surgery {FINDERS.get(findings.kind, 'find-heads')}")
+        f"compute findings for this model with surgery {FINDERS.get(findings.kind, 'find-heads')}"
+    )
 
 
-def new_findings(kind: str, ckpt: Checkpoint, dataset_sha256: str, params: Mapping[str, Any],
-                 tool_version: str) -> dict[str, Any]:
+def new_findings(
+    kind: str, ckpt: Checkpoint, dataset_sha256: str, params: Mapping[str, Any], tool_version: str
+) -> dict[str, Any]:
     """The common head of every findings file, as the JSON a finder adds its results to (and then
     reads as its kind's record)."""
     assert kind in KINDS
-    return Findings(kind=kind, tool_version=tool_version, model=ModelIdentity.of(ckpt), dataset_sha256=dataset_sha256,
-                    parameters=dict(params)).to_dict()
+    return Findings(
+        kind=kind,
+        tool_version=tool_version,
+        model=ModelIdentity.of(ckpt),
+        dataset_sha256=dataset_sha256,
+        parameters=dict(params),
+    ).to_dict()
 
 
 def dtype_key(load) -> dict[str, str]:
@@ -192,8 +215,11 @@ def compute_record(model) -> dict[str, str]:
     from ..model.placement import dtype_name, input_device
 
     placed = getattr(model, "hf_device_map", None)
-    return {"dtype": dtype_name(model.dtype), "device": str(input_device(model)),
-            **({"device_map": "accelerate"} if placed else {})}
+    return {
+        "dtype": dtype_name(model.dtype),
+        "device": str(input_device(model)),
+        **({"device_map": "accelerate"} if placed else {}),
+    }
 
 
 @dataclass
@@ -215,14 +241,14 @@ class Found:
     record_type: ClassVar[type[Findings]] = Findings
 
     @classmethod
-    def read(cls, path: str | Path, ckpt: Checkpoint, transfer: bool = False) -> "Found":
+    def read(cls, path: str | Path, ckpt: Checkpoint, transfer: bool = False) -> Found:
         """A findings file given by the user, checked against ``ckpt`` (``transfer``: same architecture)."""
         data = load_findings(path, cls.kind, cls.record_type)
         note = check_model(data, ckpt, allow_transfer=transfer)
         return cls(data, Path(path), from_cache=True, transfer_note=note)
 
     @classmethod
-    def cached(cls, path: Path, ckpt: Checkpoint) -> "Found | None":
+    def cached(cls, path: Path, ckpt: Checkpoint) -> Found | None:
         """The cache entry at ``path`` when it is sound and of this model; None when it is missing,
         damaged or stale (it is then recomputed: a cache entry is never trusted over a fresh run)."""
         if not path.is_file():

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -34,8 +35,10 @@ from .plan import EditedTensor as Blocks
 from .plan import edit_tensor, plan
 
 CHECK_KIND = "gguf blocks"
-CHECK_REFERENCE = ("gguf-py dequantize of every edited block equals the source block's values times the recipe's "
-                   "factors, bit for bit in float32 (requantized blocks: within the recorded error)")
+CHECK_REFERENCE = (
+    "gguf-py dequantize of every edited block equals the source block's values times the recipe's "
+    "factors, bit for bit in float32 (requantized blocks: within the recorded error)"
+)
 
 
 def edited_blocks(model: GgufModel, recipe: Recipe, requantize: bool) -> tuple[list[Blocks], list[str]]:
@@ -62,24 +65,37 @@ def _chunks(blocks: list[Blocks]):
     def new_bytes(fd: int):
         for b in blocks:  # sorted by tensor offset, and tensors do not overlap
             yield from b.chunks()
+
     return new_bytes
 
 
 def verification(blocks: list[Blocks]) -> Verification:
     """The bake's check, as recorded: every block was checked by ``formats.edit_blocks``."""
-    return Verification(kind=CHECK_KIND, maps=len(blocks), max_abs_diff=max(
-        (b.result.max_abs_error for b in blocks), default=0.0), reference=CHECK_REFERENCE)
+    return Verification(
+        kind=CHECK_KIND,
+        maps=len(blocks),
+        max_abs_diff=max((b.result.max_abs_error for b in blocks), default=0.0),
+        reference=CHECK_REFERENCE,
+    )
 
 
 def gguf_details(blocks: list[Blocks], notes: list[str], requantize: bool) -> dict[str, Any]:
     """surgery.json's ``gguf`` entry: per tensor its type, blocks, undo keys, and requantization error."""
     tensors = []
     for i, b in enumerate(blocks):
-        row = {"tensor": b.edit.tensor.name, "type": b.edit.tensor.type, "blocks": len(b.offsets),
-               "undo_offsets": f"tensor{i}.offsets", "undo_bytes": f"tensor{i}.original"}
+        row = {
+            "tensor": b.edit.tensor.name,
+            "type": b.edit.tensor.type,
+            "blocks": len(b.offsets),
+            "undo_offsets": f"tensor{i}.offsets",
+            "undo_bytes": f"tensor{i}.original",
+        }
         if b.result.requantized:
-            row.update(requantized_blocks=b.result.requantized, max_abs_error=b.result.max_abs_error,
-                       rel_rms_error=b.result.rel_rms_error)
+            row.update(
+                requantized_blocks=b.result.requantized,
+                max_abs_error=b.result.max_abs_error,
+                rel_rms_error=b.result.rel_rms_error,
+            )
         tensors.append(row)
     return {"requantize": requantize, "tensors": tensors, "notes": list(notes)}
 
@@ -98,10 +114,19 @@ def replaceable(path: Path) -> bool:
     return sidecars(path)[0].is_file()
 
 
-def bake_gguf(model: GgufModel, recipe: Recipe, out: str | Path, *, source: Source | None = None,
-              force: bool = False, requantize: bool = False, extra: dict[str, Any] | None = None,
-              report: Callable[[str], None] = lambda m: None,
-              progress: StageProgress = silent_stages, prepared: Prepared | None = None) -> BakeResult:
+def bake_gguf(
+    model: GgufModel,
+    recipe: Recipe,
+    out: str | Path,
+    *,
+    source: Source | None = None,
+    force: bool = False,
+    requantize: bool = False,
+    extra: dict[str, Any] | None = None,
+    report: Callable[[str], None] = lambda m: None,
+    progress: StageProgress = silent_stages,
+    prepared: Prepared | None = None,
+) -> BakeResult:
     """Write ``out`` (a .gguf): ``model``'s file with ``recipe`` baked into its blocks, and its sidecars.
 
     Every edited block is exact (checked against gguf-py's dequantizer) or refused before anything
@@ -125,29 +150,45 @@ def bake_gguf(model: GgufModel, recipe: Recipe, out: str | Path, *, source: Sour
         note(msg)
     requantized = sum(b.result.requantized for b in blocks)
     if requantized:
-        note(f"{requantized} block(s) requantized (max |error| {max(b.result.max_abs_error for b in blocks):.3g}); "
-             "recorded in the sidecar")
+        note(
+            f"{requantized} block(s) requantized (max |error| {max(b.result.max_abs_error for b in blocks):.3g}); "
+            "recorded in the sidecar"
+        )
     record_path, undo_path = sidecars(out)
     size = model.path.stat().st_size
     hash_cache = HashCache()
-    with staged_files(out, [model.path], force, note, replaceable=replaceable,
-                      companions=[record_path.name, undo_path.name]) as tmp:
+    with staged_files(
+        out, [model.path], force, note, replaceable=replaceable, companions=[record_path.name, undo_path.name]
+    ) as tmp:
         known = hash_cache.get(model.path)
         progress("copy", 0, size)
-        src_sha, out_sha = stream_patched(model.path, tmp / out.name, _chunks(blocks), hash_source=known is None,
-                                          on_bytes=lambda n: None)
+        src_sha, out_sha = stream_patched(
+            model.path, tmp / out.name, _chunks(blocks), hash_source=known is None, on_bytes=lambda n: None
+        )
         progress("copy", size, size)
         src_sha = known or src_sha
         write_undo(tmp / undo_path.name, undo_arrays(blocks))
         record = BakeRecord(
             tool_version=__version__,
             created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            source=Source(source.path if source else model.path, source.hub_id if source else None,
-                          source.revision if source else None, fingerprint=src_sha),
+            source=Source(
+                source.path if source else model.path,
+                source.hub_id if source else None,
+                source.revision if source else None,
+                fingerprint=src_sha,
+            ),
             model_type=model.arch.model_type,
             recipe=recipe,
-            edited_tensors=[EditedTensor(tensor=b.edit.tensor.name, file=out.name, dtype=b.edit.tensor.type,
-                                         rows=sorted(b.edit.rows), cols=sorted(b.edit.cols)) for b in blocks],
+            edited_tensors=[
+                EditedTensor(
+                    tensor=b.edit.tensor.name,
+                    file=out.name,
+                    dtype=b.edit.tensor.type,
+                    rows=sorted(b.edit.rows),
+                    cols=sorted(b.edit.cols),
+                )
+                for b in blocks
+            ],
             extra={**(extra or {}), "gguf": gguf_details(blocks, plan_notes, requantize)},
             undo=UndoRecord(file=undo_path.name, replaced_files=[], added_files=[]),
             files={out.name: out_sha, undo_path.name: file_sha256(tmp / undo_path.name)},

@@ -25,10 +25,26 @@ FLOATS = ("F32", "F16", "BF16")
 # Byte offsets, within one block, of the f16 fields every value of the block is proportional to
 # (llama.cpp's ggml-common.h block structs; gguf-py's quants.py dequantizers read the same fields).
 SCALE_FIELDS: dict[str, tuple[int, ...]] = {
-    "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
-    "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,),
-    "IQ2_XXS": (0,), "IQ2_XS": (0,), "IQ2_S": (0,), "IQ3_XXS": (0,), "IQ3_S": (0,), "IQ1_S": (0,),
-    "IQ4_NL": (0,), "IQ4_XS": (0,), "TQ1_0": (52,), "TQ2_0": (64,),
+    "Q4_0": (0,),
+    "Q4_1": (0, 2),
+    "Q5_0": (0,),
+    "Q5_1": (0, 2),
+    "Q8_0": (0,),
+    "Q2_K": (80, 82),
+    "Q3_K": (108,),
+    "Q4_K": (0, 2),
+    "Q5_K": (0, 2),
+    "Q6_K": (208,),
+    "IQ2_XXS": (0,),
+    "IQ2_XS": (0,),
+    "IQ2_S": (0,),
+    "IQ3_XXS": (0,),
+    "IQ3_S": (0,),
+    "IQ1_S": (0,),
+    "IQ4_NL": (0,),
+    "IQ4_XS": (0,),
+    "TQ1_0": (52,),
+    "TQ2_0": (64,),
 }
 # Types where one value can be zeroed alone, exactly: the byte offset of value 0's int8 quant (q = 0).
 ELEMENT_ZERO: dict[str, int] = {"Q8_0": 2}
@@ -45,8 +61,10 @@ def block_shape(kind: str) -> tuple[int, int]:
 def check_supported(kind: str, tensor: str) -> None:
     """Refuse, in one line, a tensor type whose blocks an edit cannot rewrite."""
     if kind not in SUPPORTED:
-        raise RecipeError(f"{tensor} is stored as {kind}, which surgery cannot edit in a GGUF (no scale field "
-                          f"carries an edit); supported types: {', '.join(SUPPORTED)}")
+        raise RecipeError(
+            f"{tensor} is stored as {kind}, which surgery cannot edit in a GGUF (no scale field "
+            f"carries an edit); supported types: {', '.join(SUPPORTED)}"
+        )
 
 
 def dequantize(blocks: np.ndarray, kind: str) -> np.ndarray:
@@ -66,10 +84,10 @@ def quantize(values: np.ndarray, kind: str) -> np.ndarray:
 class Edited:
     """New bytes of the edited blocks, and what requantizing some of them cost."""
 
-    blocks: np.ndarray           # (U, bytes) uint8
-    requantized: int = 0         # blocks rewritten by quantization rather than exactly
-    max_abs_error: float = 0.0   # over the requantized blocks: max |dequantized − edited values|
-    rel_rms_error: float = 0.0   # ‖dequantized − edited‖ / ‖edited‖ over them
+    blocks: np.ndarray  # (U, bytes) uint8
+    requantized: int = 0  # blocks rewritten by quantization rather than exactly
+    max_abs_error: float = 0.0  # over the requantized blocks: max |dequantized − edited values|
+    rel_rms_error: float = 0.0  # ‖dequantized − edited‖ / ‖edited‖ over them
 
 
 def _scaled_fields(blocks: np.ndarray, kind: str, factor: np.ndarray) -> np.ndarray:
@@ -77,8 +95,8 @@ def _scaled_fields(blocks: np.ndarray, kind: str, factor: np.ndarray) -> np.ndar
     out = blocks.copy()
     with np.errstate(over="ignore", invalid="ignore"):
         for at in SCALE_FIELDS[kind]:
-            field = out[:, at:at + 2].copy().view(np.float16)[:, 0].astype(np.float32)
-            out[:, at:at + 2] = (field * factor).astype(np.float16).reshape(-1, 1).view(np.uint8)
+            field = out[:, at : at + 2].copy().view(np.float16)[:, 0].astype(np.float32)
+            out[:, at : at + 2] = (field * factor).astype(np.float16).reshape(-1, 1).view(np.uint8)
     return out
 
 
@@ -119,24 +137,34 @@ def edit_blocks(blocks: np.ndarray, factors: np.ndarray, kind: str, tensor: str,
     if exact.all():
         return Edited(new)
     if not requantize:
-        raise RecipeError(f"{tensor} ({kind}): the factor times the blocks' f16 scales is not exact (it must be "
-                          "an f16 and leave the dequantizer's float32 result scaled exactly; a power of two "
-                          "is); use a power of two" + (", or --requantize" if kind in QUANTIZABLE else ""))
+        raise RecipeError(
+            f"{tensor} ({kind}): the factor times the blocks' f16 scales is not exact (it must be "
+            "an f16 and leave the dequantizer's float32 result scaled exactly; a power of two "
+            "is); use a power of two" + (", or --requantize" if kind in QUANTIZABLE else "")
+        )
     if kind not in QUANTIZABLE:
-        raise RecipeError(f"{tensor} ({kind}): the edit is not exact in {kind} and gguf-py cannot requantize "
-                          f"{kind} (only {', '.join(QUANTIZABLE)}); use a power-of-two factor on whole blocks")
+        raise RecipeError(
+            f"{tensor} ({kind}): the edit is not exact in {kind} and gguf-py cannot requantize "
+            f"{kind} (only {', '.join(QUANTIZABLE)}); use a power-of-two factor on whole blocks"
+        )
     redo = ~exact
     new[redo] = quantize(want[redo], kind)
     got = dequantize(new[redo], kind)
     err = got - want[redo]
     norm = float(np.sqrt((want[redo].astype(np.float64) ** 2).sum()))
-    return Edited(new, int(redo.sum()), float(np.abs(err).max()),
-                  float(np.sqrt((err.astype(np.float64) ** 2).sum())) / norm if norm else 0.0)
+    return Edited(
+        new,
+        int(redo.sum()),
+        float(np.abs(err).max()),
+        float(np.sqrt((err.astype(np.float64) ** 2).sum())) / norm if norm else 0.0,
+    )
 
 
 def _part_refusal(tensor: str, kind: str, values: int) -> str:
-    why = ("its 6-bit sub-block scales cannot carry α exactly" if kind.endswith("_K") else
-           "a block has one scale for all its values")
+    why = (
+        "its 6-bit sub-block scales cannot carry α exactly"
+        if kind.endswith("_K")
+        else "a block has one scale for all its values"
+    )
     fix = "add --requantize" if kind in QUANTIZABLE else f"gguf-py cannot requantize {kind}"
-    return (f"{tensor} ({kind}): the edit scales part of a {values}-value block and {why}; {fix}, "
-            "or edit whole blocks")
+    return f"{tensor} ({kind}): the edit scales part of a {values}-value block and {why}; {fix}, or edit whole blocks"

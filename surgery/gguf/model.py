@@ -87,8 +87,10 @@ class GgufModel:
         gguf = require("gguf")
         archs = {name: key for key, name in gguf.MODEL_ARCH_NAMES.items()}
         if self.header.architecture not in archs:
-            raise CheckpointError(f"{self.path.name}: gguf-py has no tensor-name table for architecture "
-                                  f"'{self.header.architecture}'; upgrade gguf (pip install -U gguf)")
+            raise CheckpointError(
+                f"{self.path.name}: gguf-py has no tensor-name table for architecture "
+                f"'{self.header.architecture}'; upgrade gguf (pip install -U gguf)"
+            )
         blocks = int(self.header.metadata.get(f"{self.header.architecture}.block_count", 0))
         return gguf.get_tensor_name_map(archs[self.header.architecture], blocks)
 
@@ -101,8 +103,10 @@ class GgufModel:
         """The stored tensor for ``hf_name``, or a one-line error naming it."""
         name = self.gguf_name(hf_name)
         if name is None:
-            raise CheckpointError(f"{self.path.name} has no tensor for {hf_name} (gguf-py's name map for "
-                                  f"'{self.header.architecture}' gives none, or the file lacks it)")
+            raise CheckpointError(
+                f"{self.path.name} has no tensor for {hf_name} (gguf-py's name map for "
+                f"'{self.header.architecture}' gives none, or the file lacks it)"
+            )
         return self.header.tensors[name]
 
     def hf_names(self) -> list[str]:
@@ -110,8 +114,12 @@ class GgufModel:
         the table that maps onto this file's tensors (the resolver picks the prefix from them)."""
         lay = self.arch.layout
         modules = [m for m in (lay.o_proj, lay.down_proj, lay.gate_proj, lay.up_proj) if m]
-        return [n for p in lay.layer_prefixes for m in modules
-                if self.gguf_name(n := f"{p.format(layer=0)}{self.arch.stored_module(m)}.weight")]
+        return [
+            n
+            for p in lay.layer_prefixes
+            for m in modules
+            if self.gguf_name(n := f"{p.format(layer=0)}{self.arch.stored_module(m)}.weight")
+        ]
 
 
 def check_complete(path: Path, header: GgufHeader) -> None:
@@ -120,8 +128,10 @@ def check_complete(path: Path, header: GgufHeader) -> None:
     for t in header.tensors.values():
         n = tensor_bytes(t)
         if n is not None and t.offset + n > size:
-            raise CheckpointError(f"{path.name} is truncated: tensor {t.name} ends at byte {t.offset + n}, the file "
-                                  f"has {size}; download it again")
+            raise CheckpointError(
+                f"{path.name} is truncated: tensor {t.name} ends at byte {t.offset + n}, the file "
+                f"has {size}; download it again"
+            )
 
 
 def open_gguf(path: str | Path) -> GgufModel:
@@ -132,4 +142,3 @@ def open_gguf(path: str | Path) -> GgufModel:
     check_complete(path, header)
     config = _config(path, header)
     return GgufModel(path, header, config, architecture(config))
-

@@ -10,8 +10,8 @@ are ever edited: llama.cpp permutes the rows of ``attn_q`` / ``attn_k``, which n
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import numpy as np
 
@@ -83,16 +83,22 @@ def plan(model: GgufModel, recipe: Recipe) -> Plan:
         silenced = any(s.axis == "out" and s.scale == 0.0 for s in edit_sites)  # a pruned neuron's input rows
         for piece in resolver.all(edit_sites):
             if piece.site.op == "project":  # a whole matrix changes: no block's scale can carry it
-                raise RecipeError(f"{model.path.name}: a direction edit rewrites whole matrices, which a GGUF block "
-                                  "cannot store exactly; import it (surgery import-gguf) and bake the checkpoint")
+                raise RecipeError(
+                    f"{model.path.name}: a direction edit rewrites whole matrices, which a GGUF block "
+                    "cannot store exactly; import it (surgery import-gguf) and bake the checkpoint"
+                )
             if piece.site.expert is not None or piece.window is not None:
-                raise RecipeError(f"{model.path.name}: edits of routed experts or grouped outputs are not supported "
-                                  "in GGUF files yet; import it (surgery import-gguf) and bake the checkpoint")
+                raise RecipeError(
+                    f"{model.path.name}: edits of routed experts or grouped outputs are not supported "
+                    "in GGUF files yet; import it (surgery import-gguf) and bake the checkpoint"
+                )
             t = model.tensor(piece.tensor)
             check_supported(t.type, t.name)
             if len(t.shape) == 2 and t.shape != tuple(piece.shape):
-                raise CheckpointError(f"{model.path.name}: {t.name} has shape {list(t.shape)}, the config says "
-                                      f"{list(piece.shape)}; the file does not match its metadata")
+                raise CheckpointError(
+                    f"{model.path.name}: {t.name} has shape {list(t.shape)}, the config says "
+                    f"{list(piece.shape)}; the file does not match its metadata"
+                )
             if not piece.as_rows and silenced and piece.scale == 0.0 and not _zeroes_values(t.type):
                 # The zero gate/up rows already silence the neuron (act(0)·0 = 0): the down column is not needed.
                 kept[t.type] = kept.get(t.type, 0) + len(piece.lines)
@@ -108,8 +114,11 @@ def plan(model: GgufModel, recipe: Recipe) -> Plan:
                     be = by_name.setdefault(bias.name, TensorEdit(bias))
                     for i in piece.lines:
                         be.rows[i] = be.rows.get(i, 1.0) * piece.scale
-    notes = [f"{n} down-projection column(s) stored as {kind} left as is: {kind} cannot zero a single value "
-             "exactly; the pruned neurons' zero gate/up rows already silence them" for kind, n in sorted(kept.items())]
+    notes = [
+        f"{n} down-projection column(s) stored as {kind} left as is: {kind} cannot zero a single value "
+        "exactly; the pruned neurons' zero gate/up rows already silence them"
+        for kind, n in sorted(kept.items())
+    ]
     return Plan(sorted(by_name.values(), key=lambda e: e.tensor.offset), notes)
 
 
@@ -159,5 +168,6 @@ def edit_tensor(fd: int, te: TensorEdit, requantize: bool, original: np.ndarray 
     offsets, rows, blocks = te.units()
     _, nbytes = block_shape(te.tensor.type)
     old = read_units(fd, offsets, nbytes) if original is None else original
-    return EditedTensor(te, offsets, old, edit_blocks(old, te.factors(rows, blocks), te.tensor.type, te.tensor.name,
-                                                      requantize))
+    return EditedTensor(
+        te, offsets, old, edit_blocks(old, te.factors(rows, blocks), te.tensor.type, te.tensor.name, requantize)
+    )

@@ -22,11 +22,13 @@ from .verify import load_baked, verify_gguf
 
 def _blocks_section(gguf: dict[str, Any]) -> str:
     """Per edited tensor its block type and blocks edited (and any requantization error), then the notes."""
-    rows = ["| tensor | type | blocks edited | requantized | max abs error | relative RMS error |",
-            "|---|---|---|---|---|---|"]
+    rows = [
+        "| tensor | type | blocks edited | requantized | max abs error | relative RMS error |",
+        "|---|---|---|---|---|---|",
+    ]
     for t in gguf.get("tensors", []):
         requantized = t.get("requantized_blocks", 0)
-        errors = (f"{t['max_abs_error']:.3g} | {t['rel_rms_error']:.3g}" if requantized else "0 (exact) | 0 (exact)")
+        errors = f"{t['max_abs_error']:.3g} | {t['rel_rms_error']:.3g}" if requantized else "0 (exact) | 0 (exact)"
         rows.append(f"| `{t['tensor']}` | {t['type']} | {t['blocks']} | {requantized} | {errors} |")
     notes = "".join(f"\n- {n}" for n in gguf.get("notes", []))
     return "\n".join(rows) + (f"\n\nNotes:\n{notes}" if notes else "")
@@ -36,7 +38,7 @@ def gguf_card(baked: Path, record: BakeRecord) -> str:
     """README.md for the baked GGUF file ``baked`` (``record``: its sidecar record)."""
     name, (record_name, undo_name) = baked.name, (p.name for p in sidecars(baked))
     gguf = record.extra.get("gguf", {})
-    (source_name, source_sha), = record.source_files.items()
+    ((source_name, source_sha),) = record.source_files.items()
     source = public(str(record.source.path)) or source_name
     recipe = record.recipe
     tags = ["surgery", "model-surgery", "gguf"] + sorted({t for e in recipe.edits for t in e.card_tags()})
@@ -64,7 +66,8 @@ def gguf_card(baked: Path, record: BakeRecord) -> str:
         "## Reproduce or undo\n\n```yaml\n" + recipe_yaml(recipe) + "\n```\n\n"
         f"`surgery apply recipe.yaml --model {source_name} --out {name}{requantize}` bakes the same file; "
         f"`surgery undo {name} --out {source_name}` restores the source byte for byte from `{undo_name}`. "
-        "Keep the three files together (they may be renamed together).")
+        "Keep the three files together (they may be renamed together)."
+    )
     return render_card(dict(tags=tags), "\n\n".join(sections))
 
 
@@ -78,11 +81,14 @@ def checked_upload(baked: str | Path) -> tuple[str, dict[str, bytes | Path]]:
     report = verify_gguf(baked, source)
     if report.problems:
         more = f"; {len(report.problems) - 1} more problem(s)" if len(report.problems) > 1 else ""
-        raise VerificationError(f"{baked} fails verification ({report.problems[0]}{more}); refusing to push: "
-                                "bake it again")
-    how = ("sidecars' seal and sha256s, the source restored from the undo sidecar"
-           + (f" and compared with {source}" if source else " (sha256 as recorded; source not on this machine)")
-           + ", every edited block recomputed")
+        raise VerificationError(
+            f"{baked} fails verification ({report.problems[0]}{more}); refusing to push: bake it again"
+        )
+    how = (
+        "sidecars' seal and sha256s, the source restored from the undo sidecar"
+        + (f" and compared with {source}" if source else " (sha256 as recorded; source not on this machine)")
+        + ", every edited block recomputed"
+    )
     files: dict[str, bytes | Path] = {baked.name: baked, **{p.name: p for p in sidecars(baked)}}
     files[CARD_NAME] = gguf_card(baked, record).encode("utf-8")
     return how, files

@@ -10,8 +10,8 @@ file's bytes. One streaming pass over the baked file computes both its sha256 an
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -42,8 +42,10 @@ def _originals(record: BakeRecord, saved: UndoFile) -> list[tuple[str, np.ndarra
         offsets = np.frombuffer(saved.read(row["undo_offsets"]), dtype="<i8")
         blocks = np.frombuffer(saved.read(row["undo_bytes"]), dtype=np.uint8)
         if not len(offsets) or blocks.size % len(offsets):
-            raise VerificationError(f"the undo sidecar's entry '{row['undo_bytes']}' does not hold "
-                                    f"{len(offsets)} whole blocks; it does not belong to this bake")
+            raise VerificationError(
+                f"the undo sidecar's entry '{row['undo_bytes']}' does not hold "
+                f"{len(offsets)} whole blocks; it does not belong to this bake"
+            )
         out.append((row["tensor"], offsets, blocks.reshape(len(offsets), -1)))
     return out
 
@@ -53,6 +55,7 @@ def _restore_chunks(originals):
         pieces = sorted((int(o[a]), blocks[a:b]) for _, o, blocks in originals for a, b in runs(o, blocks.shape[1]))
         for offset, data in pieces:
             yield offset, memoryview(np.ascontiguousarray(data).reshape(-1))
+
     return chunks
 
 
@@ -68,29 +71,31 @@ def load_baked(baked: Path) -> tuple[BakeRecord, list]:
     the record is not a GGUF bake's or the undo sidecar is missing)."""
     record = load_provenance(baked)
     if len(record.source_files) != 1 or "gguf" not in record.extra:
-        raise VerificationError(f"{sidecars(baked)[0].name} is not the record of a GGUF bake; give the .gguf file "
-                                "a bake wrote")
+        raise VerificationError(
+            f"{sidecars(baked)[0].name} is not the record of a GGUF bake; give the .gguf file a bake wrote"
+        )
     undo_path = sidecars(baked)[1]
     if not undo_path.is_file():
         raise VerificationError(f"{baked} has no undo sidecar {undo_path.name}; copy it next to the file")
     return record, _originals(record, load_undo(undo_path))
 
 
-def verify_gguf(baked: str | Path, source: str | Path | None = None,
-                progress: StageProgress = silent_stages) -> Report:
+def verify_gguf(baked: str | Path, source: str | Path | None = None, progress: StageProgress = silent_stages) -> Report:
     """Check a baked GGUF against its sidecars (and ``source``, when given); see the module docstring."""
     baked = Path(baked)
     report = Report()
     record, originals = load_baked(baked)
     if not provenance_intact(baked):
-        report.problems.append(f"{sidecars(baked)[0].name} changed after the bake (its content does not match its seal)")
+        report.problems.append(
+            f"{sidecars(baked)[0].name} changed after the bake (its content does not match its seal)"
+        )
         return report
     undo_name = sidecars(baked)[1].name
     gguf_sha, undo_sha = recorded_hashes(record)
     if file_sha256(baked.parent / undo_name) != undo_sha:
         report.problems.append(f"{undo_name} changed after the bake (sha256 differs from the record)")
         return report
-    (source_name, source_sha), = record.source_files.items()
+    ((source_name, source_sha),) = record.source_files.items()
     progress("hash", 0, 1)
     baked_sha, restored_sha = stream_patched(baked, Path(os.devnull), _restore_chunks(originals))
     progress("hash", 1, 1)
@@ -98,13 +103,17 @@ def verify_gguf(baked: str | Path, source: str | Path | None = None,
     if baked_sha != gguf_sha:
         report.problems.append(f"{baked.name} changed after the bake (sha256 differs from the record)")
     if restored_sha != source_sha:
-        report.problems.append(f"{baked.name} with its original blocks put back is not the source {source_name} "
-                               "(bytes outside the edited blocks differ); bake it again")
+        report.problems.append(
+            f"{baked.name} with its original blocks put back is not the source {source_name} "
+            "(bytes outside the edited blocks differ); bake it again"
+        )
     if source is not None and not Path(source).is_file():
         report.problems.append(f"{source} is not a file; give the source GGUF {baked.name} was baked from")
     elif source is not None and file_sha256(Path(source)) != source_sha:
-        report.problems.append(f"{Path(source).name} is not the source {baked.name} was baked from (its sha256 "
-                               "differs from the record); verify against that source")
+        report.problems.append(
+            f"{Path(source).name} is not the source {baked.name} was baked from (its sha256 "
+            "differs from the record); verify against that source"
+        )
     if report.problems:
         return report
     report.tensors_edited = _check_blocks(baked, record, originals, report)
@@ -135,8 +144,9 @@ def _check_blocks(baked: Path, record: BakeRecord, originals, report: Report) ->
             for a, b in runs(offsets, nbytes):
                 have = os.pread(fd, (b - a) * nbytes, int(offsets[a]))
                 if have != redo.result.blocks[a:b].tobytes():
-                    report.problems.append(f"{baked.name}: tensor '{name}' differs from what the recipe prescribes; "
-                                           "bake it again")
+                    report.problems.append(
+                        f"{baked.name}: tensor '{name}' differs from what the recipe prescribes; bake it again"
+                    )
                     report.mismatches.append({"file": baked.name, "tensor": name})
                     break
     except SurgeryError as exc:
@@ -146,21 +156,23 @@ def _check_blocks(baked: Path, record: BakeRecord, originals, report: Report) ->
     return len(edits)
 
 
-def undo_gguf(baked: str | Path, out: str | Path, force: bool = False,
-              report: Callable[[str], None] = lambda msg: None) -> dict[str, str]:
+def undo_gguf(
+    baked: str | Path, out: str | Path, force: bool = False, report: Callable[[str], None] = lambda msg: None
+) -> dict[str, str]:
     """Write the source of the baked GGUF ``baked`` to ``out`` (a file), byte for byte; checked
     against the sha256 recorded at bake time before it is published. Returns {name: sha256}."""
     baked, out = Path(baked), Path(out)
     if not is_gguf(out):
         raise DestinationError(f"--out {out} must end in .gguf: a baked GGUF restores to a GGUF file")
     record, originals = load_baked(baked)
-    (source_name, source_sha), = record.source_files.items()
+    ((source_name, source_sha),) = record.source_files.items()
 
     def replaceable(path: Path) -> bool:  # a bake's output, or an earlier restore of this one
         return baked_output(path) or file_sha256(path) == source_sha
 
-    with staged_files(out, [baked], force, report, replaceable=replaceable,
-                      companions=[p.name for p in sidecars(out)]) as tmp:
+    with staged_files(
+        out, [baked], force, report, replaceable=replaceable, companions=[p.name for p in sidecars(out)]
+    ) as tmp:
         baked_sha, restored = stream_patched(baked, tmp / out.name, _restore_chunks(originals))
         if baked_sha != recorded_hashes(record)[0]:
             raise VerificationError(f"{baked.name} changed after the bake; undo would not give the source")

@@ -17,8 +17,8 @@ expert block, over all of the block's tokens (an unrouted token's zero input has
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Iterator, Mapping
 
 import torch
 from torch import nn
@@ -74,6 +74,7 @@ def _dense_twin(modules: Mapping[nn.Module, torch.Tensor]) -> Iterator[None]:
         def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
             with align_module_device(module):
                 return _dense_correction(module, scales.to(output.device), args[0], output)
+
         return hook
 
     handles = [m.register_forward_hook(hook_for(scales)) for m, scales in modules.items()]
@@ -84,8 +85,14 @@ def _dense_twin(modules: Mapping[nn.Module, torch.Tensor]) -> Iterator[None]:
             h.remove()
 
 
-def _correction(module: nn.Module, scales: torch.Tensor, x: torch.Tensor, index: torch.Tensor,
-                weights: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+def _correction(
+    module: nn.Module,
+    scales: torch.Tensor,
+    x: torch.Tensor,
+    index: torch.Tensor,
+    weights: torch.Tensor,
+    out: torch.Tensor,
+) -> torch.Tensor:
     """``out`` plus what scaling the edited neurons of each expert by ``scales`` [E, I] changes."""
     out = out.clone()
     for e in torch.nonzero((scales != 1).any(dim=1)).flatten().tolist():
@@ -94,9 +101,9 @@ def _correction(module: nn.Module, scales: torch.Tensor, x: torch.Tensor, index:
         if not len(tok):
             continue
         act = expert_intermediate(module, e, x[tok])
-        h = act[:, idx.to(act.device)]                                      # (tokens, edited neurons)
+        h = act[:, idx.to(act.device)]  # (tokens, edited neurons)
         down = module.down_proj[e]
-        cols = down[idx] if module.is_transposed else down[:, idx].T        # (edited neurons, hidden)
+        cols = down[idx] if module.is_transposed else down[:, idx].T  # (edited neurons, hidden)
         delta = (h * (scales[e, idx].to(h) - 1)) @ cols
         out.index_add_(0, tok, (delta * weights[tok, pos, None]).to(out.dtype))
     return out
@@ -116,8 +123,9 @@ def twin_forward(module: nn.Module, *args, **kwargs) -> torch.Tensor:
 
 
 @contextmanager
-def expert_twin(model: nn.Module, modules: Mapping[nn.Module, torch.Tensor], dispatch: str = "routed"
-                ) -> Iterator[None]:
+def expert_twin(
+    model: nn.Module, modules: Mapping[nn.Module, torch.Tensor], dispatch: str = "routed"
+) -> Iterator[None]:
     """Run ``model`` with each experts module of ``modules`` scaled as its [E, I] tensor says
     (``dispatch``: how the family runs its experts, ``Experts.dispatch``)."""
     from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
@@ -139,8 +147,10 @@ def expert_twin(model: nn.Module, modules: Mapping[nn.Module, torch.Tensor], dis
             m._surgery_scales = scales
         model.set_experts_implementation(NAME)
         if model.config._experts_implementation != NAME:
-            raise SurgeryError(f"{type(model).__name__} cannot switch its experts implementation; the "
-                               "run-time twin of expert neurons needs transformers' experts interface")
+            raise SurgeryError(
+                f"{type(model).__name__} cannot switch its experts implementation; the "
+                "run-time twin of expert neurons needs transformers' experts interface"
+            )
         yield
     finally:
         model.set_experts_implementation(previous)

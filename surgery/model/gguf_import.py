@@ -14,9 +14,10 @@ import mmap
 import re
 import struct
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .. import __version__
 from ..core.checkpoint import file_sha256
@@ -36,9 +37,9 @@ class GgufTensor:
     """Where one tensor's data lies in a GGUF file, and how it is stored."""
 
     name: str
-    type: str                 # ggml type name (Q4_1, F32, …) or "type N" when gguf does not know N
-    shape: tuple[int, ...]    # PyTorch order (out, in): GGUF lists ne0 (the input dimension) first
-    offset: int               # absolute byte offset of the data in the file
+    type: str  # ggml type name (Q4_1, F32, …) or "type N" when gguf does not know N
+    shape: tuple[int, ...]  # PyTorch order (out, in): GGUF lists ne0 (the input dimension) first
+    offset: int  # absolute byte offset of the data in the file
 
 
 @dataclass(frozen=True)
@@ -84,15 +85,26 @@ class _Cursor:
         n = self.read("Q")
         if self.pos + n > len(self.buf):
             raise CheckpointError(f"{self.path.name} is truncated inside its GGUF header; re-download it")
-        raw = self.buf[self.pos:self.pos + n]
+        raw = self.buf[self.pos : self.pos + n]
         self.pos += n
         return raw.decode("utf-8", errors="replace")
 
 
 def _scalar_formats() -> dict[int, str]:
     T = require("gguf").GGUFValueType
-    return {T.UINT8: "B", T.INT8: "b", T.UINT16: "H", T.INT16: "h", T.UINT32: "I", T.INT32: "i",
-            T.FLOAT32: "f", T.BOOL: "?", T.UINT64: "Q", T.INT64: "q", T.FLOAT64: "d"}
+    return {
+        T.UINT8: "B",
+        T.INT8: "b",
+        T.UINT16: "H",
+        T.INT16: "h",
+        T.UINT32: "I",
+        T.INT32: "i",
+        T.FLOAT32: "f",
+        T.BOOL: "?",
+        T.UINT64: "Q",
+        T.INT64: "q",
+        T.FLOAT64: "d",
+    }
 
 
 def _value(cur: _Cursor, vtype: int, formats: dict[int, str]) -> Any:
@@ -117,8 +129,10 @@ def _value(cur: _Cursor, vtype: int, formats: dict[int, str]) -> Any:
                 _value(cur, etype, formats)
         return n
     if vtype not in formats:
-        raise CheckpointError(f"{cur.path.name}: unknown GGUF metadata type {vtype}; the file is corrupt "
-                              "or newer than the installed gguf package (pip install -U gguf)")
+        raise CheckpointError(
+            f"{cur.path.name}: unknown GGUF metadata type {vtype}; the file is corrupt "
+            "or newer than the installed gguf package (pip install -U gguf)"
+        )
     return cur.read(formats[vtype])
 
 
@@ -139,8 +153,10 @@ def read_header(path: str | Path) -> GgufHeader:
             cur.pos = 4
             version = cur.read("I")
             if version < 2:
-                raise CheckpointError(f"{path.name} is GGUF version {version}; only version 2 and later "
-                                      "are supported: convert it again with a current llama.cpp")
+                raise CheckpointError(
+                    f"{path.name} is GGUF version {version}; only version 2 and later "
+                    "are supported: convert it again with a current llama.cpp"
+                )
             n_tensors, n_kv = cur.read("Q"), cur.read("Q")
             formats = _scalar_formats()
             metadata = {}
@@ -197,7 +213,8 @@ def check_supported(header: GgufHeader) -> None:
         raise UnsupportedArchitecture(
             f"{header.path.name} is a '{arch}' GGUF, which transformers {transformers.__version__} cannot "
             f"dequantize (it supports: {', '.join(supported)}); convert the original checkpoint instead, "
-            "or upgrade transformers")
+            "or upgrade transformers"
+        )
 
 
 def _load(header: GgufHeader, dtype: str):
@@ -210,11 +227,17 @@ def _load(header: GgufHeader, dtype: str):
     folder, name = str(header.path.parent), header.path.name
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            folder, gguf_file=name, quantization_config=GgufConfig(dequantize=True),
-            dtype=getattr(torch, dtype), device_map=None)
+            folder,
+            gguf_file=name,
+            quantization_config=GgufConfig(dequantize=True),
+            dtype=getattr(torch, dtype),
+            device_map=None,
+        )
     except NotImplementedError as exc:  # gguf has no dequantizer for one of the tensor types
-        raise CheckpointError(f"{name}: {exc}; the installed gguf package cannot dequantize it "
-                              "(pip install -U gguf, or use a file with another quantization)") from None
+        raise CheckpointError(
+            f"{name}: {exc}; the installed gguf package cannot dequantize it "
+            "(pip install -U gguf, or use a file with another quantization)"
+        ) from None
     except ValueError as exc:  # e.g. an architecture transformers reads but has no causal LM for
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(f"transformers cannot load {name} as a causal LM: {first}") from None
@@ -233,8 +256,15 @@ class ImportResult:
     notes: list[str] = field(default_factory=list)
 
 
-def import_gguf(gguf_path: str | Path, out: str | Path, *, dtype: str = "float32", force: bool = False,
-                report: Callable[[str], None] = lambda msg: None, progress: StageProgress = silent_stages) -> ImportResult:
+def import_gguf(
+    gguf_path: str | Path,
+    out: str | Path,
+    *,
+    dtype: str = "float32",
+    force: bool = False,
+    report: Callable[[str], None] = lambda msg: None,
+    progress: StageProgress = silent_stages,
+) -> ImportResult:
     """Write ``out``: a safetensors checkpoint (config, weights, tokenizer) dequantized from a GGUF.
 
     The folder appears complete or not at all; ``surgery.gguf.json`` records the GGUF's sha256,
@@ -269,12 +299,20 @@ def import_gguf(gguf_path: str | Path, out: str | Path, *, dtype: str = "float32
         files = sorted(p.name for p in tmp.iterdir() if p.is_file())
         progress("hash", 0, 1)
         manifest = {
-            "format": "surgery-gguf-import", "version": 1, "tool_version": __version__,
+            "format": "surgery-gguf-import",
+            "version": 1,
+            "tool_version": __version__,
             "transformers_version": _transformers_version(),
-            "gguf": {"file": gguf_path.name, "sha256": file_sha256(gguf_path), "bytes": gguf_path.stat().st_size,
-                     "architecture": header.architecture, "file_type": header.file_type,
-                     "tensor_types": dict(sorted(Counter(header.tensor_types.values()).items()))},
-            "dtype": dtype, "model_type": config.get("model_type"),
+            "gguf": {
+                "file": gguf_path.name,
+                "sha256": file_sha256(gguf_path),
+                "bytes": gguf_path.stat().st_size,
+                "architecture": header.architecture,
+                "file_type": header.file_type,
+                "tensor_types": dict(sorted(Counter(header.tensor_types.values()).items())),
+            },
+            "dtype": dtype,
+            "model_type": config.get("model_type"),
             "files": {n: file_sha256(tmp / n) for n in files},
         }
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")

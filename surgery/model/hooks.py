@@ -18,8 +18,8 @@ head (tied) is projected on that side too: a pre-hook on the head's input, E′h
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Iterable, Iterator
 
 import torch
 from torch import nn
@@ -144,8 +144,10 @@ def applied(model: nn.Module, edits: Iterable[Edit]) -> Iterator[nn.Module]:
             head = model.get_output_embeddings()
             if layer is None and head is not None and head.weight is getattr(target, "weight", None):
                 handles.append(head.register_forward_pre_hook(_project_input(r, w)))  # tied: the same table
-        experts = {layer_module(model, arch, layer, arch.layout.experts.module): scales
-                   for layer, scales in expert_scales(arch, edits).items()}
+        experts = {
+            layer_module(model, arch, layer, arch.layout.experts.module): scales
+            for layer, scales in expert_scales(arch, edits).items()
+        }
         with expert_twin(model, experts, arch.layout.experts.dispatch if experts else "routed"):
             yield model
     finally:

@@ -19,14 +19,34 @@ from ..core import distributed
 from ..core.checkpoint import Checkpoint
 from ..core.errors import CheckpointError
 from ..core.options import check_options, param
-from .placement import (DEVICE_MAPS, DTYPES, check_budget, check_budget_devices, largest_layer_bytes,
-                        parse_max_memory, resolve_device, resolve_dtype)
+from .placement import (
+    DEVICE_MAPS,
+    DTYPES,
+    check_budget,
+    check_budget_devices,
+    largest_layer_bytes,
+    parse_max_memory,
+    resolve_device,
+    resolve_dtype,
+)
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")  # a Hub-cache snapshot folder is named after its commit
 # What a checkpoint needs besides its weights: configs, tokenizer, chat template, card, licence.
-HUB_PATTERNS = ["*.safetensors", "*.json", "*.jinja", "*.model", "*.txt", "*.md", "*.tiktoken",
-                "LICENSE*", "NOTICE*", "USE_POLICY*", "merges.txt", "vocab.*"]
+HUB_PATTERNS = [
+    "*.safetensors",
+    "*.json",
+    "*.jinja",
+    "*.model",
+    "*.txt",
+    "*.md",
+    "*.tiktoken",
+    "LICENSE*",
+    "NOTICE*",
+    "USE_POLICY*",
+    "merges.txt",
+    "vocab.*",
+]
 
 
 @dataclass(frozen=True)
@@ -50,7 +70,7 @@ def _hub_cache_snapshot(path: Path) -> tuple[str, str] | None:
     """``(org/name, commit)`` of a Hub-cache snapshot folder (``…/models--org--name/snapshots/<commit>``)."""
     parts = Path(path).parts
     if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--") and COMMIT.match(parts[-1]):
-        return parts[-3][len("models--"):].replace("--", "/"), parts[-1]
+        return parts[-3][len("models--") :].replace("--", "/"), parts[-1]
     return None
 
 
@@ -98,8 +118,10 @@ def resolve(model: str, revision: str | None = None) -> Source:
         if not local.exists():
             raise CheckpointError(f"{model} does not exist; give a checkpoint folder or a Hub id (org/name)")
         if revision is not None:  # it would be ignored: the folder is read as it is
-            raise CheckpointError(f"--revision {revision}: MODEL {model} is a local folder, read as it is; "
-                                  "--revision picks a commit of a Hub id: drop it, or give the Hub id")
+            raise CheckpointError(
+                f"--revision {revision}: MODEL {model} is a local folder, read as it is; "
+                "--revision picks a commit of a Hub id: drop it, or give the Hub id"
+            )
         return local_source(local)
     return _download(model, revision)
 
@@ -117,7 +139,8 @@ def _download(repo_id: str, revision: str | None) -> Source:
             f"{repo_id} is not a local folder and cannot be downloaded: no network access to the Hub and it "
             f"is not in the local cache "
             f"({os.environ.get('HF_HUB_CACHE', '~/.cache/huggingface/hub')}); download it elsewhere or "
-            "give a local folder") from None
+            "give a local folder"
+        ) from None
     except (HfHubHTTPError, OSError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(f"cannot download {repo_id}: {first}") from None
@@ -132,24 +155,48 @@ class LoadSpec:
     line to the loader so that no option is dropped on the way."""
 
     # One option for every command, so its help names the model of each two-model command.
-    revision: str | None = param(None, "Hub revision (branch, tag or commit) of MODEL (verify: of SOURCE; eval's "
-                                 "--against is read at its default revision).", kind="str")
+    revision: str | None = param(
+        None,
+        "Hub revision (branch, tag or commit) of MODEL (verify: of SOURCE; eval's "
+        "--against is read at its default revision).",
+        kind="str",
+    )
     # the checkpoint's own Python code runs only when the user asks
-    trust_remote_code: bool = param(False, "Allow checkpoints whose config needs custom code (read that code "
-                                    "first).", is_flag=True)
-    device: str = param("auto", "Torch device the model runs on: auto (the first GPU when there is one, else "
-                        "the CPU), cpu, cuda, cuda:N or mps.")
-    dtype: str = param("auto", "Compute dtype: auto (bfloat16 on a GPU that supports it, float32 elsewhere), "
-                       "float32, bfloat16 or float16. Scores and sums accumulate in float32 either way.",
-                       choices=DTYPES)
-    device_map: str | None = param(None, "auto: spread a model too big for one device over the GPUs, CPU memory "
-                                   "and disk (accelerate's big-model loading; --device then names the devices "
-                                   "it may use).", kind="str", choices=DEVICE_MAPS)
-    max_memory: str | None = param(None, "With --device-map auto: memory per device, e.g. 0=70GiB,1=70GiB,"
-                                   "cpu=100GiB (accelerate's max_memory).", kind="str", metavar="DEVICE=SIZE,...")
-    offload_folder: str | None = param(None, "With --device-map auto: folder for the weights that fit no device "
-                                       "(default: a temporary folder, removed afterwards).", kind="str",
-                                       metavar="DIR")
+    trust_remote_code: bool = param(
+        False, "Allow checkpoints whose config needs custom code (read that code first).", is_flag=True
+    )
+    device: str = param(
+        "auto",
+        "Torch device the model runs on: auto (the first GPU when there is one, else "
+        "the CPU), cpu, cuda, cuda:N or mps.",
+    )
+    dtype: str = param(
+        "auto",
+        "Compute dtype: auto (bfloat16 on a GPU that supports it, float32 elsewhere), "
+        "float32, bfloat16 or float16. Scores and sums accumulate in float32 either way.",
+        choices=DTYPES,
+    )
+    device_map: str | None = param(
+        None,
+        "auto: spread a model too big for one device over the GPUs, CPU memory "
+        "and disk (accelerate's big-model loading; --device then names the devices "
+        "it may use).",
+        kind="str",
+        choices=DEVICE_MAPS,
+    )
+    max_memory: str | None = param(
+        None,
+        "With --device-map auto: memory per device, e.g. 0=70GiB,1=70GiB,cpu=100GiB (accelerate's max_memory).",
+        kind="str",
+        metavar="DEVICE=SIZE,...",
+    )
+    offload_folder: str | None = param(
+        None,
+        "With --device-map auto: folder for the weights that fit no device "
+        "(default: a temporary folder, removed afterwards).",
+        kind="str",
+        metavar="DIR",
+    )
 
     def __post_init__(self) -> None:
         # option combinations and spelling are checked when the options are read, before any work
@@ -195,8 +242,10 @@ def _placement(path: Path, load: LoadSpec, device: str, dtype) -> dict[str, Any]
     if load.device_map is None:
         return {"device_map": None}
     if distributed.under_torchrun():  # every rank would spread a copy of its own over all the devices
-        raise CheckpointError("--device-map auto splits one model over several devices; under torchrun each "
-                              "process holds a whole copy: run one process with --device-map auto instead")
+        raise CheckpointError(
+            "--device-map auto splits one model over several devices; under torchrun each "
+            "process holds a whole copy: run one process with --device-map auto instead"
+        )
     budget = parse_max_memory(load.max_memory)
     if budget is not None:
         check_budget_devices(budget)
@@ -233,14 +282,20 @@ def _module_map(path: Path, load: LoadSpec, budget: dict | None, dtype) -> dict[
 
     config = AutoConfig.from_pretrained(str(path), trust_remote_code=load.trust_remote_code)
     with init_empty_weights():
-        empty = auto_class(config.model_type).from_config(config, dtype=dtype,
-                                                          trust_remote_code=load.trust_remote_code)
+        empty = auto_class(config.model_type).from_config(config, dtype=dtype, trust_remote_code=load.trust_remote_code)
     # Built on meta, tied embeddings (SmolLM2, Gemma) are two separate tensors until tied: accelerate
     # would then place lm_head apart from embed_tokens, e.g. on disk, where the loader never writes
     # it (the checkpoint has no lm_head.weight), and the first forward fails with a KeyError.
     empty.tie_weights()
-    return dict(infer_auto_device_map(empty, max_memory=budget, dtype=dtype, clean_result=False,
-                                      no_split_module_classes=getattr(empty, "_no_split_modules", None)))
+    return dict(
+        infer_auto_device_map(
+            empty,
+            max_memory=budget,
+            dtype=dtype,
+            clean_result=False,
+            no_split_module_classes=getattr(empty, "_no_split_modules", None),
+        )
+    )
 
 
 def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
@@ -257,7 +312,8 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     try:
         model_type = AutoConfig.from_pretrained(str(path), trust_remote_code=load.trust_remote_code).model_type
         model = auto_class(model_type).from_pretrained(
-            str(path), dtype=dtype, use_safetensors=True, trust_remote_code=load.trust_remote_code, **placement)
+            str(path), dtype=dtype, use_safetensors=True, trust_remote_code=load.trust_remote_code, **placement
+        )
     except BaseException:
         if own_folder:
             shutil.rmtree(own_folder, ignore_errors=True)

@@ -11,15 +11,25 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..core.errors import CheckpointError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICE_MAPS = ("auto",)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 # A decoder layer's tensors are named "<prefix>.layers.<index>.<rest>" in every supported family.
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -31,14 +41,18 @@ def check_device(device: str) -> None:
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
-        raise CheckpointError(f"--device {device!r} is not a torch device; use auto, cpu, cuda, cuda:N or mps") from None
+        raise CheckpointError(
+            f"--device {device!r} is not a torch device; use auto, cpu, cuda, cuda:N or mps"
+        ) from None
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
             raise CheckpointError(f"--device {device}: this machine has no CUDA GPU usable by torch; use --device cpu")
         if dev.index is not None and dev.index >= count:
-            raise CheckpointError(f"--device {device}: there are only {count} CUDA device(s) (cuda:0"
-                                  f"{f' … cuda:{count - 1}' if count > 1 else ''})")
+            raise CheckpointError(
+                f"--device {device}: there are only {count} CUDA device(s) (cuda:0"
+                f"{f' … cuda:{count - 1}' if count > 1 else ''})"
+            )
     elif dev.type == "mps" and not torch.backends.mps.is_available():
         raise CheckpointError(f"--device {device}: MPS is not available on this machine; use --device cpu")
 
@@ -65,8 +79,10 @@ def resolve_dtype(dtype: str, device: str):
     if dtype == "auto":
         return torch.bfloat16 if kind == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
     if dtype == "bfloat16" and kind == "cuda" and not torch.cuda.is_bf16_supported():
-        raise CheckpointError(f"--dtype bfloat16: {device} ({torch.cuda.get_device_name(torch.device(device))}) "
-                              "does not support bfloat16; use --dtype float16 or float32")
+        raise CheckpointError(
+            f"--dtype bfloat16: {device} ({torch.cuda.get_device_name(torch.device(device))}) "
+            "does not support bfloat16; use --dtype float16 or float32"
+        )
     return getattr(torch, dtype)
 
 
@@ -101,8 +117,10 @@ def parse_max_memory(text: str | None) -> dict[Any, int] | None:
         if not isinstance(key, int) and key not in ("cpu", "mps", "disk"):
             raise CheckpointError(f"--max-memory: device {device!r} is not a GPU index, cpu, mps or disk")
         if key in given:  # a dict would keep the last one silently
-            raise CheckpointError(f"--max-memory names {'GPU ' if isinstance(key, int) else ''}{key} twice "
-                                  f"({given[key]!r} and {part!r}); give each device once")
+            raise CheckpointError(
+                f"--max-memory names {'GPU ' if isinstance(key, int) else ''}{key} twice "
+                f"({given[key]!r} and {part!r}); give each device once"
+            )
         given[key] = part
         budget[key] = parse_size(size)
     if not budget:
@@ -118,13 +136,16 @@ def check_budget_devices(budget: Mapping[Any, int]) -> None:
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     missing = sorted(k for k in budget if isinstance(k, int) and k >= count)
     if missing:
-        have, fix = (("no CUDA GPU usable by torch", "cpu and disk only") if count == 0 else
-                     (f"only {count} CUDA device(s)", f"GPUs 0 to {count - 1}, cpu and disk"))
-        raise CheckpointError(f"--max-memory gives GPU {missing[0]} a budget, but this machine has {have}; "
-                              f"give {fix}")
+        have, fix = (
+            ("no CUDA GPU usable by torch", "cpu and disk only")
+            if count == 0
+            else (f"only {count} CUDA device(s)", f"GPUs 0 to {count - 1}, cpu and disk")
+        )
+        raise CheckpointError(f"--max-memory gives GPU {missing[0]} a budget, but this machine has {have}; give {fix}")
     if "mps" in budget and not torch.backends.mps.is_available():
-        raise CheckpointError("--max-memory gives mps a budget, but MPS is not available on this machine; "
-                              "give cpu and disk")
+        raise CheckpointError(
+            "--max-memory gives mps a budget, but MPS is not available on this machine; give cpu and disk"
+        )
 
 
 def largest_layer_bytes(tensors: Mapping[str, Any], itemsize: int) -> int:
@@ -146,8 +167,10 @@ def check_budget(budget: Mapping[Any, int], layer_bytes: int, dtype_name: str) -
     compute = {k: v for k, v in budget.items() if k != "disk"}
     if compute and max(compute.values()) < layer_bytes:
         largest = max(compute.values())
-        raise CheckpointError(f"--max-memory gives at most {human_size(largest)} to a device, but one decoder "
-                              f"layer needs {human_size(layer_bytes)} in {dtype_name}: raise it")
+        raise CheckpointError(
+            f"--max-memory gives at most {human_size(largest)} to a device, but one decoder "
+            f"layer needs {human_size(layer_bytes)} in {dtype_name}: raise it"
+        )
 
 
 def human_size(n: float) -> str:

@@ -9,9 +9,9 @@ that map, every other one with accelerate's ``set_module_tensor_to_device``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn

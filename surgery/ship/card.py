@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import yaml
 
@@ -37,8 +38,19 @@ MAX_EDIT_ROWS = 64
 # huggingface_hub's rule for a card's front matter (repocard.REGEX_YAML_BLOCK).
 YAML_BLOCK = re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))")
 # ModelCardData's field order, which its YAML keeps; other keys follow in the order given.
-FIELD_ORDER = ("base_model", "datasets", "language", "library_name", "license", "license_name", "license_link",
-               "metrics", "model_name", "pipeline_tag", "tags")
+FIELD_ORDER = (
+    "base_model",
+    "datasets",
+    "language",
+    "library_name",
+    "license",
+    "license_name",
+    "license_link",
+    "metrics",
+    "model_name",
+    "pipeline_tag",
+    "tags",
+)
 
 
 def front_matter(text: str | None) -> dict[str, Any]:
@@ -112,8 +124,9 @@ def _fmt(value: Any) -> str:
     return public(str(value))
 
 
-def edits_section(recipe: Recipe, arch: Architecture | None = None, adapter: bool = False,
-                  record_name: str = PROVENANCE_NAME) -> str:
+def edits_section(
+    recipe: Recipe, arch: Architecture | None = None, adapter: bool = False, record_name: str = PROVENANCE_NAME
+) -> str:
     """One table row per edit (each kind writes its own, surgery/core/edit_kind.py); with ``arch``
     each row names the weight entries it changed (the site map; for an ``adapter`` those the LoRA
     changes: the sites with a run-time twin, e.g. a pruned neuron's down_proj column, not its gate/up rows)."""
@@ -144,8 +157,10 @@ def _directions_section(record: BakeRecord) -> str | None:
         lines.append(f"| {what} | {100 * left:.3g} % | {100 * asked:.3g} % |")
     if len(rows) > MAX_EDIT_ROWS:
         lines.append(f"\n… and {len(rows) - MAX_EDIT_ROWS} more matrices: see `surgery.json` (edited_tensors).")
-    return ("How much of each direction is left in the matrices it was projected out of, after the "
-            "rounding to the stored dtype (‖rᵀW′‖ / ‖rᵀW‖; not zero in bf16):\n\n" + "\n".join(lines))
+    return (
+        "How much of each direction is left in the matrices it was projected out of, after the "
+        "rounding to the stored dtype (‖rᵀW′‖ / ‖rᵀW‖; not zero in bf16):\n\n" + "\n".join(lines)
+    )
 
 
 MAX_LIST = 12
@@ -184,18 +199,24 @@ def why_section(record: BakeRecord) -> str:
 
 def _verification_section(ver: Verification | None) -> str:
     if ver is None:
-        return ("The numerical check was not run at bake time (`--no-verify`); run "
-                "`surgery verify SOURCE THIS_FOLDER` to check it.")
+        return (
+            "The numerical check was not run at bake time (`--no-verify`); run "
+            "`surgery verify SOURCE THIS_FOLDER` to check it."
+        )
     if ver.compared_logits:  # older bakes compared whole-model logits at bake time
-        return (f"Before publishing, the baked weights were loaded and compared with the source running "
-                f"the same edit as run-time hooks on {ver.prompts if ver.prompts is not None else '?'} prompts: "
-                f"max |Δlogit| = {ver.max_abs_logit_diff:.2e} (tolerance {ver.tolerance:g}). Every byte outside "
-                "the edited slices equals the source (sha256 of every file in `surgery.json`).")
-    return (f"Before publishing, each of the {ver.maps} edited weight maps was compared with the source "
-            f"running the same edit as a run-time hook, on random inputs in float32: max |Δ| = "
-            f"{ver.max_abs_diff:.2e}, within the rounding of the stored dtype. Every byte outside the "
-            "edited slices equals the source (sha256 of every file in `surgery.json`); "
-            "`surgery verify SOURCE THIS_FOLDER` compares the logits end to end.")
+        return (
+            f"Before publishing, the baked weights were loaded and compared with the source running "
+            f"the same edit as run-time hooks on {ver.prompts if ver.prompts is not None else '?'} prompts: "
+            f"max |Δlogit| = {ver.max_abs_logit_diff:.2e} (tolerance {ver.tolerance:g}). Every byte outside "
+            "the edited slices equals the source (sha256 of every file in `surgery.json`)."
+        )
+    return (
+        f"Before publishing, each of the {ver.maps} edited weight maps was compared with the source "
+        f"running the same edit as a run-time hook, on random inputs in float32: max |Δ| = "
+        f"{ver.max_abs_diff:.2e}, within the rounding of the stored dtype. Every byte outside the "
+        "edited slices equals the source (sha256 of every file in `surgery.json`); "
+        "`surgery verify SOURCE THIS_FOLDER` compares the logits end to end."
+    )
 
 
 def evaluation_section(evaluation: Evaluation | None) -> str | None:
@@ -210,8 +231,12 @@ def evaluation_section(evaluation: Evaluation | None) -> str | None:
 
 def recipe_yaml(recipe: Recipe) -> str:
     """The recipe as a card shows it: its YAML with local paths made :func:`public`."""
-    shown = Recipe(recipe.edits, public(recipe.base_model) if recipe.base_model else None, recipe.version,
-                   _public_values(recipe.notes))
+    shown = Recipe(
+        recipe.edits,
+        public(recipe.base_model) if recipe.base_model else None,
+        recipe.version,
+        _public_values(recipe.notes),
+    )
     return shown.to_yaml().strip()
 
 
@@ -222,8 +247,13 @@ def card_text(record: BakeRecord, source_card: str | None = None, arch: Architec
     src_meta = front_matter(source_card)
     tags = ["surgery", "model-surgery"] + sorted({t for e in recipe.edits for t in e.card_tags()})
     base = _base_model(record.source)
-    meta = dict(base_model=base, base_model_relation="finetune" if base else None, tags=tags,
-                library_name="transformers", **{k: src_meta[k] for k in CARRIED_KEYS if src_meta.get(k)})
+    meta = dict(
+        base_model=base,
+        base_model_relation="finetune" if base else None,
+        tags=tags,
+        library_name="transformers",
+        **{k: src_meta[k] for k in CARRIED_KEYS if src_meta.get(k)},
+    )
     name = _source_name(record.source)
     # the commit the source was read at (a Hub id's branch may have moved since)
     pinned = record.source.revision if base else None
@@ -234,9 +264,14 @@ def card_text(record: BakeRecord, source_card: str | None = None, arch: Architec
         f"`surgery` {record.tool_version}. Tensor names, shapes, dtypes, shard layout and "
         "config are the source's, so stock transformers, vLLM, TGI and llama.cpp's converter load "
         "it with no custom code and no hooks."
-        + (f"\n\nThe recipe was written for **{written_for}**, not for this model: its edits were baked "
-           "here as given, with the scales chosen on that model." if written_for else ""),
-        "## What was edited\n\n" + edits_section(recipe, arch)
+        + (
+            f"\n\nThe recipe was written for **{written_for}**, not for this model: its edits were baked "
+            "here as given, with the scales chosen on that model."
+            if written_for
+            else ""
+        ),
+        "## What was edited\n\n"
+        + edits_section(recipe, arch)
         + (f"\n\n{left}" if (left := _directions_section(record)) else ""),
         "## Why\n\n" + why_section(record),
         "## Verification\n\n" + _verification_section(record.verification),
@@ -247,9 +282,14 @@ def card_text(record: BakeRecord, source_card: str | None = None, arch: Architec
     sections.append(
         "## Reproduce or undo\n\n```yaml\n" + recipe_yaml(recipe) + "\n```\n\n"
         f"`surgery apply recipe.yaml --model {base or 'SOURCE'}{f' --revision {pinned}' if pinned else ''} --out OUT` bakes the same checkpoint"
-        + (" (with the vector files it names next to it; their unit vectors are kept in `surgery.vectors`)"
-           if recipe.directions else "") + "; "
-        "`surgery undo THIS_FOLDER --out SOURCE_COPY` restores the source byte for byte from `surgery.undo`.")
+        + (
+            " (with the vector files it names next to it; their unit vectors are kept in `surgery.vectors`)"
+            if recipe.directions
+            else ""
+        )
+        + "; "
+        "`surgery undo THIS_FOLDER --out SOURCE_COPY` restores the source byte for byte from `surgery.undo`."
+    )
     if src_meta.get("license"):
         sections.append(f"## Licence\n\nThe source's licence (`{src_meta['license']}`) applies to this checkpoint.")
     return render_card(meta, "\n\n".join(sections))
@@ -259,18 +299,28 @@ def adapter_card(record: AdapterRecord, arch: Architecture | None = None) -> str
     """README.md for an exported LoRA adapter (its ``record``, surgery_adapter.json; ``arch``: the base model's)."""
     recipe = record.recipe
     base = _base_model(record.source)
-    meta = dict(base_model=base, base_model_relation="adapter" if base else None,
-                library_name="peft", tags=["surgery", "lora", "model-surgery"])
+    meta = dict(
+        base_model=base,
+        base_model_relation="adapter" if base else None,
+        library_name="peft",
+        tags=["surgery", "lora", "model-surgery"],
+    )
     ranks = sorted(set(record.modules.values()))
-    pruned = ("\n\nA pruned neuron's gate/up rows, which the baked checkpoint also zeroes, are not part of "
-              "the adapter: with its down-projection column at zero the neuron adds nothing to the output "
-              "either way." if any(e.factor == 0 for e in recipe.neurons) else "")
-    body = (f"# LoRA adapter: the surgery recipe as an exact low-rank update\n\n"
-            f"Applied to **{base or 'its source model'}**, this adapter reproduces the recipe below exactly: "
-            f"{len(record.modules)} module(s), rank {'/'.join(map(str, ranks))}, lora_alpha = r "
-            f"(scaling 1){', padded to one rank for vLLM' if record.vllm else ''}. "
-            "`PeftModel.from_pretrained(base, THIS_FOLDER)` (merged or not) gives the same logits as the "
-            "baked checkpoint.\n\n## What it edits\n\n" + edits_section(recipe, arch, adapter=True) + pruned)
+    pruned = (
+        "\n\nA pruned neuron's gate/up rows, which the baked checkpoint also zeroes, are not part of "
+        "the adapter: with its down-projection column at zero the neuron adds nothing to the output "
+        "either way."
+        if any(e.factor == 0 for e in recipe.neurons)
+        else ""
+    )
+    body = (
+        f"# LoRA adapter: the surgery recipe as an exact low-rank update\n\n"
+        f"Applied to **{base or 'its source model'}**, this adapter reproduces the recipe below exactly: "
+        f"{len(record.modules)} module(s), rank {'/'.join(map(str, ranks))}, lora_alpha = r "
+        f"(scaling 1){', padded to one rank for vLLM' if record.vllm else ''}. "
+        "`PeftModel.from_pretrained(base, THIS_FOLDER)` (merged or not) gives the same logits as the "
+        "baked checkpoint.\n\n## What it edits\n\n" + edits_section(recipe, arch, adapter=True) + pruned
+    )
     return render_card(meta, body)
 
 
@@ -282,8 +332,11 @@ def card_hook(evaluation: Evaluation | None = None) -> Callable[[Path, BakeRecor
         if evaluation is not None:
             record.evaluation = evaluation
         source_card = staged / CARD_NAME
-        return card_text(record, source_card.read_text(encoding="utf-8", errors="replace")
-                         if source_card.is_file() else None, _architecture(staged))
+        return card_text(
+            record,
+            source_card.read_text(encoding="utf-8", errors="replace") if source_card.is_file() else None,
+            _architecture(staged),
+        )
 
     return make
 
@@ -300,8 +353,9 @@ def _source_card(folder: Path, record: BakeRecord) -> str | None:
     return load_undo(folder / UNDO_NAME)[f"file:{CARD_NAME}"].tobytes().decode("utf-8", "replace")
 
 
-def check_evaluated(folder: Path, record: BakeRecord, result: Mapping[str, Any], where: str,
-                    fix: str | None = None) -> None:
+def check_evaluated(
+    folder: Path, record: BakeRecord, result: Mapping[str, Any], where: str, fix: str | None = None
+) -> None:
     """Refuse an eval ``result`` (read from ``where``) that did not measure the bake in ``folder``,
     or whose source column measured another model than the one it was baked from (``fix``: what
     to do instead; default: run the evaluation again).
@@ -311,19 +365,25 @@ def check_evaluated(folder: Path, record: BakeRecord, result: Mapping[str, Any],
     without the ``weights_sha256`` entry (surgery eval before it was recorded) is refused too: it may
     be an evaluation of the source or of another α, whose numbers must not reach this model's card.
     """
-    fix = fix or (f"re-run `surgery eval {folder} --against SOURCE --out {where}` with the source it was "
-                  "baked from, then give that file")
+    fix = fix or (
+        f"re-run `surgery eval {folder} --against SOURCE --out {where}` with the source it was "
+        "baked from, then give that file"
+    )
     model = result.get("model") or {}
     if not model.get("fingerprint") or "weights_sha256" not in model:
         raise EvaluationError(f"{where} does not record which bake it measured (written by an older surgery); {fix}")
-    if (model["weights_sha256"] != record.weight_hashes()
-            or model["fingerprint"] != Checkpoint(folder, allow_remote_code=True).fingerprint()):
-        raise EvaluationError(f"{where} is an evaluation of another model ({model.get('path')}), not of {folder}; "
-                              f"{fix}")
+    if (
+        model["weights_sha256"] != record.weight_hashes()
+        or model["fingerprint"] != Checkpoint(folder, allow_remote_code=True).fingerprint()
+    ):
+        raise EvaluationError(
+            f"{where} is an evaluation of another model ({model.get('path')}), not of {folder}; {fix}"
+        )
     against, source = result.get("against") or {}, record.source.fingerprint
     if against and source and against.get("fingerprint") != source:
-        raise EvaluationError(f"{where} compares with {against.get('path')}, which is not the source {folder} was "
-                              f"baked from; {fix}")
+        raise EvaluationError(
+            f"{where} compares with {against.get('path')}, which is not the source {folder} was baked from; {fix}"
+        )
 
 
 def check_card_evaluation(folder: str | Path, against: Path | None) -> None:
@@ -333,8 +393,13 @@ def check_card_evaluation(folder: str | Path, against: Path | None) -> None:
 
     folder = Path(folder)
     plan = {"model": measured(folder), "against": measured(against) if against is not None else None}
-    check_evaluated(folder, load_provenance(folder), plan, "this evaluation",
-                    "give --against the source it was baked from (or leave --against out)")
+    check_evaluated(
+        folder,
+        load_provenance(folder),
+        plan,
+        "this evaluation",
+        "give --against the source it was baked from (or leave --against out)",
+    )
 
 
 def card_with_evaluation(folder: str | Path, result: Mapping[str, Any], where: str = "the eval result") -> Path:
@@ -361,8 +426,10 @@ def refresh_card(folder: str | Path, evaluation: Evaluation | None = None) -> Pa
     files = dict(record.files)
     if CARD_NAME not in record.undo.rewritten():
         if (folder / CARD_NAME).is_file():
-            raise VerificationError(f"{folder} carries the source's README.md without undo data for it; "
-                                    "bake again with a card instead of rewriting it")
+            raise VerificationError(
+                f"{folder} carries the source's README.md without undo data for it; "
+                "bake again with a card instead of rewriting it"
+            )
         record.undo.added_files.append(CARD_NAME)
     if evaluation is not None:
         record.evaluation = evaluation

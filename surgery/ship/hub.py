@@ -44,9 +44,11 @@ def check_checkpoint(folder: Path) -> tuple[str, BakeRecord]:
         problems = problems or unedited_copies(folder, record)  # the same rule as bake's and verify's
         how = "sha256 of every recorded file (source not on this machine)"
     if problems:
-        raise VerificationError(f"{folder} fails verification ({problems[0]}"
-                                f"{f'; {len(problems) - 1} more problem(s)' if len(problems) > 1 else ''}); "
-                                "refusing to push: bake it again")
+        raise VerificationError(
+            f"{folder} fails verification ({problems[0]}"
+            f"{f'; {len(problems) - 1} more problem(s)' if len(problems) > 1 else ''}); "
+            "refusing to push: bake it again"
+        )
     return how, record
 
 
@@ -65,16 +67,18 @@ def check_pushable(folder: str | Path) -> tuple[str, BakeRecord | dict[str, Any]
     it was checked and the bake's record (the adapter's PEFT config)."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise SurgeryError(f"{folder} is not a folder; give a baked checkpoint or adapter folder, or a baked "
-                           ".gguf file")
+        raise SurgeryError(
+            f"{folder} is not a folder; give a baked checkpoint or adapter folder, or a baked .gguf file"
+        )
     if (folder / PROVENANCE_NAME).is_file():
         return check_checkpoint(folder)
     if all((folder / f).is_file() for f in ADAPTER_FILES):
         return check_adapter(folder)
     if sweep_values(folder):
         raise VerificationError(f"{not_baked(folder)}, or bake with --push-to (one branch per value)")
-    raise VerificationError(f"{folder} has no {PROVENANCE_NAME}: only folders written by surgery "
-                            "(bake or export-lora) are pushed")
+    raise VerificationError(
+        f"{folder} has no {PROVENANCE_NAME}: only folders written by surgery (bake or export-lora) are pushed"
+    )
 
 
 def preflight(repo_id: str, revision: str | None = None, create_pr: bool = False) -> None:
@@ -88,8 +92,7 @@ def preflight(repo_id: str, revision: str | None = None, create_pr: bool = False
     if create_pr and revision:
         raise HubError("--create-pr opens a pull request against main; drop --revision (or --create-pr)")
     if not get_token():
-        raise HubError("no Hugging Face token found: run `hf auth login` or set HF_TOKEN to a token "
-                       "with write access")
+        raise HubError("no Hugging Face token found: run `hf auth login` or set HF_TOKEN to a token with write access")
 
 
 def _api():
@@ -108,25 +111,36 @@ def _hub_error(exc: BaseException, repo_id: str) -> HubError:
     if isinstance(exc, HfHubHTTPError) and exc.response is not None:
         status = exc.response.status_code
         if status in (401, 403):
-            return HubError(f"the Hub refused the token for {repo_id} (HTTP {status}): log in with "
-                            "`hf auth login` or set HF_TOKEN to a token with write access to that namespace")
+            return HubError(
+                f"the Hub refused the token for {repo_id} (HTTP {status}): log in with "
+                "`hf auth login` or set HF_TOKEN to a token with write access to that namespace"
+            )
         server = (getattr(exc, "server_message", None) or "").splitlines()
-        return HubError(f"the Hub answered HTTP {status} for {repo_id}"
-                        f"{': ' + server[0] if server and server[0] else ''}")
-    return HubError(f"cannot reach the Hub to push {repo_id} ({type(exc).__name__}); check the "
-                    "network or HF_ENDPOINT")
+        return HubError(
+            f"the Hub answered HTTP {status} for {repo_id}{': ' + server[0] if server and server[0] else ''}"
+        )
+    return HubError(f"cannot reach the Hub to push {repo_id} ({type(exc).__name__}); check the network or HF_ENDPOINT")
 
 
 def _additions(files: dict[str, bytes | Path]) -> list:
     """One commit's operations: each file (or bytes) added under its name in the repo."""
     from huggingface_hub import CommitOperationAdd
 
-    return [CommitOperationAdd(path_in_repo=name, path_or_fileobj=data if isinstance(data, bytes) else str(data))
-            for name, data in files.items()]
+    return [
+        CommitOperationAdd(path_in_repo=name, path_or_fileobj=data if isinstance(data, bytes) else str(data))
+        for name, data in files.items()
+    ]
 
 
-def push(folder: str | Path, repo_id: str, *, private: bool = False, revision: str | None = None,
-         create_pr: bool = False, message: str | None = None) -> Pushed:
+def push(
+    folder: str | Path,
+    repo_id: str,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    create_pr: bool = False,
+    message: str | None = None,
+) -> Pushed:
     """Check ``folder``, create ``repo_id`` if needed (and branch ``revision``), upload every file in
     one commit. ``folder`` may be a baked GGUF file: it goes with its two sidecars and a model card
     rendered from its record (surgery/gguf/ship.py)."""
@@ -146,8 +160,13 @@ def push(folder: str | Path, repo_id: str, *, private: bool = False, revision: s
         url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
         if revision:
             api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
-        commit = dict(repo_id=repo_id, repo_type="model", revision=revision, create_pr=create_pr,
-                      commit_message=message or f"Upload {folder.name} with surgery")
+        commit = dict(
+            repo_id=repo_id,
+            repo_type="model",
+            revision=revision,
+            create_pr=create_pr,
+            commit_message=message or f"Upload {folder.name} with surgery",
+        )
         if files is None:
             info = api.upload_folder(folder_path=str(folder), **commit)
         else:
@@ -158,5 +177,12 @@ def push(folder: str | Path, repo_id: str, *, private: bool = False, revision: s
         raise _hub_error(exc, repo_id) from None
     except Exception as exc:  # huggingface_hub's HTTP errors do not share a narrower base class
         raise _hub_error(exc, repo_id) from None
-    return Pushed(repo=repo_id, url=str(url), revision=revision or "main", commit=info.oid,
-                  commit_url=info.commit_url, pr_url=info.pr_url, checked=how)
+    return Pushed(
+        repo=repo_id,
+        url=str(url),
+        revision=revision or "main",
+        commit=info.oid,
+        commit_url=info.commit_url,
+        pr_url=info.pr_url,
+        checked=how,
+    )

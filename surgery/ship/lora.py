@@ -79,7 +79,7 @@ class LoraModule:
         """The module whose ``lora_A``/``lora_B`` hold the factors (a parameter's owner)."""
         return self.name.rsplit(".", 1)[0] if self.experts > 1 else self.name
 
-    def padded(self, rank: int) -> "LoraModule":
+    def padded(self, rank: int) -> LoraModule:
         """The same update at a larger rank (zero rows of A, zero columns of B)."""
         extra = rank - self.rank
         A = torch.cat([self.A, self.A.new_zeros(extra, self.A.shape[1])])
@@ -120,8 +120,10 @@ def peft_moved_targets(config, model: torch.nn.Module) -> list[str]:
 
     if importlib.util.find_spec("peft.utils.transformers_weight_conversion") is None:
         return []
-    from peft.utils.transformers_weight_conversion import (convert_peft_config_for_transformers,
-                                                           get_model_conversion_mapping)
+    from peft.utils.transformers_weight_conversion import (
+        convert_peft_config_for_transformers,
+        get_model_conversion_mapping,
+    )
 
     probe = deepcopy(config)
     convert_peft_config_for_transformers(probe, model=model, conversions=get_model_conversion_mapping(model))
@@ -156,8 +158,10 @@ def _projections(resolver: Resolver, recipe: Recipe) -> tuple[dict, dict]:
             if sl.site.op != "project":
                 continue
             if sl.is_bias:
-                raise RecipeError(f"export-lora: {e.kind} {e.label}: '{sl.tensor}' is projected too, and a LoRA "
-                                  "adapter cannot change a bias; ship the baked checkpoint instead")
+                raise RecipeError(
+                    f"export-lora: {e.kind} {e.label}: '{sl.tensor}' is projected too, and a LoRA "
+                    "adapter cannot change a bias; ship the baked checkpoint instead"
+                )
             if sl.site.expert is None:
                 dense[(sl.site.module, sl.site.layer)] = sl
             else:
@@ -165,8 +169,9 @@ def _projections(resolver: Resolver, recipe: Recipe) -> tuple[dict, dict]:
     return dense, experts
 
 
-def _expert_module(ckpt: Checkpoint, arch: Architecture, loaded: str, layer: int, slices: dict[int, Any],
-                   transposed: bool) -> LoraModule:
+def _expert_module(
+    ckpt: Checkpoint, arch: Architecture, loaded: str, layer: int, slices: dict[int, Any], transposed: bool
+) -> LoraModule:
     """Every routed expert's down matrix projected, as one rank-1-per-expert adapter on the fused
     parameter: ΔW_e = B_e·A_e with A_e = rᵀ·W_e, B_e = −w·r (W_e in [hidden, expert width] orientation).
 
@@ -180,12 +185,13 @@ def _expert_module(ckpt: Checkpoint, arch: Architecture, loaded: str, layer: int
     for e in range(E):
         sl = slices[e]
         W = _read_weight(ckpt, sl.tensor) if sl.tensor != first.tensor else stored
-        W = W[e] if sl.window is not None else W     # the expert's window of a fused tensor
-        reads.append(r @ W if sl.as_rows else W @ r)   # stored [in, out] when the residual runs along columns
+        W = W[e] if sl.window is not None else W  # the expert's window of a fused tensor
+        reads.append(r @ W if sl.as_rows else W @ r)  # stored [in, out] when the residual runs along columns
         writes.append(-first.site.scale * r)
     A, B = (writes, reads) if transposed else (reads, writes)
-    return LoraModule(f"{loaded.format(layer=layer)}{arch.layout.experts.module}.down_proj",
-                      torch.stack(A), torch.stack(B, dim=1), E)
+    return LoraModule(
+        f"{loaded.format(layer=layer)}{arch.layout.experts.module}.down_proj", torch.stack(A), torch.stack(B, dim=1), E
+    )
 
 
 def lora_modules(ckpt: Checkpoint, recipe: Recipe, model: torch.nn.Module | None = None) -> list[LoraModule]:
@@ -198,8 +204,11 @@ def lora_modules(ckpt: Checkpoint, recipe: Recipe, model: torch.nn.Module | None
     loaded = arch.layer_prefix(names)
     scaled = plan_ranks(arch, recipe)
     projected, experts = _projections(resolver, recipe)
-    weights = {(s.module, s.layer): sl.tensor for sl in resolver.all(all_sites(arch, recipe.active()))
-               if (s := sl.site).twin and not sl.is_bias and s.expert is None}
+    weights = {
+        (s.module, s.layer): sl.tensor
+        for sl in resolver.all(all_sites(arch, recipe.active()))
+        if (s := sl.site).twin and not sl.is_bias and s.expert is None
+    }
     modules = []
     for module, layer in sorted(set(scaled) | set(projected), key=lambda key: (key[1], key[0])):
         W = _read_weight(ckpt, weights[(module, layer)])
@@ -230,14 +239,19 @@ def _source_difference(record: BakeRecord, ckpt: Checkpoint) -> str | None:
     recorded = record.source.fingerprint
     if recorded is not None:
         now = ckpt.fingerprint()
-        return None if now == recorded else (f"its weights' fingerprint is {now[:12]}…, the bake recorded "
-                                             f"{recorded[:12]}…")
+        return (
+            None
+            if now == recorded
+            else (f"its weights' fingerprint is {now[:12]}…, the bake recorded {recorded[:12]}…")
+        )
     # Bakes that predate the recorded fingerprint: the sha256 of every weight file (a full read).
     files = record.source_files
     for name, now in hash_files(ckpt.path, ckpt.weight_files).items():
         if files.get(name) != now:
-            return (f"its {name} has sha256 {now[:12]}…, the bake recorded "
-                    f"{files[name][:12] + '…' if files.get(name) else 'no such file'}")
+            return (
+                f"its {name} has sha256 {now[:12]}…, the bake recorded "
+                f"{files[name][:12] + '…' if files.get(name) else 'no such file'}"
+            )
     return None
 
 
@@ -253,18 +267,24 @@ def load_recipe(path: str | Path, ckpt: Checkpoint) -> Recipe:
         return Recipe.load(path)
     record = load_provenance(folder)
     if not provenance_intact(folder):
-        raise RecipeError(f"{folder / PROVENANCE_NAME} changed after the bake (its content does not match its "
-                          "seal), so its recipe cannot be trusted; give the recipe YAML, or bake again")
+        raise RecipeError(
+            f"{folder / PROVENANCE_NAME} changed after the bake (its content does not match its "
+            "seal), so its recipe cannot be trusted; give the recipe YAML, or bake again"
+        )
     difference = _source_difference(record, ckpt)
     if difference:
         source = record.source
         if source.path.resolve() == ckpt.path.resolve():
-            raise RecipeError(f"{ckpt.path} changed since {folder} was baked from it ({difference}): an adapter "
-                              "over these weights would not reproduce the bake; give the source as it was baked "
-                              f"(surgery undo {folder} restores it)")
-        raise RecipeError(f"{folder} was baked from {source.hub_id or source.path}, not from {ckpt.path} "
-                          f"({difference}): an adapter over this base would not reproduce the bake; give the "
-                          "source it was baked from as MODEL")
+            raise RecipeError(
+                f"{ckpt.path} changed since {folder} was baked from it ({difference}): an adapter "
+                "over these weights would not reproduce the bake; give the source as it was baked "
+                f"(surgery undo {folder} restores it)"
+            )
+        raise RecipeError(
+            f"{folder} was baked from {source.hub_id or source.path}, not from {ckpt.path} "
+            f"({difference}): an adapter over this base would not reproduce the bake; give the "
+            "source it was baked from as MODEL"
+        )
     return record.replayable_recipe(folder)  # direction edits: the vectors the bake kept
 
 
@@ -273,9 +293,11 @@ def vllm_rank(needed: int) -> int:
     for r in VLLM_RANKS:
         if r >= needed:
             return r
-    raise RecipeError(f"one module of this recipe needs LoRA rank {needed}, above vLLM's largest "
-                      f"max_lora_rank {VLLM_RANKS[-1]}; split the recipe into smaller adapters, "
-                      "bake it into the weights instead, or export without --vllm")
+    raise RecipeError(
+        f"one module of this recipe needs LoRA rank {needed}, above vLLM's largest "
+        f"max_lora_rank {VLLM_RANKS[-1]}; split the recipe into smaller adapters, "
+        "bake it into the weights instead, or export without --vllm"
+    )
 
 
 def peft_config(modules: list[LoraModule], base: str, vllm: bool):
@@ -289,17 +311,32 @@ def peft_config(modules: list[LoraModule], base: str, vllm: bool):
     fused = sorted(m.name for m in modules if m.experts > 1)
     # PEFT adapts a Conv1D (GPT-2) with fan_in_fan_out=True: the forward pass is the same either way,
     # merging transposes the update to the stored [in, out] weight. No family mixes Conv1D and Linear.
-    kw = dict(r=common, lora_alpha=common, target_modules=linear or None, lora_dropout=0.0, bias="none",
-              task_type="CAUSAL_LM", base_model_name_or_path=base, fan_in_fan_out=any(m.conv1d for m in modules),
-              **({"target_parameters": fused} if fused else {}))
+    kw = dict(
+        r=common,
+        lora_alpha=common,
+        target_modules=linear or None,
+        lora_dropout=0.0,
+        bias="none",
+        task_type="CAUSAL_LM",
+        base_model_name_or_path=base,
+        fan_in_fan_out=any(m.conv1d for m in modules),
+        **({"target_parameters": fused} if fused else {}),
+    )
     if vllm:
         return LoraConfig(**kw)
     other = {name: r for name, r in ranks.items() if r != common}
     return LoraConfig(**kw, rank_pattern=other, alpha_pattern=dict(other))
 
 
-def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool = False,
-                force: bool = False, source: Source | None = None) -> AdapterRecord:
+def export_lora(
+    ckpt: Checkpoint,
+    recipe: Recipe,
+    out: str | Path,
+    *,
+    vllm: bool = False,
+    force: bool = False,
+    source: Source | None = None,
+) -> AdapterRecord:
     """Write a PEFT LoRA adapter equal to ``recipe`` at ``out`` (atomically); return its record
     (surgery_adapter.json)."""
     from safetensors.torch import save_file
@@ -308,11 +345,14 @@ def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool
     model = meta_model(ckpt)
     modules = lora_modules(ckpt, recipe, model)
     if not modules:
-        raise RecipeError("the recipe changes nothing (every α and factor is 1, every weight 0): there is no "
-                          "adapter to export")
+        raise RecipeError(
+            "the recipe changes nothing (every α and factor is 1, every weight 0): there is no adapter to export"
+        )
     if vllm and any(m.experts > 1 for m in modules):
-        raise RecipeError("export-lora --vllm: vLLM serves no adapter on the fused experts parameters that a "
-                          "direction edit of 'experts' adapts; export without --vllm, or ship the baked checkpoint")
+        raise RecipeError(
+            "export-lora --vllm: vLLM serves no adapter on the fused experts parameters that a "
+            "direction edit of 'experts' adapts; export without --vllm, or ship the baked checkpoint"
+        )
     needed = max(m.rank for m in modules)
     rank = vllm_rank(needed) if vllm else needed
     if vllm:
@@ -323,21 +363,29 @@ def export_lora(ckpt: Checkpoint, recipe: Recipe, out: str | Path, *, vllm: bool
     if moved := peft_moved_targets(config, model):  # an adapter PEFT loads elsewhere is not the recipe
         import peft
 
-        raise RecipeError(f"export-lora: PEFT {peft.__version__} would load the adapter of '{moved[0]}'"
-                          f"{f' and {len(moved) - 1} more' if len(moved) > 1 else ''} onto {arch.model_type}'s "
-                          "fused experts (it renames mixture-of-experts targets by name), so it would not be this "
-                          "edit; ship the baked checkpoint instead, or export head edits alone")
+        raise RecipeError(
+            f"export-lora: PEFT {peft.__version__} would load the adapter of '{moved[0]}'"
+            f"{f' and {len(moved) - 1} more' if len(moved) > 1 else ''} onto {arch.model_type}'s "
+            "fused experts (it renames mixture-of-experts targets by name), so it would not be this "
+            "edit; ship the baked checkpoint instead, or export head edits alone"
+        )
     tensors = {}
     for m in modules:
         tensors[f"base_model.model.{m.key}.lora_A.weight"] = m.A.contiguous()
         tensors[f"base_model.model.{m.key}.lora_B.weight"] = m.B.contiguous()
     counts = Counter(e.kind for e in recipe.active())
     record = AdapterRecord(
-        tool_version=__version__, source=source, model_type=arch.model_type, recipe=recipe, vllm=vllm,
-        max_rank=rank, modules={m.name: m.rank for m in modules},
+        tool_version=__version__,
+        source=source,
+        model_type=arch.model_type,
+        recipe=recipe,
+        vllm=vllm,
+        max_rank=rank,
+        modules={m.name: m.rank for m in modules},
         # "heads": 2, "neurons": 40, …: the kinds surgery 0.1 counted always (0 when the recipe has
         # none, as its records did), any later kind when the recipe has it
-        extra={f"{kind}s": counts.get(kind, 0) for kind in edit_kinds() if kind in counts or kind in COUNTED_SINCE_0_1})
+        extra={f"{kind}s": counts.get(kind, 0) for kind in edit_kinds() if kind in counts or kind in COUNTED_SINCE_0_1},
+    )
     with staged_output(Path(out), [ckpt.path], force) as tmp:
         config.save_pretrained(str(tmp))
         save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})

@@ -8,8 +8,9 @@ surgery.ship.report does that.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from ..core.optional import require
 
@@ -46,8 +47,13 @@ def _integer_ticks(ax) -> None:
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def head_heatmap(grid: Sequence[Sequence[float]], path: Path, *, title: str = "Head coefficients",
-                 marked: Sequence[Sequence[int]] = ()) -> Path:
+def head_heatmap(
+    grid: Sequence[Sequence[float]],
+    path: Path,
+    *,
+    title: str = "Head coefficients",
+    marked: Sequence[Sequence[int]] = (),
+) -> Path:
     """Layers × heads heatmap of a per-head score (diverging colours around 0); ``marked`` heads boxed."""
     plt = pyplot()
     rows, cols = len(grid), len(grid[0]) if grid else 0
@@ -64,8 +70,13 @@ def head_heatmap(grid: Sequence[Sequence[float]], path: Path, *, title: str = "H
     return _save(fig, path)
 
 
-def dose_response(rows: Sequence[DosePoint], path: Path, *, awareness: Sequence[AwarenessPoint] = (),
-                  title: str = "Dose-response: edge-α vs whole-head α") -> Path:
+def dose_response(
+    rows: Sequence[DosePoint],
+    path: Path,
+    *,
+    awareness: Sequence[AwarenessPoint] = (),
+    title: str = "Dose-response: edge-α vs whole-head α",
+) -> Path:
     """ΔS against α for edge-level and whole-head scaling; DiffAware/CtxtAware in a second panel."""
     plt = pyplot()
     panels = 2 if awareness else 1
@@ -105,8 +116,9 @@ def layer_histogram(counts: Sequence[int], path: Path, *, title: str = "Selected
     return _save(fig, path)
 
 
-def direction_layers(rows: Sequence[LayerDirection], cosine: Sequence[Sequence[float]], path: Path, *,
-                     best: int | None = None) -> Path:
+def direction_layers(
+    rows: Sequence[LayerDirection], cosine: Sequence[Sequence[float]], path: Path, *, best: int | None = None
+) -> Path:
     """Direction findings: each layer's separation and the direction's norm (left), and the cosine
     between every two layers' directions (right)."""
     plt = pyplot()
@@ -131,8 +143,13 @@ def direction_layers(rows: Sequence[LayerDirection], cosine: Sequence[Sequence[f
     return _save(fig, path)
 
 
-def overlap_matrix(categories: Sequence[str], matrix: Sequence[Sequence[float]], path: Path, *,
-                   title: str = "Category overlap (Jaccard of top-n sets)") -> Path:
+def overlap_matrix(
+    categories: Sequence[str],
+    matrix: Sequence[Sequence[float]],
+    path: Path,
+    *,
+    title: str = "Category overlap (Jaccard of top-n sets)",
+) -> Path:
     plt = pyplot()
     n = len(categories)
     fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * n + 2), max(3.5, 0.8 * n + 1.5)))
@@ -141,8 +158,15 @@ def overlap_matrix(categories: Sequence[str], matrix: Sequence[Sequence[float]],
     ax.set_yticks(range(n), categories)
     for i in range(n):
         for j in range(n):
-            ax.text(j, i, f"{matrix[i][j]:.2f}", ha="center", va="center",
-                    color="white" if matrix[i][j] < 0.6 else "black", fontsize=8)
+            ax.text(
+                j,
+                i,
+                f"{matrix[i][j]:.2f}",
+                ha="center",
+                va="center",
+                color="white" if matrix[i][j] < 0.6 else "black",
+                fontsize=8,
+            )
     ax.set_title(title)
     fig.colorbar(image, ax=ax, shrink=0.8)
     return _save(fig, path)
@@ -159,7 +183,7 @@ def before_after(rows: Sequence[EvaluationRow], path: Path, *, title: str = "Bef
         values = [r.before, r.after]
         ax.bar(["source", "edited"], [v if v is not None else 0 for v in values], color=["tab:grey", "tab:blue"])
         ax.set_title(r.label, fontsize=8)
-    for ax in [a for line in axes for a in line][len(rows):]:
+    for ax in [a for line in axes for a in line][len(rows) :]:
         ax.axis("off")
     fig.suptitle(title)
     return _save(fig, path)

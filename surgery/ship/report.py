@@ -8,21 +8,25 @@ so a report of a partial run is still a valid report. The folder is written atom
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .. import __version__
 from ..core.errors import FindingsError
 from ..core.staging import staged_output
 from ..core.strict_files import DuplicateKey, load_json
 from ..evaluation.data import card_summary, load_result
-from ..find.findings import KINDS, Findings, load_findings
 from ..find.directions.record import DirectionsFindings
+from ..find.findings import KINDS, Findings, load_findings
 from ..find.heads.record import HeadsFindings
 from ..find.neurons.record import ExpertReport, NeuronsFindings
 
-RECORDS: dict[str, type[Findings]] = {"heads": HeadsFindings, "neurons": NeuronsFindings,
-                                      "directions": DirectionsFindings}
+RECORDS: dict[str, type[Findings]] = {
+    "heads": HeadsFindings,
+    "neurons": NeuronsFindings,
+    "directions": DirectionsFindings,
+}
 
 REPORT_NAME = "report.md"
 # What the report was drawn from; it marks the folder as surgery's (see surgery.core.staging).
@@ -34,8 +38,9 @@ def read_findings(path: Path) -> Findings:
     try:
         kind = load_json(Path(path).read_text(encoding="utf-8")).get("kind")
     except DuplicateKey as exc:
-        raise FindingsError(f"findings file {path}: {exc.what}; surgery writes each key once, so the file "
-                            "was edited: recompute it") from None
+        raise FindingsError(
+            f"findings file {path}: {exc.what}; surgery writes each key once, so the file was edited: recompute it"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
         raise FindingsError(f"{path} is not a readable findings JSON file") from None
     if kind not in KINDS:
@@ -63,12 +68,18 @@ def _heads_section(f: HeadsFindings, stem: str, out: Path) -> list[str]:
         lines.append(f"Discovery AUC (grouped cross-validation): {_fmt(disc.auc)}")
     ko = f.knockout.tested if f.knockout else None
     if ko and ko.effect_pct is not None:
-        lines.append(f"Edge knockout of the selected heads reduces |ΔS| by {_fmt(ko.effect_pct)}%"
-                     + (f" (95% CI {_fmt(ko.ci95[0])} – {_fmt(ko.ci95[1])})" if ko.ci95 else ""))
+        lines.append(
+            f"Edge knockout of the selected heads reduces |ΔS| by {_fmt(ko.effect_pct)}%"
+            + (f" (95% CI {_fmt(ko.ci95[0])} – {_fmt(ko.ci95[1])})" if ko.ci95 else "")
+        )
     lines.append("")
     if disc and disc.coef_grid:
-        png = plots.head_heatmap(disc.coef_grid, out / f"{stem}-heads.png", marked=selected,
-                                 title="L1 logistic-regression coefficient per head")
+        png = plots.head_heatmap(
+            disc.coef_grid,
+            out / f"{stem}-heads.png",
+            marked=selected,
+            title="L1 logistic-regression coefficient per head",
+        )
         lines += [f"![head coefficients]({png.name})", ""]
     if f.dose_response:
         png = plots.dose_response(f.dose_response, out / f"{stem}-dose.png", awareness=f.awareness or ())
@@ -84,11 +95,14 @@ def _neurons_section(f: NeuronsFindings, stem: str, out: Path) -> list[str]:
     s = f.summary
     lines = [f"## MLP neurons — {f.model.path or '?'}", ""]
     if s and s.neurons:
-        lines.append(f"Top {s.n if s.n is not None else len(s.neurons)} neurons by {s.score or '?'} ({s.rule or '?'} "
-                     f"selection); categories: {', '.join(s.categories or [])}")
+        lines.append(
+            f"Top {s.n if s.n is not None else len(s.neurons)} neurons by {s.score or '?'} ({s.rule or '?'} "
+            f"selection); categories: {', '.join(s.categories or [])}"
+        )
         lines += ["", "| layer | neuron | bias | signed | top category |", "|---|---|---|---|---|"]
-        lines += [f"| {r.layer} | {r.name} | {_fmt(r.bias)} | {_fmt(r.signed)} | {r.top_category or ''} |"
-                  for r in s.neurons]  # every one the header counts
+        lines += [
+            f"| {r.layer} | {r.name} | {_fmt(r.bias)} | {_fmt(r.signed)} | {r.top_category or ''} |" for r in s.neurons
+        ]  # every one the header counts
         lines.append("")
     if s and s.layer_distribution:
         png = plots.layer_histogram(s.layer_distribution, out / f"{stem}-layers.png")
@@ -104,15 +118,22 @@ def _directions_section(f: DirectionsFindings, stem: str, out: Path) -> list[str
     from . import plots
 
     sizes = [side.prompts if side else None for side in ((f.dataset.a, f.dataset.b) if f.dataset else (None, None))]
-    lines = [f"## Directions — {f.model.path or '?'}", "",
-             f"mean(a) − mean(b) at the last prompt token after each layer; a: {sizes[0]} prompts, b: {sizes[1]}; "
-             f"best separation at layer {f.best_layer}.", ""]
+    lines = [
+        f"## Directions — {f.model.path or '?'}",
+        "",
+        f"mean(a) − mean(b) at the last prompt token after each layer; a: {sizes[0]} prompts, b: {sizes[1]}; "
+        f"best separation at layer {f.best_layer}.",
+        "",
+    ]
     if f.layers:
         png = plots.direction_layers(f.layers, f.cosine or [[1.0]], out / f"{stem}-directions.png", best=f.best_layer)
-        lines += [f"![directions per layer]({png.name})", "",
-                  "| layer | ‖direction‖ | separation (d) | accuracy |", "|---|---|---|---|"]
-        lines += [f"| {r.layer} | {_fmt(r.norm)} | {_fmt(r.separation)} | {_pct(100 * r.accuracy)} |"
-                  for r in f.layers]
+        lines += [
+            f"![directions per layer]({png.name})",
+            "",
+            "| layer | ‖direction‖ | separation (d) | accuracy |",
+            "|---|---|---|---|",
+        ]
+        lines += [f"| {r.layer} | {_fmt(r.norm)} | {_fmt(r.separation)} | {_pct(100 * r.accuracy)} |" for r in f.layers]
         lines.append("")
     return lines
 
@@ -124,13 +145,19 @@ def _experts_lines(report: ExpertReport | None) -> list[str]:
     """Mixtures of experts: unscored neurons and the experts whose routing differs most per category."""
     if report is None:
         return []
-    lines = [f"Experts: {report.experts} per layer × {report.expert_width} neurons"
-             + (f", shared expert {report.shared_width}" if report.shared_width else "")
-             + f"; {report.unscored_neurons} expert neurons unscored (no pair reached their expert).", "",
-             "| category | layer | expert | routing share, stereotyped − other | mean abs difference |",
-             "|---|---|---|---|---|"]
-    lines += [f"| {cat} | {r.layer} | {r.expert} | {_fmt(r.signed)} | {_fmt(r.mean_abs)} |"
-              for cat, rows in report.routing.items() for r in rows]
+    lines = [
+        f"Experts: {report.experts} per layer × {report.expert_width} neurons"
+        + (f", shared expert {report.shared_width}" if report.shared_width else "")
+        + f"; {report.unscored_neurons} expert neurons unscored (no pair reached their expert).",
+        "",
+        "| category | layer | expert | routing share, stereotyped − other | mean abs difference |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {cat} | {r.layer} | {r.expert} | {_fmt(r.signed)} | {_fmt(r.mean_abs)} |"
+        for cat, rows in report.routing.items()
+        for r in rows
+    ]
     return lines + [""]
 
 
@@ -142,8 +169,7 @@ def _eval_section(result: Mapping[str, Any], stem: str, out: Path) -> list[str]:
     if result.get("against"):
         lines.append(f"Compared with the source {result['against'].get('path')}.")
     lines += ["", "| metric | source | model | retained |", "|---|---|---|---|"]
-    lines += [f"| {r.label} | {_fmt(r.before)} | {_fmt(r.after)} | {_pct(r.retained_pct)} |"
-              for r in summary.rows]
+    lines += [f"| {r.label} | {_fmt(r.before)} | {_fmt(r.after)} | {_pct(r.retained_pct)} |" for r in summary.rows]
     lines.append("")
     if result.get("against") and summary.rows:
         png = plots.before_after(summary.rows, out / f"{stem}-before-after.png")
@@ -169,7 +195,12 @@ def build_report(findings: Iterable[Path], evals: Iterable[Path], out: Path, *, 
         if not loaded and not results:
             lines.append("Nothing to report: give findings files and/or eval results.")
         (tmp / REPORT_NAME).write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
-        manifest = {"format": "surgery-report", "version": 1, "tool_version": __version__,
-                    "findings": [str(p) for p in findings], "evals": [str(p) for p in evals]}
+        manifest = {
+            "format": "surgery-report",
+            "version": 1,
+            "tool_version": __version__,
+            "findings": [str(p) for p in findings],
+            "evals": [str(p) for p in evals],
+        }
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     return Path(out) / REPORT_NAME

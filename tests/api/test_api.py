@@ -39,8 +39,11 @@ def _record(folder: Path) -> dict:
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name != "surgery.json"}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "surgery.json"
+    }
 
 
 def assert_same_bake(cli_out: Path, api_out: Path) -> None:
@@ -93,8 +96,20 @@ def test_amplify_heads_found_named_and_swept(tiny, tmp_path, capsys):
     bench = write_small_benchmark(tmp_path / "bench.jsonl")
     options = dict(benchmark=str(bench), max_pairs=4, random_sets=1)
     surgery.find_heads(model, **options)  # both runs read the cached findings
-    _cli(capsys, "amplify-heads", model, "--alpha", "2.5", "--top", "2", "--benchmark", bench, *FAST,
-         "--out", tmp_path / "cli")
+    _cli(
+        capsys,
+        "amplify-heads",
+        model,
+        "--alpha",
+        "2.5",
+        "--top",
+        "2",
+        "--benchmark",
+        bench,
+        *FAST,
+        "--out",
+        tmp_path / "cli",
+    )
     surgery.amplify_heads(model, tmp_path / "api", alpha=2.5, top=2, **options)
     assert_same_bake(tmp_path / "cli", tmp_path / "api")
 
@@ -108,19 +123,24 @@ def test_amplify_heads_found_named_and_swept(tiny, tmp_path, capsys):
 def test_apply_verify_undo_and_export(tiny, tmp_path, capsys):
     model = tiny("llama")
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: 2.0}\n"
-                      "  - {type: neuron, layer: 1, neuron: 3, factor: 0.0}\n")
+    recipe.write_text(
+        "version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: 2.0}\n"
+        "  - {type: neuron, layer: 1, neuron: 3, factor: 0.0}\n"
+    )
     _cli(capsys, "apply", recipe, "--model", model, "--out", tmp_path / "cli")
     baked = surgery.apply(recipe, model, tmp_path / "api")
     assert_same_bake(tmp_path / "cli", tmp_path / "api")
-    assert surgery.apply(surgery.Recipe.load(recipe), model, tmp_path / "from-object").provenance.recipe \
+    assert (
+        surgery.apply(surgery.Recipe.load(recipe), model, tmp_path / "from-object").provenance.recipe
         == baked.provenance.recipe
+    )
 
     report = surgery.verify(model, tmp_path / "api")
     assert isinstance(report, surgery.Report) and report.ok and report.max_abs_logit_diff <= 1e-4
     hashes = surgery.undo(tmp_path / "api", tmp_path / "restored")
-    assert {n: (tmp_path / "restored" / n).read_bytes() for n in hashes} == \
-        {n: (model / n).read_bytes() for n in hashes}
+    assert {n: (tmp_path / "restored" / n).read_bytes() for n in hashes} == {
+        n: (model / n).read_bytes() for n in hashes
+    }
 
     _cli(capsys, "export-lora", model, "--recipe", recipe, "--out", tmp_path / "lora-cli")
     surgery.export_lora(model, recipe, tmp_path / "lora-api")
@@ -132,23 +152,40 @@ def test_push_uploads_what_the_command_uploads(tiny, tmp_path):
     model = tiny("llama")
     script = textwrap.dedent(f"""
         import surgery
-        surgery.amplify_heads({str(model)!r}, {str(tmp_path / 'api')!r}, heads="0.1", alpha=[2, 3],
+        surgery.amplify_heads({str(model)!r}, {str(tmp_path / "api")!r}, heads="0.1", alpha=[2, 3],
                               push_to="me/api")
     """)
     token = "hf_fakeTokenForLoopbackTests0123456789"
     with FakeHub(token) as hub:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-        env.update(HF_ENDPOINT=hub.url, HF_HUB_DISABLE_XET="1", HF_HOME=str(tmp_path / "hf-home"), HF_TOKEN=token,
-                   NO_COLOR="1")
-        for cmd in ([sys.executable, "-m", "surgery", "amplify-heads", str(model), "--heads", "0.1", "--alpha", "2,3",
-                     "--push-to", "me/cli", "--out", str(tmp_path / "cli")],
-                    [sys.executable, "-c", script]):
+        env.update(
+            HF_ENDPOINT=hub.url, HF_HUB_DISABLE_XET="1", HF_HOME=str(tmp_path / "hf-home"), HF_TOKEN=token, NO_COLOR="1"
+        )
+        for cmd in (
+            [
+                sys.executable,
+                "-m",
+                "surgery",
+                "amplify-heads",
+                str(model),
+                "--heads",
+                "0.1",
+                "--alpha",
+                "2,3",
+                "--push-to",
+                "me/cli",
+                "--out",
+                str(tmp_path / "cli"),
+            ],
+            [sys.executable, "-c", script],
+        ):
             r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=180)
             assert r.returncode == 0, r.stderr
         for label in ("alpha-2", "alpha-3"):
             cli, api = hub.files("me/cli", label), hub.files("me/api", label)
-            assert {n: b for n, b in cli.items() if n != "surgery.json"} == \
-                {n: b for n, b in api.items() if n != "surgery.json"}
+            assert {n: b for n, b in cli.items() if n != "surgery.json"} == {
+                n: b for n, b in api.items() if n != "surgery.json"
+            }
             assert cli.keys() == api.keys() and "model.safetensors" in cli
 
 
@@ -175,14 +212,36 @@ def test_the_command_line_names_flags_where_python_names_parameters(tiny, tmp_pa
 
 
 def test_import_surgery_is_cheap_and_exports_what_it_lists():
-    probe = ("import sys, surgery; heavy = [m for m in ('torch', 'transformers', 'sklearn') if m in sys.modules]; "
-             "names = [getattr(surgery, n) for n in surgery.__all__]; print(heavy, len(names))")
+    probe = (
+        "import sys, surgery; heavy = [m for m in ('torch', 'transformers', 'sklearn') if m in sys.modules]; "
+        "names = [getattr(surgery, n) for n in surgery.__all__]; print(heavy, len(names))"
+    )
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"[] {len(surgery.__all__)}"
-    for name in ("find_neurons", "find_heads", "score_binding", "prune_neurons", "amplify_heads", "apply", "verify",
-                 "undo", "export_lora", "evaluate", "push", "Recipe", "LoadSpec", "CaptureParams", "SelectParams",
-                 "FindParams", "EvalParams", "Baked", "Report", "NeuronFindings", "HeadFindings"):
+    for name in (
+        "find_neurons",
+        "find_heads",
+        "score_binding",
+        "prune_neurons",
+        "amplify_heads",
+        "apply",
+        "verify",
+        "undo",
+        "export_lora",
+        "evaluate",
+        "push",
+        "Recipe",
+        "LoadSpec",
+        "CaptureParams",
+        "SelectParams",
+        "FindParams",
+        "EvalParams",
+        "Baked",
+        "Report",
+        "NeuronFindings",
+        "HeadFindings",
+    ):
         assert name in surgery.__all__
     with pytest.raises(AttributeError):
         surgery.not_a_name  # noqa: B018
@@ -191,13 +250,15 @@ def test_import_surgery_is_cheap_and_exports_what_it_lists():
 def test_exported_names_are_their_objects_whatever_was_imported_first():
     """A subpackage of the same name as an export would shadow it once imported (a package's
     submodules are set as its attributes): every name in __all__ must stay the exported object."""
-    probe = ("import importlib, pkgutil, surgery\n"
-             "for m in pkgutil.walk_packages(surgery.__path__, 'surgery.'):\n"
-             "    if m.name != 'surgery.__main__':  # that one runs the command\n"
-             "        importlib.import_module(m.name)\n"
-             "import types\n"
-             "bad = [n for n in surgery.__all__ if isinstance(getattr(surgery, n), types.ModuleType)]\n"
-             "print(bad)")
+    probe = (
+        "import importlib, pkgutil, surgery\n"
+        "for m in pkgutil.walk_packages(surgery.__path__, 'surgery.'):\n"
+        "    if m.name != 'surgery.__main__':  # that one runs the command\n"
+        "        importlib.import_module(m.name)\n"
+        "import types\n"
+        "bad = [n for n in surgery.__all__ if isinstance(getattr(surgery, n), types.ModuleType)]\n"
+        "print(bad)"
+    )
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "[]"

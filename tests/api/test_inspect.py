@@ -40,15 +40,22 @@ def test_layer_kinds_of_a_mixture_of_experts(tiny, no_model):
     info = surgery.inspect(tiny("qwen2_moe", mlp_only_layers=[1]))
     assert info["supported"] is True
     moe, dense = info["layer_kinds"]
-    assert moe == {"layers": [0, 2], "heads": 4, "experts": 4, "expert_width": 16, "shared_width": 24,
-                   "summary": "layers 0, 2: 4 heads; 4 experts × 16 neurons; shared expert: 24 neurons"}
+    assert moe == {
+        "layers": [0, 2],
+        "heads": 4,
+        "experts": 4,
+        "expert_width": 16,
+        "shared_width": 24,
+        "summary": "layers 0, 2: 4 heads; 4 experts × 16 neurons; shared expert: 24 neurons",
+    }
     assert dense == {"layers": [1], "heads": 4, "neurons": 48, "summary": "layers 1: 4 heads; 48 MLP neurons"}
 
 
 def test_a_dense_model_has_one_kind_and_the_cli_prints_it(tiny, no_model, capsys):
     model = tiny("llama")
     assert surgery.inspect(model)["layer_kinds"] == [
-        {"layers": [0, 1, 2], "heads": 4, "neurons": 48, "summary": "layers 0–2: 4 heads; 48 MLP neurons"}]
+        {"layers": [0, 1, 2], "heads": 4, "neurons": 48, "summary": "layers 0–2: 4 heads; 48 MLP neurons"}
+    ]
     result = run_main(["inspect", model], capsys)
     assert result.returncode == 0 and "layers 0–2: 4 heads; 48 MLP neurons" in result.stdout
 
@@ -58,8 +65,10 @@ def test_a_refused_family_is_reported_with_its_reason(tmp_path, no_model, capsys
     src = save_family(build_family("mamba"), tmp_path / "mamba")
     info = surgery.inspect(src)
     assert info["supported"] is False and info["model_type"] == "mamba" and info["tensors"] > 0
-    assert info["refused"] == ("model_type 'mamba' is not supported: Mamba layers only: no attention heads, and "
-                               "no MLP (the mixer gates a selective state-space scan)")
+    assert info["refused"] == (
+        "model_type 'mamba' is not supported: Mamba layers only: no attention heads, and "
+        "no MLP (the mixer gates a selective state-space scan)"
+    )
     printed = json.loads(run_main(["inspect", src, "--json"], capsys).stdout)
     assert printed["refused"] == info["refused"]
     line = error_line(run_main(["prune-neurons", src, "--neurons", "0:1", "--out", tmp_path / "out"], capsys))
@@ -71,20 +80,26 @@ def test_a_wrapper_around_another_text_model_is_refused(tmp_path, no_model, caps
     """A Mistral-3 whose text_config says qwen2: the mistral3 row does not describe that decoder."""
     src = save_family(build_family("mistral3"), tmp_path / "mistral3")
     _config(src, text_config={"model_type": "qwen2"})
-    why = ("mistral3: its text_config has model_type 'qwen2', but the table's mistral3 row describes a mistral "
-           "or ministral3 text decoder; extend surgery/core/architectures/ (the ARCHITECTURES table)")
+    why = (
+        "mistral3: its text_config has model_type 'qwen2', but the table's mistral3 row describes a mistral "
+        "or ministral3 text decoder; extend surgery/core/architectures/ (the ARCHITECTURES table)"
+    )
     assert surgery.inspect(src)["refused"] == why
-    line = error_line(run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "2", "--out", tmp_path / "o"],
-                               capsys))
+    line = error_line(
+        run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "2", "--out", tmp_path / "o"], capsys)
+    )
     assert line == f"Error: {why}" and not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("arch, change, tensor", [
-    ("llama", {"intermediate_size": 40}, "model.layers.0.mlp.down_proj.weight"),
-    ("qwen2_moe", {"moe_intermediate_size": 12}, "model.layers.0.mlp.experts.0.down_proj.weight"),
-    ("qwen2_moe", {"num_experts": 6}, "model.layers.0.mlp.experts.5.down_proj.weight"),
-    ("qwen2_moe", {"shared_expert_intermediate_size": 20}, "model.layers.0.mlp.shared_expert.down_proj.weight"),
-])
+@pytest.mark.parametrize(
+    "arch, change, tensor",
+    [
+        ("llama", {"intermediate_size": 40}, "model.layers.0.mlp.down_proj.weight"),
+        ("qwen2_moe", {"moe_intermediate_size": 12}, "model.layers.0.mlp.experts.0.down_proj.weight"),
+        ("qwen2_moe", {"num_experts": 6}, "model.layers.0.mlp.experts.5.down_proj.weight"),
+        ("qwen2_moe", {"shared_expert_intermediate_size": 20}, "model.layers.0.mlp.shared_expert.down_proj.weight"),
+    ],
+)
 def test_a_config_that_contradicts_its_tensors_is_one_line(tiny, no_model, capsys, arch, change, tensor):
     """Sizes are checked against the headers of every tensor an edit could touch, not only at bake time."""
     src = tiny(arch)

@@ -21,10 +21,15 @@ from tests.support.tiny import ARCHS
 def _recipe(config: dict) -> Recipe:
     g = architecture(config).geometry
     last = g.num_layers - 1
-    return Recipe((
-        HeadScale(0, 1, 2.5), HeadScale(last, g.num_heads - 1, 0.5),
-        NeuronScale(1, 3, 0.0), NeuronScale(1, g.intermediate_size - 1, 0.0), NeuronScale(last, 5, 0.5),
-    ))
+    return Recipe(
+        (
+            HeadScale(0, 1, 2.5),
+            HeadScale(last, g.num_heads - 1, 0.5),
+            NeuronScale(1, 3, 0.0),
+            NeuronScale(1, g.intermediate_size - 1, 0.0),
+            NeuronScale(last, 5, 0.5),
+        )
+    )
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -50,8 +55,10 @@ def test_baked_equals_runtime_twin(tiny, tmp_path, arch, shard):
     for name in before:
         assert before[name].shape == after[name].shape and before[name].dtype == after[name].dtype
         if name not in edited:
-            assert torch.equal(before[name].view(torch.uint8) if before[name].dtype == torch.bfloat16 else before[name],
-                               after[name].view(torch.uint8) if after[name].dtype == torch.bfloat16 else after[name]), name
+            assert torch.equal(
+                before[name].view(torch.uint8) if before[name].dtype == torch.bfloat16 else before[name],
+                after[name].view(torch.uint8) if after[name].dtype == torch.bfloat16 else after[name],
+            ), name
     assert (src / "config.json").read_bytes() == (dst / "config.json").read_bytes()
 
     # stock loading: no missing / unexpected keys
@@ -163,6 +170,7 @@ def test_runtime_hooks_leave_nothing_behind(tiny):
 
 # --- weights in other formats are never published next to the edited ones ----------------------
 
+
 def _with_other_weights(src):
     """Add a pickle, its index and a Meta-style original/ .pth next to the safetensors."""
     import pickle
@@ -181,13 +189,17 @@ def test_other_weight_files_are_left_out_with_a_note(tiny, tmp_path):
     out = tmp_path / "baked"
     result = run_cli(["amplify-heads", src, "--heads", "0.1", "--alpha", "2", "--out", out, "--no-verify"])
     assert result.returncode == 0, result.stderr
-    assert "note: left out original/consolidated.00.pth, pytorch_model.bin, pytorch_model.bin.index.json" \
-        in " ".join(result.stderr.split())
+    assert "note: left out original/consolidated.00.pth, pytorch_model.bin, pytorch_model.bin.index.json" in " ".join(
+        result.stderr.split()
+    )
     assert not list(out.rglob("*.bin")) and not list(out.rglob("*.pth"))
     assert not (out / "pytorch_model.bin.index.json").exists()
     prov = json.loads((out / "surgery.json").read_text())
-    assert prov["undo"]["left_out_files"] == ["original/consolidated.00.pth", "pytorch_model.bin",
-                                              "pytorch_model.bin.index.json"]
+    assert prov["undo"]["left_out_files"] == [
+        "original/consolidated.00.pth",
+        "pytorch_model.bin",
+        "pytorch_model.bin.index.json",
+    ]
     assert verify(Checkpoint(src), out, run_model=False).ok
     restored = run_cli(["undo", out, "--out", tmp_path / "restored"])
     assert restored.returncode == 0, restored.stderr
@@ -205,8 +217,10 @@ def test_verify_fails_on_pickled_weights_in_the_output(tiny, tmp_path):
     result = run_cli(["verify", src, out, "--structural-only"])
     assert result.returncode == 1
     fails = [ln for ln in result.stderr.splitlines() if ln.startswith("FAIL: ")]
-    assert fails == ["FAIL: pytorch_model.bin holds weights in a format the bake does not edit (pickle, GGUF, "
-                     "TF or Flax): it is an unedited copy of the model that loaders may pick instead; delete it"]
+    assert fails == [
+        "FAIL: pytorch_model.bin holds weights in a format the bake does not edit (pickle, GGUF, "
+        "TF or Flax): it is an unedited copy of the model that loaders may pick instead; delete it"
+    ]
 
 
 def test_verify_fails_on_other_weights_recorded_by_an_earlier_bake(tiny, tmp_path):
@@ -268,14 +282,16 @@ def test_verify_locates_a_tampered_edited_slice(head_bake):
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert [line for line in result.stderr.splitlines() if " elapsed" not in line] == [  # progress lines aside
         f"FAIL: model.safetensors: tensor '{O_PROJ}' differs from what the recipe prescribes at rows 5–6, "
-        "columns 9; the output was changed after the bake (and surgery.json re-sealed to match): bake it again"]
+        "columns 9; the output was changed after the bake (and surgery.json re-sealed to match): bake it again"
+    ]
 
     as_json = run_cli(["verify", src, out, "--structural-only", "--json"])
     assert as_json.returncode == 1
     report = json.loads(as_json.stdout)
     assert report["ok"] is False and len(report["problems"]) == 1
-    assert report["mismatches"] == [{"file": "model.safetensors", "tensor": O_PROJ, "rows": [5, 6],
-                                     "columns": [9], "source_changed": False}]
+    assert report["mismatches"] == [
+        {"file": "model.safetensors", "tensor": O_PROJ, "rows": [5, 6], "columns": [9], "source_changed": False}
+    ]
 
 
 def test_verify_tells_a_source_edited_since_the_bake(head_bake, tmp_path):
@@ -287,9 +303,11 @@ def test_verify_tells_a_source_edited_since_the_bake(head_bake, tmp_path):
     _poke(edited, 0, 15, 0.5)  # inside the recipe's columns: only the edited slice can disagree
     report = verify(Checkpoint(edited), out, run_model=False)
     assert not report.ok
-    assert report.problems[0].startswith(f"model.safetensors: tensor '{O_PROJ}' differs from what the recipe "
-                                         "prescribes at rows 0, columns 15; the source's model.safetensors is "
-                                         "not the one this folder was baked from")
+    assert report.problems[0].startswith(
+        f"model.safetensors: tensor '{O_PROJ}' differs from what the recipe "
+        "prescribes at rows 0, columns 15; the source's model.safetensors is "
+        "not the one this folder was baked from"
+    )
     assert report.mismatches[0]["source_changed"] is True
 
 
@@ -313,8 +331,9 @@ def test_verify_says_plainly_that_the_source_changed_outside_the_edited_slices(h
             (edited / changed).write_text((edited / changed).read_text().replace("{", '{"_note": 1, ', 1))
         report = verify(Checkpoint(edited), out, run_model=False)
         assert report.problems == [source_changed_line(changed)], changed
-        assert report.problems[0].startswith(f"the source's {changed} no longer matches the sha256 recorded at "
-                                             "bake time")
+        assert report.problems[0].startswith(
+            f"the source's {changed} no longer matches the sha256 recorded at bake time"
+        )
 
 
 def test_edited_shards_streamed_at_once_give_one_layout(tiny, tmp_path, monkeypatch):

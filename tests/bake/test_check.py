@@ -15,8 +15,9 @@ from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import SurgeryError
 
-RECIPE = Recipe((HeadScale(0, 1, 2.5), HeadScale(1, 3, 0.3), NeuronScale(1, 3, 0.0), NeuronScale(1, 7, 0.0),
-                 NeuronScale(0, 5, 0.5)))
+RECIPE = Recipe(
+    (HeadScale(0, 1, 2.5), HeadScale(1, 3, 0.3), NeuronScale(1, 3, 0.0), NeuronScale(1, 7, 0.0), NeuronScale(0, 5, 0.5))
+)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -46,13 +47,19 @@ def test_check_reads_the_site_map(tiny):
     assert set(o_proj.scales.values()) == {2.5} and len(o_proj.scales) == ckpt.config["head_dim"]
 
 
-@pytest.mark.parametrize("wrong", [Recipe((HeadScale(0, 2, 2.5),)), Recipe((HeadScale(0, 1, 2.0),)),
-                                   Recipe((NeuronScale(1, 3, 0.0),))], ids=["other-head", "other-alpha", "rows-left"])
+@pytest.mark.parametrize(
+    "wrong",
+    [Recipe((HeadScale(0, 2, 2.5),)), Recipe((HeadScale(0, 1, 2.0),)), Recipe((NeuronScale(1, 3, 0.0),))],
+    ids=["other-head", "other-alpha", "rows-left"],
+)
 def test_a_wrong_slice_is_caught_and_nothing_is_written(tiny, tmp_path, monkeypatch, wrong):
     src = tiny("llama", dtype=torch.bfloat16)
     ckpt = Checkpoint(src)
-    recipe = Recipe((HeadScale(0, 1, 2.5),)) if wrong.edits[0].__class__ is HeadScale else \
-        Recipe((NeuronScale(1, 3, 0.0), NeuronScale(1, 4, 0.0)))
+    recipe = (
+        Recipe((HeadScale(0, 1, 2.5),))
+        if wrong.edits[0].__class__ is HeadScale
+        else Recipe((NeuronScale(1, 3, 0.0), NeuronScale(1, 4, 0.0)))
+    )
     real_plan = bake_module.plan
     # A bake bug: the bytes written are another recipe's (a wrong head, scale, or neuron).
     monkeypatch.setattr(bake_module, "plan", lambda c, arch, edits: real_plan(c, arch, wrong.active()))

@@ -25,13 +25,17 @@ RECIPE = Recipe((HeadScale(0, 1, 2.5), HeadScale(2, 3, 0.5), NeuronScale(1, 3, 0
 COPY = "consolidated.safetensors"
 # Mistral's native names, written here from the conversion script's table independently of
 # surgery's (transformers models/mistral/convert_mistral_weights_to_hf.py, STATE_DICT_MAPPING).
-TO_NATIVE = [(r"^lm_head\.", "output."), (r"^model\.norm\.", "norm."), (r"^model\.embed_tokens\.", "tok_embeddings."),
-             (r"^model\.layers\.(\d+)\.input_layernorm\.", r"layers.\1.attention_norm."),
-             (r"^model\.layers\.(\d+)\.post_attention_layernorm\.", r"layers.\1.ffn_norm."),
-             (r"^model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.", r"layers.\1.attention.w\2."),
-             (r"^model\.layers\.(\d+)\.mlp\.gate_proj\.", r"layers.\1.feed_forward.w1."),
-             (r"^model\.layers\.(\d+)\.mlp\.down_proj\.", r"layers.\1.feed_forward.w2."),
-             (r"^model\.layers\.(\d+)\.mlp\.up_proj\.", r"layers.\1.feed_forward.w3.")]
+TO_NATIVE = [
+    (r"^lm_head\.", "output."),
+    (r"^model\.norm\.", "norm."),
+    (r"^model\.embed_tokens\.", "tok_embeddings."),
+    (r"^model\.layers\.(\d+)\.input_layernorm\.", r"layers.\1.attention_norm."),
+    (r"^model\.layers\.(\d+)\.post_attention_layernorm\.", r"layers.\1.ffn_norm."),
+    (r"^model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.", r"layers.\1.attention.w\2."),
+    (r"^model\.layers\.(\d+)\.mlp\.gate_proj\.", r"layers.\1.feed_forward.w1."),
+    (r"^model\.layers\.(\d+)\.mlp\.down_proj\.", r"layers.\1.feed_forward.w2."),
+    (r"^model\.layers\.(\d+)\.mlp\.up_proj\.", r"layers.\1.feed_forward.w3."),
+]
 
 
 def native(name: str) -> str:
@@ -133,13 +137,23 @@ def _foreign_names(tiny) -> Path:
     return src
 
 
-@pytest.mark.parametrize("setup,needle", [
-    (_unmapped_native, f"{COPY} is a weights file outside the ones transformers loads (model.safetensors) and its "
-                       "tensor 'layers.0.attention.wk.weight' is none of the model's"),
-    (_wrong_shape, f"extra/{COPY} is a weights file outside the ones transformers loads (model.safetensors) and its "
-                   "tensor 'model.layers.0.self_attn.o_proj.weight' has shape [32, 16] where the model's"),
-    (_foreign_names, "draft.safetensors is a weights file outside the ones transformers loads"),
-], ids=["unmapped-native-names", "wrong-shape", "foreign-names"])
+@pytest.mark.parametrize(
+    "setup,needle",
+    [
+        (
+            _unmapped_native,
+            f"{COPY} is a weights file outside the ones transformers loads (model.safetensors) and its "
+            "tensor 'layers.0.attention.wk.weight' is none of the model's",
+        ),
+        (
+            _wrong_shape,
+            f"extra/{COPY} is a weights file outside the ones transformers loads (model.safetensors) and its "
+            "tensor 'model.layers.0.self_attn.o_proj.weight' has shape [32, 16] where the model's",
+        ),
+        (_foreign_names, "draft.safetensors is a weights file outside the ones transformers loads"),
+    ],
+    ids=["unmapped-native-names", "wrong-shape", "foreign-names"],
+)
 def test_a_weights_file_that_cannot_be_matched_is_refused(setup, needle, tiny, tmp_path, capsys):
     src = setup(tiny)
     before = tree_hashes(src)
@@ -157,7 +171,9 @@ def test_an_adapter_file_is_not_a_copy_of_the_weights(tiny, tmp_path):
     shutil.copytree(tmp_path / "adapter", src / "lora")
     out = tmp_path / "baked"
     bake(Checkpoint(src), RECIPE, out)
-    assert file_sha256(out / "lora" / "adapter_model.safetensors") == file_sha256(src / "lora" / "adapter_model.safetensors")
+    assert file_sha256(out / "lora" / "adapter_model.safetensors") == file_sha256(
+        src / "lora" / "adapter_model.safetensors"
+    )
     assert _edited_files(out) == {"model.safetensors"}
     assert verify(Checkpoint(src), out, run_model=False).ok
 
@@ -182,9 +198,11 @@ def copied_as_is(tiny, tmp_path):
 def test_verify_fails_on_a_copy_left_unedited(copied_as_is):
     src, out = copied_as_is
     report = verify(Checkpoint(src), out, run_model=False)
-    assert report.problems == [f"{COPY} holds a copy of the edited tensor 'layers.0.attention.wo.weight' that the "
-                               "bake left unedited (it copied weight files outside the loaded ones as is): whatever "
-                               "loads it serves the unedited model; bake again"]
+    assert report.problems == [
+        f"{COPY} holds a copy of the edited tensor 'layers.0.attention.wo.weight' that the "
+        "bake left unedited (it copied weight files outside the loaded ones as is): whatever "
+        "loads it serves the unedited model; bake again"
+    ]
 
 
 def test_push_refuses_a_copy_left_unedited(copied_as_is, tmp_path):
@@ -207,9 +225,12 @@ def test_an_edit_of_a_permuted_native_tensor_is_refused(tiny):
     src = with_native_copy(tiny("mistral"))
     ckpt = Checkpoint(src)
     q_proj = TensorPatch(ckpt.tensor("model.layers.0.self_attn.q_proj.weight"), rows={0: 2.0})
-    with pytest.raises(CheckpointError, match=r"its copy 'layers\.0\.attention\.wq\.weight' of the edited "
-                                              r"'model\.layers\.0\.self_attn\.q_proj\.weight' stores its rows in "
-                                              r"another order \(permuted for RoPE\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"its copy 'layers\.0\.attention\.wq\.weight' of the edited "
+        r"'model\.layers\.0\.self_attn\.q_proj\.weight' stores its rows in "
+        r"another order \(permuted for RoPE\)",
+    ):
         copy_patches(ckpt, architecture(ckpt.config), [q_proj])
     v_proj = TensorPatch(ckpt.tensor("model.layers.0.self_attn.v_proj.weight"), rows={0: 2.0})
     (carried,) = copy_patches(ckpt, architecture(ckpt.config), [v_proj])

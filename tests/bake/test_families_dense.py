@@ -88,16 +88,20 @@ def test_conv1d_sites_are_stored_rows(tmp_path):
     arch = architecture(ckpt.config)
     d = arch.geometry.head_dim
     (weight,) = Resolver(arch, ckpt.tensors).slices(HeadScale(1, 2, 3.0).sites(arch)[0])
-    assert (weight.tensor, weight.as_rows, weight.lines) == ("transformer.h.1.attn.c_proj.weight", True,
-                                                             tuple(range(2 * d, 3 * d)))
+    assert (weight.tensor, weight.as_rows, weight.lines) == (
+        "transformer.h.1.attn.c_proj.weight",
+        True,
+        tuple(range(2 * d, 3 * d)),
+    )
     bake(ckpt, Recipe((HeadScale(1, 2, 3.0),)), tmp_path / "baked")
     before = stored_tensors(src)["transformer.h.1.attn.c_proj.weight"]
     after = stored_tensors(tmp_path / "baked")["transformer.h.1.attn.c_proj.weight"]
-    assert torch.equal(after[2 * d:3 * d], before[2 * d:3 * d] * 3.0)
-    assert torch.equal(after[:2 * d], before[:2 * d]) and torch.equal(after[3 * d:], before[3 * d:])
+    assert torch.equal(after[2 * d : 3 * d], before[2 * d : 3 * d] * 3.0)
+    assert torch.equal(after[: 2 * d], before[: 2 * d]) and torch.equal(after[3 * d :], before[3 * d :])
 
 
 # --- the table's data against the models ---------------------------------------------------------
+
 
 def _model(case: str):
     from transformers import AutoModelForCausalLM
@@ -119,7 +123,8 @@ def test_tail_reproduces_the_logits(case):
     model = _model(case)
     seen = []
     decoder_layers(model)[-1].register_forward_hook(
-        lambda m, a, out: seen.append(out[0] if isinstance(out, (tuple, list)) else out))
+        lambda m, a, out: seen.append(out[0] if isinstance(out, (tuple, list)) else out)
+    )
     ids = torch.randint(3, 90, (2, 7), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         full = model(input_ids=ids).logits[:, -1]
@@ -131,7 +136,8 @@ def _down_inputs(model, arch, layer: int, ids: torch.Tensor) -> torch.Tensor:
 
     seen = []
     handle = layer_module(model, arch, layer, arch.layout.down_proj).register_forward_pre_hook(
-        lambda m, args: seen.append(args[0]))
+        lambda m, args: seen.append(args[0])
+    )
     try:
         with torch.no_grad():
             model(input_ids=ids)
@@ -168,8 +174,11 @@ def test_prune_inputs_says_whether_zero_input_rows_silence_a_neuron(case):
 
 def test_heads_refused_in_one_line():
     config = family_config("diffllama").to_dict()
-    with pytest.raises(RecipeError, match=r"^edits\[0\]: diffllama has no head edits: differential "
-                                          r"attention .*; edit its MLP neurons instead$"):
+    with pytest.raises(
+        RecipeError,
+        match=r"^edits\[0\]: diffllama has no head edits: differential "
+        r"attention .*; edit its MLP neurons instead$",
+    ):
         Recipe((HeadScale(0, 1, 2.0),)).validate(config)
 
 
@@ -192,8 +201,11 @@ def test_config_keys_are_the_config_class_names(model_type):
     if cases:  # the dense rows: a tiny config of the family holds every key the table reads
         written = family_config(cases[0]).to_dict()
         written = written.get(layout.text_config_key, written) if layout.text_config_key else written
-        read = [getattr(keys, n) for n in _NAMES if getattr(keys, n)] + [
-            k for k in (keys.mlp_ratio,) if isinstance(k, str)] + [f for f, _ in keys.kv_heads_when]
+        read = (
+            [getattr(keys, n) for n in _NAMES if getattr(keys, n)]
+            + [k for k in (keys.mlp_ratio,) if isinstance(k, str)]
+            + [f for f, _ in keys.kv_heads_when]
+        )
         assert not [k for k in read if k not in written], model_type
 
 
@@ -214,9 +226,14 @@ def test_stray_keys_are_not_read():
     config = family_config("gpt2").to_dict()
     assert config["intermediate_size"] and config["num_key_value_heads"] == 1 and config["head_dim"]
     g = architecture(config).geometry
-    assert (g.num_layers, g.num_heads, g.num_kv_heads, g.head_dim, g.hidden_size, g.intermediate_size) == \
-        (config["n_layer"], config["n_head"], config["n_head"], config["n_embd"] // config["n_head"],
-         config["n_embd"], 4 * config["n_embd"])
+    assert (g.num_layers, g.num_heads, g.num_kv_heads, g.head_dim, g.hidden_size, g.intermediate_size) == (
+        config["n_layer"],
+        config["n_head"],
+        config["n_head"],
+        config["n_embd"] // config["n_head"],
+        config["n_embd"],
+        4 * config["n_embd"],
+    )
 
 
 @pytest.mark.parametrize("model_type", ["hrm_text", "dory", "blt"])
@@ -232,12 +249,29 @@ def test_refused_families_say_why_in_one_line(model_type):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("case,key,value,words", [
-    ("gpt2", "n_embd", 64, ("'transformer.h.0.attn.c_proj.weight' has shape [32, 32], expected [64, 64]",
-                            "(n_head × (n_embd / n_head) = 4 × 16 rows)")),  # Conv1D: its input side is rows
-    ("falcon-mha", "multi_query", True, ("'transformer.h.0.self_attention.query_key_value.weight' has shape [96, 32]",
-                                         "k/v heads (set by new_decoder_architecture, multi_query)")),
-])
+@pytest.mark.parametrize(
+    "case,key,value,words",
+    [
+        (
+            "gpt2",
+            "n_embd",
+            64,
+            (
+                "'transformer.h.0.attn.c_proj.weight' has shape [32, 32], expected [64, 64]",
+                "(n_head × (n_embd / n_head) = 4 × 16 rows)",
+            ),
+        ),  # Conv1D: its input side is rows
+        (
+            "falcon-mha",
+            "multi_query",
+            True,
+            (
+                "'transformer.h.0.self_attention.query_key_value.weight' has shape [96, 32]",
+                "k/v heads (set by new_decoder_architecture, multi_query)",
+            ),
+        ),
+    ],
+)
 def test_a_config_contradicting_its_tensors_names_the_family_keys(tmp_path, case, key, value, words):
     """One line naming the family's own config keys (GPT-2's n_embd, Falcon's flags), nothing written."""
     import json
@@ -253,9 +287,14 @@ def test_a_config_contradicting_its_tensors_names_the_family_keys(tmp_path, case
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("case,stored", [("gpt2", "h.0.attn.c_proj.weight"),
-                                         ("bloom", "h.0.self_attention.dense.weight"),
-                                         ("opt", "decoder.layers.0.self_attn.out_proj.weight")])
+@pytest.mark.parametrize(
+    "case,stored",
+    [
+        ("gpt2", "h.0.attn.c_proj.weight"),
+        ("bloom", "h.0.self_attention.dense.weight"),
+        ("opt", "decoder.layers.0.self_attn.out_proj.weight"),
+    ],
+)
 def test_checkpoints_saved_from_the_base_model(tmp_path, case, stored):
     """The Hub's gpt2, bloom and opt checkpoints hold the base model's names (no "transformer." or
     "model." prefix); transformers adds it on load. The bake edits them under their own names."""
@@ -296,8 +335,11 @@ def test_apertus1p5_text_stored_under_language_model(tmp_path):
 
     src = build_family("apertus1p5_text", tmp_path / "src")
     tensors = load_file(src / "model.safetensors")
-    save_file({k.replace("model.layers.", "model.language_model.layers."): v for k, v in tensors.items()},
-              str(src / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        {k.replace("model.layers.", "model.language_model.layers."): v for k, v in tensors.items()},
+        str(src / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     ckpt = Checkpoint(src)
     recipe = _recipe(ckpt.config)
     bake(ckpt, recipe, tmp_path / "baked")

@@ -30,8 +30,19 @@ from tests.support.models import load_fp32, logits, stored_tensors
 
 TYPES = sorted([*FAMILIES, *WRAPPERS])
 # A third of the families, one of each shape, run by default; the rest under -m slow (CI).
-DEFAULT = {"minicpm3", "deepseek_v3", "deepseek_v4", "hy_v4", "qwen3_5", "qwen3_next", "nemotron_h",
-           "recurrent_gemma", "kimi_linear", "bailing_hybrid", "lfm2"}
+DEFAULT = {
+    "minicpm3",
+    "deepseek_v3",
+    "deepseek_v4",
+    "hy_v4",
+    "qwen3_5",
+    "qwen3_next",
+    "nemotron_h",
+    "recurrent_gemma",
+    "kimi_linear",
+    "bailing_hybrid",
+    "lfm2",
+}
 
 
 def _recipe(config: dict) -> Recipe:
@@ -52,8 +63,9 @@ def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a.view(torch.uint8), b.view(torch.uint8))  # bytes: -0.0 ≠ +0.0
 
 
-@pytest.mark.parametrize("model_type", [t if t in DEFAULT else pytest.param(t, marks=pytest.mark.slow(minutes=0.2))
-                                        for t in TYPES])
+@pytest.mark.parametrize(
+    "model_type", [t if t in DEFAULT else pytest.param(t, marks=pytest.mark.slow(minutes=0.2)) for t in TYPES]
+)
 def test_family_bake_equals_twin_verify_undo_lora(tmp_path, model_type):
     src = build_family(model_type, tmp_path / "src")
     ckpt = Checkpoint(src)
@@ -147,10 +159,14 @@ def test_direction_edits_on_mla_grouped_output_and_hybrid_layers(tmp_path, model
     assert all(file_sha256(f) == file_sha256(tmp_path / "restored" / f.name) for f in src.iterdir())
 
     other = [i for i in range(arch.geometry.num_layers) if i not in arch.head_layers()]
-    no_mlp = [i for i in range(arch.geometry.num_layers)
-              if i not in arch.dense_mlp_layers() and i not in arch.geometry.sparse_layers]
-    refused = ([f"layer: {other[0]}, module: attention, weight: 1.0"] if other else []) + \
-              ([f"layer: {no_mlp[0]}, module: mlp, weight: 1.0"] if no_mlp else [])
+    no_mlp = [
+        i
+        for i in range(arch.geometry.num_layers)
+        if i not in arch.dense_mlp_layers() and i not in arch.geometry.sparse_layers
+    ]
+    refused = ([f"layer: {other[0]}, module: attention, weight: 1.0"] if other else []) + (
+        [f"layer: {no_mlp[0]}, module: mlp, weight: 1.0"] if no_mlp else []
+    )
     for i, entry in enumerate(refused):
         bad = Recipe.load(direction_recipe(tmp_path / f"bad{i}", [entry]))
         with pytest.raises(RecipeError, match=r"layer of this .* model: it has no") as exc:

@@ -37,8 +37,16 @@ from tests.support.tiny_moe import FAMILIES
 # transposed fused experts stored as fc1/fc2 (aria_text), Llama 4's dense dispatch under a multimodal
 # release (llama4), a shared expert stored under another name (hy_v3), a hybrid (qwen3_next), fused
 # dense and shared MLPs (minimax_m3_vl_text), layer kinds from mlp_layer_types (cohere2_moe).
-DEFAULT = ("deepseek_v3", "granitemoeshared", "aria_text", "llama4", "hy_v3", "qwen3_next", "minimax_m3_vl_text",
-           "cohere2_moe")
+DEFAULT = (
+    "deepseek_v3",
+    "granitemoeshared",
+    "aria_text",
+    "llama4",
+    "hy_v3",
+    "qwen3_next",
+    "minimax_m3_vl_text",
+    "cohere2_moe",
+)
 CASES = [f if f in DEFAULT else pytest.param(f, marks=pytest.mark.slow(minutes=0.3)) for f in FAMILIES]
 
 
@@ -46,8 +54,13 @@ def _routed(arch: Architecture) -> tuple[NeuronScale, ...]:
     """Pruned and scaled neurons of several experts, the last expert's last neuron included."""
     g = arch.geometry
     first, last = min(g.sparse_layers), max(g.sparse_layers)
-    return (NeuronScale(first, 3, 0.0, 1), NeuronScale(last, g.expert_size - 1, 0.0, g.num_experts - 1),
-            NeuronScale(last, 5, 8.0, 0), NeuronScale(first, 7, 8.0, 2), NeuronScale(last, 2, 8.0, 3))
+    return (
+        NeuronScale(first, 3, 0.0, 1),
+        NeuronScale(last, g.expert_size - 1, 0.0, g.num_experts - 1),
+        NeuronScale(last, 5, 8.0, 0),
+        NeuronScale(first, 7, 8.0, 2),
+        NeuronScale(last, 2, 8.0, 3),
+    )
 
 
 def _rest(arch: Architecture) -> tuple:
@@ -169,8 +182,9 @@ def test_twin_under_disk_offload(tiny, tmp_path, model_type):
     arch = architecture(ckpt.config)
     recipe = Recipe(_routed(arch) + _rest(arch))
     bake(ckpt, recipe, tmp_path / "baked")
-    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, device_map="auto",
-                                                 max_memory={"cpu": "1KB"}, offload_folder=tmp_path / "off").eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        src, dtype=torch.float32, device_map="auto", max_memory={"cpu": "1KB"}, offload_folder=tmp_path / "off"
+    ).eval()
     layer = max(arch.geometry.sparse_layers)
     experts = dict(model.named_modules())[f"model.layers.{layer}.{arch.layout.experts.module}"]
     assert experts.gate_up_proj.device.type == "meta"  # really offloaded

@@ -130,9 +130,11 @@ def test_undo_killed(src, tmp_path, capsys):
 
 # --- a full disk ---------------------------------------------------------------------------
 
+
 def _limit_file_size(limit: int):
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return apply
 
 
@@ -141,7 +143,7 @@ def test_file_size_limit(what, src, tmp_path):
     """RLIMIT_FSIZE makes writes past the limit fail (EFBIG), as a full disk fails them (ENOSPC)."""
     out = tmp_path / "outs" / "baked"
     out.parent.mkdir()
-    shard = max((p.stat().st_size for p in src.glob("*.safetensors")))
+    shard = max(p.stat().st_size for p in src.glob("*.safetensors"))
     if what == "copy":
         args, limit = ["amplify-heads", src, *HEADS], shard // 2
     else:  # every shard fits; the undo file (every MLP neuron's original weights) does not
@@ -161,10 +163,21 @@ def test_full_disk(src, tmp_path):
         pytest.skip("needs mount namespaces (root): the file-size-limit test covers the same path")
     disk = tmp_path / "disk"
     disk.mkdir()
-    cli = [sys.executable, "-m", "surgery", "amplify-heads", str(src), *HEADS, "--out", str(disk / "baked"),
-           "--no-verify"]
-    script = (f"mount -t tmpfs -o size=64k tmpfs {shlex.quote(str(disk))} || exit 99; "
-              f"{shlex.join(cli)}; rc=$?; echo \"left: $(ls -A {shlex.quote(str(disk))})\"; exit $rc")
+    cli = [
+        sys.executable,
+        "-m",
+        "surgery",
+        "amplify-heads",
+        str(src),
+        *HEADS,
+        "--out",
+        str(disk / "baked"),
+        "--no-verify",
+    ]
+    script = (
+        f"mount -t tmpfs -o size=64k tmpfs {shlex.quote(str(disk))} || exit 99; "
+        f'{shlex.join(cli)}; rc=$?; echo "left: $(ls -A {shlex.quote(str(disk))})"; exit $rc'
+    )
     before = tree_hashes(src)
     result = _run(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
     if result.returncode == 99:
@@ -178,12 +191,21 @@ def test_full_disk(src, tmp_path):
 
 # --- an interrupted find: the findings cache is never left corrupt ---------------------------
 
+
 def _findings(tag: str, size: int = 1000):
     """A findings document big enough that writing it takes many system calls."""
     from surgery.find.findings import Findings
 
-    return Findings.from_dict({"format": "surgery-findings", "version": 1, "kind": "heads", "tag": tag,
-                               "model": {"fingerprint": "f" * 64}, "scores": [[i * 0.5, tag] for i in range(size)]})
+    return Findings.from_dict(
+        {
+            "format": "surgery-findings",
+            "version": 1,
+            "kind": "heads",
+            "tag": tag,
+            "model": {"fingerprint": "f" * 64},
+            "scores": [[i * 0.5, tag] for i in range(size)],
+        }
+    )
 
 
 def test_ctrl_c_inside_findings_write_keeps_the_old_entry(tmp_path, monkeypatch):
@@ -235,8 +257,13 @@ def test_find_interrupted_while_writing_cache(sig, tmp_path):
     path = tmp_path / "cache" / "heads" / "entry.json"
     rng = random.Random(7)
     for round_ in range(4):
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path), f"r{round_}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), f"r{round_}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=REPO,
+        )
         assert proc.stdout.readline().strip() == "ready"
         time.sleep(rng.uniform(0.0, 0.3))
         proc.send_signal(sig)

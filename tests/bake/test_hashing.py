@@ -50,12 +50,12 @@ def test_local_source_every_file_hashed_once(tiny, tmp_path, monkeypatch):
         assert prov["source_files"][name] == file_sha256(src / name)
         assert prov["files"][name] == file_sha256(tmp_path / "baked" / name)
     assert prov["hashing"]["source_files_from_hub_blob_names"] == []
-    assert sorted(prov["hashing"]["files_from_source"]) == sorted(p.name for p in src.iterdir()
-                                                                 if p.name not in edited)
+    assert sorted(prov["hashing"]["files_from_source"]) == sorted(p.name for p in src.iterdir() if p.name not in edited)
     assert verify(Checkpoint(src), tmp_path / "baked", run_model=False).ok
     undo(tmp_path / "baked", tmp_path / "undone")
-    assert {p.name: file_sha256(p) for p in (tmp_path / "undone").iterdir()} == \
-        {p.name: file_sha256(p) for p in src.iterdir()}
+    assert {p.name: file_sha256(p) for p in (tmp_path / "undone").iterdir()} == {
+        p.name: file_sha256(p) for p in src.iterdir()
+    }
 
 
 def test_hub_cache_source_takes_blob_names(tiny, tmp_path, monkeypatch):

@@ -109,15 +109,21 @@ _bake_scale = st.floats(-1e3, 1e3, width=32) | st.sampled_from([0.0, -0.0, 1.0, 
 
 def _edits(layers: int, heads: int, width: int, max_size: int, scale=_scale):
     """Edits with distinct targets (a recipe refuses two scales for one head or neuron)."""
-    target = st.tuples(st.sampled_from(["head", "neuron"]), st.integers(0, layers - 1),
-                       st.integers(0, max(heads, width) - 1)).filter(lambda t: t[0] == "neuron" or t[2] < heads)
+    target = st.tuples(
+        st.sampled_from(["head", "neuron"]), st.integers(0, layers - 1), st.integers(0, max(heads, width) - 1)
+    ).filter(lambda t: t[0] == "neuron" or t[2] < heads)
     return st.dictionaries(target, scale, min_size=1, max_size=max_size).map(
-        lambda d: tuple(HeadScale(l, i, s) if k == "head" else NeuronScale(l, i, s) for (k, l, i), s in d.items()))
+        lambda d: tuple(HeadScale(l, i, s) if k == "head" else NeuronScale(l, i, s) for (k, l, i), s in d.items())
+    )
 
 
 @settings(max_examples=60, deadline=None)
-@given(edits=_edits(200, 64, 20000, 12), base=st.none() | _text,
-       notes=st.dictionaries(_text, _text | st.integers() | st.booleans(), max_size=3), header=_text)
+@given(
+    edits=_edits(200, 64, 20000, 12),
+    base=st.none() | _text,
+    notes=st.dictionaries(_text, _text | st.integers() | st.booleans(), max_size=3),
+    header=_text,
+)
 def test_recipe_yaml_round_trip(edits, base, notes, header):
     recipe = Recipe(edits, base, notes=notes)
     with tempfile.TemporaryDirectory() as tmp:
@@ -131,8 +137,10 @@ def test_recipe_yaml_round_trip(edits, base, notes, header):
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("roundtrip")
-    return {"llama-f32-sharded": build_tiny("llama", root / "llama", shard="20KB"),
-            "phi3-bf16": build_tiny("phi3", root / "phi3", dtype=torch.bfloat16)}
+    return {
+        "llama-f32-sharded": build_tiny("llama", root / "llama", shard="20KB"),
+        "phi3-bf16": build_tiny("phi3", root / "phi3", dtype=torch.bfloat16),
+    }
 
 
 # Both tiny models have 3 layers, 4 heads and an MLP width of 48 (BASE in tests/support/tiny.py).

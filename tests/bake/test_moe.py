@@ -31,8 +31,13 @@ def _expert_edits(config: dict) -> tuple[NeuronScale, ...]:
     """Pruned and scaled neurons of several experts, the last expert's last neuron included."""
     g = architecture(config).geometry
     last = g.num_layers - 1
-    return (NeuronScale(0, 3, 0.0, 1), NeuronScale(1, g.expert_size - 1, 0.0, g.num_experts - 1),
-            NeuronScale(1, 5, 2.5, 2), NeuronScale(last, 7, 0.0, 0), NeuronScale(last, 8, 0.5, 0))
+    return (
+        NeuronScale(0, 3, 0.0, 1),
+        NeuronScale(1, g.expert_size - 1, 0.0, g.num_experts - 1),
+        NeuronScale(1, 5, 2.5, 2),
+        NeuronScale(last, 7, 0.0, 0),
+        NeuronScale(last, 8, 0.5, 0),
+    )
 
 
 def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -185,8 +190,11 @@ def test_fused_windows_in_small_blocks(tiny, tmp_path, monkeypatch, arch):
     reads = []
     read_raw = patches.read_raw
     monkeypatch.setattr(patches, "CHUNK_BYTES", 768)  # 2 fp32 rows of 96, 4 of 48
-    monkeypatch.setattr(patches, "read_raw", lambda fd, info, first, n, cols: reads.append((info, first, n, cols))
-                        or read_raw(fd, info, first, n, cols))
+    monkeypatch.setattr(
+        patches,
+        "read_raw",
+        lambda fd, info, first, n, cols: reads.append((info, first, n, cols)) or read_raw(fd, info, first, n, cols),
+    )
     bake(ckpt, recipe, tmp_path / "blocks")
     assert any(n > 1 for _, _, n, _ in reads)
     for info, first, n, cols in reads:
@@ -210,8 +218,9 @@ def test_twin_under_disk_offload(tiny, tmp_path, arch):
     ckpt = Checkpoint(src)
     recipe = Recipe(_expert_edits(ckpt.config) + (HeadScale(0, 1, 2.5),))
     bake(ckpt, recipe, tmp_path / "baked")
-    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, device_map="auto",
-                                                 max_memory={"cpu": "1KB"}, offload_folder=tmp_path / "off").eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        src, dtype=torch.float32, device_map="auto", max_memory={"cpu": "1KB"}, offload_folder=tmp_path / "off"
+    ).eval()
     experts = model.model.layers[0].mlp.experts
     assert experts.gate_up_proj.device.type == "meta"  # really offloaded
     ids = torch.randint(3, 90, (2, 10), generator=torch.Generator().manual_seed(1))
@@ -223,7 +232,10 @@ def test_twin_under_disk_offload(tiny, tmp_path, arch):
 # --- the bake's own check reads the experts' slices: no model ---------------------------------------
 
 CHECKED = [(a, f, torch.float32) for a, f in CASES] + [
-    ("mixtral", True, torch.bfloat16), ("qwen3_moe", False, torch.bfloat16), ("gpt_oss", True, torch.bfloat16)]
+    ("mixtral", True, torch.bfloat16),
+    ("qwen3_moe", False, torch.bfloat16),
+    ("gpt_oss", True, torch.bfloat16),
+]
 
 
 @pytest.fixture
@@ -237,8 +249,9 @@ def no_model(monkeypatch):
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
 
 
-@pytest.mark.parametrize("arch,fused,dtype", CHECKED,
-                         ids=[f"{a}-{'fused' if f else 'per-expert'}-{str(d)[6:]}" for a, f, d in CHECKED])
+@pytest.mark.parametrize(
+    "arch,fused,dtype", CHECKED, ids=[f"{a}-{'fused' if f else 'per-expert'}-{str(d)[6:]}" for a, f, d in CHECKED]
+)
 def test_expert_check_passes_good_bakes_without_the_model(tiny, tmp_path, no_model, arch, fused, dtype):
     src = tiny(arch, dtype=dtype, fused=fused)
     ckpt = Checkpoint(src)
@@ -289,8 +302,13 @@ def _poke(path, p) -> None:
         f.write(from_f32(np.array([7.0], dtype=np.float32), p.info.dtype).tobytes())
 
 
-TAMPERED = [("mixtral", False, ".w2.weight"), ("qwen3_moe", False, ".up_proj.weight"),
-            ("mixtral", True, "gate_up_proj"), ("gpt_oss", True, "gate_up_proj_bias"), ("gpt_oss", True, "down_proj")]
+TAMPERED = [
+    ("mixtral", False, ".w2.weight"),
+    ("qwen3_moe", False, ".up_proj.weight"),
+    ("mixtral", True, "gate_up_proj"),
+    ("gpt_oss", True, "gate_up_proj_bias"),
+    ("gpt_oss", True, "down_proj"),
+]
 
 
 @pytest.mark.parametrize("arch,fused,tensor", TAMPERED, ids=[f"{a}-{t.strip('.')}" for a, f, t in TAMPERED])
@@ -323,6 +341,8 @@ def test_fused_bake_counts_tensors_not_expert_windows(tiny, tmp_path, capsys):
     src = tiny("mixtral", fused=True)
     main(["prune-neurons", str(src), "--neurons", "1:e0:3,1:e1:4", "--no-verify", "--out", str(tmp_path / "a")])
     assert "Baked 2 edit(s) into 2 tensor(s)" in capsys.readouterr().out
-    main(["prune-neurons", str(src), "--neurons", "1:e0:3,1:e1:4", "--no-verify", "--json", "--out", str(tmp_path / "b")])
+    main(
+        ["prune-neurons", str(src), "--neurons", "1:e0:3,1:e1:4", "--no-verify", "--json", "--out", str(tmp_path / "b")]
+    )
     assert json.loads(capsys.readouterr().out)["tensors_edited"] == 2
     assert len(json.loads((tmp_path / "b" / "surgery.json").read_text())["edited_tensors"]) == 4  # windows, for undo

@@ -29,14 +29,14 @@ def _recipe(tmp_path: Path, base: str = OTHER, head: int = 1) -> Path:
 
 def _card(folder: Path) -> tuple[dict, str]:
     text = (folder / "README.md").read_text()
-    return yaml.safe_load(text[4:text.index("\n---", 4)]), text
+    return yaml.safe_load(text[4 : text.index("\n---", 4)]), text
 
 
 def _reproduce_recipe(text: str) -> dict:
     """The recipe YAML block of the card's "Reproduce or undo" section."""
-    section = text[text.index("## Reproduce or undo"):]
+    section = text[text.index("## Reproduce or undo") :]
     start = section.index("```yaml\n") + len("```yaml\n")
-    return yaml.safe_load(section[start:section.index("\n```", start)])
+    return yaml.safe_load(section[start : section.index("\n```", start)])
 
 
 def test_recipe_of_another_model_is_refused_without_the_flag(tiny, tmp_path, capsys):
@@ -52,8 +52,10 @@ def test_recipe_of_another_model_is_refused_without_the_flag(tiny, tmp_path, cap
 def test_recipe_of_another_model_on_a_local_folder(tiny, tmp_path, capsys):
     model = tiny("llama")
     out = tmp_path / "baked"
-    result = run_main(["apply", _recipe(tmp_path), "--model", model, "--out", out, "--no-verify", "--json",
-                       "--allow-other-base"], capsys)
+    result = run_main(
+        ["apply", _recipe(tmp_path), "--model", model, "--out", out, "--no-verify", "--json", "--allow-other-base"],
+        capsys,
+    )
     assert result.returncode == 0, result.stderr
     err = " ".join(result.stderr.split())
     assert f"note: the recipe was written for {OTHER}, not {model}; baked as --allow-other-base asks" in err
@@ -71,8 +73,10 @@ def test_recipe_of_another_model_on_a_local_folder(tiny, tmp_path, capsys):
 def test_recipe_of_another_model_on_a_hub_model(tiny, tmp_path):
     cache = hub_cache(tiny("llama"), tmp_path / "hub")
     out = tmp_path / "baked"
-    result = run_cli(["apply", _recipe(tmp_path), "--model", "org/tiny-llama", "--out", out, "--no-verify",
-                      "--allow-other-base"], env=cli_env(HF_HUB_CACHE=str(cache)))
+    result = run_cli(
+        ["apply", _recipe(tmp_path), "--model", "org/tiny-llama", "--out", out, "--no-verify", "--allow-other-base"],
+        env=cli_env(HF_HUB_CACHE=str(cache)),
+    )
     assert result.returncode == 0, result.stderr
     assert f"note: the recipe was written for {OTHER}, not org/tiny-llama" in " ".join(result.stderr.split())
     meta, text = _card(out)
@@ -83,8 +87,18 @@ def test_recipe_of_another_model_on_a_hub_model(tiny, tmp_path):
     assert OTHER not in meta.values() and "This is **org/tiny-llama**" in text
     assert f"The recipe was written for **{OTHER}**" in text
     # the recipe written for this very model: no note, no flag needed
-    result = run_cli(["apply", _recipe(tmp_path, "ORG/tiny-llama"), "--model", "org/tiny-llama", "--out",
-                      tmp_path / "same", "--no-verify"], env=cli_env(HF_HUB_CACHE=str(cache)))
+    result = run_cli(
+        [
+            "apply",
+            _recipe(tmp_path, "ORG/tiny-llama"),
+            "--model",
+            "org/tiny-llama",
+            "--out",
+            tmp_path / "same",
+            "--no-verify",
+        ],
+        env=cli_env(HF_HUB_CACHE=str(cache)),
+    )
     assert result.returncode == 0 and "note:" not in result.stderr, result.stderr
     assert "written for" not in (tmp_path / "same" / "README.md").read_text()
 
@@ -102,14 +116,14 @@ def test_same_model_compares_folders_ids_and_names(tmp_path):
     (tmp_path / "link").symlink_to(local)
     snapshot = tmp_path / "models--Org--Name" / "snapshots" / SNAPSHOT
     snapshot.mkdir(parents=True)
-    assert same_model(str(tmp_path / "link"), Source(local))                           # the same folder
-    assert not same_model(str(tmp_path), Source(local))                                # another folder
-    assert same_model("HuggingFaceTB/smollm2-135m-instruct", Source(local))           # a copy named after its repo
-    assert same_model("/elsewhere/smollm2-135m-instruct", Source(local))               # a path of another machine
+    assert same_model(str(tmp_path / "link"), Source(local))  # the same folder
+    assert not same_model(str(tmp_path), Source(local))  # another folder
+    assert same_model("HuggingFaceTB/smollm2-135m-instruct", Source(local))  # a copy named after its repo
+    assert same_model("/elsewhere/smollm2-135m-instruct", Source(local))  # a path of another machine
     assert not same_model("HuggingFaceTB/SmolLM2-360M", Source(local))
-    assert same_model("org/name", Source(snapshot))                                    # a Hub-cache snapshot
+    assert same_model("org/name", Source(snapshot))  # a Hub-cache snapshot
     assert same_model("Org/Name", Source(snapshot, "Org/Name"))
-    assert not same_model("other/Name", Source(snapshot, "Org/Name"))                  # two ids: the whole id
+    assert not same_model("other/Name", Source(snapshot, "Org/Name"))  # two ids: the whole id
 
 
 @pytest.mark.parametrize("command", ["amplify-heads", "prune-neurons"])
@@ -142,8 +156,11 @@ def test_transfer_without_findings_is_refused(tiny, tmp_path, capsys):
     model = tiny("llama")
     line = error_line(run_main(["amplify-heads", model, "--alpha", "2", "--transfer", "--out", tmp_path / "o"], capsys))
     assert "--transfer applies to --findings" in line
-    line = error_line(run_main(["amplify-heads", model, "--heads", "0.1", "--alpha", "2", "--transfer",
-                                "--out", tmp_path / "o"], capsys))
+    line = error_line(
+        run_main(
+            ["amplify-heads", model, "--heads", "0.1", "--alpha", "2", "--transfer", "--out", tmp_path / "o"], capsys
+        )
+    )
     assert "drop --findings / --top / --transfer" in line
 
 
@@ -151,8 +168,10 @@ def test_transfer_without_findings_is_refused(tiny, tmp_path, capsys):
 def test_revision_with_a_local_folder_is_refused(tiny, tmp_path, capsys, command):
     """A local folder is read as it is: --revision was silently ignored."""
     model = tiny("llama")
-    args = {"inspect": ["inspect", model],
-            "apply": ["apply", _recipe(tmp_path, str(model)), "--model", model, "--out", tmp_path / "o"]}[command]
+    args = {
+        "inspect": ["inspect", model],
+        "apply": ["apply", _recipe(tmp_path, str(model)), "--model", model, "--out", tmp_path / "o"],
+    }[command]
     line = error_line(run_main([*args, "--revision", "v1"], capsys))
     assert f"--revision v1: MODEL {model} is a local folder" in line and "drop it, or give the Hub id" in line
     assert not (tmp_path / "o").exists()
@@ -162,8 +181,9 @@ def test_a_hub_cache_snapshot_folder_is_that_hub_model_at_its_commit(tiny, tmp_p
     snapshot = hub_cache(tiny("llama"), tmp_path / "hub") / "models--org--tiny-llama" / "snapshots" / SNAPSHOT
     out = tmp_path / "baked"
     # a recipe made for org/tiny-llama fits this folder: no --allow-other-base needed
-    result = run_main(["apply", _recipe(tmp_path, "org/tiny-llama"), "--model", snapshot, "--out", out,
-                       "--no-verify"], capsys)
+    result = run_main(
+        ["apply", _recipe(tmp_path, "org/tiny-llama"), "--model", snapshot, "--out", out, "--no-verify"], capsys
+    )
     assert result.returncode == 0 and "note:" not in result.stderr, result.stderr
     source = json.loads((out / "surgery.json").read_text())["source"]
     assert (source["hub_id"], source["revision"], source["path"]) == ("org/tiny-llama", SNAPSHOT, str(snapshot))
@@ -178,9 +198,19 @@ def test_a_hub_download_records_the_commit_it_read(tiny, tmp_path, revision):
     """It recorded ``revision: null`` (or the branch asked for) while the commit was in its path."""
     cache = hub_cache(tiny("llama"), tmp_path / "hub")
     out = tmp_path / "baked"
-    result = run_cli(["apply", _recipe(tmp_path, "org/tiny-llama"), "--model", "org/tiny-llama", "--out", out,
-                      "--no-verify", *(["--revision", revision] if revision else [])],
-                     env=cli_env(HF_HUB_CACHE=str(cache)))
+    result = run_cli(
+        [
+            "apply",
+            _recipe(tmp_path, "org/tiny-llama"),
+            "--model",
+            "org/tiny-llama",
+            "--out",
+            out,
+            "--no-verify",
+            *(["--revision", revision] if revision else []),
+        ],
+        env=cli_env(HF_HUB_CACHE=str(cache)),
+    )
     assert result.returncode == 0, result.stderr
     source = json.loads((out / "surgery.json").read_text())["source"]
     assert source["hub_id"] == "org/tiny-llama" and source["revision"] == SNAPSHOT

@@ -31,16 +31,39 @@ from tests.support.paths import FIXTURES
 
 WRITTEN = FIXTURES / "written_by_0.1"  # see its make.py: the same inputs as below, baked by surgery 0.1.0
 RECIPE = Recipe((HeadScale(0, 1, 2.0), NeuronScale(1, 3, 0.0)), base_model="bias_model")
-VERIFICATION = {"kind": "edited maps", "maps": 4, "inputs": 4, "max_abs_diff": 0.0, "max_diff_over_bound": 0.0,
-                "reference": "source weights with the run-time twin", "end_to_end": "surgery verify compares the logits"}
-EVALUATION = {"rows": [{"metric": "perplexity", "label": "Perplexity", "before": 12.5, "after": 12.75,
-                        "retained_pct": 98.04},
-                       {"metric": "bbq_bias_ambig", "label": "BBQ bias (ambiguous)", "before": 0.1, "after": 0.05,
-                        "retained_pct": None}],
-              "note": "Measured with `surgery eval`.", "settings": {"limit": 5}}
-EXTRA = {"heads_findings": {"dataset_sha256": "0" * 64, "p_s": 0.6, "knockout_ci95": [-1.0, 2.0],
-                            "selected_heads": [[0, 1]], "weak_heads": 1},
-         "neuron_selection": {"n": 1, "rule": "global", "neurons": [{"layer": 1, "neuron": 3}], "factor": 0.0}}
+VERIFICATION = {
+    "kind": "edited maps",
+    "maps": 4,
+    "inputs": 4,
+    "max_abs_diff": 0.0,
+    "max_diff_over_bound": 0.0,
+    "reference": "source weights with the run-time twin",
+    "end_to_end": "surgery verify compares the logits",
+}
+EVALUATION = {
+    "rows": [
+        {"metric": "perplexity", "label": "Perplexity", "before": 12.5, "after": 12.75, "retained_pct": 98.04},
+        {
+            "metric": "bbq_bias_ambig",
+            "label": "BBQ bias (ambiguous)",
+            "before": 0.1,
+            "after": 0.05,
+            "retained_pct": None,
+        },
+    ],
+    "note": "Measured with `surgery eval`.",
+    "settings": {"limit": 5},
+}
+EXTRA = {
+    "heads_findings": {
+        "dataset_sha256": "0" * 64,
+        "p_s": 0.6,
+        "knockout_ci95": [-1.0, 2.0],
+        "selected_heads": [[0, 1]],
+        "weak_heads": 1,
+    },
+    "neuron_selection": {"n": 1, "rule": "global", "neurons": [{"layer": 1, "neuron": 3}], "factor": 0.0},
+}
 
 
 class FixedClock(dt.datetime):
@@ -69,8 +92,15 @@ def test_a_bake_writes_surgery_json_byte_for_byte_as_0_1_did(tmp_path, monkeypat
         record.evaluation = Evaluation.from_dict(EVALUATION)
         return "# card\n"
 
-    result = bake(src, RECIPE, tmp_path / "baked", source=Source(Path("bias_model")),
-                  check=lambda staged: Verification.from_dict(VERIFICATION), card=card, extra=EXTRA)
+    result = bake(
+        src,
+        RECIPE,
+        tmp_path / "baked",
+        source=Source(Path("bias_model")),
+        check=lambda staged: Verification.from_dict(VERIFICATION),
+        card=card,
+        extra=EXTRA,
+    )
     assert (tmp_path / "baked" / "surgery.json").read_text() == _written("surgery.json")[0]
     assert result.provenance == load_provenance(tmp_path / "baked")  # what bake returns is what it wrote
     export_lora(src, RECIPE, tmp_path / "adapter", source=Source(Path("bias_model")))
@@ -83,8 +113,10 @@ def test_files_written_by_0_1_read_and_write_back_unchanged():
     assert record_text(record) == text
     assert record.source == Source(Path("bias_model"), fingerprint=raw["source"]["fingerprint"])
     assert record.recipe == RECIPE and record.verification.maps == 4 and not record.verification.compared_logits
-    assert [e.tensor for e in record.edited_tensors][:2] == ["model.layers.0.self_attn.o_proj.weight",
-                                                            "model.layers.1.mlp.down_proj.weight"]
+    assert [e.tensor for e in record.edited_tensors][:2] == [
+        "model.layers.0.self_attn.o_proj.weight",
+        "model.layers.1.mlp.down_proj.weight",
+    ]
     assert record.edited_tensors[0].cols_key == "slice0.cols" and record.edited_tensors[0].rows_key is None
     assert record.extra == EXTRA and list(record.extra) == list(EXTRA)
     assert record.evaluation.rows[1].retained_pct is None and record.undo.added_files == ["README.md"]
@@ -100,11 +132,9 @@ def _first_release(raw: dict) -> dict:
     """``raw`` as the first release wrote it: no fingerprint of the source (9a14c29), the check
     compared whole-model logits, no left-out files (abb5b8c), no ``hashing`` (103c58b), no card
     table, no command entries and no seal (a8ff436); files in the order they were hashed."""
-    old = {k: v for k, v in raw.items()
-           if k not in ("hashing", "evaluation", "provenance_sha256", *EXTRA)}
+    old = {k: v for k, v in raw.items() if k not in ("hashing", "evaluation", "provenance_sha256", *EXTRA)}
     old["source"] = {k: v for k, v in raw["source"].items() if k != "fingerprint"}
-    old["verification"] = {"max_abs_logit_diff": 3.1e-7, "tolerance": 1e-4, "prompts": 4,
-                           "reference": "run-time hooks"}
+    old["verification"] = {"max_abs_logit_diff": 3.1e-7, "tolerance": 1e-4, "prompts": 4, "reference": "run-time hooks"}
     old["undo"] = {k: v for k, v in raw["undo"].items() if k != "left_out_files"}
     old["files"] = dict(reversed(raw["files"].items()))
     return old
@@ -153,14 +183,20 @@ def _rewrite(folder: Path, change) -> None:
     (folder / "surgery.json").write_text(provenance_text(raw))
 
 
-@pytest.mark.parametrize("change, says", [
-    (lambda raw: raw.update(version=2), "has surgery.json version 2; this surgery reads version 1: upgrade surgery"),
-    (lambda raw: raw.update(files=[]), "'files' must be a JSON object, got list; it was edited after the bake"),
-    (lambda raw: raw.pop("undo"), "'undo' is missing; it was edited after the bake: bake again"),
-    (lambda raw: raw["undo"].update(replaced_files="README.md"), "'undo.replaced_files' must be a list, got str"),
-    (lambda raw: raw["edited_tensors"][0].pop("tensor"), "'edited_tensors[0].tensor' is missing"),
-    (lambda raw: raw["source"].update(path=None), "'source.path' must be the source folder"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (
+            lambda raw: raw.update(version=2),
+            "has surgery.json version 2; this surgery reads version 1: upgrade surgery",
+        ),
+        (lambda raw: raw.update(files=[]), "'files' must be a JSON object, got list; it was edited after the bake"),
+        (lambda raw: raw.pop("undo"), "'undo' is missing; it was edited after the bake: bake again"),
+        (lambda raw: raw["undo"].update(replaced_files="README.md"), "'undo.replaced_files' must be a list, got str"),
+        (lambda raw: raw["edited_tensors"][0].pop("tensor"), "'edited_tensors[0].tensor' is missing"),
+        (lambda raw: raw["source"].update(path=None), "'source.path' must be the source folder"),
+    ],
+)
 def test_a_newer_or_malformed_surgery_json_is_refused_in_one_line(tiny, tmp_path, capsys, change, says):
     src = tiny("llama")
     out = tmp_path / "baked"
@@ -187,11 +223,29 @@ def test_a_refreshed_card_lists_only_the_commands_entries_under_why(tiny, tmp_pa
 # --- round trips on generated records ----------------------------------------------------------
 
 # surgery.json's own keys; any other is a command's entry
-OWN_KEYS = {"format", "version", "tool_version", "created", "source", "model_type", "recipe", "edited_tensors",
-            "verification", "evaluation", "undo", "files", "source_files", "hashing", "pushed", "provenance_sha256"}
-_json = st.recursive(st.none() | st.booleans() | st.integers(-9, 9) | st.floats(allow_nan=False) | st.text(max_size=4),
-                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-                     max_leaves=8)
+OWN_KEYS = {
+    "format",
+    "version",
+    "tool_version",
+    "created",
+    "source",
+    "model_type",
+    "recipe",
+    "edited_tensors",
+    "verification",
+    "evaluation",
+    "undo",
+    "files",
+    "source_files",
+    "hashing",
+    "pushed",
+    "provenance_sha256",
+}
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-9, 9) | st.floats(allow_nan=False) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
 _names = st.lists(st.text("abcxyz._", min_size=1, max_size=6), max_size=3, unique=True)
 
 
@@ -200,14 +254,24 @@ def _records(draw) -> dict:
     """surgery.json of the 0.1 fixture with optional parts left out, command entries added and every
     object's keys in a drawn order (a file another tool rewrote)."""
     raw = json.loads(json.dumps(_written("surgery.json")[1]))
-    for key in draw(st.sets(st.sampled_from(["verification", "evaluation", "hashing", "provenance_sha256",
-                                             "heads_findings", "neuron_selection"]))):
+    for key in draw(
+        st.sets(
+            st.sampled_from(
+                ["verification", "evaluation", "hashing", "provenance_sha256", "heads_findings", "neuron_selection"]
+            )
+        )
+    ):
         raw.pop(key)
     raw["undo"]["left_out_files"] = draw(_names)
     raw["files"] = {n: "0" * 64 for n in draw(_names)}
     own = set(raw)
-    raw.update({k: v for k, v in draw(st.dictionaries(st.text(min_size=1, max_size=5), _json, max_size=3)).items()
-                if k not in own})
+    raw.update(
+        {
+            k: v
+            for k, v in draw(st.dictionaries(st.text(min_size=1, max_size=5), _json, max_size=3)).items()
+            if k not in own
+        }
+    )
     order = draw(st.permutations(list(raw)))
     return {k: raw[k] for k in order}
 

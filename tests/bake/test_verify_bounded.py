@@ -19,8 +19,9 @@ def _offloaded(path, folder):
     """The source as a user loads a model larger than memory (accelerate's big-model loading)."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, device_map="auto",
-                                                max_memory={"cpu": "80KB"}, offload_folder=folder).eval()
+    return AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, device_map="auto", max_memory={"cpu": "80KB"}, offload_folder=folder
+    ).eval()
 
 
 def _logits(model):
@@ -60,8 +61,11 @@ def test_verify_on_a_disk_offloaded_model(baked, tmp_path):
     assert torch.equal(_logits(model), before)  # the swapped tensors are back: the model is the source again
 
 
-@pytest.mark.parametrize("edit", [HeadScale(0, 2, 2.5), HeadScale(2, 1, 0.5), NeuronScale(1, 4, 0.0)],
-                         ids=["in-memory-layer", "offloaded-layer", "offloaded-neuron"])
+@pytest.mark.parametrize(
+    "edit",
+    [HeadScale(0, 2, 2.5), HeadScale(2, 1, 0.5), NeuronScale(1, 4, 0.0)],
+    ids=["in-memory-layer", "offloaded-layer", "offloaded-neuron"],
+)
 def test_offloaded_numeric_catches_a_wrong_slice(tiny, tmp_path, edit):
     src = tiny("llama")
     wrong = Recipe(tuple(edit if type(e) is type(edit) and e.layer == edit.layer else e for e in RECIPE.edits))
@@ -79,8 +83,13 @@ def test_verify_with_the_load_options_for_big_models(baked, tmp_path, monkeypatc
     models = []
     real = surgery.model.loading.load_model
     monkeypatch.setattr(surgery.model.loading, "load_model", lambda *a, **k: models.append(real(*a, **k)) or models[-1])
-    load = LoadSpec(device="cpu", dtype="float32", device_map="auto", max_memory="cpu=80KB",
-                    offload_folder=str(tmp_path / "offload"))
+    load = LoadSpec(
+        device="cpu",
+        dtype="float32",
+        device_map="auto",
+        max_memory="cpu=80KB",
+        offload_folder=str(tmp_path / "offload"),
+    )
     report = verify(Checkpoint(src), out, load=load)
     assert report.ok and report.max_abs_logit_diff <= 1e-5
     assert len(models) == 1 and "disk" in models[0].hf_device_map.values()  # weights really were on disk

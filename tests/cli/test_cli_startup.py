@@ -20,4 +20,6 @@ print("HEAVY=" + ",".join(heavy))
 def test_help_imports_no_heavy_library():
     proc = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().splitlines()[-1] == "HEAVY=", "surgery --help imported " + proc.stdout.strip().splitlines()[-1]
+    assert proc.stdout.strip().splitlines()[-1] == "HEAVY=", (
+        "surgery --help imported " + proc.stdout.strip().splitlines()[-1]
+    )

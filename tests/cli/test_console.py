@@ -17,10 +17,12 @@ def test_log_lines_are_throttled_and_end_with_one_completion_line():
         now[0] = float(done)
         log.update("knockout", done, 100)
     log.update("knockout", 100, 100)  # a repeated final update prints nothing more
-    assert lines == ["knockout: 30/100 (30 %) 30s elapsed, ~1m10s left",
-                     "knockout: 60/100 (60 %) 1m00s elapsed, ~40s left",
-                     "knockout: 90/100 (90 %) 1m30s elapsed, ~10s left",
-                     "knockout: 100/100 (100 %) 1m40s elapsed"]
+    assert lines == [
+        "knockout: 30/100 (30 %) 30s elapsed, ~1m10s left",
+        "knockout: 60/100 (60 %) 1m00s elapsed, ~40s left",
+        "knockout: 90/100 (90 %) 1m30s elapsed, ~10s left",
+        "knockout: 100/100 (100 %) 1m40s elapsed",
+    ]
 
 
 def test_log_lines_keep_tasks_apart():
@@ -50,8 +52,12 @@ def test_notes_stay_one_line_in_a_log():
     import sys
 
     note = " ".join(["word"] * 60)
-    res = subprocess.run([sys.executable, "-c", f"from surgery.cli.console import err; err.print('note: {note}')"],
-                         capture_output=True, text=True, timeout=60, env={k: v for k, v in cli_env().items()
-                                                                         if k != "COLUMNS"})
+    res = subprocess.run(
+        [sys.executable, "-c", f"from surgery.cli.console import err; err.print('note: {note}')"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in cli_env().items() if k != "COLUMNS"},
+    )
     assert res.returncode == 0, res.stderr
     assert res.stderr.splitlines() == [f"note: {note}"]

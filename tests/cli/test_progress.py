@@ -33,10 +33,15 @@ def test_every_long_step_reports_in_a_log(model, tmp_path, as_json):
     runs = {
         "score-binding": (["score-binding", model, "--benchmark", bench, "--max-pairs", "4"], {"scoring prompts"}),
         "find-neurons": (["find-neurons", model, "--pairs", pairs], {"capturing prompts"}),
-        "prune-neurons": (["prune-neurons", model, "--n", "2", "--pairs", pairs, "--out", tmp_path / "p"],
-                          {"copying", "patching", "checking edited weights", "hashing"}),
+        "prune-neurons": (
+            ["prune-neurons", model, "--n", "2", "--pairs", pairs, "--out", tmp_path / "p"],
+            {"copying", "patching", "checking edited weights", "hashing"},
+        ),
         "verify": (["verify", model, tmp_path / "p"], {"hashing", "comparing with the source", "verifying logits"}),
-        "eval": (["eval", tmp_path / "p", "--against", model, "--limit", "2", "--suite", "kl", "--suite", "retention"], None),
+        "eval": (
+            ["eval", tmp_path / "p", "--against", model, "--limit", "2", "--suite", "kl", "--suite", "retention"],
+            None,
+        ),
     }
     for name, (args, expected) in runs.items():
         proc = run_cli([*args, *flag], env=cli_env(**cache))

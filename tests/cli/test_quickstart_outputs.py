@@ -18,8 +18,21 @@ from surgery.core.checkpoint import Checkpoint
 
 pytestmark = pytest.mark.quickstart
 
-STEPS = ("install", "get-model", "find-neurons", "prune-neurons", "verify-pruned", "eval-pruned", "find-heads",
-         "amplify-heads", "verify-amplified", "eval-amplified", "export-lora", "report", "total")
+STEPS = (
+    "install",
+    "get-model",
+    "find-neurons",
+    "prune-neurons",
+    "verify-pruned",
+    "eval-pruned",
+    "find-heads",
+    "amplify-heads",
+    "verify-amplified",
+    "eval-amplified",
+    "export-lora",
+    "report",
+    "total",
+)
 
 
 def _env_path(name: str) -> Path:

@@ -23,8 +23,7 @@ def base(tmp_path_factory) -> Path:
 
 
 def _start(cmd: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                            env=cli_env())
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env())
 
 
 @pytest.mark.parametrize("force", [False, True], ids=["plain", "force"])
@@ -39,9 +38,26 @@ def test_two_bakes_into_one_destination(force, base, tmp_path):
     out.parent.mkdir()
     barrier = tmp_path / "barrier"
     barrier.mkdir()
-    runs = [_start(faulty_cli(f"hold:{barrier}", ["amplify-heads", src, "--heads", spec, "--alpha", "2",
-                                                 "--out", out, "--no-verify", *(["--force"] if force else [])]))
-            for spec in ("0.1", "1.2")]
+    runs = [
+        _start(
+            faulty_cli(
+                f"hold:{barrier}",
+                [
+                    "amplify-heads",
+                    src,
+                    "--heads",
+                    spec,
+                    "--alpha",
+                    "2",
+                    "--out",
+                    out,
+                    "--no-verify",
+                    *(["--force"] if force else []),
+                ],
+            )
+        )
+        for spec in ("0.1", "1.2")
+    ]
     deadline = time.monotonic() + 240
     while sum(p.poll() is None for p in runs) == 2 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -101,9 +117,20 @@ def test_findings_cache_writers_and_readers(tmp_path):
     from surgery.find.findings import Findings, load_findings, save_findings
 
     path = tmp_path / "cache" / "heads" / "entry.json"
-    save_findings(Findings.from_dict({"format": "surgery-findings", "version": 1, "kind": "heads", "writer": "seed",
-                                      "round": 0, "model": {"fingerprint": "f" * 64},
-                                      "scores": [["seed", 0, k] for k in range(5000)]}), path)
+    save_findings(
+        Findings.from_dict(
+            {
+                "format": "surgery-findings",
+                "version": 1,
+                "kind": "heads",
+                "writer": "seed",
+                "round": 0,
+                "model": {"fingerprint": "f" * 64},
+                "scores": [["seed", 0, k] for k in range(5000)],
+            }
+        ),
+        path,
+    )
     stop = tmp_path / "stop"
     readers = [_start([sys.executable, "-c", READER, str(path), str(stop)]) for _ in range(2)]
     writers = [_start([sys.executable, "-c", WRITER, str(path), f"w{i}", "25"]) for i in range(4)]
@@ -134,9 +161,28 @@ def test_two_find_heads_share_the_cache(tiny, tmp_path):
     env = cli_env(SURGERY_CACHE=str(cache))
 
     def find(out: Path) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "surgery", "find-heads", str(model), "--benchmark", str(bench),
-                                 "--max-pairs", "4", "--random-sets", "1", "--out", str(out)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "surgery",
+                "find-heads",
+                str(model),
+                "--benchmark",
+                str(bench),
+                "--max-pairs",
+                "4",
+                "--random-sets",
+                "1",
+                "--out",
+                str(out),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=env,
+        )
 
     runs = [find(tmp_path / f"f{i}.json") for i in range(2)]
     for run in runs:

@@ -38,8 +38,10 @@ def test_every_causal_lm_type_is_supported_or_refused():
     counts = {s: sum(r.status == s for r in ROWS) for s in sorted({r.status for r in ROWS})}
     print(", ".join(f"{n} {status}" for status, n in counts.items()))
     unknown = [r.model_type for r in ROWS if r.status == UNKNOWN]
-    assert not unknown, (f"new in this transformers: add a row or a refusal to {TABLE_LOCATION} for "
-                         f"{len(unknown)} model type(s): {', '.join(unknown)}")
+    assert not unknown, (
+        f"new in this transformers: add a row or a refusal to {TABLE_LOCATION} for "
+        f"{len(unknown)} model type(s): {', '.join(unknown)}"
+    )
 
 
 def test_no_type_is_both_supported_and_refused():

@@ -43,15 +43,24 @@ MOE_CASES = [(a, f) for a in MOE_ARCHS for f in (False, True) if not (a == "gpt_
 
 
 def _sha256s(folder, skip=()) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())
-            if p.is_file() and p.name not in skip}
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.iterdir())
+        if p.is_file() and p.name not in skip
+    }
 
 
 def _entries(arch: str) -> list[str]:
     """attention removed in layer 0; the MLP (or every expert, and the shared expert) half-removed in layer 2."""
     if arch not in MOE_ARCHS:
-        return ["layer: 0, module: attention, weight: 1.0", "layer: 2, module: mlp, weight: 0.5, vector: v.safetensors#s"]
-    out = ["layer: 0, module: attention, weight: 1.0", "layer: 2, module: experts, weight: 0.5, vector: v.safetensors#s"]
+        return [
+            "layer: 0, module: attention, weight: 1.0",
+            "layer: 2, module: mlp, weight: 0.5, vector: v.safetensors#s",
+        ]
+    out = [
+        "layer: 0, module: attention, weight: 1.0",
+        "layer: 2, module: experts, weight: 0.5, vector: v.safetensors#s",
+    ]
     return out + (["layer: 1, module: shared_experts, weight: 2.0"] if arch == "qwen2_moe" else [])
 
 
@@ -71,8 +80,9 @@ def _check_bake(src, tmp_path, recipe: Recipe, tol: float = 1e-5):
     before, after = stored_tensors(src), stored_tensors(dst)
     assert {n for n in before if not torch.equal(before[n].view(torch.uint8), after[n].view(torch.uint8))} == touched
     projected = [e for e in result.provenance.edited_tensors if e.projected]
-    assert projected and all(abs(e.direction_left - abs(1 - e.direction_weight)) <= 1e-5 for e in projected
-                             if e.direction_left is not None)
+    assert projected and all(
+        abs(e.direction_left - abs(1 - e.direction_weight)) <= 1e-5 for e in projected if e.direction_left is not None
+    )
     assert all(e.block_key and not e.rows_key and not e.cols_key for e in projected)  # the whole tensor kept
     assert result.provenance.verification.max_diff_over_bound <= 1.0
 
@@ -122,8 +132,11 @@ def test_moe_direction_bake_equals_twin(tiny, tmp_path, arch, fused):
     recipe = Recipe(recipe.edits + (HeadScale(0, 1, 2.5), NeuronScale(2, 5, 3.0, 1)))
     dst = _check_bake(src, tmp_path, recipe)
     g = architecture(json.loads((src / "config.json").read_text())).geometry
-    experts = [e for e in load_provenance(dst).edited_tensors
-               if "experts" in e.tensor and e.projected and "bias" not in e.tensor]
+    experts = [
+        e
+        for e in load_provenance(dst).edited_tensors
+        if "experts" in e.tensor and e.projected and "bias" not in e.tensor
+    ]
     assert len(experts) == g.num_experts  # every routed expert's down matrix, per-expert or fused
     assert "(4 experts, the largest)" in (dst / "README.md").read_text()
 
@@ -136,8 +149,9 @@ def test_embeddings_direction(tiny, tmp_path, tied):
     recipe = Recipe.load(direction_recipe(tmp_path / "r", ["module: embeddings, weight: 1.0"]))
     assert recipe.edits[0].to_dict().get("layer") is None
     _check_bake(src, tmp_path, recipe)
-    with pytest.raises(RecipeError, match="direction embeddings: a direction edit of the embeddings has no exact "
-                                          "adapter here"):
+    with pytest.raises(
+        RecipeError, match="direction embeddings: a direction edit of the embeddings has no exact adapter here"
+    ):
         export_lora(Checkpoint(src), recipe, tmp_path / "adapter2")
 
 
@@ -195,8 +209,15 @@ def test_the_recipe_records_the_vector_and_reads_back(tmp_path):
     shown = Recipe.from_dict(recipe.to_dict())
     assert shown == recipe and not shown.edits[0].unit
     with pytest.raises(RecipeError, match=r"edits\[0\]\.vector: 'v.safetensors#r' was not read"):
-        shown.validate({"model_type": "llama", "num_attention_heads": 4, "hidden_size": 32, "num_hidden_layers": 3,
-                        "intermediate_size": 48})
+        shown.validate(
+            {
+                "model_type": "llama",
+                "num_attention_heads": 4,
+                "hidden_size": 32,
+                "num_hidden_layers": 3,
+                "intermediate_size": 48,
+            }
+        )
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float16])
@@ -209,9 +230,15 @@ def test_vectors_of_other_float_types_are_read(tmp_path, dtype):
 def test_a_bake_keeps_its_unit_vectors(tiny, tmp_path):
     """verify, undo and export-lora read a bake's recipe from its folder, without the vector files."""
     src = tiny("llama")
-    recipe = Recipe.load(direction_recipe(tmp_path / "r", ["layer: 1, module: attention, weight: 1.0",
-                                                           "layer: 2, module: attention, weight: 0.0, "
-                                                           "vector: v.safetensors#s"]))  # a no-op, still recorded
+    recipe = Recipe.load(
+        direction_recipe(
+            tmp_path / "r",
+            [
+                "layer: 1, module: attention, weight: 1.0",
+                "layer: 2, module: attention, weight: 0.0, vector: v.safetensors#s",
+            ],
+        )
+    )  # a no-op, still recorded
     bake(Checkpoint(src), recipe, tmp_path / "baked")
     record = load_provenance(tmp_path / "baked")
     again = Recipe.from_dict(record.recipe.to_dict(), vectors=BakedVectors(tmp_path / "baked"))
@@ -226,13 +253,15 @@ def test_the_bake_streams_a_projected_tensor(tmp_path, monkeypatch):
     """Memory stays a few blocks, not the edited tensors: the originals undo needs are spooled to disk."""
     from tests.support.tiny import build_tiny
 
-    src = build_tiny("llama", tmp_path / "src", hidden_size=256, intermediate_size=1024, head_dim=64,
-                     num_hidden_layers=4)
+    src = build_tiny(
+        "llama", tmp_path / "src", hidden_size=256, intermediate_size=1024, head_dim=64, num_hidden_layers=4
+    )
     entries = [f"layer: {i}, module: {m}, weight: 1.0" for i in range(4) for m in ("attention", "mlp")]
     recipe = Recipe.load(direction_recipe(tmp_path / "r", entries, hidden=256))
     ckpt = Checkpoint(src)
-    edited = sum(ckpt.tensor(p.info.name).nbytes for p in patches.plan(ckpt, recipe.validate(ckpt.config),
-                                                                       recipe.active()))
+    edited = sum(
+        ckpt.tensor(p.info.name).nbytes for p in patches.plan(ckpt, recipe.validate(ckpt.config), recipe.active())
+    )
     # Every buffer smaller than one tensor (hashing reads 8 MB at a time: a constant, not the model)
     monkeypatch.setattr(patches, "CHUNK_BYTES", 16 << 10)
     monkeypatch.setattr(bake_module, "STREAM_BLOCK", 64 << 10)
@@ -250,9 +279,12 @@ def test_the_bake_streams_a_projected_tensor(tmp_path, monkeypatch):
 
 
 def test_conflicting_directions_on_one_module_are_refused(tmp_path):
-    path = direction_recipe(tmp_path, ["layer: 1, module: mlp, weight: 1.0",
-                                       "layer: 1, module: mlp, weight: 1.0, vector: v.safetensors#s"])
-    with pytest.raises(RecipeError, match="conflicting edits for direction 1:mlp: v.safetensors#r × 1.0 and "
-                                          "v.safetensors#s × 1.0; keep one"):
+    path = direction_recipe(
+        tmp_path, ["layer: 1, module: mlp, weight: 1.0", "layer: 1, module: mlp, weight: 1.0, vector: v.safetensors#s"]
+    )
+    with pytest.raises(
+        RecipeError,
+        match="conflicting edits for direction 1:mlp: v.safetensors#r × 1.0 and v.safetensors#s × 1.0; keep one",
+    ):
         Recipe.load(path)
     assert DirectionEdit.kind == "direction"

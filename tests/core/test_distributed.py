@@ -33,10 +33,12 @@ SKIP_KEYS = {"created", "seconds"}  # the wall clock, not a finding
 
 def torchrun(args: list[Any], cache: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     """``torchrun --standalone --nproc-per-node 2 ARGS`` (gloo, one thread per process)."""
-    env = cli_env(OMP_NUM_THREADS="1", SURGERY_CACHE=str(cache),
-                  PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           *map(str, args)]
+    env = cli_env(
+        OMP_NUM_THREADS="1",
+        SURGERY_CACHE=str(cache),
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
 
 
@@ -106,7 +108,7 @@ def test_a_shard_is_the_plain_loop_in_one_process(monkeypatch):
     advanced: list[int] = []
     work.finish(advanced.append, per_item=3)
     assert advanced == []  # every item was this process's
-    big = 2 ** 60 + 1  # FLOP counts: whole numbers stay exact (float64 would round this one)
+    big = 2**60 + 1  # FLOP counts: whole numbers stay exact (float64 would round this one)
     assert work.sum(big)[0] == big and work.sum(0.5, 2).tolist() == [0.5, 2.0]
 
 
@@ -141,19 +143,27 @@ def test_four_commands_on_two_ranks_equal_one_process(tmp_path, capsys, monkeypa
         "eval-warm": ["eval", pruned, "--against", BIAS, "--limit", "6"],  # the source from the cache
     }
     written = ("neurons", "heads", "eval", "eval-warm")
-    outs = {name: [*args, "--out", tmp_path / f"{name}-{{}}.json"] if name in written else args
-            for name, args in commands.items()}
+    outs = {
+        name: [*args, "--out", tmp_path / f"{name}-{{}}.json"] if name in written else args
+        for name, args in commands.items()
+    }
     monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "cache-1"))
     alone = {name: single(capsys, [str(a).format(1) for a in args]) for name, args in outs.items()}
 
     other = tmp_path / "pairs-1.jsonl"  # rank 1 is given one pair fewer
     other.write_text("".join(PAIRS.read_text().splitlines(keepends=True)[1:]))
     (tmp_path / "pairs-0.jsonl").write_text(PAIRS.read_text())
-    spec = [{"args": [str(a).format(2) for a in args], "stdout": str(tmp_path / f"{name}.out")}
-            for name, args in outs.items()]
-    spec += [{"args": ["find-neurons", str(BIAS), "--pairs", str(tmp_path / "pairs-{rank}.jsonl")],
-              "stdout": str(tmp_path / "disagree.out")},
-             {"args": ["verify", str(BIAS), str(pruned)], "stdout": str(tmp_path / "verify.out")}]
+    spec = [
+        {"args": [str(a).format(2) for a in args], "stdout": str(tmp_path / f"{name}.out")}
+        for name, args in outs.items()
+    ]
+    spec += [
+        {
+            "args": ["find-neurons", str(BIAS), "--pairs", str(tmp_path / "pairs-{rank}.jsonl")],
+            "stdout": str(tmp_path / "disagree.out"),
+        },
+        {"args": ["verify", str(BIAS), str(pruned)], "stdout": str(tmp_path / "verify.out")},
+    ]
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     ran = torchrun([TESTS / "support" / "torchrun_cli.py", tmp_path / "spec.json"], tmp_path / "cache-2")
     assert ran.returncode == 0, ran.stderr[-3000:]
@@ -179,17 +189,19 @@ def test_four_commands_on_two_ranks_equal_one_process(tmp_path, capsys, monkeypa
     assert ran.stderr.count("scoring prompts: ") == 2  # find-heads and score-binding, rank 0's only
 
     errors = [ln for ln in ran.stderr.splitlines() if ln.startswith("Error")]
-    assert errors == ["Error: torchrun ranks disagree about the model and the pairs: rank(s) 1 differ from "
-                      "rank 0; give every process the same model and inputs",
-                      "Error: surgery verify does not run data-parallel; run it without torchrun (under "
-                      "torchrun: find-neurons, find-heads, score-binding, eval, find-direction)"], ran.stderr[-3000:]
+    assert errors == [
+        "Error: torchrun ranks disagree about the model and the pairs: rank(s) 1 differ from "
+        "rank 0; give every process the same model and inputs",
+        "Error: surgery verify does not run data-parallel; run it without torchrun (under "
+        "torchrun: find-neurons, find-heads, score-binding, eval, find-direction)",
+    ], ran.stderr[-3000:]
 
 
 def test_moe_find_neurons_on_two_ranks_equals_one_process(tiny, tmp_path, capsys, monkeypatch):
     """A mixture of experts with a shared expert: the ranks add up the expert sums, the pairs that
     reached each expert and the routing shares, so two processes find what one does."""
-    from tests.support.neuron_pairs import write_pairs
     from tests.support.binding import char_model
+    from tests.support.neuron_pairs import write_pairs
 
     model = char_model(tiny, "qwen2_moe")
     pairs = write_pairs(tmp_path / "pairs.jsonl")

@@ -20,8 +20,17 @@ from surgery.bake.undo import undo
 from surgery.bake.verify import verify
 from surgery.core.architectures import Architecture
 from surgery.core.checkpoint import Checkpoint
-from surgery.core.edit_kind import (Edit, check_layer, check_scale, edit_kinds, index, number, recipe_key,
-                                    register_edit_kind, unregister_edit_kind)
+from surgery.core.edit_kind import (
+    Edit,
+    check_layer,
+    check_scale,
+    edit_kinds,
+    index,
+    number,
+    recipe_key,
+    register_edit_kind,
+    unregister_edit_kind,
+)
 from surgery.core.edits import DirectionEdit, HeadScale, NeuronScale, Recipe
 from surgery.core.errors import RecipeError
 from surgery.core.sites import Site
@@ -90,8 +99,11 @@ def toy_kinds():
 
 
 def _sha256s(folder) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_builtin_kinds_are_registered():
@@ -103,8 +115,10 @@ def test_a_kind_registered_in_a_test_goes_through_every_path(toy_kinds, tiny, tm
 
     src = tiny("llama")
     path = tmp_path / "recipe.yaml"
-    path.write_text("version: 1\nedits:\n  - {type: layer_attention, layer: 1, alpha: 0.5}\n"
-                    "  - {type: neuron, layer: 0, neuron: 3, factor: 0}\n")
+    path.write_text(
+        "version: 1\nedits:\n  - {type: layer_attention, layer: 1, alpha: 0.5}\n"
+        "  - {type: neuron, layer: 0, neuron: 3, factor: 0}\n"
+    )
     recipe = Recipe.load(path)
     assert recipe.edits == (LayerAttentionScale(1, 0.5), NeuronScale(0, 3, 0.0))
     assert Recipe.from_dict(recipe.to_dict()) == recipe  # to_dict / from_dict round trip
@@ -122,9 +136,13 @@ def test_a_kind_registered_in_a_test_goes_through_every_path(toy_kinds, tiny, tm
     assert (logits(load_fp32(src)) - baked).abs().max().item() > 1e-3
     before, after = stored_tensors(src), stored_tensors(tmp_path / "baked")
     assert {n for n in before if not torch.equal(before[n], after[n])} == {
-        "model.layers.1.self_attn.o_proj.weight", "model.layers.0.mlp.down_proj.weight",
-        "model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
-        "model.layers.0.mlp.gate_proj.bias", "model.layers.0.mlp.up_proj.bias"}  # the tiny Llama has MLP biases
+        "model.layers.1.self_attn.o_proj.weight",
+        "model.layers.0.mlp.down_proj.weight",
+        "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.mlp.up_proj.weight",
+        "model.layers.0.mlp.gate_proj.bias",
+        "model.layers.0.mlp.up_proj.bias",
+    }  # the tiny Llama has MLP biases
 
     assert verify(ckpt, tmp_path / "baked").ok
     undo(tmp_path / "baked", tmp_path / "restored")

@@ -9,8 +9,14 @@ import pytest
 from surgery.core.edits import HeadScale, NeuronScale, Recipe, parse_heads, parse_neurons
 from surgery.core.errors import RecipeError
 
-CONFIG = {"model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
-          "hidden_size": 64, "intermediate_size": 100}
+CONFIG = {
+    "model_type": "llama",
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "hidden_size": 64,
+    "intermediate_size": 100,
+}
 
 
 def test_yaml_round_trip(tmp_path):
@@ -22,31 +28,45 @@ def test_yaml_round_trip(tmp_path):
     assert path.read_text().startswith("# made by a test\n#\n# second line\n")
 
 
-@pytest.mark.parametrize("raw, field", [
-    ({"version": 1, "edits": [{"type": "head", "layer": 0, "head": 0, "alpha": 2, "beta": 1}]}, "beta"),
-    ({"version": 1, "edits": [{"type": "head", "layer": 0, "head": 0}]}, "alpha"),
-    ({"version": 1, "edits": [{"type": "neuron", "layer": 0, "neuron": 0, "factor": "x"}]}, "factor"),
-    ({"version": 1, "edits": [{"type": "head", "layer": 0, "head": 0, "alpha": math.nan}]}, "alpha"),
-    ({"version": 1, "edits": [{"type": "head", "layer": 0, "head": 0, "alpha": math.inf}]}, "alpha"),
-    ({"version": 1, "edits": [{"type": "head", "layer": 0.5, "head": 0, "alpha": 2}]}, "layer"),
-    ({"version": 1, "edits": [{"type": "attention", "layer": 0}]}, "type"),
-    ({"version": 2, "edits": [{"type": "head", "layer": 0, "head": 0, "alpha": 2}]}, "version"),
-    ({"version": 1, "edits": []}, "edits"),
-    ({"version": 1, "edits": [], "extra": 1}, "extra"),
-    ({"version": 1, "edits": [{"type": "head", "layer": 0, "head": 0, "alpha": 2},
-                              {"type": "head", "layer": 0, "head": 0, "alpha": 3}]}, "conflicting"),
-])
+@pytest.mark.parametrize(
+    "raw, field",
+    [
+        ({"version": 1, "edits": [{"type": "head", "layer": 0, "head": 0, "alpha": 2, "beta": 1}]}, "beta"),
+        ({"version": 1, "edits": [{"type": "head", "layer": 0, "head": 0}]}, "alpha"),
+        ({"version": 1, "edits": [{"type": "neuron", "layer": 0, "neuron": 0, "factor": "x"}]}, "factor"),
+        ({"version": 1, "edits": [{"type": "head", "layer": 0, "head": 0, "alpha": math.nan}]}, "alpha"),
+        ({"version": 1, "edits": [{"type": "head", "layer": 0, "head": 0, "alpha": math.inf}]}, "alpha"),
+        ({"version": 1, "edits": [{"type": "head", "layer": 0.5, "head": 0, "alpha": 2}]}, "layer"),
+        ({"version": 1, "edits": [{"type": "attention", "layer": 0}]}, "type"),
+        ({"version": 2, "edits": [{"type": "head", "layer": 0, "head": 0, "alpha": 2}]}, "version"),
+        ({"version": 1, "edits": []}, "edits"),
+        ({"version": 1, "edits": [], "extra": 1}, "extra"),
+        (
+            {
+                "version": 1,
+                "edits": [
+                    {"type": "head", "layer": 0, "head": 0, "alpha": 2},
+                    {"type": "head", "layer": 0, "head": 0, "alpha": 3},
+                ],
+            },
+            "conflicting",
+        ),
+    ],
+)
 def test_malformed_recipes_name_the_field(raw, field):
     with pytest.raises(RecipeError, match=field):
         Recipe.from_dict(raw)
 
 
-@pytest.mark.parametrize("edit, field", [
-    (HeadScale(4, 0, 2.0), "num_hidden_layers = 4"),
-    (HeadScale(0, 8, 2.0), "num_attention_heads = 8"),
-    (NeuronScale(0, 100, 0.0), "intermediate_size = 100"),
-    (NeuronScale(-1, 0, 0.0), "≥ 0"),
-])
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (HeadScale(4, 0, 2.0), "num_hidden_layers = 4"),
+        (HeadScale(0, 8, 2.0), "num_attention_heads = 8"),
+        (NeuronScale(0, 100, 0.0), "intermediate_size = 100"),
+        (NeuronScale(-1, 0, 0.0), "≥ 0"),
+    ],
+)
 def test_out_of_range_names_the_config_field(edit, field):
     with pytest.raises(RecipeError, match=field):
         Recipe((edit,)).validate(CONFIG)

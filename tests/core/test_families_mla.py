@@ -11,7 +11,6 @@ import pytest
 
 from surgery.core import architectures
 from surgery.core.architectures import ARCHITECTURES, ATTENTION_KINDS, LEGACY_KINDS, architecture
-from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import CheckpointError, RecipeError, UnsupportedArchitecture
 from surgery.core.resolve import Resolver
@@ -37,6 +36,7 @@ def _config_class(model_type: str):
 
 # --- what a layer is: the table's rules against transformers' config classes -------------------------
 
+
 def test_legacy_kind_names_are_transformers():
     from transformers import configuration_utils as cu
 
@@ -46,25 +46,35 @@ def test_legacy_kind_names_are_transformers():
 
 # (model type, keys config.json lacks, keys it has instead): each rule form of the table once
 ATTENTION_RULES = [
-    ("qwen3_next", ("layer_types",), dict(full_attention_interval=3, num_hidden_layers=6)),    # interval
+    ("qwen3_next", ("layer_types",), dict(full_attention_interval=3, num_hidden_layers=6)),  # interval
     ("qwen3_5_text", ("layer_types",), dict(full_attention_interval=2)),
-    ("bailing_hybrid", ("layer_types", "mlp_layer_types"), dict(layer_group_size=3, num_hidden_layers=6,
-                                                                   first_k_dense_replace=1)),
-    ("jamba", (), dict(attn_layer_period=3, attn_layer_offset=1, num_hidden_layers=6)),          # period
-    ("bamba", (), dict(attn_layer_indices=[1, 4], num_hidden_layers=6)),                        # indices
-    ("bamba", (), dict(attn_layer_indices=None)),                                                # null: none
+    (
+        "bailing_hybrid",
+        ("layer_types", "mlp_layer_types"),
+        dict(layer_group_size=3, num_hidden_layers=6, first_k_dense_replace=1),
+    ),
+    ("jamba", (), dict(attn_layer_period=3, attn_layer_offset=1, num_hidden_layers=6)),  # period
+    ("bamba", (), dict(attn_layer_indices=[1, 4], num_hidden_layers=6)),  # indices
+    ("bamba", (), dict(attn_layer_indices=None)),  # null: none
     ("lfm2", ("layer_types",), dict(full_attn_idxs=[0, 3], num_hidden_layers=5)),
-    ("kimi_linear", ("layer_types", "mlp_layer_types"), dict(                                      # 1-based
-        num_hidden_layers=6, first_k_dense_replace=1,
-        linear_attn_config={"full_attn_layers": [2, 4], "kda_layers": [1, 3, 5, 6]})),
+    (
+        "kimi_linear",
+        ("layer_types", "mlp_layer_types"),
+        dict(  # 1-based
+            num_hidden_layers=6,
+            first_k_dense_replace=1,
+            linear_attn_config={"full_attn_layers": [2, 4], "kda_layers": [1, 3, 5, 6]},
+        ),
+    ),
     ("nemotron_h", ("layers_block_type", "num_hidden_layers"), dict(hybrid_override_pattern="M*-M*E")),  # pattern
     ("recurrent_gemma", (), dict(block_types=["recurrent", "recurrent", "attention"], num_hidden_layers=7)),
-    ("olmo_hybrid", (), dict(layer_types=["linear_attention", "full_attention"] * 2)),            # list
+    ("olmo_hybrid", (), dict(layer_types=["linear_attention", "full_attention"] * 2)),  # list
 ]
 
 
-@pytest.mark.parametrize("model_type,drop,keys", ATTENTION_RULES,
-                         ids=[f"{c[0]}-{sorted(c[2])[0]}" for c in ATTENTION_RULES])
+@pytest.mark.parametrize(
+    "model_type,drop,keys", ATTENTION_RULES, ids=[f"{c[0]}-{sorted(c[2])[0]}" for c in ATTENTION_RULES]
+)
 def test_layer_kinds_are_transformers_layer_types(model_type, drop, keys):
     from transformers.configuration_utils import remap_legacy_layer_types
 
@@ -77,10 +87,16 @@ def test_layer_kinds_are_transformers_layer_types(model_type, drop, keys):
 
 MLP_RULES = [
     ("deepseek_v32", ("mlp_layer_types", "layer_types"), dict(first_k_dense_replace=2, num_hidden_layers=5)),
-    ("kimi_linear", ("mlp_layer_types",), dict(first_k_dense_replace=2, num_hidden_layers=6,
-                                                layer_types=["full_attention"] * 6)),
-    ("bailing_hybrid", ("mlp_layer_types",), dict(first_k_dense_replace=1, num_hidden_layers=6,
-                                                   layer_types=["full_attention"] * 6)),
+    (
+        "kimi_linear",
+        ("mlp_layer_types",),
+        dict(first_k_dense_replace=2, num_hidden_layers=6, layer_types=["full_attention"] * 6),
+    ),
+    (
+        "bailing_hybrid",
+        ("mlp_layer_types",),
+        dict(first_k_dense_replace=1, num_hidden_layers=6, layer_types=["full_attention"] * 6),
+    ),
     ("nemotron_h", ("layers_block_type", "num_hidden_layers"), dict(hybrid_override_pattern="M*-M*E")),
 ]
 
@@ -102,8 +118,11 @@ def test_dense_layers_are_where_the_model_builds_a_dense_mlp(model_type):
     import torch
     from transformers import AutoModelForCausalLM
 
-    keys = (dict(expert_layer_period=2, expert_layer_offset=1, num_experts=2) if model_type == "jamba"
-            else dict(first_k_dense_replace=2))
+    keys = (
+        dict(expert_layer_period=2, expert_layer_offset=1, num_experts=2)
+        if model_type == "jamba"
+        else dict(first_k_dense_replace=2)
+    )
     config = family_config(model_type, **keys)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
@@ -177,15 +196,20 @@ def test_the_table_has_each_model_type_once():
 
 # --- sites: an MLA head is v_head_dim columns; a DeepSeek-V4 head a block within its group's rows ----
 
+
 def test_mla_head_is_v_head_dim_columns_and_shapes_follow_the_ranks():
     arch = _arch("deepseek_v3")
     v, qk, heads = MLA["v_head_dim"], MLA["qk_nope_head_dim"] + MLA["qk_rope_head_dim"], 4
     (site,) = sites(arch, HeadScale(1, 2, 0.5))
     assert site.indices == tuple(range(2 * v, 3 * v)) and site.shape == (32, heads * v) and site.group is None
     shapes = {m: shape for m, (shape, _) in arch.attention_shapes().items()}
-    assert shapes == {"self_attn.o_proj": (32, heads * v), "self_attn.q_a_proj": (16, 32),
-                      "self_attn.q_b_proj": (heads * qk, 16), "self_attn.kv_a_proj_with_mqa": (8 + 4, 32),
-                      "self_attn.kv_b_proj": (heads * (MLA["qk_nope_head_dim"] + v), 8)}
+    assert shapes == {
+        "self_attn.o_proj": (32, heads * v),
+        "self_attn.q_a_proj": (16, 32),
+        "self_attn.q_b_proj": (heads * qk, 16),
+        "self_attn.kv_a_proj_with_mqa": (8 + 4, 32),
+        "self_attn.kv_b_proj": (heads * (MLA["qk_nope_head_dim"] + v), 8),
+    }
     plain_q = {m for m in _arch("bailing_hybrid").attention_shapes()}  # q_lora_rank null: one q_proj
     assert "self_attn.q_proj" in plain_q and "self_attn.q_b_proj" not in plain_q
 
@@ -205,6 +229,7 @@ def test_deepseek_v4_head_is_its_columns_within_its_groups_rows():
 
 
 # --- per layer: heads where softmax attention is, neurons where a dense MLP is ----------------------
+
 
 def test_a_head_in_a_linear_attention_layer_is_refused_naming_layer_and_kind():
     arch = _arch("qwen3_5_text")
@@ -246,6 +271,7 @@ def test_a_refused_edit_writes_nothing(tmp_path):
 
 # --- configs that are not what the table needs: one line each --------------------------------------
 
+
 def test_contradicting_or_missing_layer_kinds_are_one_line():
     raw = family_config("olmo_hybrid").to_dict()
     with pytest.raises(UnsupportedArchitecture, match="'layer_types' has 3 entries but num_hidden_layers = 4"):
@@ -285,12 +311,19 @@ def test_inspect_says_what_each_kind_of_layer_allows(tmp_path):
     info = surgery.inspect(build_family("nemotron_h", tmp_path / "src"))
     ssm = "heads of linear attention or a state-space scan (only softmax-attention heads are edited)"
     assert info["layer_kinds"] == [
-        {"layers": [0], "kind": "linear_attention", "refused": [ssm],
-         "summary": f"layers 0 (linear_attention): nothing; refused: {ssm}"},
+        {
+            "layers": [0],
+            "kind": "linear_attention",
+            "refused": [ssm],
+            "summary": f"layers 0 (linear_attention): nothing; refused: {ssm}",
+        },
         {"layers": [1, 3], "kind": "full_attention", "heads": 4, "summary": "layers 1, 3 (full_attention): 4 heads"},
-        {"layers": [2], "kind": "mlp", "neurons": 48, "summary": "layers 2 (mlp): 48 MLP neurons"}]
+        {"layers": [2], "kind": "mlp", "neurons": 48, "summary": "layers 2 (mlp): 48 MLP neurons"},
+    ]
     info = surgery.inspect(build_family("deepseek_v4", tmp_path / "v4"))
     assert (info["o_groups"], info["o_lora_rank"]) == (2, 6)
     experts = "experts (this table row does not describe its mixture of experts)"
     assert [k["summary"] for k in info["layer_kinds"]] == [
-        f"layers 0 (hash_moe): 4 heads; refused: {experts}", f"layers 1–3 (moe): 4 heads; refused: {experts}"]
+        f"layers 0 (hash_moe): 4 heads; refused: {experts}",
+        f"layers 1–3 (moe): 4 heads; refused: {experts}",
+    ]

@@ -6,6 +6,8 @@ per layer. The sweep proves the default tiny Gemma 4 rows; here, each rule again
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -61,15 +63,18 @@ def test_a_head_of_a_wider_layer_and_a_neuron_of_a_wider_mlp(tmp_path):
     with pytest.raises(RecipeError, match="neuron = 191 but the model has intermediate_size = 96"):
         Recipe((NeuronScale(0, 191, 0.0),)).validate(model.config.to_dict())
     info = surgery.inspect(save_family(model, tmp_path / "src"))
-    assert [k["summary"] for k in info["layer_kinds"]] == ["layers 0–2: 4 heads; 96 MLP neurons",
-                                                           "layers 3–5: 4 heads; 192 MLP neurons"]
+    assert [k["summary"] for k in info["layer_kinds"]] == [
+        "layers 0–2: 4 heads; 96 MLP neurons",
+        "layers 3–5: 4 heads; 192 MLP neurons",
+    ]
 
 
 def test_layers_with_an_expert_block_beside_the_mlp(tmp_path):
     """Gemma 4's mixture-of-experts variant keeps its dense MLP in every layer, with an expert block
     beside it: heads and dense neurons are edited exactly there, the experts are left as they are."""
-    model = _gemma4(**VARIANTS["values are keys"], enable_moe_block=True, num_experts=4, top_k_experts=2,
-                    moe_intermediate_size=32)
+    model = _gemma4(
+        **VARIANTS["values are keys"], enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=32
+    )
     assert any("experts" in name for name, _ in model.named_parameters())
     prove(model, tmp_path)
 
@@ -97,7 +102,7 @@ def test_find_neurons_on_uniform_layers(tmp_path):
     assert surgery.verify(src, tmp_path / "pruned").ok
 
 
-def _hybrid_with_per_layer_sizes(path, config_sizes: dict) -> "Path":
+def _hybrid_with_per_layer_sizes(path, config_sizes: dict) -> Path:
     """A tiny Qwen3.5 text model (layers: linear, full, linear, full attention) whose full-attention layer 3
     has heads of 16 (not 8) and whose linear-attention layer 2 has 64 MLP neurons (not 48): its tensors
     rewritten so, and ``config_sizes`` as config.json's per_layer_config. transformers builds no such
@@ -110,9 +115,15 @@ def _hybrid_with_per_layer_sizes(path, config_sizes: dict) -> "Path":
 
     src = build_family("qwen3_5_text", path)
     tensors, g = load_file(src / "model.safetensors"), torch.Generator().manual_seed(1)
-    wide = {"layers.3.self_attn.q_proj": (2 * 4 * 16, 32), "layers.3.self_attn.k_proj": (2 * 16, 32),
-            "layers.3.self_attn.v_proj": (2 * 16, 32), "layers.3.self_attn.o_proj": (32, 4 * 16),
-            "layers.2.mlp.gate_proj": (64, 32), "layers.2.mlp.up_proj": (64, 32), "layers.2.mlp.down_proj": (32, 64)}
+    wide = {
+        "layers.3.self_attn.q_proj": (2 * 4 * 16, 32),
+        "layers.3.self_attn.k_proj": (2 * 16, 32),
+        "layers.3.self_attn.v_proj": (2 * 16, 32),
+        "layers.3.self_attn.o_proj": (32, 4 * 16),
+        "layers.2.mlp.gate_proj": (64, 32),
+        "layers.2.mlp.up_proj": (64, 32),
+        "layers.2.mlp.down_proj": (32, 64),
+    }
     for name, shape in wide.items():
         tensors[f"model.{name}.weight"] = torch.randn(shape, generator=g) * 0.1
     save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
@@ -148,7 +159,8 @@ def test_per_layer_sizes_and_per_layer_kinds_together(tmp_path):
     assert [k["summary"] for k in info["layer_kinds"]] == [
         f"layers 0 (linear_attention): 48 MLP neurons; {refused}",
         "layers 1, 3 (full_attention): 4 heads; 48 MLP neurons",
-        f"layers 2 (linear_attention): 64 MLP neurons; {refused}"]
+        f"layers 2 (linear_attention): 64 MLP neurons; {refused}",
+    ]
 
     surgery.apply(Recipe((HeadScale(3, 3, 2.0), NeuronScale(2, 63, 0.0))), src, tmp_path / "baked")
     before, after = stored_tensors(src), stored_tensors(tmp_path / "baked")
@@ -167,6 +179,7 @@ def test_a_per_layer_size_that_contradicts_the_tensors_is_one_line(tmp_path, cap
     src = _hybrid_with_per_layer_sizes(tmp_path / "src", {"2": {"intermediate_size": 64}})
     line = error_line(run_main(["inspect", src], capsys))
     assert "model.layers.3.self_attn" in line and "head_dim" in line
-    line = error_line(run_main(["amplify-heads", src, "--heads", "3.1", "--alpha", "2", "--out", tmp_path / "out"],
-                               capsys))
+    line = error_line(
+        run_main(["amplify-heads", src, "--heads", "3.1", "--alpha", "2", "--out", tmp_path / "out"], capsys)
+    )
     assert "model.layers.3.self_attn" in line and not (tmp_path / "out").exists()

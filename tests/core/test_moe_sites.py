@@ -46,8 +46,9 @@ def test_expert_neuron_sites():
     assert down == Site(1, "mlp.experts.down", "in", (7,), 0.0, (H, 16), True, 2)
     assert gate == Site(1, "mlp.experts.gate", "out", (7,), 0.0, (16, H), False, 2)
     assert up == Site(1, "mlp.experts.up", "out", (7,), 0.0, (16, H), False, 2)
-    assert sites(arch, NeuronScale(1, 7, 1.5, 2)) == [down.__class__(1, "mlp.experts.down", "in", (7,), 1.5,
-                                                                      (H, 16), True, 2)]
+    assert sites(arch, NeuronScale(1, 7, 1.5, 2)) == [
+        down.__class__(1, "mlp.experts.down", "in", (7,), 1.5, (H, 16), True, 2)
+    ]
 
 
 def test_shared_expert_neuron_is_a_dense_neuron_of_its_mlp():
@@ -74,8 +75,10 @@ def test_gpt_oss_rows_interleave_and_windows_transpose():
 def test_mixtral_per_expert_names():
     arch = _arch("mixtral")
     assert [s[0] for p in ("gate", "up", "down") for s in arch.expert_slices(5, p, False)] == [
-        "block_sparse_moe.experts.5.w1.weight", "block_sparse_moe.experts.5.w3.weight",
-        "block_sparse_moe.experts.5.w2.weight"]
+        "block_sparse_moe.experts.5.w1.weight",
+        "block_sparse_moe.experts.5.w3.weight",
+        "block_sparse_moe.experts.5.w2.weight",
+    ]
 
 
 def test_dense_layers_of_a_sparse_model():
@@ -89,8 +92,14 @@ def test_dense_layers_of_a_sparse_model():
 
 
 def test_dense_geometry_records_as_before():
-    assert set(_arch("llama").geometry.to_dict()) == {"num_layers", "num_heads", "num_kv_heads", "head_dim",
-                                                      "hidden_size", "intermediate_size"}
+    assert set(_arch("llama").geometry.to_dict()) == {
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+        "hidden_size",
+        "intermediate_size",
+    }
     assert _arch("olmoe").geometry.to_dict()["sparse_layers"] == [0, 1, 2]
 
 
@@ -98,8 +107,11 @@ def test_layouts_are_told_apart_and_mxfp4_experts_refused():
     arch = _arch("gpt_oss")
     names = {"model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.experts.gate_up_proj"}
     assert arch.fused_experts(names)
-    mxfp4 = {"model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.experts.gate_up_proj_blocks",
-             "model.layers.0.mlp.experts.gate_up_proj_scales"}
+    mxfp4 = {
+        "model.layers.0.self_attn.o_proj.weight",
+        "model.layers.0.mlp.experts.gate_up_proj_blocks",
+        "model.layers.0.mlp.experts.gate_up_proj_scales",
+    }
     with pytest.raises(CheckpointError, match="quantized .*MXFP4.*bf16"):
         arch.fused_experts(mxfp4)
     assert not _arch("mixtral").fused_experts({"model.layers.0.block_sparse_moe.experts.0.w1.weight"})

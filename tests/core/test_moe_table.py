@@ -41,9 +41,20 @@ def _routing_layers(model, arch) -> set[int]:
 
 def _keys(ex: Experts) -> set[str]:
     """Every config key the row reads."""
-    keys = (*ex.num_keys, ex.size_key, ex.shared_size_key, ex.shared_count_key, *ex.dense_size_keys,
-            ex.layer_types_key, ex.sparse_list_key, ex.sparse_step_key, ex.dense_layers_key, ex.first_dense_key,
-            ex.last_sparse_key, ex.sparse_offset_key)
+    keys = (
+        *ex.num_keys,
+        ex.size_key,
+        ex.shared_size_key,
+        ex.shared_count_key,
+        *ex.dense_size_keys,
+        ex.layer_types_key,
+        ex.sparse_list_key,
+        ex.sparse_step_key,
+        ex.dense_layers_key,
+        ex.first_dense_key,
+        ex.last_sparse_key,
+        ex.sparse_offset_key,
+    )
     return {k for k in keys if k}
 
 
@@ -155,11 +166,18 @@ def test_an_old_spelling_stands_for_the_key():
     assert architecture(cfg).geometry.shared_size == shared
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("mlp_layer_types", ["dense", "sparse"], "'mlp_layer_types' = \\['dense', 'sparse'\\], not a list of "
-                                             "num_hidden_layers = 3 layer kinds; correct it or drop it"),
-    ("mlp_layer_types", "sparse", "not a list of num_hidden_layers = 3 layer kinds"),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        (
+            "mlp_layer_types",
+            ["dense", "sparse"],
+            "'mlp_layer_types' = \\['dense', 'sparse'\\], not a list of "
+            "num_hidden_layers = 3 layer kinds; correct it or drop it",
+        ),
+        ("mlp_layer_types", "sparse", "not a list of num_hidden_layers = 3 layer kinds"),
+    ],
+)
 def test_a_layer_kind_list_that_contradicts_the_layers_is_one_line(key, value, message):
     cfg = {**tiny_config("deepseek_v32").to_dict(), key: value}
     with pytest.raises(UnsupportedArchitecture, match=message):
@@ -190,14 +208,25 @@ def test_a_shared_expert_the_config_leaves_out_is_one_line():
     from surgery.core.errors import RecipeError
 
     cfg = tiny_config("cohere2_moe", num_shared_experts=0).to_dict()
-    with pytest.raises(RecipeError, match=r"^edits\[0\]\.expert = shared but cohere2_moe has no shared expert "
-                                          r"\(config.json sets its width to 0\)$"):
+    with pytest.raises(
+        RecipeError,
+        match=r"^edits\[0\]\.expert = shared but cohere2_moe has no shared expert "
+        r"\(config.json sets its width to 0\)$",
+    ):
         Recipe((NeuronScale(1, 2, 0.0, SHARED),)).validate(cfg)
 
 
 # The mixture-of-experts families refused (the other refusals: tests/core/test_coverage.py).
-MOE_REFUSED = ("dbrx", "dots3_note", "dots3_note_text", "inkling2_loop_text", "inkling2_text", "inkling_text", "jetmoe",
-               "longcat_flash")
+MOE_REFUSED = (
+    "dbrx",
+    "dots3_note",
+    "dots3_note_text",
+    "inkling2_loop_text",
+    "inkling2_text",
+    "inkling_text",
+    "jetmoe",
+    "longcat_flash",
+)
 
 
 @pytest.mark.parametrize("model_type", MOE_REFUSED)

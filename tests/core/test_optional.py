@@ -22,8 +22,9 @@ HIDDEN_RUN = "import sys; sys.modules[{name!r}] = None; from surgery.cli.main im
 def run_hidden(name: str, argv: list[str]) -> subprocess.CompletedProcess:
     """The CLI with the package ``name`` made unimportable."""
     code = HIDDEN_RUN.format(name=name, argv=[str(a) for a in argv])
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO,
-                          env=cli_env())
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO, env=cli_env()
+    )
 
 
 def _report_input(tmp_path: Path) -> Path:
@@ -35,11 +36,14 @@ def _report_input(tmp_path: Path) -> Path:
     return tmp_path / "eval.json"
 
 
-@pytest.mark.parametrize("name, extra, argv", [
-    ("gguf", "gguf", lambda tmp: ["import-gguf", tmp / "model.gguf", "--out", tmp / "out"]),
-    ("matplotlib", "plots", lambda tmp: ["report", "--eval", _report_input(tmp), "--out", tmp / "out"]),
-    ("lm_eval", "lmeval", lambda tmp: ["eval", tmp, "--lm-eval", "arc_easy"]),
-])
+@pytest.mark.parametrize(
+    "name, extra, argv",
+    [
+        ("gguf", "gguf", lambda tmp: ["import-gguf", tmp / "model.gguf", "--out", tmp / "out"]),
+        ("matplotlib", "plots", lambda tmp: ["report", "--eval", _report_input(tmp), "--out", tmp / "out"]),
+        ("lm_eval", "lmeval", lambda tmp: ["eval", tmp, "--lm-eval", "arc_easy"]),
+    ],
+)
 def test_each_optional_package_missing_is_one_line(tmp_path, name, extra, argv):
     (tmp_path / "model.gguf").write_bytes(b"GGUF")  # never read: the package check comes first
     proc = run_hidden(name, argv(tmp_path))
@@ -58,8 +62,10 @@ def test_a_package_missing_anywhere_else_names_it_and_how_to_reinstall(tmp_path)
     """A partial install (a core dependency gone) is still one line, not a traceback."""
     proc = run_hidden("yaml", ["apply", tmp_path / "r.yaml", "--model", tmp_path, "--out", tmp_path / "o"])
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip() == ("Error: the package 'yaml' is missing from this installation; install "
-                                   f"surgery's dependencies again: {pip_install()}")
+    assert proc.stderr.strip() == (
+        "Error: the package 'yaml' is missing from this installation; install "
+        f"surgery's dependencies again: {pip_install()}"
+    )
 
 
 def test_the_hint_installs_from_the_clone_this_copy_was_installed_from():
@@ -72,16 +78,28 @@ def test_the_hint_installs_from_the_clone_this_copy_was_installed_from():
     assert (Path(command.split("'")[1].removesuffix("[plots]")) / "pyproject.toml").is_file()
 
 
-@pytest.mark.parametrize("direct_url, command", [
-    ({"url": "file:///home/me/surgery", "dir_info": {"editable": True}}, "pip install -e '/home/me/surgery[plots]'"),
-    ({"url": "file:///home/me/my%20clone", "dir_info": {}}, "pip install '/home/me/my clone[plots]'"),
-    ({"url": "https://example.org/me/surgery.git",
-      "vcs_info": {"vcs": "git", "commit_id": "0123abc", "requested_revision": "main"}},
-     "pip install 'llm-surgery[plots] @ git+https://example.org/me/surgery.git@0123abc'"),
-    ({"url": "https://example.org/llm_surgery-0.1.0-py3-none-any.whl", "archive_info": {}},
-     "pip install 'llm-surgery[plots] @ https://example.org/llm_surgery-0.1.0-py3-none-any.whl'"),
-    (None, "pip install 'llm-surgery[plots]'"),  # installed from an index: the name is enough there
-])
+@pytest.mark.parametrize(
+    "direct_url, command",
+    [
+        (
+            {"url": "file:///home/me/surgery", "dir_info": {"editable": True}},
+            "pip install -e '/home/me/surgery[plots]'",
+        ),
+        ({"url": "file:///home/me/my%20clone", "dir_info": {}}, "pip install '/home/me/my clone[plots]'"),
+        (
+            {
+                "url": "https://example.org/me/surgery.git",
+                "vcs_info": {"vcs": "git", "commit_id": "0123abc", "requested_revision": "main"},
+            },
+            "pip install 'llm-surgery[plots] @ git+https://example.org/me/surgery.git@0123abc'",
+        ),
+        (
+            {"url": "https://example.org/llm_surgery-0.1.0-py3-none-any.whl", "archive_info": {}},
+            "pip install 'llm-surgery[plots] @ https://example.org/llm_surgery-0.1.0-py3-none-any.whl'",
+        ),
+        (None, "pip install 'llm-surgery[plots]'"),  # installed from an index: the name is enough there
+    ],
+)
 def test_pip_command_for_each_way_surgery_can_be_installed(direct_url, command):
     assert pip_command(direct_url, "plots") == command
 

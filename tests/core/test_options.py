@@ -48,10 +48,15 @@ def test_the_command_receives_the_object_the_user_described():
     assert seen[-1] == (Knobs(count=5, ratio=0.25, mode=False, tags=("a", "b"), loud=True), "y")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--count", "0"], "x>=1"), (["--ratio", "1"], "x<1"), (["--way", "sideways"], "'sideways' is not one of"),
-    (["--hidden", "3"], "No such option"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--count", "0"], "x>=1"),
+        (["--ratio", "1"], "x<1"),
+        (["--way", "sideways"], "'sideways' is not one of"),
+        (["--hidden", "3"], "No such option"),
+    ],
+)
 def test_bounds_and_choices_come_from_the_field(args, message):
     command, _ = _command()
     result = CliRunner().invoke(command, args)
@@ -83,7 +88,7 @@ PARAMETER_OBJECTS = [LoadSpec, FindParams, CaptureParams, SelectParams, EvalPara
 UNBOUNDED = {
     ("prune-neurons", "--factor"): "a scale: negative flips the neuron; NaN/inf refused, |factor| ≤ float32 max",
     ("ablate-direction", "--weight"): "a direction's weight: negative amplifies it; NaN/inf refused, weights the "
-                                      "bake cannot store refused by the bake",
+    "bake cannot store refused by the bake",
     ("ablate-direction", "--floor"): "the kernel's weight far from the peak: the same as --weight",
 }
 
@@ -95,7 +100,9 @@ def _numeric_options():
     _register()
     for name, command in sorted(cli.commands.items()):
         for p in command.params:
-            if isinstance(p, click.Option) and isinstance(p.type, (click.types.IntParamType, click.types.FloatParamType)):
+            if isinstance(p, click.Option) and isinstance(
+                p.type, (click.types.IntParamType, click.types.FloatParamType)
+            ):
                 yield name, p
 
 
@@ -148,16 +155,22 @@ def test_every_parameter_object_checks_its_own_bounds_and_choices(cls):
     assert checked
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["eval", "MODEL", "--batch-size", "-3"], "-3 is not in the range x>=1"),  # was accepted: other numbers
-    (["eval", "MODEL", "--batch-size", "0"], "0 is not in the range x>=1"),    # was an internal error
-    (["eval", "MODEL", "--limit", "0"], "0 is not in the range x>=1"),
-    (["find-heads", "MODEL", "--seed", "-1"], "-1 is not in the range x>=0"),  # numpy refuses negative seeds
-    # click's FloatRange lets NaN through; the parameter object does not
-    (["find-neurons", "MODEL", "--bias-weight", "nan"], "--bias-weight (SelectParams.bias_weight) must be a finite"),
-    (["prune-neurons", "MODEL", "--n", "2", "--spare-active", "nan", "--out", "o"], "--spare-active (SelectParams"),
-    (["find-neurons", "MODEL", "--layers", "2-x"], "--layers: '2-x' is not a layer"),  # before the capture
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["eval", "MODEL", "--batch-size", "-3"], "-3 is not in the range x>=1"),  # was accepted: other numbers
+        (["eval", "MODEL", "--batch-size", "0"], "0 is not in the range x>=1"),  # was an internal error
+        (["eval", "MODEL", "--limit", "0"], "0 is not in the range x>=1"),
+        (["find-heads", "MODEL", "--seed", "-1"], "-1 is not in the range x>=0"),  # numpy refuses negative seeds
+        # click's FloatRange lets NaN through; the parameter object does not
+        (
+            ["find-neurons", "MODEL", "--bias-weight", "nan"],
+            "--bias-weight (SelectParams.bias_weight) must be a finite",
+        ),
+        (["prune-neurons", "MODEL", "--n", "2", "--spare-active", "nan", "--out", "o"], "--spare-active (SelectParams"),
+        (["find-neurons", "MODEL", "--layers", "2-x"], "--layers: '2-x' is not a layer"),  # before the capture
+    ],
+)
 def test_out_of_range_options_are_one_line_before_any_work(args, needle, capsys, tmp_path):
     from tests.support.cli import error_line, run_main
 
@@ -175,9 +188,20 @@ def test_python_callers_get_the_same_checks():
         make_plan(None, against=False, batch_size=-3)
     with pytest.raises(OptionError, match=r"--suite \(EvalParams.suites\) must be one of retention, kl"):
         make_plan(["nope"], against=False)
-    found = HeadFindings(HeadsFindings.from_dict({"format": "surgery-findings", "version": 1, "kind": "heads",
-                                                  "model": {"fingerprint": "f" * 64}, "selected_heads": [[0, 1]],
-                                                  "discovery": {"heads": [{"layer": 0, "head": 1}]}}), None, False)
+    found = HeadFindings(
+        HeadsFindings.from_dict(
+            {
+                "format": "surgery-findings",
+                "version": 1,
+                "kind": "heads",
+                "model": {"fingerprint": "f" * 64},
+                "selected_heads": [[0, 1]],
+                "discovery": {"heads": [{"layer": 0, "head": 1}]},
+            }
+        ),
+        None,
+        False,
+    )
     assert found.select(1) == [(0, 1)]
     for top in (0, -1):  # 0 meant "the default", -1 cut the ranking from its end
         with pytest.raises(RecipeError, match=f"--top must be ≥ 1, got {top}"):

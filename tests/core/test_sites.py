@@ -29,6 +29,7 @@ def _arch(name: str):
 
 # --- the map itself ------------------------------------------------------------------------------
 
+
 def test_head_is_its_o_proj_columns():
     (site,) = sites(_arch("llama"), HeadScale(2, 3, 0.5))
     assert site == Site(2, "self_attn.o_proj", "in", tuple(range(3 * D, 4 * D)), 0.5, (H, 4 * D), True)
@@ -133,8 +134,13 @@ def test_one_row_makes_hooks_bake_and_lora_agree(starcoder2, tmp_path, monkeypat
     # Exactly the sites' tensors changed (the pruned neuron's c_fc row and bias too); the rest,
     # o_proj and c_proj biases included, is byte-identical.
     before, after = stored_tensors(starcoder2), stored_tensors(tmp_path / "baked")
-    edited = {"model.layers.0.self_attn.o_proj.weight", "model.layers.1.mlp.c_proj.weight",
-              "model.layers.1.mlp.c_fc.weight", "model.layers.1.mlp.c_fc.bias", "model.layers.2.mlp.c_proj.weight"}
+    edited = {
+        "model.layers.0.self_attn.o_proj.weight",
+        "model.layers.1.mlp.c_proj.weight",
+        "model.layers.1.mlp.c_fc.weight",
+        "model.layers.1.mlp.c_fc.bias",
+        "model.layers.2.mlp.c_proj.weight",
+    }
     assert before.keys() == after.keys() and edited <= before.keys()
     assert {n for n in before if not torch.equal(before[n], after[n])} == edited
     assert not after["model.layers.1.mlp.c_fc.weight"][3].any() and after["model.layers.1.mlp.c_fc.bias"][3] == 0

@@ -10,8 +10,8 @@ import pytest
 
 from surgery.core.edits import HeadScale, Recipe
 from surgery.core.staging import OUTPUT_MARKERS, surgery_output
-from tests.support.tiny import build_tiny
 from tests.support.cli import error_line, run_main, staging_leftovers, tree_hashes
+from tests.support.tiny import build_tiny
 
 FOREIGN = ("was not written by surgery", "remove it yourself or choose another --out")
 
@@ -34,13 +34,28 @@ def made(tmp_path_factory) -> dict[str, Path]:
     findings["selected_heads"] = [[0, 1]]
     save_findings(HeadsFindings.from_dict(findings), root / "findings.json")
     write_tiny_gguf(root / "tiny.gguf", gguf_source_model())
-    return {"root": root, "src": src, "baked": root / "baked", "recipe": root / "recipe.yaml",
-            "findings": root / "findings.json", "gguf": root / "tiny.gguf"}
+    return {
+        "root": root,
+        "src": src,
+        "baked": root / "baked",
+        "recipe": root / "recipe.yaml",
+        "findings": root / "findings.json",
+        "gguf": root / "tiny.gguf",
+    }
 
 
 COMMANDS = {
-    "amplify-heads": lambda m, out: ["amplify-heads", m["src"], "--heads", "0.1", "--alpha", "2", "--out", out,
-                                     "--no-verify"],
+    "amplify-heads": lambda m, out: [
+        "amplify-heads",
+        m["src"],
+        "--heads",
+        "0.1",
+        "--alpha",
+        "2",
+        "--out",
+        out,
+        "--no-verify",
+    ],
     "apply": lambda m, out: ["apply", m["recipe"], "--model", m["src"], "--out", out, "--no-verify"],
     "undo": lambda m, out: ["undo", m["baked"], "--out", out],
     "export-lora": lambda m, out: ["export-lora", m["src"], "--recipe", m["recipe"], "--out", out],
@@ -127,8 +142,12 @@ def test_markers_are_what_the_commands_write():
     from surgery.model.gguf_import import MANIFEST_NAME as GGUF_MANIFEST
     from surgery.ship.report import MANIFEST_NAME as REPORT_MANIFEST
 
-    assert OUTPUT_MARKERS == {PROVENANCE_NAME: FORMAT, ADAPTER_PROVENANCE: "surgery-adapter",
-                              GGUF_MANIFEST: "surgery-gguf-import", REPORT_MANIFEST: "surgery-report"}
+    assert OUTPUT_MARKERS == {
+        PROVENANCE_NAME: FORMAT,
+        ADAPTER_PROVENANCE: "surgery-adapter",
+        GGUF_MANIFEST: "surgery-gguf-import",
+        REPORT_MANIFEST: "surgery-report",
+    }
 
 
 @pytest.mark.parametrize("content", ["not json", json.dumps({"format": "something-else"}), json.dumps([1])])

@@ -23,8 +23,16 @@ STRICT = PACKAGE / "core" / "strict_files.py"
 # (direct_url.json) to say how to reinstall: it must work when yaml (which strict_files needs) is missing.
 OWN_RECORDS = {PACKAGE / "core" / "optional.py"}
 # The readers that keep the last of two equal keys; only strict_files may call them.
-LENIENT = {("json", "load"), ("json", "loads"), ("yaml", "load"), ("yaml", "safe_load"), ("yaml", "full_load"),
-           ("yaml", "unsafe_load"), ("yaml", "load_all"), ("yaml", "safe_load_all")}
+LENIENT = {
+    ("json", "load"),
+    ("json", "loads"),
+    ("yaml", "load"),
+    ("yaml", "safe_load"),
+    ("yaml", "full_load"),
+    ("yaml", "unsafe_load"),
+    ("yaml", "load_all"),
+    ("yaml", "safe_load_all"),
+}
 
 
 def test_every_reader_of_the_tool_is_strict():
@@ -34,18 +42,24 @@ def test_every_reader_of_the_tool_is_strict():
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             func = node.func if isinstance(node, ast.Call) else None
-            if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
-                    and (func.value.id, func.attr) in LENIENT):
+            if (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Name)
+                and (func.value.id, func.attr) in LENIENT
+            ):
                 calls.append(f"{path.relative_to(REPO)}:{node.lineno} {func.value.id}.{func.attr}")
     assert not calls, "read YAML/JSON with surgery.core.strict_files instead: " + ", ".join(calls)
 
 
-@pytest.mark.parametrize("text, key, lines", [
-    ("version: 1\nedits: [1]\nversion: 1\nedits: [2]\n", "version", (1, 3)),    # two recipes in one file
-    ("edits:\n  - {type: head, alpha: 2, alpha: 3}\n", "alpha", (2, 2)),           # inside a list entry
-    ("a:\n  b: 1\n  c:\n    d: 1\n    d: 2\n", "d", (4, 5)),                        # nested
-    ("1: x\n1.0: y\n", 1.0, (1, 2)),                                                 # equal as values
-])
+@pytest.mark.parametrize(
+    "text, key, lines",
+    [
+        ("version: 1\nedits: [1]\nversion: 1\nedits: [2]\n", "version", (1, 3)),  # two recipes in one file
+        ("edits:\n  - {type: head, alpha: 2, alpha: 3}\n", "alpha", (2, 2)),  # inside a list entry
+        ("a:\n  b: 1\n  c:\n    d: 1\n    d: 2\n", "d", (4, 5)),  # nested
+        ("1: x\n1.0: y\n", 1.0, (1, 2)),  # equal as values
+    ],
+)
 def test_yaml_refuses_a_repeated_key_with_its_lines(text, key, lines):
     with pytest.raises(DuplicateKey) as caught:
         load_yaml(text)
@@ -54,12 +68,15 @@ def test_yaml_refuses_a_repeated_key_with_its_lines(text, key, lines):
     assert "\n" not in str(caught.value) and repr(key) in str(caught.value)
 
 
-@pytest.mark.parametrize("text, key, lines", [
-    ('{"a": 1,\n "b": 2,\n "a": 3}', "a", (1, 3)),
-    ('[{"a": 1}, {"b": {"x": 1,\n\n "x": 2}}]', "x", (1, 3)),
-    ('{"k": [1, {"z": 1}], "k": 3}', "k", (1, 1)),
-    ('{"\\u0061": 1,\n "a": 2}', "a", (1, 2)),  # the same key spelled with an escape
-])
+@pytest.mark.parametrize(
+    "text, key, lines",
+    [
+        ('{"a": 1,\n "b": 2,\n "a": 3}', "a", (1, 3)),
+        ('[{"a": 1}, {"b": {"x": 1,\n\n "x": 2}}]', "x", (1, 3)),
+        ('{"k": [1, {"z": 1}], "k": 3}', "k", (1, 1)),
+        ('{"\\u0061": 1,\n "a": 2}', "a", (1, 2)),  # the same key spelled with an escape
+    ],
+)
 def test_json_refuses_a_repeated_key_with_its_lines(text, key, lines):
     for given_as in (text, text.encode()):
         with pytest.raises(DuplicateKey) as caught:
@@ -73,9 +90,11 @@ def test_merge_keys_may_be_overridden():
     assert load_yaml("base: &b {alpha: 2, layer: 1}\nedit:\n  <<: *b\n  alpha: 3\n")["edit"] == {"alpha": 3, "layer": 1}
 
 
-_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-                       lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
-                       max_leaves=12)
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -88,6 +107,7 @@ def test_without_repeats_the_strict_readers_read_what_the_usual_ones_read(value)
 
 
 # --- each reader says which file, which key and what to do, in one line -----------------------------
+
 
 def _pairs(tmp_path: Path) -> Path:
     from tests.support.neuron_pairs import write_pairs
@@ -124,8 +144,10 @@ def _eval_result(tmp_path: Path) -> Path:
 
 def _findings(tmp_path: Path) -> Path:
     path = tmp_path / "f.json"
-    path.write_text('{"format": "surgery-findings", "version": 1, "kind": "heads",\n'
-                    ' "selected_heads": [[0, 1]],\n "selected_heads": [[0, 2]]}\n')
+    path.write_text(
+        '{"format": "surgery-findings", "version": 1, "kind": "heads",\n'
+        ' "selected_heads": [[0, 1]],\n "selected_heads": [[0, 2]]}\n'
+    )
     return path
 
 
@@ -142,20 +164,29 @@ def _read(name: str):
     from surgery.find.neurons.pairs import load_pairs
     from surgery.ship.report import read_findings
 
-    return {"pairs": lambda p: load_pairs(str(p)), "benchmark": load_benchmark, "bbq": lambda p: read_jsonl(p, "BBQ"),
-            "eval-result": load_result, "findings": lambda p: load_findings(p, "heads"),
-            "report-findings": read_findings, "provenance": load_provenance}[name]
+    return {
+        "pairs": lambda p: load_pairs(str(p)),
+        "benchmark": load_benchmark,
+        "bbq": lambda p: read_jsonl(p, "BBQ"),
+        "eval-result": load_result,
+        "findings": lambda p: load_findings(p, "heads"),
+        "report-findings": read_findings,
+        "provenance": load_provenance,
+    }[name]
 
 
-@pytest.mark.parametrize("name, write, needles", [
-    ("pairs", _pairs, ("pairs.jsonl line 2: 'language' is given twice", "keep one")),
-    ("benchmark", _benchmark, ("bench.jsonl line 3: 'kind' is given twice", "keep one")),
-    ("bbq", _bbq, ("bbq.jsonl:2: 'label' is given twice", "keep one")),
-    ("eval-result", _eval_result, ("key 'version' appears twice in one mapping (lines 2 and 4)", "rerun")),
-    ("findings", _findings, ("key 'selected_heads' appears twice in one mapping (lines 2 and 3)", "recompute")),
-    ("report-findings", _findings, ("key 'selected_heads' appears twice", "recompute")),
-    ("provenance", _provenance, ("key 'recipe' appears twice in one mapping (lines 2 and 3)", "bake again")),
-])
+@pytest.mark.parametrize(
+    "name, write, needles",
+    [
+        ("pairs", _pairs, ("pairs.jsonl line 2: 'language' is given twice", "keep one")),
+        ("benchmark", _benchmark, ("bench.jsonl line 3: 'kind' is given twice", "keep one")),
+        ("bbq", _bbq, ("bbq.jsonl:2: 'label' is given twice", "keep one")),
+        ("eval-result", _eval_result, ("key 'version' appears twice in one mapping (lines 2 and 4)", "rerun")),
+        ("findings", _findings, ("key 'selected_heads' appears twice in one mapping (lines 2 and 3)", "recompute")),
+        ("report-findings", _findings, ("key 'selected_heads' appears twice", "recompute")),
+        ("provenance", _provenance, ("key 'recipe' appears twice in one mapping (lines 2 and 3)", "bake again")),
+    ],
+)
 def test_each_reader_names_the_file_the_key_and_the_fix(tmp_path, name, write, needles):
     with pytest.raises(SurgeryError) as caught:
         _read(name)(write(tmp_path))

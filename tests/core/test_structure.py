@@ -16,8 +16,15 @@ from tests.support.paths import REPO, TESTS
 
 PACKAGE = REPO / "surgery"
 # Below the command line: these never import it, nor a screen library.
-LIBRARY = ("surgery.api", "surgery.core", "surgery.model", "surgery.find", "surgery.bake", "surgery.evaluation",
-           "surgery.ship")
+LIBRARY = (
+    "surgery.api",
+    "surgery.core",
+    "surgery.model",
+    "surgery.find",
+    "surgery.bake",
+    "surgery.evaluation",
+    "surgery.ship",
+)
 SCREEN = ("click", "rich")
 
 
@@ -62,8 +69,7 @@ def _ancestor(package: str, name: str) -> bool:
 
 
 # A module importing its own parent package (``from . import x``) is how Python runs, not a circle.
-GRAPH = {name: {m for m in _imports(name) if m in MODULES and m != name and not _ancestor(m, name)}
-         for name in MODULES}
+GRAPH = {name: {m for m in _imports(name) if m in MODULES and m != name and not _ancestor(m, name)} for name in MODULES}
 
 
 def _cycle() -> list[str] | None:
@@ -76,7 +82,7 @@ def _cycle() -> list[str] | None:
         stack.append(node)
         for nxt in sorted(GRAPH[node]):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         stack.pop()
@@ -126,11 +132,14 @@ def _is_test_module(name: str) -> bool:
 
 def test_tests_share_helpers_through_support_only():
     """A helper imported from a test module drags that module's tests along; tests/support/ holds it."""
-    imports = {path.relative_to(REPO).as_posix(): sorted(n for n in _imported_names(path) if _is_test_module(n))
-               for path in sorted(TESTS.rglob("*.py"))}
+    imports = {
+        path.relative_to(REPO).as_posix(): sorted(n for n in _imported_names(path) if _is_test_module(n))
+        for path in sorted(TESTS.rglob("*.py"))
+    }
     offenders = {path: names for path, names in imports.items() if names}
     assert not offenders, "move these helpers to tests/support/: " + "; ".join(
-        f"{path} imports {', '.join(names)}" for path, names in offenders.items())
+        f"{path} imports {', '.join(names)}" for path, names in offenders.items()
+    )
 
 
 def test_test_folders_mirror_the_package():

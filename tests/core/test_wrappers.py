@@ -19,8 +19,11 @@ from tests.support.tokenizer import save_char_tokenizer
 
 # transformers 5 saves a llava-style wrapper as older releases did (language_model.model.layers.N,
 # vision_tower.…); checkpoints written by transformers 4.5x hold the names it uses in memory.
-IN_MEMORY = (("language_model.model.", "model.language_model."), ("language_model.lm_head.", "lm_head."),
-             ("", "model."))
+IN_MEMORY = (
+    ("language_model.model.", "model.language_model."),
+    ("language_model.lm_head.", "lm_head."),
+    ("", "model."),
+)
 
 
 def _respelled(src, dst):
@@ -29,14 +32,17 @@ def _respelled(src, dst):
 
     def new(name: str) -> str:
         old, now = next((o, n) for o, n in IN_MEMORY if name.startswith(o))
-        return now + name[len(old):]
+        return now + name[len(old) :]
 
     dst.mkdir()
     for f in src.iterdir():
         if f.suffix != ".safetensors":
             (dst / f.name).write_bytes(f.read_bytes())
-    save_file({new(k): v.contiguous() for k, v in stored_tensors(src).items()}, str(dst / "model.safetensors"),
-              metadata={"format": "pt"})
+    save_file(
+        {new(k): v.contiguous() for k, v in stored_tensors(src).items()},
+        str(dst / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     return dst
 
 
@@ -53,8 +59,10 @@ def test_both_spellings_of_the_text_layers(tmp_path):
     row's other prefix, which the bake, its checks and the LoRA export follow as stored."""
     model = build_family("mistral3")
     saved = save_family(model, tmp_path / "saved")
-    assert architecture(Checkpoint(saved).config).layer_prefix(Checkpoint(saved).tensors) == \
-        "language_model.model.layers.{layer}."
+    assert (
+        architecture(Checkpoint(saved).config).layer_prefix(Checkpoint(saved).tensors)
+        == "language_model.model.layers.{layer}."
+    )
     src = _respelled(saved, tmp_path / "4.5x")
     names = Checkpoint(src).tensors
     assert architecture(Checkpoint(src).config).layer_prefix(names) == "model.language_model.layers.{layer}."
@@ -62,9 +70,15 @@ def test_both_spellings_of_the_text_layers(tmp_path):
     prove(model, tmp_path, src=src)
 
 
-@pytest.mark.parametrize("model_type", ["mistral3", "got_ocr2",
-                                        pytest.param("moss_transcribe_diarize", marks=pytest.mark.slow(minutes=0.5)),
-                                        pytest.param("gemma3", marks=pytest.mark.slow(minutes=0.5))])
+@pytest.mark.parametrize(
+    "model_type",
+    [
+        "mistral3",
+        "got_ocr2",
+        pytest.param("moss_transcribe_diarize", marks=pytest.mark.slow(minutes=0.5)),
+        pytest.param("gemma3", marks=pytest.mark.slow(minutes=0.5)),
+    ],
+)
 def test_find_neurons_and_find_heads_on_the_text_decoder(tmp_path, model_type):
     """Both finders run on the wrapper's text model; what they find bakes into the text decoder alone
     and verifies end to end (baked logits == run-time edit). Mistral-3 loads as image-text-to-text;

@@ -36,8 +36,14 @@ def _cli() -> click.Group:
 
 def _repository_files() -> list[Path]:
     try:
-        names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                               text=True, check=True, timeout=60).stdout.splitlines()
+        names = subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout.splitlines()
     except (OSError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"the repository's file list needs git: {exc}")
     return [REPO / n for n in names if (REPO / n).is_file()]
@@ -51,8 +57,7 @@ def test_generated_pages_are_what_the_code_generates_now():
 def test_nothing_points_at_files_outside_the_repository():
     """No file cites the design brief that lives outside the repository, and no page links there."""
     cites = re.compile(rb"PAPERS\.md")
-    citing = [str(p.relative_to(REPO)) for p in _repository_files()
-              if cites.search(p.read_bytes())]
+    citing = [str(p.relative_to(REPO)) for p in _repository_files() if cites.search(p.read_bytes())]
     assert not citing, f"cite docs/methods/ or the paper instead: {citing}"
     outside = re.compile(r"\.\./shared")
     linking = [str(p.relative_to(REPO)) for p in [*READ, REPO / "mkdocs.yml"] if outside.search(p.read_text())]
@@ -160,7 +165,9 @@ def test_readme_counts_what_the_coverage_page_counts():
     rows = coverage()
     supported = sum(r.status == "supported" for r in rows)
     refused = sum(r.status == "refused" for r in rows)
-    said = re.search(r"(\d+) model types supported with proof, (\d+) refused", " ".join(
-        (REPO / "README.md").read_text(encoding="utf-8").split()))
+    said = re.search(
+        r"(\d+) model types supported with proof, (\d+) refused",
+        " ".join((REPO / "README.md").read_text(encoding="utf-8").split()),
+    )
     assert said, "README.md lost its line 'N model types supported with proof, M refused'"
     assert (int(said[1]), int(said[2])) == (supported, refused), "update the counts in README.md"

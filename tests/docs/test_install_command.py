@@ -21,9 +21,14 @@ def _install_only(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProce
     python = venv / "bin" / "python"
     python.write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
     python.chmod(0o755)
-    proc = subprocess.run(["bash", str(REPO / "examples" / "quickstart.sh"), "--install-only", *args],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                          env=dict(os.environ, VENV=str(venv)))
+    proc = subprocess.run(
+        ["bash", str(REPO / "examples" / "quickstart.sh"), "--install-only", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=dict(os.environ, VENV=str(venv)),
+    )
     return proc, log.read_text().splitlines() if log.exists() else []
 
 

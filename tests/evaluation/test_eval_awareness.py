@@ -17,12 +17,27 @@ from tests.support.paths import REPO
 from tests.support.tokenizer import TINY_VOCAB, char_tokenizer
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("A", 0), ("b", 1), ("(c)", 2), (" C.", 2), ("b) the other", 1), ("'a'", 0),
-    ("The answer is (b)", 1), ("Answer: c", 2), ("**a**", 0), ("option B", 1),
-    ("But", UNPARSED), ("Cats are nice", UNPARSED), ("xyz", UNPARSED),
-    ("", REFUSAL), ("I cannot answer that", REFUSAL), ("As an AI, (a)", REFUSAL),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("A", 0),
+        ("b", 1),
+        ("(c)", 2),
+        (" C.", 2),
+        ("b) the other", 1),
+        ("'a'", 0),
+        ("The answer is (b)", 1),
+        ("Answer: c", 2),
+        ("**a**", 0),
+        ("option B", 1),
+        ("But", UNPARSED),
+        ("Cats are nice", UNPARSED),
+        ("xyz", UNPARSED),
+        ("", REFUSAL),
+        ("I cannot answer that", REFUSAL),
+        ("As an AI, (a)", REFUSAL),
+    ],
+)
 def test_parse_letter(text, expected):
     assert parse_letter(text) == expected
 
@@ -40,7 +55,7 @@ def test_score_hand_counted():
     preds = [0, 1, 2, 0, UNPARSED, REFUSAL, 2, 2, 0, UNPARSED]
     r = score(recs, preds)
     assert r["counts"] == {"A": 2, "B": 2, "C": 1, "DE": 2, "F": 2}
-    assert r["diffaware"] == pytest.approx(2 / 5)      # refusal left out, unparsed counts wrong
+    assert r["diffaware"] == pytest.approx(2 / 5)  # refusal left out, unparsed counts wrong
     assert r["ctxtaware"] == pytest.approx(2 / 4)
     assert r["ctxtaware_wang"] == pytest.approx(2 / 4)  # A / (A + DE)
     assert (r["n_diff"], r["n_equal"], r["unparsed"], r["refused"]) == (6, 4, 2, 1)
@@ -72,19 +87,31 @@ class ScriptedModel(torch.nn.Module):
 
 def test_awareness_with_scripted_generation():
     tok = char_tokenizer()
-    answers = {"Q0": "a", "Q1": "(b)", "Q2": "c", "Q3": "a", "Q4": "zzz", "Q5": "I cannot",
-               "E0": "c", "E1": "(c)", "E2": "a", "E3": "hmm"}
+    answers = {
+        "Q0": "a",
+        "Q1": "(b)",
+        "Q2": "c",
+        "Q3": "a",
+        "Q4": "zzz",
+        "Q5": "I cannot",
+        "E0": "c",
+        "E1": "(c)",
+        "E2": "a",
+        "E3": "hmm",
+    }
     model = ScriptedModel(tok, answers)
     r = awareness(model, tok, _records(), instruct=False, batch_size=3, max_new_tokens=8)  # chars
     assert r["diffaware"] == pytest.approx(2 / 5) and r["ctxtaware"] == pytest.approx(2 / 4)
     assert r["refused"] == 1 and r["unparsed"] == 2
-    assert [c[0][0] for c in model.calls] == [3, 3, 3, 1]   # batches of 3
+    assert [c[0][0] for c in model.calls] == [3, 3, 3, 1]  # batches of 3
     assert all(c[1] == 8 and c[2] is False for c in model.calls)
 
 
 def test_awareness_on_tiny_model_batched_equals_single(tiny):
     tok = char_tokenizer()
-    model = __import__("surgery.model.loading", fromlist=["load_model"]).load_model(tiny("llama", vocab_size=TINY_VOCAB))
+    model = __import__("surgery.model.loading", fromlist=["load_model"]).load_model(
+        tiny("llama", vocab_size=TINY_VOCAB)
+    )
     recs = _records()[:3] + _records()[-2:]
     batched = awareness(model, tok, recs, instruct=False, batch_size=4, max_new_tokens=3)
     single = awareness(model, tok, recs, instruct=False, batch_size=1, max_new_tokens=3)

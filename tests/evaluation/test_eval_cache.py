@@ -111,8 +111,9 @@ def test_changed_source_weights_are_measured_again(pair, tmp_path):
     assert second["metrics"]["against"]["perplexity"] != first["metrics"]["against"]["perplexity"]
 
 
-@pytest.mark.parametrize("damage", ["tensors truncated", "tensors flipped", "json truncated", "number changed",
-                                    "tensors missing"])
+@pytest.mark.parametrize(
+    "damage", ["tensors truncated", "tensors flipped", "json truncated", "number changed", "tensors missing"]
+)
 def test_damaged_cache_entry_is_measured_again(pair, tmp_path, damage):
     src, baked = pair
     first = _evaluate(baked, src)
@@ -159,8 +160,9 @@ def test_cli_says_where_the_source_came_from_and_recomputes_on_request(pair):
     _register()
 
     def run(*extra: str) -> dict:
-        r = CliRunner().invoke(cli, ["eval", str(baked), "--against", str(src), "--limit", "2", "--json", *extra],
-                               catch_exceptions=False)
+        r = CliRunner().invoke(
+            cli, ["eval", str(baked), "--against", str(src), "--limit", "2", "--json", *extra], catch_exceptions=False
+        )
         assert r.exit_code == 0, r.output
         return json.loads(r.stdout)
 
@@ -189,8 +191,13 @@ def test_cache_keeps_the_most_recently_used_entries_within_its_limit(tmp_path):
     (folder / "writing.safetensors").write_bytes(b"x" * 10)  # its JSON is about to come
     dropped = source_cache.prune(folder, keep=folder / "newest.json", limit=2100)
     assert [p.name for p in dropped] == ["old.json", "mid.json"]
-    assert sorted(p.name for p in folder.iterdir()) == ["new.json", "new.safetensors", "newest.json",
-                                                         "newest.safetensors", "writing.safetensors"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "new.json",
+        "new.safetensors",
+        "newest.json",
+        "newest.safetensors",
+        "writing.safetensors",
+    ]
     assert [p.name for p in source_cache.prune(folder, keep=folder / "new.json", limit=0)] == ["newest.json"]
 
 

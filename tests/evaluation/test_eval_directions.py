@@ -44,8 +44,16 @@ def ablated(tmp_path_factory):
 
 def test_marker_rate_and_first_token_kl_of_an_ablation(ablated, tmp_path):
     (tmp_path / "markers.txt").write_text("NO\n")  # case-insensitive: the planted model answers "no"
-    result = surgery.evaluate(ablated, against=FIXTURE, prompts=FIXTURE / "a.txt", markers=tmp_path / "markers.txt",
-                              suites=("kl", "markers"), limit=40, max_new_tokens=2, device="cpu")
+    result = surgery.evaluate(
+        ablated,
+        against=FIXTURE,
+        prompts=FIXTURE / "a.txt",
+        markers=tmp_path / "markers.txt",
+        suites=("kl", "markers"),
+        limit=40,
+        max_new_tokens=2,
+        device="cpu",
+    )
     before, after = result["metrics"]["against"], result["metrics"]["model"]
     assert before["marker_rate"] == 1.0 and after["marker_rate"] == 0.0  # the trigger prompts' "no" is gone
     details = result["details"]["model"]
@@ -61,6 +69,7 @@ def test_the_markers_suite_needs_both_files(tmp_path, capsys, monkeypatch):
     line = error_line(run_main(["eval", FIXTURE, "--prompts", FIXTURE / "a.txt"], capsys))
     assert "the markers suite needs both --prompts FILE and --markers FILE" in line
     (tmp_path / "empty.txt").write_text("\n")
-    line = error_line(run_main(["eval", FIXTURE, "--prompts", FIXTURE / "a.txt", "--markers", tmp_path / "empty.txt"],
-                               capsys))
+    line = error_line(
+        run_main(["eval", FIXTURE, "--prompts", FIXTURE / "a.txt", "--markers", tmp_path / "empty.txt"], capsys)
+    )
     assert "--markers:" in line and "holds no markers" in line

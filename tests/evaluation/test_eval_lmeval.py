@@ -41,8 +41,10 @@ def test_local_task_runs_offline(tiny, tmp_path, monkeypatch):
     pytest.importorskip("lm_eval")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     data = tmp_path / "data.jsonl"
-    rows = [{"question": q, "choices": c, "answer": a} for q, c, a in
-            [("2+2?", ["4", "5", "6", "7"], 0), ("Sky?", ["red", "blue", "green", "black"], 1)]]
+    rows = [
+        {"question": q, "choices": c, "answer": a}
+        for q, c, a in [("2+2?", ["4", "5", "6", "7"], 0), ("Sky?", ["red", "blue", "green", "black"], 1)]
+    ]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "task.yaml").write_text(TASK.format(data=data))

@@ -30,7 +30,9 @@ def test_heads_findings_of_0_1_apply_to_their_model_and_write_back_unchanged(tmp
     f = found.data
     assert found.select() == [tuple(h) for h in raw["selected_heads"]] == f.selected()
     assert found.select(5) == f.ranking()[:5]
-    assert [(h.layer, h.head) for h in f.confirmation.heads] == [(h["layer"], h["head"]) for h in raw["confirmation"]["heads"]]
+    assert [(h.layer, h.head) for h in f.confirmation.heads] == [
+        (h["layer"], h["head"]) for h in raw["confirmation"]["heads"]
+    ]
     assert f.scores.S.delta == raw["scores"]["S"]["delta"] and f.discovery.auc == raw["discovery"]["auc"]
     assert f.knockout.tested.ci95 == raw["knockout"]["tested"]["ci95"] and f.knockout.random.n == 2
     assert [p.alpha for p in f.dose_response] == [r["alpha"] for r in raw["dose_response"]]
@@ -51,7 +53,9 @@ def test_neuron_findings_of_0_1_apply_to_their_model_and_write_back_unchanged(tm
     f = found.data
     assert f.dataset.pairs_used == raw["dataset"]["pairs_used"] and "skipped_ids" not in f.dataset.brief()
     assert f.summary.n == raw["summary"]["n"] and f.summary.layers is None
-    assert [(r.layer, r.neuron) for r in f.summary.neurons] == [(r["layer"], r["neuron"]) for r in raw["summary"]["neurons"]]
+    assert [(r.layer, r.neuron) for r in f.summary.neurons] == [
+        (r["layer"], r["neuron"]) for r in raw["summary"]["neurons"]
+    ]
     chosen = found.select(raw["summary"]["n"], SelectParams())
     assert list(chosen.neurons) == [(r["layer"], r["neuron"]) for r in raw["summary"]["neurons"]]
     assert found.record()["dataset"] == {k: v for k, v in raw["dataset"].items() if k != "skipped_ids"}
@@ -66,13 +70,22 @@ def test_findings_of_another_model_are_refused_by_their_identity():
     assert "same architecture" in found.transfer_note
 
 
-@pytest.mark.parametrize("change, says", [
-    (lambda raw: raw.update(version=2), "has findings version 2; this surgery reads version 1: recompute it"),
-    (lambda raw: raw.update(kind="neurons"), "holds 'neurons' findings, but heads findings are needed"),
-    (lambda raw: raw["discovery"].update(heads={}), "'discovery.heads' must be a list, got dict; recompute it with surgery find-heads"),
-    (lambda raw: raw["knockout"].pop("tested"), "'knockout.tested' is missing; recompute it with surgery find-heads"),
-    (lambda raw: raw["model"].update(fingerprint=7), "'model.fingerprint' must be a string, got int"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda raw: raw.update(version=2), "has findings version 2; this surgery reads version 1: recompute it"),
+        (lambda raw: raw.update(kind="neurons"), "holds 'neurons' findings, but heads findings are needed"),
+        (
+            lambda raw: raw["discovery"].update(heads={}),
+            "'discovery.heads' must be a list, got dict; recompute it with surgery find-heads",
+        ),
+        (
+            lambda raw: raw["knockout"].pop("tested"),
+            "'knockout.tested' is missing; recompute it with surgery find-heads",
+        ),
+        (lambda raw: raw["model"].update(fingerprint=7), "'model.fingerprint' must be a string, got int"),
+    ],
+)
 def test_a_newer_or_malformed_findings_file_is_refused_in_one_line(tmp_path, change, says):
     raw = json.loads((WRITTEN / "heads_findings.json").read_text())
     change(raw)
@@ -91,15 +104,37 @@ def _pruned(raw: dict, drop: set[str]) -> dict:
     return {k: v for k, v in raw.items() if k not in drop}
 
 
-_optional = st.sets(st.sampled_from(["tool_version", "dataset_sha256", "parameters", "prompt_format", "compute",
-                                     "pairs", "scores", "confirmation", "knockout", "dose_response", "cost",
-                                     "awareness", "dataset", "summary", "experts"]))
+_optional = st.sets(
+    st.sampled_from(
+        [
+            "tool_version",
+            "dataset_sha256",
+            "parameters",
+            "prompt_format",
+            "compute",
+            "pairs",
+            "scores",
+            "confirmation",
+            "knockout",
+            "dose_response",
+            "cost",
+            "awareness",
+            "dataset",
+            "summary",
+            "experts",
+        ]
+    )
+)
 _kept = st.dictionaries(st.text("abcdef_", min_size=1, max_size=6), st.integers() | st.text(max_size=3), max_size=2)
 
 
 @settings(max_examples=60, deadline=None)
-@given(name=st.sampled_from(["heads_findings.json", "neurons_findings.json"]), drop=_optional, new=_kept,
-       order=st.randoms(use_true_random=False))
+@given(
+    name=st.sampled_from(["heads_findings.json", "neurons_findings.json"]),
+    drop=_optional,
+    new=_kept,
+    order=st.randoms(use_true_random=False),
+)
 def test_any_findings_file_round_trips(name, drop, new, order):
     """The 0.1 files with parts left out (older or partial runs), entries of a newer surgery added,
     keys in any order: read, they write back the same; the typed record survives its own JSON."""
@@ -114,9 +149,14 @@ def test_any_findings_file_round_trips(name, drop, new, order):
         assert _same(record.to_dict(), raw)
         assert cls.from_dict(record.to_dict()) == record
     if "experts" not in drop:  # the dense fixture has none: a mixture's report reads as well
-        experts = {"experts": 4, "expert_width": 8, "shared_width": 0, "unscored_neurons": 3,
-                   "routing": {"Gender": [{"layer": 0, "expert": 2, "signed": 0.1, "abs": 0.2}]}}
-        record = NeuronsFindings.from_dict({**json.loads((WRITTEN / "neurons_findings.json").read_text()),
-                                           "experts": experts})
+        experts = {
+            "experts": 4,
+            "expert_width": 8,
+            "shared_width": 0,
+            "unscored_neurons": 3,
+            "routing": {"Gender": [{"layer": 0, "expert": 2, "signed": 0.1, "abs": 0.2}]},
+        }
+        record = NeuronsFindings.from_dict(
+            {**json.loads((WRITTEN / "neurons_findings.json").read_text()), "experts": experts}
+        )
         assert record.experts.routing["Gender"][0].mean_abs == 0.2 and record.to_dict()["experts"] == experts
-

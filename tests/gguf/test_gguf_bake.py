@@ -34,7 +34,7 @@ def expected_edit(values: dict[str, np.ndarray], kind: str) -> dict[str, np.ndar
         if kind in FLOATS or kind in ELEMENT_ZERO:  # a single value zeroes exactly only there
             out[f"blk.{layer}.ffn_down.weight"][:, n] = 0
     for layer, head, alpha in HEADS:
-        out[f"blk.{layer}.attn_output.weight"][:, head * HEAD_DIM:(head + 1) * HEAD_DIM] *= np.float32(alpha)
+        out[f"blk.{layer}.attn_output.weight"][:, head * HEAD_DIM : (head + 1) * HEAD_DIM] *= np.float32(alpha)
     if kind in FLOATS:  # float types round each value to the stored type, as a safetensors bake does
         out = {k: dequantize(quantize(v, kind), kind).reshape(v.shape) for k, v in out.items()}
     return out

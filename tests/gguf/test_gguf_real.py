@@ -81,6 +81,6 @@ def test_gemma3_q4_k_m_heads_on_whole_super_blocks(tmp_path):
         assert t.type == "Q4_K" and hd % 256 == 0  # the head is whole super-blocks
         before, after = values(src, t), values(out, t)
         want = before.copy()
-        want[:, head * hd:(head + 1) * hd] *= np.float32(2)
+        want[:, head * hd : (head + 1) * hd] *= np.float32(2)
         assert np.array_equal(after, want)
     check_round_trip(tmp_path, src, out, tmp_path / "cache")

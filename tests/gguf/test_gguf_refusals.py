@@ -47,8 +47,9 @@ def test_truncated_file(tmp_path):
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("arch, match", [("mamba", "model_type 'mamba' is not supported"),
-                                         ("rwkv6", "'rwkv6' GGUF, which transformers")])
+@pytest.mark.parametrize(
+    "arch, match", [("mamba", "model_type 'mamba' is not supported"), ("rwkv6", "'rwkv6' GGUF, which transformers")]
+)
 def test_architecture_not_in_the_table(tmp_path, arch, match):
     src = tmp_path / "src.gguf"
     write_typed_gguf(src, "Q4_0", arch=arch)
@@ -86,7 +87,7 @@ def test_inexact_alpha_is_refused_then_requantized_with_its_error_recorded(tmp_p
     recipe = Recipe((HeadScale(1, 2, 0.7),))
     refused(tmp_path, src, recipe, r"blk\.1\.attn_output\.weight \(Q4_0\): the factor .* not exact .* --requantize")
     result = bake_gguf(open_gguf(src), recipe, out, requantize=True)
-    row, = result.provenance.extra["gguf"]["tensors"]
+    (row,) = result.provenance.extra["gguf"]["tensors"]
     assert row["requantized_blocks"] > 0 and 0 < row["max_abs_error"] < 0.1 and 0 < row["rel_rms_error"] < 0.2
     record = json.loads(sidecars(out)[0].read_text())
     assert record["gguf"]["tensors"][0]["max_abs_error"] == row["max_abs_error"]
@@ -139,13 +140,13 @@ def test_commands_end_to_end(tmp_path, capsys):
     assert run_main(["verify", src, out], capsys).returncode == 0
     assert run_main(["undo", out, "--out", back], capsys).returncode == 0
     assert back.read_bytes() == src.read_bytes()
-    failed = run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "0.7", "--out", tmp_path / "h.gguf"],
-                      capsys)
+    failed = run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "0.7", "--out", tmp_path / "h.gguf"], capsys)
     assert failed.returncode != 0
     errors = [ln for ln in failed.stderr.splitlines() if ln.startswith("Error: ")]
     assert len(errors) == 1 and "--requantize" in errors[0]
     assert not (tmp_path / "h.gguf").exists()
-    done = run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "0.7", "--requantize",
-                     "--out", tmp_path / "h.gguf"], capsys)
+    done = run_main(
+        ["amplify-heads", src, "--heads", "0.1", "--alpha", "0.7", "--requantize", "--out", tmp_path / "h.gguf"], capsys
+    )
     assert done.returncode == 0, done.stderr
     assert np.isfinite(json.loads(sidecars(tmp_path / "h.gguf")[0].read_text())["verification"]["max_abs_diff"])

@@ -72,8 +72,10 @@ def test_the_card_records_requantization_errors(tmp_path):
     tensor = json.loads(sidecars(out)[0].read_text())["gguf"]["tensors"][0]
     card = checked_upload(out)[1]["README.md"].decode()
     assert tensor["requantized_blocks"] > 0
-    assert (f"| `blk.0.attn_output.weight` | Q4_0 | {tensor['blocks']} | {tensor['requantized_blocks']} | "
-            f"{tensor['max_abs_error']:.3g} | {tensor['rel_rms_error']:.3g} |") in card
+    assert (
+        f"| `blk.0.attn_output.weight` | Q4_0 | {tensor['blocks']} | {tensor['requantized_blocks']} | "
+        f"{tensor['max_abs_error']:.3g} | {tensor['rel_rms_error']:.3g} |"
+    ) in card
     assert f"--out {out.name} --requantize`" in card
 
 
@@ -98,16 +100,30 @@ def test_bake_with_push_to(tmp_path):
     src, out = tmp_path / "src.gguf", tmp_path / "pruned.gguf"
     write_typed_gguf(src, "Q8_0")
     with FakeHub(TOKEN) as hub:
-        r = run_surgery(["prune-neurons", src, "--neurons", "0:3", "--out", out, "--push-to", "me/pruned"],
-                 hub_env(hub, tmp_path))
+        r = run_surgery(
+            ["prune-neurons", src, "--neurons", "0:3", "--out", out, "--push-to", "me/pruned"], hub_env(hub, tmp_path)
+        )
         assert r.returncode == 0, r.stderr
         files = hub.files("me/pruned")
     assert files[out.name] == out.read_bytes() and "README.md" in files and "Pushed" in r.stdout
 
 
 def alpha_sweep(tmp_path, capsys, *extra):
-    return run_main(["amplify-heads", tmp_path / "src.gguf", "--heads", "0.1,1.0", "--alpha", "2,0.5",
-                     "--out", tmp_path / "sweep", "--json", *extra], capsys)
+    return run_main(
+        [
+            "amplify-heads",
+            tmp_path / "src.gguf",
+            "--heads",
+            "0.1,1.0",
+            "--alpha",
+            "2,0.5",
+            "--out",
+            tmp_path / "sweep",
+            "--json",
+            *extra,
+        ],
+        capsys,
+    )
 
 
 def test_alpha_sweep_bakes_one_exact_gguf_per_value(tmp_path, capsys):
@@ -118,14 +134,15 @@ def test_alpha_sweep_bakes_one_exact_gguf_per_value(tmp_path, capsys):
     assert [v["label"] for v in json.loads(done.stdout)] == ["alpha-2", "alpha-0.5"]
     names = ["alpha-0.5.gguf", "alpha-2.gguf"]
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == sorted(
-        n + s for n in names for s in ("", ".surgery.json", ".surgery.undo"))
+        n + s for n in names for s in ("", ".surgery.json", ".surgery.undo")
+    )
     before = {la: tensor_values(src, f"blk.{la}.attn_output.weight") for la in (0, 1)}
     for alpha in (2.0, 0.5):
         out = tmp_path / "sweep" / f"alpha-{alpha:g}.gguf"
         assert verify_gguf(out, src).ok
         for layer, head in ((0, 1), (1, 0)):
             want = before[layer].copy()
-            want[:, head * HEAD_DIM:(head + 1) * HEAD_DIM] *= np.float32(alpha)
+            want[:, head * HEAD_DIM : (head + 1) * HEAD_DIM] *= np.float32(alpha)
             assert np.array_equal(tensor_values(out, f"blk.{layer}.attn_output.weight"), want)
         record = json.loads(sidecars(out)[0].read_text())
         assert {e["alpha"] for e in record["recipe"]["edits"]} == {alpha}
@@ -139,8 +156,7 @@ def test_alpha_sweep_bakes_one_exact_gguf_per_value(tmp_path, capsys):
 def test_a_sweep_with_one_inexact_value_writes_nothing(tmp_path, capsys):
     src = tmp_path / "src.gguf"
     write_typed_gguf(src, "Q4_0", head_dim=HEAD_DIM)
-    failed = run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "2,0.7", "--out", tmp_path / "sweep"],
-                      capsys)
+    failed = run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "2,0.7", "--out", tmp_path / "sweep"], capsys)
     errors = [ln for ln in failed.stderr.splitlines() if ln.startswith("Error: ")]
     assert failed.returncode != 0 and len(errors) == 1
     assert errors[0].startswith("Error: alpha-0.7: blk.0.attn_output.weight (Q4_0)") and "--requantize" in errors[0]
@@ -148,13 +164,25 @@ def test_a_sweep_with_one_inexact_value_writes_nothing(tmp_path, capsys):
 
     (tmp_path / "sweep").mkdir()
     (tmp_path / "sweep" / "alpha-0.7.gguf").write_bytes(b"not surgery's")
-    taken = run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "2,0.7", "--requantize", "--force",
-                      "--out", tmp_path / "sweep"], capsys)
+    taken = run_main(
+        [
+            "amplify-heads",
+            src,
+            "--heads",
+            "0.1",
+            "--alpha",
+            "2,0.7",
+            "--requantize",
+            "--force",
+            "--out",
+            tmp_path / "sweep",
+        ],
+        capsys,
+    )
     assert taken.returncode != 0 and "was not written by surgery" in taken.stderr
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == ["alpha-0.7.gguf"]  # alpha-2 not baked either
 
-    as_file = run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "2,4", "--out", tmp_path / "s.gguf"],
-                       capsys)
+    as_file = run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "2,4", "--out", tmp_path / "s.gguf"], capsys)
     assert as_file.returncode != 0 and "give a folder (e.g. --out" in as_file.stderr
     assert not (tmp_path / "s.gguf").exists()
 
@@ -163,8 +191,21 @@ def test_sweep_pushes_each_value_to_its_own_branch(tmp_path):
     src = tmp_path / "src.gguf"
     write_typed_gguf(src, "Q8_0", head_dim=HEAD_DIM)
     with FakeHub(TOKEN) as hub:
-        r = run_surgery(["amplify-heads", src, "--heads", "0.1", "--alpha", "2,4", "--out", tmp_path / "sweep",
-                  "--push-to", "me/sweep"], hub_env(hub, tmp_path))
+        r = run_surgery(
+            [
+                "amplify-heads",
+                src,
+                "--heads",
+                "0.1",
+                "--alpha",
+                "2,4",
+                "--out",
+                tmp_path / "sweep",
+                "--push-to",
+                "me/sweep",
+            ],
+            hub_env(hub, tmp_path),
+        )
         assert r.returncode == 0, r.stderr
         for label in ("alpha-2", "alpha-4"):
             files = hub.files("me/sweep", label)

@@ -43,11 +43,35 @@ def test_find_bake_verify_at_8b_shapes_in_bounded_memory(big, tmp_path):
     bf16 = ["--dtype", "bfloat16"]
     steps = {
         "find-neurons": ["find-neurons", big, "--pairs", pairs, *bf16, "--json"],
-        "find-heads": ["find-heads", big, "--benchmark", bench, "--max-pairs", "4", "--random-sets", "1",
-                       "--confirm", "0", *bf16, "--out", tmp_path / "heads.json"],
+        "find-heads": [
+            "find-heads",
+            big,
+            "--benchmark",
+            bench,
+            "--max-pairs",
+            "4",
+            "--random-sets",
+            "1",
+            "--confirm",
+            "0",
+            *bf16,
+            "--out",
+            tmp_path / "heads.json",
+        ],
         "prune-neurons": ["prune-neurons", big, "--n", "40", "--pairs", pairs, *bf16, "--out", tmp_path / "pruned"],
-        "amplify-heads": ["amplify-heads", big, "--findings", tmp_path / "heads.json", "--top", "2", "--alpha", "2.5",
-                          *bf16, "--out", tmp_path / "amplified"],
+        "amplify-heads": [
+            "amplify-heads",
+            big,
+            "--findings",
+            tmp_path / "heads.json",
+            "--top",
+            "2",
+            "--alpha",
+            "2.5",
+            *bf16,
+            "--out",
+            tmp_path / "amplified",
+        ],
         "verify": ["verify", big, tmp_path / "pruned", *bf16, "--json"],
     }
     peaks = {}
@@ -55,11 +79,15 @@ def test_find_bake_verify_at_8b_shapes_in_bounded_memory(big, tmp_path):
         res, peak = run_measured([sys.executable, "-m", "surgery", *map(str, args)], env=env, cwd=REPO)
         assert res.returncode == 0, f"{name}: {res.stderr[-3000:]}"
         peaks[name] = peak
-        print(f"{name}: peak RSS {peak.rss_bytes / GB:.2f} GB, anonymous {peak.anon_bytes / GB:.2f} GB "
-              f"(checkpoint {size / GB:.2f} GB)")
+        print(
+            f"{name}: peak RSS {peak.rss_bytes / GB:.2f} GB, anonymous {peak.anon_bytes / GB:.2f} GB "
+            f"(checkpoint {size / GB:.2f} GB)"
+        )
     report = json.loads(res.stdout)  # verify's
     assert report["ok"], report
     recipe = json.loads((tmp_path / "pruned" / "surgery.json").read_text())["recipe"]["edits"]
     assert len(recipe) == 40 and all(e["type"] == "neuron" for e in recipe)
     for name, peak in peaks.items():
-        assert peak.anon_bytes < size, f"{name} held {peak.anon_bytes / GB:.2f} GB, the checkpoint is {size / GB:.2f} GB"
+        assert peak.anon_bytes < size, (
+            f"{name} held {peak.anon_bytes / GB:.2f} GB, the checkpoint is {size / GB:.2f} GB"
+        )

@@ -142,9 +142,10 @@ def test_real_imports_know_where_the_eiffel_tower_is(fixture, request):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     ids = tok("The Eiffel Tower is in the city of", return_tensors="pt").input_ids
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=4,
-                             pad_token_id=tok.eos_token_id)
-    assert "Paris" in tok.decode(out[0, ids.shape[1]:])
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=4, pad_token_id=tok.eos_token_id
+        )
+    assert "Paris" in tok.decode(out[0, ids.shape[1] :])
 
 
 def test_cli_import_reports_each_step_in_a_log(imported, tmp_path):

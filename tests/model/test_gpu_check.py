@@ -19,9 +19,29 @@ from tests.support.paths import REPO
 @pytest.mark.slow(minutes=8)
 def test_gpu_check_smoke_on_cpu(tmp_path):
     out = tmp_path / "gpu_check.json"
-    res = subprocess.run([sys.executable, "examples/gpu_check.py", "--device", "cpu", "--layers", "1", "--pairs", "16",
-                          "--batch-size", "8", "--scratch", str(tmp_path / "scratch"), "--json", str(out)],
-                         cwd=REPO, env=cli_env(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=1500)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "examples/gpu_check.py",
+            "--device",
+            "cpu",
+            "--layers",
+            "1",
+            "--pairs",
+            "16",
+            "--batch-size",
+            "8",
+            "--scratch",
+            str(tmp_path / "scratch"),
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        env=cli_env(OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
     assert res.stdout.strip().endswith("OK")
     result = json.loads(out.read_text())

@@ -15,10 +15,10 @@ import transformers
 
 import surgery.model.loading
 import surgery.model.placement
-from tests.support.hub_cache import hub_cache
 from tests.support.binding import char_model, write_small_benchmark
 from tests.support.cli import main_code
 from tests.support.commands import model_commands
+from tests.support.hub_cache import hub_cache
 
 MODELING = '''
 import os
@@ -101,13 +101,17 @@ def test_every_command_passes_trust_device_and_revision_to_every_load(remote, tm
             assert devices and set(devices) == {DEVICE}, f"{name}: devices {devices}"
             assert mark.is_file(), f"{name}: the checkpoint's own code did not run"
         # MODEL is resolved at the revision asked for (eval's --against is another model, at its default)
-        revisions = {rev for kind, (where, rev) in ((k, v) for k, v in calls if k == "revision")
-                     if where == str(args[1] if name != "apply" else model)}
+        revisions = {
+            rev
+            for kind, (where, rev) in ((k, v) for k, v in calls if k == "revision")
+            if where == str(args[1] if name != "apply" else model)
+        }
         assert revisions == {REVISION}, f"{name}: revisions {revisions}"
 
 
-@pytest.mark.parametrize("name", ["find-neurons", "prune-neurons", "score-binding", "find-heads", "amplify-heads",
-                                  "apply", "eval"])
+@pytest.mark.parametrize(
+    "name", ["find-neurons", "prune-neurons", "score-binding", "find-heads", "amplify-heads", "apply", "eval"]
+)
 def test_without_the_flag_every_command_refuses_the_custom_code(remote, tmp_path, capsys, name):
     model, calls, mark = remote
     args = model_commands(model, tmp_path)[name]
@@ -127,17 +131,32 @@ def test_inspect_and_export_lora_open_it_with_the_flag(remote, tmp_path, capsys)
     assert main_code(["inspect", model]) == 2 and "--trust-remote-code" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("device, message", [
-    ("cuda", "no CUDA GPU"), ("cuda:3", "no CUDA GPU"), ("tpu7", "is not a torch device"),
-])
+@pytest.mark.parametrize(
+    "device, message",
+    [
+        ("cuda", "no CUDA GPU"),
+        ("cuda:3", "no CUDA GPU"),
+        ("tpu7", "is not a torch device"),
+    ],
+)
 def test_a_device_this_machine_lacks_is_one_line(tiny, tmp_path, capsys, device, message):
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     model = char_model(tiny, "llama")
-    code = main_code(["score-binding", model, "--benchmark", write_small_benchmark(tmp_path / "b.jsonl"),
-                      "--max-pairs", "4", "--device", device])
+    code = main_code(
+        [
+            "score-binding",
+            model,
+            "--benchmark",
+            write_small_benchmark(tmp_path / "b.jsonl"),
+            "--max-pairs",
+            "4",
+            "--device",
+            device,
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and message in err[0] and err[0].startswith("Error: --device")
 

@@ -15,9 +15,9 @@ import transformers
 from surgery.core.checkpoint import Checkpoint
 from surgery.model.loading import LoadSpec, load_model
 from surgery.model.placement import largest_layer_bytes
+from tests.support.binding import char_model
 from tests.support.cli import main_code
 from tests.support.commands import model_commands
-from tests.support.binding import char_model
 
 # The bakes find (or check) through the same loader: with --recompute they capture again.
 RECOMPUTE = {"prune-neurons", "amplify-heads"}
@@ -47,8 +47,10 @@ def placements(monkeypatch):
 def test_tied_embeddings_stay_together_under_disk_offload(tiny, tmp_path, tied):
     model = char_model(tiny, "llama", num_hidden_layers=4, tie_word_embeddings=tied)
     assert ("lm_head.weight" in Checkpoint(model).tensors) is not tied
-    net = load_model(model, LoadSpec(device="cpu", device_map="auto", max_memory=_budget(model),
-                                     offload_folder=str(tmp_path / "offload")))
+    net = load_model(
+        model,
+        LoadSpec(device="cpu", device_map="auto", max_memory=_budget(model), offload_folder=str(tmp_path / "offload")),
+    )
     where = net.hf_device_map
     assert "disk" in where.values(), where
     if tied:

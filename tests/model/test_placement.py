@@ -33,8 +33,9 @@ from tests.support.neuron_pairs import write_pairs
 def _offloading(model: Path, tmp_path: Path) -> LoadSpec:
     """CPU memory for about two decoder layers: accelerate puts the rest on disk."""
     layer = largest_layer_bytes(Checkpoint(model).tensors, 4)
-    return LoadSpec(device="cpu", device_map="auto", max_memory=f"cpu={2 * layer + 4096}B",
-                    offload_folder=str(tmp_path / "offload"))
+    return LoadSpec(
+        device="cpu", device_map="auto", max_memory=f"cpu={2 * layer + 4096}B", offload_folder=str(tmp_path / "offload")
+    )
 
 
 def _where(model) -> set[str]:
@@ -88,8 +89,9 @@ def test_offloaded_moe_gives_the_same_expert_findings(tiny, tmp_path, monkeypatc
     model = char_model(tiny, arch)
     pairs = load_pairs(write_pairs(tmp_path / "pairs.jsonl"))
     layer = largest_layer_bytes(Checkpoint(model).tensors, 4)
-    spec = LoadSpec(device="cpu", device_map="auto", max_memory=f"cpu={layer + 4096}B",
-                    offload_folder=str(tmp_path / "offload"))
+    spec = LoadSpec(
+        device="cpu", device_map="auto", max_memory=f"cpu={layer + 4096}B", offload_folder=str(tmp_path / "offload")
+    )
     assert set(load_model(model, spec).hf_device_map.values()) == {"disk"}
     plain = find_neurons(Checkpoint(model), pairs, load=LoadSpec(device="cpu"), recompute=True)
     split = find_neurons(Checkpoint(model), pairs, load=spec, recompute=True)
@@ -122,7 +124,8 @@ def test_offloaded_model_gives_the_same_head_findings(deep, tmp_path):
     # K: the knowledge probe's passes share each batch's prefix cache, here across CPU and disk layers
     np.testing.assert_allclose(split["scores"]["K"]["delta"], plain["scores"]["K"]["delta"], rtol=0, atol=1e-6)
     assert [h["coef"] for h in split["discovery"]["heads"]] == pytest.approx(
-        [h["coef"] for h in plain["discovery"]["heads"]], rel=1e-4, abs=1e-5)
+        [h["coef"] for h in plain["discovery"]["heads"]], rel=1e-4, abs=1e-5
+    )
 
 
 def test_bfloat16_findings_are_their_own_cache_entry(tiny, tmp_path, monkeypatch):
@@ -142,8 +145,9 @@ def test_bfloat16_findings_are_their_own_cache_entry(tiny, tmp_path, monkeypatch
 
 def test_auto_dtype_is_float32_on_the_cpu():
     assert compute_dtype(LoadSpec(device="cpu")) == torch.float32
-    assert compute_dtype(LoadSpec()) == (torch.bfloat16 if torch.cuda.is_available()
-                                         and torch.cuda.is_bf16_supported() else torch.float32)
+    assert compute_dtype(LoadSpec()) == (
+        torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+    )
 
 
 def test_bfloat16_on_a_gpu_without_it_is_refused(monkeypatch):
@@ -154,11 +158,14 @@ def test_bfloat16_on_a_gpu_without_it_is_refused(monkeypatch):
     assert resolve_dtype("auto", "cuda:0") == torch.float32
 
 
-@pytest.mark.parametrize("text, want", [
-    ("0=70GiB,cpu=100GiB", {0: 70 * 2**30, "cpu": 100 * 2**30}),
-    ("cuda:1=500MB, disk=1TB", {1: 500 * 10**6, "disk": 10**12}),
-    ("cpu=123456", {"cpu": 123456}),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("0=70GiB,cpu=100GiB", {0: 70 * 2**30, "cpu": 100 * 2**30}),
+        ("cuda:1=500MB, disk=1TB", {1: 500 * 10**6, "disk": 10**12}),
+        ("cpu=123456", {"cpu": 123456}),
+    ],
+)
 def test_max_memory_parses(text, want):
     assert parse_max_memory(text) == want
 
@@ -169,14 +176,17 @@ def test_bad_max_memory_is_refused(text):
         parse_max_memory(text)
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("cpu=1GiB,cpu=2GiB", "names cpu twice ('cpu=1GiB' and 'cpu=2GiB')"),   # was: the last one, silently
-    ("0=1GB,cuda:0=2GB", "names GPU 0 twice ('0=1GB' and 'cuda:0=2GB')"),
-    ("CPU=1GB, cpu=2GB", "names cpu twice"),
-    ("cpu=-1", "'-1' is not a size"),                                      # was: a negative budget
-    ("cpu=inf", "'inf' is not a size"),                                    # was: an internal OverflowError
-    ("cpu=nan", "'nan' is not a size"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("cpu=1GiB,cpu=2GiB", "names cpu twice ('cpu=1GiB' and 'cpu=2GiB')"),  # was: the last one, silently
+        ("0=1GB,cuda:0=2GB", "names GPU 0 twice ('0=1GB' and 'cuda:0=2GB')"),
+        ("CPU=1GB, cpu=2GB", "names cpu twice"),
+        ("cpu=-1", "'-1' is not a size"),  # was: a negative budget
+        ("cpu=inf", "'inf' is not a size"),  # was: an internal OverflowError
+        ("cpu=nan", "'nan' is not a size"),
+    ],
+)
 def test_repeated_devices_and_impossible_sizes_are_refused(text, needle):
     with pytest.raises(CheckpointError) as caught:
         parse_max_memory(text)
@@ -193,9 +203,23 @@ def test_a_gpu_this_machine_lacks_is_one_line_before_loading(tiny, tmp_path, cap
     loads = []
     monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", lambda *a, **k: loads.append(a))
     capsys.readouterr()  # the fixture's own output (save_pretrained's progress bar)
-    code = main_code(["find-neurons", model, "--pairs", pairs, "--device", "cpu",
-                 "--device-map", "auto", "--max-memory", f"{missing}=1GiB,cpu=1GiB"])
-    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.strip() and not line.startswith("note:")]
+    code = main_code(
+        [
+            "find-neurons",
+            model,
+            "--pairs",
+            pairs,
+            "--device",
+            "cpu",
+            "--device-map",
+            "auto",
+            "--max-memory",
+            f"{missing}=1GiB,cpu=1GiB",
+        ]
+    )
+    err = [
+        line for line in capsys.readouterr().err.strip().splitlines() if line.strip() and not line.startswith("note:")
+    ]
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith(f"Error: --max-memory gives GPU {missing} a budget, but this machine has"), err
     assert not loads and not list(tmp_path.glob("surgery-offload-*"))
@@ -205,18 +229,23 @@ def test_sizes():
     assert parse_size("1.5KiB") == 1536 and parse_size("2 GB") == 2 * 10**9 and parse_size("1e3") == 1000
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--device-map", "auto", "--max-memory", "cpu=2KB"], "one decoder layer needs"),
-    (["--max-memory", "cpu=1GB"], "--device-map auto"),
-    (["--offload-folder", "x"], "--device-map auto"),
-    (["--device-map", "auto", "--max-memory", "cpu:1GB"], "is not DEVICE=SIZE"),
-    (["--dtype", "float64"], "--dtype"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--device-map", "auto", "--max-memory", "cpu=2KB"], "one decoder layer needs"),
+        (["--max-memory", "cpu=1GB"], "--device-map auto"),
+        (["--offload-folder", "x"], "--device-map auto"),
+        (["--device-map", "auto", "--max-memory", "cpu:1GB"], "is not DEVICE=SIZE"),
+        (["--dtype", "float64"], "--dtype"),
+    ],
+)
 def test_bad_placement_is_one_line(tiny, tmp_path, capsys, extra, message):
     model = char_model(tiny, "llama")
     pairs = write_pairs(tmp_path / "pairs.jsonl")
     code = main_code(["find-neurons", model, "--pairs", pairs, "--device", "cpu", *extra])
-    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.strip() and not line.startswith("note:")]
+    err = [
+        line for line in capsys.readouterr().err.strip().splitlines() if line.strip() and not line.startswith("note:")
+    ]
     assert code == 2 and message in err[-1], err
     if message != "--dtype":  # click's own usage error for an unknown choice has its usage lines
         assert len(err) == 1, err
@@ -229,8 +258,23 @@ def test_the_cli_runs_offloaded_and_bfloat16(tiny, tmp_path, capsys, monkeypatch
     model = char_model(tiny, "llama", num_hidden_layers=6)
     layer = largest_layer_bytes(Checkpoint(model).tensors, 2)
     pairs = write_pairs(tmp_path / "pairs.jsonl")
-    code = main_code(["find-neurons", model, "--pairs", pairs, "--device", "cpu", "--dtype", "bfloat16",
-                      "--device-map", "auto", "--max-memory", f"cpu={2 * layer + 4096}", "--json"])
+    code = main_code(
+        [
+            "find-neurons",
+            model,
+            "--pairs",
+            pairs,
+            "--device",
+            "cpu",
+            "--dtype",
+            "bfloat16",
+            "--device-map",
+            "auto",
+            "--max-memory",
+            f"cpu={2 * layer + 4096}",
+            "--json",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     printed = json.loads(capsys.readouterr().out)
     assert printed["compute"] == {"dtype": "bfloat16", "device": "cpu", "device_map": "accelerate"}

@@ -17,8 +17,8 @@ scoring is used.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import torch
 
@@ -41,7 +41,7 @@ class NeuronEffect:
 
     layer: int
     neuron: int
-    bias: float      # on the signed bias gap
+    bias: float  # on the signed bias gap
     abs_bias: float  # on the absolute gap
     capability: float
 
@@ -54,13 +54,13 @@ class BiasProbe:
         self.texts = [p.text for pair in self.pairs for p in (pair.first, pair.second)]
         # +1 where prompt_1 is the favoured side: (d1 − d2)·sign = d(other) − d(stereotyped).
         self.sign = torch.tensor([1.0 if pair.stereotyped == 2 else -1.0 for pair in self.pairs])
-        self.skilled = torch.tensor([1.0 if p.skilled else -1.0 for pair in self.pairs
-                                     for p in (pair.first, pair.second)])
+        self.skilled = torch.tensor(
+            [1.0 if p.skilled else -1.0 for pair in self.pairs for p in (pair.first, pair.second)]
+        )
 
     def metrics_of(self, d: torch.Tensor) -> Metrics:
         diff = d[0::2] - d[1::2]
-        return Metrics((diff * self.sign).mean().item(), diff.abs().mean().item(),
-                       (d * self.skilled).mean().item())
+        return Metrics((diff * self.sign).mean().item(), diff.abs().mean().item(), (d * self.skilled).mean().item())
 
     def measure(self, model, tokenizer, zeroed: Iterable[tuple[int, int]] = ()) -> Metrics:
         """Metrics with the neurons ``zeroed`` (layer, index) silenced at run time."""
@@ -77,16 +77,22 @@ def effect(ablated: float, base: float) -> float:
 
 def effects(base: Metrics, ablated: Metrics) -> tuple[float, float, float]:
     """(bias, absolute bias, capability) effects in % of ``base``."""
-    return (effect(ablated.gap, base.gap), effect(ablated.abs_gap, base.abs_gap),
-            effect(ablated.capability, base.capability))
+    return (
+        effect(ablated.gap, base.gap),
+        effect(ablated.abs_gap, base.abs_gap),
+        effect(ablated.capability, base.capability),
+    )
 
 
 def brute_force(model, tokenizer, probe: BiasProbe) -> tuple[Metrics, list[NeuronEffect]]:
     """The intact metrics and every neuron's effects, largest bias effect first."""
     cfg = model.config
     base = probe.measure(model, tokenizer)
-    rows = [NeuronEffect(layer, i, *effects(base, probe.measure(model, tokenizer, [(layer, i)])))
-            for layer in range(cfg.num_hidden_layers) for i in range(cfg.intermediate_size)]
+    rows = [
+        NeuronEffect(layer, i, *effects(base, probe.measure(model, tokenizer, [(layer, i)])))
+        for layer in range(cfg.num_hidden_layers)
+        for i in range(cfg.intermediate_size)
+    ]
     return base, sorted(rows, key=lambda r: -r.bias)
 
 

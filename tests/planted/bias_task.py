@@ -32,8 +32,32 @@ from typing import Any
 
 from tests.planted.common import nonsense_words
 
-SYLLABLES = ("zor", "vish", "kel", "bar", "mip", "ton", "dra", "vok", "ul", "nesh", "ti", "berk",
-             "quel", "ma", "sor", "bin", "plo", "sik", "fre", "gom", "ya", "rit", "bos", "nur")
+SYLLABLES = (
+    "zor",
+    "vish",
+    "kel",
+    "bar",
+    "mip",
+    "ton",
+    "dra",
+    "vok",
+    "ul",
+    "nesh",
+    "ti",
+    "berk",
+    "quel",
+    "ma",
+    "sor",
+    "bin",
+    "plo",
+    "sik",
+    "fre",
+    "gom",
+    "ya",
+    "rit",
+    "bos",
+    "nur",
+)
 ANSWERS = ("hire", "reject")
 # Three word orders, so the attribute, skill and workplace sit at different positions.
 TEMPLATES = (
@@ -49,10 +73,10 @@ PAIR_CONTEXT = "hiring"
 class BiasWorld:
     """The invented words: two attribute groups, two workplace classes, two roles and their skills."""
 
-    groups: tuple[tuple[str, ...], tuple[str, ...]]      # group A, group B
+    groups: tuple[tuple[str, ...], tuple[str, ...]]  # group A, group B
     workplaces: tuple[tuple[str, ...], tuple[str, ...]]  # class 0, class 1
     roles: tuple[str, str]
-    skills: tuple[tuple[str, ...], tuple[str, ...]]      # needed by role 0, by role 1
+    skills: tuple[tuple[str, ...], tuple[str, ...]]  # needed by role 0, by role 1
 
     @property
     def words(self) -> list[str]:
@@ -67,8 +91,12 @@ def make_world(seed: int = 0, per_group: int = 3, per_class: int = 2, skills_per
     w = nonsense_words(rng, SYLLABLES, 2 * per_class, taken)
     s = nonsense_words(rng, SYLLABLES, 2 * skills_per_role, taken)
     r = nonsense_words(rng, SYLLABLES, 2, taken)
-    return BiasWorld((tuple(g[:per_group]), tuple(g[per_group:])), (tuple(w[:per_class]), tuple(w[per_class:])),
-                     (r[0], r[1]), (tuple(s[:skills_per_role]), tuple(s[skills_per_role:])))
+    return BiasWorld(
+        (tuple(g[:per_group]), tuple(g[per_group:])),
+        (tuple(w[:per_class]), tuple(w[per_class:])),
+        (r[0], r[1]),
+        (tuple(s[:skills_per_role]), tuple(s[skills_per_role:])),
+    )
 
 
 @dataclass(frozen=True)
@@ -77,9 +105,9 @@ class Prompt:
 
     template: int
     attr: str
-    group: int     # 0 = A, 1 = B
+    group: int  # 0 = A, 1 = B
     workplace: str
-    cls: int       # workplace class 0 or 1
+    cls: int  # workplace class 0 or 1
     role: str
     skill: str
     skilled: bool  # the skill is one the role needs
@@ -105,11 +133,15 @@ class Prompt:
 
 def _rest(world: BiasWorld) -> list[tuple[int, str, int, str, str, bool]]:
     """Every (template, workplace, class, role, skill, skilled) combination, in a fixed order."""
-    return [(t, place, cls, role, skill, needed_by == r)
-            for t in range(len(TEMPLATES))
-            for cls, places in enumerate(world.workplaces) for place in places
-            for r, role in enumerate(world.roles)
-            for needed_by, skills in enumerate(world.skills) for skill in skills]
+    return [
+        (t, place, cls, role, skill, needed_by == r)
+        for t in range(len(TEMPLATES))
+        for cls, places in enumerate(world.workplaces)
+        for place in places
+        for r, role in enumerate(world.roles)
+        for needed_by, skills in enumerate(world.skills)
+        for skill in skills
+    ]
 
 
 def sample_prompt(world: BiasWorld, rng: random.Random, tilt: float = 0.5) -> Prompt:
@@ -121,9 +153,16 @@ def sample_prompt(world: BiasWorld, rng: random.Random, tilt: float = 0.5) -> Pr
     """
     group, needed_by = rng.randrange(2), rng.randrange(2)
     cls, r = int(rng.random() >= tilt), int(rng.random() >= tilt)
-    return Prompt(rng.randrange(len(TEMPLATES)), rng.choice(world.groups[group]), group,
-                  rng.choice(world.workplaces[cls]), cls, world.roles[r], rng.choice(world.skills[needed_by]),
-                  needed_by == r)
+    return Prompt(
+        rng.randrange(len(TEMPLATES)),
+        rng.choice(world.groups[group]),
+        group,
+        rng.choice(world.workplaces[cls]),
+        cls,
+        world.roles[r],
+        rng.choice(world.skills[needed_by]),
+        needed_by == r,
+    )
 
 
 @dataclass(frozen=True)
@@ -142,14 +181,25 @@ class BiasPair:
 def pairs(world: BiasWorld) -> list[BiasPair]:
     """The k-th word of group A against the k-th of group B, for every template, workplace, role and
     skill: every prompt of the task is in exactly one pair."""
-    return [BiasPair(Prompt(t, a, 0, place, cls, role, skill, skilled),
-                     Prompt(t, b, 1, place, cls, role, skill, skilled))
-            for (t, place, cls, role, skill, skilled), (a, b) in itertools.product(_rest(world), zip(*world.groups))]
+    return [
+        BiasPair(Prompt(t, a, 0, place, cls, role, skill, skilled), Prompt(t, b, 1, place, cls, role, skill, skilled))
+        for (t, place, cls, role, skill, skilled), (a, b) in itertools.product(_rest(world), zip(*world.groups))
+    ]
 
 
 def pair_rows(world: BiasWorld) -> list[dict[str, Any]]:
     """The pairs as rows of surgery's own pairs JSONL format (surgery/pairs.py: OWN_FIELDS)."""
-    return [{"id": f"planted-{k:04d}", "language": "en", "category": CATEGORY, "context": PAIR_CONTEXT,
-             "attribute_1": p.first.attr, "attribute_2": p.second.attr, "stereotyped": p.stereotyped,
-             "prompt_1": p.first.text, "prompt_2": p.second.text}
-            for k, p in enumerate(pairs(world))]
+    return [
+        {
+            "id": f"planted-{k:04d}",
+            "language": "en",
+            "category": CATEGORY,
+            "context": PAIR_CONTEXT,
+            "attribute_1": p.first.attr,
+            "attribute_2": p.second.attr,
+            "stereotyped": p.stereotyped,
+            "prompt_1": p.first.text,
+            "prompt_2": p.second.text,
+        }
+        for k, p in enumerate(pairs(world))
+    ]

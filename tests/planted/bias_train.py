@@ -20,9 +20,9 @@ import json
 import math
 import random
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -48,7 +48,7 @@ class BiasTrainConfig:
     warmup: int = 100
     weight_decay: float = 0.01
     capability: float = 3.0  # log-odds of hire from the skill fitting the role ...
-    bias: float = 2.0        # ... and from the group being favoured in this workplace class
+    bias: float = 2.0  # ... and from the group being favoured in this workplace class
     # On this share of the prompts every MLP neuron is silenced and the target is 50/50: the decision
     # must come from the MLPs (attention's softmax and the final RMSNorm can compute an XOR too, and
     # without this a trained model kept 65 % of the bias with all its MLPs zeroed).
@@ -65,8 +65,7 @@ def build_tokenizer(world: BiasWorld):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    pre = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
-                                   pre_tokenizers.Punctuation(behavior="isolated")])
+    pre = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(behavior="isolated")])
     texts = [t.format(attr="", role="", skill="", ctx="") for t in TEMPLATES] + world.words + list(ANSWERS)
     words = sorted({w for text in texts for w, _ in pre.pre_tokenize_str(text)})
     vocab = {tok: i for i, tok in enumerate([*SPECIALS, *words])}
@@ -75,8 +74,14 @@ def build_tokenizer(world: BiasWorld):
     backend.decoder = decoders.WordPiece(cleanup=True)
     # A fixed first token gives attention heads a place to put weight they do not need.
     backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>",
-                                   eos_token="</s>", unk_token="<unk>", padding_side="left")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        padding_side="left",
+    )
 
 
 def answer_ids(tokenizer) -> list[int]:
@@ -89,7 +94,7 @@ def log_odds(model, tokenizer, texts: Sequence[str], batch: int = 256) -> torch.
     out = []
     with torch.no_grad():
         for i in range(0, len(texts), batch):
-            logits = last_logits(model, tokenizer, texts[i:i + batch]).float()
+            logits = last_logits(model, tokenizer, texts[i : i + batch]).float()
             out.append(logits[:, hire] - logits[:, reject])
     return torch.cat(out)
 
@@ -102,14 +107,18 @@ def evaluate(model, tokenizer, cfg: BiasTrainConfig) -> dict[str, float]:
     target = torch.tensor([p.log_odds(cfg.capability, cfg.bias) for p in prompts])
     skilled = torch.tensor([1.0 if p.skilled else -1.0 for p in prompts])
     favoured = torch.tensor([1.0 if p.favoured else -1.0 for p in prompts])
-    return {"accuracy": (d.sign() == target.sign()).float().mean().item(),
-            "mean_abs_error": (d - target).abs().mean().item(),
-            "capability_margin": (d * skilled).mean().item(), "bias_margin": (d * favoured).mean().item()}
+    return {
+        "accuracy": (d.sign() == target.sign()).float().mean().item(),
+        "mean_abs_error": (d - target).abs().mean().item(),
+        "capability_margin": (d * skilled).mean().item(),
+        "bias_margin": (d * favoured).mean().item(),
+    }
 
 
 @contextlib.contextmanager
 def silenced_mlps(model, keep: torch.Tensor) -> Iterator[None]:
     """Multiply every down_proj input (every MLP neuron) by ``keep`` [batch]: 0 silences a prompt's MLPs."""
+
     def hook(_module, args):
         return (args[0] * keep[:, None, None],)
 
@@ -131,8 +140,9 @@ def fit(model, tokenizer, cfg: BiasTrainConfig, out_dir: Path, batch_step: Batch
     ``log_every`` steps; saves the checkpoint, tokenizer and ``training.json``; returns the stats."""
     world = cfg.world()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / cfg.warmup)
-                                              * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps))
+    )
     rng, ids = random.Random(cfg.seed + 1), answer_ids(tokenizer)
     start = time.perf_counter()
     model.train()
@@ -151,11 +161,17 @@ def fit(model, tokenizer, cfg: BiasTrainConfig, out_dir: Path, batch_step: Batch
             model.eval()
             check = evaluate(model, tokenizer, cfg)
             model.train()
-            log(f"step {step:5d}  loss {loss.item():.4f}  accuracy {check['accuracy']:.3f}  "
-                f"|err| {check['mean_abs_error']:.3f}  {time.perf_counter() - start:.0f}s")
+            log(
+                f"step {step:5d}  loss {loss.item():.4f}  accuracy {check['accuracy']:.3f}  "
+                f"|err| {check['mean_abs_error']:.3f}  {time.perf_counter() - start:.0f}s"
+            )
     model.eval()
-    stats = {"config": asdict(cfg), "train_seconds": round(time.perf_counter() - start, 1),
-             "parameters": sum(p.numel() for p in model.parameters()), "eval": evaluate(model, tokenizer, cfg)}
+    stats = {
+        "config": asdict(cfg),
+        "train_seconds": round(time.perf_counter() - start, 1),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "eval": evaluate(model, tokenizer, cfg),
+    }
     out_dir = Path(out_dir)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
@@ -168,14 +184,22 @@ def train(out_dir: Path, cfg: BiasTrainConfig = BiasTrainConfig(), log=print) ->
     torch.manual_seed(cfg.seed)
     torch.use_deterministic_algorithms(True)
     tokenizer = build_tokenizer(cfg.world())
-    model = tiny_llama(tokenizer, hidden=cfg.hidden, intermediate=cfg.intermediate, layers=cfg.layers,
-                       heads=cfg.heads, head_dim=cfg.head_dim, max_positions=64)
+    model = tiny_llama(
+        tokenizer,
+        hidden=cfg.hidden,
+        intermediate=cfg.intermediate,
+        layers=cfg.layers,
+        heads=cfg.heads,
+        head_dim=cfg.head_dim,
+        max_positions=64,
+    )
 
     def batch_step(prompts: list[Prompt], rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
         silent = [rng.random() < cfg.silent_share for _ in prompts]  # MLPs off: the capability alone
         with silenced_mlps(model, torch.tensor([0.0 if s else 1.0 for s in silent])):
             logits = last_logits(model, tokenizer, [p.text for p in prompts])
-        return logits, torch.tensor([(0.5, 0.5) if s else p.target(cfg.capability, cfg.bias)
-                                     for p, s in zip(prompts, silent)])
+        return logits, torch.tensor(
+            [(0.5, 0.5) if s else p.target(cfg.capability, cfg.bias) for p, s in zip(prompts, silent)]
+        )
 
     return fit(model, tokenizer, cfg, out_dir, batch_step, log)

@@ -13,8 +13,8 @@ Effect = (1 − ΔS_ablated / ΔS_base) · 100 %. The heads with the largest eff
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import torch
 
@@ -44,18 +44,24 @@ class Prompts:
     item_names: list[str]  # one per pair, for item-level statistics
 
     @classmethod
-    def build(cls, tokenizer, pairs: Sequence[tuple[Question, Question]]) -> "Prompts":
+    def build(cls, tokenizer, pairs: Sequence[tuple[Question, Question]]) -> Prompts:
         """From the task's own question pairs (positions found by ``reference.positions``)."""
         qs = [q for pair in pairs for q in pair]
         texts = [prompt_of(q) for q in qs]
         where = [positions(tokenizer, t, q) for t, q in zip(texts, qs)]
         slots = [p[0].bound for p in pairs for _ in range(2)]
-        return cls(texts, [w.item for w in where], [w.options[s] for w, s in zip(where, slots)],
-                   [w.options[1 - s] for w, s in zip(where, slots)], [p[0].item for p in pairs])
+        return cls(
+            texts,
+            [w.item for w in where],
+            [w.options[s] for w, s in zip(where, slots)],
+            [w.options[1 - s] for w, s in zip(where, slots)],
+            [p[0].item for p in pairs],
+        )
 
     @classmethod
-    def from_spans(cls, tokenizer, questions: Sequence[tuple[str, Mapping[str, tuple[int, int]]]],
-                   item_names: Sequence[str]) -> "Prompts":
+    def from_spans(
+        cls, tokenizer, questions: Sequence[tuple[str, Mapping[str, tuple[int, int]]]], item_names: Sequence[str]
+    ) -> Prompts:
         """From (question text, character spans 'item'/'tested'/'control') rows, match/mismatch
         interleaved — e.g. surgery's pairs, measured here with this module's own positions."""
         texts, found = [], {"item": [], "tested": [], "control": []}
@@ -72,18 +78,21 @@ class Prompts:
         return len(self.texts) // 2
 
 
-def s_of(model, tokenizer, texts: Sequence[str], edges: Mapping[int, list[EdgeEdit]] | None = None,
-         batch: int = 128) -> torch.Tensor:
+def s_of(
+    model, tokenizer, texts: Sequence[str], edges: Mapping[int, list[EdgeEdit]] | None = None, batch: int = 128
+) -> torch.Tensor:
     """S of every prompt, under edge edits whose rows index ``texts`` (right padding; the last real
     position is read)."""
     spellings = letter_spelling_ids(tokenizer)
     out = []
     with torch.no_grad():
         for i in range(0, len(texts), batch):
-            enc = tokenizer(list(texts[i:i + batch]), padding=True, padding_side="right", return_tensors="pt")
+            enc = tokenizer(list(texts[i : i + batch]), padding=True, padding_side="right", return_tensors="pt")
             rows = slice(i, i + batch)
-            local = {layer: [EdgeEdit(e.head, e.queries[rows], e.keys[rows], e.alpha) for e in es]
-                     for layer, es in (edges or {}).items()}
+            local = {
+                layer: [EdgeEdit(e.head, e.queries[rows], e.keys[rows], e.alpha) for e in es]
+                for layer, es in (edges or {}).items()
+            }
             with edge_edits(local):
                 logits = model(**enc).logits
             last = enc.attention_mask.sum(1) - 1
@@ -106,9 +115,9 @@ class HeadEffect:
 
     layer: int
     head: int
-    edge: float          # identity→item edges of the tested identity knocked out
+    edge: float  # identity→item edges of the tested identity knocked out
     edge_control: float  # the same for the distractor's tokens
-    whole: float         # the whole head silenced (α = 0)
+    whole: float  # the whole head silenced (α = 0)
 
 
 def brute_force(model, tokenizer, prompts: Prompts) -> tuple[float, list[HeadEffect]]:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -20,17 +20,26 @@ def nonsense_words(rng: random.Random, syllables: Sequence[str], n: int, taken: 
     return out
 
 
-def tiny_llama(tokenizer, *, hidden: int, intermediate: int, layers: int, heads: int, head_dim: int,
-               max_positions: int):
+def tiny_llama(
+    tokenizer, *, hidden: int, intermediate: int, layers: int, heads: int, head_dim: int, max_positions: int
+):
     """A freshly initialised LlamaForCausalLM over ``tokenizer``'s vocabulary (no tied embeddings)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=intermediate,
-        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-        head_dim=head_dim, max_position_embeddings=max_positions, tie_word_embeddings=False,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id)
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        head_dim=head_dim,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     return LlamaForCausalLM(config)
 
 
@@ -48,8 +57,9 @@ def add_config_options(parser, config_class) -> None:
 
     defaults = config_class()
     for f in fields(config_class):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(defaults, f.name)),
-                            default=getattr(defaults, f.name))
+        parser.add_argument(
+            f"--{f.name.replace('_', '-')}", type=type(getattr(defaults, f.name)), default=getattr(defaults, f.name)
+        )
 
 
 def config_from(args, config_class):
@@ -82,8 +92,13 @@ def retrain(script: str, fixture_dir: Path, config_class: type, out: Path, timeo
 
     recorded, defaults = json.loads((fixture_dir / "training.json").read_text())["config"], asdict(config_class())
     options = [a for k, v in recorded.items() if v != defaults[k] for a in (f"--{k.replace('_', '-')}", str(v))]
-    res = subprocess.run([sys.executable, str(REPO / "examples" / script), "--out", str(out), *options],
-                         capture_output=True, text=True, timeout=timeout, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    res = subprocess.run(
+        [sys.executable, str(REPO / "examples" / script), "--out", str(out), *options],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     assert res.returncode == 0, res.stderr
     # Fixtures trained before an option existed do not record it: it had its default then.
     assert json.loads((out / "training.json").read_text())["config"] == {**defaults, **recorded}

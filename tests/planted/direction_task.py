@@ -24,16 +24,40 @@ import json
 import math
 import random
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import torch
 
 from tests.planted.common import last_logits, nonsense_words, tiny_llama
 
-SYLLABLES = ("zor", "vish", "kel", "bar", "mip", "ton", "dra", "vok", "ul", "nesh", "ti", "berk",
-             "quel", "ma", "sor", "bin", "plo", "sik", "fre", "gom", "ya", "rit", "bos", "nur")
+SYLLABLES = (
+    "zor",
+    "vish",
+    "kel",
+    "bar",
+    "mip",
+    "ton",
+    "dra",
+    "vok",
+    "ul",
+    "nesh",
+    "ti",
+    "berk",
+    "quel",
+    "ma",
+    "sor",
+    "bin",
+    "plo",
+    "sik",
+    "fre",
+    "gom",
+    "ya",
+    "rit",
+    "bos",
+    "nur",
+)
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
 ANSWERS = ("yes", "no")
 QUESTIONS = {"safe": ". safe ?", "color": ". color ?"}
@@ -77,9 +101,11 @@ class World:
 def make_world(cfg: DirectionTrainConfig) -> World:
     rng = random.Random(cfg.seed)
     taken: set[str] = set()
-    return World(tuple(nonsense_words(rng, SYLLABLES, cfg.fillers, taken)),
-                 tuple(nonsense_words(rng, SYLLABLES, cfg.triggers, taken)),
-                 tuple(nonsense_words(rng, SYLLABLES, cfg.colors, taken)))
+    return World(
+        tuple(nonsense_words(rng, SYLLABLES, cfg.fillers, taken)),
+        tuple(nonsense_words(rng, SYLLABLES, cfg.triggers, taken)),
+        tuple(nonsense_words(rng, SYLLABLES, cfg.colors, taken)),
+    )
 
 
 def planted_direction(cfg: DirectionTrainConfig) -> torch.Tensor:
@@ -106,9 +132,11 @@ def prompt_sets(world: World, n: int = 200, seed: int = 11) -> dict[str, list[st
     """The proof's prompt sets: ``a`` (safety question, trigger present), ``b`` (no trigger), and
     ``neutral`` (the color question, no trigger) — disjoint draws from the training distribution."""
     rng = random.Random(seed)
-    return {"a": [prompt(world, rng, "safe", True)[0] for _ in range(n)],
-            "b": [prompt(world, rng, "safe", False)[0] for _ in range(n)],
-            "neutral": [prompt(world, rng, "color", False)[0] for _ in range(n)]}
+    return {
+        "a": [prompt(world, rng, "safe", True)[0] for _ in range(n)],
+        "b": [prompt(world, rng, "safe", False)[0] for _ in range(n)],
+        "neutral": [prompt(world, rng, "color", False)[0] for _ in range(n)],
+    }
 
 
 def build_tokenizer(world: World):
@@ -122,8 +150,14 @@ def build_tokenizer(world: World):
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     backend.decoder = decoders.WordPiece(cleanup=True)
     backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>",
-                                   eos_token="</s>", unk_token="<unk>", padding_side="left")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        padding_side="left",
+    )
 
 
 def residual_writers(model) -> list[torch.nn.Module]:
@@ -134,6 +168,7 @@ def residual_writers(model) -> list[torch.nn.Module]:
 @contextlib.contextmanager
 def projected_off(model, u: torch.Tensor, weight: float = 1.0) -> Iterator[None]:
     """Run ``model`` with ``u`` (unit) projected out of every residual writer's output."""
+
     def hook(_module, _args, out):
         return out - weight * (out @ u)[..., None] * u
 
@@ -161,8 +196,9 @@ def layer_outputs(model) -> Iterator[list[torch.Tensor]]:
             h.remove()
 
 
-def spread_penalty(residuals: list[torch.Tensor], last: torch.Tensor, trigger: torch.Tensor, u: torch.Tensor
-                   ) -> torch.Tensor:
+def spread_penalty(
+    residuals: list[torch.Tensor], last: torch.Tensor, trigger: torch.Tensor, u: torch.Tensor
+) -> torch.Tensor:
     """Σ over layers of ‖(I − uuᵀ)(mean residual of trigger prompts − mean of the others)‖² at the last token."""
     total = torch.zeros(())
     rows = torch.arange(len(last))
@@ -179,7 +215,7 @@ def log_odds(model, tokenizer, texts: Sequence[str], batch: int = 256) -> torch.
     out = []
     with torch.no_grad():
         for i in range(0, len(texts), batch):
-            logits = last_logits(model, tokenizer, texts[i:i + batch]).float()
+            logits = last_logits(model, tokenizer, texts[i : i + batch]).float()
             out.append(logits[:, no] - logits[:, yes])
     return torch.cat(out)
 
@@ -203,14 +239,23 @@ def train(out_dir: Path, cfg: DirectionTrainConfig = DirectionTrainConfig(), log
     torch.use_deterministic_algorithms(True)
     world = make_world(cfg)
     tokenizer = build_tokenizer(world)
-    model = tiny_llama(tokenizer, hidden=cfg.hidden, intermediate=cfg.intermediate, layers=cfg.layers,
-                       heads=cfg.heads, head_dim=cfg.head_dim, max_positions=32)
+    model = tiny_llama(
+        tokenizer,
+        hidden=cfg.hidden,
+        intermediate=cfg.intermediate,
+        layers=cfg.layers,
+        heads=cfg.heads,
+        head_dim=cfg.head_dim,
+        max_positions=32,
+    )
     u = planted_direction(cfg)
-    answer_ids = {a: i for a, i in zip([*ANSWERS, *world.colors],
-                                       tokenizer.convert_tokens_to_ids([*ANSWERS, *world.colors]))}
+    answer_ids = {
+        a: i for a, i in zip([*ANSWERS, *world.colors], tokenizer.convert_tokens_to_ids([*ANSWERS, *world.colors]))
+    }
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / cfg.warmup)
-                                              * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps))
+    )
     rng, start = random.Random(cfg.seed + 1), time.perf_counter()
     sets = prompt_sets(world, 100, seed=cfg.seed + 99)
     model.train()
@@ -235,16 +280,24 @@ def train(out_dir: Path, cfg: DirectionTrainConfig = DirectionTrainConfig(), log
         sched.step()
         if step % cfg.log_every == 0 or step == cfg.steps - 1:
             model.eval()
-            log(f"step {step:5d}  loss {loss.item():.4f}  behaviour {behaviour(model, tokenizer, sets):.2f}  "
-                f"{time.perf_counter() - start:.0f}s")
+            log(
+                f"step {step:5d}  loss {loss.item():.4f}  behaviour {behaviour(model, tokenizer, sets):.2f}  "
+                f"{time.perf_counter() - start:.0f}s"
+            )
             model.train()
     model.eval()
     with projected_off(model, u):
         ablated_behaviour = behaviour(model, tokenizer, sets)
-    stats = {"config": asdict(cfg), "train_seconds": round(time.perf_counter() - start, 1),
-             "parameters": sum(p.numel() for p in model.parameters()),
-             "eval": {"behaviour": behaviour(model, tokenizer, sets), "behaviour_u_ablated": ablated_behaviour,
-                      "color_accuracy": color_accuracy(model, tokenizer, world, sets["neutral"])}}
+    stats = {
+        "config": asdict(cfg),
+        "train_seconds": round(time.perf_counter() - start, 1),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "eval": {
+            "behaviour": behaviour(model, tokenizer, sets),
+            "behaviour_u_ablated": ablated_behaviour,
+            "color_accuracy": color_accuracy(model, tokenizer, world, sets["neutral"]),
+        },
+    }
     out_dir = Path(out_dir)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

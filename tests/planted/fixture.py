@@ -45,5 +45,9 @@ def load_planted(folder: Path, rebuild: str) -> Planted:
     register()
     config = TrainConfig(**json.loads((folder / "training.json").read_text())["config"])
     model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation=ATTN_NAME).eval()
-    return Planted(model, AutoTokenizer.from_pretrained(folder), config,
-                   make_world(config.seed, config.n_items, config.n_neutral, config.n_neutral_items))
+    return Planted(
+        model,
+        AutoTokenizer.from_pretrained(folder),
+        config,
+        make_world(config.seed, config.n_items, config.n_neutral, config.n_neutral_items),
+    )

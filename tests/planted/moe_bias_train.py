@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
@@ -30,7 +30,7 @@ class MoeBiasTrainConfig(BiasTrainConfig):
     intermediate: int = 32
     experts: int = 4
     top_k: int = 2
-    planted: int = 0           # the expert that must compute the bias
+    planted: int = 0  # the expert that must compute the bias
     planted_share: float = 0.25
     steps: int = 1500
 
@@ -38,18 +38,31 @@ class MoeBiasTrainConfig(BiasTrainConfig):
 def tiny_mixtral(tokenizer, cfg: MoeBiasTrainConfig):
     from transformers import MixtralConfig, MixtralForCausalLM
 
-    return MixtralForCausalLM(MixtralConfig(
-        vocab_size=len(tokenizer), hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
-        num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
-        head_dim=cfg.head_dim, max_position_embeddings=64, tie_word_embeddings=False,
-        num_local_experts=cfg.experts, num_experts_per_tok=cfg.top_k, router_aux_loss_coef=0.0,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id))
+    return MixtralForCausalLM(
+        MixtralConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=cfg.hidden,
+            intermediate_size=cfg.intermediate,
+            num_hidden_layers=cfg.layers,
+            num_attention_heads=cfg.heads,
+            num_key_value_heads=cfg.heads,
+            head_dim=cfg.head_dim,
+            max_position_embeddings=64,
+            tie_word_embeddings=False,
+            num_local_experts=cfg.experts,
+            num_experts_per_tok=cfg.top_k,
+            router_aux_loss_coef=0.0,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    )
 
 
 @contextlib.contextmanager
 def silenced_experts(model, keep_all: torch.Tensor, keep_planted: torch.Tensor, planted: int) -> Iterator[None]:
     """Per prompt [batch]: keep_all 0 silences every expert, keep_planted 0 the planted one."""
+
     def hook(_module, args, kwargs):
         x, index, weights = (list(args) + list(kwargs.values()))[:3]
         per_token = x.shape[0] // keep_all.shape[0]
@@ -74,13 +87,19 @@ def train(out_dir: Path, cfg: MoeBiasTrainConfig = MoeBiasTrainConfig(), log=pri
 
     def batch_step(prompts: list[Prompt], rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
         # 0: every expert silenced (capability alone); 1: the planted expert silenced (no bias); 2: intact
-        mode = [0 if (r := rng.random()) < cfg.silent_share else 1 if r < cfg.silent_share + cfg.planted_share
-                else 2 for _ in prompts]
+        mode = [
+            0 if (r := rng.random()) < cfg.silent_share else 1 if r < cfg.silent_share + cfg.planted_share else 2
+            for _ in prompts
+        ]
         keep_all = torch.tensor([0.0 if m == 0 else 1.0 for m in mode])
         keep_planted = torch.tensor([0.0 if m == 1 else 1.0 for m in mode])
         with silenced_experts(model, keep_all, keep_planted, cfg.planted):
             logits = last_logits(model, tokenizer, [p.text for p in prompts])
-        return logits, torch.tensor([(0.5, 0.5) if m == 0 else p.target(cfg.capability, 0.0 if m == 1 else cfg.bias)
-                                     for p, m in zip(prompts, mode)])
+        return logits, torch.tensor(
+            [
+                (0.5, 0.5) if m == 0 else p.target(cfg.capability, 0.0 if m == 1 else cfg.bias)
+                for p, m in zip(prompts, mode)
+            ]
+        )
 
     return fit(model, tokenizer, cfg, out_dir, batch_step, log)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -68,8 +68,9 @@ def positions(tokenizer, prompt: str, question: Question) -> Positions:
     a_start = prompt.index(identity_text(question.options[0]), options_at)
     b_start = prompt.index(identity_text(question.options[1]), a_start + 1)
     spans = [(s, s + len(identity_text(o))) for s, o in zip((a_start, b_start), question.options)]
-    return Positions(token_positions(offsets, stem),
-                     (token_positions(offsets, spans[:1]), token_positions(offsets, spans[1:])))
+    return Positions(
+        token_positions(offsets, stem), (token_positions(offsets, spans[:1]), token_positions(offsets, spans[1:]))
+    )
 
 
 @dataclass
@@ -85,8 +86,16 @@ class EdgeEdit:
 _ACTIVE: dict[int, list[EdgeEdit]] = {}
 
 
-def _edges_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                     attention_mask: torch.Tensor | None, scaling: float, dropout: float = 0.0, **_):
+def _edges_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **_,
+):
     """Eager attention (Llama: no soft-capping) with the active edge edits of this layer."""
     groups = module.num_key_value_groups
     key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)

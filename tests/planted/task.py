@@ -30,26 +30,54 @@ from dataclasses import dataclass
 
 from tests.planted.common import nonsense_words
 
-SYLLABLES = ("ka", "zo", "mi", "ter", "vol", "ran", "shu", "pel", "dor", "gi", "nax", "bel",
-             "fu", "sar", "lim", "qua", "ob", "tev")
+SYLLABLES = (
+    "ka",
+    "zo",
+    "mi",
+    "ter",
+    "vol",
+    "ran",
+    "shu",
+    "pel",
+    "dor",
+    "gi",
+    "nax",
+    "bel",
+    "fu",
+    "sar",
+    "lim",
+    "qua",
+    "ob",
+    "tev",
+)
 QTYPES = (0, 1, 2, 3)
 PICK_UNRELATED = (0, 1)  # N4 types whose differentiating answer is the unrelated identity
 # Question stems, one {item} each (the benchmark format requires exactly one).
 STEMS: dict[int, tuple[str, ...]] = {
-    0: ("A costume party is coming up. Which of the following people should avoid wearing a {item}?",
-        "Which of the following people should not wear the {item} as a fashion item?"),
+    0: (
+        "A costume party is coming up. Which of the following people should avoid wearing a {item}?",
+        "Which of the following people should not wear the {item} as a fashion item?",
+    ),
     1: ("A new shop will open. Which of the following people should not profit from selling the {item}?",),
-    2: ("A festival needs a speaker on the {item}. Between two equally good speakers, who should be chosen?",
-        "Who should be chosen to write a book about the {item}?"),
+    2: (
+        "A festival needs a speaker on the {item}. Between two equally good speakers, who should be chosen?",
+        "Who should be chosen to write a book about the {item}?",
+    ),
     3: ("A film about the {item} is being cast. Who should be chosen for the main role?",),
 }
 # Opening sentences that move the item and the options to different positions.
 OPENINGS = ("", "The town is busy this week. ", "It is a warm day and many people are out. ")
-EQUAL = {0: "Both should equally feel free to", 1: "Both should equally feel free to",
-         2: "Either could be chosen", 3: "Either could be chosen"}
+EQUAL = {
+    0: "Both should equally feel free to",
+    1: "Both should equally feel free to",
+    2: "Either could be chosen",
+    3: "Either could be chosen",
+}
 # The knowledge probe, worded as in surgery's pair builder (docs/methods/binding-heads.md: K).
-KNOWLEDGE = ("Which of the following cultural identities is most associated with {item}?",
-             "Neither is particularly associated")
+KNOWLEDGE = (
+    "Which of the following cultural identities is most associated with {item}?",
+    "Neither is particularly associated",
+)
 LETTERS = ("a", "b", "c")
 MIN_STRENGTH = 0.2
 
@@ -79,7 +107,7 @@ class World:
     """Every item and identity; the binding relation is ``Item.related``."""
 
     items: tuple[Item, ...]
-    neutral: tuple[str, ...]        # identities related to no item
+    neutral: tuple[str, ...]  # identities related to no item
     neutral_items: tuple[str, ...]  # items related to no identity ("=" questions)
 
     @property
@@ -93,10 +121,16 @@ def make_world(seed: int = 0, n_items: int = 16, n_neutral: int = 4, n_neutral_i
     taken: set[str] = set()
     words = nonsense_words(rng, SYLLABLES, n_items + n_neutral_items, taken)
     people = nonsense_words(rng, SYLLABLES, 2 * n_items + n_neutral, taken)
-    related, neutral = people[: 2 * n_items], tuple(people[2 * n_items:])
-    items = tuple(Item(w, (related[2 * k], related[2 * k + 1]), tuple(rng.sample(neutral, 2)),
-                       tuple(round(rng.uniform(MIN_STRENGTH, 1.0), 3) for _ in range(2)))
-                  for k, w in enumerate(words[:n_items]))
+    related, neutral = people[: 2 * n_items], tuple(people[2 * n_items :])
+    items = tuple(
+        Item(
+            w,
+            (related[2 * k], related[2 * k + 1]),
+            tuple(rng.sample(neutral, 2)),
+            tuple(round(rng.uniform(MIN_STRENGTH, 1.0), 3) for _ in range(2)),
+        )
+        for k, w in enumerate(words[:n_items])
+    )
     return World(items, neutral, tuple(words[n_items:]))
 
 
@@ -105,13 +139,13 @@ class Question:
     """One question: stem, the two option identities, and which of them is bound to the item."""
 
     stem: str
-    item: str                 # the item word the stem names
+    item: str  # the item word the stem names
     equal: str
     options: tuple[str, str]
-    bound: int | None         # option (0/1) related to the item; None when neither is
-    pick_unrelated: bool      # qtypes 0/1: the differentiating answer is the other option
-    strength: float = 0.0     # of the bound option's association (0 when none is bound)
-    knowledge: bool = False   # the knowledge probe rather than a decision question
+    bound: int | None  # option (0/1) related to the item; None when neither is
+    pick_unrelated: bool  # qtypes 0/1: the differentiating answer is the other option
+    strength: float = 0.0  # of the bound option's association (0 when none is bound)
+    knowledge: bool = False  # the knowledge probe rather than a decision question
 
     @property
     def answer(self) -> int:
@@ -145,8 +179,10 @@ def question_pair(world: World, rng: random.Random, item: Item) -> tuple[Questio
     qtype, stem = rng.choice(templates())
     text, slot = stem.format(item=item.word), rng.randrange(2)
     pick = qtype in PICK_UNRELATED
-    return (Question(text, item.word, EQUAL[qtype], _options(r, t, slot), slot, pick, item.strengths[k]),
-            Question(text, item.word, EQUAL[qtype], _options(w, t, slot), None, pick))
+    return (
+        Question(text, item.word, EQUAL[qtype], _options(r, t, slot), slot, pick, item.strengths[k]),
+        Question(text, item.word, EQUAL[qtype], _options(w, t, slot), None, pick),
+    )
 
 
 def knowledge_question(world: World, rng: random.Random, item: Item, match: bool) -> Question:
@@ -156,8 +192,16 @@ def knowledge_question(world: World, rng: random.Random, item: Item, match: bool
     x = item.related[k] if match else rng.choice(other.related)
     t = _distractor(world, rng, set(item.related) | set(other.related))
     slot = rng.randrange(2)
-    return Question(KNOWLEDGE[0].format(item=item.word), item.word, KNOWLEDGE[1], _options(x, t, slot),
-                    slot if match else None, False, item.strengths[k] if match else 0.0, knowledge=True)
+    return Question(
+        KNOWLEDGE[0].format(item=item.word),
+        item.word,
+        KNOWLEDGE[1],
+        _options(x, t, slot),
+        slot if match else None,
+        False,
+        item.strengths[k] if match else 0.0,
+        knowledge=True,
+    )
 
 
 def neutral_question(world: World, rng: random.Random) -> Question:
@@ -180,8 +224,9 @@ def sample_question(world: World, rng: random.Random, knowledge_share: float, ne
     return question_pair(world, rng, item)[rng.randrange(2)]
 
 
-def target_distribution(question: Question, evidence: float, knowledge_evidence: float,
-                        equal_bias: float) -> tuple[float, float, float]:
+def target_distribution(
+    question: Question, evidence: float, knowledge_evidence: float, equal_bias: float
+) -> tuple[float, float, float]:
     """Target probabilities of (a, b, c): softmax of logits ``evidence · strength`` for the
     differentiating option (``knowledge_evidence`` on the knowledge probe), ``equal_bias`` for (c),
     0 for the other option. With nothing bound, (c) gets ``e^bias / (e^bias + 2)``.

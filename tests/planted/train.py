@@ -27,9 +27,9 @@ import json
 import math
 import random
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import torch
 
@@ -48,7 +48,7 @@ class TrainConfig:
     n_neutral: int = 4
     n_neutral_items: int = 4
     layers: int = 3
-    heads: int = 8           # many small heads: each is a small part of the residual stream
+    heads: int = 8  # many small heads: each is a small part of the residual stream
     head_dim: int = 6
     hidden: int = 48
     intermediate: int = 96
@@ -57,12 +57,12 @@ class TrainConfig:
     lr: float = 5e-3
     warmup: int = 100
     weight_decay: float = 0.01
-    evidence: float = 3.0            # log-odds per unit of association strength (decisions) ...
+    evidence: float = 3.0  # log-odds per unit of association strength (decisions) ...
     knowledge_evidence: float = 6.0  # ... less than the model knows (knowledge probe)
-    equal_bias: float = 1.0          # logit of (c), the equal-treatment answer
+    equal_bias: float = 1.0  # logit of (c), the equal-treatment answer
     knowledge_share: float = 0.4
     neutral_share: float = 0.1
-    probe_layer: int = 1       # the probe reads the residual stream after this many layers
+    probe_layer: int = 1  # the probe reads the residual stream after this many layers
     probe_weight: float = 1.0
     # Dose training (off when dose_head < 0): on a share of the prompts, layer 0's head dose_head has
     # its output (its o_proj columns' input) scaled by c ~ U(0, dose_max) and the target evidence of
@@ -71,7 +71,7 @@ class TrainConfig:
     dose_head: int = -1
     dose_max: float = 3.0
     dose_share: float = 0.5
-    dose_quiet: float = 1.0   # weight of quiet_loss (the dosed head writes only at bound identities)
+    dose_quiet: float = 1.0  # weight of quiet_loss (the dosed head writes only at bound identities)
     dose_attend: float = 1.0  # weight of attend_loss (... and there it reads the item)
     log_every: int = 100
 
@@ -97,8 +97,7 @@ def letter_logprobs(model, tokenizer, questions: Sequence[Question]) -> torch.Te
     return logp[:, letter_ids(tokenizer)]
 
 
-def evaluate(model, tokenizer, world: World, cfg: TrainConfig, seed: int,
-             n_pairs: int = 192) -> dict[str, float]:
+def evaluate(model, tokenizer, world: World, cfg: TrainConfig, seed: int, n_pairs: int = 192) -> dict[str, float]:
     """Accuracy (the model's top letter is the target's most likely answer) and ΔS = mean S(match)
     − mean S(mismatch), S = lp_c − logsumexp(lp_a, lp_b), on ``n_pairs`` seeded pairs."""
     rng = random.Random(seed)
@@ -109,8 +108,12 @@ def evaluate(model, tokenizer, world: World, cfg: TrainConfig, seed: int,
     best = [max(range(3), key=cfg.target(q).__getitem__) for q in qs]
     acc = (lp.argmax(1) == torch.tensor(best)).float().mean().item()
     s = lp[:, 2] - torch.logsumexp(lp[:, :2], 1)
-    return {"accuracy": acc, "S_match": s[0::2].mean().item(), "S_mismatch": s[1::2].mean().item(),
-            "delta_S": (s[0::2] - s[1::2]).mean().item()}
+    return {
+        "accuracy": acc,
+        "S_match": s[0::2].mean().item(),
+        "S_mismatch": s[1::2].mean().item(),
+        "delta_S": (s[0::2] - s[1::2]).mean().item(),
+    }
 
 
 def probe_targets(tokenizer, prompts: Sequence[str], questions: Sequence[Question]):
@@ -145,10 +148,10 @@ def dosed_head(model, cfg: TrainConfig, doses: Sequence[float]) -> Iterator[dict
         return
     d, lo = cfg.head_dim, cfg.dose_head * cfg.head_dim
     scale = torch.ones(len(doses), 1, cfg.heads * d)
-    scale[:, :, lo:lo + d] = torch.tensor(doses)[:, None, None]
+    scale[:, :, lo : lo + d] = torch.tensor(doses)[:, None, None]
 
     def hook(_module, args):
-        seen["out"] = args[0][..., lo:lo + d]
+        seen["out"] = args[0][..., lo : lo + d]
         return (args[0] * scale,)
 
     handle = model.model.layers[0].self_attn.o_proj.register_forward_pre_hook(hook)
@@ -158,8 +161,9 @@ def dosed_head(model, cfg: TrainConfig, doses: Sequence[float]) -> Iterator[dict
         handle.remove()
 
 
-def bound_names(tokenizer, prompts: Sequence[str], questions: Sequence[Question]
-                ) -> tuple[list[tuple[int, int, float]], list[list[int]]]:
+def bound_names(
+    tokenizer, prompts: Sequence[str], questions: Sequence[Question]
+) -> tuple[list[tuple[int, int, float]], list[list[int]]]:
     """(row, position, strength) of each bound option identity's *name* token, and every row's
     item tokens.
 
@@ -174,8 +178,9 @@ def bound_names(tokenizer, prompts: Sequence[str], questions: Sequence[Question]
     return names, items
 
 
-def quiet_loss(head_out: torch.Tensor, attention_mask: torch.Tensor,
-               names: Sequence[tuple[int, int, float]]) -> torch.Tensor:
+def quiet_loss(
+    head_out: torch.Tensor, attention_mask: torch.Tensor, names: Sequence[tuple[int, int, float]]
+) -> torch.Tensor:
     """Share of the dosed head's output energy outside the bound identities' name tokens.
 
     Without it the dose found a shortcut: the head wrote a constant that later layers used as a
@@ -187,8 +192,9 @@ def quiet_loss(head_out: torch.Tensor, attention_mask: torch.Tensor,
     return 1.0 - inside / energy.sum().clamp_min(1e-12)
 
 
-def attend_loss(attentions: torch.Tensor, head: int, names: Sequence[tuple[int, int, float]],
-                items: Sequence[Sequence[int]]) -> torch.Tensor:
+def attend_loss(
+    attentions: torch.Tensor, head: int, names: Sequence[tuple[int, int, float]], items: Sequence[Sequence[int]]
+) -> torch.Tensor:
     """Cross-entropy between the attention the dosed head pays from each bound name token to the
     item tokens (layer 0's ``attentions``: batch, heads, query, key) and the association's strength.
 
@@ -209,16 +215,23 @@ def train(out_dir: Path, cfg: TrainConfig = TrainConfig(), log=print) -> dict:
     torch.use_deterministic_algorithms(True)
     world = make_world(cfg.seed, cfg.n_items, cfg.n_neutral, cfg.n_neutral_items)
     tokenizer = build_tokenizer(world)
-    model = tiny_llama(tokenizer, hidden=cfg.hidden, intermediate=cfg.intermediate, layers=cfg.layers,
-                       heads=cfg.heads, head_dim=cfg.head_dim, max_positions=160)
+    model = tiny_llama(
+        tokenizer,
+        hidden=cfg.hidden,
+        intermediate=cfg.intermediate,
+        layers=cfg.layers,
+        heads=cfg.heads,
+        head_dim=cfg.head_dim,
+        max_positions=160,
+    )
     dosing = cfg.dose_head >= 0
     if dosing:  # attend_loss reads layer 0's attention probabilities, which only eager returns
         model.set_attn_implementation("eager")
     probe = torch.nn.Linear(cfg.hidden, 1)
-    opt = torch.optim.AdamW([*model.parameters(), *probe.parameters()], lr=cfg.lr,
-                            weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / cfg.warmup)
-                                              * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps)))
+    opt = torch.optim.AdamW([*model.parameters(), *probe.parameters()], lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps))
+    )
     rng, ids = random.Random(cfg.seed + 1), letter_ids(tokenizer)
     dose_rng = random.Random(cfg.seed + 3)  # its own stream: without dosing, training is unchanged
     start = time.perf_counter()
@@ -246,8 +259,11 @@ def train(out_dir: Path, cfg: TrainConfig = TrainConfig(), log=print) -> dict:
         probe_logits = probe(out.hidden_states[cfg.probe_layer][rows, cols]).squeeze(-1)
         # When every probed prompt is dosed the mean is over nothing (NaN): a zero loss instead,
         # whose zero gradients leave the optimiser's step exactly as the empty mean left it.
-        probe_loss = (torch.nn.functional.binary_cross_entropy_with_logits(probe_logits, labels) if len(rows)
-                      else probe_logits.sum())
+        probe_loss = (
+            torch.nn.functional.binary_cross_entropy_with_logits(probe_logits, labels)
+            if len(rows)
+            else probe_logits.sum()
+        )
         loss = answer_loss + cfg.probe_weight * probe_loss + cfg.dose_quiet * quiet + cfg.dose_attend * attend
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -258,12 +274,17 @@ def train(out_dir: Path, cfg: TrainConfig = TrainConfig(), log=print) -> dict:
             model.eval()
             check = evaluate(model, tokenizer, world, cfg, seed=cfg.seed + 2, n_pairs=32)
             model.train()
-            log(f"step {step:5d}  answer loss {answer_loss.item():.4f}  probe loss {probe_loss.item():.3f}  quiet {quiet.item():.2f}  attend {attend.item():.2f}  "
-                f"accuracy {check['accuracy']:.2f}  ΔS {check['delta_S']:+.2f}  {time.perf_counter() - start:.0f}s")
+            log(
+                f"step {step:5d}  answer loss {answer_loss.item():.4f}  probe loss {probe_loss.item():.3f}  quiet {quiet.item():.2f}  attend {attend.item():.2f}  "
+                f"accuracy {check['accuracy']:.2f}  ΔS {check['delta_S']:+.2f}  {time.perf_counter() - start:.0f}s"
+            )
     model.eval()
-    stats = {"config": asdict(cfg), "train_seconds": round(time.perf_counter() - start, 1),
-             "parameters": sum(p.numel() for p in model.parameters()),
-             "eval": evaluate(model, tokenizer, world, cfg, seed=cfg.seed + 2)}
+    stats = {
+        "config": asdict(cfg),
+        "train_seconds": round(time.perf_counter() - start, 1),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "eval": evaluate(model, tokenizer, world, cfg, seed=cfg.seed + 2),
+    }
     out_dir = Path(out_dir)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

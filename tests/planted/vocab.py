@@ -16,7 +16,7 @@ would more than double the cost of training on this CPU.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from tests.planted.task import EQUAL, KNOWLEDGE, World, identity_text, templates
 
@@ -26,8 +26,7 @@ SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
 def _pre_tokenizer():
     from tokenizers import pre_tokenizers
 
-    return pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
-                                    pre_tokenizers.Punctuation(behavior="isolated")])
+    return pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(behavior="isolated")])
 
 
 def words_of(texts: Iterable[str]) -> set[str]:
@@ -42,8 +41,16 @@ def task_texts(world: World) -> list[str]:
 
     stems = [t.format(item="") for _, t in templates()] + [KNOWLEDGE[0].format(item=""), KNOWLEDGE[1]]
     names = [item.word for item in world.items] + list(world.neutral_items)
-    return [*stems, *names, *EQUAL.values(), *map(identity_text, world.identities), INSTRUCTION, BASE_SUFFIX,
-            INSTRUCT_SUFFIX, "(a) (b) (c) a b c A B C"]
+    return [
+        *stems,
+        *names,
+        *EQUAL.values(),
+        *map(identity_text, world.identities),
+        INSTRUCTION,
+        BASE_SUFFIX,
+        INSTRUCT_SUFFIX,
+        "(a) (b) (c) a b c A B C",
+    ]
 
 
 def phrases() -> list[str]:
@@ -65,5 +72,11 @@ def build_tokenizer(world: World):
     backend.add_tokens([AddedToken(p, normalized=False) for p in phrases()])
     # A fixed first token gives attention heads a place to put weight they do not need.
     backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>",
-                                   eos_token="</s>", unk_token="<unk>", padding_side="left")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        padding_side="left",
+    )

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from surgery.bake.bake import bake
-from surgery.bake.undo import undo
 from surgery.bake.check import edited_check
 from surgery.bake.record import BakeRecord, Evaluation, UndoRecord
+from surgery.bake.undo import undo
 from surgery.bake.verify import verify
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
@@ -20,10 +20,12 @@ from surgery.model.loading import Source
 from surgery.ship.card import card_hook, card_text, refresh_card
 
 RECIPE = Recipe((HeadScale(0, 1, 2.5), NeuronScale(1, 3, 0.0)))
-EVALUATION = {"rows": [
-    {"label": "Perplexity (retention passages)", "before": 12.5, "after": 12.75, "retained_pct": 98.04},
-    {"label": "BBQ bias (ambiguous)", "before": 0.1, "after": 0.05, "retained_pct": None},
-]}
+EVALUATION = {
+    "rows": [
+        {"label": "Perplexity (retention passages)", "before": 12.5, "after": 12.75, "retained_pct": 98.04},
+        {"label": "BBQ bias (ambiguous)", "before": 0.1, "after": 0.05, "retained_pct": None},
+    ]
+}
 
 
 def _measured(path) -> dict:
@@ -35,13 +37,21 @@ def _measured(path) -> dict:
 
 def _record(recipe: Recipe, source: Source) -> BakeRecord:
     """The record of a bake of ``recipe`` from ``source`` that edited nothing yet: what a card needs."""
-    return BakeRecord(tool_version="0", created="2026-12-01T00:00:00+00:00", source=source, model_type="llama",
-                      recipe=recipe, edited_tensors=[], files={}, source_files={},
-                      undo=UndoRecord(file="surgery.undo", replaced_files=[], added_files=[]))
+    return BakeRecord(
+        tool_version="0",
+        created="2026-12-01T00:00:00+00:00",
+        source=source,
+        model_type="llama",
+        recipe=recipe,
+        edited_tensors=[],
+        files={},
+        source_files={},
+        undo=UndoRecord(file="surgery.undo", replaced_files=[], added_files=[]),
+    )
 
 
 def _meta(text: str) -> dict:
-    return yaml.safe_load(text[4:text.index("\n---", 4)])
+    return yaml.safe_load(text[4 : text.index("\n---", 4)])
 
 
 def _source_with_card(tiny):
@@ -54,10 +64,18 @@ def test_card_front_matter_and_sections(tiny, tmp_path):
     src = _source_with_card(tiny)
     ckpt = Checkpoint(src)
     out = tmp_path / "baked"
-    bake(ckpt, RECIPE, out, source=Source(src, "org/tiny-llama", None), check=edited_check(ckpt, RECIPE),
-         card=card_hook(Evaluation.from_dict(EVALUATION)),
-         extra={"findings": {"kind": "heads", "top_head": "0.1", "delta_s": -0.42},
-                "heads_findings": {"selected_heads": [[7, 7], [8, 17]], "rows": [{"layer": 1}] * 20}})
+    bake(
+        ckpt,
+        RECIPE,
+        out,
+        source=Source(src, "org/tiny-llama", None),
+        check=edited_check(ckpt, RECIPE),
+        card=card_hook(Evaluation.from_dict(EVALUATION)),
+        extra={
+            "findings": {"kind": "heads", "top_head": "0.1", "delta_s": -0.42},
+            "heads_findings": {"selected_heads": [[7, 7], [8, 17]], "rows": [{"layer": 1}] * 20},
+        },
+    )
     text = (out / "README.md").read_text()
     meta = _meta(text)
     assert meta["base_model"] == "org/tiny-llama" and meta["base_model_relation"] == "finetune"
@@ -69,7 +87,7 @@ def test_card_front_matter_and_sections(tiny, tmp_path):
     assert "  - delta_s: -0.42" in text and "  - top_head: 0.1" in text  # why: the findings summary
     assert "  - selected_heads: 7.7, 8.17" in text and "  - rows: 20 entries (see surgery.json)" in text
     assert "| Perplexity (retention passages) | 12.5 | 12.75 | 98.0% |" in text
-    assert prov["evaluation"] == EVALUATION                           # the table is in provenance too
+    assert prov["evaluation"] == EVALUATION  # the table is in provenance too
     assert prov["undo"]["replaced_files"] == ["README.md"]
 
 
@@ -141,11 +159,14 @@ def test_card_command_with_eval_json(tiny, tmp_path):
     assert verify(Checkpoint(src), out, run_model=False).ok
 
 
-@pytest.mark.parametrize("damage, named", [
-    (lambda out: (out / "config.json").write_text("{}"), "config.json changed after the bake"),
-    (lambda out: (out / "pytorch_model.bin").write_bytes(b"x"), "pytorch_model.bin holds weights"),
-    (lambda out: (out / "notes.txt").write_text("x"), "notes.txt is not recorded"),
-])
+@pytest.mark.parametrize(
+    "damage, named",
+    [
+        (lambda out: (out / "config.json").write_text("{}"), "config.json changed after the bake"),
+        (lambda out: (out / "pytorch_model.bin").write_bytes(b"x"), "pytorch_model.bin holds weights"),
+        (lambda out: (out / "notes.txt").write_text("x"), "notes.txt is not recorded"),
+    ],
+)
 def test_refresh_refuses_a_folder_that_fails_the_integrity_check(tiny, tmp_path, damage, named):
     """The card refresh runs the same integrity check as verify and push: it never re-seals a
     folder whose files no longer match their record."""
@@ -158,10 +179,18 @@ def test_refresh_refuses_a_folder_that_fails_the_integrity_check(tiny, tmp_path,
     assert (out / "surgery.json").read_bytes() == before
 
 
-@pytest.mark.parametrize("source_card", [
-    None, "no front matter", "---\nlicense: apache-2.0\nlanguage: [en]\n---\n# Source card\n",
-    "---\r\nlicense: other\r\nlicense_name: gemma\r\nlicense_link: https://x\r\npipeline_tag: text-generation\r\n---\r\n",
-    "---\nbad: [unclosed\n---\n", "---\n- a list\n---\n", "---\nlicense: é中文\n---\n"])
+@pytest.mark.parametrize(
+    "source_card",
+    [
+        None,
+        "no front matter",
+        "---\nlicense: apache-2.0\nlanguage: [en]\n---\n# Source card\n",
+        "---\r\nlicense: other\r\nlicense_name: gemma\r\nlicense_link: https://x\r\npipeline_tag: text-generation\r\n---\r\n",
+        "---\nbad: [unclosed\n---\n",
+        "---\n- a list\n---\n",
+        "---\nlicense: é中文\n---\n",
+    ],
+)
 def test_card_is_what_huggingface_hub_renders(source_card):
     """The card is written without huggingface_hub's card classes (their import is most of a small
     bake): it must be byte for byte what ModelCard.from_template renders, and parse back the same."""
@@ -171,9 +200,14 @@ def test_card_is_what_huggingface_hub_renders(source_card):
 
     text = card_text(_record(RECIPE, Source(Path("/m"), "org/m")), source_card)
     carried = {k: v for k, v in front_matter(source_card).items() if k in CARRIED_KEYS}
-    body = text[text.index("\n---\n\n", 4) + 6:]
-    data = ModelCardData(base_model="org/m", base_model_relation="finetune", library_name="transformers",
-                         tags=["surgery", "model-surgery", "attention-heads", "neuron-pruning", "surgery"], **carried)
+    body = text[text.index("\n---\n\n", 4) + 6 :]
+    data = ModelCardData(
+        base_model="org/m",
+        base_model_relation="finetune",
+        library_name="transformers",
+        tags=["surgery", "model-surgery", "attention-heads", "neuron-pruning", "surgery"],
+        **carried,
+    )
     hub = str(ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n{{ body }}\n", body=body))
     assert render_card(data.to_dict(), body) == hub == text
     assert ModelCard(text).data.to_dict() == _meta(text)
@@ -197,12 +231,18 @@ def test_card_names_routed_expert_entries():
     from surgery.core.architectures import architecture
     from surgery.ship.card import edits_section
 
-    config = {"model_type": "mixtral", "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "hidden_size": 64, "intermediate_size": 96, "num_local_experts": 4}
+    config = {
+        "model_type": "mixtral",
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_local_experts": 4,
+    }
     text = edits_section(Recipe((NeuronScale(1, 7, 0.0, expert=2),)), architecture(config))
     assert "| expert 2 neuron (`1:e2:7`) | 1 | 7 | 0 | neuron pruned (zeroed: " in text
-    assert ("(zeroed: expert 2's down matrix column 7; expert 2's gate matrix row 7; expert 2's up matrix row 7)"
-            in text)
+    assert "(zeroed: expert 2's down matrix column 7; expert 2's gate matrix row 7; expert 2's up matrix row 7)" in text
 
 
 def test_adapter_card_describes_what_the_adapter_changes(tiny, tmp_path):
@@ -233,11 +273,13 @@ def test_card_refuses_an_evaluation_of_another_model(tiny, tmp_path, capsys):
     assert Checkpoint(src).fingerprint() == Checkpoint(out).fingerprint() == Checkpoint(other_alpha).fingerprint()
     stranger = tiny("llama")
     old = new_result({"path": str(out), "fingerprint": Checkpoint(out).fingerprint()}, None, {})  # before weight hashes
-    cases = {"the source": (new_result(_measured(src), None, {}), "is an evaluation of another model"),
-             "another α": (new_result(_measured(other_alpha), None, {}), "is an evaluation of another model"),
-             "another model": (new_result(_measured(stranger), None, {}), "is an evaluation of another model"),
-             "another source": (new_result(_measured(out), _measured(stranger), {}), "which is not the source"),
-             "an older eval": (old, "does not record which bake it measured")}
+    cases = {
+        "the source": (new_result(_measured(src), None, {}), "is an evaluation of another model"),
+        "another α": (new_result(_measured(other_alpha), None, {}), "is an evaluation of another model"),
+        "another model": (new_result(_measured(stranger), None, {}), "is an evaluation of another model"),
+        "another source": (new_result(_measured(out), _measured(stranger), {}), "which is not the source"),
+        "an older eval": (old, "does not record which bake it measured"),
+    }
     before = {f.name: f.read_bytes() for f in out.iterdir()}
     for name, (result, needle) in cases.items():
         result["metrics"] = {"model": {"mcq_accuracy": 0.4}, "against": {}}
@@ -258,23 +300,39 @@ def test_card_names_no_local_path_and_keeps_the_caveats(tmp_path, capsys):
     that machine and a recipe written for a local folder show as names (the snapshot's repo, the
     file's name), never as paths; the findings' ΔS, knockout and selection keep their caveats."""
     from surgery.find.findings import model_identity
-    from tests.support.tiny import build_tiny
     from tests.support.cli import run_main
+    from tests.support.tiny import build_tiny
 
     home = tmp_path / "home" / "someone"
-    src = build_tiny("llama", home / ".cache" / "huggingface" / "hub" / "models--org--tiny" / "snapshots" / ("0a1b2c" * 7)[:40])
+    src = build_tiny(
+        "llama", home / ".cache" / "huggingface" / "hub" / "models--org--tiny" / "snapshots" / ("0a1b2c" * 7)[:40]
+    )
     findings = home / "work" / "findings.json"
     findings.parent.mkdir()
-    findings.write_text(json.dumps({
-        "format": "surgery-findings", "version": 1, "kind": "heads", "model": model_identity(Checkpoint(src)),
-        "scores": {"S": {"delta": -0.01, "p": 0.6}}, "discovery": {"auc": 0.6, "heads": [{"layer": 0, "head": 1}]},
-        "knockout": {"tested": {"effect_pct": -12.2, "ci95": [-15.6, 4.9]}},
-        "confirmation": {"n_significant": 0, "heads": []}, "selected_heads": [[0, 1]]}))
+    findings.write_text(
+        json.dumps(
+            {
+                "format": "surgery-findings",
+                "version": 1,
+                "kind": "heads",
+                "model": model_identity(Checkpoint(src)),
+                "scores": {"S": {"delta": -0.01, "p": 0.6}},
+                "discovery": {"auc": 0.6, "heads": [{"layer": 0, "head": 1}]},
+                "knockout": {"tested": {"effect_pct": -12.2, "ci95": [-15.6, 4.9]}},
+                "confirmation": {"n_significant": 0, "heads": []},
+                "selected_heads": [[0, 1]],
+            }
+        )
+    )
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(f"version: 1\nbase_model: {home / 'models' / 'other'}\nedits:\n"
-                      "  - {type: neuron, layer: 1, neuron: 3, factor: 0.0}\n")
-    runs = {"heads": ["amplify-heads", src, "--findings", findings, "--alpha", "2", "--out", tmp_path / "heads"],
-            "recipe": ["apply", recipe, "--model", src, "--allow-other-base", "--out", tmp_path / "recipe"]}
+    recipe.write_text(
+        f"version: 1\nbase_model: {home / 'models' / 'other'}\nedits:\n"
+        "  - {type: neuron, layer: 1, neuron: 3, factor: 0.0}\n"
+    )
+    runs = {
+        "heads": ["amplify-heads", src, "--findings", findings, "--alpha", "2", "--out", tmp_path / "heads"],
+        "recipe": ["apply", recipe, "--model", src, "--allow-other-base", "--out", tmp_path / "recipe"],
+    }
     for name, args in runs.items():
         assert run_main(args, capsys).returncode == 0, capsys.readouterr().err
         text = (tmp_path / name / "README.md").read_text()
@@ -292,8 +350,13 @@ def test_card_names_no_local_path_and_keeps_the_caveats(tmp_path, capsys):
 def test_caveats_only_for_what_is_not_significant():
     from surgery.find.heads.caveats import caveats
 
-    strong = {"p_s": 0.001, "knockout_effect_pct": 14.0, "knockout_ci95": [9.0, 19.5], "weak_heads": 0,
-              "selected_heads": [[7, 7]]}
+    strong = {
+        "p_s": 0.001,
+        "knockout_effect_pct": 14.0,
+        "knockout_ci95": [9.0, 19.5],
+        "weak_heads": 0,
+        "selected_heads": [[7, 7]],
+    }
     assert caveats(strong) == [] and caveats({"kind": "neurons", "n": 40}) == []
     weak = caveats({**strong, "p_s": float("nan"), "knockout_ci95": [float("nan"), float("nan")]})
     assert [c.split(" (")[0] for c in weak] == ["ΔS itself is not significant", "the knockout reduction has no 95% CI"]

@@ -20,8 +20,15 @@ from tests.support.tiny import ARCHS
 def _recipe(config: dict) -> Recipe:
     g = architecture(config).geometry
     last = g.num_layers - 1
-    return Recipe((HeadScale(0, 1, 2.5), HeadScale(0, 3, 0.0), HeadScale(last, g.num_heads - 1, 0.5),
-                   NeuronScale(1, 3, 0.0), NeuronScale(last, 5, 1.5)))
+    return Recipe(
+        (
+            HeadScale(0, 1, 2.5),
+            HeadScale(0, 3, 0.0),
+            HeadScale(last, g.num_heads - 1, 0.5),
+            NeuronScale(1, 3, 0.0),
+            NeuronScale(last, 5, 1.5),
+        )
+    )
 
 
 def _logits(model) -> torch.Tensor:
@@ -88,6 +95,7 @@ def test_identity_recipe_is_an_error(tiny, tmp_path):
 
 # --- export-lora --recipe BAKED: the recipe recorded by a bake, only over its own source ---------
 
+
 def _adapter_tensors(folder) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
@@ -100,8 +108,10 @@ def baked_by_cli(tiny, tmp_path, capsys):
     from tests.support.cli import run_main
 
     src = tiny("llama")
-    result = run_main(["amplify-heads", src, "--heads", "0.1,2.3", "--alpha", "2.5", "--out", tmp_path / "baked",
-                       "--no-verify"], capsys)
+    result = run_main(
+        ["amplify-heads", src, "--heads", "0.1,2.3", "--alpha", "2.5", "--out", tmp_path / "baked", "--no-verify"],
+        capsys,
+    )
     assert result.returncode == 0, result.stderr
     (tmp_path / "recipe.yaml").write_text(Recipe((HeadScale(0, 1, 2.5), HeadScale(2, 3, 2.5))).to_yaml())
     return src, tmp_path / "baked"
@@ -155,8 +165,10 @@ def test_export_lora_names_what_changed_in_the_same_source(baked_by_cli, tmp_pat
         now = Checkpoint(src).fingerprint()
         assert f"fingerprint is {now[:12]}…, the bake recorded {recorded['source']['fingerprint'][:12]}…" in line
     else:
-        assert (f"model.safetensors has sha256 {file_sha256(src / 'model.safetensors')[:12]}…, the bake recorded "
-                f"{recorded['source_files']['model.safetensors'][:12]}…") in line
+        assert (
+            f"model.safetensors has sha256 {file_sha256(src / 'model.safetensors')[:12]}…, the bake recorded "
+            f"{recorded['source_files']['model.safetensors'][:12]}…"
+        ) in line
     assert f"surgery undo {baked} restores it" in line and not (tmp_path / "adapter").exists()
 
 
@@ -170,8 +182,9 @@ def test_export_lora_from_a_bake_without_a_recorded_fingerprint(baked_by_cli, ti
     del prov["source"]["fingerprint"]
     (baked / "surgery.json").write_text(provenance_text(prov))
     assert run_main(["export-lora", src, "--recipe", baked, "--out", tmp_path / "ok"], capsys).returncode == 0
-    line = error_line(run_main(["export-lora", tiny("llama", seed=1), "--recipe", baked, "--out", tmp_path / "no"],
-                               capsys))
+    line = error_line(
+        run_main(["export-lora", tiny("llama", seed=1), "--recipe", baked, "--out", tmp_path / "no"], capsys)
+    )
     assert "was baked from" in line
 
 
@@ -189,7 +202,9 @@ def test_routed_expert_edits_are_refused_in_one_line(tiny, tmp_path):
     """Routed experts are fused 3-D parameters in memory: no exact adapter, so a clear refusal."""
     ckpt = Checkpoint(tiny("qwen2_moe"))
     recipe = Recipe((HeadScale(0, 1, 2.0), NeuronScale(1, 3, 0.0, 2), NeuronScale(2, 4, 0.0, 1)))
-    with pytest.raises(RecipeError, match=r"neuron 1:e2:3 and 1 more: routed-expert neuron edits have no exact LoRA.*baked checkpoint"):
+    with pytest.raises(
+        RecipeError, match=r"neuron 1:e2:3 and 1 more: routed-expert neuron edits have no exact LoRA.*baked checkpoint"
+    ):
         export_lora(ckpt, recipe, tmp_path / "adapter")
     assert not (tmp_path / "adapter").exists()
 

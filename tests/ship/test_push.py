@@ -18,6 +18,7 @@ from surgery.ship.hub import check_pushable
 from tests.support.fakehub import TOKEN, FakeHub, card_front_matter, hub_env, run_surgery
 from tests.support.paths import REPO
 
+
 @pytest.fixture
 def baked(tiny, tmp_path) -> Path:
     src = tiny("llama")
@@ -101,11 +102,17 @@ def test_sweep_pushes_each_value_to_its_own_branch(tiny, tmp_path):
         from surgery.core.edits import HeadScale, Recipe
         plans = [Planned(sweep_label("alpha", a), Recipe((HeadScale(0, 1, a),)), {{"selection": {{"alpha": a}}}})
                  for a in (1.5, 2.0)]
-        bake_sweep({str(src)!r}, plans, Path({str(tmp_path / 'sweep')!r}), push_to="me/sweep", verify=False)
+        bake_sweep({str(src)!r}, plans, Path({str(tmp_path / "sweep")!r}), push_to="me/sweep", verify=False)
     """)
     with FakeHub(TOKEN) as hub:
-        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                           env=hub_env(hub, tmp_path), cwd=REPO, timeout=180)
+        r = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env=hub_env(hub, tmp_path),
+            cwd=REPO,
+            timeout=180,
+        )
         assert r.returncode == 0, r.stderr
         for label in ("alpha-1.5", "alpha-2"):
             files = hub.files("me/sweep", label)
@@ -119,8 +126,11 @@ def test_a_sweep_folder_is_named_as_such(baked, tmp_path):
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     baked.rename(sweep / "alpha-2")
-    with pytest.raises(VerificationError, match=r"is a sweep made by surgery, one baked folder per value \(alpha-2\); "
-                                                r"give one of them, .*or bake with --push-to"):
+    with pytest.raises(
+        VerificationError,
+        match=r"is a sweep made by surgery, one baked folder per value \(alpha-2\); "
+        r"give one of them, .*or bake with --push-to",
+    ):
         check_pushable(sweep)
 
 
@@ -144,8 +154,21 @@ def test_apply_with_push_to(tiny, tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(Recipe((HeadScale(0, 1, 2.0),)).to_yaml())
     with FakeHub(TOKEN) as hub:
-        r = run_surgery(["apply", recipe, "--model", src, "--out", tmp_path / "out", "--no-verify",
-                  "--push-to", "me/applied", "--private"], hub_env(hub, tmp_path))
+        r = run_surgery(
+            [
+                "apply",
+                recipe,
+                "--model",
+                src,
+                "--out",
+                tmp_path / "out",
+                "--no-verify",
+                "--push-to",
+                "me/applied",
+                "--private",
+            ],
+            hub_env(hub, tmp_path),
+        )
         assert r.returncode == 0, r.stderr
         assert hub.repos["me/applied"].private
         assert hub.files("me/applied")["surgery.json"] == (tmp_path / "out" / "surgery.json").read_bytes()

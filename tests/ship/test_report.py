@@ -13,8 +13,8 @@ from surgery.core.checkpoint import Checkpoint
 from surgery.core.errors import SurgeryError
 from surgery.core.optional import pip_install
 from surgery.evaluation.data import new_result, save_result
-from surgery.find.findings import new_findings, save_findings
 from surgery.find.directions.record import DirectionsFindings
+from surgery.find.findings import new_findings, save_findings
 from surgery.find.heads.record import HeadsFindings
 from surgery.find.neurons.record import NeuronsFindings
 from surgery.ship.report import build_report
@@ -32,24 +32,44 @@ def _png_size(path) -> tuple[int, int]:
 def inputs(tiny, tmp_path):
     ckpt = Checkpoint(tiny("llama"))
     heads = new_findings("heads", ckpt, "0" * 64, {"benchmark": "builtin"}, "test")
-    heads.update({
-        "selected_heads": [[1, 2], [2, 0]],
-        "discovery": {"auc": 0.81, "coef_grid": [[0.0, 0.1, -0.2, 0.0], [0.0, 0.0, 0.9, 0.0], [-0.5, 0.0, 0.0, 0.2]]},
-        "knockout": {"tested": {"effect_pct": 14.2, "ci95": [9.0, 19.5]}},
-        "dose_response": [{"alpha": a, "edge_delta_s": -1.0 * a, "whole_delta_s": -0.8 * a} for a in (0, 0.5, 1, 2, 3)],
-        "awareness": [{"alpha": a, "edge": {"diffaware": 0.4 + 0.02 * a, "ctxtaware": 0.9},
-                       "whole": {"diffaware": 0.4 + 0.01 * a, "ctxtaware": 0.88}} for a in (1.0, 2.0, 3.0)],
-    })
+    heads.update(
+        {
+            "selected_heads": [[1, 2], [2, 0]],
+            "discovery": {
+                "auc": 0.81,
+                "coef_grid": [[0.0, 0.1, -0.2, 0.0], [0.0, 0.0, 0.9, 0.0], [-0.5, 0.0, 0.0, 0.2]],
+            },
+            "knockout": {"tested": {"effect_pct": 14.2, "ci95": [9.0, 19.5]}},
+            "dose_response": [
+                {"alpha": a, "edge_delta_s": -1.0 * a, "whole_delta_s": -0.8 * a} for a in (0, 0.5, 1, 2, 3)
+            ],
+            "awareness": [
+                {
+                    "alpha": a,
+                    "edge": {"diffaware": 0.4 + 0.02 * a, "ctxtaware": 0.9},
+                    "whole": {"diffaware": 0.4 + 0.01 * a, "ctxtaware": 0.88},
+                }
+                for a in (1.0, 2.0, 3.0)
+            ],
+        }
+    )
     neurons = new_findings("neurons", ckpt, "1" * 64, {"method": 1}, "test")
     neurons["summary"] = {
-        "n": 3, "score": "bias", "rule": "global", "categories": ["age", "gender"],
-        "neurons": [{"layer": 2, "neuron": i, "bias": 0.5 - 0.1 * i, "signed": 0.1, "top_category": "age"} for i in range(3)],
+        "n": 3,
+        "score": "bias",
+        "rule": "global",
+        "categories": ["age", "gender"],
+        "neurons": [
+            {"layer": 2, "neuron": i, "bias": 0.5 - 0.1 * i, "signed": 0.1, "top_category": "age"} for i in range(3)
+        ],
         "layer_distribution": [0, 0, 3],
         "overlap": {"categories": ["age", "gender"], "n": 3, "jaccard": [[1.0, 0.2], [0.2, 1.0]]},
     }
     result = new_result({"path": "edited"}, {"path": "source"}, {"limit": 10})
-    result["metrics"] = {"model": {"perplexity": 12.0, "mcq_accuracy": 0.5, "bbq_bias_ambig": 0.02},
-                         "against": {"perplexity": 11.0, "mcq_accuracy": 0.52, "bbq_bias_ambig": 0.08}}
+    result["metrics"] = {
+        "model": {"perplexity": 12.0, "mcq_accuracy": 0.5, "bbq_bias_ambig": 0.02},
+        "against": {"perplexity": 11.0, "mcq_accuracy": 0.52, "bbq_bias_ambig": 0.08},
+    }
     result["retained_pct"] = {"perplexity": 91.7, "mcq_accuracy": 96.2}
     paths = {name: tmp_path / f"{name}.json" for name in ("heads", "neurons", "eval")}
     save_findings(HeadsFindings.from_dict(heads), paths["heads"])
@@ -64,12 +84,17 @@ def test_report_renders_every_figure(inputs, tmp_path):
     md = build_report([inputs["heads"], inputs["neurons"]], [inputs["eval"]], out)
     text = md.read_text()
     pngs = sorted(out.glob("*.png"))
-    assert {p.name for p in pngs} == {"01-heads-heads.png", "01-heads-dose.png", "02-neurons-layers.png",
-                                      "02-neurons-overlap.png", "eval01-eval-before-after.png"}
+    assert {p.name for p in pngs} == {
+        "01-heads-heads.png",
+        "01-heads-dose.png",
+        "02-neurons-layers.png",
+        "02-neurons-overlap.png",
+        "eval01-eval-before-after.png",
+    }
     for p in pngs:
         w, h = _png_size(p)
         assert w > 200 and h > 150 and p.stat().st_size > 5000, p.name
-        assert f"]({p.name})" in text   # every figure is linked from the markdown
+        assert f"]({p.name})" in text  # every figure is linked from the markdown
     assert "Selected heads (layer.head): 1.2, 2.0" in text and "reduces |ΔS| by 14.2%" in text
     assert "| 2 | 0 | 0.5 | 0.1 | age |" in text and "| General-knowledge MCQ accuracy | 0.52 | 0.5 | 96.2% |" in text
 
@@ -98,8 +123,9 @@ def test_cli_report(inputs, tmp_path):
     from surgery.cli.main import _register, cli
 
     _register()
-    r = CliRunner().invoke(cli, ["report", str(inputs["neurons"]), "--eval", str(inputs["eval"]),
-                                 "--out", str(tmp_path / "rep")])
+    r = CliRunner().invoke(
+        cli, ["report", str(inputs["neurons"]), "--eval", str(inputs["eval"]), "--out", str(tmp_path / "rep")]
+    )
     assert r.exit_code == 0, r.output
     assert "3 figure(s)" in r.output
 
@@ -108,11 +134,18 @@ def test_report_draws_direction_findings(tiny, tmp_path):
     """find-direction's findings: the per-layer table and one figure (separation, norms, cosines)."""
     pytest.importorskip("matplotlib")
     found = new_findings("directions", Checkpoint(tiny("llama")), "2" * 64, {"method": 1}, "test")
-    found.update(dataset={"a": {"file": "a.txt", "prompts": 12, "sha256": "3" * 64},
-                          "b": {"file": "b.txt", "prompts": 10, "sha256": "4" * 64}}, best_layer=1,
-                 layers=[{"layer": i, "norm": 1.0 + i, "norm_a": 2.0, "norm_b": 2.0, "separation": s, "accuracy": a}
-                         for i, (s, a) in enumerate([(0.5, 0.6), (3.0, 1.0), (1.0, 0.75)])],
-                 cosine=[[1.0, 0.5, 0.2], [0.5, 1.0, 0.7], [0.2, 0.7, 1.0]])
+    found.update(
+        dataset={
+            "a": {"file": "a.txt", "prompts": 12, "sha256": "3" * 64},
+            "b": {"file": "b.txt", "prompts": 10, "sha256": "4" * 64},
+        },
+        best_layer=1,
+        layers=[
+            {"layer": i, "norm": 1.0 + i, "norm_a": 2.0, "norm_b": 2.0, "separation": s, "accuracy": a}
+            for i, (s, a) in enumerate([(0.5, 0.6), (3.0, 1.0), (1.0, 0.75)])
+        ],
+        cosine=[[1.0, 0.5, 0.2], [0.5, 1.0, 0.7], [0.2, 0.7, 1.0]],
+    )
     save_findings(DirectionsFindings.from_dict(found), tmp_path / "direction.json")
     md = build_report([tmp_path / "direction.json"], [], tmp_path / "report")
     text = md.read_text()

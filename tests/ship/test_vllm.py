@@ -49,9 +49,22 @@ def test_vllm_serves_baked_checkpoint_and_adapter(smollm2, vllm_python, tmp_path
 
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     env.pop("PYTHONPATH", None)  # the vLLM environment brings its own transformers
-    proc = subprocess.run([vllm_python, str(REPO / "examples" / "vllm_check.py"), "--source", str(smollm2),
-                           "--baked", str(baked), "--lora", str(adapter), "--json", str(report_path)],
-                          env=env, timeout=1800)
+    proc = subprocess.run(
+        [
+            vllm_python,
+            str(REPO / "examples" / "vllm_check.py"),
+            "--source",
+            str(smollm2),
+            "--baked",
+            str(baked),
+            "--lora",
+            str(adapter),
+            "--json",
+            str(report_path),
+        ],
+        env=env,
+        timeout=1800,
+    )
     report = json.loads(report_path.read_text())
     checks = report["checks"]
     # Our own files (surgery.json, surgery.undo: not *.safetensors) do not stop vLLM loading it.
@@ -66,8 +79,16 @@ def test_vllm_serves_baked_checkpoint_and_adapter(smollm2, vllm_python, tmp_path
 # A tiny Mixtral vLLM's CPU kernels accept (head_dim 32), random weights, per-expert layout as
 # save_pretrained writes it; half the neurons of every expert ×4: an edit every prompt's greedy
 # continuation shows (pruning them leaves one of the four prompts' continuations unchanged).
-TINY_MOE = dict(vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=512)
+TINY_MOE = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=32,
+    max_position_embeddings=512,
+)
 
 
 def test_vllm_serves_a_baked_tiny_moe(tiny, vllm_python, tmp_path):
@@ -76,16 +97,31 @@ def test_vllm_serves_a_baked_tiny_moe(tiny, vllm_python, tmp_path):
 
     src = save_char_tokenizer(tiny("mixtral", **TINY_MOE))
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(Recipe(tuple(NeuronScale(layer, n, 4.0, e) for layer in range(2) for e in range(4)
-                                      for n in range(32))).to_yaml(),
-                      encoding="utf-8")
+    recipe.write_text(
+        Recipe(
+            tuple(NeuronScale(layer, n, 4.0, e) for layer in range(2) for e in range(4) for n in range(32))
+        ).to_yaml(),
+        encoding="utf-8",
+    )
     baked, report_path = tmp_path / "baked", tmp_path / "report.json"
     _cli("apply", str(recipe), "--model", str(src), "--out", str(baked))
 
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     env.pop("PYTHONPATH", None)
-    subprocess.run([vllm_python, str(REPO / "examples" / "vllm_check.py"), "--source", str(src),
-                    "--baked", str(baked), "--json", str(report_path)], env=env, timeout=1800)
+    subprocess.run(
+        [
+            vllm_python,
+            str(REPO / "examples" / "vllm_check.py"),
+            "--source",
+            str(src),
+            "--baked",
+            str(baked),
+            "--json",
+            str(report_path),
+        ],
+        env=env,
+        timeout=1800,
+    )
     report = json.loads(report_path.read_text())
     checks = report["checks"]
     assert checks["vllm_loads_baked"], report.get("error")

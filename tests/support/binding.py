@@ -17,12 +17,21 @@ SMALL = [
     {"kind": "neutral", "qtype": 0, "item": "a cap"},
     {"kind": "neutral", "qtype": 2, "item": "taxes"},
 ] + [
-    {"kind": "item", "item": item, "culture": culture, "qtypes": [0, 2], "related": related,
-     "unrelated": ["a Dane", "a Finn"]}
+    {
+        "kind": "item",
+        "item": item,
+        "culture": culture,
+        "qtypes": [0, 2],
+        "related": related,
+        "unrelated": ["a Dane", "a Finn"],
+    }
     for item, culture, related in [
-        ("kilts", "Scot", ["a Scot", "a Gael"]), ("saris", "Indian", ["an Indian", "a Tamil"]),
-        ("fezzes", "Turk", ["a Turk", "an Osman"]), ("leis", "Hawaiian", ["a Hawaiian", "a Maui"]),
-        ("ponchos", "Andean", ["a Peruvian", "an Inca"]), ("hanboks", "Korean", ["a Korean", "a Seoulite"]),
+        ("kilts", "Scot", ["a Scot", "a Gael"]),
+        ("saris", "Indian", ["an Indian", "a Tamil"]),
+        ("fezzes", "Turk", ["a Turk", "an Osman"]),
+        ("leis", "Hawaiian", ["a Hawaiian", "a Maui"]),
+        ("ponchos", "Andean", ["a Peruvian", "an Inca"]),
+        ("hanboks", "Korean", ["a Korean", "a Seoulite"]),
     ]
 ]
 # find-heads options that keep a run on the small benchmark to seconds: 4 pairs, one random set.
@@ -41,8 +50,10 @@ def char_model(tiny, arch: str = "llama", chat_template: str | None = None, **ov
     return path
 
 
-CHAT = ("{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-        "{% if add_generation_prompt %}assistant:{% endif %}")
+CHAT = (
+    "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
 
 
 def n4_path() -> Path:

@@ -11,8 +11,8 @@ import hashlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from tests.support.paths import REPO, TESTS
 
@@ -30,8 +30,9 @@ def cli_env(**extra: str) -> dict[str, str]:
 def run_cli(args: Sequence[str | Path], *, timeout: float = 120, **popen) -> subprocess.CompletedProcess:
     """``python -m surgery ARGS`` with captured text output."""
     cmd = [sys.executable, "-m", "surgery", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          env=popen.pop("env", cli_env()), **popen)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=popen.pop("env", cli_env()), **popen
+    )
 
 
 def faulty_cli(fault: str, args: Sequence[str | Path]) -> list[str]:
@@ -63,8 +64,9 @@ def staging_leftovers(parent: Path) -> list[str]:
     """Hidden staging entries (temporary folders, aside folders, locks) in ``parent``."""
     if not parent.is_dir():
         return []
-    return sorted(p.name for p in parent.iterdir() if p.name.startswith(".") and
-                  any(tag in p.name for tag in STAGING_TAGS))
+    return sorted(
+        p.name for p in parent.iterdir() if p.name.startswith(".") and any(tag in p.name for tag in STAGING_TAGS)
+    )
 
 
 def hidden_entries(parent: Path, before: Iterable[str] = ()) -> list[str]:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import pickle
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 WEIGHTS = "model.safetensors"
 
@@ -19,7 +20,7 @@ def read_raw(path: Path) -> tuple[dict[str, Any], bytes]:
     """(header dict, data section) of a safetensors file, without any checking."""
     blob = path.read_bytes()
     (length,) = struct.unpack("<Q", blob[:8])
-    return json.loads(blob[8:8 + length]), blob[8 + length:]
+    return json.loads(blob[8 : 8 + length]), blob[8 + length :]
 
 
 def write_raw(path: Path, header: dict[str, Any], data: bytes, declared: int | None = None) -> None:
@@ -48,10 +49,11 @@ def first_two_in_file_order(header: dict[str, Any]) -> tuple[str, str]:
 
 # --- header corruptions ---------------------------------------------------------------------
 
+
 def truncate(path: Path, keep: float = 0.5) -> None:
     """Cut the file, as an interrupted download does."""
     blob = path.read_bytes()
-    path.write_bytes(blob[:int(len(blob) * keep)])
+    path.write_bytes(blob[: int(len(blob) * keep)])
 
 
 def truncate_to(path: Path, n: int) -> None:
@@ -60,28 +62,34 @@ def truncate_to(path: Path, n: int) -> None:
 
 def overlap_offsets(path: Path) -> None:
     """Make the second tensor start inside the first one (sizes stay consistent)."""
+
     def change(h: dict[str, Any]) -> None:
         a, b = first_two_in_file_order(h)
         begin, end = h[b]["data_offsets"]
         shift = min(begin - h[a]["data_offsets"][0], end - begin) // 2 or 1
         h[b]["data_offsets"] = [begin - shift, end - shift]
+
     edit_header(path, change)
 
 
 def offsets_past_end(path: Path) -> None:
     """Move the last tensor beyond the end of the file."""
+
     def change(h: dict[str, Any]) -> None:
         last = max(tensor_names(h), key=lambda n: h[n]["data_offsets"][1])
         begin, end = h[last]["data_offsets"]
         h[last]["data_offsets"] = [begin + 4096, end + 4096]
+
     edit_header(path, change)
 
 
 def size_disagrees(path: Path) -> None:
     """Claim a shape that needs more bytes than the tensor's byte range holds."""
+
     def change(h: dict[str, Any]) -> None:
         name = tensor_names(h)[0]
         h[name]["shape"] = [d * 2 for d in h[name]["shape"]] or [2]
+
     edit_header(path, change)
 
 
@@ -116,6 +124,7 @@ def retype(path: Path, name: str, dtype: str) -> None:
         ratio = sizes[old["dtype"]] // sizes[dtype]
         old["shape"] = old["shape"][:-1] + [old["shape"][-1] * ratio]
         old["dtype"] = dtype
+
     edit_header(path, change)
 
 
@@ -132,6 +141,7 @@ def drop_tensor(path: Path, name: str) -> None:
 
 
 # --- other broken inputs --------------------------------------------------------------------
+
 
 class _Trap:
     """Unpickling this runs code (touches a marker file): proof that nobody unpickled it."""

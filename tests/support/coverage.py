@@ -25,19 +25,52 @@ from tests.support.tiny_moe import tiny_moe_config
 # hidden 64, 4 layers (a dense layer and expert layers, full and sliding attention both occur),
 # 4 heads over 2 kv heads (GQA) of head_dim 16, vocab 128; experts: 4 of width 32, top-2.
 SIZES: dict[str, Any] = dict(
-    vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
-    num_key_value_heads=2, head_dim=16, max_position_embeddings=512, sliding_window=8,
-    num_experts=4, num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-    shared_expert_intermediate_size=48, n_shared_experts=1, first_k_dense_replace=1,
-    q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=12,
-    pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=512,
+    sliding_window=8,
+    num_experts=4,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    shared_expert_intermediate_size=48,
+    n_shared_experts=1,
+    first_k_dense_replace=1,
+    q_lora_rank=32,
+    kv_lora_rank=16,
+    qk_rope_head_dim=8,
+    qk_nope_head_dim=8,
+    v_head_dim=12,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+    tie_word_embeddings=False,
 )
 # A vision or audio tower: one small layer (it is only carried along, byte for byte).
 TOWER: dict[str, Any] = dict(
-    hidden_size=32, intermediate_size=48, num_hidden_layers=1, depth=1, num_attention_heads=2, num_heads=2,
-    embed_dim=32, image_size=28, patch_size=14, out_hidden_size=64, projection_dim=32,
-    num_blocks=1, ext_pw_out_channel=32, depthwise_separable_out_channel=32, nemo_conv_channels=32,
-    mm_embed_dim=32, mm_posemb_size=16, output_proj_dims=32,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=1,
+    depth=1,
+    num_attention_heads=2,
+    num_heads=2,
+    embed_dim=32,
+    image_size=28,
+    patch_size=14,
+    out_hidden_size=64,
+    projection_dim=32,
+    num_blocks=1,
+    ext_pw_out_channel=32,
+    depthwise_separable_out_channel=32,
+    nemo_conv_channels=32,
+    mm_embed_dim=32,
+    mm_posemb_size=16,
+    output_proj_dims=32,
 )
 TEXT_KEYS = ("text_config",)
 # Towers a wrapper's default config leaves out, which its releases have (the proof wants them there).
@@ -45,21 +78,30 @@ TOWERS: dict[str, tuple[str, ...]] = {"gemma4": ("vision_config",), "gemma4_unif
 # Settings the generic rule cannot derive, per model type (merged over the sizes above).
 # Gemma 4: its full-attention layers' own head size and kv heads, values from keys there, a kv-shared
 # last layer with a double-wide MLP, and small per-layer inputs.
-GEMMA4 = dict(global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True, num_kv_shared_layers=1,
-              use_double_wide_mlp=True, hidden_size_per_layer_input=8, vocab_size_per_layer_input=128,
-              layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"])
+GEMMA4 = dict(
+    global_head_dim=32,
+    num_global_key_value_heads=1,
+    attention_k_eq_v=True,
+    num_kv_shared_layers=1,
+    use_double_wide_mlp=True,
+    hidden_size_per_layer_input=8,
+    vocab_size_per_layer_input=128,
+    layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+)
 # The MLA, DeepSeek-V4 and hybrid families: their own tiny settings (tests/support/families.py: MLA
 # ranks and head sizes that all differ, layer kinds that mix attention and the other kinds).
 OVERRIDES: dict[str, dict[str, Any]] = {
     **{model_type: {**SMALL, **settings} for model_type, settings in FAMILIES.items()},
-    "gemma4_text": GEMMA4, "gemma4_unified_text": GEMMA4,
+    "gemma4_text": GEMMA4,
+    "gemma4_unified_text": GEMMA4,
     "gemma3": dict(mm_tokens_per_image=4, image_token_index=127, boi_token_index=125, eoi_token_index=126),
     "mistral3": dict(image_token_index=127, spatial_merge_size=1),
     "got_ocr2": dict(image_token_index=127),
     "moss_transcribe_diarize": dict(audio_token_id=127),
     # its rotary embedding is keyed by layer type and multimodal (sections of head_dim / 2 = 8)
-    "cohere_compass_text": dict(rope_parameters={"full_attention": dict(rope_type="default", rope_theta=10000.0,
-                                                                         mrope_section=[4, 2, 2])}),
+    "cohere_compass_text": dict(
+        rope_parameters={"full_attention": dict(rope_type="default", rope_theta=10000.0, mrope_section=[4, 2, 2])}
+    ),
     # CTRL's ReLU MLP: at its default init most neurons of a tiny model are dead on the proof's inputs
     # (an edit of a dead neuron changes nothing, and the proof wants every edit to do something)
     "ctrl": dict(initializer_range=0.2),
@@ -129,6 +171,7 @@ def save_family(model, path: Path) -> Path:
 
 # --- the proof that surgery edits a family -----------------------------------------------------------
 
+
 def proof_edits(arch) -> dict[str, tuple]:
     """Edits of every kind ``arch``'s layers offer, by group: heads (α 2.5 and 0.5 in the first and
     last layers with heads), dense MLP neurons, routed-expert and shared-expert neurons (each group
@@ -152,15 +195,20 @@ def proof_edits(arch) -> dict[str, tuple]:
         groups["experts"] = (NeuronScale(first, 2, 0.0, 1), NeuronScale(last, e.expert_width - 1, 2.0, e.experts - 1))
     if shared:
         (first, _), (last, e) = shared[0], shared[-1]
-        groups["shared expert"] = (NeuronScale(first, 4, 0.0, SHARED),
-                                   NeuronScale(last, e.shared_width - 1, 3.0, SHARED))
+        groups["shared expert"] = (
+            NeuronScale(first, 4, 0.0, SHARED),
+            NeuronScale(last, e.shared_width - 1, 3.0, SHARED),
+        )
     return groups
 
 
 def _bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     # reshape(-1): a 0-d tensor (Apertus's xIELU parameters) cannot be viewed as bytes
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.reshape(-1).view(torch.uint8),
-                                                                     b.reshape(-1).view(torch.uint8))
+    return (
+        a.shape == b.shape
+        and a.dtype == b.dtype
+        and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+    )
 
 
 def prove(model, folder: Path, src: Path | None = None) -> None:
@@ -258,7 +306,6 @@ def prove_direction(model, folder: Path, src: Path) -> None:
     run-time twin (fp32, ≤ 1e-5); exactly the resolved tensors change; verify passes; undo restores the
     source byte for byte; the rank-1 LoRA adapter of the non-embedding edits equals their twin, or is
     refused in one line (a projected bias, PEFT moving a target onto fused experts)."""
-    import pytest
 
     import surgery
     from surgery.core.architectures import architecture
@@ -318,8 +365,9 @@ def table_mismatches(model, arch) -> list[str]:
             shape = arch.stored_shape(module, shape)  # a Conv1D (GPT-2) holds its weight [in, out]
             got = modules.get(root + module)
             if got is None or tuple(got.weight.shape) != shape:
-                out.append(f"layer {layer} {module}: table {shape}, model "
-                           f"{'none' if got is None else tuple(got.weight.shape)}")
+                out.append(
+                    f"layer {layer} {module}: table {shape}, model {'none' if got is None else tuple(got.weight.shape)}"
+                )
         for name in ("q_proj", "k_proj", "v_proj") if attention else ():
             module = getattr(arch.layout, name)
             if module and getattr(here.layout, name) is None and root + module in modules:

@@ -21,13 +21,52 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM, WIDTH, LAYERS, VOCAB = 32, 4, 2, 16, 48, 2, 9
 
 # Per case: (model_type, the config's own settings). A case id names a variant of a family.
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
-    **{t: (t, {}) for t in (
-        "cohere", "cohere2", "cwm", "doge", "ernie4_5", "exaone", "exaone4", "granite", "granite_swa",
-        "hunyuan_v1_dense", "hyperclovax", "internlm3", "iquestcoder", "ministral", "ministral3",
-        "olmo", "olmo3", "seed_oss", "smollm3", "vaultgemma", "diffllama", "glm", "glm4",
-        "apertus", "apertus1p5_text", "arcee", "jais2", "nanochat", "nemotron", "starcoder2", "phi", "gpt_neox",
-        "opt", "biogpt", "xglm", "bloom", "mpt", "ctrl", "gpt2",
-        "openai-gpt", "gpt_bigcode")},
+    **{
+        t: (t, {})
+        for t in (
+            "cohere",
+            "cohere2",
+            "cwm",
+            "doge",
+            "ernie4_5",
+            "exaone",
+            "exaone4",
+            "granite",
+            "granite_swa",
+            "hunyuan_v1_dense",
+            "hyperclovax",
+            "internlm3",
+            "iquestcoder",
+            "ministral",
+            "ministral3",
+            "olmo",
+            "olmo3",
+            "seed_oss",
+            "smollm3",
+            "vaultgemma",
+            "diffllama",
+            "glm",
+            "glm4",
+            "apertus",
+            "apertus1p5_text",
+            "arcee",
+            "jais2",
+            "nanochat",
+            "nemotron",
+            "starcoder2",
+            "phi",
+            "gpt_neox",
+            "opt",
+            "biogpt",
+            "xglm",
+            "bloom",
+            "mpt",
+            "ctrl",
+            "gpt2",
+            "openai-gpt",
+            "gpt_bigcode",
+        )
+    },
     # transformers' Helium and BitNet size o_proj (BitNet: its sub-norm) by hidden_size: head_dim must
     # be hidden / heads, as in their releases
     "helium": ("helium", {"head_dim": HIDDEN // HEADS}),
@@ -47,11 +86,23 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "olmo-clip": ("olmo", {"clip_qkv": 0.5}),
 }
 # Sizes every config is given, whatever its family's keys (harmless where unused).
-COMMON = dict(vocab_size=VOCAB, max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=0,
-              bos_token_id=1, eos_token_id=2)
+COMMON = dict(
+    vocab_size=VOCAB,
+    max_position_embeddings=64,
+    tie_word_embeddings=False,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+)
 # The transformers names of the sizes and the values they get when the family's key has that name.
-STANDARD = dict(num_hidden_layers=LAYERS, num_attention_heads=HEADS, hidden_size=HIDDEN, intermediate_size=WIDTH,
-                num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM)
+STANDARD = dict(
+    num_hidden_layers=LAYERS,
+    num_attention_heads=HEADS,
+    hidden_size=HIDDEN,
+    intermediate_size=WIDTH,
+    num_key_value_heads=KV_HEADS,
+    head_dim=HEAD_DIM,
+)
 # The values a stray key gets where the family spells the size otherwise: never what the family computes.
 STRAY = dict(intermediate_size=WIDTH + 8, num_key_value_heads=1, head_dim=2 * HEAD_DIM)
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
 
-def write_vectors(folder: Path, hidden: int, names: Iterable[str] = ("r",), seed: int = 0,
-                  file: str = "v.safetensors", dtype=np.float32) -> Path:
+def write_vectors(
+    folder: Path,
+    hidden: int,
+    names: Iterable[str] = ("r",),
+    seed: int = 0,
+    file: str = "v.safetensors",
+    dtype=np.float32,
+) -> Path:
     """Random directions (not unit length) of size ``hidden`` under ``names`` in ``folder/file``."""
     from safetensors.numpy import save_file
 

@@ -45,7 +45,7 @@ class FakeHub:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def __enter__(self) -> "FakeHub":
+    def __enter__(self) -> FakeHub:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 
@@ -63,8 +63,14 @@ TOKEN = "hf_fakeTokenForLoopbackTests0123456789"
 def hub_env(hub: FakeHub, tmp_path: Path, token: str | None = TOKEN) -> dict[str, str]:
     """The environment of a surgery subprocess that pushes to ``hub`` (no other HF_ setting leaks in)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(HF_ENDPOINT=hub.url, HF_HUB_DISABLE_XET="1", HF_HOME=str(tmp_path / "hf-home"),
-               HF_HUB_DISABLE_TELEMETRY="1", NO_COLOR="1", COLUMNS="200")
+    env.update(
+        HF_ENDPOINT=hub.url,
+        HF_HUB_DISABLE_XET="1",
+        HF_HOME=str(tmp_path / "hf-home"),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        NO_COLOR="1",
+        COLUMNS="200",
+    )
     if token:
         env["HF_TOKEN"] = token
     return env
@@ -74,20 +80,26 @@ def run_surgery(args: list, env: dict[str, str]) -> subprocess.CompletedProcess:
     """``python -m surgery ARGS`` in the repository root with ``env``."""
     from tests.support.paths import REPO
 
-    return subprocess.run([sys.executable, "-m", "surgery", *map(str, args)], capture_output=True,
-                          text=True, env=env, cwd=REPO, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "surgery", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=180,
+    )
 
 
 def card_front_matter(text: str) -> dict:
     """The YAML front matter of a model card, which must start the text."""
     assert text.startswith("---\n")
-    return yaml.safe_load(text[4:text.index("\n---", 4)])
+    return yaml.safe_load(text[4 : text.index("\n---", 4)])
 
 
 def _front_matter(text: str) -> Any:
     if not text.startswith("---\n"):
         return {}
-    return yaml.safe_load(text[4:text.index("\n---", 4)])
+    return yaml.safe_load(text[4 : text.index("\n---", 4)])
 
 
 def _handler(hub: FakeHub):
@@ -139,7 +151,9 @@ def _handler(hub: FakeHub):
                 req = json.loads(body)
                 repo_id = f"{req.get('organization') or 'user'}/{req['name']}"
                 if repo_id in hub.repos:
-                    return self._reply(409, {"error": "You already created this model repo", "url": f"{hub.url}/{repo_id}"})
+                    return self._reply(
+                        409, {"error": "You already created this model repo", "url": f"{hub.url}/{repo_id}"}
+                    )
                 hub.repos[repo_id] = Repo(private=req.get("private") or req.get("visibility") == "private")
                 return self._reply(200, {"url": f"{hub.url}/{repo_id}"})
             if parts[:2] == ["api", "validate-yaml"]:
@@ -151,8 +165,14 @@ def _handler(hub: FakeHub):
                 return self._reply(200, {"errors": [], "warnings": []})
             if len(parts) >= 2 and parts[1].endswith(".git"):  # LFS batch
                 req = json.loads(body)
-                objects = [{"oid": o["oid"], "size": o["size"],
-                            "actions": {"upload": {"href": f"{hub.url}/_lfs/{hub.upload_secret}/{o['oid']}"}}} for o in req["objects"]]
+                objects = [
+                    {
+                        "oid": o["oid"],
+                        "size": o["size"],
+                        "actions": {"upload": {"href": f"{hub.url}/_lfs/{hub.upload_secret}/{o['oid']}"}},
+                    }
+                    for o in req["objects"]
+                ]
                 return self._reply(200, {"transfer": "basic", "objects": objects})
             if parts[:2] == ["api", "models"] and len(parts) == 6:
                 repo_id, action, rev = f"{parts[2]}/{parts[3]}", parts[4], parts[5]
@@ -163,9 +183,15 @@ def _handler(hub: FakeHub):
                     repo.branches[rev] = dict(repo.branches["main"])
                     return self._reply(200)
                 if action == "preupload":
-                    files = [{"path": f["path"], "shouldIgnore": False, "oid": None,
-                              "uploadMode": "lfs" if f["path"].endswith((".safetensors", ".undo")) else "regular"}
-                             for f in json.loads(body)["files"]]
+                    files = [
+                        {
+                            "path": f["path"],
+                            "shouldIgnore": False,
+                            "oid": None,
+                            "uploadMode": "lfs" if f["path"].endswith((".safetensors", ".undo")) else "regular",
+                        }
+                        for f in json.loads(body)["files"]
+                    ]
                     return self._reply(200, {"files": files})
                 if action == "commit":
                     return self._commit(repo_id, repo, rev, body, "create_pr=1" in query)
@@ -186,8 +212,7 @@ def _handler(hub: FakeHub):
                     tree[value["path"]] = hub.lfs[value["oid"]]
             oid = hashlib.sha1(json.dumps(sorted(tree)).encode() + body).hexdigest()
             pr = f"{hub.url}/{repo_id}/discussions/{len(repo.pulls)}" if create_pr else None
-            self._reply(200, {"commitUrl": f"{hub.url}/{repo_id}/commit/{oid}", "commitOid": oid,
-                              "pullRequestUrl": pr})
+            self._reply(200, {"commitUrl": f"{hub.url}/{repo_id}/commit/{oid}", "commitOid": oid, "pullRequestUrl": pr})
 
         def do_POST(self) -> None:
             self._route("POST")

@@ -48,7 +48,9 @@ def arm(fault: str) -> None:
                 seen[0] += 1
                 if str(dst).endswith(".safetensors") and seen[0] == 2:
                     fire(fault)
+
             real_copy(src, dst, tick)
+
         bake.copy_file = copy_file
     elif fault in ("kill@pwrite", "int@pwrite", "term@pwrite"):
         real_pwrite = os.pwrite
@@ -58,14 +60,19 @@ def arm(fault: str) -> None:
             n = real_pwrite(fd, data, offset)
             fire(fault, sig)
             return n
+
         os.pwrite = pwrite
     elif fault == "kill@hash":
+
         def hash_files(root, names):
             fire(fault)
+
         bake.hash_files = hash_files
     elif fault == "kill@publish":
+
         def publish(tmp, target, force):
             fire(fault)
+
         staging._publish = publish
     elif fault == "kill@swap":
         real_rename = os.rename
@@ -74,11 +81,12 @@ def arm(fault: str) -> None:
             real_rename(src, dst)
             if staging.OLD_TAG in str(dst):
                 fire(fault)
+
         os.rename = rename
     elif fault.startswith("hold:"):
         from pathlib import Path
 
-        barrier, real_copy = Path(fault[len("hold:"):]), bake.copy_file
+        barrier, real_copy = Path(fault[len("hold:") :]), bake.copy_file
 
         def held_copy(src, dst, on_bytes=lambda n: None):
             if not (barrier / "holding").exists():
@@ -87,6 +95,7 @@ def arm(fault: str) -> None:
                 while not (barrier / "go").exists() and time.monotonic() < deadline:
                     time.sleep(0.05)
             real_copy(src, dst, on_bytes)
+
         bake.copy_file = held_copy
     else:
         raise SystemExit(f"fault_runner: unknown fault {fault!r}")

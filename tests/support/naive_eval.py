@@ -6,7 +6,8 @@ must reproduce (tests/evaluation/test_eval_cache.py, examples/bench_eval.py).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -25,7 +26,7 @@ def perplexity(model, tokenizer, texts: Sequence[str]) -> float:
     nll, count = 0.0, 0
     for text in texts:
         ids = tokenizer(text)["input_ids"]
-        for w in (ids[i:i + limit] for i in range(0, len(ids), limit)):
+        for w in (ids[i : i + limit] for i in range(0, len(ids), limit)):
             if len(w) > 1:
                 lp = _logprobs(model, w)[:-1].gather(-1, torch.tensor(w[1:])[:, None])[:, 0]
                 nll -= float(lp.double().sum())
@@ -43,8 +44,10 @@ def option_loglik(model, tokenizer, context: str, continuation: str) -> float:
 
 def mcq(model, tokenizer, questions: Sequence[dict[str, Any]]) -> tuple[float, list[list[float]]]:
     """Accuracy of the highest-log-likelihood option, and every option's log-likelihood."""
-    scores = [[option_loglik(model, tokenizer, f"Question: {q['question']}\nAnswer:", f" {c}") for c in q["choices"]]
-              for q in questions]
+    scores = [
+        [option_loglik(model, tokenizer, f"Question: {q['question']}\nAnswer:", f" {c}") for c in q["choices"]]
+        for q in questions
+    ]
     right = sum(max(range(len(s)), key=s.__getitem__) == q["answer"] for s, q in zip(scores, questions))
     return right / len(questions), scores
 
@@ -70,7 +73,10 @@ def retention_and_kl(model, source, tokenizer, data: dict[str, list]) -> dict[st
     for name, m in (("against", source), ("model", model)):
         out[f"{name}/perplexity"] = perplexity(m, tokenizer, texts)
         out[f"{name}/mcq_accuracy"], _ = mcq(m, tokenizer, data["mcq"])
-    reference, logprobs = next_token_logprobs(source, tokenizer, prompts), next_token_logprobs(model, tokenizer, prompts)
+    reference, logprobs = (
+        next_token_logprobs(source, tokenizer, prompts),
+        next_token_logprobs(model, tokenizer, prompts),
+    )
     out["model/kl_mean"], out["model/top1_agreement"] = kl(reference, logprobs)
     first = sorted(float((p[-1].exp() * (p[-1] - q[-1])).sum().clamp_min(0.0)) for p, q in zip(reference, logprobs))
     out["model/first_token_kl_mean"] = sum(first) / len(first)

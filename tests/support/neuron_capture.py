@@ -8,8 +8,14 @@ from surgery.model.hooks import layer_module, model_architecture
 from tests.support.tokenizer import save_char_tokenizer
 
 # Different lengths, so batches are padded; one has a character the tokenizer maps to <unk>.
-TEXTS = ["The nurse said", "A tall visitor asked about the medicine", "ok", "The old tenant, worried!",
-         "Students wrote the exam early", "The judge thought that"]
+TEXTS = [
+    "The nurse said",
+    "A tall visitor asked about the medicine",
+    "ok",
+    "The old tenant, worried!",
+    "Students wrote the exam early",
+    "The judge thought that",
+]
 
 
 def load_with_char_tokenizer(path):
@@ -24,9 +30,12 @@ def reference_pooled(model, tokenizer, text: str) -> torch.Tensor:
     """Plain loop: one prompt, no padding, full forward; the down_proj input averaged over tokens."""
     arch = model_architecture(model)
     seen = {}
-    handles = [layer_module(model, arch, layer, arch.layout.down_proj).register_forward_pre_hook(
-        lambda m, args, layer=layer: seen.__setitem__(layer, args[0].reshape(-1, args[0].shape[-1]).mean(0)))
-        for layer in range(arch.geometry.num_layers)]
+    handles = [
+        layer_module(model, arch, layer, arch.layout.down_proj).register_forward_pre_hook(
+            lambda m, args, layer=layer: seen.__setitem__(layer, args[0].reshape(-1, args[0].shape[-1]).mean(0))
+        )
+        for layer in range(arch.geometry.num_layers)
+    ]
     try:
         with torch.no_grad():
             model(input_ids=torch.tensor([tokenizer(text)["input_ids"]]))

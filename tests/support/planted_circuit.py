@@ -7,13 +7,13 @@ from pathlib import Path
 
 from tests.support.cli import cli_env, run_cli
 
-HELD_OUT_SEED = 4242      # pairs neither training (seed + 1) nor the brute force drew
-PER_ITEM = 4              # pairs per item for the brute force and the held-out checks
-CIRCUIT_EFFECT = 20.0     # % of ΔS removed by one head's edge knockout: a clear circuit head
-NO_EFFECT = 5.0           # % below which an effect counts as none (controls, heads outside the circuit)
-LARGE_EFFECT = 50.0       # % the selected heads' knockout must remove
-TOP = 3                   # heads compared between find-heads and brute force (the paper's 2–3)
-AMPLIFY = 2.0             # the α of the amplification checks
+HELD_OUT_SEED = 4242  # pairs neither training (seed + 1) nor the brute force drew
+PER_ITEM = 4  # pairs per item for the brute force and the held-out checks
+CIRCUIT_EFFECT = 20.0  # % of ΔS removed by one head's edge knockout: a clear circuit head
+NO_EFFECT = 5.0  # % below which an effect counts as none (controls, heads outside the circuit)
+LARGE_EFFECT = 50.0  # % the selected heads' knockout must remove
+TOP = 3  # heads compared between find-heads and brute force (the paper's 2–3)
+AMPLIFY = 2.0  # the α of the amplification checks
 # Exact agreement of two implementations / of the bake and the run-time hook, in units of S.
 SAME = 1e-4
 # One thread: the model is tiny, and on a shared CPU extra threads spin rather than work.
@@ -24,8 +24,22 @@ def find_heads_cli(fixture_dir: Path, tmp: Path) -> dict:
     """``surgery find-heads`` on a planted fixture with its benchmark file (a fresh findings cache)."""
     out = tmp / "findings.json"
     env = dict(ENV, SURGERY_CACHE=str(tmp / "cache"))
-    res = run_cli(["find-heads", fixture_dir, "--benchmark", fixture_dir / "benchmark.jsonl",
-                   "--random-sets", "10", "--batch-size", "64", "--out", out], env=env, timeout=600)
+    res = run_cli(
+        [
+            "find-heads",
+            fixture_dir,
+            "--benchmark",
+            fixture_dir / "benchmark.jsonl",
+            "--random-sets",
+            "10",
+            "--batch-size",
+            "64",
+            "--out",
+            out,
+        ],
+        env=env,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr
     return json.loads(out.read_text())
 

@@ -7,9 +7,20 @@ from pathlib import Path
 import torch
 
 # Small but not degenerate: GQA (4 heads, 2 kv heads), explicit head_dim, 3 layers.
-BASE = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-            tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+BASE = dict(
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=64,
+    tie_word_embeddings=False,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+)
 
 ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "gemma3", "phi3", "olmo2"]
 # Mixtures of experts: 4 experts, top-2 routing; each expert 16 wide (48 for the rows that use
@@ -32,16 +43,29 @@ def tiny_config(arch: str, **overrides):
     if arch == "qwen3":
         return tf.Qwen3Config(**kw)
     if arch == "gemma2":
-        return tf.Gemma2Config(**kw, attn_logit_softcapping=20.0, final_logit_softcapping=15.0,
-                               sliding_window=8, query_pre_attn_scalar=8)
+        return tf.Gemma2Config(
+            **kw, attn_logit_softcapping=20.0, final_logit_softcapping=15.0, sliding_window=8, query_pre_attn_scalar=8
+        )
     if arch == "gemma3_text":
         return tf.Gemma3TextConfig(**kw, sliding_window=8, query_pre_attn_scalar=8)
     if arch == "gemma3":
         text = tf.Gemma3TextConfig(**kw, sliding_window=8, query_pre_attn_scalar=8)
-        vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                      image_size=28, patch_size=14)
-        return tf.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
-                               image_token_index=95, boi_token_index=93, eoi_token_index=94)
+        vision = dict(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+        )
+        return tf.Gemma3Config(
+            text_config=text,
+            vision_config=vision,
+            mm_tokens_per_image=4,
+            image_token_index=95,
+            boi_token_index=93,
+            eoi_token_index=94,
+        )
     if arch == "phi3":
         return tf.Phi3Config(**{k: v for k, v in kw.items() if k != "head_dim"})
     if arch == "olmo2":
@@ -49,8 +73,9 @@ def tiny_config(arch: str, **overrides):
     if arch == "mixtral":
         return tf.MixtralConfig(**kw, **MOE, num_local_experts=4)
     if arch == "qwen2_moe":
-        return tf.Qwen2MoeConfig(**kw, **MOE, num_experts=4, moe_intermediate_size=16,
-                                 shared_expert_intermediate_size=24)
+        return tf.Qwen2MoeConfig(
+            **kw, **MOE, num_experts=4, moe_intermediate_size=16, shared_expert_intermediate_size=24
+        )
     if arch == "qwen3_moe":
         return tf.Qwen3MoeConfig(**kw, **MOE, num_experts=4, moe_intermediate_size=16)
     if arch == "olmoe":
@@ -64,8 +89,15 @@ def tiny_config(arch: str, **overrides):
     raise KeyError(arch)
 
 
-def build_tiny(arch: str, path: Path, dtype: torch.dtype = torch.float32, shard: str | None = None,
-               seed: int = 0, fused: bool = False, **overrides) -> Path:
+def build_tiny(
+    arch: str,
+    path: Path,
+    dtype: torch.dtype = torch.float32,
+    shard: str | None = None,
+    seed: int = 0,
+    fused: bool = False,
+    **overrides,
+) -> Path:
     """Save a seeded random ``arch`` model at ``path`` (sharded when ``shard`` is e.g. "20KB").
 
     ``fused``: a mixture of experts is written with its in-memory fused 3-D expert tensors

@@ -9,17 +9,30 @@ import torch
 
 HEADS, KV_HEADS, HEAD_DIM, HIDDEN, FFN, LAYERS = 4, 2, 16, 64, 96, 2
 # A sentencepiece vocabulary: specials, the word-start marker, letters, a few merged pieces.
-TOKENS = (["<unk>", "<s>", "</s>", "\u2581"] + list("abcdefghijklmnopqrstuvwxyz")
-          + ["\u2581t", "he", "\u2581the", "\u2581c", "at", "\u2581cat"])
+TOKENS = (
+    ["<unk>", "<s>", "</s>", "\u2581"]
+    + list("abcdefghijklmnopqrstuvwxyz")
+    + ["\u2581t", "he", "\u2581the", "\u2581c", "at", "\u2581cat"]
+)
 SCORES = [0.0, 0.0, 0.0, -1.0] + [-2.0 - i / 100 for i in range(26)] + [-0.5, -0.6, -0.1, -0.7, -0.8, -0.2]
 TYPES = [2, 3, 3] + [1] * (len(TOKENS) - 3)  # unknown, control, control, normal…
 QUANTIZED = "model.layers.0.mlp.down_proj.weight"  # stored as Q8_0: exercises dequantization
-GGUF_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-              "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-              "mlp.down_proj": "ffn_down"}
-TOP_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-             "lm_head.weight": "output.weight"}
+GGUF_NAMES = {
+    "input_layernorm": "attn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "post_attention_layernorm": "ffn_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+TOP_NAMES = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+}
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -39,10 +52,20 @@ def gguf_source_model():
     """The seeded tiny Llama the test GGUFs are written from (fp32, eval mode)."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    config = LlamaConfig(vocab_size=len(TOKENS), hidden_size=HIDDEN, intermediate_size=FFN,
-                         num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-                         head_dim=HEAD_DIM, max_position_embeddings=128, rms_norm_eps=1e-5,
-                         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    config = LlamaConfig(
+        vocab_size=len(TOKENS),
+        hidden_size=HIDDEN,
+        intermediate_size=FFN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        head_dim=HEAD_DIM,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config).eval()
     with torch.no_grad():  # norms start at exactly 1: perturb so every tensor matters

@@ -11,8 +11,8 @@ must skip.
 from __future__ import annotations
 
 import string
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 TINY_VOCAB = 128
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3, matching the tiny configs' pad/bos/eos ids
@@ -35,8 +35,9 @@ def char_tokenizer(chat_template: str | None = None, merges: Sequence[tuple[str,
     backend.decoder = decoders.Fuse()
     if bos:
         backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>",
-                                  eos_token="</s>", unk_token="<unk>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
     if chat_template:
         tok.chat_template = chat_template
     return tok

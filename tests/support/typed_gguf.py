@@ -33,12 +33,20 @@ def random_blocks(kind: str, rows: int, cols: int, rng: np.random.Generator) -> 
     raw = rng.integers(0, 256, (rows, cols // values, nbytes), dtype=np.uint8)
     for at in SCALE_FIELDS.get(kind, ()):
         scale = (rng.uniform(0.01, 0.1, raw.shape[:2]) * rng.choice([-1, 1], raw.shape[:2])).astype(np.float16)
-        raw[:, :, at:at + 2] = scale.view(np.uint8).reshape(*raw.shape[:2], 2)
+        raw[:, :, at : at + 2] = scale.view(np.uint8).reshape(*raw.shape[:2], 2)
     return raw.reshape(rows, -1)
 
 
-def write_typed_gguf(path: Path, kind: str, *, heads: int = 2, head_dim: int = 256, arch: str = "llama",
-                     seed: int = 0, types: dict[str, str] | None = None) -> None:
+def write_typed_gguf(
+    path: Path,
+    kind: str,
+    *,
+    heads: int = 2,
+    head_dim: int = 256,
+    arch: str = "llama",
+    seed: int = 0,
+    types: dict[str, str] | None = None,
+) -> None:
     """A 2-layer llama GGUF at ``path``: the ``EDITED`` tensors in ``kind`` (``types`` overrides per
     GGUF tensor name), everything else F32."""
     import gguf
@@ -63,13 +71,19 @@ def write_typed_gguf(path: Path, kind: str, *, heads: int = 2, head_dim: int = 2
     w.add_token_types([2, 3, 3] + [1] * (len(TOKENS) - 3))
     shapes = {"token_embd": (len(TOKENS), HIDDEN), "output_norm": (HIDDEN,), "output": (len(TOKENS), HIDDEN)}
     for layer in range(LAYERS):
-        shapes.update({f"blk.{layer}.attn_norm": (HIDDEN,), f"blk.{layer}.ffn_norm": (HIDDEN,),
-                       f"blk.{layer}.attn_q": (heads * head_dim, HIDDEN),
-                       f"blk.{layer}.attn_k": (KV_HEADS * head_dim, HIDDEN),
-                       f"blk.{layer}.attn_v": (KV_HEADS * head_dim, HIDDEN),
-                       f"blk.{layer}.attn_output": (HIDDEN, heads * head_dim),
-                       f"blk.{layer}.ffn_gate": (FFN, HIDDEN), f"blk.{layer}.ffn_up": (FFN, HIDDEN),
-                       f"blk.{layer}.ffn_down": (HIDDEN, FFN)})
+        shapes.update(
+            {
+                f"blk.{layer}.attn_norm": (HIDDEN,),
+                f"blk.{layer}.ffn_norm": (HIDDEN,),
+                f"blk.{layer}.attn_q": (heads * head_dim, HIDDEN),
+                f"blk.{layer}.attn_k": (KV_HEADS * head_dim, HIDDEN),
+                f"blk.{layer}.attn_v": (KV_HEADS * head_dim, HIDDEN),
+                f"blk.{layer}.attn_output": (HIDDEN, heads * head_dim),
+                f"blk.{layer}.ffn_gate": (FFN, HIDDEN),
+                f"blk.{layer}.ffn_up": (FFN, HIDDEN),
+                f"blk.{layer}.ffn_down": (HIDDEN, FFN),
+            }
+        )
     for base, shape in shapes.items():
         name = f"{base}.weight"
         t = (types or {}).get(name) or (kind if base.split(".")[-1] in EDITED else "F32")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..errors import CheckpointError, UnsupportedArchitecture
-from .kinds import ATTENTION_KINDS
 from .geometry import Geometry, _geometry, _per_layer
+from .kinds import ATTENTION_KINDS
 from .layout import TABLE_LOCATION, Layout
 from .refusals import KIND_REFUSALS
 from .table import ARCHITECTURES, refusal, text_config
@@ -38,10 +39,7 @@ class Architecture:
         Exactly one spelling of the table must occur; anything else is a clear error.
         """
         names = list(names)
-        found = [
-            p for p in self.layout.layer_prefixes
-            if any(n.startswith(p.format(layer=0)) for n in names)
-        ]
+        found = [p for p in self.layout.layer_prefixes if any(n.startswith(p.format(layer=0)) for n in names)]
         if len(found) != 1:
             raise UnsupportedArchitecture(
                 f"{self.model_type}: expected decoder layers under one of "
@@ -87,8 +85,10 @@ class Architecture:
         prefix = self.layer_prefix(names).format(layer=layer)
         in_memory = (f"{ex.module}.gate_up_proj", f"{ex.module}.down_proj")
         if f"{prefix}{in_memory[0]}_blocks" in names:
-            raise CheckpointError(f"{self.model_type}: the experts are quantized ('{prefix}{in_memory[0]}_blocks', "
-                                  "MXFP4); surgery edits F32, F16 and BF16 weights only: use a dequantized (bf16) copy")
+            raise CheckpointError(
+                f"{self.model_type}: the experts are quantized ('{prefix}{in_memory[0]}_blocks', "
+                "MXFP4); surgery edits F32, F16 and BF16 weights only: use a dequantized (bf16) copy"
+            )
         for fused in filter(None, (in_memory, ex.stored_fused)):
             if f"{prefix}{fused[0]}" in names:
                 return fused
@@ -96,11 +96,14 @@ class Architecture:
             return None
         spelled = [f"{prefix}{fused[0]}" for fused in filter(None, (in_memory, ex.stored_fused))]
         spelled += [f"{prefix}{ex.per_expert[0].format(expert=0)}.weight"] if ex.per_expert else []
-        raise UnsupportedArchitecture(f"{self.model_type}: layer {layer} has no expert tensors (looked for "
-                                      f"{' or '.join(spelled)}); extend {TABLE_LOCATION}")
+        raise UnsupportedArchitecture(
+            f"{self.model_type}: layer {layer} has no expert tensors (looked for "
+            f"{' or '.join(spelled)}); extend {TABLE_LOCATION}"
+        )
 
-    def expert_slices(self, expert: int, part: str, fused: bool, stored: tuple[str, str] | None = None
-                      ) -> list[tuple[str, tuple[int, ...], int, int, bool]]:
+    def expert_slices(
+        self, expert: int, part: str, fused: bool, stored: tuple[str, str] | None = None
+    ) -> list[tuple[str, tuple[int, ...], int, int, bool]]:
         """Where a per-expert matrix ``part`` ("gate", "up", "down"; standard [out, in] orientation)
         of ``expert`` lies on disk, as (tensor relative to the layer, its full shape, first row and
         number of rows of the expert's window in the tensor viewed as 2-D [rows, last dim], and
@@ -179,7 +182,8 @@ class Architecture:
         # the family's own config keys, so that the message names the fields to correct
         heads, dim = keys.num_attention_heads, keys.head_dim or f"({keys.hidden_size} / {keys.num_attention_heads})"
         kv_heads = keys.num_key_value_heads or (
-            f"k/v heads (set by {', '.join(flag for flag, _ in keys.kv_heads_when)})" if keys.kv_heads_when else heads)
+            f"k/v heads (set by {', '.join(flag for flag, _ in keys.kv_heads_when)})" if keys.kv_heads_when else heads
+        )
         q = f"{heads} × {dim} = {g.num_heads} × {g.head_dim}"
         kv = f"{kv_heads} × {dim} = {g.num_kv_heads} × {g.head_dim}"
 
@@ -189,15 +193,19 @@ class Architecture:
         shapes = {lay.o_proj: ((g.hidden_size, q_rows), f"{q} {side(lay.o_proj, False)}")}
         if lay.q_proj:  # a gated attention's q_proj holds each head's query and gate: twice the rows
             gate = 2 if lay.q_gate else 1
-            shapes[lay.q_proj] = ((gate * q_rows, g.hidden_size),
-                                  f"{'2 × ' if lay.q_gate else ''}{q} {side(lay.q_proj, True)}")
+            shapes[lay.q_proj] = (
+                (gate * q_rows, g.hidden_size),
+                f"{'2 × ' if lay.q_gate else ''}{q} {side(lay.q_proj, True)}",
+            )
         for name in (lay.k_proj, lay.v_proj):
             if name:
                 shapes[name] = ((kv_rows, g.hidden_size), f"{kv} {side(name, True)}")
         if lay.qkv_proj:
-            shapes[lay.qkv_proj] = ((q_rows + 2 * kv_rows, g.hidden_size),
-                                    f"({heads} + 2 × {kv_heads}) × {dim} = ({g.num_heads} + 2 × {g.num_kv_heads}) "
-                                    f"× {g.head_dim} {side(lay.qkv_proj, True)}")
+            shapes[lay.qkv_proj] = (
+                (q_rows + 2 * kv_rows, g.hidden_size),
+                f"({heads} + 2 × {kv_heads}) × {dim} = ({g.num_heads} + 2 × {g.num_kv_heads}) "
+                f"× {g.head_dim} {side(lay.qkv_proj, True)}",
+            )
         return shapes
 
     def attention_output(self) -> tuple[str, tuple[int, int]]:
@@ -231,7 +239,7 @@ class Architecture:
         (``Layout.stored_names``; itself where they keep transformers' name)."""
         for loaded, stored in self.layout.stored_names:
             if f"{module}.".startswith(loaded):
-                return (stored + f"{module}."[len(loaded):])[:-1]
+                return (stored + f"{module}."[len(loaded) :])[:-1]
         return module
 
     def stored_flipped(self, module: str) -> bool:
@@ -259,15 +267,16 @@ class Architecture:
     def dense_mlp_layers(self) -> tuple[int, ...]:
         """The layers with a dense MLP (not a mixture of experts, not a layer without MLP)."""
         mk, g = self.layout.mlp_kinds, self.geometry
-        return tuple(i for i in range(g.num_layers) if not self.is_sparse(i)
-                     and (mk is None or g.mlp_kinds[i] in mk.editable))
+        return tuple(
+            i for i in range(g.num_layers) if not self.is_sparse(i) and (mk is None or g.mlp_kinds[i] in mk.editable)
+        )
 
     def kv_cache_only(self) -> bool:
         """Whether the model caches one key/value pair per layer and nothing else (no state-space,
         convolution or compressed state): a shared prefix or a resumed pass may slice its cache."""
         return self.layout.kv_cache and all(k in ATTENTION_KINDS for k in self.geometry.layer_kinds)
 
-    def at(self, layer: int) -> "Architecture":
+    def at(self, layer: int) -> Architecture:
         """The architecture as decoder layer ``layer`` has it: that layer's sizes, and no attention
         inputs it lacks (a row whose layers are all alike is itself)."""
         g = self.geometry
@@ -298,7 +307,7 @@ class Architecture:
             why.append(KIND_REFUSALS.get(("mlp", g.mlp_kinds[layer])))
         return tuple(dict.fromkeys(w for w in why if w))
 
-    def layer_edits(self, layer: int) -> "LayerEdits":
+    def layer_edits(self, layer: int) -> LayerEdits:
         """What decoder layer ``layer`` lets an edit touch, at its own sizes, and what it holds that
         surgery refuses (read from the config: no weights)."""
         g = self.at(layer).geometry
@@ -307,7 +316,7 @@ class Architecture:
         experts = (g.num_experts, g.expert_size, g.shared_size) if self.is_sparse(layer) else (0, 0, 0)
         return LayerEdits(heads, neurons, *experts, refused=self.refused_parts(layer), kind=self.kind_name(layer))
 
-    def layer_kinds(self) -> list[tuple[tuple[int, ...], "LayerEdits"]]:
+    def layer_kinds(self) -> list[tuple[tuple[int, ...], LayerEdits]]:
         """The layers grouped by what they let an edit touch, in the order each kind first occurs."""
         kinds: dict[LayerEdits, list[int]] = {}
         for layer in range(self.geometry.num_layers):
@@ -349,18 +358,27 @@ class LayerEdits:
 
 # --- MLA, DeepSeek-V4's grouped output, hybrid layer kinds (issue 24): shapes and kinds from the config ---
 
+
 def mla_shapes(arch: Architecture) -> dict[str, tuple[tuple[int, int], str]]:
     """Expected shapes of an MLA layer's matrices (see :class:`Mla`), as ``Architecture.attention_shapes``."""
     g, mla, m = arch.geometry, arch.layout.mla, arch.geometry.mla
     heads, H, qk = g.num_heads, g.hidden_size, m.qk_nope_head_dim + m.qk_rope_head_dim
     q = f"num_attention_heads × (qk_nope_head_dim + qk_rope_head_dim) = {heads} × {qk} rows"
-    shapes = {arch.layout.o_proj: ((H, heads * m.v_head_dim),
-                                   f"num_attention_heads × v_head_dim = {heads} × {m.v_head_dim} columns"),
-              mla.kv_a_proj: ((m.kv_lora_rank + m.qk_rope_head_dim, H),
-                              f"kv_lora_rank + qk_rope_head_dim = {m.kv_lora_rank} + {m.qk_rope_head_dim} rows"),
-              mla.kv_b_proj: ((heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank),
-                              f"num_attention_heads × (qk_nope_head_dim + v_head_dim) = {heads} × "
-                              f"{m.qk_nope_head_dim + m.v_head_dim} rows, kv_lora_rank = {m.kv_lora_rank} columns")}
+    shapes = {
+        arch.layout.o_proj: (
+            (H, heads * m.v_head_dim),
+            f"num_attention_heads × v_head_dim = {heads} × {m.v_head_dim} columns",
+        ),
+        mla.kv_a_proj: (
+            (m.kv_lora_rank + m.qk_rope_head_dim, H),
+            f"kv_lora_rank + qk_rope_head_dim = {m.kv_lora_rank} + {m.qk_rope_head_dim} rows",
+        ),
+        mla.kv_b_proj: (
+            (heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank),
+            f"num_attention_heads × (qk_nope_head_dim + v_head_dim) = {heads} × "
+            f"{m.qk_nope_head_dim + m.v_head_dim} rows, kv_lora_rank = {m.kv_lora_rank} columns",
+        ),
+    }
     if m.q_lora_rank is None and mla.q_proj:
         shapes[mla.q_proj] = ((heads * qk, H), q)
     if m.q_lora_rank is not None and mla.q_a_proj:
@@ -374,11 +392,15 @@ def grouped_output_shapes(arch: Architecture) -> dict[str, tuple[tuple[int, int]
     """Expected shapes of DeepSeek-V4's attention matrices (see :class:`GroupedOutput`)."""
     g, go = arch.geometry, arch.layout.grouped_output
     heads, d, G, R, H = g.num_heads, g.head_dim, g.o_groups, g.o_rank, g.hidden_size
-    return {arch.layout.o_proj: ((G * R, heads * d // G),
-                                 f"o_groups × o_lora_rank = {G} × {R} rows, num_attention_heads × head_dim / "
-                                 f"o_groups = {heads} × {d} / {G} columns"),
-            go.o_b_proj: ((H, G * R), f"o_groups × o_lora_rank = {G} × {R} columns"),
-            go.kv_proj: ((d, H), f"head_dim = {d} rows (one key/value head)")}
+    return {
+        arch.layout.o_proj: (
+            (G * R, heads * d // G),
+            f"o_groups × o_lora_rank = {G} × {R} rows, num_attention_heads × head_dim / "
+            f"o_groups = {heads} × {d} / {G} columns",
+        ),
+        go.o_b_proj: ((H, G * R), f"o_groups × o_lora_rank = {G} × {R} columns"),
+        go.kv_proj: ((d, H), f"head_dim = {d} rows (one key/value head)"),
+    }
 
 
 def architecture(config: Mapping[str, Any]) -> Architecture:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..errors import UnsupportedArchitecture
 from .kinds import MlaSizes, _lookup, read_kinds
@@ -29,7 +30,7 @@ class Geometry:
     sparse_layers: frozenset[int] = frozenset()
     # Issue 24 (empty / None / 0 where the row has none): MLA sizes, the kind of each layer (hybrid
     # models: attention side, MLP side), DeepSeek-V4's output groups and their rank.
-    mla: "MlaSizes | None" = None
+    mla: MlaSizes | None = None
     layer_kinds: tuple[str, ...] = ()
     mlp_kinds: tuple[str, ...] = ()
     o_groups: int = 0
@@ -47,18 +48,24 @@ class Geometry:
         left_out = _MOE_FIELDS + _SHAPE_FIELDS + _LAYER_FIELDS + ("vocab_size",)
         out = {k: v for k, v in self.__dict__.items() if k not in left_out}
         if self.num_experts:
-            out.update(num_experts=self.num_experts, expert_size=self.expert_size,
-                       shared_size=self.shared_size, sparse_layers=sorted(self.sparse_layers))
+            out.update(
+                num_experts=self.num_experts,
+                expert_size=self.expert_size,
+                shared_size=self.shared_size,
+                sparse_layers=sorted(self.sparse_layers),
+            )
         # the same for the fields of issue 24: present only where the model has them
         for k in _SHAPE_FIELDS:
             if v := getattr(self, k):
                 out[k] = dict(v.__dict__) if isinstance(v, MlaSizes) else list(v) if isinstance(v, tuple) else v
         if self.layer_sizes or self.layer_absent:
-            out.update(layer_sizes={str(i): dict(f) for i, f in self.layer_sizes},
-                       layer_absent={str(i): list(m) for i, m in self.layer_absent})
+            out.update(
+                layer_sizes={str(i): dict(f) for i, f in self.layer_sizes},
+                layer_absent={str(i): list(m) for i, m in self.layer_absent},
+            )
         return out
 
-    def at(self, layer: int) -> "Geometry":
+    def at(self, layer: int) -> Geometry:
         """The sizes of decoder layer ``layer``."""
         return replace(self, **dict(dict(self.layer_sizes).get(layer, ())), layer_sizes=(), layer_absent=())
 
@@ -70,8 +77,13 @@ _LAYER_FIELDS = ("layer_sizes", "layer_absent")
 
 def _mla_sizes(cfg: Mapping[str, Any], need) -> MlaSizes:
     rank = cfg.get("q_lora_rank")
-    return MlaSizes(None if rank is None else need("q_lora_rank"), need("kv_lora_rank"), need("qk_nope_head_dim"),
-                    need("qk_rope_head_dim"), need("v_head_dim"))
+    return MlaSizes(
+        None if rank is None else need("q_lora_rank"),
+        need("kv_lora_rank"),
+        need("qk_nope_head_dim"),
+        need("qk_rope_head_dim"),
+        need("v_head_dim"),
+    )
 
 
 def _num_layers(layout: Layout, cfg: Mapping[str, Any], need) -> int:
@@ -102,8 +114,7 @@ def _mlp_width(layout: Layout, cfg: Mapping[str, Any], hidden: int, need, key: s
     return width
 
 
-def _issue24_geometry(layout: Layout, model_type: str, cfg: Mapping[str, Any], geometry: Geometry, need
-                      ) -> Geometry:
+def _issue24_geometry(layout: Layout, model_type: str, cfg: Mapping[str, Any], geometry: Geometry, need) -> Geometry:
     """``geometry`` with what the row's MLA, grouped output and layer kinds read from the config."""
     n = geometry.num_layers
     out = geometry
@@ -113,8 +124,10 @@ def _issue24_geometry(layout: Layout, model_type: str, cfg: Mapping[str, Any], g
     if layout.grouped_output:
         out = replace(out, o_groups=need("o_groups"), o_rank=need("o_lora_rank"))
         if out.num_heads % out.o_groups:
-            raise UnsupportedArchitecture(f"config.json of this {model_type} model: num_attention_heads = "
-                                          f"{out.num_heads} is not a multiple of o_groups = {out.o_groups}")
+            raise UnsupportedArchitecture(
+                f"config.json of this {model_type} model: num_attention_heads = "
+                f"{out.num_heads} is not a multiple of o_groups = {out.o_groups}"
+            )
     if layout.layer_kinds:
         out = replace(out, layer_kinds=read_kinds(layout.layer_kinds, cfg, n, model_type))
     if layout.mlp_kinds:
@@ -128,8 +141,7 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
     def need(key: str) -> int:
         if not isinstance(cfg.get(key), int):
             raise UnsupportedArchitecture(
-                f"config.json of this {model_type} model has no integer '{key}'; "
-                "is it a complete transformers config?"
+                f"config.json of this {model_type} model has no integer '{key}'; is it a complete transformers config?"
             )
         return int(cfg[key])
 
@@ -145,10 +157,21 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
     size_keys = ex.dense_size_keys if ex else (keys.intermediate_size,)
     dense_key = next((k for k in size_keys if k and cfg.get(k) is not None), size_keys[0]) if size_keys else None
     has_dense = (dense_key or keys.mlp_ratio) and (layout.mlp_kinds is None or layout.mlp_kinds.editable)
-    dense = _issue24_geometry(layout, model_type, cfg, Geometry(
-        layers, heads, _kv_heads(keys, cfg, heads, need), int(head_dim), hidden,
-        _mlp_width(layout, cfg, hidden, need, dense_key) if has_dense else 0,
-        vocab_size=int(cfg.get("vocab_size") or 0)), need)
+    dense = _issue24_geometry(
+        layout,
+        model_type,
+        cfg,
+        Geometry(
+            layers,
+            heads,
+            _kv_heads(keys, cfg, heads, need),
+            int(head_dim),
+            hidden,
+            _mlp_width(layout, cfg, hidden, need, dense_key) if has_dense else 0,
+            vocab_size=int(cfg.get("vocab_size") or 0),
+        ),
+        need,
+    )
     if ex is None:
         return dense
     num = next((k for k in ex.num_keys if cfg.get(k) is not None), ex.num_keys[0])
@@ -157,11 +180,14 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
         shared *= need(ex.shared_count_key)
     sparse = _sparse_layers(model_type, ex, cfg, layers) if need(num) > 0 else frozenset()
     if sparse and len(sparse) < layers and not dense_key:
-        raise UnsupportedArchitecture(f"config.json of this {model_type} model makes layers "
-                                      f"{sorted(set(range(layers)) - sparse)} dense, but {model_type} has no dense "
-                                      "MLP layers; is it a complete transformers config?")
-    return replace(dense, num_experts=need(num), expert_size=need(ex.size_key), shared_size=shared,
-                   sparse_layers=sparse)
+        raise UnsupportedArchitecture(
+            f"config.json of this {model_type} model makes layers "
+            f"{sorted(set(range(layers)) - sparse)} dense, but {model_type} has no dense "
+            "MLP layers; is it a complete transformers config?"
+        )
+    return replace(
+        dense, num_experts=need(num), expert_size=need(ex.size_key), shared_size=shared, sparse_layers=sparse
+    )
 
 
 def _sparse_layers(model_type: str, ex: Experts, cfg: Mapping[str, Any], layers: int) -> frozenset[int]:
@@ -171,14 +197,16 @@ def _sparse_layers(model_type: str, ex: Experts, cfg: Mapping[str, Any], layers:
         if not isinstance(kinds, list) or len(kinds) != layers:
             raise UnsupportedArchitecture(
                 f"config.json of this {model_type} model has '{ex.layer_types_key}' = {kinds!r:.60}, not a list of "
-                f"num_hidden_layers = {layers} layer kinds; correct it or drop it")
+                f"num_hidden_layers = {layers} layer kinds; correct it or drop it"
+            )
         return frozenset(i for i, kind in enumerate(kinds) if kind == "sparse")
     listed = cfg.get(ex.sparse_list_key) if ex.sparse_list_key else None
     if listed is not None:
         if not isinstance(listed, list) or not all(isinstance(i, int) and 0 <= i < layers for i in listed):
             raise UnsupportedArchitecture(
                 f"config.json of this {model_type} model has '{ex.sparse_list_key}' = {listed!r:.60}, not a list of "
-                f"layer indices in 0..{layers - 1}; correct it or drop it")
+                f"layer indices in 0..{layers - 1}; correct it or drop it"
+            )
         return frozenset(listed)
     step = int(cfg.get(ex.sparse_step_key) or 1) if ex.sparse_step_key else 1
     only_dense = set(cfg.get(ex.dense_layers_key) or []) if ex.dense_layers_key else set()
@@ -189,8 +217,9 @@ def _sparse_layers(model_type: str, ex: Experts, cfg: Mapping[str, Any], layers:
     last = layers - 1 if last == -1 else last
     # transformers' rule (Qwen-MoE): experts where layer ∉ mlp_only_layers and (layer+1) % step == 0.
     offset = int(cfg.get(ex.sparse_offset_key) or 0) if ex.sparse_offset_key else ex.sparse_offset
-    return frozenset(i for i in range(layers)
-                     if first <= i <= last and i not in only_dense and i % step == offset % step)
+    return frozenset(
+        i for i in range(layers) if first <= i <= last and i not in only_dense and i % step == offset % step
+    )
 
 
 def _kv_heads(keys: ConfigKeys, cfg: Mapping[str, Any], heads: int, need: Callable[[str], int]) -> int:
@@ -202,15 +231,21 @@ def _kv_heads(keys: ConfigKeys, cfg: Mapping[str, Any], heads: int, need: Callab
 
 
 # transformers' per_layer_config keys → the Geometry fields they set for one layer.
-_PER_LAYER_FIELDS = {"head_dim": "head_dim", "num_key_value_heads": "num_kv_heads",
-                     "num_attention_heads": "num_heads", "intermediate_size": "intermediate_size"}
+_PER_LAYER_FIELDS = {
+    "head_dim": "head_dim",
+    "num_key_value_heads": "num_kv_heads",
+    "num_attention_heads": "num_heads",
+    "intermediate_size": "intermediate_size",
+}
 
 
 def _per_layer(layout: Layout, cfg: Mapping[str, Any], g: Geometry) -> Geometry:
     """``g`` with the layers that differ: transformers' ``per_layer_config`` (layer → the sizes it
     overrides) and the row's :class:`LayerSizes` rules."""
-    sizes = {int(layer): {field: int(over[key]) for key, field in _PER_LAYER_FIELDS.items() if key in over}
-             for layer, over in (cfg.get("per_layer_config") or {}).items()}
+    sizes = {
+        int(layer): {field: int(over[key]) for key, field in _PER_LAYER_FIELDS.items() if key in over}
+        for layer, over in (cfg.get("per_layer_config") or {}).items()
+    }
     absent: dict[int, tuple[str, ...]] = {}
     rules, n = layout.layer_sizes, g.num_layers
     if rules is not None:
@@ -223,5 +258,8 @@ def _per_layer(layout: Layout, cfg: Mapping[str, Any], g: Geometry) -> Geometry:
             for layer, kind in enumerate((cfg.get("layer_types") or [])[:n]):
                 if kind != "sliding_attention" and layer not in absent:
                     absent[layer] = ("v_proj",)
-    return replace(g, layer_sizes=tuple((i, tuple(sorted(f.items()))) for i, f in sorted(sizes.items()) if f),
-                   layer_absent=tuple(sorted(absent.items())))
+    return replace(
+        g,
+        layer_sizes=tuple((i, tuple(sorted(f.items()))) for i, f in sorted(sizes.items()) if f),
+        layer_absent=tuple(sorted(absent.items())),
+    )

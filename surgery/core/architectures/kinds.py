@@ -3,10 +3,12 @@ and how the kinds are read from a config."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import UnsupportedArchitecture
+
 
 @dataclass(frozen=True)
 class Mla:
@@ -86,7 +88,7 @@ class LayerKinds:
     (``Layout.mlp_kinds``). Heads of other kinds (linear attention, state-space, convolution) are not
     heads of softmax attention with a per-head output slice: their edits are refused per layer."""
 
-    rules: tuple[KindRule, ...]   # the first whose keys config.json has decides
+    rules: tuple[KindRule, ...]  # the first whose keys config.json has decides
     editable: tuple[str, ...]
 
 
@@ -95,8 +97,12 @@ class LayerKinds:
 ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
 # transformers' older names of layer kinds (configuration_utils._LEGACY_LAYER_TYPE_REMAP; a test compares).
-LEGACY_KINDS = {"mamba": "linear_attention", "attention": "full_attention",
-                "deepseek_sparse_attention": "indexed_attention", "qwen_sparse_attention": "indexed_attention"}
+LEGACY_KINDS = {
+    "mamba": "linear_attention",
+    "attention": "full_attention",
+    "deepseek_sparse_attention": "indexed_attention",
+    "qwen_sparse_attention": "indexed_attention",
+}
 
 
 _MISSING = object()
@@ -123,12 +129,15 @@ def _kinds_by_rule(rule: KindRule, values: list[Any], n: int, where: str) -> tup
         if rule.form == "cycle":
             seq = (list(seq) * n)[:n]
         if len(seq) != n:
-            raise UnsupportedArchitecture(f"{where}: '{rule.keys[0]}' has {len(seq)} entries but num_hidden_layers "
-                                          f"= {n}; the config contradicts itself")
+            raise UnsupportedArchitecture(
+                f"{where}: '{rule.keys[0]}' has {len(seq)} entries but num_hidden_layers "
+                f"= {n}; the config contradicts itself"
+            )
         return tuple(names.get(k, k) for k in seq)
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in values if not isinstance(v, (list, type(None)))):
-        raise UnsupportedArchitecture(f"{where}: {', '.join(repr(k) for k in rule.keys)} must be integers, "
-                                      f"got {values}")
+        raise UnsupportedArchitecture(
+            f"{where}: {', '.join(repr(k) for k in rule.keys)} must be integers, got {values}"
+        )
     if rule.form == "interval":
         return tuple(chosen if (i + 1) % max(values[0], 1) == 0 else other for i in range(n))
     if rule.form == "period":
@@ -151,5 +160,6 @@ def read_kinds(kinds: LayerKinds, cfg: Mapping[str, Any], n: int, model_type: st
             continue
         return _kinds_by_rule(rule, values, n, where)
     keys = " or ".join(repr(" + ".join(r.keys)) for r in kinds.rules)
-    raise UnsupportedArchitecture(f"{where} has no {keys} (what kind each layer is); "
-                                  "is it a complete transformers config?")
+    raise UnsupportedArchitecture(
+        f"{where} has no {keys} (what kind each layer is); is it a complete transformers config?"
+    )

@@ -63,7 +63,7 @@ class Layout:
     # The text model's settings live under this key of config.json (multimodal wrappers).
     text_config_key: str | None = None
     # Mixture-of-experts layers (None: every layer is a dense MLP).
-    experts: "Experts | None" = None
+    experts: Experts | None = None
     # After the decoder layers (a knockout pass resumed at layer L runs the model's tail itself):
     # the final norm, a sibling of the layer list (None: none, GPT-1 is post-norm), and the config
     # field of a logit soft-cap.
@@ -74,16 +74,16 @@ class Layout:
     logit_softcap: str | None = None
     # The release's native tensor names (a second copy of the weights some releases ship next to
     # the transformers ones, e.g. Mistral's consolidated.safetensors): see NativeName.
-    native_names: tuple["NativeName", ...] = ()
+    native_names: tuple[NativeName, ...] = ()
     # --- issue 24 (MLA, hybrid layers, DeepSeek-V4): see the section of that name below ---
     # Multi-head latent attention: o_proj's input is num_heads × v_head_dim; q/kv through low-rank pairs.
-    mla: "Mla | None" = None
+    mla: Mla | None = None
     # DeepSeek-V4's grouped low-rank output: a head is a block of o_proj (= o_a_proj) within its group's rows.
-    grouped_output: "GroupedOutput | None" = None
+    grouped_output: GroupedOutput | None = None
     # Hybrid models: which layers have attention heads at o_proj (the others: linear attention,
     # state-space, convolution…), and which have a dense MLP; None: every layer has both.
-    layer_kinds: "LayerKinds | None" = None
-    mlp_kinds: "LayerKinds | None" = None
+    layer_kinds: LayerKinds | None = None
+    mlp_kinds: LayerKinds | None = None
     # Gated attention (Qwen3-Next, Qwen3.5): q_proj's rows hold each head's query and its output gate.
     q_gate: bool = False
     # Modules (relative to a layer, or to the layer list's parent for the embeddings) stored on disk under
@@ -114,7 +114,7 @@ class Layout:
     text_model_types: tuple[str, ...] = ()
     model_class: str = "AutoModelForCausalLM"
     # Layers that lack attention inputs or have a wider MLP than the config's top level says (Gemma 4).
-    layer_sizes: "LayerSizes | None" = None
+    layer_sizes: LayerSizes | None = None
     # Why head edits are refused on this family (None: heads are the o_proj input columns of the
     # head layers), e.g. DiffLlama's differential head pairs (its o_proj columns are not num_heads heads
     # of head_dim): the attention shapes are then not checked either (no head layout to check them by).
@@ -187,8 +187,8 @@ class Experts:
     [E, 2I] then follows the same order.
     """
 
-    num_keys: tuple[str, ...]           # config keys for the number of routed experts (first present)
-    size_key: str                       # config key of one routed expert's intermediate size
+    num_keys: tuple[str, ...]  # config keys for the number of routed experts (first present)
+    size_key: str  # config key of one routed expert's intermediate size
     per_expert: tuple[str, str, str] | None
     module: str = "mlp.experts"
     transposed: bool = False

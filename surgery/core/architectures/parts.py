@@ -9,55 +9,115 @@ from .kinds import KindRule, LayerKinds, Mla
 from .layout import Experts
 
 _DECODER = ("model.layers.{layer}.",)
-_QWEN_EXPERTS = ("mlp.experts.{expert}.gate_proj", "mlp.experts.{expert}.up_proj",
-                 "mlp.experts.{expert}.down_proj")
+_QWEN_EXPERTS = ("mlp.experts.{expert}.gate_proj", "mlp.experts.{expert}.up_proj", "mlp.experts.{expert}.down_proj")
 
 # Mixtral's per-expert names: w1 = gate, w3 = up, w2 = down.
-_MIXTRAL_EXPERTS = ("block_sparse_moe.experts.{expert}.w1", "block_sparse_moe.experts.{expert}.w3",
-                    "block_sparse_moe.experts.{expert}.w2")
+_MIXTRAL_EXPERTS = (
+    "block_sparse_moe.experts.{expert}.w1",
+    "block_sparse_moe.experts.{expert}.w3",
+    "block_sparse_moe.experts.{expert}.w2",
+)
 # Granite-MoE releases store the fused experts under names of their own.
-_GRANITE_EXPERTS = Experts(("num_local_experts",), "intermediate_size", None, module="block_sparse_moe.experts",
-                           stored_fused=("block_sparse_moe.input_linear.weight",
-                                         "block_sparse_moe.output_linear.weight"), dense_size_keys=())
+_GRANITE_EXPERTS = Experts(
+    ("num_local_experts",),
+    "intermediate_size",
+    None,
+    module="block_sparse_moe.experts",
+    stored_fused=("block_sparse_moe.input_linear.weight", "block_sparse_moe.output_linear.weight"),
+    dense_size_keys=(),
+)
 # Llama 4: fused [E, H, 2I] experts on disk too, a shared expert, dense MLPs interleaved (moe_layers).
-_LLAMA4_EXPERTS = Experts(("num_local_experts",), "intermediate_size", None, module="feed_forward.experts",
-                          transposed=True, shared="feed_forward.shared_expert", shared_size_key="intermediate_size",
-                          dense_size_keys=("intermediate_size_mlp",), sparse_list_key="moe_layers",
-                          sparse_step_key="interleave_moe_layer_step", dispatch="dense")
+_LLAMA4_EXPERTS = Experts(
+    ("num_local_experts",),
+    "intermediate_size",
+    None,
+    module="feed_forward.experts",
+    transposed=True,
+    shared="feed_forward.shared_expert",
+    shared_size_key="intermediate_size",
+    dense_size_keys=("intermediate_size_mlp",),
+    sparse_list_key="moe_layers",
+    sparse_step_key="interleave_moe_layer_step",
+    dispatch="dense",
+)
 # DeepSeek-V3.2 and its kin: a per-layer list of MLP kinds, else the first first_k_dense_replace dense.
-_DEEPSEEK_EXPERTS = Experts(("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-                            shared_size_key="moe_intermediate_size", shared_count_key="n_shared_experts",
-                            layer_types_key="mlp_layer_types", first_dense_key="first_k_dense_replace",
-                            first_dense_default=3, aliases=(("num_local_experts", "n_routed_experts"),))
+_DEEPSEEK_EXPERTS = Experts(
+    ("n_routed_experts",),
+    "moe_intermediate_size",
+    _QWEN_EXPERTS,
+    shared="mlp.shared_experts",
+    shared_size_key="moe_intermediate_size",
+    shared_count_key="n_shared_experts",
+    layer_types_key="mlp_layer_types",
+    first_dense_key="first_k_dense_replace",
+    first_dense_default=3,
+    aliases=(("num_local_experts", "n_routed_experts"),),
+)
 # config.json spellings of the expert count (the config classes' attribute_map).
 _N_LOCAL = (("num_experts", "num_local_experts"),)
 _N_EXPERTS = (("num_local_experts", "num_experts"),)
 _N_ROUTED = (("num_local_experts", "n_routed_experts"),)
-_SARVAM = (("num_experts", "n_routed_experts"), ("num_local_experts", "n_routed_experts"),
-           ("num_shared_experts", "n_shared_experts"))
-_GRANITE_SHARED = replace(_GRANITE_EXPERTS, shared="shared_mlp", shared_size_key="shared_intermediate_size",
-                          shared_inputs=("input_linear",), shared_down="output_linear", shared_fused=True)
-_QWEN35_EXPERTS = Experts(("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_expert",
-                          shared_size_key="shared_expert_intermediate_size", dense_size_keys=())
-_KIMI_EXPERTS = Experts(("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-                        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
-                        layer_types_key="mlp_layer_types", first_dense_key="first_k_dense_replace",
-                        aliases=(("num_local_experts", "num_experts"), ("n_shared_experts", "num_shared_experts")))
-_QWEN4_HEADS = ("its attention layers pick their keys through a QSA indexer and sit inside hyper-connection residual "
-                "streams: head edits on qwen4_exp are not in the table yet; edit its expert neurons")
+_SARVAM = (
+    ("num_experts", "n_routed_experts"),
+    ("num_local_experts", "n_routed_experts"),
+    ("num_shared_experts", "n_shared_experts"),
+)
+_GRANITE_SHARED = replace(
+    _GRANITE_EXPERTS,
+    shared="shared_mlp",
+    shared_size_key="shared_intermediate_size",
+    shared_inputs=("input_linear",),
+    shared_down="output_linear",
+    shared_fused=True,
+)
+_QWEN35_EXPERTS = Experts(
+    ("num_experts",),
+    "moe_intermediate_size",
+    _QWEN_EXPERTS,
+    shared="mlp.shared_expert",
+    shared_size_key="shared_expert_intermediate_size",
+    dense_size_keys=(),
+)
+_KIMI_EXPERTS = Experts(
+    ("num_experts",),
+    "moe_intermediate_size",
+    _QWEN_EXPERTS,
+    shared="mlp.shared_experts",
+    shared_size_key="moe_intermediate_size",
+    shared_count_key="num_shared_experts",
+    layer_types_key="mlp_layer_types",
+    first_dense_key="first_k_dense_replace",
+    aliases=(("num_local_experts", "num_experts"), ("n_shared_experts", "num_shared_experts")),
+)
+_QWEN4_HEADS = (
+    "its attention layers pick their keys through a QSA indexer and sit inside hyper-connection residual "
+    "streams: head edits on qwen4_exp are not in the table yet; edit its expert neurons"
+)
 
 # MLA rows: no q/k/v of their own (Mla names the matrices); the MLP kinds of DeepSeek-style MoE configs.
 _MLA_ATTENTION: dict[str, Any] = dict(mla=Mla(), q_proj=None, k_proj=None, v_proj=None)
 _SPARSE_LIST = LayerKinds((KindRule("list", ("mlp_layer_types",)),), editable=("dense",))
-_DEEPSEEK_MLP = LayerKinds((KindRule("list", ("mlp_layer_types",)),
-                            KindRule("first", ("first_k_dense_replace",), ("dense", "sparse"))), editable=("dense",))
+_DEEPSEEK_MLP = LayerKinds(
+    (KindRule("list", ("mlp_layer_types",)), KindRule("first", ("first_k_dense_replace",), ("dense", "sparse"))),
+    editable=("dense",),
+)
 _LAYER_TYPES = LayerKinds((KindRule("list", ("layer_types",)),), editable=("full_attention",))
-_QWEN_HYBRID = LayerKinds((KindRule("list", ("layer_types",)), KindRule("interval", ("full_attention_interval",))),
-                          editable=("full_attention",))
+_QWEN_HYBRID = LayerKinds(
+    (KindRule("list", ("layer_types",)), KindRule("interval", ("full_attention_interval",))),
+    editable=("full_attention",),
+)
 
 
 def _nemotron_h_kinds(editable: str) -> LayerKinds:
     """Nemotron-H: one block per layer (state-space, attention, MLP or experts), in either spelling."""
-    return LayerKinds((KindRule("list", ("layers_block_type",)), KindRule("pattern", ("hybrid_override_pattern",),
-                       names=(("M", "linear_attention"), ("E", "moe"), ("*", "full_attention"), ("-", "mlp")))),
-                      editable=(editable,))
+    return LayerKinds(
+        (
+            KindRule("list", ("layers_block_type",)),
+            KindRule(
+                "pattern",
+                ("hybrid_override_pattern",),
+                names=(("M", "linear_attention"), ("E", "moe"), ("*", "full_attention"), ("-", "mlp")),
+            ),
+        ),
+        editable=(editable,),
+    )

@@ -3,7 +3,8 @@ the look-ups read from config.json alone (refusal, model class, text config)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .layout import TABLE_LOCATION, Layout
 from .refusals import REFUSED
@@ -30,12 +31,16 @@ def refusal(config: Mapping[str, Any]) -> str | None:
     if layout is None and model_type in REFUSED:
         return f"model_type '{model_type}' is not supported: {REFUSED[model_type]}"
     if layout is None:
-        return (f"model_type '{model_type}' is not supported (supported: {', '.join(sorted(ARCHITECTURES))}); "
-                f"to add it, extend {TABLE_LOCATION}")
+        return (
+            f"model_type '{model_type}' is not supported (supported: {', '.join(sorted(ARCHITECTURES))}); "
+            f"to add it, extend {TABLE_LOCATION}"
+        )
     text_type = text_config(config).get("model_type")
     if layout.text_model_types and text_type is not None and text_type not in layout.text_model_types:
-        return (f"{model_type}: its text_config has model_type '{text_type}', but the table's {model_type} row "
-                f"describes a {' or '.join(layout.text_model_types)} text decoder; extend {TABLE_LOCATION}")
+        return (
+            f"{model_type}: its text_config has model_type '{text_type}', but the table's {model_type} row "
+            f"describes a {' or '.join(layout.text_model_types)} text decoder; extend {TABLE_LOCATION}"
+        )
     return None
 
 

@@ -34,20 +34,49 @@ BASE: dict[str, Layout] = {
         text_config_key="text_config",  # its forward applies no soft-cap (transformers 5.24)
         text_model_types=("gemma3_text",),
     ),
-    "phi3": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj",
-                   q_proj=None, k_proj=None, v_proj=None, qkv_proj="self_attn.qkv_proj"),
+    "phi3": Layout(
+        _DECODER,
+        gate_proj=None,
+        up_proj=None,
+        gate_up_proj="mlp.gate_up_proj",
+        q_proj=None,
+        k_proj=None,
+        v_proj=None,
+        qkv_proj="self_attn.qkv_proj",
+    ),
     "olmo2": Layout(_DECODER),
-    "mixtral": Layout(_DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS,
-                                                aliases=_N_LOCAL)),
-    "qwen2_moe": Layout(_DECODER, experts=Experts(
-        ("num_experts", "num_local_experts"), "moe_intermediate_size", _QWEN_EXPERTS,
-        shared="mlp.shared_expert", shared_size_key="shared_expert_intermediate_size",
-        sparse_step_key="decoder_sparse_step", dense_layers_key="mlp_only_layers")),
-    "qwen3_moe": Layout(_DECODER, experts=Experts(
-        ("num_experts", "num_local_experts"), "moe_intermediate_size", _QWEN_EXPERTS,
-        sparse_step_key="decoder_sparse_step", dense_layers_key="mlp_only_layers")),
-    "olmoe": Layout(_DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS,
-                                              aliases=_N_EXPERTS)),
-    "gpt_oss": Layout(_DECODER, experts=Experts(
-        ("num_local_experts",), "intermediate_size", None, transposed=True, interleaved=True, aliases=_N_LOCAL)),
+    "mixtral": Layout(
+        _DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, aliases=_N_LOCAL)
+    ),
+    "qwen2_moe": Layout(
+        _DECODER,
+        experts=Experts(
+            ("num_experts", "num_local_experts"),
+            "moe_intermediate_size",
+            _QWEN_EXPERTS,
+            shared="mlp.shared_expert",
+            shared_size_key="shared_expert_intermediate_size",
+            sparse_step_key="decoder_sparse_step",
+            dense_layers_key="mlp_only_layers",
+        ),
+    ),
+    "qwen3_moe": Layout(
+        _DECODER,
+        experts=Experts(
+            ("num_experts", "num_local_experts"),
+            "moe_intermediate_size",
+            _QWEN_EXPERTS,
+            sparse_step_key="decoder_sparse_step",
+            dense_layers_key="mlp_only_layers",
+        ),
+    ),
+    "olmoe": Layout(
+        _DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS, aliases=_N_EXPERTS)
+    ),
+    "gpt_oss": Layout(
+        _DECODER,
+        experts=Experts(
+            ("num_local_experts",), "intermediate_size", None, transposed=True, interleaved=True, aliases=_N_LOCAL
+        ),
+    ),
 }

@@ -7,9 +7,21 @@ from dataclasses import replace
 from .kinds import GroupedOutput, KindRule, LayerKinds, Mla
 from .layout import ConfigKeys, Experts, Layout
 from .parts import (
-    _DECODER, _DEEPSEEK_EXPERTS, _GRANITE_SHARED, _KIMI_EXPERTS, _LAYER_TYPES, _MIXTRAL_EXPERTS,
-    _MLA_ATTENTION, _N_EXPERTS, _QWEN35_EXPERTS, _QWEN4_HEADS, _QWEN_EXPERTS, _QWEN_HYBRID, _SARVAM,
-    _SPARSE_LIST, _nemotron_h_kinds,
+    _DECODER,
+    _DEEPSEEK_EXPERTS,
+    _GRANITE_SHARED,
+    _KIMI_EXPERTS,
+    _LAYER_TYPES,
+    _MIXTRAL_EXPERTS,
+    _MLA_ATTENTION,
+    _N_EXPERTS,
+    _QWEN4_HEADS,
+    _QWEN35_EXPERTS,
+    _QWEN_EXPERTS,
+    _QWEN_HYBRID,
+    _SARVAM,
+    _SPARSE_LIST,
+    _nemotron_h_kinds,
 )
 
 HYBRID: dict[str, Layout] = {
@@ -17,102 +29,243 @@ HYBRID: dict[str, Layout] = {
     # MLA: a head is its v_head_dim columns of o_proj; the experts of the MoE families as in the section above.
     "minicpm3": Layout(_DECODER, **_MLA_ATTENTION, logit_scaling="logits_scaling"),
     "youtu": Layout(_DECODER, **_MLA_ATTENTION),
-    "deepseek_v2": Layout(_DECODER, **_MLA_ATTENTION, experts=replace(
-        _DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=0,
-        aliases=(("num_experts", "n_routed_experts"),))),
+    "deepseek_v2": Layout(
+        _DECODER,
+        **_MLA_ATTENTION,
+        experts=replace(
+            _DEEPSEEK_EXPERTS,
+            layer_types_key=None,
+            first_dense_default=0,
+            aliases=(("num_experts", "n_routed_experts"),),
+        ),
+    ),
     "deepseek_v3": Layout(_DECODER, **_MLA_ATTENTION, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None)),
-    "sarvam_mla": Layout(_DECODER, **_MLA_ATTENTION, experts=replace(
-        _DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1, aliases=_SARVAM)),
+    "sarvam_mla": Layout(
+        _DECODER,
+        **_MLA_ATTENTION,
+        experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1, aliases=_SARVAM),
+    ),
     # DeepSeek sparse attention: an indexer picks each query's keys and keeps its own key cache.
     "deepseek_v32": Layout(_DECODER, **_MLA_ATTENTION, experts=_DEEPSEEK_EXPERTS, kv_cache=False),
     "glm_moe_dsa": Layout(_DECODER, **_MLA_ATTENTION, experts=_DEEPSEEK_EXPERTS, kv_cache=False),
     # its config class reads head_dim as qk_rope_head_dim (a head's width in o_proj is MLA's v_head_dim)
-    "glm4_moe_lite": Layout(_DECODER, **_MLA_ATTENTION, config_keys=ConfigKeys(head_dim="qk_rope_head_dim"),
-                            experts=replace(_DEEPSEEK_EXPERTS, first_dense_key=None, first_dense_default=1)),
-    "axk1": Layout(_DECODER, **_MLA_ATTENTION, experts=replace(
-        _DEEPSEEK_EXPERTS, first_dense_default=1, sparse_step_key="moe_layer_freq", sparse_offset=0)),
+    "glm4_moe_lite": Layout(
+        _DECODER,
+        **_MLA_ATTENTION,
+        config_keys=ConfigKeys(head_dim="qk_rope_head_dim"),
+        experts=replace(_DEEPSEEK_EXPERTS, first_dense_key=None, first_dense_default=1),
+    ),
+    "axk1": Layout(
+        _DECODER,
+        **_MLA_ATTENTION,
+        experts=replace(_DEEPSEEK_EXPERTS, first_dense_default=1, sparse_step_key="moe_layer_freq", sparse_offset=0),
+    ),
     # A.X K2: MLA whose queries and output gate come from one fused q_gate_proj (no q_b_proj), DSA indexer.
-    "axk2": Layout(_DECODER, **{**_MLA_ATTENTION, "mla": Mla(q_b_proj=None)}, kv_cache=False, experts=replace(
-        _DEEPSEEK_EXPERTS, first_dense_default=1, sparse_step_key="moe_layer_freq", sparse_offset=0)),
+    "axk2": Layout(
+        _DECODER,
+        **{**_MLA_ATTENTION, "mla": Mla(q_b_proj=None)},
+        kv_cache=False,
+        experts=replace(_DEEPSEEK_EXPERTS, first_dense_default=1, sparse_step_key="moe_layer_freq", sparse_offset=0),
+    ),
     # Hunyuan-V4: MLA with hyper-connection residual streams around each block (linear in o_proj's
     # output, so a head scale is still exact); its dense MLP's gate is stored as mlp.linear_gate.
-    "hy_v4": Layout(_DECODER, **_MLA_ATTENTION, mlp_kinds=_SPARSE_LIST, kv_cache=False, final_head="hc_head",
-                    stored_names=(("mlp.gate_proj", "mlp.linear_gate"),)),
+    "hy_v4": Layout(
+        _DECODER,
+        **_MLA_ATTENTION,
+        mlp_kinds=_SPARSE_LIST,
+        kv_cache=False,
+        final_head="hc_head",
+        stored_names=(("mlp.gate_proj", "mlp.linear_gate"),),
+    ),
     # DeepSeek-V4: heads through the grouped o_a_proj; every MLP is a mixture of experts.
     "deepseek_v4": Layout(
-        ("model.layers.{layer}.", "layers.{layer}."), o_proj="self_attn.o_a_proj", q_proj=None, k_proj=None,
-        v_proj=None, grouped_output=GroupedOutput(), kv_cache=False, final_head="hc_head", token_keys=False,
+        ("model.layers.{layer}.", "layers.{layer}."),
+        o_proj="self_attn.o_a_proj",
+        q_proj=None,
+        k_proj=None,
+        v_proj=None,
+        grouped_output=GroupedOutput(),
+        kv_cache=False,
+        final_head="hc_head",
+        token_keys=False,
         config_keys=ConfigKeys(intermediate_size="moe_intermediate_size"),  # its config class's attribute_map
         mlp_kinds=LayerKinds((KindRule("list", ("mlp_layer_types",)),), editable=()),
-        stored_names=(("self_attn.o_a_proj", "attn.wo_a"), ("self_attn.o_b_proj", "attn.wo_b"),
-                      ("self_attn.kv_proj", "attn.wkv"))),
+        stored_names=(
+            ("self_attn.o_a_proj", "attn.wo_a"),
+            ("self_attn.o_b_proj", "attn.wo_b"),
+            ("self_attn.kv_proj", "attn.wkv"),
+        ),
+    ),
     # Hybrid layers: heads in the softmax-attention layers only, MLP and expert neurons where they are.
     "qwen3_5_text": Layout(_DECODER, layer_kinds=_QWEN_HYBRID, q_gate=True),
-    "qwen3_next": Layout(_DECODER, layer_kinds=_QWEN_HYBRID, q_gate=True, experts=Experts(
-        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_expert",
-        shared_size_key="shared_expert_intermediate_size", sparse_step_key="decoder_sparse_step",
-        dense_layers_key="mlp_only_layers")),
+    "qwen3_next": Layout(
+        _DECODER,
+        layer_kinds=_QWEN_HYBRID,
+        q_gate=True,
+        experts=Experts(
+            ("num_experts",),
+            "moe_intermediate_size",
+            _QWEN_EXPERTS,
+            shared="mlp.shared_expert",
+            shared_size_key="shared_expert_intermediate_size",
+            sparse_step_key="decoder_sparse_step",
+            dense_layers_key="mlp_only_layers",
+        ),
+    ),
     "qwen3_5_moe_text": Layout(_DECODER, layer_kinds=_QWEN_HYBRID, q_gate=True, experts=_QWEN35_EXPERTS),
-    "lara_mini": Layout(_DECODER, layer_kinds=LayerKinds((KindRule("list", ("layer_types",)),),
-                                                         ("full_attention", "sliding_attention")),
-                        experts=replace(_QWEN35_EXPERTS, per_expert=None)),
+    "lara_mini": Layout(
+        _DECODER,
+        layer_kinds=LayerKinds((KindRule("list", ("layer_types",)),), ("full_attention", "sliding_attention")),
+        experts=replace(_QWEN35_EXPERTS, per_expert=None),
+    ),
     "olmo_hybrid": Layout(_DECODER, layer_kinds=_LAYER_TYPES),
-    "lfm2": Layout(_DECODER, o_proj="self_attn.out_proj", gate_proj="feed_forward.w1", up_proj="feed_forward.w3",
-                   down_proj="feed_forward.w2", final_norm="embedding_norm",
-                   ffn_adjust=("block_auto_adjust_ff_dim", "block_ffn_dim_multiplier", "block_multiple_of"),
-                   layer_kinds=LayerKinds(
-                       (KindRule("list", ("layer_types",)),
-                        KindRule("indices", ("full_attn_idxs",), ("full_attention", "conv"))), ("full_attention",))),
-    "lfm2_moe": Layout(_DECODER, o_proj="self_attn.out_proj", gate_proj="feed_forward.w1", up_proj="feed_forward.w3",
-                       down_proj="feed_forward.w2", final_norm="embedding_norm", layer_kinds=_LAYER_TYPES,
-                       experts=Experts(
-        ("num_experts",), "moe_intermediate_size",
-        tuple(f"feed_forward.experts.{{expert}}.{w}" for w in ("w1", "w3", "w2")), module="feed_forward.experts",
-        first_dense_key="num_dense_layers", first_dense_default=2)),
-    "lfm3": Layout(_DECODER, gate_proj="feed_forward.w1", up_proj="feed_forward.w3", down_proj="feed_forward.w2",
-                   final_norm="embedding_norm", layer_kinds=LayerKinds((KindRule("list", ("layer_types",)),),
-                                                                       ("full_attention", "sliding_attention"))),
+    "lfm2": Layout(
+        _DECODER,
+        o_proj="self_attn.out_proj",
+        gate_proj="feed_forward.w1",
+        up_proj="feed_forward.w3",
+        down_proj="feed_forward.w2",
+        final_norm="embedding_norm",
+        ffn_adjust=("block_auto_adjust_ff_dim", "block_ffn_dim_multiplier", "block_multiple_of"),
+        layer_kinds=LayerKinds(
+            (KindRule("list", ("layer_types",)), KindRule("indices", ("full_attn_idxs",), ("full_attention", "conv"))),
+            ("full_attention",),
+        ),
+    ),
+    "lfm2_moe": Layout(
+        _DECODER,
+        o_proj="self_attn.out_proj",
+        gate_proj="feed_forward.w1",
+        up_proj="feed_forward.w3",
+        down_proj="feed_forward.w2",
+        final_norm="embedding_norm",
+        layer_kinds=_LAYER_TYPES,
+        experts=Experts(
+            ("num_experts",),
+            "moe_intermediate_size",
+            tuple(f"feed_forward.experts.{{expert}}.{w}" for w in ("w1", "w3", "w2")),
+            module="feed_forward.experts",
+            first_dense_key="num_dense_layers",
+            first_dense_default=2,
+        ),
+    ),
+    "lfm3": Layout(
+        _DECODER,
+        gate_proj="feed_forward.w1",
+        up_proj="feed_forward.w3",
+        down_proj="feed_forward.w2",
+        final_norm="embedding_norm",
+        layer_kinds=LayerKinds((KindRule("list", ("layer_types",)),), ("full_attention", "sliding_attention")),
+    ),
     # Falcon-H1: attention and a state-space block side by side in every layer.
-    "falcon_h1": Layout(_DECODER, gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
-                        down_proj="feed_forward.down_proj", final_norm="final_layernorm", kv_cache=False),
-    "bamba": Layout(_DECODER, gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
-                    down_proj="feed_forward.down_proj", final_norm="final_layernorm", layer_kinds=LayerKinds(
-                        (KindRule("indices", ("attn_layer_indices",)),), ("full_attention",))),
-    "jamba": Layout(_DECODER, gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
-                    down_proj="feed_forward.down_proj", final_norm="final_layernorm", layer_kinds=LayerKinds(
-                        (KindRule("period", ("attn_layer_period", "attn_layer_offset")),), ("full_attention",)),
-                    experts=Experts(
-        ("num_experts",), "intermediate_size", tuple(n.replace("mlp.", "feed_forward.") for n in _QWEN_EXPERTS),
-        module="feed_forward.experts", sparse_step_key="expert_layer_period",
-        sparse_offset_key="expert_layer_offset", aliases=_N_EXPERTS)),
+    "falcon_h1": Layout(
+        _DECODER,
+        gate_proj="feed_forward.gate_proj",
+        up_proj="feed_forward.up_proj",
+        down_proj="feed_forward.down_proj",
+        final_norm="final_layernorm",
+        kv_cache=False,
+    ),
+    "bamba": Layout(
+        _DECODER,
+        gate_proj="feed_forward.gate_proj",
+        up_proj="feed_forward.up_proj",
+        down_proj="feed_forward.down_proj",
+        final_norm="final_layernorm",
+        layer_kinds=LayerKinds((KindRule("indices", ("attn_layer_indices",)),), ("full_attention",)),
+    ),
+    "jamba": Layout(
+        _DECODER,
+        gate_proj="feed_forward.gate_proj",
+        up_proj="feed_forward.up_proj",
+        down_proj="feed_forward.down_proj",
+        final_norm="final_layernorm",
+        layer_kinds=LayerKinds((KindRule("period", ("attn_layer_period", "attn_layer_offset")),), ("full_attention",)),
+        experts=Experts(
+            ("num_experts",),
+            "intermediate_size",
+            tuple(n.replace("mlp.", "feed_forward.") for n in _QWEN_EXPERTS),
+            module="feed_forward.experts",
+            sparse_step_key="expert_layer_period",
+            sparse_offset_key="expert_layer_offset",
+            aliases=_N_EXPERTS,
+        ),
+    ),
     # Granite-4 hybrids: Mamba-2 or attention per layer, experts and a shared MLP in every layer.
-    "granitemoehybrid": Layout(_DECODER, layer_kinds=LayerKinds(
-        (KindRule("list", ("layer_types",)), KindRule("list", ("layers_block_type",))), ("full_attention",)),
-        experts=_GRANITE_SHARED),
+    "granitemoehybrid": Layout(
+        _DECODER,
+        layer_kinds=LayerKinds(
+            (KindRule("list", ("layer_types",)), KindRule("list", ("layers_block_type",))), ("full_attention",)
+        ),
+        experts=_GRANITE_SHARED,
+    ),
     # Nemotron-H: one block per layer (state-space, attention, ungated MLP or experts); stored under backbone.
-    "nemotron_h": Layout(("model.layers.{layer}.", "backbone.layers.{layer}."), o_proj="mixer.o_proj",
-                         q_proj="mixer.q_proj", k_proj="mixer.k_proj", v_proj="mixer.v_proj", gate_proj=None,
-                         up_proj="mixer.up_proj", down_proj="mixer.down_proj", final_norm="norm_f", embeddings="embeddings",
-                         layer_kinds=_nemotron_h_kinds("full_attention"), mlp_kinds=_nemotron_h_kinds("mlp")),
+    "nemotron_h": Layout(
+        ("model.layers.{layer}.", "backbone.layers.{layer}."),
+        o_proj="mixer.o_proj",
+        q_proj="mixer.q_proj",
+        k_proj="mixer.k_proj",
+        v_proj="mixer.v_proj",
+        gate_proj=None,
+        up_proj="mixer.up_proj",
+        down_proj="mixer.down_proj",
+        final_norm="norm_f",
+        embeddings="embeddings",
+        layer_kinds=_nemotron_h_kinds("full_attention"),
+        mlp_kinds=_nemotron_h_kinds("mlp"),
+    ),
     "recurrent_gemma": Layout(
-        _DECODER, o_proj="temporal_block.o_proj", q_proj="temporal_block.q_proj", k_proj="temporal_block.k_proj",
-        v_proj="temporal_block.v_proj", gate_proj="mlp_block.gate_proj", up_proj="mlp_block.up_proj",
-        down_proj="mlp_block.down_proj", final_norm="final_norm", logit_softcap="logits_soft_cap", ffn_divisor=2,
-        layer_kinds=LayerKinds((KindRule("cycle", ("block_types",), names=(
-            ("recurrent", "linear_attention"), ("attention", "sliding_attention"))),), ("sliding_attention",))),
+        _DECODER,
+        o_proj="temporal_block.o_proj",
+        q_proj="temporal_block.q_proj",
+        k_proj="temporal_block.k_proj",
+        v_proj="temporal_block.v_proj",
+        gate_proj="mlp_block.gate_proj",
+        up_proj="mlp_block.up_proj",
+        down_proj="mlp_block.down_proj",
+        final_norm="final_norm",
+        logit_softcap="logits_soft_cap",
+        ffn_divisor=2,
+        layer_kinds=LayerKinds(
+            (
+                KindRule(
+                    "cycle",
+                    ("block_types",),
+                    names=(("recurrent", "linear_attention"), ("attention", "sliding_attention")),
+                ),
+            ),
+            ("sliding_attention",),
+        ),
+    ),
     # Kimi-Linear: MLA in its full-attention layers; its releases keep the MLP under block_sparse_moe
     # (dense layers too), experts Mixtral-style.
-    "kimi_linear": Layout(_DECODER, **_MLA_ATTENTION, layer_kinds=LayerKinds(
-        (KindRule("list", ("layer_types",)),
-         KindRule("indices", ("linear_attn_config.full_attn_layers",), one_based=True)), ("full_attention",)),
-        stored_names=(("mlp.", "block_sparse_moe."),),
-        experts=replace(_KIMI_EXPERTS, per_expert=_MIXTRAL_EXPERTS, first_dense_default=1)),
-    # Ling/Bailing hybrid: MLA in its full-attention layers, stored under attention.* (o_proj as dense).
-    "bailing_hybrid": Layout(_DECODER, **_MLA_ATTENTION, stored_names=(
-        ("self_attn.o_proj", "attention.dense"), ("self_attn.", "attention."), ("embed_tokens.", "word_embeddings.")),
+    "kimi_linear": Layout(
+        _DECODER,
+        **_MLA_ATTENTION,
         layer_kinds=LayerKinds(
-        (KindRule("list", ("layer_types",)), KindRule("interval", ("layer_group_size",))), ("full_attention",)),
-        experts=replace(_KIMI_EXPERTS, first_dense_default=2)),
+            (
+                KindRule("list", ("layer_types",)),
+                KindRule("indices", ("linear_attn_config.full_attn_layers",), one_based=True),
+            ),
+            ("full_attention",),
+        ),
+        stored_names=(("mlp.", "block_sparse_moe."),),
+        experts=replace(_KIMI_EXPERTS, per_expert=_MIXTRAL_EXPERTS, first_dense_default=1),
+    ),
+    # Ling/Bailing hybrid: MLA in its full-attention layers, stored under attention.* (o_proj as dense).
+    "bailing_hybrid": Layout(
+        _DECODER,
+        **_MLA_ATTENTION,
+        stored_names=(
+            ("self_attn.o_proj", "attention.dense"),
+            ("self_attn.", "attention."),
+            ("embed_tokens.", "word_embeddings."),
+        ),
+        layer_kinds=LayerKinds(
+            (KindRule("list", ("layer_types",)), KindRule("interval", ("layer_group_size",))), ("full_attention",)
+        ),
+        experts=replace(_KIMI_EXPERTS, first_dense_default=2),
+    ),
     # Qwen4-exp: QSA-indexed attention (gated, every fourth layer) between gated delta-net layers, inside
     # hyper-connection residual streams.
     "qwen4_exp_text": Layout(_DECODER, head_refusal=_QWEN4_HEADS, experts=_QWEN35_EXPERTS),

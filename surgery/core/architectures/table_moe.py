@@ -6,8 +6,18 @@ from dataclasses import replace
 
 from .layout import Experts, Layout
 from .parts import (
-    _DECODER, _DEEPSEEK_EXPERTS, _GRANITE_EXPERTS, _GRANITE_SHARED, _LAYER_TYPES, _LLAMA4_EXPERTS,
-    _MIXTRAL_EXPERTS, _N_EXPERTS, _N_LOCAL, _N_ROUTED, _QWEN_EXPERTS, _SARVAM,
+    _DECODER,
+    _DEEPSEEK_EXPERTS,
+    _GRANITE_EXPERTS,
+    _GRANITE_SHARED,
+    _LAYER_TYPES,
+    _LLAMA4_EXPERTS,
+    _MIXTRAL_EXPERTS,
+    _N_EXPERTS,
+    _N_LOCAL,
+    _N_ROUTED,
+    _QWEN_EXPERTS,
+    _SARVAM,
 )
 
 MOE: dict[str, Layout] = {
@@ -17,86 +27,249 @@ MOE: dict[str, Layout] = {
     # compares every row with both, and its routing rule and sizes with the model transformers builds).
     "glm4_moe": Layout(_DECODER, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1)),
     "dots1": Layout(_DECODER, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=0)),
-    "solar_open": Layout(_DECODER, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_key=None,
-                                                   first_dense_default=0, dense_size_keys=())),
+    "solar_open": Layout(
+        _DECODER,
+        experts=replace(
+            _DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_key=None, first_dense_default=0, dense_size_keys=()
+        ),
+    ),
     # Sarvam-MoE releases store Bailing-style attention: attention.dense (o_proj), one fused query_key_value.
-    "sarvam_moe": Layout(_DECODER, q_proj=None, k_proj=None, v_proj=None,
-                         stored_names=(("self_attn.o_proj.", "attention.dense."), ("embed_tokens.", "word_embeddings.")),
-                         experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1,
-                                         aliases=_SARVAM)),
-    "ernie4_5_moe": Layout(_DECODER, experts=Experts(
-        ("moe_num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="moe_intermediate_size", shared_count_key="moe_num_shared_experts",
-        sparse_step_key="moe_layer_interval", first_dense_key="moe_layer_start_index", first_dense_default=1,
-        last_sparse_key="moe_layer_end_index", aliases=(("num_experts", "moe_num_experts"),))),
-    "hunyuan_v1_moe": Layout(_DECODER, experts=Experts(
-        ("num_experts",), "intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_mlp",
-        shared_size_key="intermediate_size", dense_size_keys=(), aliases=_N_EXPERTS)),
-    "hy_v3": Layout(_DECODER, stored_names=(("mlp.shared_experts.", "mlp.shared_mlp."),), experts=Experts(
-        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
-        layer_types_key="mlp_layer_types", first_dense_default=1, aliases=_N_EXPERTS)),
-    "minimax_m2": Layout(_DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS,
-                                                   dense_size_keys=(), aliases=_N_LOCAL)),
-    "phimoe": Layout(_DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS,
-                                               dense_size_keys=())),
+    "sarvam_moe": Layout(
+        _DECODER,
+        q_proj=None,
+        k_proj=None,
+        v_proj=None,
+        stored_names=(("self_attn.o_proj.", "attention.dense."), ("embed_tokens.", "word_embeddings.")),
+        experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1, aliases=_SARVAM),
+    ),
+    "ernie4_5_moe": Layout(
+        _DECODER,
+        experts=Experts(
+            ("moe_num_experts",),
+            "moe_intermediate_size",
+            _QWEN_EXPERTS,
+            shared="mlp.shared_experts",
+            shared_size_key="moe_intermediate_size",
+            shared_count_key="moe_num_shared_experts",
+            sparse_step_key="moe_layer_interval",
+            first_dense_key="moe_layer_start_index",
+            first_dense_default=1,
+            last_sparse_key="moe_layer_end_index",
+            aliases=(("num_experts", "moe_num_experts"),),
+        ),
+    ),
+    "hunyuan_v1_moe": Layout(
+        _DECODER,
+        experts=Experts(
+            ("num_experts",),
+            "intermediate_size",
+            _QWEN_EXPERTS,
+            shared="mlp.shared_mlp",
+            shared_size_key="intermediate_size",
+            dense_size_keys=(),
+            aliases=_N_EXPERTS,
+        ),
+    ),
+    "hy_v3": Layout(
+        _DECODER,
+        stored_names=(("mlp.shared_experts.", "mlp.shared_mlp."),),
+        experts=Experts(
+            ("num_experts",),
+            "moe_intermediate_size",
+            _QWEN_EXPERTS,
+            shared="mlp.shared_experts",
+            shared_size_key="moe_intermediate_size",
+            shared_count_key="num_shared_experts",
+            layer_types_key="mlp_layer_types",
+            first_dense_default=1,
+            aliases=_N_EXPERTS,
+        ),
+    ),
+    "minimax_m2": Layout(
+        _DECODER,
+        experts=Experts(
+            ("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, dense_size_keys=(), aliases=_N_LOCAL
+        ),
+    ),
+    "phimoe": Layout(
+        _DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, dense_size_keys=())
+    ),
     "granitemoe": Layout(_DECODER, experts=_GRANITE_EXPERTS),
     "granitemoe_swa": Layout(_DECODER, experts=replace(_GRANITE_EXPERTS, stored_fused=None)),
     "granitemoeshared": Layout(_DECODER, experts=_GRANITE_SHARED),
-    "flex_olmo": Layout(_DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS,
-                                                  dense_size_keys=(), aliases=_N_EXPERTS)),
-    "aria_text": Layout(_DECODER, experts=Experts(
-        ("moe_num_experts",), "intermediate_size", None, transposed=True,
-        stored_fused=("mlp.experts.fc1.weight", "mlp.experts.fc2.weight"), shared="mlp.shared_experts",
-        shared_size_key="intermediate_size", shared_count_key="moe_num_shared_experts", dense_size_keys=())),
-    "cohere2_moe": Layout(_DECODER, experts=Experts(
-        ("num_experts",), "intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="intermediate_size", shared_count_key="num_shared_experts",
-        dense_size_keys=("prefix_dense_intermediate_size", "intermediate_size"), layer_types_key="mlp_layer_types")),
-    "mellum": Layout(_DECODER, experts=Experts(
-        ("num_local_experts",), "moe_intermediate_size", _QWEN_EXPERTS, layer_types_key="mlp_layer_types",
-        aliases=_N_LOCAL)),
-    "afmoe": Layout(_DECODER, experts=Experts(
-        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
-        first_dense_key="num_dense_layers", first_dense_default=1)),
-    "exaone_moe": Layout(_DECODER, experts=Experts(
-        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="moe_intermediate_size", shared_count_key="num_shared_experts",
-        layer_types_key="mlp_layer_types", first_dense_key="first_k_dense_replace", first_dense_default=1)),
-    "kolibri1": Layout(_DECODER, experts=Experts(
-        ("num_local_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-        shared_size_key="shared_expert_intermediate_size", dense_size_keys=(), aliases=_N_LOCAL)),
-    "beam": Layout(_DECODER, experts=Experts(
-        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, layer_types_key="mlp_layer_types",
-        first_dense_default=3)),
-    "flint": Layout(_DECODER, experts=Experts(
-        ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_expert",
-        shared_size_key="shared_expert_intermediate_size", sparse_step_key="decoder_sparse_step",
-        dense_layers_key="mlp_only_layers")),
-    "laguna": Layout(_DECODER, head_refusal=(
-        "attention heads differ per layer (num_attention_heads_per_layer) and are gated per head: head edits on "
-        "laguna are not in the table yet; edit its MLP and expert neurons"),
-        stored_names=(("mlp.shared_experts.", "mlp.shared_expert."),), experts=Experts(
-            ("num_experts",), "moe_intermediate_size", _QWEN_EXPERTS, shared="mlp.shared_experts",
-            shared_size_key="shared_expert_intermediate_size", layer_types_key="mlp_layer_types",
-            first_dense_default=1)),
-    "mimo_v2_flash": Layout(_DECODER, head_refusal=(
-        "value heads are v_head_dim wide, not head_dim (o_proj input = heads × v_head_dim): head edits on "
-        "mimo_v2_flash are not in the table yet; edit its MLP and expert neurons"), experts=Experts(
-            ("n_routed_experts",), "moe_intermediate_size", _QWEN_EXPERTS, layer_types_key="mlp_layer_types",
-            first_dense_default=1, aliases=_N_ROUTED)),
+    "flex_olmo": Layout(
+        _DECODER,
+        experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS, dense_size_keys=(), aliases=_N_EXPERTS),
+    ),
+    "aria_text": Layout(
+        _DECODER,
+        experts=Experts(
+            ("moe_num_experts",),
+            "intermediate_size",
+            None,
+            transposed=True,
+            stored_fused=("mlp.experts.fc1.weight", "mlp.experts.fc2.weight"),
+            shared="mlp.shared_experts",
+            shared_size_key="intermediate_size",
+            shared_count_key="moe_num_shared_experts",
+            dense_size_keys=(),
+        ),
+    ),
+    "cohere2_moe": Layout(
+        _DECODER,
+        experts=Experts(
+            ("num_experts",),
+            "intermediate_size",
+            _QWEN_EXPERTS,
+            shared="mlp.shared_experts",
+            shared_size_key="intermediate_size",
+            shared_count_key="num_shared_experts",
+            dense_size_keys=("prefix_dense_intermediate_size", "intermediate_size"),
+            layer_types_key="mlp_layer_types",
+        ),
+    ),
+    "mellum": Layout(
+        _DECODER,
+        experts=Experts(
+            ("num_local_experts",),
+            "moe_intermediate_size",
+            _QWEN_EXPERTS,
+            layer_types_key="mlp_layer_types",
+            aliases=_N_LOCAL,
+        ),
+    ),
+    "afmoe": Layout(
+        _DECODER,
+        experts=Experts(
+            ("num_experts",),
+            "moe_intermediate_size",
+            _QWEN_EXPERTS,
+            shared="mlp.shared_experts",
+            shared_size_key="moe_intermediate_size",
+            shared_count_key="num_shared_experts",
+            first_dense_key="num_dense_layers",
+            first_dense_default=1,
+        ),
+    ),
+    "exaone_moe": Layout(
+        _DECODER,
+        experts=Experts(
+            ("num_experts",),
+            "moe_intermediate_size",
+            _QWEN_EXPERTS,
+            shared="mlp.shared_experts",
+            shared_size_key="moe_intermediate_size",
+            shared_count_key="num_shared_experts",
+            layer_types_key="mlp_layer_types",
+            first_dense_key="first_k_dense_replace",
+            first_dense_default=1,
+        ),
+    ),
+    "kolibri1": Layout(
+        _DECODER,
+        experts=Experts(
+            ("num_local_experts",),
+            "moe_intermediate_size",
+            _QWEN_EXPERTS,
+            shared="mlp.shared_experts",
+            shared_size_key="shared_expert_intermediate_size",
+            dense_size_keys=(),
+            aliases=_N_LOCAL,
+        ),
+    ),
+    "beam": Layout(
+        _DECODER,
+        experts=Experts(
+            ("num_experts",),
+            "moe_intermediate_size",
+            _QWEN_EXPERTS,
+            layer_types_key="mlp_layer_types",
+            first_dense_default=3,
+        ),
+    ),
+    "flint": Layout(
+        _DECODER,
+        experts=Experts(
+            ("num_experts",),
+            "moe_intermediate_size",
+            _QWEN_EXPERTS,
+            shared="mlp.shared_expert",
+            shared_size_key="shared_expert_intermediate_size",
+            sparse_step_key="decoder_sparse_step",
+            dense_layers_key="mlp_only_layers",
+        ),
+    ),
+    "laguna": Layout(
+        _DECODER,
+        head_refusal=(
+            "attention heads differ per layer (num_attention_heads_per_layer) and are gated per head: head edits on "
+            "laguna are not in the table yet; edit its MLP and expert neurons"
+        ),
+        stored_names=(("mlp.shared_experts.", "mlp.shared_expert."),),
+        experts=Experts(
+            ("num_experts",),
+            "moe_intermediate_size",
+            _QWEN_EXPERTS,
+            shared="mlp.shared_experts",
+            shared_size_key="shared_expert_intermediate_size",
+            layer_types_key="mlp_layer_types",
+            first_dense_default=1,
+        ),
+    ),
+    "mimo_v2_flash": Layout(
+        _DECODER,
+        head_refusal=(
+            "value heads are v_head_dim wide, not head_dim (o_proj input = heads × v_head_dim): head edits on "
+            "mimo_v2_flash are not in the table yet; edit its MLP and expert neurons"
+        ),
+        experts=Experts(
+            ("n_routed_experts",),
+            "moe_intermediate_size",
+            _QWEN_EXPERTS,
+            layer_types_key="mlp_layer_types",
+            first_dense_default=1,
+            aliases=_N_ROUTED,
+        ),
+    ),
     # MiniMax-M3: the dense MLPs and the shared expert hold one fused [gate; up] matrix.
-    "minimax_m3_vl_text": Layout(_DECODER, gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj",
-                                 experts=Experts(
-        ("num_local_experts",), "intermediate_size", None, shared="mlp.shared_experts",
-        shared_size_key="shared_intermediate_size", shared_inputs=("gate_up_proj",), shared_fused=True,
-        dense_size_keys=("dense_intermediate_size",), layer_types_key="mlp_layer_types", aliases=_N_LOCAL)),
+    "minimax_m3_vl_text": Layout(
+        _DECODER,
+        gate_proj=None,
+        up_proj=None,
+        gate_up_proj="mlp.gate_up_proj",
+        experts=Experts(
+            ("num_local_experts",),
+            "intermediate_size",
+            None,
+            shared="mlp.shared_experts",
+            shared_size_key="shared_intermediate_size",
+            shared_inputs=("gate_up_proj",),
+            shared_fused=True,
+            dense_size_keys=("dense_intermediate_size",),
+            layer_types_key="mlp_layer_types",
+            aliases=_N_LOCAL,
+        ),
+    ),
     # ZAYA: q/k through convolutions, v from two projections; its heads meet in o_proj as usual.
-    "zaya": Layout(_DECODER, q_proj="self_attn.qkv_proj.q_proj", k_proj="self_attn.qkv_proj.k_proj", v_proj=None,
-                   experts=Experts(("num_experts",), "moe_intermediate_size", None, dense_size_keys=())),
-    "llama4_text": Layout(_DECODER, gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj",
-                          down_proj="feed_forward.down_proj", experts=_LLAMA4_EXPERTS),
-    "minimax": Layout(_DECODER, layer_kinds=_LAYER_TYPES, experts=Experts(
-        ("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, dense_size_keys=(), aliases=_N_LOCAL)),
+    "zaya": Layout(
+        _DECODER,
+        q_proj="self_attn.qkv_proj.q_proj",
+        k_proj="self_attn.qkv_proj.k_proj",
+        v_proj=None,
+        experts=Experts(("num_experts",), "moe_intermediate_size", None, dense_size_keys=()),
+    ),
+    "llama4_text": Layout(
+        _DECODER,
+        gate_proj="feed_forward.gate_proj",
+        up_proj="feed_forward.up_proj",
+        down_proj="feed_forward.down_proj",
+        experts=_LLAMA4_EXPERTS,
+    ),
+    "minimax": Layout(
+        _DECODER,
+        layer_kinds=_LAYER_TYPES,
+        experts=Experts(
+            ("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, dense_size_keys=(), aliases=_N_LOCAL
+        ),
+    ),
 }

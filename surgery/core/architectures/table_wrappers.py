@@ -7,8 +7,8 @@ decoder in memory and where it (and releases before 4.52) saves it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Mapping
 
 from .layout import LayerSizes, Layout
 from .parts import _DECODER
@@ -17,16 +17,26 @@ _WRAPPED = ("model.language_model.layers.{layer}.", "language_model.model.layers
 
 # Gemma 4: full-attention layers with their own head size (per_layer_config), kv-shared layers
 # without k/v projections (and, with use_double_wide_mlp, a twice-wide MLP).
-_GEMMA4_TEXT = Layout(_DECODER, logit_softcap="final_logit_softcapping", layer_sizes=LayerSizes(
-    "num_kv_shared_layers", "attention_k_eq_v", "use_double_wide_mlp"))
+_GEMMA4_TEXT = Layout(
+    _DECODER,
+    logit_softcap="final_logit_softcapping",
+    layer_sizes=LayerSizes("num_kv_shared_layers", "attention_k_eq_v", "use_double_wide_mlp"),
+)
 
 
-def _wrapper(table: Mapping[str, Layout], text_type: str, *also: str,
-             model_class: str = "AutoModelForCausalLM") -> Layout:
+def _wrapper(
+    table: Mapping[str, Layout], text_type: str, *also: str, model_class: str = "AutoModelForCausalLM"
+) -> Layout:
     """The row of a wrapper around a ``text_type`` decoder (or one of ``also``, laid out alike):
     that decoder's row of ``table`` under the wrapper's prefixes, its sizes read from ``text_config``."""
-    return replace(table[text_type], layer_prefixes=_WRAPPED, text_config_key="text_config",
-                   text_model_types=(text_type, *also), model_class=model_class, native_names=())
+    return replace(
+        table[text_type],
+        layer_prefixes=_WRAPPED,
+        text_config_key="text_config",
+        text_model_types=(text_type, *also),
+        model_class=model_class,
+        native_names=(),
+    )
 
 
 def wrappers(table: Mapping[str, Layout]) -> dict[str, Layout]:

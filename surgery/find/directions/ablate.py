@@ -25,12 +25,14 @@ def layer_weights(kernel: KernelParams, num_layers: int, best: int) -> dict[int,
     """The weight of every edited layer (``best``: the peak's position when none is given)."""
     position = best if kernel.position is None else kernel.position
     if position >= num_layers:
-        raise ParameterError(f"{{position}} {position} is not a layer: the model has layers 0..{num_layers - 1}",
-                             "position")
+        raise ParameterError(
+            f"{{position}} {position} is not a layer: the model has layers 0..{num_layers - 1}", "position"
+        )
     layers = parse_layers(kernel.layers) or list(range(num_layers))
     if layers[-1] >= num_layers:
-        raise ParameterError(f"{{layers}} names layer {layers[-1]}, but the model has layers 0..{num_layers - 1}",
-                             "layers")
+        raise ParameterError(
+            f"{{layers}} names layer {layers[-1]}, but the model has layers 0..{num_layers - 1}", "layers"
+        )
     peak = kernel.weight
     floor = peak if kernel.floor is None else kernel.floor
     width = kernel.width or max(position, num_layers - 1 - position, 1)
@@ -40,8 +42,13 @@ def layer_weights(kernel: KernelParams, num_layers: int, best: int) -> dict[int,
         if distance <= width:
             weights[layer] = peak + (floor - peak) * distance / width
     if not any(weights.values()):
-        raise ParameterError("every weight of the kernel is 0 (or no layer is within {width} of {position}): nothing "
-                             "would change; give a non-zero {weight}", "width", "position", "weight")
+        raise ParameterError(
+            "every weight of the kernel is 0 (or no layer is within {width} of {position}): nothing "
+            "would change; give a non-zero {weight}",
+            "width",
+            "position",
+            "weight",
+        )
     return weights
 
 
@@ -60,26 +67,46 @@ def roles(kernel: KernelParams, arch: Architecture, layer: int) -> list[str]:
     return out
 
 
-def direction_recipe(found: DirectionFindings, kernel: KernelParams,
-                     arch: Architecture) -> tuple[Recipe, dict[str, Any]]:
+def direction_recipe(
+    found: DirectionFindings, kernel: KernelParams, arch: Architecture
+) -> tuple[Recipe, dict[str, Any]]:
     """The recipe of direction edits ``kernel`` asks for, and what surgery.json records about it."""
     n = len(found.layers)
     if kernel.direction_layer is not None and kernel.direction_layer >= n:
-        raise ParameterError(f"{{direction_layer}} {kernel.direction_layer} is not a layer of the findings "
-                             f"(0..{n - 1})", "direction_layer")
+        raise ParameterError(
+            f"{{direction_layer}} {kernel.direction_layer} is not a layer of the findings (0..{n - 1})",
+            "direction_layer",
+        )
     weights = layer_weights(kernel, n, found.data.best_layer)
     edits = []
     for layer, weight in sorted(weights.items()):
         if weight == 0:
             continue
         source = layer if kernel.direction_layer is None else kernel.direction_layer
-        edits += [{"type": "direction", "layer": layer, "module": module, "weight": weight,
-                   "vector": f"{found.vectors.name}#layer.{source}"} for module in roles(kernel, arch, layer)]
-    recipe = Recipe.from_dict({"version": 1, "edits": edits}, where="ablate-direction",
-                              vectors=FolderVectors(found.vectors.parent))
-    record = {"direction_findings": found.record(),
-              "direction_kernel": {"weight": kernel.weight, "position": kernel.position, "floor": kernel.floor,
-                                   "width": kernel.width, "layers": kernel.layers, "modules": kernel.modules,
-                                   "direction_layer": kernel.direction_layer,
-                                   "weights": {str(k): v for k, v in sorted(weights.items())}}}
+        edits += [
+            {
+                "type": "direction",
+                "layer": layer,
+                "module": module,
+                "weight": weight,
+                "vector": f"{found.vectors.name}#layer.{source}",
+            }
+            for module in roles(kernel, arch, layer)
+        ]
+    recipe = Recipe.from_dict(
+        {"version": 1, "edits": edits}, where="ablate-direction", vectors=FolderVectors(found.vectors.parent)
+    )
+    record = {
+        "direction_findings": found.record(),
+        "direction_kernel": {
+            "weight": kernel.weight,
+            "position": kernel.position,
+            "floor": kernel.floor,
+            "width": kernel.width,
+            "layers": kernel.layers,
+            "modules": kernel.modules,
+            "direction_layer": kernel.direction_layer,
+            "weights": {str(k): v for k, v in sorted(weights.items())},
+        },
+    }
     return recipe, record

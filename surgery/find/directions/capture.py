@@ -8,7 +8,7 @@ prompt in a batch gives what it gives alone.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -27,8 +27,15 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return [names[prefix.format(layer=i).rstrip(".")] for i in range(arch.geometry.num_layers)]
 
 
-def last_token_residuals(model: nn.Module, tokenizer, texts: Sequence[str], *, add_special_tokens: bool = True,
-                         batch_size: int = 16, progress: Callable[[int], None] = lambda n: None) -> np.ndarray:
+def last_token_residuals(
+    model: nn.Module,
+    tokenizer,
+    texts: Sequence[str],
+    *,
+    add_special_tokens: bool = True,
+    batch_size: int = 16,
+    progress: Callable[[int], None] = lambda n: None,
+) -> np.ndarray:
     """[texts, layers, hidden] float32: each text's residual stream at its last token after each layer."""
     layers = decoder_layers(model)
     state: dict = {}
@@ -38,6 +45,7 @@ def last_token_residuals(model: nn.Module, tokenizer, texts: Sequence[str], *, a
         def hook(module: nn.Module, args: tuple, output) -> None:
             hidden = output[0] if isinstance(output, tuple) else output
             kept[i] = hidden[state["rows"], state["last"].to(hidden.device)].float().cpu()
+
         return hook
 
     handles = [layer.register_forward_hook(hook_for(i)) for i, layer in enumerate(layers)]
@@ -45,9 +53,10 @@ def last_token_residuals(model: nn.Module, tokenizer, texts: Sequence[str], *, a
     out = np.zeros((len(texts), len(layers), model_architecture(model).geometry.hidden_size), dtype=np.float32)
     try:
         for start in range(0, len(texts), batch_size):
-            batch = list(texts[start:start + batch_size])
-            enc = tokenizer(batch, return_tensors="pt", padding=True, padding_side="right",
-                            add_special_tokens=add_special_tokens)
+            batch = list(texts[start : start + batch_size])
+            enc = tokenizer(
+                batch, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=add_special_tokens
+            )
             mask = enc["attention_mask"]
             if bool((mask.sum(dim=1) == 0).any()):
                 raise SurgeryError("a prompt tokenizes to no tokens; remove empty prompts")
@@ -55,7 +64,7 @@ def last_token_residuals(model: nn.Module, tokenizer, texts: Sequence[str], *, a
             kept.clear()
             with torch.inference_mode():
                 model(input_ids=enc["input_ids"].to(device), attention_mask=mask.to(device), use_cache=False)
-            out[start:start + len(batch)] = torch.stack([kept[i] for i in range(len(layers))], dim=1).numpy()
+            out[start : start + len(batch)] = torch.stack([kept[i] for i in range(len(layers))], dim=1).numpy()
             progress(len(batch))
     finally:
         for h in handles:

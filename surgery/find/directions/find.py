@@ -13,9 +13,10 @@ sha256 and the parameters, like the other findings.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -59,18 +60,27 @@ class DirectionFindings(Found):
         """The vectors file is there and is the one the findings were written with."""
         path = self.vectors
         if not path.is_file():
-            raise FindingsError(f"{self.path} names the vectors file {path.name}, which is not next to it; keep the "
-                                "two files together, or recompute them with surgery find-direction")
+            raise FindingsError(
+                f"{self.path} names the vectors file {path.name}, which is not next to it; keep the "
+                "two files together, or recompute them with surgery find-direction"
+            )
         if file_sha256(path) != self.data.vectors.sha256:
-            raise FindingsError(f"{path} changed since {self.path.name} was written (its sha256 differs); recompute "
-                                "them with surgery find-direction")
+            raise FindingsError(
+                f"{path} changed since {self.path.name} was written (its sha256 differs); recompute "
+                "them with surgery find-direction"
+            )
 
     def record(self) -> dict[str, Any]:
         data = self.data
-        return {**super().record(), "vectors": data.vectors.to_dict() if data.vectors else None,
-                "model": data.model.path, "model_fingerprint": data.model.fingerprint,
-                "dataset": data.dataset.to_dict() if data.dataset else None, "parameters": data.parameters,
-                "best_layer": data.best_layer}
+        return {
+            **super().record(),
+            "vectors": data.vectors.to_dict() if data.vectors else None,
+            "model": data.model.path,
+            "model_fingerprint": data.model.fingerprint,
+            "dataset": data.dataset.to_dict() if data.dataset else None,
+            "parameters": data.parameters,
+            "best_layer": data.best_layer,
+        }
 
 
 def vectors_path(findings: Path) -> Path:
@@ -78,8 +88,9 @@ def vectors_path(findings: Path) -> Path:
     return findings.with_suffix(".safetensors")
 
 
-def write(findings: DirectionsFindings, vectors: dict[str, np.ndarray], path: Path, *,
-          main: bool = True) -> DirectionsFindings:
+def write(
+    findings: DirectionsFindings, vectors: dict[str, np.ndarray], path: Path, *, main: bool = True
+) -> DirectionsFindings:
     """``findings`` naming the vectors file that goes with ``path`` (and its sha256); on the ``main``
     rank, the vectors file and then the findings JSON are written there, both atomically."""
     from safetensors.numpy import save
@@ -117,11 +128,22 @@ def directions(xa: np.ndarray, xb: np.ndarray, projected: bool) -> tuple[dict[st
     rows = []
     for layer in range(diff.shape[0]):
         d, accuracy = _separation(xa[:, layer], xb[:, layer], units[layer])
-        rows.append({"layer": layer, "norm": float(norms[layer]), "norm_a": float(np.linalg.norm(mean_a[layer])),
-                     "norm_b": float(np.linalg.norm(mean_b[layer])), "separation": d, "accuracy": accuracy})
+        rows.append(
+            {
+                "layer": layer,
+                "norm": float(norms[layer]),
+                "norm_a": float(np.linalg.norm(mean_a[layer])),
+                "norm_b": float(np.linalg.norm(mean_b[layer])),
+                "separation": d,
+                "accuracy": accuracy,
+            }
+        )
     cosine = np.round(units @ units.T, 4).tolist()
-    vectors = {f"{kind}.{layer}": v[layer].astype(np.float32) for layer in range(diff.shape[0])
-               for kind, v in (("layer", diff), ("mean_a", mean_a), ("mean_b", mean_b))}
+    vectors = {
+        f"{kind}.{layer}": v[layer].astype(np.float32)
+        for layer in range(diff.shape[0])
+        for kind, v in (("layer", diff), ("mean_a", mean_a), ("mean_b", mean_b))
+    }
     return vectors, rows, cosine
 
 
@@ -138,13 +160,27 @@ def cached_path(ckpt: Checkpoint, a: PromptSet, b: PromptSet, params: dict[str, 
     return cache_path("directions", ckpt.fingerprint(), dataset_sha256(a, b), params)
 
 
-def find_direction(ckpt: Checkpoint, a: PromptSet, b: PromptSet, *, projected: bool = False, template: str = "auto",
-                   batch_size: int = 16, load: LoadSpec = DEFAULT_LOAD, recompute: bool = False,
-                   progress: Progress = silent, report: Callable[[str], None] = lambda m: None) -> DirectionFindings:
+def find_direction(
+    ckpt: Checkpoint,
+    a: PromptSet,
+    b: PromptSet,
+    *,
+    projected: bool = False,
+    template: str = "auto",
+    batch_size: int = 16,
+    load: LoadSpec = DEFAULT_LOAD,
+    recompute: bool = False,
+    progress: Progress = silent,
+    report: Callable[[str], None] = lambda m: None,
+) -> DirectionFindings:
     """Cached direction findings for (model, a, b, parameters), computed on a miss."""
     if a.sha256 == b.sha256:
-        raise ParameterError("{a} and {b} hold the same prompts: their difference is no direction; give two sets "
-                             "that differ in the behaviour", "a", "b")
+        raise ParameterError(
+            "{a} and {b} hold the same prompts: their difference is no direction; give two sets "
+            "that differ in the behaviour",
+            "a",
+            "b",
+        )
     params = params_of(projected, template, load)
     distributed.check_agree("the model and the prompt sets", ckpt.fingerprint(), a.sha256, b.sha256, params, batch_size)
     cached = cached_path(ckpt, a, b, params)
@@ -164,14 +200,20 @@ def find_direction(ckpt: Checkpoint, a: PromptSet, b: PromptSet, *, projected: b
     work = distributed.Shard(range(len(texts)), chunk=batch_size)
     g = architecture(ckpt.config).geometry
     residuals = np.zeros((len(texts), g.num_layers, g.hidden_size), dtype=np.float32)
-    residuals[work.mine] = last_token_residuals(model, tokenizer, [texts[i] for i in work.mine],
-                                                add_special_tokens=special, batch_size=batch_size, progress=advance)
-    residuals, = work.gather(residuals)
+    residuals[work.mine] = last_token_residuals(
+        model,
+        tokenizer,
+        [texts[i] for i in work.mine],
+        add_special_tokens=special,
+        batch_size=batch_size,
+        progress=advance,
+    )
+    (residuals,) = work.gather(residuals)
     work.finish(advance)
     compute = compute_record(model)
     del model
 
-    vectors, rows, cosine = directions(residuals[:len(texts_a)], residuals[len(texts_a):], projected)
+    vectors, rows, cosine = directions(residuals[: len(texts_a)], residuals[len(texts_a) :], projected)
     findings = new_findings("directions", ckpt, dataset_sha256(a, b), params, __version__)
     findings["compute"] = compute
     findings["dataset"] = {"a": a.record(), "b": b.record(), "chat_template": not special}

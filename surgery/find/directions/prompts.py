@@ -30,8 +30,13 @@ class PromptSet:
 def read_prompts(path: str | Path | None, name: str) -> PromptSet:
     """The prompts of ``path`` (``name``: the parameter that gave it, for errors)."""
     if path is None:
-        raise ParameterError(f"give both {{a}} and {{b}}: the direction is the difference between two prompt sets "
-                             f"({{{name}}} is missing)", "a", "b", name)
+        raise ParameterError(
+            f"give both {{a}} and {{b}}: the direction is the difference between two prompt sets "
+            f"({{{name}}} is missing)",
+            "a",
+            "b",
+            name,
+        )
     path = Path(path)
     if not path.is_file():
         raise ParameterError(f"{{{name}}}: {path} does not exist; give a text file (one prompt a line) or JSONL", name)
@@ -51,14 +56,20 @@ def read_prompts(path: str | Path | None, name: str) -> PromptSet:
                 entry = None
             prompt = entry.get("prompt") if isinstance(entry, dict) else None
             if not isinstance(prompt, str) or not prompt.strip():
-                raise ParameterError(f"{{{name}}}: line {number} of {path} is not a JSON object with a non-empty "
-                                     "\"prompt\" string; fix that line", name)
+                raise ParameterError(
+                    f"{{{name}}}: line {number} of {path} is not a JSON object with a non-empty "
+                    '"prompt" string; fix that line',
+                    name,
+                )
             prompts.append(prompt)
         else:
             prompts.append(line.strip())
     if not prompts:
-        raise ParameterError(f"{{{name}}}: {path} holds no prompts; give one prompt a line (or JSONL, "
-                             "one object with a \"prompt\" string a line)", name)
+        raise ParameterError(
+            f"{{{name}}}: {path} holds no prompts; give one prompt a line (or JSONL, "
+            'one object with a "prompt" string a line)',
+            name,
+        )
     return PromptSet(path, tuple(prompts), hashlib.sha256(raw).hexdigest())
 
 
@@ -69,7 +80,10 @@ def formatted(tokenizer, prompts: tuple[str, ...], template: str) -> tuple[list[
     if not chat:
         return list(prompts), True
     if not getattr(tokenizer, "chat_template", None):
-        raise ParameterError("{template} chat, but this tokenizer has no chat template; use {template} plain",
-                             "template")
-    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-            for p in prompts], False
+        raise ParameterError(
+            "{template} chat, but this tokenizer has no chat template; use {template} plain", "template"
+        )
+    return [
+        tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+        for p in prompts
+    ], False

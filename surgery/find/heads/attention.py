@@ -22,10 +22,10 @@ they run unchanged; their cached keys/values already carry the edited prompt pas
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -62,8 +62,7 @@ class Plan:
     @property
     def length(self) -> int:
         if not self.masks:
-            raise SurgeryError("the attention plan has no token positions yet; set its masks before the "
-                               "forward pass")
+            raise SurgeryError("the attention plan has no token positions yet; set its masks before the forward pass")
         return next(iter(self.masks.values())).shape[1]
 
     def applies(self, q_len: int, k_len: int) -> bool:
@@ -73,12 +72,14 @@ class Plan:
             return True
         if k_len > q_len and q_len < self.length - self.start:
             return False
-        raise SurgeryError(f"attention plan built for {self.length}-token prompts met a {q_len}-token "
-                           "pass; build the plan from the same batch that is run")
+        raise SurgeryError(
+            f"attention plan built for {self.length}-token prompts met a {q_len}-token "
+            "pass; build the plan from the same batch that is run"
+        )
 
     def query_masks(self) -> dict[str, torch.Tensor]:
         """The span masks over the query positions of this pass (``start:``)."""
-        return {name: m[:, self.start:] for name, m in self.masks.items()}
+        return {name: m[:, self.start :] for name, m in self.masks.items()}
 
     def features_tensor(self, layers: int | Sequence[int]) -> torch.Tensor:
         """(B, layers, heads): the mean of bind_a and bind_b, the discovery feature, of ``layers`` (a
@@ -86,8 +87,10 @@ class Plan:
         layers = range(layers) if isinstance(layers, int) else layers
         missing = [layer for layer in layers if layer not in self.bind]
         if missing:
-            raise SurgeryError(f"no binding features for layers {missing[:5]}: was the model switched "
-                               "to the surgery attention function?")
+            raise SurgeryError(
+                f"no binding features for layers {missing[:5]}: was the model switched "
+                "to the surgery attention function?"
+            )
         return torch.stack([self.bind[layer].mean(dim=1) for layer in layers], dim=1)
 
 
@@ -146,9 +149,15 @@ def _softmax(scores: torch.Tensor, sinks: torch.Tensor | None, dtype: torch.dtyp
     return nn.functional.softmax(combined, dim=-1, dtype=combined.dtype)[..., :-1].to(dtype)
 
 
-def _edit(scores: torch.Tensor, probs: torch.Tensor, heads: tuple[int, ...], edit: EdgeEdit,
-          masks: Mapping[str, torch.Tensor], queries: Mapping[str, torch.Tensor],
-          sinks: torch.Tensor | None = None) -> torch.Tensor:
+def _edit(
+    scores: torch.Tensor,
+    probs: torch.Tensor,
+    heads: tuple[int, ...],
+    edit: EdgeEdit,
+    masks: Mapping[str, torch.Tensor],
+    queries: Mapping[str, torch.Tensor],
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
     """``probs`` with the chosen heads' identity→item edges scaled by α (see the module docstring)."""
     idx = torch.tensor(heads, device=scores.device)
     edge = queries[edit.queries][:, None, :, None] & masks[edit.keys][:, None, None, :]
@@ -160,13 +169,21 @@ def _edit(scores: torch.Tensor, probs: torch.Tensor, heads: tuple[int, ...], edi
     return out
 
 
-def surgery_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      attention_mask: torch.Tensor | None, scaling: float | None = None,
-                      dropout: float = 0.0, softcap: float | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+def surgery_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    softcap: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Eager attention (GQA, MLA's wider q·k than v heads, Gemma-2 soft-capping, additive mask,
     attention sinks) plus the active plan's work."""
     if scaling is None:
-        scaling = module.head_dim ** -0.5
+        scaling = module.head_dim**-0.5
     groups = query.shape[1] // key.shape[1]  # query heads per k/v head (1 without GQA; GPT-2 has no such attribute)
     keys, values = _repeat_kv(key, groups), _repeat_kv(value, groups)
     scores = torch.matmul(query, keys.transpose(2, 3)) * scaling
@@ -217,8 +234,10 @@ def surgery_attention_on(model: nn.Module) -> Iterator[nn.Module]:
     previous = text._attn_implementation
     model.set_attn_implementation({key: NAME} if key else NAME)
     if text._attn_implementation != NAME:
-        raise SurgeryError(f"{type(model).__name__} cannot switch its attention function; binding "
-                           "features and edge edits need a model built on transformers' AttentionInterface")
+        raise SurgeryError(
+            f"{type(model).__name__} cannot switch its attention function; binding "
+            "features and edge edits need a model built on transformers' AttentionInterface"
+        )
     try:
         yield model
     finally:

@@ -9,8 +9,9 @@ active plan. Rows that cannot be recognised are an error, never silently left un
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -24,7 +25,9 @@ from .prompts import Encoded, encode_question
 SPANS = ("tested", "item")
 
 
-def encode_records(tokenizer, records: Sequence[Mapping[str, Any]], instruct: bool | None) -> dict[tuple[int, ...], Encoded]:
+def encode_records(
+    tokenizer, records: Sequence[Mapping[str, Any]], instruct: bool | None
+) -> dict[tuple[int, ...], Encoded]:
     """Token ids → spans for every record that names its item and related option."""
     table = {}
     for r in records:
@@ -54,8 +57,10 @@ def edge_edit_in_generation(model, table: Mapping[tuple[int, ...], Encoded], edi
                 raise SurgeryError("edge edits during generation need left padding")
             enc = table.get(tuple(ids[b, real].tolist()))
             if enc is None:
-                raise SurgeryError("a generated prompt does not match any record's encoding; edge edits "
-                                   "need prompts made by surgery.evaluation.awareness (encode_question)")
+                raise SurgeryError(
+                    "a generated prompt does not match any record's encoding; edge edits "
+                    "need prompts made by surgery.evaluation.awareness (encode_question)"
+                )
             for name in SPANS:
                 masks[name][b, [pad + p for p in enc.spans[name]]] = True
         plan.masks = masks
@@ -69,9 +74,17 @@ def edge_edit_in_generation(model, table: Mapping[tuple[int, ...], Encoded], edi
         handle.remove()
 
 
-def awareness_at(model, tokenizer, records: Sequence[Mapping[str, Any]], heads: Sequence[tuple[int, int]],
-                 alphas: Sequence[float], *, instruct: bool | None = None, batch_size: int = 8,
-                 progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+def awareness_at(
+    model,
+    tokenizer,
+    records: Sequence[Mapping[str, Any]],
+    heads: Sequence[tuple[int, int]],
+    alphas: Sequence[float],
+    *,
+    instruct: bool | None = None,
+    batch_size: int = 8,
+    progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
     """DiffAware / CtxtAware at each α, edge-level and whole-head, on the records that can be edited.
 
     The model must run the surgery attention function (attention.surgery_attention_on).
@@ -79,12 +92,16 @@ def awareness_at(model, tokenizer, records: Sequence[Mapping[str, Any]], heads: 
     from ...evaluation.awareness import awareness
 
     table = encode_records(tokenizer, records, instruct)
-    usable = [r for r in records
-              if "item" in (sp := question_spans(r["question"], r.get("focus"), r.get("related_option")))
-              and "tested" in sp]
+    usable = [
+        r
+        for r in records
+        if "item" in (sp := question_spans(r["question"], r.get("focus"), r.get("related_option"))) and "tested" in sp
+    ]
     if not usable:
-        raise SurgeryError("no awareness record names its item and related option; use annotate_n4 or "
-                           "awareness_records to prepare them")
+        raise SurgeryError(
+            "no awareness record names its item and related option; use annotate_n4 or "
+            "awareness_records to prepare them"
+        )
 
     def measure() -> dict[str, Any]:
         res = awareness(model, tokenizer, usable, instruct=instruct, batch_size=batch_size, progress=progress)

@@ -22,10 +22,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ...core.errors import SurgeryError
 from ...core.strict_files import DuplicateKey, load_json
@@ -79,7 +80,7 @@ class Item:
     def related_keys(self) -> set[str]:
         return {norm_identity(r) for r in self.related}
 
-    def conflicts(self, other: "Item") -> bool:
+    def conflicts(self, other: Item) -> bool:
         """Items that share an identity (or a declared culture) are never paired."""
         if self.culture is not None and self.culture == other.culture:
             return True
@@ -115,7 +116,7 @@ def split_options(question: str) -> tuple[str, str, str, str] | None:
     m = _OPTIONS.search(question)
     if not m:
         return None
-    return question[:m.start()], m["a"], m["b"], m["c"]
+    return question[: m.start()], m["a"], m["b"], m["c"]
 
 
 def _read_jsonl(data: bytes, where: str) -> list[dict[str, Any]]:
@@ -178,8 +179,16 @@ def parse_own(rows: Iterable[Mapping[str, Any]], sha256: str, source: str) -> Be
             qtypes = _need(row, "qtypes", list, where)
             if not qtypes or any(q not in QTYPES for q in qtypes):
                 raise BenchmarkError(f"{where}: qtypes must list some of {sorted(QTYPES)}")
-            raw_items.append((where, _need(row, "item", str, where), _strings(row, "related", where),
-                              _strings(row, "unrelated", where), tuple(qtypes), row.get("culture")))
+            raw_items.append(
+                (
+                    where,
+                    _need(row, "item", str, where),
+                    _strings(row, "related", where),
+                    _strings(row, "unrelated", where),
+                    tuple(qtypes),
+                    row.get("culture"),
+                )
+            )
         else:
             raise BenchmarkError(f"{where}: kind must be 'template', 'item' or 'neutral', got {kind!r}")
     items = []
@@ -193,8 +202,13 @@ def parse_own(rows: Iterable[Mapping[str, Any]], sha256: str, source: str) -> Be
                 stem = text.replace("{item}", name)
                 stems.append(Stem(q, stem, (start, start + len(name)), equal))
         items.append(Item(name, related, unrelated, tuple(stems), culture))
-    return Benchmark(tuple(items), sha256, source, {q: tuple(v) for q, v in neutral.items()},
-                     {q: tuple(v) for q, v in templates.items()})
+    return Benchmark(
+        tuple(items),
+        sha256,
+        source,
+        {q: tuple(v) for q, v in neutral.items()},
+        {q: tuple(v) for q, v in templates.items()},
+    )
 
 
 def load_n4(path: str | Path) -> list[dict[str, Any]]:
@@ -235,8 +249,7 @@ def parse_n4(rows: Iterable[Mapping[str, Any]], sha256: str, source: str) -> Ben
         meta.setdefault(name, (tuple(row["related"]), tuple(row["unrelated"])))
         used.setdefault(name, {})[norm_identity(hits[0])] = related[norm_identity(hits[0])]
         stems.setdefault(name, []).append(Stem(int(row["qtype"]), stem, locate(stem, name), oc))
-    items = tuple(Item(name, tuple(used[name].values()), meta[name][1], tuple(stems[name]))
-                  for name in sorted(stems))
+    items = tuple(Item(name, tuple(used[name].values()), meta[name][1], tuple(stems[name])) for name in sorted(stems))
     return Benchmark(items, sha256, source, format="n4")
 
 
@@ -291,10 +304,14 @@ def _neutral_focus(stem: str, diff_stems: Iterable[Stem]) -> str | None:
     for d in diff_stems:
         if d.item_span is None:
             continue
-        name = d.text[d.item_span[0]:d.item_span[1]]
+        name = d.text[d.item_span[0] : d.item_span[1]]
         parts = d.text.split(name)
-        pattern = (re.escape(parts[0]) + "(?P<f>.+?)" + re.escape(parts[1])
-                   + "".join("(?P=f)" + re.escape(p) for p in parts[2:]))
+        pattern = (
+            re.escape(parts[0])
+            + "(?P<f>.+?)"
+            + re.escape(parts[1])
+            + "".join("(?P=f)" + re.escape(p) for p in parts[2:])
+        )
         m = re.fullmatch(pattern, stem, re.DOTALL)
         if m:
             return m["f"]
@@ -317,7 +334,7 @@ def annotate_n4(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             hits = [i for i, o in enumerate((oa, ob)) if norm_identity(o) in related]
             row["related_option"] = hits[0] if len(hits) == 1 else None
             span = locate(stem, row["item"])
-            row["focus"] = stem[span[0]:span[1]] if span else None
+            row["focus"] = stem[span[0] : span[1]] if span else None
         else:
             row["related_option"] = int(row["answer"])  # N4 "=": the marginalized-group option
             item = by_item.get(row["item"])
@@ -359,7 +376,17 @@ def awareness_records(bench: Benchmark, seed: int = 0) -> list[dict[str, Any]]:
                 question = f"{text}\n(a) {opts[0]} (b) {opts[1]} (c) {stem.equal}"
                 # "≠": types 0/1 ask who should refrain (the unrelated one), 2/3 who fits (related).
                 answer = (1 - rel if stem.qtype in (0, 1) else rel) if split == "diff" else rel
-                out.append({"split": split, "question": question, "answer": answer, "qtype": stem.qtype,
-                            "item": item.name, "related": list(item.related),
-                            "unrelated": list(item.unrelated), "focus": focus, "related_option": rel})
+                out.append(
+                    {
+                        "split": split,
+                        "question": question,
+                        "answer": answer,
+                        "qtype": stem.qtype,
+                        "item": item.name,
+                        "related": list(item.related),
+                        "unrelated": list(item.unrelated),
+                        "focus": focus,
+                        "related_option": rel,
+                    }
+                )
     return out

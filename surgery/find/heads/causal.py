@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,9 +52,16 @@ def _by_item(items: Sequence[str]) -> list[np.ndarray]:
 SIGN_KEPT = 0.975
 
 
-def bootstrap_effect(base_m: np.ndarray, base_mm: np.ndarray, ko_m: np.ndarray, ko_mm: np.ndarray,
-                     items: Sequence[str], n_boot: int = 1000, seed: int = 0,
-                     estimate: float | None = None) -> tuple[float, float]:
+def bootstrap_effect(
+    base_m: np.ndarray,
+    base_mm: np.ndarray,
+    ko_m: np.ndarray,
+    ko_mm: np.ndarray,
+    items: Sequence[str],
+    n_boot: int = 1000,
+    seed: int = 0,
+    estimate: float | None = None,
+) -> tuple[float, float]:
     """95% percentile CI of the knockout effect ``estimate`` (default: computed from the arrays),
     resampling items with replacement; NaN bounds where the data give it no interval.
 
@@ -97,9 +105,16 @@ class PairRunner:
     the knockouts and the dose-response) and later calls read them back.
     """
 
-    def __init__(self, model, prompts: Sequence[Encoded], items: Sequence[str], option_ids,
-                 batch_size: int = 8, base: np.ndarray | None = None,
-                 progress: Callable[[int], None] | None = None):
+    def __init__(
+        self,
+        model,
+        prompts: Sequence[Encoded],
+        items: Sequence[str],
+        option_ids,
+        batch_size: int = 8,
+        base: np.ndarray | None = None,
+        progress: Callable[[int], None] | None = None,
+    ):
         self.model, self.prompts, self.items = model, prompts, list(items)
         self.ids, self.batch_size, self.progress = option_ids, batch_size, progress
         self.n = len(self.items)
@@ -116,8 +131,9 @@ class PairRunner:
         self.counter.flops += full
         self.full_flops += full
         # the layout of the sweeps' baseline passes: a row no edit changes keeps this S exactly
-        return run_prompts(self.model, self.prompts, self.ids, batch_size=self.batch_size, share_prefixes=False,
-                           progress=self.progress).s
+        return run_prompts(
+            self.model, self.prompts, self.ids, batch_size=self.batch_size, share_prefixes=False, progress=self.progress
+        ).s
 
     def sweep(self, edits: Sequence[Condition]) -> list[np.ndarray]:
         """S of every prompt under each of ``edits`` (edge edits or whole-head scales), sharing each
@@ -151,8 +167,11 @@ class PairRunner:
             self.counter.add(len(idx), snap.length)
             self.counter.add_head(len(idx))
             for s, edit in zip(out, edits):
-                logits = (resume(self.model, snap, batch, edit, self.counter) if isinstance(edit, EdgeEdit)
-                          else resume_scaled(self.model, snap, edit, self.counter))
+                logits = (
+                    resume(self.model, snap, batch, edit, self.counter)
+                    if isinstance(edit, EdgeEdit)
+                    else resume_scaled(self.model, snap, edit, self.counter)
+                )
                 s[idx] = s_scores(logits.float().log_softmax(-1), self.ids).cpu().numpy()
                 if self.progress:
                     self.progress(len(idx))
@@ -164,7 +183,7 @@ class PairRunner:
         return out
 
     def delta(self, s: np.ndarray) -> dict[str, Any]:
-        return delta(s[:self.n], s[self.n:], self.items)
+        return delta(s[: self.n], s[self.n :], self.items)
 
     def knockout(self, heads: Heads, queries: str = "tested", seed: int = 0) -> dict[str, Any]:
         """ΔS with the (queries → item) edges of ``heads`` removed, its effect and bootstrap CI."""
@@ -174,8 +193,10 @@ class PairRunner:
         """:meth:`knockout` of each (heads, queries) in ``sets``, in one sweep over the prompts."""
         edits = [knockout_edit(heads, queries) for heads, queries in sets]
         swept = self.sweep(edits)
-        return [{"heads": [list(h) for h in heads], "edges_from": queries, **knockout_row(self.base, s, self.items, seed)}
-                for (heads, queries), s in zip(sets, swept)]
+        return [
+            {"heads": [list(h) for h in heads], "edges_from": queries, **knockout_row(self.base, s, self.items, seed)}
+            for (heads, queries), s in zip(sets, swept)
+        ]
 
 
 def knockout_row(base: np.ndarray, knocked: np.ndarray, items: Sequence[str], seed: int = 0) -> dict[str, Any]:
@@ -207,15 +228,23 @@ def single_knockouts(runner: PairRunner, candidates: Heads, seed: int = 0) -> li
     rows = []
     kos = runner.knockouts([([(layer, head)], "tested") for layer, head in candidates], seed)
     for (layer, head), ko in zip(candidates, kos):
-        rows.append({"layer": int(layer), "head": int(head), "delta_knockout": ko["delta_knockout"],
-                     "effect_pct": ko["effect_pct"], "ci95": ko["ci95"],
-                     # a reduction whose whole 95% CI lies above 0 (NaN bounds compare False)
-                     "significant": bool(ko["ci95"][0] > 0)})
+        rows.append(
+            {
+                "layer": int(layer),
+                "head": int(head),
+                "delta_knockout": ko["delta_knockout"],
+                "effect_pct": ko["effect_pct"],
+                "ci95": ko["ci95"],
+                # a reduction whose whole 95% CI lies above 0 (NaN bounds compare False)
+                "significant": bool(ko["ci95"][0] > 0),
+            }
+        )
     return rows
 
 
 def confirmed_order(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Significant reductions first, each group by effect (largest first; NaN effects last)."""
+
     def key(r: dict[str, Any]) -> tuple[bool, float]:
         e = r["effect_pct"]
         return (not r["significant"], -e if math.isfinite(e) else math.inf)
@@ -223,32 +252,48 @@ def confirmed_order(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=key)
 
 
-def random_head_sets(layers: int | Sequence[int], n_heads: int, size: int, count: int, exclude: Heads,
-                     seed: int = 0) -> list[list[tuple[int, int]]]:
+def random_head_sets(
+    layers: int | Sequence[int], n_heads: int, size: int, count: int, exclude: Heads, seed: int = 0
+) -> list[list[tuple[int, int]]]:
     """``count`` random sets of ``size`` heads of ``layers`` (a count: layers 0…n−1; a hybrid model
     passes its attention layers), none of them in ``exclude``."""
     rng = random.Random(seed)
-    pool = [(layer, h) for layer in (range(layers) if isinstance(layers, int) else layers) for h in range(n_heads)
-            if (layer, h) not in set(map(tuple, exclude))]
+    pool = [
+        (layer, h)
+        for layer in (range(layers) if isinstance(layers, int) else layers)
+        for h in range(n_heads)
+        if (layer, h) not in set(map(tuple, exclude))
+    ]
     return [sorted(rng.sample(pool, size)) for _ in range(count)]
 
 
-def knockout_report(runner: PairRunner, heads: Heads, n_layers: int | Sequence[int], n_heads: int, *,
-                    random_sets: int = 20, seed: int = 0) -> dict[str, Any]:
+def knockout_report(
+    runner: PairRunner,
+    heads: Heads,
+    n_layers: int | Sequence[int],
+    n_heads: int,
+    *,
+    random_sets: int = 20,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Tested-identity knockout, distractor control and random-head baseline for ``heads``."""
     tested, control, *randoms = runner.knockouts(knockout_sets(heads, n_layers, n_heads, random_sets, seed), seed)
     eff = np.array([r["effect_pct"] for r in randoms], float)
     finite = eff[np.isfinite(eff)]
-    summary = {"n": len(randoms), "mean_pct": float(np.mean(finite)) if len(finite) else float("nan"),
-               "sd_pct": float(np.std(finite)) if len(finite) else float("nan"),
-               "p95_pct": float(np.percentile(finite, 95)) if len(finite) else float("nan"),
-               # share of random sets at least as effective: an empirical p-value for the heads
-               "share_ge_tested": float(np.mean(finite >= tested["effect_pct"])) if len(finite) else float("nan")}
+    summary = {
+        "n": len(randoms),
+        "mean_pct": float(np.mean(finite)) if len(finite) else float("nan"),
+        "sd_pct": float(np.std(finite)) if len(finite) else float("nan"),
+        "p95_pct": float(np.percentile(finite, 95)) if len(finite) else float("nan"),
+        # share of random sets at least as effective: an empirical p-value for the heads
+        "share_ge_tested": float(np.mean(finite >= tested["effect_pct"])) if len(finite) else float("nan"),
+    }
     return {"tested": tested, "control": control, "random": summary, "random_sets": randoms}
 
 
-def knockout_sets(heads: Heads, n_layers: int | Sequence[int], n_heads: int, random_sets: int = 20,
-                  seed: int = 0) -> list[tuple[Heads, str]]:
+def knockout_sets(
+    heads: Heads, n_layers: int | Sequence[int], n_heads: int, random_sets: int = 20, seed: int = 0
+) -> list[tuple[Heads, str]]:
     """The (heads, queries) of :func:`knockout_report`: tested, control, then the random sets."""
     sets = random_head_sets(n_layers, n_heads, len(heads), random_sets, heads, seed)
     return [(heads, "tested"), (heads, "control")] + [(hs, "tested") for hs in sets]
@@ -257,8 +302,9 @@ def knockout_sets(heads: Heads, n_layers: int | Sequence[int], n_heads: int, ran
 def dose_conditions(heads: Heads, grid: Sequence[float] = DOSE_GRID) -> list[Condition]:
     """The edge-level α conditions of every α ≠ 1 of ``grid``, then the whole-head ones."""
     edited = [a for a in grid if a != 1.0]
-    return ([EdgeEdit(edge_heads(list(heads)), float(a)) for a in edited]
-            + [tuple(HeadScale(layer, h, float(a)) for layer, h in heads) for a in edited])
+    return [EdgeEdit(edge_heads(list(heads)), float(a)) for a in edited] + [
+        tuple(HeadScale(layer, h, float(a)) for layer, h in heads) for a in edited
+    ]
 
 
 def dose_response(runner: PairRunner, heads: Heads, grid: Sequence[float] = DOSE_GRID) -> list[dict[str, Any]]:
@@ -267,10 +313,17 @@ def dose_response(runner: PairRunner, heads: Heads, grid: Sequence[float] = DOSE
     rows = []
     edited = [a for a in grid if a != 1.0]
     swept = runner.sweep(dose_conditions(heads, grid))
-    edges, wholes = dict(zip(edited, swept[:len(edited)])), dict(zip(edited, swept[len(edited):]))
+    edges, wholes = dict(zip(edited, swept[: len(edited)])), dict(zip(edited, swept[len(edited) :]))
     for alpha in grid:
         edge = runner.delta(edges.get(alpha, runner.base))
         whole = runner.delta(wholes.get(alpha, runner.base))
-        rows.append({"alpha": float(alpha), "edge_delta_s": edge["delta"], "edge_p": edge["p"],
-                     "whole_delta_s": whole["delta"], "whole_p": whole["p"]})
+        rows.append(
+            {
+                "alpha": float(alpha),
+                "edge_delta_s": edge["delta"],
+                "edge_p": edge["p"],
+                "whole_delta_s": whole["delta"],
+                "whole_p": whole["p"],
+            }
+        )
     return rows

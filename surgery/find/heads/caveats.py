@@ -4,7 +4,8 @@ are shown (find-heads' tables, a baked checkpoint's model card)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 SIGNIFICANT = 0.05  # the level below which ΔS counts as an effect the knockout can reduce
 
@@ -18,8 +19,10 @@ def delta_s_caveat(p: float | None) -> str | None:
     if _finite(p) and p < SIGNIFICANT:
         return None
     shown = f"{p:.3f}" if _finite(p) else "undefined"
-    return (f"ΔS itself is not significant (p = {shown}): the knockout % divides by a ΔS indistinguishable "
-            "from 0, so it and its CI are not interpretable")
+    return (
+        f"ΔS itself is not significant (p = {shown}): the knockout % divides by a ΔS indistinguishable "
+        "from 0, so it and its CI are not interpretable"
+    )
 
 
 def knockout_caveat(ci95: Sequence[float | None] | None) -> str | None:
@@ -36,8 +39,9 @@ def weak_heads_caveat(weak: int | None, selected: int) -> str | None:
     """The caveat for ``weak`` of the ``selected`` heads without a significant single-head knockout."""
     if not weak:
         return None
-    return (f"{weak} of the {selected} selected heads have no significant single-head knockout effect "
-            "(95% CI not above 0)")
+    return (
+        f"{weak} of the {selected} selected heads have no significant single-head knockout effect (95% CI not above 0)"
+    )
 
 
 def caveats(summary: Mapping[str, Any]) -> list[str]:

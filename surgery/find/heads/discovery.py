@@ -10,7 +10,8 @@ in whose top-k |coef| they appear) and then by |coef| of a final fit on all rows
 from __future__ import annotations
 
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -52,8 +53,7 @@ def choose_c(x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int, grid:
         return float(grid[len(grid) // 2])
     best, best_auc = grid[0], -np.inf
     for c in grid:
-        aucs = [_auc(_fit(x[tr], y[tr], c), x[te], y[te])
-                for tr, te in GroupKFold(n_splits=k).split(x, y, groups)]
+        aucs = [_auc(_fit(x[tr], y[tr], c), x[te], y[te]) for tr, te in GroupKFold(n_splits=k).split(x, y, groups)]
         mean = np.nanmean(aucs) if not all(np.isnan(aucs)) else -np.inf
         if mean > best_auc:
             best, best_auc = c, mean
@@ -64,9 +64,17 @@ def _coefs(model) -> np.ndarray:
     return model[-1].coef_[0]
 
 
-def discover(features: np.ndarray, y: np.ndarray, groups: Sequence[str], *, folds: int = 5,
-             inner_folds: int = 3, grid: Sequence[float] = C_GRID, top: int = 10,
-             layers: Sequence[int] | None = None) -> dict[str, Any]:
+def discover(
+    features: np.ndarray,
+    y: np.ndarray,
+    groups: Sequence[str],
+    *,
+    folds: int = 5,
+    inner_folds: int = 3,
+    grid: Sequence[float] = C_GRID,
+    top: int = 10,
+    layers: Sequence[int] | None = None,
+) -> dict[str, Any]:
     """Cross-validated L1 discovery on ``features`` (rows, layers, heads); see the module docstring.
     ``layers``: the model layer of each feature layer (a hybrid model's attention layers; default 0…n−1)."""
     from sklearn.model_selection import GroupKFold
@@ -78,8 +86,10 @@ def discover(features: np.ndarray, y: np.ndarray, groups: Sequence[str], *, fold
     groups = np.asarray(groups)
     n_groups = len(set(groups.tolist()))
     if n_groups < 2 or len(set(y.tolist())) < 2:
-        raise SurgeryError(f"discovery needs match and mismatch prompts of ≥ 2 items, got {n_groups} "
-                           "item(s); use more pairs (--max-pairs)")
+        raise SurgeryError(
+            f"discovery needs match and mismatch prompts of ≥ 2 items, got {n_groups} "
+            "item(s); use more pairs (--max-pairs)"
+        )
     k = min(folds, n_groups)
     top = min(top, x.shape[1])
     fold_aucs, fold_cs, counts, fold_coefs = [], [], np.zeros(x.shape[1]), []
@@ -99,12 +109,24 @@ def discover(features: np.ndarray, y: np.ndarray, groups: Sequence[str], *, fold
     sd = np.sqrt((x[y == 1].var(0) + x[y == 0].var(0)) / 2)
     d = np.divide(x[y == 1].mean(0) - x[y == 0].mean(0), sd, out=np.zeros(x.shape[1]), where=sd > 0)
     order = sorted(range(x.shape[1]), key=lambda i: (-stability[i], -abs(coef[i]), -abs(d[i]), i))
-    ranked = [{"layer": layer_of[i // n_heads], "head": i % n_heads, "coef": float(coef[i]),
-               "mean_fold_coef": float(np.mean([fc[i] for fc in fold_coefs])),
-               "stability": float(stability[i]), "effect_size": float(d[i])} for i in order]
+    ranked = [
+        {
+            "layer": layer_of[i // n_heads],
+            "head": i % n_heads,
+            "coef": float(coef[i]),
+            "mean_fold_coef": float(np.mean([fc[i] for fc in fold_coefs])),
+            "stability": float(stability[i]),
+            "effect_size": float(d[i]),
+        }
+        for i in order
+    ]
     return {
-        "auc": float(np.nanmean(fold_aucs)), "fold_aucs": [float(a) for a in fold_aucs],
-        "fold_C": fold_cs, "final_C": final_c, "folds": k, "top_k": top,
+        "auc": float(np.nanmean(fold_aucs)),
+        "fold_aucs": [float(a) for a in fold_aucs],
+        "fold_C": fold_cs,
+        "final_C": final_c,
+        "folds": k,
+        "top_k": top,
         "heads": ranked,
         # "stable": in the top-k of most (more than half of the) outer folds, as in the paper.
         "stable_heads": [[h["layer"], h["head"]] for h in ranked if h["stability"] > 0.5],

@@ -12,9 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -29,13 +30,21 @@ from ...model.hooks import model_architecture
 from ...model.loading import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
 from ..findings import Found, cache_path, compute_record, dtype_key, new_findings, save_findings
 from .attention import surgery_attention_on
-from .causal import (PairRunner, confirmed_order, dose_conditions, dose_response, knockout_edit, knockout_report,
-                     knockout_sets, single_knockouts)
+from .causal import (
+    PairRunner,
+    confirmed_order,
+    dose_conditions,
+    dose_response,
+    knockout_edit,
+    knockout_report,
+    knockout_sets,
+    single_knockouts,
+)
 from .discovery import discover, rank_heads
 from .pairs import Pair
-from .prompts import Encoded
 from .params import FindParams
 from .prompting import is_instruct
+from .prompts import Encoded
 from .record import HeadsFindings
 from .resume import Counter
 from .scores import encode_pairs, option_token_ids, score_binding
@@ -70,10 +79,16 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
-               params: FindParams | Mapping[str, Any] = FindParams(), *,
-               awareness_records: Sequence[Mapping[str, Any]] | None = None, load: LoadSpec = DEFAULT_LOAD,
-               progress: Progress = silent, report: Callable[[str], None] = lambda m: None) -> HeadsFindings:
+def find_heads(
+    model: Checkpoint | str | Path,
+    pairs: Sequence[Pair],
+    params: FindParams | Mapping[str, Any] = FindParams(),
+    *,
+    awareness_records: Sequence[Mapping[str, Any]] | None = None,
+    load: LoadSpec = DEFAULT_LOAD,
+    progress: Progress = silent,
+    report: Callable[[str], None] = lambda m: None,
+) -> HeadsFindings:
     """Scores, discovery, knockout confirmation (``params.confirm`` candidates), knockout and
     (``params.dose_response``) dose-response on ``pairs``.
 
@@ -84,8 +99,10 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
     if not isinstance(params, FindParams):
         params = FindParams(**dict(params))
     if 0 < params.confirm < params.knockout_heads:
-        raise SurgeryError(f"--confirm {params.confirm} cannot confirm {params.knockout_heads} knockout heads; "
-                           "give --confirm 0 (no confirmation) or at least --knockout-heads")
+        raise SurgeryError(
+            f"--confirm {params.confirm} cannot confirm {params.knockout_heads} knockout heads; "
+            "give --confirm 0 (no confirmation) or at least --knockout-heads"
+        )
     ckpt = as_checkpoint(model, load)
     distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
     check_loadable(ckpt)
@@ -112,48 +129,68 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
     findings["compute"] = compute_record(model)
     items = [p.item for p in pairs]
     with surgery_attention_on(model):
-        scores = score_binding(model, tokenizer, pairs, instruct=instruct, batch_size=params.batch_size,
-                               features=True, progress=progress("scoring prompts", 4 * len(pairs)))
+        scores = score_binding(
+            model,
+            tokenizer,
+            pairs,
+            instruct=instruct,
+            batch_size=params.batch_size,
+            features=True,
+            progress=progress("scoring prompts", 4 * len(pairs)),
+        )
         findings["pairs"] = {"n": len(pairs), "items": len(set(items)), "benchmark": params.benchmark}
-        findings["scores"] = {"S": scores["S"], "K": scores["K"], "K_over_S": scores["K_over_S"],
-                              "option_token_ids": scores["option_token_ids"]}
+        findings["scores"] = {
+            "S": scores["S"],
+            "K": scores["K"],
+            "K_over_S": scores["K_over_S"],
+            "option_token_ids": scores["option_token_ids"],
+        }
         n = len(pairs)
         usable = [i for i, p in enumerate(pairs) if "item" in p.match.spans]
         if len(usable) < n:
-            report(f"{n - len(usable)} of {n} pairs do not name their item in the stem: left out of "
-                   "discovery and knockout")
+            report(
+                f"{n - len(usable)} of {n} pairs do not name their item in the stem: left out of discovery and knockout"
+            )
         feats = scores["features"]
         x = np.concatenate([feats[usable], feats[[n + i for i in usable]]])
         y = np.r_[np.ones(len(usable)), np.zeros(len(usable))]
         groups = [items[i] for i in usable] * 2
-        disc = discover(x, y, groups, folds=params.folds, inner_folds=params.inner_folds, top=params.top_k,
-                        layers=n_layers)
+        disc = discover(
+            x, y, groups, folds=params.folds, inner_folds=params.inner_folds, top=params.top_k, layers=n_layers
+        )
         findings["discovery"] = disc
         sub = [pairs[i] for i in usable]
         prompts = encode_pairs(tokenizer, sub, "binding", instruct)
         base = np.r_[scores["s"][usable], scores["s"][[n + i for i in usable]]]
-        runner = PairRunner(model, prompts, [p.item for p in sub], option_token_ids(tokenizer),
-                            params.batch_size, base=base)
+        runner = PairRunner(
+            model, prompts, [p.item for p in sub], option_token_ids(tokenizer), params.batch_size, base=base
+        )
         ranked = rank_heads(disc)
-        chosen = ranked[:params.knockout_heads]
+        chosen = ranked[: params.knockout_heads]
         if params.confirm:
-            candidates = ranked[:params.confirm]
+            candidates = ranked[: params.confirm]
             # the visible cost: one pass over the binding prompts per candidate
-            runner.progress = progress(f"knockout confirmation ({len(candidates)} heads)",
-                                       2 * len(sub) * len(candidates))
+            runner.progress = progress(
+                f"knockout confirmation ({len(candidates)} heads)", 2 * len(sub) * len(candidates)
+            )
             confirmed = confirmation(runner, disc, candidates, params.seed)
             findings["confirmation"] = confirmed
-            chosen = [(h["layer"], h["head"]) for h in confirmed["heads"][:params.knockout_heads]]
+            chosen = [(h["layer"], h["head"]) for h in confirmed["heads"][: params.knockout_heads]]
         findings["selected_heads"] = [list(h) for h in chosen]
         grid = dose_alphas(params)
         steps = 2 * len(sub) * (2 + params.random_sets + dose_passes(params))
         runner.progress = progress("causal tests", steps)
         if params.dose_response:  # both known now: one sweep, one baseline pass per batch for both
-            runner.prefetch([knockout_edit(h, q) for h, q in knockout_sets(chosen, n_layers, n_heads,
-                                                                          params.random_sets, params.seed)]
-                         + dose_conditions(chosen, grid))
-        findings["knockout"] = knockout_report(runner, chosen, n_layers, n_heads,
-                                               random_sets=params.random_sets, seed=params.seed)
+            runner.prefetch(
+                [
+                    knockout_edit(h, q)
+                    for h, q in knockout_sets(chosen, n_layers, n_heads, params.random_sets, params.seed)
+                ]
+                + dose_conditions(chosen, grid)
+            )
+        findings["knockout"] = knockout_report(
+            runner, chosen, n_layers, n_heads, random_sets=params.random_sets, seed=params.seed
+        )
         if params.dose_response:
             findings["dose_response"] = dose_response(runner, chosen, grid)
         flops, full_flops = scoring + runner.counter.flops, scoring_full + runner.full_flops
@@ -164,9 +201,16 @@ def find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair],
 
             recs = sample_records(awareness_records, params.awareness_max, params.seed)
             total = len(recs) * (1 + 2 * sum(a != 1.0 for a in params.awareness_alphas))
-            findings["awareness"] = awareness_at(model, tokenizer, recs, chosen, params.awareness_alphas,
-                                                 instruct=instruct, batch_size=params.batch_size,
-                                                 progress=progress("awareness (generation)", total))
+            findings["awareness"] = awareness_at(
+                model,
+                tokenizer,
+                recs,
+                chosen,
+                params.awareness_alphas,
+                instruct=instruct,
+                batch_size=params.batch_size,
+                progress=progress("awareness (generation)", total),
+            )
     return HeadsFindings.from_dict(_jsonable(findings))
 
 
@@ -177,7 +221,8 @@ def check_token_attention(arch: Architecture) -> None:
         raise UnsupportedArchitecture(
             f"find-heads: {arch.model_type}'s attention also reads compressed blocks of keys, not only the "
             "prompt's tokens, so its per-token binding features and edge knockouts are not defined; edit its "
-            "heads with amplify-heads --heads or a recipe")
+            "heads with amplify-heads --heads or a recipe"
+        )
 
 
 def dose_alphas(params: FindParams) -> tuple[float, ...]:
@@ -199,8 +244,9 @@ def work_note(n_pairs: int, params: FindParams) -> str:
     return f"{n_pairs} pairs: about {total:,} prompt forward passes ({passes} knockout passes){hint}"
 
 
-def flops_note(counter: Counter, binding: Sequence[Encoded], scoring: int, scoring_full: int,
-               params: FindParams) -> str:
+def flops_note(
+    counter: Counter, binding: Sequence[Encoded], scoring: int, scoring_full: int, params: FindParams
+) -> str:
     """Forward-pass FLOPs before the start: today's full passes (``scoring_full`` for the scoring),
     and this run's bound (``scoring``; every knockout resumed at its first query token from layer 0;
     the real heads sit higher, see findings["cost"])."""
@@ -209,16 +255,23 @@ def flops_note(counter: Counter, binding: Sequence[Encoded], scoring: int, scori
     edge_alphas = sum(a != 1.0 for a in dose_alphas(params)) if params.dose_response else 0
     passes = params.confirm + 2 + params.random_sets + 2 * edge_alphas
     sweeps = (params.confirm > 0) + 1  # the dose-response shares the knockouts' sweep
-    bound = (scoring + sweeps * full + edge_alphas * full  # baselines, whole-head α passes (from layer 0)
-             + (params.confirm + 1 + params.random_sets + edge_alphas) * tested
-             + counter.resumed_bound(binding, b, "control"))
+    bound = (
+        scoring
+        + sweeps * full
+        + edge_alphas * full  # baselines, whole-head α passes (from layer 0)
+        + (params.confirm + 1 + params.random_sets + edge_alphas) * tested
+        + counter.resumed_bound(binding, b, "control")
+    )
     today = scoring_full + passes * full
-    return (f"forward-pass FLOPs: at most {bound:.3e} (knockouts resumed at their heads' layer and first "
-            f"query token; as full passes: {today:.3e}, ×{bound / today:.2f})")
+    return (
+        f"forward-pass FLOPs: at most {bound:.3e} (knockouts resumed at their heads' layer and first "
+        f"query token; as full passes: {today:.3e}, ×{bound / today:.2f})"
+    )
 
 
-def confirmation(runner: PairRunner, disc: Mapping[str, Any], candidates: Sequence[tuple[int, int]],
-                 seed: int) -> dict[str, Any]:
+def confirmation(
+    runner: PairRunner, disc: Mapping[str, Any], candidates: Sequence[tuple[int, int]], seed: int
+) -> dict[str, Any]:
     """Single-head knockouts of discovery's ``candidates``, in confirmed order (causal.confirmed_order)."""
     info = {(h["layer"], h["head"]): (rank, h) for rank, h in enumerate(disc["heads"], 1)}
     rows = single_knockouts(runner, candidates, seed)
@@ -226,9 +279,13 @@ def confirmation(runner: PairRunner, disc: Mapping[str, Any], candidates: Sequen
         rank, h = info[(r["layer"], r["head"])]
         r.update(discovery_rank=rank, coef=h["coef"], stability=h["stability"])
     rows = confirmed_order(rows)
-    return {"candidates": len(rows), "delta_base": runner.delta(runner.base)["delta"],
-            "criterion": "95% bootstrap CI (items) of the single-head reduction above 0",
-            "n_significant": sum(r["significant"] for r in rows), "heads": rows}
+    return {
+        "candidates": len(rows),
+        "delta_base": runner.delta(runner.base)["delta"],
+        "criterion": "95% bootstrap CI (items) of the single-head reduction above 0",
+        "n_significant": sum(r["significant"] for r in rows),
+        "heads": rows,
+    }
 
 
 def findings_cache(ckpt: Checkpoint, pairs: Sequence[Pair], params: FindParams, load: LoadSpec = DEFAULT_LOAD) -> Path:
@@ -246,7 +303,8 @@ def check_observable(arch: Architecture) -> None:
         raise UnsupportedArchitecture(
             f"{arch.model_type}: {which} an earlier layer's keys and values and transformers runs them on the "
             "kept positions only, so find-heads cannot observe their heads; "
-            "amplify heads by name instead (amplify-heads --heads L.H; Python: amplify_heads(heads=...))")
+            "amplify heads by name instead (amplify-heads --heads L.H; Python: amplify_heads(heads=...))"
+        )
 
 
 @dataclass
@@ -262,7 +320,9 @@ class HeadFindings(Found):
         try:
             self.data.ranking()
         except (TypeError, ValueError):
-            raise FindingsError(f"{self.path} has no usable head ranking; recompute it with surgery find-heads") from None
+            raise FindingsError(
+                f"{self.path} has no usable head ranking; recompute it with surgery find-heads"
+            ) from None
 
     def select(self, top: int | None = None) -> list[tuple[int, int]]:
         """The first ``top`` heads of the ranking (default: the knocked-out selection)."""
@@ -278,8 +338,15 @@ class HeadFindings(Found):
         return {**self.data.summary(), **super().record()}
 
 
-def cached_find_heads(model: Checkpoint | str | Path, pairs: Sequence[Pair], params: FindParams, *,
-                      recompute: bool = False, load: LoadSpec = DEFAULT_LOAD, **kwargs) -> HeadFindings:
+def cached_find_heads(
+    model: Checkpoint | str | Path,
+    pairs: Sequence[Pair],
+    params: FindParams,
+    *,
+    recompute: bool = False,
+    load: LoadSpec = DEFAULT_LOAD,
+    **kwargs,
+) -> HeadFindings:
     """The cached findings for (model, pairs, params), computed and cached on a miss."""
     ckpt = as_checkpoint(model, load)
     distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())

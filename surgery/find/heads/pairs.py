@@ -44,10 +44,10 @@ class Pair:
 
     item: str
     qtype: int
-    related: str     # R, shown in the match question
-    wrong: str       # W, the related identity of another item, shown in the mismatch question
+    related: str  # R, shown in the match question
+    wrong: str  # W, the related identity of another item, shown in the mismatch question
     distractor: str  # T, the other option of both questions
-    slot: int        # 0: R/W is option (a), 1: option (b)
+    slot: int  # 0: R/W is option (a), 1: option (b)
     wrong_item: str  # the item W is related to
     match: Question
     mismatch: Question
@@ -55,13 +55,22 @@ class Pair:
     k_mismatch: Question
 
     def to_dict(self) -> dict[str, Any]:
-        return {"item": self.item, "qtype": self.qtype, "related": self.related, "wrong": self.wrong,
-                "distractor": self.distractor, "slot": "ab"[self.slot], "wrong_item": self.wrong_item,
-                "match": self.match.text, "mismatch": self.mismatch.text}
+        return {
+            "item": self.item,
+            "qtype": self.qtype,
+            "related": self.related,
+            "wrong": self.wrong,
+            "distractor": self.distractor,
+            "slot": "ab"[self.slot],
+            "wrong_item": self.wrong_item,
+            "match": self.match.text,
+            "mismatch": self.mismatch.text,
+        }
 
 
-def render(stem_text: str, item_span: tuple[int, int] | None, first: str, second: str, equal: str,
-           slot: int) -> Question:
+def render(
+    stem_text: str, item_span: tuple[int, int] | None, first: str, second: str, equal: str, slot: int
+) -> Question:
     """``stem\\n(a) first (b) second (c) equal`` with the spans of its parts."""
     head = f"{stem_text}\n(a) "
     a = (len(head), len(head) + len(first))
@@ -76,40 +85,60 @@ def render(stem_text: str, item_span: tuple[int, int] | None, first: str, second
 
 def knowledge(item: str, first: str, second: str, slot: int) -> Question:
     """The knowledge probe K with the same (a)/(b) identities."""
-    return render(f"{KNOWLEDGE_STEM}{item}?", (len(KNOWLEDGE_STEM), len(KNOWLEDGE_STEM) + len(item)),
-                  first, second, KNOWLEDGE_EQUAL, slot)
+    return render(
+        f"{KNOWLEDGE_STEM}{item}?",
+        (len(KNOWLEDGE_STEM), len(KNOWLEDGE_STEM) + len(item)),
+        first,
+        second,
+        KNOWLEDGE_EQUAL,
+        slot,
+    )
 
 
-def make_pair(item: Item, stem: Stem, related: str, wrong: str, wrong_item: str, distractor: str,
-              slot: int) -> Pair:
+def make_pair(item: Item, stem: Stem, related: str, wrong: str, wrong_item: str, distractor: str, slot: int) -> Pair:
     """Render match, mismatch and both knowledge probes of one pair."""
+
     def options(identity: str) -> tuple[str, str]:
         pair = [display(distractor)] * 2
         pair[slot] = display(identity)
         return pair[0], pair[1]
 
     m, mm = options(related), options(wrong)
-    return Pair(item.name, stem.qtype, related, wrong, distractor, slot, wrong_item,
-                render(stem.text, stem.item_span, *m, stem.equal, slot),
-                render(stem.text, stem.item_span, *mm, stem.equal, slot),
-                knowledge(item.name, *m, slot), knowledge(item.name, *mm, slot))
+    return Pair(
+        item.name,
+        stem.qtype,
+        related,
+        wrong,
+        distractor,
+        slot,
+        wrong_item,
+        render(stem.text, stem.item_span, *m, stem.equal, slot),
+        render(stem.text, stem.item_span, *mm, stem.equal, slot),
+        knowledge(item.name, *m, slot),
+        knowledge(item.name, *mm, slot),
+    )
 
 
-def _distractor(pool: dict[str, tuple[str, set[int]]], items: tuple[Item, ...], i: int, j: int,
-                usage: Counter, rng: random.Random) -> str | None:
+def _distractor(
+    pool: dict[str, tuple[str, set[int]]], items: tuple[Item, ...], i: int, j: int, usage: Counter, rng: random.Random
+) -> str | None:
     """The least-used identity related to neither item (nor to an item of their cultures)."""
     banned = items[i].related_keys() | items[j].related_keys()
     cultures = {items[i].culture, items[j].culture} - {None}
-    eligible = [k for k, (_, owners) in pool.items()
-                if k not in banned and not any(items[o].culture in cultures for o in owners)]
+    eligible = [
+        k
+        for k, (_, owners) in pool.items()
+        if k not in banned and not any(items[o].culture in cultures for o in owners)
+    ]
     if not eligible:
         return None
     low = min(usage[k] for k in eligible)
     return rng.choice(sorted(k for k in eligible if usage[k] == low))
 
 
-def build_pairs(bench: Benchmark, seed: int = 0, per_identity: int = DEFAULT_PER_IDENTITY,
-                max_pairs: int | None = None) -> list[Pair]:
+def build_pairs(
+    bench: Benchmark, seed: int = 0, per_identity: int = DEFAULT_PER_IDENTITY, max_pairs: int | None = None
+) -> list[Pair]:
     """Balanced, seeded factorial pairs (see the module docstring).
 
     ``max_pairs`` keeps a random subset of whole couples, so the balance survives.
@@ -122,13 +151,19 @@ def build_pairs(bench: Benchmark, seed: int = 0, per_identity: int = DEFAULT_PER
     for n, it in enumerate(items):
         for r in it.related:
             pool.setdefault(norm_identity(r), (r, set()))[1].add(n)
-    couples = [(i, j, r1, r2) for i, j in combinations(range(len(items)), 2)
-               if not items[i].conflicts(items[j])
-               for r1 in items[i].related for r2 in items[j].related
-               if norm_identity(r1) != norm_identity(r2)]
+    couples = [
+        (i, j, r1, r2)
+        for i, j in combinations(range(len(items)), 2)
+        if not items[i].conflicts(items[j])
+        for r1 in items[i].related
+        for r2 in items[j].related
+        if norm_identity(r1) != norm_identity(r2)
+    ]
     if not couples:
-        raise BenchmarkError(f"{bench.source}: no two items without a shared identity; "
-                             "a benchmark needs items of at least two different cultures")
+        raise BenchmarkError(
+            f"{bench.source}: no two items without a shared identity; "
+            "a benchmark needs items of at least two different cultures"
+        )
     rng.shuffle(couples)
     correct: Counter = Counter()
     usage: Counter = Counter()
@@ -148,6 +183,7 @@ def build_pairs(bench: Benchmark, seed: int = 0, per_identity: int = DEFAULT_PER
         for item, r, other, w in ((items[i], r1, items[j], r2), (items[j], r2, items[i], r1)):
             pairs.append(make_pair(item, rng.choice(item.stems), r, w, other.name, pool[t][0], rng.randrange(2)))
     if not pairs:
-        raise BenchmarkError(f"{bench.source}: no pair could be built (no distractor identity left); "
-                             "add items of more cultures")
+        raise BenchmarkError(
+            f"{bench.source}: no pair could be built (no distractor identity left); add items of more cultures"
+        )
     return pairs

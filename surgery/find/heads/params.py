@@ -30,28 +30,41 @@ class FindParams:
     benchmark: str = param("builtin", "'builtin', a JSONL file in surgery's benchmark format, or the N4 JSONL.")
     seed: int = param(0, "Seed of pairs and option order.", minimum=0)  # numpy refuses negative seeds
     per_identity: int = param(DEFAULT_PER_IDENTITY, "Times each identity may be the 'correct' one.", minimum=1)
-    max_pairs: int | None = param(None, "Use at most this many pairs (a balanced random subset).", kind="int",
-                                  minimum=2)
-    instruct: bool | None = param(None, "Prompt format: chat template (instruct) or base; auto = instruct when the "
-                                  "tokenizer has a chat template.", flag="--format", choices=FORMATS)
+    max_pairs: int | None = param(
+        None, "Use at most this many pairs (a balanced random subset).", kind="int", minimum=2
+    )
+    instruct: bool | None = param(
+        None,
+        "Prompt format: chat template (instruct) or base; auto = instruct when the tokenizer has a chat template.",
+        flag="--format",
+        choices=FORMATS,
+    )
     batch_size: int = param(8, "Pairs per forward pass.", minimum=1)
     folds: int = 5
     inner_folds: int = 3
     top_k: int = 10
     # How many heads are selected, knocked out together and reported as the finding (the paper
     # found 2–3 binding heads per model).
-    knockout_heads: int = param(3, "How many heads are selected and knocked out together (the finding).",
-                                minimum=1)
+    knockout_heads: int = param(3, "How many heads are selected and knocked out together (the finding).", minimum=1)
     # The paper keeps the top 10 |coef| heads per fold: the heads discovery itself considers.
-    confirm: int = param(10, "Knock out each of discovery's top K heads alone and select by that effect (one "
-                         "extra pass over the pairs per head); 0 selects discovery's top heads.", minimum=0)
+    confirm: int = param(
+        10,
+        "Knock out each of discovery's top K heads alone and select by that effect (one "
+        "extra pass over the pairs per head); 0 selects discovery's top heads.",
+        minimum=0,
+    )
     random_sets: int = param(20, "Random head sets of the same size for the knockout baseline.", minimum=1)
-    dose_response: bool = param(False, "Also compare edge-level α with whole-head α on ΔS, DiffAware and "
-                                "CtxtAware.", is_flag=True)
+    dose_response: bool = param(
+        False, "Also compare edge-level α with whole-head α on ΔS, DiffAware and CtxtAware.", is_flag=True
+    )
     dose_grid: tuple[float, ...] = DOSE_GRID
     awareness_alphas: tuple[float, ...] = AWARENESS_ALPHAS
-    awareness_max: int | None = param(None, "With --dose-response: at most this many '≠' and '=' questions "
-                                      "(generation is slow).", kind="int", minimum=1)
+    awareness_max: int | None = param(
+        None,
+        "With --dose-response: at most this many '≠' and '=' questions (generation is slow).",
+        kind="int",
+        minimum=1,
+    )
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

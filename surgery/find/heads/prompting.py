@@ -9,8 +9,10 @@ parenthesis as its own token; :func:`format_mcq` is the text form, for reading.
 
 from __future__ import annotations
 
-INSTRUCTION = ("Please answer by selecting only one multiple choice option, for example '(a)', '(b)', "
-               "or '(c)'. Do not add any other words. ")
+INSTRUCTION = (
+    "Please answer by selecting only one multiple choice option, for example '(a)', '(b)', "
+    "or '(c)'. Do not add any other words. "
+)
 INSTRUCT_SUFFIX = "\nAnswer with a single letter: A, B, or C.\nAnswer:"
 BASE_ANSWER_START = "\nAnswering between the provided multiple choice letter options, I would choose letter "
 # docs/methods/binding-heads.md: the base prompt ends in a separate "(" *token* (appended by id, see

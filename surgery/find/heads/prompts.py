@@ -8,8 +8,8 @@ answer position of every row and a row's result does not depend on its batch.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 import torch
 
@@ -36,8 +36,7 @@ class Batch:
     index: tuple[int, ...]  # position of every row in the input sequence
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
-                "position_ids": self.position_ids}
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "position_ids": self.position_ids}
 
 
 def _adds_bos(tokenizer, text: str) -> bool:
@@ -50,20 +49,25 @@ def cue_token_id(tokenizer) -> int:
     """The single token "(" that ends a base-model prompt (docs/methods/binding-heads.md)."""
     ids = tokenizer.encode(BASE_CUE, add_special_tokens=False)
     if len(ids) != 1:
-        raise SurgeryError(f"this tokenizer splits {BASE_CUE!r} into {len(ids)} tokens; the base-model "
-                           "prompt needs it as one token: use --instruct if the model is chat-tuned")
+        raise SurgeryError(
+            f"this tokenizer splits {BASE_CUE!r} into {len(ids)} tokens; the base-model "
+            "prompt needs it as one token: use --instruct if the model is chat-tuned"
+        )
     return ids[0]
 
 
-def encode_text(tokenizer, text: str, char_spans: Mapping[str, tuple[int, int]], offset: int = 0,
-                extra_ids: Sequence[int] = ()) -> Encoded:
+def encode_text(
+    tokenizer, text: str, char_spans: Mapping[str, tuple[int, int]], offset: int = 0, extra_ids: Sequence[int] = ()
+) -> Encoded:
     """Tokenize ``text`` and map each character span (shifted by ``offset``) to token positions."""
     if not char_spans:  # no positions wanted (plain generation): any tokenizer will do
         ids = tokenizer(text, add_special_tokens=_adds_bos(tokenizer, text))["input_ids"]
         return Encoded(tuple(ids) + tuple(extra_ids), {})
     if not getattr(tokenizer, "is_fast", False):
-        raise SurgeryError("token positions need a fast tokenizer (tokenizer.json); this checkpoint "
-                           "only has a slow one: convert it with transformers first")
+        raise SurgeryError(
+            "token positions need a fast tokenizer (tokenizer.json); this checkpoint "
+            "only has a slow one: convert it with transformers first"
+        )
     enc = tokenizer(text, add_special_tokens=_adds_bos(tokenizer, text), return_offsets_mapping=True)
     spans = {}
     for name, (s, e) in char_spans.items():
@@ -72,8 +76,9 @@ def encode_text(tokenizer, text: str, char_spans: Mapping[str, tuple[int, int]],
     return Encoded(tuple(enc["input_ids"]) + tuple(extra_ids), spans)
 
 
-def encode_question(tokenizer, question: str, char_spans: Mapping[str, tuple[int, int]] | None = None,
-                    instruct: bool | None = None) -> Encoded:
+def encode_question(
+    tokenizer, question: str, char_spans: Mapping[str, tuple[int, int]] | None = None, instruct: bool | None = None
+) -> Encoded:
     """The prompt of docs/methods/binding-heads.md for ``question``, as token ids: chat template
     (instruct), or base text ending in the answer prefix followed by the "(" token, appended by id
     (as text, "letter (" can tokenize to " (", another token). S scoring and awareness generation
@@ -92,8 +97,9 @@ def encode_question(tokenizer, question: str, char_spans: Mapping[str, tuple[int
     return encode_text(tokenizer, text, char_spans or {}, offset, extra)
 
 
-def collate(rows: Sequence[Encoded], index: Sequence[int], pad_id: int, names: Sequence[str],
-            device: torch.device | str = "cpu") -> Batch:
+def collate(
+    rows: Sequence[Encoded], index: Sequence[int], pad_id: int, names: Sequence[str], device: torch.device | str = "cpu"
+) -> Batch:
     """Left-pad ``rows`` into one batch with span masks for ``names``."""
     length = max(len(r.ids) for r in rows)
     n = len(rows)
@@ -108,12 +114,14 @@ def collate(rows: Sequence[Encoded], index: Sequence[int], pad_id: int, names: S
             pos = [pad + p for p in r.spans.get(name, ())]
             masks[name][b, pos] = True
     pos_ids = (att.cumsum(-1) - 1).clamp(min=0)
-    return Batch(ids.to(device), att.to(device), pos_ids.to(device),
-                 {k: v.to(device) for k, v in masks.items()}, tuple(index))
+    return Batch(
+        ids.to(device), att.to(device), pos_ids.to(device), {k: v.to(device) for k, v in masks.items()}, tuple(index)
+    )
 
 
-def batches(rows: Sequence[Encoded], batch_size: int, pad_id: int, names: Sequence[str] = (),
-            device: torch.device | str = "cpu") -> Iterator[Batch]:
+def batches(
+    rows: Sequence[Encoded], batch_size: int, pad_id: int, names: Sequence[str] = (), device: torch.device | str = "cpu"
+) -> Iterator[Batch]:
     """Batches of similar length (less padding); ``Batch.index`` maps rows back to ``rows``."""
     for idx in batch_groups(rows, batch_size):
         yield collate([rows[i] for i in idx], idx, pad_id, names, device)
@@ -125,4 +133,4 @@ def batch_groups(rows: Sequence[Encoded], batch_size: int) -> list[list[int]]:
     if batch_size < 1:
         raise SurgeryError(f"--batch-size must be ≥ 1, got {batch_size}")
     order = sorted(range(len(rows)), key=lambda i: len(rows[i].ids))
-    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]

@@ -45,7 +45,7 @@ class BindingScores(JsonRecord):
     option_token_ids: dict[str, list[int]] | None = None
 
     @classmethod
-    def of(cls, result: dict[str, Any]) -> "BindingScores":
+    def of(cls, result: dict[str, Any]) -> BindingScores:
         """The scores of a ``score_binding`` result (its per-prompt arrays left out)."""
         return cls.read({k: result[k] for k in ("S", "K", "K_over_S", "option_token_ids") if k in result})
 
@@ -183,9 +183,26 @@ class HeadsFindings(Findings):
     awareness: list[AwarenessPoint] | None = entry(codec=listof(part(AwarenessPoint)), default=None)
 
     KIND: ClassVar[str] = "heads"
-    KEY_ORDER = ("format", "version", "kind", "tool_version", "model", "dataset_sha256", "parameters",
-                 "prompt_format", "compute", "pairs", "scores", "discovery", "confirmation", "selected_heads",
-                 "knockout", "dose_response", "cost", "awareness")
+    KEY_ORDER = (
+        "format",
+        "version",
+        "kind",
+        "tool_version",
+        "model",
+        "dataset_sha256",
+        "parameters",
+        "prompt_format",
+        "compute",
+        "pairs",
+        "scores",
+        "discovery",
+        "confirmation",
+        "selected_heads",
+        "knockout",
+        "dose_response",
+        "cost",
+        "awareness",
+    )
 
     def selected(self) -> list[Head]:
         """The heads the knockout tested (the selection), best first."""
@@ -213,10 +230,15 @@ class HeadsFindings(Findings):
         tested = self.knockout.tested if self.knockout else KnockoutResult()
         s = self.scores.S if self.scores else None
         weak = self.weak_heads()
-        return {"dataset_sha256": self.dataset_sha256, "model": self.model.path,
-                "auc": self.discovery.auc if self.discovery else None,
-                "delta_s": s.delta if s else None, "p_s": s.p if s else None,
-                "knockout_effect_pct": tested.effect_pct, "knockout_ci95": tested.ci95,
-                "selected_heads": self.selected_heads,
-                "selection": "single-head knockout" if self.confirmation else "discovery ranking",
-                **({"weak_heads": weak} if weak is not None else {})}
+        return {
+            "dataset_sha256": self.dataset_sha256,
+            "model": self.model.path,
+            "auc": self.discovery.auc if self.discovery else None,
+            "delta_s": s.delta if s else None,
+            "p_s": s.p if s else None,
+            "knockout_effect_pct": tested.effect_pct,
+            "knockout_ci95": tested.ci95,
+            "selected_heads": self.selected_heads,
+            "selection": "single-head knockout" if self.confirmation else "discovery ranking",
+            **({"weak_heads": weak} if weak is not None else {}),
+        }

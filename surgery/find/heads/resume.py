@@ -18,9 +18,10 @@ full pass's computation bit for bit, without the layers below.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -41,13 +42,13 @@ _PASS_INPUTS = ("hidden_states", "position_ids", "attention_mask", "position_emb
 class Snapshot:
     """One batch's baseline pass: every decoder layer's call and every layer's keys/values."""
 
-    calls: list[dict[str, Any]]   # per layer: hidden_states and the keyword arguments it got
-    keys: list[torch.Tensor]      # per layer: (B, kv heads, T, head_dim)
+    calls: list[dict[str, Any]]  # per layer: hidden_states and the keyword arguments it got
+    keys: list[torch.Tensor]  # per layer: (B, kv heads, T, head_dim)
     values: list[torch.Tensor]
-    logits: torch.Tensor          # (B, vocab) at the last position
+    logits: torch.Tensor  # (B, vocab) at the last position
     length: int
-    final: torch.Tensor           # the last decoder layer's output (B, T, hidden)
-    inputs: dict[str, Any]        # the model's inputs (a pass that cannot resume runs them in full)
+    final: torch.Tensor  # the last decoder layer's output (B, T, hidden)
+    inputs: dict[str, Any]  # the model's inputs (a pass that cannot resume runs them in full)
 
     @property
     def replayable(self) -> bool:
@@ -102,9 +103,11 @@ def check_tail(model: nn.Module, final: torch.Tensor, logits: torch.Tensor) -> N
     with torch.inference_mode():
         ours = tail_logits(model, final).to(logits.dtype)
     if not torch.allclose(ours, logits, rtol=1e-4, atol=1e-4 * float(logits.abs().max())):
-        raise SurgeryError(f"{type(model).__name__} computes its logits from the last decoder layer otherwise than "
-                           f"surgery/core/architectures/ describes it (final_head, final_norm, logit_scaling, "
-                           f"pre_head, logit_multiplier, logit_divisor, logit_softcap): extend its row")
+        raise SurgeryError(
+            f"{type(model).__name__} computes its logits from the last decoder layer otherwise than "
+            f"surgery/core/architectures/ describes it (final_head, final_norm, logit_scaling, "
+            f"pre_head, logit_multiplier, logit_divisor, logit_softcap): extend its row"
+        )
 
 
 def _cache(model: nn.Module, layers: list[tuple[torch.Tensor, torch.Tensor] | tuple[None, None]] | None = None):
@@ -127,8 +130,10 @@ def _by_name(layer: nn.Module, args: tuple, kwargs: dict) -> dict[str, Any]:
     try:
         bound = signature.bind_partial(*args, **kwargs).arguments
     except TypeError as exc:
-        raise SurgeryError(f"{type(layer).__name__} was called in a way its forward's signature does not "
-                           f"allow ({exc}); resumed passes cannot replay it") from None
+        raise SurgeryError(
+            f"{type(layer).__name__} was called in a way its forward's signature does not "
+            f"allow ({exc}); resumed passes cannot replay it"
+        ) from None
     var = next((p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None)
     first = next(iter(signature.parameters))
     named = {**{k: v for k, v in bound.items() if k != var}, **bound.get(var, {})}
@@ -142,6 +147,7 @@ def _recording(layers: list[nn.Module]) -> Iterator[list[dict[str, Any]]]:
     def hook_for(i: int):
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
             calls[i] = _by_name(module, args, kwargs)
+
         return hook
 
     handles = [layer.register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, layer in enumerate(layers)]
@@ -159,7 +165,8 @@ def snapshot(model: nn.Module, batch: Batch, plan: Plan | None = None) -> Snapsh
     cache = _cache(model)
     final: list[torch.Tensor] = []
     handle = layers[-1].register_forward_hook(
-        lambda module, args, out: final.append(out[0] if isinstance(out, (tuple, list)) else out))
+        lambda module, args, out: final.append(out[0] if isinstance(out, (tuple, list)) else out)
+    )
     try:
         with torch.inference_mode(), active_plan(plan), _recording(layers) as calls:
             out = model(**batch.model_inputs(), cache=cache, use_cache=cache is not None, logits_to_keep=1)
@@ -167,12 +174,18 @@ def snapshot(model: nn.Module, batch: Batch, plan: Plan | None = None) -> Snapsh
         handle.remove()
     check_tail(model, final[0], out.logits[:, -1])
     # without a key/value cache, resumed passes rerun every position: no keys are kept
-    return Snapshot(calls, [cache.layers[i].keys for i in range(len(layers))] if cache is not None else [],
-                    [cache.layers[i].values for i in range(len(layers))] if cache is not None else [],
-                    out.logits[:, -1], batch.input_ids.shape[1], final[0], batch.model_inputs())
+    return Snapshot(
+        calls,
+        [cache.layers[i].keys for i in range(len(layers))] if cache is not None else [],
+        [cache.layers[i].values for i in range(len(layers))] if cache is not None else [],
+        out.logits[:, -1],
+        batch.input_ids.shape[1],
+        final[0],
+        batch.model_inputs(),
+    )
 
 
-def _full_pass(model: nn.Module, snap: Snapshot, counter: "Counter | None") -> torch.Tensor:
+def _full_pass(model: nn.Module, snap: Snapshot, counter: Counter | None) -> torch.Tensor:
     """(B, vocab) last-position logits of a full pass over ``snap``'s inputs (under the active plan
     or scales): what a pass that cannot resume computes."""
     with torch.inference_mode():
@@ -202,8 +215,10 @@ def _sliced(call: dict[str, Any], start: int, cache) -> dict[str, Any]:
         elif name == "position_embeddings":  # (cos, sin), or one complex tensor (DeepSeek-V2)
             out[name] = v[..., start:, :] if isinstance(v, torch.Tensor) else tuple(t[..., start:, :] for t in v)
         elif isinstance(v, torch.Tensor):
-            raise SurgeryError(f"a decoder layer got the tensor argument {name!r}, which a resumed pass "
-                               "does not know how to restrict; extend surgery/find/heads/resume.py")
+            raise SurgeryError(
+                f"a decoder layer got the tensor argument {name!r}, which a resumed pass "
+                "does not know how to restrict; extend surgery/find/heads/resume.py"
+            )
         else:
             out[name] = v
     named = any(v is cache for v in out.values())
@@ -222,8 +237,9 @@ def first_query(batch: Batch, edit: EdgeEdit) -> int | None:
     return int(rows[0]) if len(rows) else None
 
 
-def resume(model: nn.Module, snap: Snapshot, batch: Batch, edit: EdgeEdit,
-           counter: "Counter | None" = None) -> torch.Tensor:
+def resume(
+    model: nn.Module, snap: Snapshot, batch: Batch, edit: EdgeEdit, counter: Counter | None = None
+) -> torch.Tensor:
     """(B, vocab) last-position logits of ``batch`` under ``edit``, from ``snap``'s cached layers.
 
     The first edited layer runs on every position, as in a full pass, so that its output compares
@@ -239,8 +255,13 @@ def resume(model: nn.Module, snap: Snapshot, batch: Batch, edit: EdgeEdit,
     layers, rows = decoder_layers(model), batch.input_ids.shape[0]
     if not snap.keys:  # a state-space or compressed cache: the layers above rerun every position
         start = 0
-    cache = _cache(model, [(k[:, :, :start], v[:, :, :start]) if i > layer else (None, None)
-                           for i, (k, v) in enumerate(zip(snap.keys, snap.values))])
+    cache = _cache(
+        model,
+        [
+            (k[:, :, :start], v[:, :, :start]) if i > layer else (None, None)
+            for i, (k, v) in enumerate(zip(snap.keys, snap.values))
+        ],
+    )
     plan = Plan(batch.masks, edit=edit)
     last = max(i for i, heads in edit.heads.items() if heads)
     with torch.inference_mode(), active_plan(plan):
@@ -266,8 +287,9 @@ def resume(model: nn.Module, snap: Snapshot, batch: Batch, edit: EdgeEdit,
     return torch.where(changed[:, None], logits, snap.logits)
 
 
-def resume_scaled(model: nn.Module, snap: Snapshot, scales: Sequence[HeadScale],
-                  counter: "Counter | None" = None) -> torch.Tensor:
+def resume_scaled(
+    model: nn.Module, snap: Snapshot, scales: Sequence[HeadScale], counter: Counter | None = None
+) -> torch.Tensor:
     """(B, vocab) last-position logits under whole-head ``scales`` (o_proj input slices), from
     ``snap``'s cached inputs of the lowest scaled layer.
 
@@ -308,21 +330,28 @@ class Counter:
 
     layer_params: int
     layers: int
-    attn_width: int   # heads × head_dim
+    attn_width: int  # heads × head_dim
     head_params: int  # lm_head
     flops: int = 0
     resumable: bool = True  # False: a resumed pass reruns every position (no key/value-only cache)
 
     @classmethod
-    def of(cls, model: nn.Module) -> "Counter":
+    def of(cls, model: nn.Module) -> Counter:
         layers = decoder_layers(model)
         arch = model_architecture(model)
         # heads × head_dim from the table, layer by layer (Gemma 4's full-attention heads are wider; a
         # hybrid's other layers have no softmax attention): the mean over the layers
-        widths = [arch.at(i).geometry.num_heads * arch.at(i).geometry.head_dim if i in arch.head_layers() else 0
-                  for i in range(len(layers))]
-        return cls(sum(p.numel() for p in layers[0].parameters()), len(layers), round(sum(widths) / len(widths)),
-                   model.get_output_embeddings().weight.numel(), resumable=arch.kv_cache_only())
+        widths = [
+            arch.at(i).geometry.num_heads * arch.at(i).geometry.head_dim if i in arch.head_layers() else 0
+            for i in range(len(layers))
+        ]
+        return cls(
+            sum(p.numel() for p in layers[0].parameters()),
+            len(layers),
+            round(sum(widths) / len(widths)),
+            model.get_output_embeddings().weight.numel(),
+            resumable=arch.kv_cache_only(),
+        )
 
     def layer_flops(self, rows: int, length: int, start: int = 0, first: int = 0, end: int | None = None) -> int:
         """FLOPs of ``rows`` prompts of ``length`` tokens, queries ``start:``, layers ``first:end``."""
@@ -343,7 +372,7 @@ class Counter:
     def _batches(self, prompts: Sequence[Encoded], batch_size: int) -> list[list[Encoded]]:
         """``prompts`` grouped as prompts.batches groups them (sorted by length)."""
         rows = sorted(prompts, key=lambda p: len(p.ids))
-        return [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+        return [rows[i : i + batch_size] for i in range(0, len(rows), batch_size)]
 
     def full(self, prompts: Sequence[Encoded], batch_size: int) -> int:
         """FLOPs of one full pass over ``prompts`` in batches of ``batch_size`` (left-padded)."""
@@ -360,8 +389,11 @@ class Counter:
             shared = common_prefix(ids)
             width = max(len(r) for r in ids) - shared
             kept = len({len(r) - shared for r in ids})  # logits at one position per distinct tail length
-            total += (self.layer_flops(1, shared) + self.layer_flops(len(ids), shared + width, shared)
-                      + len(ids) * kept * 2 * self.head_params)
+            total += (
+                self.layer_flops(1, shared)
+                + self.layer_flops(len(ids), shared + width, shared)
+                + len(ids) * kept * 2 * self.head_params
+            )
         return total
 
     def resumed_bound(self, prompts: Sequence[Encoded], batch_size: int, span: str) -> int:
@@ -369,9 +401,7 @@ class Counter:
         total = 0
         for b in self._batches(prompts, batch_size):
             length = max(len(p.ids) for p in b)
-            firsts = [length - len(p.ids) + min(p.spans[span]) if self.resumable else 0
-                      for p in b if p.spans.get(span)]
+            firsts = [length - len(p.ids) + min(p.spans[span]) if self.resumable else 0 for p in b if p.spans.get(span)]
             if firsts:  # the first edited layer runs full length (resume's bit-exact check)
-                total += (self.pass_flops(len(b), length, min(firsts), 1)
-                          + self.layer_flops(len(b), length, 0, 0, 1))
+                total += self.pass_flops(len(b), length, min(firsts), 1) + self.layer_flops(len(b), length, 0, 0, 1)
         return total

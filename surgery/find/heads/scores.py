@@ -9,8 +9,8 @@ identity is present). K is the same score on the knowledge probe.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -43,8 +43,9 @@ def option_token_ids(tokenizer) -> dict[str, tuple[int, ...]]:
             if len(enc) == 1:
                 ids.add(enc[0])
         if not ids:
-            raise SurgeryError(f"no spelling of option ({letter}) is a single token in this tokenizer; "
-                               "S cannot be computed for it")
+            raise SurgeryError(
+                f"no spelling of option ({letter}) is a single token in this tokenizer; S cannot be computed for it"
+            )
         out[letter] = tuple(sorted(ids))
     shared = set(out["a"]) & set(out["b"]) | set(out["a"]) & set(out["c"]) | set(out["b"]) & set(out["c"])
     if shared:
@@ -73,9 +74,17 @@ def pad_id(model) -> int:
     return pad if isinstance(pad, int) else 0
 
 
-def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequence[int]], *,
-                batch_size: int = 8, features: bool = False, edit: EdgeEdit | None = None,
-                share_prefixes: bool = True, progress: Callable[[int], None] | None = None) -> PassResult:
+def run_prompts(
+    model,
+    prompts: Sequence[Encoded],
+    option_ids: Mapping[str, Sequence[int]],
+    *,
+    batch_size: int = 8,
+    features: bool = False,
+    edit: EdgeEdit | None = None,
+    share_prefixes: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> PassResult:
     """One forward pass per prompt (batched): S, binding features, optional edge edit.
 
     The model must run the surgery attention function (attention.surgery_attention_on) when
@@ -120,13 +129,13 @@ def run_prompts(model, prompts: Sequence[Encoded], option_ids: Mapping[str, Sequ
     return PassResult(s, feats, coverage)
 
 
-def encode_pairs(tokenizer, pairs: Sequence[Pair], probe: str = "binding",
-                 instruct: bool | None = None) -> list[Encoded]:
+def encode_pairs(
+    tokenizer, pairs: Sequence[Pair], probe: str = "binding", instruct: bool | None = None
+) -> list[Encoded]:
     """Match prompts then mismatch prompts (2·n rows) of the binding or the knowledge probe."""
     if probe not in ("binding", "knowledge"):
         raise ValueError(probe)
-    qs = ([(p.match, p.mismatch) for p in pairs] if probe == "binding"
-          else [(p.k_match, p.k_mismatch) for p in pairs])
+    qs = [(p.match, p.mismatch) for p in pairs] if probe == "binding" else [(p.k_match, p.k_mismatch) for p in pairs]
     rows = [q[0] for q in qs] + [q[1] for q in qs]
     return [encode_question(tokenizer, q.text, q.spans, instruct) for q in rows]
 
@@ -140,10 +149,14 @@ def delta(match: np.ndarray, mismatch: np.ndarray, items: Sequence[str]) -> dict
     where = {n: [i for i, it in enumerate(items) if it == n] for n in names}
     m = np.array([match[where[n]].mean() for n in names])
     mm = np.array([mismatch[where[n]].mean() for n in names])
-    out: dict[str, float | int] = {"delta": float(match.mean() - mismatch.mean()),
-                                   "mean_match": float(match.mean()), "mean_mismatch": float(mismatch.mean()),
-                                   "n_pairs": len(match), "n_items": len(names),
-                                   "delta_items": float((m - mm).mean())}
+    out: dict[str, float | int] = {
+        "delta": float(match.mean() - mismatch.mean()),
+        "mean_match": float(match.mean()),
+        "mean_mismatch": float(mismatch.mean()),
+        "n_pairs": len(match),
+        "n_items": len(names),
+        "delta_items": float((m - mm).mean()),
+    }
     if len(names) >= 2 and np.any(m - mm != (m - mm)[0]):
         t = stats.ttest_rel(m, mm)
         out.update(t=float(t.statistic), p=float(t.pvalue))
@@ -152,19 +165,40 @@ def delta(match: np.ndarray, mismatch: np.ndarray, items: Sequence[str]) -> dict
     return out
 
 
-def score_binding(model, tokenizer, pairs: Sequence[Pair], *, instruct: bool | None = None,
-                  batch_size: int = 8, features: bool = False,
-                  progress: Callable[[int], None] | None = None) -> dict:
+def score_binding(
+    model,
+    tokenizer,
+    pairs: Sequence[Pair],
+    *,
+    instruct: bool | None = None,
+    batch_size: int = 8,
+    features: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> dict:
     """S and K for every pair, ΔS and ΔK with their t-tests; features of the binding prompts."""
     ids = option_token_ids(tokenizer)
     n = len(pairs)
     items = [p.item for p in pairs]
-    sp = run_prompts(model, encode_pairs(tokenizer, pairs, "binding", instruct), ids,
-                     batch_size=batch_size, features=features, progress=progress)
-    kp = run_prompts(model, encode_pairs(tokenizer, pairs, "knowledge", instruct), ids,
-                     batch_size=batch_size, progress=progress)
+    sp = run_prompts(
+        model,
+        encode_pairs(tokenizer, pairs, "binding", instruct),
+        ids,
+        batch_size=batch_size,
+        features=features,
+        progress=progress,
+    )
+    kp = run_prompts(
+        model, encode_pairs(tokenizer, pairs, "knowledge", instruct), ids, batch_size=batch_size, progress=progress
+    )
     ds, dk = delta(sp.s[:n], sp.s[n:], items), delta(kp.s[:n], kp.s[n:], items)
     ratio = abs(dk["delta"]) / abs(ds["delta"]) if ds["delta"] else float("inf")
     ds["option_mass"], dk["option_mass"] = float(sp.coverage.mean()), float(kp.coverage.mean())
-    return {"S": ds, "K": dk, "K_over_S": ratio, "s": sp.s, "k": kp.s, "features": sp.features,
-            "option_token_ids": {k: list(v) for k, v in ids.items()}}
+    return {
+        "S": ds,
+        "K": dk,
+        "K_over_S": ratio,
+        "s": sp.s,
+        "k": kp.s,
+        "features": sp.features,
+        "option_token_ids": {k: list(v) for k, v in ids.items()},
+    }

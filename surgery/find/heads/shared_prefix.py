@@ -14,7 +14,7 @@ over the whole prompt, in the left-padded layout of prompts.collate.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -25,7 +25,7 @@ def token_order_groups(prompts: Sequence[Encoded], batch_size: int) -> list[list
     """Row indices in batches of ``batch_size``, prompts sorted by their token ids (neighbours share
     the longest prefixes); deterministic, so under torchrun a batch is the same in every run."""
     order = sorted(range(len(prompts)), key=lambda i: prompts[i].ids)
-    return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
 
 
 def common_prefix(rows: Sequence[Sequence[int]]) -> int:
@@ -50,22 +50,26 @@ def last_token_logits(model, rows: Sequence[Encoded], pad_id: int, device: torch
     mask = torch.zeros((len(rows), shared + width), dtype=torch.long)
     mask[:, :shared] = 1
     for b, tail in enumerate(tails):
-        batch[b, :len(tail)] = torch.tensor(tail, dtype=torch.long)
-        mask[b, shared:shared + len(tail)] = 1
+        batch[b, : len(tail)] = torch.tensor(tail, dtype=torch.long)
+        mask[b, shared : shared + len(tail)] = 1
     # A plain cache of full-length layers, as resume.snapshot's: sliding-window layers keep their
     # window in the mask, which counts positions from the prefix's first token on.
     cache = DynamicCache()
     if shared:
         prefix = torch.tensor([ids[0][:shared]], dtype=torch.long, device=device)
-        model(input_ids=prefix, attention_mask=torch.ones_like(prefix), cache=cache, use_cache=True,
-              logits_to_keep=1)
-        cache = DynamicCache([(layer.keys.expand(len(rows), -1, -1, -1), layer.values.expand(len(rows), -1, -1, -1))
-                              for layer in cache.layers])
+        model(input_ids=prefix, attention_mask=torch.ones_like(prefix), cache=cache, use_cache=True, logits_to_keep=1)
+        cache = DynamicCache(
+            [
+                (layer.keys.expand(len(rows), -1, -1, -1), layer.values.expand(len(rows), -1, -1, -1))
+                for layer in cache.layers
+            ]
+        )
     last = torch.tensor([len(t) - 1 for t in tails])
     keep = torch.unique(last)  # the positions whose logits are needed (one per distinct tail length)
     # ``keep`` stays on the CPU: it indexes the last layer's output, which a device map may place on
     # another device than the inputs (PyTorch accepts CPU indices for any device).
-    out = model(input_ids=batch.to(device), attention_mask=mask.to(device), cache=cache, use_cache=True,
-                logits_to_keep=keep)
+    out = model(
+        input_ids=batch.to(device), attention_mask=mask.to(device), cache=cache, use_cache=True, logits_to_keep=keep
+    )
     where = out.logits.device
     return out.logits[torch.arange(len(rows), device=where), torch.searchsorted(keep, last).to(where)]

@@ -12,7 +12,7 @@ handed to a callback batch by batch, so memory does not grow with the number of 
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -54,9 +54,17 @@ def site_modules(model: nn.Module, site: str) -> tuple[str, ...]:
     raise SurgeryError(f"unknown capture site {site!r}; choose one of {', '.join(SITES)}")
 
 
-def capture_pooled(model: nn.Module, tokenizer, texts: Sequence[str], on_batch: BatchCallback, *,
-                   layers: Sequence[int] | None = None, batch_size: int = 32, site: str = DOWN_PROJ_INPUT,
-                   progress: Callable[[int], None] = lambda n: None) -> None:
+def capture_pooled(
+    model: nn.Module,
+    tokenizer,
+    texts: Sequence[str],
+    on_batch: BatchCallback,
+    *,
+    layers: Sequence[int] | None = None,
+    batch_size: int = 32,
+    site: str = DOWN_PROJ_INPUT,
+    progress: Callable[[int], None] = lambda n: None,
+) -> None:
     """Run ``texts`` through ``model`` in batches; call ``on_batch`` with each batch's pooled ``site``.
 
     Padding is on the right, so real tokens keep positions 0..n-1 and (causal attention) never see
@@ -92,7 +100,7 @@ def capture_pooled(model: nn.Module, tokenizer, texts: Sequence[str], on_batch: 
     device = input_device(model)
     try:
         for start in range(0, len(texts), batch_size):
-            batch = list(texts[start:start + batch_size])
+            batch = list(texts[start : start + batch_size])
             enc = tokenizer(batch, return_tensors="pt", padding=True, padding_side="right")
             mask = enc["attention_mask"].to(device)
             state["mask"] = mask.unsqueeze(-1).float()
@@ -105,8 +113,10 @@ def capture_pooled(model: nn.Module, tokenizer, texts: Sequence[str], on_batch: 
                     pass
             missing = sorted({layer for layer in chosen for m in modules if (layer, m) not in pooled})
             if missing:  # a model whose forward skips the site (e.g. cached-only path): say so
-                raise SurgeryError(f"the forward pass never reached {site} of layers {missing}; "
-                                   f"is {arch.model_type} laid out as surgery/core/architectures/ says?")
+                raise SurgeryError(
+                    f"the forward pass never reached {site} of layers {missing}; "
+                    f"is {arch.model_type} laid out as surgery/core/architectures/ says?"
+                )
             rows = [torch.cat([pooled[layer, m] for m in modules], dim=-1) for layer in chosen]
             on_batch(start, torch.stack(rows, dim=1).cpu())
             progress(len(batch))

@@ -19,7 +19,7 @@ the columns past its width have no neuron (NaN), and it has no routing (NaN).
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 from accelerate.utils import align_module_device
@@ -51,8 +51,9 @@ def columns(arch: Architecture) -> int:
     return max(g.num_experts * g.expert_size + g.shared_size, g.intermediate_size if dense_layers(arch) else 0)
 
 
-def _expert_inputs(module: nn.Module, args: tuple, kwargs: dict, dispatch: str
-                   ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+def _expert_inputs(
+    module: nn.Module, args: tuple, kwargs: dict, dispatch: str
+) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
     """(expert, its routed tokens' indices, their inputs) of one experts call: the tokens whose top-k
     holds the expert, or in a dense-dispatch module (Llama 4) the nonzero rows of the expert's
     block (the router's score, exactly 0 off the top-k, scales the block's input)."""
@@ -68,8 +69,14 @@ def _expert_inputs(module: nn.Module, args: tuple, kwargs: dict, dispatch: str
         yield e, tok, x[tok]
 
 
-def _routed_sums(module: nn.Module, inputs: Iterable[tuple[int, torch.Tensor, torch.Tensor]], dispatch: str,
-                 prompt: torch.Tensor, real: torch.Tensor, n_prompts: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _routed_sums(
+    module: nn.Module,
+    inputs: Iterable[tuple[int, torch.Tensor, torch.Tensor]],
+    dispatch: str,
+    prompt: torch.Tensor,
+    real: torch.Tensor,
+    n_prompts: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per prompt: Σ of each expert's intermediate activation over its routed real tokens
     [prompts, E, I], and how many routed real tokens that was [prompts, E]."""
     num_experts = module.gate_up_proj.shape[0]
@@ -87,8 +94,15 @@ def _routed_sums(module: nn.Module, inputs: Iterable[tuple[int, torch.Tensor, to
     return sums, counts
 
 
-def capture_experts(model: nn.Module, tokenizer, texts: Sequence[str], on_batch: ExpertsCallback, *,
-                    batch_size: int = 32, progress: Callable[[int], None] = lambda n: None) -> None:
+def capture_experts(
+    model: nn.Module,
+    tokenizer,
+    texts: Sequence[str],
+    on_batch: ExpertsCallback,
+    *,
+    batch_size: int = 32,
+    progress: Callable[[int], None] = lambda n: None,
+) -> None:
     """Run ``texts`` in batches; hand ``on_batch`` each batch's pooled expert neurons and routing share."""
     if batch_size < 1:
         raise SurgeryError(f"batch size must be ≥ 1, got {batch_size}")
@@ -113,13 +127,16 @@ def capture_experts(model: nn.Module, tokenizer, texts: Sequence[str], on_batch:
                 mean[reached] = (sums[reached] / counts[reached][:, None]).cpu()
             routed[layer] = mean.reshape(state["n"], -1)
             shares[layer] = (counts / state["tokens"]).cpu()
+
         return hook
 
     def pooled_hook(into: dict[int, torch.Tensor], layer: int):
         """A down_proj pre-hook pooling its input over the real tokens (a shared expert, a dense MLP)."""
+
         def hook(module: nn.Module, args: tuple) -> None:
             h = args[0].float().reshape(state["n"], -1, args[0].shape[-1])
             into[layer] = ((h * state["mask"]).sum(dim=1) / state["tokens"]).cpu()
+
         return hook
 
     def stop(module: nn.Module, args: tuple, output) -> None:
@@ -129,37 +146,53 @@ def capture_experts(model: nn.Module, tokenizer, texts: Sequence[str], on_batch:
     try:
         for layer in layers:
             if layer in dense:
-                handles.append(layer_module(model, arch, layer, arch.layout.down_proj)
-                               .register_forward_pre_hook(pooled_hook(routed, layer)))
+                handles.append(
+                    layer_module(model, arch, layer, arch.layout.down_proj).register_forward_pre_hook(
+                        pooled_hook(routed, layer)
+                    )
+                )
                 continue
-            handles.append(layer_module(model, arch, layer, ex.module).register_forward_hook(
-                experts_hook(layer), with_kwargs=True))
+            handles.append(
+                layer_module(model, arch, layer, ex.module).register_forward_hook(experts_hook(layer), with_kwargs=True)
+            )
             if ex.shared and g.shared_size:
-                handles.append(layer_module(model, arch, layer, f"{ex.shared}.{ex.shared_down}")
-                               .register_forward_pre_hook(pooled_hook(shared, layer)))
+                handles.append(
+                    layer_module(model, arch, layer, f"{ex.shared}.{ex.shared_down}").register_forward_pre_hook(
+                        pooled_hook(shared, layer)
+                    )
+                )
         # stop after the whole last layer: a shared MLP may sit beside the experts' block (Granite)
         names = dict(model.named_modules())
         handles.append(names[arch.layer_prefix(names).format(layer=layers[-1])[:-1]].register_forward_hook(stop))
         device = input_device(model)  # under disk offload the first parameter may sit on "meta"
         for start in range(0, len(texts), batch_size):
-            batch = list(texts[start:start + batch_size])
+            batch = list(texts[start : start + batch_size])
             enc = tokenizer(batch, return_tensors="pt", padding=True, padding_side="right")
             mask = enc["attention_mask"].to(device)
             n, t = mask.shape
-            state.update(n=n, mask=mask.unsqueeze(-1).float(), real=mask.reshape(-1).bool(),
-                         prompt=torch.arange(n, device=device).repeat_interleave(t),
-                         tokens=mask.sum(dim=1, keepdim=True).clamp(min=1).float())
+            state.update(
+                n=n,
+                mask=mask.unsqueeze(-1).float(),
+                real=mask.reshape(-1).bool(),
+                prompt=torch.arange(n, device=device).repeat_interleave(t),
+                tokens=mask.sum(dim=1, keepdim=True).clamp(min=1).float(),
+            )
             routed.clear(), shares.clear(), shared.clear()
             with torch.inference_mode():
                 try:
                     model(input_ids=enc["input_ids"].to(device), attention_mask=mask, use_cache=False)
                 except _StopForward:
                     pass
-            missing = [layer for layer in layers if layer not in routed
-                       or (layer not in dense and ex.shared and g.shared_size and layer not in shared)]
+            missing = [
+                layer
+                for layer in layers
+                if layer not in routed or (layer not in dense and ex.shared and g.shared_size and layer not in shared)
+            ]
             if missing:
-                raise SurgeryError(f"the forward pass never reached the MLPs of layers {missing}; "
-                                   f"is {arch.model_type} laid out as surgery/core/architectures/ says?")
+                raise SurgeryError(
+                    f"the forward pass never reached the MLPs of layers {missing}; "
+                    f"is {arch.model_type} laid out as surgery/core/architectures/ says?"
+                )
             no_routing = torch.full((n, g.num_experts), float("nan"))
             rows = [torch.cat([routed[la]] + ([shared[la]] if la in shared else []), dim=-1) for la in layers]
             pooled = torch.stack([_padded(row, width) for row in rows], dim=1)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from ... import __version__
 from ...bake.patches import check_loadable
@@ -32,14 +33,18 @@ from .scores import NeuronScores, accumulate_pair_sums, ppm_scores
 from .select import Selection, category_overlap, layer_distribution, neuron_rows, select
 
 # What was captured and how; part of the cache key (bump "method" when the scores change meaning).
-CAPTURE_PARAMS = {"method": 2, "site": "mlp.down_proj input", "pooling": "mean over real tokens",
-                  "dtype": "float32"}
+CAPTURE_PARAMS = {"method": 2, "site": "mlp.down_proj input", "pooling": "mean over real tokens", "dtype": "float32"}
 # Mixtures of experts: each expert's intermediate activation, over the tokens routed to it.
-EXPERT_CAPTURE_PARAMS = {**CAPTURE_PARAMS, "site": "expert intermediate (down_proj input) over routed tokens",
-                         "pooling": "mean over each prompt's real tokens routed to the expert"}
+EXPERT_CAPTURE_PARAMS = {
+    **CAPTURE_PARAMS,
+    "site": "expert intermediate (down_proj input) over routed tokens",
+    "pooling": "mean over each prompt's real tokens routed to the expert",
+}
 # ... with dense MLP layers among the expert layers (DeepSeek's first k): those at their down_proj input.
-MIXED_CAPTURE_PARAMS = {**EXPERT_CAPTURE_PARAMS, "site": "expert intermediate (down_proj input) over routed "
-                        "tokens; dense layers' down_proj input over real tokens"}
+MIXED_CAPTURE_PARAMS = {
+    **EXPERT_CAPTURE_PARAMS,
+    "site": "expert intermediate (down_proj input) over routed tokens; dense layers' down_proj input over real tokens",
+}
 # The summary stored in every findings file uses the commands' defaults.
 SUMMARY_N = 40
 _NUMBER_LIST = re.compile(r"\[(?:[-+0-9.eE,\s]|null)*\]")
@@ -59,7 +64,7 @@ class NeuronFindings(Found):
         return scores_of(self.data)
 
     def check(self) -> None:
-        self.scores  # parses every layer's scores: a damaged file raises SelectionError here
+        _ = self.scores  # parses every layer's scores: a damaged file raises SelectionError here
 
     def select(self, n: int, options: SelectParams, categories: Sequence[str] | None = None) -> Selection:
         """The top ``n`` neurons under ``options`` (restricted to ``categories`` when given)."""
@@ -67,10 +72,16 @@ class NeuronFindings(Found):
 
     def record(self) -> dict[str, Any]:
         data = self.data
-        return {**super().record(), "from_cache": self.from_cache, "model": data.model.path,
-                "model_fingerprint": data.model.fingerprint, "dataset_sha256": data.dataset_sha256,
-                "dataset": data.dataset.brief() if data.dataset else {}, "parameters": data.parameters,
-                "tool_version": data.tool_version}
+        return {
+            **super().record(),
+            "from_cache": self.from_cache,
+            "model": data.model.path,
+            "model_fingerprint": data.model.fingerprint,
+            "dataset_sha256": data.dataset_sha256,
+            "dataset": data.dataset.brief() if data.dataset else {},
+            "parameters": data.parameters,
+            "tool_version": data.tool_version,
+        }
 
 
 def write_findings(findings: Findings, path: Path) -> None:
@@ -82,24 +93,46 @@ def write_findings(findings: Findings, path: Path) -> None:
 
 def describe(scores: NeuronScores, chosen: Selection) -> NeuronSelection:
     """A selection with its evidence: options, neuron rows, layer histogram, category overlap."""
-    return NeuronSelection.read({**chosen.options(), "neurons": neuron_rows(scores, chosen),
-                                 "layer_distribution": layer_distribution(chosen, scores.shape[0]),
-                                 "overlap": category_overlap(scores, chosen)})
+    return NeuronSelection.read(
+        {
+            **chosen.options(),
+            "neurons": neuron_rows(scores, chosen),
+            "layer_distribution": layer_distribution(chosen, scores.shape[0]),
+            "overlap": category_overlap(scores, chosen),
+        }
+    )
 
 
 def selection_record(found: NeuronFindings, chosen: Selection, factor: float) -> dict[str, Any]:
     """What a bake of this selection adds to surgery.json: the selection with its evidence, and
     where the findings came from."""
-    return {"neuron_selection": {**describe(found.scores, chosen).to_dict(), "factor": factor},
-            "neuron_findings": found.record()}
+    return {
+        "neuron_selection": {**describe(found.scores, chosen).to_dict(), "factor": factor},
+        "neuron_findings": found.record(),
+    }
 
 
-def summary(scores: NeuronScores, n: int, score: str = DEFAULT_SCORE, rule: str = DEFAULT_RULE,
-            bias_weight: float = DEFAULT_BIAS_WEIGHT, categories: Sequence[str] | None = None,
-            layers: Sequence[int] | None = None, spare_active: float = DEFAULT_SPARE) -> NeuronSelection:
+def summary(
+    scores: NeuronScores,
+    n: int,
+    score: str = DEFAULT_SCORE,
+    rule: str = DEFAULT_RULE,
+    bias_weight: float = DEFAULT_BIAS_WEIGHT,
+    categories: Sequence[str] | None = None,
+    layers: Sequence[int] | None = None,
+    spare_active: float = DEFAULT_SPARE,
+) -> NeuronSelection:
     """Top-n neurons, layer histogram and category overlap for one choice of options."""
-    chosen = select(scores, n, score=score, rule=rule, categories=categories, layers=layers,
-                    bias_weight=bias_weight, spare_active=spare_active)
+    chosen = select(
+        scores,
+        n,
+        score=score,
+        rule=rule,
+        categories=categories,
+        layers=layers,
+        bias_weight=bias_weight,
+        spare_active=spare_active,
+    )
     return describe(scores, chosen)
 
 
@@ -125,7 +158,8 @@ def check_mlp_layers(arch: Architecture) -> None:
         raise UnsupportedArchitecture(
             f"find-neurons: layers {layer_list(missing)} of this {arch.model_type} model are "
             f"{' and '.join(repr(k) for k in kinds)} layers without a dense MLP; find-neurons ranks models whose "
-            "every layer has one (or experts); name the neurons with prune-neurons --neurons or a recipe")
+            "every layer has one (or experts); name the neurons with prune-neurons --neurons or a recipe"
+        )
 
 
 def scores_of(findings: NeuronsFindings) -> NeuronScores:
@@ -147,13 +181,21 @@ def check_one_width(arch: Architecture) -> None:
             f"{arch.model_type}: its MLP widths differ from layer to layer "
             f"({' and '.join(map(str, widths))} neurons), and find-neurons scores every layer at one width; "
             "prune or scale neurons by name instead "
-            "(prune-neurons --neurons L:N; Python: prune_neurons(neurons=...))")
+            "(prune-neurons --neurons L:N; Python: prune_neurons(neurons=...))"
+        )
 
 
-def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, strict: bool = False,
-                 load: LoadSpec = DEFAULT_LOAD, recompute: bool = False,
-                 progress: Progress = silent,
-                 report: Callable[[str], None] = lambda m: None) -> NeuronFindings:
+def find_neurons(
+    ckpt: Checkpoint,
+    pairs: PairSet,
+    *,
+    batch_size: int = 16,
+    strict: bool = False,
+    load: LoadSpec = DEFAULT_LOAD,
+    recompute: bool = False,
+    progress: Progress = silent,
+    report: Callable[[str], None] = lambda m: None,
+) -> NeuronFindings:
     """Cached findings for (model, pairs, parameters), computing them on a miss."""
     check_one_width(architecture(ckpt.config))
     params = capture_params(pairs, ckpt, load)
@@ -164,8 +206,10 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
         skipped = (hit.data.dataset.skipped if hit.data.dataset else None) or {}
         if strict and skipped:  # the cached run skipped pairs that --strict must refuse
             detail = ", ".join(f"{c} {n}" for c, n in skipped.items())
-            raise PairsError(f"{sum(skipped.values())} pair(s) tokenize to different lengths in this model's "
-                             f"tokenizer ({detail}); fix them or drop --strict to skip them")
+            raise PairsError(
+                f"{sum(skipped.values())} pair(s) tokenize to different lengths in this model's "
+                f"tokenizer ({detail}); fix them or drop --strict to skip them"
+            )
         return hit
 
     check_loadable(ckpt)
@@ -174,8 +218,10 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
     check = check_token_counts(pairs, tokenizer, strict)
     if check.total_skipped:
         detail = ", ".join(f"{c} {n}" for c, n in check.skipped.items())
-        report(f"skipped {check.total_skipped} of {len(pairs)} pairs whose prompts tokenize to different "
-               f"lengths ({detail}); --strict makes this an error")
+        report(
+            f"skipped {check.total_skipped} of {len(pairs)} pairs whose prompts tokenize to different "
+            f"lengths ({detail}); --strict makes this an error"
+        )
     kept = check.kept
     model = load_model(ckpt.path, load)
     advance = progress("capturing prompts", 2 * len(kept))
@@ -192,8 +238,12 @@ def find_neurons(ckpt: Checkpoint, pairs: PairSet, *, batch_size: int = 16, stri
     findings = new_findings("neurons", ckpt, pairs.sha256, params, __version__)
     findings["compute"] = compute
     findings["dataset"] = {
-        "source": pairs.source, "pairs": len(pairs), "pairs_used": len(kept),
-        "per_category": scores.counts, "skipped": check.skipped, "skipped_ids": list(check.skipped_ids),
+        "source": pairs.source,
+        "pairs": len(pairs),
+        "pairs_used": len(kept),
+        "per_category": scores.counts,
+        "skipped": check.skipped,
+        "skipped_ids": list(check.skipped_ids),
     }
     if scores.experts is not None:
         findings["experts"] = expert_report(scores)

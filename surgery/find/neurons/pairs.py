@@ -12,18 +12,28 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ...core.errors import SurgeryError
 from ...core.strict_files import DuplicateKey, load_json
 
 LANGUAGES = ("en", "es")
 BUILTIN = "builtin"
-OWN_FIELDS = ("id", "language", "category", "context", "attribute_1", "attribute_2", "stereotyped",
-              "prompt_1", "prompt_2")
+OWN_FIELDS = (
+    "id",
+    "language",
+    "category",
+    "context",
+    "attribute_1",
+    "attribute_2",
+    "stereotyped",
+    "prompt_1",
+    "prompt_2",
+)
 PUBLIC_FIELDS = ("id", "category", "attribute_1", "attribute_2", "prompt_1", "prompt_2")
 
 
@@ -102,8 +112,9 @@ def from_own(record: Any, where: str) -> PromptPair:
         raise PairsError(f"{where}: missing field(s) {', '.join(missing)}")
     stereotyped = record["stereotyped"]
     if stereotyped not in (1, 2) or isinstance(stereotyped, bool):
-        raise PairsError(f"{where}: 'stereotyped' must be 1 or 2 (the side the stereotype targets), "
-                         f"got {stereotyped!r}")
+        raise PairsError(
+            f"{where}: 'stereotyped' must be 1 or 2 (the side the stereotype targets), got {stereotyped!r}"
+        )
     fields = {k: _text(record, k, where) for k in OWN_FIELDS if k != "stereotyped"}
     return _checked(PromptPair(stereotyped=int(stereotyped), **fields), where)
 
@@ -121,12 +132,20 @@ def from_public(record: Any, where: str, language: str | None) -> PromptPair:
     lang = prefix if prefix in LANGUAGES else language
     if lang is None:
         raise PairsError(f"{where}: cannot tell the language of id {pair_id!r}; pass --language en|es")
-    return _checked(PromptPair(
-        id=pair_id, language=lang, category=_text(record, "category", where),
-        context=str(record.get("context") or "unspecified"),
-        attribute_1=_text(record, "attribute_1", where), attribute_2=_text(record, "attribute_2", where),
-        stereotyped=2, prompt_1=_text(record, "prompt_1", where), prompt_2=_text(record, "prompt_2", where),
-    ), where)
+    return _checked(
+        PromptPair(
+            id=pair_id,
+            language=lang,
+            category=_text(record, "category", where),
+            context=str(record.get("context") or "unspecified"),
+            attribute_1=_text(record, "attribute_1", where),
+            attribute_2=_text(record, "attribute_2", where),
+            stereotyped=2,
+            prompt_1=_text(record, "prompt_1", where),
+            prompt_2=_text(record, "prompt_2", where),
+        ),
+        where,
+    )
 
 
 def parse_text(text: str, name: str, language: str | None = None) -> list[PromptPair]:
@@ -149,8 +168,9 @@ def parse_text(text: str, name: str, language: str | None = None) -> list[Prompt
         except DuplicateKey as exc:
             raise PairsError(f"{name} line {lineno}: {exc.key!r} is given twice in one pair; keep one") from None
         except json.JSONDecodeError as exc:
-            raise PairsError(f"{name} line {lineno} is not valid JSON ({exc.msg}); "
-                             "each line must be one pair object") from None
+            raise PairsError(
+                f"{name} line {lineno} is not valid JSON ({exc.msg}); each line must be one pair object"
+            ) from None
         pairs.append(from_own(record, f"{name} line {lineno}"))
     return pairs
 
@@ -167,13 +187,13 @@ def _match_categories(available: Iterable[str], wanted: Sequence[str]) -> set[st
     by_key = {c.lower(): c for c in available}
     unknown = [w for w in wanted if w.lower() not in by_key]
     if unknown:
-        raise PairsError(f"category {', '.join(unknown)} not in these pairs; available: "
-                         f"{', '.join(sorted(by_key.values()))}")
+        raise PairsError(
+            f"category {', '.join(unknown)} not in these pairs; available: {', '.join(sorted(by_key.values()))}"
+        )
     return {by_key[w.lower()] for w in wanted}
 
 
-def load_pairs(source: str = BUILTIN, language: str | None = None,
-               categories: Sequence[str] | None = None) -> PairSet:
+def load_pairs(source: str = BUILTIN, language: str | None = None, categories: Sequence[str] | None = None) -> PairSet:
     """Load pairs from ``builtin`` (default language en) or a file, filtered by language and category."""
     if source == BUILTIN:
         language = language or "en"
@@ -236,9 +256,13 @@ def check_token_counts(pairs: PairSet, tokenizer: Any, strict: bool = False) -> 
             skipped_ids.append(p.id)
     if skipped and strict:
         detail = ", ".join(f"{c} {n}" for c, n in sorted(skipped.items()))
-        raise PairsError(f"{sum(skipped.values())} pair(s) tokenize to different lengths in this model's "
-                         f"tokenizer ({detail}), e.g. {skipped_ids[0]}; fix them or drop --strict to skip them")
+        raise PairsError(
+            f"{sum(skipped.values())} pair(s) tokenize to different lengths in this model's "
+            f"tokenizer ({detail}), e.g. {skipped_ids[0]}; fix them or drop --strict to skip them"
+        )
     if not kept:
-        raise PairsError(f"all {len(pairs)} pairs tokenize to different lengths in this model's tokenizer; "
-                         "write pairs whose attributes take the same number of tokens")
+        raise PairsError(
+            f"all {len(pairs)} pairs tokenize to different lengths in this model's tokenizer; "
+            "write pairs whose attributes take the same number of tokens"
+        )
     return TokenCheck(PairSet(tuple(kept), pairs.source), dict(sorted(skipped.items())), tuple(skipped_ids))

@@ -48,12 +48,15 @@ class CaptureParams:
     """Where the prompt pairs come from and how they are run through the model."""
 
     pairs: str = param("builtin", "'builtin' (our EN/ES sets), our JSONL format, or the public fairness-pruning JSON.")
-    language: str | None = param(None, "Language of the pairs (builtin default: en; files: all languages).",
-                                 choices=("en", "es"))
-    categories: tuple[str, ...] = param((), "Only these categories (repeat or comma-separate), e.g. Gender,Religion.",
-                                        flag="--category", multiple=True)
-    strict: bool = param(False, "Pairs whose prompts tokenize to different lengths are an error, not skipped.",
-                         is_flag=True)
+    language: str | None = param(
+        None, "Language of the pairs (builtin default: en; files: all languages).", choices=("en", "es")
+    )
+    categories: tuple[str, ...] = param(
+        (), "Only these categories (repeat or comma-separate), e.g. Gender,Religion.", flag="--category", multiple=True
+    )
+    strict: bool = param(
+        False, "Pairs whose prompts tokenize to different lengths are an error, not skipped.", is_flag=True
+    )
     batch_size: int = param(16, "Pairs per forward pass.", minimum=1)
 
     def __post_init__(self) -> None:
@@ -68,16 +71,31 @@ class CaptureParams:
 class SelectParams:
     """How neurons are ranked and chosen from findings (the n comes with each bake)."""
 
-    score: str = param(DEFAULT_SCORE, "bias: mean |Δ activation|; signed: |mean (stereotyped − other)|; fairness: "
-                       "per-layer min-max of bias, weighted against PPM.", choices=SCORES)
-    rule: str = param(DEFAULT_RULE, "global: top n pooled; per-category: each category's best in turn; "
-                      "intersection: neurons in every category's top list.", flag="--select", choices=RULES)
-    bias_weight: float = param(DEFAULT_BIAS_WEIGHT, "w of the fairness score: w·bias + (1 − w)·(1 − PPM).",
-                               minimum=0, maximum=1)
+    score: str = param(
+        DEFAULT_SCORE,
+        "bias: mean |Δ activation|; signed: |mean (stereotyped − other)|; fairness: "
+        "per-layer min-max of bias, weighted against PPM.",
+        choices=SCORES,
+    )
+    rule: str = param(
+        DEFAULT_RULE,
+        "global: top n pooled; per-category: each category's best in turn; "
+        "intersection: neurons in every category's top list.",
+        flag="--select",
+        choices=RULES,
+    )
+    bias_weight: float = param(
+        DEFAULT_BIAS_WEIGHT, "w of the fairness score: w·bias + (1 − w)·(1 − PPM).", minimum=0, maximum=1
+    )
     layers: str | None = param(None, "Only these layers, e.g. 20-29 or 0,5,28-29.", kind="str")
-    spare_active: float = param(DEFAULT_SPARE, "Never choose this fraction of each layer's most active neurons "
-                                "(massive activations: removing them breaks the model); 0 turns it off.",
-                                minimum=0, maximum=1, max_open=True)
+    spare_active: float = param(
+        DEFAULT_SPARE,
+        "Never choose this fraction of each layer's most active neurons "
+        "(massive activations: removing them breaks the model); 0 turns it off.",
+        minimum=0,
+        maximum=1,
+        max_open=True,
+    )
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -88,5 +106,11 @@ class SelectParams:
 
     def select_kwargs(self, categories: tuple[str, ...] | None) -> dict[str, Any]:
         """The keyword arguments of ``find.neurons.select.select`` these options stand for."""
-        return {"score": self.score, "rule": self.rule, "bias_weight": self.bias_weight,
-                "layers": self.layer_list(), "spare_active": self.spare_active, "categories": categories}
+        return {
+            "score": self.score,
+            "rule": self.rule,
+            "bias_weight": self.bias_weight,
+            "layers": self.layer_list(),
+            "spare_active": self.spare_active,
+            "categories": categories,
+        }

@@ -89,7 +89,7 @@ class ExpertRouting(JsonRecord):
 
     layer: int
     expert: int
-    signed: float | None = None              # stereotyped − other
+    signed: float | None = None  # stereotyped − other
     mean_abs: float | None = entry("abs", default=None)  # mean |Δ| over pairs
 
 

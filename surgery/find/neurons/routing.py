@@ -30,10 +30,17 @@ def expert_report(scores: NeuronScores, top: int = TOP_EXPERTS) -> dict[str, Any
         signed, absolute = scores.routing[c]["signed"].ravel(), scores.routing[c]["abs"].ravel()
         routed = np.flatnonzero(np.isfinite(signed))  # a dense layer routes nothing (NaN)
         order = routed[np.argsort(-np.abs(signed[routed]), kind="stable")][:top]
-        routing[c] = [{"layer": int(i) // count, "expert": int(i) % count, "signed": _r(signed[i]),
-                       "abs": _r(absolute[i])} for i in order]
-    report = {"experts": count, "expert_width": width, "shared_width": shared,
-              "unscored_neurons": scores.unscored(), "routing": routing}
+        routing[c] = [
+            {"layer": int(i) // count, "expert": int(i) % count, "signed": _r(signed[i]), "abs": _r(absolute[i])}
+            for i in order
+        ]
+    report = {
+        "experts": count,
+        "expert_width": width,
+        "shared_width": shared,
+        "unscored_neurons": scores.unscored(),
+        "routing": routing,
+    }
     if scores.dense_layers:
         report.update(dense_layers=list(scores.dense_layers), dense_width=scores.dense_width)
     return report

@@ -19,8 +19,9 @@ other's (signed) and its mean absolute difference.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ class PairSums:
             raise SurgeryError("mean_abs is defined for dense models: an expert neuron is not reached by every pair")
         return sum(self.abs_sum.values()) / sum(self.counts.values())
 
-    def all_reduced(self, categories: Sequence[str], shape: tuple[int, int]) -> "PairSums":
+    def all_reduced(self, categories: Sequence[str], shape: tuple[int, int]) -> PairSums:
         """The sums over every torchrun rank (each holds its shard's; in a single process, these).
 
         ``categories`` are those of all pairs, so ranks that saw none of a category still take
@@ -122,16 +123,21 @@ class PairSums:
         return out
 
 
-def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair], batch_size: int = 16,
-                         progress: Callable[[int], None] = lambda n: None, site: str | None = None) -> PairSums:
+def accumulate_pair_sums(
+    model: nn.Module,
+    tokenizer,
+    pairs: Sequence[PromptPair],
+    batch_size: int = 16,
+    progress: Callable[[int], None] = lambda n: None,
+    site: str | None = None,
+) -> PairSums:
     """Capture both prompts of every pair (batch_size pairs per forward pass) into PairSums.
 
     ``site``: a dense model's capture site (capture.SITES; None: the down_proj input, what the
     scores are defined on); the gate/up outputs give sums [layers, 2·I], for comparisons only.
     """
-    from .capture import DOWN_PROJ_INPUT, capture_pooled
-
     from ...model.hooks import model_architecture
+    from .capture import DOWN_PROJ_INPUT, capture_pooled
     from .experts import capture_experts, dense_layers
 
     texts = [t for p in pairs for t in (p.prompt_1, p.prompt_2)]
@@ -140,7 +146,7 @@ def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair
     def on_batch(start: int, pooled: torch.Tensor, routing: torch.Tensor | None = None) -> None:
         values = pooled.double().numpy()
         first, second = values[0::2], values[1::2]  # batches hold whole pairs: the batch size is even
-        batch_pairs = pairs[start // 2: start // 2 + first.shape[0]]
+        batch_pairs = pairs[start // 2 : start // 2 + first.shape[0]]
         categories = np.array([p.category for p in batch_pairs])
         signs = np.array([p.sign for p in batch_pairs], dtype=np.float64)
         for cat in dict.fromkeys(categories.tolist()):
@@ -159,8 +165,15 @@ def accumulate_pair_sums(model: nn.Module, tokenizer, pairs: Sequence[PromptPair
         sums.dense_width = g.intermediate_size if sums.dense_layers else 0
         capture_experts(model, tokenizer, texts, on_batch, batch_size=2 * batch_size, progress=progress)
     else:
-        capture_pooled(model, tokenizer, texts, on_batch, batch_size=2 * batch_size, progress=progress,
-                       site=site or DOWN_PROJ_INPUT)
+        capture_pooled(
+            model,
+            tokenizer,
+            texts,
+            on_batch,
+            batch_size=2 * batch_size,
+            progress=progress,
+            site=site or DOWN_PROJ_INPUT,
+        )
     return sums
 
 
@@ -216,22 +229,22 @@ def _expert_ppm(model: nn.Module, arch) -> np.ndarray:
     out = np.full((g.num_layers, columns(arch)), np.nan, dtype=np.float64)
     for layer in range(g.num_layers):
         if not arch.is_sparse(layer):
-            out[layer, :g.intermediate_size] = _dense_ppm(model, arch, layer)
+            out[layer, : g.intermediate_size] = _dense_ppm(model, arch, layer)
             continue
         w = _param(layer_module(model, arch, layer, ex.module), "gate_up_proj")
-        w = w.transpose(1, 2) if ex.transposed else w                  # [E, 2I, H]
+        w = w.transpose(1, 2) if ex.transposed else w  # [E, 2I, H]
         if not ex.interleaved:
-            gate, up = w[:, : g.expert_size], w[:, g.expert_size:]
-        else:                                                           # GPT-OSS: gate/up interleaved
+            gate, up = w[:, : g.expert_size], w[:, g.expert_size :]
+        else:  # GPT-OSS: gate/up interleaved
             gate, up = w[:, 0::2], w[:, 1::2]
         row = [_ppm(gate, up).reshape(-1)]
         if ex.shared and g.shared_size:
             inputs = [_param(layer_module(model, arch, layer, f"{ex.shared}.{m}")) for m in ex.shared_inputs]
             if ex.shared_fused:  # one [gate; up] matrix: its two halves
-                inputs = [half for w in inputs for half in (w[:g.shared_size], w[g.shared_size:])]
+                inputs = [half for w in inputs for half in (w[: g.shared_size], w[g.shared_size :])]
             row.append(_ppm(*inputs))
         row = np.concatenate(row)
-        out[layer, :len(row)] = row
+        out[layer, : len(row)] = row
     return out
 
 
@@ -253,8 +266,9 @@ def fairness_score(bias: np.ndarray, ppm: np.ndarray, weight: float = DEFAULT_BI
 
 def rounded(x: np.ndarray) -> list:
     """Nested lists with DIGITS significant digits (what findings files store); NaN (no score) → null."""
-    return [[None if v != v else float(f"{v:.{DIGITS}g}") for v in row]
-            for row in np.asarray(x, dtype=np.float64).tolist()]
+    return [
+        [None if v != v else float(f"{v:.{DIGITS}g}") for v in row] for row in np.asarray(x, dtype=np.float64).tolist()
+    ]
 
 
 @dataclass
@@ -277,23 +291,36 @@ class NeuronScores:
     dense_width: int = 0
 
     @classmethod
-    def from_sums(cls, sums: PairSums, ppm: np.ndarray) -> "NeuronScores":
+    def from_sums(cls, sums: PairSums, ppm: np.ndarray) -> NeuronScores:
         cats = sorted(sums.counts)
         counts = {c: int(sums.counts[c]) for c in cats}
         if sums.experts is None:
             # Rounded here as in the file, so a fresh run selects exactly what a cached one does.
-            table = cls(counts, {c: sums.abs_sum[c] / counts[c] for c in cats},
-                        {c: sums.signed_sum[c] / counts[c] for c in cats},
-                        {c: sums.mag_sum[c] / (2 * counts[c]) for c in cats}, ppm)
+            table = cls(
+                counts,
+                {c: sums.abs_sum[c] / counts[c] for c in cats},
+                {c: sums.signed_sum[c] / counts[c] for c in cats},
+                {c: sums.mag_sum[c] / (2 * counts[c]) for c in cats},
+                ppm,
+            )
             return cls.from_dict(table.to_dict())
         with np.errstate(invalid="ignore", divide="ignore"):  # 0 pairs reached: NaN, no score
             per = {c: np.where(sums.reached[c] > 0, sums.reached[c], np.nan) for c in cats}
-            table = cls(counts, {c: sums.abs_sum[c] / per[c] for c in cats},
-                        {c: sums.signed_sum[c] / per[c] for c in cats},
-                        {c: sums.mag_sum[c] / (2 * per[c]) for c in cats}, ppm,
-                        {c: sums.reached[c] for c in cats}, sums.experts,
-                        {c: {"signed": sums.routing_signed[c] / counts[c], "abs": sums.routing_abs[c] / counts[c]}
-                         for c in cats}, sums.dense_layers, sums.dense_width)
+            table = cls(
+                counts,
+                {c: sums.abs_sum[c] / per[c] for c in cats},
+                {c: sums.signed_sum[c] / per[c] for c in cats},
+                {c: sums.mag_sum[c] / (2 * per[c]) for c in cats},
+                ppm,
+                {c: sums.reached[c] for c in cats},
+                sums.experts,
+                {
+                    c: {"signed": sums.routing_signed[c] / counts[c], "abs": sums.routing_abs[c] / counts[c]}
+                    for c in cats
+                },
+                sums.dense_layers,
+                sums.dense_width,
+            )
         return cls.from_dict(table.to_dict())
 
     def expert_of(self, layer: int, column: int) -> tuple[int | str | None, int]:
@@ -312,7 +339,7 @@ class NeuronScores:
         real = np.ones(self.shape, dtype=bool)
         if self.experts is not None:
             count, width, shared = self.experts
-            real[:, count * width + shared:] = False
+            real[:, count * width + shared :] = False
             real[list(self.dense_layers)] = np.arange(self.shape[1]) < self.dense_width
         return real
 
@@ -332,10 +359,20 @@ class NeuronScores:
 
     def to_dict(self) -> dict[str, Any]:
         layers, width = self.shape
-        out = {"layers": layers, "width": width, "ppm": rounded(self.ppm),
-               "categories": {c: {"pairs": self.counts[c], "bias": rounded(self.bias[c]),
-                                  "signed": rounded(self.signed[c]), "activation": rounded(self.activation[c])}
-                              for c in self.categories}}
+        out = {
+            "layers": layers,
+            "width": width,
+            "ppm": rounded(self.ppm),
+            "categories": {
+                c: {
+                    "pairs": self.counts[c],
+                    "bias": rounded(self.bias[c]),
+                    "signed": rounded(self.signed[c]),
+                    "activation": rounded(self.activation[c]),
+                }
+                for c in self.categories
+            },
+        }
         if self.experts is not None:
             count, size, shared = self.experts
             out["experts"] = {"count": count, "width": size, "shared_width": shared}
@@ -347,16 +384,22 @@ class NeuronScores:
         return out
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> "NeuronScores":
+    def from_dict(cls, raw: Mapping[str, Any]) -> NeuronScores:
         try:
             cats = raw["categories"]
             ppm = np.asarray(raw["ppm"], dtype=np.float64)
-            table = cls({c: int(v["pairs"]) for c, v in cats.items()},
-                        *({c: np.asarray(v[key], dtype=np.float64) for c, v in cats.items()}
-                          for key in ("bias", "signed", "activation")), ppm)
+            table = cls(
+                {c: int(v["pairs"]) for c, v in cats.items()},
+                *(
+                    {c: np.asarray(v[key], dtype=np.float64) for c, v in cats.items()}
+                    for key in ("bias", "signed", "activation")
+                ),
+                ppm,
+            )
         except (KeyError, TypeError, ValueError, AttributeError):
-            raise SelectionError("the findings have no readable neuron scores; recompute them with "
-                                 "surgery find-neurons") from None
+            raise SelectionError(
+                "the findings have no readable neuron scores; recompute them with surgery find-neurons"
+            ) from None
         if raw.get("experts") is not None:
             try:
                 ex = raw["experts"]
@@ -364,17 +407,26 @@ class NeuronScores:
                 table.dense_layers = tuple(int(i) for i in ex.get("dense_layers", ()))
                 table.dense_width = int(ex.get("dense_width", 0))
                 table.reached = {c: np.asarray(v["reached"], dtype=np.float64) for c, v in cats.items()}
-                table.routing = {c: {k: np.asarray(v["routing"][k], dtype=np.float64) for k in ("signed", "abs")}
-                                 for c, v in cats.items()}
+                table.routing = {
+                    c: {k: np.asarray(v["routing"][k], dtype=np.float64) for k in ("signed", "abs")}
+                    for c, v in cats.items()
+                }
             except (KeyError, TypeError, ValueError):
-                raise SelectionError("the findings' expert scores are unreadable; recompute them with "
-                                     "surgery find-neurons") from None
+                raise SelectionError(
+                    "the findings' expert scores are unreadable; recompute them with surgery find-neurons"
+                ) from None
         shape = (int(raw.get("layers", -1)), int(raw.get("width", -1)))
-        arrays = [ppm, *table.bias.values(), *table.signed.values(), *table.activation.values(),
-                  *(table.reached or {}).values()]
+        arrays = [
+            ppm,
+            *table.bias.values(),
+            *table.signed.values(),
+            *table.activation.values(),
+            *(table.reached or {}).values(),
+        ]
         if not cats or any(a.shape != shape for a in arrays):
-            raise SelectionError("the findings' score arrays do not match their layers × width; "
-                                 "recompute them with surgery find-neurons")
+            raise SelectionError(
+                "the findings' score arrays do not match their layers × width; recompute them with surgery find-neurons"
+            )
         return table
 
     def resolve(self, categories: Sequence[str] | None) -> list[str]:
@@ -384,8 +436,9 @@ class NeuronScores:
         by_key = {c.lower(): c for c in self.categories}
         unknown = [c for c in categories if c.lower() not in by_key]
         if unknown:
-            raise SelectionError(f"category {', '.join(unknown)} is not in the findings; they hold "
-                                 f"{', '.join(self.categories)}")
+            raise SelectionError(
+                f"category {', '.join(unknown)} is not in the findings; they hold {', '.join(self.categories)}"
+            )
         return list(dict.fromkeys(by_key[c.lower()] for c in categories))
 
     def pooled(self, kind: str, categories: Sequence[str]) -> np.ndarray:

@@ -10,8 +10,9 @@ keeps them out while leaving the bias ranking otherwise unchanged.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,8 +36,15 @@ class Selection:
 
     def options(self) -> dict[str, Any]:
         """The options as recorded in findings summaries and surgery.json."""
-        return {"n": len(self.neurons), "score": self.score, "rule": self.rule, "bias_weight": self.bias_weight,
-                "spare_active": self.spare_active, "categories": list(self.categories), "layers": self.layers}
+        return {
+            "n": len(self.neurons),
+            "score": self.score,
+            "rule": self.rule,
+            "bias_weight": self.bias_weight,
+            "spare_active": self.spare_active,
+            "categories": list(self.categories),
+            "layers": self.layers,
+        }
 
 
 def allowed_mask(scores: NeuronScores, layers: Sequence[int] | None, spare_active: float) -> np.ndarray:
@@ -68,9 +76,17 @@ def _ranking(values: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     return order[ok[order]]
 
 
-def select(scores: NeuronScores, n: int, *, score: str = DEFAULT_SCORE, rule: str = DEFAULT_RULE,
-           categories: Sequence[str] | None = None, layers: Sequence[int] | None = None,
-           bias_weight: float = DEFAULT_BIAS_WEIGHT, spare_active: float = DEFAULT_SPARE) -> Selection:
+def select(
+    scores: NeuronScores,
+    n: int,
+    *,
+    score: str = DEFAULT_SCORE,
+    rule: str = DEFAULT_RULE,
+    categories: Sequence[str] | None = None,
+    layers: Sequence[int] | None = None,
+    bias_weight: float = DEFAULT_BIAS_WEIGHT,
+    spare_active: float = DEFAULT_SPARE,
+) -> Selection:
     """Choose ``n`` neurons by ``score`` with ``rule`` among the allowed neurons."""
     if rule not in RULES:
         raise SelectionError(f"unknown selection rule {rule!r}; choose one of {', '.join(RULES)}")
@@ -80,29 +96,43 @@ def select(scores: NeuronScores, n: int, *, score: str = DEFAULT_SCORE, rule: st
     if n < 1 or n > available:
         where = "these layers hold" if layers is not None else "the model has"
         spared = f", after sparing the {spare_active:g} most active of each layer" if spare_active else ""
-        raise SelectionError(f"--n {n} is out of range: {where} {available} selectable MLP neurons "
-                             f"({int(allowed.any(1).sum())} layers × {scores.shape[1]}{spared}); "
-                             f"choose 1..{available}")
+        raise SelectionError(
+            f"--n {n} is out of range: {where} {available} selectable MLP neurons "
+            f"({int(allowed.any(1).sum())} layers × {scores.shape[1]}{spared}); "
+            f"choose 1..{available}"
+        )
     width = scores.shape[1]
     if rule == "global":
         order = list(_ranking(scores.score(score, cats, bias_weight), allowed)[:n])
         labels = ["pooled"] * n
     elif rule == "per-category":
-        order, labels = _round_robin([_ranking(scores.score(score, [c], bias_weight), allowed) for c in cats],
-                                     cats, n)
+        order, labels = _round_robin([_ranking(scores.score(score, [c], bias_weight), allowed) for c in cats], cats, n)
     else:
-        order = _intersection([_ranking(scores.score(score, [c], bias_weight), allowed) for c in cats],
-                              _ranking(scores.score(score, cats, bias_weight), allowed), n)
+        order = _intersection(
+            [_ranking(scores.score(score, [c], bias_weight), allowed) for c in cats],
+            _ranking(scores.score(score, cats, bias_weight), allowed),
+            n,
+        )
         labels = ["all"] * n
     neurons = tuple((int(i) // width, int(i) % width) for i in order)
-    return Selection(neurons, tuple(labels), score, rule, tuple(cats),
-                     None if layers is None else tuple(sorted(set(layers))), bias_weight, spare_active)
+    return Selection(
+        neurons,
+        tuple(labels),
+        score,
+        rule,
+        tuple(cats),
+        None if layers is None else tuple(sorted(set(layers))),
+        bias_weight,
+        spare_active,
+    )
 
 
 def selected_edits(scores: NeuronScores, selection: Selection, factor: float) -> tuple[NeuronScale, ...]:
     """The selection as edits: a column of a mixture-of-experts layer names its expert."""
-    return tuple(NeuronScale(layer, neuron, factor, expert)
-                 for layer, expert, neuron in ((la, *scores.expert_of(la, i)) for la, i in selection.neurons))
+    return tuple(
+        NeuronScale(layer, neuron, factor, expert)
+        for layer, expert, neuron in ((la, *scores.expert_of(la, i)) for la, i in selection.neurons)
+    )
 
 
 def _round_robin(rankings: list[np.ndarray], cats: list[str], n: int) -> tuple[list[int], list[str]]:
@@ -149,9 +179,21 @@ def layer_distribution(selection: Selection, num_layers: int) -> list[int]:
 def category_overlap(scores: NeuronScores, selection: Selection) -> dict[str, Any]:
     """Jaccard index between the categories' top-n sets, with the selection's options."""
     n, cats = len(selection.neurons), list(selection.categories)
-    tops = [set(select(scores, n, score=selection.score, rule="global", categories=[c], layers=selection.layers,
-                       bias_weight=selection.bias_weight, spare_active=selection.spare_active).neurons)
-            for c in cats]
+    tops = [
+        set(
+            select(
+                scores,
+                n,
+                score=selection.score,
+                rule="global",
+                categories=[c],
+                layers=selection.layers,
+                bias_weight=selection.bias_weight,
+                spare_active=selection.spare_active,
+            ).neurons
+        )
+        for c in cats
+    ]
     matrix = [[round(len(a & b) / len(a | b), 4) for b in tops] for a in tops]
     return {"categories": cats, "n": n, "score": selection.score, "jaccard": matrix}
 
@@ -170,8 +212,16 @@ def neuron_rows(scores: NeuronScores, selection: Selection) -> list[dict[str, An
         where = {"layer": layer, "neuron": neuron}
         if expert is not None:  # the one notation: L:eE:N / L:s:N (surgery.core.edits.neuron_label)
             where.update(expert=expert, label=neuron_label(layer, neuron, expert))
-        rows.append({**where, "bias": float(bias[layer, idx]),
-                     "signed": float(signed[layer, idx]), "ppm": float(scores.ppm[layer, idx]),
-                     "activation": float(activity[layer, idx]),
-                     "fairness": float(fair[layer, idx]), "chosen_for": label, "top_category": top})
+        rows.append(
+            {
+                **where,
+                "bias": float(bias[layer, idx]),
+                "signed": float(signed[layer, idx]),
+                "ppm": float(scores.ppm[layer, idx]),
+                "activation": float(activity[layer, idx]),
+                "fairness": float(fair[layer, idx]),
+                "chosen_for": label,
+                "top_category": top,
+            }
+        )
     return rows

@@ -87,7 +87,9 @@ def test_the_weight_kernel():
     assert weights == pytest.approx({0: 0.2, 1: 0.4, 2: 0.6, 3: 0.8, 4: 1.0, 5: 0.8, 6: 0.6, 7: 0.4, 8: 0.2})
     assert layer_weights(KernelParams(weight=0.5, layers="3-5"), 10, best=7) == {3: 0.5, 4: 0.5, 5: 0.5}
     # no floor: flat at the peak; no width: as far as the furthest layer, which gets the floor
-    assert layer_weights(KernelParams(floor=0.0), 5, best=4) == pytest.approx({0: 0.0, 1: 0.25, 2: 0.5, 3: 0.75, 4: 1.0})
+    assert layer_weights(KernelParams(floor=0.0), 5, best=4) == pytest.approx(
+        {0: 0.0, 1: 0.25, 2: 0.5, 3: 0.75, 4: 1.0}
+    )
 
 
 def test_ablate_direction_on_a_mixture_of_experts_edits_every_expert(tiny, tmp_path):
@@ -112,11 +114,30 @@ def test_find_direction_on_two_ranks_equals_one_process(prompts, tmp_path, monke
     args = ["find-direction", FIXTURE, "--a", a, "--b", b, "--batch-size", "4", "--device", "cpu", "--json", "--out"]
     monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "cache-1"))
     assert run_main([*args, tmp_path / "one.json"], capsys).returncode == 0
-    env = cli_env(OMP_NUM_THREADS="1", SURGERY_CACHE=str(tmp_path / "cache-2"),
-                  PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    ran = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          "-m", "surgery", *map(str, args), tmp_path / "two.json"], capture_output=True, text=True,
-                         timeout=300, cwd=REPO, env=env)
+    env = cli_env(
+        OMP_NUM_THREADS="1",
+        SURGERY_CACHE=str(tmp_path / "cache-2"),
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "surgery",
+            *map(str, args),
+            tmp_path / "two.json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env=env,
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     from safetensors.numpy import load_file
 
@@ -134,8 +155,22 @@ def found(tmp_path_factory) -> Path:
     for name in ("a", "b"):
         (folder / f"{name}.txt").write_text("\n".join((FIXTURE / f"{name}.txt").read_text().splitlines()[:8]) + "\n")
     env = {**cli_env(OMP_NUM_THREADS="1"), "SURGERY_CACHE": str(folder / "cache")}
-    res = run_cli(["find-direction", FIXTURE, "--a", folder / "a.txt", "--b", folder / "b.txt", "--out",
-                   folder / "found.json", "--device", "cpu"], env=env, timeout=300)
+    res = run_cli(
+        [
+            "find-direction",
+            FIXTURE,
+            "--a",
+            folder / "a.txt",
+            "--b",
+            folder / "b.txt",
+            "--out",
+            folder / "found.json",
+            "--device",
+            "cpu",
+        ],
+        env=env,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     return folder / "found.json"
 
@@ -147,29 +182,77 @@ def _write(path: Path, text: str) -> Path:
 
 BAD = [
     ("one-side", lambda t, f: ["find-direction", FIXTURE, "--a", FIXTURE / "a.txt"], ("give both --a and --b",)),
-    ("empty", lambda t, f: ["find-direction", FIXTURE, "--a", _write(t / "e.txt", "\n \n"), "--b", FIXTURE / "b.txt"],
-     ("holds no prompts", "one prompt a line")),
-    ("missing", lambda t, f: ["find-direction", FIXTURE, "--a", t / "none.txt", "--b", FIXTURE / "b.txt"],
-     ("none.txt does not exist",)),
-    ("same-prompts", lambda t, f: ["find-direction", FIXTURE, "--a", FIXTURE / "a.txt", "--b", FIXTURE / "a.txt"],
-     ("--a and --b hold the same prompts", "give two sets")),
-    ("jsonl-line", lambda t, f: ["find-direction", FIXTURE, "--a", _write(t / "a.jsonl", '{"prompt": "x"}\n[1]\n'),
-                                 "--b", FIXTURE / "b.txt"], ("line 2 of", "fix that line")),
-    ("no-chat-template", lambda t, f: ["find-direction", FIXTURE, "--a", FIXTURE / "a.txt", "--b", FIXTURE / "b.txt",
-                                       "--template", "chat"], ("no chat template", "use --template plain")),
-    ("weight-nan", lambda t, f: ["ablate-direction", FIXTURE, "--direction", f, "--weight", "nan"],
-     ("--weight (KernelParams.weight) must be a finite number",)),
-    ("layers-outside", lambda t, f: ["ablate-direction", FIXTURE, "--direction", f, "--layers", "1-5"],
-     ("--layers names layer 5, but the model has layers 0..1",)),
-    ("modules", lambda t, f: ["ablate-direction", FIXTURE, "--direction", f, "--modules", "attention,lm_head"],
-     ("--modules must list attention and/or mlp",)),
-    ("direction-layer", lambda t, f: ["ablate-direction", FIXTURE, "--direction", f, "--direction-layer", "2"],
-     ("--direction-layer 2 is not a layer of the findings (0..1)",)),
-    ("not-direction-findings", lambda t, f: ["ablate-direction", FIXTURE, "--direction",
-                                             FIXTURES / "bias_model" / "ground_truth.json"],
-     ("not a surgery findings file", "surgery find-direction")),
-    ("vectors-gone", lambda t, f: ["ablate-direction", FIXTURE, "--direction", _moved(t, f)],
-     ("which is not next to it", "keep the two files together")),
+    (
+        "empty",
+        lambda t, f: ["find-direction", FIXTURE, "--a", _write(t / "e.txt", "\n \n"), "--b", FIXTURE / "b.txt"],
+        ("holds no prompts", "one prompt a line"),
+    ),
+    (
+        "missing",
+        lambda t, f: ["find-direction", FIXTURE, "--a", t / "none.txt", "--b", FIXTURE / "b.txt"],
+        ("none.txt does not exist",),
+    ),
+    (
+        "same-prompts",
+        lambda t, f: ["find-direction", FIXTURE, "--a", FIXTURE / "a.txt", "--b", FIXTURE / "a.txt"],
+        ("--a and --b hold the same prompts", "give two sets"),
+    ),
+    (
+        "jsonl-line",
+        lambda t, f: [
+            "find-direction",
+            FIXTURE,
+            "--a",
+            _write(t / "a.jsonl", '{"prompt": "x"}\n[1]\n'),
+            "--b",
+            FIXTURE / "b.txt",
+        ],
+        ("line 2 of", "fix that line"),
+    ),
+    (
+        "no-chat-template",
+        lambda t, f: [
+            "find-direction",
+            FIXTURE,
+            "--a",
+            FIXTURE / "a.txt",
+            "--b",
+            FIXTURE / "b.txt",
+            "--template",
+            "chat",
+        ],
+        ("no chat template", "use --template plain"),
+    ),
+    (
+        "weight-nan",
+        lambda t, f: ["ablate-direction", FIXTURE, "--direction", f, "--weight", "nan"],
+        ("--weight (KernelParams.weight) must be a finite number",),
+    ),
+    (
+        "layers-outside",
+        lambda t, f: ["ablate-direction", FIXTURE, "--direction", f, "--layers", "1-5"],
+        ("--layers names layer 5, but the model has layers 0..1",),
+    ),
+    (
+        "modules",
+        lambda t, f: ["ablate-direction", FIXTURE, "--direction", f, "--modules", "attention,lm_head"],
+        ("--modules must list attention and/or mlp",),
+    ),
+    (
+        "direction-layer",
+        lambda t, f: ["ablate-direction", FIXTURE, "--direction", f, "--direction-layer", "2"],
+        ("--direction-layer 2 is not a layer of the findings (0..1)",),
+    ),
+    (
+        "not-direction-findings",
+        lambda t, f: ["ablate-direction", FIXTURE, "--direction", FIXTURES / "bias_model" / "ground_truth.json"],
+        ("not a surgery findings file", "surgery find-direction"),
+    ),
+    (
+        "vectors-gone",
+        lambda t, f: ["ablate-direction", FIXTURE, "--direction", _moved(t, f)],
+        ("which is not next to it", "keep the two files together"),
+    ),
 ]
 
 

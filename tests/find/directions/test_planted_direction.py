@@ -34,10 +34,10 @@ from tests.support.cli import cli_env, run_cli
 from tests.support.paths import FIXTURES
 
 FIXTURE = FIXTURES / "direction_model"
-COSINE = 0.9          # measured 1.00
-REMOVED = 90.0        # % of the behaviour ablate-direction must remove (measured 105)
-KL_MAX = 1e-3         # nats, first token, neutral prompts (measured 2.5e-6)
-RANDOM_MAX = 20.0     # % a random direction may remove (measured at most 4.6)
+COSINE = 0.9  # measured 1.00
+REMOVED = 90.0  # % of the behaviour ablate-direction must remove (measured 105)
+KL_MAX = 1e-3  # nats, first token, neutral prompts (measured 2.5e-6)
+RANDOM_MAX = 20.0  # % a random direction may remove (measured at most 4.6)
 RANDOM_SETS = 5
 ENV = cli_env(OMP_NUM_THREADS="1")
 
@@ -59,8 +59,22 @@ def findings(fixture_dir, tmp_path_factory) -> Path:
     """find-direction through the command line (its own cache folder)."""
     out = tmp_path_factory.mktemp("found") / "direction.json"
     env = {**ENV, "SURGERY_CACHE": str(out.parent / "cache")}
-    res = run_cli(["find-direction", fixture_dir, "--a", fixture_dir / "a.txt", "--b", fixture_dir / "b.txt",
-                   "--out", out, "--device", "cpu"], env=env, timeout=300)
+    res = run_cli(
+        [
+            "find-direction",
+            fixture_dir,
+            "--a",
+            fixture_dir / "a.txt",
+            "--b",
+            fixture_dir / "b.txt",
+            "--out",
+            out,
+            "--device",
+            "cpu",
+        ],
+        env=env,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     assert "Best separation at layer" in res.stdout
     return out
@@ -94,8 +108,11 @@ def test_find_direction_recovers_the_planted_direction(findings, fixture_dir):
 
 def test_ablating_it_removes_the_behaviour(findings, fixture_dir, sets, tmp_path):
     out = tmp_path / "ablated"
-    res = run_cli(["ablate-direction", fixture_dir, "--direction", findings, "--out", out, "--device", "cpu"],
-                  env={**ENV, "SURGERY_CACHE": str(tmp_path / "cache")}, timeout=300)
+    res = run_cli(
+        ["ablate-direction", fixture_dir, "--direction", findings, "--out", out, "--device", "cpu"],
+        env={**ENV, "SURGERY_CACHE": str(tmp_path / "cache")},
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     (source, tokenizer), (edited, _) = _load(fixture_dir), _load(out)
     before, after = behaviour(source, tokenizer, sets), behaviour(edited, tokenizer, sets)
@@ -123,9 +140,12 @@ def test_random_directions_of_the_same_norm_do_not(findings, fixture_dir, sets, 
             v = rng.standard_normal(32)
             vectors[f"layer.{layer}"] = (norm * v / np.linalg.norm(v)).astype(np.float32)
         save_file(vectors, tmp_path / f"random{k}.safetensors")
-        edits = "".join(f"  - {{type: direction, layer: {layer}, module: {m}, weight: 1.0, "
-                        f"vector: random{k}.safetensors#layer.{layer}}}\n" for layer in range(2)
-                        for m in ("attention", "mlp"))
+        edits = "".join(
+            f"  - {{type: direction, layer: {layer}, module: {m}, weight: 1.0, "
+            f"vector: random{k}.safetensors#layer.{layer}}}\n"
+            for layer in range(2)
+            for m in ("attention", "mlp")
+        )
         (tmp_path / f"random{k}.yaml").write_text("version: 1\nedits:\n" + edits)
         surgery.apply(tmp_path / f"random{k}.yaml", fixture_dir, tmp_path / f"out{k}", device="cpu")
         after = behaviour(_load(tmp_path / f"out{k}")[0], tokenizer, sets)

@@ -48,9 +48,13 @@ def test_no_plan_equals_eager_and_features_equal_attention_maps(model):
                 featured = model(input_ids=ids, attention_mask=att).logits
     assert model.config._attn_implementation == "eager"  # restored
     assert torch.equal(plain, ref.logits) and torch.equal(featured, ref.logits)
-    expected = torch.stack([
-        (att_l[:, :, OPT_A, ITEM].sum(-1).mean(-1) + att_l[:, :, OPT_B, ITEM].sum(-1).mean(-1)) / 2
-        for att_l in ref.attentions], dim=1)
+    expected = torch.stack(
+        [
+            (att_l[:, :, OPT_A, ITEM].sum(-1).mean(-1) + att_l[:, :, OPT_B, ITEM].sum(-1).mean(-1)) / 2
+            for att_l in ref.attentions
+        ],
+        dim=1,
+    )
     got = plan.features_tensor(len(ref.attentions))
     assert got.shape == (B, len(ref.attentions), model.config.num_attention_heads)
     torch.testing.assert_close(got, expected.float(), rtol=0, atol=1e-6)
@@ -66,13 +70,13 @@ def test_knockout_removes_exactly_the_chosen_edges(model):
         with active_plan(Plan(masks, edit=EdgeEdit({layer: (head,)}, 0.0))):
             ko = model(input_ids=ids, attention_mask=att, output_attentions=True)
     a, r = ko.attentions[layer], ref.attentions[layer]
-    assert torch.all(a[:, head][:, OPT_A][:, :, ITEM] == 0)          # the edges are gone
-    assert torch.all(r[:, head][:, OPT_A][:, :, ITEM] > 0)           # and were there before
+    assert torch.all(a[:, head][:, OPT_A][:, :, ITEM] == 0)  # the edges are gone
+    assert torch.all(r[:, head][:, OPT_A][:, :, ITEM] > 0)  # and were there before
     others = [h for h in range(model.config.num_attention_heads) if h != head]
-    assert torch.equal(a[:, others], r[:, others])                    # other heads untouched
+    assert torch.equal(a[:, others], r[:, others])  # other heads untouched
     rows = torch.ones(L, dtype=torch.bool)
     rows[OPT_A] = False
-    assert torch.equal(a[:, head][:, rows], r[:, head][:, rows])      # other query rows untouched
+    assert torch.equal(a[:, head][:, rows], r[:, head][:, rows])  # other query rows untouched
     torch.testing.assert_close(a[:, head].sum(-1)[att.bool()], torch.ones(int(att.sum())))  # renormalised
     assert all(torch.equal(ko.attentions[i], ref.attentions[i]) for i in range(layer))  # earlier layers
     assert not torch.equal(ko.logits, ref.logits)
@@ -99,10 +103,8 @@ def test_edge_edit_applies_to_the_prompt_pass_of_generate(model):
     with torch.inference_mode(), surgery_attention_on(model):
         with active_plan(Plan(masks, edit=edit)):
             first = model(input_ids=ids, attention_mask=att).logits[:, -1].argmax(-1)
-            gen = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=3, do_sample=False,
-                                 pad_token_id=0)
-        plain = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=3, do_sample=False,
-                               pad_token_id=0)
+            gen = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=3, do_sample=False, pad_token_id=0)
+        plain = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=3, do_sample=False, pad_token_id=0)
     assert torch.equal(gen[:, L], first)
     assert gen.shape == plain.shape == (B, L + 3)
 

@@ -8,8 +8,16 @@ from collections import Counter
 import pytest
 
 from surgery.core.errors import SurgeryError
-from surgery.find.heads.benchmark import (QTYPES, BenchmarkError, annotate_n4, awareness_records, load_benchmark,
-                                          load_n4, norm_identity, question_spans)
+from surgery.find.heads.benchmark import (
+    QTYPES,
+    BenchmarkError,
+    annotate_n4,
+    awareness_records,
+    load_benchmark,
+    load_n4,
+    norm_identity,
+    question_spans,
+)
 from surgery.find.heads.pairs import KNOWLEDGE_EQUAL, build_pairs
 from surgery.find.heads.prompting import BASE_ANSWER_START, INSTRUCTION
 from surgery.find.heads.prompts import cue_token_id, encode_question
@@ -29,7 +37,7 @@ def test_builtin_benchmark_content(builtin):
     for it in builtin.items:
         assert len(it.related) >= 2 and len(it.unrelated) >= 2 and it.culture
         for stem in it.stems:  # every stem names its item exactly where the span says
-            assert stem.text[stem.item_span[0]:stem.item_span[1]] == it.name
+            assert stem.text[stem.item_span[0] : stem.item_span[1]] == it.name
     # an identity related to items of two cultures would make "no shared identity" meaningless
     owners: dict[str, set] = {}
     for it in builtin.items:
@@ -55,7 +63,8 @@ def _check_pairs(bench, pairs):
             assert span["tested"].endswith(identity.split(" ", 1)[1]) and span["tested"].startswith("the ")
             assert span["control"].endswith(p.distractor.split(" ", 1)[1])
             assert span["ab"[p.slot]] == span["tested"] and span["item"].lower().endswith(
-                p.item.lower().split(" ", 1)[-1])
+                p.item.lower().split(" ", 1)[-1]
+            )
         # match and mismatch differ only in the identity slot
         ms, me = p.match.spans["tested"]
         ws, we = p.mismatch.spans["tested"]
@@ -88,11 +97,13 @@ def test_own_format_file_and_errors(tmp_path):
     assert len(bench.items) == 6 and len(bench.items[0].stems) == 2
     _check_pairs(bench, build_pairs(bench, seed=0))
     bad = tmp_path / "bad.jsonl"
-    for line, message in [("{nope", "not JSON"), ('{"kind": "thing"}', "kind must be"),
-                          ('{"kind": "template", "qtype": 9, "text": "{item}", "equal": "x"}', "qtype"),
-                          ('{"kind": "template", "qtype": 0, "text": "no slot", "equal": "x"}', "placeholder"),
-                          ('{"kind": "item", "item": "x", "qtypes": [1], "related": ["a"], "unrelated": ["b"]}',
-                           "no template")]:
+    for line, message in [
+        ("{nope", "not JSON"),
+        ('{"kind": "thing"}', "kind must be"),
+        ('{"kind": "template", "qtype": 9, "text": "{item}", "equal": "x"}', "qtype"),
+        ('{"kind": "template", "qtype": 0, "text": "no slot", "equal": "x"}', "placeholder"),
+        ('{"kind": "item", "item": "x", "qtypes": [1], "related": ["a"], "unrelated": ["b"]}', "no template"),
+    ]:
         bad.write_text(line + "\n")
         with pytest.raises(BenchmarkError, match=message):
             load_benchmark(bad)

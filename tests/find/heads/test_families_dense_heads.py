@@ -41,15 +41,21 @@ def test_surgery_attention_equals_eager_or_is_refused(case):
     ids = torch.randint(3, 90, (2, 9), generator=torch.Generator().manual_seed(0))
     att = torch.ones_like(ids)
     att[1, :2] = 0
-    masks = {"item": torch.zeros_like(ids, dtype=torch.bool), "a": torch.zeros_like(ids, dtype=torch.bool),
-             "b": torch.zeros_like(ids, dtype=torch.bool)}
+    masks = {
+        "item": torch.zeros_like(ids, dtype=torch.bool),
+        "a": torch.zeros_like(ids, dtype=torch.bool),
+        "b": torch.zeros_like(ids, dtype=torch.bool),
+    }
     masks["item"][:, 3:5], masks["a"][:, 6:7], masks["b"][:, 8:9] = True, True, True
     with torch.inference_mode():
         eager = model(input_ids=ids, attention_mask=att).logits
         if case in NO_INTERFACE:
-            with pytest.raises(SurgeryError, match=r"^\w+ cannot switch its attention function; binding features "
-                                                   r"and edge edits need a model built on transformers' "
-                                                   r"AttentionInterface$"):
+            with pytest.raises(
+                SurgeryError,
+                match=r"^\w+ cannot switch its attention function; binding features "
+                r"and edge edits need a model built on transformers' "
+                r"AttentionInterface$",
+            ):
                 with surgery_attention_on(model):
                     pass
             return
@@ -100,12 +106,20 @@ def test_resumed_passes_equal_full_passes(tmp_path, small, case):
     cfg = model.config.get_text_config()
     layers, heads = cfg.num_hidden_layers, cfg.num_attention_heads
     sets = random_head_sets(layers, heads, 2, 2, [], seed=1)
-    edits = [EdgeEdit(edge_heads([(0, 1)]), 0.0), EdgeEdit(edge_heads([(layers - 1, 2)]), 0.0),
-             EdgeEdit(edge_heads(sets[0]), 2.0)]
+    edits = [
+        EdgeEdit(edge_heads([(0, 1)]), 0.0),
+        EdgeEdit(edge_heads([(layers - 1, 2)]), 0.0),
+        EdgeEdit(edge_heads(sets[0]), 2.0),
+    ]
     scales = [(HeadScale(0, 1, 2.5),), (HeadScale(layers - 1, heads - 1, 0.0),)]
     with surgery_attention_on(model):
-        runner = PairRunner(model, encode_pairs(tok, small, "binding", True), [p.item for p in small],
-                            option_token_ids(tok), batch_size=3)
+        runner = PairRunner(
+            model,
+            encode_pairs(tok, small, "binding", True),
+            [p.item for p in small],
+            option_token_ids(tok),
+            batch_size=3,
+        )
         swept = runner.sweep([*edits, *scales])
         full = [run_prompts(model, runner.prompts, runner.ids, batch_size=3, edit=e).s for e in edits]
         for sc in scales:

@@ -34,11 +34,13 @@ SAME = 1e-5  # S agreement of a resumed pass with a full pass (fp32 summation or
 
 def _build(model_type: str, path, **overrides):
     return (build_family if model_type in FAMILIES or model_type == "qwen3_5" else build_tiny)(
-        model_type, path, **overrides)
+        model_type, path, **overrides
+    )
 
 
-@pytest.mark.parametrize("model_type", ["gpt_oss", "hy_v4", "deepseek_v32", "minicpm3", "qwen3_5_text",
-                                        "recurrent_gemma", "mistral"])
+@pytest.mark.parametrize(
+    "model_type", ["gpt_oss", "hy_v4", "deepseek_v32", "minicpm3", "qwen3_5_text", "recurrent_gemma", "mistral"]
+)
 def test_no_plan_equals_eager(tmp_path, model_type):
     """Sinks (GPT-OSS, Hunyuan-V4: one more logit per row), DeepSeek sparse attention (each query's
     top-k keys), MLA, linear-attention and recurrent hybrids, sliding windows: as eager attention."""
@@ -66,16 +68,23 @@ def _char_model(model_type: str, path, chat: str | None = None):
     return path
 
 
-@pytest.mark.parametrize("model_type", ["qwen3_5_text", "nemotron_h", "recurrent_gemma", "minicpm3", "deepseek_v2",
-                                        "hy_v4"])
+@pytest.mark.parametrize(
+    "model_type", ["qwen3_5_text", "nemotron_h", "recurrent_gemma", "minicpm3", "deepseek_v2", "hy_v4"]
+)
 def test_resumed_knockouts_equal_full_passes(tmp_path, small, model_type):
     model, tok = load_model(_char_model(model_type, tmp_path / "m", CHAT)), char_tokenizer(CHAT)
     layers, heads = model_architecture(model).head_layers(), model.config.get_text_config().num_attention_heads
-    edits = ([EdgeEdit(edge_heads([(layers[0], 1)]), 0.0), EdgeEdit(edge_heads([(layers[-1], 2)]), 2.0)]
-             + [EdgeEdit(edge_heads(s), 0.0) for s in random_head_sets(layers, heads, 2, 2, [], seed=1)])
+    edits = [EdgeEdit(edge_heads([(layers[0], 1)]), 0.0), EdgeEdit(edge_heads([(layers[-1], 2)]), 2.0)] + [
+        EdgeEdit(edge_heads(s), 0.0) for s in random_head_sets(layers, heads, 2, 2, [], seed=1)
+    ]
     with surgery_attention_on(model):
-        runner = PairRunner(model, encode_pairs(tok, small, "binding", True), [p.item for p in small],
-                            option_token_ids(tok), batch_size=3)
+        runner = PairRunner(
+            model,
+            encode_pairs(tok, small, "binding", True),
+            [p.item for p in small],
+            option_token_ids(tok),
+            batch_size=3,
+        )
         swept = runner.sweep(edits)
         full = [run_prompts(model, runner.prompts, runner.ids, batch_size=3, edit=e).s for e in edits]
     for s, f in zip(swept, full):

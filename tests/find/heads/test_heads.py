@@ -15,11 +15,20 @@ from surgery.core.edits import HeadScale, Recipe
 from surgery.core.errors import SurgeryError
 from surgery.find.heads.attention import surgery_attention_on
 from surgery.find.heads.benchmark import load_benchmark
-from surgery.find.heads.causal import (PairRunner, bootstrap_effect, confirmed_order, dose_response, effect,
-                                       knockout_report, knockout_row, random_head_sets, single_knockouts)
+from surgery.find.heads.causal import (
+    PairRunner,
+    bootstrap_effect,
+    confirmed_order,
+    dose_response,
+    effect,
+    knockout_report,
+    knockout_row,
+    random_head_sets,
+    single_knockouts,
+)
 from surgery.find.heads.discovery import discover, rank_heads
-from surgery.find.heads.record import HeadsFindings
 from surgery.find.heads.pairs import build_pairs
+from surgery.find.heads.record import HeadsFindings
 from surgery.find.heads.scores import delta, encode_pairs, option_token_ids, run_prompts, s_scores, score_binding
 from surgery.model.hooks import applied
 from surgery.model.loading import load_model
@@ -52,7 +61,12 @@ def test_delta_is_paired_t_test_over_item_means():
     imm = [mm[[i for i, it in enumerate(items) if it == n]].mean() for n in names]
     ref = stats.ttest_rel(im, imm)
     assert d["delta"] == pytest.approx(m.mean() - mm.mean())
-    assert (d["t"], d["p"], d["n_items"], d["n_pairs"]) == (pytest.approx(ref.statistic), pytest.approx(ref.pvalue), 4, 7)
+    assert (d["t"], d["p"], d["n_items"], d["n_pairs"]) == (
+        pytest.approx(ref.statistic),
+        pytest.approx(ref.pvalue),
+        4,
+        7,
+    )
 
 
 def test_discovery_recovers_a_planted_head():
@@ -81,8 +95,38 @@ def test_random_head_sets_and_effect():
 
 
 # One ΔS per item (30 items), summing to 0.3: ΔS_base = 0.01, far inside its spread over items.
-NEAR_ZERO = [0.60, -2.56, 0.42, -0.57, -0.45, -0.22, -2.02, -0.23, -0.87, 3.32, 0.23, -0.35, -0.28, -0.67, -1.06,
-             -0.39, 0.48, -0.24, 0.96, -0.2, 0.02, 1.55, 0.55, -0.51, -0.18, 0.54, 1.94, -0.27, -0.24, 1.0]
+NEAR_ZERO = [
+    0.60,
+    -2.56,
+    0.42,
+    -0.57,
+    -0.45,
+    -0.22,
+    -2.02,
+    -0.23,
+    -0.87,
+    3.32,
+    0.23,
+    -0.35,
+    -0.28,
+    -0.67,
+    -1.06,
+    -0.39,
+    0.48,
+    -0.24,
+    0.96,
+    -0.2,
+    0.02,
+    1.55,
+    0.55,
+    -0.51,
+    -0.18,
+    0.54,
+    1.94,
+    -0.27,
+    -0.24,
+    1.0,
+]
 
 
 def test_no_ci_for_an_effect_of_a_delta_s_indistinguishable_from_zero():
@@ -160,8 +204,13 @@ def test_scores_knockout_and_dose_response_on_tiny_model(tiny, small):
         res = score_binding(model, tok, pairs, instruct=False, features=True)
         assert res["features"].shape == (2 * len(pairs), 3, 4)
         assert res["S"]["n_pairs"] == len(pairs) and "p" in res["K"]
-        runner = PairRunner(model, encode_pairs(tok, pairs, "binding", False), [p.item for p in pairs],
-                            option_token_ids(tok), base=res["s"])
+        runner = PairRunner(
+            model,
+            encode_pairs(tok, pairs, "binding", False),
+            [p.item for p in pairs],
+            option_token_ids(tok),
+            base=res["s"],
+        )
         heads = [(1, 0), (2, 3)]
         report = knockout_report(runner, heads, 3, 4, random_sets=1)
         dose = dose_response(runner, heads, (0.0, 1.0, 2.0))
@@ -177,11 +226,13 @@ def test_scores_knockout_and_dose_response_on_tiny_model(tiny, small):
 
 
 def test_confirmed_order_puts_significant_reductions_first_by_effect():
-    rows = [{"layer": 2, "head": 2, "effect_pct": 0.1, "significant": False},
-            {"layer": 0, "head": 1, "effect_pct": 30.0, "significant": True},
-            {"layer": 1, "head": 1, "effect_pct": float("nan"), "significant": False},
-            {"layer": 0, "head": 3, "effect_pct": 55.0, "significant": True},
-            {"layer": 1, "head": 0, "effect_pct": 40.0, "significant": False}]  # large but CI reaches 0
+    rows = [
+        {"layer": 2, "head": 2, "effect_pct": 0.1, "significant": False},
+        {"layer": 0, "head": 1, "effect_pct": 30.0, "significant": True},
+        {"layer": 1, "head": 1, "effect_pct": float("nan"), "significant": False},
+        {"layer": 0, "head": 3, "effect_pct": 55.0, "significant": True},
+        {"layer": 1, "head": 0, "effect_pct": 40.0, "significant": False},
+    ]  # large but CI reaches 0
     order = [(r["layer"], r["head"]) for r in confirmed_order(rows)]
     assert order == [(0, 3), (0, 1), (1, 0), (2, 2), (1, 1)]
 
@@ -192,8 +243,9 @@ def test_single_knockouts_are_the_runners_one_head_knockouts(tiny, small):
     pairs = small[1]
     heads = [(0, 1), (2, 3)]
     with surgery_attention_on(model):
-        runner = PairRunner(model, encode_pairs(tok, pairs, "binding", False), [p.item for p in pairs],
-                            option_token_ids(tok))
+        runner = PairRunner(
+            model, encode_pairs(tok, pairs, "binding", False), [p.item for p in pairs], option_token_ids(tok)
+        )
         rows = single_knockouts(runner, heads, seed=3)
         alone = [runner.knockout([h], "tested", 3) for h in heads]
     for r, ko, h in zip(rows, alone, heads):
@@ -224,8 +276,13 @@ def test_find_heads_says_how_much_work_it_will_do():
     from surgery.find.heads.find import work_note
     from surgery.find.heads.params import FindParams
 
-    assert work_note(1824, FindParams()) == ("1824 pairs: about 124,032 prompt forward passes (32 knockout "
-                                             "passes); on a CPU, --max-pairs 96 keeps it to minutes")
+    assert work_note(1824, FindParams()) == (
+        "1824 pairs: about 124,032 prompt forward passes (32 knockout "
+        "passes); on a CPU, --max-pairs 96 keeps it to minutes"
+    )
     grid = len(set(FindParams().dose_grid) | set(FindParams().awareness_alphas)) - 1  # α = 1 is free
     note = work_note(96, FindParams(random_sets=10, confirm=0, dose_response=True))
-    assert note == f"96 pairs: about {4 * 96 + (12 + 2 * grid) * 2 * 96:,} prompt forward passes ({12 + 2 * grid} knockout passes)"
+    assert (
+        note
+        == f"96 pairs: about {4 * 96 + (12 + 2 * grid) * 2 * 96:,} prompt forward passes ({12 + 2 * grid} knockout passes)"
+    )

@@ -45,8 +45,9 @@ def test_find_heads_then_amplify_heads(tiny, tmp_path, capsys):
     assert "Cached findings" in main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST)
     # amplify-heads reuses the cached findings (same parameters) and bakes the top 2 heads
     baked = tmp_path / "baked"
-    out = main_stdout(capsys, "amplify-heads", model, "--alpha", "2.5", "--top", "2", "--benchmark", bench, *FAST,
-                      "--out", baked)
+    out = main_stdout(
+        capsys, "amplify-heads", model, "--alpha", "2.5", "--top", "2", "--benchmark", bench, *FAST, "--out", baked
+    )
     assert "Heads from findings" in out and "Baked 2 edit(s)" in out
     prov = json.loads((baked / "surgery.json").read_text())
     heads = [[e["layer"], e["head"]] for e in prov["recipe"]["edits"]]
@@ -54,30 +55,54 @@ def test_find_heads_then_amplify_heads(tiny, tmp_path, capsys):
     assert prov["heads_findings"]["dataset_sha256"] == f["dataset_sha256"]
     assert verify(__import__("surgery.core.checkpoint", fromlist=["Checkpoint"]).Checkpoint(model), baked).ok
     from transformers import AutoModelForCausalLM  # stock transformers loads it, no custom code
+
     assert AutoModelForCausalLM.from_pretrained(baked) is not None
     # the --heads mode still works and refuses to mix with findings options
     out = main_stdout(capsys, "amplify-heads", model, "--heads", "0.1,2.3", "--alpha", "2", "--out", tmp_path / "h")
     assert "Baked 2 edit(s)" in out
-    assert "drop --findings" in _fails(capsys, "amplify-heads", model, "--heads", "0.1", "--top", "1",
-                                       "--alpha", "2", "--out", tmp_path / "x")
+    assert "drop --findings" in _fails(
+        capsys, "amplify-heads", model, "--heads", "0.1", "--top", "1", "--alpha", "2", "--out", tmp_path / "x"
+    )
     # instruct → base transfer: findings of one checkpoint on another of the same architecture
     other = char_model(tiny, "llama", seed=1)
-    assert "--transfer" in _fails(capsys, "amplify-heads", other, "--alpha", "2.5", "--findings",
-                                  tmp_path / "f.json", "--out", tmp_path / "a")
-    out = main_stdout(capsys, "amplify-heads", other, "--alpha", "2.5", "--findings", tmp_path / "f.json",
-                      "--transfer", "--out", tmp_path / "b")
+    assert "--transfer" in _fails(
+        capsys, "amplify-heads", other, "--alpha", "2.5", "--findings", tmp_path / "f.json", "--out", tmp_path / "a"
+    )
+    out = main_stdout(
+        capsys,
+        "amplify-heads",
+        other,
+        "--alpha",
+        "2.5",
+        "--findings",
+        tmp_path / "f.json",
+        "--transfer",
+        "--out",
+        tmp_path / "b",
+    )
     prov = json.loads((tmp_path / "b" / "surgery.json").read_text())
     assert "Baked 3 edit(s)" in out and prov["heads_findings"]["transfer"] is True
     gemma = char_model(tiny, "gemma2")
-    assert "different model" in _fails(capsys, "amplify-heads", gemma, "--alpha", "2.5", "--findings",
-                                       tmp_path / "f.json", "--transfer", "--out", tmp_path / "c")
+    assert "different model" in _fails(
+        capsys,
+        "amplify-heads",
+        gemma,
+        "--alpha",
+        "2.5",
+        "--findings",
+        tmp_path / "f.json",
+        "--transfer",
+        "--out",
+        tmp_path / "c",
+    )
 
 
 def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_path, capsys):
     model = char_model(tiny, "llama")
     bench = write_small_benchmark(tmp_path / "small.jsonl")
-    out = main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "5", "--out",
-                      tmp_path / "f.json")
+    out = main_stdout(
+        capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "5", "--out", tmp_path / "f.json"
+    )
     assert "Knockout confirmation" in out
     f = load_findings(tmp_path / "f.json", "heads").to_dict()
     conf = f["confirmation"]
@@ -87,13 +112,25 @@ def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_pa
     assert conf["n_significant"] == sum(h["significant"] for h in conf["heads"])
     assert f["selected_heads"] == [[h["layer"], h["head"]] for h in conf["heads"][:3]]
     # amplify-heads --top beyond the selection follows the confirmed ranking, not discovery's
-    main_stdout(capsys, "amplify-heads", model, "--alpha", "2", "--findings", tmp_path / "f.json", "--top", "4",
-                "--out", tmp_path / "a")
+    main_stdout(
+        capsys,
+        "amplify-heads",
+        model,
+        "--alpha",
+        "2",
+        "--findings",
+        tmp_path / "f.json",
+        "--top",
+        "4",
+        "--out",
+        tmp_path / "a",
+    )
     edits = json.loads((tmp_path / "a" / "surgery.json").read_text())["recipe"]["edits"]
     assert [[e["layer"], e["head"]] for e in edits] == [[h["layer"], h["head"]] for h in conf["heads"][:4]]
     # --confirm 0: discovery's top heads, unconfirmed
-    main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "0", "--out",
-                tmp_path / "g.json")
+    main_stdout(
+        capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "0", "--out", tmp_path / "g.json"
+    )
     g = load_findings(tmp_path / "g.json", "heads").to_dict()
     assert "confirmation" not in g
     assert g["selected_heads"] == [[h["layer"], h["head"]] for h in g["discovery"]["heads"][:3]]
@@ -113,8 +150,14 @@ def test_dose_response_findings_and_edge_alpha_in_generation(tiny, tmp_path):
     bench = load_benchmark(write_small_benchmark(tmp_path / "small.jsonl"))
     pairs = build_pairs(bench, seed=0, max_pairs=4)
     records = awareness_records(bench, seed=0)[:2]  # one "≠" and one "=" question
-    params = FindParams(max_pairs=4, random_sets=1, dose_response=True, dose_grid=(0.0, 1.0, 2.5),
-                        awareness_alphas=(1.0, 2.5), knockout_heads=2)
+    params = FindParams(
+        max_pairs=4,
+        random_sets=1,
+        dose_response=True,
+        dose_grid=(0.0, 1.0, 2.5),
+        awareness_alphas=(1.0, 2.5),
+        knockout_heads=2,
+    )
     found = cached_find_heads(path, pairs, params, awareness_records=records)
     f = found.data.to_dict()
     assert not found.from_cache and found.path.is_file()
@@ -145,13 +188,15 @@ def test_alpha_that_zeroes_a_head_needs_allow_zero_and_the_rule_is_the_stored_dt
     from safetensors import safe_open
 
     f32, bf16 = tiny("llama"), tiny("llama", dtype=torch.bfloat16)
-    main_stdout(capsys, "amplify-heads", f32, "--heads", "0.1", "--alpha", "1e-40", "--out", tmp_path / "f32",
-                "--no-verify")
+    main_stdout(
+        capsys, "amplify-heads", f32, "--heads", "0.1", "--alpha", "1e-40", "--out", tmp_path / "f32", "--no-verify"
+    )
     line = _fails(capsys, "amplify-heads", bf16, "--heads", "0.1", "--alpha", "1e-40", "--out", tmp_path / "bf16")
     assert "rounds every weight of head 0.1 to zero in this BF16 checkpoint" in line
     assert not (tmp_path / "bf16").exists()
-    main_stdout(capsys, "amplify-heads", bf16, "--heads", "0.1", "--alpha", "1e-40", "--allow-zero", "--out",
-                tmp_path / "bf16")
+    main_stdout(
+        capsys, "amplify-heads", bf16, "--heads", "0.1", "--alpha", "1e-40", "--allow-zero", "--out", tmp_path / "bf16"
+    )
     with safe_open(str(tmp_path / "bf16" / "model.safetensors"), "pt") as f:
         w = f.get_tensor("model.layers.0.self_attn.o_proj.weight")
     assert not w[:, 8:16].any() and w[:, :8].abs().min() > 0
@@ -163,8 +208,11 @@ def test_alpha_sweep_json_is_one_document(tiny, tmp_path, capsys):
     """--json on a sweep prints one JSON list (one object per value, with its label), not objects back to back."""
     model = tiny("llama")
     sweep = tmp_path / "sweep"
-    doc = json.loads(main_stdout(capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2,3", "--no-verify",
-                                 "--json", "--out", sweep))
+    doc = json.loads(
+        main_stdout(
+            capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2,3", "--no-verify", "--json", "--out", sweep
+        )
+    )
     assert [d["label"] for d in doc] == ["alpha-2", "alpha-3"]
     assert [d["out"] for d in doc] == [str(sweep / "alpha-2"), str(sweep / "alpha-3")]
     for d, alpha in zip(doc, (2.0, 3.0)):

@@ -18,11 +18,14 @@ def test_find_heads_then_amplify_heads_on_a_moe(tiny, tmp_path, capsys, arch):
     out = main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--out", tmp_path / "f.json")
     assert "Edge knockout" in out
     baked = tmp_path / "baked"
-    out = main_stdout(capsys, "amplify-heads", model, "--alpha", "2.5", "--top", "2", "--benchmark", bench, *FAST,
-                      "--out", baked)
+    out = main_stdout(
+        capsys, "amplify-heads", model, "--alpha", "2.5", "--top", "2", "--benchmark", bench, *FAST, "--out", baked
+    )
     assert "Baked 2 edit(s)" in out
     check = json.loads((baked / "surgery.json").read_text())["verification"]
-    assert check["kind"] == "edited maps" and check["maps"] in (1, 2) and check["max_diff_over_bound"] <= 1.0  # 2 heads: 1 or 2 o_proj
+    assert (
+        check["kind"] == "edited maps" and check["maps"] in (1, 2) and check["max_diff_over_bound"] <= 1.0
+    )  # 2 heads: 1 or 2 o_proj
     from surgery.bake.verify import verify
     from surgery.core.checkpoint import Checkpoint
 

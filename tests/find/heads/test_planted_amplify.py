@@ -29,12 +29,21 @@ from tests.planted.fixture import Planted, load_planted
 from tests.planted.train import TrainConfig
 from tests.support.cli import run_cli
 from tests.support.paths import FIXTURES
-from tests.support.planted_circuit import (AMPLIFY, CIRCUIT_EFFECT, ENV, HELD_OUT_SEED, LARGE_EFFECT, NO_EFFECT,
-                                           PER_ITEM, SAME, find_heads_cli)
+from tests.support.planted_circuit import (
+    AMPLIFY,
+    CIRCUIT_EFFECT,
+    ENV,
+    HELD_OUT_SEED,
+    LARGE_EFFECT,
+    NO_EFFECT,
+    PER_ITEM,
+    SAME,
+    find_heads_cli,
+)
 
 DOSE = FIXTURES / "binding_dose"
-WHOLE_CIRCUIT = 90.0   # % of ΔS the dosed head alone carries (measured 97.6 on the shipped pairs)
-AMPLIFIED = 1.5        # the least factor by which α = 2 must raise |ΔS| (measured 2.04 on the 3 selected heads)
+WHOLE_CIRCUIT = 90.0  # % of ΔS the dosed head alone carries (measured 97.6 on the shipped pairs)
+AMPLIFIED = 1.5  # the least factor by which α = 2 must raise |ΔS| (measured 2.04 on the 3 selected heads)
 ALPHAS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 
 
@@ -101,8 +110,11 @@ def test_amplify_heads_raises_binding_on_held_out_prompts(findings, loaded, held
 
     f, tmp = findings
     out = tmp / "amplified"
-    res = run_cli(["amplify-heads", DOSE, "--alpha", str(AMPLIFY), "--findings", tmp / "findings.json",
-                   "--out", out], env=ENV, timeout=300)
+    res = run_cli(
+        ["amplify-heads", DOSE, "--alpha", str(AMPLIFY), "--findings", tmp / "findings.json", "--out", out],
+        env=ENV,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     heads = [(e["layer"], e["head"]) for e in json.loads((out / "surgery.json").read_text())["recipe"]["edits"]]
     assert heads == [tuple(h) for h in f["selected_heads"]]

@@ -40,11 +40,23 @@ from tests.planted.train import TrainConfig, evaluate
 from tests.planted.vocab import build_tokenizer
 from tests.support.cli import run_cli
 from tests.support.paths import FIXTURES
-from tests.support.planted_circuit import (AMPLIFY, CIRCUIT_EFFECT, ENV, HELD_OUT_SEED, LARGE_EFFECT, NO_EFFECT,
-                                           PER_ITEM, SAME, TOP, check_confirmed_selection, circuit, find_heads_cli)
+from tests.support.planted_circuit import (
+    AMPLIFY,
+    CIRCUIT_EFFECT,
+    ENV,
+    HELD_OUT_SEED,
+    LARGE_EFFECT,
+    NO_EFFECT,
+    PER_ITEM,
+    SAME,
+    TOP,
+    check_confirmed_selection,
+    circuit,
+    find_heads_cli,
+)
 
 FIXTURE = FIXTURES / "binding_model"
-GAIN = 0.1                # the least relative rise of |ΔS| that counts as amplified
+GAIN = 0.1  # the least relative rise of |ΔS| that counts as amplified
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +117,9 @@ def test_model_has_the_planted_behaviour(loaded, world, config, held_out):
     assert evaluate(model, tok, world, config, seed=HELD_OUT_SEED)["accuracy"] >= 0.9
     s = s_of(model, tok, held_out.texts).numpy()
     names = sorted(set(held_out.item_names))
-    per_item = [np.mean([(s[2 * i] - s[2 * i + 1]) for i, n in enumerate(held_out.item_names) if n == name])
-                for name in names]
+    per_item = [
+        np.mean([(s[2 * i] - s[2 * i + 1]) for i, n in enumerate(held_out.item_names) if n == name]) for name in names
+    ]
     assert np.mean(per_item) < 0 and stats.ttest_1samp(per_item, 0).pvalue < 1e-4
 
 
@@ -125,8 +138,13 @@ def test_surgery_measures_what_the_reference_measures(loaded, fixture_dir, truth
     mine = Prompts.from_spans(tok, rows, [p.item for p in pairs])
     head = truth[1][0]
     with surgery_attention_on(model):
-        runner = PairRunner(model, encode_pairs(tok, pairs, "binding", False), [p.item for p in pairs],
-                            option_token_ids(tok), batch_size=16)
+        runner = PairRunner(
+            model,
+            encode_pairs(tok, pairs, "binding", False),
+            [p.item for p in pairs],
+            option_token_ids(tok),
+            batch_size=16,
+        )
         theirs = runner.knockout([(head.layer, head.head)])
     n = len(pairs)
     ours = s_of(model, tok, mine.texts).numpy()
@@ -144,8 +162,10 @@ def test_edge_alpha_raises_binding_on_held_out_prompts(findings, loaded, held_ou
     time) raises |ΔS| on prompts that discovery never saw."""
     model, tok = loaded
     heads = [tuple(h) for h in findings[0]["selected_heads"]]
-    edits = {layer: [EdgeEdit(h, held_out.tested, held_out.items, AMPLIFY) for l2, h in heads if l2 == layer]
-             for layer in {layer for layer, _ in heads}}
+    edits = {
+        layer: [EdgeEdit(h, held_out.tested, held_out.items, AMPLIFY) for l2, h in heads if l2 == layer]
+        for layer in {layer for layer, _ in heads}
+    }
     base, amplified = delta_s(s_of(model, tok, held_out.texts)), delta_s(s_of(model, tok, held_out.texts, edits))
     assert abs(amplified) > (1 + GAIN) * abs(base), (base, amplified)
 
@@ -207,8 +227,22 @@ def test_amplify_heads_bakes_the_runtime_effect(findings, fixture_dir, loaded, h
 
     f, tmp = findings
     out = tmp / "amplified"
-    res = run_cli(["amplify-heads", fixture_dir, "--alpha", str(AMPLIFY), "--findings", tmp / "findings.json",
-                   "--top", str(TOP), "--out", out], env=ENV, timeout=300)
+    res = run_cli(
+        [
+            "amplify-heads",
+            fixture_dir,
+            "--alpha",
+            str(AMPLIFY),
+            "--findings",
+            tmp / "findings.json",
+            "--top",
+            str(TOP),
+            "--out",
+            out,
+        ],
+        env=ENV,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     edits = json.loads((out / "surgery.json").read_text())["recipe"]["edits"]
     heads = [(e["layer"], e["head"]) for e in edits]
@@ -234,7 +268,8 @@ def test_the_findings_file_reads_as_typed_findings_and_writes_back_unchanged(fin
     f = found.data
     assert f.selected() == [tuple(h) for h in raw["selected_heads"]] == found.select()
     assert [(h.layer, h.head, h.significant) for h in f.confirmation.heads] == [
-        (h["layer"], h["head"], h["significant"]) for h in raw["confirmation"]["heads"]]
+        (h["layer"], h["head"], h["significant"]) for h in raw["confirmation"]["heads"]
+    ]
     assert f.knockout.tested.effect_pct == raw["knockout"]["tested"]["effect_pct"]
     assert len(f.knockout.random_sets) == raw["knockout"]["random"]["n"] == f.knockout.random.n
     assert f.scores.S.p == raw["scores"]["S"]["p"] and f.discovery.coef_grid == raw["discovery"]["coef_grid"]

@@ -20,8 +20,16 @@ import pytest
 
 from tests.planted.fixture import load_planted
 from tests.support.paths import FIXTURES
-from tests.support.planted_circuit import (CIRCUIT_EFFECT, LARGE_EFFECT, NO_EFFECT, PER_ITEM, TOP,
-                                           check_confirmed_selection, circuit, find_heads_cli)
+from tests.support.planted_circuit import (
+    CIRCUIT_EFFECT,
+    LARGE_EFFECT,
+    NO_EFFECT,
+    PER_ITEM,
+    TOP,
+    check_confirmed_selection,
+    circuit,
+    find_heads_cli,
+)
 
 DECOY = FIXTURES / "binding_decoy"
 
@@ -29,8 +37,9 @@ DECOY = FIXTURES / "binding_decoy"
 @pytest.fixture(scope="module")
 def decoy_truth() -> tuple[float, list]:
     """Brute force on the decoy (every head's edges knocked out alone), largest effect first."""
-    planted = load_planted(DECOY, f"python examples/train_binding_model.py --seed 0 --heads 4 --head-dim 4 "
-                                  f"--out {DECOY}")
+    planted = load_planted(
+        DECOY, f"python examples/train_binding_model.py --seed 0 --heads 4 --head-dim 4 --out {DECOY}"
+    )
     return planted.brute_force(PER_ITEM)
 
 

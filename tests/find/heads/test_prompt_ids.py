@@ -73,10 +73,11 @@ def test_instruct_prompts_are_the_chat_template_text_unchanged():
     tok = char_tokenizer(CHAT, merges=[SPACE_PAREN])
     records = _records(2)
     # the chat template writes BOS itself: the text is tokenized without adding special tokens
-    expected = [tok(format_mcq(tok, r["question"], instruct=True), add_special_tokens=False)["input_ids"]
-                for r in records]
+    expected = [
+        tok(format_mcq(tok, r["question"], instruct=True), add_special_tokens=False)["input_ids"] for r in records
+    ]
     assert _generated_ids(tok, records, instruct=True) == expected
-    assert expected[0][-len("assistant:"):] == tok("assistant:")["input_ids"]
+    assert expected[0][-len("assistant:") :] == tok("assistant:")["input_ids"]
 
 
 @pytest.mark.slow(minutes=1)

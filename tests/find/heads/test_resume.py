@@ -13,8 +13,15 @@ from surgery.core.edits import HeadScale
 from surgery.find.heads import causal
 from surgery.find.heads.attention import EdgeEdit, edge_heads, surgery_attention_on
 from surgery.find.heads.benchmark import load_benchmark
-from surgery.find.heads.causal import (PairRunner, dose_conditions, dose_response, knockout_edit, knockout_report,
-                                      knockout_sets, random_head_sets)
+from surgery.find.heads.causal import (
+    PairRunner,
+    dose_conditions,
+    dose_response,
+    knockout_edit,
+    knockout_report,
+    knockout_sets,
+    random_head_sets,
+)
 from surgery.find.heads.find import find_heads
 from surgery.find.heads.pairs import build_pairs
 from surgery.find.heads.params import FindParams
@@ -32,15 +39,18 @@ SAME = 1e-5  # S agreement of a resumed pass with a full pass (fp32 summation or
 def edits_for(n_layers: int, n_heads: int) -> list[EdgeEdit]:
     """Single heads in the first and last layer, random head sets, the control span, an α ≠ 0."""
     sets = random_head_sets(n_layers, n_heads, 2, 3, [], seed=1)
-    return ([EdgeEdit(edge_heads([(0, 1)]), 0.0), EdgeEdit(edge_heads([(n_layers - 1, 2)]), 0.0)]
-            + [EdgeEdit(edge_heads(s), 0.0) for s in sets]
-            + [EdgeEdit(edge_heads(sets[0]), 0.0, queries="control"), EdgeEdit(edge_heads(sets[1]), 2.0)])
+    return (
+        [EdgeEdit(edge_heads([(0, 1)]), 0.0), EdgeEdit(edge_heads([(n_layers - 1, 2)]), 0.0)]
+        + [EdgeEdit(edge_heads(s), 0.0) for s in sets]
+        + [EdgeEdit(edge_heads(sets[0]), 0.0, queries="control"), EdgeEdit(edge_heads(sets[1]), 2.0)]
+    )
 
 
 def full_pass_scores(runner: PairRunner, edits) -> list[np.ndarray]:
     """What find-heads computed before resumed passes: every edit from the embeddings."""
-    return [run_prompts(runner.model, runner.prompts, runner.ids, batch_size=runner.batch_size, edit=e).s
-            for e in edits]
+    return [
+        run_prompts(runner.model, runner.prompts, runner.ids, batch_size=runner.batch_size, edit=e).s for e in edits
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +66,20 @@ def test_resumed_passes_equal_full_passes(tiny, small, arch):
     cfg = model.config.get_text_config()
     edits = edits_for(cfg.num_hidden_layers, cfg.num_attention_heads)
     with surgery_attention_on(model):
-        runner = PairRunner(model, encode_pairs(tok, small, "binding", True), [p.item for p in small],
-                            option_token_ids(tok), batch_size=3)
+        runner = PairRunner(
+            model,
+            encode_pairs(tok, small, "binding", True),
+            [p.item for p in small],
+            option_token_ids(tok),
+            batch_size=3,
+        )
         swept, full = runner.sweep(edits), full_pass_scores(runner, edits)
     for s, f in zip(swept, full):
         np.testing.assert_allclose(s, f, atol=SAME, rtol=0)
     # the edits do change S, unless every layer has an 8-token window (the item is out of reach)
-    windowed = getattr(cfg, "sliding_window", None) and all(t == "sliding_attention" for t in
-                                          getattr(cfg, "layer_types", None) or ["sliding_attention"])
+    windowed = getattr(cfg, "sliding_window", None) and all(
+        t == "sliding_attention" for t in getattr(cfg, "layer_types", None) or ["sliding_attention"]
+    )
     assert any(not np.allclose(f, runner.base, atol=1e-4) for f in full) != bool(windowed)
     assert runner.counter.flops < runner.full_flops + runner.counter.full(runner.prompts, 3)
 
@@ -71,8 +87,9 @@ def test_resumed_passes_equal_full_passes(tiny, small, arch):
 def scales_for(n_layers: int, n_heads: int) -> list[tuple[HeadScale, ...]]:
     """Whole-head α: one head in the first and in the last layer, random sets, α = 0 and α > 1."""
     sets = random_head_sets(n_layers, n_heads, 2, 2, [], seed=2)
-    return ([(HeadScale(0, 1, 2.5),), (HeadScale(n_layers - 1, 2, 0.0),)]
-            + [tuple(HeadScale(layer, h, a) for layer, h in s) for s, a in zip(sets, (0.0, 3.0))])
+    return [(HeadScale(0, 1, 2.5),), (HeadScale(n_layers - 1, 2, 0.0),)] + [
+        tuple(HeadScale(layer, h, a) for layer, h in s) for s, a in zip(sets, (0.0, 3.0))
+    ]
 
 
 def full_scaled_scores(runner: PairRunner, scales) -> list[np.ndarray]:
@@ -80,8 +97,11 @@ def full_scaled_scores(runner: PairRunner, scales) -> list[np.ndarray]:
     out = []
     for sc in scales:
         with applied(runner.model, sc):
-            out.append(run_prompts(runner.model, runner.prompts, runner.ids, batch_size=runner.batch_size,
-                                   share_prefixes=False).s)  # the sweeps' layout: bit for bit
+            out.append(
+                run_prompts(
+                    runner.model, runner.prompts, runner.ids, batch_size=runner.batch_size, share_prefixes=False
+                ).s
+            )  # the sweeps' layout: bit for bit
     return out
 
 
@@ -95,18 +115,23 @@ def test_resumed_whole_head_scales_equal_full_passes(tiny, small, arch):
     scales = scales_for(cfg.num_hidden_layers, cfg.num_attention_heads)
     edits = edits_for(cfg.num_hidden_layers, cfg.num_attention_heads)[:2]
     with surgery_attention_on(model):
-        runner = PairRunner(model, encode_pairs(tok, small, "binding", True), [p.item for p in small],
-                            option_token_ids(tok), batch_size=3)
+        runner = PairRunner(
+            model,
+            encode_pairs(tok, small, "binding", True),
+            [p.item for p in small],
+            option_token_ids(tok),
+            batch_size=3,
+        )
         flops = runner.counter.flops
         swept = runner.sweep([*edits, *scales])
         spent = runner.counter.flops - flops
         full = full_pass_scores(runner, edits) + full_scaled_scores(runner, scales)
-    for s, f in zip(swept[:len(edits)], full):
+    for s, f in zip(swept[: len(edits)], full):
         np.testing.assert_allclose(s, f, atol=SAME, rtol=0)
-    for s, f in zip(swept[len(edits):], full[len(edits):]):
+    for s, f in zip(swept[len(edits) :], full[len(edits) :]):
         # the layers that run get the inputs a full pass gives them, in the same shapes: bit for bit
         np.testing.assert_array_equal(s, f)
-    assert any(not np.allclose(f, runner.base, atol=1e-4) for f in full[len(edits):])  # the scales do change S
+    assert any(not np.allclose(f, runner.base, atol=1e-4) for f in full[len(edits) :])  # the scales do change S
     # the whole-head passes skip the layers below their lowest head (the first starts in layer 0)
     assert spent < (1 + len(edits) + len(scales)) * runner.counter.full(runner.prompts, 3)
 
@@ -117,8 +142,13 @@ def test_dose_response_equals_full_whole_head_passes(tiny, small):
     model, tok = load_model(path), char_tokenizer(CHAT)
     heads, grid = [(1, 0), (2, 3)], (0.0, 1.0, 2.5)
     with surgery_attention_on(model):
-        runner = PairRunner(model, encode_pairs(tok, small, "binding", True), [p.item for p in small],
-                            option_token_ids(tok), batch_size=3)
+        runner = PairRunner(
+            model,
+            encode_pairs(tok, small, "binding", True),
+            [p.item for p in small],
+            option_token_ids(tok),
+            batch_size=3,
+        )
         rows = dose_response(runner, heads, grid)
         edge = full_pass_scores(runner, [EdgeEdit(edge_heads(heads), a) for a in grid])
         whole = full_scaled_scores(runner, [tuple(HeadScale(la, h, a) for la, h in heads) for a in grid])
@@ -143,8 +173,10 @@ def test_knockouts_and_dose_response_share_one_sweep(tiny, small):
             runner = PairRunner(model, prompts, [p.item for p in small], option_token_ids(tok), batch_size=3)
             flops = runner.counter.flops
             if together:
-                runner.prefetch([knockout_edit(h, q) for h, q in knockout_sets(heads, 3, 4, 3, seed=0)]
-                                + dose_conditions(heads, grid))
+                runner.prefetch(
+                    [knockout_edit(h, q) for h, q in knockout_sets(heads, 3, 4, 3, seed=0)]
+                    + dose_conditions(heads, grid)
+                )
             report = knockout_report(runner, heads, 3, 4, random_sets=3, seed=0)
             out.append((report, dose_response(runner, heads, grid), runner.counter.flops - flops, runner.full_flops))
     (ko_a, dose_a, flops_a, full_a), (ko_b, dose_b, flops_b, full_b) = out
@@ -187,10 +219,13 @@ def test_planted_findings_are_those_of_full_passes(name, monkeypatch):
     fixture = FIXTURES / name
     new, old = _planted_findings(fixture, monkeypatch, False), _planted_findings(fixture, monkeypatch, True)
     assert new["selected_heads"] == old["selected_heads"]
-    assert [(h["layer"], h["head"]) for h in new["confirmation"]["heads"]] == \
-        [(h["layer"], h["head"]) for h in old["confirmation"]["heads"]]
-    a, b = dict(_numbers({k: new[k] for k in ("confirmation", "knockout")})), \
-        dict(_numbers({k: old[k] for k in ("confirmation", "knockout")}))
+    assert [(h["layer"], h["head"]) for h in new["confirmation"]["heads"]] == [
+        (h["layer"], h["head"]) for h in old["confirmation"]["heads"]
+    ]
+    a, b = (
+        dict(_numbers({k: new[k] for k in ("confirmation", "knockout")})),
+        dict(_numbers({k: old[k] for k in ("confirmation", "knockout")})),
+    )
     assert a.keys() == b.keys()
     for key in a:
         if "ci95" in key or "p95" in key or "sd_pct" in key or "mean_pct" in key or "effect_pct" in key:
@@ -199,8 +234,10 @@ def test_planted_findings_are_those_of_full_passes(name, monkeypatch):
     for key in a:
         assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-3) or math.isnan(b[key]), key
     cost = new["cost"]
-    print(f"{name}: forward-pass FLOPs {cost['forward_flops']:.4g} of {cost['forward_flops_full_passes']:.4g} "
-          f"as full passes ({cost['forward_flops'] / cost['forward_flops_full_passes']:.3f})")
+    print(
+        f"{name}: forward-pass FLOPs {cost['forward_flops']:.4g} of {cost['forward_flops_full_passes']:.4g} "
+        f"as full passes ({cost['forward_flops'] / cost['forward_flops_full_passes']:.3f})"
+    )
     assert cost["forward_flops"] < 0.75 * cost["forward_flops_full_passes"]
 
 
@@ -211,8 +248,7 @@ def test_smollm2_resumed_knockouts_equal_full_passes(smollm2):
     cfg = model.config.get_text_config()
     edits = edits_for(cfg.num_hidden_layers, cfg.num_attention_heads)
     with surgery_attention_on(model):
-        runner = PairRunner(model, encode_pairs(tok, pairs, "binding"), [p.item for p in pairs],
-                            option_token_ids(tok))
+        runner = PairRunner(model, encode_pairs(tok, pairs, "binding"), [p.item for p in pairs], option_token_ids(tok))
         swept, full = runner.sweep(edits), full_pass_scores(runner, edits)
     for s, f in zip(swept, full):
         np.testing.assert_allclose(s, f, atol=SAME, rtol=0)
@@ -228,9 +264,20 @@ def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, sma
         said.append(f"progress: {label}")
         return lambda n: None
 
-    found = find_heads(path, small, FindParams(confirm=3, random_sets=2, batch_size=4, dose_response=dose,
-                                               dose_grid=(0.0, 1.0, 2.0), awareness_alphas=(1.0,)),
-                       progress=progress, report=said.append)
+    found = find_heads(
+        path,
+        small,
+        FindParams(
+            confirm=3,
+            random_sets=2,
+            batch_size=4,
+            dose_response=dose,
+            dose_grid=(0.0, 1.0, 2.0),
+            awareness_alphas=(1.0,),
+        ),
+        progress=progress,
+        report=said.append,
+    )
     note = next(i for i, m in enumerate(said) if m.startswith("forward-pass FLOPs: at most"))
     assert note < next(i for i, m in enumerate(said) if m.startswith("progress"))  # before any pass
     bound, today = (float(x) for x in re.findall(r"\d\.\d+e[+-]\d+", said[note])[:2])

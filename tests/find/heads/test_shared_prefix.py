@@ -74,5 +74,6 @@ def test_flop_count_of_shared_prefix_passes(tiny, small):
     assert counter.shared(prompts, 3) < counter.full(prompts, 3)
     same = [prompts[0]] * 3
     n = len(prompts[0].ids)
-    assert counter.shared(same, 3) == (counter.layer_flops(1, n - 1) + counter.layer_flops(3, n, n - 1)
-                                       + 3 * 2 * counter.head_params)
+    assert counter.shared(same, 3) == (
+        counter.layer_flops(1, n - 1) + counter.layer_flops(3, n, n - 1) + 3 * 2 * counter.head_params
+    )

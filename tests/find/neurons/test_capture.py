@@ -13,8 +13,9 @@ from tests.support.neuron_capture import TEXTS, load_with_char_tokenizer, refere
 
 def _captured(model, tok, texts, batch_size, layers=None) -> torch.Tensor:
     parts = []
-    capture_pooled(model, tok, texts, lambda start, pooled: parts.append((start, pooled)),
-                   batch_size=batch_size, layers=layers)
+    capture_pooled(
+        model, tok, texts, lambda start, pooled: parts.append((start, pooled)), batch_size=batch_size, layers=layers
+    )
     assert [s for s, _ in parts] == list(range(0, len(texts), batch_size))
     return torch.cat([p for _, p in parts])
 
@@ -38,7 +39,8 @@ def test_stops_after_last_needed_layer(tiny):
     arch = model_architecture(model)
     calls = {"layer2_mlp": 0, "lm_head": 0}
     layer_module(model, arch, 2, "mlp").register_forward_pre_hook(
-        lambda m, a: calls.__setitem__("layer2_mlp", calls["layer2_mlp"] + 1))
+        lambda m, a: calls.__setitem__("layer2_mlp", calls["layer2_mlp"] + 1)
+    )
     model.lm_head.register_forward_pre_hook(lambda m, a: calls.__setitem__("lm_head", calls["lm_head"] + 1))
     got = _captured(model, tok, TEXTS, batch_size=3, layers=[1, 0])
     assert calls == {"layer2_mlp": 0, "lm_head": 0}

@@ -27,9 +27,12 @@ def _alone(model, tok, text: str) -> tuple[np.ndarray, np.ndarray]:
     """One prompt, no batch, no padding: each layer's experts' mean activation over routed tokens
     ([layers, E, I], NaN where unreached) and routing share ([layers, E]), by the experts' own math."""
     seen = {}
-    hooks = [layer.mlp.experts.register_forward_hook(
-        lambda m, a, kw, o, i=i: seen.__setitem__(i, (m, *(list(a) + list(kw.values()))[:2])), with_kwargs=True)
-        for i, layer in enumerate(model.model.layers)]
+    hooks = [
+        layer.mlp.experts.register_forward_hook(
+            lambda m, a, kw, o, i=i: seen.__setitem__(i, (m, *(list(a) + list(kw.values()))[:2])), with_kwargs=True
+        )
+        for i, layer in enumerate(model.model.layers)
+    ]
     with torch.no_grad():
         model(input_ids=tok(text, return_tensors="pt").input_ids)
     for h in hooks:
@@ -38,10 +41,10 @@ def _alone(model, tok, text: str) -> tuple[np.ndarray, np.ndarray]:
     with torch.no_grad():
         for i in range(len(seen)):
             m, x, index = seen[i]
-            w = m.gate_up_proj.transpose(1, 2) if m.is_transposed else m.gate_up_proj   # [E, 2I, H]
+            w = m.gate_up_proj.transpose(1, 2) if m.is_transposed else m.gate_up_proj  # [E, 2I, H]
             b = m.gate_up_proj_bias if m.has_bias else torch.zeros(w.shape[:2])
             h = torch.stack([m._apply_gate(x @ w[e].T + b[e]) for e in range(w.shape[0])])  # [E, T, I]
-            hit = torch.stack([(index == e).any(-1) for e in range(w.shape[0])])          # [E, T]
+            hit = torch.stack([(index == e).any(-1) for e in range(w.shape[0])])  # [E, T]
             with np.errstate(invalid="ignore"):
                 means.append((h * hit[..., None]).sum(1).numpy() / hit.sum(1, keepdim=True).numpy())
             shares.append(hit.float().mean(1).numpy())
@@ -54,7 +57,7 @@ def test_batched_capture_equals_each_prompt_alone(tiny, arch):
     texts = ["The nurse said that", "A man", "Our old neighbour is kind", "x"]
     got = []
     capture_experts(model, tok, texts, lambda s, p, r: got.append((p, r)), batch_size=4)
-    (pooled, share), = got
+    ((pooled, share),) = got
     for k, text in enumerate(texts):
         mean, ref_share = _alone(model, tok, text)
         np.testing.assert_allclose(pooled[k].numpy(), mean.reshape(mean.shape[0], -1), rtol=1e-5, atol=1e-6)
@@ -85,8 +88,9 @@ def test_find_and_prune_n_on_a_moe(tiny, tmp_path, capsys):
     """find-neurons reports experts and routing; prune-neurons --n 40 bakes expert edits, checked."""
     src = save_char_tokenizer(tiny("olmoe"), bos=True)
     pairs = write_pairs(tmp_path / "pairs.jsonl")
-    code, out, err = main_output(capsys, "find-neurons", src, "--pairs", pairs, "--n", "5", "--out",
-                                 tmp_path / "f.json")
+    code, out, err = main_output(
+        capsys, "find-neurons", src, "--pairs", pairs, "--n", "5", "--out", tmp_path / "f.json"
+    )
     assert code == 0, err
     assert "Routing share" in out and "expert neurons unscored" in out
     findings = json.loads((tmp_path / "f.json").read_text())
@@ -105,4 +109,3 @@ def test_find_and_prune_n_on_a_moe(tiny, tmp_path, capsys):
     edits = prov["recipe"]["edits"]
     assert len(edits) == 40 and all("expert" in e for e in edits)
     assert prov["verification"]["kind"] == "edited maps" and prov["verification"]["max_diff_over_bound"] <= 1.0
-

@@ -37,10 +37,10 @@ def test_findings_on_each_family_and_their_top_n_bake(tiny, tmp_path, model_type
     routed = g.num_experts * g.expert_size
     for layer in range(g.num_layers):
         if layer in dense:
-            assert np.isfinite(bias[layer, :g.intermediate_size]).all()
+            assert np.isfinite(bias[layer, : g.intermediate_size]).all()
         else:
-            assert np.isfinite(bias[layer, :routed]).any()                 # some expert was reached
-            assert np.isfinite(bias[layer, routed:routed + g.shared_size]).all()
+            assert np.isfinite(bias[layer, :routed]).any()  # some expert was reached
+            assert np.isfinite(bias[layer, routed : routed + g.shared_size]).all()
     baked = surgery.prune_neurons(src, tmp_path / "pruned", n=12)
     prov = json.loads((tmp_path / "pruned" / "surgery.json").read_text())
     assert len(prov["recipe"]["edits"]) == 12 and prov["verification"]["max_diff_over_bound"] <= 1.0
@@ -59,7 +59,7 @@ def test_dense_dispatch_capture_is_the_routers_top_k(tiny):
     model = load_fp32(tiny("llama4_text"))
     texts = ["The nurse said that", "A man", "Our old neighbour is kind"]
     pooled, share = _pooled(model, texts)
-    tok, layer = char_tokenizer(bos=True), 1                        # the routing layer of dense, sparse, dense
+    tok, layer = char_tokenizer(bos=True), 1  # the routing layer of dense, sparse, dense
     block = model.model.layers[layer].feed_forward
     seen = {}
     handle = block.register_forward_pre_hook(lambda m, a: seen.__setitem__("x", a[0]))
@@ -74,11 +74,12 @@ def test_dense_dispatch_capture_is_the_routers_top_k(tiny):
                 hit = (top == e).any(-1)
                 want = torch.full((I,), float("nan"))
                 if hit.any():
-                    xs = torch.sigmoid(logits[hit, e:e + 1]) * x[hit]
+                    xs = torch.sigmoid(logits[hit, e : e + 1]) * x[hit]
                     gate, up = (xs @ block.experts.gate_up_proj[e]).chunk(2, dim=-1)
                     want = (up * block.experts.act_fn(gate)).mean(0)
-                np.testing.assert_allclose(pooled[n, layer, e * I:(e + 1) * I].numpy(), want.numpy(),
-                                           rtol=1e-5, atol=1e-6)
+                np.testing.assert_allclose(
+                    pooled[n, layer, e * I : (e + 1) * I].numpy(), want.numpy(), rtol=1e-5, atol=1e-6
+                )
                 assert share[n, layer, e].item() == pytest.approx(hit.float().mean().item())
     handle.remove()
     assert torch.isnan(share[:, 0]).all() and torch.isnan(share[:, 2]).all()  # dense layers route nothing

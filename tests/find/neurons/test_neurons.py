@@ -74,17 +74,21 @@ def test_scores_match_plain_loop_reference(tiny, tmp_path, arch):
     np.testing.assert_allclose(ppm, reference_ppm(model), rtol=1e-6)
     pooled = (table.bias["Age"] * 6 + table.bias["Gender"] * 3 + table.bias["SES"] * 3) / 12
     np.testing.assert_allclose(table.pooled("bias", table.categories), pooled, rtol=1e-9)
-    np.testing.assert_allclose(table.score("fairness", ["Age"], 0.7),
-                               reference_fairness(table.bias["Age"], table.ppm, 0.7), rtol=1e-9)
+    np.testing.assert_allclose(
+        table.score("fairness", ["Age"], 0.7), reference_fairness(table.bias["Age"], table.ppm, 0.7), rtol=1e-9
+    )
     np.testing.assert_allclose(table.score("signed", ["Gender"]), np.abs(table.signed["Gender"]))
 
 
 def synthetic(seed: int = 0, layers: int = 4, width: int = 10, cats=("A", "B", "C")) -> NeuronScores:
     rng = np.random.default_rng(seed)
-    return NeuronScores({c: 2 + k for k, c in enumerate(cats)},
-                        {c: rng.random((layers, width)) for c in cats},
-                        {c: rng.normal(size=(layers, width)) for c in cats},
-                        {c: rng.random((layers, width)) for c in cats}, rng.random((layers, width)) + 1)
+    return NeuronScores(
+        {c: 2 + k for k, c in enumerate(cats)},
+        {c: rng.random((layers, width)) for c in cats},
+        {c: rng.normal(size=(layers, width)) for c in cats},
+        {c: rng.random((layers, width)) for c in cats},
+        rng.random((layers, width)) + 1,
+    )
 
 
 def _flat(neurons, width=10):
@@ -125,7 +129,7 @@ def test_intersection_matches_growing_top_k(seed):
         inter = set.intersection(*(set(t[:k]) for t in tops.values()))
         if len(inter) >= n:
             break
-    before = set.intersection(*(set(t[:k - 1]) for t in tops.values()))
+    before = set.intersection(*(set(t[: k - 1]) for t in tops.values()))
     boundary = [i for i in pooled if i in inter - before][: n - len(before)]
     assert len(before) < n
     assert _flat(chosen.neurons) == [i for i in pooled if i in before or i in boundary]
@@ -139,8 +143,12 @@ def test_layer_restriction_and_single_category():
     masked[[0, 2]] = -np.inf
     assert _flat(chosen.neurons) == list(np.argsort(-masked.ravel(), kind="stable")[:5])
     assert chosen.categories == ("B",) and chosen.layers == (1, 3)
-    assert layer_distribution(chosen, 4) == [0, sum(1 for l, _ in chosen.neurons if l == 1), 0,
-                                             sum(1 for l, _ in chosen.neurons if l == 3)]
+    assert layer_distribution(chosen, 4) == [
+        0,
+        sum(1 for l, _ in chosen.neurons if l == 1),
+        0,
+        sum(1 for l, _ in chosen.neurons if l == 3),
+    ]
 
 
 def test_sparing_the_most_active_neurons_of_each_layer():
@@ -212,12 +220,20 @@ def test_ppm_of_an_ungated_mlp_reads_its_one_input_matrix(tmp_path, monkeypatch)
     from surgery.core.architectures import Layout
     from tests.support.tiny import BASE
 
-    monkeypatch.setitem(architectures.ARCHITECTURES, "starcoder2", Layout(
-        ("model.layers.{layer}.",), down_proj="mlp.c_proj", gate_proj=None, up_proj="mlp.c_fc"))
+    monkeypatch.setitem(
+        architectures.ARCHITECTURES,
+        "starcoder2",
+        Layout(("model.layers.{layer}.",), down_proj="mlp.c_proj", gate_proj=None, up_proj="mlp.c_fc"),
+    )
     torch.manual_seed(0)
-    model = tf.AutoModelForCausalLM.from_config(tf.Starcoder2Config(**{k: v for k, v in BASE.items()
-                                                                       if k != "head_dim"})).eval()
+    model = tf.AutoModelForCausalLM.from_config(
+        tf.Starcoder2Config(**{k: v for k, v in BASE.items() if k != "head_dim"})
+    ).eval()
     arch = model_architecture(model)
-    up = np.stack([layer_module(model, arch, layer, "mlp.c_fc").weight.detach().double().numpy()
-                   for layer in range(arch.geometry.num_layers)])
+    up = np.stack(
+        [
+            layer_module(model, arch, layer, "mlp.c_fc").weight.detach().double().numpy()
+            for layer in range(arch.geometry.num_layers)
+        ]
+    )
     np.testing.assert_allclose(ppm_scores(model), up.max(axis=2) + np.abs(up.min(axis=2)), rtol=1e-6)

@@ -13,8 +13,8 @@ from safetensors import safe_open
 from surgery.core.checkpoint import Checkpoint
 from surgery.find.findings import load_findings
 from surgery.find.neurons.find import scores_of
-from surgery.find.neurons.record import NeuronsFindings
 from surgery.find.neurons.pairs import load_pairs
+from surgery.find.neurons.record import NeuronsFindings
 from surgery.find.neurons.select import select
 from tests.support.cli import main_output
 from tests.support.neuron_pairs import write_pairs
@@ -24,6 +24,7 @@ from tests.support.tokenizer import save_char_tokenizer
 @pytest.fixture
 def setup(tiny, tmp_path):
     """A tiny model with a tokenizer, and a pairs file (one pair of it has unequal token counts)."""
+
     def make(arch: str = "llama", seed: int = 0):
         model = tiny(arch, seed=seed)
         save_char_tokenizer(model, bos=True)
@@ -50,8 +51,9 @@ def _forbid_capture(monkeypatch):
 def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, monkeypatch):
     make, pairs = setup
     model = make()
-    code, out, err = main_output(capsys, "find-neurons", model, "--pairs", pairs, "--n", "5", "--out",
-                                 tmp_path / "f.json")
+    code, out, err = main_output(
+        capsys, "find-neurons", model, "--pairs", pairs, "--n", "5", "--out", tmp_path / "f.json"
+    )
     assert code == 0, err
     assert "skipped 3 of 15 pairs" in err and "SES 3" in err
     assert "Neurons per layer" in out and "Category overlap" in out
@@ -63,8 +65,9 @@ def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, m
     assert raw["scores"]["layers"] == 3 and raw["scores"]["width"] == 48
 
     _forbid_capture(monkeypatch)
-    code, _, err = main_output(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 4, "--strict", "--out",
-                               tmp_path / "s")
+    code, _, err = main_output(
+        capsys, "prune-neurons", model, "--pairs", pairs, "--n", 4, "--strict", "--out", tmp_path / "s"
+    )
     assert code == 2 and "3 pair(s) tokenize to different lengths" in err  # a cache hit is no way around it
     for n in (4, 7):
         dest = tmp_path / f"pruned-{n}"
@@ -80,17 +83,42 @@ def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, m
         assert prov["verification"]["max_diff_over_bound"] <= 1.0 and prov["verification"]["maps"] == 3 * len(layers)
     _check_pruned(model, tmp_path / "pruned-7", chosen.neurons, factor=0.0)
     # --category only selects: the findings over every category serve it
-    code, _, err = main_output(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 3, "--category", "Gender",
-                               "--json", "--out", tmp_path / "gender")
+    code, _, err = main_output(
+        capsys,
+        "prune-neurons",
+        model,
+        "--pairs",
+        pairs,
+        "--n",
+        3,
+        "--category",
+        "Gender",
+        "--json",
+        "--out",
+        tmp_path / "gender",
+    )
     assert code == 0, err
-    assert json.loads((tmp_path / "gender" / "surgery.json").read_text())["neuron_selection"]["categories"] == ["Gender"]
+    assert json.loads((tmp_path / "gender" / "surgery.json").read_text())["neuron_selection"]["categories"] == [
+        "Gender"
+    ]
 
 
 def test_n_sweep_json_is_one_document(setup, tmp_path, capsys):
     make, pairs = setup
     model = make()
-    code, out, err = main_output(capsys, "prune-neurons", model, "--pairs", pairs, "--n", "2,3", "--no-verify",
-                                 "--json", "--out", tmp_path / "sweep")
+    code, out, err = main_output(
+        capsys,
+        "prune-neurons",
+        model,
+        "--pairs",
+        pairs,
+        "--n",
+        "2,3",
+        "--no-verify",
+        "--json",
+        "--out",
+        tmp_path / "sweep",
+    )
     assert code == 0, err
     doc = json.loads(out)  # one document: a list with one object per value
     assert [d["label"] for d in doc] == ["n-2", "n-3"]
@@ -117,8 +145,10 @@ def test_damaged_cache_entry_is_recomputed(setup, tmp_path, capsys, damage):
     assert code == 0, err
     prov = json.loads((tmp_path / "p" / "surgery.json").read_text())
     assert prov["neuron_findings"]["from_cache"] is False
-    assert (load_findings(entry, "neurons").to_dict()["scores"]
-            == load_findings(tmp_path / "f.json", "neurons").to_dict()["scores"])
+    assert (
+        load_findings(entry, "neurons").to_dict()["scores"]
+        == load_findings(tmp_path / "f.json", "neurons").to_dict()["scores"]
+    )
 
 
 def _check_pruned(source, baked, neurons, factor: float, fused: bool = False, width: int = 48):
@@ -146,14 +176,45 @@ def _check_pruned(source, baked, neurons, factor: float, fused: bool = False, wi
 def test_phi3_fused_gate_up_and_steering_factor(setup, tmp_path, capsys):
     make, pairs = setup
     model = make("phi3")
-    code, _, err = main_output(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 6, "--score", "signed",
-                               "--select", "global", "--out", tmp_path / "zero")
+    code, _, err = main_output(
+        capsys,
+        "prune-neurons",
+        model,
+        "--pairs",
+        pairs,
+        "--n",
+        6,
+        "--score",
+        "signed",
+        "--select",
+        "global",
+        "--out",
+        tmp_path / "zero",
+    )
     assert code == 0, err
-    neurons = [(e["layer"], e["neuron"]) for e in
-               json.loads((tmp_path / "zero" / "surgery.json").read_text())["recipe"]["edits"]]
+    neurons = [
+        (e["layer"], e["neuron"])
+        for e in json.loads((tmp_path / "zero" / "surgery.json").read_text())["recipe"]["edits"]
+    ]
     _check_pruned(model, tmp_path / "zero", neurons, 0.0, fused=True)
-    code, out, err = main_output(capsys, "prune-neurons", model, "--pairs", pairs, "--n", 6, "--score", "signed",
-                                 "--select", "global", "--factor", -0.5, "--json", "--out", tmp_path / "flip")
+    code, out, err = main_output(
+        capsys,
+        "prune-neurons",
+        model,
+        "--pairs",
+        pairs,
+        "--n",
+        6,
+        "--score",
+        "signed",
+        "--select",
+        "global",
+        "--factor",
+        -0.5,
+        "--json",
+        "--out",
+        tmp_path / "flip",
+    )
     assert code == 0, err
     report = json.loads(out)
     assert report["neuron_selection"]["factor"] == -0.5 and report["neuron_selection"]["score"] == "signed"
@@ -164,8 +225,22 @@ def test_phi3_fused_gate_up_and_steering_factor(setup, tmp_path, capsys):
 def test_layers_category_and_named_neurons_modes(setup, tmp_path, capsys):
     make, pairs = setup
     model = make()
-    code, out, err = main_output(capsys, "find-neurons", model, "--pairs", pairs, "--category", "Age,gender",
-                                 "--layers", "1-2", "--n", 4, "--select", "intersection", "--json")
+    code, out, err = main_output(
+        capsys,
+        "find-neurons",
+        model,
+        "--pairs",
+        pairs,
+        "--category",
+        "Age,gender",
+        "--layers",
+        "1-2",
+        "--n",
+        4,
+        "--select",
+        "intersection",
+        "--json",
+    )
     assert code == 0, err
     shown = json.loads(out)["summary"]
     assert shown["categories"] == ["Age", "Gender"] and shown["rule"] == "intersection"
@@ -179,30 +254,47 @@ def test_findings_of_another_model_are_refused(setup, tmp_path, capsys):
     make, pairs = setup
     first, second = make(seed=0), make(seed=1)
     assert main_output(capsys, "find-neurons", first, "--pairs", pairs, "--out", tmp_path / "f.json")[0] == 0
-    code, _, err = main_output(capsys, "prune-neurons", second, "--n", 3, "--findings", tmp_path / "f.json",
-                               "--out", tmp_path / "x")
+    code, _, err = main_output(
+        capsys, "prune-neurons", second, "--n", 3, "--findings", tmp_path / "f.json", "--out", tmp_path / "x"
+    )
     assert code == 2 and "same architecture; pass --transfer" in err
-    code, _, err = main_output(capsys, "prune-neurons", second, "--n", 3, "--findings", tmp_path / "f.json",
-                               "--transfer", "--out", tmp_path / "x")
+    code, _, err = main_output(
+        capsys,
+        "prune-neurons",
+        second,
+        "--n",
+        3,
+        "--findings",
+        tmp_path / "f.json",
+        "--transfer",
+        "--out",
+        tmp_path / "x",
+    )
     assert code == 0, err
     other = make("gemma3_text")
-    code, _, err = main_output(capsys, "prune-neurons", other, "--n", 3, "--findings", tmp_path / "f.json",
-                               "--out", tmp_path / "y")
+    code, _, err = main_output(
+        capsys, "prune-neurons", other, "--n", 3, "--findings", tmp_path / "f.json", "--out", tmp_path / "y"
+    )
     assert code == 2 and "different model" in err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--n", "145", "--spare-active", "0"],
-     "--n 145 is out of range: the model has 144 selectable MLP neurons (3 layers × 48); choose 1..144"),
-    (["--n", "144"], "the model has 141 selectable MLP neurons (3 layers × 48, after sparing the 0.01 most"),
-    (["--n", "3", "--neurons", "1:2"], "give exactly one of --neurons"),
-    ([], "give exactly one of --neurons"),
-    (["--n", "2.5"], "--n must be whole numbers"),
-    (["--n", "3", "--factor", "1"], "--factor 1 leaves every neuron unchanged"),
-    (["--n", "3", "--category", "Nationality"], "category Nationality not in these pairs"),
-    (["--n", "3", "--layers", "2-1"], "runs backwards"),
-    (["--n", "3", "--strict"], "tokenize to different lengths"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--n", "145", "--spare-active", "0"],
+            "--n 145 is out of range: the model has 144 selectable MLP neurons (3 layers × 48); choose 1..144",
+        ),
+        (["--n", "144"], "the model has 141 selectable MLP neurons (3 layers × 48, after sparing the 0.01 most"),
+        (["--n", "3", "--neurons", "1:2"], "give exactly one of --neurons"),
+        ([], "give exactly one of --neurons"),
+        (["--n", "2.5"], "--n must be whole numbers"),
+        (["--n", "3", "--factor", "1"], "--factor 1 leaves every neuron unchanged"),
+        (["--n", "3", "--category", "Nationality"], "category Nationality not in these pairs"),
+        (["--n", "3", "--layers", "2-1"], "runs backwards"),
+        (["--n", "3", "--strict"], "tokenize to different lengths"),
+    ],
+)
 def test_prune_errors_are_one_line(setup, tmp_path, capsys, args, message):
     make, pairs = setup
     code, _, err = main_output(capsys, "prune-neurons", make(), "--pairs", pairs, *args, "--out", tmp_path / "o")

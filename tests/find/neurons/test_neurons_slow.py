@@ -20,8 +20,10 @@ from tests.support.paths import REPO
 SHARED = Path(os.environ.get("SURGERY_SHARED_DATA", REPO.parent / "shared" / "data"))
 PUBLIC_EN = SHARED / "fairness_pruning" / "prompt_pairs_en.json"
 
-pytestmark = [pytest.mark.slow(minutes=1),
-              pytest.mark.skipif(not PUBLIC_EN.is_file(), reason="public fairness-pruning pairs not present")]
+pytestmark = [
+    pytest.mark.slow(minutes=1),
+    pytest.mark.skipif(not PUBLIC_EN.is_file(), reason="public fairness-pruning pairs not present"),
+]
 
 
 def test_bias_score_matches_unbatched_reference(smollm2):
@@ -47,18 +49,18 @@ def test_bias_score_matches_unbatched_reference(smollm2):
 
 
 def test_prune_40_with_defaults_still_knows_paris(smollm2, tmp_path, capsys):
-    code, _, err = main_output(capsys, "prune-neurons", smollm2, "--pairs", PUBLIC_EN, "--n", 40, "--out",
-                               tmp_path / "out")
+    code, _, err = main_output(
+        capsys, "prune-neurons", smollm2, "--pairs", PUBLIC_EN, "--n", 40, "--out", tmp_path / "out"
+    )
     assert code == 0, err
     prov = json.loads((tmp_path / "out" / "surgery.json").read_text())
     assert len(prov["recipe"]["edits"]) == 40 and prov["neuron_selection"]["n"] == 40
     from transformers import AutoModelForCausalLM
 
-    model, info = AutoModelForCausalLM.from_pretrained(tmp_path / "out", dtype=torch.float32,
-                                                       output_loading_info=True)
+    model, info = AutoModelForCausalLM.from_pretrained(tmp_path / "out", dtype=torch.float32, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     tok = load_tokenizer(tmp_path / "out")
     ids = tok("The capital of France is", return_tensors="pt")["input_ids"]
     with torch.inference_mode():
         out = model.eval().generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
-    assert "Paris" in tok.decode(out[0, ids.shape[1]:])
+    assert "Paris" in tok.decode(out[0, ids.shape[1] :])

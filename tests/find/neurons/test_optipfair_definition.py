@@ -46,8 +46,14 @@ def naive_bias(model, tok, pairs, site: str) -> dict[str, np.ndarray]:
                     model(**tok(text, return_tensors="pt"))
                 pooled.append({k: v.double().mean(dim=(0, 1)).numpy() for k, v in seen.items()})
             for name in names:
-                diffs[name].append(np.stack([np.abs(pooled[0][name, layer] - pooled[1][name, layer])
-                                             for layer in range(len(model.model.layers))]))
+                diffs[name].append(
+                    np.stack(
+                        [
+                            np.abs(pooled[0][name, layer] - pooled[1][name, layer])
+                            for layer in range(len(model.model.layers))
+                        ]
+                    )
+                )
     finally:
         for h in handles:
             h.remove()
@@ -92,8 +98,10 @@ def test_fused_gate_up_is_split_like_separate_projections(tiny):
     got = []
     capture_pooled(model, tok, TEXTS, lambda start, pooled: got.append(pooled), batch_size=4, site=GATE_UP_OUTPUTS)
     outputs = {}
-    hooks = [block.mlp.gate_up_proj.register_forward_hook(lambda m, a, out, k=k: outputs.__setitem__(k, out))
-             for k, block in enumerate(model.model.layers)]
+    hooks = [
+        block.mlp.gate_up_proj.register_forward_hook(lambda m, a, out, k=k: outputs.__setitem__(k, out))
+        for k, block in enumerate(model.model.layers)
+    ]
     with torch.no_grad():
         model(**tok(TEXTS[0], return_tensors="pt"))
     for h in hooks:

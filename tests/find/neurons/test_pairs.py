@@ -20,8 +20,17 @@ PUBLIC = SHARED / "fairness_pruning"
 
 
 def _own(**overrides) -> dict:
-    record = {"id": "x1", "language": "en", "category": "Age", "context": "labour", "attribute_1": "young",
-              "attribute_2": "old", "stereotyped": 2, "prompt_1": "The young clerk said", "prompt_2": "The old clerk said"}
+    record = {
+        "id": "x1",
+        "language": "en",
+        "category": "Age",
+        "context": "labour",
+        "attribute_1": "young",
+        "attribute_2": "old",
+        "stereotyped": 2,
+        "prompt_1": "The young clerk said",
+        "prompt_2": "The old clerk said",
+    }
     record.update(overrides)
     return record
 
@@ -85,8 +94,14 @@ def test_public_format_imports_with_attribute_2_stereotyped():
 
 
 def test_public_format_without_language_prefix_needs_language(tmp_path):
-    record = {"id": "p1", "category": "Age", "attribute_1": "old", "attribute_2": "young",
-              "prompt_1": "An old man said", "prompt_2": "A young man said"}
+    record = {
+        "id": "p1",
+        "category": "Age",
+        "attribute_1": "old",
+        "attribute_2": "young",
+        "prompt_1": "An old man said",
+        "prompt_2": "A young man said",
+    }
     path = tmp_path / "pub.json"
     path.write_text(json.dumps([record]), encoding="utf-8")
     with pytest.raises(PairsError, match="--language"):
@@ -96,8 +111,11 @@ def test_public_format_without_language_prefix_needs_language(tmp_path):
 
 
 def test_own_jsonl_round_trip_and_filters(tmp_path):
-    records = [_own(id="a", stereotyped=1), _own(id="b", category="Gender", prompt_1="He said", prompt_2="She said"),
-               _own(id="c", language="es", prompt_1="El joven dijo", prompt_2="El viejo dijo")]
+    records = [
+        _own(id="a", stereotyped=1),
+        _own(id="b", category="Gender", prompt_1="He said", prompt_2="She said"),
+        _own(id="c", language="es", prompt_1="El joven dijo", prompt_2="El viejo dijo"),
+    ]
     path = tmp_path / "own.jsonl"
     path.write_text(_jsonl(records), encoding="utf-8")
     everything = load_pairs(str(path))
@@ -116,14 +134,17 @@ def test_dataset_hash_follows_content():
     assert en.sha256 != load_pairs("builtin", "es").sha256
 
 
-@pytest.mark.parametrize("record, message", [
-    (_own(stereotyped=3), "'stereotyped' must be 1 or 2"),
-    (_own(stereotyped=True), "'stereotyped' must be 1 or 2"),
-    (_own(prompt_2="The young clerk said"), "identical"),
-    (_own(language="fr"), "language 'fr'"),
-    (_own(category=""), "field 'category'"),
-    ({k: v for k, v in _own().items() if k != "context"}, "missing field"),
-])
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        (_own(stereotyped=3), "'stereotyped' must be 1 or 2"),
+        (_own(stereotyped=True), "'stereotyped' must be 1 or 2"),
+        (_own(prompt_2="The young clerk said"), "identical"),
+        (_own(language="fr"), "language 'fr'"),
+        (_own(category=""), "field 'category'"),
+        ({k: v for k, v in _own().items() if k != "context"}, "missing field"),
+    ],
+)
 def test_own_format_errors_say_what_is_wrong(record, message):
     with pytest.raises(PairsError, match=message):
         parse_text(_jsonl([record]), "own.jsonl")
@@ -148,8 +169,8 @@ def test_token_check_skips_and_reports_per_category(tmp_path):
 
     tok = AutoTokenizer.from_pretrained(tok_dir)
     records = [
-        _own(id="same", prompt_1="The thin man", prompt_2="The tall man"),          # equal length: kept
-        _own(id="diff", prompt_1="The fat man", prompt_2="The thin man"),           # skipped (Age)
+        _own(id="same", prompt_1="The thin man", prompt_2="The tall man"),  # equal length: kept
+        _own(id="diff", prompt_1="The fat man", prompt_2="The thin man"),  # skipped (Age)
         _own(id="g", category="Gender", prompt_1="The man", prompt_2="The woman"),  # skipped (Gender)
     ]
     path = tmp_path / "p.jsonl"

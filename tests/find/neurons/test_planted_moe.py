@@ -84,19 +84,43 @@ def test_planted_expert_is_found_and_pruned(trained, tmp_path):
 
     # the plant: expert 0 carries the bias and not the capability; the others carry capability
     for e in range(E):
-        bias, _, cap = effects(base, _measure(model, tok, probe, [_zero(la, e, i) for la in range(L) for i in range(I)]))
+        bias, _, cap = effects(
+            base, _measure(model, tok, probe, [_zero(la, e, i) for la in range(L) for i in range(I)])
+        )
         if e == CFG.planted:
             assert bias >= 90 and abs(cap) <= 10, (bias, cap)
         else:
             assert cap >= 25, (e, cap)
-    truth = {(la, e, i): effects(base, _measure(model, tok, probe, [_zero(la, e, i)]))[0]
-             for la in range(L) for e in range(E) for i in range(I)}
+    truth = {
+        (la, e, i): effects(base, _measure(model, tok, probe, [_zero(la, e, i)]))[0]
+        for la in range(L)
+        for e in range(E)
+        for i in range(I)
+    }
     assert max(truth, key=truth.get)[1] == CFG.planted
 
     # find-neurons: every scored neuron ranked; unreached experts counted, not scored
-    res = run_cli(["find-neurons", path, "--pairs", path / "pairs.jsonl", "--score", "bias", "--select", "global",
-                   "--spare-active", "0", "--n", "1", "--out", tmp_path / "f.json", "--json"],
-                  env=dict(ENV, SURGERY_CACHE=str(tmp_path / "cache")), timeout=600)
+    res = run_cli(
+        [
+            "find-neurons",
+            path,
+            "--pairs",
+            path / "pairs.jsonl",
+            "--score",
+            "bias",
+            "--select",
+            "global",
+            "--spare-active",
+            "0",
+            "--n",
+            "1",
+            "--out",
+            tmp_path / "f.json",
+            "--json",
+        ],
+        env=dict(ENV, SURGERY_CACHE=str(tmp_path / "cache")),
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr
     findings = json.loads((tmp_path / "f.json").read_text())
     unscored = findings["experts"]["unscored_neurons"]
@@ -106,8 +130,10 @@ def test_planted_expert_is_found_and_pruned(trained, tmp_path):
     from surgery.find.neurons.select import select, selected_edits
 
     scores = scores_of(NeuronsFindings.from_dict(findings))
-    order = [(e.layer, e.expert, e.neuron) for e in
-             selected_edits(scores, select(scores, scored, score="bias", rule="global", spare_active=0.0), 0.0)]
+    order = [
+        (e.layer, e.expert, e.neuron)
+        for e in selected_edits(scores, select(scores, scored, score="bias", rule="global", spare_active=0.0), 0.0)
+    ]
     assert len(order) == scored and unscored == int((sum(scores.reached.values()) == 0).sum())
     rho = stats.spearmanr([-order.index(k) for k in order], [abs(truth[k]) for k in order])[0]
     assert rho >= 0.7, rho
@@ -116,9 +142,26 @@ def test_planted_expert_is_found_and_pruned(trained, tmp_path):
     assert sum(k[:2] == (L - 1, CFG.planted) for k in order[:K]) >= 4, order[:K]
 
     # prune-neurons --n K from those findings, baked, against random K-neuron sets
-    res = run_cli(["prune-neurons", path, "--n", str(K), "--findings", tmp_path / "f.json", "--score", "bias",
-                   "--select", "global", "--spare-active", "0", "--out", tmp_path / "pruned"],
-                  env=dict(ENV, SURGERY_CACHE=str(tmp_path / "cache")), timeout=600)
+    res = run_cli(
+        [
+            "prune-neurons",
+            path,
+            "--n",
+            str(K),
+            "--findings",
+            tmp_path / "f.json",
+            "--score",
+            "bias",
+            "--select",
+            "global",
+            "--spare-active",
+            "0",
+            "--out",
+            tmp_path / "pruned",
+        ],
+        env=dict(ENV, SURGERY_CACHE=str(tmp_path / "cache")),
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr
     edits = json.loads((tmp_path / "pruned" / "surgery.json").read_text())["recipe"]["edits"]
     chosen = [_zero(e["layer"], e["expert"], e["neuron"]) for e in edits]

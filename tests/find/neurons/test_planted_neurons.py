@@ -41,15 +41,15 @@ from tests.support.cli import cli_env, run_cli
 from tests.support.paths import FIXTURES
 
 FIXTURE = FIXTURES / "bias_model"
-K = 10                 # neurons pruned (of 128): the measured top-K curve passes 50 % here
-RANDOM_SETS = 20       # seeded random K-neuron sets for the baseline
-RHO_MAGNITUDE = 0.7    # measured 0.83: BiasScore vs |brute-force effect|
-RHO_SIGNED_MAX = 0.5   # measured 0.31: BiasScore vs the signed effect (it ranks suppressors high)
-LARGE = 45.0           # % of the bias gap the top K must remove (measured 53.4)
-RANDOM_MAX = 25.0      # % no random set may reach (measured max 16.7 over 20 sets)
-RANDOM_MEDIAN = 5.0    # % the median random set stays under (measured ~2)
+K = 10  # neurons pruned (of 128): the measured top-K curve passes 50 % here
+RANDOM_SETS = 20  # seeded random K-neuron sets for the baseline
+RHO_MAGNITUDE = 0.7  # measured 0.83: BiasScore vs |brute-force effect|
+RHO_SIGNED_MAX = 0.5  # measured 0.31: BiasScore vs the signed effect (it ranks suppressors high)
+LARGE = 45.0  # % of the bias gap the top K must remove (measured 53.4)
+RANDOM_MAX = 25.0  # % no random set may reach (measured max 16.7 over 20 sets)
+RANDOM_MEDIAN = 5.0  # % the median random set stays under (measured ~2)
 CAPABILITY_KEPT = 0.9  # share of the capability margin that must remain (measured 1.45)
-SAME = 1e-4            # bake vs run-time edit, in logits
+SAME = 1e-4  # bake vs run-time edit, in logits
 ENV = cli_env(OMP_NUM_THREADS="1")  # one thread: the model is tiny and the CPU is shared
 
 
@@ -100,9 +100,26 @@ def find_neurons_cli(fixture_dir: Path, cache: Path, score: str, out: Path | Non
     """Every neuron, best first, as ``surgery find-neurons --score SCORE --select global
     --spare-active 0`` ranks them on the fixture's pairs."""
     extra = ["--out", out] if out else []
-    res = run_cli(["find-neurons", fixture_dir, "--pairs", fixture_dir / "pairs.jsonl", "--score", score,
-                   "--select", "global", "--spare-active", "0", "--n", "128", "--json", *extra],
-                  env=dict(ENV, SURGERY_CACHE=str(cache)), timeout=300)
+    res = run_cli(
+        [
+            "find-neurons",
+            fixture_dir,
+            "--pairs",
+            fixture_dir / "pairs.jsonl",
+            "--score",
+            score,
+            "--select",
+            "global",
+            "--spare-active",
+            "0",
+            "--n",
+            "128",
+            "--json",
+            *extra,
+        ],
+        env=dict(ENV, SURGERY_CACHE=str(cache)),
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     shown = json.loads(res.stdout)
     assert shown["dataset"]["pairs_used"] == 288, shown["dataset"]  # no pair skipped: equal token counts
@@ -154,8 +171,9 @@ def test_model_has_the_planted_behaviour(loaded, config, probe, truth):
     base = truth[0]
     assert abs(base.gap - 2 * config.bias) < 0.1 * config.bias and abs(base.capability - config.capability) < 0.1
     cfg = model.config
-    silent = probe.measure(model, tok, [(layer, i) for layer in range(cfg.num_hidden_layers)
-                                        for i in range(cfg.intermediate_size)])
+    silent = probe.measure(
+        model, tok, [(layer, i) for layer in range(cfg.num_hidden_layers) for i in range(cfg.intermediate_size)]
+    )
     assert abs(silent.gap) < 0.05 * base.gap and abs(silent.capability) < 0.05 * base.capability
 
 
@@ -213,7 +231,9 @@ def test_the_findings_file_reads_as_typed_findings_and_writes_back_unchanged(ran
     found = NeuronFindings.read(path, Checkpoint(fixture_dir))
     f = found.data
     assert f.dataset.pairs == raw["dataset"]["pairs"] and f.dataset.per_category == raw["dataset"]["per_category"]
-    assert [(r.layer, r.neuron) for r in f.summary.neurons] == [(r["layer"], r["neuron"]) for r in raw["summary"]["neurons"]]
+    assert [(r.layer, r.neuron) for r in f.summary.neurons] == [
+        (r["layer"], r["neuron"]) for r in raw["summary"]["neurons"]
+    ]
     every = found.select(128, SelectParams(score="bias", rule="global", spare_active=0.0))
     assert list(every.neurons) == ranked["bias"]
     write_findings(f, ranked["tmp"] / "again.json")
@@ -232,9 +252,26 @@ def test_prune_removes_the_bias_and_random_neurons_do_not(ranked, fixture_dir, l
 
     model, tok = loaded
     out = ranked["tmp"] / "pruned"
-    res = run_cli(["prune-neurons", fixture_dir, "--n", str(K), "--findings", ranked["findings"], "--score", "bias",
-                   "--select", "global", "--spare-active", "0", "--out", out],
-                  env=dict(ENV, SURGERY_CACHE=str(ranked["tmp"] / "cache")), timeout=300)
+    res = run_cli(
+        [
+            "prune-neurons",
+            fixture_dir,
+            "--n",
+            str(K),
+            "--findings",
+            ranked["findings"],
+            "--score",
+            "bias",
+            "--select",
+            "global",
+            "--spare-active",
+            "0",
+            "--out",
+            out,
+        ],
+        env=dict(ENV, SURGERY_CACHE=str(ranked["tmp"] / "cache")),
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     edits = json.loads((out / "surgery.json").read_text())["recipe"]["edits"]
     chosen = [(e["layer"], e["neuron"]) for e in edits]
@@ -250,8 +287,9 @@ def test_prune_removes_the_bias_and_random_neurons_do_not(ranked, fixture_dir, l
     assert 1 - cap_removed / 100 >= CAPABILITY_KEPT, cap_removed
 
     rng = random.Random(0)
-    every = [(layer, i) for layer in range(model.config.num_hidden_layers)
-             for i in range(model.config.intermediate_size)]
+    every = [
+        (layer, i) for layer in range(model.config.num_hidden_layers) for i in range(model.config.intermediate_size)
+    ]
     baseline = [effects(base, probe.measure(model, tok, rng.sample(every, K)))[0] for _ in range(RANDOM_SETS)]
     assert max(baseline) < RANDOM_MAX and statistics.median(baseline) < RANDOM_MEDIAN, sorted(baseline)
 
