@@ -159,7 +159,7 @@ def bf16_copy(src: Path, dst: Path) -> Path:
 
 
 def tiny_qwen3_moe(dst: Path, tokenizer_from: Path) -> Path:
-    """A random Qwen3-MoE: layer 0 dense, layers 1–3 with 4 experts (top 2), SmolLM2's tokenizer."""
+    """A random Qwen3-MoE like Qwen3-30B-A3B (every layer sparse): 4 layers of 4 experts (top 2), SmolLM2's tokenizer."""
     import torch
     from transformers import AutoTokenizer, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
@@ -169,7 +169,7 @@ def tiny_qwen3_moe(dst: Path, tokenizer_from: Path) -> Path:
     config = Qwen3MoeConfig(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
         num_experts=4, num_experts_per_tok=2, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, mlp_only_layers=[0], decoder_sparse_step=1,
+        num_key_value_heads=2, head_dim=16, mlp_only_layers=[], decoder_sparse_step=1,
         max_position_embeddings=512, tie_word_embeddings=False,
         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
     )  # fmt: skip
@@ -291,25 +291,17 @@ def main() -> None:
     moe = tiny_qwen3_moe(work / "tiny-qwen3-moe", fp32)
     m_direction, m_layer = find(moe, work / "find-moe")
     m_layer = max(1, min(m_layer, 2))  # an MoE layer with room for heretic's interpolation
+    ours(moe, m_direction, m_layer, work / "ours-moe")
+    theirs(python, moe, m_direction, m_layer, work / "heretic-moe", work / "scratch")
     summary["moe"] = {
         "direction_layer": m_layer,
-        "changed_ours": changed(moe, work / "ours-moe" if False else _ours_moe(moe, m_direction, m_layer, work)),
-        "changed_heretic": changed(moe, _theirs_moe(python, moe, m_direction, m_layer, work)),
+        "changed_ours": changed(moe, work / "ours-moe"),
+        "changed_heretic": changed(moe, work / "heretic-moe"),
     }
     text = json.dumps(summary, indent=1)
     if args.json:
         args.json.write_text(text + "\n")
     print(text)
-
-
-def _ours_moe(model: Path, direction: Path, layer: int, work: Path) -> Path:
-    ours(model, direction, layer, work / "ours-moe")
-    return work / "ours-moe"
-
-
-def _theirs_moe(python: Path, model: Path, direction: Path, layer: int, work: Path) -> Path:
-    theirs(python, model, direction, layer, work / "heretic-moe", work / "scratch")
-    return work / "heretic-moe"
 
 
 if __name__ == "__main__":
