@@ -99,21 +99,39 @@ else:
 """
 
 
+# Runs the measured command and reports its peak RSS. Why a middleman: a child's ru_maxrss starts at
+# the RSS its parent had when it forked, and this script holds models; this small process forks clean.
+TIMED = r"""
+import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:])
+_, status, usage = os.wait4(proc.pid, 0)
+print(f"PEAK_RSS_KB {usage.ru_maxrss}", flush=True)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_measured(cmd: list[str], cwd: Path | None = None) -> dict:
-    """Run ``cmd``; its wall time, its peak RSS (the child's own, from wait4) and its last RESULT line."""
+    """Run ``cmd``; its wall time, its own peak RSS and its last RESULT line."""
     start = time.perf_counter()
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), HF_HUB_OFFLINE="1")
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc = subprocess.run(
+        [sys.executable, "-c", TIMED, *cmd],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status):
-        tail = "\n".join(output.splitlines()[-15:])
+    lines = proc.stdout.splitlines()
+    if proc.returncode:
+        tail = "\n".join(lines[-15:])
         raise RuntimeError(f"{' '.join(cmd[:4])} … failed:\n{tail}")
-    results = [ln[7:] for ln in output.splitlines() if ln.startswith("RESULT ")]
+    results = [ln[7:] for ln in lines if ln.startswith("RESULT ")]
+    peak = [int(ln.split()[1]) for ln in lines if ln.startswith("PEAK_RSS_KB ")]
     return {
         "seconds": round(wall, 1),
-        "peak_rss_mb": round(usage.ru_maxrss / 1024),
+        "peak_rss_mb": round(peak[-1] / 1024),
         "result": json.loads(results[-1]) if results else None,
     }
 
@@ -150,7 +168,9 @@ def bf16_copy(src: Path, dst: Path) -> Path:
     for item in src.iterdir():
         if item.is_file() and item.suffix != ".safetensors" and not item.name.startswith("surgery"):
             shutil.copy2(item, dst / item.name)
-    tensors = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in load_file(src / "model.safetensors").items()}
+    tensors = {
+        k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in load_file(src / "model.safetensors").items()
+    }
     save_file(tensors, dst / "model.safetensors", metadata={"format": "pt"})
     config = json.loads((dst / "config.json").read_text())
     config["torch_dtype"] = config["dtype"] = "bfloat16"
@@ -240,6 +260,20 @@ def changed(source: Path, edited: Path) -> dict[str, int]:
     return counts
 
 
+def differing(a: Path, b: Path) -> dict:
+    """How many stored weights of ``a`` and ``b`` differ, and the largest difference."""
+    from safetensors.torch import load_file
+
+    first = {k: v for f in weight_files(a) for k, v in load_file(f).items()}
+    second = {k: v for f in weight_files(b) for k, v in load_file(f).items()}
+    count, total, largest = 0, 0, 0.0
+    for name, x in first.items():
+        delta = (x.float() - second[name].float()).abs()
+        count, total = count + int((delta > 0).sum()), total + x.numel()
+        largest = max(largest, float(delta.max()))
+    return {"count": count, "of": total, "max_abs": largest}
+
+
 def dense(python: Path, model: Path, work: Path, tag: str) -> dict:
     direction, layer = find(model, work / f"find-{tag}")
     row = {"direction_layer": layer}
@@ -251,6 +285,7 @@ def dense(python: Path, model: Path, work: Path, tag: str) -> dict:
     row["max_abs_dlogit"] = max_diff(logits(work / f"ours-{tag}-1", model), logits(work / f"heretic-{tag}-1", model))
     row["changed_ours"] = changed(model, work / f"ours-{tag}-1")
     row["changed_heretic"] = changed(model, work / f"heretic-{tag}-1")
+    row["weights_differing"] = differing(work / f"ours-{tag}-1", work / f"heretic-{tag}-1")
     return row
 
 
