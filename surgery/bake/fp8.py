@@ -53,10 +53,16 @@ def scale_of(ckpt: Checkpoint, info: TensorInfo) -> tuple[TensorInfo, fp8.Layout
 
 
 def check_fp8_scales(ckpt: Checkpoint) -> None:
-    """Every e4m3 weight of an FP8 checkpoint has a scale tensor that fits it (headers only)."""
-    for info in ckpt.tensors.values():
-        if info.dtype == fp8.DTYPE and ckpt.fp8_scheme is not None:
-            scale_of(ckpt, info)
+    """Every e4m3 weight of an FP8 checkpoint has a scale tensor that fits it, and there is one (headers only)."""
+    quantized = [info for info in ckpt.tensors.values() if info.dtype == fp8.DTYPE]
+    if not quantized:
+        raise CheckpointError(
+            f"{ckpt.path / 'config.json'} says the weights are FP8 (quantization_config: {ckpt.fp8_scheme.method}) "
+            "but no tensor is stored as F8_E4M3: the config does not describe these weights; use the "
+            "unquantized checkpoint with its own config, or re-download this one"
+        )
+    for info in quantized:
+        scale_of(ckpt, info)
 
 
 def _read_scale(ckpt: Checkpoint, scale: TensorInfo) -> np.ndarray:

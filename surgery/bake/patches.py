@@ -127,8 +127,8 @@ def _tensor(ckpt: Checkpoint, name: str, shape: tuple[int, ...], why: str | None
     info = ckpt.tensor(name)
     if info.dtype not in RAW_DTYPES or (info.dtype == fp8.DTYPE and ckpt.fp8_scheme is None):
         raise CheckpointError(
-            f"tensor '{name}' is stored as {info.dtype}; surgery edits F32, F16 and BF16 weights, and "
-            "F8_E4M3 ones whose config.json gives their scales (quantization_config)"
+            f"tensor '{name}' is stored as {info.dtype}; surgery edits F32, F16 and BF16 weights only (and "
+            "F8_E4M3 ones whose config.json gives their scales: quantization_config)"
         )
     if info.shape != shape:
         if why is None:
