@@ -39,8 +39,9 @@ from ..core.staging import staged_output
 from ..core.vectors import VECTORS_NAME
 from ..model.loading import Source, local_source
 from .copies import copy_note, copy_patches
+from .fp8 import stored_plan
 from .guards import check_scales
-from .patches import RAW_DTYPES, group_by_file, patched_chunks, plan
+from .patches import RAW_DTYPES, group_by_file, patched_chunks
 from .provenance import (
     OWN_FILES,
     PROVENANCE_NAME,
@@ -356,7 +357,7 @@ def bake(
     """
     arch = recipe.validate(ckpt.config)
     check_scales(ckpt, recipe, allow_zero=allow_zero)
-    patches = plan(ckpt, arch, recipe.active())
+    patches = stored_plan(ckpt, arch, recipe.active())
     copies = copy_patches(ckpt, arch, patches)  # the same edits on second copies of the weights
     by_file = group_by_file(patches + copies)
     files = source_files(ckpt)

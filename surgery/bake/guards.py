@@ -17,6 +17,7 @@ import numpy as np
 from ..core.checkpoint import Checkpoint
 from ..core.edits import Edit, Recipe
 from ..core.errors import RecipeError
+from ..quant import fp8
 from .patches import HUGE, from_f32, site_peaks, to_f32
 
 
@@ -62,6 +63,8 @@ def check_scales(ckpt: Checkpoint, recipes: Recipe | Sequence[Recipe], *, allow_
         arch = recipe.validate(ckpt.config)
     edits = list(dict.fromkeys(e for r in recipes for e in r.active()))
     for e, site, peak, dtype in site_peaks(ckpt, arch, edits):
+        if dtype == fp8.DTYPE:  # e4m3 bytes are scaled exactly or refused (surgery.bake.fp8), never rounded
+            continue
         problem = scale_problem(e, site.scale, peak, dtype, allow_zero)
         if problem:
             raise RecipeError(problem)

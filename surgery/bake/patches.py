@@ -28,6 +28,7 @@ from ..core.edits import Edit
 from ..core.errors import CheckpointError, RecipeError
 from ..core.resolve import Resolver, TensorSlice
 from ..core.sites import Site, all_sites, sites
+from ..quant import fp8
 
 CHUNK_BYTES = 16 << 20
 # 2^64 ≈ 1.8e19 is the square root of float32's largest value. Norms square the activations
@@ -37,13 +38,15 @@ CHUNK_BYTES = 16 << 20
 # that get there; a projection refuses it as it computes).
 HUGE = 2.0**64
 # Storage dtype → numpy dtype of the raw elements (bf16 has no numpy type: we keep its bits).
-RAW_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
+RAW_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, fp8.DTYPE: np.uint8}
 
 
 def to_f32(raw: np.ndarray, dtype: str) -> np.ndarray:
     """Raw stored elements → float32 (exact for every supported dtype)."""
     if dtype == "BF16":
         return (raw.astype(np.uint32) << 16).view(np.float32)
+    if dtype == fp8.DTYPE:
+        return fp8.decode(raw)
     return raw.astype(np.float32)
 
 
@@ -56,6 +59,13 @@ def from_f32(values: np.ndarray, dtype: str) -> np.ndarray:
         nan = np.isnan(values)
         rounded[nan] = ((bits[nan] >> 16) | 0x40).astype(np.uint16)  # keep NaN a (quiet) NaN
         return rounded
+    if dtype == fp8.DTYPE:  # never rounded: the FP8 plan (surgery/bake/fp8.py) admits exact scales only
+        raw, exact = fp8.encode_exact(values)
+        if not exact.all():
+            raise RecipeError(
+                "an FP8 weight would be rounded; this edit should have been refused. Please report this bug"
+            )
+        return raw
     return values.astype(RAW_DTYPES[dtype])
 
 
@@ -115,9 +125,10 @@ def _tensor(ckpt: Checkpoint, name: str, shape: tuple[int, ...], why: str | None
     """The header entry of ``name``, which must be a float tensor of ``shape`` (``why``: the config
     fields that set that shape, named in the error)."""
     info = ckpt.tensor(name)
-    if info.dtype not in RAW_DTYPES:
+    if info.dtype not in RAW_DTYPES or (info.dtype == fp8.DTYPE and ckpt.fp8_scheme is None):
         raise CheckpointError(
-            f"tensor '{name}' is stored as {info.dtype}; surgery edits F32, F16 and BF16 weights only"
+            f"tensor '{name}' is stored as {info.dtype}; surgery edits F32, F16 and BF16 weights only (and "
+            "F8_E4M3 ones whose config.json gives their scales: quantization_config)"
         )
     if info.shape != shape:
         if why is None:
@@ -182,7 +193,9 @@ def check_loadable(ckpt: Checkpoint) -> None:
 
 
 def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
-    """The tensor patches that realise ``edits`` on ``ckpt`` (identity edits change nothing)."""
+    """The tensor patches that realise ``edits`` on ``ckpt`` (identity edits change nothing): on the
+    values of the weights (an FP8 weight's are dequantized: surgery.bake.fp8.stored_plan says which
+    bytes change)."""
     check_attention(ckpt, arch)
     return list(patches_for(ckpt, Resolver(arch, ckpt.tensors).all(all_sites(arch, edits))).values())
 

@@ -26,6 +26,7 @@ from ..core.progress import StageProgress, silent_stages
 from ..model.loading import DEFAULT_LOAD, LoadSpec
 from .bake import source_files
 from .copies import copy_patches, unrecorded
+from .fp8 import dequantized_problems, stored_plan
 from .patches import RAW_DTYPES, TensorPatch, group_by_file, patched_chunks, plan
 from .provenance import OWN_FILES, integrity_problems, load_provenance
 from .record import BakeRecord
@@ -50,6 +51,7 @@ class Report:
     tensors_edited: int = 0
     max_abs_logit_diff: float | None = None
     tolerance: float | None = None
+    numeric_check: str = "logits"  # what the numeric check compared (an FP8 checkpoint: dequantized weights)
     # Edited tensors whose content is not the recipe's: file, tensor, rows, columns, source_changed.
     mismatches: list[dict[str, Any]] = field(default_factory=list)
 
@@ -65,6 +67,7 @@ class Report:
             "tensors_edited": self.tensors_edited,
             "max_abs_logit_diff": self.max_abs_logit_diff,
             "tolerance": self.tolerance,
+            "numeric_check": self.numeric_check,
             "mismatches": self.mismatches,
         }
 
@@ -221,7 +224,7 @@ def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent
         return report, recipe
 
     arch = recipe.validate(src.config)
-    patches = plan(src, arch, recipe.active())
+    patches = stored_plan(src, arch, recipe.active())
     try:
         copies = copy_patches(src, arch, patches)
     except CheckpointError as exc:  # a weights file the bake cannot match: it was copied as is
@@ -382,7 +385,11 @@ def verify(
     source already loaded (e.g. with a device map), used instead of loading it."""
     dst_path = Path(dst_path)
     report, recipe = structural(src, dst_path, progress)
-    if report.ok and run_model:
+    if report.ok and run_model and src.fp8_scheme is not None:
+        # transformers runs FP8 weights on accelerators only: the edited weights are compared dequantized
+        report.numeric_check = "dequantized weights: the output's equal the recipe's scales times the source's, exactly"
+        report.problems += dequantized_problems(src, Checkpoint(dst_path, allow_remote_code=True), recipe)[1]
+    elif report.ok and run_model:
         report.max_abs_logit_diff, report.tolerance = numeric(
             src, dst_path, recipe, load=load, progress=progress, model=model
         )

@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ..quant import fp8
 from .errors import CheckpointError
 from .strict_files import DuplicateKey, load_json
 
@@ -209,19 +210,29 @@ class Checkpoint:
             raise CheckpointError(f"{cfg} is not a JSON object; {REFETCH}")
         return config
 
+    @cached_property
+    def fp8_scheme(self) -> fp8.Scheme | None:
+        """The FP8 scheme of the weights (surgery/quant/fp8.py), or None: plain floats."""
+        from .architectures import text_config
+
+        for cfg in (self.config, text_config(self.config)):
+            if found := fp8.scheme(cfg.get("quantization_config")):
+                return found
+        return None
+
     def _refuse_unsafe(self, allow_remote_code: bool) -> None:
         from .architectures import text_config
 
         for cfg in (self.config, text_config(self.config)):
             for key in QUANTIZATION_KEYS:
-                if cfg.get(key):
+                if cfg.get(key) and not (key == "quantization_config" and fp8.scheme(cfg[key])):
                     method = (
                         (cfg[key] or {}).get("quant_method", "unknown") if isinstance(cfg[key], dict) else "unknown"
                     )
                     raise CheckpointError(
                         f"{self.path} is quantized ({key}: {method}); its weights are packed integers or "
-                        "fp8 with separate scales, not plain floats, so scaling their bytes would corrupt "
-                        "them; use the unquantized (F32/F16/BF16) checkpoint"
+                        "scaled in a layout surgery does not know, so scaling their bytes would corrupt "
+                        "them; use the unquantized (F32/F16/BF16) or an FP8 e4m3 checkpoint"
                     )
         if self.config.get("auto_map") and not allow_remote_code:
             raise CheckpointError(

@@ -1,0 +1,1 @@
+"""Knowledge of quantized safetensors layouts (which tensors hold what, how values decode)."""

@@ -1,0 +1,84 @@
+"""Tiny FP8 (e4m3) checkpoints written offline: a tiny Llama's linear weights quantized the way
+DeepSeek / Qwen FP8 releases (block scales) and llm-compressor (per-tensor, per-channel) store them."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .tiny import build_tiny
+
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+E4M3_MAX = 448.0
+
+
+def _scales(w: torch.Tensor, layout: str, block: tuple[int, int]) -> torch.Tensor:
+    """The float32 scales of ``w`` in ``layout``: largest |w| of each group over 448."""
+    if layout == "per-tensor":
+        return (w.abs().max() / E4M3_MAX).reshape(1)
+    if layout == "per-channel":
+        return w.abs().amax(dim=1, keepdim=True) / E4M3_MAX
+    out, inp = w.shape
+    nb0, nb1 = math.ceil(out / block[0]), math.ceil(inp / block[1])
+    padded = torch.zeros(nb0 * block[0], nb1 * block[1])
+    padded[:out, :inp] = w.abs()
+    return padded.reshape(nb0, block[0], nb1, block[1]).amax(dim=(1, 3)) / E4M3_MAX
+
+
+def _expanded(scale: torch.Tensor, shape: torch.Size, layout: str, block: tuple[int, int]) -> torch.Tensor:
+    """Each element's scale."""
+    if layout == "block":
+        return scale.repeat_interleave(block[0], 0).repeat_interleave(block[1], 1)[: shape[0], : shape[1]]
+    return scale.expand(shape) if layout == "per-channel" else scale.reshape(1, 1).expand(shape)
+
+
+def quantization_config(layout: str, block: tuple[int, int]) -> dict:
+    """config.json's quantization_config of ``layout`` ("block", "per-tensor" or "per-channel")."""
+    if layout == "block":
+        return {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": list(block)}
+    strategy = {"per-tensor": "tensor", "per-channel": "channel"}[layout]
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "quantization_status": "compressed",
+        "ignore": ["lm_head"],
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 8, "type": "float", "strategy": strategy, "symmetric": True, "dynamic": False},
+            }
+        },
+    }
+
+
+def build_fp8(folder: Path, layout: str, block: tuple[int, int] = (8, 8)) -> Path:
+    """A tiny Llama checkpoint at ``folder`` whose decoder linears are e4m3 with ``layout`` scales."""
+    build_tiny("llama", folder, torch.float32, None)
+    tensors = load_file(folder / "model.safetensors")
+    suffix = "weight_scale_inv" if layout == "block" else "weight_scale"
+    for name in [n for n in tensors if n.endswith(".weight") and n.split(".")[-2] in LINEARS]:
+        w = tensors[name]
+        scale = _scales(w, layout, block).float()
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        tensors[name] = (
+            (w / _expanded(scale, w.shape, layout, block)).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+        )
+        tensors[name.removesuffix("weight") + suffix] = scale
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = quantization_config(layout, block)
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
+    return folder
+
+
+def dequantized(folder: Path, name: str, layout: str, block: tuple[int, int] = (8, 8)) -> torch.Tensor:
+    """The float32 values of FP8 weight ``name`` (e4m3 × its scales), computed with torch."""
+    tensors = load_file(folder / "model.safetensors")
+    suffix = "weight_scale_inv" if layout == "block" else "weight_scale"
+    w = tensors[name]
+    scale = tensors[name.removesuffix("weight") + suffix]
+    return w.float() * _expanded(scale, w.shape, layout, block)
