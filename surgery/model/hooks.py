@@ -178,9 +178,10 @@ def applied(model: nn.Module, edits: Iterable[Edit]) -> Iterator[nn.Module]:
                 handles.append(head.register_forward_pre_hook(_project_input(r, w)))  # tied: the same table
         for (module, layer), (r, c) in projections(arch, edits, "add").items():
             target = _module(model, arch, layer, module)
-            if module != arch.layout.experts.module:
+            ex = arch.layout.experts
+            if ex is None or module != ex.module:
                 handles.append(target.register_forward_hook(_add_output(r, c)))
-            elif arch.layout.experts.dispatch == "routed":
+            elif ex.dispatch == "routed":
                 handles.append(target.register_forward_hook(_add_routed(r, c), with_kwargs=True))
             else:  # Llama 4's experts run every expert on every token, and store no bias to add to
                 raise RecipeError(f"steer: {arch.model_type}'s routed experts have no down bias to add to; steer mlp")
