@@ -216,7 +216,7 @@ class SteerEdit(DirectionEdit):
             str(self.layer),
             self.module,
             f"c = {self.weight:g}",
-            f"{self.weight:g} × direction `{self.vector}` added to what {where} writes",
+            f"{self.weight:g} × direction `{self.vector}` added to {where}",
         )
 
     def card_tags(self) -> tuple[str, ...]:

@@ -72,7 +72,7 @@ def test_steer_bake_equals_twin_and_changes_only_biases(tmp_path, model_type):
     assert {e["tensor"] for e in records} == resolved
     assert all(e["direction_op"] == "add" and "direction_left" not in e for e in records)
     card = (baked / "README.md").read_text()
-    assert "| steer |" in card and "c = 2" in card and "bias" in card
+    assert "| steer |" in card and "c = 2" in card and "` bias" in card
 
     report = surgery.verify(src, baked)
     assert report.ok, report.problems
