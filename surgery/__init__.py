@@ -57,6 +57,7 @@ _EXPORTS = {
     "HeadScale": "surgery.core.edits",
     "NeuronScale": "surgery.core.edits",
     "DirectionEdit": "surgery.core.edits",
+    "SteerEdit": "surgery.core.edits",
     "register_edit_kind": "surgery.core.edit_kind",
     "edit_kinds": "surgery.core.edit_kind",
     "LoadSpec": "surgery.model.loading",
@@ -89,7 +90,7 @@ if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run
     from .api.shipping import evaluate, export_lora, import_gguf, push, report, write_card
     from .bake.verify import Report
     from .core.edit_kind import Edit, edit_kinds, register_edit_kind
-    from .core.edits import DirectionEdit, HeadScale, NeuronScale, Recipe
+    from .core.edits import DirectionEdit, HeadScale, NeuronScale, Recipe, SteerEdit
     from .core.errors import CheckpointError, OptionError, ParameterError, RecipeError, SurgeryError
     from .evaluation.params import EvalParams
     from .find.directions.find import DirectionFindings

@@ -132,9 +132,10 @@ def ablate_direction(
     **options: Any,
 ) -> Baked:
     """Bake the direction of ``direction`` (a findings file of find-direction) out of ``model``:
-    W ← W − w·r(rᵀW) on the modules and layers ``kernel`` picks, with its per-layer weights.
+    W ← W − w·r(rᵀW) on the modules and layers ``kernel`` picks, with its per-layer weights; with
+    ``add=True`` the control vector b ← b + w·r on their output biases instead (steer edits).
     Options: ``LoadSpec`` and ``KernelParams`` fields (``weight``, ``position``, ``floor``, ``width``,
-    ``layers``, ``direction_layer``, ``modules``)."""
+    ``layers``, ``direction_layer``, ``modules``, ``add``)."""
     from ..find.directions.ablate import direction_recipe
 
     load, kernel = typed(LoadSpec, options, load), typed(KernelParams, options, kernel)

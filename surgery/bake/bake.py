@@ -141,6 +141,7 @@ def _patch_bytes(fd_src: int, p, entries: list[Patched], spool: UndoSpool) -> It
         window=p.window if window else None,
         direction_weight=p.project.weight if projected else None,
         direction_left=stats["left"] if projected else None,
+        direction_op="add" if projected and p.project.op == "add" else None,
     )
     entries.append((entry, {kind: Spooled(f"{key}.{kind}") for kind in kinds}))
 

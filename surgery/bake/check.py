@@ -19,6 +19,7 @@ A projection (a direction edit, W ← W − w·r(rᵀW)) rewrites the whole matr
 whole, a bounded block of rows at a time, and compared with the source map followed by the
 projection of its output (exactly the run-time twin), its input scales (a head or neuron edit of
 the same matrix) applied first; its bias, where it has one, against the projected source bias.
+An addition (a steer edit) changes a bias alone: compared with the source bias plus c·r.
 
 The two may differ only by the rounding of the scaled weights to the stored dtype (unit roundoff
 ``u``, half an ulp) and float32 summation, so each output element must lie within
@@ -62,7 +63,7 @@ class EditedMap:
 
     weight: str
     bias: str | None
-    axis: str  # "in": columns; "out": rows; "project": all of it
+    axis: str  # "in": columns; "out": rows; "project": all of it; "add": a bias (``weight``) plus c·r
     scales: dict[int, float] = field(default_factory=dict)  # a projection's: its input scales
     expert: int | None = None
     flipped: bool = False
@@ -84,6 +85,16 @@ def edited_maps(ckpt: Checkpoint, recipe: Recipe) -> list[EditedMap]:
     maps: dict[tuple[str, str, int, tuple[int, int]], EditedMap] = {}
     for site in all_sites(arch, recipe.active()):
         weight, *rest = resolver.slices(site)
+        if site.op == "add":  # a steer edit: its one slice is the bias (an expert's row of a fused one)
+            entry = EditedMap(
+                weight.tensor,
+                None,
+                "add",
+                expert=site.expert if weight.window is not None else None,
+                project=(site.unit().tobytes(), site.scale),
+            )
+            maps[(entry.weight, entry.axis, -1 if entry.expert is None else entry.expert, (0, 0))] = entry
+            continue
         bias = next((sl.tensor for sl in rest if sl.is_bias), None)
         expert = site.expert if weight.window is not None else None  # a window of a fused tensor
         if site.op == "project":  # the residual stream along the stored rows, else [in, out]
@@ -199,8 +210,23 @@ def check_projection(src: Checkpoint, out: Checkpoint, m: EditedMap, rng: np.ran
     return max(res[0] for res in results), max(res[1] for res in results)
 
 
+def check_addition(src: Checkpoint, out: Checkpoint, m: EditedMap) -> tuple[float, float]:
+    """(max |Δ|, max |Δ|/bound) of an added bias: baked b′ against b + c·r (float64; the bake's float32
+    product and sum, then one rounding to the stored dtype)."""
+    unit, c = m.project
+    dtype = src.tensor(m.weight).dtype
+    b_src, b_out = (
+        to_f32(np.array(_matrix(f.path, f.tensor(m.weight), m.expert)), dtype).astype(np.float64).reshape(-1)
+        for f in (src, out)
+    )
+    added = c * np.frombuffer(unit, dtype=np.float32).astype(np.float64)
+    return _compare(b_out, b_src + added, np.abs(b_src) + np.abs(added), dtype, 2)
+
+
 def check_map(src: Checkpoint, out: Checkpoint, m: EditedMap, rng: np.random.Generator) -> tuple[float, float]:
     """(max |Δ|, max |Δ|/bound) of one edited map's outputs on random inputs, baked vs reference."""
+    if m.axis == "add":
+        return check_addition(src, out, m)
     if m.project is not None:
         return check_projection(src, out, m, rng)
     idx = sorted(m.scales)
@@ -238,7 +264,12 @@ def edited_check(ckpt: Checkpoint, recipe: Recipe) -> Callable[[Path], Verificat
         for m in maps:
             diff, ratio = check_map(ckpt, out, m, rng)
             if not ratio <= 1.0:
-                what = {"in": "edited columns", "out": "edited rows", "project": "projected weights"}[m.axis]
+                what = {
+                    "in": "edited columns",
+                    "out": "edited rows",
+                    "project": "projected weights",
+                    "add": "added bias entries",
+                }[m.axis]
                 raise SurgeryError(
                     f"the baked '{m.label}' does not compute the run-time edit (its "
                     f"{what} are off by {diff:.3g}, "

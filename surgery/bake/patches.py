@@ -80,11 +80,13 @@ def _scaled(raw: np.ndarray, scale: float, dtype: str) -> np.ndarray:
 class Projection:
     """W ← W − weight·r(rᵀW), r the float32 unit vector ``unit``; ``along_rows``: the residual stream
     runs along the rows of the tensor's 2-D view (an output projection), else along its columns
-    (the [vocab, hidden] embedding table, a transposed expert window, an expert's bias row)."""
+    (the [vocab, hidden] embedding table, a transposed expert window, an expert's bias row).
+    ``op`` "add" (a steer edit's bias): b ← b + weight·r instead."""
 
     unit: bytes
     weight: float
     along_rows: bool
+    op: str = "project"
 
     @property
     def r(self) -> np.ndarray:
@@ -208,11 +210,11 @@ def patches_for(ckpt: Checkpoint, slices: Iterable[TensorSlice]) -> dict[str, Te
         if sl.key not in patches:
             patches[sl.key] = TensorPatch(_tensor(ckpt, sl.tensor, sl.shape), first_row=sl.first_row, window=sl.window)
         p = patches[sl.key]
-        if sl.site.op == "project":
-            project = Projection(sl.site.unit().tobytes(), sl.scale, sl.as_rows)
+        if sl.site.op != "scale":
+            project = Projection(sl.site.unit().tobytes(), sl.scale, sl.as_rows, sl.site.op)
             if p.project is not None and p.project != project:
                 raise RecipeError(
-                    f"two direction edits project '{sl.tensor}'; one direction per matrix: combine "
+                    f"two direction or steer edits change '{sl.tensor}'; one direction per matrix: combine "
                     "them into one recipe entry or bake them one after the other"
                 )
             p.project = project
@@ -315,22 +317,41 @@ def _rounded(p: TensorPatch, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         x[:, zero] = 0.0
     raw = from_f32(x, p.info.dtype)
     back = to_f32(raw, p.info.dtype)
+    kind = "steer" if p.project.op == "add" else "direction"
     if not np.isfinite(back).all():
         raise RecipeError(
-            f"weight {p.project.weight:g} of the direction edit of '{p.info.name}' makes some of its "
+            f"weight {p.project.weight:g} of the {kind} edit of '{p.info.name}' makes some of its "
             f"weights overflow {p.info.dtype} (or the tensor holds inf/NaN); choose a smaller weight"
         )
     if back.size and (peak := float(np.abs(back).max())) >= HUGE:
         raise RecipeError(
-            f"weight {p.project.weight:g} of the direction edit of '{p.info.name}' makes some of its "
+            f"weight {p.project.weight:g} of the {kind} edit of '{p.info.name}' makes some of its "
             f"weights {peak:.2g}, past 2^64 ≈ 1.8e19: the activations they write overflow float32 in "
             "the next norm, which squares them; choose a smaller weight"
         )
     return raw, back
 
 
+def _added_chunks(fd: int, p: TensorPatch) -> Iterator[tuple[int, memoryview, dict[str, np.ndarray]]]:
+    """The blocks of an added bias: b′ = b + c·r in float32, rounded once (no direction to measure)."""
+    itemsize = np.dtype(RAW_DTYPES[p.info.dtype]).itemsize
+    wr = np.float32(p.project.weight) * p.project.r
+    for start, n in _row_blocks(p):
+        raw, x = _scaled_f32(p, start, n, fd)
+        new, _ = _rounded(p, x + (wr[start : start + n, None] if p.project.along_rows else wr[None, :]))
+        yield (
+            p.info.start + (p.first_row + start) * p.n_cols * itemsize,
+            new.reshape(-1).view(np.uint8).data,
+            {"block": raw},
+        )
+
+
 def _projected_chunks(fd: int, p: TensorPatch, stats: dict) -> Iterator[tuple[int, memoryview, dict[str, np.ndarray]]]:
     """The blocks of a projected patch: W′ = W − w·r(rᵀW) (scales applied first), rounded once."""
+    if p.project.op == "add":
+        stats["left"] = None
+        yield from _added_chunks(fd, p)
+        return
     itemsize = np.dtype(RAW_DTYPES[p.info.dtype]).itemsize
     pr, blocks = p.project, list(_row_blocks(p))
     r64, wr = pr.r.astype(np.float64), np.float32(pr.weight) * pr.r

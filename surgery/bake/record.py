@@ -49,7 +49,7 @@ class EditedTensor(JsonRecord):
     the rows and columns it changed, and the keys of their original bytes in surgery.undo. A
     direction edit rewrites the whole tensor (window): its weight, how much of the direction the
     rounding left (‖rᵀW′‖ / ‖rᵀW‖; absent when the matrix had none to remove), and the key of the
-    whole original block."""
+    whole original block. A steer edit's bias: ``direction_op`` "add", its weight c (b ← b + c·r)."""
 
     tensor: str
     file: str
@@ -60,6 +60,7 @@ class EditedTensor(JsonRecord):
     window: int | None = None  # … and how many rows it spans
     direction_weight: float | None = None
     direction_left: float | None = None
+    direction_op: str | None = None  # "add": a steer edit's bias (absent: a projection)
     rows_key: str | None = None
     cols_key: str | None = None
     block_key: str | None = None  # a projection: the original bytes of the whole tensor (window)

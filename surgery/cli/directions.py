@@ -103,7 +103,7 @@ def ablate_direction_cmd(
     transfer: bool,
     kernel: KernelParams,
 ) -> None:
-    """Bake a direction out of the residual writers: W ← W − w·r(rᵀW), per-layer weights."""
+    """Bake a direction out of the residual writers: W ← W − w·r(rᵀW), per-layer weights (--add: b ← b + w·r)."""
 
     def show(plans: list[api.Planned]) -> None:
         if not as_json:

@@ -8,6 +8,9 @@ matrix of a mixture-of-experts layer), ``shared_experts`` (the shared expert's d
 ``FILE.safetensors#NAME`` (surgery/core/vectors.py); ``weight`` 1 removes the direction, 0 < w < 1
 weakens it, w < 0 strengthens it. A module's bias, where it has one, is projected too: the twin
 projects the module's whole output.
+
+The ``steer`` kind (:class:`SteerEdit`) is its additive form: b ← b + weight·r on the module's
+output bias (a control vector), where the checkpoint has that bias.
 """
 
 from __future__ import annotations
@@ -171,3 +174,50 @@ class DirectionEdit(Edit):
 
     def card_tags(self) -> tuple[str, ...]:
         return ("direction-ablation",) if self.weight > 0 else ("direction-steering",)
+
+
+@register_edit_kind
+@dataclass(frozen=True)
+class SteerEdit(DirectionEdit):
+    """b ← b + weight·r on the output bias of the residual writer ``module`` of ``layer``: a control
+    vector, added to what the module writes whatever its input (r = ``vector`` / ‖vector‖).
+
+    The same keys as ``direction``; its target is the direction edit's, so the two on one module
+    conflict (both would change its bias, and their order would matter). A module without a bias in
+    the checkpoint is refused when the recipe is planned on it (surgery/core/resolve.py): adding a
+    bias tensor would change the checkpoint's names and config.
+    """
+
+    kind: ClassVar[str] = "steer"
+
+    @property
+    def setting(self) -> str:
+        return f"+ {self.weight} × {self.vector}"
+
+    def validate(self, arch: Architecture, where: str) -> None:
+        """As a direction edit's, but a decoder layer's writer: the embedding table has no bias."""
+        if self.module == "embeddings":
+            raise RecipeError(
+                f"{where}.module = embeddings but a steer edit adds to an output bias, which the embedding "
+                "table does not have; steer a layer's attention or mlp"
+            )
+        super().validate(arch, where)
+
+    def sites(self, arch: Architecture) -> list[Site]:
+        """One addition per bias: the module's output bias, or each routed expert's down bias."""
+        return [dataclasses.replace(s, op="add") for s in super().sites(arch)]
+
+    def lora_refusal(self, arch: Architecture) -> str | None:
+        return "a LoRA adapter cannot change a bias, which is what a steer edit adds to; ship the baked checkpoint"
+
+    def card_row(self, where: str) -> tuple[str, str, str, str, str]:
+        return (
+            "steer",
+            str(self.layer),
+            self.module,
+            f"c = {self.weight:g}",
+            f"{self.weight:g} × direction `{self.vector}` added to {where}",
+        )
+
+    def card_tags(self) -> tuple[str, ...]:
+        return ("direction-steering", "control-vector")

@@ -15,8 +15,8 @@ An edit kind is a frozen dataclass deriving from :class:`Edit` and decorated wit
   :meth:`Edit.card_tags`).
 
 The built-in kinds are ``head`` (surgery/core/head_edit.py), ``neuron``
-(surgery/core/neuron_edit.py) and ``direction`` (surgery/core/direction_edit.py, whose sites are
-projections, not scales); ``docs/contributing/adding-an-edit-kind.md`` adds one, step by step.
+(surgery/core/neuron_edit.py), ``direction`` and ``steer`` (surgery/core/direction_edit.py, whose
+sites are projections and bias additions, not scales); ``docs/contributing/adding-an-edit-kind.md`` adds one, step by step.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The recipe: a list of edits for one base model, as stored in a recipe YAML file.
 
 Each edit is an instance of a registered edit kind (surgery/core/edit_kind.py): ``head``
-(surgery/core/head_edit.py), ``neuron`` (surgery/core/neuron_edit.py) and ``direction``
+(surgery/core/head_edit.py), ``neuron`` (surgery/core/neuron_edit.py), ``direction`` and ``steer``
 (surgery/core/direction_edit.py) are built in. One edit is
 applied three ways — as a run-time hook (model/hooks.py), baked into tensors (bake/bake.py) and
 exported as a LoRA adapter (ship/lora.py) — all three from the sites its kind maps it to
@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from .architectures import Architecture, architecture
-from .direction_edit import DirectionEdit
+from .direction_edit import DirectionEdit, SteerEdit
 from .edit_kind import FLOAT32_MAX, Edit, edit_from_dict, edit_kinds, edit_to_dict, register_edit_kind
 from .errors import RecipeError
 from .head_edit import HeadScale, parse_heads
@@ -32,6 +32,7 @@ __all__ = [
     "SHARED",
     "BakedVectors",
     "DirectionEdit",
+    "SteerEdit",
     "Edit",
     "FolderVectors",
     "HeadScale",

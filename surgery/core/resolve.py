@@ -12,9 +12,10 @@ these slices instead of spelling tensor names themselves.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .architectures import Architecture
+from .errors import RecipeError
 from .sites import Site
 
 
@@ -81,7 +82,10 @@ class Resolver:
         return release if release in self.names else loaded
 
     def slices(self, site: Site) -> list[TensorSlice]:
-        """The tensor slices ``site`` scales (or projects), weight first, then its bias entries (output sites)."""
+        """The tensor slices ``site`` scales (or projects), weight first, then its bias entries (output
+        sites); an addition's: its bias alone."""
+        if site.op == "add":
+            return self._added_bias(site)
         if site.expert is not None:
             return self._expert_slices(site)
         flipped = self.arch.stored_flipped(site.module)
@@ -151,6 +155,19 @@ class Resolver:
             return []
         name = weight.tensor.removesuffix(".weight") + ".bias"
         return [TensorSlice(name, (H,), (), True, site.scale, site, is_bias=True)] if name in self.names else []
+
+    def _added_bias(self, site: Site) -> list[TensorSlice]:
+        """The output bias an addition (a steer edit) changes: the projection's bias slices, or a
+        one-line refusal when the checkpoint stores none."""
+        biases = [sl for sl in self.slices(replace(site, op="project")) if sl.is_bias]
+        if not biases:
+            where = "every routed expert's down matrix" if site.expert is not None else f"'{site.module}'"
+            raise RecipeError(
+                f"steer: {where} of layer {site.layer} has no bias in this checkpoint ({self.arch.model_type}); "
+                "adding one would change the checkpoint's tensor names and config, which surgery never does: "
+                "use a direction edit (the projection) or a model whose output matrices have biases"
+            )
+        return [replace(sl, site=site) for sl in biases]
 
     def all(self, sites: Iterable[Site]) -> list[TensorSlice]:
         """The slices of every site, in site order."""

@@ -28,6 +28,11 @@ columns, the [vocab, hidden] embedding table). Its twin projects the module's ou
 y ← y − w·r(rᵀy), the same map; its LoRA is rank 1 (A = rᵀW, B = −w·r). A site with ``layer``
 None sits next to the layer list (the embeddings).
 
+A fourth is an **addition** (``op="add"``, a steer edit): b ← b + c·r on the output bias of a
+residual writer (``axis`` "out", c the site's ``scale``), so that the module writes c·r more whatever
+its input (a control vector). Its twin adds c·r to the module's output; it has no LoRA (an adapter
+cannot change a bias), and a module with no bias in the checkpoint is refused (the resolver).
+
 Routed-expert neurons are such sites: ``expert`` set, ``module`` the logical per-expert matrix
 ("mlp.experts.down" etc., [out, in] orientation). ``Architecture.expert_slices`` maps them to the
 per-expert or fused 3-D tensors on disk; their twin is model/expert_twin.py (no Linear per expert
@@ -47,7 +52,7 @@ from .architectures import Architecture
 from .errors import RecipeError
 
 Axis = Literal["in", "out"]
-Op = Literal["scale", "project"]
+Op = Literal["scale", "project", "add"]
 
 
 @dataclass(frozen=True)
@@ -68,8 +73,8 @@ class Site:
     # [..., groups, shape[1]] and whose rows are ``groups`` equal blocks, block g reading input group g.
     # The site's columns are then those of block ``group`` only (Architecture.head_group).
     group: tuple[int, int] | None = None
-    op: Op = "scale"  # "project": W ← W − scale·r(rᵀW) along ``axis`` (see the module docstring)
-    direction: bytes | None = None  # the projection's unit vector r, float32 bytes (None: not read yet)
+    op: Op = "scale"  # "project": W ← W − scale·r(rᵀW) along ``axis``; "add": b ← b + scale·r (the docstring)
+    direction: bytes | None = None  # the unit vector r, float32 bytes (None: not read yet)
 
     @property
     def rows(self) -> tuple[int, int] | None:
@@ -86,7 +91,7 @@ class Site:
             raise ValueError(f"site {self.module}: only input-feature ('in') sites have run-time twins")
 
     def unit(self) -> np.ndarray:
-        """The projection's unit vector r (float32)."""
+        """The projection's (or addition's) unit vector r (float32)."""
         if self.direction is None:
             raise RecipeError(
                 f"the direction of '{self.module}' was not read; load the recipe from its file "
@@ -128,8 +133,9 @@ def where_text(arch: Architecture, edit: Sited, twin_only: bool = False) -> str:
     for site in sites(arch, edit):
         if twin_only and not site.twin:
             continue
-        if site.op == "project":
+        if site.op != "scale":
             name = f"`{site.module}`" if site.expert is None else "every routed expert's down matrix"
+            name += " bias" if site.op == "add" else ""
             if name not in parts:  # one phrase for all the experts of a layer
                 parts.append(name)
             continue

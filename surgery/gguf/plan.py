@@ -81,6 +81,11 @@ def plan(model: GgufModel, recipe: Recipe) -> Plan:
     for edit in recipe.active():
         edit_sites = sites(arch, edit)
         silenced = any(s.axis == "out" and s.scale == 0.0 for s in edit_sites)  # a pruned neuron's input rows
+        if any(s.op == "add" for s in edit_sites):  # a sum, not a scale: no block's scale can carry it
+            raise RecipeError(
+                f"{model.path.name}: a steer edit adds a vector to biases, which a GGUF block's scale "
+                "cannot express; import it (surgery import-gguf) and bake the checkpoint"
+            )
         for piece in resolver.all(edit_sites):
             if piece.site.op == "project":  # a whole matrix changes: no block's scale can carry it
                 raise RecipeError(

@@ -14,6 +14,11 @@ that projects its output, y ← y − w·r(rᵀy): the same map, its bias includ
 down matrix projected is the experts module's output projected (the output is a weighted sum of
 the experts' outputs, and the projection is linear). An embedding table that is also the output
 head (tied) is projected on that side too: a pre-hook on the head's input, E′h = E(h − w·r(rᵀh)).
+
+An addition site (a steer edit, b ← b + c·r on an output bias) is twinned by a forward hook adding
+c·r to the module's output. Every routed expert's down bias plus c·r adds c·r times the sum of the
+token's routing weights to the experts module's output (each expert's output, bias included, is
+weighted by its routing weight), read from the module's own routed inputs.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from torch import nn
 
 from ..core.architectures import Architecture, architecture
 from ..core.edits import Edit
+from ..core.errors import RecipeError
 from ..core.sites import all_sites
-from .expert_twin import expert_twin
+from .expert_twin import expert_twin, routed_inputs
 
 
 def model_architecture(model: nn.Module) -> Architecture:
@@ -70,12 +76,15 @@ def scale_vectors(arch: Architecture, edits: Iterable[Edit]) -> dict[tuple[str, 
     return vectors
 
 
-def projections(arch: Architecture, edits: Iterable[Edit]) -> dict[tuple[str, int | None], tuple[torch.Tensor, float]]:
-    """Per (module, layer): the unit vector r and weight w of the edits' projection sites; a routed
-    expert's site is its layer's experts module (the kind projects every expert alike)."""
+def projections(
+    arch: Architecture, edits: Iterable[Edit], op: str = "project"
+) -> dict[tuple[str, int | None], tuple[torch.Tensor, float]]:
+    """Per (module, layer): the unit vector r and weight w of the edits' projection sites (``op``
+    "add": their addition sites); a routed expert's site is its layer's experts module (the kinds
+    treat every expert alike)."""
     out: dict[tuple[str, int | None], tuple[torch.Tensor, float]] = {}
     for site in all_sites(arch, edits):
-        if site.op == "project":
+        if site.op == op:
             module = arch.layout.experts.module if site.expert is not None else site.module
             out[(module, site.layer)] = (torch.from_numpy(site.unit().copy()), site.scale)
     return out
@@ -95,6 +104,29 @@ def _project_output(r: torch.Tensor, w: float):
         if isinstance(output, tuple):
             return (_project(output[0], r, w),) + output[1:]
         return _project(output, r, w)
+
+    return hook
+
+
+def _add_output(r: torch.Tensor, c: float):
+    """A forward hook adding c·r to the module's output (the first element of a tuple output)."""
+
+    def hook(module: nn.Module, args: tuple, output):
+        y = output[0] if isinstance(output, tuple) else output
+        y = (y.float() + c * r.to(y.device)).to(y.dtype)
+        return (y,) + output[1:] if isinstance(output, tuple) else y
+
+    return hook
+
+
+def _add_routed(r: torch.Tensor, c: float):
+    """A forward hook (with kwargs) on a routed experts module: c·r times each token's summed routing
+    weights added to its output, what c·r in every expert's down bias adds."""
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> torch.Tensor:
+        weights = routed_inputs(module, args, kwargs)[2]
+        total = weights.float().sum(dim=-1, keepdim=True)  # [tokens, 1]
+        return (output.float() + c * total * r.to(output.device)).to(output.dtype)
 
     return hook
 
@@ -144,6 +176,15 @@ def applied(model: nn.Module, edits: Iterable[Edit]) -> Iterator[nn.Module]:
             head = model.get_output_embeddings()
             if layer is None and head is not None and head.weight is getattr(target, "weight", None):
                 handles.append(head.register_forward_pre_hook(_project_input(r, w)))  # tied: the same table
+        for (module, layer), (r, c) in projections(arch, edits, "add").items():
+            target = _module(model, arch, layer, module)
+            ex = arch.layout.experts
+            if ex is None or module != ex.module:
+                handles.append(target.register_forward_hook(_add_output(r, c)))
+            elif ex.dispatch == "routed":
+                handles.append(target.register_forward_hook(_add_routed(r, c), with_kwargs=True))
+            else:  # Llama 4's experts run every expert on every token, and store no bias to add to
+                raise RecipeError(f"steer: {arch.model_type}'s routed experts have no down bias to add to; steer mlp")
         experts = {
             layer_module(model, arch, layer, arch.layout.experts.module): scales
             for layer, scales in expert_scales(arch, edits).items()

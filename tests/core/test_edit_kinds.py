@@ -31,7 +31,7 @@ from surgery.core.edit_kind import (
     register_edit_kind,
     unregister_edit_kind,
 )
-from surgery.core.edits import DirectionEdit, HeadScale, NeuronScale, Recipe
+from surgery.core.edits import DirectionEdit, HeadScale, NeuronScale, Recipe, SteerEdit
 from surgery.core.errors import RecipeError
 from surgery.core.sites import Site
 from surgery.ship.card import card_hook
@@ -107,7 +107,7 @@ def _sha256s(folder) -> dict[str, str]:
 
 
 def test_builtin_kinds_are_registered():
-    assert edit_kinds() == {"head": HeadScale, "neuron": NeuronScale, "direction": DirectionEdit}
+    assert edit_kinds() == {"head": HeadScale, "neuron": NeuronScale, "direction": DirectionEdit, "steer": SteerEdit}
 
 
 def test_a_kind_registered_in_a_test_goes_through_every_path(toy_kinds, tiny, tmp_path):
@@ -166,8 +166,10 @@ def test_recipe_keys_of_a_registered_kind_are_strict(toy_kinds):
         Recipe.from_dict({"version": 1, "edits": [{"type": "layer_attention", "layer": 0, "alpha": 2, "head": 1}]})
     with pytest.raises(RecipeError, match="edits.0..alpha must be a finite number"):
         Recipe.from_dict({"version": 1, "edits": [{"type": "layer_attention", "layer": 0, "alpha": float("nan")}]})
-    with pytest.raises(RecipeError, match="'direction' or 'head' or 'layer_attention' or 'neuron' or 'no_adapter'"):
-        Recipe.from_dict({"version": 1, "edits": [{"type": "steer", "layer": 0}]})
+    with pytest.raises(
+        RecipeError, match="'direction' or 'head' or 'layer_attention' or 'neuron' or 'no_adapter' or 'steer'"
+    ):
+        Recipe.from_dict({"version": 1, "edits": [{"type": "rotate", "layer": 0}]})
 
 
 def test_kinds_are_checked_when_registered():

@@ -75,6 +75,15 @@ def test_a_direction_edit_is_refused_not_skipped(tmp_path):
     refused(tmp_path, src, recipe, "a direction edit rewrites whole matrices")
 
 
+def test_a_steer_edit_is_refused(tmp_path):
+    """A steer edit adds to a bias (a sum, not a scale): refused before its bias is even looked for."""
+    src = tmp_path / "src.gguf"
+    write_typed_gguf(src, "F32")
+    entry = ["layer: 0, module: mlp, weight: 1"]
+    recipe = Recipe.load(direction_recipe(tmp_path / "r", entry, hidden=HIDDEN, kind="steer"))
+    refused(tmp_path, src, recipe, "a steer edit adds a vector to biases, which a GGUF block")
+
+
 def test_a_neuron_scaled_not_pruned_needs_its_down_column_alone(tmp_path):
     src = tmp_path / "src.gguf"
     write_typed_gguf(src, "Q4_1")

@@ -25,11 +25,14 @@ def write_vectors(
     return folder / file
 
 
-def direction_recipe(folder: Path, entries: Iterable[str], hidden: int = 32, extra: str = "") -> Path:
-    """``folder/recipe.yaml`` with one direction edit per entry (``layer: 0, module: mlp, weight: 1``),
-    each reading ``v.safetensors#r`` unless the entry names its own vector; ``extra``: more edits (YAML lines)."""
+def direction_recipe(
+    folder: Path, entries: Iterable[str], hidden: int = 32, extra: str = "", kind: str = "direction"
+) -> Path:
+    """``folder/recipe.yaml`` with one ``kind`` edit (direction, steer) per entry (``layer: 0, module: mlp,
+    weight: 1``), each reading ``v.safetensors#r`` unless the entry names its own vector; ``extra``: more
+    edits (YAML lines)."""
     write_vectors(folder, hidden, ("r", "s"))
-    lines = [f"  - {{type: direction, {e}{'' if 'vector' in e else ', vector: v.safetensors#r'}}}\n" for e in entries]
+    lines = [f"  - {{type: {kind}, {e}{'' if 'vector' in e else ', vector: v.safetensors#r'}}}\n" for e in entries]
     path = folder / "recipe.yaml"
     path.write_text("version: 1\nedits:\n" + "".join(lines) + extra)
     return path

@@ -4,7 +4,8 @@ The weight of layer L follows the kernel abliteration tools use: ``weight`` at `
 falling linearly to ``floor`` at ``width`` layers from it, no edit further away (flat at ``weight``
 by default). Each edited layer gets its own direction (``layer.L`` of the vectors file), or every
 one the direction of ``direction_layer``. ``mlp`` on a mixture-of-experts layer edits every routed
-expert's down matrix and the shared expert's, so no expert is left out.
+expert's down matrix and the shared expert's, so no expert is left out. ``add``: steer edits
+(b ← b + w·r on those modules' output biases) instead of projections.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def direction_recipe(
         source = layer if kernel.direction_layer is None else kernel.direction_layer
         edits += [
             {
-                "type": "direction",
+                "type": "steer" if kernel.add else "direction",
                 "layer": layer,
                 "module": module,
                 "weight": weight,
@@ -109,4 +110,6 @@ def direction_recipe(
             "weights": {str(k): v for k, v in sorted(weights.items())},
         },
     }
+    if kernel.add:  # written only when set: earlier records stay as they were
+        record["direction_kernel"]["add"] = True
     return recipe, record

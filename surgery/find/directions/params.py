@@ -42,7 +42,8 @@ class DirectionParams:
 
 @dataclass(frozen=True)
 class KernelParams:
-    """Which layers ablate-direction edits, with which weight and which direction.
+    """Which layers ablate-direction edits, with which weight and which direction (``add``: the
+    steer edit, b ← b + w·r on the output bias, instead of the projection).
 
     The weight of layer L falls linearly from ``weight`` at ``position`` to ``floor`` at ``width``
     layers from it; layers further away are not edited (the kernel abliteration tools use).
@@ -77,6 +78,12 @@ class KernelParams:
         "Residual writers to edit, comma-separated: attention, mlp (on a "
         "mixture-of-experts layer: every routed expert and the shared expert).",
         kind="str",
+    )
+    add: bool = param(
+        False,
+        "Add the direction instead: b ← b + w·r on each module's output bias (a control vector; "
+        "a module without a bias is refused).",
+        is_flag=True,
     )
 
     def __post_init__(self) -> None:
