@@ -128,7 +128,8 @@ class Layout:
     # Whether a pruned neuron's MLP input rows are zeroed too. The down_proj column alone is the exact
     # edit; zero input rows make the neuron dead in the weights as well, but only where act(0) = 0
     # and nothing else reads those rows: not with xIELU (act(0) ≠ 0), nor where a norm over the MLP's
-    # hidden units (BitNet's ffn_sub_norm) would see the zeros and change every other neuron.
+    # hidden units (BitNet's ffn_sub_norm), or a cut computed over them (Gemma 3n's activation-sparse
+    # layers: mean + k·std of the gate), would see the zeros and change every other neuron.
     prune_inputs: bool = True
     # The model's tail after the final norm and lm_head, as config keys: logits × multiplier
     # (Cohere's logit_scale, HyperCLOVA X's logits_scaling), logits ÷ divisor (Granite's logits_scaling).
