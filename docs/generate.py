@@ -192,7 +192,7 @@ def _mlp(layout: Any) -> str:
     inputs = _code(layout.gate_up_proj) + " (fused)" if layout.gate_up_proj else _code(layout.gate_proj, layout.up_proj)
     parts = [f"{_code(layout.down_proj)}; inputs {inputs}"]
     if not layout.prune_inputs:
-        parts.append("pruning leaves the inputs (act(0) ≠ 0 or a norm over the hidden units)")
+        parts.append("pruning leaves the inputs (act(0) ≠ 0, or a norm or a sparsity cut over the hidden units)")
     if layout.mlp_kinds:
         parts.append(f"in {', '.join(layout.mlp_kinds.editable) or 'no'} layers")
     return "; ".join(parts)

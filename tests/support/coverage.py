@@ -88,12 +88,24 @@ GEMMA4 = dict(
     vocab_size_per_layer_input=128,
     layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
 )
+# Gemma 3n: MLP widths that differ per layer, activation-sparse MLPs in the first and last layers
+# (the proof's neuron edits land in them), two kv-shared layers, small per-layer inputs and laurel.
+GEMMA3N = dict(
+    intermediate_size=[96, 64, 80, 96],
+    activation_sparsity_pattern=[0.5, 0.0, 0.0, 0.5],
+    layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    num_kv_shared_layers=2,
+    hidden_size_per_layer_input=8,
+    vocab_size_per_layer_input=128,
+    laurel_rank=8,
+)
 # The MLA, DeepSeek-V4 and hybrid families: their own tiny settings (tests/support/families.py: MLA
 # ranks and head sizes that all differ, layer kinds that mix attention and the other kinds).
 OVERRIDES: dict[str, dict[str, Any]] = {
     **{model_type: {**SMALL, **settings} for model_type, settings in FAMILIES.items()},
     "gemma4_text": GEMMA4,
     "gemma4_unified_text": GEMMA4,
+    "gemma3n_text": GEMMA3N,
     "gemma3": dict(mm_tokens_per_image=4, image_token_index=127, boi_token_index=125, eoi_token_index=126),
     "mistral3": dict(image_token_index=127, spatial_merge_size=1),
     "got_ocr2": dict(image_token_index=127),

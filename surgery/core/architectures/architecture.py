@@ -410,4 +410,4 @@ def architecture(config: Mapping[str, Any]) -> Architecture:
         raise UnsupportedArchitecture(why)
     model_type = str(config.get("model_type"))
     layout, cfg = ARCHITECTURES[model_type], text_config(config)
-    return Architecture(model_type, layout, _per_layer(layout, cfg, _geometry(model_type, cfg)))
+    return Architecture(model_type, layout, _per_layer(layout, model_type, cfg, _geometry(model_type, cfg)))

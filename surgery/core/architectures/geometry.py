@@ -149,6 +149,8 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
     heads = need(keys.num_attention_heads)
     hidden = need(keys.hidden_size)
     layers = _num_layers(layout, cfg, need)
+    if widths := _layer_widths(layout, cfg, model_type, layers):  # the top level: layer 0's; the others in _per_layer
+        cfg = {**cfg, keys.intermediate_size: widths[0]}
     # head_dim is explicit in Gemma/Qwen3 configs and differs from hidden/heads there.
     head_dim = (cfg.get(keys.head_dim) if keys.head_dim else None) or hidden // heads
     ex = layout.experts
@@ -222,6 +224,21 @@ def _sparse_layers(model_type: str, ex: Experts, cfg: Mapping[str, Any], layers:
     )
 
 
+def _layer_widths(layout: Layout, cfg: Mapping[str, Any], model_type: str, n: int) -> list[int] | None:
+    """Each layer's MLP width where the row lets config.json list one per layer and it does (Gemma 3n's
+    intermediate_size); None where the key holds one width for every layer."""
+    key = layout.config_keys.intermediate_size
+    widths = cfg.get(key) if key and layout.layer_sizes and layout.layer_sizes.widths_per_layer else None
+    if not isinstance(widths, list):
+        return None
+    if len(widths) != n or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths):
+        raise UnsupportedArchitecture(
+            f"config.json of this {model_type} model has '{key}' = {widths!r:.60}, not one positive integer "
+            f"width per layer (num_hidden_layers = {n}); correct it"
+        )
+    return widths
+
+
 def _kv_heads(keys: ConfigKeys, cfg: Mapping[str, Any], heads: int, need: Callable[[str], int]) -> int:
     """The number of k/v heads: set by a flag of ``kv_heads_when``, else its key, else one per head."""
     for flag, source in keys.kv_heads_when:
@@ -239,7 +256,7 @@ _PER_LAYER_FIELDS = {
 }
 
 
-def _per_layer(layout: Layout, cfg: Mapping[str, Any], g: Geometry) -> Geometry:
+def _per_layer(layout: Layout, model_type: str, cfg: Mapping[str, Any], g: Geometry) -> Geometry:
     """``g`` with the layers that differ: transformers' ``per_layer_config`` (layer → the sizes it
     overrides) and the row's :class:`LayerSizes` rules."""
     sizes = {
@@ -248,6 +265,9 @@ def _per_layer(layout: Layout, cfg: Mapping[str, Any], g: Geometry) -> Geometry:
     }
     absent: dict[int, tuple[str, ...]] = {}
     rules, n = layout.layer_sizes, g.num_layers
+    for layer, width in enumerate(_layer_widths(layout, cfg, model_type, n) or ()):
+        if width != g.intermediate_size:
+            sizes.setdefault(layer, {})["intermediate_size"] = width
     if rules is not None:
         shared = int(cfg.get(rules.kv_shared_key) or 0) if rules.kv_shared_key else 0
         for layer in range(n - shared, n):  # transformers: layers from n − shared on reuse keys and values

@@ -128,7 +128,8 @@ class Layout:
     # Whether a pruned neuron's MLP input rows are zeroed too. The down_proj column alone is the exact
     # edit; zero input rows make the neuron dead in the weights as well, but only where act(0) = 0
     # and nothing else reads those rows: not with xIELU (act(0) ≠ 0), nor where a norm over the MLP's
-    # hidden units (BitNet's ffn_sub_norm) would see the zeros and change every other neuron.
+    # hidden units (BitNet's ffn_sub_norm), or a cut computed over them (Gemma 3n's activation-sparse
+    # layers: mean + k·std of the gate), would see the zeros and change every other neuron.
     prune_inputs: bool = True
     # The model's tail after the final norm and lm_head, as config keys: logits × multiplier
     # (Cohere's logit_scale, HyperCLOVA X's logits_scaling), logits ÷ divisor (Granite's logits_scaling).
@@ -161,16 +162,18 @@ class NativeName:
 
 @dataclass(frozen=True)
 class LayerSizes:
-    """A family's rules for layers that differ from config.json's top-level sizes (Gemma 4), each a
+    """A family's rules for layers that differ from config.json's top-level sizes (Gemma 4, 3n), each a
     config key: the last ``kv_shared_key`` layers reuse an earlier layer's keys and values (they have
     no k_proj, v_proj); with ``k_eq_v_key`` true the full-attention layers take their values from
     k_proj (no v_proj); with ``double_wide_key`` true the kv-shared layers' MLP is twice
-    intermediate_size wide. (Per-layer head sizes come from transformers' ``per_layer_config``,
-    read for every family.)"""
+    intermediate_size wide. With ``widths_per_layer`` the MLP width key may hold one width per layer
+    (Gemma 3n's intermediate_size list). (Per-layer head sizes come from transformers'
+    ``per_layer_config``, read for every family.)"""
 
     kv_shared_key: str | None = None
     k_eq_v_key: str | None = None
     double_wide_key: str | None = None
+    widths_per_layer: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Multimodal wrappers and Gemma 4 (issue 24).
+"""Multimodal wrappers, Gemma 4 and Gemma 3n (issue 24).
 
 A wrapper's text decoder is edited in place and its other towers are copied byte for byte: its row
 is the text model's row under the wrapper's layer prefixes, where transformers 5 keeps the text
@@ -23,6 +23,23 @@ _GEMMA4_TEXT = Layout(
     layer_sizes=LayerSizes("num_kv_shared_layers", "attention_k_eq_v", "use_double_wide_mlp"),
 )
 
+# Gemma 3n: each layer reads the active one of its AltUp residual streams and writes through
+# laurel, altup.correct and its per-layer input, all of which act on the attention's and the MLP's
+# outputs as a whole, so a head's o_proj columns and a neuron's down_proj column stay the edit's
+# exact site. The last num_kv_shared_layers have no k/v projections; the MLP width may differ per
+# layer (intermediate_size is a list). Its first layers' MLPs are activation-sparse: the gate is cut
+# at mean + k·std over the neurons of each token, so zero input rows of one neuron would move that
+# cut for every other neuron; the down_proj column alone is the exact prune (prune_inputs=False).
+# Resumed passes: the decoder's hidden state is a stack of AltUp streams and its kv-shared layers
+# read keys and values handed on within one forward, not a per-layer cache (kv_cache=False).
+_GEMMA3N_TEXT = Layout(
+    _DECODER,
+    logit_softcap="final_logit_softcapping",
+    layer_sizes=LayerSizes("num_kv_shared_layers", widths_per_layer=True),
+    prune_inputs=False,
+    kv_cache=False,
+)
+
 
 def _wrapper(
     table: Mapping[str, Layout], text_type: str, *also: str, model_class: str = "AutoModelForCausalLM"
@@ -40,7 +57,7 @@ def _wrapper(
 
 
 def wrappers(table: Mapping[str, Layout]) -> dict[str, Layout]:
-    """Gemma 4's text rows and the rows of the wrappers around ``table``'s text decoders."""
+    """Gemma 4's and Gemma 3n's text rows and the rows of the wrappers around ``table``'s text decoders."""
     table = {**table, "gemma4_text": _GEMMA4_TEXT, "gemma4_unified_text": _GEMMA4_TEXT}
 
     def wrap(text_type: str, *also: str, **kwargs) -> Layout:
@@ -55,6 +72,7 @@ def wrappers(table: Mapping[str, Layout]) -> dict[str, Layout]:
         "gemma4_text": _GEMMA4_TEXT,
         "gemma4_unified_text": _GEMMA4_TEXT,
         "gemma4": wrap("gemma4_text"),
+        "gemma3n_text": _GEMMA3N_TEXT,
         "qwen3_5": wrap("qwen3_5_text"),  # the hybrid decoder of table_hybrid
         "gemma4_unified": wrap("gemma4_unified_text"),
         # Phi-4-multimodal: Phi-3's decoder with its vision and audio encoders beside it (model.embed_tokens_extend).
