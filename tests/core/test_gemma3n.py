@@ -100,3 +100,18 @@ def test_a_release_with_kv_projections_in_its_shared_layers_bakes_exactly(tmp_pa
     assert all(torch.equal(after[name], tensor) for name, tensor in extra.items())
     assert (logits(load_fp32(tmp_path / "baked")) - logits(model, edits)).abs().max().item() <= 1e-5
     assert surgery.verify(src, tmp_path / "baked").ok
+
+
+def test_find_heads_is_refused_in_one_line_before_loading(tmp_path):
+    """find-heads replays the decoder's tail after a resumed layer; Gemma 3n's AltUp tail is not in the
+    table, so it is refused up front (it crashed inside the tail once), heads stay editable by name."""
+    import surgery
+    from tests.support.coverage import save_family
+
+    src = save_family(build_family("gemma3n_text", num_kv_shared_layers=0), tmp_path / "src")
+    with pytest.raises(
+        UnsupportedArchitecture,
+        match="find-heads cannot run on it: its last layer's output is a stack of AltUp streams",
+    ) as exc:
+        surgery.find_heads(src)
+    assert "\n" not in str(exc.value) and "amplify-heads --heads" in str(exc.value)

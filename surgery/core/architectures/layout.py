@@ -119,6 +119,8 @@ class Layout:
     # head layers), e.g. DiffLlama's differential head pairs (its o_proj columns are not num_heads heads
     # of head_dim): the attention shapes are then not checked either (no head layout to check them by).
     head_refusal: str | None = None
+    # Why find-heads cannot replay this family's forward pass, where heads are still editable by name.
+    find_heads_refusal: str | None = None
     # --- issue 24 (dense families) ---
     # How config.json spells the sizes (GPT-2's n_layer, n_head, n_embd, n_inner …): see ConfigKeys.
     config_keys: ConfigKeys = ConfigKeys()

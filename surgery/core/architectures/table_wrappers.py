@@ -38,6 +38,8 @@ _GEMMA3N_TEXT = Layout(
     layer_sizes=LayerSizes("num_kv_shared_layers", widths_per_layer=True),
     prune_inputs=False,
     kv_cache=False,
+    find_heads_refusal="its last layer's output is a stack of AltUp streams that the model merges (unembedding "
+    "projections, magnitude rescaling, a mean) before its final norm, a tail the table does not describe",
 )
 
 

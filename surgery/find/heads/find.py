@@ -297,6 +297,11 @@ def check_observable(arch: Architecture) -> None:
     """find-heads reads every layer's attention over the whole prompt. Layers that reuse an earlier
     layer's keys and values (no k_proj: Gemma 4's kv-shared layers) are run by transformers on the
     kept positions only, so their heads cannot be observed: one line saying what to do instead."""
+    if arch.layout.find_heads_refusal:
+        raise UnsupportedArchitecture(
+            f"{arch.model_type}: find-heads cannot run on it: {arch.layout.find_heads_refusal}; "
+            "amplify heads by name instead (amplify-heads --heads L.H; Python: amplify_heads(heads=...))"
+        )
     shared = [layer for layer, absent in arch.geometry.layer_absent if "k_proj" in absent]
     if shared:
         which = f"layer {shared[0]} reuses" if len(shared) == 1 else f"layers {shared[0]}–{shared[-1]} reuse"
