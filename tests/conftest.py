@@ -63,7 +63,8 @@ def _isolated_cache(tmp_path, monkeypatch):
 # that would not finish in time is skipped with the reason rather than cut off half-way.
 def _minutes(item: pytest.Item) -> float:
     return max(
-        (float(m.kwargs.get("minutes", 0)) for name in ("slow", "vllm") for m in item.iter_markers(name)), default=0.0
+        (float(m.kwargs.get("minutes", 0)) for name in ("slow", "vllm", "llamacpp") for m in item.iter_markers(name)),
+        default=0.0,
     )
 
 

@@ -305,6 +305,12 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     from transformers.utils import logging as hf_logging
 
     device = resolve_device(distributed.rank_device(load.device))  # under torchrun: this rank's GPU
+    if str(device).startswith("cpu") and Checkpoint(Path(path)).fp8_scheme is not None:
+        raise CheckpointError(
+            f"{path} holds FP8 weights, which transformers runs on accelerators only: surgery bakes it in place "
+            "(prune-neurons / amplify-heads / apply with explicit edits), but finding or evaluating needs a GPU "
+            "(--device cuda) or the full-precision release"
+        )
     dtype = resolve_dtype(load.dtype, device)
     placement = _placement(Path(path), load, device, dtype)
     hf_logging.disable_progress_bar()  # our own progress bars are the ones users should see

@@ -331,7 +331,7 @@ CASES = [
     Case(
         "recipe-no-edits",
         lambda c: c.recipe("version: 1\nedits: []\n"),
-        ("edits must be a non-empty list", "(direction, head, neuron)"),
+        ("edits must be a non-empty list", "(direction, head, neuron, steer)"),
     ),
     Case(
         "recipe-alpha-string",

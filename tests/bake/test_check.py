@@ -60,9 +60,9 @@ def test_a_wrong_slice_is_caught_and_nothing_is_written(tiny, tmp_path, monkeypa
         if wrong.edits[0].__class__ is HeadScale
         else Recipe((NeuronScale(1, 3, 0.0), NeuronScale(1, 4, 0.0)))
     )
-    real_plan = bake_module.plan
+    real_plan = bake_module.stored_plan
     # A bake bug: the bytes written are another recipe's (a wrong head, scale, or neuron).
-    monkeypatch.setattr(bake_module, "plan", lambda c, arch, edits: real_plan(c, arch, wrong.active()))
+    monkeypatch.setattr(bake_module, "stored_plan", lambda c, arch, edits: real_plan(c, arch, wrong.active()))
     with pytest.raises(SurgeryError, match="does not compute the run-time edit"):
         bake(ckpt, recipe, tmp_path / "baked", check=edited_check(ckpt, recipe))
     assert not (tmp_path / "baked").exists() and list(tmp_path.glob(".baked*")) == []
