@@ -305,7 +305,8 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     from transformers.utils import logging as hf_logging
 
     device = resolve_device(distributed.rank_device(load.device))  # under torchrun: this rank's GPU
-    if str(device).startswith("cpu") and Checkpoint(Path(path)).fp8_scheme is not None:
+    fp8 = Checkpoint(Path(path), allow_remote_code=load.trust_remote_code).fp8_scheme
+    if str(device).startswith("cpu") and fp8 is not None:
         raise CheckpointError(
             f"{path} holds FP8 weights, which transformers runs on accelerators only: surgery bakes it in place "
             "(prune-neurons / amplify-heads / apply with explicit edits), but finding or evaluating needs a GPU "
