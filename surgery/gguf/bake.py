@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..bake.bake import BakeResult, stream_patched
+from ..bake.bake import BakeResult
 from ..bake.provenance import record_text, sidecars, write_undo
 from ..bake.record import BakeRecord, EditedTensor, UndoRecord, Verification
+from ..bake.stream import stream_patched
 from ..core.checkpoint import file_sha256
 from ..core.edits import Recipe
 from ..core.errors import DestinationError

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..bake.bake import stream_patched
 from ..bake.provenance import UndoFile, load_provenance, load_undo, provenance_intact, sidecars
 from ..bake.record import BakeRecord
+from ..bake.stream import stream_patched
 from ..bake.verify import Report
 from ..core.checkpoint import file_sha256
 from ..core.errors import DestinationError, SurgeryError, VerificationError

@@ -7,6 +7,7 @@ import json
 import pytest
 
 import surgery.bake.bake as bake_module
+import surgery.bake.stream as stream_module
 from surgery.bake.bake import bake
 from surgery.bake.undo import undo
 from surgery.bake.verify import verify
@@ -96,7 +97,7 @@ def test_streamed_shard_is_the_same_for_any_block_size(tiny, tmp_path, monkeypat
     src = tiny("llama", dtype=torch.bfloat16)
     recipe = Recipe((HeadScale(0, 1, 2.5), NeuronScale(1, 3, 0.0), NeuronScale(2, 5, 0.5)))
     ref = bake(Checkpoint(src), recipe, tmp_path / "ref").provenance.to_dict()
-    monkeypatch.setattr(bake_module, "STREAM_BLOCK", block)
+    monkeypatch.setattr(stream_module, "STREAM_BLOCK", block)
     got = bake(Checkpoint(src), recipe, tmp_path / "small").provenance.to_dict()
     assert (src / "model.safetensors").stat().st_size > 30 * block
     assert got["files"] == ref["files"] and got["source_files"] == ref["source_files"]

@@ -21,6 +21,7 @@ import torch
 
 from surgery.bake import bake as bake_module
 from surgery.bake import patches
+from surgery.bake import stream as stream_module
 from surgery.bake.bake import bake
 from surgery.bake.check import edited_check
 from surgery.bake.provenance import load_provenance
@@ -264,7 +265,7 @@ def test_the_bake_streams_a_projected_tensor(tmp_path, monkeypatch):
     )
     # Every buffer smaller than one tensor (hashing reads 8 MB at a time: a constant, not the model)
     monkeypatch.setattr(patches, "CHUNK_BYTES", 16 << 10)
-    monkeypatch.setattr(bake_module, "STREAM_BLOCK", 64 << 10)
+    monkeypatch.setattr(stream_module, "STREAM_BLOCK", 64 << 10)
     monkeypatch.setattr(bake_module, "COPY_BLOCK", 64 << 10)
     monkeypatch.setattr(bake_module, "file_sha256", functools.partial(file_sha256, chunk=64 << 10))
     tracemalloc.start()
