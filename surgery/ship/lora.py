@@ -102,11 +102,6 @@ def meta_model(ckpt: Checkpoint) -> torch.nn.Module:
         return auto_class(config.model_type).from_config(config)
 
 
-def loaded_module_names(ckpt: Checkpoint) -> list[str]:
-    """Module names of the model as transformers loads it (see :func:`meta_model`)."""
-    return [name for name, _ in meta_model(ckpt).named_modules()]
-
-
 def peft_moved_targets(config, model: torch.nn.Module) -> list[str]:
     """The target modules of ``config`` that PEFT, loading the adapter on ``model``, would not adapt as named.
 
