@@ -89,7 +89,8 @@ def worker(args: argparse.Namespace) -> dict:
 
     from surgery.find.neurons.capture import GATE_UP_OUTPUTS
     from surgery.find.neurons.pairs import check_token_counts, load_pairs
-    from surgery.find.neurons.scores import NeuronScores, accumulate_pair_sums, fairness_score, ppm_scores
+    from surgery.find.neurons.ppm import ppm_scores
+    from surgery.find.neurons.scores import NeuronScores, accumulate_pair_sums, fairness_score
     from surgery.model.loading import load_model, load_tokenizer
 
     logging.getLogger("optipfair").setLevel(logging.WARNING)  # else one INFO line per prompt ("Removed N hooks")

@@ -27,9 +27,10 @@ from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
 from ..findings import Findings, Found, cache_path, compute_record, dtype_key, new_findings
 from .pairs import PairsError, PairSet, check_token_counts
 from .params import DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, SelectParams
+from .ppm import ppm_scores
 from .record import NeuronSelection, NeuronsFindings
 from .routing import expert_report
-from .scores import NeuronScores, accumulate_pair_sums, ppm_scores
+from .scores import NeuronScores, accumulate_pair_sums
 from .select import Selection, category_overlap, layer_distribution, neuron_rows, select
 
 # What was captured and how; part of the cache key (bump "method" when the scores change meaning).

@@ -10,7 +10,8 @@ import torch
 
 from surgery.find.neurons.experts import capture_experts
 from surgery.find.neurons.pairs import load_pairs
-from surgery.find.neurons.scores import NeuronScores, accumulate_pair_sums, ppm_scores
+from surgery.find.neurons.ppm import ppm_scores
+from surgery.find.neurons.scores import NeuronScores, accumulate_pair_sums
 from surgery.find.neurons.select import select, selected_edits
 from tests.support.cli import main_output
 from tests.support.neuron_pairs import write_pairs

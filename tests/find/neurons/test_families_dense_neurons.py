@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import surgery
-from surgery.find.neurons.scores import ppm_scores
+from surgery.find.neurons.ppm import ppm_scores
 from surgery.model.hooks import layer_module, model_architecture
 from tests.support.dense_families import CASES, build_family, family_config
 from tests.support.neuron_capture import TEXTS, load_with_char_tokenizer, reference_pooled

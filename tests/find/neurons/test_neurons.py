@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from surgery.find.neurons.pairs import load_pairs
-from surgery.find.neurons.scores import NeuronScores, SelectionError, accumulate_pair_sums, fairness_score, ppm_scores
+from surgery.find.neurons.ppm import ppm_scores
+from surgery.find.neurons.scores import NeuronScores, SelectionError, accumulate_pair_sums, fairness_score
 from surgery.find.neurons.select import allowed_mask, category_overlap, layer_distribution, select
 from surgery.model.hooks import layer_module, model_architecture
 from tests.support.neuron_capture import load_with_char_tokenizer, reference_pooled

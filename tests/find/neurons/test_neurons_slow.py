@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from surgery.find.neurons.pairs import check_token_counts, load_pairs
-from surgery.find.neurons.scores import NeuronScores, accumulate_pair_sums, ppm_scores
+from surgery.find.neurons.ppm import ppm_scores
+from surgery.find.neurons.scores import NeuronScores, accumulate_pair_sums
 from surgery.model.loading import load_model, load_tokenizer
 from tests.support.cli import main_output
 from tests.support.neuron_capture import reference_pooled

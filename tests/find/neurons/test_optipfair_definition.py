@@ -17,7 +17,8 @@ import torch
 from surgery.core.errors import SurgeryError
 from surgery.find.neurons.capture import GATE_UP_OUTPUTS, capture_pooled
 from surgery.find.neurons.pairs import load_pairs
-from surgery.find.neurons.scores import NeuronScores, accumulate_pair_sums, ppm_scores
+from surgery.find.neurons.ppm import ppm_scores
+from surgery.find.neurons.scores import NeuronScores, accumulate_pair_sums
 from tests.support.neuron_capture import TEXTS, load_with_char_tokenizer
 from tests.support.neuron_pairs import write_pairs
 
