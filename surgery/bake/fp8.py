@@ -73,6 +73,18 @@ def _read_scale(ckpt: Checkpoint, scale: TensorInfo) -> np.ndarray:
     return to_f32(raw, scale.dtype).reshape(scale.shape)
 
 
+def dequantized_weight(ckpt: Checkpoint, info: TensorInfo) -> np.ndarray:
+    """The float32 values of the FP8 weight ``info`` (e4m3 × its scales, exact), read a chunk of rows at a time."""
+    scale_info, lay = scale_of(ckpt, info)
+    scale = _read_scale(ckpt, scale_info)
+    n_rows, n_cols = info.shape
+    out = np.empty((n_rows, n_cols), dtype=np.float32)
+    with open(ckpt.path / info.file, "rb") as f:
+        for start, n in _row_steps(n_rows, n_cols):
+            out[start : start + n] = fp8.dequantize(read_raw(f.fileno(), info, start, n, n_cols), scale, lay, start)
+    return out
+
+
 def _whole_groups(lines: dict[int, float], n: int, group: int) -> dict[int, float]:
     """Scale groups of ``group`` lines (of ``n``) whose every line is scaled by one α other than 0."""
     out = {}
