@@ -75,7 +75,7 @@ def fill_weights(model, ckpt: Checkpoint) -> None:
     :func:`load_arguments` without quantization: not :func:`whole_blocks`), one tensor at a time."""
     import torch
 
-    from ..bake.fp8 import dequantized_weight
+    from ..bake.fp8_read import dequantized_weight
 
     for info in ckpt.tensors.values():
         if info.dtype != fp8.DTYPE:
