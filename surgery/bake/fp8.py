@@ -25,13 +25,31 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..core.architectures import Architecture
-from ..core.checkpoint import Checkpoint
+from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.edits import Edit, Recipe
 from ..core.errors import CheckpointError, RecipeError
 from ..quant import fp8
-from .fp8_read import read_scale, row_steps, scale_of
-from .patches import TensorPatch, from_f32, patched_chunks, plan, read_raw, to_f32
+from .patches import CHUNK_BYTES, TensorPatch, from_f32, patched_chunks, plan, read_raw, to_f32
 from .record import Verification
+
+SCALE_DTYPES = ("F32", "BF16", "F16")
+
+
+def scale_of(ckpt: Checkpoint, info: TensorInfo) -> tuple[TensorInfo, fp8.Layout]:
+    """The scale tensor of the FP8 weight ``info`` and its layout; one line when it is missing or does not fit."""
+    scheme = ckpt.fp8_scheme
+    name = scheme.scale_name(info.name)
+    if name not in ckpt.tensors:
+        raise CheckpointError(
+            f"FP8 weight '{info.name}' has no scale tensor '{name}' ({scheme.method} layout); "
+            "the checkpoint is incomplete: re-download it"
+        )
+    scale = ckpt.tensor(name)
+    if scale.dtype not in SCALE_DTYPES:
+        raise CheckpointError(
+            f"scale tensor '{name}' is stored as {scale.dtype}; FP8 scales are F32, BF16 or F16: re-download the checkpoint"
+        )
+    return scale, fp8.layout(scheme, info.name, info.shape, name, scale.shape)
 
 
 def check_fp8_scales(ckpt: Checkpoint) -> None:
@@ -45,6 +63,14 @@ def check_fp8_scales(ckpt: Checkpoint) -> None:
         )
     for info in quantized:
         scale_of(ckpt, info)
+
+
+def _read_scale(ckpt: Checkpoint, scale: TensorInfo) -> np.ndarray:
+    """A whole scale tensor as float32 (scales are small: one per block or row)."""
+    with open(ckpt.path / scale.file, "rb") as f:
+        n_rows = scale.shape[0] if scale.shape else 1
+        raw = read_raw(f.fileno(), scale, 0, n_rows, scale.shape[-1] if len(scale.shape) >= 2 else 1)
+    return to_f32(raw, scale.dtype).reshape(scale.shape)
 
 
 def _whole_groups(lines: dict[int, float], n: int, group: int) -> dict[int, float]:
@@ -114,6 +140,12 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a == b) | (np.isnan(a) & np.isnan(b))
 
 
+def _row_steps(n_rows: int, n_cols: int) -> Iterable[tuple[int, int]]:
+    step = max(1, CHUNK_BYTES // max(1, n_cols * 4))
+    for start in range(0, n_rows, step):
+        yield start, min(step, n_rows - start)
+
+
 def _routed(ckpt: Checkpoint, p: TensorPatch) -> list[TensorPatch]:
     """``p`` (on an e4m3 weight's values) as exact patches of its bytes and of its scales, or a refusal."""
     name = p.info.name
@@ -127,7 +159,7 @@ def _routed(ckpt: Checkpoint, p: TensorPatch) -> list[TensorPatch]:
             f"'{name}' holds several experts in one FP8 tensor; surgery edits FP8 weights stored one matrix per tensor"
         )
     scale, lay = scale_of(ckpt, p.info)
-    s_src = read_scale(ckpt, scale)
+    s_src = _read_scale(ckpt, scale)
     out_n, in_n = p.info.shape
     rows, cols = dict(p.rows), dict(p.cols)
     s_rows = s_cols = {}
@@ -152,7 +184,7 @@ def _routed(ckpt: Checkpoint, p: TensorPatch) -> list[TensorPatch]:
     for g, a in s_cols.items():
         grid[:, g] *= np.float32(a)
     with open(ckpt.path / p.info.file, "rb") as f:
-        for start, n in row_steps(out_n, in_n):
+        for start, n in _row_steps(out_n, in_n):
             raw = read_raw(f.fileno(), p.info, start, n, in_n)
             new, products = _scaled_lines(raw, start, rows, cols)
             bad = ~_same(fp8.decode(new), products)
@@ -199,10 +231,10 @@ def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tu
                         break
             continue
         (s_info, lay), o_scale = scale_of(src, p.info), out.tensor(src.fp8_scheme.scale_name(p.info.name))
-        s_src, s_out = read_scale(src, s_info), read_scale(out, o_scale)
+        s_src, s_out = _read_scale(src, s_info), _read_scale(out, o_scale)
         out_info = out.tensor(p.info.name)
         with open(src.path / p.info.file, "rb") as f_src, open(out.path / out_info.file, "rb") as f_out:
-            for start, n in row_steps(*p.info.shape):
+            for start, n in _row_steps(*p.info.shape):
                 raw_src = read_raw(f_src.fileno(), p.info, start, n, p.info.shape[1])
                 raw_out = read_raw(f_out.fileno(), out_info, start, n, p.info.shape[1])
                 expected = _reference(fp8.dequantize(raw_src, s_src, lay, start), start, p)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any
 
-from ..core.checkpoint import Checkpoint
+from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.errors import CheckpointError
 from ..quant import fp8
 
@@ -70,12 +70,25 @@ def quiet_load(ckpt: Checkpoint):
         hf_logging.set_verbosity(level)
 
 
+def dequantized_weight(ckpt: Checkpoint, info: TensorInfo):
+    """The float32 values of the FP8 weight ``info`` (e4m3 × its scales, exact), as a torch tensor."""
+    import torch
+    from safetensors import safe_open
+
+    scheme = ckpt.fp8_scheme
+    scale_info = ckpt.tensor(scheme.scale_name(info.name))
+    lay = fp8.layout(scheme, info.name, info.shape, scale_info.name, scale_info.shape)
+    with safe_open(ckpt.path / info.file, "pt") as f:
+        raw = f.get_tensor(info.name).view(torch.uint8).numpy()
+    with safe_open(ckpt.path / scale_info.file, "pt") as f:
+        scale = f.get_tensor(scale_info.name).float().numpy()
+    return torch.from_numpy(fp8.dequantize(raw, scale, lay, 0))
+
+
 def fill_weights(model, ckpt: Checkpoint) -> None:
     """Put the exact dequantized value of every FP8 weight of ``ckpt`` into ``model`` (loaded by
     :func:`load_arguments` without quantization: not :func:`whole_blocks`), one tensor at a time."""
     import torch
-
-    from ..bake.fp8_read import dequantized_weight
 
     for info in ckpt.tensors.values():
         if info.dtype != fp8.DTYPE:
@@ -94,4 +107,4 @@ def fill_weights(model, ckpt: Checkpoint) -> None:
                 "give --max-memory enough room for the whole model, or drop --device-map"
             )
         with torch.no_grad():
-            param.copy_(torch.from_numpy(dequantized_weight(ckpt, info)))
+            param.copy_(dequantized_weight(ckpt, info))
