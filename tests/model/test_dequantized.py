@@ -40,3 +40,23 @@ def test_an_fp8_checkpoint_loads_as_its_dequantized_copy(tmp_path, layout, block
 
 def _spec(dtype: str) -> LoadSpec:
     return LoadSpec(device="cpu", dtype=dtype)
+
+
+@pytest.mark.parametrize(("block", "whole"), [((8, 8), True), ((24, 24), False)], ids=["block8", "block24-partial"])
+def test_under_disk_offload_whole_blocks_load_and_partial_ones_are_one_line(tmp_path, block, whole):
+    from surgery.core.errors import CheckpointError
+    from surgery.model.placement import largest_layer_bytes
+
+    src = build_fp8(tmp_path / "fp8", "block", block, num_hidden_layers=4)
+    budget = f"cpu={2 * largest_layer_bytes(Checkpoint(src).tensors, 4) + 4096}B"  # the rest goes to disk
+    spec = LoadSpec(device="cpu", device_map="auto", max_memory=budget, offload_folder=str(tmp_path / "offload"))
+    if not whole:
+        with pytest.raises(CheckpointError, match="offloaded by --device-map") as err:
+            load_model(src, spec)
+        assert "\n" not in str(err.value)
+        return
+    net = load_model(src, spec)
+    assert "disk" in net.hf_device_map.values()
+    plain = load_model(dequantized_copy(src, tmp_path / "fp32", "block", block), _spec("float32"))
+    tokens = torch.tensor([[5, 9, 14, 3]])
+    assert torch.equal(net(input_ids=tokens).logits, plain(input_ids=tokens).logits)
