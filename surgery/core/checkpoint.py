@@ -314,6 +314,12 @@ class Checkpoint:
     def total_bytes(self) -> int:
         return sum((self.path / f).stat().st_size for f in self.weight_files)
 
+    @property
+    def origin(self) -> Path:
+        """What the user named for these weights, as findings record it: this folder (a GGUF's
+        import names its .gguf file: surgery/gguf/imported.py)."""
+        return self.path
+
     def fingerprint(self) -> str:
         """A cheap identity for the weights: config, headers and 16 sampled 64 KiB blocks per file.
 

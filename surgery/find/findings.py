@@ -51,7 +51,7 @@ class ModelIdentity(JsonRecord):
             fingerprint=ckpt.fingerprint(),
             model_type=arch.model_type,
             geometry=arch.geometry.to_dict(),
-            path=str(ckpt.path),
+            path=str(ckpt.origin),
         )
 
 
@@ -171,7 +171,7 @@ def check_model(findings: Findings, ckpt: Checkpoint, allow_transfer: bool = Fal
     if allow_transfer and same_arch:
         return (
             f"the findings were computed on another model ({recorded.path}) of the same "
-            f"architecture; applying them to {ckpt.path} as --transfer asks"
+            f"architecture; applying them to {ckpt.origin} as --transfer asks"
         )
     if same_arch:
         raise FindingsError(
@@ -180,7 +180,7 @@ def check_model(findings: Findings, ckpt: Checkpoint, allow_transfer: bool = Fal
         )
     raise FindingsError(
         f"the findings were computed on a different model ({recorded.path}, "
-        f"{recorded.model_type}) and cannot be applied to {ckpt.path} ({here.model_type}); "
+        f"{recorded.model_type}) and cannot be applied to {ckpt.origin} ({here.model_type}); "
         f"compute findings for this model with surgery {FINDERS.get(findings.kind, 'find-heads')}"
     )
 

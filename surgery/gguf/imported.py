@@ -1,9 +1,10 @@
-"""The checkpoint commands compute on when MODEL is a GGUF file (finding heads or neurons).
+"""The checkpoint commands compute on when MODEL is a GGUF file (finding heads, neurons or a direction).
 
 Findings need a model that runs; a GGUF is imported once (surgery import-gguf: dequantized to
-float32 safetensors) into the cache, keyed by the file's sha256, and reused. Edits named directly
-(``--neurons``, ``--heads``, a recipe) never import: the bake reads only the GGUF's header and the
-edited blocks.
+float32 safetensors) into the cache, keyed by the file's sha256, and reused. The findings name the
+GGUF file, not the import: its sha256 is their fingerprint, so they apply to that file (and to its
+import) and to no other without --transfer. Edits named directly (``--neurons``, ``--heads``, a
+recipe) never import: the bake reads only the GGUF's header and the edited blocks.
 """
 
 from __future__ import annotations
@@ -15,7 +16,23 @@ from ..core.checkpoint import Checkpoint, file_sha256
 from ..core.hash_cache import HashCache
 
 
-def imported_checkpoint(path: str | Path, allow_remote_code: bool = False) -> Checkpoint:
+class ImportedGguf(Checkpoint):
+    """The float32 import of a GGUF file: finders load this folder, findings record the file."""
+
+    def __init__(self, folder: Path, gguf: Path, sha256: str, *, allow_remote_code: bool = False):
+        super().__init__(folder, allow_remote_code=allow_remote_code)
+        self.gguf, self.sha256 = gguf, sha256
+
+    @property
+    def origin(self) -> Path:
+        return self.gguf
+
+    def fingerprint(self) -> str:
+        """The GGUF file's sha256 (the import is a function of it; the file is what gets baked)."""
+        return self.sha256
+
+
+def imported_checkpoint(path: str | Path, allow_remote_code: bool = False) -> ImportedGguf:
     """The cached import of the GGUF at ``path`` (made on first use), as an opened checkpoint."""
     from ..model.gguf_import import import_gguf
 
@@ -30,4 +47,4 @@ def imported_checkpoint(path: str | Path, allow_remote_code: bool = False) -> Ch
     if not (folder / "config.json").is_file():
         folder.parent.mkdir(parents=True, exist_ok=True)
         import_gguf(path, folder, force=True)
-    return Checkpoint(folder, allow_remote_code=allow_remote_code)
+    return ImportedGguf(folder, path, digest, allow_remote_code=allow_remote_code)

@@ -11,6 +11,7 @@ import re
 import shutil
 import tempfile
 import weakref
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -300,27 +301,35 @@ def _module_map(path: Path, load: LoadSpec, budget: dict | None, dtype) -> dict[
 
 def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     """Load a checkpoint for computation: safetensors only, no remote code unless asked, eval mode,
-    on ``load``'s device in its dtype (or spread by accelerate with ``--device-map auto``)."""
+    on ``load``'s device in its dtype (or spread by accelerate with ``--device-map auto``). An FP8
+    checkpoint loads dequantized (surgery/model/dequantized.py), on any device."""
     from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
 
+    from . import dequantized
+
     device = resolve_device(distributed.rank_device(load.device))  # under torchrun: this rank's GPU
-    fp8 = Checkpoint(Path(path), allow_remote_code=load.trust_remote_code).fp8_scheme
-    if str(device).startswith("cpu") and fp8 is not None:
-        raise CheckpointError(
-            f"{path} holds FP8 weights, which transformers runs on accelerators only: surgery bakes it in place "
-            "(prune-neurons / amplify-heads / apply with explicit edits), but finding or evaluating needs a GPU "
-            "(--device cuda) or the full-precision release"
-        )
+    ckpt = Checkpoint(Path(path), allow_remote_code=load.trust_remote_code)
     dtype = resolve_dtype(load.dtype, device)
     placement = _placement(Path(path), load, device, dtype)
     hf_logging.disable_progress_bar()  # our own progress bars are the ones users should see
     own_folder = placement.get("offload_folder") if load.offload_folder is None else None
+    # transformers dequantizes FP8 exactly only when every weight is whole blocks; else surgery does
+    own_fp8 = ckpt.fp8_scheme is not None and not dequantized.whole_blocks(ckpt)
     try:
-        model_type = AutoConfig.from_pretrained(str(path), trust_remote_code=load.trust_remote_code).model_type
-        model = auto_class(model_type).from_pretrained(
-            str(path), dtype=dtype, use_safetensors=True, trust_remote_code=load.trust_remote_code, **placement
-        )
+        config = AutoConfig.from_pretrained(str(path), trust_remote_code=load.trust_remote_code)
+        fp8_args = dequantized.load_arguments(ckpt, config) if ckpt.fp8_scheme is not None else {}
+        with dequantized.quiet_load(ckpt) if ckpt.fp8_scheme is not None else nullcontext():
+            model = auto_class(config.model_type).from_pretrained(
+                str(path),
+                dtype=dtype,
+                use_safetensors=True,
+                trust_remote_code=load.trust_remote_code,
+                **placement,
+                **fp8_args,
+            )
+        if own_fp8:
+            dequantized.fill_weights(model, ckpt)
     except BaseException:
         if own_folder:
             shutil.rmtree(own_folder, ignore_errors=True)

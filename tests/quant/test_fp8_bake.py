@@ -137,17 +137,3 @@ def test_other_quantizations_are_still_refused(tmp_path):
     (src / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="quantized"):
         Checkpoint(src)
-
-
-def test_finding_on_an_fp8_checkpoint_on_a_cpu_is_one_line(tmp_path):
-    """transformers runs FP8 weights on accelerators only: a command that runs the model says so in one
-    line before loading (it failed inside transformers)."""
-    import surgery
-    from surgery.core.errors import CheckpointError
-    from tests.support.tokenizer import save_char_tokenizer
-
-    src = build_fp8(tmp_path / "src", "block")
-    save_char_tokenizer(src)
-    with pytest.raises(CheckpointError, match="holds FP8 weights, which transformers runs on accelerators only") as exc:
-        surgery.find_neurons(src, device="cpu")
-    assert "\n" not in str(exc.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import torch
@@ -55,9 +56,10 @@ def quantization_config(layout: str, block: tuple[int, int]) -> dict:
     }
 
 
-def build_fp8(folder: Path, layout: str, block: tuple[int, int] = (8, 8)) -> Path:
-    """A tiny Llama checkpoint at ``folder`` whose decoder linears are e4m3 with ``layout`` scales."""
-    build_tiny("llama", folder, torch.float32, None)
+def build_fp8(folder: Path, layout: str, block: tuple[int, int] = (8, 8), **overrides) -> Path:
+    """A tiny Llama checkpoint at ``folder`` whose decoder linears are e4m3 with ``layout`` scales
+    (``overrides``: config fields of the tiny Llama)."""
+    build_tiny("llama", folder, torch.float32, None, **overrides)
     tensors = load_file(folder / "model.safetensors")
     suffix = "weight_scale_inv" if layout == "block" else "weight_scale"
     for name in [n for n in tensors if n.endswith(".weight") and n.split(".")[-2] in LINEARS]:
@@ -82,3 +84,20 @@ def dequantized(folder: Path, name: str, layout: str, block: tuple[int, int] = (
     w = tensors[name]
     scale = tensors[name.removesuffix("weight") + suffix]
     return w.float() * _expanded(scale, w.shape, layout, block)
+
+
+def dequantized_copy(src: Path, out: Path, layout: str, block: tuple[int, int] = (8, 8)) -> Path:
+    """The FP8 checkpoint ``src`` as a plain float32 one at ``out``: every e4m3 weight dequantized with
+    torch (:func:`dequantized`), its scale dropped, no quantization_config; other files as they are."""
+    shutil.copytree(src, out, ignore=shutil.ignore_patterns("model.safetensors"))
+    tensors = load_file(src / "model.safetensors")
+    plain = {
+        name: dequantized(src, name, layout, block) if t.dtype == torch.float8_e4m3fn else t
+        for name, t in tensors.items()
+        if not name.endswith(("weight_scale_inv", "weight_scale"))
+    }
+    save_file(plain, out / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((out / "config.json").read_text())
+    del config["quantization_config"]
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    return out

@@ -1,0 +1,110 @@
+"""Load an FP8 (e4m3) checkpoint for computation, dequantized: finders and evaluation see the values a
+bake edits (each e4m3 value times its scale, exact in float32), on a CPU as on an accelerator.
+
+transformers dequantizes as it loads (``FineGrainedFP8Config`` / ``CompressedTensorsConfig`` with
+``dequantize=True``), but it takes a block's size from the scale grid (rows // scale rows), so a block
+layout whose weights are not whole blocks (128×128 blocks on a dimension that is not a multiple of
+128) comes out wrong without an error. Such a checkpoint loads with its e4m3 bytes as plain floats,
+and each FP8 weight is then replaced by surgery's own dequantization (surgery/quant/fp8.py), one
+tensor at a time.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any
+
+from ..core.checkpoint import Checkpoint, TensorInfo
+from ..core.errors import CheckpointError
+from ..quant import fp8
+
+
+def whole_blocks(ckpt: Checkpoint) -> bool:
+    """Whether every FP8 weight of ``ckpt`` is whole blocks (or one block) along each dimension: then
+    transformers' dequantization, which infers the block from the scale grid, gives its exact values."""
+    block = ckpt.fp8_scheme.block
+    if block is None:  # per tensor or per channel: nothing to infer
+        return True
+    return all(
+        n % b == 0 or n <= b
+        for info in ckpt.tensors.values()
+        if info.dtype == fp8.DTYPE
+        for n, b in zip(info.shape, block)
+    )
+
+
+def load_arguments(ckpt: Checkpoint, config) -> dict[str, Any]:
+    """from_pretrained's arguments that load the FP8 checkpoint ``ckpt`` (transformers ``config``) dequantized:
+    transformers' own dequantization where it is exact, else the config without its quantization
+    (the weights are then filled by :func:`fill_weights`)."""
+    if whole_blocks(ckpt):
+        from transformers import CompressedTensorsConfig, FineGrainedFP8Config
+
+        method = ckpt.fp8_scheme.method
+        quant = FineGrainedFP8Config(dequantize=True) if method == "fp8" else CompressedTensorsConfig(dequantize=True)
+        return {"quantization_config": quant}
+    for cfg in (config, getattr(config, "text_config", None)):
+        if cfg is not None and hasattr(cfg, "quantization_config"):
+            del cfg.quantization_config
+    return {"config": config}
+
+
+@contextmanager
+def quiet_load(ckpt: Checkpoint):
+    """Silence what transformers says about the load :func:`load_arguments` asked for: that the given
+    quantization_config's loading attributes (dequantize) override the checkpoint's, and, when the
+    checkpoint loads without quantization, its report listing every scale tensor as unused (:func:`fill_weights`
+    uses them). Other warnings pass."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    if not whole_blocks(ckpt):
+        hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="You passed `quantization_config`", category=UserWarning)
+            yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def dequantized_weight(ckpt: Checkpoint, info: TensorInfo):
+    """The float32 values of the FP8 weight ``info`` (e4m3 × its scales, exact), as a torch tensor."""
+    import torch
+    from safetensors import safe_open
+
+    scheme = ckpt.fp8_scheme
+    scale_info = ckpt.tensor(scheme.scale_name(info.name))
+    lay = fp8.layout(scheme, info.name, info.shape, scale_info.name, scale_info.shape)
+    with safe_open(ckpt.path / info.file, "pt") as f:
+        raw = f.get_tensor(info.name).view(torch.uint8).numpy()
+    with safe_open(ckpt.path / scale_info.file, "pt") as f:
+        scale = f.get_tensor(scale_info.name).float().numpy()
+    return torch.from_numpy(fp8.dequantize(raw, scale, lay, 0))
+
+
+def fill_weights(model, ckpt: Checkpoint) -> None:
+    """Put the exact dequantized value of every FP8 weight of ``ckpt`` into ``model`` (loaded by
+    :func:`load_arguments` without quantization: not :func:`whole_blocks`), one tensor at a time."""
+    import torch
+
+    for info in ckpt.tensors.values():
+        if info.dtype != fp8.DTYPE:
+            continue
+        try:
+            param = model.get_parameter(info.name)
+        except AttributeError:
+            raise CheckpointError(
+                f"FP8 weight '{info.name}' is not a parameter of the loaded {type(model).__name__} (transformers "
+                "renames it), so surgery cannot dequantize its partial blocks into it; use the full-precision release"
+            ) from None
+        if param.device.type == "meta":
+            raise CheckpointError(
+                f"FP8 weight '{info.name}' was offloaded by --device-map, and its partial "
+                f"{ckpt.fp8_scheme.block[0]}×{ckpt.fp8_scheme.block[1]} blocks must be dequantized by surgery: "
+                "give --max-memory enough room for the whole model, or drop --device-map"
+            )
+        with torch.no_grad():
+            param.copy_(dequantized_weight(ckpt, info))
