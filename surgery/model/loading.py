@@ -300,12 +300,17 @@ def _module_map(path: Path, load: LoadSpec, budget: dict | None, dtype) -> dict[
 
 def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     """Load a checkpoint for computation: safetensors only, no remote code unless asked, eval mode,
-    on ``load``'s device in its dtype (or spread by accelerate with ``--device-map auto``)."""
+    on ``load``'s device in its dtype (or spread by accelerate with ``--device-map auto``). float32
+    compute of a 16-bit checkpoint keeps the weights 16-bit and upcasts a layer per call (model/upcast.py)."""
+    import torch
     from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
 
+    from .upcast import attach, stored_dtype
+
     device = resolve_device(distributed.rank_device(load.device))  # under torchrun: this rank's GPU
-    fp8 = Checkpoint(Path(path), allow_remote_code=load.trust_remote_code).fp8_scheme
+    ckpt = Checkpoint(Path(path), allow_remote_code=load.trust_remote_code)
+    fp8 = ckpt.fp8_scheme
     if str(device).startswith("cpu") and fp8 is not None:
         raise CheckpointError(
             f"{path} holds FP8 weights, which transformers runs on accelerators only: surgery bakes it in place "
@@ -314,12 +319,19 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
         )
     dtype = resolve_dtype(load.dtype, device)
     placement = _placement(Path(path), load, device, dtype)
+    # float32 compute of 16-bit weights: loaded as stored, upcast a layer at a time (model/upcast.py);
+    # accelerate's device map has its own per-layer hooks and budget, so it keeps the whole conversion
+    stored = stored_dtype(ckpt.tensors) if placement["device_map"] is None and dtype == torch.float32 else None
     hf_logging.disable_progress_bar()  # our own progress bars are the ones users should see
     own_folder = placement.get("offload_folder") if load.offload_folder is None else None
     try:
         model_type = AutoConfig.from_pretrained(str(path), trust_remote_code=load.trust_remote_code).model_type
         model = auto_class(model_type).from_pretrained(
-            str(path), dtype=dtype, use_safetensors=True, trust_remote_code=load.trust_remote_code, **placement
+            str(path),
+            dtype=stored or dtype,
+            use_safetensors=True,
+            trust_remote_code=load.trust_remote_code,
+            **placement,
         )
     except BaseException:
         if own_folder:
@@ -327,6 +339,8 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
         raise
     if placement["device_map"] is None:
         model = model.to(device)
+    if stored is not None:
+        attach(model)
     elif own_folder:  # our temporary offload folder lives as long as the model
         weakref.finalize(model, shutil.rmtree, own_folder, True)
     return model.eval()
