@@ -45,12 +45,16 @@ class _Upcast:
 
     def pre(self, module: nn.Module, args: tuple) -> None:
         swapped = []
-        for owner in module.modules() if self.recurse else (module,):
-            for store in (owner._parameters, owner._buffers):
-                for name, tensor in store.items():
-                    if tensor is not None and tensor.dtype in STORED:
-                        store[name] = tensor.detach().to(torch.float32)
-                        swapped.append((store, name, tensor))
+        # The copies are made as the stored tensors are, outside inference mode and requiring grad as
+        # they do: torch picks its matmul path by that (a weight that requires grad is not folded into
+        # one GEMM), and with it the rounding, so only such copies give the whole conversion's bits.
+        with torch.inference_mode(False):
+            for owner in module.modules() if self.recurse else (module,):
+                for store in (owner._parameters, owner._buffers):
+                    for name, tensor in store.items():
+                        if tensor is not None and tensor.dtype in STORED:
+                            store[name] = tensor.detach().to(torch.float32).requires_grad_(tensor.requires_grad)
+                            swapped.append((store, name, tensor))
         self.calls.append(swapped)
 
     def post(self, module: nn.Module, args: tuple, output):

@@ -130,3 +130,52 @@ def test_mixed_or_wide_checkpoints_load_whole(tmp_path):
     assert stored_dtype(Checkpoint(path).tensors) is None
     assert _stored(load_model(path, CPU)) == {torch.float32}
     assert _stored(load_model(path, LoadSpec(device="cpu", dtype="bfloat16"))) == {torch.bfloat16}
+
+
+def _whole(monkeypatch) -> None:
+    """load_model as before: the checkpoint treated as not 16-bit, so converted whole to float32."""
+    monkeypatch.setattr("surgery.model.upcast.stored_dtype", lambda tensors: None)
+
+
+def test_finders_give_the_findings_of_the_whole_conversion(tiny, tmp_path, monkeypatch):
+    """find-heads (its own attention function, knockouts, prefix caches) and find-neurons end to end,
+    down to the compute dtype they record."""
+    from surgery.find.heads.benchmark import load_benchmark
+    from surgery.find.heads.find import find_heads
+    from surgery.find.heads.pairs import build_pairs
+    from surgery.find.heads.params import FindParams
+    from surgery.find.neurons.find import find_neurons
+    from surgery.find.neurons.pairs import load_pairs
+    from tests.support.binding import char_model, write_small_benchmark
+    from tests.support.neuron_pairs import write_pairs
+
+    model = char_model(tiny, "llama", dtype=torch.bfloat16)
+    head_pairs = build_pairs(load_benchmark(write_small_benchmark(tmp_path / "small.jsonl")), seed=0, max_pairs=6)
+    neuron_pairs = load_pairs(write_pairs(tmp_path / "pairs.jsonl"))
+    params = FindParams(max_pairs=6, random_sets=1, confirm=0, knockout_heads=2)
+    runs = []
+    for whole in (False, True):
+        if whole:
+            _whole(monkeypatch)
+        monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / f"cache-{whole}"))
+        heads = find_heads(model, head_pairs, params, load=CPU).to_dict()
+        neurons = find_neurons(Checkpoint(model), neuron_pairs, load=CPU, recompute=True).data.to_dict()
+        runs.append((heads, neurons))
+    (heads, neurons), (heads_whole, neurons_whole) = runs
+    assert heads["scores"] == heads_whole["scores"] and heads["selected_heads"] == heads_whole["selected_heads"]
+    assert neurons["scores"] == neurons_whole["scores"]
+    assert heads["compute"]["dtype"] == neurons["compute"]["dtype"] == "float32"
+
+
+def test_verify_gives_the_report_of_the_whole_conversion(tiny, tmp_path, monkeypatch):
+    from surgery.bake.verify import verify
+    from tests.support.cli import main_code
+
+    src = tiny("llama", dtype=torch.bfloat16)
+    out = tmp_path / "pruned"
+    assert main_code(["prune-neurons", str(src), "--neurons", "0:3,2:47", "--no-verify", "--out", str(out)]) == 0
+    report = verify(Checkpoint(src), out, load=CPU)
+    _whole(monkeypatch)
+    whole = verify(Checkpoint(src), out, load=CPU)
+    assert report.ok and report.to_dict() == whole.to_dict()
+    assert report.tolerance == 2.5e-1  # the bf16 weights set it, as before; float32 compute adds nothing
