@@ -306,7 +306,7 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
 
-    from .upcast import attach, stored_dtype
+    from .upcast import attach, upcast_load_dtype
 
     device = resolve_device(distributed.rank_device(load.device))  # under torchrun: this rank's GPU
     ckpt = Checkpoint(Path(path), allow_remote_code=load.trust_remote_code)
@@ -321,7 +321,7 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     placement = _placement(Path(path), load, device, dtype)
     # float32 compute of 16-bit weights: loaded as stored, upcast a layer at a time (model/upcast.py);
     # accelerate's device map has its own per-layer hooks and budget, so it keeps the whole conversion
-    stored = stored_dtype(ckpt.tensors) if placement["device_map"] is None and dtype == torch.float32 else None
+    stored = upcast_load_dtype(ckpt) if placement["device_map"] is None and dtype == torch.float32 else None
     hf_logging.disable_progress_bar()  # our own progress bars are the ones users should see
     own_folder = placement.get("offload_folder") if load.offload_folder is None else None
     try:
@@ -339,10 +339,10 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
         raise
     if placement["device_map"] is None:
         model = model.to(device)
-    if stored is not None:
-        attach(model)
     elif own_folder:  # our temporary offload folder lives as long as the model
         weakref.finalize(model, shutil.rmtree, own_folder, True)
+    if stored is not None:
+        attach(model)
     return model.eval()
 
 

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..core.checkpoint import Checkpoint
+
 STORED = (torch.bfloat16, torch.float16)  # the dtypes whose upcast to float32 is exact
 _SAFETENSORS = {"BF16": torch.bfloat16, "F16": torch.float16}
 _FLOATS = ("F64", "F32", "F16", "BF16")
@@ -68,6 +70,15 @@ def stored_dtype(tensors: Mapping[str, Any]) -> torch.dtype | None:
     TensorInfo), or None when some are wider (loading those in 16 bits would round them)."""
     floats = {info.dtype for info in tensors.values() if info.dtype in _FLOATS}
     return _SAFETENSORS.get(floats.pop()) if len(floats) == 1 else None
+
+
+def upcast_load_dtype(ckpt: Checkpoint) -> torch.dtype | None:
+    """The 16-bit dtype to load ``ckpt`` in for float32 compute, or None to convert it whole: all its
+    floating tensors are stored in that dtype, and the table knows its decoder layers (the unit upcast;
+    eval may load a model the table does not know)."""
+    from ..core.architectures.table import refusal
+
+    return stored_dtype(ckpt.tensors) if refusal(ckpt.config) is None else None
 
 
 def _full_precision_buffers(model: nn.Module) -> None:
