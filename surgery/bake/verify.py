@@ -347,6 +347,7 @@ def numeric(
     from ..model.hooks import applied
     from ..model.loading import load_model
     from ..model.swap import swapped
+    from ..model.upcast import compute_dtype_of
 
     vocab = int(text_config(src.config).get("vocab_size") or src.config.get("vocab_size"))
     batches = _token_batches(src.path, vocab, prompts, load)
@@ -368,7 +369,7 @@ def numeric(
     diff = max(float((a - b).abs().max()) for a, b in zip(reference, baked))
     dtypes = {src.tensors[p.info.name].dtype for p in plan(src, recipe.validate(src.config), recipe.active())}
     # The model may also compute in a narrower dtype than it stores (--dtype bfloat16 on float32 weights).
-    dtypes.add(COMPUTE_DTYPES.get(str(next(model.parameters()).dtype), "F32"))
+    dtypes.add(COMPUTE_DTYPES.get(str(compute_dtype_of(model)), "F32"))
     tol = max(TOLERANCE.get(d, TOLERANCE["BF16"]) for d in dtypes)
     return diff, tol
 

@@ -213,10 +213,11 @@ def dtype_key(load) -> dict[str, str]:
 def compute_record(model) -> dict[str, str]:
     """Where and in what precision a finder ran the model (findings record it; sums are float32)."""
     from ..model.placement import dtype_name, input_device
+    from ..model.upcast import compute_dtype_of
 
     placed = getattr(model, "hf_device_map", None)
     return {
-        "dtype": dtype_name(model.dtype),
+        "dtype": dtype_name(compute_dtype_of(model)),
         "device": str(input_device(model)),
         **({"device_map": "accelerate"} if placed else {}),
     }

@@ -302,16 +302,22 @@ def _module_map(path: Path, load: LoadSpec, budget: dict | None, dtype) -> dict[
 def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     """Load a checkpoint for computation: safetensors only, no remote code unless asked, eval mode,
     on ``load``'s device in its dtype (or spread by accelerate with ``--device-map auto``). An FP8
-    checkpoint loads dequantized (surgery/model/dequantized.py), on any device."""
+    checkpoint loads dequantized (surgery/model/dequantized.py), on any device; float32 compute of a
+    16-bit checkpoint keeps the weights 16-bit and upcasts a layer per call (model/upcast.py)."""
+    import torch
     from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
 
     from . import dequantized
+    from .upcast import attach, upcast_load_dtype
 
     device = resolve_device(distributed.rank_device(load.device))  # under torchrun: this rank's GPU
     ckpt = Checkpoint(Path(path), allow_remote_code=load.trust_remote_code)
     dtype = resolve_dtype(load.dtype, device)
     placement = _placement(Path(path), load, device, dtype)
+    # float32 compute of 16-bit weights: loaded as stored, upcast a layer at a time (model/upcast.py);
+    # accelerate's device map has its own per-layer hooks and budget, so it keeps the whole conversion
+    stored = upcast_load_dtype(ckpt) if placement["device_map"] is None and dtype == torch.float32 else None
     hf_logging.disable_progress_bar()  # our own progress bars are the ones users should see
     own_folder = placement.get("offload_folder") if load.offload_folder is None else None
     # transformers dequantizes FP8 exactly only when every weight is whole blocks; else surgery does
@@ -322,7 +328,7 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
         with dequantized.quiet_load(ckpt) if ckpt.fp8_scheme is not None else nullcontext():
             model = auto_class(config.model_type).from_pretrained(
                 str(path),
-                dtype=dtype,
+                dtype=stored or dtype,
                 use_safetensors=True,
                 trust_remote_code=load.trust_remote_code,
                 **placement,
@@ -338,6 +344,8 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
         model = model.to(device)
     elif own_folder:  # our temporary offload folder lives as long as the model
         weakref.finalize(model, shutil.rmtree, own_folder, True)
+    if stored is not None:
+        attach(model)
     return model.eval()
 
 
