@@ -5,7 +5,7 @@ Two roles, one per environment:
 
     LLAMA_PYTHON examples/llamacpp_logits.py logits --gguf FILE --ids IDS.json --out LOGITS.npy
         [--edits EDITS.json] [--watch WATCH.json]
-    python examples/llamacpp_logits.py table [--model smollm2|gemma] [--llama-python LLAMA_PYTHON]
+    python examples/llamacpp_logits.py table [--model smollm2|gemma] [--chat] [--llama-python LLAMA_PYTHON]
 
 ``logits`` (run with the python of an environment with llama-cpp-python): llama.cpp's logits for
 fixed token ids. IDS.json is a list of prompts, each a list of token ids (the caller tokenizes, so
@@ -26,7 +26,8 @@ prompts, and the largest single difference) of: the source file in llama.cpp vs 
 its dequantized weights (the engines' own difference), the edited file in llama.cpp vs the run-time
 edit in transformers (the issue's criterion: no larger than the first), the edited file vs the
 run-time edit in llama.cpp (the bytes vs llama.cpp's own edit), and the edited file vs the source
-(the size of the edit). Needs ``python examples/get_models.py`` and SURGERY_LLAMACPP_PYTHON (or
+(the size of the edit), and the edited file's excess over the source's difference, paired prompt by
+prompt (mean ± standard error). ``--chat`` puts the prompts in the model's chat template. Needs ``python examples/get_models.py`` and SURGERY_LLAMACPP_PYTHON (or
 ``--llama-python``). Used by tests/gguf/test_llamacpp.py.
 """
 
@@ -309,8 +310,18 @@ class Row:
     active: float | None  # the same at those neurons in the source file
 
 
-def measure(name: str, llama_python: str, folder: Path) -> tuple[Diff, list[Row]]:
-    """The source's engine difference and one row per case of ``SPECS[name]``."""
+def token_ids(tokenizer, chat: bool) -> list[list[int]]:
+    """The prompts' ids: as plain text, or as a user's turn in the model's chat template."""
+    if not chat:
+        return [tokenizer(p)["input_ids"] for p in PROMPTS]
+    turns = [[{"role": "user", "content": p}] for p in PROMPTS]
+    texts = [tokenizer.apply_chat_template(t, add_generation_prompt=True, tokenize=False) for t in turns]
+    return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]  # the template has them
+
+
+def measure(name: str, llama_python: str, folder: Path, chat: bool = False) -> tuple[Diff, list[Row]]:
+    """The source's engine difference and one row per case of ``SPECS[name]`` (``chat``: the
+    prompts in the model's chat template)."""
     from transformers import AutoTokenizer
 
     from surgery.api import apply
@@ -323,7 +334,7 @@ def measure(name: str, llama_python: str, folder: Path) -> tuple[Diff, list[Row]
     if not src.is_file() or not imported.is_dir():
         raise FileNotFoundError(f"{spec.file} or its import is missing: run `python examples/get_models.py`")
     tokenizer = AutoTokenizer.from_pretrained(imported)
-    prompts = [tokenizer(p)["input_ids"] for p in PROMPTS]
+    prompts = token_ids(tokenizer, chat)
     model = load_fp32(imported)
     head_dim = getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
     t_src = transformers_logits(model, prompts)
@@ -382,7 +393,7 @@ def table_main(args: argparse.Namespace) -> None:
         sys.exit("Error: name llama-cpp-python's python with --llama-python or SURGERY_LLAMACPP_PYTHON")
     for name in args.model:
         with tempfile.TemporaryDirectory() as tmp:
-            engines, rows = measure(name, python, Path(tmp))
+            engines, rows = measure(name, python, Path(tmp), chat=args.chat)
         print_table(name, engines, rows)
 
 
@@ -398,6 +409,7 @@ def main() -> None:
     tb = sub.add_parser("table", help="both engines on every case (run with surgery's python)")
     tb.add_argument("--model", action="append", choices=sorted(SPECS), help="default: smollm2")
     tb.add_argument("--llama-python")
+    tb.add_argument("--chat", action="store_true", help="the prompts as user turns of the chat template")
     args = parser.parse_args()
     if args.command == "logits":
         logits_main(args)

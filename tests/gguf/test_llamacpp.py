@@ -1,26 +1,31 @@
-"""llama.cpp runs the GGUFs surgery baked: the real SmolLM2-135M-Instruct Q4_1 file, edited five ways
-(40 neurons pruned, another 40 drawn at random, one head α 2, α 0.5, prune and α 2 together), run by
-llama.cpp through llama-cpp-python over 8 prompts (examples/llamacpp_logits.py makes the table).
+"""llama.cpp runs the GGUFs surgery baked: the real SmolLM2-135M-Instruct Q4_1 file edited five ways
+(40 neurons pruned, another 40 drawn at random, one head α 2, α 0.5, prune and α 2 together) and
+Gemma-3-270M Q4_K_M four (α 0.5 is not exact there), run by llama.cpp through llama-cpp-python over
+8 prompts (examples/llamacpp_logits.py makes the table and prints it).
 
-What the measurement showed (8 prompts; mean |Δlogit| per prompt), and so what is asserted:
+What the measurement showed (8 prompts, plain text; mean |Δlogit| per prompt), and so what is asserted:
 - llama.cpp computes every edited file bit for bit as it computes its own run-time edit of the
   source file (the pruned neurons' gated activations zeroed, the head's attention output scaled,
-  through llama.cpp's graph callback): the bytes are the edit, in llama.cpp's arithmetic too, so
-  whatever separates llama.cpp from transformers on the edited file is llama.cpp's engine.
+  through llama.cpp's graph callback), in SmolLM2's Q4_1 and in Gemma-3's Q4_K_M mix alike: the
+  bytes are the edit, in llama.cpp's arithmetic too. Whatever separates llama.cpp from transformers
+  on an edited file is llama.cpp's engine on the edited model, which no other bytes would fix.
 - The pruned neurons are silent in llama.cpp: their activation (the down projection's input) is 0.0
   on every token, where the source file's is not.
 - The issue's criterion (the edited file in llama.cpp no further from the run-time edit in
   transformers than the source file in llama.cpp from transformers) holds for the issue's example,
-  the 40-neuron prune, on the mean and on the median over the prompts (0.209 / 0.207 vs the
-  source's 0.218 / 0.212). For the other cases the two sides are equal within the noise, and the
-  literal comparison falls either way: llama.cpp's own error (8-bit activations in each Q4_1 matrix
-  product) varies from prompt to prompt (0.16-0.28) far more than an edit changes it (random prune:
-  mean 0.220 vs 0.218; prune + α 2: median 0.218 vs 0.212). So for every case the paired test is
-  asserted: the per-prompt excess over the source's difference is not significantly above zero.
+  SmolLM2 with 40 neurons pruned, on the mean and the median over the prompts (0.209 / 0.207 vs the
+  source's 0.218 / 0.212); asserted there. It is not a property of the file: llama.cpp's own error
+  (8-bit activations in every quantized matrix product) is a property of the model it runs, and an
+  edit changes it either way. Paired over the prompts, the edited file's excess over the source's
+  difference was: SmolLM2 plain text, every case within ±0.012 (not significant); SmolLM2 in its
+  chat template (examples/llamacpp_logits.py table --chat), prune +0.018 ± 0.006, head α 2
+  +0.049 ± 0.004, prune + α 2 +0.073 ± 0.009 (up to 30 % over the source's 0.243), random prune
+  −0.013, α 0.5 −0.004; Gemma-3 plain text, prune +0.008 ± 0.003 (4 %), random prune −0.006.
+  Those are not asserted.
 - The engines' changes correlate (≥ 0.8) where the edit moves the logits at least twice as much as
-  llama.cpp's own error does (the head α 2 cases, 0.95); a prune or α 0.5 moves them about as much
-  as that error (0.25-0.33 vs 0.22), so there the correlation (0.66-0.81) measures the error, not
-  the edit, and is not asserted.
+  llama.cpp's own error (the head α 2 cases: 0.95); a prune or α 0.5 moves them about as much as
+  that error (0.25-0.33 vs 0.22), so there the correlation (0.66-0.81) measures the error, not the
+  edit, and is not asserted.
 
 Needs the real files (``python examples/get_models.py``) and a virtual environment with
 llama-cpp-python, named by ``SURGERY_LLAMACPP_PYTHON`` (.ci/run builds one when time allows).
@@ -37,7 +42,7 @@ import pytest
 
 from tests.support.paths import REPO, real_model_path
 
-pytestmark = pytest.mark.llamacpp(minutes=5)
+pytestmark = pytest.mark.llamacpp(minutes=10)
 
 
 def _table_module():
@@ -49,28 +54,44 @@ def _table_module():
 
 
 @pytest.fixture(scope="module")
-def table(tmp_path_factory):
+def tables(tmp_path_factory):
+    """``tables(name)``: the source's engine difference and the cases' rows for ``SPECS[name]``,
+    measured once per module (a few minutes each)."""
     python = os.environ.get("SURGERY_LLAMACPP_PYTHON")
     if not python or not Path(python).is_file():
         pytest.skip("set SURGERY_LLAMACPP_PYTHON to the python of a virtual environment with llama-cpp-python")
     lc = _table_module()
-    spec = lc.SPECS["smollm2"]
-    if not (real_model_path(".gguf") / spec.file).is_file() or not real_model_path(spec.imported).is_dir():
-        pytest.skip("run `python examples/get_models.py` first")
-    engines, rows = lc.measure("smollm2", python, tmp_path_factory.mktemp("llamacpp"))
-    lc.print_table("smollm2", engines, rows)
-    return engines, {r.name: r for r in rows}
+    measured: dict[str, tuple] = {}
+
+    def table(name: str):
+        spec = lc.SPECS[name]
+        if not (real_model_path(".gguf") / spec.file).is_file() or not real_model_path(spec.imported).is_dir():
+            pytest.skip("run `python examples/get_models.py` first")
+        if name not in measured:
+            engines, rows = lc.measure(name, python, tmp_path_factory.mktemp(name))
+            lc.print_table(name, engines, rows)
+            measured[name] = engines, {r.name: r for r in rows}
+        return measured[name]
+
+    return table
 
 
-def test_llamacpp_computes_the_edited_file_as_its_own_run_time_edit(table):
-    _, rows = table
+@pytest.fixture
+def table(tables):
+    return tables("smollm2")
+
+
+@pytest.mark.parametrize("name", ["smollm2", "gemma"])
+def test_llamacpp_computes_the_edited_file_as_its_own_run_time_edit(tables, name):
+    _, rows = tables(name)
     for row in rows.values():
         assert row.bytes_vs_engine.largest == 0.0, row.name
         assert row.edit_size.largest > 0.0, row.name  # the edit did change llama.cpp's logits
 
 
-def test_pruned_neurons_are_silent_in_llamacpp(table):
-    _, rows = table
+@pytest.mark.parametrize("name", ["smollm2", "gemma"])
+def test_pruned_neurons_are_silent_in_llamacpp(tables, name):
+    _, rows = tables(name)
     pruned = [r for r in rows.values() if r.silent is not None]
     assert len(pruned) == 3
     for row in pruned:
@@ -83,13 +104,6 @@ def test_the_issues_criterion_holds_for_the_issues_example(table):
     pruned = rows["prune 40"].edited_vs_edit
     assert pruned.mean <= engines.mean
     assert pruned.median <= engines.median
-
-
-def test_no_edit_makes_llamacpps_error_detectably_larger(table):
-    engines, rows = table
-    for row in rows.values():
-        excess, standard_error = row.edited_vs_edit.excess(engines)
-        assert excess <= 2 * standard_error, row.name  # one-sided, about 95 % over 8 prompts
 
 
 def test_llamacpp_moves_as_transformers_where_the_edit_exceeds_llamacpps_error(table):
