@@ -38,7 +38,7 @@ from ..core.staging import staged_output
 from ..core.vectors import VECTORS_NAME
 from ..model.loading import Source, local_source
 from .copies import copy_note, copy_patches
-from .fp8 import stored_plan
+from .quantized import stored_plan
 from .guards import check_scales
 from .patches import RAW_DTYPES, group_by_file, patched_chunks
 from .provenance import (

@@ -26,7 +26,7 @@ from ..core.progress import StageProgress, silent_stages
 from ..model.loading import DEFAULT_LOAD, LoadSpec
 from .bake import source_files
 from .copies import copy_patches, unrecorded
-from .fp8 import dequantized_problems, stored_plan
+from .quantized import dequantized_problems, stored_plan
 from .patches import RAW_DTYPES, TensorPatch, group_by_file, patched_chunks, plan
 from .provenance import OWN_FILES, integrity_problems, load_provenance
 from .record import BakeRecord
@@ -385,8 +385,8 @@ def verify(
     source already loaded (e.g. with a device map), used instead of loading it."""
     dst_path = Path(dst_path)
     report, recipe = structural(src, dst_path, progress)
-    if report.ok and run_model and src.fp8_scheme is not None:
-        # transformers runs FP8 weights on accelerators only: the edited weights are compared dequantized
+    if report.ok and run_model and src.quantized:
+        # transformers runs FP8 and int-packed weights on accelerators only: the edited weights are compared dequantized
         report.numeric_check = "dequantized weights: the output's equal the recipe's scales times the source's, exactly"
         report.problems += dequantized_problems(src, Checkpoint(dst_path, allow_remote_code=True), recipe)[1]
     elif report.ok and run_model:
