@@ -32,7 +32,7 @@ from ..core.edits import Edit, Recipe
 from ..core.errors import CheckpointError, RecipeError
 from ..quant import int_packed
 from ..quant.int_packed import IntWeight, Scheme
-from .fp8 import _exact_product, _reference, _scale_route, plain_problems, read_scale
+from .fp8 import _exact_product, _reference, _scale_route, _whole_groups, plain_problems, read_scale
 from .patches import RAW_DTYPES, TensorPatch, from_f32, plan, read_raw, to_f32
 
 ROWS_PER_BLOCK = 1024  # rows dequantized at once: bounded float32 memory for any width
@@ -56,6 +56,11 @@ class EditView:
         return self.tensors[name] if name in self.tensors else self.ckpt.tensor(name)
 
 
+def planner_view(ckpt: Checkpoint) -> Checkpoint | EditView:
+    """``ckpt`` as the planner reads it: an int4 / int8 checkpoint's weights under their plain names."""
+    return ckpt if ckpt.int_scheme is None else EditView(ckpt, weights_of(ckpt))
+
+
 def weights_of(ckpt: Checkpoint) -> dict[str, IntWeight]:
     """Every integer weight of ``ckpt`` (its tensors' shapes checked); one line when there is none."""
     s = ckpt.int_scheme
@@ -77,9 +82,21 @@ def _refusal(w: IntWeight, s: Scheme, alpha: float, why: str) -> RecipeError:
     )
 
 
+def _why(s: Scheme, w: IntWeight, row: bool, whole: bool) -> str:
+    """Why lines scaled by α ≠ 0 are refused: their scales cannot take α exactly, or they own no scales."""
+    if row or (whole and s.strategy == "group"):
+        return f"{'its rows' if row else 'its columns'} are whole scale groups, but their scales times it are not exact in {w.scale.dtype}"
+    owner = {"group": "not whole scale groups", "channel": "not scale groups (channel strategy: one scale per row)"}
+    return f"its columns are {owner.get(s.strategy, 'not whole scale groups (tensor strategy: one scale)')}, and surgery does not scale integer codes (most would leave the int{s.bits} range)"
+
+
 def _codes(ckpt: Checkpoint, info: TensorInfo) -> np.ndarray:
     """A whole stored codes tensor (packed words or int8): 1 or 4 bits per byte of the float weight it replaces."""
-    rows, cols = (info.shape[0], info.shape[-1]) if len(info.shape) == 2 else (1, max(1, info.nbytes // np.dtype(RAW_DTYPES[info.dtype]).itemsize))
+    rows, cols = (
+        (info.shape[0], info.shape[-1])
+        if len(info.shape) == 2
+        else (1, max(1, info.nbytes // np.dtype(RAW_DTYPES[info.dtype]).itemsize))
+    )
     with open(ckpt.path / info.file, "rb") as f:
         return read_raw(f.fileno(), info, 0, rows, cols).reshape(info.shape)
 
@@ -114,7 +131,9 @@ def _zeroed(s: Scheme, w: IntWeight, codes: np.ndarray, zero, rows: list[int], c
     if zero is None:
         target = torch.zeros(out_n, in_n, dtype=torch.int8)
     else:
-        target = (zero.reshape(1, 1).expand(out_n, 1) if zero.numel() == 1 else zero)[:, group_of.clamp(max=zero.shape[-1] - 1)]
+        target = (zero.reshape(1, 1).expand(out_n, 1) if zero.numel() == 1 else zero)[
+            :, group_of.clamp(max=zero.shape[-1] - 1)
+        ]
     if rows:
         unpacked[rows, :in_n] = target[rows]
     if cols:
@@ -141,14 +160,7 @@ def _routed(ckpt: Checkpoint, s: Scheme, w: IntWeight, p: TensorPatch) -> list[T
     if s.strategy == "group":
         s_cols = _scale_route(cols, in_n, w.group, grid, 1, w.scale.dtype)
     for a in sorted({*rows.values(), *cols.values()} - {0.0}):
-        why = (
-            "its scales times it are not exact in " + w.scale.dtype
-            if a in rows.values()
-            else "the edited columns are not whole scale groups"
-            + (" (channel strategy: one group per row)" if s.strategy == "channel" else "")
-            + " whose scales times it are exact"
-        )
-        raise _refusal(w, s, a, why)
+        raise _refusal(w, s, a, _why(s, w, a in rows.values(), bool(_whole_groups(cols, in_n, w.group))))
     scales = TensorPatch(w.scale, rows=s_rows, cols=s_cols)
     s_new = grid.copy()
     for r, a in s_rows.items():

@@ -38,7 +38,14 @@ CHUNK_BYTES = 16 << 20
 # that get there; a projection refuses it as it computes).
 HUGE = 2.0**64
 # Storage dtype → numpy dtype of the raw elements (bf16 has no numpy type: we keep its bits).
-RAW_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, fp8.DTYPE: np.uint8, "I32": np.int32, "I8": np.int8}
+RAW_DTYPES = {
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": np.uint16,
+    fp8.DTYPE: np.uint8,
+    "I32": np.int32,
+    "I8": np.int8,
+}
 # Integer codes of an int4 / int8 checkpoint: never scaled, only replaced (surgery/bake/int_packed.py).
 INT_DTYPES = ("I32", "I8")
 
@@ -62,7 +69,9 @@ def from_f32(values: np.ndarray, dtype: str) -> np.ndarray:
         rounded[nan] = ((bits[nan] >> 16) | 0x40).astype(np.uint16)  # keep NaN a (quiet) NaN
         return rounded
     if dtype in INT_DTYPES:
-        raise RecipeError("integer codes would be scaled as floats; this edit should have been refused. Please report this bug")
+        raise RecipeError(
+            "integer codes would be scaled as floats; this edit should have been refused. Please report this bug"
+        )
     if dtype == fp8.DTYPE:  # never rounded: the FP8 plan (surgery/bake/fp8.py) admits exact scales only
         raw, exact = fp8.encode_exact(values)
         if not exact.all():

@@ -32,7 +32,9 @@ def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tu
 
 def quantized_check(ckpt: Checkpoint, recipe: Recipe) -> Callable[[Path], Verification]:
     """The bake's check on a quantized checkpoint: the dequantized edited weights, exactly (a bake hook)."""
-    kind = "e4m3 weights" if ckpt.fp8_scheme is not None else f"{ckpt.int_scheme.describe()} codes (by compressed-tensors)"
+    kind = (
+        "e4m3 weights" if ckpt.fp8_scheme is not None else f"{ckpt.int_scheme.describe()} codes (by compressed-tensors)"
+    )
 
     def check(staged: Path) -> Verification:
         maps, problems = dequantized_problems(ckpt, Checkpoint(staged, allow_remote_code=True), recipe)

@@ -26,9 +26,9 @@ from ..core.progress import StageProgress, silent_stages
 from ..model.loading import DEFAULT_LOAD, LoadSpec
 from .bake import source_files
 from .copies import copy_patches, unrecorded
-from .quantized import dequantized_problems, stored_plan
 from .patches import RAW_DTYPES, TensorPatch, group_by_file, patched_chunks, plan
 from .provenance import OWN_FILES, integrity_problems, load_provenance
+from .quantized import dequantized_problems, stored_plan
 from .record import BakeRecord
 
 BLOCK = 16 << 20

@@ -131,12 +131,16 @@ def int_weight(s: Scheme, folder: Path, tensors: Mapping[str, Any], weight: str)
     codes = tensors[s.stored_name(weight)]
     if s.packed:
         if codes.dtype != "I32" or len(codes.shape) != 2:
-            raise CheckpointError(f"tensor '{codes.name}' is {codes.dtype} {list(codes.shape)}; pack-quantized "
-                                  "codes are I32 [out, words]: re-download the checkpoint")
+            raise CheckpointError(
+                f"tensor '{codes.name}' is {codes.dtype} {list(codes.shape)}; pack-quantized "
+                "codes are I32 [out, words]: re-download the checkpoint"
+            )
         shape_name = s.part(weight, "weight_shape")
         if shape_name not in tensors or tensors[shape_name].dtype not in ("I64", "I32"):
-            raise CheckpointError(f"pack-quantized weight '{codes.name}' has no I64 '{shape_name}'; the checkpoint "
-                                  "is incomplete: re-download it")
+            raise CheckpointError(
+                f"pack-quantized weight '{codes.name}' has no I64 '{shape_name}'; the checkpoint "
+                "is incomplete: re-download it"
+            )
         info = tensors[shape_name]
         shape = tuple(int(v) for v in _read(folder, info, np.int64 if info.dtype == "I64" else np.int32).reshape(-1))
         if len(shape) != 2 or shape[0] != codes.shape[0] or math.ceil(shape[1] * s.bits / 32) != codes.shape[1]:
@@ -146,8 +150,10 @@ def int_weight(s: Scheme, folder: Path, tensors: Mapping[str, Any], weight: str)
             )
     else:
         if codes.dtype != "I8" or len(codes.shape) != 2:
-            raise CheckpointError(f"tensor '{codes.name}' is {codes.dtype} {list(codes.shape)}; int-quantized "
-                                  "codes are I8 [out, in]: re-download the checkpoint")
+            raise CheckpointError(
+                f"tensor '{codes.name}' is {codes.dtype} {list(codes.shape)}; int-quantized "
+                "codes are I8 [out, in]: re-download the checkpoint"
+            )
         shape = codes.shape
     out, inp = shape
     group = s.group_size if s.strategy == "group" else inp
@@ -155,20 +161,26 @@ def int_weight(s: Scheme, folder: Path, tensors: Mapping[str, Any], weight: str)
     want_scale = {"group": (out, n_groups), "channel": (out, 1), "tensor": (1,)}[s.strategy]
     scale = tensors.get(s.part(weight, "weight_scale"))
     if scale is None:
-        raise CheckpointError(f"integer weight '{codes.name}' has no scale tensor '{s.part(weight, 'weight_scale')}' "
-                              f"({s.describe()}); the checkpoint is incomplete: re-download it")
+        raise CheckpointError(
+            f"integer weight '{codes.name}' has no scale tensor '{s.part(weight, 'weight_scale')}' "
+            f"({s.describe()}); the checkpoint is incomplete: re-download it"
+        )
     if scale.shape != want_scale and not (s.strategy == "tensor" and scale.shape in ((), (1, 1))):
         raise _mismatch(scale.name, scale.shape, list(want_scale), codes.name, shape, s)
     if scale.dtype not in SCALE_DTYPES:
-        raise CheckpointError(f"scale tensor '{scale.name}' is stored as {scale.dtype}; integer scales are F32, "
-                              "BF16 or F16: re-download the checkpoint")
+        raise CheckpointError(
+            f"scale tensor '{scale.name}' is stored as {scale.dtype}; integer scales are F32, "
+            "BF16 or F16: re-download the checkpoint"
+        )
     zero = tensors.get(s.part(weight, "weight_zero_point"))
     if not s.symmetric:
         packed_zp = s.packed and s.strategy != "tensor"
         want = (math.ceil(out * s.bits / 32), scale.shape[-1]) if packed_zp else scale.shape
         if zero is None:
-            raise CheckpointError(f"asymmetric weight '{codes.name}' has no zero points "
-                                  f"'{s.part(weight, 'weight_zero_point')}'; re-download the checkpoint")
+            raise CheckpointError(
+                f"asymmetric weight '{codes.name}' has no zero points "
+                f"'{s.part(weight, 'weight_zero_point')}'; re-download the checkpoint"
+            )
         if zero.shape != want or zero.dtype != ("I32" if packed_zp else "I8"):
             raise _mismatch(zero.name, zero.shape, f"{list(want)} {'I32' if packed_zp else 'I8'}", codes.name, shape, s)
     return IntWeight(weight, (out, inp), codes, scale, zero if not s.symmetric else None, group)

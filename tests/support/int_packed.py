@@ -75,7 +75,9 @@ def quantization_config(fmt: str, sch) -> dict:
     """config.json's quantization_config, as compressed-tensors' QuantizationConfig writes it."""
     from compressed_tensors.quantization import QuantizationConfig
 
-    cfg = QuantizationConfig(config_groups={"group_0": sch}, format=fmt, quantization_status="compressed", ignore=["lm_head"])
+    cfg = QuantizationConfig(
+        config_groups={"group_0": sch}, format=fmt, quantization_status="compressed", ignore=["lm_head"]
+    )
     return json.loads(cfg.model_dump_json(exclude_none=True))
 
 
