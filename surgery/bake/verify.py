@@ -26,6 +26,7 @@ from ..core.progress import StageProgress, silent_stages
 from ..model.loading import DEFAULT_LOAD, LoadSpec
 from .bake import source_files
 from .copies import copy_patches, unrecorded
+from .int_packed import planner_view
 from .patches import RAW_DTYPES, TensorPatch, group_by_file, patched_chunks, plan
 from .provenance import OWN_FILES, integrity_problems, load_provenance
 from .quantized import dequantized_problems, stored_plan
@@ -355,18 +356,20 @@ def numeric(
     with applied(model, recipe.active()):
         reference = _forward(model, batches)
     progress("verify", 1, 2)
-    tensors = baked_tensors(src, dst_path, recipe, model)
+    # an integer checkpoint's edited tensors are codes and scales, not the decompressed weights in memory
+    tensors = baked_tensors(src, dst_path, recipe, model) if src.int_scheme is None else None
     if tensors is not None:
         with swapped(model, tensors):
             baked = _forward(model, batches)
-    else:  # a mixture of experts' edited experts: the baked model is loaded too (after the source is freed)
+    else:  # experts or integer codes: the baked model is loaded too (after the source is freed)
         del model
         baked_model = load_model(dst_path, load)
         baked = _forward(baked_model, batches)
         model = baked_model
     progress("verify", 2, 2)
     diff = max(float((a - b).abs().max()) for a, b in zip(reference, baked))
-    dtypes = {src.tensors[p.info.name].dtype for p in plan(src, recipe.validate(src.config), recipe.active())}
+    view = planner_view(src)  # an integer weight: its logical dtype, which has the default (bf16) tolerance
+    dtypes = {view.tensor(p.info.name).dtype for p in plan(view, recipe.validate(src.config), recipe.active())}
     # The model may also compute in a narrower dtype than it stores (--dtype bfloat16 on float32 weights).
     dtypes.add(COMPUTE_DTYPES.get(str(next(model.parameters()).dtype), "F32"))
     tol = max(TOLERANCE.get(d, TOLERANCE["BF16"]) for d in dtypes)
@@ -386,10 +389,14 @@ def verify(
     dst_path = Path(dst_path)
     report, recipe = structural(src, dst_path, progress)
     if report.ok and run_model and src.quantized:
-        # transformers runs FP8 and int-packed weights on accelerators only: the edited weights are compared dequantized
+        # FP8 weights run on accelerators only: the edited weights are compared dequantized (integer ones too,
+        # exactly; then their logits where transformers decompresses them on any device: Scheme.runs_decompressed)
         report.numeric_check = "dequantized weights: the output's equal the recipe's scales times the source's, exactly"
         report.problems += dequantized_problems(src, Checkpoint(dst_path, allow_remote_code=True), recipe)[1]
-    elif report.ok and run_model:
+    runs = src.fp8_scheme is None and (src.int_scheme is None or src.int_scheme.runs_decompressed)
+    if report.ok and run_model and runs:
+        if src.int_scheme is not None:
+            report.numeric_check += "; and logits (both decompressed by transformers with compressed-tensors)"
         report.max_abs_logit_diff, report.tolerance = numeric(
             src, dst_path, recipe, load=load, progress=progress, model=model
         )

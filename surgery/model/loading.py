@@ -305,10 +305,16 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     from transformers.utils import logging as hf_logging
 
     device = resolve_device(distributed.rank_device(load.device))  # under torchrun: this rank's GPU
-    fp8 = Checkpoint(Path(path), allow_remote_code=load.trust_remote_code).fp8_scheme
-    if str(device).startswith("cpu") and fp8 is not None:
+    ckpt = Checkpoint(Path(path), allow_remote_code=load.trust_remote_code)
+    integer = ckpt.int_scheme is not None and not ckpt.int_scheme.runs_decompressed
+    if str(device).startswith("cpu") and (ckpt.fp8_scheme is not None or integer):
+        kind = (
+            "FP8 weights, which transformers runs on accelerators only"
+            if ckpt.fp8_scheme is not None
+            else f"{ckpt.int_scheme.describe()} weights, which transformers does not run on a CPU"
+        )
         raise CheckpointError(
-            f"{path} holds FP8 weights, which transformers runs on accelerators only: surgery bakes it in place "
+            f"{path} holds {kind}: surgery bakes it in place "
             "(prune-neurons / amplify-heads / apply with explicit edits), but finding or evaluating needs a GPU "
             "(--device cuda) or the full-precision release"
         )

@@ -49,6 +49,14 @@ class Scheme:
     def packed(self) -> bool:
         return self.format == "pack-quantized"
 
+    @property
+    def runs_decompressed(self) -> bool:
+        """Whether transformers loads these weights decompressed (by compressed-tensors) on any device, so
+        that logits can be compared on a CPU. Measured with transformers 5.24 and compressed-tensors 0.20.1:
+        symmetric pack-quantized loads; asymmetric pack-quantized fails on its row-packed zero points'
+        shape, and int-quantized stays compressed and fails in the first matmul."""
+        return self.packed and self.symmetric
+
     def describe(self) -> str:
         group = f" {self.group_size}" if self.strategy == "group" else ""
         return f"int{self.bits} {self.format}, {self.strategy}{group}, {'' if self.symmetric else 'a'}symmetric"
