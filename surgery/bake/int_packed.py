@@ -85,13 +85,19 @@ def _refusal(w: IntWeight, s: Scheme, alpha: float, why: str) -> RecipeError:
 def _why(s: Scheme, w: IntWeight, row: bool, whole: bool) -> str:
     """Why lines scaled by α ≠ 0 are refused: their scales cannot take α exactly, or they own no scales."""
     if row or (whole and s.strategy == "group"):
-        return f"{'its rows' if row else 'its columns'} are whole scale groups, but their scales times it are not exact in {w.scale.dtype}"
-    owner = {"group": "not whole scale groups", "channel": "not scale groups (channel strategy: one scale per row)"}
-    return f"its columns are {owner.get(s.strategy, 'not whole scale groups (tensor strategy: one scale)')}, and surgery does not scale integer codes (most would leave the int{s.bits} range)"
+        lines = "its rows" if row else "its columns"
+        return f"{lines} are whole scale groups, but their scales times it are not exact in {w.scale.dtype}"
+    owner = {
+        "group": "not whole scale groups",
+        "channel": "not scale groups (channel strategy: one scale per row)",
+        "tensor": "not whole scale groups (tensor strategy: one scale)",
+    }[s.strategy]
+    return f"its columns are {owner}, and surgery does not scale integer codes (most would leave the int{s.bits} range)"
 
 
 def _codes(ckpt: Checkpoint, info: TensorInfo) -> np.ndarray:
-    """A whole stored codes tensor (packed words or int8): 1 or 4 bits per byte of the float weight it replaces."""
+    """A whole stored tensor of codes or zero points (int32 words or int8): a quarter to an eighth of the
+    float weight it stands for."""
     rows, cols = (
         (info.shape[0], info.shape[-1])
         if len(info.shape) == 2

@@ -16,6 +16,7 @@ LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 SCHEMES = {
     "w4a16-g8": ("pack-quantized", 4, "group", 8, True),
     "w4a16-g16": ("pack-quantized", 4, "group", 16, True),
+    "w4a16-g32": ("pack-quantized", 4, "group", 32, True),  # vLLM's CPU kernel: groups of 32 at least
     "w4a16-g8-asym": ("pack-quantized", 4, "group", 8, False),
     "w8a16-channel": ("pack-quantized", 8, "channel", None, True),
     "int8-channel": ("int-quantized", 8, "channel", None, True),
@@ -51,10 +52,11 @@ def compressor(fmt: str):
     return BaseCompressor.get_value_from_registry(fmt)
 
 
-def build_int(folder: Path, scheme: str, dtype: torch.dtype = torch.bfloat16) -> Path:
-    """A tiny Llama at ``folder`` whose decoder linears are compressed by compressed-tensors in ``scheme``."""
+def build_int(folder: Path, scheme: str, dtype: torch.dtype = torch.bfloat16, **overrides) -> Path:
+    """A tiny Llama at ``folder`` (``overrides``: its config's sizes) whose decoder linears are compressed
+    by compressed-tensors in ``scheme``."""
     fmt, sch = _scheme(scheme)
-    build_tiny("llama", folder, dtype, None)
+    build_tiny("llama", folder, dtype, None, **overrides)
     tensors = load_file(folder / "model.safetensors")
     for name in [n for n in tensors if n.endswith(".weight") and n.split(".")[-2] in LINEARS]:
         w = tensors.pop(name)
@@ -89,3 +91,25 @@ def dequantized(folder: Path, name: str, scheme: str) -> torch.Tensor:
     state = {k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix + "weight")}
     state["weight_scale"] = state["weight_scale"].float()
     return compressor(fmt).decompress(state, sch)["weight"].float()
+
+
+def dense_copy(src: Path, folder: Path, scheme: str) -> Path:
+    """``src`` decompressed: every integer weight as its float32 values (compressed-tensors'), no
+    quantization_config; the reference an edit of ``src`` is compared with."""
+    import shutil
+
+    shutil.copytree(src, folder)
+    tensors = load_file(src / "model.safetensors")
+    dense = {}
+    for name, value in tensors.items():
+        if name.endswith(".weight_packed"):
+            weight = name.removesuffix("_packed")
+            dense[weight] = dequantized(src, weight, scheme).contiguous()
+        elif not name.endswith((".weight_scale", ".weight_shape", ".weight_zero_point")):
+            dense[name] = value.float()
+    save_file(dense, folder / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    del config["quantization_config"]
+    config["dtype"] = "float32"
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
+    return folder
