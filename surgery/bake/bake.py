@@ -38,7 +38,6 @@ from ..core.staging import staged_output
 from ..core.vectors import VECTORS_NAME
 from ..model.loading import Source, local_source
 from .copies import copy_note, copy_patches
-from .fp8 import stored_plan
 from .guards import check_scales
 from .patches import RAW_DTYPES, group_by_file, patched_chunks
 from .provenance import (
@@ -52,6 +51,7 @@ from .provenance import (
     record_text,
     write_undo,
 )
+from .quantized import stored_plan
 from .record import BakeRecord, EditedTensor, HashingRecord, UndoRecord, Verification
 from .stream import stream_patched
 

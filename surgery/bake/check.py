@@ -251,10 +251,10 @@ def check_map(src: Checkpoint, out: Checkpoint, m: EditedMap, rng: np.random.Gen
 def edited_check(ckpt: Checkpoint, recipe: Recipe) -> Callable[[Path], Verification]:
     """The check as a bake hook: runs on the staged output before it is published (on an FP8
     checkpoint: its dequantized weights, exactly: surgery.bake.fp8)."""
-    if ckpt.fp8_scheme is not None:
-        from .fp8 import fp8_check
+    if ckpt.quantized:
+        from .quantized import quantized_check
 
-        return fp8_check(ckpt, recipe)
+        return quantized_check(ckpt, recipe)
 
     def check(staged: Path) -> Verification:
         rng = np.random.default_rng(SEED)

@@ -30,7 +30,6 @@ from ..core.edits import Edit, Recipe
 from ..core.errors import CheckpointError, RecipeError
 from ..quant import fp8
 from .patches import CHUNK_BYTES, TensorPatch, from_f32, patched_chunks, plan, read_raw, to_f32
-from .record import Verification
 
 SCALE_DTYPES = ("F32", "BF16", "F16")
 
@@ -65,7 +64,7 @@ def check_fp8_scales(ckpt: Checkpoint) -> None:
         scale_of(ckpt, info)
 
 
-def _read_scale(ckpt: Checkpoint, scale: TensorInfo) -> np.ndarray:
+def read_scale(ckpt: Checkpoint, scale: TensorInfo) -> np.ndarray:
     """A whole scale tensor as float32 (scales are small: one per block or row)."""
     with open(ckpt.path / scale.file, "rb") as f:
         n_rows = scale.shape[0] if scale.shape else 1
@@ -159,7 +158,7 @@ def _routed(ckpt: Checkpoint, p: TensorPatch) -> list[TensorPatch]:
             f"'{name}' holds several experts in one FP8 tensor; surgery edits FP8 weights stored one matrix per tensor"
         )
     scale, lay = scale_of(ckpt, p.info)
-    s_src = _read_scale(ckpt, scale)
+    s_src = read_scale(ckpt, scale)
     out_n, in_n = p.info.shape
     rows, cols = dict(p.rows), dict(p.cols)
     s_rows = s_cols = {}
@@ -216,6 +215,15 @@ def stored_plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> 
     return sorted(out, key=lambda q: (q.info.name, q.first_row))
 
 
+def plain_problems(src: Checkpoint, out: Checkpoint, p: TensorPatch) -> list[str]:
+    """The problem line of a plain (float) tensor of ``out`` that does not hold ``p``'s bytes, if any."""
+    with open(src.path / p.info.file, "rb") as f_src, open(out.path / p.info.file, "rb") as f_out:
+        for offset, data, _ in patched_chunks(f_src.fileno(), p):
+            if bytes(data) != os.pread(f_out.fileno(), len(data), offset):
+                return [f"{out.path.name}: '{p.info.name}' does not hold the recipe's values"]
+    return []
+
+
 def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tuple[int, list[str]]:
     """(tensors compared, problem lines): every edited e4m3 weight of ``out``, dequantized, must equal
     the recipe's scales times ``src``'s dequantized weight exactly in float32; every other edited
@@ -224,14 +232,10 @@ def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tu
     problems = []
     for p in patches:
         if p.info.dtype != fp8.DTYPE:
-            with open(src.path / p.info.file, "rb") as f_src, open(out.path / p.info.file, "rb") as f_out:
-                for offset, data, _ in patched_chunks(f_src.fileno(), p):
-                    if bytes(data) != os.pread(f_out.fileno(), len(data), offset):
-                        problems.append(f"{out.path.name}: '{p.info.name}' does not hold the recipe's values")
-                        break
+            problems += plain_problems(src, out, p)
             continue
         (s_info, lay), o_scale = scale_of(src, p.info), out.tensor(src.fp8_scheme.scale_name(p.info.name))
-        s_src, s_out = _read_scale(src, s_info), _read_scale(out, o_scale)
+        s_src, s_out = read_scale(src, s_info), read_scale(out, o_scale)
         out_info = out.tensor(p.info.name)
         with open(src.path / p.info.file, "rb") as f_src, open(out.path / out_info.file, "rb") as f_out:
             for start, n in _row_steps(*p.info.shape):
@@ -245,24 +249,3 @@ def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tu
                     )
                     break
     return len(patches), problems
-
-
-def fp8_check(ckpt: Checkpoint, recipe: Recipe):
-    """The bake's check on an FP8 checkpoint: the dequantized edited weights, exactly (a bake hook)."""
-
-    def check(staged) -> Verification:
-        from ..core.errors import SurgeryError
-
-        maps, problems = dequantized_problems(ckpt, Checkpoint(staged, allow_remote_code=True), recipe)
-        if problems:
-            raise SurgeryError(f"{problems[0]}; nothing was written. Please report this bug")
-        return Verification(
-            kind="dequantized weights",
-            maps=maps,
-            max_abs_diff=0.0,
-            reference="the source's e4m3 weights times their scales, times the recipe's scales, float32, "
-            "equal bit for bit to the output's; the rest of the output is a byte copy of the source",
-            end_to_end="surgery verify compares the dequantized weights again (no FP8 model runs on a CPU)",
-        )
-
-    return check

@@ -61,6 +61,10 @@ def check_scales(ckpt: Checkpoint, recipes: Recipe | Sequence[Recipe], *, allow_
         return
     for recipe in recipes:  # each must fit the model before its bytes are read
         arch = recipe.validate(ckpt.config)
+    if (
+        ckpt.int_scheme is not None
+    ):  # integer codes and their scales are edited exactly or refused (surgery.bake.int_packed)
+        return
     edits = list(dict.fromkeys(e for r in recipes for e in r.active()))
     for e, site, peak, dtype in site_peaks(ckpt, arch, edits):
         if dtype == fp8.DTYPE:  # e4m3 bytes are scaled exactly or refused (surgery.bake.fp8), never rounded

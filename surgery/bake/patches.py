@@ -28,7 +28,7 @@ from ..core.edits import Edit
 from ..core.errors import CheckpointError, RecipeError
 from ..core.resolve import Resolver, TensorSlice
 from ..core.sites import Site, all_sites, sites
-from ..quant import fp8
+from ..quant import fp8, int_packed
 
 CHUNK_BYTES = 16 << 20
 # 2^64 ≈ 1.8e19 is the square root of float32's largest value. Norms square the activations
@@ -38,7 +38,16 @@ CHUNK_BYTES = 16 << 20
 # that get there; a projection refuses it as it computes).
 HUGE = 2.0**64
 # Storage dtype → numpy dtype of the raw elements (bf16 has no numpy type: we keep its bits).
-RAW_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, fp8.DTYPE: np.uint8}
+RAW_DTYPES = {
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": np.uint16,
+    fp8.DTYPE: np.uint8,
+    "I32": np.int32,
+    "I8": np.int8,
+}
+# Integer codes of an int4 / int8 checkpoint: never scaled, only replaced (surgery/bake/int_packed.py).
+INT_DTYPES = ("I32", "I8")
 
 
 def to_f32(raw: np.ndarray, dtype: str) -> np.ndarray:
@@ -59,6 +68,10 @@ def from_f32(values: np.ndarray, dtype: str) -> np.ndarray:
         nan = np.isnan(values)
         rounded[nan] = ((bits[nan] >> 16) | 0x40).astype(np.uint16)  # keep NaN a (quiet) NaN
         return rounded
+    if dtype in INT_DTYPES:
+        raise RecipeError(
+            "integer codes would be scaled as floats; this edit should have been refused. Please report this bug"
+        )
     if dtype == fp8.DTYPE:  # never rounded: the FP8 plan (surgery/bake/fp8.py) admits exact scales only
         raw, exact = fp8.encode_exact(values)
         if not exact.all():
@@ -111,6 +124,10 @@ class TensorPatch:
     first_row: int = 0
     window: int | None = None
     project: Projection | None = None
+    # Stored elements that replace a line (``(True, row)`` or ``(False, column)``, over all of
+    # ``n_rows``) instead of scaling it: integer codes set to their zero point, whose words also
+    # hold other columns' codes (surgery/bake/int_packed.py computes them).
+    replace: dict[tuple[bool, int], np.ndarray] = field(default_factory=dict)
 
     @property
     def n_rows(self) -> int:
@@ -127,10 +144,15 @@ def _tensor(ckpt: Checkpoint, name: str, shape: tuple[int, ...], why: str | None
     """The header entry of ``name``, which must be a float tensor of ``shape`` (``why``: the config
     fields that set that shape, named in the error)."""
     info = ckpt.tensor(name)
-    if info.dtype not in RAW_DTYPES or (info.dtype == fp8.DTYPE and ckpt.fp8_scheme is None):
+    integer = getattr(ckpt, "int_scheme", None) is not None  # the planner's view of an int4 / int8 checkpoint
+    if (
+        (info.dtype not in RAW_DTYPES and not (integer and info.dtype == int_packed.LOGICAL))
+        or (info.dtype == fp8.DTYPE and ckpt.fp8_scheme is None)
+        or (info.dtype in INT_DTYPES and not (integer and info.dtype == "I8"))
+    ):
         raise CheckpointError(
             f"tensor '{name}' is stored as {info.dtype}; surgery edits F32, F16 and BF16 weights only (and "
-            "F8_E4M3 ones whose config.json gives their scales: quantization_config)"
+            "F8_E4M3, int4 or int8 ones whose config.json gives their scales: quantization_config)"
         )
     if info.shape != shape:
         if why is None:
@@ -284,10 +306,13 @@ def patched_chunks(
         if len(col_idx):
             originals["cols"] = block[:, col_idx].copy()
             for value in np.unique(col_scale):
-                idx = col_idx[col_scale == value]
+                idx = np.array([c for c in col_idx[col_scale == value] if (False, c) not in p.replace], dtype=np.int64)
                 block[:, idx] = _scaled(block[:, idx], float(value), p.info.dtype)
+            for c in (c for c in col_idx if (False, c) in p.replace):
+                block[:, c] = p.replace[(False, c)][start : start + n]
         for r in rows_here:
-            block[r - start] = _scaled(block[r - start], p.rows[r], p.info.dtype)
+            new = p.replace.get((True, r))
+            block[r - start] = _scaled(block[r - start], p.rows[r], p.info.dtype) if new is None else new
         # A byte view of the block, not a copy: the caller writes it out before the next block.
         yield (
             p.info.start + (p.first_row + start) * p.n_cols * itemsize,

@@ -26,9 +26,10 @@ from ..core.progress import StageProgress, silent_stages
 from ..model.loading import DEFAULT_LOAD, LoadSpec
 from .bake import source_files
 from .copies import copy_patches, unrecorded
-from .fp8 import dequantized_problems, stored_plan
+from .int_packed import planner_view
 from .patches import RAW_DTYPES, TensorPatch, group_by_file, patched_chunks, plan
 from .provenance import OWN_FILES, integrity_problems, load_provenance
+from .quantized import dequantized_problems, stored_plan
 from .record import BakeRecord
 
 BLOCK = 16 << 20
@@ -356,18 +357,22 @@ def numeric(
     with applied(model, recipe.active()):
         reference = _forward(model, batches)
     progress("verify", 1, 2)
-    tensors = baked_tensors(src, dst_path, recipe, model)
+    # a quantized checkpoint's edited tensors are codes and scales, not the dequantized weights in memory
+    tensors = None if src.quantized else baked_tensors(src, dst_path, recipe, model)
     if tensors is not None:
         with swapped(model, tensors):
             baked = _forward(model, batches)
-    else:  # a mixture of experts' edited experts: the baked model is loaded too (after the source is freed)
+    else:  # experts or integer codes: the baked model is loaded too (after the source is freed)
         del model
         baked_model = load_model(dst_path, load)
         baked = _forward(baked_model, batches)
         model = baked_model
     progress("verify", 2, 2)
     diff = max(float((a - b).abs().max()) for a, b in zip(reference, baked))
-    dtypes = {src.tensors[p.info.name].dtype for p in plan(src, recipe.validate(src.config), recipe.active())}
+    view = planner_view(src)  # an integer weight: its logical dtype, which has the default (bf16) tolerance
+    dtypes = {view.tensor(p.info.name).dtype for p in plan(view, recipe.validate(src.config), recipe.active())}
+    if src.fp8_scheme is not None:  # loaded dequantized into the compute dtype: e4m3 is not what runs
+        dtypes = set()
     # The model may also compute in a narrower dtype than it stores (--dtype bfloat16 on float32 weights).
     dtypes.add(COMPUTE_DTYPES.get(str(compute_dtype_of(model)), "F32"))
     tol = max(TOLERANCE.get(d, TOLERANCE["BF16"]) for d in dtypes)
@@ -386,11 +391,16 @@ def verify(
     source already loaded (e.g. with a device map), used instead of loading it."""
     dst_path = Path(dst_path)
     report, recipe = structural(src, dst_path, progress)
-    if report.ok and run_model and src.fp8_scheme is not None:
-        # transformers runs FP8 weights on accelerators only: the edited weights are compared dequantized
+    if report.ok and run_model and src.quantized:
+        # the edit itself, exactly: the edited weights dequantized against the source's times the recipe's
+        # scales; then logits where the model runs (FP8 loads dequantized on any device, model/dequantized.py;
+        # integer codes where transformers decompresses them: Scheme.runs_decompressed)
         report.numeric_check = "dequantized weights: the output's equal the recipe's scales times the source's, exactly"
         report.problems += dequantized_problems(src, Checkpoint(dst_path, allow_remote_code=True), recipe)[1]
-    elif report.ok and run_model:
+    runs = src.int_scheme is None or src.int_scheme.runs_decompressed
+    if report.ok and run_model and runs:
+        if src.quantized:
+            report.numeric_check += "; and logits (both models loaded dequantized)"
         report.max_abs_logit_diff, report.tolerance = numeric(
             src, dst_path, recipe, load=load, progress=progress, model=model
         )

@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ..quant import fp8
+from ..quant import fp8, int_packed
 from .errors import CheckpointError
 from .strict_files import DuplicateKey, load_json
 
@@ -220,19 +220,37 @@ class Checkpoint:
                 return found
         return None
 
+    @cached_property
+    def int_scheme(self) -> int_packed.Scheme | None:
+        """The int4 / int8 compressed-tensors scheme of the weights (surgery/quant/int_packed.py), or None."""
+        from .architectures import text_config
+
+        for cfg in (self.config, text_config(self.config)):
+            if found := int_packed.scheme(cfg.get("quantization_config")):
+                return found
+        return None
+
+    @property
+    def quantized(self) -> bool:
+        """Whether the weights are FP8 or integer codes that surgery edits through their scales."""
+        return self.fp8_scheme is not None or self.int_scheme is not None
+
     def _refuse_unsafe(self, allow_remote_code: bool) -> None:
         from .architectures import text_config
 
         for cfg in (self.config, text_config(self.config)):
             for key in QUANTIZATION_KEYS:
-                if cfg.get(key) and not (key == "quantization_config" and fp8.scheme(cfg[key])):
+                value = cfg.get(key)
+                known = key == "quantization_config" and (fp8.scheme(value) or int_packed.scheme(value))
+                if value and not known:
                     method = (
                         (cfg[key] or {}).get("quant_method", "unknown") if isinstance(cfg[key], dict) else "unknown"
                     )
                     raise CheckpointError(
                         f"{self.path} is quantized ({key}: {method}); its weights are packed integers or "
                         "scaled in a layout surgery does not know, so scaling their bytes would corrupt "
-                        "them; use the unquantized (F32/F16/BF16) or an FP8 e4m3 checkpoint"
+                        "them; use the unquantized (F32/F16/BF16), an FP8 e4m3 or an int4 / int8 "
+                        "compressed-tensors checkpoint"
                     )
         if self.config.get("auto_map") and not allow_remote_code:
             raise CheckpointError(

@@ -38,6 +38,9 @@ OPTIONAL = {
     "gguf": Optional("gguf", "gguf", "import-gguf (reading GGUF files)"),
     "matplotlib": Optional("matplotlib", "plots", "report figures"),
     "lm_eval": Optional("lm-eval", "lmeval", "eval --lm-eval (EleutherAI's lm-evaluation-harness)"),
+    "compressed_tensors": Optional(
+        "compressed-tensors", "quant", "baking into int4 / int8 compressed-tensors checkpoints"
+    ),
 }
 
 

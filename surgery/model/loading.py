@@ -313,11 +313,20 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
 
     device = resolve_device(distributed.rank_device(load.device))  # under torchrun: this rank's GPU
     ckpt = Checkpoint(Path(path), allow_remote_code=load.trust_remote_code)
+    integer = ckpt.int_scheme
+    if str(device).startswith("cpu") and integer is not None and not integer.runs_decompressed:
+        raise CheckpointError(
+            f"{path} holds {integer.describe()} weights, which transformers does not run on a CPU: surgery bakes "
+            "it in place (prune-neurons / amplify-heads / apply with explicit edits), but finding or evaluating "
+            "needs a GPU (--device cuda) or the full-precision release"
+        )
     dtype = resolve_dtype(load.dtype, device)
     placement = _placement(Path(path), load, device, dtype)
     # float32 compute of 16-bit weights: loaded as stored, upcast a layer at a time (model/upcast.py);
     # accelerate's device map has its own per-layer hooks and budget, so it keeps the whole conversion
-    stored = upcast_load_dtype(ckpt) if placement["device_map"] is None and dtype == torch.float32 else None
+    # (a quantized checkpoint's weights are decoded by its quantizer: they are not stored 16-bit)
+    whole = placement["device_map"] is not None or dtype != torch.float32 or ckpt.quantized
+    stored = None if whole else upcast_load_dtype(ckpt)
     hf_logging.disable_progress_bar()  # our own progress bars are the ones users should see
     own_folder = placement.get("offload_folder") if load.offload_folder is None else None
     # transformers dequantizes FP8 exactly only when every weight is whole blocks; else surgery does

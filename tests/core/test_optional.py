@@ -36,12 +36,22 @@ def _report_input(tmp_path: Path) -> Path:
     return tmp_path / "eval.json"
 
 
+def _int_bake_input(tmp_path: Path) -> list:
+    """A recipe and a tiny int4 checkpoint (its codes are decoded by compressed-tensors)."""
+    from surgery.core.edits import NeuronScale, Recipe
+    from tests.support.int_packed import build_int
+
+    (tmp_path / "r.yaml").write_text(Recipe((NeuronScale(0, 1, 0.0),)).to_yaml(), encoding="utf-8")
+    return [tmp_path / "r.yaml", "--model", build_int(tmp_path / "int4", "w4a16-g8")]
+
+
 @pytest.mark.parametrize(
     "name, extra, argv",
     [
         ("gguf", "gguf", lambda tmp: ["import-gguf", tmp / "model.gguf", "--out", tmp / "out"]),
         ("matplotlib", "plots", lambda tmp: ["report", "--eval", _report_input(tmp), "--out", tmp / "out"]),
         ("lm_eval", "lmeval", lambda tmp: ["eval", tmp, "--lm-eval", "arc_easy"]),
+        ("compressed_tensors", "quant", lambda tmp: ["apply", *_int_bake_input(tmp), "--out", tmp / "out"]),
     ],
 )
 def test_each_optional_package_missing_is_one_line(tmp_path, name, extra, argv):
@@ -55,7 +65,7 @@ def test_each_optional_package_missing_is_one_line(tmp_path, name, extra, argv):
 
 
 def test_every_optional_package_is_covered_by_the_test_above():
-    assert set(OPTIONAL) == {"gguf", "matplotlib", "lm_eval"}
+    assert set(OPTIONAL) == {"gguf", "matplotlib", "lm_eval", "compressed_tensors"}
 
 
 def test_a_package_missing_anywhere_else_names_it_and_how_to_reinstall(tmp_path):

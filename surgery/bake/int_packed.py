@@ -1,0 +1,232 @@
+"""Edits on int4 / int8 compressed-tensors checkpoints: exact where exactness exists, refused in one line elsewhere.
+
+An edit scales lines (rows or columns) of a weight's values, each value (code − zero point) × its
+group's scale (surgery/quant/int_packed.py). Which bytes change:
+
+* a row scaled by α (0 included: a pruned neuron's gate/up rows) in the group and channel
+  strategies: that row's scales × α, codes untouched — the row owns them, and α·s must be exact in
+  the scale's dtype (0 always is). Zeroing the scales rather than the codes writes in/group values
+  instead of the row's codes and is exact whether or not the weight has zero points;
+* columns scaled by α that are whole scale groups (a head's o_proj columns when head_dim is a
+  multiple of the group size and the heads are aligned): those groups' scales × α, when exact;
+* any other line scaled by 0 (a pruned neuron's down column; a row of a per-tensor weight): its
+  codes set to their zero point, which decodes to exactly 0;
+* any other line scaled by α ≠ 0: refused in one line. A code times α leaves the int range for
+  most weights, and a column is never its own scale group (channel strategy: one group per row).
+
+Whatever the route, the plan decodes the result with compressed-tensors' own ``dequantize`` before
+anything is written: the new values must equal the recipe's scales times the source's values
+exactly in float32, or the edit is refused naming the tensor, its layout and why. The bake's
+check and ``surgery verify`` compare the same values from the written files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+from ..core.architectures import Architecture
+from ..core.checkpoint import Checkpoint, TensorInfo
+from ..core.edits import Edit, Recipe
+from ..core.errors import CheckpointError, RecipeError
+from ..quant import int_packed
+from ..quant.int_packed import IntWeight, Scheme
+from .fp8 import _exact_product, _reference, _scale_route, _whole_groups, plain_problems, read_scale
+from .patches import RAW_DTYPES, TensorPatch, from_f32, plan, read_raw, to_f32
+
+ROWS_PER_BLOCK = 1024  # rows dequantized at once: bounded float32 memory for any width
+
+
+class EditView:
+    """A checkpoint as the planner sees it: every pack-quantized weight also under its plain name
+    ``X.weight`` at its logical [out, in] shape (dtype ``int_packed.LOGICAL``, never read as bytes)."""
+
+    def __init__(self, ckpt: Checkpoint, weights: dict[str, IntWeight]):
+        self.ckpt, self.path, self.config = ckpt, ckpt.path, ckpt.config
+        self.fp8_scheme, self.int_scheme = None, ckpt.int_scheme
+        virtual = {
+            n: TensorInfo(n, w.codes.file, int_packed.LOGICAL, w.shape, w.codes.start, w.codes.end)
+            for n, w in weights.items()
+            if n not in ckpt.tensors
+        }
+        self.tensors = {**ckpt.tensors, **virtual}
+
+    def tensor(self, name: str) -> TensorInfo:
+        return self.tensors[name] if name in self.tensors else self.ckpt.tensor(name)
+
+
+def planner_view(ckpt: Checkpoint) -> Checkpoint | EditView:
+    """``ckpt`` as the planner reads it: an int4 / int8 checkpoint's weights under their plain names."""
+    return ckpt if ckpt.int_scheme is None else EditView(ckpt, weights_of(ckpt))
+
+
+def weights_of(ckpt: Checkpoint) -> dict[str, IntWeight]:
+    """Every integer weight of ``ckpt`` (its tensors' shapes checked); one line when there is none."""
+    s = ckpt.int_scheme
+    found = int_packed.int_weights(s, ckpt.path, ckpt.tensors)
+    if not found:
+        stored = "X.weight_packed" if s.packed else "X.weight as I8"
+        raise CheckpointError(
+            f"{ckpt.path / 'config.json'} says the weights are {s.describe()} but no tensor is stored as {stored}: "
+            "the config does not describe these weights; use the unquantized checkpoint with its own config, "
+            "or re-download this one"
+        )
+    return found
+
+
+def _refusal(w: IntWeight, s: Scheme, alpha: float, why: str) -> RecipeError:
+    return RecipeError(
+        f"cannot scale '{w.codes.name}' ({s.describe()} layout) by {alpha:g} exactly: {why}; prune (scale 0), "
+        "edit whole scale groups by a scale their scales hold exactly, or bake into the unquantized checkpoint"
+    )
+
+
+def _why(s: Scheme, w: IntWeight, row: bool, whole: bool) -> str:
+    """Why lines scaled by α ≠ 0 are refused: their scales cannot take α exactly, or they own no scales."""
+    if row or (whole and s.strategy == "group"):
+        lines = "its rows" if row else "its columns"
+        return f"{lines} are whole scale groups, but their scales times it are not exact in {w.scale.dtype}"
+    owner = {
+        "group": "not whole scale groups",
+        "channel": "not scale groups (channel strategy: one scale per row)",
+        "tensor": "not whole scale groups (tensor strategy: one scale)",
+    }[s.strategy]
+    return f"its columns are {owner}, and surgery does not scale integer codes (most would leave the int{s.bits} range)"
+
+
+def _codes(ckpt: Checkpoint, info: TensorInfo) -> np.ndarray:
+    """A whole stored tensor of codes or zero points (int32 words or int8): a quarter to an eighth of the
+    float weight it stands for."""
+    rows, cols = (
+        (info.shape[0], info.shape[-1])
+        if len(info.shape) == 2
+        else (1, max(1, info.nbytes // np.dtype(RAW_DTYPES[info.dtype]).itemsize))
+    )
+    with open(ckpt.path / info.file, "rb") as f:
+        return read_raw(f.fileno(), info, 0, rows, cols).reshape(info.shape)
+
+
+def _zeros(ckpt: Checkpoint, s: Scheme, w: IntWeight):
+    """``w``'s zero points as int8 [out, groups] (or [1]), or None when symmetric."""
+    if w.zero is None:
+        return None
+    return int_packed.zero_points(s, w, _codes(ckpt, w.zero))
+
+
+def _blocks(s: Scheme, w: IntWeight, codes: np.ndarray, scale: np.ndarray, zero) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, float32 values) of ``w`` a block of rows at a time, decoded by compressed-tensors."""
+    out_n, in_n = w.shape
+    for start in range(0, out_n, ROWS_PER_BLOCK):
+        stop = min(out_n, start + ROWS_PER_BLOCK)
+        rows = int_packed.unpack(s, codes[start:stop], in_n)
+        per_row = s.strategy != "tensor"
+        z = zero[start:stop] if zero is not None and per_row else zero
+        yield start, int_packed.dequantize(s, rows, scale[start:stop] if per_row else scale, z)
+
+
+def _zeroed(s: Scheme, w: IntWeight, codes: np.ndarray, zero, rows: list[int], cols: list[int]) -> np.ndarray:
+    """The stored codes with ``rows`` and ``cols`` set to their zero point (0 when symmetric): unpacked
+    at whole-word width and packed again by compressed-tensors, so every other code keeps its bits."""
+    import torch
+
+    out_n, in_n = w.shape
+    width = codes.shape[1] * 32 // s.bits if s.packed else in_n
+    unpacked = int_packed.unpack(s, codes, width).clone()
+    group_of = torch.arange(in_n) // w.group
+    if zero is None:
+        target = torch.zeros(out_n, in_n, dtype=torch.int8)
+    else:
+        target = (zero.reshape(1, 1).expand(out_n, 1) if zero.numel() == 1 else zero)[
+            :, group_of.clamp(max=zero.shape[-1] - 1)
+        ]
+    if rows:
+        unpacked[rows, :in_n] = target[rows]
+    if cols:
+        unpacked[:, cols] = target[:, cols]
+    return int_packed.pack(s, unpacked)
+
+
+def _routed(ckpt: Checkpoint, s: Scheme, w: IntWeight, p: TensorPatch) -> list[TensorPatch]:
+    """``p`` (on the values of integer weight ``w``) as exact patches of its scales and codes, or a refusal."""
+    if p.project is not None:
+        raise RecipeError(
+            f"a direction edit rewrites every weight of '{w.codes.name}', which {s.describe()} codes cannot store "
+            "exactly; bake it into the unquantized checkpoint"
+        )
+    out_n, in_n = w.shape
+    s_src = read_scale(ckpt, w.scale)
+    grid = s_src.reshape(s_src.shape[0] if s_src.ndim else 1, -1)
+    rows, cols = dict(p.rows), dict(p.cols)
+    s_rows: dict[int, float] = {}
+    s_cols: dict[int, float] = {}
+    if s.strategy != "tensor":  # a row owns its row of scales
+        s_rows = {r: a for r, a in rows.items() if _exact_product(grid[r], a, w.scale.dtype)}
+        rows = {r: a for r, a in rows.items() if r not in s_rows}
+    if s.strategy == "group":
+        s_cols = _scale_route(cols, in_n, w.group, grid, 1, w.scale.dtype)
+    for a in sorted({*rows.values(), *cols.values()} - {0.0}):
+        raise _refusal(w, s, a, _why(s, w, a in rows.values(), bool(_whole_groups(cols, in_n, w.group))))
+    scales = TensorPatch(w.scale, rows=s_rows, cols=s_cols)
+    s_new = grid.copy()
+    for r, a in s_rows.items():
+        s_new[r] *= np.float32(a)
+    for g, a in s_cols.items():
+        s_new[:, g] *= np.float32(a)
+    s_new = to_f32(from_f32(s_new, w.scale.dtype), w.scale.dtype)  # as the scale patch stores it
+    codes, zero = _codes(ckpt, w.codes), _zeros(ckpt, s, w)
+    new_codes = _zeroed(s, w, codes, zero, sorted(rows), sorted(cols)) if rows or cols else codes
+    per_word = 32 // s.bits if s.packed else 1
+    words = sorted({c // per_word for c in cols})
+    weight = TensorPatch(
+        w.codes,
+        rows=dict.fromkeys(rows, 0.0),
+        cols=dict.fromkeys(words, 0.0),
+        replace={**{(True, r): new_codes[r] for r in rows}, **{(False, c): new_codes[:, c].copy() for c in words}},
+    )
+    source = _blocks(s, w, codes, grid.reshape(s_src.shape), zero)
+    for (start, before), (_, after) in zip(source, _blocks(s, w, new_codes, s_new.reshape(s_src.shape), zero)):
+        if not np.array_equal(after, _reference(before, start, p)):
+            a = next(iter({*p.rows.values(), *p.cols.values()} - {0.0}), 0.0)
+            raise _refusal(w, s, a, "the dequantized weights would not be the scaled ones in float32")
+    return [q for q in (weight, scales) if q.rows or q.cols]
+
+
+def stored_plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
+    """The byte patches of ``edits`` on an int4 / int8 checkpoint: the plan on the weights' values,
+    every patch of an integer weight turned into exact patches of its scales and codes (or refused)."""
+    s, weights = ckpt.int_scheme, weights_of(ckpt)
+    patches = plan(EditView(ckpt, weights), arch, edits)
+    out = [q for p in patches for q in (_routed(ckpt, s, weights[p.info.name], p) if p.info.name in weights else [p])]
+    return sorted(out, key=lambda q: (q.info.name, q.first_row))
+
+
+def _values(ckpt: Checkpoint, s: Scheme, w: IntWeight) -> Iterator[tuple[int, np.ndarray]]:
+    scale = read_scale(ckpt, w.scale)
+    return _blocks(s, w, _codes(ckpt, w.codes), scale, _zeros(ckpt, s, w))
+
+
+def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tuple[int, list[str]]:
+    """(tensors compared, problem lines): every edited integer weight of ``out``, decoded by
+    compressed-tensors, must equal the recipe's scales times ``src``'s decoded weight exactly in
+    float32; every other edited tensor must hold the byte plan's values (plain floats)."""
+    s, weights = src.int_scheme, weights_of(src)
+    patches = plan(EditView(src, weights), recipe.validate(src.config), recipe.active())
+    out_weights = int_packed.int_weights(s, out.path, out.tensors)
+    problems = []
+    for p in patches:
+        if p.info.name not in weights:
+            problems += plain_problems(src, out, p)
+            continue
+        w, w_out = weights[p.info.name], out_weights.get(p.info.name)
+        if w_out is None or w_out.shape != w.shape:
+            problems.append(f"{out.path.name}: '{w.codes.name}' is missing or has another shape than the source's")
+            continue
+        for (start, before), (_, after) in zip(_values(src, s, w), _values(out, s, w_out)):
+            if not np.array_equal(after, _reference(before, start, p)):
+                problems.append(
+                    f"{out.path.name}: the dequantized '{p.info.name}' is not the recipe's scales times the "
+                    "source's exactly"
+                )
+                break
+    return len(patches), problems
