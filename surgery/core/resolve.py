@@ -74,7 +74,11 @@ class Resolver:
         in-memory name relative to a layer (``layer`` None: relative to the layer list's siblings, e.g.
         the embeddings); the checkpoint may hold it under that name, under the family's conversion
         renames (``Layout.renames``) or under its releases' own module name (``Layout.stored_names``)."""
-        prefix = self.arch.root_prefix(self._renamed) if layer is None else self.prefix.format(layer=layer)
+        if layer is None:
+            prefix = self.arch.root_prefix(self._renamed)
+        else:  # a sub-layer's module (LongCat-Flash) is named in its decoder layer
+            decoder, module = self.arch.block(layer, module)
+            prefix = self.prefix.format(layer=decoder)
         loaded = f"{prefix}{module}.{part}"
         if loaded in self._renamed:
             return self._renamed[loaded]
@@ -113,7 +117,7 @@ class Resolver:
         """A routed expert's matrix, on the tensors its on-disk layout stores it in."""
         arch, fused = self.arch, self.fused_experts
         part = site.module.rsplit(".", 1)[1]
-        prefix = self.prefix.format(layer=site.layer)
+        prefix = self.arch.module_name(self.prefix, site.layer, "")
         lines = (
             site.indices
             if site.axis == "in"
