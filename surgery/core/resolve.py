@@ -165,7 +165,8 @@ class Resolver:
         one-line refusal when the checkpoint stores none."""
         biases = [sl for sl in self.slices(replace(site, op="project")) if sl.is_bias]
         if not biases:
-            where = "every routed expert's down matrix" if site.expert is not None else f"'{site.module}'"
+            module = site.module if site.layer is None else self.arch.block(site.layer, site.module)[1]
+            where = "every routed expert's down matrix" if site.expert is not None else f"'{module}'"
             raise RecipeError(
                 f"steer: {where} of layer {site.layer} has no bias in this checkpoint ({self.arch.model_type}); "
                 "adding one would change the checkpoint's tensor names and config, which surgery never does: "
