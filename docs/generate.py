@@ -187,7 +187,7 @@ def _attention(layout: Any) -> str:
 
 
 def _mlp(layout: Any) -> str:
-    if layout.experts is not None:
+    if layout.experts is not None and not layout.experts.with_dense:
         return "experts (next column)"
     inputs = _code(layout.gate_up_proj) + " (fused)" if layout.gate_up_proj else _code(layout.gate_proj, layout.up_proj)
     parts = [f"{_code(layout.down_proj)}; inputs {inputs}"]
@@ -195,6 +195,8 @@ def _mlp(layout: Any) -> str:
         parts.append("pruning leaves the inputs (act(0) ≠ 0, or a norm or a sparsity cut over the hidden units)")
     if layout.mlp_kinds:
         parts.append(f"in {', '.join(layout.mlp_kinds.editable) or 'no'} layers")
+    if layout.experts is not None:
+        parts.append("in every layer, the experts' layers too (next column)")
     return "; ".join(parts)
 
 
@@ -224,6 +226,10 @@ def _experts(layout: Any) -> str:
     )
     if any(routing):
         parts.append(f"sparse layers from {_code(*routing)}")
+    elif ex.sparse_step > 1:
+        parts.append(f"sparse layers: layer % {ex.sparse_step} = {ex.sparse_offset}")
+    if ex.zero_key:
+        parts.append(f"{_code(ex.zero_key)} zero-computation experts (no weights; refused)")
     if ex.dispatch != "routed":
         parts.append(f"{ex.dispatch} dispatch")
     return "; ".join(parts)
@@ -231,6 +237,11 @@ def _experts(layout: Any) -> str:
 
 def _other(layout: Any) -> str:
     parts = []
+    if layout.sub_layers > 1:
+        parts.append(
+            f"{layout.sub_layers} blocks per decoder layer: layer {layout.sub_layers}·L + i is block i of decoder "
+            "layer L (`{sub}` = i); finders refused"
+        )
     if layout.text_model_types:
         parts.append(f"wraps a {' or '.join(_code(t) for t in layout.text_model_types)} text decoder")
     if layout.model_class != "AutoModelForCausalLM":

@@ -321,8 +321,11 @@ def baked_tensors(src: Checkpoint, dst_path: Path, recipe: Recipe, model) -> dic
             with safe_open(str(dst_path / src.tensor(disk).file), "pt") as f:
                 # the site's module under the loaded model's layer prefix (multimodal wrappers and
                 # renamed checkpoints store it under another name), or next to its layer list (embeddings)
-                where = loaded.root_prefix(params) if site.layer is None else in_memory.format(layer=site.layer)
-                memory = f"{where}{site.module}.{'bias' if sl.is_bias else 'weight'}"
+                part = "bias" if sl.is_bias else "weight"
+                if site.layer is None:
+                    memory = f"{loaded.root_prefix(params)}{site.module}.{part}"
+                else:
+                    memory = f"{loaded.module_name(in_memory, site.layer, site.module)}.{part}"
                 out[disk] = (memory, f.get_tensor(disk))
     if edited - set(out):
         return None  # expert tensors: stored per expert, fused in memory; no one-to-one swap

@@ -40,14 +40,16 @@ def editable(layout: Layout) -> str:
     parts = [f"heads ({' and '.join(lk.editable)} layers)" if lk else "heads"]
     if mk is not None:  # a hybrid's or a DeepSeek-style MoE's kinds of MLP: neurons in the dense ones
         parts += [f"MLP neurons ({' and '.join(mk.editable)} layers)"] if mk.editable else []
-    elif ex is None:
+    elif ex is None or ex.with_dense:
         parts.append("MLP neurons")
     elif ex.sparse_step_key or ex.dense_layers_key:
         parts.append("MLP neurons (dense layers)")
     if ex is not None:
-        parts.append("routed-expert neurons")
+        parts.append("routed-expert neurons" + (" (not the zero-computation experts)" if ex.zero_key else ""))
         if ex.shared:
             parts.append("shared-expert neurons")
+    if layout.sub_layers > 1:
+        parts.append(f"layer {layout.sub_layers}·L + i = block i of decoder layer L")
     if layout.text_model_types:
         parts.append(f"in the {' or '.join(layout.text_model_types)} text decoder (other towers untouched)")
     return ", ".join(parts)

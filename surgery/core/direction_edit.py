@@ -112,7 +112,7 @@ class DirectionEdit(Edit):
         ex, sparse = arch.layout.experts, arch.is_sparse(self.layer)
         if self.module == "attention":  # a hybrid model's other layer kinds write through other modules
             check_head_layer(arch, self.layer, where, what="attention output (o_proj) to project")
-        if self.module == "mlp" and sparse:
+        if self.module == "mlp" and sparse and self.layer not in arch.dense_mlp_layers():
             shared = ", shared_experts" if ex.shared else ""
             raise RecipeError(
                 f"{where}.module = mlp but layer {self.layer} is a mixture of experts; use experts{shared}"

@@ -78,7 +78,7 @@ class NeuronScale(Edit):
         g, ex = arch.geometry, arch.layout.experts
         L, N = self.layer, self.neuron
         if self.expert is None:
-            if arch.is_sparse(L):
+            if arch.is_sparse(L) and L not in arch.dense_mlp_layers():
                 raise RecipeError(
                     f"{where}: layer {L} is a mixture of experts; name the expert "
                     f"({L}:eE:{N} for routed expert E"
@@ -105,6 +105,12 @@ class NeuronScale(Edit):
                 )
             width, what = g.shared_size, ex.shared_size_key
         else:
+            if g.num_experts <= self.expert < g.num_experts + g.zero_experts:
+                raise RecipeError(
+                    f"{where}.expert = {self.expert} is one of {arch.model_type}'s zero-computation experts "
+                    f"({ex.zero_key} = {g.zero_experts}, after the {g.num_experts} routed ones): it passes its input "
+                    f"through and has no weights to edit; name a routed expert (0..{g.num_experts - 1})"
+                )
             if self.expert >= g.num_experts:
                 raise RecipeError(
                     f"{where}.expert = {self.expert} but the model has {g.num_experts} experts "

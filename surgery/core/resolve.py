@@ -74,7 +74,11 @@ class Resolver:
         in-memory name relative to a layer (``layer`` None: relative to the layer list's siblings, e.g.
         the embeddings); the checkpoint may hold it under that name, under the family's conversion
         renames (``Layout.renames``) or under its releases' own module name (``Layout.stored_names``)."""
-        prefix = self.arch.root_prefix(self._renamed) if layer is None else self.prefix.format(layer=layer)
+        if layer is None:
+            prefix = self.arch.root_prefix(self._renamed)
+        else:  # a sub-layer's module (LongCat-Flash) is named in its decoder layer
+            decoder, module = self.arch.block(layer, module)
+            prefix = self.prefix.format(layer=decoder)
         loaded = f"{prefix}{module}.{part}"
         if loaded in self._renamed:
             return self._renamed[loaded]
@@ -113,7 +117,7 @@ class Resolver:
         """A routed expert's matrix, on the tensors its on-disk layout stores it in."""
         arch, fused = self.arch, self.fused_experts
         part = site.module.rsplit(".", 1)[1]
-        prefix = self.prefix.format(layer=site.layer)
+        prefix = self.arch.module_name(self.prefix, site.layer, "")
         lines = (
             site.indices
             if site.axis == "in"
@@ -161,7 +165,8 @@ class Resolver:
         one-line refusal when the checkpoint stores none."""
         biases = [sl for sl in self.slices(replace(site, op="project")) if sl.is_bias]
         if not biases:
-            where = "every routed expert's down matrix" if site.expert is not None else f"'{site.module}'"
+            module = site.module if site.layer is None else self.arch.block(site.layer, site.module)[1]
+            where = "every routed expert's down matrix" if site.expert is not None else f"'{module}'"
             raise RecipeError(
                 f"steer: {where} of layer {site.layer} has no bias in this checkpoint ({self.arch.model_type}); "
                 "adding one would change the checkpoint's tensor names and config, which surgery never does: "

@@ -133,8 +133,9 @@ def where_text(arch: Architecture, edit: Sited, twin_only: bool = False) -> str:
     for site in sites(arch, edit):
         if twin_only and not site.twin:
             continue
+        module = site.module if site.layer is None else arch.block(site.layer, site.module)[1]  # LongCat's blocks
         if site.op != "scale":
-            name = f"`{site.module}`" if site.expert is None else "every routed expert's down matrix"
+            name = f"`{module}`" if site.expert is None else "every routed expert's down matrix"
             name += " bias" if site.op == "add" else ""
             if name not in parts:  # one phrase for all the experts of a layer
                 parts.append(name)
@@ -142,6 +143,6 @@ def where_text(arch: Architecture, edit: Sited, twin_only: bool = False) -> str:
         kind = "column" if site.axis == "in" else "row"
         # A routed expert's matrix is a logical one (per-expert or fused tensors on disk): named by its part.
         part = site.module.rsplit(".", 1)[-1]  # a dense module may sit on the layer itself (OPT's fc1)
-        name = f"`{site.module}`" if site.expert is None else f"expert {site.expert}'s {part} matrix"
+        name = f"`{module}`" if site.expert is None else f"expert {site.expert}'s {part} matrix"
         parts.append(f"{name} {kind}{'s' if len(site.indices) > 1 else ''} {_indices(site.indices)}")
     return "; ".join(parts)

@@ -118,7 +118,7 @@ class GgufModel:
             n
             for p in lay.layer_prefixes
             for m in modules
-            if self.gguf_name(n := f"{p.format(layer=0)}{self.arch.stored_module(m)}.weight")
+            if self.gguf_name(n := f"{self.arch.module_name(p, 0, self.arch.stored_module(m))}.weight")
         ]
 
 

@@ -12,6 +12,10 @@ Llama 4's experts module (``Experts.dispatch == "dense"``) has no such interface
 expert on every token, each expert's input block [tokens, H] already scaled by the router's score
 (exactly 0 off the token's top-k). Its twin is a forward hook that adds the same correction per
 expert block, over all of the block's tokens (an unrouted token's zero input has h = 0).
+
+LongCat-Flash's experts module (``Experts.dispatch == "looped"``) runs its own loop over the routed
+experts, without the interface: its twin is a forward hook that adds the routed correction to the
+module's output, from the module's own inputs (tokens, top-k indices, top-k weights).
 """
 
 from __future__ import annotations
@@ -41,8 +45,8 @@ def expert_intermediate(module: nn.Module, e: int, x: torch.Tensor, dispatch: st
     module's own layout (transposed or not, biased or not, its ``_apply_gate``); a dense-dispatch
     module (Llama 4) has no interface flags: its forward's own math, [E, H, 2I] and act_fn(gate)·up."""
     w = module.gate_up_proj[e]
-    if dispatch == "dense":
-        gate, up = (x @ w).chunk(2, dim=-1)
+    if dispatch in ("dense", "looped"):  # [H, 2I] (Llama 4) or [2I, H] (LongCat-Flash), gate half first
+        gate, up = (x @ w if dispatch == "dense" else x @ w.T).chunk(2, dim=-1)
         return up * module.act_fn(gate)
     gate_up = x @ w if module.is_transposed else x @ w.T
     if module.has_bias:
@@ -85,6 +89,27 @@ def _dense_twin(modules: Mapping[nn.Module, torch.Tensor]) -> Iterator[None]:
             h.remove()
 
 
+@contextmanager
+def _looped_twin(modules: Mapping[nn.Module, torch.Tensor]) -> Iterator[None]:
+    """Forward hooks adding each looped module's routed correction (weights brought in under offload)."""
+    from accelerate.utils import align_module_device
+
+    def hook_for(scales: torch.Tensor):
+        def hook(module: nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> torch.Tensor:
+            x, index, weights = routed_inputs(module, args, kwargs)
+            with align_module_device(module):
+                return _correction(module, scales.to(x.device), x, index, weights, output, "looped")
+
+        return hook
+
+    handles = [m.register_forward_hook(hook_for(scales), with_kwargs=True) for m, scales in modules.items()]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def _correction(
     module: nn.Module,
     scales: torch.Tensor,
@@ -92,6 +117,7 @@ def _correction(
     index: torch.Tensor,
     weights: torch.Tensor,
     out: torch.Tensor,
+    dispatch: str = "routed",
 ) -> torch.Tensor:
     """``out`` plus what scaling the edited neurons of each expert by ``scales`` [E, I] changes."""
     out = out.clone()
@@ -100,10 +126,11 @@ def _correction(
         tok, pos = torch.where(index == e)
         if not len(tok):
             continue
-        act = expert_intermediate(module, e, x[tok])
+        act = expert_intermediate(module, e, x[tok], dispatch)
         h = act[:, idx.to(act.device)]  # (tokens, edited neurons)
         down = module.down_proj[e]
-        cols = down[idx] if module.is_transposed else down[:, idx].T  # (edited neurons, hidden)
+        transposed = dispatch == "routed" and module.is_transposed  # a looped module's down is [H, I]
+        cols = down[idx] if transposed else down[:, idx].T  # (edited neurons, hidden)
         delta = (h * (scales[e, idx].to(h) - 1)) @ cols
         out.index_add_(0, tok, (delta * weights[tok, pos, None]).to(out.dtype))
     return out
@@ -133,8 +160,8 @@ def expert_twin(
     if not modules:
         yield
         return
-    if dispatch == "dense":
-        with _dense_twin(modules):
+    if dispatch in ("dense", "looped"):
+        with _dense_twin(modules) if dispatch == "dense" else _looped_twin(modules):
             yield
         return
     ALL_EXPERTS_FUNCTIONS.register(NAME, twin_forward)

@@ -19,6 +19,9 @@ An addition site (a steer edit, b ← b + c·r on an output bias) is twinned by 
 c·r to the module's output. Every routed expert's down bias plus c·r adds c·r times the sum of the
 token's routing weights to the experts module's output (each expert's output, bias included, is
 weighted by its routing weight), read from the module's own routed inputs.
+
+Zero-computation experts (LongCat-Flash's identity experts, indices ≥ the routed experts) have no
+weights: their weighted input, also in the experts module's output, is left out of both twins.
 """
 
 from __future__ import annotations
@@ -42,10 +45,9 @@ def model_architecture(model: nn.Module) -> Architecture:
 
 
 def layer_module(model: nn.Module, arch: Architecture, layer: int, relative: str) -> nn.Module:
-    """The submodule ``relative`` (e.g. ``mlp.down_proj``) of decoder layer ``layer``."""
+    """The submodule ``relative`` (e.g. ``mlp.down_proj``) of the table's layer ``layer``."""
     names = dict(model.named_modules())
-    prefix = arch.layer_prefix(names)
-    return names[prefix.format(layer=layer) + relative]
+    return names[arch.module_name(arch.layer_prefix(names), layer, relative)]
 
 
 def _scale_hook(scales: torch.Tensor):
@@ -119,13 +121,35 @@ def _add_output(r: torch.Tensor, c: float):
     return hook
 
 
-def _add_routed(r: torch.Tensor, c: float):
-    """A forward hook (with kwargs) on a routed experts module: c·r times each token's summed routing
-    weights added to its output, what c·r in every expert's down bias adds."""
+def _zero_share(module: nn.Module, args: tuple, kwargs: dict, routed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(each token's routing weights of the experts with weights [tokens, top-k], and what the
+    zero-computation experts, indices ≥ ``routed``, pass through [tokens, H]: their weight × the input)."""
+    x, index, weights = routed_inputs(module, args, kwargs)
+    zero = index >= routed
+    passed = (weights.float() * zero).sum(dim=-1, keepdim=True) * x.float()
+    return weights.float() * ~zero, passed
+
+
+def _project_routed(r: torch.Tensor, w: float, routed: int):
+    """A forward hook (with kwargs) on an experts module whose router also picks zero-computation experts
+    (LongCat-Flash): the routed experts' share of its output projected, what projecting their down
+    matrices does; the share the zero-computation experts pass through is left as it is."""
 
     def hook(module: nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> torch.Tensor:
-        weights = routed_inputs(module, args, kwargs)[2]
-        total = weights.float().sum(dim=-1, keepdim=True)  # [tokens, 1]
+        passed = _zero_share(module, args, kwargs, routed)[1]
+        return (passed + _project(output.float() - passed, r, w)).to(output.dtype)
+
+    return hook
+
+
+def _add_routed(r: torch.Tensor, c: float, routed: int):
+    """A forward hook (with kwargs) on a routed experts module: c·r times each token's summed routing
+    weights (of the ``routed`` experts with weights) added to its output, what c·r in every expert's
+    down bias adds."""
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> torch.Tensor:
+        weights = _zero_share(module, args, kwargs, routed)[0]
+        total = weights.sum(dim=-1, keepdim=True)  # [tokens, 1]
         return (output.float() + c * total * r.to(output.device)).to(output.dtype)
 
     return hook
@@ -170,19 +194,22 @@ def applied(model: nn.Module, edits: Iterable[Edit]) -> Iterator[nn.Module]:
         for (module, layer), v in scale_vectors(arch, edits).items():
             target = layer_module(model, arch, layer, module)
             handles.append(target.register_forward_pre_hook(_scale_hook(v)))
+        ex, g = arch.layout.experts, arch.geometry
         for (module, layer), (r, w) in projections(arch, edits).items():
             target = _module(model, arch, layer, module)
-            handles.append(target.register_forward_hook(_project_output(r, w)))
+            if ex is not None and module == ex.module and g.zero_experts:
+                handles.append(target.register_forward_hook(_project_routed(r, w, g.num_experts), with_kwargs=True))
+            else:
+                handles.append(target.register_forward_hook(_project_output(r, w)))
             head = model.get_output_embeddings()
             if layer is None and head is not None and head.weight is getattr(target, "weight", None):
                 handles.append(head.register_forward_pre_hook(_project_input(r, w)))  # tied: the same table
         for (module, layer), (r, c) in projections(arch, edits, "add").items():
             target = _module(model, arch, layer, module)
-            ex = arch.layout.experts
             if ex is None or module != ex.module:
                 handles.append(target.register_forward_hook(_add_output(r, c)))
-            elif ex.dispatch == "routed":
-                handles.append(target.register_forward_hook(_add_routed(r, c), with_kwargs=True))
+            elif ex.dispatch != "dense":
+                handles.append(target.register_forward_hook(_add_routed(r, c, g.num_experts), with_kwargs=True))
             else:  # Llama 4's experts run every expert on every token, and store no bias to add to
                 raise RecipeError(f"steer: {arch.model_type}'s routed experts have no down bias to add to; steer mlp")
         experts = {

@@ -185,7 +185,10 @@ def _expert_module(
         writes.append(-first.site.scale * r)
     A, B = (writes, reads) if transposed else (reads, writes)
     return LoraModule(
-        f"{loaded.format(layer=layer)}{arch.layout.experts.module}.down_proj", torch.stack(A), torch.stack(B, dim=1), E
+        f"{arch.module_name(loaded, layer, arch.layout.experts.module)}.down_proj",
+        torch.stack(A),
+        torch.stack(B, dim=1),
+        E,
     )
 
 
@@ -219,12 +222,13 @@ def lora_modules(ckpt: Checkpoint, recipe: Recipe, model: torch.nn.Module | None
             r = torch.from_numpy(site.unit().copy())
             A = torch.cat([A, (r @ (W * scales))[None]])
             B = torch.cat([B, (-site.scale * r)[:, None]], dim=1)
-        prefix = loaded.format(layer=layer)
-        modules.append(LoraModule(prefix + module, A, B, conv1d=conv1d, saved_as=prefix + arch.stored_module(module)))
+        name = arch.module_name(loaded, layer, module)
+        saved_as = arch.module_name(loaded, layer, arch.stored_module(module))
+        modules.append(LoraModule(name, A, B, conv1d=conv1d, saved_as=saved_as))
     for layer, slices in sorted(experts.items()):
         # PEFT takes a 3-D parameter as [experts, out, in] unless its module says ``is_transposed`` (read as
         # PEFT reads it, absent = False); the table says whether the loaded layout is [experts, in, out].
-        flagged = getattr(names[f"{loaded.format(layer=layer)}{arch.layout.experts.module}"], "is_transposed", False)
+        flagged = getattr(names[arch.module_name(loaded, layer, arch.layout.experts.module)], "is_transposed", False)
         modules.append(_expert_module(ckpt, arch, loaded, layer, slices, arch.layout.experts.transposed != flagged))
     return modules
 

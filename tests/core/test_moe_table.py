@@ -33,10 +33,19 @@ def _meta_model(model_type: str, config):
 
 
 def _routing_layers(model, arch) -> set[int]:
-    """The layers where transformers built an experts module."""
+    """The decoder layers where transformers built an experts module."""
     names = dict(model.named_modules())
     prefix = arch.layer_prefix(names)
-    return {i for i in range(arch.geometry.num_layers) if prefix.format(layer=i) + arch.layout.experts.module in names}
+    decoders = arch.geometry.num_layers // arch.layout.sub_layers
+    return {i for i in range(decoders) if prefix.format(layer=i) + arch.layout.experts.module in names}
+
+
+def _table_routing(arch) -> set[int]:
+    """The decoder layers whose experts the table's layers name, each once (LongCat-Flash: one of its two
+    sub-layers holds its decoder layer's experts)."""
+    decoders = [arch.block(layer, "")[0] for layer in sorted(arch.geometry.sparse_layers)]
+    assert len(decoders) == len(set(decoders))
+    return set(decoders)
 
 
 def _keys(ex: Experts) -> set[str]:
@@ -68,18 +77,25 @@ def test_routing_layers_and_sizes_are_transformers(model_type):
     model = _meta_model(model_type, config)
     names = dict(model.named_modules())
     prefix = arch.layer_prefix(names)
-    assert _routing_layers(model, arch) == set(g.sparse_layers) != set()
+    assert _routing_layers(model, arch) == _table_routing(arch) != set()
     for layer in range(g.num_layers):
-        at = prefix.format(layer=layer)
+        at = arch.module_name(prefix, layer, "")
+        if layer in arch.dense_mlp_layers():  # a sparse layer may keep its dense MLP too (LongCat-Flash)
+            down = arch.block(layer, arch.layout.down_proj)[1]
+            assert names[at + down].weight.shape == (g.hidden_size, g.intermediate_size)
         if arch.is_sparse(layer):
-            gate_up = names[at + ex.module].gate_up_proj.shape
-            assert (gate_up[0], gate_up[2 if ex.transposed else 1]) == (g.num_experts, 2 * g.expert_size)
+            experts = names[at + ex.module]
+            gate_up, down = experts.gate_up_proj.shape, experts.down_proj.shape
+            # LongCat-Flash keeps (unused) gate/up entries for its zero-computation experts, not down ones
+            assert (gate_up[0], gate_up[2 if ex.transposed else 1]) == (
+                g.num_experts + g.zero_experts,
+                2 * g.expert_size,
+            )
+            assert (down[0], down[1 if ex.transposed else 2]) == (g.num_experts, g.expert_size)
             if ex.shared:
                 assert names[f"{at}{ex.shared}.{ex.shared_down}"].weight.shape == (g.hidden_size, g.shared_size)
                 for m in ex.shared_inputs:
                     assert names[f"{at}{ex.shared}.{m}"].weight.shape == arch.shared_input_shape()
-        else:
-            assert names[at + arch.layout.down_proj].weight.shape == (g.hidden_size, g.intermediate_size)
 
 
 def _older_configs(model_type: str, config) -> list[dict]:
@@ -105,7 +121,7 @@ def test_routing_rule_of_older_configs_is_transformers(model_type):
     for older in _older_configs(model_type, config):
         rebuilt = type(config).from_dict(older)
         arch = architecture(older)
-        assert _routing_layers(_meta_model(model_type, rebuilt), arch) == set(arch.geometry.sparse_layers), older
+        assert _routing_layers(_meta_model(model_type, rebuilt), arch) == _table_routing(arch), older
 
 
 def _saved_names(model_type: str) -> set[str]:
@@ -126,7 +142,7 @@ def test_stored_names_are_the_conversion_mappings(model_type):
     g, ex = arch.geometry, arch.layout.experts
     resolver = Resolver(arch, saved)
     first = min(g.sparse_layers)
-    prefix = resolver.prefix.format(layer=first)
+    prefix = arch.module_name(resolver.prefix, first, "")
     stored = arch.stored_experts(saved)
     assert (stored is None) == (ex.per_expert is not None)  # a family splits its experts on disk, or never
     if stored is not None:
@@ -225,7 +241,6 @@ MOE_REFUSED = (
     "inkling2_text",
     "inkling_text",
     "jetmoe",
-    "longcat_flash",
 )
 
 

@@ -117,6 +117,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # CTRL's ReLU MLP: at its default init most neurons of a tiny model are dead on the proof's inputs
     # (an edit of a dead neuron changes nothing, and the proof wants every edit to do something)
     "ctrl": dict(initializer_range=0.2),
+    # LongCat-Flash: its decoder layers hold two sub-layers each (num_hidden_layers is 2 × num_layers), and
+    # its router picks among zero-computation experts too (the default 256 would dwarf the 4 routed ones);
+    # its rotary embedding is head_dim wide, the rotary part of its q·k heads (qk_rope_head_dim), and its
+    # attention expands the latent keys and values to every head (no grouped k/v heads)
+    "longcat_flash": dict(num_layers=2, zero_expert_num=2, head_dim=8, num_key_value_heads=4),
     # Cohere's logit_scale (1/16) shrinks an expert neuron's effect below the proof's 1e-4 threshold
     "cohere2_moe": dict(logit_scale=1.0),
 }
@@ -369,19 +374,19 @@ def table_mismatches(model, arch) -> list[str]:
     prefix = arch.layer_prefix(modules)
     out = []
     for layer in range(arch.geometry.num_layers):
-        here, root, attention = arch.at(layer), prefix.format(layer=layer), layer in arch.head_layers()
+        here, attention = arch.at(layer), layer in arch.head_layers()
         expected = {m: shape for m, (shape, _) in here.attention_shapes().items()} if attention else {}
         if layer in arch.dense_mlp_layers():
             expected.update(here.mlp_shapes())
         for module, shape in expected.items():
             shape = arch.stored_shape(module, shape)  # a Conv1D (GPT-2) holds its weight [in, out]
-            got = modules.get(root + module)
+            got = modules.get(arch.module_name(prefix, layer, module))
             if got is None or tuple(got.weight.shape) != shape:
                 out.append(
                     f"layer {layer} {module}: table {shape}, model {'none' if got is None else tuple(got.weight.shape)}"
                 )
         for name in ("q_proj", "k_proj", "v_proj") if attention else ():
             module = getattr(arch.layout, name)
-            if module and getattr(here.layout, name) is None and root + module in modules:
+            if module and getattr(here.layout, name) is None and arch.module_name(prefix, layer, module) in modules:
                 out.append(f"layer {layer} {module}: the table says the layer has none, the model has one")
     return out

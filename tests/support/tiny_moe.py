@@ -91,6 +91,12 @@ OVERRIDES: dict[str, dict] = {
         split_ngram_parts=2,
     ),
     "bailing_hybrid": dict(layer_types=HYBRID, **MLA),
+    # LongCat-Flash: two sub-layers per decoder layer (num_hidden_layers = 2 × num_layers), its rotary part
+    # head_dim = qk_rope_head_dim, and two zero-computation experts beside the four routed ones. Described by
+    # tests/core/test_moe_table.py; proven by the coverage sweep (its finders are refused, not proven here).
+    "longcat_flash": dict(
+        MLA, num_layers=2, head_dim=4, zero_expert_num=2, ffn_hidden_size=48, expert_ffn_hidden_size=16
+    ),
     "kimi_linear": dict(layer_types=HYBRID, **MLA, linear_head_dim=8, linear_num_heads=4),
     "jamba": dict(
         attn_layer_period=2,

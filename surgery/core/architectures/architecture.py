@@ -48,6 +48,18 @@ class Architecture:
             )
         return found[0]
 
+    def block(self, layer: int, module: str) -> tuple[int, str]:
+        """Where ``module`` (relative to a layer) of the table's layer ``layer`` lies: (the decoder layer,
+        the module's name in it). Itself, except where a decoder layer holds several sub-layers
+        (``Layout.sub_layers``, LongCat-Flash): layer 5, "self_attn.{sub}.o_proj" → (2, "self_attn.1.o_proj")."""
+        n = self.layout.sub_layers
+        return layer // n, module.replace("{sub}", str(layer % n))
+
+    def module_name(self, prefix: str, layer: int, module: str) -> str:
+        """The full name of layer ``layer``'s ``module`` under the layer-prefix template ``prefix``."""
+        decoder, name = self.block(layer, module)
+        return f"{prefix.format(layer=decoder)}{name}"
+
     def root_prefix(self, names: Iterable[str]) -> str:
         """The prefix of what sits next to the layer list (embeddings, final norm): ``model.`` for
         ``model.layers.{layer}.``, ``transformer.`` for ``transformer.h.{layer}.``, ``""`` at the top."""
@@ -82,7 +94,7 @@ class Architecture:
         ex = self.layout.experts
         names = set(names)
         layer = min(self.geometry.sparse_layers)
-        prefix = self.layer_prefix(names).format(layer=layer)
+        prefix = self.module_name(self.layer_prefix(names), layer, "")
         in_memory = (f"{ex.module}.gate_up_proj", f"{ex.module}.down_proj")
         if f"{prefix}{in_memory[0]}_blocks" in names:
             raise CheckpointError(
@@ -265,11 +277,22 @@ class Architecture:
         return tuple(i for i, kind in enumerate(self.geometry.layer_kinds) if kind in lk.editable)
 
     def dense_mlp_layers(self) -> tuple[int, ...]:
-        """The layers with a dense MLP (not a mixture of experts, not a layer without MLP)."""
-        mk, g = self.layout.mlp_kinds, self.geometry
+        """The layers with a dense MLP (not a mixture of experts, unless its layers keep their dense MLP
+        too, ``Experts.with_dense``; not a layer without MLP)."""
+        mk, g, ex = self.layout.mlp_kinds, self.geometry, self.layout.experts
+        beside = ex is not None and ex.with_dense
         return tuple(
-            i for i in range(g.num_layers) if not self.is_sparse(i) and (mk is None or g.mlp_kinds[i] in mk.editable)
+            i
+            for i in range(g.num_layers)
+            if (beside or not self.is_sparse(i)) and (mk is None or g.mlp_kinds[i] in mk.editable)
         )
+
+    def check_findable(self, finder: str, instead: str) -> None:
+        """One line when ``finder`` cannot run on this family (``Layout.find_refusal``), saying to do ``instead``."""
+        if self.layout.find_refusal:
+            raise UnsupportedArchitecture(
+                f"{self.model_type}: {finder} cannot run on it: {self.layout.find_refusal}; {instead}"
+            )
 
     def kv_cache_only(self) -> bool:
         """Whether the model caches one key/value pair per layer and nothing else (no state-space,

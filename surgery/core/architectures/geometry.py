@@ -28,6 +28,8 @@ class Geometry:
     expert_size: int = 0
     shared_size: int = 0
     sparse_layers: frozenset[int] = frozenset()
+    # Zero-computation (identity) experts the router may pick after the routed ones (LongCat-Flash).
+    zero_experts: int = 0
     # Issue 24 (empty / None / 0 where the row has none): MLA sizes, the kind of each layer (hybrid
     # models: attention side, MLP side), DeepSeek-V4's output groups and their rank.
     mla: MlaSizes | None = None
@@ -54,6 +56,8 @@ class Geometry:
                 shared_size=self.shared_size,
                 sparse_layers=sorted(self.sparse_layers),
             )
+            if self.zero_experts:
+                out["zero_experts"] = self.zero_experts
         # the same for the fields of issue 24: present only where the model has them
         for k in _SHAPE_FIELDS:
             if v := getattr(self, k):
@@ -70,7 +74,7 @@ class Geometry:
         return replace(self, **dict(dict(self.layer_sizes).get(layer, ())), layer_sizes=(), layer_absent=())
 
 
-_MOE_FIELDS = ("num_experts", "expert_size", "shared_size", "sparse_layers")
+_MOE_FIELDS = ("num_experts", "expert_size", "shared_size", "sparse_layers", "zero_experts")
 _SHAPE_FIELDS = ("mla", "layer_kinds", "mlp_kinds", "o_groups", "o_rank")
 _LAYER_FIELDS = ("layer_sizes", "layer_absent")
 
@@ -87,13 +91,14 @@ def _mla_sizes(cfg: Mapping[str, Any], need) -> MlaSizes:
 
 
 def _num_layers(layout: Layout, cfg: Mapping[str, Any], need) -> int:
-    """num_hidden_layers; Nemotron-H's config has none, its per-layer kinds are the layers."""
+    """num_hidden_layers (× the sub-layers of each, LongCat-Flash's two); Nemotron-H's config has none,
+    its per-layer kinds are the layers."""
     key = layout.config_keys.num_hidden_layers
     if key not in cfg and layout.layer_kinds:
         for rule in layout.layer_kinds.rules:
             if rule.form in ("list", "pattern") and isinstance(kinds := _lookup(cfg, rule.keys[0]), (list, str)):
                 return len(kinds)
-    return need(key)
+    return need(key) * layout.sub_layers
 
 
 def _mlp_width(layout: Layout, cfg: Mapping[str, Any], hidden: int, need, key: str | None) -> int:
@@ -188,7 +193,12 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
             "MLP layers; is it a complete transformers config?"
         )
     return replace(
-        dense, num_experts=need(num), expert_size=need(ex.size_key), shared_size=shared, sparse_layers=sparse
+        dense,
+        num_experts=need(num),
+        expert_size=need(ex.size_key),
+        shared_size=shared,
+        sparse_layers=sparse,
+        zero_experts=int(cfg.get(ex.zero_key) or 0) if ex.zero_key else 0,
     )
 
 
@@ -210,7 +220,7 @@ def _sparse_layers(model_type: str, ex: Experts, cfg: Mapping[str, Any], layers:
                 f"layer indices in 0..{layers - 1}; correct it or drop it"
             )
         return frozenset(listed)
-    step = int(cfg.get(ex.sparse_step_key) or 1) if ex.sparse_step_key else 1
+    step = int(cfg.get(ex.sparse_step_key) or 1) if ex.sparse_step_key else ex.sparse_step
     only_dense = set(cfg.get(ex.dense_layers_key) or []) if ex.dense_layers_key else set()
     first = ex.first_dense_default
     if ex.first_dense_key and cfg.get(ex.first_dense_key) is not None:

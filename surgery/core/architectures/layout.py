@@ -145,6 +145,15 @@ class Layout:
     # (EXAONE's transformer.h.N.attn.attention.out_proj), the loaded model has the others. A test
     # compares them with transformers' mapping.
     renames: tuple[tuple[str, str], ...] = ()
+    # --- issue 24 (LongCat-Flash) ---
+    # Attention blocks per decoder layer, each followed by its dense MLP (LongCat-Flash: 2, ModuleLists
+    # self_attn and mlps). The table's layers are then these sub-layers, numbered as transformers numbers
+    # their attention (block i of decoder layer L is layer sub_layers·L + i, its cache index), and
+    # "{sub}" in a module name stands for the block (self_attn.{sub}.o_proj): Architecture.block.
+    sub_layers: int = 1
+    # Why no finder (find-heads, find-neurons, find-direction) can run on this family, whose passes
+    # read and resume whole decoder layers; None: they can.
+    find_refusal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -239,6 +248,18 @@ class Experts:
     # alias → key), for configs written before the key was renamed.
     aliases: tuple[tuple[str, str], ...] = ()
     # How the experts module is run: "routed" (transformers' experts interface: the tokens each
-    # expert is routed, with the router's weights) or "dense" (Llama 4: every expert runs on every
-    # token, its input already scaled by the router's score, exactly 0 off the token's top-k).
+    # expert is routed, with the router's weights), "dense" (Llama 4: every expert runs on every
+    # token, its input already scaled by the router's score, exactly 0 off the token's top-k) or
+    # "looped" (LongCat-Flash: its own forward loops over the routed experts, [E, 2I, H] gate/up
+    # chunked, [E, H, I] down, without transformers' experts interface).
     dispatch: str = "routed"
+    # --- issue 24 (LongCat-Flash) ---
+    # The step rule's step where the family has no key for it (LongCat-Flash: 2, its one mixture of
+    # experts per decoder layer read in the first of the layer's two sub-layers, see Layout.sub_layers).
+    sparse_step: int = 1
+    # The config key of the number of zero-computation (identity) experts the router may pick after the
+    # routed ones: they have no weights, so an edit naming one is refused.
+    zero_key: str | None = None
+    # Whether the layers that route keep a dense MLP of their own too, edited as any dense MLP (LongCat-Flash:
+    # the first block's MLP reads the experts' input); False: a sparse layer's MLP is its experts.
+    with_dense: bool = False

@@ -124,10 +124,6 @@ REFUSED: dict[str, str] = {
         "its attention is itself a mixture of experts (MoA: each token's heads come from routed expert "
         "projections), so no fixed columns carry a head; its MLP experts run a custom dispatch"
     ),
-    "longcat_flash": (
-        "each layer has two attention blocks, two dense MLPs and zero-computation experts "
-        "(self_attn.0/1, mlps.0/1): a layer's neurons and heads have no single site to name"
-    ),
     "inkling_text": (
         "short convolutions wrap its attention inputs and its experts (attn_sconv, k/v_sconv, "
         "mlp_sconv): not described by the table yet"

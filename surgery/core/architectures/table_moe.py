@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .layout import Experts, Layout
+from .kinds import Mla
+from .layout import ConfigKeys, Experts, Layout
 from .parts import (
     _DECODER,
     _DEEPSEEK_EXPERTS,
@@ -264,6 +265,50 @@ MOE: dict[str, Layout] = {
         up_proj="feed_forward.up_proj",
         down_proj="feed_forward.down_proj",
         experts=_LLAMA4_EXPERTS,
+    ),
+    # LongCat-Flash: each decoder layer holds two MLA attention blocks, each followed by a dense MLP
+    # (ModuleLists self_attn and mlps), and one mixture of experts that reads the first block's MLP input
+    # and adds to the layer's output (a shortcut). The table's layers are the two sub-layers (layer 2L + i
+    # = block i of decoder layer L, transformers' cache index of its attention); the experts belong to the
+    # first (even layers). The router also picks zero_expert_num weightless identity experts.
+    "longcat_flash": Layout(
+        _DECODER,
+        config_keys=ConfigKeys(num_hidden_layers="num_layers", intermediate_size="ffn_hidden_size"),
+        sub_layers=2,
+        o_proj="self_attn.{sub}.o_proj",
+        q_proj=None,
+        k_proj=None,
+        v_proj=None,
+        mla=Mla(
+            q_proj=None,
+            q_a_proj="self_attn.{sub}.q_a_proj",
+            q_b_proj="self_attn.{sub}.q_b_proj",
+            kv_a_proj="self_attn.{sub}.kv_a_proj_with_mqa",
+            kv_b_proj="self_attn.{sub}.kv_b_proj",
+        ),
+        down_proj="mlps.{sub}.down_proj",
+        gate_proj="mlps.{sub}.gate_proj",
+        up_proj="mlps.{sub}.up_proj",
+        find_refusal=(
+            "each decoder layer runs two attention blocks and two MLPs (and a shortcut mixture of experts) in one "
+            "forward, and the finders read and resume whole decoder layers"
+        ),
+        experts=Experts(
+            ("n_routed_experts",),
+            "expert_ffn_hidden_size",
+            _QWEN_EXPERTS,
+            dense_size_keys=("ffn_hidden_size",),
+            with_dense=True,
+            sparse_step=2,
+            sparse_offset=0,
+            dispatch="looped",
+            zero_key="zero_expert_num",
+            aliases=(
+                ("num_local_experts", "n_routed_experts"),
+                ("intermediate_size", "ffn_hidden_size"),
+                ("moe_intermediate_size", "expert_ffn_hidden_size"),
+            ),
+        ),
     ),
     "minimax": Layout(
         _DECODER,

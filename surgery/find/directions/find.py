@@ -174,6 +174,9 @@ def find_direction(
     report: Callable[[str], None] = lambda m: None,
 ) -> DirectionFindings:
     """Cached direction findings for (model, a, b, parameters), computed on a miss."""
+    architecture(ckpt.config).check_findable(
+        "find-direction", "project a direction of your own by name instead (a recipe's direction edit with its vector)"
+    )
     if a.sha256 == b.sha256:
         raise ParameterError(
             "{a} and {b} hold the same prompts: their difference is no direction; give two sets "

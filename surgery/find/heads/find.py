@@ -293,14 +293,17 @@ def findings_cache(ckpt: Checkpoint, pairs: Sequence[Pair], params: FindParams, 
     return cache_path("heads", ckpt.fingerprint(), pairs_sha256(pairs), {**params.to_dict(), **dtype_key(load)})
 
 
+_BY_NAME = "amplify heads by name instead (amplify-heads --heads L.H; Python: amplify_heads(heads=...))"
+
+
 def check_observable(arch: Architecture) -> None:
     """find-heads reads every layer's attention over the whole prompt. Layers that reuse an earlier
     layer's keys and values (no k_proj: Gemma 4's kv-shared layers) are run by transformers on the
     kept positions only, so their heads cannot be observed: one line saying what to do instead."""
+    arch.check_findable("find-heads", _BY_NAME)
     if arch.layout.find_heads_refusal:
         raise UnsupportedArchitecture(
-            f"{arch.model_type}: find-heads cannot run on it: {arch.layout.find_heads_refusal}; "
-            "amplify heads by name instead (amplify-heads --heads L.H; Python: amplify_heads(heads=...))"
+            f"{arch.model_type}: find-heads cannot run on it: {arch.layout.find_heads_refusal}; {_BY_NAME}"
         )
     shared = [layer for layer, absent in arch.geometry.layer_absent if "k_proj" in absent]
     if shared:

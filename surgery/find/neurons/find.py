@@ -198,7 +198,12 @@ def find_neurons(
     report: Callable[[str], None] = lambda m: None,
 ) -> NeuronFindings:
     """Cached findings for (model, pairs, parameters), computing them on a miss."""
-    check_one_width(architecture(ckpt.config))
+    arch = architecture(ckpt.config)
+    arch.check_findable(
+        "find-neurons",
+        "prune or scale neurons by name instead (prune-neurons --neurons L:N; Python: prune_neurons(neurons=...))",
+    )
+    check_one_width(arch)
     params = capture_params(pairs, ckpt, load)
     distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs.sha256, params, batch_size, strict)
     cached = cached_path(ckpt, pairs, load)
