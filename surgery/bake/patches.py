@@ -212,8 +212,9 @@ def check_loadable(ckpt: Checkpoint) -> None:
     """Before a find command loads the model: a config that does not describe the weights is one
     line naming the field and the tensor, not a size mismatch inside transformers' loader."""
     from ..core.architectures import architecture
+    from .int_packed import planner_view  # an int4 / int8 checkpoint's weights under their plain names
 
-    check_attention(ckpt, architecture(ckpt.config))
+    check_attention(planner_view(ckpt), architecture(ckpt.config))
 
 
 def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:

@@ -99,3 +99,26 @@ def test_gguf_findings_carry_the_file_s_sha256_and_apply_onto_it_only(tmp_path):
     assert not (tmp_path / "refused.gguf").exists()
     surgery.prune_neurons(other, tmp_path / "moved.gguf", n=2, findings=tmp_path / "neurons.json", transfer=True)
     assert verify_gguf(tmp_path / "moved.gguf", other).ok
+
+
+def test_int4_findings_are_the_decompressed_copy_s_and_bake_back_into_the_int4_checkpoint(tmp_path):
+    """A symmetric W4A16 checkpoint (transformers decompresses it on a CPU with compressed-tensors):
+    find-neurons computes on exactly the decompressed weights and its findings prune the int4 file."""
+    pytest.importorskip("compressed_tensors")
+    from tests.support.int_packed import build_int, dense_copy
+
+    src = build_int(tmp_path / "int4", "w4a16-g8", vocab_size=TINY_VOCAB, max_position_embeddings=512)
+    save_char_tokenizer(src)
+    copy = dense_copy(src, tmp_path / "dense", "w4a16-g8")
+    pairs = write_pairs(tmp_path / "pairs.jsonl")
+    on_int = surgery.find_neurons(src, pairs=pairs, device="cpu", out=tmp_path / "int.json")
+    on_copy = surgery.find_neurons(copy, pairs=pairs, device="cpu", out=tmp_path / "dense.json")
+    assert on_int.data.model.fingerprint == Checkpoint(src).fingerprint() and on_int.data.model.path == str(src)
+    assert _without_model(on_int) == _without_model(on_copy)  # the same weights, bit for bit
+
+    baked = surgery.prune_neurons(src, tmp_path / "pruned", n=3, findings=tmp_path / "int.json")
+    assert baked.tensors_edited > 0
+    report = surgery.verify(src, tmp_path / "pruned")
+    assert report.ok and "logits" in report.numeric_check
+    with pytest.raises(FindingsError, match="pass --transfer"):  # the decompressed copy is another file
+        surgery.prune_neurons(copy, tmp_path / "refused", n=3, findings=tmp_path / "int.json")
