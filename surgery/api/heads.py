@@ -49,7 +49,7 @@ def score_binding(
     """S and K of ``model`` on the binding benchmark: mean match / mismatch, Δ, paired t-test over
     items (``.S``, ``.K``, ``.K_over_S``; ``to_dict()`` adds the benchmark's source and sha256).
     Options: ``LoadSpec`` fields and FindParams' prompt fields (``benchmark``, ``max_pairs`` …)."""
-    from ..bake.patches import check_loadable
+    from ..bake.quantized import check_loadable
     from ..core import distributed
     from ..find.heads.attention import surgery_attention_on
     from ..find.heads.find import pairs_sha256

@@ -208,15 +208,6 @@ def check_layers(ckpt: Checkpoint, arch: Architecture) -> None:
                 _tensor(ckpt, sl.tensor, sl.shape)
 
 
-def check_loadable(ckpt: Checkpoint) -> None:
-    """Before a find command loads the model: a config that does not describe the weights is one
-    line naming the field and the tensor, not a size mismatch inside transformers' loader."""
-    from ..core.architectures import architecture
-    from .int_packed import planner_view  # an int4 / int8 checkpoint's weights under their plain names
-
-    check_attention(planner_view(ckpt), architecture(ckpt.config))
-
-
 def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
     """The tensor patches that realise ``edits`` on ``ckpt`` (identity edits change nothing): on the
     values of the weights (an FP8 weight's are dequantized: surgery.bake.fp8.stored_plan says which

@@ -1,6 +1,6 @@
-"""The stored plan and the exact check of a bake, whatever the checkpoint stores: plain floats, FP8
-(surgery/bake/fp8.py) or int4 / int8 codes (surgery/bake/int_packed.py). Quantized weights run on
-no CPU model, so their check compares dequantized weights, exactly."""
+"""The stored plan, the exact check and the pre-load shape check, whatever the checkpoint stores: plain
+floats, FP8 (surgery/bake/fp8.py) or int4 / int8 codes (surgery/bake/int_packed.py). A quantized
+bake's check compares dequantized weights, exactly: the edit itself, with no model to run."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ..core.checkpoint import Checkpoint
 from ..core.edits import Edit, Recipe
 from ..core.errors import SurgeryError
 from . import fp8, int_packed
-from .patches import TensorPatch
+from .patches import TensorPatch, check_attention
 from .record import Verification
 
 
@@ -50,3 +50,12 @@ def quantized_check(ckpt: Checkpoint, recipe: Recipe) -> Callable[[Path], Verifi
         )
 
     return check
+
+
+def check_loadable(ckpt: Checkpoint) -> None:
+    """Before a find command loads the model: a config that does not describe the weights is one
+    line naming the field and the tensor, not a size mismatch inside transformers' loader (an int4 /
+    int8 checkpoint's packed weights are read at their logical shape)."""
+    from ..core.architectures import architecture
+
+    check_attention(int_packed.planner_view(ckpt), architecture(ckpt.config))

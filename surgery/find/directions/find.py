@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ... import __version__
-from ...bake.patches import check_loadable
+from ...bake.quantized import check_loadable
 from ...core import distributed
 from ...core.architectures import architecture
 from ...core.checkpoint import Checkpoint, file_sha256

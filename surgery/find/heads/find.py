@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ... import __version__
-from ...bake.patches import check_loadable
+from ...bake.quantized import check_loadable
 from ...core import distributed
 from ...core.architectures import Architecture, architecture
 from ...core.checkpoint import Checkpoint

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ... import __version__
-from ...bake.patches import check_loadable
+from ...bake.quantized import check_loadable
 from ...core import distributed
 from ...core.architectures import Architecture, architecture
 from ...core.checkpoint import Checkpoint
