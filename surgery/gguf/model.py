@@ -114,12 +114,47 @@ class GgufModel:
         the table that maps onto this file's tensors (the resolver picks the prefix from them)."""
         lay = self.arch.layout
         modules = [m for m in (lay.o_proj, lay.down_proj, lay.gate_proj, lay.up_proj) if m]
-        return [
+        names = [
             n
             for p in lay.layer_prefixes
             for m in modules
             if self.gguf_name(n := f"{self.arch.module_name(p, 0, self.arch.stored_module(m))}.weight")
         ]
+        ex = lay.experts
+        if ex and ex.per_expert and self.arch.geometry.sparse_layers:
+            # The experts' per-expert names (of expert 0 in the first sparse layer) where llama.cpp's
+            # stacked tensor for them is in the file: the resolver then resolves an expert's matrix
+            # to its per-expert name, which expert_tensor maps onto the stacked one.
+            layer = min(self.arch.geometry.sparse_layers)
+            names += [
+                self.arch.module_name(p, layer, ex.per_expert[0].format(expert=0)) + ".weight"
+                for p in lay.layer_prefixes
+                if self.gguf_name(f"{self.arch.module_name(p, layer, stacked_module(ex.per_expert[0]))}.weight")
+            ]
+        return names
+
+    def expert_tensor(self, per_expert: str, expert: int, part: str, shape: tuple[int, ...]) -> tuple[GgufTensor, int]:
+        """The stacked 3-D tensor holding ``expert``'s ``part`` matrix ("gate", "up", "down"), whose
+        per-expert transformers name is ``per_expert`` and [out, in] shape ``shape``, and the first row
+        of the expert's slab in it seen as 2-D [E·out, in]; one-line errors for a file without it."""
+        ex = self.arch.layout.experts
+        pattern = ex.per_expert[("gate", "up", "down").index(part)]
+        own = f"{pattern.format(expert=expert)}.weight"
+        t = self.tensor(f"{per_expert.removesuffix(own)}{stacked_module(pattern)}.weight")
+        E = self.arch.geometry.num_experts
+        if tuple(t.shape) != (E, *shape):
+            raise CheckpointError(
+                f"{self.path.name}: {t.name} has shape {list(t.shape)}, the config says "
+                f"{[E, *shape]} ({E} experts); the file does not match its metadata"
+            )
+        return t, expert * shape[0]
+
+
+def stacked_module(per_expert: str) -> str:
+    """The name llama.cpp's converter gives the 3-D stack of a per-expert matrix (``Experts.per_expert``
+    pattern): the pattern without its expert index (``mlp.experts.{expert}.gate_proj`` →
+    ``mlp.experts.gate_proj``), which gguf-py's name map then maps to ``ffn_gate_exps``."""
+    return per_expert.replace("{expert}.", "")
 
 
 def check_complete(path: Path, header: GgufHeader) -> None:
