@@ -104,6 +104,12 @@ def plan(model: GgufModel, recipe: Recipe) -> Plan:
                 f"{model.path.name}: a steer edit adds a vector to biases, which a GGUF block's scale "
                 "cannot express; import it (surgery import-gguf) and bake the checkpoint"
             )
+        if any(s.expert is not None for s in edit_sites) and not model.expert_names():
+            raise RecipeError(
+                f"{model.path.name}: surgery cannot match this {arch.model_type} file's routed experts to "
+                "llama.cpp's stacked ffn_*_exps tensors (its table has no per-expert names for them, or the "
+                "file lacks the stacks); import it (surgery import-gguf) and bake the checkpoint"
+            )
         for piece in resolver.all(edit_sites):
             if piece.site.op == "project":  # a whole matrix changes: no block's scale can carry it
                 raise RecipeError(

@@ -5,6 +5,8 @@ byte for byte; the baked file as transformers loads it equals the run-time twin 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -126,3 +128,28 @@ def test_expert_index_past_the_last_is_one_line_and_writes_nothing(tmp_path):
         bake_gguf(open_gguf(src), recipe(pruned=((0, 3, EXPERTS),)), out)
     assert "\n" not in str(err.value)
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("out")]  # nor its sidecars
+
+
+def test_stacked_experts_with_biases_are_refused_in_one_line(tmp_path):
+    """GPT-OSS-style per-expert biases next to the stack: refused, nothing written."""
+    src, out = tmp_path / "src.gguf", tmp_path / "out.gguf"
+    write_moe_gguf(src, "F32", extra={"blk.0.ffn_gate_exps.bias": np.zeros((EXPERTS, EXPERT), np.float32)})
+    with pytest.raises(RecipeError, match="blk.0.ffn_gate_exps.weight has per-expert biases") as err:
+        bake_gguf(open_gguf(src), recipe(pruned=((0, 3, 1),)), out)
+    assert "\n" not in str(err.value)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("out")]
+
+
+def test_experts_without_per_expert_names_are_refused_in_one_line(tmp_path):
+    """A family whose table row has no per-expert names (GPT-OSS) cannot be matched to llama.cpp's
+    stacks: one line naming the cause, while its shared-expert neurons still bake."""
+    src = tmp_path / "src.gguf"
+    write_moe_gguf(src, "Q8_0")
+    model = open_gguf(src)
+    layout = model.arch.layout
+    experts = replace(layout.experts, per_expert=None)
+    model = replace(model, arch=replace(model.arch, layout=replace(layout, experts=experts)))
+    with pytest.raises(RecipeError, match="cannot match this qwen2_moe file's routed experts") as err:
+        bake_gguf(model, recipe(pruned=((0, 3, 1),)), tmp_path / "out.gguf")
+    assert "\n" not in str(err.value)
+    assert bake_gguf(model, recipe(pruned=((0, 4, SHARED),)), tmp_path / "shared.gguf").provenance.edited_tensors

@@ -56,8 +56,9 @@ def kind_of(base: str, kind: str) -> str:
     return kind if shapes()[base][-1] % values == 0 else DOWN_FALLBACK
 
 
-def write_moe_gguf(path: Path, kind: str, seed: int = 0) -> None:
-    """A 2-layer qwen2moe GGUF at ``path``: the expert FFN tensors in ``kind``, the rest F32."""
+def write_moe_gguf(path: Path, kind: str, seed: int = 0, extra: dict[str, np.ndarray] | None = None) -> None:
+    """A 2-layer qwen2moe GGUF at ``path``: the expert FFN tensors in ``kind``, the rest F32; ``extra``:
+    more F32 tensors by name."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -94,6 +95,8 @@ def write_moe_gguf(path: Path, kind: str, seed: int = 0) -> None:
     for la in range(LAYERS):  # Qwen2's q/k/v biases
         for name, n in (("attn_q", HIDDEN), ("attn_k", HIDDEN // HEADS * KV_HEADS), ("attn_v", HIDDEN // HEADS)):
             w.add_tensor(f"blk.{la}.{name}.bias", rng.normal(0, 0.02, n).astype(np.float32))
+    for name, data in (extra or {}).items():
+        w.add_tensor(name, data)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
