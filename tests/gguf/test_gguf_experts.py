@@ -16,6 +16,7 @@ from surgery.core.errors import RecipeError
 from surgery.gguf.bake import bake_gguf
 from surgery.gguf.formats import ELEMENT_ZERO, FLOATS
 from surgery.gguf.model import open_gguf, tensor_bytes
+from surgery.gguf.plan import plan
 from surgery.gguf.verify import undo_gguf, verify_gguf
 from tests.support.moe_gguf import EXPERT, EXPERTS, kind_of, write_moe_gguf
 from tests.support.moe_gguf import SHARED as SHARED_SIZE
@@ -128,6 +129,9 @@ def test_expert_index_past_the_last_is_one_line_and_writes_nothing(tmp_path):
         bake_gguf(open_gguf(src), recipe(pruned=((0, 3, EXPERTS),)), out)
     assert "\n" not in str(err.value)
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("out")]  # nor its sidecars
+    # The plan itself (what verify re-runs on a recorded recipe) refuses it too, not reading past the stack.
+    with pytest.raises(RecipeError, match=f"expert {EXPERTS} of layer 0 does not exist"):
+        plan(open_gguf(src), recipe(pruned=((0, 3, EXPERTS),)))
 
 
 def test_stacked_experts_with_biases_are_refused_in_one_line(tmp_path):
