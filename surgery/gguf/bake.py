@@ -186,7 +186,7 @@ def bake_gguf(
                     file=out.name,
                     dtype=b.edit.tensor.type,
                     rows=sorted(b.edit.rows),
-                    cols=sorted(b.edit.cols),
+                    cols=b.edit.columns,
                 )
                 for b in blocks
             ],

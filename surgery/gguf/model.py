@@ -18,7 +18,7 @@ from typing import Any
 
 from ..core.architectures import Architecture, architecture
 from ..core.cache import cache_dir
-from ..core.errors import CheckpointError
+from ..core.errors import CheckpointError, RecipeError
 from ..core.optional import require
 from ..core.staging import atomic_write_text
 from ..core.strict_files import load_json
@@ -119,7 +119,51 @@ class GgufModel:
             for p in lay.layer_prefixes
             for m in modules
             if self.gguf_name(n := f"{self.arch.module_name(p, 0, self.arch.stored_module(m))}.weight")
+        ] + self.expert_names()
+
+    def expert_names(self) -> list[str]:
+        """The per-expert transformers name of expert 0's gate matrix in the first sparse layer, under
+        each layer prefix whose llama.cpp stack of it (``stacked_module``) is in the file: the resolver
+        then resolves an expert's matrix to its per-expert name, which :meth:`expert_tensor` maps onto
+        the stacked tensor. Empty: the file has no such stack, or the table no per-expert names."""
+        lay, sparse = self.arch.layout, self.arch.geometry.sparse_layers
+        if not (lay.experts and lay.experts.per_expert and sparse):
+            return []
+        gate, layer = lay.experts.per_expert[0], min(sparse)
+        return [
+            f"{self.arch.module_name(p, layer, gate.format(expert=0))}.weight"
+            for p in lay.layer_prefixes
+            if self.gguf_name(f"{self.arch.module_name(p, layer, stacked_module(gate))}.weight")
         ]
+
+    def expert_tensor(self, per_expert: str, expert: int, part: str, shape: tuple[int, ...]) -> tuple[GgufTensor, int]:
+        """The stacked 3-D tensor holding ``expert``'s ``part`` matrix ("gate", "up", "down"), whose
+        per-expert transformers name is ``per_expert`` and [out, in] shape ``shape``, and the first row
+        of the expert's slab in it seen as 2-D [E·out, in]; one-line errors for a file without it."""
+        ex = self.arch.layout.experts
+        pattern = ex.per_expert[("gate", "up", "down").index(part)]
+        own = f"{pattern.format(expert=expert)}.weight"
+        t = self.tensor(f"{per_expert.removesuffix(own)}{stacked_module(pattern)}.weight")
+        E = self.arch.geometry.num_experts
+        if tuple(t.shape) != (E, *shape):
+            raise CheckpointError(
+                f"{self.path.name}: {t.name} has shape {list(t.shape)}, the config transformers derives "
+                f"from its metadata says {[E, *shape]} (where transformers reads no expert sizes it takes "
+                "the model class's defaults); import it (surgery import-gguf) with a matching config"
+            )
+        if f"{t.name.removesuffix('.weight')}.bias" in self.header.tensors:
+            raise RecipeError(
+                f"{self.path.name}: {t.name} has per-expert biases, which surgery does not edit in GGUF "
+                "files yet; import it (surgery import-gguf) and bake the checkpoint"
+            )
+        return t, expert * shape[0]
+
+
+def stacked_module(per_expert: str) -> str:
+    """The name llama.cpp's converter gives the 3-D stack of a per-expert matrix (``Experts.per_expert``
+    pattern): the pattern without its expert index (``mlp.experts.{expert}.gate_proj`` →
+    ``mlp.experts.gate_proj``), which gguf-py's name map then maps to ``ffn_gate_exps``."""
+    return per_expert.replace("{expert}.", "")
 
 
 def check_complete(path: Path, header: GgufHeader) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core.edits import Recipe
 from ..core.errors import CheckpointError, RecipeError
-from ..core.resolve import Resolver
+from ..core.resolve import Resolver, TensorSlice
 from ..core.sites import sites
 from ..model.gguf_import import GgufTensor
 from .formats import ELEMENT_ZERO, FLOATS, Edited, block_shape, check_supported, edit_blocks
@@ -26,11 +26,15 @@ from .model import GgufModel
 
 @dataclass
 class TensorEdit:
-    """The factors one tensor's rows and columns are multiplied by."""
+    """The factors one tensor's rows and columns are multiplied by.
+
+    ``cols`` maps a slab of rows (first row, number of rows) to the factors of its columns: the whole
+    tensor for a dense matrix, one expert's [out, in] slab of a stacked 3-D tensor for a routed one.
+    """
 
     tensor: GgufTensor
     rows: dict[int, float] = field(default_factory=dict)
-    cols: dict[int, float] = field(default_factory=dict)
+    cols: dict[tuple[int, int], dict[int, float]] = field(default_factory=dict)
 
     @property
     def matrix(self) -> tuple[int, int]:
@@ -38,30 +42,44 @@ class TensorEdit:
         shape = self.tensor.shape
         return (shape[0], 1) if len(shape) == 1 else (int(np.prod(shape[:-1])), shape[-1])
 
+    @property
+    def columns(self) -> list[int]:
+        """Every column scaled in some slab (the record's summary)."""
+        return sorted({c for cols in self.cols.values() for c in cols})
+
+    def scale_cols(self, first: int, count: int, cols: tuple[int, ...], scale: float) -> None:
+        """Multiply ``cols`` of the rows [first, first + count) by ``scale``."""
+        slab = self.cols.setdefault((first, count), {})
+        for c in cols:
+            slab[c] = slab.get(c, 1.0) * scale
+
     def units(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(file offsets, row, block index) of every block the edit changes, in file order."""
         values, nbytes = block_shape(self.tensor.type)
-        n_rows, n_in = self.matrix
-        per_row = n_in // values
-        col_blocks = np.array(sorted({c // values for c in self.cols}), dtype=np.int64)
+        per_row = self.matrix[1] // values
         whole = np.array(sorted(self.rows), dtype=np.int64)
-        others = np.setdiff1d(np.arange(n_rows), whole) if len(col_blocks) else np.zeros(0, np.int64)
-        rows = np.concatenate([np.repeat(whole, per_row), np.repeat(others, len(col_blocks))])
-        blocks = np.concatenate([np.tile(np.arange(per_row), len(whole)), np.tile(col_blocks, len(others))])
-        order = np.lexsort((blocks, rows))
-        rows, blocks = rows[order], blocks[order]
-        offsets = self.tensor.offset + rows * (per_row * nbytes) + blocks * nbytes
+        keys = [(whole[:, None] * per_row + np.arange(per_row)).reshape(-1)]
+        for (first, count), cols in self.cols.items():
+            col_blocks = np.array(sorted({c // values for c in cols}), dtype=np.int64)
+            others = np.setdiff1d(np.arange(first, first + count), whole)
+            keys.append((others[:, None] * per_row + col_blocks).reshape(-1))
+        key = np.unique(np.concatenate(keys))  # sorted: file order
+        rows, blocks = key // per_row, key % per_row
+        offsets = self.tensor.offset + key * nbytes
         return offsets.astype(np.int64), rows, blocks
 
     def factors(self, rows: np.ndarray, blocks: np.ndarray) -> np.ndarray:
         """(U, block values) float64: what each value of each unit is multiplied by."""
         values, _ = block_shape(self.tensor.type)
         n_in = self.matrix[1]
-        col = np.ones(n_in)
-        for c, f in self.cols.items():
-            col[c] *= f
-        row = np.array([self.rows.get(int(r), 1.0) for r in rows])
-        return row[:, None] * col.reshape(-1, values)[blocks]
+        out = np.array([self.rows.get(int(r), 1.0) for r in rows])[:, None] * np.ones((1, values))
+        for (first, count), cols in self.cols.items():
+            col = np.ones(n_in)
+            for c, f in cols.items():
+                col[c] *= f
+            here = (rows >= first) & (rows < first + count)
+            out[here] *= col.reshape(-1, values)[blocks[here]]
+        return out
 
 
 @dataclass
@@ -86,45 +104,72 @@ def plan(model: GgufModel, recipe: Recipe) -> Plan:
                 f"{model.path.name}: a steer edit adds a vector to biases, which a GGUF block's scale "
                 "cannot express; import it (surgery import-gguf) and bake the checkpoint"
             )
+        if any(s.expert is not None for s in edit_sites) and not model.expert_names():
+            raise RecipeError(
+                f"{model.path.name}: surgery cannot match this {arch.model_type} file's routed experts to "
+                "llama.cpp's stacked ffn_*_exps tensors (its table has no per-expert names for them, or the "
+                "file lacks the stacks); import it (surgery import-gguf) and bake the checkpoint"
+            )
         for piece in resolver.all(edit_sites):
             if piece.site.op == "project":  # a whole matrix changes: no block's scale can carry it
                 raise RecipeError(
                     f"{model.path.name}: a direction edit rewrites whole matrices, which a GGUF block "
                     "cannot store exactly; import it (surgery import-gguf) and bake the checkpoint"
                 )
-            if piece.site.expert is not None or piece.window is not None:
+            if piece.window is not None:
                 raise RecipeError(
-                    f"{model.path.name}: edits of routed experts or grouped outputs are not supported "
-                    "in GGUF files yet; import it (surgery import-gguf) and bake the checkpoint"
+                    f"{model.path.name}: this edit scales a group of outputs within a block of rows "
+                    f"({model.arch.model_type}), which surgery does not map onto GGUF tensors yet; import it "
+                    "(surgery import-gguf) and bake the checkpoint"
                 )
-            t = model.tensor(piece.tensor)
+            t, first, count = _stored(model, piece)
             check_supported(t.type, t.name)
-            if len(t.shape) == 2 and t.shape != tuple(piece.shape):
-                raise CheckpointError(
-                    f"{model.path.name}: {t.name} has shape {list(t.shape)}, the config says "
-                    f"{list(piece.shape)}; the file does not match its metadata"
-                )
             if not piece.as_rows and silenced and piece.scale == 0.0 and not _zeroes_values(t.type):
                 # The zero gate/up rows already silence the neuron (act(0)·0 = 0): the down column is not needed.
                 kept[t.type] = kept.get(t.type, 0) + len(piece.lines)
                 continue
             te = by_name.setdefault(t.name, TensorEdit(t))
-            target = te.rows if piece.as_rows else te.cols
+            if not piece.as_rows:
+                te.scale_cols(first, count, piece.lines, piece.scale)
+                continue
             for i in piece.lines:
-                target[i] = target.get(i, 1.0) * piece.scale
-            if piece.as_rows and not piece.is_bias:
+                te.rows[first + i] = te.rows.get(first + i, 1.0) * piece.scale
+            if not piece.is_bias:
                 bias = model.header.tensors.get(t.name.removesuffix(".weight") + ".bias")
                 if bias is not None:  # an output feature's bias entry goes with its row
                     check_supported(bias.type, bias.name)
                     be = by_name.setdefault(bias.name, TensorEdit(bias))
                     for i in piece.lines:
-                        be.rows[i] = be.rows.get(i, 1.0) * piece.scale
+                        be.rows[first + i] = be.rows.get(first + i, 1.0) * piece.scale
     notes = [
         f"{n} down-projection column(s) stored as {kind} left as is: {kind} cannot zero a single value "
         "exactly; the pruned neurons' zero gate/up rows already silence them"
         for kind, n in sorted(kept.items())
     ]
     return Plan(sorted(by_name.values(), key=lambda e: e.tensor.offset), notes)
+
+
+def _stored(model: GgufModel, piece: TensorSlice) -> tuple[GgufTensor, int, int]:
+    """The GGUF tensor a slice lies in, and the first row and number of rows of its slab there (a
+    routed expert's matrix is one expert's slab of llama.cpp's stacked [E, out, in] tensor)."""
+    site = piece.site
+    if site.expert is None:
+        t = model.tensor(piece.tensor)
+        if len(t.shape) == 2 and t.shape != tuple(piece.shape):
+            raise CheckpointError(
+                f"{model.path.name}: {t.name} has shape {list(t.shape)}, the config says "
+                f"{list(piece.shape)}; the file does not match its metadata"
+            )
+        return t, 0, TensorEdit(t).matrix[0]
+    E = model.arch.geometry.num_experts
+    if not 0 <= site.expert < E:
+        raise RecipeError(
+            f"expert {site.expert} of layer {site.layer} does not exist: {model.path.name} has {E} routed "
+            f"experts per layer (0 to {E - 1}); fix the recipe's expert index"
+        )
+    part = site.module.rsplit(".", 1)[1]
+    t, first = model.expert_tensor(piece.tensor, site.expert, part, piece.shape)
+    return t, first, piece.shape[0]
 
 
 def _zeroes_values(kind: str) -> bool:
