@@ -44,13 +44,15 @@ def expert_intermediate(module: nn.Module, e: int, x: torch.Tensor, dispatch: st
     """Expert ``e``'s intermediate activation act(gate)·up on the tokens ``x`` [tokens, H], in the
     module's own layout (transposed or not, biased or not, its ``_apply_gate``); a dense-dispatch
     module (Llama 4) has no interface flags: its forward's own math, [E, H, 2I] and act_fn(gate)·up."""
-    w = module.gate_up_proj[e]
+    # in the activations' dtype: compressed-tensors decompresses an int checkpoint's experts into its
+    # scales' dtype (bfloat16) while the model computes in float32, and a matmul takes one dtype
+    w = module.gate_up_proj[e].to(x.dtype)
     if dispatch in ("dense", "looped"):  # [H, 2I] (Llama 4) or [2I, H] (LongCat-Flash), gate half first
         gate, up = (x @ w if dispatch == "dense" else x @ w.T).chunk(2, dim=-1)
         return up * module.act_fn(gate)
     gate_up = x @ w if module.is_transposed else x @ w.T
     if module.has_bias:
-        gate_up = gate_up + module.gate_up_proj_bias[e]
+        gate_up = gate_up + module.gate_up_proj_bias[e].to(x.dtype)
     return module._apply_gate(gate_up)
 
 
@@ -65,7 +67,7 @@ def _dense_correction(module: nn.Module, scales: torch.Tensor, x: torch.Tensor, 
     for e in torch.nonzero((scales != 1).any(dim=1)).flatten().tolist():
         idx = torch.nonzero(scales[e] != 1).flatten()
         h = expert_intermediate(module, e, blocks[e], "dense")[:, idx.to(x.device)]
-        out[e] += ((h * (scales[e, idx].to(h) - 1)) @ module.down_proj[e][idx]).to(out.dtype)  # down: [E, I, H]
+        out[e] += ((h * (scales[e, idx].to(h) - 1)) @ module.down_proj[e][idx].to(h)).to(out.dtype)  # down: [E, I, H]
     return out.view(-1, x.shape[-1])
 
 
@@ -131,7 +133,7 @@ def _correction(
         down = module.down_proj[e]
         transposed = dispatch == "routed" and module.is_transposed  # a looped module's down is [H, I]
         cols = down[idx] if transposed else down[:, idx].T  # (edited neurons, hidden)
-        delta = (h * (scales[e, idx].to(h) - 1)) @ cols
+        delta = (h * (scales[e, idx].to(h) - 1)) @ cols.to(h)
         out.index_add_(0, tok, (delta * weights[tok, pos, None]).to(out.dtype))
     return out
 

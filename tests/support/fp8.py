@@ -1,5 +1,6 @@
 """Tiny FP8 (e4m3) checkpoints written offline: a tiny Llama's linear weights quantized the way
-DeepSeek / Qwen FP8 releases (block scales) and llm-compressor (per-tensor, per-channel) store them."""
+DeepSeek / Qwen FP8 releases (block scales) and llm-compressor (per-tensor, per-channel) store them;
+a tiny mixture of experts (Qwen2-MoE, with a shared expert) the same way."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from .tiny import build_tiny
 
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 E4M3_MAX = 448.0
+# What FP8 MoE releases leave unquantized besides lm_head: the routers (Qwen3-30B-A3B-FP8's, Qwen2-MoE's).
+IGNORE = ["lm_head", "re:.*mlp.gate$", "re:.*shared_expert_gate$"]
 
 
 def _scales(w: torch.Tensor, layout: str, block: tuple[int, int]) -> torch.Tensor:
@@ -46,7 +49,7 @@ def quantization_config(layout: str, block: tuple[int, int]) -> dict:
         "quant_method": "compressed-tensors",
         "format": "float-quantized",
         "quantization_status": "compressed",
-        "ignore": ["lm_head"],
+        "ignore": IGNORE,
         "config_groups": {
             "group_0": {
                 "targets": ["Linear"],
@@ -56,10 +59,12 @@ def quantization_config(layout: str, block: tuple[int, int]) -> dict:
     }
 
 
-def build_fp8(folder: Path, layout: str, block: tuple[int, int] = (8, 8), **overrides) -> Path:
-    """A tiny Llama checkpoint at ``folder`` whose decoder linears are e4m3 with ``layout`` scales
-    (``overrides``: config fields of the tiny Llama)."""
-    build_tiny("llama", folder, torch.float32, None, **overrides)
+def build_fp8(folder: Path, layout: str, block: tuple[int, int] = (8, 8), arch: str = "llama", **overrides) -> Path:
+    """A tiny ``arch`` checkpoint at ``folder`` whose decoder linears are e4m3 with ``layout`` scales
+    (``overrides``: config fields of the tiny model). A mixture of experts is written one tensor per
+    expert, as FP8 releases are: every expert's and the shared expert's linears quantized, the
+    routers (``mlp.gate``, ``mlp.shared_expert_gate``) left in float as releases leave them."""
+    build_tiny(arch, folder, torch.float32, None, **overrides)
     tensors = load_file(folder / "model.safetensors")
     suffix = "weight_scale_inv" if layout == "block" else "weight_scale"
     for name in [n for n in tensors if n.endswith(".weight") and n.split(".")[-2] in LINEARS]:

@@ -12,6 +12,9 @@ from safetensors.torch import load_file, save_file
 from .tiny import build_tiny
 
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# What W4A16 MoE releases leave unquantized besides lm_head (Qwen3-30B-A3B's, Qwen2-MoE's): the
+# routers. Without them in ``ignore`` transformers expects a packed shared_expert_gate (an nn.Linear).
+IGNORE = ["lm_head", "re:.*mlp.gate$", "re:.*shared_expert_gate$"]
 # name → (format, num_bits, strategy, group_size, symmetric)
 SCHEMES = {
     "w4a16-g8": ("pack-quantized", 4, "group", 8, True),
@@ -52,11 +55,13 @@ def compressor(fmt: str):
     return BaseCompressor.get_value_from_registry(fmt)
 
 
-def build_int(folder: Path, scheme: str, dtype: torch.dtype = torch.bfloat16, **overrides) -> Path:
-    """A tiny Llama at ``folder`` (``overrides``: its config's sizes) whose decoder linears are compressed
-    by compressed-tensors in ``scheme``."""
+def build_int(folder: Path, scheme: str, dtype: torch.dtype = torch.bfloat16, arch: str = "llama", **overrides) -> Path:
+    """A tiny ``arch`` at ``folder`` (``overrides``: its config's sizes) whose decoder linears are compressed
+    by compressed-tensors in ``scheme``. A mixture of experts is written one tensor per expert, as W4A16
+    releases are: every expert's and the shared expert's linears compressed, the routers (``mlp.gate``,
+    ``mlp.shared_expert_gate``) left in float."""
     fmt, sch = _scheme(scheme)
-    build_tiny("llama", folder, dtype, None, **overrides)
+    build_tiny(arch, folder, dtype, None, **overrides)
     tensors = load_file(folder / "model.safetensors")
     for name in [n for n in tensors if n.endswith(".weight") and n.split(".")[-2] in LINEARS]:
         w = tensors.pop(name)
@@ -78,7 +83,7 @@ def quantization_config(fmt: str, sch) -> dict:
     from compressed_tensors.quantization import QuantizationConfig
 
     cfg = QuantizationConfig(
-        config_groups={"group_0": sch}, format=fmt, quantization_status="compressed", ignore=["lm_head"]
+        config_groups={"group_0": sch}, format=fmt, quantization_status="compressed", ignore=IGNORE
     )
     return json.loads(cfg.model_dump_json(exclude_none=True))
 

@@ -1,0 +1,124 @@
+"""Expert-neuron edits baked into quantized mixtures of experts stored as releases store them: one
+tensor per expert (``mlp.experts.{e}.gate_proj.weight`` + its scales), the shared expert as plain
+linears, both quantized; the routers left in float. A tiny Qwen2-MoE (4 experts of 16, a shared
+expert of 24) in FP8 (block, per-tensor, per-channel) and int4 W4A16 (group 8, symmetric and not).
+
+Each bake is checked against the edit of the dequantized source (decoded with torch / compressed-
+tensors, not surgery), every other tensor byte-identical, ``verify`` (with logits where the model
+runs on a CPU) and ``undo`` byte for byte."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from surgery.bake.bake import bake
+from surgery.bake.check import edited_check
+from surgery.bake.undo import undo
+from surgery.bake.verify import verify
+from surgery.core.checkpoint import Checkpoint, file_sha256
+from surgery.core.edits import SHARED, NeuronScale, Recipe
+from surgery.core.errors import RecipeError
+from tests.support import fp8 as fp8_support
+from tests.support import int_packed as int_support
+
+ARCH = "qwen2_moe"
+MLP = "model.layers.{layer}.mlp.{part}"
+PRUNED = (NeuronScale(1, 3, 0.0, 1), NeuronScale(2, 15, 0.0, 3), NeuronScale(1, 4, 0.0, SHARED))
+# FP8 also scales by a power of two where every product is an e4m3 value (halving: none overflows)
+HALVED = (NeuronScale(2, 5, 0.5, 0), NeuronScale(0, 20, 0.5, SHARED))
+FP8 = [("block", (8, 8)), ("per-tensor", (8, 8)), ("per-channel", (8, 8))]
+INT = ["w4a16-g8", "w4a16-g8-asym"]
+
+
+def _module(edit: NeuronScale) -> str:
+    part = "shared_expert" if edit.expert == SHARED else f"experts.{edit.expert}"
+    return MLP.format(layer=edit.layer, part=part)
+
+
+def _expected(dequantized, edits) -> dict[str, torch.Tensor]:
+    """The edit of the dequantized source: the neuron's down column × factor; pruned, its gate/up rows 0."""
+    out: dict[str, torch.Tensor] = {}
+
+    def get(name: str) -> torch.Tensor:
+        return out.setdefault(name, dequantized(name).clone())
+
+    for e in edits:
+        module = _module(e)
+        get(f"{module}.down_proj.weight")[:, e.neuron] *= e.factor
+        if e.factor == 0.0:
+            for part in ("gate_proj", "up_proj"):
+                get(f"{module}.{part}.weight")[e.neuron] = 0.0
+    return out
+
+
+def _check(src, out, tmp_path, recipe, dequantized, logits: bool) -> None:
+    """The bake of ``recipe`` at ``out``: exact against the dequantized source, the rest untouched,
+    verified and undone byte for byte."""
+    expected = _expected(lambda name: dequantized(src, name), recipe.edits)
+    for name, values in expected.items():
+        assert torch.equal(dequantized(out, name), values), name
+    # every tensor of a module the recipe does not touch is byte-identical (the routers among them)
+    touched = {name.removesuffix("weight") for name in expected}
+    a, b = load_file(src / "model.safetensors"), load_file(out / "model.safetensors")
+    assert a.keys() == b.keys()
+    for name in a:
+        if not any(name.startswith(t) for t in touched):
+            assert torch.equal(a[name].view(torch.uint8), b[name].view(torch.uint8)), name
+    report = verify(Checkpoint(src), out)
+    assert report.ok, report.problems
+    assert report.numeric_check.startswith("dequantized weights")
+    assert ("logits" in report.numeric_check) == logits
+    if logits:
+        assert report.max_abs_logit_diff <= report.tolerance
+    undo(out, tmp_path / "restored")
+    for f in ("model.safetensors", "config.json"):
+        assert file_sha256(tmp_path / "restored" / f) == file_sha256(src / f)
+
+
+def _bake(src, out, recipe):
+    ckpt = Checkpoint(src)
+    result = bake(ckpt, recipe, out, check=edited_check(ckpt, recipe))
+    assert result.provenance.verification.kind == "dequantized weights"
+
+
+@pytest.mark.parametrize(("layout", "block"), FP8, ids=[lay for lay, _ in FP8])
+def test_fp8_expert_and_shared_neurons_are_exact(tmp_path, layout, block):
+    src = fp8_support.build_fp8(tmp_path / "src", layout, block, arch=ARCH)
+    routers = load_file(src / "model.safetensors")
+    assert routers[MLP.format(layer=1, part="gate.weight")].dtype == torch.float32  # left unquantized
+    assert routers[MLP.format(layer=1, part="experts.1.gate_proj.weight")].dtype == torch.float8_e4m3fn
+    recipe = Recipe(PRUNED + HALVED)
+    _bake(src, tmp_path / "out", recipe)
+
+    def dequantized(folder, name):
+        return fp8_support.dequantized(folder, name, layout, block)
+
+    _check(src, tmp_path / "out", tmp_path, recipe, dequantized, logits=True)
+
+
+@pytest.mark.parametrize("scheme", INT)
+def test_int4_expert_and_shared_neurons_are_exact(tmp_path, scheme):
+    src = int_support.build_int(tmp_path / "src", scheme, arch=ARCH)
+    stored = load_file(src / "model.safetensors")
+    assert MLP.format(layer=1, part="experts.1.gate_proj.weight_packed") in stored
+    assert MLP.format(layer=1, part="shared_expert_gate.weight") in stored  # the routers left unquantized
+    recipe = Recipe(PRUNED)
+    _bake(src, tmp_path / "out", recipe)
+
+    def dequantized(folder, name):
+        return int_support.dequantized(folder, name, scheme)
+
+    # transformers decompresses symmetric pack-quantized experts on a CPU (into fused bf16 experts)
+    _check(src, tmp_path / "out", tmp_path, recipe, dequantized, logits=scheme == "w4a16-g8")
+
+
+def test_int4_amplified_expert_neuron_is_refused_in_one_line(tmp_path):
+    """An expert's down column is never its own scale group, and surgery does not scale int4 codes."""
+    src = int_support.build_int(tmp_path / "src", "w4a16-g8", arch=ARCH)
+    with pytest.raises(RecipeError) as err:
+        _bake(src, tmp_path / "out", Recipe((NeuronScale(1, 3, 2.0, 1),)))
+    msg = str(err.value)
+    assert "\n" not in msg and "model.layers.1.mlp.experts.1.down_proj.weight_packed" in msg and "by 2" in msg
+    assert not (tmp_path / "out").exists()
