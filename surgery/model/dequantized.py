@@ -6,7 +6,9 @@ transformers dequantizes as it loads (``FineGrainedFP8Config`` / ``CompressedTen
 layout whose weights are not whole blocks (128×128 blocks on a dimension that is not a multiple of
 128) comes out wrong without an error. Such a checkpoint loads with its e4m3 bytes as plain floats,
 and each FP8 weight is then replaced by surgery's own dequantization (surgery/quant/fp8.py), one
-tensor at a time.
+tensor at a time; a mixture of experts stored one tensor per expert is loaded into fused 3-D
+parameters, and each expert's matrix goes to its rows of them (the architecture table's
+``fused_homes``).
 """
 
 from __future__ import annotations
@@ -90,8 +92,15 @@ def fill_weights(model, ckpt: Checkpoint) -> None:
     :func:`load_arguments` without quantization: not :func:`whole_blocks`), one tensor at a time."""
     import torch
 
+    parameters = {name for name, _ in model.named_parameters()}
+    homes = None  # asked of the table only when a weight is not a parameter under its own name
     for info in ckpt.tensors.values():
         if info.dtype != fp8.DTYPE:
+            continue
+        if info.name not in parameters:
+            homes = _fused_homes(model, ckpt) if homes is None else homes
+        if homes and info.name in homes:  # one expert's matrix, loaded into its layer's fused experts
+            _fill_expert(model, homes[info.name], dequantized_weight(ckpt, info))
             continue
         try:
             param = model.get_parameter(info.name)
@@ -108,3 +117,34 @@ def fill_weights(model, ckpt: Checkpoint) -> None:
             )
         with torch.no_grad():
             param.copy_(dequantized_weight(ckpt, info))
+
+
+def _fused_homes(model, ckpt: Checkpoint) -> dict[str, tuple[str, int, tuple[int, ...], bool]]:
+    """Where the loaded ``model`` keeps each per-expert FP8 matrix of ``ckpt`` (transformers fuses a
+    layer's experts into 3-D parameters as it loads): the architecture table's answer."""
+    from ..core.architectures import architecture
+
+    arch = architecture(ckpt.config)
+    if arch.layout.experts is None:
+        return {}
+    return arch.fused_homes(ckpt.tensors, (name for name, _ in model.named_parameters()))
+
+
+def _fill_expert(model, home: tuple[str, int, tuple[int, ...], bool], value) -> None:
+    """Copy one expert's dequantized [out, in] matrix ``value`` into its rows of the fused parameter."""
+    import torch
+
+    name, expert, rows, flipped = home
+    param = model.get_parameter(name)
+    if param.device.type == "meta":
+        raise CheckpointError(
+            f"the fused experts '{name}' were offloaded by --device-map, and their partial FP8 blocks must be "
+            "dequantized by surgery: give --max-memory enough room for the whole model, or drop --device-map"
+        )
+    index = torch.tensor(rows, device=param.device)
+    with torch.no_grad():
+        target = param[expert]
+        if flipped:
+            target[:, index] = value.T.to(param)
+        else:
+            target[index] = value.to(param)

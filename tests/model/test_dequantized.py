@@ -60,3 +60,20 @@ def test_under_disk_offload_whole_blocks_load_and_partial_ones_are_one_line(tmp_
     plain = load_model(dequantized_copy(src, tmp_path / "fp32", "block", block), _spec("float32"))
     tokens = torch.tensor([[5, 9, 14, 3]])
     assert torch.equal(net(input_ids=tokens).logits, plain(input_ids=tokens).logits)
+
+
+@pytest.mark.parametrize(("block", "whole"), [((8, 8), True), ((16, 16), False)], ids=["block8", "block16-partial"])
+def test_an_fp8_mixture_of_experts_loads_as_its_dequantized_copy(tmp_path, block, whole):
+    """One tensor per expert on disk, fused experts in memory: a partial-block expert (the shared expert's
+    24 rows in blocks of 16, the 16-wide experts' down columns) is dequantized by surgery into its rows
+    of the layer's fused 3-D parameters."""
+    src = build_fp8(tmp_path / "fp8", "block", block, arch="qwen2_moe")
+    copy = dequantized_copy(src, tmp_path / "fp32", "block", block)
+    assert whole_blocks(Checkpoint(src)) is whole
+    fp8_model, plain = load_model(src, _spec("float32")), load_model(copy, _spec("float32"))
+    got, want = dict(fp8_model.named_parameters()), dict(plain.named_parameters())
+    assert sorted(got) == sorted(want) and "model.layers.1.mlp.experts.gate_up_proj" in got
+    for name, value in want.items():
+        assert torch.equal(got[name], value), name
+    tokens = torch.tensor([[5, 9, 14, 3]])
+    assert torch.equal(fp8_model(input_ids=tokens).logits, plain(input_ids=tokens).logits)

@@ -1,7 +1,7 @@
 """Expert-neuron edits baked into quantized mixtures of experts stored as releases store them: one
 tensor per expert (``mlp.experts.{e}.gate_proj.weight`` + its scales), the shared expert as plain
 linears, both quantized; the routers left in float. A tiny Qwen2-MoE (4 experts of 16, a shared
-expert of 24) in FP8 (block, per-tensor, per-channel) and int4 W4A16 (group 8, symmetric and not).
+expert of 24) in FP8 (whole and partial blocks, per-tensor, per-channel) and int4 W4A16 (group 8, symmetric and not).
 
 Each bake is checked against the edit of the dequantized source (decoded with torch / compressed-
 tensors, not surgery), every other tensor byte-identical, ``verify`` (with logits where the model
@@ -28,7 +28,9 @@ MLP = "model.layers.{layer}.mlp.{part}"
 PRUNED = (NeuronScale(1, 3, 0.0, 1), NeuronScale(2, 15, 0.0, 3), NeuronScale(1, 4, 0.0, SHARED))
 # FP8 also scales by a power of two where every product is an e4m3 value (halving: none overflows)
 HALVED = (NeuronScale(2, 5, 0.5, 0), NeuronScale(0, 20, 0.5, SHARED))
-FP8 = [("block", (8, 8)), ("per-tensor", (8, 8)), ("per-channel", (8, 8))]
+# blocks of 16: the shared expert's 24 rows end in a partial block (the model loads dequantized by surgery)
+FP8 = [("block", (8, 8)), ("block", (16, 16)), ("per-tensor", (8, 8)), ("per-channel", (8, 8))]
+IDS = ["block8", "block16-partial", "per-tensor", "per-channel"]
 INT = ["w4a16-g8", "w4a16-g8-asym"]
 
 
@@ -83,7 +85,7 @@ def _bake(src, out, recipe):
     assert result.provenance.verification.kind == "dequantized weights"
 
 
-@pytest.mark.parametrize(("layout", "block"), FP8, ids=[lay for lay, _ in FP8])
+@pytest.mark.parametrize(("layout", "block"), FP8, ids=IDS)
 def test_fp8_expert_and_shared_neurons_are_exact(tmp_path, layout, block):
     src = fp8_support.build_fp8(tmp_path / "src", layout, block, arch=ARCH)
     routers = load_file(src / "model.safetensors")

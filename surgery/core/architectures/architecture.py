@@ -139,6 +139,32 @@ class Architecture:
             out.append((f"{gate_up}_bias", (E, 2 * I), expert, 1, True))
         return out
 
+    def fused_homes(
+        self, stored: Iterable[str], loaded: Iterable[str]
+    ) -> dict[str, tuple[str, int, tuple[int, ...], bool]]:
+        """Where each per-expert matrix of a checkpoint (tensor names ``stored``) lives in the loaded
+        model (parameter names ``loaded``), which fuses a layer's experts: stored name → (fused
+        parameter, expert, the rows of the expert's slice in [out, in] orientation that hold the
+        matrix, ``flipped``: the slice is stored [in, out]). Empty for a checkpoint of fused experts
+        or a model without experts."""
+        ex = self.layout.experts
+        stored, loaded = list(stored), list(loaded)
+        if ex is None or not ex.per_expert or not self.geometry.sparse_layers or self.fused_experts(stored):
+            return {}
+        s_prefix, l_prefix = self.layer_prefix(stored), self.layer_prefix(loaded)
+        I = self.geometry.expert_size
+        homes = {}
+        for layer in sorted(self.geometry.sparse_layers):
+            for e in range(self.geometry.num_experts):
+                for part, pattern in zip(("gate", "up", "down"), ex.per_expert):
+                    tensor, _, _, _, flipped = self.expert_slices(e, part, fused=True)[0]
+                    neurons = range(I) if part != "down" else ()  # down: the whole [H, I] slice
+                    rows = tuple(r for n in neurons for r in self.expert_rows(part, n, fused=True))
+                    rows = rows or tuple(range(self.geometry.hidden_size))
+                    name = self.module_name(s_prefix, layer, pattern.format(expert=e)) + ".weight"
+                    homes[name] = (self.module_name(l_prefix, layer, tensor), e, rows, flipped)
+        return homes
+
     def expert_rows(self, part: str, neuron: int, fused: bool) -> tuple[int, ...]:
         """The rows (of a gate/up matrix in [out, in] orientation) that belong to ``neuron``."""
         if not fused or part == "down":
