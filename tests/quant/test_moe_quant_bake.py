@@ -17,9 +17,11 @@ from surgery.bake.bake import bake
 from surgery.bake.check import edited_check
 from surgery.bake.undo import undo
 from surgery.bake.verify import verify
+from surgery.core.architectures import architecture
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import SHARED, NeuronScale, Recipe
 from surgery.core.errors import RecipeError
+from surgery.model.dequantized import whole_blocks
 from tests.support import fp8 as fp8_support
 from tests.support import int_packed as int_support
 
@@ -34,20 +36,21 @@ IDS = ["block8", "block16-partial", "per-tensor", "per-channel"]
 INT = ["w4a16-g8", "w4a16-g8-asym"]
 
 
-def _module(edit: NeuronScale) -> str:
-    part = "shared_expert" if edit.expert == SHARED else f"experts.{edit.expert}"
+def _module(edit: NeuronScale, shared: str) -> str:
+    part = shared.removeprefix("mlp.") if edit.expert == SHARED else f"experts.{edit.expert}"
     return MLP.format(layer=edit.layer, part=part)
 
 
-def _expected(dequantized, edits) -> dict[str, torch.Tensor]:
-    """The edit of the dequantized source: the neuron's down column × factor; pruned, its gate/up rows 0."""
+def _expected(dequantized, edits, shared: str) -> dict[str, torch.Tensor]:
+    """The edit of the dequantized source: the neuron's down column × factor; pruned, its gate/up rows 0
+    (``shared``: the shared expert's module, as the architecture table names it)."""
     out: dict[str, torch.Tensor] = {}
 
     def get(name: str) -> torch.Tensor:
         return out.setdefault(name, dequantized(name).clone())
 
     for e in edits:
-        module = _module(e)
+        module = _module(e, shared)
         get(f"{module}.down_proj.weight")[:, e.neuron] *= e.factor
         if e.factor == 0.0:
             for part in ("gate_proj", "up_proj"):
@@ -58,7 +61,8 @@ def _expected(dequantized, edits) -> dict[str, torch.Tensor]:
 def _check(src, out, tmp_path, recipe, dequantized, logits: bool) -> None:
     """The bake of ``recipe`` at ``out``: exact against the dequantized source, the rest untouched,
     verified and undone byte for byte."""
-    expected = _expected(lambda name: dequantized(src, name), recipe.edits)
+    shared = architecture(Checkpoint(src).config).layout.experts.shared
+    expected = _expected(lambda name: dequantized(src, name), recipe.edits, shared)
     for name, values in expected.items():
         assert torch.equal(dequantized(out, name), values), name
     # every tensor of a module the recipe does not touch is byte-identical (the routers among them)
@@ -124,3 +128,24 @@ def test_int4_amplified_expert_neuron_is_refused_in_one_line(tmp_path):
     msg = str(err.value)
     assert "\n" not in msg and "model.layers.1.mlp.experts.1.down_proj.weight_packed" in msg and "by 2" in msg
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("quant", ["fp8-block16-partial", "w4a16-g8"])
+def test_deepseek_v3_routed_and_shared_expert_neurons_are_exact(tmp_path, quant):
+    """DeepSeek-V3 as its FP8 / W4A16 releases: a dense first layer, ``mlp.shared_experts``, MLA attention
+    (kv_a_proj_with_mqa's 20 rows end in a partial block of 16: the model loads dequantized by surgery)."""
+    if quant == "w4a16-g8":
+        src = int_support.build_int(tmp_path / "src", quant, arch="deepseek_v3")
+
+        def dequantized(folder, name):
+            return int_support.dequantized(folder, name, quant)
+    else:
+        src = fp8_support.build_fp8(tmp_path / "src", "block", (16, 16), arch="deepseek_v3")
+        assert not whole_blocks(Checkpoint(src))
+
+        def dequantized(folder, name):
+            return fp8_support.dequantized(folder, name, "block", (16, 16))
+
+    recipe = Recipe(PRUNED)
+    _bake(src, tmp_path / "out", recipe)
+    _check(src, tmp_path / "out", tmp_path, recipe, dequantized, logits=True)

@@ -14,7 +14,9 @@ from safetensors.torch import load_file, save_file
 
 from .tiny import build_tiny
 
+# DeepSeek's multi-head latent attention linears too, as its FP8 release quantizes them
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LINEARS += ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
 E4M3_MAX = 448.0
 # What FP8 MoE releases leave unquantized besides lm_head: the routers (Qwen3-30B-A3B-FP8's, Qwen2-MoE's).
 IGNORE = ["lm_head", "re:.*mlp.gate$", "re:.*shared_expert_gate$"]

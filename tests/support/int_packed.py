@@ -11,7 +11,9 @@ from safetensors.torch import load_file, save_file
 
 from .tiny import build_tiny
 
+# DeepSeek's multi-head latent attention linears too: the config targets every Linear but the ignored ones
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LINEARS += ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
 # What W4A16 MoE releases leave unquantized besides lm_head (Qwen3-30B-A3B's, Qwen2-MoE's): the
 # routers. Without them in ``ignore`` transformers expects a packed shared_expert_gate (an nn.Linear).
 IGNORE = ["lm_head", "re:.*mlp.gate$", "re:.*shared_expert_gate$"]
