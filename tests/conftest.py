@@ -77,3 +77,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     deadline = os.environ.get("SURGERY_TEST_DEADLINE")
     if deadline and time.time() + 60 * _minutes(item) > float(deadline):
         pytest.skip(f"not enough of the time budget left for this ~{_minutes(item):g} min check")
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> str:
+    """The python of the vLLM environment (-m vllm tests); skipped when none is given."""
+    python = os.environ.get("SURGERY_VLLM_PYTHON")
+    if not python or not Path(python).is_file():
+        pytest.skip("set SURGERY_VLLM_PYTHON to the python of a virtual environment with vLLM")
+    return python

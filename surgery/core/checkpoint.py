@@ -210,25 +210,24 @@ class Checkpoint:
             raise CheckpointError(f"{cfg} is not a JSON object; {REFETCH}")
         return config
 
-    @cached_property
-    def fp8_scheme(self) -> fp8.Scheme | None:
-        """The FP8 scheme of the weights (surgery/quant/fp8.py), or None: plain floats."""
+    def _scheme(self, parse):
+        """What ``parse`` reads from the quantization_config of the config or of its text model, or None."""
         from .architectures import text_config
 
         for cfg in (self.config, text_config(self.config)):
-            if found := fp8.scheme(cfg.get("quantization_config")):
+            if found := parse(cfg.get("quantization_config")):
                 return found
         return None
+
+    @cached_property
+    def fp8_scheme(self) -> fp8.Scheme | None:
+        """The FP8 scheme of the weights (surgery/quant/fp8.py), or None: plain floats."""
+        return self._scheme(fp8.scheme)
 
     @cached_property
     def int_scheme(self) -> int_packed.Scheme | None:
         """The int4 / int8 compressed-tensors scheme of the weights (surgery/quant/int_packed.py), or None."""
-        from .architectures import text_config
-
-        for cfg in (self.config, text_config(self.config)):
-            if found := int_packed.scheme(cfg.get("quantization_config")):
-                return found
-        return None
+        return self._scheme(int_packed.scheme)
 
     @property
     def quantized(self) -> bool:

@@ -42,14 +42,6 @@ RECIPE = Recipe(
 )
 
 
-@pytest.fixture(scope="module")
-def vllm_python() -> str:
-    python = os.environ.get("SURGERY_VLLM_PYTHON")
-    if not python or not Path(python).is_file():
-        pytest.skip("set SURGERY_VLLM_PYTHON to the python of a virtual environment with vLLM")
-    return python
-
-
 def _greedy(python: str, model: Path, out: Path) -> list[list[int]]:
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     env.pop("PYTHONPATH", None)  # the vLLM environment brings its own transformers

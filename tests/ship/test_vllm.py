@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -24,14 +23,6 @@ pytestmark = pytest.mark.vllm(minutes=6)
 # Silencing 4 heads in each of layers 1 and 2 changes every greedy continuation, and the adapter
 # stays at rank 8 × 64 = 256 per module (vLLM's largest max_lora_rank is 512).
 RECIPE = Recipe(tuple(HeadScale(layer, head, 0.0) for layer in (1, 2) for head in range(4)))
-
-
-@pytest.fixture(scope="module")
-def vllm_python() -> str:
-    python = os.environ.get("SURGERY_VLLM_PYTHON")
-    if not python or not Path(python).is_file():
-        pytest.skip("set SURGERY_VLLM_PYTHON to the python of a virtual environment with vLLM")
-    return python
 
 
 def _cli(*args: str) -> None:
