@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from surgery.gguf.formats import block_shape
-from tests.support.typed_gguf import TOKENS, random_blocks
+from tests.support.typed_gguf import TOKENS, add_tokenizer, random_blocks
 
 HIDDEN, EXPERT, SHARED, EXPERTS, LAYERS, HEADS, KV_HEADS = 256, 1408, 5632, 3, 2, 2, 1
 DOWN_FALLBACK = "Q8_0"
@@ -76,11 +76,7 @@ def write_moe_gguf(path: Path, kind: str, seed: int = 0, extra: dict[str, np.nda
     w.add_head_count_kv(KV_HEADS)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_vocab_size(len(TOKENS))
-    w.add_tokenizer_model("llama")
-    w.add_token_list(TOKENS)
-    w.add_token_scores([0.0] * len(TOKENS))
-    w.add_token_types([2, 3, 3] + [1] * (len(TOKENS) - 3))
+    add_tokenizer(w)
     for base, shape in shapes().items():
         t = kind_of(base, kind)
         if len(shape) == 1:

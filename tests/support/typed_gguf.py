@@ -18,6 +18,15 @@ TOKENS = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(29)]
 EDITED = ("attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
+def add_tokenizer(w) -> None:
+    """The tiny vocabulary (unknown, two controls, normal tokens) as llama tokenizer metadata of writer ``w``."""
+    w.add_vocab_size(len(TOKENS))
+    w.add_tokenizer_model("llama")
+    w.add_token_list(TOKENS)
+    w.add_token_scores([0.0] * len(TOKENS))
+    w.add_token_types([2, 3, 3] + [1] * (len(TOKENS) - 3))
+
+
 def random_blocks(kind: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
     """Raw data of a (rows, cols) tensor of ``kind``: float values, or random blocks with sane scales."""
     import gguf
@@ -64,11 +73,7 @@ def write_typed_gguf(
     w.add_value_length(head_dim)
     w.add_rope_dimension_count(head_dim)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(len(TOKENS))
-    w.add_tokenizer_model("llama")
-    w.add_token_list(TOKENS)
-    w.add_token_scores([0.0] * len(TOKENS))
-    w.add_token_types([2, 3, 3] + [1] * (len(TOKENS) - 3))
+    add_tokenizer(w)
     shapes = {"token_embd": (len(TOKENS), HIDDEN), "output_norm": (HIDDEN,), "output": (len(TOKENS), HIDDEN)}
     for layer in range(LAYERS):
         shapes.update(
