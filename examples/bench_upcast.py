@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Peak memory of float32 compute on a bf16 checkpoint: the whole model converted vs a layer at a time.
+"""Peak memory of float32 compute on a bf16 or FP8 checkpoint: the whole model converted vs a layer at a time.
 
-    python examples/bench_upcast.py [--model DIR] [--runs 3] [--scratch DIR] [--json FILE]
+    python examples/bench_upcast.py [--model DIR] [--fp8] [--runs 3] [--scratch DIR] [--json FILE]
 
 MODEL is a bf16 checkpoint; without it a random Llama with SmolLM2-360M's shapes (362M
-parameters, 0.72 GB in bf16, tied embeddings) is built from its config. A baked copy with a few
+parameters, 0.72 GB in bf16, tied embeddings) is built from its config. ``--fp8``: the random
+model's decoder linears are quantized to e4m3 with 128×128 block scales, as DeepSeek / Qwen FP8
+releases store them (the rest stays bf16, 0.45 GB in all); ``whole`` then dequantizes the model to
+float32 as it loads (what load_model did before), ``layerwise`` holds the e4m3 values in bf16 and
+dequantizes a layer per call (surgery/model/dequantized.py). A baked copy with a few
 pruned neurons is written once (``surgery prune-neurons --no-verify``). Then, interleaved in a
 shuffled order, each in a fresh process on the CPU (``--dtype auto``: float32):
 
@@ -61,16 +65,54 @@ def build_random(path: Path) -> Path:
     return path
 
 
+def quantize_fp8(src: Path, out: Path, block: int = 128) -> Path:
+    """``src`` with its decoder linears in e4m3, one float32 scale per ``block``×``block`` block
+    (``weight_scale_inv``, quant_method fp8), the other tensors as they are."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    if (out / "config.json").exists():
+        return out
+    out.mkdir(parents=True)
+    tensors = load_file(src / "model.safetensors")
+    for name in [n for n in tensors if ".layers." in n and n.endswith("proj.weight")]:
+        w = tensors[name].float()
+        rows, cols = -(-w.shape[0] // block), -(-w.shape[1] // block)
+        padded = torch.zeros(rows * block, cols * block)
+        padded[: w.shape[0], : w.shape[1]] = w.abs()
+        scale = padded.reshape(rows, block, cols, block).amax(dim=(1, 3)).clamp(min=1e-12) / 448.0
+        each = scale.repeat_interleave(block, 0).repeat_interleave(block, 1)[: w.shape[0], : w.shape[1]]
+        tensors[name] = (w / each).clamp(-448, 448).to(torch.float8_e4m3fn)
+        tensors[name.removesuffix("weight") + "weight_scale_inv"] = scale
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((src / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "fp8",
+        "fmt": "e4m3",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [block, block],
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    for other in src.glob("*.json"):
+        if other.name != "config.json":
+            shutil.copy(other, out)
+    return out
+
+
 def child(mode: str, task: str, src: str, dst: str) -> None:
     """The measured process: ``task`` on ``src`` (and ``dst``) with the loader in ``mode``."""
     import torch
 
+    import surgery.model.dequantized as dequantized
     import surgery.model.upcast as upcast
     from surgery.core.checkpoint import Checkpoint
     from surgery.model.loading import LoadSpec, load_model
 
     if mode == "whole":  # what load_model did before: no 16-bit load, the whole model converted
         upcast.stored_dtype = lambda tensors: None
+        dequantized.layerwise_dtype = lambda ckpt, model_class: None
     load = LoadSpec(device="cpu")
     if task == "forward":
         model = load_model(src, load)
@@ -97,6 +139,7 @@ def measure(mode: str, task: str, src: Path, dst: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=None, help="a bf16 checkpoint (default: a random one)")
+    ap.add_argument("--fp8", action="store_true", help="quantize the random model to FP8 (128×128 blocks)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--scratch", type=Path, default=Path("/tmp/surgery-bench-upcast"))
     ap.add_argument("--json", type=Path, default=None)
@@ -106,7 +149,9 @@ def main() -> None:
         return child(*args.child)
     args.scratch.mkdir(parents=True, exist_ok=True)
     src = args.model or build_random(args.scratch / "smollm2-360m-shapes-bf16")
-    dst = args.scratch / "pruned"
+    if args.fp8 and not args.model:
+        src = quantize_fp8(src, args.scratch / "smollm2-360m-shapes-fp8")
+    dst = args.scratch / ("pruned-fp8" if args.fp8 else "pruned")
     if not (dst / "config.json").exists():
         bake = [sys.executable, "-m", "surgery", "prune-neurons", str(src), "--neurons", NEURONS, "--no-verify"]
         subprocess.run([*bake, "--out", str(dst)], check=True, capture_output=True)

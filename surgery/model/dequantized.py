@@ -9,16 +9,24 @@ and each FP8 weight is then replaced by surgery's own dequantization (surgery/qu
 tensor at a time; a mixture of experts stored one tensor per expert is loaded into fused 3-D
 parameters, and each expert's matrix goes to its rows of them (the architecture table's
 ``fused_homes``).
+
+For float32 compute, a checkpoint whose other weights are stored in one 16-bit dtype is not
+dequantized whole (4 bytes a weight): its e4m3 values are loaded in that dtype (exact: e4m3 fits
+bfloat16 and float16), and each decoder layer's weights are dequantized, with surgery's own exact
+arithmetic, only for the layer's call (model/upcast.py), so memory stays near twice the FP8 file.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
 from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.errors import CheckpointError
 from ..quant import fp8
+
+HOLDS_FP8 = "_surgery_holds_fp8"  # set on a model by attach_scales: its parameters are not its weights
 
 
 def whole_blocks(ckpt: Checkpoint) -> bool:
@@ -35,11 +43,12 @@ def whole_blocks(ckpt: Checkpoint) -> bool:
     )
 
 
-def load_arguments(ckpt: Checkpoint, config) -> dict[str, Any]:
+def load_arguments(ckpt: Checkpoint, config, held: bool = False) -> dict[str, Any]:
     """from_pretrained's arguments that load the FP8 checkpoint ``ckpt`` (transformers ``config``) dequantized:
     transformers' own dequantization where it is exact, else the config without its quantization
-    (the weights are then filled by :func:`fill_weights`)."""
-    if whole_blocks(ckpt):
+    (the weights are then filled by :func:`fill_weights`, or, ``held``, dequantized as each layer
+    runs: :func:`attach_scales`)."""
+    if whole_blocks(ckpt) and not held:
         from transformers import CompressedTensorsConfig, FineGrainedFP8Config
 
         method = ckpt.fp8_scheme.method
@@ -52,7 +61,7 @@ def load_arguments(ckpt: Checkpoint, config) -> dict[str, Any]:
 
 
 @contextmanager
-def quiet_load(ckpt: Checkpoint):
+def quiet_load(ckpt: Checkpoint, held: bool = False):
     """Silence what transformers says about the load :func:`load_arguments` asked for: that the given
     quantization_config's loading attributes (dequantize) override the checkpoint's, and, when the
     checkpoint loads without quantization, its report listing every scale tensor as unused (:func:`fill_weights`
@@ -62,7 +71,7 @@ def quiet_load(ckpt: Checkpoint):
     from transformers.utils import logging as hf_logging
 
     level = hf_logging.get_verbosity()
-    if not whole_blocks(ckpt):
+    if held or not whole_blocks(ckpt):
         hf_logging.set_verbosity_error()
     try:
         with warnings.catch_warnings():
@@ -148,3 +157,109 @@ def _fill_expert(model, home: tuple[str, int, tuple[int, ...], bool], value) -> 
             target[:, index] = value.T.to(param)
         else:
             target[index] = value.to(param)
+
+
+def layerwise_dtype(ckpt: Checkpoint, model_class) -> Any:
+    """The 16-bit torch dtype to hold ``ckpt``'s FP8 values in for layer-by-layer dequantization, or
+    None to dequantize it whole: every tensor but the FP8 weights and their scales is stored in that
+    dtype, or in float32 where ``model_class`` (transformers) keeps it in float32 whatever the load
+    dtype (``_keep_in_fp32_modules_strict``, e.g. DeepSeek-V3's router bias): loading anything else
+    in 16 bits would round it."""
+    from .upcast import stored_dtype
+
+    scheme = ckpt.fp8_scheme
+    weights = [n for n, info in ckpt.tensors.items() if info.dtype == fp8.DTYPE]
+    skipped = set(weights) | {scheme.scale_name(n) for n in weights}
+    kept32 = tuple(getattr(model_class, "_keep_in_fp32_modules_strict", None) or ())
+    rest = {
+        n: info
+        for n, info in ckpt.tensors.items()
+        if n not in skipped and not (info.dtype == "F32" and any(k in n for k in kept32))
+    }
+    return stored_dtype(rest) if weights and rest else None
+
+
+def attach_scales(model, ckpt: Checkpoint) -> None:
+    """Give each module of ``model`` (loaded by :func:`load_arguments` without quantization, in
+    :func:`layerwise_dtype`) what turns its held e4m3 values into the weights: times the FP8
+    weight's scales, read from ``ckpt`` (small), applied by model/upcast.py as the layer runs."""
+    parameters = {name for name, _ in model.named_parameters()}
+    homes: dict[str, list] = {}
+    fused = None  # asked of the table only when a weight is not a parameter under its own name
+    for info in ckpt.tensors.values():
+        if info.dtype != fp8.DTYPE:
+            continue
+        scale, lay = _scale_of(ckpt, info)
+        if info.name in parameters:
+            owner, _, leaf = info.name.rpartition(".")
+            _widen_map(model.get_submodule(owner))[leaf] = _scaled(scale, lay)
+            continue
+        fused = _fused_homes(model, ckpt) if fused is None else fused
+        if info.name not in fused:
+            raise CheckpointError(
+                f"FP8 weight '{info.name}' is not a parameter of the loaded {type(model).__name__} (transformers "
+                "renames it), so surgery cannot dequantize it; use the full-precision release"
+            )
+        name, expert, rows, flipped = fused[info.name]
+        homes.setdefault(name, []).append((expert, rows, flipped, scale, lay))
+    for name, parts in homes.items():
+        owner, _, leaf = name.rpartition(".")
+        _widen_map(model.get_submodule(owner))[leaf] = _scaled_experts(parts)
+    setattr(model, HOLDS_FP8, True)
+
+
+def holds_fp8(model) -> bool:
+    """Whether ``model`` holds e4m3 values dequantized only as its layers run (:func:`attach_scales`):
+    its parameters are then not the weights, and must not be read or swapped directly."""
+    return bool(getattr(model, HOLDS_FP8, False))
+
+
+def _widen_map(module) -> dict[str, Callable]:
+    from .upcast import WIDEN_ATTR
+
+    if not hasattr(module, WIDEN_ATTR):
+        setattr(module, WIDEN_ATTR, {})
+    return getattr(module, WIDEN_ATTR)
+
+
+def _scale_of(ckpt: Checkpoint, info: TensorInfo):
+    """The float32 scales of the FP8 weight ``info`` (a numpy array) and its layout."""
+    from safetensors import safe_open
+
+    scheme = ckpt.fp8_scheme
+    scale_info = ckpt.tensor(scheme.scale_name(info.name))
+    lay = fp8.layout(scheme, info.name, info.shape, scale_info.name, scale_info.shape)
+    with safe_open(ckpt.path / scale_info.file, "pt") as f:
+        return f.get_tensor(scale_info.name).float().numpy(), lay
+
+
+def _scaled(scale, lay: fp8.Layout) -> Callable:
+    """held e4m3 values [out, in] → their float32 weights, as :func:`fp8.dequantize` computes them."""
+    import torch
+
+    def widen(held):
+        wide = held.detach().to(torch.float32)
+        return wide.mul_(torch.from_numpy(fp8.expand(scale, lay, 0, *wide.shape)).to(wide.device))
+
+    return widen
+
+
+def _scaled_experts(parts: list) -> Callable:
+    """held fused experts → float32 weights: each expert's matrix, at its rows of the fused
+    parameter (:func:`_fused_homes`), times that matrix's own scales."""
+    import torch
+
+    def widen(held):
+        wide = held.detach().to(torch.float32)
+        for expert, rows, flipped, scale, lay in parts:
+            index = torch.tensor(rows, device=wide.device)
+            target = wide[expert]
+            if flipped:
+                grid = fp8.expand(scale, lay, 0, len(rows), target.shape[0]).T
+                target[:, index] *= torch.from_numpy(grid).to(wide.device)
+            else:
+                grid = fp8.expand(scale, lay, 0, len(rows), target.shape[1])
+                target[index] *= torch.from_numpy(grid).to(wide.device)
+        return wide
+
+    return widen

@@ -274,6 +274,13 @@ def auto_class(model_type: str):
     return getattr(transformers, model_class(model_type))
 
 
+def model_class_of(config):
+    """The transformers class that :func:`auto_class` builds for ``config`` (a transformers config):
+    its class attributes (e.g. what it keeps in float32) are facts about the loaded model."""
+    auto = auto_class(config.model_type)
+    return auto._model_mapping[type(config)] if hasattr(auto, "_model_mapping") else auto
+
+
 def _module_map(path: Path, load: LoadSpec, budget: dict | None, dtype) -> dict[str, Any]:
     """accelerate's placement, one entry per module: its default map merges a run of modules on the
     same device into their parent, and a model wholly on disk (``{"": "disk"}``) is then brought
@@ -299,6 +306,24 @@ def _module_map(path: Path, load: LoadSpec, budget: dict | None, dtype) -> dict[
     )
 
 
+def _layerwise_dtype(ckpt: Checkpoint, config, float32_in_place: bool):
+    """The 16-bit dtype to load ``ckpt`` in for float32 compute a layer at a time, or None to load it
+    whole in the compute dtype. A 16-bit checkpoint is upcast a layer per call (model/upcast.py);
+    FP8 weights are held as their e4m3 values and dequantized the same way when the rest is 16-bit
+    (model/dequantized.py); other quantized weights are decoded by their quantizer. Only for float32
+    compute without a device map (accelerate's has its own per-layer hooks and budget), and only
+    for models whose decoder layers the table knows (the unit upcast)."""
+    from ..core.architectures.table import refusal
+    from . import dequantized
+    from .upcast import stored_dtype
+
+    if not float32_in_place or refusal(ckpt.config) is not None:
+        return None
+    if ckpt.fp8_scheme is not None:
+        return dequantized.layerwise_dtype(ckpt, model_class_of(config))
+    return None if ckpt.quantized else stored_dtype(ckpt.tensors)
+
+
 def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     """Load a checkpoint for computation: safetensors only, no remote code unless asked, eval mode,
     on ``load``'s device in its dtype (or spread by accelerate with ``--device-map auto``). An FP8
@@ -309,7 +334,7 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     from transformers.utils import logging as hf_logging
 
     from . import dequantized
-    from .upcast import attach, upcast_load_dtype
+    from .upcast import attach
 
     device = resolve_device(distributed.rank_device(load.device))  # under torchrun: this rank's GPU
     ckpt = Checkpoint(Path(path), allow_remote_code=load.trust_remote_code)
@@ -321,21 +346,20 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
             "needs a GPU (--device cuda) or the full-precision release"
         )
     dtype = resolve_dtype(load.dtype, device)
+    config = AutoConfig.from_pretrained(str(path), trust_remote_code=load.trust_remote_code)
+    model_class = auto_class(config.model_type)
     placement = _placement(Path(path), load, device, dtype)
-    # float32 compute of 16-bit weights: loaded as stored, upcast a layer at a time (model/upcast.py);
-    # accelerate's device map has its own per-layer hooks and budget, so it keeps the whole conversion
-    # (a quantized checkpoint's weights are decoded by its quantizer: they are not stored 16-bit)
-    whole = placement["device_map"] is not None or dtype != torch.float32 or ckpt.quantized
-    stored = None if whole else upcast_load_dtype(ckpt)
+    fp8 = ckpt.fp8_scheme is not None
+    stored = _layerwise_dtype(ckpt, config, placement["device_map"] is None and dtype == torch.float32)
+    held_fp8 = fp8 and stored is not None
     hf_logging.disable_progress_bar()  # our own progress bars are the ones users should see
     own_folder = placement.get("offload_folder") if load.offload_folder is None else None
     # transformers dequantizes FP8 exactly only when every weight is whole blocks; else surgery does
-    own_fp8 = ckpt.fp8_scheme is not None and not dequantized.whole_blocks(ckpt)
+    own_fp8 = fp8 and not held_fp8 and not dequantized.whole_blocks(ckpt)
     try:
-        config = AutoConfig.from_pretrained(str(path), trust_remote_code=load.trust_remote_code)
-        fp8_args = dequantized.load_arguments(ckpt, config) if ckpt.fp8_scheme is not None else {}
-        with dequantized.quiet_load(ckpt) if ckpt.fp8_scheme is not None else nullcontext():
-            model = auto_class(config.model_type).from_pretrained(
+        fp8_args = dequantized.load_arguments(ckpt, config, held=held_fp8) if fp8 else {}
+        with dequantized.quiet_load(ckpt, held=held_fp8) if fp8 else nullcontext():
+            model = model_class.from_pretrained(
                 str(path),
                 dtype=stored or dtype,
                 use_safetensors=True,
@@ -345,6 +369,8 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
             )
         if own_fp8:
             dequantized.fill_weights(model, ckpt)
+        if held_fp8:
+            dequantized.attach_scales(model, ckpt)
     except BaseException:
         if own_folder:
             shutil.rmtree(own_folder, ignore_errors=True)

@@ -26,13 +26,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.checkpoint import Checkpoint
-
 STORED = (torch.bfloat16, torch.float16)  # the dtypes whose upcast to float32 is exact
 _SAFETENSORS = {"BF16": torch.bfloat16, "F16": torch.float16}
 _FLOATS = ("F64", "F32", "F16", "BF16")
 # The model attribute that records the upcast compute dtype (``model.dtype`` reads a parameter's).
 COMPUTE_ATTR = "_surgery_compute_dtype"
+# A module attribute: tensor name → how its float32 value is made from the stored one, for tensors
+# whose stored values are not yet the weights (FP8 values held in 16 bits, times their scales:
+# model/dequantized.py); every other 16-bit tensor is upcast as is.
+WIDEN_ATTR = "_surgery_widen"
 
 
 class _Upcast:
@@ -52,10 +54,12 @@ class _Upcast:
         # one GEMM), and with it the rounding, so only such copies give the whole conversion's bits.
         with torch.inference_mode(False):
             for owner in module.modules() if self.recurse else (module,):
+                widen = getattr(owner, WIDEN_ATTR, {})
                 for store in (owner._parameters, owner._buffers):
                     for name, tensor in store.items():
                         if tensor is not None and tensor.dtype in STORED:
-                            store[name] = tensor.detach().to(torch.float32).requires_grad_(tensor.requires_grad)
+                            wide = widen[name](tensor) if name in widen else tensor.detach().to(torch.float32)
+                            store[name] = wide.requires_grad_(tensor.requires_grad)
                             swapped.append((store, name, tensor))
         self.calls.append(swapped)
 
@@ -70,15 +74,6 @@ def stored_dtype(tensors: Mapping[str, Any]) -> torch.dtype | None:
     TensorInfo), or None when some are wider (loading those in 16 bits would round them)."""
     floats = {info.dtype for info in tensors.values() if info.dtype in _FLOATS}
     return _SAFETENSORS.get(floats.pop()) if len(floats) == 1 else None
-
-
-def upcast_load_dtype(ckpt: Checkpoint) -> torch.dtype | None:
-    """The 16-bit dtype to load ``ckpt`` in for float32 compute, or None to convert it whole: all its
-    floating tensors are stored in that dtype, and the table knows its decoder layers (the unit upcast;
-    eval may load a model the table does not know)."""
-    from ..core.architectures.table import refusal
-
-    return stored_dtype(ckpt.tensors) if refusal(ckpt.config) is None else None
 
 
 def _full_precision_buffers(model: nn.Module) -> None:
@@ -130,6 +125,17 @@ def attach(model: nn.Module) -> nn.Module:
             module.register_forward_hook(hook.post, always_call=True)
     setattr(model, COMPUTE_ATTR, torch.float32)
     return model
+
+
+def computed_value(module: nn.Module, name: str = "weight") -> torch.Tensor:
+    """``module``'s tensor ``name`` in float32 as its forward computes with it: a 16-bit one upcast,
+    held FP8 values dequantized (:data:`WIDEN_ATTR`), any other converted. What reads a weight
+    outside a forward (find-neurons' PPM) reads it through this."""
+    tensor = getattr(module, name)
+    widen = getattr(module, WIDEN_ATTR, {}).get(name)
+    if widen is not None and tensor.dtype in STORED:
+        return widen(tensor)
+    return tensor.detach().float()
 
 
 def compute_dtype_of(model: nn.Module) -> torch.dtype:

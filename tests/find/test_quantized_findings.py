@@ -16,8 +16,10 @@ from tests.support.fp8 import build_fp8, dequantized_copy
 from tests.support.neuron_pairs import write_pairs
 from tests.support.tokenizer import TINY_VOCAB, save_char_tokenizer
 
-LAYOUTS = [("block", (8, 8)), ("block", (24, 24))]  # transformers dequantizes the first, surgery the second
-IDS = ["block8-transformers", "block24-surgery"]
+# transformers dequantizes the first, surgery the second; the third, stored as releases are (bfloat16 but
+# for the e4m3 weights), is held in 16 bits and dequantized a layer at a time (model/dequantized.py)
+LAYOUTS = [("block", (8, 8), "float32"), ("block", (24, 24), "float32"), ("block", (8, 8), "bfloat16")]
+IDS = ["block8-transformers", "block24-surgery", "block8-bf16-layerwise"]
 HEADS_FAST = dict(max_pairs=4, random_sets=1)
 
 
@@ -31,8 +33,12 @@ def _without_model(found) -> str:
 @pytest.fixture
 def fp8_pair(tmp_path, request):
     """(FP8 checkpoint, its float32 copy, layout, block), both with the character tokenizer."""
-    layout, block = request.param
-    src = build_fp8(tmp_path / "fp8", layout, block, vocab_size=TINY_VOCAB, max_position_embeddings=512)
+    import torch
+
+    layout, block, rest = request.param
+    src = build_fp8(
+        tmp_path / "fp8", layout, block, rest=getattr(torch, rest), vocab_size=TINY_VOCAB, max_position_embeddings=512
+    )
     save_char_tokenizer(src)
     return src, dequantized_copy(src, tmp_path / "fp32", layout, block)
 
@@ -122,3 +128,25 @@ def test_int4_findings_are_the_decompressed_copy_s_and_bake_back_into_the_int4_c
     assert report.ok and "logits" in report.numeric_check
     with pytest.raises(FindingsError, match="pass --transfer"):  # the decompressed copy is another file
         surgery.prune_neurons(copy, tmp_path / "refused", n=3, findings=tmp_path / "int.json")
+
+
+def test_fp8_moe_neuron_findings_held_layerwise_are_the_float32_copy_s(tmp_path):
+    """Routed and shared experts' PPM reads fused expert weights outside a forward: the held e4m3
+    values must be dequantized there too (each expert's rows times its own scales)."""
+    import torch
+
+    src = build_fp8(
+        tmp_path / "fp8",
+        "block",
+        (16, 16),
+        arch="qwen2_moe",
+        rest=torch.bfloat16,
+        vocab_size=TINY_VOCAB,
+        max_position_embeddings=512,
+    )
+    save_char_tokenizer(src)
+    copy = dequantized_copy(src, tmp_path / "fp32", "block", (16, 16))
+    pairs = write_pairs(tmp_path / "pairs.jsonl")
+    on_fp8 = surgery.find_neurons(src, pairs=pairs, device="cpu", out=tmp_path / "fp8.json")
+    on_copy = surgery.find_neurons(copy, pairs=pairs, device="cpu", out=tmp_path / "fp32.json")
+    assert _without_model(on_fp8) == _without_model(on_copy)

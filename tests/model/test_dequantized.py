@@ -77,3 +77,69 @@ def test_an_fp8_mixture_of_experts_loads_as_its_dequantized_copy(tmp_path, block
         assert torch.equal(got[name], value), name
     tokens = torch.tensor([[5, 9, 14, 3]])
     assert torch.equal(fp8_model(input_ids=tokens).logits, plain(input_ids=tokens).logits)
+
+
+# FP8 releases store everything else in bfloat16 (DeepSeek-V3: its router bias in float32, which
+# transformers keeps float32): the e4m3 values are held in 16 bits and dequantized a layer at a time.
+HELD = [
+    ("llama", "block", (8, 8)),
+    ("llama", "block", (24, 24)),  # partial blocks: surgery's own arithmetic either way
+    ("llama", "per-tensor", (8, 8)),
+    ("llama", "per-channel", (8, 8)),
+    ("qwen2_moe", "block", (16, 16)),  # one tensor per expert, fused in memory
+    ("deepseek_v3", "block", (16, 16)),
+]
+HELD_IDS = ["llama-block8", "llama-block24-partial", "llama-per-tensor", "llama-per-channel", "qwen2moe", "dsv3"]
+
+
+def _batch(vocab: int) -> dict[str, torch.Tensor]:
+    ids = torch.randint(3, vocab, (2, 7), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0  # left padding
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+@pytest.mark.parametrize(("arch", "layout", "block"), HELD, ids=HELD_IDS)
+def test_a_bf16_fp8_release_is_held_in_16_bits_and_computes_as_its_dequantized_copy(tmp_path, arch, layout, block):
+    from surgery.core.architectures import text_config
+    from surgery.model.dequantized import holds_fp8
+    from surgery.model.hooks import applied, model_architecture
+    from surgery.model.upcast import compute_dtype_of
+    from tests.support.coverage import proof_edits
+
+    src = build_fp8(tmp_path / "fp8", layout, block, arch=arch, rest=torch.bfloat16)
+    copy = dequantized_copy(src, tmp_path / "fp32", layout, block)
+    held, plain = load_model(src, _spec("float32")), load_model(copy, _spec("float32"))
+    assert holds_fp8(held) and not holds_fp8(plain) and compute_dtype_of(held) == torch.float32
+    kept32 = tuple(type(held)._keep_in_fp32_modules_strict or ())  # DeepSeek-V3's router, as transformers keeps it
+    stored = {p.dtype for n, p in held.named_parameters() if not any(k in n for k in kept32)}
+    assert stored == {torch.bfloat16}  # the e4m3 values, exact in bf16; nothing dequantized whole
+    bytes_held = sum(p.numel() * p.element_size() for p in held.parameters())
+    assert bytes_held < 0.6 * sum(p.numel() * p.element_size() for p in plain.parameters())
+    batch = _batch(int(text_config(Checkpoint(src).config)["vocab_size"]))
+    with torch.no_grad():
+        assert torch.equal(held(**batch).logits, plain(**batch).logits)
+        edits = [e for group in proof_edits(model_architecture(plain)).values() for e in group]
+        with applied(plain, edits):
+            want = plain(**batch).logits
+        with applied(held, edits):
+            got = held(**batch).logits
+    assert torch.equal(got, want)  # the run-time twins see the dequantized weights
+    assert {p.dtype for n, p in held.named_parameters() if not any(k in n for k in kept32)} == stored
+
+
+def test_fp8_is_dequantized_whole_where_holding_it_in_16_bits_would_round_or_is_not_asked(tmp_path):
+    """A float32 tensor transformers does not keep float32 would be rounded by a 16-bit load; a
+    bfloat16 compute dtype, or a device map, use transformers' dequantization as before."""
+    from safetensors.torch import load_file, save_file
+
+    from surgery.model.dequantized import holds_fp8
+
+    src = build_fp8(tmp_path / "fp8", "block", (8, 8), rest=torch.bfloat16)
+    assert not holds_fp8(load_model(src, _spec("bfloat16")))
+    tensors = load_file(src / "model.safetensors")
+    tensors["model.norm.weight"] = tensors["model.norm.weight"].float() + 1e-4  # not bf16-representable
+    save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
+    whole = load_model(src, _spec("float32"))
+    assert not holds_fp8(whole) and {p.dtype for p in whole.parameters()} == {torch.float32}
+    assert torch.equal(whole.model.norm.weight, tensors["model.norm.weight"])

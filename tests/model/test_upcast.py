@@ -184,10 +184,10 @@ def test_verify_gives_the_report_of_the_whole_conversion(tiny, tmp_path, monkeyp
 def test_a_model_the_table_does_not_know_loads_whole(tmp_path):
     """The decoder layers are the unit upcast, and only the table says where they are (eval may
     load any causal LM): such a model is converted whole, as before."""
-    from surgery.model.upcast import upcast_load_dtype
+    from surgery.model.loading import _layerwise_dtype
     from tests.support.corrupt import edit_config
 
     path = CASES["llama"](tmp_path / "m")
-    assert upcast_load_dtype(Checkpoint(path)) == torch.bfloat16
+    assert _layerwise_dtype(Checkpoint(path), None, True) == torch.bfloat16
     edit_config(path, model_type="rwkv")
-    assert upcast_load_dtype(Checkpoint(path)) is None
+    assert _layerwise_dtype(Checkpoint(path), None, True) is None

@@ -61,15 +61,31 @@ def quantization_config(layout: str, block: tuple[int, int]) -> dict:
     }
 
 
-def build_fp8(folder: Path, layout: str, block: tuple[int, int] = (8, 8), arch: str = "llama", **overrides) -> Path:
+# What DeepSeek-V3's FP8 release stores in float32 besides the scales (transformers keeps it float32).
+RELEASE_F32 = ("e_score_correction_bias",)
+
+
+def build_fp8(
+    folder: Path,
+    layout: str,
+    block: tuple[int, int] = (8, 8),
+    arch: str = "llama",
+    rest: torch.dtype = torch.float32,
+    **overrides,
+) -> Path:
     """A tiny ``arch`` checkpoint at ``folder`` whose decoder linears are e4m3 with ``layout`` scales
     (``overrides``: config fields of the tiny model). A mixture of experts is written one tensor per
     expert, as FP8 releases are: every expert's and the shared expert's linears quantized, the
-    routers (``mlp.gate``, ``mlp.shared_expert_gate``) left in float as releases leave them."""
+    routers (``mlp.gate``, ``mlp.shared_expert_gate``) left in float as releases leave them. ``rest``:
+    the dtype of every other tensor but the scales (releases: bfloat16, but for :data:`RELEASE_F32`)."""
     build_tiny(arch, folder, torch.float32, None, **overrides)
     tensors = load_file(folder / "model.safetensors")
     suffix = "weight_scale_inv" if layout == "block" else "weight_scale"
-    for name in [n for n in tensors if n.endswith(".weight") and n.split(".")[-2] in LINEARS]:
+    quantized = [n for n in tensors if n.endswith(".weight") and n.split(".")[-2] in LINEARS]
+    for name, t in tensors.items():
+        if name not in quantized and not name.endswith(RELEASE_F32):
+            tensors[name] = t.to(rest)
+    for name in quantized:
         w = tensors[name]
         scale = _scales(w, layout, block).float()
         scale = torch.where(scale > 0, scale, torch.ones_like(scale))

@@ -34,8 +34,10 @@ def _param(module: nn.Module, name: str = "weight") -> torch.Tensor:
     until brought in; the tensor read stays valid after it is sent back)."""
     from accelerate.utils import align_module_device
 
+    from ...model.upcast import computed_value
+
     with align_module_device(module):
-        return getattr(module, name).detach().float()
+        return computed_value(module, name)  # FP8 values held in 16 bits: times their scales
 
 
 def _ppm(*inputs: torch.Tensor) -> np.ndarray:
