@@ -150,3 +150,25 @@ def test_fp8_moe_neuron_findings_held_layerwise_are_the_float32_copy_s(tmp_path)
     on_fp8 = surgery.find_neurons(src, pairs=pairs, device="cpu", out=tmp_path / "fp8.json")
     on_copy = surgery.find_neurons(copy, pairs=pairs, device="cpu", out=tmp_path / "fp32.json")
     assert _without_model(on_fp8) == _without_model(on_copy)
+
+
+def test_gguf_findings_with_layers_on_disk_equal_the_in_memory_ones(tmp_path, monkeypatch):
+    """A GGUF larger than memory: its import is read a layer at a time from disk by accelerate
+    (--device-map auto with a budget below the model), with the findings of the model in memory."""
+    import surgery.model.loading as loading
+    from surgery.gguf.imported import imported_checkpoint
+    from surgery.model.placement import largest_layer_bytes
+    from tests.support.tiny_gguf import gguf_source_model, write_tiny_gguf
+
+    src = tmp_path / "tiny.gguf"
+    write_tiny_gguf(src, gguf_source_model())
+    in_memory = surgery.find_neurons(src, device="cpu", recompute=True)
+    placed = []
+    module_map = loading._module_map
+    monkeypatch.setattr(loading, "_module_map", lambda *a: placed.append(module_map(*a)) or placed[-1])
+    budget = 2 * largest_layer_bytes(imported_checkpoint(src).tensors, 4) + 4096  # the rest goes to disk
+    on_disk = surgery.find_neurons(src, device="cpu", device_map="auto", max_memory=f"cpu={budget}B", recompute=True)
+    assert "disk" in placed[0].values()
+    assert on_disk.data.compute.device_map == "accelerate"
+    same = {k: v for k, v in json.loads(_without_model(on_disk)).items() if k != "compute"}
+    assert same == {k: v for k, v in json.loads(_without_model(in_memory)).items() if k != "compute"}
