@@ -401,6 +401,8 @@ def verify(
         report.numeric_check = "dequantized weights: the output's equal the recipe's scales times the source's, exactly"
         report.problems += dequantized_problems(src, Checkpoint(dst_path, allow_remote_code=True), recipe)[1]
     runs = src.int_scheme is None or src.int_scheme.runs_decompressed
+    if report.ok and run_model and not runs:  # said before any load: the weights' comparison is the check
+        report.numeric_check += f"; no model is run: {src.int_scheme.not_run}"
     if report.ok and run_model and runs:
         if src.quantized:
             report.numeric_check += "; and logits (both models loaded dequantized)"
