@@ -226,3 +226,15 @@ def test_the_config_aliases_of_actorder_are_read(tmp_path):
     (src / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="quantized"):
         Checkpoint(src)
+
+
+def test_the_verify_command_says_in_its_one_line_why_no_model_ran(tmp_path):
+    from tests.support.cli import run_cli
+
+    src = build_int(tmp_path / "src", "w4a16-g8", actorder="group")
+    _bake(src, tmp_path / "out", Recipe((NeuronScale(1, 3, 0.0),)))
+    result = run_cli(["verify", src, tmp_path / "out"])
+    assert result.returncode == 0, result.stderr
+    lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("OK: ")
+    assert "dequantized weights" in lines[0] and "no model is run: compressed-tensors 0.20 removed" in lines[0]
