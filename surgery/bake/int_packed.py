@@ -8,7 +8,9 @@ group's scale (surgery/quant/int_packed.py). Which bytes change:
   the scale's dtype (0 always is). Zeroing the scales rather than the codes writes in/group values
   instead of the row's codes and is exact whether or not the weight has zero points;
 * columns scaled by α that are whole scale groups (a head's o_proj columns when head_dim is a
-  multiple of the group size and the heads are aligned): those groups' scales × α, when exact;
+  multiple of the group size and the heads are aligned; with GPTQ's actorder "group", when the groups
+  its columns belong to by ``X.weight_g_idx`` hold those columns and no other): those groups' scales
+  × α, when exact;
 * any other line scaled by 0 (a pruned neuron's down column; a row of a per-tensor weight): its
   codes set to their zero point, which decodes to exactly 0;
 * any other line scaled by α ≠ 0: refused in one line. A code times α leaves the int range for
@@ -32,7 +34,7 @@ from ..core.edits import Edit, Recipe
 from ..core.errors import CheckpointError, RecipeError
 from ..quant import int_packed
 from ..quant.int_packed import IntWeight, Scheme
-from .fp8 import _exact_product, _reference, _scale_route, _whole_groups, plain_problems, read_scale
+from .fp8 import _exact_product, _reference, plain_problems, read_scale
 from .patches import RAW_DTYPES, TensorPatch, from_f32, plan, read_raw, to_f32
 
 ROWS_PER_BLOCK = 1024  # rows dequantized at once: bounded float32 memory for any width
@@ -82,13 +84,36 @@ def _refusal(w: IntWeight, s: Scheme, alpha: float, why: str) -> RecipeError:
     )
 
 
+def _whole_groups(w: IntWeight, cols: dict[int, float]) -> dict[int, float]:
+    """Scale groups of ``w`` whose every column (in order, or by its g_idx) is scaled by one α other than 0."""
+    out = {}
+    for g, members in enumerate(w.members()):
+        alphas = {cols.get(int(c)) for c in members}
+        if len(alphas) == 1 and (a := alphas.pop()) not in (None, 0.0):
+            out[g] = a
+    return out
+
+
+def _group_route(w: IntWeight, cols: dict[int, float], grid: np.ndarray) -> dict[int, float]:
+    """The scale groups that take ``cols`` (their columns removed from ``cols``): whole groups whose
+    scales times α are exact in the scale's dtype."""
+    members, taken = w.members(), {}
+    for g, a in _whole_groups(w, cols).items():
+        if _exact_product(grid[:, g], a, w.scale.dtype):
+            taken[g] = a
+            for c in members[g]:
+                del cols[int(c)]
+    return taken
+
+
 def _why(s: Scheme, w: IntWeight, row: bool, whole: bool) -> str:
     """Why lines scaled by α ≠ 0 are refused: their scales cannot take α exactly, or they own no scales."""
     if row or (whole and s.strategy == "group"):
         lines = "its rows" if row else "its columns"
         return f"{lines} are whole scale groups, but their scales times it are not exact in {w.scale.dtype}"
+    spread = f" (actorder group: '{s.part(w.name, 'weight_g_idx')}' mixes them with other columns)"
     owner = {
-        "group": "not whole scale groups",
+        "group": "not whole scale groups" + (spread if s.permuted else ""),
         "channel": "not scale groups (channel strategy: one scale per row)",
         "tensor": "not whole scale groups (tensor strategy: one scale)",
     }[s.strategy]
@@ -122,7 +147,7 @@ def _blocks(s: Scheme, w: IntWeight, codes: np.ndarray, scale: np.ndarray, zero)
         rows = int_packed.unpack(s, codes[start:stop], in_n)
         per_row = s.strategy != "tensor"
         z = zero[start:stop] if zero is not None and per_row else zero
-        yield start, int_packed.dequantize(s, rows, scale[start:stop] if per_row else scale, z)
+        yield start, int_packed.dequantize(s, rows, scale[start:stop] if per_row else scale, z, w.g_idx)
 
 
 def _zeroed(s: Scheme, w: IntWeight, codes: np.ndarray, zero, rows: list[int], cols: list[int]) -> np.ndarray:
@@ -133,7 +158,7 @@ def _zeroed(s: Scheme, w: IntWeight, codes: np.ndarray, zero, rows: list[int], c
     out_n, in_n = w.shape
     width = codes.shape[1] * 32 // s.bits if s.packed else in_n
     unpacked = int_packed.unpack(s, codes, width).clone()
-    group_of = torch.arange(in_n) // w.group
+    group_of = torch.from_numpy(w.group_of())
     if zero is None:
         target = torch.zeros(out_n, in_n, dtype=torch.int8)
     else:
@@ -154,7 +179,6 @@ def _routed(ckpt: Checkpoint, s: Scheme, w: IntWeight, p: TensorPatch) -> list[T
             f"a direction edit rewrites every weight of '{w.codes.name}', which {s.describe()} codes cannot store "
             "exactly; bake it into the unquantized checkpoint"
         )
-    out_n, in_n = w.shape
     s_src = read_scale(ckpt, w.scale)
     grid = s_src.reshape(s_src.shape[0] if s_src.ndim else 1, -1)
     rows, cols = dict(p.rows), dict(p.cols)
@@ -164,9 +188,9 @@ def _routed(ckpt: Checkpoint, s: Scheme, w: IntWeight, p: TensorPatch) -> list[T
         s_rows = {r: a for r, a in rows.items() if _exact_product(grid[r], a, w.scale.dtype)}
         rows = {r: a for r, a in rows.items() if r not in s_rows}
     if s.strategy == "group":
-        s_cols = _scale_route(cols, in_n, w.group, grid, 1, w.scale.dtype)
+        s_cols = _group_route(w, cols, grid)
     for a in sorted({*rows.values(), *cols.values()} - {0.0}):
-        raise _refusal(w, s, a, _why(s, w, a in rows.values(), bool(_whole_groups(cols, in_n, w.group))))
+        raise _refusal(w, s, a, _why(s, w, a in rows.values(), bool(_whole_groups(w, cols))))
     scales = TensorPatch(w.scale, rows=s_rows, cols=s_cols)
     s_new = grid.copy()
     for r, a in s_rows.items():

@@ -53,6 +53,7 @@ class Report:
     max_abs_logit_diff: float | None = None
     tolerance: float | None = None
     numeric_check: str = "logits"  # what the numeric check compared (an FP8 checkpoint: dequantized weights)
+    logits_skipped: str | None = None  # why no model ran (a quantized layout transformers cannot load here)
     # Edited tensors whose content is not the recipe's: file, tensor, rows, columns, source_changed.
     mismatches: list[dict[str, Any]] = field(default_factory=list)
 
@@ -69,6 +70,7 @@ class Report:
             "max_abs_logit_diff": self.max_abs_logit_diff,
             "tolerance": self.tolerance,
             "numeric_check": self.numeric_check,
+            "logits_skipped": self.logits_skipped,
             "mismatches": self.mismatches,
         }
 
@@ -401,6 +403,9 @@ def verify(
         report.numeric_check = "dequantized weights: the output's equal the recipe's scales times the source's, exactly"
         report.problems += dequantized_problems(src, Checkpoint(dst_path, allow_remote_code=True), recipe)[1]
     runs = src.int_scheme is None or src.int_scheme.runs_decompressed
+    if report.ok and run_model and not runs:  # decided from the config before any load: the weights are the check
+        report.logits_skipped = src.int_scheme.not_run
+        report.numeric_check += f"; no model is run: {report.logits_skipped}"
     if report.ok and run_model and runs:
         if src.quantized:
             report.numeric_check += "; and logits (both models loaded dequantized)"

@@ -122,9 +122,11 @@ def verify_cmd(source: str, baked: Path, load: LoadSpec, structural_only: bool, 
         print_json(report.to_dict())
     elif report.ok:
         diff = (
-            ""
-            if report.max_abs_logit_diff is None
-            else f"; max |Δlogit| vs run-time edit {report.max_abs_logit_diff:.2e} (tolerance {report.tolerance:g})"
+            f"; max |Δlogit| vs run-time edit {report.max_abs_logit_diff:.2e} (tolerance {report.tolerance:g})"
+            if report.max_abs_logit_diff is not None
+            else f"; {report.numeric_check}"
+            if report.logits_skipped  # a quantized checkpoint no model of which runs here: what was compared, and why
+            else ""
         )
         out.print(
             f"[green]OK[/]: {report.files_checked} files, {report.tensors_edited} edited tensors match "

@@ -12,6 +12,13 @@ group / channel, else I8 the shape of the scale). A weight's value is (code − 
 group's scale. Decoding uses compressed-tensors' own functions (``unpack_from_int32``,
 ``dequantize``); this module only reads and decodes: what an edit may do to such bytes is
 surgery/bake/int_packed.py's.
+
+GPTQ's activation ordering (the weights' ``actorder``): ``weight`` only changed the order in which
+llm-compressor quantized the columns, the layout is the plain one; ``group`` assigns the input columns
+to scale groups in activation order and stores ``X.weight_g_idx`` I32 [in], the group of each column
+(codes stay in column order). compressed-tensors up to 0.18 decoded it by sorting the columns by
+group, dequantizing, and sorting back; 0.20 removed it, so this module does that sort around the
+installed library's ``dequantize``.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +39,8 @@ STRATEGIES = ("group", "channel", "tensor")
 BITS = (4, 8)  # 32 / bits codes fill a word exactly: no code straddles two words
 LOGICAL = "PACKED"  # dtype of the [out, in] entry a pack-quantized weight gets in the planner's view
 SCALE_DTYPES = ("F32", "BF16", "F16")
+# The weights' actorder as configs spell it (compressed-tensors' aliases; ``true`` meant "group") → its layout
+ACTORDERS = {"weight": "weight", "static": "weight", "group": "group", "dynamic": "group"}
 
 
 @dataclass(frozen=True)
@@ -44,22 +53,43 @@ class Scheme:
     group_size: int | None
     symmetric: bool
     args: tuple[tuple[str, Any], ...]  # the config's "weights" entry, for compressed-tensors' QuantizationArgs
+    actorder: str | None = None  # "weight" or "group" (GPTQ's activation ordering), see the module docstring
 
     @property
     def packed(self) -> bool:
         return self.format == "pack-quantized"
 
     @property
+    def permuted(self) -> bool:
+        """Whether each weight's input columns are assigned to scale groups by its ``X.weight_g_idx``
+        (compressed-tensors registers it for group strategy only)."""
+        return self.actorder == "group" and self.strategy == "group"
+
+    @property
+    def not_run(self) -> str | None:
+        """Why transformers cannot load these weights decompressed (by compressed-tensors) to compare
+        logits on a CPU, or None when it can. Measured with transformers 5.24 and compressed-tensors 0.20.1."""
+        if self.actorder == "group":
+            return (
+                "compressed-tensors 0.20 removed GPTQ's actorder 'group' (it refuses the config), so transformers "
+                "cannot load it"
+            )
+        if not self.packed:
+            return "transformers keeps int-quantized weights compressed and fails in their first matmul on a CPU"
+        if not self.symmetric:
+            return "transformers fails on the shape of asymmetric pack-quantized weights' row-packed zero points"
+        return None
+
+    @property
     def runs_decompressed(self) -> bool:
-        """Whether transformers loads these weights decompressed (by compressed-tensors) on any device, so
-        that logits can be compared on a CPU. Measured with transformers 5.24 and compressed-tensors 0.20.1:
-        symmetric pack-quantized loads; asymmetric pack-quantized fails on its row-packed zero points'
-        shape, and int-quantized stays compressed and fails in the first matmul."""
-        return self.packed and self.symmetric
+        """Whether transformers loads these weights decompressed on any device, so that logits can be
+        compared on a CPU (``not_run`` says why not)."""
+        return self.not_run is None
 
     def describe(self) -> str:
         group = f" {self.group_size}" if self.strategy == "group" else ""
-        return f"int{self.bits} {self.format}, {self.strategy}{group}, {'' if self.symmetric else 'a'}symmetric"
+        order = f", actorder {self.actorder}" if self.actorder else ""
+        return f"int{self.bits} {self.format}, {self.strategy}{group}, {'' if self.symmetric else 'a'}symmetric{order}"
 
     def stored_name(self, weight: str) -> str:
         """The tensor holding the codes of the weight ``X.weight``."""
@@ -87,18 +117,25 @@ def scheme(qconfig: Any) -> Scheme | None:
     args = found.pop()
     w = dict(args)
     strategy, bits, group_size = w.get("strategy"), w.get("num_bits"), w.get("group_size")
-    if w.get("type", "int") != "int" or bits not in BITS or strategy not in STRATEGIES or w.get("actorder"):
-        return None  # actorder: columns are permuted across groups (weight_g_idx), not contiguous
+    if w.get("type", "int") != "int" or bits not in BITS or strategy not in STRATEGIES:
+        return None
+    order = "group" if w.get("actorder") is True else w.get("actorder")
+    if order not in (None, False, *ACTORDERS):  # an ordering compressed-tensors never wrote
+        return None
     if strategy == "group" and not (type(group_size) is int and group_size > 0):
         return None
-    return Scheme(qconfig["format"], bits, strategy, group_size, bool(w.get("symmetric", True)), args)
+    symmetric = bool(w.get("symmetric", True))
+    return Scheme(qconfig["format"], bits, strategy, group_size, symmetric, args, ACTORDERS.get(order))
 
 
 def quantization_args(s: Scheme):
-    """compressed-tensors' QuantizationArgs of ``s`` (imported on demand: the ``quant`` extra)."""
+    """compressed-tensors' QuantizationArgs of ``s`` (imported on demand: the ``quant`` extra), without its
+    actorder: that only steered calibration or the column order, which ``dequantize`` here applies itself
+    (and compressed-tensors 0.20 refuses "group")."""
     from ..core.optional import require
 
-    return require("compressed_tensors.quantization").QuantizationArgs(**dict(s.args))
+    args = {k: v for k, v in s.args if k != "actorder"}
+    return require("compressed_tensors.quantization").QuantizationArgs(**args)
 
 
 @dataclass(frozen=True)
@@ -111,10 +148,20 @@ class IntWeight:
     scale: Any  # TensorInfo of X.weight_scale
     zero: Any  # TensorInfo of X.weight_zero_point, or None (symmetric)
     group: int  # input columns per scale column
+    g_idx: np.ndarray | None = field(default=None, compare=False)  # each column's group (actorder group)
 
     @property
     def n_groups(self) -> int:
         return math.ceil(self.shape[1] / self.group)
+
+    def group_of(self) -> np.ndarray:
+        """The scale group (column of the scales) of each input column."""
+        return self.g_idx if self.g_idx is not None else np.arange(self.shape[1]) // self.group
+
+    def members(self) -> list[np.ndarray]:
+        """The input columns of each scale group."""
+        of = self.group_of()
+        return [np.flatnonzero(of == g) for g in range(self.n_groups)]
 
 
 def _read(folder: Path, info, dtype: type) -> np.ndarray:
@@ -191,7 +238,47 @@ def int_weight(s: Scheme, folder: Path, tensors: Mapping[str, Any], weight: str)
             )
         if zero.shape != want or zero.dtype != ("I32" if packed_zp else "I8"):
             raise _mismatch(zero.name, zero.shape, f"{list(want)} {'I32' if packed_zp else 'I8'}", codes.name, shape, s)
-    return IntWeight(weight, (out, inp), codes, scale, zero if not s.symmetric else None, group)
+    g_idx = _group_index(s, folder, tensors, weight, codes.name, inp, group)
+    return IntWeight(weight, (out, inp), codes, scale, zero if not s.symmetric else None, group, g_idx)
+
+
+def _group_index(s: Scheme, folder: Path, tensors: Mapping[str, Any], weight: str, codes: str, inp: int, group: int):
+    """The group of each of the ``inp`` input columns that ``X.weight_g_idx`` stores (actorder group), checked:
+    a permutation of the contiguous groups, as GPTQ writes it and compressed-tensors decoded it; None when
+    the columns are grouped in order."""
+    name = s.part(weight, "weight_g_idx")
+    info = tensors.get(name)
+    if not s.permuted:
+        if info is not None:
+            raise CheckpointError(
+                f"tensor '{name}' assigns the columns of '{codes}' to scale groups, but the config says "
+                f"{s.describe()} (no actorder 'group'): the config does not describe these weights; re-download the checkpoint"
+            )
+        return None
+    if info is None:
+        raise CheckpointError(
+            f"weight '{codes}' ({s.describe()}) has no '{name}', the scale group of each input column: "
+            "the checkpoint is incomplete; re-download it"
+        )
+    if info.dtype not in ("I32", "I64") or info.shape != (inp,):
+        raise CheckpointError(
+            f"tensor '{name}' is {info.dtype} {list(info.shape)} but '{codes}' has {inp} input columns: it must be "
+            f"I32 [{inp}], one scale group per column; re-download the checkpoint"
+        )
+    g_idx = _read(folder, info, np.int64 if info.dtype == "I64" else np.int32).astype(np.int64)
+    n_groups = math.ceil(inp / group)
+    if g_idx.min() < 0 or g_idx.max() >= n_groups:
+        bad = int(g_idx.min() if g_idx.min() < 0 else g_idx.max())
+        raise CheckpointError(
+            f"tensor '{name}' names scale group {bad} but '{codes}' has {n_groups} (0..{n_groups - 1}): "
+            "the checkpoint is corrupt; re-download it"
+        )
+    if not np.array_equal(np.bincount(g_idx, minlength=n_groups), np.bincount(np.arange(inp) // group)):
+        raise CheckpointError(
+            f"tensor '{name}' gives a scale group of '{codes}' other than {group} columns (group_size): "
+            "compressed-tensors decodes whole groups only; the checkpoint is corrupt, re-download it"
+        )
+    return g_idx
 
 
 def int_weights(s: Scheme, folder: Path, tensors: Mapping[str, Any]) -> dict[str, IntWeight]:
@@ -246,9 +333,11 @@ def zero_points(s: Scheme, w: IntWeight, raw: np.ndarray | None):
     return _torch_ints(raw)
 
 
-def dequantize(s: Scheme, codes, scale: np.ndarray, zero) -> np.ndarray:
+def dequantize(s: Scheme, codes, scale: np.ndarray, zero, g_idx: np.ndarray | None = None) -> np.ndarray:
     """float32 values of int8 ``codes`` [rows, in] with their rows' float32 ``scale`` and ``zero`` points,
-    by compressed-tensors' ``dequantize`` (in float32: (code − zero) × scale is then exact)."""
+    by compressed-tensors' ``dequantize`` (in float32: (code − zero) × scale is then exact). ``g_idx``:
+    each column's group (actorder group); the columns are sorted by it, decoded as contiguous groups and
+    put back, as compressed-tensors did while it supported it."""
     import torch
 
     from ..core.optional import require
@@ -257,5 +346,11 @@ def dequantize(s: Scheme, codes, scale: np.ndarray, zero) -> np.ndarray:
     scale_t = torch.from_numpy(np.ascontiguousarray(scale, dtype=np.float32))
     if s.strategy == "tensor":
         scale_t = scale_t.reshape(1)
-    out = forward.dequantize(codes, scale_t, zero, args=quantization_args(s), dtype=torch.float32)
-    return out.numpy()
+    order = None if g_idx is None else torch.from_numpy(np.argsort(g_idx, kind="stable"))
+    grouped = codes if order is None else codes[:, order]
+    out = forward.dequantize(grouped, scale_t, zero, args=quantization_args(s), dtype=torch.float32).numpy()
+    if order is None:
+        return out
+    values = np.empty_like(out)
+    values[:, order.numpy()] = out
+    return values

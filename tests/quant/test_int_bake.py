@@ -163,10 +163,11 @@ def test_scales_that_contradict_the_weights_are_refused_in_one_line(tmp_path, su
 
 
 def test_other_integer_schemes_are_still_refused(tmp_path):
-    """actorder (GPTQ's permuted groups) and 2-bit codes are not layouts surgery edits: one line before reading."""
+    """An activation ordering compressed-tensors never wrote and 2-bit codes are not layouts surgery edits:
+    one line before reading (GPTQ's actorder weight / group: tests/quant/test_int_gptq_bake.py)."""
     src = build_int(tmp_path / "src", "w4a16-g8")
     config = json.loads((src / "config.json").read_text())
-    for change in ({"actorder": "group"}, {"num_bits": 2}):
+    for change in ({"actorder": "columns"}, {"num_bits": 2}):
         weights = config["quantization_config"]["config_groups"]["group_0"]["weights"]
         (src / "config.json").write_text(
             json.dumps(

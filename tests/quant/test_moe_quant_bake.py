@@ -36,33 +36,38 @@ IDS = ["block8", "block16-partial", "per-tensor", "per-channel"]
 INT = ["w4a16-g8", "w4a16-g8-asym"]
 
 
-def _module(edit: NeuronScale, shared: str) -> str:
-    part = shared.removeprefix("mlp.") if edit.expert == SHARED else f"experts.{edit.expert}"
-    return MLP.format(layer=edit.layer, part=part)
+def _matrices(edit: NeuronScale, experts) -> tuple[list[str], str]:
+    """(input matrices, down matrix) of the edited neuron's expert as X.weight names, from the architecture
+    table's ``experts`` (Mixtral's w1 / w3 / w2, Qwen's gate_proj / up_proj / down_proj, the shared expert's)."""
+    layer = f"model.layers.{edit.layer}."
+    if edit.expert == SHARED:
+        base = layer + experts.shared + "."
+        return [base + m + ".weight" for m in experts.shared_inputs], base + experts.shared_down + ".weight"
+    gate, up, down = (layer + name.format(expert=edit.expert) + ".weight" for name in experts.per_expert)
+    return [gate, up], down
 
 
-def _expected(dequantized, edits, shared: str) -> dict[str, torch.Tensor]:
-    """The edit of the dequantized source: the neuron's down column × factor; pruned, its gate/up rows 0
-    (``shared``: the shared expert's module, as the architecture table names it)."""
+def _expected(dequantized, edits, experts) -> dict[str, torch.Tensor]:
+    """The edit of the dequantized source: the neuron's down column × factor; pruned, its gate/up rows 0."""
     out: dict[str, torch.Tensor] = {}
 
     def get(name: str) -> torch.Tensor:
         return out.setdefault(name, dequantized(name).clone())
 
     for e in edits:
-        module = _module(e, shared)
-        get(f"{module}.down_proj.weight")[:, e.neuron] *= e.factor
+        inputs, down = _matrices(e, experts)
+        get(down)[:, e.neuron] *= e.factor
         if e.factor == 0.0:
-            for part in ("gate_proj", "up_proj"):
-                get(f"{module}.{part}.weight")[e.neuron] = 0.0
+            for name in inputs:
+                get(name)[e.neuron] = 0.0
     return out
 
 
 def _check(src, out, tmp_path, recipe, dequantized, logits: bool) -> None:
     """The bake of ``recipe`` at ``out``: exact against the dequantized source, the rest untouched,
     verified and undone byte for byte."""
-    shared = architecture(Checkpoint(src).config).layout.experts.shared
-    expected = _expected(lambda name: dequantized(src, name), recipe.edits, shared)
+    experts = architecture(Checkpoint(src).config).layout.experts
+    expected = _expected(lambda name: dequantized(src, name), recipe.edits, experts)
     for name, values in expected.items():
         assert torch.equal(dequantized(out, name), values), name
     # every tensor of a module the recipe does not touch is byte-identical (the routers among them)
@@ -117,6 +122,24 @@ def test_int4_expert_and_shared_neurons_are_exact(tmp_path, scheme):
         return int_support.dequantized(folder, name, scheme)
 
     # transformers decompresses symmetric pack-quantized experts on a CPU (into fused bf16 experts)
+    _check(src, tmp_path / "out", tmp_path, recipe, dequantized, logits=scheme == "w4a16-g8")
+
+
+@pytest.mark.parametrize("scheme", INT)
+def test_mixtral_int4_expert_neurons_are_exact_and_verified(tmp_path, scheme):
+    """Mixtral W4A16 (per-expert w1 / w3 / w2, the router left in float): transformers decompresses the
+    symmetric experts on a CPU into fused bf16 experts, so verify compares logits; the run-time twin then
+    computes on bfloat16 experts under float32 activations (it crashed in torch's matmul before)."""
+    src = int_support.build_int(tmp_path / "src", scheme, arch="mixtral")
+    stored = load_file(src / "model.safetensors")
+    assert "model.layers.1.block_sparse_moe.experts.1.w2.weight_packed" in stored
+    assert stored["model.layers.1.block_sparse_moe.gate.weight"].dtype == torch.bfloat16  # the router, unquantized
+    recipe = Recipe((NeuronScale(1, 3, 0.0, 1), NeuronScale(2, 15, 0.0, 3), NeuronScale(0, 40, 0.0, 0)))
+    _bake(src, tmp_path / "out", recipe)
+
+    def dequantized(folder, name):
+        return int_support.dequantized(folder, name, scheme)
+
     _check(src, tmp_path / "out", tmp_path, recipe, dequantized, logits=scheme == "w4a16-g8")
 
 
