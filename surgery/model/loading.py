@@ -339,11 +339,14 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     device = resolve_device(distributed.rank_device(load.device))  # under torchrun: this rank's GPU
     ckpt = Checkpoint(Path(path), allow_remote_code=load.trust_remote_code)
     integer = ckpt.int_scheme
-    if str(device).startswith("cpu") and integer is not None and not integer.runs_decompressed:
+    # GPTQ's actorder "group" loads on no device; the other layouts transformers cannot run on a CPU may run on a GPU
+    anywhere = integer is not None and integer.actorder == "group"
+    if integer is not None and integer.not_run and (anywhere or str(device).startswith("cpu")):
+        where = "" if anywhere else " on a CPU (--device cuda may)"
         raise CheckpointError(
-            f"{path} holds {integer.describe()} weights, which transformers does not run on a CPU: surgery bakes "
-            "it in place (prune-neurons / amplify-heads / apply with explicit edits), but finding or evaluating "
-            "needs a GPU (--device cuda) or the full-precision release"
+            f"{path} holds {integer.describe()} weights, which cannot be run here{where}: {integer.not_run}; "
+            "surgery bakes it in place (prune-neurons / amplify-heads / apply with explicit edits), but finding "
+            "or evaluating needs the full-precision release"
         )
     dtype = resolve_dtype(load.dtype, device)
     config = AutoConfig.from_pretrained(str(path), trust_remote_code=load.trust_remote_code)

@@ -208,6 +208,20 @@ def test_finding_on_an_integer_checkpoint_transformers_cannot_run_on_a_cpu_is_on
 
     src = build_int(tmp_path / "src", "int8-channel")
     save_char_tokenizer(src)
-    with pytest.raises(CheckpointError, match="weights, which transformers does not run on a CPU") as exc:
+    with pytest.raises(CheckpointError, match="weights, which cannot be run here on a CPU") as exc:
         surgery.find_neurons(src, device="cpu")
     assert "\n" not in str(exc.value) and "int8 int-quantized" in str(exc.value)
+    assert "keeps int-quantized weights compressed" in str(exc.value)  # the reason, measured
+
+
+def test_finding_on_a_gptq_actorder_group_checkpoint_is_one_line_on_any_device(tmp_path, monkeypatch):
+    """compressed-tensors 0.20 refuses GPTQ's actorder "group" config: no device loads it, so a GPU is
+    not suggested, and the refusal comes before transformers' own ValueError."""
+    from surgery.model.loading import LoadSpec, load_model
+
+    monkeypatch.setattr("surgery.model.loading.resolve_device", torch.device)  # as on a machine with a GPU
+    src = build_int(tmp_path / "src", "w4a16-g8", actorder="group")
+    for device in ("cpu", "cuda"):
+        with pytest.raises(CheckpointError, match="cannot be run here: compressed-tensors 0.20 removed") as exc:
+            load_model(src, LoadSpec(device=device))
+        assert "\n" not in str(exc.value) and "--device cuda" not in str(exc.value)
