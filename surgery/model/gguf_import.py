@@ -14,7 +14,8 @@ import mmap
 import re
 import struct
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from ..core.optional import require
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
 from ..core.strict_files import load_json
+from .gguf_stream import SHARD_BYTES
 
 MANIFEST_NAME = "surgery.gguf.json"  # not surgery.json: that name means "made by a bake"
 DTYPES = ("float32", "bfloat16")
@@ -180,6 +182,31 @@ def read_header(path: str | Path) -> GgufHeader:
     return GgufHeader(path, version, metadata, tensor_types, tensors)
 
 
+def tensor_bytes(t: GgufTensor) -> int | None:
+    """Size of ``t``'s data in bytes; None for a type gguf-py does not know."""
+    gguf = require("gguf")
+    try:
+        values, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t.type]]
+    except KeyError:
+        return None
+    count = 1
+    for d in t.shape:
+        count *= d
+    return count // values * nbytes
+
+
+def check_complete(path: Path, header: GgufHeader) -> None:
+    """Refuse a file whose tensor data runs past its end (a truncated download), in one line."""
+    size = path.stat().st_size
+    for t in header.tensors.values():
+        n = tensor_bytes(t)
+        if n is not None and t.offset + n > size:
+            raise CheckpointError(
+                f"{path.name} is truncated: tensor {t.name} ends at byte {t.offset + n}, the file "
+                f"has {size}; download it again"
+            )
+
+
 def _canonical(arch: str) -> str:
     # llama.cpp spells some architectures differently from transformers (qwen2moe / qwen2_moe,
     # gpt-oss / gpt_oss); transformers maps them itself, so compare without separators.
@@ -217,22 +244,11 @@ def check_supported(header: GgufHeader) -> None:
         )
 
 
-def _load(header: GgufHeader, dtype: str):
-    """Model and tokenizer from the file, through transformers; its failures become one line."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    folder, name = str(header.path.parent), header.path.name
+@contextmanager
+def _one_line(name: str) -> Iterator[None]:
+    """transformers' failures to read the file as a causal LM become one line."""
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            folder,
-            gguf_file=name,
-            quantization_config=GgufConfig(dequantize=True),
-            dtype=getattr(torch, dtype),
-            device_map=None,
-        )
+        yield
     except NotImplementedError as exc:  # gguf has no dequantizer for one of the tensor types
         raise CheckpointError(
             f"{name}: {exc}; the installed gguf package cannot dequantize it "
@@ -241,12 +257,58 @@ def _load(header: GgufHeader, dtype: str):
     except ValueError as exc:  # e.g. an architecture transformers reads but has no causal LM for
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(f"transformers cannot load {name} as a causal LM: {first}") from None
+
+
+def _whole_model(header: GgufHeader, dtype: str):
+    """The model ``from_pretrained`` builds from the file, every tensor dequantized at once."""
+    import torch
+    from transformers import AutoModelForCausalLM, GgufConfig
+
+    with _one_line(header.path.name):
+        return AutoModelForCausalLM.from_pretrained(
+            str(header.path.parent),
+            gguf_file=header.path.name,
+            quantization_config=GgufConfig(dequantize=True),
+            dtype=getattr(torch, dtype),
+            device_map=None,
+        )
+
+
+def _tokenizer(header: GgufHeader):
+    from transformers import AutoTokenizer
+
+    name = header.path.name
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        return AutoTokenizer.from_pretrained(str(header.path.parent), gguf_file=name)
     except (ValueError, KeyError, OSError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(f"transformers cannot build the tokenizer stored in {name}: {first}") from None
-    return model, tokenizer
+
+
+def _streamed(header: GgufHeader, dtype: str, out: Path, progress: StageProgress, shard_bytes: int) -> bool:
+    """Write the weights and config tensor by tensor (see gguf_stream); False when the file must be
+    imported whole instead (``whole_model_reason``), with nothing written."""
+    from transformers import AutoConfig
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    from .gguf_stream import meta_model, stream_tensors, whole_model_reason
+
+    with _one_line(header.path.name):
+        config = AutoConfig.from_pretrained(str(header.path.parent), gguf_file=header.path.name)
+        model = meta_model(config, dtype)
+        if whole_model_reason(header.architecture, model) is not None:
+            return False
+        check_complete(header.path, header)
+        # The processors read the raw config dict load_gguf_checkpoint gives them, not the config object.
+        processor_config = load_gguf_checkpoint(str(header.path), return_tensors=False)["config"]
+        stream_tensors(header.path, header.architecture, processor_config, model, dtype, out, progress, shard_bytes)
+    # The rest of what save_pretrained writes: the config as the model sees it, and the generation config.
+    model.config.dtype = str(model.dtype).split(".")[1]
+    model.config.architectures = [type(model).__name__]
+    model.config.save_pretrained(out)
+    if model.can_generate():
+        model.generation_config.save_pretrained(out)
+    return True
 
 
 @dataclass
@@ -264,11 +326,14 @@ def import_gguf(
     force: bool = False,
     report: Callable[[str], None] = lambda msg: None,
     progress: StageProgress = silent_stages,
+    shard_bytes: int = SHARD_BYTES,
 ) -> ImportResult:
     """Write ``out``: a safetensors checkpoint (config, weights, tokenizer) dequantized from a GGUF.
 
     The folder appears complete or not at all; ``surgery.gguf.json`` records the GGUF's sha256,
-    its architecture and quantization, and the sha256 of every file written.
+    its architecture and quantization, and the sha256 of every file written. The weights are
+    dequantized one block at a time into shards of at most ``shard_bytes`` (a larger tensor gets a
+    shard of its own), so memory holds about one block and one shard, not the model.
     """
     if dtype not in DTYPES:
         raise CheckpointError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -282,13 +347,12 @@ def import_gguf(
         report(msg)
 
     with staged_output(Path(out), [gguf_path], force, note) as tmp:
-        progress("dequantize", 0, 1)  # transformers reads and dequantizes the whole file: the long step
-        model, tokenizer = _load(header, dtype)
-        progress("dequantize", 1, 1)
+        if not _streamed(header, dtype, tmp, progress, shard_bytes):
+            progress("dequantize", 0, 1)  # transformers reads and dequantizes the whole file
+            _whole_model(header, dtype).save_pretrained(tmp)
+            progress("dequantize", 1, 1)
         progress("write", 0, 1)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        del model
+        _tokenizer(header).save_pretrained(tmp)
         progress("write", 1, 1)
         _strip_quantization(tmp / "config.json")
         for p in tmp.iterdir():
