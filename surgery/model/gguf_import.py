@@ -298,7 +298,6 @@ def _streamed(header: GgufHeader, dtype: str, out: Path, progress: StageProgress
         model = meta_model(config, dtype)
         if whole_model_reason(header.architecture, model) is not None:
             return False
-        check_complete(header.path, header)
         # The processors read the raw config dict load_gguf_checkpoint gives them, not the config object.
         processor_config = load_gguf_checkpoint(str(header.path), return_tensors=False)["config"]
         stream_tensors(header.path, header.architecture, processor_config, model, dtype, out, progress, shard_bytes)
@@ -340,6 +339,7 @@ def import_gguf(
     gguf_path = Path(gguf_path)
     header = read_header(gguf_path)
     check_supported(header)
+    check_complete(gguf_path, header)
     notes: list[str] = []
 
     def note(msg: str) -> None:
