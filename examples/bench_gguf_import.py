@@ -43,7 +43,7 @@ def child(mode: str, gguf: str, out: str) -> None:
     import surgery.model.gguf_import as gguf_import
 
     if mode == "whole":
-        gguf_import._streamed = lambda *args, **kwargs: False
+        gguf_import.write_streamed = lambda *args, **kwargs: False
     gguf_import.import_gguf(gguf, out, force=True)
 
 

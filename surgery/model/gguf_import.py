@@ -14,8 +14,7 @@ import mmap
 import re
 import struct
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from ..core.optional import require
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
 from ..core.strict_files import load_json
-from .gguf_stream import SHARD_BYTES
+from .gguf_stream import SHARD_BYTES, transformers_errors, write_streamed
 
 MANIFEST_NAME = "surgery.gguf.json"  # not surgery.json: that name means "made by a bake"
 DTYPES = ("float32", "bfloat16")
@@ -244,27 +243,12 @@ def check_supported(header: GgufHeader) -> None:
         )
 
 
-@contextmanager
-def _one_line(name: str) -> Iterator[None]:
-    """transformers' failures to read the file as a causal LM become one line."""
-    try:
-        yield
-    except NotImplementedError as exc:  # gguf has no dequantizer for one of the tensor types
-        raise CheckpointError(
-            f"{name}: {exc}; the installed gguf package cannot dequantize it "
-            "(pip install -U gguf, or use a file with another quantization)"
-        ) from None
-    except ValueError as exc:  # e.g. an architecture transformers reads but has no causal LM for
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CheckpointError(f"transformers cannot load {name} as a causal LM: {first}") from None
-
-
 def _whole_model(header: GgufHeader, dtype: str):
     """The model ``from_pretrained`` builds from the file, every tensor dequantized at once."""
     import torch
     from transformers import AutoModelForCausalLM, GgufConfig
 
-    with _one_line(header.path.name):
+    with transformers_errors(header.path.name):
         return AutoModelForCausalLM.from_pretrained(
             str(header.path.parent),
             gguf_file=header.path.name,
@@ -283,31 +267,6 @@ def _tokenizer(header: GgufHeader):
     except (ValueError, KeyError, OSError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(f"transformers cannot build the tokenizer stored in {name}: {first}") from None
-
-
-def _streamed(header: GgufHeader, dtype: str, out: Path, progress: StageProgress, shard_bytes: int) -> bool:
-    """Write the weights and config tensor by tensor (see gguf_stream); False when the file must be
-    imported whole instead (``whole_model_reason``), with nothing written."""
-    from transformers import AutoConfig
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
-
-    from .gguf_stream import meta_model, stream_tensors, whole_model_reason
-
-    with _one_line(header.path.name):
-        config = AutoConfig.from_pretrained(str(header.path.parent), gguf_file=header.path.name)
-        model = meta_model(config, dtype)
-        if whole_model_reason(header.architecture, model) is not None:
-            return False
-        # The processors read the raw config dict load_gguf_checkpoint gives them, not the config object.
-        processor_config = load_gguf_checkpoint(str(header.path), return_tensors=False)["config"]
-        stream_tensors(header.path, header.architecture, processor_config, model, dtype, out, progress, shard_bytes)
-    # The rest of what save_pretrained writes: the config as the model sees it, and the generation config.
-    model.config.dtype = str(model.dtype).split(".")[1]
-    model.config.architectures = [type(model).__name__]
-    model.config.save_pretrained(out)
-    if model.can_generate():
-        model.generation_config.save_pretrained(out)
-    return True
 
 
 @dataclass
@@ -347,7 +306,7 @@ def import_gguf(
         report(msg)
 
     with staged_output(Path(out), [gguf_path], force, note) as tmp:
-        if not _streamed(header, dtype, tmp, progress, shard_bytes):
+        if not write_streamed(header.path, header.architecture, dtype, tmp, progress, shard_bytes):
             progress("dequantize", 0, 1)  # transformers reads and dequantizes the whole file
             _whole_model(header, dtype).save_pretrained(tmp)
             progress("dequantize", 1, 1)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,46 @@ from ..core.progress import StageProgress
 SHARD_BYTES = 2 * 2**30
 WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
 _BLOCK = re.compile(r"blk\.(\d+)\.")
+
+
+@contextmanager
+def transformers_errors(name: str) -> Iterator[None]:
+    """transformers' failures to read the file as a causal LM become one line."""
+    try:
+        yield
+    except NotImplementedError as exc:  # gguf has no dequantizer for one of the tensor types
+        raise CheckpointError(
+            f"{name}: {exc}; the installed gguf package cannot dequantize it "
+            "(pip install -U gguf, or use a file with another quantization)"
+        ) from None
+    except ValueError as exc:  # e.g. an architecture transformers reads but has no causal LM for
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(f"transformers cannot load {name} as a causal LM: {first}") from None
+
+
+def write_streamed(
+    path: Path, architecture: str, dtype: str, out: Path, progress: StageProgress, shard_bytes: int = SHARD_BYTES
+) -> bool:
+    """Write the weights and config of the GGUF at ``path`` into ``out`` block by block; False when
+    the file must be imported whole instead (:func:`whole_model_reason`), with nothing written."""
+    from transformers import AutoConfig
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    with transformers_errors(path.name):
+        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+        model = meta_model(config, dtype)
+        if whole_model_reason(architecture, model) is not None:
+            return False
+        # The processors read the raw config dict load_gguf_checkpoint gives them, not the config object.
+        processor_config = load_gguf_checkpoint(str(path), return_tensors=False)["config"]
+        stream_tensors(path, architecture, processor_config, model, dtype, out, progress, shard_bytes)
+    # The rest of what save_pretrained writes: the config as the model sees it, and the generation config.
+    model.config.dtype = str(model.dtype).split(".")[1]
+    model.config.architectures = [type(model).__name__]
+    model.config.save_pretrained(out)
+    if model.can_generate():
+        model.generation_config.save_pretrained(out)
+    return True
 
 
 def whole_model_reason(architecture: str, model) -> str | None:
@@ -177,7 +218,7 @@ def stream_tensors(
         parsed: dict[str, dict[str, Any]] = {"tensors": {}}  # where processors put what they assemble
         for tensor in block:
             result = processor.process(
-                weights=_dequantized(tensor, dequantize, header_path),
+                weights=dequantize(tensor.data, tensor.tensor_type),
                 name=tensor.name,
                 tensor_key_mapping=key_mapping,
                 parsed_parameters=parsed,
@@ -205,22 +246,12 @@ def stream_tensors(
     return Streamed(shards.close(model.num_parameters()), total)
 
 
-def _dequantized(tensor, dequantize, path: Path):
-    """One tensor's float values; a type gguf cannot dequantize is one line."""
-    try:
-        return dequantize(tensor.data, tensor.tensor_type)
-    except NotImplementedError as exc:
-        raise CheckpointError(
-            f"{path.name}: {exc}; the installed gguf package cannot dequantize it "
-            "(pip install -U gguf, or use a file with another quantization)"
-        ) from None
-
-
 def _loaded(tensors: dict[str, Any], final_dtype: dict[str, Any], loaded: set[str]) -> Iterator[tuple[str, Any]]:
     """Each tensor as from_pretrained loads it: in its parameter's dtype; names outside the model dropped."""
     for name in list(tensors):
-        if name not in final_dtype:
-            raise CheckpointError(f"transformers produced {name}, which the model has no place for")
+        if name not in final_dtype:  # from_pretrained ignores a tensor the model has no place for
+            del tensors[name]
+            continue
         if name in loaded:
             raise CheckpointError(f"transformers produced {name} twice from the GGUF")
         loaded.add(name)

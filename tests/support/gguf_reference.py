@@ -34,6 +34,7 @@ def weight_files(folder: Path) -> list[Path]:
 
 def raw_tensors(folder: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
     """Every tensor of the folder as (safetensors dtype, shape, raw bytes), by name, whatever the shards."""
+    import torch
     from safetensors import safe_open
 
     out = {}
@@ -41,14 +42,9 @@ def raw_tensors(folder: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
         with safe_open(path, "pt") as f:
             for name in f.keys():
                 t = f.get_tensor(name)
-                out[name] = (f.get_slice(name).get_dtype(), tuple(t.shape), t.contiguous().view(-1).view(dtype=_u8()).numpy().tobytes())
+                raw = t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+                out[name] = (f.get_slice(name).get_dtype(), tuple(t.shape), raw)
     return out
-
-
-def _u8():
-    import torch
-
-    return torch.uint8
 
 
 def differences(ours: Path, theirs: Path, files: tuple[str, ...]) -> list[str]:
