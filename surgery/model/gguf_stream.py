@@ -18,7 +18,6 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,16 +88,12 @@ def whole_model_reason(architecture: str, model) -> str | None:
     meta = model.state_dict()
     for key in meta:
         renamed, pattern = rename_source_key(key, renamings, converters, model.base_model_prefix, meta)
+        if renamed not in meta:  # the loader then keeps the key as it is
+            continue
         if renamed != key or pattern is not None:
             # from_pretrained would rename or convert this key on load: only its loader reproduces that.
             return f"transformers converts {key} on load"
     return None
-
-
-@dataclass
-class Streamed:
-    files: list[str]  # the weight files written (shards, index)
-    tensors: int
 
 
 def meta_model(config: Any, dtype: str):
@@ -153,7 +148,7 @@ class _Shards:
         self.written.append(path)
         self.pending, self.size = {}, 0
 
-    def close(self, total_parameters: int) -> list[str]:
+    def close(self, total_parameters: int) -> None:
         """Name the shards as save_pretrained does (one file, or numbered ones and an index)."""
         if self.pending or not self.written:
             self._flush()
@@ -162,13 +157,12 @@ class _Shards:
         for path, name in zip(self.written, names):
             path.rename(self.folder / name)
         if n == 1:
-            return names
+            return
         index = {
             "metadata": {"total_parameters": total_parameters, "total_size": self.total},
             "weight_map": {t: names[i] for t, i in self.where.items()},
         }
         (self.folder / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        return [*names, INDEX]
 
 
 def _dtype_of(model, dtype) -> dict[str, Any]:
@@ -194,7 +188,7 @@ def stream_tensors(
     out: Path,
     progress: StageProgress,
     shard_bytes: int = SHARD_BYTES,
-) -> Streamed:
+) -> None:
     """Write ``model``'s weights, dequantized from the GGUF at ``header_path``, as safetensors in ``out``."""
     import numpy as np
     import torch
@@ -228,13 +222,9 @@ def stream_tensors(
                 parsed["tensors"][key_mapping[result.name]] = value
             done += 1
             progress("dequantize", done, total)
-        for name, value in _loaded(parsed["tensors"], final_dtype, loaded):
-            if name in kept:
-                parsed["tensors"][name] = value
-            else:
-                del parsed["tensors"][name]
+        block_tensors = _as_loaded(parsed["tensors"], final_dtype, kept, loaded)
         # What save_pretrained writes: the original layout (e.g. per-expert matrices of fused experts).
-        for name, value in revert_weight_conversion(model, parsed["tensors"]).items():
+        for name, value in revert_weight_conversion(model, block_tensors).items():
             shards.add(name, value)
     missing = sorted(kept - loaded)
     if missing:
@@ -243,16 +233,21 @@ def stream_tensors(
             f"{type(model).__name__} it describes ({', '.join(missing[:3])}{', …' if len(missing) > 3 else ''}); "
             "the file is incomplete or not a real model of its architecture"
         )
-    return Streamed(shards.close(model.num_parameters()), total)
+    shards.close(model.num_parameters())
 
 
-def _loaded(tensors: dict[str, Any], final_dtype: dict[str, Any], loaded: set[str]) -> Iterator[tuple[str, Any]]:
-    """Each tensor as from_pretrained loads it: in its parameter's dtype; names outside the model dropped."""
-    for name in list(tensors):
-        if name not in final_dtype:  # from_pretrained ignores a tensor the model has no place for
-            del tensors[name]
+def _as_loaded(
+    tensors: dict[str, Any], final_dtype: dict[str, Any], kept: set[str], loaded: set[str]
+) -> dict[str, Any]:
+    """A block's tensors as from_pretrained loads them, each in its parameter's dtype (a name the model
+    has no place for is ignored, as the loader ignores it), less the tied copies save_pretrained drops."""
+    out = {}
+    for name, value in tensors.items():
+        if name not in final_dtype:
             continue
-        if name in loaded:
-            raise CheckpointError(f"transformers produced {name} twice from the GGUF")
+        if name in loaded:  # blocks are independent (see _blocks): a second copy would be a broken assumption
+            raise CheckpointError(f"transformers produced {name} twice from the GGUF; please report this")
         loaded.add(name)
-        yield name, tensors[name].to(final_dtype[name])
+        if name in kept:
+            out[name] = value.to(final_dtype[name])
+    return out
