@@ -22,7 +22,7 @@ from ..core.errors import CheckpointError, RecipeError
 from ..core.optional import require
 from ..core.staging import atomic_write_text
 from ..core.strict_files import load_json
-from ..model.gguf_import import GgufHeader, GgufTensor, check_supported, read_header
+from ..model.gguf_import import GgufHeader, GgufTensor, check_complete, check_supported, read_header
 
 SUFFIX = ".gguf"
 
@@ -30,19 +30,6 @@ SUFFIX = ".gguf"
 def is_gguf(path: str | Path) -> bool:
     """Whether MODEL names a GGUF file (by its suffix; the header is checked when it is opened)."""
     return str(path).lower().endswith(SUFFIX)
-
-
-def tensor_bytes(t: GgufTensor) -> int | None:
-    """Size of ``t``'s data in bytes; None for a type gguf-py does not know."""
-    gguf = require("gguf")
-    try:
-        values, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t.type]]
-    except KeyError:
-        return None
-    count = 1
-    for d in t.shape:
-        count *= d
-    return count // values * nbytes
 
 
 def _header_digest(path: Path, header: GgufHeader) -> str:
@@ -164,18 +151,6 @@ def stacked_module(per_expert: str) -> str:
     pattern): the pattern without its expert index (``mlp.experts.{expert}.gate_proj`` →
     ``mlp.experts.gate_proj``), which gguf-py's name map then maps to ``ffn_gate_exps``."""
     return per_expert.replace("{expert}.", "")
-
-
-def check_complete(path: Path, header: GgufHeader) -> None:
-    """Refuse a file whose tensor data runs past its end (a truncated download), in one line."""
-    size = path.stat().st_size
-    for t in header.tensors.values():
-        n = tensor_bytes(t)
-        if n is not None and t.offset + n > size:
-            raise CheckpointError(
-                f"{path.name} is truncated: tensor {t.name} ends at byte {t.offset + n}, the file "
-                f"has {size}; download it again"
-            )
 
 
 def open_gguf(path: str | Path) -> GgufModel:

@@ -26,6 +26,7 @@ from ..core.optional import require
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
 from ..core.strict_files import load_json
+from .gguf_stream import SHARD_BYTES, transformers_errors, write_streamed
 
 MANIFEST_NAME = "surgery.gguf.json"  # not surgery.json: that name means "made by a bake"
 DTYPES = ("float32", "bfloat16")
@@ -180,6 +181,31 @@ def read_header(path: str | Path) -> GgufHeader:
     return GgufHeader(path, version, metadata, tensor_types, tensors)
 
 
+def tensor_bytes(t: GgufTensor) -> int | None:
+    """Size of ``t``'s data in bytes; None for a type gguf-py does not know."""
+    gguf = require("gguf")
+    try:
+        values, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t.type]]
+    except KeyError:
+        return None
+    count = 1
+    for d in t.shape:
+        count *= d
+    return count // values * nbytes
+
+
+def check_complete(path: Path, header: GgufHeader) -> None:
+    """Refuse a file whose tensor data runs past its end (a truncated download), in one line."""
+    size = path.stat().st_size
+    for t in header.tensors.values():
+        n = tensor_bytes(t)
+        if n is not None and t.offset + n > size:
+            raise CheckpointError(
+                f"{path.name} is truncated: tensor {t.name} ends at byte {t.offset + n}, the file "
+                f"has {size}; download it again"
+            )
+
+
 def _canonical(arch: str) -> str:
     # llama.cpp spells some architectures differently from transformers (qwen2moe / qwen2_moe,
     # gpt-oss / gpt_oss); transformers maps them itself, so compare without separators.
@@ -217,36 +243,30 @@ def check_supported(header: GgufHeader) -> None:
         )
 
 
-def _load(header: GgufHeader, dtype: str):
-    """Model and tokenizer from the file, through transformers; its failures become one line."""
+def _whole_model(header: GgufHeader, dtype: str):
+    """The model ``from_pretrained`` builds from the file, every tensor dequantized at once."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-    from transformers.utils import logging as hf_logging
+    from transformers import AutoModelForCausalLM, GgufConfig
 
-    hf_logging.disable_progress_bar()
-    folder, name = str(header.path.parent), header.path.name
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            folder,
-            gguf_file=name,
+    with transformers_errors(header.path.name):
+        return AutoModelForCausalLM.from_pretrained(
+            str(header.path.parent),
+            gguf_file=header.path.name,
             quantization_config=GgufConfig(dequantize=True),
             dtype=getattr(torch, dtype),
             device_map=None,
         )
-    except NotImplementedError as exc:  # gguf has no dequantizer for one of the tensor types
-        raise CheckpointError(
-            f"{name}: {exc}; the installed gguf package cannot dequantize it "
-            "(pip install -U gguf, or use a file with another quantization)"
-        ) from None
-    except ValueError as exc:  # e.g. an architecture transformers reads but has no causal LM for
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CheckpointError(f"transformers cannot load {name} as a causal LM: {first}") from None
+
+
+def _tokenizer(header: GgufHeader):
+    from transformers import AutoTokenizer
+
+    name = header.path.name
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        return AutoTokenizer.from_pretrained(str(header.path.parent), gguf_file=name)
     except (ValueError, KeyError, OSError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(f"transformers cannot build the tokenizer stored in {name}: {first}") from None
-    return model, tokenizer
 
 
 @dataclass
@@ -264,17 +284,21 @@ def import_gguf(
     force: bool = False,
     report: Callable[[str], None] = lambda msg: None,
     progress: StageProgress = silent_stages,
+    shard_bytes: int = SHARD_BYTES,
 ) -> ImportResult:
     """Write ``out``: a safetensors checkpoint (config, weights, tokenizer) dequantized from a GGUF.
 
     The folder appears complete or not at all; ``surgery.gguf.json`` records the GGUF's sha256,
-    its architecture and quantization, and the sha256 of every file written.
+    its architecture and quantization, and the sha256 of every file written. The weights are
+    dequantized one block at a time into shards of at most ``shard_bytes`` (a larger tensor gets a
+    shard of its own), so memory holds about one block and one shard, not the model.
     """
     if dtype not in DTYPES:
         raise CheckpointError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     gguf_path = Path(gguf_path)
     header = read_header(gguf_path)
     check_supported(header)
+    check_complete(gguf_path, header)
     notes: list[str] = []
 
     def note(msg: str) -> None:
@@ -282,13 +306,12 @@ def import_gguf(
         report(msg)
 
     with staged_output(Path(out), [gguf_path], force, note) as tmp:
-        progress("dequantize", 0, 1)  # transformers reads and dequantizes the whole file: the long step
-        model, tokenizer = _load(header, dtype)
-        progress("dequantize", 1, 1)
+        if not write_streamed(header.path, header.architecture, dtype, tmp, progress, shard_bytes):
+            progress("dequantize", 0, 1)  # transformers reads and dequantizes the whole file
+            _whole_model(header, dtype).save_pretrained(tmp)
+            progress("dequantize", 1, 1)
         progress("write", 0, 1)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        del model
+        _tokenizer(header).save_pretrained(tmp)
         progress("write", 1, 1)
         _strip_quantization(tmp / "config.json")
         for p in tmp.iterdir():

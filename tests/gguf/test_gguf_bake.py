@@ -11,7 +11,8 @@ from surgery.core.checkpoint import file_sha256
 from surgery.core.edits import HeadScale, Recipe, parse_neurons
 from surgery.gguf.bake import bake_gguf
 from surgery.gguf.formats import ELEMENT_ZERO, FLOATS, SUPPORTED, dequantize, quantize
-from surgery.gguf.model import open_gguf, tensor_bytes
+from surgery.gguf.model import open_gguf
+from surgery.model.gguf_import import tensor_bytes
 from surgery.gguf.verify import undo_gguf, verify_gguf
 from tests.support.typed_gguf import tensor_values, write_typed_gguf
 

@@ -15,7 +15,8 @@ from surgery.core.edits import SHARED, NeuronScale, Recipe
 from surgery.core.errors import RecipeError
 from surgery.gguf.bake import bake_gguf
 from surgery.gguf.formats import ELEMENT_ZERO, FLOATS
-from surgery.gguf.model import open_gguf, tensor_bytes
+from surgery.gguf.model import open_gguf
+from surgery.model.gguf_import import tensor_bytes
 from surgery.gguf.plan import plan
 from surgery.gguf.verify import undo_gguf, verify_gguf
 from tests.support.moe_gguf import EXPERT, EXPERTS, kind_of, write_moe_gguf

@@ -1,0 +1,253 @@
+"""Dequantize a GGUF into safetensors shards one block at a time, in bounded memory.
+
+``from_pretrained(gguf_file=…)`` dequantizes every tensor into one dict, loads it into a model and
+``save_pretrained`` writes it: about twice the float model in memory. This writes what that writes,
+tensor for tensor, while holding one block (``blk.N``) of dequantized tensors and one output shard,
+and it does so with transformers' own parts: the config, the meta-device model, the GGUF→model name
+map and the per-architecture ``TENSOR_PROCESSORS`` (q/k un-permutation, norm offsets, fused experts),
+the loader's dtype rules, and ``revert_weight_conversion`` (what ``save_pretrained`` applies before
+writing, e.g. splitting fused experts back into per-expert matrices).
+
+:func:`whole_model_reason` says, from the file and the model's conversion table, when this cannot
+reproduce ``from_pretrained`` and the whole-model path must be taken instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import CheckpointError
+from ..core.progress import StageProgress
+
+# A shard is assembled in memory before safetensors writes it, so its size bounds the import's peak
+# memory (with one block's tensors). save_pretrained's 50 GB default would hold a whole 8B model.
+SHARD_BYTES = 2 * 2**30
+WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
+_BLOCK = re.compile(r"blk\.(\d+)\.")
+
+
+@contextmanager
+def transformers_errors(name: str) -> Iterator[None]:
+    """transformers' failures to read the file as a causal LM become one line."""
+    try:
+        yield
+    except NotImplementedError as exc:  # gguf has no dequantizer for one of the tensor types
+        raise CheckpointError(
+            f"{name}: {exc}; the installed gguf package cannot dequantize it "
+            "(pip install -U gguf, or use a file with another quantization)"
+        ) from None
+    except ValueError as exc:  # e.g. an architecture transformers reads but has no causal LM for
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(f"transformers cannot load {name} as a causal LM: {first}") from None
+
+
+def write_streamed(
+    path: Path, architecture: str, dtype: str, out: Path, progress: StageProgress, shard_bytes: int = SHARD_BYTES
+) -> bool:
+    """Write the weights and config of the GGUF at ``path`` into ``out`` block by block; False when
+    the file must be imported whole instead (:func:`whole_model_reason`), with nothing written."""
+    from transformers import AutoConfig
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    with transformers_errors(path.name):
+        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+        model = meta_model(config, dtype)
+        if whole_model_reason(architecture, model) is not None:
+            return False
+        # The processors read the raw config dict load_gguf_checkpoint gives them, not the config object.
+        processor_config = load_gguf_checkpoint(str(path), return_tensors=False)["config"]
+        stream_tensors(path, architecture, processor_config, model, dtype, out, progress, shard_bytes)
+    # The rest of what save_pretrained writes: the config as the model sees it, and the generation config.
+    model.config.dtype = str(model.dtype).split(".")[1]
+    model.config.architectures = [type(model).__name__]
+    model.config.save_pretrained(out)
+    if model.can_generate():
+        model.generation_config.save_pretrained(out)
+    return True
+
+
+def whole_model_reason(architecture: str, model) -> str | None:
+    """Why the GGUF must go through ``from_pretrained`` as a whole (None: it can be streamed)."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+    from transformers.integrations.gguf.utils import is_gguf_arch_supported
+
+    if is_gguf_arch_supported(architecture):
+        # transformers' newer GGUF loader converts these with WeightConverter chains that run inside
+        # from_pretrained (integrations/gguf), not with TENSOR_PROCESSORS. That loader reads tensors
+        # lazily, so the whole-model path holds about one float model, not two.
+        return f"transformers loads '{architecture}' GGUFs through its conversion pipeline"
+    mapping = get_model_conversion_mapping(model)
+    renamings = [m for m in mapping if isinstance(m, WeightRenaming)]
+    converters = [m for m in mapping if isinstance(m, WeightConverter)]
+    meta = model.state_dict()
+    for key in meta:
+        renamed, pattern = rename_source_key(key, renamings, converters, model.base_model_prefix, meta)
+        if renamed not in meta:  # the loader then keeps the key as it is
+            continue
+        if renamed != key or pattern is not None:
+            # from_pretrained would rename or convert this key on load: only its loader reproduces that.
+            return f"transformers converts {key} on load"
+    return None
+
+
+def meta_model(config: Any, dtype: str):
+    """The causal LM ``from_pretrained`` would build for ``config``, on the meta device (no memory)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+
+
+def _blocks(reader) -> list[list[Any]]:
+    """The file's tensors grouped by block (``blk.N.``); every other tensor alone, in file order.
+
+    The processors that build one model tensor from several GGUF tensors (Qwen2-MoE and MiniMax-M2
+    fuse ffn_gate_exps with ffn_up_exps) or several from one (GPT-OSS splits experts) do so within
+    one block, so what a block produces is complete once the block is processed.
+    """
+    groups: dict[str, list[Any]] = {}
+    for t in reader.tensors:
+        m = _BLOCK.match(t.name)
+        groups.setdefault(f"blk{m.group(1)}" if m else f"tensor {t.name}", []).append(t)
+    return list(groups.values())
+
+
+class _Shards:
+    """safetensors shards filled in the order tensors come, written when the next would overflow."""
+
+    def __init__(self, folder: Path, limit: int):
+        self.folder, self.limit = folder, limit
+        self.pending: dict[str, Any] = {}
+        self.size = 0
+        self.written: list[Path] = []
+        self.where: dict[str, int] = {}  # tensor name -> shard number
+        self.total = 0
+
+    def add(self, name: str, tensor) -> None:
+        nbytes = tensor.numel() * tensor.element_size()
+        if self.pending and self.size + nbytes > self.limit:
+            self._flush()
+        self.pending[name] = tensor.contiguous()  # as save_pretrained does before writing
+        self.size += nbytes
+        self.total += nbytes
+
+    def _flush(self) -> None:
+        from safetensors.torch import save_file
+
+        path = self.folder / f".shard-{len(self.written)}.partial"
+        save_file(self.pending, str(path), metadata={"format": "pt"})  # save_pretrained's metadata
+        path.chmod(0o644)  # safetensors creates files private; a checkpoint is meant to be shared
+        self.where.update(dict.fromkeys(self.pending, len(self.written)))
+        self.written.append(path)
+        self.pending, self.size = {}, 0
+
+    def close(self, total_parameters: int) -> None:
+        """Name the shards as save_pretrained does (one file, or numbered ones and an index)."""
+        if self.pending or not self.written:
+            self._flush()
+        n = len(self.written)
+        names = [WEIGHTS] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+        for path, name in zip(self.written, names):
+            path.rename(self.folder / name)
+        if n == 1:
+            return
+        index = {
+            "metadata": {"total_parameters": total_parameters, "total_size": self.total},
+            "weight_map": {t: names[i] for t, i in self.where.items()},
+        }
+        (self.folder / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _dtype_of(model, dtype) -> dict[str, Any]:
+    """The dtype from_pretrained gives each model tensor: the model's ``_keep_in_fp32`` plan first,
+    then the dtype the model was built with (core_model_loading.convert_and_load_state_dict_in_model)."""
+    from transformers.core_model_loading import build_glob_alternation
+
+    plan = model._get_dtype_plan(dtype)
+    alternation, group_glob, _ = build_glob_alternation(list(plan)) if plan else (None, {}, {})
+    out = {}
+    for name, empty in model.state_dict().items():
+        match = alternation.search(name) if alternation is not None else None
+        out[name] = plan[group_glob[match.lastgroup]] if match else empty.dtype
+    return out
+
+
+def stream_tensors(
+    header_path: Path,
+    architecture: str,
+    processor_config: dict[str, Any],
+    model,
+    dtype: str,
+    out: Path,
+    progress: StageProgress,
+    shard_bytes: int = SHARD_BYTES,
+) -> None:
+    """Write ``model``'s weights, dequantized from the GGUF at ``header_path``, as safetensors in ``out``."""
+    import numpy as np
+    import torch
+    from gguf import GGUFReader, dequantize
+    from transformers.core_model_loading import revert_weight_conversion
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
+    from transformers.modeling_utils import remove_tied_weights_from_state_dict
+
+    torch_dtype = getattr(torch, dtype)
+    # The same processor, with the same config dict, as load_gguf_checkpoint builds.
+    processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=processor_config)
+    key_mapping = get_gguf_hf_weights_map(model, processor)
+    final_dtype = _dtype_of(model, torch_dtype)
+    # A tied tensor (lm_head on embed_tokens) is not written, as save_pretrained writes it once.
+    kept = set(remove_tied_weights_from_state_dict(model.state_dict(), model))
+    reader = GGUFReader(str(header_path))
+    total, done = len(reader.tensors), 0
+    progress("dequantize", 0, total)
+    shards, loaded = _Shards(out, shard_bytes), set()
+    for block in _blocks(reader):
+        parsed: dict[str, dict[str, Any]] = {"tensors": {}}  # where processors put what they assemble
+        for tensor in block:
+            result = processor.process(
+                weights=dequantize(tensor.data, tensor.tensor_type),
+                name=tensor.name,
+                tensor_key_mapping=key_mapping,
+                parsed_parameters=parsed,
+            )
+            if result.name in key_mapping:  # as load_gguf_checkpoint: cast to the dtype asked for
+                value = torch.from_numpy(np.copy(result.weights)).to(torch_dtype)
+                parsed["tensors"][key_mapping[result.name]] = value
+            done += 1
+            progress("dequantize", done, total)
+        block_tensors = _as_loaded(parsed["tensors"], final_dtype, kept, loaded)
+        # What save_pretrained writes: the original layout (e.g. per-expert matrices of fused experts).
+        for name, value in revert_weight_conversion(model, block_tensors).items():
+            shards.add(name, value)
+    missing = sorted(kept - loaded)
+    if missing:
+        raise CheckpointError(
+            f"{header_path.name} holds no tensor for {len(missing)} weight(s) of the "
+            f"{type(model).__name__} it describes ({', '.join(missing[:3])}{', …' if len(missing) > 3 else ''}); "
+            "the file is incomplete or not a real model of its architecture"
+        )
+    shards.close(model.num_parameters())
+
+
+def _as_loaded(
+    tensors: dict[str, Any], final_dtype: dict[str, Any], kept: set[str], loaded: set[str]
+) -> dict[str, Any]:
+    """A block's tensors as from_pretrained loads them, each in its parameter's dtype (a name the model
+    has no place for is ignored, as the loader ignores it), less the tied copies save_pretrained drops."""
+    out = {}
+    for name, value in tensors.items():
+        if name not in final_dtype:
+            continue
+        if name in loaded:  # blocks are independent (see _blocks): a second copy would be a broken assumption
+            raise CheckpointError(f"transformers produced {name} twice from the GGUF; please report this")
+        loaded.add(name)
+        if name in kept:
+            out[name] = value.to(final_dtype[name])
+    return out
