@@ -8,7 +8,8 @@ adding a row to ``ARCHITECTURES`` (its group's ``table_*.py``), never a try/exce
 - :mod:`.parts`: pieces the rows share; :mod:`.table_base`, :mod:`.table_moe`, :mod:`.table_hybrid`,
   :mod:`.table_dense`, :mod:`.table_wrappers`: the rows by group, joined by :mod:`.table`;
 - :mod:`.refusals`: the families refused, and the parts of a hybrid layer, each with its reason;
-- :mod:`.geometry`: the sizes read from config.json; :mod:`.architecture`: a row with its sizes.
+- :mod:`.geometry`: the sizes read from config.json; :mod:`.architecture`: a row with its sizes;
+  :mod:`.expert_tensors`: where its experts' matrices lie on disk and in the loaded model.
 """
 
 from .architecture import Architecture, LayerEdits, architecture, grouped_output_shapes, mla_shapes
