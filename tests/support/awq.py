@@ -28,13 +28,16 @@ UNCONVERTED = {
 }
 
 
-def quantize(w: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def quantize(w: torch.Tensor, group: int, pow2: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(unsigned codes [out, in], zero points [out, in/group], F16 scales [out, in/group]) of ``w``:
-    AutoAWQ's asymmetric min/max rule, the codes rounded against the F16 scales that are stored."""
+    AutoAWQ's asymmetric min/max rule, the codes rounded against the F16 scales that are stored.
+    ``pow2``: the scales rounded to powers of two, so that every weight (code − zero) × scale is exact
+    in bfloat16 too (vLLM's CPU kernel casts F16 scales to the bfloat16 it computes in)."""
     out, inp = w.shape
     g = w.float().reshape(out, inp // group, group)
     lo, hi = g.amin(-1), g.amax(-1)
-    scales = ((hi - lo).clamp(min=1e-5) / 15).to(torch.float16)
+    scales = (hi - lo).clamp(min=1e-5) / 15
+    scales = (torch.exp2(torch.round(torch.log2(scales))) if pow2 else scales).to(torch.float16)
     s = scales.float()
     zeros = (-torch.round(lo / s)).clamp(0, 15)
     codes = (torch.round(g / s[..., None]) + zeros[..., None]).clamp(0, 15)
@@ -73,11 +76,13 @@ def build_awq(
     arch: str = "llama",
     unconverted: list[str] | None = None,
     dtype: torch.dtype = torch.float16,
+    pow2: bool = False,
     **overrides,
 ) -> Path:
     """A tiny ``arch`` at ``folder`` (``overrides``: its config's sizes) whose decoder linears are AutoAWQ
     GEMM int4 in groups of ``group``, except the modules ``unconverted`` names (substrings; default: the
-    routers of a mixture of experts), left in ``dtype`` and listed in modules_to_not_convert."""
+    routers of a mixture of experts), left in ``dtype`` and listed in modules_to_not_convert. ``pow2``:
+    scales that are powers of two (:func:`quantize`)."""
     unconverted = UNCONVERTED.get(arch) if unconverted is None else unconverted
     build_tiny(arch, folder, dtype, None, **overrides)
     tensors = load_file(folder / "model.safetensors")
@@ -85,7 +90,7 @@ def build_awq(
         module = name.removesuffix(".weight")
         if any(u in module for u in unconverted or ()):
             continue
-        for suffix, value in awq_tensors(*quantize(tensors.pop(name), group)).items():
+        for suffix, value in awq_tensors(*quantize(tensors.pop(name), group, pow2)).items():
             tensors[f"{module}.{suffix}"] = value.contiguous()
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     config = json.loads((folder / "config.json").read_text())
