@@ -66,9 +66,9 @@ def planner_view(ckpt: Checkpoint) -> Checkpoint | EditView:
 def weights_of(ckpt: Checkpoint) -> dict[str, IntWeight]:
     """Every integer weight of ``ckpt`` (its tensors' shapes checked); one line when there is none."""
     s = ckpt.int_scheme
-    found = int_packed.int_weights(s, ckpt.path, ckpt.tensors)
+    found = s.weights(ckpt.path, ckpt.tensors)
     if not found:
-        stored = "X.weight_packed" if s.packed else "X.weight as I8"
+        stored = s.stored_name("X.weight") + ("" if s.packed else " as I8")
         raise CheckpointError(
             f"{ckpt.path / 'config.json'} says the weights are {s.describe()} but no tensor is stored as {stored}: "
             "the config does not describe these weights; use the unquantized checkpoint with its own config, "
@@ -132,11 +132,16 @@ def _codes(ckpt: Checkpoint, info: TensorInfo) -> np.ndarray:
         return read_raw(f.fileno(), info, 0, rows, cols).reshape(info.shape)
 
 
-def _zeros(ckpt: Checkpoint, s: Scheme, w: IntWeight):
-    """``w``'s zero points as int8 [out, groups] (or [1]), or None when symmetric."""
-    if w.zero is None:
-        return None
-    return int_packed.zero_points(s, w, _codes(ckpt, w.zero))
+def _stored(ckpt: Checkpoint, s: Scheme, w: IntWeight, codes: np.ndarray | None = None):
+    """(codes, float32 scales, int8 zero points or None) of ``w`` in compressed-tensors' layout: its codes
+    as compressed-tensors stores them (I32 words [out, ⌈in·bits/32⌉] or I8 [out, in]), its scales in
+    their stored shape ([out, groups], [out, 1] or [1]), its zero points [out, groups] (or [1]). ``codes``:
+    stored codes to read instead of ``w``'s (an edit's, before it is written). AutoAWQ's tensors are
+    converted by compressed-tensors' own converter (surgery/quant/awq.py)."""
+    raw = _codes(ckpt, w.codes) if codes is None else codes
+    zero = None if w.zero is None else _codes(ckpt, w.zero)
+    raw, scale, zero = s.compressed(raw, read_scale(ckpt, w.scale), zero)
+    return raw, scale, None if zero is None else int_packed.zero_points(s, w, zero)
 
 
 def _blocks(s: Scheme, w: IntWeight, codes: np.ndarray, scale: np.ndarray, zero) -> Iterator[tuple[int, np.ndarray]]:
@@ -152,7 +157,8 @@ def _blocks(s: Scheme, w: IntWeight, codes: np.ndarray, scale: np.ndarray, zero)
 
 def _zeroed(s: Scheme, w: IntWeight, codes: np.ndarray, zero, rows: list[int], cols: list[int]) -> np.ndarray:
     """The stored codes with ``rows`` and ``cols`` set to their zero point (0 when symmetric): unpacked
-    at whole-word width and packed again by compressed-tensors, so every other code keeps its bits."""
+    at whole-word width and packed again (by compressed-tensors, or in AWQ's words), so every other code
+    keeps its bits."""
     import torch
 
     out_n, in_n = w.shape
@@ -169,7 +175,13 @@ def _zeroed(s: Scheme, w: IntWeight, codes: np.ndarray, zero, rows: list[int], c
         unpacked[rows, :in_n] = target[rows]
     if cols:
         unpacked[:, cols] = target[:, cols]
-    return int_packed.pack(s, unpacked)
+    return s.packed_codes(unpacked, in_n)
+
+
+def _lines(s: Scheme, rows, cols) -> tuple[list[int], list[int]]:
+    """The stored tensor's (rows, columns) that hold the weight's ``rows`` and ``cols`` (output and input
+    channels): the other way round where the storage is transposed (AutoAWQ's)."""
+    return (sorted(cols), sorted(rows)) if s.transposed else (sorted(rows), sorted(cols))
 
 
 def _routed(ckpt: Checkpoint, s: Scheme, w: IntWeight, p: TensorPatch) -> list[TensorPatch]:
@@ -179,7 +191,8 @@ def _routed(ckpt: Checkpoint, s: Scheme, w: IntWeight, p: TensorPatch) -> list[T
             f"a direction edit rewrites every weight of '{w.codes.name}', which {s.describe()} codes cannot store "
             "exactly; bake it into the unquantized checkpoint"
         )
-    s_src = read_scale(ckpt, w.scale)
+    stored = _codes(ckpt, w.codes)
+    codes, s_src, zero = _stored(ckpt, s, w, stored)
     grid = s_src.reshape(s_src.shape[0] if s_src.ndim else 1, -1)
     rows, cols = dict(p.rows), dict(p.cols)
     s_rows: dict[int, float] = {}
@@ -191,23 +204,30 @@ def _routed(ckpt: Checkpoint, s: Scheme, w: IntWeight, p: TensorPatch) -> list[T
         s_cols = _group_route(w, cols, grid)
     for a in sorted({*rows.values(), *cols.values()} - {0.0}):
         raise _refusal(w, s, a, _why(s, w, a in rows.values(), bool(_whole_groups(w, cols))))
-    scales = TensorPatch(w.scale, rows=s_rows, cols=s_cols)
+    scale_rows, scale_cols = (s_cols, s_rows) if s.transposed else (s_rows, s_cols)
+    scales = TensorPatch(w.scale, rows=scale_rows, cols=scale_cols)
     s_new = grid.copy()
     for r, a in s_rows.items():
         s_new[r] *= np.float32(a)
     for g, a in s_cols.items():
         s_new[:, g] *= np.float32(a)
     s_new = to_f32(from_f32(s_new, w.scale.dtype), w.scale.dtype)  # as the scale patch stores it
-    codes, zero = _codes(ckpt, w.codes), _zeros(ckpt, s, w)
-    new_codes = _zeroed(s, w, codes, zero, sorted(rows), sorted(cols)) if rows or cols else codes
+    new_stored = _zeroed(s, w, codes, zero, sorted(rows), sorted(cols)) if rows or cols else stored
+    # the stored lines that hold the zeroed rows and columns: a packed line's whole words
     per_word = 32 // s.bits if s.packed else 1
-    words = sorted({c // per_word for c in cols})
+    stored_rows, stored_cols = _lines(s, rows, cols)
+    words = sorted({c // per_word for c in stored_cols})
     weight = TensorPatch(
         w.codes,
-        rows=dict.fromkeys(rows, 0.0),
+        rows=dict.fromkeys(stored_rows, 0.0),
         cols=dict.fromkeys(words, 0.0),
-        replace={**{(True, r): new_codes[r] for r in rows}, **{(False, c): new_codes[:, c].copy() for c in words}},
+        replace={
+            **{(True, r): new_stored[r] for r in stored_rows},
+            **{(False, c): new_stored[:, c].copy() for c in words},
+        },
     )
+    # what the new stored codes decode to (AutoAWQ's: through compressed-tensors' converter again)
+    new_codes = _stored(ckpt, s, w, new_stored)[0]
     source = _blocks(s, w, codes, grid.reshape(s_src.shape), zero)
     for (start, before), (_, after) in zip(source, _blocks(s, w, new_codes, s_new.reshape(s_src.shape), zero)):
         if not np.array_equal(after, _reference(before, start, p)):
@@ -226,8 +246,7 @@ def stored_plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> 
 
 
 def _values(ckpt: Checkpoint, s: Scheme, w: IntWeight) -> Iterator[tuple[int, np.ndarray]]:
-    scale = read_scale(ckpt, w.scale)
-    return _blocks(s, w, _codes(ckpt, w.codes), scale, _zeros(ckpt, s, w))
+    return _blocks(s, w, *_stored(ckpt, s, w))
 
 
 def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tuple[int, list[str]]:
@@ -236,7 +255,7 @@ def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tu
     float32; every other edited tensor must hold the byte plan's values (plain floats)."""
     s, weights = src.int_scheme, weights_of(src)
     patches = plan(EditView(src, weights), recipe.validate(src.config), recipe.active())
-    out_weights = int_packed.int_weights(s, out.path, out.tensors)
+    out_weights = s.weights(out.path, out.tensors)
     problems = []
     for p in patches:
         if p.info.name not in weights:

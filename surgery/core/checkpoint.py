@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ..quant import fp8, int_packed
+from ..quant import awq, fp8, int_packed
 from .errors import CheckpointError
 from .strict_files import DuplicateKey, load_json
 
@@ -226,8 +226,9 @@ class Checkpoint:
 
     @cached_property
     def int_scheme(self) -> int_packed.Scheme | None:
-        """The int4 / int8 compressed-tensors scheme of the weights (surgery/quant/int_packed.py), or None."""
-        return self._scheme(int_packed.scheme)
+        """The int4 / int8 scheme of the weights: compressed-tensors' (surgery/quant/int_packed.py) or
+        AutoAWQ GEMM's, the same layout stored otherwise (surgery/quant/awq.py); None when there is none."""
+        return self._scheme(int_packed.scheme) or self._scheme(awq.scheme)
 
     @property
     def quantized(self) -> bool:
@@ -240,7 +241,11 @@ class Checkpoint:
         for cfg in (self.config, text_config(self.config)):
             for key in QUANTIZATION_KEYS:
                 value = cfg.get(key)
-                known = key == "quantization_config" and (fp8.scheme(value) or int_packed.scheme(value))
+                known = key == "quantization_config" and (
+                    fp8.scheme(value) or int_packed.scheme(value) or awq.scheme(value)
+                )
+                if value and not known and (why := awq.refusal(value)):
+                    raise CheckpointError(f"{self.path} holds AutoAWQ weights that surgery cannot edit exactly: {why}")
                 if value and not known:
                     method = (
                         (cfg[key] or {}).get("quant_method", "unknown") if isinstance(cfg[key], dict) else "unknown"
@@ -248,8 +253,8 @@ class Checkpoint:
                     raise CheckpointError(
                         f"{self.path} is quantized ({key}: {method}); its weights are packed integers or "
                         "scaled in a layout surgery does not know, so scaling their bytes would corrupt "
-                        "them; use the unquantized (F32/F16/BF16), an FP8 e4m3 or an int4 / int8 "
-                        "compressed-tensors checkpoint"
+                        "them; use the unquantized (F32/F16/BF16), an FP8 e4m3, an int4 / int8 "
+                        "compressed-tensors or an int4 AutoAWQ GEMM checkpoint"
                     )
         if self.config.get("auto_map") and not allow_remote_code:
             raise CheckpointError(

@@ -39,7 +39,7 @@ OPTIONAL = {
     "matplotlib": Optional("matplotlib", "plots", "report figures"),
     "lm_eval": Optional("lm-eval", "lmeval", "eval --lm-eval (EleutherAI's lm-evaluation-harness)"),
     "compressed_tensors": Optional(
-        "compressed-tensors", "quant", "baking into int4 / int8 compressed-tensors checkpoints"
+        "compressed-tensors", "quant", "baking into int4 / int8 checkpoints (compressed-tensors, AutoAWQ)"
     ),
 }
 

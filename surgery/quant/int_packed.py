@@ -98,6 +98,21 @@ class Scheme:
     def part(self, weight: str, suffix: str) -> str:
         return weight.removesuffix("weight") + suffix
 
+    # The storage: compressed-tensors' own here; AutoAWQ's (surgery/quant/awq.py) stores the same layout otherwise.
+    transposed = False  # whether the stored codes' and scales' rows are the weight's input columns
+
+    def weights(self, folder: Path, tensors: Mapping[str, Any]) -> dict[str, IntWeight]:
+        """Every integer weight of a checkpoint, by its plain name X.weight (shapes checked)."""
+        return int_weights(self, folder, tensors)
+
+    def compressed(self, codes: np.ndarray, scale: np.ndarray, zero: np.ndarray | None):
+        """(codes, float32 scales, stored zero points) of one weight as compressed-tensors stores them."""
+        return codes, scale, zero
+
+    def packed_codes(self, codes, n_cols: int) -> np.ndarray:
+        """int8 codes [out, cols] of a weight of ``n_cols`` input columns (cols filling whole words) → its stored codes."""
+        return pack(self, codes)
+
 
 def scheme(qconfig: Any) -> Scheme | None:
     """The integer scheme a ``quantization_config`` describes, or None when it is not one surgery edits
