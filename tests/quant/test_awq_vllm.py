@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.quant.test_int_vllm import DIMS, RECIPE, _bake, _greedy
+from tests.quant.test_int_vllm import DIMS, _bake, _greedy
 from tests.support.awq import build_awq, dense_copy
 from tests.support.tokenizer import save_char_tokenizer
 
