@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Benchmark: importing a GGUF (surgery import-gguf) whole, as transformers loads it, vs streamed.
 
-    python examples/bench_gguf_import.py [GGUF ...] [--runs 3] [--scratch DIR] [--json FILE]
+    python examples/bench_gguf_import.py [GGUF ...] [--synthetic] [--runs 3] [--scratch DIR] [--json FILE]
 
 GGUF defaults to the two files examples/get_models.py fetches: SmolLM2-135M-Instruct Q4_1 and
-Gemma-3-270M Q4_K_M. Each import runs in a fresh process, interleaved in a shuffled order:
+Gemma-3-270M Q4_K_M. Their peaks are set by transformers reading the metadata and building the
+262k/49k-token tokenizers, not by the weights; ``--synthetic`` writes (once) a random F16 llama GGUF
+whose weights dominate: 16 layers of hidden 2048 / MLP 8192, a 256-token vocabulary, 1.1 B weights
+(2.1 GB file, 4.3 GB in float32). Each import runs in a fresh process, interleaved in a shuffled order:
 
 * ``whole``: what import-gguf did before: ``from_pretrained(gguf_file=…)`` dequantizes every tensor
   into one dict, builds the float32 model, ``save_pretrained`` writes it (here by telling
@@ -47,6 +50,48 @@ def child(mode: str, gguf: str, out: str) -> None:
     gguf_import.import_gguf(gguf, out, force=True)
 
 
+def write_synthetic(path: Path, hidden: int = 2048, ffn: int = 8192, layers: int = 16, heads: int = 16) -> Path:
+    """A seeded random F16 llama GGUF (4 KV heads, 256 tokens) at ``path``, written with gguf-py."""
+    import gguf
+    import numpy as np
+
+    if path.is_file():
+        return path
+    rng, kv, tokens = np.random.default_rng(0), 4, ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(253)]
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("synthetic llama")
+    w.add_context_length(2048)
+    w.add_block_count(layers)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_rope_dimension_count(hidden // heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(len(tokens))
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_types([2, 3, 3] + [1] * (len(tokens) - 3))
+    d = hidden // heads
+    shapes = {"token_embd": (len(tokens), hidden), "output_norm": (hidden,), "output": (len(tokens), hidden)}
+    for n in range(layers):
+        shapes |= {f"blk.{n}.attn_norm": (hidden,), f"blk.{n}.ffn_norm": (hidden,)}
+        shapes |= {f"blk.{n}.attn_q": (hidden, hidden), f"blk.{n}.attn_k": (kv * d, hidden)}
+        shapes |= {f"blk.{n}.attn_v": (kv * d, hidden), f"blk.{n}.attn_output": (hidden, hidden)}
+        shapes |= {f"blk.{n}.ffn_gate": (ffn, hidden), f"blk.{n}.ffn_up": (ffn, hidden)}
+        shapes |= {f"blk.{n}.ffn_down": (hidden, ffn)}
+    for base, shape in shapes.items():
+        norm = len(shape) == 1
+        value = np.ones(shape, np.float32) if norm else rng.normal(0, 0.02, shape).astype(np.float16)
+        w.add_tensor(f"{base}.weight", value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def measure(mode: str, gguf: Path, out: Path) -> dict:
     started = time.perf_counter()
     res, peak = run_measured([sys.executable, __file__, "--child", mode, str(gguf), str(out)])
@@ -63,6 +108,7 @@ def weights_gb(folder: Path) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("gguf", type=Path, nargs="*", default=DEFAULTS)
+    ap.add_argument("--synthetic", action="store_true", help="benchmark a random F16 llama GGUF of 4.3 GB in float32")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--scratch", type=Path, default=Path("/tmp/surgery-bench-gguf-import"))
     ap.add_argument("--json", type=Path, default=None)
@@ -70,6 +116,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         return child(*args.child)
+    if args.synthetic:
+        args.scratch.mkdir(parents=True, exist_ok=True)
+        args.gguf = [write_synthetic(args.scratch / "synthetic-llama-f16.gguf")]
     missing = [p for p in args.gguf if not p.is_file()]
     if missing:
         sys.exit(f"not found: {', '.join(map(str, missing))}; run `python examples/get_models.py` first")
