@@ -249,6 +249,12 @@ def _values(ckpt: Checkpoint, s: Scheme, w: IntWeight) -> Iterator[tuple[int, np
     return _blocks(s, w, *_stored(ckpt, s, w))
 
 
+def weight_values(ckpt: Checkpoint, w: IntWeight) -> np.ndarray:
+    """The float32 values [out, in] of the integer weight ``w`` of ``ckpt``, decoded by compressed-tensors
+    as every edit is checked (AutoAWQ's through its converter; GPTQ's actorder "group" by ``g_idx``)."""
+    return np.concatenate([block for _, block in _values(ckpt, ckpt.int_scheme, w)])
+
+
 def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tuple[int, list[str]]:
     """(tensors compared, problem lines): every edited integer weight of ``out``, decoded by
     compressed-tensors, must equal the recipe's scales times ``src``'s decoded weight exactly in

@@ -53,7 +53,6 @@ class Report:
     max_abs_logit_diff: float | None = None
     tolerance: float | None = None
     numeric_check: str = "logits"  # what the numeric check compared (an FP8 checkpoint: dequantized weights)
-    logits_skipped: str | None = None  # why no model ran (a quantized layout transformers cannot load here)
     # Edited tensors whose content is not the recipe's: file, tensor, rows, columns, source_changed.
     mismatches: list[dict[str, Any]] = field(default_factory=list)
 
@@ -70,7 +69,6 @@ class Report:
             "max_abs_logit_diff": self.max_abs_logit_diff,
             "tolerance": self.tolerance,
             "numeric_check": self.numeric_check,
-            "logits_skipped": self.logits_skipped,
             "mismatches": self.mismatches,
         }
 
@@ -351,6 +349,7 @@ def numeric(
     """
     from ..core.architectures import text_config
     from ..model.hooks import applied
+    from ..model.int_dequantized import decodes_itself
     from ..model.loading import load_model
     from ..model.swap import swapped
     from ..model.upcast import compute_dtype_of
@@ -376,7 +375,8 @@ def numeric(
     diff = max(float((a - b).abs().max()) for a, b in zip(reference, baked))
     view = planner_view(src)  # an integer weight: its logical dtype, which has the default (bf16) tolerance
     dtypes = {view.tensor(p.info.name).dtype for p in plan(view, recipe.validate(src.config), recipe.active())}
-    if src.fp8_scheme is not None:  # loaded dequantized into the compute dtype: e4m3 is not what runs
+    # loaded dequantized into the compute dtype, exactly (FP8; integer codes surgery decodes): codes do not run
+    if src.fp8_scheme is not None or decodes_itself(src):
         dtypes = set()
     # The model may also compute in a narrower dtype than it stores (--dtype bfloat16 on float32 weights).
     dtypes.add(COMPUTE_DTYPES.get(str(compute_dtype_of(model)), "F32"))
@@ -398,15 +398,11 @@ def verify(
     report, recipe = structural(src, dst_path, progress)
     if report.ok and run_model and src.quantized:
         # the edit itself, exactly: the edited weights dequantized against the source's times the recipe's
-        # scales; then logits where the model runs (FP8 loads dequantized on any device, model/dequantized.py;
-        # integer codes where transformers decompresses them: Scheme.runs_decompressed)
+        # scales; then logits, both models loaded dequantized (FP8: model/dequantized.py; integer codes by
+        # transformers where it decompresses them, else model/int_dequantized.py)
         report.numeric_check = "dequantized weights: the output's equal the recipe's scales times the source's, exactly"
         report.problems += dequantized_problems(src, Checkpoint(dst_path, allow_remote_code=True), recipe)[1]
-    runs = src.int_scheme is None or src.int_scheme.runs_decompressed
-    if report.ok and run_model and not runs:  # decided from the config before any load: the weights are the check
-        report.logits_skipped = src.int_scheme.not_run
-        report.numeric_check += f"; no model is run: {report.logits_skipped}"
-    if report.ok and run_model and runs:
+    if report.ok and run_model:
         if src.quantized:
             report.numeric_check += "; and logits (both models loaded dequantized)"
         report.max_abs_logit_diff, report.tolerance = numeric(

@@ -18,7 +18,7 @@ arithmetic, only for the layer's call (model/upcast.py), so memory stays near tw
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from typing import Any
 
@@ -99,64 +99,71 @@ def dequantized_weight(ckpt: Checkpoint, info: TensorInfo):
 def fill_weights(model, ckpt: Checkpoint) -> None:
     """Put the exact dequantized value of every FP8 weight of ``ckpt`` into ``model`` (loaded by
     :func:`load_arguments` without quantization: not :func:`whole_blocks`), one tensor at a time."""
-    import torch
-
-    parameters = {name for name, _ in model.named_parameters()}
-    homes = None  # asked of the table only when a weight is not a parameter under its own name
+    block = ckpt.fp8_scheme.block
+    what = f"FP8 weight with partial {block[0]}×{block[1]} blocks" if block else "FP8 weight"
+    filler = Filler(model, ckpt.config, ckpt.tensors, what)
     for info in ckpt.tensors.values():
-        if info.dtype != fp8.DTYPE:
-            continue
-        if info.name not in parameters:
-            homes = _fused_homes(model, ckpt) if homes is None else homes
-        if homes and info.name in homes:  # one expert's matrix, loaded into its layer's fused experts
-            _fill_expert(model, homes[info.name], dequantized_weight(ckpt, info))
-            continue
-        try:
-            param = model.get_parameter(info.name)
-        except AttributeError:
+        if info.dtype == fp8.DTYPE:
+            filler.put(info.name, dequantized_weight(ckpt, info))
+
+
+class Filler:
+    """Puts the float values of a checkpoint's weights, one at a time, into a model transformers loaded
+    without them: into the parameter of the weight's name or, for one expert's matrix of a checkpoint
+    stored one tensor per expert, into its rows of the fused parameter transformers loads it into."""
+
+    def __init__(self, model, config, stored: Iterable[str], what: str):
+        """``stored``: the checkpoint's weight names; ``what`` names a weight in a refusal."""
+        self.model, self.config, self.stored, self.what = model, config, list(stored), what
+        self.parameters = dict(model.named_parameters())
+        self.filled: set[str] = set()  # the parameters written to
+        self._homes: dict | None = None  # asked of the table only when a weight is not a parameter of its name
+
+    def homes(self) -> dict[str, tuple[str, int, tuple[int, ...], bool]]:
+        if self._homes is None:
+            self._homes = fused_homes(self.config, self.stored, self.parameters)
+        return self._homes
+
+    def put(self, name: str, value) -> None:
+        """Copy ``value`` (a float [out, in] tensor) of the checkpoint weight ``name`` into the model."""
+        import torch
+
+        home = None if name in self.parameters else self.homes().get(name)
+        target = name if home is None else home[0]
+        if target not in self.parameters:
             raise CheckpointError(
-                f"FP8 weight '{info.name}' is not a parameter of the loaded {type(model).__name__} (transformers "
-                "renames it), so surgery cannot dequantize its partial blocks into it; use the full-precision release"
-            ) from None
+                f"{self.what} '{name}' is not a parameter of the loaded {type(self.model).__name__} (transformers "
+                "renames it), so surgery cannot dequantize it into it; use the full-precision release"
+            )
+        param = self.parameters[target]
         if param.device.type == "meta":
             raise CheckpointError(
-                f"FP8 weight '{info.name}' was offloaded by --device-map, and its partial "
-                f"{ckpt.fp8_scheme.block[0]}×{ckpt.fp8_scheme.block[1]} blocks must be dequantized by surgery: "
+                f"{self.what} '{name}' was offloaded by --device-map, but surgery must dequantize it as it loads: "
                 "give --max-memory enough room for the whole model, or drop --device-map"
             )
         with torch.no_grad():
-            param.copy_(dequantized_weight(ckpt, info))
+            if home is None:
+                param.copy_(value)
+            else:
+                _, expert, rows, flipped = home
+                index, slab = torch.tensor(rows, device=param.device), param[expert]
+                if flipped:
+                    slab[:, index] = value.T.to(param)
+                else:
+                    slab[index] = value.to(param)
+        self.filled.add(target)
 
 
-def _fused_homes(model, ckpt: Checkpoint) -> dict[str, tuple[str, int, tuple[int, ...], bool]]:
-    """Where the loaded ``model`` keeps each per-expert FP8 matrix of ``ckpt`` (transformers fuses a
-    layer's experts into 3-D parameters as it loads): the architecture table's answer."""
+def fused_homes(config, stored, loaded) -> dict[str, tuple[str, int, tuple[int, ...], bool]]:
+    """Where the loaded model (parameter names ``loaded``) keeps each per-expert matrix of a checkpoint
+    (tensor names ``stored``; transformers fuses a layer's experts into 3-D parameters as it loads):
+    the architecture table's answer."""
     from ..core.architectures import architecture
 
-    arch = architecture(ckpt.config)
+    arch = architecture(config)
     if arch.layout.experts is None:
         return {}
-    return arch.fused_homes(ckpt.tensors, (name for name, _ in model.named_parameters()))
-
-
-def _fill_expert(model, home: tuple[str, int, tuple[int, ...], bool], value) -> None:
-    """Copy one expert's dequantized [out, in] matrix ``value`` into its rows of the fused parameter."""
-    import torch
-
-    name, expert, rows, flipped = home
-    param = model.get_parameter(name)
-    if param.device.type == "meta":
-        raise CheckpointError(
-            f"the fused experts '{name}' were offloaded by --device-map, and their partial FP8 blocks must be "
-            "dequantized by surgery: give --max-memory enough room for the whole model, or drop --device-map"
-        )
-    index = torch.tensor(rows, device=param.device)
-    with torch.no_grad():
-        target = param[expert]
-        if flipped:
-            target[:, index] = value.T.to(param)
-        else:
-            target[index] = value.to(param)
+    return arch.fused_homes(stored, loaded)
 
 
 def layerwise_dtype(ckpt: Checkpoint, model_class) -> Any:
@@ -194,7 +201,7 @@ def attach_scales(model, ckpt: Checkpoint) -> None:
             owner, _, leaf = info.name.rpartition(".")
             _widen_map(model.get_submodule(owner))[leaf] = _scaled(scale, lay)
             continue
-        fused = _fused_homes(model, ckpt) if fused is None else fused
+        fused = fused_homes(ckpt.config, ckpt.tensors, parameters) if fused is None else fused
         if info.name not in fused:
             raise CheckpointError(
                 f"FP8 weight '{info.name}' is not a parameter of the loaded {type(model).__name__} (transformers "
@@ -246,7 +253,7 @@ def _scaled(scale, lay: fp8.Layout) -> Callable:
 
 def _scaled_experts(parts: list) -> Callable:
     """held fused experts → float32 weights: each expert's matrix, at its rows of the fused
-    parameter (:func:`_fused_homes`), times that matrix's own scales."""
+    parameter (:func:`fused_homes`), times that matrix's own scales."""
     import torch
 
     def widen(held):

@@ -327,27 +327,18 @@ def _layerwise_dtype(ckpt: Checkpoint, config, float32_in_place: bool):
 def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     """Load a checkpoint for computation: safetensors only, no remote code unless asked, eval mode,
     on ``load``'s device in its dtype (or spread by accelerate with ``--device-map auto``). An FP8
-    checkpoint loads dequantized (surgery/model/dequantized.py), on any device; float32 compute of a
+    checkpoint loads dequantized (surgery/model/dequantized.py), on any device, as does an integer one
+    transformers cannot run (surgery/model/int_dequantized.py); float32 compute of a
     16-bit checkpoint keeps the weights 16-bit and upcasts a layer per call (model/upcast.py)."""
     import torch
     from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
 
-    from . import dequantized
+    from . import dequantized, int_dequantized
     from .upcast import attach
 
     device = resolve_device(distributed.rank_device(load.device))  # under torchrun: this rank's GPU
     ckpt = Checkpoint(Path(path), allow_remote_code=load.trust_remote_code)
-    integer = ckpt.int_scheme
-    # GPTQ's actorder "group" loads on no device; the other layouts transformers cannot run on a CPU may run on a GPU
-    anywhere = integer is not None and integer.actorder == "group"
-    if integer is not None and integer.not_run and (anywhere or str(device).startswith("cpu")):
-        where = "" if anywhere else " on a CPU (--device cuda may)"
-        raise CheckpointError(
-            f"{path} holds {integer.describe()} weights, which cannot be run here{where}: {integer.not_run}; "
-            "surgery bakes it in place (prune-neurons / amplify-heads / apply with explicit edits), but finding "
-            "or evaluating needs the full-precision release"
-        )
     dtype = resolve_dtype(load.dtype, device)
     config = AutoConfig.from_pretrained(str(path), trust_remote_code=load.trust_remote_code)
     model_class = auto_class(config.model_type)
@@ -359,9 +350,12 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     own_folder = placement.get("offload_folder") if load.offload_folder is None else None
     # transformers dequantizes FP8 exactly only when every weight is whole blocks; else surgery does
     own_fp8 = fp8 and not held_fp8 and not dequantized.whole_blocks(ckpt)
+    # integer layouts transformers cannot run: loaded without their quantization, their weights decoded by surgery
+    own_int = int_dequantized.decodes_itself(ckpt)
     try:
         fp8_args = dequantized.load_arguments(ckpt, config, held=held_fp8) if fp8 else {}
-        with dequantized.quiet_load(ckpt, held=held_fp8) if fp8 else nullcontext():
+        int_args = int_dequantized.load_arguments(config) if own_int else {}
+        with dequantized.quiet_load(ckpt, held=held_fp8 or own_int) if fp8 or own_int else nullcontext():
             model = model_class.from_pretrained(
                 str(path),
                 dtype=stored or dtype,
@@ -369,7 +363,11 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
                 trust_remote_code=load.trust_remote_code,
                 **placement,
                 **fp8_args,
+                **int_args,
             )
+        if own_int:
+            model, info = model
+            int_dequantized.fill_weights(model, ckpt, info["missing_keys"])
         if own_fp8:
             dequantized.fill_weights(model, ckpt)
         if held_fp8:

@@ -67,8 +67,9 @@ class Scheme:
 
     @property
     def not_run(self) -> str | None:
-        """Why transformers cannot load these weights decompressed (by compressed-tensors) to compare
-        logits on a CPU, or None when it can. Measured with transformers 5.24 and compressed-tensors 0.20.1."""
+        """Why transformers cannot run these weights decompressed (by compressed-tensors), on a CPU at
+        least, or None when it can; surgery then dequantizes them itself as it loads, on any device
+        (model/int_dequantized.py). Measured with transformers 5.24 and compressed-tensors 0.20.1."""
         if self.actorder == "group":
             return (
                 "compressed-tensors 0.20 removed GPTQ's actorder 'group' (it refuses the config), so transformers "
@@ -79,12 +80,6 @@ class Scheme:
         if not self.symmetric:
             return "transformers fails on the shape of asymmetric pack-quantized weights' row-packed zero points"
         return None
-
-    @property
-    def runs_decompressed(self) -> bool:
-        """Whether transformers loads these weights decompressed on any device, so that logits can be
-        compared on a CPU (``not_run`` says why not)."""
-        return self.not_run is None
 
     def describe(self) -> str:
         group = f" {self.group_size}" if self.strategy == "group" else ""

@@ -177,10 +177,10 @@ def dense_copy(src: Path, folder: Path, scheme: str) -> Path:
     tensors = load_file(src / "model.safetensors")
     dense = {}
     for name, value in tensors.items():
-        if name.endswith(".weight_packed"):
-            weight = name.removesuffix("_packed")
+        if name.endswith(".weight_packed") or (name.endswith(".weight") and value.dtype == torch.int8):
+            weight = name.removesuffix("_packed")  # packed codes, or int-quantized I8 codes under the weight's name
             dense[weight] = dequantized(src, weight, scheme).contiguous()
-        elif not name.endswith((".weight_scale", ".weight_shape", ".weight_zero_point")):
+        elif not name.endswith((".weight_scale", ".weight_shape", ".weight_zero_point", ".weight_g_idx")):
             dense[name] = value.float()
     save_file(dense, folder / "model.safetensors", metadata={"format": "pt"})
     config = json.loads((folder / "config.json").read_text())
