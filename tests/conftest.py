@@ -86,3 +86,19 @@ def vllm_python() -> str:
     if not python or not Path(python).is_file():
         pytest.skip("set SURGERY_VLLM_PYTHON to the python of a virtual environment with vLLM")
     return python
+
+
+# vLLM's CPU build loads its kernels for the CPU it finds; the AVX2 library has no W4A16 GEMM (vLLM 0.32,
+# measured on an AVX2-only AMD EPYC: "'_C' object has no attribute 'cpu_gemm_wna16'" in the first matmul).
+WNA16_PROBE = "import torch, vllm._custom_ops; print(hasattr(torch.ops._C, 'cpu_gemm_wna16'))"
+
+
+@pytest.fixture(scope="module")
+def vllm_wna16_python(vllm_python) -> str:
+    """The vLLM environment's python where its CPU kernels run int4 weights (W4A16, AWQ); else skipped."""
+    import subprocess
+
+    probe = subprocess.run([vllm_python, "-c", WNA16_PROBE], capture_output=True, text=True, timeout=300)
+    if probe.stdout.strip().splitlines()[-1:] != ["True"]:
+        pytest.skip("vLLM's CPU kernels for this CPU have no int4 GEMM (cpu_gemm_wna16: AVX-512 builds only)")
+    return vllm_python

@@ -18,12 +18,12 @@ from tests.support.tokenizer import save_char_tokenizer
 pytestmark = pytest.mark.vllm(minutes=10)
 
 
-def test_vllm_serves_a_baked_awq_checkpoint_as_the_edit_of_its_decompressed_weights(vllm_python, tmp_path):
+def test_vllm_serves_a_baked_awq_checkpoint_as_the_edit_of_its_decompressed_weights(vllm_wna16_python, tmp_path):
     # groups of 32 = head_dim: head 0's o_proj columns are whole groups (× 4 through their F16 scales)
     src = save_char_tokenizer(build_awq(tmp_path / "src", group=32, pow2=True, **DIMS))
     baked = _bake(src, tmp_path / "baked")
     # the reference: the same recipe baked into the decompressed (float32) source
     reference = _bake(dense_copy(src, tmp_path / "dense"), tmp_path / "dense-baked")
-    tokens = {m.name: _greedy(vllm_python, m, tmp_path / f"{m.name}.json") for m in (baked, reference, src)}
+    tokens = {m.name: _greedy(vllm_wna16_python, m, tmp_path / f"{m.name}.json") for m in (baked, reference, src)}
     assert tokens["baked"] == tokens["dense-baked"]
     assert all(a != b for a, b in zip(tokens["baked"], tokens["src"])), "the edit does not show"

@@ -58,11 +58,11 @@ def _bake(src: Path, out: Path) -> Path:
     return out
 
 
-def test_vllm_serves_a_baked_w4a16_checkpoint_as_the_edit_of_its_decompressed_weights(vllm_python, tmp_path):
+def test_vllm_serves_a_baked_w4a16_checkpoint_as_the_edit_of_its_decompressed_weights(vllm_wna16_python, tmp_path):
     src = save_char_tokenizer(build_int(tmp_path / "src", "w4a16-g32", **DIMS))
     baked = _bake(src, tmp_path / "baked")
     # the reference: the same recipe baked into the decompressed (float32) source
     reference = _bake(dense_copy(src, tmp_path / "dense", "w4a16-g32"), tmp_path / "dense-baked")
-    tokens = {m.name: _greedy(vllm_python, m, tmp_path / f"{m.name}.json") for m in (baked, reference, src)}
+    tokens = {m.name: _greedy(vllm_wna16_python, m, tmp_path / f"{m.name}.json") for m in (baked, reference, src)}
     assert tokens["baked"] == tokens["dense-baked"]
     assert all(a != b for a, b in zip(tokens["baked"], tokens["src"])), "the edit does not show"
