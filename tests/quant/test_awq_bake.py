@@ -268,7 +268,7 @@ def test_expert_neurons_of_an_awq_mixture_of_experts_are_exact(tmp_path, arch, r
     """AWQ mixtures of experts as releases store them: one qweight per expert (the architecture table's
     per-expert names), the routers left in float by modules_to_not_convert. Checked against the edit of the
     library's dequantized source, every other tensor byte-identical, verify, undo byte for byte."""
-    from tests.quant.test_moe_quant_bake import PRUNED, _check
+    from tests.support.moe_quant import PRUNED, check_expert_bake
 
     recipe = recipe or Recipe(PRUNED)
     src = build_awq(tmp_path / "src", arch=arch)
@@ -278,4 +278,4 @@ def test_expert_neurons_of_an_awq_mixture_of_experts_are_exact(tmp_path, arch, r
     expert = "mlp.experts.1.down_proj" if arch == "qwen2_moe" else "block_sparse_moe.experts.1.w2"
     assert f"model.layers.1.{expert}.qweight" in stored
     _bake(src, tmp_path / "out", recipe)
-    _check(src, tmp_path / "out", tmp_path, recipe, dequantized)
+    check_expert_bake(src, tmp_path / "out", tmp_path, recipe, dequantized)

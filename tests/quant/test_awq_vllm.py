@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.quant.test_int_vllm import DIMS, _bake, _greedy
 from tests.support.awq import build_awq, dense_copy
 from tests.support.tokenizer import save_char_tokenizer
+from tests.support.vllm_serving import DIMS, bake_recipe, greedy_tokens
 
 pytestmark = pytest.mark.vllm(minutes=10)
 
@@ -21,9 +21,9 @@ pytestmark = pytest.mark.vllm(minutes=10)
 def test_vllm_serves_a_baked_awq_checkpoint_as_the_edit_of_its_decompressed_weights(vllm_wna16_python, tmp_path):
     # groups of 32 = head_dim: head 0's o_proj columns are whole groups (× 4 through their F16 scales)
     src = save_char_tokenizer(build_awq(tmp_path / "src", group=32, pow2=True, **DIMS))
-    baked = _bake(src, tmp_path / "baked")
+    baked = bake_recipe(src, tmp_path / "baked")
     # the reference: the same recipe baked into the decompressed (float32) source
-    reference = _bake(dense_copy(src, tmp_path / "dense"), tmp_path / "dense-baked")
-    tokens = {m.name: _greedy(vllm_wna16_python, m, tmp_path / f"{m.name}.json") for m in (baked, reference, src)}
+    reference = bake_recipe(dense_copy(src, tmp_path / "dense"), tmp_path / "dense-baked")
+    tokens = {m.name: greedy_tokens(vllm_wna16_python, m, tmp_path / f"{m.name}.json") for m in (baked, reference, src)}
     assert tokens["baked"] == tokens["dense-baked"]
     assert all(a != b for a, b in zip(tokens["baked"], tokens["src"])), "the edit does not show"

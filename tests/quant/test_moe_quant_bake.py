@@ -15,75 +15,22 @@ from safetensors.torch import load_file
 
 from surgery.bake.bake import bake
 from surgery.bake.check import edited_check
-from surgery.bake.undo import undo
-from surgery.bake.verify import verify
-from surgery.core.architectures import architecture
-from surgery.core.checkpoint import Checkpoint, file_sha256
+from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import SHARED, NeuronScale, Recipe
 from surgery.core.errors import RecipeError
 from surgery.model.dequantized import whole_blocks
 from tests.support import fp8 as fp8_support
 from tests.support import int_packed as int_support
+from tests.support.moe_quant import PRUNED, check_expert_bake
 
 ARCH = "qwen2_moe"
 MLP = "model.layers.{layer}.mlp.{part}"
-PRUNED = (NeuronScale(1, 3, 0.0, 1), NeuronScale(2, 15, 0.0, 3), NeuronScale(1, 4, 0.0, SHARED))
 # FP8 also scales by a power of two where every product is an e4m3 value (halving: none overflows)
 HALVED = (NeuronScale(2, 5, 0.5, 0), NeuronScale(0, 20, 0.5, SHARED))
 # blocks of 16: the shared expert's 24 rows end in a partial block (the model loads dequantized by surgery)
 FP8 = [("block", (8, 8)), ("block", (16, 16)), ("per-tensor", (8, 8)), ("per-channel", (8, 8))]
 IDS = ["block8", "block16-partial", "per-tensor", "per-channel"]
 INT = ["w4a16-g8", "w4a16-g8-asym"]
-
-
-def _matrices(edit: NeuronScale, experts) -> tuple[list[str], str]:
-    """(input matrices, down matrix) of the edited neuron's expert as X.weight names, from the architecture
-    table's ``experts`` (Mixtral's w1 / w3 / w2, Qwen's gate_proj / up_proj / down_proj, the shared expert's)."""
-    layer = f"model.layers.{edit.layer}."
-    if edit.expert == SHARED:
-        base = layer + experts.shared + "."
-        return [base + m + ".weight" for m in experts.shared_inputs], base + experts.shared_down + ".weight"
-    gate, up, down = (layer + name.format(expert=edit.expert) + ".weight" for name in experts.per_expert)
-    return [gate, up], down
-
-
-def _expected(dequantized, edits, experts) -> dict[str, torch.Tensor]:
-    """The edit of the dequantized source: the neuron's down column × factor; pruned, its gate/up rows 0."""
-    out: dict[str, torch.Tensor] = {}
-
-    def get(name: str) -> torch.Tensor:
-        return out.setdefault(name, dequantized(name).clone())
-
-    for e in edits:
-        inputs, down = _matrices(e, experts)
-        get(down)[:, e.neuron] *= e.factor
-        if e.factor == 0.0:
-            for name in inputs:
-                get(name)[e.neuron] = 0.0
-    return out
-
-
-def _check(src, out, tmp_path, recipe, dequantized) -> None:
-    """The bake of ``recipe`` at ``out``: exact against the dequantized source, the rest untouched,
-    verified (logits too: every layout loads dequantized) and undone byte for byte."""
-    experts = architecture(Checkpoint(src).config).layout.experts
-    expected = _expected(lambda name: dequantized(src, name), recipe.edits, experts)
-    for name, values in expected.items():
-        assert torch.equal(dequantized(out, name), values), name
-    # every tensor of a module the recipe does not touch is byte-identical (the routers among them)
-    touched = {name.removesuffix("weight") for name in expected}
-    a, b = load_file(src / "model.safetensors"), load_file(out / "model.safetensors")
-    assert a.keys() == b.keys()
-    for name in a:
-        if not any(name.startswith(t) for t in touched):
-            assert torch.equal(a[name].view(torch.uint8), b[name].view(torch.uint8)), name
-    report = verify(Checkpoint(src), out)
-    assert report.ok, report.problems
-    assert report.numeric_check.startswith("dequantized weights")
-    assert "logits" in report.numeric_check and report.max_abs_logit_diff <= report.tolerance
-    undo(out, tmp_path / "restored")
-    for f in ("model.safetensors", "config.json"):
-        assert file_sha256(tmp_path / "restored" / f) == file_sha256(src / f)
 
 
 def _bake(src, out, recipe):
@@ -104,7 +51,7 @@ def test_fp8_expert_and_shared_neurons_are_exact(tmp_path, layout, block):
     def dequantized(folder, name):
         return fp8_support.dequantized(folder, name, layout, block)
 
-    _check(src, tmp_path / "out", tmp_path, recipe, dequantized)
+    check_expert_bake(src, tmp_path / "out", tmp_path, recipe, dequantized)
 
 
 @pytest.mark.parametrize("scheme", INT)
@@ -120,7 +67,7 @@ def test_int4_expert_and_shared_neurons_are_exact(tmp_path, scheme):
         return int_support.dequantized(folder, name, scheme)
 
     # transformers decompresses symmetric pack-quantized experts on a CPU (into fused bf16 experts)
-    _check(src, tmp_path / "out", tmp_path, recipe, dequantized)
+    check_expert_bake(src, tmp_path / "out", tmp_path, recipe, dequantized)
 
 
 @pytest.mark.parametrize("scheme", INT)
@@ -138,7 +85,7 @@ def test_mixtral_int4_expert_neurons_are_exact_and_verified(tmp_path, scheme):
     def dequantized(folder, name):
         return int_support.dequantized(folder, name, scheme)
 
-    _check(src, tmp_path / "out", tmp_path, recipe, dequantized)
+    check_expert_bake(src, tmp_path / "out", tmp_path, recipe, dequantized)
 
 
 def test_int4_amplified_expert_neuron_is_refused_in_one_line(tmp_path):
@@ -169,4 +116,4 @@ def test_deepseek_v3_routed_and_shared_expert_neurons_are_exact(tmp_path, quant)
 
     recipe = Recipe(PRUNED)
     _bake(src, tmp_path / "out", recipe)
-    _check(src, tmp_path / "out", tmp_path, recipe, dequantized)
+    check_expert_bake(src, tmp_path / "out", tmp_path, recipe, dequantized)
