@@ -54,10 +54,16 @@ def load_arguments(ckpt: Checkpoint, config, held: bool = False) -> dict[str, An
         method = ckpt.fp8_scheme.method
         quant = FineGrainedFP8Config(dequantize=True) if method == "fp8" else CompressedTensorsConfig(dequantize=True)
         return {"quantization_config": quant}
+    return {"config": without_quantization(config)}
+
+
+def without_quantization(config):
+    """``config`` (a transformers config, changed in place; the file is not) without its
+    quantization_config, nor its text config's: from_pretrained then loads the stored tensors as they are."""
     for cfg in (config, getattr(config, "text_config", None)):
         if cfg is not None and hasattr(cfg, "quantization_config"):
             del cfg.quantization_config
-    return {"config": config}
+    return config
 
 
 @contextmanager

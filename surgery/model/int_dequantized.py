@@ -27,10 +27,9 @@ def decodes_itself(ckpt: Checkpoint) -> bool:
 def load_arguments(config) -> dict[str, Any]:
     """from_pretrained's arguments that load the model of ``config`` without its quantization (the integer
     weights are then missing: :func:`fill_weights` puts them in)."""
-    for cfg in (config, getattr(config, "text_config", None)):
-        if cfg is not None and hasattr(cfg, "quantization_config"):
-            del cfg.quantization_config
-    return {"config": config, "output_loading_info": True}
+    from .dequantized import without_quantization
+
+    return {"config": without_quantization(config), "output_loading_info": True}
 
 
 def fill_weights(model, ckpt: Checkpoint, missing: list[str]) -> None:
