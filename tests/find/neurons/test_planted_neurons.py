@@ -315,5 +315,8 @@ def test_training_reproduces_the_fixture(tmp_path, fixture_dir):
         assert top(rebuilt) == top(shipped)
     else:  # another CPU's kernels: MLP neurons are interchangeable, so which ones carry the bias may differ
         assert json.loads((tmp_path / "m" / "training.json").read_text())["eval"]["accuracy"] == 1.0
-        assert 5.0 < rebuilt["neurons"][0]["bias"] < 25.0  # still spread over many neurons
+        # still spread over many neurons: the top one carries a clear share, never most of it (shipped:
+        # 12.96 of 96.4, 13 %; retrained on an AMD EPYC with AVX2 only: 25.42 of 121.1, 21 %)
+        biases = [abs(r["bias"]) for r in rebuilt["neurons"]]
+        assert 5.0 < biases[0] < sum(biases) / 3
     assert abs(rebuilt["intact"]["gap"] - shipped["intact"]["gap"]) < 0.01 * shipped["intact"]["gap"]
