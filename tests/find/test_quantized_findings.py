@@ -107,19 +107,6 @@ def test_gguf_findings_carry_the_file_s_sha256_and_apply_onto_it_only(tmp_path):
     assert verify_gguf(tmp_path / "moved.gguf", other).ok
 
 
-def _int_pair(tmp_path, layout: str):
-    """(integer checkpoint, its copy decompressed by compressed-tensors into float32) of ``layout``."""
-    from tests.support import awq, int_packed
-
-    sizes = dict(vocab_size=TINY_VOCAB, max_position_embeddings=512)
-    if layout == "awq":
-        src = save_char_tokenizer(awq.build_awq(tmp_path / "int", **sizes))
-        return src, awq.dense_copy(src, tmp_path / "dense")
-    scheme, _, actorder = layout.partition("+actorder-")
-    src = save_char_tokenizer(int_packed.build_int(tmp_path / "int", scheme, actorder=actorder or None, **sizes))
-    return src, int_packed.dense_copy(src, tmp_path / "dense", scheme)
-
-
 # transformers decompresses the first on a CPU; the others it cannot run, and surgery decodes them as it
 # loads (model/int_dequantized.py): asymmetric int4, int8 int-quantized, GPTQ actorder "group", AutoAWQ GEMM
 INT_LAYOUTS = ["w4a16-g8", "w4a16-g8-asym", "int8-channel", "w4a16-g8+actorder-group", "awq"]
@@ -130,7 +117,10 @@ def test_int_findings_are_the_decompressed_copy_s_and_bake_back_into_the_int_che
     """An integer checkpoint: find-neurons computes on exactly the weights compressed-tensors decodes, and
     its findings prune the integer file."""
     pytest.importorskip("compressed_tensors")
-    src, copy = _int_pair(tmp_path, layout)
+    from tests.support.int_packed import decoded_pair
+
+    pair = decoded_pair(tmp_path, layout, vocab_size=TINY_VOCAB, max_position_embeddings=512)
+    src, copy = (save_char_tokenizer(folder) for folder in pair)
     pairs = write_pairs(tmp_path / "pairs.jsonl")
     on_int = surgery.find_neurons(src, pairs=pairs, device="cpu", out=tmp_path / "int.json")
     on_copy = surgery.find_neurons(copy, pairs=pairs, device="cpu", out=tmp_path / "dense.json")

@@ -32,19 +32,9 @@ CASES = [
 CPU = LoadSpec(device="cpu", dtype="float32")
 
 
-def _pair(tmp_path, layout: str, arch: str):
-    """(integer checkpoint, its float32 copy as compressed-tensors decodes it)."""
-    if layout == "awq":
-        src = awq.build_awq(tmp_path / "int", arch=arch)
-        return src, awq.dense_copy(src, tmp_path / "dense")
-    scheme, _, actorder = layout.partition("+actorder-")
-    src = int_packed.build_int(tmp_path / "int", scheme, arch=arch, actorder=actorder or None)
-    return src, int_packed.dense_copy(src, tmp_path / "dense", scheme)
-
-
 @pytest.mark.parametrize(("layout", "arch"), CASES, ids=[f"{a}-{b}" for a, b in CASES])
 def test_an_integer_checkpoint_transformers_cannot_run_loads_as_its_decoded_copy(tmp_path, layout, arch):
-    src, copy = _pair(tmp_path, layout, arch)
+    src, copy = int_packed.decoded_pair(tmp_path, layout, arch=arch)
     assert decodes_itself(Checkpoint(src))
     model, plain = load_model(src, CPU), load_model(copy, CPU)
     got, want = dict(model.named_parameters()), dict(plain.named_parameters())
@@ -63,7 +53,7 @@ def test_a_layout_transformers_runs_is_left_to_it(tmp_path):
 def test_a_missing_float_weight_is_one_line_not_a_random_one(tmp_path):
     """Loaded without its quantization, transformers would initialize any weight it finds no tensor for:
     a missing norm (not an integer weight) is refused, naming it."""
-    src, _ = _pair(tmp_path, "w4a16-g8-asym", "llama")
+    src, _ = int_packed.decoded_pair(tmp_path, "w4a16-g8-asym")
     tensors = load_file(src / "model.safetensors")
     del tensors["model.layers.1.post_attention_layernorm.weight"]
     save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
@@ -85,7 +75,7 @@ def test_under_disk_offload_an_integer_weight_is_one_line(tmp_path):
 
 def test_the_config_on_disk_keeps_its_quantization(tmp_path):
     """The load drops quantization_config from the config object it builds, never from the file."""
-    src, _ = _pair(tmp_path, "awq", "llama")
+    src, _ = int_packed.decoded_pair(tmp_path, "awq")
     before = (src / "config.json").read_bytes()
     load_model(src, CPU)
     assert (src / "config.json").read_bytes() == before

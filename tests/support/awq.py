@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from .int_packed import LINEARS
+from .int_packed import LINEARS, write_float_copy
 from .tiny import build_tiny
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble k of a word holds the word's output column AWQ_ORDER[k]
@@ -144,9 +144,4 @@ def dense_copy(src: Path, folder: Path) -> Path:
             dense[weight] = dequantized(src, weight).contiguous()
         elif not name.endswith((".qzeros", ".scales")):
             dense[name] = value.float()
-    save_file(dense, folder / "model.safetensors", metadata={"format": "pt"})
-    config = json.loads((folder / "config.json").read_text())
-    del config["quantization_config"]
-    config["dtype"] = "float32"
-    (folder / "config.json").write_text(json.dumps(config, indent=1))
-    return folder
+    return write_float_copy(folder, dense)

@@ -182,9 +182,29 @@ def dense_copy(src: Path, folder: Path, scheme: str) -> Path:
             dense[weight] = dequantized(src, weight, scheme).contiguous()
         elif not name.endswith((".weight_scale", ".weight_shape", ".weight_zero_point", ".weight_g_idx")):
             dense[name] = value.float()
-    save_file(dense, folder / "model.safetensors", metadata={"format": "pt"})
+    return write_float_copy(folder, dense)
+
+
+def write_float_copy(folder: Path, tensors: dict[str, torch.Tensor]) -> Path:
+    """Overwrite the checkpoint copied to ``folder`` with its float32 ``tensors`` and a config without
+    quantization_config: a quantized checkpoint's decompressed copy."""
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     config = json.loads((folder / "config.json").read_text())
     del config["quantization_config"]
     config["dtype"] = "float32"
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     return folder
+
+
+def decoded_pair(folder: Path, layout: str, **overrides) -> tuple[Path, Path]:
+    """(integer checkpoint at ``folder``/int, its copy decompressed by compressed-tensors at ``folder``/dense)
+    of ``layout``: a scheme of :data:`SCHEMES`, optionally "+actorder-group", or "awq" (``overrides``: the
+    config's sizes, ``arch``)."""
+    from . import awq
+
+    if layout == "awq":
+        src = awq.build_awq(folder / "int", **overrides)
+        return src, awq.dense_copy(src, folder / "dense")
+    scheme, _, actorder = layout.partition("+actorder-")
+    src = build_int(folder / "int", scheme, actorder=actorder or None, **overrides)
+    return src, dense_copy(src, folder / "dense", scheme)
