@@ -12,8 +12,14 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-import torch
+# Under pytest-xdist (pyproject's addopts) the CPU is shared by the workers: each takes its share of
+# the cores, set before torch starts its thread pool and inherited by the commands tests run.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from tests.support.paths import real_model_path
 from tests.support.tiny import build_tiny
