@@ -242,6 +242,7 @@ def test_sizes():
 def test_bad_placement_is_one_line(tiny, tmp_path, capsys, extra, message):
     model = char_model(tiny, "llama")
     pairs = write_pairs(tmp_path / "pairs.jsonl")
+    capsys.readouterr()  # the fixture's own output (save_pretrained's progress bar, unless an earlier load hid it)
     code = main_code(["find-neurons", model, "--pairs", pairs, "--device", "cpu", *extra])
     err = [
         line for line in capsys.readouterr().err.strip().splitlines() if line.strip() and not line.startswith("note:")
