@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""Peak memory of float32 compute on a bf16 or FP8 checkpoint: the whole model converted vs a layer at a time.
+"""Peak memory of float32 compute on a bf16, FP8 or int4 checkpoint: the whole model converted vs a layer at a time.
 
-    python examples/bench_upcast.py [--model DIR] [--fp8] [--runs 3] [--scratch DIR] [--json FILE]
+    python examples/bench_upcast.py [--model DIR] [--fp8 | --int4] [--runs 3] [--scratch DIR] [--json FILE]
 
 MODEL is a bf16 checkpoint; without it a random Llama with SmolLM2-360M's shapes (362M
 parameters, 0.72 GB in bf16, tied embeddings) is built from its config. ``--fp8``: the random
 model's decoder linears are quantized to e4m3 with 128×128 block scales, as DeepSeek / Qwen FP8
 releases store them (the rest stays bf16, 0.45 GB in all); ``whole`` then dequantizes the model to
 float32 as it loads (what load_model did before), ``layerwise`` holds the e4m3 values in bf16 and
-dequantizes a layer per call (surgery/model/dequantized.py). A baked copy with a few
+dequantizes a layer per call (surgery/model/dequantized.py). ``--int4``: the decoder linears are
+compressed by compressed-tensors as llm-compressor writes W4A16 (pack-quantized, symmetric, groups
+of 64: 128 does not divide 960); ``whole`` is then transformers' decompression to float32, and
+``layerwise`` holds each weight's codes in bf16, times its scales a layer per call
+(surgery/model/int_dequantized.py). A baked copy with a few
 pruned neurons is written once (``surgery prune-neurons --no-verify``). Then, interleaved in a
 shuffled order, each in a fresh process on the CPU (``--dtype auto``: float32):
 
@@ -101,11 +105,49 @@ def quantize_fp8(src: Path, out: Path, block: int = 128) -> Path:
     return out
 
 
+def quantize_int4(src: Path, out: Path, group: int = 64) -> Path:
+    """``src`` with its decoder linears compressed by compressed-tensors as W4A16 (pack-quantized,
+    symmetric, one scale per ``group`` input columns, min/max rule), the other tensors as they are."""
+    import shutil
+
+    from compressed_tensors.compressors.base import BaseCompressor
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig, QuantizationScheme
+    from compressed_tensors.quantization.utils import calculate_qparams
+    from safetensors.torch import load_file, save_file
+
+    if (out / "config.json").exists():
+        return out
+    out.mkdir(parents=True)
+    args = QuantizationArgs(num_bits=4, type="int", strategy="group", group_size=group, symmetric=True)
+    scheme = QuantizationScheme(targets=["Linear"], weights=args)
+    compressor = BaseCompressor.get_value_from_registry("pack-quantized")
+    tensors = load_file(src / "model.safetensors")
+    for name in [n for n in tensors if ".layers." in n and n.endswith("proj.weight")]:
+        w = tensors.pop(name)
+        grouped = w.float().reshape(w.shape[0], -1, group)
+        scale, _ = calculate_qparams(grouped.amin(-1), grouped.amax(-1), args)
+        state = compressor.compress({"weight": w.float(), "weight_scale": scale.to(w.dtype)}, scheme)
+        for key, value in state.items():
+            tensors[name.removesuffix("weight") + key] = value.contiguous()
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((src / "config.json").read_text())
+    quant = QuantizationConfig(
+        config_groups={"group_0": scheme}, format="pack-quantized", quantization_status="compressed", ignore=["lm_head"]
+    )
+    config["quantization_config"] = json.loads(quant.model_dump_json(exclude_none=True))
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    for other in src.glob("*.json"):
+        if other.name != "config.json":
+            shutil.copy(other, out)
+    return out
+
+
 def child(mode: str, task: str, src: str, dst: str) -> None:
     """The measured process: ``task`` on ``src`` (and ``dst``) with the loader in ``mode``."""
     import torch
 
     import surgery.model.dequantized as dequantized
+    import surgery.model.int_dequantized as int_dequantized
     import surgery.model.upcast as upcast
     from surgery.core.checkpoint import Checkpoint
     from surgery.model.loading import LoadSpec, load_model
@@ -113,6 +155,7 @@ def child(mode: str, task: str, src: str, dst: str) -> None:
     if mode == "whole":  # what load_model did before: no 16-bit load, the whole model converted
         upcast.stored_dtype = lambda tensors: None
         dequantized.layerwise_dtype = lambda ckpt, model_class: None
+        int_dequantized.layerwise_dtype = lambda ckpt, model_class: None
     load = LoadSpec(device="cpu")
     if task == "forward":
         model = load_model(src, load)
@@ -139,7 +182,9 @@ def measure(mode: str, task: str, src: Path, dst: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=None, help="a bf16 checkpoint (default: a random one)")
-    ap.add_argument("--fp8", action="store_true", help="quantize the random model to FP8 (128×128 blocks)")
+    kind = ap.add_mutually_exclusive_group()
+    kind.add_argument("--fp8", action="store_true", help="quantize the random model to FP8 (128×128 blocks)")
+    kind.add_argument("--int4", action="store_true", help="compress the random model to W4A16 (groups of 64)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--scratch", type=Path, default=Path("/tmp/surgery-bench-upcast"))
     ap.add_argument("--json", type=Path, default=None)
@@ -151,7 +196,9 @@ def main() -> None:
     src = args.model or build_random(args.scratch / "smollm2-360m-shapes-bf16")
     if args.fp8 and not args.model:
         src = quantize_fp8(src, args.scratch / "smollm2-360m-shapes-fp8")
-    dst = args.scratch / ("pruned-fp8" if args.fp8 else "pruned")
+    if args.int4 and not args.model:
+        src = quantize_int4(src, args.scratch / "smollm2-360m-shapes-w4a16")
+    dst = args.scratch / ("pruned-fp8" if args.fp8 else "pruned-w4a16" if args.int4 else "pruned")
     if not (dst / "config.json").exists():
         bake = [sys.executable, "-m", "surgery", "prune-neurons", str(src), "--neurons", NEURONS, "--no-verify"]
         subprocess.run([*bake, "--out", str(dst)], check=True, capture_output=True)

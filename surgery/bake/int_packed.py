@@ -255,6 +255,17 @@ def weight_values(ckpt: Checkpoint, w: IntWeight) -> np.ndarray:
     return np.concatenate([block for _, block in _values(ckpt, ckpt.int_scheme, w)])
 
 
+def weight_factors(ckpt: Checkpoint, w: IntWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The two factors of :func:`weight_values`: (code − zero point [out, in], decoded by compressed-tensors
+    with unit scales: small integers, exact in any float; the float32 scales [out or 1, groups]; each
+    input column's group). ``scales[:, group][…] × (code − zero)`` is compressed-tensors' float32 decode,
+    which computes that product."""
+    s = ckpt.int_scheme
+    codes, scale, zero = _stored(ckpt, s, w)
+    units = np.concatenate([block for _, block in _blocks(s, w, codes, np.ones_like(scale), zero)])
+    return units, scale.reshape(scale.shape[0] if scale.ndim > 1 else 1, -1), w.group_of()
+
+
 def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tuple[int, list[str]]:
     """(tensors compared, problem lines): every edited integer weight of ``out``, decoded by
     compressed-tensors, must equal the recipe's scales times ``src``'s decoded weight exactly in

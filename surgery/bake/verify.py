@@ -348,6 +348,7 @@ def numeric(
     ones. Peak memory is one model plus the edited tensors, with any accelerate device map.
     """
     from ..core.architectures import text_config
+    from ..model.dequantized import holds_codes
     from ..model.hooks import applied
     from ..model.int_dequantized import decodes_itself
     from ..model.loading import load_model
@@ -375,8 +376,8 @@ def numeric(
     diff = max(float((a - b).abs().max()) for a, b in zip(reference, baked))
     view = planner_view(src)  # an integer weight: its logical dtype, which has the default (bf16) tolerance
     dtypes = {view.tensor(p.info.name).dtype for p in plan(view, recipe.validate(src.config), recipe.active())}
-    # loaded dequantized into the compute dtype, exactly (FP8; integer codes surgery decodes): codes do not run
-    if src.fp8_scheme is not None or decodes_itself(src):
+    # loaded dequantized into the compute dtype, exactly (FP8; integer codes surgery decodes or holds): codes do not run
+    if src.fp8_scheme is not None or decodes_itself(src) or holds_codes(model):
         dtypes = set()
     # The model may also compute in a narrower dtype than it stores (--dtype bfloat16 on float32 weights).
     dtypes.add(COMPUTE_DTYPES.get(str(compute_dtype_of(model)), "F32"))
@@ -399,7 +400,7 @@ def verify(
     if report.ok and run_model and src.quantized:
         # the edit itself, exactly: the edited weights dequantized against the source's times the recipe's
         # scales; then logits, both models loaded dequantized (FP8: model/dequantized.py; integer codes by
-        # transformers where it decompresses them, else model/int_dequantized.py)
+        # transformers where it decompresses them, else, or held for float32, model/int_dequantized.py)
         report.numeric_check = "dequantized weights: the output's equal the recipe's scales times the source's, exactly"
         report.problems += dequantized_problems(src, Checkpoint(dst_path, allow_remote_code=True), recipe)[1]
     if report.ok and run_model:

@@ -26,7 +26,7 @@ from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.errors import CheckpointError
 from ..quant import fp8
 
-HOLDS_FP8 = "_surgery_holds_fp8"  # set on a model by attach_scales: its parameters are not its weights
+HOLDS_CODES = "_surgery_holds_codes"  # set on a model by attach_grids: its parameters are not its weights
 
 
 def whole_blocks(ckpt: Checkpoint) -> bool:
@@ -174,57 +174,74 @@ def fused_homes(config, stored, loaded) -> dict[str, tuple[str, int, tuple[int, 
 
 def layerwise_dtype(ckpt: Checkpoint, model_class) -> Any:
     """The 16-bit torch dtype to hold ``ckpt``'s FP8 values in for layer-by-layer dequantization, or
-    None to dequantize it whole: every tensor but the FP8 weights and their scales is stored in that
-    dtype, or in float32 where ``model_class`` (transformers) keeps it in float32 whatever the load
-    dtype (``_keep_in_fp32_modules_strict``, e.g. DeepSeek-V3's router bias): loading anything else
-    in 16 bits would round it."""
-    from .upcast import stored_dtype
-
+    None to dequantize it whole (:func:`held_dtype`)."""
     scheme = ckpt.fp8_scheme
     weights = [n for n, info in ckpt.tensors.items() if info.dtype == fp8.DTYPE]
-    skipped = set(weights) | {scheme.scale_name(n) for n in weights}
+    return held_dtype(ckpt, model_class, {*weights, *(scheme.scale_name(n) for n in weights)}) if weights else None
+
+
+def held_dtype(ckpt: Checkpoint, model_class, quantized: set[str]) -> Any:
+    """The 16-bit torch dtype every tensor of ``ckpt`` but its ``quantized`` ones (the stored values and
+    their scales) is stored in, or float32 where ``model_class`` (transformers) keeps it in float32
+    whatever the load dtype (``_keep_in_fp32_modules_strict``, e.g. DeepSeek-V3's router bias); None
+    when another is wider: loading it in 16 bits would round it."""
+    from .upcast import stored_dtype
+
     kept32 = tuple(getattr(model_class, "_keep_in_fp32_modules_strict", None) or ())
     rest = {
         n: info
         for n, info in ckpt.tensors.items()
-        if n not in skipped and not (info.dtype == "F32" and any(k in n for k in kept32))
+        if n not in quantized and not (info.dtype == "F32" and any(k in n for k in kept32))
     }
-    return stored_dtype(rest) if weights and rest else None
+    return stored_dtype(rest) if rest else None
+
+
+# A weight's scaling: multiplies its held values, widened to float32 ([rows, cols], contiguous), by its
+# scales in place.
+Scaling = Callable[[Any], None]
 
 
 def attach_scales(model, ckpt: Checkpoint) -> None:
     """Give each module of ``model`` (loaded by :func:`load_arguments` without quantization, in
     :func:`layerwise_dtype`) what turns its held e4m3 values into the weights: times the FP8
     weight's scales, read from ``ckpt`` (small), applied by model/upcast.py as the layer runs."""
+    scalings = {
+        info.name: _fp8_scaling(*_scale_of(ckpt, info)) for info in ckpt.tensors.values() if info.dtype == fp8.DTYPE
+    }
+    attach_scalings(model, ckpt.config, ckpt.tensors, scalings, "FP8 weight")
+
+
+def attach_scalings(model, config, stored: Iterable[str], scalings: dict[str, Scaling], what: str) -> None:
+    """Make each checkpoint weight named in ``scalings`` its held values (its parameter, or its rows of a
+    fused experts parameter: :func:`fused_homes`) scaled by its scaling, as the layer runs (model/upcast.py);
+    ``stored``: the checkpoint's tensor names, ``what`` names a weight in a refusal."""
     parameters = {name for name, _ in model.named_parameters()}
     homes: dict[str, list] = {}
     fused = None  # asked of the table only when a weight is not a parameter under its own name
-    for info in ckpt.tensors.values():
-        if info.dtype != fp8.DTYPE:
+    for name, scaling in scalings.items():
+        if name in parameters:
+            owner, _, leaf = name.rpartition(".")
+            _widen_map(model.get_submodule(owner))[leaf] = _scaled(scaling)
             continue
-        scale, lay = _scale_of(ckpt, info)
-        if info.name in parameters:
-            owner, _, leaf = info.name.rpartition(".")
-            _widen_map(model.get_submodule(owner))[leaf] = _scaled(scale, lay)
-            continue
-        fused = fused_homes(ckpt.config, ckpt.tensors, parameters) if fused is None else fused
-        if info.name not in fused:
+        fused = fused_homes(config, stored, parameters) if fused is None else fused
+        if name not in fused:
             raise CheckpointError(
-                f"FP8 weight '{info.name}' is not a parameter of the loaded {type(model).__name__} (transformers "
+                f"{what} '{name}' is not a parameter of the loaded {type(model).__name__} (transformers "
                 "renames it), so surgery cannot dequantize it; use the full-precision release"
             )
-        name, expert, rows, flipped = fused[info.name]
-        homes.setdefault(name, []).append((expert, rows, flipped, scale, lay))
+        target, expert, rows, flipped = fused[name]
+        homes.setdefault(target, []).append((expert, rows, flipped, scaling))
     for name, parts in homes.items():
         owner, _, leaf = name.rpartition(".")
         _widen_map(model.get_submodule(owner))[leaf] = _scaled_experts(parts)
-    setattr(model, HOLDS_FP8, True)
+    setattr(model, HOLDS_CODES, True)
 
 
-def holds_fp8(model) -> bool:
-    """Whether ``model`` holds e4m3 values dequantized only as its layers run (:func:`attach_scales`):
-    its parameters are then not the weights, and must not be read or swapped directly."""
-    return bool(getattr(model, HOLDS_FP8, False))
+def holds_codes(model) -> bool:
+    """Whether ``model`` holds quantized values (e4m3, or integer codes less their zero points) that
+    become its weights only as its layers run (:func:`attach_scalings`): its parameters are then not the
+    weights, and must not be read or swapped directly."""
+    return bool(getattr(model, HOLDS_CODES, False))
 
 
 def _widen_map(module) -> dict[str, Callable]:
@@ -246,33 +263,43 @@ def _scale_of(ckpt: Checkpoint, info: TensorInfo):
         return f.get_tensor(scale_info.name).float().numpy(), lay
 
 
-def _scaled(scale, lay: fp8.Layout) -> Callable:
-    """held e4m3 values [out, in] → their float32 weights, as :func:`fp8.dequantize` computes them."""
+def _fp8_scaling(scale, lay: fp8.Layout) -> Scaling:
+    """An FP8 weight's scales spread over its elements, as :func:`fp8.dequantize` applies them."""
+    import torch
+
+    return lambda block: block.mul_(torch.from_numpy(fp8.expand(scale, lay, 0, *block.shape)).to(block.device))
+
+
+def _scaled(scaling: Scaling) -> Callable:
+    """held values [out, in] → their float32 weights, scaled: exact (float32 holds each product)."""
     import torch
 
     def widen(held):
         wide = held.detach().to(torch.float32)
-        return wide.mul_(torch.from_numpy(fp8.expand(scale, lay, 0, *wide.shape)).to(wide.device))
+        scaling(wide)
+        return wide
 
     return widen
 
 
 def _scaled_experts(parts: list) -> Callable:
     """held fused experts → float32 weights: each expert's matrix, at its rows of the fused
-    parameter (:func:`fused_homes`), times that matrix's own scales."""
+    parameter (:func:`fused_homes`), scaled by that matrix's own scaling."""
     import torch
 
     def widen(held):
         wide = held.detach().to(torch.float32)
-        for expert, rows, flipped, scale, lay in parts:
+        for expert, rows, flipped, scaling in parts:
             index = torch.tensor(rows, device=wide.device)
             target = wide[expert]
-            if flipped:
-                grid = fp8.expand(scale, lay, 0, len(rows), target.shape[0]).T
-                target[:, index] *= torch.from_numpy(grid).to(wide.device)
+            if flipped:  # stored [in, out]: the matrix is its columns, transposed
+                matrix = target[:, index].T.contiguous()
+                scaling(matrix)
+                target[:, index] = matrix.T
             else:
-                grid = fp8.expand(scale, lay, 0, len(rows), target.shape[1])
-                target[index] *= torch.from_numpy(grid).to(wide.device)
+                matrix = target[index]
+                scaling(matrix)
+                target[index] = matrix
         return wide
 
     return widen

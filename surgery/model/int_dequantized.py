@@ -9,6 +9,13 @@ a checkpoint loads from its config without quantization, its integer weights abs
 then set to its values as compressed-tensors decodes them, exact in float32: the decode the bake
 checks every edit with (surgery/bake/int_packed.py), one weight at a time. Every weight the model
 missed must be one of them, or the load is refused in one line.
+
+For float32 compute, a checkpoint whose other weights are stored in one 16-bit dtype (as llm-compressor
+and AutoAWQ write them) is not decoded whole (4 bytes a weight), on any integer layout, transformers'
+own included: each weight is held as its codes less their zero points, small integers exact in that
+dtype, and multiplied by its scales only for its layer's call (model/upcast.py), as FP8 values are
+(model/dequantized.py). compressed-tensors' float32 decode is that product, so the results are the
+whole decode's, bit for bit.
 """
 
 from __future__ import annotations
@@ -24,6 +31,15 @@ def decodes_itself(ckpt: Checkpoint) -> bool:
     return ckpt.int_scheme is not None and ckpt.int_scheme.not_run is not None
 
 
+def layerwise_dtype(ckpt: Checkpoint, model_class) -> Any:
+    """The 16-bit torch dtype to hold ``ckpt``'s integer weights in (codes less zero points) for float32
+    compute a layer at a time, or None to decode them whole: the dtype of every other float tensor."""
+    from ..bake.int_packed import weights_of
+    from .dequantized import held_dtype
+
+    return held_dtype(ckpt, model_class, {w.scale.name for w in weights_of(ckpt).values()})
+
+
 def load_arguments(config) -> dict[str, Any]:
     """from_pretrained's arguments that load the model of ``config`` without its quantization (the integer
     weights are then missing: :func:`fill_weights` puts them in)."""
@@ -32,19 +48,30 @@ def load_arguments(config) -> dict[str, Any]:
     return {"config": without_quantization(config), "output_loading_info": True}
 
 
-def fill_weights(model, ckpt: Checkpoint, missing: list[str]) -> None:
+def fill_weights(model, ckpt: Checkpoint, missing: list[str], held: bool = False) -> None:
     """Put the dequantized values of every integer weight of ``ckpt`` into ``model`` (loaded by
-    :func:`load_arguments`); ``missing``: the parameters transformers found no tensor for, each of which
-    must be filled."""
+    :func:`load_arguments`) or, ``held`` (loaded in :func:`layerwise_dtype`), its codes less their zero
+    points, multiplied by its scales as each layer runs; ``missing``: the parameters transformers found
+    no tensor for, each of which must be filled."""
     import torch
 
-    from ..bake.int_packed import weight_values, weights_of
-    from .dequantized import Filler
+    from ..bake.int_packed import weight_factors, weight_values, weights_of
+    from .dequantized import Filler, attach_scalings
 
     weights = weights_of(ckpt)
-    filler = Filler(model, ckpt.config, [*ckpt.tensors, *weights], f"{ckpt.int_scheme.describe()} weight")
+    stored = [*ckpt.tensors, *weights]
+    what = f"{ckpt.int_scheme.describe()} weight"
+    filler = Filler(model, ckpt.config, stored, what)
+    scalings = {}
     for name, w in weights.items():
-        filler.put(name, torch.from_numpy(weight_values(ckpt, w)))
+        if not held:
+            filler.put(name, torch.from_numpy(weight_values(ckpt, w)))
+            continue
+        units, scale, group_of = weight_factors(ckpt, w)
+        filler.put(name, torch.from_numpy(units))
+        scalings[name] = _scaling(scale, group_of)
+    if held:
+        attach_scalings(model, ckpt.config, stored, scalings, what)
     left = sorted(set(missing) - filler.filled)
     if left:
         raise CheckpointError(
@@ -53,3 +80,19 @@ def fill_weights(model, ckpt: Checkpoint, missing: list[str]) -> None:
             + f", which the {type(model).__name__} needs and which is not one of its integer weights: "
             "the checkpoint is incomplete; re-download it"
         )
+
+
+def _scaling(scale, group_of):
+    """Multiplies a weight's float32 values [out, in] in place by its scales [out or 1, groups], each
+    column by its group's: a view when the groups are contiguous runs of columns (no copy: 5× faster
+    than spreading the scales over every column, which actorder's scattered groups need)."""
+    import numpy as np
+    import torch
+
+    groups = scale.shape[1]
+    scale, of = torch.from_numpy(scale), torch.from_numpy(group_of.astype(np.int64))
+    n = len(group_of)
+    if n % groups == 0 and np.array_equal(group_of, np.arange(n) // (n // groups)):
+        runs = scale[:, :, None]
+        return lambda block: block.view(block.shape[0], groups, -1).mul_(runs.to(block.device))
+    return lambda block: block.mul_(scale[:, of].to(block.device))

@@ -310,17 +310,20 @@ def _layerwise_dtype(ckpt: Checkpoint, config, float32_in_place: bool):
     """The 16-bit dtype to load ``ckpt`` in for float32 compute a layer at a time, or None to load it
     whole in the compute dtype. A 16-bit checkpoint is upcast a layer per call (model/upcast.py);
     FP8 weights are held as their e4m3 values and dequantized the same way when the rest is 16-bit
-    (model/dequantized.py); other quantized weights are decoded by their quantizer. Only for float32
+    (model/dequantized.py), integer weights as their codes less zero points (model/int_dequantized.py);
+    other quantized weights are decoded by their quantizer. Only for float32
     compute without a device map (accelerate's has its own per-layer hooks and budget), and only
     for models whose decoder layers the table knows (the unit upcast)."""
     from ..core.architectures.table import refusal
-    from . import dequantized
+    from . import dequantized, int_dequantized
     from .upcast import stored_dtype
 
     if not float32_in_place or refusal(ckpt.config) is not None:
         return None
     if ckpt.fp8_scheme is not None:
         return dequantized.layerwise_dtype(ckpt, model_class_of(config))
+    if ckpt.int_scheme is not None:
+        return int_dequantized.layerwise_dtype(ckpt, model_class_of(config))
     return None if ckpt.quantized else stored_dtype(ckpt.tensors)
 
 
@@ -329,7 +332,8 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     on ``load``'s device in its dtype (or spread by accelerate with ``--device-map auto``). An FP8
     checkpoint loads dequantized (surgery/model/dequantized.py), on any device, as does an integer one
     transformers cannot run (surgery/model/int_dequantized.py); float32 compute of a
-    16-bit checkpoint keeps the weights 16-bit and upcasts a layer per call (model/upcast.py)."""
+    16-bit checkpoint keeps the weights 16-bit and upcasts a layer per call (model/upcast.py), as it
+    keeps FP8 values and integer codes, dequantized a layer per call."""
     import torch
     from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
@@ -346,12 +350,14 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     fp8 = ckpt.fp8_scheme is not None
     stored = _layerwise_dtype(ckpt, config, placement["device_map"] is None and dtype == torch.float32)
     held_fp8 = fp8 and stored is not None
+    held_int = ckpt.int_scheme is not None and stored is not None
     hf_logging.disable_progress_bar()  # our own progress bars are the ones users should see
     own_folder = placement.get("offload_folder") if load.offload_folder is None else None
     # transformers dequantizes FP8 exactly only when every weight is whole blocks; else surgery does
     own_fp8 = fp8 and not held_fp8 and not dequantized.whole_blocks(ckpt)
-    # integer layouts transformers cannot run: loaded without their quantization, their weights decoded by surgery
-    own_int = int_dequantized.decodes_itself(ckpt)
+    # integer layouts transformers cannot run, and every held one: loaded without their quantization,
+    # their weights decoded (or held) by surgery
+    own_int = held_int or int_dequantized.decodes_itself(ckpt)
     try:
         fp8_args = dequantized.load_arguments(ckpt, config, held=held_fp8) if fp8 else {}
         int_args = int_dequantized.load_arguments(config) if own_int else {}
@@ -367,7 +373,7 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
             )
         if own_int:
             model, info = model
-            int_dequantized.fill_weights(model, ckpt, info["missing_keys"])
+            int_dequantized.fill_weights(model, ckpt, info["missing_keys"], held=held_int)
         if own_fp8:
             dequantized.fill_weights(model, ckpt)
         if held_fp8:

@@ -63,10 +63,10 @@ def _swap_one(model: nn.Module, name: str, value: torch.Tensor) -> Callable[[], 
 @contextmanager
 def swapped(model: nn.Module, tensors: dict[str, torch.Tensor]) -> Iterator[nn.Module]:
     """Run ``model`` with the parameters named in ``tensors`` replaced; restored on exit, even on error."""
-    from .dequantized import holds_fp8
+    from .dequantized import holds_codes
 
-    if holds_fp8(model):  # its parameters hold e4m3 values, not weights: a weight swapped in would be scaled
-        raise ValueError("a model holding FP8 values cannot have weights swapped in; load the baked checkpoint")
+    if holds_codes(model):  # its parameters hold quantized values, not weights: a weight swapped in would be scaled
+        raise ValueError("a model holding quantized values cannot have weights swapped in; load the baked checkpoint")
     undo: list[Callable[[], None]] = []
     try:
         for name, value in tensors.items():

@@ -102,7 +102,7 @@ def _batch(vocab: int) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize(("arch", "layout", "block"), HELD, ids=HELD_IDS)
 def test_a_bf16_fp8_release_is_held_in_16_bits_and_computes_as_its_dequantized_copy(tmp_path, arch, layout, block):
     from surgery.core.architectures import text_config
-    from surgery.model.dequantized import holds_fp8
+    from surgery.model.dequantized import holds_codes
     from surgery.model.hooks import applied, model_architecture
     from surgery.model.upcast import compute_dtype_of
     from tests.support.coverage import proof_edits
@@ -110,7 +110,7 @@ def test_a_bf16_fp8_release_is_held_in_16_bits_and_computes_as_its_dequantized_c
     src = build_fp8(tmp_path / "fp8", layout, block, arch=arch, rest=torch.bfloat16)
     copy = dequantized_copy(src, tmp_path / "fp32", layout, block)
     held, plain = load_model(src, _spec("float32")), load_model(copy, _spec("float32"))
-    assert holds_fp8(held) and not holds_fp8(plain) and compute_dtype_of(held) == torch.float32
+    assert holds_codes(held) and not holds_codes(plain) and compute_dtype_of(held) == torch.float32
     kept32 = tuple(type(held)._keep_in_fp32_modules_strict or ())  # DeepSeek-V3's router, as transformers keeps it
     stored = {p.dtype for n, p in held.named_parameters() if not any(k in n for k in kept32)}
     assert stored == {torch.bfloat16}  # the e4m3 values, exact in bf16; nothing dequantized whole
@@ -133,13 +133,13 @@ def test_fp8_is_dequantized_whole_where_holding_it_in_16_bits_would_round_or_is_
     bfloat16 compute dtype, or a device map, use transformers' dequantization as before."""
     from safetensors.torch import load_file, save_file
 
-    from surgery.model.dequantized import holds_fp8
+    from surgery.model.dequantized import holds_codes
 
     src = build_fp8(tmp_path / "fp8", "block", (8, 8), rest=torch.bfloat16)
-    assert not holds_fp8(load_model(src, _spec("bfloat16")))
+    assert not holds_codes(load_model(src, _spec("bfloat16")))
     tensors = load_file(src / "model.safetensors")
     tensors["model.norm.weight"] = tensors["model.norm.weight"].float() + 1e-4  # not bf16-representable
     save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
     whole = load_model(src, _spec("float32"))
-    assert not holds_fp8(whole) and {p.dtype for p in whole.parameters()} == {torch.float32}
+    assert not holds_codes(whole) and {p.dtype for p in whole.parameters()} == {torch.float32}
     assert torch.equal(whole.model.norm.weight, tensors["model.norm.weight"])

@@ -1,7 +1,8 @@
 """Integer checkpoints transformers cannot run (asymmetric int4, int8 int-quantized, GPTQ's actorder
-"group", AutoAWQ GEMM) load for computation dequantized by surgery: every parameter equals the one of a
-float32 copy holding the values compressed-tensors decodes, bit for bit, mixtures of experts included;
-what it cannot fill is refused in one line."""
+"group", AutoAWQ GEMM) load for computation dequantized by surgery, and in float32 every integer layout
+is held in 16 bits and decoded as its layers run: the logits and weights are those of a float32 copy
+holding the values compressed-tensors decodes, bit for bit, mixtures of experts included; what it cannot
+fill is refused in one line."""
 
 from __future__ import annotations
 
@@ -32,17 +33,80 @@ CASES = [
 CPU = LoadSpec(device="cpu", dtype="float32")
 
 
+def _batch() -> dict[str, torch.Tensor]:
+    ids = torch.randint(3, 100, (2, 7), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0  # left padding
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _nbytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+# every layout surgery decodes, and one transformers runs (symmetric W4A16): held too in float32
+HELD = [*CASES, ("w4a16-g8", "llama")]
+
+
+@pytest.mark.parametrize(("layout", "arch"), HELD, ids=[f"{a}-{b}" for a, b in HELD])
+def test_an_integer_checkpoint_is_held_in_16_bits_and_computes_as_its_decoded_copy(tmp_path, layout, arch):
+    """Its other tensors in one 16-bit dtype (as llm-compressor and AutoAWQ write them), each integer weight
+    is held as its codes less their zero points and multiplied by its scales as its layer runs: the logits,
+    the weights as computed and the run-time edits are the decoded copy's, bit for bit, at half its memory."""
+    from surgery.model.dequantized import holds_codes
+    from surgery.model.hooks import applied, model_architecture
+    from surgery.model.upcast import compute_dtype_of, computed_value
+    from tests.support.coverage import proof_edits
+
+    src, copy = int_packed.decoded_pair(tmp_path, layout, arch=arch)
+    held, plain = load_model(src, CPU), load_model(copy, CPU)
+    stored = {p.dtype for p in held.parameters()}
+    assert holds_codes(held) and compute_dtype_of(held) == torch.float32
+    assert stored in ({torch.bfloat16}, {torch.float16})  # the checkpoint's 16-bit dtype, every parameter
+    assert _nbytes(held) == _nbytes(plain) // 2  # nothing decoded whole
+    modules = dict(held.named_modules())
+    for name, value in plain.named_parameters():
+        owner, _, leaf = name.rpartition(".")
+        assert torch.equal(computed_value(modules[owner], leaf), value), name  # what PPM reads
+    with torch.no_grad():
+        assert torch.equal(held(**_batch()).logits, plain(**_batch()).logits)
+        edits = [e for group in proof_edits(model_architecture(plain)).values() for e in group]
+        with applied(plain, edits):
+            want = plain(**_batch()).logits
+        with applied(held, edits):
+            got = held(**_batch()).logits
+    assert torch.equal(got, want)  # the run-time twins see the decoded weights
+    assert {p.dtype for p in held.parameters()} == stored
+
+
 @pytest.mark.parametrize(("layout", "arch"), CASES, ids=[f"{a}-{b}" for a, b in CASES])
-def test_an_integer_checkpoint_transformers_cannot_run_loads_as_its_decoded_copy(tmp_path, layout, arch):
+def test_an_integer_checkpoint_transformers_cannot_run_decodes_whole_where_16_bits_would_round(tmp_path, layout, arch):
+    """A float32 tensor bfloat16 cannot hold (a norm): the load is in float32, each integer weight decoded
+    whole, every parameter the decoded copy's bit for bit."""
+    from surgery.model.dequantized import holds_codes
+
     src, copy = int_packed.decoded_pair(tmp_path, layout, arch=arch)
     assert decodes_itself(Checkpoint(src))
+    for folder in (src, copy):
+        tensors = load_file(folder / "model.safetensors")
+        tensors["model.norm.weight"] = torch.full_like(tensors["model.norm.weight"], 1 + 1e-4, dtype=torch.float32)
+        save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     model, plain = load_model(src, CPU), load_model(copy, CPU)
+    assert not holds_codes(model) and {p.dtype for p in model.parameters()} == {torch.float32}
     got, want = dict(model.named_parameters()), dict(plain.named_parameters())
     assert sorted(got) == sorted(want)
     for name, value in want.items():
         assert torch.equal(got[name], value), name
-    tokens = torch.tensor([[5, 9, 14, 3]])
-    assert torch.equal(model(input_ids=tokens).logits, plain(input_ids=tokens).logits)
+    with torch.no_grad():
+        assert torch.equal(model(**_batch()).logits, plain(**_batch()).logits)
+
+
+def test_a_bfloat16_compute_or_a_device_map_does_not_hold(tmp_path):
+    from surgery.model.dequantized import holds_codes
+
+    src, _ = int_packed.decoded_pair(tmp_path, "w4a16-g8-asym")
+    assert not holds_codes(load_model(src, LoadSpec(device="cpu", dtype="bfloat16")))
+    assert not holds_codes(load_model(src, LoadSpec(device="cpu", dtype="float32", device_map="auto")))
 
 
 def test_a_layout_transformers_runs_is_left_to_it(tmp_path):
