@@ -256,10 +256,10 @@ def weight_values(ckpt: Checkpoint, w: IntWeight) -> np.ndarray:
 
 
 def weight_factors(ckpt: Checkpoint, w: IntWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The two factors of :func:`weight_values`: (code − zero point [out, in], decoded by compressed-tensors
-    with unit scales: small integers, exact in any float; the float32 scales [out or 1, groups]; each
-    input column's group). ``scales[:, group][…] × (code − zero)`` is compressed-tensors' float32 decode,
-    which computes that product."""
+    """The two factors of :func:`weight_values`: (``units``, code − zero point [out, in], decoded by
+    compressed-tensors with unit scales: small integers, exact in any float; ``scales``, float32 [out or 1,
+    groups]; ``group_of``, each input column's group). compressed-tensors' float32 decode computes
+    ``scales[:, group_of] * units``, so that product is :func:`weight_values`, bit for bit."""
     s = ckpt.int_scheme
     codes, scale, zero = _stored(ckpt, s, w)
     units = np.concatenate([block for _, block in _blocks(s, w, codes, np.ones_like(scale), zero)])

@@ -26,7 +26,7 @@ from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.errors import CheckpointError
 from ..quant import fp8
 
-HOLDS_CODES = "_surgery_holds_codes"  # set on a model by attach_grids: its parameters are not its weights
+HOLDS_CODES = "_surgery_holds_codes"  # set on a model by attach_scalings: its parameters are not its weights
 
 
 def whole_blocks(ckpt: Checkpoint) -> bool:
