@@ -121,8 +121,16 @@ def build_int(
     releases are: every expert's and the shared expert's linears compressed, the routers (``mlp.gate``,
     ``mlp.shared_expert_gate``, Mixtral's ``block_sparse_moe.gate``) left in float. ``actorder``: as GPTQ
     writes it; "group" stores each weight's ``g_idx`` (seeded, over the row or ``within`` blocks)."""
-    fmt, sch = _scheme(scheme, actorder)
     build_tiny(arch, folder, dtype, None, **overrides)
+    return compress_folder(folder, scheme, dtype, actorder, within)
+
+
+def compress_folder(
+    folder: Path, scheme: str, dtype: torch.dtype, actorder: str | None = None, within: int | None = None
+) -> Path:
+    """The one-file checkpoint at ``folder`` with its decoder linears compressed in ``scheme`` (scales in
+    ``dtype``), in place: :func:`build_int`'s work on a model it did not build."""
+    fmt, sch = _scheme(scheme, actorder)
     tensors = load_file(folder / "model.safetensors")
     group = sch.weights.group_size if actorder == "group" else None
     names = [n for n in tensors if n.endswith(".weight") and n.split(".")[-2] in LINEARS]
