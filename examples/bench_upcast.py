@@ -105,40 +105,21 @@ def quantize_fp8(src: Path, out: Path, block: int = 128) -> Path:
     return out
 
 
-def quantize_int4(src: Path, out: Path, group: int = 64) -> Path:
-    """``src`` with its decoder linears compressed by compressed-tensors as W4A16 (pack-quantized,
-    symmetric, one scale per ``group`` input columns, min/max rule), the other tensors as they are."""
+def quantize_int4(src: Path, out: Path) -> Path:
+    """A copy of ``src`` with its decoder linears compressed by compressed-tensors as W4A16
+    (pack-quantized, symmetric, groups of 64, min/max rule), the other tensors as they are."""
     import shutil
 
-    from compressed_tensors.compressors.base import BaseCompressor
-    from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig, QuantizationScheme
-    from compressed_tensors.quantization.utils import calculate_qparams
-    from safetensors.torch import load_file, save_file
+    import torch
 
-    if (out / "config.json").exists():
-        return out
-    out.mkdir(parents=True)
-    args = QuantizationArgs(num_bits=4, type="int", strategy="group", group_size=group, symmetric=True)
-    scheme = QuantizationScheme(targets=["Linear"], weights=args)
-    compressor = BaseCompressor.get_value_from_registry("pack-quantized")
-    tensors = load_file(src / "model.safetensors")
-    for name in [n for n in tensors if ".layers." in n and n.endswith("proj.weight")]:
-        w = tensors.pop(name)
-        grouped = w.float().reshape(w.shape[0], -1, group)
-        scale, _ = calculate_qparams(grouped.amin(-1), grouped.amax(-1), args)
-        state = compressor.compress({"weight": w.float(), "weight_scale": scale.to(w.dtype)}, scheme)
-        for key, value in state.items():
-            tensors[name.removesuffix("weight") + key] = value.contiguous()
-    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
-    config = json.loads((src / "config.json").read_text())
-    quant = QuantizationConfig(
-        config_groups={"group_0": scheme}, format="pack-quantized", quantization_status="compressed", ignore=["lm_head"]
-    )
-    config["quantization_config"] = json.loads(quant.model_dump_json(exclude_none=True))
-    (out / "config.json").write_text(json.dumps(config, indent=1))
-    for other in src.glob("*.json"):
-        if other.name != "config.json":
-            shutil.copy(other, out)
+    from tests.support.int_packed import compress_folder
+
+    if not out.exists():  # written beside, then renamed: an interrupted run leaves no half-compressed copy
+        partial = out.with_name(out.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(src, partial)
+        compress_folder(partial, "w4a16-g64", torch.bfloat16)
+        partial.rename(out)
     return out
 
 

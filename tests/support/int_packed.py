@@ -30,6 +30,7 @@ SCHEMES = {
     "w4a16-g8": ("pack-quantized", 4, "group", 8, True),
     "w4a16-g16": ("pack-quantized", 4, "group", 16, True),
     "w4a16-g32": ("pack-quantized", 4, "group", 32, True),  # vLLM's CPU kernel: groups of 32 at least
+    "w4a16-g64": ("pack-quantized", 4, "group", 64, True),  # examples/bench_upcast.py: 128 does not divide 960
     "w4a16-g8-asym": ("pack-quantized", 4, "group", 8, False),
     "w4a16-g4-asym": ("pack-quantized", 4, "group", 4, False),
     "int8-g8": ("int-quantized", 8, "group", 8, True),
