@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from machine import one_line, stamp
+
 HERE = Path(__file__).resolve().parent
 DEFAULT_MODEL = (
     Path(os.environ.get("SURGERY_MODELS", Path.home() / ".cache" / "surgery" / "models")) / "smollm2-135m-instruct"
@@ -309,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(filter(None, args.only.split(","))) - {b.name for b in BENCHES}
     if unknown:
         ap.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; choose from {', '.join(b.name for b in BENCHES)}")
+    machine = stamp()
     rows: list[tuple[Row, str]] = []
     with tempfile.TemporaryDirectory(prefix="surgery-bench-all-") as scratch:
         for bench in chosen:
@@ -317,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     table = markdown(rows)
     print(
-        f"\n{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"\n{one_line(machine)}, Python {platform.python_version()}, "
         f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, load average {load:.1f} at the end"
         + (" — --quick: smoke-run numbers, not to quote" if args.quick else "")
         + "\n"

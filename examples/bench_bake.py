@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import stamp  # noqa: E402
 from synthetic_checkpoint import write_shard  # noqa: E402  (tensor by tensor: memory is one pool, not the shard)
 
 SHAPES = {
@@ -389,7 +390,8 @@ def main() -> None:
     VERIFY_LOAD[:] = args.verify_load.split()
     args.workdir.mkdir(parents=True, exist_ok=True)
     report = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
+        "machine": stamp(),
+        "system": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "runs": args.runs,
         "shape": args.shape,

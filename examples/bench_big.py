@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import stamp  # noqa: E402
 from measure import run_measured  # noqa: E402
 from synthetic_checkpoint import build  # noqa: E402
 
@@ -57,6 +58,7 @@ def main() -> None:
     ap.add_argument("--scratch", type=Path, default=Path("/tmp/surgery-bench-big"))
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    machine = stamp()
     args.scratch.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     src = build(
@@ -109,7 +111,10 @@ def main() -> None:
         print(f"{name:40s} {wall:7.1f}s {wall / cp:5.2f}× {rss:7.2f} GB {anon:5.2f} GB")
     if args.json:
         args.json.write_text(
-            json.dumps({"size_gb": size / GB, "runs": args.runs, "results": results, "summary": summary}, indent=1)
+            json.dumps(
+                {"machine": machine, "size_gb": size / GB, "runs": args.runs, "results": results, "summary": summary},
+                indent=1,
+            )
         )
 
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import torch
+from machine import stamp
 
 from surgery.find.neurons.pairs import check_token_counts, load_pairs
 from surgery.find.neurons.scores import accumulate_pair_sums
@@ -92,6 +93,7 @@ def main() -> None:
     if args.repeat:
         child_memory(args)
         return
+    machine = stamp()
 
     model, tok, pairs = setup(args)
     texts = [t for p in pairs for t in (p.prompt_1, p.prompt_2)]
@@ -142,6 +144,7 @@ def main() -> None:
         args.json.write_text(
             json.dumps(
                 {
+                    "machine": machine,
                     "model": str(args.model),
                     "pairs": len(pairs),
                     "prompts": len(texts),

@@ -29,6 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the naive baseline lives in tests/support/
+from machine import stamp  # noqa: E402
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -81,6 +82,7 @@ def main() -> None:
     ap.add_argument("--no-naive", action="store_true", help="Skip the naive baseline (it takes minutes).")
     ap.add_argument("--json", type=Path, default=None, help="Also write the medians and differences here.")
     args = ap.parse_args()
+    machine = stamp()
 
     times: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
     if args.baseline_repo:
@@ -122,6 +124,7 @@ def main() -> None:
         same = numbers(results["cold"]) == numbers(results["warm"])
         print(f"  warm numbers identical to cold: {same}")
         report = {
+            "machine": machine,
             "model": args.model,
             "against": args.against,
             "runs": args.runs,

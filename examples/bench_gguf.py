@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import stamp
+
 MODELS = Path(os.environ.get("SURGERY_MODELS", Path.home() / ".cache" / "surgery" / "models"))
 DEFAULT = MODELS / ".gguf" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 REPO = Path(__file__).resolve().parent.parent
@@ -83,6 +85,7 @@ def main() -> None:
     args = ap.parse_args()
     if not args.gguf.is_file():
         raise SystemExit(f"{args.gguf} not found; run `python examples/get_models.py` first")
+    machine = stamp()
     with tempfile.TemporaryDirectory(prefix="bench-gguf-") as tmp:
         tmp = Path(tmp)
         # This process imports nothing heavy: a child's peak RSS counts its parent's pages before exec.
@@ -117,6 +120,7 @@ def main() -> None:
     print(f"{args.gguf.name}: {size:.0f} MiB, 40 neurons pruned + 3 heads × 2, median of {args.runs} runs")
     print(f"{'':6} {'seconds':>8} {'× cp':>6} {'peak RSS MB':>12}")
     summary = {
+        "machine": machine,
         "file": args.gguf.name,
         "mib": round(size, 1),
         "runs": args.runs,

@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # this checkout's surgery, not an installed one
+from machine import stamp  # noqa: E402
 from measure import run_measured  # noqa: E402
 
 GB = 1e9
@@ -116,6 +117,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         return child(*args.child)
+    machine = stamp()
     if args.synthetic:
         args.scratch.mkdir(parents=True, exist_ok=True)
         args.gguf = [write_synthetic(args.scratch / "synthetic-llama-f16.gguf")]
@@ -154,7 +156,7 @@ def main() -> None:
             shutil.rmtree(args.scratch / f"{gguf.stem}-{mode}", ignore_errors=True)
     if args.json:
         runs = {f"{g} {m}": r for (g, m), r in results.items()}
-        args.json.write_text(json.dumps({"runs": runs, "summary": summary}, indent=1) + "\n")
+        args.json.write_text(json.dumps({"machine": machine, "runs": runs, "summary": summary}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from machine import stamp
 
 from surgery.find.heads.attention import Plan, active_plan, surgery_attention_on
 from surgery.find.heads.benchmark import load_benchmark
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
     if args.runs < 3:
         ap.error("--runs must be ≥ 3 (the median is reported)")
+    machine = stamp()
     if args.threads:
         torch.set_num_threads(args.threads)
     tok, model = load_tokenizer(args.model), load_model(args.model)
@@ -134,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = res
     diff = float(np.abs(results["registered"] - results["output_attentions"]).max())
     report = {
+        "machine": machine,
         "model": args.model,
         "prompts": len(prompts),
         "batch_size": args.batch_size,

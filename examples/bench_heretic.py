@@ -45,6 +45,8 @@ import sys
 import time
 from pathlib import Path
 
+from machine import stamp
+
 REPO = Path(__file__).resolve().parent.parent
 HERE = REPO / "examples" / "directions"
 sys.path.insert(0, str(REPO / "examples"))
@@ -299,6 +301,7 @@ def main() -> None:
     if not (args.model / "config.json").exists():
         print(f"skipped: no model at {args.model} (python examples/get_models.py --only smollm2)")
         return
+    machine = stamp()
     if args.venvs is not None:
         os.environ["SURGERY_BENCH_VENVS"] = str(args.venvs)
     import bench_venv
@@ -333,6 +336,7 @@ def main() -> None:
         "changed_ours": changed(moe, work / "ours-moe"),
         "changed_heretic": changed(moe, work / "heretic-moe"),
     }
+    summary["machine"] = machine
     text = json.dumps(summary, indent=1)
     if args.json:
         args.json.write_text(text + "\n")

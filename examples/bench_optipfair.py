@@ -207,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import bench_venv
+    from machine import stamp
+
+    machine = stamp()
 
     try:
         python = bench_venv.ensure("optipfair", OPTIPFAIR)
@@ -238,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         report = json.loads(out.read_text())
     finally:
         out.unlink(missing_ok=True)
+    report["machine"] = machine
     show(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")

@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from machine import stamp
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = Path.home() / ".cache" / "surgery" / "models" / "smollm2-135m-instruct"
 
@@ -103,10 +105,12 @@ def main(argv: list[str] | None = None) -> int:
         if not path.exists():
             print(f"skipped: no {what} at {path} (python examples/get_models.py gets the models)")
             return 0
+    machine = stamp()
     ours = surgery_command(args.model, n4, args.per_identity, args.max_pairs)
     paper = paper_procedure(args.model, n4, args.per_identity, args.max_pairs)
     diff = max(abs(paper[k]["delta"] - ours[k]["delta"]) for k in ("S", "K"))
     report = {
+        "machine": machine,
         "model": str(args.model),
         "pairs": paper["pairs"],
         "prompts": 4 * paper["pairs"],

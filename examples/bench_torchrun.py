@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import stamp
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -54,7 +56,8 @@ def main() -> None:
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--max-pairs", type=int, default=64, help="score-binding's pairs (4 prompts each)")
     args = ap.parse_args()
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; {args.model}")
+    stamp()
+    print(f"load average {os.getloadavg()[0]:.2f} at start; {args.model}")
     print(f"{'command':<14} {'1 × 1 thread':>13} {f'{args.nproc} × 1 thread':>13} {'speed-up':>9}  same result")
     for name, argv in commands(args.model, args.max_pairs).items():
         one, single = timed([sys.executable, "-m", "surgery", *argv])

@@ -40,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # this checkout's surgery, not an installed one
+from machine import stamp  # noqa: E402
 from measure import run_measured  # noqa: E402
 
 GB = 1e9
@@ -173,6 +174,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         return child(*args.child)
+    machine = stamp()
     args.scratch.mkdir(parents=True, exist_ok=True)
     src = args.model or build_random(args.scratch / "smollm2-360m-shapes-bf16")
     if args.fp8 and not args.model:
@@ -199,7 +201,9 @@ def main() -> None:
             f"anon {med['anon_gb']:.2f} GB ({med['anon_gb'] / size:.2f}×), {med['wall_s']:.1f} s"
         )
     if args.json:
-        args.json.write_text(json.dumps({"checkpoint_gb": size, "runs": results, "medians": summary}, indent=1))
+        args.json.write_text(
+            json.dumps({"machine": machine, "checkpoint_gb": size, "runs": results, "medians": summary}, indent=1)
+        )
 
 
 if __name__ == "__main__":

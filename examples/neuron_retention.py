@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from machine import stamp
 
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import NeuronScale
@@ -80,6 +81,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    machine = stamp()
 
     ckpt = Checkpoint(args.model)
     start = time.perf_counter()
@@ -129,7 +131,9 @@ def main() -> None:
             f"last layer {row['last_layer']:>2}  layers {row['layers_used']:>2}{extra}  {row['continuation']!r}"
         )
     if args.json:
-        args.json.write_text(json.dumps({"model": str(args.model), "n": args.n, "rows": rows}, indent=1))
+        args.json.write_text(
+            json.dumps({"machine": machine, "model": str(args.model), "n": args.n, "rows": rows}, indent=1)
+        )
 
 
 if __name__ == "__main__":

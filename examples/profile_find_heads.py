@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from machine import stamp
+
 from surgery.cli import main as surgery_command
 from surgery.find import findings as findings_mod
 from surgery.find.heads import awareness as awareness_mod
@@ -87,6 +89,7 @@ def main(argv: list[str]) -> None:
     wrap(find_mod, "save_findings", "writing")
     wrap(findings_mod, "save_findings", "writing")  # the CLI's --out (imported at call time)
 
+    machine = stamp()
     wall, cpu = time.perf_counter(), time.process_time()
     try:
         try:  # the `surgery` command itself, in this process
@@ -104,7 +107,7 @@ def main(argv: list[str]) -> None:
             print(f"{name}\t{w:.1f}\t{c:.1f}\t{n}", file=sys.stderr)
         if out_json:
             with open(out_json, "w") as f:
-                json.dump(PHASES, f, indent=1)
+                json.dump({"machine": machine, "phases": PHASES}, f, indent=1)
 
 
 if __name__ == "__main__":

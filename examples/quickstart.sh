@@ -13,7 +13,8 @@
 #     → find-heads → amplify-heads --alpha 2.5 --top 3 → verify → eval → export-lora → report.
 #
 # Everything lands in one folder (default ./quickstart-<model>): findings/, pruned/, amplified/,
-# adapter/, eval/, report/, and timings.tsv (wall and CPU seconds per step).
+# adapter/, eval/, report/, timings.tsv (wall and CPU seconds per step, and a last line naming the
+# machine) and machine.json (its CPU, flags and matmul rates, measured before the first step).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,7 +32,7 @@ while [[ $# -gt 0 ]]; do
         --install-only) INSTALL_ONLY=1; shift ;;
         --torch-index) TORCH_INDEX="$2"; shift 2 ;;
         --force) FORCE=1; shift ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -100,6 +101,10 @@ if [[ $INSTALL -eq 1 ]]; then
 fi
 command -v surgery >/dev/null || { echo "error: surgery is not installed; drop --no-install" >&2; exit 2; }
 
+# Which machine these times are from: CPU model, kernel flags and matmul rates measured now (times
+# from different machines compare only against their own matmul rate).
+python "$REPO/examples/machine.py" --json "$OUT/machine.json"
+
 export SURGERY_MODELS="${SURGERY_MODELS:-$HOME/.cache/surgery/models}"
 SRC="$SURGERY_MODELS/$MODEL_NAME"
 step get-model python "$REPO/examples/get_models.py" --only "$MODEL_FLAG"
@@ -128,9 +133,10 @@ TOTAL=$(elapsed "$TOTAL_START")
 children_cpu; TOTAL_CPU=$(awk -v a="$TOTAL_CPU_START" -v b="$CPU_NOW" 'BEGIN { printf "%.1f", b - a }')
 rm -f "$OUT/.times"
 printf 'total\t%s\t%s\n' "$TOTAL" "$TOTAL_CPU" >> "$TIMINGS"
+printf '# machine: %s\n' "$(python "$REPO/examples/machine.py" --describe "$OUT/machine.json")" >> "$TIMINGS"
 echo
 echo "Step timings:"
-awk -F'\t' '{ printf "  %-18s %8s %8s\n", $1, $2, $3 }' "$TIMINGS"
+awk -F'\t' '/^#/ { print "  " substr($0, 3); next } { printf "  %-18s %8s %8s\n", $1, $2, $3 }' "$TIMINGS"
 cat <<EOF
 
 Done in $TOTAL s ($TOTAL_CPU s CPU). Everything is in $OUT:

@@ -53,10 +53,19 @@ def model() -> Path:
 
 
 def test_every_step_ran_and_was_timed(out):
-    rows = [line.split("\t") for line in (out / "timings.tsv").read_text().splitlines()]
+    lines = (out / "timings.tsv").read_text().splitlines()
+    rows = [line.split("\t") for line in lines if not line.startswith("#")]
     assert rows[0] == ["step", "wall_s", "cpu_s"]
+    assert lines[-1].startswith("# machine: ") and "GFLOP/s float32" in lines[-1]
     assert tuple(r[0] for r in rows[1:]) == STEPS
     assert all(float(wall) > 0 and float(cpu) >= 0 for _, wall, cpu in rows[1:])
+
+
+def test_the_machine_is_recorded(out):
+    """Times from different machines compare only through the machine's own matmul rate."""
+    machine = json.loads((out / "machine.json").read_text())
+    assert machine["cpu"] and machine["cores"] >= 1 and machine["matmul_gflops_float32"] > 0
+    assert isinstance(machine["flags"], list) and machine["matmul_gflops_bfloat16"] > 0
 
 
 def test_the_model_was_imported_from_the_gguf_into_the_empty_home(model):
