@@ -56,7 +56,7 @@ def check_mixer_layer(arch: Architecture, layer: int, where: str) -> None:
             f"{layer_list(arch.mixer_layers())}); use attention"
         )
     if not arch.geometry.mixer_width:
-        spelled = " or ".join(" × ".join(keys) for keys in mixer.width)
+        spelled = ", else ".join(" × ".join(keys) for keys in mixer.width)
         raise RecipeError(
             f"{where}.module = mixer but config.json does not give the width of {mixer.module} ({spelled}); add it"
         )

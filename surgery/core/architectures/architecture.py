@@ -298,7 +298,7 @@ class Architecture(ExpertTensors):
         if lay.head_refusal:
             out.append(("attention", f"the attention output {lay.o_proj} (the table has no head layout to size it by)"))
         if lay.mixer and layer in self.mixer_layers() and not self.geometry.mixer_width:
-            spelled = " or ".join(" × ".join(keys) for keys in lay.mixer.width)
+            spelled = ", else ".join(" × ".join(keys) for keys in lay.mixer.width)
             out.append(("attention", f"{lay.mixer.module} (config.json does not give its width: {spelled})"))
         if why := self._mlp_refusal(layer):
             out.append(("mlp", why))

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UnsupportedArchitecture
-from .kinds import MlaSizes, _lookup, read_kinds
+from .kinds import _MISSING, MlaSizes, _lookup, read_kinds
 from .layout import ConfigKeys, Experts, Layout, Mixer
 from .table import ARCHITECTURES
 
@@ -147,12 +147,19 @@ def _issue24_geometry(layout: Layout, model_type: str, cfg: Mapping[str, Any], g
 
 
 def _mixer_width(mixer: Mixer, cfg: Mapping[str, Any]) -> int:
-    """The input width of ``mixer``'s output projection: the product of the first of its spellings whose
-    keys config.json sets (truncated as transformers' ``int(mamba_expand * hidden_size)``); 0 for none."""
+    """The input width of ``mixer``'s output projection: the product of its first spelling's keys
+    (truncated as transformers' ``int(mamba_expand * hidden_size)``), the next spelling where a key of it
+    is null (the config class falls back to it); 0 where a key is absent (the class's own default, which
+    the table does not guess) or not a positive number."""
     for keys in mixer.width:
         values = [_lookup(cfg, k) for k in keys]
+        if any(v is _MISSING for v in values):
+            return 0
+        if None in values:
+            continue
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
             return int(math.prod(values))
+        return 0
     return 0
 
 

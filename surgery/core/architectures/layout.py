@@ -168,9 +168,10 @@ class Mixer:
 
     ``kinds``: the layer kinds that have it (None: every layer, beside its attention: Falcon-H1).
     Its weight is [hidden_size, width]; ``width`` lists how config.json spells the width, each a
-    product of config keys (a dotted key is nested), the first whose keys are all set wins, in the
-    precedence the family's config class gives them (Falcon-H1: mamba_d_ssm, else mamba_expand ×
-    hidden_size). A config with none of them leaves the mixer unprojected, and says so.
+    product of config keys (a dotted key is nested), in the precedence the family's config class gives
+    them: the next is read where a key of one is null (Falcon-H1: mamba_d_ssm, else mamba_expand ×
+    hidden_size). A key absent from config.json (the class's default, not guessed) leaves the mixer
+    unprojected, and every command that would project it says so.
     ``lora_refusal``: why its projection has no LoRA adapter (None: it has one).
     """
 
