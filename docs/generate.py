@@ -183,6 +183,10 @@ def _attention(layout: Any) -> str:
         parts.append(f"heads in {', '.join(layout.layer_kinds.editable)} layers only")
     if layout.head_refusal:
         parts.append(f"heads refused: {layout.head_refusal}")
+    if mixer := layout.mixer:
+        where = "every layer" if mixer.kinds is None else f"{', '.join(mixer.kinds)} layers"
+        width = ", else ".join(" × ".join(keys) for keys in mixer.width)
+        parts.append(f"other mixer's output {_code(mixer.module)} in {where} (a residual writer; width {width})")
     return "; ".join(parts)
 
 

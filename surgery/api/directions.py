@@ -4,8 +4,9 @@
 each prompt's last token after every layer and returns each layer's difference of the two sets'
 means, with norms, separation and cosines between layers (cached by model fingerprint, prompt sets
 and parameters); ``surgery.ablate_direction(model, out, direction=findings)`` bakes
-W ← W − w·r(rᵀW) into the attention output and MLP down matrices (every expert's too) of the
-layers the weight kernel picks. The options are those of ``surgery find-direction`` /
+W ← W − w·r(rᵀW) into every residual writer (attention output, a hybrid layer's Mamba, linear-attention
+or convolution output projection, MLP down matrices, every expert's too) of the layers the weight
+kernel picks, and names in one line the writers the table cannot project exactly. The options are those of ``surgery find-direction`` /
 ``surgery ablate-direction``, spelled as the fields of ``LoadSpec``, ``DirectionParams`` and
 ``KernelParams``.
 """
@@ -143,6 +144,8 @@ def ablate_direction(
     ckpt = open_checkpoint(str(model), load)[0]
     found = direction_findings(ckpt, findings=direction, transfer=transfer, load=load, report=report)
     recipe, record = direction_recipe(found, kernel, architecture(ckpt.config))
+    if left := record["direction_kernel"].get("not_projected"):  # residual writers the table cannot edit exactly
+        reporter(report)(f"ablate-direction: {left}")
     plans = [Planned(None, recipe, record)]
     if on_plans is not None:
         on_plans(plans)

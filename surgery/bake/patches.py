@@ -182,9 +182,10 @@ def check_attention(ckpt: Checkpoint, arch: Architecture) -> None:
 
 
 def _probes(arch: Architecture, layer: int) -> list[Edit]:
-    """One edit of each kind ``layer`` offers, on its last head or neuron (and first and last expert):
-    together they resolve to every tensor an edit of that layer may touch, at its full shape."""
-    from ..core.edits import SHARED, HeadScale, NeuronScale
+    """One edit of each kind ``layer`` offers, on its last head or neuron (and first and last expert), and a
+    direction through its other token mixer's output projection: together they resolve to every tensor
+    an edit of that layer may touch, at its full shape."""
+    from ..core.edits import SHARED, DirectionEdit, HeadScale, NeuronScale
 
     e = arch.layer_edits(layer)
     probes: list[Edit] = [HeadScale(layer, e.heads - 1, 0.5)] if e.heads else []
@@ -193,6 +194,8 @@ def _probes(arch: Architecture, layer: int) -> list[Edit]:
     probes += [NeuronScale(layer, e.expert_width - 1, 0.0, x) for x in sorted({0, e.experts - 1}) if e.experts]
     if e.shared_width:
         probes.append(NeuronScale(layer, e.shared_width - 1, 0.0, SHARED))
+    if "mixer" in arch.residual_writers(layer):  # the other residual writers are the matrices above
+        probes.append(DirectionEdit(module="mixer", vector="", weight=1.0, layer=layer))
     return probes
 
 

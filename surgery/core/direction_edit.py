@@ -2,9 +2,11 @@
 residual stream, W ← W − weight·r(rᵀW), baked exactly.
 
 ``module`` names the residual writer by role, not by tensor name: ``attention`` (the attention
-output matrix), ``mlp`` (the dense MLP's down matrix), ``experts`` (every routed expert's down
-matrix of a mixture-of-experts layer), ``shared_experts`` (the shared expert's down matrix) or
-``embeddings`` (the token embedding table; ``layer`` is not used). ``vector`` is
+output matrix), ``mixer`` (the output projection of a hybrid layer's other token mixer: a Mamba
+block, linear attention, a short convolution; ``Layout.mixer``), ``mlp`` (the dense MLP's down
+matrix), ``experts`` (every routed expert's down matrix of a mixture-of-experts layer),
+``shared_experts`` (the shared expert's down matrix) or ``embeddings`` (the token embedding table;
+``layer`` is not used). ``Architecture.residual_writers`` says which roles a layer has. ``vector`` is
 ``FILE.safetensors#NAME`` (surgery/core/vectors.py); ``weight`` 1 removes the direction, 0 < w < 1
 weakens it, w < 0 strengthens it. A module's bias, where it has one, is projected too: the twin
 projects the module's whole output.
@@ -20,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .edit_kind import Edit, check_layer, check_scale, index, number, recipe_key, register_edit_kind
+from .edit_kind import Edit, check_layer, check_scale, index, layer_list, number, recipe_key, register_edit_kind
 from .errors import RecipeError
 from .head_edit import check_head_layer
 from .neuron_edit import check_dense_mlp
@@ -30,7 +32,7 @@ from .vectors import VectorSource, sha256_hex, vector_spec
 if TYPE_CHECKING:
     from .architectures import Architecture
 
-MODULES = ("attention", "mlp", "experts", "shared_experts", "embeddings")
+MODULES = ("attention", "mixer", "mlp", "experts", "shared_experts", "embeddings")
 
 
 def module_role(value: Any, where: str) -> str:
@@ -38,6 +40,26 @@ def module_role(value: Any, where: str) -> str:
     if value not in MODULES:
         raise RecipeError(f"{where} must be one of {', '.join(MODULES)}, got {value!r}")
     return value
+
+
+def check_mixer_layer(arch: Architecture, layer: int, where: str) -> None:
+    """``layer`` writes through the row's other token mixer (``Layout.mixer``), whose width the config gives."""
+    mixer = arch.layout.mixer
+    if mixer is None:
+        raise RecipeError(
+            f"{where}.module = mixer but {arch.model_type} has no token mixer other than attention; use attention"
+        )
+    if layer not in arch.mixer_layers():
+        raise RecipeError(
+            f"{where}.module = mixer but layer {layer} of this {arch.model_type} model is a "
+            f"{arch.layer_kind(layer)} layer without {mixer.module} (it is in layers "
+            f"{layer_list(arch.mixer_layers())}); use attention"
+        )
+    if not arch.geometry.mixer_width:
+        spelled = ", else ".join(" × ".join(keys) for keys in mixer.width)
+        raise RecipeError(
+            f"{where}.module = mixer but config.json does not give the width of {mixer.module} ({spelled}); add it"
+        )
 
 
 @register_edit_kind
@@ -110,8 +132,21 @@ class DirectionEdit(Edit):
             raise RecipeError(f"{where}: missing key(s) layer (module {self.module} is in a decoder layer)")
         check_layer(arch, self.layer, where)
         ex, sparse = arch.layout.experts, arch.is_sparse(self.layer)
+        if self.module == "attention" and arch.layout.head_refusal:
+            raise RecipeError(
+                f"{where}.module = attention but {arch.model_type}'s attention output is not in the table: "
+                f"{arch.layout.head_refusal}"
+            )
+        writers = arch.residual_writers(self.layer)
+        if self.module == "attention" and "attention" not in writers and "mixer" in writers:
+            raise RecipeError(
+                f"{where}.module = attention but layer {self.layer} is a {arch.layer_kind(self.layer)} layer: "
+                f"it writes through {writers['mixer']}; use mixer"
+            )
         if self.module == "attention":  # a hybrid model's other layer kinds write through other modules
             check_head_layer(arch, self.layer, where, what="attention output (o_proj) to project")
+        if self.module == "mixer":
+            check_mixer_layer(arch, self.layer, where)
         if self.module == "mlp" and sparse and self.layer not in arch.dense_mlp_layers():
             shared = ", shared_experts" if ex.shared else ""
             raise RecipeError(
@@ -141,6 +176,8 @@ class DirectionEdit(Edit):
 
         if self.module == "attention":
             return [site(*arch.attention_output())]
+        if self.module == "mixer":
+            return [site(*arch.mixer_output())]
         if self.module == "mlp":
             return [site(lay.down_proj, arch.mlp_shapes()[lay.down_proj])]
         if self.module == "experts":
@@ -160,6 +197,8 @@ class DirectionEdit(Edit):
                 "a direction edit of the embeddings has no exact adapter here (a tied table is also the "
                 "output head); ship the baked checkpoint instead"
             )
+        if self.module == "mixer":
+            return arch.layout.mixer.lora_refusal
         return None
 
     def card_row(self, where: str) -> tuple[str, str, str, str, str]:

@@ -46,18 +46,34 @@ def test_layer_kinds_of_a_mixture_of_experts(tiny, no_model):
         "experts": 4,
         "expert_width": 16,
         "shared_width": 24,
-        "summary": "layers 0, 2: 4 heads; 4 experts × 16 neurons; shared expert: 24 neurons",
+        "writers": ["self_attn.o_proj", "mlp.experts.down_proj", "mlp.shared_expert.down_proj"],
+        "summary": "layers 0, 2: 4 heads; 4 experts × 16 neurons; shared expert: 24 neurons; residual writers: "
+        "self_attn.o_proj, mlp.experts.down_proj, mlp.shared_expert.down_proj",
     }
-    assert dense == {"layers": [1], "heads": 4, "neurons": 48, "summary": "layers 1: 4 heads; 48 MLP neurons"}
+    assert dense == {
+        "layers": [1],
+        "heads": 4,
+        "neurons": 48,
+        "writers": ["self_attn.o_proj", "mlp.down_proj"],
+        "summary": "layers 1: 4 heads; 48 MLP neurons; residual writers: self_attn.o_proj, mlp.down_proj",
+    }
 
 
 def test_a_dense_model_has_one_kind_and_the_cli_prints_it(tiny, no_model, capsys):
     model = tiny("llama")
+    summary = "layers 0–2: 4 heads; 48 MLP neurons; residual writers: self_attn.o_proj, mlp.down_proj"
     assert surgery.inspect(model)["layer_kinds"] == [
-        {"layers": [0, 1, 2], "heads": 4, "neurons": 48, "summary": "layers 0–2: 4 heads; 48 MLP neurons"}
+        {
+            "layers": [0, 1, 2],
+            "heads": 4,
+            "neurons": 48,
+            "writers": ["self_attn.o_proj", "mlp.down_proj"],
+            "summary": summary,
+        }
     ]
     result = run_main(["inspect", model], capsys)
-    assert result.returncode == 0 and "layers 0–2: 4 heads; 48 MLP neurons" in result.stdout
+    text = " ".join(result.stdout.replace("│", " ").split())  # the table wraps its cells
+    assert result.returncode == 0 and summary in text
 
 
 def test_a_refused_family_is_reported_with_its_reason(tmp_path, no_model, capsys):

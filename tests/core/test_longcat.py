@@ -47,8 +47,13 @@ def test_the_layers_are_the_sub_layers_numbered_as_transformers_numbers_attentio
     for layer in arch.head_layers():
         assert names[arch.module_name(prefix, layer, "self_attn.{sub}")].layer_idx == layer
     edits = {layer: arch.layer_edits(layer).text() for layer in range(4)}
-    assert edits[0] == edits[2] == "4 heads; 48 MLP neurons; 4 experts × 16 neurons"
-    assert edits[1] == edits[3] == "4 heads; 48 MLP neurons"
+    writers = "residual writers: self_attn.{0}.o_proj, mlps.{0}.down_proj"  # block 0 or 1 of its decoder layer
+    assert (
+        edits[0]
+        == edits[2]
+        == f"4 heads; 48 MLP neurons; 4 experts × 16 neurons; {writers.format(0)}, mlp.experts.down_proj"
+    )
+    assert edits[1] == edits[3] == f"4 heads; 48 MLP neurons; {writers.format(1)}"
 
 
 def test_each_edit_resolves_to_its_blocks_tensors():

@@ -304,10 +304,12 @@ def prove(model, folder: Path, src: Path | None = None) -> None:
 
 def direction_entries(arch) -> list[str]:
     """A direction out of every kind of residual writer ``arch`` has: the first attention layer's output,
-    the first dense MLP's down matrix, the first sparse layer's routed experts and shared expert, and
+    the last Mamba, linear-attention or convolution layer's output projection, the first dense MLP's down matrix, the first sparse layer's routed experts and shared expert, and
     the embeddings (recipe lines for tests.support.directions.direction_recipe)."""
     heads, dense, sparse = arch.head_layers(), arch.dense_mlp_layers(), sorted(arch.geometry.sparse_layers)
+    mixers = [layer for layer in range(arch.geometry.num_layers) if "mixer" in arch.residual_writers(layer)]
     entries = [f"layer: {heads[0]}, module: attention, weight: 1.0"] if heads else []
+    entries += [f"layer: {mixers[-1]}, module: mixer, weight: 0.75, vector: v.safetensors#s"] if mixers else []
     entries += [f"layer: {dense[0]}, module: mlp, weight: 0.5, vector: v.safetensors#s"] if dense else []
     if sparse:
         entries += [f"layer: {sparse[0]}, module: experts, weight: 1.0"]
@@ -368,8 +370,8 @@ def prove_direction(model, folder: Path, src: Path) -> None:
 
 
 def table_mismatches(model, arch) -> list[str]:
-    """Where the table's per-layer view of ``arch`` (every attention matrix a layer has, its dense MLP,
-    and the attention inputs it lacks) disagrees with the modules transformers built in ``model``."""
+    """Where the table's per-layer view of ``arch`` (every attention matrix a layer has, its dense MLP, its
+    other token mixer's output projection, and the attention inputs it lacks) disagrees with the modules transformers built in ``model``."""
     modules = dict(model.named_modules())
     prefix = arch.layer_prefix(modules)
     out = []
@@ -378,6 +380,8 @@ def table_mismatches(model, arch) -> list[str]:
         expected = {m: shape for m, (shape, _) in here.attention_shapes().items()} if attention else {}
         if layer in arch.dense_mlp_layers():
             expected.update(here.mlp_shapes())
+        if "mixer" in arch.residual_writers(layer):
+            expected.update([here.mixer_output()])
         for module, shape in expected.items():
             shape = arch.stored_shape(module, shape)  # a Conv1D (GPT-2) holds its weight [in, out]
             got = modules.get(arch.module_name(prefix, layer, module))

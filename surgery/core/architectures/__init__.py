@@ -3,7 +3,7 @@
 Everything else asks this table for tensor and module names. Supporting a new model_type means
 adding a row to ``ARCHITECTURES`` (its group's ``table_*.py``), never a try/except elsewhere.
 
-- :mod:`.layout`: the row types (``Layout``, ``Experts``, ``ConfigKeys`` …), data only;
+- :mod:`.layout`: the row types (``Layout``, ``Experts``, ``Mixer``, ``ConfigKeys`` …), data only;
 - :mod:`.kinds`: MLA and grouped-output shapes, hybrid layer kinds and how a config names them;
 - :mod:`.parts`: pieces the rows share; :mod:`.table_base`, :mod:`.table_moe`, :mod:`.table_hybrid`,
   :mod:`.table_dense`, :mod:`.table_wrappers`: the rows by group, joined by :mod:`.table`;
@@ -15,7 +15,7 @@ adding a row to ``ARCHITECTURES`` (its group's ``table_*.py``), never a try/exce
 from .architecture import Architecture, LayerEdits, architecture, grouped_output_shapes, mla_shapes
 from .geometry import Geometry
 from .kinds import ATTENTION_KINDS, LEGACY_KINDS, GroupedOutput, KindRule, LayerKinds, Mla, MlaSizes, read_kinds
-from .layout import TABLE_LOCATION, ConfigKeys, Experts, LayerSizes, Layout, NativeName
+from .layout import TABLE_LOCATION, ConfigKeys, Experts, LayerSizes, Layout, Mixer, NativeName
 from .refusals import KIND_REFUSALS, REFUSED
 from .table import ARCHITECTURES, model_class, refusal, text_config
 
@@ -38,6 +38,7 @@ __all__ = [
     "Layout",
     "Mla",
     "MlaSizes",
+    "Mixer",
     "NativeName",
     "architecture",
     "grouped_output_shapes",

@@ -248,9 +248,61 @@ class Architecture(ExpertTensors):
             why.append(f"heads ({self.layout.head_refusal})")
         elif g.layer_kinds and layer not in self.head_layers():
             why.append(KIND_REFUSALS.get(("heads", g.layer_kinds[layer])))
-        if g.mlp_kinds and layer not in self.dense_mlp_layers() and not self.is_sparse(layer):
-            why.append(KIND_REFUSALS.get(("mlp", g.mlp_kinds[layer])))
+        why.append(self._mlp_refusal(layer))
         return tuple(dict.fromkeys(w for w in why if w))
+
+    def _mlp_refusal(self, layer: int) -> str | None:
+        """What ``layer`` holds in place of a dense MLP or the row's experts that surgery does not edit, and why."""
+        g = self.geometry
+        if g.mlp_kinds and layer not in self.dense_mlp_layers() and not self.is_sparse(layer):
+            return KIND_REFUSALS.get(("mlp", g.mlp_kinds[layer]))
+        return None
+
+    # --- issue 33: residual writers ---------------------------------------------------------------
+
+    def mixer_layers(self) -> tuple[int, ...]:
+        """The layers with the row's other token mixer (``Layout.mixer``: Mamba, linear attention, a short
+        convolution), whose output projection writes into the residual stream."""
+        mixer, g = self.layout.mixer, self.geometry
+        if mixer is None:
+            return ()
+        if mixer.kinds is None:  # beside the attention of every layer (Falcon-H1)
+            return tuple(range(g.num_layers))
+        return tuple(i for i, kind in enumerate(g.layer_kinds) if kind in mixer.kinds)
+
+    def mixer_output(self) -> tuple[str, tuple[int, int]]:
+        """The mixer's output projection (relative to a layer) and its weight's expected shape [hidden, width]."""
+        return self.layout.mixer.module, (self.geometry.hidden_size, self.geometry.mixer_width)
+
+    def residual_writers(self, layer: int) -> dict[str, str]:
+        """The modules through which ``layer`` writes into the residual stream that a direction edit projects
+        exactly, by recipe role (``attention``, ``mixer``, ``mlp``, ``experts``, ``shared_experts``; see
+        surgery/core/direction_edit.py) → module name relative to the layer (the experts' fused down matrix)."""
+        lay, out = self.layout, {}
+        if layer in self.head_layers():
+            out["attention"] = self.attention_output()[0]
+        if self.geometry.mixer_width and layer in self.mixer_layers():
+            out["mixer"] = lay.mixer.module
+        if layer in self.dense_mlp_layers():
+            out["mlp"] = lay.down_proj
+        if self.is_sparse(layer):
+            out["experts"] = f"{lay.experts.module}.down_proj"
+            if lay.experts.shared:
+                out["shared_experts"] = f"{lay.experts.shared}.{lay.experts.shared_down}"
+        return {role: self.block(layer, module)[1] for role, module in out.items()}
+
+    def unprojected_writers(self, layer: int) -> tuple[tuple[str, str], ...]:
+        """The residual writers of ``layer`` the table knows but cannot project a direction through
+        exactly, each as (the side it writes for, "attention" or "mlp"; what it is and why)."""
+        lay, out = self.layout, []
+        if lay.head_refusal:
+            out.append(("attention", f"the attention output {lay.o_proj} (the table has no head layout to size it by)"))
+        if lay.mixer and layer in self.mixer_layers() and not self.geometry.mixer_width:
+            spelled = ", else ".join(" × ".join(keys) for keys in lay.mixer.width)
+            out.append(("attention", f"{lay.mixer.module} (config.json does not give its width: {spelled})"))
+        if why := self._mlp_refusal(layer):
+            out.append(("mlp", why))
+        return tuple(out)
 
     def layer_edits(self, layer: int) -> LayerEdits:
         """What decoder layer ``layer`` lets an edit touch, at its own sizes, and what it holds that
@@ -259,7 +311,16 @@ class Architecture(ExpertTensors):
         heads = g.num_heads if layer in self.head_layers() else 0
         neurons = g.intermediate_size if layer in self.dense_mlp_layers() else 0
         experts = (g.num_experts, g.expert_size, g.shared_size) if self.is_sparse(layer) else (0, 0, 0)
-        return LayerEdits(heads, neurons, *experts, refused=self.refused_parts(layer), kind=self.kind_name(layer))
+        refused = self.refused_parts(layer)
+        return LayerEdits(
+            heads,
+            neurons,
+            *experts,
+            refused=refused,
+            kind=self.kind_name(layer),
+            writers=tuple(self.residual_writers(layer).values()),
+            unprojected=tuple(why for _, why in self.unprojected_writers(layer) if why not in refused),
+        )
 
     def layer_kinds(self) -> list[tuple[tuple[int, ...], LayerEdits]]:
         """The layers grouped by what they let an edit touch, in the order each kind first occurs."""
@@ -274,7 +335,9 @@ class LayerEdits:
     """What one decoder layer lets an edit touch: ``heads`` attention heads, ``neurons`` dense MLP
     neurons, ``experts`` routed experts of ``expert_width`` neurons each and a shared expert of
     ``shared_width`` neurons (0: the layer has none); ``refused`` names what the layer holds that
-    surgery does not edit, each with its reason; ``kind``: a hybrid model's kind of layer."""
+    surgery does not edit, each with its reason; ``kind``: a hybrid model's kind of layer; ``writers``: the
+    modules through which the layer writes into the residual stream that a direction edit projects, and
+    ``unprojected``: those it cannot project (each with its reason), not already among ``refused``."""
 
     heads: int
     neurons: int
@@ -283,14 +346,17 @@ class LayerEdits:
     shared_width: int = 0
     refused: tuple[str, ...] = ()
     kind: str = ""
+    writers: tuple[str, ...] = ()
+    unprojected: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: only what the layer has (and what it refuses)."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items() if v}
 
     def text(self) -> str:
-        """One line, e.g. "4 heads; 4 experts × 16 neurons; shared expert: 24 neurons", or "nothing;
-        refused: …" for a layer an edit cannot touch."""
+        """One line, e.g. "4 heads; 4 experts × 16 neurons; shared expert: 24 neurons; residual writers:
+        self_attn.o_proj, mlp.experts.down_proj, mlp.shared_expert.down_proj", or "nothing; refused: …"
+        for a layer no head or neuron edit can touch."""
         parts = [f"{self.heads} heads"] if self.heads else []
         if self.neurons:
             parts.append(f"{self.neurons} MLP neurons")
@@ -298,7 +364,9 @@ class LayerEdits:
             parts.append(f"{self.experts} experts × {self.expert_width} neurons")
         if self.shared_width:
             parts.append(f"shared expert: {self.shared_width} neurons")
-        return "; ".join((parts or ["nothing"]) + [f"refused: {why}" for why in self.refused])
+        refused = [f"refused: {why}" for why in self.refused]
+        writers = [f"residual writers: {', '.join(self.writers) or 'none'}"]
+        return "; ".join((parts or ["nothing"]) + refused + writers + [f"not projected: {w}" for w in self.unprojected])
 
 
 # --- MLA, DeepSeek-V4's grouped output, hybrid layer kinds (issue 24): shapes and kinds from the config ---

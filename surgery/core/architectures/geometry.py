@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UnsupportedArchitecture
-from .kinds import MlaSizes, _lookup, read_kinds
-from .layout import ConfigKeys, Experts, Layout
+from .kinds import _MISSING, MlaSizes, _lookup, read_kinds
+from .layout import ConfigKeys, Experts, Layout, Mixer
 from .table import ARCHITECTURES
 
 
@@ -43,11 +44,14 @@ class Geometry:
     # inputs a layer lacks, as layer → ("k_proj", "v_proj") (empty: every layer is alike).
     layer_sizes: tuple[tuple[int, tuple[tuple[str, int], ...]], ...] = ()
     layer_absent: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    # The input width of the row's other token mixer's output projection (Layout.mixer); 0: none, or
+    # config.json does not say. Not part of to_dict, as vocab_size.
+    mixer_width: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; a dense model's dict has only the dense fields (findings written before MoE
         support record exactly those, and must still match)."""
-        left_out = _MOE_FIELDS + _SHAPE_FIELDS + _LAYER_FIELDS + ("vocab_size",)
+        left_out = _MOE_FIELDS + _SHAPE_FIELDS + _LAYER_FIELDS + ("vocab_size", "mixer_width")
         out = {k: v for k, v in self.__dict__.items() if k not in left_out}
         if self.num_experts:
             out.update(
@@ -137,7 +141,26 @@ def _issue24_geometry(layout: Layout, model_type: str, cfg: Mapping[str, Any], g
         out = replace(out, layer_kinds=read_kinds(layout.layer_kinds, cfg, n, model_type))
     if layout.mlp_kinds:
         out = replace(out, mlp_kinds=read_kinds(layout.mlp_kinds, cfg, n, model_type))
+    if layout.mixer:
+        out = replace(out, mixer_width=_mixer_width(layout.mixer, cfg))
     return out
+
+
+def _mixer_width(mixer: Mixer, cfg: Mapping[str, Any]) -> int:
+    """The input width of ``mixer``'s output projection: the product of its first spelling's keys
+    (truncated as transformers' ``int(mamba_expand * hidden_size)``), the next spelling where a key of it
+    is null (the config class falls back to it); 0 where a key is absent (the class's own default, which
+    the table does not guess) or not a positive number."""
+    for keys in mixer.width:
+        values = [_lookup(cfg, k) for k in keys]
+        if any(v is _MISSING for v in values):
+            return 0
+        if None in values:
+            continue
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
+            return int(math.prod(values))
+        return 0
+    return 0
 
 
 def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:

@@ -154,6 +154,31 @@ class Layout:
     # Why no finder (find-heads, find-neurons, find-direction) can run on this family, whose passes
     # read and resume whole decoder layers; None: they can.
     find_refusal: str | None = None
+    # --- issue 33 (residual writers) ---
+    # The output projection of the layers' other token mixer (Mamba, linear attention, a short
+    # convolution): a residual writer a direction is projected through; None: the row has none.
+    mixer: Mixer | None = None
+
+
+@dataclass(frozen=True)
+class Mixer:
+    """The output projection of a token mixer other than softmax attention (a Mamba block, linear
+    attention, a short convolution), relative to a layer: it writes the mixer's output into the
+    residual stream, so a direction edit projects it (recipe module ``mixer``) as it does o_proj.
+
+    ``kinds``: the layer kinds that have it (None: every layer, beside its attention: Falcon-H1).
+    Its weight is [hidden_size, width]; ``width`` lists how config.json spells the width, each a
+    product of config keys (a dotted key is nested), in the precedence the family's config class gives
+    them: the next is read where a key of one is null (Falcon-H1: mamba_d_ssm, else mamba_expand ×
+    hidden_size). A key absent from config.json (the class's default, not guessed) leaves the mixer
+    unprojected, and every command that would project it says so.
+    ``lora_refusal``: why its projection has no LoRA adapter (None: it has one).
+    """
+
+    module: str
+    width: tuple[tuple[str, ...], ...]
+    kinds: tuple[str, ...] | None = ("linear_attention",)
+    lora_refusal: str | None = None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from .kinds import KindRule, LayerKinds, Mla
-from .layout import Experts
+from .layout import Experts, Mixer
 
 _DECODER = ("model.layers.{layer}.",)
 _QWEN_EXPERTS = ("mlp.experts.{expert}.gate_proj", "mlp.experts.{expert}.up_proj", "mlp.experts.{expert}.down_proj")
@@ -121,3 +121,16 @@ def _nemotron_h_kinds(editable: str) -> LayerKinds:
         ),
         editable=(editable,),
     )
+
+
+# Residual writers of the layers' other token mixers (issue 33): a Mamba block's out_proj, as wide as
+# mamba_expand × hidden_size; a gated delta net's (Qwen3-Next and its kin) as its value heads; a short
+# convolution's (LFM2) as the hidden size.
+_MAMBA_OUT = Mixer("mamba.out_proj", (("mamba_expand", "hidden_size"),))
+_DELTA_OUT = Mixer("linear_attn.out_proj", (("linear_num_value_heads", "linear_value_head_dim"),))
+_CONV_OUT = Mixer("conv.out_proj", (("hidden_size",),), kinds=("conv",))
+# PEFT puts no LoRA on a Mamba out_proj of the families whose fused training kernel reads its weight directly.
+_MAMBA_LORA = (
+    "PEFT refuses a LoRA on this family's Mamba out_proj (its fused kernel reads the weight directly); "
+    "ship the baked checkpoint"
+)

@@ -5,13 +5,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .kinds import GroupedOutput, KindRule, LayerKinds, Mla
-from .layout import ConfigKeys, Experts, Layout
+from .layout import ConfigKeys, Experts, Layout, Mixer
 from .parts import (
+    _CONV_OUT,
     _DECODER,
     _DEEPSEEK_EXPERTS,
+    _DELTA_OUT,
     _GRANITE_SHARED,
     _KIMI_EXPERTS,
     _LAYER_TYPES,
+    _MAMBA_LORA,
+    _MAMBA_OUT,
     _MIXTRAL_EXPERTS,
     _MLA_ATTENTION,
     _N_EXPERTS,
@@ -97,11 +101,13 @@ HYBRID: dict[str, Layout] = {
         ),
     ),
     # Hybrid layers: heads in the softmax-attention layers only, MLP and expert neurons where they are.
-    "qwen3_5_text": Layout(_DECODER, layer_kinds=_QWEN_HYBRID, q_gate=True),
+    # (each with its linear-attention layers' output projection, a residual writer: Layout.mixer)
+    "qwen3_5_text": Layout(_DECODER, layer_kinds=_QWEN_HYBRID, q_gate=True, mixer=_DELTA_OUT),
     "qwen3_next": Layout(
         _DECODER,
         layer_kinds=_QWEN_HYBRID,
         q_gate=True,
+        mixer=_DELTA_OUT,
         experts=Experts(
             ("num_experts",),
             "moe_intermediate_size",
@@ -112,13 +118,16 @@ HYBRID: dict[str, Layout] = {
             dense_layers_key="mlp_only_layers",
         ),
     ),
-    "qwen3_5_moe_text": Layout(_DECODER, layer_kinds=_QWEN_HYBRID, q_gate=True, experts=_QWEN35_EXPERTS),
+    "qwen3_5_moe_text": Layout(
+        _DECODER, layer_kinds=_QWEN_HYBRID, q_gate=True, mixer=_DELTA_OUT, experts=_QWEN35_EXPERTS
+    ),
     "lara_mini": Layout(
         _DECODER,
         layer_kinds=LayerKinds((KindRule("list", ("layer_types",)),), ("full_attention", "sliding_attention")),
+        mixer=_DELTA_OUT,
         experts=replace(_QWEN35_EXPERTS, per_expert=None),
     ),
-    "olmo_hybrid": Layout(_DECODER, layer_kinds=_LAYER_TYPES),
+    "olmo_hybrid": Layout(_DECODER, layer_kinds=_LAYER_TYPES, mixer=replace(_DELTA_OUT, module="linear_attn.o_proj")),
     "lfm2": Layout(
         _DECODER,
         o_proj="self_attn.out_proj",
@@ -126,6 +135,7 @@ HYBRID: dict[str, Layout] = {
         up_proj="feed_forward.w3",
         down_proj="feed_forward.w2",
         final_norm="embedding_norm",
+        mixer=_CONV_OUT,
         ffn_adjust=("block_auto_adjust_ff_dim", "block_ffn_dim_multiplier", "block_multiple_of"),
         layer_kinds=LayerKinds(
             (KindRule("list", ("layer_types",)), KindRule("indices", ("full_attn_idxs",), ("full_attention", "conv"))),
@@ -139,6 +149,7 @@ HYBRID: dict[str, Layout] = {
         up_proj="feed_forward.w3",
         down_proj="feed_forward.w2",
         final_norm="embedding_norm",
+        mixer=_CONV_OUT,
         layer_kinds=_LAYER_TYPES,
         experts=Experts(
             ("num_experts",),
@@ -155,6 +166,7 @@ HYBRID: dict[str, Layout] = {
         up_proj="feed_forward.w3",
         down_proj="feed_forward.w2",
         final_norm="embedding_norm",
+        mixer=_CONV_OUT,
         layer_kinds=LayerKinds((KindRule("list", ("layer_types",)),), ("full_attention", "sliding_attention")),
     ),
     # Falcon-H1: attention and a state-space block side by side in every layer.
@@ -165,6 +177,9 @@ HYBRID: dict[str, Layout] = {
         down_proj="feed_forward.down_proj",
         final_norm="final_layernorm",
         kv_cache=False,
+        mixer=Mixer(
+            "mamba.out_proj", (("mamba_d_ssm",), ("mamba_expand", "hidden_size")), kinds=None, lora_refusal=_MAMBA_LORA
+        ),
     ),
     "bamba": Layout(
         _DECODER,
@@ -173,6 +188,7 @@ HYBRID: dict[str, Layout] = {
         down_proj="feed_forward.down_proj",
         final_norm="final_layernorm",
         layer_kinds=LayerKinds((KindRule("indices", ("attn_layer_indices",)),), ("full_attention",)),
+        mixer=_MAMBA_OUT,
     ),
     "jamba": Layout(
         _DECODER,
@@ -181,6 +197,7 @@ HYBRID: dict[str, Layout] = {
         down_proj="feed_forward.down_proj",
         final_norm="final_layernorm",
         layer_kinds=LayerKinds((KindRule("period", ("attn_layer_period", "attn_layer_offset")),), ("full_attention",)),
+        mixer=_MAMBA_OUT,
         experts=Experts(
             ("num_experts",),
             "intermediate_size",
@@ -197,6 +214,7 @@ HYBRID: dict[str, Layout] = {
         layer_kinds=LayerKinds(
             (KindRule("list", ("layer_types",)), KindRule("list", ("layers_block_type",))), ("full_attention",)
         ),
+        mixer=_MAMBA_OUT,
         experts=_GRANITE_SHARED,
     ),
     # Nemotron-H: one block per layer (state-space, attention, ungated MLP or experts); stored under backbone.
@@ -213,6 +231,7 @@ HYBRID: dict[str, Layout] = {
         embeddings="embeddings",
         layer_kinds=_nemotron_h_kinds("full_attention"),
         mlp_kinds=_nemotron_h_kinds("mlp"),
+        mixer=Mixer("mixer.out_proj", (("mamba_num_heads", "mamba_head_dim"),), lora_refusal=_MAMBA_LORA),
     ),
     "recurrent_gemma": Layout(
         _DECODER,
@@ -236,6 +255,7 @@ HYBRID: dict[str, Layout] = {
             ),
             ("sliding_attention",),
         ),
+        mixer=Mixer("temporal_block.linear_out", (("lru_width",), ("hidden_size",))),
     ),
     # Kimi-Linear: MLA in its full-attention layers; its releases keep the MLP under block_sparse_moe
     # (dense layers too), experts Mixtral-style.
@@ -248,6 +268,11 @@ HYBRID: dict[str, Layout] = {
                 KindRule("indices", ("linear_attn_config.full_attn_layers",), one_based=True),
             ),
             ("full_attention",),
+        ),
+        # its delta-attention layers' output projection, as wide as their heads (linear_attn_config first)
+        mixer=Mixer(
+            "self_attn.o_proj",
+            (("linear_attn_config.num_heads", "linear_attn_config.head_dim"), ("linear_num_heads", "linear_head_dim")),
         ),
         stored_names=(("mlp.", "block_sparse_moe."),),
         experts=replace(_KIMI_EXPERTS, per_expert=_MIXTRAL_EXPERTS, first_dense_default=1),
@@ -264,6 +289,8 @@ HYBRID: dict[str, Layout] = {
         layer_kinds=LayerKinds(
             (KindRule("list", ("layer_types",)), KindRule("interval", ("layer_group_size",))), ("full_attention",)
         ),
+        # its linear-attention layers' output projection (stored as attention.dense too): heads × head_dim
+        mixer=Mixer("self_attn.o_proj", (("num_attention_heads", "head_dim"),)),
         experts=replace(_KIMI_EXPERTS, first_dense_default=2),
     ),
     # Qwen4-exp: QSA-indexed attention (gated, every fourth layer) between gated delta-net layers, inside

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .kinds import Mla
-from .layout import ConfigKeys, Experts, Layout
+from .layout import ConfigKeys, Experts, Layout, Mixer
 from .parts import (
     _DECODER,
     _DEEPSEEK_EXPERTS,
@@ -310,9 +310,11 @@ MOE: dict[str, Layout] = {
             ),
         ),
     ),
+    # MiniMax-Text-01: lightning (linear) attention in the linear_attention layers, its output through out_proj.
     "minimax": Layout(
         _DECODER,
         layer_kinds=_LAYER_TYPES,
+        mixer=Mixer("self_attn.out_proj", (("num_attention_heads", "head_dim"), ("hidden_size",))),
         experts=Experts(
             ("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, dense_size_keys=(), aliases=_N_LOCAL
         ),

@@ -3,9 +3,13 @@
 The weight of layer L follows the kernel abliteration tools use: ``weight`` at ``position``,
 falling linearly to ``floor`` at ``width`` layers from it, no edit further away (flat at ``weight``
 by default). Each edited layer gets its own direction (``layer.L`` of the vectors file), or every
-one the direction of ``direction_layer``. ``mlp`` on a mixture-of-experts layer edits every routed
-expert's down matrix and the shared expert's, so no expert is left out. ``add``: steer edits
-(b ← b + w·r on those modules' output biases) instead of projections.
+one the direction of ``direction_layer``. Each of ``modules`` stands for every residual writer of its
+side the layer has (``Architecture.residual_writers``): ``attention`` for the attention output and a
+hybrid layer's other token mixer (Mamba, linear attention, a short convolution; Falcon-H1 has both),
+``mlp`` for the dense MLP's down matrix or, on a mixture-of-experts layer, every routed expert's and
+the shared expert's, so no writer is left out; the writers the table cannot project exactly are
+named in one line (:func:`unprojected_note`). ``add``: steer edits (b ← b + w·r on those modules'
+output biases) instead of projections.
 """
 
 from __future__ import annotations
@@ -13,13 +17,16 @@ from __future__ import annotations
 from typing import Any
 
 from ...core.architectures import Architecture
+from ...core.edit_kind import layer_list
 from ...core.edits import FolderVectors, Recipe
 from ...core.errors import ParameterError
 from ..neurons.params import parse_layers
 from .find import DirectionFindings
 from .params import KernelParams
 
-ROLES = ("attention", "mlp")
+# Each --modules side → the recipe roles of the residual writers it stands for, in recipe order.
+SIDES = {"attention": ("attention", "mixer"), "mlp": ("mlp", "experts", "shared_experts")}
+ROLES = tuple(SIDES)
 
 
 def layer_weights(kernel: KernelParams, num_layers: int, best: int) -> dict[int, float]:
@@ -53,19 +60,34 @@ def layer_weights(kernel: KernelParams, num_layers: int, best: int) -> dict[int,
     return weights
 
 
-def roles(kernel: KernelParams, arch: Architecture, layer: int) -> list[str]:
-    """The recipe modules of ``kernel.modules`` in ``layer`` (mlp of a MoE layer: its experts)."""
+def sides(kernel: KernelParams) -> list[str]:
+    """The sides ``kernel.modules`` lists (attention, mlp)."""
     names = [m.strip() for m in kernel.modules.split(",") if m.strip()]
     bad = [m for m in names if m not in ROLES]
     if bad or not names:
         raise ParameterError(f"{{modules}} must list {' and/or '.join(ROLES)}, got {kernel.modules!r}", "modules")
-    out = []
-    for name in names:
-        if name == "mlp" and arch.is_sparse(layer):
-            out += ["experts"] + (["shared_experts"] if arch.layout.experts.shared else [])
-        else:
-            out.append(name)
-    return out
+    return names
+
+
+def roles(kernel: KernelParams, arch: Architecture, layer: int) -> list[str]:
+    """The recipe modules of ``kernel.modules`` in ``layer``: every residual writer of each side the layer has."""
+    writers = arch.residual_writers(layer)
+    return [role for side in sides(kernel) for role in SIDES[side] if role in writers]
+
+
+def unprojected_note(kernel: KernelParams, arch: Architecture, layers: list[int]) -> str | None:
+    """One line naming the residual writers of ``layers`` on ``kernel``'s sides that the table knows
+    but cannot project exactly (None: there are none), e.g. "not projected (the table cannot edit
+    them exactly): layers 1, 3: experts (…)"."""
+    wanted, by_what = set(sides(kernel)), {}
+    for layer in layers:
+        for side, what in arch.unprojected_writers(layer):
+            if side in wanted:
+                by_what.setdefault(what, []).append(layer)
+    if not by_what:
+        return None
+    parts = [f"layers {layer_list(found)}: {what}" for what, found in by_what.items()]
+    return "not projected (the table cannot edit them exactly): " + "; ".join(parts)
 
 
 def direction_recipe(
@@ -79,6 +101,14 @@ def direction_recipe(
             "direction_layer",
         )
     weights = layer_weights(kernel, n, found.data.best_layer)
+    edited = [layer for layer, weight in sorted(weights.items()) if weight != 0]
+    if not any(roles(kernel, arch, layer) for layer in edited):
+        raise ParameterError(
+            f"{{modules}} {kernel.modules} names no residual writer the table can project in layers "
+            f"{layer_list(edited)} of this {arch.model_type} model; choose other {{layers}} or {{modules}}",
+            "modules",
+            "layers",
+        )
     edits = []
     for layer, weight in sorted(weights.items()):
         if weight == 0:
@@ -112,4 +142,6 @@ def direction_recipe(
     }
     if kernel.add:  # written only when set: earlier records stay as they were
         record["direction_kernel"]["add"] = True
+    if note := unprojected_note(kernel, arch, edited):
+        record["direction_kernel"]["not_projected"] = note
     return recipe, record

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from ...core.options import check_options, param
 
 TEMPLATES = ("auto", "chat", "plain")
-# The residual writers ablate-direction edits by default: on a mixture-of-experts layer "mlp" means
-# every routed expert's down matrix and the shared expert's (see surgery.find.directions.ablate).
+# The residual writers ablate-direction edits by default: "attention" means a hybrid layer's other token
+# mixer's output too, and on a mixture-of-experts layer "mlp" means every routed expert's down matrix and
+# the shared expert's (see surgery.find.directions.ablate).
 DEFAULT_MODULES = "attention,mlp"
 
 
@@ -75,8 +76,8 @@ class KernelParams:
     )
     modules: str = param(
         DEFAULT_MODULES,
-        "Residual writers to edit, comma-separated: attention, mlp (on a "
-        "mixture-of-experts layer: every routed expert and the shared expert).",
+        "Residual writers to edit, comma-separated: attention (and a hybrid layer's Mamba, linear-attention or "
+        "convolution output), mlp (on a mixture-of-experts layer: every routed expert and the shared expert).",
         kind="str",
     )
     add: bool = param(
