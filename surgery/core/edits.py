@@ -23,7 +23,7 @@ from .edit_kind import FLOAT32_MAX, Edit, edit_from_dict, edit_kinds, edit_to_di
 from .errors import RecipeError
 from .head_edit import HeadScale, parse_heads
 from .neuron_edit import SHARED, NeuronScale, neuron_label, parse_neuron, parse_neurons
-from .strict_files import DuplicateKey, load_yaml
+from .strict_files import DuplicateKey, dump_yaml, load_yaml
 from .vectors import BakedVectors, FolderVectors, VectorSource
 
 __all__ = [
@@ -109,9 +109,9 @@ class Recipe:
         safe = "".join(c if c.isprintable() or c == "\n" else c.encode("unicode_escape").decode() for c in header)
         comment = "".join(f"# {line}\n" if line else "#\n" for line in safe.splitlines())
         data = self.to_dict()
-        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+        text = dump_yaml(data)
         if load_yaml(text) != data:  # PyYAML writes U+0085 / U+2028 raw, and they read back as spaces
-            text = yaml.safe_dump(data, sort_keys=False, allow_unicode=False)
+            text = dump_yaml(data, allow_unicode=False)
         return comment + text
 
     @classmethod
