@@ -501,7 +501,13 @@ CASES = [
     Case(
         "findings-other-architecture",
         setups.findings(setups.other_model(False)),
-        ("different model", "compute findings for this model"),
+        ("different model", "architecture differs (model_type qwen2 there, llama here; num_layers 24 there, 3 here)"),
+    ),
+    # --transfer applies findings to the same architecture only: the refusal says which field differs
+    Case(
+        "findings-other-geometry-transfer",
+        lambda c: setups.findings(setups.other_model(False, model_type="llama"))(c) + ["--transfer"],
+        ("even with --transfer", "differs (num_layers 24 there, 3 here)", "compute findings for this model"),
     ),
     Case("findings-top-too-large", setups.top("5"), ("--top 5 but the findings rank only 1", "choose a smaller --top")),
     Case(
