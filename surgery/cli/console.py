@@ -93,8 +93,8 @@ def print_table(table: Table) -> None:
     needed = Measurement.get(out, out.options.update_width(_UNBOUNDED), table).maximum
     if needed <= out.width:
         out.print(table)
-    elif not out.is_terminal:
-        out.print(table, width=needed)
+    elif not out.is_terminal:  # Console.print(width=) only narrows: a console of that width
+        Console(file=out.file, width=needed, highlight=False, color_system=None).print(table)
     else:
         for column in table.columns:
             column.no_wrap, column.overflow = False, "fold"
