@@ -21,7 +21,7 @@ class SurgeryError(Exception):
     def __init__(self, message: str = "", *names: str, switches: Iterable[str] = ()) -> None:
         self.switches = frozenset(switches)
         self.template, self.names = message, (*names, *sorted(self.switches))
-        super().__init__(self.spelled(self.keyword))
+        super().__init__(self.spelled(self.keyword) if self.names else message)
 
     def keyword(self, name: str) -> str:
         """A parameter as a Python caller writes it: ``alpha``, or ``force=True`` for a switch."""
@@ -29,11 +29,10 @@ class SurgeryError(Exception):
 
     def spelled(self, spell: Callable[[str], str]) -> str:
         """The message with every named parameter written by ``spell(name)`` (the command line: its flag)."""
-        if not self.names:
+        template = getattr(self, "template", None)  # None: a subclass that does not call __init__
+        if not self.names or template is None:
             return str(self)
-        return re.sub(
-            r"\{(\w+)\}", lambda m: spell(m[1]) if m[1] in self.names else m[0], getattr(self, "template", str(self))
-        )
+        return re.sub(r"\{(\w+)\}", lambda m: spell(m[1]) if m[1] in self.names else m[0], template)
 
 
 class CheckpointError(SurgeryError):
