@@ -143,7 +143,10 @@ def cli_reference() -> str:
         "",
         "## Commands",
         "",
-        "`--json` prints machine-readable JSON on stdout (progress stays on stderr); "
+        "`--json` prints machine-readable JSON on stdout (progress stays on stderr); on an error it "
+        'also prints `{"error": "<the Error: line\'s text>", "type": "<the error\'s class>"}` there, '
+        "with the same exit code. Tables are printed whole: in a pipe or a file as wide as they need, "
+        "in a narrow terminal with wrapped cells. "
         "*torchrun* marks the commands that run data-parallel under `torchrun` "
         "(see [Big models](../big-models.md#several-gpus-or-several-nodes-torchrun)).",
         "",

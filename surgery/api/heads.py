@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from numbers import Real
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -204,7 +205,11 @@ def amplify_heads(
         chosen = found.select(top)
         extra = {"heads_findings": {**found.record(), "heads": [list(h) for h in chosen]}}
     plans = [
-        Planned(sweep_label("alpha", a), Recipe(tuple(HeadScale(layer, head, a) for layer, head in chosen)), extra)
+        Planned(
+            sweep_label("alpha", a),
+            Recipe(tuple(HeadScale(layer, head, a) for layer, head in chosen), named_by="heads" if heads else None),
+            extra,
+        )
         for a in alphas
     ]
     if on_plans is not None:
@@ -228,20 +233,20 @@ def amplify_heads(
 
 def _alphas(alpha: float | Iterable[float], allow_zero: bool) -> list[float]:
     """``alpha`` as a list of distinct finite values; 0 (ablation) only with ``allow_zero``."""
-    values = [alpha] if isinstance(alpha, (int, float)) else list(alpha)
+    values = [alpha] if isinstance(alpha, Real) else list(alpha)  # numpy's numbers too
     if not values:
         raise ParameterError("{alpha} is empty; give one value or a list like 1.5,2,2.5", "alpha")
     if len(set(values)) != len(values):
         raise ParameterError("{alpha} lists a value twice; give each value once", "alpha")
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
             raise ParameterError(f"{{alpha}} must be a finite number, got {value}", "alpha")
         if value == 0 and not allow_zero:
             raise ParameterError(
                 "{alpha} 0 does not amplify: it silences the heads entirely (ablation); "
                 "pass {allow_zero} if that is what you want",
                 "alpha",
-                "allow_zero",
+                switches=("allow_zero",),
             )
     return [float(v) for v in values]
 

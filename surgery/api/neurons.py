@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from numbers import Real
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -203,7 +204,7 @@ def prune_neurons(
                 "n",
             )
         no_other_options("prune_neurons", options, LoadSpec)
-        plans = [Planned(None, Recipe(_neuron_edits(neurons, factor)))]
+        plans = [Planned(None, Recipe(_neuron_edits(neurons, factor), named_by="neurons"))]
     else:
         capture, select = typed(CaptureParams, options, capture), typed(SelectParams, options, select)
         no_other_options("prune_neurons", options, LoadSpec, CaptureParams, SelectParams)
@@ -227,10 +228,8 @@ def prune_neurons(
 
 def _counts(n: int | Iterable[int]) -> list[int]:
     """``n`` as a list of distinct whole numbers ≥ 1."""
-    values = [n] if isinstance(n, (int, float)) else list(n)
-    bad = next(
-        (v for v in values if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 1), None
-    )
+    values = [n] if isinstance(n, Real) else list(n)  # numpy's numbers too
+    bad = next((v for v in values if isinstance(v, bool) or not isinstance(v, Real) or v != int(v) or v < 1), None)
     if not values or bad is not None:
         raise ParameterError(f"{{n}} must be whole numbers ≥ 1, got {bad if values else n!r}", "n")
     if len(set(values)) != len(values):

@@ -30,7 +30,8 @@ def scaled_peak(peak: float, scale: float, dtype: str) -> float:
 
 def scale_problem(e: Edit, scale: float, peak: float, dtype: str, allow_zero: bool) -> str | None:
     """Why the bake refuses scaling by ``scale`` the weights of ``e`` whose largest |value| is
-    ``peak`` in ``dtype``, or None. The message names the scale as the recipe does (``alpha 2``)."""
+    ``peak`` in ``dtype``, or None. The message names the scale as the recipe does (``alpha 2``),
+    and the switch ``allow_zero`` as a ``{allow_zero}`` placeholder (surgery.core.errors)."""
     named, what = f"{e.scale_key} {scale:g}", f"{e.kind} {e.label}"
     new = scaled_peak(peak, scale, dtype)
     if not math.isfinite(new):
@@ -43,7 +44,7 @@ def scale_problem(e: Edit, scale: float, peak: float, dtype: str, allow_zero: bo
     if peak and new == 0 and not allow_zero:
         return (
             f"{named} rounds every weight of {what} to zero in this {dtype} checkpoint: like "
-            f"{e.scale_key} 0 it silences the {e.kind}; pass --allow-zero (allow_zero=True) if that is what "
+            f"{e.scale_key} 0 it silences the {e.kind}; pass {{allow_zero}} if that is what "
             f"you want, or choose a larger {e.scale_key}"
         )
     return None
@@ -71,4 +72,4 @@ def check_scales(ckpt: Checkpoint, recipes: Recipe | Sequence[Recipe], *, allow_
             continue
         problem = scale_problem(e, site.scale, peak, dtype, allow_zero)
         if problem:
-            raise RecipeError(problem)
+            raise RecipeError(problem, switches=("allow_zero",))

@@ -10,6 +10,7 @@ must not publish another model's lineage), and the recipe's notes keep ``written
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..core.edits import Recipe
@@ -39,15 +40,16 @@ def for_source(
             ) from None
         raise
     if other is None:
-        return Recipe(recipe.edits, edited, recipe.version, recipe.notes), None
+        return replace(recipe, base_model=edited), None
     if not allow_other_base:
         raise RecipeError(
             f"the recipe was written for {other}, not {edited}: its α and n were chosen on that "
-            "model; use a recipe made for this one, or pass --allow-other-base to bake it anyway "
-            "(the output then records both names)"
+            "model; use a recipe made for this one, or pass {allow_other_base} to bake it anyway "
+            "(the output then records both names)",
+            switches=("allow_other_base",),
         )
     note = (
         f"the recipe was written for {other}, not {edited}; baked as --allow-other-base asks: the output "
         f"names {edited} as its base model and keeps {other} as the model the recipe was written for"
     )
-    return Recipe(recipe.edits, edited, recipe.version, {**recipe.notes, WRITTEN_FOR: other}), note
+    return replace(recipe, base_model=edited, notes={**recipe.notes, WRITTEN_FOR: other}), note

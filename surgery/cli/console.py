@@ -9,8 +9,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.progress import Progress as Bars
+from rich.table import Table
 
 from ..core.progress import Progress
 
@@ -32,6 +34,7 @@ STAGE_LABELS = {
 # When stderr is not a terminal (a log file, CI), a rich bar is drawn only when it ends: print a
 # plain line instead, at most this often, so that a long job shows it is alive.
 LOG_EVERY_SECONDS = 30.0
+_UNBOUNDED = 100_000  # a width no table reaches: measures its natural width
 _FINISHED = float("inf")  # LogLines.last of a task whose completion line is out
 
 
@@ -81,6 +84,21 @@ def _log_line(text: str) -> None:
 def note(message: str) -> None:
     """A note on stderr (one line in logs): something the user should know, not an error."""
     err.print(f"[yellow]note:[/] {message}")
+
+
+def print_table(table: Table) -> None:
+    """``table`` on stdout, never cut short with "…": in a pipe or a file as wide as it needs (rich
+    would fit it into COLUMNS, or 80, and cut headers and numbers); in a narrower terminal its cells
+    wrap instead."""
+    needed = Measurement.get(out, out.options.update_width(_UNBOUNDED), table).maximum
+    if needed <= out.width:
+        out.print(table)
+    elif not out.is_terminal:  # Console.print(width=) only narrows: a console of that width
+        Console(file=out.file, width=needed, highlight=False, color_system=None).print(table)
+    else:
+        for column in table.columns:
+            column.no_wrap, column.overflow = False, "fold"
+        out.print(table)
 
 
 def print_json(data: Any) -> None:

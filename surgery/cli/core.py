@@ -10,7 +10,7 @@ from rich.table import Table
 from .. import api
 from ..model.loading import LoadSpec
 from .baking import print_baked, print_result, push_settings
-from .console import note, out, print_json, stage_progress
+from .console import note, out, print_json, print_table, stage_progress
 from .group import cli
 from .options import load_options, model_argument, push_options
 
@@ -44,7 +44,7 @@ def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
             table.add_row(
                 key, _size(value) if key == "bytes" else ", ".join(value) if isinstance(value, list) else str(value)
             )
-    out.print(table)
+    print_table(table)
 
 
 @cli.command()

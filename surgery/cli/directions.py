@@ -12,7 +12,7 @@ from .. import api
 from ..find.directions.params import DirectionParams, KernelParams
 from ..model.loading import LoadSpec
 from .baking import each_line, print_result, push_settings
-from .console import both_progress, note, out, print_json, progress_bars
+from .console import both_progress, note, out, print_json, print_table, progress_bars
 from .group import cli
 from .options import baking_command, model_argument, typed_options
 
@@ -37,7 +37,7 @@ def print_layers(data: DirectionsFindings) -> None:
             f"{100 * row.accuracy:.0f} %",
             f"{data.cosine[best][row.layer]:.2f}",
         )
-    out.print(table)
+    print_table(table)
 
 
 @cli.command(name="find-direction")

@@ -15,7 +15,7 @@ from ..find.heads.params import PAIR_FIELDS, SEARCH_FIELDS, FindParams
 from ..find.heads.record import BindingScores, Confirmation, HeadsFindings
 from ..model.loading import LoadSpec
 from .baking import each_line, parse_values, print_result, push_settings
-from .console import both_progress, note, out, print_json, progress_bars
+from .console import both_progress, note, out, print_json, print_table, progress_bars
 from .group import cli
 from .options import baking_command, model_argument, typed_options
 
@@ -47,7 +47,7 @@ def print_scores(scores: BindingScores) -> None:
             str(d.n_items),
             _fmt(d.option_mass),
         )
-    out.print(table)
+    print_table(table)
     out.print(f"|ΔK| / |ΔS| = {_fmt(scores.K_over_S, 2)}")
 
 
@@ -70,7 +70,7 @@ def print_confirmation(conf: Confirmation, selected: list[tuple[int, int]]) -> N
             "yes" if h.significant else "no",
             "✓" if (h.layer, h.head) in chosen else "",
         )
-    out.print(table)
+    print_table(table)
     caveat = weak_heads_caveat(max(0, len(selected) - conf.n_significant), len(selected))
     if caveat:
         note(caveat)
@@ -88,7 +88,7 @@ def print_findings(f: HeadsFindings) -> None:
         top.add_column(col)
     for h in disc.heads[:10]:
         top.add_row(f"{h.layer}.{h.head}", _fmt(h.stability, 2), _fmt(h.coef))
-    out.print(top)
+    print_table(top)
     if f.confirmation:
         print_confirmation(f.confirmation, f.selected())
     ko = f.knockout
@@ -105,7 +105,7 @@ def print_findings(f: HeadsFindings) -> None:
         f"{_fmt(rnd.mean_pct, 1)} ± {_fmt(rnd.sd_pct, 1)}",
         f"share ≥ tested {_fmt(rnd.share_ge_tested, 2)}",
     )
-    out.print(table)
+    print_table(table)
     caveat = delta_s_caveat(f.scores.S.p)
     if caveat:
         note(caveat)
@@ -132,7 +132,7 @@ def print_findings(f: HeadsFindings) -> None:
                     else [""] * 4
                 )
             dose.add_row(*row)
-        out.print(dose)
+        print_table(dose)
 
 
 @cli.command(name="score-binding")

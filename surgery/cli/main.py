@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -12,7 +13,7 @@ from contextlib import contextmanager, redirect_stderr, redirect_stdout
 import click
 
 from ..core import distributed
-from ..core.errors import ParameterError, SurgeryError
+from ..core.errors import SurgeryError
 from .group import cli
 
 # The commands that split their work across torchrun's processes; any other refuses (N bakes into
@@ -32,7 +33,7 @@ def _one_line(message: str) -> str:
 
 def _for_the_command_line(exc: SurgeryError) -> str:
     """A library error names its parameters; the command line's user knows them as flags."""
-    if not isinstance(exc, ParameterError):
+    if not exc.names:
         return str(exc)
     from .options import flag_of  # imported here: a partial install must still reach its one line
 
@@ -78,20 +79,25 @@ def _torchrun(argv: list[str]) -> Iterator[None]:
             yield
 
 
-def _error(message: str, exc: BaseException | None = None) -> None:
+def _error(message: str, exc: BaseException | None = None, as_json: bool = False) -> None:
     """The one ``Error: …`` line; under torchrun rank 0's as is, another rank's marked with its rank,
     and what every rank detects alike (ranks that disagree, a command that does not split) said by
-    rank 0 alone."""
+    rank 0 alone. With ``--json`` also ``{"error": …, "type": …}`` on stdout (rank 0's), so that a
+    program reading the command's JSON gets an answer on failure too."""
     rank = distributed.world().rank
     if rank and isinstance(exc, distributed.SAID_BY_RANK_0):
         return
     click.echo(f"Error (rank {rank}): {message}" if rank else f"Error: {message}", err=True)
+    if as_json and not rank:
+        kind = type(exc).__name__ if exc is not None else "Interrupted"
+        click.echo(json.dumps({"error": message, "type": kind}, ensure_ascii=False))
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, mapping every failure to one line and a non-zero exit."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    as_json = "--json" in argv  # the commands' own --json: their errors are JSON on stdout too
     try:
         _register()  # inside the try: a package missing at import time is one line too
         with _sigterm_as_ctrl_c(), _torchrun(argv):
@@ -101,38 +107,40 @@ def main(argv: list[str] | None = None) -> None:
     except SurgeryError as exc:
         if debug:
             raise
-        _error(_one_line(_for_the_command_line(exc)), exc)
+        _error(_one_line(_for_the_command_line(exc)), exc, as_json)
         sys.exit(2)
     except click.exceptions.Abort:
-        _error("interrupted; nothing was left half-written")
+        _error("interrupted; nothing was left half-written", None, as_json)
         sys.exit(130)
     except click.ClickException as exc:
         if debug:
             raise
-        _error(f"{_one_line(exc.format_message())} (see --help)")
+        _error(f"{_one_line(exc.format_message())} (see --help)", exc, as_json)
         sys.exit(exc.exit_code or 2)
     except KeyboardInterrupt:
-        _error("interrupted; nothing was left half-written")
+        _error("interrupted; nothing was left half-written", None, as_json)
         sys.exit(130)
     except OSError as exc:
         if debug:
             raise
         where = f": {exc.filename}" if exc.filename else ""
-        _error(f"{exc.strerror or exc}{where}")
+        _error(f"{exc.strerror or exc}{where}", exc, as_json)
         sys.exit(1)
     except ImportError as exc:  # a package missing from a partial install: say what to install
         if debug or not exc.name:
             raise
         from ..core.optional import install_hint
 
-        _error(install_hint(exc.name))
+        _error(install_hint(exc.name), exc, as_json)
         sys.exit(2)
     except Exception as exc:  # a bug: still one line, the traceback on request
         if debug:
             raise
         _error(
             f"internal error ({type(exc).__name__}: {_one_line(exc)}); rerun with --debug "
-            "for the traceback and please report it"
+            "for the traceback and please report it",
+            exc,
+            as_json,
         )
         sys.exit(1)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ..find.neurons.record import CategoryOverlap, ExpertReport, NeuronsDataset, NeuronSelection
-from .console import out
+from .console import out, print_table
 
 BAR_WIDTH = 30
 
@@ -70,7 +70,7 @@ def print_experts(report: ExpertReport) -> None:
     for cat, rows in report.routing.items():
         for r in rows:
             table.add_row(cat, str(r.layer), str(r.expert), _fmt(r.signed), _fmt(r.mean_abs))
-    out.print(table)
+    print_table(table)
 
 
 def print_summary(summary: NeuronSelection, dataset: NeuronsDataset | None, title: str = "") -> None:
@@ -81,12 +81,12 @@ def print_summary(summary: NeuronSelection, dataset: NeuronsDataset | None, titl
         + (f", sparing the {summary.spare_active:g} most active per layer" if summary.spare_active else "")
         + ")"
     )
-    out.print(neuron_table(summary, f"{head}{' — ' + title if title else ''}"))
+    print_table(neuron_table(summary, f"{head}{' — ' + title if title else ''}"))
     out.print("[bold]Neurons per layer[/]")
     for line in histogram_lines(summary.layer_distribution or []):
         out.print(line)
     if summary.overlap and len(summary.overlap.categories) > 1:
-        out.print(overlap_table(summary.overlap))
+        print_table(overlap_table(summary.overlap))
     if dataset:
         skipped = dataset.skipped or {}
         note = (

@@ -12,7 +12,7 @@ from rich.table import Table
 from .. import api
 from ..core.distributed import is_main
 from ..evaluation.params import EvalParams
-from .console import err, out, print_json, progress_bars
+from .console import err, out, print_json, print_table, progress_bars
 from .group import cli
 from .options import model_argument, typed_options
 
@@ -219,7 +219,7 @@ def eval_cmd(
 
         print_json(clean(result))
         return
-    out.print(eval_table(result))
+    print_table(eval_table(result))
     cached = (result.get("against") or {}).get("from_cache")
     out.print(
         f"{result['seconds']:.0f} s"

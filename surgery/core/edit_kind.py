@@ -24,9 +24,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
+from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .errors import RecipeError
+from .strict_files import number_trap
 
 if TYPE_CHECKING:
     from .architectures import Architecture
@@ -38,23 +40,39 @@ Parser = Callable[[Any, str], Any]
 
 
 def index(value: Any, where: str) -> int:
-    """A recipe value that must be an integer ≥ 0 (a layer, head, neuron or expert index)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RecipeError(f"{where} must be a number, got {value!r}")
-    if not isinstance(value, int):
+    """A recipe value that must be an integer ≥ 0 (a layer, head, neuron or expert index; numpy's
+    integers too)."""
+    _check_real(value, where)
+    if not isinstance(value, Integral):
         raise RecipeError(f"{where} must be an integer, got {value!r}")
     if value < 0:
         raise RecipeError(f"{where} must be ≥ 0, got {value}")
-    return value
+    return int(value)
 
 
 def number(value: Any, where: str) -> float:
     """A recipe value that must be a finite number (a scale)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RecipeError(f"{where} must be a number, got {value!r}")
-    if not math.isfinite(value):
-        raise RecipeError(f"{where} must be a finite number, got {value!r}")
+    named = isinstance(value, str) and value.lower().lstrip("+-.") in ("nan", "inf", "infinity")
+    if not named:
+        _check_real(value, where)
+    if named or not math.isfinite(value):
+        raise RecipeError(
+            f"{where} must be a finite number, got {value!r}: a NaN or infinite scale would make the "
+            "edited weights NaN or inf"
+        )
     return float(value)
+
+
+def _check_real(value: Any, where: str) -> None:
+    """``value`` is a number (numpy's too): not a boolean, not text (saying why text that looks like one is not)."""
+    if isinstance(value, bool):
+        raise RecipeError(f"{where} must be a number, got {value!r} (a boolean)")
+    if isinstance(value, Real):
+        return
+    trap = number_trap(value)
+    if trap:
+        raise RecipeError(f"{where} = {value!r} is not a plain decimal number: {trap}")
+    raise RecipeError(f"{where} must be a number, got {value!r}")
 
 
 def recipe_key(parse: Parser, **kwargs: Any) -> Any:
@@ -91,6 +109,18 @@ class Edit:
     kind: ClassVar[str]  # the recipe's ``type``
     scale_key: ClassVar[str] = "scale"  # how messages name the scale of its sites ("alpha")
     keys: ClassVar[tuple[str, ...] | None] = None  # recipe key order when it differs from the fields'
+
+    def __post_init__(self) -> None:
+        # numpy's numbers (a layer picked with np.argmax) become Python's: recipes, JSON records and
+        # cards write the edit's values, and equal edits must compare and hash equal.
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or type(value) in (int, float):
+                continue
+            if isinstance(value, Integral):
+                object.__setattr__(self, f.name, int(value))
+            elif isinstance(value, Real):
+                object.__setattr__(self, f.name, float(value))
 
     # --- the recipe entry -------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from .edit_kind import FLOAT32_MAX, Edit, edit_from_dict, edit_kinds, edit_to_di
 from .errors import RecipeError
 from .head_edit import HeadScale, parse_heads
 from .neuron_edit import SHARED, NeuronScale, neuron_label, parse_neuron, parse_neurons
-from .strict_files import DuplicateKey, load_yaml
+from .strict_files import DuplicateKey, dump_yaml, load_yaml
 from .vectors import BakedVectors, FolderVectors, VectorSource
 
 __all__ = [
@@ -72,6 +72,9 @@ class Recipe:
     base_model: str | None = None
     version: int = RECIPE_VERSION
     notes: dict[str, Any] = field(default_factory=dict)
+    # The parameter whose value named the edits (``heads`` for --heads 7.7,8.17), when not a recipe
+    # file: its errors then name it and the edit as typed, not ``edits[i]``. Not written anywhere.
+    named_by: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "edits", deduplicate(self.edits))
@@ -109,9 +112,9 @@ class Recipe:
         safe = "".join(c if c.isprintable() or c == "\n" else c.encode("unicode_escape").decode() for c in header)
         comment = "".join(f"# {line}\n" if line else "#\n" for line in safe.splitlines())
         data = self.to_dict()
-        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+        text = dump_yaml(data)
         if load_yaml(text) != data:  # PyYAML writes U+0085 / U+2028 raw, and they read back as spaces
-            text = yaml.safe_dump(data, sort_keys=False, allow_unicode=False)
+            text = dump_yaml(data, allow_unicode=False)
         return comment + text
 
     @classmethod
@@ -166,9 +169,18 @@ class Recipe:
         return cls.from_dict(raw, where=path.name, vectors=FolderVectors(path.parent))
 
     def validate(self, config: Mapping[str, Any]) -> Architecture:
-        """Check every edit against the model's config; return its architecture."""
+        """Check every edit against the model's config; return its architecture. An error names
+        the edit as ``edits[i]``, or (``named_by``) as the parameter and the edit's label:
+        ``{heads} 9.9: layer = 9 but the model has num_hidden_layers = 3``."""
         arch = architecture(config)
         for i, e in enumerate(self.edits):
-            e.check_values(f"edits[{i}]")
-            e.validate(arch, f"edits[{i}]")
+            where = f"edits[{i}]"
+            try:
+                e.check_values(where)
+                e.validate(arch, where)
+            except RecipeError as exc:
+                if self.named_by is None:
+                    raise
+                what = str(exc).removeprefix(where).removeprefix(".").removeprefix(": ")
+                raise RecipeError(f"{{{self.named_by}}} {e.label}: {what}", self.named_by) from None
         return arch

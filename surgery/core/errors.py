@@ -2,9 +2,37 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterable
+
 
 class SurgeryError(Exception):
-    """Base class: its message is shown to the user as is, so it says what to do."""
+    """Base class: its message is shown to the user as is, so it says what to do.
+
+    A message may name parameters as ``{name}`` placeholders, listed after it (switches, on/off
+    parameters, in ``switches``): Python callers read the keyword (``alpha``; a switch ``force=True``),
+    the command line its flag (``--alpha``, ``--force``; see :meth:`spelled`). Only the listed names
+    are placeholders: a path with braces in the message stays as it is.
+    """
+
+    names: tuple[str, ...] = ()
+    switches: frozenset[str] = frozenset()
+
+    def __init__(self, message: str = "", *names: str, switches: Iterable[str] = ()) -> None:
+        self.switches = frozenset(switches)
+        self.template, self.names = message, (*names, *sorted(self.switches))
+        super().__init__(self.spelled(self.keyword) if self.names else message)
+
+    def keyword(self, name: str) -> str:
+        """A parameter as a Python caller writes it: ``alpha``, or ``force=True`` for a switch."""
+        return f"{name}=True" if name in self.switches else name
+
+    def spelled(self, spell: Callable[[str], str]) -> str:
+        """The message with every named parameter written by ``spell(name)`` (the command line: its flag)."""
+        template = getattr(self, "template", None)  # None: a subclass that does not call __init__
+        if not self.names or template is None:
+            return str(self)
+        return re.sub(r"\{(\w+)\}", lambda m: spell(m[1]) if m[1] in self.names else m[0], template)
 
 
 class CheckpointError(SurgeryError):
@@ -40,13 +68,5 @@ class EvaluationError(SurgeryError):
 
 
 class ParameterError(SurgeryError):
-    """A parameter's value is wrong. The message names each parameter as a ``{name}`` placeholder:
-    Python callers read the parameter's name, the command line its flag (``{n}`` → ``--n``)."""
-
-    def __init__(self, template: str, *names: str) -> None:
-        self.template, self.names = template, names
-        super().__init__(self.spelled(lambda name: name))
-
-    def spelled(self, spell) -> str:
-        """The message with every parameter written by ``spell(name)``."""
-        return self.template.format(**{name: spell(name) for name in self.names})
+    """A parameter's value is wrong; the message names it as a ``{name}`` placeholder (see
+    :class:`SurgeryError`): ``{n}`` reads ``n`` in Python and ``--n`` on the command line."""

@@ -72,8 +72,10 @@ def _check_replaceable(dest: Path, target: Path, replaceable: Replaceable | None
         return
     raise DestinationError(
         f"{dest} exists and was not written by surgery (no {' / '.join(OUTPUT_MARKERS)} "
-        "in it); --force replaces only surgery's own outputs or an empty folder: remove it "
-        "yourself or choose another --out"
+        "in it); {force} replaces only surgery's own outputs or an empty folder: remove it "
+        "yourself or choose another {out}",
+        "out",
+        switches=("force",),
     )
 
 
@@ -137,7 +139,9 @@ def check_destination(
 
 
 def _exists(dest: Path) -> DestinationError:
-    return DestinationError(f"{dest} already exists; pass --force to replace it, or choose another --out")
+    return DestinationError(
+        f"{dest} already exists; pass {{force}} to replace it, or choose another {{out}}", "out", switches=("force",)
+    )
 
 
 @contextmanager
@@ -277,8 +281,10 @@ def check_free_file(dest: Path, protected: Iterable[Path], force: bool, replacea
             raise _exists(dest)
         if not target.is_file() or replaceable is None or not replaceable(target):
             raise DestinationError(
-                f"{dest} exists and was not written by surgery; --force replaces only "
-                "surgery's own outputs: remove it yourself or choose another --out"
+                f"{dest} exists and was not written by surgery; {{force}} replaces only "
+                "surgery's own outputs: remove it yourself or choose another {out}",
+                "out",
+                switches=("force",),
             )
     return target
 

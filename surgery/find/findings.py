@@ -176,13 +176,26 @@ def check_model(findings: Findings, ckpt: Checkpoint, allow_transfer: bool = Fal
     if same_arch:
         raise FindingsError(
             f"the findings were computed on another model ({recorded.path}) of the same "
-            "architecture; pass --transfer to apply them anyway (e.g. instruct → base)"
+            "architecture; pass {transfer} to apply them anyway (e.g. instruct → base)",
+            switches=("transfer",),
         )
     raise FindingsError(
-        f"the findings were computed on a different model ({recorded.path}, "
-        f"{recorded.model_type}) and cannot be applied to {ckpt.origin} ({here.model_type}); "
-        f"compute findings for this model with surgery {FINDERS.get(findings.kind, 'find-heads')}"
+        f"the findings were computed on a different model ({recorded.path}) and cannot be applied to "
+        f"{ckpt.origin}{', even with {transfer},' if allow_transfer else ''} because its architecture "
+        f"differs ({_differences(recorded, here)}); compute findings for this model with surgery "
+        f"{FINDERS.get(findings.kind, 'find-heads')}",
+        switches=("transfer",) if allow_transfer else (),
     )
+
+
+def _differences(recorded: ModelIdentity, here: ModelIdentity, most: int = 4) -> str:
+    """``num_layers 30 there, 3 here; num_heads 9 there, 4 here``: what keeps findings of one model
+    from another (the model type, then each geometry field that differs)."""
+    there = {"model_type": recorded.model_type, **(recorded.geometry or {})}
+    mine = {"model_type": here.model_type, **(here.geometry or {})}
+    keys = [k for k in dict.fromkeys([*there, *mine]) if there.get(k) != mine.get(k)]
+    shown = [f"{k} {there.get(k, 'absent')} there, {mine.get(k, 'absent')} here" for k in keys[:most]]
+    return "; ".join(shown) + (f"; and {len(keys) - most} more" if len(keys) > most else "")
 
 
 def new_findings(

@@ -28,7 +28,7 @@ from ..core.edits import Recipe
 from ..core.errors import EvaluationError, VerificationError
 from ..core.sites import where_text
 from ..core.staging import atomic_write_text
-from ..core.strict_files import load_json, load_yaml
+from ..core.strict_files import dump_yaml, load_json, load_yaml
 from ..model.loading import Source
 
 CARD_NAME = "README.md"
@@ -72,7 +72,7 @@ def render_card(meta: Mapping[str, Any], body: str) -> str:
     data.update({k: v for k, v in meta.items() if k not in data and k not in FIELD_ORDER and v is not None})
     if isinstance(data.get("tags"), list):  # ModelCardData keeps each tag once
         data["tags"] = list(dict.fromkeys(data["tags"]))
-    return f"---\n{yaml.safe_dump(data, sort_keys=False, allow_unicode=True).strip()}\n---\n\n{body}"
+    return f"---\n{dump_yaml(data).strip()}\n---\n\n{body}"
 
 
 # A path of the machine that baked the checkpoint: POSIX absolute, home-relative, Windows drive or UNC.

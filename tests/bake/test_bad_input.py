@@ -343,6 +343,53 @@ CASES = [
         lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: .nan}\n"),
         ("alpha must be a finite number", "nan"),
     ),
+    # YAML 1.1 would read these as other numbers (010 → 8, 1:30 → 90): refused, saying why (issue 33)
+    Case(
+        "recipe-neuron-octal",
+        lambda c: c.recipe("version: 1\nedits:\n  - {type: neuron, layer: 0, neuron: 010, factor: 0}\n"),
+        ("edits[0].neuron = '010' is not a plain decimal number", "octal in YAML 1.1 (8)", "drop the leading zeros"),
+    ),
+    Case(
+        "recipe-neuron-base-60",
+        lambda c: c.recipe("version: 1\nedits:\n  - {type: neuron, layer: 0, neuron: 1:30, factor: 0}\n"),
+        ("edits[0].neuron = '1:30'", "base 60 (90)", "write one decimal number"),
+    ),
+    Case(
+        "recipe-layer-hex",
+        lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0x1, head: 1, alpha: 2}\n"),
+        ("edits[0].layer = '0x1'", "write it in decimal (1)"),
+    ),
+    Case(
+        "recipe-head-underscore",
+        lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 1_0, alpha: 2}\n"),
+        ("edits[0].head = '1_0'", "drops underscores (10)", "leave them out"),
+    ),
+    Case(
+        "recipe-alpha-yes",
+        lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: yes}\n"),
+        ("edits[0].alpha = 'yes'", "a boolean (True)"),
+    ),
+    Case(
+        "recipe-layer-true",
+        lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: true, head: 1, alpha: 2}\n"),
+        ("edits[0].layer must be a number, got True (a boolean)",),
+    ),
+    Case(
+        "recipe-alpha-nan-word",
+        lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: nan}\n"),
+        ("alpha must be a finite number, got 'nan'", "NaN or infinite scale"),
+    ),
+    Case(
+        "recipe-alpha-inf",
+        lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: -.inf}\n"),
+        ("alpha must be a finite number, got -inf", "NaN or infinite scale"),
+    ),
+    # 1e30 is a number (YAML 1.1 read it as text, "must be a number, got '1e30'"): the bake says why not
+    Case(
+        "recipe-alpha-1e30",
+        lambda c: c.recipe("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: 1e30}\n"),
+        ("alpha 1e+30 scales the weights of head 0.1 up to", "choose a smaller scale"),
+    ),
     Case(
         "recipe-conflict",
         lambda c: c.recipe(
@@ -454,7 +501,13 @@ CASES = [
     Case(
         "findings-other-architecture",
         setups.findings(setups.other_model(False)),
-        ("different model", "compute findings for this model"),
+        ("different model", "architecture differs (model_type qwen2 there, llama here; num_layers 24 there, 3 here)"),
+    ),
+    # --transfer applies findings to the same architecture only: the refusal says which field differs
+    Case(
+        "findings-other-geometry-transfer",
+        lambda c: setups.findings(setups.other_model(False, model_type="llama"))(c) + ["--transfer"],
+        ("even with --transfer", "differs (num_layers 24 there, 3 here)", "compute findings for this model"),
     ),
     Case("findings-top-too-large", setups.top("5"), ("--top 5 but the findings rank only 1", "choose a smaller --top")),
     Case(
@@ -548,6 +601,7 @@ SUBPROCESS = {
     "quantized-gptq",
     "alpha-zero",
     "recipe-not-yaml",
+    "recipe-neuron-octal",
     "findings-other-architecture",
     "dest-exists",
     "alpha-underflows-bf16",

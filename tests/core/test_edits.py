@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from surgery.core.edits import HeadScale, NeuronScale, Recipe, parse_heads, parse_neurons
@@ -94,3 +95,40 @@ def test_command_line_specs():
         parse_heads("7:7", 2.0)
     with pytest.raises(RecipeError, match="LAYER:NEURON"):
         parse_neurons("28.17", 0.0)
+
+
+# --- numbers from numpy are numbers (issue 33: an np.int64 layer was "not a number") ----------------
+
+
+@pytest.mark.parametrize(
+    "edit, plain",
+    [
+        (HeadScale(np.int64(3), np.int32(7), np.float32(2.5)), HeadScale(3, 7, 2.5)),
+        (NeuronScale(np.uint16(2), np.int64(99), np.float64(0.0)), NeuronScale(2, 99, 0.0)),
+    ],
+)
+def test_numpy_numbers_are_numbers(edit, plain, tmp_path):
+    edit.check_values("edits[0]")
+    Recipe((edit,)).validate(CONFIG)
+    assert edit == plain and hash(edit) == hash(plain)
+    assert all(type(v) in (int, float) for v in edit.to_dict().values() if not isinstance(v, str))
+    path = tmp_path / "r.yaml"
+    path.write_text(Recipe((edit,)).to_yaml())
+    assert Recipe.load(path).edits == (plain,)
+
+
+def test_numpy_booleans_and_floats_are_not_indices():
+    with pytest.raises(RecipeError, match="must be an integer, got 3.0"):
+        HeadScale(np.float32(3.0), 0, 2.0).check_values("edits[0]")
+    with pytest.raises(RecipeError, match="must be a number"):
+        HeadScale(np.bool_(True), 0, 2.0).check_values("edits[0]")
+
+
+def test_a_recipe_number_in_decimal_bakes_that_number(tmp_path):
+    """The decimal reading is the one kept; the YAML 1.1 forms are refused (issue 33)."""
+    path = tmp_path / "r.yaml"
+    path.write_text("version: 1\nedits:\n  - {type: neuron, layer: 1, neuron: 10, factor: 0.0}\n")
+    assert Recipe.load(path).edits == (NeuronScale(1, 10, 0.0),)
+    path.write_text("version: 1\nedits:\n  - {type: neuron, layer: 1, neuron: 010, factor: 0.0}\n")
+    with pytest.raises(RecipeError, match=r"r.yaml.edits\[0\].neuron = '010' is not a plain decimal number"):
+        Recipe.load(path)

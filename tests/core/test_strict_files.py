@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from surgery.core.errors import SurgeryError
-from surgery.core.strict_files import DuplicateKey, load_json, load_yaml
+from surgery.core.strict_files import DuplicateKey, dump_yaml, load_json, load_yaml, number_trap
 from tests.support.paths import REPO
 
 PACKAGE = REPO / "surgery"
@@ -102,8 +102,50 @@ _values = st.recursive(
 def test_without_repeats_the_strict_readers_read_what_the_usual_ones_read(value):
     text = json.dumps(value, indent=1)
     assert load_json(text) == json.loads(text)
-    text = yaml.safe_dump(value)
-    assert load_yaml(text) == yaml.safe_load(text)
+    text = dump_yaml(value, allow_unicode=False)  # what the tool writes reads back the same in YAML 1.1
+    assert load_yaml(text) == yaml.safe_load(text) == value
+
+
+# --- numbers mean what they say in decimal (issue 33: `neuron: 010` baked neuron 8) ------------------
+
+
+@pytest.mark.parametrize(
+    "text, yaml11, trap",
+    [
+        ("010", 8, "a leading zero means octal in YAML 1.1 (8): drop the leading zeros"),
+        ("-007", -7, "a leading zero means octal in YAML 1.1 (-7)"),
+        ("09", "09", "a leading zero means octal in YAML 1.1: drop"),  # not even octal: YAML 1.1 keeps text
+        ("1:30", 90, "YAML 1.1 reads colons as base 60 (90)"),
+        ("1:30.5", 90.5, "base 60 (90.5)"),
+        ("0x10", 16, "0x marks another base: write it in decimal (16)"),
+        ("0o10", "0o10", "0o marks another base: write it in decimal (8)"),
+        ("0b11", 3, "write it in decimal (3)"),
+        ("1_0", 10, "YAML 1.1 drops underscores (10): leave them out"),
+        ("1_000.5", 1000.5, "drops underscores (1000.5)"),
+        ("yes", True, "YAML 1.1 reads it as a boolean (True)"),
+        ("Off", False, "a boolean (False)"),
+    ],
+)
+def test_ambiguous_numbers_stay_text_and_say_why(text, yaml11, trap):
+    assert yaml.safe_load(f"k: {text}")["k"] == yaml11  # what PyYAML's default reads
+    read = load_yaml(f"k: {text}")["k"]
+    assert read == text and trap in number_trap(read)
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [("10", 10), ("-3", -3), ("+0", 0), ("0", 0), ("2.5", 2.5), ("1e30", 1e30), ("-2E-3", -2e-3), (".5", 0.5)]
+    + [("1.0e+30", 1e30), ("true", True), ("False", False), (".inf", float("inf")), ("~", None), ("null", None)],
+)
+def test_plain_numbers_and_booleans_read_as_themselves(text, value):
+    assert load_yaml(f"k: {text}")["k"] == value
+    assert number_trap(text) is None
+
+
+@pytest.mark.parametrize("text", ["1e5", "010", "1:30", "yes", "0x1F", "1_0", "2.5"])
+def test_dump_quotes_text_that_either_yaml_reads_as_a_number(text):
+    written = dump_yaml({"k": text})
+    assert load_yaml(written) == yaml.safe_load(written) == {"k": text}, written
 
 
 # --- each reader says which file, which key and what to do, in one line -----------------------------

@@ -64,7 +64,7 @@ def test_neuron_findings_of_0_1_apply_to_their_model_and_write_back_unchanged(tm
 
 
 def test_findings_of_another_model_are_refused_by_their_identity():
-    with pytest.raises(FindingsError, match="another model .*tests/fixtures/binding_model.* --transfer"):
+    with pytest.raises(FindingsError, match="another model .*tests/fixtures/binding_model.* transfer=True"):
         HeadFindings.read(WRITTEN / "heads_findings.json", Checkpoint(FIXTURES / "binding_dose"))
     found = HeadFindings.read(WRITTEN / "heads_findings.json", Checkpoint(FIXTURES / "binding_dose"), transfer=True)
     assert "same architecture" in found.transfer_note

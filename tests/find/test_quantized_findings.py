@@ -74,7 +74,7 @@ def test_fp8_findings_are_the_float32_copy_s_and_bake_back_into_the_fp8_checkpoi
     record = json.loads((tmp_path / "pruned" / "surgery.json").read_text())
     assert record["verification"]["kind"] == "dequantized weights"
     assert surgery.verify(src, tmp_path / "pruned").ok
-    with pytest.raises(FindingsError, match="pass --transfer"):  # the float32 copy is another file
+    with pytest.raises(FindingsError, match=r"pass transfer=True"):  # the float32 copy is another file
         surgery.prune_neurons(copy, tmp_path / "refused", n=3, findings=tmp_path / "neurons-fp8.json")
     assert not (tmp_path / "refused").exists()
 
@@ -99,7 +99,7 @@ def test_gguf_findings_carry_the_file_s_sha256_and_apply_onto_it_only(tmp_path):
 
     surgery.prune_neurons(src, tmp_path / "pruned.gguf", n=2, findings=tmp_path / "neurons.json")
     assert verify_gguf(tmp_path / "pruned.gguf", src).ok
-    with pytest.raises(FindingsError, match="pass --transfer") as refused:
+    with pytest.raises(FindingsError, match=r"pass transfer=True") as refused:
         surgery.prune_neurons(other, tmp_path / "refused.gguf", n=2, findings=tmp_path / "neurons.json")
     assert f"({src})" in str(refused.value)  # the findings name the GGUF file, not its import in the cache
     assert not (tmp_path / "refused.gguf").exists()
@@ -131,7 +131,7 @@ def test_int_findings_are_the_decompressed_copy_s_and_bake_back_into_the_int_che
     assert baked.tensors_edited > 0
     report = surgery.verify(src, tmp_path / "pruned")
     assert report.ok and "logits" in report.numeric_check
-    with pytest.raises(FindingsError, match="pass --transfer"):  # the decompressed copy is another file
+    with pytest.raises(FindingsError, match=r"pass transfer=True"):  # the decompressed copy is another file
         surgery.prune_neurons(copy, tmp_path / "refused", n=3, findings=tmp_path / "int.json")
 
 

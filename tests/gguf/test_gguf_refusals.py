@@ -114,7 +114,7 @@ def test_destinations(tmp_path):
     with pytest.raises(SurgeryError, match="is the source"):
         bake_gguf(model, recipe, src, force=True)
     bake_gguf(model, recipe, out)
-    with pytest.raises(SurgeryError, match="already exists; pass --force"):
+    with pytest.raises(SurgeryError, match=r"already exists; pass force=True to replace it, or choose another out$"):
         bake_gguf(model, recipe, out)
     bake_gguf(model, Recipe((HeadScale(0, 0, 2.0),)), out, force=True)  # a bake's own output: replaced
     assert verify_gguf(out, src).ok

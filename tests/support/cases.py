@@ -245,11 +245,11 @@ def findings(text_or_change) -> Callable[[Ctx], list]:
     return setup
 
 
-def other_model(same_architecture: bool) -> Callable[[dict], None]:
+def other_model(same_architecture: bool, model_type: str = "qwen2") -> Callable[[dict], None]:
     def change(doc: dict) -> None:
         doc["model"].update(fingerprint="0" * 64, path="/models/other")
         if not same_architecture:
-            doc["model"].update(model_type="qwen2", geometry={**doc["model"]["geometry"], "num_layers": 24})
+            doc["model"].update(model_type=model_type, geometry={**doc["model"]["geometry"], "num_layers": 24})
 
     return change
 

@@ -24,7 +24,7 @@ from ...bake.quantized import check_loadable
 from ...core import distributed
 from ...core.architectures import Architecture, architecture
 from ...core.checkpoint import Checkpoint
-from ...core.errors import FindingsError, RecipeError, SurgeryError, UnsupportedArchitecture
+from ...core.errors import FindingsError, RecipeError, UnsupportedArchitecture
 from ...core.progress import Progress, silent
 from ...model.hooks import model_architecture
 from ...model.loading import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
@@ -98,11 +98,6 @@ def find_heads(
     """
     if not isinstance(params, FindParams):
         params = FindParams(**dict(params))
-    if 0 < params.confirm < params.knockout_heads:
-        raise SurgeryError(
-            f"--confirm {params.confirm} cannot confirm {params.knockout_heads} knockout heads; "
-            "give --confirm 0 (no confirmation) or at least --knockout-heads"
-        )
     ckpt = as_checkpoint(model, load)
     distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
     check_loadable(ckpt)

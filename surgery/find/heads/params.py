@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ...core.errors import ParameterError
 from ...core.options import check_options, param
 from .pairs import DEFAULT_PER_IDENTITY
 
@@ -69,6 +70,13 @@ class FindParams:
 
     def __post_init__(self) -> None:
         check_options(self)
+        if 0 < self.confirm < self.knockout_heads:  # the selection is taken from the confirmed heads
+            raise ParameterError(
+                f"{{confirm}} {self.confirm} confirms fewer heads than the {self.knockout_heads} that "
+                f"{{knockout_heads}} selects; give {{confirm}} 0 (no confirmation) or at least {self.knockout_heads}",
+                "confirm",
+                "knockout_heads",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
