@@ -352,20 +352,30 @@ def numeric(
     """
     import torch
 
-    from ..core.architectures import text_config
     from ..model.dequantized import holds_codes
     from ..model.hooks import applied
     from ..model.int_dequantized import decodes_itself
-    from ..model.loading import load_model
+    from ..model.loading import load_model, vocab_rows
+    from ..model.probe import check_buildable, check_runs
     from ..model.swap import swapped
     from ..model.upcast import compute_dtype_of
 
-    vocab = int(text_config(src.config).get("vocab_size") or src.config.get("vocab_size"))
-    batches = _token_batches(src.path, vocab, prompts, load)
+    batches = _token_batches(src.path, vocab_rows(src.config), prompts, load)
     progress("verify", 0, 2)
-    model = load_model(src.path, load) if model is None else model
-    with applied(model, recipe.active()):
-        reference = _forward(model, batches)
+    # A failure is asked again of transformers alone (the model built, the unedited model run): where that
+    # fails too, the checkpoint's config is at fault, said in one line; else it is surgery's, raised as is.
+    if model is None:
+        try:
+            model = load_model(src.path, load)
+        except Exception:
+            check_buildable(src.path, load.trust_remote_code)
+            raise
+    try:
+        with applied(model, recipe.active()):
+            reference = _forward(model, batches)
+    except Exception:
+        check_runs(model, batches[0], src.path)
+        raise
     progress("verify", 1, 2)
     # a quantized checkpoint's edited tensors are codes and scales, not the dequantized weights in memory
     tensors = None if src.quantized else baked_tensors(src, dst_path, recipe, model)
