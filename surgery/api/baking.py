@@ -4,7 +4,8 @@ commands and Python callers share.
 :func:`bake_recipe` opens MODEL, checks the recipe against the model it is baked into
 (surgery.bake.lineage: a recipe written for another model is refused unless ``allow_other_base``),
 refuses scales that vanish or overflow in the stored dtype (surgery.bake.guards, inside the bake),
-runs the bake's own check of every edited weight map (surgery.bake.check) unless ``verify=False``,
+runs the bake's own check of every edited weight map (surgery.bake.check) unless ``verify=False``
+(and first builds the model from its config on the meta device: surgery.model.probe),
 writes the model card and pushes the result when asked. :func:`bake_sweep` bakes one output per
 value of a sweep (α or n), every destination and every value's scales checked before the first bake.
 """
@@ -108,6 +109,10 @@ def bake_recipe(
         note(lineage)
     if evaluation is not None and not isinstance(evaluation, Evaluation):
         evaluation = Evaluation.from_dict(dict(evaluation))
+    if verify:  # the check vouches for a model that runs: one transformers cannot build is refused first
+        from ..model.probe import check_buildable
+
+        check_buildable(ckpt.path, load.trust_remote_code)
     result = bake(
         ckpt,
         recipe,

@@ -31,6 +31,7 @@ from .patches import RAW_DTYPES, TensorPatch, group_by_file, patched_chunks, pla
 from .provenance import OWN_FILES, integrity_problems, load_provenance
 from .quantized import dequantized_problems, stored_plan
 from .record import BakeRecord
+from .tolerance import LogitTolerance, logit_tolerance
 
 BLOCK = 16 << 20
 PROMPTS = (
@@ -39,7 +40,6 @@ PROMPTS = (
     "Once upon a time, in a small village,",
     "def add(a, b):\n    return",
 )
-TOLERANCE = {"F32": 1e-4, "F16": 5e-2, "BF16": 2.5e-1}
 COMPUTE_DTYPES = {"torch.float32": "F32", "torch.float16": "F16", "torch.bfloat16": "BF16"}
 
 
@@ -52,6 +52,7 @@ class Report:
     tensors_edited: int = 0
     max_abs_logit_diff: float | None = None
     tolerance: float | None = None
+    tolerance_basis: LogitTolerance | None = None  # what the tolerance was derived from
     numeric_check: str = "logits"  # what the numeric check compared (an FP8 checkpoint: dequantized weights)
     # Edited tensors whose content is not the recipe's: file, tensor, rows, columns, source_changed.
     mismatches: list[dict[str, Any]] = field(default_factory=list)
@@ -68,6 +69,7 @@ class Report:
             "tensors_edited": self.tensors_edited,
             "max_abs_logit_diff": self.max_abs_logit_diff,
             "tolerance": self.tolerance,
+            "tolerance_basis": None if self.tolerance_basis is None else self.tolerance_basis.to_dict(),
             "numeric_check": self.numeric_check,
             "mismatches": self.mismatches,
         }
@@ -340,27 +342,40 @@ def numeric(
     load: LoadSpec = DEFAULT_LOAD,
     progress: StageProgress = silent_stages,
     model=None,
-) -> tuple[float, float]:
-    """max |Δlogit| between the baked model and the source with run-time twins, and the tolerance.
+) -> tuple[float, LogitTolerance]:
+    """max |Δlogit| between the baked model and the source with run-time twins, and the tolerance
+    (surgery/bake/tolerance.py: from the dtypes, the run-time edit's largest logit and the depth).
 
     The source is loaded once (or ``model``, already loaded from it, is used and left as it was):
     its logits with the run-time twins, then with only the edited tensors swapped for the baked
     ones. Peak memory is one model plus the edited tensors, with any accelerate device map.
     """
-    from ..core.architectures import text_config
+    import torch
+
     from ..model.dequantized import holds_codes
     from ..model.hooks import applied
     from ..model.int_dequantized import decodes_itself
-    from ..model.loading import load_model
+    from ..model.loading import load_model, vocab_rows
+    from ..model.probe import check_buildable, check_runs
     from ..model.swap import swapped
     from ..model.upcast import compute_dtype_of
 
-    vocab = int(text_config(src.config).get("vocab_size") or src.config.get("vocab_size"))
-    batches = _token_batches(src.path, vocab, prompts, load)
+    batches = _token_batches(src.path, vocab_rows(src.config), prompts, load)
     progress("verify", 0, 2)
-    model = load_model(src.path, load) if model is None else model
-    with applied(model, recipe.active()):
-        reference = _forward(model, batches)
+    # A failure is asked again of transformers alone (the model built, the unedited model run): where that
+    # fails too, the checkpoint's config is at fault, said in one line; else it is surgery's, raised as is.
+    if model is None:
+        try:
+            model = load_model(src.path, load)
+        except Exception:
+            check_buildable(src.path, load.trust_remote_code)
+            raise
+    try:
+        with applied(model, recipe.active()):
+            reference = _forward(model, batches)
+    except Exception:
+        check_runs(model, batches[0], src.path)
+        raise
     progress("verify", 1, 2)
     # a quantized checkpoint's edited tensors are codes and scales, not the dequantized weights in memory
     tensors = None if src.quantized else baked_tensors(src, dst_path, recipe, model)
@@ -373,16 +388,18 @@ def numeric(
         baked = _forward(baked_model, batches)
         model = baked_model
     progress("verify", 2, 2)
-    diff = max(float((a - b).abs().max()) for a, b in zip(reference, baked))
+    # torch's max keeps a NaN (a damaged weight can make one), where Python's max may drop it
+    diff = float(torch.stack([(a - b).abs().max() for a, b in zip(reference, baked)]).max())
     view = planner_view(src)  # an integer weight: its logical dtype, which has the default (bf16) tolerance
-    dtypes = {view.tensor(p.info.name).dtype for p in plan(view, recipe.validate(src.config), recipe.active())}
+    arch = recipe.validate(src.config)
+    dtypes = {view.tensor(p.info.name).dtype for p in plan(view, arch, recipe.active())}
     # loaded dequantized into the compute dtype, exactly (FP8; integer codes surgery decodes or holds): codes do not run
     if src.fp8_scheme is not None or decodes_itself(src) or holds_codes(model):
         dtypes = set()
     # The model may also compute in a narrower dtype than it stores (--dtype bfloat16 on float32 weights).
     dtypes.add(COMPUTE_DTYPES.get(str(compute_dtype_of(model)), "F32"))
-    tol = max(TOLERANCE.get(d, TOLERANCE["BF16"]) for d in dtypes)
-    return diff, tol
+    largest = max(float(a.abs().max()) for a in reference)
+    return diff, logit_tolerance(dtypes, largest, arch.geometry.num_layers)
 
 
 def verify(
@@ -406,13 +423,14 @@ def verify(
     if report.ok and run_model:
         if src.quantized:
             report.numeric_check += "; and logits (both models loaded dequantized)"
-        report.max_abs_logit_diff, report.tolerance = numeric(
+        report.max_abs_logit_diff, report.tolerance_basis = numeric(
             src, dst_path, recipe, load=load, progress=progress, model=model
         )
+        report.tolerance = report.tolerance_basis.value
         if not report.max_abs_logit_diff <= report.tolerance:
             report.problems.append(
-                f"baked logits differ from the run-time edit by "
-                f"{report.max_abs_logit_diff:.3g} (tolerance {report.tolerance:g})"
+                f"baked logits differ from the run-time edit by {report.max_abs_logit_diff:.3g} "
+                f"(tolerance {report.tolerance:.3g} = {report.tolerance_basis.describe()})"
             )
     return report
 

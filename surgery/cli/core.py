@@ -122,7 +122,8 @@ def verify_cmd(source: str, baked: Path, load: LoadSpec, structural_only: bool, 
         print_json(report.to_dict())
     elif report.ok:
         diff = (
-            f"; max |Δlogit| vs run-time edit {report.max_abs_logit_diff:.2e} (tolerance {report.tolerance:g})"
+            f"; max |Δlogit| vs run-time edit {report.max_abs_logit_diff:.2e} "
+            f"(tolerance {report.tolerance:.3g} = {report.tolerance_basis.describe()})"
             if report.max_abs_logit_diff is not None
             else ""
         )

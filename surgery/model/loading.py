@@ -6,6 +6,7 @@ fetch safetensors and the small text files only; pickled weights are never downl
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -391,8 +392,17 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     return model.eval()
 
 
+def vocab_rows(config: dict) -> int | None:
+    """The rows of the model's embedding table (its text model's ``vocab_size``), where the config says."""
+    from ..core.architectures import text_config
+
+    rows = text_config(config).get("vocab_size") or config.get("vocab_size")
+    return int(rows) if rows else None
+
+
 def load_tokenizer(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
-    """The checkpoint's tokenizer; a missing one is a clear error (findings need it)."""
+    """The checkpoint's tokenizer; a missing one, or one with ids the embedding table has no row for,
+    is a clear error (findings need it; an id past the table is an IndexError deep in the model)."""
     from transformers import AutoTokenizer
 
     try:
@@ -400,6 +410,15 @@ def load_tokenizer(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     except (OSError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(f"{path} has no usable tokenizer ({first})") from None
+    config = Path(path) / "config.json"
+    rows = vocab_rows(json.loads(config.read_text())) if config.is_file() else None
+    largest = max(tok.get_vocab().values(), default=-1)  # added tokens included
+    if rows is not None and largest >= rows:
+        raise CheckpointError(
+            f"the tokenizer in {path} has token ids up to {largest} ({len(tok)} tokens) but the model's "
+            f"embedding table has {rows} rows (config.json vocab_size): it is not this model's tokenizer; "
+            "put the model's own tokenizer files next to its weights"
+        )
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok

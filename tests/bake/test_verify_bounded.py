@@ -72,7 +72,7 @@ def test_offloaded_numeric_catches_a_wrong_slice(tiny, tmp_path, edit):
     assert wrong != RECIPE
     bake(Checkpoint(src), wrong, tmp_path / "wrong")  # baked from another recipe, checked against RECIPE
     diff, tol = numeric(Checkpoint(src), tmp_path / "wrong", RECIPE, model=_offloaded(src, tmp_path / "offload"))
-    assert diff > 100 * tol
+    assert diff > 100 * tol.value
 
 
 def test_verify_with_the_load_options_for_big_models(baked, tmp_path, monkeypatch):
@@ -102,5 +102,10 @@ def test_verify_in_bfloat16_allows_bfloat16_rounding(tiny, tmp_path):
     src = tiny("llama")  # float32 on disk
     bake(Checkpoint(src), RECIPE, tmp_path / "baked")
     report = verify(Checkpoint(src), tmp_path / "baked", load=LoadSpec(device="cpu", dtype="bfloat16"))
-    assert report.ok and report.tolerance == 0.25
-    assert verify(Checkpoint(src), tmp_path / "baked").tolerance == 1e-4
+    assert report.ok and report.tolerance_basis.dtype == "BF16"
+    in_float32 = verify(Checkpoint(src), tmp_path / "baked")
+    assert in_float32.ok and in_float32.tolerance_basis.dtype == "F32"
+    # the same logits' size and depth, bfloat16's unit roundoff 2⁻⁸ for float32's 2⁻²⁴
+    assert report.tolerance / report.tolerance_basis.max_abs_logit == pytest.approx(
+        2.0**16 * in_float32.tolerance / in_float32.tolerance_basis.max_abs_logit
+    )

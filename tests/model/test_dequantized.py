@@ -1,6 +1,7 @@
 """FP8 checkpoints load for computation dequantized, on a CPU: every parameter equals the one of a
 plain float32 copy holding the same values (e4m3 × scale), bit for bit — through transformers'
-dequantization where its blocks are whole, through surgery's own where they are not."""
+dequantization where its blocks are whole, through surgery's own where they are not; and so the logits,
+to float32 summation order (tests.support.models.assert_same_function)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from surgery.core.checkpoint import Checkpoint
 from surgery.model.dequantized import whole_blocks
 from surgery.model.loading import LoadSpec, load_model
 from tests.support.fp8 import build_fp8, dequantized_copy
+from tests.support.models import assert_same_function
 
 # (layout, block, transformers dequantizes it exactly); the tiny Llama's weights are 32 and 48 wide
 LAYOUTS = [
@@ -59,7 +61,7 @@ def test_under_disk_offload_whole_blocks_load_and_partial_ones_are_one_line(tmp_
     assert "disk" in net.hf_device_map.values()
     plain = load_model(dequantized_copy(src, tmp_path / "fp32", "block", block), _spec("float32"))
     tokens = torch.tensor([[5, 9, 14, 3]])
-    assert torch.equal(net(input_ids=tokens).logits, plain(input_ids=tokens).logits)
+    assert_same_function(net(input_ids=tokens).logits, plain(input_ids=tokens).logits, plain)
 
 
 @pytest.mark.parametrize(("block", "whole"), [((8, 8), True), ((16, 16), False)], ids=["block8", "block16-partial"])
@@ -76,7 +78,7 @@ def test_an_fp8_mixture_of_experts_loads_as_its_dequantized_copy(tmp_path, block
     for name, value in want.items():
         assert torch.equal(got[name], value), name
     tokens = torch.tensor([[5, 9, 14, 3]])
-    assert torch.equal(fp8_model(input_ids=tokens).logits, plain(input_ids=tokens).logits)
+    assert_same_function(fp8_model(input_ids=tokens).logits, plain(input_ids=tokens).logits, plain)
 
 
 # FP8 releases store everything else in bfloat16 (DeepSeek-V3: its router bias in float32, which
@@ -118,13 +120,13 @@ def test_a_bf16_fp8_release_is_held_in_16_bits_and_computes_as_its_dequantized_c
     assert bytes_held < 0.6 * sum(p.numel() * p.element_size() for p in plain.parameters())
     batch = _batch(int(text_config(Checkpoint(src).config)["vocab_size"]))
     with torch.no_grad():
-        assert torch.equal(held(**batch).logits, plain(**batch).logits)
+        assert_same_function(held(**batch).logits, plain(**batch).logits, plain)
         edits = [e for group in proof_edits(model_architecture(plain)).values() for e in group]
         with applied(plain, edits):
             want = plain(**batch).logits
         with applied(held, edits):
             got = held(**batch).logits
-    assert torch.equal(got, want)  # the run-time twins see the dequantized weights
+    assert_same_function(got, want, plain)  # the run-time twins see the dequantized weights
     assert {p.dtype for n, p in held.named_parameters() if not any(k in n for k in kept32)} == stored
 
 

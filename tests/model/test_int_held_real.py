@@ -1,6 +1,7 @@
 """SmolLM2-135M-Instruct compressed by compressed-tensors as W4A16 (as llm-compressor writes it, its other
 tensors bfloat16): held in 16 bits for float32 compute, it gives transformers' own decompression's logits
-bit for bit, at half the memory."""
+to float32 summation order (bit for bit on an AVX2 CPU; another kernel path may sum in another order), at
+half the memory."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from surgery.model.dequantized import holds_codes
 from surgery.model.loading import LoadSpec, load_model
 from tests.support.int_packed import compress_folder
+from tests.support.models import assert_same_function
 
 pytest.importorskip("compressed_tensors")
 pytestmark = pytest.mark.slow(minutes=1)
@@ -32,6 +34,6 @@ def test_smollm2_w4a16_held_computes_as_transformers_decompression(smollm2, tmp_
     with torch.no_grad():
         want = whole(input_ids=ids).logits
     assert holds_codes(held) and not holds_codes(whole)
-    assert torch.equal(got, want)
+    assert_same_function(got, want, whole)
     nbytes = [sum(p.numel() * p.element_size() for p in m.parameters()) for m in (held, whole)]
     assert nbytes[0] < 0.55 * nbytes[1]

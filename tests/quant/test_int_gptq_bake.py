@@ -237,4 +237,4 @@ def test_the_verify_command_compares_logits_on_a_layout_transformers_cannot_load
     assert result.returncode == 0, result.stderr
     lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("OK: ")
-    assert "max |Δlogit| vs run-time edit" in lines[0] and "(tolerance 0.0001)" in lines[0]
+    assert "max |Δlogit| vs run-time edit" in lines[0] and " · u(F32) " in lines[0]

@@ -1,0 +1,102 @@
+"""A tokenizer or a config that does not fit the model is one line, not an internal error (issue 33,
+point 5): the tokenizer is checked against the embedding table as it loads, a bake refuses a config
+transformers cannot build before writing anything, and verify says so of a model that cannot run."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import surgery
+from surgery.core.errors import CheckpointError
+from tests.support.cli import error_line, run_cli, run_main, staging_leftovers
+from tests.support.neuron_pairs import write_pairs
+from tests.support.tokenizer import CHARS, SPECIALS, save_char_tokenizer
+
+ROWS = 96  # the conftest tiny models' vocab_size; the character tokenizer has 101 ids
+
+
+def _prompts(tmp_path):
+    (tmp_path / "a.txt").write_text("the sky is green\nno red is blue\n")
+    (tmp_path / "b.txt").write_text("a quiet day\nmost cats sleep\n")
+    return tmp_path / "a.txt", tmp_path / "b.txt"
+
+
+def _refusal(largest: int) -> str:
+    return f"has token ids up to {largest} ({largest + 1} tokens) but the model's embedding table has {ROWS} rows"
+
+
+def test_find_direction_with_a_tokenizer_past_the_embedding_table_is_one_line(tiny, tmp_path, capsys):
+    """The reported case: ids beyond vocab_size were an internal IndexError in find-direction."""
+    src = save_char_tokenizer(tiny("llama"))
+    assert len(SPECIALS + CHARS) > ROWS
+    a, b = _prompts(tmp_path)
+    args = ["find-direction", src, "--a", a, "--b", b, "--template", "plain", "--out", tmp_path / "d.json"]
+    line = error_line(run_main(args, capsys))
+    assert _refusal(len(SPECIALS + CHARS) - 1) in line and "not this model's tokenizer" in line
+    assert not (tmp_path / "d.json").exists()
+
+
+def test_find_neurons_in_python_raises_the_project_s_error(tiny, tmp_path):
+    """The reported case from Python: a CheckpointError, not a raw IndexError."""
+    src = save_char_tokenizer(tiny("llama"))
+    with pytest.raises(CheckpointError, match=re.escape(_refusal(len(SPECIALS + CHARS) - 1))):
+        surgery.find_neurons(src, pairs=write_pairs(tmp_path / "pairs.jsonl"))
+
+
+def test_an_added_token_past_the_table_is_refused_and_a_smaller_tokenizer_is_not(tiny, tmp_path):
+    """Variant: the characters fit a table of 128 rows but one added token lands on row 128; a tokenizer
+    smaller than its table (real models pad theirs) loads."""
+    from surgery.model.loading import load_tokenizer
+    from tests.support.tokenizer import TINY_VOCAB, char_tokenizer
+
+    src = tiny("llama", vocab_size=TINY_VOCAB)
+    tok = char_tokenizer()
+    tok.add_tokens([f"<extra_{i}>" for i in range(TINY_VOCAB - len(tok) + 1)])
+    tok.save_pretrained(src)
+    with pytest.raises(CheckpointError, match=f"ids up to {TINY_VOCAB} .* table has {TINY_VOCAB} rows"):
+        load_tokenizer(src)
+    save_char_tokenizer(src)  # 101 ids for 128 rows
+    assert len(load_tokenizer(src)) < TINY_VOCAB
+
+
+def _config(src, **changes):
+    config = json.loads((src / "config.json").read_text())
+    config.update(changes)
+    (src / "config.json").write_text(json.dumps(config))
+    return src
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"hidden_act": "bogus"}, {"rope_parameters": {"rope_type": "bogus", "rope_theta": 10000.0}}],
+    ids=["activation", "rope-type"],
+)
+def test_a_bake_refuses_a_config_transformers_cannot_build_before_writing(tiny, tmp_path, change):
+    """The config describes its weights (inspect passes) but names what transformers does not have:
+    the bake's check refuses it in one line, and nothing is on disk."""
+    src = _config(tiny("llama"), **change)
+    assert run_cli(["inspect", src]).returncode == 0  # structural: the shapes do check out
+    out = tmp_path / "out"
+    line = error_line(run_cli(["amplify-heads", src, "--heads", "0.1", "--alpha", "2", "--out", out]))
+    assert "transformers cannot build a model from" in line and "(KeyError: 'bogus')" in line
+    assert not out.exists() and not staging_leftovers(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"sliding_window": None}, {"sliding_window": 0}],
+    ids=["no-window", "zero-window"],
+)
+def test_verify_says_in_one_line_that_the_model_cannot_run(tiny, tmp_path, capsys, change):
+    """A config transformers builds but cannot run (sliding-window layers without a usable window): the
+    bake, which never runs the model, publishes; verify's logit check says why in one line, where it
+    was an internal error."""
+    src = _config(tiny("qwen2"), layer_types=["sliding_attention"] * 3, use_sliding_window=True, **change)
+    out = tmp_path / "out"
+    assert run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "2", "--out", out], capsys).returncode == 0
+    line = error_line(run_main(["verify", src, out], capsys))
+    assert f"the model in {src} cannot run a forward pass (" in line
+    assert run_main(["verify", src, out, "--structural-only"], capsys).returncode == 0
