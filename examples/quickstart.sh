@@ -125,8 +125,8 @@ step prune-neurons surgery prune-neurons "$SRC" --n 40 --findings "$OUT/findings
 step verify-pruned surgery verify "$SRC" "$OUT/pruned"
 step eval-pruned surgery eval "$OUT/pruned" --against "$SRC" --out "$OUT/eval/pruned.json"
 
-# 96 of the builtin benchmark's 1,824 pairs and 10 random head sets keep find-heads to minutes on
-# 2 CPU cores; the full benchmark is 3,648 prompts per knockout pass and 32 passes (10 single-head
+# 96 of the builtin benchmark's 1,824 pairs and 10 random head sets: find-heads took 6.3–12.4 min on
+# 2 CPU cores (docs/quickstart.md); the full benchmark is 3,648 prompts per knockout pass and 32 passes (10 single-head
 # confirmations, 20 random sets, selection, control): a GPU job.
 FIND_HEADS_OPTIONS=(--max-pairs 96 --random-sets 10)
 step find-heads surgery find-heads "$SRC" "${FIND_HEADS_OPTIONS[@]}" --out "$OUT/findings/heads.json"
