@@ -42,9 +42,16 @@ def eval_lines(ev: dict[str, Any] | None) -> list[str]:
         return ["Eval: not measured by this run."]
     m, a = ev["metrics"]["model"], ev["metrics"].get("against", {})
     kept = ev.get("retained_pct") or {}
+    source = Path(ev["against"]["path"])
+    imported = _read(source / "surgery.gguf.json")  # examples/get_models.py's models are GGUF imports
     return [
         f"Eval (surgery eval --against the source, {ev['settings']['items']['passages']} passages, "
-        f"{ev['settings']['items']['mcq']} MCQs, {ev['settings']['items']['prompts']} KL prompts):",
+        f"{ev['settings']['items']['mcq']} MCQs, {ev['settings']['items']['prompts']} KL prompts; "
+        f"{ev['created'][:10]}):",
+        f"  source {source.name}"
+        + (f", {imported['gguf']['file']} imported as {imported['dtype']}" if imported else "")
+        + ";",
+        "  tests/core/test_recipe_evals.py (-m slow) measures these again:",
         f"  perplexity {_num(a.get('perplexity'), 4)} -> {_num(m.get('perplexity'), 4)} "
         f"({_num(kept.get('perplexity'), 4)} % retained)",
         f"  MCQ accuracy {_num(a.get('mcq_accuracy'))} -> {_num(m.get('mcq_accuracy'))} "

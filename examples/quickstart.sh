@@ -15,6 +15,8 @@
 # Everything lands in one folder (default ./quickstart-<model>): findings/, pruned/, amplified/,
 # adapter/, eval/, report/, timings.tsv (wall and CPU seconds per step, and a last line naming the
 # machine) and machine.json (its CPU, flags and matmul rates, measured before the first step).
+# --force reruns into a non-empty folder (refused, naming them, when it holds files the quickstart
+# did not write).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -59,11 +61,25 @@ if [[ $INSTALL_ONLY -eq 1 ]]; then
     exit 0
 fi
 OUT="$(realpath -m "${OUT:-quickstart-$MODEL_FLAG}")"
+# --force reruns into the folder: each step replaces only its own output (surgery's --force refuses
+# a folder holding files it did not write), and anything else in the folder is refused up front.
+OWN=(findings findings/neurons.json findings/heads.json pruned amplified adapter eval eval/pruned.json
+     eval/amplified.json report timings.tsv machine.json .times)
 if [[ -e "$OUT" && -n "$(ls -A "$OUT" 2>/dev/null)" ]]; then
-    if [[ $FORCE -eq 1 ]]; then rm -rf "$OUT"; else
-        echo "error: $OUT is not empty; pass --force to replace it or choose another --out" >&2; exit 2
+    [[ $FORCE -eq 1 ]] || {
+        echo "error: $OUT is not empty; pass --force to rerun into it or choose another --out" >&2; exit 2
+    }
+    OTHER=$(cd "$OUT" && find . -mindepth 1 \( -path ./pruned -o -path ./amplified -o -path ./adapter \
+        -o -path ./report \) -prune -o \( -type d ! -empty \) -o -printf '%P\n' | { grep -vxF -f <(printf '%s\n' "${OWN[@]}") || true; } | sort)
+    if [[ -n "$OTHER" ]]; then
+        N=$(wc -l <<< "$OTHER")
+        echo "error: $OUT holds $N file(s) the quickstart did not write ($(head -3 <<< "$OTHER" | paste -sd, - |
+            sed 's/,/, /g')$([[ $N -gt 3 ]] && echo " and $((N - 3)) more")); --force never deletes them: move them out of it, or choose another --out" >&2
+        exit 2
     fi
 fi
+FORCE_OUT=()
+if [[ $FORCE -eq 1 ]]; then FORCE_OUT=(--force); fi
 mkdir -p "$OUT"/{findings,eval}
 TIMINGS="$OUT/timings.tsv"
 printf 'step\twall_s\tcpu_s\n' > "$TIMINGS"
@@ -110,24 +126,25 @@ SRC="$SURGERY_MODELS/$MODEL_NAME"
 step get-model python "$REPO/examples/get_models.py" --only "$MODEL_FLAG"
 
 step find-neurons surgery find-neurons "$SRC" --out "$OUT/findings/neurons.json"
-step prune-neurons surgery prune-neurons "$SRC" --n 40 --findings "$OUT/findings/neurons.json" --out "$OUT/pruned"
+step prune-neurons surgery prune-neurons "$SRC" --n 40 --findings "$OUT/findings/neurons.json" \
+    --out "$OUT/pruned" "${FORCE_OUT[@]}"
 step verify-pruned surgery verify "$SRC" "$OUT/pruned"
 step eval-pruned surgery eval "$OUT/pruned" --against "$SRC" --out "$OUT/eval/pruned.json"
 
-# 96 of the builtin benchmark's 1,824 pairs and 10 random head sets keep find-heads to minutes on
-# 2 CPU cores; the full benchmark is 3,648 prompts per knockout pass and 32 passes (10 single-head
+# 96 of the builtin benchmark's 1,824 pairs and 10 random head sets: find-heads took 6.3–12.4 min on
+# 2 CPU cores (docs/quickstart.md); the full benchmark is 3,648 prompts per knockout pass and 32 passes (10 single-head
 # confirmations, 20 random sets, selection, control): a GPU job.
 FIND_HEADS_OPTIONS=(--max-pairs 96 --random-sets 10)
 step find-heads surgery find-heads "$SRC" "${FIND_HEADS_OPTIONS[@]}" --out "$OUT/findings/heads.json"
 step amplify-heads surgery amplify-heads "$SRC" --alpha 2.5 --findings "$OUT/findings/heads.json" --top 3 \
-    --out "$OUT/amplified"
+    --out "$OUT/amplified" "${FORCE_OUT[@]}"
 step verify-amplified surgery verify "$SRC" "$OUT/amplified"
 step eval-amplified surgery eval "$OUT/amplified" --against "$SRC" --out "$OUT/eval/amplified.json"
 
 # The adapter reproduces the recipe the amplified checkpoint recorded (checked to be baked from $SRC).
-step export-lora surgery export-lora "$SRC" --recipe "$OUT/amplified" --out "$OUT/adapter"
+step export-lora surgery export-lora "$SRC" --recipe "$OUT/amplified" --out "$OUT/adapter" "${FORCE_OUT[@]}"
 step report surgery report "$OUT/findings/neurons.json" "$OUT/findings/heads.json" \
-    --eval "$OUT/eval/pruned.json" --eval "$OUT/eval/amplified.json" --out "$OUT/report"
+    --eval "$OUT/eval/pruned.json" --eval "$OUT/eval/amplified.json" --out "$OUT/report" "${FORCE_OUT[@]}"
 
 TOTAL=$(elapsed "$TOTAL_START")
 children_cpu; TOTAL_CPU=$(awk -v a="$TOTAL_CPU_START" -v b="$CPU_NOW" 'BEGIN { printf "%.1f", b - a }')

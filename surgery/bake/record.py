@@ -228,6 +228,9 @@ class AdapterRecord(JsonRecord):
     vllm: bool
     max_rank: int
     modules: dict[str, int]  # module name → its LoRA rank
+    # The sha256 of every other file of the adapter folder (absent from earlier adapters): what
+    # --force may replace (surgery.core.staging).
+    files: dict[str, str] | None = entry(codec=HASHES, default=None)
 
     LABEL = "surgery_adapter.json"
     ERROR = VerificationError

@@ -3,13 +3,20 @@
 Work happens in a hidden temporary folder next to the destination (same filesystem, so the final
 ``rename`` is atomic). A lock file serialises writers of one destination: of two concurrent runs
 exactly one succeeds. Temporary folders left by a killed run are removed by the next run (the lock
-proves nobody is still writing them) and reported; an earlier output that a killed ``--force`` run
-had moved aside is put back.
+proves nobody is still writing them) and reported with their size; an earlier output that a killed
+``--force`` run had moved aside is put back.
 
-``--force`` replaces only what surgery can tell is its own: an empty folder, or a folder holding
-one of the marker files of ``OUTPUT_MARKERS`` (or what a command's own ``replaceable`` accepts,
-e.g. undo's earlier restore of the same bake). A destination that is a symbolic link is refused,
-never followed: removing "the folder" would remove whatever the link points to.
+``--force`` replaces only what surgery can tell is its own: an empty folder, a folder holding one
+of the marker files of ``OUTPUT_MARKERS`` and nothing but the files that marker lists (a file the
+user added since, an eval JSON or a plots/ folder, makes it refuse, naming it), or what a command's
+own ``replaceable`` accepts (undo's earlier restore of the same bake). A destination that is a
+symbolic link is refused, never followed: removing "the folder" would remove whatever the link
+points to.
+
+Every temporary and aside folder is named after its destination and its writer's process
+(``.NAME.surgery-tmp-PID@HOST``): a staged write first removes those that dead writers left
+anywhere in its parent folder, each under its destination's lock, so a live writer's are never
+touched.
 """
 
 from __future__ import annotations
@@ -21,11 +28,13 @@ import json
 import os
 import secrets
 import shutil
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import DestinationError
+from .sizes import human_size
 from .strict_files import load_json
 
 TMP_TAG = ".surgery-tmp-"
@@ -42,14 +51,17 @@ OUTPUT_MARKERS = {
     "surgery_report.json": "surgery-report",
 }
 Replaceable = Callable[[Path], bool]
+# A temporary's name carries its writer's host: a pid says nothing about another machine's processes
+# (an output folder on a shared filesystem). Only characters that are safe in a file name.
+_HOST = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname()) or "host"
 
 
 def _inside(child: Path, parent: Path) -> bool:
     return child == parent or parent in child.parents
 
 
-def surgery_output(folder: Path) -> bool:
-    """True when ``folder`` holds a marker file of ``OUTPUT_MARKERS`` with its format."""
+def _marker(folder: Path) -> tuple[str, dict] | None:
+    """The name and content of the marker file of ``OUTPUT_MARKERS`` that ``folder`` holds, if any."""
     for name, fmt in OUTPUT_MARKERS.items():
         marker = folder / name
         if marker.is_file() and not marker.is_symlink():
@@ -58,17 +70,61 @@ def surgery_output(folder: Path) -> bool:
             except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                 continue
             if isinstance(doc, dict) and doc.get("format") == fmt:
-                return True
-    return False
+                return name, doc
+    return None
+
+
+def surgery_output(folder: Path) -> bool:
+    """True when ``folder`` holds a marker file of ``OUTPUT_MARKERS`` with its format."""
+    return _marker(folder) is not None
+
+
+def _unlisted(folder: Path, listed: set[str]) -> list[str]:
+    """What ``folder`` holds beyond the ``listed`` relative paths: files (links too, never followed)
+    and empty folders (``plots/``), sorted."""
+    extra = []
+    for root, dirs, files in os.walk(folder):
+        rel = Path(root).relative_to(folder)
+        for d in dirs:
+            path = Path(root, d)
+            if path.is_symlink() or not any(path.iterdir()):  # os.walk lists a link to a folder here
+                extra.append(f"{(rel / d).as_posix()}{'' if path.is_symlink() else '/'}")
+        extra += [p for f in files if (p := (rel / f).as_posix()) not in listed]
+    return sorted(extra)
+
+
+def _few(names: list[str], shown: int = 3) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def _check_replaceable(dest: Path, target: Path, replaceable: Replaceable | None) -> None:
-    """What ``--force`` may remove: an empty folder, a surgery output, or what ``replaceable`` accepts."""
+    """What ``--force`` may remove: an empty folder, a surgery output holding only the files its
+    marker lists, or what ``replaceable`` accepts."""
     try:
         empty = not any(target.iterdir())
     except OSError:  # unreadable: not known to be empty
         empty = False
-    if empty or surgery_output(target) or (replaceable is not None and replaceable(target)):
+    if empty:
+        return
+    found = _marker(target)
+    if found is not None:
+        name, doc = found
+        listed = doc.get("files")
+        if not isinstance(listed, (dict, list)) or not all(isinstance(n, str) for n in listed):
+            raise DestinationError(
+                f"{dest} was written by an earlier surgery whose {name} does not list its files, so "
+                "--force cannot tell them from files added since: remove it yourself or choose another --out"
+            )
+        extra = _unlisted(target, {name, *listed})
+        if not extra:
+            return
+        raise DestinationError(
+            f"{dest} holds {len(extra)} file{'s' if len(extra) > 1 else ''} that surgery did not write "
+            f"({_few(extra)}); --force would delete {'them' if len(extra) > 1 else 'it'}: move "
+            f"{'them' if len(extra) > 1 else 'it'} out of the folder, or choose another --out"
+        )
+    if replaceable is not None and replaceable(target):
         return
     raise DestinationError(
         f"{dest} exists and was not written by surgery (no {' / '.join(OUTPUT_MARKERS)} "
@@ -179,6 +235,13 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _size(path: Path) -> int:
+    """Bytes under ``path`` (links not followed)."""
+    if not path.is_dir() or path.is_symlink():
+        return path.lstat().st_size
+    return sum(Path(root, f).lstat().st_size for root, _, files in os.walk(path) for f in files)
+
+
 def _recover(target: Path, report: Callable[[str], None]) -> bool:
     """Clean up after earlier, killed runs for this destination (we hold the lock: none is running);
     True when an earlier output was put back.
@@ -186,16 +249,51 @@ def _recover(target: Path, report: Callable[[str], None]) -> bool:
     A folder that a killed ``--force`` run had moved aside, with nothing published in its place, is
     the user's previous output: it is put back, not deleted. Everything else is removed.
     """
-    olds = sorted(target.parent.glob(f".{target.name}{OLD_TAG}*"))
+    pattern = glob.escape(f".{target.name}")
+    olds = sorted(target.parent.glob(f"{pattern}{OLD_TAG}*"))
     restored = False
     if olds and not (target.exists() or target.is_symlink()):
         os.rename(olds[0], target)
         report(f"restored {target.name} from {olds[0].name}, where an interrupted --force run had moved it")
         olds, restored = olds[1:], True
-    for stale in [*sorted(target.parent.glob(f".{target.name}{TMP_TAG}*")), *olds]:
+    for stale in [*sorted(target.parent.glob(f"{pattern}{TMP_TAG}*")), *olds]:
+        size = human_size(_size(stale))
         _remove(stale)
-        report(f"removed {stale.name}, left behind by an interrupted run")
+        report(f"removed {stale.name} ({size}), left behind by an interrupted run")
     return restored
+
+
+def _owner() -> str:
+    """Who writes a temporary folder: ``PID@HOST``, so that another run can tell it is dead."""
+    return f"{os.getpid()}@{_HOST}"
+
+
+def _owner_alive(owner: str) -> bool:
+    """Whether the writer named by a temporary's ``PID@HOST`` may still run (a process of another
+    host, or a name surgery did not make, may: it is left alone)."""
+    pid, _, host = owner.partition("@")
+    if not pid.isdigit() or (host and host != _HOST):
+        return True
+    return _pid_alive(int(pid))
+
+
+def _clear_parent(target: Path, report: Callable[[str], None]) -> None:
+    """Clean up after killed runs for the other destinations of ``target``'s folder: those whose
+    temporaries' writers are dead and whose lock is free (a live writer holds it; we never wait)."""
+    leftovers: dict[str, list[str]] = {}
+    for entry in target.parent.iterdir():
+        for tag in (TMP_TAG, OLD_TAG, LOCK_TAG):
+            name, found, owner = entry.name.rpartition(tag)
+            if found and name.startswith(".") and len(name) > 1:
+                leftovers.setdefault(name[1:], []).append(owner)
+    for name, owners in sorted(leftovers.items()):
+        if name == target.name or any(_owner_alive(o) for o in owners if o):
+            continue
+        try:
+            with _lock(target.parent / name):
+                _recover(target.parent / name, report)
+        except DestinationError:  # a writer is at work there
+            continue
 
 
 def disk_error(exc: OSError, where: Path) -> DestinationError:
@@ -233,12 +331,13 @@ def staged_output(
     target = check_destination(Path(dest), protected, force, replaceable)
     with _lock(target):
         restored = _recover(target, report)
+        _clear_parent(target, report)
         if target.exists() or target.is_symlink():
             if not force:
                 raise _exists(Path(dest))  # restored by _recover just now, or made since the check
             if restored:  # checked like any taken destination (it was not there at the check)
                 _check_replaceable(Path(dest), target, replaceable)
-        tmp = target.parent / f".{target.name}{TMP_TAG}{os.getpid()}"
+        tmp = target.parent / f".{target.name}{TMP_TAG}{_owner()}"
         try:
             tmp.mkdir()
             yield tmp
@@ -255,7 +354,7 @@ def _publish(tmp: Path, target: Path, force: bool) -> None:
     if target.exists() or target.is_symlink():
         if not force:  # appeared while we worked (not through surgery, which holds the lock)
             raise DestinationError(f"{target} appeared while writing; nothing was replaced")
-        old = target.parent / f".{target.name}{OLD_TAG}{os.getpid()}"
+        old = target.parent / f".{target.name}{OLD_TAG}{_owner()}"
         os.rename(target, old)
         try:
             os.rename(tmp, target)
@@ -312,7 +411,8 @@ def staged_files(
         raise DestinationError(f"the parent folder of {dest} does not exist; create {target.parent} first")
     with _lock(target):
         _recover(target, report)
-        tmp = target.parent / f".{target.name}{TMP_TAG}{os.getpid()}"
+        _clear_parent(target, report)
+        tmp = target.parent / f".{target.name}{TMP_TAG}{_owner()}"
         try:
             tmp.mkdir()
             yield tmp

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.errors import CheckpointError
+from ..core.sizes import human_size
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICE_MAPS = ("auto",)
@@ -171,15 +172,6 @@ def check_budget(budget: Mapping[Any, int], layer_bytes: int, dtype_name: str) -
             f"--max-memory gives at most {human_size(largest)} to a device, but one decoder "
             f"layer needs {human_size(layer_bytes)} in {dtype_name}: raise it"
         )
-
-
-def human_size(n: float) -> str:
-    """``1536`` → ``"1.5 KiB"``."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.3g} {unit}"
-        n /= 1024
-    return f"{n:.3g} TiB"
 
 
 def dtype_name(dtype) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..bake.bake import hash_files
 from ..core.errors import FindingsError
 from ..core.staging import staged_output
 from ..core.strict_files import DuplicateKey, load_json
@@ -201,6 +202,9 @@ def build_report(findings: Iterable[Path], evals: Iterable[Path], out: Path, *, 
             "tool_version": __version__,
             "findings": [str(p) for p in findings],
             "evals": [str(p) for p in evals],
+            "files": hash_files(
+                tmp, sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
+            ),  # what --force may replace
         }
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     return Path(out) / REPORT_NAME

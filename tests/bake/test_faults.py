@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import resource
 import shlex
 import shutil
@@ -288,3 +289,63 @@ def test_stale_temporaries_of_dead_writers_are_removed(tmp_path):
     findings.save_findings(_findings("new"), path)
     assert not stale.exists() and live.exists()
     assert findings.load_findings(path, "heads").extra["tag"] == "new"
+
+
+# --- temporaries of other destinations in the same folder ----------------------------------
+
+
+def test_a_killed_bakes_temporary_is_removed_by_a_bake_into_another_out(src, tmp_path, capsys):
+    """Issue 33.11: a SIGKILLed bake leaves its hidden temporary folder; the next bake into *another*
+    --out of the same folder removes it (its writer is dead) and says so, with its size."""
+    parent = tmp_path / "outs"
+    parent.mkdir()
+    killed = _run(faulty_cli("kill@copy", ["amplify-heads", src, *HEADS, "--out", parent / "first", "--no-verify"]))
+    assert killed.returncode == -signal.SIGKILL and "fault: kill@copy" in killed.stderr, killed.stderr
+    stale = [n for n in staging_leftovers(parent) if ".surgery-tmp-" in n]
+    assert stale and stale[0].startswith(".first.surgery-tmp-")
+    assert stale[0].split(".surgery-tmp-")[1].split("@")[0].isdigit(), "the temporary names no owner process"
+
+    other = run_main(["amplify-heads", src, *HEADS, "--out", parent / "second", "--no-verify"], capsys)
+    assert other.returncode == 0, other.stderr
+    said = [ln for ln in other.stderr.splitlines() if stale[0] in ln]
+    assert len(said) == 1 and "left behind by an interrupted run" in said[0], other.stderr
+    assert re.search(r"\(\d[\d.]* (B|KiB|MiB)\)", said[0]), said[0]
+    assert staging_leftovers(parent) == [] and not (parent / "first").exists()
+    assert _verified(src, parent / "second")
+
+
+def test_a_live_writers_temporary_is_kept(src, tmp_path, capsys):
+    """The variant: a bake still at work in the same folder (it holds its lock), and a temporary
+    named after a process of another host, are left alone; the live one then finishes."""
+    parent = tmp_path / "outs"
+    parent.mkdir()
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    live = subprocess.Popen(
+        faulty_cli(f"hold:{barrier}", ["amplify-heads", src, *HEADS, "--out", parent / "live", "--no-verify"]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=cli_env(),
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (barrier / "holding").exists() and live.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (barrier / "holding").exists(), live.communicate()
+        working = [n for n in staging_leftovers(parent) if ".surgery-tmp-" in n]
+        assert len(working) == 1 and working[0].startswith(f".live.surgery-tmp-{live.pid}@"), working
+        elsewhere = parent / ".remote.surgery-tmp-1@another-host"  # pid 1 of another machine: unknown
+        elsewhere.mkdir()
+
+        other = run_main(["amplify-heads", src, *HEADS, "--out", parent / "second", "--no-verify"], capsys)
+        assert other.returncode == 0, other.stderr
+        assert "left behind" not in other.stderr, other.stderr
+        assert (parent / working[0]).is_dir() and elsewhere.is_dir()
+    finally:
+        (barrier / "go").touch()
+        rc, err = live.wait(timeout=120), live.communicate()[1]
+    assert rc == 0, err
+    assert _verified(src, parent / "live") and _verified(src, parent / "second")
+    assert staging_leftovers(parent) == [elsewhere.name]

@@ -154,3 +154,60 @@ def test_markers_are_what_the_commands_write():
 def test_a_marker_file_of_another_kind_is_not_a_surgery_output(content, tmp_path):
     (tmp_path / "surgery.json").write_text(content)
     assert not surgery_output(tmp_path)
+
+
+ADDED = {"eval.json": '{"kl_mean": 0.01}', "plots/x.png": "not really a png"}
+
+
+@pytest.mark.parametrize("command", sorted(set(COMMANDS) - {"undo"}))
+def test_force_refuses_an_output_holding_files_the_user_added(command, made, tmp_path, capsys):
+    """Issue 33.7: files added to a previous output (an eval JSON, a plots/ folder) make --force
+    refuse in one line naming them, and stay; without them the output is replaced as before."""
+    if command == "report":
+        pytest.importorskip("matplotlib")
+    out = tmp_path / "out"
+    assert run_main(COMMANDS[command](made, out), capsys).returncode == 0
+    for rel, text in ADDED.items():
+        (out / rel).parent.mkdir(exist_ok=True)
+        (out / rel).write_text(text)
+    before = tree_hashes(out)
+    line = error_line(run_main([*COMMANDS[command](made, out), "--force"], capsys))
+    assert "holds 2 files that surgery did not write (eval.json, plots/x.png)" in line, line
+    assert "move them out of the folder, or choose another --out" in line, line
+    assert tree_hashes(out) == before and staging_leftovers(tmp_path) == []
+
+    for rel in ADDED:  # moved out: replaced
+        (out / rel).unlink()
+    (out / "plots").rmdir()
+    again = run_main([*COMMANDS[command](made, out), "--force"], capsys)
+    assert again.returncode == 0, again.stderr
+    assert not (out / "plots").exists() and staging_leftovers(tmp_path) == []
+
+
+def test_force_names_a_few_added_files_and_counts_the_rest(made, tmp_path, capsys):
+    """Many added files (and an empty folder) are named three at a time, the rest counted."""
+    out = tmp_path / "out"
+    args = COMMANDS["apply"](made, out)
+    assert run_main(args, capsys).returncode == 0
+    for i in range(4):
+        (out / f"run{i}.json").write_text("{}")
+    (out / "plots").mkdir()
+    line = error_line(run_main([*args, "--force"], capsys))
+    assert "holds 5 files that surgery did not write (plots/, run0.json, run1.json and 2 more)" in line, line
+    assert (out / "plots").is_dir() and len(list(out.glob("run*.json"))) == 4
+
+
+def test_force_refuses_an_output_whose_marker_lists_no_files(made, tmp_path, capsys):
+    """An output whose marker does not list its files (a report of an earlier surgery) cannot be told
+    from one the user added to: refused, left as it was."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "report"
+    args = COMMANDS["report"](made, out)
+    assert run_main(args, capsys).returncode == 0
+    manifest = json.loads((out / "surgery_report.json").read_text())
+    assert sorted(manifest.pop("files")) == sorted(p.name for p in out.iterdir() if p.name != "surgery_report.json")
+    (out / "surgery_report.json").write_text(json.dumps(manifest))
+    before = tree_hashes(out)
+    line = error_line(run_main([*args, "--force"], capsys))
+    assert "surgery_report.json does not list its files" in line and "remove it yourself" in line, line
+    assert tree_hashes(out) == before

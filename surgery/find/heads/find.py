@@ -49,8 +49,13 @@ from .record import HeadsFindings
 from .resume import Counter
 from .scores import encode_pairs, option_token_ids, score_binding
 
-# Above this many pairs find-heads is a long job on a CPU (the quickstart uses 96: ~11 min on 2 cores).
+# Above this many pairs find-heads is a long job on a CPU (the quickstart uses 96).
 LARGE_RUN_PAIRS = 200
+# The quickstart's find-heads (SmolLM2-135M, --max-pairs 96 --random-sets 10) measured on 2 CPU cores:
+# 6.3 and 12.4 min wall, 2026-12-01 and 2026-12-02 by machine (docs/quickstart.md). The CPU hint of
+# a large run scales these by its prompt passes.
+CPU_REFERENCE = FindParams(random_sets=10)
+CPU_REFERENCE_MINUTES = (6.3, 12.4)
 
 
 def pairs_sha256(pairs: Sequence[Pair]) -> str:
@@ -231,12 +236,34 @@ def dose_passes(params: FindParams) -> int:
     return 2 * sum(a != 1.0 for a in dose_alphas(params)) if params.dose_response else 0
 
 
+def knockout_passes(params: FindParams) -> int:
+    """Knockout passes over the pairs: confirmations, selection, control, random sets, dose-response."""
+    return params.confirm + 2 + params.random_sets + dose_passes(params)
+
+
+def prompt_passes(n_pairs: int, params: FindParams) -> int:
+    """Prompt forward passes of a run: 4 per pair to score, 2 per pair in each knockout pass."""
+    return 4 * n_pairs + knockout_passes(params) * 2 * n_pairs
+
+
+def _durations(lo: float, hi: float) -> str:
+    """Two durations in minutes as one range: ``"20–39 min"``, ``"2.8–5.6 h"``."""
+    return f"{lo:.0f}–{hi:.0f} min" if hi < 90 else f"{lo / 60:.1f}–{hi / 60:.1f} h"
+
+
 def work_note(n_pairs: int, params: FindParams) -> str:
-    """How many prompt forward passes find-heads will run: said before an hour-long CPU job starts."""
-    passes = params.confirm + 2 + params.random_sets + dose_passes(params)  # each over both prompts of every pair
-    total = 4 * n_pairs + passes * 2 * n_pairs
-    hint = "; on a CPU, --max-pairs 96 keeps it to minutes" if n_pairs > LARGE_RUN_PAIRS else ""
-    return f"{n_pairs} pairs: about {total:,} prompt forward passes ({passes} knockout passes){hint}"
+    """How many prompt forward passes find-heads will run: said before an hour-long CPU job starts,
+    with the CPU time it takes scaled from the quickstart's measured run (CPU_REFERENCE_MINUTES)."""
+    total = prompt_passes(n_pairs, params)
+    hint = ""
+    if n_pairs > LARGE_RUN_PAIRS:
+        lo, hi = (m * total / prompt_passes(96, CPU_REFERENCE) for m in CPU_REFERENCE_MINUTES)
+        hint = (
+            f"; on 2 CPU cores a 135M model needs about {_durations(lo, hi)} for that (the quickstart's "
+            f"--max-pairs 96 --random-sets 10 took {CPU_REFERENCE_MINUTES[0]}–{CPU_REFERENCE_MINUTES[1]} min): "
+            "use those on a CPU, or a GPU"
+        )
+    return f"{n_pairs} pairs: about {total:,} prompt forward passes ({knockout_passes(params)} knockout passes){hint}"
 
 
 def flops_note(

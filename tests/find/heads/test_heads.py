@@ -276,10 +276,14 @@ def test_find_heads_says_how_much_work_it_will_do():
     from surgery.find.heads.find import work_note
     from surgery.find.heads.params import FindParams
 
+    # Issue 33.8: the hint promised "minutes" for the defaults; it now scales the quickstart's measured
+    # 6.3–12.4 min for 4,608 prompt passes (96 pairs, 10 random sets) to this run's 124,032.
     assert work_note(1824, FindParams()) == (
-        "1824 pairs: about 124,032 prompt forward passes (32 knockout "
-        "passes); on a CPU, --max-pairs 96 keeps it to minutes"
+        "1824 pairs: about 124,032 prompt forward passes (32 knockout passes); on 2 CPU cores a 135M "
+        "model needs about 2.8–5.6 h for that (the quickstart's --max-pairs 96 --random-sets 10 took "
+        "6.3–12.4 min): use those on a CPU, or a GPU"
     )
+    assert "needs about 20–39 min for that" in work_note(300, FindParams(random_sets=10))  # 14,400 passes
     grid = len(set(FindParams().dose_grid) | set(FindParams().awareness_alphas)) - 1  # α = 1 is free
     note = work_note(96, FindParams(random_sets=10, confirm=0, dose_response=True))
     assert (
