@@ -412,12 +412,13 @@ def load_tokenizer(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
         raise CheckpointError(f"{path} has no usable tokenizer ({first})") from None
     config = Path(path) / "config.json"
     rows = vocab_rows(json.loads(config.read_text())) if config.is_file() else None
-    largest = max(tok.get_vocab().values(), default=-1)  # added tokens included
-    if rows is not None and largest >= rows:
+    # The base vocabulary is what any text encodes to. Tokens added past the table are left alone: Gemma 3's
+    # text models carry their family's image token one row past theirs, met only in an image prompt.
+    if rows is not None and tok.vocab_size > rows:
         raise CheckpointError(
-            f"the tokenizer in {path} has token ids up to {largest} ({len(tok)} tokens) but the model's "
-            f"embedding table has {rows} rows (config.json vocab_size): it is not this model's tokenizer; "
-            "put the model's own tokenizer files next to its weights"
+            f"the tokenizer in {path} has token ids up to {tok.vocab_size - 1} ({tok.vocab_size} tokens) but "
+            f"the model's embedding table has {rows} rows (config.json vocab_size): it is not this model's "
+            "tokenizer; put the model's own tokenizer files next to its weights"
         )
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token

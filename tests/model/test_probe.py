@@ -46,20 +46,25 @@ def test_find_neurons_in_python_raises_the_project_s_error(tiny, tmp_path):
         surgery.find_neurons(src, pairs=write_pairs(tmp_path / "pairs.jsonl"))
 
 
-def test_an_added_token_past_the_table_is_refused_and_a_smaller_tokenizer_is_not(tiny, tmp_path):
-    """Variant: the characters fit a table of 128 rows but one added token lands on row 128; a tokenizer
-    smaller than its table (real models pad theirs) loads."""
+def test_a_smaller_vocabulary_past_a_smaller_table_is_refused_and_added_tokens_are_not(tiny, tmp_path):
+    """Variants: 71 ids (letters and digits) for a table of 64 rows is refused; the same ids for 96 rows,
+    with one added token past the table (as Gemma 3's text models carry their image token one row past
+    theirs), load: text never encodes to the added token."""
     from surgery.model.loading import load_tokenizer
-    from tests.support.tokenizer import TINY_VOCAB, char_tokenizer
+    from tests.support.tokenizer import SMALL_CHARS, char_tokenizer
 
-    src = tiny("llama", vocab_size=TINY_VOCAB)
-    tok = char_tokenizer()
-    tok.add_tokens([f"<extra_{i}>" for i in range(TINY_VOCAB - len(tok) + 1)])
+    small = tiny("llama", vocab_size=64)
+    save_char_tokenizer(small, bos=True)
+    with pytest.raises(
+        CheckpointError, match=r"ids up to 70 \(71 tokens\) but the model's embedding table has 64 rows"
+    ):
+        load_tokenizer(small)
+    src = tiny("llama")
+    tok = char_tokenizer(bos=True)
+    tok.add_tokens([f"<extra_{i}>" for i in range(ROWS - len(tok) + 1)])  # the last one is row ROWS
     tok.save_pretrained(src)
-    with pytest.raises(CheckpointError, match=f"ids up to {TINY_VOCAB} .* table has {TINY_VOCAB} rows"):
-        load_tokenizer(src)
-    save_char_tokenizer(src)  # 101 ids for 128 rows
-    assert len(load_tokenizer(src)) < TINY_VOCAB
+    loaded = load_tokenizer(src)
+    assert len(loaded) == ROWS + 1 and loaded.vocab_size == len(SPECIALS + list(SMALL_CHARS)) < ROWS
 
 
 def _config(src, **changes):
