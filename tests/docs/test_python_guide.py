@@ -34,6 +34,15 @@ def _blocks() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
+def small_home(tmp_path_factory) -> Path:
+    """A home holding a 3-layer model at the page's path: for the finders, whose cost grows with
+    layers and heads and which need no particular index."""
+    home = tmp_path_factory.mktemp("small-home")
+    save_char_tokenizer(build_tiny("llama", home / MODEL, vocab_size=TINY_VOCAB))
+    return home
+
+
+@pytest.fixture(scope="module")
 def home(tmp_path_factory) -> Path:
     """A home holding the SmolLM2-shaped model where examples/get_models.py puts the real one."""
     home = tmp_path_factory.mktemp("home")
@@ -90,13 +99,13 @@ def test_a_folder_named_otherwise_is_another_model_as_the_page_says(home, tmp_pa
     assert "--allow-other-base" in last and not (tmp_path / "work" / "out").exists()
 
 
-def test_options_runs_as_written(home, tmp_path):
-    """prune_neurons (a sweep of n) and find_heads with the page's options, on the page's path; only
-    find_heads' size is cut (96 pairs × 10 random sets of this 270-head model take over 10 min on 2
+def test_options_runs_as_written(small_home, tmp_path):
+    """prune_neurons (a sweep of n) and find_heads with the page's options, on the page's path, of a
+    3-layer model; only find_heads' size is cut (96 pairs × 10 random sets take over 10 min on 2
     busy cores), to 4 pairs and 1 random set."""
     code = _blocks()["Options"]
     small = code.replace("max_pairs=96, random_sets=10", "max_pairs=4, random_sets=1")
     assert small != code
-    run = _run(small, home, tmp_path / "work")
+    run = _run(small, small_home, tmp_path / "work")
     assert run.returncode == 0, run.stderr
     assert sorted(p.name for p in (tmp_path / "work" / "pruned").iterdir()) == ["n-20", "n-40"]
