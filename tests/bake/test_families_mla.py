@@ -124,8 +124,10 @@ def test_a_config_contradicting_the_attention_names_its_fields_before_any_read(t
 
 def _direction_entries(arch) -> list[str]:
     """A direction out of every residual writer the family has: each attention layer's output, each
-    dense MLP, the first sparse layer's routed experts (and its shared expert)."""
+    hybrid layer's other mixer (Mamba, linear attention, convolution), each dense MLP, the first sparse
+    layer's routed experts (and its shared expert)."""
     entries = [f"layer: {i}, module: attention, weight: 1.0" for i in arch.head_layers()]
+    entries += [f"layer: {i}, module: mixer, weight: 0.75" for i in arch.mixer_layers()]
     entries += [f"layer: {i}, module: mlp, weight: 0.5, vector: v.safetensors#s" for i in arch.dense_mlp_layers()]
     if arch.geometry.sparse_layers:
         first = min(arch.geometry.sparse_layers)
@@ -137,8 +139,9 @@ def _direction_entries(arch) -> list[str]:
 @pytest.mark.parametrize("model_type", ["minicpm3", "deepseek_v4", "qwen3_next", "nemotron_h", "lfm2"])
 def test_direction_edits_on_mla_grouped_output_and_hybrid_layers(tmp_path, model_type):
     """A direction edit projects each family's own residual writers (MLA's o_proj, DeepSeek-V4's o_b_proj
-    after its grouped o_a_proj, a hybrid's attention and dense-MLP layers only): bake == twin, verify,
-    undo byte for byte; a layer of another kind is refused in one line, nothing written."""
+    after its grouped o_a_proj, a hybrid's attention, mixer and dense-MLP outputs): bake == twin, verify,
+    undo byte for byte; a module a layer does not have is refused in one line (attention on a mixer
+    layer: use mixer), nothing written."""
     from tests.support.directions import direction_recipe
 
     src = build_family(model_type, tmp_path / "src")
@@ -169,6 +172,8 @@ def test_direction_edits_on_mla_grouped_output_and_hybrid_layers(tmp_path, model
     )
     for i, entry in enumerate(refused):
         bad = Recipe.load(direction_recipe(tmp_path / f"bad{i}", [entry]))
-        with pytest.raises(RecipeError, match=r"layer of this .* model: it has no") as exc:
+        with pytest.raises(
+            RecipeError, match=r"layer of this .* model: it has no|layer: it writes through .*; use mixer"
+        ) as exc:
             bake(ckpt, bad, tmp_path / f"out{i}")
         assert "\n" not in str(exc.value) and not (tmp_path / f"out{i}").exists()

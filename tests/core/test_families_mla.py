@@ -315,15 +315,28 @@ def test_inspect_says_what_each_kind_of_layer_allows(tmp_path):
             "layers": [0],
             "kind": "linear_attention",
             "refused": [ssm],
-            "summary": f"layers 0 (linear_attention): nothing; refused: {ssm}",
+            "writers": ["mixer.out_proj"],  # the Mamba block's output: a direction edit projects it
+            "summary": f"layers 0 (linear_attention): nothing; refused: {ssm}; residual writers: mixer.out_proj",
         },
-        {"layers": [1, 3], "kind": "full_attention", "heads": 4, "summary": "layers 1, 3 (full_attention): 4 heads"},
-        {"layers": [2], "kind": "mlp", "neurons": 48, "summary": "layers 2 (mlp): 48 MLP neurons"},
+        {
+            "layers": [1, 3],
+            "kind": "full_attention",
+            "heads": 4,
+            "writers": ["mixer.o_proj"],
+            "summary": "layers 1, 3 (full_attention): 4 heads; residual writers: mixer.o_proj",
+        },
+        {
+            "layers": [2],
+            "kind": "mlp",
+            "neurons": 48,
+            "writers": ["mixer.down_proj"],
+            "summary": "layers 2 (mlp): 48 MLP neurons; residual writers: mixer.down_proj",
+        },
     ]
     info = surgery.inspect(build_family("deepseek_v4", tmp_path / "v4"))
     assert (info["o_groups"], info["o_lora_rank"]) == (2, 6)
     experts = "experts (this table row does not describe its mixture of experts)"
     assert [k["summary"] for k in info["layer_kinds"]] == [
-        f"layers 0 (hash_moe): 4 heads; refused: {experts}",
-        f"layers 1–3 (moe): 4 heads; refused: {experts}",
+        f"layers 0 (hash_moe): 4 heads; refused: {experts}; residual writers: self_attn.o_b_proj",
+        f"layers 1–3 (moe): 4 heads; refused: {experts}; residual writers: self_attn.o_b_proj",
     ]

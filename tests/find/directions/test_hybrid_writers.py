@@ -187,3 +187,20 @@ def test_a_mixer_edit_names_the_layers_that_have_one(tmp_path):
         DirectionEdit(module="mixer", vector="v.safetensors#r", weight=1.0, layer=0, unit=b"\0" * 128).validate(
             llama, "edits[0]"
         )
+
+
+def test_a_kernel_that_reaches_no_writer_is_one_line(tmp_path):
+    """Nemotron-H's layer 0 is a Mamba layer without MLP: --modules mlp --layers 0 names no writer."""
+    from surgery.core.errors import ParameterError
+
+    src = build_family("nemotron_h", tmp_path / "src", vocab_size=TINY_VOCAB)
+    found = _found(src, tmp_path)
+    with pytest.raises(ParameterError) as exc:
+        surgery.ablate_direction(src, tmp_path / "out", direction=found.path, modules="mlp", layers="0")
+    assert str(exc.value) == (
+        "modules mlp names no residual writer the table can project in layers 0 of this nemotron_h model; "
+        "choose other layers or modules"
+    )
+    assert not (tmp_path / "out").exists()
+    baked = surgery.ablate_direction(src, tmp_path / "out", direction=found.path, layers="0")  # its Mamba output
+    assert [(e.layer, e.module) for e in baked.provenance.recipe.edits] == [(0, "mixer")]
