@@ -77,7 +77,7 @@ def checked_upload(baked: str | Path) -> tuple[str, dict[str, bytes | Path]]:
     baked = Path(baked)
     record, _ = load_baked(baked)
     src = Path(record.source.path)
-    source = src if str(src) not in ("", ".") and src.is_file() else None
+    source = src if src.is_absolute() and src.is_file() else None  # a public name is no file here
     report = verify_gguf(baked, source)
     if report.problems:
         more = f"; {len(report.problems) - 1} more problem(s)" if len(report.problems) > 1 else ""

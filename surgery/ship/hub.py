@@ -34,7 +34,8 @@ def check_checkpoint(folder: Path) -> tuple[str, BakeRecord]:
     record = load_provenance(folder)
     src_path = record.source.path
     problems: list[str]
-    if str(src_path) not in ("", ".") and (src_path / "config.json").is_file():
+    # Bakes of 0.1 recorded the source's absolute path; a public name (the folder's name) is not a folder here.
+    if src_path.is_absolute() and (src_path / "config.json").is_file():
         report, _ = structural(Checkpoint(src_path, allow_remote_code=True), folder)
         problems, how = report.problems, f"structural check against the source {src_path}"
     else:
