@@ -62,7 +62,7 @@ def test_recipe_of_another_model_on_a_local_folder(tiny, tmp_path, capsys):
     summary = json.loads(result.stdout)
     assert any(OTHER in n for n in summary["notes"])
     prov = json.loads((out / "surgery.json").read_text())  # both names: the edited model and the recipe's
-    assert prov["recipe"]["base_model"] == str(model) and prov["recipe"]["notes"] == {"written_for": OTHER}
+    assert prov["recipe"]["base_model"] == model.name and prov["recipe"]["notes"] == {"written_for": OTHER}
     meta, text = _card(out)
     assert "base_model" not in meta and "base_model_relation" not in meta  # was base_model: org/other-model
     assert _reproduce_recipe(text)["base_model"] == model.name  # the edited folder, by name: no local path on a card

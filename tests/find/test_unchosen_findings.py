@@ -32,7 +32,9 @@ def test_amplify_heads_without_options_uses_the_findings_just_computed(tiny, tmp
     """The reported case: find-heads --max-pairs … then amplify-heads --alpha 2.5 --top 3 as the README shows."""
     model = char_model(tiny, "llama")
     bench = write_small_benchmark(tmp_path / "small.jsonl")
-    code, _, _ = main_output(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--seed", "1")
+    code, _, _ = main_output(
+        capsys, "find-heads", model, "--benchmark", bench, *FAST, "--seed", "1", "--out", tmp_path / "older.json"
+    )
     assert code == 0
     code, out, _ = main_output(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--out", tmp_path / "f.json")
     assert code == 0 and "Saved findings" in out
@@ -46,6 +48,8 @@ def test_amplify_heads_without_options_uses_the_findings_just_computed(tiny, tmp
     # the options of the newest (seed 0), and its file (rich may fold a long path: spaces left out)
     assert f"(--benchmark{bench}--max-pairs4--random-sets1)" in err.replace(" ", "")
     record = json.loads((tmp_path / "baked" / "surgery.json").read_text())["heads_findings"]
+    older = json.loads((tmp_path / "older.json").read_text())
+    assert older["dataset_sha256"] != newest["dataset_sha256"]
     assert record["dataset_sha256"] == newest["dataset_sha256"]  # seed 0's pairs, not seed 1's
 
 
