@@ -107,7 +107,7 @@ def head_findings(
     runs with the default options, said up front (:func:`surgery.find.findings.unchosen_findings`)."""
     from ..find.findings import unchosen_findings
     from ..find.heads.benchmark import benchmark_awareness_records
-    from ..find.heads.find import HeadFindings, cached_find_heads
+    from ..find.heads.find import HeadFindings, cached_find_heads, work_note
 
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
     no_other_options("head_findings", options, LoadSpec, FindParams)
@@ -122,9 +122,11 @@ def head_findings(
         raise ParameterError(
             "{transfer} applies to {findings} from another checkpoint; give {findings} FILE", "transfer", "findings"
         )
-    if newest and not recompute and (found := unchosen_findings(HeadFindings, ckpt, note)) is not None:
-        return found
     bench, pairs = _pairs(params)
+    if newest and not recompute:
+        found = unchosen_findings(HeadFindings, ckpt, work_note(len(pairs), params), note)
+        if found is not None:
+            return found
     params = replace(params, extra={"benchmark_sha256": bench.sha256})
     records = benchmark_awareness_records(bench, params.seed) if params.dose_response else None
     return cached_find_heads(
@@ -185,8 +187,9 @@ def amplify_heads(
     knocked-out selection, or the ``top`` heads of the confirmed ranking), read from ``findings``,
     else cached: those of the find-heads options given (``params`` or its fields; computed on a
     miss), or with none given the newest cached findings of this model (find-heads runs with its
-    defaults only when there are none, said up front). α = 0 silences the heads: it needs ``allow_zero``. ``on_plans(plans)``
-    sees what will be baked before the first bake, ``on_each(label, baked)`` each output once written.
+    defaults only when there are none, said up front). α = 0 silences the heads: it needs
+    ``allow_zero``. ``on_plans(plans)`` sees what will be baked before the first bake,
+    ``on_each(label, baked)`` each output once written.
     """
     alphas = _alphas(alpha, allow_zero)
     chosen_options = params is not None or any(name in options for name in _FIND_FIELDS)

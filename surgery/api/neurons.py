@@ -81,9 +81,11 @@ def neuron_findings(
         raise ParameterError(
             "{transfer} applies to {findings} from another checkpoint; give {findings} FILE", "transfer", "findings"
         )
-    if newest and not recompute and (found := unchosen_findings(NeuronFindings, ckpt, note)) is not None:
-        return found
     pairs = load_pairs(capture.pairs, capture.language, capture.category_list)
+    if newest and not recompute:
+        work = f"{len(pairs)} pairs: {2 * len(pairs):,} prompt forward passes"
+        if (found := unchosen_findings(NeuronFindings, ckpt, work, note)) is not None:
+            return found
     if any_categories and capture.categories and (recompute or not cached_path(ckpt, pairs, load).is_file()):
         pairs = load_pairs(capture.pairs, capture.language)
     return compute(
@@ -179,8 +181,8 @@ def prune_neurons(
     Give ``neurons`` (``"28:17,3:e5:17"`` or a list of labels / ``NeuronScale``) or ``n``, the top n
     from the findings (read from ``findings``, else cached: those of the capture options given, or
     with none given the newest cached findings of this model; computed only when there are none); a
-    list of n bakes one folder per value into ``out``. Returns the :class:`~surgery.api.baking.Baked` output, or one per
-    label for a sweep. ``on_plans(plans)`` sees what will be baked before the first bake,
+    list of n bakes one folder per value into ``out``. Returns the
+    :class:`~surgery.api.baking.Baked` output, or one per label for a sweep. ``on_plans(plans)`` sees what will be baked before the first bake,
     ``on_each(label, baked)`` each output once written. Options: ``LoadSpec``, ``CaptureParams`` and
     ``SelectParams`` fields.
     """

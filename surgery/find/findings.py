@@ -145,22 +145,24 @@ def newest_cached(found_type: type[FoundT], ckpt: Checkpoint) -> FoundT | None:
     return None
 
 
-def unchosen_findings(found_type: type[FoundT], ckpt: Checkpoint, note: Callable[[str], None]) -> FoundT | None:
+def unchosen_findings(
+    found_type: type[FoundT], ckpt: Checkpoint, work: str, note: Callable[[str], None]
+) -> FoundT | None:
     """The rule of a baking command that finds when it must (amplify-heads, prune-neurons) when none
     of the options that decide the findings was given: the newest cached findings of this model
     (said in one line, with the file and its options), else None, after saying up front that the
-    finder runs first with its default options."""
+    finder runs first with its default options and what that takes (``work``)."""
     finder = FINDERS[found_type.kind]
     found = newest_cached(found_type, ckpt)
     if found is not None:
         note(
             f"using the newest cached {finder} findings for this model: {found.path} ({found.options()}); "
-            f"give --findings FILE or {finder}'s options to choose others"
+            f"give --findings FILE or {finder} options to choose others"
         )
         return found
     note(
         f"no {finder} findings are cached for this model: running {finder} with its default options first "
-        f"(interrupt it and run {finder} with the options you want, then bake again)"
+        f"({work}); interrupt it and run {finder} with the options you want, then bake again"
     )
     return None
 
