@@ -149,7 +149,7 @@ def test_findings_of_another_model_with_transfer_note_it(tiny, tmp_path, capsys,
     assert result.returncode == 0, result.stderr
     assert "note: the findings were computed on another model (/models/other)" in " ".join(result.stderr.split())
     prov = json.loads((tmp_path / "b" / "surgery.json").read_text())
-    assert prov[key]["transfer"] is True and prov[key]["model"] == "/models/other"
+    assert prov[key]["transfer"] is True and prov[key]["model"] == "other"  # by name: surgery.json is published
 
 
 def test_transfer_without_findings_is_refused(tiny, tmp_path, capsys):
