@@ -2,7 +2,7 @@
 
 ``surgery.find_direction(model, a="harmful.txt", b="harmless.txt")`` takes the residual stream at
 each prompt's last token after every layer and returns each layer's difference of the two sets'
-means, with norms, separation and cosines between layers (cached by model fingerprint, prompt sets
+means, with norms, separation and cosines between layers (cached by the model key, prompt sets
 and parameters); ``surgery.ablate_direction(model, out, direction=findings)`` bakes
 W ← W − w·r(rᵀW) into every residual writer (attention output, a hybrid layer's Mamba, linear-attention
 or convolution output projection, MLP down matrices, every expert's too) of the layers the weight

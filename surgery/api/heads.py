@@ -2,7 +2,7 @@
 
 ``surgery.score_binding(model)`` measures S and K on the binding benchmark (ΔS / ΔK with paired
 t-tests); ``surgery.find_heads(model)`` discovers, confirms and knocks out the binding heads (cached
-by model fingerprint, pairs and parameters); ``surgery.amplify_heads(model, out, alpha=2.5)`` bakes
+by the model key, pairs and parameters); ``surgery.amplify_heads(model, out, alpha=2.5)`` bakes
 the found heads (or ``heads=[(7, 7)]``) scaled by α (``alpha=[2, 2.5, 3]``: one output per value).
 The options are those of the commands, spelled as the fields of ``LoadSpec`` and ``FindParams``.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import fields, replace
 from numbers import Real
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,9 @@ from ..find.heads.params import FindParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
 from .baking import Baked, Planned, bake_plans, sweep_label
+
+# The options that decide head findings: when amplify-heads is given none, the newest cached serve.
+_FIND_FIELDS = frozenset(f.name for f in fields(FindParams))
 
 if TYPE_CHECKING:
     from ..find.heads.find import HeadFindings
@@ -90,6 +93,7 @@ def head_findings(
     findings: str | Path | None = None,
     transfer: bool = False,
     recompute: bool = False,
+    newest: bool = False,
     load: LoadSpec | None = None,
     params: FindParams | None = None,
     progress: Progress = silent,
@@ -98,9 +102,13 @@ def head_findings(
 ) -> HeadFindings:
     """The head findings for ``model``: read from ``findings`` (a file; ``transfer`` accepts one of
     another checkpoint of the same architecture), else from the cache, else computed. The cache key
-    holds the model's fingerprint, the pairs, every parameter and the benchmark file's sha256."""
+    holds the model key (weights, tokenizer, chat template), the pairs, every parameter and the
+    benchmark file's sha256. With ``newest`` (amplify-heads when no find-heads option was given) the
+    newest cached findings of this model serve instead, said in one line; without any, find-heads
+    runs with the default options, said up front (:func:`surgery.find.findings.unchosen_findings`)."""
+    from ..find.findings import unchosen_findings
     from ..find.heads.benchmark import benchmark_awareness_records
-    from ..find.heads.find import HeadFindings, cached_find_heads
+    from ..find.heads.find import HeadFindings, cached_find_heads, work_note
 
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
     no_other_options("head_findings", options, LoadSpec, FindParams)
@@ -116,6 +124,10 @@ def head_findings(
             "{transfer} applies to {findings} from another checkpoint; give {findings} FILE", "transfer", "findings"
         )
     bench, pairs = _pairs(params)
+    if newest and not recompute:
+        found = unchosen_findings(HeadFindings, ckpt, work_note(len(pairs), params), note)
+        if found is not None:
+            return found
     params = replace(params, extra={"benchmark_sha256": bench.sha256})
     records = benchmark_awareness_records(bench, params.seed) if params.dose_response else None
     return cached_find_heads(
@@ -173,11 +185,15 @@ def amplify_heads(
     checkpoint at ``out``; a list of α bakes one folder per value into ``out``.
 
     The heads are ``heads`` (``"7.7,8.17"`` or ``[(7, 7), (8, 17)]``) or come from the findings (the
-    knocked-out selection, or the ``top`` heads of the confirmed ranking), computed once and cached,
-    or read from ``findings``. α = 0 silences the heads: it needs ``allow_zero``. ``on_plans(plans)``
-    sees what will be baked before the first bake, ``on_each(label, baked)`` each output once written.
+    knocked-out selection, or the ``top`` heads of the confirmed ranking), read from ``findings``,
+    else cached: those of the find-heads options given (``params`` or its fields; computed on a
+    miss), or with none given the newest cached findings of this model (find-heads runs with its
+    defaults only when there are none, said up front). α = 0 silences the heads: it needs
+    ``allow_zero``. ``on_plans(plans)`` sees what will be baked before the first bake,
+    ``on_each(label, baked)`` each output once written.
     """
     alphas = _alphas(alpha, allow_zero)
+    chosen_options = params is not None or any(name in options for name in _FIND_FIELDS)
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
     no_other_options("amplify_heads", options, LoadSpec, FindParams)
     extra = None
@@ -197,6 +213,7 @@ def amplify_heads(
             findings=findings,
             transfer=transfer,
             recompute=recompute,
+            newest=not chosen_options,
             load=load,
             params=params,
             progress=progress,

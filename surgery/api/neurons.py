@@ -1,7 +1,7 @@
 """Fairness pruning from Python: find the neurons once, prune any n of them.
 
 ``surgery.find_neurons(model)`` scores every MLP neuron on contrastive demographic prompt pairs
-(cached by model fingerprint, pairs and parameters); ``surgery.prune_neurons(model, out, n=40)``
+(cached by the model key, pairs and parameters); ``surgery.prune_neurons(model, out, n=40)``
 bakes the top n (``n=[20, 40]``: one output per value), or named neurons (``neurons="28:17,28:901"``).
 The options are those of ``surgery find-neurons`` / ``surgery prune-neurons``, spelled as the
 fields of ``LoadSpec``, ``CaptureParams`` and ``SelectParams``.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import fields
 from numbers import Real
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,9 @@ from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
 from .baking import Baked, Planned, bake_plans, sweep_label
 
+# The options that decide neuron findings: when prune-neurons is given none, the newest cached serve.
+_CAPTURE_FIELDS = frozenset(f.name for f in fields(CaptureParams))
+
 if TYPE_CHECKING:
     from ..find.neurons.find import NeuronFindings
 
@@ -35,6 +39,7 @@ def neuron_findings(
     transfer: bool = False,
     recompute: bool = False,
     any_categories: bool = False,
+    newest: bool = False,
     load: LoadSpec | None = None,
     capture: CaptureParams | None = None,
     progress: Progress = silent,
@@ -45,8 +50,12 @@ def neuron_findings(
     another checkpoint of the same architecture), else from the cache, else computed.
 
     With ``any_categories`` (pruning), ``categories`` only select: findings over every category
-    serve them, so a category-restricted capture runs only when it is already cached.
+    serve them, so a category-restricted capture runs only when it is already cached. With ``newest``
+    (prune-neurons when no capture option was given) the newest cached findings of this model serve,
+    said in one line; without any, find-neurons runs with its defaults, said up front
+    (:func:`surgery.find.findings.unchosen_findings`).
     """
+    from ..find.findings import unchosen_findings
     from ..find.neurons.find import NeuronFindings, cached_path
     from ..find.neurons.find import find_neurons as compute
     from ..find.neurons.pairs import load_pairs
@@ -74,6 +83,10 @@ def neuron_findings(
             "{transfer} applies to {findings} from another checkpoint; give {findings} FILE", "transfer", "findings"
         )
     pairs = load_pairs(capture.pairs, capture.language, capture.category_list)
+    if newest and not recompute:
+        work = f"{len(pairs)} pairs: {2 * len(pairs):,} prompt forward passes"
+        if (found := unchosen_findings(NeuronFindings, ckpt, work, note)) is not None:
+            return found
     if any_categories and capture.categories and (recompute or not cached_path(ckpt, pairs, load).is_file()):
         pairs = load_pairs(capture.pairs, capture.language)
     return compute(
@@ -167,9 +180,10 @@ def prune_neurons(
     """Zero (``factor=0``) or scale MLP neurons and write a new checkpoint at ``out``.
 
     Give ``neurons`` (``"28:17,3:e5:17"`` or a list of labels / ``NeuronScale``) or ``n``, the top n
-    from the findings (computed once and cached, or read from ``findings``); a list of n bakes one
-    folder per value into ``out``. Returns the :class:`~surgery.api.baking.Baked` output, or one per
-    label for a sweep. ``on_plans(plans)`` sees what will be baked before the first bake,
+    from the findings (read from ``findings``, else cached: those of the capture options given, or
+    with none given the newest cached findings of this model; computed only when there are none); a
+    list of n bakes one folder per value into ``out``. Returns the
+    :class:`~surgery.api.baking.Baked` output, or one per label for a sweep. ``on_plans(plans)`` sees what will be baked before the first bake,
     ``on_each(label, baked)`` each output once written. Options: ``LoadSpec``, ``CaptureParams`` and
     ``SelectParams`` fields.
     """
@@ -206,6 +220,7 @@ def prune_neurons(
         no_other_options("prune_neurons", options, LoadSpec)
         plans = [Planned(None, Recipe(_neuron_edits(neurons, factor), named_by="neurons"))]
     else:
+        chosen_options = capture is not None or any(name in options for name in _CAPTURE_FIELDS)
         capture, select = typed(CaptureParams, options, capture), typed(SelectParams, options, select)
         no_other_options("prune_neurons", options, LoadSpec, CaptureParams, SelectParams)
         counts = _counts(n)  # before the findings: they may take a capture
@@ -215,6 +230,7 @@ def prune_neurons(
             transfer=transfer,
             recompute=recompute,
             any_categories=True,
+            newest=not chosen_options,
             load=load,
             capture=capture,
             progress=progress,

@@ -53,6 +53,7 @@ from .provenance import (
 )
 from .quantized import stored_plan
 from .record import BakeRecord, EditedTensor, HashingRecord, UndoRecord, Verification
+from .source_index import remember_source
 from .stream import stream_patched
 
 COPY_BLOCK = 64 << 20
@@ -431,5 +432,6 @@ def bake(
         record.hashing = hashing_record(sorted(taken), sorted(remembered), sorted(unchanged))
         tick("hash", 1, 1)
         (tmp / PROVENANCE_NAME).write_text(record_text(record), encoding="utf-8")
+        remember_source(record.source)  # surgery.json names it publicly; push finds it here
     hash_cache.save()
     return BakeResult(Path(out), record, notes)

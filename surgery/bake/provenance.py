@@ -26,6 +26,7 @@ from ..core.errors import CheckpointError, SurgeryError, VerificationError
 from ..core.progress import StageProgress, silent_stages
 from ..core.strict_files import DuplicateKey, load_json
 from ..core.vectors import VECTORS_NAME
+from .public import public_values
 from .record import FORMAT, BakeRecord  # noqa: F401 (FORMAT stays importable with the file's names)
 
 PROVENANCE_NAME = "surgery.json"
@@ -69,9 +70,14 @@ def provenance_text(prov: Mapping[str, Any]) -> str:
 
 
 def record_text(record: BakeRecord) -> str:
-    """The text of surgery.json for ``record`` (:func:`provenance_text`), whose seal it sets."""
-    record.seal = seal(record.to_dict())
-    return provenance_text(record.to_dict())
+    """The text of surgery.json for ``record`` (:func:`provenance_text`), whose seal it sets.
+
+    Its local paths are made public (surgery.bake.public): the file is published with the
+    checkpoint, and the source's path, the findings' cache files and the user's folders mean nothing
+    there; the source stays named by its fingerprint and the sha256 of its files."""
+    body = public_values(record.to_dict())
+    record.seal = seal(body)
+    return provenance_text(body)
 
 
 def provenance_intact(path: Path) -> bool:

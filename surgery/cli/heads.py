@@ -201,7 +201,8 @@ def find_heads_cmd(
     "findings_file",
     type=click.Path(path_type=Path),
     default=None,
-    help="A heads findings file (default: cached findings for MODEL, computed if missing).",
+    help="A heads findings file (default: the cached findings of find-heads' options when any is given, "
+    "else the newest cached findings for MODEL; computed if there are none).",
 )
 @click.option(
     "--top",
@@ -215,7 +216,7 @@ def find_heads_cmd(
     is_flag=True,
     help="Accept findings from another checkpoint of the same architecture (instruct → base).",
 )
-@typed_options(FindParams, into="params", only=PAIR_FIELDS + SEARCH_FIELDS)
+@typed_options(FindParams, into="params", only=PAIR_FIELDS + SEARCH_FIELDS, optional=True)
 @RECOMPUTE
 def amplify_heads(
     model: str,
@@ -230,7 +231,7 @@ def amplify_heads(
     findings_file: Path | None,
     top: int | None,
     transfer: bool,
-    params: FindParams,
+    params: FindParams | None,
     recompute: bool,
 ) -> None:
     """Scale the o_proj input columns of chosen heads by ALPHA and write a new checkpoint."""

@@ -93,7 +93,8 @@ def find_neurons_cmd(
     "findings_file",
     type=click.Path(path_type=Path),
     default=None,
-    help="A neurons findings file (default: cached findings for MODEL, computed if missing).",
+    help="A neurons findings file (default: the cached findings of the capture options when any is given, "
+    "else the newest cached findings for MODEL; computed if there are none).",
 )
 @click.option("--transfer", is_flag=True, help="Accept --findings from another checkpoint of the same architecture.")
 @click.option(
@@ -111,7 +112,7 @@ def find_neurons_cmd(
     "to zero in the stored dtype (silences them without pruning; --factor 0 needs no flag).",
 )
 @typed_options(SelectParams, into="choose")
-@typed_options(CaptureParams, into="capture")
+@typed_options(CaptureParams, into="capture", optional=True)
 @RECOMPUTE
 def prune_neurons(
     model: str,
@@ -127,7 +128,7 @@ def prune_neurons(
     factor: float,
     allow_zero: bool,
     choose: SelectParams,
-    capture: CaptureParams,
+    capture: CaptureParams | None,
     recompute: bool,
 ) -> None:
     """Zero (or scale) MLP neurons — named, or the top N bias neurons — and write a new checkpoint."""

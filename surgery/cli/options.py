@@ -55,6 +55,13 @@ def _option(field: dataclasses.Field, spec: CliOption) -> Callable:
     )
 
 
+def _given(name: str) -> bool:
+    """Whether the running command's option ``name`` was given (on the command line or by its
+    environment variable), not left at its default."""
+    ctx = click.get_current_context()
+    return ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
+
+
 def _value(spec: CliOption, raw: Any) -> Any:
     if isinstance(spec.choices, Mapping):
         return spec.choices[raw]
@@ -62,15 +69,20 @@ def _value(spec: CliOption, raw: Any) -> Any:
 
 
 def typed_options(
-    cls: type, *, into: str, only: Sequence[str] | None = None, skip: Sequence[str] = ()
+    cls: type, *, into: str, only: Sequence[str] | None = None, skip: Sequence[str] = (), optional: bool = False
 ) -> Callable[[Callable], Callable]:
-    """Add the options of ``cls``'s fields (``only`` / ``skip`` choose); the command gets ``into=cls(…)``."""
+    """Add the options of ``cls``'s fields (``only`` / ``skip`` choose); the command gets ``into=cls(…)``,
+    or with ``optional`` None when none of them was given (the library then applies its rule for
+    options not chosen, e.g. amplify-heads' newest cached findings)."""
     specs = cli_fields(cls, only, skip)
 
     def decorate(f: Callable) -> Callable:
         @functools.wraps(f)
         def command(*args: Any, **kwargs: Any) -> Any:
-            values = {field.name: _value(spec, kwargs.pop(field.name)) for field, spec in specs}
+            raw = {field.name: kwargs.pop(field.name) for field, spec in specs}
+            if optional and not any(_given(name) for name in raw):
+                return f(*args, **{into: None}, **kwargs)
+            values = {field.name: _value(spec, raw[field.name]) for field, spec in specs}
             return f(*args, **{into: cls(**values)}, **kwargs)
 
         for field, spec in reversed(specs):

@@ -52,6 +52,21 @@ DTYPE_SIZES = {
 QUANTIZATION_KEYS = ("quantization_config", "compression_config")
 # Folders of a checkpoint that are not part of it (version control, download caches).
 SKIP_DIRS = {".git", ".cache"}
+# The files a tokenizer is read from (transformers' names and those of its tokenizer classes): the
+# vocabulary, merges, special tokens and the chat template (chat_template.jinja / .json, the
+# additional_chat_templates folder, or tokenizer_config.json's "chat_template"). They decide which
+# tokens a finder reads, so they are part of the model key (:meth:`Checkpoint.model_key`).
+TOKENIZER_FILES = (
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template*",
+    "vocab*",
+    "merges.txt",
+    "*.model",
+    "*.tiktoken",
+)
+CHAT_TEMPLATE_DIR = "additional_chat_templates"
 
 
 @dataclass(frozen=True)
@@ -341,6 +356,31 @@ class Checkpoint:
         """What the user named for these weights, as findings record it: this folder (a GGUF's
         import names its .gguf file: surgery/gguf/imported.py)."""
         return self.path
+
+    def tokenizer_files(self) -> list[str]:
+        """The tokenizer's files in this folder (:data:`TOKENIZER_FILES`), relative, sorted."""
+        from fnmatch import fnmatch
+
+        names = [
+            p.name for p in self.path.iterdir() if p.is_file() and any(fnmatch(p.name, g) for g in TOKENIZER_FILES)
+        ]
+        templates = self.path / CHAT_TEMPLATE_DIR
+        if templates.is_dir():
+            names += [f"{CHAT_TEMPLATE_DIR}/{p.name}" for p in templates.iterdir() if p.is_file()]
+        return sorted(names)
+
+    def model_key(self) -> str:
+        """What the model side of a cache key is: the weights' :meth:`fingerprint` and the sha256 of
+        every tokenizer file, the chat template among them.
+
+        Findings depend on both: the same weights behind another tokenizer or chat template read other
+        tokens (find-direction's ``--template auto``, find-heads' prompt format), so a change to either
+        must miss the cache, while the fingerprint alone still says "the same weights" (findings
+        apply across tokenizers, see surgery.find.findings.check_model).
+        """
+        tokenizer = {name: file_sha256(self.path / name) for name in self.tokenizer_files()}
+        blob = json.dumps({"weights": self.fingerprint(), "tokenizer": tokenizer}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
 
     def fingerprint(self) -> str:
         """A cheap identity for the weights: config, headers and 16 sampled 64 KiB blocks per file.

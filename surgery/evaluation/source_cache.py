@@ -5,8 +5,9 @@ a JSON (the source's metrics and details, and the sha256 of the other file) and 
 file with the source's next-token log-probabilities on the KL prompts (float32, every position
 and the whole vocabulary: KL and top-1 agreement need the full distributions; SmolLM2's 24
 prompts take 45 MB). The key holds everything the numbers depend on: the source's fingerprint
-and its weight files' sizes and modification times, the data measured, the suites, the compute
-dtype and device type, and the surgery version with a hash of the measuring code. Batch size is
+and model key (tokenizer files, chat template), its weight files' sizes and modification times,
+the data measured, the suites, the compute dtype and device type, and the surgery version with a
+hash of the measuring code. Batch size is
 not in it: batching never changes a number beyond float rounding.
 
 A damaged, stale or mismatched entry is never trusted: it is recomputed (and rewritten). The
@@ -84,6 +85,7 @@ def entry_paths(
     data_sha = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
     key = {
         "fingerprint": fingerprint,
+        "model_key": ckpt.model_key(),  # the tokenizer and chat template decide what is measured too
         "weights": _weights_stat(ckpt),
         "data_sha256": data_sha,
         "suites": list(suites),

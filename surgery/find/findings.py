@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -32,6 +32,7 @@ KINDS = ("heads", "neurons", "directions")
 # The command that writes each kind (messages tell the user to run it).
 FINDERS = {"heads": "find-heads", "neurons": "find-neurons", "directions": "find-direction"}
 F = TypeVar("F", bound="Findings")
+FoundT = TypeVar("FoundT", bound="Found")
 
 
 @dataclass(kw_only=True)
@@ -126,9 +127,44 @@ def params_key(params: Mapping[str, Any]) -> str:
     return sha256_bytes(json.dumps(params, sort_keys=True, default=str).encode())[:16]
 
 
-def cache_path(kind: str, fingerprint: str, dataset_sha256: str, params: Mapping[str, Any]) -> Path:
-    """Where findings for this model + dataset + parameters are cached."""
-    return cache_dir() / kind / f"{fingerprint[:16]}-{dataset_sha256[:16]}-{params_key(params)}.json"
+def cache_path(kind: str, model_key: str, dataset_sha256: str, params: Mapping[str, Any]) -> Path:
+    """Where findings for this model + dataset + parameters are cached; ``model_key`` is the model's
+    :meth:`~surgery.core.checkpoint.Checkpoint.model_key` (weights, tokenizer, chat template), the
+    dataset's sha256 is of its content, ``params`` every option that changes the result."""
+    return cache_dir() / kind / f"{model_key[:16]}-{dataset_sha256[:16]}-{params_key(params)}.json"
+
+
+def newest_cached(found_type: type[FoundT], ckpt: Checkpoint) -> FoundT | None:
+    """The most recently written sound cache entry of ``found_type``'s kind for ``ckpt``'s model key
+    (any dataset and options), or None."""
+    entries = (cache_dir() / found_type.kind).glob(f"{ckpt.model_key()[:16]}-*.json")
+    for path in sorted(entries, key=lambda p: p.stat().st_mtime_ns, reverse=True):
+        found = found_type.cached(path, ckpt)
+        if found is not None:
+            return found
+    return None
+
+
+def unchosen_findings(
+    found_type: type[FoundT], ckpt: Checkpoint, work: str, note: Callable[[str], None]
+) -> FoundT | None:
+    """The rule of a baking command that finds when it must (amplify-heads, prune-neurons) when none
+    of the options that decide the findings was given: the newest cached findings of this model
+    (said in one line, with the file and its options), else None, after saying up front that the
+    finder runs first with its default options and what that takes (``work``)."""
+    finder = FINDERS[found_type.kind]
+    found = newest_cached(found_type, ckpt)
+    if found is not None:
+        note(
+            f"using the newest cached {finder} findings for this model: {found.path} ({found.options()}); "
+            f"give --findings FILE or {finder} options to choose others"
+        )
+        return found
+    note(
+        f"no {finder} findings are cached for this model: running {finder} with its default options first "
+        f"({work}); interrupt it and run {finder} with the options you want, then bake again"
+    )
+    return None
 
 
 def save_findings(findings: Findings, path: Path) -> None:
@@ -276,6 +312,10 @@ class Found:
 
     def check(self) -> None:
         """Raise a SurgeryError when the content is not usable (subclasses check their part)."""
+
+    def options(self) -> str:
+        """The finder's options these findings were computed with, as a user reads them (subclasses)."""
+        return "its recorded parameters"
 
     def record(self) -> dict[str, Any]:
         """What a bake records (in surgery.json) about the findings its edits came from."""

@@ -23,6 +23,7 @@ from .. import __version__
 from ..bake.bake import BakeResult
 from ..bake.provenance import record_text, sidecars, write_undo
 from ..bake.record import BakeRecord, EditedTensor, UndoRecord, Verification
+from ..bake.source_index import remember_source
 from ..bake.stream import stream_patched
 from ..core.checkpoint import file_sha256
 from ..core.edits import Recipe
@@ -197,6 +198,7 @@ def bake_gguf(
             verification=verification(blocks),
         )
         (tmp / record_path.name).write_text(record_text(record), encoding="utf-8")
+        remember_source(record.source)  # the sidecar names it publicly; push finds it here
     if known is None:
         hash_cache.put(model.path, src_sha)
         hash_cache.save()

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..bake.provenance import sidecars
 from ..bake.record import BakeRecord
+from ..bake.source_index import local_source_path
 from ..core.errors import VerificationError
 from ..ship.card import CARD_NAME, edits_section, evaluation_section, public, recipe_yaml, render_card, why_section
 from .verify import load_baked, verify_gguf
@@ -76,8 +77,8 @@ def checked_upload(baked: str | Path) -> tuple[str, dict[str, bytes | Path]]:
     return how it was checked and what a push uploads: {name in the repo: file or bytes}."""
     baked = Path(baked)
     record, _ = load_baked(baked)
-    src = Path(record.source.path)
-    source = src if str(src) not in ("", ".") and src.is_file() else None
+    src = local_source_path(record.source)
+    source = src if src is not None and src.is_file() else None
     report = verify_gguf(baked, source)
     if report.problems:
         more = f"; {len(report.problems) - 1} more problem(s)" if len(report.problems) > 1 else ""

@@ -21,6 +21,7 @@ import yaml
 
 from ..bake.lineage import WRITTEN_FOR
 from ..bake.provenance import PROVENANCE_NAME, UNDO_NAME, integrity_problems, load_provenance, load_undo, record_text
+from ..bake.public import public, public_values
 from ..bake.record import AdapterRecord, BakeRecord, Evaluation, Verification
 from ..core.architectures import Architecture, architecture
 from ..core.checkpoint import Checkpoint, file_sha256
@@ -73,33 +74,6 @@ def render_card(meta: Mapping[str, Any], body: str) -> str:
     if isinstance(data.get("tags"), list):  # ModelCardData keeps each tag once
         data["tags"] = list(dict.fromkeys(data["tags"]))
     return f"---\n{dump_yaml(data).strip()}\n---\n\n{body}"
-
-
-# A path of the machine that baked the checkpoint: POSIX absolute, home-relative, Windows drive or UNC.
-LOCAL_PATH = re.compile(r"^(?:/|~|[A-Za-z]:[\\/]|\\\\)")
-
-
-def public(text: str) -> str:
-    """``text``, or when it is a local path the name a reader of the card can use: the Hub repo of
-    a Hub-cache snapshot, else the last part. A card is published: the folders of the machine that
-    baked the checkpoint mean nothing to its readers, and they may say who ran it and where."""
-    from ..model.loading import hub_cache_repo
-
-    if not LOCAL_PATH.match(text):
-        return text
-    path = Path(text.replace("\\", "/"))
-    return hub_cache_repo(path) or path.name or text
-
-
-def _public_values(value: Any) -> Any:
-    """``value`` with every string made :func:`public`, recursively (recipe notes, findings records)."""
-    if isinstance(value, str):
-        return public(value)
-    if isinstance(value, Mapping):
-        return {k: _public_values(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_public_values(v) for v in value]
-    return value
 
 
 def _base_model(source: Source) -> str | None:
@@ -235,7 +209,7 @@ def recipe_yaml(recipe: Recipe) -> str:
         recipe.edits,
         public(recipe.base_model) if recipe.base_model else None,
         recipe.version,
-        _public_values(recipe.notes),
+        public_values(recipe.notes),
     )
     return shown.to_yaml().strip()
 

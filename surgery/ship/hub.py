@@ -16,6 +16,7 @@ from typing import Any
 
 from ..bake.provenance import PROVENANCE_NAME, integrity_problems, load_provenance, not_baked, sweep_values
 from ..bake.record import BakeRecord, Pushed
+from ..bake.source_index import local_source_path
 from ..core.checkpoint import Checkpoint, read_header
 from ..core.errors import CheckpointError, SurgeryError, VerificationError
 from ..core.strict_files import load_json
@@ -32,9 +33,9 @@ def check_checkpoint(folder: Path) -> tuple[str, BakeRecord]:
     from ..bake.verify import structural
 
     record = load_provenance(folder)
-    src_path = record.source.path
+    src_path = local_source_path(record.source)
     problems: list[str]
-    if str(src_path) not in ("", ".") and (src_path / "config.json").is_file():
+    if src_path is not None and (src_path / "config.json").is_file():
         report, _ = structural(Checkpoint(src_path, allow_remote_code=True), folder)
         problems, how = report.problems, f"structural check against the source {src_path}"
     else:

@@ -30,6 +30,7 @@ import torch
 from .. import __version__
 from ..bake.bake import hash_files
 from ..bake.provenance import ADAPTER_PROVENANCE_NAME, PROVENANCE_NAME, load_provenance, provenance_intact
+from ..bake.public import public
 from ..bake.record import AdapterRecord, BakeRecord
 from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint
@@ -273,7 +274,9 @@ def load_recipe(path: str | Path, ckpt: Checkpoint) -> Recipe:
     difference = _source_difference(record, ckpt)
     if difference:
         source = record.source
-        if source.path.resolve() == ckpt.path.resolve():
+        # surgery.json names its source publicly (its folder's name, surgery.bake.public); bakes of 0.1 by path
+        here = source.path.resolve() == ckpt.path.resolve() if source.path.is_absolute() else None
+        if here or (here is None and str(source.path) == public(str(ckpt.path.resolve()))):
             raise RecipeError(
                 f"{ckpt.path} changed since {folder} was baked from it ({difference}): an adapter "
                 "over these weights would not reproduce the bake; give the source as it was baked "

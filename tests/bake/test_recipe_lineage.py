@@ -62,7 +62,7 @@ def test_recipe_of_another_model_on_a_local_folder(tiny, tmp_path, capsys):
     summary = json.loads(result.stdout)
     assert any(OTHER in n for n in summary["notes"])
     prov = json.loads((out / "surgery.json").read_text())  # both names: the edited model and the recipe's
-    assert prov["recipe"]["base_model"] == str(model) and prov["recipe"]["notes"] == {"written_for": OTHER}
+    assert prov["recipe"]["base_model"] == model.name and prov["recipe"]["notes"] == {"written_for": OTHER}
     meta, text = _card(out)
     assert "base_model" not in meta and "base_model_relation" not in meta  # was base_model: org/other-model
     assert _reproduce_recipe(text)["base_model"] == model.name  # the edited folder, by name: no local path on a card
@@ -149,7 +149,7 @@ def test_findings_of_another_model_with_transfer_note_it(tiny, tmp_path, capsys,
     assert result.returncode == 0, result.stderr
     assert "note: the findings were computed on another model (/models/other)" in " ".join(result.stderr.split())
     prov = json.loads((tmp_path / "b" / "surgery.json").read_text())
-    assert prov[key]["transfer"] is True and prov[key]["model"] == "/models/other"
+    assert prov[key]["transfer"] is True and prov[key]["model"] == "other"  # by name: surgery.json is published
 
 
 def test_transfer_without_findings_is_refused(tiny, tmp_path, capsys):
@@ -186,7 +186,8 @@ def test_a_hub_cache_snapshot_folder_is_that_hub_model_at_its_commit(tiny, tmp_p
     )
     assert result.returncode == 0 and "note:" not in result.stderr, result.stderr
     source = json.loads((out / "surgery.json").read_text())["source"]
-    assert (source["hub_id"], source["revision"], source["path"]) == ("org/tiny-llama", SNAPSHOT, str(snapshot))
+    # the snapshot folder is named by its Hub repo: surgery.json is published, the local path is not
+    assert (source["hub_id"], source["revision"], source["path"]) == ("org/tiny-llama", SNAPSHOT, "org/tiny-llama")
     meta, text = _card(out)
     assert meta["base_model"] == "org/tiny-llama" and "This is **org/tiny-llama**" in text
     assert f"--model org/tiny-llama --revision {SNAPSHOT} --out OUT" in text

@@ -69,9 +69,10 @@ def test_corrupted_folder_is_refused_before_any_request(baked, tmp_path):
 
 
 def test_without_the_source_every_hash_and_the_seal_are_checked(baked, tmp_path):
-    import json
+    from surgery.bake.provenance import load_provenance
+    from surgery.bake.source_index import local_source_path
 
-    source = Path(json.loads((baked / "surgery.json").read_text())["source"]["path"])
+    source = local_source_path(load_provenance(baked).source)  # surgery.json names it by its folder's name
     source.rename(tmp_path / "moved-away")  # the recorded source is no longer on this machine
     assert "sha256 of every recorded file" in check_pushable(baked)[0]
     (baked / "extra.txt").write_text("not from the bake")

@@ -6,8 +6,8 @@ component along the b mean removed ("projected"). The findings JSON records per 
 how well the unit direction separates the two sets (Cohen's d of the projections, and the accuracy
 of the midpoint threshold), the cosine between every two layers' directions, and the layer that
 separates best; the vectors go to a safetensors file next to it (``layer.L``, ``mean_a.L``,
-``mean_b.L``), which recipes name as ``FILE#layer.L``. Cached by model fingerprint, the two sets'
-sha256 and the parameters, like the other findings.
+``mean_b.L``), which recipes name as ``FILE#layer.L``. Cached by the model key (weights, tokenizer
+files, chat template), the two sets' sha256 and the parameters, like the other findings.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def dataset_sha256(a: PromptSet, b: PromptSet) -> str:
 
 
 def cached_path(ckpt: Checkpoint, a: PromptSet, b: PromptSet, params: dict[str, Any]) -> Path:
-    return cache_path("directions", ckpt.fingerprint(), dataset_sha256(a, b), params)
+    return cache_path("directions", ckpt.model_key(), dataset_sha256(a, b), params)
 
 
 def find_direction(
@@ -185,7 +185,7 @@ def find_direction(
             "b",
         )
     params = params_of(projected, template, load)
-    distributed.check_agree("the model and the prompt sets", ckpt.fingerprint(), a.sha256, b.sha256, params, batch_size)
+    distributed.check_agree("the model and the prompt sets", ckpt.model_key(), a.sha256, b.sha256, params, batch_size)
     cached = cached_path(ckpt, a, b, params)
     hit = None if recompute else DirectionFindings.cached(cached, ckpt)
     if distributed.all_true(hit is not None):

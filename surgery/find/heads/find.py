@@ -4,7 +4,7 @@ dose-response → findings.
 ``find_heads(model_path, pairs, params)`` works on any list of :class:`Pair` (the shipped
 benchmark, N4, or a synthetic task in our JSONL format) and returns versioned findings
 (:class:`~surgery.find.heads.record.HeadsFindings`). ``cached_find_heads`` keys them by model
-fingerprint, pair set and parameters.
+key (weights, tokenizer, chat template), pair set and parameters.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def find_heads(
     if not isinstance(params, FindParams):
         params = FindParams(**dict(params))
     ckpt = as_checkpoint(model, load)
-    distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
+    distributed.check_agree("the model and the pairs", ckpt.model_key(), pairs_sha256(pairs), params.to_dict())
     check_loadable(ckpt)
     arch = architecture(ckpt.config)
     check_token_attention(arch)
@@ -312,7 +312,7 @@ def confirmation(
 
 def findings_cache(ckpt: Checkpoint, pairs: Sequence[Pair], params: FindParams, load: LoadSpec = DEFAULT_LOAD) -> Path:
     """Where findings are cached: a model run in bfloat16 gets findings of its own (scores stay float32)."""
-    return cache_path("heads", ckpt.fingerprint(), pairs_sha256(pairs), {**params.to_dict(), **dtype_key(load)})
+    return cache_path("heads", ckpt.model_key(), pairs_sha256(pairs), {**params.to_dict(), **dtype_key(load)})
 
 
 _BY_NAME = "amplify heads by name instead (amplify-heads --heads L.H; Python: amplify_heads(heads=...))"
@@ -354,6 +354,19 @@ class HeadFindings(Found):
                 f"{self.path} has no usable head ranking; recompute it with surgery find-heads"
             ) from None
 
+    def options(self) -> str:
+        """The find-heads options that differ from the defaults, as flags (``--max-pairs 96``)."""
+        default = FindParams().to_dict()
+        flags = []
+        for name, value in (self.data.parameters or {}).items():
+            if name == "extra" or name not in default or value == default[name]:
+                continue
+            if name == "instruct":
+                flags.append(f"--format {'instruct' if value else 'base'}")
+            else:
+                flags.append(f"--{name.replace('_', '-')}" + ("" if value is True else f" {value}"))
+        return " ".join(flags) or "the default options"
+
     def select(self, top: int | None = None) -> list[tuple[int, int]]:
         """The first ``top`` heads of the ranking (default: the knocked-out selection)."""
         if top is not None and top < 1:  # 0 would silently mean the default, a negative count cut from the end
@@ -379,7 +392,7 @@ def cached_find_heads(
 ) -> HeadFindings:
     """The cached findings for (model, pairs, params), computed and cached on a miss."""
     ckpt = as_checkpoint(model, load)
-    distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
+    distributed.check_agree("the model and the pairs", ckpt.model_key(), pairs_sha256(pairs), params.to_dict())
     path = findings_cache(ckpt, pairs, params, load)
     hit = None if recompute else HeadFindings.cached(path, ckpt)
     if distributed.all_true(hit is not None):  # under torchrun: a cache miss on any rank computes on all

@@ -1,7 +1,8 @@
 """Neuron findings computed once: pairs → token check → capture → scores → cached findings JSON.
 
-The cache key is the model fingerprint + the pairs' sha256 + the capture parameters, so a second
-``prune-neurons`` with another --n (or score, rule, factor) reads the file and runs no forward pass.
+The cache key is the model key (weights fingerprint, tokenizer files, chat template) + the pairs'
+sha256 + the capture parameters, so a second ``prune-neurons`` with another --n (or score, rule,
+factor) reads the file and runs no forward pass.
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ class NeuronFindings(Found):
 
     def check(self) -> None:
         _ = self.scores  # parses every layer's scores: a damaged file raises SelectionError here
+
+    def options(self) -> str:
+        """Where the pairs came from and their categories."""
+        dataset, params = self.data.dataset, self.data.parameters or {}
+        categories = ", ".join(params.get("categories") or []) or "all categories"
+        return f"pairs {dataset.source if dataset else 'unrecorded'}, {categories}"
 
     def select(self, n: int, options: SelectParams, categories: Sequence[str] | None = None) -> Selection:
         """The top ``n`` neurons under ``options`` (restricted to ``categories`` when given)."""
@@ -170,7 +177,7 @@ def scores_of(findings: NeuronsFindings) -> NeuronScores:
 
 def cached_path(ckpt: Checkpoint, pairs: PairSet, load: LoadSpec = DEFAULT_LOAD) -> Path:
     """Where findings for this model and these pairs are (or would be) cached."""
-    return cache_path("neurons", ckpt.fingerprint(), pairs.sha256, capture_params(pairs, ckpt, load))
+    return cache_path("neurons", ckpt.model_key(), pairs.sha256, capture_params(pairs, ckpt, load))
 
 
 def check_one_width(arch: Architecture) -> None:
@@ -205,7 +212,7 @@ def find_neurons(
     )
     check_one_width(arch)
     params = capture_params(pairs, ckpt, load)
-    distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs.sha256, params, batch_size, strict)
+    distributed.check_agree("the model and the pairs", ckpt.model_key(), pairs.sha256, params, batch_size, strict)
     cached = cached_path(ckpt, pairs, load)
     hit = None if recompute else NeuronFindings.cached(cached, ckpt)
     if distributed.all_true(hit is not None):
