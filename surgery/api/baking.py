@@ -109,10 +109,6 @@ def bake_recipe(
         note(lineage)
     if evaluation is not None and not isinstance(evaluation, Evaluation):
         evaluation = Evaluation.from_dict(dict(evaluation))
-    if verify:  # the check vouches for a model that runs: one transformers cannot build is refused first
-        from ..model.probe import check_buildable
-
-        check_buildable(ckpt.path, load.trust_remote_code)
     result = bake(
         ckpt,
         recipe,

@@ -6,7 +6,6 @@ fetch safetensors and the small text files only; pickled weights are never downl
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -21,6 +20,7 @@ from ..core import distributed
 from ..core.checkpoint import Checkpoint
 from ..core.errors import CheckpointError
 from ..core.options import check_options, param
+from ..core.strict_files import load_json
 from .placement import (
     DEVICE_MAPS,
     DTYPES,
@@ -411,7 +411,7 @@ def load_tokenizer(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(f"{path} has no usable tokenizer ({first})") from None
     config = Path(path) / "config.json"
-    rows = vocab_rows(json.loads(config.read_text())) if config.is_file() else None
+    rows = vocab_rows(load_json(config.read_text())) if config.is_file() else None
     # The base vocabulary is what any text encodes to. Tokens added past the table are left alone: Gemma 3's
     # text models carry their family's image token one row past theirs, met only in an image prompt.
     if rows is not None and tok.vocab_size > rows:

@@ -24,12 +24,12 @@ def check_buildable(path: str | Path, trust_remote_code: bool = False) -> None:
     import torch
     from transformers import AutoConfig
 
-    from .loading import model_class_of
+    from .loading import auto_class
 
     try:
         config = AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)
-        with torch.device("meta"):
-            model_class_of(config)(config)
+        with torch.device("meta"):  # as the loader builds it (its auto class picks the wrapped configs' class)
+            auto_class(config.model_type).from_config(config, trust_remote_code=trust_remote_code)
     except Exception as exc:  # transformers' own code on the checkpoint's config: its failure is the config's
         raise CheckpointError(
             f"transformers cannot build a model from {Path(path) / 'config.json'} ({_first_line(exc)}): "

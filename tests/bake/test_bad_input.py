@@ -430,7 +430,7 @@ CASES = [
     Case(
         "direction-unknown-module",
         setups.direction(entry="layer: 0, module: residual, weight: 1.0"),
-        ("module must be one of attention, mlp, experts, shared_experts, embeddings", "'residual'"),
+        ("module must be one of attention, mixer, mlp, experts, shared_experts, embeddings", "'residual'"),
     ),
     Case(
         "direction-layer-out-of-range",

@@ -115,7 +115,7 @@ def test_every_module_lives_in_a_subpackage():
 
 # Test folders that hold no tests of one package: shared helpers, the planted reference models and
 # their data, and the checks of the documentation.
-NOT_MIRRORED = ("support", "planted", "fixtures", "docs")
+NOT_MIRRORED = ("support", "planted", "fixtures", "docs", "examples")  # examples: the scripts under examples/
 
 
 def _imported_names(path: Path) -> set[str]:

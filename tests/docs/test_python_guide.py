@@ -96,7 +96,7 @@ def test_a_folder_named_otherwise_is_another_model_as_the_page_says(home, tmp_pa
     assert run.returncode != 0
     last = run.stderr.strip().splitlines()[-1]
     assert "RecipeError: the recipe was written for HuggingFaceTB/SmolLM2-135M-Instruct" in last, run.stderr
-    assert "--allow-other-base" in last and not (tmp_path / "work" / "out").exists()
+    assert "allow_other_base=True" in last and not (tmp_path / "work" / "out").exists()
 
 
 def test_options_runs_as_written(small_home, tmp_path):
