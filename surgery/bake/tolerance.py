@@ -26,7 +26,7 @@ from .check import UNIT_ROUNDOFF
 # float16, head and neuron scales or a direction ablated from every layer (their logits, below 1, are
 # smaller than the hidden states whose rounding they carry); 2.8 on SmolLM2-135M in float32 with a
 # direction ablated from all 30 layers' attention and MLP writers (Δ 1.4e-4 at max|logit| 28.8; 2.0e-4
-# at 35 in issue 33), 0.6 computed in bfloat16 (Δ 2.0) and 0.6 in float16 (Δ 0.27). Four times the
+# at 35 on another run), 0.6 computed in bfloat16 (Δ 2.0) and 0.6 in float16 (Δ 0.27). Four times the
 # largest: a correct bake passes on other CPUs' kernels too, while a damaged weight still fails (a
 # flipped sign or exponent bit moves the logits by far more than a rounding: tests/bake/test_tolerance.py).
 FACTOR = 16.0

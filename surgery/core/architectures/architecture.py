@@ -258,7 +258,7 @@ class Architecture(ExpertTensors):
             return KIND_REFUSALS.get(("mlp", g.mlp_kinds[layer]))
         return None
 
-    # --- issue 33: residual writers ---------------------------------------------------------------
+    # --- residual writers ----------------------------------------------------------------------------
 
     def mixer_layers(self) -> tuple[int, ...]:
         """The layers with the row's other token mixer (``Layout.mixer``: Mamba, linear attention, a short

@@ -154,7 +154,7 @@ class Layout:
     # Why no finder (find-heads, find-neurons, find-direction) can run on this family, whose passes
     # read and resume whole decoder layers; None: they can.
     find_refusal: str | None = None
-    # --- issue 33 (residual writers) ---
+    # --- residual writers ---
     # The output projection of the layers' other token mixer (Mamba, linear attention, a short
     # convolution): a residual writer a direction is projected through; None: the row has none.
     mixer: Mixer | None = None

@@ -123,7 +123,7 @@ def _nemotron_h_kinds(editable: str) -> LayerKinds:
     )
 
 
-# Residual writers of the layers' other token mixers (issue 33): a Mamba block's out_proj, as wide as
+# Residual writers of the layers' other token mixers: a Mamba block's out_proj, as wide as
 # mamba_expand × hidden_size; a gated delta net's (Qwen3-Next and its kin) as its value heads; a short
 # convolution's (LFM2) as the hidden size.
 _MAMBA_OUT = Mixer("mamba.out_proj", (("mamba_expand", "hidden_size"),))
