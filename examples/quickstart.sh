@@ -46,12 +46,9 @@ esac
 
 install_surgery() {
     VENV="${VENV:-$REPO/.venv}"
-    [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
-    # torch first and pinned, so that surgery's own requirement does not choose another build;
-    # --torch-index picks the build (PyPI's Linux wheels bring CUDA libraries).
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check torch==2.13.0 \
-        ${TORCH_INDEX:+--index-url "$TORCH_INDEX"}
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$REPO[plots]"  # report draws figures
+    # torch first and pinned, then surgery with [plots] (the report draws figures); uv where it can
+    # be had; --torch-index picks torch's build (PyPI's Linux wheels bring CUDA libraries).
+    bash "$REPO/examples/install.sh" "$VENV" plots "$TORCH_INDEX"
 }
 
 if [[ $INSTALL_ONLY -eq 1 ]]; then
