@@ -37,6 +37,19 @@ def check_buildable(path: str | Path, trust_remote_code: bool = False) -> None:
         ) from exc
 
 
+def load_or_refuse(path: str | Path, load):
+    """:func:`~surgery.model.loading.load_model` of ``path`` under ``load`` (a LoadSpec). A failure that
+    transformers alone repeats (:func:`check_buildable`) is the config's: one :class:`CheckpointError`;
+    any other is raised as it is."""
+    from .loading import load_model
+
+    try:
+        return load_model(path, load)
+    except Exception:
+        check_buildable(path, load.trust_remote_code)
+        raise
+
+
 def check_runs(model, ids, path: str | Path) -> None:
     """One forward pass of the loaded, unedited ``model`` on ``ids``: a model that cannot run is one
     :class:`CheckpointError`."""
