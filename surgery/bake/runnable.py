@@ -47,7 +47,7 @@ FOLDER = "runnable"
 # Of the memory available now, what the float32 weights may take: the loader's copy, the forward pass's
 # activations and the bake's own buffers and page cache must all fit beside whatever else runs.
 MEMORY_SHARE = 0.5
-TOKENS = 4  # the forward pass's token ids: 0 … 3 (every tokenizer has them; image tokens are far above)
+TOKENS = 4  # the forward pass's token ids: 0 … 3 (a model's image token, which asks for pixels, lies far above)
 
 
 def run_key(ckpt: Checkpoint) -> dict[str, Any]:

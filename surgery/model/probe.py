@@ -9,8 +9,12 @@ said in one line naming what failed, not as an internal error, and before anythi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from .loading import LoadSpec
 
 
 def _first_line(exc: BaseException) -> str:
@@ -37,8 +41,8 @@ def check_buildable(path: str | Path, trust_remote_code: bool = False) -> None:
         ) from exc
 
 
-def load_or_refuse(path: str | Path, load):
-    """:func:`~surgery.model.loading.load_model` of ``path`` under ``load`` (a LoadSpec). A failure that
+def load_or_refuse(path: str | Path, load: LoadSpec):
+    """:func:`~surgery.model.loading.load_model` of ``path`` under ``load``. A failure that
     transformers alone repeats (:func:`check_buildable`) is the config's: one :class:`CheckpointError`;
     any other is raised as it is."""
     from .loading import load_model
