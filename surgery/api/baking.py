@@ -5,7 +5,7 @@ commands and Python callers share.
 (surgery.bake.lineage: a recipe written for another model is refused unless ``allow_other_base``),
 refuses scales that vanish or overflow in the stored dtype (surgery.bake.guards, inside the bake),
 runs the bake's own check of every edited weight map (surgery.bake.check) unless ``verify=False``
-(and first builds the model from its config on the meta device: surgery.model.probe),
+(and, while the files are copied, runs the source once in transformers: surgery.bake.runnable),
 writes the model card and pushes the result when asked. :func:`bake_sweep` bakes one output per
 value of a sweep (α or n), every destination and every value's scales checked before the first bake.
 """
@@ -55,7 +55,9 @@ def bake_recipe(
             (the output then records both names).
         out: the output folder; an existing one is refused unless ``force`` and it is a surgery
             output (or empty).
-        verify: run the bake's check of every edited weight map before publishing.
+        verify: run the source once (one forward pass, where its weights fit in memory: a model
+            transformers cannot build or run is refused) and the bake's check of every edited weight
+            map, before publishing.
         allow_zero: accept a non-zero scale that rounds a head's or neuron's weights to zero.
         extra: entries added to surgery.json (findings summaries); ``evaluation``: rows of the card's
             before/after table.
@@ -69,6 +71,7 @@ def bake_recipe(
     from ..bake.bake import bake
     from ..bake.check import edited_check
     from ..bake.lineage import for_source
+    from ..bake.runnable import runs_alongside
     from ..ship.card import card_hook
 
     load = typed(LoadSpec, options, load)
@@ -107,6 +110,11 @@ def bake_recipe(
     notes = [lineage] if lineage else []
     if lineage:
         note(lineage)
+
+    def noted(message: str) -> None:  # a note before the bake's own: kept with the lineage note
+        notes.append(message)
+        note(message)
+
     if evaluation is not None and not isinstance(evaluation, Evaluation):
         evaluation = Evaluation.from_dict(dict(evaluation))
     result = bake(
@@ -117,6 +125,7 @@ def bake_recipe(
         force=force,
         progress=stages,
         check=edited_check(ckpt, recipe) if verify else None,
+        alongside=runs_alongside(ckpt, load, noted) if verify else None,
         extra=dict(extra) if extra else None,
         card=card_hook(evaluation),
         report=note,

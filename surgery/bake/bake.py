@@ -21,7 +21,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -272,6 +272,7 @@ def bake(
     force: bool = False,
     progress: StageProgress = silent_stages,
     check: Callable[[Path], Verification] | None = None,
+    alongside: AbstractContextManager[Callable[[], None] | None] | None = None,
     card: Callable[[Path, BakeRecord], str] | None = None,
     extra: dict[str, Any] | None = None,
     report: Callable[[str], None] = lambda m: None,
@@ -280,8 +281,11 @@ def bake(
     """Bake ``recipe`` into a copy of ``ckpt`` at ``out``.
 
     ``check(staged_dir)`` runs on the finished weights before they are published (the numerical
-    check, e.g. ``check.edited_check``) and its result is recorded; ``card(staged_dir, record)`` returns a model
-    card (README.md). ``extra`` adds entries (findings summary, selection) to surgery.json.
+    check, e.g. ``check.edited_check``) and its result is recorded. ``alongside`` is work done while the
+    files are copied (surgery.bake.runnable: the source run once), entered once the destination is
+    accepted; what it yields (None: nothing to wait for) is called before the check, and a refusal there
+    publishes nothing. ``card(staged_dir, record)`` returns a model card (README.md). ``extra`` adds
+    entries (findings summary, selection) to surgery.json.
     A scale that overflows, or one that rounds a head's or neuron's weights to zero (unless
     ``allow_zero``), is refused before anything is written (surgery.bake.guards).
     """
@@ -322,6 +326,7 @@ def bake(
     ):
         spool = UndoSpool(tmp)
         closing.callback(spool.close)
+        finish = closing.enter_context(alongside) if alongside is not None else None
         # Every byte is hashed at most once. A Hub-cache source file takes its blob's name; an
         # edited shard's source and output are hashed in the pass that writes it; every other
         # source file is hashed on threads while the main thread copies (the kernel copy leaves
@@ -407,6 +412,10 @@ def bake(
             files={},
             source_files={},  # hashed below, once the card is written
         )
+        if finish is not None:
+            tick("run", 0, 1)
+            finish()
+            tick("run", 1, 1)
         if check is not None:
             tick("check", 0, 1)
             record.verification = check(tmp)

@@ -356,7 +356,7 @@ def numeric(
     from ..model.hooks import applied
     from ..model.int_dequantized import decodes_itself
     from ..model.loading import load_model, vocab_rows
-    from ..model.probe import check_buildable, check_runs
+    from ..model.probe import check_runs, load_or_refuse
     from ..model.swap import swapped
     from ..model.upcast import compute_dtype_of
 
@@ -365,11 +365,7 @@ def numeric(
     # A failure is asked again of transformers alone (the model built, the unedited model run): where that
     # fails too, the checkpoint's config is at fault, said in one line; else it is surgery's, raised as is.
     if model is None:
-        try:
-            model = load_model(src.path, load)
-        except Exception:
-            check_buildable(src.path, load.trust_remote_code)
-            raise
+        model = load_or_refuse(src.path, load)
     try:
         with applied(model, recipe.active()):
             reference = _forward(model, batches)

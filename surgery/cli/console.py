@@ -25,6 +25,7 @@ STAGE_LABELS = {
     "copy": "copying",
     "patch": "patching",
     "verify": "verifying logits",
+    "run": "running the source",
     "check": "checking edited weights",
     "hash": "hashing",
     "compare": "comparing with the source",

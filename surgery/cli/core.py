@@ -63,7 +63,8 @@ def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
     "--verify/--no-verify",
     default=True,
     show_default=True,
-    help="Check each edited weight map against the run-time edit before publishing.",
+    help="Before publishing, run the source once in transformers (where its weights fit in memory; "
+    "remembered per source) and check each edited weight map against the run-time edit.",
 )
 @click.option(
     "--allow-other-base",

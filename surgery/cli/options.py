@@ -165,7 +165,8 @@ def bake_options(f: Callable) -> Callable:
         "--verify/--no-verify",
         default=True,
         show_default=True,
-        help="Check each edited weight map against the run-time edit before publishing.",
+        help="Before publishing, run the source once in transformers (where its weights fit in memory; "
+        "remembered per source) and check each edited weight map against the run-time edit.",
     )(f)
     f = click.option("--force", is_flag=True, help="Replace --out if it exists.")(f)
     return click.option(

@@ -9,8 +9,12 @@ said in one line naming what failed, not as an internal error, and before anythi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from .loading import LoadSpec
 
 
 def _first_line(exc: BaseException) -> str:
@@ -35,6 +39,19 @@ def check_buildable(path: str | Path, trust_remote_code: bool = False) -> None:
             f"transformers cannot build a model from {Path(path) / 'config.json'} ({_first_line(exc)}): "
             "correct that field of the config or re-download the checkpoint"
         ) from exc
+
+
+def load_or_refuse(path: str | Path, load: LoadSpec):
+    """:func:`~surgery.model.loading.load_model` of ``path`` under ``load``. A failure that
+    transformers alone repeats (:func:`check_buildable`) is the config's: one :class:`CheckpointError`;
+    any other is raised as it is."""
+    from .loading import load_model
+
+    try:
+        return load_model(path, load)
+    except Exception:
+        check_buildable(path, load.trust_remote_code)
+        raise
 
 
 def check_runs(model, ids, path: str | Path) -> None:

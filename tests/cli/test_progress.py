@@ -36,7 +36,7 @@ def test_every_long_step_reports_in_a_log(model, tmp_path):
         "find-neurons": (["find-neurons", model, "--pairs", pairs], {"capturing prompts"}),
         "prune-neurons": (
             ["prune-neurons", model, "--n", "2", "--pairs", pairs, "--out", tmp_path / "p"],
-            {"copying", "patching", "checking edited weights", "hashing"},
+            {"copying", "patching", "running the source", "checking edited weights", "hashing"},
         ),
         "verify": (["verify", model, tmp_path / "p"], {"hashing", "comparing with the source", "verifying logits"}),
         "eval": (

@@ -14,7 +14,7 @@ import torch
 import surgery
 from surgery.core.architectures import architecture
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
-from surgery.core.errors import RecipeError
+from surgery.core.errors import CheckpointError, RecipeError
 from tests.support.cli import error_line, run_main
 from tests.support.coverage import GEMMA4, build_family, prove, save_family, table_mismatches
 from tests.support.tokenizer import save_char_tokenizer
@@ -107,7 +107,8 @@ def _hybrid_with_per_layer_sizes(path, config_sizes: dict) -> Path:
     """A tiny Qwen3.5 text model (layers: linear, full, linear, full attention) whose full-attention layer 3
     has heads of 16 (not 8) and whose linear-attention layer 2 has 64 MLP neurons (not 48): its tensors
     rewritten so, and ``config_sizes`` as config.json's per_layer_config. transformers builds no such
-    model; the table, sites, bake, its check and inspect read config.json and the headers alone."""
+    model; the table, sites, the bake without its run of the source (``verify=False``), its check of the
+    edited maps and inspect read config.json and the headers alone."""
     import json
 
     from safetensors.torch import load_file, save_file
@@ -164,7 +165,12 @@ def test_per_layer_sizes_and_per_layer_kinds_together(tmp_path):
         f"layers 2 (linear_attention): 64 MLP neurons; {refused}",
     ]
 
-    surgery.apply(Recipe((HeadScale(3, 3, 2.0), NeuronScale(2, 63, 0.0))), src, tmp_path / "baked")
+    recipe = Recipe((HeadScale(3, 3, 2.0), NeuronScale(2, 63, 0.0)))
+    # transformers builds no such model: a bake that runs the source first refuses it in one line
+    with pytest.raises(CheckpointError, match=r"\(AmbiguousGlobalPerLayerAttributeError: 'intermediate_size' is"):
+        surgery.apply(recipe, src, tmp_path / "baked")
+    assert not (tmp_path / "baked").exists()
+    surgery.apply(recipe, src, tmp_path / "baked", verify=False)
     before, after = stored_tensors(src), stored_tensors(tmp_path / "baked")
     changed = {n for n in before if not torch.equal(before[n], after[n])}
     o_proj = "model.layers.3.self_attn.o_proj.weight"

@@ -1,6 +1,6 @@
 """A tokenizer or a config that does not fit the model is one line, not an internal error (issue 33,
-point 5): the tokenizer is checked against the embedding table as it loads, and verify says in one line
-that a model cannot be built or run."""
+point 5): the tokenizer is checked against the embedding table as it loads, and a bake (before publishing)
+and verify say in one line that a model cannot be built or run (the bake's side: tests/bake/test_runnable.py)."""
 
 from __future__ import annotations
 
@@ -79,13 +79,16 @@ def _config(src, **changes):
     [{"sliding_window": None}, {"sliding_window": 0}],
     ids=["no-window", "zero-window"],
 )
-def test_verify_says_in_one_line_that_the_model_cannot_run(tiny, tmp_path, capsys, change):
+def test_a_model_that_cannot_run_is_one_line_in_the_bake_and_in_verify(tiny, tmp_path, capsys, change):
     """A config transformers builds but cannot run (sliding-window layers without a usable window): the
-    bake, which never runs the model, publishes; verify's logit check says why in one line, where it
-    was an internal error."""
+    bake's run of the source refuses it before publishing; baked without that run (--no-verify), verify's
+    logit check says why in one line, where it was an internal error."""
     src = _config(tiny("qwen2"), layer_types=["sliding_attention"] * 3, use_sliding_window=True, **change)
     out = tmp_path / "out"
-    assert run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "2", "--out", out], capsys).returncode == 0
+    bake = ["amplify-heads", src, "--heads", "0.1", "--alpha", "2", "--out", out]
+    assert f"the model in {src} cannot run a forward pass (" in error_line(run_main(bake, capsys))
+    assert not out.exists()
+    assert run_main([*bake, "--no-verify"], capsys).returncode == 0
     line = error_line(run_main(["verify", src, out], capsys))
     assert f"the model in {src} cannot run a forward pass (" in line
     assert run_main(["verify", src, out, "--structural-only"], capsys).returncode == 0
