@@ -28,6 +28,15 @@ Both libraries run in one child process in that environment, on one loaded model
 pairs surgery keeps (equal token counts), timed around the call (model load excluded on both
 sides), alternating, after a warm-up; the median of ``--runs`` is reported. Score differences are
 max |ours − theirs| and the largest |ours − theirs| / |theirs|.
+
+Whole process (not with ``--max-pairs``): ``surgery find-neurons MODEL --pairs FILE --recompute``
+against a script a user of optipfair would run (load the tokenizer and the model with transformers,
+``analyze_neuron_bias`` at the down_proj input on the pairs surgery kept; it writes nothing, ours
+writes the findings), each a new process from the same interpreter, alternating, median of
+``--runs``. Then where our process's time goes, from one more run: the interpreter's start
+(``python -c pass``), importing torch, transformers (with the model's modeling module), surgery's
+command, and the command's phases (examples/profile_phases.py's wrapping: model load, capture, PPM,
+scores, writing, and the rest: CLI, pairs, printing).
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -45,6 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = Path.home() / ".cache" / "surgery" / "models" / "smollm2-135m-instruct"
 OPTIPFAIR = "optipfair[viz]==0.4.2"  # [viz]: optipfair.bias imports seaborn and pandas at import time
 BIAS_WEIGHT = 0.8  # optipfair's default and surgery's
+TARGET = 3.0  # the speed issue's target for the whole process
 
 
 def pairs_path() -> Path:
@@ -77,6 +88,93 @@ def compare(ours, theirs, k: int) -> dict:
         "top_k_common": len(mine & other),
         "top_k_same": mine == other,
     }
+
+
+# What a user of optipfair runs: load with transformers, score the pairs at the down_proj input.
+OPTIPFAIR_PROCESS = """
+import json, sys
+from optipfair.bias import analyze_neuron_bias
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+model, pairs = sys.argv[1], json.load(open(sys.argv[2]))
+tok = AutoTokenizer.from_pretrained(model)
+net = AutoModelForCausalLM.from_pretrained(model, dtype="float32")
+analyze_neuron_bias(net, tok, [tuple(p) for p in pairs], target_layers=["down_proj_input"], show_progress=False)
+"""
+
+
+def process_seconds(cmd: list[str], env: dict) -> float:
+    """Wall seconds of one new process, from its start to its exit (its output discarded)."""
+    start = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def whole_process(python: Path, args: argparse.Namespace, kept_texts: list, env: dict) -> dict:
+    """surgery find-neurons vs optipfair's script, whole processes, alternating; then our breakdown."""
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_optipfair.{os.getpid()}"
+    tmp.mkdir()
+    try:
+        texts = tmp / "pairs.json"
+        texts.write_text(json.dumps(kept_texts))
+        env = {**env, "SURGERY_CACHE": str(tmp / "cache")}  # never the user's cache
+        ours = [
+            str(python),
+            "-m",
+            "surgery",
+            "find-neurons",
+            str(args.model),
+            "--pairs",
+            str(args.pairs),
+            "--recompute",
+        ]
+        theirs = [str(python), "-c", OPTIPFAIR_PROCESS, str(args.model), str(texts)]
+        seconds: dict[str, list[float]] = {"surgery": [], "optipfair": []}
+        for run in range(args.runs):
+            for name, cmd in (("surgery", ours), ("optipfair", theirs))[:: 1 if run % 2 == 0 else -1]:
+                seconds[name].append(process_seconds(cmd, env))
+        interpreter = statistics.median(process_seconds([str(python), "-c", "pass"], env) for _ in range(3))
+        out = tmp / "breakdown.json"
+        cmd = [str(python), __file__, str(args.model), "--pairs", str(args.pairs), "--breakdown", str(out)]
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+        breakdown = {"interpreter start": interpreter, **json.loads(out.read_text())}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    median = {name: statistics.median(ts) for name, ts in seconds.items()}
+    return {
+        "seconds": seconds,
+        "median_s": median,
+        "ratio": median["optipfair"] / median["surgery"],
+        "breakdown_s": breakdown,
+    }
+
+
+def breakdown(args: argparse.Namespace) -> dict:
+    """In a new process: the imports, then find-neurons' phases (one timed run of the command)."""
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal start
+        seconds[name] = time.perf_counter() - start
+        start = time.perf_counter()
+
+    import torch  # noqa: F401
+
+    lap("import torch")
+    import transformers
+    from transformers import AutoConfig, AutoTokenizer  # noqa: F401
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[AutoConfig.from_pretrained(args.model).model_type])
+    lap("import transformers (+ the model's class)")
+    from profile_phases import run
+
+    import surgery.cli.neurons  # noqa: F401
+
+    lap("import surgery's command")
+    recorder = run("find-neurons", [str(args.model), "--pairs", str(args.pairs)], "timed")
+    return {**seconds, **recorder.wall}
 
 
 def worker(args: argparse.Namespace) -> dict:
@@ -149,6 +247,7 @@ def worker(args: argparse.Namespace) -> dict:
 
     return {
         "model": str(args.model),
+        "kept_texts": texts,
         "pairs": len(kept),
         "skipped": check.total_skipped,
         "threads": torch.get_num_threads(),
@@ -181,6 +280,15 @@ def show(r: dict) -> None:
         print(f"  BiasScore {_agreement(c)}")
         if "fairness" in c:
             print(f"  FairnessPruningScore {_agreement(c['fairness'])}")
+    w = r.get("whole_process")
+    if w:
+        reached = "reached" if w["ratio"] >= TARGET else "not reached"
+        print(f"whole process (down_proj input, new process each, median of {r['runs']}):")
+        print(f"  optipfair script              {w['median_s']['optipfair']:7.2f} s")
+        print(f"  surgery find-neurons          {w['median_s']['surgery']:7.2f} s   ×{w['ratio']:.2f} faster")
+        print(f"  ≥ {TARGET:g}× {reached}; where surgery's process spends its time (one run):")
+        for name, t in w["breakdown_s"].items():
+            print(f"    {name:44} {t:6.2f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,10 +301,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top-k", type=int, default=40)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)  # internal: result file
+    ap.add_argument("--breakdown", type=Path, default=None, help=argparse.SUPPRESS)  # internal: result file
     args = ap.parse_args(argv)
     args.pairs = args.pairs or pairs_path()
     if args.worker:
         args.worker.write_text(json.dumps(worker(args)))
+        return 0
+    if args.breakdown:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        args.breakdown.write_text(json.dumps(breakdown(args)))
         return 0
     for what, path, hint in (
         ("model", args.model / "config.json", "python examples/get_models.py gets it"),
@@ -241,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         report = json.loads(out.read_text())
     finally:
         out.unlink(missing_ok=True)
+    kept_texts = report.pop("kept_texts")
+    if not args.max_pairs:
+        report["whole_process"] = whole_process(python, args, kept_texts, env)
     report["machine"] = machine
     show(report)
     if args.json:

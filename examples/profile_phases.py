@@ -5,12 +5,12 @@ micro-benchmark of the same shapes on the same machine.
     python examples/profile_phases.py MODEL [--commands find-neurons,score-binding,find-heads]
         [--pairs FILE] [--max-pairs 8] [--random-sets 2] [--threads N] [--json FILE]
 
-Each command runs in this process, as ``surgery COMMAND MODEL ... --recompute``, three times:
+Each command runs in this process, as ``surgery COMMAND MODEL ...`` (``--recompute`` where it caches), three times:
 
 1. timed: the wall time of each phase (a phase is one library call the command makes, wrapped by
    name, as in examples/profile_find_heads.py; a wrapped call inside a phase belongs to it);
 2. counted: torch's FLOP counter (``torch.utils.flop_counter.FlopCounterMode``: matmuls, attention,
-   convolutions) per phase, and the shape of every matrix multiply (``aten.mm``/``addmm``/``bmm``:
+   convolutions) per phase, and the shape of every matrix multiply (``aten.mm``/``addmm``/``bmm``/``linear``:
    the linear layers at the phase's batch × tokens, ``[B·T, in] × [in, out]``, the lm_head, ...);
 3. profiled: ``torch.profiler`` per phase: how much of the phase's wall is inside torch's operators,
    and which operators take it (what is not a matmul: attention, softmax, norms, copies).
@@ -44,7 +44,9 @@ from torch.utils.flop_counter import FlopCounterMode
 DEFAULT_MODEL = Path.home() / ".cache" / "surgery" / "models" / "smollm2-135m-instruct"
 COMMANDS = ("find-neurons", "score-binding", "find-heads")
 OTHER = "other (CLI, pairs, encoding, scores, printing)"
+RECOMPUTE = {"find-neurons": ["--recompute"], "find-heads": ["--recompute"]}  # a cached result times nothing
 MM = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+LINEAR = torch.ops.aten.linear.default
 MIN_REPEAT_S = 0.05  # each shape is timed for at least this long (and 3 times)
 
 
@@ -64,6 +66,9 @@ def _phases(command: str) -> list[tuple[str, str, str | Callable[..., str]]]:
         return load + [
             ("surgery.find.neurons.find", "accumulate_pair_sums", "capture"),
             ("surgery.find.neurons.find", "ppm_scores", "PPM (weights)"),
+            ("surgery.find.neurons.scores.NeuronScores", "stored", "scores"),
+            ("surgery.find.neurons.scores.NeuronScores", "from_dict", "scores"),
+            ("surgery.find.neurons.find", "summary", "scores"),
             ("surgery.find.neurons.find", "write_findings", "writing"),
         ]
     scoring = [("surgery.find.heads.scores", "run_prompts", prompts)]
@@ -91,7 +96,10 @@ class Shapes(TorchDispatchMode):
         self.seen: Counter = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in MM:
+        if func is LINEAR:  # under inference_mode linear arrives whole: input [..., K] × weight [N, K]ᵀ
+            x, w = args[0], args[1]
+            self.seen[(1, x.numel() // x.shape[-1], x.shape[-1], w.shape[0], False, True)] += 1
+        elif func in MM:
             a, b = args[-2], args[-1]  # addmm(bias, a, b)
             batch = a.shape[0] if a.dim() == 3 else 1
             m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
@@ -159,8 +167,9 @@ def resolve(dotted: str) -> Any:
 
 
 def wrap(recorder: Recorder, owner: Any, attr: str, name: str | Callable[..., str]) -> Callable[[], None]:
-    """Time every call of ``owner.attr`` as a phase; returns the undo."""
+    """Time every call of ``owner.attr`` (a module's function, a class's method) as a phase; returns the undo."""
     inner = getattr(owner, attr, None)
+    raw = vars(owner).get(attr, inner)  # a classmethod as defined, put back as it was
     if inner is None:
         print(f"note: {owner.__name__}.{attr} not found: its time counts as '{OTHER}'", file=sys.stderr)
         return lambda: None
@@ -170,7 +179,7 @@ def wrap(recorder: Recorder, owner: Any, attr: str, name: str | Callable[..., st
             return inner(*args, **kwargs)
 
     setattr(owner, attr, outer)
-    return lambda: setattr(owner, attr, inner)
+    return lambda: setattr(owner, attr, raw)
 
 
 def run(command: str, argv: list[str], mode: str) -> Recorder:
@@ -189,7 +198,7 @@ def run(command: str, argv: list[str], mode: str) -> Recorder:
     try:
         with recorder.counter or nullcontext(), recorder.shape_mode or nullcontext():
             try:
-                surgery_command([command, *argv, "--recompute"])
+                surgery_command([command, *argv, *RECOMPUTE.get(command, [])])
             except SystemExit as exc:
                 if exc.code:
                     raise
@@ -317,16 +326,18 @@ def main(argv: list[str] | None = None) -> int:
     cache: dict[tuple, float] = {}
     for command in commands:
         cmd_argv = command_args(command, args)
-        print(f"surgery {command} {' '.join(cmd_argv)} --recompute (timed, counted, profiled)", file=sys.stderr)
+        line = " ".join([command, *cmd_argv, *RECOMPUTE.get(command, [])])
+        print(f"surgery {line} (timed, counted, profiled)", file=sys.stderr)
         timed = run(command, cmd_argv, "timed")
         counted = run(command, cmd_argv, "counted")
         profiled = run(command, cmd_argv, "profiled")
-        rows += table(command, timed, counted, profiled, cache)
-    print(f"threads: {torch.get_num_threads()}")
-    show(rows)
-    if args.json:
-        record = {"machine": machine, "threads": torch.get_num_threads(), "argv": sys.argv[1:], "phases": rows}
-        args.json.write_text(json.dumps(record, indent=1) + "\n")
+        done = table(command, timed, counted, profiled, cache)
+        print(f"surgery {line} on {torch.get_num_threads()} thread(s):")
+        show(done)  # each command's table as soon as it is measured
+        rows += done
+        if args.json:  # rewritten after each command: a later failure keeps the earlier ones
+            record = {"machine": machine, "threads": torch.get_num_threads(), "argv": sys.argv[1:], "phases": rows}
+            args.json.write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 

@@ -216,7 +216,7 @@ RUN_FIELDS = ("device", "dtype", "device_map", "max_memory", "offload_folder")
 def open_checkpoint(model: str, load: LoadSpec = DEFAULT_LOAD) -> tuple[Checkpoint, Source]:
     """Resolve MODEL and open it as a checked checkpoint (remote code refused unless ``load`` trusts it).
     A GGUF file opens as its cached import (surgery/gguf/imported.py); its Source is the file."""
-    from ..gguf.model import is_gguf
+    from ..gguf import is_gguf
 
     if is_gguf(model) and Path(model).is_file():
         from ..gguf.imported import imported_checkpoint
