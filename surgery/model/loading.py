@@ -174,8 +174,9 @@ class LoadSpec:
     )
     dtype: str = param(
         "auto",
-        "Compute dtype: auto (bfloat16 on a GPU that supports it, float32 elsewhere), "
-        "float32, bfloat16 or float16. Scores and sums accumulate in float32 either way.",
+        "Compute dtype: auto (bfloat16 on a GPU that supports it, float32 elsewhere: on a CPU "
+        "bfloat16 pays only with AVX512-BF16 or AMX), float32, bfloat16 or float16. Scores and "
+        "sums accumulate in float32 either way.",
         choices=DTYPES,
     )
     device_map: str | None = param(
