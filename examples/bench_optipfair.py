@@ -29,7 +29,8 @@ pairs surgery keeps (equal token counts), timed around the call (model load excl
 sides), alternating, after a warm-up; the median of ``--runs`` is reported. Score differences are
 max |ours − theirs| and the largest |ours − theirs| / |theirs|.
 
-Whole process (not with ``--max-pairs``): ``surgery find-neurons MODEL --pairs FILE --recompute``
+``--max-pairs N`` keeps the first N pairs of the file (a JSON list or JSONL, one pair a line) for
+every part of the benchmark. Whole process: ``surgery find-neurons MODEL --pairs FILE --recompute``
 against a script a user of optipfair would run (load the tokenizer and the model with transformers,
 ``analyze_neuron_bias`` at the down_proj input on the pairs surgery kept; it writes nothing, ours
 writes the findings), each a new process from the same interpreter, alternating, median of
@@ -61,6 +62,14 @@ TARGET = 3.0  # the speed issue's target for the whole process
 def pairs_path() -> Path:
     root = Path(os.environ.get("SURGERY_SHARED_DATA") or REPO.parent / "shared" / "data")
     return root / "fairness_pruning" / "prompt_pairs_en.json"
+
+
+def first_pairs(path: Path, n: int) -> str:
+    """The text of a pairs file holding its first ``n`` pairs (a JSON list, or JSONL: one a line)."""
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        return json.dumps(json.loads(text)[:n], ensure_ascii=False)
+    return "".join(line + "\n" for line in [ln for ln in text.splitlines() if ln.strip()][:n])
 
 
 def timed(fn):
@@ -194,7 +203,7 @@ def worker(args: argparse.Namespace) -> dict:
     logging.getLogger("optipfair").setLevel(logging.WARNING)  # else one INFO line per prompt ("Removed N hooks")
     tok, model = load_tokenizer(args.model), load_model(args.model)
     check = check_token_counts(load_pairs(str(args.pairs)), tok)
-    kept = check.kept.pairs[: args.max_pairs]
+    kept = check.kept.pairs
     texts = [(p.prompt_1, p.prompt_2) for p in kept]
     layers, width = model.config.num_hidden_layers, model.config.intermediate_size
 
@@ -295,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", nargs="?", type=Path, default=DEFAULT_MODEL)
     ap.add_argument("--pairs", type=Path, default=None, help="fairness-pruning JSON or our JSONL (default: public EN)")
-    ap.add_argument("--max-pairs", type=int, default=None, help="the first N kept pairs, for a quick look")
+    ap.add_argument("--max-pairs", type=int, default=None, help="the first N pairs of the file, for a quick look")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=16, help="surgery's pairs per forward pass (find-neurons')")
     ap.add_argument("--top-k", type=int, default=40)
@@ -330,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped: no optipfair environment: {e}")
         return 0
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_optipfair.{os.getpid()}.json"
+    subset = out.with_suffix(".pairs" + args.pairs.suffix)
+    if args.max_pairs:  # the first N pairs, as a file of the same format: every part reads it
+        subset.write_text(first_pairs(args.pairs, args.max_pairs))
+        args.pairs = subset
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     cmd = [
         str(python),
@@ -346,17 +359,15 @@ def main(argv: list[str] | None = None) -> int:
         "--worker",
         str(out),
     ]
-    cmd += ["--max-pairs", str(args.max_pairs)] if args.max_pairs else []
     try:
         if subprocess.run(cmd, env=env).returncode:
             print("the benchmark's worker failed (its error is above)")
             return 1
         report = json.loads(out.read_text())
+        report["whole_process"] = whole_process(python, args, report.pop("kept_texts"), env)
     finally:
         out.unlink(missing_ok=True)
-    kept_texts = report.pop("kept_texts")
-    if not args.max_pairs:
-        report["whole_process"] = whole_process(python, args, kept_texts, env)
+        subset.unlink(missing_ok=True)
     report["machine"] = machine
     show(report)
     if args.json:
