@@ -5,6 +5,7 @@ NOT_USED below would cost start-up time for nothing)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -102,12 +103,10 @@ def test_every_command_is_in_the_table_under_its_module():
 
 
 @pytest.mark.parametrize("command", ["find-neurons", "score-binding"])
-def test_a_run_imports_nothing_the_command_does_not_use(command, tiny, tmp_path, monkeypatch):
+def test_a_run_imports_nothing_the_command_does_not_use(command, tiny, tmp_path):
     model = tiny("llama")
     save_char_tokenizer(model, bos=True)
     args = [str(a) for a in model_commands(model, tmp_path)[command]]
-    import os
-
     modules = _modules(RUN, *args, "--json", env={**os.environ, "SURGERY_CACHE": str(tmp_path / "cache")})
     assert {"torch", "transformers"} <= modules  # it did run the model
     unused = {**NOT_USED, **ALSO_NOT_USED[command]}
