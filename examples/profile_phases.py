@@ -60,7 +60,8 @@ def _phases(command: str) -> list[tuple[str, str, str | Callable[..., str]]]:
     ]
 
     def prompts(*args: Any, **kwargs: Any) -> str:
-        return "binding prompts + attention features" if kwargs.get("features") else "knowledge prompts"
+        # score_binding runs the binding prompts (with find-heads' attention features) and the knowledge prompts
+        return "binding prompts + attention features" if kwargs.get("features") else "S and K prompts (scores only)"
 
     if command == "find-neurons":
         return load + [
