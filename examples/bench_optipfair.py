@@ -2,7 +2,7 @@
 """Benchmark: optipfair's ``analyze_neuron_bias`` vs surgery find-neurons' scores, same pairs, one run.
 
     python examples/bench_optipfair.py [MODEL] [--pairs FILE] [--max-pairs N] [--runs 3] [--batch-size 16]
-                                       [--top-k 40] [--json FILE]
+                                       [--top-k 40] [--only library|whole] [--json FILE]
 
 MODEL defaults to SmolLM2-135M-Instruct where examples/get_models.py puts it; the pairs to the
 public English fairness-pruning pairs in ../shared/data (or ``$SURGERY_SHARED_DATA``). optipfair is
@@ -34,7 +34,7 @@ every part of the benchmark. Whole process: ``surgery find-neurons MODEL --pairs
 against a script a user of optipfair would run (load the tokenizer and the model with transformers,
 ``analyze_neuron_bias`` at the down_proj input on the pairs surgery kept; it writes nothing, ours
 writes the findings), each a new process from the same interpreter, alternating, median of
-``--runs``. Then where our process's time goes, from one more run: the interpreter's start
+``--runs``, after one more run of ours that says where its time goes: the interpreter's start
 (``python -c pass``), importing torch, transformers (with the model's modeling module), surgery's
 command, and the command's phases (examples/profile_phases.py's wrapping: model load, capture, PPM,
 scores, writing, and the rest: CLI, pairs, printing).
@@ -119,14 +119,21 @@ def process_seconds(cmd: list[str], env: dict) -> float:
     return time.perf_counter() - start
 
 
-def whole_process(python: Path, args: argparse.Namespace, kept_texts: list, env: dict) -> dict:
-    """surgery find-neurons vs optipfair's script, whole processes, alternating; then our breakdown."""
+def whole_process(python: Path, args: argparse.Namespace, env: dict) -> dict:
+    """Where our process spends its time (one run), then surgery find-neurons vs optipfair's script
+    on the pairs it kept, whole processes, alternating."""
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_optipfair.{os.getpid()}"
     tmp.mkdir()
     try:
-        texts = tmp / "pairs.json"
-        texts.write_text(json.dumps(kept_texts))
         env = {**env, "SURGERY_CACHE": str(tmp / "cache")}  # never the user's cache
+        interpreter = statistics.median(process_seconds([str(python), "-c", "pass"], env) for _ in range(3))
+        out = tmp / "breakdown.json"
+        cmd = [str(python), __file__, str(args.model), "--pairs", str(args.pairs), "--breakdown", str(out)]
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+        found = json.loads(out.read_text())
+        texts = tmp / "pairs.json"
+        texts.write_text(json.dumps(found.pop("kept_texts")))
+        breakdown = {"interpreter start": interpreter, **found}
         ours = [
             str(python),
             "-m",
@@ -142,11 +149,6 @@ def whole_process(python: Path, args: argparse.Namespace, kept_texts: list, env:
         for run in range(args.runs):
             for name, cmd in (("surgery", ours), ("optipfair", theirs))[:: 1 if run % 2 == 0 else -1]:
                 seconds[name].append(process_seconds(cmd, env))
-        interpreter = statistics.median(process_seconds([str(python), "-c", "pass"], env) for _ in range(3))
-        out = tmp / "breakdown.json"
-        cmd = [str(python), __file__, str(args.model), "--pairs", str(args.pairs), "--breakdown", str(out)]
-        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
-        breakdown = {"interpreter start": interpreter, **json.loads(out.read_text())}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     median = {name: statistics.median(ts) for name, ts in seconds.items()}
@@ -183,7 +185,11 @@ def breakdown(args: argparse.Namespace) -> dict:
 
     lap("import surgery's command")
     recorder = run("find-neurons", [str(args.model), "--pairs", str(args.pairs)], "timed")
-    return {**seconds, **recorder.wall}
+    from surgery.find.neurons.pairs import check_token_counts, load_pairs
+    from surgery.model.loading import load_tokenizer
+
+    kept = check_token_counts(load_pairs(str(args.pairs)), load_tokenizer(args.model)).kept.pairs  # not timed
+    return {**seconds, **recorder.wall, "kept_texts": [(p.prompt_1, p.prompt_2) for p in kept]}
 
 
 def worker(args: argparse.Namespace) -> dict:
@@ -256,7 +262,6 @@ def worker(args: argparse.Namespace) -> dict:
 
     return {
         "model": str(args.model),
-        "kept_texts": texts,
         "pairs": len(kept),
         "skipped": check.total_skipped,
         "threads": torch.get_num_threads(),
@@ -276,6 +281,20 @@ def _agreement(c: dict) -> str:
 
 
 def show(r: dict) -> None:
+    if "median_s" in r:
+        show_library(r)
+    w = r.get("whole_process")
+    if w:
+        reached = "reached" if w["ratio"] >= TARGET else "not reached"
+        print(f"whole process (down_proj input, new process each, median of {r['runs']}):")
+        print(f"  optipfair script              {w['median_s']['optipfair']:7.2f} s")
+        print(f"  surgery find-neurons          {w['median_s']['surgery']:7.2f} s   ×{w['ratio']:.2f} faster")
+        print(f"  ≥ {TARGET:g}× {reached}; where surgery's process spends its time (one run before them):")
+        for name, t in w["breakdown_s"].items():
+            print(f"    {name:44} {t:6.2f} s")
+
+
+def show_library(r: dict) -> None:
     m = r["median_s"]
     print(
         f"{Path(r['model']).name}: {r['pairs']} pairs ({r['skipped']} skipped: unequal token counts), "
@@ -289,15 +308,6 @@ def show(r: dict) -> None:
         print(f"  BiasScore {_agreement(c)}")
         if "fairness" in c:
             print(f"  FairnessPruningScore {_agreement(c['fairness'])}")
-    w = r.get("whole_process")
-    if w:
-        reached = "reached" if w["ratio"] >= TARGET else "not reached"
-        print(f"whole process (down_proj input, new process each, median of {r['runs']}):")
-        print(f"  optipfair script              {w['median_s']['optipfair']:7.2f} s")
-        print(f"  surgery find-neurons          {w['median_s']['surgery']:7.2f} s   ×{w['ratio']:.2f} faster")
-        print(f"  ≥ {TARGET:g}× {reached}; where surgery's process spends its time (one run):")
-        for name, t in w["breakdown_s"].items():
-            print(f"    {name:44} {t:6.2f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -308,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=16, help="surgery's pairs per forward pass (find-neurons')")
     ap.add_argument("--top-k", type=int, default=40)
+    ap.add_argument("--only", choices=("library", "whole"), default=None, help="one part of the benchmark")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)  # internal: result file
     ap.add_argument("--breakdown", type=Path, default=None, help=argparse.SUPPRESS)  # internal: result file
@@ -360,11 +371,14 @@ def main(argv: list[str] | None = None) -> int:
         str(out),
     ]
     try:
-        if subprocess.run(cmd, env=env).returncode:
-            print("the benchmark's worker failed (its error is above)")
-            return 1
-        report = json.loads(out.read_text())
-        report["whole_process"] = whole_process(python, args, report.pop("kept_texts"), env)
+        report: dict = {"runs": args.runs}
+        if args.only != "whole":
+            if subprocess.run(cmd, env=env).returncode:
+                print("the benchmark's worker failed (its error is above)")
+                return 1
+            report = json.loads(out.read_text())
+        if args.only != "library":
+            report["whole_process"] = whole_process(python, args, env)
     finally:
         out.unlink(missing_ok=True)
         subset.unlink(missing_ok=True)
