@@ -38,10 +38,9 @@ def _cell(text: Any) -> str:
 
 
 def _commands() -> click.Group:
-    from surgery.cli.group import cli
-    from surgery.cli.main import _register
+    from surgery.cli.group import cli, register_all
 
-    _register()  # each command module adds its commands to the group on import
+    register_all()  # each command module adds its commands to the group on import
     return cli
 
 

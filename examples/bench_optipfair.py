@@ -2,7 +2,7 @@
 """Benchmark: optipfair's ``analyze_neuron_bias`` vs surgery find-neurons' scores, same pairs, one run.
 
     python examples/bench_optipfair.py [MODEL] [--pairs FILE] [--max-pairs N] [--runs 3] [--batch-size 16]
-                                       [--top-k 40] [--json FILE]
+                                       [--top-k 40] [--only library|whole] [--json FILE]
 
 MODEL defaults to SmolLM2-135M-Instruct where examples/get_models.py puts it; the pairs to the
 public English fairness-pruning pairs in ../shared/data (or ``$SURGERY_SHARED_DATA``). optipfair is
@@ -28,6 +28,16 @@ Both libraries run in one child process in that environment, on one loaded model
 pairs surgery keeps (equal token counts), timed around the call (model load excluded on both
 sides), alternating, after a warm-up; the median of ``--runs`` is reported. Score differences are
 max |ours − theirs| and the largest |ours − theirs| / |theirs|.
+
+``--max-pairs N`` keeps the first N pairs of the file (a JSON list or JSONL, one pair a line) for
+every part of the benchmark. Whole process: ``surgery find-neurons MODEL --pairs FILE --recompute``
+against a script a user of optipfair would run (load the tokenizer and the model with transformers,
+``analyze_neuron_bias`` at the down_proj input on the pairs surgery kept; it writes nothing, ours
+writes the findings), each a new process from the same interpreter, alternating, median of
+``--runs``, after one more run of ours that says where its time goes: the interpreter's start
+(``python -c pass``), importing torch, transformers (with the model's modeling module), surgery's
+command, and the command's phases (examples/profile_phases.py's wrapping: model load, capture, PPM,
+scores, writing, and the rest: CLI, pairs, printing).
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -45,11 +56,20 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = Path.home() / ".cache" / "surgery" / "models" / "smollm2-135m-instruct"
 OPTIPFAIR = "optipfair[viz]==0.4.2"  # [viz]: optipfair.bias imports seaborn and pandas at import time
 BIAS_WEIGHT = 0.8  # optipfair's default and surgery's
+TARGET = 3.0  # the speed issue's target for the whole process
 
 
 def pairs_path() -> Path:
     root = Path(os.environ.get("SURGERY_SHARED_DATA") or REPO.parent / "shared" / "data")
     return root / "fairness_pruning" / "prompt_pairs_en.json"
+
+
+def first_pairs(path: Path, n: int) -> str:
+    """The text of a pairs file holding its first ``n`` pairs (a JSON list, or JSONL: one a line)."""
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        return json.dumps(json.loads(text)[:n], ensure_ascii=False)
+    return "".join(line + "\n" for line in [ln for ln in text.splitlines() if ln.strip()][:n])
 
 
 def timed(fn):
@@ -79,6 +99,99 @@ def compare(ours, theirs, k: int) -> dict:
     }
 
 
+# What a user of optipfair runs: load with transformers, score the pairs at the down_proj input.
+OPTIPFAIR_PROCESS = """
+import json, sys
+from optipfair.bias import analyze_neuron_bias
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+model, pairs = sys.argv[1], json.load(open(sys.argv[2]))
+tok = AutoTokenizer.from_pretrained(model)
+net = AutoModelForCausalLM.from_pretrained(model, dtype="float32")
+analyze_neuron_bias(net, tok, [tuple(p) for p in pairs], target_layers=["down_proj_input"], show_progress=False)
+"""
+
+
+def process_seconds(cmd: list[str], env: dict) -> float:
+    """Wall seconds of one new process, from its start to its exit (its output discarded)."""
+    start = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def whole_process(python: Path, args: argparse.Namespace, env: dict) -> dict:
+    """Where our process spends its time (one run), then surgery find-neurons vs optipfair's script
+    on the pairs it kept, whole processes, alternating."""
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_optipfair.{os.getpid()}"
+    tmp.mkdir()
+    try:
+        env = {**env, "SURGERY_CACHE": str(tmp / "cache")}  # never the user's cache
+        interpreter = statistics.median(process_seconds([str(python), "-c", "pass"], env) for _ in range(3))
+        out = tmp / "breakdown.json"
+        cmd = [str(python), __file__, str(args.model), "--pairs", str(args.pairs), "--breakdown", str(out)]
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+        found = json.loads(out.read_text())
+        texts = tmp / "pairs.json"
+        texts.write_text(json.dumps(found.pop("kept_texts")))
+        breakdown = {"interpreter start": interpreter, **found}
+        ours = [
+            str(python),
+            "-m",
+            "surgery",
+            "find-neurons",
+            str(args.model),
+            "--pairs",
+            str(args.pairs),
+            "--recompute",
+        ]
+        theirs = [str(python), "-c", OPTIPFAIR_PROCESS, str(args.model), str(texts)]
+        seconds: dict[str, list[float]] = {"surgery": [], "optipfair": []}
+        for run in range(args.runs):
+            for name, cmd in (("surgery", ours), ("optipfair", theirs))[:: 1 if run % 2 == 0 else -1]:
+                seconds[name].append(process_seconds(cmd, env))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    median = {name: statistics.median(ts) for name, ts in seconds.items()}
+    return {
+        "seconds": seconds,
+        "median_s": median,
+        "ratio": median["optipfair"] / median["surgery"],
+        "breakdown_s": breakdown,
+    }
+
+
+def breakdown(args: argparse.Namespace) -> dict:
+    """In a new process: the imports, then find-neurons' phases (one timed run of the command)."""
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal start
+        seconds[name] = time.perf_counter() - start
+        start = time.perf_counter()
+
+    import torch  # noqa: F401
+
+    lap("import torch")
+    import transformers
+    from transformers import AutoConfig, AutoTokenizer  # noqa: F401
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[AutoConfig.from_pretrained(args.model).model_type])
+    lap("import transformers (+ the model's class)")
+    from profile_phases import run
+
+    import surgery.cli.neurons  # noqa: F401
+
+    lap("import surgery's command")
+    recorder = run("find-neurons", [str(args.model), "--pairs", str(args.pairs)], "timed")
+    from surgery.find.neurons.pairs import check_token_counts, load_pairs
+    from surgery.model.loading import load_tokenizer
+
+    kept = check_token_counts(load_pairs(str(args.pairs)), load_tokenizer(args.model)).kept.pairs  # not timed
+    return {**seconds, **recorder.wall, "kept_texts": [(p.prompt_1, p.prompt_2) for p in kept]}
+
+
 def worker(args: argparse.Namespace) -> dict:
     """In the optipfair environment: both libraries, alternating, on one loaded model."""
     import logging
@@ -96,7 +209,7 @@ def worker(args: argparse.Namespace) -> dict:
     logging.getLogger("optipfair").setLevel(logging.WARNING)  # else one INFO line per prompt ("Removed N hooks")
     tok, model = load_tokenizer(args.model), load_model(args.model)
     check = check_token_counts(load_pairs(str(args.pairs)), tok)
-    kept = check.kept.pairs[: args.max_pairs]
+    kept = check.kept.pairs
     texts = [(p.prompt_1, p.prompt_2) for p in kept]
     layers, width = model.config.num_hidden_layers, model.config.intermediate_size
 
@@ -168,6 +281,20 @@ def _agreement(c: dict) -> str:
 
 
 def show(r: dict) -> None:
+    if "median_s" in r:
+        show_library(r)
+    w = r.get("whole_process")
+    if w:
+        reached = "reached" if w["ratio"] >= TARGET else "not reached"
+        print(f"whole process (down_proj input, new process each, median of {r['runs']}):")
+        print(f"  optipfair script              {w['median_s']['optipfair']:7.2f} s")
+        print(f"  surgery find-neurons          {w['median_s']['surgery']:7.2f} s   ×{w['ratio']:.2f} faster")
+        print(f"  ≥ {TARGET:g}× {reached}; where surgery's process spends its time (one run before them):")
+        for name, t in w["breakdown_s"].items():
+            print(f"    {name:44} {t:6.2f} s")
+
+
+def show_library(r: dict) -> None:
     m = r["median_s"]
     print(
         f"{Path(r['model']).name}: {r['pairs']} pairs ({r['skipped']} skipped: unequal token counts), "
@@ -187,16 +314,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", nargs="?", type=Path, default=DEFAULT_MODEL)
     ap.add_argument("--pairs", type=Path, default=None, help="fairness-pruning JSON or our JSONL (default: public EN)")
-    ap.add_argument("--max-pairs", type=int, default=None, help="the first N kept pairs, for a quick look")
+    ap.add_argument("--max-pairs", type=int, default=None, help="the first N pairs of the file, for a quick look")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=16, help="surgery's pairs per forward pass (find-neurons')")
     ap.add_argument("--top-k", type=int, default=40)
+    ap.add_argument("--only", choices=("library", "whole"), default=None, help="one part of the benchmark")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)  # internal: result file
+    ap.add_argument("--breakdown", type=Path, default=None, help=argparse.SUPPRESS)  # internal: result file
     args = ap.parse_args(argv)
     args.pairs = args.pairs or pairs_path()
     if args.worker:
         args.worker.write_text(json.dumps(worker(args)))
+        return 0
+    if args.breakdown:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        args.breakdown.write_text(json.dumps(breakdown(args)))
         return 0
     for what, path, hint in (
         ("model", args.model / "config.json", "python examples/get_models.py gets it"),
@@ -217,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped: no optipfair environment: {e}")
         return 0
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_optipfair.{os.getpid()}.json"
+    subset = out.with_suffix(".pairs" + args.pairs.suffix)
+    if args.max_pairs:  # the first N pairs, as a file of the same format: every part reads it
+        subset.write_text(first_pairs(args.pairs, args.max_pairs))
+        args.pairs = subset
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     cmd = [
         str(python),
@@ -233,14 +370,18 @@ def main(argv: list[str] | None = None) -> int:
         "--worker",
         str(out),
     ]
-    cmd += ["--max-pairs", str(args.max_pairs)] if args.max_pairs else []
     try:
-        if subprocess.run(cmd, env=env).returncode:
-            print("the benchmark's worker failed (its error is above)")
-            return 1
-        report = json.loads(out.read_text())
+        report: dict = {"runs": args.runs}
+        if args.only != "whole":
+            if subprocess.run(cmd, env=env).returncode:
+                print("the benchmark's worker failed (its error is above)")
+                return 1
+            report = json.loads(out.read_text())
+        if args.only != "library":
+            report["whole_process"] = whole_process(python, args, env)
     finally:
         out.unlink(missing_ok=True)
+        subset.unlink(missing_ok=True)
     report["machine"] = machine
     show(report)
     if args.json:

@@ -1,38 +1,62 @@
-"""The library behind every command: one function per operation (see :mod:`surgery` for the list)."""
+"""The library behind every command: one function per operation (see :mod:`surgery` for the list).
 
-from .baking import Baked, Planned, bake_plans, bake_recipe, bake_sweep, sweep_label
-from .checkpoints import apply, inspect, undo, verify
-from .directions import ablate_direction, direction_findings, find_direction
-from .heads import amplify_heads, find_heads, head_findings, score_binding
-from .neurons import find_neurons, neuron_findings, neuron_plans, prune_neurons
-from .shipping import evaluate, export_lora, import_gguf, push, report, write_card
+Names are imported on first use (PEP 562), so a command loads the operations it calls and no other.
+"""
 
-__all__ = [
-    "Baked",
-    "Planned",
-    "ablate_direction",
-    "amplify_heads",
-    "apply",
-    "bake_plans",
-    "bake_recipe",
-    "bake_sweep",
-    "direction_findings",
-    "evaluate",
-    "export_lora",
-    "find_direction",
-    "find_heads",
-    "find_neurons",
-    "head_findings",
-    "import_gguf",
-    "inspect",
-    "neuron_findings",
-    "neuron_plans",
-    "prune_neurons",
-    "push",
-    "report",
-    "score_binding",
-    "sweep_label",
-    "undo",
-    "verify",
-    "write_card",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name → module of surgery.api that defines it
+_EXPORTS = {
+    "Baked": "baking",
+    "Planned": "baking",
+    "bake_plans": "baking",
+    "bake_recipe": "baking",
+    "bake_sweep": "baking",
+    "sweep_label": "baking",
+    "apply": "checkpoints",
+    "inspect": "checkpoints",
+    "undo": "checkpoints",
+    "verify": "checkpoints",
+    "ablate_direction": "directions",
+    "direction_findings": "directions",
+    "find_direction": "directions",
+    "amplify_heads": "heads",
+    "find_heads": "heads",
+    "head_findings": "heads",
+    "score_binding": "heads",
+    "find_neurons": "neurons",
+    "neuron_findings": "neurons",
+    "neuron_plans": "neurons",
+    "prune_neurons": "neurons",
+    "evaluate": "shipping",
+    "export_lora": "shipping",
+    "import_gguf": "shipping",
+    "push": "shipping",
+    "report": "shipping",
+    "write_card": "shipping",
+}
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run __getattr__
+    from .baking import Baked, Planned, bake_plans, bake_recipe, bake_sweep, sweep_label
+    from .checkpoints import apply, inspect, undo, verify
+    from .directions import ablate_direction, direction_findings, find_direction
+    from .heads import amplify_heads, find_heads, head_findings, score_binding
+    from .neurons import find_neurons, neuron_findings, neuron_plans, prune_neurons
+    from .shipping import evaluate, export_lora, import_gguf, push, report, write_card
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'surgery.api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -77,7 +77,7 @@ def bake_recipe(
     load = typed(LoadSpec, options, load)
     no_other_options("bake_recipe", options, LoadSpec)
     note = reporter(report)
-    from ..gguf.model import is_gguf
+    from ..gguf import is_gguf
 
     if is_gguf(model):
         from .gguf_baking import bake_gguf_recipe
@@ -160,7 +160,7 @@ def bake_sweep(
     """
     from ..bake.guards import check_scales
     from ..core.staging import check_container, check_free
-    from ..gguf.model import is_gguf
+    from ..gguf import is_gguf
 
     labels = [p.label for p in plans]
     if None in labels or len(set(labels)) != len(labels):

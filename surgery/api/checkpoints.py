@@ -150,7 +150,7 @@ def verify(
     all is well and ``problems`` lists what is not. A baked GGUF is checked against its sidecars
     and the ``source`` file (surgery/gguf/verify.py): no model is loaded."""
     from ..bake.verify import verify as verify_bake
-    from ..gguf.model import is_gguf
+    from ..gguf import is_gguf
 
     if is_gguf(baked) and Path(baked).is_file():
         from ..gguf.verify import verify_gguf
@@ -170,7 +170,7 @@ def undo(
     written (each equals the source's, as recorded at bake time). A baked GGUF file restores to the
     file ``out``."""
     from ..bake.undo import undo as undo_bake
-    from ..gguf.model import is_gguf
+    from ..gguf import is_gguf
 
     if is_gguf(baked) and Path(baked).is_file():
         from ..gguf.verify import undo_gguf

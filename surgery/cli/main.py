@@ -22,11 +22,6 @@ from .group import cli
 DATA_PARALLEL = ("find-neurons", "find-heads", "score-binding", "eval", "find-direction")
 
 
-def _register() -> None:
-    # Each module adds its commands to the group; importing them here keeps start-up in one place.
-    from . import core, directions, gguf, heads, neurons, ship  # noqa: F401
-
-
 def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 
@@ -99,7 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in argv
     as_json = "--json" in argv  # the commands' own --json: their errors are JSON on stdout too
     try:
-        _register()  # inside the try: a package missing at import time is one line too
+        # The command's module is imported when click resolves it, inside the try: a package
+        # missing at import time is one line too.
         with _sigterm_as_ctrl_c(), _torchrun(argv):
             code = cli.main(args=argv, prog_name="surgery", standalone_mode=False)
         if isinstance(code, int) and code:

@@ -32,7 +32,8 @@ from ..core.hash_cache import HashCache
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_files
 from ..model.loading import Source
-from .model import GgufModel, is_gguf
+from . import is_gguf
+from .model import GgufModel
 from .plan import EditedTensor as Blocks
 from .plan import edit_tensor, plan
 

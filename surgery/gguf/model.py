@@ -24,13 +24,6 @@ from ..core.staging import atomic_write_text
 from ..core.strict_files import load_json
 from ..model.gguf_import import GgufHeader, GgufTensor, check_complete, check_supported, read_header
 
-SUFFIX = ".gguf"
-
-
-def is_gguf(path: str | Path) -> bool:
-    """Whether MODEL names a GGUF file (by its suffix; the header is checked when it is opened)."""
-    return str(path).lower().endswith(SUFFIX)
-
 
 def _header_digest(path: Path, header: GgufHeader) -> str:
     """sha256 of the bytes before the first tensor: metadata and tensor table (what the config is read from)."""

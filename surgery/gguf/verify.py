@@ -23,9 +23,10 @@ from ..core.checkpoint import file_sha256
 from ..core.errors import DestinationError, SurgeryError, VerificationError
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_files
+from . import is_gguf
 from .bake import replaceable as baked_output
 from .formats import block_shape
-from .model import is_gguf, open_gguf
+from .model import open_gguf
 from .plan import edit_tensor, plan, runs
 
 

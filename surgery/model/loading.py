@@ -174,8 +174,9 @@ class LoadSpec:
     )
     dtype: str = param(
         "auto",
-        "Compute dtype: auto (bfloat16 on a GPU that supports it, float32 elsewhere), "
-        "float32, bfloat16 or float16. Scores and sums accumulate in float32 either way.",
+        "Compute dtype: auto (bfloat16 on a GPU that supports it, float32 elsewhere: on a CPU "
+        "bfloat16 pays only with AVX512-BF16 or AMX), float32, bfloat16 or float16. Scores and "
+        "sums accumulate in float32 either way.",
         choices=DTYPES,
     )
     device_map: str | None = param(
@@ -216,7 +217,7 @@ RUN_FIELDS = ("device", "dtype", "device_map", "max_memory", "offload_folder")
 def open_checkpoint(model: str, load: LoadSpec = DEFAULT_LOAD) -> tuple[Checkpoint, Source]:
     """Resolve MODEL and open it as a checked checkpoint (remote code refused unless ``load`` trusts it).
     A GGUF file opens as its cached import (surgery/gguf/imported.py); its Source is the file."""
-    from ..gguf.model import is_gguf
+    from ..gguf import is_gguf
 
     if is_gguf(model) and Path(model).is_file():
         from ..gguf.imported import imported_checkpoint

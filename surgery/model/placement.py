@@ -1,8 +1,9 @@
 """Where and in what precision a model runs: device, compute dtype, and accelerate's big-model placement.
 
 ``--device auto`` is the first CUDA GPU when there is one (then MPS), else the CPU; ``--dtype auto``
-is bfloat16 on a GPU that supports it and float32 everywhere else (bf16 on a CPU is several times
-slower than float32). ``--device-map auto`` hands placement to accelerate (layers spread over GPUs,
+is bfloat16 on a GPU that supports it and float32 everywhere else, every CPU included: without
+AVX512-BF16 or AMX (``/proc/cpuinfo`` flags avx512_bf16, amx_bf16) torch's bfloat16 matmul is ~100×
+slower than float32 (examples/machine.py measures both), and no CPU with them has been measured yet. ``--device-map auto`` hands placement to accelerate (layers spread over GPUs,
 CPU memory and disk offload); this module only checks the user's input and builds accelerate's
 arguments, it never places weights itself.
 """

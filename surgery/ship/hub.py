@@ -145,7 +145,7 @@ def push(
     """Check ``folder``, create ``repo_id`` if needed (and branch ``revision``), upload every file in
     one commit. ``folder`` may be a baked GGUF file: it goes with its two sidecars and a model card
     rendered from its record (surgery/gguf/ship.py)."""
-    from ..gguf.model import is_gguf
+    from ..gguf import is_gguf
 
     folder = Path(folder)
     preflight(repo_id, revision, create_pr)

@@ -262,3 +262,25 @@ def test_exported_names_are_their_objects_whatever_was_imported_first():
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_api_package_imports_an_operation_when_it_is_first_asked_for():
+    """``surgery.api`` alone imports none of its modules (a command loads only what it calls), and
+    each listed name is its module's object."""
+    probe = (
+        "import sys, surgery.api as api\n"
+        "print(sorted(m for m in sys.modules if m.startswith('surgery.api.')))\n"
+        "api.find_neurons\n"
+        "print(sorted(m for m in sys.modules if m.startswith('surgery.api.') and not m.endswith('_common')))"
+    )
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines() == ["[]", "['surgery.api.baked', 'surgery.api.baking', 'surgery.api.neurons']"]
+    import importlib
+
+    import surgery.api as api
+
+    for name in api.__all__:
+        assert getattr(api, name) is getattr(importlib.import_module(f"surgery.api.{api._EXPORTS[name]}"), name)
+    with pytest.raises(AttributeError):
+        api.not_a_name  # noqa: B018

@@ -94,10 +94,9 @@ UNBOUNDED = {
 
 
 def _numeric_options():
-    from surgery.cli.group import cli
-    from surgery.cli.main import _register
+    from surgery.cli.group import cli, register_all
 
-    _register()
+    register_all()
     for name, command in sorted(cli.commands.items()):
         for p in command.params:
             if isinstance(p, click.Option) and isinstance(

@@ -27,10 +27,9 @@ def _generator():
 
 
 def _cli() -> click.Group:
-    from surgery.cli.group import cli
-    from surgery.cli.main import _register
+    from surgery.cli.group import cli, register_all
 
-    _register()
+    register_all()
     return cli
 
 

@@ -154,10 +154,9 @@ def test_reference_log_probs_are_stored_exactly(pair, tmp_path):
 def test_cli_says_where_the_source_came_from_and_recomputes_on_request(pair):
     from click.testing import CliRunner
 
-    from surgery.cli.main import _register, cli
+    from surgery.cli.main import cli
 
     src, baked = pair
-    _register()
 
     def run(*extra: str) -> dict:
         r = CliRunner().invoke(

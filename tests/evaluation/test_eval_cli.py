@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from surgery.bake.bake import bake
 from surgery.bake.verify import verify
-from surgery.cli.main import _register, cli
+from surgery.cli.main import cli
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, Recipe
 from surgery.evaluation.data import load_result
@@ -52,7 +52,6 @@ def pair(tiny, tmp_path):
 
 
 def _invoke(args):
-    _register()
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 

@@ -142,7 +142,7 @@ def test_card_text_lists_many_edits_compactly():
 def test_card_command_with_eval_json(tiny, tmp_path):
     from click.testing import CliRunner
 
-    from surgery.cli.main import _register, cli
+    from surgery.cli.main import cli
     from surgery.evaluation.data import new_result, save_result
 
     src = tiny("llama")
@@ -152,7 +152,6 @@ def test_card_command_with_eval_json(tiny, tmp_path):
     result["metrics"] = {"model": {"mcq_accuracy": 0.4}, "against": {"mcq_accuracy": 0.5}}
     result["retained_pct"] = {"mcq_accuracy": 80.0}
     save_result(result, tmp_path / "eval.json")
-    _register()
     r = CliRunner().invoke(cli, ["card", str(out), "--eval", str(tmp_path / "eval.json")])
     assert r.exit_code == 0, r.output
     assert "| General-knowledge MCQ accuracy | 0.5 | 0.4 | 80.0% |" in (out / "README.md").read_text()

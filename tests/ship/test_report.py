@@ -120,9 +120,8 @@ def test_cli_report(inputs, tmp_path):
     pytest.importorskip("matplotlib")
     from click.testing import CliRunner
 
-    from surgery.cli.main import _register, cli
+    from surgery.cli.main import cli
 
-    _register()
     r = CliRunner().invoke(
         cli, ["report", str(inputs["neurons"]), "--eval", str(inputs["eval"]), "--out", str(tmp_path / "rep")]
     )

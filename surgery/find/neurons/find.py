@@ -8,8 +8,6 @@ factor) reads the file and runs no forward pass.
 from __future__ import annotations
 
 import functools
-import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +15,7 @@ from typing import Any, ClassVar
 
 from ... import __version__
 from ...bake.quantized import check_loadable
-from ...core import distributed
+from ...core import compact_json, distributed
 from ...core.architectures import Architecture, architecture
 from ...core.checkpoint import Checkpoint
 from ...core.edit_kind import layer_list
@@ -49,7 +47,6 @@ MIXED_CAPTURE_PARAMS = {
 }
 # The summary stored in every findings file uses the commands' defaults.
 SUMMARY_N = 40
-_NUMBER_LIST = re.compile(r"\[(?:[-+0-9.eE,\s]|null)*\]")
 
 
 @dataclass
@@ -94,9 +91,7 @@ class NeuronFindings(Found):
 
 def write_findings(findings: Findings, path: Path) -> None:
     """Atomic write; lists of numbers go on one line each (a layer's scores), the rest indented."""
-    text = json.dumps(findings.to_dict(), indent=1, ensure_ascii=False)
-    text = _NUMBER_LIST.sub(lambda m: re.sub(r"\s+", "", m.group(0)), text)
-    atomic_write_text(Path(path), text + "\n")
+    atomic_write_text(Path(path), compact_json.dumps(findings.to_dict()) + "\n")
 
 
 def describe(scores: NeuronScores, chosen: Selection) -> NeuronSelection:
@@ -244,7 +239,8 @@ def find_neurons(
     ppm = ppm_scores(model)
     sums = sums.all_reduced(kept.categories(), ppm.shape)
     work.finish(advance, per_item=2)  # two prompts a pair
-    scores = NeuronScores.from_sums(sums, ppm)
+    stored = NeuronScores.stored(sums, ppm)  # rounded once: what the file holds and what selects
+    scores = NeuronScores.from_dict(stored)
     compute = compute_record(model)
     del model
 
@@ -261,7 +257,7 @@ def find_neurons(
     if scores.experts is not None:
         findings["experts"] = expert_report(scores)
     findings["summary"] = summary(scores, min(SUMMARY_N, scores.shape[0] * scores.shape[1] // 2)).to_dict()
-    findings["scores"] = scores.to_dict()
+    findings["scores"] = stored
     record = NeuronsFindings.from_dict(findings)
     if distributed.is_main():
         write_findings(record, cached)

@@ -26,7 +26,8 @@ def ppm_scores(model: nn.Module) -> np.ndarray:
     g = arch.geometry
     if g.sparse_layers:
         return _expert_ppm(model, arch)
-    return np.stack([_dense_ppm(model, arch, layer) for layer in range(g.num_layers)])
+    rows = _neuron_rows(arch)
+    return np.stack([_dense_ppm(model, arch, layer, rows) for layer in range(g.num_layers)])
 
 
 def _param(module: nn.Module, name: str = "weight") -> torch.Tensor:
@@ -45,15 +46,21 @@ def _ppm(*inputs: torch.Tensor) -> np.ndarray:
     return sum(w.amax(-1) + w.amin(-1).abs() for w in inputs).double().cpu().numpy()
 
 
-def _dense_ppm(model: nn.Module, arch, layer: int) -> np.ndarray:
+def _neuron_rows(arch) -> dict[str, np.ndarray]:
+    """Per MLP input matrix, [width, rows per neuron]: the rows each dense neuron owns (the same in
+    every layer, so found once, not once per layer)."""
+    width = arch.geometry.intermediate_size
+    return {m: np.array([arch.neuron_rows(m, i) for i in range(width)]) for m in arch.mlp_input_modules()}
+
+
+def _dense_ppm(model: nn.Module, arch, layer: int, rows: dict[str, np.ndarray]) -> np.ndarray:
     """PPM of a dense MLP layer's neurons: max + |min| of each neuron's rows of its input matrices
-    (gate and up, or both halves of a fused gate_up; up alone in an ungated MLP), summed."""
+    (gate and up, or both halves of a fused gate_up; up alone in an ungated MLP), summed;
+    ``rows``: :func:`_neuron_rows`."""
     from ...model.hooks import layer_module
 
-    width = arch.geometry.intermediate_size
-    out = np.zeros(width, dtype=np.float64)
-    for module in arch.mlp_input_modules():
-        idx = np.array([arch.neuron_rows(module, i) for i in range(width)])  # [width, rows per neuron]
+    out = np.zeros(arch.geometry.intermediate_size, dtype=np.float64)
+    for module, idx in rows.items():
         w = _param(layer_module(model, arch, layer, module))
         w = w.T if arch.stored_flipped(module) else w  # a Conv1D holds [in, out]: a neuron is a column
         out += (w.amax(1) + w.amin(1).abs()).double().cpu().numpy()[idx].sum(axis=1)
@@ -68,9 +75,11 @@ def _expert_ppm(model: nn.Module, arch) -> np.ndarray:
 
     g, ex = arch.geometry, arch.layout.experts
     out = np.full((g.num_layers, columns(arch)), np.nan, dtype=np.float64)
+    rows = None
     for layer in range(g.num_layers):
         if not arch.is_sparse(layer):
-            out[layer, : g.intermediate_size] = _dense_ppm(model, arch, layer)
+            rows = _neuron_rows(arch) if rows is None else rows
+            out[layer, : g.intermediate_size] = _dense_ppm(model, arch, layer, rows)
             continue
         w = _param(layer_module(model, arch, layer, ex.module), "gate_up_proj")
         w = w.transpose(1, 2) if ex.transposed else w  # [E, 2I, H]

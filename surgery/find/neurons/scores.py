@@ -221,10 +221,17 @@ class NeuronScores:
 
     @classmethod
     def from_sums(cls, sums: PairSums, ppm: np.ndarray) -> NeuronScores:
+        """The scores of these sums, rounded as in the file, so a fresh run selects exactly what a
+        cached one does."""
+        return cls.from_dict(cls.stored(sums, ppm))
+
+    @classmethod
+    def stored(cls, sums: PairSums, ppm: np.ndarray) -> dict[str, Any]:
+        """The scores of these sums as a findings file stores them (:meth:`to_dict`, DIGITS
+        significant digits): ``from_dict`` of it is :meth:`from_sums`, and its ``to_dict`` is it again."""
         cats = sorted(sums.counts)
         counts = {c: int(sums.counts[c]) for c in cats}
         if sums.experts is None:
-            # Rounded here as in the file, so a fresh run selects exactly what a cached one does.
             table = cls(
                 counts,
                 {c: sums.abs_sum[c] / counts[c] for c in cats},
@@ -232,7 +239,7 @@ class NeuronScores:
                 {c: sums.mag_sum[c] / (2 * counts[c]) for c in cats},
                 ppm,
             )
-            return cls.from_dict(table.to_dict())
+            return table.to_dict()
         with np.errstate(invalid="ignore", divide="ignore"):  # 0 pairs reached: NaN, no score
             per = {c: np.where(sums.reached[c] > 0, sums.reached[c], np.nan) for c in cats}
             table = cls(
@@ -250,7 +257,7 @@ class NeuronScores:
                 sums.dense_layers,
                 sums.dense_width,
             )
-        return cls.from_dict(table.to_dict())
+        return table.to_dict()
 
     def expert_of(self, layer: int, column: int) -> tuple[int | str | None, int]:
         """(expert, neuron) of a layer's column: (None, i) in a dense model or a dense layer, (e, i)

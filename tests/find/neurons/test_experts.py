@@ -70,7 +70,9 @@ def test_batched_capture_equals_each_prompt_alone(tiny, arch):
 def test_unreached_experts_have_no_score_and_are_never_chosen(tiny, tmp_path):
     model = _model(tiny("qwen2_moe"))
     pairs = load_pairs(write_pairs(tmp_path / "pairs.jsonl")).pairs[:6]
-    scores = NeuronScores.from_sums(accumulate_pair_sums(model, char_tokenizer(bos=True), pairs, 2), ppm_scores(model))
+    sums, ppm = accumulate_pair_sums(model, char_tokenizer(bos=True), pairs, 2), ppm_scores(model)
+    scores = NeuronScores.from_sums(sums, ppm)
+    assert scores.to_dict() == NeuronScores.stored(sums, ppm)  # NaN as None, reached counts as ints
     assert scores.shape == (3, 4 * 16 + 24) and scores.experts == (4, 16, 24)
     reached = sum(scores.reached.values())
     assert (reached[:, 64:] == len(pairs)).all()  # the shared expert sees every token

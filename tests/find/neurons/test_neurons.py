@@ -63,6 +63,8 @@ def test_scores_match_plain_loop_reference(tiny, tmp_path, arch):
     sums = accumulate_pair_sums(model, tok, pairs, batch_size=2)  # 2 pairs = 4 padded prompts a pass
     ppm = ppm_scores(model)
     table = NeuronScores.from_sums(sums, ppm)
+    stored = NeuronScores.stored(sums, ppm)  # what find-neurons writes: rounded once, read back unchanged
+    assert table.to_dict() == stored and NeuronScores.from_dict(stored).to_dict() == stored
     bias, signed, activation = reference_scores(model, tok, pairs)
     assert table.categories == sorted(bias) and table.counts == {"Age": 6, "Gender": 3, "SES": 3}
     for c in bias:
