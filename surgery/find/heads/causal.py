@@ -27,6 +27,7 @@ from ...core import distributed
 from ...core.edits import HeadScale
 from ...model.placement import input_device
 from .attention import EdgeEdit, edge_heads
+from .baseline import Sequential
 from .params import DOSE_GRID
 from .prompts import Encoded, batch_groups, collate
 from .resume import Counter, resume, resume_scaled, snapshot
@@ -275,20 +276,18 @@ def knockout_report(
     *,
     random_sets: int = 20,
     seed: int = 0,
+    level: float | None = None,
 ) -> dict[str, Any]:
-    """Tested-identity knockout, distractor control and random-head baseline for ``heads``."""
-    tested, control, *randoms = runner.knockouts(knockout_sets(heads, n_layers, n_heads, random_sets, seed), seed)
-    eff = np.array([r["effect_pct"] for r in randoms], float)
-    finite = eff[np.isfinite(eff)]
-    summary = {
-        "n": len(randoms),
-        "mean_pct": float(np.mean(finite)) if len(finite) else float("nan"),
-        "sd_pct": float(np.std(finite)) if len(finite) else float("nan"),
-        "p95_pct": float(np.percentile(finite, 95)) if len(finite) else float("nan"),
-        # share of random sets at least as effective: an empirical p-value for the heads
-        "share_ge_tested": float(np.mean(finite >= tested["effect_pct"])) if len(finite) else float("nan"),
-    }
-    return {"tested": tested, "control": control, "random": summary, "random_sets": randoms}
+    """Tested-identity knockout, distractor control and random-head baseline for ``heads``: every one
+    of ``random_sets`` sets, or (``level``) sets until the p-value is decided (baseline.Sequential)."""
+    rule = Sequential(random_sets, level)
+    sets = knockout_sets(heads, n_layers, n_heads, random_sets, seed)
+    first = 2 + rule.first_chunk()
+    tested, control, *randoms = runner.knockouts(sets[:first], seed)
+    if first < len(sets) and rule.stopped_at([r["effect_pct"] for r in randoms], tested["effect_pct"]) is None:
+        randoms += runner.knockouts(sets[first:], seed)
+    summary = rule.summary([r["effect_pct"] for r in randoms], tested["effect_pct"])
+    return {"tested": tested, "control": control, "random": summary, "random_sets": randoms[: summary["n"]]}
 
 
 def knockout_sets(

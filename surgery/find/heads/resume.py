@@ -378,6 +378,18 @@ class Counter:
         """FLOPs of one full pass over ``prompts`` in batches of ``batch_size`` (left-padded)."""
         return sum(self.pass_flops(len(b), max(len(p.ids) for p in b)) for b in self._batches(prompts, batch_size))
 
+    def backward(self, prompts: Sequence[Encoded], batch_size: int) -> int:
+        """FLOPs of the screen's backward over ``prompts`` (atp.py: input gradients only, from the kept
+        logit position): every layer's linear maps once more (their input gradients), the attention's
+        two products twice (the gradients of both factors). Layer 0 needs less — no gradient reaches
+        its queries and keys — so this is a bound, within one layer's share of the measured count."""
+        total = 0
+        for b in self._batches(prompts, batch_size):
+            length = max(len(p.ids) for p in b)
+            per_layer = 2 * self.layer_params * length + 8 * length * length * self.attn_width
+            total += len(b) * (self.layers * per_layer + 2 * self.head_params)
+        return total
+
     def shared(self, prompts: Sequence[Encoded], batch_size: int) -> int:
         """FLOPs of one plain pass over ``prompts`` as run_prompts runs it: each batch's common prefix
         once, then every row's tail right-padded behind it (shared_prefix.py)."""
