@@ -103,7 +103,9 @@ class PairRunner:
     Edge edits run together (:meth:`sweep`): one baseline pass per batch, each edit resumed from its
     first layer and first query token (resume.py); ``counter`` adds up the forward-pass FLOPs.
     Swept S are kept by condition, so that conditions known early can share one sweep (find_heads:
-    the knockouts and the dose-response) and later calls read them back.
+    the knockouts and the dose-response) and later calls read them back. Without a given ``base``
+    the baseline S are those of the first sweep's baseline passes (a full pass of its own only when
+    asked for before any sweep).
     """
 
     def __init__(
@@ -122,7 +124,14 @@ class PairRunner:
         self.counter = Counter.of(model)
         self.full_flops = 0  # what the same passes cost from the embeddings, one edit at a time
         self.swept: dict[tuple, np.ndarray] = {}  # condition_key → S of every prompt
-        self.base = base if base is not None else self.scores(None)
+        self._base = base
+
+    @property
+    def base(self) -> np.ndarray:
+        """S of every prompt without an edit."""
+        if self._base is None:
+            self._base = self.scores(None)
+        return self._base
 
     def scores(self, edit: EdgeEdit | None) -> np.ndarray:
         """S of every prompt under ``edit`` (full passes; with an edge edit: :meth:`sweep`)."""
@@ -159,7 +168,7 @@ class PairRunner:
 
     def _sweep(self, edits: Sequence[Condition]) -> list[np.ndarray]:
         device, pad, n = input_device(self.model), pad_id(self.model), len(self.prompts)
-        out = [np.zeros(n) for _ in edits]
+        out = [np.zeros(n) for _ in range(len(edits) + 1)]  # the last: the baseline passes' own S
         work = distributed.Shard(batch_groups(self.prompts, self.batch_size), n)
         flops = self.counter.flops
         for idx in work:
@@ -167,6 +176,7 @@ class PairRunner:
             snap = snapshot(self.model, batch)
             self.counter.add(len(idx), snap.length)
             self.counter.add_head(len(idx))
+            out[-1][idx] = s_scores(snap.logits.float().log_softmax(-1), self.ids).cpu().numpy()
             for s, edit in zip(out, edits):
                 logits = (
                     resume(self.model, snap, batch, edit, self.counter)
@@ -177,10 +187,12 @@ class PairRunner:
                 if self.progress:
                     self.progress(len(idx))
             work.done(idx)
-        out = work.gather(*out)
+        *out, base = work.gather(*out)
         (spent,) = work.sum(self.counter.flops - flops)
         self.counter.flops = flops + int(spent)
         work.finish(self.progress, per_item=len(edits))
+        if self._base is None:
+            self._base = base
         return out
 
     def delta(self, s: np.ndarray) -> dict[str, Any]:

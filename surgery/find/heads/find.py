@@ -171,8 +171,15 @@ def find_heads(
         sub = [pairs[i] for i in usable]
         prompts = encode_pairs(tokenizer, sub, "binding", instruct)
         base = np.r_[scores["s"][usable], scores["s"][[n + i for i in usable]]]
+        # The screened pass's S differ from inference passes in the last float bits (autograd's kernels):
+        # its knockouts take their baseline from their own sweeps' baseline passes, as resumed rows do.
         runner = PairRunner(
-            model, prompts, [p.item for p in sub], option_token_ids(tokenizer), params.batch_size, base=base
+            model,
+            prompts,
+            [p.item for p in sub],
+            option_token_ids(tokenizer),
+            params.batch_size,
+            base=None if screened else base,
         )
         ranked = rank_heads(disc)
         chosen = ranked[: params.knockout_heads]
@@ -180,7 +187,8 @@ def find_heads(
         if screened:
             atp = scores["screen"]
             rows = screen_heads(base, np.concatenate([atp[usable], atp[[n + i for i in usable]]]), n_layers, len(sub))
-            findings["screen"] = screen_record(rows, runner.delta(base)["delta"], params.screen_candidates())
+            delta_base = float(base[: len(sub)].mean() - base[len(sub) :].mean())
+            findings["screen"] = screen_record(rows, delta_base, params.screen_candidates())
         if params.confirm:
             put = candidates(rows, ranked, params.screen_candidates()) if screened else ranked[: params.confirm]
             # the visible cost: one pass over the binding prompts per candidate

@@ -380,14 +380,15 @@ class Counter:
 
     def backward(self, prompts: Sequence[Encoded], batch_size: int) -> int:
         """FLOPs of the screen's backward over ``prompts`` (atp.py: input gradients only, from the kept
-        logit position): every layer's linear maps once more (their input gradients), the attention's
-        two products twice (the gradients of both factors). Layer 0 needs less — no gradient reaches
-        its queries and keys — so this is a bound, within one layer's share of the measured count."""
+        logit position): every layer's linear maps once more (their input gradients) and the
+        attention's two products twice (the gradients of both factors), but layer 0's products once
+        (only its patterns carry a gradient). Layer 0's query, key and value maps are counted though
+        they get no gradient: a bound, above the measured count by less than one layer's linear maps."""
         total = 0
         for b in self._batches(prompts, batch_size):
-            length = max(len(p.ids) for p in b)
-            per_layer = 2 * self.layer_params * length + 8 * length * length * self.attn_width
-            total += len(b) * (self.layers * per_layer + 2 * self.head_params)
+            t = max(len(p.ids) for p in b)
+            linear, products = 2 * self.layer_params * t, 4 * t * t * self.attn_width
+            total += len(b) * (self.layers * (linear + 2 * products) - 3 * products // 2 + 2 * self.head_params)
         return total
 
     def shared(self, prompts: Sequence[Encoded], batch_size: int) -> int:
