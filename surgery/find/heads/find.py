@@ -189,20 +189,29 @@ def find_heads(
             rows = screen_heads(base, np.concatenate([atp[usable], atp[[n + i for i in usable]]]), n_layers, len(sub))
             delta_base = float(base[: len(sub)].mean() - base[len(sub) :].mean())
             findings["screen"] = screen_record(rows, delta_base, params.screen_candidates())
+        rule = Sequential(params.random_sets, None if params.exhaustive else params.level)
         if params.confirm:
             put = candidates(rows, ranked, params.screen_candidates()) if screened else ranked[: params.confirm]
+            # The screen's top heads are the likely selection: its knockouts (tested, control, the first
+            # random sets) join the confirmation's sweep, and the knockout reads them back when the
+            # confirmed selection is that set — one baseline pass per batch instead of two.
+            ahead = knockout_sets(put[: params.knockout_heads], n_layers, n_heads, rule.first_chunk(), params.seed)
+            ahead = ahead if screened else []
             # the visible cost: one pass over the binding prompts per candidate
-            runner.progress = progress(f"knockout confirmation ({len(put)} heads)", 2 * len(sub) * len(put))
+            runner.progress = progress(
+                f"knockout confirmation ({len(put)} heads)", 2 * len(sub) * (len(put) + len(ahead))
+            )
+            runner.prefetch([knockout_edit([h]) for h in put] + [knockout_edit(h, q) for h, q in ahead])
             confirmed = confirmation(runner, disc, put, params.seed, rows)
             findings["confirmation"] = confirmed
             chosen = [(h["layer"], h["head"]) for h in confirmed["heads"][: params.knockout_heads]]
             if screened:
+                confirmed["predicted_selection"] = [list(h) for h in put[: params.knockout_heads]]
                 report(screen_note(confirmed))
         findings["selected_heads"] = [list(h) for h in chosen]
         grid = dose_alphas(params)
         steps = 2 * len(sub) * (2 + params.random_sets + dose_passes(params))
         runner.progress = progress("causal tests", steps)
-        rule = Sequential(params.random_sets, None if params.exhaustive else params.level)
         if not rule.reachable:
             report(unreachable_note(params.random_sets, params.level))
         if params.dose_response:  # both known now: one sweep, one baseline pass per batch for both
@@ -281,12 +290,15 @@ def confirmations(params: FindParams) -> int:
 
 
 def knockout_passes(params: FindParams) -> int:
-    """Knockout passes over the pairs at most: confirmations, selection, control, random sets, dose-response."""
+    """Knockout passes over the pairs: confirmations, selection, control, random sets (all of them; the
+    screened procedure's may stop early), dose-response. The screened procedure's guess of the
+    selection, run with the confirmations, counts as the selection's (2 + a few random sets more
+    where the guess is wrong)."""
     return confirmations(params) + 2 + params.random_sets + dose_passes(params)
 
 
 def prompt_passes(n_pairs: int, params: FindParams) -> int:
-    """Prompt passes of a run at most: 4 per pair to score (2 more for the screen's backward, about a
+    """Prompt passes of a run: 4 per pair to score (2 more for the screen's backward, about a
     forward's work), 2 per pair in each knockout pass."""
     screen = 0 if params.exhaustive else 2 * n_pairs
     return 4 * n_pairs + screen + knockout_passes(params) * 2 * n_pairs
@@ -298,7 +310,7 @@ def _durations(lo: float, hi: float) -> str:
 
 
 def work_note(n_pairs: int, params: FindParams) -> str:
-    """How many prompt passes find-heads will run at most: said before an hour-long CPU job starts,
+    """How many prompt passes find-heads will run: said before an hour-long CPU job starts,
     with the CPU time it takes scaled from the quickstart's measured run (CPU_REFERENCE_MINUTES)."""
     total = prompt_passes(n_pairs, params)
     hint = ""
@@ -309,11 +321,8 @@ def work_note(n_pairs: int, params: FindParams) -> str:
             f"--max-pairs 96 --random-sets 10 --exhaustive took {CPU_REFERENCE_MINUTES[0]}–"
             f"{CPU_REFERENCE_MINUTES[1]} min): use those on a CPU, or a GPU"
         )
-    screen = "" if params.exhaustive else ", the screen's backward counted as one"
-    return (
-        f"{n_pairs} pairs: at most about {total:,} prompt passes ({knockout_passes(params)} knockout passes"
-        f"{screen}){hint}"
-    )
+    screen = "" if params.exhaustive else " at most, the screen's backward counted as one"
+    return f"{n_pairs} pairs: about {total:,} prompt passes ({knockout_passes(params)} knockout passes{screen}){hint}"
 
 
 def flops_note(
@@ -329,12 +338,13 @@ def flops_note(
     rule = Sequential(params.random_sets, None if params.exhaustive else params.level)
     # the confirmation's sweep, and the knockouts' in one or two (the dose-response shares the first)
     sweeps = (params.confirm > 0) + 1 + (rule.first_chunk() < params.random_sets)
+    ahead = 0 if params.exhaustive or not params.confirm else 1 + rule.first_chunk()  # run with the confirmation
     bound = (
         scoring
         + sweeps * full
         + edge_alphas * full  # whole-head α passes (from layer 0)
-        + (confirmations(params) + 1 + params.random_sets + edge_alphas) * tested
-        + counter.resumed_bound(binding, b, "control")
+        + (confirmations(params) + ahead + 1 + params.random_sets + edge_alphas) * tested
+        + (1 + (ahead > 0)) * counter.resumed_bound(binding, b, "control")
     )
     today = scoring_full + (params.confirm + 2 + params.random_sets + 2 * edge_alphas) * full
     return (

@@ -117,6 +117,7 @@ class Confirmation(JsonRecord):
     n_significant: int
     heads: list[ConfirmedHead] = entry(codec=listof(part(ConfirmedHead)))
     spearman: float | None = None  # rank correlation of the screened and exact effects of these heads
+    predicted_selection: list[list[int]] | None = None  # the screen's top heads, knocked out ahead
 
 
 @dataclass(kw_only=True)
