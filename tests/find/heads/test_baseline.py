@@ -86,7 +86,7 @@ def test_the_knockout_report_stops_early_on_the_exhaustive_sets(tiny, small, lev
     with surgery_attention_on(model):
         for rule_level in (None, level):
             runner = PairRunner(model, prompts, items, ids, batch_size=3)
-            runner.base  # the baseline pass, outside the counted sweeps
+            assert len(runner.base) == len(prompts)  # its own baseline pass, outside the counted sweeps
             flops = runner.counter.flops
             reports.append(knockout_report(runner, heads, 3, 4, random_sets=cap, seed=1, level=rule_level))
             spent.append(runner.counter.flops - flops)
