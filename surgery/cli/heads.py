@@ -52,18 +52,21 @@ def print_scores(scores: BindingScores) -> None:
 
 
 def print_confirmation(conf: Confirmation, selected: list[tuple[int, int]]) -> None:
-    """The single-head knockouts of discovery's candidates, in the order the selection uses."""
-    table = Table(
-        title=f"Knockout confirmation: each of discovery's top {conf.candidates} heads alone; "
-        "significant = 95% CI above 0"
-    )
-    for col in ("head", "disc. rank", "coef", "reduction %", "95% CI", "signif.", "selected"):
+    """The single-head knockouts of the heads put forward, in the order the selection uses; with the
+    screen, its estimate of each and its rank correlation with the exact effects."""
+    screened = any(h.screen_rank is not None for h in conf.heads)
+    which = "the screen's and discovery's top heads" if screened else f"discovery's top {conf.candidates} heads"
+    table = Table(title=f"Knockout confirmation: each of {which} alone; significant = 95% CI above 0")
+    cols = ["head", "disc. rank"] + (["screen rank", "screened %"] if screened else [])
+    for col in cols + ["coef", "reduction %", "95% CI", "signif.", "selected"]:
         table.add_column(col, no_wrap=True)
     chosen = set(selected)
     for h in conf.heads:
+        screen = [str(h.screen_rank), _fmt(h.screen_effect_pct, 1)] if screened else []
         table.add_row(
             f"{h.layer}.{h.head}",
             str(h.discovery_rank),
+            *screen,
             _fmt(h.coef),
             _fmt(h.effect_pct, 1),
             _ci(h.ci95),
@@ -71,6 +74,11 @@ def print_confirmation(conf: Confirmation, selected: list[tuple[int, int]]) -> N
             "✓" if (h.layer, h.head) in chosen else "",
         )
     print_table(table)
+    if screened:
+        out.print(
+            f"Attribution-patching screen: Spearman {_fmt(conf.spearman, 2)} between screened and exact "
+            f"effects of these {conf.candidates} heads"
+        )
     caveat = weak_heads_caveat(max(0, len(selected) - conf.n_significant), len(selected))
     if caveat:
         note(caveat)
@@ -103,9 +111,11 @@ def print_findings(f: HeadsFindings) -> None:
         "",
         "",
         f"{_fmt(rnd.mean_pct, 1)} ± {_fmt(rnd.sd_pct, 1)}",
-        f"share ≥ tested {_fmt(rnd.share_ge_tested, 2)}",
+        f"share ≥ tested {_fmt(rnd.share_ge_tested, 2)}" + (f", p {_fmt(rnd.p, 3)}" if rnd.p is not None else ""),
     )
     print_table(table)
+    if rnd.stopped:
+        out.print(f"Random sets: {rnd.n} of at most {rnd.cap} ({rnd.stopped}); p {_fmt(rnd.p, 3)}")
     caveat = delta_s_caveat(f.scores.S.p)
     if caveat:
         note(caveat)
@@ -164,8 +174,8 @@ def score_binding_cmd(model: str, load: LoadSpec, params: FindParams, as_json: b
 def find_heads_cmd(
     model: str, load: LoadSpec, params: FindParams, recompute: bool, out_file: Path | None, as_json: bool
 ) -> None:
-    """Find cultural binding heads of MODEL: scores, discovery, knockout confirmation, knockout
-    (cached findings)."""
+    """Find cultural binding heads of MODEL: scores with an attribution-patching screen, discovery,
+    knockout confirmation, knockout (cached findings)."""
     with progress_bars() as progress:  # stderr, with --json too
         found = api.find_heads(
             model, recompute=recompute, out=out_file, load=load, params=params, progress=progress, report=note

@@ -91,6 +91,26 @@ def test_confirm_below_knockout_heads(args, python, cli, tiny, tmp_path, capsys)
     assert not (tmp_path / "f.json").exists()
 
 
+@pytest.mark.parametrize(
+    "args, python, given, k",
+    [
+        (["--candidates", "2"], dict(candidates=2), 2, 3),
+        (["--candidates", "3", "--knockout-heads", "4"], dict(candidates=3, knockout_heads=4), 3, 4),
+    ],
+)
+def test_candidates_below_knockout_heads(args, python, given, k, tiny, tmp_path, capsys):
+    cli = (
+        f"--candidates {given} puts forward fewer heads than the {k} that --knockout-heads selects; "
+        f"give --candidates at least {k}"
+    )
+    with pytest.raises(ParameterError) as caught:
+        FindParams(**python)
+    assert str(caught.value) == cli.replace("--knockout-heads", "knockout_heads").replace("--candidates", "candidates")
+    line = error_line(run_main(["find-heads", tiny("llama"), *args, "--out", tmp_path / "f.json"], capsys))
+    assert line == f"Error: {cli}"
+    assert not (tmp_path / "f.json").exists()
+
+
 # --- edits named on the command line are named as typed ------------------------------------------------
 
 

@@ -3,9 +3,9 @@
 Times on a shared machine swing by 2× from hour to hour, so a slower commit hides in the noise.
 Counts do not: each finder runs a fixed tiny job, and torch's own FLOP counter
 (``torch.utils.flop_counter.FlopCounterMode``: every matmul, attention and convolution the run
-dispatches) and a count of decoder-layer calls are held against ``cost_budget.json``. A change that
-does more work fails here with the numbers; one that does less should lower the budget (the failure
-message of ``test_the_budget_is_tight`` says to what).
+dispatches, the backward of find-heads' screen included) and a count of decoder-layer calls are held
+against ``cost_budget.json``. A change that does more work fails here with the numbers; one that
+does less should lower the budget (the failure message of ``test_the_budget_is_tight`` says to what).
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def counted() -> Iterator[dict[str, int]]:
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory) -> dict[str, Callable[[], object]]:
-    """The three finders' fixed tiny runs on one seeded tiny llama (character tokenizer)."""
+    """The three finders' fixed tiny runs on one seeded tiny llama (character tokenizer); find-heads
+    both screened (the default) and exhaustive."""
     root = tmp_path_factory.mktemp("cost")
     model = char_model(lambda arch, **kw: _tiny(root, arch, **kw))
     bench = write_small_benchmark(root / "small.jsonl")
@@ -58,6 +59,7 @@ def job(tmp_path_factory) -> dict[str, Callable[[], object]]:
     heads = dict(benchmark=str(bench), max_pairs=4, random_sets=1, batch_size=4)
     return {
         "find-heads": lambda: surgery.find_heads(model, recompute=True, **heads),
+        "find-heads --exhaustive": lambda: surgery.find_heads(model, recompute=True, exhaustive=True, **heads),
         "score-binding": lambda: surgery.score_binding(model, benchmark=str(bench), max_pairs=4, batch_size=4),
         "find-neurons": lambda: surgery.find_neurons(model, pairs=pairs, recompute=True, batch_size=4),
     }

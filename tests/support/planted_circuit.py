@@ -20,8 +20,9 @@ SAME = 1e-4
 ENV = cli_env(OMP_NUM_THREADS="1")
 
 
-def find_heads_cli(fixture_dir: Path, tmp: Path) -> dict:
-    """``surgery find-heads`` on a planted fixture with its benchmark file (a fresh findings cache)."""
+def find_heads_cli(fixture_dir: Path, tmp: Path, *options: str) -> dict:
+    """``surgery find-heads`` on a planted fixture with its benchmark file (a fresh findings cache),
+    with ``options`` (``--exhaustive``) added."""
     out = tmp / "findings.json"
     env = dict(ENV, SURGERY_CACHE=str(tmp / "cache"))
     res = run_cli(
@@ -36,6 +37,7 @@ def find_heads_cli(fixture_dir: Path, tmp: Path) -> dict:
             "64",
             "--out",
             out,
+            *options,
         ],
         env=env,
         timeout=600,
@@ -47,6 +49,21 @@ def find_heads_cli(fixture_dir: Path, tmp: Path) -> dict:
 def circuit(truth) -> list[tuple[int, int]]:
     """The brute-force circuit: every head whose own edge knockout removes CIRCUIT_EFFECT % of ΔS."""
     return [(r.layer, r.head) for r in truth[1] if r.edge >= CIRCUIT_EFFECT]
+
+
+def check_screen_agrees(screened: dict, exhaustive: dict) -> None:
+    """The screened procedure selects the heads the exhaustive one selects, after fewer single-head
+    knockouts, at a fraction of its FLOPs; the screen ranks the heads it put forward as the exact
+    knockouts do (Spearman ≥ 0.75 where 4 or more were put forward: one swap among 4 is 0.8)."""
+    assert screened["selected_heads"] == exhaustive["selected_heads"]
+    conf = screened["confirmation"]
+    assert conf["candidates"] < exhaustive["confirmation"]["candidates"]
+    if conf["candidates"] >= 4:
+        assert conf["spearman"] >= 0.75, conf
+    assert "screen" not in exhaustive and len(screened["screen"]["heads"]) == len(exhaustive["discovery"]["heads"])
+    cost = screened["cost"]
+    assert cost["forward_flops_full_passes"] == exhaustive["cost"]["forward_flops_full_passes"]
+    assert cost["share_of_full_passes"] < exhaustive["cost"]["share_of_full_passes"]
 
 
 def check_confirmed_selection(f: dict, truth) -> None:

@@ -8,6 +8,9 @@ can ask it to
 
 - keep per-head binding features: ``bind_x = P[query ∈ option x, key ∈ item].sum(keys).mean(queries)``
   for x = a, b — only these (B, 2, H) numbers per layer are kept, never the attention maps;
+- open the attribution-patching screen (``Plan.screen``, surgery.find.heads.screen): every head's
+  probabilities become ``P + e·(P_ko − P)`` with a zero leaf ``e`` per row and head, so that
+  ∂S/∂e is the first-order change of S when that head's identity→item edges are knocked out;
 - scale the identity→item edges of chosen heads: ``P' = P_ko + α·(P − P_ko)``, where ``P_ko`` is
   the softmax with those scores set to the dtype's minimum. α = 0 is the edge knockout, α = 1
   changes nothing, α > 1 amplifies. Because the head output is ``P·V``, this is exactly the
@@ -58,6 +61,8 @@ class Plan:
     bind: dict[int, torch.Tensor] = field(default_factory=dict)  # layer → (B, 2, H) float32
     start: int = 0  # first query position (> 0 in a pass resumed from cached keys/values)
     changed: torch.Tensor | None = None  # (B,) bool: rows whose probabilities the edit changed
+    # the attribution-patching screen (screen.py): layer → (B, H) zero leaf along each head's knockout
+    screen: dict[int, torch.Tensor] | None = None
 
     @property
     def length(self) -> int:
@@ -169,6 +174,25 @@ def _edit(
     return out
 
 
+def _screened(
+    scores: torch.Tensor,
+    probs: torch.Tensor,
+    plan: Plan,
+    layer: int,
+    queries: Mapping[str, torch.Tensor],
+    sinks: torch.Tensor | None,
+) -> torch.Tensor:
+    """``probs`` + e·(P_ko − P) with a new zero leaf e (B, H) in ``plan.screen[layer]``. P_ko is the
+    exact knocked-out pattern of each head (its own softmax with the edges masked, as :func:`_edit`
+    computes it), so the screen linearises only the model above the pattern, not the softmax."""
+    heads = tuple(range(probs.shape[1]))
+    with torch.no_grad():
+        step = _edit(scores, probs, heads, EdgeEdit({layer: heads}, 0.0), plan.masks, queries, sinks) - probs
+    leaf = torch.zeros(probs.shape[:2], dtype=torch.float32, device=probs.device, requires_grad=True)
+    plan.screen[layer] = leaf
+    return probs + (leaf[:, :, None, None] * step.float()).to(probs.dtype)
+
+
 def surgery_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -199,7 +223,10 @@ def surgery_attention(
     if plan is not None and plan.applies(query.shape[2], keys.shape[2]):
         layer, queries = module.layer_idx, plan.query_masks()
         if plan.features:
-            plan.bind[layer] = _bind(probs, plan.masks, queries).cpu()
+            with torch.no_grad():  # features are read, never differentiated
+                plan.bind[layer] = _bind(probs, plan.masks, queries).cpu()
+        if plan.screen is not None:
+            probs = _screened(scores, probs, plan, layer, queries, sinks)
         edit = plan.edit
         if edit is not None and not edit.is_identity() and edit.heads.get(layer):
             edited = _edit(scores, probs, tuple(edit.heads[layer]), edit, plan.masks, queries, sinks)

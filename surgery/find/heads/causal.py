@@ -27,6 +27,7 @@ from ...core import distributed
 from ...core.edits import HeadScale
 from ...model.placement import input_device
 from .attention import EdgeEdit, edge_heads
+from .baseline import Sequential
 from .params import DOSE_GRID
 from .prompts import Encoded, batch_groups, collate
 from .resume import Counter, resume, resume_scaled, snapshot
@@ -102,7 +103,9 @@ class PairRunner:
     Edge edits run together (:meth:`sweep`): one baseline pass per batch, each edit resumed from its
     first layer and first query token (resume.py); ``counter`` adds up the forward-pass FLOPs.
     Swept S are kept by condition, so that conditions known early can share one sweep (find_heads:
-    the knockouts and the dose-response) and later calls read them back.
+    the knockouts and the dose-response) and later calls read them back. Without a given ``base``
+    the baseline S are those of the first sweep's baseline passes (a full pass of its own only when
+    asked for before any sweep).
     """
 
     def __init__(
@@ -121,7 +124,14 @@ class PairRunner:
         self.counter = Counter.of(model)
         self.full_flops = 0  # what the same passes cost from the embeddings, one edit at a time
         self.swept: dict[tuple, np.ndarray] = {}  # condition_key → S of every prompt
-        self.base = base if base is not None else self.scores(None)
+        self._base = base
+
+    @property
+    def base(self) -> np.ndarray:
+        """S of every prompt without an edit."""
+        if self._base is None:
+            self._base = self.scores(None)
+        return self._base
 
     def scores(self, edit: EdgeEdit | None) -> np.ndarray:
         """S of every prompt under ``edit`` (full passes; with an edge edit: :meth:`sweep`)."""
@@ -158,7 +168,7 @@ class PairRunner:
 
     def _sweep(self, edits: Sequence[Condition]) -> list[np.ndarray]:
         device, pad, n = input_device(self.model), pad_id(self.model), len(self.prompts)
-        out = [np.zeros(n) for _ in edits]
+        out = [np.zeros(n) for _ in range(len(edits) + 1)]  # the last: the baseline passes' own S
         work = distributed.Shard(batch_groups(self.prompts, self.batch_size), n)
         flops = self.counter.flops
         for idx in work:
@@ -166,6 +176,7 @@ class PairRunner:
             snap = snapshot(self.model, batch)
             self.counter.add(len(idx), snap.length)
             self.counter.add_head(len(idx))
+            out[-1][idx] = s_scores(snap.logits.float().log_softmax(-1), self.ids).cpu().numpy()
             for s, edit in zip(out, edits):
                 logits = (
                     resume(self.model, snap, batch, edit, self.counter)
@@ -176,10 +187,12 @@ class PairRunner:
                 if self.progress:
                     self.progress(len(idx))
             work.done(idx)
-        out = work.gather(*out)
+        *out, base = work.gather(*out)
         (spent,) = work.sum(self.counter.flops - flops)
         self.counter.flops = flops + int(spent)
         work.finish(self.progress, per_item=len(edits))
+        if self._base is None:
+            self._base = base
         return out
 
     def delta(self, s: np.ndarray) -> dict[str, Any]:
@@ -275,20 +288,18 @@ def knockout_report(
     *,
     random_sets: int = 20,
     seed: int = 0,
+    level: float | None = None,
 ) -> dict[str, Any]:
-    """Tested-identity knockout, distractor control and random-head baseline for ``heads``."""
-    tested, control, *randoms = runner.knockouts(knockout_sets(heads, n_layers, n_heads, random_sets, seed), seed)
-    eff = np.array([r["effect_pct"] for r in randoms], float)
-    finite = eff[np.isfinite(eff)]
-    summary = {
-        "n": len(randoms),
-        "mean_pct": float(np.mean(finite)) if len(finite) else float("nan"),
-        "sd_pct": float(np.std(finite)) if len(finite) else float("nan"),
-        "p95_pct": float(np.percentile(finite, 95)) if len(finite) else float("nan"),
-        # share of random sets at least as effective: an empirical p-value for the heads
-        "share_ge_tested": float(np.mean(finite >= tested["effect_pct"])) if len(finite) else float("nan"),
-    }
-    return {"tested": tested, "control": control, "random": summary, "random_sets": randoms}
+    """Tested-identity knockout, distractor control and random-head baseline for ``heads``: every one
+    of ``random_sets`` sets, or (``level``) sets until the p-value is decided (baseline.Sequential)."""
+    rule = Sequential(random_sets, level)
+    sets = knockout_sets(heads, n_layers, n_heads, random_sets, seed)
+    first = 2 + rule.first_chunk()
+    tested, control, *randoms = runner.knockouts(sets[:first], seed)
+    if first < len(sets) and rule.stopped_at([r["effect_pct"] for r in randoms], tested["effect_pct"]) is None:
+        randoms += runner.knockouts(sets[first:], seed)
+    summary = rule.summary([r["effect_pct"] for r in randoms], tested["effect_pct"])
+    return {"tested": tested, "control": control, "random": summary, "random_sets": randoms[: summary["n"]]}
 
 
 def knockout_sets(

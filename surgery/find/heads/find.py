@@ -1,5 +1,5 @@
-"""find-heads as a library: pairs → scores, discovery, knockout confirmation, knockout,
-dose-response → findings.
+"""find-heads as a library: pairs → scores (with the attribution-patching screen), discovery, knockout
+confirmation of the heads put forward, knockout, dose-response → findings.
 
 ``find_heads(model_path, pairs, params)`` works on any list of :class:`Pair` (the shipped
 benchmark, N4, or a synthetic task in our JSONL format) and returns versioned findings
@@ -30,6 +30,7 @@ from ...model.hooks import model_architecture
 from ...model.loading import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
 from ..findings import Found, cache_path, compute_record, dtype_key, new_findings, save_findings
 from .attention import surgery_attention_on
+from .baseline import Sequential, unreachable_note
 from .causal import (
     PairRunner,
     confirmed_order,
@@ -48,13 +49,14 @@ from .prompts import Encoded
 from .record import HeadsFindings
 from .resume import Counter
 from .scores import encode_pairs, option_token_ids, score_binding
+from .screen import candidates, screen_heads, screen_record, spearman
 
 # Above this many pairs find-heads is a long job on a CPU (the quickstart uses 96).
 LARGE_RUN_PAIRS = 200
 # The quickstart's find-heads (SmolLM2-135M, --max-pairs 96 --random-sets 10) measured on 2 CPU cores:
-# 6.3 and 12.4 min wall, 2026-12-01 and 2026-12-02 by machine (docs/quickstart.md). The CPU hint of
-# a large run scales these by its prompt passes.
-CPU_REFERENCE = FindParams(random_sets=10)
+# 6.3 and 12.4 min wall, 2026-12-01 and 2026-12-02 by machine (docs/quickstart.md), with the
+# procedure --exhaustive keeps. The CPU hint of a large run scales these by its prompt passes.
+CPU_REFERENCE = FindParams(random_sets=10, exhaustive=True)
 CPU_REFERENCE_MINUTES = (6.3, 12.4)
 
 
@@ -94,8 +96,11 @@ def find_heads(
     progress: Progress = silent,
     report: Callable[[str], None] = lambda m: None,
 ) -> HeadsFindings:
-    """Scores, discovery, knockout confirmation (``params.confirm`` candidates), knockout and
-    (``params.dose_response``) dose-response on ``pairs``.
+    """Scores with every head's screened knockout effect (screen.py), discovery, knockout
+    confirmation of the heads put forward (the screen's and discovery's top
+    ``params.screen_candidates()``; ``params.exhaustive``: discovery's top ``params.confirm``, no
+    screen), knockout against random sets until the p-value is decided (baseline.py; exhaustive: all
+    ``params.random_sets``) and (``params.dose_response``) dose-response on ``pairs``.
 
     The selection is the ``params.knockout_heads`` first heads of the confirmed ranking (without
     confirmation: of discovery's ranking); when fewer candidates are significant, the best of the
@@ -117,11 +122,14 @@ def find_heads(
     instruct = is_instruct(tokenizer) if params.instruct is None else params.instruct
     report(work_note(len(pairs), params))
     counter = Counter.of(model)
+    screened = not params.exhaustive
     binding = encode_pairs(tokenizer, pairs, "binding", instruct)
     knowledge = encode_pairs(tokenizer, pairs, "knowledge", instruct)
-    # the binding prompts run with features (full passes); the knowledge probe shares prefixes
+    # the binding prompts run with features (full passes) and the screen's backward; the knowledge
+    # probe shares prefixes
     binding_flops = counter.full(binding, params.batch_size)
-    scoring = binding_flops + counter.shared(knowledge, params.batch_size)
+    backward = counter.backward(binding, params.batch_size) if screened else 0
+    scoring = binding_flops + backward + counter.shared(knowledge, params.batch_size)
     scoring_full = binding_flops + counter.full(knowledge, params.batch_size)
     report(flops_note(counter, binding, scoring, scoring_full, params))
     findings = new_findings("heads", ckpt, pairs_sha256(pairs), params.to_dict(), __version__)
@@ -136,6 +144,7 @@ def find_heads(
             instruct=instruct,
             batch_size=params.batch_size,
             features=True,
+            screen=screened,
             progress=progress("scoring prompts", 4 * len(pairs)),
         )
         findings["pairs"] = {"n": len(pairs), "items": len(set(items)), "benchmark": params.benchmark}
@@ -162,40 +171,76 @@ def find_heads(
         sub = [pairs[i] for i in usable]
         prompts = encode_pairs(tokenizer, sub, "binding", instruct)
         base = np.r_[scores["s"][usable], scores["s"][[n + i for i in usable]]]
+        # The screened pass's S differ from inference passes in the last float bits (autograd's kernels):
+        # its knockouts take their baseline from their own sweeps' baseline passes, as resumed rows do.
         runner = PairRunner(
-            model, prompts, [p.item for p in sub], option_token_ids(tokenizer), params.batch_size, base=base
+            model,
+            prompts,
+            [p.item for p in sub],
+            option_token_ids(tokenizer),
+            params.batch_size,
+            base=None if screened else base,
         )
         ranked = rank_heads(disc)
         chosen = ranked[: params.knockout_heads]
+        rows = []
+        if screened:
+            atp = scores["screen"]
+            rows = screen_heads(base, np.concatenate([atp[usable], atp[[n + i for i in usable]]]), n_layers, len(sub))
+            delta_base = float(base[: len(sub)].mean() - base[len(sub) :].mean())
+            findings["screen"] = screen_record(rows, delta_base, params.screen_candidates())
+        rule = Sequential(params.random_sets, None if params.exhaustive else params.level)
         if params.confirm:
-            candidates = ranked[: params.confirm]
+            put = candidates(rows, ranked, params.screen_candidates()) if screened else ranked[: params.confirm]
+            # The screen's top heads are the likely selection: its knockouts (tested, control, the first
+            # random sets) join the confirmation's sweep, and the knockout reads them back when the
+            # confirmed selection is that set — one baseline pass per batch instead of two.
+            ahead = knockout_sets(put[: params.knockout_heads], n_layers, n_heads, rule.first_chunk(), params.seed)
+            ahead = ahead if screened else []
             # the visible cost: one pass over the binding prompts per candidate
             runner.progress = progress(
-                f"knockout confirmation ({len(candidates)} heads)", 2 * len(sub) * len(candidates)
+                f"knockout confirmation ({len(put)} heads)", 2 * len(sub) * (len(put) + len(ahead))
             )
-            confirmed = confirmation(runner, disc, candidates, params.seed)
+            runner.prefetch([knockout_edit([h]) for h in put] + [knockout_edit(h, q) for h, q in ahead])
+            confirmed = confirmation(runner, disc, put, params.seed, rows)
             findings["confirmation"] = confirmed
             chosen = [(h["layer"], h["head"]) for h in confirmed["heads"][: params.knockout_heads]]
+            if screened:
+                confirmed["predicted_selection"] = [list(h) for h in put[: params.knockout_heads]]
+                report(screen_note(confirmed))
         findings["selected_heads"] = [list(h) for h in chosen]
         grid = dose_alphas(params)
         steps = 2 * len(sub) * (2 + params.random_sets + dose_passes(params))
         runner.progress = progress("causal tests", steps)
+        if not rule.reachable:
+            report(unreachable_note(params.random_sets, params.level))
         if params.dose_response:  # both known now: one sweep, one baseline pass per batch for both
             runner.prefetch(
                 [
                     knockout_edit(h, q)
-                    for h, q in knockout_sets(chosen, n_layers, n_heads, params.random_sets, params.seed)
+                    for h, q in knockout_sets(chosen, n_layers, n_heads, rule.first_chunk(), params.seed)
                 ]
                 + dose_conditions(chosen, grid)
             )
         findings["knockout"] = knockout_report(
-            runner, chosen, n_layers, n_heads, random_sets=params.random_sets, seed=params.seed
+            runner, chosen, n_layers, n_heads, random_sets=params.random_sets, seed=params.seed, level=rule.level
         )
         if params.dose_response:
             findings["dose_response"] = dose_response(runner, chosen, grid)
-        flops, full_flops = scoring + runner.counter.flops, scoring_full + runner.full_flops
-        findings["cost"] = {"forward_flops": flops, "forward_flops_full_passes": full_flops}
-        report(f"forward-pass FLOPs: {flops:.3e} ({flops / full_flops:.2f} of full passes, {full_flops:.3e})")
+        forward = scoring - backward + runner.counter.flops
+        # the denominator: every condition of the exhaustive procedure as one full pass
+        today = min(params.confirm, len(ranked)) + 2 + params.random_sets + dose_passes(params)
+        full_flops = scoring_full + today * counter.full(prompts, params.batch_size)
+        findings["cost"] = {
+            "forward_flops": forward,
+            "backward_flops": backward,
+            "forward_flops_full_passes": full_flops,
+            "share_of_full_passes": (forward + backward) / full_flops,
+        }
+        report(
+            f"FLOPs: {forward + backward:.3e} ({(forward + backward) / full_flops:.2f} of full passes, "
+            f"{full_flops:.3e}" + (f"; the screen's backward {backward:.3e})" if backward else ")")
+        )
         if params.dose_response and awareness_records:
             from .awareness import awareness_at
 
@@ -236,14 +281,27 @@ def dose_passes(params: FindParams) -> int:
     return 2 * sum(a != 1.0 for a in dose_alphas(params)) if params.dose_response else 0
 
 
+def confirmations(params: FindParams) -> int:
+    """Single-head knockouts at most: the screen's and discovery's top heads (``--exhaustive``:
+    discovery's top ``confirm``); none with ``confirm`` 0."""
+    if not params.confirm:
+        return 0
+    return params.confirm if params.exhaustive else 2 * params.screen_candidates()
+
+
 def knockout_passes(params: FindParams) -> int:
-    """Knockout passes over the pairs: confirmations, selection, control, random sets, dose-response."""
-    return params.confirm + 2 + params.random_sets + dose_passes(params)
+    """Knockout passes over the pairs: confirmations, selection, control, random sets (all of them; the
+    screened procedure's may stop early), dose-response. The screened procedure's guess of the
+    selection, run with the confirmations, counts as the selection's (2 + a few random sets more
+    where the guess is wrong)."""
+    return confirmations(params) + 2 + params.random_sets + dose_passes(params)
 
 
 def prompt_passes(n_pairs: int, params: FindParams) -> int:
-    """Prompt forward passes of a run: 4 per pair to score, 2 per pair in each knockout pass."""
-    return 4 * n_pairs + knockout_passes(params) * 2 * n_pairs
+    """Prompt passes of a run: 4 per pair to score (2 more for the screen's backward, about a
+    forward's work), 2 per pair in each knockout pass."""
+    screen = 0 if params.exhaustive else 2 * n_pairs
+    return 4 * n_pairs + screen + knockout_passes(params) * 2 * n_pairs
 
 
 def _durations(lo: float, hi: float) -> str:
@@ -252,7 +310,7 @@ def _durations(lo: float, hi: float) -> str:
 
 
 def work_note(n_pairs: int, params: FindParams) -> str:
-    """How many prompt forward passes find-heads will run: said before an hour-long CPU job starts,
+    """How many prompt passes find-heads will run: said before an hour-long CPU job starts,
     with the CPU time it takes scaled from the quickstart's measured run (CPU_REFERENCE_MINUTES)."""
     total = prompt_passes(n_pairs, params)
     hint = ""
@@ -260,54 +318,78 @@ def work_note(n_pairs: int, params: FindParams) -> str:
         lo, hi = (m * total / prompt_passes(96, CPU_REFERENCE) for m in CPU_REFERENCE_MINUTES)
         hint = (
             f"; on 2 CPU cores a 135M model needs about {_durations(lo, hi)} for that (the quickstart's "
-            f"--max-pairs 96 --random-sets 10 took {CPU_REFERENCE_MINUTES[0]}–{CPU_REFERENCE_MINUTES[1]} min): "
-            "use those on a CPU, or a GPU"
+            f"--max-pairs 96 --random-sets 10 --exhaustive took {CPU_REFERENCE_MINUTES[0]}–"
+            f"{CPU_REFERENCE_MINUTES[1]} min): use those on a CPU, or a GPU"
         )
-    return f"{n_pairs} pairs: about {total:,} prompt forward passes ({knockout_passes(params)} knockout passes){hint}"
+    screen = "" if params.exhaustive else " at most, the screen's backward counted as one"
+    return f"{n_pairs} pairs: about {total:,} prompt passes ({knockout_passes(params)} knockout passes{screen}){hint}"
 
 
 def flops_note(
     counter: Counter, binding: Sequence[Encoded], scoring: int, scoring_full: int, params: FindParams
 ) -> str:
-    """Forward-pass FLOPs before the start: today's full passes (``scoring_full`` for the scoring),
-    and this run's bound (``scoring``; every knockout resumed at its first query token from layer 0;
-    the real heads sit higher, see findings["cost"])."""
+    """FLOPs before the start: the exhaustive procedure's full passes (``scoring_full`` for the
+    scoring), and this run's bound (``scoring``, with the screen's backward; every knockout resumed
+    at its first query token from layer 0, every random set run; the real heads sit higher and the
+    random sets may stop early, see findings["cost"])."""
     b = params.batch_size
     full, tested = counter.full(binding, b), counter.resumed_bound(binding, b, "tested")
     edge_alphas = sum(a != 1.0 for a in dose_alphas(params)) if params.dose_response else 0
-    passes = params.confirm + 2 + params.random_sets + 2 * edge_alphas
-    sweeps = (params.confirm > 0) + 1  # the dose-response shares the knockouts' sweep
+    rule = Sequential(params.random_sets, None if params.exhaustive else params.level)
+    # the confirmation's sweep, and the knockouts' in one or two (the dose-response shares the first)
+    sweeps = (params.confirm > 0) + 1 + (rule.first_chunk() < params.random_sets)
+    ahead = 0 if params.exhaustive or not params.confirm else 1 + rule.first_chunk()  # run with the confirmation
     bound = (
         scoring
         + sweeps * full
-        + edge_alphas * full  # baselines, whole-head α passes (from layer 0)
-        + (params.confirm + 1 + params.random_sets + edge_alphas) * tested
-        + counter.resumed_bound(binding, b, "control")
+        + edge_alphas * full  # whole-head α passes (from layer 0)
+        + (confirmations(params) + ahead + 1 + params.random_sets + edge_alphas) * tested
+        + (1 + (ahead > 0)) * counter.resumed_bound(binding, b, "control")
     )
-    today = scoring_full + passes * full
+    today = scoring_full + (params.confirm + 2 + params.random_sets + 2 * edge_alphas) * full
     return (
-        f"forward-pass FLOPs: at most {bound:.3e} (knockouts resumed at their heads' layer and first "
-        f"query token; as full passes: {today:.3e}, ×{bound / today:.2f})"
+        f"FLOPs: at most {bound:.3e} (knockouts resumed at their heads' layer and first query token; "
+        f"the exhaustive procedure as full passes: {today:.3e}, ×{bound / today:.2f})"
+    )
+
+
+def screen_note(confirmed: Mapping[str, Any]) -> str:
+    """The screen's agreement with the exact single-head knockouts, as find-heads reports it."""
+    return (
+        f"attribution-patching screen: Spearman {confirmed['spearman']:.2f} between screened and exact "
+        f"effects of the {confirmed['candidates']} heads knocked out alone"
     )
 
 
 def confirmation(
-    runner: PairRunner, disc: Mapping[str, Any], candidates: Sequence[tuple[int, int]], seed: int
+    runner: PairRunner,
+    disc: Mapping[str, Any],
+    candidates: Sequence[tuple[int, int]],
+    seed: int,
+    screened: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """Single-head knockouts of discovery's ``candidates``, in confirmed order (causal.confirmed_order)."""
+    """Single-head knockouts of ``candidates``, in confirmed order (causal.confirmed_order), with
+    their discovery rank and (``screened``: the screen's ranked rows) screened effect and rank."""
     info = {(h["layer"], h["head"]): (rank, h) for rank, h in enumerate(disc["heads"], 1)}
+    screen = {(r["layer"], r["head"]): (rank, r) for rank, r in enumerate(screened, 1)}
     rows = single_knockouts(runner, candidates, seed)
     for r in rows:
         rank, h = info[(r["layer"], r["head"])]
         r.update(discovery_rank=rank, coef=h["coef"], stability=h["stability"])
+        if screen:
+            rank, s = screen[(r["layer"], r["head"])]
+            r.update(screen_rank=rank, screen_effect_pct=s["effect_pct"])
     rows = confirmed_order(rows)
-    return {
+    out = {
         "candidates": len(rows),
         "delta_base": runner.delta(runner.base)["delta"],
         "criterion": "95% bootstrap CI (items) of the single-head reduction above 0",
         "n_significant": sum(r["significant"] for r in rows),
         "heads": rows,
     }
+    if screen:
+        out["spearman"] = spearman([r["screen_effect_pct"] for r in rows], [r["effect_pct"] for r in rows])
+    return out
 
 
 def findings_cache(ckpt: Checkpoint, pairs: Sequence[Pair], params: FindParams, load: LoadSpec = DEFAULT_LOAD) -> Path:

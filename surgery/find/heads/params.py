@@ -20,7 +20,7 @@ AWARENESS_ALPHAS = (1.0, 2.0, 2.5, 3.0)
 # The fields that say which prompts are measured and how: score-binding takes only these.
 PAIR_FIELDS = ("benchmark", "max_pairs", "per_identity", "seed", "batch_size", "instruct")
 # The discovery and causal-test fields that amplify-heads offers too (it finds heads when it must).
-SEARCH_FIELDS = ("knockout_heads", "confirm", "random_sets")
+SEARCH_FIELDS = ("knockout_heads", "confirm", "candidates", "random_sets", "level", "exhaustive")
 FORMATS = {"auto": None, "instruct": True, "base": False}
 
 
@@ -50,11 +50,33 @@ class FindParams:
     # The paper keeps the top 10 |coef| heads per fold: the heads discovery itself considers.
     confirm: int = param(
         10,
-        "Knock out each of discovery's top K heads alone and select by that effect (one "
-        "extra pass over the pairs per head); 0 selects discovery's top heads.",
+        "With --exhaustive: knock out each of discovery's top K heads alone and select by that effect "
+        "(one extra pass over the pairs per head); 0 selects discovery's top heads.",
         minimum=0,
     )
-    random_sets: int = param(20, "Random head sets of the same size for the knockout baseline.", minimum=1)
+    # The screened procedure's candidates: the attribution-patching screen's and discovery's top
+    # heads, as many from each as the finding holds unless asked otherwise.
+    candidates: int | None = param(
+        None,
+        "Knock out alone the screen's top K heads and discovery's top K (default: --knockout-heads).",
+        kind="int",
+        minimum=1,
+    )
+    random_sets: int = param(
+        20, "Random head sets of the same size for the knockout baseline (at most this many).", minimum=1
+    )
+    level: float = param(
+        0.05,
+        "Level of the random-set baseline's p-value: random sets stop once p ≤ level is out of reach.",
+        minimum=0.0,
+        maximum=1.0,
+        max_open=True,
+    )
+    exhaustive: bool = param(
+        False,
+        "No attribution-patching screen: confirm all --confirm candidates and run all --random-sets.",
+        is_flag=True,
+    )
     dose_response: bool = param(
         False, "Also compare edge-level α with whole-head α on ΔS, DiffAware and CtxtAware.", is_flag=True
     )
@@ -70,6 +92,13 @@ class FindParams:
 
     def __post_init__(self) -> None:
         check_options(self)
+        if self.candidates is not None and self.candidates < self.knockout_heads:
+            raise ParameterError(
+                f"{{candidates}} {self.candidates} puts forward fewer heads than the {self.knockout_heads} that "
+                f"{{knockout_heads}} selects; give {{candidates}} at least {self.knockout_heads}",
+                "candidates",
+                "knockout_heads",
+            )
         if 0 < self.confirm < self.knockout_heads:  # the selection is taken from the confirmed heads
             raise ParameterError(
                 f"{{confirm}} {self.confirm} confirms fewer heads than the {self.knockout_heads} that "
@@ -77,6 +106,10 @@ class FindParams:
                 "confirm",
                 "knockout_heads",
             )
+
+    def screen_candidates(self) -> int:
+        """How many heads the screen and discovery each put forward for exact knockouts."""
+        return self.knockout_heads if self.candidates is None else self.candidates
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

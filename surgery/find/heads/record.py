@@ -2,7 +2,8 @@
 
 :class:`HeadsFindings` is the findings file of ``surgery find-heads`` (its common head is
 :class:`surgery.find.findings.Findings`): ΔS and ΔK (:class:`BindingScores`), discovery's ranking
-(:class:`Discovery`), the single-head knockouts that confirm it (:class:`Confirmation`), the
+(:class:`Discovery`), every head's screened knockout effect (:class:`Screen`), the single-head
+knockouts that confirm the heads put forward (:class:`Confirmation`), the
 selected heads, the knockout of the selection against a control and random heads
 (:class:`Knockout`), the dose-response and the awareness runs. The finder builds the JSON and reads
 it into this record; commands, the report and the bake's summary read the record's attributes.
@@ -102,6 +103,8 @@ class ConfirmedHead(JsonRecord):
     discovery_rank: int | None = None
     coef: float | None = None
     stability: float | None = None
+    screen_rank: int | None = None  # None: findings without the screen (--exhaustive, older files)
+    screen_effect_pct: float | None = None
 
 
 @dataclass(kw_only=True)
@@ -113,6 +116,28 @@ class Confirmation(JsonRecord):
     criterion: str | None = None
     n_significant: int
     heads: list[ConfirmedHead] = entry(codec=listof(part(ConfirmedHead)))
+    spearman: float | None = None  # rank correlation of the screened and exact effects of these heads
+    predicted_selection: list[list[int]] | None = None  # the screen's top heads, knocked out ahead
+
+
+@dataclass(kw_only=True)
+class ScreenedHead(JsonRecord):
+    """One head's knockout effect as the attribution-patching screen estimates it."""
+
+    layer: int
+    head: int
+    delta_knockout: float | None = None
+    effect_pct: float | None = None
+
+
+@dataclass(kw_only=True)
+class Screen(JsonRecord):
+    """The attribution-patching screen of every head (surgery.find.heads.screen), ranked."""
+
+    method: str | None = None
+    delta_base: float | None = None
+    put_forward: int | None = None  # the screen's top heads knocked out exactly
+    heads: list[ScreenedHead] = entry(codec=listof(part(ScreenedHead)))
 
 
 @dataclass(kw_only=True)
@@ -123,7 +148,14 @@ class RandomKnockouts(JsonRecord):
     mean_pct: float | None = None
     sd_pct: float | None = None
     p95_pct: float | None = None
-    share_ge_tested: float | None = None  # an empirical p-value of the selection
+    share_ge_tested: float | None = None  # the share of the sets run at least as effective
+    # The sequential Monte-Carlo test (surgery.find.heads.baseline); None in findings from before it.
+    p: float | None = None
+    cap: int | None = None
+    level: float | None = None  # None: every set run (--exhaustive)
+    stop_after: int | None = None
+    stopped: str | None = None
+    reachable: bool | None = None
 
 
 @dataclass(kw_only=True)
@@ -175,6 +207,7 @@ class HeadsFindings(Findings):
     pairs: dict[str, Any] | None = None
     scores: BindingScores | None = entry(codec=part(BindingScores), default=None)
     discovery: Discovery | None = entry(codec=part(Discovery), default=None)
+    screen: Screen | None = entry(codec=part(Screen), default=None)  # None: --exhaustive, older files
     confirmation: Confirmation | None = entry(codec=part(Confirmation), default=None)  # None: --confirm 0
     selected_heads: list[list[int]] | None = None
     knockout: Knockout | None = entry(codec=part(Knockout), default=None)
@@ -196,6 +229,7 @@ class HeadsFindings(Findings):
         "pairs",
         "scores",
         "discovery",
+        "screen",
         "confirmation",
         "selected_heads",
         "knockout",

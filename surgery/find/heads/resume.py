@@ -378,6 +378,19 @@ class Counter:
         """FLOPs of one full pass over ``prompts`` in batches of ``batch_size`` (left-padded)."""
         return sum(self.pass_flops(len(b), max(len(p.ids) for p in b)) for b in self._batches(prompts, batch_size))
 
+    def backward(self, prompts: Sequence[Encoded], batch_size: int) -> int:
+        """FLOPs of the screen's backward over ``prompts`` (atp.py: input gradients only, from the kept
+        logit position): every layer's linear maps once more (their input gradients) and the
+        attention's two products twice (the gradients of both factors), but layer 0's products once
+        (only its patterns carry a gradient). Layer 0's query, key and value maps are counted though
+        they get no gradient: a bound, above the measured count by less than one layer's linear maps."""
+        total = 0
+        for b in self._batches(prompts, batch_size):
+            t = max(len(p.ids) for p in b)
+            linear, products = 2 * self.layer_params * t, 4 * t * t * self.attn_width
+            total += len(b) * (self.layers * (linear + 2 * products) - 3 * products // 2 + 2 * self.head_params)
+        return total
+
     def shared(self, prompts: Sequence[Encoded], batch_size: int) -> int:
         """FLOPs of one plain pass over ``prompts`` as run_prompts runs it: each batch's common prefix
         once, then every row's tail right-padded behind it (shared_prefix.py)."""

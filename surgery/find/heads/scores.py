@@ -19,6 +19,7 @@ from ...core import distributed
 from ...core.errors import SurgeryError
 from ...model.hooks import model_architecture
 from ...model.placement import input_device
+from .atp import attributions, frozen
 from .attention import EdgeEdit, Plan, active_plan
 from .pairs import Pair
 from .prompts import Encoded, batch_groups, collate, encode_question
@@ -66,6 +67,7 @@ class PassResult:
     s: np.ndarray
     features: np.ndarray | None = None
     coverage: np.ndarray | None = None  # probability mass on the option tokens (a diagnostic)
+    screen: np.ndarray | None = None  # (prompts, layers, heads) ∂S/∂e of the screen (atp.py)
 
 
 def pad_id(model) -> int:
@@ -83,9 +85,11 @@ def run_prompts(
     features: bool = False,
     edit: EdgeEdit | None = None,
     share_prefixes: bool = True,
+    screen: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> PassResult:
-    """One forward pass per prompt (batched): S, binding features, optional edge edit.
+    """One forward pass per prompt (batched): S, binding features, optional edge edit; with
+    ``screen``, also one backward per batch for every head's attribution (atp.py).
 
     The model must run the surgery attention function (attention.surgery_attention_on) when
     ``features`` or ``edit`` is used. Plain passes (neither) run each batch's common prefix once
@@ -100,14 +104,22 @@ def run_prompts(
     n = len(prompts)
     s, coverage = np.zeros(n), np.zeros(n)
     feats = np.zeros((n, len(layers), text.num_attention_heads), dtype=np.float32) if features else None
+    atp = np.zeros((n, len(layers), text.num_attention_heads), dtype=np.float32) if screen else None
     # Under torchrun each rank runs whole batches of its own and the rows are gathered back. A shared
     # prefix hands its cached keys/values to every row: a state-space or compressed cache is not that.
-    plain = share_prefixes and not features and edit is None and arch.kv_cache_only()
+    plain = share_prefixes and not features and not screen and edit is None and arch.kv_cache_only()
     work = distributed.Shard(token_order_groups(prompts, batch_size) if plain else batch_groups(prompts, batch_size), n)
     for idx in work:
         if plain:
             with torch.inference_mode():
                 logits = last_token_logits(model, [prompts[i] for i in idx], pad, device)
+        elif screen:
+            batch = collate([prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
+            plan = Plan(batch.masks, features=features, edit=edit, screen={})
+            with frozen(model), torch.enable_grad(), active_plan(plan):
+                logits = model(**batch.model_inputs(), use_cache=False, logits_to_keep=1).logits[:, -1]
+                atp[idx] = attributions(plan, s_scores(logits.float().log_softmax(-1), option_ids), layers)
+            logits = logits.detach()
         else:
             batch = collate([prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
             plan = Plan(batch.masks, features=features, edit=edit)
@@ -125,8 +137,10 @@ def run_prompts(
     s, coverage = work.gather(s, coverage)
     if features:
         (feats,) = work.gather(feats)
+    if screen:
+        (atp,) = work.gather(atp)
     work.finish(progress)
-    return PassResult(s, feats, coverage)
+    return PassResult(s, feats, coverage, atp)
 
 
 def encode_pairs(
@@ -173,9 +187,11 @@ def score_binding(
     instruct: bool | None = None,
     batch_size: int = 8,
     features: bool = False,
+    screen: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> dict:
-    """S and K for every pair, ΔS and ΔK with their t-tests; features of the binding prompts."""
+    """S and K for every pair, ΔS and ΔK with their t-tests; features and (``screen``) every head's
+    attribution (atp.py) of the binding prompts."""
     ids = option_token_ids(tokenizer)
     n = len(pairs)
     items = [p.item for p in pairs]
@@ -185,6 +201,7 @@ def score_binding(
         ids,
         batch_size=batch_size,
         features=features,
+        screen=screen,
         progress=progress,
     )
     kp = run_prompts(
@@ -200,5 +217,6 @@ def score_binding(
         "s": sp.s,
         "k": kp.s,
         "features": sp.features,
+        "screen": sp.screen,
         "option_token_ids": {k: list(v) for k, v in ids.items()},
     }

@@ -271,22 +271,33 @@ def test_head_ranking_follows_the_confirmation_when_present():
 
 
 def test_find_heads_says_how_much_work_it_will_do():
-    """Before a long run starts: 4 scoring prompts per pair, then 2 per pair in each knockout pass
-    (confirmations, selection, control, random sets, dose-response)."""
+    """Before a long run starts: 4 scoring prompts per pair (2 more for the screen's backward), then
+    2 per pair in each knockout pass (confirmations, selection, control, random sets,
+    dose-response)."""
     from surgery.find.heads.find import work_note
     from surgery.find.heads.params import FindParams
 
-    # Issue 33.8: the hint promised "minutes" for the defaults; it now scales the quickstart's measured
-    # 6.3–12.4 min for 4,608 prompt passes (96 pairs, 10 random sets) to this run's 124,032.
-    assert work_note(1824, FindParams()) == (
-        "1824 pairs: about 124,032 prompt forward passes (32 knockout passes); on 2 CPU cores a 135M "
-        "model needs about 2.8–5.6 h for that (the quickstart's --max-pairs 96 --random-sets 10 took "
-        "6.3–12.4 min): use those on a CPU, or a GPU"
+    # --exhaustive is the quickstart's measured procedure: 6.3–12.4 min for 4,608 prompt passes (96
+    # pairs, 10 random sets), scaled to this run's 124,032.
+    assert work_note(1824, FindParams(exhaustive=True)) == (
+        "1824 pairs: about 124,032 prompt passes (32 knockout passes); on 2 CPU cores a 135M "
+        "model needs about 2.8–5.6 h for that (the quickstart's --max-pairs 96 --random-sets 10 --exhaustive "
+        "took 6.3–12.4 min): use those on a CPU, or a GPU"
     )
-    assert "needs about 20–39 min for that" in work_note(300, FindParams(random_sets=10))  # 14,400 passes
+    # the screened default: 3 + 3 heads put forward instead of 10, the backward one pass more
+    assert work_note(1824, FindParams()) == (
+        f"1824 pairs: about {1824 * (6 + 2 * 28):,} prompt passes (28 knockout passes at most, the screen's "
+        "backward counted as one); on 2 CPU cores a 135M model needs about 2.6–5.1 h for that (the "
+        "quickstart's --max-pairs 96 --random-sets 10 --exhaustive took 6.3–12.4 min): use those on a "
+        "CPU, or a GPU"
+    )
+    assert "needs about 20–39 min for that" in work_note(300, FindParams(random_sets=10, exhaustive=True))
     grid = len(set(FindParams().dose_grid) | set(FindParams().awareness_alphas)) - 1  # α = 1 is free
-    note = work_note(96, FindParams(random_sets=10, confirm=0, dose_response=True))
-    assert (
-        note
-        == f"96 pairs: about {4 * 96 + (12 + 2 * grid) * 2 * 96:,} prompt forward passes ({12 + 2 * grid} knockout passes)"
+    note = work_note(96, FindParams(random_sets=10, confirm=0, dose_response=True, exhaustive=True))
+    assert note == (
+        f"96 pairs: about {4 * 96 + (12 + 2 * grid) * 2 * 96:,} prompt passes ({12 + 2 * grid} knockout passes)"
+    )
+    note = work_note(96, FindParams(random_sets=10, candidates=4))
+    assert note == f"96 pairs: about {6 * 96 + 20 * 2 * 96:,} prompt passes (20 knockout passes at most, " + (
+        "the screen's backward counted as one)"
     )

@@ -101,9 +101,19 @@ def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_pa
     model = char_model(tiny, "llama")
     bench = write_small_benchmark(tmp_path / "small.jsonl")
     out = main_stdout(
-        capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "5", "--out", tmp_path / "f.json"
+        capsys,
+        "find-heads",
+        model,
+        "--benchmark",
+        bench,
+        *FAST,
+        "--confirm",
+        "5",
+        "--exhaustive",
+        "--out",
+        tmp_path / "f.json",
     )
-    assert "Knockout confirmation" in out
+    assert "Knockout confirmation" in out and "Attribution-patching screen" not in out
     f = load_findings(tmp_path / "f.json", "heads").to_dict()
     conf = f["confirmation"]
     top5 = {(h["layer"], h["head"]) for h in f["discovery"]["heads"][:5]}
@@ -127,6 +137,13 @@ def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_pa
     )
     edits = json.loads((tmp_path / "a" / "surgery.json").read_text())["recipe"]["edits"]
     assert [[e["layer"], e["head"]] for e in edits] == [[h["layer"], h["head"]] for h in conf["heads"][:4]]
+    # the default: the screen's top 3 and discovery's top 3 knocked out alone, the screen shown beside them
+    out = main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--out", tmp_path / "s.json")
+    assert "Attribution-patching screen" in out
+    sc = load_findings(tmp_path / "s.json", "heads").to_dict()
+    put = {(h["layer"], h["head"]) for h in sc["screen"]["heads"][:3] + sc["discovery"]["heads"][:3]}
+    assert {(h["layer"], h["head"]) for h in sc["confirmation"]["heads"]} == put
+    assert all(h["screen_rank"] >= 1 for h in sc["confirmation"]["heads"])
     # --confirm 0: discovery's top heads, unconfirmed
     main_stdout(
         capsys, "find-heads", model, "--benchmark", bench, *FAST, "--confirm", "0", "--out", tmp_path / "g.json"

@@ -9,7 +9,7 @@ prompts best, so discovery ranks them first and knocking out its top 3 removes n
 The criterion (support.planted_circuit.check_confirmed_selection, plus): find-heads' confirmed
 selection is exactly the brute-force circuit (every head whose own edge knockout removes at least
 CIRCUIT_EFFECT % of ΔS), and knocking it out removes most of ΔS, significantly, while discovery's
-top 3 are all outside the circuit.
+top 3 are all outside the circuit; --exhaustive selects the same heads.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from tests.support.planted_circuit import (
     PER_ITEM,
     TOP,
     check_confirmed_selection,
+    check_screen_agrees,
     circuit,
     find_heads_cli,
 )
@@ -73,3 +74,14 @@ def test_confirmed_selection_recovers_the_circuit(decoy_findings, decoy_truth):
     assert f["scores"]["S"]["p"] < 1e-4 and f["scores"]["S"]["delta"] < 0
     assert ko["tested"]["effect_pct"] >= LARGE_EFFECT and ko["tested"]["ci95"][0] > CIRCUIT_EFFECT
     assert abs(ko["control"]["effect_pct"]) < NO_EFFECT and ko["random"]["share_ge_tested"] == 0
+
+
+@pytest.fixture(scope="module")
+def decoy_exhaustive(tmp_path_factory) -> dict:
+    return find_heads_cli(DECOY, tmp_path_factory.mktemp("decoy-exhaustive"), "--exhaustive")
+
+
+def test_the_screened_procedure_selects_what_the_exhaustive_one_selects(decoy_findings, decoy_exhaustive):
+    """The screen puts the circuit forward although discovery ranks it last: the default procedure
+    selects what --exhaustive (discovery's top 10 knocked out alone) selects."""
+    check_screen_agrees(decoy_findings, decoy_exhaustive)

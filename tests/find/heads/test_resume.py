@@ -191,7 +191,8 @@ def test_knockouts_and_dose_response_share_one_sweep(tiny, small):
 def _planted_findings(fixture, monkeypatch, full: bool) -> dict:
     if full:  # the old way: each knockout pass from the embeddings
         monkeypatch.setattr(causal.PairRunner, "sweep", full_pass_scores)
-    params = FindParams(benchmark=str(fixture / "benchmark.jsonl"), random_sets=10, batch_size=64)
+    # the procedure whose every knockout is exact (the screen's guess of the selection runs resumed)
+    params = FindParams(benchmark=str(fixture / "benchmark.jsonl"), random_sets=10, batch_size=64, exhaustive=True)
     pairs = build_pairs(load_benchmark(fixture / "benchmark.jsonl"), seed=0)
     out = find_heads(fixture, pairs, params, report=lambda m: None).to_dict()
     monkeypatch.undo()
@@ -255,8 +256,8 @@ def test_smollm2_resumed_knockouts_equal_full_passes(smollm2):
     print("smollm2 sweep FLOPs / full passes:", runner.counter.flops / runner.full_flops)
 
 
-@pytest.mark.parametrize("dose", [False, True])
-def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, small, dose):
+@pytest.mark.parametrize("dose, exhaustive", [(False, False), (True, False), (False, True)])
+def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, small, dose, exhaustive):
     path = char_model(tiny, "llama", CHAT)
     said: list[str] = []
 
@@ -274,14 +275,20 @@ def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, sma
             dose_response=dose,
             dose_grid=(0.0, 1.0, 2.0),
             awareness_alphas=(1.0,),
+            exhaustive=exhaustive,
         ),
         progress=progress,
         report=said.append,
     )
-    note = next(i for i, m in enumerate(said) if m.startswith("forward-pass FLOPs: at most"))
+    note = next(i for i, m in enumerate(said) if m.startswith("FLOPs: at most"))
     assert note < next(i for i, m in enumerate(said) if m.startswith("progress"))  # before any pass
     bound, today = (float(x) for x in re.findall(r"\d\.\d+e[+-]\d+", said[note])[:2])
     cost = found.cost
-    assert cost["forward_flops"] <= bound * 1.001 and cost["forward_flops_full_passes"] <= today * 1.001
-    assert cost["forward_flops"] < cost["forward_flops_full_passes"]
-    assert any(m.startswith(f"forward-pass FLOPs: {cost['forward_flops']:.3e}") for m in said)  # the count, after
+    spent = cost["forward_flops"] + cost["backward_flops"]
+    assert (cost["backward_flops"] == 0) == exhaustive
+    assert spent <= bound * 1.001 and cost["forward_flops_full_passes"] <= today * 1.001
+    assert cost["share_of_full_passes"] == pytest.approx(spent / cost["forward_flops_full_passes"])
+    # the exhaustive procedure's own passes, resumed, cost less than as full passes; the screened one
+    # knocks out up to 2 × 3 heads here where --confirm 3 knocks out 3 (the denominator's procedure)
+    assert not exhaustive or spent < cost["forward_flops_full_passes"]
+    assert any(m.startswith(f"FLOPs: {spent:.3e}") for m in said)  # the count, after
