@@ -8,6 +8,11 @@ map and the per-architecture ``TENSOR_PROCESSORS`` (q/k un-permutation, norm off
 the loader's dtype rules, and ``revert_weight_conversion`` (what ``save_pretrained`` applies before
 writing, e.g. splitting fused experts back into per-expert matrices).
 
+The tensors are found with surgery's header reader (``read_header``), not ``gguf.GGUFReader``, which
+builds numpy views of every vocabulary entry (~1 GB and tens of seconds on a 262k vocabulary), and each
+is dequantized by gguf-py a slab of rows at a time into one float32 array, so the dequantizer's
+temporaries stay a few MB where a whole-tensor call holds several copies of the largest tensor.
+
 :func:`whole_model_reason` says, from the file and the model's conversion table, when this cannot
 reproduce ``from_pretrained`` and the whole-model path must be taken instead.
 """
@@ -16,17 +21,23 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import CheckpointError
 from ..core.progress import StageProgress
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .gguf_import import GgufTensor
+
 # A shard is assembled in memory before safetensors writes it, so its size bounds the import's peak
 # memory (with one block's tensors). save_pretrained's 50 GB default would hold a whole 8B model.
 SHARD_BYTES = 2 * 2**30
+DEQUANTIZE_BYTES = 8 << 20  # stored bytes dequantized in one call: its float32 temporaries are a few times this
 WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
 _BLOCK = re.compile(r"blk\.(\d+)\.")
 
@@ -54,8 +65,11 @@ def write_streamed(
     from transformers import AutoConfig
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
+    from ..gguf.model import remember_config  # that package imports this one
+
     with transformers_errors(path.name):
         config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+        remember_config(path, config.to_dict())  # what a bake of the file reads (surgery/gguf/model.py)
         model = meta_model(config, dtype)
         if whole_model_reason(architecture, model) is not None:
             return False
@@ -105,18 +119,41 @@ def meta_model(config: Any, dtype: str):
         return AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
 
 
-def _blocks(reader) -> list[list[Any]]:
+def _blocks(tensors: Iterable[GgufTensor]) -> list[list[GgufTensor]]:
     """The file's tensors grouped by block (``blk.N.``); every other tensor alone, in file order.
 
     The processors that build one model tensor from several GGUF tensors (Qwen2-MoE and MiniMax-M2
     fuse ffn_gate_exps with ffn_up_exps) or several from one (GPT-OSS splits experts) do so within
     one block, so what a block produces is complete once the block is processed.
     """
-    groups: dict[str, list[Any]] = {}
-    for t in reader.tensors:
+    groups: dict[str, list[GgufTensor]] = {}
+    for t in tensors:
         m = _BLOCK.match(t.name)
         groups.setdefault(f"blk{m.group(1)}" if m else f"tensor {t.name}", []).append(t)
     return list(groups.values())
+
+
+def dequantized(blob: np.ndarray, t: GgufTensor) -> np.ndarray:
+    """``t``'s values as gguf-py's ``dequantize`` gives them for the data ``gguf.GGUFReader`` hands it
+    (float32, shaped as ``t``), computed ``DEQUANTIZE_BYTES`` of stored rows at a time into one array;
+    ``blob``: the whole file as uint8 (a read-only memory map)."""
+    import numpy as np
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, dequantize
+
+    qtype = GGMLQuantizationType[t.type]
+    values, nbytes = GGML_QUANT_SIZES[qtype]
+    cols = t.shape[-1] if t.shape else 1
+    rows = int(np.prod(t.shape[:-1], dtype=np.int64)) if len(t.shape) > 1 else 1
+    stored = blob[t.offset : t.offset + rows * (cols // values) * nbytes].reshape(rows, -1)
+    typed = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16}
+    if qtype in typed:  # GGUFReader types these; every other type is handed over as bytes
+        stored = stored.view(typed[qtype])
+    out = np.empty(t.shape, dtype=np.float32)
+    flat = out.reshape(rows, cols)
+    step = max(1, DEQUANTIZE_BYTES // max(1, stored.strides[0]))
+    for a in range(0, rows, step):
+        flat[a : a + step] = dequantize(stored[a : a + step], qtype)
+    return out
 
 
 class _Shards:
@@ -192,7 +229,6 @@ def stream_tensors(
     """Write ``model``'s weights, dequantized from the GGUF at ``header_path``, as safetensors in ``out``."""
     import numpy as np
     import torch
-    from gguf import GGUFReader, dequantize
     from transformers.core_model_loading import revert_weight_conversion
     from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
     from transformers.modeling_utils import remove_tied_weights_from_state_dict
@@ -204,21 +240,26 @@ def stream_tensors(
     final_dtype = _dtype_of(model, torch_dtype)
     # A tied tensor (lm_head on embed_tokens) is not written, as save_pretrained writes it once.
     kept = set(remove_tied_weights_from_state_dict(model.state_dict(), model))
-    reader = GGUFReader(str(header_path))
-    total, done = len(reader.tensors), 0
+    from .gguf_import import read_header  # that module imports this one
+
+    header = read_header(header_path)
+    blob = np.memmap(header_path, dtype=np.uint8, mode="r")
+    total, done = len(header.tensors), 0
     progress("dequantize", 0, total)
     shards, loaded = _Shards(out, shard_bytes), set()
-    for block in _blocks(reader):
+    for block in _blocks(header.tensors.values()):
         parsed: dict[str, dict[str, Any]] = {"tensors": {}}  # where processors put what they assemble
         for tensor in block:
             result = processor.process(
-                weights=dequantize(tensor.data, tensor.tensor_type),
+                weights=dequantized(blob, tensor),
                 name=tensor.name,
                 tensor_key_mapping=key_mapping,
                 parsed_parameters=parsed,
             )
             if result.name in key_mapping:  # as load_gguf_checkpoint: cast to the dtype asked for
-                value = torch.from_numpy(np.copy(result.weights)).to(torch_dtype)
+                weights = result.weights  # our own array unless a processor returned a view of something
+                owned = weights.flags.owndata and weights.flags.writeable and weights.flags.c_contiguous
+                value = torch.from_numpy(weights if owned else np.copy(weights)).to(torch_dtype)
                 parsed["tensors"][key_mapping[result.name]] = value
             done += 1
             progress("dequantize", done, total)
