@@ -45,7 +45,7 @@ PROMPTS_CHILD = """
 import json, sys
 from surgery.find.neurons.pairs import load_pairs
 pairs = load_pairs("builtin", None, sys.argv[2:] or None)
-json.dump([t for p in pairs for t in (p.prompt_1, p.prompt_2)], open(sys.argv[1], "w"))
+json.dump([t for p in pairs.pairs for t in (p.prompt_1, p.prompt_2)], open(sys.argv[1], "w"))
 """
 
 # The surgery child: the CLI as a user runs it, with timers around the functions each phase is. The

@@ -46,5 +46,5 @@ def imported_checkpoint(path: str | Path, allow_remote_code: bool = False) -> Im
     folder = cache_dir() / "gguf-imports" / digest
     if not (folder / "config.json").is_file():
         folder.parent.mkdir(parents=True, exist_ok=True)
-        import_gguf(path, folder, force=True)
+        import_gguf(path, folder, force=True, gguf_sha256=digest)
     return ImportedGguf(folder, path, digest, allow_remote_code=allow_remote_code)

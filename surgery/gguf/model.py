@@ -66,8 +66,9 @@ def _config(path: Path, header: GgufHeader) -> dict[str, Any]:
     except (ValueError, KeyError, OSError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(f"transformers cannot read the config of {path.name}: {first}") from None
-    atomic_write_text(cached, json.dumps(config, sort_keys=True))
-    return config
+    text = json.dumps(config, sort_keys=True)
+    atomic_write_text(cached, text)
+    return load_json(text)  # as a cache hit reads it (JSON keys are strings): the same config either way
 
 
 @dataclass

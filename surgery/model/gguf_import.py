@@ -285,13 +285,15 @@ def import_gguf(
     report: Callable[[str], None] = lambda msg: None,
     progress: StageProgress = silent_stages,
     shard_bytes: int = SHARD_BYTES,
+    gguf_sha256: str | None = None,
 ) -> ImportResult:
     """Write ``out``: a safetensors checkpoint (config, weights, tokenizer) dequantized from a GGUF.
 
     The folder appears complete or not at all; ``surgery.gguf.json`` records the GGUF's sha256,
     its architecture and quantization, and the sha256 of every file written. The weights are
     dequantized one block at a time into shards of at most ``shard_bytes`` (a larger tensor gets a
-    shard of its own), so memory holds about one block and one shard, not the model.
+    shard of its own), so memory holds about one block and one shard, not the model. ``gguf_sha256``:
+    the file's sha256 when the caller has it (the cached import is keyed by it), else computed.
     """
     if dtype not in DTYPES:
         raise CheckpointError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -328,7 +330,7 @@ def import_gguf(
             "transformers_version": _transformers_version(),
             "gguf": {
                 "file": gguf_path.name,
-                "sha256": file_sha256(gguf_path),
+                "sha256": gguf_sha256 or file_sha256(gguf_path),
                 "bytes": gguf_path.stat().st_size,
                 "architecture": header.architecture,
                 "file_type": header.file_type,
