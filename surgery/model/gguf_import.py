@@ -274,6 +274,7 @@ class ImportResult:
     path: Path
     manifest: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    gguf_config: dict[str, Any] | None = None  # the GGUF's transformers config, when the import read it alone
 
 
 def import_gguf(
@@ -308,7 +309,8 @@ def import_gguf(
         report(msg)
 
     with staged_output(Path(out), [gguf_path], force, note) as tmp:
-        if not write_streamed(header.path, header.architecture, dtype, tmp, progress, shard_bytes):
+        gguf_config = write_streamed(header, dtype, tmp, progress, shard_bytes)
+        if gguf_config is None:
             progress("dequantize", 0, 1)  # transformers reads and dequantizes the whole file
             _whole_model(header, dtype).save_pretrained(tmp)
             progress("dequantize", 1, 1)
@@ -342,7 +344,7 @@ def import_gguf(
         }
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
         progress("hash", 1, 1)
-    return ImportResult(Path(out), manifest, notes)
+    return ImportResult(Path(out), manifest, notes, gguf_config)
 
 
 def _strip_quantization(config_path: Path) -> None:

@@ -32,8 +32,6 @@ from ..core.progress import StageProgress
 if TYPE_CHECKING:
     import numpy as np
 
-    from .gguf_import import GgufTensor
-
 # A shard is assembled in memory before safetensors writes it, so its size bounds the import's peak
 # memory (with one block's tensors). save_pretrained's 50 GB default would hold a whole 8B model.
 SHARD_BYTES = 2 * 2**30
@@ -58,31 +56,32 @@ def transformers_errors(name: str) -> Iterator[None]:
 
 
 def write_streamed(
-    path: Path, architecture: str, dtype: str, out: Path, progress: StageProgress, shard_bytes: int = SHARD_BYTES
-) -> bool:
-    """Write the weights and config of the GGUF at ``path`` into ``out`` block by block; False when
-    the file must be imported whole instead (:func:`whole_model_reason`), with nothing written."""
+    header: Any, dtype: str, out: Path, progress: StageProgress, shard_bytes: int = SHARD_BYTES
+) -> dict[str, Any] | None:
+    """Write the weights and config of the GGUF whose header (``gguf_import.GgufHeader``) is ``header``
+    into ``out`` block by block, and return the file's transformers config (``AutoConfig``'s, as a dict:
+    a bake of the file reads it, surgery/gguf/model.py); None when the file must be imported whole
+    instead (:func:`whole_model_reason`), with nothing written."""
     from transformers import AutoConfig
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-    from ..gguf.model import remember_config  # that package imports this one
-
+    path = header.path
     with transformers_errors(path.name):
         config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
-        remember_config(path, config.to_dict())  # what a bake of the file reads (surgery/gguf/model.py)
+        gguf_config = config.to_dict()  # before the meta model is built from it
         model = meta_model(config, dtype)
-        if whole_model_reason(architecture, model) is not None:
-            return False
+        if whole_model_reason(header.architecture, model) is not None:
+            return None
         # The processors read the raw config dict load_gguf_checkpoint gives them, not the config object.
         processor_config = load_gguf_checkpoint(str(path), return_tensors=False)["config"]
-        stream_tensors(path, architecture, processor_config, model, dtype, out, progress, shard_bytes)
+        stream_tensors(header, processor_config, model, dtype, out, progress, shard_bytes)
     # The rest of what save_pretrained writes: the config as the model sees it, and the generation config.
     model.config.dtype = str(model.dtype).split(".")[1]
     model.config.architectures = [type(model).__name__]
     model.config.save_pretrained(out)
     if model.can_generate():
         model.generation_config.save_pretrained(out)
-    return True
+    return gguf_config
 
 
 def whole_model_reason(architecture: str, model) -> str | None:
@@ -119,22 +118,22 @@ def meta_model(config: Any, dtype: str):
         return AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
 
 
-def _blocks(tensors: Iterable[GgufTensor]) -> list[list[GgufTensor]]:
+def _blocks(tensors: Iterable[Any]) -> list[list[Any]]:
     """The file's tensors grouped by block (``blk.N.``); every other tensor alone, in file order.
 
     The processors that build one model tensor from several GGUF tensors (Qwen2-MoE and MiniMax-M2
     fuse ffn_gate_exps with ffn_up_exps) or several from one (GPT-OSS splits experts) do so within
     one block, so what a block produces is complete once the block is processed.
     """
-    groups: dict[str, list[GgufTensor]] = {}
+    groups: dict[str, list[Any]] = {}
     for t in tensors:
         m = _BLOCK.match(t.name)
         groups.setdefault(f"blk{m.group(1)}" if m else f"tensor {t.name}", []).append(t)
     return list(groups.values())
 
 
-def dequantized(blob: np.ndarray, t: GgufTensor) -> np.ndarray:
-    """``t``'s values as gguf-py's ``dequantize`` gives them for the data ``gguf.GGUFReader`` hands it
+def dequantized(blob: np.ndarray, t: Any) -> np.ndarray:
+    """``t``'s (a ``gguf_import.GgufTensor``) values as gguf-py's ``dequantize`` gives them for the data ``gguf.GGUFReader`` hands it
     (float32, shaped as ``t``), computed ``DEQUANTIZE_BYTES`` of stored rows at a time into one array;
     ``blob``: the whole file as uint8 (a read-only memory map)."""
     import numpy as np
@@ -217,8 +216,7 @@ def _dtype_of(model, dtype) -> dict[str, Any]:
 
 
 def stream_tensors(
-    header_path: Path,
-    architecture: str,
+    header: Any,
     processor_config: dict[str, Any],
     model,
     dtype: str,
@@ -226,7 +224,7 @@ def stream_tensors(
     progress: StageProgress,
     shard_bytes: int = SHARD_BYTES,
 ) -> None:
-    """Write ``model``'s weights, dequantized from the GGUF at ``header_path``, as safetensors in ``out``."""
+    """Write ``model``'s weights, dequantized from the GGUF whose header is ``header``, as safetensors in ``out``."""
     import numpy as np
     import torch
     from transformers.core_model_loading import revert_weight_conversion
@@ -235,15 +233,12 @@ def stream_tensors(
 
     torch_dtype = getattr(torch, dtype)
     # The same processor, with the same config dict, as load_gguf_checkpoint builds.
-    processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=processor_config)
+    processor = TENSOR_PROCESSORS.get(header.architecture, TensorProcessor)(config=processor_config)
     key_mapping = get_gguf_hf_weights_map(model, processor)
     final_dtype = _dtype_of(model, torch_dtype)
     # A tied tensor (lm_head on embed_tokens) is not written, as save_pretrained writes it once.
     kept = set(remove_tied_weights_from_state_dict(model.state_dict(), model))
-    from .gguf_import import read_header  # that module imports this one
-
-    header = read_header(header_path)
-    blob = np.memmap(header_path, dtype=np.uint8, mode="r")
+    blob = np.memmap(header.path, dtype=np.uint8, mode="r")
     total, done = len(header.tensors), 0
     progress("dequantize", 0, total)
     shards, loaded = _Shards(out, shard_bytes), set()
@@ -270,7 +265,7 @@ def stream_tensors(
     missing = sorted(kept - loaded)
     if missing:
         raise CheckpointError(
-            f"{header_path.name} holds no tensor for {len(missing)} weight(s) of the "
+            f"{header.path.name} holds no tensor for {len(missing)} weight(s) of the "
             f"{type(model).__name__} it describes ({', '.join(missing[:3])}{', …' if len(missing) > 3 else ''}); "
             "the file is incomplete or not a real model of its architecture"
         )

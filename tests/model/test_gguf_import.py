@@ -187,3 +187,27 @@ def test_the_cached_import_hashes_the_gguf_once(tmp_path, monkeypatch):
     assert recorded == ckpt.fingerprint() == file_sha256(src)
     direct = gguf_import.import_gguf(src, tmp_path / "direct")
     assert direct.manifest["gguf"]["sha256"] == recorded and hashed.count(str(src)) == 2
+
+
+def test_the_import_caches_the_config_a_bake_reads(tmp_path, monkeypatch):
+    """A GGUF imported for a finder is baked without transformers reading its vocabulary again: the
+    import leaves the config the bake's open_gguf reads in the cache, equal to what it would compute."""
+    import transformers
+
+    from surgery.gguf.imported import imported_checkpoint
+    from surgery.gguf.model import open_gguf
+    from tests.support.typed_gguf import write_typed_gguf
+
+    src = tmp_path / "src.gguf"
+    write_typed_gguf(src, "Q8_0")
+    imported_checkpoint(src)
+    cached = open_gguf(src).config
+
+    def unread(*args, **kwargs):
+        raise AssertionError("AutoConfig read the GGUF again")
+
+    with monkeypatch.context() as m:
+        m.setattr(transformers.AutoConfig, "from_pretrained", unread)
+        assert open_gguf(src).config == cached
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "fresh-cache"))
+    assert open_gguf(src).config == cached  # computed afresh by transformers: the same config

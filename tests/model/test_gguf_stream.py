@@ -99,28 +99,6 @@ def test_dequantized_in_slabs_equals_gguf_py_on_the_reader_data(kind, tmp_path, 
             assert np.array_equal(ours.view(np.uint32), theirs.astype(np.float32).view(np.uint32)), t.name
 
 
-def test_the_import_caches_the_config_a_bake_reads(tmp_path, monkeypatch):
-    """A GGUF imported for a finder is baked without transformers reading its vocabulary again: the
-    import leaves the config the bake's open_gguf reads in the cache, equal to what it would compute."""
-    import transformers
-
-    from surgery.gguf.model import open_gguf
-
-    src = tmp_path / "src.gguf"
-    write_typed_gguf(src, "Q8_0")
-    import_gguf(src, tmp_path / "out")
-    cached = open_gguf(src).config
-
-    def unread(*args, **kwargs):
-        raise AssertionError("AutoConfig read the GGUF again")
-
-    with monkeypatch.context() as m:
-        m.setattr(transformers.AutoConfig, "from_pretrained", unread)
-        assert open_gguf(src).config == cached
-    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "fresh-cache"))
-    assert open_gguf(src).config == cached  # computed afresh by transformers: the same config
-
-
 def test_progress_advances_per_tensor(tmp_path):
     src = tmp_path / "src.gguf"
     write_moe_gguf(src, "Q8_0")
