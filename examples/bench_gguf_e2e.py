@@ -176,9 +176,11 @@ def main() -> None:
             wall, rss, _, err = run_child(cmd, dict(env, SURGERY_CACHE=str(tmp / f"cache{i}")))
             phases = json.loads(err.rsplit("PHASES ", 1)[1].splitlines()[0])
             rows["surgery"].append({"s": wall, "rss_mb": rss, "phases": phases})
+            print(f"run {i} surgery: {json.dumps(rows['surgery'][-1])}", flush=True)  # kept if a later child dies
             cmd = [sys.executable, "-c", PLAIN_CHILD, str(model), str(prompts), str(args.batch_size)]
             wall, rss, printed, _ = run_child(cmd, env)
             rows["plain"].append({"s": wall, "rss_mb": rss, **json.loads(printed.strip().splitlines()[-1])})
+            print(f"run {i} plain: {json.dumps(rows['plain'][-1])}", flush=True)
     f32_mb = rows["plain"][0]["float32_bytes"] / 2**20
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("s", "rss_mb")} for k, v in rows.items()}
     phases = {p: statistics.median(r["phases"][p] for r in rows["surgery"]) for p in rows["surgery"][0]["phases"]}
