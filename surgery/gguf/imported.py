@@ -35,6 +35,7 @@ class ImportedGguf(Checkpoint):
 def imported_checkpoint(path: str | Path, allow_remote_code: bool = False) -> ImportedGguf:
     """The cached import of the GGUF at ``path`` (made on first use), as an opened checkpoint."""
     from ..model.gguf_import import import_gguf
+    from .model import remember_config
 
     path = Path(path)
     cache = HashCache()
@@ -46,5 +47,7 @@ def imported_checkpoint(path: str | Path, allow_remote_code: bool = False) -> Im
     folder = cache_dir() / "gguf-imports" / digest
     if not (folder / "config.json").is_file():
         folder.parent.mkdir(parents=True, exist_ok=True)
-        import_gguf(path, folder, force=True)
+        result = import_gguf(path, folder, force=True, gguf_sha256=digest)
+        if result.gguf_config is not None:  # a bake of the file then reads its config without transformers
+            remember_config(path, result.gguf_config)
     return ImportedGguf(folder, path, digest, allow_remote_code=allow_remote_code)

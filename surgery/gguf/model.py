@@ -34,11 +34,21 @@ def _header_digest(path: Path, header: GgufHeader) -> str:
     return h.hexdigest()
 
 
+def _config_file(path: Path, header: GgufHeader) -> Path:
+    return cache_dir() / "gguf-configs" / f"{_header_digest(path, header)}.json"
+
+
+def remember_config(path: Path, config: dict[str, Any]) -> None:
+    """Cache ``config``, the transformers config of the GGUF at ``path`` as another step read it (an
+    import reads it too), so a bake of the file does not read the whole vocabulary again."""
+    atomic_write_text(_config_file(path, read_header(path)), json.dumps(config, sort_keys=True))
+
+
 def _config(path: Path, header: GgufHeader) -> dict[str, Any]:
     """The transformers config of the GGUF, cached by the header's sha256 (transformers reads the
     whole vocabulary to build it: seconds on a 49k vocabulary, ~40 s on a 262k one; importing it
     alone takes seconds)."""
-    cached = cache_dir() / "gguf-configs" / f"{_header_digest(path, header)}.json"
+    cached = _config_file(path, header)
     if cached.is_file():
         return load_json(cached.read_text(encoding="utf-8"))
     check_supported(header)  # an architecture transformers reads the config of (one line otherwise)
@@ -49,8 +59,9 @@ def _config(path: Path, header: GgufHeader) -> dict[str, Any]:
     except (ValueError, KeyError, OSError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(f"transformers cannot read the config of {path.name}: {first}") from None
-    atomic_write_text(cached, json.dumps(config, sort_keys=True))
-    return config
+    text = json.dumps(config, sort_keys=True)
+    atomic_write_text(cached, text)
+    return load_json(text)  # as a cache hit reads it (JSON keys are strings): the same config either way
 
 
 @dataclass

@@ -274,6 +274,7 @@ class ImportResult:
     path: Path
     manifest: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    gguf_config: dict[str, Any] | None = None  # the GGUF's transformers config, when the import read it alone
 
 
 def import_gguf(
@@ -285,13 +286,15 @@ def import_gguf(
     report: Callable[[str], None] = lambda msg: None,
     progress: StageProgress = silent_stages,
     shard_bytes: int = SHARD_BYTES,
+    gguf_sha256: str | None = None,
 ) -> ImportResult:
     """Write ``out``: a safetensors checkpoint (config, weights, tokenizer) dequantized from a GGUF.
 
     The folder appears complete or not at all; ``surgery.gguf.json`` records the GGUF's sha256,
     its architecture and quantization, and the sha256 of every file written. The weights are
     dequantized one block at a time into shards of at most ``shard_bytes`` (a larger tensor gets a
-    shard of its own), so memory holds about one block and one shard, not the model.
+    shard of its own), so memory holds about one block and one shard, not the model. ``gguf_sha256``:
+    the file's sha256 when the caller has it (the cached import is keyed by it), else computed.
     """
     if dtype not in DTYPES:
         raise CheckpointError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -306,7 +309,8 @@ def import_gguf(
         report(msg)
 
     with staged_output(Path(out), [gguf_path], force, note) as tmp:
-        if not write_streamed(header.path, header.architecture, dtype, tmp, progress, shard_bytes):
+        gguf_config = write_streamed(header, dtype, tmp, progress, shard_bytes)
+        if gguf_config is None:
             progress("dequantize", 0, 1)  # transformers reads and dequantizes the whole file
             _whole_model(header, dtype).save_pretrained(tmp)
             progress("dequantize", 1, 1)
@@ -328,7 +332,7 @@ def import_gguf(
             "transformers_version": _transformers_version(),
             "gguf": {
                 "file": gguf_path.name,
-                "sha256": file_sha256(gguf_path),
+                "sha256": gguf_sha256 or file_sha256(gguf_path),
                 "bytes": gguf_path.stat().st_size,
                 "architecture": header.architecture,
                 "file_type": header.file_type,
@@ -340,7 +344,7 @@ def import_gguf(
         }
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
         progress("hash", 1, 1)
-    return ImportResult(Path(out), manifest, notes)
+    return ImportResult(Path(out), manifest, notes, gguf_config)
 
 
 def _strip_quantization(config_path: Path) -> None:

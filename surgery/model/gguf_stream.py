@@ -8,6 +8,11 @@ map and the per-architecture ``TENSOR_PROCESSORS`` (q/k un-permutation, norm off
 the loader's dtype rules, and ``revert_weight_conversion`` (what ``save_pretrained`` applies before
 writing, e.g. splitting fused experts back into per-expert matrices).
 
+The tensors are found with surgery's header reader (``read_header``), not ``gguf.GGUFReader``, which
+builds numpy views of every vocabulary entry (~1 GB and tens of seconds on a 262k vocabulary), and each
+is dequantized by gguf-py a slab of rows at a time into one float32 array, so the dequantizer's
+temporaries stay a few MB where a whole-tensor call holds several copies of the largest tensor.
+
 :func:`whole_model_reason` says, from the file and the model's conversion table, when this cannot
 reproduce ``from_pretrained`` and the whole-model path must be taken instead.
 """
@@ -16,17 +21,21 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import CheckpointError
 from ..core.progress import StageProgress
 
+if TYPE_CHECKING:
+    import numpy as np
+
 # A shard is assembled in memory before safetensors writes it, so its size bounds the import's peak
 # memory (with one block's tensors). save_pretrained's 50 GB default would hold a whole 8B model.
 SHARD_BYTES = 2 * 2**30
+DEQUANTIZE_BYTES = 8 << 20  # stored bytes dequantized in one call: its float32 temporaries are a few times this
 WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
 _BLOCK = re.compile(r"blk\.(\d+)\.")
 
@@ -47,28 +56,32 @@ def transformers_errors(name: str) -> Iterator[None]:
 
 
 def write_streamed(
-    path: Path, architecture: str, dtype: str, out: Path, progress: StageProgress, shard_bytes: int = SHARD_BYTES
-) -> bool:
-    """Write the weights and config of the GGUF at ``path`` into ``out`` block by block; False when
-    the file must be imported whole instead (:func:`whole_model_reason`), with nothing written."""
+    header: Any, dtype: str, out: Path, progress: StageProgress, shard_bytes: int = SHARD_BYTES
+) -> dict[str, Any] | None:
+    """Write the weights and config of the GGUF whose header (``gguf_import.GgufHeader``) is ``header``
+    into ``out`` block by block, and return the file's transformers config (``AutoConfig``'s, as a dict:
+    a bake of the file reads it, surgery/gguf/model.py); None when the file must be imported whole
+    instead (:func:`whole_model_reason`), with nothing written."""
     from transformers import AutoConfig
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
+    path = header.path
     with transformers_errors(path.name):
         config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+        gguf_config = config.to_dict()  # before the meta model is built from it
         model = meta_model(config, dtype)
-        if whole_model_reason(architecture, model) is not None:
-            return False
+        if whole_model_reason(header.architecture, model) is not None:
+            return None
         # The processors read the raw config dict load_gguf_checkpoint gives them, not the config object.
         processor_config = load_gguf_checkpoint(str(path), return_tensors=False)["config"]
-        stream_tensors(path, architecture, processor_config, model, dtype, out, progress, shard_bytes)
+        stream_tensors(header, processor_config, model, dtype, out, progress, shard_bytes)
     # The rest of what save_pretrained writes: the config as the model sees it, and the generation config.
     model.config.dtype = str(model.dtype).split(".")[1]
     model.config.architectures = [type(model).__name__]
     model.config.save_pretrained(out)
     if model.can_generate():
         model.generation_config.save_pretrained(out)
-    return True
+    return gguf_config
 
 
 def whole_model_reason(architecture: str, model) -> str | None:
@@ -105,7 +118,7 @@ def meta_model(config: Any, dtype: str):
         return AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
 
 
-def _blocks(reader) -> list[list[Any]]:
+def _blocks(tensors: Iterable[Any]) -> list[list[Any]]:
     """The file's tensors grouped by block (``blk.N.``); every other tensor alone, in file order.
 
     The processors that build one model tensor from several GGUF tensors (Qwen2-MoE and MiniMax-M2
@@ -113,10 +126,33 @@ def _blocks(reader) -> list[list[Any]]:
     one block, so what a block produces is complete once the block is processed.
     """
     groups: dict[str, list[Any]] = {}
-    for t in reader.tensors:
+    for t in tensors:
         m = _BLOCK.match(t.name)
         groups.setdefault(f"blk{m.group(1)}" if m else f"tensor {t.name}", []).append(t)
     return list(groups.values())
+
+
+def dequantized(blob: np.ndarray, t: Any) -> np.ndarray:
+    """``t``'s (a ``gguf_import.GgufTensor``) values as gguf-py's ``dequantize`` gives them for the data ``gguf.GGUFReader`` hands it
+    (float32, shaped as ``t``), computed ``DEQUANTIZE_BYTES`` of stored rows at a time into one array;
+    ``blob``: the whole file as uint8 (a read-only memory map)."""
+    import numpy as np
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, dequantize
+
+    qtype = GGMLQuantizationType[t.type]
+    values, nbytes = GGML_QUANT_SIZES[qtype]
+    cols = t.shape[-1] if t.shape else 1
+    rows = int(np.prod(t.shape[:-1], dtype=np.int64)) if len(t.shape) > 1 else 1
+    stored = blob[t.offset : t.offset + rows * (cols // values) * nbytes].reshape(rows, -1)
+    typed = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16}
+    if qtype in typed:  # GGUFReader types these; every other type is handed over as bytes
+        stored = stored.view(typed[qtype])
+    out = np.empty(t.shape, dtype=np.float32)
+    flat = out.reshape(rows, cols)
+    step = max(1, DEQUANTIZE_BYTES // max(1, stored.strides[0]))
+    for a in range(0, rows, step):
+        flat[a : a + step] = dequantize(stored[a : a + step], qtype)
+    return out
 
 
 class _Shards:
@@ -180,8 +216,7 @@ def _dtype_of(model, dtype) -> dict[str, Any]:
 
 
 def stream_tensors(
-    header_path: Path,
-    architecture: str,
+    header: Any,
     processor_config: dict[str, Any],
     model,
     dtype: str,
@@ -189,36 +224,37 @@ def stream_tensors(
     progress: StageProgress,
     shard_bytes: int = SHARD_BYTES,
 ) -> None:
-    """Write ``model``'s weights, dequantized from the GGUF at ``header_path``, as safetensors in ``out``."""
+    """Write ``model``'s weights, dequantized from the GGUF whose header is ``header``, as safetensors in ``out``."""
     import numpy as np
     import torch
-    from gguf import GGUFReader, dequantize
     from transformers.core_model_loading import revert_weight_conversion
     from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
     from transformers.modeling_utils import remove_tied_weights_from_state_dict
 
     torch_dtype = getattr(torch, dtype)
     # The same processor, with the same config dict, as load_gguf_checkpoint builds.
-    processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=processor_config)
+    processor = TENSOR_PROCESSORS.get(header.architecture, TensorProcessor)(config=processor_config)
     key_mapping = get_gguf_hf_weights_map(model, processor)
     final_dtype = _dtype_of(model, torch_dtype)
     # A tied tensor (lm_head on embed_tokens) is not written, as save_pretrained writes it once.
     kept = set(remove_tied_weights_from_state_dict(model.state_dict(), model))
-    reader = GGUFReader(str(header_path))
-    total, done = len(reader.tensors), 0
+    blob = np.memmap(header.path, dtype=np.uint8, mode="r")
+    total, done = len(header.tensors), 0
     progress("dequantize", 0, total)
     shards, loaded = _Shards(out, shard_bytes), set()
-    for block in _blocks(reader):
+    for block in _blocks(header.tensors.values()):
         parsed: dict[str, dict[str, Any]] = {"tensors": {}}  # where processors put what they assemble
         for tensor in block:
             result = processor.process(
-                weights=dequantize(tensor.data, tensor.tensor_type),
+                weights=dequantized(blob, tensor),
                 name=tensor.name,
                 tensor_key_mapping=key_mapping,
                 parsed_parameters=parsed,
             )
             if result.name in key_mapping:  # as load_gguf_checkpoint: cast to the dtype asked for
-                value = torch.from_numpy(np.copy(result.weights)).to(torch_dtype)
+                weights = result.weights  # our own array unless a processor returned a view of something
+                owned = weights.flags.owndata and weights.flags.writeable and weights.flags.c_contiguous
+                value = torch.from_numpy(weights if owned else np.copy(weights)).to(torch_dtype)
                 parsed["tensors"][key_mapping[result.name]] = value
             done += 1
             progress("dequantize", done, total)
@@ -229,7 +265,7 @@ def stream_tensors(
     missing = sorted(kept - loaded)
     if missing:
         raise CheckpointError(
-            f"{header_path.name} holds no tensor for {len(missing)} weight(s) of the "
+            f"{header.path.name} holds no tensor for {len(missing)} weight(s) of the "
             f"{type(model).__name__} it describes ({', '.join(missing[:3])}{', …' if len(missing) > 3 else ''}); "
             "the file is incomplete or not a real model of its architecture"
         )

@@ -162,3 +162,52 @@ def test_cli_import_reports_each_step_in_a_log(imported, tmp_path):
     tensors = len(read_header(gguf_path).tensors)  # dequantizing counts tensors, the others are one step
     for step, n in (("dequantizing", tensors), ("writing", 1), ("hashing", 1)):
         assert f"{step}: {n}/{n} (100 %)" in proc.stderr, proc.stderr
+
+
+def test_the_cached_import_hashes_the_gguf_once(tmp_path, monkeypatch):
+    """A finder's import of a GGUF reads the file's bytes for its sha256 once (its cache key, then the
+    manifest's record), and a direct import computes it itself: the same digest either way."""
+    import surgery.gguf.imported as imported
+    import surgery.model.gguf_import as gguf_import
+    from tests.support.typed_gguf import write_typed_gguf
+
+    src = tmp_path / "src.gguf"
+    write_typed_gguf(src, "Q8_0")
+    hashed = []
+
+    def counting(path, *args, **kwargs):
+        hashed.append(str(path))
+        return file_sha256(path, *args, **kwargs)
+
+    monkeypatch.setattr(imported, "file_sha256", counting)
+    monkeypatch.setattr(gguf_import, "file_sha256", counting)
+    ckpt = imported.imported_checkpoint(src)
+    assert hashed.count(str(src)) == 1
+    recorded = json.loads((ckpt.path / MANIFEST_NAME).read_text())["gguf"]["sha256"]
+    assert recorded == ckpt.fingerprint() == file_sha256(src)
+    direct = gguf_import.import_gguf(src, tmp_path / "direct")
+    assert direct.manifest["gguf"]["sha256"] == recorded and hashed.count(str(src)) == 2
+
+
+def test_the_import_caches_the_config_a_bake_reads(tmp_path, monkeypatch):
+    """A GGUF imported for a finder is baked without transformers reading its vocabulary again: the
+    import leaves the config the bake's open_gguf reads in the cache, equal to what it would compute."""
+    import transformers
+
+    from surgery.gguf.imported import imported_checkpoint
+    from surgery.gguf.model import open_gguf
+    from tests.support.typed_gguf import write_typed_gguf
+
+    src = tmp_path / "src.gguf"
+    write_typed_gguf(src, "Q8_0")
+    imported_checkpoint(src)
+    cached = open_gguf(src).config
+
+    def unread(*args, **kwargs):
+        raise AssertionError("AutoConfig read the GGUF again")
+
+    with monkeypatch.context() as m:
+        m.setattr(transformers.AutoConfig, "from_pretrained", unread)
+        assert open_gguf(src).config == cached
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "fresh-cache"))
+    assert open_gguf(src).config == cached  # computed afresh by transformers: the same config

@@ -77,6 +77,28 @@ def test_shards_are_bounded_and_indexed(tmp_path):
     assert not info["missing_keys"] and not info["unexpected_keys"]
 
 
+@pytest.mark.parametrize("kind", ["Q4_K", "Q8_0", "F16", "BF16", "F32"])
+def test_dequantized_in_slabs_equals_gguf_py_on_the_reader_data(kind, tmp_path, monkeypatch):
+    """Each tensor dequantized a few rows at a time from surgery's header equals gguf-py's dequantize of
+    the data GGUFReader gives (bit for bit, same shape): one row per call, and the whole tensor in one."""
+    import numpy as np
+    from gguf import GGUFReader, dequantize
+
+    from surgery.model import gguf_stream
+
+    src = tmp_path / "src.gguf"
+    write_typed_gguf(src, kind)
+    header = read_header(src)
+    blob = np.memmap(src, dtype=np.uint8, mode="r")
+    for slab in (1, 1 << 30):  # bytes per call: one row at a time, or every row at once
+        monkeypatch.setattr(gguf_stream, "DEQUANTIZE_BYTES", slab)
+        for t in GGUFReader(str(src)).tensors:
+            ours = gguf_stream.dequantized(blob, header.tensors[t.name])
+            theirs = dequantize(t.data, t.tensor_type)
+            assert ours.dtype == np.float32 and ours.shape == theirs.shape
+            assert np.array_equal(ours.view(np.uint32), theirs.astype(np.float32).view(np.uint32)), t.name
+
+
 def test_progress_advances_per_tensor(tmp_path):
     src = tmp_path / "src.gguf"
     write_moe_gguf(src, "Q8_0")
