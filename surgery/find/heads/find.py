@@ -55,8 +55,8 @@ from .screen import candidates, screen_heads, screen_record, spearman
 LARGE_RUN_PAIRS = 200
 # The quickstart's find-heads (SmolLM2-135M, --max-pairs 96 --random-sets 10) measured on 2 CPU cores:
 # 6.3 and 12.4 min wall, 2026-12-01 and 2026-12-02 by machine (docs/quickstart.md), with the
-# procedure --exhaustive keeps. The CPU hint of a large run scales these by its prompt passes.
-CPU_REFERENCE = FindParams(random_sets=10, exhaustive=True)
+# default (exhaustive) procedure. The CPU hint of a large run scales these by its prompt passes.
+CPU_REFERENCE = FindParams(random_sets=10)
 CPU_REFERENCE_MINUTES = (6.3, 12.4)
 
 
@@ -98,8 +98,8 @@ def find_heads(
 ) -> HeadsFindings:
     """Scores with every head's screened knockout effect (screen.py), discovery, knockout
     confirmation of the heads put forward (the screen's and discovery's top
-    ``params.screen_candidates()``; ``params.exhaustive``: discovery's top ``params.confirm``, no
-    screen), knockout against random sets until the p-value is decided (baseline.py; exhaustive: all
+    ``params.screen_candidates()``; without ``params.screen``: discovery's top ``params.confirm``, no
+    screen), knockout against random sets until the p-value is decided (baseline.py; without the screen: all
     ``params.random_sets``) and (``params.dose_response``) dose-response on ``pairs``.
 
     The selection is the ``params.knockout_heads`` first heads of the confirmed ranking (without
@@ -122,7 +122,7 @@ def find_heads(
     instruct = is_instruct(tokenizer) if params.instruct is None else params.instruct
     report(work_note(len(pairs), params))
     counter = Counter.of(model)
-    screened = not params.exhaustive
+    screened = params.screen
     binding = encode_pairs(tokenizer, pairs, "binding", instruct)
     knowledge = encode_pairs(tokenizer, pairs, "knowledge", instruct)
     # the binding prompts run with features (full passes) and the screen's backward; the knowledge
@@ -189,7 +189,7 @@ def find_heads(
             rows = screen_heads(base, np.concatenate([atp[usable], atp[[n + i for i in usable]]]), n_layers, len(sub))
             delta_base = float(base[: len(sub)].mean() - base[len(sub) :].mean())
             findings["screen"] = screen_record(rows, delta_base, params.screen_candidates())
-        rule = Sequential(params.random_sets, None if params.exhaustive else params.level)
+        rule = Sequential(params.random_sets, params.level if params.screen else None)
         if params.confirm:
             put = candidates(rows, ranked, params.screen_candidates()) if screened else ranked[: params.confirm]
             # The screen's top heads are the likely selection: its knockouts (tested, control, the first
@@ -282,11 +282,11 @@ def dose_passes(params: FindParams) -> int:
 
 
 def confirmations(params: FindParams) -> int:
-    """Single-head knockouts at most: the screen's and discovery's top heads (``--exhaustive``:
+    """Single-head knockouts at most: the screen's and discovery's top heads (without ``--screen``:
     discovery's top ``confirm``); none with ``confirm`` 0."""
     if not params.confirm:
         return 0
-    return params.confirm if params.exhaustive else 2 * params.screen_candidates()
+    return 2 * params.screen_candidates() if params.screen else params.confirm
 
 
 def knockout_passes(params: FindParams) -> int:
@@ -300,7 +300,7 @@ def knockout_passes(params: FindParams) -> int:
 def prompt_passes(n_pairs: int, params: FindParams) -> int:
     """Prompt passes of a run: 4 per pair to score (2 more for the screen's backward, about a
     forward's work), 2 per pair in each knockout pass."""
-    screen = 0 if params.exhaustive else 2 * n_pairs
+    screen = 2 * n_pairs if params.screen else 0
     return 4 * n_pairs + screen + knockout_passes(params) * 2 * n_pairs
 
 
@@ -318,10 +318,10 @@ def work_note(n_pairs: int, params: FindParams) -> str:
         lo, hi = (m * total / prompt_passes(96, CPU_REFERENCE) for m in CPU_REFERENCE_MINUTES)
         hint = (
             f"; on 2 CPU cores a 135M model needs about {_durations(lo, hi)} for that (the quickstart's "
-            f"--max-pairs 96 --random-sets 10 --exhaustive took {CPU_REFERENCE_MINUTES[0]}–"
+            f"--max-pairs 96 --random-sets 10 took {CPU_REFERENCE_MINUTES[0]}–"
             f"{CPU_REFERENCE_MINUTES[1]} min): use those on a CPU, or a GPU"
         )
-    screen = "" if params.exhaustive else " at most, the screen's backward counted as one"
+    screen = " at most, the screen's backward counted as one" if params.screen else ""
     return f"{n_pairs} pairs: about {total:,} prompt passes ({knockout_passes(params)} knockout passes{screen}){hint}"
 
 
@@ -335,10 +335,10 @@ def flops_note(
     b = params.batch_size
     full, tested = counter.full(binding, b), counter.resumed_bound(binding, b, "tested")
     edge_alphas = sum(a != 1.0 for a in dose_alphas(params)) if params.dose_response else 0
-    rule = Sequential(params.random_sets, None if params.exhaustive else params.level)
+    rule = Sequential(params.random_sets, params.level if params.screen else None)
     # the confirmation's sweep, and the knockouts' in one or two (the dose-response shares the first)
     sweeps = (params.confirm > 0) + 1 + (rule.first_chunk() < params.random_sets)
-    ahead = 0 if params.exhaustive or not params.confirm else 1 + rule.first_chunk()  # run with the confirmation
+    ahead = 0 if not params.screen or not params.confirm else 1 + rule.first_chunk()  # run with the confirmation
     bound = (
         scoring
         + sweeps * full

@@ -277,27 +277,27 @@ def test_find_heads_says_how_much_work_it_will_do():
     from surgery.find.heads.find import work_note
     from surgery.find.heads.params import FindParams
 
-    # --exhaustive is the quickstart's measured procedure: 6.3–12.4 min for 4,608 prompt passes (96
+    # the default is the quickstart's measured procedure: 6.3–12.4 min for 4,608 prompt passes (96
     # pairs, 10 random sets), scaled to this run's 124,032.
-    assert work_note(1824, FindParams(exhaustive=True)) == (
+    assert work_note(1824, FindParams()) == (
         "1824 pairs: about 124,032 prompt passes (32 knockout passes); on 2 CPU cores a 135M "
-        "model needs about 2.8–5.6 h for that (the quickstart's --max-pairs 96 --random-sets 10 --exhaustive "
+        "model needs about 2.8–5.6 h for that (the quickstart's --max-pairs 96 --random-sets 10 "
         "took 6.3–12.4 min): use those on a CPU, or a GPU"
     )
-    # the screened default: 3 + 3 heads put forward instead of 10, the backward one pass more
-    assert work_note(1824, FindParams()) == (
+    # --screen: 3 + 3 heads put forward instead of 10, the backward one pass more
+    assert work_note(1824, FindParams(screen=True)) == (
         f"1824 pairs: about {1824 * (6 + 2 * 28):,} prompt passes (28 knockout passes at most, the screen's "
         "backward counted as one); on 2 CPU cores a 135M model needs about 2.6–5.1 h for that (the "
-        "quickstart's --max-pairs 96 --random-sets 10 --exhaustive took 6.3–12.4 min): use those on a "
+        "quickstart's --max-pairs 96 --random-sets 10 took 6.3–12.4 min): use those on a "
         "CPU, or a GPU"
     )
-    assert "needs about 20–39 min for that" in work_note(300, FindParams(random_sets=10, exhaustive=True))
+    assert "needs about 20–39 min for that" in work_note(300, FindParams(random_sets=10))
     grid = len(set(FindParams().dose_grid) | set(FindParams().awareness_alphas)) - 1  # α = 1 is free
-    note = work_note(96, FindParams(random_sets=10, confirm=0, dose_response=True, exhaustive=True))
+    note = work_note(96, FindParams(random_sets=10, confirm=0, dose_response=True))
     assert note == (
         f"96 pairs: about {4 * 96 + (12 + 2 * grid) * 2 * 96:,} prompt passes ({12 + 2 * grid} knockout passes)"
     )
-    note = work_note(96, FindParams(random_sets=10, candidates=4))
+    note = work_note(96, FindParams(random_sets=10, candidates=4, screen=True))
     assert note == f"96 pairs: about {6 * 96 + 20 * 2 * 96:,} prompt passes (20 knockout passes at most, " + (
         "the screen's backward counted as one)"
     )

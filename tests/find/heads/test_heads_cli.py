@@ -109,7 +109,6 @@ def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_pa
         *FAST,
         "--confirm",
         "5",
-        "--exhaustive",
         "--out",
         tmp_path / "f.json",
     )
@@ -137,8 +136,10 @@ def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_pa
     )
     edits = json.loads((tmp_path / "a" / "surgery.json").read_text())["recipe"]["edits"]
     assert [[e["layer"], e["head"]] for e in edits] == [[h["layer"], h["head"]] for h in conf["heads"][:4]]
-    # the default: the screen's top 3 and discovery's top 3 knocked out alone, the screen shown beside them
-    out = main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--out", tmp_path / "s.json")
+    # --screen: the screen's top 3 and discovery's top 3 knocked out alone, the screen shown beside them
+    out = main_stdout(
+        capsys, "find-heads", model, "--benchmark", bench, *FAST, "--screen", "--out", tmp_path / "s.json"
+    )
     assert "Attribution-patching screen" in out
     sc = load_findings(tmp_path / "s.json", "heads").to_dict()
     put = {(h["layer"], h["head"]) for h in sc["screen"]["heads"][:3] + sc["discovery"]["heads"][:3]}

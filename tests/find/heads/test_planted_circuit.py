@@ -8,11 +8,11 @@ function), and surgery's CLI must agree with it:
 
 - find-heads ranks the brute-force circuit first: the strongest head is in the top 3 by |coef|,
   and the top 3 of the discovery ranking hold at least 2 of the brute-force top 3;
-- its knockout confirmation (the attribution-patching screen's top 3 and discovery's top 3
-  knocked out alone) selects circuit heads only, brute force's best two among them, and agrees
-  with brute force on which candidates are in the circuit and which are not
-  (test_planted_decoy.py: the same on a model where discovery alone ranks non-binding heads
-  first); --exhaustive (discovery's top 10 knocked out alone, every random set) selects the same;
+- its knockout confirmation (each of discovery's top 10 heads knocked out alone) selects circuit
+  heads only, brute force's best two among them, and agrees with brute force on which candidates
+  are in the circuit and which are not (test_planted_decoy.py: the same on a model where
+  discovery alone ranks non-binding heads first); --screen (the attribution-patching screen's top
+  3 and discovery's top 3 knocked out alone, random sets stopped once decided) selects the same;
 - its knockout report shows a large, significant reduction of |ΔS| for the selected heads, none
   for the distractor's edges, none for random head sets outside the circuit, and no random set as
   effective as the selected one;
@@ -105,8 +105,8 @@ def findings(fixture_dir, tmp_path_factory) -> tuple[dict, Path]:
 
 
 @pytest.fixture(scope="module")
-def exhaustive(fixture_dir, tmp_path_factory) -> dict:
-    return find_heads_cli(fixture_dir, tmp_path_factory.mktemp("exhaustive"), "--exhaustive")
+def screened(fixture_dir, tmp_path_factory) -> dict:
+    return find_heads_cli(fixture_dir, tmp_path_factory.mktemp("screened"), "--screen")
 
 
 def test_fixture_is_what_the_generator_makes(fixture_dir, world, loaded):
@@ -201,22 +201,22 @@ def test_find_heads_ranks_the_circuit_first(findings, truth):
 
 
 def test_knockout_confirmation_selects_the_circuit(findings, truth):
-    """The confirmed selection passes check_confirmed_selection; the candidates are the screen's top 3
-    and discovery's top 3."""
+    """The confirmed selection passes check_confirmed_selection; it keeps discovery's candidates."""
     f = findings[0]
     conf = f["confirmation"]
-    put = {(h["layer"], h["head"]) for h in f["screen"]["heads"][:TOP] + f["discovery"]["heads"][:TOP]}
-    assert {(h["layer"], h["head"]) for h in conf["heads"]} == put
-    assert f["selected_heads"] == [[h["layer"], h["head"]] for h in conf["heads"][:TOP]]
+    assert conf["candidates"] == 10 and f["selected_heads"] == [[h["layer"], h["head"]] for h in conf["heads"][:TOP]]
     check_confirmed_selection(f, truth)
 
 
-def test_the_screened_procedure_selects_what_the_exhaustive_one_selects(findings, exhaustive, truth):
-    """--exhaustive (discovery's top 10 knocked out alone, all random sets) passes the same criterion
-    and selects the same heads as the default screened procedure (support.check_screen_agrees)."""
-    assert exhaustive["confirmation"]["candidates"] == 10
-    check_confirmed_selection(exhaustive, truth)
-    check_screen_agrees(findings[0], exhaustive)
+def test_the_screened_procedure_selects_what_the_exhaustive_one_selects(findings, screened, truth):
+    """--screen (the screen's top 3 and discovery's top 3 knocked out alone) passes the same criterion
+    and selects the same heads as the default exhaustive procedure (support.check_screen_agrees)."""
+    conf = screened["confirmation"]
+    put = {(h["layer"], h["head"]) for h in screened["screen"]["heads"][:TOP] + screened["discovery"]["heads"][:TOP]}
+    assert {(h["layer"], h["head"]) for h in conf["heads"]} == put
+    assert screened["selected_heads"] == [[h["layer"], h["head"]] for h in conf["heads"][:TOP]]
+    check_confirmed_selection(screened, truth)
+    check_screen_agrees(screened, findings[0])
 
 
 def test_knockout_is_large_significant_and_specific(findings, truth):

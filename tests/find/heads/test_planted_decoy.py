@@ -9,7 +9,7 @@ prompts best, so discovery ranks them first and knocking out its top 3 removes n
 The criterion (support.planted_circuit.check_confirmed_selection, plus): find-heads' confirmed
 selection is exactly the brute-force circuit (every head whose own edge knockout removes at least
 CIRCUIT_EFFECT % of ΔS), and knocking it out removes most of ΔS, significantly, while discovery's
-top 3 are all outside the circuit; --exhaustive selects the same heads.
+top 3 are all outside the circuit; --screen selects the same heads.
 """
 
 from __future__ import annotations
@@ -77,11 +77,11 @@ def test_confirmed_selection_recovers_the_circuit(decoy_findings, decoy_truth):
 
 
 @pytest.fixture(scope="module")
-def decoy_exhaustive(tmp_path_factory) -> dict:
-    return find_heads_cli(DECOY, tmp_path_factory.mktemp("decoy-exhaustive"), "--exhaustive")
+def decoy_screened(tmp_path_factory) -> dict:
+    return find_heads_cli(DECOY, tmp_path_factory.mktemp("decoy-screened"), "--screen")
 
 
-def test_the_screened_procedure_selects_what_the_exhaustive_one_selects(decoy_findings, decoy_exhaustive):
-    """The screen puts the circuit forward although discovery ranks it last: the default procedure
-    selects what --exhaustive (discovery's top 10 knocked out alone) selects."""
-    check_screen_agrees(decoy_findings, decoy_exhaustive)
+def test_the_screened_procedure_selects_what_the_exhaustive_one_selects(decoy_findings, decoy_screened):
+    """The screen puts the circuit forward although discovery ranks it last: --screen selects what
+    the default procedure (discovery's top 10 knocked out alone) selects."""
+    check_screen_agrees(decoy_screened, decoy_findings)

@@ -184,15 +184,16 @@ def test_knockouts_and_dose_response_share_one_sweep(tiny, small):
     # for bit (NaN, a CI the data do not give, equal to NaN)
     full = runner.counter.full(prompts, 3)
     assert flops_a - flops_b == full  # the dose-response's α = 0 edge edit is the knockout: swept once
-    # as full passes: the baseline, 2 + 3 knockouts, 2 edge-level and 2 whole-head α, as before
-    assert full_a == full_b == (1 + 5 + 4) * full
+    # as full passes: 2 + 3 knockouts, 2 edge-level and 2 whole-head α; the baseline S come from the
+    # first sweep's own baseline passes (no full pass of their own)
+    assert full_a == full_b == (5 + 4) * full
 
 
 def _planted_findings(fixture, monkeypatch, full: bool) -> dict:
     if full:  # the old way: each knockout pass from the embeddings
         monkeypatch.setattr(causal.PairRunner, "sweep", full_pass_scores)
     # the procedure whose every knockout is exact (the screen's guess of the selection runs resumed)
-    params = FindParams(benchmark=str(fixture / "benchmark.jsonl"), random_sets=10, batch_size=64, exhaustive=True)
+    params = FindParams(benchmark=str(fixture / "benchmark.jsonl"), random_sets=10, batch_size=64)
     pairs = build_pairs(load_benchmark(fixture / "benchmark.jsonl"), seed=0)
     out = find_heads(fixture, pairs, params, report=lambda m: None).to_dict()
     monkeypatch.undo()
@@ -256,8 +257,8 @@ def test_smollm2_resumed_knockouts_equal_full_passes(smollm2):
     print("smollm2 sweep FLOPs / full passes:", runner.counter.flops / runner.full_flops)
 
 
-@pytest.mark.parametrize("dose, exhaustive", [(False, False), (True, False), (False, True)])
-def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, small, dose, exhaustive):
+@pytest.mark.parametrize("dose, screen", [(False, True), (True, True), (False, False)])
+def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, small, dose, screen):
     path = char_model(tiny, "llama", CHAT)
     said: list[str] = []
 
@@ -275,7 +276,7 @@ def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, sma
             dose_response=dose,
             dose_grid=(0.0, 1.0, 2.0),
             awareness_alphas=(1.0,),
-            exhaustive=exhaustive,
+            screen=screen,
         ),
         progress=progress,
         report=said.append,
@@ -285,10 +286,10 @@ def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, sma
     bound, today = (float(x) for x in re.findall(r"\d\.\d+e[+-]\d+", said[note])[:2])
     cost = found.cost
     spent = cost["forward_flops"] + cost["backward_flops"]
-    assert (cost["backward_flops"] == 0) == exhaustive
+    assert (cost["backward_flops"] == 0) == (not screen)
     assert spent <= bound * 1.001 and cost["forward_flops_full_passes"] <= today * 1.001
     assert cost["share_of_full_passes"] == pytest.approx(spent / cost["forward_flops_full_passes"])
     # the exhaustive procedure's own passes, resumed, cost less than as full passes; the screened one
     # knocks out up to 2 × 3 heads here where --confirm 3 knocks out 3 (the denominator's procedure)
-    assert not exhaustive or spent < cost["forward_flops_full_passes"]
+    assert screen or spent < cost["forward_flops_full_passes"]
     assert any(m.startswith(f"FLOPs: {spent:.3e}") for m in said)  # the count, after
