@@ -4,16 +4,16 @@ The bake edits bytes and checks the edited maps without a model (surgery.bake.ch
 that describes its weights (every shape checks out) but names what transformers cannot build or run (an
 activation or a RoPE type it does not know) would be baked and published, and only ``surgery verify``
 would find out. So the bake loads the source as every command that runs a model does
-(surgery.model.loading.load_model: its real weights, on the CPU, float32 compute; a 16-bit checkpoint
-stays 16-bit and is upcast a layer at a time) and runs one forward pass on a few in-range token ids
+(surgery.model.loading.load_model with the command's own load options: device, dtype, --device-map
+and --max-memory, trust_remote_code) and runs one forward pass on a few in-range token ids
 (surgery.model.probe). A failure is one :class:`CheckpointError` and nothing is published. Building the
 model from its config on the meta device would cost no memory but refuses models that from_pretrained
 loads, and a meta-device forward fails in mixture-of-experts kernels: only the loader's way is asked.
 
-Where the weights allow it: the weights in float32 (every value at 4 bytes: more than the loader holds
-for a 16-bit, FP8 or integer checkpoint) may take at most ``MEMORY_SHARE`` of the memory available
-when the bake starts; a larger model is not loaded, and one note says so and that ``surgery verify``
-runs it.
+Where the weights allow it: without ``--device-map`` (whose ``--max-memory`` already bounds the load),
+the weights in float32 (every value at 4 bytes: more than the loader holds for a 16-bit, FP8 or
+integer checkpoint) may take at most ``MEMORY_SHARE`` of the memory available when the bake starts; a
+larger model is not loaded, and one note says so and that ``surgery verify`` runs it.
 
 A passed run is remembered in ``<cache dir>/runnable/``, keyed by config.json's sha256, the model key
 (the weights' fingerprint and the tokenizer files), the sha256 of the folder's Python files (remote
@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -108,10 +109,10 @@ def too_big(ckpt: Checkpoint) -> str | None:
     )
 
 
-def run_once(path: Path, trust_remote_code: bool, stop: threading.Event | None = None) -> None:
-    """Load the model at ``path`` as the loader does (CPU, float32 compute) and run one forward pass on
-    ``TOKENS`` in-range ids; a model transformers cannot build or run is one :class:`CheckpointError`.
-    ``stop`` set before the load (the bake failed first): nothing is loaded."""
+def run_once(path: Path, load: LoadSpec, stop: threading.Event | None = None) -> None:
+    """Load the model at ``path`` as the loader does with ``load`` and run one forward pass on ``TOKENS``
+    in-range ids; a model transformers cannot build or run is one :class:`CheckpointError`. ``stop``
+    set before the load (the bake failed first): nothing is loaded."""
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -123,10 +124,10 @@ def run_once(path: Path, trust_remote_code: bool, stop: threading.Event | None =
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # what transformers says about a load is verify's to show, not this probe's
     try:
-        model = load_or_refuse(path, LoadSpec(trust_remote_code=trust_remote_code, device="cpu", dtype="float32"))
+        model = load_or_refuse(path, replace(load, revision=None))  # ``path`` is the resolved revision
     finally:
         hf_logging.set_verbosity(level)
-    rows = vocab_rows(Checkpoint(path, allow_remote_code=trust_remote_code).config) or TOKENS
+    rows = vocab_rows(Checkpoint(path, allow_remote_code=load.trust_remote_code).config) or TOKENS
     check_runs(model, torch.arange(TOKENS).remainder(rows)[None], path)
 
 
@@ -142,14 +143,14 @@ def runs_alongside(
     if has_run(key):
         yield None
         return
-    why = too_big(ckpt)
+    why = None if load.device_map else too_big(ckpt)
     if why is not None:
         note(why)
         yield None
         return
     stop = threading.Event()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="surgery-run") as pool:
-        job = pool.submit(run_once, ckpt.path, load.trust_remote_code, stop)
+        job = pool.submit(run_once, ckpt.path, load, stop)
 
         def wait() -> None:
             job.result()

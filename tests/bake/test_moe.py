@@ -128,8 +128,8 @@ def test_per_expert_sharded_bf16(tiny, tmp_path):
 
 
 def test_cli_prunes_named_expert_neurons_and_says_so(tiny, tmp_path, capsys, monkeypatch):
-    """prune-neurons --neurons L:eE:N,L:s:N bakes, checks the edited slices (no model loaded), and
-    every output names them alike."""
+    """prune-neurons --neurons L:eE:N,L:s:N bakes, checks the edited slices (no model loaded once the
+    source ran before a first bake), and every output names them alike."""
     import transformers
     import yaml
 
@@ -145,6 +145,7 @@ def test_cli_prunes_named_expert_neurons_and_says_so(tiny, tmp_path, capsys, mon
     assert (info["experts"], info["expert_width"], info["shared_expert_width"]) == (4, 16, 24)
     assert info["expert_layout"] == "one tensor per expert"
     dst = tmp_path / "pruned"
+    run("prune-neurons", src, "--neurons", "0:e1:1", "--out", tmp_path / "first")  # the source runs once here
     with monkeypatch.context() as m:
         m.setattr(transformers.AutoModelForCausalLM, "from_pretrained", None)  # a model load would fail
         run("prune-neurons", src, "--neurons", "1:e2:3,1:s:4,0:e0:15", "--out", dst)

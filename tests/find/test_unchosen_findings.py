@@ -67,7 +67,7 @@ def test_amplify_heads_with_nothing_cached_says_up_front_that_find_heads_runs(ti
     assert notes[0].startswith("no find-heads findings are cached for this model: running find-heads with its ")
     ((said, n_pairs, params),) = calls
     assert said == 1 and params.max_pairs is None and n_pairs > 1000  # the defaults, said before the run
-    assert f"({n_pairs} pairs: about " in notes[0] and "prompt forward passes" in notes[0]  # with its work
+    assert f"({n_pairs} pairs: about " in notes[0] and "prompt passes" in notes[0]  # with its work
     # options given choose the findings: no "newest" rule, the exact key is looked up (and computed)
     notes.clear()
     with pytest.raises(Started):

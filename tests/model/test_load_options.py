@@ -38,9 +38,11 @@ class CustomForCausalLM(LlamaForCausalLM):
 # as a Hub-cache snapshot, read offline at this branch
 HUB_ID, REVISION = "org/custom", "main"
 DEVICE = "cpu:0"  # a valid device distinct from the default "cpu": seen only if the option arrives
-# Bakes whose findings come from a cache (or a recipe) run no model: the bake's own check reads the
-# edited weight slices only. They must still refuse the custom code without the flag (test below).
-RUN_NO_MODEL = {"prune-neurons", "amplify-heads", "apply"}
+# Bakes whose findings come from a cache (or a recipe) and whose source ran before run no model: the
+# bake's own check reads the edited weight slices only, and the source runs once before its first bake
+# (surgery.bake.runnable: prune-neurons' bake here, with these same options). They must still refuse
+# the custom code without the flag (test below).
+RUN_NO_MODEL = {"amplify-heads", "apply"}
 
 
 @pytest.fixture
