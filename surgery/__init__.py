@@ -21,8 +21,9 @@ the supported surface; the modules below it may change. Names are imported on fi
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .core.lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -102,13 +103,7 @@ if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run
     from .model.loading import LoadSpec
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'surgery' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
+__getattr__ = lazy_attributes(__name__, _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

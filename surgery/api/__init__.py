@@ -5,8 +5,9 @@ Names are imported on first use (PEP 562), so a command loads the operations it 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..core.lazy import lazy_attributes
 
 # name → module of surgery.api that defines it
 _EXPORTS = {
@@ -49,13 +50,7 @@ if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run
     from .shipping import evaluate, export_lora, import_gguf, push, report, write_card
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'surgery.api' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
+__getattr__ = lazy_attributes(__name__, {name: f".{module}" for name, module in _EXPORTS.items()}, globals())
 
 
 def __dir__() -> list[str]:

@@ -168,7 +168,9 @@ class PairRunner:
 
     def _sweep(self, edits: Sequence[Condition]) -> list[np.ndarray]:
         device, pad, n = input_device(self.model), pad_id(self.model), len(self.prompts)
-        out = [np.zeros(n) for _ in range(len(edits) + 1)]  # the last: the baseline passes' own S
+        # without a given baseline, the last row holds the baseline passes' own S (read only then)
+        keep_base = self._base is None
+        out = [np.zeros(n) for _ in range(len(edits) + keep_base)]
         work = distributed.Shard(batch_groups(self.prompts, self.batch_size), n)
         flops = self.counter.flops
         for idx in work:
@@ -176,7 +178,8 @@ class PairRunner:
             snap = snapshot(self.model, batch)
             self.counter.add(len(idx), snap.length)
             self.counter.add_head(len(idx))
-            out[-1][idx] = s_scores(snap.logits.float().log_softmax(-1), self.ids).cpu().numpy()
+            if keep_base:
+                out[-1][idx] = s_scores(snap.logits.float().log_softmax(-1), self.ids).cpu().numpy()
             for s, edit in zip(out, edits):
                 logits = (
                     resume(self.model, snap, batch, edit, self.counter)
@@ -187,12 +190,12 @@ class PairRunner:
                 if self.progress:
                     self.progress(len(idx))
             work.done(idx)
-        *out, base = work.gather(*out)
+        out = work.gather(*out)
         (spent,) = work.sum(self.counter.flops - flops)
         self.counter.flops = flops + int(spent)
         work.finish(self.progress, per_item=len(edits))
-        if self._base is None:
-            self._base = base
+        if keep_base:
+            self._base = out.pop()
         return out
 
     def delta(self, s: np.ndarray) -> dict[str, Any]:
