@@ -29,6 +29,7 @@ from surgery.core.errors import RecipeError
 from surgery.core.resolve import Resolver
 from surgery.core.sites import all_sites
 from surgery.ship.lora import export_lora
+from tests.support.installed import family_param
 from tests.support.models import load_fp32, logits, stored_tensors
 from tests.support.tiny_moe import FAMILIES
 
@@ -47,7 +48,7 @@ DEFAULT = (
     "minimax_m3_vl_text",
     "cohere2_moe",
 )
-CASES = [f if f in DEFAULT else pytest.param(f, marks=pytest.mark.slow(minutes=0.3)) for f in FAMILIES]
+CASES = [family_param(f, *(() if f in DEFAULT else (pytest.mark.slow(minutes=0.3),))) for f in FAMILIES]
 
 
 def _routed(arch: Architecture) -> tuple[NeuronScale, ...]:

@@ -21,14 +21,15 @@ from surgery.core.architectures import ARCHITECTURES, REFUSED, TABLE_LOCATION, a
 from surgery.core.coverage import SUPPORTED, UNKNOWN, coverage, representatives
 from surgery.core.errors import UnsupportedArchitecture
 from tests.support.coverage import build_family, prove, prove_direction, save_family, table_mismatches
+from tests.support.installed import family_param
 
 ROWS = coverage()
 EVERY_RUN = set(representatives())
 
 
 def _case(model_type: str):
-    marks = () if model_type in EVERY_RUN else pytest.mark.slow(minutes=0.1)
-    return pytest.param(model_type, marks=marks, id=model_type)
+    marks = () if model_type in EVERY_RUN else (pytest.mark.slow(minutes=0.1),)
+    return family_param(model_type, *marks)
 
 
 def test_every_causal_lm_type_is_supported_or_refused():
@@ -56,7 +57,7 @@ def test_refused_in_one_line_with_its_reason(model_type):
     assert "\n" not in str(exc.value)
 
 
-@pytest.mark.parametrize("model_type", [r.model_type for r in ROWS if r.status == SUPPORTED])
+@pytest.mark.parametrize("model_type", [family_param(r.model_type) for r in ROWS if r.status == SUPPORTED])
 def test_the_table_describes_the_model_transformers_builds(model_type):
     """Every supported type, every run (built on the meta device: no weights): each layer's attention
     and dense MLP matrices have the shapes the table derives from config.json, and the attention

@@ -44,13 +44,17 @@ def test_legacy_kind_names_are_transformers():
     assert set(ATTENTION_KINDS) <= set(cu.ALLOWED_ATTN_LAYER_TYPES)
 
 
+# Per-layer lists whose length must follow num_hidden_layers (Bailing-hybrid's SwiGLU clipping limits since
+# transformers 5.25): left out where a rule changes the layer count, as releases before them do.
+_PER_LAYER_LIMITS = ("expert_swiglu_limit_list", "share_expert_swiglu_limit_list")
+
 # (model type, keys config.json lacks, keys it has instead): each rule form of the table once
 ATTENTION_RULES = [
     ("qwen3_next", ("layer_types",), dict(full_attention_interval=3, num_hidden_layers=6)),  # interval
     ("qwen3_5_text", ("layer_types",), dict(full_attention_interval=2)),
     (
         "bailing_hybrid",
-        ("layer_types", "mlp_layer_types"),
+        ("layer_types", "mlp_layer_types", *_PER_LAYER_LIMITS),
         dict(layer_group_size=3, num_hidden_layers=6, first_k_dense_replace=1),
     ),
     ("jamba", (), dict(attn_layer_period=3, attn_layer_offset=1, num_hidden_layers=6)),  # period
@@ -94,7 +98,7 @@ MLP_RULES = [
     ),
     (
         "bailing_hybrid",
-        ("mlp_layer_types",),
+        ("mlp_layer_types", *_PER_LAYER_LIMITS),
         dict(first_k_dense_replace=1, num_hidden_layers=6, layer_types=["full_attention"] * 6),
     ),
     ("nemotron_h", ("layers_block_type", "num_hidden_layers"), dict(hybrid_override_pattern="M*-M*E")),

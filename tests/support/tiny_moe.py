@@ -158,6 +158,8 @@ FAMILIES = (
     "qwen3_5_moe",
     "qwen4_exp_text",
     "qwen4_exp",
+    "param2moe",
+    "minicpm5_moe",
 )
 # The class a release is saved from where it is not the causal LM (the text model of a multimodal one).
 RELEASE_CLASSES = {

@@ -50,6 +50,14 @@ REFUSED: dict[str, str] = {
         "not proven yet: its vision tower is a timm model (MobileNetV5) that surgery's coverage sweep cannot "
         "build without timm; its text decoder, gemma3n_text, is supported"
     ),
+    "ergo": (
+        "its experts have no gate projection and normalize each expert's output with that expert's own norm "
+        "(post_expert_norm), and a learned gate mixes each sub-layer into the residual: not described by the table yet"
+    ),
+    "kolibri1_1": (
+        "its indexed-attention layers let each query select its keys (index_topk) and some of them read an earlier "
+        "layer's keys and values (kv_source_layers, no k/v projections of their own): not described by the table yet"
+    ),
     "dory": "its releases store each decoder layer as two blocks (layers.2i attention, layers.2i+1 MLP) that "
     "transformers collapses on load: the stored layers are not the model's",
     **dict.fromkeys(

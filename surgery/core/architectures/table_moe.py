@@ -21,6 +21,15 @@ from .parts import (
     _SARVAM,
 )
 
+_SARVAM_MOE = Layout(
+    _DECODER,
+    q_proj=None,
+    k_proj=None,
+    v_proj=None,
+    stored_names=(("self_attn.o_proj.", "attention.dense."), ("embed_tokens.", "word_embeddings.")),
+    experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1, aliases=_SARVAM),
+)
+
 MOE: dict[str, Layout] = {
     # --- MoE variants (issue 24) ---
     # Per-expert names on disk are what transformers' checkpoint conversion mapping splits the fused
@@ -28,6 +37,15 @@ MOE: dict[str, Layout] = {
     # compares every row with both, and its routing rule and sizes with the model transformers builds).
     "glm4_moe": Layout(_DECODER, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1)),
     "dots1": Layout(_DECODER, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=0)),
+    # MiniCPM5-MoE: gated attention from one fused q_gate_proj (each head's query, then its output gate)
+    # (its releases store it as q_proj)
+    "minicpm5_moe": Layout(
+        _DECODER,
+        q_proj="self_attn.q_gate_proj",
+        q_gate=True,
+        stored_names=(("self_attn.q_gate_proj.", "self_attn.q_proj."),),
+        experts=replace(_DEEPSEEK_EXPERTS, first_dense_default=1),
+    ),
     "solar_open": Layout(
         _DECODER,
         experts=replace(
@@ -35,14 +53,9 @@ MOE: dict[str, Layout] = {
         ),
     ),
     # Sarvam-MoE releases store Bailing-style attention: attention.dense (o_proj), one fused query_key_value.
-    "sarvam_moe": Layout(
-        _DECODER,
-        q_proj=None,
-        k_proj=None,
-        v_proj=None,
-        stored_names=(("self_attn.o_proj.", "attention.dense."), ("embed_tokens.", "word_embeddings.")),
-        experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1, aliases=_SARVAM),
-    ),
+    "sarvam_moe": _SARVAM_MOE,
+    # Param2-MoE runs on GLM-4-MoE's modeling code and its releases store Sarvam-MoE's names.
+    "param2moe": _SARVAM_MOE,
     "ernie4_5_moe": Layout(
         _DECODER,
         experts=Experts(

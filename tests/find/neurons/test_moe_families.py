@@ -12,13 +12,14 @@ import torch
 import surgery
 from surgery.core.architectures import architecture
 from surgery.find.neurons.experts import capture_experts
+from tests.support.installed import family_param
 from tests.support.models import load_fp32
 from tests.support.neuron_pairs import write_pairs
 from tests.support.tiny_moe import FAMILIES
 from tests.support.tokenizer import char_tokenizer, save_char_tokenizer
 
 DEFAULT = ("deepseek_v3", "granitemoeshared", "llama4", "minimax_m3_vl_text", "lfm2_moe")
-CASES = [f if f in DEFAULT else pytest.param(f, marks=pytest.mark.slow(minutes=0.3)) for f in FAMILIES]
+CASES = [family_param(f, *(() if f in DEFAULT else (pytest.mark.slow(minutes=0.3),))) for f in FAMILIES]
 
 
 @pytest.mark.parametrize("model_type", CASES)
