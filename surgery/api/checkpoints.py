@@ -10,6 +10,7 @@ from ..core.edits import Recipe
 from ..core.progress import StageProgress, silent_stages
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
+from .bake_options import BakeOptions, bake_options
 from .baking import Baked, bake_recipe
 
 if TYPE_CHECKING:
@@ -104,36 +105,18 @@ def apply(
     model: str | Path,
     out: str | Path,
     *,
-    verify: bool = True,
-    force: bool = False,
-    allow_other_base: bool = False,
-    allow_zero: bool = False,
-    push_to: str | None = None,
-    private: bool = False,
-    requantize: bool = False,
+    bake: BakeOptions | None = None,
     stages: StageProgress = silent_stages,
     report: Callable[[str], None] | None = None,
     **options: Any,
 ) -> Baked:
     """Bake ``recipe`` (a :class:`~surgery.core.edits.Recipe` or a recipe YAML file) into a copy of
     ``model`` at ``out``. A recipe whose ``base_model`` names another model is refused unless
-    ``allow_other_base``. Options: ``LoadSpec`` fields (``revision``, ``trust_remote_code`` …)."""
+    ``bake=BakeOptions(allow_other_base=True)``. Options: ``LoadSpec`` fields (``revision``,
+    ``trust_remote_code`` …)."""
+    bake = bake_options("apply", bake, options)
     recipe = recipe if isinstance(recipe, Recipe) else Recipe.load(recipe)
-    return bake_recipe(
-        model,
-        recipe,
-        out,
-        verify=verify,
-        force=force,
-        allow_other_base=allow_other_base,
-        allow_zero=allow_zero,
-        push_to=push_to,
-        private=private,
-        requantize=requantize,
-        stages=stages,
-        report=report,
-        **options,
-    )
+    return bake_recipe(model, recipe, out, bake=bake, stages=stages, report=report, **options)
 
 
 def verify(

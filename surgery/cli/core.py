@@ -9,7 +9,7 @@ from rich.table import Table
 
 from .. import api
 from ..model.loading import LoadSpec
-from .baking import print_baked, print_result, push_settings
+from .baking import bake_settings, print_baked, print_result
 from .console import note, out, print_json, print_table, stage_progress
 from .group import cli
 from .options import load_options, model_argument, push_options
@@ -90,13 +90,9 @@ def apply(
             model,
             out_dir,
             load=load,
-            force=force,
-            verify=verify,
-            allow_other_base=allow_other_base,
-            allow_zero=allow_zero,
+            bake=bake_settings(force, verify, allow_zero=allow_zero, allow_other_base=allow_other_base),
             stages=stages,
             report=note,
-            **push_settings(),
         )
     if as_json:
         print_result(baked, as_json)
