@@ -29,7 +29,7 @@ def _size(n: int) -> str:
 def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
     """Show architecture, layers, heads, head_dim, MLP width, dtype, shards, size, and what an edit may
     touch in each kind of layer (or why the model is refused)."""
-    info = api.inspect(model, load=load)
+    info = api.inspect(model, load=load).to_dict()  # the table shows every fact --json prints
     if as_json:
         print_json(info)
         return
