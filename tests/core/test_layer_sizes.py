@@ -170,7 +170,7 @@ def test_per_layer_sizes_and_per_layer_kinds_together(tmp_path):
     with pytest.raises(CheckpointError, match=r"\(AmbiguousGlobalPerLayerAttributeError: 'intermediate_size' is"):
         surgery.apply(recipe, src, tmp_path / "baked")
     assert not (tmp_path / "baked").exists()
-    surgery.apply(recipe, src, tmp_path / "baked", verify=False)
+    surgery.apply(recipe, src, tmp_path / "baked", bake=surgery.BakeOptions(verify=False))
     before, after = stored_tensors(src), stored_tensors(tmp_path / "baked")
     changed = {n for n in before if not torch.equal(before[n], after[n])}
     o_proj = "model.layers.3.self_attn.o_proj.weight"
