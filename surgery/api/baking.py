@@ -209,14 +209,16 @@ def bake_plans(
     plans: Sequence[Planned],
     out: str | Path,
     *,
+    bake: BakeOptions | None = None,
     on_each: Callable[[str | None, Baked], None] | None = None,
     **kwargs: Any,
 ) -> Baked | dict[str, Baked]:
     """One plan bakes into ``out``; several (a sweep over α or n) into ``out/<label>`` each.
-    ``on_each(label, baked)`` runs after each bake."""
+    ``on_each(label, baked)`` runs after each bake; ``kwargs`` go to :func:`bake_recipe`."""
+    bake = bake_options("bake_plans", bake, kwargs)
     if len(plans) == 1:
-        baked = bake_recipe(model, plans[0].recipe, out, extra=plans[0].extra, **kwargs)
+        baked = bake_recipe(model, plans[0].recipe, out, bake=bake, extra=plans[0].extra, **kwargs)
         if on_each is not None:
             on_each(plans[0].label, baked)
         return baked
-    return bake_sweep(model, plans, out, on_each=on_each, **kwargs)
+    return bake_sweep(model, plans, out, bake=bake, on_each=on_each, **kwargs)

@@ -310,7 +310,10 @@ def test_the_api_package_imports_an_operation_when_it_is_first_asked_for():
     )
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip().splitlines() == ["[]", "['surgery.api.baked', 'surgery.api.baking', 'surgery.api.neurons']"]
+    assert r.stdout.strip().splitlines() == [
+        "[]",
+        "['surgery.api.bake_options', 'surgery.api.baked', 'surgery.api.baking', 'surgery.api.neurons']",
+    ]
     import importlib
 
     import surgery.api as api
