@@ -170,7 +170,7 @@ def child_bake(src: Path, dst: Path) -> dict:
     def progress(stage: str, done: int, total: int) -> None:
         stages.setdefault(stage, time.perf_counter())
 
-    surgery.bake_recipe(src, recipe, dst, verify=False, stages=progress)
+    surgery.bake_recipe(src, recipe, dst, bake=surgery.BakeOptions(verify=False), stages=progress)
     stages["done"] = time.perf_counter()
     # Copy and patch interleave (a shard is patched right after it is copied), and hashing runs
     # on threads throughout; "hash wait" is what is left of it after the last file is written.

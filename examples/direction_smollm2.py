@@ -60,8 +60,8 @@ def main() -> None:
         direction_layer=None if args.per_layer else layer,
         weight=args.weight,
         layers=args.layers,
-        force=True,
         device="cpu",
+        bake=surgery.BakeOptions(force=True),
     )
     bake_s = time.perf_counter() - start
     result = surgery.evaluate(
@@ -74,8 +74,8 @@ def main() -> None:
         device="cpu",
         out=args.out / "eval.json",
     )
-    before, after = result["metrics"]["against"], result["metrics"]["model"]
-    first = result["details"]["model"]["kl"]["first_token"]
+    before, after = result.metrics.against, result.metrics.model
+    first = result.details.model["kl"]["first_token"]
     left = [e.direction_left for e in baked.provenance.edited_tensors if e.direction_left is not None]
     row = found.data.layers[layer]
     summary = {

@@ -7,16 +7,17 @@ The Python API mirrors the ``surgery`` command line, one function per command::
     found = surgery.find_neurons("models/smollm2")                 # cached findings
     surgery.prune_neurons("models/smollm2", "pruned", n=40)          # surgery prune-neurons --n 40
     surgery.amplify_heads("models/smollm2", "amplified", alpha=2.5, heads=[(7, 7)])
-    surgery.apply("recipe.yaml", "models/smollm2", "out")
+    surgery.apply("recipe.yaml", "models/smollm2", "out", bake=surgery.BakeOptions(force=True))
     found = surgery.find_direction("models/smollm2", a="a.txt", b="b.txt")  # per-layer directions
     surgery.ablate_direction("models/smollm2", "ablated", direction=found.path, weight=1.0)
     assert surgery.verify("models/smollm2", "pruned").ok
     surgery.undo("pruned", "restored")
 
 Options are keyword arguments named like the command line's (``device="cpu"``, ``score="bias"``,
-``max_pairs=96``), checked as the command line checks them. Everything listed in ``__all__`` is
-the supported surface; the modules below it may change. Names are imported on first use, so
-``import surgery`` stays cheap (no torch).
+``max_pairs=96``), checked as the command line checks them; a bake's switches (``--force``,
+``--no-verify``, ``--push-to`` …) are one ``bake=surgery.BakeOptions(...)``. Everything listed in
+``__all__`` is the supported surface; the modules below it may change. Names are imported on first
+use, so ``import surgery`` stays cheap (no torch).
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ _EXPORTS = {
     "DirectionFindings": "surgery.find.directions.find",
     "Baked": "surgery.api.baking",
     "Planned": "surgery.api.baking",
+    "BakeOptions": "surgery.api.bake_options",
+    "Inspection": "surgery.api.results",
+    "EvalResult": "surgery.api.results",
     "Report": "surgery.bake.verify",
     "NeuronFindings": "surgery.find.neurons.find",
     "HeadFindings": "surgery.find.heads.find",
@@ -83,11 +87,13 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run __getattr__
+    from .api.bake_options import BakeOptions
     from .api.baking import Baked, Planned, bake_recipe, bake_sweep
     from .api.checkpoints import apply, inspect, undo, verify
     from .api.directions import ablate_direction, direction_findings, find_direction
     from .api.heads import amplify_heads, find_heads, head_findings, score_binding
     from .api.neurons import find_neurons, neuron_findings, prune_neurons
+    from .api.results import EvalResult, Inspection
     from .api.shipping import evaluate, export_lora, import_gguf, push, report, write_card
     from .bake.verify import Report
     from .core.edit_kind import Edit, edit_kinds, register_edit_kind

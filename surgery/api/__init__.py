@@ -11,6 +11,9 @@ from ..core.lazy import lazy_attributes
 
 # name → module of surgery.api that defines it
 _EXPORTS = {
+    "BakeOptions": "bake_options",
+    "EvalResult": "results",
+    "Inspection": "results",
     "Baked": "baking",
     "Planned": "baking",
     "bake_plans": "baking",
@@ -42,11 +45,13 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run __getattr__
+    from .bake_options import BakeOptions
     from .baking import Baked, Planned, bake_plans, bake_recipe, bake_sweep, sweep_label
     from .checkpoints import apply, inspect, undo, verify
     from .directions import ablate_direction, direction_findings, find_direction
     from .heads import amplify_heads, find_heads, head_findings, score_binding
     from .neurons import find_neurons, neuron_findings, neuron_plans, prune_neurons
+    from .results import EvalResult, Inspection
     from .shipping import evaluate, export_lora, import_gguf, push, report, write_card
 
 

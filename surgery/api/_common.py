@@ -13,7 +13,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
+from numbers import Integral
 from typing import Any, TypeVar
+
+from ..core.errors import ParameterError
 
 T = TypeVar("T")
 
@@ -49,3 +52,15 @@ def no_other_options(function: str, options: dict[str, Any], *accepted: type) ->
 def reporter(report: Callable[[str], None] | None) -> Callable[[str], None]:
     """``report``, or notes on the ``surgery`` logger."""
     return report or log_note
+
+
+def index_pair(item: Any, name: str, shape: str, example: str) -> tuple[int, int]:
+    """``item`` as a pair of whole numbers (``shape`` names its parts, e.g. "(layer, head)"); any other
+    shape is a one-line ParameterError naming the parameter ``name`` and an ``example`` of it."""
+    try:
+        pair = () if isinstance(item, (str, bytes)) else tuple(item)  # a list, tuple, numpy row …
+    except TypeError:  # not iterable: a number
+        pair = ()
+    if len(pair) != 2 or not all(isinstance(x, Integral) and not isinstance(x, bool) for x in pair):
+        raise ParameterError(f"{{{name}}}: {item!r} is not a {shape} pair of whole numbers; give e.g. {example}", name)
+    return int(pair[0]), int(pair[1])

@@ -10,20 +10,22 @@ from ..core.edits import Recipe
 from ..core.progress import StageProgress, silent_stages
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
+from .bake_options import BakeOptions, bake_options
 from .baking import Baked, bake_recipe
+from .results import Inspection
 
 if TYPE_CHECKING:
     from ..bake.verify import Report
     from ..core.architectures import LayerEdits
 
 
-def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) -> dict[str, Any]:
+def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) -> Inspection:
     """What ``model`` is and what surgery may edit in it, read from its config and safetensors headers
     (no weights loaded): architecture, layers, heads, kv heads, head_dim, sizes, dtypes, shards, its
     experts, MLA sizes, and per kind of layer what an edit may touch and what it refuses and why
     (``layer_kinds``; a hybrid model's kinds of layer by name). A model surgery does not edit says why
-    (``supported``: false, ``refused``: the one-line reason); a config whose sizes contradict its
-    tensors is an error naming the tensor."""
+    (``supported`` False, ``refused`` the one-line reason); a config whose sizes contradict its
+    tensors is an error naming the tensor. ``to_dict()`` is what ``inspect --json`` prints."""
     from ..bake.int_packed import planner_view
     from ..bake.patches import check_layers
     from ..core.architectures import architecture, refusal
@@ -32,55 +34,49 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
     load = typed(LoadSpec, options, load)
     no_other_options("inspect", options, LoadSpec)
     ckpt, source = open_checkpoint(str(model), load)
-    files = {
-        "dtypes": sorted({t.dtype for t in ckpt.tensors.values()}),
-        "shards": len(ckpt.weight_files),
-        "tensors": len(ckpt.tensors),
-        "bytes": ckpt.total_bytes(),
-    }
+    files = dict(
+        path=str(source.path),
+        dtypes=tuple(sorted({t.dtype for t in ckpt.tensors.values()})),
+        shards=len(ckpt.weight_files),
+        tensors=len(ckpt.tensors),
+        bytes=ckpt.total_bytes(),
+    )
     why = refusal(ckpt.config)
     if why:
-        return {
-            "path": str(source.path),
-            "model_type": ckpt.config.get("model_type"),
-            "supported": False,
-            "refused": why,
-            **files,
-        }
+        return Inspection(**files, model_type=ckpt.config.get("model_type"), supported=False, refused=why)
     arch = architecture(ckpt.config)
     check_layers(planner_view(ckpt), arch)  # an int4 / int8 weight: its codes' logical shape
     g = arch.geometry
-    info = {
-        "path": str(source.path),
-        "model_type": arch.model_type,
-        "supported": True,
-        "layers": g.num_layers,
-        "heads": g.num_heads,
-        "kv_heads": g.num_kv_heads,
-        "head_dim": g.head_dim,
-        "hidden_size": g.hidden_size,
-        "mlp_width": g.intermediate_size,
-        **files,
-        "layer_prefix": Resolver(arch, ckpt.tensors).prefix.format(layer="N"),
-    }
+    sizes: dict[str, Any] = {}
     if g.sparse_layers:  # mixture of experts: neurons are named L:eE:N (routed), L:s:N (shared)
-        info.update(
+        sizes.update(
             experts=g.num_experts,
             expert_width=g.expert_size,
             expert_layers=f"{len(g.sparse_layers)} of {g.num_layers}",
             expert_layout="fused 3-D" if arch.fused_experts(ckpt.tensors) else "one tensor per expert",
+            shared_expert_width=g.shared_size or None,
         )
-        if g.shared_size:
-            info["shared_expert_width"] = g.shared_size
     if g.mla:  # multi-head latent attention: head_dim above is a head's width in o_proj (v_head_dim)
-        info["mla"] = dict(g.mla.__dict__)
+        sizes["mla"] = dict(g.mla.__dict__)
     if g.o_groups:  # DeepSeek-V4: a head is its columns of o_a_proj within its group's rows
-        info.update(o_groups=g.o_groups, o_lora_rank=g.o_rank)
-    info["layer_kinds"] = [
-        {"layers": list(layers), **kind.to_dict(), "summary": _summary(layers, kind)}
-        for layers, kind in arch.layer_kinds()
-    ]
-    return info
+        sizes.update(o_groups=g.o_groups, o_lora_rank=g.o_rank)
+    return Inspection(
+        **files,
+        model_type=arch.model_type,
+        supported=True,
+        layers=g.num_layers,
+        heads=g.num_heads,
+        kv_heads=g.num_kv_heads,
+        head_dim=g.head_dim,
+        hidden_size=g.hidden_size,
+        mlp_width=g.intermediate_size,
+        layer_prefix=Resolver(arch, ckpt.tensors).prefix.format(layer="N"),
+        **sizes,
+        layer_kinds=tuple(
+            {"layers": list(layers), **kind.to_dict(), "summary": _summary(layers, kind)}
+            for layers, kind in arch.layer_kinds()
+        ),
+    )
 
 
 def _summary(layers: tuple[int, ...], kind: LayerEdits) -> str:
@@ -104,36 +100,18 @@ def apply(
     model: str | Path,
     out: str | Path,
     *,
-    verify: bool = True,
-    force: bool = False,
-    allow_other_base: bool = False,
-    allow_zero: bool = False,
-    push_to: str | None = None,
-    private: bool = False,
-    requantize: bool = False,
+    bake: BakeOptions | None = None,
     stages: StageProgress = silent_stages,
     report: Callable[[str], None] | None = None,
     **options: Any,
 ) -> Baked:
     """Bake ``recipe`` (a :class:`~surgery.core.edits.Recipe` or a recipe YAML file) into a copy of
     ``model`` at ``out``. A recipe whose ``base_model`` names another model is refused unless
-    ``allow_other_base``. Options: ``LoadSpec`` fields (``revision``, ``trust_remote_code`` …)."""
+    ``bake=BakeOptions(allow_other_base=True)``. Options: ``LoadSpec`` fields (``revision``,
+    ``trust_remote_code`` …)."""
+    bake = bake_options("apply", bake, options)
     recipe = recipe if isinstance(recipe, Recipe) else Recipe.load(recipe)
-    return bake_recipe(
-        model,
-        recipe,
-        out,
-        verify=verify,
-        force=force,
-        allow_other_base=allow_other_base,
-        allow_zero=allow_zero,
-        push_to=push_to,
-        private=private,
-        requantize=requantize,
-        stages=stages,
-        report=report,
-        **options,
-    )
+    return bake_recipe(model, recipe, out, bake=bake, stages=stages, report=report, **options)
 
 
 def verify(

@@ -24,6 +24,7 @@ from ..core.progress import Progress, StageProgress, silent, silent_stages
 from ..find.directions.params import DirectionParams, KernelParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
+from .bake_options import BakeOptions, bake_options
 from .baking import Baked, Planned, bake_plans
 
 if TYPE_CHECKING:
@@ -119,11 +120,7 @@ def ablate_direction(
     *,
     direction: str | Path,
     transfer: bool = False,
-    verify: bool = True,
-    force: bool = False,
-    push_to: str | None = None,
-    private: bool = False,
-    requantize: bool = False,
+    bake: BakeOptions | None = None,
     load: LoadSpec | None = None,
     kernel: KernelParams | None = None,
     stages: StageProgress = silent_stages,
@@ -136,9 +133,11 @@ def ablate_direction(
     W ← W − w·r(rᵀW) on the modules and layers ``kernel`` picks, with its per-layer weights; with
     ``add=True`` the control vector b ← b + w·r on their output biases instead (steer edits).
     Options: ``LoadSpec`` and ``KernelParams`` fields (``weight``, ``position``, ``floor``, ``width``,
-    ``layers``, ``direction_layer``, ``modules``, ``add``)."""
+    ``layers``, ``direction_layer``, ``modules``, ``add``); ``bake``: the bake's switches
+    (:class:`~surgery.api.bake_options.BakeOptions`)."""
     from ..find.directions.ablate import direction_recipe
 
+    bake = bake_options("ablate_direction", bake, options)
     load, kernel = typed(LoadSpec, options, load), typed(KernelParams, options, kernel)
     no_other_options("ablate_direction", options, LoadSpec, KernelParams)
     ckpt = open_checkpoint(str(model), load)[0]
@@ -154,11 +153,7 @@ def ablate_direction(
         plans,
         out,
         load=load,
-        force=force,
-        verify=verify,
-        push_to=push_to,
-        private=private,
-        requantize=requantize,
+        bake=bake,
         stages=stages,
         report=report,
         on_each=on_each,

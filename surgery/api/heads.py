@@ -22,7 +22,8 @@ from ..core.errors import ParameterError
 from ..core.progress import Progress, StageProgress, silent, silent_stages
 from ..find.heads.params import FindParams
 from ..model.loading import LoadSpec, open_checkpoint
-from ._common import no_other_options, reporter, typed
+from ._common import index_pair, no_other_options, reporter, typed
+from .bake_options import BakeOptions, bake_options
 from .baking import Baked, Planned, bake_plans, sweep_label
 
 # The options that decide head findings: when amplify-heads is given none, the newest cached serve.
@@ -161,17 +162,12 @@ def amplify_heads(
     out: str | Path,
     *,
     alpha: float | Iterable[float],
-    heads: str | Iterable[tuple[int, int]] | None = None,
+    heads: str | Iterable[tuple[int, int] | str] | None = None,
     top: int | None = None,
     findings: str | Path | None = None,
     transfer: bool = False,
     recompute: bool = False,
-    allow_zero: bool = False,
-    verify: bool = True,
-    force: bool = False,
-    push_to: str | None = None,
-    private: bool = False,
-    requantize: bool = False,
+    bake: BakeOptions | None = None,
     load: LoadSpec | None = None,
     params: FindParams | None = None,
     progress: Progress = silent,
@@ -189,10 +185,12 @@ def amplify_heads(
     else cached: those of the find-heads options given (``params`` or its fields; computed on a
     miss), or with none given the newest cached findings of this model (find-heads runs with its
     defaults only when there are none, said up front). α = 0 silences the heads: it needs
-    ``allow_zero``. ``on_plans(plans)`` sees what will be baked before the first bake,
-    ``on_each(label, baked)`` each output once written.
+    ``bake=BakeOptions(allow_zero=True)`` (``bake``: the bake's switches, see
+    :class:`~surgery.api.bake_options.BakeOptions`). ``on_plans(plans)`` sees what will be baked
+    before the first bake, ``on_each(label, baked)`` each output once written.
     """
-    alphas = _alphas(alpha, allow_zero)
+    bake = bake_options("amplify_heads", bake, options)
+    alphas = _alphas(alpha, bake.allow_zero)
     chosen_options = params is not None or any(name in options for name in _FIND_FIELDS)
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
     no_other_options("amplify_heads", options, LoadSpec, FindParams)
@@ -236,12 +234,7 @@ def amplify_heads(
         plans,
         out,
         load=load,
-        force=force,
-        verify=verify,
-        allow_zero=allow_zero,
-        push_to=push_to,
-        private=private,
-        requantize=requantize,
+        bake=bake,
         stages=stages,
         report=report,
         on_each=on_each,
@@ -268,11 +261,16 @@ def _alphas(alpha: float | Iterable[float], allow_zero: bool) -> list[float]:
     return [float(v) for v in values]
 
 
-def _head_pairs(heads: str | Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Heads named as ``"7.7,8.17"`` or as (layer, head) pairs."""
+def _head_pairs(heads: str | Iterable[tuple[int, int] | str]) -> list[tuple[int, int]]:
+    """Heads named as ``"7.7,8.17"``, or a list of (layer, head) pairs or such labels."""
     if isinstance(heads, str):
         return [(h.layer, h.head) for h in parse_heads(heads, 1.0)]
-    pairs = [(int(layer), int(head)) for layer, head in heads]
+    pairs = []
+    for item in heads:
+        if isinstance(item, str):
+            pairs += _head_pairs(item)
+        else:
+            pairs.append(index_pair(item, "heads", "(layer, head)", "[(7, 7), (8, 17)] or '7.7,8.17'"))
     if not pairs:
         raise ParameterError("{heads} is empty; give LAYER.HEAD pairs such as 7.7,8.17", "heads")
     return pairs

@@ -22,7 +22,8 @@ from ..core.errors import ParameterError
 from ..core.progress import Progress, StageProgress, silent, silent_stages
 from ..find.neurons.params import CaptureParams, SelectParams
 from ..model.loading import LoadSpec, open_checkpoint
-from ._common import no_other_options, reporter, typed
+from ._common import index_pair, no_other_options, reporter, typed
+from .bake_options import BakeOptions, bake_options
 from .baking import Baked, Planned, bake_plans, sweep_label
 
 # The options that decide neuron findings: when prune-neurons is given none, the newest cached serve.
@@ -156,17 +157,12 @@ def prune_neurons(
     out: str | Path,
     *,
     n: int | Iterable[int] | None = None,
-    neurons: str | Iterable[NeuronScale | str] | None = None,
+    neurons: str | Iterable[NeuronScale | str | tuple[int, int]] | None = None,
     factor: float = 0.0,
     findings: str | Path | None = None,
     transfer: bool = False,
     recompute: bool = False,
-    allow_zero: bool = False,
-    verify: bool = True,
-    force: bool = False,
-    push_to: str | None = None,
-    private: bool = False,
-    requantize: bool = False,
+    bake: BakeOptions | None = None,
     load: LoadSpec | None = None,
     capture: CaptureParams | None = None,
     select: SelectParams | None = None,
@@ -179,13 +175,14 @@ def prune_neurons(
 ) -> Baked | dict[str, Baked]:
     """Zero (``factor=0``) or scale MLP neurons and write a new checkpoint at ``out``.
 
-    Give ``neurons`` (``"28:17,3:e5:17"`` or a list of labels / ``NeuronScale``) or ``n``, the top n
-    from the findings (read from ``findings``, else cached: those of the capture options given, or
-    with none given the newest cached findings of this model; computed only when there are none); a
-    list of n bakes one folder per value into ``out``. Returns the
-    :class:`~surgery.api.baking.Baked` output, or one per label for a sweep. ``on_plans(plans)`` sees what will be baked before the first bake,
-    ``on_each(label, baked)`` each output once written. Options: ``LoadSpec``, ``CaptureParams`` and
-    ``SelectParams`` fields.
+    Give ``neurons`` (``"28:17,3:e5:17"``, or a list of labels, (layer, neuron) pairs such as
+    ``[(28, 17)]`` or ``NeuronScale`` edits) or ``n``, the top n from the findings (read from
+    ``findings``, else cached: those of the capture options given, or with none given the newest
+    cached findings of this model; computed only when there are none); a list of n bakes one folder
+    per value into ``out``. Returns the :class:`~surgery.api.baking.Baked` output, or one per label
+    for a sweep. ``bake``: the bake's switches (:class:`~surgery.api.bake_options.BakeOptions`).
+    ``on_plans(plans)`` sees what will be baked before the first bake, ``on_each(label, baked)``
+    each output once written. Options: ``LoadSpec``, ``CaptureParams`` and ``SelectParams`` fields.
     """
     if not math.isfinite(factor):
         raise ParameterError(f"{{factor}} must be a finite number, got {factor}", "factor")
@@ -195,19 +192,9 @@ def prune_neurons(
         )
     if (neurons is None) == (n is None):
         raise ParameterError("give exactly one of {neurons} LAYER:INDEX,… and {n} N", "neurons", "n")
+    bake = bake_options("prune_neurons", bake, options)
     load = typed(LoadSpec, options, load)
-    bake_kw = dict(
-        load=load,
-        force=force,
-        verify=verify,
-        allow_zero=allow_zero,
-        push_to=push_to,
-        private=private,
-        requantize=requantize,
-        stages=stages,
-        report=report,
-        on_each=on_each,
-    )
+    bake_kw = dict(load=load, bake=bake, stages=stages, report=report, on_each=on_each)
     if neurons is not None:
         if findings or transfer:
             raise ParameterError(
@@ -253,13 +240,22 @@ def _counts(n: int | Iterable[int]) -> list[int]:
     return [int(v) for v in values]
 
 
-def _neuron_edits(neurons: str | Iterable[NeuronScale | str], factor: float) -> tuple[NeuronScale, ...]:
-    """Neurons named as ``"28:17,3:e5:17"``, a list of such labels, or ``NeuronScale`` edits."""
+def _neuron_edits(
+    neurons: str | Iterable[NeuronScale | str | tuple[int, int]], factor: float
+) -> tuple[NeuronScale, ...]:
+    """Neurons named as ``"28:17,3:e5:17"``, or a list of such labels, (layer, neuron) pairs or
+    ``NeuronScale`` edits."""
     if isinstance(neurons, str):
         return tuple(parse_neurons(neurons, factor))
     edits: list[NeuronScale] = []
     for item in neurons:
-        edits += [item] if isinstance(item, NeuronScale) else parse_neurons(str(item), factor)
+        if isinstance(item, NeuronScale):
+            edits.append(item)
+        elif isinstance(item, str):
+            edits += parse_neurons(item, factor)
+        else:
+            layer, neuron = index_pair(item, "neurons", "(layer, neuron)", "[(28, 17), (28, 901)] or '28:17,28:901'")
+            edits.append(NeuronScale(layer, neuron, factor))
     if not edits:
         raise ParameterError("{neurons} is empty; give LAYER:NEURON labels such as 28:17,28:901", "neurons")
     return tuple(edits)

@@ -13,8 +13,10 @@ from ..core.progress import Progress, StageProgress, silent, silent_stages
 from ..evaluation.params import EvalParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
+from .results import EvalResult
 
 if TYPE_CHECKING:
+    from ..bake.record import AdapterRecord, Pushed
     from ..model.gguf_import import ImportResult
 
 
@@ -27,7 +29,7 @@ def export_lora(
     force: bool = False,
     load: LoadSpec | None = None,
     **options: Any,
-) -> dict[str, Any]:
+) -> AdapterRecord:
     """Write a PEFT LoRA adapter at ``out`` whose effect on ``model`` is exactly ``recipe`` (a Recipe,
     a recipe YAML, or a folder baked from ``model``: the recipe it recorded); ``vllm`` pads every
     module to one rank vLLM accepts. Returns the adapter's record (modules, ranks, recipe)."""
@@ -59,13 +61,14 @@ def evaluate(
     progress: Progress = silent,
     report: Callable[[str], None] | None = None,
     **options: Any,
-) -> dict[str, Any]:
+) -> EvalResult:
     """Evaluate ``model``: retention (perplexity, multiple choice), KL against ``against`` (the source;
     its results are cached), BBQ bias (``bbq`` files), DiffAware / CtxtAware (``n4``) and lm-eval
     tasks, the share of greedy answers to ``prompts`` holding one of ``markers`` (files; one marker
     a line). ``out`` writes the result JSON; ``card`` puts the before/after table into ``model``'s
     card (a local baked folder). Options: ``LoadSpec`` and ``EvalParams`` fields (``suites``,
-    ``limit``, ``batch_size``, ``max_new_tokens``)."""
+    ``limit``, ``batch_size``, ``max_new_tokens``). Returns the result (``to_dict()``: its JSON, as
+    ``out`` gets it)."""
     from ..core.distributed import is_main
     from ..evaluation.data import save_result
     from ..evaluation.suites import evaluate as run
@@ -115,7 +118,7 @@ def evaluate(
             from ..ship.card import card_with_evaluation
 
             card_with_evaluation(source.path, result, str(out) if out else "this evaluation")
-    return result
+    return EvalResult.of(result)
 
 
 def write_card(folder: str | Path, evaluation: str | Path | None = None) -> Path:
@@ -137,7 +140,7 @@ def push(
     revision: str | None = None,
     create_pr: bool = False,
     message: str | None = None,
-) -> dict[str, Any]:
+) -> Pushed:
     """Push a verified baked folder (or exported adapter) to the Hub repo ``repo`` (token from
     ``HF_TOKEN`` or ``hf auth login``, never printed); ``revision``: the branch, created when missing.
     ``folder`` may be a baked .gguf file: it goes with its two sidecars and a model card written from

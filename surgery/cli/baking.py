@@ -4,21 +4,27 @@ and the sweep values parsed from the command line. The bake itself is the librar
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..api.bake_options import BakeOptions
 from ..api.baking import Baked
 from ..core.errors import ParameterError
 from .console import out, print_json
 from .options import PRIVATE_KEY, PUSH_KEY, REQUANTIZE_KEY, context_value
 
 
-def push_settings() -> dict[str, Any]:
-    """The command's --push-to, --private and --requantize, as keyword arguments of the library's bake."""
-    return {
-        "push_to": context_value(PUSH_KEY),
-        "private": bool(context_value(PRIVATE_KEY)),
-        "requantize": bool(context_value(REQUANTIZE_KEY)),
-    }
+def bake_settings(
+    force: bool, verify: bool, *, allow_zero: bool = False, allow_other_base: bool = False
+) -> BakeOptions:
+    """The command's bake flags as the library's :class:`BakeOptions`: those it was called with, and
+    --push-to, --private and --requantize, remembered in the click context."""
+    return BakeOptions(
+        force=force,
+        verify=verify,
+        allow_zero=allow_zero,
+        allow_other_base=allow_other_base,
+        requantize=bool(context_value(REQUANTIZE_KEY)),
+        push_to=context_value(PUSH_KEY),
+        private=bool(context_value(PRIVATE_KEY)),
+    )
 
 
 def print_baked(baked: Baked) -> None:

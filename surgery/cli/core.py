@@ -9,7 +9,7 @@ from rich.table import Table
 
 from .. import api
 from ..model.loading import LoadSpec
-from .baking import print_baked, print_result, push_settings
+from .baking import bake_settings, print_baked, print_result
 from .console import note, out, print_json, print_table, stage_progress
 from .group import cli
 from .options import load_options, model_argument, push_options
@@ -29,7 +29,7 @@ def _size(n: int) -> str:
 def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
     """Show architecture, layers, heads, head_dim, MLP width, dtype, shards, size, and what an edit may
     touch in each kind of layer (or why the model is refused)."""
-    info = api.inspect(model, load=load)
+    info = api.inspect(model, load=load).to_dict()  # the table shows every fact --json prints
     if as_json:
         print_json(info)
         return
@@ -90,13 +90,9 @@ def apply(
             model,
             out_dir,
             load=load,
-            force=force,
-            verify=verify,
-            allow_other_base=allow_other_base,
-            allow_zero=allow_zero,
+            bake=bake_settings(force, verify, allow_zero=allow_zero, allow_other_base=allow_other_base),
             stages=stages,
             report=note,
-            **push_settings(),
         )
     if as_json:
         print_result(baked, as_json)

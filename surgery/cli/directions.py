@@ -11,7 +11,7 @@ from rich.table import Table
 from .. import api
 from ..find.directions.params import DirectionParams, KernelParams
 from ..model.loading import LoadSpec
-from .baking import each_line, print_result, push_settings
+from .baking import bake_settings, each_line, print_result
 from .console import both_progress, note, out, print_json, print_table, progress_bars
 from .group import cli
 from .options import baking_command, model_argument, typed_options
@@ -117,14 +117,12 @@ def ablate_direction_cmd(
             out_dir,
             direction=direction_file,
             transfer=transfer,
-            verify=verify,
-            force=force,
+            bake=bake_settings(force, verify),
             load=load,
             kernel=kernel,
             stages=stages,
             report=note,
             on_plans=show,
             on_each=each_line(as_json),
-            **push_settings(),
         )
     print_result(result, as_json)

@@ -14,7 +14,7 @@ from ..find.heads.caveats import delta_s_caveat, weak_heads_caveat
 from ..find.heads.params import PAIR_FIELDS, SEARCH_FIELDS, FindParams
 from ..find.heads.record import BindingScores, Confirmation, HeadsFindings
 from ..model.loading import LoadSpec
-from .baking import each_line, parse_values, print_result, push_settings
+from .baking import bake_settings, each_line, parse_values, print_result
 from .console import both_progress, note, out, print_json, print_table, progress_bars
 from .group import cli
 from .options import baking_command, model_argument, typed_options
@@ -261,9 +261,7 @@ def amplify_heads(
             findings=findings_file,
             transfer=transfer,
             recompute=recompute,
-            allow_zero=allow_zero,
-            verify=verify,
-            force=force,
+            bake=bake_settings(force, verify, allow_zero=allow_zero),
             load=load,
             params=params,
             progress=progress,
@@ -271,6 +269,5 @@ def amplify_heads(
             report=note,
             on_plans=show,
             on_each=each_line(as_json),
-            **push_settings(),
         )
     print_result(result, as_json)

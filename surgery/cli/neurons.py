@@ -10,7 +10,7 @@ from .. import api
 from ..find.neurons.params import CaptureParams, SelectParams
 from ..find.neurons.record import NeuronsDataset, NeuronSelection
 from ..model.loading import LoadSpec
-from .baking import each_line, parse_values, print_result, push_settings
+from .baking import bake_settings, each_line, parse_values, print_result
 from .console import both_progress, note, out, print_json, progress_bars
 from .group import cli
 from .neuron_views import print_experts, print_summary
@@ -152,9 +152,7 @@ def prune_neurons(
             findings=findings_file,
             transfer=transfer,
             recompute=recompute,
-            allow_zero=allow_zero,
-            verify=verify,
-            force=force,
+            bake=bake_settings(force, verify, allow_zero=allow_zero),
             load=load,
             capture=capture,
             select=choose,
@@ -163,6 +161,5 @@ def prune_neurons(
             report=note,
             on_plans=show,
             on_each=each_line(as_json),
-            **push_settings(),
         )
     print_result(result, as_json)

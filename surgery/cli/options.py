@@ -131,7 +131,7 @@ def model_argument(f: Callable | None = None, *, runs_model: bool = True) -> Cal
 
 
 def push_options(f: Callable) -> Callable:
-    """--push-to and --private; the baking commands read them from the click context (cli.baking.push_settings)."""
+    """--push-to and --private; the baking commands read them from the click context (cli.baking.bake_settings)."""
     f = click.option(
         "--private",
         is_flag=True,

@@ -10,6 +10,7 @@ import click
 from rich.table import Table
 
 from .. import api
+from ..api.results import EvalResult
 from ..core.distributed import is_main
 from ..evaluation.params import EvalParams
 from .console import err, out, print_json, print_table, progress_bars
@@ -94,26 +95,26 @@ def _cell(value: Any) -> str:
 ARROWS = {"higher": "↑", "lower": "↓", "zero": "(0 = none)"}
 
 
-def eval_table(result: dict) -> Table:
+def eval_table(result: EvalResult) -> Table:
     """The metrics as a rich table: source, model, and retained % (or Δ for non-retention metrics)."""
     from ..evaluation.data import metric_info
 
-    model, against = result["metrics"]["model"], result["metrics"].get("against") or {}
-    table = Table(title=f"surgery eval: {result['model']['path']}", caption="↑ higher is better, ↓ lower is better")
+    model, against = result.metrics.model, result.metrics.against or {}
+    table = Table(title=f"surgery eval: {result.model.path}", caption="↑ higher is better, ↓ lower is better")
     table.add_column("metric")
-    if result.get("against"):
+    if result.against:
         table.add_column("source", justify="right")
     table.add_column("model", justify="right")
-    if result.get("against"):
+    if result.against:
         table.add_column("retained / Δ", justify="right")
     for key, value in model.items():
         label, better, _ = metric_info(key)
         row = [f"{label} {ARROWS[better]}"]
-        if result.get("against"):
+        if result.against:
             row.append(_cell(against.get(key)))
         row.append(_cell(value))
-        if result.get("against"):
-            pct = result["retained_pct"].get(key)
+        if result.against:
+            pct = result.retained_pct.get(key)
             before = against.get(key)
             delta = (value - before) if isinstance(value, float) and isinstance(before, float) else None
             row.append(
@@ -217,12 +218,12 @@ def eval_cmd(
     if as_json:
         from ..evaluation.data import clean
 
-        print_json(clean(result))
+        print_json(clean(result.to_dict()))
         return
     print_table(eval_table(result))
-    cached = (result.get("against") or {}).get("from_cache")
+    cached = result.against is not None and result.against.from_cache
     out.print(
-        f"{result['seconds']:.0f} s"
+        f"{result.seconds:.0f} s"
         + ("; the source's results from the cache" if cached else "")
         + (f"; result → {out_path}" if out_path else "")
         + ("; model card updated" if update_card else "")

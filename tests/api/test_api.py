@@ -16,6 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import surgery
@@ -80,6 +81,40 @@ def test_prune_neurons_from_findings_and_named(neuron_model, tmp_path, capsys):
     _cli(capsys, "prune-neurons", model, "--neurons", "0:3,1:5", "--factor", "0.5", "--out", tmp_path / "named-cli")
     surgery.prune_neurons(model, tmp_path / "named-api", neurons=["0:3", "1:5"], factor=0.5)
     assert_same_bake(tmp_path / "named-cli", tmp_path / "named-api")
+
+
+def test_neurons_and_heads_are_named_by_pairs_as_by_labels(tiny, tmp_path):
+    """prune_neurons(neurons=[(1, 5)]) bakes what neurons="1:5" bakes (pairs, labels and numpy
+    numbers mixed in one list too), as amplify_heads takes heads=[(0, 1)] for "0.1"."""
+    model, fast = tiny("llama"), surgery.BakeOptions(verify=False)
+    surgery.prune_neurons(model, tmp_path / "label", neurons="1:5,0:3", bake=fast)
+    surgery.prune_neurons(model, tmp_path / "pairs", neurons=[(1, 5), (0, 3)], bake=fast)
+    surgery.prune_neurons(model, tmp_path / "mixed", neurons=[np.array([1, 5]), "0:3"], bake=fast)
+    for other in ("pairs", "mixed"):
+        assert_same_bake(tmp_path / "label", tmp_path / other)
+    surgery.amplify_heads(model, tmp_path / "h-label", heads="0.1,1.2", alpha=2.0, bake=fast)
+    surgery.amplify_heads(model, tmp_path / "h-pairs", heads=[(0, 1), "1.2"], alpha=2.0, bake=fast)
+    assert_same_bake(tmp_path / "h-label", tmp_path / "h-pairs")
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [((1, 5, 7), "(1, 5, 7)"), ((1,), "(1,)"), (15, "15"), ((1.5, 2), "(1.5, 2)"), ((True, 2), "(True, 2)")],
+)
+def test_a_pair_of_another_shape_is_one_line_naming_the_parameter(given, shown, tiny, tmp_path):
+    model = tiny("llama")
+    with pytest.raises(ParameterError) as neurons:
+        surgery.prune_neurons(model, tmp_path / "n", neurons=[given])
+    assert str(neurons.value) == (
+        f"neurons: {shown} is not a (layer, neuron) pair of whole numbers; give e.g. [(28, 17), (28, 901)] "
+        "or '28:17,28:901'"
+    )
+    with pytest.raises(ParameterError) as heads:
+        surgery.amplify_heads(model, tmp_path / "h", heads=[given], alpha=2.0)
+    assert str(heads.value) == (
+        f"heads: {shown} is not a (layer, head) pair of whole numbers; give e.g. [(7, 7), (8, 17)] or '7.7,8.17'"
+    )
+    assert "\n" not in str(heads.value) and not (tmp_path / "n").exists() and not (tmp_path / "h").exists()
 
 
 def test_prune_neurons_sweep(neuron_model, tmp_path, capsys):
@@ -153,7 +188,7 @@ def test_push_uploads_what_the_command_uploads(tiny, tmp_path):
     script = textwrap.dedent(f"""
         import surgery
         surgery.amplify_heads({str(model)!r}, {str(tmp_path / "api")!r}, heads="0.1", alpha=[2, 3],
-                              push_to="me/api")
+                              bake=surgery.BakeOptions(push_to="me/api"))
     """)
     token = "hf_fakeTokenForLoopbackTests0123456789"
     with FakeHub(token) as hub:
@@ -275,7 +310,10 @@ def test_the_api_package_imports_an_operation_when_it_is_first_asked_for():
     )
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip().splitlines() == ["[]", "['surgery.api.baked', 'surgery.api.baking', 'surgery.api.neurons']"]
+    assert r.stdout.strip().splitlines() == [
+        "[]",
+        "['surgery.api.bake_options', 'surgery.api.baked', 'surgery.api.baking', 'surgery.api.neurons']",
+    ]
     import importlib
 
     import surgery.api as api

@@ -38,8 +38,8 @@ def _config(path, **changes) -> None:
 def test_layer_kinds_of_a_mixture_of_experts(tiny, no_model):
     """Qwen2-MoE with layer 1 dense: two kinds of layer, each with what an edit may touch."""
     info = surgery.inspect(tiny("qwen2_moe", mlp_only_layers=[1]))
-    assert info["supported"] is True
-    moe, dense = info["layer_kinds"]
+    assert info.supported is True
+    moe, dense = info.layer_kinds
     assert moe == {
         "layers": [0, 2],
         "heads": 4,
@@ -62,7 +62,7 @@ def test_layer_kinds_of_a_mixture_of_experts(tiny, no_model):
 def test_a_dense_model_has_one_kind_and_the_cli_prints_it(tiny, no_model, capsys):
     model = tiny("llama")
     summary = "layers 0–2: 4 heads; 48 MLP neurons; residual writers: self_attn.o_proj, mlp.down_proj"
-    assert surgery.inspect(model)["layer_kinds"] == [
+    assert surgery.inspect(model).to_dict()["layer_kinds"] == [
         {
             "layers": [0, 1, 2],
             "heads": 4,
@@ -80,15 +80,15 @@ def test_a_refused_family_is_reported_with_its_reason(tmp_path, no_model, capsys
     """Mamba has no heads and no MLP: inspect says so; a bake of it is one line and writes nothing."""
     src = save_family(build_family("mamba"), tmp_path / "mamba")
     info = surgery.inspect(src)
-    assert info["supported"] is False and info["model_type"] == "mamba" and info["tensors"] > 0
-    assert info["refused"] == (
+    assert info.supported is False and info.model_type == "mamba" and info.tensors > 0
+    assert info.refused == (
         "model_type 'mamba' is not supported: Mamba layers only: no attention heads, and "
         "no MLP (the mixer gates a selective state-space scan)"
     )
     printed = json.loads(run_main(["inspect", src, "--json"], capsys).stdout)
-    assert printed["refused"] == info["refused"]
+    assert printed == info.to_dict()
     line = error_line(run_main(["prune-neurons", src, "--neurons", "0:1", "--out", tmp_path / "out"], capsys))
-    assert line == f"Error: {info['refused']}"
+    assert line == f"Error: {info.refused}"
     assert not (tmp_path / "out").exists()
 
 
@@ -100,7 +100,7 @@ def test_a_wrapper_around_another_text_model_is_refused(tmp_path, no_model, caps
         "mistral3: its text_config has model_type 'qwen2', but the table's mistral3 row describes a mistral "
         "or ministral3 text decoder; extend surgery/core/architectures/ (the ARCHITECTURES table)"
     )
-    assert surgery.inspect(src)["refused"] == why
+    assert surgery.inspect(src).refused == why
     line = error_line(
         run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "2", "--out", tmp_path / "o"], capsys)
     )

@@ -96,7 +96,9 @@ def test_python_callers_get_the_project_s_error(tiny, tmp_path):
         with pytest.raises(CheckpointError, match=re.escape(REFUSAL.format(src=src))):
             bake(*args, tmp_path / "out")
         assert not (tmp_path / "out").exists()
-    surgery.apply(recipe, src, tmp_path / "out", verify=False)  # the bake alone vouches for no model
+    surgery.apply(
+        recipe, src, tmp_path / "out", bake=surgery.BakeOptions(verify=False)
+    )  # the bake alone vouches for no model
     assert (tmp_path / "out" / "surgery.json").is_file()
 
 

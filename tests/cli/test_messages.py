@@ -38,9 +38,9 @@ def test_a_message_names_keywords_in_python_and_flags_on_the_command_line():
 
 def test_force_is_a_keyword_in_python_and_a_flag_on_the_command_line(tiny, tmp_path, capsys):
     model, out = tiny("llama"), tmp_path / "out"
-    surgery.amplify_heads(model, out, heads="0.1", alpha=2.0, verify=False)
+    surgery.amplify_heads(model, out, heads="0.1", alpha=2.0, bake=surgery.BakeOptions(verify=False))
     with pytest.raises(DestinationError) as caught:
-        surgery.amplify_heads(model, out, heads="0.1", alpha=3.0, verify=False)
+        surgery.amplify_heads(model, out, heads="0.1", alpha=3.0, bake=surgery.BakeOptions(verify=False))
     assert str(caught.value) == f"{out} already exists; pass force=True to replace it, or choose another out"
     line = error_line(run_main(["amplify-heads", model, "--heads", "0.1", "--alpha", "3", "--out", out], capsys))
     assert line == f"Error: {out} already exists; pass --force to replace it, or choose another --out"
@@ -148,8 +148,16 @@ def test_an_edit_named_by_a_parameter_is_named_by_it_in_python(tiny, tmp_path):
 def test_numpy_numbers_work_wherever_python_numbers_do(tiny, tmp_path):
     model = tiny("llama")
     layer, head = np.int64(0), np.int64(1)
-    surgery.amplify_heads(model, tmp_path / "a", heads=[(layer, head)], alpha=np.float32(2.0), verify=False)
-    surgery.amplify_heads(model, tmp_path / "b", heads=[(0, 1)], alpha=[np.float64(2.0), np.int64(3)], verify=False)
+    surgery.amplify_heads(
+        model, tmp_path / "a", heads=[(layer, head)], alpha=np.float32(2.0), bake=surgery.BakeOptions(verify=False)
+    )
+    surgery.amplify_heads(
+        model,
+        tmp_path / "b",
+        heads=[(0, 1)],
+        alpha=[np.float64(2.0), np.int64(3)],
+        bake=surgery.BakeOptions(verify=False),
+    )
     surgery.bake_recipe(model, Recipe((HeadScale(layer, np.int32(2), np.float32(0.5)),)), tmp_path / "c")
     record = json.loads((tmp_path / "c" / "surgery.json").read_text())
     assert record["recipe"]["edits"] == [{"type": "head", "layer": 0, "head": 2, "alpha": 0.5}]

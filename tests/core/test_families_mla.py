@@ -314,7 +314,7 @@ def test_inspect_says_what_each_kind_of_layer_allows(tmp_path):
 
     info = surgery.inspect(build_family("nemotron_h", tmp_path / "src"))
     ssm = "heads of linear attention or a state-space scan (only softmax-attention heads are edited)"
-    assert info["layer_kinds"] == [
+    assert list(info.layer_kinds) == [
         {
             "layers": [0],
             "kind": "linear_attention",
@@ -338,9 +338,9 @@ def test_inspect_says_what_each_kind_of_layer_allows(tmp_path):
         },
     ]
     info = surgery.inspect(build_family("deepseek_v4", tmp_path / "v4"))
-    assert (info["o_groups"], info["o_lora_rank"]) == (2, 6)
+    assert (info.o_groups, info.o_lora_rank) == (2, 6)
     experts = "experts (this table row does not describe its mixture of experts)"
-    assert [k["summary"] for k in info["layer_kinds"]] == [
+    assert [k["summary"] for k in info.layer_kinds] == [
         f"layers 0 (hash_moe): 4 heads; refused: {experts}; residual writers: self_attn.o_b_proj",
         f"layers 1–3 (moe): 4 heads; refused: {experts}; residual writers: self_attn.o_b_proj",
     ]

@@ -63,8 +63,8 @@ def test_a_head_of_a_wider_layer_and_a_neuron_of_a_wider_mlp(tmp_path):
     with pytest.raises(RecipeError, match="neuron = 191 but the model has intermediate_size = 96"):
         Recipe((NeuronScale(0, 191, 0.0),)).validate(model.config.to_dict())
     info = surgery.inspect(save_family(model, tmp_path / "src"))
-    assert all("; residual writers: " in k["summary"] for k in info["layer_kinds"])
-    assert [k["summary"].split("; residual writers: ")[0] for k in info["layer_kinds"]] == [
+    assert all("; residual writers: " in k["summary"] for k in info.layer_kinds)
+    assert [k["summary"].split("; residual writers: ")[0] for k in info.layer_kinds] == [
         "layers 0–2: 4 heads; 96 MLP neurons",
         "layers 3–5: 4 heads; 192 MLP neurons",
     ]
@@ -158,8 +158,8 @@ def test_per_layer_sizes_and_per_layer_kinds_together(tmp_path):
 
     refused = "refused: heads of linear attention or a state-space scan (only softmax-attention heads are edited)"
     info = surgery.inspect(src)
-    assert all("; residual writers: " in k["summary"] for k in info["layer_kinds"])
-    assert [k["summary"].split("; residual writers: ")[0] for k in info["layer_kinds"]] == [
+    assert all("; residual writers: " in k["summary"] for k in info.layer_kinds)
+    assert [k["summary"].split("; residual writers: ")[0] for k in info.layer_kinds] == [
         f"layers 0 (linear_attention): 48 MLP neurons; {refused}",
         "layers 1, 3 (full_attention): 4 heads; 48 MLP neurons",
         f"layers 2 (linear_attention): 64 MLP neurons; {refused}",
@@ -170,7 +170,7 @@ def test_per_layer_sizes_and_per_layer_kinds_together(tmp_path):
     with pytest.raises(CheckpointError, match=r"\(AmbiguousGlobalPerLayerAttributeError: 'intermediate_size' is"):
         surgery.apply(recipe, src, tmp_path / "baked")
     assert not (tmp_path / "baked").exists()
-    surgery.apply(recipe, src, tmp_path / "baked", verify=False)
+    surgery.apply(recipe, src, tmp_path / "baked", bake=surgery.BakeOptions(verify=False))
     before, after = stored_tensors(src), stored_tensors(tmp_path / "baked")
     changed = {n for n in before if not torch.equal(before[n], after[n])}
     o_proj = "model.layers.3.self_attn.o_proj.weight"

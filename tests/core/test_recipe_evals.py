@@ -77,9 +77,9 @@ def test_header_numbers_are_what_eval_measures(path, smollm2, eval_cache, tmp_pa
     said = claimed(path)
     surgery.apply(path, smollm2, tmp_path / "baked")
     result = surgery.evaluate(tmp_path / "baked", against=smollm2)
-    items = result["settings"]["items"]
+    items = result.settings["items"]
     assert said["items"] == (items["passages"], items["mcq"], items["prompts"])
-    model, source = result["metrics"]["model"], result["metrics"]["against"]
+    model, source = result.metrics.model, result.metrics.against
     pairs = {
         "perplexity": (said["perplexity"], (source["perplexity"], model["perplexity"])),
         "mcq_accuracy": (said["mcq_accuracy"], (source["mcq_accuracy"], model["mcq_accuracy"])),

@@ -109,3 +109,6 @@ def test_options_runs_as_written(small_home, tmp_path):
     run = _run(small, small_home, tmp_path / "work")
     assert run.returncode == 0, run.stderr
     assert sorted(p.name for p in (tmp_path / "work" / "pruned").iterdir()) == ["n-20", "n-40"]
+    assert json.loads((tmp_path / "work" / "named" / "surgery.json").read_text())["recipe"]["edits"] == [
+        {"type": "neuron", "layer": layer, "neuron": neuron, "factor": 0.0} for layer, neuron in ((1, 5), (2, 17))
+    ]

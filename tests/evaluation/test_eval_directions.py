@@ -54,9 +54,9 @@ def test_marker_rate_and_first_token_kl_of_an_ablation(ablated, tmp_path):
         max_new_tokens=2,
         device="cpu",
     )
-    before, after = result["metrics"]["against"], result["metrics"]["model"]
+    before, after = result.metrics.against, result.metrics.model
     assert before["marker_rate"] == 1.0 and after["marker_rate"] == 0.0  # the trigger prompts' "no" is gone
-    details = result["details"]["model"]
+    details = result.details.model
     assert details["markers"]["answers"] == 40 and details["markers"]["per_marker"] == {"NO": 0}
     first = details["kl"]["first_token"]
     assert set(first["per_language"]) == {"en", "es"} and first["n"] == 40

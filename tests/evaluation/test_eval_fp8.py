@@ -25,5 +25,5 @@ def test_eval_of_an_fp8_checkpoint_is_its_float32_copy_s(tmp_path, rest):
     save_char_tokenizer(src)
     copy = dequantized_copy(src, tmp_path / "fp32", "block", (24, 24))
     on_fp8, on_copy = (surgery.evaluate(m, device="cpu", limit=4) for m in (src, copy))
-    assert on_fp8["model"]["fingerprint"] == Checkpoint(src).fingerprint()
-    assert on_fp8["metrics"] == on_copy["metrics"] and on_fp8["details"] == on_copy["details"]
+    assert on_fp8.model.fingerprint == Checkpoint(src).fingerprint()
+    assert on_fp8.metrics == on_copy.metrics and on_fp8.details == on_copy.details

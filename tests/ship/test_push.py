@@ -99,11 +99,12 @@ def test_sweep_pushes_each_value_to_its_own_branch(tiny, tmp_path):
     src = tiny("llama")
     script = textwrap.dedent(f"""
         from pathlib import Path
+        from surgery.api.bake_options import BakeOptions
         from surgery.api.baking import Planned, bake_sweep, sweep_label
         from surgery.core.edits import HeadScale, Recipe
         plans = [Planned(sweep_label("alpha", a), Recipe((HeadScale(0, 1, a),)), {{"selection": {{"alpha": a}}}})
                  for a in (1.5, 2.0)]
-        bake_sweep({str(src)!r}, plans, Path({str(tmp_path / "sweep")!r}), push_to="me/sweep", verify=False)
+        bake_sweep({str(src)!r}, plans, Path({str(tmp_path / "sweep")!r}), bake=BakeOptions(push_to="me/sweep", verify=False))
     """)
     with FakeHub(TOKEN) as hub:
         r = subprocess.run(

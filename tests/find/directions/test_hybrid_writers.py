@@ -126,7 +126,7 @@ def test_a_mixer_config_json_does_not_size_is_named_in_one_line(tmp_path, capsys
     record = json.loads((tmp_path / "out" / "surgery.json").read_text())
     assert record["direction_kernel"]["not_projected"] in line
     assert {e["module"] for e in record["recipe"]["edits"]} == {"attention", "mlp"}
-    inspected = surgery.inspect(src)["layer_kinds"]
+    inspected = surgery.inspect(src).layer_kinds
     assert [k["unprojected"] for k in inspected] == [[line.split("layers 0, 1, 2, 3: ")[1]]]
 
 
@@ -159,12 +159,12 @@ def test_writers_the_table_cannot_project_are_named(model_type, config, needle):
 
 def test_inspect_lists_the_residual_writers_per_kind_of_layer(tmp_path):
     src = build_family("qwen3_next", tmp_path / "src")
-    linear, full = surgery.inspect(src)["layer_kinds"]
+    linear, full = surgery.inspect(src).layer_kinds
     experts = ["mlp.experts.down_proj", "mlp.shared_expert.down_proj"]
     assert (linear["layers"], linear["writers"]) == ([0, 2], ["linear_attn.out_proj", *experts])
     assert (full["layers"], full["writers"]) == ([1, 3], ["self_attn.o_proj", *experts])
     assert "residual writers: linear_attn.out_proj, mlp.experts.down_proj" in linear["summary"]
-    (every,) = surgery.inspect(build_family("falcon_h1", tmp_path / "falcon"))["layer_kinds"]
+    (every,) = surgery.inspect(build_family("falcon_h1", tmp_path / "falcon")).layer_kinds
     assert every["writers"] == ["self_attn.o_proj", "mamba.out_proj", "feed_forward.down_proj"]
 
 

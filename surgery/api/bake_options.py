@@ -1,0 +1,58 @@
+"""What every bake is told beyond its edits: :class:`BakeOptions`, one object for the switches that
+``prune_neurons``, ``amplify_heads``, ``ablate_direction``, ``apply`` and ``bake_recipe`` share (the
+command line's ``--force``, ``--no-verify``, ``--allow-zero``, ``--allow-other-base``,
+``--requantize``, ``--push-to``, ``--private``).
+
+The flat keywords these functions took before (``force=True`` …) still work for one release: they
+build the same object, with a DeprecationWarning that says what to write instead.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ._common import typed
+
+
+@dataclass(frozen=True)
+class BakeOptions:
+    """How a bake runs and where its result goes.
+
+    Attributes:
+        force: replace an existing ``out`` (only a surgery output, or an empty folder).
+        verify: run the source once and check every edited weight map before publishing.
+        allow_zero: accept a non-zero scale that rounds a head's or neuron's weights to zero.
+        allow_other_base: bake a recipe written for another model (the output records both names).
+        requantize: GGUF only: requantize the blocks an edit cannot change exactly, the error recorded.
+        push_to: push the result to this Hub repo (a sweep: one branch per value).
+        private: with ``push_to``: create the repo as private.
+    """
+
+    force: bool = False
+    verify: bool = True
+    allow_zero: bool = False
+    allow_other_base: bool = False
+    requantize: bool = False
+    push_to: str | None = None
+    private: bool = False
+
+
+FIELDS = tuple(f.name for f in fields(BakeOptions))
+
+
+def bake_options(function: str, given: BakeOptions | None, options: dict[str, Any]) -> BakeOptions:
+    """``given`` (default: ``BakeOptions()``), or one built from the flat keywords of an older call
+    (``force=True`` …), taken out of ``options`` with a DeprecationWarning saying what to write."""
+    old = {name: options[name] for name in FIELDS if name in options}
+    chosen = typed(BakeOptions, options, given)
+    if old:
+        written = ", ".join(f"{name}={value!r}" for name, value in old.items())
+        warnings.warn(
+            f"{function}({', '.join(f'{name}=…' for name in old)}) is deprecated and will be removed in the "
+            f"next release; write {function}(…, bake=surgery.BakeOptions({written})) instead",
+            DeprecationWarning,
+            stacklevel=3,  # the caller of the API function
+        )
+    return chosen
