@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...core.errors import ParameterError
-from ...core.strict_files import DuplicateKey, load_json
+from .errors import ParameterError
+from .strict_files import DuplicateKey, load_json
 
 
 @dataclass(frozen=True)
