@@ -196,7 +196,6 @@ def awareness(
     ``instruct`` chooses the prompt format (None: instruct when the tokenizer has a chat template).
     The result also holds every raw answer under ``"answers"`` for inspection.
     """
-
     records = check_records(records)
     prompts = [encode_question(tokenizer, r["question"], instruct=instruct).ids for r in records]
     texts = generate_answers(
