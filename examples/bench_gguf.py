@@ -10,7 +10,7 @@ beside the real models with gguf-py's writer. Times, interleaved, each in a fres
 warm page cache, with the child's peak RSS from ``os.wait4``:
 
 * ``cp SRC DST`` (the floor: every byte is written once);
-* ``lib``: ``surgery.gguf.bake.bake_gguf`` called in a child (imports not counted): header, plan,
+* ``lib``: ``surgery.bake.gguf.bake_gguf`` called in a child (imports not counted): header, plan,
   edited blocks, one streaming copy with both sha256s, sidecars;
 * ``cli``: ``surgery apply RECIPE --model SRC --out DST`` as a user runs it (interpreter start and imports
   included);
@@ -54,7 +54,7 @@ import json, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
 from surgery.core.edits import Recipe
-import surgery.gguf.bake as bake
+import surgery.bake.gguf as bake
 from surgery.gguf.model import open_gguf
 spent = {"imports": time.perf_counter() - t0}
 def timed(name, f):

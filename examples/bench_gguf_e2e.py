@@ -54,12 +54,12 @@ json.dump([t for p in pairs.pairs for t in (p.prompt_1, p.prompt_2)], open(sys.a
 SURGERY_CHILD = """
 import functools, importlib, json, sys, time
 PHASES = {
-    "import": [("surgery.model.gguf_import", "import_gguf")],
+    "import": [("surgery.gguf.importing", "import_gguf")],
     "load": [("surgery.find.neurons.find", "load_tokenizer"), ("surgery.find.neurons.find", "load_model")],
     "capture": [("surgery.find.neurons.find", "accumulate_pair_sums")],
     "find": [("surgery.api.neurons", "neuron_findings")],
     "bake": [("surgery.api.neurons", "bake_plans")],
-    "check": [("surgery.gguf.bake", "prepare")],
+    "check": [("surgery.bake.gguf", "prepare")],
 }
 spent = dict.fromkeys(PHASES, 0.0)
 def timed(phase, f):

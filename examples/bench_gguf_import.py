@@ -13,7 +13,7 @@ whose weights dominate: 16 layers of hidden 2048 / MLP 8192, a 256-token vocabul
   into one dict, builds the float32 model, ``save_pretrained`` writes it (here by telling
   import_gguf the file cannot be streamed);
 * ``streamed``: the default now: one block of tensors dequantized at a time into the shards
-  (surgery/model/gguf_stream.py).
+  (surgery/gguf/import_stream.py).
 
 Printed per file: median wall time, peak RSS (VmHWM) and peak anonymous memory (examples/measure.py),
 each peak also as a ratio to the GGUF's size and to the float32 weights written, and streamed/whole.
@@ -44,7 +44,7 @@ MODES = ("whole", "streamed")
 
 def child(mode: str, gguf: str, out: str) -> None:
     """The measured process: import ``gguf`` into ``out`` the ``mode`` way."""
-    import surgery.model.gguf_import as gguf_import
+    import surgery.gguf.importing as gguf_import
 
     if mode == "whole":
         gguf_import.write_streamed = lambda *args, **kwargs: False

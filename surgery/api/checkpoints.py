@@ -126,12 +126,12 @@ def verify(
     """Check ``baked`` against ``source``: files, bytes, every sha256 recomputed, and (unless
     ``structural_only``) the logits against the run-time edit. The report's ``ok`` says whether
     all is well and ``problems`` lists what is not. A baked GGUF is checked against its sidecars
-    and the ``source`` file (surgery/gguf/verify.py): no model is loaded."""
+    and the ``source`` file (surgery/bake/gguf_verify.py): no model is loaded."""
     from ..bake.verify import verify as verify_bake
     from ..gguf import is_gguf
 
     if is_gguf(baked) and Path(baked).is_file():
-        from ..gguf.verify import verify_gguf
+        from ..bake.gguf_verify import verify_gguf
 
         return verify_gguf(baked, source, progress=stages)
 
@@ -151,7 +151,7 @@ def undo(
     from ..gguf import is_gguf
 
     if is_gguf(baked) and Path(baked).is_file():
-        from ..gguf.verify import undo_gguf
+        from ..bake.gguf_verify import undo_gguf
 
         return undo_gguf(baked, out, force, report=reporter(report))
 

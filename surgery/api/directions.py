@@ -46,9 +46,9 @@ def direction_findings(
     """The direction findings for ``model``: read from ``findings`` (a file; ``transfer`` accepts one
     of another checkpoint of the same architecture), else from the cache, else computed from the
     prompt sets ``a`` and ``b``."""
+    from ..core.prompts import read_prompts
     from ..find.directions.find import DirectionFindings
     from ..find.directions.find import find_direction as compute
-    from ..find.directions.prompts import read_prompts
 
     load, params = typed(LoadSpec, options, load), typed(DirectionParams, options, params)
     no_other_options("direction_findings", options, LoadSpec, DirectionParams)

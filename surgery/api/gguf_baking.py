@@ -4,7 +4,7 @@ one ``OUT/<label>.gguf`` per value, each with its two sidecars; pushed when aske
 The policies are the folder bake's: the recipe is checked against the model it is baked into
 (surgery.bake.lineage), a sweep checks every destination and computes every value's edited blocks
 (exact, or refused in one line) before it writes the first file, and a push uploads the file, its
-sidecars and its card in one commit (surgery/gguf/ship.py).
+sidecars and its card in one commit (surgery/ship/gguf.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..core.progress import StageProgress, silent_stages
 from .baked import Baked, Planned
 
 if TYPE_CHECKING:
-    from ..gguf.bake import Prepared
+    from ..bake.gguf import Prepared
 
 
 def _opened(model: Path, recipe: Recipe, allow_other_base: bool):
@@ -50,10 +50,10 @@ def bake_gguf_recipe(
     note: Callable[[str], None] = lambda m: None,
     prepared: Prepared | None = None,
 ) -> Baked:
-    """Bake into a GGUF file (surgery/gguf/bake.py): only the edited blocks change, each exact or refused
+    """Bake into a GGUF file (surgery/bake/gguf.py): only the edited blocks change, each exact or refused
     (or requantized, with ``requantize``); the record and undo go to sidecars next to ``out``; with
     ``push_to`` the three files and a card go to that Hub repo (branch ``push_revision``)."""
-    from ..gguf.bake import bake_gguf
+    from ..bake.gguf import bake_gguf
 
     if push_to:
         from ..ship.hub import preflight
@@ -111,8 +111,8 @@ def sweep_gguf(
     written, so a taken destination or a value that cannot be baked exactly fails the sweep with
     nothing written. ``kwargs``: :func:`bake_gguf_recipe`'s (``private``, ``stages``, ``note``).
     """
+    from ..bake.gguf import prepare, replaceable
     from ..core.staging import check_container, check_free_file
-    from ..gguf.bake import prepare, replaceable
 
     outputs = sweep_outputs(out, [p.label for p in plans])
     check_container(out, [model])  # the sweep's folder may exist: it holds the values

@@ -17,7 +17,7 @@ from .results import EvalResult
 
 if TYPE_CHECKING:
     from ..bake.record import AdapterRecord, Pushed
-    from ..model.gguf_import import ImportResult
+    from ..gguf.importing import ImportResult
 
 
 def export_lora(
@@ -173,6 +173,6 @@ def import_gguf(
     report: Callable[[str], None] | None = None,
 ) -> ImportResult:
     """Dequantize a GGUF file into a safetensors checkpoint (config, weights, tokenizer) at ``out``."""
-    from ..model.gguf_import import import_gguf as convert
+    from ..gguf.importing import import_gguf as convert
 
     return convert(gguf_file, out, dtype=dtype, force=force, report=reporter(report), progress=stages)

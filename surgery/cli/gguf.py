@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from .. import api
-from ..model.gguf_import import DTYPES
+from ..gguf.importing import DTYPES
 from .console import note, out, print_json, stage_progress
 from .group import cli
 

@@ -42,7 +42,7 @@ OLD_TAG = ".surgery-old-"
 LOCK_TAG = ".surgery-lock"
 # The file each command writes into its output folder, with the "format" recorded in it: a bake
 # (surgery/bake/provenance.py), export-lora (surgery/ship/lora.py), import-gguf
-# (surgery/model/gguf_import.py), report (surgery/ship/report.py). tests/core/test_staging.py
+# (surgery/gguf/importing.py), report (surgery/ship/report.py). tests/core/test_staging.py
 # checks that these are the names and formats those modules write.
 OUTPUT_MARKERS = {
     "surgery.json": "surgery-checkpoint",

@@ -3,7 +3,7 @@
 Each record is an N4 question with its (a)/(b)/(c) options, ``answer`` (the correct option index
 on "diff" questions) and ``split`` ("diff" or "equal"; on "equal" questions the correct answer is
 always (c), the equal-treatment option). The prompt's token ids are those the S score reads
-(:func:`surgery.find.heads.prompts.encode_question`: chat template, or base text followed by the "("
+(:func:`surgery.core.mcq.encode_question`: chat template, or base text followed by the "("
 token); the model generates at most ``max_new_tokens`` tokens greedily and the first letter is
 parsed.
 
@@ -29,6 +29,7 @@ import numpy as np
 
 from ..core import distributed
 from ..core.errors import SurgeryError
+from ..core.mcq import encode_question
 from ..model.placement import input_device
 
 LETTERS = "abc"
@@ -195,8 +196,6 @@ def awareness(
     ``instruct`` chooses the prompt format (None: instruct when the tokenizer has a chat template).
     The result also holds every raw answer under ``"answers"`` for inspection.
     """
-    from ..find.heads.prompts import encode_question
-
     records = check_records(records)
     prompts = [encode_question(tokenizer, r["question"], instruct=instruct).ids for r in records]
     texts = generate_answers(

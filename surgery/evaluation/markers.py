@@ -18,7 +18,7 @@ import torch
 
 from ..core import distributed
 from ..core.errors import ParameterError
-from ..find.directions.prompts import formatted
+from ..core.prompts import formatted
 
 
 def read_markers(path: str | Path) -> list[str]:

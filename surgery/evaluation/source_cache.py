@@ -1,6 +1,6 @@
 """The source's evaluation, cached: ``surgery eval MODEL --against SOURCE`` measures SOURCE once.
 
-An entry is two files in ``<cache dir>/eval/`` named by :func:`surgery.find.findings.cache_path`:
+An entry is two files in ``<cache dir>/eval/`` named by :func:`surgery.core.cache.cache_path`:
 a JSON (the source's metrics and details, and the sha256 of the other file) and a safetensors
 file with the source's next-token log-probabilities on the KL prompts (float32, every position
 and the whole vocabulary: KL and top-1 agreement need the full distributions; SmolLM2's 24
@@ -29,10 +29,10 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from ..core import distributed
+from ..core.cache import cache_path
 from ..core.checkpoint import Checkpoint, file_sha256
 from ..core.staging import atomic_write_bytes, atomic_write_text
 from ..core.strict_files import load_json
-from ..find.findings import cache_path
 from ..model.loading import LoadSpec, compute_dtype
 from ..model.placement import dtype_name, resolve_device
 

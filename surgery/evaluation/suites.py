@@ -112,7 +112,7 @@ def make_plan(
     if "awareness" in chosen:
         plan.n4 = io.n4_data(Path(n4), limit)
     if "markers" in chosen:
-        from ..find.directions.prompts import read_prompts
+        from ..core.prompts import read_prompts
         from .markers import read_markers
 
         plan.marker_prompts = io.subsample(list(read_prompts(prompts, "prompts").prompts), limit)

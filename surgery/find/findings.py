@@ -11,7 +11,6 @@ cache holds them, keyed by model, data and parameters, not by layout.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -117,21 +116,6 @@ class Findings(JsonRecord):
 def model_identity(ckpt: Checkpoint) -> dict[str, Any]:
     """What a findings file records about the model it was computed on (:meth:`ModelIdentity.of`)."""
     return ModelIdentity.of(ckpt).to_dict()
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def params_key(params: Mapping[str, Any]) -> str:
-    return sha256_bytes(json.dumps(params, sort_keys=True, default=str).encode())[:16]
-
-
-def cache_path(kind: str, model_key: str, dataset_sha256: str, params: Mapping[str, Any]) -> Path:
-    """Where findings for this model + dataset + parameters are cached; ``model_key`` is the model's
-    :meth:`~surgery.core.checkpoint.Checkpoint.model_key` (weights, tokenizer, chat template), the
-    dataset's sha256 is of its content, ``params`` every option that changes the result."""
-    return cache_dir() / kind / f"{model_key[:16]}-{dataset_sha256[:16]}-{params_key(params)}.json"
 
 
 def newest_cached(found_type: type[FoundT], ckpt: Checkpoint) -> FoundT | None:

@@ -34,7 +34,7 @@ class ImportedGguf(Checkpoint):
 
 def imported_checkpoint(path: str | Path, allow_remote_code: bool = False) -> ImportedGguf:
     """The cached import of the GGUF at ``path`` (made on first use), as an opened checkpoint."""
-    from ..model.gguf_import import import_gguf
+    from .importing import import_gguf
     from .model import remember_config
 
     path = Path(path)

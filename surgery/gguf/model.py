@@ -22,7 +22,7 @@ from ..core.errors import CheckpointError, RecipeError
 from ..core.optional import require
 from ..core.staging import atomic_write_text
 from ..core.strict_files import load_json
-from ..model.gguf_import import GgufHeader, GgufTensor, check_complete, check_supported, read_header
+from .importing import GgufHeader, GgufTensor, check_complete, check_supported, read_header
 
 
 def _header_digest(path: Path, header: GgufHeader) -> str:

@@ -19,8 +19,8 @@ from ..core.edits import Recipe
 from ..core.errors import CheckpointError, RecipeError
 from ..core.resolve import Resolver, TensorSlice
 from ..core.sites import sites
-from ..model.gguf_import import GgufTensor
 from .formats import ELEMENT_ZERO, FLOATS, Edited, block_shape, check_supported, edit_blocks
+from .importing import GgufTensor
 from .model import GgufModel
 
 

@@ -144,14 +144,14 @@ def push(
 ) -> Pushed:
     """Check ``folder``, create ``repo_id`` if needed (and branch ``revision``), upload every file in
     one commit. ``folder`` may be a baked GGUF file: it goes with its two sidecars and a model card
-    rendered from its record (surgery/gguf/ship.py)."""
+    rendered from its record (surgery/ship/gguf.py)."""
     from ..gguf import is_gguf
 
     folder = Path(folder)
     preflight(repo_id, revision, create_pr)
     files = None
     if is_gguf(folder) and folder.is_file():
-        from ..gguf.ship import checked_upload
+        from .gguf import checked_upload
 
         how, files = checked_upload(folder)
     else:

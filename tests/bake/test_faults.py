@@ -210,9 +210,10 @@ def _findings(tag: str, size: int = 1000):
 
 
 def test_ctrl_c_inside_findings_write_keeps_the_old_entry(tmp_path, monkeypatch):
+    from surgery.core.cache import cache_path
     from surgery.find import findings
 
-    path = findings.cache_path("heads", "f" * 64, "d" * 64, {"n": 1})
+    path = cache_path("heads", "f" * 64, "d" * 64, {"n": 1})
     findings.save_findings(_findings("old"), path)
 
     def interrupted(fd):

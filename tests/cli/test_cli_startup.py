@@ -30,7 +30,7 @@ print("HEAVY=" + ",".join(heavy))
 NOT_USED = {
     "gguf": "gguf-py reads and writes GGUF files: GGUF models and import-gguf only",
     "surgery.gguf.model": "the GGUF reader: only when MODEL is a .gguf file",
-    "surgery.model.gguf_import": "import-gguf and GGUF models only",
+    "surgery.gguf.importing": "import-gguf and GGUF models only",
     "surgery.evaluation": "eval (and a bake's --eval) only",
     "surgery.ship": "export-lora, push, card and report only",
     "surgery.find.directions": "find-direction and ablate-direction only",

@@ -139,7 +139,7 @@ def test_markers_are_what_the_commands_write():
     """The marker table of surgery.core.staging names each command's own file and format."""
     from surgery.bake.provenance import ADAPTER_PROVENANCE_NAME as ADAPTER_PROVENANCE
     from surgery.bake.provenance import FORMAT, PROVENANCE_NAME
-    from surgery.model.gguf_import import MANIFEST_NAME as GGUF_MANIFEST
+    from surgery.gguf.importing import MANIFEST_NAME as GGUF_MANIFEST
     from surgery.ship.report import MANIFEST_NAME as REPORT_MANIFEST
 
     assert OUTPUT_MARKERS == {

@@ -1,13 +1,30 @@
-"""The house as drawn from its imports: no circles, the command line on top, the library below it.
+"""The house as drawn from its imports: packages in ranks, no circles, the command line on top.
 
 Every ``import`` of every module under surgery/ counts, also those inside functions (a lazy import
-is still a dependency). The tests keep the same order: they mirror the package folder for folder and
-share helpers through tests/support/ only, never by importing one another.
+is still a dependency). Each package of surgery/ has a rank (``RANKS``), and a module imports only
+from its own rank or below. The order is the one the code needs:
+
+- ``core`` (names, geometry, edits, checkpoints, files, prompts) needs no other package.
+- ``quant``/``formats`` and ``gguf`` read and write the stored formats' bytes, with core alone; so
+  loading a model may open any of them.
+- ``model`` (loading, placement, run-time twins) opens checkpoints of every format.
+- ``bake`` writes a recipe into a checkpoint: it reads no findings and runs no evaluation (the
+  recipe is its whole input; the card's evaluation table is handed to it).
+- ``evaluation`` ties its results to a bake's record (the weights' sha256 in surgery.json, the
+  card's table as a part of it), so it sits above bake.
+- ``find`` measures awareness with evaluation's DiffAware/CtxtAware, and refuses a checkpoint whose
+  config contradicts its weights with the bake's header check before loading it.
+- ``ship`` (cards, reports, LoRA, push) reads bakes, findings and evaluations; ``api`` runs the
+  commands; ``cli`` parses and prints; ``surgery`` itself (``__init__``, ``__main__``) is the door.
+
+The tests keep the same order: they mirror the package folder for folder and share helpers through
+tests/support/ only, never by importing one another.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -15,16 +32,6 @@ import pytest
 from tests.support.paths import REPO, TESTS
 
 PACKAGE = REPO / "surgery"
-# Below the command line: these never import it, nor a screen library.
-LIBRARY = (
-    "surgery.api",
-    "surgery.core",
-    "surgery.model",
-    "surgery.find",
-    "surgery.bake",
-    "surgery.evaluation",
-    "surgery.ship",
-)
 SCREEN = ("click", "rich")
 
 
@@ -36,51 +43,61 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
-def _statements(path: Path, package: str) -> list[tuple[str, list[str]]]:
-    """(absolute module, names taken from it) of every import in ``path``; relative ones resolved in ``package``."""
-    found: list[tuple[str, list[str]]] = []
+def _statements(path: Path, package: str) -> list[tuple[int, str, list[str]]]:
+    """(line, absolute module, names taken from it) of every import in ``path``; relative ones resolved in ``package``."""
+    found: list[tuple[int, str, list[str]]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found += [(alias.name, []) for alias in node.names]
+            found += [(node.lineno, alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            found.append((target, [alias.name for alias in node.names]))
+            found.append((node.lineno, target, [alias.name for alias in node.names]))
+    return found
+
+
+def _import_lines(name: str) -> list[tuple[int, str]]:
+    """(line, absolute name) of everything module ``name`` imports (modules of surgery and third parties)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    for line, target, names in _statements(path, package):
+        found.append((line, target))
+        # `from . import hooks`: the names may be modules themselves
+        found += [(line, f"{target}.{n}") for n in names if f"{target}.{n}" in MODULES]
     return found
 
 
 def _imports(name: str) -> set[str]:
     """Absolute names of everything module ``name`` imports (modules of surgery and third parties)."""
-    path = MODULES[name]
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for target, names in _statements(path, package):
-        found.add(target)
-        # `from . import hooks`: the names may be modules themselves
-        found |= {f"{target}.{n}" for n in names if f"{target}.{n}" in MODULES}
-    return found
+    return {target for _, target in _import_lines(name)}
 
 
 def _ancestor(package: str, name: str) -> bool:
     return name.startswith(package + ".")
 
 
-# A module importing its own parent package (``from . import x``) is how Python runs, not a circle.
-GRAPH = {name: {m for m in _imports(name) if m in MODULES and m != name and not _ancestor(m, name)} for name in MODULES}
+def _depends(name: str, target: str) -> bool:
+    """Whether importing ``target`` makes ``name`` depend on it: a module of surgery other than
+    itself and its parent packages (``from .. import __version__`` is how Python runs, not a circle)."""
+    return target in MODULES and target != name and not _ancestor(target, name)
 
 
-def _cycle() -> list[str] | None:
-    """One import cycle among surgery's modules, or None (depth-first search)."""
+GRAPH = {name: {m for m in _imports(name) if _depends(name, m)} for name in MODULES}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph``, or None (depth-first search)."""
     state: dict[str, int] = {}
     stack: list[str] = []
 
     def visit(node: str) -> list[str] | None:
         state[node] = 1
         stack.append(node)
-        for nxt in sorted(GRAPH[node]):
+        for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
                 return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
@@ -89,15 +106,134 @@ def _cycle() -> list[str] | None:
         state[node] = 2
         return None
 
-    for node in sorted(GRAPH):
+    for node in sorted(graph):
         if node not in state and (found := visit(node)):
             return found
     return None
 
 
 def test_no_import_circles():
-    cycle = _cycle()
+    cycle = _cycle(GRAPH)
     assert cycle is None, " → ".join(cycle or [])
+
+
+# --- packages in ranks ------------------------------------------------------------------------------
+
+# A module imports from its own package's rank or below (the module docstring says why this order).
+ENTRY = "surgery"  # surgery/__init__.py (the library's names) and surgery/__main__.py (the command)
+RANKS = {
+    "core": 0,
+    "quant": 1,
+    "formats": 1,
+    "gguf": 1,
+    "model": 2,
+    "bake": 3,
+    "evaluation": 4,
+    "find": 5,
+    "ship": 6,
+    "api": 7,
+    "cli": 8,
+    ENTRY: 9,
+}
+# Below the command line: these never import it, nor a screen library.
+LIBRARY = tuple(f"surgery.{package}" for package in RANKS if package not in ("cli", ENTRY))
+# Imports that still go up, as (package, package it imports). The stored-format registry
+# (surgery/formats/) removes both: core's checkpoint stops importing the quantization schemes, and
+# model's int_dequantized.py stops reading int4 / int8 weights through bake's int_packed.py.
+# Drop them once it is merged; test_every_upward_exception_still_happens then says which went.
+UPWARD_UNTIL_FORMATS = {("core", "quant"), ("model", "bake")}
+# Distinct package → package imports (the entry points' own not counted): the number only goes down.
+MAX_PACKAGE_EDGES = 37
+
+
+def _package(module: str) -> str:
+    """The package of surgery/ that ``module`` belongs to (``ENTRY`` for the top-level modules)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else ENTRY
+
+
+def _unranked(modules: Iterable[str], ranks: Mapping[str, int]) -> list[str]:
+    """Packages of ``modules`` that ``ranks`` does not rank."""
+    return sorted({_package(m) for m in modules} - set(ranks))
+
+
+def _upward(
+    lines: Mapping[str, Iterable[tuple[int, str]]], ranks: Mapping[str, int], allowed: set[tuple[str, str]]
+) -> list[str]:
+    """One line per import in ``lines`` (module → its (line, module imported)) that goes to a higher rank."""
+    found = []
+    for name, imported in sorted(lines.items()):
+        for line, target in imported:
+            edge = (_package(name), _package(target))
+            if ranks[edge[0]] < ranks[edge[1]] and edge not in allowed:
+                path = MODULES[name].relative_to(REPO).as_posix() if name in MODULES else name
+                found.append(
+                    f"{path}:{line}: {name} ({edge[0]}, rank {ranks[edge[0]]}) imports {target} "
+                    f"({edge[1]}, rank {ranks[edge[1]]})"
+                )
+    return found
+
+
+def _package_graph(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    """``graph`` with its modules gathered into their packages (a package's imports of itself left out)."""
+    packages: dict[str, set[str]] = {_package(name): set() for name in graph}
+    for name, imported in graph.items():
+        packages[_package(name)] |= {_package(m) for m in imported} - {_package(name)}
+    return packages
+
+
+PACKAGE_GRAPH = _package_graph(GRAPH)
+SURGERY_LINES = {name: [(line, m) for line, m in _import_lines(name) if _depends(name, m)] for name in MODULES}
+
+
+def test_every_package_has_a_rank():
+    missing = _unranked(MODULES, RANKS)
+    assert not missing, f"surgery/{missing[0]}/ has no rank: give it one in RANKS (tests/core/test_structure.py)"
+
+
+def test_imports_go_down_the_ranks():
+    """Lazy imports too: a function-level import is the same dependency, only later."""
+    offenders = _upward(SURGERY_LINES, RANKS, UPWARD_UNTIL_FORMATS)
+    assert not offenders, "an import goes up the ranks (move the piece to the package that owns it):\n" + "\n".join(
+        offenders
+    )
+
+
+def test_every_upward_exception_still_happens():
+    gone = sorted(edge for edge in UPWARD_UNTIL_FORMATS if edge[1] not in PACKAGE_GRAPH.get(edge[0], set()))
+    assert not gone, f"{gone}: no longer imported; remove them from UPWARD_UNTIL_FORMATS"
+
+
+def test_no_circles_between_packages():
+    """Besides the upward exceptions, which close the circles core ↔ quant and model ↔ bake."""
+    cycle = _cycle(
+        {a: {b for b in targets if (a, b) not in UPWARD_UNTIL_FORMATS} for a, targets in PACKAGE_GRAPH.items()}
+    )
+    assert cycle is None, " → ".join(cycle or [])
+
+
+def test_packages_import_few_others():
+    edges = sorted((a, b) for a, targets in PACKAGE_GRAPH.items() if a != ENTRY for b in targets)
+    print(f"{len(edges)} package edges:", ", ".join(f"{a}→{b}" for a, b in edges))
+    assert len(edges) <= MAX_PACKAGE_EDGES, (
+        f"{len(edges)} package → package imports, at most {MAX_PACKAGE_EDGES}: "
+        + ", ".join(f"{a}→{b}" for a, b in edges)
+    )
+
+
+def test_the_rank_checks_catch_what_they_should():
+    """On a made-up house: an import up the ranks is named with its line unless allowed, one down
+    is not, a package without a rank is found, and a circle between packages is found."""
+    ranks = {"core": 0, "model": 1}
+    up = {"surgery.core.x": [(3, "surgery.model.y")], "surgery.model.y": [(7, "surgery.core.x")]}
+    assert _upward(up, ranks, set()) == [
+        "surgery.core.x:3: surgery.core.x (core, rank 0) imports surgery.model.y (model, rank 1)"
+    ]
+    assert _upward(up, ranks, {("core", "model")}) == []
+    assert _unranked(["surgery.core.x", "surgery.bake.z", "surgery"], ranks) == ["bake", ENTRY]
+    circle = _package_graph({"surgery.core.x": {"surgery.model.y"}, "surgery.model.y": {"surgery.core.w"}})
+    assert _cycle(circle) == ["core", "model", "core"]
+    assert _cycle(_package_graph({"surgery.model.y": {"surgery.core.x"}, "surgery.core.x": set()})) is None
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith(LIBRARY)))
@@ -121,7 +257,7 @@ NOT_MIRRORED = ("support", "planted", "fixtures", "docs", "examples")  # example
 def _imported_names(path: Path) -> set[str]:
     """Every module a file under tests/ imports, and every ``module.name`` of its from-imports."""
     package = ".".join(path.parent.relative_to(REPO).parts)
-    return {m for target, names in _statements(path, package) for m in (target, *(f"{target}.{n}" for n in names))}
+    return {m for _, target, names in _statements(path, package) for m in (target, *(f"{target}.{n}" for n in names))}
 
 
 def _is_test_module(name: str) -> bool:

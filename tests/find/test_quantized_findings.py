@@ -82,7 +82,7 @@ def test_fp8_findings_are_the_float32_copy_s_and_bake_back_into_the_fp8_checkpoi
 def test_gguf_findings_carry_the_file_s_sha256_and_apply_onto_it_only(tmp_path):
     import torch
 
-    from surgery.gguf.verify import verify_gguf
+    from surgery.bake.gguf_verify import verify_gguf
     from tests.support.tiny_gguf import gguf_source_model, write_tiny_gguf
 
     src, other = tmp_path / "tiny.gguf", tmp_path / "other.gguf"

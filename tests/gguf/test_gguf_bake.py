@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from surgery.bake.gguf import bake_gguf
+from surgery.bake.gguf_verify import undo_gguf, verify_gguf
 from surgery.core.checkpoint import file_sha256
 from surgery.core.edits import HeadScale, Recipe, parse_neurons
-from surgery.gguf.bake import bake_gguf
 from surgery.gguf.formats import ELEMENT_ZERO, FLOATS, SUPPORTED, dequantize, quantize
+from surgery.gguf.importing import tensor_bytes
 from surgery.gguf.model import open_gguf
-from surgery.gguf.verify import undo_gguf, verify_gguf
-from surgery.model.gguf_import import tensor_bytes
 from tests.support.typed_gguf import tensor_values, write_typed_gguf
 
 NEURONS = "0:5,0:300,1:511"

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
+from surgery.bake.gguf import bake_gguf
+from surgery.bake.gguf_verify import undo_gguf, verify_gguf
 from surgery.core.edits import SHARED, NeuronScale, Recipe
 from surgery.core.errors import RecipeError
-from surgery.gguf.bake import bake_gguf
 from surgery.gguf.formats import ELEMENT_ZERO, FLOATS
+from surgery.gguf.importing import tensor_bytes
 from surgery.gguf.model import open_gguf
 from surgery.gguf.plan import plan
-from surgery.gguf.verify import undo_gguf, verify_gguf
-from surgery.model.gguf_import import tensor_bytes
 from tests.support.moe_gguf import EXPERT, EXPERTS, kind_of, write_moe_gguf
 from tests.support.moe_gguf import SHARED as SHARED_SIZE
 from tests.support.typed_gguf import TOKENS, tensor_values

@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 
+from surgery.bake.gguf import bake_gguf
+from surgery.bake.gguf_verify import undo_gguf, verify_gguf
 from surgery.bake.provenance import sidecars
 from surgery.core.edits import HeadScale, Recipe, parse_neurons
 from surgery.core.errors import SurgeryError
-from surgery.gguf.bake import bake_gguf
 from surgery.gguf.model import open_gguf
-from surgery.gguf.verify import undo_gguf, verify_gguf
 from tests.support.cli import run_main, staging_leftovers
 from tests.support.directions import direction_recipe
 from tests.support.typed_gguf import HIDDEN, write_typed_gguf

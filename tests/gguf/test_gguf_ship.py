@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pytest
 
+from surgery.bake.gguf import bake_gguf
+from surgery.bake.gguf_verify import verify_gguf
 from surgery.bake.provenance import sidecars
 from surgery.core.checkpoint import file_sha256
 from surgery.core.edits import HeadScale, Recipe, parse_neurons
 from surgery.core.errors import VerificationError
-from surgery.gguf.bake import bake_gguf
 from surgery.gguf.model import open_gguf
-from surgery.gguf.ship import checked_upload
-from surgery.gguf.verify import verify_gguf
+from surgery.ship.gguf import checked_upload
 from tests.support.cli import run_main, staging_leftovers
 from tests.support.fakehub import TOKEN, FakeHub, card_front_matter, hub_env, run_surgery
 from tests.support.typed_gguf import tensor_values, write_typed_gguf

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from surgery.find.heads.prompting import format_mcq
+from surgery.core.mcq import format_mcq
 from tests.planted.reference import EdgeEdit, edge_edits, letter_spelling_ids, positions, s_scores, token_positions
 from tests.planted.task import Question, World, question_pair
 from tests.planted.train import prompt_of

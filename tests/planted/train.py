@@ -82,7 +82,7 @@ class TrainConfig:
 
 def prompt_of(question: Question) -> str:
     """The base-model prompt that surgery's S score reads (``format_mcq`` without a chat template)."""
-    from surgery.find.heads.prompting import format_mcq
+    from surgery.core.mcq import format_mcq
 
     return format_mcq(None, question.text, instruct=False)
 

@@ -10,7 +10,7 @@ item-span lookups need. Every word the prompts can contain is in the vocabulary,
 to ``<unk>`` (an unknown spelling of a letter would otherwise alias all three options to one id).
 
 The two fixed sentences every prompt ends with (the answering instruction and the answer prefix
-of surgery.find.heads.prompting) are single tokens: they carry no information, and as ~55 word tokens they
+of surgery.core.mcq) are single tokens: they carry no information, and as ~55 word tokens they
 would more than double the cost of training on this CPU.
 """
 
@@ -37,7 +37,7 @@ def words_of(texts: Iterable[str]) -> set[str]:
 
 def task_texts(world: World) -> list[str]:
     """Every piece of text a prompt of this task can contain (the prompt wrapper included)."""
-    from surgery.find.heads.prompting import BASE_SUFFIX, INSTRUCT_SUFFIX, INSTRUCTION
+    from surgery.core.mcq import BASE_SUFFIX, INSTRUCT_SUFFIX, INSTRUCTION
 
     stems = [t.format(item="") for _, t in templates()] + [KNOWLEDGE[0].format(item=""), KNOWLEDGE[1]]
     names = [item.word for item in world.items] + list(world.neutral_items)
@@ -55,7 +55,7 @@ def task_texts(world: World) -> list[str]:
 
 def phrases() -> list[str]:
     """The fixed sentences that become single tokens."""
-    from surgery.find.heads.prompting import BASE_SUFFIX, INSTRUCTION
+    from surgery.core.mcq import BASE_SUFFIX, INSTRUCTION
 
     return [INSTRUCTION.strip(), BASE_SUFFIX.strip().rstrip("(").strip()]
 

@@ -109,8 +109,8 @@ def write_typed_gguf(
 def tensor_values(path, name):
     """The dequantized (rows, cols) values of tensor ``name`` of the GGUF at ``path``."""
     from surgery.gguf.formats import dequantize
+    from surgery.gguf.importing import tensor_bytes
     from surgery.gguf.model import open_gguf
-    from surgery.model.gguf_import import tensor_bytes
 
     t = open_gguf(path).header.tensors[name]
     with open(path, "rb") as f:

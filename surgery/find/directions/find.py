@@ -24,14 +24,15 @@ from ... import __version__
 from ...bake.quantized import check_loadable
 from ...core import distributed
 from ...core.architectures import architecture
+from ...core.cache import cache_path
 from ...core.checkpoint import Checkpoint, file_sha256
 from ...core.errors import FindingsError, ParameterError
 from ...core.progress import Progress, silent
+from ...core.prompts import PromptSet, formatted
 from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
-from ..findings import Found, cache_path, compute_record, dtype_key, new_findings
+from ..findings import Found, compute_record, dtype_key, new_findings
 from ..neurons.find import write_findings
 from .capture import last_token_residuals
-from .prompts import PromptSet, formatted
 from .record import DirectionsFindings, LayerDirection, VectorsFile
 
 METHOD = {"method": 1, "site": "decoder layer output at the last prompt token", "means": "float64"}

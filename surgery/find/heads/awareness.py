@@ -3,7 +3,7 @@
 ``surgery.evaluation.awareness.awareness`` tokenizes and generates on its own; edge-level α needs the token
 positions of each row. A forward pre-hook sees the prompt pass of every ``generate`` call,
 recognises each row by its exact token ids (the prompts are re-encoded here with the encoder
-awareness uses, ``find.heads.prompts.encode_question``) and installs the row's span masks in the
+awareness uses, ``core.mcq.encode_question``) and installs the row's span masks in the
 active plan. Rows that cannot be recognised are an error, never silently left unedited.
 """
 
@@ -17,10 +17,10 @@ import torch
 
 from ...core.edits import HeadScale
 from ...core.errors import SurgeryError
+from ...core.mcq import Encoded, encode_question
 from ...model.hooks import applied
 from .attention import EdgeEdit, Plan, active_plan, edge_heads
 from .benchmark import question_spans
-from .prompts import Encoded, encode_question
 
 SPANS = ("tested", "item")
 

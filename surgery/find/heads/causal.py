@@ -25,11 +25,12 @@ import numpy as np
 
 from ...core import distributed
 from ...core.edits import HeadScale
+from ...core.mcq import Encoded
 from ...model.placement import input_device
 from .attention import EdgeEdit, edge_heads
 from .baseline import Sequential
 from .params import DOSE_GRID
-from .prompts import Encoded, batch_groups, collate
+from .prompts import batch_groups, collate
 from .resume import Counter, resume, resume_scaled, snapshot
 from .scores import SPAN_NAMES, delta, pad_id, run_prompts, s_scores
 

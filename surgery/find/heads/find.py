@@ -23,12 +23,14 @@ from ... import __version__
 from ...bake.quantized import check_loadable
 from ...core import distributed
 from ...core.architectures import Architecture, architecture
+from ...core.cache import cache_path
 from ...core.checkpoint import Checkpoint
 from ...core.errors import FindingsError, RecipeError, UnsupportedArchitecture
+from ...core.mcq import Encoded, is_instruct
 from ...core.progress import Progress, silent
 from ...model.hooks import model_architecture
 from ...model.loading import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
-from ..findings import Found, cache_path, compute_record, dtype_key, new_findings, save_findings
+from ..findings import Found, compute_record, dtype_key, new_findings, save_findings
 from .attention import surgery_attention_on
 from .baseline import Sequential, unreachable_note
 from .causal import (
@@ -44,8 +46,6 @@ from .causal import (
 from .discovery import discover, rank_heads
 from .pairs import Pair
 from .params import FindParams
-from .prompting import is_instruct
-from .prompts import Encoded
 from .record import HeadsFindings
 from .resume import Counter
 from .scores import encode_pairs, option_token_ids, score_binding

@@ -1,28 +1,18 @@
-"""Token ids of the binding prompts, with the token positions of their named character spans.
+"""Batches of the binding prompts' token ids (surgery.core.mcq encodes each prompt).
 
-A question's spans (option texts, the item) are known as character ranges; a fast tokenizer's
-offset mapping turns them into token positions inside the full prompt (chat template or base
-format). Batches are left-padded with explicit position ids, so that the last position is the
+Batches are left-padded with explicit position ids, so that the last position is the
 answer position of every row and a row's result does not depend on its batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from ...core.errors import SurgeryError
-from .prompting import BASE_ANSWER_START, BASE_CUE, INSTRUCTION, format_mcq, is_instruct
-
-
-@dataclass(frozen=True)
-class Encoded:
-    """One prompt: its token ids and, per span name, the token positions it covers."""
-
-    ids: tuple[int, ...]
-    spans: dict[str, tuple[int, ...]]
+from ...core.mcq import Encoded
 
 
 @dataclass(frozen=True)
@@ -37,64 +27,6 @@ class Batch:
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "position_ids": self.position_ids}
-
-
-def _adds_bos(tokenizer, text: str) -> bool:
-    """Chat templates already write BOS as text; adding it again would change the input."""
-    bos = getattr(tokenizer, "bos_token", None)
-    return not (bos and text.startswith(bos))
-
-
-def cue_token_id(tokenizer) -> int:
-    """The single token "(" that ends a base-model prompt (docs/methods/binding-heads.md)."""
-    ids = tokenizer.encode(BASE_CUE, add_special_tokens=False)
-    if len(ids) != 1:
-        raise SurgeryError(
-            f"this tokenizer splits {BASE_CUE!r} into {len(ids)} tokens; the base-model "
-            "prompt needs it as one token: use --instruct if the model is chat-tuned"
-        )
-    return ids[0]
-
-
-def encode_text(
-    tokenizer, text: str, char_spans: Mapping[str, tuple[int, int]], offset: int = 0, extra_ids: Sequence[int] = ()
-) -> Encoded:
-    """Tokenize ``text`` and map each character span (shifted by ``offset``) to token positions."""
-    if not char_spans:  # no positions wanted (plain generation): any tokenizer will do
-        ids = tokenizer(text, add_special_tokens=_adds_bos(tokenizer, text))["input_ids"]
-        return Encoded(tuple(ids) + tuple(extra_ids), {})
-    if not getattr(tokenizer, "is_fast", False):
-        raise SurgeryError(
-            "token positions need a fast tokenizer (tokenizer.json); this checkpoint "
-            "only has a slow one: convert it with transformers first"
-        )
-    enc = tokenizer(text, add_special_tokens=_adds_bos(tokenizer, text), return_offsets_mapping=True)
-    spans = {}
-    for name, (s, e) in char_spans.items():
-        s, e = s + offset, e + offset
-        spans[name] = tuple(i for i, (ts, te) in enumerate(enc["offset_mapping"]) if te > s and ts < e and te > ts)
-    return Encoded(tuple(enc["input_ids"]) + tuple(extra_ids), spans)
-
-
-def encode_question(
-    tokenizer, question: str, char_spans: Mapping[str, tuple[int, int]] | None = None, instruct: bool | None = None
-) -> Encoded:
-    """The prompt of docs/methods/binding-heads.md for ``question``, as token ids: chat template
-    (instruct), or base text ending in the answer prefix followed by the "(" token, appended by id
-    (as text, "letter (" can tokenize to " (", another token). S scoring and awareness generation
-    both use it, so they read the same input; ``char_spans`` are ranges inside ``question``."""
-    if instruct is None:
-        instruct = is_instruct(tokenizer)
-    if instruct:
-        text = format_mcq(tokenizer, question, instruct=True)
-        extra: tuple[int, ...] = ()
-    else:
-        text = question + "\n\n" + INSTRUCTION + BASE_ANSWER_START
-        extra = (cue_token_id(tokenizer),)
-    offset = text.find(question)
-    if offset < 0:
-        raise SurgeryError("the chat template changed the question text; spans cannot be located")
-    return encode_text(tokenizer, text, char_spans or {}, offset, extra)
 
 
 def collate(

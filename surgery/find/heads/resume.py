@@ -28,9 +28,10 @@ from torch import nn
 
 from ...core.edits import HeadScale
 from ...core.errors import SurgeryError
+from ...core.mcq import Encoded
 from ...model.hooks import applied, model_architecture
 from .attention import EdgeEdit, Plan, active_plan
-from .prompts import Batch, Encoded
+from .prompts import Batch
 
 # A recorded layer call's cache arguments: a resumed pass replaces them with its own cache.
 _CACHE_ARGS = ("cache", "use_cache")

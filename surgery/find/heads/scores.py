@@ -17,12 +17,13 @@ import torch
 
 from ...core import distributed
 from ...core.errors import SurgeryError
+from ...core.mcq import Encoded, encode_question
 from ...model.hooks import model_architecture
 from ...model.placement import input_device
 from .atp import attributions, frozen
 from .attention import EdgeEdit, Plan, active_plan
 from .pairs import Pair
-from .prompts import Encoded, batch_groups, collate, encode_question
+from .prompts import batch_groups, collate
 from .shared_prefix import last_token_logits, token_order_groups
 
 SPAN_NAMES = ("a", "b", "item", "tested", "control")

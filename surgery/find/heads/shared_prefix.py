@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .prompts import Encoded
+from ...core.mcq import Encoded
 
 
 def token_order_groups(prompts: Sequence[Encoded], batch_size: int) -> list[list[int]]:

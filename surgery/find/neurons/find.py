@@ -17,13 +17,14 @@ from ... import __version__
 from ...bake.quantized import check_loadable
 from ...core import compact_json, distributed
 from ...core.architectures import Architecture, architecture
+from ...core.cache import cache_path
 from ...core.checkpoint import Checkpoint
 from ...core.edit_kind import layer_list
 from ...core.errors import UnsupportedArchitecture
 from ...core.progress import Progress, silent
 from ...core.staging import atomic_write_text
 from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
-from ..findings import Findings, Found, cache_path, compute_record, dtype_key, new_findings
+from ..findings import Findings, Found, compute_record, dtype_key, new_findings
 from .pairs import PairsError, PairSet, check_token_counts
 from .params import DEFAULT_BIAS_WEIGHT, DEFAULT_RULE, DEFAULT_SCORE, DEFAULT_SPARE, SelectParams
 from .ppm import ppm_scores

@@ -14,11 +14,11 @@ import pytest
 
 import surgery
 from surgery.core.errors import ParameterError
+from surgery.core.prompts import formatted
 from surgery.find.directions import find as find_module
 from surgery.find.directions.ablate import layer_weights
 from surgery.find.directions.find import directions
 from surgery.find.directions.params import KernelParams
-from surgery.find.directions.prompts import formatted
 from tests.support.cli import cli_env, error_line, run_cli, run_main
 from tests.support.paths import FIXTURES, REPO
 from tests.support.tokenizer import char_tokenizer

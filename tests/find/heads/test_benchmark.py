@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from surgery.core.errors import SurgeryError
+from surgery.core.mcq import BASE_ANSWER_START, INSTRUCTION, cue_token_id, encode_question
 from surgery.find.heads.benchmark import (
     QTYPES,
     BenchmarkError,
@@ -19,8 +20,6 @@ from surgery.find.heads.benchmark import (
     question_spans,
 )
 from surgery.find.heads.pairs import KNOWLEDGE_EQUAL, build_pairs
-from surgery.find.heads.prompting import BASE_ANSWER_START, INSTRUCTION
-from surgery.find.heads.prompts import cue_token_id, encode_question
 from tests.support.binding import CHAT, n4_path, write_small_benchmark
 from tests.support.tokenizer import char_tokenizer
 

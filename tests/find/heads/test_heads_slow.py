@@ -12,9 +12,9 @@ import pytest
 from surgery.bake.verify import verify
 from surgery.cli.main import main
 from surgery.core.checkpoint import Checkpoint
+from surgery.core.mcq import is_instruct
 from surgery.find.heads.benchmark import load_benchmark
 from surgery.find.heads.pairs import build_pairs
-from surgery.find.heads.prompting import is_instruct
 from surgery.find.heads.scores import encode_pairs
 from surgery.model.loading import load_model, load_tokenizer
 from tests.support.binding import assert_batching_changes_nothing

@@ -13,11 +13,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from surgery.core.mcq import BASE_ANSWER_START, INSTRUCTION, cue_token_id, encode_question, format_mcq
 from surgery.evaluation.awareness import awareness
 from surgery.find.heads.benchmark import question_spans
 from surgery.find.heads.pairs import Question
-from surgery.find.heads.prompting import BASE_ANSWER_START, INSTRUCTION, format_mcq
-from surgery.find.heads.prompts import cue_token_id, encode_question
 from surgery.find.heads.scores import encode_pairs
 from tests.support.binding import CHAT
 from tests.support.tokenizer import SPACE_PAREN, char_tokenizer

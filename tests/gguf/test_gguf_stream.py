@@ -9,8 +9,8 @@ import json
 import pytest
 
 from surgery.core.errors import CheckpointError
-from surgery.model.gguf_import import import_gguf, read_header
-from surgery.model.gguf_stream import INDEX, meta_model, whole_model_reason
+from surgery.gguf.import_stream import INDEX, meta_model, whole_model_reason
+from surgery.gguf.importing import import_gguf, read_header
 from tests.support.gguf_reference import differences, raw_tensors, reference_import, weight_files
 from tests.support.moe_gguf import write_moe_gguf
 from tests.support.paths import real_model_path
@@ -31,7 +31,7 @@ BUILDERS = {
 
 def _reference(src, tmp_path, dtype):
     """transformers' import, with the one change import-gguf makes to it (no quantization_config)."""
-    from surgery.model.gguf_import import _strip_quantization
+    from surgery.gguf.importing import _strip_quantization
 
     ref = reference_import(src, tmp_path / "reference", dtype)
     _strip_quantization(ref / "config.json")
@@ -84,7 +84,7 @@ def test_dequantized_in_slabs_equals_gguf_py_on_the_reader_data(kind, tmp_path, 
     import numpy as np
     from gguf import GGUFReader, dequantize
 
-    from surgery.model import gguf_stream
+    from surgery.gguf import import_stream as gguf_stream
 
     src = tmp_path / "src.gguf"
     write_typed_gguf(src, kind)

@@ -26,7 +26,7 @@ from ..core.optional import require
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
 from ..core.strict_files import load_json
-from .gguf_stream import SHARD_BYTES, transformers_errors, write_streamed
+from .import_stream import SHARD_BYTES, transformers_errors, write_streamed
 
 MANIFEST_NAME = "surgery.gguf.json"  # not surgery.json: that name means "made by a bake"
 DTYPES = ("float32", "bfloat16")

@@ -12,7 +12,7 @@ import torch
 from surgery.cli.main import main
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.errors import CheckpointError, UnsupportedArchitecture
-from surgery.model.gguf_import import MANIFEST_NAME, import_gguf, read_header
+from surgery.gguf.importing import MANIFEST_NAME, import_gguf, read_header
 from tests.support.tiny_gguf import KV_HEADS, LAYERS, QUANTIZED, TOKENS, gguf_source_model, write_tiny_gguf
 
 
@@ -168,7 +168,7 @@ def test_the_cached_import_hashes_the_gguf_once(tmp_path, monkeypatch):
     """A finder's import of a GGUF reads the file's bytes for its sha256 once (its cache key, then the
     manifest's record), and a direct import computes it itself: the same digest either way."""
     import surgery.gguf.imported as imported
-    import surgery.model.gguf_import as gguf_import
+    import surgery.gguf.importing as gguf_import
     from tests.support.typed_gguf import write_typed_gguf
 
     src = tmp_path / "src.gguf"

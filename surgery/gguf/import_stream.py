@@ -58,7 +58,7 @@ def transformers_errors(name: str) -> Iterator[None]:
 def write_streamed(
     header: Any, dtype: str, out: Path, progress: StageProgress, shard_bytes: int = SHARD_BYTES
 ) -> dict[str, Any] | None:
-    """Write the weights and config of the GGUF whose header (``gguf_import.GgufHeader``) is ``header``
+    """Write the weights and config of the GGUF whose header (``importing.GgufHeader``) is ``header``
     into ``out`` block by block, and return the file's transformers config (``AutoConfig``'s, as a dict:
     a bake of the file reads it, surgery/gguf/model.py); None when the file must be imported whole
     instead (:func:`whole_model_reason`), with nothing written."""
@@ -133,7 +133,7 @@ def _blocks(tensors: Iterable[Any]) -> list[list[Any]]:
 
 
 def dequantized(blob: np.ndarray, t: Any) -> np.ndarray:
-    """``t``'s (a ``gguf_import.GgufTensor``) values as gguf-py's ``dequantize`` gives them for the data ``gguf.GGUFReader`` hands it
+    """``t``'s (a ``importing.GgufTensor``) values as gguf-py's ``dequantize`` gives them for the data ``gguf.GGUFReader`` hands it
     (float32, shaped as ``t``), computed ``DEQUANTIZE_BYTES`` of stored rows at a time into one array;
     ``blob``: the whole file as uint8 (a read-only memory map)."""
     import numpy as np

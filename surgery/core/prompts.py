@@ -1,4 +1,5 @@
-"""The prompt sets of find-direction: a text file (one prompt a line) or JSONL ({"prompt": …} a line).
+"""Prompt sets given by the user (find-direction's two sides, the eval's marker suite): a text file
+(one prompt a line) or JSONL ({"prompt": …} a line).
 
 Prompts go through the model's chat template as one user message when it has one (instruct
 models; ``template="auto"``), so that the last prompt token is where the model starts to answer.
@@ -11,8 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...core.errors import ParameterError
-from ...core.strict_files import DuplicateKey, load_json
+from .errors import ParameterError
+from .strict_files import DuplicateKey, load_json
 
 
 @dataclass(frozen=True)

@@ -20,22 +20,22 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..bake.bake import BakeResult
-from ..bake.provenance import record_text, sidecars, write_undo
-from ..bake.record import BakeRecord, EditedTensor, UndoRecord, Verification
-from ..bake.source_index import remember_source
-from ..bake.stream import stream_patched
 from ..core.checkpoint import file_sha256
 from ..core.edits import Recipe
 from ..core.errors import DestinationError
 from ..core.hash_cache import HashCache
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_files
+from ..gguf import is_gguf
+from ..gguf.model import GgufModel
+from ..gguf.plan import EditedTensor as Blocks
+from ..gguf.plan import edit_tensor, plan
 from ..model.loading import Source
-from . import is_gguf
-from .model import GgufModel
-from .plan import EditedTensor as Blocks
-from .plan import edit_tensor, plan
+from .bake import BakeResult
+from .provenance import record_text, sidecars, write_undo
+from .record import BakeRecord, EditedTensor, UndoRecord, Verification
+from .source_index import remember_source
+from .stream import stream_patched
 
 CHECK_KIND = "gguf blocks"
 CHECK_REFERENCE = (

@@ -15,19 +15,19 @@ from pathlib import Path
 
 import numpy as np
 
-from ..bake.provenance import UndoFile, load_provenance, load_undo, provenance_intact, sidecars
-from ..bake.record import BakeRecord
-from ..bake.stream import stream_patched
-from ..bake.verify import Report
 from ..core.checkpoint import file_sha256
 from ..core.errors import DestinationError, SurgeryError, VerificationError
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_files
-from . import is_gguf
-from .bake import replaceable as baked_output
-from .formats import block_shape
-from .model import open_gguf
-from .plan import edit_tensor, plan, runs
+from ..gguf import is_gguf
+from ..gguf.formats import block_shape
+from ..gguf.model import open_gguf
+from ..gguf.plan import edit_tensor, plan, runs
+from .gguf import replaceable as baked_output
+from .provenance import UndoFile, load_provenance, load_undo, provenance_intact, sidecars
+from .record import BakeRecord
+from .stream import stream_patched
+from .verify import Report
 
 
 def _originals(record: BakeRecord, saved: UndoFile) -> list[tuple[str, np.ndarray, np.ndarray]]:

@@ -13,12 +13,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..bake.gguf_verify import load_baked, verify_gguf
 from ..bake.provenance import sidecars
 from ..bake.record import BakeRecord
 from ..bake.source_index import local_source_path
 from ..core.errors import VerificationError
-from ..ship.card import CARD_NAME, edits_section, evaluation_section, public, recipe_yaml, render_card, why_section
-from .verify import load_baked, verify_gguf
+from .card import CARD_NAME, edits_section, evaluation_section, public, recipe_yaml, render_card, why_section
 
 
 def _blocks_section(gguf: dict[str, Any]) -> str:
