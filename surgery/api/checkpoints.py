@@ -24,7 +24,6 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
     (``layer_kinds``; a hybrid model's kinds of layer by name). A model surgery does not edit says why
     (``supported``: false, ``refused``: the one-line reason); a config whose sizes contradict its
     tensors is an error naming the tensor."""
-    from ..bake.int_packed import planner_view
     from ..bake.patches import check_layers
     from ..core.architectures import architecture, refusal
     from ..core.resolve import Resolver
@@ -48,7 +47,7 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
             **files,
         }
     arch = architecture(ckpt.config)
-    check_layers(planner_view(ckpt), arch)  # an int4 / int8 weight: its codes' logical shape
+    check_layers(ckpt.format.view(ckpt), arch)  # an int4 / int8 weight: its codes' logical shape
     g = arch.geometry
     info = {
         "path": str(source.path),
