@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..int_packed import IntPacked
-from .storage import refusal, scheme
 
 
 class Awq(IntPacked):
@@ -18,10 +17,14 @@ class Awq(IntPacked):
 
     @classmethod
     def detect(cls, qconfig: Any) -> Awq | None:
+        from .storage import scheme
+
         s = scheme(qconfig)
         return cls(s) if s is not None else None
 
     @classmethod
     def refusal(cls, qconfig: Any) -> str | None:
+        from .storage import refusal
+
         why = refusal(qconfig)
         return None if why is None else f"AutoAWQ weights that surgery cannot edit exactly: {why}"

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from ...core import e4m3
 from ...core.stored_format import StoredFormat
-from .storage import Scheme, scheme
 
 if TYPE_CHECKING:
     from ...bake.patches import TensorPatch
     from ...core.architectures import Architecture
     from ...core.checkpoint import Checkpoint
     from ...core.edits import Edit, Recipe
+    from .storage import Scheme
 
 
 class Fp8(StoredFormat):
@@ -29,6 +29,8 @@ class Fp8(StoredFormat):
 
     @classmethod
     def detect(cls, qconfig: Any) -> Fp8 | None:
+        from .storage import scheme
+
         s = scheme(qconfig)
         return cls(s) if s is not None else None
 

@@ -8,13 +8,15 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ...core.stored_format import StoredFormat
-from .storage import LOGICAL, Scheme, scheme
 
 if TYPE_CHECKING:
     from ...bake.patches import TensorPatch
     from ...core.architectures import Architecture
     from ...core.checkpoint import Checkpoint
     from ...core.edits import Edit, Recipe
+    from .storage import Scheme
+
+LOGICAL = "PACKED"  # dtype of the [out, in] entry a pack-quantized weight gets in the planner's view
 
 
 class IntPacked(StoredFormat):
@@ -31,6 +33,8 @@ class IntPacked(StoredFormat):
 
     @classmethod
     def detect(cls, qconfig: Any) -> IntPacked | None:
+        from .storage import scheme
+
         s = scheme(qconfig)
         return cls(s) if s is not None else None
 

@@ -35,6 +35,7 @@ from ...core.edits import Edit, Recipe
 from ...core.errors import CheckpointError, RecipeError
 from ..fp8.plan import _exact_product, _reference, read_scale
 from ..plain import plain_problems
+from . import LOGICAL
 from . import storage as int_packed
 from .storage import IntWeight, Scheme
 
@@ -43,13 +44,13 @@ ROWS_PER_BLOCK = 1024  # rows dequantized at once: bounded float32 memory for an
 
 class EditView:
     """A checkpoint as the planner sees it: every pack-quantized weight also under its plain name
-    ``X.weight`` at its logical [out, in] shape (dtype ``int_packed.LOGICAL``, never read as bytes)."""
+    ``X.weight`` at its logical [out, in] shape (dtype ``LOGICAL``, never read as bytes)."""
 
     def __init__(self, ckpt: Checkpoint, weights: dict[str, IntWeight]):
         self.ckpt, self.path, self.config = ckpt, ckpt.path, ckpt.config
         self.format = ckpt.format
         virtual = {
-            n: TensorInfo(n, w.codes.file, int_packed.LOGICAL, w.shape, w.codes.start, w.codes.end)
+            n: TensorInfo(n, w.codes.file, LOGICAL, w.shape, w.codes.start, w.codes.end)
             for n, w in weights.items()
             if n not in ckpt.tensors
         }

@@ -37,7 +37,6 @@ from ...core.errors import CheckpointError
 FORMATS = ("pack-quantized", "int-quantized")
 STRATEGIES = ("group", "channel", "tensor")
 BITS = (4, 8)  # 32 / bits codes fill a word exactly: no code straddles two words
-LOGICAL = "PACKED"  # dtype of the [out, in] entry a pack-quantized weight gets in the planner's view
 SCALE_DTYPES = ("F32", "BF16", "F16")
 # The weights' actorder as configs spell it (compressed-tensors' aliases; ``true`` meant "group") → its layout
 ACTORDERS = {"weight": "weight", "static": "weight", "group": "group", "dynamic": "group"}
