@@ -86,9 +86,9 @@ class StoredFormat(ABC):
 
     # --- loading for computation ------------------------------------------------------------------
     @abstractmethod
-    def layerwise_dtype(self, ckpt: Any, model_class: Any) -> Any:
-        """The 16-bit torch dtype to hold ``ckpt``'s weights in for float32 compute a layer at a time
-        (model/upcast.py), or None to load them whole in the compute dtype."""
+    def layerwise_dtype(self, ckpt: Any, config: Any) -> Any:
+        """The 16-bit torch dtype to hold ``ckpt``'s weights (transformers ``config``) in for float32
+        compute a layer at a time (model/upcast.py), or None to load them whole in the compute dtype."""
 
     def load(self, ckpt: Any, config: Any, held: bool, from_pretrained: Callable[..., Any]) -> Any:
         """The model of ``ckpt`` (transformers ``config``) with the weights a bake edits, from

@@ -42,7 +42,7 @@ class PlainFloat(StoredFormat):
         patches = self.plan(src, recipe.validate(src.config), recipe.active())
         return len(patches), [line for p in patches for line in plain_problems(src, out, p)]
 
-    def layerwise_dtype(self, ckpt: Checkpoint, model_class: Any) -> Any:
+    def layerwise_dtype(self, ckpt: Checkpoint, config: Any) -> Any:
         """The one 16-bit dtype every tensor is stored in (upcast a layer per call), or None."""
         from ..model.upcast import stored_dtype
 

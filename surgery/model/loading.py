@@ -317,7 +317,7 @@ def _layerwise_dtype(ckpt: Checkpoint, config, float32_in_place: bool):
 
     if not float32_in_place or refusal(ckpt.config) is not None:
         return None
-    return ckpt.format.layerwise_dtype(ckpt, model_class_of(config))
+    return ckpt.format.layerwise_dtype(ckpt, config)
 
 
 def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):

@@ -47,10 +47,11 @@ class Fp8(StoredFormat):
 
         return dequantized_problems(src, out, recipe)
 
-    def layerwise_dtype(self, ckpt: Checkpoint, model_class: Any) -> Any:
+    def layerwise_dtype(self, ckpt: Checkpoint, config: Any) -> Any:
+        from ...model.loading import model_class_of
         from .hold import layerwise_dtype
 
-        return layerwise_dtype(ckpt, model_class)
+        return layerwise_dtype(ckpt, model_class_of(config))
 
     def load(self, ckpt: Checkpoint, config: Any, held: bool, from_pretrained: Callable[..., Any]) -> Any:
         """Dequantized by transformers where that is exact (whole blocks), else by surgery: every weight

@@ -60,10 +60,11 @@ class IntPacked(StoredFormat):
 
         return dequantized_problems(src, out, recipe)
 
-    def layerwise_dtype(self, ckpt: Checkpoint, model_class: Any) -> Any:
+    def layerwise_dtype(self, ckpt: Checkpoint, config: Any) -> Any:
+        from ...model.loading import model_class_of
         from .hold import layerwise_dtype
 
-        return layerwise_dtype(ckpt, model_class)
+        return layerwise_dtype(ckpt, model_class_of(config))
 
     def load(self, ckpt: Checkpoint, config: Any, held: bool, from_pretrained: Callable[..., Any]) -> Any:
         """By transformers (decompressed by compressed-tensors) where it runs these weights, else, and
