@@ -12,7 +12,7 @@ dequantizes a layer per call (surgery/model/dequantized.py). ``--int4``: the dec
 compressed by compressed-tensors as llm-compressor writes W4A16 (pack-quantized, symmetric, groups
 of 64: 128 does not divide 960); ``whole`` is then transformers' decompression to float32, and
 ``layerwise`` holds each weight's codes in bf16, times its scales a layer per call
-(surgery/model/int_dequantized.py). A baked copy with a few
+(surgery/formats/int_packed/hold.py). A baked copy with a few
 pruned neurons is written once (``surgery prune-neurons --no-verify``). Then, interleaved in a
 shuffled order, each in a fresh process on the CPU (``--dtype auto``: float32):
 
@@ -128,8 +128,8 @@ def child(mode: str, task: str, src: str, dst: str) -> None:
     """The measured process: ``task`` on ``src`` (and ``dst``) with the loader in ``mode``."""
     import torch
 
-    import surgery.model.dequantized as dequantized
-    import surgery.model.int_dequantized as int_dequantized
+    import surgery.formats.fp8.hold as dequantized
+    import surgery.formats.int_packed.hold as int_dequantized
     import surgery.model.upcast as upcast
     from surgery.core.checkpoint import Checkpoint
     from surgery.model.loading import LoadSpec, load_model

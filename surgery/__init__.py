@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import formats  # registers the stored formats that Checkpoint.format recognises
 from .core.lazy import lazy_attributes
 
 __version__ = "0.1.0"

@@ -26,7 +26,6 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
     (``layer_kinds``; a hybrid model's kinds of layer by name). A model surgery does not edit says why
     (``supported`` False, ``refused`` the one-line reason); a config whose sizes contradict its
     tensors is an error naming the tensor. ``to_dict()`` is what ``inspect --json`` prints."""
-    from ..bake.int_packed import planner_view
     from ..bake.patches import check_layers
     from ..core.architectures import architecture, refusal
     from ..core.resolve import Resolver
@@ -45,7 +44,7 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
     if why:
         return Inspection(**files, model_type=ckpt.config.get("model_type"), supported=False, refused=why)
     arch = architecture(ckpt.config)
-    check_layers(planner_view(ckpt), arch)  # an int4 / int8 weight: its codes' logical shape
+    check_layers(ckpt.format.view(ckpt), arch)  # an int4 / int8 weight: its codes' logical shape
     g = arch.geometry
     sizes: dict[str, Any] = {}
     if g.sparse_layers:  # mixture of experts: neurons are named L:eE:N (routed), L:s:N (shared)

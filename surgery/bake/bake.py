@@ -51,7 +51,6 @@ from .provenance import (
     record_text,
     write_undo,
 )
-from .quantized import stored_plan
 from .record import BakeRecord, EditedTensor, HashingRecord, UndoRecord, Verification
 from .source_index import remember_source
 from .stream import stream_patched
@@ -291,7 +290,7 @@ def bake(
     """
     arch = recipe.validate(ckpt.config)
     check_scales(ckpt, recipe, allow_zero=allow_zero)
-    patches = stored_plan(ckpt, arch, recipe.active())
+    patches = ckpt.format.plan(ckpt, arch, recipe.active())
     copies = copy_patches(ckpt, arch, patches)  # the same edits on second copies of the weights
     by_file = group_by_file(patches + copies)
     files = source_files(ckpt)

@@ -249,8 +249,8 @@ def check_map(src: Checkpoint, out: Checkpoint, m: EditedMap, rng: np.random.Gen
 
 
 def edited_check(ckpt: Checkpoint, recipe: Recipe) -> Callable[[Path], Verification]:
-    """The check as a bake hook: runs on the staged output before it is published (on an FP8
-    checkpoint: its dequantized weights, exactly: surgery.bake.fp8)."""
+    """The check as a bake hook: runs on the staged output before it is published (on a quantized
+    checkpoint: its dequantized weights, exactly, by its format's decoder: surgery/formats/)."""
     if ckpt.quantized:
         from .quantized import quantized_check
 

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..core import e4m3
 from ..core.checkpoint import Checkpoint
 from ..core.edits import Edit, Recipe
 from ..core.errors import RecipeError
-from ..quant import fp8
 from .patches import HUGE, from_f32, site_peaks, to_f32
 
 
@@ -62,13 +62,11 @@ def check_scales(ckpt: Checkpoint, recipes: Recipe | Sequence[Recipe], *, allow_
         return
     for recipe in recipes:  # each must fit the model before its bytes are read
         arch = recipe.validate(ckpt.config)
-    if (
-        ckpt.int_scheme is not None
-    ):  # integer codes and their scales are edited exactly or refused (surgery.bake.int_packed)
+    if not ckpt.format.guarded:  # its codes and scales are edited exactly or refused (surgery/formats/)
         return
     edits = list(dict.fromkeys(e for r in recipes for e in r.active()))
     for e, site, peak, dtype in site_peaks(ckpt, arch, edits):
-        if dtype == fp8.DTYPE:  # e4m3 bytes are scaled exactly or refused (surgery.bake.fp8), never rounded
+        if dtype == e4m3.DTYPE:  # e4m3 bytes are scaled exactly or refused (surgery/formats/fp8/), never rounded
             continue
         problem = scale_problem(e, site.scale, peak, dtype, allow_zero)
         if problem:

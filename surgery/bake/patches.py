@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core import e4m3
 from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.edits import Edit
 from ..core.errors import CheckpointError, RecipeError
 from ..core.resolve import Resolver, TensorSlice
 from ..core.sites import Site, all_sites, sites
-from ..quant import fp8, int_packed
 
 CHUNK_BYTES = 16 << 20
 # 2^64 ≈ 1.8e19 is the square root of float32's largest value. Norms square the activations
@@ -42,11 +42,13 @@ RAW_DTYPES = {
     "F32": np.float32,
     "F16": np.float16,
     "BF16": np.uint16,
-    fp8.DTYPE: np.uint8,
+    e4m3.DTYPE: np.uint8,
     "I32": np.int32,
     "I8": np.int8,
 }
-# Integer codes of an int4 / int8 checkpoint: never scaled, only replaced (surgery/bake/int_packed.py).
+# The float dtypes every format edits; a format adds its own (StoredFormat.edited_dtypes).
+FLOAT_DTYPES = ("F32", "F16", "BF16")
+# Integer codes of an int4 / int8 checkpoint: never scaled, only replaced (surgery/formats/int_packed/plan.py).
 INT_DTYPES = ("I32", "I8")
 
 
@@ -54,8 +56,8 @@ def to_f32(raw: np.ndarray, dtype: str) -> np.ndarray:
     """Raw stored elements → float32 (exact for every supported dtype)."""
     if dtype == "BF16":
         return (raw.astype(np.uint32) << 16).view(np.float32)
-    if dtype == fp8.DTYPE:
-        return fp8.decode(raw)
+    if dtype == e4m3.DTYPE:
+        return e4m3.decode(raw)
     return raw.astype(np.float32)
 
 
@@ -72,8 +74,8 @@ def from_f32(values: np.ndarray, dtype: str) -> np.ndarray:
         raise RecipeError(
             "integer codes would be scaled as floats; this edit should have been refused. Please report this bug"
         )
-    if dtype == fp8.DTYPE:  # never rounded: the FP8 plan (surgery/bake/fp8.py) admits exact scales only
-        raw, exact = fp8.encode_exact(values)
+    if dtype == e4m3.DTYPE:  # never rounded: the FP8 plan (surgery/formats/fp8/plan.py) admits exact scales only
+        raw, exact = e4m3.encode_exact(values)
         if not exact.all():
             raise RecipeError(
                 "an FP8 weight would be rounded; this edit should have been refused. Please report this bug"
@@ -126,7 +128,7 @@ class TensorPatch:
     project: Projection | None = None
     # Stored elements that replace a line (``(True, row)`` or ``(False, column)``, over all of
     # ``n_rows``) instead of scaling it: integer codes set to their zero point, whose words also
-    # hold other columns' codes (surgery/bake/int_packed.py computes them).
+    # hold other columns' codes (surgery/formats/int_packed/plan.py computes them).
     replace: dict[tuple[bool, int], np.ndarray] = field(default_factory=dict)
 
     @property
@@ -144,12 +146,7 @@ def _tensor(ckpt: Checkpoint, name: str, shape: tuple[int, ...], why: str | None
     """The header entry of ``name``, which must be a float tensor of ``shape`` (``why``: the config
     fields that set that shape, named in the error)."""
     info = ckpt.tensor(name)
-    integer = getattr(ckpt, "int_scheme", None) is not None  # the planner's view of an int4 / int8 checkpoint
-    if (
-        (info.dtype not in RAW_DTYPES and not (integer and info.dtype == int_packed.LOGICAL))
-        or (info.dtype == fp8.DTYPE and ckpt.fp8_scheme is None)
-        or (info.dtype in INT_DTYPES and not (integer and info.dtype == "I8"))
-    ):
+    if info.dtype not in FLOAT_DTYPES and info.dtype not in ckpt.format.edited_dtypes:
         raise CheckpointError(
             f"tensor '{name}' is stored as {info.dtype}; surgery edits F32, F16 and BF16 weights only (and "
             "F8_E4M3, int4 or int8 ones whose config.json gives their scales: quantization_config)"
@@ -213,7 +210,7 @@ def check_layers(ckpt: Checkpoint, arch: Architecture) -> None:
 
 def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
     """The tensor patches that realise ``edits`` on ``ckpt`` (identity edits change nothing): on the
-    values of the weights (an FP8 weight's are dequantized: surgery.bake.fp8.stored_plan says which
+    values of the weights (an FP8 weight's are dequantized: surgery/formats/fp8/plan.py says which
     bytes change)."""
     check_attention(ckpt, arch)
     return list(patches_for(ckpt, Resolver(arch, ckpt.tensors).all(all_sites(arch, edits))).values())

@@ -86,9 +86,7 @@ def remember_run(key: dict[str, Any]) -> None:
 
 def float32_bytes(ckpt: Checkpoint) -> int:
     """The weights' size at 4 bytes a value (an integer checkpoint's weights at their logical shapes)."""
-    from .int_packed import planner_view
-
-    return 4 * sum(math.prod(info.shape) for info in planner_view(ckpt).tensors.values())
+    return 4 * sum(math.prod(info.shape) for info in ckpt.format.view(ckpt).tensors.values())
 
 
 def available_memory() -> int:

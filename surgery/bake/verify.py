@@ -26,10 +26,8 @@ from ..core.progress import StageProgress, silent_stages
 from ..model.loading import DEFAULT_LOAD, LoadSpec
 from .bake import source_files
 from .copies import copy_patches, unrecorded
-from .int_packed import planner_view
 from .patches import RAW_DTYPES, TensorPatch, group_by_file, patched_chunks, plan
 from .provenance import OWN_FILES, integrity_problems, load_provenance
-from .quantized import dequantized_problems, stored_plan
 from .record import BakeRecord
 from .tolerance import LogitTolerance, logit_tolerance
 
@@ -227,7 +225,7 @@ def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent
         return report, recipe
 
     arch = recipe.validate(src.config)
-    patches = stored_plan(src, arch, recipe.active())
+    patches = src.format.plan(src, arch, recipe.active())
     try:
         copies = copy_patches(src, arch, patches)
     except CheckpointError as exc:  # a weights file the bake cannot match: it was copied as is
@@ -354,7 +352,6 @@ def numeric(
 
     from ..model.dequantized import holds_codes
     from ..model.hooks import applied
-    from ..model.int_dequantized import decodes_itself
     from ..model.loading import load_model, vocab_rows
     from ..model.probe import check_runs, load_or_refuse
     from ..model.swap import swapped
@@ -386,11 +383,11 @@ def numeric(
     progress("verify", 2, 2)
     # torch's max keeps a NaN (a damaged weight can make one), where Python's max may drop it
     diff = float(torch.stack([(a - b).abs().max() for a, b in zip(reference, baked)]).max())
-    view = planner_view(src)  # an integer weight: its logical dtype, which has the default (bf16) tolerance
+    view = src.format.view(src)  # an integer weight: its logical dtype, which has the default (bf16) tolerance
     arch = recipe.validate(src.config)
     dtypes = {view.tensor(p.info.name).dtype for p in plan(view, arch, recipe.active())}
     # loaded dequantized into the compute dtype, exactly (FP8; integer codes surgery decodes or holds): codes do not run
-    if src.fp8_scheme is not None or decodes_itself(src) or holds_codes(model):
+    if src.format.loads_dequantized or holds_codes(model):
         dtypes = set()
     # The model may also compute in a narrower dtype than it stores (--dtype bfloat16 on float32 weights).
     dtypes.add(COMPUTE_DTYPES.get(str(compute_dtype_of(model)), "F32"))
@@ -412,10 +409,10 @@ def verify(
     report, recipe = structural(src, dst_path, progress)
     if report.ok and run_model and src.quantized:
         # the edit itself, exactly: the edited weights dequantized against the source's times the recipe's
-        # scales; then logits, both models loaded dequantized (FP8: model/dequantized.py; integer codes by
-        # transformers where it decompresses them, else, or held for float32, model/int_dequantized.py)
+        # scales; then logits, both models loaded dequantized (FP8: surgery/formats/fp8/hold.py; integer codes by
+        # transformers where it decompresses them, else, or held for float32, surgery/formats/int_packed/hold.py)
         report.numeric_check = "dequantized weights: the output's equal the recipe's scales times the source's, exactly"
-        report.problems += dequantized_problems(src, Checkpoint(dst_path, allow_remote_code=True), recipe)[1]
+        report.problems += src.format.check(src, Checkpoint(dst_path, allow_remote_code=True), recipe)[1]
     if report.ok and run_model:
         if src.quantized:
             report.numeric_check += "; and logits (both models loaded dequantized)"

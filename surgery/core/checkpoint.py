@@ -17,8 +17,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ..quant import awq, fp8, int_packed
+from . import stored_format
 from .errors import CheckpointError
+from .stored_format import StoredFormat
 from .strict_files import DuplicateKey, load_json
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -225,42 +226,30 @@ class Checkpoint:
             raise CheckpointError(f"{cfg} is not a JSON object; {REFETCH}")
         return config
 
-    def _scheme(self, parse):
-        """What ``parse`` reads from the quantization_config of the config or of its text model, or None."""
+    def _configs(self) -> list[dict[str, Any]]:
+        """The config and its text model's (the same dict for a text-only model)."""
         from .architectures import text_config
 
-        for cfg in (self.config, text_config(self.config)):
-            if found := parse(cfg.get("quantization_config")):
-                return found
-        return None
+        return [self.config, text_config(self.config)]
 
     @cached_property
-    def fp8_scheme(self) -> fp8.Scheme | None:
-        """The FP8 scheme of the weights (surgery/quant/fp8.py), or None: plain floats."""
-        return self._scheme(fp8.scheme)
-
-    @cached_property
-    def int_scheme(self) -> int_packed.Scheme | None:
-        """The int4 / int8 scheme of the weights: compressed-tensors' (surgery/quant/int_packed.py) or
-        AutoAWQ GEMM's, the same layout stored otherwise (surgery/quant/awq.py); None when there is none."""
-        return self._scheme(int_packed.scheme) or self._scheme(awq.scheme)
+    def format(self) -> StoredFormat:
+        """How the weights are stored (surgery/formats/): the registered format that recognises the
+        quantization_config, or plain floats."""
+        return stored_format.detect(self._configs())
 
     @property
     def quantized(self) -> bool:
         """Whether the weights are FP8 or integer codes that surgery edits through their scales."""
-        return self.fp8_scheme is not None or self.int_scheme is not None
+        return self.format.quantized
 
     def _refuse_unsafe(self, allow_remote_code: bool) -> None:
-        from .architectures import text_config
-
-        for cfg in (self.config, text_config(self.config)):
+        for cfg in self._configs():
             for key in QUANTIZATION_KEYS:
                 value = cfg.get(key)
-                known = key == "quantization_config" and (
-                    fp8.scheme(value) or int_packed.scheme(value) or awq.scheme(value)
-                )
-                if value and not known and (why := awq.refusal(value)):
-                    raise CheckpointError(f"{self.path} holds AutoAWQ weights that surgery cannot edit exactly: {why}")
+                known = key == "quantization_config" and stored_format.known(value)
+                if value and not known and (why := stored_format.refusal(value)):
+                    raise CheckpointError(f"{self.path} holds {why}")
                 if value and not known:
                     method = (
                         (cfg[key] or {}).get("quant_method", "unknown") if isinstance(cfg[key], dict) else "unknown"
@@ -268,8 +257,7 @@ class Checkpoint:
                     raise CheckpointError(
                         f"{self.path} is quantized ({key}: {method}); its weights are packed integers or "
                         "scaled in a layout surgery does not know, so scaling their bytes would corrupt "
-                        "them; use the unquantized (F32/F16/BF16), an FP8 e4m3, an int4 / int8 "
-                        "compressed-tensors or an int4 AutoAWQ GEMM checkpoint"
+                        f"them; use {stored_format.offered()} checkpoint"
                     )
         if self.config.get("auto_map") and not allow_remote_code:
             raise CheckpointError(

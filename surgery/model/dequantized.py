@@ -1,19 +1,14 @@
-"""Load an FP8 (e4m3) checkpoint for computation, dequantized: finders and evaluation see the values a
-bake edits (each e4m3 value times its scale, exact in float32), on a CPU as on an accelerator.
+"""Holding quantized weights for computation, whatever their format: what surgery/formats/ loads with.
 
-transformers dequantizes as it loads (``FineGrainedFP8Config`` / ``CompressedTensorsConfig`` with
-``dequantize=True``), but it takes a block's size from the scale grid (rows // scale rows), so a block
-layout whose weights are not whole blocks (128×128 blocks on a dimension that is not a multiple of
-128) comes out wrong without an error. Such a checkpoint loads with its e4m3 bytes as plain floats,
-and each FP8 weight is then replaced by surgery's own dequantization (surgery/quant/fp8.py), one
-tensor at a time; a mixture of experts stored one tensor per expert is loaded into fused 3-D
-parameters, and each expert's matrix goes to its rows of them (the architecture table's
-``fused_homes``).
-
-For float32 compute, a checkpoint whose other weights are stored in one 16-bit dtype is not
-dequantized whole (4 bytes a weight): its e4m3 values are loaded in that dtype (exact: e4m3 fits
-bfloat16 and float16), and each decoder layer's weights are dequantized, with surgery's own exact
-arithmetic, only for the layer's call (model/upcast.py), so memory stays near twice the FP8 file.
+A format transformers cannot dequantize exactly loads without its quantization, and each weight is then
+put in as its float values (:class:`Filler`, one tensor at a time; a mixture of experts stored one
+tensor per expert is loaded into fused 3-D parameters, and each expert's matrix goes to its rows of
+them: the architecture table's ``fused_homes``). For float32 compute, a checkpoint whose other
+weights are stored in one 16-bit dtype (:func:`held_dtype`) is not dequantized whole (4 bytes a
+weight): its weights are held as their stored values, exact in that dtype, and each is multiplied by
+its scales only for its layer's call (:func:`attach_scalings`, model/upcast.py), so memory stays near
+twice the quantized file. surgery/formats/fp8/hold.py and surgery/formats/int_packed/hold.py say what
+each format holds.
 """
 
 from __future__ import annotations
@@ -22,39 +17,10 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from typing import Any
 
-from ..core.checkpoint import Checkpoint, TensorInfo
+from ..core.checkpoint import Checkpoint
 from ..core.errors import CheckpointError
-from ..quant import fp8
 
 HOLDS_CODES = "_surgery_holds_codes"  # set on a model by attach_scalings: its parameters are not its weights
-
-
-def whole_blocks(ckpt: Checkpoint) -> bool:
-    """Whether every FP8 weight of ``ckpt`` is whole blocks (or one block) along each dimension: then
-    transformers' dequantization, which infers the block from the scale grid, gives its exact values."""
-    block = ckpt.fp8_scheme.block
-    if block is None:  # per tensor or per channel: nothing to infer
-        return True
-    return all(
-        n % b == 0 or n <= b
-        for info in ckpt.tensors.values()
-        if info.dtype == fp8.DTYPE
-        for n, b in zip(info.shape, block)
-    )
-
-
-def load_arguments(ckpt: Checkpoint, config, held: bool = False) -> dict[str, Any]:
-    """from_pretrained's arguments that load the FP8 checkpoint ``ckpt`` (transformers ``config``) dequantized:
-    transformers' own dequantization where it is exact, else the config without its quantization
-    (the weights are then filled by :func:`fill_weights`, or, ``held``, dequantized as each layer
-    runs: :func:`attach_scales`)."""
-    if whole_blocks(ckpt) and not held:
-        from transformers import CompressedTensorsConfig, FineGrainedFP8Config
-
-        method = ckpt.fp8_scheme.method
-        quant = FineGrainedFP8Config(dequantize=True) if method == "fp8" else CompressedTensorsConfig(dequantize=True)
-        return {"quantization_config": quant}
-    return {"config": without_quantization(config)}
 
 
 def without_quantization(config):
@@ -67,17 +33,17 @@ def without_quantization(config):
 
 
 @contextmanager
-def quiet_load(ckpt: Checkpoint, held: bool = False):
-    """Silence what transformers says about the load :func:`load_arguments` asked for: that the given
-    quantization_config's loading attributes (dequantize) override the checkpoint's, and, when the
-    checkpoint loads without quantization, its report listing every scale tensor as unused (:func:`fill_weights`
-    uses them). Other warnings pass."""
+def quiet_load(unquantized: bool):
+    """Silence what transformers says about a format's load: that the given quantization_config's
+    loading attributes (dequantize) override the checkpoint's, and, ``unquantized`` (the checkpoint
+    loads without its quantization), its report listing every scale tensor as unused (the format's
+    fill uses them). Other warnings pass."""
     import warnings
 
     from transformers.utils import logging as hf_logging
 
     level = hf_logging.get_verbosity()
-    if held or not whole_blocks(ckpt):
+    if unquantized:
         hf_logging.set_verbosity_error()
     try:
         with warnings.catch_warnings():
@@ -85,32 +51,6 @@ def quiet_load(ckpt: Checkpoint, held: bool = False):
             yield
     finally:
         hf_logging.set_verbosity(level)
-
-
-def dequantized_weight(ckpt: Checkpoint, info: TensorInfo):
-    """The float32 values of the FP8 weight ``info`` (e4m3 × its scales, exact), as a torch tensor."""
-    import torch
-    from safetensors import safe_open
-
-    scheme = ckpt.fp8_scheme
-    scale_info = ckpt.tensor(scheme.scale_name(info.name))
-    lay = fp8.layout(scheme, info.name, info.shape, scale_info.name, scale_info.shape)
-    with safe_open(ckpt.path / info.file, "pt") as f:
-        raw = f.get_tensor(info.name).view(torch.uint8).numpy()
-    with safe_open(ckpt.path / scale_info.file, "pt") as f:
-        scale = f.get_tensor(scale_info.name).float().numpy()
-    return torch.from_numpy(fp8.dequantize(raw, scale, lay, 0))
-
-
-def fill_weights(model, ckpt: Checkpoint) -> None:
-    """Put the exact dequantized value of every FP8 weight of ``ckpt`` into ``model`` (loaded by
-    :func:`load_arguments` without quantization: not :func:`whole_blocks`), one tensor at a time."""
-    block = ckpt.fp8_scheme.block
-    what = f"FP8 weight with partial {block[0]}×{block[1]} blocks" if block else "FP8 weight"
-    filler = Filler(model, ckpt.config, ckpt.tensors, what)
-    for info in ckpt.tensors.values():
-        if info.dtype == fp8.DTYPE:
-            filler.put(info.name, dequantized_weight(ckpt, info))
 
 
 class Filler:
@@ -172,14 +112,6 @@ def fused_homes(config, stored, loaded) -> dict[str, tuple[str, int, tuple[int, 
     return arch.fused_homes(stored, loaded)
 
 
-def layerwise_dtype(ckpt: Checkpoint, model_class) -> Any:
-    """The 16-bit torch dtype to hold ``ckpt``'s FP8 values in for layer-by-layer dequantization, or
-    None to dequantize it whole (:func:`held_dtype`)."""
-    scheme = ckpt.fp8_scheme
-    weights = [n for n, info in ckpt.tensors.items() if info.dtype == fp8.DTYPE]
-    return held_dtype(ckpt, model_class, {*weights, *(scheme.scale_name(n) for n in weights)}) if weights else None
-
-
 def held_dtype(ckpt: Checkpoint, model_class, quantized: set[str]) -> Any:
     """The 16-bit torch dtype every tensor of ``ckpt`` but its ``quantized`` ones (the stored values and
     their scales) is stored in, or float32 where ``model_class`` (transformers) keeps it in float32
@@ -199,16 +131,6 @@ def held_dtype(ckpt: Checkpoint, model_class, quantized: set[str]) -> Any:
 # A weight's scaling: multiplies its held values, widened to float32 ([rows, cols], contiguous), by its
 # scales in place.
 Scaling = Callable[[Any], None]
-
-
-def attach_scales(model, ckpt: Checkpoint) -> None:
-    """Give each module of ``model`` (loaded by :func:`load_arguments` without quantization, in
-    :func:`layerwise_dtype`) what turns its held e4m3 values into the weights: times the FP8
-    weight's scales, read from ``ckpt`` (small), applied by model/upcast.py as the layer runs."""
-    scalings = {
-        info.name: _fp8_scaling(*_scale_of(ckpt, info)) for info in ckpt.tensors.values() if info.dtype == fp8.DTYPE
-    }
-    attach_scalings(model, ckpt.config, ckpt.tensors, scalings, "FP8 weight")
 
 
 def attach_scalings(model, config, stored: Iterable[str], scalings: dict[str, Scaling], what: str) -> None:
@@ -250,24 +172,6 @@ def _widen_map(module) -> dict[str, Callable]:
     if not hasattr(module, WIDEN_ATTR):
         setattr(module, WIDEN_ATTR, {})
     return getattr(module, WIDEN_ATTR)
-
-
-def _scale_of(ckpt: Checkpoint, info: TensorInfo):
-    """The float32 scales of the FP8 weight ``info`` (a numpy array) and its layout."""
-    from safetensors import safe_open
-
-    scheme = ckpt.fp8_scheme
-    scale_info = ckpt.tensor(scheme.scale_name(info.name))
-    lay = fp8.layout(scheme, info.name, info.shape, scale_info.name, scale_info.shape)
-    with safe_open(ckpt.path / scale_info.file, "pt") as f:
-        return f.get_tensor(scale_info.name).float().numpy(), lay
-
-
-def _fp8_scaling(scale, lay: fp8.Layout) -> Scaling:
-    """An FP8 weight's scales spread over its elements, as :func:`fp8.dequantize` applies them."""
-    import torch
-
-    return lambda block: block.mul_(torch.from_numpy(fp8.expand(scale, lay, 0, *block.shape)).to(block.device))
 
 
 def _scaled(scaling: Scaling) -> Callable:

@@ -11,7 +11,6 @@ import re
 import shutil
 import tempfile
 import weakref
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -310,37 +309,28 @@ def _module_map(path: Path, load: LoadSpec, budget: dict | None, dtype) -> dict[
 
 def _layerwise_dtype(ckpt: Checkpoint, config, float32_in_place: bool):
     """The 16-bit dtype to load ``ckpt`` in for float32 compute a layer at a time, or None to load it
-    whole in the compute dtype. A 16-bit checkpoint is upcast a layer per call (model/upcast.py);
-    FP8 weights are held as their e4m3 values and dequantized the same way when the rest is 16-bit
-    (model/dequantized.py), integer weights as their codes less zero points (model/int_dequantized.py);
-    other quantized weights are decoded by their quantizer. Only for float32
-    compute without a device map (accelerate's has its own per-layer hooks and budget), and only
-    for models whose decoder layers the table knows (the unit upcast)."""
+    whole in the compute dtype: its format's answer (a 16-bit checkpoint is upcast a layer per call,
+    model/upcast.py; FP8 values and integer codes are held and dequantized the same way, surgery/formats/).
+    Only for float32 compute without a device map (accelerate's has its own per-layer hooks and
+    budget), and only for models whose decoder layers the table knows (the unit upcast)."""
     from ..core.architectures.table import refusal
-    from . import dequantized, int_dequantized
-    from .upcast import stored_dtype
 
     if not float32_in_place or refusal(ckpt.config) is not None:
         return None
-    if ckpt.fp8_scheme is not None:
-        return dequantized.layerwise_dtype(ckpt, model_class_of(config))
-    if ckpt.int_scheme is not None:
-        return int_dequantized.layerwise_dtype(ckpt, model_class_of(config))
-    return None if ckpt.quantized else stored_dtype(ckpt.tensors)
+    return ckpt.format.layerwise_dtype(ckpt, config)
 
 
 def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     """Load a checkpoint for computation: safetensors only, no remote code unless asked, eval mode,
-    on ``load``'s device in its dtype (or spread by accelerate with ``--device-map auto``). An FP8
-    checkpoint loads dequantized (surgery/model/dequantized.py), on any device, as does an integer one
-    transformers cannot run (surgery/model/int_dequantized.py); float32 compute of a
-    16-bit checkpoint keeps the weights 16-bit and upcasts a layer per call (model/upcast.py), as it
-    keeps FP8 values and integer codes, dequantized a layer per call."""
+    on ``load``'s device in its dtype (or spread by accelerate with ``--device-map auto``). A quantized
+    checkpoint loads as its format says (surgery/formats/): FP8 dequantized, on any device, as is an
+    integer one transformers cannot run; float32 compute of a 16-bit checkpoint keeps the weights 16-bit
+    and upcasts a layer per call (model/upcast.py), as it keeps FP8 values and integer codes,
+    dequantized a layer per call."""
     import torch
     from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
 
-    from . import dequantized, int_dequantized
     from .upcast import attach
 
     device = resolve_device(distributed.rank_device(load.device))  # under torchrun: this rank's GPU
@@ -349,37 +339,22 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     config = AutoConfig.from_pretrained(str(path), trust_remote_code=load.trust_remote_code)
     model_class = auto_class(config.model_type)
     placement = _placement(Path(path), load, device, dtype)
-    fp8 = ckpt.fp8_scheme is not None
     stored = _layerwise_dtype(ckpt, config, placement["device_map"] is None and dtype == torch.float32)
-    held_fp8 = fp8 and stored is not None
-    held_int = ckpt.int_scheme is not None and stored is not None
     hf_logging.disable_progress_bar()  # our own progress bars are the ones users should see
     own_folder = placement.get("offload_folder") if load.offload_folder is None else None
-    # transformers dequantizes FP8 exactly only when every weight is whole blocks; else surgery does
-    own_fp8 = fp8 and not held_fp8 and not dequantized.whole_blocks(ckpt)
-    # integer layouts transformers cannot run, and every held one: loaded without their quantization,
-    # their weights decoded (or held) by surgery
-    own_int = held_int or int_dequantized.decodes_itself(ckpt)
+
+    def from_pretrained(**arguments):
+        return model_class.from_pretrained(
+            str(path),
+            dtype=stored or dtype,
+            use_safetensors=True,
+            trust_remote_code=load.trust_remote_code,
+            **placement,
+            **arguments,
+        )
+
     try:
-        fp8_args = dequantized.load_arguments(ckpt, config, held=held_fp8) if fp8 else {}
-        int_args = int_dequantized.load_arguments(config) if own_int else {}
-        with dequantized.quiet_load(ckpt, held=held_fp8 or own_int) if fp8 or own_int else nullcontext():
-            model = model_class.from_pretrained(
-                str(path),
-                dtype=stored or dtype,
-                use_safetensors=True,
-                trust_remote_code=load.trust_remote_code,
-                **placement,
-                **fp8_args,
-                **int_args,
-            )
-        if own_int:
-            model, info = model
-            int_dequantized.fill_weights(model, ckpt, info["missing_keys"], held=held_int)
-        if own_fp8:
-            dequantized.fill_weights(model, ckpt)
-        if held_fp8:
-            dequantized.attach_scales(model, ckpt)
+        model = ckpt.format.load(ckpt, config, stored is not None, from_pretrained)
     except BaseException:
         if own_folder:
             shutil.rmtree(own_folder, ignore_errors=True)

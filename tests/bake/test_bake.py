@@ -347,9 +347,7 @@ def test_edited_shards_streamed_at_once_give_one_layout(tiny, tmp_path, monkeypa
     ckpt = Checkpoint(src)
     recipe = _recipe(ckpt.config)
     bake(ckpt, recipe, tmp_path / "a")
-    first = sorted(
-        bake_module.group_by_file(bake_module.stored_plan(ckpt, architecture(ckpt.config), recipe.active()))
-    )[0]
+    first = sorted(bake_module.group_by_file(ckpt.format.plan(ckpt, architecture(ckpt.config), recipe.active())))[0]
     original = bake_module._patch_file
 
     def late_first(src_file, *args, **kwargs):
@@ -374,7 +372,7 @@ def test_a_failing_shard_stops_the_others(tiny, tmp_path, monkeypatch):
     src = tiny("llama", shard="20KB")
     ckpt = Checkpoint(src)
     recipe = _recipe(ckpt.config)
-    files = sorted(bake_module.group_by_file(bake_module.stored_plan(ckpt, architecture(ckpt.config), recipe.active())))
+    files = sorted(bake_module.group_by_file(ckpt.format.plan(ckpt, architecture(ckpt.config), recipe.active())))
     original, outcome = bake_module._patch_file, {}
 
     def failing(src_file, *args, **kwargs):

@@ -7,7 +7,6 @@ import json
 import pytest
 import torch
 
-import surgery.bake.bake as bake_module
 from surgery.bake.bake import bake
 from surgery.bake.check import edited_check, edited_maps
 from surgery.bake.verify import verify
@@ -60,9 +59,9 @@ def test_a_wrong_slice_is_caught_and_nothing_is_written(tiny, tmp_path, monkeypa
         if wrong.edits[0].__class__ is HeadScale
         else Recipe((NeuronScale(1, 3, 0.0), NeuronScale(1, 4, 0.0)))
     )
-    real_plan = bake_module.stored_plan
+    stored, real_plan = type(ckpt.format), type(ckpt.format).plan
     # A bake bug: the bytes written are another recipe's (a wrong head, scale, or neuron).
-    monkeypatch.setattr(bake_module, "stored_plan", lambda c, arch, edits: real_plan(c, arch, wrong.active()))
+    monkeypatch.setattr(stored, "plan", lambda self, c, arch, edits: real_plan(self, c, arch, wrong.active()))
     with pytest.raises(SurgeryError, match="does not compute the run-time edit"):
         bake(ckpt, recipe, tmp_path / "baked", check=edited_check(ckpt, recipe))
     assert not (tmp_path / "baked").exists() and list(tmp_path.glob(".baked*")) == []

@@ -5,11 +5,14 @@ is still a dependency). Each package of surgery/ has a rank (``RANKS``), and a m
 from its own rank or below. The order is the one the code needs:
 
 - ``core`` (names, geometry, edits, checkpoints, files, prompts) needs no other package.
-- ``quant``/``formats`` and ``gguf`` read and write the stored formats' bytes, with core alone; so
-  loading a model may open any of them.
-- ``model`` (loading, placement, run-time twins) opens checkpoints of every format.
+- ``gguf`` reads GGUF files' bytes, with core alone; so loading a model may open one.
+- ``model`` (loading, placement, run-time twins) opens checkpoints of every format, through the
+  format object core's checkpoint answers with (``Checkpoint.format``, core/stored_format.py).
 - ``bake`` writes a recipe into a checkpoint: it reads no findings and runs no evaluation (the
   recipe is its whole input; the card's evaluation table is handed to it).
+- ``formats`` are the plug-ins behind that base: each plans its exact bytes with bake's byte
+  patches and holds its weights with model's holding code, and registers itself on import; only
+  the door (``surgery/__init__``) imports them, so everything below calls them without knowing them.
 - ``evaluation`` ties its results to a bake's record (the weights' sha256 in surgery.json, the
   card's table as a part of it), so it sits above bake.
 - ``find`` measures awareness with evaluation's DiffAware/CtxtAware, and refuses a checkpoint whose
@@ -123,27 +126,24 @@ def test_no_import_circles():
 ENTRY = "surgery"  # surgery/__init__.py (the library's names) and surgery/__main__.py (the command)
 RANKS = {
     "core": 0,
-    "quant": 1,
-    "formats": 1,
     "gguf": 1,
     "model": 2,
     "bake": 3,
-    "evaluation": 4,
-    "find": 5,
-    "ship": 6,
-    "api": 7,
-    "cli": 8,
-    ENTRY: 9,
+    "formats": 4,
+    "evaluation": 5,
+    "find": 6,
+    "ship": 7,
+    "api": 8,
+    "cli": 9,
+    ENTRY: 10,
 }
 # Below the command line: these never import it, nor a screen library.
 LIBRARY = tuple(f"surgery.{package}" for package in RANKS if package not in ("cli", ENTRY))
-# Imports that still go up, as (package, package it imports). The stored-format registry
-# (surgery/formats/) removes both: core's checkpoint stops importing the quantization schemes, and
-# model's int_dequantized.py stops reading int4 / int8 weights through bake's int_packed.py.
-# Drop them once it is merged; test_every_upward_exception_still_happens then says which went.
-UPWARD_UNTIL_FORMATS = {("core", "quant"), ("model", "bake")}
+# Imports that go up the ranks anyway, as (package, package it imports): none. An entry needs a
+# reason written beside it, and test_every_upward_exception_still_happens drops it once it is gone.
+UPWARD_EXCEPTIONS: set[tuple[str, str]] = set()
 # Distinct package → package imports (the entry points' own not counted): the number only goes down.
-MAX_PACKAGE_EDGES = 37
+MAX_PACKAGE_EDGES = 35
 
 
 def _package(module: str) -> str:
@@ -193,22 +193,20 @@ def test_every_package_has_a_rank():
 
 def test_imports_go_down_the_ranks():
     """Lazy imports too: a function-level import is the same dependency, only later."""
-    offenders = _upward(SURGERY_LINES, RANKS, UPWARD_UNTIL_FORMATS)
+    offenders = _upward(SURGERY_LINES, RANKS, UPWARD_EXCEPTIONS)
     assert not offenders, "an import goes up the ranks (move the piece to the package that owns it):\n" + "\n".join(
         offenders
     )
 
 
 def test_every_upward_exception_still_happens():
-    gone = sorted(edge for edge in UPWARD_UNTIL_FORMATS if edge[1] not in PACKAGE_GRAPH.get(edge[0], set()))
-    assert not gone, f"{gone}: no longer imported; remove them from UPWARD_UNTIL_FORMATS"
+    gone = sorted(edge for edge in UPWARD_EXCEPTIONS if edge[1] not in PACKAGE_GRAPH.get(edge[0], set()))
+    assert not gone, f"{gone}: no longer imported; remove them from UPWARD_EXCEPTIONS"
 
 
 def test_no_circles_between_packages():
-    """Besides the upward exceptions, which close the circles core ↔ quant and model ↔ bake."""
-    cycle = _cycle(
-        {a: {b for b in targets if (a, b) not in UPWARD_UNTIL_FORMATS} for a, targets in PACKAGE_GRAPH.items()}
-    )
+    """Besides the upward exceptions (each would close a circle)."""
+    cycle = _cycle({a: {b for b in targets if (a, b) not in UPWARD_EXCEPTIONS} for a, targets in PACKAGE_GRAPH.items()})
     assert cycle is None, " → ".join(cycle or [])
 
 

@@ -108,7 +108,7 @@ def test_gguf_findings_carry_the_file_s_sha256_and_apply_onto_it_only(tmp_path):
 
 
 # transformers decompresses the first on a CPU; the others it cannot run, and surgery decodes them as it
-# loads (model/int_dequantized.py): asymmetric int4, int8 int-quantized, GPTQ actorder "group", AutoAWQ GEMM
+# loads (surgery/formats/int_packed/hold.py): asymmetric int4, int8 int-quantized, GPTQ actorder "group", AutoAWQ GEMM
 INT_LAYOUTS = ["w4a16-g8", "w4a16-g8-asym", "int8-channel", "w4a16-g8+actorder-group", "awq"]
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from surgery.core.checkpoint import Checkpoint
-from surgery.model.dequantized import whole_blocks
+from surgery.formats.fp8.hold import whole_blocks
 from surgery.model.loading import LoadSpec, load_model
 from tests.support.fp8 import build_fp8, dequantized_copy
 from tests.support.models import assert_same_function

@@ -14,7 +14,6 @@ from safetensors.torch import load_file, save_file
 
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.errors import CheckpointError
-from surgery.model.int_dequantized import decodes_itself
 from surgery.model.loading import LoadSpec, load_model
 from tests.support import awq, int_packed
 from tests.support.models import assert_same_function
@@ -108,7 +107,7 @@ def test_an_integer_checkpoint_transformers_cannot_run_decodes_whole_where_16_bi
     from surgery.model.dequantized import holds_codes
 
     src, copy = int_packed.decoded_pair(tmp_path, layout, arch=arch)
-    assert decodes_itself(Checkpoint(src))
+    assert Checkpoint(src).format.loads_dequantized
     for folder in (src, copy):
         tensors = load_file(folder / "model.safetensors")
         tensors["model.norm.weight"] = torch.full_like(tensors["model.norm.weight"], 1 + 1e-4, dtype=torch.float32)
@@ -133,7 +132,7 @@ def test_a_bfloat16_compute_or_a_device_map_does_not_hold(tmp_path):
 
 def test_a_layout_transformers_runs_is_left_to_it(tmp_path):
     src = int_packed.build_int(tmp_path / "int", "w4a16-g8")
-    assert not decodes_itself(Checkpoint(src))
+    assert not Checkpoint(src).format.loads_dequantized
 
 
 def test_a_missing_float_weight_is_one_line_not_a_random_one(tmp_path):

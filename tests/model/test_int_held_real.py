@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow(minutes=1)
 def test_smollm2_w4a16_held_computes_as_transformers_decompression(smollm2, tmp_path, monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    import surgery.model.int_dequantized as int_dequantized
+    import surgery.formats.int_packed.hold as int_dequantized
 
     folder = tmp_path / "w4a16"
     AutoModelForCausalLM.from_pretrained(smollm2, dtype=torch.bfloat16).save_pretrained(folder)

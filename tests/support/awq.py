@@ -3,7 +3,7 @@ unsigned int4 codes with zero points in groups of input columns (min/max, AutoAW
 module's own packer into ``X.qweight`` [in, out/8] / ``X.qzeros`` [in/group, out/8] (8 codes a word along
 the output axis, AWQ's order) next to ``X.scales`` F16 [in/group, out].
 
-The packer is the inverse of compressed-tensors' ``AutoAWQConverter`` (tests/quant/test_awq_bake.py checks
+The packer is the inverse of compressed-tensors' ``AutoAWQConverter`` (tests/formats/test_awq_bake.py checks
 that the converter gives back the codes, zero points and scales packed here), and every value a test
 compares is the library's: :func:`dequantized` converts with that converter and decompresses with
 compressed-tensors' own pack-quantized compressor."""

@@ -11,7 +11,7 @@ stores a linear ``X`` [out, in] transposed, every code and zero point unsigned (
 A weight's value is (code − zero) × scale, its group its input column // group_size. compressed-tensors'
 ``AutoAWQConverter`` turns these into its own W4A16 asymmetric group layout (pack-quantized, codes and
 zero points signed, both − 8): surgery reads AWQ weights through that converter, so every value it
-checks is the library's, and edits them as that layout (surgery/bake/int_packed.py). Going back, this
+checks is the library's, and edits them as that layout (surgery/formats/int_packed/plan.py). Going back, this
 module packs codes into AWQ's words (:func:`pack`); a bake decodes what it packed through the converter
 again before anything is written.
 
@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import CheckpointError
-from . import int_packed
-from .int_packed import IntWeight
+from ...core.errors import CheckpointError
+from ..int_packed import storage as int_packed
+from ..int_packed.storage import IntWeight
 
 BITS = 4  # compressed-tensors' converter (and vLLM) read 4-bit AWQ codes only
 PER_WORD = 32 // BITS
@@ -192,7 +192,7 @@ def int_weights(s: Scheme, tensors: Mapping[str, Any]) -> dict[str, IntWeight]:
 
 def converter(s: Scheme):
     """compressed-tensors' AutoAWQConverter for ``s`` (imported on demand: the ``quant`` extra)."""
-    from ..core.optional import require
+    from ...core.optional import require
 
     autoawq = require("compressed_tensors.entrypoints.convert.converters.autoawq")
     return autoawq.AutoAWQConverter(bits=BITS, group_size=s.group_size, zero_point=True, version="gemm", ignore=())

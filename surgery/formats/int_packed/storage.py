@@ -11,7 +11,7 @@ next to ``X.weight_scale`` (float) [out, in/group] (strategy group), [out, 1] (c
 group / channel, else I8 the shape of the scale). A weight's value is (code − zero point) × its
 group's scale. Decoding uses compressed-tensors' own functions (``unpack_from_int32``,
 ``dequantize``); this module only reads and decodes: what an edit may do to such bytes is
-surgery/bake/int_packed.py's.
+plan.py's.
 
 GPTQ's activation ordering (the weights' ``actorder``): ``weight`` only changed the order in which
 llm-compressor quantized the columns, the layout is the plain one; ``group`` assigns the input columns
@@ -32,12 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import CheckpointError
+from ...core.errors import CheckpointError
 
 FORMATS = ("pack-quantized", "int-quantized")
 STRATEGIES = ("group", "channel", "tensor")
 BITS = (4, 8)  # 32 / bits codes fill a word exactly: no code straddles two words
-LOGICAL = "PACKED"  # dtype of the [out, in] entry a pack-quantized weight gets in the planner's view
 SCALE_DTYPES = ("F32", "BF16", "F16")
 # The weights' actorder as configs spell it (compressed-tensors' aliases; ``true`` meant "group") → its layout
 ACTORDERS = {"weight": "weight", "static": "weight", "group": "group", "dynamic": "group"}
@@ -69,7 +68,7 @@ class Scheme:
     def not_run(self) -> str | None:
         """Why transformers cannot run these weights decompressed (by compressed-tensors), on a CPU at
         least, or None when it can; surgery then dequantizes them itself as it loads, on any device
-        (model/int_dequantized.py). Measured with transformers 5.24 and compressed-tensors 0.20.1."""
+        (hold.py). Measured with transformers 5.24 and compressed-tensors 0.20.1."""
         if self.actorder == "group":
             return (
                 "compressed-tensors 0.20 removed GPTQ's actorder 'group' (it refuses the config), so transformers "
@@ -93,7 +92,7 @@ class Scheme:
     def part(self, weight: str, suffix: str) -> str:
         return weight.removesuffix("weight") + suffix
 
-    # The storage: compressed-tensors' own here; AutoAWQ's (surgery/quant/awq.py) stores the same layout otherwise.
+    # The storage: compressed-tensors' own here; AutoAWQ's (surgery/formats/awq/storage.py) stores the same layout otherwise.
     transposed = False  # whether the stored codes' and scales' rows are the weight's input columns
 
     def weights(self, folder: Path, tensors: Mapping[str, Any]) -> dict[str, IntWeight]:
@@ -142,7 +141,7 @@ def quantization_args(s: Scheme):
     """compressed-tensors' QuantizationArgs of ``s`` (imported on demand: the ``quant`` extra), without its
     actorder: that only steered calibration or the column order, which ``dequantize`` here applies itself
     (and compressed-tensors 0.20 refuses "group")."""
-    from ..core.optional import require
+    from ...core.optional import require
 
     args = {k: v for k, v in s.args if k != "actorder"}
     return require("compressed_tensors.quantization").QuantizationArgs(**args)
@@ -312,7 +311,7 @@ def unpack(s: Scheme, raw: np.ndarray, n_cols: int):
 
     if not s.packed:
         return _torch_ints(raw)
-    from ..core.optional import require
+    from ...core.optional import require
 
     helpers = require("compressed_tensors.compressors.pack_quantized.helpers")
     return helpers.unpack_from_int32(_torch_ints(raw), s.bits, torch.Size([raw.shape[0], n_cols]))
@@ -322,7 +321,7 @@ def pack(s: Scheme, codes) -> np.ndarray:
     """int8 codes [rows, cols] (cols filling whole words) → stored elements (I32 words or I8)."""
     if not s.packed:
         return codes.numpy()
-    from ..core.optional import require
+    from ...core.optional import require
 
     helpers = require("compressed_tensors.compressors.pack_quantized.helpers")
     return helpers.pack_to_int32(codes, s.bits).numpy()
@@ -335,7 +334,7 @@ def zero_points(s: Scheme, w: IntWeight, raw: np.ndarray | None):
     import torch
 
     if s.packed and s.strategy != "tensor":
-        from ..core.optional import require
+        from ...core.optional import require
 
         helpers = require("compressed_tensors.compressors.pack_quantized.helpers")
         size = torch.Size([w.shape[0], raw.shape[-1]])
@@ -350,7 +349,7 @@ def dequantize(s: Scheme, codes, scale: np.ndarray, zero, g_idx: np.ndarray | No
     put back, as compressed-tensors did while it supported it."""
     import torch
 
-    from ..core.optional import require
+    from ...core.optional import require
 
     forward = require("compressed_tensors.quantization.lifecycle.forward")
     scale_t = torch.from_numpy(np.ascontiguousarray(scale, dtype=np.float32))

@@ -19,7 +19,7 @@ from surgery.bake.verify import verify
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import CheckpointError, RecipeError
-from surgery.quant import awq
+from surgery.formats.awq import storage as awq
 from tests.support.awq import awq_tensors, build_awq, converter, dequantized, quantization_config, quantize
 
 O_PROJ = "model.layers.{}.self_attn.o_proj.weight"
@@ -260,7 +260,7 @@ def test_without_compressed_tensors_the_bake_is_one_line(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("arch", "recipe"),
     [
-        ("qwen2_moe", None),  # routed and shared experts (tests/quant/test_moe_quant_bake.py's PRUNED)
+        ("qwen2_moe", None),  # routed and shared experts (tests/formats/test_moe_quant_bake.py's PRUNED)
         ("mixtral", Recipe((NeuronScale(1, 3, 0.0, 1), NeuronScale(2, 15, 0.0, 3), NeuronScale(0, 40, 0.0, 0)))),
     ],
 )

@@ -1,7 +1,7 @@
 """Edits on FP8 (e4m3) checkpoints: exact where exactness exists, refused in one line elsewhere.
 
 An edit scales lines (rows or columns) of a weight's values, each value an e4m3 byte times its
-scale (surgery/quant/fp8.py). Which bytes change:
+scale (storage.py). Which bytes change:
 
 * a line scaled by 0 (a pruned neuron): its e4m3 bytes become 0 (+0.0), exact in every layout;
 * lines scaled by α that cover whole scale groups (a head's o_proj columns that are whole blocks,
@@ -19,24 +19,25 @@ verify`` compare the same values from the written files (no FP8 model runs on a 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 
 import numpy as np
 
-from ..core.architectures import Architecture
-from ..core.checkpoint import Checkpoint, TensorInfo
-from ..core.edits import Edit, Recipe
-from ..core.errors import CheckpointError, RecipeError
-from ..quant import fp8
-from .patches import CHUNK_BYTES, TensorPatch, from_f32, patched_chunks, plan, read_raw, to_f32
+from ...bake.patches import CHUNK_BYTES, TensorPatch, from_f32, plan, read_raw, to_f32
+from ...core import e4m3
+from ...core.architectures import Architecture
+from ...core.checkpoint import Checkpoint, TensorInfo
+from ...core.edits import Edit, Recipe
+from ...core.errors import CheckpointError, RecipeError
+from ..plain import plain_problems
+from .storage import Layout, dequantize, layout
 
 SCALE_DTYPES = ("F32", "BF16", "F16")
 
 
-def scale_of(ckpt: Checkpoint, info: TensorInfo) -> tuple[TensorInfo, fp8.Layout]:
+def scale_of(ckpt: Checkpoint, info: TensorInfo) -> tuple[TensorInfo, Layout]:
     """The scale tensor of the FP8 weight ``info`` and its layout; one line when it is missing or does not fit."""
-    scheme = ckpt.fp8_scheme
+    scheme = ckpt.format.scheme
     name = scheme.scale_name(info.name)
     if name not in ckpt.tensors:
         raise CheckpointError(
@@ -48,15 +49,15 @@ def scale_of(ckpt: Checkpoint, info: TensorInfo) -> tuple[TensorInfo, fp8.Layout
         raise CheckpointError(
             f"scale tensor '{name}' is stored as {scale.dtype}; FP8 scales are F32, BF16 or F16: re-download the checkpoint"
         )
-    return scale, fp8.layout(scheme, info.name, info.shape, name, scale.shape)
+    return scale, layout(scheme, info.name, info.shape, name, scale.shape)
 
 
 def check_fp8_scales(ckpt: Checkpoint) -> None:
     """Every e4m3 weight of an FP8 checkpoint has a scale tensor that fits it, and there is one (headers only)."""
-    quantized = [info for info in ckpt.tensors.values() if info.dtype == fp8.DTYPE]
+    quantized = [info for info in ckpt.tensors.values() if info.dtype == e4m3.DTYPE]
     if not quantized:
         raise CheckpointError(
-            f"{ckpt.path / 'config.json'} says the weights are FP8 (quantization_config: {ckpt.fp8_scheme.method}) "
+            f"{ckpt.path / 'config.json'} says the weights are FP8 (quantization_config: {ckpt.format.scheme.method}) "
             "but no tensor is stored as F8_E4M3: the config does not describe these weights; use the "
             "unquantized checkpoint with its own config, or re-download this one"
         )
@@ -102,7 +103,7 @@ def _scale_route(
     return taken
 
 
-def _refusal(name: str, lay: fp8.Layout, alpha: float, why: str) -> RecipeError:
+def _refusal(name: str, lay: Layout, alpha: float, why: str) -> RecipeError:
     return RecipeError(
         f"cannot scale '{name}' ({lay.describe()} FP8 layout) by {alpha:g} exactly: {why}; choose a power "
         "of two that keeps its weights in range, edit whole scale blocks, or bake into the unquantized checkpoint"
@@ -114,13 +115,13 @@ def _scaled_lines(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(new e4m3 rows, float32 products) of rows [start, start + len(raw)) with ``rows`` and ``cols`` scaled
     element by element (cols first, as the byte plan does); an inexact product keeps an arbitrary byte."""
-    x = fp8.decode(raw).copy()
+    x = e4m3.decode(raw).copy()
     if cols:
         idx = np.array(sorted(cols))
         x[:, idx] *= np.array([cols[c] for c in idx], dtype=np.float32)
     for r in (r for r in rows if start <= r < start + len(raw)):
         x[r - start] *= np.float32(rows[r])
-    new, _ = fp8.encode_exact(x)
+    new, _ = e4m3.encode_exact(x)
     return new, x
 
 
@@ -186,19 +187,19 @@ def _routed(ckpt: Checkpoint, p: TensorPatch) -> list[TensorPatch]:
         for start, n in _row_steps(out_n, in_n):
             raw = read_raw(f.fileno(), p.info, start, n, in_n)
             new, products = _scaled_lines(raw, start, rows, cols)
-            bad = ~_same(fp8.decode(new), products)
+            bad = ~_same(e4m3.decode(new), products)
             if bad.any():
                 r, c = (int(i[0]) for i in np.nonzero(bad))
                 a = float(np.float32(rows.get(start + r, 1.0)) * np.float32(cols.get(c, 1.0)))
-                big = abs(float(products[r, c])) > fp8.MAX
+                big = abs(float(products[r, c])) > e4m3.MAX
                 raise _refusal(
                     name,
                     lay,
                     a,
                     f"a weight would {'overflow e4m3 (past 448)' if big else 'lose bits below e4m3 subnormals'}",
                 )
-            expected = _reference(fp8.dequantize(raw, s_src, lay, start), start, p)
-            if not _same(fp8.dequantize(new, s_new, lay, start), expected).all():
+            expected = _reference(dequantize(raw, s_src, lay, start), start, p)
+            if not _same(dequantize(new, s_new, lay, start), expected).all():
                 a = next(iter({*p.rows.values(), *p.cols.values()} - {0.0}), 1.0)
                 raise _refusal(name, lay, a, "the dequantized weights would not be the scaled ones in float32")
     return [q for q in (weight, scales) if q.rows or q.cols]
@@ -208,20 +209,9 @@ def stored_plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> 
     """The byte patches of ``edits``: :func:`~surgery.bake.patches.plan`'s, with every patch of an
     e4m3 weight turned into exact patches of its bytes and scales (or refused in one line)."""
     patches = plan(ckpt, arch, edits)
-    if ckpt.fp8_scheme is None:
-        return patches
     check_fp8_scales(ckpt)
-    out = [q for p in patches for q in (_routed(ckpt, p) if p.info.dtype == fp8.DTYPE else [p])]
+    out = [q for p in patches for q in (_routed(ckpt, p) if p.info.dtype == e4m3.DTYPE else [p])]
     return sorted(out, key=lambda q: (q.info.name, q.first_row))
-
-
-def plain_problems(src: Checkpoint, out: Checkpoint, p: TensorPatch) -> list[str]:
-    """The problem line of a plain (float) tensor of ``out`` that does not hold ``p``'s bytes, if any."""
-    with open(src.path / p.info.file, "rb") as f_src, open(out.path / p.info.file, "rb") as f_out:
-        for offset, data, _ in patched_chunks(f_src.fileno(), p):
-            if bytes(data) != os.pread(f_out.fileno(), len(data), offset):
-                return [f"{out.path.name}: '{p.info.name}' does not hold the recipe's values"]
-    return []
 
 
 def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tuple[int, list[str]]:
@@ -231,18 +221,18 @@ def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tu
     patches = plan(src, recipe.validate(src.config), recipe.active())
     problems = []
     for p in patches:
-        if p.info.dtype != fp8.DTYPE:
+        if p.info.dtype != e4m3.DTYPE:
             problems += plain_problems(src, out, p)
             continue
-        (s_info, lay), o_scale = scale_of(src, p.info), out.tensor(src.fp8_scheme.scale_name(p.info.name))
+        (s_info, lay), o_scale = scale_of(src, p.info), out.tensor(src.format.scheme.scale_name(p.info.name))
         s_src, s_out = read_scale(src, s_info), read_scale(out, o_scale)
         out_info = out.tensor(p.info.name)
         with open(src.path / p.info.file, "rb") as f_src, open(out.path / out_info.file, "rb") as f_out:
             for start, n in _row_steps(*p.info.shape):
                 raw_src = read_raw(f_src.fileno(), p.info, start, n, p.info.shape[1])
                 raw_out = read_raw(f_out.fileno(), out_info, start, n, p.info.shape[1])
-                expected = _reference(fp8.dequantize(raw_src, s_src, lay, start), start, p)
-                if not _same(fp8.dequantize(raw_out, s_out, lay, start), expected).all():
+                expected = _reference(dequantize(raw_src, s_src, lay, start), start, p)
+                if not _same(dequantize(raw_out, s_out, lay, start), expected).all():
                     problems.append(
                         f"{out.path.name}: the dequantized '{p.info.name}' is not the recipe's scales times the "
                         "source's exactly"

@@ -7,14 +7,14 @@ a CPU (kept compressed, its first matmul fails), GPTQ's actorder "group" (compre
 refuses the config) nor AutoAWQ's without gptqmodel (``Scheme.not_run`` says which, measured). Such
 a checkpoint loads from its config without quantization, its integer weights absent, and each is
 then set to its values as compressed-tensors decodes them, exact in float32: the decode the bake
-checks every edit with (surgery/bake/int_packed.py), one weight at a time. Every weight the model
+checks every edit with (plan.py), one weight at a time. Every weight the model
 missed must be one of them, or the load is refused in one line.
 
 For float32 compute, a checkpoint whose other weights are stored in one 16-bit dtype (as llm-compressor
 and AutoAWQ write them) is not decoded whole (4 bytes a weight), on any integer layout, transformers'
 own included: each weight is held as its codes less their zero points, small integers exact in that
 dtype, and multiplied by its scales only for its layer's call (model/upcast.py), as FP8 values are
-(model/dequantized.py). compressed-tensors' float32 decode is that product, so the results are the
+(surgery/formats/fp8/hold.py). compressed-tensors' float32 decode is that product, so the results are the
 whole decode's, bit for bit.
 """
 
@@ -22,29 +22,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.checkpoint import Checkpoint
-from ..core.errors import CheckpointError
-
-
-def decodes_itself(ckpt: Checkpoint) -> bool:
-    """Whether ``ckpt`` holds integer weights transformers cannot run, which surgery dequantizes itself."""
-    return ckpt.int_scheme is not None and ckpt.int_scheme.not_run is not None
+from ...core.checkpoint import Checkpoint
+from ...core.errors import CheckpointError
+from ...model.dequantized import Filler, attach_scalings, held_dtype, without_quantization
+from .plan import weight_factors, weight_values, weights_of
 
 
 def layerwise_dtype(ckpt: Checkpoint, model_class) -> Any:
     """The 16-bit torch dtype to hold ``ckpt``'s integer weights in (codes less zero points) for float32
     compute a layer at a time, or None to decode them whole: the dtype of every other float tensor."""
-    from ..bake.int_packed import weights_of
-    from .dequantized import held_dtype
-
     return held_dtype(ckpt, model_class, {w.scale.name for w in weights_of(ckpt).values()})
 
 
 def load_arguments(config) -> dict[str, Any]:
     """from_pretrained's arguments that load the model of ``config`` without its quantization (the integer
     weights are then missing: :func:`fill_weights` puts them in)."""
-    from .dequantized import without_quantization
-
     return {"config": without_quantization(config), "output_loading_info": True}
 
 
@@ -55,12 +47,9 @@ def fill_weights(model, ckpt: Checkpoint, missing: list[str], held: bool = False
     no tensor for, each of which must be filled."""
     import torch
 
-    from ..bake.int_packed import weight_factors, weight_values, weights_of
-    from .dequantized import Filler, attach_scalings
-
     weights = weights_of(ckpt)
     stored = [*ckpt.tensors, *weights]
-    what = f"{ckpt.int_scheme.describe()} weight"
+    what = f"{ckpt.format.scheme.describe()} weight"
     filler = Filler(model, ckpt.config, stored, what)
     scalings = {}
     for name, w in weights.items():

@@ -72,7 +72,7 @@ def test_pruned_neurons_are_exact_and_undo_restores_the_bytes(tmp_path, scheme):
     assert report.ok, report.problems
     assert report.numeric_check.startswith("dequantized")
     # logits too: transformers decompresses symmetric pack-quantized weights, surgery the layouts it cannot run
-    assert (Checkpoint(src).int_scheme.not_run is None) == (scheme in ("w4a16-g8", "w8a16-channel", "w4a16-tensor"))
+    assert (Checkpoint(src).format.scheme.not_run is None) == (scheme in ("w4a16-g8", "w8a16-channel", "w4a16-tensor"))
     assert "logits" in report.numeric_check
     assert report.max_abs_logit_diff <= report.tolerance
     undo(out, tmp_path / "restored")
@@ -163,7 +163,7 @@ def test_scales_that_contradict_the_weights_are_refused_in_one_line(tmp_path, su
 
 def test_other_integer_schemes_are_still_refused(tmp_path):
     """An activation ordering compressed-tensors never wrote and 2-bit codes are not layouts surgery edits:
-    one line before reading (GPTQ's actorder weight / group: tests/quant/test_int_gptq_bake.py)."""
+    one line before reading (GPTQ's actorder weight / group: tests/formats/test_int_gptq_bake.py)."""
     src = build_int(tmp_path / "src", "w4a16-g8")
     config = json.loads((src / "config.json").read_text())
     for change in ({"actorder": "columns"}, {"num_bits": 2}):

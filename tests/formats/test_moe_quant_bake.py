@@ -18,7 +18,7 @@ from surgery.bake.check import edited_check
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import SHARED, NeuronScale, Recipe
 from surgery.core.errors import RecipeError
-from surgery.model.dequantized import whole_blocks
+from surgery.formats.fp8.hold import whole_blocks
 from tests.support import fp8 as fp8_support
 from tests.support import int_packed as int_support
 from tests.support.moe_quant import PRUNED, check_expert_bake

@@ -208,7 +208,7 @@ def test_transformers_cannot_load_an_actorder_group_checkpoint(tmp_path):
     src = build_int(tmp_path / "src", "w4a16-g8", actorder="group")
     with pytest.raises(ValueError, match="actorder='group' has been removed"):
         AutoModelForCausalLM.from_pretrained(src)
-    assert Checkpoint(src).int_scheme.not_run.startswith("compressed-tensors 0.20 removed")
+    assert Checkpoint(src).format.scheme.not_run.startswith("compressed-tensors 0.20 removed")
 
 
 def test_the_config_aliases_of_actorder_are_read(tmp_path):
@@ -219,7 +219,7 @@ def test_the_config_aliases_of_actorder_are_read(tmp_path):
     for value, read in (("dynamic", "group"), (True, "group"), ("static", "weight"), (None, None)):
         weights["actorder"] = value
         (src / "config.json").write_text(json.dumps(config))
-        assert Checkpoint(src).int_scheme.actorder == read
+        assert Checkpoint(src).format.scheme.actorder == read
     weights["actorder"] = "columns"
     (src / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="quantized"):

@@ -1,7 +1,7 @@
 """Edits on int4 / int8 compressed-tensors checkpoints: exact where exactness exists, refused in one line elsewhere.
 
 An edit scales lines (rows or columns) of a weight's values, each value (code − zero point) × its
-group's scale (surgery/quant/int_packed.py). Which bytes change:
+group's scale (storage.py). Which bytes change:
 
 * a row scaled by α (0 included: a pruned neuron's gate/up rows) in the group and channel
   strategies: that row's scales × α, codes untouched — the row owns them, and α·s must be exact in
@@ -28,27 +28,29 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from ..core.architectures import Architecture
-from ..core.checkpoint import Checkpoint, TensorInfo
-from ..core.edits import Edit, Recipe
-from ..core.errors import CheckpointError, RecipeError
-from ..quant import int_packed
-from ..quant.int_packed import IntWeight, Scheme
-from .fp8 import _exact_product, _reference, plain_problems, read_scale
-from .patches import RAW_DTYPES, TensorPatch, from_f32, plan, read_raw, to_f32
+from ...bake.patches import RAW_DTYPES, TensorPatch, from_f32, plan, read_raw, to_f32
+from ...core.architectures import Architecture
+from ...core.checkpoint import Checkpoint, TensorInfo
+from ...core.edits import Edit, Recipe
+from ...core.errors import CheckpointError, RecipeError
+from ..fp8.plan import _exact_product, _reference, read_scale
+from ..plain import plain_problems
+from . import LOGICAL
+from . import storage as int_packed
+from .storage import IntWeight, Scheme
 
 ROWS_PER_BLOCK = 1024  # rows dequantized at once: bounded float32 memory for any width
 
 
 class EditView:
     """A checkpoint as the planner sees it: every pack-quantized weight also under its plain name
-    ``X.weight`` at its logical [out, in] shape (dtype ``int_packed.LOGICAL``, never read as bytes)."""
+    ``X.weight`` at its logical [out, in] shape (dtype ``LOGICAL``, never read as bytes)."""
 
     def __init__(self, ckpt: Checkpoint, weights: dict[str, IntWeight]):
         self.ckpt, self.path, self.config = ckpt, ckpt.path, ckpt.config
-        self.fp8_scheme, self.int_scheme = None, ckpt.int_scheme
+        self.format = ckpt.format
         virtual = {
-            n: TensorInfo(n, w.codes.file, int_packed.LOGICAL, w.shape, w.codes.start, w.codes.end)
+            n: TensorInfo(n, w.codes.file, LOGICAL, w.shape, w.codes.start, w.codes.end)
             for n, w in weights.items()
             if n not in ckpt.tensors
         }
@@ -58,14 +60,9 @@ class EditView:
         return self.tensors[name] if name in self.tensors else self.ckpt.tensor(name)
 
 
-def planner_view(ckpt: Checkpoint) -> Checkpoint | EditView:
-    """``ckpt`` as the planner reads it: an int4 / int8 checkpoint's weights under their plain names."""
-    return ckpt if ckpt.int_scheme is None else EditView(ckpt, weights_of(ckpt))
-
-
 def weights_of(ckpt: Checkpoint) -> dict[str, IntWeight]:
     """Every integer weight of ``ckpt`` (its tensors' shapes checked); one line when there is none."""
-    s = ckpt.int_scheme
+    s = ckpt.format.scheme
     found = s.weights(ckpt.path, ckpt.tensors)
     if not found:
         stored = s.stored_name("X.weight") + ("" if s.packed else " as I8")
@@ -137,7 +134,7 @@ def _stored(ckpt: Checkpoint, s: Scheme, w: IntWeight, codes: np.ndarray | None 
     as compressed-tensors stores them (I32 words [out, ⌈in·bits/32⌉] or I8 [out, in]), its scales in
     their stored shape ([out, groups], [out, 1] or [1]), its zero points [out, groups] (or [1]). ``codes``:
     stored codes to read instead of ``w``'s (an edit's, before it is written). AutoAWQ's tensors are
-    converted by compressed-tensors' own converter (surgery/quant/awq.py)."""
+    converted by compressed-tensors' own converter (surgery/formats/awq/storage.py)."""
     raw = _codes(ckpt, w.codes) if codes is None else codes
     zero = None if w.zero is None else _codes(ckpt, w.zero)
     raw, scale, zero = s.compressed(raw, read_scale(ckpt, w.scale), zero)
@@ -239,7 +236,7 @@ def _routed(ckpt: Checkpoint, s: Scheme, w: IntWeight, p: TensorPatch) -> list[T
 def stored_plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
     """The byte patches of ``edits`` on an int4 / int8 checkpoint: the plan on the weights' values,
     every patch of an integer weight turned into exact patches of its scales and codes (or refused)."""
-    s, weights = ckpt.int_scheme, weights_of(ckpt)
+    s, weights = ckpt.format.scheme, weights_of(ckpt)
     patches = plan(EditView(ckpt, weights), arch, edits)
     out = [q for p in patches for q in (_routed(ckpt, s, weights[p.info.name], p) if p.info.name in weights else [p])]
     return sorted(out, key=lambda q: (q.info.name, q.first_row))
@@ -252,7 +249,7 @@ def _values(ckpt: Checkpoint, s: Scheme, w: IntWeight) -> Iterator[tuple[int, np
 def weight_values(ckpt: Checkpoint, w: IntWeight) -> np.ndarray:
     """The float32 values [out, in] of the integer weight ``w`` of ``ckpt``, decoded by compressed-tensors
     as every edit is checked (AutoAWQ's through its converter; GPTQ's actorder "group" by ``g_idx``)."""
-    return np.concatenate([block for _, block in _values(ckpt, ckpt.int_scheme, w)])
+    return np.concatenate([block for _, block in _values(ckpt, ckpt.format.scheme, w)])
 
 
 def weight_factors(ckpt: Checkpoint, w: IntWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -260,7 +257,7 @@ def weight_factors(ckpt: Checkpoint, w: IntWeight) -> tuple[np.ndarray, np.ndarr
     compressed-tensors with unit scales: small integers, exact in any float; ``scales``, float32 [out or 1,
     groups]; ``group_of``, each input column's group). compressed-tensors' float32 decode computes
     ``scales[:, group_of] * units``, so that product is :func:`weight_values`, bit for bit."""
-    s = ckpt.int_scheme
+    s = ckpt.format.scheme
     codes, scale, zero = _stored(ckpt, s, w)
     units = np.concatenate([block for _, block in _blocks(s, w, codes, np.ones_like(scale), zero)])
     return units, scale.reshape(scale.shape[0] if scale.ndim > 1 else 1, -1), w.group_of()
@@ -270,7 +267,7 @@ def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tu
     """(tensors compared, problem lines): every edited integer weight of ``out``, decoded by
     compressed-tensors, must equal the recipe's scales times ``src``'s decoded weight exactly in
     float32; every other edited tensor must hold the byte plan's values (plain floats)."""
-    s, weights = src.int_scheme, weights_of(src)
+    s, weights = src.format.scheme, weights_of(src)
     patches = plan(EditView(src, weights), recipe.validate(src.config), recipe.active())
     out_weights = s.weights(out.path, out.tensors)
     problems = []

@@ -1,0 +1,115 @@
+"""Load an FP8 (e4m3) checkpoint for computation, dequantized: finders and evaluation see the values a
+bake edits (each e4m3 value times its scale, exact in float32), on a CPU as on an accelerator.
+
+transformers dequantizes as it loads (``FineGrainedFP8Config`` / ``CompressedTensorsConfig`` with
+``dequantize=True``), but it takes a block's size from the scale grid (rows // scale rows), so a block
+layout whose weights are not whole blocks (128×128 blocks on a dimension that is not a multiple of
+128) comes out wrong without an error. Such a checkpoint loads with its e4m3 bytes as plain floats,
+and each FP8 weight is then replaced by surgery's own dequantization (storage.py), one tensor at a
+time (model/dequantized.py's ``Filler``: a mixture of experts stored one tensor per expert goes to its
+rows of the fused 3-D parameters).
+
+For float32 compute, a checkpoint whose other weights are stored in one 16-bit dtype is not
+dequantized whole (4 bytes a weight): its e4m3 values are loaded in that dtype (exact: e4m3 fits
+bfloat16 and float16), and each decoder layer's weights are dequantized, with surgery's own exact
+arithmetic, only for the layer's call (model/upcast.py), so memory stays near twice the FP8 file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...core import e4m3
+from ...core.checkpoint import Checkpoint, TensorInfo
+from ...model.dequantized import Filler, Scaling, attach_scalings, held_dtype, without_quantization
+from .storage import Layout, dequantize, expand, layout
+
+
+def whole_blocks(ckpt: Checkpoint) -> bool:
+    """Whether every FP8 weight of ``ckpt`` is whole blocks (or one block) along each dimension: then
+    transformers' dequantization, which infers the block from the scale grid, gives its exact values."""
+    block = ckpt.format.scheme.block
+    if block is None:  # per tensor or per channel: nothing to infer
+        return True
+    return all(
+        n % b == 0 or n <= b
+        for info in ckpt.tensors.values()
+        if info.dtype == e4m3.DTYPE
+        for n, b in zip(info.shape, block)
+    )
+
+
+def load_arguments(ckpt: Checkpoint, config, held: bool = False) -> dict[str, Any]:
+    """from_pretrained's arguments that load the FP8 checkpoint ``ckpt`` (transformers ``config``) dequantized:
+    transformers' own dequantization where it is exact, else the config without its quantization
+    (the weights are then filled by :func:`fill_weights`, or, ``held``, dequantized as each layer
+    runs: :func:`attach_scales`)."""
+    if whole_blocks(ckpt) and not held:
+        from transformers import CompressedTensorsConfig, FineGrainedFP8Config
+
+        method = ckpt.format.scheme.method
+        quant = FineGrainedFP8Config(dequantize=True) if method == "fp8" else CompressedTensorsConfig(dequantize=True)
+        return {"quantization_config": quant}
+    return {"config": without_quantization(config)}
+
+
+def dequantized_weight(ckpt: Checkpoint, info: TensorInfo):
+    """The float32 values of the FP8 weight ``info`` (e4m3 × its scales, exact), as a torch tensor."""
+    import torch
+    from safetensors import safe_open
+
+    scheme = ckpt.format.scheme
+    scale_info = ckpt.tensor(scheme.scale_name(info.name))
+    lay = layout(scheme, info.name, info.shape, scale_info.name, scale_info.shape)
+    with safe_open(ckpt.path / info.file, "pt") as f:
+        raw = f.get_tensor(info.name).view(torch.uint8).numpy()
+    with safe_open(ckpt.path / scale_info.file, "pt") as f:
+        scale = f.get_tensor(scale_info.name).float().numpy()
+    return torch.from_numpy(dequantize(raw, scale, lay, 0))
+
+
+def fill_weights(model, ckpt: Checkpoint) -> None:
+    """Put the exact dequantized value of every FP8 weight of ``ckpt`` into ``model`` (loaded by
+    :func:`load_arguments` without quantization: not :func:`whole_blocks`), one tensor at a time."""
+    block = ckpt.format.scheme.block
+    what = f"FP8 weight with partial {block[0]}×{block[1]} blocks" if block else "FP8 weight"
+    filler = Filler(model, ckpt.config, ckpt.tensors, what)
+    for info in ckpt.tensors.values():
+        if info.dtype == e4m3.DTYPE:
+            filler.put(info.name, dequantized_weight(ckpt, info))
+
+
+def layerwise_dtype(ckpt: Checkpoint, model_class) -> Any:
+    """The 16-bit torch dtype to hold ``ckpt``'s FP8 values in for layer-by-layer dequantization, or
+    None to dequantize it whole (:func:`held_dtype`)."""
+    scheme = ckpt.format.scheme
+    weights = [n for n, info in ckpt.tensors.items() if info.dtype == e4m3.DTYPE]
+    return held_dtype(ckpt, model_class, {*weights, *(scheme.scale_name(n) for n in weights)}) if weights else None
+
+
+def attach_scales(model, ckpt: Checkpoint) -> None:
+    """Give each module of ``model`` (loaded by :func:`load_arguments` without quantization, in
+    :func:`layerwise_dtype`) what turns its held e4m3 values into the weights: times the FP8
+    weight's scales, read from ``ckpt`` (small), applied by model/upcast.py as the layer runs."""
+    scalings = {
+        info.name: _fp8_scaling(*_scale_of(ckpt, info)) for info in ckpt.tensors.values() if info.dtype == e4m3.DTYPE
+    }
+    attach_scalings(model, ckpt.config, ckpt.tensors, scalings, "FP8 weight")
+
+
+def _scale_of(ckpt: Checkpoint, info: TensorInfo):
+    """The float32 scales of the FP8 weight ``info`` (a numpy array) and its layout."""
+    from safetensors import safe_open
+
+    scheme = ckpt.format.scheme
+    scale_info = ckpt.tensor(scheme.scale_name(info.name))
+    lay = layout(scheme, info.name, info.shape, scale_info.name, scale_info.shape)
+    with safe_open(ckpt.path / scale_info.file, "pt") as f:
+        return f.get_tensor(scale_info.name).float().numpy(), lay
+
+
+def _fp8_scaling(scale, lay: Layout) -> Scaling:
+    """An FP8 weight's scales spread over its elements, as :func:`~.storage.dequantize` applies them."""
+    import torch
+
+    return lambda block: block.mul_(torch.from_numpy(expand(scale, lay, 0, *block.shape)).to(block.device))

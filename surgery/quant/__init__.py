@@ -1,1 +1,0 @@
-"""Knowledge of quantized safetensors layouts (which tensors hold what, how values decode)."""
