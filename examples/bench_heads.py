@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from machine import stamp
 
-from surgery.find.heads.attention import Plan, active_plan, surgery_attention_on
+from surgery.find.heads.attention import AttentionPlan, active_plan, surgery_attention_on
 from surgery.find.heads.benchmark import load_benchmark
 from surgery.find.heads.pairs import build_pairs
 from surgery.find.heads.prompts import batches
@@ -56,7 +56,7 @@ def registered(model, prompts, batch_size: int, pad: int) -> np.ndarray:
     out = []
     with surgery_attention_on(model):
         for batch in batches(prompts, batch_size, pad, SPAN_NAMES):
-            plan = Plan(batch.masks, features=True)
+            plan = AttentionPlan(batch.masks, features=True)
             with torch.inference_mode(), active_plan(plan):
                 model(**batch.model_inputs(), use_cache=False, logits_to_keep=1)
             out.append((batch.index, plan.features_tensor(layers).numpy()))

@@ -7,8 +7,8 @@ float32, bfloat16 with a mixture of experts, FP8 with block and tensor scales, i
 AutoAWQ, and a Q8_0 GGUF) are written once, by this checkout's tests/support/, and both commits run the
 same CLI commands on them (prune-neurons, apply with a recipe of heads, neurons and a direction,
 export-lora, undo), each in its own process with its own code first on the path and an
-empty cache. Every output file's sha256 is compared (surgery.json without its "created" time); the
-run fails naming any that differ.
+empty cache. Every output file's sha256 is compared (surgery.json without its "created" time and the
+hash over it); the run fails naming any that differ.
 """
 
 from __future__ import annotations
@@ -56,14 +56,16 @@ def build_fixtures(root: Path) -> dict[str, Path]:
     return fixtures
 
 
-def recipe(root: Path) -> Path:
-    """Heads, neurons and a direction in one recipe (layer 1 exists in every fixture)."""
-    path = root / "recipe.yaml"
+def recipe(root: Path, moe: bool) -> Path:
+    """Heads, neurons and a direction in one recipe (layers 0 and 1 exist in every fixture); in a
+    mixture of experts the neurons are a routed expert's and the shared expert's."""
+    routed, shared = (", expert: 1", ", expert: shared") if moe else ("", "")
+    path = root / f"recipe{'-moe' if moe else ''}.yaml"
     path.write_text(
         "version: 1\nedits:\n"
-        "- {type: head, layer: 0, head: 1, factor: 2.5}\n"
-        "- {type: neuron, layer: 1, neuron: 3, factor: 0.0}\n"
-        "- {type: neuron, layer: 0, neuron: 5, factor: 0.5}\n"
+        "- {type: head, layer: 0, head: 1, alpha: 2.5}\n"
+        f"- {{type: neuron, layer: 1{routed}, neuron: 3, factor: 0.0}}\n"
+        f"- {{type: neuron, layer: 0{shared}, neuron: 5, factor: 0.5}}\n"
         f"- {{type: direction, layer: 1, module: attention, vector: {root / 'direction.safetensors'}#r, weight: 1.0}}\n"
     )
     return path
@@ -72,12 +74,14 @@ def recipe(root: Path) -> Path:
 def commands(name: str, src: Path, root: Path, out: Path) -> list[tuple[str, list[str]]]:
     """(output label, CLI arguments) of every command run on fixture ``name``."""
     suffix = ".gguf" if src.suffix == ".gguf" else ""
+    moe = "moe" in name
+    neurons = "0:e1:1,1:s:3" if moe else "0:1,1:3"
     runs = [
-        ("prune", ["prune-neurons", src, "--neurons", "0:1,1:3", "--out", out / f"{name}-prune{suffix}"]),
-        ("apply", ["apply", recipe(root), "--model", src, "--out", out / f"{name}-apply{suffix}"]),
+        ("prune", ["prune-neurons", src, "--neurons", neurons, "--out", out / f"{name}-prune{suffix}"]),
+        ("apply", ["apply", recipe(root, moe), "--model", src, "--out", out / f"{name}-apply{suffix}"]),
     ]
     if not suffix:
-        runs.append(("lora", ["export-lora", src, "--recipe", recipe(root), "--out", out / f"{name}-lora"]))
+        runs.append(("lora", ["export-lora", src, "--recipe", recipe(root, moe), "--out", out / f"{name}-lora"]))
         runs.append(("undo", ["undo", out / f"{name}-prune", "--out", out / f"{name}-undone"]))
     return [(label, [str(a) for a in args]) for label, args in runs]
 
@@ -95,6 +99,7 @@ def run_commit(code: Path, fixtures: dict[str, Path], root: Path, out: Path) -> 
                     [sys.executable, "-m", "surgery", *args], env=env, capture_output=True, text=True, cwd=root
                 )
                 error = next((line for line in done.stderr.splitlines() if line.startswith("Error")), "")
+                error = error.replace(str(out), "OUT")  # the two commits write to different folders
                 status[f"{name} {label}"] = f"exit {done.returncode}{': ' + error if error else ''}"
     finally:
         shutil.rmtree(cache, ignore_errors=True)
@@ -102,11 +107,13 @@ def run_commit(code: Path, fixtures: dict[str, Path], root: Path, out: Path) -> 
 
 
 def _content(path: Path) -> bytes:
-    """The bytes compared: surgery.json without the time it was written, every other file as it is."""
-    if path.name != "surgery.json":
+    """The bytes compared: surgery.json without the time it was written (and the hash that covers
+    it), every other file as it is."""
+    if not path.name.endswith("surgery.json"):
         return path.read_bytes()
     record = json.loads(path.read_text())
     record.pop("created", None)
+    record.pop("provenance_sha256", None)
     return json.dumps(record, sort_keys=True).encode()
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from ..core.architectures import Architecture
 from ..core.checkpoint import INDEX_NAME, Checkpoint, TensorInfo, file_tensors, folder_files
 from ..core.errors import CheckpointError
-from .patches import RAW_DTYPES, TensorPatch, group_by_file, plan
+from .patches import RAW_DTYPES, TensorPatch, group_by_file, patch_plan
 from .record import BakeRecord
 
 NON_WEIGHT_FILES = ("adapter_model.safetensors",)
@@ -127,7 +127,7 @@ def unedited_copies(folder: Path, record: BakeRecord) -> list[str]:
     recipe = record.replayable_recipe(folder)
     arch = recipe.validate(ckpt.config)
     try:
-        copies = copy_patches(ckpt, arch, plan(ckpt, arch, recipe.active()))
+        copies = copy_patches(ckpt, arch, patch_plan(ckpt, arch, recipe.active()))
     except CheckpointError as exc:
         return [str(exc)]
     return list(unrecorded(copies, record).values())

@@ -28,8 +28,7 @@ from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_files
 from ..gguf import is_gguf
 from ..gguf.model import GgufModel
-from ..gguf.plan import EditedTensor as Blocks
-from ..gguf.plan import edit_tensor, plan
+from ..gguf.plan import EditedBlocks, edit_tensor, plan_gguf
 from ..model.loading import Source
 from .bake import BakeResult
 from .provenance import record_text, sidecars, write_undo
@@ -44,9 +43,9 @@ CHECK_REFERENCE = (
 )
 
 
-def edited_blocks(model: GgufModel, recipe: Recipe, requantize: bool) -> tuple[list[Blocks], list[str]]:
+def edited_blocks(model: GgufModel, recipe: Recipe, requantize: bool) -> tuple[list[EditedBlocks], list[str]]:
     """The new bytes of every block ``recipe`` edits in ``model``'s file, and the plan's notes."""
-    p = plan(model, recipe)
+    p = plan_gguf(model, recipe)
     fd = os.open(model.path, os.O_RDONLY)
     try:
         return [edit_tensor(fd, te, requantize) for te in p.edits], p.notes
@@ -54,7 +53,7 @@ def edited_blocks(model: GgufModel, recipe: Recipe, requantize: bool) -> tuple[l
         os.close(fd)
 
 
-Prepared = tuple[list[Blocks], list[str]]  # every edited block's new bytes, and the plan's notes
+Prepared = tuple[list[EditedBlocks], list[str]]  # every edited block's new bytes, and the plan's notes
 
 
 def prepare(model: GgufModel, recipe: Recipe, requantize: bool) -> Prepared:
@@ -64,7 +63,7 @@ def prepare(model: GgufModel, recipe: Recipe, requantize: bool) -> Prepared:
     return edited_blocks(model, recipe, requantize)
 
 
-def _chunks(blocks: list[Blocks]):
+def _chunks(blocks: list[EditedBlocks]):
     def new_bytes(fd: int):
         for b in blocks:  # sorted by tensor offset, and tensors do not overlap
             yield from b.chunks()
@@ -72,7 +71,7 @@ def _chunks(blocks: list[Blocks]):
     return new_bytes
 
 
-def verification(blocks: list[Blocks]) -> Verification:
+def verification(blocks: list[EditedBlocks]) -> Verification:
     """The bake's check, as recorded: every block was checked by ``formats.edit_blocks``."""
     return Verification(
         kind=CHECK_KIND,
@@ -82,7 +81,7 @@ def verification(blocks: list[Blocks]) -> Verification:
     )
 
 
-def gguf_details(blocks: list[Blocks], notes: list[str], requantize: bool) -> dict[str, Any]:
+def gguf_details(blocks: list[EditedBlocks], notes: list[str], requantize: bool) -> dict[str, Any]:
     """surgery.json's ``gguf`` entry: per tensor its type, blocks, undo keys, and requantization error."""
     tensors = []
     for i, b in enumerate(blocks):
@@ -103,7 +102,7 @@ def gguf_details(blocks: list[Blocks], notes: list[str], requantize: bool) -> di
     return {"requantize": requantize, "tensors": tensors, "notes": list(notes)}
 
 
-def undo_arrays(blocks: list[Blocks]) -> dict[str, np.ndarray]:
+def undo_arrays(blocks: list[EditedBlocks]) -> dict[str, np.ndarray]:
     """The original bytes of every edited block and their file offsets, keyed as ``gguf_details`` says."""
     out: dict[str, np.ndarray] = {}
     for i, b in enumerate(blocks):

@@ -22,7 +22,7 @@ from ..core.staging import staged_files
 from ..gguf import is_gguf
 from ..gguf.formats import block_shape
 from ..gguf.model import open_gguf
-from ..gguf.plan import edit_tensor, plan, runs
+from ..gguf.plan import edit_tensor, plan_gguf, runs
 from .gguf import replaceable as baked_output
 from .provenance import UndoFile, load_provenance, load_undo, provenance_intact, sidecars
 from .record import BakeRecord
@@ -125,7 +125,7 @@ def _check_blocks(baked: Path, record: BakeRecord, originals, report: Report) ->
     """Recompute every edited block from its original and the recipe; count the tensors checked."""
     try:
         model = open_gguf(baked)  # the metadata is the source's, byte for byte
-        edits = {te.tensor.name: te for te in plan(model, record.recipe).edits}
+        edits = {te.tensor.name: te for te in plan_gguf(model, record.recipe).edits}
     except SurgeryError as exc:
         report.problems.append(f"the recorded recipe no longer plans on {baked.name}: {exc}")
         return 0

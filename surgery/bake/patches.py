@@ -208,7 +208,7 @@ def check_layers(ckpt: Checkpoint, arch: Architecture) -> None:
                 _tensor(ckpt, sl.tensor, sl.shape)
 
 
-def plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
+def patch_plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
     """The tensor patches that realise ``edits`` on ``ckpt`` (identity edits change nothing): on the
     values of the weights (an FP8 weight's are dequantized: surgery/formats/fp8/plan.py says which
     bytes change)."""

@@ -19,14 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from ..core.checkpoint import Checkpoint, file_sha256, is_other_weights, read_header
+from ..core.checkpoint import Checkpoint, file_sha256, is_other_weights, read_safetensors_header
 from ..core.edits import Recipe
 from ..core.errors import CheckpointError
 from ..core.progress import StageProgress, silent_stages
 from ..model.loading import DEFAULT_LOAD, LoadSpec
 from .bake import source_files
 from .copies import copy_patches, unrecorded
-from .patches import RAW_DTYPES, TensorPatch, group_by_file, patched_chunks, plan
+from .patches import RAW_DTYPES, TensorPatch, group_by_file, patch_plan, patched_chunks
 from .provenance import OWN_FILES, integrity_problems, load_provenance
 from .record import BakeRecord
 from .tolerance import LogitTolerance, logit_tolerance
@@ -218,7 +218,9 @@ def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent
     for fname in sorted(set(src.weight_files) | set(dst.weight_files)):
         if fname not in dst.weight_files or fname not in src.weight_files:
             report.problems.append(f"weight file {fname} is in only one of source and output")
-        elif fname not in changed and read_header(src.path / fname) != read_header(dst_path / fname):
+        elif fname not in changed and read_safetensors_header(src.path / fname) != read_safetensors_header(
+            dst_path / fname
+        ):
             report.problems.append(f"{fname}: tensor names, shapes, dtypes or offsets differ from the source")
     if report.problems or "config.json" in changed:  # the recipe is planned on the source's config
         report.problems += [source_changed_line(rel) for rel in sorted(changed)]
@@ -306,7 +308,7 @@ def baked_tensors(src: Checkpoint, dst_path: Path, recipe: Recipe, model) -> dic
     from ..model.hooks import model_architecture
 
     arch = recipe.validate(src.config)
-    edited = {p.info.name for p in plan(src, arch, recipe.active())}
+    edited = {p.info.name for p in patch_plan(src, arch, recipe.active())}
     params = [name for name, _ in model.named_parameters(remove_duplicate=False)]
     loaded = model_architecture(model)
     in_memory = loaded.layer_prefix(params)
@@ -385,7 +387,7 @@ def numeric(
     diff = float(torch.stack([(a - b).abs().max() for a, b in zip(reference, baked)]).max())
     view = src.format.view(src)  # an integer weight: its logical dtype, which has the default (bf16) tolerance
     arch = recipe.validate(src.config)
-    dtypes = {view.tensor(p.info.name).dtype for p in plan(view, arch, recipe.active())}
+    dtypes = {view.tensor(p.info.name).dtype for p in patch_plan(view, arch, recipe.active())}
     # loaded dequantized into the compute dtype, exactly (FP8; integer codes surgery decodes or holds): codes do not run
     if src.format.loads_dequantized or holds_codes(model):
         dtypes = set()

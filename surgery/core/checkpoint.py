@@ -86,7 +86,7 @@ class TensorInfo:
         return self.end - self.start
 
 
-def read_header(path: Path) -> tuple[int, dict[str, Any]]:
+def read_safetensors_header(path: Path) -> tuple[int, dict[str, Any]]:
     """Parse and check a safetensors header; return (data start offset, header dict)."""
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -171,7 +171,7 @@ def folder_files(root: Path) -> list[str]:
 
 def file_tensors(root: Path, rel: str) -> dict[str, TensorInfo]:
     """Every tensor of the safetensors file ``root``/``rel``, from its checked header (absolute byte ranges)."""
-    start, header = read_header(root / rel)
+    start, header = read_safetensors_header(root / rel)
     out = {}
     for name, meta in header.items():
         if name != "__metadata__":

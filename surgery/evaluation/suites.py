@@ -41,7 +41,7 @@ from .params import SUITES, EvalParams
 
 
 @dataclass
-class Plan:
+class SuitePlan:
     """What to run and on which data (loaded once, shared by both models)."""
 
     suites: tuple[str, ...]
@@ -71,7 +71,7 @@ def make_plan(
     prompts: Path | None = None,
     markers: Path | None = None,
     max_new_tokens: int = 32,
-) -> Plan:
+) -> SuitePlan:
     """Choose suites (default: every suite whose inputs were given) and load their data.
 
     ``suites``, ``limit``, ``batch_size`` and ``max_new_tokens`` are checked as :class:`EvalParams`
@@ -104,7 +104,9 @@ def make_plan(
         chosen = tuple(s for s in SUITES if given[s])
     if "lm-eval" in chosen:
         require("lm_eval")  # fail before any model is loaded
-    plan = Plan(chosen, limit, params.batch_size, lm_eval_tasks=tuple(lm_eval_tasks), lm_eval_include=lm_eval_include)
+    plan = SuitePlan(
+        chosen, limit, params.batch_size, lm_eval_tasks=tuple(lm_eval_tasks), lm_eval_include=lm_eval_include
+    )
     if "retention" in chosen or "kl" in chosen:
         plan.retention = io.retention_data(limit)
     if "bbq" in chosen:
@@ -138,7 +140,7 @@ def make_plan(
 def run_suites(
     model,
     tokenizer,
-    plan: Plan,
+    plan: SuitePlan,
     *,
     kl_reference: list | None = None,
     keep_reference: bool = False,
@@ -237,7 +239,7 @@ def bbq(model, tokenizer, items: list[dict[str, Any]], batch_size: int, progress
     return evaluate_bbq.score(items, preds)
 
 
-def plan_digest(plan: Plan) -> str:
+def plan_digest(plan: SuitePlan) -> str:
     """The sha256 of what ``plan`` measures (suites, data, batching): torchrun ranks must agree on it."""
     blob = json.dumps(
         [
@@ -274,7 +276,7 @@ def _load(path: Path, load: LoadSpec):
 def source_run(
     against: Path,
     fingerprint: str,
-    plan: Plan,
+    plan: SuitePlan,
     *,
     load: LoadSpec = DEFAULT_LOAD,
     recompute: bool = False,
@@ -330,7 +332,7 @@ def measured(path: Path, fingerprint: str | None = None) -> dict[str, Any]:
 
 def evaluate(
     model_path: Path,
-    plan: Plan,
+    plan: SuitePlan,
     *,
     against: Path | None = None,
     load: LoadSpec = DEFAULT_LOAD,

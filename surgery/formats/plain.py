@@ -33,9 +33,9 @@ class PlainFloat(StoredFormat):
         return "float"
 
     def plan(self, ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
-        from ..bake.patches import plan
+        from ..bake.patches import patch_plan
 
-        return plan(ckpt, arch, edits)
+        return patch_plan(ckpt, arch, edits)
 
     def check(self, src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tuple[int, list[str]]:
         """Every edited tensor of ``out`` holds the byte plan's values, byte for byte."""

@@ -8,7 +8,7 @@ map and the per-architecture ``TENSOR_PROCESSORS`` (q/k un-permutation, norm off
 the loader's dtype rules, and ``revert_weight_conversion`` (what ``save_pretrained`` applies before
 writing, e.g. splitting fused experts back into per-expert matrices).
 
-The tensors are found with surgery's header reader (``read_header``), not ``gguf.GGUFReader``, which
+The tensors are found with surgery's header reader (``read_gguf_header``), not ``gguf.GGUFReader``, which
 builds numpy views of every vocabulary entry (~1 GB and tens of seconds on a 262k vocabulary), and each
 is dequantized by gguf-py a slab of rows at a time into one float32 array, so the dequantizer's
 temporaries stay a few MB where a whole-tensor call holds several copies of the largest tensor.

@@ -137,7 +137,7 @@ def _value(cur: _Cursor, vtype: int, formats: dict[int, str]) -> Any:
     return cur.read(formats[vtype])
 
 
-def read_header(path: str | Path) -> GgufHeader:
+def read_gguf_header(path: str | Path) -> GgufHeader:
     """Parse a GGUF file's header (metadata scalars, tensor types) without reading tensor data."""
     gguf = require("gguf")
 
@@ -299,7 +299,7 @@ def import_gguf(
     if dtype not in DTYPES:
         raise CheckpointError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     gguf_path = Path(gguf_path)
-    header = read_header(gguf_path)
+    header = read_gguf_header(gguf_path)
     check_supported(header)
     check_complete(gguf_path, header)
     notes: list[str] = []

@@ -22,7 +22,7 @@ from ..core.errors import CheckpointError, RecipeError
 from ..core.optional import require
 from ..core.staging import atomic_write_text
 from ..core.strict_files import load_json
-from .importing import GgufHeader, GgufTensor, check_complete, check_supported, read_header
+from .importing import GgufHeader, GgufTensor, check_complete, check_supported, read_gguf_header
 
 
 def _header_digest(path: Path, header: GgufHeader) -> str:
@@ -41,7 +41,7 @@ def _config_file(path: Path, header: GgufHeader) -> Path:
 def remember_config(path: Path, config: dict[str, Any]) -> None:
     """Cache ``config``, the transformers config of the GGUF at ``path`` as another step read it (an
     import reads it too), so a bake of the file does not read the whole vocabulary again."""
-    atomic_write_text(_config_file(path, read_header(path)), json.dumps(config, sort_keys=True))
+    atomic_write_text(_config_file(path, read_gguf_header(path)), json.dumps(config, sort_keys=True))
 
 
 def _config(path: Path, header: GgufHeader) -> dict[str, Any]:
@@ -161,7 +161,7 @@ def open_gguf(path: str | Path) -> GgufModel:
     """Read a GGUF file's header and config and find its architecture row; one-line errors for a
     file that is not a complete GGUF of an architecture surgery can edit."""
     path = Path(path)
-    header = read_header(path)
+    header = read_gguf_header(path)
     check_complete(path, header)
     config = _config(path, header)
     return GgufModel(path, header, config, architecture(config))

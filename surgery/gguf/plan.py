@@ -83,14 +83,14 @@ class TensorEdit:
 
 
 @dataclass
-class Plan:
+class GgufPlan:
     """Every tensor edit of a recipe, and notes on what was left as is (and why)."""
 
     edits: list[TensorEdit]
     notes: list[str] = field(default_factory=list)
 
 
-def plan(model: GgufModel, recipe: Recipe) -> Plan:
+def plan_gguf(model: GgufModel, recipe: Recipe) -> GgufPlan:
     """The tensor edits ``recipe`` makes in ``model``'s file (one-line errors for what it cannot edit)."""
     arch = model.arch
     resolver = Resolver(arch, model.hf_names())
@@ -146,7 +146,7 @@ def plan(model: GgufModel, recipe: Recipe) -> Plan:
         "exactly; the pruned neurons' zero gate/up rows already silence them"
         for kind, n in sorted(kept.items())
     ]
-    return Plan(sorted(by_name.values(), key=lambda e: e.tensor.offset), notes)
+    return GgufPlan(sorted(by_name.values(), key=lambda e: e.tensor.offset), notes)
 
 
 def _stored(model: GgufModel, piece: TensorSlice) -> tuple[GgufTensor, int, int]:
@@ -198,7 +198,7 @@ def runs(offsets: np.ndarray, nbytes: int) -> list[tuple[int, int]]:
 
 
 @dataclass
-class EditedTensor:
+class EditedBlocks:
     """One tensor's edited blocks: where, their original and new bytes, what requantizing cost."""
 
     edit: TensorEdit
@@ -213,11 +213,11 @@ class EditedTensor:
             yield int(self.offsets[a]), memoryview(np.ascontiguousarray(self.result.blocks[a:b]).reshape(-1))
 
 
-def edit_tensor(fd: int, te: TensorEdit, requantize: bool, original: np.ndarray | None = None) -> EditedTensor:
+def edit_tensor(fd: int, te: TensorEdit, requantize: bool, original: np.ndarray | None = None) -> EditedBlocks:
     """Read ``te``'s blocks from ``fd`` (or take ``original``) and compute their new bytes."""
     offsets, rows, blocks = te.units()
     _, nbytes = block_shape(te.tensor.type)
     old = read_units(fd, offsets, nbytes) if original is None else original
-    return EditedTensor(
+    return EditedBlocks(
         te, offsets, old, edit_blocks(old, te.factors(rows, blocks), te.tensor.type, te.tensor.name, requantize)
     )

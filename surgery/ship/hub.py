@@ -17,7 +17,7 @@ from typing import Any
 from ..bake.provenance import PROVENANCE_NAME, integrity_problems, load_provenance, not_baked, sweep_values
 from ..bake.record import BakeRecord, Pushed
 from ..bake.source_index import local_source_path
-from ..core.checkpoint import Checkpoint, read_header
+from ..core.checkpoint import Checkpoint, read_safetensors_header
 from ..core.errors import CheckpointError, SurgeryError, VerificationError
 from ..core.strict_files import load_json
 
@@ -57,7 +57,7 @@ def check_adapter(folder: Path) -> tuple[str, dict[str, Any]]:
     """An exported adapter: its config parses and its weights have a valid safetensors header."""
     try:
         config = load_json((folder / "adapter_config.json").read_text(encoding="utf-8"))
-        read_header(folder / "adapter_model.safetensors")
+        read_safetensors_header(folder / "adapter_model.safetensors")
     except (OSError, json.JSONDecodeError, CheckpointError) as exc:
         raise VerificationError(f"{folder} is not a valid adapter ({exc}); export it again") from None
     return "adapter config and weights header", config

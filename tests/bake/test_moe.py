@@ -314,13 +314,15 @@ TAMPERED = [
 
 @pytest.mark.parametrize("arch,fused,tensor", TAMPERED, ids=[f"{a}-{t.strip('.')}" for a, f, t in TAMPERED])
 def test_a_corrupted_expert_slice_fails_the_check(tiny, tmp_path, no_model, arch, fused, tensor):
-    from surgery.bake.patches import plan
+    from surgery.bake.patches import patch_plan
     from surgery.core.errors import SurgeryError
 
     src = tiny(arch, fused=fused)
     ckpt = Checkpoint(src)
     recipe = Recipe(_expert_edits(ckpt.config))
-    target = next(p for p in plan(ckpt, architecture(ckpt.config), recipe.active()) if p.info.name.endswith(tensor))
+    target = next(
+        p for p in patch_plan(ckpt, architecture(ckpt.config), recipe.active()) if p.info.name.endswith(tensor)
+    )
     check = edited_check(ckpt, recipe)
 
     def tampered(staged):

@@ -261,7 +261,7 @@ def test_the_bake_streams_a_projected_tensor(tmp_path, monkeypatch):
     recipe = Recipe.load(direction_recipe(tmp_path / "r", entries, hidden=256))
     ckpt = Checkpoint(src)
     edited = sum(
-        ckpt.tensor(p.info.name).nbytes for p in patches.plan(ckpt, recipe.validate(ckpt.config), recipe.active())
+        ckpt.tensor(p.info.name).nbytes for p in patches.patch_plan(ckpt, recipe.validate(ckpt.config), recipe.active())
     )
     # Every buffer smaller than one tensor (hashing reads 8 MB at a time: a constant, not the model)
     monkeypatch.setattr(patches, "CHUNK_BYTES", 16 << 10)

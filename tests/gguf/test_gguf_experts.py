@@ -18,7 +18,7 @@ from surgery.core.errors import RecipeError
 from surgery.gguf.formats import ELEMENT_ZERO, FLOATS
 from surgery.gguf.importing import tensor_bytes
 from surgery.gguf.model import open_gguf
-from surgery.gguf.plan import plan
+from surgery.gguf.plan import plan_gguf
 from tests.support.moe_gguf import EXPERT, EXPERTS, kind_of, write_moe_gguf
 from tests.support.moe_gguf import SHARED as SHARED_SIZE
 from tests.support.typed_gguf import TOKENS, tensor_values
@@ -132,7 +132,7 @@ def test_expert_index_past_the_last_is_one_line_and_writes_nothing(tmp_path):
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("out")]  # nor its sidecars
     # The plan itself (what verify re-runs on a recorded recipe) refuses it too, not reading past the stack.
     with pytest.raises(RecipeError, match=f"expert {EXPERTS} of layer 0 does not exist"):
-        plan(open_gguf(src), recipe(pruned=((0, 3, EXPERTS),)))
+        plan_gguf(open_gguf(src), recipe(pruned=((0, 3, EXPERTS),)))
 
 
 def test_stacked_experts_with_biases_are_refused_in_one_line(tmp_path):

@@ -12,7 +12,7 @@ import torch
 from surgery.cli.main import main
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.errors import CheckpointError, UnsupportedArchitecture
-from surgery.gguf.importing import MANIFEST_NAME, import_gguf, read_header
+from surgery.gguf.importing import MANIFEST_NAME, import_gguf, read_gguf_header
 from tests.support.tiny_gguf import KV_HEADS, LAYERS, QUANTIZED, TOKENS, gguf_source_model, write_tiny_gguf
 
 
@@ -99,7 +99,7 @@ def test_header_reader_agrees_with_gguf_package(imported):
     import gguf
 
     _, gguf_path, _, _ = imported
-    ours = read_header(gguf_path)
+    ours = read_gguf_header(gguf_path)
     reader = gguf.GGUFReader(str(gguf_path))
     assert ours.architecture == "llama"
     assert ours.metadata["tokenizer.ggml.tokens"] == len(TOKENS)
@@ -128,7 +128,7 @@ def test_not_a_gguf_file(tmp_path):
     write_tiny_gguf(truncated, gguf_source_model())
     truncated.write_bytes(truncated.read_bytes()[:200])
     with pytest.raises(CheckpointError, match="truncated"):
-        read_header(truncated)
+        read_gguf_header(truncated)
 
 
 @pytest.mark.slow(minutes=1)
@@ -159,7 +159,7 @@ def test_cli_import_reports_each_step_in_a_log(imported, tmp_path):
     proc = run_cli(["import-gguf", gguf_path, "--out", tmp_path / "cli", "--json"])
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["files"]
-    tensors = len(read_header(gguf_path).tensors)  # dequantizing counts tensors, the others are one step
+    tensors = len(read_gguf_header(gguf_path).tensors)  # dequantizing counts tensors, the others are one step
     for step, n in (("dequantizing", tensors), ("writing", 1), ("hashing", 1)):
         assert f"{step}: {n}/{n} (100 %)" in proc.stderr, proc.stderr
 

@@ -10,7 +10,7 @@ import pytest
 
 from surgery.core.errors import CheckpointError
 from surgery.gguf.import_stream import INDEX, meta_model, whole_model_reason
-from surgery.gguf.importing import import_gguf, read_header
+from surgery.gguf.importing import import_gguf, read_gguf_header
 from tests.support.gguf_reference import differences, raw_tensors, reference_import, weight_files
 from tests.support.moe_gguf import write_moe_gguf
 from tests.support.paths import real_model_path
@@ -88,7 +88,7 @@ def test_dequantized_in_slabs_equals_gguf_py_on_the_reader_data(kind, tmp_path, 
 
     src = tmp_path / "src.gguf"
     write_typed_gguf(src, kind)
-    header = read_header(src)
+    header = read_gguf_header(src)
     blob = np.memmap(src, dtype=np.uint8, mode="r")
     for slab in (1, 1 << 30):  # bytes per call: one row at a time, or every row at once
         monkeypatch.setattr(gguf_stream, "DEQUANTIZE_BYTES", slab)
@@ -105,7 +105,7 @@ def test_progress_advances_per_tensor(tmp_path):
     seen = []
     import_gguf(src, tmp_path / "out", progress=lambda stage, done, total: seen.append((stage, done, total)))
     steps = [(done, total) for stage, done, total in seen if stage == "dequantize"]
-    n = len(read_header(src).tensors)
+    n = len(read_gguf_header(src).tensors)
     assert steps == [(i, n) for i in range(n + 1)]
 
 

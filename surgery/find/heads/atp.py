@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .attention import Plan
+from .attention import AttentionPlan
 
 
 @contextmanager
@@ -37,7 +37,7 @@ def frozen(model: nn.Module) -> Iterator[nn.Module]:
             p.requires_grad_(True)
 
 
-def attributions(plan: Plan, s: torch.Tensor, layers: Sequence[int]) -> np.ndarray:
+def attributions(plan: AttentionPlan, s: torch.Tensor, layers: Sequence[int]) -> np.ndarray:
     """(B, layers, heads) ∂S/∂e of every prompt of the batch (``s``: its S, differentiable) and head
     of ``layers``, from one backward of ΣS; a head S does not depend on gets 0."""
     leaves = [plan.screen[layer] for layer in layers]

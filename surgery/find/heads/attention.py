@@ -2,13 +2,13 @@
 
 ``transformers`` calls the function registered under :data:`NAME` for every attention layer once
 a model's attention implementation is switched to it (:func:`surgery_attention`). With no active
-:class:`Plan` it computes exactly what eager attention computes. A plan (set with
+:class:`AttentionPlan` it computes exactly what eager attention computes. A plan (set with
 :func:`active_plan`, a context variable, because ``generate`` rejects unknown keyword arguments)
 can ask it to
 
 - keep per-head binding features: ``bind_x = P[query ∈ option x, key ∈ item].sum(keys).mean(queries)``
   for x = a, b — only these (B, 2, H) numbers per layer are kept, never the attention maps;
-- open the attribution-patching screen (``Plan.screen``, surgery.find.heads.screen): every head's
+- open the attribution-patching screen (``AttentionPlan.screen``, surgery.find.heads.screen): every head's
   probabilities become ``P + e·(P_ko − P)`` with a zero leaf ``e`` per row and head, so that
   ∂S/∂e is the first-order change of S when that head's identity→item edges are knocked out;
 - scale the identity→item edges of chosen heads: ``P' = P_ko + α·(P − P_ko)``, where ``P_ko`` is
@@ -17,7 +17,7 @@ can ask it to
   published ``out_ko + α·(out − out_ko)`` at the identity query positions (other rows: P_ko = P).
 
 Edits apply to the prompt pass only (query length = plan length), or to a pass resumed from
-cached keys/values at query position ``Plan.start`` (surgery.find.heads.resume: queries are the
+cached keys/values at query position ``AttentionPlan.start`` (surgery.find.heads.resume: queries are the
 positions ``start:``, keys all ``length`` positions). Decoding steps of ``generate``
 (query length 1 against a longer cache) add generated tokens, which are never identity tokens, so
 they run unchanged; their cached keys/values already carry the edited prompt pass.
@@ -52,7 +52,7 @@ class EdgeEdit:
 
 
 @dataclass
-class Plan:
+class AttentionPlan:
     """What the attention function does during one prompt pass (and the decoding that follows)."""
 
     masks: Mapping[str, torch.Tensor]  # span name → (B, L) bool, in padded positions
@@ -99,11 +99,11 @@ class Plan:
         return torch.stack([self.bind[layer].mean(dim=1) for layer in layers], dim=1)
 
 
-_ACTIVE: ContextVar[Plan | None] = ContextVar("surgery_attention_plan", default=None)
+_ACTIVE: ContextVar[AttentionPlan | None] = ContextVar("surgery_attention_plan", default=None)
 
 
 @contextmanager
-def active_plan(plan: Plan | None) -> Iterator[Plan | None]:
+def active_plan(plan: AttentionPlan | None) -> Iterator[AttentionPlan | None]:
     """Make ``plan`` the one the attention function reads (nested uses restore the outer one)."""
     token = _ACTIVE.set(plan)
     try:
@@ -177,7 +177,7 @@ def _edit(
 def _screened(
     scores: torch.Tensor,
     probs: torch.Tensor,
-    plan: Plan,
+    plan: AttentionPlan,
     layer: int,
     queries: Mapping[str, torch.Tensor],
     sinks: torch.Tensor | None,

@@ -19,7 +19,7 @@ from ...core.edits import HeadScale
 from ...core.errors import SurgeryError
 from ...core.mcq import Encoded, encode_question
 from ...model.hooks import applied
-from .attention import EdgeEdit, Plan, active_plan, edge_heads
+from .attention import AttentionPlan, EdgeEdit, active_plan, edge_heads
 from .benchmark import question_spans
 
 SPANS = ("tested", "item")
@@ -39,9 +39,9 @@ def encode_records(
 
 
 @contextmanager
-def edge_edit_in_generation(model, table: Mapping[tuple[int, ...], Encoded], edit: EdgeEdit) -> Iterator[Plan]:
+def edge_edit_in_generation(model, table: Mapping[tuple[int, ...], Encoded], edit: EdgeEdit) -> Iterator[AttentionPlan]:
     """While active, every prompt pass of ``model`` gets ``edit`` on the rows' own positions."""
-    plan = Plan({}, edit=edit)
+    plan = AttentionPlan({}, edit=edit)
 
     def hook(module, args, kwargs):
         ids = kwargs.get("input_ids", args[0] if args else None)

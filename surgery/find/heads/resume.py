@@ -30,7 +30,7 @@ from ...core.edits import HeadScale
 from ...core.errors import SurgeryError
 from ...core.mcq import Encoded
 from ...model.hooks import applied, model_architecture
-from .attention import EdgeEdit, Plan, active_plan
+from .attention import AttentionPlan, EdgeEdit, active_plan
 from .prompts import Batch
 
 # A recorded layer call's cache arguments: a resumed pass replaces them with its own cache.
@@ -159,7 +159,7 @@ def _recording(layers: list[nn.Module]) -> Iterator[list[dict[str, Any]]]:
             h.remove()
 
 
-def snapshot(model: nn.Module, batch: Batch, plan: Plan | None = None) -> Snapshot:
+def snapshot(model: nn.Module, batch: Batch, plan: AttentionPlan | None = None) -> Snapshot:
     """The baseline pass of ``batch`` (under ``plan``, e.g. for features), with what resuming needs."""
     layers = decoder_layers(model)
     # a cache of plain full-length layers: sliding-window layers keep their window in the mask
@@ -251,7 +251,7 @@ def resume(
     if layer is None or start is None:
         return snap.logits
     if not snap.replayable:
-        with active_plan(Plan(batch.masks, edit=edit)):
+        with active_plan(AttentionPlan(batch.masks, edit=edit)):
             return _full_pass(model, snap, counter)
     layers, rows = decoder_layers(model), batch.input_ids.shape[0]
     if not snap.keys:  # a state-space or compressed cache: the layers above rerun every position
@@ -263,7 +263,7 @@ def resume(
             for i, (k, v) in enumerate(zip(snap.keys, snap.values))
         ],
     )
-    plan = Plan(batch.masks, edit=edit)
+    plan = AttentionPlan(batch.masks, edit=edit)
     last = max(i for i, heads in edit.heads.items() if heads)
     with torch.inference_mode(), active_plan(plan):
         hidden = _layer(layers[layer], snap.calls[layer], 0, cache, snap.calls[layer]["hidden_states"])

@@ -21,7 +21,7 @@ from ...core.mcq import Encoded, encode_question
 from ...model.hooks import model_architecture
 from ...model.placement import input_device
 from .atp import attributions, frozen
-from .attention import EdgeEdit, Plan, active_plan
+from .attention import AttentionPlan, EdgeEdit, active_plan
 from .pairs import Pair
 from .prompts import batch_groups, collate
 from .shared_prefix import last_token_logits, token_order_groups
@@ -116,14 +116,14 @@ def run_prompts(
                 logits = last_token_logits(model, [prompts[i] for i in idx], pad, device)
         elif screen:
             batch = collate([prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
-            plan = Plan(batch.masks, features=features, edit=edit, screen={})
+            plan = AttentionPlan(batch.masks, features=features, edit=edit, screen={})
             with frozen(model), torch.enable_grad(), active_plan(plan):
                 logits = model(**batch.model_inputs(), use_cache=False, logits_to_keep=1).logits[:, -1]
                 atp[idx] = attributions(plan, s_scores(logits.float().log_softmax(-1), option_ids), layers)
             logits = logits.detach()
         else:
             batch = collate([prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
-            plan = Plan(batch.masks, features=features, edit=edit)
+            plan = AttentionPlan(batch.masks, features=features, edit=edit)
             with torch.inference_mode(), active_plan(plan):
                 logits = model(**batch.model_inputs(), use_cache=False, logits_to_keep=1).logits[:, -1]
         lp = logits.float().log_softmax(-1)

@@ -22,7 +22,7 @@ from typing import Any
 from ...core import e4m3
 from ...core.checkpoint import Checkpoint, TensorInfo
 from ...model.dequantized import Filler, Scaling, attach_scalings, held_dtype, without_quantization
-from .storage import Layout, dequantize, expand, layout
+from .storage import ScaleLayout, dequantize, expand, layout
 
 
 def whole_blocks(ckpt: Checkpoint) -> bool:
@@ -108,7 +108,7 @@ def _scale_of(ckpt: Checkpoint, info: TensorInfo):
         return f.get_tensor(scale_info.name).float().numpy(), lay
 
 
-def _fp8_scaling(scale, lay: Layout) -> Scaling:
+def _fp8_scaling(scale, lay: ScaleLayout) -> Scaling:
     """An FP8 weight's scales spread over its elements, as :func:`~.storage.dequantize` applies them."""
     import torch
 

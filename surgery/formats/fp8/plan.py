@@ -23,19 +23,19 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ...bake.patches import CHUNK_BYTES, TensorPatch, from_f32, plan, read_raw, to_f32
+from ...bake.patches import CHUNK_BYTES, TensorPatch, from_f32, patch_plan, read_raw, to_f32
 from ...core import e4m3
 from ...core.architectures import Architecture
 from ...core.checkpoint import Checkpoint, TensorInfo
 from ...core.edits import Edit, Recipe
 from ...core.errors import CheckpointError, RecipeError
 from ..plain import plain_problems
-from .storage import Layout, dequantize, layout
+from .storage import ScaleLayout, dequantize, layout
 
 SCALE_DTYPES = ("F32", "BF16", "F16")
 
 
-def scale_of(ckpt: Checkpoint, info: TensorInfo) -> tuple[TensorInfo, Layout]:
+def scale_of(ckpt: Checkpoint, info: TensorInfo) -> tuple[TensorInfo, ScaleLayout]:
     """The scale tensor of the FP8 weight ``info`` and its layout; one line when it is missing or does not fit."""
     scheme = ckpt.format.scheme
     name = scheme.scale_name(info.name)
@@ -103,7 +103,7 @@ def _scale_route(
     return taken
 
 
-def _refusal(name: str, lay: Layout, alpha: float, why: str) -> RecipeError:
+def _refusal(name: str, lay: ScaleLayout, alpha: float, why: str) -> RecipeError:
     return RecipeError(
         f"cannot scale '{name}' ({lay.describe()} FP8 layout) by {alpha:g} exactly: {why}; choose a power "
         "of two that keeps its weights in range, edit whole scale blocks, or bake into the unquantized checkpoint"
@@ -206,9 +206,9 @@ def _routed(ckpt: Checkpoint, p: TensorPatch) -> list[TensorPatch]:
 
 
 def stored_plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
-    """The byte patches of ``edits``: :func:`~surgery.bake.patches.plan`'s, with every patch of an
+    """The byte patches of ``edits``: :func:`~surgery.bake.patches.patch_plan`'s, with every patch of an
     e4m3 weight turned into exact patches of its bytes and scales (or refused in one line)."""
-    patches = plan(ckpt, arch, edits)
+    patches = patch_plan(ckpt, arch, edits)
     check_fp8_scales(ckpt)
     out = [q for p in patches for q in (_routed(ckpt, p) if p.info.dtype == e4m3.DTYPE else [p])]
     return sorted(out, key=lambda q: (q.info.name, q.first_row))
@@ -218,7 +218,7 @@ def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tu
     """(tensors compared, problem lines): every edited e4m3 weight of ``out``, dequantized, must equal
     the recipe's scales times ``src``'s dequantized weight exactly in float32; every other edited
     tensor must hold the byte plan's values (those are plain floats)."""
-    patches = plan(src, recipe.validate(src.config), recipe.active())
+    patches = patch_plan(src, recipe.validate(src.config), recipe.active())
     problems = []
     for p in patches:
         if p.info.dtype != e4m3.DTYPE:

@@ -72,7 +72,7 @@ def _block(value: Any) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class Layout:
+class ScaleLayout:
     """One FP8 weight's scaling: ``kind`` "block", "per-tensor" or "per-channel"; its scale-group size."""
 
     kind: str
@@ -83,7 +83,7 @@ class Layout:
         return f"{self.rows}×{self.cols} block" if self.kind == "block" else self.kind
 
 
-def layout(s: Scheme, weight: str, shape: tuple[int, ...], scale: str, scale_shape: tuple[int, ...]) -> Layout:
+def layout(s: Scheme, weight: str, shape: tuple[int, ...], scale: str, scale_shape: tuple[int, ...]) -> ScaleLayout:
     """The layout of the FP8 weight ``weight`` of ``shape`` whose scale tensor ``scale`` has ``scale_shape``;
     a scale that does not fit the weight is one line naming both."""
     if len(shape) != 2:
@@ -104,13 +104,13 @@ def layout(s: Scheme, weight: str, shape: tuple[int, ...], scale: str, scale_sha
             f"needs {want} ({s.method} layout): the scales do not match the weights; re-download the checkpoint"
         )
     if s.block is not None:
-        return Layout("block", *s.block)
+        return ScaleLayout("block", *s.block)
     if scale_shape == (out, 1) and out > 1:
-        return Layout("per-channel", 1, inp)
-    return Layout("per-tensor", out, inp)
+        return ScaleLayout("per-channel", 1, inp)
+    return ScaleLayout("per-tensor", out, inp)
 
 
-def expand(scale: np.ndarray, lay: Layout, first_row: int, n_rows: int, n_cols: int) -> np.ndarray:
+def expand(scale: np.ndarray, lay: ScaleLayout, first_row: int, n_rows: int, n_cols: int) -> np.ndarray:
     """The float32 scale of every element of rows [first_row, first_row + n_rows) of a weight."""
     grid = scale.reshape(-1, 1) if scale.ndim < 2 else scale
     rows = (np.arange(first_row, first_row + n_rows) // lay.rows).clip(max=grid.shape[0] - 1)
@@ -118,6 +118,6 @@ def expand(scale: np.ndarray, lay: Layout, first_row: int, n_rows: int, n_cols: 
     return grid[np.ix_(rows, cols)]
 
 
-def dequantize(raw: np.ndarray, scale: np.ndarray, lay: Layout, first_row: int) -> np.ndarray:
+def dequantize(raw: np.ndarray, scale: np.ndarray, lay: ScaleLayout, first_row: int) -> np.ndarray:
     """float32 values of a block of e4m3 rows starting at ``first_row``: each element times its scale."""
     return decode(raw) * expand(scale, lay, first_row, *raw.shape)

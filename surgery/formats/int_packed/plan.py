@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from ...bake.patches import RAW_DTYPES, TensorPatch, from_f32, plan, read_raw, to_f32
+from ...bake.patches import RAW_DTYPES, TensorPatch, from_f32, patch_plan, read_raw, to_f32
 from ...core.architectures import Architecture
 from ...core.checkpoint import Checkpoint, TensorInfo
 from ...core.edits import Edit, Recipe
@@ -237,7 +237,7 @@ def stored_plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> 
     """The byte patches of ``edits`` on an int4 / int8 checkpoint: the plan on the weights' values,
     every patch of an integer weight turned into exact patches of its scales and codes (or refused)."""
     s, weights = ckpt.format.scheme, weights_of(ckpt)
-    patches = plan(EditView(ckpt, weights), arch, edits)
+    patches = patch_plan(EditView(ckpt, weights), arch, edits)
     out = [q for p in patches for q in (_routed(ckpt, s, weights[p.info.name], p) if p.info.name in weights else [p])]
     return sorted(out, key=lambda q: (q.info.name, q.first_row))
 
@@ -268,7 +268,7 @@ def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tu
     compressed-tensors, must equal the recipe's scales times ``src``'s decoded weight exactly in
     float32; every other edited tensor must hold the byte plan's values (plain floats)."""
     s, weights = src.format.scheme, weights_of(src)
-    patches = plan(EditView(src, weights), recipe.validate(src.config), recipe.active())
+    patches = patch_plan(EditView(src, weights), recipe.validate(src.config), recipe.active())
     out_weights = s.weights(out.path, out.tensors)
     problems = []
     for p in patches:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from surgery.core.errors import SurgeryError
-from surgery.find.heads.attention import EdgeEdit, Plan, active_plan, surgery_attention_on
+from surgery.find.heads.attention import AttentionPlan, EdgeEdit, active_plan, surgery_attention_on
 from surgery.model.loading import load_model
 
 ARCHS = ["llama", "gemma2", "gemma3_text", "qwen2"]  # gemma2: soft-capping; gemma2/3: sliding windows
@@ -43,7 +43,7 @@ def test_no_plan_equals_eager_and_features_equal_attention_maps(model):
         with surgery_attention_on(model):
             assert model.config._attn_implementation == "surgery"
             plain = model(input_ids=ids, attention_mask=att).logits
-            plan = Plan(masks, features=True)
+            plan = AttentionPlan(masks, features=True)
             with active_plan(plan):
                 featured = model(input_ids=ids, attention_mask=att).logits
     assert model.config._attn_implementation == "eager"  # restored
@@ -67,7 +67,7 @@ def test_knockout_removes_exactly_the_chosen_edges(model):
     layer, head = 1, 2
     with torch.inference_mode(), surgery_attention_on(model):
         ref = model(input_ids=ids, attention_mask=att, output_attentions=True)
-        with active_plan(Plan(masks, edit=EdgeEdit({layer: (head,)}, 0.0))):
+        with active_plan(AttentionPlan(masks, edit=EdgeEdit({layer: (head,)}, 0.0))):
             ko = model(input_ids=ids, attention_mask=att, output_attentions=True)
     a, r = ko.attentions[layer], ref.attentions[layer]
     assert torch.all(a[:, head][:, OPT_A][:, :, ITEM] == 0)  # the edges are gone
@@ -89,7 +89,7 @@ def test_alpha_one_is_identity_and_alpha_is_linear(model):
     with torch.inference_mode(), surgery_attention_on(model):
         ref = model(input_ids=ids, attention_mask=att, output_attentions=True)
         for alpha in (0.0, 1.0, 2.5):
-            with active_plan(Plan(masks, edit=EdgeEdit(heads, alpha))):
+            with active_plan(AttentionPlan(masks, edit=EdgeEdit(heads, alpha))):
                 runs[alpha] = model(input_ids=ids, attention_mask=att, output_attentions=True)
     assert torch.equal(runs[1.0].logits, ref.logits)
     # layer 0 sees unedited inputs: the edited weights are P_ko + α (P − P_ko)
@@ -101,7 +101,7 @@ def test_edge_edit_applies_to_the_prompt_pass_of_generate(model):
     ids, att, masks = _inputs()
     edit = EdgeEdit({1: (0, 1)}, 0.0)
     with torch.inference_mode(), surgery_attention_on(model):
-        with active_plan(Plan(masks, edit=edit)):
+        with active_plan(AttentionPlan(masks, edit=edit)):
             first = model(input_ids=ids, attention_mask=att).logits[:, -1].argmax(-1)
             gen = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=3, do_sample=False, pad_token_id=0)
         plain = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=3, do_sample=False, pad_token_id=0)
@@ -111,6 +111,6 @@ def test_edge_edit_applies_to_the_prompt_pass_of_generate(model):
 
 def test_plan_for_another_length_is_an_error(model):
     ids, att, masks = _inputs()
-    with surgery_attention_on(model), active_plan(Plan(masks, features=True)):
+    with surgery_attention_on(model), active_plan(AttentionPlan(masks, features=True)):
         with pytest.raises(SurgeryError, match="plan built for 14-token"):
             model(input_ids=ids[:, :10], attention_mask=att[:, :10])

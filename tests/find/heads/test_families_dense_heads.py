@@ -15,7 +15,7 @@ from packaging.version import Version
 import surgery
 from surgery.core.edits import HeadScale
 from surgery.core.errors import SurgeryError
-from surgery.find.heads.attention import EdgeEdit, Plan, active_plan, edge_heads, surgery_attention_on
+from surgery.find.heads.attention import AttentionPlan, EdgeEdit, active_plan, edge_heads, surgery_attention_on
 from surgery.find.heads.benchmark import load_benchmark
 from surgery.find.heads.causal import PairRunner, random_head_sets
 from surgery.find.heads.pairs import build_pairs
@@ -63,7 +63,7 @@ def test_surgery_attention_equals_eager_or_is_refused(case):
                 with surgery_attention_on(model):
                     pass
             return
-        with surgery_attention_on(model), active_plan(Plan(masks, features=True)):
+        with surgery_attention_on(model), active_plan(AttentionPlan(masks, features=True)):
             featured = model(input_ids=ids, attention_mask=att).logits
     assert (featured - eager).abs().max().item() <= 1e-6
 
