@@ -80,20 +80,20 @@ def tail_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
         return names[f"{root}{name}"]
 
     x = hidden[:, -1:]
-    if lay.final_head:
-        x = sibling(lay.final_head)(x)
-    if lay.final_norm:
-        x = sibling(lay.final_norm)(x)
-    if lay.logit_scaling:
-        x = x / getattr(cfg, lay.logit_scaling)
-    if lay.pre_head:
-        x = names[lay.pre_head](x)
+    if lay.tail.final_head:
+        x = sibling(lay.tail.final_head)(x)
+    if lay.tail.final_norm:
+        x = sibling(lay.tail.final_norm)(x)
+    if lay.tail.logit_scaling:
+        x = x / getattr(cfg, lay.tail.logit_scaling)
+    if lay.tail.pre_head:
+        x = names[lay.tail.pre_head](x)
     logits = model.get_output_embeddings()(x)[:, -1]
-    if lay.logit_multiplier:
-        logits = logits * getattr(cfg, lay.logit_multiplier)
-    if lay.logit_divisor:
-        logits = logits / getattr(cfg, lay.logit_divisor)
-    cap = getattr(cfg, lay.logit_softcap, None) if lay.logit_softcap else None
+    if lay.tail.logit_multiplier:
+        logits = logits * getattr(cfg, lay.tail.logit_multiplier)
+    if lay.tail.logit_divisor:
+        logits = logits / getattr(cfg, lay.tail.logit_divisor)
+    cap = getattr(cfg, lay.tail.logit_softcap, None) if lay.tail.logit_softcap else None
     return torch.tanh(logits / cap) * cap if cap else logits
 
 
