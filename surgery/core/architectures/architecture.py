@@ -83,10 +83,10 @@ class Architecture(ExpertTensors):
 
     def mlp_input_modules(self) -> tuple[str, ...]:
         """Names (relative to a layer) of the matrices whose rows feed the MLP neurons."""
-        lay = self.layout
-        if lay.mlp.gate_up_proj:
-            return (lay.mlp.gate_up_proj,)
-        return tuple(m for m in (lay.mlp.gate_proj, lay.mlp.up_proj) if m)
+        mlp = self.layout.mlp
+        if mlp.gate_up_proj:
+            return (mlp.gate_up_proj,)
+        return tuple(m for m in (mlp.gate_proj, mlp.up_proj) if m)
 
     def neuron_rows(self, module: str, neuron: int) -> tuple[int, ...]:
         """Rows of ``module`` (an MLP input matrix) that belong to ``neuron``."""
@@ -97,21 +97,21 @@ class Architecture(ExpertTensors):
     def mlp_shapes(self) -> dict[str, tuple[int, int]]:
         """Expected weight shape of each MLP matrix (relative to a layer): down_proj (H, I), the
         gate/up inputs (I, H), a fused gate_up (2I, H)."""
-        g, lay = self.geometry, self.layout
-        shapes = {lay.mlp.down_proj: (g.hidden_size, g.intermediate_size)}
+        g, mlp = self.geometry, self.layout.mlp
+        shapes = {mlp.down_proj: (g.hidden_size, g.intermediate_size)}
         for module in self.mlp_input_modules():
-            width = 2 * g.intermediate_size if module == lay.mlp.gate_up_proj else g.intermediate_size
+            width = 2 * g.intermediate_size if module == mlp.gate_up_proj else g.intermediate_size
             shapes[module] = (width, g.hidden_size)
         return shapes
 
     def attention_shapes(self) -> dict[str, tuple[tuple[int, int], str]]:
         """Expected weight shape of each attention matrix (relative to a layer), with the config
         fields that set its head dimension, as ``name → ((rows, cols), "fields = sizes")``."""
-        g, lay, keys = self.geometry, self.layout, self.layout.config.keys
-        if lay.limits.head_refusal:  # no head edits: the table knows no head layout to check the shapes by
+        g, att, keys = self.geometry, self.layout.attention, self.layout.config.keys
+        if self.layout.limits.head_refusal:  # no head edits: the table knows no head layout to check the shapes by
             return {}
-        if lay.attention.mla or lay.attention.grouped_output:
-            return mla_shapes(self) if lay.attention.mla else grouped_output_shapes(self)
+        if att.mla or att.grouped_output:
+            return mla_shapes(self) if att.mla else grouped_output_shapes(self)
         q_rows, kv_rows = g.num_heads * g.head_dim, g.num_kv_heads * g.head_dim
         # the family's own config keys, so that the message names the fields to correct
         heads, dim = keys.num_attention_heads, keys.head_dim or f"({keys.hidden_size} / {keys.num_attention_heads})"
@@ -124,21 +124,21 @@ class Architecture(ExpertTensors):
         def side(module: str, out: bool) -> str:  # the stored side of the [out, in] map's out/in features
             return "rows" if out != self.stored_flipped(module) else "columns"
 
-        shapes = {lay.attention.o_proj: ((g.hidden_size, q_rows), f"{q} {side(lay.attention.o_proj, False)}")}
-        if lay.attention.q_proj:  # a gated attention's q_proj holds each head's query and gate: twice the rows
-            gate = 2 if lay.attention.q_gate else 1
-            shapes[lay.attention.q_proj] = (
+        shapes = {att.o_proj: ((g.hidden_size, q_rows), f"{q} {side(att.o_proj, False)}")}
+        if att.q_proj:  # a gated attention's q_proj holds each head's query and gate: twice the rows
+            gate = 2 if att.q_gate else 1
+            shapes[att.q_proj] = (
                 (gate * q_rows, g.hidden_size),
-                f"{'2 × ' if lay.attention.q_gate else ''}{q} {side(lay.attention.q_proj, True)}",
+                f"{'2 × ' if att.q_gate else ''}{q} {side(att.q_proj, True)}",
             )
-        for name in (lay.attention.k_proj, lay.attention.v_proj):
+        for name in (att.k_proj, att.v_proj):
             if name:
                 shapes[name] = ((kv_rows, g.hidden_size), f"{kv} {side(name, True)}")
-        if lay.attention.qkv_proj:
-            shapes[lay.attention.qkv_proj] = (
+        if att.qkv_proj:
+            shapes[att.qkv_proj] = (
                 (q_rows + 2 * kv_rows, g.hidden_size),
                 f"({heads} + 2 × {kv_heads}) × {dim} = ({g.num_heads} + 2 × {g.num_kv_heads}) "
-                f"× {g.head_dim} {side(lay.attention.qkv_proj, True)}",
+                f"× {g.head_dim} {side(att.qkv_proj, True)}",
             )
         return shapes
 
@@ -146,8 +146,8 @@ class Architecture(ExpertTensors):
         """The module that writes the attention's output into the residual stream (relative to a
         layer) and its weight's expected shape: o_proj, or DeepSeek-V4's o_b_proj, which mixes the
         groups of its grouped o_a_proj (``Attention.o_proj`` there)."""
-        lay = self.layout
-        module = lay.attention.grouped_output.o_b_proj if lay.attention.grouped_output else lay.attention.o_proj
+        att = self.layout.attention
+        module = att.grouped_output.o_b_proj if att.grouped_output else att.o_proj
         return module, self.attention_shapes()[module][0]
 
     def head_columns(self, head: int) -> slice:

@@ -31,10 +31,8 @@ BASE: dict[str, Layout] = {
     "gemma": Layout(),
     "gemma2": Layout(tail=Tail(logit_softcap="final_logit_softcapping")),
     "gemma3_text": Layout(tail=Tail(logit_softcap="final_logit_softcapping")),
-    "gemma3": Layout(
-        Names(_WRAPPED),
-        config=Config(text_config_key="text_config", text_model_types=("gemma3_text",)),
-    ),  # its forward applies no soft-cap (transformers 5.24)
+    # its forward applies no soft-cap (transformers 5.24)
+    "gemma3": Layout(Names(_WRAPPED), config=Config(text_config_key="text_config", text_model_types=("gemma3_text",))),
     "phi3": Layout(
         attention=Attention(q_proj=None, k_proj=None, v_proj=None, qkv_proj="self_attn.qkv_proj"), mlp=_FUSED_GATE_UP
     ),
