@@ -26,7 +26,7 @@ class Names:
     """Every spelling of the decoder-layer prefix met in real checkpoints (``{layer}`` is the index).
     Multimodal wrappers were saved under different prefixes by different transformers versions; the
     spelling a checkpoint or a loaded model actually contains is chosen by
-    :meth:`Architecture.layer_prefix`, never guessed."""
+    ``Architecture.layer_prefix``, never guessed."""
     embeddings: str | None = "embed_tokens"
     """The token embedding table [vocab, hidden], a sibling of the layer list (None: it is not one;
     direction edits of the embeddings are refused)."""
