@@ -88,8 +88,10 @@ class LayerKinds:
     (``Layers.mlp_kinds``). Heads of other kinds (linear attention, state-space, convolution) are not
     heads of softmax attention with a per-head output slice: their edits are refused per layer."""
 
-    rules: tuple[KindRule, ...]  # the first whose keys config.json has decides
+    rules: tuple[KindRule, ...]
+    """The ways config.json may say it: the first whose keys config.json has decides."""
     editable: tuple[str, ...]
+    """The kinds this row edits (heads, or dense MLP neurons)."""
 
 
 # Kinds of layers whose cache is keys and values only (transformers' ALLOWED_ATTN_LAYER_TYPES, less
