@@ -44,11 +44,9 @@ def editable(layout: Layout) -> str:
         parts.append("MLP neurons")
     elif ex.sparse_step_key or ex.dense_layers_key:
         parts.append("MLP neurons (dense layers)")
-    if layout.layers.mixer:  # a residual writer only a direction edit touches
-        where = (
-            "every layer" if layout.layers.mixer.kinds is None else " and ".join(layout.layers.mixer.kinds) + " layers"
-        )
-        parts.append(f"directions through {layout.layers.mixer.module} ({where})")
+    if mixer := layout.layers.mixer:  # a residual writer only a direction edit touches
+        where = "every layer" if mixer.kinds is None else " and ".join(mixer.kinds) + " layers"
+        parts.append(f"directions through {mixer.module} ({where})")
     if ex is not None:
         parts.append("routed-expert neurons" + (" (not the zero-computation experts)" if ex.zero_key else ""))
         if ex.shared:
