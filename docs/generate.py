@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Write the documentation pages that are generated from the code, or check that they are current.
 
-    python docs/generate.py          # rewrite docs/reference/cli.md, architectures.md and coverage.md
+    python docs/generate.py          # rewrite docs/reference/cli.md, architectures.md and coverage.md,
+                                     # and the field tables of docs/contributing/adding-an-architecture.md
     python docs/generate.py --check  # exit 1 naming each page that differs from what the code gives
 
 The command reference comes from the click group itself (every command, argument and option with
 its default, bounds, choices and help, as ``--help`` shows them), the architecture table from
-``surgery.core.architectures.ARCHITECTURES``, and the coverage page from ``surgery.core.coverage``
-(the table crossed with the installed transformers' causal-LM types), so none can drift from the code:
+``surgery.core.architectures.ARCHITECTURES``, the coverage page from ``surgery.core.coverage``
+(the table crossed with the installed transformers' causal-LM types), and the fields of a table row
+from the docstrings of ``Layout``'s parts, so none can drift from the code:
 ``tests/docs/test_docs.py`` fails when a committed page differs from what this script writes.
 Run it from the repository root, in an environment where surgery is installed.
 """
@@ -15,6 +17,8 @@ Run it from the repository root, in an environment where surgery is installed.
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
 import inspect
 import sys
 from collections.abc import Callable
@@ -169,23 +173,22 @@ def _code(*names: str | None) -> str:
 
 
 def _attention(layout: Any) -> str:
-    inputs = (
-        _code(layout.qkv_proj) + " (fused)" if layout.qkv_proj else _code(layout.q_proj, layout.k_proj, layout.v_proj)
-    )
-    parts = [f"{_code(layout.o_proj)}; inputs {inputs}" if inputs else _code(layout.o_proj)]
-    if layout.mla:
+    att = layout.attention
+    inputs = _code(att.qkv_proj) + " (fused)" if att.qkv_proj else _code(att.q_proj, att.k_proj, att.v_proj)
+    parts = [f"{_code(att.o_proj)}; inputs {inputs}" if inputs else _code(att.o_proj)]
+    if att.mla:
         parts.append("MLA (a head is v_head_dim columns)")
-    if layout.grouped_output:
+    if att.grouped_output:
         parts.append("grouped low-rank output (o_groups)")
-    if layout.q_gate:
+    if att.q_gate:
         parts.append("gated q_proj")
-    if layout.conv1d:
+    if layout.names.conv1d:
         parts.append("Conv1D weights stored [in, out]")
-    if layout.layer_kinds:
-        parts.append(f"heads in {', '.join(layout.layer_kinds.editable)} layers only")
-    if layout.head_refusal:
-        parts.append(f"heads refused: {layout.head_refusal}")
-    if mixer := layout.mixer:
+    if layout.layers.layer_kinds:
+        parts.append(f"heads in {', '.join(layout.layers.layer_kinds.editable)} layers only")
+    if layout.limits.head_refusal:
+        parts.append(f"heads refused: {layout.limits.head_refusal}")
+    if mixer := layout.layers.mixer:
         where = "every layer" if mixer.kinds is None else f"{', '.join(mixer.kinds)} layers"
         width = ", else ".join(" × ".join(keys) for keys in mixer.width)
         parts.append(f"other mixer's output {_code(mixer.module)} in {where} (a residual writer; width {width})")
@@ -195,12 +198,13 @@ def _attention(layout: Any) -> str:
 def _mlp(layout: Any) -> str:
     if layout.experts is not None and not layout.experts.with_dense:
         return "experts (next column)"
-    inputs = _code(layout.gate_up_proj) + " (fused)" if layout.gate_up_proj else _code(layout.gate_proj, layout.up_proj)
-    parts = [f"{_code(layout.down_proj)}; inputs {inputs}"]
-    if not layout.prune_inputs:
+    mlp = layout.mlp
+    inputs = _code(mlp.gate_up_proj) + " (fused)" if mlp.gate_up_proj else _code(mlp.gate_proj, mlp.up_proj)
+    parts = [f"{_code(mlp.down_proj)}; inputs {inputs}"]
+    if not mlp.prune_inputs:
         parts.append("pruning leaves the inputs (act(0) ≠ 0, or a norm or a sparsity cut over the hidden units)")
-    if layout.mlp_kinds:
-        parts.append(f"in {', '.join(layout.mlp_kinds.editable) or 'no'} layers")
+    if layout.layers.mlp_kinds:
+        parts.append(f"in {', '.join(layout.layers.mlp_kinds.editable) or 'no'} layers")
     if layout.experts is not None:
         parts.append("in every layer, the experts' layers too (next column)")
     return "; ".join(parts)
@@ -243,21 +247,22 @@ def _experts(layout: Any) -> str:
 
 def _other(layout: Any) -> str:
     parts = []
-    if layout.sub_layers > 1:
+    config, tail, names = layout.config, layout.tail, layout.names
+    if (blocks := layout.layers.sub_layers) > 1:
         parts.append(
-            f"{layout.sub_layers} blocks per decoder layer: layer {layout.sub_layers}·L + i is block i of decoder "
+            f"{blocks} blocks per decoder layer: layer {blocks}·L + i is block i of decoder "
             "layer L (`{sub}` = i); finders refused"
         )
-    if layout.text_model_types:
-        parts.append(f"wraps a {' or '.join(_code(t) for t in layout.text_model_types)} text decoder")
-    if layout.model_class != "AutoModelForCausalLM":
-        parts.append(f"loads as {_code(layout.model_class)}")
-    if layout.text_config_key:
-        parts.append(f"text settings under {_code(layout.text_config_key)}")
-    if layout.logit_softcap:
-        parts.append(f"logit soft-cap {_code(layout.logit_softcap)}")
-    if layout.final_norm != "norm":
-        parts.append(f"final norm {_code(layout.final_norm) or 'none'}")
+    if config.text_model_types:
+        parts.append(f"wraps a {' or '.join(_code(t) for t in config.text_model_types)} text decoder")
+    if config.model_class != "AutoModelForCausalLM":
+        parts.append(f"loads as {_code(config.model_class)}")
+    if config.text_config_key:
+        parts.append(f"text settings under {_code(config.text_config_key)}")
+    if tail.logit_softcap:
+        parts.append(f"logit soft-cap {_code(tail.logit_softcap)}")
+    if tail.final_norm != "norm":
+        parts.append(f"final norm {_code(tail.final_norm) or 'none'}")
     for field, what in (
         ("final_head", "head before the final norm"),
         ("logit_scaling", "hidden ÷"),
@@ -265,19 +270,19 @@ def _other(layout: Any) -> str:
         ("logit_multiplier", "logits ×"),
         ("logit_divisor", "logits ÷"),
     ):
-        if getattr(layout, field):
-            parts.append(f"{what} {_code(getattr(layout, field))}")
-    default = type(layout.config_keys)()
-    own = {f: v for f, v in vars(layout.config_keys).items() if v != getattr(default, f)}
+        if getattr(tail, field):
+            parts.append(f"{what} {_code(getattr(tail, field))}")
+    default = type(config.keys)()
+    own = {f: v for f, v in vars(config.keys).items() if v != getattr(default, f)}
     if own:
         parts.append(
             "config keys " + ", ".join(f"{f} = {_code(str(v)) if v is not None else 'none'}" for f, v in own.items())
         )
-    if layout.stored_names:
-        parts.append("releases store " + ", ".join(f"{_code(a)} as {_code(b)}" for a, b in layout.stored_names))
-    if layout.renames:
-        parts.append(f"{len(layout.renames)} checkpoint renames (transformers' conversion mapping)")
-    if not layout.kv_cache:
+    if names.stored_names:
+        parts.append("releases store " + ", ".join(f"{_code(a)} as {_code(b)}" for a, b in names.stored_names))
+    if names.renames:
+        parts.append(f"{len(names.renames)} checkpoint renames (transformers' conversion mapping)")
+    if not layout.limits.kv_cache:
         parts.append("no plain key/value cache")
     return "; ".join(parts)
 
@@ -303,7 +308,7 @@ def architectures_table() -> str:
     ]
     for name, layout in sorted(ARCHITECTURES.items()):  # by name: the table's groups are its source's concern
         lines.append(
-            f"| `{name}` | {_cell(_code(*layout.layer_prefixes))} | {_cell(_attention(layout))} | "
+            f"| `{name}` | {_cell(_code(*layout.names.layer_prefixes))} | {_cell(_attention(layout))} | "
             f"{_cell(_mlp(layout))} | {_cell(_experts(layout))} | {_cell(_other(layout))} |"
         )
     return "\n".join(lines) + "\n"
@@ -350,11 +355,85 @@ def coverage_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field of dataclass ``cls`` → its attribute docstring (the string right after it, PEP 257)."""
+    body = ast.parse(inspect.cleandoc("\n" + inspect.getsource(cls))).body[0].body
+    docs = {}
+    for field, after in zip(body, body[1:]):
+        if (
+            isinstance(field, ast.AnnAssign)
+            and isinstance(field.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[field.target.id] = inspect.cleandoc(after.value.value)
+    return docs
+
+
+def _field_default(field: dataclasses.Field) -> str:
+    if field.default is dataclasses.MISSING:
+        return "(required)"
+    if dataclasses.is_dataclass(field.default):
+        return f"`{type(field.default).__name__}()`"
+    return f"`{field.default!r}`"
+
+
+def _fields_table(cls: type) -> list[str]:
+    """A markdown section for dataclass ``cls``: its docstring's summary, then one row per field."""
+    docs = field_docs(cls)
+    undocumented = [f.name for f in dataclasses.fields(cls) if f.name not in docs]
+    if undocumented:
+        raise SystemExit(f"{cls.__name__}: fields without a docstring: {', '.join(undocumented)}")
+    summary = inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0]
+    lines = [f"### `{cls.__name__}`", "", " ".join(summary.split()), "", "| field | default | what it says |"]
+    lines.append("|---|---|---|")
+    lines += [f"| `{f.name}` | {_cell(_field_default(f))} | {_cell(docs[f.name])} |" for f in dataclasses.fields(cls)]
+    return lines + [""]
+
+
+def row_fields() -> str:
+    """The field tables of a row: ``Layout``, its parts, its mixture of experts and the records they hold."""
+    from surgery.core.architectures import experts, layout, records
+
+    classes = [
+        layout.Layout,
+        *(type(getattr(layout.Layout(), f.name)) for f in dataclasses.fields(layout.Layout) if f.name != "experts"),
+        experts.Experts,
+        records.ConfigKeys,
+        records.Mixer,
+        records.NativeName,
+        records.LayerSizes,
+    ]
+    return "\n".join(line for cls in classes for line in _fields_table(cls)).rstrip("\n") + "\n"
+
+
+# A hand-written page with a generated part: the part lies between these two lines.
+BEGIN = "<!-- Generated by docs/generate.py from {source}: do not edit by hand down to the end marker. -->"
+END = "<!-- End of the generated part. -->"
+
+
+def _spliced(page: str, source: str, part: str) -> str:
+    """The committed ``page`` with its generated part (between BEGIN and END) replaced by ``part``."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    begin, end = BEGIN.format(source=source), END
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise SystemExit(f"docs/{page} needs one line {begin!r} and, after it, one line {end!r}")
+    head, rest = text.split(begin + "\n", 1)
+    return head + begin + "\n\n" + part + "\n" + end + rest.split(end, 1)[1]
+
+
+def adding_an_architecture() -> str:
+    """docs/contributing/adding-an-architecture.md, its field tables written from the parts' docstrings."""
+    return _spliced("contributing/adding-an-architecture.md", "surgery/core/architectures/", row_fields())
+
+
 # Page (relative to docs/) → the function that writes it.
 PAGES: dict[str, Callable[[], str]] = {
     "reference/cli.md": cli_reference,
     "reference/architectures.md": architectures_table,
     "reference/coverage.md": coverage_table,
+    "contributing/adding-an-architecture.md": adding_an_architecture,
 }
 
 

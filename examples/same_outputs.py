@@ -27,6 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from surgery.core.hash_cache import SETTLE_SECONDS  # noqa: E402
+
 
 def build_fixtures(root: Path) -> dict[str, Path]:
     """The checkpoints both commits bake, written by this checkout's test builders."""
@@ -90,7 +92,14 @@ def run_commit(code: Path, fixtures: dict[str, Path], root: Path, out: Path) -> 
     """Run every command with ``code`` first on the path; {command: exit status and first error line}."""
     out.mkdir(parents=True)
     cache = Path(tempfile.mkdtemp(prefix="same-outputs-cache-"))
-    env = {**os.environ, "PYTHONPATH": str(code), "SURGERY_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    # PYTHONHASHSEED: PEFT writes an adapter's target_modules from a set, in hash order
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(code),
+        "SURGERY_CACHE": str(cache),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONHASHSEED": "0",
+    }
     status = {}
     try:
         for name, src in fixtures.items():
@@ -138,6 +147,7 @@ def main() -> int:
     )
     try:
         fixtures = build_fixtures(root / "fixtures")
+        time.sleep(2 * SETTLE_SECONDS)  # both runs may remember the fixtures' hashes (core/hash_cache.py)
         started = time.perf_counter()
         old = run_commit(old_code, fixtures, root / "fixtures", root / "old")
         new = run_commit(REPO, fixtures, root / "fixtures", root / "new")

@@ -9,7 +9,7 @@ model to whatever reads it. So every ``.safetensors`` file outside the loaded se
 - a known non-weight file (``NON_WEIGHT_FILES``): a PEFT adapter's ``adapter_model.safetensors``,
   as surgery's export-lora writes, holds low-rank factors, not the model's tensors; copied as is;
 - a weight copy: every tensor in it is one of the loaded model's, by its own name or by the native
-  name the architecture table maps to it (``Layout.native_names``), with the same shape. Each
+  name the architecture table maps to it (``Names.native_names``), with the same shape. Each
   edited tensor it holds gets the same byte plan as the loaded one (in its own dtype), recorded in
   surgery.json and surgery.undo and checked by verify; a copy that holds none is copied as is;
 - anything else is refused in one line: a tensor surgery cannot match may be a copy the edit

@@ -36,7 +36,7 @@ def causal_lm_types() -> list[str]:
 
 def editable(layout: Layout) -> str:
     """What a row lets an edit touch, from the layout alone (the config decides which layers)."""
-    lk, mk, ex = layout.layer_kinds, layout.mlp_kinds, layout.experts
+    lk, mk, ex = layout.layers.layer_kinds, layout.layers.mlp_kinds, layout.experts
     parts = [f"heads ({' and '.join(lk.editable)} layers)" if lk else "heads"]
     if mk is not None:  # a hybrid's or a DeepSeek-style MoE's kinds of MLP: neurons in the dense ones
         parts += [f"MLP neurons ({' and '.join(mk.editable)} layers)"] if mk.editable else []
@@ -44,17 +44,17 @@ def editable(layout: Layout) -> str:
         parts.append("MLP neurons")
     elif ex.sparse_step_key or ex.dense_layers_key:
         parts.append("MLP neurons (dense layers)")
-    if layout.mixer:  # a residual writer only a direction edit touches
-        where = "every layer" if layout.mixer.kinds is None else " and ".join(layout.mixer.kinds) + " layers"
-        parts.append(f"directions through {layout.mixer.module} ({where})")
+    if mixer := layout.layers.mixer:  # a residual writer only a direction edit touches
+        where = "every layer" if mixer.kinds is None else " and ".join(mixer.kinds) + " layers"
+        parts.append(f"directions through {mixer.module} ({where})")
     if ex is not None:
         parts.append("routed-expert neurons" + (" (not the zero-computation experts)" if ex.zero_key else ""))
         if ex.shared:
             parts.append("shared-expert neurons")
-    if layout.sub_layers > 1:
-        parts.append(f"layer {layout.sub_layers}·L + i = block i of decoder layer L")
-    if layout.text_model_types:
-        parts.append(f"in the {' or '.join(layout.text_model_types)} text decoder (other towers untouched)")
+    if layout.layers.sub_layers > 1:
+        parts.append(f"layer {layout.layers.sub_layers}·L + i = block i of decoder layer L")
+    if layout.config.text_model_types:
+        parts.append(f"in the {' or '.join(layout.config.text_model_types)} text decoder (other towers untouched)")
     return ", ".join(parts)
 
 

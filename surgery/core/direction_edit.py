@@ -3,7 +3,7 @@ residual stream, W ← W − weight·r(rᵀW), baked exactly.
 
 ``module`` names the residual writer by role, not by tensor name: ``attention`` (the attention
 output matrix), ``mixer`` (the output projection of a hybrid layer's other token mixer: a Mamba
-block, linear attention, a short convolution; ``Layout.mixer``), ``mlp`` (the dense MLP's down
+block, linear attention, a short convolution; ``Layers.mixer``), ``mlp`` (the dense MLP's down
 matrix), ``experts`` (every routed expert's down matrix of a mixture-of-experts layer),
 ``shared_experts`` (the shared expert's down matrix) or ``embeddings`` (the token embedding table;
 ``layer`` is not used). ``Architecture.residual_writers`` says which roles a layer has. ``vector`` is
@@ -43,8 +43,8 @@ def module_role(value: Any, where: str) -> str:
 
 
 def check_mixer_layer(arch: Architecture, layer: int, where: str) -> None:
-    """``layer`` writes through the row's other token mixer (``Layout.mixer``), whose width the config gives."""
-    mixer = arch.layout.mixer
+    """``layer`` writes through the row's other token mixer (``Layers.mixer``), whose width the config gives."""
+    mixer = arch.layout.layers.mixer
     if mixer is None:
         raise RecipeError(
             f"{where}.module = mixer but {arch.model_type} has no token mixer other than attention; use attention"
@@ -122,7 +122,7 @@ class DirectionEdit(Edit):
                 f"hidden_size = {H}; give a direction of the model's residual stream"
             )
         if self.module == "embeddings":
-            if arch.layout.embeddings is None:
+            if arch.layout.names.embeddings is None:
                 raise RecipeError(
                     f"{where}.module = embeddings but {arch.model_type}'s embedding table is not next to "
                     "its layer list, where the table looks for it; edit a decoder layer's modules"
@@ -132,10 +132,10 @@ class DirectionEdit(Edit):
             raise RecipeError(f"{where}: missing key(s) layer (module {self.module} is in a decoder layer)")
         check_layer(arch, self.layer, where)
         ex, sparse = arch.layout.experts, arch.is_sparse(self.layer)
-        if self.module == "attention" and arch.layout.head_refusal:
+        if self.module == "attention" and arch.layout.limits.head_refusal:
             raise RecipeError(
                 f"{where}.module = attention but {arch.model_type}'s attention output is not in the table: "
-                f"{arch.layout.head_refusal}"
+                f"{arch.layout.limits.head_refusal}"
             )
         writers = arch.residual_writers(self.layer)
         if self.module == "attention" and "attention" not in writers and "mixer" in writers:
@@ -179,7 +179,7 @@ class DirectionEdit(Edit):
         if self.module == "mixer":
             return [site(*arch.mixer_output())]
         if self.module == "mlp":
-            return [site(lay.down_proj, arch.mlp_shapes()[lay.down_proj])]
+            return [site(lay.mlp.down_proj, arch.mlp_shapes()[lay.mlp.down_proj])]
         if self.module == "experts":
             return [
                 site(f"{lay.experts.module}.down", (g.hidden_size, g.expert_size), expert=e)
@@ -189,7 +189,7 @@ class DirectionEdit(Edit):
             ex = lay.experts
             return [site(f"{ex.shared}.{ex.shared_down}", (g.hidden_size, g.shared_size))]
         # The embedding table is stored [vocab, hidden]: the residual stream is its columns.
-        return [site(lay.embeddings, (g.vocab_size, g.hidden_size), axis="in", layer=None)]
+        return [site(lay.names.embeddings, (g.vocab_size, g.hidden_size), axis="in", layer=None)]
 
     def lora_refusal(self, arch: Architecture) -> str | None:
         if self.module == "embeddings":
@@ -198,7 +198,7 @@ class DirectionEdit(Edit):
                 "output head); ship the baked checkpoint instead"
             )
         if self.module == "mixer":
-            return arch.layout.mixer.lora_refusal
+            return arch.layout.layers.mixer.lora_refusal
         return None
 
     def card_row(self, where: str) -> tuple[str, str, str, str, str]:

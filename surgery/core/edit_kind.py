@@ -83,7 +83,7 @@ def recipe_key(parse: Parser, **kwargs: Any) -> Any:
 
 def check_layer(arch: Architecture, layer: int, where: str) -> None:
     """``layer`` is a decoder layer of ``arch``."""
-    n, key = arch.geometry.num_layers, arch.layout.config_keys.num_hidden_layers
+    n, key = arch.geometry.num_layers, arch.layout.config.keys.num_hidden_layers
     if layer >= n:
         raise RecipeError(f"{where}.layer = {layer} but the model has {key} = {n} (valid: 0..{n - 1})")
 

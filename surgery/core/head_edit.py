@@ -46,10 +46,10 @@ class HeadScale(Edit):
 
     def validate(self, arch: Architecture, where: str) -> None:
         check_scale(self.alpha, where)
-        if arch.layout.head_refusal:
-            raise RecipeError(f"{where}: {arch.model_type} has no head edits: {arch.layout.head_refusal}")
+        if arch.layout.limits.head_refusal:
+            raise RecipeError(f"{where}: {arch.model_type} has no head edits: {arch.layout.limits.head_refusal}")
         check_layer(arch, self.layer, where)
-        n, key = arch.at(self.layer).geometry.num_heads, arch.layout.config_keys.num_attention_heads
+        n, key = arch.at(self.layer).geometry.num_heads, arch.layout.config.keys.num_attention_heads
         if self.head >= n:
             raise RecipeError(f"{where}.head = {self.head} but the model has {key} = {n} (valid: 0..{n - 1})")
         check_head_layer(arch, self.layer, where)
@@ -58,7 +58,7 @@ class HeadScale(Edit):
         """A head is the d input columns of o_proj that carry its output (d: its layer's head_dim;
         DeepSeek-V4: within the rows of its group of the grouped o_a_proj)."""
         arch = arch.at(self.layer)
-        o_proj = arch.layout.o_proj
+        o_proj = arch.layout.attention.o_proj
         shape, _ = arch.attention_shapes()[o_proj]
         cols = arch.head_columns(self.head)
         return [
@@ -76,7 +76,7 @@ class HeadScale(Edit):
 
     def lora_refusal(self, arch: Architecture) -> str | None:
         # PEFT wraps a grouped linear as a plain Linear: its adapter would mix the groups.
-        if arch.layout.grouped_output:
+        if arch.layout.attention.grouped_output:
             return (
                 f"{arch.model_type}'s grouped o_a_proj has no exact LoRA adapter (PEFT treats it as a plain "
                 "Linear); ship the baked checkpoint instead"
@@ -98,7 +98,7 @@ def check_head_layer(arch: Architecture, layer: int, where: str, what: str = "at
         raise RecipeError(
             f"{where}.layer = {layer} is a {arch.layer_kind(layer)} layer of this {arch.model_type} "
             f"model: it has no {what} (heads are in its "
-            f"{' and '.join(arch.layout.layer_kinds.editable)} layers: "
+            f"{' and '.join(arch.layout.layers.layer_kinds.editable)} layers: "
             f"{layer_list(arch.head_layers())}); choose one of those"
         )
 

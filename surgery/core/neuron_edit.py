@@ -86,7 +86,7 @@ class NeuronScale(Edit):
                 )
             check_dense_mlp(arch, L, where)
             # the family's own key (OPT's ffn_dim); a family that derives the width has none
-            what = arch.layout.config_keys.intermediate_size or "the MLP width"
+            what = arch.layout.config.keys.intermediate_size or "the MLP width"
             width = arch.at(L).geometry.intermediate_size
         elif ex is None and arch.geometry.mlp_kinds and L not in arch.dense_mlp_layers():
             raise RecipeError(
@@ -128,9 +128,9 @@ class NeuronScale(Edit):
             return self._expert_sites(arch)
         arch = arch.at(self.layer)  # its layer's width (Gemma 4's double-wide layers)
         shapes = arch.mlp_shapes()
-        down = arch.layout.down_proj
+        down = arch.layout.mlp.down_proj
         out = [Site(self.layer, down, "in", (self.neuron,), self.factor, shapes[down], True)]
-        if self.factor == 0.0 and arch.layout.prune_inputs:  # see Layout.prune_inputs
+        if self.factor == 0.0 and arch.layout.mlp.prune_inputs:  # see Mlp.prune_inputs
             out += [
                 Site(self.layer, m, "out", arch.neuron_rows(m, self.neuron), 0.0, shapes[m], False)
                 for m in arch.mlp_input_modules()

@@ -73,7 +73,7 @@ class Resolver:
         """The checkpoint's name of ``module``'s ``part`` (weight, bias) in ``layer``: ``module`` is an
         in-memory name relative to a layer (``layer`` None: relative to the layer list's siblings, e.g.
         the embeddings); the checkpoint may hold it under that name, under the family's conversion
-        renames (``Layout.renames``) or under its releases' own module name (``Layout.stored_names``)."""
+        renames (``Names.renames``) or under its releases' own module name (``Names.stored_names``)."""
         if layer is None:
             prefix = self.arch.root_prefix(self._renamed)
         else:  # a sub-layer's module (LongCat-Flash) is named in its decoder layer

@@ -104,10 +104,10 @@ class GgufModel:
         """Transformers names of the layer-0 modules surgery edits, spelled with every layer prefix of
         the table that maps onto this file's tensors (the resolver picks the prefix from them)."""
         lay = self.arch.layout
-        modules = [m for m in (lay.o_proj, lay.down_proj, lay.gate_proj, lay.up_proj) if m]
+        modules = [m for m in (lay.attention.o_proj, lay.mlp.down_proj, lay.mlp.gate_proj, lay.mlp.up_proj) if m]
         return [
             n
-            for p in lay.layer_prefixes
+            for p in lay.names.layer_prefixes
             for m in modules
             if self.gguf_name(n := f"{self.arch.module_name(p, 0, self.arch.stored_module(m))}.weight")
         ] + self.expert_names()
@@ -123,7 +123,7 @@ class GgufModel:
         gate, layer = lay.experts.per_expert[0], min(sparse)
         return [
             f"{self.arch.module_name(p, layer, gate.format(expert=0))}.weight"
-            for p in lay.layer_prefixes
+            for p in lay.names.layer_prefixes
             if self.gguf_name(f"{self.arch.module_name(p, layer, stacked_module(gate))}.weight")
         ]
 

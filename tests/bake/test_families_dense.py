@@ -39,7 +39,7 @@ def _recipe(config: dict) -> Recipe:
     arch = architecture(config)
     g, last = arch.geometry, arch.geometry.num_layers - 1
     edits = [NeuronScale(1, 3, 0.0), NeuronScale(last, 5, 1.5), NeuronScale(0, g.intermediate_size - 1, 0.0)]
-    if not arch.layout.head_refusal:
+    if not arch.layout.limits.head_refusal:
         edits += [HeadScale(0, 1, 2.5), HeadScale(last, g.num_heads - 1, 0.5)]
     return Recipe(tuple(edits))
 
@@ -135,7 +135,7 @@ def _down_inputs(model, arch, layer: int, ids: torch.Tensor) -> torch.Tensor:
     from surgery.model.hooks import layer_module
 
     seen = []
-    handle = layer_module(model, arch, layer, arch.layout.down_proj).register_forward_pre_hook(
+    handle = layer_module(model, arch, layer, arch.layout.mlp.down_proj).register_forward_pre_hook(
         lambda m, args: seen.append(args[0])
     )
     try:
@@ -169,7 +169,7 @@ def test_prune_inputs_says_whether_zero_input_rows_silence_a_neuron(case):
     after = _down_inputs(model, arch, layer, ids)
     others = [i for i in range(after.shape[-1]) if i != neuron]
     silenced = bool((after[..., neuron] == 0).all()) and torch.equal(after[..., others], before[..., others])
-    assert silenced == arch.layout.prune_inputs
+    assert silenced == arch.layout.mlp.prune_inputs
 
 
 def test_heads_refused_in_one_line():
@@ -193,14 +193,14 @@ def test_config_keys_are_the_config_class_names(model_type):
 
     layout = ARCHITECTURES[model_type]
     cls = CONFIG_MAPPING[model_type]
-    keys = layout.config_keys
+    keys = layout.config.keys
     for name in _NAMES:
         if name in cls.attribute_map:
             assert getattr(keys, name) == cls.attribute_map[name], (model_type, name)
     cases = [c for c, (t, _) in CASES.items() if t == model_type]
     if cases:  # the dense rows: a tiny config of the family holds every key the table reads
         written = family_config(cases[0]).to_dict()
-        written = written.get(layout.text_config_key, written) if layout.text_config_key else written
+        written = written.get(layout.config.text_config_key, written) if layout.config.text_config_key else written
         read = (
             [getattr(keys, n) for n in _NAMES if getattr(keys, n)]
             + [k for k in (keys.mlp_ratio,) if isinstance(k, str)]
@@ -209,7 +209,7 @@ def test_config_keys_are_the_config_class_names(model_type):
         assert not [k for k in read if k not in written], model_type
 
 
-@pytest.mark.parametrize("model_type", sorted(t for t, layout in ARCHITECTURES.items() if layout.renames))
+@pytest.mark.parametrize("model_type", sorted(t for t, layout in ARCHITECTURES.items() if layout.names.renames))
 def test_renames_are_transformers_conversion_mapping(model_type):
     """A row's on-disk renames are transformers' own checkpoint conversion renames, in order."""
     from transformers.conversion_mapping import get_checkpoint_conversion_mapping
@@ -217,7 +217,9 @@ def test_renames_are_transformers_conversion_mapping(model_type):
 
     mapping = get_checkpoint_conversion_mapping(model_type)
     assert all(isinstance(m, WeightRenaming) for m in mapping)
-    assert ARCHITECTURES[model_type].renames == tuple((m.source_patterns[0], m.target_patterns[0]) for m in mapping)
+    assert ARCHITECTURES[model_type].names.renames == tuple(
+        (m.source_patterns[0], m.target_patterns[0]) for m in mapping
+    )
 
 
 def test_stray_keys_are_not_read():
@@ -322,7 +324,7 @@ def test_apertus1p5_text_prefixes_are_transformers_conversion():
     from transformers.conversion_mapping import get_checkpoint_conversion_mapping
 
     (change,) = get_checkpoint_conversion_mapping("apertus1p5_text")
-    loaded, *stored = ARCHITECTURES["apertus1p5_text"].layer_prefixes
+    loaded, *stored = ARCHITECTURES["apertus1p5_text"].names.layer_prefixes
     for prefix in stored:
         name = f"{prefix.format(layer=3)}self_attn.o_proj.weight"
         assert change.rename_source_key(name)[0] == f"{loaded.format(layer=3)}self_attn.o_proj.weight"

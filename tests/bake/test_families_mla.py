@@ -94,7 +94,7 @@ def test_family_bake_equals_twin_verify_undo_lora(tmp_path, model_type):
         export_lora(ckpt, lora_recipe, tmp_path / "adapter")
     except RecipeError as exc:
         assert "\n" not in str(exc) and not (tmp_path / "adapter").exists()
-        if architecture(ckpt.config).layout.grouped_output:  # DeepSeek-V4: PEFT cannot adapt o_a_proj
+        if architecture(ckpt.config).layout.attention.grouped_output:  # DeepSeek-V4: PEFT cannot adapt o_a_proj
             assert "grouped o_a_proj" in str(exc)
             return
         # a mixture-of-experts type whose MLP targets PEFT moves onto the experts: heads alone export

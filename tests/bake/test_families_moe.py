@@ -117,7 +117,7 @@ def test_family_bake_equals_twin_verify_undo_lora(tiny, tmp_path, model_type):
     undo(dst, tmp_path / "restored")
     assert all(file_sha256(f) == file_sha256(tmp_path / "restored" / f.name) for f in src.iterdir())
 
-    if arch.layout.head_refusal:
+    if arch.layout.limits.head_refusal:
         refused = rf"edits\[0\]: {model_type} has no head edits: .*; edit its (MLP|expert)"
         with pytest.raises(RecipeError, match=refused):
             Recipe((HeadScale(0, 0, 2.0),)).validate(ckpt.config)

@@ -68,7 +68,7 @@ class LayerAttentionScale(Edit):
         check_layer(arch, self.layer, where)
 
     def sites(self, arch: Architecture) -> list[Site]:
-        o_proj = arch.layout.o_proj
+        o_proj = arch.layout.attention.o_proj
         shape, _ = arch.attention_shapes()[o_proj]
         return [Site(self.layer, o_proj, "in", tuple(range(shape[1])), self.alpha, shape, True)]
 

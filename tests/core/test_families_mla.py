@@ -86,7 +86,7 @@ def test_layer_kinds_are_transformers_layer_types(model_type, drop, keys):
     theirs = remap_legacy_layer_types(list(_config_class(model_type)(**raw).layer_types))
     arch = architecture(raw)
     assert list(arch.geometry.layer_kinds) == theirs and arch.geometry.num_layers == len(theirs)
-    assert arch.head_layers() == tuple(i for i, k in enumerate(theirs) if k in arch.layout.layer_kinds.editable)
+    assert arch.head_layers() == tuple(i for i, k in enumerate(theirs) if k in arch.layout.layers.layer_kinds.editable)
 
 
 MLP_RULES = [
@@ -145,13 +145,13 @@ def test_a_derived_mlp_width_is_the_built_models(model_type):
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     arch = architecture(config.to_dict())
-    down = dict(model.named_modules())[f"model.layers.0.{arch.layout.down_proj}"]
+    down = dict(model.named_modules())[f"model.layers.0.{arch.layout.mlp.down_proj}"]
     assert down.in_features == arch.geometry.intermediate_size != 96
 
 
 # --- stored names: transformers' conversion mapping loads each of them as the table's module -------------
 
-STORED = [t for t, row in ARCHITECTURES.items() if row.stored_names or len(row.layer_prefixes) > 1]
+STORED = [t for t, row in ARCHITECTURES.items() if row.names.stored_names or len(row.names.layer_prefixes) > 1]
 STORED = [t for t in STORED if t in {"deepseek_v4", "hy_v4", "bailing_hybrid", "kimi_linear", "nemotron_h"}]
 
 
@@ -171,8 +171,8 @@ def test_stored_names_load_as_the_tables_modules(model_type):
     converters = [m for m in mapping if isinstance(m, WeightConverter)]
     modules = {m for m in dict(model.named_modules())}
     layer = arch.head_layers()[-1]
-    edited = [arch.layout.o_proj, *(m for m in (arch.layout.down_proj, arch.layout.gate_proj) if m)]
-    for prefix in arch.layout.layer_prefixes:
+    edited = [arch.layout.attention.o_proj, *(m for m in (arch.layout.mlp.down_proj, arch.layout.mlp.gate_proj) if m)]
+    for prefix in arch.layout.names.layer_prefixes:
         for module in edited:
             if f"model.layers.{layer}.{module}" not in modules:
                 continue  # DeepSeek-V4 has no dense MLP

@@ -44,8 +44,10 @@ def test_each_layer_as_transformers_builds_it(variant):
     for layer in range(6):
         g, layout = arch.at(layer).geometry, arch.at(layer).layout
         assert g.head_dim == (32 if FULL[layer] == "full_attention" else 16)
-        assert (layout.k_proj is None) == (layer >= 6 - shared)
-        assert (layout.v_proj is None) == (layer >= 6 - shared or settings["attention_k_eq_v"] and layer % 2 == 1)
+        assert (layout.attention.k_proj is None) == (layer >= 6 - shared)
+        assert (layout.attention.v_proj is None) == (
+            layer >= 6 - shared or settings["attention_k_eq_v"] and layer % 2 == 1
+        )
         assert g.intermediate_size == (192 if settings["use_double_wide_mlp"] and layer >= 6 - shared else 96)
 
 

@@ -37,7 +37,7 @@ def _routing_layers(model, arch) -> set[int]:
     """The decoder layers where transformers built an experts module."""
     names = dict(model.named_modules())
     prefix = arch.layer_prefix(names)
-    decoders = arch.geometry.num_layers // arch.layout.sub_layers
+    decoders = arch.geometry.num_layers // arch.layout.layers.sub_layers
     return {i for i in range(decoders) if prefix.format(layer=i) + arch.layout.experts.module in names}
 
 
@@ -82,7 +82,7 @@ def test_routing_layers_and_sizes_are_transformers(model_type):
     for layer in range(g.num_layers):
         at = arch.module_name(prefix, layer, "")
         if layer in arch.dense_mlp_layers():  # a sparse layer may keep its dense MLP too (LongCat-Flash)
-            down = arch.block(layer, arch.layout.down_proj)[1]
+            down = arch.block(layer, arch.layout.mlp.down_proj)[1]
             assert names[at + down].weight.shape == (g.hidden_size, g.intermediate_size)
         if arch.is_sparse(layer):
             experts = names[at + ex.module]
@@ -112,7 +112,7 @@ def _older_configs(model_type: str, config) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("model_type", [p for p in MOE_ROWS if not ARCHITECTURES[p.values[0]].text_config_key])
+@pytest.mark.parametrize("model_type", [p for p in MOE_ROWS if not ARCHITECTURES[p.values[0]].config.text_config_key])
 def test_routing_rule_of_older_configs_is_transformers(model_type):
     """A config.json written before transformers 5 (no per-layer MLP kinds; no first-dense key):
     the table derives the routing layers as the config class does. Four layers, so that the default
@@ -155,10 +155,10 @@ def test_stored_names_are_the_conversion_mappings(model_type):
     for module in edited:
         assert resolver.stored(first, module) in saved, module
     for layer in arch.head_layers()[:1]:  # a hybrid's first attention layer
-        assert resolver.stored(layer, arch.layout.o_proj) in saved
+        assert resolver.stored(layer, arch.layout.attention.o_proj) in saved
     dense = [layer for layer in range(g.num_layers) if not arch.is_sparse(layer)]
     for layer in dense[:1]:
-        for module in (arch.layout.down_proj, *arch.mlp_input_modules()):
+        for module in (arch.layout.mlp.down_proj, *arch.mlp_input_modules()):
             assert resolver.stored(layer, module) in saved, module
 
 
@@ -168,7 +168,7 @@ def test_config_aliases_are_the_attribute_map(model_type):
     config = tiny_config(model_type)
     layout = ARCHITECTURES[model_type]
     ex = layout.experts
-    text = config.get_text_config() if layout.text_config_key else config
+    text = config.get_text_config() if layout.config.text_config_key else config
     attribute_map = type(text).attribute_map
     wanted = {(alias, key) for alias, key in attribute_map.items() if key in _keys(ex) and alias not in ex.num_keys}
     assert set(ex.aliases) == wanted

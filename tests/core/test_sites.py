@@ -10,7 +10,7 @@ import torch
 from surgery.bake.bake import bake
 from surgery.bake.verify import verify
 from surgery.core import architectures
-from surgery.core.architectures import Layout, architecture
+from surgery.core.architectures import Layout, Mlp, architecture
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import UnsupportedArchitecture
@@ -74,7 +74,7 @@ def test_hook_vectors_are_the_twin_sites():
 
 # Starcoder2 differs from Llama where it matters: a non-gated MLP named c_fc / c_proj, with biases
 # on every linear map (o_proj included), and no head_dim in its config.
-STARCODER2 = Layout(("model.layers.{layer}.",), down_proj="mlp.c_proj", gate_proj=None, up_proj="mlp.c_fc")
+STARCODER2 = Layout(mlp=Mlp(down_proj="mlp.c_proj", gate_proj=None, up_proj="mlp.c_fc"))
 
 
 def _starcoder2(path: Path) -> Path:

@@ -53,6 +53,52 @@ def test_generated_pages_are_what_the_code_generates_now():
     assert not stale, f"run `python docs/generate.py`: {', '.join('docs/' + p for p in stale)} differ from the code"
 
 
+def test_every_field_of_a_row_has_its_docstring_in_the_contributor_page():
+    """The field tables of adding-an-architecture.md hold every field of Layout, its parts and records."""
+    import dataclasses
+
+    from surgery.core.architectures import layout
+
+    generator = _generator()
+    page = (DOCS / "contributing/adding-an-architecture.md").read_text(encoding="utf-8")
+    parts = [type(getattr(layout.Layout(), f.name)) for f in dataclasses.fields(layout.Layout) if f.name != "experts"]
+    for cls in (layout.Layout, *parts, layout.Experts):
+        docs = generator.field_docs(cls)
+        assert set(docs) == {f.name for f in dataclasses.fields(cls)}, cls.__name__
+        assert f"### `{cls.__name__}`" in page
+        for name, doc in docs.items():
+            assert f"| `{name}` |" in page and " ".join(doc.split()).replace("|", "\\|") in page
+
+
+def test_a_field_without_a_docstring_stops_the_generator():
+    """A part whose field has no docstring cannot be written into the page: the generator names it."""
+    import dataclasses
+
+    generator = _generator()
+
+    @dataclasses.dataclass(frozen=True)
+    class Part:
+        documented: int = 0
+        """What it says."""
+        bare: int = 1
+
+    assert generator.field_docs(Part) == {"documented": "What it says."}
+    with pytest.raises(SystemExit, match="Part: fields without a docstring: bare"):
+        generator._fields_table(Part)
+
+
+def test_a_generated_part_is_spliced_between_its_markers(tmp_path, monkeypatch):
+    """Only the text between the markers is written; a page without them is refused in one line."""
+    generator = _generator()
+    monkeypatch.setattr(generator, "DOCS", tmp_path)
+    begin, end = generator.BEGIN.format(source="src"), generator.END
+    (tmp_path / "page.md").write_text(f"# Title\n\n{begin}\n\nold\n\n{end}\n\nafter\n", encoding="utf-8")
+    assert generator._spliced("page.md", "src", "new\n") == f"# Title\n\n{begin}\n\nnew\n\n{end}\n\nafter\n"
+    (tmp_path / "bare.md").write_text("# Title\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="docs/bare.md needs one line"):
+        generator._spliced("bare.md", "src", "new\n")
+
+
 def test_nothing_points_at_files_outside_the_repository():
     """No file cites the design brief that lives outside the repository, and no page links there."""
     cites = re.compile(rb"PAPERS\.md")

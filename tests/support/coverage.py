@@ -269,7 +269,7 @@ def prove(model, folder: Path, src: Path | None = None) -> None:
     resolved = {sl.tensor for sl in Resolver(arch, ckpt.tensors).all(all_sites(arch, recipe.active()))}
     assert before.keys() == after.keys()
     assert {n for n in before if not _bytes_equal(before[n], after[n])} == resolved
-    if arch.layout.text_model_types:  # a wrapper: its other towers are there (and untouched, above)
+    if arch.layout.config.text_model_types:  # a wrapper: its other towers are there (and untouched, above)
         text = arch.layer_prefix(before).split("layers.")[0]
         assert [n for n in before if not n.startswith((text, "lm_head."))]
     assert (src / "config.json").read_bytes() == (baked / "config.json").read_bytes()
@@ -314,7 +314,7 @@ def direction_entries(arch) -> list[str]:
     if sparse:
         entries += [f"layer: {sparse[0]}, module: experts, weight: 1.0"]
         entries += [f"layer: {sparse[0]}, module: shared_experts, weight: 2.0"] if arch.layout.experts.shared else []
-    if arch.layout.embeddings:
+    if arch.layout.names.embeddings:
         entries += ["module: embeddings, weight: 0.5"]
     return entries
 
@@ -390,7 +390,11 @@ def table_mismatches(model, arch) -> list[str]:
                     f"layer {layer} {module}: table {shape}, model {'none' if got is None else tuple(got.weight.shape)}"
                 )
         for name in ("q_proj", "k_proj", "v_proj") if attention else ():
-            module = getattr(arch.layout, name)
-            if module and getattr(here.layout, name) is None and arch.module_name(prefix, layer, module) in modules:
+            module = getattr(arch.layout.attention, name)
+            if (
+                module
+                and getattr(here.layout.attention, name) is None
+                and arch.module_name(prefix, layer, module) in modules
+            ):
                 out.append(f"layer {layer} {module}: the table says the layer has none, the model has one")
     return out

@@ -112,7 +112,7 @@ def family_config(case: str, **overrides: Any):
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     model_type, own = CASES[case]
-    cls, keys = CONFIG_MAPPING[model_type], ARCHITECTURES[model_type].config_keys
+    cls, keys = CONFIG_MAPPING[model_type], ARCHITECTURES[model_type].config.keys
     kwargs: dict[str, Any] = dict(COMMON)
     for name, value in STANDARD.items():
         key = getattr(keys, name)

@@ -31,7 +31,7 @@ def reference_pooled(model, tokenizer, text: str) -> torch.Tensor:
     arch = model_architecture(model)
     seen = {}
     handles = [
-        layer_module(model, arch, layer, arch.layout.down_proj).register_forward_pre_hook(
+        layer_module(model, arch, layer, arch.layout.mlp.down_proj).register_forward_pre_hook(
             lambda m, args, layer=layer: seen.__setitem__(layer, args[0].reshape(-1, args[0].shape[-1]).mean(0))
         )
         for layer in range(arch.geometry.num_layers)

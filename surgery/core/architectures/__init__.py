@@ -3,7 +3,9 @@
 Everything else asks this table for tensor and module names. Supporting a new model_type means
 adding a row to ``ARCHITECTURES`` (its group's ``table_*.py``), never a try/except elsewhere.
 
-- :mod:`.layout`: the row types (``Layout``, ``Experts``, ``Mixer``, ``ConfigKeys`` …), data only;
+- :mod:`.layout`: the row type ``Layout`` and its parts (``Names``, ``Attention``, ``Mlp``, ``Layers``,
+  ``Tail``, ``Limits``, ``Config``); :mod:`.experts`: its mixture of experts; :mod:`.records`: the
+  records the parts hold (``ConfigKeys``, ``Mixer``, ``NativeName``, ``LayerSizes``); data only;
 - :mod:`.kinds`: MLA and grouped-output shapes, hybrid layer kinds and how a config names them;
 - :mod:`.parts`: pieces the rows share; :mod:`.table_base`, :mod:`.table_moe`, :mod:`.table_hybrid`,
   :mod:`.table_dense`, :mod:`.table_wrappers`: the rows by group, joined by :mod:`.table`;
@@ -13,9 +15,11 @@ adding a row to ``ARCHITECTURES`` (its group's ``table_*.py``), never a try/exce
 """
 
 from .architecture import Architecture, LayerEdits, architecture, grouped_output_shapes, mla_shapes
+from .experts import Experts
 from .geometry import Geometry
 from .kinds import ATTENTION_KINDS, LEGACY_KINDS, GroupedOutput, KindRule, LayerKinds, Mla, MlaSizes, read_kinds
-from .layout import TABLE_LOCATION, ConfigKeys, Experts, LayerSizes, Layout, Mixer, NativeName
+from .layout import TABLE_LOCATION, Attention, Config, Layers, Layout, Limits, Mlp, Names, Tail
+from .records import ConfigKeys, LayerSizes, Mixer, NativeName
 from .refusals import KIND_REFUSALS, REFUSED
 from .table import ARCHITECTURES, model_class, refusal, text_config
 
@@ -27,6 +31,8 @@ __all__ = [
     "REFUSED",
     "TABLE_LOCATION",
     "Architecture",
+    "Attention",
+    "Config",
     "ConfigKeys",
     "Experts",
     "Geometry",
@@ -35,11 +41,16 @@ __all__ = [
     "LayerEdits",
     "LayerKinds",
     "LayerSizes",
+    "Layers",
     "Layout",
+    "Limits",
+    "Mixer",
     "Mla",
     "MlaSizes",
-    "Mixer",
+    "Mlp",
+    "Names",
     "NativeName",
+    "Tail",
     "architecture",
     "grouped_output_shapes",
     "mla_shapes",

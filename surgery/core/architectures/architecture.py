@@ -30,7 +30,7 @@ class Architecture(ExpertTensors):
         out = {}
         for name in names:
             loaded = name
-            for pattern, replacement in self.layout.renames:
+            for pattern, replacement in self.layout.names.renames:
                 loaded = re.sub(pattern, replacement, loaded, count=1)
             out[loaded] = name
         return out
@@ -41,11 +41,11 @@ class Architecture(ExpertTensors):
         Exactly one spelling of the table must occur; anything else is a clear error.
         """
         names = list(names)
-        found = [p for p in self.layout.layer_prefixes if any(n.startswith(p.format(layer=0)) for n in names)]
+        found = [p for p in self.layout.names.layer_prefixes if any(n.startswith(p.format(layer=0)) for n in names)]
         if len(found) != 1:
             raise UnsupportedArchitecture(
                 f"{self.model_type}: expected decoder layers under one of "
-                f"{', '.join(p.format(layer='N') for p in self.layout.layer_prefixes)}, "
+                f"{', '.join(p.format(layer='N') for p in self.layout.names.layer_prefixes)}, "
                 f"found {'none' if not found else 'several'}; extend {TABLE_LOCATION}"
             )
         return found[0]
@@ -53,8 +53,8 @@ class Architecture(ExpertTensors):
     def block(self, layer: int, module: str) -> tuple[int, str]:
         """Where ``module`` (relative to a layer) of the table's layer ``layer`` lies: (the decoder layer,
         the module's name in it). Itself, except where a decoder layer holds several sub-layers
-        (``Layout.sub_layers``, LongCat-Flash): layer 5, "self_attn.{sub}.o_proj" → (2, "self_attn.1.o_proj")."""
-        n = self.layout.sub_layers
+        (``Layers.sub_layers``, LongCat-Flash): layer 5, "self_attn.{sub}.o_proj" → (2, "self_attn.1.o_proj")."""
+        n = self.layout.layers.sub_layers
         return layer // n, module.replace("{sub}", str(layer % n))
 
     def module_name(self, prefix: str, layer: int, module: str) -> str:
@@ -72,7 +72,7 @@ class Architecture(ExpertTensors):
     def loaded_name(self, native: str) -> tuple[str, bool] | None:
         """The transformers name of a tensor stored under a native name (see ``NativeName``), and
         whether its rows are permuted; None when the table knows no such name."""
-        for entry in self.layout.native_names:
+        for entry in self.layout.names.native_names:
             if match := re.fullmatch(entry.pattern, native):
                 return match.expand(entry.loaded), entry.permuted
         return None
@@ -83,35 +83,35 @@ class Architecture(ExpertTensors):
 
     def mlp_input_modules(self) -> tuple[str, ...]:
         """Names (relative to a layer) of the matrices whose rows feed the MLP neurons."""
-        lay = self.layout
-        if lay.gate_up_proj:
-            return (lay.gate_up_proj,)
-        return tuple(m for m in (lay.gate_proj, lay.up_proj) if m)
+        mlp = self.layout.mlp
+        if mlp.gate_up_proj:
+            return (mlp.gate_up_proj,)
+        return tuple(m for m in (mlp.gate_proj, mlp.up_proj) if m)
 
     def neuron_rows(self, module: str, neuron: int) -> tuple[int, ...]:
         """Rows of ``module`` (an MLP input matrix) that belong to ``neuron``."""
-        if module == self.layout.gate_up_proj:
+        if module == self.layout.mlp.gate_up_proj:
             return (neuron, self.geometry.intermediate_size + neuron)
         return (neuron,)
 
     def mlp_shapes(self) -> dict[str, tuple[int, int]]:
         """Expected weight shape of each MLP matrix (relative to a layer): down_proj (H, I), the
         gate/up inputs (I, H), a fused gate_up (2I, H)."""
-        g, lay = self.geometry, self.layout
-        shapes = {lay.down_proj: (g.hidden_size, g.intermediate_size)}
+        g, mlp = self.geometry, self.layout.mlp
+        shapes = {mlp.down_proj: (g.hidden_size, g.intermediate_size)}
         for module in self.mlp_input_modules():
-            width = 2 * g.intermediate_size if module == lay.gate_up_proj else g.intermediate_size
+            width = 2 * g.intermediate_size if module == mlp.gate_up_proj else g.intermediate_size
             shapes[module] = (width, g.hidden_size)
         return shapes
 
     def attention_shapes(self) -> dict[str, tuple[tuple[int, int], str]]:
         """Expected weight shape of each attention matrix (relative to a layer), with the config
         fields that set its head dimension, as ``name → ((rows, cols), "fields = sizes")``."""
-        g, lay, keys = self.geometry, self.layout, self.layout.config_keys
-        if lay.head_refusal:  # no head edits: the table knows no head layout to check the shapes by
+        g, att, keys = self.geometry, self.layout.attention, self.layout.config.keys
+        if self.layout.limits.head_refusal:  # no head edits: the table knows no head layout to check the shapes by
             return {}
-        if lay.mla or lay.grouped_output:
-            return mla_shapes(self) if lay.mla else grouped_output_shapes(self)
+        if att.mla or att.grouped_output:
+            return mla_shapes(self) if att.mla else grouped_output_shapes(self)
         q_rows, kv_rows = g.num_heads * g.head_dim, g.num_kv_heads * g.head_dim
         # the family's own config keys, so that the message names the fields to correct
         heads, dim = keys.num_attention_heads, keys.head_dim or f"({keys.hidden_size} / {keys.num_attention_heads})"
@@ -124,61 +124,61 @@ class Architecture(ExpertTensors):
         def side(module: str, out: bool) -> str:  # the stored side of the [out, in] map's out/in features
             return "rows" if out != self.stored_flipped(module) else "columns"
 
-        shapes = {lay.o_proj: ((g.hidden_size, q_rows), f"{q} {side(lay.o_proj, False)}")}
-        if lay.q_proj:  # a gated attention's q_proj holds each head's query and gate: twice the rows
-            gate = 2 if lay.q_gate else 1
-            shapes[lay.q_proj] = (
+        shapes = {att.o_proj: ((g.hidden_size, q_rows), f"{q} {side(att.o_proj, False)}")}
+        if att.q_proj:  # a gated attention's q_proj holds each head's query and gate: twice the rows
+            gate = 2 if att.q_gate else 1
+            shapes[att.q_proj] = (
                 (gate * q_rows, g.hidden_size),
-                f"{'2 × ' if lay.q_gate else ''}{q} {side(lay.q_proj, True)}",
+                f"{'2 × ' if att.q_gate else ''}{q} {side(att.q_proj, True)}",
             )
-        for name in (lay.k_proj, lay.v_proj):
+        for name in (att.k_proj, att.v_proj):
             if name:
                 shapes[name] = ((kv_rows, g.hidden_size), f"{kv} {side(name, True)}")
-        if lay.qkv_proj:
-            shapes[lay.qkv_proj] = (
+        if att.qkv_proj:
+            shapes[att.qkv_proj] = (
                 (q_rows + 2 * kv_rows, g.hidden_size),
                 f"({heads} + 2 × {kv_heads}) × {dim} = ({g.num_heads} + 2 × {g.num_kv_heads}) "
-                f"× {g.head_dim} {side(lay.qkv_proj, True)}",
+                f"× {g.head_dim} {side(att.qkv_proj, True)}",
             )
         return shapes
 
     def attention_output(self) -> tuple[str, tuple[int, int]]:
         """The module that writes the attention's output into the residual stream (relative to a
         layer) and its weight's expected shape: o_proj, or DeepSeek-V4's o_b_proj, which mixes the
-        groups of its grouped o_a_proj (``Layout.o_proj`` there)."""
-        lay = self.layout
-        module = lay.grouped_output.o_b_proj if lay.grouped_output else lay.o_proj
+        groups of its grouped o_a_proj (``Attention.o_proj`` there)."""
+        att = self.layout.attention
+        module = att.grouped_output.o_b_proj if att.grouped_output else att.o_proj
         return module, self.attention_shapes()[module][0]
 
     def head_columns(self, head: int) -> slice:
         """Columns of o_proj (its input features) that carry ``head``'s output (DeepSeek-V4: within
         its group, see :meth:`head_group`)."""
         d = self.geometry.head_dim
-        if self.layout.grouped_output:
+        if self.layout.attention.grouped_output:
             head %= self.geometry.num_heads // self.geometry.o_groups
         return slice(head * d, (head + 1) * d)
 
-    # --- issue 24: hybrid layers, MLA, stored names ----------------------------------------------
+    # --- hybrid layers, MLA, stored names ------------------------------------------------------------
 
     def head_group(self, head: int) -> tuple[int, int] | None:
         """(group, groups) of ``head`` where o_proj is a grouped linear (DeepSeek-V4's o_a_proj: the
         heads' outputs split into groups, each projected by its own block of rows); else None."""
         g = self.geometry
-        if not self.layout.grouped_output:
+        if not self.layout.attention.grouped_output:
             return None
         return head // (g.num_heads // g.o_groups), g.o_groups
 
     def stored_module(self, module: str) -> str:
         """``module`` (an in-memory name relative to a layer) as the family's releases store it
-        (``Layout.stored_names``; itself where they keep transformers' name)."""
-        for loaded, stored in self.layout.stored_names:
+        (``Names.stored_names``; itself where they keep transformers' name)."""
+        for loaded, stored in self.layout.names.stored_names:
             if f"{module}.".startswith(loaded):
                 return (stored + f"{module}."[len(loaded) :])[:-1]
         return module
 
     def stored_flipped(self, module: str) -> bool:
         """Whether ``module``'s weight is stored [in, out] (a Conv1D) instead of [out, in]."""
-        return module in self.layout.conv1d
+        return module in self.layout.names.conv1d
 
     def stored_shape(self, module: str, shape: tuple[int, int]) -> tuple[int, int]:
         """The stored shape of ``module``'s weight, whose [out, in] shape is ``shape``."""
@@ -191,8 +191,8 @@ class Architecture(ExpertTensors):
 
     def head_layers(self) -> tuple[int, ...]:
         """The layers with attention heads at o_proj (all but a hybrid model's other kinds)."""
-        lk, n = self.layout.layer_kinds, self.geometry.num_layers
-        if self.layout.head_refusal:
+        lk, n = self.layout.layers.layer_kinds, self.geometry.num_layers
+        if self.layout.limits.head_refusal:
             return ()
         if lk is None:
             return tuple(range(n))
@@ -201,7 +201,7 @@ class Architecture(ExpertTensors):
     def dense_mlp_layers(self) -> tuple[int, ...]:
         """The layers with a dense MLP (not a mixture of experts, unless its layers keep their dense MLP
         too, ``Experts.with_dense``; not a layer without MLP)."""
-        mk, g, ex = self.layout.mlp_kinds, self.geometry, self.layout.experts
+        mk, g, ex = self.layout.layers.mlp_kinds, self.geometry, self.layout.experts
         beside = ex is not None and ex.with_dense
         return tuple(
             i
@@ -210,16 +210,16 @@ class Architecture(ExpertTensors):
         )
 
     def check_findable(self, finder: str, instead: str) -> None:
-        """One line when ``finder`` cannot run on this family (``Layout.find_refusal``), saying to do ``instead``."""
-        if self.layout.find_refusal:
+        """One line when ``finder`` cannot run on this family (``Limits.find_refusal``), saying to do ``instead``."""
+        if self.layout.limits.find_refusal:
             raise UnsupportedArchitecture(
-                f"{self.model_type}: {finder} cannot run on it: {self.layout.find_refusal}; {instead}"
+                f"{self.model_type}: {finder} cannot run on it: {self.layout.limits.find_refusal}; {instead}"
             )
 
     def kv_cache_only(self) -> bool:
         """Whether the model caches one key/value pair per layer and nothing else (no state-space,
         convolution or compressed state): a shared prefix or a resumed pass may slice its cache."""
-        return self.layout.kv_cache and all(k in ATTENTION_KINDS for k in self.geometry.layer_kinds)
+        return self.layout.limits.kv_cache and all(k in ATTENTION_KINDS for k in self.geometry.layer_kinds)
 
     def at(self, layer: int) -> Architecture:
         """The architecture as decoder layer ``layer`` has it: that layer's sizes, and no attention
@@ -228,7 +228,8 @@ class Architecture(ExpertTensors):
         if not (g.layer_sizes or g.layer_absent):
             return self
         absent = dict(g.layer_absent).get(layer, ())
-        return Architecture(self.model_type, replace(self.layout, **dict.fromkeys(absent)), g.at(layer))
+        attention = replace(self.layout.attention, **dict.fromkeys(absent))  # the attention inputs it lacks
+        return Architecture(self.model_type, replace(self.layout, attention=attention), g.at(layer))
 
     def kind_name(self, layer: int) -> str:
         """A hybrid model's kind of ``layer``: its attention side's and its MLP side's, once where one
@@ -244,8 +245,8 @@ class Architecture(ExpertTensors):
         """What a hybrid model's ``layer`` holds that surgery does not edit, each with its reason
         (:data:`KIND_REFUSALS`): heads outside the row's attention kinds, experts the row does not describe."""
         g, why = self.geometry, []
-        if self.layout.head_refusal:
-            why.append(f"heads ({self.layout.head_refusal})")
+        if self.layout.limits.head_refusal:
+            why.append(f"heads ({self.layout.limits.head_refusal})")
         elif g.layer_kinds and layer not in self.head_layers():
             why.append(KIND_REFUSALS.get(("heads", g.layer_kinds[layer])))
         why.append(self._mlp_refusal(layer))
@@ -261,9 +262,9 @@ class Architecture(ExpertTensors):
     # --- residual writers ----------------------------------------------------------------------------
 
     def mixer_layers(self) -> tuple[int, ...]:
-        """The layers with the row's other token mixer (``Layout.mixer``: Mamba, linear attention, a short
+        """The layers with the row's other token mixer (``Layers.mixer``: Mamba, linear attention, a short
         convolution), whose output projection writes into the residual stream."""
-        mixer, g = self.layout.mixer, self.geometry
+        mixer, g = self.layout.layers.mixer, self.geometry
         if mixer is None:
             return ()
         if mixer.kinds is None:  # beside the attention of every layer (Falcon-H1)
@@ -272,7 +273,7 @@ class Architecture(ExpertTensors):
 
     def mixer_output(self) -> tuple[str, tuple[int, int]]:
         """The mixer's output projection (relative to a layer) and its weight's expected shape [hidden, width]."""
-        return self.layout.mixer.module, (self.geometry.hidden_size, self.geometry.mixer_width)
+        return self.layout.layers.mixer.module, (self.geometry.hidden_size, self.geometry.mixer_width)
 
     def residual_writers(self, layer: int) -> dict[str, str]:
         """The modules through which ``layer`` writes into the residual stream that a direction edit projects
@@ -282,9 +283,9 @@ class Architecture(ExpertTensors):
         if layer in self.head_layers():
             out["attention"] = self.attention_output()[0]
         if self.geometry.mixer_width and layer in self.mixer_layers():
-            out["mixer"] = lay.mixer.module
+            out["mixer"] = lay.layers.mixer.module
         if layer in self.dense_mlp_layers():
-            out["mlp"] = lay.down_proj
+            out["mlp"] = lay.mlp.down_proj
         if self.is_sparse(layer):
             out["experts"] = f"{lay.experts.module}.down_proj"
             if lay.experts.shared:
@@ -295,11 +296,16 @@ class Architecture(ExpertTensors):
         """The residual writers of ``layer`` the table knows but cannot project a direction through
         exactly, each as (the side it writes for, "attention" or "mlp"; what it is and why)."""
         lay, out = self.layout, []
-        if lay.head_refusal:
-            out.append(("attention", f"the attention output {lay.o_proj} (the table has no head layout to size it by)"))
-        if lay.mixer and layer in self.mixer_layers() and not self.geometry.mixer_width:
-            spelled = ", else ".join(" × ".join(keys) for keys in lay.mixer.width)
-            out.append(("attention", f"{lay.mixer.module} (config.json does not give its width: {spelled})"))
+        if lay.limits.head_refusal:
+            out.append(
+                (
+                    "attention",
+                    f"the attention output {lay.attention.o_proj} (the table has no head layout to size it by)",
+                )
+            )
+        if lay.layers.mixer and layer in self.mixer_layers() and not self.geometry.mixer_width:
+            spelled = ", else ".join(" × ".join(keys) for keys in lay.layers.mixer.width)
+            out.append(("attention", f"{lay.layers.mixer.module} (config.json does not give its width: {spelled})"))
         if why := self._mlp_refusal(layer):
             out.append(("mlp", why))
         return tuple(out)
@@ -369,16 +375,16 @@ class LayerEdits:
         return "; ".join((parts or ["nothing"]) + refused + writers + [f"not projected: {w}" for w in self.unprojected])
 
 
-# --- MLA, DeepSeek-V4's grouped output, hybrid layer kinds (issue 24): shapes and kinds from the config ---
+# --- MLA and DeepSeek-V4's grouped output: their shapes from the config ---
 
 
 def mla_shapes(arch: Architecture) -> dict[str, tuple[tuple[int, int], str]]:
     """Expected shapes of an MLA layer's matrices (see :class:`Mla`), as ``Architecture.attention_shapes``."""
-    g, mla, m = arch.geometry, arch.layout.mla, arch.geometry.mla
+    g, mla, m = arch.geometry, arch.layout.attention.mla, arch.geometry.mla
     heads, H, qk = g.num_heads, g.hidden_size, m.qk_nope_head_dim + m.qk_rope_head_dim
     q = f"num_attention_heads × (qk_nope_head_dim + qk_rope_head_dim) = {heads} × {qk} rows"
     shapes = {
-        arch.layout.o_proj: (
+        arch.layout.attention.o_proj: (
             (H, heads * m.v_head_dim),
             f"num_attention_heads × v_head_dim = {heads} × {m.v_head_dim} columns",
         ),
@@ -403,10 +409,10 @@ def mla_shapes(arch: Architecture) -> dict[str, tuple[tuple[int, int], str]]:
 
 def grouped_output_shapes(arch: Architecture) -> dict[str, tuple[tuple[int, int], str]]:
     """Expected shapes of DeepSeek-V4's attention matrices (see :class:`GroupedOutput`)."""
-    g, go = arch.geometry, arch.layout.grouped_output
+    g, go = arch.geometry, arch.layout.attention.grouped_output
     heads, d, G, R, H = g.num_heads, g.head_dim, g.o_groups, g.o_rank, g.hidden_size
     return {
-        arch.layout.o_proj: (
+        arch.layout.attention.o_proj: (
             (G * R, heads * d // G),
             f"o_groups × o_lora_rank = {G} × {R} rows, num_attention_heads × head_dim / "
             f"o_groups = {heads} × {d} / {G} columns",

@@ -38,19 +38,19 @@ class Geometry:
     mlp_kinds: tuple[str, ...] = ()
     o_groups: int = 0
     o_rank: int = 0
-    # The vocabulary (rows of the embedding table); not part of to_dict (findings predate it).
+    # The vocabulary (rows of the embedding table); not part of to_dict (findings do not record it).
     vocab_size: int = 0
     # Layers whose sizes differ from the ones above, as layer → ((field, value), …), and the attention
     # inputs a layer lacks, as layer → ("k_proj", "v_proj") (empty: every layer is alike).
     layer_sizes: tuple[tuple[int, tuple[tuple[str, int], ...]], ...] = ()
     layer_absent: tuple[tuple[int, tuple[str, ...]], ...] = ()
-    # The input width of the row's other token mixer's output projection (Layout.mixer); 0: none, or
+    # The input width of the row's other token mixer's output projection (Layers.mixer); 0: none, or
     # config.json does not say. Not part of to_dict, as vocab_size.
     mixer_width: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready; a dense model's dict has only the dense fields (findings written before MoE
-        support record exactly those, and must still match)."""
+        """JSON-ready; a dense model's dict has only the dense fields (the findings of a dense model
+        record exactly those, and must still match)."""
         left_out = _MOE_FIELDS + _SHAPE_FIELDS + _LAYER_FIELDS + ("vocab_size", "mixer_width")
         out = {k: v for k, v in self.__dict__.items() if k not in left_out}
         if self.num_experts:
@@ -62,7 +62,7 @@ class Geometry:
             )
             if self.zero_experts:
                 out["zero_experts"] = self.zero_experts
-        # the same for the fields of issue 24: present only where the model has them
+        # the same for the per-layer shapes (MLA, grouped output, layer kinds): present only where the model has them
         for k in _SHAPE_FIELDS:
             if v := getattr(self, k):
                 out[k] = dict(v.__dict__) if isinstance(v, MlaSizes) else list(v) if isinstance(v, tuple) else v
@@ -97,25 +97,25 @@ def _mla_sizes(cfg: Mapping[str, Any], need) -> MlaSizes:
 def _num_layers(layout: Layout, cfg: Mapping[str, Any], need) -> int:
     """num_hidden_layers (× the sub-layers of each, LongCat-Flash's two); Nemotron-H's config has none,
     its per-layer kinds are the layers."""
-    key = layout.config_keys.num_hidden_layers
-    if key not in cfg and layout.layer_kinds:
-        for rule in layout.layer_kinds.rules:
+    key = layout.config.keys.num_hidden_layers
+    if key not in cfg and layout.layers.layer_kinds:
+        for rule in layout.layers.layer_kinds.rules:
             if rule.form in ("list", "pattern") and isinstance(kinds := _lookup(cfg, rule.keys[0]), (list, str)):
                 return len(kinds)
-    return need(key) * layout.sub_layers
+    return need(key) * layout.layers.sub_layers
 
 
 def _mlp_width(layout: Layout, cfg: Mapping[str, Any], hidden: int, need, key: str | None) -> int:
     """The dense MLP's width: the config's ``key`` (intermediate_size), hidden_size ×
-    ``ConfigKeys.mlp_ratio`` where the key is absent or null, or what ``Layout.ffn_adjust`` derives from it."""
-    ratio = layout.config_keys.mlp_ratio
+    ``ConfigKeys.mlp_ratio`` where the key is absent or null, or what ``Mlp.ffn_adjust`` derives from it."""
+    ratio = layout.config.keys.mlp_ratio
     if key and (cfg.get(key) is not None or ratio is None):
         width = need(key)
     else:
         width = (ratio if isinstance(ratio, int) else need(ratio)) * hidden
-    width //= layout.ffn_divisor
-    if layout.ffn_adjust and cfg.get(layout.ffn_adjust[0]):
-        switch, multiplier, multiple = layout.ffn_adjust
+    width //= layout.mlp.ffn_divisor
+    if layout.mlp.ffn_adjust and cfg.get(layout.mlp.ffn_adjust[0]):
+        switch, multiplier, multiple = layout.mlp.ffn_adjust
         width = int(2 * width / 3)
         if cfg.get(multiplier) is not None:
             step = need(multiple)
@@ -123,26 +123,26 @@ def _mlp_width(layout: Layout, cfg: Mapping[str, Any], hidden: int, need, key: s
     return width
 
 
-def _issue24_geometry(layout: Layout, model_type: str, cfg: Mapping[str, Any], geometry: Geometry, need) -> Geometry:
+def _shapes_and_kinds(layout: Layout, model_type: str, cfg: Mapping[str, Any], geometry: Geometry, need) -> Geometry:
     """``geometry`` with what the row's MLA, grouped output and layer kinds read from the config."""
     n = geometry.num_layers
     out = geometry
-    if layout.mla:  # a head's width in o_proj is v_head_dim (q·k heads are wider)
+    if layout.attention.mla:  # a head's width in o_proj is v_head_dim (q·k heads are wider)
         mla = _mla_sizes(cfg, need)
         out = replace(out, mla=mla, head_dim=mla.v_head_dim)
-    if layout.grouped_output:
+    if layout.attention.grouped_output:
         out = replace(out, o_groups=need("o_groups"), o_rank=need("o_lora_rank"))
         if out.num_heads % out.o_groups:
             raise UnsupportedArchitecture(
                 f"config.json of this {model_type} model: num_attention_heads = "
                 f"{out.num_heads} is not a multiple of o_groups = {out.o_groups}"
             )
-    if layout.layer_kinds:
-        out = replace(out, layer_kinds=read_kinds(layout.layer_kinds, cfg, n, model_type))
-    if layout.mlp_kinds:
-        out = replace(out, mlp_kinds=read_kinds(layout.mlp_kinds, cfg, n, model_type))
-    if layout.mixer:
-        out = replace(out, mixer_width=_mixer_width(layout.mixer, cfg))
+    if layout.layers.layer_kinds:
+        out = replace(out, layer_kinds=read_kinds(layout.layers.layer_kinds, cfg, n, model_type))
+    if layout.layers.mlp_kinds:
+        out = replace(out, mlp_kinds=read_kinds(layout.layers.mlp_kinds, cfg, n, model_type))
+    if layout.layers.mixer:
+        out = replace(out, mixer_width=_mixer_width(layout.layers.mixer, cfg))
     return out
 
 
@@ -164,7 +164,7 @@ def _mixer_width(mixer: Mixer, cfg: Mapping[str, Any]) -> int:
 
 
 def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
-    keys = ARCHITECTURES[model_type].config_keys
+    keys = ARCHITECTURES[model_type].config.keys
 
     def need(key: str) -> int:
         if not isinstance(cfg.get(key), int):
@@ -182,12 +182,12 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
     # head_dim is explicit in Gemma/Qwen3 configs and differs from hidden/heads there.
     head_dim = (cfg.get(keys.head_dim) if keys.head_dim else None) or hidden // heads
     ex = layout.experts
-    if ex and ex.aliases:  # an old spelling stands for the key when the key itself is absent
+    if ex and ex.aliases:  # an alias (the config class's attribute_map) stands for the key where the key is absent
         cfg = {**{key: cfg[alias] for alias, key in ex.aliases if alias in cfg}, **cfg}
     size_keys = ex.dense_size_keys if ex else (keys.intermediate_size,)
     dense_key = next((k for k in size_keys if k and cfg.get(k) is not None), size_keys[0]) if size_keys else None
-    has_dense = (dense_key or keys.mlp_ratio) and (layout.mlp_kinds is None or layout.mlp_kinds.editable)
-    dense = _issue24_geometry(
+    has_dense = (dense_key or keys.mlp_ratio) and (layout.layers.mlp_kinds is None or layout.layers.mlp_kinds.editable)
+    dense = _shapes_and_kinds(
         layout,
         model_type,
         cfg,
@@ -260,8 +260,8 @@ def _sparse_layers(model_type: str, ex: Experts, cfg: Mapping[str, Any], layers:
 def _layer_widths(layout: Layout, cfg: Mapping[str, Any], model_type: str, n: int) -> list[int] | None:
     """Each layer's MLP width where the row lets config.json list one per layer and it does (Gemma 3n's
     intermediate_size); None where the key holds one width for every layer."""
-    key = layout.config_keys.intermediate_size
-    widths = cfg.get(key) if key and layout.layer_sizes and layout.layer_sizes.widths_per_layer else None
+    key = layout.config.keys.intermediate_size
+    widths = cfg.get(key) if key and layout.layers.layer_sizes and layout.layers.layer_sizes.widths_per_layer else None
     if not isinstance(widths, list):
         return None
     if len(widths) != n or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths):
@@ -297,7 +297,7 @@ def _per_layer(layout: Layout, model_type: str, cfg: Mapping[str, Any], g: Geome
         for layer, over in (cfg.get("per_layer_config") or {}).items()
     }
     absent: dict[int, tuple[str, ...]] = {}
-    rules, n = layout.layer_sizes, g.num_layers
+    rules, n = layout.layers.layer_sizes, g.num_layers
     for layer, width in enumerate(_layer_widths(layout, cfg, model_type, n) or ()):
         if width != g.intermediate_size:
             sizes.setdefault(layer, {})["intermediate_size"] = width

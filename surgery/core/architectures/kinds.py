@@ -1,5 +1,5 @@
-"""Per-layer shapes and kinds: MLA, DeepSeek-V4's grouped output, hybrid layer kinds (issue 24),
-and how the kinds are read from a config."""
+"""Per-layer shapes and kinds: MLA, DeepSeek-V4's grouped output, hybrid layer kinds, and how the
+kinds are read from a config."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class MlaSizes:
 
 @dataclass(frozen=True)
 class GroupedOutput:
-    """DeepSeek-V4's grouped low-rank output projection; ``Layout.o_proj`` names its first half, o_a_proj.
+    """DeepSeek-V4's grouped low-rank output projection; ``Attention.o_proj`` names its first half, o_a_proj.
 
     The heads' outputs (num_heads × head_dim, head after head) are split into ``o_groups`` groups of
     consecutive heads. o_a_proj is block-diagonal, stored as one (o_groups × o_lora_rank,
@@ -84,12 +84,14 @@ class KindRule:
 class LayerKinds:
     """What kind each layer of a hybrid model is (transformers' vocabulary: "full_attention",
     "linear_attention", "conv", "mlp", "dense", "sparse", …), and the kinds this row edits: those with
-    per-head attention at ``Layout.o_proj`` (``Layout.layer_kinds``) or with a dense MLP
-    (``Layout.mlp_kinds``). Heads of other kinds (linear attention, state-space, convolution) are not
+    per-head attention at ``Attention.o_proj`` (``Layers.layer_kinds``) or with a dense MLP
+    (``Layers.mlp_kinds``). Heads of other kinds (linear attention, state-space, convolution) are not
     heads of softmax attention with a per-head output slice: their edits are refused per layer."""
 
-    rules: tuple[KindRule, ...]  # the first whose keys config.json has decides
+    rules: tuple[KindRule, ...]
+    """The ways config.json may say it: the first whose keys config.json has decides."""
     editable: tuple[str, ...]
+    """The kinds this row edits (heads, or dense MLP neurons)."""
 
 
 # Kinds of layers whose cache is keys and values only (transformers' ALLOWED_ATTN_LAYER_TYPES, less

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
+from .experts import Experts
 from .kinds import KindRule, LayerKinds, Mla
-from .layout import Experts, Mixer
+from .layout import Attention, Mlp
+from .records import Mixer
 
 _DECODER = ("model.layers.{layer}.",)
+# A multimodal wrapper's text decoder: where transformers 5 keeps it in memory, and where it (and
+# releases of transformers < 4.52) saves it.
+_WRAPPED = ("model.language_model.layers.{layer}.", "language_model.model.layers.{layer}.")
+# Fused gate/up (Phi-3, GLM): one (2I, H) matrix.
+_FUSED_GATE_UP = Mlp(gate_proj=None, up_proj=None, gate_up_proj="mlp.gate_up_proj")
+# The MLP under feed_forward (Llama 4, Falcon-H1, Bamba, Jamba).
+_FEED_FORWARD = Mlp(
+    down_proj="feed_forward.down_proj", gate_proj="feed_forward.gate_proj", up_proj="feed_forward.up_proj"
+)
+# LFM2's MLP: w1 = gate, w3 = up, w2 = down.
+_LFM_FEED_FORWARD = Mlp(down_proj="feed_forward.w2", gate_proj="feed_forward.w1", up_proj="feed_forward.w3")
 _QWEN_EXPERTS = ("mlp.experts.{expert}.gate_proj", "mlp.experts.{expert}.up_proj", "mlp.experts.{expert}.down_proj")
 
 # Mixtral's per-expert names: w1 = gate, w3 = up, w2 = down.
@@ -95,7 +107,7 @@ _QWEN4_HEADS = (
 )
 
 # MLA rows: no q/k/v of their own (Mla names the matrices); the MLP kinds of DeepSeek-style MoE configs.
-_MLA_ATTENTION: dict[str, Any] = dict(mla=Mla(), q_proj=None, k_proj=None, v_proj=None)
+_MLA_ATTENTION = Attention(q_proj=None, k_proj=None, v_proj=None, mla=Mla())
 _SPARSE_LIST = LayerKinds((KindRule("list", ("mlp_layer_types",)),), editable=("dense",))
 _DEEPSEEK_MLP = LayerKinds(
     (KindRule("list", ("mlp_layer_types",)), KindRule("first", ("first_k_dense_replace",), ("dense", "sparse"))),

@@ -14,7 +14,7 @@ KIND_REFUSALS: dict[tuple[str, str], str] = {
 }
 
 
-# --- coverage (issue 24) ---
+# --- refused families ---
 # The causal-LM model types of transformers that surgery refuses, each with the reason that
 # architecture() gives in its one line. Every causal-LM type of the installed transformers is a row
 # of ARCHITECTURES or a key here (tests/core/test_coverage.py fails naming any other).
@@ -123,7 +123,7 @@ REFUSED: dict[str, str] = {
     "zamba2": "its attention and MLP blocks are shared across hybrid layers (with per-layer adapters): an edit "
     "of one layer would edit every layer sharing the block",
     **dict.fromkeys(("dots3_note", "dots3_note_text"), _DOTS3),
-    # --- MoE variants (issue 24) ---
+    # mixtures of experts
     "dbrx": (
         "its experts are DBRX's own GLU (w1/v1/w2 stacked [E·I, H]) run by a custom forward, and its "
         "attention is one fused Wqkv under transformer.blocks: neither is in the table yet"

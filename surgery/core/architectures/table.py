@@ -36,10 +36,10 @@ def refusal(config: Mapping[str, Any]) -> str | None:
             f"to add it, extend {TABLE_LOCATION}"
         )
     text_type = text_config(config).get("model_type")
-    if layout.text_model_types and text_type is not None and text_type not in layout.text_model_types:
+    if layout.config.text_model_types and text_type is not None and text_type not in layout.config.text_model_types:
         return (
             f"{model_type}: its text_config has model_type '{text_type}', but the table's {model_type} row "
-            f"describes a {' or '.join(layout.text_model_types)} text decoder; extend {TABLE_LOCATION}"
+            f"describes a {' or '.join(layout.config.text_model_types)} text decoder; extend {TABLE_LOCATION}"
         )
     return None
 
@@ -48,12 +48,12 @@ def model_class(model_type: str) -> str:
     """The transformers auto class that loads a whole ``model_type`` checkpoint (for a wrapper, with
     its other towers)."""
     layout = ARCHITECTURES.get(model_type)
-    return layout.model_class if layout else "AutoModelForCausalLM"
+    return layout.config.model_class if layout else "AutoModelForCausalLM"
 
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """The text-model part of a config dict (the dict itself for plain causal LMs)."""
     layout = ARCHITECTURES.get(str(config.get("model_type")))
-    if layout and layout.text_config_key:
-        return config.get(layout.text_config_key) or {}
+    if layout and layout.config.text_config_key:
+        return config.get(layout.config.text_config_key) or {}
     return config

@@ -1,9 +1,11 @@
-"""The rows surgery had before issue 24: Llama-shaped decoders and the first mixtures of experts."""
+"""Llama-shaped decoders, Gemma, Phi-3 and the Mixtral- and Qwen-style mixtures of experts."""
 
 from __future__ import annotations
 
-from .layout import Experts, Layout, NativeName
-from .parts import _DECODER, _MIXTRAL_EXPERTS, _N_EXPERTS, _N_LOCAL, _QWEN_EXPERTS
+from .experts import Experts
+from .layout import Attention, Config, Layout, Names, Tail
+from .parts import _FUSED_GATE_UP, _MIXTRAL_EXPERTS, _N_EXPERTS, _N_LOCAL, _QWEN_EXPERTS, _WRAPPED
+from .records import NativeName
 
 # Mistral's (and Meta's original Llama) native format, as transformers' conversion script renames
 # it (models/mistral/convert_mistral_weights_to_hf.py, STATE_DICT_MAPPING; not shipped in the wheel):
@@ -22,34 +24,21 @@ _META_NATIVE = (
 )
 
 BASE: dict[str, Layout] = {
-    "llama": Layout(_DECODER, native_names=_META_NATIVE),
-    "mistral": Layout(_DECODER, native_names=_META_NATIVE),
-    "qwen2": Layout(_DECODER),
-    "qwen3": Layout(_DECODER),
-    "gemma": Layout(_DECODER),
-    "gemma2": Layout(_DECODER, logit_softcap="final_logit_softcapping"),
-    "gemma3_text": Layout(_DECODER, logit_softcap="final_logit_softcapping"),
-    "gemma3": Layout(
-        ("model.language_model.layers.{layer}.", "language_model.model.layers.{layer}."),
-        text_config_key="text_config",  # its forward applies no soft-cap (transformers 5.24)
-        text_model_types=("gemma3_text",),
-    ),
+    "llama": Layout(Names(native_names=_META_NATIVE)),
+    "mistral": Layout(Names(native_names=_META_NATIVE)),
+    "qwen2": Layout(),
+    "qwen3": Layout(),
+    "gemma": Layout(),
+    "gemma2": Layout(tail=Tail(logit_softcap="final_logit_softcapping")),
+    "gemma3_text": Layout(tail=Tail(logit_softcap="final_logit_softcapping")),
+    # its forward applies no soft-cap (transformers 5.24)
+    "gemma3": Layout(Names(_WRAPPED), config=Config(text_config_key="text_config", text_model_types=("gemma3_text",))),
     "phi3": Layout(
-        _DECODER,
-        gate_proj=None,
-        up_proj=None,
-        gate_up_proj="mlp.gate_up_proj",
-        q_proj=None,
-        k_proj=None,
-        v_proj=None,
-        qkv_proj="self_attn.qkv_proj",
+        attention=Attention(q_proj=None, k_proj=None, v_proj=None, qkv_proj="self_attn.qkv_proj"), mlp=_FUSED_GATE_UP
     ),
-    "olmo2": Layout(_DECODER),
-    "mixtral": Layout(
-        _DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, aliases=_N_LOCAL)
-    ),
+    "olmo2": Layout(),
+    "mixtral": Layout(experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, aliases=_N_LOCAL)),
     "qwen2_moe": Layout(
-        _DECODER,
         experts=Experts(
             ("num_experts", "num_local_experts"),
             "moe_intermediate_size",
@@ -61,7 +50,6 @@ BASE: dict[str, Layout] = {
         ),
     ),
     "qwen3_moe": Layout(
-        _DECODER,
         experts=Experts(
             ("num_experts", "num_local_experts"),
             "moe_intermediate_size",
@@ -70,11 +58,8 @@ BASE: dict[str, Layout] = {
             dense_layers_key="mlp_only_layers",
         ),
     ),
-    "olmoe": Layout(
-        _DECODER, experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS, aliases=_N_EXPERTS)
-    ),
+    "olmoe": Layout(experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS, aliases=_N_EXPERTS)),
     "gpt_oss": Layout(
-        _DECODER,
         experts=Experts(
             ("num_local_experts",), "intermediate_size", None, transposed=True, interleaved=True, aliases=_N_LOCAL
         ),

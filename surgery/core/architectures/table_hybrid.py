@@ -1,19 +1,21 @@
-"""MLA, DeepSeek-V4's grouped output and hybrid layer kinds (issue 24)."""
+"""MLA, DeepSeek-V4's grouped output and hybrid layer kinds."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from .experts import Experts
 from .kinds import GroupedOutput, KindRule, LayerKinds, Mla
-from .layout import ConfigKeys, Experts, Layout, Mixer
+from .layout import Attention, Config, Layers, Layout, Limits, Mlp, Names, Tail
 from .parts import (
     _CONV_OUT,
-    _DECODER,
     _DEEPSEEK_EXPERTS,
     _DELTA_OUT,
+    _FEED_FORWARD,
     _GRANITE_SHARED,
     _KIMI_EXPERTS,
     _LAYER_TYPES,
+    _LFM_FEED_FORWARD,
     _MAMBA_LORA,
     _MAMBA_OUT,
     _MIXTRAL_EXPERTS,
@@ -27,15 +29,17 @@ from .parts import (
     _SPARSE_LIST,
     _nemotron_h_kinds,
 )
+from .records import ConfigKeys, Mixer
+
+_NO_KV_CACHE = Limits(kv_cache=False)
+_QWEN_GATED = Attention(q_gate=True)
 
 HYBRID: dict[str, Layout] = {
-    # --- MLA, DeepSeek-V4, hybrid layers (issue 24) ---
-    # MLA: a head is its v_head_dim columns of o_proj; the experts of the MoE families as in the section above.
-    "minicpm3": Layout(_DECODER, **_MLA_ATTENTION, logit_scaling="logits_scaling"),
-    "youtu": Layout(_DECODER, **_MLA_ATTENTION),
+    # MLA: a head is its v_head_dim columns of o_proj; the experts of the MoE families as in table_moe.
+    "minicpm3": Layout(attention=_MLA_ATTENTION, tail=Tail(logit_scaling="logits_scaling")),
+    "youtu": Layout(attention=_MLA_ATTENTION),
     "deepseek_v2": Layout(
-        _DECODER,
-        **_MLA_ATTENTION,
+        attention=_MLA_ATTENTION,
         experts=replace(
             _DEEPSEEK_EXPERTS,
             layer_types_key=None,
@@ -43,71 +47,61 @@ HYBRID: dict[str, Layout] = {
             aliases=(("num_experts", "n_routed_experts"),),
         ),
     ),
-    "deepseek_v3": Layout(_DECODER, **_MLA_ATTENTION, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None)),
+    "deepseek_v3": Layout(attention=_MLA_ATTENTION, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None)),
     "sarvam_mla": Layout(
-        _DECODER,
-        **_MLA_ATTENTION,
+        attention=_MLA_ATTENTION,
         experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1, aliases=_SARVAM),
     ),
     # DeepSeek sparse attention: an indexer picks each query's keys and keeps its own key cache.
-    "deepseek_v32": Layout(_DECODER, **_MLA_ATTENTION, experts=_DEEPSEEK_EXPERTS, kv_cache=False),
-    "glm_moe_dsa": Layout(_DECODER, **_MLA_ATTENTION, experts=_DEEPSEEK_EXPERTS, kv_cache=False),
+    "deepseek_v32": Layout(attention=_MLA_ATTENTION, experts=_DEEPSEEK_EXPERTS, limits=_NO_KV_CACHE),
+    "glm_moe_dsa": Layout(attention=_MLA_ATTENTION, experts=_DEEPSEEK_EXPERTS, limits=_NO_KV_CACHE),
     # its config class reads head_dim as qk_rope_head_dim (a head's width in o_proj is MLA's v_head_dim)
     "glm4_moe_lite": Layout(
-        _DECODER,
-        **_MLA_ATTENTION,
-        config_keys=ConfigKeys(head_dim="qk_rope_head_dim"),
+        attention=_MLA_ATTENTION,
         experts=replace(_DEEPSEEK_EXPERTS, first_dense_key=None, first_dense_default=1),
+        config=Config(ConfigKeys(head_dim="qk_rope_head_dim")),
     ),
     "axk1": Layout(
-        _DECODER,
-        **_MLA_ATTENTION,
+        attention=_MLA_ATTENTION,
         experts=replace(_DEEPSEEK_EXPERTS, first_dense_default=1, sparse_step_key="moe_layer_freq", sparse_offset=0),
     ),
     # A.X K2: MLA whose queries and output gate come from one fused q_gate_proj (no q_b_proj), DSA indexer.
     "axk2": Layout(
-        _DECODER,
-        **{**_MLA_ATTENTION, "mla": Mla(q_b_proj=None)},
-        kv_cache=False,
+        attention=replace(_MLA_ATTENTION, mla=Mla(q_b_proj=None)),
         experts=replace(_DEEPSEEK_EXPERTS, first_dense_default=1, sparse_step_key="moe_layer_freq", sparse_offset=0),
+        limits=_NO_KV_CACHE,
     ),
     # Hunyuan-V4: MLA with hyper-connection residual streams around each block (linear in o_proj's
     # output, so a head scale is still exact); its dense MLP's gate is stored as mlp.linear_gate.
     "hy_v4": Layout(
-        _DECODER,
-        **_MLA_ATTENTION,
-        mlp_kinds=_SPARSE_LIST,
-        kv_cache=False,
-        final_head="hc_head",
-        stored_names=(("mlp.gate_proj", "mlp.linear_gate"),),
+        Names(stored_names=(("mlp.gate_proj", "mlp.linear_gate"),)),
+        _MLA_ATTENTION,
+        layers=Layers(mlp_kinds=_SPARSE_LIST),
+        tail=Tail(final_head="hc_head"),
+        limits=_NO_KV_CACHE,
     ),
     # DeepSeek-V4: heads through the grouped o_a_proj; every MLP is a mixture of experts.
     "deepseek_v4": Layout(
-        ("model.layers.{layer}.", "layers.{layer}."),
-        o_proj="self_attn.o_a_proj",
-        q_proj=None,
-        k_proj=None,
-        v_proj=None,
-        grouped_output=GroupedOutput(),
-        kv_cache=False,
-        final_head="hc_head",
-        token_keys=False,
-        config_keys=ConfigKeys(intermediate_size="moe_intermediate_size"),  # its config class's attribute_map
-        mlp_kinds=LayerKinds((KindRule("list", ("mlp_layer_types",)),), editable=()),
-        stored_names=(
-            ("self_attn.o_a_proj", "attn.wo_a"),
-            ("self_attn.o_b_proj", "attn.wo_b"),
-            ("self_attn.kv_proj", "attn.wkv"),
+        Names(
+            ("model.layers.{layer}.", "layers.{layer}."),
+            stored_names=(
+                ("self_attn.o_a_proj", "attn.wo_a"),
+                ("self_attn.o_b_proj", "attn.wo_b"),
+                ("self_attn.kv_proj", "attn.wkv"),
+            ),
         ),
+        Attention(o_proj="self_attn.o_a_proj", q_proj=None, k_proj=None, v_proj=None, grouped_output=GroupedOutput()),
+        layers=Layers(mlp_kinds=LayerKinds((KindRule("list", ("mlp_layer_types",)),), editable=())),
+        tail=Tail(final_head="hc_head"),
+        limits=Limits(kv_cache=False, token_keys=False),
+        config=Config(ConfigKeys(intermediate_size="moe_intermediate_size")),  # its config class's attribute_map
     ),
     # Hybrid layers: heads in the softmax-attention layers only, MLP and expert neurons where they are.
-    # (each with its linear-attention layers' output projection, a residual writer: Layout.mixer)
-    "qwen3_5_text": Layout(_DECODER, layer_kinds=_QWEN_HYBRID, q_gate=True, mixer=_DELTA_OUT),
+    # (each with its linear-attention layers' output projection, a residual writer: Layers.mixer)
+    "qwen3_5_text": Layout(attention=_QWEN_GATED, layers=Layers(_QWEN_HYBRID, mixer=_DELTA_OUT)),
     "qwen3_next": Layout(
-        _DECODER,
-        layer_kinds=_QWEN_HYBRID,
-        q_gate=True,
-        mixer=_DELTA_OUT,
+        attention=_QWEN_GATED,
+        layers=Layers(_QWEN_HYBRID, mixer=_DELTA_OUT),
         experts=Experts(
             ("num_experts",),
             "moe_intermediate_size",
@@ -119,38 +113,38 @@ HYBRID: dict[str, Layout] = {
         ),
     ),
     "qwen3_5_moe_text": Layout(
-        _DECODER, layer_kinds=_QWEN_HYBRID, q_gate=True, mixer=_DELTA_OUT, experts=_QWEN35_EXPERTS
+        attention=_QWEN_GATED, layers=Layers(_QWEN_HYBRID, mixer=_DELTA_OUT), experts=_QWEN35_EXPERTS
     ),
     "lara_mini": Layout(
-        _DECODER,
-        layer_kinds=LayerKinds((KindRule("list", ("layer_types",)),), ("full_attention", "sliding_attention")),
-        mixer=_DELTA_OUT,
+        layers=Layers(
+            LayerKinds((KindRule("list", ("layer_types",)),), ("full_attention", "sliding_attention")), mixer=_DELTA_OUT
+        ),
         experts=replace(_QWEN35_EXPERTS, per_expert=None),
     ),
-    "olmo_hybrid": Layout(_DECODER, layer_kinds=_LAYER_TYPES, mixer=replace(_DELTA_OUT, module="linear_attn.o_proj")),
+    "olmo_hybrid": Layout(layers=Layers(_LAYER_TYPES, mixer=replace(_DELTA_OUT, module="linear_attn.o_proj"))),
     "lfm2": Layout(
-        _DECODER,
-        o_proj="self_attn.out_proj",
-        gate_proj="feed_forward.w1",
-        up_proj="feed_forward.w3",
-        down_proj="feed_forward.w2",
-        final_norm="embedding_norm",
-        mixer=_CONV_OUT,
-        ffn_adjust=("block_auto_adjust_ff_dim", "block_ffn_dim_multiplier", "block_multiple_of"),
-        layer_kinds=LayerKinds(
-            (KindRule("list", ("layer_types",)), KindRule("indices", ("full_attn_idxs",), ("full_attention", "conv"))),
-            ("full_attention",),
+        attention=Attention(o_proj="self_attn.out_proj"),
+        mlp=replace(
+            _LFM_FEED_FORWARD,
+            ffn_adjust=("block_auto_adjust_ff_dim", "block_ffn_dim_multiplier", "block_multiple_of"),
         ),
+        layers=Layers(
+            LayerKinds(
+                (
+                    KindRule("list", ("layer_types",)),
+                    KindRule("indices", ("full_attn_idxs",), ("full_attention", "conv")),
+                ),
+                ("full_attention",),
+            ),
+            mixer=_CONV_OUT,
+        ),
+        tail=Tail(final_norm="embedding_norm"),
     ),
     "lfm2_moe": Layout(
-        _DECODER,
-        o_proj="self_attn.out_proj",
-        gate_proj="feed_forward.w1",
-        up_proj="feed_forward.w3",
-        down_proj="feed_forward.w2",
-        final_norm="embedding_norm",
-        mixer=_CONV_OUT,
-        layer_kinds=_LAYER_TYPES,
+        attention=Attention(o_proj="self_attn.out_proj"),
+        mlp=_LFM_FEED_FORWARD,
+        layers=Layers(_LAYER_TYPES, mixer=_CONV_OUT),
+        tail=Tail(final_norm="embedding_norm"),
         experts=Experts(
             ("num_experts",),
             "moe_intermediate_size",
@@ -161,43 +155,40 @@ HYBRID: dict[str, Layout] = {
         ),
     ),
     "lfm3": Layout(
-        _DECODER,
-        gate_proj="feed_forward.w1",
-        up_proj="feed_forward.w3",
-        down_proj="feed_forward.w2",
-        final_norm="embedding_norm",
-        mixer=_CONV_OUT,
-        layer_kinds=LayerKinds((KindRule("list", ("layer_types",)),), ("full_attention", "sliding_attention")),
+        mlp=_LFM_FEED_FORWARD,
+        layers=Layers(
+            LayerKinds((KindRule("list", ("layer_types",)),), ("full_attention", "sliding_attention")), mixer=_CONV_OUT
+        ),
+        tail=Tail(final_norm="embedding_norm"),
     ),
     # Falcon-H1: attention and a state-space block side by side in every layer.
     "falcon_h1": Layout(
-        _DECODER,
-        gate_proj="feed_forward.gate_proj",
-        up_proj="feed_forward.up_proj",
-        down_proj="feed_forward.down_proj",
-        final_norm="final_layernorm",
-        kv_cache=False,
-        mixer=Mixer(
-            "mamba.out_proj", (("mamba_d_ssm",), ("mamba_expand", "hidden_size")), kinds=None, lora_refusal=_MAMBA_LORA
+        mlp=_FEED_FORWARD,
+        layers=Layers(
+            mixer=Mixer(
+                "mamba.out_proj",
+                (("mamba_d_ssm",), ("mamba_expand", "hidden_size")),
+                kinds=None,
+                lora_refusal=_MAMBA_LORA,
+            )
         ),
+        tail=Tail(final_norm="final_layernorm"),
+        limits=_NO_KV_CACHE,
     ),
     "bamba": Layout(
-        _DECODER,
-        gate_proj="feed_forward.gate_proj",
-        up_proj="feed_forward.up_proj",
-        down_proj="feed_forward.down_proj",
-        final_norm="final_layernorm",
-        layer_kinds=LayerKinds((KindRule("indices", ("attn_layer_indices",)),), ("full_attention",)),
-        mixer=_MAMBA_OUT,
+        mlp=_FEED_FORWARD,
+        layers=Layers(
+            LayerKinds((KindRule("indices", ("attn_layer_indices",)),), ("full_attention",)), mixer=_MAMBA_OUT
+        ),
+        tail=Tail(final_norm="final_layernorm"),
     ),
     "jamba": Layout(
-        _DECODER,
-        gate_proj="feed_forward.gate_proj",
-        up_proj="feed_forward.up_proj",
-        down_proj="feed_forward.down_proj",
-        final_norm="final_layernorm",
-        layer_kinds=LayerKinds((KindRule("period", ("attn_layer_period", "attn_layer_offset")),), ("full_attention",)),
-        mixer=_MAMBA_OUT,
+        mlp=_FEED_FORWARD,
+        layers=Layers(
+            LayerKinds((KindRule("period", ("attn_layer_period", "attn_layer_offset")),), ("full_attention",)),
+            mixer=_MAMBA_OUT,
+        ),
+        tail=Tail(final_norm="final_layernorm"),
         experts=Experts(
             ("num_experts",),
             "intermediate_size",
@@ -210,90 +201,98 @@ HYBRID: dict[str, Layout] = {
     ),
     # Granite-4 hybrids: Mamba-2 or attention per layer, experts and a shared MLP in every layer.
     "granitemoehybrid": Layout(
-        _DECODER,
-        layer_kinds=LayerKinds(
-            (KindRule("list", ("layer_types",)), KindRule("list", ("layers_block_type",))), ("full_attention",)
+        layers=Layers(
+            LayerKinds(
+                (KindRule("list", ("layer_types",)), KindRule("list", ("layers_block_type",))), ("full_attention",)
+            ),
+            mixer=_MAMBA_OUT,
         ),
-        mixer=_MAMBA_OUT,
         experts=_GRANITE_SHARED,
     ),
     # Nemotron-H: one block per layer (state-space, attention, ungated MLP or experts); stored under backbone.
     "nemotron_h": Layout(
-        ("model.layers.{layer}.", "backbone.layers.{layer}."),
-        o_proj="mixer.o_proj",
-        q_proj="mixer.q_proj",
-        k_proj="mixer.k_proj",
-        v_proj="mixer.v_proj",
-        gate_proj=None,
-        up_proj="mixer.up_proj",
-        down_proj="mixer.down_proj",
-        final_norm="norm_f",
-        embeddings="embeddings",
-        layer_kinds=_nemotron_h_kinds("full_attention"),
-        mlp_kinds=_nemotron_h_kinds("mlp"),
-        mixer=Mixer("mixer.out_proj", (("mamba_num_heads", "mamba_head_dim"),), lora_refusal=_MAMBA_LORA),
+        Names(("model.layers.{layer}.", "backbone.layers.{layer}."), embeddings="embeddings"),
+        Attention(o_proj="mixer.o_proj", q_proj="mixer.q_proj", k_proj="mixer.k_proj", v_proj="mixer.v_proj"),
+        Mlp(down_proj="mixer.down_proj", gate_proj=None, up_proj="mixer.up_proj"),
+        layers=Layers(
+            _nemotron_h_kinds("full_attention"),
+            _nemotron_h_kinds("mlp"),
+            mixer=Mixer("mixer.out_proj", (("mamba_num_heads", "mamba_head_dim"),), lora_refusal=_MAMBA_LORA),
+        ),
+        tail=Tail(final_norm="norm_f"),
     ),
     "recurrent_gemma": Layout(
-        _DECODER,
-        o_proj="temporal_block.o_proj",
-        q_proj="temporal_block.q_proj",
-        k_proj="temporal_block.k_proj",
-        v_proj="temporal_block.v_proj",
-        gate_proj="mlp_block.gate_proj",
-        up_proj="mlp_block.up_proj",
-        down_proj="mlp_block.down_proj",
-        final_norm="final_norm",
-        logit_softcap="logits_soft_cap",
-        ffn_divisor=2,
-        layer_kinds=LayerKinds(
-            (
-                KindRule(
-                    "cycle",
-                    ("block_types",),
-                    names=(("recurrent", "linear_attention"), ("attention", "sliding_attention")),
-                ),
-            ),
-            ("sliding_attention",),
+        attention=Attention(
+            o_proj="temporal_block.o_proj",
+            q_proj="temporal_block.q_proj",
+            k_proj="temporal_block.k_proj",
+            v_proj="temporal_block.v_proj",
         ),
-        mixer=Mixer("temporal_block.linear_out", (("lru_width",), ("hidden_size",))),
+        mlp=Mlp(
+            down_proj="mlp_block.down_proj",
+            gate_proj="mlp_block.gate_proj",
+            up_proj="mlp_block.up_proj",
+            ffn_divisor=2,
+        ),
+        layers=Layers(
+            LayerKinds(
+                (
+                    KindRule(
+                        "cycle",
+                        ("block_types",),
+                        names=(("recurrent", "linear_attention"), ("attention", "sliding_attention")),
+                    ),
+                ),
+                ("sliding_attention",),
+            ),
+            mixer=Mixer("temporal_block.linear_out", (("lru_width",), ("hidden_size",))),
+        ),
+        tail=Tail(final_norm="final_norm", logit_softcap="logits_soft_cap"),
     ),
     # Kimi-Linear: MLA in its full-attention layers; its releases keep the MLP under block_sparse_moe
     # (dense layers too), experts Mixtral-style.
     "kimi_linear": Layout(
-        _DECODER,
-        **_MLA_ATTENTION,
-        layer_kinds=LayerKinds(
-            (
-                KindRule("list", ("layer_types",)),
-                KindRule("indices", ("linear_attn_config.full_attn_layers",), one_based=True),
+        Names(stored_names=(("mlp.", "block_sparse_moe."),)),
+        _MLA_ATTENTION,
+        layers=Layers(
+            LayerKinds(
+                (
+                    KindRule("list", ("layer_types",)),
+                    KindRule("indices", ("linear_attn_config.full_attn_layers",), one_based=True),
+                ),
+                ("full_attention",),
             ),
-            ("full_attention",),
+            # its delta-attention layers' output projection, as wide as their heads (linear_attn_config first)
+            mixer=Mixer(
+                "self_attn.o_proj",
+                (
+                    ("linear_attn_config.num_heads", "linear_attn_config.head_dim"),
+                    ("linear_num_heads", "linear_head_dim"),
+                ),
+            ),
         ),
-        # its delta-attention layers' output projection, as wide as their heads (linear_attn_config first)
-        mixer=Mixer(
-            "self_attn.o_proj",
-            (("linear_attn_config.num_heads", "linear_attn_config.head_dim"), ("linear_num_heads", "linear_head_dim")),
-        ),
-        stored_names=(("mlp.", "block_sparse_moe."),),
         experts=replace(_KIMI_EXPERTS, per_expert=_MIXTRAL_EXPERTS, first_dense_default=1),
     ),
     # Ling/Bailing hybrid: MLA in its full-attention layers, stored under attention.* (o_proj as dense).
     "bailing_hybrid": Layout(
-        _DECODER,
-        **_MLA_ATTENTION,
-        stored_names=(
-            ("self_attn.o_proj", "attention.dense"),
-            ("self_attn.", "attention."),
-            ("embed_tokens.", "word_embeddings."),
+        Names(
+            stored_names=(
+                ("self_attn.o_proj", "attention.dense"),
+                ("self_attn.", "attention."),
+                ("embed_tokens.", "word_embeddings."),
+            )
         ),
-        layer_kinds=LayerKinds(
-            (KindRule("list", ("layer_types",)), KindRule("interval", ("layer_group_size",))), ("full_attention",)
+        _MLA_ATTENTION,
+        layers=Layers(
+            LayerKinds(
+                (KindRule("list", ("layer_types",)), KindRule("interval", ("layer_group_size",))), ("full_attention",)
+            ),
+            # its linear-attention layers' output projection (stored as attention.dense too): heads × head_dim
+            mixer=Mixer("self_attn.o_proj", (("num_attention_heads", "head_dim"),)),
         ),
-        # its linear-attention layers' output projection (stored as attention.dense too): heads × head_dim
-        mixer=Mixer("self_attn.o_proj", (("num_attention_heads", "head_dim"),)),
         experts=replace(_KIMI_EXPERTS, first_dense_default=2),
     ),
     # Qwen4-exp: QSA-indexed attention (gated, every fourth layer) between gated delta-net layers, inside
     # hyper-connection residual streams.
-    "qwen4_exp_text": Layout(_DECODER, head_refusal=_QWEN4_HEADS, experts=_QWEN35_EXPERTS),
+    "qwen4_exp_text": Layout(limits=Limits(head_refusal=_QWEN4_HEADS), experts=_QWEN35_EXPERTS),
 }

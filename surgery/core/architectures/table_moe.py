@@ -1,14 +1,16 @@
-"""Mixture-of-experts variants (issue 24): routing rules, shared experts, stored fused names."""
+"""Mixtures of experts: routing rules, shared experts, stored fused names."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from .experts import Experts
 from .kinds import Mla
-from .layout import ConfigKeys, Experts, Layout, Mixer
+from .layout import Attention, Config, Layers, Layout, Limits, Mlp, Names
 from .parts import (
-    _DECODER,
     _DEEPSEEK_EXPERTS,
+    _FEED_FORWARD,
+    _FUSED_GATE_UP,
     _GRANITE_EXPERTS,
     _GRANITE_SHARED,
     _LAYER_TYPES,
@@ -20,34 +22,28 @@ from .parts import (
     _QWEN_EXPERTS,
     _SARVAM,
 )
+from .records import ConfigKeys, Mixer
 
 _SARVAM_MOE = Layout(
-    _DECODER,
-    q_proj=None,
-    k_proj=None,
-    v_proj=None,
-    stored_names=(("self_attn.o_proj.", "attention.dense."), ("embed_tokens.", "word_embeddings.")),
+    Names(stored_names=(("self_attn.o_proj.", "attention.dense."), ("embed_tokens.", "word_embeddings."))),
+    Attention(q_proj=None, k_proj=None, v_proj=None),
     experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1, aliases=_SARVAM),
 )
 
 MOE: dict[str, Layout] = {
-    # --- MoE variants (issue 24) ---
     # Per-expert names on disk are what transformers' checkpoint conversion mapping splits the fused
     # experts into; config aliases are the config class's attribute_map (tests/core/test_moe_table.py
     # compares every row with both, and its routing rule and sizes with the model transformers builds).
-    "glm4_moe": Layout(_DECODER, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1)),
-    "dots1": Layout(_DECODER, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=0)),
-    # MiniCPM5-MoE: gated attention from one fused q_gate_proj (each head's query, then its output gate)
-    # (its releases store it as q_proj)
+    "glm4_moe": Layout(experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1)),
+    "dots1": Layout(experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=0)),
+    # MiniCPM5-MoE: gated attention from one fused q_gate_proj (each head's query, then its output gate),
+    # which its releases store as q_proj
     "minicpm5_moe": Layout(
-        _DECODER,
-        q_proj="self_attn.q_gate_proj",
-        q_gate=True,
-        stored_names=(("self_attn.q_gate_proj.", "self_attn.q_proj."),),
+        Names(stored_names=(("self_attn.q_gate_proj.", "self_attn.q_proj."),)),
+        Attention(q_proj="self_attn.q_gate_proj", q_gate=True),
         experts=replace(_DEEPSEEK_EXPERTS, first_dense_default=1),
     ),
     "solar_open": Layout(
-        _DECODER,
         experts=replace(
             _DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_key=None, first_dense_default=0, dense_size_keys=()
         ),
@@ -57,7 +53,6 @@ MOE: dict[str, Layout] = {
     # Param2-MoE runs on GLM-4-MoE's modeling code and its releases store Sarvam-MoE's names.
     "param2moe": _SARVAM_MOE,
     "ernie4_5_moe": Layout(
-        _DECODER,
         experts=Experts(
             ("moe_num_experts",),
             "moe_intermediate_size",
@@ -73,7 +68,6 @@ MOE: dict[str, Layout] = {
         ),
     ),
     "hunyuan_v1_moe": Layout(
-        _DECODER,
         experts=Experts(
             ("num_experts",),
             "intermediate_size",
@@ -85,8 +79,7 @@ MOE: dict[str, Layout] = {
         ),
     ),
     "hy_v3": Layout(
-        _DECODER,
-        stored_names=(("mlp.shared_experts.", "mlp.shared_mlp."),),
+        Names(stored_names=(("mlp.shared_experts.", "mlp.shared_mlp."),)),
         experts=Experts(
             ("num_experts",),
             "moe_intermediate_size",
@@ -100,23 +93,20 @@ MOE: dict[str, Layout] = {
         ),
     ),
     "minimax_m2": Layout(
-        _DECODER,
         experts=Experts(
             ("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, dense_size_keys=(), aliases=_N_LOCAL
         ),
     ),
     "phimoe": Layout(
-        _DECODER, experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, dense_size_keys=())
+        experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, dense_size_keys=())
     ),
-    "granitemoe": Layout(_DECODER, experts=_GRANITE_EXPERTS),
-    "granitemoe_swa": Layout(_DECODER, experts=replace(_GRANITE_EXPERTS, stored_fused=None)),
-    "granitemoeshared": Layout(_DECODER, experts=_GRANITE_SHARED),
+    "granitemoe": Layout(experts=_GRANITE_EXPERTS),
+    "granitemoe_swa": Layout(experts=replace(_GRANITE_EXPERTS, stored_fused=None)),
+    "granitemoeshared": Layout(experts=_GRANITE_SHARED),
     "flex_olmo": Layout(
-        _DECODER,
         experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS, dense_size_keys=(), aliases=_N_EXPERTS),
     ),
     "aria_text": Layout(
-        _DECODER,
         experts=Experts(
             ("moe_num_experts",),
             "intermediate_size",
@@ -130,7 +120,6 @@ MOE: dict[str, Layout] = {
         ),
     ),
     "cohere2_moe": Layout(
-        _DECODER,
         experts=Experts(
             ("num_experts",),
             "intermediate_size",
@@ -143,7 +132,6 @@ MOE: dict[str, Layout] = {
         ),
     ),
     "mellum": Layout(
-        _DECODER,
         experts=Experts(
             ("num_local_experts",),
             "moe_intermediate_size",
@@ -153,7 +141,6 @@ MOE: dict[str, Layout] = {
         ),
     ),
     "afmoe": Layout(
-        _DECODER,
         experts=Experts(
             ("num_experts",),
             "moe_intermediate_size",
@@ -166,7 +153,6 @@ MOE: dict[str, Layout] = {
         ),
     ),
     "exaone_moe": Layout(
-        _DECODER,
         experts=Experts(
             ("num_experts",),
             "moe_intermediate_size",
@@ -180,7 +166,6 @@ MOE: dict[str, Layout] = {
         ),
     ),
     "kolibri1": Layout(
-        _DECODER,
         experts=Experts(
             ("num_local_experts",),
             "moe_intermediate_size",
@@ -192,7 +177,6 @@ MOE: dict[str, Layout] = {
         ),
     ),
     "beam": Layout(
-        _DECODER,
         experts=Experts(
             ("num_experts",),
             "moe_intermediate_size",
@@ -202,7 +186,6 @@ MOE: dict[str, Layout] = {
         ),
     ),
     "flint": Layout(
-        _DECODER,
         experts=Experts(
             ("num_experts",),
             "moe_intermediate_size",
@@ -214,12 +197,13 @@ MOE: dict[str, Layout] = {
         ),
     ),
     "laguna": Layout(
-        _DECODER,
-        head_refusal=(
-            "attention heads differ per layer (num_attention_heads_per_layer) and are gated per head: head edits on "
-            "laguna are not in the table yet; edit its MLP and expert neurons"
+        Names(stored_names=(("mlp.shared_experts.", "mlp.shared_expert."),)),
+        limits=Limits(
+            head_refusal=(
+                "attention heads differ per layer (num_attention_heads_per_layer) and are gated per head: head edits "
+                "on laguna are not in the table yet; edit its MLP and expert neurons"
+            )
         ),
-        stored_names=(("mlp.shared_experts.", "mlp.shared_expert."),),
         experts=Experts(
             ("num_experts",),
             "moe_intermediate_size",
@@ -231,10 +215,11 @@ MOE: dict[str, Layout] = {
         ),
     ),
     "mimo_v2_flash": Layout(
-        _DECODER,
-        head_refusal=(
-            "value heads are v_head_dim wide, not head_dim (o_proj input = heads × v_head_dim): head edits on "
-            "mimo_v2_flash are not in the table yet; edit its MLP and expert neurons"
+        limits=Limits(
+            head_refusal=(
+                "value heads are v_head_dim wide, not head_dim (o_proj input = heads × v_head_dim): head edits on "
+                "mimo_v2_flash are not in the table yet; edit its MLP and expert neurons"
+            )
         ),
         experts=Experts(
             ("n_routed_experts",),
@@ -247,10 +232,7 @@ MOE: dict[str, Layout] = {
     ),
     # MiniMax-M3: the dense MLPs and the shared expert hold one fused [gate; up] matrix.
     "minimax_m3_vl_text": Layout(
-        _DECODER,
-        gate_proj=None,
-        up_proj=None,
-        gate_up_proj="mlp.gate_up_proj",
+        mlp=_FUSED_GATE_UP,
         experts=Experts(
             ("num_local_experts",),
             "intermediate_size",
@@ -266,17 +248,11 @@ MOE: dict[str, Layout] = {
     ),
     # ZAYA: q/k through convolutions, v from two projections; its heads meet in o_proj as usual.
     "zaya": Layout(
-        _DECODER,
-        q_proj="self_attn.qkv_proj.q_proj",
-        k_proj="self_attn.qkv_proj.k_proj",
-        v_proj=None,
+        attention=Attention(q_proj="self_attn.qkv_proj.q_proj", k_proj="self_attn.qkv_proj.k_proj", v_proj=None),
         experts=Experts(("num_experts",), "moe_intermediate_size", None, dense_size_keys=()),
     ),
     "llama4_text": Layout(
-        _DECODER,
-        gate_proj="feed_forward.gate_proj",
-        up_proj="feed_forward.up_proj",
-        down_proj="feed_forward.down_proj",
+        mlp=_FEED_FORWARD,
         experts=_LLAMA4_EXPERTS,
     ),
     # LongCat-Flash: each decoder layer holds two MLA attention blocks, each followed by a dense MLP
@@ -285,27 +261,28 @@ MOE: dict[str, Layout] = {
     # = block i of decoder layer L, transformers' cache index of its attention); the experts belong to the
     # first (even layers). The router also picks zero_expert_num weightless identity experts.
     "longcat_flash": Layout(
-        _DECODER,
-        config_keys=ConfigKeys(num_hidden_layers="num_layers", intermediate_size="ffn_hidden_size"),
-        sub_layers=2,
-        o_proj="self_attn.{sub}.o_proj",
-        q_proj=None,
-        k_proj=None,
-        v_proj=None,
-        mla=Mla(
+        attention=Attention(
+            o_proj="self_attn.{sub}.o_proj",
             q_proj=None,
-            q_a_proj="self_attn.{sub}.q_a_proj",
-            q_b_proj="self_attn.{sub}.q_b_proj",
-            kv_a_proj="self_attn.{sub}.kv_a_proj_with_mqa",
-            kv_b_proj="self_attn.{sub}.kv_b_proj",
+            k_proj=None,
+            v_proj=None,
+            mla=Mla(
+                q_proj=None,
+                q_a_proj="self_attn.{sub}.q_a_proj",
+                q_b_proj="self_attn.{sub}.q_b_proj",
+                kv_a_proj="self_attn.{sub}.kv_a_proj_with_mqa",
+                kv_b_proj="self_attn.{sub}.kv_b_proj",
+            ),
         ),
-        down_proj="mlps.{sub}.down_proj",
-        gate_proj="mlps.{sub}.gate_proj",
-        up_proj="mlps.{sub}.up_proj",
-        find_refusal=(
-            "each decoder layer runs two attention blocks and two MLPs (and a shortcut mixture of experts) in one "
-            "forward, and the finders read and resume whole decoder layers"
+        mlp=Mlp(down_proj="mlps.{sub}.down_proj", gate_proj="mlps.{sub}.gate_proj", up_proj="mlps.{sub}.up_proj"),
+        layers=Layers(sub_layers=2),
+        limits=Limits(
+            find_refusal=(
+                "each decoder layer runs two attention blocks and two MLPs (and a shortcut mixture of experts) in "
+                "one forward, and the finders read and resume whole decoder layers"
+            )
         ),
+        config=Config(ConfigKeys(num_hidden_layers="num_layers", intermediate_size="ffn_hidden_size")),
         experts=Experts(
             ("n_routed_experts",),
             "expert_ffn_hidden_size",
@@ -325,9 +302,9 @@ MOE: dict[str, Layout] = {
     ),
     # MiniMax-Text-01: lightning (linear) attention in the linear_attention layers, its output through out_proj.
     "minimax": Layout(
-        _DECODER,
-        layer_kinds=_LAYER_TYPES,
-        mixer=Mixer("self_attn.out_proj", (("num_attention_heads", "head_dim"), ("hidden_size",))),
+        layers=Layers(
+            _LAYER_TYPES, mixer=Mixer("self_attn.out_proj", (("num_attention_heads", "head_dim"), ("hidden_size",)))
+        ),
         experts=Experts(
             ("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, dense_size_keys=(), aliases=_N_LOCAL
         ),

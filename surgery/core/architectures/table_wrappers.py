@@ -1,8 +1,8 @@
-"""Multimodal wrappers, Gemma 4 and Gemma 3n (issue 24).
+"""Multimodal wrappers, Gemma 4 and Gemma 3n.
 
 A wrapper's text decoder is edited in place and its other towers are copied byte for byte: its row
 is the text model's row under the wrapper's layer prefixes, where transformers 5 keeps the text
-decoder in memory and where it (and releases before 4.52) saves it.
+decoder in memory and where it (and releases of transformers < 4.52) saves it.
 """
 
 from __future__ import annotations
@@ -10,17 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from .layout import LayerSizes, Layout
-from .parts import _DECODER
-
-_WRAPPED = ("model.language_model.layers.{layer}.", "language_model.model.layers.{layer}.")
+from .layout import Layers, Layout, Limits, Mlp, Tail
+from .parts import _DECODER, _WRAPPED
+from .records import LayerSizes
 
 # Gemma 4: full-attention layers with their own head size (per_layer_config), kv-shared layers
 # without k/v projections (and, with use_double_wide_mlp, a twice-wide MLP).
 _GEMMA4_TEXT = Layout(
-    _DECODER,
-    logit_softcap="final_logit_softcapping",
-    layer_sizes=LayerSizes("num_kv_shared_layers", "attention_k_eq_v", "use_double_wide_mlp"),
+    layers=Layers(layer_sizes=LayerSizes("num_kv_shared_layers", "attention_k_eq_v", "use_double_wide_mlp")),
+    tail=Tail(logit_softcap="final_logit_softcapping"),
 )
 
 # Gemma 3n: each layer reads the active one of its AltUp residual streams and writes through
@@ -33,13 +31,14 @@ _GEMMA4_TEXT = Layout(
 # Resumed passes: the decoder's hidden state is a stack of AltUp streams and its kv-shared layers
 # read keys and values handed on within one forward, not a per-layer cache (kv_cache=False).
 _GEMMA3N_TEXT = Layout(
-    _DECODER,
-    logit_softcap="final_logit_softcapping",
-    layer_sizes=LayerSizes("num_kv_shared_layers", widths_per_layer=True),
-    prune_inputs=False,
-    kv_cache=False,
-    find_heads_refusal="its last layer's output is a stack of AltUp streams that the model merges (unembedding "
-    "projections, magnitude rescaling, a mean) before its final norm, a tail the table does not describe",
+    mlp=Mlp(prune_inputs=False),
+    layers=Layers(layer_sizes=LayerSizes("num_kv_shared_layers", widths_per_layer=True)),
+    tail=Tail(logit_softcap="final_logit_softcapping"),
+    limits=Limits(
+        kv_cache=False,
+        find_heads_refusal="its last layer's output is a stack of AltUp streams that the model merges (unembedding "
+        "projections, magnitude rescaling, a mean) before its final norm, a tail the table does not describe",
+    ),
 )
 
 
@@ -48,13 +47,13 @@ def _wrapper(
 ) -> Layout:
     """The row of a wrapper around a ``text_type`` decoder (or one of ``also``, laid out alike):
     that decoder's row of ``table`` under the wrapper's prefixes, its sizes read from ``text_config``."""
+    row = table[text_type]
     return replace(
-        table[text_type],
-        layer_prefixes=_WRAPPED,
-        text_config_key="text_config",
-        text_model_types=(text_type, *also),
-        model_class=model_class,
-        native_names=(),
+        row,
+        names=replace(row.names, layer_prefixes=_WRAPPED, native_names=()),
+        config=replace(
+            row.config, text_config_key="text_config", text_model_types=(text_type, *also), model_class=model_class
+        ),
     )
 
 
@@ -68,7 +67,8 @@ def wrappers(table: Mapping[str, Layout]) -> dict[str, Layout]:
     def either(text_type: str) -> Layout:
         """Mixtures of experts: saved from the multimodal class (text layers under its language model)
         or, by AutoModelForCausalLM, from the text model alone under model.layers."""
-        return replace(wrap(text_type), layer_prefixes=_WRAPPED + _DECODER)
+        row = wrap(text_type)
+        return replace(row, names=replace(row.names, layer_prefixes=_WRAPPED + _DECODER))
 
     return {
         "gemma4_text": _GEMMA4_TEXT,

@@ -256,7 +256,7 @@ def surgery_attention_on(model: nn.Module) -> Iterator[nn.Module]:
     from ...model.hooks import model_architecture
 
     register()
-    key = model_architecture(model).layout.text_config_key
+    key = model_architecture(model).layout.config.text_config_key
     text = model.config.get_text_config()
     previous = text._attn_implementation
     model.set_attn_implementation({key: NAME} if key else NAME)

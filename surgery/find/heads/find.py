@@ -262,7 +262,7 @@ def find_heads(
 def check_token_attention(arch: Architecture) -> None:
     """find-heads measures attention from tokens to tokens: a model whose attention also reads other
     keys (DeepSeek-V4's compressed blocks) is refused before it is loaded."""
-    if not arch.layout.token_keys:
+    if not arch.layout.limits.token_keys:
         raise UnsupportedArchitecture(
             f"find-heads: {arch.model_type}'s attention also reads compressed blocks of keys, not only the "
             "prompt's tokens, so its per-token binding features and edge knockouts are not defined; edit its "
@@ -405,9 +405,9 @@ def check_observable(arch: Architecture) -> None:
     layer's keys and values (no k_proj: Gemma 4's kv-shared layers) are run by transformers on the
     kept positions only, so their heads cannot be observed: one line saying what to do instead."""
     arch.check_findable("find-heads", _BY_NAME)
-    if arch.layout.find_heads_refusal:
+    if arch.layout.limits.find_heads_refusal:
         raise UnsupportedArchitecture(
-            f"{arch.model_type}: find-heads cannot run on it: {arch.layout.find_heads_refusal}; {_BY_NAME}"
+            f"{arch.model_type}: find-heads cannot run on it: {arch.layout.limits.find_heads_refusal}; {_BY_NAME}"
         )
     shared = [layer for layer, absent in arch.geometry.layer_absent if "k_proj" in absent]
     if shared:

@@ -74,27 +74,27 @@ def tail_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     config's logit scaling, a prediction head, lm_head, then the logit multiplier, divisor and
     soft-cap its config sets."""
     arch = model_architecture(model)
-    names, cfg, lay = dict(model.named_modules()), model.config.get_text_config(), arch.layout
+    names, cfg, tail = dict(model.named_modules()), model.config.get_text_config(), arch.layout.tail
     root = arch.root_prefix(names)  # "model.layers.{layer}." → "model."
 
     def sibling(name: str) -> nn.Module:  # a module next to the layer list
         return names[f"{root}{name}"]
 
     x = hidden[:, -1:]
-    if lay.final_head:
-        x = sibling(lay.final_head)(x)
-    if lay.final_norm:
-        x = sibling(lay.final_norm)(x)
-    if lay.logit_scaling:
-        x = x / getattr(cfg, lay.logit_scaling)
-    if lay.pre_head:
-        x = names[lay.pre_head](x)
+    if tail.final_head:
+        x = sibling(tail.final_head)(x)
+    if tail.final_norm:
+        x = sibling(tail.final_norm)(x)
+    if tail.logit_scaling:
+        x = x / getattr(cfg, tail.logit_scaling)
+    if tail.pre_head:
+        x = names[tail.pre_head](x)
     logits = model.get_output_embeddings()(x)[:, -1]
-    if lay.logit_multiplier:
-        logits = logits * getattr(cfg, lay.logit_multiplier)
-    if lay.logit_divisor:
-        logits = logits / getattr(cfg, lay.logit_divisor)
-    cap = getattr(cfg, lay.logit_softcap, None) if lay.logit_softcap else None
+    if tail.logit_multiplier:
+        logits = logits * getattr(cfg, tail.logit_multiplier)
+    if tail.logit_divisor:
+        logits = logits / getattr(cfg, tail.logit_divisor)
+    cap = getattr(cfg, tail.logit_softcap, None) if tail.logit_softcap else None
     return torch.tanh(logits / cap) * cap if cap else logits
 
 

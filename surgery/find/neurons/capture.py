@@ -48,7 +48,7 @@ def site_modules(model: nn.Module, site: str) -> tuple[str, ...]:
     fused gate_up, already [gate | up]) make up ``site``, in the order their features are joined."""
     arch = model_architecture(model)
     if site == DOWN_PROJ_INPUT:
-        return (arch.layout.down_proj,)
+        return (arch.layout.mlp.down_proj,)
     if site == GATE_UP_OUTPUTS:
         return arch.mlp_input_modules()
     raise SurgeryError(f"unknown capture site {site!r}; choose one of {', '.join(SITES)}")

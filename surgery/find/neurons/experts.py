@@ -147,7 +147,7 @@ def capture_experts(
         for layer in layers:
             if layer in dense:
                 handles.append(
-                    layer_module(model, arch, layer, arch.layout.down_proj).register_forward_pre_hook(
+                    layer_module(model, arch, layer, arch.layout.mlp.down_proj).register_forward_pre_hook(
                         pooled_hook(routed, layer)
                     )
                 )

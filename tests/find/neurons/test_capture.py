@@ -59,7 +59,7 @@ def test_hooks_removed_when_the_consumer_fails(tiny):
     with pytest.raises(RuntimeError, match="consumer failed"):
         capture_pooled(model, tok, TEXTS, boom, batch_size=2)
     arch = model_architecture(model)
-    down = layer_module(model, arch, 2, arch.layout.down_proj)
+    down = layer_module(model, arch, 2, arch.layout.mlp.down_proj)
     assert not down._forward_pre_hooks
 
 

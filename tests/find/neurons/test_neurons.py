@@ -35,12 +35,12 @@ def reference_ppm(model) -> np.ndarray:
     g = arch.geometry
     out = np.zeros((g.num_layers, g.intermediate_size))
     for layer, i in product(range(g.num_layers), range(g.intermediate_size)):
-        if arch.layout.gate_up_proj:
-            w = layer_module(model, arch, layer, arch.layout.gate_up_proj).weight.detach()
+        if arch.layout.mlp.gate_up_proj:
+            w = layer_module(model, arch, layer, arch.layout.mlp.gate_up_proj).weight.detach()
             gate, up = w[i], w[g.intermediate_size + i]
         else:
-            gate = layer_module(model, arch, layer, arch.layout.gate_proj).weight.detach()[i]
-            up = layer_module(model, arch, layer, arch.layout.up_proj).weight.detach()[i]
+            gate = layer_module(model, arch, layer, arch.layout.mlp.gate_proj).weight.detach()[i]
+            up = layer_module(model, arch, layer, arch.layout.mlp.up_proj).weight.detach()[i]
         out[layer, i] = float(max(gate)) + abs(float(min(gate))) + float(max(up)) + abs(float(min(up)))
     return out
 
@@ -220,13 +220,13 @@ def test_ppm_of_an_ungated_mlp_reads_its_one_input_matrix(tmp_path, monkeypatch)
     import transformers as tf
 
     from surgery.core import architectures
-    from surgery.core.architectures import Layout
+    from surgery.core.architectures import Layout, Mlp
     from tests.support.tiny import BASE
 
     monkeypatch.setitem(
         architectures.ARCHITECTURES,
         "starcoder2",
-        Layout(("model.layers.{layer}.",), down_proj="mlp.c_proj", gate_proj=None, up_proj="mlp.c_fc"),
+        Layout(mlp=Mlp(down_proj="mlp.c_proj", gate_proj=None, up_proj="mlp.c_fc")),
     )
     torch.manual_seed(0)
     model = tf.AutoModelForCausalLM.from_config(

@@ -1,0 +1,116 @@
+"""A table row is a ``Layout`` of typed parts: every row of the table is well-formed, part by part."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from surgery.core.architectures import (
+    ARCHITECTURES,
+    Attention,
+    Config,
+    Experts,
+    Layers,
+    Layout,
+    Limits,
+    Mlp,
+    Names,
+    Tail,
+    records,
+)
+
+PARTS = {
+    "names": Names,
+    "attention": Attention,
+    "mlp": Mlp,
+    "layers": Layers,
+    "tail": Tail,
+    "limits": Limits,
+    "config": Config,
+}
+# Records a part holds; Experts is one record of its own (see docs/contributing/adding-an-architecture.md).
+RECORDS = (records.ConfigKeys, records.Mixer, records.NativeName, records.LayerSizes)
+
+
+def _modules(layout: Layout) -> list[str]:
+    """Every module name the row's attention, MLP and other mixer give (None: absent)."""
+    att, mlp, mixer = layout.attention, layout.mlp, layout.layers.mixer
+    names = [att.o_proj, att.q_proj, att.k_proj, att.v_proj, att.qkv_proj, mlp.down_proj, mlp.gate_proj]
+    names += [mlp.up_proj, mlp.gate_up_proj, mixer.module if mixer else None]
+    return [n for n in names if n is not None]
+
+
+def problems(layout: Layout) -> list[str]:
+    """What is wrong with a row, one line each (nothing for a well-formed row)."""
+    out = [
+        f"{name} is a {type(getattr(layout, name)).__name__}, not a {part.__name__}"
+        for name, part in PARTS.items()
+        if type(getattr(layout, name)) is not part
+    ]
+    if out:
+        return out
+    if layout.experts is not None and not isinstance(layout.experts, Experts):
+        out.append(f"experts is a {type(layout.experts).__name__}")
+    prefixes, att, mlp = layout.names.layer_prefixes, layout.attention, layout.mlp
+    if not prefixes or any("{layer}" not in p or not p.endswith(".") for p in prefixes):
+        out.append(f"layer prefixes {prefixes} must each hold {{layer}} and end with '.'")
+    for name in _modules(layout):
+        if not name or name.startswith(".") or name.endswith("."):
+            out.append(f"module name {name!r} is not a dotted name relative to a layer")
+        if "{sub}" in name and layout.layers.sub_layers == 1:
+            out.append(f"{name} names a block, but the row has one block per layer")
+    if att.qkv_proj and (att.q_proj or att.k_proj or att.v_proj):
+        out.append("a fused qkv_proj and separate q/k/v projections")
+    if mlp.gate_up_proj and (mlp.gate_proj or mlp.up_proj):
+        out.append("a fused gate_up_proj and separate gate/up projections")
+    if att.mla and (att.q_proj or att.k_proj or att.v_proj):
+        out.append("MLA names its own q/kv matrices; q_proj, k_proj and v_proj must be None")
+    if bool(layout.config.text_model_types) != bool(layout.config.text_config_key):
+        out.append("a wrapper names both its text model types and its text_config key")
+    if layout.layers.sub_layers < 1 or mlp.ffn_divisor < 1:
+        out.append("sub_layers and ffn_divisor are at least 1")
+    limits = layout.limits
+    for why in (limits.head_refusal, limits.find_heads_refusal, limits.find_refusal):
+        if why is not None and (not why.strip() or "\n" in why):
+            out.append(f"a refusal is one line: {why!r}")
+    return out
+
+
+@pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
+def test_every_row_is_well_formed(model_type):
+    assert problems(ARCHITECTURES[model_type]) == []
+
+
+@pytest.mark.parametrize(
+    ("row", "words"),
+    [
+        (Layout(Names(("model.layers.",))), "{layer}"),
+        (Layout(attention=Attention(qkv_proj="self_attn.qkv_proj")), "fused qkv_proj"),
+        (Layout(mlp=Mlp(gate_up_proj="mlp.gate_up_proj")), "fused gate_up_proj"),
+        (Layout(attention=Attention(o_proj="self_attn.{sub}.o_proj")), "one block per layer"),
+        (Layout(config=Config(text_config_key="text_config")), "wrapper"),
+        (Layout(limits=Limits(head_refusal="two\nlines")), "one line"),
+        (Layout(mlp=Mlp(down_proj="mlp.down_proj.")), "dotted name"),
+        (Layout(mlp=Attention()), "not a Mlp"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_malformed_row_is_named(row, words):
+    assert any(words in p for p in problems(row)), problems(row)
+
+
+@pytest.mark.parametrize("cls", [Layout, *PARTS.values(), *RECORDS])
+def test_parts_are_small_frozen_records(cls):
+    assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
+    assert len(dataclasses.fields(cls)) <= 8, f"{cls.__name__}: split it into parts grouped by meaning"
+
+
+def test_layout_is_its_parts():
+    assert {f.name for f in dataclasses.fields(Layout)} == {*PARTS, "experts"}
+    assert Layout() == Layout(Names(), Attention(), Mlp(), None, Layers(), Tail(), Limits(), Config())
+
+
+def test_the_default_row_is_a_llama_shaped_decoder():
+    """A row names only what differs from Llama's: Llama's row is the default one."""
+    assert ARCHITECTURES["qwen2"] == Layout()
+    assert ARCHITECTURES["llama"] == Layout(Names(native_names=ARCHITECTURES["llama"].names.native_names))
