@@ -5,9 +5,9 @@
 For a change that must not change behaviour (a refactor): the fixtures (tiny seeded models in plain
 float32, bfloat16 with a mixture of experts, FP8 with block and tensor scales, int4 compressed-tensors,
 AutoAWQ, and a Q8_0 GGUF) are written once, by this checkout's tests/support/, and both commits run the
-same CLI commands on them (prune-neurons, apply with a recipe of heads, neurons and a direction,
-export-lora, undo), each in its own process with its own code first on the path and an
-empty cache. Every output file's sha256 is compared (surgery.json without its "created" time and the
+same CLI commands on them (prune-neurons; apply and export-lora with a recipe of heads, neurons and a
+direction, and with one of the edits quantized formats store exactly; undo), each in its own process
+with its own code first on the path and an empty cache. Every output file's sha256 is compared (surgery.json without its "created" time and the
 hash over it); the run fails naming any that differ.
 """
 
@@ -53,23 +53,27 @@ def build_fixtures(root: Path) -> dict[str, Path]:
     gguf = root / "tiny.gguf"
     write_tiny_gguf(gguf, gguf_source_model())
     fixtures["gguf-q8_0"] = gguf
-    hidden = 32  # the tiny models' hidden size (tests/support/tiny.py, tests/support/tiny_gguf.py)
-    save_file({"r": torch.linspace(-1, 1, hidden)}, root / "direction.safetensors")
+    for hidden in (32, 64):  # the tiny models' hidden sizes (tests/support/tiny.py, tests/support/tiny_gguf.py)
+        save_file({"r": torch.linspace(-1, 1, hidden)}, root / f"direction{hidden}.safetensors")
     return fixtures
 
 
-def recipe(root: Path, moe: bool) -> Path:
-    """Heads, neurons and a direction in one recipe (layers 0 and 1 exist in every fixture); in a
-    mixture of experts the neurons are a routed expert's and the shared expert's."""
+def recipe(root: Path, moe: bool, exact: bool, hidden: int) -> Path:
+    """Heads and neurons in one recipe (layers 0 and 1 exist in every fixture); in a mixture of experts
+    the neurons are a routed expert's and the shared expert's. ``exact``: edits a quantized format
+    stores exactly (α 2, pruned neurons), else α 2.5, a neuron halved and a direction too."""
     routed, shared = (", expert: 1", ", expert: shared") if moe else ("", "")
-    path = root / f"recipe{'-moe' if moe else ''}.yaml"
-    path.write_text(
-        "version: 1\nedits:\n"
-        "- {type: head, layer: 0, head: 1, alpha: 2.5}\n"
-        f"- {{type: neuron, layer: 1{routed}, neuron: 3, factor: 0.0}}\n"
-        f"- {{type: neuron, layer: 0{shared}, neuron: 5, factor: 0.5}}\n"
-        f"- {{type: direction, layer: 1, module: attention, vector: {root / 'direction.safetensors'}#r, weight: 1.0}}\n"
-    )
+    alpha, factor = ("2.0", "0.0") if exact else ("2.5", "0.5")
+    lines = [
+        f"- {{type: head, layer: 0, head: 1, alpha: {alpha}}}",
+        f"- {{type: neuron, layer: 1{routed}, neuron: 3, factor: 0.0}}",
+        f"- {{type: neuron, layer: 0{shared}, neuron: 5, factor: {factor}}}",
+    ]
+    if not exact:
+        vector = root / f"direction{hidden}.safetensors"
+        lines.append(f"- {{type: direction, layer: 1, module: attention, vector: {vector}#r, weight: 1.0}}")
+    path = root / f"recipe-{'moe' if moe else 'dense'}-{'exact' if exact else 'float'}-{hidden}.yaml"
+    path.write_text("version: 1\nedits:\n" + "\n".join(lines) + "\n")
     return path
 
 
@@ -77,13 +81,16 @@ def commands(name: str, src: Path, root: Path, out: Path) -> list[tuple[str, lis
     """(output label, CLI arguments) of every command run on fixture ``name``."""
     suffix = ".gguf" if src.suffix == ".gguf" else ""
     moe = "moe" in name
+    hidden = 64 if suffix else 32
     neurons = "0:e1:1,1:s:3" if moe else "0:1,1:3"
-    runs = [
-        ("prune", ["prune-neurons", src, "--neurons", neurons, "--out", out / f"{name}-prune{suffix}"]),
-        ("apply", ["apply", recipe(root, moe), "--model", src, "--out", out / f"{name}-apply{suffix}"]),
-    ]
+    runs = [("prune", ["prune-neurons", src, "--neurons", neurons, "--out", out / f"{name}-prune{suffix}"])]
+    for exact in (False, True):
+        kind = "exact" if exact else "float"
+        rec = recipe(root, moe, exact, hidden)
+        runs.append((f"apply {kind}", ["apply", rec, "--model", src, "--out", out / f"{name}-apply-{kind}{suffix}"]))
+        if not suffix:
+            runs.append((f"lora {kind}", ["export-lora", src, "--recipe", rec, "--out", out / f"{name}-lora-{kind}"]))
     if not suffix:
-        runs.append(("lora", ["export-lora", src, "--recipe", recipe(root, moe), "--out", out / f"{name}-lora"]))
         runs.append(("undo", ["undo", out / f"{name}-prune", "--out", out / f"{name}-undone"]))
     return [(label, [str(a) for a in args]) for label, args in runs]
 
