@@ -389,9 +389,21 @@ def export_lora(
         extra={f"{kind}s": counts.get(kind, 0) for kind in edit_kinds() if kind in counts or kind in COUNTED_SINCE_0_1},
     )
     with staged_output(Path(out), [ckpt.path], force) as tmp:
-        config.save_pretrained(str(tmp))
+        _save_adapter_config(config, tmp)
         save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
         (tmp / "README.md").write_text(adapter_card(record, arch), encoding="utf-8")
         record.files = hash_files(tmp, sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()))
         (tmp / ADAPTER_PROVENANCE_NAME).write_text(json.dumps(record.to_dict(), indent=1) + "\n", encoding="utf-8")
     return record
+
+
+def _save_adapter_config(config: Any, folder: Path) -> None:
+    """PEFT's adapter_config.json with its sets (target_modules) sorted: PEFT writes a set in hash order,
+    which differs between processes, so the same export would not give the same bytes twice."""
+    config.save_pretrained(str(folder))
+    path = folder / "adapter_config.json"
+    written = json.loads(path.read_text(encoding="utf-8"))
+    for key, value in config.to_dict().items():
+        if isinstance(value, set):
+            written[key] = sorted(value)
+    path.write_text(json.dumps(written, indent=2, sort_keys=True), encoding="utf-8")  # PEFT's own layout
