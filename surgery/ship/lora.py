@@ -39,6 +39,7 @@ from ..core.errors import RecipeError
 from ..core.resolve import Resolver
 from ..core.sites import all_sites, sites
 from ..core.staging import staged_output
+from ..core.strict_files import load_json
 from ..model.hooks import scale_vectors
 from ..model.loading import Source, local_source
 from .card import adapter_card
@@ -402,7 +403,7 @@ def _save_adapter_config(config: Any, folder: Path) -> None:
     which differs between processes, so the same export would not give the same bytes twice."""
     config.save_pretrained(str(folder))
     path = folder / "adapter_config.json"
-    written = json.loads(path.read_text(encoding="utf-8"))
+    written = load_json(path.read_text(encoding="utf-8"))
     for key, value in config.to_dict().items():
         if isinstance(value, set):
             written[key] = sorted(value)
