@@ -31,7 +31,7 @@ class Geometry:
     sparse_layers: frozenset[int] = frozenset()
     # Zero-computation (identity) experts the router may pick after the routed ones (LongCat-Flash).
     zero_experts: int = 0
-    # Issue 24 (empty / None / 0 where the row has none): MLA sizes, the kind of each layer (hybrid
+    # Empty, None or 0 where the row has none: MLA sizes, the kind of each layer (hybrid
     # models: attention side, MLP side), DeepSeek-V4's output groups and their rank.
     mla: MlaSizes | None = None
     layer_kinds: tuple[str, ...] = ()
