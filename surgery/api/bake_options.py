@@ -9,11 +9,16 @@ build the same object, with a DeprecationWarning that says what to write instead
 
 from __future__ import annotations
 
+import functools
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
+from ..core.errors import SurgeryError
 from ._common import typed
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,35 @@ def bake_options(function: str, given: BakeOptions | None, options: dict[str, An
             f"{function}({', '.join(f'{name}=…' for name in old)}) is deprecated and will be removed in the "
             f"next release; write {function}(…, bake=surgery.BakeOptions({written})) instead",
             DeprecationWarning,
-            stacklevel=3,  # the caller of the API function
+            stacklevel=4,  # the caller of the API function (past its names_bake_options wrapper)
         )
     return chosen
+
+
+def _bake_keyword(error: SurgeryError) -> Callable[[str], str]:
+    """How a Python caller of a bake writes each named parameter: a switch that is a
+    :class:`BakeOptions` field goes through ``bake=`` (``bake=surgery.BakeOptions(force=True)``)."""
+
+    def spell(name: str) -> str:
+        if name in error.switches and name in FIELDS:
+            return f"bake=surgery.BakeOptions({name}=True)"
+        return error.keyword(name)
+
+    return spell
+
+
+def names_bake_options(function: F) -> F:
+    """``function`` (a bake's public entry point) with its errors naming a :class:`BakeOptions` switch as
+    the caller writes it, ``bake=surgery.BakeOptions(force=True)``, where the code that raised it only
+    knows the switch (``force=True``). The command line still reads the flag (``--force``)."""
+
+    @functools.wraps(function)
+    def named(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except SurgeryError as error:
+            if error.switches & set(FIELDS):
+                error.args = (error.spelled(_bake_keyword(error)),)
+            raise
+
+    return named  # type: ignore[return-value]

@@ -24,10 +24,11 @@ from ..core.errors import ParameterError, RecipeError
 from ..core.progress import StageProgress, silent_stages
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
-from .bake_options import BakeOptions, bake_options
+from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baked import Baked, Planned, sweep_label  # noqa: F401 (sweep_label: callers import it from here)
 
 
+@names_bake_options
 def bake_recipe(
     model: str | Path,
     recipe: Recipe,
@@ -136,6 +137,7 @@ def bake_recipe(
     return Baked(Path(out), record, notes + result.notes, dict(extra) if extra else None)
 
 
+@names_bake_options
 def bake_sweep(
     model: str | Path,
     plans: Sequence[Planned],
@@ -204,6 +206,7 @@ def bake_sweep(
     return results
 
 
+@names_bake_options
 def bake_plans(
     model: str | Path,
     plans: Sequence[Planned],

@@ -10,7 +10,7 @@ from ..core.edits import Recipe
 from ..core.progress import StageProgress, silent_stages
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
-from .bake_options import BakeOptions, bake_options
+from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, bake_recipe
 from .results import Inspection
 
@@ -94,6 +94,7 @@ def _spans(numbers: tuple[int, ...]) -> str:
     return ", ".join(f"{a}–{b}" if b > a else str(a) for a, b in runs)
 
 
+@names_bake_options
 def apply(
     recipe: Recipe | str | Path,
     model: str | Path,

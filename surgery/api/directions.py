@@ -24,7 +24,7 @@ from ..core.progress import Progress, StageProgress, silent, silent_stages
 from ..find.directions.params import DirectionParams, KernelParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
-from .bake_options import BakeOptions, bake_options
+from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, Planned, bake_plans
 
 if TYPE_CHECKING:
@@ -114,6 +114,7 @@ def find_direction(
     return found
 
 
+@names_bake_options
 def ablate_direction(
     model: str | Path,
     out: str | Path,

@@ -23,7 +23,7 @@ from ..core.progress import Progress, StageProgress, silent, silent_stages
 from ..find.heads.params import FindParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import index_pair, no_other_options, reporter, typed
-from .bake_options import BakeOptions, bake_options
+from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, Planned, bake_plans, sweep_label
 
 # The options that decide head findings: when amplify-heads is given none, the newest cached serve.
@@ -157,6 +157,7 @@ def find_heads(
     return found
 
 
+@names_bake_options
 def amplify_heads(
     model: str | Path,
     out: str | Path,

@@ -23,7 +23,7 @@ from ..core.progress import Progress, StageProgress, silent, silent_stages
 from ..find.neurons.params import CaptureParams, SelectParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import index_pair, no_other_options, reporter, typed
-from .bake_options import BakeOptions, bake_options
+from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, Planned, bake_plans, sweep_label
 
 # The options that decide neuron findings: when prune-neurons is given none, the newest cached serve.
@@ -152,6 +152,7 @@ def neuron_plans(
     return plans
 
 
+@names_bake_options
 def prune_neurons(
     model: str | Path,
     out: str | Path,

@@ -213,14 +213,15 @@ def parse_neuron(text: str) -> tuple[int, int, int | str | None]:
 
 
 def parse_neurons(spec: str, factor: float) -> list[NeuronScale]:
-    """Parse ``"28:17,3:e5:17,3:s:2"`` (see :func:`neuron_label`) from the command line."""
+    """Parse ``"28:17,3:e5:17,3:s:2"`` (see :func:`neuron_label`), as the command line and the API take it."""
     out = []
     for part in filter(None, (p.strip() for p in spec.split(","))):
         try:
             layer, neuron, expert = parse_neuron(part)
         except RecipeError as exc:
-            raise RecipeError(f"--neurons: {exc}") from None
+            # the placeholder reads "neurons" in Python and "--neurons" on the command line
+            raise RecipeError(f"{{neurons}}: {exc}", "neurons") from None
         out.append(NeuronScale(layer, neuron, factor, expert))
     if not out:
-        raise RecipeError("--neurons is empty; give LAYER:NEURON pairs such as 28:17,28:901")
+        raise RecipeError("{neurons} is empty; give LAYER:NEURON pairs such as 28:17,28:901", "neurons")
     return out

@@ -35,7 +35,7 @@ from ..bake.record import AdapterRecord, BakeRecord
 from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint
 from ..core.edits import Recipe, edit_kinds
-from ..core.errors import RecipeError
+from ..core.errors import CheckpointError, RecipeError
 from ..core.resolve import Resolver
 from ..core.sites import all_sites, sites
 from ..core.staging import staged_output
@@ -344,6 +344,12 @@ def export_lora(
     (surgery_adapter.json)."""
     from safetensors.torch import save_file
 
+    if ckpt.format.quantized:  # the factors are read from the stored weights, which must be the floats
+        raise CheckpointError(
+            f"export-lora writes an adapter from float weights, and {ckpt.path} stores "
+            f"{ckpt.format.describe()} weights: bake the recipe into the checkpoint itself (exact in its own "
+            "format), or export the adapter from the float model it was quantized from"
+        )
     arch = recipe.validate(ckpt.config)
     model = meta_model(ckpt)
     modules = lora_modules(ckpt, recipe, model)

@@ -1,5 +1,5 @@
-"""Messages a new user reads (issue 33): a Python caller is told the keyword (``force=True``), the
-command line the flag (``--force``); ``--heads``/``--neurons`` errors name the option and the edit as
+"""Messages a new user reads: a Python caller is told the keyword (``force=True``; a bake's switch as
+``bake=surgery.BakeOptions(force=True)``), the command line the flag (``--force``); ``--heads``/``--neurons`` errors name the option and the edit as
 typed; ``--transfer`` says which field differs; numpy numbers are numbers; ``--json`` errors are JSON
 on stdout too; tables are never cut at 80 columns."""
 
@@ -36,28 +36,50 @@ def test_a_message_names_keywords_in_python_and_flags_on_the_command_line():
     assert isinstance(exc, DestinationError) and exc.args == (str(exc),)
 
 
-def test_force_is_a_keyword_in_python_and_a_flag_on_the_command_line(tiny, tmp_path, capsys):
+def test_force_is_a_bake_option_in_python_and_a_flag_on_the_command_line(tiny, tmp_path, capsys):
     model, out = tiny("llama"), tmp_path / "out"
     surgery.amplify_heads(model, out, heads="0.1", alpha=2.0, bake=surgery.BakeOptions(verify=False))
     with pytest.raises(DestinationError) as caught:
         surgery.amplify_heads(model, out, heads="0.1", alpha=3.0, bake=surgery.BakeOptions(verify=False))
-    assert str(caught.value) == f"{out} already exists; pass force=True to replace it, or choose another out"
+    assert str(caught.value) == (
+        f"{out} already exists; pass bake=surgery.BakeOptions(force=True) to replace it, or choose another out"
+    )
     line = error_line(run_main(["amplify-heads", model, "--heads", "0.1", "--alpha", "3", "--out", out], capsys))
     assert line == f"Error: {out} already exists; pass --force to replace it, or choose another --out"
 
 
-def test_allow_other_base_is_a_keyword_in_python(tiny, tmp_path):
+def test_force_of_an_undo_or_a_report_stays_a_keyword(tiny, tmp_path):
+    """Only a bake's switches live in BakeOptions: undo takes ``force=True`` itself, and says so."""
+    model, out, restored = tiny("llama"), tmp_path / "out", tmp_path / "restored"
+    surgery.amplify_heads(model, out, heads="0.1", alpha=2.0, bake=surgery.BakeOptions(verify=False))
+    surgery.undo(out, restored)
+    with pytest.raises(DestinationError) as caught:
+        surgery.undo(out, restored)
+    assert "pass force=True" in str(caught.value) and "BakeOptions" not in str(caught.value)
+    recipe = Recipe((HeadScale(0, 1, 2.0),))
+    surgery.apply(recipe, model, tmp_path / "applied", bake=surgery.BakeOptions(verify=False))
+    with pytest.raises(DestinationError, match=r"pass bake=surgery\.BakeOptions\(force=True\)"):
+        surgery.apply(recipe, model, tmp_path / "applied")
+
+
+def test_allow_other_base_is_a_bake_option_in_python(tiny, tmp_path):
     recipe = Recipe((HeadScale(0, 1, 2.0),), base_model="org/other-model")
-    with pytest.raises(RecipeError, match=r"pass allow_other_base=True to bake it anyway") as caught:
+    with pytest.raises(
+        RecipeError, match=r"pass bake=surgery\.BakeOptions\(allow_other_base=True\) to bake it anyway"
+    ) as caught:
         surgery.bake_recipe(tiny("llama"), recipe, tmp_path / "out")
     assert "--" not in str(caught.value)
 
 
-def test_allow_zero_is_a_keyword_in_python_and_a_flag_on_the_command_line(tiny, tmp_path, capsys):
+def test_allow_zero_is_a_bake_option_in_python_and_a_flag_on_the_command_line(tiny, tmp_path, capsys):
     model = tiny("llama")
-    with pytest.raises(ParameterError, match=r"pass allow_zero=True if that is what you want"):
+    with pytest.raises(
+        ParameterError, match=r"pass bake=surgery\.BakeOptions\(allow_zero=True\) if that is what you want"
+    ):
         surgery.amplify_heads(model, tmp_path / "a", heads="0.1", alpha=0)
-    with pytest.raises(RecipeError, match=r"pass allow_zero=True if that is what you want"):  # rounds to zero
+    with pytest.raises(
+        RecipeError, match=r"pass bake=surgery\.BakeOptions\(allow_zero=True\) if that is what you want"
+    ):  # rounds to zero
         surgery.amplify_heads(model, tmp_path / "b", heads="0.1", alpha=1e-50)
     line = error_line(
         run_main(["amplify-heads", model, "--heads", "0.1", "--alpha", "1e-50", "--out", tmp_path], capsys)
@@ -140,6 +162,22 @@ def test_an_edit_named_by_a_parameter_is_named_by_it_in_python(tiny, tmp_path):
     # a recipe's edits keep their place in the file
     with pytest.raises(RecipeError, match=r"^edits\[0\]\.layer = 9"):
         surgery.bake_recipe(tiny("llama"), Recipe((HeadScale(9, 9, 2.0),)), tmp_path / "r")
+
+
+@pytest.mark.parametrize(
+    "neurons, message",
+    [("1:x", "'1:x' is not LAYER:NEURON"), (" , ", "is empty; give LAYER:NEURON pairs")],
+)
+def test_a_neuron_string_is_named_by_the_parameter_in_python_and_the_flag_on_the_command_line(
+    neurons, message, tiny, tmp_path, capsys
+):
+    model = tiny("llama")
+    with pytest.raises(RecipeError) as caught:
+        surgery.prune_neurons(model, tmp_path / "o", neurons=neurons)
+    assert str(caught.value).startswith("neurons") and message in str(caught.value), caught.value
+    assert "--" not in str(caught.value)
+    line = error_line(run_main(["prune-neurons", model, "--neurons", neurons, "--out", tmp_path / "o"], capsys))
+    assert line.startswith("Error: --neurons") and message in line, line
 
 
 # --- numpy numbers are numbers --------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from surgery.bake.bake import bake
 from surgery.core.architectures import architecture
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
-from surgery.core.errors import RecipeError
+from surgery.core.errors import CheckpointError, RecipeError
 from surgery.ship.lora import VLLM_RANKS, export_lora
 from tests.support.models import load_fp32
 from tests.support.tiny import ARCHS
@@ -230,3 +230,26 @@ def test_the_same_export_writes_the_same_bytes_in_any_process(tiny, tmp_path):
     export_lora(Checkpoint(src), _recipe(Checkpoint(src).config), tmp_path / "adapter")
     targets = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["target_modules"]
     assert targets == sorted(targets) and len(targets) > 1
+
+
+@pytest.mark.parametrize("stored", ["fp8-block", "int4-group", "awq"])
+def test_a_quantized_checkpoint_is_refused_in_one_line(stored, tmp_path, capsys):
+    """The factors are read from the stored weights: codes without their scales would make a wrong
+    adapter, so a quantized checkpoint is refused, saying what to do, and nothing is written."""
+    from tests.support.awq import build_awq
+    from tests.support.cli import error_line, run_main
+    from tests.support.fp8 import build_fp8
+    from tests.support.int_packed import build_int
+
+    builds = {
+        "fp8-block": lambda p: build_fp8(p, "block"),
+        "int4-group": lambda p: build_int(p, "w4a16-g8"),
+        "awq": build_awq,
+    }
+    src, out = builds[stored](tmp_path / "src"), tmp_path / "adapter"
+    with pytest.raises(CheckpointError, match=r"writes an adapter from float weights, and .* stores .* weights: bake"):
+        export_lora(Checkpoint(src), Recipe((NeuronScale(1, 3, 0.0),)), out)
+    (tmp_path / "recipe.yaml").write_text(Recipe((HeadScale(0, 1, 2.0),)).to_yaml())
+    line = error_line(run_main(["export-lora", src, "--recipe", tmp_path / "recipe.yaml", "--out", out], capsys))
+    assert line.startswith("Error: export-lora writes an adapter from float weights"), line
+    assert not out.exists()
