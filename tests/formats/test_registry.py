@@ -24,6 +24,7 @@ from surgery.formats.plain import PlainFloat
 from tests.support.awq import build_awq
 from tests.support.fp8 import build_fp8
 from tests.support.int_packed import build_int
+from tests.support.nvfp4 import build_nvfp4
 
 # Each registered format, on fixtures of its layouts (a new format adds its own here: the test below
 # fails on a registered format without one).
@@ -35,6 +36,10 @@ FIXTURES = {
         lambda folder, tiny: build_int(folder, "w8a16-channel"),
     ],
     "awq": [lambda folder, tiny: build_awq(folder), lambda folder, tiny: build_awq(folder, group=16)],
+    "nvfp4": [
+        lambda folder, tiny: build_nvfp4(folder),
+        lambda folder, tiny: build_nvfp4(folder, head_dim=16),
+    ],
 }
 CASES = [(name, k) for name, builders in FIXTURES.items() for k in range(len(builders))]
 
@@ -46,7 +51,7 @@ def test_the_built_in_formats_are_registered_in_detection_order():
 
 @pytest.mark.parametrize(("name", "k"), CASES, ids=[f"{n}-{k}" for n, k in CASES])
 def test_every_registered_format_is_detected_on_its_fixture(tmp_path, tiny, name, k):
-    if name in ("int_packed", "awq"):
+    if name in ("int_packed", "awq", "nvfp4"):
         pytest.importorskip("compressed_tensors")
     ckpt = Checkpoint(FIXTURES[name][k](tmp_path / "src", tiny))
     assert ckpt.format.name == name
@@ -103,8 +108,8 @@ def test_the_refusal_of_an_unknown_quantization_offers_every_registered_format(t
     with pytest.raises(SurgeryError) as exc:
         Checkpoint(src)
     assert str(exc.value).endswith(
-        "use the unquantized (F32/F16/BF16), an FP8 e4m3, an int4 / int8 compressed-tensors or an int4 "
-        "AutoAWQ GEMM checkpoint"
+        "use the unquantized (F32/F16/BF16), an FP8 e4m3, an int4 / int8 compressed-tensors, an int4 "
+        "AutoAWQ GEMM or an NVFP4 compressed-tensors checkpoint"
     )
 
 
