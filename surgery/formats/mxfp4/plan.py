@@ -33,7 +33,7 @@ from ...core.errors import CheckpointError, RecipeError
 from ..fp8.plan import _reference
 from ..int_packed.plan import EditView
 from ..plain import plain_problems
-from .storage import BIAS, BLOCK, NAN, MxWeight, decode, mx_weights
+from .storage import BLOCK, NAN, MxWeight, decode, mx_weights
 
 
 class MxView(EditView):

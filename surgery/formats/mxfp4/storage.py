@@ -24,8 +24,7 @@ import numpy as np
 from ...core.errors import CheckpointError
 
 BLOCK = 32  # input columns per E8M0 scale
-BIAS = 127  # E8M0: the scale of byte s is 2^(s − 127); 255 is NaN
-NAN = 255
+NAN = 255  # E8M0: the scale of byte s is 2^(s − 127); 255 is NaN
 
 
 @dataclass(frozen=True)
