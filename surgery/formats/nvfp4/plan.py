@@ -31,7 +31,7 @@ from ...core.architectures import Architecture
 from ...core.checkpoint import Checkpoint
 from ...core.edits import Edit, Recipe
 from ...core.errors import CheckpointError, RecipeError
-from ..fp8.plan import _reference, read_scale
+from ..fp8.plan import read_scale
 from ..int_packed.plan import EditView
 from ..plain import plain_problems
 from . import storage
@@ -95,6 +95,56 @@ def _whole_groups(cols: dict[int, float], n_groups: int) -> dict[int, float]:
     return out
 
 
+def _zeroed(codes: np.ndarray, rows: list[int], cols: list[int]) -> np.ndarray:
+    """The packed codes with ``rows`` and ``cols`` set to +0, unpacked and packed again by compressed-tensors
+    (only the bytes that hold them), so the other code of each byte keeps its bits."""
+    new = codes.copy()
+    if rows:
+        values = storage.unpack(codes[rows])
+        values[:] = 0.0
+        new[rows] = storage.pack(values)
+    if cols:
+        pairs = sorted({c // 2 for c in cols})
+        values = storage.unpack(codes[:, pairs])  # column j is the weight's column 2·pairs[j // 2] + j % 2
+        for c in cols:
+            values[:, 2 * pairs.index(c // 2) + c % 2] = 0.0
+        new[:, pairs] = storage.pack(values)
+    return new
+
+
+def _edited_parts(p: TensorPatch, grid: tuple[int, int]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(rows, groups) of the weight that ``p`` edits, as whole groups of 16: its rows across every group,
+    and every row across the groups of its columns. Every other value keeps its bytes and its scale."""
+    parts = []
+    if p.rows:
+        parts.append((np.array(sorted(p.rows)), np.arange(grid[1])))
+    if p.cols:
+        parts.append((np.arange(grid[0]), np.array(sorted({c // GROUP for c in p.cols}))))
+    return parts
+
+
+def _decoded(s: Scheme, codes: np.ndarray, scale: np.ndarray, g: np.ndarray, part) -> np.ndarray:
+    """float32 values of the ``part`` (rows, groups) of a weight, decoded by compressed-tensors."""
+    rows, groups = part
+    pairs = (groups[:, None] * (GROUP // 2) + np.arange(GROUP // 2)).reshape(-1)
+    return storage.dequantize(s, storage.unpack(codes[np.ix_(rows, pairs)]), scale[np.ix_(rows, groups)], g)
+
+
+def _expected(s: Scheme, codes: np.ndarray, scale: np.ndarray, g: np.ndarray, part, p: TensorPatch) -> np.ndarray:
+    """The recipe's values of ``part``: the source's decoded values times ``p``'s line scales (columns first,
+    as the byte plan applies them), in float32."""
+    rows, groups = part
+    x = _decoded(s, codes, scale, g, part)
+    columns = (groups[:, None] * GROUP + np.arange(GROUP)).reshape(-1)
+    for j, c in enumerate(columns):
+        if int(c) in p.cols:
+            x[:, j] *= np.float32(p.cols[int(c)])
+    for i, r in enumerate(rows):
+        if int(r) in p.rows:
+            x[i] *= np.float32(p.rows[int(r)])
+    return x
+
+
 def _routed(ckpt: Checkpoint, s: Scheme, w: Fp4Weight, p: TensorPatch) -> list[TensorPatch]:
     """``p`` (on the values of NVFP4 weight ``w``) as exact patches of its codes and scales, or a refusal."""
     if p.project is not None:
@@ -124,12 +174,7 @@ def _routed(ckpt: Checkpoint, s: Scheme, w: Fp4Weight, p: TensorPatch) -> list[T
     for k, a in s_cols.items():
         new_scale[:, k] *= np.float32(a)
     zero_rows, zero_cols = sorted(rows), sorted(cols)
-    new_codes = codes
-    if zero_rows or zero_cols:
-        values = storage.unpack(codes)
-        values[zero_rows] = 0.0
-        values[:, zero_cols] = 0.0
-        new_codes = storage.pack(values)
+    new_codes = _zeroed(codes, zero_rows, zero_cols)
     pairs = sorted({c // 2 for c in zero_cols})  # the byte columns holding the zeroed codes
     weight = TensorPatch(
         w.codes,
@@ -141,9 +186,8 @@ def _routed(ckpt: Checkpoint, s: Scheme, w: Fp4Weight, p: TensorPatch) -> list[T
         },
     )
     scales = TensorPatch(w.scale, rows=s_rows, cols=s_cols)
-    source, edited = _blocks(s, codes, scale, g), _blocks(s, new_codes, new_scale, g)
-    for (start, before), (_, after) in zip(source, edited):
-        if not np.array_equal(after, _reference(before, start, p)):
+    for part in _edited_parts(p, scale.shape):
+        if not np.array_equal(_decoded(s, new_codes, new_scale, g, part), _expected(s, codes, scale, g, part, p)):
             a = next(iter({*p.rows.values(), *p.cols.values()} - {0.0}), 0.0)
             raise _refusal(w, a, "the dequantized weights would not be the scaled ones in float32")
     return [q for q in (weight, scales) if q.rows or q.cols]
@@ -172,8 +216,9 @@ def weight_factors(ckpt: Checkpoint, w: Fp4Weight):
 
 
 def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tuple[int, list[str]]:
-    """(tensors compared, problem lines): every edited NVFP4 weight of ``out``, decoded by compressed-tensors,
-    must equal the recipe's scales times ``src``'s decoded weight exactly in float32; every other edited
+    """(tensors compared, problem lines): every edited group of 16 of each NVFP4 weight of ``out``, decoded
+    by compressed-tensors, must equal the recipe's scales times ``src``'s exactly in float32 (the rest of the
+    bytes are compared by the structural check); every other edited
     tensor must hold the byte plan's values (plain floats)."""
     s, weights = src.format.scheme, weights_of(src)
     patches = patch_plan(EditView(src, weights), recipe.validate(src.config), recipe.active())
@@ -187,9 +232,9 @@ def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tu
         if w_out is None or w_out.shape != w.shape:
             problems.append(f"{out.path.name}: '{w.codes.name}' is missing or has another shape than the source's")
             continue
-        before, after = _blocks(s, *_stored(src, w)), _blocks(s, *_stored(out, w_out))
-        for (start, a), (_, b) in zip(before, after):
-            if not np.array_equal(b, _reference(a, start, p)):
+        source, written = _stored(src, w), _stored(out, w_out)
+        for part in _edited_parts(p, source[1].shape):
+            if not np.array_equal(_decoded(s, *written, part), _expected(s, *source, part, p)):
                 problems.append(
                     f"{out.path.name}: the dequantized '{p.info.name}' is not the recipe's scales times the "
                     "source's exactly"
