@@ -172,3 +172,21 @@ def test_qwen3_moe_expert_neurons_are_exact(tmp_path):
     recipe = Recipe((NeuronScale(1, 3, 0.0, 1), NeuronScale(2, 15, 0.0, 3), NeuronScale(0, 0, 0.0, 0)))
     _bake(src, tmp_path / "out", recipe)
     check_expert_bake(src, tmp_path / "out", tmp_path, recipe, dequantized)
+
+
+def test_the_commands_end_to_end(tmp_path, capsys):
+    """prune-neurons, verify and undo as a user runs them; an inexact head α is one ``Error:`` line."""
+    from tests.support.cli import run_main
+
+    src = build_nvfp4(tmp_path / "src")
+    out, back = tmp_path / "pruned", tmp_path / "back"
+    done = run_main(["prune-neurons", src, "--neurons", "0:3,1:7", "--out", out, "--json"], capsys)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["verification"]["kind"] == "dequantized weights"
+    assert run_main(["verify", src, out], capsys).returncode == 0
+    assert run_main(["undo", out, "--out", back], capsys).returncode == 0
+    assert file_sha256(back / "model.safetensors") == file_sha256(src / "model.safetensors")
+    failed = run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "0.5", "--out", tmp_path / "h"], capsys)
+    errors = [ln for ln in failed.stderr.splitlines() if ln.startswith("Error: ")]
+    assert failed.returncode != 0 and len(errors) == 1 and "not whole groups of 16" in errors[0]
+    assert not (tmp_path / "h").exists()
