@@ -150,7 +150,7 @@ def _tensor(ckpt: Checkpoint, name: str, shape: tuple[int, ...], why: str | None
     if info.dtype not in FLOAT_DTYPES and info.dtype not in ckpt.format.edited_dtypes:
         raise CheckpointError(
             f"tensor '{name}' is stored as {info.dtype}; surgery edits F32, F16 and BF16 weights only (and "
-            "F8_E4M3, int4, int8 or NVFP4 ones whose config.json gives their scales: quantization_config)"
+            "F8_E4M3, int4, int8, NVFP4 or MXFP4 ones whose config.json gives their scales: quantization_config)"
         )
     if info.shape != shape:
         if why is None:
