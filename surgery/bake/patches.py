@@ -45,11 +45,12 @@ RAW_DTYPES = {
     e4m3.DTYPE: np.uint8,
     "I32": np.int32,
     "I8": np.int8,
+    "U8": np.uint8,
 }
 # The float dtypes every format edits; a format adds its own (StoredFormat.edited_dtypes).
 FLOAT_DTYPES = ("F32", "F16", "BF16")
-# Integer codes of an int4 / int8 checkpoint: never scaled, only replaced (surgery/formats/int_packed/plan.py).
-INT_DTYPES = ("I32", "I8")
+# Integer codes (int4 / int8, packed e2m1): never scaled, only replaced (surgery/formats/int_packed/, nvfp4/).
+INT_DTYPES = ("I32", "I8", "U8")
 
 
 def to_f32(raw: np.ndarray, dtype: str) -> np.ndarray:
@@ -149,7 +150,7 @@ def _tensor(ckpt: Checkpoint, name: str, shape: tuple[int, ...], why: str | None
     if info.dtype not in FLOAT_DTYPES and info.dtype not in ckpt.format.edited_dtypes:
         raise CheckpointError(
             f"tensor '{name}' is stored as {info.dtype}; surgery edits F32, F16 and BF16 weights only (and "
-            "F8_E4M3, int4 or int8 ones whose config.json gives their scales: quantization_config)"
+            "F8_E4M3, int4, int8, NVFP4 or MXFP4 ones whose config.json gives their scales: quantization_config)"
         )
     if info.shape != shape:
         if why is None:

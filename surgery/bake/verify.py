@@ -26,7 +26,7 @@ from ..core.progress import StageProgress, silent_stages
 from ..model.loading import DEFAULT_LOAD, LoadSpec
 from .bake import source_files
 from .copies import copy_patches, unrecorded
-from .patches import RAW_DTYPES, TensorPatch, group_by_file, patch_plan, patched_chunks
+from .patches import FLOAT_DTYPES, RAW_DTYPES, TensorPatch, group_by_file, patch_plan, patched_chunks
 from .provenance import OWN_FILES, integrity_problems, load_provenance
 from .record import BakeRecord
 from .tolerance import LogitTolerance, logit_tolerance
@@ -388,9 +388,10 @@ def numeric(
     view = src.format.view(src)  # an integer weight: its logical dtype, which has the default (bf16) tolerance
     arch = recipe.validate(src.config)
     dtypes = {view.tensor(p.info.name).dtype for p in patch_plan(view, arch, recipe.active())}
-    # loaded dequantized into the compute dtype, exactly (FP8; integer codes surgery decodes or holds): codes do not run
+    # loaded dequantized into the compute dtype, exactly (FP8; integer codes surgery decodes or holds): codes do not
+    # run, but a plain float tensor beside them (gpt-oss's bf16 attention next to its MXFP4 experts) is still rounded
     if src.format.loads_dequantized or holds_codes(model):
-        dtypes = set()
+        dtypes &= set(FLOAT_DTYPES)
     # The model may also compute in a narrower dtype than it stores (--dtype bfloat16 on float32 weights).
     dtypes.add(COMPUTE_DTYPES.get(str(compute_dtype_of(model)), "F32"))
     largest = max(float(a.abs().max()) for a in reference)

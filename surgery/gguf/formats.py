@@ -6,8 +6,9 @@ min, y = d·q − dmin·m or y = d·q + m, both fields). Multiplying those field
 value of the block by α: α = 0 zeroes the block exactly in every type, and any other α is exact
 when α·d is an f16 and the dequantizer's float32 arithmetic gives α times its old result (always for
 a power of two barring overflow; :func:`edit_blocks` checks every block, it does not assume).
+MXFP4's blocks share an E8M0 exponent instead: α = 2^k shifts it, α = 0 sets the 4-bit codes to +0.
 A factor on part of a block (a single column of a block type) cannot be carried by the block's
-scale: only Q8_0 can zero single values exactly (q = 0); anything else needs ``requantize``,
+scale: only Q8_0 (q = 0) and MXFP4 (code 0) can zero single values exactly; anything else needs ``requantize``,
 which gguf-py can do for ``QUANTIZABLE`` types only. F32/F16/BF16 values are edited one by one,
 rounded to the stored type as a safetensors bake does.
 """
@@ -46,16 +47,27 @@ SCALE_FIELDS: dict[str, tuple[int, ...]] = {
     "TQ1_0": (52,),
     "TQ2_0": (64,),
 }
+# Types whose values share one E8M0 exponent byte, each value a 4-bit e2m1 code × 2^(e − 127) (gguf-py's
+# MXFP4): the byte offset of that exponent. α = 2^k adds k to it; α = 0 zeroes the codes (E8M0 has no 0).
+EXPONENT_FIELDS: dict[str, int] = {"MXFP4": 0}
 # Types where one value can be zeroed alone, exactly: the byte offset of value 0's int8 quant (q = 0).
 ELEMENT_ZERO: dict[str, int] = {"Q8_0": 2}
-QUANTIZABLE = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")  # gguf-py quantizes these (and the floats)
-SUPPORTED = FLOATS + tuple(SCALE_FIELDS)
+# Types where one value can be zeroed alone as a 4-bit code (code 0 is +0): the byte offset of the codes,
+# value j < half in the low nibble of byte j, value j ≥ half in the high nibble of byte j − half.
+NIBBLE_ZERO: dict[str, int] = {"MXFP4": 1}
+QUANTIZABLE = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "MXFP4")  # gguf-py quantizes these (and the floats)
+SUPPORTED = FLOATS + tuple(SCALE_FIELDS) + tuple(EXPONENT_FIELDS)
 
 
 def block_shape(kind: str) -> tuple[int, int]:
     """(values, bytes) of one block of ``kind`` (a float type: one value)."""
     gguf = require("gguf")
     return gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[kind]]
+
+
+def zeroes_values(kind: str) -> bool:
+    """Whether ``kind`` can set one value of a block to 0 exactly (a pruned neuron's down column)."""
+    return kind in FLOATS or kind in ELEMENT_ZERO or kind in NIBBLE_ZERO
 
 
 def check_supported(kind: str, tensor: str) -> None:
@@ -91,8 +103,17 @@ class Edited:
 
 
 def _scaled_fields(blocks: np.ndarray, kind: str, factor: np.ndarray) -> np.ndarray:
-    """``blocks`` with every scale field multiplied by its unit's ``factor`` (rounded to f16)."""
+    """``blocks`` with every scale field multiplied by its unit's ``factor`` (rounded to f16); an E8M0
+    exponent shifted by log2 ``factor`` where that is an integer keeping it in 0..254 (else unchanged:
+    the exactness check then refuses the block)."""
     out = blocks.copy()
+    if kind in EXPONENT_FIELDS:
+        at = EXPONENT_FIELDS[kind]
+        mantissa, exponent = np.frexp(factor.astype(np.float64))
+        shifted = out[:, at].astype(np.int64) + exponent - 1
+        ok = (np.abs(mantissa) == 0.5) & (mantissa > 0) & (shifted >= 0) & (shifted < 255)
+        out[ok, at] = shifted[ok].astype(np.uint8)
+        return out
     with np.errstate(over="ignore", invalid="ignore"):
         for at in SCALE_FIELDS[kind]:
             field = out[:, at : at + 2].copy().view(np.float16)[:, 0].astype(np.float32)
@@ -101,11 +122,17 @@ def _scaled_fields(blocks: np.ndarray, kind: str, factor: np.ndarray) -> np.ndar
 
 
 def _zeroed_values(blocks: np.ndarray, kind: str, factors: np.ndarray) -> np.ndarray:
-    """``blocks`` with each value whose factor is 0 set to quant 0 (``ELEMENT_ZERO`` types)."""
+    """``blocks`` with each value whose factor is 0 set to quant 0 (``ELEMENT_ZERO`` types) or to the
+    4-bit code 0, the other nibble of its byte kept (``NIBBLE_ZERO`` types)."""
     out = blocks.copy()
-    first = ELEMENT_ZERO[kind]
     units, cols = np.nonzero(factors == 0)
-    out[units, first + cols] = 0
+    if kind in NIBBLE_ZERO:
+        half = factors.shape[1] // 2
+        at = NIBBLE_ZERO[kind] + cols % half
+        # unbuffered: a byte whose two values are both zeroed is indexed twice
+        np.bitwise_and.at(out, (units, at), np.where(cols < half, 0xF0, 0x0F).astype(np.uint8))
+        return out
+    out[units, ELEMENT_ZERO[kind] + cols] = 0
     return out
 
 
@@ -126,10 +153,13 @@ def edit_blocks(blocks: np.ndarray, factors: np.ndarray, kind: str, tensor: str,
         return Edited(quantize(want, kind))
     uniform = (factors == factors[:, :1]).all(axis=1)
     new = _scaled_fields(blocks, kind, factors[:, 0])
+    if kind in NIBBLE_ZERO:  # a block scaled by 0 as a whole: its codes (no exponent is 0)
+        whole = uniform & (factors[:, 0] == 0)
+        new[whole] = _zeroed_values(blocks[whole], kind, factors[whole])
     if not uniform.all():
         parts = ~uniform
         zero_ones = np.isin(factors[parts], (0.0, 1.0)).all()
-        if kind in ELEMENT_ZERO and zero_ones:
+        if (kind in ELEMENT_ZERO or kind in NIBBLE_ZERO) and zero_ones:
             new[parts] = _zeroed_values(blocks[parts], kind, factors[parts])
         elif not requantize:
             raise RecipeError(_part_refusal(tensor, kind, factors.shape[1]))
@@ -138,9 +168,9 @@ def edit_blocks(blocks: np.ndarray, factors: np.ndarray, kind: str, tensor: str,
         return Edited(new)
     if not requantize:
         raise RecipeError(
-            f"{tensor} ({kind}): the factor times the blocks' f16 scales is not exact (it must be "
-            "an f16 and leave the dequantizer's float32 result scaled exactly; a power of two "
-            "is); use a power of two" + (", or --requantize" if kind in QUANTIZABLE else "")
+            f"{tensor} ({kind}): the factor times the blocks' scales is not exact (it must be "
+            "an f16 (a power of two for an E8M0 exponent) and leave the dequantizer's float32 result scaled "
+            "exactly; a power of two is); use a power of two" + (", or --requantize" if kind in QUANTIZABLE else "")
         )
     if kind not in QUANTIZABLE:
         raise RecipeError(

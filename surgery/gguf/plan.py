@@ -19,7 +19,7 @@ from ..core.edits import Recipe
 from ..core.errors import CheckpointError, RecipeError
 from ..core.resolve import Resolver, TensorSlice
 from ..core.sites import sites
-from .formats import ELEMENT_ZERO, FLOATS, Edited, block_shape, check_supported, edit_blocks
+from .formats import Edited, block_shape, check_supported, edit_blocks, zeroes_values
 from .importing import GgufTensor
 from .model import GgufModel
 
@@ -124,7 +124,7 @@ def plan_gguf(model: GgufModel, recipe: Recipe) -> GgufPlan:
                 )
             t, first, count = _stored(model, piece)
             check_supported(t.type, t.name)
-            if not piece.as_rows and silenced and piece.scale == 0.0 and not _zeroes_values(t.type):
+            if not piece.as_rows and silenced and piece.scale == 0.0 and not zeroes_values(t.type):
                 # The zero gate/up rows already silence the neuron (act(0)·0 = 0): the down column is not needed.
                 kept[t.type] = kept.get(t.type, 0) + len(piece.lines)
                 continue
@@ -170,10 +170,6 @@ def _stored(model: GgufModel, piece: TensorSlice) -> tuple[GgufTensor, int, int]
     part = site.module.rsplit(".", 1)[1]
     t, first = model.expert_tensor(piece.tensor, site.expert, part, piece.shape)
     return t, first, piece.shape[0]
-
-
-def _zeroes_values(kind: str) -> bool:
-    return kind in FLOATS or kind in ELEMENT_ZERO
 
 
 def read_units(fd: int, offsets: np.ndarray, nbytes: int) -> np.ndarray:

@@ -24,6 +24,8 @@ from surgery.formats.plain import PlainFloat
 from tests.support.awq import build_awq
 from tests.support.fp8 import build_fp8
 from tests.support.int_packed import build_int
+from tests.support.mxfp4 import build_mxfp4
+from tests.support.nvfp4 import build_nvfp4
 
 # Each registered format, on fixtures of its layouts (a new format adds its own here: the test below
 # fails on a registered format without one).
@@ -35,7 +37,14 @@ FIXTURES = {
         lambda folder, tiny: build_int(folder, "w8a16-channel"),
     ],
     "awq": [lambda folder, tiny: build_awq(folder), lambda folder, tiny: build_awq(folder, group=16)],
+    "nvfp4": [
+        lambda folder, tiny: build_nvfp4(folder),
+        lambda folder, tiny: build_nvfp4(folder, head_dim=16),
+    ],
+    "mxfp4": [lambda folder, tiny: build_mxfp4(folder), lambda folder, tiny: build_mxfp4(folder, intermediate_size=96)],
 }
+# The weight each format's view exposes under its plain name (gpt-oss's MXFP4: a fused experts tensor)
+VIEWED = {"mxfp4": "model.layers.0.mlp.experts.down_proj"}
 CASES = [(name, k) for name, builders in FIXTURES.items() for k in range(len(builders))]
 
 
@@ -46,12 +55,12 @@ def test_the_built_in_formats_are_registered_in_detection_order():
 
 @pytest.mark.parametrize(("name", "k"), CASES, ids=[f"{n}-{k}" for n, k in CASES])
 def test_every_registered_format_is_detected_on_its_fixture(tmp_path, tiny, name, k):
-    if name in ("int_packed", "awq"):
+    if name in ("int_packed", "awq", "nvfp4", "mxfp4"):
         pytest.importorskip("compressed_tensors")
     ckpt = Checkpoint(FIXTURES[name][k](tmp_path / "src", tiny))
     assert ckpt.format.name == name
     assert ckpt.quantized is (name != "plain")
-    assert ckpt.format.view(ckpt).tensors.keys() >= {"model.layers.0.mlp.down_proj.weight"}
+    assert ckpt.format.view(ckpt).tensors.keys() >= {VIEWED.get(name, "model.layers.0.mlp.down_proj.weight")}
 
 
 def test_plain_floats_are_the_fallback_and_the_text_config_is_read(tiny):
@@ -103,8 +112,8 @@ def test_the_refusal_of_an_unknown_quantization_offers_every_registered_format(t
     with pytest.raises(SurgeryError) as exc:
         Checkpoint(src)
     assert str(exc.value).endswith(
-        "use the unquantized (F32/F16/BF16), an FP8 e4m3, an int4 / int8 compressed-tensors or an int4 "
-        "AutoAWQ GEMM checkpoint"
+        "use the unquantized (F32/F16/BF16), an FP8 e4m3, an int4 / int8 compressed-tensors, an int4 "
+        "AutoAWQ GEMM, an NVFP4 compressed-tensors or a gpt-oss MXFP4 checkpoint"
     )
 
 

@@ -11,7 +11,7 @@ from surgery.bake.gguf import bake_gguf
 from surgery.bake.gguf_verify import undo_gguf, verify_gguf
 from surgery.core.checkpoint import file_sha256
 from surgery.core.edits import HeadScale, Recipe, parse_neurons
-from surgery.gguf.formats import ELEMENT_ZERO, FLOATS, SUPPORTED, dequantize, quantize
+from surgery.gguf.formats import ELEMENT_ZERO, FLOATS, NIBBLE_ZERO, SUPPORTED, dequantize, quantize
 from surgery.gguf.importing import tensor_bytes
 from surgery.gguf.model import open_gguf
 from tests.support.typed_gguf import tensor_values, write_typed_gguf
@@ -32,7 +32,7 @@ def expected_edit(values: dict[str, np.ndarray], kind: str) -> dict[str, np.ndar
         layer, n = map(int, label.split(":"))
         out[f"blk.{layer}.ffn_gate.weight"][n, :] = 0
         out[f"blk.{layer}.ffn_up.weight"][n, :] = 0
-        if kind in FLOATS or kind in ELEMENT_ZERO:  # a single value zeroes exactly only there
+        if kind in FLOATS or kind in ELEMENT_ZERO or kind in NIBBLE_ZERO:  # a single value zeroes exactly only there
             out[f"blk.{layer}.ffn_down.weight"][:, n] = 0
     for layer, head, alpha in HEADS:
         out[f"blk.{layer}.attn_output.weight"][:, head * HEAD_DIM : (head + 1) * HEAD_DIM] *= np.float32(alpha)

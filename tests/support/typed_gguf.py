@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from surgery.gguf.formats import FLOATS, SCALE_FIELDS, block_shape
+from surgery.gguf.formats import EXPONENT_FIELDS, FLOATS, SCALE_FIELDS, block_shape
 
 HIDDEN, FFN, LAYERS, KV_HEADS = 256, 512, 2, 1
 TOKENS = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(29)]
@@ -43,6 +43,8 @@ def random_blocks(kind: str, rows: int, cols: int, rng: np.random.Generator) -> 
     for at in SCALE_FIELDS.get(kind, ()):
         scale = (rng.uniform(0.01, 0.1, raw.shape[:2]) * rng.choice([-1, 1], raw.shape[:2])).astype(np.float16)
         raw[:, :, at : at + 2] = scale.view(np.uint8).reshape(*raw.shape[:2], 2)
+    if kind in EXPONENT_FIELDS:  # E8M0 exponents near 2^-6: moderate values, room to shift either way
+        raw[:, :, EXPONENT_FIELDS[kind]] = rng.integers(118, 124, raw.shape[:2])
     return raw.reshape(rows, -1)
 
 

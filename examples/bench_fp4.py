@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Benchmark and real-model check: SmolLM2 in NVFP4 (compressed-tensors' own quantizer), baked and loaded.
+
+    python examples/bench_fp4.py [--model ~/.cache/surgery/models/smollm2-135m-instruct] [--runs 3] [--json FILE]
+        [--tasks cp imports bake load]
+
+Compresses the model's decoder linears to ``nvfp4-pack-quantized`` with compressed-tensors' NVFP4
+compressor (llm-compressor's min/max observer rule: tests/support/nvfp4.py), its other tensors in
+bfloat16 (as llm-compressor saves a model loaded in bf16), then, in fresh child
+processes, interleaved, on a warm page cache:
+
+* ``cp -r`` of the NVFP4 folder (the floor: every byte has to be written once);
+* the bake's imports alone (torch, compressed-tensors, surgery's bake): on a file this small they are
+  most of a bake, and they do not grow with the file;
+* the bake (library call, its check by compressed-tensors' decoder, no logits) of 40 pruned neurons
+  and 2 halved heads (SmolLM2's head_dim 64: four groups of 16, so a power of two goes through the
+  e4m3 scales), its peak RSS from ``os.wait4``/VmHWM;
+* the model loaded for float32 compute as finders, eval and verify load it (its e2m1 values held in
+  bf16, each layer widened for its call) and one forward pass: its peak RSS against the file's size.
+
+Then, once: ``surgery verify`` (the dequantized weights by compressed-tensors, and logits on the CPU
+against the run-time edit) and undo (sha256 of every file equal to the source's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from machine import one_line, stamp  # noqa: E402
+from measure import run_measured  # noqa: E402
+
+MB = 1024**2
+NEURONS = [(layer, n) for layer in (3, 11, 19, 27) for n in range(7, 1500, 150)]  # 40 neurons
+HEADS = [(5, 2), (17, 6)]
+
+
+def quantize(src: Path, out: Path) -> Path:
+    """``src`` with its decoder linears compressed to NVFP4 by compressed-tensors (written beside, renamed)."""
+    if out.exists():
+        return out
+    import torch
+    from compressed_tensors.quantization import QuantizationConfig
+    from safetensors.torch import load_file, save_file
+
+    from tests.support.int_packed import IGNORE, LINEARS
+    from tests.support.nvfp4 import FORMAT, _compress, scheme
+
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(src, partial, ignore=shutil.ignore_patterns("*.gguf*"))
+    tensors, sch = load_file(partial / "model.safetensors"), scheme()
+    for name in [n for n in tensors if n.endswith(".weight") and n.split(".")[-2] in LINEARS]:
+        for key, value in _compress(tensors.pop(name).to(torch.float32), sch).items():
+            tensors[name.removesuffix("weight") + key] = value.contiguous()
+    for name, value in tensors.items():  # the rest in bfloat16, as llm-compressor saves a model it loaded in bf16
+        if value.dtype == torch.float32 and not name.endswith("_global_scale"):
+            tensors[name] = value.to(torch.bfloat16)
+    save_file(tensors, partial / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((partial / "config.json").read_text())
+    cfg = QuantizationConfig(
+        config_groups={"group_0": sch}, format=FORMAT, quantization_status="compressed", ignore=IGNORE
+    )
+    config["quantization_config"] = json.loads(cfg.model_dump_json(exclude_none=True))
+    (partial / "config.json").write_text(json.dumps(config, indent=1))
+    partial.rename(out)
+    return out
+
+
+def recipe():
+    from surgery.core.edits import HeadScale, NeuronScale, Recipe
+
+    return Recipe((*(NeuronScale(layer, n, 0.0) for layer, n in NEURONS), *(HeadScale(l, h, 0.5) for l, h in HEADS)))
+
+
+def child(task: str, src: str, dst: str) -> None:
+    """The measured process: ``task`` ("imports", "bake" or "load") on ``src``."""
+    if task == "imports":  # what the bake imports before its first byte: its floor on a small file
+        import compressed_tensors.compressors.nvfp4.helpers  # noqa: F401
+        import compressed_tensors.quantization.lifecycle.forward  # noqa: F401
+
+        import surgery.bake.bake  # noqa: F401
+        import surgery.bake.check  # noqa: F401
+
+        return
+    if task == "bake":
+        from surgery.bake.bake import bake
+        from surgery.bake.check import edited_check
+        from surgery.core.checkpoint import Checkpoint
+
+        ckpt = Checkpoint(src)
+        bake(ckpt, recipe(), Path(dst), check=edited_check(ckpt, recipe()))
+        return
+    import torch
+
+    from surgery.model.dequantized import holds_codes
+    from surgery.model.loading import LoadSpec, load_model
+
+    model = load_model(src, LoadSpec(device="cpu", dtype="float32"))
+    assert holds_codes(model)
+    ids = torch.randint(3, model.config.vocab_size, (4, 64), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert model(input_ids=ids).logits.dtype == torch.float32
+
+
+def measure(cmd: list[str]) -> dict:
+    started = time.perf_counter()
+    res, peak = run_measured(cmd)
+    wall = time.perf_counter() - started
+    if res.returncode != 0:
+        sys.exit(f"{cmd[-3:]} failed:\n{res.stderr[-3000:]}")
+    return {"wall_s": wall, "rss_mb": peak.rss_bytes / MB, "anon_mb": peak.anon_bytes / MB}
+
+
+def size_mb(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) / MB
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path, default=Path.home() / ".cache/surgery/models/smollm2-135m-instruct")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--scratch", type=Path, default=Path("/tmp/surgery-bench-fp4"))
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--tasks", nargs="+", default=["cp", "imports", "bake", "load"], help="what to time, in order")
+    ap.add_argument("--child", nargs=3, metavar=("TASK", "SRC", "DST"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    machine = stamp()
+    print("machine:", one_line(machine))
+    args.scratch.mkdir(parents=True, exist_ok=True)
+    src = quantize(args.model, args.scratch / f"{args.model.name}-nvfp4")
+    file_mb = size_mb(src)
+    runs = []
+    for k in range(args.runs):
+        row = {}
+        for task in args.tasks:
+            dst = args.scratch / f"out-{task}"
+            shutil.rmtree(dst, ignore_errors=True)
+            cmd = (
+                ["cp", "-r", str(src), str(dst)]
+                if task == "cp"
+                else [sys.executable, __file__, "--child", task, str(src), str(dst)]
+            )
+            row[task] = measure(cmd)
+        runs.append(row)
+        print(f"run {k}: " + ", ".join(f"{t} {r['wall_s']:.2f} s / {r['rss_mb']:.0f} MB" for t, r in row.items()))
+    med = {t: {m: statistics.median(r[t][m] for r in runs) for m in runs[0][t]} for t in runs[0]}
+    line = [f"NVFP4 file {file_mb:.0f} MB"]
+    if {"cp", "bake"} <= med.keys():
+        ratios = [r["bake"]["wall_s"] / r["cp"]["wall_s"] for r in runs]
+        line.append(f"bake / cp (same run, median of {args.runs}) {statistics.median(ratios):.2f}×")
+        line.append(f"bake peak RSS {med['bake']['rss_mb']:.0f} MB")
+    if {"imports", "bake"} <= med.keys():
+        work = [r["bake"]["wall_s"] - r["imports"]["wall_s"] for r in runs]
+        line.append(
+            f"bake less its imports {statistics.median(work):.2f} s (imports {med['imports']['rss_mb']:.0f} MB)"
+        )
+    if "load" in med:
+        line.append(
+            f"held load + forward peak RSS {med['load']['rss_mb']:.0f} MB = {med['load']['rss_mb'] / file_mb:.2f}× the file"
+        )
+    print("; ".join(line))
+    from surgery.bake.undo import undo
+    from surgery.bake.verify import verify
+    from surgery.core.checkpoint import Checkpoint, file_sha256
+
+    out = args.scratch / "out-bake"
+    if not out.exists():
+        child("bake", str(src), str(out))
+    report = verify(Checkpoint(src), out)
+    print(
+        f"verify: ok={report.ok} {report.numeric_check}; max |Δlogit| {report.max_abs_logit_diff:.3g} "
+        f"(tolerance {report.tolerance:.3g}) {report.problems}"
+    )
+    restored = args.scratch / "restored"
+    shutil.rmtree(restored, ignore_errors=True)
+    undo(out, restored)
+    same = all(file_sha256(restored / f.name) == file_sha256(f) for f in src.iterdir() if f.is_file())
+    print(f"undo: every file's sha256 equals the source's: {same}")
+    if args.json:
+        record = {
+            "machine": machine,
+            "file_mb": file_mb,
+            "runs": runs,
+            "medians": med,
+            "bake_over_cp": ratios,
+            "verify_ok": report.ok,
+            "max_abs_logit_diff": report.max_abs_logit_diff,
+            "undo_exact": same,
+        }
+        args.json.write_text(json.dumps(record, indent=1))
+    if not (report.ok and same):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""MXFP4 safetensors checkpoints as transformers stores gpt-oss (``quant_method: "mxfp4"``).
+
+Each fused expert tensor ``X`` (``mlp.experts.gate_up_proj`` / ``down_proj``, [experts, in, out] when in
+float) is stored as:
+
+* ``X_blocks`` U8 [experts, out, in/32, 16]: each weight's 4-bit e2m1 code, two a byte along the input
+  axis (the even column in the low nibble);
+* ``X_scales`` U8 [experts, out, in/32]: one E8M0 scale per 32 input columns of an output row, the
+  power of two 2^(s − 127).
+
+A weight's value is its e2m1 value × 2^(s − 127). Decoding is transformers' own
+(``convert_moe_packed_tensors``, which gives [experts, in, out], the fused parameter's layout); this
+module only reads and decodes: what an edit may do to such bytes is plan.py's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...core.errors import CheckpointError
+
+BLOCK = 32  # input columns per E8M0 scale
+NAN = 255  # E8M0: the scale of byte s is 2^(s − 127); 255 is NaN
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """A gpt-oss MXFP4 checkpoint's weights (the config names only the modules left in bfloat16)."""
+
+    def describe(self) -> str:
+        return "MXFP4 (e2m1, E8M0 scale per 32)"
+
+
+def scheme(qconfig: Any) -> Scheme | None:
+    """The MXFP4 scheme a ``quantization_config`` describes, or None."""
+    if isinstance(qconfig, Mapping) and qconfig.get("quant_method") == "mxfp4":
+        return Scheme()
+    return None
+
+
+@dataclass(frozen=True)
+class MxWeight:
+    """One MXFP4 fused experts tensor ``name`` (X), logically [experts, in, out], and what holds it."""
+
+    name: str
+    shape: tuple[int, int, int]  # [experts, in, out], the fused parameter's layout
+    codes: Any  # TensorInfo of X_blocks (U8 [experts, out, in/32, 16])
+    scale: Any  # TensorInfo of X_scales (U8 [experts, out, in/32])
+
+
+def mx_weights(tensors: Mapping[str, Any]) -> dict[str, MxWeight]:
+    """Every MXFP4 tensor of a checkpoint by its plain name X, its blocks' and scales' shapes checked."""
+    found = {}
+    for name in sorted(n for n in tensors if n.endswith("_blocks")):
+        base = name.removesuffix("_blocks")
+        codes, scale = tensors[name], tensors.get(base + "_scales")
+        if codes.dtype != "U8" or len(codes.shape) != 4 or codes.shape[-1] != BLOCK // 2:
+            raise CheckpointError(
+                f"tensor '{name}' is {codes.dtype} {list(codes.shape)}; MXFP4 blocks are U8 [experts, out, in/32, 16]: "
+                "re-download the checkpoint"
+            )
+        if scale is None or scale.dtype != "U8" or tuple(scale.shape) != tuple(codes.shape[:3]):
+            got = "missing" if scale is None else f"{scale.dtype} {list(scale.shape)}"
+            raise CheckpointError(
+                f"MXFP4 blocks '{name}' need U8 scales '{base}_scales' {list(codes.shape[:3])}, but they are {got}: "
+                "the checkpoint is incomplete or corrupt; re-download it"
+            )
+        experts, out, groups, _ = codes.shape
+        found[base] = MxWeight(base, (experts, groups * BLOCK, out), codes, scale)
+    return found
+
+
+def decode(blocks: np.ndarray, scales: np.ndarray):
+    """float32 values [in, out] of one expert's ``blocks`` [out, in/32, 16] and ``scales`` [out, in/32], by
+    transformers' ``convert_moe_packed_tensors`` (a torch tensor)."""
+    import torch
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    b, s = (torch.from_numpy(np.ascontiguousarray(a))[None] for a in (blocks, scales))
+    return convert_moe_packed_tensors(b, s, dtype=torch.float32)[0]
