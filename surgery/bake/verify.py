@@ -387,11 +387,14 @@ def numeric(
     diff = float(torch.stack([(a - b).abs().max() for a, b in zip(reference, baked)]).max())
     view = src.format.view(src)  # an integer weight: its logical dtype, which has the default (bf16) tolerance
     arch = recipe.validate(src.config)
-    dtypes = {view.tensor(p.info.name).dtype for p in patch_plan(view, arch, recipe.active())}
+    edited = [p.info.name for p in patch_plan(view, arch, recipe.active())]
+    dtypes = {view.tensor(name).dtype for name in edited}
     # loaded dequantized into the compute dtype, exactly (FP8; integer codes surgery decodes or holds): codes do not
     # run, but a plain float tensor beside them (gpt-oss's bf16 attention next to its MXFP4 experts) is still rounded
     if src.format.loads_dequantized or holds_codes(model):
-        dtypes &= set(FLOAT_DTYPES)
+        stored = src.tensors
+        # the view gives a quantized weight its logical dtype; what the file stores decides whether it is rounded
+        dtypes = {stored[name].dtype for name in edited if name in stored and stored[name].dtype in FLOAT_DTYPES}
     # The model may also compute in a narrower dtype than it stores (--dtype bfloat16 on float32 weights).
     dtypes.add(COMPUTE_DTYPES.get(str(compute_dtype_of(model)), "F32"))
     largest = max(float(a.abs().max()) for a in reference)
