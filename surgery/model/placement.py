@@ -3,9 +3,10 @@
 ``--device auto`` is the first CUDA GPU when there is one (then MPS), else the CPU; ``--dtype auto``
 is bfloat16 on a GPU that supports it and float32 everywhere else, every CPU included: without
 AVX512-BF16 or AMX (``/proc/cpuinfo`` flags avx512_bf16, amx_bf16) torch's bfloat16 matmul is ~100×
-slower than float32 (examples/machine.py measures both), and no CPU with them has been measured yet. ``--device-map auto`` hands placement to accelerate (layers spread over GPUs,
-CPU memory and disk offload); this module only checks the user's input and builds accelerate's
-arguments, it never places weights itself.
+slower than float32 (examples/machine.py measures both), and with them find-heads selects other heads
+in bfloat16 than in float32 (docs/performance.md, examples/bench_bf16.py). ``--device-map auto`` hands
+placement to accelerate (layers spread over GPUs, CPU memory and disk offload); this module only checks
+the user's input and builds accelerate's arguments, it never places weights itself.
 """
 
 from __future__ import annotations
