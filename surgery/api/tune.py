@@ -1,0 +1,137 @@
+"""Tune an edit from Python: a multi-objective search over its parameters, confirmed on held-out prompts.
+
+``surgery.tune(model, method="heads", findings="findings.json", trials=40)`` searches α and how many
+of the findings' ranked heads to scale (Optuna, a SQLite study in ``out`` that a killed run resumes),
+measuring each trial at run time: the ΔS gain on the tune split's binding pairs against the
+first-token KL on neutral prompts. It picks the front's best point within ``max_kl`` (or the knee),
+re-measures it on the test split with 95% CIs, writes ``tune.json`` and, with ``bake_out``, bakes
+the chosen point through the usual bake (its surgery.json records the study). The options are those
+of ``surgery tune``, spelled as the fields of ``LoadSpec``, ``TuneParams`` and ``FindParams``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..core.cache import cache_dir
+from ..core.errors import ParameterError
+from ..core.progress import Progress, StageProgress, silent, silent_stages
+from ..find.heads.params import FindParams
+from ..find.tune.params import TuneParams
+from ..model.loading import LoadSpec, open_checkpoint
+from ._common import no_other_options, reporter, typed
+from .bake_options import BakeOptions, bake_options, names_bake_options
+from .baked import Baked
+
+if TYPE_CHECKING:
+    from ..find.tune.record import TuneRecord
+
+
+@dataclass
+class Tuned:
+    """A finished tune: its record, where it was written, and the bake of the chosen point (if asked)."""
+
+    record: TuneRecord
+    path: Path
+    baked: Baked | None = None
+
+
+def default_folder(model_key: str, params: TuneParams, prompts: FindParams) -> Path:
+    """The study folder when none is given: under the cache, by model, method and options, so that
+    the same command run again resumes the same study."""
+    from ..core.cache import params_key
+
+    return (
+        cache_dir()
+        / "tune"
+        / f"{model_key[:16]}-{params.method}-{params_key({**params.study_key(), **prompts.to_dict()})}"
+    )
+
+
+@names_bake_options
+def tune(
+    model: str | Path,
+    *,
+    findings: str | Path | None = None,
+    out: str | Path | None = None,
+    bake_out: str | Path | None = None,
+    bake: BakeOptions | None = None,
+    load: LoadSpec | None = None,
+    params: TuneParams | None = None,
+    prompts: FindParams | None = None,
+    progress: Progress = silent,
+    stages: StageProgress = silent_stages,
+    report: Callable[[str], None] | None = None,
+    **options: Any,
+) -> Tuned:
+    """Tune ``params.method``'s edit of ``model`` and return the record (also written to ``out``/tune.json).
+
+    ``findings``: the findings file of the method (default: the newest cached findings of this
+    model, as amplify-heads uses them). ``out``: the study folder (default: under the cache, keyed
+    by the options); running again resumes its study. ``bake_out``: bake the chosen point there
+    (``bake``: the bake's switches). ``prompts``: the binding pairs (benchmark, max_pairs …; their
+    seed and batch size are the tune's). Options: fields of ``LoadSpec``, ``TuneParams`` and
+    ``FindParams``.
+    """
+    from ..core.optional import require
+    from ..find.findings import FINDERS, newest_cached
+    from ..find.heads.find import HeadFindings
+    from ..find.tune.heads import tune_heads
+    from ..find.tune.neutral import neutral_texts
+    from ..find.tune.record import FILE, save_record
+    from .heads import _pairs
+
+    require("optuna")  # before any model is read: a missing package is the one-line pip hint
+    bake = bake_options("tune", bake, options)
+    load, params = typed(LoadSpec, options, load), typed(TuneParams, options, params)
+    prompts = typed(FindParams, options, prompts)
+    no_other_options("tune", options, LoadSpec, TuneParams, FindParams)
+    prompts = replace(prompts, seed=params.seed, batch_size=params.batch_size)
+    note = reporter(report)
+    ckpt, _ = open_checkpoint(str(model), load)
+    if findings is not None:
+        found = HeadFindings.read(findings, ckpt, False)
+    else:
+        found = newest_cached(HeadFindings, ckpt)
+        if found is None:
+            raise ParameterError(
+                f"no {params.method} findings for {model}: run surgery {FINDERS[params.method]} first, "
+                "or give {findings} FILE",
+                "findings",
+            )
+        note(f"tuning with the newest cached {params.method} findings: {found.path}")
+    _, pairs = _pairs(prompts)
+    folder = Path(out) if out is not None else default_folder(ckpt.model_key(), params, prompts)
+    record = tune_heads(
+        ckpt,
+        found,
+        pairs,
+        prompts,
+        params,
+        neutral_texts(params.neutral),
+        folder,
+        load=load,
+        progress=progress,
+        report=note,
+    )
+    path = folder / FILE
+    save_record(record, path)
+    baked = None
+    if bake_out is not None:
+        baked = _bake_chosen(model, record, found, bake_out, bake, load, stages, note)
+    return Tuned(record, path, baked)
+
+
+def _bake_chosen(model, record, found, out, bake: BakeOptions, load: LoadSpec, stages, note) -> Baked:
+    """The chosen point through the usual bake; surgery.json records the study and the findings."""
+    from ..core.edits import HeadScale, Recipe
+    from .baking import bake_recipe
+
+    chosen = record.trial(record.chosen.number)
+    heads = [tuple(h) for h in chosen.heads or []]
+    recipe = Recipe(tuple(HeadScale(layer, head, float(chosen.params["alpha"])) for layer, head in heads))
+    extra = {"tune": record.summary(), "heads_findings": {**found.record(), "heads": [list(h) for h in heads]}}
+    return bake_recipe(model, recipe, out, load=load, bake=bake, extra=extra, stages=stages, report=note)
