@@ -1,0 +1,54 @@
+"""What the tune tests share: the dosed planted-binding fixture, heads findings that rank its heads as
+brute force does, and neutral prompts in its vocabulary.
+
+The findings are written from the fixture's ground truth (tests/fixtures/binding_dose/ground_truth.json,
+every head's brute-force edge effect), so the tune is tested on a ranking known to be right and no
+test pays for a find-heads run (its selection of the same head is proven in
+tests/find/heads/test_planted_amplify.py). The shipped retention prompts are English, which the
+planted tokenizer reads as unknown tokens: the neutral prompts are the benchmark's own stems around
+its neutral items, words it knows that bind to no identity.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.support.paths import FIXTURES
+
+DOSE = FIXTURES / "binding_dose"
+BENCHMARK = DOSE / "benchmark.jsonl"
+RANKED = 6  # heads the written findings rank (brute force's best first)
+SELECTED = 3  # the selection they record (find-heads' default --knockout-heads)
+NEUTRAL = 24  # neutral prompts written
+
+
+def dosed_head() -> tuple[int, int]:
+    """The one head that carries the binding (the fixture's training configuration)."""
+    config = json.loads((DOSE / "training.json").read_text())["config"]
+    return 0, int(config["dose_head"])
+
+
+def truth_findings(path: Path) -> Path:
+    """Heads findings for the fixture whose ranking is brute force's (largest edge effect first)."""
+    from surgery import __version__
+    from surgery.core.checkpoint import Checkpoint
+    from surgery.find.findings import new_findings
+
+    truth = json.loads((DOSE / "ground_truth.json").read_text())
+    heads = sorted(truth["heads"], key=lambda h: -h["edge"])[:RANKED]
+    findings = new_findings("heads", Checkpoint(DOSE), "0" * 64, {"benchmark": str(BENCHMARK)}, __version__)
+    findings["discovery"] = {"heads": [{"layer": h["layer"], "head": h["head"], "coef": h["edge"]} for h in heads]}
+    findings["selected_heads"] = [[h["layer"], h["head"]] for h in heads[:SELECTED]]
+    path.write_text(json.dumps(findings), encoding="utf-8")
+    return path
+
+
+def neutral_prompts(path: Path) -> Path:
+    """A JSONL file of ``NEUTRAL`` prompts: the benchmark's stems around its neutral items."""
+    rows = [json.loads(line) for line in BENCHMARK.read_text().splitlines() if line.strip()]
+    stems = [r["text"] for r in rows if r["kind"] == "template"]
+    items = [r["item"] for r in rows if r["kind"] == "neutral"]
+    lines = [json.dumps({"text": stems[i % len(stems)].format(item=items[i % len(items)])}) for i in range(NEUTRAL)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
