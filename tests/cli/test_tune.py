@@ -1,0 +1,80 @@
+"""``surgery tune`` as a user runs it on the dosed planted model: the front and the held-out
+confirmation printed, a line per trial with the best so far, ``--bake`` writing the chosen point
+with the study in surgery.json, a second run resuming the study, and one line per bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from surgery.core.optional import available, install_hint
+from tests.support.cli import cli_env, run_cli
+from tests.support.planted_tune import BENCHMARK, DOSE, dosed_head, neutral_prompts, truth_findings
+
+pytestmark = pytest.mark.skipif(not available("optuna"), reason=install_hint("optuna"))
+
+TRIALS = 8
+ENV = cli_env(OMP_NUM_THREADS="1")
+
+
+def _args(tmp, *extra) -> list:
+    return [
+        "tune",
+        DOSE,
+        "--benchmark",
+        BENCHMARK,
+        "--max-pairs",
+        "64",
+        "--batch-size",
+        "64",
+        "--top-max",
+        "3",
+        "--trials",
+        str(TRIALS),
+        "--neutral",
+        neutral_prompts(tmp / "neutral.jsonl"),
+        *extra,
+    ]
+
+
+def test_tune_bakes_the_chosen_point_and_records_the_study(tmp_path):
+    findings = truth_findings(tmp_path / "findings.json")
+    args = _args(tmp_path, "--findings", findings, "--out", tmp_path / "study")
+    env = dict(ENV, SURGERY_CACHE=str(tmp_path / "cache"))
+    res = run_cli([*args, "--bake", tmp_path / "baked"], env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "Pareto front on the tune split" in res.stdout and "Held-out confirmation" in res.stdout
+    assert "Baked 1 edit(s)" in res.stdout, res.stdout
+    assert sum(line.startswith("note: trial ") for line in res.stderr.splitlines()) == TRIALS, res.stderr
+
+    record = json.loads((tmp_path / "study" / "tune.json").read_text())
+    baked = json.loads((tmp_path / "baked" / "surgery.json").read_text())
+    tune = baked["tune"]
+    assert tune["seed"] == 0 and tune["trials"] == TRIALS and tune["study"]["storage"] == "study.db"
+    assert tune["chosen"]["number"] == record["chosen"]["number"] and tune["confirmation"] == record["confirmation"]
+    assert tune["split"]["test_pairs"] > 0 and tune["split"]["tune_pairs"] > 0
+    edits = baked["recipe"]["edits"]
+    assert [(e["layer"], e["head"]) for e in edits] == [dosed_head()]
+    assert edits[0]["alpha"] == pytest.approx(tune["chosen"]["params"]["alpha"])
+
+    again = run_cli(args, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"resuming the study in {tmp_path / 'study'}: {TRIALS} of {TRIALS} trials done" in again.stderr
+    assert not any(line.startswith("note: trial ") for line in again.stderr.splitlines())
+    assert json.loads((tmp_path / "study" / "tune.json").read_text())["trials"] == record["trials"]
+
+
+def test_no_findings_for_the_method_is_one_line(tmp_path):
+    res = run_cli(_args(tmp_path), env=dict(ENV, SURGERY_CACHE=str(tmp_path / "cache")))
+    assert res.returncode != 0 and res.stderr.strip().splitlines() == [
+        f"Error: no heads findings for {DOSE}: run surgery find-heads first, or give --findings FILE"
+    ], res.stderr
+
+
+def test_an_empty_split_is_one_line(tmp_path):
+    findings = truth_findings(tmp_path / "findings.json")
+    res = run_cli([*_args(tmp_path, "--findings", findings), "--test-share", "0"], env=ENV)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode != 0 and len(lines) == 1, res.stderr
+    assert lines[0].startswith("Error: the test split is empty:") and "--test-share" in lines[0], lines
