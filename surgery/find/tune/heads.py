@@ -9,6 +9,7 @@ is then measured on the test split (confirm) and everything goes into one typed 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -112,10 +113,12 @@ def tune_heads(
         sign = -1.0 if base["delta"] < 0 else 1.0
 
         def objective(trial: Any) -> tuple[float, float]:
+            start = time.perf_counter()
             point = suggest(trial, params, ranking, top_max)
             s, kl = tune.measure(scales_of(point, ranking))
             d = delta(s[:n], s[n:], tune_items)["delta"]
             trial.set_user_attr("delta_s", d)
+            trial.set_user_attr("seconds", time.perf_counter() - start)
             return sign * (d - base["delta"]), float(kl.mean())
 
         study = Study(out, key, params.sampler, params.seed)
@@ -137,6 +140,7 @@ def tune_heads(
                 effect=float(t.values[0]),
                 kl=float(t.values[1]),
                 delta_s=t.user_attrs.get("delta_s"),
+                seconds=t.user_attrs.get("seconds"),
                 heads=[list(h) for h in ranking[: int(t.params["top"])]],
             )
             for t in study.finished()[: params.trials]

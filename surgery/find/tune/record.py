@@ -33,6 +33,7 @@ class Trial(JsonRecord):
     kl: float  # first-token KL on the neutral tune prompts, mean (nats)
     delta_s: float | None = None
     heads: list[list[int]] | None = None
+    seconds: float | None = None  # wall time of the trial's measurement (both prompt sets)
 
 
 @dataclass(kw_only=True)
