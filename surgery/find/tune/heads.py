@@ -28,10 +28,11 @@ from ..heads.pairs import Pair
 from ..heads.params import FindParams
 from ..heads.scores import delta, encode_pairs, option_token_ids
 from .confirm import gain_ci, mean_ci
-from .front import Point, choose, pareto_front
+from .front import Point
 from .heads_eval import HeadTrials
 from .params import TuneParams
 from .record import Chosen, Confirmation, SplitSizes, Trial, TuneRecord
+from .search import front_and_choice, run_search
 from .split import split_groups, split_rows
 from .study import Study
 
@@ -122,17 +123,7 @@ def tune_heads(
             return sign * (d - base["delta"]), float(kl.mean())
 
         study = Study(out, key, params.sampler, params.seed)
-        done = len(study.finished())
-        if done:
-            report(f"resuming the study in {out}: {min(done, params.trials)} of {params.trials} trials done")
-        best: Point | None = None
-        for frozen in study.finished()[: params.trials]:
-            best = _better(best, Point(frozen.number, *frozen.values), params.max_kl)
-        while len(study.finished()) < params.trials:
-            frozen = study.run_one(objective)
-            point = Point(frozen.number, *frozen.values)
-            best = _better(best, point, params.max_kl)
-            report(_trial_line(len(study.finished()), params.trials, frozen.params, point, best))
+        finished = run_search(study, objective, params, describe, out, report)
         trials = [
             Trial(
                 number=t.number,
@@ -143,10 +134,9 @@ def tune_heads(
                 seconds=t.user_attrs.get("seconds"),
                 heads=[list(h) for h in ranking[: int(t.params["top"])]],
             )
-            for t in study.finished()[: params.trials]
+            for t in finished
         ]
-        front = pareto_front([Point(t.number, t.effect, t.kl) for t in trials])
-        chosen, rule = choose(front, params.max_kl)
+        front, chosen, rule = front_and_choice([Point(t.number, t.effect, t.kl) for t in trials], params.max_kl)
         point = next(t for t in trials if t.number == chosen.number).params
         test, test_items = part(by_item.test, by_text.test, "test split")
         confirmation = _confirm(test, test_items, scales_of(point, ranking), params.seed)
@@ -202,21 +192,6 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _better(best: Point | None, point: Point, max_kl: float | None) -> Point | None:
-    """The best point so far: the largest effect (within ``max_kl`` when given)."""
-    if max_kl is not None and point.kl > max_kl:
-        return best
-    if best is None or (point.effect, -point.kl) > (best.effect, -best.kl):
-        return point
-    return best
-
-
-def _trial_line(done: int, total: int, drawn: dict[str, Any], point: Point, best: Point | None) -> str:
-    """One progress line per trial (trials named by their number in the record), with the best point so far."""
-    line = (
-        f"trial {point.number} ({done}/{total}): α {drawn['alpha']:.3g}, {drawn['top']} head(s): "
-        f"effect {point.effect:+.4g}, KL {point.kl:.3g}"
-    )
-    if best is not None:
-        line += f"; best so far: trial {best.number}, effect {best.effect:+.4g}, KL {best.kl:.3g}"
-    return line
+def describe(drawn: dict[str, Any]) -> str:
+    """A drawn point of the heads' space, for the progress line."""
+    return f"α {drawn['alpha']:.3g}, {drawn['top']} head(s)"
