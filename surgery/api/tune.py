@@ -3,7 +3,9 @@
 ``surgery.tune(model, method="heads", findings="findings.json", trials=40)`` searches α and how many
 of the findings' ranked heads to scale (Optuna, a SQLite study in ``out`` that a killed run resumes),
 measuring each trial at run time: the ΔS gain on the tune split's binding pairs against the
-first-token KL on neutral prompts. It picks the front's best point within ``max_kl`` (or the knee),
+first-token KL on neutral prompts. ``method="neurons"`` searches prune-neurons' n, factor, score and
+selection rule against the bias of the fairness pairs (how differently the model continues a
+pair's two prompts). It picks the front's best point within ``max_kl`` (or the knee),
 re-measures it on the test split with 95% CIs, writes ``tune.json`` and, with ``bake_out``, bakes
 the chosen point through the usual bake (its surgery.json records the study). The options are those
 of ``surgery tune``, spelled as the fields of ``LoadSpec``, ``TuneParams`` and ``FindParams``.
@@ -12,7 +14,7 @@ of ``surgery tune``, spelled as the fields of ``LoadSpec``, ``TuneParams`` and `
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,7 @@ from ..core.cache import cache_dir
 from ..core.errors import ParameterError
 from ..core.progress import Progress, StageProgress, silent, silent_stages
 from ..find.heads.params import FindParams
+from ..find.neurons.params import CaptureParams
 from ..find.tune.params import TuneParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
@@ -62,6 +65,7 @@ def tune(
     load: LoadSpec | None = None,
     params: TuneParams | None = None,
     prompts: FindParams | None = None,
+    capture: CaptureParams | None = None,
     progress: Progress = silent,
     stages: StageProgress = silent_stages,
     report: Callable[[str], None] | None = None,
@@ -70,68 +74,103 @@ def tune(
     """Tune ``params.method``'s edit of ``model`` and return the record (also written to ``out``/tune.json).
 
     ``findings``: the findings file of the method (default: the newest cached findings of this
-    model, as amplify-heads uses them). ``out``: the study folder (default: under the cache, keyed
-    by the options); running again resumes its study. ``bake_out``: bake the chosen point there
-    (``bake``: the bake's switches). ``prompts``: the binding pairs (benchmark, max_pairs …; their
-    seed and batch size are the tune's). Options: fields of ``LoadSpec``, ``TuneParams`` and
-    ``FindParams``.
+    model). ``out``: the study folder (default: under the cache, keyed by the options); running
+    again resumes its study. ``bake_out``: bake the chosen point there (``bake``: the bake's
+    switches). The prompts: for heads the binding pairs of ``prompts`` (benchmark, max_pairs …;
+    their seed and batch size are the tune's), for neurons the fairness pairs of ``capture``
+    (pairs, language, categories). Options: fields of ``LoadSpec``, ``TuneParams``, ``FindParams``
+    and ``CaptureParams``.
     """
     from ..core.optional import require
-    from ..find.findings import FINDERS, newest_cached
-    from ..find.heads.find import HeadFindings
-    from ..find.tune.heads import tune_heads
     from ..find.tune.neutral import neutral_texts
     from ..find.tune.record import FILE, save_record
-    from .heads import _pairs
 
     require("optuna")  # before any model is read: a missing package is the one-line pip hint
     bake = bake_options("tune", bake, options)
     load, params = typed(LoadSpec, options, load), typed(TuneParams, options, params)
-    prompts = typed(FindParams, options, prompts)
-    no_other_options("tune", options, LoadSpec, TuneParams, FindParams)
+    prompts, capture = typed(FindParams, options, prompts), typed(CaptureParams, options, capture)
+    no_other_options("tune", options, LoadSpec, TuneParams, FindParams, CaptureParams)
     prompts = replace(prompts, seed=params.seed, batch_size=params.batch_size)
     note = reporter(report)
     ckpt, _ = open_checkpoint(str(model), load)
-    if findings is not None:
-        found = HeadFindings.read(findings, ckpt, False)
+    found = _findings(params.method, ckpt, model, findings, note)
+    texts = neutral_texts(params.neutral)
+    key = prompts.to_dict() if params.method == "heads" else asdict(capture)
+    folder = Path(out) if out is not None else default_folder(ckpt.model_key(), params, key)
+    if params.method == "heads":
+        from ..find.tune.heads import tune_heads
+        from .heads import _pairs
+
+        _, pairs = _pairs(prompts)
+        record = tune_heads(
+            ckpt, found, pairs, prompts, params, texts, folder, load=load, progress=progress, report=note
+        )
     else:
-        found = newest_cached(HeadFindings, ckpt)
-        if found is None:
-            raise ParameterError(
-                f"no {params.method} findings for {model}: run surgery {FINDERS[params.method]} first, "
-                "or give {findings} FILE",
-                "findings",
-            )
-        note(f"tuning with the newest cached {params.method} findings: {found.path}")
-    _, pairs = _pairs(prompts)
-    folder = Path(out) if out is not None else default_folder(ckpt.model_key(), params, prompts)
-    record = tune_heads(
-        ckpt,
-        found,
-        pairs,
-        prompts,
-        params,
-        neutral_texts(params.neutral),
-        folder,
-        load=load,
-        progress=progress,
-        report=note,
-    )
+        from ..find.neurons.pairs import load_pairs
+        from ..find.tune.neurons import tune_neurons
+
+        pair_set = load_pairs(capture.pairs, capture.language, capture.category_list)
+        record = tune_neurons(
+            ckpt,
+            found,
+            pair_set,
+            capture.category_list,
+            params,
+            texts,
+            folder,
+            load=load,
+            progress=progress,
+            report=note,
+        )
     path = folder / FILE
     save_record(record, path)
     baked = None
     if bake_out is not None:
-        baked = _bake_chosen(model, record, found, bake_out, bake, load, stages, note)
+        recipe, extra = _chosen_recipe(record, found, capture)
+        from .baking import bake_recipe
+
+        baked = bake_recipe(model, recipe, bake_out, load=load, bake=bake, extra=extra, stages=stages, report=note)
     return Tuned(record, path, baked)
 
 
-def _bake_chosen(model, record, found, out, bake: BakeOptions, load: LoadSpec, stages, note) -> Baked:
-    """The chosen point through the usual bake; surgery.json records the study and the findings."""
+def _findings(method: str, ckpt, model, findings: str | Path | None, note: Callable[[str], None]):
+    """The method's findings: ``findings`` (a file), else the newest cached of this model, else a one-line error."""
+    from ..find.findings import FINDERS, newest_cached
+    from ..find.heads.find import HeadFindings
+    from ..find.neurons.find import NeuronFindings
+
+    kind = {"heads": HeadFindings, "neurons": NeuronFindings}[method]
+    if findings is not None:
+        return kind.read(findings, ckpt, False)
+    found = newest_cached(kind, ckpt)
+    if found is None:
+        raise ParameterError(
+            f"no {method} findings for {model}: run surgery {FINDERS[method]} first, or give {{findings}} FILE",
+            "findings",
+        )
+    note(f"tuning with the newest cached {method} findings: {found.path}")
+    return found
+
+
+def _chosen_recipe(record: TuneRecord, found, capture: CaptureParams) -> tuple[Any, dict[str, Any]]:
+    """The chosen point's recipe and what its surgery.json records: the study and the findings."""
     from ..core.edits import HeadScale, Recipe
-    from .baking import bake_recipe
+    from ..find.neurons.find import selection_record
+    from ..find.neurons.params import SelectParams
+    from ..find.neurons.select import selected_edits
 
     chosen = record.trial(record.chosen.number)
-    heads = [tuple(h) for h in chosen.heads or []]
-    recipe = Recipe(tuple(HeadScale(layer, head, float(chosen.params["alpha"])) for layer, head in heads))
-    extra = {"tune": record.summary(), "heads_findings": {**found.record(), "heads": [list(h) for h in heads]}}
-    return bake_recipe(model, recipe, out, load=load, bake=bake, extra=extra, stages=stages, report=note)
+    if record.method == "heads":
+        heads = [tuple(h) for h in chosen.heads or []]
+        recipe = Recipe(tuple(HeadScale(layer, head, float(chosen.params["alpha"])) for layer, head in heads))
+        return recipe, {
+            "tune": record.summary(),
+            "heads_findings": {**found.record(), "heads": [list(h) for h in heads]},
+        }
+    point = chosen.params
+    selection = found.select(
+        int(point["n"]), SelectParams(score=point["score"], rule=point["rule"]), capture.category_list
+    )
+    factor = float(point["factor"])
+    recipe = Recipe(selected_edits(found.scores, selection, factor))
+    return recipe, {"tune": record.summary(), **selection_record(found, selection, factor)}

@@ -10,16 +10,19 @@ from rich.table import Table
 
 from .. import api
 from ..find.heads.params import FindParams
+from ..find.neurons.params import CaptureParams
 from ..find.tune.params import TuneParams
-from ..find.tune.record import TuneRecord
+from ..find.tune.record import Trial, TuneRecord
 from ..model.loading import LoadSpec
 from .baking import bake_settings, print_baked
 from .console import note, out, print_json, print_table, progress_bars
 from .group import cli
 from .options import model_argument, typed_options
 
-# The binding pairs' fields that tune offers (their seed and batch size are the tune's own).
+# The binding pairs' fields that tune offers (their seed and batch size are the tune's own), and the
+# fairness pairs' (--method neurons).
 PROMPT_FIELDS = ("benchmark", "max_pairs", "per_identity", "instruct")
+PAIR_FIELDS = ("pairs", "language", "categories")
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:
@@ -30,24 +33,42 @@ def _ci(ci: list[float]) -> str:
     return f"[{_fmt(ci[0])}, {_fmt(ci[1])}]"
 
 
+# Per method: the columns of a front row after the trial number, and how a trial fills them.
+COLUMNS = {
+    "heads": ("α", "heads", "effect (ΔS gain)", "KL", "ΔS"),
+    "neurons": ("n", "factor", "score / rule", "effect (bias removed)", "KL", "first neurons"),
+}
+SHOWN_NEURONS = 4
+
+
+def _row(method: str, t: Trial) -> list[str]:
+    p = t.params
+    if method == "heads":
+        heads = ", ".join(f"{la}.{h}" for la, h in t.heads or [])
+        return [_fmt(p["alpha"], 3), heads, _fmt(t.effect), _fmt(t.kl, 3), _fmt(t.delta_s)]
+    first = ", ".join((t.neurons or [])[:SHOWN_NEURONS]) + (" …" if len(t.neurons or []) > SHOWN_NEURONS else "")
+    return [str(p["n"]), _fmt(p["factor"], 3), f"{p['score']} / {p['rule']}", _fmt(t.effect), _fmt(t.kl, 3), first]
+
+
 def print_tune(record: TuneRecord) -> None:
     """The front on the tune split (the chosen point marked) and the chosen point on the test split."""
     table = Table(title=f"Pareto front on the tune split ({len(record.trials)} trials): effect up, first-token KL down")
-    for col in ("trial", "α", "heads", "effect (ΔS gain)", "KL", "ΔS", "chosen"):
+    for col in ("trial", *COLUMNS[record.method], "chosen"):
         table.add_column(col, no_wrap=True)
     for number in record.front:
-        t = record.trial(number)
-        heads = ", ".join(f"{la}.{h}" for la, h in t.heads or [])
         mark = f"✓ ({record.chosen.rule.replace('_', '-')})" if number == record.chosen.number else ""
-        table.add_row(
-            str(number), _fmt(t.params["alpha"], 3), heads, _fmt(t.effect), _fmt(t.kl, 3), _fmt(t.delta_s), mark
-        )
+        table.add_row(str(number), *_row(record.method, record.trial(number)), mark)
     print_table(table)
     c = record.confirmation
-    out.print(
-        f"Held-out confirmation ({c.items} test items, {c.neutral} neutral prompts, never seen by the search): "
-        f"effect {_fmt(c.effect)} {_ci(c.effect_ci95)}, KL {_fmt(c.kl, 3)} {_ci(c.kl_ci95)} (95% CIs); "
+    what = "test items" if record.method == "heads" else "test pairs"
+    change = (
         f"ΔS {_fmt(c.delta_s_base)} → {_fmt(c.delta_s)}"
+        if record.method == "heads"
+        else f"pair bias {_fmt(c.bias_base)} → {_fmt(c.bias)} nats"
+    )
+    out.print(
+        f"Held-out confirmation ({c.items} {what}, {c.neutral} neutral prompts, never seen by the search): "
+        f"effect {_fmt(c.effect)} {_ci(c.effect_ci95)}, KL {_fmt(c.kl, 3)} {_ci(c.kl_ci95)} (95% CIs); {change}"
     )
 
 
@@ -55,6 +76,7 @@ def print_tune(record: TuneRecord) -> None:
 @model_argument
 @typed_options(TuneParams, into="params")
 @typed_options(FindParams, into="prompts", only=PROMPT_FIELDS)
+@typed_options(CaptureParams, into="capture", only=PAIR_FIELDS)
 @click.option(
     "--findings",
     "findings_file",
@@ -90,6 +112,7 @@ def tune_cmd(
     load: LoadSpec,
     params: TuneParams,
     prompts: FindParams,
+    capture: CaptureParams,
     findings_file: Path | None,
     out_dir: Path | None,
     bake_dir: Path | None,
@@ -97,8 +120,9 @@ def tune_cmd(
     verify: bool,
     as_json: bool,
 ) -> None:
-    """Search the parameters of MODEL's edit (heads: α and how many of the found heads) for the best
-    effect at the least first-token KL, pick a point of the front and confirm it on held-out prompts."""
+    """Search the parameters of MODEL's edit (heads: α and how many of the found heads; neurons: n,
+    factor, score and selection rule) for the best effect at the least first-token KL, pick a point
+    of the front and confirm it on held-out prompts."""
     with progress_bars() as progress:  # stderr, with --json too
         tuned = api.tune(
             model,
@@ -109,6 +133,7 @@ def tune_cmd(
             load=load,
             params=params,
             prompts=prompts,
+            capture=capture,
             progress=progress,
             report=note,
         )

@@ -52,3 +52,23 @@ def neutral_prompts(path: Path) -> Path:
     lines = [json.dumps({"text": stems[i % len(stems)].format(item=items[i % len(items)])}) for i in range(NEUTRAL)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+BIAS = FIXTURES / "bias_model"
+BIAS_PAIRS = BIAS / "pairs.jsonl"
+
+
+def bias_truth(top: int) -> list[str]:
+    """The ``top`` neurons of the planted bias model whose zeroing removes most of its bias gap (brute force)."""
+    truth = json.loads((BIAS / "ground_truth.json").read_text())["neurons"]
+    return [f"{n['layer']}:{n['neuron']}" for n in sorted(truth, key=lambda n: -n["bias"])[:top]]
+
+
+def bias_neutral_prompts(path: Path) -> Path:
+    """A JSONL file of the bias task's prompts with the group word left out: what the model must keep
+    deciding as before (the capability), which no pair contrasts."""
+    rows = [json.loads(line) for line in BIAS_PAIRS.read_text().splitlines() if line.strip()]
+    texts = sorted({r["prompt_1"].replace(f" {r['attribute_1']} ", " ", 1) for r in rows})
+    kept = texts[:: max(1, len(texts) // NEUTRAL)][:NEUTRAL]
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in kept), encoding="utf-8")
+    return path

@@ -12,7 +12,10 @@ from typing import Any
 from ...core.errors import ParameterError
 from ...core.options import check_options, param
 
-METHODS = ("heads",)
+METHODS = ("heads", "neurons")
+# Most neurons a neurons tune tries by default: fairness pruning removes tens of neurons (its
+# quickstart prunes 40); the search goes a little past that. Capped at the selectable neurons.
+N_MAX = 100
 SAMPLERS = ("tpe", "nsga2")
 
 
@@ -20,7 +23,11 @@ SAMPLERS = ("tpe", "nsga2")
 class TuneParams:
     """The search: its method, budget, seed, the tune/test split and the parameter ranges."""
 
-    method: str = param("heads", "Which edit to tune: the heads' α and how many of the found heads.", choices=METHODS)
+    method: str = param(
+        "heads",
+        "Which edit to tune: heads (α, how many of the found heads) or neurons (n, factor, score, selection rule).",
+        choices=METHODS,
+    )
     trials: int = param(40, "Trials of the search (a resumed study runs only the ones missing).", minimum=1)
     seed: int = param(0, "Seed of the split and of the sampler (a resumed study draws the same trials).", minimum=0)
     sampler: str = param("tpe", "Optuna's sampler: TPE or NSGA-II (both multi-objective).", choices=SAMPLERS)
@@ -32,18 +39,25 @@ class TuneParams:
     )
     test_share: float = param(
         0.5,
-        "Share of the items (and neutral prompts) held out for the confirmation, never seen by the search.",
+        "Share of the items or pairs (and neutral prompts) held out for the confirmation, never seen by the search.",
         minimum=0.0,
         maximum=1.0,
         max_open=True,
     )
-    alpha_min: float = param(1.0, "Smallest head α the search tries.", minimum=0.0)
-    alpha_max: float = param(4.0, "Largest head α the search tries.", minimum=0.0)
+    alpha_min: float = param(1.0, "heads: smallest α the search tries.", minimum=0.0)
+    alpha_max: float = param(4.0, "heads: largest α the search tries.", minimum=0.0)
     top_max: int | None = param(
         None,
-        "Most heads of the findings' ranking the search tries (default: the knocked-out selection's size).",
+        "heads: most heads of the findings' ranking the search tries (default: the knocked-out selection's size).",
         kind="int",
         minimum=1,
+    )
+    n_max: int = param(
+        N_MAX, "neurons: most neurons the search prunes or scales (capped at the selectable ones).", minimum=1
+    )
+    factor_min: float = param(0.0, "neurons: smallest factor the search tries (0 prunes).", minimum=0.0, maximum=1.0)
+    factor_max: float = param(
+        1.0, "neurons: largest factor the search tries (1 leaves a neuron alone).", minimum=0.0, maximum=1.0
     )
     neutral: str = param(
         "builtin",
@@ -58,6 +72,12 @@ class TuneParams:
                 f"{{alpha_min}} {self.alpha_min} is above {{alpha_max}} {self.alpha_max}; give a range low to high",
                 "alpha_min",
                 "alpha_max",
+            )
+        if self.factor_min > self.factor_max:
+            raise ParameterError(
+                f"{{factor_min}} {self.factor_min} is above {{factor_max}} {self.factor_max}; give a range low to high",
+                "factor_min",
+                "factor_max",
             )
 
     def to_dict(self) -> dict[str, Any]:

@@ -29,16 +29,18 @@ class Trial(JsonRecord):
 
     number: int
     params: dict[str, Any]
-    effect: float  # higher is better (heads: ΔS gain, S units)
+    effect: float  # higher is better (heads: ΔS gain in S units; neurons: pair bias removed, nats)
     kl: float  # first-token KL on the neutral tune prompts, mean (nats)
     delta_s: float | None = None
     heads: list[list[int]] | None = None
+    neurons: list[str] | None = None  # neurons' labels (L:N, L:eE:N), best first
     seconds: float | None = None  # wall time of the trial's measurement (both prompt sets)
 
 
 @dataclass(kw_only=True)
 class SplitSizes(JsonRecord):
-    """How the prompts were split (by item for binding pairs, one by one for neutral prompts)."""
+    """How the prompts were split: binding pairs by item, fairness pairs and neutral prompts one by
+    one (``*_items``: the items, or the fairness pairs' ids, on each side)."""
 
     seed: int
     test_share: float
@@ -63,7 +65,9 @@ class Confirmation(JsonRecord):
     delta_s: float | None = None
     p_base: float | None = None
     p: float | None = None
-    items: int | None = None
+    bias_base: float | None = None  # neurons: the test pairs' mean bias (JS divergence) unedited
+    bias: float | None = None  # … and under the chosen edit
+    items: int | None = None  # test items (heads) or pairs (neurons)
     neutral: int | None = None
 
 
