@@ -78,3 +78,37 @@ def test_an_empty_split_is_one_line(tmp_path):
     lines = res.stderr.strip().splitlines()
     assert res.returncode != 0 and len(lines) == 1, res.stderr
     assert lines[0].startswith("Error: the test split is empty:") and "--test-share" in lines[0], lines
+
+
+def test_a_neurons_tune_bakes_the_chosen_selection(tmp_path):
+    """--method neurons on the planted bias model: the bake holds the chosen point's neurons at its
+    factor, and surgery.json records the study beside the neuron selection, as prune-neurons does."""
+    from tests.support.planted_tune import BIAS, BIAS_PAIRS, bias_neutral_prompts
+
+    env = dict(ENV, SURGERY_CACHE=str(tmp_path / "cache"))
+    found = run_cli(["find-neurons", BIAS, "--pairs", BIAS_PAIRS, "--out", tmp_path / "findings.json"], env=env)
+    assert found.returncode == 0, found.stderr
+    args = ["tune", BIAS, "--method", "neurons", "--findings", tmp_path / "findings.json", "--pairs", BIAS_PAIRS]
+    args += ["--neutral", bias_neutral_prompts(tmp_path / "neutral.jsonl"), "--trials", str(TRIALS), "--n-max", "12"]
+    res = run_cli(
+        [*args, "--out", tmp_path / "study", "--bake", tmp_path / "baked", "--no-verify"], env=env, timeout=300
+    )
+    assert res.returncode == 0, res.stderr
+    assert "pair bias" in res.stdout and "Baked" in res.stdout, res.stdout
+    record = json.loads((tmp_path / "study" / "tune.json").read_text())
+    baked = json.loads((tmp_path / "baked" / "surgery.json").read_text())
+    chosen = next(t for t in record["trials"] if t["number"] == record["chosen"]["number"])
+    edits = baked["recipe"]["edits"]
+    assert [f"{e['layer']}:{e['neuron']}" for e in edits] == chosen["neurons"]
+    assert all(e["factor"] == pytest.approx(chosen["params"]["factor"]) for e in edits)
+    assert baked["tune"]["chosen"]["params"] == chosen["params"] and baked["tune"]["method"] == "neurons"
+    assert baked["neuron_selection"]["n"] == chosen["params"]["n"]
+
+
+def test_no_neuron_findings_is_one_line(tmp_path):
+    from tests.support.planted_tune import BIAS
+
+    res = run_cli(["tune", BIAS, "--method", "neurons"], env=dict(ENV, SURGERY_CACHE=str(tmp_path / "cache")))
+    assert res.stderr.strip().splitlines() == [
+        f"Error: no neurons findings for {BIAS}: run surgery find-neurons first, or give --findings FILE"
+    ], res.stderr
