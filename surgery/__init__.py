@@ -55,8 +55,8 @@ _EXPORTS = {
     "import_gguf": "surgery.api.shipping",
     "bake_recipe": "surgery.api.baking",
     "bake_sweep": "surgery.api.baking",
-    "tune": "surgery.api.tune",
-    "Tuned": "surgery.api.tune",
+    "tune": "surgery.api.tuning",
+    "Tuned": "surgery.api.tuning",
     "TuneParams": "surgery.find.tune.params",
     # what they take and return
     "Recipe": "surgery.core.edits",
@@ -100,7 +100,7 @@ if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run
     from .api.neurons import find_neurons, neuron_findings, prune_neurons
     from .api.results import EvalResult, Inspection
     from .api.shipping import evaluate, export_lora, import_gguf, push, report, write_card
-    from .api.tune import Tuned, tune
+    from .api.tuning import Tuned, tune
     from .bake.verify import Report
     from .core.edit_kind import Edit, edit_kinds, register_edit_kind
     from .core.edits import DirectionEdit, HeadScale, NeuronScale, Recipe, SteerEdit
