@@ -105,7 +105,7 @@ def tune(
         record = tune_heads(
             ckpt, found, pairs, prompts, params, texts, folder, load=load, progress=progress, report=note
         )
-    else:
+    elif params.method == "neurons":
         from ..find.neurons.pairs import load_pairs
         from ..find.tune.neurons import tune_neurons
 
@@ -122,11 +122,36 @@ def tune(
             progress=progress,
             report=note,
         )
+    else:
+        from ..core.prompts import read_prompts
+        from ..evaluation.markers import read_markers
+        from ..find.tune.direction import tune_direction
+
+        if params.behaviour is None or params.markers is None:
+            raise ParameterError(
+                "--method direction measures the marker rate: give {behaviour} FILE (prompts that show the "
+                "behaviour) and {markers} FILE (one marker a line)",
+                "behaviour",
+                "markers",
+            )
+        behaviour = read_prompts(params.behaviour, "behaviour").prompts
+        record = tune_direction(
+            ckpt,
+            found,
+            behaviour,
+            read_markers(params.markers),
+            params,
+            texts,
+            folder,
+            load=load,
+            progress=progress,
+            report=note,
+        )
     path = folder / FILE
     save_record(record, path)
     baked = None
     if bake_out is not None:
-        recipe, extra = _chosen_recipe(record, found, capture)
+        recipe, extra = _chosen_recipe(record, found, capture, ckpt)
         from .baking import bake_recipe
 
         baked = bake_recipe(model, recipe, bake_out, load=load, bake=bake, extra=extra, stages=stages, report=note)
@@ -135,24 +160,27 @@ def tune(
 
 def _findings(method: str, ckpt, model, findings: str | Path | None, note: Callable[[str], None]):
     """The method's findings: ``findings`` (a file), else the newest cached of this model, else a one-line error."""
-    from ..find.findings import FINDERS, newest_cached
+    from ..find.directions.find import DirectionFindings
+    from ..find.findings import newest_cached
     from ..find.heads.find import HeadFindings
     from ..find.neurons.find import NeuronFindings
 
-    kind = {"heads": HeadFindings, "neurons": NeuronFindings}[method]
+    kind = {"heads": HeadFindings, "neurons": NeuronFindings, "direction": DirectionFindings}[method]
     if findings is not None:
         return kind.read(findings, ckpt, False)
+    from ..find.findings import FINDERS
+
     found = newest_cached(kind, ckpt)
     if found is None:
         raise ParameterError(
-            f"no {method} findings for {model}: run surgery {FINDERS[method]} first, or give {{findings}} FILE",
+            f"no {method} findings for {model}: run surgery {FINDERS[kind.kind]} first, or give {{findings}} FILE",
             "findings",
         )
     note(f"tuning with the newest cached {method} findings: {found.path}")
     return found
 
 
-def _chosen_recipe(record: TuneRecord, found, capture: CaptureParams) -> tuple[Any, dict[str, Any]]:
+def _chosen_recipe(record: TuneRecord, found, capture: CaptureParams, ckpt) -> tuple[Any, dict[str, Any]]:
     """The chosen point's recipe and what its surgery.json records: the study and the findings."""
     from ..core.edits import HeadScale, Recipe
     from ..find.neurons.find import selection_record
@@ -160,6 +188,12 @@ def _chosen_recipe(record: TuneRecord, found, capture: CaptureParams) -> tuple[A
     from ..find.neurons.select import selected_edits
 
     chosen = record.trial(record.chosen.number)
+    if record.method == "direction":
+        from ..core.architectures import architecture
+        from ..find.tune.direction import recipe_of
+
+        recipe, kernel = recipe_of(chosen.params, found, architecture(ckpt.config))
+        return recipe, {"tune": record.summary(), **kernel}
     if record.method == "heads":
         heads = [tuple(h) for h in chosen.heads or []]
         recipe = Recipe(tuple(HeadScale(layer, head, float(chosen.params["alpha"])) for layer, head in heads))

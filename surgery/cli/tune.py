@@ -37,6 +37,7 @@ def _ci(ci: list[float]) -> str:
 COLUMNS = {
     "heads": ("α", "heads", "effect (ΔS gain)", "KL", "ΔS"),
     "neurons": ("n", "factor", "score / rule", "effect (bias removed)", "KL", "first neurons"),
+    "direction": ("weight", "layer", "width", "floor", "writers", "effect (marker rate removed)", "KL"),
 }
 SHOWN_NEURONS = 4
 
@@ -46,6 +47,10 @@ def _row(method: str, t: Trial) -> list[str]:
     if method == "heads":
         heads = ", ".join(f"{la}.{h}" for la, h in t.heads or [])
         return [_fmt(p["alpha"], 3), heads, _fmt(t.effect), _fmt(t.kl, 3), _fmt(t.delta_s)]
+    if method == "direction":
+        floor = p["weight"] * p["floor_share"]
+        kernel = [_fmt(p["weight"], 3), str(p["position"]), str(p["width"]), _fmt(floor, 3), p["modules"]]
+        return [*kernel, _fmt(t.effect), _fmt(t.kl, 3)]
     first = ", ".join((t.neurons or [])[:SHOWN_NEURONS]) + (" …" if len(t.neurons or []) > SHOWN_NEURONS else "")
     return [str(p["n"]), _fmt(p["factor"], 3), f"{p['score']} / {p['rule']}", _fmt(t.effect), _fmt(t.kl, 3), first]
 
@@ -60,12 +65,12 @@ def print_tune(record: TuneRecord) -> None:
         table.add_row(str(number), *_row(record.method, record.trial(number)), mark)
     print_table(table)
     c = record.confirmation
-    what = "test items" if record.method == "heads" else "test pairs"
-    change = (
-        f"ΔS {_fmt(c.delta_s_base)} → {_fmt(c.delta_s)}"
-        if record.method == "heads"
-        else f"pair bias {_fmt(c.bias_base)} → {_fmt(c.bias)} nats"
-    )
+    what = {"heads": "test items", "neurons": "test pairs", "direction": "test prompts"}[record.method]
+    change = {
+        "heads": f"ΔS {_fmt(c.delta_s_base)} → {_fmt(c.delta_s)}",
+        "neurons": f"pair bias {_fmt(c.bias_base)} → {_fmt(c.bias)} nats",
+        "direction": f"marker rate {_fmt(c.rate_base)} → {_fmt(c.rate)}",
+    }[record.method]
     out.print(
         f"Held-out confirmation ({c.items} {what}, {c.neutral} neutral prompts, never seen by the search): "
         f"effect {_fmt(c.effect)} {_ci(c.effect_ci95)}, KL {_fmt(c.kl, 3)} {_ci(c.kl_ci95)} (95% CIs); {change}"
@@ -121,8 +126,8 @@ def tune_cmd(
     as_json: bool,
 ) -> None:
     """Search the parameters of MODEL's edit (heads: α and how many of the found heads; neurons: n,
-    factor, score and selection rule) for the best effect at the least first-token KL, pick a point
-    of the front and confirm it on held-out prompts."""
+    factor, score and selection rule; direction: the weight kernel and the residual writers) for the
+    best effect at the least first-token KL, pick a point of the front and confirm it on held-out prompts."""
     with progress_bars() as progress:  # stderr, with --json too
         tuned = api.tune(
             model,

@@ -147,7 +147,11 @@ def _directions_section(f: DirectionsFindings, stem: str, out: Path) -> list[str
 
 
 # What a tune's effect is, per method, as the front's axis and table say it.
-TUNE_EFFECT = {"heads": "ΔS gain (S units)", "neurons": "pair bias removed (nats)"}
+TUNE_EFFECT = {
+    "heads": "ΔS gain (S units)",
+    "neurons": "pair bias removed (nats)",
+    "direction": "marker rate removed",
+}
 
 
 def _tune_section(r: TuneRecord, stem: str, out: Path) -> list[str]:
@@ -163,7 +167,8 @@ def _tune_section(r: TuneRecord, stem: str, out: Path) -> list[str]:
         f"{len(r.trials)} trials ({r.study.get('sampler')}, seed {r.split.seed}); {len(r.front)} on the Pareto front "
         f"of the tune split. Chosen: trial {chosen.number} ({rule}), {_params(chosen.params)}.",
         "",
-        f"Held-out confirmation ({r.split.test_pairs} test pairs, {r.split.test_neutral} neutral prompts): "
+        f"Held-out confirmation ({r.split.test_pairs} test {'prompts' if r.method == 'direction' else 'pairs'}, "
+        f"{r.split.test_neutral} neutral prompts): "
         f"{effect} {_fmt(c.effect)} (95% CI {_fmt(c.effect_ci95[0])} – {_fmt(c.effect_ci95[1])}), "
         f"KL {_fmt(c.kl)} (95% CI {_fmt(c.kl_ci95[0])} – {_fmt(c.kl_ci95[1])}); on the tune split "
         f"{_fmt(chosen.effect)} and {_fmt(chosen.kl)}.",

@@ -12,7 +12,7 @@ from typing import Any
 from ...core.errors import ParameterError
 from ...core.options import check_options, param
 
-METHODS = ("heads", "neurons")
+METHODS = ("heads", "neurons", "direction")
 # Most neurons a neurons tune tries by default: fairness pruning removes tens of neurons (its
 # quickstart prunes 40); the search goes a little past that. Capped at the selectable neurons.
 N_MAX = 100
@@ -25,7 +25,8 @@ class TuneParams:
 
     method: str = param(
         "heads",
-        "Which edit to tune: heads (α, how many of the found heads) or neurons (n, factor, score, selection rule).",
+        "Which edit to tune: heads (α, how many of the found heads), neurons (n, factor, score, selection "
+        "rule) or direction (the per-layer weight kernel and the residual writers).",
         choices=METHODS,
     )
     trials: int = param(40, "Trials of the search (a resumed study runs only the ones missing).", minimum=1)
@@ -59,9 +60,26 @@ class TuneParams:
     factor_max: float = param(
         1.0, "neurons: largest factor the search tries (1 leaves a neuron alone).", minimum=0.0, maximum=1.0
     )
+    behaviour: str | None = param(
+        None,
+        "direction: prompts that show the behaviour (text, one a line, or JSONL): the marker rate is measured on them.",
+        kind="str",
+        metavar="FILE",
+    )
+    markers: str | None = param(
+        None,
+        "direction: a text file of markers (phrases), one a line: an answer holding one shows the behaviour.",
+        kind="str",
+        metavar="FILE",
+    )
+    max_new_tokens: int = param(16, "direction: tokens each answer is generated greedily for.", minimum=1)
+    weight_max: float = param(
+        1.5, "direction: largest peak weight the search tries (1 removes the direction).", minimum=0.0
+    )
     neutral: str = param(
         "builtin",
-        "Neutral prompts for the KL cost: 'builtin' (surgery's retention prompts) or a JSONL file of {\"text\": …}.",
+        "Neutral prompts for the KL cost: 'builtin' (surgery's retention prompts), a JSONL file of "
+        '{"text": …} or a text file (one prompt a line).',
     )
     batch_size: int = param(16, "Prompts per forward pass.", minimum=1)
 

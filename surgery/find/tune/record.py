@@ -67,7 +67,9 @@ class Confirmation(JsonRecord):
     p: float | None = None
     bias_base: float | None = None  # neurons: the test pairs' mean bias (JS divergence) unedited
     bias: float | None = None  # … and under the chosen edit
-    items: int | None = None  # test items (heads) or pairs (neurons)
+    rate_base: float | None = None  # direction: the test prompts' marker rate unedited
+    rate: float | None = None  # … and under the chosen edit
+    items: int | None = None  # test items (heads), pairs (neurons) or behaviour prompts (direction)
     neutral: int | None = None
 
 
