@@ -91,6 +91,13 @@ def tune(
     prompts, capture = typed(FindParams, options, prompts), typed(CaptureParams, options, capture)
     no_other_options("tune", options, LoadSpec, TuneParams, FindParams, CaptureParams)
     prompts = replace(prompts, seed=params.seed, batch_size=params.batch_size)
+    if params.method == "direction" and (params.behaviour is None or params.markers is None):
+        raise ParameterError(
+            "method direction measures the marker rate: give {behaviour} FILE (prompts that show the "
+            "behaviour) and {markers} FILE (one marker a line)",
+            "behaviour",
+            "markers",
+        )
     note = reporter(report)
     ckpt, _ = open_checkpoint(str(model), load)
     found = _findings(params.method, ckpt, model, findings, note)
@@ -127,13 +134,6 @@ def tune(
         from ..evaluation.markers import read_markers
         from ..find.tune.direction import tune_direction
 
-        if params.behaviour is None or params.markers is None:
-            raise ParameterError(
-                "--method direction measures the marker rate: give {behaviour} FILE (prompts that show the "
-                "behaviour) and {markers} FILE (one marker a line)",
-                "behaviour",
-                "markers",
-            )
         behaviour = read_prompts(params.behaviour, "behaviour").prompts
         record = tune_direction(
             ckpt,

@@ -112,3 +112,13 @@ def test_no_neuron_findings_is_one_line(tmp_path):
     assert res.stderr.strip().splitlines() == [
         f"Error: no neurons findings for {BIAS}: run surgery find-neurons first, or give --findings FILE"
     ], res.stderr
+
+
+def test_a_direction_tune_without_prompts_or_markers_is_one_line(tmp_path):
+    from tests.support.planted_tune import DIRECTION
+
+    res = run_cli(["tune", DIRECTION, "--method", "direction"], env=dict(ENV, SURGERY_CACHE=str(tmp_path / "cache")))
+    assert res.stderr.strip().splitlines() == [
+        "Error: method direction measures the marker rate: give --behaviour FILE (prompts that show the "
+        "behaviour) and --markers FILE (one marker a line)"
+    ], res.stderr

@@ -72,3 +72,12 @@ def bias_neutral_prompts(path: Path) -> Path:
     kept = texts[:: max(1, len(texts) // NEUTRAL)][:NEUTRAL]
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in kept), encoding="utf-8")
     return path
+
+
+DIRECTION = FIXTURES / "direction_model"
+
+
+def refusal_marker(path: Path) -> Path:
+    """The planted direction model's behaviour as a marker: it answers ``no`` to a trigger prompt."""
+    path.write_text("no\n", encoding="utf-8")
+    return path
