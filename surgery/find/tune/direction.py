@@ -171,6 +171,7 @@ def tune_direction(
         for t in finished
     ]
     front, chosen, rule = front_and_choice([Point(t.number, t.effect, t.kl) for t in trials], params.max_kl)
+    tune = None  # the tune split's recorded passes are done with: free them before the test split's
     test = part(by_prompt.test, by_text.test)
     recipe, _ = recipe_of(next(t for t in trials if t.number == chosen.number).params, found, arch)
     hits, kl = test.measure(recipe.edits)

@@ -138,6 +138,7 @@ def tune_heads(
         ]
         front, chosen, rule = front_and_choice([Point(t.number, t.effect, t.kl) for t in trials], params.max_kl)
         point = next(t for t in trials if t.number == chosen.number).params
+        tune = None  # the tune split's recorded passes are done with: free them before the test split's
         test, test_items = part(by_item.test, by_text.test, "test split")
         confirmation = _confirm(test, test_items, scales_of(point, ranking), params.seed)
     return TuneRecord(

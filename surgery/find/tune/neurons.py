@@ -135,6 +135,7 @@ def tune_neurons(
     ]
     front, chosen, rule = front_and_choice([Point(t.number, t.effect, t.kl) for t in trials], params.max_kl)
     point = next(t for t in trials if t.number == chosen.number).params
+    tune = None  # the tune split's recorded passes are done with: free them before the test split's
     test = part(by_pair.test, by_text.test, "test split")
     bias, kl = test.measure(edits_of(point, found, categories))
     effect, effect_ci = mean_ci(test.pair_base - bias, params.seed)
