@@ -42,16 +42,13 @@ class Tuned:
     baked: Baked | None = None
 
 
-def default_folder(model_key: str, params: TuneParams, prompts: FindParams) -> Path:
-    """The study folder when none is given: under the cache, by model, method and options, so that
-    the same command run again resumes the same study."""
+def default_folder(model_key: str, params: TuneParams, prompts: dict[str, Any]) -> Path:
+    """The study folder when none is given: under the cache, by model, method and options (``prompts``:
+    the options that choose the prompts), so that the same command run again resumes the same study."""
     from ..core.cache import params_key
 
-    return (
-        cache_dir()
-        / "tune"
-        / f"{model_key[:16]}-{params.method}-{params_key({**params.study_key(), **prompts.to_dict()})}"
-    )
+    key = params_key({**params.study_key(), **prompts})
+    return cache_dir() / "tune" / f"{model_key[:16]}-{params.method}-{key}"
 
 
 @names_bake_options

@@ -117,3 +117,17 @@ def test_bad_inputs_are_one_line_each(files, tuned):
         ParameterError, match=r"^no heads findings for .*: run surgery find-heads first, or give findings FILE"
     ):
         surgery.tune(DOSE, out=tmp / "none", **{**OPTIONS, "neutral": str(neutral)})
+
+
+def test_without_out_the_study_lives_in_the_cache_and_resumes(files, tmp_path, monkeypatch):
+    import surgery
+
+    findings, neutral, _ = files
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "cache"))
+    options = {**OPTIONS, "trials": 2, "max_pairs": 32, "findings": findings, "neutral": str(neutral)}
+    first = surgery.tune(DOSE, **options)
+    assert first.path.parent.parent == tmp_path / "cache" / "tune" and first.path.is_file()
+    lines: list[str] = []
+    again = surgery.tune(DOSE, report=lines.append, **options)
+    assert again.path == first.path and again.record.trials == first.record.trials
+    assert lines == [f"resuming the study in {first.path.parent}: 2 of 2 trials done"]
