@@ -58,11 +58,12 @@ def test_tune_bakes_the_chosen_point_and_records_the_study(tmp_path):
     assert [(e["layer"], e["head"]) for e in edits] == [dosed_head()]
     assert edits[0]["alpha"] == pytest.approx(tune["chosen"]["params"]["alpha"])
 
-    again = run_cli(args, env=env, timeout=300)
+    again = run_cli([*args, "--json"], env=env, timeout=300)
     assert again.returncode == 0, again.stderr
     assert f"resuming the study in {tmp_path / 'study'}: {TRIALS} of {TRIALS} trials done" in again.stderr
     assert not any(line.startswith("note: trial ") for line in again.stderr.splitlines())
-    assert json.loads((tmp_path / "study" / "tune.json").read_text())["trials"] == record["trials"]
+    printed = json.loads(again.stdout)
+    assert printed["trials"] == record["trials"] and printed["file"] == str(tmp_path / "study" / "tune.json")
 
 
 def test_no_findings_for_the_method_is_one_line(tmp_path):
