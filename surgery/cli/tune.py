@@ -111,7 +111,9 @@ def print_tune(record: TuneRecord) -> None:
     show_default=True,
     help="With --bake: check each edited weight map against the run-time edit before publishing.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the tune record as JSON.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the tune record as JSON (with --bake: the bake under 'baked')."
+)
 def tune_cmd(
     model: str,
     load: LoadSpec,
@@ -143,7 +145,8 @@ def tune_cmd(
             report=note,
         )
     if as_json:
-        print_json({**tuned.record.to_dict(), "file": str(tuned.path)})
+        baked = {"baked": tuned.baked.summary()} if tuned.baked is not None else {}
+        print_json({**tuned.record.to_dict(), "file": str(tuned.path), **baked})
         return
     print_tune(tuned.record)
     out.print(f"Saved the tune record: {tuned.path}")
