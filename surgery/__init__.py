@@ -12,6 +12,7 @@ The Python API mirrors the ``surgery`` command line, one function per command::
     surgery.ablate_direction("models/smollm2", "ablated", direction=found.path, weight=1.0)
     assert surgery.verify("models/smollm2", "pruned").ok
     surgery.undo("pruned", "restored")
+    tuned = surgery.tune("models/smollm2", findings="findings.json", trials=40, max_kl=0.05)
 
 Options are keyword arguments named like the command line's (``device="cpu"``, ``score="bias"``,
 ``max_pairs=96``), checked as the command line checks them; a bake's switches (``--force``,
@@ -54,6 +55,9 @@ _EXPORTS = {
     "import_gguf": "surgery.api.shipping",
     "bake_recipe": "surgery.api.baking",
     "bake_sweep": "surgery.api.baking",
+    "tune": "surgery.api.tuning",
+    "Tuned": "surgery.api.tuning",
+    "TuneParams": "surgery.find.tune.params",
     # what they take and return
     "Recipe": "surgery.core.edits",
     "Edit": "surgery.core.edit_kind",
@@ -96,6 +100,7 @@ if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run
     from .api.neurons import find_neurons, neuron_findings, prune_neurons
     from .api.results import EvalResult, Inspection
     from .api.shipping import evaluate, export_lora, import_gguf, push, report, write_card
+    from .api.tuning import Tuned, tune
     from .bake.verify import Report
     from .core.edit_kind import Edit, edit_kinds, register_edit_kind
     from .core.edits import DirectionEdit, HeadScale, NeuronScale, Recipe, SteerEdit
@@ -107,6 +112,7 @@ if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run
     from .find.heads.params import FindParams
     from .find.neurons.find import NeuronFindings
     from .find.neurons.params import CaptureParams, SelectParams
+    from .find.tune.params import TuneParams
     from .model.loading import LoadSpec
 
 

@@ -41,6 +41,8 @@ _EXPORTS = {
     "push": "shipping",
     "report": "shipping",
     "write_card": "shipping",
+    "tune": "tuning",
+    "Tuned": "tuning",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -53,6 +55,7 @@ if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run
     from .neurons import find_neurons, neuron_findings, neuron_plans, prune_neurons
     from .results import EvalResult, Inspection
     from .shipping import evaluate, export_lora, import_gguf, push, report, write_card
+    from .tuning import Tuned, tune
 
 
 __getattr__ = lazy_attributes(__name__, {name: f".{module}" for name, module in _EXPORTS.items()}, globals())

@@ -26,6 +26,7 @@ COMMANDS = {
     "amplify-heads": "heads",
     "find-neurons": "neurons",
     "prune-neurons": "neurons",
+    "tune": "tune",
     "export-lora": "ship",
     "push": "ship",
     "card": "ship",

@@ -244,7 +244,8 @@ def eval_cmd(
 )
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def report_cmd(findings, evals, out_dir, force):
-    """Write a markdown report with figures from FINDINGS files and eval results (needs matplotlib)."""
+    """Write a markdown report with figures from FINDINGS files (and tune records) and eval results
+    (needs matplotlib)."""
     path = api.report(findings, out_dir, evals=evals, force=force)
     pngs = sorted(p.name for p in path.parent.glob("*.png"))
     out.print(f"[green]Wrote[/] {path} with {len(pngs)} figure(s)")

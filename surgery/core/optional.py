@@ -41,6 +41,7 @@ OPTIONAL = {
     "compressed_tensors": Optional(
         "compressed-tensors", "quant", "baking into int4 / int8 checkpoints (compressed-tensors, AutoAWQ)"
     ),
+    "optuna": Optional("optuna", "tune", "surgery tune (the Optuna search)"),
 }
 
 

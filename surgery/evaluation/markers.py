@@ -32,6 +32,36 @@ def read_markers(path: str | Path) -> list[str]:
     return markers
 
 
+def _answers(model, tokenizer, batch: Sequence[str], special: bool, max_new_tokens: int) -> list[str]:
+    """Greedy answers (decoded, special tokens dropped) to the already formatted texts of ``batch``."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    device = next(model.parameters()).device
+    enc = tokenizer(list(batch), return_tensors="pt", padding=True, padding_side="left", add_special_tokens=special)
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=enc["input_ids"].to(device),
+            attention_mask=enc["attention_mask"].to(device),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=pad,
+        )
+    return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+def marker_hits(
+    model, tokenizer, prompts: Sequence[str], markers: Sequence[str], *, max_new_tokens: int = 32, batch_size: int = 8
+) -> np.ndarray:
+    """Per prompt (this process's, all of them): whether its greedy answer holds a marker (surgery
+    tune's per-prompt rate, whose confidence interval resamples prompts)."""
+    texts, special = formatted(tokenizer, tuple(prompts), "auto")
+    wanted = [m.lower() for m in markers]
+    hits = []
+    for start in range(0, len(texts), batch_size):
+        answers = _answers(model, tokenizer, texts[start : start + batch_size], special, max_new_tokens)
+        hits += [any(m in answer.lower() for m in wanted) for answer in answers]
+    return np.array(hits, dtype=bool)
+
+
 def marker_rate(
     model,
     tokenizer,
@@ -47,21 +77,10 @@ def marker_rate(
     texts, special = formatted(tokenizer, tuple(prompts), "auto")
     wanted = [m.lower() for m in markers]
     hits, per_marker = 0, np.zeros(len(markers))
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    device = next(model.parameters()).device
     work = distributed.Shard(texts, chunk=batch_size)
     for start in range(0, len(work.units), batch_size):
         batch = work.units[start : start + batch_size]
-        enc = tokenizer(batch, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=special)
-        with torch.inference_mode():
-            out = model.generate(
-                input_ids=enc["input_ids"].to(device),
-                attention_mask=enc["attention_mask"].to(device),
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                pad_token_id=pad,
-            )
-        for answer in tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True):
+        for answer in _answers(model, tokenizer, batch, special, max_new_tokens):
             found = [m in answer.lower() for m in wanted]
             hits += any(found)
             per_marker += found

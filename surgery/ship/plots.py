@@ -187,3 +187,40 @@ def before_after(rows: Sequence[EvaluationRow], path: Path, *, title: str = "Bef
         ax.axis("off")
     fig.suptitle(title)
     return _save(fig, path)
+
+
+def tune_front(
+    trials: Sequence[tuple[float, float]],
+    front: Sequence[tuple[float, float]],
+    chosen: tuple[float, float],
+    confirmed: tuple[float, float, Sequence[float], Sequence[float]],
+    path: Path,
+    *,
+    effect_label: str,
+) -> Path:
+    """Every trial as (KL, effect), the Pareto front as a line, the chosen point, and its held-out
+    confirmation (KL, effect, KL CI, effect CI) as a point with 95% error bars. KL on a log axis
+    when every KL is positive (they span orders of magnitude)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.scatter([k for k, _ in trials], [e for _, e in trials], s=14, color="0.6", label="trials (tune split)")
+    ax.plot([k for k, _ in front], [e for _, e in front], "-o", color="tab:blue", ms=4, label="Pareto front")
+    ax.scatter([chosen[0]], [chosen[1]], s=120, marker="*", color="tab:red", zorder=3, label="chosen")
+    kl, effect, kl_ci, effect_ci = confirmed
+    ax.errorbar(
+        [kl],
+        [effect],
+        xerr=[[kl - kl_ci[0]], [kl_ci[1] - kl]],
+        yerr=[[effect - effect_ci[0]], [effect_ci[1] - effect]],
+        fmt="s",
+        color="tab:green",
+        capsize=3,
+        label="chosen, held-out (95% CI)",
+    )
+    if all(k > 0 for k, _ in trials) and kl_ci[0] > 0:
+        ax.set_xscale("log")
+    ax.set_xlabel("first-token KL on neutral prompts (nats)")
+    ax.set_ylabel(effect_label)
+    ax.legend(fontsize="small")
+    ax.set_title("surgery tune: effect against cost")
+    return _save(fig, path)

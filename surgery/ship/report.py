@@ -1,7 +1,7 @@
-"""``surgery report``: one markdown page with figures from findings files and eval results.
+"""``surgery report``: one markdown page with figures from findings files, tune records and eval results.
 
-Findings files (heads, neurons or directions, the common head of surgery.find.findings) and eval results
-(``surgery eval --out``) are read as given; every section is drawn only when its data is present,
+Findings files (heads, neurons or directions, the common head of surgery.find.findings), tune
+records (``tune.json`` of ``surgery tune``) and eval results (``surgery eval --out``) are read as given; every section is drawn only when its data is present,
 so a report of a partial run is still a valid report. The folder is written atomically.
 """
 
@@ -22,6 +22,8 @@ from ..find.directions.record import DirectionsFindings
 from ..find.findings import KINDS, Findings, load_findings
 from ..find.heads.record import HeadsFindings
 from ..find.neurons.record import ExpertReport, NeuronsFindings
+from ..find.tune.record import FORMAT as TUNE_FORMAT
+from ..find.tune.record import TuneRecord, read_record
 
 RECORDS: dict[str, type[Findings]] = {
     "heads": HeadsFindings,
@@ -34,18 +36,23 @@ REPORT_NAME = "report.md"
 MANIFEST_NAME = "surgery_report.json"
 
 
-def read_findings(path: Path) -> Findings:
-    """A findings file of either kind (its 'kind' field says which), as that kind's record."""
+def read_findings(path: Path) -> Findings | TuneRecord:
+    """A findings file of any kind (its 'kind' field says which), as that kind's record, or a tune record."""
     try:
-        kind = load_json(Path(path).read_text(encoding="utf-8")).get("kind")
+        raw = load_json(Path(path).read_text(encoding="utf-8"))
+        kind = raw.get("kind")
     except DuplicateKey as exc:
         raise FindingsError(
             f"findings file {path}: {exc.what}; surgery writes each key once, so the file was edited: recompute it"
         ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
         raise FindingsError(f"{path} is not a readable findings JSON file") from None
+    if raw.get("format") == TUNE_FORMAT:
+        return read_record(path)
     if kind not in KINDS:
-        raise FindingsError(f"{path} has findings kind {kind!r}; surgery report reads {' and '.join(KINDS)} findings")
+        raise FindingsError(
+            f"{path} has findings kind {kind!r}; surgery report reads {', '.join(KINDS)} findings and tune records"
+        )
     return load_findings(path, kind, RECORDS[kind])
 
 
@@ -139,6 +146,52 @@ def _directions_section(f: DirectionsFindings, stem: str, out: Path) -> list[str
     return lines
 
 
+# What a tune's effect is, per method, as the front's axis and table say it.
+TUNE_EFFECT = {
+    "heads": "ΔS gain (S units)",
+    "neurons": "pair bias removed (nats)",
+    "direction": "marker rate removed",
+}
+
+
+def _tune_section(r: TuneRecord, stem: str, out: Path) -> list[str]:
+    """The front with the chosen point and its held-out confirmation, and every front row."""
+    from . import plots
+
+    chosen, c = r.trial(r.chosen.number), r.confirmation
+    effect = TUNE_EFFECT.get(r.method, "effect")
+    rule = f"the largest effect with KL ≤ {r.chosen.max_kl:g}" if r.chosen.rule == "max_kl" else "the knee"
+    lines = [
+        f"## Tune ({r.method}) — {r.model.path or '?'}",
+        "",
+        f"{len(r.trials)} trials ({r.study.get('sampler')}, seed {r.split.seed}); {len(r.front)} on the Pareto front "
+        f"of the tune split. Chosen: trial {chosen.number} ({rule}), {_params(chosen.params)}.",
+        "",
+        f"Held-out confirmation ({r.split.test_pairs} test {'prompts' if r.method == 'direction' else 'pairs'}, "
+        f"{r.split.test_neutral} neutral prompts): "
+        f"{effect} {_fmt(c.effect)} (95% CI {_fmt(c.effect_ci95[0])} – {_fmt(c.effect_ci95[1])}), "
+        f"KL {_fmt(c.kl)} (95% CI {_fmt(c.kl_ci95[0])} – {_fmt(c.kl_ci95[1])}); on the tune split "
+        f"{_fmt(chosen.effect)} and {_fmt(chosen.kl)}.",
+        "",
+    ]
+    front = [r.trial(n) for n in r.front]
+    png = plots.tune_front(
+        [(t.kl, t.effect) for t in r.trials],
+        [(t.kl, t.effect) for t in front],
+        (chosen.kl, chosen.effect),
+        (c.kl, c.effect, c.kl_ci95, c.effect_ci95),
+        out / f"{stem}-front.png",
+        effect_label=effect,
+    )
+    lines += [f"![Pareto front]({png.name})", "", f"| trial | parameters | {effect} | KL |", "|---|---|---|---|"]
+    lines += [f"| {t.number} | {_params(t.params)} | {_fmt(t.effect)} | {_fmt(t.kl)} |" for t in front]
+    return lines + [""]
+
+
+def _params(params: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {_fmt(v)}" for k, v in params.items())
+
+
 SECTIONS = {"heads": _heads_section, "neurons": _neurons_section, "directions": _directions_section}
 
 
@@ -190,7 +243,7 @@ def build_report(findings: Iterable[Path], evals: Iterable[Path], out: Path, *, 
         lines = ["# surgery report", ""]
         for i, (path, f) in enumerate(loaded):
             stem = f"{i + 1:02d}-{path.stem}"
-            lines += SECTIONS[f.kind](f, stem, tmp)
+            lines += _tune_section(f, stem, tmp) if isinstance(f, TuneRecord) else SECTIONS[f.kind](f, stem, tmp)
         for i, (path, r) in enumerate(results):
             lines += _eval_section(r, f"eval{i + 1:02d}-{path.stem}", tmp)
         if not loaded and not results:

@@ -52,6 +52,7 @@ def _int_bake_input(tmp_path: Path) -> list:
         ("matplotlib", "plots", lambda tmp: ["report", "--eval", _report_input(tmp), "--out", tmp / "out"]),
         ("lm_eval", "lmeval", lambda tmp: ["eval", tmp, "--lm-eval", "arc_easy"]),
         ("compressed_tensors", "quant", lambda tmp: ["apply", *_int_bake_input(tmp), "--out", tmp / "out"]),
+        ("optuna", "tune", lambda tmp: ["tune", tmp, "--out", tmp / "out"]),
     ],
 )
 def test_each_optional_package_missing_is_one_line(tmp_path, name, extra, argv):
@@ -65,7 +66,7 @@ def test_each_optional_package_missing_is_one_line(tmp_path, name, extra, argv):
 
 
 def test_every_optional_package_is_covered_by_the_test_above():
-    assert set(OPTIONAL) == {"gguf", "matplotlib", "lm_eval", "compressed_tensors"}
+    assert set(OPTIONAL) == {"gguf", "matplotlib", "lm_eval", "compressed_tensors", "optuna"}
 
 
 def test_a_package_missing_anywhere_else_names_it_and_how_to_reinstall(tmp_path):

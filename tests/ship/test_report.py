@@ -151,3 +151,49 @@ def test_report_draws_direction_findings(tiny, tmp_path):
     w, h = _png_size(tmp_path / "report" / "01-direction-directions.png")
     assert w > 400 and h > 200 and "](01-direction-directions.png)" in text
     assert "best separation at layer 1" in text and "| 1 | 2 | 3 | 100.0% |" in text
+
+
+def test_report_draws_a_tune_front_with_its_held_out_confirmation(tiny, tmp_path):
+    """A tune record (surgery tune's tune.json): the front with the chosen point and its held-out
+    confirmation in one figure, and a row per front point."""
+    pytest.importorskip("matplotlib")
+    from surgery.find.findings import ModelIdentity
+    from surgery.find.tune.record import Chosen, Confirmation, SplitSizes, Trial, TuneRecord, save_record
+
+    points = [(0, 1.5, 0.2, 2), (1, 1.0, 0.01, 1), (2, 0.5, 0.3, 3), (3, 2.0, 0.5, 2)]
+    record = TuneRecord(
+        method="heads",
+        model=ModelIdentity.of(Checkpoint(tiny("llama"))),
+        parameters={"trials": 4},
+        study={"storage": "study.db", "sampler": "tpe", "seed": 0},
+        objectives={"effect": "ΔS gain", "kl": "first-token KL"},
+        split=SplitSizes(
+            seed=0,
+            test_share=0.5,
+            tune_items=["a"],
+            test_items=["b"],
+            tune_pairs=4,
+            test_pairs=4,
+            tune_neutral=2,
+            test_neutral=2,
+        ),
+        trials=[
+            Trial(number=n, params={"alpha": 1 + e, "top": top}, effect=e, kl=k, heads=[[0, 1]][:top])
+            for n, e, k, top in points
+        ],
+        front=[1, 0, 3],
+        chosen=Chosen(number=0, rule="knee"),
+        confirmation=Confirmation(effect=1.2, effect_ci95=[0.9, 1.5], kl=0.25, kl_ci95=[0.2, 0.3]),
+    )
+    save_record(record, tmp_path / "tune.json")
+    md = build_report([tmp_path / "tune.json"], [], tmp_path / "report")
+    text = md.read_text()
+    (png,) = (tmp_path / "report").glob("*.png")
+    assert png.name == "01-tune-front.png" and f"]({png.name})" in text
+    w, h = _png_size(png)
+    assert w > 200 and h > 150
+    assert "4 trials (tpe, seed 0); 3 on the Pareto front" in text and "Chosen: trial 0 (the knee)" in text
+    assert "ΔS gain (S units) 1.2 (95% CI 0.9 – 1.5), KL 0.25 (95% CI 0.2 – 0.3)" in text
+    assert [line for line in text.splitlines() if line.startswith("| 1 | alpha 2")] == [
+        "| 1 | alpha 2, top 1 | 1 | 0.01 |"
+    ]

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...core.edits import HeadScale
+from ...core.edits import HeadScale, NeuronScale
 from ...core.errors import SurgeryError
 from ...core.mcq import Encoded
 from ...model.hooks import applied, model_architecture
@@ -289,10 +289,11 @@ def resume(
 
 
 def resume_scaled(
-    model: nn.Module, snap: Snapshot, scales: Sequence[HeadScale], counter: Counter | None = None
+    model: nn.Module, snap: Snapshot, scales: Sequence[HeadScale | NeuronScale], counter: Counter | None = None
 ) -> torch.Tensor:
-    """(B, vocab) last-position logits under whole-head ``scales`` (o_proj input slices), from
-    ``snap``'s cached inputs of the lowest scaled layer.
+    """(B, vocab) last-position logits under whole-head ``scales`` (o_proj input slices; surgery tune
+    passes neuron scales too, which change their layer's positions alike), from ``snap``'s cached
+    inputs of the lowest scaled layer.
 
     A head scale changes every position from its layer on, so the layers from the lowest one run on
     all positions, with the recorded inputs of a full pass: the same computation as a full pass,

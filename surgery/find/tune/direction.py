@@ -1,0 +1,212 @@
+"""Tune ablate-direction: the per-layer weight kernel and the residual writers, on a measured Pareto front.
+
+The space is the kernel heretic-llm searches, as ablate-direction spells it (find.directions.ablate):
+the peak weight and its layer, the width over which the weight falls, the floor it falls to (a
+share of the peak), and which residual writers are edited. The effect is how much the edit lowers
+the marker rate (the share of greedy answers holding one of the user's markers) on the tune split
+of the behaviour prompts; the cost the mean first-token KL on the neutral prompts. Answers are
+generated with the edit hooked in at run time (model.hooks.applied); the KL's passes resume from
+the lowest edited layer (runtime.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ... import __version__
+from ...core.architectures import Architecture, architecture
+from ...core.checkpoint import Checkpoint
+from ...core.edits import Recipe
+from ...core.mcq import Encoded
+from ...core.progress import Progress, silent
+from ...evaluation.markers import marker_hits
+from ...model.hooks import applied
+from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
+from ..directions.ablate import direction_recipe
+from ..directions.find import DirectionFindings
+from ..directions.params import KernelParams
+from ..findings import ModelIdentity
+from .confirm import mean_ci
+from .front import Point
+from .params import TuneParams
+from .record import Chosen, Confirmation, SplitSizes, Trial, TuneRecord
+from .runtime import first_token_kl, last_logprobs, record
+from .search import front_and_choice, run_search
+from .split import split_rows
+from .study import Study
+
+# The residual writers a trial may edit, as ablate-direction's --modules spells them.
+MODULES = ("attention,mlp", "attention", "mlp")
+OBJECTIVES = {
+    "effect": "marker rate removed on the tune prompts: share of greedy answers holding a marker, "
+    "unedited minus edited; higher is better",
+    "kl": "mean first-token KL(base ‖ edited) on the neutral tune prompts, nats, lower is better",
+}
+
+
+def suggest(trial: Any, params: TuneParams, layers: int) -> dict[str, Any]:
+    """One kernel: peak weight and layer, width, floor (a share of the peak) and the writers."""
+    return {
+        "weight": trial.suggest_float("weight", 0.0, params.weight_max),
+        "position": trial.suggest_int("position", 0, layers - 1),
+        "width": trial.suggest_int("width", 1, max(1, layers - 1)),
+        "floor_share": trial.suggest_float("floor_share", 0.0, 1.0),
+        "modules": trial.suggest_categorical("modules", list(MODULES)),
+    }
+
+
+def kernel_of(point: dict[str, Any]) -> KernelParams:
+    """The ablate-direction kernel of a point."""
+    weight = float(point["weight"])
+    return KernelParams(
+        weight=weight,
+        position=int(point["position"]),
+        width=int(point["width"]),
+        floor=weight * float(point["floor_share"]),
+        modules=str(point["modules"]),
+    )
+
+
+def recipe_of(point: dict[str, Any], found: DirectionFindings, arch: Architecture) -> tuple[Recipe, dict[str, Any]]:
+    """The run-time (and baked) edit of a point, and what surgery.json records about it."""
+    return direction_recipe(found, kernel_of(point), arch)
+
+
+def describe(drawn: dict[str, Any]) -> str:
+    """A drawn kernel, for the progress line."""
+    return (
+        f"weight {drawn['weight']:.3g} at layer {drawn['position']}, width {drawn['width']}, "
+        f"floor {drawn['floor_share']:.2f}×, {drawn['modules']}"
+    )
+
+
+class DirectionTrials:
+    """The behaviour prompts and the neutral prompts of one split: the unedited marker hits and the
+    neutral prompts' recorded passes, kept for every trial."""
+
+    def __init__(self, model, tokenizer, prompts: Sequence[str], neutral: Sequence[str], params: TuneParams, markers):
+        self.model, self.tokenizer, self.prompts, self.markers, self.params = model, tokenizer, prompts, markers, params
+        encoded = [Encoded(tuple(tokenizer(t)["input_ids"]), {}) for t in neutral]
+        self.neutral = record(model, encoded, params.batch_size)
+        self.neutral_base = last_logprobs(model, self.neutral, ())
+        self.base = self.hits(())
+
+    def hits(self, edits) -> np.ndarray:
+        """Per prompt: whether its greedy answer under ``edits`` holds a marker."""
+        with applied(self.model, edits):
+            return marker_hits(
+                self.model,
+                self.tokenizer,
+                self.prompts,
+                self.markers,
+                max_new_tokens=self.params.max_new_tokens,
+                batch_size=self.params.batch_size,
+            )
+
+    def measure(self, edits) -> tuple[np.ndarray, np.ndarray]:
+        """(marker hits per prompt, first-token KL per neutral prompt) under ``edits``."""
+        return self.hits(edits), first_token_kl(self.neutral_base, last_logprobs(self.model, self.neutral, edits))
+
+
+def tune_direction(
+    ckpt: Checkpoint,
+    found: DirectionFindings,
+    prompts: Sequence[str],
+    markers: Sequence[str],
+    params: TuneParams,
+    neutral: Sequence[str],
+    out: Path,
+    *,
+    load: LoadSpec = DEFAULT_LOAD,
+    progress: Progress = silent,
+    report: Callable[[str], None] = lambda m: None,
+) -> TuneRecord:
+    """Run (or resume) the study in ``out``, choose a point from its front, confirm it on the test split."""
+    arch = architecture(ckpt.config)
+    layers = len(found.layers)
+    by_prompt = split_rows(len(prompts), params.test_share, params.seed, "behaviour prompts")
+    by_text = split_rows(len(neutral), params.test_share, params.seed, "neutral prompts")
+    tokenizer, model = load_tokenizer(ckpt.path, load), load_model(ckpt.path, load)
+
+    def part(rows: Sequence[int], texts: Sequence[int]) -> DirectionTrials:
+        return DirectionTrials(
+            model, tokenizer, [prompts[i] for i in rows], [neutral[i] for i in texts], params, markers
+        )
+
+    key = {
+        "tune": params.study_key(),
+        "model": ckpt.model_key(),
+        "prompts": list(prompts),
+        "markers": list(markers),
+        "neutral": list(neutral),
+        "findings": found.data.dataset_sha256,
+    }
+    tune = part(by_prompt.tune, by_text.tune)
+    base = float(tune.base.mean())
+
+    def objective(trial: Any) -> tuple[float, float]:
+        start = time.perf_counter()
+        recipe, _ = recipe_of(suggest(trial, params, layers), found, arch)
+        hits, kl = tune.measure(recipe.edits)
+        trial.set_user_attr("marker_rate", float(hits.mean()))
+        trial.set_user_attr("seconds", time.perf_counter() - start)
+        return base - float(hits.mean()), float(kl.mean())
+
+    study = Study(out, key, params.sampler, params.seed)
+    finished = run_search(study, objective, params, describe, out, report)
+    trials = [
+        Trial(
+            number=t.number,
+            params=dict(t.params),
+            effect=float(t.values[0]),
+            kl=float(t.values[1]),
+            seconds=t.user_attrs.get("seconds"),
+            extra={"marker_rate": t.user_attrs.get("marker_rate")},
+        )
+        for t in finished
+    ]
+    front, chosen, rule = front_and_choice([Point(t.number, t.effect, t.kl) for t in trials], params.max_kl)
+    tune = None  # the tune split's recorded passes are done with: free them before the test split's
+    test = part(by_prompt.test, by_text.test)
+    recipe, _ = recipe_of(next(t for t in trials if t.number == chosen.number).params, found, arch)
+    hits, kl = test.measure(recipe.edits)
+    effect, effect_ci = mean_ci(test.base.astype(float) - hits, params.seed)
+    kl_mean, kl_ci = mean_ci(kl, params.seed)
+    return TuneRecord(
+        method="direction",
+        tool_version=__version__,
+        model=ModelIdentity.of(ckpt),
+        parameters=params.to_dict(),
+        prompts={"behaviour": params.behaviour, "markers": params.markers, "findings": str(found.path)},
+        study=study.describe(),
+        objectives=OBJECTIVES,
+        baseline={"marker_rate": base, "prompts": len(by_prompt.tune)},
+        split=SplitSizes(
+            seed=params.seed,
+            test_share=params.test_share,
+            tune_items=[str(i) for i in by_prompt.tune],
+            test_items=[str(i) for i in by_prompt.test],
+            tune_pairs=len(by_prompt.tune),
+            test_pairs=len(by_prompt.test),
+            tune_neutral=len(by_text.tune),
+            test_neutral=len(by_text.test),
+        ),
+        trials=trials,
+        front=[p.number for p in front],
+        chosen=Chosen(number=chosen.number, rule=rule, max_kl=params.max_kl),
+        confirmation=Confirmation(
+            effect=effect,
+            effect_ci95=effect_ci,
+            kl=kl_mean,
+            kl_ci95=kl_ci,
+            rate_base=float(test.base.mean()),
+            rate=float(hits.mean()),
+            items=len(by_prompt.test),
+            neutral=len(kl),
+        ),
+    )

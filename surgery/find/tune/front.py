@@ -1,0 +1,73 @@
+"""The Pareto front of a tune and the point chosen from it.
+
+Every trial has an effect (higher is better) and a cost, the first-token KL on neutral prompts
+(lower is better). The front is the set of trials no other trial beats on both. The chosen point is
+the front's largest effect within a KL bound, or without one the knee: the front point nearest the
+ideal corner (largest effect, smallest KL) once each objective is scaled to the front's own range,
+so that neither unit decides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ...core.errors import ParameterError
+
+
+@dataclass(frozen=True)
+class Point:
+    """One trial's objectives."""
+
+    number: int
+    effect: float
+    kl: float
+
+
+def dominates(a: Point, b: Point) -> bool:
+    """``a`` is at least as good as ``b`` on both objectives and better on one."""
+    return a.effect >= b.effect and a.kl <= b.kl and (a.effect > b.effect or a.kl < b.kl)
+
+
+def pareto_front(points: Sequence[Point]) -> list[Point]:
+    """The non-dominated points, by KL (then effect, then trial number); of equal points the first trial."""
+    finite = [p for p in points if math.isfinite(p.effect) and math.isfinite(p.kl)]
+    front, seen = [], set()
+    for p in sorted(finite, key=lambda p: (p.kl, -p.effect, p.number)):
+        if (p.effect, p.kl) in seen or any(dominates(q, p) for q in finite):
+            continue
+        seen.add((p.effect, p.kl))
+        front.append(p)
+    return front
+
+
+def knee(front: Sequence[Point]) -> Point:
+    """The front point nearest the ideal corner, each objective scaled to the front's range."""
+    lo_e, hi_e = min(p.effect for p in front), max(p.effect for p in front)
+    lo_k, hi_k = min(p.kl for p in front), max(p.kl for p in front)
+
+    def distance(p: Point) -> float:
+        e = (hi_e - p.effect) / (hi_e - lo_e) if hi_e > lo_e else 0.0
+        k = (p.kl - lo_k) / (hi_k - lo_k) if hi_k > lo_k else 0.0
+        return math.hypot(e, k)
+
+    return min(front, key=lambda p: (distance(p), p.number))
+
+
+def choose(front: Sequence[Point], max_kl: float | None) -> tuple[Point, str]:
+    """The chosen point and the rule that chose it (``"max_kl"`` or ``"knee"``); a bound no point
+    meets is a one-line error naming the smallest KL reached."""
+    if not front:
+        raise ParameterError("no trial finished with finite objectives; nothing to choose from")
+    if max_kl is None:
+        return knee(front), "knee"
+    within = [p for p in front if p.kl <= max_kl]
+    if not within:
+        least = min(front, key=lambda p: p.kl)
+        raise ParameterError(
+            f"no trial kept first-token KL within {{max_kl}} {max_kl:g}: the smallest KL reached was "
+            f"{least.kl:.4g} (trial {least.number}); raise {{max_kl}} or widen the search",
+            "max_kl",
+        )
+    return max(within, key=lambda p: (p.effect, -p.kl, -p.number)), "max_kl"

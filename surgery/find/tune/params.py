@@ -1,0 +1,106 @@
+"""What ``surgery tune`` is asked to do: one typed object, from the command line to the study record.
+
+Torch-free, so that the CLI builds its options from these fields at start-up (surgery.core.options).
+Every field is recorded in the study; a study folder run with other values is not resumed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ...core.errors import ParameterError
+from ...core.options import check_options, param
+
+METHODS = ("heads", "neurons", "direction")
+# Most neurons a neurons tune tries by default: fairness pruning removes tens of neurons (its
+# quickstart prunes 40); the search goes a little past that. Capped at the selectable neurons.
+N_MAX = 100
+SAMPLERS = ("tpe", "nsga2")
+
+
+@dataclass(frozen=True)
+class TuneParams:
+    """The search: its method, budget, seed, the tune/test split and the parameter ranges."""
+
+    method: str = param(
+        "heads",
+        "Which edit to tune: heads (α, how many of the found heads), neurons (n, factor, score, selection "
+        "rule) or direction (the per-layer weight kernel and the residual writers).",
+        choices=METHODS,
+    )
+    trials: int = param(40, "Trials of the search (a resumed study runs only the ones missing).", minimum=1)
+    seed: int = param(0, "Seed of the split and of the sampler (a resumed study draws the same trials).", minimum=0)
+    sampler: str = param("tpe", "Optuna's sampler: TPE or NSGA-II (both multi-objective).", choices=SAMPLERS)
+    max_kl: float | None = param(
+        None,
+        "Choose the front's best effect with first-token KL at most this (default: the front's knee).",
+        kind="float",
+        minimum=0.0,
+    )
+    test_share: float = param(
+        0.5,
+        "Share of the items or pairs (and neutral prompts) held out for the confirmation, never seen by the search.",
+        minimum=0.0,
+        maximum=1.0,
+        max_open=True,
+    )
+    alpha_min: float = param(1.0, "heads: smallest α the search tries.", minimum=0.0)
+    alpha_max: float = param(4.0, "heads: largest α the search tries.", minimum=0.0)
+    top_max: int | None = param(
+        None,
+        "heads: most heads of the findings' ranking the search tries (default: the knocked-out selection's size).",
+        kind="int",
+        minimum=1,
+    )
+    n_max: int = param(
+        N_MAX, "neurons: most neurons the search prunes or scales (capped at the selectable ones).", minimum=1
+    )
+    factor_min: float = param(0.0, "neurons: smallest factor the search tries (0 prunes).", minimum=0.0, maximum=1.0)
+    factor_max: float = param(
+        1.0, "neurons: largest factor the search tries (1 leaves a neuron alone).", minimum=0.0, maximum=1.0
+    )
+    behaviour: str | None = param(
+        None,
+        "direction: prompts that show the behaviour (text, one a line, or JSONL): the marker rate is measured on them.",
+        kind="str",
+        metavar="FILE",
+    )
+    markers: str | None = param(
+        None,
+        "direction: a text file of markers (phrases), one a line: an answer holding one shows the behaviour.",
+        kind="str",
+        metavar="FILE",
+    )
+    max_new_tokens: int = param(16, "direction: tokens each answer is generated greedily for.", minimum=1)
+    weight_max: float = param(
+        1.5, "direction: largest peak weight the search tries (1 removes the direction).", minimum=0.0
+    )
+    neutral: str = param(
+        "builtin",
+        "Neutral prompts for the KL cost: 'builtin' (surgery's retention prompts), a JSONL file of "
+        '{"text": …} or a text file (one prompt a line).',
+    )
+    batch_size: int = param(16, "Prompts per forward pass.", minimum=1)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        if self.alpha_min > self.alpha_max:
+            raise ParameterError(
+                f"{{alpha_min}} {self.alpha_min} is above {{alpha_max}} {self.alpha_max}; give a range low to high",
+                "alpha_min",
+                "alpha_max",
+            )
+        if self.factor_min > self.factor_max:
+            raise ParameterError(
+                f"{{factor_min}} {self.factor_min} is above {{factor_max}} {self.factor_max}; give a range low to high",
+                "factor_min",
+                "factor_max",
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def study_key(self) -> dict[str, Any]:
+        """What decides the trials: a study run with another key is not resumed (``trials`` may grow)."""
+        return {k: v for k, v in self.to_dict().items() if k not in ("trials", "max_kl")}

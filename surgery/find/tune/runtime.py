@@ -1,0 +1,65 @@
+"""Edits measured at run time from recorded baseline passes: the trials of every tune method.
+
+Each batch of prompts runs once without an edit (find-heads' resume.snapshot records every decoder
+layer's inputs); a trial then reruns only the layers from its lowest edited one on
+(resume.resume_scaled: the full pass's computation bit for bit, from that layer), with the edit
+hooked in at run time (model.hooks.applied). No trial bakes a checkpoint and none repeats the
+layers below its first edited one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ...core.edit_kind import Edit
+from ...core.mcq import Encoded
+from ...core.progress import Advance
+from ...model.placement import input_device
+from ..heads.prompts import batch_groups, collate
+from ..heads.resume import Snapshot, resume_scaled, snapshot
+from ..heads.scores import SPAN_NAMES, pad_id
+
+
+@dataclass
+class Recorded:
+    """One prompt set's baseline passes: the snapshot of each batch and the rows it holds."""
+
+    batches: list[tuple[list[int], Snapshot]]
+    n: int
+
+
+def record(model, prompts: Sequence[Encoded], batch_size: int, advance: Advance | None = None) -> Recorded:
+    """The baseline pass of every batch of ``prompts`` (left-padded: the last position is each row's)."""
+    device, pad, out = input_device(model), pad_id(model), []
+    for idx in batch_groups(prompts, batch_size):
+        batch = collate([prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
+        out.append((idx, snapshot(model, batch)))
+        if advance:
+            advance(len(idx))
+    return Recorded(out, len(prompts))
+
+
+def passes(model, recorded: Recorded, edits: Sequence[Edit]) -> Iterator[tuple[list[int], torch.Tensor]]:
+    """(rows, fp32 log-softmax of their last position) of each batch under ``edits`` (none: baseline)."""
+    for idx, snap in recorded.batches:
+        logits = resume_scaled(model, snap, edits) if edits else snap.logits
+        yield idx, logits.float().log_softmax(-1).cpu()
+
+
+def last_logprobs(model, recorded: Recorded, edits: Sequence[Edit]) -> torch.Tensor:
+    """(n, vocab) fp32 log-softmax of the last position of every prompt under ``edits``."""
+    rows = [(idx, lp) for idx, lp in passes(model, recorded, edits)]
+    out = torch.empty((recorded.n, rows[0][1].shape[-1]), dtype=torch.float32)
+    for idx, lp in rows:
+        out[idx] = lp
+    return out
+
+
+def first_token_kl(reference: torch.Tensor, edited: torch.Tensor) -> np.ndarray:
+    """KL(reference ‖ edited) of the next-token distribution at each prompt's last position: the
+    first-token KL of surgery.evaluation.lm.kl_divergence, per prompt."""
+    return (reference.exp() * (reference - edited)).sum(-1).clamp_min(0.0).double().numpy()
