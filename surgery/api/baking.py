@@ -7,8 +7,12 @@ scales that vanish or overflow in the stored dtype (surgery.bake.guards, inside 
 bake's own check of every edited weight map (surgery.bake.check) unless told not to (and, while the
 files are copied, runs the source once in transformers: surgery.bake.runnable), writes the model
 card and pushes the result when asked; :class:`BakeOptions` holds these switches. :func:`bake_sweep`
-bakes one output per value of a sweep (α or n), every destination and every value's scales checked
-before the first bake.
+bakes one output per value of a sweep (α or n), every destination and every value checked before the
+first bake.
+
+A safetensors folder (or Hub id) and a GGUF file take the same path: ``open_container`` decides once
+which container MODEL is (surgery/core/container.py), and the container's own methods open, check,
+bake and name the outputs (surgery/bake/folder_container.py, surgery/bake/gguf_container.py).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bake.record import Evaluation
-from ..core.container import Container, open_container
+from ..core.container import BakeCall, Container, open_container
 from ..core.edits import Recipe
 from ..core.errors import RecipeError
 from ..core.progress import StageProgress, silent_stages
@@ -71,8 +75,6 @@ def bake_recipe(
     no_other_options("bake_recipe", options, LoadSpec)
     container = open_container(model)
     container.refuse(bake)
-    if evaluation is not None and not isinstance(evaluation, Evaluation):
-        evaluation = Evaluation.from_dict(dict(evaluation))
     return bake_into(
         container,
         recipe,
@@ -95,7 +97,7 @@ def bake_into(
     bake: BakeOptions,
     load: LoadSpec,
     extra: Mapping[str, Any] | None = None,
-    evaluation: Evaluation | None = None,
+    evaluation: Evaluation | Mapping[str, Any] | None = None,
     push_revision: str | None = None,
     stages: StageProgress = silent_stages,
     note: Callable[[str], None] = lambda m: None,
@@ -111,6 +113,8 @@ def bake_into(
         from ..ship.hub import preflight
 
         preflight(bake.push_to, push_revision)  # fail before a long bake, not after it
+    if evaluation is not None and not isinstance(evaluation, Evaluation):
+        evaluation = Evaluation.from_dict(dict(evaluation))
     opened = container.open(load)
     recipe, lineage = for_source(recipe, opened.config, opened.source, allow_other_base=bake.allow_other_base)
     notes = [lineage] if lineage else []
@@ -121,19 +125,8 @@ def bake_into(
         notes.append(message)
         note(message)
 
-    result = container.bake(
-        opened,
-        recipe,
-        out,
-        options=bake,
-        load=load,
-        extra=dict(extra) if extra else None,
-        card=card_hook(evaluation),
-        stages=stages,
-        report=note,
-        noted=noted,
-        prepared=prepared,
-    )
+    call = BakeCall(bake, load, dict(extra) if extra else None, card_hook(evaluation), stages, note, noted, prepared)
+    result = container.bake(opened, recipe, out, call)
     record = result.provenance
     if bake.push_to:
         from ..ship.hub import push
@@ -172,8 +165,6 @@ def bake_sweep(
     stages, note = kwargs.pop("stages", silent_stages), reporter(kwargs.pop("report", None))
     evaluation = kwargs.pop("evaluation", None)
     no_other_options("bake_sweep", kwargs, LoadSpec)
-    if evaluation is not None and not isinstance(evaluation, Evaluation):
-        evaluation = Evaluation.from_dict(dict(evaluation))
     container = open_container(model)
     container.refuse(bake)
     out = Path(out)

@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.container import Container, Opened
+from ..core.container import BakeCall, Container, Opened
 from ..core.errors import ParameterError
-from ..core.progress import StageProgress, silent_stages
+from ..core.progress import StageProgress
 from ..core.staging import check_free
 from ..gguf import is_gguf
 
@@ -56,39 +56,25 @@ class FolderContainer(Container):
         check_scales(opened.model, list(recipes), allow_zero=options.allow_zero)
         return [None] * len(recipes)  # the bake plans each value itself
 
-    def bake(
-        self,
-        opened: Opened,
-        recipe: Any,
-        out: Path,
-        *,
-        options: Any,
-        load: Any,
-        extra: dict[str, Any] | None,
-        card: Callable[[Path, Any], str] | None,
-        stages: StageProgress = silent_stages,
-        report: Callable[[str], None] = lambda m: None,
-        noted: Callable[[str], None] = lambda m: None,
-        prepared: Any = None,
-    ) -> BakeResult:
+    def bake(self, opened: Opened, recipe: Any, out: Path, call: BakeCall) -> BakeResult:
         from .bake import bake
         from .check import edited_check
         from .runnable import runs_alongside
 
-        ckpt = opened.model
+        ckpt, verify = opened.model, call.options.verify
         return bake(
             ckpt,
             recipe,
             out,
             source=opened.source,
-            force=options.force,
-            progress=stages,
-            check=edited_check(ckpt, recipe) if options.verify else None,
-            alongside=runs_alongside(ckpt, load, noted) if options.verify else None,
-            extra=extra,
-            card=card,
-            report=report,
-            allow_zero=options.allow_zero,
+            force=call.options.force,
+            progress=call.stages,
+            check=edited_check(ckpt, recipe) if verify else None,
+            alongside=runs_alongside(ckpt, call.load, call.noted) if verify else None,
+            extra=call.extra,
+            card=call.card,
+            report=call.report,
+            allow_zero=call.options.allow_zero,
         )
 
     def verify(self, source: str | Path, *, structural_only: bool, load: Any, progress: StageProgress) -> Any:

@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.container import Container, Opened
+from ..core.container import BakeCall, Container, Opened
 from ..core.errors import DestinationError, RecipeError
-from ..core.progress import StageProgress, silent_stages
+from ..core.progress import StageProgress
 from ..core.staging import check_free_file
 from ..gguf import SUFFIX, is_gguf
 
@@ -70,37 +70,16 @@ class GgufContainer(Container):
                 raise RecipeError(f"{label}: {exc}") from None
         return prepared
 
-    def bake(
-        self,
-        opened: Opened,
-        recipe: Any,
-        out: Path,
-        *,
-        options: Any,
-        load: Any,
-        extra: dict[str, Any] | None,
-        card: Callable[[Path, Any], str] | None,
-        stages: StageProgress = silent_stages,
-        report: Callable[[str], None] = lambda m: None,
-        noted: Callable[[str], None] = lambda m: None,
-        prepared: Any = None,
-    ) -> BakeResult:
+    def bake(self, opened: Opened, recipe: Any, out: Path, call: BakeCall) -> BakeResult:
         # every edited block is checked as it is computed (``verify`` has nothing to add), and a
         # file has no folder to write a card into: its card is rendered when it is pushed
         from .gguf import bake_gguf
 
+        o = call.options
         return bake_gguf(
-            opened.model,
-            recipe,
-            out,
-            source=opened.source,
-            force=options.force,
-            requantize=options.requantize,
-            extra=extra,
-            report=report,
-            progress=stages,
-            prepared=prepared,
-        )
+            opened.model, recipe, out, source=opened.source, force=o.force, requantize=o.requantize,
+            extra=call.extra, report=call.report, progress=call.stages, prepared=call.prepared,
+        )  # fmt: skip
 
     def verify(self, source: str | Path, *, structural_only: bool, load: Any, progress: StageProgress) -> Any:
         from .gguf_verify import verify_gguf

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from .errors import CheckpointError, SurgeryError
 from .progress import StageProgress, silent_stages
+from .registry import register
 
 _REGISTRY: dict[str, type[Container]] = {}
 
@@ -38,6 +39,24 @@ class Opened:
     source: Any  # surgery.model.loading.Source
 
 
+def _ignore(message: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class BakeCall:
+    """What one bake into a container is told beyond its recipe and destination."""
+
+    options: Any  # the caller's BakeOptions (force, verify, allow_zero, requantize …)
+    load: Any  # the caller's LoadSpec
+    extra: dict[str, Any] | None = None  # entries added to the record
+    card: Callable[[Path, Any], str] | None = None  # the card hook (staged output, record) → README.md
+    stages: StageProgress = silent_stages
+    report: Callable[[str], None] = _ignore  # the bake's notes
+    noted: Callable[[str], None] = _ignore  # notes kept with the lineage note (before the bake's own)
+    prepared: Any = None  # what :meth:`Container.prepare` computed for this value, or None
+
+
 class Container(ABC):
     """A model's weights on disk (a source, or a bake's output) and what the bake pipeline does with them."""
 
@@ -46,14 +65,7 @@ class Container(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "name" not in cls.__dict__:  # an abstract intermediate, not a container
-            return
-        if cls.name in _REGISTRY:
-            raise SurgeryError(
-                f"two containers are named {cls.name!r} ({_REGISTRY[cls.name].__qualname__} and "
-                f"{cls.__qualname__}); give the new one its own name"
-            )
-        _REGISTRY[cls.name] = cls
+        register(_REGISTRY, cls, "containers")
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -92,23 +104,8 @@ class Container(ABC):
         refusal names its label. Returns what :meth:`bake` takes as ``prepared``, one per value."""
 
     @abstractmethod
-    def bake(
-        self,
-        opened: Opened,
-        recipe: Any,
-        out: Path,
-        *,
-        options: Any,
-        load: Any,
-        extra: dict[str, Any] | None,
-        card: Callable[[Path, Any], str] | None,
-        stages: StageProgress = silent_stages,
-        report: Callable[[str], None] = lambda m: None,
-        noted: Callable[[str], None] = lambda m: None,
-        prepared: Any = None,
-    ) -> Any:
-        """Bake ``recipe`` into a copy of this source at ``out`` (written atomically); return the
-        ``BakeResult``. ``report`` receives the bake's notes, ``noted`` those kept with the lineage note."""
+    def bake(self, opened: Opened, recipe: Any, out: Path, call: BakeCall) -> Any:
+        """Bake ``recipe`` into a copy of this source at ``out`` (written atomically); the ``BakeResult``."""
 
     # --- a bake's output --------------------------------------------------------------------------
     @abstractmethod
