@@ -23,7 +23,7 @@ class FolderContainer(Container):
     """A checkpoint folder, or a Hub id (downloaded when opened)."""
 
     name = "folder"
-    offered = "a checkpoint folder, a Hub id (org/name)"
+    offered = "the checkpoint folder that holds it"
 
     @classmethod
     def holds(cls, path: str | Path) -> bool:

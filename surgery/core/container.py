@@ -61,7 +61,7 @@ class Container(ABC):
     """A model's weights on disk (a source, or a bake's output) and what the bake pipeline does with them."""
 
     name: ClassVar[str]  # the registry key; a subclass that sets it registers itself
-    offered: ClassVar[str]  # the container as a refusal offers it ("a checkpoint folder")
+    offered: ClassVar[str]  # the container as a refusal offers it ("a .gguf file")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -144,5 +144,5 @@ def open_container(path: str | Path) -> Container:
     if cls is None:
         names = [c.offered for c in registered()]
         offered = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
-        raise CheckpointError(f"{path} is not {offered}")
+        raise CheckpointError(f"{path} is a file; give {offered}")
     return cls(path)

@@ -73,7 +73,7 @@ def test_a_file_no_container_holds_is_refused_in_one_line(tmp_path):
     with pytest.raises(CheckpointError) as caught:
         open_container(stray)
     message = str(caught.value)
-    assert message == f"{stray} is not a checkpoint folder, a Hub id (org/name) or a .gguf file"
+    assert message == f"{stray} is a file; give the checkpoint folder that holds it or a .gguf file"
     assert "\n" not in message
 
 
