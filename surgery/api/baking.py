@@ -75,18 +75,8 @@ def bake_recipe(
     no_other_options("bake_recipe", options, LoadSpec)
     container = open_container(model)
     container.refuse(bake)
-    return bake_into(
-        container,
-        recipe,
-        Path(out),
-        bake=bake,
-        load=load,
-        extra=extra,
-        evaluation=evaluation,
-        push_revision=push_revision,
-        stages=stages,
-        note=reporter(report),
-    )
+    told = dict(extra=extra, evaluation=evaluation, push_revision=push_revision, stages=stages)
+    return bake_into(container, recipe, Path(out), bake=bake, load=load, note=reporter(report), **told)
 
 
 def bake_into(
