@@ -93,7 +93,10 @@ class GgufContainer(Container):
 
     def check_pushable(self) -> tuple[str, Any]:
         from .gguf_verify import checked_gguf
+        from .pushable import check_pushable
 
+        if not self.path.is_file():  # no bake here: the refusal names what a push takes
+            return check_pushable(self.path)
         return checked_gguf(self.path)
 
     def uploads(self) -> dict[str, Path] | None:

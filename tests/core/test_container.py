@@ -123,3 +123,10 @@ def test_requantize_is_refused_by_the_folder_container(tmp_path, sources):
     with pytest.raises(ParameterError, match="GGUF models only"):
         bake_recipe(sources["folder"], EXACT, tmp_path / "out", bake=BakeOptions(requantize=True))
     assert not (tmp_path / "out").exists()
+
+
+def test_pushing_a_missing_gguf_says_what_a_push_takes(tmp_path):
+    with pytest.raises(
+        SurgeryError, match="is not a folder; give a baked checkpoint or adapter folder, or a baked .gguf"
+    ):
+        open_container(tmp_path / "missing.gguf").check_pushable()
