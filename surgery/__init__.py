@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import formats  # registers the stored formats that Checkpoint.format recognises
+from .bake import folder_container, gguf_container  # registers the containers open_container picks from
 from .core.lazy import lazy_attributes
 
 __version__ = "0.1.0"

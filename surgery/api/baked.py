@@ -1,5 +1,5 @@
 """What a bake returns (:class:`Baked`) and what a sweep bakes (:class:`Planned`, one per value),
-shared by the folder bakes (surgery.api.baking) and the GGUF bakes (surgery.api.gguf_baking)."""
+shared by the bakes of every container (surgery.api.baking)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,12 @@ scales that vanish or overflow in the stored dtype (surgery.bake.guards, inside 
 bake's own check of every edited weight map (surgery.bake.check) unless told not to (and, while the
 files are copied, runs the source once in transformers: surgery.bake.runnable), writes the model
 card and pushes the result when asked; :class:`BakeOptions` holds these switches. :func:`bake_sweep`
-bakes one output per value of a sweep (α or n), every destination and every value's scales checked
-before the first bake.
+bakes one output per value of a sweep (α or n), every destination and every value checked before the
+first bake.
+
+A safetensors folder (or Hub id) and a GGUF file take the same path: ``open_container`` decides once
+which container MODEL is (surgery/core/container.py), and the container's own methods open, check,
+bake and name the outputs (surgery/bake/folder_container.py, surgery/bake/gguf_container.py).
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from ..bake.record import Evaluation
+from ..core.container import BakeCall, Container, open_container
 from ..core.edits import Recipe
-from ..core.errors import ParameterError, RecipeError
+from ..core.errors import RecipeError
 from ..core.progress import StageProgress, silent_stages
-from ..model.loading import LoadSpec, open_checkpoint
+from ..model.loading import LoadSpec
 from ._common import no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baked import Baked, Planned, sweep_label  # noqa: F401 (sweep_label: callers import it from here)
@@ -47,7 +52,7 @@ def bake_recipe(
 
     Args:
         model: a checkpoint folder, a Hub id (``org/name``), or a GGUF file (then ``out`` is a
-            .gguf file too: see :mod:`surgery.api.gguf_baking`).
+            .gguf file too, with two sidecars: surgery/bake/gguf.py).
         recipe: the edits; a recipe written for another model is refused unless
             ``bake.allow_other_base`` (the output then records both names).
         out: the output folder; an existing one is refused unless ``bake.force`` and it is a
@@ -65,46 +70,43 @@ def bake_recipe(
             ``surgery`` logger).
         options: load options (``revision``, ``trust_remote_code``, ``device`` …: see ``LoadSpec``).
     """
-    from ..bake.bake import bake as bake_checkpoint
-    from ..bake.check import edited_check
-    from ..bake.lineage import for_source
-    from ..bake.runnable import runs_alongside
-    from ..ship.card import card_hook
-
     bake = bake_options("bake_recipe", bake, options)
     load = typed(LoadSpec, options, load)
     no_other_options("bake_recipe", options, LoadSpec)
-    note = reporter(report)
-    from ..gguf import is_gguf
+    container = open_container(model)
+    container.refuse(bake)
+    told = dict(extra=extra, evaluation=evaluation, push_revision=push_revision, stages=stages)
+    return bake_into(container, recipe, Path(out), bake=bake, load=load, note=reporter(report), **told)
 
-    if is_gguf(model):
-        from .gguf_baking import bake_gguf_recipe
 
-        return bake_gguf_recipe(
-            Path(model),
-            recipe,
-            Path(out),
-            force=bake.force,
-            allow_other_base=bake.allow_other_base,
-            requantize=bake.requantize,
-            extra=extra,
-            push_to=bake.push_to,
-            push_revision=push_revision,
-            private=bake.private,
-            stages=stages,
-            note=note,
-        )
-    if bake.requantize:
-        raise ParameterError(
-            "{requantize} applies to GGUF models only (a safetensors bake rounds to the stored dtype); drop it",
-            "requantize",
-        )
+def bake_into(
+    container: Container,
+    recipe: Recipe,
+    out: Path,
+    *,
+    bake: BakeOptions,
+    load: LoadSpec,
+    extra: Mapping[str, Any] | None = None,
+    evaluation: Evaluation | Mapping[str, Any] | None = None,
+    push_revision: str | None = None,
+    stages: StageProgress = silent_stages,
+    note: Callable[[str], None] = lambda m: None,
+    prepared: Any = None,
+) -> Baked:
+    """:func:`bake_recipe` once its options are read: the push checked first, the recipe checked
+    against the model it is baked into (lineage), the container's bake, then the push.
+    ``prepared``: what the container's ``prepare`` computed for this value (a sweep's)."""
+    from ..bake.lineage import for_source
+    from ..ship.card import card_hook
+
     if bake.push_to:
         from ..ship.hub import preflight
 
         preflight(bake.push_to, push_revision)  # fail before a long bake, not after it
-    ckpt, source = open_checkpoint(str(model), load)
-    recipe, lineage = for_source(recipe, ckpt.config, source, allow_other_base=bake.allow_other_base)
+    if evaluation is not None and not isinstance(evaluation, Evaluation):
+        evaluation = Evaluation.from_dict(dict(evaluation))
+    opened = container.open(load)
+    recipe, lineage = for_source(recipe, opened.config, opened.source, allow_other_base=bake.allow_other_base)
     notes = [lineage] if lineage else []
     if lineage:
         note(lineage)
@@ -113,28 +115,14 @@ def bake_recipe(
         notes.append(message)
         note(message)
 
-    if evaluation is not None and not isinstance(evaluation, Evaluation):
-        evaluation = Evaluation.from_dict(dict(evaluation))
-    result = bake_checkpoint(
-        ckpt,
-        recipe,
-        out,
-        source=source,
-        force=bake.force,
-        progress=stages,
-        check=edited_check(ckpt, recipe) if bake.verify else None,
-        alongside=runs_alongside(ckpt, load, noted) if bake.verify else None,
-        extra=dict(extra) if extra else None,
-        card=card_hook(evaluation),
-        report=note,
-        allow_zero=bake.allow_zero,
-    )
+    call = BakeCall(bake, load, dict(extra) if extra else None, card_hook(evaluation), stages, note, noted, prepared)
+    result = container.bake(opened, recipe, out, call)
     record = result.provenance
     if bake.push_to:
         from ..ship.hub import push
 
         record = replace(record, pushed=push(out, bake.push_to, private=bake.private, revision=push_revision))
-    return Baked(Path(out), record, notes + result.notes, dict(extra) if extra else None)
+    return Baked(out, record, notes + result.notes, dict(extra) if extra else None)
 
 
 @names_bake_options
@@ -149,56 +137,55 @@ def bake_sweep(
     **kwargs: Any,
 ) -> dict[str, Baked]:
     """Bake each plan into ``out/<label>`` (on the Hub: branch ``<label>`` of ``push_to``); from a GGUF
-    MODEL into ``out/<label>.gguf`` (:func:`surgery.api.gguf_baking.sweep_gguf`).
+    MODEL into ``out/<label>.gguf``.
 
-    Every destination and every value's scales are checked before the first bake, so a taken
-    destination or a refused value fails the sweep with nothing written. ``on_each(label, baked)``
-    runs after each bake; ``kwargs`` go to :func:`bake_recipe`. With ``bake.push_to`` each value
-    goes to the branch ``<label>`` of that repo.
+    Every destination and every value is checked before the first bake (its scales; from a GGUF its
+    edited blocks, exact or refused), so a taken destination or a refused value fails the sweep with
+    nothing written. ``on_each(label, baked)`` runs after each bake; ``kwargs`` go to
+    :func:`bake_recipe`. With ``bake.push_to`` each value goes to the branch ``<label>`` of that repo.
     """
-    from ..bake.guards import check_scales
-    from ..core.staging import check_container, check_free
-    from ..gguf import is_gguf
+    from ..bake.lineage import for_source
+    from ..core.staging import check_container
 
     bake = bake_options("bake_sweep", bake, kwargs)
     labels = [p.label for p in plans]
     if None in labels or len(set(labels)) != len(labels):
         raise RecipeError("sweep labels must be given and unique (each value gets its own folder and branch)")
-    if is_gguf(model):  # one OUT/<label>.gguf per value
-        from .gguf_baking import sweep_gguf
-
-        return sweep_gguf(
-            Path(model),
-            plans,
-            Path(out),
-            force=bake.force,
-            allow_other_base=bake.allow_other_base,
-            requantize=bake.requantize,
-            push_to=bake.push_to,
-            private=bake.private,
-            on_each=on_each,
-            note=reporter(kwargs.get("report")),
-            **({"stages": kwargs["stages"]} if "stages" in kwargs else {}),
-        )
     load = typed(LoadSpec, kwargs, load)
+    stages, note = kwargs.pop("stages", silent_stages), reporter(kwargs.pop("report", None))
+    evaluation = kwargs.pop("evaluation", None)
+    no_other_options("bake_sweep", kwargs, LoadSpec)
+    container = open_container(model)
+    container.refuse(bake)
     out = Path(out)
-    ckpt, source = open_checkpoint(str(model), load)
-    check_scales(ckpt, [p.recipe for p in plans], allow_zero=bake.allow_zero)  # a refused value leaves no outputs
-    check_container(out, [source.path])  # the sweep's folder may exist: it holds the values
-    for label in labels:
-        check_free(out / label, [source.path], bake.force)
+    outputs = container.outputs(out, labels)
+    opened = container.open(load)
+    check_container(out, [opened.source.path])  # the sweep's folder may exist: it holds the values
+    for dest in outputs.values():
+        container.check_free(dest, [opened.source.path], bake.force)
+    if bake.push_to:
+        from ..ship.hub import preflight
+
+        preflight(bake.push_to, labels[0])
+    recipes = [
+        for_source(p.recipe, opened.config, opened.source, allow_other_base=bake.allow_other_base)[0] for p in plans
+    ]
+    prepared = container.prepare(opened, recipes, labels, bake)  # a refused value leaves no outputs
     out.mkdir(parents=True, exist_ok=True)
     results = {}
-    for plan in plans:
-        baked = bake_recipe(
-            model,
+    for plan, ready in zip(plans, prepared, strict=True):
+        baked = bake_into(
+            container,
             plan.recipe,
-            out / plan.label,
-            load=load,
+            outputs[plan.label],
             bake=bake,
+            load=load,
             extra=plan.extra,
+            evaluation=evaluation,
             push_revision=plan.label if bake.push_to else None,
-            **kwargs,
+            stages=stages,
+            note=note,
+            prepared=ready,
         )
         results[plan.label] = baked
         if on_each is not None:

@@ -127,18 +127,11 @@ def verify(
     ``structural_only``) the logits against the run-time edit. The report's ``ok`` says whether
     all is well and ``problems`` lists what is not. A baked GGUF is checked against its sidecars
     and the ``source`` file (surgery/bake/gguf_verify.py): no model is loaded."""
-    from ..bake.verify import verify as verify_bake
-    from ..gguf import is_gguf
-
-    if is_gguf(baked) and Path(baked).is_file():
-        from ..bake.gguf_verify import verify_gguf
-
-        return verify_gguf(baked, source, progress=stages)
+    from ..core.container import open_container
 
     load = typed(LoadSpec, options, load)
     no_other_options("verify", options, LoadSpec)
-    ckpt, _ = open_checkpoint(str(source), load)
-    return verify_bake(ckpt, baked, run_model=not structural_only, load=load, progress=stages)
+    return open_container(baked).verify(source, structural_only=structural_only, load=load, progress=stages)
 
 
 def undo(
@@ -147,12 +140,6 @@ def undo(
     """Restore the exact source of a baked folder at ``out``; returns the sha256 of every file
     written (each equals the source's, as recorded at bake time). A baked GGUF file restores to the
     file ``out``."""
-    from ..bake.undo import undo as undo_bake
-    from ..gguf import is_gguf
+    from ..core.container import open_container
 
-    if is_gguf(baked) and Path(baked).is_file():
-        from ..bake.gguf_verify import undo_gguf
-
-        return undo_gguf(baked, out, force, report=reporter(report))
-
-    return undo_bake(baked, out, force, report=reporter(report))
+    return open_container(baked).undo(out, force, report=reporter(report))

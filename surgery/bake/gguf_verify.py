@@ -26,6 +26,7 @@ from ..gguf.plan import edit_tensor, plan_gguf, runs
 from .gguf import replaceable as baked_output
 from .provenance import UndoFile, load_provenance, load_undo, provenance_intact, sidecars
 from .record import BakeRecord
+from .source_index import local_source_path
 from .stream import stream_patched
 from .verify import Report
 
@@ -180,3 +181,24 @@ def undo_gguf(
         if restored != source_sha:
             raise VerificationError(f"undo did not reproduce the source {source_name}; nothing was written")
     return {out.name: restored}
+
+
+def checked_gguf(baked: str | Path) -> tuple[str, BakeRecord]:
+    """Verify the baked GGUF ``baked`` before a push (against its recorded source when that file is
+    here): how it was checked and its record, or a one-line refusal."""
+    baked = Path(baked)
+    record, _ = load_baked(baked)
+    src = local_source_path(record.source)
+    source = src if src is not None and src.is_file() else None
+    report = verify_gguf(baked, source)
+    if report.problems:
+        more = f"; {len(report.problems) - 1} more problem(s)" if len(report.problems) > 1 else ""
+        raise VerificationError(
+            f"{baked} fails verification ({report.problems[0]}{more}); refusing to push: bake it again"
+        )
+    how = (
+        "sidecars' seal and sha256s, the source restored from the undo sidecar"
+        + (f" and compared with {source}" if source else " (sha256 as recorded; source not on this machine)")
+        + ", every edited block recomputed"
+    )
+    return how, record

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 from .errors import SurgeryError
+from .registry import register
 
 _REGISTRY: dict[str, type[StoredFormat]] = {}
 
@@ -38,14 +39,7 @@ class StoredFormat(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "name" not in cls.__dict__:  # an abstract intermediate, not a format
-            return
-        if cls.name in _REGISTRY:
-            raise SurgeryError(
-                f"two stored formats are named {cls.name!r} ({_REGISTRY[cls.name].__qualname__} and "
-                f"{cls.__qualname__}); give the new one its own name"
-            )
-        _REGISTRY[cls.name] = cls
+        register(_REGISTRY, cls, "stored formats")
 
     # --- recognising it ---------------------------------------------------------------------------
     @classmethod

@@ -133,7 +133,7 @@ def _blocks(tensors: Iterable[Any]) -> list[list[Any]]:
 
 
 def dequantized(blob: np.ndarray, t: Any) -> np.ndarray:
-    """``t``'s (a ``importing.GgufTensor``) values as gguf-py's ``dequantize`` gives them for the data ``gguf.GGUFReader`` hands it
+    """``t``'s (a ``header.GgufTensor``) values as gguf-py's ``dequantize`` gives them for the data ``gguf.GGUFReader`` hands it
     (float32, shaped as ``t``), computed ``DEQUANTIZE_BYTES`` of stored rows at a time into one array;
     ``blob``: the whole file as uint8 (a read-only memory map)."""
     import numpy as np

@@ -22,7 +22,8 @@ from ..core.errors import CheckpointError, RecipeError
 from ..core.optional import require
 from ..core.staging import atomic_write_text
 from ..core.strict_files import load_json
-from .importing import GgufHeader, GgufTensor, check_complete, check_supported, read_gguf_header
+from .header import GgufHeader, GgufTensor, check_complete, read_gguf_header
+from .importing import check_supported
 
 
 def _header_digest(path: Path, header: GgufHeader) -> str:

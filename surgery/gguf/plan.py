@@ -20,7 +20,7 @@ from ..core.errors import CheckpointError, RecipeError
 from ..core.resolve import Resolver, TensorSlice
 from ..core.sites import sites
 from .formats import Edited, block_shape, check_supported, edit_blocks, zeroes_values
-from .importing import GgufTensor
+from .header import GgufTensor
 from .model import GgufModel
 
 

@@ -13,11 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..bake.gguf_verify import load_baked, verify_gguf
+from ..bake.gguf_container import GgufContainer
 from ..bake.provenance import sidecars
 from ..bake.record import BakeRecord
-from ..bake.source_index import local_source_path
-from ..core.errors import VerificationError
 from .card import CARD_NAME, edits_section, evaluation_section, public, recipe_yaml, render_card, why_section
 
 
@@ -75,21 +73,8 @@ def gguf_card(baked: Path, record: BakeRecord) -> str:
 def checked_upload(baked: str | Path) -> tuple[str, dict[str, bytes | Path]]:
     """Verify the baked GGUF ``baked`` (against its recorded source when that file is here) and
     return how it was checked and what a push uploads: {name in the repo: file or bytes}."""
-    baked = Path(baked)
-    record, _ = load_baked(baked)
-    src = local_source_path(record.source)
-    source = src if src is not None and src.is_file() else None
-    report = verify_gguf(baked, source)
-    if report.problems:
-        more = f"; {len(report.problems) - 1} more problem(s)" if len(report.problems) > 1 else ""
-        raise VerificationError(
-            f"{baked} fails verification ({report.problems[0]}{more}); refusing to push: bake it again"
-        )
-    how = (
-        "sidecars' seal and sha256s, the source restored from the undo sidecar"
-        + (f" and compared with {source}" if source else " (sha256 as recorded; source not on this machine)")
-        + ", every edited block recomputed"
-    )
-    files: dict[str, bytes | Path] = {baked.name: baked, **{p.name: p for p in sidecars(baked)}}
-    files[CARD_NAME] = gguf_card(baked, record).encode("utf-8")
+    container = GgufContainer(baked)
+    how, record = container.check_pushable()
+    files: dict[str, bytes | Path] = {**(container.uploads() or {})}
+    files[CARD_NAME] = gguf_card(container.path, record).encode("utf-8")
     return how, files

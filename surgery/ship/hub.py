@@ -9,77 +9,16 @@ never printed, logged or written anywhere by surgery.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
 
-from ..bake.provenance import PROVENANCE_NAME, integrity_problems, load_provenance, not_baked, sweep_values
-from ..bake.record import BakeRecord, Pushed
-from ..bake.source_index import local_source_path
-from ..core.checkpoint import Checkpoint, read_safetensors_header
-from ..core.errors import CheckpointError, SurgeryError, VerificationError
-from ..core.strict_files import load_json
-
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+from ..bake.pushable import ADAPTER_FILES, check_adapter, check_checkpoint, check_pushable  # noqa: F401 (callers import them from here)
+from ..bake.record import Pushed
+from ..core.errors import SurgeryError
 
 
 class HubError(SurgeryError):
     """The Hub refused or could not be reached."""
-
-
-def check_checkpoint(folder: Path) -> tuple[str, BakeRecord]:
-    """Structural check of a baked folder; returns (how it was checked, its record)."""
-    from ..bake.verify import structural
-
-    record = load_provenance(folder)
-    src_path = local_source_path(record.source)
-    problems: list[str]
-    if src_path is not None and (src_path / "config.json").is_file():
-        report, _ = structural(Checkpoint(src_path, allow_remote_code=True), folder)
-        problems, how = report.problems, f"structural check against the source {src_path}"
-    else:
-        from ..bake.copies import unedited_copies
-
-        problems = integrity_problems(folder, record)
-        problems = problems or unedited_copies(folder, record)  # the same rule as bake's and verify's
-        how = "sha256 of every recorded file (source not on this machine)"
-    if problems:
-        raise VerificationError(
-            f"{folder} fails verification ({problems[0]}"
-            f"{f'; {len(problems) - 1} more problem(s)' if len(problems) > 1 else ''}); "
-            "refusing to push: bake it again"
-        )
-    return how, record
-
-
-def check_adapter(folder: Path) -> tuple[str, dict[str, Any]]:
-    """An exported adapter: its config parses and its weights have a valid safetensors header."""
-    try:
-        config = load_json((folder / "adapter_config.json").read_text(encoding="utf-8"))
-        read_safetensors_header(folder / "adapter_model.safetensors")
-    except (OSError, json.JSONDecodeError, CheckpointError) as exc:
-        raise VerificationError(f"{folder} is not a valid adapter ({exc}); export it again") from None
-    return "adapter config and weights header", config
-
-
-def check_pushable(folder: str | Path) -> tuple[str, BakeRecord | dict[str, Any]]:
-    """Refuse anything but a verified surgery checkpoint or a readable adapter folder; returns how
-    it was checked and the bake's record (the adapter's PEFT config)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise SurgeryError(
-            f"{folder} is not a folder; give a baked checkpoint or adapter folder, or a baked .gguf file"
-        )
-    if (folder / PROVENANCE_NAME).is_file():
-        return check_checkpoint(folder)
-    if all((folder / f).is_file() for f in ADAPTER_FILES):
-        return check_adapter(folder)
-    if sweep_values(folder):
-        raise VerificationError(f"{not_baked(folder)}, or bake with --push-to (one branch per value)")
-    raise VerificationError(
-        f"{folder} has no {PROVENANCE_NAME}: only folders written by surgery (bake or export-lora) are pushed"
-    )
 
 
 def preflight(repo_id: str, revision: str | None = None, create_pr: bool = False) -> None:
@@ -145,17 +84,18 @@ def push(
     """Check ``folder``, create ``repo_id`` if needed (and branch ``revision``), upload every file in
     one commit. ``folder`` may be a baked GGUF file: it goes with its two sidecars and a model card
     rendered from its record (surgery/ship/gguf.py)."""
-    from ..gguf import is_gguf
+    from ..core.container import open_container
 
     folder = Path(folder)
     preflight(repo_id, revision, create_pr)
+    container = open_container(folder)
     files = None
-    if is_gguf(folder) and folder.is_file():
+    if container.uploads() is None:  # a folder, its card inside
+        how, _ = container.check_pushable()
+    else:  # files and a card rendered from the record: only a GGUF bake writes no folder
         from .gguf import checked_upload
 
         how, files = checked_upload(folder)
-    else:
-        how, _ = check_pushable(folder)
     api = _api()
     try:
         url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")

@@ -12,7 +12,7 @@ from surgery.bake.gguf_verify import undo_gguf, verify_gguf
 from surgery.core.checkpoint import file_sha256
 from surgery.core.edits import HeadScale, Recipe, parse_neurons
 from surgery.gguf.formats import ELEMENT_ZERO, FLOATS, NIBBLE_ZERO, SUPPORTED, dequantize, quantize
-from surgery.gguf.importing import tensor_bytes
+from surgery.gguf.header import tensor_bytes
 from surgery.gguf.model import open_gguf
 from tests.support.typed_gguf import tensor_values, write_typed_gguf
 

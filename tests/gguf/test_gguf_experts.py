@@ -16,7 +16,7 @@ from surgery.bake.gguf_verify import undo_gguf, verify_gguf
 from surgery.core.edits import SHARED, NeuronScale, Recipe
 from surgery.core.errors import RecipeError
 from surgery.gguf.formats import ELEMENT_ZERO, FLOATS
-from surgery.gguf.importing import tensor_bytes
+from surgery.gguf.header import tensor_bytes
 from surgery.gguf.model import open_gguf
 from surgery.gguf.plan import plan_gguf
 from tests.support.moe_gguf import EXPERT, EXPERTS, kind_of, write_moe_gguf

@@ -12,7 +12,8 @@ import torch
 from surgery.cli.main import main
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.errors import CheckpointError, UnsupportedArchitecture
-from surgery.gguf.importing import MANIFEST_NAME, import_gguf, read_gguf_header
+from surgery.gguf.header import read_gguf_header
+from surgery.gguf.importing import MANIFEST_NAME, import_gguf
 from tests.support.tiny_gguf import KV_HEADS, LAYERS, QUANTIZED, TOKENS, gguf_source_model, write_tiny_gguf
 
 

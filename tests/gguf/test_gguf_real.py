@@ -12,7 +12,7 @@ import pytest
 from surgery.bake.provenance import sidecars
 from surgery.core.checkpoint import file_sha256
 from surgery.gguf.formats import dequantize
-from surgery.gguf.importing import tensor_bytes
+from surgery.gguf.header import tensor_bytes
 from surgery.gguf.model import open_gguf
 from tests.support.cli import run_cli
 from tests.support.paths import real_model_path

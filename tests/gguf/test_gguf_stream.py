@@ -9,8 +9,9 @@ import json
 import pytest
 
 from surgery.core.errors import CheckpointError
+from surgery.gguf.header import read_gguf_header
 from surgery.gguf.import_stream import INDEX, meta_model, whole_model_reason
-from surgery.gguf.importing import import_gguf, read_gguf_header
+from surgery.gguf.importing import import_gguf
 from tests.support.gguf_reference import differences, raw_tensors, reference_import, weight_files
 from tests.support.moe_gguf import write_moe_gguf
 from tests.support.paths import real_model_path

@@ -111,7 +111,7 @@ def write_typed_gguf(
 def tensor_values(path, name):
     """The dequantized (rows, cols) values of tensor ``name`` of the GGUF at ``path``."""
     from surgery.gguf.formats import dequantize
-    from surgery.gguf.importing import tensor_bytes
+    from surgery.gguf.header import tensor_bytes
     from surgery.gguf.model import open_gguf
 
     t = open_gguf(path).header.tensors[name]
