@@ -183,11 +183,11 @@ def _with_other_weights(src):
 
 
 def test_other_weight_files_are_left_out_with_a_note(tiny, tmp_path):
-    from tests.support.cli import run_cli
+    from tests.support.cli import run_here
 
     src = _with_other_weights(tiny("llama"))
     out = tmp_path / "baked"
-    result = run_cli(["amplify-heads", src, "--heads", "0.1", "--alpha", "2", "--out", out, "--no-verify"])
+    result = run_here(["amplify-heads", src, "--heads", "0.1", "--alpha", "2", "--out", out, "--no-verify"])
     assert result.returncode == 0, result.stderr
     assert "note: left out original/consolidated.00.pth, pytorch_model.bin, pytorch_model.bin.index.json" in " ".join(
         result.stderr.split()
@@ -201,20 +201,20 @@ def test_other_weight_files_are_left_out_with_a_note(tiny, tmp_path):
         "pytorch_model.bin.index.json",
     ]
     assert verify(Checkpoint(src), out, run_model=False).ok
-    restored = run_cli(["undo", out, "--out", tmp_path / "restored"])
+    restored = run_here(["undo", out, "--out", tmp_path / "restored"])
     assert restored.returncode == 0, restored.stderr
     assert "pytorch_model.bin" in restored.stderr and "copy" in restored.stderr
     assert file_sha256(tmp_path / "restored" / "model.safetensors") == file_sha256(src / "model.safetensors")
 
 
 def test_verify_fails_on_pickled_weights_in_the_output(tiny, tmp_path):
-    from tests.support.cli import run_cli
+    from tests.support.cli import run_here
 
     src = tiny("llama")
     out = tmp_path / "baked"
     bake(Checkpoint(src), Recipe((HeadScale(0, 1, 2.0),)), out)
     (out / "pytorch_model.bin").write_bytes((src / "model.safetensors").read_bytes())
-    result = run_cli(["verify", src, out, "--structural-only"])
+    result = run_here(["verify", src, out, "--structural-only"])
     assert result.returncode == 1
     fails = [ln for ln in result.stderr.splitlines() if ln.startswith("FAIL: ")]
     assert fails == [
@@ -272,20 +272,20 @@ def head_bake(tiny, tmp_path):
 
 
 def test_verify_locates_a_tampered_edited_slice(head_bake):
-    from tests.support.cli import run_cli
+    from tests.support.cli import run_here
 
     src, out = head_bake
     _poke(out, 5, 9, 123.0)
     _poke(out, 6, 9, 123.0)
     _reseal(out)
-    result = run_cli(["verify", src, out, "--structural-only"])
+    result = run_here(["verify", src, out, "--structural-only"])
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert [line for line in result.stderr.splitlines() if " elapsed" not in line] == [  # progress lines aside
         f"FAIL: model.safetensors: tensor '{O_PROJ}' differs from what the recipe prescribes at rows 5–6, "
         "columns 9; the output was changed after the bake (and surgery.json re-sealed to match): bake it again"
     ]
 
-    as_json = run_cli(["verify", src, out, "--structural-only", "--json"])
+    as_json = run_here(["verify", src, out, "--structural-only", "--json"])
     assert as_json.returncode == 1
     report = json.loads(as_json.stdout)
     assert report["ok"] is False and len(report["problems"]) == 1

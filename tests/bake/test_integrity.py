@@ -18,7 +18,7 @@ from surgery.bake.verify import structural
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import SurgeryError
-from tests.support.cli import run_cli, run_main, tree_hashes
+from tests.support.cli import run_here, run_main, tree_hashes
 from tests.support.tiny import build_tiny
 
 MASKS = (0x01, 0x20, 0x80, 0xFF)
@@ -30,7 +30,7 @@ def baked(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("integrity")
     src = build_tiny("llama", root / "src", shard="20KB")
     out = root / "baked"
-    result = run_cli(["amplify-heads", src, "--heads", "0.1,2.3", "--alpha", "2.5", "--out", out, "--no-verify"])
+    result = run_here(["amplify-heads", src, "--heads", "0.1,2.3", "--alpha", "2.5", "--out", out, "--no-verify"])
     assert result.returncode == 0, result.stderr
     return src, out
 
@@ -81,7 +81,7 @@ def test_verify_cli_fails_on_a_flipped_byte_in_each_file(baked, capsys):
     """``surgery verify`` itself: a real subprocess on the intact folder, then one flip per file
     through surgery.cli.main.main in-process (the same code without an interpreter start per file)."""
     src, out = baked
-    assert run_cli(["verify", src, out, "--structural-only"]).returncode == 0
+    assert run_here(["verify", src, out, "--structural-only"]).returncode == 0
     for name in sorted(tree_hashes(out)):
         path = out / name
         original = path.read_bytes()

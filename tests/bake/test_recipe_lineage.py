@@ -15,7 +15,7 @@ import yaml
 from surgery.core.checkpoint import Checkpoint
 from surgery.find.findings import model_identity
 from surgery.model.loading import Source, same_model
-from tests.support.cli import cli_env, error_line, run_cli, run_main
+from tests.support.cli import error_line, run_here, run_main
 from tests.support.hub_cache import SNAPSHOT, hub_cache
 
 OTHER = "org/other-model"
@@ -70,12 +70,12 @@ def test_recipe_of_another_model_on_a_local_folder(tiny, tmp_path, capsys):
     assert f"The recipe was written for **{OTHER}**, not for this model" in text
 
 
-def test_recipe_of_another_model_on_a_hub_model(tiny, tmp_path):
+def test_recipe_of_another_model_on_a_hub_model(tiny, tmp_path, monkeypatch):
     cache = hub_cache(tiny("llama"), tmp_path / "hub")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))  # read at import: in this process
     out = tmp_path / "baked"
-    result = run_cli(
+    result = run_here(
         ["apply", _recipe(tmp_path), "--model", "org/tiny-llama", "--out", out, "--no-verify", "--allow-other-base"],
-        env=cli_env(HF_HUB_CACHE=str(cache)),
     )
     assert result.returncode == 0, result.stderr
     assert f"note: the recipe was written for {OTHER}, not org/tiny-llama" in " ".join(result.stderr.split())
@@ -87,7 +87,7 @@ def test_recipe_of_another_model_on_a_hub_model(tiny, tmp_path):
     assert OTHER not in meta.values() and "This is **org/tiny-llama**" in text
     assert f"The recipe was written for **{OTHER}**" in text
     # the recipe written for this very model: no note, no flag needed
-    result = run_cli(
+    result = run_here(
         [
             "apply",
             _recipe(tmp_path, "ORG/tiny-llama"),
@@ -97,7 +97,6 @@ def test_recipe_of_another_model_on_a_hub_model(tiny, tmp_path):
             tmp_path / "same",
             "--no-verify",
         ],
-        env=cli_env(HF_HUB_CACHE=str(cache)),
     )
     assert result.returncode == 0 and "note:" not in result.stderr, result.stderr
     assert "written for" not in (tmp_path / "same" / "README.md").read_text()
@@ -195,11 +194,12 @@ def test_a_hub_cache_snapshot_folder_is_that_hub_model_at_its_commit(tiny, tmp_p
 
 
 @pytest.mark.parametrize("revision", [None, "main"])
-def test_a_hub_download_records_the_commit_it_read(tiny, tmp_path, revision):
+def test_a_hub_download_records_the_commit_it_read(tiny, tmp_path, revision, monkeypatch):
     """It recorded ``revision: null`` (or the branch asked for) while the commit was in its path."""
     cache = hub_cache(tiny("llama"), tmp_path / "hub")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
     out = tmp_path / "baked"
-    result = run_cli(
+    result = run_here(
         [
             "apply",
             _recipe(tmp_path, "org/tiny-llama"),
@@ -210,7 +210,6 @@ def test_a_hub_download_records_the_commit_it_read(tiny, tmp_path, revision):
             "--no-verify",
             *(["--revision", revision] if revision else []),
         ],
-        env=cli_env(HF_HUB_CACHE=str(cache)),
     )
     assert result.returncode == 0, result.stderr
     source = json.loads((out / "surgery.json").read_text())["source"]

@@ -19,7 +19,7 @@ from surgery.core.edits import HeadScale, Recipe
 from surgery.core.errors import DestinationError, FindingsError, ParameterError, RecipeError, SurgeryError
 from surgery.find.findings import Findings, check_model, model_identity
 from surgery.find.heads.params import FindParams
-from tests.support.cli import cli_env, error_line, run_cli, run_main
+from tests.support.cli import cli_env, error_line, run_here, run_main
 from tests.support.tiny import build_tiny
 
 # --- one message, spelled for each reader -------------------------------------------------------------
@@ -256,7 +256,7 @@ def test_json_errors_are_a_json_object_on_stdout(args, kind, message, tiny, tmp_
 def test_json_error_from_the_real_process(tiny, tmp_path):
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "notes.txt").write_text("not surgery's")
-    result = run_cli(
+    result = run_here(
         ["amplify-heads", tiny("llama"), "--heads", "0.1", "--alpha", "2", "--out", tmp_path / "taken", "--json"]
     )
     doc = json.loads(result.stdout)
@@ -309,7 +309,7 @@ def test_a_table_in_a_narrow_terminal_wraps_instead_of_cutting(monkeypatch, caps
 
 def test_the_cli_prints_a_wide_table_whole_at_80_columns(tmp_path):
     model = build_tiny("llama", tmp_path / ("a-folder-with-a-long-name-" * 3) / "llama")
-    result = run_cli(["inspect", model], env=cli_env(COLUMNS="80"))
+    result = run_here(["inspect", model], env=cli_env(COLUMNS="80"))
     assert result.returncode == 0, result.stderr
     assert max(map(len, result.stdout.splitlines())) > 80  # wider than COLUMNS, not cut to it
     assert "…" not in result.stdout and f"│ {model} │" in result.stdout.replace("  ", "")

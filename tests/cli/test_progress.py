@@ -2,7 +2,8 @@
 (which owns stdout only): each step's completion line at least, and stdout stays one JSON document.
 
 The commands open their progress whatever --json says (surgery/cli: "stderr, with --json too"), so
-one run of each with --json proves both: the log lines, and that none of them leaks into stdout."""
+one run of each with --json proves both: the log lines, and that none of them leaks into stdout. In
+this process (run_here): tests/cli/test_console.py checks the lines of the real entry point."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import re
 import pytest
 
 from tests.support.binding import char_model, write_small_benchmark
-from tests.support.cli import cli_env, run_cli
+from tests.support.cli import cli_env, run_here
 from tests.support.neuron_pairs import write_pairs
 
 DONE = re.compile(r"^(?P<step>[^:\n]+): (?P<n>[\d,]+)/(?P=n) \(100 %\) \S+ elapsed$", re.M)
@@ -45,7 +46,7 @@ def test_every_long_step_reports_in_a_log(model, tmp_path):
         ),
     }
     for name, (args, expected) in runs.items():
-        proc = run_cli([*args, "--json"], env=cli_env(**cache))
+        proc = run_here([*args, "--json"], env=cli_env(**cache))
         assert proc.returncode == 0, proc.stderr
         steps = _steps(proc.stderr)
         if expected is None:  # eval: each measurement ends once for the source and once for the model

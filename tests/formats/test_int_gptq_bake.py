@@ -230,11 +230,11 @@ def test_the_verify_command_compares_logits_on_a_layout_transformers_cannot_load
     """compressed-tensors 0.20 refuses actorder "group": surgery decodes the codes by their g_idx as it loads
     both models (float32, exactly), so verify's one line gives the logits' difference: none. The tolerance is
     bfloat16's because the edited gate/up biases are stored as plain bf16 tensors beside the codes."""
-    from tests.support.cli import run_cli
+    from tests.support.cli import run_here
 
     src = build_int(tmp_path / "src", "w4a16-g8", actorder="group")
     _bake(src, tmp_path / "out", Recipe((NeuronScale(1, 3, 0.0),)))
-    result = run_cli(["verify", src, tmp_path / "out"])
+    result = run_here(["verify", src, tmp_path / "out"])
     assert result.returncode == 0, result.stderr
     lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("OK: ")

@@ -154,10 +154,10 @@ def test_cli_import_reports_each_step_in_a_log(imported, tmp_path):
     --json too, and stdout stays one JSON document."""
     import json
 
-    from tests.support.cli import run_cli
+    from tests.support.cli import run_here
 
     _, gguf_path, _, _ = imported
-    proc = run_cli(["import-gguf", gguf_path, "--out", tmp_path / "cli", "--json"])
+    proc = run_here(["import-gguf", gguf_path, "--out", tmp_path / "cli", "--json"])
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["files"]
     tensors = len(read_gguf_header(gguf_path).tensors)  # dequantizing counts tensors, the others are one step

@@ -1,17 +1,22 @@
 """Run the real ``surgery`` CLI in a subprocess (or in this process) and check what it leaves behind.
 
 A subprocess is the honest test of the user's view: stderr exactly as a terminal gets it, the real
-exit code, and no state shared with pytest. ``python -m surgery`` starts in about 0.3 s. The
-in-process runners (``run_main``, ``main_*``) let a test watch or patch what the command does.
+exit code, and no state shared with pytest; but each one imports torch and transformers again (3-10
+CPU-seconds on 2 cores). ``run_here`` runs the same command in this process with the same result
+shape: the tests that check a command's output and files use it, and a few keep ``run_cli`` to
+check the real entry point (exit codes, start-up, signals). The other in-process runners
+(``run_main``, ``main_*``) let a test watch or patch what the command does.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from tests.support.paths import REPO, TESTS
@@ -33,6 +38,30 @@ def run_cli(args: Sequence[str | Path], *, timeout: float = 120, **popen) -> sub
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=popen.pop("env", cli_env()), **popen
     )
+
+
+def run_here(args: Sequence[str | Path], *, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``surgery ARGS`` run in this process through ``surgery.cli.main.main``, as ``run_cli`` runs it
+    in a subprocess: the same environment (``env`` replaces it for the run, as ``run_cli``'s does),
+    stdout and stderr captured as text, the exit code ``main`` exits with."""
+    from surgery.cli.main import main
+
+    wanted = cli_env() if env is None else dict(env)
+    saved = dict(os.environ)
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.clear()
+    os.environ.update(wanted)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                main([str(a) for a in args])
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return subprocess.CompletedProcess([str(a) for a in args], code, out.getvalue(), err.getvalue())
 
 
 def faulty_cli(fault: str, args: Sequence[str | Path]) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.cli import cli_env, run_cli
+from tests.support.cli import cli_env, run_here
 
 HELD_OUT_SEED = 4242  # pairs neither training (seed + 1) nor the brute force drew
 PER_ITEM = 4  # pairs per item for the brute force and the held-out checks
@@ -25,7 +25,7 @@ def find_heads_cli(fixture_dir: Path, tmp: Path, *options: str) -> dict:
     with ``options`` (``--screen``) added."""
     out = tmp / "findings.json"
     env = dict(ENV, SURGERY_CACHE=str(tmp / "cache"))
-    res = run_cli(
+    res = run_here(
         [
             "find-heads",
             fixture_dir,
@@ -40,7 +40,6 @@ def find_heads_cli(fixture_dir: Path, tmp: Path, *options: str) -> dict:
             *options,
         ],
         env=env,
-        timeout=600,
     )
     assert res.returncode == 0, res.stderr
     return json.loads(out.read_text())

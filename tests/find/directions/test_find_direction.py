@@ -19,7 +19,7 @@ from surgery.find.directions import find as find_module
 from surgery.find.directions.ablate import layer_weights
 from surgery.find.directions.find import directions
 from surgery.find.directions.params import KernelParams
-from tests.support.cli import cli_env, error_line, run_cli, run_main
+from tests.support.cli import cli_env, error_line, run_here, run_main
 from tests.support.paths import FIXTURES, REPO
 from tests.support.tokenizer import char_tokenizer
 
@@ -155,7 +155,7 @@ def found(tmp_path_factory) -> Path:
     for name in ("a", "b"):
         (folder / f"{name}.txt").write_text("\n".join((FIXTURE / f"{name}.txt").read_text().splitlines()[:8]) + "\n")
     env = {**cli_env(OMP_NUM_THREADS="1"), "SURGERY_CACHE": str(folder / "cache")}
-    res = run_cli(
+    res = run_here(
         [
             "find-direction",
             FIXTURE,
@@ -169,7 +169,6 @@ def found(tmp_path_factory) -> Path:
             "cpu",
         ],
         env=env,
-        timeout=300,
     )
     assert res.returncode == 0, res.stderr
     return folder / "found.json"

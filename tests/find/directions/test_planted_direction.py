@@ -30,7 +30,7 @@ import torch
 
 from tests.planted.common import last_logits, retrain
 from tests.planted.direction_task import DirectionTrainConfig, behaviour, color_accuracy, make_world
-from tests.support.cli import cli_env, run_cli
+from tests.support.cli import cli_env, run_here
 from tests.support.paths import FIXTURES
 
 FIXTURE = FIXTURES / "direction_model"
@@ -59,7 +59,7 @@ def findings(fixture_dir, tmp_path_factory) -> Path:
     """find-direction through the command line (its own cache folder)."""
     out = tmp_path_factory.mktemp("found") / "direction.json"
     env = {**ENV, "SURGERY_CACHE": str(out.parent / "cache")}
-    res = run_cli(
+    res = run_here(
         [
             "find-direction",
             fixture_dir,
@@ -73,7 +73,6 @@ def findings(fixture_dir, tmp_path_factory) -> Path:
             "cpu",
         ],
         env=env,
-        timeout=300,
     )
     assert res.returncode == 0, res.stderr
     assert "Best separation at layer" in res.stdout
@@ -108,10 +107,9 @@ def test_find_direction_recovers_the_planted_direction(findings, fixture_dir):
 
 def test_ablating_it_removes_the_behaviour(findings, fixture_dir, sets, tmp_path):
     out = tmp_path / "ablated"
-    res = run_cli(
+    res = run_here(
         ["ablate-direction", fixture_dir, "--direction", findings, "--out", out, "--device", "cpu"],
         env={**ENV, "SURGERY_CACHE": str(tmp_path / "cache")},
-        timeout=300,
     )
     assert res.returncode == 0, res.stderr
     (source, tokenizer), (edited, _) = _load(fixture_dir), _load(out)

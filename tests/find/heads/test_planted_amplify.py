@@ -27,7 +27,7 @@ import pytest
 from tests.planted.brute import Prompts, delta_s, s_of
 from tests.planted.fixture import Planted, load_planted
 from tests.planted.train import TrainConfig
-from tests.support.cli import run_cli
+from tests.support.cli import run_here
 from tests.support.paths import FIXTURES
 from tests.support.planted_circuit import (
     AMPLIFY,
@@ -110,10 +110,9 @@ def test_amplify_heads_raises_binding_on_held_out_prompts(findings, loaded, held
 
     f, tmp = findings
     out = tmp / "amplified"
-    res = run_cli(
+    res = run_here(
         ["amplify-heads", DOSE, "--alpha", str(AMPLIFY), "--findings", tmp / "findings.json", "--out", out],
         env=ENV,
-        timeout=300,
     )
     assert res.returncode == 0, res.stderr
     heads = [(e["layer"], e["head"]) for e in json.loads((out / "surgery.json").read_text())["recipe"]["edits"]]

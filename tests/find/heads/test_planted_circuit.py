@@ -39,7 +39,7 @@ from tests.planted.fixture import Planted, load_planted
 from tests.planted.reference import EdgeEdit
 from tests.planted.train import TrainConfig, evaluate
 from tests.planted.vocab import build_tokenizer
-from tests.support.cli import run_cli
+from tests.support.cli import run_here
 from tests.support.paths import FIXTURES
 from tests.support.planted_circuit import (
     AMPLIFY,
@@ -245,7 +245,7 @@ def test_amplify_heads_bakes_the_runtime_effect(findings, fixture_dir, loaded, h
 
     f, tmp = findings
     out = tmp / "amplified"
-    res = run_cli(
+    res = run_here(
         [
             "amplify-heads",
             fixture_dir,
@@ -259,7 +259,6 @@ def test_amplify_heads_bakes_the_runtime_effect(findings, fixture_dir, loaded, h
             out,
         ],
         env=ENV,
-        timeout=300,
     )
     assert res.returncode == 0, res.stderr
     edits = json.loads((out / "surgery.json").read_text())["recipe"]["edits"]

@@ -38,7 +38,7 @@ from tests.planted.bias_task import pair_rows
 from tests.planted.bias_train import log_odds
 from tests.planted.common import last_logits
 from tests.planted.moe_bias_train import MoeBiasTrainConfig, train
-from tests.support.cli import cli_env, run_cli
+from tests.support.cli import cli_env, run_here
 
 pytestmark = pytest.mark.slow(minutes=4)
 
@@ -104,7 +104,7 @@ def test_planted_expert_is_found_and_pruned(trained, tmp_path):
     assert max(truth, key=truth.get)[1] == CFG.planted
 
     # find-neurons: every scored neuron ranked; unreached experts counted, not scored
-    res = run_cli(
+    res = run_here(
         [
             "find-neurons",
             path,
@@ -123,7 +123,6 @@ def test_planted_expert_is_found_and_pruned(trained, tmp_path):
             "--json",
         ],
         env=dict(ENV, SURGERY_CACHE=str(tmp_path / "cache")),
-        timeout=600,
     )
     assert res.returncode == 0, res.stderr
     findings = json.loads((tmp_path / "f.json").read_text())
@@ -146,7 +145,7 @@ def test_planted_expert_is_found_and_pruned(trained, tmp_path):
     assert sum(k[:2] == (L - 1, CFG.planted) for k in order[:K]) >= 4, order[:K]
 
     # prune-neurons --n K from those findings, baked, against random K-neuron sets
-    res = run_cli(
+    res = run_here(
         [
             "prune-neurons",
             path,
@@ -164,7 +163,6 @@ def test_planted_expert_is_found_and_pruned(trained, tmp_path):
             tmp_path / "pruned",
         ],
         env=dict(ENV, SURGERY_CACHE=str(tmp_path / "cache")),
-        timeout=600,
     )
     assert res.returncode == 0, res.stderr
     edits = json.loads((tmp_path / "pruned" / "surgery.json").read_text())["recipe"]["edits"]

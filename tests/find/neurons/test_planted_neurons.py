@@ -37,7 +37,7 @@ from tests.planted.bias_brute import BiasProbe, brute_force, effects
 from tests.planted.bias_task import pair_rows
 from tests.planted.bias_train import BiasTrainConfig, build_tokenizer, evaluate, log_odds
 from tests.planted.common import last_logits, retrain, same_float_path
-from tests.support.cli import cli_env, run_cli
+from tests.support.cli import cli_env, run_here
 from tests.support.paths import FIXTURES
 
 FIXTURE = FIXTURES / "bias_model"
@@ -100,7 +100,7 @@ def find_neurons_cli(fixture_dir: Path, cache: Path, score: str, out: Path | Non
     """Every neuron, best first, as ``surgery find-neurons --score SCORE --select global
     --spare-active 0`` ranks them on the fixture's pairs."""
     extra = ["--out", out] if out else []
-    res = run_cli(
+    res = run_here(
         [
             "find-neurons",
             fixture_dir,
@@ -118,7 +118,6 @@ def find_neurons_cli(fixture_dir: Path, cache: Path, score: str, out: Path | Non
             *extra,
         ],
         env=dict(ENV, SURGERY_CACHE=str(cache)),
-        timeout=300,
     )
     assert res.returncode == 0, res.stderr
     shown = json.loads(res.stdout)
@@ -252,7 +251,7 @@ def test_prune_removes_the_bias_and_random_neurons_do_not(ranked, fixture_dir, l
 
     model, tok = loaded
     out = ranked["tmp"] / "pruned"
-    res = run_cli(
+    res = run_here(
         [
             "prune-neurons",
             fixture_dir,
@@ -270,7 +269,6 @@ def test_prune_removes_the_bias_and_random_neurons_do_not(ranked, fixture_dir, l
             out,
         ],
         env=dict(ENV, SURGERY_CACHE=str(ranked["tmp"] / "cache")),
-        timeout=300,
     )
     assert res.returncode == 0, res.stderr
     edits = json.loads((out / "surgery.json").read_text())["recipe"]["edits"]
