@@ -9,7 +9,7 @@ import json
 import pytest
 
 from surgery.core.optional import available, install_hint
-from tests.support.cli import cli_env, run_cli
+from tests.support.cli import cli_env, run_here
 from tests.support.planted_tune import BENCHMARK, DOSE, dosed_head, neutral_prompts, truth_findings
 
 pytestmark = pytest.mark.skipif(not available("optuna"), reason=install_hint("optuna"))
@@ -42,7 +42,7 @@ def test_tune_bakes_the_chosen_point_and_records_the_study(tmp_path):
     findings = truth_findings(tmp_path / "findings.json")
     args = _args(tmp_path, "--findings", findings, "--out", tmp_path / "study")
     env = dict(ENV, SURGERY_CACHE=str(tmp_path / "cache"))
-    res = run_cli([*args, "--bake", tmp_path / "baked"], env=env, timeout=300)
+    res = run_here([*args, "--bake", tmp_path / "baked"], env=env)
     assert res.returncode == 0, res.stderr
     assert "Pareto front on the tune split" in res.stdout and "Held-out confirmation" in res.stdout
     assert "Baked 1 edit(s)" in res.stdout, res.stdout
@@ -58,7 +58,7 @@ def test_tune_bakes_the_chosen_point_and_records_the_study(tmp_path):
     assert [(e["layer"], e["head"]) for e in edits] == [dosed_head()]
     assert edits[0]["alpha"] == pytest.approx(tune["chosen"]["params"]["alpha"])
 
-    again = run_cli([*args, "--json"], env=env, timeout=300)
+    again = run_here([*args, "--json"], env=env)
     assert again.returncode == 0, again.stderr
     assert f"resuming the study in {tmp_path / 'study'}: {TRIALS} of {TRIALS} trials done" in again.stderr
     assert not any(line.startswith("note: trial ") for line in again.stderr.splitlines())
@@ -67,7 +67,7 @@ def test_tune_bakes_the_chosen_point_and_records_the_study(tmp_path):
 
 
 def test_no_findings_for_the_method_is_one_line(tmp_path):
-    res = run_cli(_args(tmp_path), env=dict(ENV, SURGERY_CACHE=str(tmp_path / "cache")))
+    res = run_here(_args(tmp_path), env=dict(ENV, SURGERY_CACHE=str(tmp_path / "cache")))
     assert res.returncode != 0 and res.stderr.strip().splitlines() == [
         f"Error: no heads findings for {DOSE}: run surgery find-heads first, or give --findings FILE"
     ], res.stderr
@@ -75,7 +75,7 @@ def test_no_findings_for_the_method_is_one_line(tmp_path):
 
 def test_an_empty_split_is_one_line(tmp_path):
     findings = truth_findings(tmp_path / "findings.json")
-    res = run_cli([*_args(tmp_path, "--findings", findings), "--test-share", "0"], env=ENV)
+    res = run_here([*_args(tmp_path, "--findings", findings), "--test-share", "0"], env=ENV)
     lines = res.stderr.strip().splitlines()
     assert res.returncode != 0 and len(lines) == 1, res.stderr
     assert lines[0].startswith("Error: the test split is empty:") and "--test-share" in lines[0], lines
@@ -87,13 +87,11 @@ def test_a_neurons_tune_bakes_the_chosen_selection(tmp_path):
     from tests.support.planted_tune import BIAS, BIAS_PAIRS, bias_neutral_prompts
 
     env = dict(ENV, SURGERY_CACHE=str(tmp_path / "cache"))
-    found = run_cli(["find-neurons", BIAS, "--pairs", BIAS_PAIRS, "--out", tmp_path / "findings.json"], env=env)
+    found = run_here(["find-neurons", BIAS, "--pairs", BIAS_PAIRS, "--out", tmp_path / "findings.json"], env=env)
     assert found.returncode == 0, found.stderr
     args = ["tune", BIAS, "--method", "neurons", "--findings", tmp_path / "findings.json", "--pairs", BIAS_PAIRS]
     args += ["--neutral", bias_neutral_prompts(tmp_path / "neutral.jsonl"), "--trials", str(TRIALS), "--n-max", "12"]
-    res = run_cli(
-        [*args, "--out", tmp_path / "study", "--bake", tmp_path / "baked", "--no-verify"], env=env, timeout=300
-    )
+    res = run_here([*args, "--out", tmp_path / "study", "--bake", tmp_path / "baked", "--no-verify"], env=env)
     assert res.returncode == 0, res.stderr
     assert "pair bias" in res.stdout and "Baked" in res.stdout, res.stdout
     record = json.loads((tmp_path / "study" / "tune.json").read_text())
@@ -109,7 +107,7 @@ def test_a_neurons_tune_bakes_the_chosen_selection(tmp_path):
 def test_no_neuron_findings_is_one_line(tmp_path):
     from tests.support.planted_tune import BIAS
 
-    res = run_cli(["tune", BIAS, "--method", "neurons"], env=dict(ENV, SURGERY_CACHE=str(tmp_path / "cache")))
+    res = run_here(["tune", BIAS, "--method", "neurons"], env=dict(ENV, SURGERY_CACHE=str(tmp_path / "cache")))
     assert res.stderr.strip().splitlines() == [
         f"Error: no neurons findings for {BIAS}: run surgery find-neurons first, or give --findings FILE"
     ], res.stderr
@@ -118,7 +116,7 @@ def test_no_neuron_findings_is_one_line(tmp_path):
 def test_a_direction_tune_without_prompts_or_markers_is_one_line(tmp_path):
     from tests.support.planted_tune import DIRECTION
 
-    res = run_cli(["tune", DIRECTION, "--method", "direction"], env=dict(ENV, SURGERY_CACHE=str(tmp_path / "cache")))
+    res = run_here(["tune", DIRECTION, "--method", "direction"], env=dict(ENV, SURGERY_CACHE=str(tmp_path / "cache")))
     assert res.stderr.strip().splitlines() == [
         "Error: method direction measures the marker rate: give --behaviour FILE (prompts that show the "
         "behaviour) and --markers FILE (one marker a line)"
