@@ -134,6 +134,7 @@ def bake_sweep(
     load: LoadSpec | None = None,
     bake: BakeOptions | None = None,
     on_each: Callable[[str, Baked], None] | None = None,
+    evaluation: Evaluation | Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> dict[str, Baked]:
     """Bake each plan into ``out/<label>`` (on the Hub: branch ``<label>`` of ``push_to``); from a GGUF
@@ -153,7 +154,6 @@ def bake_sweep(
         raise RecipeError("sweep labels must be given and unique (each value gets its own folder and branch)")
     load = typed(LoadSpec, kwargs, load)
     stages, note = kwargs.pop("stages", silent_stages), reporter(kwargs.pop("report", None))
-    evaluation = kwargs.pop("evaluation", None)
     no_other_options("bake_sweep", kwargs, LoadSpec)
     container = open_container(model)
     container.refuse(bake)

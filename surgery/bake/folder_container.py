@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from ..core.container import BakeCall, Container, Opened
 from ..core.errors import ParameterError
 from ..core.progress import StageProgress
-from ..core.staging import check_free
 from ..gguf import is_gguf
 
 if TYPE_CHECKING:
@@ -48,6 +47,8 @@ class FolderContainer(Container):
         return {label: out / label for label in labels}
 
     def check_free(self, dest: Path, protected: Sequence[Path], force: bool) -> None:
+        from ..core.staging import check_free  # on use: `import surgery` registers this class without YAML
+
         check_free(dest, protected, force)
 
     def prepare(self, opened: Opened, recipes: Sequence[Any], labels: Sequence[str], options: Any) -> list[Any]:

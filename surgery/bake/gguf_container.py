@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from ..core.container import BakeCall, Container, Opened
 from ..core.errors import DestinationError, RecipeError
 from ..core.progress import StageProgress
-from ..core.staging import check_free_file
 from ..gguf import SUFFIX, is_gguf
 
 if TYPE_CHECKING:
@@ -55,6 +54,7 @@ class GgufContainer(Container):
         return sweep_outputs(out, labels)
 
     def check_free(self, dest: Path, protected: Sequence[Path], force: bool) -> None:
+        from ..core.staging import check_free_file
         from .gguf import replaceable
 
         check_free_file(dest, protected, force, replaceable)
