@@ -232,7 +232,8 @@ def test_ctrl_c_inside_findings_write_keeps_the_old_entry(tmp_path, monkeypatch)
 
 
 WRITER = """
-import sys
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal has it (see fault_runner.py)
 from pathlib import Path
 from surgery.find.findings import Findings, save_findings
 from tests.support.paths import REPO

@@ -104,6 +104,9 @@ def arm(fault: str) -> None:
 if __name__ == "__main__":
     fault, sep, *args = sys.argv[1:]
     assert sep == "--", "usage: fault_runner.py FAULT -- CLI ARGS"
+    # Ctrl-C as a terminal delivers it: a shell's background job (`bash .ci/run &`) starts its children
+    # with SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     arm(fault)
     from surgery.cli.main import main
 
