@@ -32,11 +32,10 @@ from ..directions.find import DirectionFindings
 from ..directions.params import KernelParams
 from ..findings import ModelIdentity
 from .confirm import mean_ci
-from .front import Point
 from .params import TuneParams
-from .record import Chosen, Confirmation, SplitSizes, Trial, TuneRecord
+from .record import Confirmation, SplitSizes, TuneRecord
 from .runtime import first_token_kl, last_logprobs, record
-from .search import front_and_choice, run_search
+from .search import front_and_choice, run_search, trial_record
 from .split import split_rows
 from .study import Study
 
@@ -159,21 +158,11 @@ def tune_direction(
 
     study = Study(out, key, params.sampler, params.seed)
     finished = run_search(study, objective, params, describe, out, report)
-    trials = [
-        Trial(
-            number=t.number,
-            params=dict(t.params),
-            effect=float(t.values[0]),
-            kl=float(t.values[1]),
-            seconds=t.user_attrs.get("seconds"),
-            extra={"marker_rate": t.user_attrs.get("marker_rate")},
-        )
-        for t in finished
-    ]
-    front, chosen, rule = front_and_choice([Point(t.number, t.effect, t.kl) for t in trials], params.max_kl)
+    trials = [trial_record(t, extra={"marker_rate": t.user_attrs.get("marker_rate")}) for t in finished]
+    front, choice, chosen = front_and_choice(trials, params.max_kl)
     tune = None  # the tune split's recorded passes are done with: free them before the test split's
     test = part(by_prompt.test, by_text.test)
-    recipe, _ = recipe_of(next(t for t in trials if t.number == chosen.number).params, found, arch)
+    recipe, _ = recipe_of(chosen.params, found, arch)
     hits, kl = test.measure(recipe.edits)
     effect, effect_ci = mean_ci(test.base.astype(float) - hits, params.seed)
     kl_mean, kl_ci = mean_ci(kl, params.seed)
@@ -197,8 +186,8 @@ def tune_direction(
             test_neutral=len(by_text.test),
         ),
         trials=trials,
-        front=[p.number for p in front],
-        chosen=Chosen(number=chosen.number, rule=rule, max_kl=params.max_kl),
+        front=front,
+        chosen=choice,
         confirmation=Confirmation(
             effect=effect,
             effect_ci95=effect_ci,

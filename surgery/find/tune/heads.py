@@ -28,11 +28,10 @@ from ..heads.pairs import Pair
 from ..heads.params import FindParams
 from ..heads.scores import delta, encode_pairs, option_token_ids
 from .confirm import gain_ci, mean_ci
-from .front import Point
 from .heads_eval import HeadTrials
 from .params import TuneParams
-from .record import Chosen, Confirmation, SplitSizes, Trial, TuneRecord
-from .search import front_and_choice, run_search
+from .record import Confirmation, SplitSizes, TuneRecord
+from .search import front_and_choice, run_search, trial_record
 from .split import split_groups, split_rows
 from .study import Study
 
@@ -125,19 +124,13 @@ def tune_heads(
         study = Study(out, key, params.sampler, params.seed)
         finished = run_search(study, objective, params, describe, out, report)
         trials = [
-            Trial(
-                number=t.number,
-                params=dict(t.params),
-                effect=float(t.values[0]),
-                kl=float(t.values[1]),
-                delta_s=t.user_attrs.get("delta_s"),
-                seconds=t.user_attrs.get("seconds"),
-                heads=[list(h) for h in ranking[: int(t.params["top"])]],
+            trial_record(
+                t, delta_s=t.user_attrs.get("delta_s"), heads=[list(h) for h in ranking[: int(t.params["top"])]]
             )
             for t in finished
         ]
-        front, chosen, rule = front_and_choice([Point(t.number, t.effect, t.kl) for t in trials], params.max_kl)
-        point = next(t for t in trials if t.number == chosen.number).params
+        front, choice, chosen = front_and_choice(trials, params.max_kl)
+        point = chosen.params
         tune = None  # the tune split's recorded passes are done with: free them before the test split's
         test, test_items = part(by_item.test, by_text.test, "test split")
         confirmation = _confirm(test, test_items, scales_of(point, ranking), params.seed)
@@ -161,8 +154,8 @@ def tune_heads(
             test_neutral=len(by_text.test),
         ),
         trials=trials,
-        front=[p.number for p in front],
-        chosen=Chosen(number=chosen.number, rule=rule, max_kl=params.max_kl),
+        front=front,
+        chosen=choice,
         confirmation=confirmation,
     )
 

@@ -26,11 +26,10 @@ from ..neurons.pairs import PairSet
 from ..neurons.params import RULES, SCORES, SelectParams
 from ..neurons.select import allowed_mask, selected_edits
 from .confirm import mean_ci
-from .front import Point
 from .neurons_eval import PairTrials
 from .params import TuneParams
-from .record import Chosen, Confirmation, SplitSizes, Trial, TuneRecord
-from .search import front_and_choice, run_search
+from .record import Confirmation, SplitSizes, TuneRecord
+from .search import front_and_choice, run_search, trial_record
 from .split import split_rows
 from .study import Study
 
@@ -122,19 +121,15 @@ def tune_neurons(
     study = Study(out, key, params.sampler, params.seed)
     finished = run_search(study, objective, params, describe, out, report)
     trials = [
-        Trial(
-            number=t.number,
-            params=dict(t.params),
-            effect=float(t.values[0]),
-            kl=float(t.values[1]),
+        trial_record(
+            t,
             neurons=[e.label for e in edits_of(t.params, found, categories)],
-            seconds=t.user_attrs.get("seconds"),
             extra={"pair_bias": t.user_attrs.get("pair_bias")},
         )
         for t in finished
     ]
-    front, chosen, rule = front_and_choice([Point(t.number, t.effect, t.kl) for t in trials], params.max_kl)
-    point = next(t for t in trials if t.number == chosen.number).params
+    front, choice, chosen = front_and_choice(trials, params.max_kl)
+    point = chosen.params
     tune = None  # the tune split's recorded passes are done with: free them before the test split's
     test = part(by_pair.test, by_text.test, "test split")
     bias, kl = test.measure(edits_of(point, found, categories))
@@ -161,8 +156,8 @@ def tune_neurons(
             test_neutral=len(by_text.test),
         ),
         trials=trials,
-        front=[p.number for p in front],
-        chosen=Chosen(number=chosen.number, rule=rule, max_kl=params.max_kl),
+        front=front,
+        chosen=choice,
         confirmation=Confirmation(
             effect=effect,
             effect_ci95=effect_ci,

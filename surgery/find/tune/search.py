@@ -3,12 +3,13 @@ one progress line each with the best point so far, then the front and the chosen
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from .front import Point, choose, pareto_front
 from .params import TuneParams
+from .record import Chosen, Trial
 from .study import Study
 
 Objective = Callable[[Any], tuple[float, float]]  # an Optuna trial → (effect, KL)
@@ -37,11 +38,26 @@ def run_search(
     return study.finished()[: params.trials]
 
 
-def front_and_choice(points: list[Point], max_kl: float | None) -> tuple[list[Point], Point, str]:
-    """The front of ``points``, the point chosen from it and the rule that chose it."""
-    front = pareto_front(points)
-    chosen, rule = choose(front, max_kl)
-    return front, chosen, rule
+def trial_record(frozen: Any, **fields: Any) -> Trial:
+    """A finished Optuna trial as the record's :class:`Trial`: its parameters, objectives and seconds,
+    and the method's own ``fields``."""
+    return Trial(
+        number=frozen.number,
+        params=dict(frozen.params),
+        effect=float(frozen.values[0]),
+        kl=float(frozen.values[1]),
+        seconds=frozen.user_attrs.get("seconds"),
+        **fields,
+    )
+
+
+def front_and_choice(trials: Sequence[Trial], max_kl: float | None) -> tuple[list[int], Chosen, Trial]:
+    """The numbers of the front of ``trials``, the choice made from it (with the rule that made it) and
+    the chosen trial."""
+    front = pareto_front([Point(t.number, t.effect, t.kl) for t in trials])
+    point, rule = choose(front, max_kl)
+    chosen = next(t for t in trials if t.number == point.number)
+    return [p.number for p in front], Chosen(number=point.number, rule=rule, max_kl=max_kl), chosen
 
 
 def better(best: Point | None, point: Point, max_kl: float | None) -> Point | None:
