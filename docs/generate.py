@@ -196,7 +196,7 @@ def _attention(layout: Any) -> str:
 
 
 def _mlp(layout: Any) -> str:
-    if layout.experts is not None and not layout.experts.with_dense:
+    if layout.experts is not None and not layout.experts.layers.with_dense:
         return "experts (next column)"
     mlp = layout.mlp
     inputs = _code(mlp.gate_up_proj) + " (fused)" if mlp.gate_up_proj else _code(mlp.gate_proj, mlp.up_proj)
@@ -214,34 +214,27 @@ def _experts(layout: Any) -> str:
     ex = layout.experts
     if ex is None:
         return ""
-    parts = [f"count {_code(*ex.num_keys)}, width {_code(ex.size_key)}"]
-    if ex.per_expert:
-        parts.append(f"per expert {_code(*ex.per_expert)}")
-    order = ("interleaved " if ex.interleaved else "") + ("[E, H, 2I]" if ex.transposed else "[E, 2I, H]")
-    parts.append(f"fused {_code(ex.module + '.gate_up_proj')} {order}")
-    if ex.shared:
-        parts.append(f"shared expert {_code(ex.shared)} (width {_code(ex.shared_size_key)})")
-    if ex.shared_count_key:
-        parts.append(f"× {_code(ex.shared_count_key)} shared experts")
-    if ex.stored_fused:
-        parts.append(f"releases store {_code(*ex.stored_fused)}")
-    routing = (
-        ex.layer_types_key,
-        ex.sparse_list_key,
-        ex.sparse_step_key,
-        ex.dense_layers_key,
-        ex.first_dense_key,
-        ex.last_sparse_key,
-        ex.sparse_offset_key,
-    )
+    keys, weights, shared, rule = ex.keys, ex.weights, ex.shared, ex.layers.rule
+    parts = [f"count {_code(*keys.num_keys)}, width {_code(keys.size_key)}"]
+    if weights.per_expert:
+        parts.append(f"per expert {_code(*weights.per_expert)}")
+    order = ("interleaved " if weights.interleaved else "") + ("[E, H, 2I]" if weights.transposed else "[E, 2I, H]")
+    parts.append(f"fused {_code(weights.module + '.gate_up_proj')} {order}")
+    if shared:
+        parts.append(f"shared expert {_code(shared.module)} (width {_code(shared.size_key)})")
+        if shared.count_key:
+            parts.append(f"× {_code(shared.count_key)} shared experts")
+    if weights.stored_fused:
+        parts.append(f"releases store {_code(*weights.stored_fused)}")
+    routing = ex.layers.config_keys
     if any(routing):
         parts.append(f"sparse layers from {_code(*routing)}")
-    elif ex.sparse_step > 1:
-        parts.append(f"sparse layers: layer % {ex.sparse_step} = {ex.sparse_offset}")
-    if ex.zero_key:
-        parts.append(f"{_code(ex.zero_key)} zero-computation experts (no weights; refused)")
-    if ex.dispatch != "routed":
-        parts.append(f"{ex.dispatch} dispatch")
+    elif rule.step > 1:
+        parts.append(f"sparse layers: layer % {rule.step} = {rule.offset}")
+    if keys.zero_key:
+        parts.append(f"{_code(keys.zero_key)} zero-computation experts (no weights; refused)")
+    if weights.dispatch != "routed":
+        parts.append(f"{weights.dispatch} dispatch")
     return "; ".join(parts)
 
 
@@ -400,6 +393,11 @@ def row_fields() -> str:
         layout.Layout,
         *(type(getattr(layout.Layout(), f.name)) for f in dataclasses.fields(layout.Layout) if f.name != "experts"),
         experts.Experts,
+        experts.ExpertKeys,
+        experts.ExpertWeights,
+        experts.SharedExpert,
+        experts.SparseLayers,
+        experts.StepRule,
         records.ConfigKeys,
         records.Mixer,
         records.NativeName,

@@ -5,7 +5,7 @@ Two roles, one per environment:
 
     LLAMA_PYTHON examples/llamacpp_logits.py logits --gguf FILE --ids IDS.json --out LOGITS.npy
         [--edits EDITS.json] [--watch WATCH.json]
-    python examples/llamacpp_logits.py table [--model smollm2|gemma] [--chat] [--llama-python LLAMA_PYTHON]
+    python examples/llamacpp_logits.py table [--model smollm2|gemma|smollm2-mxfp4|smollm2-nvfp4] [--chat] [--llama-python LLAMA_PYTHON]
 
 ``logits`` (run with the python of an environment with llama-cpp-python): llama.cpp's logits for
 fixed token ids. IDS.json is a list of prompts, each a list of token ids (the caller tokenizes, so
@@ -39,7 +39,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -178,6 +178,7 @@ class Spec:
     control: tuple[tuple[int, int], ...]  # another 40, drawn at random: the same kind of edit elsewhere
     head: tuple[int, int]  # (layer, head) scaled by α
     alphas: tuple[float, ...]  # the α the file's format stores exactly
+    fp4: str | None = None  # made from ``file``: its decoder matrices in this 4-bit float type (fp4_gguf.py)
 
 
 def _random_neurons(seed: int, layers: int, width: int, n: int = 40) -> tuple[tuple[int, int], ...]:
@@ -186,15 +187,16 @@ def _random_neurons(seed: int, layers: int, width: int, n: int = 40) -> tuple[tu
     return tuple(sorted((int(i // width), int(i % width)) for i in flat))
 
 
+SMOLLM2 = Spec(
+    "SmolLM2-135M-Instruct.Q4_1.gguf",
+    "smollm2-135m-instruct",
+    tuple((layer, neuron) for layer in (3, 11, 19, 27) for neuron in range(7, 1500, 150)),
+    _random_neurons(0, 30, 1536),
+    (5, 2),
+    (2.0, 0.5),
+)
 SPECS = {
-    "smollm2": Spec(
-        "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "smollm2-135m-instruct",
-        tuple((layer, neuron) for layer in (3, 11, 19, 27) for neuron in range(7, 1500, 150)),
-        _random_neurons(0, 30, 1536),
-        (5, 2),
-        (2.0, 0.5),
-    ),
+    "smollm2": SMOLLM2,
     "gemma": Spec(
         "gemma-3-270m-q4_k_m.gguf",
         "gemma-3-270m",
@@ -203,6 +205,13 @@ SPECS = {
         (5, 1),
         (2.0,),  # α 0.5 is refused: not exact on this head's Q4_K super-blocks
     ),
+    # SmolLM2's attention and MLP matrices in MXFP4 (the gpt-oss experts' format): the same edits,
+    # a pruned down column now its 4-bit codes set to +0, a head's α its blocks' E8M0 exponents.
+    "smollm2-mxfp4": replace(SMOLLM2, fp4="MXFP4"),
+    # The same in NVFP4 (encoded by ggml), a head's α through its groups' e4m3 scales. α 0.5 is refused:
+    # without a global scale, ggml puts this model's group scales at e4m3's subnormal end, where half an
+    # odd mantissa is no e4m3 value.
+    "smollm2-nvfp4": replace(SMOLLM2, alphas=(2.0,), fp4="NVFP4"),
 }
 
 
@@ -333,6 +342,14 @@ def measure(name: str, llama_python: str, folder: Path, chat: bool = False) -> t
     src, imported = real_model_path(".gguf") / spec.file, real_model_path(spec.imported)
     if not src.is_file() or not imported.is_dir():
         raise FileNotFoundError(f"{spec.file} or its import is missing: run `python examples/get_models.py`")
+    if spec.fp4:  # the 4-bit float copy, and transformers' weights are its own decoded values
+        sys.path.insert(0, str(HERE.parent))
+        from fp4_gguf import fp4_gguf
+
+        from surgery.api import import_gguf
+
+        src = fp4_gguf(src, folder / f"{Path(spec.file).stem}.{spec.fp4}.gguf", spec.fp4, llama_python)
+        imported = import_gguf(src, folder / "imported").path
     tokenizer = AutoTokenizer.from_pretrained(imported)
     prompts = token_ids(tokenizer, chat)
     model = load_fp32(imported)

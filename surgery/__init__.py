@@ -79,8 +79,12 @@ _EXPORTS = {
     "Baked": "surgery.api.baking",
     "Planned": "surgery.api.baking",
     "BakeOptions": "surgery.api.bake_options",
+    "Callbacks": "surgery.api.callbacks",
+    "FindingsSource": "surgery.api.findings_source",
     "Inspection": "surgery.api.results",
+    "EvalData": "surgery.api.eval_data",
     "EvalResult": "surgery.api.results",
+    "ExportedLora": "surgery.api.results",
     "Report": "surgery.bake.verify",
     "NeuronFindings": "surgery.find.neurons.find",
     "HeadFindings": "surgery.find.heads.find",
@@ -95,11 +99,14 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run __getattr__
     from .api.bake_options import BakeOptions
     from .api.baking import Baked, Planned, bake_recipe, bake_sweep
+    from .api.callbacks import Callbacks
     from .api.checkpoints import apply, inspect, undo, verify
     from .api.directions import ablate_direction, direction_findings, find_direction
+    from .api.eval_data import EvalData
+    from .api.findings_source import FindingsSource
     from .api.heads import amplify_heads, find_heads, head_findings, score_binding
     from .api.neurons import find_neurons, neuron_findings, prune_neurons
-    from .api.results import EvalResult, Inspection
+    from .api.results import EvalResult, ExportedLora, Inspection
     from .api.shipping import evaluate, export_lora, import_gguf, push, report, write_card
     from .api.tuning import Tuned, tune
     from .bake.verify import Report

@@ -12,7 +12,11 @@ from ..core.lazy import lazy_attributes
 # name → module of surgery.api that defines it
 _EXPORTS = {
     "BakeOptions": "bake_options",
+    "Callbacks": "callbacks",
+    "FindingsSource": "findings_source",
+    "EvalData": "eval_data",
     "EvalResult": "results",
+    "ExportedLora": "results",
     "Inspection": "results",
     "Baked": "baking",
     "Planned": "baking",
@@ -34,6 +38,7 @@ _EXPORTS = {
     "find_neurons": "neurons",
     "neuron_findings": "neurons",
     "neuron_plans": "neurons",
+    "neuron_summary": "neurons",
     "prune_neurons": "neurons",
     "evaluate": "shipping",
     "export_lora": "shipping",
@@ -49,11 +54,14 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run __getattr__
     from .bake_options import BakeOptions
     from .baking import Baked, Planned, bake_plans, bake_recipe, bake_sweep, sweep_label
+    from .callbacks import Callbacks
     from .checkpoints import apply, inspect, undo, verify
     from .directions import ablate_direction, direction_findings, find_direction
+    from .eval_data import EvalData
+    from .findings_source import FindingsSource
     from .heads import amplify_heads, find_heads, head_findings, score_binding
-    from .neurons import find_neurons, neuron_findings, neuron_plans, prune_neurons
-    from .results import EvalResult, Inspection
+    from .neurons import find_neurons, neuron_findings, neuron_plans, neuron_summary, prune_neurons
+    from .results import EvalResult, ExportedLora, Inspection
     from .shipping import evaluate, export_lora, import_gguf, push, report, write_card
     from .tuning import Tuned, tune
 

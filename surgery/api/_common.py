@@ -3,15 +3,18 @@
 The Python API mirrors the command line: ``surgery.prune_neurons(model, out, n=40, score="bias",
 device="cpu")`` takes the same options as ``surgery prune-neurons MODEL --n 40 --score bias
 --device cpu``, spelled as the fields of the typed parameter objects (``LoadSpec``,
-``CaptureParams``, ``SelectParams``, ``FindParams``, ``EvalParams``). A ready object may be given
-instead (``load=LoadSpec(...)``). Bounds and choices are checked by the objects themselves, so a
-Python caller gets the command line's errors.
+``CaptureParams``, ``SelectParams``, ``FindParams``, ``EvalParams``, ``FindingsSource``,
+``EvalData``). A ready object may be given instead (``load=LoadSpec(...)``). Bounds and choices
+are checked by the objects themselves, so a Python caller gets the command line's errors. Two
+objects are given whole, ``BakeOptions`` (a bake's switches) and ``Callbacks`` (progress, notes,
+hooks): their flat keywords of earlier releases still work and warn (:func:`grouped`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import warnings
 from collections.abc import Callable
 from numbers import Integral
 from typing import Any, TypeVar
@@ -38,6 +41,33 @@ def typed(cls: type[T], options: dict[str, Any], given: T | None = None) -> T:
             raise TypeError(f"give either a {cls.__name__} or its options ({', '.join(sorted(mine))}), not both")
         return given
     return cls(**mine)
+
+
+def grouped(
+    function: str,
+    cls: type[T],
+    keyword: str,
+    given: T | None,
+    options: dict[str, Any],
+    *,
+    values: bool = True,
+    stacklevel: int = 4,
+) -> T:
+    """``given`` (default: ``cls()``), or one built from the flat keywords of an older call that are
+    ``cls``'s fields, taken out of ``options`` with a DeprecationWarning saying what to write instead:
+    ``function(…, keyword=surgery.Cls(name=value))`` (``values``: show the values given, else ``…``;
+    ``stacklevel``: where the caller's line is, past the API function and its wrappers)."""
+    old = {f.name: options[f.name] for f in dataclasses.fields(cls) if f.name in options}
+    chosen = typed(cls, options, given)
+    if old:
+        written = ", ".join(f"{name}={value!r}" if values else f"{name}=…" for name, value in old.items())
+        warnings.warn(
+            f"{function}({', '.join(f'{name}=…' for name in old)}) is deprecated and will be removed in the "
+            f"next release; write {function}(…, {keyword}=surgery.{cls.__name__}({written})) instead",
+            DeprecationWarning,
+            stacklevel=stacklevel,
+        )
+    return chosen
 
 
 def no_other_options(function: str, options: dict[str, Any], *accepted: type) -> None:

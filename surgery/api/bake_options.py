@@ -10,13 +10,12 @@ build the same object, with a DeprecationWarning that says what to write instead
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from ..core.errors import SurgeryError
-from ._common import typed
+from ._common import grouped
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,17 +49,8 @@ FIELDS = tuple(f.name for f in fields(BakeOptions))
 def bake_options(function: str, given: BakeOptions | None, options: dict[str, Any]) -> BakeOptions:
     """``given`` (default: ``BakeOptions()``), or one built from the flat keywords of an older call
     (``force=True`` …), taken out of ``options`` with a DeprecationWarning saying what to write."""
-    old = {name: options[name] for name in FIELDS if name in options}
-    chosen = typed(BakeOptions, options, given)
-    if old:
-        written = ", ".join(f"{name}={value!r}" for name, value in old.items())
-        warnings.warn(
-            f"{function}({', '.join(f'{name}=…' for name in old)}) is deprecated and will be removed in the "
-            f"next release; write {function}(…, bake=surgery.BakeOptions({written})) instead",
-            DeprecationWarning,
-            stacklevel=4,  # the caller of the API function (past its names_bake_options wrapper)
-        )
-    return chosen
+    # stacklevel 5: the caller of the API function, past this function and its names_bake_options wrapper
+    return grouped(function, BakeOptions, "bake", given, options, stacklevel=5)
 
 
 def _bake_keyword(error: SurgeryError) -> Callable[[str], str]:

@@ -22,10 +22,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..bake.record import Evaluation
 from ..core.container import BakeCall, Container, open_container
 from ..core.edits import Recipe
 from ..core.errors import RecipeError
+from ..core.evaluation_table import Evaluation
 from ..core.progress import StageProgress, silent_stages
 from ..model.loading import LoadSpec
 from ._common import no_other_options, reporter, typed
@@ -96,8 +96,8 @@ def bake_into(
     """:func:`bake_recipe` once its options are read: the push checked first, the recipe checked
     against the model it is baked into (lineage), the container's bake, then the push.
     ``prepared``: what the container's ``prepare`` computed for this value (a sweep's)."""
+    from ..bake.card import card_hook
     from ..bake.lineage import for_source
-    from ..ship.card import card_hook
 
     if bake.push_to:
         from ..ship.hub import preflight

@@ -26,8 +26,8 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
     (``layer_kinds``; a hybrid model's kinds of layer by name). A model surgery does not edit says why
     (``supported`` False, ``refused`` the one-line reason); a config whose sizes contradict its
     tensors is an error naming the tensor. ``to_dict()`` is what ``inspect --json`` prints."""
-    from ..bake.patches import check_layers
     from ..core.architectures import architecture, refusal
+    from ..core.patches import check_layers
     from ..core.resolve import Resolver
 
     load = typed(LoadSpec, options, load)

@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 from ..core.architectures import architecture
 from ..core.checkpoint import Checkpoint
 from ..core.errors import ParameterError
-from ..core.progress import Progress, StageProgress, silent, silent_stages
+from ..core.progress import Progress, silent
 from ..find.directions.params import DirectionParams, KernelParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, Planned, bake_plans
+from .callbacks import Callbacks, callback_options
+from .findings_source import FindingsSource
 
 if TYPE_CHECKING:
     from ..find.directions.find import DirectionFindings
@@ -34,9 +36,7 @@ if TYPE_CHECKING:
 def direction_findings(
     model: str | Path | Checkpoint,
     *,
-    findings: str | Path | None = None,
-    transfer: bool = False,
-    recompute: bool = False,
+    source: FindingsSource | None = None,
     load: LoadSpec | None = None,
     params: DirectionParams | None = None,
     progress: Progress = silent,
@@ -44,18 +44,20 @@ def direction_findings(
     **options: Any,
 ) -> DirectionFindings:
     """The direction findings for ``model``: read from ``findings`` (a file; ``transfer`` accepts one
-    of another checkpoint of the same architecture), else from the cache, else computed from the
-    prompt sets ``a`` and ``b``."""
+    of another checkpoint of the same architecture), else from the cache (``recompute``: computed
+    again), else computed from the prompt sets ``a`` and ``b`` (``source``: ``findings``,
+    ``transfer`` and ``recompute`` as one :class:`FindingsSource`)."""
     from ..core.prompts import read_prompts
     from ..find.directions.find import DirectionFindings
     from ..find.directions.find import find_direction as compute
 
+    source = typed(FindingsSource, options, source)
     load, params = typed(LoadSpec, options, load), typed(DirectionParams, options, params)
-    no_other_options("direction_findings", options, LoadSpec, DirectionParams)
+    no_other_options("direction_findings", options, FindingsSource, LoadSpec, DirectionParams)
     note = reporter(report)
     ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(str(model), load)[0]
-    if findings is not None:
-        if params.a or params.b or recompute:
+    if source.findings is not None:
+        if params.a or params.b or source.recompute:
             raise ParameterError(
                 "{findings} already holds the directions; drop {a}/{b}/{recompute}, or drop "
                 "{findings} to compute new ones",
@@ -64,15 +66,8 @@ def direction_findings(
                 "b",
                 "recompute",
             )
-        found = DirectionFindings.read(findings, ckpt, transfer)
-        found.check()
-        if found.transfer_note:
-            note(found.transfer_note)
+    if (found := source.read(DirectionFindings, ckpt, note, check=True)) is not None:
         return found
-    if transfer:
-        raise ParameterError(
-            "{transfer} applies to {findings} from another checkpoint; give {findings} FILE", "transfer", "findings"
-        )
     a, b = read_prompts(params.a, "a"), read_prompts(params.b, "b")
     return compute(
         ckpt,
@@ -82,7 +77,7 @@ def direction_findings(
         template=params.template,
         batch_size=params.batch_size,
         load=load,
-        recompute=recompute,
+        recompute=source.recompute,
         progress=progress,
         report=note,
     )
@@ -124,10 +119,7 @@ def ablate_direction(
     bake: BakeOptions | None = None,
     load: LoadSpec | None = None,
     kernel: KernelParams | None = None,
-    stages: StageProgress = silent_stages,
-    report: Callable[[str], None] | None = None,
-    on_plans: Callable[[list[Planned]], None] | None = None,
-    on_each: Callable[[str | None, Baked], None] | None = None,
+    callbacks: Callbacks | None = None,
     **options: Any,
 ) -> Baked:
     """Bake the direction of ``direction`` (a findings file of find-direction) out of ``model``:
@@ -135,27 +127,30 @@ def ablate_direction(
     ``add=True`` the control vector b ← b + w·r on their output biases instead (steer edits).
     Options: ``LoadSpec`` and ``KernelParams`` fields (``weight``, ``position``, ``floor``, ``width``,
     ``layers``, ``direction_layer``, ``modules``, ``add``); ``bake``: the bake's switches
-    (:class:`~surgery.api.bake_options.BakeOptions`)."""
+    (:class:`~surgery.api.bake_options.BakeOptions`); ``callbacks``: the bake's stages, notes and
+    hooks (:class:`~surgery.api.callbacks.Callbacks`)."""
     from ..find.directions.ablate import direction_recipe
 
     bake = bake_options("ablate_direction", bake, options)
+    hooks = callback_options("ablate_direction", callbacks, options)
     load, kernel = typed(LoadSpec, options, load), typed(KernelParams, options, kernel)
     no_other_options("ablate_direction", options, LoadSpec, KernelParams)
     ckpt = open_checkpoint(str(model), load)[0]
-    found = direction_findings(ckpt, findings=direction, transfer=transfer, load=load, report=report)
+    source = FindingsSource(findings=direction, transfer=transfer)
+    found = direction_findings(ckpt, source=source, load=load, report=hooks.report)
     recipe, record = direction_recipe(found, kernel, architecture(ckpt.config))
     if left := record["direction_kernel"].get("not_projected"):  # residual writers the table cannot edit exactly
-        reporter(report)(f"ablate-direction: {left}")
+        reporter(hooks.report)(f"ablate-direction: {left}")
     plans = [Planned(None, recipe, record)]
-    if on_plans is not None:
-        on_plans(plans)
+    if hooks.on_plans is not None:
+        hooks.on_plans(plans)
     return bake_plans(
         model,
         plans,
         out,
         load=load,
         bake=bake,
-        stages=stages,
-        report=report,
-        on_each=on_each,
+        stages=hooks.stages,
+        report=hooks.report,
+        on_each=hooks.on_each,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import fields, replace
+from dataclasses import replace
 from numbers import Real
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any
 from ..core.checkpoint import Checkpoint
 from ..core.edits import HeadScale, Recipe, parse_heads
 from ..core.errors import ParameterError
-from ..core.progress import Progress, StageProgress, silent, silent_stages
+from ..core.progress import Progress, silent
+from ..find.heads.finder import HEADS
 from ..find.heads.params import FindParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import index_pair, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, Planned, bake_plans, sweep_label
-
-# The options that decide head findings: when amplify-heads is given none, the newest cached serve.
-_FIND_FIELDS = frozenset(f.name for f in fields(FindParams))
+from .callbacks import Callbacks, callback_options
+from .findings_source import FindingsSource
 
 if TYPE_CHECKING:
     from ..find.heads.find import HeadFindings
@@ -54,12 +54,12 @@ def score_binding(
     """S and K of ``model`` on the binding benchmark: mean match / mismatch, Δ, paired t-test over
     items (``.S``, ``.K``, ``.K_over_S``; ``to_dict()`` adds the benchmark's source and sha256).
     Options: ``LoadSpec`` fields and FindParams' prompt fields (``benchmark``, ``max_pairs`` …)."""
-    from ..bake.quantized import check_loadable
     from ..core import distributed
     from ..find.heads.attention import surgery_attention_on
     from ..find.heads.find import pairs_sha256
     from ..find.heads.record import BindingScores
     from ..find.heads.scores import score_binding as scores
+    from ..model.loadable import check_loadable
     from ..model.loading import load_model, load_tokenizer
 
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
@@ -91,9 +91,7 @@ def score_binding(
 def head_findings(
     model: str | Path | Checkpoint,
     *,
-    findings: str | Path | None = None,
-    transfer: bool = False,
-    recompute: bool = False,
+    source: FindingsSource | None = None,
     newest: bool = False,
     load: LoadSpec | None = None,
     params: FindParams | None = None,
@@ -102,7 +100,8 @@ def head_findings(
     **options: Any,
 ) -> HeadFindings:
     """The head findings for ``model``: read from ``findings`` (a file; ``transfer`` accepts one of
-    another checkpoint of the same architecture), else from the cache, else computed. The cache key
+    another checkpoint of the same architecture), else from the cache (``recompute``: computed
+    again), else computed (``source``: those three, :class:`FindingsSource`). The cache key
     holds the model key (weights, tokenizer, chat template), the pairs, every parameter and the
     benchmark file's sha256. With ``newest`` (amplify-heads when no find-heads option was given) the
     newest cached findings of this model serve instead, said in one line; without any, find-heads
@@ -111,28 +110,29 @@ def head_findings(
     from ..find.heads.benchmark import benchmark_awareness_records
     from ..find.heads.find import HeadFindings, cached_find_heads, work_note
 
+    source = typed(FindingsSource, options, source)
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
-    no_other_options("head_findings", options, LoadSpec, FindParams)
+    no_other_options("head_findings", options, FindingsSource, LoadSpec, FindParams)
     note = reporter(report)
     ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(str(model), load)[0]
-    if findings is not None:
-        found = HeadFindings.read(findings, ckpt, transfer)
-        if found.transfer_note:
-            note(found.transfer_note)
+    if (found := source.read(HeadFindings, ckpt, note)) is not None:
         return found
-    if transfer:  # as for neurons: cached findings are this model's, there is nothing to transfer
-        raise ParameterError(
-            "{transfer} applies to {findings} from another checkpoint; give {findings} FILE", "transfer", "findings"
-        )
     bench, pairs = _pairs(params)
-    if newest and not recompute:
+    if newest and not source.recompute:
         found = unchosen_findings(HeadFindings, ckpt, work_note(len(pairs), params), note)
         if found is not None:
             return found
     params = replace(params, extra={"benchmark_sha256": bench.sha256})
     records = benchmark_awareness_records(bench, params.seed) if params.dose_response else None
     return cached_find_heads(
-        ckpt, pairs, params, recompute=recompute, load=load, awareness_records=records, progress=progress, report=note
+        ckpt,
+        pairs,
+        params,
+        recompute=source.recompute,
+        load=load,
+        awareness_records=records,
+        progress=progress,
+        report=note,
     )
 
 
@@ -165,17 +165,11 @@ def amplify_heads(
     alpha: float | Iterable[float],
     heads: str | Iterable[tuple[int, int] | str] | None = None,
     top: int | None = None,
-    findings: str | Path | None = None,
-    transfer: bool = False,
-    recompute: bool = False,
+    source: FindingsSource | None = None,
     bake: BakeOptions | None = None,
     load: LoadSpec | None = None,
     params: FindParams | None = None,
-    progress: Progress = silent,
-    stages: StageProgress = silent_stages,
-    report: Callable[[str], None] | None = None,
-    on_plans: Callable[[list[Planned]], None] | None = None,
-    on_each: Callable[[str | None, Baked], None] | None = None,
+    callbacks: Callbacks | None = None,
     **options: Any,
 ) -> Baked | dict[str, Baked]:
     """Scale the output of chosen heads by ``alpha`` (their o_proj input columns) and write a new
@@ -185,19 +179,23 @@ def amplify_heads(
     knocked-out selection, or the ``top`` heads of the confirmed ranking), read from ``findings``,
     else cached: those of the find-heads options given (``params`` or its fields; computed on a
     miss), or with none given the newest cached findings of this model (find-heads runs with its
-    defaults only when there are none, said up front). α = 0 silences the heads: it needs
-    ``bake=BakeOptions(allow_zero=True)`` (``bake``: the bake's switches, see
-    :class:`~surgery.api.bake_options.BakeOptions`). ``on_plans(plans)`` sees what will be baked
+    defaults only when there are none, said up front); ``source`` (or its fields ``findings``,
+    ``transfer``, ``recompute``): :class:`~surgery.api.findings_source.FindingsSource`. α = 0
+    silences the heads: it needs ``bake=BakeOptions(allow_zero=True)`` (``bake``: the bake's
+    switches, see :class:`~surgery.api.bake_options.BakeOptions`). ``callbacks``
+    (:class:`~surgery.api.callbacks.Callbacks`): ``on_plans(plans)`` sees what will be baked
     before the first bake, ``on_each(label, baked)`` each output once written.
     """
     bake = bake_options("amplify_heads", bake, options)
+    hooks = callback_options("amplify_heads", callbacks, options)
     alphas = _alphas(alpha, bake.allow_zero)
-    chosen_options = params is not None or any(name in options for name in _FIND_FIELDS)
+    chosen_options = params is not None or any(name in options for name in HEADS.param_fields())
+    source = typed(FindingsSource, options, source)
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
-    no_other_options("amplify_heads", options, LoadSpec, FindParams)
+    no_other_options("amplify_heads", options, FindingsSource, LoadSpec, FindParams)
     extra = None
     if heads is not None:  # an empty list is an error (parse_heads says so), not "use findings"
-        if findings or top or transfer:
+        if source.findings or top or source.transfer:
             raise ParameterError(
                 "{heads} names the heads itself; drop {findings} / {top} / {transfer}, or drop {heads}",
                 "heads",
@@ -209,14 +207,12 @@ def amplify_heads(
     else:
         found = head_findings(
             model,
-            findings=findings,
-            transfer=transfer,
-            recompute=recompute,
+            source=source,
             newest=not chosen_options,
             load=load,
             params=params,
-            progress=progress,
-            report=report,
+            progress=hooks.progress,
+            report=hooks.report,
         )
         chosen = found.select(top)
         extra = {"heads_findings": {**found.record(), "heads": [list(h) for h in chosen]}}
@@ -228,17 +224,17 @@ def amplify_heads(
         )
         for a in alphas
     ]
-    if on_plans is not None:
-        on_plans(plans)
+    if hooks.on_plans is not None:
+        hooks.on_plans(plans)
     return bake_plans(
         model,
         plans,
         out,
         load=load,
         bake=bake,
-        stages=stages,
-        report=report,
-        on_each=on_each,
+        stages=hooks.stages,
+        report=hooks.report,
+        on_each=hooks.on_each,
     )
 
 

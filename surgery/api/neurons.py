@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import fields
 from numbers import Real
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,26 +18,25 @@ from typing import TYPE_CHECKING, Any
 from ..core.checkpoint import Checkpoint
 from ..core.edits import NeuronScale, Recipe, parse_neurons
 from ..core.errors import ParameterError
-from ..core.progress import Progress, StageProgress, silent, silent_stages
+from ..core.progress import Progress, silent
+from ..find.neurons.finder import NEURONS
 from ..find.neurons.params import CaptureParams, SelectParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import index_pair, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, Planned, bake_plans, sweep_label
-
-# The options that decide neuron findings: when prune-neurons is given none, the newest cached serve.
-_CAPTURE_FIELDS = frozenset(f.name for f in fields(CaptureParams))
+from .callbacks import Callbacks, callback_options
+from .findings_source import FindingsSource
 
 if TYPE_CHECKING:
     from ..find.neurons.find import NeuronFindings
+    from ..find.neurons.record import NeuronSelection
 
 
 def neuron_findings(
     model: str | Path | Checkpoint,
     *,
-    findings: str | Path | None = None,
-    transfer: bool = False,
-    recompute: bool = False,
+    source: FindingsSource | None = None,
     any_categories: bool = False,
     newest: bool = False,
     load: LoadSpec | None = None,
@@ -48,7 +46,8 @@ def neuron_findings(
     **options: Any,
 ) -> NeuronFindings:
     """The neuron findings for ``model``: read from ``findings`` (a file; ``transfer`` accepts one of
-    another checkpoint of the same architecture), else from the cache, else computed.
+    another checkpoint of the same architecture), else from the cache (``recompute``: computed
+    again), else computed (``source``: those three, :class:`FindingsSource`).
 
     With ``any_categories`` (pruning), ``categories`` only select: findings over every category
     serve them, so a category-restricted capture runs only when it is already cached. With ``newest``
@@ -61,11 +60,13 @@ def neuron_findings(
     from ..find.neurons.find import find_neurons as compute
     from ..find.neurons.pairs import load_pairs
 
+    source = typed(FindingsSource, options, source)
     load, capture = typed(LoadSpec, options, load), typed(CaptureParams, options, capture)
-    no_other_options("neuron_findings", options, LoadSpec, CaptureParams)
+    no_other_options("neuron_findings", options, FindingsSource, LoadSpec, CaptureParams)
     note = reporter(report)
     ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(str(model), load)[0]
-    if findings is not None:
+    recompute = source.recompute
+    if source.findings is not None:
         if capture.pairs != "builtin" or capture.language or recompute:
             raise ParameterError(
                 "{findings} already holds the scores; drop {pairs}/{language}/{recompute}, "
@@ -75,14 +76,8 @@ def neuron_findings(
                 "language",
                 "recompute",
             )
-        found = NeuronFindings.read(findings, ckpt, transfer)
-        if found.transfer_note:
-            note(found.transfer_note)
+    if (found := source.read(NeuronFindings, ckpt, note)) is not None:
         return found
-    if transfer:
-        raise ParameterError(
-            "{transfer} applies to {findings} from another checkpoint; give {findings} FILE", "transfer", "findings"
-        )
     pairs = load_pairs(capture.pairs, capture.language, capture.category_list)
     if newest and not recompute:
         work = f"{len(pairs)} pairs: {2 * len(pairs):,} prompt forward passes"
@@ -123,6 +118,16 @@ def find_neurons(
     return found
 
 
+def neuron_summary(
+    found: NeuronFindings, n: int, select: SelectParams, categories: Sequence[str] | None = None
+) -> NeuronSelection:
+    """The top ``n`` neurons of ``found`` under ``select`` with their evidence (rows, layer
+    histogram, category overlap): what find-neurons shows and prints with --json."""
+    from ..find.neurons.find import describe
+
+    return describe(found.scores, found.select(n, select, categories))
+
+
 def neuron_plans(
     found: NeuronFindings,
     n: int | Iterable[int],
@@ -160,18 +165,12 @@ def prune_neurons(
     n: int | Iterable[int] | None = None,
     neurons: str | Iterable[NeuronScale | str | tuple[int, int]] | None = None,
     factor: float = 0.0,
-    findings: str | Path | None = None,
-    transfer: bool = False,
-    recompute: bool = False,
+    source: FindingsSource | None = None,
     bake: BakeOptions | None = None,
     load: LoadSpec | None = None,
     capture: CaptureParams | None = None,
     select: SelectParams | None = None,
-    progress: Progress = silent,
-    stages: StageProgress = silent_stages,
-    report: Callable[[str], None] | None = None,
-    on_plans: Callable[[list[Planned]], None] | None = None,
-    on_each: Callable[[str | None, Baked], None] | None = None,
+    callbacks: Callbacks | None = None,
     **options: Any,
 ) -> Baked | dict[str, Baked]:
     """Zero (``factor=0``) or scale MLP neurons and write a new checkpoint at ``out``.
@@ -179,11 +178,14 @@ def prune_neurons(
     Give ``neurons`` (``"28:17,3:e5:17"``, or a list of labels, (layer, neuron) pairs such as
     ``[(28, 17)]`` or ``NeuronScale`` edits) or ``n``, the top n from the findings (read from
     ``findings``, else cached: those of the capture options given, or with none given the newest
-    cached findings of this model; computed only when there are none); a list of n bakes one folder
-    per value into ``out``. Returns the :class:`~surgery.api.baking.Baked` output, or one per label
-    for a sweep. ``bake``: the bake's switches (:class:`~surgery.api.bake_options.BakeOptions`).
-    ``on_plans(plans)`` sees what will be baked before the first bake, ``on_each(label, baked)``
-    each output once written. Options: ``LoadSpec``, ``CaptureParams`` and ``SelectParams`` fields.
+    cached findings of this model; computed only when there are none; ``source``: ``findings``,
+    ``transfer`` and ``recompute`` as one :class:`~surgery.api.findings_source.FindingsSource`); a
+    list of n bakes one folder per value into ``out``. Returns the
+    :class:`~surgery.api.baking.Baked` output, or one per label for a sweep. ``bake``: the bake's
+    switches (:class:`~surgery.api.bake_options.BakeOptions`). ``callbacks``
+    (:class:`~surgery.api.callbacks.Callbacks`): ``on_plans(plans)`` sees what will be baked before
+    the first bake, ``on_each(label, baked)`` each output once written. Options: ``LoadSpec``,
+    ``CaptureParams`` and ``SelectParams`` fields.
     """
     if not math.isfinite(factor):
         raise ParameterError(f"{{factor}} must be a finite number, got {factor}", "factor")
@@ -194,10 +196,12 @@ def prune_neurons(
     if (neurons is None) == (n is None):
         raise ParameterError("give exactly one of {neurons} LAYER:INDEX,… and {n} N", "neurons", "n")
     bake = bake_options("prune_neurons", bake, options)
+    hooks = callback_options("prune_neurons", callbacks, options)
+    source = typed(FindingsSource, options, source)
     load = typed(LoadSpec, options, load)
-    bake_kw = dict(load=load, bake=bake, stages=stages, report=report, on_each=on_each)
+    bake_kw = dict(load=load, bake=bake, stages=hooks.stages, report=hooks.report, on_each=hooks.on_each)
     if neurons is not None:
-        if findings or transfer:
+        if source.findings or source.transfer:
             raise ParameterError(
                 "{neurons} names the neurons itself; drop {findings}/{transfer} or use {n}",
                 "neurons",
@@ -208,25 +212,23 @@ def prune_neurons(
         no_other_options("prune_neurons", options, LoadSpec)
         plans = [Planned(None, Recipe(_neuron_edits(neurons, factor), named_by="neurons"))]
     else:
-        chosen_options = capture is not None or any(name in options for name in _CAPTURE_FIELDS)
+        chosen_options = capture is not None or any(name in options for name in NEURONS.param_fields())
         capture, select = typed(CaptureParams, options, capture), typed(SelectParams, options, select)
         no_other_options("prune_neurons", options, LoadSpec, CaptureParams, SelectParams)
         counts = _counts(n)  # before the findings: they may take a capture
         found = neuron_findings(
             model,
-            findings=findings,
-            transfer=transfer,
-            recompute=recompute,
+            source=source,
             any_categories=True,
             newest=not chosen_options,
             load=load,
             capture=capture,
-            progress=progress,
-            report=report,
+            progress=hooks.progress,
+            report=hooks.report,
         )
         plans = neuron_plans(found, counts, factor, select=select, categories=capture.category_list)
-    if on_plans is not None:
-        on_plans(plans)
+    if hooks.on_plans is not None:
+        hooks.on_plans(plans)
     return bake_plans(model, plans, out, **bake_kw)
 
 

@@ -1,5 +1,7 @@
-"""What ``surgery.inspect`` and ``surgery.evaluate`` return: frozen records read by attribute, whose
-``to_dict()`` is the JSON the command line prints (``inspect --json``, ``eval --json``) key for key.
+"""What ``surgery.inspect``, ``surgery.evaluate`` and ``surgery.export_lora`` return: frozen records
+read by attribute, whose ``to_dict()`` is the JSON the command line prints (``inspect --json``,
+``eval --json``, ``export-lora --json``) key for key. (``surgery.push`` returns the bake record's
+``Pushed``, whose ``to_dict()`` is ``push --json``.)
 
 These functions returned that dict before; reading a result by key (``info["layers"]``) still works
 for one release, with a DeprecationWarning naming the attribute to read instead.
@@ -9,7 +11,10 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import MISSING, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..bake.record import AdapterRecord
 
 
 def _plain(value: Any) -> Any:
@@ -124,3 +129,31 @@ class EvalResult(ApiResult):
             details=Sides(**result["details"]),
             seconds=result["seconds"],
         )
+
+
+@dataclass(frozen=True)
+class ExportedLora:
+    """A LoRA adapter ``surgery.export_lora`` wrote: the folder and its record (surgery_adapter.json).
+
+    Reading a record's field on this result (``.modules``) still works for one release, with a
+    DeprecationWarning naming ``.adapter.modules``.
+    """
+
+    out: str
+    adapter: AdapterRecord
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON ``export-lora --json`` prints: the folder, then the adapter record."""
+        return {"out": self.out, **self.adapter.to_dict()}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name in ("out", "adapter"):  # not set yet (copying) or private
+            raise AttributeError(name)
+        value = getattr(self.adapter, name)
+        warnings.warn(
+            f"export_lora returns an ExportedLora; reading .{name} on it is deprecated and will be removed in "
+            f"the next release: read .adapter.{name}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return value

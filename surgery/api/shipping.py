@@ -13,10 +13,11 @@ from ..core.progress import Progress, StageProgress, silent, silent_stages
 from ..evaluation.params import EvalParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
-from .results import EvalResult
+from .eval_data import EvalData
+from .results import EvalResult, ExportedLora
 
 if TYPE_CHECKING:
-    from ..bake.record import AdapterRecord, Pushed
+    from ..bake.record import Pushed
     from ..gguf.importing import ImportResult
 
 
@@ -29,10 +30,11 @@ def export_lora(
     force: bool = False,
     load: LoadSpec | None = None,
     **options: Any,
-) -> AdapterRecord:
+) -> ExportedLora:
     """Write a PEFT LoRA adapter at ``out`` whose effect on ``model`` is exactly ``recipe`` (a Recipe,
     a recipe YAML, or a folder baked from ``model``: the recipe it recorded); ``vllm`` pads every
-    module to one rank vLLM accepts. Returns the adapter's record (modules, ranks, recipe)."""
+    module to one rank vLLM accepts. Returns the folder and the adapter's record (``.adapter``:
+    modules, ranks, recipe; ``to_dict()``: the JSON ``export-lora --json`` prints)."""
     from ..ship.lora import export_lora as export
     from ..ship.lora import load_recipe
 
@@ -40,7 +42,7 @@ def export_lora(
     no_other_options("export_lora", options, LoadSpec)
     ckpt, source = open_checkpoint(str(model), load)
     recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe, ckpt)
-    return export(ckpt, recipe, out, vllm=vllm, force=force, source=source)
+    return ExportedLora(str(out), export(ckpt, recipe, out, vllm=vllm, force=force, source=source))
 
 
 def evaluate(
@@ -48,14 +50,9 @@ def evaluate(
     *,
     against: str | Path | None = None,
     recompute: bool = False,
-    bbq: Iterable[str | Path] = (),
-    n4: str | Path | None = None,
-    lm_eval: Iterable[str] = (),
-    lm_eval_include: str | Path | None = None,
-    prompts: str | Path | None = None,
-    markers: str | Path | None = None,
     out: str | Path | None = None,
     card: bool = False,
+    data: EvalData | None = None,
     load: LoadSpec | None = None,
     params: EvalParams | None = None,
     progress: Progress = silent,
@@ -65,28 +62,30 @@ def evaluate(
     """Evaluate ``model``: retention (perplexity, multiple choice), KL against ``against`` (the source;
     its results are cached), BBQ bias (``bbq`` files), DiffAware / CtxtAware (``n4``) and lm-eval
     tasks, the share of greedy answers to ``prompts`` holding one of ``markers`` (files; one marker
-    a line). ``out`` writes the result JSON; ``card`` puts the before/after table into ``model``'s
-    card (a local baked folder). Options: ``LoadSpec`` and ``EvalParams`` fields (``suites``,
-    ``limit``, ``batch_size``, ``max_new_tokens``). Returns the result (``to_dict()``: its JSON, as
+    a line): ``data``, or its fields, :class:`~surgery.api.eval_data.EvalData`. ``out`` writes the
+    result JSON; ``card`` puts the before/after table into ``model``'s card (a local baked folder).
+    Options: ``LoadSpec`` and ``EvalParams`` fields (``suites``, ``limit``, ``batch_size``,
+    ``max_new_tokens``). Returns the result (``to_dict()``: its JSON, as
     ``out`` gets it)."""
     from ..core.distributed import is_main
     from ..evaluation.data import save_result
     from ..evaluation.suites import evaluate as run
     from ..evaluation.suites import make_plan
 
+    data = typed(EvalData, options, data)
     load, params = typed(LoadSpec, options, load), typed(EvalParams, options, params)
-    no_other_options("evaluate", options, LoadSpec, EvalParams)
+    no_other_options("evaluate", options, EvalData, LoadSpec, EvalParams)
     plan = make_plan(
         params.suites,
         against=against is not None,
         limit=params.limit,
-        bbq=[Path(b) for b in bbq],
-        n4=Path(n4) if n4 else None,
-        lm_eval_tasks=list(lm_eval),
-        lm_eval_include=Path(lm_eval_include) if lm_eval_include else None,
+        bbq=[Path(b) for b in data.bbq],
+        n4=Path(data.n4) if data.n4 else None,
+        lm_eval_tasks=list(data.lm_eval),
+        lm_eval_include=Path(data.lm_eval_include) if data.lm_eval_include else None,
         batch_size=params.batch_size,
-        prompts=Path(prompts) if prompts else None,
-        markers=Path(markers) if markers else None,
+        prompts=Path(data.prompts) if data.prompts else None,
+        markers=Path(data.markers) if data.markers else None,
         max_new_tokens=params.max_new_tokens,
     )
     # Opened as checkpoints: the same safety checks (remote code, pickles) as every other command.

@@ -7,7 +7,8 @@ first-token KL on neutral prompts. ``method="neurons"`` searches prune-neurons' 
 selection rule against the bias of the fairness pairs (how differently the model continues a
 pair's two prompts). It picks the front's best point within ``max_kl`` (or the knee),
 re-measures it on the test split with 95% CIs, writes ``tune.json`` and, with ``bake_out``, bakes
-the chosen point through the usual bake (its surgery.json records the study). The options are those
+the chosen point through the usual bake (its surgery.json records the study). Under torchrun the
+prompts of every trial are split across the ranks; rank 0 alone keeps the study, writes and bakes. The options are those
 of ``surgery tune``, spelled as the fields of ``LoadSpec``, ``TuneParams`` and ``FindParams``.
 """
 
@@ -18,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core import distributed
 from ..core.cache import cache_dir
 from ..core.errors import ParameterError
 from ..core.progress import Progress, StageProgress, silent, silent_stages
@@ -145,6 +147,8 @@ def tune(
             report=note,
         )
     path = folder / FILE
+    if not distributed.is_main():
+        return Tuned(record, path)  # under torchrun rank 0 alone writes the record and bakes
     save_record(record, path)
     baked = None
     if bake_out is not None:
@@ -165,12 +169,12 @@ def _findings(method: str, ckpt, model, findings: str | Path | None, note: Calla
     kind = {"heads": HeadFindings, "neurons": NeuronFindings, "direction": DirectionFindings}[method]
     if findings is not None:
         return kind.read(findings, ckpt, False)
-    from ..find.findings import FINDERS
+    from ..find.finders import finder
 
     found = newest_cached(kind, ckpt)
     if found is None:
         raise ParameterError(
-            f"no {method} findings for {model}: run surgery {FINDERS[kind.kind]} first, or give {{findings}} FILE",
+            f"no {method} findings for {model}: run surgery {finder(kind.kind).find_command} first, or give {{findings}} FILE",
             "findings",
         )
     note(f"tuning with the newest cached {method} findings: {found.path}")

@@ -33,13 +33,13 @@ from ..core.checkpoint import SKIP_DIRS, Checkpoint, file_sha256, folder_files, 
 from ..core.edits import Recipe
 from ..core.errors import CheckpointError
 from ..core.hash_cache import HashCache
+from ..core.patches import RAW_DTYPES, group_by_file, patched_chunks
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
 from ..core.vectors import VECTORS_NAME
 from ..model.loading import Source, local_source
 from .copies import copy_note, copy_patches
 from .guards import check_scales
-from .patches import RAW_DTYPES, group_by_file, patched_chunks
 from .provenance import (
     OWN_FILES,
     PROVENANCE_NAME,

@@ -39,9 +39,9 @@ import numpy as np
 from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.edits import Recipe
 from ..core.errors import SurgeryError
+from ..core.patches import CHUNK_BYTES, RAW_DTYPES, to_f32
 from ..core.resolve import Resolver
 from ..core.sites import all_sites
-from .patches import CHUNK_BYTES, RAW_DTYPES, to_f32
 from .record import Verification
 
 INPUTS = 4  # random input vectors per map

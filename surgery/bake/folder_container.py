@@ -97,3 +97,13 @@ class FolderContainer(Container):
 
     def uploads(self) -> dict[str, Path] | None:
         return None  # the folder as it is: its card was written beside the weights
+
+    def card(self, record: Any) -> str:
+        from .card import folder_card
+
+        return folder_card(self.path, record)
+
+    def recorded_weights(self) -> dict[str, str] | None:
+        from .provenance import baked_weights
+
+        return baked_weights(self.path)

@@ -72,7 +72,7 @@ def _chunks(blocks: list[EditedBlocks]):
 
 
 def verification(blocks: list[EditedBlocks]) -> Verification:
-    """The bake's check, as recorded: every block was checked by ``formats.edit_blocks``."""
+    """The bake's check, as recorded: every block was checked by its block type's edit (surgery/gguf/blocks/)."""
     return Verification(
         kind=CHECK_KIND,
         maps=len(blocks),

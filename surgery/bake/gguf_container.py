@@ -1,6 +1,7 @@
 """A GGUF file as a container: the bake writes a .gguf with only the edited blocks changed and two
 sidecars beside it (surgery/bake/gguf.py); verify and undo read the sidecars alone
-(surgery/bake/gguf_verify.py); a push uploads the three files, its card rendered from the record.
+(surgery/bake/gguf_verify.py); a push uploads the three files, its card rendered from the record
+(surgery/bake/gguf_card.py).
 """
 
 from __future__ import annotations
@@ -103,3 +104,11 @@ class GgufContainer(Container):
         from .provenance import sidecars
 
         return {self.path.name: self.path, **{p.name: p for p in sidecars(self.path)}}
+
+    def card(self, record: Any) -> str:
+        from .gguf_card import gguf_card
+
+        return gguf_card(self.path, record)
+
+    def recorded_weights(self) -> dict[str, str] | None:
+        return None  # its card is rendered from the sidecar record alone: no eval result reaches it

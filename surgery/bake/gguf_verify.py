@@ -20,7 +20,7 @@ from ..core.errors import DestinationError, SurgeryError, VerificationError
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_files
 from ..gguf import is_gguf
-from ..gguf.formats import block_shape
+from ..gguf.blocks import block_type
 from ..gguf.model import open_gguf
 from ..gguf.plan import edit_tensor, plan_gguf, runs
 from .gguf import replaceable as baked_output
@@ -138,7 +138,7 @@ def _check_blocks(baked: Path, record: BakeRecord, originals, report: Report) ->
     try:
         for name, offsets, original in originals:
             te = edits[name]
-            _, nbytes = block_shape(te.tensor.type)
+            _, nbytes = block_type(te.tensor.type, te.tensor.name).block_shape
             redo = edit_tensor(fd, te, requantize, original=original)
             if not np.array_equal(redo.offsets, offsets):
                 report.problems.append(f"{name}: the undo sidecar's blocks are not the ones the recipe edits")

@@ -1,7 +1,7 @@
 """Scales a bake refuses before it writes anything: one that rounds every weight of a head or a
 neuron to zero (unless asked for), and one that makes them inf or too large to compute with.
 
-Both are decided in the bake's own arithmetic (surgery.bake.patches): a weight times the scale in
+Both are decided in the bake's own arithmetic (surgery.core.patches): a weight times the scale in
 float32, rounded once to the stored dtype. Rounding is monotone in |value|, so the largest |weight|
 an edit scales decides for all of them: when it rounds to 0 every weight does, and when it stays
 finite and below ``HUGE`` every weight does.
@@ -18,7 +18,7 @@ from ..core import e4m3
 from ..core.checkpoint import Checkpoint
 from ..core.edits import Edit, Recipe
 from ..core.errors import RecipeError
-from .patches import HUGE, from_f32, site_peaks, to_f32
+from ..core.patches import HUGE, from_f32, site_peaks, to_f32
 
 
 def scaled_peak(peak: float, scale: float, dtype: str) -> float:

@@ -1,6 +1,5 @@
-"""The bake's check and the pre-load shape check of a quantized checkpoint, whatever its format
-(surgery/formats/): a quantized bake's check compares dequantized weights, exactly, by the format's own
-decoder: the edit itself, with no model to run."""
+"""The bake's check of a quantized checkpoint, whatever its format (surgery/formats/): it compares
+dequantized weights, exactly, by the format's own decoder: the edit itself, with no model to run."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from pathlib import Path
 from ..core.checkpoint import Checkpoint
 from ..core.edits import Recipe
 from ..core.errors import SurgeryError
-from .patches import check_attention
 from .record import Verification
 
 
@@ -32,12 +30,3 @@ def quantized_check(ckpt: Checkpoint, recipe: Recipe) -> Callable[[Path], Verifi
         )
 
     return check
-
-
-def check_loadable(ckpt: Checkpoint) -> None:
-    """Before a find command loads the model: a config that does not describe the weights is one
-    line naming the field and the tensor, not a size mismatch inside transformers' loader (an int4 /
-    int8 checkpoint's packed weights are read at their logical shape)."""
-    from ..core.architectures import architecture
-
-    check_attention(ckpt.format.view(ckpt), architecture(ckpt.config))

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..core.edits import Recipe
 from ..core.errors import VerificationError
+from ..core.evaluation_table import Evaluation
 from ..core.json_record import TEXT, Codec, JsonRecord, Malformed, entry, listof, mapof, part
 from ..core.vectors import BakedVectors
 from ..model.loading import Source
@@ -117,26 +118,6 @@ class Verification(JsonRecord):
     def compared_logits(self) -> bool:
         """Whether this is the first release's whole-model logits check."""
         return self.max_abs_logit_diff is not None
-
-
-@dataclass(kw_only=True)
-class EvaluationRow(JsonRecord):
-    """One row of the card's before/after table."""
-
-    metric: str | None = None
-    label: str
-    before: float | None = entry(default=None, keep_none=True)
-    after: float | None = entry(default=None, keep_none=True)
-    retained_pct: float | None = entry(default=None, keep_none=True)
-
-
-@dataclass(kw_only=True)
-class Evaluation(JsonRecord):
-    """The before/after table on the card (surgery.evaluation.data.card_summary)."""
-
-    rows: list[EvaluationRow] = entry(codec=listof(part(EvaluationRow)))
-    note: str | None = None
-    settings: dict[str, Any] | None = None
 
 
 @dataclass(kw_only=True)

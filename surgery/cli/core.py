@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from .. import api
-from ..model.loading import LoadSpec
+from ..api.params import LoadSpec
 from .baking import bake_settings, print_baked, print_result
 from .console import note, out, print_json, print_table, stage_progress
 from .group import cli

@@ -9,15 +9,14 @@ import click
 from rich.table import Table
 
 from .. import api
-from ..find.directions.params import DirectionParams, KernelParams
-from ..model.loading import LoadSpec
+from ..api.params import DirectionParams, KernelParams, LoadSpec
 from .baking import bake_settings, each_line, print_result
 from .console import both_progress, note, out, print_json, print_table, progress_bars
 from .group import cli
-from .options import baking_command, model_argument, typed_options
+from .options import RECOMPUTE, baking_command, model_argument, typed_options
 
 if TYPE_CHECKING:
-    from ..find.directions.record import DirectionsFindings
+    from ..api.records import DirectionsFindings
 
 
 def print_layers(data: DirectionsFindings) -> None:
@@ -43,7 +42,7 @@ def print_layers(data: DirectionsFindings) -> None:
 @cli.command(name="find-direction")
 @model_argument
 @typed_options(DirectionParams, into="params")
-@click.option("--recompute", is_flag=True, help="Ignore cached findings and capture again.")
+@RECOMPUTE
 @click.option(
     "--out",
     "out_file",
@@ -120,9 +119,6 @@ def ablate_direction_cmd(
             bake=bake_settings(force, verify),
             load=load,
             kernel=kernel,
-            stages=stages,
-            report=note,
-            on_plans=show,
-            on_each=each_line(as_json),
+            callbacks=api.Callbacks(stages=stages, report=note, on_plans=show, on_each=each_line(as_json)),
         )
     print_result(result, as_json)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from .. import api
-from ..gguf.importing import DTYPES
+from ..api.params import GGUF_DTYPES
 from .console import note, out, print_json, stage_progress
 from .group import cli
 
@@ -23,7 +23,7 @@ from .group import cli
 )
 @click.option(
     "--dtype",
-    type=click.Choice(DTYPES),
+    type=click.Choice(GGUF_DTYPES),
     default="float32",
     show_default=True,
     help="Storage dtype of the dequantized weights.",

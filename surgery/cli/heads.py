@@ -10,16 +10,12 @@ import click
 from rich.table import Table
 
 from .. import api
-from ..find.heads.caveats import delta_s_caveat, weak_heads_caveat
-from ..find.heads.params import PAIR_FIELDS, SEARCH_FIELDS, FindParams
-from ..find.heads.record import BindingScores, Confirmation, HeadsFindings
-from ..model.loading import LoadSpec
+from ..api.params import PAIR_FIELDS, SEARCH_FIELDS, FindParams, LoadSpec
+from ..api.records import BindingScores, Confirmation, HeadsFindings, delta_s_caveat, weak_heads_caveat
 from .baking import bake_settings, each_line, parse_values, print_result
 from .console import both_progress, note, out, print_json, print_table, progress_bars
 from .group import cli
-from .options import baking_command, model_argument, typed_options
-
-RECOMPUTE = click.option("--recompute", is_flag=True, help="Ignore cached findings.")
+from .options import RECOMPUTE, baking_command, findings_options, model_argument, typed_options
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
@@ -206,14 +202,7 @@ def find_heads_cmd(
     is_flag=True,
     help="Accept --alpha 0, or an α that rounds the heads' weights to zero in the stored dtype (removes the heads).",
 )
-@click.option(
-    "--findings",
-    "findings_file",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="A heads findings file (default: the cached findings of find-heads' options when any is given, "
-    "else the newest cached findings for MODEL; computed if there are none).",
-)
+@findings_options("heads")
 @click.option(
     "--top",
     type=click.IntRange(min=1),
@@ -221,13 +210,7 @@ def find_heads_cmd(
     help="How many heads from the findings (default: the knocked-out selection); beyond "
     "it, heads follow the knockout-confirmed ranking, then discovery's.",
 )
-@click.option(
-    "--transfer",
-    is_flag=True,
-    help="Accept findings from another checkpoint of the same architecture (instruct → base).",
-)
 @typed_options(FindParams, into="params", only=PAIR_FIELDS + SEARCH_FIELDS, optional=True)
-@RECOMPUTE
 def amplify_heads(
     model: str,
     load: LoadSpec,
@@ -238,11 +221,9 @@ def amplify_heads(
     heads: str | None,
     alphas: str,
     allow_zero: bool,
-    findings_file: Path | None,
+    source: api.FindingsSource,
     top: int | None,
-    transfer: bool,
     params: FindParams | None,
-    recompute: bool,
 ) -> None:
     """Scale the o_proj input columns of chosen heads by ALPHA and write a new checkpoint."""
 
@@ -258,16 +239,12 @@ def amplify_heads(
             alpha=parse_values(alphas, "alpha"),
             heads=heads,
             top=top,
-            findings=findings_file,
-            transfer=transfer,
-            recompute=recompute,
+            source=source,
             bake=bake_settings(force, verify, allow_zero=allow_zero),
             load=load,
             params=params,
-            progress=progress,
-            stages=stages,
-            report=note,
-            on_plans=show,
-            on_each=each_line(as_json),
+            callbacks=api.Callbacks(
+                progress=progress, stages=stages, report=note, on_plans=show, on_each=each_line(as_json)
+            ),
         )
     print_result(result, as_json)

@@ -19,7 +19,7 @@ from .group import cli
 # The commands that split their work across torchrun's processes; any other refuses (N bakes into
 # one folder would race). Which commands run data-parallel is the command line's decision: the
 # library's loops split themselves wherever they run (surgery.core.distributed.Shard).
-DATA_PARALLEL = ("find-neurons", "find-heads", "score-binding", "eval", "find-direction")
+DATA_PARALLEL = ("find-neurons", "find-heads", "score-binding", "eval", "find-direction", "tune")
 
 
 def _one_line(message: str) -> str:

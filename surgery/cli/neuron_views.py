@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ..find.neurons.record import CategoryOverlap, ExpertReport, NeuronsDataset, NeuronSelection
+from ..api.records import CategoryOverlap, ExpertReport, NeuronsDataset, NeuronSelection
 from .console import out, print_table
 
 BAR_WIDTH = 30

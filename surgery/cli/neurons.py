@@ -7,16 +7,13 @@ from pathlib import Path
 import click
 
 from .. import api
-from ..find.neurons.params import CaptureParams, SelectParams
-from ..find.neurons.record import NeuronsDataset, NeuronSelection
-from ..model.loading import LoadSpec
+from ..api.params import CaptureParams, LoadSpec, SelectParams
+from ..api.records import NeuronsDataset, NeuronSelection
 from .baking import bake_settings, each_line, parse_values, print_result
 from .console import both_progress, note, out, print_json, progress_bars
 from .group import cli
 from .neuron_views import print_experts, print_summary
-from .options import baking_command, model_argument, typed_options
-
-RECOMPUTE = click.option("--recompute", is_flag=True, help="Ignore cached findings and capture again.")
+from .options import RECOMPUTE, baking_command, findings_options, model_argument, typed_options
 
 
 @cli.command(name="find-neurons")
@@ -51,13 +48,11 @@ def find_neurons_cmd(
     as_json: bool,
 ) -> None:
     """Score every MLP neuron on contrastive demographic pairs; cache the findings."""
-    from ..find.neurons.find import describe
-
     with progress_bars() as progress:  # stderr, with --json too
         found = api.find_neurons(
             model, recompute=recompute, out=out_file, load=load, capture=capture, progress=progress, report=note
         )
-    shown = describe(found.scores, found.select(n, choose, capture.category_list))
+    shown = api.neuron_summary(found, n, choose, capture.category_list)
     data = found.data
     if as_json:
         print_json(
@@ -88,15 +83,7 @@ def find_neurons_cmd(
     default=None,
     help="Prune the top N neurons from findings (computed once, cached); a list (20,40) bakes one folder per value.",
 )
-@click.option(
-    "--findings",
-    "findings_file",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="A neurons findings file (default: the cached findings of the capture options when any is given, "
-    "else the newest cached findings for MODEL; computed if there are none).",
-)
-@click.option("--transfer", is_flag=True, help="Accept --findings from another checkpoint of the same architecture.")
+@findings_options("neurons")
 @click.option(
     "--factor",
     type=float,
@@ -113,7 +100,6 @@ def find_neurons_cmd(
 )
 @typed_options(SelectParams, into="choose")
 @typed_options(CaptureParams, into="capture", optional=True)
-@RECOMPUTE
 def prune_neurons(
     model: str,
     load: LoadSpec,
@@ -123,13 +109,11 @@ def prune_neurons(
     as_json: bool,
     neurons: str | None,
     n_spec: str | None,
-    findings_file: Path | None,
-    transfer: bool,
+    source: api.FindingsSource,
     factor: float,
     allow_zero: bool,
     choose: SelectParams,
     capture: CaptureParams | None,
-    recompute: bool,
 ) -> None:
     """Zero (or scale) MLP neurons — named, or the top N bias neurons — and write a new checkpoint."""
 
@@ -149,17 +133,13 @@ def prune_neurons(
             n=ns,
             neurons=neurons,
             factor=factor,
-            findings=findings_file,
-            transfer=transfer,
-            recompute=recompute,
+            source=source,
             bake=bake_settings(force, verify, allow_zero=allow_zero),
             load=load,
             capture=capture,
             select=choose,
-            progress=progress,
-            stages=stages,
-            report=note,
-            on_plans=show,
-            on_each=each_line(as_json),
+            callbacks=api.Callbacks(
+                progress=progress, stages=stages, report=note, on_plans=show, on_each=each_line(as_json)
+            ),
         )
     print_result(result, as_json)

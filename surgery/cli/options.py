@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
+from ..api.params import RUN_FIELDS, LoadSpec
 from ..core.options import CliOption, cli_fields
-from ..model.loading import RUN_FIELDS, LoadSpec
 
 
 def _click_type(field: dataclasses.Field, spec: CliOption) -> Any:
@@ -88,6 +88,42 @@ def typed_options(
         for field, spec in reversed(specs):
             command = _option(field, spec)(command)
         return command
+
+    return decorate
+
+
+RECOMPUTE = click.option("--recompute", is_flag=True, help="Ignore cached findings and compute them again.")
+
+
+def findings_options(kind: str) -> Callable[[Callable], Callable]:
+    """--findings, --transfer and --recompute of a command that bakes from ``kind`` findings (a
+    finder family, surgery.find.finders), handed to the command as one ``source: FindingsSource``."""
+    from ..api.params import finder
+
+    family = finder(kind)
+
+    def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def command(*args: Any, findings_file: Path | None, transfer: bool, recompute: bool, **kwargs: Any) -> Any:
+            from ..api.findings_source import FindingsSource
+
+            source = FindingsSource(findings=findings_file, transfer=transfer, recompute=recompute)
+            return f(*args, source=source, **kwargs)
+
+        command = RECOMPUTE(command)
+        command = click.option(
+            "--transfer",
+            is_flag=True,
+            help="Accept --findings from another checkpoint of the same architecture (instruct → base).",
+        )(command)
+        return click.option(
+            "--findings",
+            "findings_file",
+            type=click.Path(path_type=Path),
+            default=None,
+            help=f"A {kind} findings file (default: the cached findings of the {family.find_command} options "
+            "given here, if any, else the newest cached findings for MODEL; computed if there are none).",
+        )(command)
 
     return decorate
 
@@ -187,12 +223,9 @@ def baking_command(f: Callable) -> Callable:
 def flag_of(name: str) -> str:
     """The command-line flag of a library parameter: a typed option's own spelling (``rule`` →
     ``--select``), else ``--`` and the name with dashes (``allow_zero`` → ``--allow-zero``)."""
-    from ..evaluation.params import EvalParams
-    from ..find.directions.params import DirectionParams, KernelParams
-    from ..find.heads.params import FindParams
-    from ..find.neurons.params import CaptureParams, SelectParams
+    from ..api.params import option_types
 
-    for cls in (LoadSpec, CaptureParams, SelectParams, FindParams, EvalParams, DirectionParams, KernelParams):
+    for cls in option_types():
         for field, spec in cli_fields(cls):
             if field.name == name and spec.flag:
                 return spec.flag

@@ -10,9 +10,9 @@ import click
 from rich.table import Table
 
 from .. import api
+from ..api.params import EvalParams
 from ..api.results import EvalResult
 from ..core.distributed import is_main
-from ..evaluation.params import EvalParams
 from .console import err, out, print_json, print_table, progress_bars
 from .group import cli
 from .options import model_argument, typed_options
@@ -36,13 +36,14 @@ from .options import model_argument, typed_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def export_lora_cmd(model, load, recipe_path, out_dir, vllm, force, as_json):
     """Write a PEFT LoRA adapter whose effect on MODEL is exactly the recipe."""
-    record = api.export_lora(model, recipe_path, out_dir, vllm=vllm, force=force, load=load)
+    exported = api.export_lora(model, recipe_path, out_dir, vllm=vllm, force=force, load=load)
     if as_json:
-        print_json({"out": str(out_dir), **record.to_dict()})
+        print_json(exported.to_dict())
         return
-    ranks = sorted(set(record.modules.values()))
+    modules = exported.adapter.modules
+    ranks = sorted(set(modules.values()))
     out.print(
-        f"[green]Exported[/] {len(record.modules)} LoRA module(s), rank "
+        f"[green]Exported[/] {len(modules)} LoRA module(s), rank "
         f"{'/'.join(map(str, ranks))}{' (vLLM)' if vllm else ''}, lora_alpha = r → {out_dir}"
     )
 
@@ -97,7 +98,7 @@ ARROWS = {"higher": "↑", "lower": "↓", "zero": "(0 = none)"}
 
 def eval_table(result: EvalResult) -> Table:
     """The metrics as a rich table: source, model, and retained % (or Δ for non-retention metrics)."""
-    from ..evaluation.data import metric_info
+    from ..api.records import metric_info
 
     model, against = result.metrics.model, result.metrics.against or {}
     table = Table(title=f"surgery eval: {result.model.path}", caption="↑ higher is better, ↓ lower is better")
@@ -200,12 +201,14 @@ def eval_cmd(
             model,
             against=against,
             recompute=recompute,
-            bbq=bbq_paths,
-            n4=n4_path,
-            lm_eval=[t.strip() for t in lm_eval_tasks.split(",") if t.strip()],
-            lm_eval_include=lm_eval_include,
-            prompts=prompts_path,
-            markers=markers_path,
+            data=api.EvalData(
+                bbq=bbq_paths,
+                n4=n4_path,
+                lm_eval=[t.strip() for t in lm_eval_tasks.split(",") if t.strip()],
+                lm_eval_include=lm_eval_include,
+                prompts=prompts_path,
+                markers=markers_path,
+            ),
             out=out_path,
             card=update_card,
             load=load,
@@ -216,7 +219,7 @@ def eval_cmd(
     if not is_main():
         return  # under torchrun rank 0 alone prints
     if as_json:
-        from ..evaluation.data import clean
+        from ..api.records import clean
 
         print_json(clean(result.to_dict()))
         return

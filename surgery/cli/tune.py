@@ -9,11 +9,8 @@ import click
 from rich.table import Table
 
 from .. import api
-from ..find.heads.params import FindParams
-from ..find.neurons.params import CaptureParams
-from ..find.tune.params import TuneParams
-from ..find.tune.record import Trial, TuneRecord
-from ..model.loading import LoadSpec
+from ..api.params import CaptureParams, FindParams, LoadSpec, TuneParams
+from ..api.records import Trial, TuneRecord
 from .baking import bake_settings, print_baked
 from .console import note, out, print_json, print_table, progress_bars
 from .group import cli
@@ -68,7 +65,8 @@ def print_tune(record: TuneRecord) -> None:
     what = {"heads": "test items", "neurons": "test pairs", "direction": "test prompts"}[record.method]
     change = {
         "heads": f"ΔS {_fmt(c.delta_s_base)} → {_fmt(c.delta_s)}",
-        "neurons": f"pair bias {_fmt(c.bias_base)} → {_fmt(c.bias)} nats",
+        "neurons": f"pair bias {_fmt(c.bias_base)} → {_fmt(c.bias)} nats"
+        + ("" if c.amplified is None else f", {100 * c.amplified:.0f}% of the pairs more biased"),
         "direction": f"marker rate {_fmt(c.rate_base)} → {_fmt(c.rate)}",
     }[record.method]
     out.print(

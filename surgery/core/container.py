@@ -4,7 +4,8 @@ A container is what holds a model's weights on disk: a safetensors folder (with 
 surgery.undo and README.md beside the weights once baked), or a GGUF file (with its two sidecars).
 One subclass of :class:`Container` per kind says, in one place, whether a path names it
 (:meth:`Container.holds`), how a recipe is checked and baked into it, where a sweep's values go,
-how a bake's output is verified, undone and checked before a push, and which files a push uploads.
+how a bake's output is verified, undone and checked before a push, which files a push uploads,
+and how its card is rendered.
 A subclass that sets ``name`` registers itself; :func:`open_container` decides once, and the bake,
 sweep, verify, undo and push are then one path for every container (surgery/api/baking.py,
 surgery/api/checkpoints.py, surgery/ship/hub.py).
@@ -124,6 +125,16 @@ class Container(ABC):
     def uploads(self) -> dict[str, Path] | None:
         """What a push uploads, by name in the repo, besides a card rendered from the record; None: the
         folder as it is (its card was written beside the weights at bake time)."""
+
+    @abstractmethod
+    def card(self, record: Any) -> str:
+        """This bake output's model card (README.md text), rendered from its ``record`` (a ``BakeRecord``)."""
+
+    @abstractmethod
+    def recorded_weights(self) -> dict[str, str] | None:
+        """The sha256 of this bake output's weight files as its record holds them (what an eval result
+        names the model it measured by, so that a card takes only its own numbers); None when no
+        card can take an eval result here."""
 
 
 def registered() -> list[type[Container]]:

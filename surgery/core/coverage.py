@@ -40,15 +40,15 @@ def editable(layout: Layout) -> str:
     parts = [f"heads ({' and '.join(lk.editable)} layers)" if lk else "heads"]
     if mk is not None:  # a hybrid's or a DeepSeek-style MoE's kinds of MLP: neurons in the dense ones
         parts += [f"MLP neurons ({' and '.join(mk.editable)} layers)"] if mk.editable else []
-    elif ex is None or ex.with_dense:
+    elif ex is None or ex.layers.with_dense:
         parts.append("MLP neurons")
-    elif ex.sparse_step_key or ex.dense_layers_key:
+    elif ex.layers.rule.step_key or ex.layers.rule.dense_layers_key:
         parts.append("MLP neurons (dense layers)")
     if mixer := layout.layers.mixer:  # a residual writer only a direction edit touches
         where = "every layer" if mixer.kinds is None else " and ".join(mixer.kinds) + " layers"
         parts.append(f"directions through {mixer.module} ({where})")
     if ex is not None:
-        parts.append("routed-expert neurons" + (" (not the zero-computation experts)" if ex.zero_key else ""))
+        parts.append("routed-expert neurons" + (" (not the zero-computation experts)" if ex.keys.zero_key else ""))
         if ex.shared:
             parts.append("shared-expert neurons")
     if layout.layers.sub_layers > 1:

@@ -182,12 +182,12 @@ class DirectionEdit(Edit):
             return [site(lay.mlp.down_proj, arch.mlp_shapes()[lay.mlp.down_proj])]
         if self.module == "experts":
             return [
-                site(f"{lay.experts.module}.down", (g.hidden_size, g.expert_size), expert=e)
+                site(f"{lay.experts.weights.module}.down", (g.hidden_size, g.expert_size), expert=e)
                 for e in range(g.num_experts)
             ]
         if self.module == "shared_experts":
             ex = lay.experts
-            return [site(f"{ex.shared}.{ex.shared_down}", (g.hidden_size, g.shared_size))]
+            return [site(f"{ex.shared.module}.{ex.shared.down}", (g.hidden_size, g.shared_size))]
         # The embedding table is stored [vocab, hidden]: the residual stream is its columns.
         return [site(lay.names.embeddings, (g.vocab_size, g.hidden_size), axis="in", layer=None)]
 

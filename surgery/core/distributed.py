@@ -12,6 +12,7 @@ calls them unconditionally:
   every batch holds exactly the items it holds in a single process, and the numbers are the same),
   :func:`all_reduce` sums (or maxes) arrays, :func:`gather_rows` puts per-item results
   back into the original order on every rank;
+- :func:`broadcast_json` hands rank 0's decision (a drawn trial, say) to every rank;
 - :func:`check_agree` refuses, on every rank, when the ranks were given different inputs;
 - :func:`is_main` says whether this process writes files and prints results (rank 0 only).
 
@@ -21,11 +22,12 @@ Collectives use gloo for CPU tensors and NCCL for CUDA tensors (torch.distribute
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
@@ -45,8 +47,12 @@ class NotDataParallel(SurgeryError):
     """A command that does not split its work was started under torchrun (every rank raises it)."""
 
 
-# Errors every rank raises alike: rank 0 alone says them.
-SAID_BY_RANK_0 = (RanksDisagree, NotDataParallel)
+class StoppedByRank0(SurgeryError):
+    """Rank 0 stopped on an error of its own (it says it); the other ranks stop with it."""
+
+
+# Errors every rank raises alike, or that rank 0 says first: rank 0 alone says them.
+SAID_BY_RANK_0 = (RanksDisagree, NotDataParallel, StoppedByRank0)
 
 
 @dataclass(frozen=True)
@@ -232,6 +238,29 @@ def check_agree(what: str, *parts: object) -> None:
             f"torchrun ranks disagree about {what}: rank(s) {', '.join(map(str, differ))} "
             "differ from rank 0; give every process the same model and inputs"
         )
+
+
+def broadcast_json(value: Any = None) -> Any:
+    """Rank 0's ``value`` on every rank (anything JSON can write; the other ranks' ``value`` is ignored).
+
+    JSON, not pickle: what travels is data, never code to run. In a single process it returns ``value``.
+    """
+    if not _group_ready():
+        return value
+    import torch
+    import torch.distributed as dist
+
+    device = _comm_device()
+    data = json.dumps(value).encode() if is_main() else b""
+    size = torch.tensor([len(data)], dtype=torch.int64, device=device)
+    dist.broadcast(size, src=0)
+    buffer = torch.zeros(int(size[0]), dtype=torch.uint8, device=device)
+    if is_main():
+        buffer[:] = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
+    dist.broadcast(buffer, src=0)
+    from .strict_files import load_json  # imports YAML, which a single process never needs here
+
+    return load_json(buffer.cpu().numpy().tobytes().decode())
 
 
 def all_true(flag: bool) -> bool:

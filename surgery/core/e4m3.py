@@ -1,6 +1,6 @@
 """The safetensors dtype F8_E4M3 (e4m3fn): its 256 codes as float32, exactly, both ways.
 
-A storage dtype like BF16, so the byte plan (bake/patches.py) reads and writes it as it does the
+A storage dtype like BF16, so the byte plan (core/patches.py) reads and writes it as it does the
 others; what an FP8 checkpoint's scales mean is its format's (surgery/formats/fp8/).
 """
 

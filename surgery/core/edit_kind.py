@@ -8,7 +8,7 @@ An edit kind is a frozen dataclass deriving from :class:`Edit` and decorated wit
   :meth:`Edit.from_dict` / :meth:`Edit.to_dict` read and write the entry with strict checks;
 * **validation** against a model's architecture (:meth:`Edit.validate`);
 * **sites** (:meth:`Edit.sites`): the weight columns and rows it scales (surgery/core/sites.py). The
-  run-time twin (model/hooks.py), the byte plan (bake/patches.py), the bake's check, verify and the
+  run-time twin (model/hooks.py), the byte plan (core/patches.py), the bake's check, verify and the
   LoRA export all derive from the sites, so a kind whose sites are column or row scales needs
   nothing else;
 * **LoRA support** (:meth:`Edit.lora_refusal`) and **card text** (:meth:`Edit.card_row`,

@@ -103,12 +103,12 @@ class NeuronScale(Edit):
                     f"{where}.expert = shared but {arch.model_type} has no shared expert"
                     f"{' (config.json sets its width to 0)' if ex.shared else ''}"
                 )
-            width, what = g.shared_size, ex.shared_size_key
+            width, what = g.shared_size, ex.shared.size_key
         else:
             if g.num_experts <= self.expert < g.num_experts + g.zero_experts:
                 raise RecipeError(
                     f"{where}.expert = {self.expert} is one of {arch.model_type}'s zero-computation experts "
-                    f"({ex.zero_key} = {g.zero_experts}, after the {g.num_experts} routed ones): it passes its input "
+                    f"({ex.keys.zero_key} = {g.zero_experts}, after the {g.num_experts} routed ones): it passes its input "
                     f"through and has no weights to edit; name a routed expert (0..{g.num_experts - 1})"
                 )
             if self.expert >= g.num_experts:
@@ -116,7 +116,7 @@ class NeuronScale(Edit):
                     f"{where}.expert = {self.expert} but the model has {g.num_experts} experts "
                     f"per layer (valid: 0..{g.num_experts - 1})"
                 )
-            width, what = g.expert_size, ex.size_key
+            width, what = g.expert_size, ex.keys.size_key
         if N >= width:
             raise RecipeError(f"{where}.neuron = {N} but the model has {what} = {width} (valid: 0..{width - 1})")
 
@@ -139,7 +139,7 @@ class NeuronScale(Edit):
 
     def _expert_sites(self, arch: Architecture) -> list[Site]:
         """A routed expert's neuron: the same rule as a dense neuron, on that expert's matrices."""
-        g, module = arch.geometry, arch.layout.experts.module
+        g, module = arch.geometry, arch.layout.experts.weights.module
         H, I = g.hidden_size, g.expert_size
         out = [Site(self.layer, f"{module}.down", "in", (self.neuron,), self.factor, (H, I), True, self.expert)]
         if self.factor == 0.0:
@@ -153,10 +153,14 @@ class NeuronScale(Edit):
         """A shared-expert neuron: a dense neuron of the shared expert's own MLP."""
         g, ex = arch.geometry, arch.layout.experts
         H, I = g.hidden_size, g.shared_size
-        out = [Site(self.layer, f"{ex.shared}.{ex.shared_down}", "in", (self.neuron,), self.factor, (H, I), True)]
+        out = [
+            Site(self.layer, f"{ex.shared.module}.{ex.shared.down}", "in", (self.neuron,), self.factor, (H, I), True)
+        ]
         if self.factor == 0.0:
             rows, shape = arch.shared_rows(self.neuron), arch.shared_input_shape()
-            out += [Site(self.layer, f"{ex.shared}.{m}", "out", rows, 0.0, shape, False) for m in ex.shared_inputs]
+            out += [
+                Site(self.layer, f"{ex.shared.module}.{m}", "out", rows, 0.0, shape, False) for m in ex.shared.inputs
+            ]
         return out
 
     def lora_refusal(self, arch: Architecture) -> str | None:

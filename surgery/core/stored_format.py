@@ -65,7 +65,7 @@ class StoredFormat(ABC):
 
     @abstractmethod
     def plan(self, ckpt: Any, arch: Any, edits: Iterable[Any]) -> list:
-        """The byte patches (``surgery.bake.patches.TensorPatch``) of ``edits`` on ``ckpt``, each exact,
+        """The byte patches (``surgery.core.patches.TensorPatch``) of ``edits`` on ``ckpt``, each exact,
         or a one-line ``RecipeError`` / ``CheckpointError`` naming the tensor and why."""
 
     @abstractmethod

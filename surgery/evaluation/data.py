@@ -15,14 +15,12 @@ import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.errors import SurgeryError
+from ..core.evaluation_table import Evaluation, EvaluationRow
 from ..core.staging import atomic_write_text
 from ..core.strict_files import DuplicateKey, load_json
-
-if TYPE_CHECKING:
-    from ..bake.record import Evaluation
 
 DATA = Path(__file__).resolve().parents[1] / "data"  # surgery/data: the shipped sets
 RESULT_FORMAT = "surgery-eval"
@@ -201,9 +199,7 @@ def retained(key: str, before: float | None, after: float | None) -> float | Non
 
 
 def card_summary(result: Mapping[str, Any]) -> Evaluation:
-    """The rows of a model card's before/after table (see surgery.ship.card)."""
-    from ..bake.record import Evaluation, EvaluationRow
-
+    """The rows of a model card's before/after table (rendered by surgery/bake/card.py)."""
     model, against = result["metrics"]["model"], result["metrics"].get("against") or {}
     rows = []
     for key, after in model.items():

@@ -320,13 +320,13 @@ def source_run(
 def measured(path: Path, fingerprint: str | None = None) -> dict[str, Any]:
     """What a result records about a model it measured: its path and fingerprint (computed when not
     given) and, for a bake, the sha256 of its weight files (null for any other model; surgery card
-    checks them: see surgery.ship.card.check_evaluated)."""
-    from ..bake.provenance import baked_weights
+    checks them: see surgery.ship.card.check_evaluated); the bake's container reads them from its record."""
+    from ..core.container import open_container
 
     return {
         "path": str(path),
         "fingerprint": fingerprint or _checkpoint(path).fingerprint(),
-        "weights_sha256": baked_weights(path),
+        "weights_sha256": open_container(path).recorded_weights(),
     }
 
 

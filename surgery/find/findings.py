@@ -24,12 +24,10 @@ from ..core.errors import FindingsError, SurgeryError
 from ..core.json_record import TEXT, JsonRecord, Malformed, entry, part
 from ..core.staging import atomic_write_text
 from ..core.strict_files import DuplicateKey, load_json
+from .finders import finder, kinds
 
 FORMAT = "surgery-findings"
 FINDINGS_VERSION = 1
-KINDS = ("heads", "neurons", "directions")
-# The command that writes each kind (messages tell the user to run it).
-FINDERS = {"heads": "find-heads", "neurons": "find-neurons", "directions": "find-direction"}
 F = TypeVar("F", bound="Findings")
 FoundT = TypeVar("FoundT", bound="Found")
 
@@ -89,28 +87,28 @@ class Findings(JsonRecord):
         where = where or cls.LABEL
         expected = cls.KIND or kind
         recorded = raw.get("kind") if isinstance(raw, Mapping) else None
-        kind = expected or (recorded if recorded in KINDS else "heads")
-        finder = FINDERS[kind]  # the command that makes them
+        kind = expected or (recorded if recorded in kinds() else "heads")
+        command = finder(kind).find_command  # the command that makes them
         if not isinstance(raw, Mapping) or raw.get("format") != FORMAT:
             raise FindingsError(
                 f'{where} is not a surgery findings file (no "format": "{FORMAT}"); '
-                f"give a file written by surgery {finder}"
+                f"give a file written by surgery {command}"
             )
         if raw.get("version") != FINDINGS_VERSION:
             raise FindingsError(
                 f"{where} has findings version {raw.get('version')!r}; this surgery reads "
-                f"version {FINDINGS_VERSION}: recompute it with surgery {finder}"
+                f"version {FINDINGS_VERSION}: recompute it with surgery {command}"
             )
         if expected and recorded != expected:
             raise FindingsError(
-                f"{where} holds {recorded!r} findings, but {kind} findings are needed (make them with surgery {finder})"
+                f"{where} holds {recorded!r} findings, but {kind} findings are needed (make them with surgery {command})"
             )
         if not isinstance(raw.get("model"), Mapping) or "fingerprint" not in raw["model"]:
             raise FindingsError(f"{where} does not record the model it was computed on; recompute it")
         try:
             return cls.read(raw)
         except Malformed as exc:
-            raise FindingsError(f"{where}: {exc}; recompute it with surgery {finder}") from None
+            raise FindingsError(f"{where}: {exc}; recompute it with surgery {command}") from None
 
 
 def model_identity(ckpt: Checkpoint) -> dict[str, Any]:
@@ -136,17 +134,17 @@ def unchosen_findings(
     of the options that decide the findings was given: the newest cached findings of this model
     (said in one line, with the file and its options), else None, after saying up front that the
     finder runs first with its default options and what that takes (``work``)."""
-    finder = FINDERS[found_type.kind]
+    command = finder(found_type.kind).find_command
     found = newest_cached(found_type, ckpt)
     if found is not None:
         note(
-            f"using the newest cached {finder} findings for this model: {found.path} ({found.options()}); "
-            f"give --findings FILE or {finder} options to choose others"
+            f"using the newest cached {command} findings for this model: {found.path} ({found.options()}); "
+            f"give --findings FILE or {command} options to choose others"
         )
         return found
     note(
-        f"no {finder} findings are cached for this model: running {finder} with its default options first "
-        f"({work}); interrupt it and run {finder} with the options you want, then bake again"
+        f"no {command} findings are cached for this model: running {command} with its default options first "
+        f"({work}); interrupt it and run {command} with the options you want, then bake again"
     )
     return None
 
@@ -157,21 +155,22 @@ def save_findings(findings: Findings, path: Path) -> None:
 
 
 def load_findings(path: str | Path, kind: str, as_type: type[F] | None = None) -> F:
-    """Read and check a findings file of the given kind (one of ``KINDS``), as ``as_type`` (the
-    kind's record class; default :class:`Findings`, the common head)."""
-    path, finder = Path(path), FINDERS[kind]
+    """Read and check a findings file of the given kind (a finder's name, see
+    :mod:`surgery.find.finders`), as ``as_type`` (the kind's record class; default
+    :class:`Findings`, the common head)."""
+    path, command = Path(path), finder(kind).find_command
     if not path.is_file():
-        raise FindingsError(f"findings file {path} does not exist; give a file written by surgery {finder}")
+        raise FindingsError(f"findings file {path} does not exist; give a file written by surgery {command}")
     try:
         data = load_json(path.read_text(encoding="utf-8"))
     except DuplicateKey as exc:
         raise FindingsError(
             f"findings file {path}: {exc.what}; surgery writes each key once, so the file "
-            f"was edited: recompute it with surgery {finder}"
+            f"was edited: recompute it with surgery {command}"
         ) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FindingsError(
-            f"findings file {path} is not valid JSON ({exc.__class__.__name__}); recompute it with surgery " + finder
+            f"findings file {path} is not valid JSON ({exc.__class__.__name__}); recompute it with surgery " + command
         ) from None
     return (as_type or Findings).from_dict(data, where=str(path), kind=kind)
 
@@ -203,7 +202,7 @@ def check_model(findings: Findings, ckpt: Checkpoint, allow_transfer: bool = Fal
         f"the findings were computed on a different model ({recorded.path}) and cannot be applied to "
         f"{ckpt.origin}{', even with {transfer},' if allow_transfer else ''} because its architecture "
         f"differs ({_differences(recorded, here)}); compute findings for this model with surgery "
-        f"{FINDERS.get(findings.kind, 'find-heads')}",
+        f"{finder(findings.kind if findings.kind in kinds() else 'heads').find_command}",
         switches=("transfer",) if allow_transfer else (),
     )
 
@@ -223,7 +222,7 @@ def new_findings(
 ) -> dict[str, Any]:
     """The common head of every findings file, as the JSON a finder adds its results to (and then
     reads as its kind's record)."""
-    assert kind in KINDS
+    assert kind in kinds()
     return Findings(
         kind=kind,
         tool_version=tool_version,

@@ -1,5 +1,5 @@
 """Plain floats (F32, F16, BF16): every edit is computed in float32 and rounded once to the stored dtype
-(surgery/bake/patches.py); the format of every checkpoint no other format recognises."""
+(surgery/core/patches.py); the format of every checkpoint no other format recognises."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 from ..core.stored_format import StoredFormat
 
 if TYPE_CHECKING:
-    from ..bake.patches import TensorPatch
     from ..core.architectures import Architecture
     from ..core.checkpoint import Checkpoint
     from ..core.edits import Edit, Recipe
+    from ..core.patches import TensorPatch
 
 
 class PlainFloat(StoredFormat):
@@ -33,7 +33,7 @@ class PlainFloat(StoredFormat):
         return "float"
 
     def plan(self, ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
-        from ..bake.patches import patch_plan
+        from ..core.patches import patch_plan
 
         return patch_plan(ckpt, arch, edits)
 
@@ -51,7 +51,7 @@ class PlainFloat(StoredFormat):
 
 def plain_problems(src: Checkpoint, out: Checkpoint, p: TensorPatch) -> list[str]:
     """The problem line of a plain (float) tensor of ``out`` that does not hold ``p``'s bytes, if any."""
-    from ..bake.patches import patched_chunks
+    from ..core.patches import patched_chunks
 
     with open(src.path / p.info.file, "rb") as f_src, open(out.path / p.info.file, "rb") as f_out:
         for offset, data, _ in patched_chunks(f_src.fileno(), p):

@@ -119,9 +119,9 @@ class GgufModel:
         then resolves an expert's matrix to its per-expert name, which :meth:`expert_tensor` maps onto
         the stacked tensor. Empty: the file has no such stack, or the table no per-expert names."""
         lay, sparse = self.arch.layout, self.arch.geometry.sparse_layers
-        if not (lay.experts and lay.experts.per_expert and sparse):
+        if not (lay.experts and lay.experts.weights.per_expert and sparse):
             return []
-        gate, layer = lay.experts.per_expert[0], min(sparse)
+        gate, layer = lay.experts.weights.per_expert[0], min(sparse)
         return [
             f"{self.arch.module_name(p, layer, gate.format(expert=0))}.weight"
             for p in lay.names.layer_prefixes
@@ -133,7 +133,7 @@ class GgufModel:
         per-expert transformers name is ``per_expert`` and [out, in] shape ``shape``, and the first row
         of the expert's slab in it seen as 2-D [E·out, in]; one-line errors for a file without it."""
         ex = self.arch.layout.experts
-        pattern = ex.per_expert[("gate", "up", "down").index(part)]
+        pattern = ex.weights.per_expert[("gate", "up", "down").index(part)]
         own = f"{pattern.format(expert=expert)}.weight"
         t = self.tensor(f"{per_expert.removesuffix(own)}{stacked_module(pattern)}.weight")
         E = self.arch.geometry.num_experts
@@ -152,7 +152,7 @@ class GgufModel:
 
 
 def stacked_module(per_expert: str) -> str:
-    """The name llama.cpp's converter gives the 3-D stack of a per-expert matrix (``Experts.per_expert``
+    """The name llama.cpp's converter gives the 3-D stack of a per-expert matrix (``ExpertWeights.per_expert``
     pattern): the pattern without its expert index (``mlp.experts.{expert}.gate_proj`` →
     ``mlp.experts.gate_proj``), which gguf-py's name map then maps to ``ffn_gate_exps``."""
     return per_expert.replace("{expert}.", "")

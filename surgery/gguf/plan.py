@@ -19,7 +19,7 @@ from ..core.edits import Recipe
 from ..core.errors import CheckpointError, RecipeError
 from ..core.resolve import Resolver, TensorSlice
 from ..core.sites import sites
-from .formats import Edited, block_shape, check_supported, edit_blocks, zeroes_values
+from .blocks import Edited, block_type
 from .header import GgufTensor
 from .model import GgufModel
 
@@ -55,7 +55,7 @@ class TensorEdit:
 
     def units(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(file offsets, row, block index) of every block the edit changes, in file order."""
-        values, nbytes = block_shape(self.tensor.type)
+        values, nbytes = block_type(self.tensor.type, self.tensor.name).block_shape
         per_row = self.matrix[1] // values
         whole = np.array(sorted(self.rows), dtype=np.int64)
         keys = [(whole[:, None] * per_row + np.arange(per_row)).reshape(-1)]
@@ -70,7 +70,7 @@ class TensorEdit:
 
     def factors(self, rows: np.ndarray, blocks: np.ndarray) -> np.ndarray:
         """(U, block values) float64: what each value of each unit is multiplied by."""
-        values, _ = block_shape(self.tensor.type)
+        values, _ = block_type(self.tensor.type, self.tensor.name).block_shape
         n_in = self.matrix[1]
         out = np.array([self.rows.get(int(r), 1.0) for r in rows])[:, None] * np.ones((1, values))
         for (first, count), cols in self.cols.items():
@@ -123,8 +123,8 @@ def plan_gguf(model: GgufModel, recipe: Recipe) -> GgufPlan:
                     "(surgery import-gguf) and bake the checkpoint"
                 )
             t, first, count = _stored(model, piece)
-            check_supported(t.type, t.name)
-            if not piece.as_rows and silenced and piece.scale == 0.0 and not zeroes_values(t.type):
+            stored = block_type(t.type, t.name)  # refused in one line when no block type edits it
+            if not piece.as_rows and silenced and piece.scale == 0.0 and not stored.zeroes_values:
                 # The zero gate/up rows already silence the neuron (act(0)·0 = 0): the down column is not needed.
                 kept[t.type] = kept.get(t.type, 0) + len(piece.lines)
                 continue
@@ -137,7 +137,7 @@ def plan_gguf(model: GgufModel, recipe: Recipe) -> GgufPlan:
             if not piece.is_bias:
                 bias = model.header.tensors.get(t.name.removesuffix(".weight") + ".bias")
                 if bias is not None:  # an output feature's bias entry goes with its row
-                    check_supported(bias.type, bias.name)
+                    block_type(bias.type, bias.name)  # refused in one line when no block type edits it
                     be = by_name.setdefault(bias.name, TensorEdit(bias))
                     for i in piece.lines:
                         be.rows[first + i] = be.rows.get(first + i, 1.0) * piece.scale
@@ -212,8 +212,6 @@ class EditedBlocks:
 def edit_tensor(fd: int, te: TensorEdit, requantize: bool, original: np.ndarray | None = None) -> EditedBlocks:
     """Read ``te``'s blocks from ``fd`` (or take ``original``) and compute their new bytes."""
     offsets, rows, blocks = te.units()
-    _, nbytes = block_shape(te.tensor.type)
-    old = read_units(fd, offsets, nbytes) if original is None else original
-    return EditedBlocks(
-        te, offsets, old, edit_blocks(old, te.factors(rows, blocks), te.tensor.type, te.tensor.name, requantize)
-    )
+    kind = block_type(te.tensor.type, te.tensor.name)
+    old = read_units(fd, offsets, kind.block_shape[1]) if original is None else original
+    return EditedBlocks(te, offsets, old, kind.edit(old, te.factors(rows, blocks), te.tensor.name, requantize))

@@ -8,12 +8,12 @@ expert's neurons on the tokens routed to it (the module's own ``_apply_gate`` an
 and adds (s − 1)·h_i·w·down[:, i]. It runs *inside* the module's forward, so weights that
 accelerate offloads are in place while it reads them.
 
-Llama 4's experts module (``Experts.dispatch == "dense"``) has no such interface: it runs every
+Llama 4's experts module (``ExpertWeights.dispatch == "dense"``) has no such interface: it runs every
 expert on every token, each expert's input block [tokens, H] already scaled by the router's score
 (exactly 0 off the token's top-k). Its twin is a forward hook that adds the same correction per
 expert block, over all of the block's tokens (an unrouted token's zero input has h = 0).
 
-LongCat-Flash's experts module (``Experts.dispatch == "looped"``) runs its own loop over the routed
+LongCat-Flash's experts module (``ExpertWeights.dispatch == "looped"``) runs its own loop over the routed
 experts, without the interface: its twin is a forward hook that adds the routed correction to the
 module's output, from the module's own inputs (tokens, top-k indices, top-k weights).
 """
@@ -156,7 +156,7 @@ def expert_twin(
     model: nn.Module, modules: Mapping[nn.Module, torch.Tensor], dispatch: str = "routed"
 ) -> Iterator[None]:
     """Run ``model`` with each experts module of ``modules`` scaled as its [E, I] tensor says
-    (``dispatch``: how the family runs its experts, ``Experts.dispatch``)."""
+    (``dispatch``: how the family runs its experts, ``ExpertWeights.dispatch``)."""
     from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
     if not modules:

@@ -87,7 +87,7 @@ def projections(
     out: dict[tuple[str, int | None], tuple[torch.Tensor, float]] = {}
     for site in all_sites(arch, edits):
         if site.op == op:
-            module = arch.layout.experts.module if site.expert is not None else site.module
+            module = arch.layout.experts.weights.module if site.expert is not None else site.module
             out[(module, site.layer)] = (torch.from_numpy(site.unit().copy()), site.scale)
     return out
 
@@ -197,7 +197,7 @@ def applied(model: nn.Module, edits: Iterable[Edit]) -> Iterator[nn.Module]:
         ex, g = arch.layout.experts, arch.geometry
         for (module, layer), (r, w) in projections(arch, edits).items():
             target = _module(model, arch, layer, module)
-            if ex is not None and module == ex.module and g.zero_experts:
+            if ex is not None and module == ex.weights.module and g.zero_experts:
                 handles.append(target.register_forward_hook(_project_routed(r, w, g.num_experts), with_kwargs=True))
             else:
                 handles.append(target.register_forward_hook(_project_output(r, w)))
@@ -206,17 +206,17 @@ def applied(model: nn.Module, edits: Iterable[Edit]) -> Iterator[nn.Module]:
                 handles.append(head.register_forward_pre_hook(_project_input(r, w)))  # tied: the same table
         for (module, layer), (r, c) in projections(arch, edits, "add").items():
             target = _module(model, arch, layer, module)
-            if ex is None or module != ex.module:
+            if ex is None or module != ex.weights.module:
                 handles.append(target.register_forward_hook(_add_output(r, c)))
-            elif ex.dispatch != "dense":
+            elif ex.weights.dispatch != "dense":
                 handles.append(target.register_forward_hook(_add_routed(r, c, g.num_experts), with_kwargs=True))
             else:  # Llama 4's experts run every expert on every token, and store no bias to add to
                 raise RecipeError(f"steer: {arch.model_type}'s routed experts have no down bias to add to; steer mlp")
         experts = {
-            layer_module(model, arch, layer, arch.layout.experts.module): scales
+            layer_module(model, arch, layer, arch.layout.experts.weights.module): scales
             for layer, scales in expert_scales(arch, edits).items()
         }
-        with expert_twin(model, experts, arch.layout.experts.dispatch if experts else "routed"):
+        with expert_twin(model, experts, arch.layout.experts.weights.dispatch if experts else "routed"):
             yield model
     finally:
         for h in handles:

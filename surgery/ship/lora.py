@@ -29,6 +29,7 @@ import torch
 
 from .. import __version__
 from ..bake.bake import hash_files
+from ..bake.card import adapter_card
 from ..bake.provenance import ADAPTER_PROVENANCE_NAME, PROVENANCE_NAME, load_provenance, provenance_intact
 from ..bake.public import public
 from ..bake.record import AdapterRecord, BakeRecord
@@ -42,7 +43,6 @@ from ..core.staging import staged_output
 from ..core.strict_files import load_json
 from ..model.hooks import scale_vectors
 from ..model.loading import Source, local_source
-from .card import adapter_card
 
 VLLM_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -187,7 +187,7 @@ def _expert_module(
         writes.append(-first.site.scale * r)
     A, B = (writes, reads) if transposed else (reads, writes)
     return LoraModule(
-        f"{arch.module_name(loaded, layer, arch.layout.experts.module)}.down_proj",
+        f"{arch.module_name(loaded, layer, arch.layout.experts.weights.module)}.down_proj",
         torch.stack(A),
         torch.stack(B, dim=1),
         E,
@@ -230,8 +230,12 @@ def lora_modules(ckpt: Checkpoint, recipe: Recipe, model: torch.nn.Module | None
     for layer, slices in sorted(experts.items()):
         # PEFT takes a 3-D parameter as [experts, out, in] unless its module says ``is_transposed`` (read as
         # PEFT reads it, absent = False); the table says whether the loaded layout is [experts, in, out].
-        flagged = getattr(names[arch.module_name(loaded, layer, arch.layout.experts.module)], "is_transposed", False)
-        modules.append(_expert_module(ckpt, arch, loaded, layer, slices, arch.layout.experts.transposed != flagged))
+        flagged = getattr(
+            names[arch.module_name(loaded, layer, arch.layout.experts.weights.module)], "is_transposed", False
+        )
+        modules.append(
+            _expert_module(ckpt, arch, loaded, layer, slices, arch.layout.experts.weights.transposed != flagged)
+        )
     return modules
 
 

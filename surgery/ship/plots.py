@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..core.optional import require
 
 if TYPE_CHECKING:
-    from ..bake.record import EvaluationRow
+    from ..core.evaluation_table import EvaluationRow
     from ..find.directions.record import LayerDirection
     from ..find.heads.record import AwarenessPoint, DosePoint
 

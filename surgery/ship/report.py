@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..bake.bake import hash_files
@@ -18,18 +18,15 @@ from ..core.errors import FindingsError
 from ..core.staging import staged_output
 from ..core.strict_files import DuplicateKey, load_json
 from ..evaluation.data import card_summary, load_result
-from ..find.directions.record import DirectionsFindings
-from ..find.findings import KINDS, Findings, load_findings
-from ..find.heads.record import HeadsFindings
-from ..find.neurons.record import ExpertReport, NeuronsFindings
+from ..find.finders import finder, kinds
+from ..find.findings import Findings, load_findings
 from ..find.tune.record import FORMAT as TUNE_FORMAT
 from ..find.tune.record import TuneRecord, read_record
 
-RECORDS: dict[str, type[Findings]] = {
-    "heads": HeadsFindings,
-    "neurons": NeuronsFindings,
-    "directions": DirectionsFindings,
-}
+if TYPE_CHECKING:
+    from ..find.directions.record import DirectionsFindings
+    from ..find.heads.record import HeadsFindings
+    from ..find.neurons.record import ExpertReport, NeuronsFindings
 
 REPORT_NAME = "report.md"
 # What the report was drawn from; it marks the folder as surgery's (see surgery.core.staging).
@@ -49,11 +46,11 @@ def read_findings(path: Path) -> Findings | TuneRecord:
         raise FindingsError(f"{path} is not a readable findings JSON file") from None
     if raw.get("format") == TUNE_FORMAT:
         return read_record(path)
-    if kind not in KINDS:
+    if kind not in kinds():
         raise FindingsError(
-            f"{path} has findings kind {kind!r}; surgery report reads {', '.join(KINDS)} findings and tune records"
+            f"{path} has findings kind {kind!r}; surgery report reads {', '.join(kinds())} findings and tune records"
         )
-    return load_findings(path, kind, RECORDS[kind])
+    return load_findings(path, kind, finder(kind).record)
 
 
 def _fmt(v: Any) -> str:
@@ -192,6 +189,14 @@ def _params(params: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {_fmt(v)}" for k, v in params.items())
 
 
+def _other_section(f: Findings, stem: str, out: Path) -> list[str]:
+    """A finder without a section of its own: what it found on which model, with its parameters."""
+    lines = [f"## {f.kind} findings ({finder(f.kind).find_command}) — {f.model.path or '?'}", ""]
+    lines += [f"- {key}: {_fmt(value)}" for key, value in (f.parameters or {}).items()]
+    return lines + [""]
+
+
+# The section of each finder family's findings (see surgery.find.finders); others get _other_section.
 SECTIONS = {"heads": _heads_section, "neurons": _neurons_section, "directions": _directions_section}
 
 
@@ -243,7 +248,11 @@ def build_report(findings: Iterable[Path], evals: Iterable[Path], out: Path, *, 
         lines = ["# surgery report", ""]
         for i, (path, f) in enumerate(loaded):
             stem = f"{i + 1:02d}-{path.stem}"
-            lines += _tune_section(f, stem, tmp) if isinstance(f, TuneRecord) else SECTIONS[f.kind](f, stem, tmp)
+            lines += (
+                _tune_section(f, stem, tmp)
+                if isinstance(f, TuneRecord)
+                else SECTIONS.get(f.kind, _other_section)(f, stem, tmp)
+            )
         for i, (path, r) in enumerate(results):
             lines += _eval_section(r, f"eval{i + 1:02d}-{path.stem}", tmp)
         if not loaded and not results:

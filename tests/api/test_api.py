@@ -314,7 +314,8 @@ def test_the_api_package_imports_an_operation_when_it_is_first_asked_for():
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines() == [
         "[]",
-        "['surgery.api.bake_options', 'surgery.api.baked', 'surgery.api.baking', 'surgery.api.neurons']",
+        "['surgery.api.bake_options', 'surgery.api.baked', 'surgery.api.baking', 'surgery.api.callbacks', "
+        "'surgery.api.findings_source', 'surgery.api.neurons']",
     ]
     import importlib
 

@@ -10,7 +10,7 @@ import math
 import pytest
 
 import surgery
-from surgery.api.results import EvalResult, Inspection
+from surgery.api.results import EvalResult, ExportedLora, Inspection
 from surgery.evaluation.data import clean, load_result
 from tests.support.cli import run_main
 from tests.support.tokenizer import TINY_VOCAB, save_char_tokenizer
@@ -84,3 +84,28 @@ def test_evaluate_returns_the_result_it_writes(tiny, tmp_path):
     assert isinstance(result, EvalResult) and result.against is None
     assert set(result.metrics.model) == {"perplexity", "mcq_accuracy"} and result.model.path == str(model)
     assert clean(result.to_dict()) == load_result(tmp_path / "eval.json")
+
+
+def test_export_lora_json_is_the_results_dict_byte_for_byte(tiny, tmp_path, capsys):
+    """export-lora --json prints the returned ExportedLora's to_dict(), the folder first; reading a
+    field of the adapter record on the result still works, with a warning."""
+    model, recipe = tiny("llama"), tmp_path / "recipe.yaml"
+    recipe.write_text("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: 2.0}\n")
+    exported = surgery.export_lora(model, recipe, tmp_path / "lora")
+    assert isinstance(exported, ExportedLora) and exported.out == str(tmp_path / "lora")
+    printed = run_main(["export-lora", model, "--recipe", recipe, "--out", tmp_path / "cli", "--json"], capsys).stdout
+    cli = json.loads(printed)
+    assert list(cli)[0] == "out" and cli["out"] == str(tmp_path / "cli")
+    mine = {**exported.to_dict(), "out": cli["out"]}
+    assert printed == json.dumps(mine, indent=1, default=str) + "\n"
+    with pytest.warns(DeprecationWarning, match=r"read \.adapter\.modules"):
+        assert exported.modules == exported.adapter.modules
+
+
+def test_push_returns_the_record_push_json_prints():
+    """push's result is the bake record's Pushed: its to_dict() is what push --json prints."""
+    import inspect
+
+    from surgery.bake.record import Pushed
+
+    assert inspect.signature(surgery.push).return_annotation in ("Pushed", Pushed)

@@ -218,9 +218,9 @@ def test_an_edit_of_a_permuted_native_tensor_is_refused(tiny):
     """Mistral's wq/wk rows are permuted for RoPE: the same bytes are not the same rows, so a plan on
     q_proj (no edit makes one today) is never carried over to them."""
     from surgery.bake.copies import copy_patches
-    from surgery.bake.patches import TensorPatch
     from surgery.core.architectures import architecture
     from surgery.core.errors import CheckpointError
+    from surgery.core.patches import TensorPatch
 
     src = with_native_copy(tiny("mistral"))
     ckpt = Checkpoint(src)

@@ -187,7 +187,7 @@ def test_twin_under_disk_offload(tiny, tmp_path, model_type):
         src, dtype=torch.float32, device_map="auto", max_memory={"cpu": "1KB"}, offload_folder=tmp_path / "off"
     ).eval()
     layer = max(arch.geometry.sparse_layers)
-    experts = dict(model.named_modules())[f"model.layers.{layer}.{arch.layout.experts.module}"]
+    experts = dict(model.named_modules())[f"model.layers.{layer}.{arch.layout.experts.weights.module}"]
     assert experts.gate_up_proj.device.type == "meta"  # really offloaded
     ids = torch.randint(3, 90, (2, 10), generator=torch.Generator().manual_seed(1))
     with torch.no_grad(), applied(model, recipe.edits):

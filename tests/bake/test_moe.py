@@ -182,7 +182,7 @@ def test_expert_scale_that_vanishes_in_bf16_is_refused(tiny, tmp_path):
 def test_fused_windows_in_small_blocks(tiny, tmp_path, monkeypatch, arch):
     """With blocks of a few rows, one expert's window is rewritten block by block (bounded memory):
     bytes, verify and undo as with one block; reads never leave the expert's window."""
-    from surgery.bake import patches
+    from surgery.core import patches
 
     src = tiny(arch, fused=True)
     ckpt = Checkpoint(src)
@@ -294,7 +294,7 @@ def _poke(path, p) -> None:
     """Write 7.0 over the first edited element of patch ``p`` in ``path`` (a bake bug, or bit rot)."""
     import numpy as np
 
-    from surgery.bake.patches import RAW_DTYPES, from_f32
+    from surgery.core.patches import RAW_DTYPES, from_f32
 
     itemsize = np.dtype(RAW_DTYPES[p.info.dtype]).itemsize
     row, col = (min(p.rows), 0) if p.rows else (0, min(p.cols))
@@ -314,8 +314,8 @@ TAMPERED = [
 
 @pytest.mark.parametrize("arch,fused,tensor", TAMPERED, ids=[f"{a}-{t.strip('.')}" for a, f, t in TAMPERED])
 def test_a_corrupted_expert_slice_fails_the_check(tiny, tmp_path, no_model, arch, fused, tensor):
-    from surgery.bake.patches import patch_plan
     from surgery.core.errors import SurgeryError
+    from surgery.core.patches import patch_plan
 
     src = tiny(arch, fused=fused)
     ckpt = Checkpoint(src)

@@ -11,6 +11,7 @@ from surgery.api.baking import bake_recipe, bake_sweep
 from surgery.api.checkpoints import undo, verify
 from surgery.bake.folder_container import FolderContainer
 from surgery.bake.gguf_container import GgufContainer
+from surgery.bake.provenance import load_provenance
 from surgery.core import container as containers
 from surgery.core.checkpoint import file_sha256
 from surgery.core.container import Container, open_container
@@ -130,3 +131,24 @@ def test_pushing_a_missing_gguf_says_what_a_push_takes(tmp_path):
         SurgeryError, match="is not a folder; give a baked checkpoint or adapter folder, or a baked .gguf"
     ):
         open_container(tmp_path / "missing.gguf").check_pushable()
+
+
+@pytest.mark.parametrize("kind", ["folder", "gguf"])
+def test_each_container_renders_its_own_card_from_the_record(tmp_path, sources, kind):
+    out = tmp_path / ("baked.gguf" if kind == "gguf" else "baked")
+    baked = bake_recipe(sources[kind], EXACT, out, bake=FAST)
+    container = open_container(out)
+    card = container.card(baked.provenance)
+    assert card.startswith("---\n") and "## What was edited" in card
+    if kind == "folder":  # the card the bake wrote beside the weights, rendered again from surgery.json
+        assert card == (out / "README.md").read_text(encoding="utf-8")
+    else:  # no folder to write it into: rendered from the sidecar record, with the GGUF's blocks
+        assert f"`{out.name}`" in card and "## GGUF blocks" in card
+
+
+def test_the_weights_an_eval_result_names_come_from_the_bake_record(tmp_path, sources):
+    out = bake_recipe(sources["folder"], EXACT, tmp_path / "baked", bake=FAST).out
+    assert open_container(out).recorded_weights() == load_provenance(out).weight_hashes()
+    assert open_container(sources["folder"]).recorded_weights() is None  # a source names no bake
+    gguf = bake_recipe(sources["gguf"], EXACT, tmp_path / "baked.gguf", bake=FAST).out
+    assert open_container(gguf).recorded_weights() is None  # its card takes no eval result

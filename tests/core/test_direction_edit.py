@@ -20,13 +20,14 @@ import pytest
 import torch
 
 from surgery.bake import bake as bake_module
-from surgery.bake import patches
 from surgery.bake import stream as stream_module
 from surgery.bake.bake import bake
+from surgery.bake.card import card_hook
 from surgery.bake.check import edited_check
 from surgery.bake.provenance import load_provenance
 from surgery.bake.undo import undo
 from surgery.bake.verify import verify
+from surgery.core import patches
 from surgery.core.architectures import architecture
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import DirectionEdit, HeadScale, NeuronScale, Recipe
@@ -34,7 +35,6 @@ from surgery.core.errors import RecipeError
 from surgery.core.resolve import Resolver
 from surgery.core.sites import all_sites
 from surgery.core.vectors import BakedVectors, FolderVectors
-from surgery.ship.card import card_hook
 from surgery.ship.lora import export_lora
 from tests.support.directions import direction_recipe, write_vectors
 from tests.support.models import load_fp32, logits, stored_tensors

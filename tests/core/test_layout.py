@@ -17,6 +17,7 @@ from surgery.core.architectures import (
     Mlp,
     Names,
     Tail,
+    experts,
     records,
 )
 
@@ -29,8 +30,15 @@ PARTS = {
     "limits": Limits,
     "config": Config,
 }
-# Records a part holds; Experts is one record of its own (see docs/contributing/adding-an-architecture.md).
+# Records a part holds; Experts and its parts (see docs/contributing/adding-an-architecture.md).
 RECORDS = (records.ConfigKeys, records.Mixer, records.NativeName, records.LayerSizes)
+EXPERT_PARTS = {
+    "keys": experts.ExpertKeys,
+    "weights": experts.ExpertWeights,
+    "shared": experts.SharedExpert,
+    "layers": experts.SparseLayers,
+}
+_KEYS = experts.ExpertKeys(("num_experts",), "moe_intermediate_size")
 
 
 def _modules(layout: Layout) -> list[str]:
@@ -39,6 +47,33 @@ def _modules(layout: Layout) -> list[str]:
     names = [att.o_proj, att.q_proj, att.k_proj, att.v_proj, att.qkv_proj, mlp.down_proj, mlp.gate_proj]
     names += [mlp.up_proj, mlp.gate_up_proj, mixer.module if mixer else None]
     return [n for n in names if n is not None]
+
+
+def _expert_problems(ex: Experts) -> list[str]:
+    """What is wrong with a row's experts, one line each: each part of its type, its names dotted."""
+    if not isinstance(ex, Experts):
+        return [f"experts is a {type(ex).__name__}"]
+    out = [
+        f"experts.{name} is a {type(getattr(ex, name)).__name__}, not a {part.__name__}"
+        for name, part in EXPERT_PARTS.items()
+        if type(getattr(ex, name)) is not part and not (name == "shared" and ex.shared is None)
+    ]
+    if out:
+        return out
+    if type(ex.layers.rule) is not experts.StepRule:
+        return [f"experts.layers.rule is a {type(ex.layers.rule).__name__}, not a StepRule"]
+    shared = ex.shared
+    names = [ex.weights.module, *(ex.weights.per_expert or ())]
+    names += [shared.module, *(f"{shared.module}.{m}" for m in (*shared.inputs, shared.down))] if shared else []
+    bad = [n for n in names if not n or n.strip(".") != n]
+    out += [f"expert module name {n!r} is not a dotted name relative to a layer" for n in bad]
+    if ex.weights.per_expert and any("{expert}" not in n for n in ex.weights.per_expert):
+        out.append(f"per-expert names {ex.weights.per_expert} must each hold {{expert}}")
+    if ex.weights.dispatch not in ("routed", "dense", "looped"):
+        out.append(f"dispatch {ex.weights.dispatch!r} is not routed, dense or looped")
+    if not ex.keys.num_keys or ex.layers.rule.step < 1:
+        out.append("experts need a count key, and the step rule's step is at least 1")
+    return out
 
 
 def problems(layout: Layout) -> list[str]:
@@ -50,8 +85,8 @@ def problems(layout: Layout) -> list[str]:
     ]
     if out:
         return out
-    if layout.experts is not None and not isinstance(layout.experts, Experts):
-        out.append(f"experts is a {type(layout.experts).__name__}")
+    if layout.experts is not None:
+        out += _expert_problems(layout.experts)
     prefixes, att, mlp = layout.names.layer_prefixes, layout.attention, layout.mlp
     if not prefixes or any("{layer}" not in p or not p.endswith(".") for p in prefixes):
         out.append(f"layer prefixes {prefixes} must each hold {{layer}} and end with '.'")
@@ -93,13 +128,20 @@ def test_every_row_is_well_formed(model_type):
         (Layout(limits=Limits(head_refusal="two\nlines")), "one line"),
         (Layout(mlp=Mlp(down_proj="mlp.down_proj.")), "dotted name"),
         (Layout(mlp=Attention()), "not a Mlp"),  # type: ignore[arg-type]
+        (Layout(experts=Experts(_KEYS, experts.ExpertWeights(("mlp.experts.w1", "b", "c")))), "{expert}"),
+        (Layout(experts=Experts(_KEYS, experts.ExpertWeights(None, dispatch="batched"))), "dispatch"),
+        (
+            Layout(experts=Experts(_KEYS, experts.ExpertWeights(None), experts.SharedExpert("mlp.shared.", "w"))),
+            "dotted",
+        ),
+        (Layout(experts=Experts(_KEYS, experts.ExpertKeys(("n",), "w"))), "not a ExpertWeights"),  # type: ignore[arg-type]
     ],
 )
 def test_a_malformed_row_is_named(row, words):
     assert any(words in p for p in problems(row)), problems(row)
 
 
-@pytest.mark.parametrize("cls", [Layout, *PARTS.values(), *RECORDS])
+@pytest.mark.parametrize("cls", [Layout, *PARTS.values(), *RECORDS, Experts, *EXPERT_PARTS.values(), experts.StepRule])
 def test_parts_are_small_frozen_records(cls):
     assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
     assert len(dataclasses.fields(cls)) <= 8, f"{cls.__name__}: split it into parts grouped by meaning"

@@ -38,7 +38,7 @@ def _routing_layers(model, arch) -> set[int]:
     names = dict(model.named_modules())
     prefix = arch.layer_prefix(names)
     decoders = arch.geometry.num_layers // arch.layout.layers.sub_layers
-    return {i for i in range(decoders) if prefix.format(layer=i) + arch.layout.experts.module in names}
+    return {i for i in range(decoders) if prefix.format(layer=i) + arch.layout.experts.weights.module in names}
 
 
 def _table_routing(arch) -> set[int]:
@@ -52,18 +52,11 @@ def _table_routing(arch) -> set[int]:
 def _keys(ex: Experts) -> set[str]:
     """Every config key the row reads."""
     keys = (
-        *ex.num_keys,
-        ex.size_key,
-        ex.shared_size_key,
-        ex.shared_count_key,
-        *ex.dense_size_keys,
-        ex.layer_types_key,
-        ex.sparse_list_key,
-        ex.sparse_step_key,
-        ex.dense_layers_key,
-        ex.first_dense_key,
-        ex.last_sparse_key,
-        ex.sparse_offset_key,
+        *ex.keys.num_keys,
+        ex.keys.size_key,
+        *((ex.shared.size_key, ex.shared.count_key) if ex.shared else ()),
+        *ex.keys.dense_size_keys,
+        *ex.layers.config_keys,
     )
     return {k for k in keys if k}
 
@@ -85,17 +78,17 @@ def test_routing_layers_and_sizes_are_transformers(model_type):
             down = arch.block(layer, arch.layout.mlp.down_proj)[1]
             assert names[at + down].weight.shape == (g.hidden_size, g.intermediate_size)
         if arch.is_sparse(layer):
-            experts = names[at + ex.module]
+            experts = names[at + ex.weights.module]
             gate_up, down = experts.gate_up_proj.shape, experts.down_proj.shape
             # LongCat-Flash's zero-computation experts hold no weights; transformers before 5.25 kept
             # (unused) gate/up entries for them after the routed ones, never down ones
             assert gate_up[0] in {g.num_experts, g.num_experts + g.zero_experts}
-            assert gate_up[2 if ex.transposed else 1] == 2 * g.expert_size
-            assert (down[0], down[1 if ex.transposed else 2]) == (g.num_experts, g.expert_size)
-            if ex.shared:
-                assert names[f"{at}{ex.shared}.{ex.shared_down}"].weight.shape == (g.hidden_size, g.shared_size)
-                for m in ex.shared_inputs:
-                    assert names[f"{at}{ex.shared}.{m}"].weight.shape == arch.shared_input_shape()
+            assert gate_up[2 if ex.weights.transposed else 1] == 2 * g.expert_size
+            assert (down[0], down[1 if ex.weights.transposed else 2]) == (g.num_experts, g.expert_size)
+            if shared := ex.shared:
+                assert names[f"{at}{shared.module}.{shared.down}"].weight.shape == (g.hidden_size, g.shared_size)
+                for m in shared.inputs:
+                    assert names[f"{at}{shared.module}.{m}"].weight.shape == arch.shared_input_shape()
 
 
 def _older_configs(model_type: str, config) -> list[dict]:
@@ -104,8 +97,8 @@ def _older_configs(model_type: str, config) -> list[dict]:
     ex = ARCHITECTURES[model_type].experts
     cfg = config.to_dict()
     out = []
-    listed = (ex.layer_types_key, ex.sparse_list_key)
-    for drop in (listed, (*listed, ex.first_dense_key)):
+    listed = (ex.layers.layer_types_key, ex.layers.sparse_list_key)
+    for drop in (listed, (*listed, ex.layers.rule.first_dense_key)):
         older = {k: v for k, v in cfg.items() if k not in drop}
         if older != cfg and older not in out:
             out.append(older)
@@ -144,14 +137,16 @@ def test_stored_names_are_the_conversion_mappings(model_type):
     first = min(g.sparse_layers)
     prefix = arch.module_name(resolver.prefix, first, "")
     stored = arch.stored_experts(saved)
-    assert (stored is None) == (ex.per_expert is not None)  # a family splits its experts on disk, or never
+    weights = ex.weights
+    assert (stored is None) == (weights.per_expert is not None)  # a family splits its experts on disk, or never
     if stored is not None:
-        assert stored == (ex.stored_fused or (f"{ex.module}.gate_up_proj", f"{ex.module}.down_proj"))
+        assert stored == (weights.stored_fused or (f"{weights.module}.gate_up_proj", f"{weights.module}.down_proj"))
     for part in ("gate", "up", "down"):
         for expert in (0, g.num_experts - 1):
             for rel, *_ in arch.expert_slices(expert, part, stored is not None, stored):
                 assert prefix + rel in saved
-    edited = [f"{ex.shared}.{m}" for m in (*ex.shared_inputs, ex.shared_down)] if ex.shared else []
+    shared = ex.shared
+    edited = [f"{shared.module}.{m}" for m in (*shared.inputs, shared.down)] if shared else []
     for module in edited:
         assert resolver.stored(first, module) in saved, module
     for layer in arch.head_layers()[:1]:  # a hybrid's first attention layer
@@ -170,8 +165,10 @@ def test_config_aliases_are_the_attribute_map(model_type):
     ex = layout.experts
     text = config.get_text_config() if layout.config.text_config_key else config
     attribute_map = type(text).attribute_map
-    wanted = {(alias, key) for alias, key in attribute_map.items() if key in _keys(ex) and alias not in ex.num_keys}
-    assert set(ex.aliases) == wanted
+    wanted = {
+        (alias, key) for alias, key in attribute_map.items() if key in _keys(ex) and alias not in ex.keys.num_keys
+    }
+    assert set(ex.keys.aliases) == wanted
 
 
 def test_an_old_spelling_stands_for_the_key():

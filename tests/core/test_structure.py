@@ -4,21 +4,27 @@ Every ``import`` of every module under surgery/ counts, also those inside functi
 is still a dependency). Each package of surgery/ has a rank (``RANKS``), and a module imports only
 from its own rank or below. The order is the one the code needs:
 
-- ``core`` (names, geometry, edits, checkpoints, files, prompts) needs no other package.
+- ``core`` (names, geometry, edits, checkpoints, files, prompts) needs no other package. It holds
+  what several packages above share: the byte patches of a stored tensor (core/patches.py, planned
+  by the bake and by every format) and the card's before/after table (core/evaluation_table.py,
+  made by the evaluation, kept by the bake's record).
 - ``gguf`` reads GGUF files' bytes, with core alone; so loading a model may open one.
 - ``model`` (loading, placement, run-time twins) opens checkpoints of every format, through the
-  format object core's checkpoint answers with (``Checkpoint.format``, core/stored_format.py).
-- ``bake`` writes a recipe into a checkpoint: it reads no findings and runs no evaluation (the
-  recipe is its whole input; the card's evaluation table is handed to it).
-- ``formats`` are the plug-ins behind that base: each plans its exact bytes with bake's byte
+  format object core's checkpoint answers with (``Checkpoint.format``, core/stored_format.py), and
+  checks that a config describes its weights before transformers loads them (model/loadable.py).
+- ``formats`` are the plug-ins behind that base: each plans its exact bytes with core's byte
   patches and holds its weights with model's holding code, and registers itself on import; only
-  the door (``surgery/__init__``) imports them, so everything below calls them without knowing them.
-- ``evaluation`` ties its results to a bake's record (the weights' sha256 in surgery.json, the
-  card's table as a part of it), so it sits above bake.
-- ``find`` measures awareness with evaluation's DiffAware/CtxtAware, and refuses a checkpoint whose
-  config contradicts its weights with the bake's header check before loading it.
-- ``ship`` (cards, reports, LoRA, push) reads bakes, findings and evaluations; ``api`` runs the
-  commands; ``cli`` parses and prints; ``surgery`` itself (``__init__``, ``__main__``) is the door.
+  the door (``surgery/__init__``) imports them, so everything else calls them without knowing them.
+- ``evaluation`` measures a model; it names a bake it measured by the weights' sha256 its container
+  reads from the bake's record (``Container.recorded_weights``), without importing the bake.
+- ``find`` measures awareness with evaluation's DiffAware/CtxtAware.
+- ``bake`` writes a recipe into a checkpoint and renders its card (each container its own:
+  ``Container.card``; the card's "Why" shows a heads summary with find's caveats); nothing below it
+  imports it, so neither a finder nor an evaluation depends on how a bake is written (the recipe is
+  the bake's whole input; the card's evaluation table is handed to it).
+- ``ship`` (an evaluation onto a card, reports, LoRA, push) reads bakes, findings and evaluations;
+  ``api`` runs the commands; ``cli`` parses and prints; ``surgery`` itself (``__init__``,
+  ``__main__``) is the door.
 
 The tests keep the same order: they mirror the package folder for folder and share helpers through
 tests/support/ only, never by importing one another.
@@ -128,10 +134,10 @@ RANKS = {
     "core": 0,
     "gguf": 1,
     "model": 2,
-    "bake": 3,
-    "formats": 4,
-    "evaluation": 5,
-    "find": 6,
+    "formats": 3,
+    "evaluation": 4,
+    "find": 5,
+    "bake": 6,
     "ship": 7,
     "api": 8,
     "cli": 9,
@@ -143,7 +149,7 @@ LIBRARY = tuple(f"surgery.{package}" for package in RANKS if package not in ("cl
 # reason written beside it, and test_every_upward_exception_still_happens drops it once it is gone.
 UPWARD_EXCEPTIONS: set[tuple[str, str]] = set()
 # Distinct package → package imports (the entry points' own not counted): the number only goes down.
-MAX_PACKAGE_EDGES = 35
+MAX_PACKAGE_EDGES = 28
 
 
 def _package(module: str) -> str:
@@ -217,6 +223,12 @@ def test_packages_import_few_others():
         f"{len(edges)} package → package imports, at most {MAX_PACKAGE_EDGES}: "
         + ", ".join(f"{a}→{b}" for a, b in edges)
     )
+
+
+def test_the_command_line_reads_only_the_library_and_core():
+    """cli parses and prints: what it needs of the packages below comes through surgery.api
+    (api/params.py: option objects, api/records.py: records and their readings)."""
+    assert PACKAGE_GRAPH["cli"] <= {"api", "core"}, sorted(PACKAGE_GRAPH["cli"] - {"api", "core"})
 
 
 def test_the_rank_checks_catch_what_they_should():

@@ -54,15 +54,17 @@ def test_generated_pages_are_what_the_code_generates_now():
 
 
 def test_every_field_of_a_row_has_its_docstring_in_the_contributor_page():
-    """The field tables of adding-an-architecture.md hold every field of Layout, its parts and records."""
+    """The field tables of adding-an-architecture.md hold every field of Layout, its parts, its experts' parts
+    and records."""
     import dataclasses
 
-    from surgery.core.architectures import layout
+    from surgery.core.architectures import experts, layout
 
     generator = _generator()
     page = (DOCS / "contributing/adding-an-architecture.md").read_text(encoding="utf-8")
     parts = [type(getattr(layout.Layout(), f.name)) for f in dataclasses.fields(layout.Layout) if f.name != "experts"]
-    for cls in (layout.Layout, *parts, layout.Experts):
+    expert_parts = (experts.ExpertKeys, experts.ExpertWeights, experts.SharedExpert, experts.SparseLayers)
+    for cls in (layout.Layout, *parts, experts.Experts, *expert_parts, experts.StepRule):
         docs = generator.field_docs(cls)
         assert set(docs) == {f.name for f in dataclasses.fields(cls)}, cls.__name__
         assert f"### `{cls.__name__}`" in page

@@ -8,12 +8,12 @@ import pytest
 from click.testing import CliRunner
 
 from surgery.bake.bake import bake
+from surgery.bake.card import card_hook
 from surgery.bake.verify import verify
 from surgery.cli.main import cli
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, Recipe
 from surgery.evaluation.data import load_result
-from surgery.ship.card import card_hook
 from tests.support.tokenizer import TINY_VOCAB, save_char_tokenizer
 
 

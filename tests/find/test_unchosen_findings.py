@@ -63,7 +63,7 @@ def test_amplify_heads_with_nothing_cached_says_up_front_that_find_heads_runs(ti
 
     monkeypatch.setattr(heads_find, "cached_find_heads", stand_in)
     with pytest.raises(Started):
-        surgery.amplify_heads(model, tmp_path / "out", alpha=2.5, report=notes.append)
+        surgery.amplify_heads(model, tmp_path / "out", alpha=2.5, callbacks=surgery.Callbacks(report=notes.append))
     assert notes[0].startswith("no find-heads findings are cached for this model: running find-heads with its ")
     ((said, n_pairs, params),) = calls
     assert said == 1 and params.max_pairs is None and n_pairs > 1000  # the defaults, said before the run
@@ -71,7 +71,9 @@ def test_amplify_heads_with_nothing_cached_says_up_front_that_find_heads_runs(ti
     # options given choose the findings: no "newest" rule, the exact key is looked up (and computed)
     notes.clear()
     with pytest.raises(Started):
-        surgery.amplify_heads(model, tmp_path / "out", alpha=2.5, max_pairs=8, report=notes.append)
+        surgery.amplify_heads(
+            model, tmp_path / "out", alpha=2.5, max_pairs=8, callbacks=surgery.Callbacks(report=notes.append)
+        )
     assert notes == [] and calls[-1][2].max_pairs == 8
 
 
@@ -92,5 +94,12 @@ def test_prune_neurons_without_capture_options_uses_the_newest_cached(tiny, tmp_
     notes = []
     monkeypatch.setattr(neurons_find, "load_model", _started)
     with pytest.raises(Started):
-        surgery.prune_neurons(model, tmp_path / "other", n=2, pairs="builtin", device="cpu", report=notes.append)
+        surgery.prune_neurons(
+            model,
+            tmp_path / "other",
+            n=2,
+            pairs="builtin",
+            device="cpu",
+            callbacks=surgery.Callbacks(report=notes.append),
+        )
     assert not any("newest cached" in n for n in notes)

@@ -11,7 +11,8 @@ from surgery.bake.gguf import bake_gguf
 from surgery.bake.gguf_verify import undo_gguf, verify_gguf
 from surgery.core.checkpoint import file_sha256
 from surgery.core.edits import HeadScale, Recipe, parse_neurons
-from surgery.gguf.formats import ELEMENT_ZERO, FLOATS, NIBBLE_ZERO, SUPPORTED, dequantize, quantize
+from surgery.gguf.blocks import block_type, supported
+from surgery.gguf.blocks.floats import FloatValues
 from surgery.gguf.header import tensor_bytes
 from surgery.gguf.model import open_gguf
 from tests.support.typed_gguf import tensor_values, write_typed_gguf
@@ -28,23 +29,24 @@ def recipe() -> Recipe:
 def expected_edit(values: dict[str, np.ndarray], kind: str) -> dict[str, np.ndarray]:
     """The recipe applied to dequantized source tensors, written out by hand from what the edits mean."""
     out = {k: v.copy() for k, v in values.items()}
+    stored = block_type(kind)
     for label in NEURONS.split(","):
         layer, n = map(int, label.split(":"))
         out[f"blk.{layer}.ffn_gate.weight"][n, :] = 0
         out[f"blk.{layer}.ffn_up.weight"][n, :] = 0
-        if kind in FLOATS or kind in ELEMENT_ZERO or kind in NIBBLE_ZERO:  # a single value zeroes exactly only there
+        if stored.zeroes_values:  # a single value zeroes exactly only there
             out[f"blk.{layer}.ffn_down.weight"][:, n] = 0
     for layer, head, alpha in HEADS:
         out[f"blk.{layer}.attn_output.weight"][:, head * HEAD_DIM : (head + 1) * HEAD_DIM] *= np.float32(alpha)
-    if kind in FLOATS:  # float types round each value to the stored type, as a safetensors bake does
-        out = {k: dequantize(quantize(v, kind), kind).reshape(v.shape) for k, v in out.items()}
+    if isinstance(stored, FloatValues):  # float types round each value to the stored type, as a safetensors bake does
+        out = {k: stored.dequantize(stored.quantize(v)).reshape(v.shape) for k, v in out.items()}
     return out
 
 
 EDITED = [f"blk.{la}.{t}.weight" for la in (0, 1) for t in ("attn_output", "ffn_gate", "ffn_up", "ffn_down")]
 
 
-@pytest.mark.parametrize("kind", SUPPORTED)
+@pytest.mark.parametrize("kind", supported())
 def test_bake_is_exact_and_touches_nothing_else(tmp_path, kind):
     src, out = tmp_path / f"src-{kind}.gguf", tmp_path / "out.gguf"
     write_typed_gguf(src, kind, head_dim=HEAD_DIM)

@@ -15,7 +15,7 @@ from surgery.bake.gguf import bake_gguf
 from surgery.bake.gguf_verify import undo_gguf, verify_gguf
 from surgery.core.edits import SHARED, NeuronScale, Recipe
 from surgery.core.errors import RecipeError
-from surgery.gguf.formats import ELEMENT_ZERO, FLOATS
+from surgery.gguf.blocks import block_type
 from surgery.gguf.header import tensor_bytes
 from surgery.gguf.model import open_gguf
 from surgery.gguf.plan import plan_gguf
@@ -44,7 +44,7 @@ def expected(values: dict[str, np.ndarray], path, pruned=PRUNED, amplified=()) -
         if alpha == 0.0:  # pruned: its gate and up rows are zero
             out[gate][(*slab, n)] = 0
             out[up][(*slab, n)] = 0
-        if alpha != 0.0 or types[down] in FLOATS or types[down] in ELEMENT_ZERO:  # a single zero is exact only there
+        if alpha != 0.0 or block_type(types[down]).zeroes_values:  # a single zero is exact only there
             out[down][(*slab, slice(None), n)] *= np.float32(alpha)
     return out
 
@@ -81,9 +81,9 @@ def test_expert_neurons_bake_exactly_and_touch_nothing_else(tmp_path, kind):
     edited = {e.tensor for e in result.provenance.edited_tensors}
     assert {"blk.0.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight", "blk.0.ffn_gate_shexp.weight"} <= edited
     # Down columns: zeroed in F32/Q8_0, left with a note where one value cannot be zeroed (Q4_0, Q4_K).
-    down_zeroed = kind_of("blk.0.ffn_down_exps", kind) in FLOATS + tuple(ELEMENT_ZERO)
+    down_zeroed = block_type(kind_of("blk.0.ffn_down_exps", kind)).zeroes_values
     assert ("blk.0.ffn_down_exps.weight" in edited) == down_zeroed
-    assert any("left as is" in n for n in result.notes) == (kind not in FLOATS + tuple(ELEMENT_ZERO))
+    assert any("left as is" in n for n in result.notes) == (not block_type(kind).zeroes_values)
 
 
 def test_amplified_expert_neuron_scales_its_own_slab_only(tmp_path):
@@ -152,7 +152,7 @@ def test_experts_without_per_expert_names_are_refused_in_one_line(tmp_path):
     write_moe_gguf(src, "Q8_0")
     model = open_gguf(src)
     layout = model.arch.layout
-    experts = replace(layout.experts, per_expert=None)
+    experts = replace(layout.experts, weights=replace(layout.experts.weights, per_expert=None))
     model = replace(model, arch=replace(model.arch, layout=replace(layout, experts=experts)))
     with pytest.raises(RecipeError, match="cannot match this qwen2_moe file's routed experts") as err:
         bake_gguf(model, recipe(pruned=((0, 3, 1),)), tmp_path / "out.gguf")

@@ -12,7 +12,7 @@ from surgery.bake.gguf import bake_gguf
 from surgery.bake.gguf_verify import undo_gguf, verify_gguf
 from surgery.core.edits import HeadScale, Recipe
 from surgery.core.errors import RecipeError
-from surgery.gguf.formats import dequantize, edit_blocks
+from surgery.gguf.blocks import block_type
 from surgery.gguf.model import open_gguf
 from tests.support.typed_gguf import random_blocks, write_typed_gguf
 
@@ -27,8 +27,9 @@ def test_a_pruned_value_keeps_the_other_nibble_and_a_power_of_two_shifts_the_exp
     factors[0, [3, 20]] = 0.0  # value 3: byte 1 + 3's low nibble; value 20: byte 1 + 4's high nibble
     factors[1] = 0.0  # a whole block
     factors[2] = 4.0
-    edited = edit_blocks(blocks, factors, "MXFP4", "t", requantize=False)
-    before, after = dequantize(blocks, "MXFP4"), dequantize(edited.blocks, "MXFP4")
+    mxfp4 = block_type("MXFP4")
+    edited = mxfp4.edit(blocks, factors, "t", requantize=False)
+    before, after = mxfp4.dequantize(blocks), mxfp4.dequantize(edited.blocks)
     assert np.array_equal(after, before * factors) and edited.requantized == 0
     assert edited.blocks[0, 4] == blocks[0, 4] & 0xF0 and edited.blocks[0, 5] == blocks[0, 5] & 0x0F
     assert not edited.blocks[1, 1:].any() and edited.blocks[1, 0] == blocks[1, 0]  # codes +0, exponent kept
@@ -45,7 +46,7 @@ def test_a_pruned_value_keeps_the_other_nibble_and_a_power_of_two_shifts_the_exp
 def test_an_inexact_factor_is_refused_in_one_line(factor, why):
     factors = np.full((8, 32), factor, np.float32)
     with pytest.raises(RecipeError) as err:
-        edit_blocks(_blocks(), factors, "MXFP4", "blk.0.attn_output.weight", requantize=False)
+        block_type("MXFP4").edit(_blocks(), factors, "blk.0.attn_output.weight", requantize=False)
     msg = str(err.value)
     assert "\n" not in msg and "MXFP4" in msg and why in msg and "--requantize" in msg
 

@@ -11,7 +11,7 @@ import pytest
 
 from surgery.bake.provenance import sidecars
 from surgery.core.checkpoint import file_sha256
-from surgery.gguf.formats import dequantize
+from surgery.gguf.blocks import block_type
 from surgery.gguf.header import tensor_bytes
 from surgery.gguf.model import open_gguf
 from tests.support.cli import run_cli
@@ -29,7 +29,7 @@ def values(path, t):
     with open(path, "rb") as f:
         f.seek(t.offset)
         raw = np.frombuffer(f.read(tensor_bytes(t)), dtype=np.uint8)
-    return dequantize(raw.reshape(t.shape[0], -1), t.type).reshape(t.shape)
+    return block_type(t.type).dequantize(raw.reshape(t.shape[0], -1)).reshape(t.shape)
 
 
 def check_round_trip(tmp_path, src, out, cache):

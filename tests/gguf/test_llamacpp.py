@@ -1,12 +1,14 @@
 """llama.cpp runs the GGUFs surgery baked: the real SmolLM2-135M-Instruct Q4_1 file edited five ways
 (40 neurons pruned, another 40 drawn at random, one head α 2, α 0.5, prune and α 2 together) and
-Gemma-3-270M Q4_K_M four (α 0.5 is not exact there), run by llama.cpp through llama-cpp-python over
-8 prompts (examples/llamacpp_logits.py makes the table and prints it).
+Gemma-3-270M Q4_K_M four (α 0.5 is not exact there), and SmolLM2 with its decoder matrices in MXFP4
+(GGUF type 39, encoded by gguf-py: examples/fp4_gguf.py) the same five ways and in NVFP4 (type 40,
+encoded by ggml) four (α 0.5 is not exact there), run by llama.cpp through
+llama-cpp-python over 8 prompts (examples/llamacpp_logits.py makes the table and prints it).
 
 What the measurement showed (8 prompts, plain text; mean |Δlogit| per prompt), and so what is asserted:
 - llama.cpp computes every edited file bit for bit as it computes its own run-time edit of the
   source file (the pruned neurons' gated activations zeroed, the head's attention output scaled,
-  through llama.cpp's graph callback), in SmolLM2's Q4_1 and in Gemma-3's Q4_K_M mix alike: the
+  through llama.cpp's graph callback), in SmolLM2's Q4_1, in Gemma-3's Q4_K_M mix and in MXFP4 and NVFP4 alike: the
   bytes are the edit, in llama.cpp's arithmetic too. Whatever separates llama.cpp from transformers
   on an edited file is llama.cpp's engine on the edited model, which no other bytes would fix.
 - The pruned neurons are silent in llama.cpp: their activation (the down projection's input) is 0.0
@@ -81,7 +83,7 @@ def table(tables):
     return tables("smollm2")
 
 
-@pytest.mark.parametrize("name", ["smollm2", "gemma"])
+@pytest.mark.parametrize("name", ["smollm2", "gemma", "smollm2-mxfp4", "smollm2-nvfp4"])
 def test_llamacpp_computes_the_edited_file_as_its_own_run_time_edit(tables, name):
     _, rows = tables(name)
     for row in rows.values():
@@ -89,7 +91,7 @@ def test_llamacpp_computes_the_edited_file_as_its_own_run_time_edit(tables, name
         assert row.edit_size.largest > 0.0, row.name  # the edit did change llama.cpp's logits
 
 
-@pytest.mark.parametrize("name", ["smollm2", "gemma"])
+@pytest.mark.parametrize("name", ["smollm2", "gemma", "smollm2-mxfp4", "smollm2-nvfp4"])
 def test_pruned_neurons_are_silent_in_llamacpp(tables, name):
     _, rows = tables(name)
     pruned = [r for r in rows.values() if r.silent is not None]

@@ -9,15 +9,17 @@ import pytest
 import yaml
 
 from surgery.bake.bake import bake
+from surgery.bake.card import card_hook, card_text
 from surgery.bake.check import edited_check
-from surgery.bake.record import BakeRecord, Evaluation, UndoRecord
+from surgery.bake.record import BakeRecord, UndoRecord
 from surgery.bake.undo import undo
 from surgery.bake.verify import verify
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import VerificationError
+from surgery.core.evaluation_table import Evaluation
 from surgery.model.loading import Source
-from surgery.ship.card import card_hook, card_text, refresh_card
+from surgery.ship.card import refresh_card
 
 RECIPE = Recipe((HeadScale(0, 1, 2.5), NeuronScale(1, 3, 0.0)))
 EVALUATION = {
@@ -195,7 +197,7 @@ def test_card_is_what_huggingface_hub_renders(source_card):
     bake): it must be byte for byte what ModelCard.from_template renders, and parse back the same."""
     from huggingface_hub import ModelCard, ModelCardData
 
-    from surgery.ship.card import CARRIED_KEYS, front_matter, render_card
+    from surgery.bake.card import CARRIED_KEYS, front_matter, render_card
 
     text = card_text(_record(RECIPE, Source(Path("/m"), "org/m")), source_card)
     carried = {k: v for k, v in front_matter(source_card).items() if k in CARRIED_KEYS}
@@ -227,8 +229,8 @@ def test_card_names_the_weights_of_this_architecture(tiny, tmp_path):
 
 
 def test_card_names_routed_expert_entries():
+    from surgery.bake.card import edits_section
     from surgery.core.architectures import architecture
-    from surgery.ship.card import edits_section
 
     config = {
         "model_type": "mixtral",

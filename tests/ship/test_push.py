@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from surgery.bake.bake import bake
+from surgery.bake.card import card_hook
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import VerificationError
-from surgery.ship.card import card_hook
 from surgery.ship.hub import check_pushable
 from tests.support.fakehub import TOKEN, FakeHub, card_front_matter, hub_env, run_surgery
 from tests.support.paths import REPO

@@ -197,3 +197,28 @@ def test_report_draws_a_tune_front_with_its_held_out_confirmation(tiny, tmp_path
     assert [line for line in text.splitlines() if line.startswith("| 1 | alpha 2")] == [
         "| 1 | alpha 2, top 1 | 1 | 0.01 |"
     ]
+
+
+def test_a_registered_finder_without_a_section_gets_its_parameters(tiny, tmp_path, monkeypatch):
+    """A family registered beyond the shipped ones (surgery.find.finders) reports as its record,
+    with a short section: its kind, command, model and parameters."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from surgery.find import finders
+    from surgery.find.findings import Findings
+
+    @dataclass(kw_only=True)
+    class FeatureFindings(Findings):
+        KIND: ClassVar[str] = "features"
+
+    list(finders.finders())
+    monkeypatch.setattr(finders, "_FINDERS", dict(finders._FINDERS))
+    finders.register_finder(
+        "features", find_command="find-features", bake_command="ablate-features", record=FeatureFindings, params=()
+    )
+    raw = new_findings("features", Checkpoint(tiny("llama")), "2" * 64, {"width": 16, "layer": 3}, "test")
+    save_findings(FeatureFindings.from_dict(raw), tmp_path / "features.json")
+    md = build_report([tmp_path / "features.json"], [], tmp_path / "report").read_text()
+    assert "## features findings (find-features) — " in md
+    assert "- width: 16\n- layer: 3\n" in md

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from surgery.gguf.formats import block_shape
+from surgery.gguf.blocks import block_type
 from tests.support.typed_gguf import TOKENS, add_tokenizer, random_blocks
 
 HIDDEN, EXPERT, SHARED, EXPERTS, LAYERS, HEADS, KV_HEADS = 256, 1408, 5632, 3, 2, 2, 1
@@ -52,7 +52,7 @@ def kind_of(base: str, kind: str) -> str:
     """The type tensor ``base`` is stored in when the expert FFN tensors are ``kind``."""
     if base.split(".")[-1] not in EDITED:
         return "F32"
-    values, _ = block_shape(kind)
+    values, _ = block_type(kind).block_shape
     return kind if shapes()[base][-1] % values == 0 else DOWN_FALLBACK
 
 

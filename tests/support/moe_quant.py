@@ -22,9 +22,9 @@ def _matrices(edit: NeuronScale, experts) -> tuple[list[str], str]:
     table's ``experts`` (Mixtral's w1 / w3 / w2, Qwen's gate_proj / up_proj / down_proj, the shared expert's)."""
     layer = f"model.layers.{edit.layer}."
     if edit.expert == SHARED:
-        base = layer + experts.shared + "."
-        return [base + m + ".weight" for m in experts.shared_inputs], base + experts.shared_down + ".weight"
-    gate, up, down = (layer + name.format(expert=edit.expert) + ".weight" for name in experts.per_expert)
+        base = layer + experts.shared.module + "."
+        return [base + m + ".weight" for m in experts.shared.inputs], base + experts.shared.down + ".weight"
+    gate, up, down = (layer + name.format(expert=edit.expert) + ".weight" for name in experts.weights.per_expert)
     return [gate, up], down
 
 

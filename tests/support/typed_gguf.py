@@ -11,7 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from surgery.gguf.formats import EXPONENT_FIELDS, FLOATS, SCALE_FIELDS, block_shape
+from surgery.gguf.blocks import block_type, supported
+from surgery.gguf.blocks.floats import FloatValues
+from surgery.gguf.blocks.mxfp4 import MXFP4
+from surgery.gguf.blocks.nvfp4 import GROUPS, NVFP4
 
 HIDDEN, FFN, LAYERS, KV_HEADS = 256, 512, 2, 1
 TOKENS = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(29)]
@@ -31,20 +34,24 @@ def random_blocks(kind: str, rows: int, cols: int, rng: np.random.Generator) -> 
     """Raw data of a (rows, cols) tensor of ``kind``: float values, or random blocks with sane scales."""
     import gguf
 
-    if kind in FLOATS:
+    stored = block_type(kind) if kind in supported() else None  # a type surgery refuses: random bytes
+    if isinstance(stored, FloatValues):
         data = rng.normal(0, 0.05, (rows, cols)).astype(np.float32)
         if kind == "F32":
             return data
         if kind == "F16":
             return data.astype(np.float16)
         return gguf.quants.quantize(data, gguf.GGMLQuantizationType.BF16)
-    values, nbytes = block_shape(kind)
+    values, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[kind]]
     raw = rng.integers(0, 256, (rows, cols // values, nbytes), dtype=np.uint8)
-    for at in SCALE_FIELDS.get(kind, ()):
+    for at in getattr(stored, "scale_fields", ()):
         scale = (rng.uniform(0.01, 0.1, raw.shape[:2]) * rng.choice([-1, 1], raw.shape[:2])).astype(np.float16)
         raw[:, :, at : at + 2] = scale.view(np.uint8).reshape(*raw.shape[:2], 2)
-    if kind in EXPONENT_FIELDS:  # E8M0 exponents near 2^-6: moderate values, room to shift either way
-        raw[:, :, EXPONENT_FIELDS[kind]] = rng.integers(118, 124, raw.shape[:2])
+    if isinstance(stored, MXFP4):  # E8M0 exponents near 2^-6: moderate values, room to shift either way
+        raw[:, :, stored.exponent] = rng.integers(118, 124, raw.shape[:2])
+    if isinstance(stored, NVFP4):  # normal e4m3 group scales near 2^-4: room to halve or double exactly
+        exponent, mantissa = rng.integers(2, 5, (*raw.shape[:2], GROUPS)), rng.integers(0, 8, (*raw.shape[:2], GROUPS))
+        raw[:, :, :GROUPS] = (exponent << 3 | mantissa).astype(np.uint8)
     return raw.reshape(rows, -1)
 
 
@@ -110,7 +117,6 @@ def write_typed_gguf(
 
 def tensor_values(path, name):
     """The dequantized (rows, cols) values of tensor ``name`` of the GGUF at ``path``."""
-    from surgery.gguf.formats import dequantize
     from surgery.gguf.header import tensor_bytes
     from surgery.gguf.model import open_gguf
 
@@ -119,4 +125,4 @@ def tensor_values(path, name):
         f.seek(t.offset)
         raw = np.frombuffer(f.read(tensor_bytes(t)), dtype=np.uint8)
     rows = t.shape[0]
-    return dequantize(raw.reshape(rows, -1), t.type).reshape(t.shape)
+    return block_type(t.type).dequantize(raw.reshape(rows, -1)).reshape(t.shape)

@@ -4,7 +4,8 @@ Everything else asks this table for tensor and module names. Supporting a new mo
 adding a row to ``ARCHITECTURES`` (its group's ``table_*.py``), never a try/except elsewhere.
 
 - :mod:`.layout`: the row type ``Layout`` and its parts (``Names``, ``Attention``, ``Mlp``, ``Layers``,
-  ``Tail``, ``Limits``, ``Config``); :mod:`.experts`: its mixture of experts; :mod:`.records`: the
+  ``Tail``, ``Limits``, ``Config``); :mod:`.experts`: its mixture of experts (``Experts``: ``ExpertKeys``,
+  ``ExpertWeights``, ``SharedExpert``, ``SparseLayers`` with its ``StepRule``); :mod:`.records`: the
   records the parts hold (``ConfigKeys``, ``Mixer``, ``NativeName``, ``LayerSizes``); data only;
 - :mod:`.kinds`: MLA and grouped-output shapes, hybrid layer kinds and how a config names them;
 - :mod:`.parts`: pieces the rows share; :mod:`.table_base`, :mod:`.table_moe`, :mod:`.table_hybrid`,
@@ -15,7 +16,7 @@ adding a row to ``ARCHITECTURES`` (its group's ``table_*.py``), never a try/exce
 """
 
 from .architecture import Architecture, LayerEdits, architecture, grouped_output_shapes, mla_shapes
-from .experts import Experts
+from .experts import ExpertKeys, Experts, ExpertWeights, SharedExpert, SparseLayers, StepRule
 from .geometry import Geometry
 from .kinds import ATTENTION_KINDS, LEGACY_KINDS, GroupedOutput, KindRule, LayerKinds, Mla, MlaSizes, read_kinds
 from .layout import TABLE_LOCATION, Attention, Config, Layers, Layout, Limits, Mlp, Names, Tail
@@ -34,6 +35,8 @@ __all__ = [
     "Attention",
     "Config",
     "ConfigKeys",
+    "ExpertKeys",
+    "ExpertWeights",
     "Experts",
     "Geometry",
     "GroupedOutput",
@@ -50,6 +53,9 @@ __all__ = [
     "Mlp",
     "Names",
     "NativeName",
+    "SharedExpert",
+    "SparseLayers",
+    "StepRule",
     "Tail",
     "architecture",
     "grouped_output_shapes",

@@ -200,9 +200,9 @@ class Architecture(ExpertTensors):
 
     def dense_mlp_layers(self) -> tuple[int, ...]:
         """The layers with a dense MLP (not a mixture of experts, unless its layers keep their dense MLP
-        too, ``Experts.with_dense``; not a layer without MLP)."""
+        too, ``SparseLayers.with_dense``; not a layer without MLP)."""
         mk, g, ex = self.layout.layers.mlp_kinds, self.geometry, self.layout.experts
-        beside = ex is not None and ex.with_dense
+        beside = ex is not None and ex.layers.with_dense
         return tuple(
             i
             for i in range(g.num_layers)
@@ -287,9 +287,9 @@ class Architecture(ExpertTensors):
         if layer in self.dense_mlp_layers():
             out["mlp"] = lay.mlp.down_proj
         if self.is_sparse(layer):
-            out["experts"] = f"{lay.experts.module}.down_proj"
+            out["experts"] = f"{lay.experts.weights.module}.down_proj"
             if lay.experts.shared:
-                out["shared_experts"] = f"{lay.experts.shared}.{lay.experts.shared_down}"
+                out["shared_experts"] = f"{lay.experts.shared.module}.{lay.experts.shared.down}"
         return {role: self.block(layer, module)[1] for role, module in out.items()}
 
     def unprojected_writers(self, layer: int) -> tuple[tuple[str, str], ...]:

@@ -30,13 +30,13 @@ class ExpertTensors:
 
     def stored_experts(self, names: Iterable[str]) -> tuple[str, str] | None:
         """The fused (gate_up, down) tensors of ``names`` (a checkpoint's tensors) relative to a
-        layer, under the in-memory names or a release's own (``Experts.stored_fused``); None when
+        layer, under the in-memory names or a release's own (``ExpertWeights.stored_fused``); None when
         the checkpoint holds one tensor per expert.
 
         Decided from the names of the first sparse layer; quantized experts (GPT-OSS's MXFP4
         ``_blocks``/``_scales``) and anything else are one clear line.
         """
-        ex = self.layout.experts
+        ex = self.layout.experts.weights
         names = set(names)
         layer = min(self.geometry.sparse_layers)
         prefix = self.module_name(self.layer_prefix(names), layer, "")
@@ -68,7 +68,7 @@ class ExpertTensors:
         window holds both halves: :meth:`expert_rows` says which of its rows (columns) are a neuron's.
         ``stored``: the fused tensors' names (:meth:`stored_experts`; default the in-memory ones).
         """
-        ex, g = self.layout.experts, self.geometry
+        ex, g = self.layout.experts.weights, self.geometry
         E, H, I = g.num_experts, g.hidden_size, g.expert_size
         if not fused:
             name = ex.per_expert[("gate", "up", "down").index(part)].format(expert=expert) + ".weight"
@@ -94,14 +94,14 @@ class ExpertTensors:
         or a model without experts."""
         ex = self.layout.experts
         stored, loaded = list(stored), list(loaded)
-        if ex is None or not ex.per_expert or not self.geometry.sparse_layers or self.fused_experts(stored):
+        if ex is None or not ex.weights.per_expert or not self.geometry.sparse_layers or self.fused_experts(stored):
             return {}
         s_prefix, l_prefix = self.layer_prefix(stored), self.layer_prefix(loaded)
         I = self.geometry.expert_size
         homes = {}
         for layer in sorted(self.geometry.sparse_layers):
             for e in range(self.geometry.num_experts):
-                for part, pattern in zip(("gate", "up", "down"), ex.per_expert):
+                for part, pattern in zip(("gate", "up", "down"), ex.weights.per_expert):
                     tensor, _, _, _, flipped = self.expert_slices(e, part, fused=True)[0]
                     neurons = range(I) if part != "down" else ()  # down: the whole [H, I] slice
                     rows = tuple(r for n in neurons for r in self.expert_rows(part, n, fused=True))
@@ -114,18 +114,22 @@ class ExpertTensors:
         """The rows (of a gate/up matrix in [out, in] orientation) that belong to ``neuron``."""
         if not fused or part == "down":
             return (neuron,)
-        ex, I = self.layout.experts, self.geometry.expert_size
+        ex, I = self.layout.experts.weights, self.geometry.expert_size
         if ex.interleaved:
             return (2 * neuron + (part == "up"),)
         return (neuron + (I if part == "up" else 0),)
 
     def shared_rows(self, neuron: int) -> tuple[int, ...]:
         """Rows of each shared-expert input matrix that belong to ``neuron`` (a fused [gate; up]
-        input holds two: ``Experts.shared_fused``)."""
-        ex, S = self.layout.experts, self.geometry.shared_size
-        return (neuron, S + neuron) if ex.shared_fused else (neuron,)
+        input holds two: ``SharedExpert.fused``)."""
+        return (neuron, self.geometry.shared_size + neuron) if self._shared_fused() else (neuron,)
 
     def shared_input_shape(self) -> tuple[int, int]:
         """The weight shape of each shared-expert input matrix: (S, H), or (2S, H) fused."""
         g = self.geometry
-        return ((2 if self.layout.experts.shared_fused else 1) * g.shared_size, g.hidden_size)
+        return ((2 if self._shared_fused() else 1) * g.shared_size, g.hidden_size)
+
+    def _shared_fused(self) -> bool:
+        """Whether the shared expert's input is one fused [gate; up] matrix (no shared expert: no)."""
+        shared = self.layout.experts.shared if self.layout.experts else None
+        return shared is not None and shared.fused

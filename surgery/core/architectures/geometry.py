@@ -8,8 +8,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UnsupportedArchitecture
+from .experts import SparseLayers
 from .kinds import _MISSING, MlaSizes, _lookup, read_kinds
-from .layout import ConfigKeys, Experts, Layout, Mixer
+from .layout import ConfigKeys, Layout, Mixer
 from .table import ARCHITECTURES
 
 
@@ -182,9 +183,9 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
     # head_dim is explicit in Gemma/Qwen3 configs and differs from hidden/heads there.
     head_dim = (cfg.get(keys.head_dim) if keys.head_dim else None) or hidden // heads
     ex = layout.experts
-    if ex and ex.aliases:  # an alias (the config class's attribute_map) stands for the key where the key is absent
-        cfg = {**{key: cfg[alias] for alias, key in ex.aliases if alias in cfg}, **cfg}
-    size_keys = ex.dense_size_keys if ex else (keys.intermediate_size,)
+    if ex and ex.keys.aliases:  # an alias (the config class's attribute_map) stands for the key where it is absent
+        cfg = {**{key: cfg[alias] for alias, key in ex.keys.aliases if alias in cfg}, **cfg}
+    size_keys = ex.keys.dense_size_keys if ex else (keys.intermediate_size,)
     dense_key = next((k for k in size_keys if k and cfg.get(k) is not None), size_keys[0]) if size_keys else None
     has_dense = (dense_key or keys.mlp_ratio) and (layout.layers.mlp_kinds is None or layout.layers.mlp_kinds.editable)
     dense = _shapes_and_kinds(
@@ -204,11 +205,11 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
     )
     if ex is None:
         return dense
-    num = next((k for k in ex.num_keys if cfg.get(k) is not None), ex.num_keys[0])
-    shared = need(ex.shared_size_key) if ex.shared_size_key else 0
-    if ex.shared_count_key:
-        shared *= need(ex.shared_count_key)
-    sparse = _sparse_layers(model_type, ex, cfg, layers) if need(num) > 0 else frozenset()
+    num = next((k for k in ex.keys.num_keys if cfg.get(k) is not None), ex.keys.num_keys[0])
+    shared = need(ex.shared.size_key) if ex.shared else 0
+    if ex.shared and ex.shared.count_key:
+        shared *= need(ex.shared.count_key)
+    sparse = _sparse_layers(model_type, ex.layers, cfg, layers) if need(num) > 0 else frozenset()
     if sparse and len(sparse) < layers and not dense_key:
         raise UnsupportedArchitecture(
             f"config.json of this {model_type} model makes layers "
@@ -218,40 +219,41 @@ def _geometry(model_type: str, cfg: Mapping[str, Any]) -> Geometry:
     return replace(
         dense,
         num_experts=need(num),
-        expert_size=need(ex.size_key),
+        expert_size=need(ex.keys.size_key),
         shared_size=shared,
         sparse_layers=sparse,
-        zero_experts=int(cfg.get(ex.zero_key) or 0) if ex.zero_key else 0,
+        zero_experts=int(cfg.get(ex.keys.zero_key) or 0) if ex.keys.zero_key else 0,
     )
 
 
-def _sparse_layers(model_type: str, ex: Experts, cfg: Mapping[str, Any], layers: int) -> frozenset[int]:
-    """The layers whose MLP is a mixture of experts, by the config's keys (see ``Experts``)."""
-    kinds = cfg.get(ex.layer_types_key) if ex.layer_types_key else None
+def _sparse_layers(model_type: str, sparse: SparseLayers, cfg: Mapping[str, Any], layers: int) -> frozenset[int]:
+    """The layers whose MLP is a mixture of experts, by the config's keys (see ``SparseLayers``)."""
+    kinds = cfg.get(sparse.layer_types_key) if sparse.layer_types_key else None
     if kinds is not None:
         if not isinstance(kinds, list) or len(kinds) != layers:
             raise UnsupportedArchitecture(
-                f"config.json of this {model_type} model has '{ex.layer_types_key}' = {kinds!r:.60}, not a list of "
+                f"config.json of this {model_type} model has '{sparse.layer_types_key}' = {kinds!r:.60}, not a list of "
                 f"num_hidden_layers = {layers} layer kinds; correct it or drop it"
             )
         return frozenset(i for i, kind in enumerate(kinds) if kind == "sparse")
-    listed = cfg.get(ex.sparse_list_key) if ex.sparse_list_key else None
+    listed = cfg.get(sparse.sparse_list_key) if sparse.sparse_list_key else None
     if listed is not None:
         if not isinstance(listed, list) or not all(isinstance(i, int) and 0 <= i < layers for i in listed):
             raise UnsupportedArchitecture(
-                f"config.json of this {model_type} model has '{ex.sparse_list_key}' = {listed!r:.60}, not a list of "
+                f"config.json of this {model_type} model has '{sparse.sparse_list_key}' = {listed!r:.60}, not a list of "
                 f"layer indices in 0..{layers - 1}; correct it or drop it"
             )
         return frozenset(listed)
-    step = int(cfg.get(ex.sparse_step_key) or 1) if ex.sparse_step_key else ex.sparse_step
-    only_dense = set(cfg.get(ex.dense_layers_key) or []) if ex.dense_layers_key else set()
-    first = ex.first_dense_default
-    if ex.first_dense_key and cfg.get(ex.first_dense_key) is not None:
-        first = int(cfg[ex.first_dense_key])
-    last = int(cfg.get(ex.last_sparse_key, -1)) if ex.last_sparse_key else -1
+    rule = sparse.rule
+    step = int(cfg.get(rule.step_key) or 1) if rule.step_key else rule.step
+    only_dense = set(cfg.get(rule.dense_layers_key) or []) if rule.dense_layers_key else set()
+    first = rule.first_dense_default
+    if rule.first_dense_key and cfg.get(rule.first_dense_key) is not None:
+        first = int(cfg[rule.first_dense_key])
+    last = int(cfg.get(rule.last_sparse_key, -1)) if rule.last_sparse_key else -1
     last = layers - 1 if last == -1 else last
     # transformers' rule (Qwen-MoE): experts where layer ∉ mlp_only_layers and (layer+1) % step == 0.
-    offset = int(cfg.get(ex.sparse_offset_key) or 0) if ex.sparse_offset_key else ex.sparse_offset
+    offset = int(cfg.get(rule.offset_key) or 0) if rule.offset_key else rule.offset
     return frozenset(
         i for i in range(layers) if first <= i <= last and i not in only_dense and i % step == offset % step
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .experts import Experts
+from .experts import ExpertKeys, Experts, ExpertWeights, SharedExpert, SparseLayers, StepRule
 from .kinds import KindRule, LayerKinds, Mla
 from .layout import Attention, Mlp
 from .records import Mixer
@@ -29,41 +29,41 @@ _MIXTRAL_EXPERTS = (
     "block_sparse_moe.experts.{expert}.w3",
     "block_sparse_moe.experts.{expert}.w2",
 )
+_QWEN_WEIGHTS = ExpertWeights(_QWEN_EXPERTS)
+_MIXTRAL_WEIGHTS = ExpertWeights(_MIXTRAL_EXPERTS)
 # Granite-MoE releases store the fused experts under names of their own.
 _GRANITE_EXPERTS = Experts(
-    ("num_local_experts",),
-    "intermediate_size",
-    None,
-    module="block_sparse_moe.experts",
-    stored_fused=("block_sparse_moe.input_linear.weight", "block_sparse_moe.output_linear.weight"),
-    dense_size_keys=(),
+    ExpertKeys(("num_local_experts",), "intermediate_size", dense_size_keys=()),
+    ExpertWeights(
+        None,
+        module="block_sparse_moe.experts",
+        stored_fused=("block_sparse_moe.input_linear.weight", "block_sparse_moe.output_linear.weight"),
+    ),
 )
 # Llama 4: fused [E, H, 2I] experts on disk too, a shared expert, dense MLPs interleaved (moe_layers).
 _LLAMA4_EXPERTS = Experts(
-    ("num_local_experts",),
-    "intermediate_size",
-    None,
-    module="feed_forward.experts",
-    transposed=True,
-    shared="feed_forward.shared_expert",
-    shared_size_key="intermediate_size",
-    dense_size_keys=("intermediate_size_mlp",),
-    sparse_list_key="moe_layers",
-    sparse_step_key="interleave_moe_layer_step",
-    dispatch="dense",
+    ExpertKeys(("num_local_experts",), "intermediate_size", dense_size_keys=("intermediate_size_mlp",)),
+    ExpertWeights(None, module="feed_forward.experts", transposed=True, dispatch="dense"),
+    SharedExpert("feed_forward.shared_expert", "intermediate_size"),
+    SparseLayers(sparse_list_key="moe_layers", rule=StepRule(step_key="interleave_moe_layer_step")),
 )
 # DeepSeek-V3.2 and its kin: a per-layer list of MLP kinds, else the first first_k_dense_replace dense.
+_DEEPSEEK_KEYS = ExpertKeys(
+    ("n_routed_experts",), "moe_intermediate_size", aliases=(("num_local_experts", "n_routed_experts"),)
+)
+_DEEPSEEK_SHARED = SharedExpert("mlp.shared_experts", "moe_intermediate_size", count_key="n_shared_experts")
+
+
+def _first_k_dense(default: int) -> StepRule:
+    """Every layer routes but the first first_k_dense_replace (``default`` where config.json lacks it)."""
+    return StepRule(first_dense_key="first_k_dense_replace", first_dense_default=default)
+
+
 _DEEPSEEK_EXPERTS = Experts(
-    ("n_routed_experts",),
-    "moe_intermediate_size",
-    _QWEN_EXPERTS,
-    shared="mlp.shared_experts",
-    shared_size_key="moe_intermediate_size",
-    shared_count_key="n_shared_experts",
-    layer_types_key="mlp_layer_types",
-    first_dense_key="first_k_dense_replace",
-    first_dense_default=3,
-    aliases=(("num_local_experts", "n_routed_experts"),),
+    _DEEPSEEK_KEYS,
+    _QWEN_WEIGHTS,
+    _DEEPSEEK_SHARED,
+    SparseLayers(layer_types_key="mlp_layer_types", rule=_first_k_dense(3)),
 )
 # config.json spellings of the expert count (the config classes' attribute_map).
 _N_LOCAL = (("num_experts", "num_local_experts"),)
@@ -74,32 +74,28 @@ _SARVAM = (
     ("num_local_experts", "n_routed_experts"),
     ("num_shared_experts", "n_shared_experts"),
 )
+_SARVAM_KEYS = replace(_DEEPSEEK_KEYS, aliases=_SARVAM)
 _GRANITE_SHARED = replace(
     _GRANITE_EXPERTS,
-    shared="shared_mlp",
-    shared_size_key="shared_intermediate_size",
-    shared_inputs=("input_linear",),
-    shared_down="output_linear",
-    shared_fused=True,
+    shared=SharedExpert(
+        "shared_mlp", "shared_intermediate_size", inputs=("input_linear",), down="output_linear", fused=True
+    ),
 )
+# Qwen-MoE's shared expert, and its rule: experts where layer ∉ mlp_only_layers and (layer+1) % step == 0.
+_QWEN_SHARED = SharedExpert("mlp.shared_expert", "shared_expert_intermediate_size")
+_QWEN_SPARSE = SparseLayers(rule=StepRule(step_key="decoder_sparse_step", dense_layers_key="mlp_only_layers"))
 _QWEN35_EXPERTS = Experts(
-    ("num_experts",),
-    "moe_intermediate_size",
-    _QWEN_EXPERTS,
-    shared="mlp.shared_expert",
-    shared_size_key="shared_expert_intermediate_size",
-    dense_size_keys=(),
+    ExpertKeys(("num_experts",), "moe_intermediate_size", dense_size_keys=()), _QWEN_WEIGHTS, _QWEN_SHARED
 )
 _KIMI_EXPERTS = Experts(
-    ("num_experts",),
-    "moe_intermediate_size",
-    _QWEN_EXPERTS,
-    shared="mlp.shared_experts",
-    shared_size_key="moe_intermediate_size",
-    shared_count_key="num_shared_experts",
-    layer_types_key="mlp_layer_types",
-    first_dense_key="first_k_dense_replace",
-    aliases=(("num_local_experts", "num_experts"), ("n_shared_experts", "num_shared_experts")),
+    ExpertKeys(
+        ("num_experts",),
+        "moe_intermediate_size",
+        aliases=(("num_local_experts", "num_experts"), ("n_shared_experts", "num_shared_experts")),
+    ),
+    _QWEN_WEIGHTS,
+    SharedExpert("mlp.shared_experts", "moe_intermediate_size", count_key="num_shared_experts"),
+    SparseLayers(layer_types_key="mlp_layer_types", rule=_first_k_dense(0)),
 )
 _QWEN4_HEADS = (
     "its attention layers pick their keys through a QSA indexer and sit inside hyper-connection residual "

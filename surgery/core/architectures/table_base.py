@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from .experts import Experts
+from .experts import ExpertKeys, Experts, ExpertWeights
 from .layout import Attention, Config, Layout, Names, Tail
-from .parts import _FUSED_GATE_UP, _MIXTRAL_EXPERTS, _N_EXPERTS, _N_LOCAL, _QWEN_EXPERTS, _WRAPPED
+from .parts import (
+    _FUSED_GATE_UP,
+    _MIXTRAL_WEIGHTS,
+    _N_EXPERTS,
+    _N_LOCAL,
+    _QWEN_SHARED,
+    _QWEN_SPARSE,
+    _QWEN_WEIGHTS,
+    _WRAPPED,
+)
 from .records import NativeName
 
 # Mistral's (and Meta's original Llama) native format, as transformers' conversion script renames
@@ -37,31 +46,31 @@ BASE: dict[str, Layout] = {
         attention=Attention(q_proj=None, k_proj=None, v_proj=None, qkv_proj="self_attn.qkv_proj"), mlp=_FUSED_GATE_UP
     ),
     "olmo2": Layout(),
-    "mixtral": Layout(experts=Experts(("num_local_experts",), "intermediate_size", _MIXTRAL_EXPERTS, aliases=_N_LOCAL)),
+    "mixtral": Layout(
+        experts=Experts(ExpertKeys(("num_local_experts",), "intermediate_size", aliases=_N_LOCAL), _MIXTRAL_WEIGHTS)
+    ),
     "qwen2_moe": Layout(
         experts=Experts(
-            ("num_experts", "num_local_experts"),
-            "moe_intermediate_size",
-            _QWEN_EXPERTS,
-            shared="mlp.shared_expert",
-            shared_size_key="shared_expert_intermediate_size",
-            sparse_step_key="decoder_sparse_step",
-            dense_layers_key="mlp_only_layers",
+            ExpertKeys(("num_experts", "num_local_experts"), "moe_intermediate_size"),
+            _QWEN_WEIGHTS,
+            _QWEN_SHARED,
+            _QWEN_SPARSE,
         ),
     ),
     "qwen3_moe": Layout(
         experts=Experts(
-            ("num_experts", "num_local_experts"),
-            "moe_intermediate_size",
-            _QWEN_EXPERTS,
-            sparse_step_key="decoder_sparse_step",
-            dense_layers_key="mlp_only_layers",
+            ExpertKeys(("num_experts", "num_local_experts"), "moe_intermediate_size"),
+            _QWEN_WEIGHTS,
+            layers=_QWEN_SPARSE,
         ),
     ),
-    "olmoe": Layout(experts=Experts(("num_experts",), "intermediate_size", _QWEN_EXPERTS, aliases=_N_EXPERTS)),
+    "olmoe": Layout(
+        experts=Experts(ExpertKeys(("num_experts",), "intermediate_size", aliases=_N_EXPERTS), _QWEN_WEIGHTS)
+    ),
     "gpt_oss": Layout(
         experts=Experts(
-            ("num_local_experts",), "intermediate_size", None, transposed=True, interleaved=True, aliases=_N_LOCAL
+            ExpertKeys(("num_local_experts",), "intermediate_size", aliases=_N_LOCAL),
+            ExpertWeights(None, transposed=True, interleaved=True),
         ),
     ),
 }

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .experts import Experts
+from .experts import ExpertKeys, Experts, ExpertWeights, SparseLayers, StepRule
 from .kinds import GroupedOutput, KindRule, LayerKinds, Mla
 from .layout import Attention, Config, Layers, Layout, Limits, Mlp, Names, Tail
 from .parts import (
     _CONV_OUT,
     _DEEPSEEK_EXPERTS,
+    _DEEPSEEK_KEYS,
     _DELTA_OUT,
     _FEED_FORWARD,
     _GRANITE_SHARED,
@@ -18,21 +19,28 @@ from .parts import (
     _LFM_FEED_FORWARD,
     _MAMBA_LORA,
     _MAMBA_OUT,
-    _MIXTRAL_EXPERTS,
+    _MIXTRAL_WEIGHTS,
     _MLA_ATTENTION,
     _N_EXPERTS,
     _QWEN4_HEADS,
     _QWEN35_EXPERTS,
     _QWEN_EXPERTS,
     _QWEN_HYBRID,
-    _SARVAM,
+    _QWEN_SHARED,
+    _QWEN_SPARSE,
+    _QWEN_WEIGHTS,
+    _SARVAM_KEYS,
     _SPARSE_LIST,
+    _first_k_dense,
     _nemotron_h_kinds,
 )
 from .records import ConfigKeys, Mixer
 
 _NO_KV_CACHE = Limits(kv_cache=False)
 _QWEN_GATED = Attention(q_gate=True)
+# A.X K: DeepSeek's experts every moe_layer_freq-th layer from first_k_dense_replace.
+_AXK_RULE = StepRule("moe_layer_freq", offset=0, first_dense_key="first_k_dense_replace", first_dense_default=1)
+_AXK_EXPERTS = replace(_DEEPSEEK_EXPERTS, layers=SparseLayers("mlp_layer_types", rule=_AXK_RULE))
 
 HYBRID: dict[str, Layout] = {
     # MLA: a head is its v_head_dim columns of o_proj; the experts of the MoE families as in table_moe.
@@ -42,15 +50,16 @@ HYBRID: dict[str, Layout] = {
         attention=_MLA_ATTENTION,
         experts=replace(
             _DEEPSEEK_EXPERTS,
-            layer_types_key=None,
-            first_dense_default=0,
-            aliases=(("num_experts", "n_routed_experts"),),
+            keys=replace(_DEEPSEEK_KEYS, aliases=(("num_experts", "n_routed_experts"),)),
+            layers=SparseLayers(rule=_first_k_dense(0)),
         ),
     ),
-    "deepseek_v3": Layout(attention=_MLA_ATTENTION, experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None)),
+    "deepseek_v3": Layout(
+        attention=_MLA_ATTENTION, experts=replace(_DEEPSEEK_EXPERTS, layers=SparseLayers(rule=_first_k_dense(3)))
+    ),
     "sarvam_mla": Layout(
         attention=_MLA_ATTENTION,
-        experts=replace(_DEEPSEEK_EXPERTS, layer_types_key=None, first_dense_default=1, aliases=_SARVAM),
+        experts=replace(_DEEPSEEK_EXPERTS, keys=_SARVAM_KEYS, layers=SparseLayers(rule=_first_k_dense(1))),
     ),
     # DeepSeek sparse attention: an indexer picks each query's keys and keeps its own key cache.
     "deepseek_v32": Layout(attention=_MLA_ATTENTION, experts=_DEEPSEEK_EXPERTS, limits=_NO_KV_CACHE),
@@ -58,17 +67,19 @@ HYBRID: dict[str, Layout] = {
     # its config class reads head_dim as qk_rope_head_dim (a head's width in o_proj is MLA's v_head_dim)
     "glm4_moe_lite": Layout(
         attention=_MLA_ATTENTION,
-        experts=replace(_DEEPSEEK_EXPERTS, first_dense_key=None, first_dense_default=1),
+        experts=replace(
+            _DEEPSEEK_EXPERTS, layers=SparseLayers("mlp_layer_types", rule=StepRule(first_dense_default=1))
+        ),
         config=Config(ConfigKeys(head_dim="qk_rope_head_dim")),
     ),
     "axk1": Layout(
         attention=_MLA_ATTENTION,
-        experts=replace(_DEEPSEEK_EXPERTS, first_dense_default=1, sparse_step_key="moe_layer_freq", sparse_offset=0),
+        experts=_AXK_EXPERTS,
     ),
     # A.X K2: MLA whose queries and output gate come from one fused q_gate_proj (no q_b_proj), DSA indexer.
     "axk2": Layout(
         attention=replace(_MLA_ATTENTION, mla=Mla(q_b_proj=None)),
-        experts=replace(_DEEPSEEK_EXPERTS, first_dense_default=1, sparse_step_key="moe_layer_freq", sparse_offset=0),
+        experts=_AXK_EXPERTS,
         limits=_NO_KV_CACHE,
     ),
     # Hunyuan-V4: MLA with hyper-connection residual streams around each block (linear in o_proj's
@@ -103,13 +114,7 @@ HYBRID: dict[str, Layout] = {
         attention=_QWEN_GATED,
         layers=Layers(_QWEN_HYBRID, mixer=_DELTA_OUT),
         experts=Experts(
-            ("num_experts",),
-            "moe_intermediate_size",
-            _QWEN_EXPERTS,
-            shared="mlp.shared_expert",
-            shared_size_key="shared_expert_intermediate_size",
-            sparse_step_key="decoder_sparse_step",
-            dense_layers_key="mlp_only_layers",
+            ExpertKeys(("num_experts",), "moe_intermediate_size"), _QWEN_WEIGHTS, _QWEN_SHARED, _QWEN_SPARSE
         ),
     ),
     "qwen3_5_moe_text": Layout(
@@ -119,7 +124,7 @@ HYBRID: dict[str, Layout] = {
         layers=Layers(
             LayerKinds((KindRule("list", ("layer_types",)),), ("full_attention", "sliding_attention")), mixer=_DELTA_OUT
         ),
-        experts=replace(_QWEN35_EXPERTS, per_expert=None),
+        experts=replace(_QWEN35_EXPERTS, weights=ExpertWeights(None)),
     ),
     "olmo_hybrid": Layout(layers=Layers(_LAYER_TYPES, mixer=replace(_DELTA_OUT, module="linear_attn.o_proj"))),
     "lfm2": Layout(
@@ -146,12 +151,11 @@ HYBRID: dict[str, Layout] = {
         layers=Layers(_LAYER_TYPES, mixer=_CONV_OUT),
         tail=Tail(final_norm="embedding_norm"),
         experts=Experts(
-            ("num_experts",),
-            "moe_intermediate_size",
-            tuple(f"feed_forward.experts.{{expert}}.{w}" for w in ("w1", "w3", "w2")),
-            module="feed_forward.experts",
-            first_dense_key="num_dense_layers",
-            first_dense_default=2,
+            ExpertKeys(("num_experts",), "moe_intermediate_size"),
+            ExpertWeights(
+                tuple(f"feed_forward.experts.{{expert}}.{w}" for w in ("w1", "w3", "w2")), module="feed_forward.experts"
+            ),
+            layers=SparseLayers(rule=StepRule(first_dense_key="num_dense_layers", first_dense_default=2)),
         ),
     ),
     "lfm3": Layout(
@@ -190,13 +194,11 @@ HYBRID: dict[str, Layout] = {
         ),
         tail=Tail(final_norm="final_layernorm"),
         experts=Experts(
-            ("num_experts",),
-            "intermediate_size",
-            tuple(n.replace("mlp.", "feed_forward.") for n in _QWEN_EXPERTS),
-            module="feed_forward.experts",
-            sparse_step_key="expert_layer_period",
-            sparse_offset_key="expert_layer_offset",
-            aliases=_N_EXPERTS,
+            ExpertKeys(("num_experts",), "intermediate_size", aliases=_N_EXPERTS),
+            ExpertWeights(
+                tuple(n.replace("mlp.", "feed_forward.") for n in _QWEN_EXPERTS), module="feed_forward.experts"
+            ),
+            layers=SparseLayers(rule=StepRule(step_key="expert_layer_period", offset_key="expert_layer_offset")),
         ),
     ),
     # Granite-4 hybrids: Mamba-2 or attention per layer, experts and a shared MLP in every layer.
@@ -271,7 +273,9 @@ HYBRID: dict[str, Layout] = {
                 ),
             ),
         ),
-        experts=replace(_KIMI_EXPERTS, per_expert=_MIXTRAL_EXPERTS, first_dense_default=1),
+        experts=replace(
+            _KIMI_EXPERTS, weights=_MIXTRAL_WEIGHTS, layers=SparseLayers("mlp_layer_types", rule=_first_k_dense(1))
+        ),
     ),
     # Ling/Bailing hybrid: MLA in its full-attention layers, stored under attention.* (o_proj as dense).
     "bailing_hybrid": Layout(
@@ -290,7 +294,7 @@ HYBRID: dict[str, Layout] = {
             # its linear-attention layers' output projection (stored as attention.dense too): heads × head_dim
             mixer=Mixer("self_attn.o_proj", (("num_attention_heads", "head_dim"),)),
         ),
-        experts=replace(_KIMI_EXPERTS, first_dense_default=2),
+        experts=replace(_KIMI_EXPERTS, layers=SparseLayers("mlp_layer_types", rule=_first_k_dense(2))),
     ),
     # Qwen4-exp: QSA-indexed attention (gated, every fourth layer) between gated delta-net layers, inside
     # hyper-connection residual streams.

@@ -21,7 +21,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ... import __version__
-from ...bake.quantized import check_loadable
 from ...core import distributed
 from ...core.architectures import architecture
 from ...core.cache import cache_path
@@ -29,6 +28,7 @@ from ...core.checkpoint import Checkpoint, file_sha256
 from ...core.errors import FindingsError, ParameterError
 from ...core.progress import Progress, silent
 from ...core.prompts import PromptSet, formatted
+from ...model.loadable import check_loadable
 from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
 from ..findings import Found, compute_record, dtype_key, new_findings
 from ..neurons.find import write_findings

@@ -20,7 +20,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ... import __version__
-from ...bake.quantized import check_loadable
 from ...core import distributed
 from ...core.architectures import Architecture, architecture
 from ...core.cache import cache_path
@@ -29,6 +28,7 @@ from ...core.errors import FindingsError, RecipeError, UnsupportedArchitecture
 from ...core.mcq import Encoded, is_instruct
 from ...core.progress import Progress, silent
 from ...model.hooks import model_architecture
+from ...model.loadable import check_loadable
 from ...model.loading import DEFAULT_LOAD, LoadSpec, as_checkpoint, load_model, load_tokenizer
 from ..findings import Found, compute_record, dtype_key, new_findings, save_findings
 from .attention import surgery_attention_on

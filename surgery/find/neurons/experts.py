@@ -117,10 +117,12 @@ def capture_experts(
 
     def experts_hook(layer: int):
         def hook(module: nn.Module, args: tuple, kwargs: dict, output) -> None:
-            inputs = _expert_inputs(module, args, kwargs, ex.dispatch)
+            inputs = _expert_inputs(module, args, kwargs, ex.weights.dispatch)
             # after the forward, accelerate has sent offloaded expert weights back to "meta": bring them in
             with align_module_device(module):
-                sums, counts = _routed_sums(module, inputs, ex.dispatch, state["prompt"], state["real"], state["n"])
+                sums, counts = _routed_sums(
+                    module, inputs, ex.weights.dispatch, state["prompt"], state["real"], state["n"]
+                )
             mean = torch.full((state["n"], g.num_experts, g.expert_size), float("nan"))
             if sums is not None:
                 reached = counts > 0
@@ -153,11 +155,13 @@ def capture_experts(
                 )
                 continue
             handles.append(
-                layer_module(model, arch, layer, ex.module).register_forward_hook(experts_hook(layer), with_kwargs=True)
+                layer_module(model, arch, layer, ex.weights.module).register_forward_hook(
+                    experts_hook(layer), with_kwargs=True
+                )
             )
             if ex.shared and g.shared_size:
                 handles.append(
-                    layer_module(model, arch, layer, f"{ex.shared}.{ex.shared_down}").register_forward_pre_hook(
+                    layer_module(model, arch, layer, f"{ex.shared.module}.{ex.shared.down}").register_forward_pre_hook(
                         pooled_hook(shared, layer)
                     )
                 )

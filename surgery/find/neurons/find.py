@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ... import __version__
-from ...bake.quantized import check_loadable
 from ...core import compact_json, distributed
 from ...core.architectures import Architecture, architecture
 from ...core.cache import cache_path
@@ -23,6 +22,7 @@ from ...core.edit_kind import layer_list
 from ...core.errors import UnsupportedArchitecture
 from ...core.progress import Progress, silent
 from ...core.staging import atomic_write_text
+from ...model.loadable import check_loadable
 from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
 from ..findings import Findings, Found, compute_record, dtype_key, new_findings
 from .pairs import PairsError, PairSet, check_token_counts

@@ -81,16 +81,16 @@ def _expert_ppm(model: nn.Module, arch) -> np.ndarray:
             rows = _neuron_rows(arch) if rows is None else rows
             out[layer, : g.intermediate_size] = _dense_ppm(model, arch, layer, rows)
             continue
-        w = _param(layer_module(model, arch, layer, ex.module), "gate_up_proj")
-        w = w.transpose(1, 2) if ex.transposed else w  # [E, 2I, H]
-        if not ex.interleaved:
+        w = _param(layer_module(model, arch, layer, ex.weights.module), "gate_up_proj")
+        w = w.transpose(1, 2) if ex.weights.transposed else w  # [E, 2I, H]
+        if not ex.weights.interleaved:
             gate, up = w[:, : g.expert_size], w[:, g.expert_size :]
         else:  # GPT-OSS: gate/up interleaved
             gate, up = w[:, 0::2], w[:, 1::2]
         row = [_ppm(gate, up).reshape(-1)]
         if ex.shared and g.shared_size:
-            inputs = [_param(layer_module(model, arch, layer, f"{ex.shared}.{m}")) for m in ex.shared_inputs]
-            if ex.shared_fused:  # one [gate; up] matrix: its two halves
+            inputs = [_param(layer_module(model, arch, layer, f"{ex.shared.module}.{m}")) for m in ex.shared.inputs]
+            if ex.shared.fused:  # one [gate; up] matrix: its two halves
                 inputs = [half for w in inputs for half in (w[: g.shared_size], w[g.shared_size :])]
             row.append(_ppm(*inputs))
         row = np.concatenate(row)

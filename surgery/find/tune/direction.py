@@ -11,7 +11,6 @@ the lowest edited layer (runtime.py).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ... import __version__
+from ...core import distributed
 from ...core.architectures import Architecture, architecture
 from ...core.checkpoint import Checkpoint
 from ...core.edits import Recipe
@@ -34,10 +34,10 @@ from ..findings import ModelIdentity
 from .confirm import mean_ci
 from .params import TuneParams
 from .record import Confirmation, SplitSizes, TuneRecord
-from .runtime import first_token_kl, last_logprobs, record
+from .runtime import first_token_kl, gather, last_logprobs, record
 from .search import front_and_choice, run_search, trial_record
 from .split import split_rows
-from .study import Study
+from .study import study_description
 
 # The residual writers a trial may edit, as ablate-direction's --modules spells them.
 MODULES = ("attention,mlp", "attention", "mlp")
@@ -96,20 +96,26 @@ class DirectionTrials:
         self.base = self.hits(())
 
     def hits(self, edits) -> np.ndarray:
-        """Per prompt: whether its greedy answer under ``edits`` holds a marker."""
+        """Per prompt: whether its greedy answer under ``edits`` holds a marker (under torchrun each
+        rank answers whole batches of its own)."""
+        work = distributed.Shard(self.prompts, chunk=self.params.batch_size)
         with applied(self.model, edits):
-            return marker_hits(
+            mine = marker_hits(
                 self.model,
                 self.tokenizer,
-                self.prompts,
+                work.units,
                 self.markers,
                 max_new_tokens=self.params.max_new_tokens,
                 batch_size=self.params.batch_size,
             )
+        every = np.zeros(len(self.prompts))
+        every[work.mine] = mine
+        return work.gather(every)[0] > 0.5
 
     def measure(self, edits) -> tuple[np.ndarray, np.ndarray]:
         """(marker hits per prompt, first-token KL per neutral prompt) under ``edits``."""
-        return self.hits(edits), first_token_kl(self.neutral_base, last_logprobs(self.model, self.neutral, edits))
+        kl = first_token_kl(self.neutral_base, last_logprobs(self.model, self.neutral, edits))
+        return self.hits(edits), gather(self.neutral, kl)
 
 
 def tune_direction(
@@ -148,16 +154,15 @@ def tune_direction(
     tune = part(by_prompt.tune, by_text.tune)
     base = float(tune.base.mean())
 
-    def objective(trial: Any) -> tuple[float, float]:
-        start = time.perf_counter()
-        recipe, _ = recipe_of(suggest(trial, params, layers), found, arch)
+    def measure(point: dict[str, Any]) -> tuple[float, float, dict[str, Any]]:
+        recipe, _ = recipe_of(point, found, arch)
         hits, kl = tune.measure(recipe.edits)
-        trial.set_user_attr("marker_rate", float(hits.mean()))
-        trial.set_user_attr("seconds", time.perf_counter() - start)
-        return base - float(hits.mean()), float(kl.mean())
+        return base - float(hits.mean()), float(kl.mean()), {"marker_rate": float(hits.mean())}
 
-    study = Study(out, key, params.sampler, params.seed)
-    finished = run_search(study, objective, params, describe, out, report)
+    def draw(trial: Any) -> dict[str, Any]:
+        return suggest(trial, params, layers)
+
+    finished = run_search(out, key, draw, measure, params, describe, report)
     trials = [trial_record(t, extra={"marker_rate": t.user_attrs.get("marker_rate")}) for t in finished]
     front, choice, chosen = front_and_choice(trials, params.max_kl)
     tune = None  # the tune split's recorded passes are done with: free them before the test split's
@@ -172,7 +177,7 @@ def tune_direction(
         model=ModelIdentity.of(ckpt),
         parameters=params.to_dict(),
         prompts={"behaviour": params.behaviour, "markers": params.markers, "findings": str(found.path)},
-        study=study.describe(),
+        study=study_description(params),
         objectives=OBJECTIVES,
         baseline={"marker_rate": base, "prompts": len(by_prompt.tune)},
         split=SplitSizes(

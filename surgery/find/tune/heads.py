@@ -9,7 +9,6 @@ is then measured on the test split (confirm) and everything goes into one typed 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from .params import TuneParams
 from .record import Confirmation, SplitSizes, TuneRecord
 from .search import front_and_choice, run_search, trial_record
 from .split import split_groups, split_rows
-from .study import Study
+from .study import study_description
 
 OBJECTIVES = {
     "effect": "ΔS gain on the tune pairs: sign(ΔS_base)·(ΔS_edited − ΔS_base), S units, higher is better",
@@ -112,17 +111,15 @@ def tune_heads(
         base = delta(tune.binding_base[:n], tune.binding_base[n:], tune_items)
         sign = -1.0 if base["delta"] < 0 else 1.0
 
-        def objective(trial: Any) -> tuple[float, float]:
-            start = time.perf_counter()
-            point = suggest(trial, params, ranking, top_max)
+        def measure(point: dict[str, Any]) -> tuple[float, float, dict[str, Any]]:
             s, kl = tune.measure(scales_of(point, ranking))
             d = delta(s[:n], s[n:], tune_items)["delta"]
-            trial.set_user_attr("delta_s", d)
-            trial.set_user_attr("seconds", time.perf_counter() - start)
-            return sign * (d - base["delta"]), float(kl.mean())
+            return sign * (d - base["delta"]), float(kl.mean()), {"delta_s": d}
 
-        study = Study(out, key, params.sampler, params.seed)
-        finished = run_search(study, objective, params, describe, out, report)
+        def draw(trial: Any) -> dict[str, Any]:
+            return suggest(trial, params, ranking, top_max)
+
+        finished = run_search(out, key, draw, measure, params, describe, report)
         trials = [
             trial_record(
                 t, delta_s=t.user_attrs.get("delta_s"), heads=[list(h) for h in ranking[: int(t.params["top"])]]
@@ -140,7 +137,7 @@ def tune_heads(
         model=ModelIdentity.of(ckpt),
         parameters=params.to_dict(),
         prompts={"benchmark": prompts.benchmark, "pairs_sha256": pairs_sha256(pairs), "findings": str(found.path)},
-        study=study.describe(),
+        study=study_description(params),
         objectives=OBJECTIVES,
         baseline={"delta_s": base["delta"], "p": _finite(base["p"]), "pairs": n},
         split=SplitSizes(

@@ -13,15 +13,13 @@ from ...core.edits import HeadScale
 from ...core.mcq import Encoded
 from ...core.progress import Advance
 from ..heads.scores import s_scores
-from .runtime import Recorded, first_token_kl, last_logprobs, passes, record
+from .runtime import Recorded, first_token_kl, gather, last_logprobs, passes, record
 
 
 def binding_s(model, recorded: Recorded, scales: Sequence[HeadScale], option_ids) -> np.ndarray:
     """S of every binding prompt under ``scales``, a batch at a time (no vocabulary-wide rows kept)."""
-    out = np.zeros(recorded.n)
-    for idx, lp in passes(model, recorded, scales):
-        out[idx] = s_scores(lp, option_ids).numpy()
-    return out
+    rows = [s_scores(lp, option_ids).numpy().astype(np.float64) for _, lp in passes(model, recorded, scales)]
+    return gather(recorded, np.concatenate(rows) if rows else np.zeros(0))
 
 
 @dataclass
@@ -33,7 +31,7 @@ class HeadTrials:
     binding: Recorded
     neutral: Recorded
     option_ids: dict[str, tuple[int, ...]]
-    neutral_base: torch.Tensor  # (n, vocab) baseline log-probabilities of the neutral prompts
+    neutral_base: torch.Tensor  # baseline log-probabilities of this rank's neutral prompts
     binding_base: np.ndarray  # S of every binding prompt without an edit
 
     @classmethod
@@ -53,4 +51,5 @@ class HeadTrials:
     def measure(self, scales: Sequence[HeadScale]) -> tuple[np.ndarray, np.ndarray]:
         """(S of every binding prompt, first-token KL of every neutral prompt) under ``scales``."""
         s = binding_s(self.model, self.binding, scales, self.option_ids)
-        return s, first_token_kl(self.neutral_base, last_logprobs(self.model, self.neutral, scales))
+        kl = first_token_kl(self.neutral_base, last_logprobs(self.model, self.neutral, scales))
+        return s, gather(self.neutral, kl)

@@ -8,10 +8,11 @@ Neurons are chosen from the findings exactly as prune-neurons chooses them (find
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ... import __version__
 from ...core.checkpoint import Checkpoint
@@ -31,11 +32,12 @@ from .params import TuneParams
 from .record import Confirmation, SplitSizes, TuneRecord
 from .search import front_and_choice, run_search, trial_record
 from .split import split_rows
-from .study import Study
+from .study import study_description
 
 OBJECTIVES = {
     "effect": "pair bias removed on the tune pairs: mean JS divergence (nats) between the next-token "
-    "distributions after a pair's two prompts, unedited minus edited; higher is better",
+    "distributions after a pair's two prompts, unedited minus edited; higher is better (each trial "
+    "also records the share of pairs whose bias grew: amplified)",
     "kl": "mean first-token KL(base ‖ edited) on the neutral tune prompts, nats, lower is better",
 }
 
@@ -61,6 +63,13 @@ def edits_of(point: dict[str, Any], found: NeuronFindings, categories: Sequence[
     options = SelectParams(score=point["score"], rule=point["rule"])
     selection = found.select(int(point["n"]), options, categories)
     return selected_edits(found.scores, selection, float(point["factor"]))
+
+
+def amplified(base: np.ndarray, edited: np.ndarray) -> float:
+    """The share of pairs whose bias the edit raised: an unsigned neuron score mixes neurons that
+    carry a stereotype with neurons that hold it back, so an edit that lowers the mean can still
+    make some pairs more biased (the fairness pruning paper's bidirectional effect)."""
+    return float((edited > base).mean())
 
 
 def describe(drawn: dict[str, Any]) -> str:
@@ -110,21 +119,20 @@ def tune_neurons(
     tune = part(by_pair.tune, by_text.tune, "tune split")
     base = float(tune.pair_base.mean())
 
-    def objective(trial: Any) -> tuple[float, float]:
-        start = time.perf_counter()
-        point = suggest(trial, params, n_max)
+    def measure(point: dict[str, Any]) -> tuple[float, float, dict[str, Any]]:
         bias, kl = tune.measure(edits_of(point, found, categories))
-        trial.set_user_attr("pair_bias", float(bias.mean()))
-        trial.set_user_attr("seconds", time.perf_counter() - start)
-        return base - float(bias.mean()), float(kl.mean())
+        attrs = {"pair_bias": float(bias.mean()), "amplified": amplified(tune.pair_base, bias)}
+        return base - float(bias.mean()), float(kl.mean()), attrs
 
-    study = Study(out, key, params.sampler, params.seed)
-    finished = run_search(study, objective, params, describe, out, report)
+    def draw(trial: Any) -> dict[str, Any]:
+        return suggest(trial, params, n_max)
+
+    finished = run_search(out, key, draw, measure, params, describe, report)
     trials = [
         trial_record(
             t,
             neurons=[e.label for e in edits_of(t.params, found, categories)],
-            extra={"pair_bias": t.user_attrs.get("pair_bias")},
+            extra={"pair_bias": t.user_attrs.get("pair_bias"), "amplified": t.user_attrs.get("amplified")},
         )
         for t in finished
     ]
@@ -142,7 +150,7 @@ def tune_neurons(
         model=ModelIdentity.of(ckpt),
         parameters=params.to_dict(),
         prompts={"pairs": pairs.source, "pairs_sha256": pairs.sha256, "findings": str(found.path)},
-        study=study.describe(),
+        study=study_description(params),
         objectives=OBJECTIVES,
         baseline={"pair_bias": base, "pairs": len(by_pair.tune)},
         split=SplitSizes(
@@ -165,6 +173,7 @@ def tune_neurons(
             kl_ci95=kl_ci,
             bias_base=float(test.pair_base.mean()),
             bias=float(bias.mean()),
+            amplified=amplified(test.pair_base, bias),
             items=len(by_pair.test),
             neutral=len(kl),
         ),

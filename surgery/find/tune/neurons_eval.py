@@ -18,7 +18,8 @@ import torch
 from ...core.edits import NeuronScale
 from ...core.mcq import Encoded
 from ...core.progress import Advance
-from .runtime import Recorded, first_token_kl, last_logprobs, record
+from ..heads.prompts import batch_groups
+from .runtime import Recorded, first_token_kl, gather, last_logprobs, record
 
 
 def js_divergence(p: torch.Tensor, q: torch.Tensor) -> np.ndarray:
@@ -37,7 +38,7 @@ class PairTrials:
     first: Recorded
     second: Recorded
     neutral: Recorded
-    neutral_base: torch.Tensor
+    neutral_base: torch.Tensor  # baseline log-probabilities of this rank's neutral prompts
     pair_base: np.ndarray  # the bias of every pair without an edit
 
     @classmethod
@@ -50,9 +51,12 @@ class PairTrials:
         batch_size: int,
         advance: Advance | None = None,
     ) -> PairTrials:
-        a, b = record(model, first, batch_size, advance), record(model, second, batch_size, advance)
+        # Both sides of a pair in the same batch position (so on the same rank): batches by the longer side.
+        longer = [a if len(a.ids) >= len(b.ids) else b for a, b in zip(first, second)]
+        groups = batch_groups(longer, batch_size)
+        a, b = record(model, first, batch_size, advance, groups), record(model, second, batch_size, advance, groups)
         n = record(model, neutral, batch_size, advance)
-        base = js_divergence(last_logprobs(model, a, ()), last_logprobs(model, b, ()))
+        base = gather(a, js_divergence(last_logprobs(model, a, ()), last_logprobs(model, b, ())))
         return cls(model, a, b, n, last_logprobs(model, n, ()), base)
 
     def measure(self, edits: Sequence[NeuronScale]) -> tuple[np.ndarray, np.ndarray]:
@@ -60,4 +64,5 @@ class PairTrials:
         bias = js_divergence(
             last_logprobs(self.model, self.first, edits), last_logprobs(self.model, self.second, edits)
         )
-        return bias, first_token_kl(self.neutral_base, last_logprobs(self.model, self.neutral, edits))
+        kl = first_token_kl(self.neutral_base, last_logprobs(self.model, self.neutral, edits))
+        return gather(self.first, bias), gather(self.neutral, kl)

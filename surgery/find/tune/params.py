@@ -17,6 +17,9 @@ METHODS = ("heads", "neurons", "direction")
 # quickstart prunes 40); the search goes a little past that. Capped at the selectable neurons.
 N_MAX = 100
 SAMPLERS = ("tpe", "nsga2")
+# NSGA-II's generation size when none is given: a tune's budget is tens of trials, Optuna's default
+# (50) would leave every one of them to the first, random generation.
+NSGA2_POPULATION = 10
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,12 @@ class TuneParams:
     trials: int = param(40, "Trials of the search (a resumed study runs only the ones missing).", minimum=1)
     seed: int = param(0, "Seed of the split and of the sampler (a resumed study draws the same trials).", minimum=0)
     sampler: str = param("tpe", "Optuna's sampler: TPE or NSGA-II (both multi-objective).", choices=SAMPLERS)
+    population: int | None = param(
+        None,
+        f"nsga2: trials per generation (default {NSGA2_POPULATION}; the first generation is drawn at random).",
+        kind="int",
+        minimum=2,
+    )
     max_kl: float | None = param(
         None,
         "Choose the front's best effect with first-token KL at most this (default: the front's knee).",
@@ -91,12 +100,25 @@ class TuneParams:
                 "alpha_min",
                 "alpha_max",
             )
+        if self.population is not None and self.sampler != "nsga2":
+            raise ParameterError(
+                f"{{population}} {self.population} is NSGA-II's generation size; give {{sampler}} nsga2 with it",
+                "population",
+                "sampler",
+            )
         if self.factor_min > self.factor_max:
             raise ParameterError(
                 f"{{factor_min}} {self.factor_min} is above {{factor_max}} {self.factor_max}; give a range low to high",
                 "factor_min",
                 "factor_max",
             )
+
+    @property
+    def generation(self) -> int | None:
+        """NSGA-II's population (the default when none is given); None for TPE."""
+        if self.sampler != "nsga2":
+            return None
+        return NSGA2_POPULATION if self.population is None else self.population
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

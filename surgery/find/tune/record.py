@@ -67,6 +67,7 @@ class Confirmation(JsonRecord):
     p: float | None = None
     bias_base: float | None = None  # neurons: the test pairs' mean bias (JS divergence) unedited
     bias: float | None = None  # … and under the chosen edit
+    amplified: float | None = None  # neurons: the share of test pairs whose bias the edit raised
     rate_base: float | None = None  # direction: the test prompts' marker rate unedited
     rate: float | None = None  # … and under the chosen edit
     items: int | None = None  # test items (heads), pairs (neurons) or behaviour prompts (direction)

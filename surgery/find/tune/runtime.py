@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ...core import distributed
 from ...core.edit_kind import Edit
 from ...core.mcq import Encoded
 from ...core.progress import Advance
@@ -26,20 +27,36 @@ from ..heads.scores import SPAN_NAMES, pad_id
 
 @dataclass
 class Recorded:
-    """One prompt set's baseline passes: the snapshot of each batch and the rows it holds."""
+    """One prompt set's baseline passes (this rank's batches): the snapshot of each batch and the
+    rows it holds, of ``n`` prompts in all."""
 
     batches: list[tuple[list[int], Snapshot]]
     n: int
 
+    @property
+    def mine(self) -> list[int]:
+        """The prompts this rank holds, in the order :func:`last_logprobs` returns their rows."""
+        return [i for idx, _ in self.batches for i in idx]
 
-def record(model, prompts: Sequence[Encoded], batch_size: int, advance: Advance | None = None) -> Recorded:
-    """The baseline pass of every batch of ``prompts`` (left-padded: the last position is each row's)."""
+
+def record(
+    model,
+    prompts: Sequence[Encoded],
+    batch_size: int,
+    advance: Advance | None = None,
+    groups: Sequence[list[int]] | None = None,
+) -> Recorded:
+    """The baseline pass of this rank's batches of ``prompts`` (left-padded: the last position is each
+    row's); ``groups``: the batches' rows (default: by length, ``batch_size`` a batch)."""
     device, pad, out = input_device(model), pad_id(model), []
-    for idx in batch_groups(prompts, batch_size):
+    work = distributed.Shard(batch_groups(prompts, batch_size) if groups is None else groups, len(prompts))
+    for idx in work:
         batch = collate([prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
         out.append((idx, snapshot(model, batch)))
+        work.done(idx)
         if advance:
             advance(len(idx))
+    work.finish(advance)
     return Recorded(out, len(prompts))
 
 
@@ -51,12 +68,16 @@ def passes(model, recorded: Recorded, edits: Sequence[Edit]) -> Iterator[tuple[l
 
 
 def last_logprobs(model, recorded: Recorded, edits: Sequence[Edit]) -> torch.Tensor:
-    """(n, vocab) fp32 log-softmax of the last position of every prompt under ``edits``."""
-    rows = [(idx, lp) for idx, lp in passes(model, recorded, edits)]
-    out = torch.empty((recorded.n, rows[0][1].shape[-1]), dtype=torch.float32)
-    for idx, lp in rows:
-        out[idx] = lp
-    return out
+    """(rows, vocab) fp32 log-softmax of the last position of this rank's prompts (``recorded.mine``,
+    in that order) under ``edits``."""
+    rows = [lp for _, lp in passes(model, recorded, edits)]
+    return torch.cat(rows) if rows else torch.empty((0, 0))  # a rank with no batch (more ranks than batches)
+
+
+def gather(recorded: Recorded, values: np.ndarray) -> np.ndarray:
+    """Per-prompt ``values`` of this rank's prompts (``recorded.mine`` order) as all ``n``, in the
+    prompts' order, on every rank."""
+    return distributed.gather_rows(recorded.n, recorded.mine, values)
 
 
 def first_token_kl(reference: torch.Tensor, edited: torch.Tensor) -> np.ndarray:

@@ -1,52 +1,116 @@
 """The search loop every tune method shares: trials drawn and measured until the budget is spent,
-one progress line each with the best point so far, then the front and the chosen point."""
+one progress line each with the best point so far, then the front and the chosen point.
+
+Under torchrun rank 0 alone holds the study: it draws each trial and hands the point to every rank
+(as JSON), every rank measures its share of the prompts (the method's measure gathers the rows), and
+rank 0 records the objectives. At the end rank 0 hands the finished trials to every rank, so that
+all of them choose the same point and confirm it together.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...core import distributed
 from .front import Point, choose, pareto_front
 from .params import TuneParams
 from .record import Chosen, Trial
-from .study import Study
+from .study import Draw, Measure, Study, study_key
 
-Objective = Callable[[Any], tuple[float, float]]  # an Optuna trial → (effect, KL)
+
+@dataclass(frozen=True)
+class Done:
+    """A finished trial as every rank knows it (the fields of Optuna's FrozenTrial the record reads)."""
+
+    number: int
+    params: dict[str, Any]
+    values: tuple[float, float]
+    user_attrs: dict[str, Any]
+
+    @classmethod
+    def of(cls, frozen: Any) -> Done:
+        return cls(frozen.number, dict(frozen.params), tuple(frozen.values), dict(frozen.user_attrs))
+
+    def to_json(self) -> list[Any]:
+        return [self.number, self.params, list(self.values), self.user_attrs]
 
 
 def run_search(
-    study: Study,
-    objective: Objective,
+    folder: Path,
+    key: dict[str, Any],
+    draw: Draw,
+    measure: Measure,
     params: TuneParams,
     describe: Callable[[dict[str, Any]], str],
-    out: Path,
     report: Callable[[str], None],
-) -> list[Any]:
-    """Run the trials the study still lacks; the first ``params.trials`` finished trials (Optuna's)."""
+) -> list[Done]:
+    """Run (or resume) the study in ``folder`` until it holds ``params.trials`` finished trials; the
+    first ``params.trials`` of them, on every rank."""
+    # every rank must measure what rank 0's study is keyed by: the same model, prompts and options
+    distributed.check_agree("the model, the prompts and the tune's options", study_key(key))
+    if not distributed.is_main():
+        while (message := distributed.broadcast_json())["point"] is not None:
+            measure(message["point"])
+        if "error" in message:
+            raise distributed.StoppedByRank0(f"rank 0 stopped the tune: {message['error']}")
+        return [Done(n, p, tuple(v), a) for n, p, v, a in message["finished"]]
+    measuring = [False]  # whether the other ranks are inside a trial's collectives
+    try:
+        study = Study(folder, key, params.sampler, params.seed, params.population)
+        finished = _search(study, draw, measure, params, describe, report, measuring)
+    except BaseException as exc:
+        # Between trials the other ranks wait for the next point: tell them to stop. Inside a trial
+        # they wait in its collectives, and torchrun stops them when this process exits.
+        if distributed.under_torchrun() and not measuring[0]:
+            distributed.broadcast_json({"point": None, "error": str(exc) or type(exc).__name__})
+        raise
+    distributed.broadcast_json({"point": None, "finished": [d.to_json() for d in finished]})
+    return finished
+
+
+def _search(
+    study: Study,
+    draw: Draw,
+    measure: Measure,
+    params: TuneParams,
+    describe: Callable[[dict[str, Any]], str],
+    report: Callable[[str], None],
+    measuring: list[bool],
+) -> list[Done]:
     done = len(study.finished())
     if done:
-        report(f"resuming the study in {out}: {min(done, params.trials)} of {params.trials} trials done")
+        report(f"resuming the study in {study.path.parent}: {min(done, params.trials)} of {params.trials} trials done")
     best: Point | None = None
     for frozen in study.finished()[: params.trials]:
         best = better(best, Point(frozen.number, *frozen.values), params.max_kl)
+
+    def shared(trial: Any) -> dict[str, Any]:
+        point = draw(trial)
+        distributed.broadcast_json({"point": point})  # every rank measures the same point
+        measuring[0] = True
+        return point
+
     while len(study.finished()) < params.trials:
-        frozen = study.run_one(objective)
+        frozen = study.run_one(shared, measure)
+        measuring[0] = False
         point = Point(frozen.number, *frozen.values)
         best = better(best, point, params.max_kl)
         report(trial_line(len(study.finished()), params.trials, describe(frozen.params), point, best))
-    return study.finished()[: params.trials]
+    return [Done.of(t) for t in study.finished()[: params.trials]]
 
 
-def trial_record(frozen: Any, **fields: Any) -> Trial:
-    """A finished Optuna trial as the record's :class:`Trial`: its parameters, objectives and seconds,
-    and the method's own ``fields``."""
+def trial_record(done: Done, **fields: Any) -> Trial:
+    """A finished trial as the record's :class:`Trial`: its parameters, objectives and seconds, and
+    the method's own ``fields``."""
     return Trial(
-        number=frozen.number,
-        params=dict(frozen.params),
-        effect=float(frozen.values[0]),
-        kl=float(frozen.values[1]),
-        seconds=frozen.user_attrs.get("seconds"),
+        number=done.number,
+        params=dict(done.params),
+        effect=float(done.values[0]),
+        kl=float(done.values[1]),
+        seconds=done.user_attrs.get("seconds"),
         **fields,
     )
 

@@ -5,11 +5,13 @@ finished, from the finished trials alone: a run killed after k trials and resume
 trials an uninterrupted run draws (a trial left running by the kill is marked failed and drawn again).
 The study remembers what decides its trials (the method, its options, the model, the prompts and
 the findings, as one key); a folder holding a study with another key is refused, not mixed in.
+Under torchrun only rank 0 opens the study (search.py hands its draws to the other ranks).
 """
 
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,15 +20,16 @@ from typing import Any
 from ...core.cache import sha256_bytes
 from ...core.errors import ParameterError
 from ...core.optional import require
+from .params import NSGA2_POPULATION, TuneParams
 
 STUDY_NAME = "surgery-tune"
 DB = "study.db"
 KEY_ATTR = "surgery_key"
-# NSGA-II's generation size: a tune's budget is tens of trials, Optuna's default (50) would leave
-# every one of them to the first, random generation.
-NSGA2_POPULATION = 10
 # Objectives as Optuna optimises them: the effect up, the first-token KL down.
 DIRECTIONS = ("maximize", "minimize")
+
+Draw = Callable[[Any], dict[str, Any]]  # an Optuna trial → the point it draws
+Measure = Callable[[dict[str, Any]], tuple[float, float, dict[str, Any]]]  # point → effect, KL, attributes
 
 
 def study_key(key: Mapping[str, Any]) -> str:
@@ -34,10 +37,18 @@ def study_key(key: Mapping[str, Any]) -> str:
     return sha256_bytes(json.dumps(key, sort_keys=True, default=str).encode())
 
 
-def _sampler(name: str, seed: int):
+def study_description(params: TuneParams) -> dict[str, Any]:
+    """What the record says about a study: storage, name, sampler, seed (and NSGA-II's population)."""
+    out: dict[str, Any] = {"storage": DB, "name": STUDY_NAME, "sampler": params.sampler, "seed": params.seed}
+    if params.generation is not None:
+        out["population"] = params.generation
+    return out
+
+
+def _sampler(name: str, seed: int, population: int | None):
     optuna = require("optuna")
     if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=NSGA2_POPULATION)
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=population or NSGA2_POPULATION)
     with warnings.catch_warnings():  # multivariate TPE is marked experimental; it models α and the heads together
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, warn_independent_sampling=False)
@@ -46,16 +57,18 @@ def _sampler(name: str, seed: int):
 class Study:
     """A multi-objective Optuna study in ``folder``/study.db, resumable, its trials drawn reproducibly."""
 
-    def __init__(self, folder: Path, key: Mapping[str, Any], sampler: str, seed: int) -> None:
+    def __init__(
+        self, folder: Path, key: Mapping[str, Any], sampler: str, seed: int, population: int | None = None
+    ) -> None:
         optuna = require("optuna")
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress is ours: one line per trial
         folder.mkdir(parents=True, exist_ok=True)
-        self.path, self.sampler, self.seed = folder / DB, sampler, seed
+        self.path, self.sampler, self.seed, self.population = folder / DB, sampler, seed, population
         self.study = optuna.create_study(
             storage=f"sqlite:///{self.path}",
             study_name=STUDY_NAME,
             directions=list(DIRECTIONS),
-            sampler=_sampler(sampler, seed),
+            sampler=_sampler(sampler, seed, population),
             load_if_exists=True,
         )
         digest = study_key(key)
@@ -77,17 +90,26 @@ class Study:
         state = require("optuna").trial.TrialState
         return self.study.get_trials(deepcopy=False, states=(state.COMPLETE,))
 
-    def run_one(self, objective: Callable[[Any], tuple[float, float]]) -> Any:
-        """Draw, measure and record one trial; returns it finished."""
-        self.study.sampler = _sampler(self.sampler, self.seed + len(self.finished()))
-        trial = self.study.ask()
-        try:
-            values = objective(trial)
-        except BaseException:
-            self.study.tell(trial, state=require("optuna").trial.TrialState.FAIL)
-            raise
+    def ask(self) -> Any:
+        """The next trial, drawn by a sampler seeded by the number of trials finished so far."""
+        self.study.sampler = _sampler(self.sampler, self.seed + len(self.finished()), self.population)
+        return self.study.ask()
+
+    def tell(self, trial: Any, values: tuple[float, float] | None, attrs: Mapping[str, Any] = {}) -> Any:
+        """Record ``trial``'s objectives and attributes (``values`` None: it failed); returns it finished."""
+        if values is None:
+            return self.study.tell(trial, state=require("optuna").trial.TrialState.FAIL)
+        for name, value in attrs.items():
+            trial.set_user_attr(name, value)
         return self.study.tell(trial, list(values))
 
-    def describe(self) -> dict[str, Any]:
-        """What the record says about the study: storage, name, sampler, seed."""
-        return {"storage": DB, "name": STUDY_NAME, "sampler": self.sampler, "seed": self.seed}
+    def run_one(self, draw: Draw, measure: Measure) -> Any:
+        """Draw, measure and record one trial in this process alone; returns it finished."""
+        trial = self.ask()
+        start = time.perf_counter()
+        try:
+            effect, kl, attrs = measure(draw(trial))
+        except BaseException:
+            self.tell(trial, None)
+            raise
+        return self.tell(trial, (effect, kl), {**attrs, "seconds": time.perf_counter() - start})

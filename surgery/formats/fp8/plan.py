@@ -23,12 +23,12 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ...bake.patches import CHUNK_BYTES, TensorPatch, from_f32, patch_plan, read_raw, to_f32
 from ...core import e4m3
 from ...core.architectures import Architecture
 from ...core.checkpoint import Checkpoint, TensorInfo
 from ...core.edits import Edit, Recipe
 from ...core.errors import CheckpointError, RecipeError
+from ...core.patches import CHUNK_BYTES, TensorPatch, from_f32, patch_plan, read_raw, to_f32
 from ..plain import plain_problems
 from .storage import ScaleLayout, dequantize, layout
 
@@ -206,7 +206,7 @@ def _routed(ckpt: Checkpoint, p: TensorPatch) -> list[TensorPatch]:
 
 
 def stored_plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> list[TensorPatch]:
-    """The byte patches of ``edits``: :func:`~surgery.bake.patches.patch_plan`'s, with every patch of an
+    """The byte patches of ``edits``: :func:`~surgery.core.patches.patch_plan`'s, with every patch of an
     e4m3 weight turned into exact patches of its bytes and scales (or refused in one line)."""
     patches = patch_plan(ckpt, arch, edits)
     check_fp8_scales(ckpt)

@@ -28,11 +28,11 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from ...bake.patches import RAW_DTYPES, TensorPatch, from_f32, patch_plan, read_raw, to_f32
 from ...core.architectures import Architecture
 from ...core.checkpoint import Checkpoint, TensorInfo
 from ...core.edits import Edit, Recipe
 from ...core.errors import CheckpointError, RecipeError
+from ...core.patches import RAW_DTYPES, TensorPatch, from_f32, patch_plan, read_raw, to_f32
 from ..fp8.plan import _exact_product, _reference, read_scale
 from ..plain import plain_problems
 from . import LOGICAL

@@ -25,11 +25,11 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ...bake.patches import TensorPatch, patch_plan, read_raw
 from ...core.architectures import Architecture
 from ...core.checkpoint import Checkpoint
 from ...core.edits import Edit, Recipe
 from ...core.errors import CheckpointError, RecipeError
+from ...core.patches import TensorPatch, patch_plan, read_raw
 from ..fp8.plan import _reference
 from ..int_packed.plan import EditView
 from ..plain import plain_problems

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 from ...core.stored_format import StoredFormat
 
 if TYPE_CHECKING:
-    from ...bake.patches import TensorPatch
     from ...core.architectures import Architecture
     from ...core.checkpoint import Checkpoint
     from ...core.edits import Edit, Recipe
+    from ...core.patches import TensorPatch
     from .storage import Scheme
 
 

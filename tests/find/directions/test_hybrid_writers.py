@@ -60,7 +60,9 @@ def test_default_ablate_direction_projects_every_residual_writer(model_type, tmp
     found = _found(src, tmp_path)
     notes: list[str] = []
     out = tmp_path / "out"
-    baked = surgery.ablate_direction(src, out, direction=found.path, weight=0.75, report=notes.append)
+    baked = surgery.ablate_direction(
+        src, out, direction=found.path, weight=0.75, callbacks=surgery.Callbacks(report=notes.append)
+    )
     ckpt = Checkpoint(src)
     arch = architecture(ckpt.config)
     edits = baked.provenance.recipe.edits

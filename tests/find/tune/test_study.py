@@ -14,10 +14,14 @@ TRIALS = 14  # beyond TPE's 10 random start-up trials: the model-based draws are
 KEY = {"method": "heads", "model": "m"}
 
 
-def objective(trial):
+def draw(trial):
+    return {"alpha": trial.suggest_float("alpha", 1.0, 4.0), "top": trial.suggest_int("top", 1, 3)}
+
+
+def measure(point):
     """A cheap two-objective function of the heads' space."""
-    alpha, top = trial.suggest_float("alpha", 1.0, 4.0), trial.suggest_int("top", 1, 3)
-    return alpha - 0.5 * top, (alpha - 1.0) ** 2 * top
+    alpha, top = point["alpha"], point["top"]
+    return alpha - 0.5 * top, (alpha - 1.0) ** 2 * top, {}
 
 
 def drawn(study) -> list[tuple[dict, list[float]]]:
@@ -26,7 +30,7 @@ def drawn(study) -> list[tuple[dict, list[float]]]:
 
 def run(study, upto: int) -> None:
     while len(study.finished()) < upto:
-        study.run_one(objective)
+        study.run_one(draw, measure)
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "nsga2"])
@@ -40,12 +44,12 @@ def test_an_interrupted_study_resumes_with_the_same_trials(tmp_path, sampler):
     first = Study(folder, KEY, sampler, seed=3)
     run(first, 5)
 
-    def interrupted(trial):
-        objective(trial)
+    def interrupted(point):
+        measure(point)
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        first.run_one(interrupted)  # Ctrl-C inside a trial: marked failed
+        first.run_one(draw, interrupted)  # Ctrl-C inside a trial: marked failed
     Study(folder, KEY, sampler, seed=3).study.ask()  # a kill that leaves a trial running
     resumed = Study(folder, KEY, sampler, seed=3)
     run(resumed, TRIALS)

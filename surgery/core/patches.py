@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core import e4m3
-from ..core.architectures import Architecture
-from ..core.checkpoint import Checkpoint, TensorInfo
-from ..core.edits import Edit
-from ..core.errors import CheckpointError, RecipeError
-from ..core.resolve import Resolver, TensorSlice
-from ..core.sites import Site, all_sites, sites
+from . import e4m3
+from .architectures import Architecture
+from .checkpoint import Checkpoint, TensorInfo
+from .edits import Edit
+from .errors import CheckpointError, RecipeError
+from .resolve import Resolver, TensorSlice
+from .sites import Site, all_sites, sites
 
 CHUNK_BYTES = 16 << 20
 # 2^64 ≈ 1.8e19 is the square root of float32's largest value. Norms square the activations
@@ -183,7 +183,7 @@ def _probes(arch: Architecture, layer: int) -> list[Edit]:
     """One edit of each kind ``layer`` offers, on its last head or neuron (and first and last expert), and a
     direction through its other token mixer's output projection: together they resolve to every tensor
     an edit of that layer may touch, at its full shape."""
-    from ..core.edits import SHARED, DirectionEdit, HeadScale, NeuronScale
+    from .edits import SHARED, DirectionEdit, HeadScale, NeuronScale
 
     e = arch.layer_edits(layer)
     probes: list[Edit] = [HeadScale(layer, e.heads - 1, 0.5)] if e.heads else []
