@@ -72,7 +72,7 @@ class Prefills:
                 if calls[i] == 1:  # the prefill; later calls are the decode steps
                     cache = _cache_of(kwargs)
                     layer = cache.layers[i] if cache is not None and len(cache.layers) > i else None
-                    outputs[i] = output
+                    outputs[i] = _fresh(output)  # the next layer may write into its input
                     # a shallow copy: a later step replaces the layer's tensors, never writes into them
                     caches[i] = copy.copy(layer) if type(layer) is DynamicLayer else None
 
