@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: ``surgery tune --method direction`` beside heretic-llm 1.4.0's own search, same budget.
 
-    python examples/bench_tune_heretic.py [--model DIR] [--trials 8] [--prompts 16] [--heretic-python PY] [--work DIR] [--json FILE]
+    python examples/bench_tune_heretic.py [--model DIR] [--trials 8] [--prompts 16] [--threads 1] [--heretic-python PY] [--work DIR] [--json FILE]
 
 Both search the weight kernel of a direction edit of SmolLM2-135M-Instruct (the peak weight, its
 layer, the width and the floor; heretic per writer, surgery per edit with a choice of writers) with
@@ -18,9 +18,13 @@ Optuna's multivariate TPE, minimising two things at once: the behaviour left and
   its refusal markers set to those (it also counts an empty answer as one).
 * The same KL: the mean over the English prompts of KL(base ‖ edited) of the next-token distribution
   at the prompt's last position (heretic's ``F.kl_div(…, batchmean, log_target=True)``, surgery's
-  first-token KL). heretic chat-formats those prompts; surgery reads them as plain text.
+  first-token KL), both over the prompts through SmolLM2's chat template with its system prompt:
+  the same tokens.
 * The same number of trials. heretic's random start-up trials are scaled to the budget as its
   defaults have them (60 of 200); surgery's TPE starts with Optuna's 10.
+* The same threads: both run with ``OMP_NUM_THREADS`` set to ``--threads`` (default 1). On a machine
+  shared with other jobs, torch's default (a thread per core) spends most of a small model's time
+  waiting for its threads (a surgery trial took 60 s at 2 threads, 8 s at 1, at load 7 on 2 cores).
 
 heretic (AGPL-3.0) runs in its own environment (``--heretic-python``, default
 ``$HERETIC_PYTHON`` or /tmp/heretic-venv/bin/python; made with ``python -m venv /tmp/heretic-venv;
@@ -31,7 +35,8 @@ reads the trials from that journal.
 
 Printed: both fronts (behaviour left, KL), their hypervolume against one reference point (behaviour
 left 1, the largest KL any trial of either tool reached), time per trial, trials per minute, the
-process's wall and CPU time, peak RSS, and surgery's ratio to heretic on each. When the model or
+process's wall and CPU time (and its CPU time per trial, setup included: a measure less moved by the
+machine's other jobs than wall time), peak RSS, and surgery's ratio to heretic on each. When the model or
 heretic's environment is missing the script says so in one line and exits 0.
 """
 
@@ -41,6 +46,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -97,12 +103,12 @@ def tune_split(texts: list[str], seed: int) -> list[str]:
     return [texts[i] for i in split_rows(len(texts), TuneParams().test_share, seed, "prompts").tune]
 
 
-def run_measured(cmd: list[str], cwd: Path, env: dict[str, str], done=None) -> dict[str, Any]:
-    """Run ``cmd``: its exit code, wall time, and its own CPU time and peak RSS (``os.wait4``'s rusage
-    of that child alone). ``done()`` true: stop it (SIGTERM) — heretic waits at a menu once its
-    study is complete."""
+def run_measured(cmd: list[str], cwd: Path, env: dict[str, str], done=None, log: str = "run.log") -> dict[str, Any]:
+    """Run ``cmd`` (its output in ``cwd / log``): its exit code, wall time, and its own CPU time and peak
+    RSS (``os.wait4``'s rusage of that child alone). ``done()`` true: stop it (SIGTERM) — heretic
+    waits at a menu once its study is complete."""
     start = time.perf_counter()
-    with open(cwd / "run.log", "w") as log:
+    with open(cwd / log, "w") as log:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         stopped = False
         while True:
@@ -139,16 +145,21 @@ def hypervolume(points: list[tuple[float, float, int]], ref: tuple[float, float]
 
 
 def run_surgery(args, work: Path, env: dict[str, str]) -> dict[str, Any]:
-    import surgery
-
+    """find-direction (recomputed: heretic computes its directions in its run) then the tune, each
+    its own measured process; the process figures are the two together."""
     folder = work / "surgery"
     folder.mkdir(parents=True, exist_ok=True)
-    found = surgery.find_direction(args.model, a=str(BEHAVIOUR), b=str(NEUTRAL), out=folder / "direction.json")
+    direction = folder / "direction.json"
+    cmd = [sys.executable, "-m", "surgery", "find-direction", str(args.model), "--a", str(BEHAVIOUR)]
+    cmd += ["--b", str(NEUTRAL), "--recompute", "--out", str(direction)]
+    find = run_measured(cmd, folder, env, log="find.log")
+    if find["returncode"] != 0:
+        raise SystemExit(f"surgery find-direction failed ({find['returncode']}): see {folder / 'find.log'}")
     cmd = [sys.executable, "-m", "surgery", "tune", str(args.model), "--method", "direction"]
     behaviour, neutral = folder / "behaviour.txt", folder / "neutral.txt"
     behaviour.write_text("\n".join(lines(BEHAVIOUR)[: args.prompts]) + "\n", encoding="utf-8")
     neutral.write_text("\n".join(lines(NEUTRAL)[: args.prompts]) + "\n", encoding="utf-8")
-    cmd += ["--findings", str(found.path), "--behaviour", str(behaviour), "--markers", str(MARKERS)]
+    cmd += ["--findings", str(direction), "--behaviour", str(behaviour), "--markers", str(MARKERS)]
     cmd += ["--neutral", str(neutral), "--max-new-tokens", str(MAX_NEW_TOKENS), "--batch-size", str(BATCH)]
     cmd += ["--trials", str(args.trials), "--seed", str(args.seed), "--out", str(folder / "study"), "--json"]
     run = run_measured(cmd, folder, env)
@@ -158,6 +169,10 @@ def run_surgery(args, work: Path, env: dict[str, str]) -> dict[str, Any]:
     trials = record["trials"]
     return {
         **run,
+        "wall_s": find["wall_s"] + run["wall_s"],
+        "cpu_s": find["cpu_s"] + run["cpu_s"],
+        "peak_rss_gb": max(find["peak_rss_gb"], run["peak_rss_gb"]),
+        "find_direction": find,
         "points": [(t["marker_rate"], t["kl"], t["number"]) for t in trials],
         "seconds": [t["seconds"] for t in trials],
         "base_left": record["baseline"]["marker_rate"],
@@ -235,13 +250,17 @@ def report(results: dict[str, dict[str, Any]], trials: int, reference_kls: list[
         r["hypervolume"] = {f"{k:.6g}": hypervolume(r["front"], (1.0, k)) for k in refs}
         r["trial_s"] = sum(r["seconds"]) / len(r["seconds"])
         r["trials_per_min"] = 60.0 / r["trial_s"]
+        r["median_trial_s"] = statistics.median(r["seconds"])  # less moved by the other jobs' bursts
+        r["cpu_per_trial_s"] = r["cpu_s"] / len(r["seconds"])  # the setup's CPU included
         print(f"\n{name}: behaviour left unedited {r['base_left']:.3f}; front (behaviour left, KL, trial):")
         for left, kl, number in r["front"]:
             print(f"  {left:.3f}  {kl:.4g}  #{number}")
         hv = ", ".join(f"{v:.4g} (KL ≤ {k})" for k, v in r["hypervolume"].items())
         print(
-            f"  hypervolume {hv}; {r['trial_s']:.2f} s a trial ({r['trials_per_min']:.2f} trials/min); "
-            f"process: {r['wall_s']:.0f} s wall, {r['cpu_s']:.0f} s CPU, peak RSS {r['peak_rss_gb']:.2f} GB"
+            f"  hypervolume {hv}; {r['trial_s']:.2f} s a trial ({r['trials_per_min']:.2f} trials/min; "
+            f"median {r['median_trial_s']:.2f} s); "
+            f"process: {r['wall_s']:.0f} s wall, {r['cpu_s']:.0f} s CPU ({r['cpu_per_trial_s']:.1f} s a trial, "
+            f"setup included), peak RSS {r['peak_rss_gb']:.2f} GB"
         )
     s, h = results["surgery"], results["heretic"]
     ratios = {
@@ -249,13 +268,17 @@ def report(results: dict[str, dict[str, Any]], trials: int, reference_kls: list[
             k: (v / h["hypervolume"][k] if h["hypervolume"][k] else None) for k, v in s["hypervolume"].items()
         },
         "trials_per_min": s["trials_per_min"] / h["trials_per_min"],
+        "median_trial": h["median_trial_s"] / s["median_trial_s"],
         "peak_rss": s["peak_rss_gb"] / h["peak_rss_gb"],
         "wall": s["wall_s"] / h["wall_s"],
+        "trials_per_cpu_s": h["cpu_per_trial_s"] / s["cpu_per_trial_s"],
     }
     hv = ", ".join("—" if v is None else f"{v:.2f}× (KL ≤ {k})" for k, v in ratios["hypervolume"].items())
     print(
-        f"\nsurgery / heretic: hypervolume {hv}; trials per minute {ratios['trials_per_min']:.2f}×, "
-        f"peak RSS {ratios['peak_rss']:.2f}×, process wall {ratios['wall']:.2f}×"
+        f"\nsurgery / heretic: hypervolume {hv}; trials per minute {ratios['trials_per_min']:.2f}× "
+        f"(by the median trial {ratios['median_trial']:.2f}×), "
+        f"trials per process CPU second {ratios['trials_per_cpu_s']:.2f}×, peak RSS {ratios['peak_rss']:.2f}×, "
+        f"process wall {ratios['wall']:.2f}×"
     )
     return ratios
 
@@ -268,6 +291,7 @@ def main() -> None:
         "--prompts", type=int, default=16, help="Questions of each language the tune reads (half are searched on)."
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of both tools.")
     parser.add_argument("--heretic-python", default=os.environ.get("HERETIC_PYTHON", "/tmp/heretic-venv/bin/python"))
     parser.add_argument("--work", type=Path, default=Path("bench-tune-heretic"))
     parser.add_argument(
@@ -298,12 +322,25 @@ def main() -> None:
     from machine import stamp
 
     machine = stamp()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", NO_COLOR="1")
+    env = dict(
+        os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", NO_COLOR="1", OMP_NUM_THREADS=str(args.threads)
+    )
+    print(f"both tools: OMP_NUM_THREADS={args.threads}")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     results = {"surgery": run_surgery(args, args.work, env), "heretic": run_heretic(args, args.work, env)}
     ratios = report(results, args.trials, args.reference_kl)
+    load = [round(x, 2) for x in os.getloadavg()]
+    print(f"load average at the end (1, 5, 15 min): {load[0]}, {load[1]}, {load[2]}")
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine, "trials": args.trials, **results, "ratios": ratios}))
+        record = {
+            "machine": machine,
+            "trials": args.trials,
+            "threads": args.threads,
+            "load_end": load,
+            **results,
+            "ratios": ratios,
+        }
+        args.json.write_text(json.dumps(record))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ is stored or printed. The project ships no such prompt set; the user gives promp
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,19 @@ def read_markers(path: str | Path) -> list[str]:
     return markers
 
 
-def _answers(model, tokenizer, batch: Sequence[str], special: bool, max_new_tokens: int) -> list[str]:
+# Given a batch's formatted texts: the context its generation runs in (evaluation.prefill's recording
+# or replaying of the unedited prefill).
+Around = Callable[[tuple[str, ...]], AbstractContextManager[None]]
+
+
+def _answers(
+    model, tokenizer, batch: Sequence[str], special: bool, max_new_tokens: int, around: Around | None = None
+) -> list[str]:
     """Greedy answers (decoded, special tokens dropped) to the already formatted texts of ``batch``."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     device = next(model.parameters()).device
     enc = tokenizer(list(batch), return_tensors="pt", padding=True, padding_side="left", add_special_tokens=special)
-    with torch.inference_mode():
+    with torch.inference_mode(), nullcontext() if around is None else around(tuple(batch)):
         out = model.generate(
             input_ids=enc["input_ids"].to(device),
             attention_mask=enc["attention_mask"].to(device),
@@ -49,15 +57,23 @@ def _answers(model, tokenizer, batch: Sequence[str], special: bool, max_new_toke
 
 
 def marker_hits(
-    model, tokenizer, prompts: Sequence[str], markers: Sequence[str], *, max_new_tokens: int = 32, batch_size: int = 8
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    markers: Sequence[str],
+    *,
+    max_new_tokens: int = 32,
+    batch_size: int = 8,
+    around: Around | None = None,
 ) -> np.ndarray:
     """Per prompt (this process's, all of them): whether its greedy answer holds a marker (surgery
-    tune's per-prompt rate, whose confidence interval resamples prompts)."""
+    tune's per-prompt rate, whose confidence interval resamples prompts); ``around``: the context each
+    batch's generation runs in."""
     texts, special = formatted(tokenizer, tuple(prompts), "auto")
     wanted = [m.lower() for m in markers]
     hits = []
     for start in range(0, len(texts), batch_size):
-        answers = _answers(model, tokenizer, texts[start : start + batch_size], special, max_new_tokens)
+        answers = _answers(model, tokenizer, texts[start : start + batch_size], special, max_new_tokens, around)
         hits += [any(m in answer.lower() for m in wanted) for answer in answers]
     return np.array(hits, dtype=bool)
 

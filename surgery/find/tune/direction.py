@@ -4,14 +4,17 @@ The space is the kernel heretic-llm searches, as ablate-direction spells it (fin
 the peak weight and its layer, the width over which the weight falls, the floor it falls to (a
 share of the peak), and which residual writers are edited. The effect is how much the edit lowers
 the marker rate (the share of greedy answers holding one of the user's markers) on the tune split
-of the behaviour prompts; the cost the mean first-token KL on the neutral prompts. Answers are
-generated with the edit hooked in at run time (model.hooks.applied); the KL's passes resume from
-the lowest edited layer (runtime.py).
+of the behaviour prompts; the cost the mean first-token KL on the neutral prompts, both read through
+the chat template when the tokenizer has one (as heretic-llm reads its harmless prompts). Answers are
+generated with the edit hooked in at run time (model.hooks.applied), their prefill below the lowest
+edited layer replayed from the unedited one (evaluation.prefill); the KL's passes resume from the
+lowest edited layer (runtime.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,9 @@ from ...core.checkpoint import Checkpoint
 from ...core.edits import Recipe
 from ...core.mcq import Encoded
 from ...core.progress import Progress, silent
+from ...core.prompts import formatted
 from ...evaluation.markers import marker_hits
+from ...evaluation.prefill import Prefills, lowest_layer
 from ...model.hooks import applied
 from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
 from ..directions.ablate import direction_recipe
@@ -44,7 +49,8 @@ MODULES = ("attention,mlp", "attention", "mlp")
 OBJECTIVES = {
     "effect": "marker rate removed on the tune prompts: share of greedy answers holding a marker, "
     "unedited minus edited; higher is better",
-    "kl": "mean first-token KL(base ‖ edited) on the neutral tune prompts, nats, lower is better",
+    "kl": "mean first-token KL(base ‖ edited) on the neutral tune prompts (through the chat template when "
+    "the tokenizer has one), nats, lower is better",
 }
 
 
@@ -90,15 +96,24 @@ class DirectionTrials:
 
     def __init__(self, model, tokenizer, prompts: Sequence[str], neutral: Sequence[str], params: TuneParams, markers):
         self.model, self.tokenizer, self.prompts, self.markers, self.params = model, tokenizer, prompts, markers, params
-        encoded = [Encoded(tuple(tokenizer(t)["input_ids"]), {}) for t in neutral]
+        # The KL reads the neutral prompts as the model reads the behaviour prompts (and heretic-llm its
+        # harmless ones): through the chat template when the tokenizer has one.
+        texts, special = formatted(tokenizer, tuple(neutral), "auto")
+        encoded = [Encoded(tuple(tokenizer(t, add_special_tokens=special)["input_ids"]), {}) for t in texts]
         self.neutral = record(model, encoded, params.batch_size)
         self.neutral_base = last_logprobs(model, self.neutral, ())
+        self.prefills = Prefills()
         self.base = self.hits(())
 
     def hits(self, edits) -> np.ndarray:
         """Per prompt: whether its greedy answer under ``edits`` holds a marker (under torchrun each
-        rank answers whole batches of its own)."""
+        rank answers whole batches of its own). The unedited answers record each batch's prefill; an
+        edit's reuse it below its lowest layer (evaluation.prefill: the same answers, fewer FLOPs)."""
         work = distributed.Shard(self.prompts, chunk=self.params.batch_size)
+        if edits:
+            around = partial(self.prefills.replaying, self.model, below=lowest_layer(self.model, edits))
+        else:
+            around = partial(self.prefills.recording, self.model)
         with applied(self.model, edits):
             mine = marker_hits(
                 self.model,
@@ -107,6 +122,7 @@ class DirectionTrials:
                 self.markers,
                 max_new_tokens=self.params.max_new_tokens,
                 batch_size=self.params.batch_size,
+                around=around,
             )
         every = np.zeros(len(self.prompts))
         every[work.mine] = mine
@@ -149,6 +165,7 @@ def tune_direction(
         "prompts": list(prompts),
         "markers": list(markers),
         "neutral": list(neutral),
+        "neutral_format": "chat" if getattr(tokenizer, "chat_template", None) else "plain",
         "findings": found.data.dataset_sha256,
     }
     tune = part(by_prompt.tune, by_text.tune)
