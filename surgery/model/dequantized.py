@@ -175,6 +175,32 @@ def attach_scalings(model, config, stored: Iterable[str], scalings: dict[str, Sc
     setattr(model, HOLDS_CODES, True)
 
 
+def hold_packed(model, name: str, packed, parts: dict[str, Any], decode: Callable) -> None:
+    """Hold the weight ``name`` of ``model`` (a parameter on the meta device, from model/by_name.py) as its
+    stored bytes ``packed`` (a uint8 tensor, two or more codes a byte) and its stored ``parts`` (scales,
+    global scale: buffers of its module named ``<leaf>_<part>``), made its float32 values only for its
+    layer's call (model/upcast.py) by ``decode(bytes, parts) -> [out, in] float32``.
+
+    The bytes are a Parameter of the module's dtype, viewed, not converted (``packed`` must have an even
+    number of bytes a row): the layer's upcast then finds it as it finds a 16-bit weight, and it asks for
+    a gradient as a loaded weight does (torch picks its matmul path by that: model/upcast.py)."""
+    import torch
+
+    owner, _, leaf = name.rpartition(".")
+    module = model.get_submodule(owner)
+    old = module._parameters[leaf]
+    module._parameters[leaf] = torch.nn.Parameter(packed.view(old.dtype), requires_grad=old.requires_grad)
+    for part, value in parts.items():
+        module.register_buffer(f"{leaf}_{part}", value, persistent=False)
+
+    def widen(held):
+        stored = {part: module._buffers[f"{leaf}_{part}"] for part in parts}
+        return decode(held.detach().view(torch.uint8), stored)
+
+    _widen_map(module)[leaf] = widen
+    setattr(model, HOLDS_CODES, True)
+
+
 def holds_codes(model) -> bool:
     """Whether ``model`` holds quantized values (e4m3, or integer codes less their zero points) that
     become its weights only as its layers run (:func:`attach_scalings`): its parameters are then not the
