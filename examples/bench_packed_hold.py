@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Benchmark: an NVFP4 checkpoint loaded for float32 compute on a CPU, held as stored against held in 16 bits.
+
+    python examples/bench_packed_hold.py --old-tree /work/main [--model ~/.cache/surgery/models/smollm2-135m-instruct]
+        [--runs 3] [--json FILE]
+
+Makes SmolLM2 NVFP4 as examples/bench_fp4.py does (compressed-tensors' compressor), then, in fresh child
+processes, interleaved in each run: the imports a load needs (their RSS is the floor of every load), and
+``load_model`` (CPU, float32) plus one forward pass of 64 tokens, once with the surgery of ``--old-tree``
+(another checkout: its loader) and once with this one. Each child reports the bytes its model holds
+(distinct parameter and buffer storages) and its load and forward times; its peak RSS is the kernel's
+VmHWM (examples/measure.py). Printed against the file's size and one decoder layer in float32, with the
+ratios new / old of the same run; the logits of the two loads are compared bit for bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MB = 1024**2
+
+
+def child(task: str, tree: str, src: str, out: str) -> None:
+    """The measured process: ``task`` ("imports" or "load") on ``src`` with the surgery of ``tree``."""
+    sys.path.insert(0, tree)
+    import compressed_tensors.compressors.nvfp4.helpers  # noqa: F401
+    import torch
+    from transformers import AutoModelForCausalLM  # noqa: F401
+
+    import surgery
+    from surgery.model.loading import LoadSpec, load_model
+
+    assert Path(surgery.__file__).resolve().is_relative_to(Path(tree).resolve()), surgery.__file__
+    if task == "imports":
+        return
+    started = time.perf_counter()
+    model = load_model(src, LoadSpec(device="cpu", dtype="float32"))
+    loaded = time.perf_counter()
+    ids = torch.randint(3, model.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+    done = time.perf_counter()
+    storages = {
+        t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in [*model.parameters(), *model.buffers()]
+    }
+    torch.save(logits, out)
+    print(json.dumps({"load_s": loaded - started, "forward_s": done - loaded, "held_bytes": sum(storages.values())}))
+
+
+def measure(cmd: list[str]) -> dict:
+    sys.path.insert(0, str(HERE))
+    from measure import run_measured
+
+    started = time.perf_counter()
+    res, peak = run_measured(cmd)
+    wall = time.perf_counter() - started
+    if res.returncode != 0:
+        sys.exit(f"{cmd[3:]} failed:\n{res.stderr[-3000:]}")
+    row = {"wall_s": wall, "rss_mb": peak.rss_bytes / MB}
+    lines = [line for line in res.stdout.splitlines() if line.startswith("{")]
+    if lines:
+        row.update(json.loads(lines[-1]))
+    return row
+
+
+def layer_f32_mb(folder: Path) -> float:
+    """One decoder layer's weights in float32: the model's first layer built on the meta device."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder)
+    del config.quantization_config
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.model.layers[0].parameters()) * 4 / MB
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path, default=Path.home() / ".cache/surgery/models/smollm2-135m-instruct")
+    ap.add_argument("--old-tree", type=Path, help="a checkout whose loader is the one compared (required)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--scratch", type=Path, default=Path("/tmp/surgery-bench-fp4"))
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--child", nargs=4, metavar=("TASK", "TREE", "SRC", "OUT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    if args.old_tree is None:
+        ap.error("--old-tree is required")
+    sys.path.insert(0, str(HERE.parent))
+    sys.path.insert(0, str(HERE))
+    from bench_fp4 import quantize
+    from machine import one_line, stamp
+
+    print("machine:", one_line(stamp()))
+    args.scratch.mkdir(parents=True, exist_ok=True)
+    src = quantize(args.model, args.scratch / f"{args.model.name}-nvfp4")
+    file_mb = sum(f.stat().st_size for f in src.glob("*.safetensors")) / MB
+    layer_mb = layer_f32_mb(src)
+    trees = {"old": args.old_tree.resolve(), "new": HERE.parent}
+    runs = []
+    for k in range(args.runs):
+        row = {"imports": measure([sys.executable, __file__, "--child", "imports", str(trees["new"]), str(src), "-"])}
+        for path, tree in trees.items():
+            logits = args.scratch / f"logits-{path}.pt"
+            row[path] = measure([sys.executable, __file__, "--child", "load", str(tree), str(src), str(logits)])
+        runs.append(row)
+        print(f"run {k}: " + ", ".join(f"{t} {r['wall_s']:.1f} s / {r['rss_mb']:.0f} MB" for t, r in row.items()))
+    import torch
+
+    same = torch.equal(*(torch.load(args.scratch / f"logits-{p}.pt") for p in trees))
+    med = {t: {m: statistics.median(r[t][m] for r in runs) for m in runs[0][t]} for t in runs[0]}
+    floor = med["imports"]["rss_mb"]
+    print(
+        f"NVFP4 weights file {file_mb:.1f} MB; one decoder layer in float32 {layer_mb:.1f} MB; imports {floor:.0f} MB"
+    )
+    for path in trees:
+        m = med[path]
+        print(
+            f"{path}: held {m['held_bytes'] / MB:.1f} MB = {m['held_bytes'] / MB / file_mb:.2f}× the file; "
+            f"peak RSS {m['rss_mb']:.0f} MB, above the imports {m['rss_mb'] - floor:.0f} MB = "
+            f"{(m['rss_mb'] - floor) / file_mb:.2f}× the file (target ≤ 1.5× + one layer: "
+            f"{1.5 * file_mb + layer_mb:.0f} MB); load {m['load_s']:.1f} s, forward {m['forward_s']:.2f} s"
+        )
+    for metric in ("rss_mb", "load_s", "forward_s"):
+        ratios = [r["new"][metric] / r["old"][metric] for r in runs]
+        print(f"new / old {metric} (same run, median of {args.runs}): {statistics.median(ratios):.2f}×")
+    print(f"logits new == old, bit for bit: {same}")
+    if args.json:
+        record = {"file_mb": file_mb, "layer_f32_mb": layer_mb, "runs": runs, "medians": med, "logits_equal": same}
+        args.json.write_text(json.dumps(record, indent=1))
+    subprocess.run(["uptime"], check=False)
+
+
+if __name__ == "__main__":
+    main()
