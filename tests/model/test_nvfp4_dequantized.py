@@ -134,6 +134,7 @@ def test_held_as_stored_it_holds_the_file_and_computes_as_the_16_bit_hold_bit_fo
     from safetensors import safe_open
 
     from surgery.formats.nvfp4 import hold
+    from surgery.model.dequantized import weight_count
     from surgery.model.hooks import applied, model_architecture
     from surgery.model.upcast import computed_value
     from tests.support.coverage import proof_edits
@@ -148,6 +149,8 @@ def test_held_as_stored_it_holds_the_file_and_computes_as_the_16_bit_hold_bit_fo
             assert torch.equal(packed.get_parameter(name).detach().view(torch.uint8), stored), name
     print(f"held as stored {_held_bytes(packed)} B, in 16 bits {_held_bytes(sixteen)} B, file {_file_bytes(src)} B")
     assert _held_bytes(packed) <= 1.5 * _file_bytes(src) < _held_bytes(sixteen)
+    # a weight held as bytes still counts as its weights (find-heads' FLOPs)
+    assert weight_count(packed) == weight_count(sixteen) == sum(p.numel() for p in sixteen.parameters())
     modules = {name: dict(m.named_modules()) for name, m in (("packed", packed), ("16", sixteen))}
     for name, _ in sixteen.named_parameters():
         owner, _, leaf = name.rpartition(".")

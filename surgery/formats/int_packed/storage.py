@@ -307,14 +307,20 @@ def _torch_ints(raw: np.ndarray):
 
 def unpack(s: Scheme, raw: np.ndarray, n_cols: int):
     """Stored codes of a block of rows (I32 words or I8) → int8 codes [rows, n_cols] (a torch tensor)."""
+    return unpack_torch(s, _torch_ints(raw), n_cols)
+
+
+def unpack_torch(s: Scheme, raw, n_cols: int):
+    """Stored codes of a block of rows (a torch tensor of I32 words or I8, on any device) → int8 codes
+    [rows, n_cols], by compressed-tensors."""
     import torch
 
     if not s.packed:
-        return _torch_ints(raw)
+        return raw
     from ...core.optional import require
 
     helpers = require("compressed_tensors.compressors.pack_quantized.helpers")
-    return helpers.unpack_from_int32(_torch_ints(raw), s.bits, torch.Size([raw.shape[0], n_cols]))
+    return helpers.unpack_from_int32(raw, s.bits, torch.Size([raw.shape[0], n_cols]))
 
 
 def pack(s: Scheme, codes) -> np.ndarray:
