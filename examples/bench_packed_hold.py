@@ -63,7 +63,7 @@ def measure(cmd: list[str]) -> dict:
     wall = time.perf_counter() - started
     if res.returncode != 0:
         sys.exit(f"{cmd[3:]} failed:\n{res.stderr[-3000:]}")
-    row = {"wall_s": wall, "rss_mb": peak.rss_bytes / MB}
+    row = {"wall_s": wall, "rss_mb": peak.rss_bytes / MB, "anon_mb": peak.anon_bytes / MB}
     lines = [line for line in res.stdout.splitlines() if line.startswith("{")]
     if lines:
         row.update(json.loads(lines[-1]))
