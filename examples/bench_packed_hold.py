@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Benchmark: an NVFP4 checkpoint loaded for float32 compute on a CPU, held as stored against held in 16 bits.
+"""Benchmark: an NVFP4 or int4 checkpoint loaded for float32 compute on a CPU, held as stored against held in 16 bits.
 
     python examples/bench_packed_hold.py --old-tree /work/main [--model ~/.cache/surgery/models/smollm2-135m-instruct]
-        [--runs 3] [--json FILE]
+        [--int4] [--runs 3] [--json FILE]
 
-Makes SmolLM2 NVFP4 as examples/bench_fp4.py does (compressed-tensors' compressor), then, in fresh child
+Makes SmolLM2 NVFP4 as examples/bench_fp4.py does (compressed-tensors' compressor; ``--int4``: W4A16,
+symmetric, groups of 64, by tests/support/int_packed.py's compressor, the other tensors in bfloat16 as
+llm-compressor saves a model it loaded in bf16), then, in fresh child
 processes, interleaved in each run: the imports a load needs (their RSS is the floor of every load), and
 ``load_model`` (CPU, float32) plus one forward pass of 64 tokens, once with the surgery of ``--old-tree``
 (another checkout: its loader) and once with this one. Each child reports the bytes its model holds
@@ -31,6 +33,7 @@ def child(task: str, tree: str, src: str, out: str) -> None:
     """The measured process: ``task`` ("imports" or "load") on ``src`` with the surgery of ``tree``."""
     sys.path.insert(0, tree)
     import compressed_tensors.compressors.nvfp4.helpers  # noqa: F401
+    import compressed_tensors.compressors.pack_quantized.helpers  # noqa: F401
     import torch
     from transformers import AutoModelForCausalLM  # noqa: F401
 
@@ -70,6 +73,28 @@ def measure(cmd: list[str]) -> dict:
     return row
 
 
+def quantize_int4(src: Path, out: Path) -> Path:
+    """A copy of ``src`` in bfloat16 with its decoder linears compressed to W4A16 (groups of 64), written
+    beside and renamed."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from tests.support.int_packed import compress_folder
+
+    if out.exists():
+        return out
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(src, partial, ignore=shutil.ignore_patterns("*.gguf*"))
+    tensors = {n: t.to(torch.bfloat16) for n, t in load_file(partial / "model.safetensors").items()}
+    save_file(tensors, partial / "model.safetensors", metadata={"format": "pt"})
+    compress_folder(partial, "w4a16-g64", torch.bfloat16)
+    partial.rename(out)
+    return out
+
+
 def layer_f32_mb(folder: Path) -> float:
     """One decoder layer's weights in float32: the model's first layer built on the meta device."""
     import torch
@@ -86,6 +111,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=Path.home() / ".cache/surgery/models/smollm2-135m-instruct")
     ap.add_argument("--old-tree", type=Path, help="a checkout whose loader is the one compared (required)")
+    ap.add_argument("--int4", action="store_true", help="W4A16 (groups of 64, bench_upcast.py's) instead of NVFP4")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--scratch", type=Path, default=Path("/tmp/surgery-bench-fp4"))
     ap.add_argument("--json", type=Path, default=None)
@@ -103,7 +129,11 @@ def main() -> None:
 
     print("machine:", one_line(stamp()))
     args.scratch.mkdir(parents=True, exist_ok=True)
-    src = quantize(args.model, args.scratch / f"{args.model.name}-nvfp4")
+    kind = "W4A16" if args.int4 else "NVFP4"
+    if args.int4:
+        src = quantize_int4(args.model, args.scratch / f"{args.model.name}-w4a16")
+    else:
+        src = quantize(args.model, args.scratch / f"{args.model.name}-nvfp4")
     file_mb = sum(f.stat().st_size for f in src.glob("*.safetensors")) / MB
     layer_mb = layer_f32_mb(src)
     trees = {"old": args.old_tree.resolve(), "new": HERE.parent}
@@ -111,17 +141,17 @@ def main() -> None:
     for k in range(args.runs):
         row = {"imports": measure([sys.executable, __file__, "--child", "imports", str(trees["new"]), str(src), "-"])}
         for path, tree in trees.items():
-            logits = args.scratch / f"logits-{path}.pt"
+            logits = args.scratch / f"logits-{kind}-{path}.pt"
             row[path] = measure([sys.executable, __file__, "--child", "load", str(tree), str(src), str(logits)])
         runs.append(row)
         print(f"run {k}: " + ", ".join(f"{t} {r['wall_s']:.1f} s / {r['rss_mb']:.0f} MB" for t, r in row.items()))
     import torch
 
-    same = torch.equal(*(torch.load(args.scratch / f"logits-{p}.pt") for p in trees))
+    same = torch.equal(*(torch.load(args.scratch / f"logits-{kind}-{p}.pt") for p in trees))
     med = {t: {m: statistics.median(r[t][m] for r in runs) for m in runs[0][t]} for t in runs[0]}
     floor = med["imports"]
     print(
-        f"NVFP4 weights file {file_mb:.1f} MB; one decoder layer in float32 {layer_mb:.1f} MB; target ≤ 1.5× the "
+        f"{kind} weights file {file_mb:.1f} MB; one decoder layer in float32 {layer_mb:.1f} MB; target ≤ 1.5× the "
         f"file + one layer = {1.5 * file_mb + layer_mb:.0f} MB; imports {floor['rss_mb']:.0f} MB RSS, "
         f"{floor['anon_mb']:.0f} MB anonymous"
     )
