@@ -21,7 +21,36 @@ from typing import Any
 from ..core.checkpoint import Checkpoint
 from ..core.errors import CheckpointError
 
-_TORCH = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64", "I64": "int64", "I32": "int32"}
+# safetensors dtype → torch dtype name
+_TORCH = {
+    "BF16": "bfloat16",
+    "F16": "float16",
+    "F32": "float32",
+    "F64": "float64",
+    "I64": "int64",
+    "I32": "int32",
+    "I8": "int8",
+    "U8": "uint8",
+    "F8_E4M3": "float8_e4m3fn",
+}
+
+
+def read_tensor(folder: Path, info):
+    """The stored tensor ``info`` (a ``TensorInfo`` of a file in ``folder``) as a torch tensor of its dtype,
+    read into memory of its own: not a view of a memory map, whose file pages would count in the
+    process's resident memory beside the copy."""
+    import torch
+
+    dtype = _TORCH.get(info.dtype)
+    if dtype is None:
+        raise CheckpointError(f"tensor '{info.name}' is stored as {info.dtype}, which surgery does not read here")
+    data = torch.empty(info.nbytes, dtype=torch.uint8)
+    with open(folder / info.file, "rb") as f:
+        f.seek(info.start)
+        got = f.readinto(memoryview(data.numpy()))
+    if got != info.nbytes:
+        raise CheckpointError(f"{info.file} ended early while reading '{info.name}'; the file is truncated")
+    return data.view(getattr(torch, dtype)).reshape(info.shape)
 
 
 def _empty_model(config, dtype):
@@ -70,7 +99,6 @@ def load_by_name(ckpt: Checkpoint, config, dtype, quantized: Iterable[str], weig
     would load the file otherwise: a key renamed or converted, a module kept in float32, a tensor with no
     parameter of its name, dtype and shape."""
     import torch
-    from safetensors import safe_open
 
     model = _empty_model(config, dtype)
     if getattr(model, "_keep_in_fp32_modules", None) or getattr(model, "_keep_in_fp32_modules_strict", None):
@@ -93,18 +121,13 @@ def load_by_name(ckpt: Checkpoint, config, dtype, quantized: Iterable[str], weig
         slot = _slot(model, name)
         if slot is None or not isinstance(slot[2], torch.nn.Parameter):
             return None
-    by_file: dict[Path, list[str]] = {}
     for name, info in plain.items():
-        by_file.setdefault(ckpt.path / info.file, []).append(name)
-    for file, names in by_file.items():
-        with safe_open(file, "pt") as f:
-            for name in names:
-                module, leaf, old = slots[name]
-                tensor = f.get_tensor(name)
-                if isinstance(old, torch.nn.Parameter):
-                    module._parameters[leaf] = torch.nn.Parameter(tensor, requires_grad=old.requires_grad)
-                else:
-                    module._buffers[leaf] = tensor
+        module, leaf, old = slots[name]
+        tensor = read_tensor(ckpt.path, info)
+        if isinstance(old, torch.nn.Parameter):
+            module._parameters[leaf] = torch.nn.Parameter(tensor, requires_grad=old.requires_grad)
+        else:
+            module._buffers[leaf] = tensor
     model.config.name_or_path = str(ckpt.path)
     _generation_config(model, ckpt.path)
     return model

@@ -31,7 +31,7 @@ from typing import Any
 
 from ...core.checkpoint import Checkpoint
 from ...core.errors import CheckpointError
-from ...model.by_name import finish, load_by_name
+from ...model.by_name import finish, load_by_name, read_tensor
 from ...model.dequantized import (
     Filler,
     attach_scalings,
@@ -94,7 +94,6 @@ def load_packed(ckpt: Checkpoint, config, dtype) -> Any:
     decoded for its layer's call; None where transformers would not load the other tensors by their names
     (model/by_name.py) or the codes are not compressed-tensors' own (AutoAWQ's)."""
     import torch
-    from safetensors import safe_open
 
     s = ckpt.format.scheme
     weights = weights_of(ckpt)
@@ -107,8 +106,7 @@ def load_packed(ckpt: Checkpoint, config, dtype) -> Any:
         return None
     for name, w in weights.items():
         raw, _, zero = _stored(ckpt, s, w)
-        with safe_open(ckpt.path / w.scale.file, "pt") as f:  # as stored: widened to float32 exactly per call
-            scale = f.get_tensor(w.scale.name)
+        scale = read_tensor(ckpt.path, w.scale)  # as stored: widened to float32 exactly per call
         held = {"scale": scale.reshape(scale.shape[0] if scale.dim() > 1 else 1, -1)}
         if zero is not None:
             held["zero"] = zero

@@ -23,13 +23,12 @@ dtype, keeping it.
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
 
 from ...core.checkpoint import Checkpoint
-from ...model.by_name import finish, load_by_name, missing_refusal
+from ...model.by_name import finish, load_by_name, missing_refusal, read_tensor
 from ...model.dequantized import (
     Filler,
     attach_scalings,
@@ -83,8 +82,6 @@ def load_packed(ckpt: Checkpoint, config, dtype) -> Any:
     """``ckpt``'s model (transformers ``config``, without its quantization) in the 16-bit ``dtype``
     (:func:`layerwise_dtype`), each NVFP4 weight held as its stored codes and scales and decoded for its
     layer's call; None where transformers would not load the other tensors by their names (model/by_name.py)."""
-    from safetensors import safe_open
-
     weights = weights_of(ckpt)
     stored = {n for w in weights.values() for n in (w.codes.name, w.scale.name, w.global_scale.name)}
     model = load_by_name(ckpt, without_quantization(config), dtype, stored, weights)
@@ -94,16 +91,8 @@ def load_packed(ckpt: Checkpoint, config, dtype) -> Any:
     def decode(codes, stored):
         return decode_held(codes, stored["scale"], stored["global_scale"])
 
-    with ExitStack() as files:
-        opened: dict[str, Any] = {}
-
-        def read(info):
-            if info.file not in opened:
-                opened[info.file] = files.enter_context(safe_open(ckpt.path / info.file, "pt"))
-            return opened[info.file].get_tensor(info.name)
-
-        for name, w in weights.items():
-            parts = {"scale": read(w.scale), "global_scale": read(w.global_scale)}
-            hold_packed(model, name, read(w.codes), parts, decode)
+    for name, w in weights.items():
+        parts = {"scale": read_tensor(ckpt.path, w.scale), "global_scale": read_tensor(ckpt.path, w.global_scale)}
+        hold_packed(model, name, read_tensor(ckpt.path, w.codes), parts, decode)
     finish(model, ckpt, WHAT)
     return model
