@@ -10,8 +10,9 @@ llm-compressor saves a model it loaded in bf16), then, in fresh child
 processes, interleaved in each run: the imports a load needs (their RSS is the floor of every load), and
 ``load_model`` (CPU, float32) plus one forward pass of 64 tokens, once with the surgery of ``--old-tree``
 (another checkout: its loader) and once with this one. Each child reports the bytes its model holds
-(distinct parameter and buffer storages) and its load and forward times; its peak RSS is the kernel's
-VmHWM (examples/measure.py). Printed against the file's size and one decoder layer in float32, with the
+(distinct parameter and buffer storages), its load and forward times and its peak RSS after the load
+(VmHWM, before the forward pass widens a layer or the embeddings); its peak RSS over both is the kernel's
+VmHWM, its anonymous memory sampled (examples/measure.py). Printed against the file's size and one decoder layer in float32, with the
 ratios new / old of the same run; the logits of the two loads are compared bit for bit.
 """
 
@@ -46,6 +47,7 @@ def child(task: str, tree: str, src: str, out: str) -> None:
     started = time.perf_counter()
     model = load_model(src, LoadSpec(device="cpu", dtype="float32"))
     loaded = time.perf_counter()
+    load_hwm = _status("VmHWM")  # the peak so far: the load's, before the forward pass widens anything
     ids = torch.randint(3, model.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         logits = model(input_ids=ids).logits
@@ -54,7 +56,17 @@ def child(task: str, tree: str, src: str, out: str) -> None:
         t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in [*model.parameters(), *model.buffers()]
     }
     torch.save(logits, out)
-    print(json.dumps({"load_s": loaded - started, "forward_s": done - loaded, "held_bytes": sum(storages.values())}))
+    record = {"load_s": loaded - started, "forward_s": done - loaded, "held_bytes": sum(storages.values())}
+    print(json.dumps({**record, "load_rss_mb": load_hwm / MB}))
+
+
+def _status(key: str) -> int:
+    """A field of this process's /proc status, in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
 
 
 def measure(cmd: list[str]) -> dict:
@@ -95,8 +107,9 @@ def quantize_int4(src: Path, out: Path) -> Path:
     return out
 
 
-def layer_f32_mb(folder: Path) -> float:
-    """One decoder layer's weights in float32: the model's first layer built on the meta device."""
+def widened_mb(folder: Path) -> tuple[float, float]:
+    """(one decoder layer's weights, the embedding table) in float32: what one call widens, from the model
+    built on the meta device (the table is widened whole for the embeddings' call and a tied head's)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -104,7 +117,8 @@ def layer_f32_mb(folder: Path) -> float:
     del config.quantization_config
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in model.model.layers[0].parameters()) * 4 / MB
+    layer = sum(p.numel() for p in model.model.layers[0].parameters())
+    return layer * 4 / MB, model.get_input_embeddings().weight.numel() * 4 / MB
 
 
 def main() -> None:
@@ -135,7 +149,7 @@ def main() -> None:
     else:
         src = quantize(args.model, args.scratch / f"{args.model.name}-nvfp4")
     file_mb = sum(f.stat().st_size for f in src.glob("*.safetensors")) / MB
-    layer_mb = layer_f32_mb(src)
+    layer_mb, table_mb = widened_mb(src)
     trees = {"old": args.old_tree.resolve(), "new": HERE.parent}
     runs = []
     for k in range(args.runs):
@@ -152,24 +166,33 @@ def main() -> None:
     floor = med["imports"]
     print(
         f"{kind} weights file {file_mb:.1f} MB; one decoder layer in float32 {layer_mb:.1f} MB; target ≤ 1.5× the "
-        f"file + one layer = {1.5 * file_mb + layer_mb:.0f} MB; imports {floor['rss_mb']:.0f} MB RSS, "
+        f"file + one layer = {1.5 * file_mb + layer_mb:.0f} MB; the embedding table in float32 {table_mb:.1f} MB; "
+        f"imports {floor['rss_mb']:.0f} MB RSS, "
         f"{floor['anon_mb']:.0f} MB anonymous"
     )
     for path in trees:
         m = med[path]
         above = {k: m[k] - floor[k] for k in ("rss_mb", "anon_mb")}
+        load = m["load_rss_mb"] - floor["rss_mb"]
         print(
             f"{path}: held {m['held_bytes'] / MB:.1f} MB = {m['held_bytes'] / MB / file_mb:.2f}× the file; peak "
-            f"above the imports: RSS {above['rss_mb']:.0f} MB = {above['rss_mb'] / file_mb:.2f}× (the file's "
-            f"mapped pages included), anonymous {above['anon_mb']:.0f} MB = {above['anon_mb'] / file_mb:.2f}×; "
-            f"load {m['load_s']:.1f} s, forward {m['forward_s']:.2f} s"
+            f"above the imports: load alone RSS {load:.0f} MB = {load / file_mb:.2f}×; load + forward RSS "
+            f"{above['rss_mb']:.0f} MB = {above['rss_mb'] / file_mb:.2f}×, anonymous {above['anon_mb']:.0f} MB = "
+            f"{above['anon_mb'] / file_mb:.2f}×; load {m['load_s']:.1f} s, forward {m['forward_s']:.2f} s"
         )
-    for metric in ("rss_mb", "anon_mb", "load_s", "forward_s"):
+    for metric in ("load_rss_mb", "rss_mb", "anon_mb", "load_s", "forward_s"):
         ratios = [r["new"][metric] / r["old"][metric] for r in runs]
         print(f"new / old {metric} (same run, median of {args.runs}): {statistics.median(ratios):.2f}×")
     print(f"logits new == old, bit for bit: {same}")
     if args.json:
-        record = {"file_mb": file_mb, "layer_f32_mb": layer_mb, "runs": runs, "medians": med, "logits_equal": same}
+        record = {
+            "file_mb": file_mb,
+            "layer_f32_mb": layer_mb,
+            "table_f32_mb": table_mb,
+            "runs": runs,
+            "medians": med,
+            "logits_equal": same,
+        }
         args.json.write_text(json.dumps(record, indent=1))
     subprocess.run(["uptime"], check=False)
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from ...core.checkpoint import Checkpoint
 from ...core.errors import CheckpointError
+from ...core.optional import require
 from ...model.by_name import finish, load_by_name, read_tensor
 from ...model.dequantized import (
     Filler,
@@ -97,6 +98,9 @@ def load_packed(ckpt: Checkpoint, config, dtype) -> Any:
 
     s = ckpt.format.scheme
     weights = weights_of(ckpt)
+    require(
+        "compressed_tensors.compressors.pack_quantized.helpers"
+    )  # imported as the model loads, not at its first call
     if s.transposed or any(w.codes.nbytes // w.shape[0] % 2 for w in weights.values()):
         return None  # AutoAWQ's words, or rows of an odd number of bytes (not a 16-bit Parameter's)
     parts = ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape", "weight_g_idx")

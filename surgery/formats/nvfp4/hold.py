@@ -39,7 +39,7 @@ from ...model.dequantized import (
 )
 from ..int_packed.hold import load_arguments
 from .plan import weight_factors, weight_values, weights_of
-from .storage import GROUP, decode_held
+from .storage import GROUP, byte_values, decode_held
 
 __all__ = ["fill_weights", "layerwise_dtype", "load_arguments", "load_packed"]
 
@@ -83,6 +83,7 @@ def load_packed(ckpt: Checkpoint, config, dtype) -> Any:
     (:func:`layerwise_dtype`), each NVFP4 weight held as its stored codes and scales and decoded for its
     layer's call; None where transformers would not load the other tensors by their names (model/by_name.py)."""
     weights = weights_of(ckpt)
+    byte_values()  # compressed-tensors' unpacking, imported and tabulated as the model loads, not at its first call
     stored = {n for w in weights.values() for n in (w.codes.name, w.scale.name, w.global_scale.name)}
     model = load_by_name(ckpt, without_quantization(config), dtype, stored, weights)
     if model is None:
