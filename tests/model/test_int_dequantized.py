@@ -182,7 +182,20 @@ def test_the_config_on_disk_keeps_its_quantization(tmp_path):
     assert json.loads(before)["quantization_config"]["quant_method"] == "awq"
 
 
-PACKED = ["w4a16-g8", "w4a16-g8-asym", "int8-channel", "w4a16-g8+actorder-group", "w4a16-tensor"]
+PACKED = ["w4a16-g8", "w4a16-g8-asym", "int8-channel", "w4a16-g8+actorder-group", "w4a16-tensor", "w8a16-channel"]
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_the_byte_table_unpacks_as_compressed_tensors_does(bits):
+    """Each byte of packed words looked up in the table gives compressed-tensors' unpacking of the words."""
+    from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
+
+    from surgery.formats.int_packed.storage import byte_codes
+
+    words = torch.randint(-(2**31), 2**31 - 1, (40, 12), dtype=torch.int32, generator=torch.Generator().manual_seed(0))
+    looked_up = torch.nn.functional.embedding(words.view(torch.uint8).to(torch.int32), byte_codes(bits))
+    want = unpack_from_int32(words, bits, torch.Size([40, 12 * 32 // bits]))
+    assert torch.equal(looked_up.reshape(40, -1), want.to(torch.float32))
 
 
 @pytest.mark.parametrize("layout", PACKED)
