@@ -15,8 +15,8 @@ processes, interleaved, on a warm page cache:
 * the bake (library call, its check by compressed-tensors' decoder, no logits) of 40 pruned neurons
   and 2 halved heads (SmolLM2's head_dim 64: four groups of 16, so a power of two goes through the
   e4m3 scales), its peak RSS from ``os.wait4``/VmHWM;
-* the model loaded for float32 compute as finders, eval and verify load it (its e2m1 values held in
-  bf16, each layer widened for its call) and one forward pass: its peak RSS against the file's size.
+* the model loaded for float32 compute as finders, eval and verify load it (its packed codes and scales
+  held as stored, each layer decoded for its call) and one forward pass: its peak RSS against the file's size.
 
 Then, once: ``surgery verify`` (the dequantized weights by compressed-tensors, and logits on the CPU
 against the run-time edit) and undo (sha256 of every file equal to the source's).

@@ -134,19 +134,27 @@ Scaling = Callable[[Any], None]
 
 
 def group_scaling(scale, group_of):
-    """Multiplies a weight's float32 values [out, in] in place by its scales [out or 1, groups], each
-    column by its group's: a view when the groups are contiguous runs of columns (no copy: 5× faster
-    than spreading the scales over every column, which actorder's scattered groups need)."""
+    """Multiplies a weight's float32 values [out, in] in place by its scales [out or 1, groups] (numpy),
+    each column by its group's (:func:`column_scaler`)."""
+    import torch
+
+    scale, apply = torch.from_numpy(scale), column_scaler(group_of, scale.shape[1])
+    return lambda block: apply(block, scale)
+
+
+def column_scaler(group_of, groups: int) -> Callable[[Any, Any], None]:
+    """``apply(block, scale)``: multiplies float32 values [out, in] in place by ``scale`` [out or 1, groups]
+    (a torch tensor), each column by its group's (``group_of``: each column's group): a view when the groups
+    are contiguous runs of columns (no copy: 5× faster than spreading the scales over every column, which
+    actorder's scattered groups need)."""
     import numpy as np
     import torch
 
-    groups = scale.shape[1]
-    scale, of = torch.from_numpy(scale), torch.from_numpy(group_of.astype(np.int64))
     n = len(group_of)
     if n % groups == 0 and np.array_equal(group_of, np.arange(n) // (n // groups)):
-        runs = scale[:, :, None]
-        return lambda block: block.view(block.shape[0], groups, -1).mul_(runs.to(block.device))
-    return lambda block: block.mul_(scale[:, of].to(block.device))
+        return lambda block, scale: block.view(block.shape[0], groups, -1).mul_(scale[:, :, None].to(block.device))
+    of = torch.from_numpy(group_of.astype(np.int64))
+    return lambda block, scale: block.mul_(scale[:, of.to(scale.device)].to(block.device))
 
 
 def attach_scalings(model, config, stored: Iterable[str], scalings: dict[str, Scaling], what: str) -> None:
@@ -173,6 +181,47 @@ def attach_scalings(model, config, stored: Iterable[str], scalings: dict[str, Sc
         owner, _, leaf = name.rpartition(".")
         _widen_map(model.get_submodule(owner))[leaf] = _scaled_experts(parts)
     setattr(model, HOLDS_CODES, True)
+
+
+def hold_packed(model, name: str, packed, parts: dict[str, Any], decode: Callable) -> None:
+    """Hold the weight ``name`` of ``model`` (a parameter on the meta device, from model/by_name.py) as its
+    stored bytes ``packed`` (a uint8 tensor, two or more codes a byte) and its stored ``parts`` (scales,
+    global scale: buffers of its module named ``<leaf>_<part>``), made its float32 values only for its
+    layer's call (model/upcast.py) by ``decode(bytes, parts) -> [out, in] float32``.
+
+    The bytes are a Parameter of the module's dtype, viewed, not converted (``packed`` must have an even
+    number of bytes a row): the layer's upcast then finds it as it finds a 16-bit weight, and it asks for
+    a gradient as a loaded weight does (torch picks its matmul path by that: model/upcast.py)."""
+    import torch
+
+    owner, _, leaf = name.rpartition(".")
+    module = model.get_submodule(owner)
+    old = module._parameters[leaf]
+    module._parameters[leaf] = torch.nn.Parameter(packed.view(old.dtype), requires_grad=old.requires_grad)
+    for part, value in parts.items():
+        module.register_buffer(f"{leaf}_{part}", value, persistent=False)
+
+    def widen(held):
+        stored = {part: module._buffers[f"{leaf}_{part}"] for part in parts}
+        return decode(held.detach().view(torch.uint8), stored)
+
+    widen.numel = old.numel()  # the weights it holds (:func:`weight_count`), not its bytes
+    _widen_map(module)[leaf] = widen
+    setattr(model, HOLDS_CODES, True)
+
+
+def weight_count(module) -> int:
+    """The number of weights in ``module``'s parameters (its subtree's): a weight held as packed bytes
+    (:func:`hold_packed`) counts as the weights it holds, not as its bytes."""
+    from .upcast import WIDEN_ATTR
+
+    total = 0
+    for owner in module.modules():
+        widen = getattr(owner, WIDEN_ATTR, {})
+        for leaf, p in owner._parameters.items():
+            if p is not None:
+                total += getattr(widen.get(leaf), "numel", p.numel())
+    return total
 
 
 def holds_codes(model) -> bool:

@@ -1,6 +1,7 @@
 """Integer checkpoints transformers cannot run (asymmetric int4, int8 int-quantized, GPTQ's actorder
 "group", AutoAWQ GEMM) load for computation dequantized by surgery, and in float32 every integer layout
-is held in 16 bits and decoded as its layers run: the weights are those of a float32 copy holding the
+is held (as stored: compressed-tensors' codes; in 16 bits, codes less zero points: AutoAWQ's, or experts
+transformers fuses) and decoded as its layers run: the weights are those of a float32 copy holding the
 values compressed-tensors decodes, bit for bit, mixtures of experts included, and so its logits to float32
 summation order (tests.support.models.assert_same_function); what it cannot fill is refused in one line."""
 
@@ -44,6 +45,17 @@ def _nbytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
+def _held_bytes(model) -> int:
+    """What the model holds: its parameters' and buffers' storages, each once (tied tables share one)."""
+    storages = [t.untyped_storage() for t in (*model.parameters(), *model.buffers())]
+    return sum({s.data_ptr(): s.nbytes() for s in storages}.values())
+
+
+def _file_bytes(folder) -> int:
+    """The checkpoint's weights as stored: every tensor's bytes."""
+    return sum(info.nbytes for info in Checkpoint(folder).tensors.values())
+
+
 # every layout surgery decodes, and one transformers runs (symmetric W4A16): held too in float32
 HELD = [*CASES, ("w4a16-g8", "llama")]
 
@@ -65,7 +77,10 @@ def test_an_integer_checkpoint_is_held_in_16_bits_and_computes_as_its_decoded_co
     stored = {p.dtype for p in held.parameters()}
     assert holds_codes(held) and compute_dtype_of(held) == torch.float32
     assert stored in ({torch.bfloat16}, {torch.float16})  # the checkpoint's 16-bit dtype, every parameter
-    assert _nbytes(held) == _nbytes(plain) // 2  # nothing decoded whole
+    if arch == "llama" and layout != "awq":  # held as stored (compressed-tensors' codes, tensors by their names)
+        assert _held_bytes(held) <= 1.5 * _file_bytes(src)
+    else:  # AutoAWQ's words, or experts transformers fuses: codes less zero points in 16 bits
+        assert _nbytes(held) == _nbytes(plain) // 2  # nothing decoded whole
     modules = dict(held.named_modules())
     for name, value in plain.named_parameters():
         owner, _, leaf = name.rpartition(".")
@@ -165,3 +180,57 @@ def test_the_config_on_disk_keeps_its_quantization(tmp_path):
     load_model(src, CPU)
     assert (src / "config.json").read_bytes() == before
     assert json.loads(before)["quantization_config"]["quant_method"] == "awq"
+
+
+PACKED = ["w4a16-g8", "w4a16-g8-asym", "int8-channel", "w4a16-g8+actorder-group", "w4a16-tensor", "w8a16-channel"]
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_the_byte_table_unpacks_as_compressed_tensors_does(bits):
+    """Each byte of packed words looked up in the table gives compressed-tensors' unpacking of the words."""
+    from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
+
+    from surgery.formats.int_packed.storage import byte_codes
+
+    words = torch.randint(-(2**31), 2**31 - 1, (40, 12), dtype=torch.int32, generator=torch.Generator().manual_seed(0))
+    looked_up = torch.nn.functional.embedding(words.view(torch.uint8).to(torch.int32), byte_codes(bits))
+    want = unpack_from_int32(words, bits, torch.Size([40, 12 * 32 // bits]))
+    assert torch.equal(looked_up.reshape(40, -1), want.to(torch.float32))
+
+
+@pytest.mark.parametrize("layout", PACKED)
+def test_held_as_stored_it_holds_the_file_and_computes_as_the_16_bit_hold_bit_for_bit(tmp_path, monkeypatch, layout):
+    """Each weight's parameter is its file's codes (I32 words or I8), the model holds at most 1.5× the file,
+    and its weights and logits (with and without run-time edits) are the 16-bit hold's, bit for bit."""
+    from safetensors import safe_open
+
+    from surgery.formats.int_packed import hold
+    from surgery.model.dequantized import weight_count
+    from surgery.model.hooks import applied, model_architecture
+    from surgery.model.upcast import computed_value
+    from tests.support.coverage import proof_edits
+
+    scheme, _, actorder = layout.partition("+actorder-")
+    src = int_packed.build_int(tmp_path / "int", scheme, actorder=actorder or None)
+    packed = load_model(src, CPU)
+    monkeypatch.setattr(hold, "load_packed", lambda *args: None)  # the hold where transformers renames tensors
+    sixteen = load_model(src, CPU)
+    ckpt = Checkpoint(src)
+    with safe_open(src / "model.safetensors", "pt") as f:
+        for name, w in hold.weights_of(ckpt).items():
+            stored = f.get_tensor(w.codes.name)
+            assert torch.equal(packed.get_parameter(name).detach().view(stored.dtype), stored), name
+    assert _held_bytes(packed) <= 1.5 * _file_bytes(src) < _held_bytes(sixteen)
+    assert weight_count(packed) == weight_count(sixteen) == sum(p.numel() for p in sixteen.parameters())
+    modules = {name: dict(m.named_modules()) for name, m in (("packed", packed), ("16", sixteen))}
+    for name, _ in sixteen.named_parameters():
+        owner, _, leaf = name.rpartition(".")
+        assert torch.equal(computed_value(modules["packed"][owner], leaf), computed_value(modules["16"][owner], leaf))
+    edits = [e for group in proof_edits(model_architecture(sixteen)).values() for e in group]
+    with torch.no_grad():
+        assert torch.equal(packed(**_batch()).logits, sixteen(**_batch()).logits)
+        with applied(packed, edits):
+            got = packed(**_batch()).logits
+        with applied(sixteen, edits):
+            want = sixteen(**_batch()).logits
+    assert torch.equal(got, want)

@@ -1,7 +1,9 @@
 """NVFP4 checkpoints load for computation dequantized by surgery (decoded by compressed-tensors), and in
-float32 are held in 16 bits (their e2m1 values) and scaled as their layers run: the weights are those of a
-float32 copy holding the values compressed-tensors decodes, bit for bit, mixtures of experts included,
-and so its logits to float32 summation order (tests.support.models.assert_same_function)."""
+float32 are held as stored (packed codes and scales; in 16 bits, their e2m1 values, where transformers fuses
+experts as it loads) and decoded as their layers run: the weights are those of a float32 copy holding the
+values compressed-tensors decodes, bit for bit, mixtures of experts included, and so its logits to float32
+summation order (tests.support.models.assert_same_function); held as stored, the logits are the 16-bit
+hold's bit for bit (the same float32 weights, the same matmul path), at the file's size."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from tests.support.nvfp4 import build_nvfp4, dense_copy
 pytest.importorskip("compressed_tensors")
 
 ARCHS = ["llama", "qwen3_moe"]
+PACKED = {"llama"}  # held as stored; transformers fuses qwen3_moe's experts as it loads: held in 16 bits
 CPU = LoadSpec(device="cpu", dtype="float32")
 
 
@@ -37,6 +40,17 @@ def _nbytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
+def _held_bytes(model) -> int:
+    """What the model holds: its parameters' and buffers' storages, each once (tied tables share one)."""
+    storages = [t.untyped_storage() for t in (*model.parameters(), *model.buffers())]
+    return sum({s.data_ptr(): s.nbytes() for s in storages}.values())
+
+
+def _file_bytes(folder) -> int:
+    """The checkpoint's weights as stored: every tensor's bytes."""
+    return sum(info.nbytes for info in Checkpoint(folder).tensors.values())
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_an_nvfp4_checkpoint_is_held_in_16_bits_and_computes_as_its_decoded_copy(tmp_path, arch):
     from surgery.model.dequantized import holds_codes
@@ -48,7 +62,10 @@ def test_an_nvfp4_checkpoint_is_held_in_16_bits_and_computes_as_its_decoded_copy
     held, plain = load_model(src, CPU), load_model(copy, CPU)
     assert holds_codes(held) and compute_dtype_of(held) == torch.float32
     assert {p.dtype for p in held.parameters()} == {torch.bfloat16}
-    assert _nbytes(held) == _nbytes(plain) // 2  # nothing decoded whole
+    if arch in PACKED:  # held as stored: the file's bytes
+        assert _held_bytes(held) <= 1.5 * _file_bytes(src)
+    else:  # fused experts: e2m1 values in 16 bits, nothing decoded whole
+        assert _nbytes(held) == _nbytes(plain) // 2
     modules = dict(held.named_modules())
     for name, value in plain.named_parameters():
         owner, _, leaf = name.rpartition(".")
@@ -91,3 +108,58 @@ def test_a_missing_float_weight_is_one_line(tmp_path):
     with pytest.raises(CheckpointError, match="no tensor for 'model.layers.1.post_attention_layernorm.weight'") as e:
         load_model(src, CPU)
     assert "\n" not in str(e.value) and "NVFP4" in str(e.value)
+
+
+def test_the_byte_table_decodes_as_compressed_tensors_does():
+    """Every byte's two e2m1 values are compressed-tensors' unpacking of it, and a weight decoded from its
+    bytes and e4m3 scales is compressed-tensors' float32 ``dequantize`` of it, bit for bit."""
+    import numpy as np
+
+    from surgery.formats.nvfp4 import storage
+
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 256, (48, 32), dtype=np.uint8)
+    scales = torch.from_numpy(rng.integers(0, 0x7F, (48, 4), dtype=np.uint8)).view(torch.float8_e4m3fn)
+    g = torch.tensor([448.0 * 6 / 0.37], dtype=torch.float32)
+    s = storage.Scheme(tuple(sorted(storage.ARGS.items())))
+    got = storage.decode_held(torch.from_numpy(codes), scales, g)
+    want = storage.dequantize(s, storage.unpack(codes), scales.float().numpy(), g.numpy())
+    assert torch.equal(storage.byte_values()[torch.from_numpy(codes).long()].reshape(48, 64), storage.unpack(codes))
+    assert torch.equal(got, torch.from_numpy(want))
+
+
+def test_held_as_stored_it_holds_the_file_and_computes_as_the_16_bit_hold_bit_for_bit(tmp_path, monkeypatch):
+    """Each weight's parameter is its file's packed bytes, the model holds at most 1.5× the file, and its
+    weights and logits (with and without run-time edits) are the 16-bit hold's, bit for bit."""
+    from safetensors import safe_open
+
+    from surgery.formats.nvfp4 import hold
+    from surgery.model.dequantized import weight_count
+    from surgery.model.hooks import applied, model_architecture
+    from surgery.model.upcast import computed_value
+    from tests.support.coverage import proof_edits
+
+    src = build_nvfp4(tmp_path / "fp4", hidden_size=128, intermediate_size=256)
+    packed = load_model(src, CPU)
+    monkeypatch.setattr(hold, "load_packed", lambda *args: None)  # the hold where transformers renames tensors
+    sixteen = load_model(src, CPU)
+    with safe_open(src / "model.safetensors", "pt") as f:
+        for name in hold.weights_of(Checkpoint(src)):
+            stored = f.get_tensor(name + "_packed")
+            assert torch.equal(packed.get_parameter(name).detach().view(torch.uint8), stored), name
+    print(f"held as stored {_held_bytes(packed)} B, in 16 bits {_held_bytes(sixteen)} B, file {_file_bytes(src)} B")
+    assert _held_bytes(packed) <= 1.5 * _file_bytes(src) < _held_bytes(sixteen)
+    # a weight held as bytes still counts as its weights (find-heads' FLOPs)
+    assert weight_count(packed) == weight_count(sixteen) == sum(p.numel() for p in sixteen.parameters())
+    modules = {name: dict(m.named_modules()) for name, m in (("packed", packed), ("16", sixteen))}
+    for name, _ in sixteen.named_parameters():
+        owner, _, leaf = name.rpartition(".")
+        assert torch.equal(computed_value(modules["packed"][owner], leaf), computed_value(modules["16"][owner], leaf))
+    edits = [e for group in proof_edits(model_architecture(sixteen)).values() for e in group]
+    with torch.no_grad():
+        assert torch.equal(packed(**_batch()).logits, sixteen(**_batch()).logits)
+        with applied(packed, edits):
+            got = packed(**_batch()).logits
+        with applied(sixteen, edits):
+            want = sixteen(**_batch()).logits
+    assert torch.equal(got, want)

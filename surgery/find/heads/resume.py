@@ -29,6 +29,7 @@ from torch import nn
 from ...core.edits import HeadScale, NeuronScale
 from ...core.errors import SurgeryError
 from ...core.mcq import Encoded
+from ...model.dequantized import weight_count
 from ...model.hooks import applied, model_architecture
 from .attention import AttentionPlan, EdgeEdit, active_plan
 from .prompts import Batch
@@ -348,7 +349,7 @@ class Counter:
             for i in range(len(layers))
         ]
         return cls(
-            sum(p.numel() for p in layers[0].parameters()),
+            weight_count(layers[0]),  # a weight held packed counts as the weights it holds
             len(layers),
             round(sum(widths) / len(widths)),
             model.get_output_embeddings().weight.numel(),

@@ -68,11 +68,15 @@ class IntPacked(StoredFormat):
 
     def load(self, ckpt: Checkpoint, config: Any, held: bool, from_pretrained: Callable[..., Any]) -> Any:
         """By transformers (decompressed by compressed-tensors) where it runs these weights, else, and
-        whenever ``held``, without their quantization, each weight then decoded (or held) by surgery."""
+        whenever ``held``, without their quantization, each weight then decoded (or held, as stored where
+        transformers loads the other tensors by their names) by surgery."""
         if not (held or self.loads_dequantized):
             return from_pretrained()
         from ...model.dequantized import quiet_load
-        from .hold import fill_weights, load_arguments
+        from .hold import fill_weights, load_arguments, load_packed
+
+        if held and (model := load_packed(ckpt, config, self.layerwise_dtype(ckpt, config))) is not None:
+            return model
 
         with quiet_load(True):
             model, info = from_pretrained(**load_arguments(config))

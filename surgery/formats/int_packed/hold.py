@@ -16,6 +16,14 @@ own included: each weight is held as its codes less their zero points, small int
 dtype, and multiplied by its scales only for its layer's call (model/upcast.py), as FP8 values are
 (surgery/formats/fp8/hold.py). compressed-tensors' float32 decode is that product, so the results are the
 whole decode's, bit for bit.
+
+Where transformers loads every other tensor under its own name (model/by_name.py) and the codes are
+compressed-tensors' own (not AutoAWQ's, which its converter turns around whole), each weight is held as
+the file stores it instead: its codes (I32 words, 8 int4 codes each, or I8) in a model built on the meta
+device, its scales and unpacked zero points beside them, and for its layer's call the codes are unpacked
+(each byte's codes from a 256-entry table of compressed-tensors' own unpacking), less their zero points
+and times the same scales: the same float32 values, bit
+for bit, at the file's size, with nothing allocated at the float size while loading.
 """
 
 from __future__ import annotations
@@ -24,8 +32,18 @@ from typing import Any
 
 from ...core.checkpoint import Checkpoint
 from ...core.errors import CheckpointError
-from ...model.dequantized import Filler, attach_scalings, group_scaling, held_dtype, without_quantization
-from .plan import weight_factors, weight_values, weights_of
+from ...model.by_name import finish, load_by_name, read_tensor
+from ...model.dequantized import (
+    Filler,
+    attach_scalings,
+    column_scaler,
+    group_scaling,
+    held_dtype,
+    hold_packed,
+    without_quantization,
+)
+from .plan import _stored, weight_factors, weight_values, weights_of
+from .storage import IntWeight, Scheme, byte_codes
 
 
 def layerwise_dtype(ckpt: Checkpoint, model_class) -> Any:
@@ -69,3 +87,61 @@ def fill_weights(model, ckpt: Checkpoint, missing: list[str], held: bool = False
             + f", which the {type(model).__name__} needs and which is not one of its integer weights: "
             "the checkpoint is incomplete; re-download it"
         )
+
+
+def load_packed(ckpt: Checkpoint, config, dtype) -> Any:
+    """``ckpt``'s model (transformers ``config``, without its quantization) in the 16-bit ``dtype``
+    (:func:`layerwise_dtype`), each integer weight held as its stored codes, its scales and zero points,
+    decoded for its layer's call; None where transformers would not load the other tensors by their names
+    (model/by_name.py) or the codes are not compressed-tensors' own (AutoAWQ's)."""
+    import torch
+
+    s = ckpt.format.scheme
+    weights = weights_of(ckpt)
+    if s.packed:
+        byte_codes(s.bits)  # compressed-tensors' unpacking, imported and tabulated as the model loads
+    if s.transposed or any(w.codes.nbytes // w.shape[0] % 2 for w in weights.values()):
+        return None  # AutoAWQ's words, or rows of an odd number of bytes (not a 16-bit Parameter's)
+    parts = ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape", "weight_g_idx")
+    stored = {s.part(n, p) for n in weights for p in parts} | {w.codes.name for w in weights.values()}
+    model = load_by_name(ckpt, without_quantization(config), dtype, stored & set(ckpt.tensors), weights)
+    if model is None:
+        return None
+    for name, w in weights.items():
+        raw, _, zero = _stored(ckpt, s, w)
+        scale = read_tensor(ckpt.path, w.scale)  # as stored: widened to float32 exactly per call
+        held = {"scale": scale.reshape(scale.shape[0] if scale.dim() > 1 else 1, -1)}
+        if zero is not None:
+            held["zero"] = zero
+        hold_packed(model, name, torch.from_numpy(raw).view(torch.uint8), held, _decoder(s, w))
+    finish(model, ckpt, f"{s.describe()} weight")
+    return model
+
+
+def _decoder(s: Scheme, w: IntWeight):
+    """``decode(bytes, parts)``: the float32 values [out, in] of ``w`` from its held codes' bytes, its
+        scales as stored ([out or 1, groups]) and its int8 zero points: compressed-tensors' unpacking, then
+        (code − zero point) × its group's scale, as :func:`weight_factors` × the 16-bit hold's scaling; packed codes
+    are looked up a byte at a time (:func:`~.storage.byte_codes`)."""
+    import numpy as np
+    import torch
+
+    group_of = w.group_of()
+    scale_columns = column_scaler(group_of, w.n_groups)
+    of = torch.from_numpy(group_of.astype(np.int64))
+
+    def decode(raw, parts):
+        if s.packed:  # each byte's codes from the table, 3× faster here than unpacking the words
+            table = byte_codes(s.bits).to(raw.device)
+            units = torch.nn.functional.embedding(raw.to(torch.int32), table).reshape(raw.shape[0], -1)
+            if units.shape[1] != w.shape[1]:  # the last word's padding
+                units = units[:, : w.shape[1]].contiguous()
+        else:
+            units = raw.view(torch.int8).to(torch.float32)
+        zero = parts.get("zero")
+        if zero is not None:
+            units -= zero.to(torch.float32)[:, of.to(zero.device)] if zero.dim() == 2 else zero.to(torch.float32)
+        scale_columns(units, parts["scale"].to(torch.float32))
+        return units
+
+    return decode

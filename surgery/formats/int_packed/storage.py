@@ -23,6 +23,7 @@ installed library's ``dequantize``.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Mapping
@@ -315,6 +316,21 @@ def unpack(s: Scheme, raw: np.ndarray, n_cols: int):
 
     helpers = require("compressed_tensors.compressors.pack_quantized.helpers")
     return helpers.unpack_from_int32(_torch_ints(raw), s.bits, torch.Size([raw.shape[0], n_cols]))
+
+
+@functools.cache
+def byte_codes(bits: int):
+    """The codes each byte of packed I32 words holds, in order, [256, 8 // bits] float32 (a torch tensor):
+    compressed-tensors' unpacking of a word made of that byte four times, so that a lookup of a weight's
+    bytes (little-endian words, as safetensors stores them) in it is that unpacking, code for code."""
+    import torch
+
+    from ...core.optional import require
+
+    helpers = require("compressed_tensors.compressors.pack_quantized.helpers")
+    words = (np.arange(256, dtype=np.uint32) * 0x01010101).view(np.int32).reshape(256, 1)
+    codes = helpers.unpack_from_int32(torch.from_numpy(words), bits, torch.Size([256, 32 // bits]))
+    return codes[:, : 8 // bits].to(torch.float32)
 
 
 def pack(s: Scheme, codes) -> np.ndarray:

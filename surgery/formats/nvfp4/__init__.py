@@ -73,10 +73,13 @@ class Nvfp4(StoredFormat):
 
     def load(self, ckpt: Checkpoint, config: Any, held: bool, from_pretrained: Callable[..., Any]) -> Any:
         """Without its quantization, each NVFP4 weight then decoded by compressed-tensors (or, ``held``, its
-        e2m1 values scaled as each layer runs)."""
+        stored codes and scales decoded as each layer runs, or its e2m1 values scaled where transformers
+        renames or converts the checkpoint's tensors as it loads them)."""
         from ...model.dequantized import quiet_load
-        from .hold import fill_weights, load_arguments
+        from .hold import fill_weights, load_arguments, load_packed
 
+        if held and (model := load_packed(ckpt, config, self.layerwise_dtype(ckpt, config))) is not None:
+            return model
         with quiet_load(True):
             model, info = from_pretrained(**load_arguments(config))
         fill_weights(model, ckpt, info["missing_keys"], held=held)

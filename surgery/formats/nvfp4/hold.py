@@ -8,6 +8,17 @@ in one 16-bit dtype (as llm-compressor writes them) is not decoded whole (4 byte
 is held as its e2m1 values (exact in any 16-bit float) and multiplied by its group scales only for its
 layer's call (model/upcast.py), as integer codes are (surgery/formats/int_packed/hold.py);
 compressed-tensors' float32 decode is that product, so the results are the whole decode's, bit for bit.
+
+Where transformers loads every other tensor under its own name (model/by_name.py), the weights are held as
+the file stores them, not as 16-bit values (4 bytes for every byte of codes): the model is built on the
+meta device, each weight's packed codes (a byte per two weights) and its e4m3 scales and global scale go
+into its module as they are, and each byte becomes its two e2m1 values, by a 256-entry table of
+compressed-tensors' unpacking, times the same group scales, for its layer's call: the same float32 values,
+bit for bit, with nothing allocated at the float size while loading. Elsewhere (a mixture of experts that
+transformers fuses as it loads) the 16-bit hold above is kept. transformers' own compressed load
+(``CompressedTensorsConfig(run_compressed=True)``) is not used: compressed-tensors 0.20 has no
+``CompressedLinear`` (it raises "no longer supported") and decompresses each weight once, at the model's
+dtype, keeping it.
 """
 
 from __future__ import annotations
@@ -17,13 +28,22 @@ from typing import Any
 import numpy as np
 
 from ...core.checkpoint import Checkpoint
-from ...core.errors import CheckpointError
-from ...model.dequantized import Filler, attach_scalings, group_scaling, held_dtype
+from ...model.by_name import finish, load_by_name, missing_refusal, read_tensor
+from ...model.dequantized import (
+    Filler,
+    attach_scalings,
+    group_scaling,
+    held_dtype,
+    hold_packed,
+    without_quantization,
+)
 from ..int_packed.hold import load_arguments
 from .plan import weight_factors, weight_values, weights_of
-from .storage import GROUP
+from .storage import GROUP, byte_values, decode_held
 
-__all__ = ["fill_weights", "layerwise_dtype", "load_arguments"]
+__all__ = ["fill_weights", "layerwise_dtype", "load_arguments", "load_packed"]
+
+WHAT = "NVFP4 weight"
 
 
 def layerwise_dtype(ckpt: Checkpoint, model_class) -> Any:
@@ -42,7 +62,7 @@ def fill_weights(model, ckpt: Checkpoint, missing: list[str], held: bool = False
 
     weights = weights_of(ckpt)
     stored = [*ckpt.tensors, *weights]
-    filler = Filler(model, ckpt.config, stored, "NVFP4 weight")
+    filler = Filler(model, ckpt.config, stored, WHAT)
     scalings = {}
     for name, w in weights.items():
         if not held:
@@ -52,12 +72,28 @@ def fill_weights(model, ckpt: Checkpoint, missing: list[str], held: bool = False
         filler.put(name, values)
         scalings[name] = group_scaling(scales.numpy(), np.arange(w.shape[1]) // GROUP)
     if held:
-        attach_scalings(model, ckpt.config, stored, scalings, "NVFP4 weight")
+        attach_scalings(model, ckpt.config, stored, scalings, WHAT)
     left = sorted(set(missing) - filler.filled)
     if left:
-        raise CheckpointError(
-            f"{ckpt.path} has no tensor for '{left[0]}'"
-            + (f" (and {len(left) - 1} more)" if len(left) > 1 else "")
-            + f", which the {type(model).__name__} needs and which is not one of its NVFP4 weights: "
-            "the checkpoint is incomplete; re-download it"
-        )
+        raise missing_refusal(ckpt, model, left, WHAT)
+
+
+def load_packed(ckpt: Checkpoint, config, dtype) -> Any:
+    """``ckpt``'s model (transformers ``config``, without its quantization) in the 16-bit ``dtype``
+    (:func:`layerwise_dtype`), each NVFP4 weight held as its stored codes and scales and decoded for its
+    layer's call; None where transformers would not load the other tensors by their names (model/by_name.py)."""
+    weights = weights_of(ckpt)
+    byte_values()  # compressed-tensors' unpacking, imported and tabulated as the model loads, not at its first call
+    stored = {n for w in weights.values() for n in (w.codes.name, w.scale.name, w.global_scale.name)}
+    model = load_by_name(ckpt, without_quantization(config), dtype, stored, weights)
+    if model is None:
+        return None
+
+    def decode(codes, stored):
+        return decode_held(codes, stored["scale"], stored["global_scale"])
+
+    for name, w in weights.items():
+        parts = {"scale": read_tensor(ckpt.path, w.scale), "global_scale": read_tensor(ckpt.path, w.global_scale)}
+        hold_packed(model, name, read_tensor(ckpt.path, w.codes), parts, decode)
+    finish(model, ckpt, WHAT)
+    return model
