@@ -22,9 +22,9 @@ import yaml
 from ..core.architectures import Architecture, architecture
 from ..core.edits import Recipe
 from ..core.evaluation_table import Evaluation
+from ..core.heads_caveats import caveats
 from ..core.sites import where_text
 from ..core.strict_files import dump_yaml, load_json, load_yaml
-from ..find.heads.caveats import caveats
 from ..model.loading import Source
 from .lineage import WRITTEN_FOR
 from .provenance import PROVENANCE_NAME, UNDO_NAME, load_undo

@@ -346,18 +346,3 @@ def test_card_names_no_local_path_and_keeps_the_caveats(tmp_path, capsys):
     assert "**Caveat:** 1 of the 1 selected heads have no significant single-head knockout" in heads
     recipe_card = (tmp_path / "recipe" / "README.md").read_text()
     assert "The recipe was written for **other**" in recipe_card and "base_model: org/tiny" in recipe_card
-
-
-def test_caveats_only_for_what_is_not_significant():
-    from surgery.find.heads.caveats import caveats
-
-    strong = {
-        "p_s": 0.001,
-        "knockout_effect_pct": 14.0,
-        "knockout_ci95": [9.0, 19.5],
-        "weak_heads": 0,
-        "selected_heads": [[7, 7]],
-    }
-    assert caveats(strong) == [] and caveats({"kind": "neurons", "n": 40}) == []
-    weak = caveats({**strong, "p_s": float("nan"), "knockout_ci95": [float("nan"), float("nan")]})
-    assert [c.split(" (")[0] for c in weak] == ["ΔS itself is not significant", "the knockout reduction has no 95% CI"]
