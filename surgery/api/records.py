@@ -25,14 +25,14 @@ _EXPORTS = {
     "DirectionsFindings": "surgery.find.directions.record",
     "Trial": "surgery.find.tune.record",
     "TuneRecord": "surgery.find.tune.record",
-    "metric_info": "surgery.evaluation.data",
-    "clean": "surgery.evaluation.data",
+    "metric_info": "surgery.core.evaluation_result",
+    "clean": "surgery.core.evaluation_result",
 }
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run __getattr__
+    from ..core.evaluation_result import clean, metric_info
     from ..core.heads_caveats import delta_s_caveat, weak_heads_caveat
-    from ..evaluation.data import clean, metric_info
     from ..find.directions.record import DirectionsFindings
     from ..find.heads.record import BindingScores, Confirmation, HeadsFindings
     from ..find.neurons.record import CategoryOverlap, ExpertReport, NeuronsDataset, NeuronSelection

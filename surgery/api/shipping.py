@@ -68,7 +68,7 @@ def evaluate(
     ``max_new_tokens``). Returns the result (``to_dict()``: its JSON, as
     ``out`` gets it)."""
     from ..core.distributed import is_main
-    from ..evaluation.data import save_result
+    from ..core.evaluation_result import save_result
     from ..evaluation.suites import evaluate as run
     from ..evaluation.suites import make_plan
 
@@ -123,7 +123,7 @@ def evaluate(
 def write_card(folder: str | Path, evaluation: str | Path | None = None) -> Path:
     """Rewrite the model card of a baked ``folder`` (keeping surgery.json's hashes consistent), with
     the before/after table of ``evaluation`` (an eval JSON of this very folder) when given."""
-    from ..evaluation.data import load_result
+    from ..core.evaluation_result import load_result
     from ..ship.card import card_with_evaluation, refresh_card
 
     if evaluation is None:

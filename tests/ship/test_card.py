@@ -32,7 +32,7 @@ EVALUATION = {
 
 def _measured(path) -> dict:
     """What surgery eval records about a model it measured."""
-    from surgery.evaluation.suites import measured
+    from surgery.core.evaluation_result import measured
 
     return measured(path, Checkpoint(path).fingerprint())
 
@@ -145,7 +145,7 @@ def test_card_command_with_eval_json(tiny, tmp_path):
     from click.testing import CliRunner
 
     from surgery.cli.main import cli
-    from surgery.evaluation.data import new_result, save_result
+    from surgery.core.evaluation_result import new_result, save_result
 
     src = tiny("llama")
     out = tmp_path / "baked"
@@ -262,7 +262,7 @@ def test_adapter_card_describes_what_the_adapter_changes(tiny, tmp_path):
 def test_card_refuses_an_evaluation_of_another_model(tiny, tmp_path, capsys):
     """surgery card --eval puts numbers on this model's card only when the eval measured this bake
     (and, for the source column, its source); anything else is one line and leaves the folder as it was."""
-    from surgery.evaluation.data import new_result, save_result
+    from surgery.core.evaluation_result import new_result, save_result
     from tests.support.cli import error_line, run_main
 
     # A vocabulary this large puts the layers past every block the fingerprint samples: the
