@@ -35,8 +35,8 @@ def export_lora(
     a recipe YAML, or a folder baked from ``model``: the recipe it recorded); ``vllm`` pads every
     module to one rank vLLM accepts. Returns the folder and the adapter's record (``.adapter``:
     modules, ranks, recipe; ``to_dict()``: the JSON ``export-lora --json`` prints)."""
-    from ..ship.lora import export_lora as export
-    from ..ship.lora import load_recipe
+    from ..bake.lora import export_lora as export
+    from ..bake.lora import load_recipe
 
     load = typed(LoadSpec, options, load)
     no_other_options("export_lora", options, LoadSpec)

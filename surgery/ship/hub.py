@@ -15,6 +15,7 @@ from pathlib import Path
 from ..bake.pushable import ADAPTER_FILES, check_adapter, check_checkpoint, check_pushable  # noqa: F401 (callers import them from here)
 from ..bake.record import Pushed
 from ..core.errors import SurgeryError
+from ..core.hub_id import HUB_ID
 
 
 class HubError(SurgeryError):
@@ -24,8 +25,6 @@ class HubError(SurgeryError):
 def preflight(repo_id: str, revision: str | None = None, create_pr: bool = False) -> None:
     """What can be checked before any work: the repo id, the options, and that a token exists."""
     from huggingface_hub import get_token
-
-    from ..model.loading import HUB_ID
 
     if not HUB_ID.match(repo_id):
         raise HubError(f"{repo_id!r} is not a Hub repo id; use NAMESPACE/NAME, e.g. me/model-edited")

@@ -249,7 +249,7 @@ def test_card_names_routed_expert_entries():
 def test_adapter_card_describes_what_the_adapter_changes(tiny, tmp_path):
     """The LoRA realises a pruned neuron on down_proj alone: its card names that column, not the
     gate/up rows the baked checkpoint also zeroes (phi3: the fused gate_up_proj)."""
-    from surgery.ship.lora import export_lora
+    from surgery.bake.lora import export_lora
 
     src = tiny("phi3")
     export_lora(Checkpoint(src), RECIPE, tmp_path / "adapter")
