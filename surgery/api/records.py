@@ -16,8 +16,8 @@ _EXPORTS = {
     "BindingScores": "surgery.find.heads.record",
     "Confirmation": "surgery.find.heads.record",
     "HeadsFindings": "surgery.find.heads.record",
-    "delta_s_caveat": "surgery.find.heads.caveats",
-    "weak_heads_caveat": "surgery.find.heads.caveats",
+    "delta_s_caveat": "surgery.core.heads_caveats",
+    "weak_heads_caveat": "surgery.core.heads_caveats",
     "CategoryOverlap": "surgery.find.neurons.record",
     "ExpertReport": "surgery.find.neurons.record",
     "NeuronsDataset": "surgery.find.neurons.record",
@@ -25,15 +25,15 @@ _EXPORTS = {
     "DirectionsFindings": "surgery.find.directions.record",
     "Trial": "surgery.find.tune.record",
     "TuneRecord": "surgery.find.tune.record",
-    "metric_info": "surgery.evaluation.data",
-    "clean": "surgery.evaluation.data",
+    "metric_info": "surgery.core.evaluation_result",
+    "clean": "surgery.core.evaluation_result",
 }
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run __getattr__
-    from ..evaluation.data import clean, metric_info
+    from ..core.evaluation_result import clean, metric_info
+    from ..core.heads_caveats import delta_s_caveat, weak_heads_caveat
     from ..find.directions.record import DirectionsFindings
-    from ..find.heads.caveats import delta_s_caveat, weak_heads_caveat
     from ..find.heads.record import BindingScores, Confirmation, HeadsFindings
     from ..find.neurons.record import CategoryOverlap, ExpertReport, NeuronsDataset, NeuronSelection
     from ..find.tune.record import Trial, TuneRecord

@@ -35,8 +35,8 @@ def export_lora(
     a recipe YAML, or a folder baked from ``model``: the recipe it recorded); ``vllm`` pads every
     module to one rank vLLM accepts. Returns the folder and the adapter's record (``.adapter``:
     modules, ranks, recipe; ``to_dict()``: the JSON ``export-lora --json`` prints)."""
-    from ..ship.lora import export_lora as export
-    from ..ship.lora import load_recipe
+    from ..bake.lora import export_lora as export
+    from ..bake.lora import load_recipe
 
     load = typed(LoadSpec, options, load)
     no_other_options("export_lora", options, LoadSpec)
@@ -68,7 +68,7 @@ def evaluate(
     ``max_new_tokens``). Returns the result (``to_dict()``: its JSON, as
     ``out`` gets it)."""
     from ..core.distributed import is_main
-    from ..evaluation.data import save_result
+    from ..core.evaluation_result import save_result
     from ..evaluation.suites import evaluate as run
     from ..evaluation.suites import make_plan
 
@@ -123,7 +123,7 @@ def evaluate(
 def write_card(folder: str | Path, evaluation: str | Path | None = None) -> Path:
     """Rewrite the model card of a baked ``folder`` (keeping surgery.json's hashes consistent), with
     the before/after table of ``evaluation`` (an eval JSON of this very folder) when given."""
-    from ..evaluation.data import load_result
+    from ..core.evaluation_result import load_result
     from ..ship.card import card_with_evaluation, refresh_card
 
     if evaluation is None:

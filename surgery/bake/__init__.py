@@ -1,1 +1,1 @@
-"""Writing edits into checkpoints: provenance, byte patches, bake, undo, verify."""
+"""Writing edits into checkpoints (and into an exact LoRA adapter): provenance, byte patches, bake, undo, verify."""

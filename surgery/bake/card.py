@@ -22,9 +22,10 @@ import yaml
 from ..core.architectures import Architecture, architecture
 from ..core.edits import Recipe
 from ..core.evaluation_table import Evaluation
+from ..core.heads_caveats import caveats
+from ..core.hub_id import HUB_ID
 from ..core.sites import where_text
 from ..core.strict_files import dump_yaml, load_json, load_yaml
-from ..find.heads.caveats import caveats
 from ..model.loading import Source
 from .lineage import WRITTEN_FOR
 from .provenance import PROVENANCE_NAME, UNDO_NAME, load_undo
@@ -78,8 +79,6 @@ def render_card(meta: Mapping[str, Any], body: str) -> str:
 def _base_model(source: Source) -> str | None:
     """The Hub id of the checkpoint that was edited, for ``base_model`` (the Hub rejects local paths
     there). Never the recipe's ``base_model``: a recipe may have been written for another model."""
-    from ..model.loading import HUB_ID
-
     return source.hub_id if source.hub_id and HUB_ID.match(source.hub_id) else None
 
 

@@ -2,7 +2,7 @@
 
 A baked GGUF is three files (``NAME.gguf`` and its two sidecars) and no folder, so its card is
 not written next to it: its container renders it from ``NAME.gguf.surgery.json``
-(``GgufContainer.card``) when the file is pushed (surgery/ship/gguf.py). The card says what a
+(``GgufContainer.card``) when the file is pushed (surgery.ship.hub.checked_uploads). The card says what a
 baked folder's card says (edits, findings, verification, recipe), with what only a GGUF has: the
 tensors' block types, the blocks edited, requantization errors and the plan's notes.
 """

@@ -4,7 +4,7 @@ Each edit is an instance of a registered edit kind (surgery/core/edit_kind.py): 
 (surgery/core/head_edit.py), ``neuron`` (surgery/core/neuron_edit.py), ``direction`` and ``steer``
 (surgery/core/direction_edit.py) are built in. One edit is
 applied three ways — as a run-time hook (model/hooks.py), baked into tensors (bake/bake.py) and
-exported as a LoRA adapter (ship/lora.py) — all three from the sites its kind maps it to
+exported as a LoRA adapter (bake/lora.py) — all three from the sites its kind maps it to
 (surgery/core/sites.py), and tests prove the three agree.
 """
 

@@ -1,7 +1,7 @@
 """The before/after table a model card shows: what an evaluation measured, as a bake's record keeps it.
 
 It lives below both the bake, whose record (surgery.json) carries it, and the evaluation, which
-makes it from an eval result (surgery.evaluation.data.card_summary).
+makes it from an eval result (surgery.core.evaluation_result.card_summary).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class EvaluationRow(JsonRecord):
 
 @dataclass(kw_only=True)
 class Evaluation(JsonRecord):
-    """The before/after table on the card (made from an eval result by surgery.evaluation.data.card_summary)."""
+    """The before/after table on the card (made from an eval result by surgery.core.evaluation_result.card_summary)."""
 
     rows: list[EvaluationRow] = entry(codec=listof(part(EvaluationRow)))
     note: str | None = None

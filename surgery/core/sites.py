@@ -1,7 +1,7 @@
 """The single map from an edit to the weight entries it acts on: its *sites*.
 
 An edit is applied three ways: run-time hooks (``model.hooks.scale_vectors``), the bake's byte
-plan (``core.patches.patch_plan``) and the exact LoRA export (``ship.lora.plan_ranks``). All three read
+plan (``core.patches.patch_plan``) and the exact LoRA export (``bake.lora.plan_ranks``). All three read
 :func:`sites`; none of them decides by itself which module or which indices an edit touches.
 Names and shapes come from :class:`~surgery.core.architectures.Architecture`, the owner of the table.
 

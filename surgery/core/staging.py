@@ -41,7 +41,7 @@ TMP_TAG = ".surgery-tmp-"
 OLD_TAG = ".surgery-old-"
 LOCK_TAG = ".surgery-lock"
 # The file each command writes into its output folder, with the "format" recorded in it: a bake
-# (surgery/bake/provenance.py), export-lora (surgery/ship/lora.py), import-gguf
+# (surgery/bake/provenance.py), export-lora (surgery/bake/lora.py), import-gguf
 # (surgery/gguf/importing.py), report (surgery/ship/report.py). tests/core/test_staging.py
 # checks that these are the names and formats those modules write.
 OUTPUT_MARKERS = {

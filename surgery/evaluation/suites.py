@@ -29,6 +29,7 @@ from typing import Any
 
 from ..core import distributed
 from ..core.errors import ParameterError, SurgeryError
+from ..core.evaluation_result import measured, new_result, retained
 from ..core.optional import require
 from ..core.progress import Progress, silent
 from ..model.loading import DEFAULT_LOAD, LoadSpec
@@ -317,19 +318,6 @@ def source_run(
     return measured
 
 
-def measured(path: Path, fingerprint: str | None = None) -> dict[str, Any]:
-    """What a result records about a model it measured: its path and fingerprint (computed when not
-    given) and, for a bake, the sha256 of its weight files (null for any other model; surgery card
-    checks them: see surgery.ship.card.check_evaluated); the bake's container reads them from its record."""
-    from ..core.container import open_container
-
-    return {
-        "path": str(path),
-        "fingerprint": fingerprint or _checkpoint(path).fingerprint(),
-        "weights_sha256": open_container(path).recorded_weights(),
-    }
-
-
 def evaluate(
     model_path: Path,
     plan: SuitePlan,
@@ -344,7 +332,7 @@ def evaluate(
     results from the cache); return the result JSON."""
     start = time.time()
     fingerprint = {p: _checkpoint(p).fingerprint() for p in (model_path, against) if p is not None}
-    result = io.new_result(
+    result = new_result(
         measured(model_path, fingerprint[model_path]),
         measured(against, fingerprint[against]) if against else None,
         plan.settings,
@@ -368,7 +356,7 @@ def evaluate(
     run = run_suites(model, tok, plan, kl_reference=reference, progress=progress)
     result["metrics"]["model"], result["details"]["model"] = run["metrics"], run["details"]
     for key, after in run["metrics"].items():
-        pct = io.retained(key, result["metrics"]["against"].get(key), after)
+        pct = retained(key, result["metrics"]["against"].get(key), after)
         if pct is not None:
             result["retained_pct"][key] = pct
     result["seconds"] = round(time.time() - start, 1)

@@ -18,6 +18,7 @@ from typing import Any
 from ..core import distributed
 from ..core.checkpoint import Checkpoint
 from ..core.errors import CheckpointError
+from ..core.hub_id import HUB_ID
 from ..core.options import check_options, param
 from ..core.strict_files import load_json
 from .placement import (
@@ -31,7 +32,6 @@ from .placement import (
     resolve_dtype,
 )
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")  # a Hub-cache snapshot folder is named after its commit
 # What a checkpoint needs besides its weights: configs, tokenizer, chat template, card, licence.
 HUB_PATTERNS = [

@@ -1,1 +1,1 @@
-"""Shipping results: LoRA export, model card, Hub push, report and its figures."""
+"""Shipping results: an evaluation onto a model card, Hub push, report and its figures."""

@@ -16,6 +16,7 @@ from ..bake.provenance import PROVENANCE_NAME, integrity_problems, load_provenan
 from ..bake.record import BakeRecord
 from ..core.checkpoint import Checkpoint, file_sha256
 from ..core.errors import EvaluationError, VerificationError
+from ..core.evaluation_result import card_summary, measured
 from ..core.evaluation_table import Evaluation
 from ..core.staging import atomic_write_text
 
@@ -56,8 +57,6 @@ def check_evaluated(
 def check_card_evaluation(folder: str | Path, against: Path | None) -> None:
     """Before ``surgery eval FOLDER --card``: FOLDER must be a bake, and ``against`` the source it was
     baked from, so that a long evaluation does not end in a refused card (:func:`check_evaluated`)."""
-    from ..evaluation.suites import measured
-
     folder = Path(folder)
     plan = {"model": measured(folder), "against": measured(against) if against is not None else None}
     check_evaluated(
@@ -72,8 +71,6 @@ def check_card_evaluation(folder: str | Path, against: Path | None) -> None:
 def card_with_evaluation(folder: str | Path, result: Mapping[str, Any], where: str = "the eval result") -> Path:
     """Put the before/after table of eval ``result`` into the card of the baked ``folder``, after
     :func:`check_evaluated`; see :func:`refresh_card`."""
-    from ..evaluation.data import card_summary
-
     folder = Path(folder)
     check_evaluated(folder, load_provenance(folder), result, where)
     return refresh_card(folder, card_summary(result))

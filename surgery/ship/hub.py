@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..bake.card import CARD_NAME
 from ..bake.pushable import ADAPTER_FILES, check_adapter, check_checkpoint, check_pushable  # noqa: F401 (callers import them from here)
 from ..bake.record import Pushed
 from ..core.errors import SurgeryError
+from ..core.hub_id import HUB_ID
 
 
 class HubError(SurgeryError):
@@ -24,8 +26,6 @@ class HubError(SurgeryError):
 def preflight(repo_id: str, revision: str | None = None, create_pr: bool = False) -> None:
     """What can be checked before any work: the repo id, the options, and that a token exists."""
     from huggingface_hub import get_token
-
-    from ..model.loading import HUB_ID
 
     if not HUB_ID.match(repo_id):
         raise HubError(f"{repo_id!r} is not a Hub repo id; use NAMESPACE/NAME, e.g. me/model-edited")
@@ -72,6 +72,21 @@ def _additions(files: dict[str, bytes | Path]) -> list:
     ]
 
 
+def checked_uploads(baked: str | Path) -> tuple[str, dict[str, bytes | Path] | None]:
+    """Check the bake output ``baked`` as a push takes it (``Container.check_pushable``) and return
+    how it was checked and what the push uploads: None for a folder (as it is, its card inside),
+    else {name in the repo: file or bytes}, with a card its container renders from the record (a
+    baked GGUF is three files and no folder, so no card was written beside it)."""
+    from ..core.container import open_container
+
+    container = open_container(Path(baked))
+    how, record = container.check_pushable()
+    files = container.uploads()
+    if files is None:
+        return how, None
+    return how, {**files, CARD_NAME: container.card(record).encode("utf-8")}
+
+
 def push(
     folder: str | Path,
     repo_id: str,
@@ -83,19 +98,10 @@ def push(
 ) -> Pushed:
     """Check ``folder``, create ``repo_id`` if needed (and branch ``revision``), upload every file in
     one commit. ``folder`` may be a baked GGUF file: it goes with its two sidecars and a model card
-    rendered from its record (surgery/ship/gguf.py)."""
-    from ..core.container import open_container
-
+    rendered from its record (:func:`checked_uploads`)."""
     folder = Path(folder)
     preflight(repo_id, revision, create_pr)
-    container = open_container(folder)
-    files = None
-    if container.uploads() is None:  # a folder, its card inside
-        how, _ = container.check_pushable()
-    else:  # files and a card rendered from the record: only a GGUF bake writes no folder
-        from .gguf import checked_upload
-
-        how, files = checked_upload(folder)
+    how, files = checked_uploads(folder)
     api = _api()
     try:
         url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..bake.bake import hash_files
 from ..core.errors import FindingsError
+from ..core.evaluation_result import card_summary, load_result
 from ..core.staging import staged_output
 from ..core.strict_files import DuplicateKey, load_json
-from ..evaluation.data import card_summary, load_result
 from ..find.finders import finder, kinds
 from ..find.findings import Findings, load_findings
 from ..find.tune.record import FORMAT as TUNE_FORMAT

@@ -11,7 +11,7 @@ import pytest
 
 import surgery
 from surgery.api.results import EvalResult, ExportedLora, Inspection
-from surgery.evaluation.data import clean, load_result
+from surgery.core.evaluation_result import clean, load_result
 from tests.support.cli import run_main
 from tests.support.tokenizer import TINY_VOCAB, save_char_tokenizer
 

@@ -164,7 +164,7 @@ def test_a_weights_file_that_cannot_be_matched_is_refused(setup, needle, tiny, t
 
 
 def test_an_adapter_file_is_not_a_copy_of_the_weights(tiny, tmp_path):
-    from surgery.ship.lora import export_lora
+    from surgery.bake.lora import export_lora
 
     src = tiny("llama")
     export_lora(Checkpoint(src), RECIPE, tmp_path / "adapter")

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from surgery.bake.bake import bake
+from surgery.bake.lora import export_lora
 from surgery.bake.undo import undo
 from surgery.bake.verify import verify
 from surgery.core.architectures import ARCHITECTURES, REFUSED, ConfigKeys, architecture
@@ -28,7 +29,6 @@ from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import RecipeError, UnsupportedArchitecture
 from surgery.core.resolve import Resolver
 from surgery.core.sites import all_sites
-from surgery.ship.lora import export_lora
 from tests.support.dense_families import CASES, build_family, family_config
 from tests.support.models import load_fp32, logits, stored_tensors
 

@@ -18,13 +18,13 @@ import torch
 
 from surgery.bake.bake import bake
 from surgery.bake.check import edited_check
+from surgery.bake.lora import export_lora
 from surgery.bake.undo import undo
 from surgery.bake.verify import verify
 from surgery.core.architectures import architecture
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import SHARED, HeadScale, NeuronScale, Recipe
 from surgery.core.errors import RecipeError
-from surgery.ship.lora import export_lora
 from tests.support.families import FAMILIES, WRAPPERS, build_family
 from tests.support.models import load_fp32, logits, stored_tensors
 

@@ -20,6 +20,7 @@ import torch
 
 from surgery.bake.bake import bake
 from surgery.bake.check import edited_check
+from surgery.bake.lora import export_lora
 from surgery.bake.undo import undo
 from surgery.bake.verify import verify
 from surgery.core.architectures import Architecture, architecture
@@ -28,7 +29,6 @@ from surgery.core.edits import SHARED, HeadScale, NeuronScale, Recipe
 from surgery.core.errors import RecipeError
 from surgery.core.resolve import Resolver
 from surgery.core.sites import all_sites
-from surgery.ship.lora import export_lora
 from tests.support.installed import family_param
 from tests.support.models import load_fp32, logits, stored_tensors
 from tests.support.tiny_moe import FAMILIES

@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import surgery.bake.bake as bake_module
-import surgery.ship.lora as lora_module
+import surgery.bake.lora as lora_module
 from surgery.bake.bake import bake
 from surgery.bake.card import card_hook, card_text
 from surgery.bake.check import edited_check
+from surgery.bake.lora import export_lora
 from surgery.bake.provenance import load_provenance, provenance_text, record_text
 from surgery.bake.record import AdapterRecord, BakeRecord, Verification
 from surgery.bake.undo import undo
@@ -27,7 +28,6 @@ from surgery.core.errors import VerificationError
 from surgery.core.evaluation_table import Evaluation
 from surgery.model.loading import Source
 from surgery.ship.card import refresh_card
-from surgery.ship.lora import export_lora
 from tests.support.cli import error_line, run_main
 from tests.support.paths import FIXTURES
 

@@ -32,7 +32,7 @@ NOT_USED = {
     "surgery.gguf.model": "the GGUF reader: only when MODEL is a .gguf file",
     "surgery.gguf.importing": "import-gguf and GGUF models only",
     "surgery.evaluation": "eval (and a bake's --eval) only",
-    "surgery.ship": "export-lora, push, card and report only",
+    "surgery.ship": "push, card and report only",
     "surgery.find.directions": "find-direction and ablate-direction only",
     "matplotlib": "report's figures only",
     "peft": "export-lora's check only",

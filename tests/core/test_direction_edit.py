@@ -24,6 +24,7 @@ from surgery.bake import stream as stream_module
 from surgery.bake.bake import bake
 from surgery.bake.card import card_hook
 from surgery.bake.check import edited_check
+from surgery.bake.lora import export_lora
 from surgery.bake.provenance import load_provenance
 from surgery.bake.undo import undo
 from surgery.bake.verify import verify
@@ -35,7 +36,6 @@ from surgery.core.errors import RecipeError
 from surgery.core.resolve import Resolver
 from surgery.core.sites import all_sites
 from surgery.core.vectors import BakedVectors, FolderVectors
-from surgery.ship.lora import export_lora
 from tests.support.directions import direction_recipe, write_vectors
 from tests.support.models import load_fp32, logits, stored_tensors
 from tests.support.tiny import ARCHS, MOE_ARCHS

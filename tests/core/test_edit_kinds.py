@@ -17,6 +17,7 @@ import torch
 from surgery.bake.bake import bake
 from surgery.bake.card import card_hook
 from surgery.bake.check import edited_check
+from surgery.bake.lora import export_lora
 from surgery.bake.undo import undo
 from surgery.bake.verify import verify
 from surgery.core.architectures import Architecture
@@ -35,7 +36,6 @@ from surgery.core.edit_kind import (
 from surgery.core.edits import DirectionEdit, HeadScale, NeuronScale, Recipe, SteerEdit
 from surgery.core.errors import RecipeError
 from surgery.core.sites import Site
-from surgery.ship.lora import export_lora
 from tests.support.models import load_fp32, logits, stored_tensors
 
 

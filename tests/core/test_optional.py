@@ -28,7 +28,7 @@ def run_hidden(name: str, argv: list[str]) -> subprocess.CompletedProcess:
 
 
 def _report_input(tmp_path: Path) -> Path:
-    from surgery.evaluation.data import new_result, save_result
+    from surgery.core.evaluation_result import new_result, save_result
 
     result = new_result({"path": "m"}, None, {"limit": 1})
     result["metrics"] = {"model": {"perplexity": 3.0}}

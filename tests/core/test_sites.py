@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from surgery.bake.bake import bake
+from surgery.bake.lora import export_lora
 from surgery.bake.verify import verify
 from surgery.core import architectures
 from surgery.core.architectures import Layout, Mlp, architecture
@@ -16,7 +17,6 @@ from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import UnsupportedArchitecture
 from surgery.core.sites import Site, sites
 from surgery.model.hooks import applied, scale_vectors
-from surgery.ship.lora import export_lora
 from tests.support.models import load_fp32, logits, stored_tensors
 from tests.support.tiny import BASE, tiny_config
 

@@ -200,7 +200,8 @@ def _provenance(tmp_path: Path) -> Path:
 
 def _read(name: str):
     from surgery.bake.provenance import load_provenance
-    from surgery.evaluation.data import load_result, read_jsonl
+    from surgery.core.evaluation_result import load_result
+    from surgery.evaluation.data import read_jsonl
     from surgery.find.findings import load_findings
     from surgery.find.heads.benchmark import load_benchmark
     from surgery.find.neurons.pairs import load_pairs

@@ -6,8 +6,11 @@ from its own rank or below. The order is the one the code needs:
 
 - ``core`` (names, geometry, edits, checkpoints, files, prompts) needs no other package. It holds
   what several packages above share: the byte patches of a stored tensor (core/patches.py, planned
-  by the bake and by every format) and the card's before/after table (core/evaluation_table.py,
-  made by the evaluation, kept by the bake's record).
+  by the bake and by every format), the card's before/after table (core/evaluation_table.py, made
+  by the evaluation, kept by the bake's record), the eval result file (core/evaluation_result.py,
+  written by the evaluation, read by the card and the report), the caveats of a heads finding's
+  numbers (core/heads_caveats.py, quoted by the finder's tables and the bake's card) and a Hub
+  repo id's pattern (core/hub_id.py).
 - ``gguf`` reads GGUF files' bytes, with core alone; so loading a model may open one.
 - ``model`` (loading, placement, run-time twins) opens checkpoints of every format, through the
   format object core's checkpoint answers with (``Checkpoint.format``, core/stored_format.py), and
@@ -18,11 +21,12 @@ from its own rank or below. The order is the one the code needs:
 - ``evaluation`` measures a model; it names a bake it measured by the weights' sha256 its container
   reads from the bake's record (``Container.recorded_weights``), without importing the bake.
 - ``find`` measures awareness with evaluation's DiffAware/CtxtAware.
-- ``bake`` writes a recipe into a checkpoint and renders its card (each container its own:
-  ``Container.card``; the card's "Why" shows a heads summary with find's caveats); nothing below it
-  imports it, so neither a finder nor an evaluation depends on how a bake is written (the recipe is
-  the bake's whole input; the card's evaluation table is handed to it).
-- ``ship`` (an evaluation onto a card, reports, LoRA, push) reads bakes, findings and evaluations;
+- ``bake`` writes a recipe into a checkpoint (or an exact LoRA adapter) and renders its card (each
+  container its own: ``Container.card``; the card's "Why" shows a heads summary with its caveats,
+  without importing find); nothing below it imports it, so neither a finder nor an evaluation
+  depends on how a bake is written (the recipe is the bake's whole input; the card's evaluation
+  table is handed to it).
+- ``ship`` (an evaluation onto a card, reports, push) reads bakes, findings and eval results;
   ``api`` runs the commands; ``cli`` parses and prints; ``surgery`` itself (``__init__``,
   ``__main__``) is the door.
 
@@ -149,7 +153,7 @@ LIBRARY = tuple(f"surgery.{package}" for package in RANKS if package not in ("cl
 # reason written beside it, and test_every_upward_exception_still_happens drops it once it is gone.
 UPWARD_EXCEPTIONS: set[tuple[str, str]] = set()
 # Distinct package → package imports (the entry points' own not counted): the number only goes down.
-MAX_PACKAGE_EDGES = 28
+MAX_PACKAGE_EDGES = 25
 
 
 def _package(module: str) -> str:

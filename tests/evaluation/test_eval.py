@@ -15,7 +15,7 @@ from surgery.core.errors import SurgeryError
 from surgery.core.optional import pip_install
 from surgery.evaluation import bbq as evaluate_bbq
 from surgery.evaluation import lm
-from surgery.evaluation.data import retained, subsample
+from surgery.evaluation.data import subsample
 from surgery.evaluation.suites import make_plan
 from surgery.model.loading import load_model
 from tests.support.tokenizer import TINY_VOCAB, char_tokenizer
@@ -165,12 +165,6 @@ def test_bbq_roles_match_group_names_and_labels():
     assert evaluate_bbq.roles(item)["target"] == 2
     item["additional_metadata"]["stereotyped_groups"] = ["nobody"]
     assert evaluate_bbq.roles(item) is None
-
-
-def test_retained_percent_direction():
-    assert retained("mcq_accuracy", 0.5, 0.45) == pytest.approx(90.0)
-    assert retained("perplexity", 10.0, 12.5) == pytest.approx(80.0)  # higher perplexity = less retained
-    assert retained("bbq_bias_ambig", 0.1, 0.05) is None
 
 
 def test_subsample_is_fixed_and_ordered():

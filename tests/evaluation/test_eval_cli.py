@@ -13,7 +13,7 @@ from surgery.bake.verify import verify
 from surgery.cli.main import cli
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, Recipe
-from surgery.evaluation.data import load_result
+from surgery.core.evaluation_result import load_result
 from tests.support.tokenizer import TINY_VOCAB, save_char_tokenizer
 
 

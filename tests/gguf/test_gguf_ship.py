@@ -15,7 +15,7 @@ from surgery.core.checkpoint import file_sha256
 from surgery.core.edits import HeadScale, Recipe, parse_neurons
 from surgery.core.errors import VerificationError
 from surgery.gguf.model import open_gguf
-from surgery.ship.gguf import checked_upload
+from surgery.ship.hub import checked_uploads
 from tests.support.cli import run_main, staging_leftovers
 from tests.support.fakehub import TOKEN, FakeHub, card_front_matter, hub_env, run_surgery
 from tests.support.typed_gguf import tensor_values, write_typed_gguf
@@ -70,7 +70,7 @@ def test_the_card_records_requantization_errors(tmp_path):
     write_typed_gguf(src, "Q4_0", head_dim=HEAD_DIM)
     bake_gguf(open_gguf(src), Recipe((HeadScale(0, 1, 0.7),)), out, requantize=True)
     tensor = json.loads(sidecars(out)[0].read_text())["gguf"]["tensors"][0]
-    card = checked_upload(out)[1]["README.md"].decode()
+    card = checked_uploads(out)[1]["README.md"].decode()
     assert tensor["requantized_blocks"] > 0
     assert (
         f"| `blk.0.attn_output.weight` | Q4_0 | {tensor['blocks']} | {tensor['requantized_blocks']} | "
@@ -90,10 +90,10 @@ def test_a_changed_file_is_refused_before_any_request(baked, tmp_path):
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("Error: ")]
     assert r.returncode == 2 and len(errors) == 1 and "refusing to push" in errors[0]
     with pytest.raises(VerificationError, match="no sidecar src.gguf.surgery.json: it was not made by a surgery bake"):
-        checked_upload(src)  # a GGUF that no bake wrote
+        checked_uploads(src)  # a GGUF that no bake wrote
     src.rename(tmp_path / "moved-away.gguf")  # without the source: the recorded sha256s still catch it
     with pytest.raises(VerificationError, match="changed after the bake"):
-        checked_upload(out)
+        checked_uploads(out)
 
 
 def test_bake_with_push_to(tmp_path):
@@ -229,5 +229,5 @@ def test_n_sweep_bakes_one_gguf_per_n_from_findings_on_the_file(tmp_path, capsys
         record = json.loads(sidecars(out)[0].read_text())
         pruned[n] = [(e["layer"], e["neuron"]) for e in record["recipe"]["edits"]]
         assert len(pruned[n]) == n and record["neuron_selection"]["n"] == n
-        assert "- **neuron_selection**" in checked_upload(out)[1]["README.md"].decode()
+        assert "- **neuron_selection**" in checked_uploads(out)[1]["README.md"].decode()
     assert set(pruned[2]) < set(pruned[3])  # the same ranking, cut at two and at three

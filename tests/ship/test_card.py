@@ -32,7 +32,7 @@ EVALUATION = {
 
 def _measured(path) -> dict:
     """What surgery eval records about a model it measured."""
-    from surgery.evaluation.suites import measured
+    from surgery.core.evaluation_result import measured
 
     return measured(path, Checkpoint(path).fingerprint())
 
@@ -145,7 +145,7 @@ def test_card_command_with_eval_json(tiny, tmp_path):
     from click.testing import CliRunner
 
     from surgery.cli.main import cli
-    from surgery.evaluation.data import new_result, save_result
+    from surgery.core.evaluation_result import new_result, save_result
 
     src = tiny("llama")
     out = tmp_path / "baked"
@@ -249,7 +249,7 @@ def test_card_names_routed_expert_entries():
 def test_adapter_card_describes_what_the_adapter_changes(tiny, tmp_path):
     """The LoRA realises a pruned neuron on down_proj alone: its card names that column, not the
     gate/up rows the baked checkpoint also zeroes (phi3: the fused gate_up_proj)."""
-    from surgery.ship.lora import export_lora
+    from surgery.bake.lora import export_lora
 
     src = tiny("phi3")
     export_lora(Checkpoint(src), RECIPE, tmp_path / "adapter")
@@ -262,7 +262,7 @@ def test_adapter_card_describes_what_the_adapter_changes(tiny, tmp_path):
 def test_card_refuses_an_evaluation_of_another_model(tiny, tmp_path, capsys):
     """surgery card --eval puts numbers on this model's card only when the eval measured this bake
     (and, for the source column, its source); anything else is one line and leaves the folder as it was."""
-    from surgery.evaluation.data import new_result, save_result
+    from surgery.core.evaluation_result import new_result, save_result
     from tests.support.cli import error_line, run_main
 
     # A vocabulary this large puts the layers past every block the fingerprint samples: the
@@ -346,18 +346,3 @@ def test_card_names_no_local_path_and_keeps_the_caveats(tmp_path, capsys):
     assert "**Caveat:** 1 of the 1 selected heads have no significant single-head knockout" in heads
     recipe_card = (tmp_path / "recipe" / "README.md").read_text()
     assert "The recipe was written for **other**" in recipe_card and "base_model: org/tiny" in recipe_card
-
-
-def test_caveats_only_for_what_is_not_significant():
-    from surgery.find.heads.caveats import caveats
-
-    strong = {
-        "p_s": 0.001,
-        "knockout_effect_pct": 14.0,
-        "knockout_ci95": [9.0, 19.5],
-        "weak_heads": 0,
-        "selected_heads": [[7, 7]],
-    }
-    assert caveats(strong) == [] and caveats({"kind": "neurons", "n": 40}) == []
-    weak = caveats({**strong, "p_s": float("nan"), "knockout_ci95": [float("nan"), float("nan")]})
-    assert [c.split(" (")[0] for c in weak] == ["ΔS itself is not significant", "the knockout reduction has no 95% CI"]

@@ -137,7 +137,7 @@ def test_a_sweep_folder_is_named_as_such(baked, tmp_path):
 
 
 def test_push_exported_adapter(tiny, tmp_path):
-    from surgery.ship.lora import export_lora
+    from surgery.bake.lora import export_lora
 
     adapter = tmp_path / "adapter"
     export_lora(Checkpoint(tiny("llama")), Recipe((HeadScale(0, 1, 2.0),)), adapter)

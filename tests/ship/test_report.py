@@ -11,8 +11,8 @@ import pytest
 
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.errors import SurgeryError
+from surgery.core.evaluation_result import new_result, save_result
 from surgery.core.optional import pip_install
-from surgery.evaluation.data import new_result, save_result
 from surgery.find.directions.record import DirectionsFindings
 from surgery.find.findings import new_findings, save_findings
 from surgery.find.heads.record import HeadsFindings

@@ -188,8 +188,8 @@ def adapter_folder(command: Callable[[Ctx, Path], list]) -> Callable[[Ctx], list
     """``command`` given an adapter folder that export-lora wrote instead of a baked folder."""
 
     def setup(c: Ctx) -> list:
+        from surgery.bake.lora import export_lora
         from surgery.core.edits import HeadScale, Recipe
-        from surgery.ship.lora import export_lora
 
         export_lora(Checkpoint(c.src), Recipe((HeadScale(0, 1, 2.0),)), c.tmp / "adapter")
         return command(c, c.tmp / "adapter")

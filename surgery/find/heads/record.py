@@ -260,7 +260,7 @@ class HeadsFindings(Findings):
 
     def summary(self) -> dict[str, Any]:
         """What a baked checkpoint records about the findings its heads came from (surgery.json's
-        ``heads_findings``; surgery.find.heads.caveats reads it back on the card)."""
+        ``heads_findings``; surgery.core.heads_caveats reads it back on the card)."""
         tested = self.knockout.tested if self.knockout else KnockoutResult()
         s = self.scores.S if self.scores else None
         weak = self.weak_heads()

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from surgery.bake.bake import bake
+from surgery.bake.lora import VLLM_RANKS, export_lora
 from surgery.core.architectures import architecture
 from surgery.core.checkpoint import Checkpoint, file_sha256
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import CheckpointError, RecipeError
-from surgery.ship.lora import VLLM_RANKS, export_lora
 from tests.support.models import load_fp32
 from tests.support.tiny import ARCHS
 

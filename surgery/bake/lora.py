@@ -28,11 +28,6 @@ from typing import Any
 import torch
 
 from .. import __version__
-from ..bake.bake import hash_files
-from ..bake.card import adapter_card
-from ..bake.provenance import ADAPTER_PROVENANCE_NAME, PROVENANCE_NAME, load_provenance, provenance_intact
-from ..bake.public import public
-from ..bake.record import AdapterRecord, BakeRecord
 from ..core.architectures import Architecture
 from ..core.checkpoint import Checkpoint
 from ..core.edits import Recipe, edit_kinds
@@ -43,6 +38,11 @@ from ..core.staging import staged_output
 from ..core.strict_files import load_json
 from ..model.hooks import scale_vectors
 from ..model.loading import Source, local_source
+from .bake import hash_files
+from .card import adapter_card
+from .provenance import ADAPTER_PROVENANCE_NAME, PROVENANCE_NAME, load_provenance, provenance_intact
+from .public import public
+from .record import AdapterRecord, BakeRecord
 
 VLLM_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 ADAPTER_WEIGHTS = "adapter_model.safetensors"

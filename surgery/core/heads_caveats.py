@@ -1,5 +1,8 @@
 """What a quoted heads finding cannot claim: the caveats that travel with its numbers, wherever they
-are shown (find-heads' tables, a baked checkpoint's model card)."""
+are shown (find-heads' tables through the library's records, a baked checkpoint's model card).
+
+It lives below the finder that makes the numbers and the bake whose card quotes them, so that
+neither imports the other."""
 
 from __future__ import annotations
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from surgery.bake.lora import export_lora
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.edits import HeadScale, NeuronScale, Recipe
 from surgery.core.errors import RecipeError
-from surgery.ship.lora import export_lora
 from tests.support.models import load_fp32, logits
 
 
