@@ -158,7 +158,7 @@ def test_report_draws_a_tune_front_with_its_held_out_confirmation(tiny, tmp_path
     confirmation in one figure, and a row per front point."""
     pytest.importorskip("matplotlib")
     from surgery.find.findings import ModelIdentity
-    from surgery.find.tune.record import Chosen, Confirmation, SplitSizes, Trial, TuneRecord, save_record
+    from surgery.find.tune.record import Chosen, HeldOutConfirmation, SplitSizes, Trial, TuneRecord, save_record
 
     points = [(0, 1.5, 0.2, 2), (1, 1.0, 0.01, 1), (2, 0.5, 0.3, 3), (3, 2.0, 0.5, 2)]
     record = TuneRecord(
@@ -183,7 +183,7 @@ def test_report_draws_a_tune_front_with_its_held_out_confirmation(tiny, tmp_path
         ],
         front=[1, 0, 3],
         chosen=Chosen(number=0, rule="knee"),
-        confirmation=Confirmation(effect=1.2, effect_ci95=[0.9, 1.5], kl=0.25, kl_ci95=[0.2, 0.3]),
+        confirmation=HeldOutConfirmation(effect=1.2, effect_ci95=[0.9, 1.5], kl=0.25, kl_ci95=[0.2, 0.3]),
     )
     save_record(record, tmp_path / "tune.json")
     md = build_report([tmp_path / "tune.json"], [], tmp_path / "report")

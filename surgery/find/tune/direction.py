@@ -38,7 +38,7 @@ from ..directions.params import KernelParams
 from ..findings import ModelIdentity
 from .confirm import mean_ci
 from .params import TuneParams
-from .record import Confirmation, SplitSizes, TuneRecord
+from .record import HeldOutConfirmation, SplitSizes, TuneRecord
 from .runtime import first_token_kl, gather, last_logprobs, record
 from .search import front_and_choice, run_search, trial_record
 from .split import split_rows
@@ -210,7 +210,7 @@ def tune_direction(
         trials=trials,
         front=front,
         chosen=choice,
-        confirmation=Confirmation(
+        confirmation=HeldOutConfirmation(
             effect=effect,
             effect_ci95=effect_ci,
             kl=kl_mean,

@@ -29,7 +29,7 @@ from ..heads.scores import delta, encode_pairs, option_token_ids
 from .confirm import gain_ci, mean_ci
 from .heads_eval import HeadTrials
 from .params import TuneParams
-from .record import Confirmation, SplitSizes, TuneRecord
+from .record import HeldOutConfirmation, SplitSizes, TuneRecord
 from .search import front_and_choice, run_search, trial_record
 from .split import split_groups, split_rows
 from .study import study_description
@@ -157,7 +157,7 @@ def tune_heads(
     )
 
 
-def _confirm(test: HeadTrials, items: list[str], scales: Sequence[HeadScale], seed: int) -> Confirmation:
+def _confirm(test: HeadTrials, items: list[str], scales: Sequence[HeadScale], seed: int) -> HeldOutConfirmation:
     """The chosen point on the test split: ΔS gain (its sign from the test split's own ΔS) and KL, with CIs."""
     n = len(items)
     s, kl = test.measure(scales)
@@ -165,7 +165,7 @@ def _confirm(test: HeadTrials, items: list[str], scales: Sequence[HeadScale], se
     sign = -1.0 if base["delta"] < 0 else 1.0
     effect, effect_ci = gain_ci(test.binding_base, s, items, sign, seed)
     kl_mean, kl_ci = mean_ci(kl, seed)
-    return Confirmation(
+    return HeldOutConfirmation(
         effect=effect,
         effect_ci95=effect_ci,
         kl=kl_mean,

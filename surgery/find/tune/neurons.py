@@ -29,7 +29,7 @@ from ..neurons.select import allowed_mask, selected_edits
 from .confirm import mean_ci
 from .neurons_eval import PairTrials
 from .params import TuneParams
-from .record import Confirmation, SplitSizes, TuneRecord
+from .record import HeldOutConfirmation, SplitSizes, TuneRecord
 from .search import front_and_choice, run_search, trial_record
 from .split import split_rows
 from .study import study_description
@@ -166,7 +166,7 @@ def tune_neurons(
         trials=trials,
         front=front,
         chosen=choice,
-        confirmation=Confirmation(
+        confirmation=HeldOutConfirmation(
             effect=effect,
             effect_ci95=effect_ci,
             kl=kl_mean,

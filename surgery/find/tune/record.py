@@ -53,7 +53,7 @@ class SplitSizes(JsonRecord):
 
 
 @dataclass(kw_only=True)
-class Confirmation(JsonRecord):
+class HeldOutConfirmation(JsonRecord):
     """The chosen point re-measured on the test split, never seen by the search: 95% bootstrap CIs
     (items for the effect, prompts for the KL)."""
 
@@ -101,7 +101,7 @@ class TuneRecord(JsonRecord):
     trials: list[Trial] = entry(codec=listof(part(Trial)))
     front: list[int]
     chosen: Chosen = entry(codec=part(Chosen))
-    confirmation: Confirmation = entry(codec=part(Confirmation))
+    confirmation: HeldOutConfirmation = entry(codec=part(HeldOutConfirmation))
 
     LABEL: ClassVar[str] = "tune record"
     ERROR: ClassVar[type] = FindingsError
