@@ -17,6 +17,7 @@ from surgery.core.checkpoint import Checkpoint
 from surgery.core.errors import CheckpointError
 from surgery.model.loading import LoadSpec, load_model
 from tests.support import awq, int_packed
+from tests.support.held import assert_packed_computes_as_sixteen, file_bytes, held_bytes
 from tests.support.models import assert_same_function
 
 pytest.importorskip("compressed_tensors")
@@ -45,17 +46,6 @@ def _nbytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def _held_bytes(model) -> int:
-    """What the model holds: its parameters' and buffers' storages, each once (tied tables share one)."""
-    storages = [t.untyped_storage() for t in (*model.parameters(), *model.buffers())]
-    return sum({s.data_ptr(): s.nbytes() for s in storages}.values())
-
-
-def _file_bytes(folder) -> int:
-    """The checkpoint's weights as stored: every tensor's bytes."""
-    return sum(info.nbytes for info in Checkpoint(folder).tensors.values())
-
-
 # every layout surgery decodes, and one transformers runs (symmetric W4A16): held too in float32
 HELD = [*CASES, ("w4a16-g8", "llama")]
 
@@ -78,7 +68,7 @@ def test_an_integer_checkpoint_is_held_in_16_bits_and_computes_as_its_decoded_co
     assert holds_codes(held) and compute_dtype_of(held) == torch.float32
     assert stored in ({torch.bfloat16}, {torch.float16})  # the checkpoint's 16-bit dtype, every parameter
     if arch == "llama" and layout != "awq":  # held as stored (compressed-tensors' codes, tensors by their names)
-        assert _held_bytes(held) <= 1.5 * _file_bytes(src)
+        assert held_bytes(held) <= 1.5 * file_bytes(src)
     else:  # AutoAWQ's words, or experts transformers fuses: codes less zero points in 16 bits
         assert _nbytes(held) == _nbytes(plain) // 2  # nothing decoded whole
     modules = dict(held.named_modules())
@@ -205,10 +195,6 @@ def test_held_as_stored_it_holds_the_file_and_computes_as_the_16_bit_hold_bit_fo
     from safetensors import safe_open
 
     from surgery.formats.int_packed import hold
-    from surgery.model.dequantized import weight_count
-    from surgery.model.hooks import applied, model_architecture
-    from surgery.model.upcast import computed_value
-    from tests.support.coverage import proof_edits
 
     scheme, _, actorder = layout.partition("+actorder-")
     src = int_packed.build_int(tmp_path / "int", scheme, actorder=actorder or None)
@@ -220,17 +206,4 @@ def test_held_as_stored_it_holds_the_file_and_computes_as_the_16_bit_hold_bit_fo
         for name, w in hold.weights_of(ckpt).items():
             stored = f.get_tensor(w.codes.name)
             assert torch.equal(packed.get_parameter(name).detach().view(stored.dtype), stored), name
-    assert _held_bytes(packed) <= 1.5 * _file_bytes(src) < _held_bytes(sixteen)
-    assert weight_count(packed) == weight_count(sixteen) == sum(p.numel() for p in sixteen.parameters())
-    modules = {name: dict(m.named_modules()) for name, m in (("packed", packed), ("16", sixteen))}
-    for name, _ in sixteen.named_parameters():
-        owner, _, leaf = name.rpartition(".")
-        assert torch.equal(computed_value(modules["packed"][owner], leaf), computed_value(modules["16"][owner], leaf))
-    edits = [e for group in proof_edits(model_architecture(sixteen)).values() for e in group]
-    with torch.no_grad():
-        assert torch.equal(packed(**_batch()).logits, sixteen(**_batch()).logits)
-        with applied(packed, edits):
-            got = packed(**_batch()).logits
-        with applied(sixteen, edits):
-            want = sixteen(**_batch()).logits
-    assert torch.equal(got, want)
+    assert_packed_computes_as_sixteen(packed, sixteen, src, _batch())

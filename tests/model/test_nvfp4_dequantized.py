@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.errors import CheckpointError
 from surgery.model.loading import LoadSpec, load_model
+from tests.support.held import assert_packed_computes_as_sixteen, file_bytes, held_bytes
 from tests.support.models import assert_same_function
 from tests.support.nvfp4 import build_nvfp4, dense_copy
 
@@ -40,17 +41,6 @@ def _nbytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def _held_bytes(model) -> int:
-    """What the model holds: its parameters' and buffers' storages, each once (tied tables share one)."""
-    storages = [t.untyped_storage() for t in (*model.parameters(), *model.buffers())]
-    return sum({s.data_ptr(): s.nbytes() for s in storages}.values())
-
-
-def _file_bytes(folder) -> int:
-    """The checkpoint's weights as stored: every tensor's bytes."""
-    return sum(info.nbytes for info in Checkpoint(folder).tensors.values())
-
-
 @pytest.mark.parametrize("arch", ARCHS)
 def test_an_nvfp4_checkpoint_is_held_in_16_bits_and_computes_as_its_decoded_copy(tmp_path, arch):
     from surgery.model.dequantized import holds_codes
@@ -63,7 +53,7 @@ def test_an_nvfp4_checkpoint_is_held_in_16_bits_and_computes_as_its_decoded_copy
     assert holds_codes(held) and compute_dtype_of(held) == torch.float32
     assert {p.dtype for p in held.parameters()} == {torch.bfloat16}
     if arch in PACKED:  # held as stored: the file's bytes
-        assert _held_bytes(held) <= 1.5 * _file_bytes(src)
+        assert held_bytes(held) <= 1.5 * file_bytes(src)
     else:  # fused experts: e2m1 values in 16 bits, nothing decoded whole
         assert _nbytes(held) == _nbytes(plain) // 2
     modules = dict(held.named_modules())
@@ -134,10 +124,6 @@ def test_held_as_stored_it_holds_the_file_and_computes_as_the_16_bit_hold_bit_fo
     from safetensors import safe_open
 
     from surgery.formats.nvfp4 import hold
-    from surgery.model.dequantized import weight_count
-    from surgery.model.hooks import applied, model_architecture
-    from surgery.model.upcast import computed_value
-    from tests.support.coverage import proof_edits
 
     src = build_nvfp4(tmp_path / "fp4", hidden_size=128, intermediate_size=256)
     packed = load_model(src, CPU)
@@ -147,19 +133,5 @@ def test_held_as_stored_it_holds_the_file_and_computes_as_the_16_bit_hold_bit_fo
         for name in hold.weights_of(Checkpoint(src)):
             stored = f.get_tensor(name + "_packed")
             assert torch.equal(packed.get_parameter(name).detach().view(torch.uint8), stored), name
-    print(f"held as stored {_held_bytes(packed)} B, in 16 bits {_held_bytes(sixteen)} B, file {_file_bytes(src)} B")
-    assert _held_bytes(packed) <= 1.5 * _file_bytes(src) < _held_bytes(sixteen)
-    # a weight held as bytes still counts as its weights (find-heads' FLOPs)
-    assert weight_count(packed) == weight_count(sixteen) == sum(p.numel() for p in sixteen.parameters())
-    modules = {name: dict(m.named_modules()) for name, m in (("packed", packed), ("16", sixteen))}
-    for name, _ in sixteen.named_parameters():
-        owner, _, leaf = name.rpartition(".")
-        assert torch.equal(computed_value(modules["packed"][owner], leaf), computed_value(modules["16"][owner], leaf))
-    edits = [e for group in proof_edits(model_architecture(sixteen)).values() for e in group]
-    with torch.no_grad():
-        assert torch.equal(packed(**_batch()).logits, sixteen(**_batch()).logits)
-        with applied(packed, edits):
-            got = packed(**_batch()).logits
-        with applied(sixteen, edits):
-            want = sixteen(**_batch()).logits
-    assert torch.equal(got, want)
+    print(f"held as stored {held_bytes(packed)} B, in 16 bits {held_bytes(sixteen)} B, file {file_bytes(src)} B")
+    assert_packed_computes_as_sixteen(packed, sixteen, src, _batch())
