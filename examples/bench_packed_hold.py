@@ -141,7 +141,8 @@ def main() -> None:
     from bench_fp4 import quantize
     from machine import one_line, stamp
 
-    print("machine:", one_line(stamp()))
+    machine = stamp()
+    print("machine:", one_line(machine))
     args.scratch.mkdir(parents=True, exist_ok=True)
     kind = "W4A16" if args.int4 else "NVFP4"
     if args.int4:
@@ -186,6 +187,7 @@ def main() -> None:
     print(f"logits new == old, bit for bit: {same}")
     if args.json:
         record = {
+            "machine": machine,
             "file_mb": file_mb,
             "layer_f32_mb": layer_mb,
             "table_f32_mb": table_mb,
