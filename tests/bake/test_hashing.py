@@ -103,3 +103,57 @@ def test_streamed_shard_is_the_same_for_any_block_size(tiny, tmp_path, monkeypat
     assert got["files"] == ref["files"] and got["source_files"] == ref["source_files"]
     assert got["files"]["model.safetensors"] == file_sha256(tmp_path / "small" / "model.safetensors")
     assert verify(Checkpoint(src), tmp_path / "small", run_model=False).ok
+
+
+@pytest.mark.parametrize("kernel", ["copies", "refuses", "absent"])
+def test_stream_writes_the_same_bytes_whether_the_kernel_copies_or_not(tmp_path, monkeypatch, kernel):
+    """Blocks no patch lands in go through copy_file_range; where the kernel refuses it (another
+    filesystem, a device) or the OS lacks it, pwrite writes them: the same file and hashes either way."""
+    import errno
+    import hashlib
+    import os
+
+    data = os.urandom(10 * 4096 + 123)
+    src = tmp_path / "src.bin"
+    src.write_bytes(data)
+    patches = [(5000, b"\x00" * 300), (9 * 4096 + 7, b"\xff" * 50)]
+    want = bytearray(data)
+    for offset, new in patches:
+        want[offset : offset + len(new)] = new
+    monkeypatch.setattr(stream_module, "STREAM_BLOCK", 4096)
+    kernel_calls, writes = [], []
+    real_copy, real_pwrite = getattr(os, "copy_file_range", None), os.pwrite
+    if kernel == "absent":
+        monkeypatch.delattr(os, "copy_file_range", raising=False)
+    else:
+        if real_copy is None:
+            pytest.skip("no copy_file_range on this OS")
+
+        def copy_file_range(*args):
+            kernel_calls.append(args[3])
+            if kernel == "refuses":
+                raise OSError(errno.EXDEV, "cross-device")
+            return real_copy(*args)
+
+        monkeypatch.setattr(os, "copy_file_range", copy_file_range)
+
+    def pwrite(fd, block, offset):
+        writes.append(offset)
+        return real_pwrite(fd, block, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+
+    def new_bytes(fd):  # a generator, as the bakes pass
+        yield from patches
+
+    src_sha, out_sha = stream_module.stream_patched(src, tmp_path / "out.bin", new_bytes)
+    assert (tmp_path / "out.bin").read_bytes() == bytes(want)
+    assert (src_sha, out_sha) == (hashlib.sha256(data).hexdigest(), hashlib.sha256(want).hexdigest())
+    patched_blocks = [4096, 9 * 4096]  # the blocks the two patches land in
+    if kernel == "copies":  # every other block went through the kernel, the patched ones through pwrite
+        assert writes == patched_blocks
+        assert kernel_calls == [i * 4096 for i in range(11) if i * 4096 not in patched_blocks]
+    elif kernel == "refuses":  # asked once, then every block written by pwrite
+        assert kernel_calls == [0] and writes == [i * 4096 for i in range(11)]
+    else:
+        assert writes == [i * 4096 for i in range(11)]
