@@ -20,8 +20,9 @@ Interleaved, each in a fresh child process on a warm page cache, with the child'
   prompts, the same batches (``2 × batch size`` texts, padded on the right), through the model's base
   (the decoder without ``lm_head``, which the capture never runs either).
 
-Printed: wall seconds, peak RSS, the model's float32 size (its parameters × 4 bytes), the ratios
-surgery / plain and peak RSS / float32 size, the phase breakdown and the ``machine:`` line; ``--json``.
+Printed: wall seconds, CPU seconds (user + system: the fairer comparison on a shared machine), peak
+RSS, the model's float32 size (its parameters × 4 bytes), the ratios surgery / plain (time and CPU) and
+peak RSS / float32 size, the phase breakdown and the ``machine:`` line; ``--json``.
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ print(json.dumps({"load": loaded - t, "forward": done - loaded, "float32_bytes":
 """
 
 
-def run_child(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str, str]:
-    """(wall seconds, peak RSS in MB, stdout, stderr) of ``cmd``, its RSS from ``os.wait4``."""
+def run_child(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float, str, str]:
+    """(wall seconds, CPU seconds, peak RSS in MB, stdout, stderr) of ``cmd``, its CPU time (user +
+    system) and RSS from ``os.wait4``."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, cwd=REPO)
@@ -125,7 +127,7 @@ def run_child(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str, s
         stdout, stderr = out.read().decode(), err.read().decode()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:6])} … failed:\n{stderr[-3000:]}")
-    return wall, usage.ru_maxrss / 1024, stdout, stderr
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, stdout, stderr
 
 
 def make_model(kind: str, src: Path, scratch: Path) -> Path:
@@ -173,16 +175,18 @@ def main() -> None:
             cmd = [sys.executable, "-c", SURGERY_CHILD, "prune-neurons", str(model), "--n", str(args.n)]
             cmd += ["--out", str(out), "--batch-size", str(args.batch_size), "--device", "cpu"]
             cmd += [a for c in args.category for a in ("--category", c)]
-            wall, rss, _, err = run_child(cmd, dict(env, SURGERY_CACHE=str(tmp / f"cache{i}")))
+            wall, cpu, rss, _, err = run_child(cmd, dict(env, SURGERY_CACHE=str(tmp / f"cache{i}")))
             phases = json.loads(err.rsplit("PHASES ", 1)[1].splitlines()[0])
-            rows["surgery"].append({"s": wall, "rss_mb": rss, "phases": phases})
+            rows["surgery"].append({"s": wall, "cpu_s": cpu, "rss_mb": rss, "phases": phases})
             print(f"run {i} surgery: {json.dumps(rows['surgery'][-1])}", flush=True)  # kept if a later child dies
             cmd = [sys.executable, "-c", PLAIN_CHILD, str(model), str(prompts), str(args.batch_size)]
-            wall, rss, printed, _ = run_child(cmd, env)
-            rows["plain"].append({"s": wall, "rss_mb": rss, **json.loads(printed.strip().splitlines()[-1])})
+            wall, cpu, rss, printed, _ = run_child(cmd, env)
+            rows["plain"].append(
+                {"s": wall, "cpu_s": cpu, "rss_mb": rss, **json.loads(printed.strip().splitlines()[-1])}
+            )
             print(f"run {i} plain: {json.dumps(rows['plain'][-1])}", flush=True)
     f32_mb = rows["plain"][0]["float32_bytes"] / 2**20
-    med = {k: {m: statistics.median(r[m] for r in v) for m in ("s", "rss_mb")} for k, v in rows.items()}
+    med = {k: {m: statistics.median(r[m] for r in v) for m in ("s", "cpu_s", "rss_mb")} for k, v in rows.items()}
     phases = {p: statistics.median(r["phases"][p] for r in rows["surgery"]) for p in rows["surgery"][0]["phases"]}
     plain_load = statistics.median(r["load"] for r in rows["plain"])
     plain_fwd = statistics.median(r["forward"] for r in rows["plain"])
@@ -197,6 +201,7 @@ def main() -> None:
         "plain": {k: round(v, 2) for k, v in med["plain"].items()},
         "plain_phases": {"load": round(plain_load, 2), "forward": round(plain_fwd, 2)},
         "time_ratio": round(med["surgery"]["s"] / med["plain"]["s"], 2),
+        "cpu_ratio": round(med["surgery"]["cpu_s"] / med["plain"]["cpu_s"], 2),
         "rss_ratio": round(med["surgery"]["rss_mb"] / f32_mb, 2),
         "plain_rss_ratio": round(med["plain"]["rss_mb"] / f32_mb, 2),
         "phases": {
@@ -209,10 +214,12 @@ def main() -> None:
         },
     }
     print(f"{model.name}: {n_prompts} prompts, --n {args.n}, float32 size {f32_mb:.0f} MB, median of {args.runs}")
-    print(f"{'':8} {'seconds':>8} {'peak RSS MB':>12} {'RSS / f32':>10}")
+    print(f"{'':8} {'seconds':>8} {'CPU s':>8} {'peak RSS MB':>12} {'RSS / f32':>10}")
     for name in ("surgery", "plain"):
-        print(f"{name:8} {med[name]['s']:8.1f} {med[name]['rss_mb']:12.0f} {med[name]['rss_mb'] / f32_mb:10.2f}")
-    print(f"surgery / plain: {summary['time_ratio']:.2f}× time")
+        m = med[name]
+        print(f"{name:8} {m['s']:8.1f} {m['cpu_s']:8.1f} {m['rss_mb']:12.0f} {m['rss_mb'] / f32_mb:10.2f}")
+    # CPU seconds hold when other jobs share the machine (wall time does not): compare both.
+    print(f"surgery / plain: {summary['time_ratio']:.2f}× time, {summary['cpu_ratio']:.2f}× CPU")
     print("surgery phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in summary["phases"].items()))
     print(f"plain phases (s): load {plain_load:.1f}, forward {plain_fwd:.1f}")
     if args.json:
