@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: ``surgery prune-neurons MODEL --n 40`` (find + bake in one command) against a plain batched forward.
 
-    python examples/bench_gguf_e2e.py MODEL [--n 40] [--category C ...] [--runs 1] [--json FILE]
+    python examples/bench_gguf_e2e.py MODEL [--n 40] [--category C ...] [--runs 1] [--threads T] [--json FILE]
     python examples/bench_gguf_e2e.py --make fp8|int4 [SMOLLM2_FOLDER] ...
 
 MODEL: a .gguf file or a safetensors folder (an FP8 or compressed-tensors one). ``--make`` first writes
@@ -154,6 +154,9 @@ def main() -> None:
     ap.add_argument("--category", action="append", default=[], help="only these pair categories (shorter runs)")
     ap.add_argument("--batch-size", type=int, default=16, help="pairs per forward pass (find-neurons' default)")
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument(
+        "--threads", type=int, default=None, help="OMP_NUM_THREADS for both children (default: torch's own choice)"
+    )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     model = args.model
@@ -167,6 +170,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-gguf-e2e-") as tmp:
         tmp = Path(tmp)
         env = dict(os.environ, PYTHONPATH=str(REPO), TQDM_DISABLE="1")
+        if args.threads:  # on a shared machine, one thread each keeps idle OpenMP threads from spinning
+            env["OMP_NUM_THREADS"] = str(args.threads)
         prompts = tmp / "prompts.json"
         run_child([sys.executable, "-c", PROMPTS_CHILD, str(prompts), *args.category], env)
         n_prompts = len(json.loads(prompts.read_text()))
@@ -196,6 +201,7 @@ def main() -> None:
         "prompts": n_prompts,
         "n": args.n,
         "runs": args.runs,
+        "threads": args.threads,
         "float32_mb": round(f32_mb, 1),
         "surgery": {k: round(v, 2) for k, v in med["surgery"].items()},
         "plain": {k: round(v, 2) for k, v in med["plain"].items()},
