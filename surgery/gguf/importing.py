@@ -24,6 +24,7 @@ from ..core.staging import staged_output
 from ..core.strict_files import load_json
 from .header import GgufHeader, check_complete, read_gguf_header
 from .import_stream import SHARD_BYTES, transformers_errors, write_streamed
+from .metadata_once import metadata_read_once
 
 MANIFEST_NAME = "surgery.gguf.json"  # not surgery.json: that name means "made by a bake"
 DTYPES = ("float32", "bfloat16")
@@ -132,14 +133,15 @@ def import_gguf(
         report(msg)
 
     with staged_output(Path(out), [gguf_path], force, note) as tmp:
-        gguf_config = write_streamed(header, dtype, tmp, progress, shard_bytes)
-        if gguf_config is None:
-            progress("dequantize", 0, 1)  # transformers reads and dequantizes the whole file
-            _whole_model(header, dtype).save_pretrained(tmp)
-            progress("dequantize", 1, 1)
-        progress("write", 0, 1)
-        _tokenizer(header).save_pretrained(tmp)
-        progress("write", 1, 1)
+        with metadata_read_once(gguf_path):  # config, processors' config and tokenizer: one reading
+            gguf_config = write_streamed(header, dtype, tmp, progress, shard_bytes)
+            if gguf_config is None:
+                progress("dequantize", 0, 1)  # transformers reads and dequantizes the whole file
+                _whole_model(header, dtype).save_pretrained(tmp)
+                progress("dequantize", 1, 1)
+            progress("write", 0, 1)
+            _tokenizer(header).save_pretrained(tmp)
+            progress("write", 1, 1)
         _strip_quantization(tmp / "config.json")
         for p in tmp.iterdir():
             if p.suffix == ".safetensors":

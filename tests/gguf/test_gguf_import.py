@@ -212,3 +212,27 @@ def test_the_import_caches_the_config_a_bake_reads(tmp_path, monkeypatch):
         assert open_gguf(src).config == cached
     monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "fresh-cache"))
     assert open_gguf(src).config == cached  # computed afresh by transformers: the same config
+
+
+def test_the_import_reads_the_metadata_once(tmp_path, monkeypatch):
+    """transformers reads a GGUF's metadata for the config, the tokenizer and the tensor processors:
+    one reading serves all three (each gets its own copy), the same files as three readings give, and
+    transformers' reader is put back afterwards."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_loading
+
+    from tests.support.typed_gguf import write_typed_gguf
+
+    src = tmp_path / "src.gguf"
+    write_typed_gguf(src, "Q8_0")
+    unpatched = import_gguf(src, tmp_path / "reference")
+    real, reads = gguf_loading.load_gguf_checkpoint, []
+
+    def counting(path, return_tensors=False, model_to_load=None, torch_dtype=None):
+        reads.append((str(path), return_tensors))
+        return real(path, return_tensors, model_to_load, torch_dtype)
+
+    monkeypatch.setattr(gguf_loading, "load_gguf_checkpoint", counting)
+    once = import_gguf(src, tmp_path / "once")
+    assert reads == [(str(src), False)]
+    assert gguf_loading.load_gguf_checkpoint is counting
+    assert once.manifest["files"] == unpatched.manifest["files"]
