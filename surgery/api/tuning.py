@@ -98,6 +98,9 @@ def tune(
             "markers",
         )
     note = reporter(report)
+    from ..model.threads import set_threads
+
+    set_threads(params.threads)  # many short passes: torch's thread a core loses on a busy machine
     ckpt, _ = open_checkpoint(str(model), load)
     found = _findings(params.method, ckpt, model, findings, note)
     texts = neutral_texts(params.neutral)
