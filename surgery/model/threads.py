@@ -11,6 +11,8 @@ cores the machine's other jobs leave idle by the 1-minute load average, at least
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def usable_cores() -> int:
@@ -32,13 +34,18 @@ def idle_cores() -> int:
     return max(1, min(cores, cores - round(load)))
 
 
-def set_threads(requested: int | None) -> int:
-    """Set torch's CPU thread count: ``requested``; else leave ``OMP_NUM_THREADS``'s (set: the user
-    chose); else :func:`idle_cores`. Returns the count torch computes with."""
+@contextmanager
+def threads(requested: int | None) -> Iterator[int]:
+    """Inside this context torch computes on ``requested`` threads; else on ``OMP_NUM_THREADS``'s (set:
+    the user chose); else on :func:`idle_cores`. Yields the count; torch's count before is restored."""
     import torch
 
+    before = torch.get_num_threads()
     if requested is not None:
         torch.set_num_threads(requested)
     elif not os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(idle_cores())
-    return torch.get_num_threads()
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)

@@ -28,8 +28,13 @@ def test_the_idle_cores_are_the_cores_less_the_load(monkeypatch):
 def test_a_requested_count_wins_then_omp_num_threads_then_the_idle_cores(monkeypatch):
     monkeypatch.setattr(threads, "idle_cores", lambda: 1)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    assert threads.set_threads(2) == 2
     torch.set_num_threads(2)
-    assert threads.set_threads(None) == 2  # the user's OMP_NUM_THREADS, left as torch read it
+    with threads.threads(1) as count:
+        assert count == torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 2  # restored: the caller's count outlives the tune
+    with threads.threads(None) as count:
+        assert count == 2  # the user's OMP_NUM_THREADS, left as torch read it
     monkeypatch.delenv("OMP_NUM_THREADS")
-    assert threads.set_threads(None) == 1
+    with threads.threads(None) as count:
+        assert count == 1
+    assert torch.get_num_threads() == 2
