@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: ``surgery tune --method direction`` beside heretic-llm 1.4.0's own search, same budget.
 
-    python examples/bench_tune_heretic.py [--model DIR] [--trials 8] [--prompts 16] [--threads 1] [--heretic-python PY] [--work DIR] [--json FILE]
+    python examples/bench_tune_heretic.py [--model DIR] [--trials 8] [--prompts 16] [--threads 1] [--heretic-first] [--heretic-python PY] [--work DIR] [--json FILE]
 
 Both search the weight kernel of a direction edit of SmolLM2-135M-Instruct (the peak weight, its
 layer, the width and the floor; heretic per writer, surgery per edit with a choice of writers) with
@@ -292,6 +292,11 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of both tools.")
+    parser.add_argument(
+        "--heretic-first",
+        action="store_true",
+        help="Run heretic before surgery (alternate the order between runs: the machine's other jobs change).",
+    )
     parser.add_argument("--heretic-python", default=os.environ.get("HERETIC_PYTHON", "/tmp/heretic-venv/bin/python"))
     parser.add_argument("--work", type=Path, default=Path("bench-tune-heretic"))
     parser.add_argument(
@@ -327,7 +332,9 @@ def main() -> None:
     )
     print(f"both tools: OMP_NUM_THREADS={args.threads}")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    results = {"surgery": run_surgery(args, args.work, env), "heretic": run_heretic(args, args.work, env)}
+    runs = {"surgery": run_surgery, "heretic": run_heretic}
+    order = ["heretic", "surgery"] if args.heretic_first else ["surgery", "heretic"]
+    results = {name: runs[name](args, args.work, env) for name in order}
     ratios = report(results, args.trials, args.reference_kl)
     load = [round(x, 2) for x in os.getloadavg()]
     print(f"load average at the end (1, 5, 15 min): {load[0]}, {load[1]}, {load[2]}")

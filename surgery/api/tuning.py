@@ -98,65 +98,69 @@ def tune(
             "markers",
         )
     note = reporter(report)
-    ckpt, _ = open_checkpoint(str(model), load)
-    found = _findings(params.method, ckpt, model, findings, note)
-    texts = neutral_texts(params.neutral)
-    key = prompts.to_dict() if params.method == "heads" else asdict(capture)
-    folder = Path(out) if out is not None else default_folder(ckpt.model_key(), params, key)
-    if params.method == "heads":
-        from ..find.tune.heads import tune_heads
-        from .heads import _pairs
+    from ..model.threads import threads
 
-        _, pairs = _pairs(prompts)
-        record = tune_heads(
-            ckpt, found, pairs, prompts, params, texts, folder, load=load, progress=progress, report=note
-        )
-    elif params.method == "neurons":
-        from ..find.neurons.pairs import load_pairs
-        from ..find.tune.neurons import tune_neurons
+    # many short passes of a few rows: on busy cores a thread per core waits on its slowest one
+    with threads(params.threads):
+        ckpt, _ = open_checkpoint(str(model), load)
+        found = _findings(params.method, ckpt, model, findings, note)
+        texts = neutral_texts(params.neutral)
+        key = prompts.to_dict() if params.method == "heads" else asdict(capture)
+        folder = Path(out) if out is not None else default_folder(ckpt.model_key(), params, key)
+        if params.method == "heads":
+            from ..find.tune.heads import tune_heads
+            from .heads import _pairs
 
-        pair_set = load_pairs(capture.pairs, capture.language, capture.category_list)
-        record = tune_neurons(
-            ckpt,
-            found,
-            pair_set,
-            capture.category_list,
-            params,
-            texts,
-            folder,
-            load=load,
-            progress=progress,
-            report=note,
-        )
-    else:
-        from ..core.prompts import read_prompts
-        from ..evaluation.markers import read_markers
-        from ..find.tune.direction import tune_direction
+            _, pairs = _pairs(prompts)
+            record = tune_heads(
+                ckpt, found, pairs, prompts, params, texts, folder, load=load, progress=progress, report=note
+            )
+        elif params.method == "neurons":
+            from ..find.neurons.pairs import load_pairs
+            from ..find.tune.neurons import tune_neurons
 
-        behaviour = read_prompts(params.behaviour, "behaviour").prompts
-        record = tune_direction(
-            ckpt,
-            found,
-            behaviour,
-            read_markers(params.markers),
-            params,
-            texts,
-            folder,
-            load=load,
-            progress=progress,
-            report=note,
-        )
-    path = folder / FILE
-    if not distributed.is_main():
-        return Tuned(record, path)  # under torchrun rank 0 alone writes the record and bakes
-    save_record(record, path)
-    baked = None
-    if bake_out is not None:
-        recipe, extra = _chosen_recipe(record, found, capture, ckpt)
-        from .baking import bake_recipe
+            pair_set = load_pairs(capture.pairs, capture.language, capture.category_list)
+            record = tune_neurons(
+                ckpt,
+                found,
+                pair_set,
+                capture.category_list,
+                params,
+                texts,
+                folder,
+                load=load,
+                progress=progress,
+                report=note,
+            )
+        else:
+            from ..core.prompts import read_prompts
+            from ..evaluation.markers import read_markers
+            from ..find.tune.direction import tune_direction
 
-        baked = bake_recipe(model, recipe, bake_out, load=load, bake=bake, extra=extra, stages=stages, report=note)
-    return Tuned(record, path, baked)
+            behaviour = read_prompts(params.behaviour, "behaviour").prompts
+            record = tune_direction(
+                ckpt,
+                found,
+                behaviour,
+                read_markers(params.markers),
+                params,
+                texts,
+                folder,
+                load=load,
+                progress=progress,
+                report=note,
+            )
+        path = folder / FILE
+        if not distributed.is_main():
+            return Tuned(record, path)  # under torchrun rank 0 alone writes the record and bakes
+        save_record(record, path)
+        baked = None
+        if bake_out is not None:
+            recipe, extra = _chosen_recipe(record, found, capture, ckpt)
+            from .baking import bake_recipe
+
+            baked = bake_recipe(model, recipe, bake_out, load=load, bake=bake, extra=extra, stages=stages, report=note)
+        return Tuned(record, path, baked)
 
 
 def _findings(method: str, ckpt, model, findings: str | Path | None, note: Callable[[str], None]):

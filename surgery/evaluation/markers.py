@@ -39,12 +39,23 @@ Around = Callable[[tuple[str, ...]], AbstractContextManager[None]]
 
 
 def _answers(
-    model, tokenizer, batch: Sequence[str], special: bool, max_new_tokens: int, around: Around | None = None
+    model,
+    tokenizer,
+    batch: Sequence[str],
+    special: bool,
+    max_new_tokens: int,
+    around: Around | None = None,
+    until: Sequence[str] = (),
 ) -> list[str]:
-    """Greedy answers (decoded, special tokens dropped) to the already formatted texts of ``batch``."""
+    """Greedy answers (decoded, special tokens dropped) to the already formatted texts of ``batch``;
+    ``until``: lower-cased markers that end a row's answer once it holds one (see :class:`_UntilMarker`)."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     device = next(model.parameters()).device
     enc = tokenizer(list(batch), return_tensors="pt", padding=True, padding_side="left", add_special_tokens=special)
+    start = enc["input_ids"].shape[1]
+    from transformers import StoppingCriteriaList
+
+    stop = StoppingCriteriaList([_UntilMarker(tokenizer, start, until)] if until else [])
     with torch.inference_mode(), nullcontext() if around is None else around(tuple(batch)):
         out = model.generate(
             input_ids=enc["input_ids"].to(device),
@@ -52,8 +63,24 @@ def _answers(
             max_new_tokens=max_new_tokens,
             do_sample=False,
             pad_token_id=pad,
+            stopping_criteria=stop,
         )
-    return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    return tokenizer.batch_decode(out[:, start:], skip_special_tokens=True)
+
+
+class _UntilMarker:
+    """Ends a row's greedy answer once the text it decodes to so far holds a marker: whether the
+    answer holds one is then decided. ``generate`` pads a finished row and stops when every row is
+    finished; the other rows' tokens are those of the full generation (each row's computation is
+    its own, and the batch keeps its shape)."""
+
+    def __init__(self, tokenizer, start: int, wanted: Sequence[str]) -> None:
+        self.tokenizer, self.start, self.wanted = tokenizer, start, wanted
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        texts = self.tokenizer.batch_decode(input_ids[:, self.start :], skip_special_tokens=True)
+        held = [any(m in text.lower() for m in self.wanted) for text in texts]
+        return torch.tensor(held, dtype=torch.bool, device=input_ids.device)
 
 
 def marker_hits(
@@ -73,7 +100,9 @@ def marker_hits(
     wanted = [m.lower() for m in markers]
     hits = []
     for start in range(0, len(texts), batch_size):
-        answers = _answers(model, tokenizer, texts[start : start + batch_size], special, max_new_tokens, around)
+        batch = texts[start : start + batch_size]
+        # A hit is a marker anywhere in the answer: a row that holds one needs no more tokens.
+        answers = _answers(model, tokenizer, batch, special, max_new_tokens, around, until=wanted)
         hits += [any(m in answer.lower() for m in wanted) for answer in answers]
     return np.array(hits, dtype=bool)
 

@@ -91,6 +91,13 @@ class TuneParams:
         '{"text": …} or a text file (one prompt a line).',
     )
     batch_size: int = param(16, "Prompts per forward pass.", minimum=1)
+    threads: int | None = param(
+        None,
+        "CPU threads torch computes with (default: OMP_NUM_THREADS when set, else the cores the machine's "
+        "other jobs leave idle by its 1-minute load average, at least one).",
+        kind="int",
+        minimum=1,
+    )
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -125,4 +132,4 @@ class TuneParams:
 
     def study_key(self) -> dict[str, Any]:
         """What decides the trials: a study run with another key is not resumed (``trials`` may grow)."""
-        return {k: v for k, v in self.to_dict().items() if k not in ("trials", "max_kl")}
+        return {k: v for k, v in self.to_dict().items() if k not in ("trials", "max_kl", "threads")}

@@ -63,3 +63,10 @@ def test_a_folder_of_another_study_is_refused(tmp_path):
     Study(tmp_path, KEY, "tpe", seed=0)
     with pytest.raises(ParameterError, match=r"holds a tune study of other options.*give another out"):
         Study(tmp_path, {**KEY, "model": "other"}, "tpe", seed=0)
+
+
+def test_the_thread_count_does_not_key_the_study():
+    from surgery.find.tune.params import TuneParams
+
+    # the same trials on any number of threads: a study resumes on another machine's count
+    assert TuneParams(threads=1).study_key() == TuneParams(threads=4).study_key() == TuneParams().study_key()
