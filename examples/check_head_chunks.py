@@ -46,8 +46,8 @@ def main() -> None:
     sys.path.insert(0, str(HERE.parent))
     sys.path.insert(0, str(HERE))
     import torch
-
     from machine import one_line, stamp
+
     from surgery.model.vocab_table import ALIGN, head_spans
 
     machine = stamp()
@@ -62,7 +62,9 @@ def main() -> None:
             x = torch.randn(1, tokens, cols)
             with torch.no_grad():
                 want = linear(x, whole)
-                for most in sorted({ALIGN, 2 * ALIGN, 3 * ALIGN, 4 * ALIGN, 9 * ALIGN, 16 * ALIGN, 96 * ALIGN, rows // 3}):
+                for most in sorted(
+                    {ALIGN, 2 * ALIGN, 3 * ALIGN, 4 * ALIGN, 9 * ALIGN, 16 * ALIGN, 96 * ALIGN, rows // 3}
+                ):
                     got = torch.empty_like(want)
                     for span in head_spans(rows, most):
                         got[..., span] = linear(x, table[span].float().requires_grad_(True))
