@@ -27,15 +27,12 @@ from typing import Any
 import torch
 from torch import nn
 
-STORED = (torch.bfloat16, torch.float16)  # the dtypes whose upcast to float32 is exact
+from .widening import STORED, WIDEN_ATTR, weight_count
+
 _SAFETENSORS = {"BF16": torch.bfloat16, "F16": torch.float16}
 _FLOATS = ("F64", "F32", "F16", "BF16")
 # The model attribute that records the upcast compute dtype (``model.dtype`` reads a parameter's).
 COMPUTE_ATTR = "_surgery_compute_dtype"
-# A module attribute: tensor name → how its float32 value is made from the stored one, for tensors
-# whose stored values are not yet the weights (FP8 values held in 16 bits, times their scales:
-# model/dequantized.py); every other 16-bit tensor is upcast as is.
-WIDEN_ATTR = "_surgery_widen"
 
 
 class _Upcast:
@@ -118,7 +115,6 @@ def attach(model: nn.Module) -> nn.Module:
     embeddings, final norm and head, or a layer's part called alone), but the vocabulary's table, which
     the embeddings and the head widen a part at a time, at most a decoder layer's size
     (model/vocab_table.py). Returns ``model``."""
-    from .dequantized import weight_count
     from .vocab_table import attach_table
 
     _full_precision_buffers(model)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .upcast import STORED, WIDEN_ATTR
+from .widening import STORED, WIDEN_ATTR
 
 # The head's chunks start at multiples of this many rows and are as long, but the last. MKL computes a
 # chunk of up to 11 rows, or, for one or two tokens, one whose length is not a multiple of 4, with
