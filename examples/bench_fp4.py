@@ -1,25 +1,30 @@
 #!/usr/bin/env python3
-"""Benchmark and real-model check: SmolLM2 in NVFP4 (compressed-tensors' own quantizer), baked and loaded.
+"""Benchmark and real-model check: SmolLM2 in a 4-bit format (NVFP4, W4A16 or an MXFP4 GGUF), baked and loaded.
 
-    python examples/bench_fp4.py [--model ~/.cache/surgery/models/smollm2-135m-instruct] [--runs 3] [--json FILE]
+    python examples/bench_fp4.py [--format nvfp4|w4a16|mxfp4-gguf] [--model ~/.cache/surgery/models/smollm2-135m-instruct]
+        [--gguf ~/.cache/surgery/models/.gguf/SmolLM2-135M-Instruct.Q4_1.gguf] [--runs 3] [--json FILE]
         [--tasks cp imports bake load]
 
-Compresses the model's decoder linears to ``nvfp4-pack-quantized`` with compressed-tensors' NVFP4
-compressor (llm-compressor's min/max observer rule: tests/support/nvfp4.py), its other tensors in
-bfloat16 (as llm-compressor saves a model loaded in bf16), then, in fresh child
-processes, interleaved, on a warm page cache:
+``nvfp4`` (the default) compresses the model's decoder linears to ``nvfp4-pack-quantized`` with
+compressed-tensors' NVFP4 compressor (llm-compressor's min/max observer rule: tests/support/nvfp4.py),
+``w4a16`` to int4 ``pack-quantized`` (symmetric, groups of 64: examples/bench_packed_hold.py's), their other
+tensors in bfloat16 (as llm-compressor saves a model loaded in bf16); ``mxfp4-gguf`` re-encodes SmolLM2's
+Q4_1 GGUF's decoder matrices in MXFP4 (GGUF type 39, gguf-py's quantizer: examples/fp4_gguf.py). Then, in
+fresh child processes, interleaved, on a warm page cache:
 
-* ``cp -r`` of the NVFP4 folder (the floor: every byte has to be written once);
-* the bake's imports alone (torch, compressed-tensors, surgery's bake): on a file this small they are
-  most of a bake, and they do not grow with the file;
-* the bake (library call, its check by compressed-tensors' decoder, no logits) of 40 pruned neurons
-  and 2 halved heads (SmolLM2's head_dim 64: four groups of 16, so a power of two goes through the
-  e4m3 scales), its peak RSS from ``os.wait4``/VmHWM;
-* the model loaded for float32 compute as finders, eval and verify load it (its packed codes and scales
-  held as stored, each layer decoded for its call) and one forward pass: its peak RSS against the file's size.
+* ``cp -r`` of the folder (``cp`` of the GGUF file): the floor, every byte has to be written once;
+* the bake's imports alone (torch, compressed-tensors or gguf-py, surgery's bake): on a file this small
+  they are most of a bake, and they do not grow with the file;
+* the bake (library call, every edited block checked by the format's own decoder, no logits) of 40 pruned
+  neurons and 2 halved heads (SmolLM2's head_dim 64: whole groups and blocks, so a power of two goes
+  through the scales), its peak RSS from ``os.wait4``/VmHWM;
+* (folders) the model loaded for float32 compute as finders, eval and verify load it (its packed codes
+  and scales held as stored, each layer decoded for its call) and one forward pass: its peak RSS against
+  the file's size.
 
-Then, once: ``surgery verify`` (the dequantized weights by compressed-tensors, and logits on the CPU
-against the run-time edit) and undo (sha256 of every file equal to the source's).
+Printed: bake / cp and (bake − its imports) / cp, each the median of the runs' ratios, and the peak RSS.
+Then, once, for a folder: ``surgery verify`` (the dequantized weights by the format's decoder, and logits
+on the CPU against the run-time edit) and undo (sha256 of every file equal to the source's).
 """
 
 from __future__ import annotations
@@ -80,8 +85,34 @@ def recipe():
     return Recipe((*(NeuronScale(layer, n, 0.0) for layer, n in NEURONS), *(HeadScale(l, h, 0.5) for l, h in HEADS)))
 
 
+def make_source(fmt: str, model: Path, gguf_source: Path, scratch: Path) -> Path:
+    """The 4-bit checkpoint of ``fmt`` made from ``model`` (a GGUF from ``gguf_source``), made once in ``scratch``."""
+    if fmt == "nvfp4":
+        return quantize(model, scratch / f"{model.name}-nvfp4")
+    if fmt == "w4a16":
+        from bench_packed_hold import quantize_int4
+
+        return quantize_int4(model, scratch / f"{model.name}-w4a16")
+    from fp4_gguf import fp4_gguf
+
+    out = scratch / f"{gguf_source.stem}-MXFP4.gguf"
+    return out if out.exists() else fp4_gguf(gguf_source, out, "MXFP4")
+
+
 def child(task: str, src: str, dst: str) -> None:
     """The measured process: ``task`` ("imports", "bake" or "load") on ``src``."""
+    if src.endswith(".gguf"):
+        if task == "imports":
+            import gguf  # noqa: F401
+
+            import surgery.api.gguf_baking  # noqa: F401
+            import surgery.bake.gguf  # noqa: F401
+
+            return
+        from surgery.api.gguf_baking import bake_gguf_recipe
+
+        bake_gguf_recipe(Path(src), recipe(), Path(dst))
+        return
     if task == "imports":  # what the bake imports before its first byte: its floor on a small file
         import compressed_tensors.compressors.nvfp4.helpers  # noqa: F401
         import compressed_tensors.quantization.lifecycle.forward  # noqa: F401
@@ -119,13 +150,30 @@ def measure(cmd: list[str]) -> dict:
     return {"wall_s": wall, "rss_mb": peak.rss_bytes / MB, "anon_mb": peak.anon_bytes / MB}
 
 
-def size_mb(folder: Path) -> float:
-    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) / MB
+def size_mb(path: Path) -> float:
+    if path.is_file():
+        return path.stat().st_size / MB
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file()) / MB
+
+
+def remove(path: Path) -> None:
+    """A previous run's output: a folder, or a GGUF file and its sidecars."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    for stale in path.parent.glob(path.name + "*") if path.suffix == ".gguf" else ():
+        stale.unlink()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--format", choices=("nvfp4", "w4a16", "mxfp4-gguf"), default="nvfp4")
     ap.add_argument("--model", type=Path, default=Path.home() / ".cache/surgery/models/smollm2-135m-instruct")
+    ap.add_argument(
+        "--gguf",
+        type=Path,
+        default=Path.home() / ".cache/surgery/models/.gguf/SmolLM2-135M-Instruct.Q4_1.gguf",
+        help="the GGUF whose decoder matrices --format mxfp4-gguf re-encodes",
+    )
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--scratch", type=Path, default=Path("/tmp/surgery-bench-fp4"))
     ap.add_argument("--json", type=Path, default=None)
@@ -138,14 +186,16 @@ def main() -> None:
     machine = stamp()
     print("machine:", one_line(machine))
     args.scratch.mkdir(parents=True, exist_ok=True)
-    src = quantize(args.model, args.scratch / f"{args.model.name}-nvfp4")
+    src = make_source(args.format, args.model, args.gguf, args.scratch)
+    is_gguf = src.suffix == ".gguf"
+    tasks = [t for t in args.tasks if not (is_gguf and t == "load")]  # the held model is a folder's
     file_mb = size_mb(src)
     runs = []
     for k in range(args.runs):
         row = {}
-        for task in args.tasks:
-            dst = args.scratch / f"out-{task}"
-            shutil.rmtree(dst, ignore_errors=True)
+        for task in tasks:
+            dst = args.scratch / (f"out-{args.format}-{task}" + (".gguf" if is_gguf else ""))
+            remove(dst)
             cmd = (
                 ["cp", "-r", str(src), str(dst)]
                 if task == "cp"
@@ -155,26 +205,43 @@ def main() -> None:
         runs.append(row)
         print(f"run {k}: " + ", ".join(f"{t} {r['wall_s']:.2f} s / {r['rss_mb']:.0f} MB" for t, r in row.items()))
     med = {t: {m: statistics.median(r[t][m] for r in runs) for m in runs[0][t]} for t in runs[0]}
-    line = [f"NVFP4 file {file_mb:.0f} MB"]
+    line = [f"{args.format} file {file_mb:.0f} MB"]
+    ratios = []
     if {"cp", "bake"} <= med.keys():
         ratios = [r["bake"]["wall_s"] / r["cp"]["wall_s"] for r in runs]
+        line.append(f"cp {med['cp']['wall_s']:.2f} s, bake {med['bake']['wall_s']:.2f} s")
         line.append(f"bake / cp (same run, median of {args.runs}) {statistics.median(ratios):.2f}×")
-        line.append(f"bake peak RSS {med['bake']['rss_mb']:.0f} MB")
+        line.append(
+            f"bake peak RSS {med['bake']['rss_mb']:.0f} MB ({'≤' if med['bake']['rss_mb'] <= 400 else '>'} 400)"
+        )
     if {"imports", "bake"} <= med.keys():
         work = [r["bake"]["wall_s"] - r["imports"]["wall_s"] for r in runs]
         line.append(
-            f"bake less its imports {statistics.median(work):.2f} s (imports {med['imports']['rss_mb']:.0f} MB)"
+            f"bake less its imports {statistics.median(work):.2f} s (imports {med['imports']['wall_s']:.2f} s, "
+            f"{med['imports']['rss_mb']:.0f} MB)"
         )
+        if "cp" in med:
+            over = [(r["bake"]["wall_s"] - r["imports"]["wall_s"]) / r["cp"]["wall_s"] for r in runs]
+            line.append(f"(bake − imports) / cp {statistics.median(over):.2f}×")
     if "load" in med:
         line.append(
             f"held load + forward peak RSS {med['load']['rss_mb']:.0f} MB = {med['load']['rss_mb'] / file_mb:.2f}× the file"
         )
     print("; ".join(line))
+    if is_gguf:  # verify and undo of a GGUF bake: tests/gguf/ (its sidecars alone)
+        if args.json:
+            args.json.write_text(
+                json.dumps(
+                    {"machine": machine, "file_mb": file_mb, "runs": runs, "medians": med, "bake_over_cp": ratios},
+                    indent=1,
+                )
+            )
+        return
     from surgery.bake.undo import undo
     from surgery.bake.verify import verify
     from surgery.core.checkpoint import Checkpoint, file_sha256
 
-    out = args.scratch / "out-bake"
+    out = args.scratch / f"out-{args.format}-bake"
     if not out.exists():
         child("bake", str(src), str(out))
     report = verify(Checkpoint(src), out)

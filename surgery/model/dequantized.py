@@ -205,23 +205,9 @@ def hold_packed(model, name: str, packed, parts: dict[str, Any], decode: Callabl
         stored = {part: module._buffers[f"{leaf}_{part}"] for part in parts}
         return decode(held.detach().view(torch.uint8), stored)
 
-    widen.numel = old.numel()  # the weights it holds (:func:`weight_count`), not its bytes
+    widen.numel = old.numel()  # the weights it holds (model/widening.py's ``weight_count``), not its bytes
     _widen_map(module)[leaf] = widen
     setattr(model, HOLDS_CODES, True)
-
-
-def weight_count(module) -> int:
-    """The number of weights in ``module``'s parameters (its subtree's): a weight held as packed bytes
-    (:func:`hold_packed`) counts as the weights it holds, not as its bytes."""
-    from .upcast import WIDEN_ATTR
-
-    total = 0
-    for owner in module.modules():
-        widen = getattr(owner, WIDEN_ATTR, {})
-        for leaf, p in owner._parameters.items():
-            if p is not None:
-                total += getattr(widen.get(leaf), "numel", p.numel())
-    return total
 
 
 def holds_codes(model) -> bool:
@@ -232,7 +218,7 @@ def holds_codes(model) -> bool:
 
 
 def _widen_map(module) -> dict[str, Callable]:
-    from .upcast import WIDEN_ATTR
+    from .widening import WIDEN_ATTR
 
     if not hasattr(module, WIDEN_ATTR):
         setattr(module, WIDEN_ATTR, {})

@@ -3,9 +3,10 @@
 On a CPU ``--dtype auto`` computes in float32. Converting a bfloat16 (or float16) checkpoint to
 float32 as a whole doubles it in memory; instead the model is loaded in its stored dtype and every
 module runs with its own 16-bit parameters and buffers upcast to float32 for the call, dropped after.
-A decoder layer is upcast whole (its parts may use each other's weights), so the peak is the
-checkpoint plus one layer in float32. bf16/f16 → f32 is exact and the hidden states between modules
-are float32 (the embeddings run with a float32 table), so the results are those of the whole-model
+A decoder layer is upcast whole (its parts may use each other's weights); the vocabulary's table is
+widened a part at a time, the rows its tokens look up and the head's logits a chunk of rows at a time
+(model/vocab_table.py), so the peak is the checkpoint plus one layer in float32. bf16/f16 → f32 is
+exact and the hidden states between modules are float32, so the results are those of the whole-model
 conversion, bit for bit. The buffers a model computes when it is built (rotary frequencies, Gemma's
 embedding scale) are not in the checkpoint: built in 16 bits they would be rounded, so they are
 taken from a float32 build of the same class on the meta device (its buffers are real, its
@@ -26,15 +27,12 @@ from typing import Any
 import torch
 from torch import nn
 
-STORED = (torch.bfloat16, torch.float16)  # the dtypes whose upcast to float32 is exact
+from .widening import STORED, WIDEN_ATTR, weight_count
+
 _SAFETENSORS = {"BF16": torch.bfloat16, "F16": torch.float16}
 _FLOATS = ("F64", "F32", "F16", "BF16")
 # The model attribute that records the upcast compute dtype (``model.dtype`` reads a parameter's).
 COMPUTE_ATTR = "_surgery_compute_dtype"
-# A module attribute: tensor name → how its float32 value is made from the stored one, for tensors
-# whose stored values are not yet the weights (FP8 values held in 16 bits, times their scales:
-# model/dequantized.py); every other 16-bit tensor is upcast as is.
-WIDEN_ATTR = "_surgery_widen"
 
 
 class _Upcast:
@@ -114,12 +112,18 @@ def decoder_layers(model: nn.Module) -> Iterator[nn.Module]:
 def attach(model: nn.Module) -> nn.Module:
     """Make ``model`` (loaded in a 16-bit dtype) compute in float32: each decoder layer is upcast
     whole for its call, and every other module holding 16-bit tensors is upcast on its own (the
-    embeddings, final norm and head, or a layer's part called alone). Returns ``model``."""
+    embeddings, final norm and head, or a layer's part called alone), but the vocabulary's table, which
+    the embeddings and the head widen a part at a time, at most a decoder layer's size
+    (model/vocab_table.py). Returns ``model``."""
+    from .vocab_table import attach_table
+
     _full_precision_buffers(model)
-    layers = {id(m) for m in decoder_layers(model)}
+    layers = list(decoder_layers(model))
+    table = attach_table(model, max(map(weight_count, layers))) if layers else set()
+    layers = {id(m) for m in layers}
     for module in model.modules():
         recurse = id(module) in layers
-        if recurse or _owns_stored(module):
+        if id(module) not in table and (recurse or _owns_stored(module)):
             hook = _Upcast(recurse)
             module.register_forward_pre_hook(hook.pre)
             module.register_forward_hook(hook.post, always_call=True)

@@ -110,6 +110,64 @@ def test_neuron_capture_bit_identical(tmp_path, case):
     assert torch.float32 not in _stored(new)  # restored although the forward was stopped
 
 
+# A vocabulary whose table is several decoder layers' size (the head's logits then come in chunks), as
+# on real models: untied, tied to the head, and Gemma 3's scaled embeddings (its scale after the lookup).
+BIG_VOCAB = {
+    "llama": lambda path: build_tiny("llama", path, dtype=torch.bfloat16, vocab_size=1000),
+    "llama-tied": lambda path: build_tiny(
+        "llama", path, dtype=torch.bfloat16, vocab_size=1000, tie_word_embeddings=True
+    ),
+    "gemma3_text": lambda path: save_family(
+        build_family("gemma3_text", hidden_size=40, vocab_size=1000).to(torch.bfloat16), path
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BIG_VOCAB))
+def test_the_vocabulary_table_is_widened_a_part_at_a_time(tmp_path, case, monkeypatch):
+    """The embeddings widen only their tokens' rows and the head a chunk of at most one decoder layer's
+    weights at a time, never the whole table, and the logits stay the whole conversion's bit for bit: with
+    a padding token in the batch and without, in inference mode, with run-time edits, and where autograd
+    records the call."""
+    from surgery.model import vocab_table
+    from surgery.model.upcast import decoder_layers
+    from surgery.model.widening import weight_count
+
+    path = BIG_VOCAB[case](tmp_path / case)
+    old, new = _both(path)
+    widened: list[tuple[str, tuple[int, ...]]] = []
+    widen = vocab_table._widened
+
+    def spy(table, rows):
+        wide = widen(table, rows)
+        widened.append(("head" if isinstance(rows, slice) else "rows", tuple(wide.shape)))
+        return wide
+
+    monkeypatch.setattr(vocab_table, "_widened", spy)
+    batch = _batch(path)
+    padded = {**batch, "input_ids": batch["input_ids"].masked_fill(batch["attention_mask"] == 0, 0)}
+    table = new.get_input_embeddings().weight
+    layer = max(weight_count(m) for m in decoder_layers(new))
+    for inputs in (batch, padded):
+        widened.clear()
+        assert torch.equal(_logits(new, inputs), _logits(old, inputs))
+        heads = [shape for kind, shape in widened if kind == "head"]
+        rows = [shape for kind, shape in widened if kind == "rows"]
+        assert rows == [(len(inputs["input_ids"].unique()), table.shape[1])]
+        assert len(heads) > 1 and sum(r for r, _ in heads) == table.shape[0]
+        assert max(r * c for r, c in heads) <= layer < table.numel()
+    with torch.inference_mode():
+        assert torch.equal(new(**padded).logits, old(**padded).logits)
+    edits = [e for group in proof_edits(model_architecture(old)).values() for e in group]
+    with applied(old, edits), applied(new, edits):
+        assert torch.equal(_logits(new, padded), _logits(old, padded))
+    recorded = new(**padded).logits  # autograd records it: the chunks are concatenated
+    assert recorded.requires_grad and torch.equal(recorded.detach(), _logits(old, padded))
+    assert torch.float32 not in _stored(new)
+    if case == "llama-tied":
+        assert new.get_output_embeddings().weight is table
+
+
 def test_failed_forward_restores_stored_weights(tmp_path):
     path = CASES["llama"](tmp_path / "m")
     model = load_model(path, CPU)
@@ -132,14 +190,24 @@ def test_mixed_or_wide_checkpoints_load_whole(tmp_path):
     assert _stored(load_model(path, LoadSpec(device="cpu", dtype="bfloat16"))) == {torch.bfloat16}
 
 
+def _small_chunks(monkeypatch) -> None:
+    """The head's logits in chunks of the fewest rows it takes (``ALIGN``): the tiny models' tables are
+    smaller than a decoder layer, so their logits would come in one chunk."""
+    from surgery.model import vocab_table
+
+    attach = vocab_table.attach_table
+    rows = vocab_table.ALIGN
+    monkeypatch.setattr(vocab_table, "attach_table", lambda model, _: attach(model, rows * model.config.hidden_size))
+
+
 def _whole(monkeypatch) -> None:
     """load_model as before: the checkpoint treated as not 16-bit, so converted whole to float32."""
     monkeypatch.setattr("surgery.model.upcast.stored_dtype", lambda tensors: None)
 
 
 def test_finders_give_the_findings_of_the_whole_conversion(tiny, tmp_path, monkeypatch):
-    """find-heads (its own attention function, knockouts, prefix caches) and find-neurons end to end,
-    down to the compute dtype they record."""
+    """find-heads (its own attention function, knockouts, prefix caches)
+    and find-neurons end to end, down to the compute dtype they record, the head's logits in chunks."""
     from surgery.find.heads.benchmark import load_benchmark
     from surgery.find.heads.find import find_heads
     from surgery.find.heads.pairs import build_pairs
@@ -149,6 +217,7 @@ def test_finders_give_the_findings_of_the_whole_conversion(tiny, tmp_path, monke
     from tests.support.binding import char_model, write_small_benchmark
     from tests.support.neuron_pairs import write_pairs
 
+    _small_chunks(monkeypatch)  # the head's logits in 2 chunks
     model = char_model(tiny, "llama", dtype=torch.bfloat16)
     head_pairs = build_pairs(load_benchmark(write_small_benchmark(tmp_path / "small.jsonl")), seed=0, max_pairs=6)
     neuron_pairs = load_pairs(write_pairs(tmp_path / "pairs.jsonl"))
@@ -171,7 +240,8 @@ def test_verify_gives_the_report_of_the_whole_conversion(tiny, tmp_path, monkeyp
     from surgery.bake.verify import verify
     from tests.support.cli import main_code
 
-    src = tiny("llama", dtype=torch.bfloat16)
+    _small_chunks(monkeypatch)
+    src = tiny("llama", dtype=torch.bfloat16, vocab_size=256)  # the head's logits in 4 chunks
     out = tmp_path / "pruned"
     assert main_code(["prune-neurons", str(src), "--neurons", "0:3,2:47", "--no-verify", "--out", str(out)]) == 0
     report = verify(Checkpoint(src), out, load=CPU)

@@ -26,9 +26,9 @@ def assert_packed_computes_as_sixteen(packed, sixteen, src: Path, batch: Mapping
     """``packed`` (held as stored) holds at most 1.5× the file of ``src``, less than ``sixteen`` (the
     16-bit hold), counts as the same weights, and computes every weight and the logits, with and without
     run-time edits, bit for bit as ``sixteen`` does."""
-    from surgery.model.dequantized import weight_count
     from surgery.model.hooks import applied, model_architecture
     from surgery.model.upcast import computed_value
+    from surgery.model.widening import weight_count
     from tests.support.coverage import proof_edits
 
     assert held_bytes(packed) <= 1.5 * file_bytes(src) < held_bytes(sixteen)

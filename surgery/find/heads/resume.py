@@ -29,8 +29,8 @@ from torch import nn
 from ...core.edits import HeadScale, NeuronScale
 from ...core.errors import SurgeryError
 from ...core.mcq import Encoded
-from ...model.dequantized import weight_count
 from ...model.hooks import applied, model_architecture
+from ...model.widening import weight_count
 from .attention import AttentionPlan, EdgeEdit, active_plan
 from .prompts import Batch
 
