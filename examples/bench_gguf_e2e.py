@@ -44,8 +44,13 @@ MODELS = Path(os.environ.get("SURGERY_MODELS", Path.home() / ".cache" / "surgery
 
 PROMPTS_CHILD = """
 import json, sys
-from surgery.find.neurons.pairs import load_pairs
-pairs = load_pairs("builtin", None, sys.argv[2:] or None)
+from surgery.find.neurons.pairs import builtin_text, load_pairs
+# The builtin pairs of the chosen categories as a pairs file of our format: prune-neurons captures
+# exactly these (its --category only selects among findings over every pair it captured).
+wanted = set(sys.argv[3:])
+lines = [l for l in builtin_text("en").splitlines() if l.strip() and (not wanted or json.loads(l)["category"] in wanted)]
+open(sys.argv[2], "w").write("\\n".join(lines) + "\\n")
+pairs = load_pairs(sys.argv[2])
 json.dump([t for p in pairs.pairs for t in (p.prompt_1, p.prompt_2)], open(sys.argv[1], "w"))
 """
 
@@ -151,7 +156,12 @@ def main() -> None:
     ap.add_argument("--make", choices=["fp8", "int4"], default=None)
     ap.add_argument("--scratch", type=Path, default=MODELS / ".bench")
     ap.add_argument("--n", type=int, default=40)
-    ap.add_argument("--category", action="append", default=[], help="only these pair categories (shorter runs)")
+    ap.add_argument(
+        "--category",
+        action="append",
+        default=[],
+        help="only the builtin pairs of these categories, captured by both sides (shorter runs)",
+    )
     ap.add_argument("--batch-size", type=int, default=16, help="pairs per forward pass (find-neurons' default)")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument(
@@ -173,13 +183,14 @@ def main() -> None:
         if args.threads:  # on a shared machine, one thread each keeps idle OpenMP threads from spinning
             env["OMP_NUM_THREADS"] = str(args.threads)
         prompts = tmp / "prompts.json"
-        run_child([sys.executable, "-c", PROMPTS_CHILD, str(prompts), *args.category], env)
+        pairs_file = tmp / "pairs.jsonl"
+        run_child([sys.executable, "-c", PROMPTS_CHILD, str(prompts), str(pairs_file), *args.category], env)
         n_prompts = len(json.loads(prompts.read_text()))
         for i in range(args.runs):
             out = tmp / f"out{i}{'.gguf' if gguf else ''}"
             cmd = [sys.executable, "-c", SURGERY_CHILD, "prune-neurons", str(model), "--n", str(args.n)]
             cmd += ["--out", str(out), "--batch-size", str(args.batch_size), "--device", "cpu"]
-            cmd += [a for c in args.category for a in ("--category", c)]
+            cmd += ["--pairs", str(pairs_file)]
             wall, cpu, rss, _, err = run_child(cmd, dict(env, SURGERY_CACHE=str(tmp / f"cache{i}")))
             phases = json.loads(err.rsplit("PHASES ", 1)[1].splitlines()[0])
             rows["surgery"].append({"s": wall, "cpu_s": cpu, "rss_mb": rss, "phases": phases})
