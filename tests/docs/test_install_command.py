@@ -47,10 +47,13 @@ def _args(call: str) -> str:
 def test_install_only_installs_torch_then_surgery_and_nothing_else(tmp_path):
     proc, calls = _install_only(tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert len(calls) == 3, calls
+    assert len(calls) == 4, calls
     assert _args(calls[0]).startswith("-m pip install") and _args(calls[0]).endswith(" uv"), calls
     assert _args(calls[1]).startswith("-m uv pip install") and _args(calls[1]).endswith("torch==2.13.0"), calls
     assert _args(calls[2]).endswith(f"-e {REPO}[plots]"), calls
+    # bytecode written as it installs (pip does by default, uv when asked), the project's own modules too
+    assert all("--compile-bytecode" in _args(c) for c in calls[1:3]), calls
+    assert _args(calls[3]) == f"-m compileall -q {REPO}/surgery", calls
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pip.log", "venv"]  # no output folder, no model
     assert "activate it with: . " in proc.stdout
 
@@ -77,7 +80,7 @@ def test_without_uv_pip_installs_the_same(tmp_path):
     proc, calls = _install_only(tmp_path, "--torch-index", CPU_INDEX, UV_FAILS="1")
     assert proc.returncode == 0, proc.stderr
     assert "installing with pip" in proc.stderr
-    assert len(calls) == 3 and all(_args(c).startswith("-m pip install") for c in calls), calls
+    assert len(calls) == 4 and all(_args(c).startswith("-m pip install") for c in calls[:3]), calls
     assert _args(calls[1]).endswith(f"torch==2.13.0 --index-url {CPU_INDEX}"), calls
     assert _args(calls[2]).endswith(f"-e {REPO}[plots]"), calls
 
