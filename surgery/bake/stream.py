@@ -55,7 +55,7 @@ def stream_patched(
         with ThreadPoolExecutor(max_workers=2) as pool:
             jobs: list = []
             pos, turn = 0, 0
-            kernel_copy = True  # until the kernel refuses copy_file_range between these two files
+            kernel_copy = hasattr(os, "copy_file_range")  # Linux; until the kernel refuses it for these files
             while pos < size:
                 if stop is not None and stop.is_set():
                     raise CheckpointError(f"{src.name}: stopped, another shard failed")
@@ -102,8 +102,6 @@ _NO_KERNEL_COPY = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, er
 def _kernel_copy(fd_src: int, fd_dst: int, pos: int, n: int) -> bool:
     """Copy ``n`` bytes at ``pos`` from ``fd_src`` to the same offset of ``fd_dst`` in the kernel; False
     (nothing to rely on, the caller writes the block itself) when the kernel cannot copy between them."""
-    if not hasattr(os, "copy_file_range"):  # not Linux
-        return False
     done = 0
     try:
         while done < n:

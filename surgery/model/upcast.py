@@ -118,9 +118,9 @@ def attach(model: nn.Module) -> nn.Module:
     from .vocab_table import attach_table
 
     _full_precision_buffers(model)
-    layers = list(decoder_layers(model))
-    table = attach_table(model, max(map(weight_count, layers))) if layers else set()
-    layers = {id(m) for m in layers}
+    decoders = list(decoder_layers(model))
+    table = attach_table(model, max(map(weight_count, decoders))) if decoders else set()
+    layers = {id(m) for m in decoders}
     for module in model.modules():
         recurse = id(module) in layers
         if id(module) not in table and (recurse or _owns_stored(module)):
