@@ -16,8 +16,8 @@ decoder: :func:`decode_held`); what an edit may do to such bytes is plan.py's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
