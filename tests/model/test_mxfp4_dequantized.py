@@ -65,8 +65,8 @@ def test_an_mxfp4_checkpoint_computes_as_its_decoded_copy(tmp_path, sizes):
 
 
 def test_the_byte_table_decodes_as_transformers_does():
-    """Every byte's two e2m1 values, and experts decoded from random bytes and every E8M0 scale but NaN's
-    (2^−127 … 2^127), are transformers' ``convert_moe_packed_tensors``, bit for bit."""
+    """The table's pair for every byte at every E8M0 scale, and experts decoded from random bytes at every
+    scale but NaN's (2^−127 … 2^127), are transformers' ``convert_moe_packed_tensors``'s, bit for bit."""
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
     from surgery.formats.mxfp4 import storage
@@ -76,9 +76,12 @@ def test_the_byte_table_decodes_as_transformers_does():
     scales = torch.arange(255, dtype=torch.uint8)[None, :, None].repeat(3, 1, 2)
     scales[1] = torch.randint(0, 255, (255, 2), dtype=torch.uint8, generator=gen)
     want = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)
-    every = torch.arange(256, dtype=torch.uint8).reshape(1, 256, 1, 1)
-    table = convert_moe_packed_tensors(every, torch.full((1, 256, 1), 127, dtype=torch.uint8), dtype=torch.float32)
-    assert torch.equal(storage.byte_values(), table[0].T)
+    table = storage.pair_values()
+    for scale in (0, 1, 126, 127, 128, 254, 255):  # each row of the table is the decoder's pair
+        every = torch.arange(256, dtype=torch.uint8).reshape(1, 256, 1, 1)
+        one = convert_moe_packed_tensors(every, torch.full((1, 256, 1), scale, dtype=torch.uint8), dtype=torch.float32)
+        rows = table[scale * 256 : (scale + 1) * 256]
+        assert torch.equal(rows.view(torch.int32), one[0].T.contiguous().view(torch.int32)), scale
     got = storage.decode_held(blocks, scales)
     assert got.shape == want.shape and got.is_contiguous()
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))  # bits, signed zeros and subnormals included

@@ -4,8 +4,8 @@ For float32 compute of a checkpoint whose other tensors are in one 16-bit dtype 
 the experts are held as the file stores them: the model is built on the meta device (model/by_name.py),
 every other tensor goes into its parameter as stored, and each fused experts parameter is its ``_blocks``
 bytes (a byte per two weights) with its E8M0 ``_scales`` beside it, decoded for its layer's call
-(model/upcast.py) by a 256-entry table of transformers' own decoder (``convert_moe_packed_tensors``) and
-the same ``ldexp``: its float32 values bit for bit, at the file's size. The decode is per layer, not per
+(model/upcast.py) by a table of transformers' own decoder (``convert_moe_packed_tensors``: the two values
+of every byte at every E8M0 scale, 512 KB): its float32 values bit for bit, at the file's size. The decode is per layer, not per
 expert: transformers' experts implementations read the whole 3-D parameter (the default on a CPU,
 ``grouped_mm``, multiplies every expert in one call).
 
@@ -23,7 +23,7 @@ from ...core.checkpoint import Checkpoint
 from ...model.by_name import finish, load_by_name, read_tensor
 from ...model.dequantized import held_dtype, hold_packed, without_quantization
 from .plan import weights_of
-from .storage import byte_values, decode_held
+from .storage import decode_held, pair_values
 
 WHAT = "MXFP4 experts tensor"
 
@@ -48,7 +48,7 @@ def load_packed(ckpt: Checkpoint, config, dtype) -> Any:
     for its layer's call; None where transformers would not load the other tensors by their names
     (model/by_name.py)."""
     weights = weights_of(ckpt)
-    byte_values()  # transformers' decoder, imported and tabulated as the model loads, not at its first call
+    pair_values()  # transformers' decoder, imported and tabulated as the model loads, not at its first call
     stored = {n for w in weights.values() for n in (w.codes.name, w.scale.name)}
     model = load_by_name(ckpt, without_quantization(config), dtype, stored, weights)
     if model is None:

@@ -10,8 +10,8 @@ float) is stored as:
 
 A weight's value is its e2m1 value × 2^(s − 127). Decoding is transformers' own
 (``convert_moe_packed_tensors``, which gives [experts, in, out], the fused parameter's layout); this
-module only reads and decodes (a model held as stored decodes each byte from a 256-entry table of that
-decoder: :func:`decode_held`); what an edit may do to such bytes is plan.py's.
+module only reads and decodes (a model held as stored decodes each byte by a table of that decoder's
+values: :func:`decode_held`); what an edit may do to such bytes is plan.py's.
 """
 
 from __future__ import annotations
@@ -86,36 +86,34 @@ def decode(blocks: np.ndarray, scales: np.ndarray):
     return convert_moe_packed_tensors(b, s, dtype=torch.float32)[0]
 
 
-E8M0_BIAS = 127  # the scale byte of 2^0
-
-
 @functools.cache
-def byte_values():
-    """The two e2m1 values of every byte, [256, 2] float32 (a torch tensor, the even column's first):
-    transformers' ``convert_moe_packed_tensors`` of each of the 256 bytes at scale 2^0, so that a lookup in
-    it is that decoder's, value for value."""
+def pair_values():
+    """The two values of every byte at every E8M0 scale, [256 · 256, 2] float32 (a torch tensor; row
+    ``scale · 256 + byte``, the even column's value first): transformers' ``convert_moe_packed_tensors`` of
+    each pair, so that a lookup in it is that decoder's value for value (its e2m1 value times 2^(scale − 127),
+    scale 255's included)."""
     import torch
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
-    blocks = torch.arange(256, dtype=torch.uint8).reshape(1, 256, 1, 1)  # 256 rows of one byte
-    scales = torch.full((1, 256, 1), E8M0_BIAS, dtype=torch.uint8)
+    every = torch.arange(256, dtype=torch.uint8)
+    blocks = every.repeat(256).reshape(1, 256 * 256, 1, 1)  # 65,536 rows of one byte each
+    scales = every.repeat_interleave(256).reshape(1, 256 * 256, 1)
     return convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)[0].T.contiguous()
 
 
 def decode_held(blocks, scales):
     """float32 values [experts, in, out] (the fused parameter's layout) of stored ``blocks`` (uint8 [experts,
     out, in/32, 16]) and their E8M0 ``scales`` (uint8 [experts, out, in/32]; torch tensors, on any device):
-    each byte's two e2m1 values (:func:`byte_values`) ``ldexp``'d by their block's exponent, as
-    ``convert_moe_packed_tensors`` computes them; one expert at a time, so the only float32 copy is the
-    result's."""
+    each byte's two values at its block's scale, looked up in :func:`pair_values`; one expert at a time, so
+    the only float32 copy is the result's."""
     import torch
 
-    table = byte_values().to(blocks.device)
+    table = pair_values().to(blocks.device)
     experts, out, groups, half = blocks.shape
     result = torch.empty(experts, groups * half * 2, out, dtype=torch.float32, device=blocks.device)
     for e in range(experts):
+        rows = scales[e].to(torch.int32)[:, :, None] * 256 + blocks[e]
         # an embedding lookup is the table's rows gathered, value for value
-        values = torch.nn.functional.embedding(blocks[e].to(torch.int32), table).reshape(out, groups, half * 2)
-        torch.ldexp(values, scales[e].to(torch.int32)[:, :, None] - E8M0_BIAS, out=values)
+        values = torch.nn.functional.embedding(rows, table)
         result[e] = values.reshape(out, groups * half * 2).T
     return result
