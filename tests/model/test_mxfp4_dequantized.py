@@ -88,8 +88,9 @@ def test_the_byte_table_decodes_as_transformers_does():
 
 
 def test_held_as_stored_it_holds_the_file_and_computes_as_the_16_bit_hold_bit_for_bit(tmp_path, monkeypatch):
-    """Each experts parameter is its file's blocks, the model holds at most 1.5× the file, and its weights and
-    logits (with and without run-time edits, routed experts' included) are the bfloat16 hold's, bit for bit."""
+    """Each experts parameter is its file's blocks, the model holds at most 1.5× the file, and its weights,
+    logits (with and without run-time edits, routed experts' included) and greedy generation are the bfloat16
+    hold's, bit for bit."""
     from safetensors import safe_open
 
     from surgery.formats.mxfp4 import hold
@@ -102,6 +103,10 @@ def test_held_as_stored_it_holds_the_file_and_computes_as_the_16_bit_hold_bit_fo
             assert torch.equal(packed.get_parameter(name).detach().view(torch.uint8), stored), name
     print(f"held as stored {held_bytes(packed)} B, in 16 bits {held_bytes(sixteen)} B, file {file_bytes(src)} B")
     assert_packed_computes_as_sixteen(packed, sixteen, src, _batch())
+    # eval's answers: greedy generation, its key-value cache and the held weights decoded at every step
+    batch = _batch()
+    tokens = [m.generate(**batch, max_new_tokens=6, do_sample=False, pad_token_id=0) for m in (packed, sixteen)]
+    assert torch.equal(*tokens)
 
 
 def test_find_neurons_captures_the_experts_as_the_16_bit_hold_does(tmp_path, monkeypatch):
