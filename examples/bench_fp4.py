@@ -17,8 +17,8 @@ fresh child processes, interleaved, on a warm page cache:
   they are most of a bake, and they do not grow with the file;
 * the bake (library call, every edited block checked by the format's own decoder, no logits) of 40 pruned
   neurons and 2 halved heads (SmolLM2's head_dim 64: whole groups and blocks, so a power of two goes
-  through the scales), its peak RSS from ``os.wait4``/VmHWM, and the library call's own time (its imports
-  done); with ``--old-tree``, the same bake by another checkout's surgery right after it, and the ratios
+  through the scales), its peak RSS from ``os.wait4``/VmHWM, and the library call's own time (the imports
+  above done first); with ``--old-tree``, the same bake by another checkout's surgery right after it, and the ratios
   new / old of each run;
 * (folders) the model loaded for float32 compute as finders, eval and verify load it (its packed codes
   and scales held as stored, each layer decoded for its call) and one forward pass: its peak RSS against
@@ -118,15 +118,16 @@ def child(task: str, src: str, dst: str, tree: str = "") -> None:
 
         bake_gguf_recipe(Path(src), recipe(), Path(dst))
         return
-    if task == "imports":  # what the bake imports before its first byte: its floor on a small file
-        import compressed_tensors.compressors.nvfp4.helpers  # noqa: F401
-        import compressed_tensors.quantization.lifecycle.forward  # noqa: F401
+    # what the bake imports before its first byte: its floor on a small file
+    import compressed_tensors.compressors.nvfp4.helpers  # noqa: F401
+    import compressed_tensors.quantization.lifecycle.forward  # noqa: F401
 
-        import surgery.bake.bake  # noqa: F401
-        import surgery.bake.check  # noqa: F401
+    import surgery.bake.bake  # noqa: F401
+    import surgery.bake.check  # noqa: F401
 
+    if task == "imports":
         return
-    if task == "bake":
+    if task == "bake":  # the call timed with its imports done
         import surgery
         from surgery.bake.bake import bake
         from surgery.bake.check import edited_check
