@@ -3,7 +3,7 @@
 
     python examples/bench_fp4.py [--format nvfp4|w4a16|mxfp4-gguf] [--model ~/.cache/surgery/models/smollm2-135m-instruct]
         [--gguf ~/.cache/surgery/models/.gguf/SmolLM2-135M-Instruct.Q4_1.gguf] [--runs 3] [--json FILE]
-        [--tasks cp imports bake load] [--old-tree DIR]
+        [--tasks cp imports bake load] [--old-tree DIR] [--calls 1]
 
 ``nvfp4`` (the default) compresses the model's decoder linears to ``nvfp4-pack-quantized`` with
 compressed-tensors' NVFP4 compressor (llm-compressor's min/max observer rule: tests/support/nvfp4.py),
@@ -18,7 +18,7 @@ fresh child processes, interleaved, on a warm page cache:
 * the bake (library call, every edited block checked by the format's own decoder, no logits) of 40 pruned
   neurons and 2 halved heads (SmolLM2's head_dim 64: whole groups and blocks, so a power of two goes
   through the scales), its peak RSS from ``os.wait4``/VmHWM, and the library call's own time (the imports
-  above done first); with ``--old-tree``, the same bake by another checkout's surgery right after it, and the ratios
+  above done first; ``--calls K``: the median of K calls in the process); with ``--old-tree``, the same bake by another checkout's surgery right after it, and the ratios
   new / old of each run;
 * (folders) the model loaded for float32 compute as finders, eval and verify load it (its packed codes
   and scales held as stored, each layer decoded for its call) and one forward pass: its peak RSS against
@@ -101,9 +101,9 @@ def make_source(fmt: str, model: Path, gguf_source: Path, scratch: Path) -> Path
     return out if out.exists() else fp4_gguf(gguf_source, out, "MXFP4")
 
 
-def child(task: str, src: str, dst: str, tree: str = "") -> None:
+def child(task: str, src: str, dst: str, tree: str = "", calls: str = "1") -> None:
     """The measured process: ``task`` ("imports", "bake" or "load") on ``src``, with the surgery of ``tree``
-    (another checkout) when given."""
+    (another checkout) when given; a bake's library call ``calls`` times (the first into ``dst``)."""
     if tree:
         sys.path.insert(0, tree)
     if src.endswith(".gguf"):
@@ -134,10 +134,16 @@ def child(task: str, src: str, dst: str, tree: str = "") -> None:
         from surgery.core.checkpoint import Checkpoint
 
         assert not tree or Path(surgery.__file__).resolve().is_relative_to(Path(tree).resolve()), surgery.__file__
-        started = time.perf_counter()
-        ckpt = Checkpoint(src)
-        bake(ckpt, recipe(), Path(dst), check=edited_check(ckpt, recipe()))
-        print(json.dumps({"call_s": time.perf_counter() - started}))
+        times = []
+        for k in range(int(calls)):
+            out = Path(dst) if k == 0 else Path(f"{dst}.again")
+            shutil.rmtree(out, ignore_errors=True)
+            started = time.perf_counter()
+            ckpt = Checkpoint(src)
+            bake(ckpt, recipe(), out, check=edited_check(ckpt, recipe()))
+            times.append(time.perf_counter() - started)
+        shutil.rmtree(f"{dst}.again", ignore_errors=True)
+        print(json.dumps({"call_s": statistics.median(times)}))
         return
     import torch
 
@@ -191,7 +197,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--tasks", nargs="+", default=["cp", "imports", "bake", "load"], help="what to time, in order")
     ap.add_argument("--old-tree", type=Path, help="another checkout: its bake timed after each bake (bake-old)")
-    ap.add_argument("--child", nargs="+", metavar="TASK SRC DST [TREE]", help=argparse.SUPPRESS)
+    ap.add_argument("--calls", type=int, default=1, help="library calls per bake process (call_s: their median)")
+    ap.add_argument("--child", nargs="+", metavar="TASK SRC DST [TREE [CALLS]]", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(*args.child)
@@ -216,9 +223,9 @@ def main() -> None:
                 if task == "cp"
                 else [sys.executable, __file__, "--child", task, str(src), str(dst)]
             )
-            if task == "bake-old":
+            if task in ("bake", "bake-old"):
                 cmd[3] = "bake"
-                cmd.append(str(args.old_tree.resolve()))
+                cmd += [str(args.old_tree.resolve()) if task == "bake-old" else "", str(args.calls)]
             row[task] = measure(cmd)
         runs.append(row)
         print(f"run {k}: " + ", ".join(f"{t} {r['wall_s']:.2f} s / {r['rss_mb']:.0f} MB" for t, r in row.items()))
