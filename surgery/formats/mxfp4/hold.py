@@ -7,7 +7,7 @@ bytes (a byte per two weights) with its E8M0 ``_scales`` beside it, decoded for 
 (model/upcast.py) by a table of transformers' own decoder (``convert_moe_packed_tensors``: the two values
 of every byte at every E8M0 scale, 512 KB): its float32 values bit for bit, at the file's size. The
 decode is per layer, not per expert: transformers' experts implementations read the whole 3-D parameter
-(the default on a CPU, ``grouped_mm``, multiplies every expert in one call).
+(the default on a CPU, ``grouped_mm``, takes every expert's weights in one call).
 
 Elsewhere (another compute dtype, a device map, a float32 tensor that 16 bits would round, or a model
 transformers would load under other names) the experts are dequantized by transformers as it loads
