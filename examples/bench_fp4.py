@@ -3,7 +3,7 @@
 
     python examples/bench_fp4.py [--format nvfp4|w4a16|mxfp4-gguf] [--model ~/.cache/surgery/models/smollm2-135m-instruct]
         [--gguf ~/.cache/surgery/models/.gguf/SmolLM2-135M-Instruct.Q4_1.gguf] [--runs 3] [--json FILE]
-        [--tasks cp imports bake load]
+        [--tasks cp imports bake load] [--old-tree DIR] [--calls 1]
 
 ``nvfp4`` (the default) compresses the model's decoder linears to ``nvfp4-pack-quantized`` with
 compressed-tensors' NVFP4 compressor (llm-compressor's min/max observer rule: tests/support/nvfp4.py),
@@ -17,7 +17,9 @@ fresh child processes, interleaved, on a warm page cache:
   they are most of a bake, and they do not grow with the file;
 * the bake (library call, every edited block checked by the format's own decoder, no logits) of 40 pruned
   neurons and 2 halved heads (SmolLM2's head_dim 64: whole groups and blocks, so a power of two goes
-  through the scales), its peak RSS from ``os.wait4``/VmHWM;
+  through the scales), its peak RSS from ``os.wait4``/VmHWM, and the library call's own time (the imports
+  above done first; ``--calls K``: the median of K calls in the process); with ``--old-tree``, the same bake by another checkout's surgery right after it, and the ratios
+  new / old of each run;
 * (folders) the model loaded for float32 compute as finders, eval and verify load it (its packed codes
   and scales held as stored, each layer decoded for its call) and one forward pass: its peak RSS against
   the file's size.
@@ -99,8 +101,11 @@ def make_source(fmt: str, model: Path, gguf_source: Path, scratch: Path) -> Path
     return out if out.exists() else fp4_gguf(gguf_source, out, "MXFP4")
 
 
-def child(task: str, src: str, dst: str) -> None:
-    """The measured process: ``task`` ("imports", "bake" or "load") on ``src``."""
+def child(task: str, src: str, dst: str, tree: str = "", calls: str = "1") -> None:
+    """The measured process: ``task`` ("imports", "bake" or "load") on ``src``, with the surgery of ``tree``
+    (another checkout) when given; a bake's library call ``calls`` times (the first into ``dst``)."""
+    if tree:
+        sys.path.insert(0, tree)
     if src.endswith(".gguf"):
         if task == "imports":
             import gguf  # noqa: F401
@@ -113,21 +118,32 @@ def child(task: str, src: str, dst: str) -> None:
 
         bake_gguf_recipe(Path(src), recipe(), Path(dst))
         return
-    if task == "imports":  # what the bake imports before its first byte: its floor on a small file
-        import compressed_tensors.compressors.nvfp4.helpers  # noqa: F401
-        import compressed_tensors.quantization.lifecycle.forward  # noqa: F401
+    # what the bake imports before its first byte: its floor on a small file
+    import compressed_tensors.compressors.nvfp4.helpers  # noqa: F401
+    import compressed_tensors.quantization.lifecycle.forward  # noqa: F401
 
-        import surgery.bake.bake  # noqa: F401
-        import surgery.bake.check  # noqa: F401
+    import surgery.bake.bake  # noqa: F401
+    import surgery.bake.check  # noqa: F401
 
+    if task == "imports":
         return
-    if task == "bake":
+    if task == "bake":  # the call timed with its imports done
+        import surgery
         from surgery.bake.bake import bake
         from surgery.bake.check import edited_check
         from surgery.core.checkpoint import Checkpoint
 
-        ckpt = Checkpoint(src)
-        bake(ckpt, recipe(), Path(dst), check=edited_check(ckpt, recipe()))
+        assert not tree or Path(surgery.__file__).resolve().is_relative_to(Path(tree).resolve()), surgery.__file__
+        times = []
+        for k in range(int(calls)):
+            out = Path(dst) if k == 0 else Path(f"{dst}.again")
+            shutil.rmtree(out, ignore_errors=True)
+            started = time.perf_counter()
+            ckpt = Checkpoint(src)
+            bake(ckpt, recipe(), out, check=edited_check(ckpt, recipe()))
+            times.append(time.perf_counter() - started)
+        shutil.rmtree(f"{dst}.again", ignore_errors=True)
+        print(json.dumps({"call_s": statistics.median(times)}))
         return
     import torch
 
@@ -147,7 +163,9 @@ def measure(cmd: list[str]) -> dict:
     wall = time.perf_counter() - started
     if res.returncode != 0:
         sys.exit(f"{cmd[-3:]} failed:\n{res.stderr[-3000:]}")
-    return {"wall_s": wall, "rss_mb": peak.rss_bytes / MB, "anon_mb": peak.anon_bytes / MB}
+    row = {"wall_s": wall, "rss_mb": peak.rss_bytes / MB, "anon_mb": peak.anon_bytes / MB}
+    lines = [line for line in res.stdout.splitlines() if line.startswith("{")]
+    return {**row, **json.loads(lines[-1])} if lines else row
 
 
 def size_mb(path: Path) -> float:
@@ -178,7 +196,9 @@ def main() -> None:
     ap.add_argument("--scratch", type=Path, default=Path("/tmp/surgery-bench-fp4"))
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--tasks", nargs="+", default=["cp", "imports", "bake", "load"], help="what to time, in order")
-    ap.add_argument("--child", nargs=3, metavar=("TASK", "SRC", "DST"), help=argparse.SUPPRESS)
+    ap.add_argument("--old-tree", type=Path, help="another checkout: its bake timed after each bake (bake-old)")
+    ap.add_argument("--calls", type=int, default=1, help="library calls per bake process (call_s: their median)")
+    ap.add_argument("--child", nargs="+", metavar="TASK SRC DST [TREE [CALLS]]", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(*args.child)
@@ -189,6 +209,8 @@ def main() -> None:
     src = make_source(args.format, args.model, args.gguf, args.scratch)
     is_gguf = src.suffix == ".gguf"
     tasks = [t for t in args.tasks if not (is_gguf and t == "load")]  # the held model is a folder's
+    if args.old_tree and "bake" in tasks:
+        tasks.insert(tasks.index("bake") + 1, "bake-old")
     file_mb = size_mb(src)
     runs = []
     for k in range(args.runs):
@@ -201,6 +223,9 @@ def main() -> None:
                 if task == "cp"
                 else [sys.executable, __file__, "--child", task, str(src), str(dst)]
             )
+            if task in ("bake", "bake-old"):
+                cmd[3] = "bake"
+                cmd += [str(args.old_tree.resolve()) if task == "bake-old" else "", str(args.calls)]
             row[task] = measure(cmd)
         runs.append(row)
         print(f"run {k}: " + ", ".join(f"{t} {r['wall_s']:.2f} s / {r['rss_mb']:.0f} MB" for t, r in row.items()))
@@ -223,6 +248,15 @@ def main() -> None:
         if "cp" in med:
             over = [(r["bake"]["wall_s"] - r["imports"]["wall_s"]) / r["cp"]["wall_s"] for r in runs]
             line.append(f"(bake − imports) / cp {statistics.median(over):.2f}×")
+    if "call_s" in med.get("bake", {}):
+        line.append(f"the bake call alone {med['bake']['call_s']:.2f} s")
+    if "bake-old" in med:
+        for metric in ("wall_s", "call_s"):
+            new_old = [r["bake"][metric] / r["bake-old"][metric] for r in runs]
+            line.append(
+                f"bake-old {metric} {med['bake-old'][metric]:.2f} s, new / old (same run, median of {args.runs}) "
+                f"{statistics.median(new_old):.2f}×"
+            )
     if "load" in med:
         line.append(
             f"held load + forward peak RSS {med['load']['rss_mb']:.0f} MB = {med['load']['rss_mb'] / file_mb:.2f}× the file"

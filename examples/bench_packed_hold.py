@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Benchmark: an NVFP4 or int4 checkpoint loaded for float32 compute on a CPU, held as stored against held in 16 bits.
+"""Benchmark: an NVFP4, int4 or MXFP4 checkpoint loaded for float32 compute on a CPU, held as stored against
+held in 16 bits.
 
     python examples/bench_packed_hold.py --old-tree /work/main [--model ~/.cache/surgery/models/smollm2-135m-instruct]
-        [--int4] [--runs 3] [--json FILE]
+        [--format nvfp4|w4a16|mxfp4] [--runs 3] [--json FILE]
 
-Makes SmolLM2 NVFP4 as examples/bench_fp4.py does (compressed-tensors' compressor; ``--int4``: W4A16,
-symmetric, groups of 64, by tests/support/int_packed.py's compressor, the other tensors in bfloat16 as
-llm-compressor saves a model it loaded in bf16), then, in fresh child
+Makes SmolLM2 NVFP4 as examples/bench_fp4.py does (compressed-tensors' compressor; ``--format w4a16``:
+W4A16, symmetric, groups of 64, by tests/support/int_packed.py's compressor, the other tensors in bfloat16
+as llm-compressor saves a model it loaded in bf16), or, ``--format mxfp4``, a random gpt-oss whose experts
+dominate (:data:`MXFP4_SIZES`), its experts MXFP4 as the gpt-oss release stores them (tests/support/mxfp4.py:
+compressed-tensors' MXFP4 quantizer), the rest bfloat16; then, in fresh child
 processes, interleaved in each run: the imports a load needs (their RSS is the floor of every load), and
 ``load_model`` (CPU, float32) plus one forward pass of 64 tokens, once with the surgery of ``--old-tree``
 (another checkout: its loader) and once with this one. Each child reports the bytes its model holds
@@ -30,6 +33,19 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 MB = 1024**2
+# A gpt-oss small enough for a 2-core VM whose experts are most of the file, as in the releases (gpt-oss-20b:
+# 32 experts of 2880 × 2880 a layer): 4 layers of 32 experts, each [512 → 2 × 512 → 512].
+MXFP4_SIZES = dict(
+    hidden_size=512,
+    intermediate_size=512,
+    num_local_experts=32,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    head_dim=64,
+    vocab_size=4096,
+    max_position_embeddings=128,
+)
 
 
 def child(task: str, tree: str, src: str, out: str) -> None:
@@ -109,6 +125,21 @@ def quantize_int4(src: Path, out: Path) -> Path:
     return out
 
 
+def quantize_mxfp4(out: Path) -> Path:
+    """A random gpt-oss of :data:`MXFP4_SIZES` with MXFP4 experts, written beside ``out`` and renamed."""
+    import shutil
+
+    from tests.support.mxfp4 import build_mxfp4
+
+    if out.exists():
+        return out
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    build_mxfp4(partial, **MXFP4_SIZES)
+    partial.rename(out)
+    return out
+
+
 def widened_mb(folder: Path) -> tuple[float, float]:
     """(the largest decoder layer's weights, the embedding table) in float32, from the model built on the
     meta device: what one layer's call widens, and what the embeddings and a tied head widened whole
@@ -128,7 +159,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=Path.home() / ".cache/surgery/models/smollm2-135m-instruct")
     ap.add_argument("--old-tree", type=Path, help="a checkout whose loader is the one compared (required)")
-    ap.add_argument("--int4", action="store_true", help="W4A16 (groups of 64, bench_upcast.py's) instead of NVFP4")
+    ap.add_argument(
+        "--format",
+        choices=("nvfp4", "w4a16", "mxfp4"),
+        default="nvfp4",
+        help="NVFP4 or W4A16 (groups of 64) SmolLM2 (--model), or a random gpt-oss with MXFP4 experts",
+    )
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--scratch", type=Path, default=Path("/tmp/surgery-bench-fp4"))
     ap.add_argument("--json", type=Path, default=None)
@@ -147,12 +183,20 @@ def main() -> None:
     machine = stamp()
     print("machine:", one_line(machine))
     args.scratch.mkdir(parents=True, exist_ok=True)
-    kind = "W4A16" if args.int4 else "NVFP4"
-    if args.int4:
+    kind = args.format.upper()
+    if args.format == "w4a16":
         src = quantize_int4(args.model, args.scratch / f"{args.model.name}-w4a16")
+    elif args.format == "mxfp4":
+        src = quantize_mxfp4(args.scratch / "gpt-oss-mxfp4")
     else:
         src = quantize(args.model, args.scratch / f"{args.model.name}-nvfp4")
     file_mb = sum(f.stat().st_size for f in src.glob("*.safetensors")) / MB
+    if args.format == "mxfp4":
+        from surgery.core.checkpoint import Checkpoint
+
+        tensors = Checkpoint(src).tensors.values()
+        experts = sum(t.nbytes for t in tensors if t.name.endswith(("_blocks", "_scales")))
+        print(f"the MXFP4 experts (blocks and scales) are {experts / MB:.1f} MB of the {file_mb:.1f} MB file")
     layer_mb, table_mb = widened_mb(src)
     trees = {"old": args.old_tree.resolve(), "new": HERE.parent}
     runs = []

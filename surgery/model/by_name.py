@@ -63,6 +63,17 @@ def _empty_model(config, dtype):
         return auto_class(config.model_type).from_config(config, dtype=dtype)
 
 
+def _keeps_float32(model, dtype) -> bool:
+    """Whether ``from_pretrained`` in ``dtype`` would keep some of ``model``'s modules in float32: its
+    ``_keep_in_fp32_modules`` in float16 only, its ``_keep_in_fp32_modules_strict`` in either 16-bit dtype
+    (gpt-oss names its norms in the first: in bfloat16 they load as stored)."""
+    import torch
+
+    if getattr(model, "_keep_in_fp32_modules_strict", None) and dtype in (torch.float16, torch.bfloat16):
+        return True
+    return bool(getattr(model, "_keep_in_fp32_modules", None)) and dtype == torch.float16
+
+
 def _converted(model, keys: Iterable[str]) -> str | None:
     """A key of ``keys`` that transformers' loader would rename or convert for ``model`` (None: none)."""
     from transformers.conversion_mapping import get_model_conversion_mapping
@@ -101,7 +112,7 @@ def load_by_name(ckpt: Checkpoint, config, dtype, quantized: Iterable[str], weig
     import torch
 
     model = _empty_model(config, dtype)
-    if getattr(model, "_keep_in_fp32_modules", None) or getattr(model, "_keep_in_fp32_modules_strict", None):
+    if _keeps_float32(model, dtype):
         return None
     skip = set(quantized)
     plain = {n: info for n, info in ckpt.tensors.items() if n not in skip}

@@ -187,7 +187,8 @@ def hold_packed(model, name: str, packed, parts: dict[str, Any], decode: Callabl
     """Hold the weight ``name`` of ``model`` (a parameter on the meta device, from model/by_name.py) as its
     stored bytes ``packed`` (a uint8 tensor, two or more codes a byte) and its stored ``parts`` (scales,
     global scale: buffers of its module named ``<leaf>_<part>``), made its float32 values only for its
-    layer's call (model/upcast.py) by ``decode(bytes, parts) -> [out, in] float32``.
+    layer's call (model/upcast.py) by ``decode(bytes, parts)``: the parameter's float32 values ([out, in] for
+    a linear's weight, [experts, in, out] for gpt-oss's fused experts).
 
     The bytes are a Parameter of the module's dtype, viewed, not converted (``packed`` must have an even
     number of bytes a row): the layer's upcast then finds it as it finds a 16-bit weight, and it asks for

@@ -112,6 +112,31 @@ def test_a_pruned_down_column_holds_its_zero_point_codes(tmp_path):
     assert torch.equal(codes[:, 5], zero[:, 0])
 
 
+@pytest.mark.parametrize("scheme", ["w4a16-g8", "w4a16-g8-asym", "w8a16-channel", "w4a16-tensor"])
+@pytest.mark.parametrize("tamper", ["word", "row"])
+def test_the_check_decodes_all_an_edit_can_change(tmp_path, scheme, tamper):
+    """The bake's check decodes only what an edit can change, but all of it: another code of a pruned
+    column's word (bit 16: int4 column 4, int8 column 2, both in column 3's word), or what a pruned row is
+    zeroed by (its scales; per tensor, its codes), changed in the output after the bake, is a problem."""
+    src = build_int(tmp_path / "src", scheme)
+    recipe = Recipe((NeuronScale(1, 3, 0.0),))
+    out = tmp_path / "out"
+    _bake(src, out, recipe)
+    ckpt = Checkpoint(src)
+    assert ckpt.format.check(ckpt, Checkpoint(out), recipe)[1] == []
+    tensors = load_file(out / "model.safetensors")
+    if tamper == "word":
+        tensors[DOWN.format(1) + "_packed"][0, 0] ^= 1 << 16
+    elif scheme == "w4a16-tensor":  # one scale: the row's codes hold its zeros
+        tensors[GATE.format(1) + "_packed"][3, 0] ^= 1
+    else:
+        tensors[GATE.format(1).removesuffix("weight") + "weight_scale"][3] = 1.0
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    _, problems = ckpt.format.check(ckpt, Checkpoint(out), recipe)
+    edited = DOWN.format(1) if tamper == "word" else GATE.format(1)
+    assert len(problems) == 1 and f"'{edited}'" in problems[0]
+
+
 @pytest.mark.parametrize(
     ("scheme", "alpha", "why"),
     [

@@ -81,7 +81,7 @@ def tiny_config(arch: str, **overrides):
     if arch == "olmoe":
         return tf.OlmoeConfig(**{k: v for k, v in kw.items() if k != "head_dim"}, **MOE, num_experts=4)
     if arch == "gpt_oss":
-        return tf.GptOssConfig(**kw, **MOE, num_local_experts=4, sliding_window=8)
+        return tf.GptOssConfig(**{**MOE, "num_local_experts": 4, "sliding_window": 8, **kw})
     from tests.support.tiny_moe import FAMILIES, OVERRIDES, tiny_moe_config  # issue 24's mixtures of experts
 
     if arch in FAMILIES or arch in OVERRIDES:

@@ -19,7 +19,10 @@ group's scale (storage.py). Which bytes change:
 Whatever the route, the plan decodes the result with compressed-tensors' own ``dequantize`` before
 anything is written: the new values must equal the recipe's scales times the source's values
 exactly in float32, or the edit is refused naming the tensor, its layout and why. The bake's
-check and ``surgery verify`` compare the same values from the written files.
+check and ``surgery verify`` compare the same values from the written files. Both decode only the
+values an edit can change (:func:`_windows`: the edited rows, and every row of the edited columns'
+scale groups or words, the other codes of those words included); the bytes outside them are copied
+unchanged.
 """
 
 from __future__ import annotations
@@ -152,27 +155,126 @@ def _blocks(s: Scheme, w: IntWeight, codes: np.ndarray, scale: np.ndarray, zero)
         yield start, int_packed.dequantize(s, rows, scale[start:stop] if per_row else scale, z, w.g_idx)
 
 
-def _zeroed(s: Scheme, w: IntWeight, codes: np.ndarray, zero, rows: list[int], cols: list[int]) -> np.ndarray:
-    """The stored codes with ``rows`` and ``cols`` set to their zero point (0 when symmetric): unpacked
-    at whole-word width and packed again (by compressed-tensors, or in AWQ's words), so every other code
-    keeps its bits."""
+def _zero_targets(w: IntWeight, zero):
+    """Each weight's zero point, int8 [out, in] (a torch tensor; 0 when symmetric): what a zeroed code becomes."""
     import torch
 
     out_n, in_n = w.shape
-    width = codes.shape[1] * 32 // s.bits if s.packed else in_n
-    unpacked = int_packed.unpack(s, codes, width).clone()
-    group_of = torch.from_numpy(w.group_of())
     if zero is None:
-        target = torch.zeros(out_n, in_n, dtype=torch.int8)
-    else:
-        target = (zero.reshape(1, 1).expand(out_n, 1) if zero.numel() == 1 else zero)[
-            :, group_of.clamp(max=zero.shape[-1] - 1)
-        ]
+        return torch.zeros(out_n, in_n, dtype=torch.int8)
+    group_of = torch.from_numpy(w.group_of())
+    return (zero.reshape(1, 1).expand(out_n, 1) if zero.numel() == 1 else zero)[
+        :, group_of.clamp(max=zero.shape[-1] - 1)
+    ]
+
+
+def _zeroed(s: Scheme, w: IntWeight, codes: np.ndarray, zero, rows: list[int], cols: list[int]) -> np.ndarray:
+    """The stored codes with ``rows`` and ``cols`` set to their zero point (0 when symmetric): unpacked and
+    packed again (by compressed-tensors, or in AWQ's words), so every other code keeps its bits. Only the
+    rows and the words that hold ``cols`` are unpacked, where words are compressed-tensors' own (whole
+    lines in AWQ's, whose converter turns the tensor around whole)."""
+    out_n, in_n = w.shape
+    target = _zero_targets(w, zero)
+    if s.transposed:
+        width = codes.shape[1] * 32 // s.bits if s.packed else in_n
+        unpacked = int_packed.unpack(s, codes, width).clone()
+        if rows:
+            unpacked[rows, :in_n] = target[rows]
+        if cols:
+            unpacked[:, cols] = target[:, cols]
+        return s.packed_codes(unpacked, in_n)
+    per_word = 32 // s.bits if s.packed else 1
+    new = codes.copy()
     if rows:
-        unpacked[rows, :in_n] = target[rows]
+        line = int_packed.unpack(s, codes[rows], codes.shape[1] * per_word).clone()
+        line[:, :in_n] = target[rows]
+        new[rows] = s.packed_codes(line, in_n)
     if cols:
-        unpacked[:, cols] = target[:, cols]
-    return s.packed_codes(unpacked, in_n)
+        words = sorted({c // per_word for c in cols})
+        part = int_packed.unpack(s, _fresh(new[:, words]), len(words) * per_word).clone()
+        at = {word: k * per_word for k, word in enumerate(words)}
+        spots = [at[c // per_word] + c % per_word for c in cols]
+        part[:, spots] = target[:, cols]
+        new[:, words] = s.packed_codes(part, len(words) * per_word)
+    return new
+
+
+def _fresh(lines: np.ndarray) -> np.ndarray:
+    """A C-ordered copy of picked ``lines``: numpy may leave a picked array's length-1 axis a stride that
+    torch's views of its words as bytes (compressed-tensors' unpacking) refuse."""
+    return np.array(lines, order="C", copy=True)
+
+
+def _windows(s: Scheme, w: IntWeight, rows, cols) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """The (rows, columns) of ``w``'s values an edit of its ``rows`` and ``cols`` (output and input channels)
+    can change, each a window decoded on its own: the edited rows whole, and every row of the edited
+    columns' scale groups (group strategy) or words (their scale is their row's or the tensor's), which
+    hold whole words. None where only the whole weight decodes as it is stored: AutoAWQ's words (converted
+    whole), GPTQ's actorder "group" (scattered groups), or a last group or word cut short."""
+    out_n, in_n = w.shape
+    per_word = 32 // s.bits if s.packed else 1
+    unit = w.group if s.strategy == "group" else per_word
+    if s.transposed or s.permuted or unit % per_word or in_n % unit:
+        return None
+    found = []
+    if rows:
+        found.append((np.array(sorted(rows)), np.arange(in_n)))
+    if cols:
+        units = np.array(sorted({c // unit for c in cols}))
+        found.append((np.arange(out_n), (units[:, None] * unit + np.arange(unit)).reshape(-1)))
+    return found
+
+
+def _window_values(s: Scheme, w: IntWeight, codes: np.ndarray, scale: np.ndarray, zero, window) -> np.ndarray:
+    """float32 values of ``w`` at ``window`` (rows, columns: :func:`_windows`) from its stored ``codes``,
+    float32 ``scale`` and int8 ``zero`` points (compressed-tensors' layout), by compressed-tensors: the words
+    of those columns unpacked, and ``dequantize`` given their groups' scales and zero points, which computes
+    each value as the whole weight's decode does."""
+    import torch
+
+    rows, cols = window
+    per_word = 32 // s.bits if s.packed else 1
+    words = cols[::per_word] // per_word  # whole words, in order
+    part = int_packed.unpack(s, _fresh(codes[np.ix_(rows, words)]), len(cols))
+    if s.strategy == "tensor":
+        return int_packed.dequantize(s, part, scale, zero)
+    picked = torch.from_numpy(rows)
+    if s.strategy == "group":
+        groups = cols[:: w.group] // w.group
+        scale = scale[np.ix_(rows, groups)]
+        zero = None if zero is None else zero[picked][:, torch.from_numpy(groups)]
+    else:
+        scale = scale[rows]
+        zero = None if zero is None else zero[picked]
+    return int_packed.dequantize(s, part, scale, zero)
+
+
+def _window_reference(values: np.ndarray, window, p: TensorPatch) -> np.ndarray:
+    """The recipe's values at ``window``: the source's there times the line scales of ``p``, in float32, in
+    the order :func:`~..fp8.plan._reference` multiplies them."""
+    rows, cols = window
+    x = values.copy()
+    edited = [k for k, c in enumerate(cols) if int(c) in p.cols]
+    if edited:
+        x[:, edited] *= np.array([p.cols[int(cols[k])] for k in edited], dtype=np.float32)
+    for k, r in enumerate(rows):
+        if int(r) in p.rows:
+            x[k] *= np.float32(p.rows[int(r)])
+    return x
+
+
+def _scaled_exactly(s: Scheme, w: IntWeight, before: tuple, after: tuple, p: TensorPatch) -> bool:
+    """Whether ``w`` decoded from ``after`` (codes, float32 scales, zero points) is its values decoded from
+    ``before`` times ``p``'s line scales, exactly in float32 (where ``p`` can change them: :func:`_windows`)."""
+    windows = _windows(s, w, p.rows, p.cols)
+    if windows is None:
+        pairs = zip(_blocks(s, w, *before), _blocks(s, w, *after))
+        return all(np.array_equal(new, _reference(old, start, p)) for (start, old), (_, new) in pairs)
+    for window in windows:
+        old, new = (_window_values(s, w, *stored, window) for stored in (before, after))
+        if not np.array_equal(new, _window_reference(old, window, p)):
+            return False
+    return True
 
 
 def _lines(s: Scheme, rows, cols) -> tuple[list[int], list[int]]:
@@ -225,11 +327,10 @@ def _routed(ckpt: Checkpoint, s: Scheme, w: IntWeight, p: TensorPatch) -> list[T
     )
     # what the new stored codes decode to (AutoAWQ's: through compressed-tensors' converter again)
     new_codes = _stored(ckpt, s, w, new_stored)[0]
-    source = _blocks(s, w, codes, grid.reshape(s_src.shape), zero)
-    for (start, before), (_, after) in zip(source, _blocks(s, w, new_codes, s_new.reshape(s_src.shape), zero)):
-        if not np.array_equal(after, _reference(before, start, p)):
-            a = next(iter({*p.rows.values(), *p.cols.values()} - {0.0}), 0.0)
-            raise _refusal(w, s, a, "the dequantized weights would not be the scaled ones in float32")
+    before, after = (codes, grid.reshape(s_src.shape), zero), (new_codes, s_new.reshape(s_src.shape), zero)
+    if not _scaled_exactly(s, w, before, after, p):
+        a = next(iter({*p.rows.values(), *p.cols.values()} - {0.0}), 0.0)
+        raise _refusal(w, s, a, "the dequantized weights would not be the scaled ones in float32")
     return [q for q in (weight, scales) if q.rows or q.cols]
 
 
@@ -265,8 +366,8 @@ def weight_factors(ckpt: Checkpoint, w: IntWeight) -> tuple[np.ndarray, np.ndarr
 
 def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tuple[int, list[str]]:
     """(tensors compared, problem lines): every edited integer weight of ``out``, decoded by
-    compressed-tensors, must equal the recipe's scales times ``src``'s decoded weight exactly in
-    float32; every other edited tensor must hold the byte plan's values (plain floats)."""
+    compressed-tensors where the edit can change it, must equal the recipe's scales times ``src``'s decoded
+    weight exactly in float32; every other edited tensor must hold the byte plan's values (plain floats)."""
     s, weights = src.format.scheme, weights_of(src)
     patches = patch_plan(EditView(src, weights), recipe.validate(src.config), recipe.active())
     out_weights = s.weights(out.path, out.tensors)
@@ -279,11 +380,8 @@ def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tu
         if w_out is None or w_out.shape != w.shape:
             problems.append(f"{out.path.name}: '{w.codes.name}' is missing or has another shape than the source's")
             continue
-        for (start, before), (_, after) in zip(_values(src, s, w), _values(out, s, w_out)):
-            if not np.array_equal(after, _reference(before, start, p)):
-                problems.append(
-                    f"{out.path.name}: the dequantized '{p.info.name}' is not the recipe's scales times the "
-                    "source's exactly"
-                )
-                break
+        if not _scaled_exactly(s, w, _stored(src, s, w), _stored(out, s, w_out), p):
+            problems.append(
+                f"{out.path.name}: the dequantized '{p.info.name}' is not the recipe's scales times the source's exactly"
+            )
     return len(patches), problems

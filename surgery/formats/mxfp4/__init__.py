@@ -1,6 +1,7 @@
 """MXFP4 experts as transformers stores gpt-oss (``quant_method: mxfp4``, ``X_blocks`` / ``X_scales``): e2m1
 codes with an E8M0 scale per 32 inputs. How they are stored (storage.py), how an edit becomes exact code
-and scale patches or a refusal (plan.py), how a model loads them, dequantized by transformers (hold.py)."""
+and scale patches or a refusal (plan.py), how a model loads them, held as stored or dequantized by
+transformers (hold.py)."""
 
 from __future__ import annotations
 
@@ -65,10 +66,14 @@ class Mxfp4(StoredFormat):
         return layerwise_dtype(ckpt, model_class_of(config))
 
     def load(self, ckpt: Checkpoint, config: Any, held: bool, from_pretrained: Callable[..., Any]) -> Any:
-        """Dequantized by transformers into the load dtype (exact in any float: e2m1 times a power of two)."""
+        """``held``: the experts as stored (blocks and scales), decoded as each layer runs; else, or where
+        transformers would load the file under other names, dequantized by transformers into the load dtype
+        (exact in any float: e2m1 times a power of two)."""
         from ...model.dequantized import quiet_load
-        from .hold import load_arguments
+        from .hold import load_arguments, load_packed
 
+        if held and (model := load_packed(ckpt, config, self.layerwise_dtype(ckpt, config))) is not None:
+            return model
         with quiet_load(False):
             return from_pretrained(**load_arguments())
 

@@ -10,11 +10,13 @@ float) is stored as:
 
 A weight's value is its e2m1 value × 2^(s − 127). Decoding is transformers' own
 (``convert_moe_packed_tensors``, which gives [experts, in, out], the fused parameter's layout); this
-module only reads and decodes: what an edit may do to such bytes is plan.py's.
+module only reads and decodes (a model held as stored decodes each byte by a table of that decoder's
+values: :func:`decode_held`); what an edit may do to such bytes is plan.py's.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -82,3 +84,36 @@ def decode(blocks: np.ndarray, scales: np.ndarray):
 
     b, s = (torch.from_numpy(np.ascontiguousarray(a))[None] for a in (blocks, scales))
     return convert_moe_packed_tensors(b, s, dtype=torch.float32)[0]
+
+
+@functools.cache
+def pair_values():
+    """The two values of every byte at every E8M0 scale, [256 · 256, 2] float32 (a torch tensor; row
+    ``scale · 256 + byte``, the even column's value first): transformers' ``convert_moe_packed_tensors`` of
+    each pair, so that a lookup in it is that decoder's value for value (its e2m1 value times 2^(scale − 127),
+    scale 255's included)."""
+    import torch
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    every = torch.arange(256, dtype=torch.uint8)
+    blocks = every.repeat(256).reshape(1, 256 * 256, 1, 1)  # 65,536 rows of one byte each
+    scales = every.repeat_interleave(256).reshape(1, 256 * 256, 1)
+    return convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)[0].T.contiguous()
+
+
+def decode_held(blocks, scales):
+    """float32 values [experts, in, out] (the fused parameter's layout) of stored ``blocks`` (uint8 [experts,
+    out, in/32, 16]) and their E8M0 ``scales`` (uint8 [experts, out, in/32]; torch tensors, on any device):
+    each byte's two values at its block's scale, looked up in :func:`pair_values`; one expert at a time, so
+    the only float32 copy is the result's."""
+    import torch
+
+    table = pair_values().to(blocks.device)
+    experts, out, groups, half = blocks.shape
+    result = torch.empty(experts, groups * half * 2, out, dtype=torch.float32, device=blocks.device)
+    for e in range(experts):
+        rows = scales[e].to(torch.int32)[:, :, None] * 256 + blocks[e]
+        # an embedding lookup is the table's rows gathered, value for value
+        values = torch.nn.functional.embedding(rows, table)
+        result[e] = values.reshape(out, groups * half * 2).T
+    return result
