@@ -2,8 +2,8 @@
 
 ``from_pretrained(gguf_file=…)`` dequantizes every tensor into one dict, loads it into a model and
 ``save_pretrained`` writes it: about twice the float model in memory. This writes what that writes,
-tensor for tensor, while holding one block (``blk.N``) of dequantized tensors and one output shard,
-and it does so with transformers' own parts: the config, the meta-device model, the GGUF→model name
+tensor for tensor and byte for byte, while holding one block (``blk.N``) of dequantized tensors (each
+output shard is spooled to disk tensor by tensor), and it does so with transformers' own parts: the config, the meta-device model, the GGUF→model name
 map and the per-architecture ``TENSOR_PROCESSORS`` (q/k un-permutation, norm offsets, fused experts),
 the loader's dtype rules, and ``revert_weight_conversion`` (what ``save_pretrained`` applies before
 writing, e.g. splitting fused experts back into per-expert matrices).
@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import CheckpointError
 from ..core.progress import StageProgress
+from ..core.spooled_safetensors import SpooledSafetensors
 
 if TYPE_CHECKING:
     import numpy as np
 
-# A shard is assembled in memory before safetensors writes it, so its size bounds the import's peak
-# memory (with one block's tensors). save_pretrained's 50 GB default would hold a whole 8B model.
+# The shard size shapes the output (its files and the index), not the memory: a shard's tensors are
+# spooled to disk as they come. Finishing a shard needs its size twice on disk (spool and file).
 SHARD_BYTES = 2 * 2**30
 DEQUANTIZE_BYTES = 8 << 20  # stored bytes dequantized in one call: its float32 temporaries are a few times this
 WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
@@ -156,37 +157,40 @@ def dequantized(blob: np.ndarray, t: Any) -> np.ndarray:
 
 
 class _Shards:
-    """safetensors shards filled in the order tensors come, written when the next would overflow."""
+    """safetensors shards filled in the order tensors come, each finished when the next would overflow.
+
+    A tensor's bytes go to its shard's spool file as it comes (``core/spooled_safetensors.py``), so
+    memory holds one block of tensors, not a shard; the files are byte for byte what safetensors'
+    ``save_file`` writes for the same tensors."""
 
     def __init__(self, folder: Path, limit: int):
         self.folder, self.limit = folder, limit
-        self.pending: dict[str, Any] = {}
-        self.size = 0
+        self.current = self._next(0)
         self.written: list[Path] = []
         self.where: dict[str, int] = {}  # tensor name -> shard number
         self.total = 0
 
+    def _next(self, number: int) -> SpooledSafetensors:
+        return SpooledSafetensors(self.folder / f".shard-{number}.spool")
+
     def add(self, name: str, tensor) -> None:
         nbytes = tensor.numel() * tensor.element_size()
-        if self.pending and self.size + nbytes > self.limit:
+        if self.current.tensors and self.current.nbytes + nbytes > self.limit:
             self._flush()
-        self.pending[name] = tensor.contiguous()  # as save_pretrained does before writing
-        self.size += nbytes
+        self.current.add(name, tensor.contiguous())  # as save_pretrained does before writing
         self.total += nbytes
 
     def _flush(self) -> None:
-        from safetensors.torch import save_file
-
         path = self.folder / f".shard-{len(self.written)}.partial"
-        save_file(self.pending, str(path), metadata={"format": "pt"})  # save_pretrained's metadata
-        path.chmod(0o644)  # safetensors creates files private; a checkpoint is meant to be shared
-        self.where.update(dict.fromkeys(self.pending, len(self.written)))
+        self.current.finish(path, metadata={"format": "pt"})  # save_pretrained's metadata
+        path.chmod(0o644)  # a checkpoint is meant to be shared
+        self.where.update(dict.fromkeys(self.current.tensors, len(self.written)))
         self.written.append(path)
-        self.pending, self.size = {}, 0
+        self.current = self._next(len(self.written))
 
     def close(self, total_parameters: int) -> None:
         """Name the shards as save_pretrained does (one file, or numbered ones and an index)."""
-        if self.pending or not self.written:
+        if self.current.tensors or not self.written:
             self._flush()
         n = len(self.written)
         names = [WEIGHTS] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]

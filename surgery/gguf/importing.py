@@ -117,7 +117,8 @@ def import_gguf(
     The folder appears complete or not at all; ``surgery.gguf.json`` records the GGUF's sha256,
     its architecture and quantization, and the sha256 of every file written. The weights are
     dequantized one block at a time into shards of at most ``shard_bytes`` (a larger tensor gets a
-    shard of its own), so memory holds about one block and one shard, not the model. ``gguf_sha256``:
+    shard of its own), each spooled to disk as its tensors come, so memory holds about one block,
+    not the model. ``gguf_sha256``:
     the file's sha256 when the caller has it (the cached import is keyed by it), else computed.
     """
     if dtype not in DTYPES:
