@@ -3,10 +3,11 @@
 ``from_pretrained(gguf_file=…)`` dequantizes every tensor into one dict, loads it into a model and
 ``save_pretrained`` writes it: about twice the float model in memory. This writes what that writes,
 tensor for tensor and byte for byte, while holding one block (``blk.N``) of dequantized tensors (each
-output shard is spooled to disk tensor by tensor), and it does so with transformers' own parts: the config, the meta-device model, the GGUF→model name
-map and the per-architecture ``TENSOR_PROCESSORS`` (q/k un-permutation, norm offsets, fused experts),
-the loader's dtype rules, and ``revert_weight_conversion`` (what ``save_pretrained`` applies before
-writing, e.g. splitting fused experts back into per-expert matrices).
+output shard is spooled to disk tensor by tensor), and it does so with transformers' own parts: the
+config, the meta-device model, the GGUF→model name map and the per-architecture ``TENSOR_PROCESSORS``
+(q/k un-permutation, norm offsets, fused experts), the loader's dtype rules, and
+``revert_weight_conversion`` (what ``save_pretrained`` applies before writing, e.g. splitting fused
+experts back into per-expert matrices).
 
 The tensors are found with surgery's header reader (``read_gguf_header``), not ``gguf.GGUFReader``, which
 builds numpy views of every vocabulary entry (~1 GB and tens of seconds on a 262k vocabulary), and each
