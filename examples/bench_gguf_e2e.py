@@ -6,7 +6,8 @@
 
 MODEL: a .gguf file or a safetensors folder (an FP8 or compressed-tensors one). ``--make`` first writes
 such a folder from SmolLM2-135M-Instruct with the formats' own tools (examples/bench_upcast.py's FP8
-block quantizer; compressed-tensors' W4A16 compressor, as tests/support/int_packed.py uses it).
+block quantizer, blocks of 64; compressed-tensors' W4A16 compressor, as tests/support/int_packed.py
+uses it).
 
 Interleaved, each in a fresh child process on a warm page cache, with the child's peak RSS from
 ``os.wait4``:
@@ -16,7 +17,8 @@ Interleaved, each in a fresh child process on a warm page cache, with the child'
   phases timed in the child: import (GGUF → float32 safetensors), load (tokenizer and model), capture,
   scoring (the rest of the find), bake and, within it, the check;
 * ``plain``: what transformers alone does with the same prompts: ``from_pretrained`` (a GGUF dequantized
-  by ``GgufConfig``-less ``gguf_file`` loading, as transformers loads it) and the tokenizer, then the same
+  by ``GgufConfig``-less ``gguf_file`` loading, as transformers loads it; an FP8 folder dequantized by
+  transformers' FP8 loader, a compressed-tensors one decompressed on load) and the tokenizer, then the same
   prompts, the same batches (``2 × batch size`` texts, padded on the right), through the model's base
   (the decoder without ``lm_head``, which the capture never runs either).
 
@@ -102,6 +104,12 @@ if model_path.suffix.lower() == ".gguf":
     where, kw = str(model_path.parent), {"gguf_file": model_path.name}
 else:
     where, kw = str(model_path), {}
+quant = json.loads((model_path / "config.json").read_text()).get("quantization_config", {}) if not kw else {}
+if quant.get("quant_method") == "compressed-tensors":
+    # transformers keeps these weights packed by default, and the packed modules' CPU forward fails:
+    # decompressed on load instead, to float32 as surgery loads them.
+    from transformers import CompressedTensorsConfig
+    kw["quantization_config"] = CompressedTensorsConfig(run_compressed=False)
 model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kw)
 tokenizer = AutoTokenizer.from_pretrained(where, **kw)
 if tokenizer.pad_token is None:
@@ -140,14 +148,16 @@ def make_model(kind: str, src: Path, scratch: Path) -> Path:
     sys.path.insert(0, str(REPO))  # tests/support holds the compressed-tensors helper
     from bench_upcast import quantize_fp8, quantize_int4
 
-    out = scratch / f"{src.name}-{kind}"
     if kind == "fp8":
-        quantize_fp8(src, out)
+        # transformers' FP8 loader (the plain side) needs every weight's shape to be a multiple of the
+        # block: SmolLM2's 576 is not one of 128, so blocks of 64.
+        out = scratch / f"{src.name}-fp8-b64"
+        quantize_fp8(src, out, block=64)
         for extra in src.iterdir():  # the tokenizer and templates (quantize_fp8 copies the JSON files)
             if extra.is_file() and not (out / extra.name).exists():
                 (out / extra.name).write_bytes(extra.read_bytes())
         return out
-    return quantize_int4(src, out)
+    return quantize_int4(src, scratch / f"{src.name}-{kind}")
 
 
 def main() -> None:

@@ -47,7 +47,7 @@ def child(mode: str, gguf: str, out: str) -> None:
     import surgery.gguf.importing as gguf_import
 
     if mode == "whole":
-        gguf_import.write_streamed = lambda *args, **kwargs: False
+        gguf_import.plan_streamed = lambda *args, **kwargs: None
     gguf_import.import_gguf(gguf, out, force=True)
 
 

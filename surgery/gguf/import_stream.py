@@ -2,11 +2,12 @@
 
 ``from_pretrained(gguf_file=…)`` dequantizes every tensor into one dict, loads it into a model and
 ``save_pretrained`` writes it: about twice the float model in memory. This writes what that writes,
-tensor for tensor, while holding one block (``blk.N``) of dequantized tensors and one output shard,
-and it does so with transformers' own parts: the config, the meta-device model, the GGUF→model name
-map and the per-architecture ``TENSOR_PROCESSORS`` (q/k un-permutation, norm offsets, fused experts),
-the loader's dtype rules, and ``revert_weight_conversion`` (what ``save_pretrained`` applies before
-writing, e.g. splitting fused experts back into per-expert matrices).
+tensor for tensor and byte for byte, while holding one block (``blk.N``) of dequantized tensors (each
+output shard is spooled to disk tensor by tensor), and it does so with transformers' own parts: the
+config, the meta-device model, the GGUF→model name map and the per-architecture ``TENSOR_PROCESSORS``
+(q/k un-permutation, norm offsets, fused experts), the loader's dtype rules, and
+``revert_weight_conversion`` (what ``save_pretrained`` applies before writing, e.g. splitting fused
+experts back into per-expert matrices).
 
 The tensors are found with surgery's header reader (``read_gguf_header``), not ``gguf.GGUFReader``, which
 builds numpy views of every vocabulary entry (~1 GB and tens of seconds on a 262k vocabulary), and each
@@ -20,22 +21,25 @@ reproduce ``from_pretrained`` and the whole-model path must be taken instead.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import CheckpointError
 from ..core.progress import StageProgress
+from ..core.spooled_safetensors import SpooledSafetensors
 
 if TYPE_CHECKING:
     import numpy as np
 
-# A shard is assembled in memory before safetensors writes it, so its size bounds the import's peak
-# memory (with one block's tensors). save_pretrained's 50 GB default would hold a whole 8B model.
+# The shard size shapes the output (its files and the index), not the memory: a shard's tensors are
+# spooled to disk as they come. Finishing a shard needs its size twice on disk (spool and file).
 SHARD_BYTES = 2 * 2**30
-DEQUANTIZE_BYTES = 8 << 20  # stored bytes dequantized in one call: its float32 temporaries are a few times this
+DEQUANTIZE_BYTES = 1 << 20  # stored bytes dequantized in one call: its float32 temporaries are a few times this
 WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
 _BLOCK = re.compile(r"blk\.(\d+)\.")
 
@@ -55,13 +59,21 @@ def transformers_errors(name: str) -> Iterator[None]:
         raise CheckpointError(f"transformers cannot load {name} as a causal LM: {first}") from None
 
 
-def write_streamed(
-    header: Any, dtype: str, out: Path, progress: StageProgress, shard_bytes: int = SHARD_BYTES
-) -> dict[str, Any] | None:
-    """Write the weights and config of the GGUF whose header (``importing.GgufHeader``) is ``header``
-    into ``out`` block by block, and return the file's transformers config (``AutoConfig``'s, as a dict:
-    a bake of the file reads it, surgery/gguf/model.py); None when the file must be imported whole
-    instead (:func:`whole_model_reason`), with nothing written."""
+@dataclass
+class StreamPlan:
+    """What streaming a GGUF's weights needs from its metadata, read before the weights are."""
+
+    header: Any  # importing.GgufHeader
+    dtype: str
+    model: Any  # the meta-device causal LM
+    gguf_config: dict[str, Any]  # AutoConfig's, as a dict: a bake of the file reads it (surgery/gguf/model.py)
+    processor_config: dict[str, Any]  # the raw config dict load_gguf_checkpoint hands the tensor processors
+
+
+def plan_streamed(header: Any, dtype: str) -> StreamPlan | None:
+    """Read the config of the GGUF whose header (``importing.GgufHeader``) is ``header`` and build its
+    model on the meta device; None when the file must be imported whole instead (:func:`whole_model_reason`).
+    Only this reads the file's metadata, so the caller can release that reading before :func:`write_streamed`."""
     from transformers import AutoConfig
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
@@ -74,14 +86,24 @@ def write_streamed(
             return None
         # The processors read the raw config dict load_gguf_checkpoint gives them, not the config object.
         processor_config = load_gguf_checkpoint(str(path), return_tensors=False)["config"]
-        stream_tensors(header, processor_config, model, dtype, out, progress, shard_bytes)
+    return StreamPlan(header, dtype, model, gguf_config, processor_config)
+
+
+def write_streamed(
+    plan: StreamPlan, out: Path, progress: StageProgress, shard_bytes: int = SHARD_BYTES
+) -> dict[str, Any]:
+    """Write the weights and config ``plan`` describes into ``out`` block by block, and return the file's
+    transformers config (``plan.gguf_config``)."""
+    model = plan.model
+    with transformers_errors(plan.header.path.name):
+        stream_tensors(plan.header, plan.processor_config, model, plan.dtype, out, progress, shard_bytes)
     # The rest of what save_pretrained writes: the config as the model sees it, and the generation config.
     model.config.dtype = str(model.dtype).split(".")[1]
     model.config.architectures = [type(model).__name__]
     model.config.save_pretrained(out)
     if model.can_generate():
         model.generation_config.save_pretrained(out)
-    return gguf_config
+    return plan.gguf_config
 
 
 def whole_model_reason(architecture: str, model) -> str | None:
@@ -132,10 +154,14 @@ def _blocks(tensors: Iterable[Any]) -> list[list[Any]]:
     return list(groups.values())
 
 
-def dequantized(blob: np.ndarray, t: Any) -> np.ndarray:
+def dequantized(fd: int, t: Any) -> np.ndarray:
     """``t``'s (a ``header.GgufTensor``) values as gguf-py's ``dequantize`` gives them for the data ``gguf.GGUFReader`` hands it
     (float32, shaped as ``t``), computed ``DEQUANTIZE_BYTES`` of stored rows at a time into one array;
-    ``blob``: the whole file as uint8 (a read-only memory map)."""
+    ``fd``: the GGUF file, open for reading.
+
+    Each slab of stored rows is read with ``pread`` into a buffer of its own: the pages of a memory map
+    would stay mapped, and counted in the process's memory, until the whole tensor is done (178 MB
+    beside Gemma-3's 640 MiB float32 embedding)."""
     import numpy as np
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, dequantize
 
@@ -143,50 +169,58 @@ def dequantized(blob: np.ndarray, t: Any) -> np.ndarray:
     values, nbytes = GGML_QUANT_SIZES[qtype]
     cols = t.shape[-1] if t.shape else 1
     rows = int(np.prod(t.shape[:-1], dtype=np.int64)) if len(t.shape) > 1 else 1
-    stored = blob[t.offset : t.offset + rows * (cols // values) * nbytes].reshape(rows, -1)
+    row_bytes = (cols // values) * nbytes
     typed = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16}
-    if qtype in typed:  # GGUFReader types these; every other type is handed over as bytes
-        stored = stored.view(typed[qtype])
     out = np.empty(t.shape, dtype=np.float32)
     flat = out.reshape(rows, cols)
-    step = max(1, DEQUANTIZE_BYTES // max(1, stored.strides[0]))
+    step = max(1, DEQUANTIZE_BYTES // max(1, row_bytes))
     for a in range(0, rows, step):
-        flat[a : a + step] = dequantize(stored[a : a + step], qtype)
+        n = min(step, rows - a)
+        raw = os.pread(fd, n * row_bytes, t.offset + a * row_bytes)
+        if len(raw) != n * row_bytes:  # the header check ran before; the file changed since
+            raise CheckpointError(f"{t.name}: the GGUF file ended inside this tensor's data")
+        stored = np.frombuffer(raw, dtype=np.uint8).reshape(n, row_bytes)
+        if qtype in typed:  # GGUFReader types these; every other type is handed over as bytes
+            stored = stored.view(typed[qtype])
+        flat[a : a + n] = dequantize(stored, qtype)
     return out
 
 
 class _Shards:
-    """safetensors shards filled in the order tensors come, written when the next would overflow."""
+    """safetensors shards filled in the order tensors come, each finished when the next would overflow.
+
+    A tensor's bytes go to its shard's spool file as it comes (``core/spooled_safetensors.py``), so
+    memory holds one block of tensors, not a shard; the files are byte for byte what safetensors'
+    ``save_file`` writes for the same tensors."""
 
     def __init__(self, folder: Path, limit: int):
         self.folder, self.limit = folder, limit
-        self.pending: dict[str, Any] = {}
-        self.size = 0
+        self.current = self._next(0)
         self.written: list[Path] = []
         self.where: dict[str, int] = {}  # tensor name -> shard number
         self.total = 0
 
+    def _next(self, number: int) -> SpooledSafetensors:
+        return SpooledSafetensors(self.folder / f".shard-{number}.spool")
+
     def add(self, name: str, tensor) -> None:
         nbytes = tensor.numel() * tensor.element_size()
-        if self.pending and self.size + nbytes > self.limit:
+        if self.current.tensors and self.current.nbytes + nbytes > self.limit:
             self._flush()
-        self.pending[name] = tensor.contiguous()  # as save_pretrained does before writing
-        self.size += nbytes
+        self.current.add(name, tensor.contiguous())  # as save_pretrained does before writing
         self.total += nbytes
 
     def _flush(self) -> None:
-        from safetensors.torch import save_file
-
         path = self.folder / f".shard-{len(self.written)}.partial"
-        save_file(self.pending, str(path), metadata={"format": "pt"})  # save_pretrained's metadata
-        path.chmod(0o644)  # safetensors creates files private; a checkpoint is meant to be shared
-        self.where.update(dict.fromkeys(self.pending, len(self.written)))
+        self.current.finish(path, metadata={"format": "pt"})  # save_pretrained's metadata
+        path.chmod(0o644)  # a checkpoint is meant to be shared
+        self.where.update(dict.fromkeys(self.current.tensors, len(self.written)))
         self.written.append(path)
-        self.pending, self.size = {}, 0
+        self.current = self._next(len(self.written))
 
     def close(self, total_parameters: int) -> None:
         """Name the shards as save_pretrained does (one file, or numbered ones and an index)."""
-        if self.pending or not self.written:
+        if self.current.tensors or not self.written:
             self._flush()
         n = len(self.written)
         names = [WEIGHTS] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
@@ -238,30 +272,31 @@ def stream_tensors(
     final_dtype = _dtype_of(model, torch_dtype)
     # A tied tensor (lm_head on embed_tokens) is not written, as save_pretrained writes it once.
     kept = set(remove_tied_weights_from_state_dict(model.state_dict(), model))
-    blob = np.memmap(header.path, dtype=np.uint8, mode="r")
     total, done = len(header.tensors), 0
     progress("dequantize", 0, total)
     shards, loaded = _Shards(out, shard_bytes), set()
-    for block in _blocks(header.tensors.values()):
-        parsed: dict[str, dict[str, Any]] = {"tensors": {}}  # where processors put what they assemble
-        for tensor in block:
-            result = processor.process(
-                weights=dequantized(blob, tensor),
-                name=tensor.name,
-                tensor_key_mapping=key_mapping,
-                parsed_parameters=parsed,
-            )
-            if result.name in key_mapping:  # as load_gguf_checkpoint: cast to the dtype asked for
-                weights = result.weights  # our own array unless a processor returned a view of something
-                owned = weights.flags.owndata and weights.flags.writeable and weights.flags.c_contiguous
-                value = torch.from_numpy(weights if owned else np.copy(weights)).to(torch_dtype)
-                parsed["tensors"][key_mapping[result.name]] = value
-            done += 1
-            progress("dequantize", done, total)
-        block_tensors = _as_loaded(parsed["tensors"], final_dtype, kept, loaded)
-        # What save_pretrained writes: the original layout (e.g. per-expert matrices of fused experts).
-        for name, value in revert_weight_conversion(model, block_tensors).items():
-            shards.add(name, value)
+    with open(header.path, "rb") as source:
+        for block in _blocks(header.tensors.values()):
+            parsed: dict[str, dict[str, Any]] = {"tensors": {}}  # where processors put what they assemble
+            for tensor in block:
+                result = processor.process(
+                    weights=dequantized(source.fileno(), tensor),
+                    name=tensor.name,
+                    tensor_key_mapping=key_mapping,
+                    parsed_parameters=parsed,
+                )
+                if result.name in key_mapping:  # as load_gguf_checkpoint: cast to the dtype asked for
+                    weights = result.weights  # our own array unless a processor returned a view of something
+                    owned = weights.flags.owndata and weights.flags.writeable and weights.flags.c_contiguous
+                    value = torch.from_numpy(weights if owned else np.copy(weights)).to(torch_dtype)
+                    parsed["tensors"][key_mapping[result.name]] = value
+                done += 1
+                progress("dequantize", done, total)
+            # What save_pretrained writes: the original layout (e.g. per-expert matrices of fused experts).
+            converted = revert_weight_conversion(model, _as_loaded(parsed.pop("tensors"), final_dtype, kept, loaded))
+            result = weights = value = None  # nothing of this block is held while the next is dequantized
+            for name in list(converted):
+                shards.add(name, converted.pop(name))
     missing = sorted(kept - loaded)
     if missing:
         raise CheckpointError(

@@ -23,7 +23,7 @@ from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
 from ..core.strict_files import load_json
 from .header import GgufHeader, check_complete, read_gguf_header
-from .import_stream import SHARD_BYTES, transformers_errors, write_streamed
+from .import_stream import SHARD_BYTES, plan_streamed, transformers_errors, write_streamed
 from .metadata_once import metadata_read_once
 
 MANIFEST_NAME = "surgery.gguf.json"  # not surgery.json: that name means "made by a bake"
@@ -117,7 +117,8 @@ def import_gguf(
     The folder appears complete or not at all; ``surgery.gguf.json`` records the GGUF's sha256,
     its architecture and quantization, and the sha256 of every file written. The weights are
     dequantized one block at a time into shards of at most ``shard_bytes`` (a larger tensor gets a
-    shard of its own), so memory holds about one block and one shard, not the model. ``gguf_sha256``:
+    shard of its own), each spooled to disk as its tensors come, so memory holds about one block,
+    not the model. ``gguf_sha256``:
     the file's sha256 when the caller has it (the cached import is keyed by it), else computed.
     """
     if dtype not in DTYPES:
@@ -134,14 +135,17 @@ def import_gguf(
 
     with staged_output(Path(out), [gguf_path], force, note) as tmp:
         with metadata_read_once(gguf_path):  # config, processors' config and tokenizer: one reading
-            gguf_config = write_streamed(header, dtype, tmp, progress, shard_bytes)
-            if gguf_config is None:
+            plan = plan_streamed(header, dtype)
+            if plan is None:
                 progress("dequantize", 0, 1)  # transformers reads and dequantizes the whole file
                 _whole_model(header, dtype).save_pretrained(tmp)
                 progress("dequantize", 1, 1)
             progress("write", 0, 1)
             _tokenizer(header).save_pretrained(tmp)
             progress("write", 1, 1)
+        # The metadata's reading (~150 MB of Python objects for a 262k-token vocabulary) is released
+        # before the weights are dequantized, so that it is not held beside the largest tensor.
+        gguf_config = None if plan is None else write_streamed(plan, tmp, progress, shard_bytes)
         _strip_quantization(tmp / "config.json")
         for p in tmp.iterdir():
             if p.suffix == ".safetensors":

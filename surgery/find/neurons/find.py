@@ -20,6 +20,7 @@ from ...core.cache import cache_path
 from ...core.checkpoint import Checkpoint
 from ...core.edit_kind import layer_list
 from ...core.errors import UnsupportedArchitecture
+from ...core.freed_memory import return_freed_memory
 from ...core.progress import Progress, silent
 from ...core.staging import atomic_write_text
 from ...model.loadable import check_loadable
@@ -244,6 +245,8 @@ def find_neurons(
     scores = NeuronScores.from_dict(stored)
     compute = compute_record(model)
     del model
+    # What the model held goes back to the system: a bake that follows (prune-neurons) loads it again.
+    return_freed_memory()
 
     findings = new_findings("neurons", ckpt, pairs.sha256, params, __version__)
     findings["compute"] = compute

@@ -1,0 +1,34 @@
+"""Hand memory a finished phase freed back to the operating system.
+
+A model's many mid-size tensors are allocated from the C heap (glibc serves blocks below its mmap
+threshold, which grows up to 32 MB, from the heap), and freeing them leaves the pages with the process:
+the next phase's allocations do not always fit in them, so a command that drops one model and loads
+another holds both. ``malloc_trim`` returns every free heap page (glibc 2.8 and later); elsewhere
+(macOS, musl) nothing is done.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import sys
+from functools import cache
+
+
+@cache
+def _malloc_trim():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except OSError:
+        return None
+
+
+def return_freed_memory() -> None:
+    """Free what only reference cycles still hold (a model's modules and hooks), then give the C heap's
+    free pages back to the operating system where the C library can."""
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
