@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .strict_files import load_json
+
 # Bytes copied by one pread/pwrite where the kernel cannot copy between the two files.
 COPY_BYTES = 16 << 20
 # Bytes handed to one write(): Linux writes at most about 2 GB per call.
@@ -111,7 +113,7 @@ def _save_file_order(tensors: dict[str, _Spooled]) -> tuple[list[str], dict[str,
 
     blob = save({name: torch.empty(0, dtype=t.dtype) for name, t in tensors.items()})
     (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8 : 8 + n])  # dicts keep the file's order
+    header = load_json(blob[8 : 8 + n])  # dicts keep the file's order
     header.pop("__metadata__", None)
     return list(header), {name: info["dtype"] for name, info in header.items()}
 
