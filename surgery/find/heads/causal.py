@@ -31,10 +31,14 @@ from .attention import EdgeEdit, edge_heads
 from .baseline import Sequential
 from .params import DOSE_GRID
 from .prompts import batch_groups, collate
-from .resume import Counter, resume, resume_scaled, snapshot
+from .resume import Counter, Snapshot, resume, resume_scaled, snapshot
 from .scores import SPAN_NAMES, delta, pad_id, run_prompts, s_scores
 
 Heads = Sequence[tuple[int, int]]
+# Baseline passes kept between sweeps, up to this many bytes of recorded layer inputs and keys/values
+# (24 SmolLM2 pairs: about 0.9 GB): a later sweep reads them instead of running its baseline pass
+# again (the same recorded inputs: the same S bit for bit); batches beyond it run theirs again.
+KEEP_BYTES = 2 * 2**30
 # What one sweep condition edits: identity→item edges (run time only), or whole heads (o_proj slices).
 Condition = EdgeEdit | tuple[HeadScale, ...]
 
@@ -102,7 +106,9 @@ class PairRunner:
     """Runs the match and mismatch prompts of a pair set under edits; keeps the baseline.
 
     Edge edits run together (:meth:`sweep`): one baseline pass per batch, each edit resumed from its
-    first layer and first query token (resume.py); ``counter`` adds up the forward-pass FLOPs.
+    first layer and first query token (resume.py); ``counter`` adds up the forward-pass FLOPs. The
+    baseline passes are kept (up to ``keep_bytes``; :meth:`keep` takes those of the scoring pass), so
+    that a later sweep runs none of its own.
     Swept S are kept by condition, so that conditions known early can share one sweep (find_heads:
     the knockouts and the dose-response) and later calls read them back. Without a given ``base``
     the baseline S are those of the first sweep's baseline passes (a full pass of its own only when
@@ -118,6 +124,7 @@ class PairRunner:
         batch_size: int = 8,
         base: np.ndarray | None = None,
         progress: Callable[[int], None] | None = None,
+        keep_bytes: int = KEEP_BYTES,
     ):
         self.model, self.prompts, self.items = model, prompts, list(items)
         self.ids, self.batch_size, self.progress = option_ids, batch_size, progress
@@ -126,6 +133,17 @@ class PairRunner:
         self.full_flops = 0  # what the same passes cost from the embeddings, one edit at a time
         self.swept: dict[tuple, np.ndarray] = {}  # condition_key → S of every prompt
         self._base = base
+        self.kept: dict[tuple[int, ...], Snapshot] = {}  # batch rows → its baseline pass
+        self.keep_bytes, self.kept_bytes = keep_bytes, 0
+
+    def keep(self, rows: Sequence[int], snap: Snapshot) -> bool:
+        """Keep ``snap``, the baseline pass of the batch of ``rows`` (batch_groups' order), while the
+        kept passes stay within ``keep_bytes``; False where it would not fit."""
+        size = snap.nbytes()
+        if self.kept_bytes + size > self.keep_bytes:
+            return False
+        self.kept[tuple(rows)], self.kept_bytes = snap, self.kept_bytes + size
+        return True
 
     @property
     def base(self) -> np.ndarray:
@@ -133,6 +151,10 @@ class PairRunner:
         if self._base is None:
             self._base = self.scores(None)
         return self._base
+
+    @base.setter
+    def base(self, s: np.ndarray) -> None:
+        self._base = s
 
     def scores(self, edit: EdgeEdit | None) -> np.ndarray:
         """S of every prompt under ``edit`` (full passes; with an edge edit: :meth:`sweep`)."""
@@ -176,9 +198,12 @@ class PairRunner:
         flops = self.counter.flops
         for idx in work:
             batch = collate([self.prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
-            snap = snapshot(self.model, batch)
-            self.counter.add(len(idx), snap.length)
-            self.counter.add_head(len(idx))
+            snap = self.kept.get(tuple(idx))
+            if snap is None:
+                snap = snapshot(self.model, batch)
+                self.counter.add(len(idx), snap.length)
+                self.counter.add_head(len(idx))
+                self.keep(idx, snap)
             if keep_base:
                 out[-1][idx] = s_scores(snap.logits.float().log_softmax(-1), self.ids).cpu().numpy()
             for s, edit in zip(out, edits):
