@@ -285,11 +285,13 @@ def single_knockouts(runner: PairRunner, candidates: Heads, seed: int = 0) -> li
 
 
 def confirmed_order(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Significant reductions first, each group by effect (largest first; NaN effects last)."""
+    """Significant reductions first, each group by effect (largest first; NaN effects last); equal
+    effects (heads whose knockout changes nothing: 0) by discovery rank, so that the order does not
+    depend on the order the heads were knocked out in."""
 
-    def key(r: dict[str, Any]) -> tuple[bool, float]:
+    def key(r: dict[str, Any]) -> tuple[bool, float, float]:
         e = r["effect_pct"]
-        return (not r["significant"], -e if math.isfinite(e) else math.inf)
+        return (not r["significant"], -e if math.isfinite(e) else math.inf, r.get("discovery_rank", math.inf))
 
     return sorted(rows, key=key)
 

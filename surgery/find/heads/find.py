@@ -189,16 +189,8 @@ def find_heads(
         if params.confirm:
             pool = ranked[: params.confirm]
             put = pool_order(rows, pool)[: params.screen_candidates()] if screened else pool
-            # The screen's top heads are the likely selection: its knockouts (tested, control, the first
-            # random sets) join the confirmation's sweep, and the knockout reads them back when the
-            # confirmed selection is that set.
-            ahead = knockout_sets(put[: params.knockout_heads], n_layers, n_heads, rule.first_chunk(), params.seed)
-            ahead = ahead if screened else []
             # the visible cost: one pass over the binding prompts per candidate
-            runner.progress = progress(
-                f"knockout confirmation ({len(put)} heads)", 2 * len(sub) * (len(put) + len(ahead))
-            )
-            runner.prefetch([knockout_edit([h]) for h in put] + [knockout_edit(h, q) for h, q in ahead])
+            runner.progress = progress(f"knockout confirmation ({len(put)} heads)", 2 * len(sub) * len(put))
             confirmed = confirmation(runner, disc, put, params.seed, rows)
             while screened and (
                 more := still_open(rows, pool_order(rows, pool), confirmed["heads"], params.knockout_heads)
@@ -211,8 +203,8 @@ def find_heads(
             if screened:
                 confirmed["predicted_selection"] = [list(h) for h in put[: params.knockout_heads]]
                 weakest = min(h["effect_pct"] for h in confirmed["heads"][: params.knockout_heads])
-                confirmed["beyond_pool"] = beyond_pool(rows, pool, weakest)
-                report(screen_note(confirmed, len(pool)))
+                findings["screen"]["beyond_pool"] = beyond_pool(rows, pool, weakest)
+                report(screen_note(confirmed, len(pool), findings["screen"]["beyond_pool"]))
         findings["selected_heads"] = [list(h) for h in chosen]
         grid = dose_alphas(params)
         steps = 2 * len(sub) * (2 + params.random_sets + dose_passes(params))
@@ -339,15 +331,15 @@ def flops_note(
     full, tested = counter.full(binding, b), counter.resumed_bound(binding, b, "tested")
     edge_alphas = sum(a != 1.0 for a in dose_alphas(params)) if params.dose_response else 0
     rule = Sequential(params.random_sets, params.level if params.screen else None)
-    # the confirmation's sweep, and the knockouts' in one or two (the dose-response shares the first)
+    # the baseline passes of the confirmation's sweep and the knockouts' one or two (the dose-response
+    # shares the first), where the scoring pass's kept ones do not serve (causal.KEEP_BYTES)
     sweeps = (params.confirm > 0) + 1 + (rule.first_chunk() < params.random_sets)
-    ahead = 0 if not params.screen or not params.confirm else 1 + rule.first_chunk()  # run with the confirmation
     bound = (
         scoring
         + sweeps * full
         + edge_alphas * full  # whole-head α passes (from layer 0)
-        + (confirmations(params) + ahead + 1 + params.random_sets + edge_alphas) * tested
-        + (1 + (ahead > 0)) * counter.resumed_bound(binding, b, "control")
+        + (confirmations(params) + 1 + params.random_sets + edge_alphas) * tested
+        + counter.resumed_bound(binding, b, "control")
     )
     today = scoring_full + (params.confirm + 2 + params.random_sets + 2 * edge_alphas) * full
     return (
@@ -356,14 +348,13 @@ def flops_note(
     )
 
 
-def screen_note(confirmed: Mapping[str, Any], pool: int) -> str:
+def screen_note(confirmed: Mapping[str, Any], pool: int, beyond: Sequence[Mapping[str, Any]]) -> str:
     """The screen's agreement with the exact single-head knockouts, as find-heads reports it, and the
     heads outside the pool it suggests (a note: the selection comes from the pool)."""
     note = (
         f"attribution-patching screen: {confirmed['candidates']} of discovery's top {pool} heads knocked out "
         f"alone; Spearman {confirmed['spearman']:.2f} between their screened and exact effects"
     )
-    beyond = confirmed.get("beyond_pool") or []
     if beyond:
         heads = ", ".join(f"{h['layer']}.{h['head']} ({h['effect_pct']:.1f} %)" for h in beyond[:5])
         note += (

@@ -117,7 +117,7 @@ class Confirmation(JsonRecord):
     n_significant: int
     heads: list[ConfirmedHead] = entry(codec=listof(part(ConfirmedHead)))
     spearman: float | None = None  # rank correlation of the screened and exact effects of these heads
-    predicted_selection: list[list[int]] | None = None  # the screen's top heads, knocked out ahead
+    predicted_selection: list[list[int]] | None = None  # the screen's top heads of the pool
 
 
 @dataclass(kw_only=True)
@@ -136,8 +136,10 @@ class Screen(JsonRecord):
 
     method: str | None = None
     delta_base: float | None = None
-    put_forward: int | None = None  # the screen's top heads knocked out exactly
+    put_forward: int | None = None  # the screen's top heads of the pool knocked out first
     heads: list[ScreenedHead] = entry(codec=listof(part(ScreenedHead)))
+    # heads outside discovery's candidates screened above the selection's weakest exact effect (a note)
+    beyond_pool: list[ScreenedHead] | None = entry(default=None, codec=listof(part(ScreenedHead)))
 
 
 @dataclass(kw_only=True)
