@@ -136,6 +136,10 @@ class PairRunner:
         self.kept: dict[tuple[int, ...], Snapshot] = {}  # batch rows → its baseline pass
         self.keep_bytes, self.kept_bytes = keep_bytes, 0
 
+    def holds_all(self) -> bool:
+        """Whether every batch's baseline pass is kept (a sweep then runs none)."""
+        return all(tuple(idx) in self.kept for idx in batch_groups(self.prompts, self.batch_size))
+
     def keep(self, rows: Sequence[int], snap: Snapshot) -> bool:
         """Keep ``snap``, the baseline pass of the batch of ``rows`` (batch_groups' order), while the
         kept passes stay within ``keep_bytes``; False where it would not fit."""
@@ -325,10 +329,15 @@ def knockout_report(
     of ``random_sets`` sets, or (``level``) sets until the p-value is decided (baseline.Sequential)."""
     rule = Sequential(random_sets, level)
     sets = knockout_sets(heads, n_layers, n_heads, random_sets, seed)
-    first = 2 + rule.first_chunk()
-    tested, control, *randoms = runner.knockouts(sets[:first], seed)
-    if first < len(sets) and rule.stopped_at([r["effect_pct"] for r in randoms], tested["effect_pct"]) is None:
-        randoms += runner.knockouts(sets[first:], seed)
+    # with every baseline pass kept a sweep costs no baseline pass: the sets run one at a time, none
+    # after the stop; otherwise in two sweeps (baseline.Sequential.first_chunk)
+    one_by_one = level is not None and runner.holds_all()
+    done = 2 + (1 if one_by_one else rule.first_chunk())
+    tested, control, *randoms = runner.knockouts(sets[:done], seed)
+    while done < len(sets) and rule.stopped_at([r["effect_pct"] for r in randoms], tested["effect_pct"]) is None:
+        step = done + 1 if one_by_one else len(sets)
+        randoms += runner.knockouts(sets[done:step], seed)
+        done = step
     summary = rule.summary([r["effect_pct"] for r in randoms], tested["effect_pct"])
     return {"tested": tested, "control": control, "random": summary, "random_sets": randoms[: summary["n"]]}
 
