@@ -36,7 +36,7 @@ from .scores import SPAN_NAMES, delta, pad_id, run_prompts, s_scores
 
 Heads = Sequence[tuple[int, int]]
 # Baseline passes kept between sweeps, up to this many bytes of recorded layer inputs and keys/values
-# (24 SmolLM2 pairs: about 0.9 GB): a later sweep reads them instead of running its baseline pass
+# (24 SmolLM2 pairs: 0.79 GB): a later sweep reads them instead of running its baseline pass
 # again (the same recorded inputs: the same S bit for bit); batches beyond it run theirs again.
 KEEP_BYTES = 2 * 2**30
 # What one sweep condition edits: identity→item edges (run time only), or whole heads (o_proj slices).
