@@ -56,7 +56,7 @@ LARGE_RUN_PAIRS = 200
 # The quickstart's find-heads (SmolLM2-135M, --max-pairs 96 --random-sets 10) measured on 2 CPU cores:
 # 6.3 and 12.4 min wall, 2026-12-01 and 2026-12-02 by machine (docs/quickstart.md), with the
 # default (exhaustive) procedure. The CPU hint of a large run scales these by its prompt passes.
-CPU_REFERENCE = FindParams(random_sets=10)
+CPU_REFERENCE = FindParams(random_sets=10, exhaustive=True)
 CPU_REFERENCE_MINUTES = (6.3, 12.4)
 
 
@@ -97,7 +97,7 @@ def find_heads(
     report: Callable[[str], None] = lambda m: None,
 ) -> HeadsFindings:
     """Scores with every head's screened knockout effect (screen.py), discovery, knockout
-    confirmation of discovery's top ``params.confirm`` (with ``params.screen``: the screen's top
+    confirmation of discovery's top ``params.confirm`` (unless ``params.exhaustive``: the screen's top
     ``params.screen_candidates()`` of them, then any other its error leaves a chance: screen.still_open),
     knockout against random sets until the p-value is decided (baseline.py; without the screen: all
     ``params.random_sets``) and (``params.dose_response``) dose-response on ``pairs``.
@@ -122,7 +122,7 @@ def find_heads(
     instruct = is_instruct(tokenizer) if params.instruct is None else params.instruct
     report(work_note(len(pairs), params))
     counter = Counter.of(model)
-    screened = params.screen
+    screened = params.screened
     binding = encode_pairs(tokenizer, pairs, "binding", instruct)
     knowledge = encode_pairs(tokenizer, pairs, "knowledge", instruct)
     # the binding prompts run with features (full passes, kept for the knockouts) and the screen's
@@ -185,7 +185,7 @@ def find_heads(
             rows = screen_heads(base, np.concatenate([atp[usable], atp[[n + i for i in usable]]]), n_layers, len(sub))
             delta_base = float(base[: len(sub)].mean() - base[len(sub) :].mean())
             findings["screen"] = screen_record(rows, delta_base, params.screen_candidates())
-        rule = Sequential(params.random_sets, params.level if params.screen else None)
+        rule = Sequential(params.random_sets, params.level if params.screened else None)
         if params.confirm:
             pool = ranked[: params.confirm]
             put = pool_order(rows, pool)[: params.screen_candidates()] if screened else pool
@@ -295,7 +295,7 @@ def knockout_passes(params: FindParams) -> int:
 def prompt_passes(n_pairs: int, params: FindParams) -> int:
     """Prompt passes of a run: 4 per pair to score (2 more for the screen's backward, about a
     forward's work), 2 per pair in each knockout pass."""
-    screen = 2 * n_pairs if params.screen else 0
+    screen = 2 * n_pairs if params.screened else 0
     return 4 * n_pairs + screen + knockout_passes(params) * 2 * n_pairs
 
 
@@ -316,7 +316,7 @@ def work_note(n_pairs: int, params: FindParams) -> str:
             f"--max-pairs 96 --random-sets 10 took {CPU_REFERENCE_MINUTES[0]}–"
             f"{CPU_REFERENCE_MINUTES[1]} min): use those on a CPU, or a GPU"
         )
-    screen = " at most, the screen's backward counted as one" if params.screen else ""
+    screen = " at most, the screen's backward counted as one" if params.screened else ""
     return f"{n_pairs} pairs: about {total:,} prompt passes ({knockout_passes(params)} knockout passes{screen}){hint}"
 
 
@@ -330,7 +330,7 @@ def flops_note(
     b = params.batch_size
     full, tested = counter.full(binding, b), counter.resumed_bound(binding, b, "tested")
     edge_alphas = sum(a != 1.0 for a in dose_alphas(params)) if params.dose_response else 0
-    rule = Sequential(params.random_sets, params.level if params.screen else None)
+    rule = Sequential(params.random_sets, params.level if params.screened else None)
     # the baseline passes of the confirmation's sweep and the knockouts' one or two (the dose-response
     # shares the first), where the scoring pass's kept ones do not serve (causal.KEEP_BYTES)
     sweeps = (params.confirm > 0) + 1 + (rule.first_chunk() < params.random_sets)

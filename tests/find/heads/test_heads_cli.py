@@ -109,6 +109,7 @@ def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_pa
         *FAST,
         "--confirm",
         "5",
+        "--exhaustive",
         "--out",
         tmp_path / "f.json",
     )
@@ -136,11 +137,9 @@ def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_pa
     )
     edits = json.loads((tmp_path / "a" / "surgery.json").read_text())["recipe"]["edits"]
     assert [[e["layer"], e["head"]] for e in edits] == [[h["layer"], h["head"]] for h in conf["heads"][:4]]
-    # --screen: discovery's top 10 knocked out alone in the screen's order, its top 3 of them first, the
-    # screen shown beside them
-    out = main_stdout(
-        capsys, "find-heads", model, "--benchmark", bench, *FAST, "--screen", "--out", tmp_path / "s.json"
-    )
+    # the default: discovery's top 10 knocked out alone in the screen's order, its top 3 of them first,
+    # the screen shown beside them
+    out = main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--out", tmp_path / "s.json")
     assert "Attribution-patching screen" in out
     sc = load_findings(tmp_path / "s.json", "heads").to_dict()
     pool = [(h["layer"], h["head"]) for h in sc["discovery"]["heads"][:10]]

@@ -219,8 +219,8 @@ def test_knockouts_resume_from_the_scoring_pass(tiny, small):
 def _planted_findings(fixture, monkeypatch, full: bool) -> dict:
     if full:  # the old way: each knockout pass from the embeddings
         monkeypatch.setattr(causal.PairRunner, "sweep", full_pass_scores)
-    # the procedure whose every knockout is exact (the screen's guess of the selection runs resumed)
-    params = FindParams(benchmark=str(fixture / "benchmark.jsonl"), random_sets=10, batch_size=64)
+    # the exhaustive procedure: every candidate and every random set knocked out
+    params = FindParams(benchmark=str(fixture / "benchmark.jsonl"), random_sets=10, batch_size=64, exhaustive=True)
     pairs = build_pairs(load_benchmark(fixture / "benchmark.jsonl"), seed=0)
     out = find_heads(fixture, pairs, params, report=lambda m: None).to_dict()
     monkeypatch.undo()
@@ -303,7 +303,7 @@ def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, sma
             dose_response=dose,
             dose_grid=(0.0, 1.0, 2.0),
             awareness_alphas=(1.0,),
-            screen=screen,
+            exhaustive=not screen,
         ),
         progress=progress,
         report=said.append,
