@@ -103,7 +103,7 @@ class ConfirmedHead(JsonRecord):
     discovery_rank: int | None = None
     coef: float | None = None
     stability: float | None = None
-    screen_rank: int | None = None  # None: findings without the screen (no --screen, older files)
+    screen_rank: int | None = None  # None: findings without the screen (--exhaustive, older files)
     screen_effect_pct: float | None = None
 
 
@@ -154,7 +154,7 @@ class RandomKnockouts(JsonRecord):
     # The sequential Monte-Carlo test (surgery.find.heads.baseline); None in findings from before it.
     p: float | None = None
     cap: int | None = None
-    level: float | None = None  # None: every set run (no --screen)
+    level: float | None = None  # None: every set run (--exhaustive)
     stop_after: int | None = None
     stopped: str | None = None
     reachable: bool | None = None
@@ -209,7 +209,7 @@ class HeadsFindings(Findings):
     pairs: dict[str, Any] | None = None
     scores: BindingScores | None = entry(codec=part(BindingScores), default=None)
     discovery: Discovery | None = entry(codec=part(Discovery), default=None)
-    screen: Screen | None = entry(codec=part(Screen), default=None)  # None: no --screen, older files
+    screen: Screen | None = entry(codec=part(Screen), default=None)  # None: --exhaustive, older files
     confirmation: Confirmation | None = entry(codec=part(Confirmation), default=None)  # None: --confirm 0
     selected_heads: list[list[int]] | None = None
     knockout: Knockout | None = entry(codec=part(Knockout), default=None)

@@ -43,7 +43,7 @@ def test_p_values_stopped_at_the_cap_and_without_stopping():
     assert stopped["stopped"] == "1 set(s) at least as effective"
     capped = rule.summary([1.0] * 19, tested=4.0)
     assert (capped["n"], capped["p"], capped["stopped"]) == (19, 1 / 20, "cap")
-    every = Sequential(10).summary([1.0, 5.0, 6.0] + [0.0] * 7, tested=4.0)  # without --screen: no stopping
+    every = Sequential(10).summary([1.0, 5.0, 6.0] + [0.0] * 7, tested=4.0)  # --exhaustive: no stopping
     assert (every["n"], every["p"], every["stopped"], every["stop_after"]) == (10, 3 / 11, "all sets", None)
     nan = rule.summary([1.0, 2.0], tested=float("nan"))  # ΔS_base = 0: nothing to beat
     assert nan["n"] == 1 and nan["p"] == 1.0

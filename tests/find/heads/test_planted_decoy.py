@@ -82,6 +82,6 @@ def decoy_screened(tmp_path_factory) -> dict:
 
 
 def test_the_screened_procedure_selects_what_the_exhaustive_one_selects(decoy_findings, decoy_screened):
-    """The screen puts the circuit forward although discovery ranks it last: --screen selects what
-    the default procedure (discovery's top 10 knocked out alone) selects."""
+    """The screen puts the circuit forward although discovery ranks it last: the default selects what
+    --exhaustive (discovery's top 10 knocked out alone) selects."""
     check_screen_agrees(decoy_screened, decoy_findings)
