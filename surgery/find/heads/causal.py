@@ -137,8 +137,10 @@ class PairRunner:
         self.keep_bytes, self.kept_bytes = keep_bytes, 0
 
     def holds_all(self) -> bool:
-        """Whether every batch's baseline pass is kept (a sweep then runs none)."""
-        return all(tuple(idx) in self.kept for idx in batch_groups(self.prompts, self.batch_size))
+        """Whether every batch's baseline pass is kept (a sweep then runs none); under torchrun, every
+        rank's of its own batches (the same answer on every rank: they sweep alike)."""
+        mine = distributed.Shard(batch_groups(self.prompts, self.batch_size), len(self.prompts))
+        return distributed.all_true(all(tuple(idx) in self.kept for idx in mine))
 
     def keep(self, rows: Sequence[int], snap: Snapshot) -> bool:
         """Keep ``snap``, the baseline pass of the batch of ``rows`` (batch_groups' order), while the
