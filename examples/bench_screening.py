@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: find-heads with --screen against the default (exhaustive) procedure on the same model and pairs.
+"""Benchmark: find-heads (screened, the default) against --exhaustive on the same model and pairs.
 
     OMP_NUM_THREADS=2 python examples/bench_screening.py MODEL --max-pairs 96 --random-sets 10 [--json FILE]
 
@@ -82,13 +82,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--level", type=float, default=0.05)
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument(
+        "--findings", type=Path, default=None, help="also write both findings here (screened.json, exhaustive.json)"
+    )
     args = ap.parse_args(argv)
-    record: dict[str, Any] = {"machine": stamp(), "model": args.model, "options": vars(args) | {"json": None}}
+    record: dict[str, Any] = {
+        "machine": stamp(),
+        "model": args.model,
+        "options": vars(args) | {"json": None, "findings": None},
+    }
     options = dict(max_pairs=args.max_pairs, random_sets=args.random_sets, batch_size=args.batch_size, level=args.level)
     found = {}
     for name, screen in (("screened", True), ("exhaustive", False)):
         start = time.perf_counter()
-        f = surgery.find_heads(args.model, recompute=True, screen=screen, **options).data
+        out = args.findings / f"{name}.json" if args.findings else None
+        f = surgery.find_heads(args.model, recompute=True, exhaustive=not screen, out=out, **options).data
         record[name] = summary(f, time.perf_counter() - start, args.level)
         found[name] = f
     record["spearman_screen_vs_exhaustive"] = cross_spearman(found["screened"], found["exhaustive"])

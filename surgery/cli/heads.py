@@ -51,7 +51,11 @@ def print_confirmation(conf: Confirmation, selected: list[tuple[int, int]]) -> N
     """The single-head knockouts of the heads put forward, in the order the selection uses; with the
     screen, its estimate of each and its rank correlation with the exact effects."""
     screened = any(h.screen_rank is not None for h in conf.heads)
-    which = "the screen's and discovery's top heads" if screened else f"discovery's top {conf.candidates} heads"
+    which = (
+        f"{conf.candidates} of discovery's top heads, in the screen's order"
+        if screened
+        else f"discovery's top {conf.candidates} heads"
+    )
     table = Table(title=f"Knockout confirmation: each of {which} alone; significant = 95% CI above 0")
     cols = ["head", "disc. rank"] + (["screen rank", "screened %"] if screened else [])
     for col in cols + ["coef", "reduction %", "95% CI", "signif.", "selected"]:

@@ -51,7 +51,7 @@ def counted() -> Iterator[dict[str, int]]:
 @pytest.fixture(scope="module")
 def job(tmp_path_factory) -> dict[str, Callable[[], object]]:
     """The three finders' fixed tiny runs on one seeded tiny llama (character tokenizer); find-heads
-    both as by default and with the attribution-patching screen (--screen)."""
+    both as by default (the attribution-patching screen) and --exhaustive."""
     root = tmp_path_factory.mktemp("cost")
     model = char_model(lambda arch, **kw: _tiny(root, arch, **kw))
     bench = write_small_benchmark(root / "small.jsonl")
@@ -59,7 +59,7 @@ def job(tmp_path_factory) -> dict[str, Callable[[], object]]:
     heads = dict(benchmark=str(bench), max_pairs=4, random_sets=1, batch_size=4)
     return {
         "find-heads": lambda: surgery.find_heads(model, recompute=True, **heads),
-        "find-heads --screen": lambda: surgery.find_heads(model, recompute=True, screen=True, **heads),
+        "find-heads --exhaustive": lambda: surgery.find_heads(model, recompute=True, exhaustive=True, **heads),
         "score-binding": lambda: surgery.score_binding(model, benchmark=str(bench), max_pairs=4, batch_size=4),
         "find-neurons": lambda: surgery.find_neurons(model, pairs=pairs, recompute=True, batch_size=4),
     }

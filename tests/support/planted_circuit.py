@@ -22,7 +22,7 @@ ENV = cli_env(OMP_NUM_THREADS="1")
 
 def find_heads_cli(fixture_dir: Path, tmp: Path, *options: str) -> dict:
     """``surgery find-heads`` on a planted fixture with its benchmark file (a fresh findings cache),
-    with ``options`` (``--screen``) added."""
+    with ``options`` (``--exhaustive``) added."""
     out = tmp / "findings.json"
     env = dict(ENV, SURGERY_CACHE=str(tmp / "cache"))
     res = run_here(

@@ -9,18 +9,25 @@ masked), so the softmax is not linearised — AtP*'s fix for saturated attention
 ``Σ (P_ko − P)·∂S/∂P``, the first-order change of the prompt's S when that head's edges are knocked
 out: ``S_ko ≈ S + ∂S/∂e``. One backward of ΣS over a batch gives every prompt's (prompts are
 independent). It is also the derivative of S along the edge scale α at α = 1 (``e = 1 − α``).
+
+Only the query positions from the first tested identity token on depend on any ``e`` (an earlier
+position has no tested query), so the pass with gradients (:func:`resumed_attributions`) resumes from
+the batch's baseline pass (resume.snapshot, run anyway for S and the features, and kept for the
+knockouts): every layer, but only those positions, the earlier keys and values read from its cache.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
 import torch
 from torch import nn
 
-from .attention import AttentionPlan
+from .attention import AttentionPlan, active_plan
+from .prompts import Batch
+from .resume import Snapshot, _cache, _layer, decoder_layers, tail_logits
 
 
 @contextmanager
@@ -45,3 +52,30 @@ def attributions(plan: AttentionPlan, s: torch.Tensor, layers: Sequence[int]) ->
     return np.stack(
         [(g if g is not None else torch.zeros_like(leaf)).cpu().numpy() for g, leaf in zip(grads, leaves)], axis=1
     )
+
+
+def screen_start(batch: Batch, snap: Snapshot) -> int:
+    """The first position the screen's pass with gradients runs: the batch's first tested identity
+    token (0 where the model's cache is more than keys and values: every position runs)."""
+    rows = batch.masks["tested"].any(dim=0).nonzero()
+    return int(rows[0]) if len(rows) and snap.keys else 0
+
+
+def resumed_attributions(
+    model: nn.Module,
+    snap: Snapshot,
+    batch: Batch,
+    score: Callable[[torch.Tensor], torch.Tensor],
+    layers: Sequence[int],
+) -> np.ndarray:
+    """:func:`attributions` of ``batch`` from a pass with gradients resumed from ``snap`` (its baseline
+    pass, taken ``for_grad``) at :func:`screen_start`: every layer on the positions from there on,
+    the keys and values before it from the cache. ``score`` maps (B, vocab) logits to S."""
+    start = screen_start(batch, snap)
+    cache = _cache(model, [(k[:, :, :start], v[:, :, :start]) for k, v in zip(snap.keys, snap.values)])
+    plan = AttentionPlan(batch.masks, screen={}, start=start)
+    with frozen(model), torch.enable_grad(), active_plan(plan):
+        hidden = snap.calls[0]["hidden_states"][:, start:]
+        for layer, call in zip(decoder_layers(model), snap.calls):
+            hidden = _layer(layer, call, start, cache, hidden)
+        return attributions(plan, score(tail_logits(model, hidden)), layers)

@@ -10,8 +10,10 @@ reach at the cap: h = ⌊level·(R + 1)⌋, at least 1.
 The smallest p the cap allows is 1 / (R + 1): with R = 10 that is 0.091, so p ≤ 0.05 cannot be
 reached at all (``reachable`` False, and find-heads says so); R ≥ 19 can.
 
-Sets run in at most two sweeps (one baseline pass over the prompts each): the first
-``first_chunk`` sets with the selection's own knockouts, the rest only when still undecided.
+Where the runner keeps every batch's baseline pass (causal.PairRunner.holds_all) a sweep costs no
+baseline pass, so the sets run one at a time and none after the stop. Otherwise they run in at most
+two sweeps (one baseline pass over the prompts each): the first ``first_chunk`` sets with the
+selection's own knockouts, the rest only when still undecided.
 """
 
 from __future__ import annotations

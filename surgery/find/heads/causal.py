@@ -31,10 +31,14 @@ from .attention import EdgeEdit, edge_heads
 from .baseline import Sequential
 from .params import DOSE_GRID
 from .prompts import batch_groups, collate
-from .resume import Counter, resume, resume_scaled, snapshot
+from .resume import Counter, Snapshot, resume, resume_scaled, snapshot
 from .scores import SPAN_NAMES, delta, pad_id, run_prompts, s_scores
 
 Heads = Sequence[tuple[int, int]]
+# Baseline passes kept between sweeps, up to this many bytes of recorded layer inputs and keys/values
+# (24 SmolLM2 pairs: 0.79 GB): a later sweep reads them instead of running its baseline pass
+# again (the same recorded inputs: the same S bit for bit); batches beyond it run theirs again.
+KEEP_BYTES = 2 * 2**30
 # What one sweep condition edits: identity→item edges (run time only), or whole heads (o_proj slices).
 Condition = EdgeEdit | tuple[HeadScale, ...]
 
@@ -102,7 +106,9 @@ class PairRunner:
     """Runs the match and mismatch prompts of a pair set under edits; keeps the baseline.
 
     Edge edits run together (:meth:`sweep`): one baseline pass per batch, each edit resumed from its
-    first layer and first query token (resume.py); ``counter`` adds up the forward-pass FLOPs.
+    first layer and first query token (resume.py); ``counter`` adds up the forward-pass FLOPs. The
+    baseline passes are kept (up to ``keep_bytes``; :meth:`keep` takes those of the scoring pass), so
+    that a later sweep runs none of its own.
     Swept S are kept by condition, so that conditions known early can share one sweep (find_heads:
     the knockouts and the dose-response) and later calls read them back. Without a given ``base``
     the baseline S are those of the first sweep's baseline passes (a full pass of its own only when
@@ -118,6 +124,7 @@ class PairRunner:
         batch_size: int = 8,
         base: np.ndarray | None = None,
         progress: Callable[[int], None] | None = None,
+        keep_bytes: int = KEEP_BYTES,
     ):
         self.model, self.prompts, self.items = model, prompts, list(items)
         self.ids, self.batch_size, self.progress = option_ids, batch_size, progress
@@ -126,6 +133,23 @@ class PairRunner:
         self.full_flops = 0  # what the same passes cost from the embeddings, one edit at a time
         self.swept: dict[tuple, np.ndarray] = {}  # condition_key → S of every prompt
         self._base = base
+        self.kept: dict[tuple[int, ...], Snapshot] = {}  # batch rows → its baseline pass
+        self.keep_bytes, self.kept_bytes = keep_bytes, 0
+
+    def holds_all(self) -> bool:
+        """Whether every batch's baseline pass is kept (a sweep then runs none); under torchrun, every
+        rank's of its own batches (the same answer on every rank: they sweep alike)."""
+        mine = distributed.Shard(batch_groups(self.prompts, self.batch_size), len(self.prompts))
+        return distributed.all_true(all(tuple(idx) in self.kept for idx in mine))
+
+    def keep(self, rows: Sequence[int], snap: Snapshot) -> bool:
+        """Keep ``snap``, the baseline pass of the batch of ``rows`` (batch_groups' order), while the
+        kept passes stay within ``keep_bytes``; False where it would not fit."""
+        size = snap.nbytes()
+        if self.kept_bytes + size > self.keep_bytes:
+            return False
+        self.kept[tuple(rows)], self.kept_bytes = snap, self.kept_bytes + size
+        return True
 
     @property
     def base(self) -> np.ndarray:
@@ -133,6 +157,10 @@ class PairRunner:
         if self._base is None:
             self._base = self.scores(None)
         return self._base
+
+    @base.setter
+    def base(self, s: np.ndarray) -> None:
+        self._base = s
 
     def scores(self, edit: EdgeEdit | None) -> np.ndarray:
         """S of every prompt under ``edit`` (full passes; with an edge edit: :meth:`sweep`)."""
@@ -176,9 +204,12 @@ class PairRunner:
         flops = self.counter.flops
         for idx in work:
             batch = collate([self.prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
-            snap = snapshot(self.model, batch)
-            self.counter.add(len(idx), snap.length)
-            self.counter.add_head(len(idx))
+            snap = self.kept.get(tuple(idx))
+            if snap is None:
+                snap = snapshot(self.model, batch)
+                self.counter.add(len(idx), snap.length)
+                self.counter.add_head(len(idx))
+                self.keep(idx, snap)
             if keep_base:
                 out[-1][idx] = s_scores(snap.logits.float().log_softmax(-1), self.ids).cpu().numpy()
             for s, edit in zip(out, edits):
@@ -260,11 +291,13 @@ def single_knockouts(runner: PairRunner, candidates: Heads, seed: int = 0) -> li
 
 
 def confirmed_order(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Significant reductions first, each group by effect (largest first; NaN effects last)."""
+    """Significant reductions first, each group by effect (largest first; NaN effects last); equal
+    effects (heads whose knockout changes nothing: 0) by discovery rank, so that the order does not
+    depend on the order the heads were knocked out in."""
 
-    def key(r: dict[str, Any]) -> tuple[bool, float]:
+    def key(r: dict[str, Any]) -> tuple[bool, float, float]:
         e = r["effect_pct"]
-        return (not r["significant"], -e if math.isfinite(e) else math.inf)
+        return (not r["significant"], -e if math.isfinite(e) else math.inf, r.get("discovery_rank", math.inf))
 
     return sorted(rows, key=key)
 
@@ -298,10 +331,15 @@ def knockout_report(
     of ``random_sets`` sets, or (``level``) sets until the p-value is decided (baseline.Sequential)."""
     rule = Sequential(random_sets, level)
     sets = knockout_sets(heads, n_layers, n_heads, random_sets, seed)
-    first = 2 + rule.first_chunk()
-    tested, control, *randoms = runner.knockouts(sets[:first], seed)
-    if first < len(sets) and rule.stopped_at([r["effect_pct"] for r in randoms], tested["effect_pct"]) is None:
-        randoms += runner.knockouts(sets[first:], seed)
+    # with every baseline pass kept a sweep costs no baseline pass: the sets run one at a time, none
+    # after the stop; otherwise in two sweeps (baseline.Sequential.first_chunk)
+    one_by_one = level is not None and runner.holds_all()
+    done = 2 + (1 if one_by_one else rule.first_chunk())
+    tested, control, *randoms = runner.knockouts(sets[:done], seed)
+    while done < len(sets) and rule.stopped_at([r["effect_pct"] for r in randoms], tested["effect_pct"]) is None:
+        step = done + 1 if one_by_one else len(sets)
+        randoms += runner.knockouts(sets[done:step], seed)
+        done = step
     summary = rule.summary([r["effect_pct"] for r in randoms], tested["effect_pct"])
     return {"tested": tested, "control": control, "random": summary, "random_sets": randoms[: summary["n"]]}
 

@@ -49,14 +49,14 @@ from .params import FindParams
 from .record import HeadsFindings
 from .resume import Counter
 from .scores import encode_pairs, option_token_ids, score_binding
-from .screen import candidates, screen_heads, screen_record, spearman
+from .screen import beyond_pool, pool_order, screen_heads, screen_record, spearman, still_open
 
 # Above this many pairs find-heads is a long job on a CPU (the quickstart uses 96).
 LARGE_RUN_PAIRS = 200
 # The quickstart's find-heads (SmolLM2-135M, --max-pairs 96 --random-sets 10) measured on 2 CPU cores:
 # 6.3 and 12.4 min wall, 2026-12-01 and 2026-12-02 by machine (docs/quickstart.md), with the
 # default (exhaustive) procedure. The CPU hint of a large run scales these by its prompt passes.
-CPU_REFERENCE = FindParams(random_sets=10)
+CPU_REFERENCE = FindParams(random_sets=10, exhaustive=True)
 CPU_REFERENCE_MINUTES = (6.3, 12.4)
 
 
@@ -97,9 +97,9 @@ def find_heads(
     report: Callable[[str], None] = lambda m: None,
 ) -> HeadsFindings:
     """Scores with every head's screened knockout effect (screen.py), discovery, knockout
-    confirmation of the heads put forward (the screen's and discovery's top
-    ``params.screen_candidates()``; without ``params.screen``: discovery's top ``params.confirm``, no
-    screen), knockout against random sets until the p-value is decided (baseline.py; without the screen: all
+    confirmation of discovery's top ``params.confirm`` (unless ``params.exhaustive``: the screen's top
+    ``params.screen_candidates()`` of them, then any other its error leaves a chance: screen.still_open),
+    knockout against random sets until the p-value is decided (baseline.py; without the screen: all
     ``params.random_sets``) and (``params.dose_response``) dose-response on ``pairs``.
 
     The selection is the ``params.knockout_heads`` first heads of the confirmed ranking (without
@@ -122,21 +122,29 @@ def find_heads(
     instruct = is_instruct(tokenizer) if params.instruct is None else params.instruct
     report(work_note(len(pairs), params))
     counter = Counter.of(model)
-    screened = params.screen
+    screened = params.screened
     binding = encode_pairs(tokenizer, pairs, "binding", instruct)
     knowledge = encode_pairs(tokenizer, pairs, "knowledge", instruct)
-    # the binding prompts run with features (full passes) and the screen's backward; the knowledge
-    # probe shares prefixes
+    # the binding prompts run with features (full passes, kept for the knockouts) and the screen's
+    # forward and backward from the first tested token; the knowledge probe shares prefixes
     binding_flops = counter.full(binding, params.batch_size)
+    screen_flops = counter.screen_forward(binding, params.batch_size) if screened else 0
     backward = counter.backward(binding, params.batch_size) if screened else 0
-    scoring = binding_flops + backward + counter.shared(knowledge, params.batch_size)
+    scoring = binding_flops + screen_flops + backward + counter.shared(knowledge, params.batch_size)
     scoring_full = binding_flops + counter.full(knowledge, params.batch_size)
     report(flops_note(counter, binding, scoring, scoring_full, params))
     findings = new_findings("heads", ckpt, pairs_sha256(pairs), params.to_dict(), __version__)
     findings["prompt_format"] = "instruct" if instruct else "base"
     findings["compute"] = compute_record(model)
     items = [p.item for p in pairs]
+    n = len(pairs)
+    usable = [i for i, p in enumerate(pairs) if "item" in p.match.spans]
+    sub = [pairs[i] for i in usable]
+    prompts = encode_pairs(tokenizer, sub, "binding", instruct)
+    runner = PairRunner(model, prompts, [p.item for p in sub], option_token_ids(tokenizer), params.batch_size)
     with surgery_attention_on(model):
+        # the scoring pass's baseline passes are the knockouts' (the same prompts, the same batches)
+        # where every pair is knocked out: the sweeps then run no baseline pass of their own
         scores = score_binding(
             model,
             tokenizer,
@@ -145,6 +153,7 @@ def find_heads(
             batch_size=params.batch_size,
             features=True,
             screen=screened,
+            keep=runner.keep if len(usable) == n else None,
             progress=progress("scoring prompts", 4 * len(pairs)),
         )
         findings["pairs"] = {"n": len(pairs), "items": len(set(items)), "benchmark": params.benchmark}
@@ -154,8 +163,6 @@ def find_heads(
             "K_over_S": scores["K_over_S"],
             "option_token_ids": scores["option_token_ids"],
         }
-        n = len(pairs)
-        usable = [i for i, p in enumerate(pairs) if "item" in p.match.spans]
         if len(usable) < n:
             report(
                 f"{n - len(usable)} of {n} pairs do not name their item in the stem: left out of discovery and knockout"
@@ -168,19 +175,8 @@ def find_heads(
             x, y, groups, folds=params.folds, inner_folds=params.inner_folds, top=params.top_k, layers=n_layers
         )
         findings["discovery"] = disc
-        sub = [pairs[i] for i in usable]
-        prompts = encode_pairs(tokenizer, sub, "binding", instruct)
-        base = np.r_[scores["s"][usable], scores["s"][[n + i for i in usable]]]
-        # The screened pass's S differ from inference passes in the last float bits (autograd's kernels):
-        # its knockouts take their baseline from their own sweeps' baseline passes, as resumed rows do.
-        runner = PairRunner(
-            model,
-            prompts,
-            [p.item for p in sub],
-            option_token_ids(tokenizer),
-            params.batch_size,
-            base=None if screened else base,
-        )
+        runner.base = np.r_[scores["s"][usable], scores["s"][[n + i for i in usable]]]
+        base = runner.base
         ranked = rank_heads(disc)
         chosen = ranked[: params.knockout_heads]
         rows = []
@@ -189,25 +185,26 @@ def find_heads(
             rows = screen_heads(base, np.concatenate([atp[usable], atp[[n + i for i in usable]]]), n_layers, len(sub))
             delta_base = float(base[: len(sub)].mean() - base[len(sub) :].mean())
             findings["screen"] = screen_record(rows, delta_base, params.screen_candidates())
-        rule = Sequential(params.random_sets, params.level if params.screen else None)
+        rule = Sequential(params.random_sets, params.level if params.screened else None)
         if params.confirm:
-            put = candidates(rows, ranked, params.screen_candidates()) if screened else ranked[: params.confirm]
-            # The screen's top heads are the likely selection: its knockouts (tested, control, the first
-            # random sets) join the confirmation's sweep, and the knockout reads them back when the
-            # confirmed selection is that set — one baseline pass per batch instead of two.
-            ahead = knockout_sets(put[: params.knockout_heads], n_layers, n_heads, rule.first_chunk(), params.seed)
-            ahead = ahead if screened else []
+            pool = ranked[: params.confirm]
+            put = pool_order(rows, pool)[: params.screen_candidates()] if screened else pool
             # the visible cost: one pass over the binding prompts per candidate
-            runner.progress = progress(
-                f"knockout confirmation ({len(put)} heads)", 2 * len(sub) * (len(put) + len(ahead))
-            )
-            runner.prefetch([knockout_edit([h]) for h in put] + [knockout_edit(h, q) for h, q in ahead])
+            runner.progress = progress(f"knockout confirmation ({len(put)} heads)", 2 * len(sub) * len(put))
             confirmed = confirmation(runner, disc, put, params.seed, rows)
+            while screened and (
+                more := still_open(rows, pool_order(rows, pool), confirmed["heads"], params.knockout_heads)
+            ):
+                runner.progress = progress(f"knockout confirmation ({len(more)} more heads)", 2 * len(sub) * len(more))
+                put = put + more
+                confirmed = confirmation(runner, disc, put, params.seed, rows)
             findings["confirmation"] = confirmed
             chosen = [(h["layer"], h["head"]) for h in confirmed["heads"][: params.knockout_heads]]
             if screened:
                 confirmed["predicted_selection"] = [list(h) for h in put[: params.knockout_heads]]
-                report(screen_note(confirmed))
+                weakest = min(h["effect_pct"] for h in confirmed["heads"][: params.knockout_heads])
+                findings["screen"]["beyond_pool"] = beyond_pool(rows, pool, weakest)
+                report(screen_note(confirmed, len(pool), findings["screen"]["beyond_pool"]))
         findings["selected_heads"] = [list(h) for h in chosen]
         grid = dose_alphas(params)
         steps = 2 * len(sub) * (2 + params.random_sets + dose_passes(params))
@@ -282,11 +279,9 @@ def dose_passes(params: FindParams) -> int:
 
 
 def confirmations(params: FindParams) -> int:
-    """Single-head knockouts at most: the screen's and discovery's top heads (without ``--screen``:
-    discovery's top ``confirm``); none with ``confirm`` 0."""
-    if not params.confirm:
-        return 0
-    return 2 * params.screen_candidates() if params.screen else params.confirm
+    """Single-head knockouts at most: discovery's top ``confirm`` (the screened procedure knocks out
+    the screen's top ``--candidates`` of them, and more only where its error leaves them a chance)."""
+    return params.confirm
 
 
 def knockout_passes(params: FindParams) -> int:
@@ -300,7 +295,7 @@ def knockout_passes(params: FindParams) -> int:
 def prompt_passes(n_pairs: int, params: FindParams) -> int:
     """Prompt passes of a run: 4 per pair to score (2 more for the screen's backward, about a
     forward's work), 2 per pair in each knockout pass."""
-    screen = 2 * n_pairs if params.screen else 0
+    screen = 2 * n_pairs if params.screened else 0
     return 4 * n_pairs + screen + knockout_passes(params) * 2 * n_pairs
 
 
@@ -321,7 +316,7 @@ def work_note(n_pairs: int, params: FindParams) -> str:
             f"--max-pairs 96 --random-sets 10 took {CPU_REFERENCE_MINUTES[0]}–"
             f"{CPU_REFERENCE_MINUTES[1]} min): use those on a CPU, or a GPU"
         )
-    screen = " at most, the screen's backward counted as one" if params.screen else ""
+    screen = " at most, the screen's backward counted as one" if params.screened else ""
     return f"{n_pairs} pairs: about {total:,} prompt passes ({knockout_passes(params)} knockout passes{screen}){hint}"
 
 
@@ -335,16 +330,16 @@ def flops_note(
     b = params.batch_size
     full, tested = counter.full(binding, b), counter.resumed_bound(binding, b, "tested")
     edge_alphas = sum(a != 1.0 for a in dose_alphas(params)) if params.dose_response else 0
-    rule = Sequential(params.random_sets, params.level if params.screen else None)
-    # the confirmation's sweep, and the knockouts' in one or two (the dose-response shares the first)
+    rule = Sequential(params.random_sets, params.level if params.screened else None)
+    # the baseline passes of the confirmation's sweep and the knockouts' one or two (the dose-response
+    # shares the first), where the scoring pass's kept ones do not serve (causal.KEEP_BYTES)
     sweeps = (params.confirm > 0) + 1 + (rule.first_chunk() < params.random_sets)
-    ahead = 0 if not params.screen or not params.confirm else 1 + rule.first_chunk()  # run with the confirmation
     bound = (
         scoring
         + sweeps * full
         + edge_alphas * full  # whole-head α passes (from layer 0)
-        + (confirmations(params) + ahead + 1 + params.random_sets + edge_alphas) * tested
-        + (1 + (ahead > 0)) * counter.resumed_bound(binding, b, "control")
+        + (confirmations(params) + 1 + params.random_sets + edge_alphas) * tested
+        + counter.resumed_bound(binding, b, "control")
     )
     today = scoring_full + (params.confirm + 2 + params.random_sets + 2 * edge_alphas) * full
     return (
@@ -353,12 +348,21 @@ def flops_note(
     )
 
 
-def screen_note(confirmed: Mapping[str, Any]) -> str:
-    """The screen's agreement with the exact single-head knockouts, as find-heads reports it."""
-    return (
-        f"attribution-patching screen: Spearman {confirmed['spearman']:.2f} between screened and exact "
-        f"effects of the {confirmed['candidates']} heads knocked out alone"
+def screen_note(confirmed: Mapping[str, Any], pool: int, beyond: Sequence[Mapping[str, Any]]) -> str:
+    """The screen's agreement with the exact single-head knockouts, as find-heads reports it, and the
+    heads outside the pool it suggests (a note: the selection comes from the pool)."""
+    note = (
+        f"attribution-patching screen: {confirmed['candidates']} of discovery's top {pool} heads knocked out "
+        f"alone; Spearman {confirmed['spearman']:.2f} between their screened and exact effects"
     )
+    if beyond:
+        heads = ", ".join(f"{h['layer']}.{h['head']} ({h['effect_pct']:.1f} %)" for h in beyond[:5])
+        note += (
+            f"; outside discovery's top {pool} the screen suggests {heads}"
+            + (f" and {len(beyond) - 5} more" if len(beyond) > 5 else "")
+            + ": more than the selection's weakest exact effect (not tested)"
+        )
+    return note
 
 
 def confirmation(

@@ -20,7 +20,7 @@ AWARENESS_ALPHAS = (1.0, 2.0, 2.5, 3.0)
 # The fields that say which prompts are measured and how: score-binding takes only these.
 PAIR_FIELDS = ("benchmark", "max_pairs", "per_identity", "seed", "batch_size", "instruct")
 # The discovery and causal-test fields that amplify-heads offers too (it finds heads when it must).
-SEARCH_FIELDS = ("knockout_heads", "confirm", "candidates", "random_sets", "level", "screen")
+SEARCH_FIELDS = ("knockout_heads", "confirm", "candidates", "random_sets", "level", "exhaustive")
 FORMATS = {"auto": None, "instruct": True, "base": False}
 
 
@@ -51,14 +51,16 @@ class FindParams:
     confirm: int = param(
         10,
         "Knock out each of discovery's top K heads alone and select by that effect (one extra pass "
-        "over the pairs per head); 0 selects discovery's top heads. With --screen: --candidates instead.",
+        "over the pairs per head; without --exhaustive in the screen's order, only while another could "
+        "still be selected); 0 selects discovery's top heads.",
         minimum=0,
     )
-    # The screened procedure's candidates: the attribution-patching screen's and discovery's top
-    # heads, as many from each as the finding holds unless asked otherwise.
+    # The screened procedure knocks out the screen's top heads of discovery's candidates first, as
+    # many as the finding holds unless asked otherwise; more where its error leaves them a chance.
     candidates: int | None = param(
         None,
-        "With --screen: knock out alone the screen's top K heads and discovery's top K (default: --knockout-heads).",
+        "Without --exhaustive: knock out the screen's top K of discovery's top --confirm first (default: "
+        "--knockout-heads), then any other the screen's error leaves a chance of selection.",
         kind="int",
         minimum=1,
     )
@@ -67,18 +69,18 @@ class FindParams:
     )
     level: float = param(
         0.05,
-        "With --screen: level of the random-set baseline's p-value; random sets stop once p ≤ level is out of reach.",
+        "Without --exhaustive: level of the random-set baseline's p-value; random sets stop once p ≤ level is "
+        "out of reach.",
         minimum=0.0,
         maximum=1.0,
         max_open=True,
     )
-    # Opt-in: on the planted fixtures the screen selects what the exhaustive procedure selects for
-    # fewer FLOPs, but on SmolLM2 (4 pairs) it cost as much and chose other (insignificant) heads
-    # (docs/guides/heads.md#cost); the default stays the procedure every finding so far was made with.
-    screen: bool = param(
+    # The screened procedure (the default) selects what this one selects on the planted fixtures and
+    # on SmolLM2-135M (docs/guides/heads.md#cost); this one knocks out every candidate, every set.
+    exhaustive: bool = param(
         False,
-        "Screen every head by attribution patching and knock out alone only the screen's and discovery's top "
-        "--candidates heads; stop the random sets once --level is decided (fewer exact passes; experimental).",
+        "Knock out every one of discovery's top --confirm heads alone and run every random set, without the "
+        "attribution-patching screen's order and the sequential stop (more exact passes).",
         is_flag=True,
     )
     dose_response: bool = param(
@@ -110,6 +112,11 @@ class FindParams:
                 "confirm",
                 "knockout_heads",
             )
+
+    @property
+    def screened(self) -> bool:
+        """Whether the attribution-patching screen orders the confirmation and the random sets stop."""
+        return not self.exhaustive
 
     def screen_candidates(self) -> int:
         """How many heads the screen and discovery each put forward for exact knockouts."""

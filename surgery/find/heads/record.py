@@ -103,7 +103,7 @@ class ConfirmedHead(JsonRecord):
     discovery_rank: int | None = None
     coef: float | None = None
     stability: float | None = None
-    screen_rank: int | None = None  # None: findings without the screen (no --screen, older files)
+    screen_rank: int | None = None  # None: findings without the screen (--exhaustive, older files)
     screen_effect_pct: float | None = None
 
 
@@ -117,7 +117,7 @@ class Confirmation(JsonRecord):
     n_significant: int
     heads: list[ConfirmedHead] = entry(codec=listof(part(ConfirmedHead)))
     spearman: float | None = None  # rank correlation of the screened and exact effects of these heads
-    predicted_selection: list[list[int]] | None = None  # the screen's top heads, knocked out ahead
+    predicted_selection: list[list[int]] | None = None  # the screen's top heads of the pool
 
 
 @dataclass(kw_only=True)
@@ -136,8 +136,10 @@ class Screen(JsonRecord):
 
     method: str | None = None
     delta_base: float | None = None
-    put_forward: int | None = None  # the screen's top heads knocked out exactly
+    put_forward: int | None = None  # the screen's top heads of the pool knocked out first
     heads: list[ScreenedHead] = entry(codec=listof(part(ScreenedHead)))
+    # heads outside discovery's candidates screened above the selection's weakest exact effect (a note)
+    beyond_pool: list[ScreenedHead] | None = entry(default=None, codec=listof(part(ScreenedHead)))
 
 
 @dataclass(kw_only=True)
@@ -152,7 +154,7 @@ class RandomKnockouts(JsonRecord):
     # The sequential Monte-Carlo test (surgery.find.heads.baseline); None in findings from before it.
     p: float | None = None
     cap: int | None = None
-    level: float | None = None  # None: every set run (no --screen)
+    level: float | None = None  # None: every set run (--exhaustive)
     stop_after: int | None = None
     stopped: str | None = None
     reachable: bool | None = None
@@ -207,7 +209,7 @@ class HeadsFindings(Findings):
     pairs: dict[str, Any] | None = None
     scores: BindingScores | None = entry(codec=part(BindingScores), default=None)
     discovery: Discovery | None = entry(codec=part(Discovery), default=None)
-    screen: Screen | None = entry(codec=part(Screen), default=None)  # None: no --screen, older files
+    screen: Screen | None = entry(codec=part(Screen), default=None)  # None: --exhaustive, older files
     confirmation: Confirmation | None = entry(codec=part(Confirmation), default=None)  # None: --confirm 0
     selected_heads: list[list[int]] | None = None
     knockout: Knockout | None = entry(codec=part(Knockout), default=None)

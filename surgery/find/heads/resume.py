@@ -52,6 +52,23 @@ class Snapshot:
     final: torch.Tensor  # the last decoder layer's output (B, T, hidden)
     inputs: dict[str, Any]  # the model's inputs (a pass that cannot resume runs them in full)
 
+    def nbytes(self) -> int:
+        """Bytes of the tensors it holds, each counted once (layers share their mask and positions)."""
+        seen: dict[int, int] = {}
+
+        def add(x: Any) -> None:
+            if isinstance(x, torch.Tensor):
+                seen[x.untyped_storage().data_ptr()] = x.untyped_storage().nbytes()
+            elif isinstance(x, (tuple, list)):
+                for v in x:
+                    add(v)
+            elif isinstance(x, dict):
+                for v in x.values():
+                    add(v)
+
+        add([self.calls, self.keys, self.values, self.logits, self.final, self.inputs])
+        return sum(seen.values())
+
     @property
     def replayable(self) -> bool:
         """Whether every tensor a layer got is an input of the whole pass (positions, masks, token ids),
@@ -160,8 +177,10 @@ def _recording(layers: list[nn.Module]) -> Iterator[list[dict[str, Any]]]:
             h.remove()
 
 
-def snapshot(model: nn.Module, batch: Batch, plan: AttentionPlan | None = None) -> Snapshot:
-    """The baseline pass of ``batch`` (under ``plan``, e.g. for features), with what resuming needs."""
+def snapshot(model: nn.Module, batch: Batch, plan: AttentionPlan | None = None, *, for_grad: bool = False) -> Snapshot:
+    """The baseline pass of ``batch`` (under ``plan``, e.g. for features), with what resuming needs;
+    ``for_grad``: run under no_grad instead of inference mode (the same kernels, the same numbers), so
+    that a pass with gradients may resume from it (atp.resumed_attributions)."""
     layers = decoder_layers(model)
     # a cache of plain full-length layers: sliding-window layers keep their window in the mask
     cache = _cache(model)
@@ -170,7 +189,7 @@ def snapshot(model: nn.Module, batch: Batch, plan: AttentionPlan | None = None) 
         lambda module, args, out: final.append(out[0] if isinstance(out, (tuple, list)) else out)
     )
     try:
-        with torch.inference_mode(), active_plan(plan), _recording(layers) as calls:
+        with torch.no_grad() if for_grad else torch.inference_mode(), active_plan(plan), _recording(layers) as calls:
             out = model(**batch.model_inputs(), cache=cache, use_cache=cache is not None, logits_to_keep=1)
     finally:
         handle.remove()
@@ -381,16 +400,33 @@ class Counter:
         """FLOPs of one full pass over ``prompts`` in batches of ``batch_size`` (left-padded)."""
         return sum(self.pass_flops(len(b), max(len(p.ids) for p in b)) for b in self._batches(prompts, batch_size))
 
+    def _screen_start(self, batch: Sequence[Encoded]) -> int:
+        """Where the screen's pass with gradients starts in a batch (atp.screen_start): its first
+        tested token, padded (0 where a resumed pass reruns every position)."""
+        length = max(len(p.ids) for p in batch)
+        firsts = [length - len(p.ids) + min(p.spans["tested"]) for p in batch if p.spans.get("tested")]
+        return min(firsts) if firsts and self.resumable else 0
+
+    def screen_forward(self, prompts: Sequence[Encoded], batch_size: int) -> int:
+        """FLOPs of the screen's forward with gradients over ``prompts`` (atp.resumed_attributions):
+        every layer, the positions from each batch's first tested token on."""
+        return sum(
+            self.pass_flops(len(b), max(len(p.ids) for p in b), self._screen_start(b))
+            for b in self._batches(prompts, batch_size)
+        )
+
     def backward(self, prompts: Sequence[Encoded], batch_size: int) -> int:
         """FLOPs of the screen's backward over ``prompts`` (atp.py: input gradients only, from the kept
-        logit position): every layer's linear maps once more (their input gradients) and the
-        attention's two products twice (the gradients of both factors), but layer 0's products once
-        (only its patterns carry a gradient). Layer 0's query, key and value maps are counted though
-        they get no gradient: a bound, above the measured count by less than one layer's linear maps."""
+        logit position, over the positions its forward ran): every layer's linear maps once more (their
+        input gradients) and the attention's two products twice (the gradients of both factors), but
+        layer 0's products once (only its patterns carry a gradient). Layer 0's query, key and value
+        maps are counted though they get no gradient: a bound, above the measured count by less than
+        one layer's linear maps."""
         total = 0
         for b in self._batches(prompts, batch_size):
             t = max(len(p.ids) for p in b)
-            linear, products = 2 * self.layer_params * t, 4 * t * t * self.attn_width
+            q = t - self._screen_start(b)
+            linear, products = 2 * self.layer_params * q, 4 * q * t * self.attn_width
             total += len(b) * (self.layers * (linear + 2 * products) - 3 * products // 2 + 2 * self.head_params)
         return total
 

@@ -20,10 +20,11 @@ from ...core.errors import SurgeryError
 from ...core.mcq import Encoded, encode_question
 from ...model.hooks import model_architecture
 from ...model.placement import input_device
-from .atp import attributions, frozen
+from .atp import attributions, frozen, resumed_attributions
 from .attention import AttentionPlan, EdgeEdit, active_plan
 from .pairs import Pair
-from .prompts import batch_groups, collate
+from .prompts import Batch, batch_groups, collate
+from .resume import Snapshot, snapshot
 from .shared_prefix import last_token_logits, token_order_groups
 
 SPAN_NAMES = ("a", "b", "item", "tested", "control")
@@ -87,10 +88,12 @@ def run_prompts(
     edit: EdgeEdit | None = None,
     share_prefixes: bool = True,
     screen: bool = False,
+    keep: Callable[[Sequence[int], Snapshot], object] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> PassResult:
     """One forward pass per prompt (batched): S, binding features, optional edge edit; with
-    ``screen``, also one backward per batch for every head's attribution (atp.py).
+    ``screen``, also one backward per batch for every head's attribution (atp.py); ``keep`` gets each
+    batch's rows and its recorded pass (resume.snapshot), for knockouts resumed from it.
 
     The model must run the surgery attention function (attention.surgery_attention_on) when
     ``features`` or ``edit`` is used. Plain passes (neither) run each batch's common prefix once
@@ -108,19 +111,23 @@ def run_prompts(
     atp = np.zeros((n, len(layers), text.num_attention_heads), dtype=np.float32) if screen else None
     # Under torchrun each rank runs whole batches of its own and the rows are gathered back. A shared
     # prefix hands its cached keys/values to every row: a state-space or compressed cache is not that.
-    plain = share_prefixes and not features and not screen and edit is None and arch.kv_cache_only()
+    plain = share_prefixes and not features and not screen and keep is None and edit is None and arch.kv_cache_only()
     work = distributed.Shard(token_order_groups(prompts, batch_size) if plain else batch_groups(prompts, batch_size), n)
     for idx in work:
         if plain:
             with torch.inference_mode():
                 logits = last_token_logits(model, [prompts[i] for i in idx], pad, device)
-        elif screen:
+        elif keep is not None or screen:
+            # the baseline pass resume.py records: its S, features and coverage are the plain pass's bit
+            # for bit; the knockouts resume from it (``keep``) and so does the screen's backward
             batch = collate([prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
-            plan = AttentionPlan(batch.masks, features=features, edit=edit, screen={})
-            with frozen(model), torch.enable_grad(), active_plan(plan):
-                logits = model(**batch.model_inputs(), use_cache=False, logits_to_keep=1).logits[:, -1]
-                atp[idx] = attributions(plan, s_scores(logits.float().log_softmax(-1), option_ids), layers)
-            logits = logits.detach()
+            plan = AttentionPlan(batch.masks, features=features, edit=edit)
+            snap = snapshot(model, batch, plan, for_grad=screen)
+            logits = snap.logits
+            if screen:
+                atp[idx] = _attributions(model, snap, batch, option_ids, layers)
+            if keep is not None:
+                keep(idx, snap)
         else:
             batch = collate([prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
             plan = AttentionPlan(batch.masks, features=features, edit=edit)
@@ -142,6 +149,21 @@ def run_prompts(
         (atp,) = work.gather(atp)
     work.finish(progress)
     return PassResult(s, feats, coverage, atp)
+
+
+def _attributions(model, snap: Snapshot, batch: Batch, option_ids, layers: Sequence[int]) -> np.ndarray:
+    """Every head's ∂S/∂e of ``batch`` (atp.py): resumed from its recorded pass where the model allows,
+    else from a full pass with gradients."""
+
+    def score(logits: torch.Tensor) -> torch.Tensor:
+        return s_scores(logits.float().log_softmax(-1), option_ids)
+
+    if snap.replayable and snap.keys:
+        return resumed_attributions(model, snap, batch, score, layers)
+    plan = AttentionPlan(batch.masks, screen={})
+    with frozen(model), torch.enable_grad(), active_plan(plan):
+        logits = model(**batch.model_inputs(), use_cache=False, logits_to_keep=1).logits[:, -1]
+        return attributions(plan, score(logits), layers)
 
 
 def encode_pairs(
@@ -189,10 +211,11 @@ def score_binding(
     batch_size: int = 8,
     features: bool = False,
     screen: bool = False,
+    keep: Callable[[Sequence[int], Snapshot], object] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> dict:
     """S and K for every pair, ΔS and ΔK with their t-tests; features and (``screen``) every head's
-    attribution (atp.py) of the binding prompts."""
+    attribution (atp.py) of the binding prompts; ``keep``: their recorded passes (run_prompts)."""
     ids = option_token_ids(tokenizer)
     n = len(pairs)
     items = [p.item for p in pairs]
@@ -203,6 +226,7 @@ def score_binding(
         batch_size=batch_size,
         features=features,
         screen=screen,
+        keep=keep,
         progress=progress,
     )
     kp = run_prompts(

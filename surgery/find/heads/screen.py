@@ -1,5 +1,6 @@
 """The attribution-patching screen: every head's estimated knockout effect (atp.py), ranked, and the
-heads it puts forward for exact knockouts together with discovery's.
+order in which the exhaustive procedure's candidates (discovery's top ``--confirm``) are knocked out
+exactly: the screen's top few first, then any other that its error leaves a chance to be selected.
 
 Each head's estimated knocked-out S is ``S + ∂S/∂e`` per prompt; ΔS and the effect % follow as for
 the exact knockouts (causal.effect), without a bootstrap: the screen ranks, the exact knockouts test.
@@ -43,11 +44,44 @@ def screen_record(rows: Sequence[dict[str, Any]], base: float, top: int) -> dict
     }
 
 
-def candidates(screened: Sequence[dict[str, Any]], ranked: Sequence[tuple[int, int]], k: int) -> list[tuple[int, int]]:
-    """The heads knocked out exactly: the screen's top ``k`` and discovery's top ``k`` (``ranked``),
-    screen first, each once."""
-    top = [(r["layer"], r["head"]) for r in screened[:k]]
-    return list(dict.fromkeys(top + list(ranked[:k])))
+def pool_order(screened: Sequence[dict[str, Any]], pool: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The heads of ``pool`` (the exhaustive procedure's candidates: discovery's top ``--confirm``) in
+    the screen's order (``screened``: every head's row, ranked), largest estimated effect first."""
+    rank = {(r["layer"], r["head"]): i for i, r in enumerate(screened)}
+    return sorted(pool, key=lambda h: rank[tuple(h)])
+
+
+def still_open(
+    screened: Sequence[dict[str, Any]], order: Sequence[tuple[int, int]], exact: Sequence[dict[str, Any]], k: int
+) -> list[tuple[int, int]]:
+    """The heads of ``order`` (the pool in the screen's order) not knocked out yet that could still
+    enter the selection: those whose screened effect plus the screen's largest error on the heads
+    knocked out (``exact``: their rows, in confirmed order) reaches the weakest exact effect of the
+    selection (the first ``k``). All of them where that comparison is undefined (NaN effects)."""
+    estimate = {(r["layer"], r["head"]): r["effect_pct"] for r in screened}
+    done = {(r["layer"], r["head"]) for r in exact}
+    left = [h for h in order if tuple(h) not in done]
+    errors = [abs(estimate[(r["layer"], r["head"])] - r["effect_pct"]) for r in exact]
+    weakest = min((r["effect_pct"] for r in exact[:k]), default=math.nan)
+    if len(exact) < k or not all(math.isfinite(e) for e in errors) or not math.isfinite(weakest):
+        return left
+    error = max(errors)
+    return [h for h in left if not math.isfinite(estimate[tuple(h)]) or estimate[tuple(h)] + error >= weakest]
+
+
+def beyond_pool(
+    screened: Sequence[dict[str, Any]], pool: Sequence[tuple[int, int]], weakest: float
+) -> list[dict[str, Any]]:
+    """Heads outside ``pool`` whose screened effect exceeds ``weakest`` (the selection's weakest exact
+    effect): what the screen suggests beyond discovery's candidates (a note, never the selection)."""
+    inside = {tuple(h) for h in pool}
+    if not math.isfinite(weakest):
+        return []
+    return [
+        dict(r)
+        for r in screened
+        if (r["layer"], r["head"]) not in inside and math.isfinite(r["effect_pct"]) and r["effect_pct"] > weakest
+    ]
 
 
 def spearman(screened: Sequence[float], exact: Sequence[float]) -> float:

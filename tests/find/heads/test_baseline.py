@@ -11,7 +11,7 @@ import pytest
 from surgery.find.heads.attention import surgery_attention_on
 from surgery.find.heads.baseline import Sequential, unreachable_note
 from surgery.find.heads.benchmark import load_benchmark
-from surgery.find.heads.causal import PairRunner, knockout_report
+from surgery.find.heads.causal import PairRunner, knockout_edit, knockout_report, knockout_sets
 from surgery.find.heads.pairs import build_pairs
 from surgery.find.heads.scores import encode_pairs, option_token_ids
 from surgery.model.loading import load_model
@@ -43,7 +43,7 @@ def test_p_values_stopped_at_the_cap_and_without_stopping():
     assert stopped["stopped"] == "1 set(s) at least as effective"
     capped = rule.summary([1.0] * 19, tested=4.0)
     assert (capped["n"], capped["p"], capped["stopped"]) == (19, 1 / 20, "cap")
-    every = Sequential(10).summary([1.0, 5.0, 6.0] + [0.0] * 7, tested=4.0)  # without --screen: no stopping
+    every = Sequential(10).summary([1.0, 5.0, 6.0] + [0.0] * 7, tested=4.0)  # --exhaustive: no stopping
     assert (every["n"], every["p"], every["stopped"], every["stop_after"]) == (10, 3 / 11, "all sets", None)
     nan = rule.summary([1.0, 2.0], tested=float("nan"))  # ΔS_base = 0: nothing to beat
     assert nan["n"] == 1 and nan["p"] == 1.0
@@ -100,3 +100,33 @@ def test_the_knockout_report_stops_early_on_the_exhaustive_sets(tiny, small, lev
     first = Sequential(cap, level).first_chunk()
     assert (at is not None and at <= first) == early  # h = 4 (level 0.5) needs both sweeps; h = 1 stops in the first
     assert (spent[1] < spent[0]) == early
+
+
+@pytest.mark.parametrize("level", [0.5, 0.2])
+def test_with_every_baseline_pass_kept_the_sets_run_one_at_a_time(tiny, small, level):
+    """A runner that keeps every batch's baseline pass runs the random sets one at a time: the same
+    report as the exhaustive one's first sets, and no set after the stop (nor a baseline pass) is paid."""
+    path = char_model(tiny, "llama", CHAT)
+    model, tok = load_model(path), char_tokenizer(CHAT)
+    prompts, items, ids = encode_pairs(tok, small, "binding", True), [p.item for p in small], option_token_ids(tok)
+    heads, cap = [(2, 0)], 8
+    with surgery_attention_on(model):
+        every = knockout_report(PairRunner(model, prompts, items, ids, batch_size=3), heads, 3, 4, random_sets=cap)
+        runner = PairRunner(model, prompts, items, ids, batch_size=3)
+        runner.sweep([knockout_edit([(1, 1)])])  # keeps every batch's baseline pass
+        assert runner.holds_all()
+        flops = runner.counter.flops
+        stopped = knockout_report(runner, heads, 3, 4, random_sets=cap, level=level)
+        spent = runner.counter.flops - flops
+    effects = [r["effect_pct"] for r in every["random_sets"]]
+    n = Sequential(cap, level).stopped_at(effects, every["tested"]["effect_pct"]) or cap
+    assert stopped["random"]["n"] == n
+    np.testing.assert_equal(stopped["random_sets"], every["random_sets"][:n])
+    np.testing.assert_equal((stopped["tested"], stopped["control"]), (every["tested"], every["control"]))
+    sets = knockout_sets(heads, 3, 4, cap, seed=0)[: 2 + n]
+    alone = PairRunner(model, prompts, items, ids, batch_size=3)
+    with surgery_attention_on(model):
+        alone.sweep([knockout_edit([(1, 1)])])
+        flops = alone.counter.flops
+        alone.sweep([knockout_edit(h, q) for h, q in sets])
+    assert spent == alone.counter.flops - flops  # exactly the sets run, no baseline pass

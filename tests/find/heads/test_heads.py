@@ -279,25 +279,26 @@ def test_find_heads_says_how_much_work_it_will_do():
 
     # the default is the quickstart's measured procedure: 6.3–12.4 min for 4,608 prompt passes (96
     # pairs, 10 random sets), scaled to this run's 124,032.
-    assert work_note(1824, FindParams()) == (
+    assert work_note(1824, FindParams(exhaustive=True)) == (
         "1824 pairs: about 124,032 prompt passes (32 knockout passes); on 2 CPU cores a 135M "
         "model needs about 2.8–5.6 h for that (the quickstart's --max-pairs 96 --random-sets 10 "
         "took 6.3–12.4 min): use those on a CPU, or a GPU"
     )
-    # --screen: 3 + 3 heads put forward instead of 10, the backward one pass more
-    assert work_note(1824, FindParams(screen=True)) == (
-        f"1824 pairs: about {1824 * (6 + 2 * 28):,} prompt passes (28 knockout passes at most, the screen's "
-        "backward counted as one); on 2 CPU cores a 135M model needs about 2.6–5.1 h for that (the "
+    # the default, screened: at most discovery's top 10 knocked out alone (the screen's order stops
+    # earlier), the screen's pass with gradients one pass more
+    assert work_note(1824, FindParams()) == (
+        f"1824 pairs: about {1824 * (6 + 2 * 32):,} prompt passes (32 knockout passes at most, the screen's "
+        "backward counted as one); on 2 CPU cores a 135M model needs about 2.9–5.7 h for that (the "
         "quickstart's --max-pairs 96 --random-sets 10 took 6.3–12.4 min): use those on a "
         "CPU, or a GPU"
     )
-    assert "needs about 20–39 min for that" in work_note(300, FindParams(random_sets=10))
+    assert "needs about 20–39 min for that" in work_note(300, FindParams(random_sets=10, exhaustive=True))
     grid = len(set(FindParams().dose_grid) | set(FindParams().awareness_alphas)) - 1  # α = 1 is free
-    note = work_note(96, FindParams(random_sets=10, confirm=0, dose_response=True))
+    note = work_note(96, FindParams(random_sets=10, confirm=0, dose_response=True, exhaustive=True))
     assert note == (
         f"96 pairs: about {4 * 96 + (12 + 2 * grid) * 2 * 96:,} prompt passes ({12 + 2 * grid} knockout passes)"
     )
-    note = work_note(96, FindParams(random_sets=10, candidates=4, screen=True))
-    assert note == f"96 pairs: about {6 * 96 + 20 * 2 * 96:,} prompt passes (20 knockout passes at most, " + (
+    note = work_note(96, FindParams(random_sets=10, candidates=4))
+    assert note == f"96 pairs: about {6 * 96 + 22 * 2 * 96:,} prompt passes (22 knockout passes at most, " + (
         "the screen's backward counted as one)"
     )

@@ -109,6 +109,7 @@ def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_pa
         *FAST,
         "--confirm",
         "5",
+        "--exhaustive",
         "--out",
         tmp_path / "f.json",
     )
@@ -136,14 +137,15 @@ def test_find_heads_confirms_the_selection_by_single_head_knockouts(tiny, tmp_pa
     )
     edits = json.loads((tmp_path / "a" / "surgery.json").read_text())["recipe"]["edits"]
     assert [[e["layer"], e["head"]] for e in edits] == [[h["layer"], h["head"]] for h in conf["heads"][:4]]
-    # --screen: the screen's top 3 and discovery's top 3 knocked out alone, the screen shown beside them
-    out = main_stdout(
-        capsys, "find-heads", model, "--benchmark", bench, *FAST, "--screen", "--out", tmp_path / "s.json"
-    )
+    # the default: discovery's top 10 knocked out alone in the screen's order, its top 3 of them first,
+    # the screen shown beside them
+    out = main_stdout(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--out", tmp_path / "s.json")
     assert "Attribution-patching screen" in out
     sc = load_findings(tmp_path / "s.json", "heads").to_dict()
-    put = {(h["layer"], h["head"]) for h in sc["screen"]["heads"][:3] + sc["discovery"]["heads"][:3]}
-    assert {(h["layer"], h["head"]) for h in sc["confirmation"]["heads"]} == put
+    pool = [(h["layer"], h["head"]) for h in sc["discovery"]["heads"][:10]]
+    order = [(h["layer"], h["head"]) for h in sc["screen"]["heads"] if (h["layer"], h["head"]) in pool]
+    knocked = {(h["layer"], h["head"]) for h in sc["confirmation"]["heads"]}
+    assert set(order[:3]) <= knocked <= set(pool)
     assert all(h["screen_rank"] >= 1 for h in sc["confirmation"]["heads"])
     # --confirm 0: discovery's top heads, unconfirmed
     main_stdout(

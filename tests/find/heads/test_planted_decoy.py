@@ -9,7 +9,7 @@ prompts best, so discovery ranks them first and knocking out its top 3 removes n
 The criterion (support.planted_circuit.check_confirmed_selection, plus): find-heads' confirmed
 selection is exactly the brute-force circuit (every head whose own edge knockout removes at least
 CIRCUIT_EFFECT % of ΔS), and knocking it out removes most of ΔS, significantly, while discovery's
-top 3 are all outside the circuit; --screen selects the same heads.
+top 3 are all outside the circuit; the screened procedure (the default) selects what --exhaustive selects.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def decoy_truth() -> tuple[float, list]:
 
 @pytest.fixture(scope="module")
 def decoy_findings(tmp_path_factory) -> dict:
-    return find_heads_cli(DECOY, tmp_path_factory.mktemp("decoy"))
+    return find_heads_cli(DECOY, tmp_path_factory.mktemp("decoy"), "--exhaustive")
 
 
 def test_the_decoy_circuit_is_what_the_shipped_ground_truth_says(decoy_truth):
@@ -78,10 +78,10 @@ def test_confirmed_selection_recovers_the_circuit(decoy_findings, decoy_truth):
 
 @pytest.fixture(scope="module")
 def decoy_screened(tmp_path_factory) -> dict:
-    return find_heads_cli(DECOY, tmp_path_factory.mktemp("decoy-screened"), "--screen")
+    return find_heads_cli(DECOY, tmp_path_factory.mktemp("decoy-screened"))
 
 
 def test_the_screened_procedure_selects_what_the_exhaustive_one_selects(decoy_findings, decoy_screened):
-    """The screen puts the circuit forward although discovery ranks it last: --screen selects what
-    the default procedure (discovery's top 10 knocked out alone) selects."""
+    """The screen puts the circuit forward although discovery ranks it last: the default selects what
+    --exhaustive (discovery's top 10 knocked out alone) selects."""
     check_screen_agrees(decoy_screened, decoy_findings)

@@ -161,16 +161,19 @@ def test_dose_response_equals_full_whole_head_passes(tiny, small):
 
 def test_knockouts_and_dose_response_share_one_sweep(tiny, small):
     """Prefetched together (as find_heads does with --dose-response), the knockout report and the
-    dose-response are those of separate sweeps, for one baseline pass less; the full-pass count is
-    that of every condition asked for."""
+    dose-response are those of separate sweeps, for one baseline pass less; with the baseline passes
+    kept between sweeps (the default), separate sweeps cost no more; the full-pass count is that of
+    every condition asked for."""
     path = char_model(tiny, "qwen2", CHAT)
     model, tok = load_model(path), char_tokenizer(CHAT)
     heads, grid = [(1, 0), (2, 3)], (0.0, 1.0, 2.0)
     prompts = encode_pairs(tok, small, "binding", True)
     out = []
     with surgery_attention_on(model):
-        for together in (False, True):
-            runner = PairRunner(model, prompts, [p.item for p in small], option_token_ids(tok), batch_size=3)
+        for together, keep in ((False, 0), (True, 0), (False, causal.KEEP_BYTES)):
+            runner = PairRunner(
+                model, prompts, [p.item for p in small], option_token_ids(tok), batch_size=3, keep_bytes=keep
+            )
             flops = runner.counter.flops
             if together:
                 runner.prefetch(
@@ -179,21 +182,45 @@ def test_knockouts_and_dose_response_share_one_sweep(tiny, small):
                 )
             report = knockout_report(runner, heads, 3, 4, random_sets=3, seed=0)
             out.append((report, dose_response(runner, heads, grid), runner.counter.flops - flops, runner.full_flops))
-    (ko_a, dose_a, flops_a, full_a), (ko_b, dose_b, flops_b, full_b) = out
-    np.testing.assert_equal((ko_a, dose_a), (ko_b, dose_b))  # the same conditions on the same baseline: bit
-    # for bit (NaN, a CI the data do not give, equal to NaN)
+    (ko_a, dose_a, flops_a, full_a), (ko_b, dose_b, flops_b, full_b), (ko_c, dose_c, flops_c, full_c) = out
+    # the same conditions on the same baseline: bit for bit (NaN, a CI the data do not give, equal to NaN)
+    np.testing.assert_equal((ko_a, dose_a), (ko_b, dose_b))
+    np.testing.assert_equal((ko_a, dose_a), (ko_c, dose_c))
     full = runner.counter.full(prompts, 3)
     assert flops_a - flops_b == full  # the dose-response's α = 0 edge edit is the knockout: swept once
+    assert flops_c == flops_b  # the second sweep read the first one's baseline passes
     # as full passes: 2 + 3 knockouts, 2 edge-level and 2 whole-head α; the baseline S come from the
     # first sweep's own baseline passes (no full pass of their own)
-    assert full_a == full_b == (5 + 4) * full
+    assert full_a == full_b == full_c == (5 + 4) * full
+
+
+def test_knockouts_resume_from_the_scoring_pass(tiny, small):
+    """The scoring pass's recorded baseline passes (run_prompts' ``keep``) serve the knockouts: the same
+    S bit for bit as a runner's own baseline passes, and one full pass fewer; the screened scoring
+    pass's S and features are the plain pass's."""
+    path = char_model(tiny, "llama", CHAT)
+    model, tok = load_model(path), char_tokenizer(CHAT)
+    prompts, ids, items = encode_pairs(tok, small, "binding", True), option_token_ids(tok), [p.item for p in small]
+    edits = [knockout_edit(h, q) for h, q in knockout_sets([(1, 0), (2, 3)], 3, 4, 2, seed=0)]
+    with surgery_attention_on(model):
+        own = PairRunner(model, prompts, items, ids, batch_size=3)
+        kept = PairRunner(model, prompts, items, ids, batch_size=3)
+        plain = run_prompts(model, prompts, ids, batch_size=3, features=True)
+        scored = run_prompts(model, prompts, ids, batch_size=3, features=True, screen=True, keep=kept.keep)
+        kept.base = scored.s
+        np.testing.assert_array_equal(scored.s, plain.s)
+        np.testing.assert_array_equal(scored.features, plain.features)
+        np.testing.assert_array_equal(own.sweep(edits), kept.sweep(edits))
+        np.testing.assert_array_equal(own.base, kept.base)
+    assert len(kept.kept) == len(own.kept) > 0
+    assert own.counter.flops - kept.counter.flops == own.counter.full(prompts, 3)
 
 
 def _planted_findings(fixture, monkeypatch, full: bool) -> dict:
     if full:  # the old way: each knockout pass from the embeddings
         monkeypatch.setattr(causal.PairRunner, "sweep", full_pass_scores)
-    # the procedure whose every knockout is exact (the screen's guess of the selection runs resumed)
-    params = FindParams(benchmark=str(fixture / "benchmark.jsonl"), random_sets=10, batch_size=64)
+    # the exhaustive procedure: every candidate and every random set knocked out
+    params = FindParams(benchmark=str(fixture / "benchmark.jsonl"), random_sets=10, batch_size=64, exhaustive=True)
     pairs = build_pairs(load_benchmark(fixture / "benchmark.jsonl"), seed=0)
     out = find_heads(fixture, pairs, params, report=lambda m: None).to_dict()
     monkeypatch.undo()
@@ -276,7 +303,7 @@ def test_find_heads_prints_its_flops_before_it_starts_and_records_them(tiny, sma
             dose_response=dose,
             dose_grid=(0.0, 1.0, 2.0),
             awareness_alphas=(1.0,),
-            screen=screen,
+            exhaustive=not screen,
         ),
         progress=progress,
         report=said.append,

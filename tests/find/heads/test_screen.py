@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from surgery.find.heads.causal import effect
-from surgery.find.heads.screen import candidates, screen_heads, spearman
+from surgery.find.heads.screen import beyond_pool, pool_order, screen_heads, spearman, still_open
 
 
 def test_screened_effects_follow_the_knockout_formula():
@@ -25,11 +25,39 @@ def test_screened_effects_follow_the_knockout_formula():
     assert len(rows) == 4 and rows[1]["effect_pct"] == rows[2]["effect_pct"] == 0.0
 
 
-def test_the_heads_put_forward_are_both_tops_once_screen_first():
-    screened = [{"layer": 0, "head": 3}, {"layer": 1, "head": 0}, {"layer": 2, "head": 2}]
-    ranked = [(2, 2), (1, 1), (0, 0)]
-    assert candidates(screened, ranked, 2) == [(0, 3), (1, 0), (2, 2), (1, 1)]
-    assert candidates(screened, ranked, 3) == [(0, 3), (1, 0), (2, 2), (1, 1), (0, 0)]
+def _rows(effects: dict[tuple[int, int], float]) -> list[dict]:
+    rows = [{"layer": h[0], "head": h[1], "effect_pct": e} for h, e in effects.items()]
+    return sorted(rows, key=lambda r: -r["effect_pct"])
+
+
+def test_the_pool_is_knocked_out_in_the_screens_order():
+    screened = _rows({(0, 3): 9.0, (1, 0): 7.0, (2, 2): 5.0, (1, 1): 3.0, (0, 0): 1.0})
+    assert pool_order(screened, [(0, 0), (2, 2), (1, 1), (0, 3)]) == [(0, 3), (2, 2), (1, 1), (0, 0)]
+
+
+def test_a_head_stays_open_while_the_screens_error_leaves_it_a_chance():
+    """The selection's weakest exact effect (the k-th in confirmed order) against each remaining
+    head's screened effect plus the screen's largest error on the heads knocked out."""
+    screened = _rows({(0, 0): 10.0, (0, 1): 8.0, (0, 2): 6.0, (0, 3): 4.0, (0, 4): 1.0})
+    order = [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4)]
+    exact = [
+        {"layer": 0, "head": 0, "effect_pct": 11.0},
+        {"layer": 0, "head": 1, "effect_pct": 7.0},
+        {"layer": 0, "head": 2, "effect_pct": 5.5},  # weakest 5.5; largest error |8 − 7| = 1
+    ]
+    assert still_open(screened, order, exact, 3) == []  # 4 + 1 < 5.5
+    exact[2]["effect_pct"] = 4.5  # error 1.5: 4 + 1.5 ≥ 4.5, 1 + 1.5 < 4.5
+    assert still_open(screened, order, exact, 3) == [(0, 3)]
+    assert still_open(screened, order, exact[:2], 3) == [(0, 2), (0, 3), (0, 4)]  # fewer than k knocked out
+    exact[0]["effect_pct"] = math.nan  # an undefined comparison: every head stays open
+    assert still_open(screened, order, exact, 3) == [(0, 3), (0, 4)]
+
+
+def test_heads_beyond_the_pool_are_those_the_screen_puts_above_the_selection():
+    screened = _rows({(0, 0): 10.0, (0, 1): 8.0, (0, 2): 6.0, (0, 3): math.nan})
+    beyond = beyond_pool(screened, [(0, 1), (0, 2)], 7.0)
+    assert [(r["layer"], r["head"]) for r in beyond] == [(0, 0)]
+    assert beyond_pool(screened, [(0, 1)], math.nan) == []
 
 
 def test_spearman_of_screened_and_exact_effects():
