@@ -41,7 +41,10 @@ def frozen(model: nn.Module) -> Iterator[nn.Module]:
         yield model
     finally:
         for p in asked:
-            p.requires_grad_(True)
+            # a parameter made in inference mode (accelerate's disk offload loads weights that way) may
+            # have its flag set only there
+            with torch.inference_mode(p.is_inference()):
+                p.requires_grad_(True)
 
 
 def attributions(plan: AttentionPlan, s: torch.Tensor, layers: Sequence[int]) -> np.ndarray:
