@@ -13,6 +13,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from ..core.errors import CheckpointError
+from ..core.kernel_copy import kernel_copy
 
 STREAM_BLOCK = 16 << 20  # a patched file is streamed through memory this much at a time
 
@@ -55,7 +56,7 @@ def stream_patched(
         with ThreadPoolExecutor(max_workers=2) as pool:
             jobs: list = []
             pos, turn = 0, 0
-            kernel_copy = hasattr(os, "copy_file_range")  # Linux; until the kernel refuses it for these files
+            use_kernel = True  # until the kernel refuses to copy between these files
             while pos < size:
                 if stop is not None and stop.is_set():
                     raise CheckpointError(f"{src.name}: stopped, another shard failed")
@@ -80,9 +81,9 @@ def stream_patched(
                         break  # the rest of this chunk lands in the next block
                     pending = next(chunks, None)
                 jobs = [pool.submit(out_h.update, block)] + ([pool.submit(src_h.update, raw)] if hash_source else [])
-                if block is raw and kernel_copy:
-                    kernel_copy = _kernel_copy(fd_src, fd_dst, pos, n)
-                if block is not raw or not kernel_copy:
+                if block is raw and use_kernel:
+                    use_kernel = kernel_copy(fd_src, fd_dst, pos, pos, n)
+                if block is not raw or not use_kernel:
                     if os.pwrite(fd_dst, block, pos) != n:
                         raise OSError(errno.ENOSPC, "short write")
                 on_bytes(n)
@@ -92,25 +93,3 @@ def stream_patched(
         if pending is not None or next(chunks, None) is not None:
             raise CheckpointError(f"{src.name}: an edited tensor lies past the end of the file; it is truncated")
     return src_h.hexdigest() if hash_source else None, out_h.hexdigest()
-
-
-# What copy_file_range answers when it cannot copy between these two files (another filesystem, a
-# device such as /dev/null, an old kernel): the block is written with pwrite instead.
-_NO_KERNEL_COPY = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF)
-
-
-def _kernel_copy(fd_src: int, fd_dst: int, pos: int, n: int) -> bool:
-    """Copy ``n`` bytes at ``pos`` from ``fd_src`` to the same offset of ``fd_dst`` in the kernel; False
-    (nothing to rely on, the caller writes the block itself) when the kernel cannot copy between them."""
-    done = 0
-    try:
-        while done < n:
-            copied = os.copy_file_range(fd_src, fd_dst, n - done, pos + done, pos + done)
-            if copied == 0:
-                raise OSError(errno.EIO, "the source ended early while copying it")
-            done += copied
-    except OSError as exc:
-        if exc.errno not in _NO_KERNEL_COPY:
-            raise
-        return False
-    return True

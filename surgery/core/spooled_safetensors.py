@@ -23,15 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .kernel_copy import kernel_copy
 from .strict_files import load_json
 
 # Bytes copied by one pread/pwrite where the kernel cannot copy between the two files.
 COPY_BYTES = 16 << 20
 # Bytes handed to one write(): Linux writes at most about 2 GB per call.
 WRITE_BYTES = 1 << 30
-# What copy_file_range answers when it cannot copy between these two files (another filesystem, an
-# old kernel): the bytes are copied through a bounded buffer instead.
-_NO_KERNEL_COPY = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF)
 
 
 @dataclass(frozen=True)
@@ -128,17 +126,9 @@ def _write_all(fd: int, data: bytes | memoryview, pos: int) -> None:
 def _copy(src: int, dst: int, src_pos: int, dst_pos: int, n: int) -> None:
     """Copy ``n`` bytes from ``src`` at ``src_pos`` to ``dst`` at ``dst_pos``: in the kernel where it can,
     else through a buffer of ``COPY_BYTES``."""
-    done = 0
-    try:
-        while done < n:
-            copied = os.copy_file_range(src, dst, n - done, src_pos + done, dst_pos + done)
-            if copied == 0:
-                raise OSError(errno.EIO, "the spool ended early while copying it")
-            done += copied
+    if kernel_copy(src, dst, src_pos, dst_pos, n):
         return
-    except (OSError, AttributeError) as exc:  # AttributeError: no copy_file_range outside Linux
-        if isinstance(exc, OSError) and exc.errno not in _NO_KERNEL_COPY:
-            raise
+    done = 0
     while done < n:
         block = os.pread(src, min(COPY_BYTES, n - done), src_pos + done)
         if not block:
