@@ -6,7 +6,6 @@ taken in fp32. Sequences are right-padded and masked, so batching never changes 
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -131,36 +130,35 @@ def _continuation_scores(
     model, context_ids: list[tuple[int, ...]], continuations: list[tuple[int, list[int]]]
 ) -> list[float]:
     """Sum of log p(continuation) for each (context row, continuation tokens), the contexts (of one
-    length) run once: their last position scores every first token, and the later tokens run on
-    a copy of their context's key/value cache (the same attention as the joined sequence)."""
+    length) run once: their last position scores every first token, and the later tokens of every
+    continuation run in one forward pass on the contexts' key/value cache (the same attention as
+    the joined sequence), right-padded to the longest: a padded position comes after every real
+    one, so no real position attends to it."""
     device = _device(model)
     ids = torch.tensor(context_ids, dtype=torch.long, device=device)
-    # continuations of one length run together: no padding (most answers are a token or two)
-    by_length: dict[int, list[int]] = {}
-    for k, (_, cont) in enumerate(continuations):
-        if len(cont) > 1:
-            by_length.setdefault(len(cont), []).append(k)
+    longer = [k for k, (_, cont) in enumerate(continuations) if len(cont) > 1]
     with torch.inference_mode():
-        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=bool(by_length), logits_to_keep=1)
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=bool(longer), logits_to_keep=1)
         first = _target_logprobs(
             out.logits[[row for row, _ in continuations], -1],
             torch.tensor([cont[0] if cont else 0 for _, cont in continuations]),
         )
         parts = [[float(lp)] if cont else [] for lp, (_, cont) in zip(first.cpu(), continuations)]
-        for g, (n, same) in enumerate(by_length.items()):
-            conts = torch.tensor([continuations[k][1] for k in same], dtype=torch.long)
-            # the last group may use the context cache itself; the others take a copy (a forward extends it)
-            cache = out.cache if g == len(by_length) - 1 else copy.deepcopy(out.cache)
-            cache.reorder_cache(torch.tensor([continuations[k][0] for k in same], dtype=torch.long, device=device))
+        if longer:
             # the continuation's last token is only predicted, never an input
+            inputs, mask = _pad_right([continuations[k][1][:-1] for k in longer], 0)
+            cache = out.cache
+            cache.reorder_cache(torch.tensor([continuations[k][0] for k in longer], dtype=torch.long, device=device))
+            context_mask = torch.ones((len(longer), ids.shape[1]), dtype=torch.long)
             logits = model(
-                input_ids=conts[:, :-1].to(device),
-                attention_mask=torch.ones((len(same), ids.shape[1] + n - 1), dtype=torch.long, device=device),
+                input_ids=inputs.to(device),
+                attention_mask=torch.cat([context_mask, mask], dim=1).to(device),
                 cache=cache,
                 use_cache=True,
             ).logits
-            for k, lp in zip(same, _target_logprobs(logits, conts[:, 1:]).cpu()):
-                parts[k] += lp.tolist()
+            for row, k in enumerate(longer):
+                cont = continuations[k][1]
+                parts[k] += _target_logprobs(logits[row, : len(cont) - 1], torch.tensor(cont[1:])).cpu().tolist()
     # summed in float64, in token order
     return [float(torch.tensor(p, dtype=torch.float64).sum()) for p in parts]
 
@@ -206,20 +204,37 @@ def choose(logliks: Sequence[float], options: Sequence[str], normalize: bool) ->
 def next_token_logprobs(model, tokenizer, texts: Sequence[str], progress: Advance | None = None) -> list[torch.Tensor]:
     """log-softmax of the next-token logits at every position of each text (fp32, on CPU).
 
-    Under torchrun, of this rank's texts only (:func:`kl_divergence` adds the ranks up): the
-    reference and the model see the same shard, and vocab-wide rows never travel.
+    Texts of similar length run together, right-padded, at most ``ROWS_PER_CHUNK`` positions a
+    forward pass (a longer text alone): one short prompt per pass would leave most of each matrix
+    product's rows unused. Under torchrun, of this rank's texts only (:func:`kl_divergence` adds
+    the ranks up): the reference and the model see the same shard, and vocab-wide rows never travel.
     """
-    out = []
     device = _device(model)
     work = distributed.Shard(texts)
-    for text in work:
-        ids = torch.tensor([tokenizer(text)["input_ids"]], device=device)
+    seqs = [tokenizer(text)["input_ids"] for text in work]
+    out: list[torch.Tensor] = [torch.empty(0)] * len(seqs)
+    for batch in _position_batches([len(s) for s in seqs], ROWS_PER_CHUNK):
+        ids, mask = _pad_right([seqs[i] for i in batch], tokenizer.pad_token_id or 0)
         with torch.inference_mode():
-            out.append(torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1).cpu())
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+            for row, i in enumerate(batch):
+                out[i] = torch.log_softmax(logits[row, : len(seqs[i])].float(), dim=-1).cpu()
         if progress:
-            progress(1)
+            progress(len(batch))
     work.finish(progress)
     return out
+
+
+def _position_batches(lengths: Sequence[int], positions: int) -> list[list[int]]:
+    """Indices of ``lengths``, longest first, in batches whose padded size (rows × longest) stays
+    within ``positions`` (a longer sequence makes a batch of its own)."""
+    batches: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= positions:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
 
 
 def kl_divergence(

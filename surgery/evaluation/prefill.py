@@ -24,8 +24,7 @@ from typing import Any
 from torch import nn
 
 from ..core.sites import all_sites
-from ..model.hooks import model_architecture
-from ..model.upcast import decoder_layers
+from ..model.hooks import decoder_layers, model_architecture
 
 
 def lowest_layer(model: nn.Module, edits: Iterable[Any]) -> int:
@@ -34,7 +33,7 @@ def lowest_layer(model: nn.Module, edits: Iterable[Any]) -> int:
     layers = [site.layer for site in all_sites(model_architecture(model), edits)]
     if any(layer is None for layer in layers):
         return 0
-    return min(layers, default=len(list(decoder_layers(model))))
+    return min(layers, default=len(decoder_layers(model)))
 
 
 @dataclass
@@ -61,7 +60,7 @@ class Prefills:
         """Record what the unedited generation of ``texts`` inside this context computes in its prefill."""
         from transformers.cache_utils import DynamicLayer
 
-        layers = list(decoder_layers(model))
+        layers = decoder_layers(model)
         outputs: list[Any] = [None] * len(layers)
         caches: list[Any] = [None] * len(layers)
         calls = [0] * len(layers)
@@ -95,7 +94,7 @@ class Prefills:
         if recorded is None or below <= 0:
             yield
             return
-        layers = list(decoder_layers(model))[:below]
+        layers = decoder_layers(model)[:below]
         own = [layer.__dict__.get("forward") for layer in layers]  # a forward set on the instance (accelerate)
 
         def restore(i: int) -> None:

@@ -24,7 +24,7 @@ from ..core.staging import staged_output
 from ..core.strict_files import load_json
 from .header import GgufHeader, check_complete, read_gguf_header
 from .import_stream import SHARD_BYTES, plan_streamed, transformers_errors, write_streamed
-from .metadata_once import metadata_read_once
+from .metadata_once import metadata_read_once, tensor_name_maps_built_once
 
 MANIFEST_NAME = "surgery.gguf.json"  # not surgery.json: that name means "made by a bake"
 DTYPES = ("float32", "bfloat16")
@@ -133,7 +133,7 @@ def import_gguf(
         notes.append(msg)
         report(msg)
 
-    with staged_output(Path(out), [gguf_path], force, note) as tmp:
+    with staged_output(Path(out), [gguf_path], force, note) as tmp, tensor_name_maps_built_once():
         with metadata_read_once(gguf_path):  # config, processors' config and tokenizer: one reading
             plan = plan_streamed(header, dtype)
             if plan is None:

@@ -44,6 +44,14 @@ def model_architecture(model: nn.Module) -> Architecture:
     return architecture(model.config.to_dict())
 
 
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The decoder layers, in order, where the architecture table says they are."""
+    names = dict(model.named_modules())
+    arch = model_architecture(model)
+    prefix = arch.layer_prefix(names)
+    return [names[prefix.format(layer=i).rstrip(".")] for i in range(arch.geometry.num_layers)]
+
+
 def layer_module(model: nn.Module, arch: Architecture, layer: int, relative: str) -> nn.Module:
     """The submodule ``relative`` (e.g. ``mlp.down_proj``) of the table's layer ``layer``."""
     names = dict(model.named_modules())

@@ -21,7 +21,7 @@ RMSNorms and fused experts and would narrow float32 buffers (rotary frequencies)
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -97,28 +97,17 @@ def _owns_stored(module: nn.Module) -> bool:
     return any(t is not None and t.dtype in STORED for t in tensors)
 
 
-def decoder_layers(model: nn.Module) -> Iterator[nn.Module]:
-    """The decoder layers of a loaded model, found by the architecture table's layer prefix."""
-    from .hooks import model_architecture
-
-    names = dict(model.named_modules())
-    prefix = model_architecture(model).layer_prefix(names)
-    layer = 0
-    while (name := prefix.format(layer=layer).rstrip(".")) in names:
-        yield names[name]
-        layer += 1
-
-
 def attach(model: nn.Module) -> nn.Module:
     """Make ``model`` (loaded in a 16-bit dtype) compute in float32: each decoder layer is upcast
     whole for its call, and every other module holding 16-bit tensors is upcast on its own (the
     embeddings, final norm and head, or a layer's part called alone), but the vocabulary's table, which
     the embeddings and the head widen a part at a time, at most a decoder layer's size
     (model/vocab_table.py). Returns ``model``."""
+    from .hooks import decoder_layers
     from .vocab_table import attach_table
 
     _full_precision_buffers(model)
-    decoders = list(decoder_layers(model))
+    decoders = decoder_layers(model)
     table = attach_table(model, max(map(weight_count, decoders))) if decoders else set()
     layers = {id(m) for m in decoders}
     for module in model.modules():

@@ -118,7 +118,8 @@ def _model(case: str):
 def test_tail_reproduces_the_logits(case):
     """find-heads' resumed passes end with the table's tail (final norm, lm_head, logit multiplier,
     divisor, soft-cap): on the last decoder layer's output it gives the model's own logits."""
-    from surgery.find.heads.resume import decoder_layers, tail_logits
+    from surgery.find.heads.resume import tail_logits
+    from surgery.model.hooks import decoder_layers
 
     model = _model(case)
     seen = []

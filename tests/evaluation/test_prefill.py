@@ -10,9 +10,8 @@ import torch
 
 from surgery.core.edits import HeadScale
 from surgery.evaluation.prefill import Prefills, lowest_layer
-from surgery.model.hooks import applied
+from surgery.model.hooks import applied, decoder_layers
 from surgery.model.loading import load_model
-from surgery.model.upcast import decoder_layers
 
 NEW_TOKENS = 6
 TEXTS = ("first", "second", "third")  # the key a batch is recorded under
@@ -47,7 +46,7 @@ def _generate(model, around=None):
 def _mlp_calls(model, layer: int) -> list[int]:
     """A counter of layer ``layer``'s MLP calls (a replayed prefill does not run it)."""
     calls = [0]
-    mlp = list(decoder_layers(model))[layer].mlp
+    mlp = decoder_layers(model)[layer].mlp
     mlp.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     return calls
 

@@ -3,6 +3,7 @@ the metadata) becomes a checkpoint whose logits equal the model the GGUF was mad
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -236,3 +237,30 @@ def test_the_import_reads_the_metadata_once(tmp_path, monkeypatch):
     assert reads == [(str(src), False)]
     assert gguf_loading.load_gguf_checkpoint is counting
     assert once.manifest["files"] == unpatched.manifest["files"]
+
+
+def test_the_import_builds_gguf_py_name_map_once(tmp_path, monkeypatch):
+    """transformers asks gguf-py for the architecture's tensor-name map at every submodule it walks;
+    within an import each map is built once, the files are what the unshared builds give, and gguf-py's
+    function is put back afterwards."""
+    import gguf
+
+    from tests.support.typed_gguf import write_typed_gguf
+
+    src = tmp_path / "src.gguf"
+    write_typed_gguf(src, "Q8_0")
+    real, builds = gguf.get_tensor_name_map, []
+
+    def counting(arch, n_blocks):
+        builds.append((arch, n_blocks))
+        return real(arch, n_blocks)
+
+    monkeypatch.setattr(gguf, "get_tensor_name_map", counting)
+    once = import_gguf(src, tmp_path / "once")
+    assert len(builds) == len(set(builds)) == 1
+    assert gguf.get_tensor_name_map is counting
+    monkeypatch.setattr("surgery.gguf.importing.tensor_name_maps_built_once", contextlib.nullcontext)
+    builds.clear()
+    unshared = import_gguf(src, tmp_path / "unshared")
+    assert len(builds) > 1  # the submodules' walk without the shared map
+    assert once.manifest["files"] == unshared.manifest["files"]

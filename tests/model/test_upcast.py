@@ -130,7 +130,7 @@ def test_the_vocabulary_table_is_widened_a_part_at_a_time(tmp_path, case, monkey
     a padding token in the batch and without, in inference mode, with run-time edits, and where autograd
     records the call."""
     from surgery.model import vocab_table
-    from surgery.model.upcast import decoder_layers
+    from surgery.model.hooks import decoder_layers
     from surgery.model.widening import weight_count
 
     path = BIG_VOCAB[case](tmp_path / case)

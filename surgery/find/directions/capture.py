@@ -15,16 +15,8 @@ import torch
 from torch import nn
 
 from ...core.errors import SurgeryError
-from ...model.hooks import model_architecture
+from ...model.hooks import decoder_layers, model_architecture
 from ...model.placement import input_device
-
-
-def decoder_layers(model: nn.Module) -> list[nn.Module]:
-    """The decoder layers, in order."""
-    names = dict(model.named_modules())
-    arch = model_architecture(model)
-    prefix = arch.layer_prefix(names)
-    return [names[prefix.format(layer=i).rstrip(".")] for i in range(arch.geometry.num_layers)]
 
 
 def last_token_residuals(

@@ -25,9 +25,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...model.hooks import decoder_layers
 from .attention import AttentionPlan, active_plan
 from .prompts import Batch
-from .resume import Snapshot, _cache, _layer, decoder_layers, tail_logits
+from .resume import Snapshot, _cache, _layer, tail_logits
 
 
 @contextmanager

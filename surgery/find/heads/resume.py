@@ -29,7 +29,7 @@ from torch import nn
 from ...core.edits import HeadScale, NeuronScale
 from ...core.errors import SurgeryError
 from ...core.mcq import Encoded
-from ...model.hooks import applied, model_architecture
+from ...model.hooks import applied, decoder_layers, model_architecture
 from ...model.widening import weight_count
 from .attention import AttentionPlan, EdgeEdit, active_plan
 from .prompts import Batch
@@ -75,14 +75,6 @@ class Snapshot:
         so that a layer may rerun from its recorded call. Not so where a layer hands another its output
         (DeepSeek sparse attention's shared indexer layers get the previous layer's top-k keys)."""
         return all(not isinstance(v, torch.Tensor) or k in _PASS_INPUTS for call in self.calls for k, v in call.items())
-
-
-def decoder_layers(model: nn.Module) -> list[nn.Module]:
-    """The decoder layers, in order, where the architecture table says they are."""
-    names = dict(model.named_modules())
-    prefix = model_architecture(model).layer_prefix(names)
-    n = model.config.get_text_config().num_hidden_layers
-    return [names[prefix.format(layer=i).rstrip(".")] for i in range(n)]
 
 
 def tail_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
