@@ -15,7 +15,7 @@ from surgery.core.direction_edit import DirectionEdit
 from surgery.core.edits import HeadScale
 from surgery.core.prompts import formatted
 from surgery.evaluation.prefill import Prefills, lowest_layer
-from surgery.evaluation.shared_prefix import layout, next_token_logprobs, prefix_cache
+from surgery.evaluation.shared_prefix import layout, next_token_logprobs, prefix_cache, shared_layout
 from surgery.model.hooks import applied
 from surgery.model.loading import load_model
 from surgery.model.upcast import decoder_layers
@@ -72,6 +72,19 @@ def test_a_shared_prefix_gives_the_left_padded_answers_and_distributions(tiny):
     fast_tokens, fast_logits = _generate(model, shared, prefix_cache(model, shared, "k"))
     assert torch.equal(fast_tokens, tokens)
     torch.testing.assert_close(fast_logits, logits, rtol=1e-5, atol=1e-5)
+    with torch.inference_mode():
+        plain = model(input_ids=padded.ids, attention_mask=padded.mask, position_ids=padded.positions())
+    expected = plain.logits[:, -1].float().log_softmax(-1)
+    torch.testing.assert_close(next_token_logprobs(model, rows, PAD, "k"), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_with_sliding_window_layers_gets_the_left_padded_batch(tiny):
+    torch.set_num_threads(1)
+    model = load_model(tiny("gemma3_text", num_hidden_layers=4))
+    rows = _rows()
+    assert shared_layout(model, rows, PAD).shared == 0
+    assert prefix_cache(model, layout(rows, PAD), "k") is None
+    padded = layout(rows, PAD, share=False)
     with torch.inference_mode():
         plain = model(input_ids=padded.ids, attention_mask=padded.mask, position_ids=padded.positions())
     expected = plain.logits[:, -1].float().log_softmax(-1)
