@@ -116,7 +116,9 @@ def run_measured(cmd: list[str], cwd: Path, env: dict[str, str], done=None, log:
             if pid:
                 break
             if done is not None and not stopped and done():
-                proc.send_signal(signal.SIGTERM)
+                # os.kill, not proc.send_signal: that polls first, and would reap a child that has
+                # exited on its own (heretic does at its menu without a terminal), losing its rusage
+                os.kill(proc.pid, signal.SIGTERM)
                 stopped = True
             time.sleep(POLL_S)
     return {

@@ -10,7 +10,7 @@ is stored or printed. The project ships no such prompt set; the user gives promp
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import torch
 from ..core import distributed
 from ..core.errors import ParameterError
 from ..core.prompts import formatted
+from .shared_prefix import Around, prefix_cache, shared_layout
 
 
 def read_markers(path: str | Path) -> list[str]:
@@ -33,11 +34,6 @@ def read_markers(path: str | Path) -> list[str]:
     return markers
 
 
-# Given a batch's formatted texts: the context its generation runs in (evaluation.prefill's recording
-# or replaying of the unedited prefill).
-Around = Callable[[tuple[str, ...]], AbstractContextManager[None]]
-
-
 def _answers(
     model,
     tokenizer,
@@ -47,19 +43,22 @@ def _answers(
     around: Around | None = None,
     until: Sequence[str] = (),
 ) -> list[str]:
-    """Greedy answers (decoded, special tokens dropped) to the already formatted texts of ``batch``;
-    ``until``: lower-cased markers that end a row's answer once it holds one (see :class:`_UntilMarker`)."""
+    """Greedy answers (decoded, special tokens dropped) to the already formatted texts of ``batch``, the
+    prefix they share computed once (evaluation.shared_prefix); ``until``: lower-cased markers that end
+    a row's answer once it holds one (see :class:`_UntilMarker`)."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     device = next(model.parameters()).device
-    enc = tokenizer(list(batch), return_tensors="pt", padding=True, padding_side="left", add_special_tokens=special)
-    start = enc["input_ids"].shape[1]
+    lay = shared_layout(model, [tokenizer(t, add_special_tokens=special)["input_ids"] for t in batch], pad)
+    cache = prefix_cache(model, lay, tuple(batch), around)
+    start = lay.ids.shape[1]
     from transformers import StoppingCriteriaList
 
     stop = StoppingCriteriaList([_UntilMarker(tokenizer, start, until)] if until else [])
     with torch.inference_mode(), nullcontext() if around is None else around(tuple(batch)):
         out = model.generate(
-            input_ids=enc["input_ids"].to(device),
-            attention_mask=enc["attention_mask"].to(device),
+            input_ids=lay.ids.to(device),
+            attention_mask=lay.mask.to(device),
+            cache=cache,
             max_new_tokens=max_new_tokens,
             do_sample=False,
             pad_token_id=pad,

@@ -16,7 +16,7 @@ by concatenation, never in place); a batch whose cache is any other kind is gene
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -50,14 +50,16 @@ def _cache_of(kwargs: dict[str, Any]) -> Any:
 
 
 class Prefills:
-    """The unedited prefills of the batches a model answers, keyed by the batch's formatted texts."""
+    """The unedited prefills of the batches a model answers, keyed by the batch's pass (its formatted
+    texts; their shared prefix's pass: ("prefix", texts), evaluation.shared_prefix)."""
 
     def __init__(self) -> None:
-        self.batches: dict[tuple[str, ...], _Recorded | None] = {}  # None: not replayable
+        self.batches: dict[Hashable, _Recorded | None] = {}  # None: not replayable
 
     @contextmanager
-    def recording(self, model: nn.Module, texts: tuple[str, ...]) -> Iterator[None]:
-        """Record what the unedited generation of ``texts`` inside this context computes in its prefill."""
+    def recording(self, model: nn.Module, texts: Hashable) -> Iterator[None]:
+        """Record what the unedited generation (or pass) of ``texts`` inside this context computes in its
+        prefill."""
         from transformers.cache_utils import DynamicLayer
 
         layers = decoder_layers(model)
@@ -87,7 +89,7 @@ class Prefills:
         self.batches[texts] = _Recorded(outputs, caches) if whole else None
 
     @contextmanager
-    def replaying(self, model: nn.Module, texts: tuple[str, ...], below: int) -> Iterator[None]:
+    def replaying(self, model: nn.Module, texts: Hashable, below: int) -> Iterator[None]:
         """Inside this context the generation of ``texts`` takes layers 0…``below``-1's prefill from
         the recorded unedited one (when there is one); their decode steps run as always."""
         recorded = self.batches.get(texts)
@@ -125,13 +127,17 @@ class Prefills:
 
 def _takes(cache: Any, i: int, layer: Any) -> bool:
     """Whether layer ``i`` of ``cache`` may be set to the recorded cache layer ``layer``: a cache held
-    where it is computed (not offloaded), with a slot for layer ``i`` of the recorded kind."""
+    where it is computed (not offloaded), with a slot for layer ``i`` of the recorded kind, empty or
+    holding only a shared prefix (fewer positions than the recorded layer, which begins with them)."""
     if cache is None or getattr(cache, "offloading", False) or not hasattr(cache, "layers"):
         return False
     make = getattr(cache, "layer_class_to_replicate", None)
     while make is not None and len(cache.layers) <= i:  # a cache made without a config grows its layers
         cache.layers.append(make())
-    return len(cache.layers) > i and type(cache.layers[i]) is type(layer) and not cache.layers[i].is_initialized
+    if len(cache.layers) <= i or type(cache.layers[i]) is not type(layer):
+        return False
+    mine = cache.layers[i]
+    return not mine.is_initialized or mine.get_seq_length() < layer.get_seq_length()
 
 
 def _fresh(output: Any) -> Any:

@@ -5,10 +5,10 @@ the peak weight and its layer, the width over which the weight falls, the floor 
 share of the peak), and which residual writers are edited. The effect is how much the edit lowers
 the marker rate (the share of greedy answers holding one of the user's markers) on the tune split
 of the behaviour prompts; the cost the mean first-token KL on the neutral prompts, both read through
-the chat template when the tokenizer has one (as heretic-llm reads its harmless prompts). Answers are
-generated with the edit hooked in at run time (model.hooks.applied), their prefill below the lowest
-edited layer replayed from the unedited one (evaluation.prefill); the KL's passes resume from the
-lowest edited layer (runtime.py).
+the chat template when the tokenizer has one (as heretic-llm reads its harmless prompts). Answers and
+the KL's passes run with the edit hooked in at run time (model.hooks.applied), the prefix the chat
+template gives every prompt computed once a batch (evaluation.shared_prefix), and the layers below
+the lowest edited one replayed from the unedited passes (evaluation.prefill).
 """
 
 from __future__ import annotations
@@ -19,17 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ... import __version__
 from ...core import distributed
 from ...core.architectures import Architecture, architecture
 from ...core.checkpoint import Checkpoint
 from ...core.edits import Recipe
-from ...core.mcq import Encoded
 from ...core.progress import Progress, silent
 from ...core.prompts import formatted
 from ...evaluation.markers import marker_hits
 from ...evaluation.prefill import Prefills, lowest_layer
+from ...evaluation.shared_prefix import next_token_logprobs
 from ...model.hooks import applied
 from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
 from ..directions.ablate import direction_recipe
@@ -39,7 +40,7 @@ from ..findings import ModelIdentity
 from .confirm import mean_ci
 from .params import TuneParams
 from .record import HeldOutConfirmation, SplitSizes, TuneRecord
-from .runtime import first_token_kl, gather, last_logprobs, record
+from .runtime import first_token_kl
 from .search import front_and_choice, run_search, trial_record
 from .split import split_rows
 from .study import study_description
@@ -92,28 +93,46 @@ def describe(drawn: dict[str, Any]) -> str:
 
 class DirectionTrials:
     """The behaviour prompts and the neutral prompts of one split: the unedited marker hits and the
-    neutral prompts' recorded passes, kept for every trial."""
+    neutral prompts' next-token distributions, and the unedited passes of both, kept for every trial."""
 
     def __init__(self, model, tokenizer, prompts: Sequence[str], neutral: Sequence[str], params: TuneParams, markers):
         self.model, self.tokenizer, self.prompts, self.markers, self.params = model, tokenizer, prompts, markers, params
         # The KL reads the neutral prompts as the model reads the behaviour prompts (and heretic-llm its
         # harmless ones): through the chat template when the tokenizer has one.
         texts, special = formatted(tokenizer, tuple(neutral), "auto")
-        encoded = [Encoded(tuple(tokenizer(t, add_special_tokens=special)["input_ids"]), {}) for t in texts]
-        self.neutral = record(model, encoded, params.batch_size)
-        self.neutral_base = last_logprobs(model, self.neutral, ())
-        self.prefills = Prefills()
+        self.neutral = [tuple(tokenizer(t, add_special_tokens=special)["input_ids"]) for t in texts]
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.prefills = Prefills()  # the unedited passes (recorded by the unedited measures below)
+        self.neutral_base = self.logprobs(())[1]
         self.base = self.hits(())
+
+    def around(self, edits):
+        """The context of each pass under ``edits``: none records the unedited pass, an edit replays it
+        below its lowest layer (evaluation.prefill: the same numbers, fewer FLOPs)."""
+        if edits:
+            return partial(self.prefills.replaying, self.model, below=lowest_layer(self.model, edits))
+        return partial(self.prefills.recording, self.model)
+
+    def logprobs(self, edits) -> tuple[list[int], torch.Tensor]:
+        """(this rank's neutral prompts, their next-token log-softmax under ``edits``), in batches (under
+        torchrun each rank computes whole batches of its own)."""
+        size = self.params.batch_size
+        work = distributed.Shard(range(len(self.neutral)), chunk=size)
+        rows = []
+        with applied(self.model, edits):
+            for start in range(0, len(work.units), size):
+                batch = work.units[start : start + size]
+                key = ("neutral", *batch)
+                rows.append(
+                    next_token_logprobs(self.model, [self.neutral[i] for i in batch], self.pad, key, self.around(edits))
+                )
+        return work.mine, (torch.cat(rows) if rows else torch.empty((0, 0)))
 
     def hits(self, edits) -> np.ndarray:
         """Per prompt: whether its greedy answer under ``edits`` holds a marker (under torchrun each
-        rank answers whole batches of its own). The unedited answers record each batch's prefill; an
-        edit's reuse it below its lowest layer (evaluation.prefill: the same answers, fewer FLOPs)."""
+        rank answers whole batches of its own)."""
         work = distributed.Shard(self.prompts, chunk=self.params.batch_size)
-        if edits:
-            around = partial(self.prefills.replaying, self.model, below=lowest_layer(self.model, edits))
-        else:
-            around = partial(self.prefills.recording, self.model)
+        around = self.around(edits)
         with applied(self.model, edits):
             mine = marker_hits(
                 self.model,
@@ -130,8 +149,9 @@ class DirectionTrials:
 
     def measure(self, edits) -> tuple[np.ndarray, np.ndarray]:
         """(marker hits per prompt, first-token KL per neutral prompt) under ``edits``."""
-        kl = first_token_kl(self.neutral_base, last_logprobs(self.model, self.neutral, edits))
-        return self.hits(edits), gather(self.neutral, kl)
+        mine, edited = self.logprobs(edits)
+        kl = distributed.gather_rows(len(self.neutral), mine, first_token_kl(self.neutral_base, edited))
+        return self.hits(edits), kl
 
 
 def tune_direction(
