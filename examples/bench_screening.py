@@ -74,6 +74,43 @@ def cross_spearman(screened: HeadsFindings, exhaustive: HeadsFindings) -> float:
     return spearman([e for e, _ in exact], [x for _, x in exact])
 
 
+def phases(model: str, found: dict[str, HeadsFindings], batch_size: int) -> dict[str, dict[str, float]]:
+    """Each run's FLOPs by phase, in full passes over the binding prompts (Counter's formulas: what
+    the run counted, every knockout priced as a resumed sweep that changes every batch)."""
+    from surgery.api.heads import _pairs
+    from surgery.find.heads.params import FindParams
+    from surgery.find.heads.resume import Counter
+    from surgery.find.heads.scores import encode_pairs
+    from surgery.model.loading import load_model, load_tokenizer
+
+    first = next(iter(found.values()))  # both runs measured the same pairs
+    fields = FindParams().to_dict().keys()
+    _, pairs = _pairs(FindParams(**{k: v for k, v in (first.parameters or {}).items() if k in fields}))
+    tokenizer, instruct = load_tokenizer(model), first.prompt_format == "instruct"
+    counter, b = Counter.of(load_model(model)), batch_size
+    binding, knowledge = (encode_pairs(tokenizer, pairs, probe, instruct) for probe in ("binding", "knowledge"))
+    full = counter.full(binding, b)
+
+    def knockout(heads: list, span: str = "tested") -> int:
+        return counter.resumed(binding, b, span, min(layer for layer, _ in heads))
+
+    out = {}
+    for name, f in found.items():
+        screened = f.screen is not None
+        flops = {
+            "scoring": full,
+            "knowledge probe": counter.shared(knowledge, b),
+            "screen forward": counter.screen_forward(binding, b) if screened else 0,
+            "screen backward": counter.backward(binding, b) if screened else 0,
+            "confirmations": sum(knockout([(h.layer, h.head)]) for h in f.confirmation.heads),
+            "selection + control": knockout(f.selected_heads) + knockout(f.selected_heads, "control"),
+            "random sets": sum(knockout(r.heads) for r in f.knockout.random_sets),
+            "denominator": f.cost["forward_flops_full_passes"],
+        }
+        out[name] = {k: v / full for k, v in flops.items()}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
@@ -100,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         record[name] = summary(f, time.perf_counter() - start, args.level)
         found[name] = f
     record["spearman_screen_vs_exhaustive"] = cross_spearman(found["screened"], found["exhaustive"])
+    for name, split in phases(args.model, found, args.batch_size).items():
+        record[name]["phases_full_passes"] = split
     for name in ("screened", "exhaustive"):
         r = record[name]
         heads = ", ".join(f"{layer}.{head}" for layer, head in r["selected_heads"])
@@ -109,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             f"selected {heads}; knockout {r['effect_pct']:.1f} % {_ci(r['ci95'])}; random sets {r['random_sets_run']} "
             f"({r['random_stopped']}), p {r['random_p']:.3f}; {r['conclusion']}"
         )
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in r["phases_full_passes"].items() if k != "denominator")
+        print(f"{'':>10}  in binding full passes of {r['phases_full_passes']['denominator']:.1f}: {parts}")
     print(
         f"Spearman of screened and exact single-head effects: {record['screened']['spearman']:.2f} over the "
         f"screened run's {record['screened']['confirmed']} heads, {record['spearman_screen_vs_exhaustive']:.2f} "

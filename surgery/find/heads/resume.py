@@ -440,12 +440,19 @@ class Counter:
             )
         return total
 
-    def resumed_bound(self, prompts: Sequence[Encoded], batch_size: int, span: str) -> int:
-        """The most FLOPs one edge edit from ``span`` can cost resumed (heads in layer 0)."""
+    def resumed(self, prompts: Sequence[Encoded], batch_size: int, span: str, layer: int = 0) -> int:
+        """FLOPs of one edge edit of heads from ``layer`` on, queries ``span``, as :func:`resume` counts
+        it where the edit changes a row of every batch (it stops early otherwise): the first edited
+        layer on every position, the layers above from the batch's first ``span`` token, the tail."""
         total = 0
         for b in self._batches(prompts, batch_size):
             length = max(len(p.ids) for p in b)
             firsts = [length - len(p.ids) + min(p.spans[span]) if self.resumable else 0 for p in b if p.spans.get(span)]
             if firsts:  # the first edited layer runs full length (resume's bit-exact check)
-                total += self.pass_flops(len(b), length, min(firsts), 1) + self.layer_flops(len(b), length, 0, 0, 1)
+                total += self.pass_flops(len(b), length, min(firsts), layer + 1)
+                total += self.layer_flops(len(b), length, 0, layer, layer + 1)
         return total
+
+    def resumed_bound(self, prompts: Sequence[Encoded], batch_size: int, span: str) -> int:
+        """The most FLOPs one edge edit from ``span`` can cost resumed (heads in layer 0)."""
+        return self.resumed(prompts, batch_size, span, 0)

@@ -20,6 +20,9 @@ import torch
 
 from ...core.mcq import Encoded
 
+# logits_to_keep for a pass whose logits are never read: no position.
+NONE = torch.zeros(0, dtype=torch.long)
+
 
 def token_order_groups(prompts: Sequence[Encoded], batch_size: int) -> list[list[int]]:
     """Row indices in batches of ``batch_size``, prompts sorted by their token ids (neighbours share
@@ -57,7 +60,11 @@ def last_token_logits(model, rows: Sequence[Encoded], pad_id: int, device: torch
     cache = DynamicCache()
     if shared:
         prefix = torch.tensor([ids[0][:shared]], dtype=torch.long, device=device)
-        model(input_ids=prefix, attention_mask=torch.ones_like(prefix), cache=cache, use_cache=True, logits_to_keep=1)
+        # only its keys/values are read: no position's logits (an empty index, so no lm_head work;
+        # the layers, hence the cache, are the same whatever logits_to_keep says)
+        model(
+            input_ids=prefix, attention_mask=torch.ones_like(prefix), cache=cache, use_cache=True, logits_to_keep=NONE
+        )
         cache = DynamicCache(
             [
                 (layer.keys.expand(len(rows), -1, -1, -1), layer.values.expand(len(rows), -1, -1, -1))

@@ -216,6 +216,23 @@ def test_knockouts_resume_from_the_scoring_pass(tiny, small):
     assert own.counter.flops - kept.counter.flops == own.counter.full(prompts, 3)
 
 
+def test_counter_prices_a_resumed_edge_edit_as_the_sweep_counts_it(tiny, small):
+    """Counter.resumed (the per-phase split of examples/bench_screening.py) is what a sweep that
+    changes every batch adds up, for random head sets and the control span."""
+    path = char_model(tiny, "llama", CHAT)
+    model, tok = load_model(path), char_tokenizer(CHAT)
+    prompts = encode_pairs(tok, small, "binding", True)
+    with surgery_attention_on(model):
+        runner = PairRunner(model, prompts, [p.item for p in small], option_token_ids(tok), batch_size=3)
+        runner.sweep([knockout_edit([(0, 0)])])  # runs the baseline passes, and keeps them
+        sets = random_head_sets(3, 4, 2, 3, [], seed=1)
+        for heads, span in [(h, "tested") for h in sets] + [(sets[0], "control")]:
+            before = runner.counter.flops
+            (s,) = runner.sweep([knockout_edit(heads, span)])
+            assert not np.array_equal(s, runner.base)
+            assert runner.counter.flops - before == runner.counter.resumed(prompts, 3, span, min(heads)[0])
+
+
 def _planted_findings(fixture, monkeypatch, full: bool) -> dict:
     if full:  # the old way: each knockout pass from the embeddings
         monkeypatch.setattr(causal.PairRunner, "sweep", full_pass_scores)

@@ -12,7 +12,7 @@ from surgery.find.heads.attention import surgery_attention_on
 from surgery.find.heads.benchmark import load_benchmark
 from surgery.find.heads.pairs import build_pairs
 from surgery.find.heads.scores import encode_pairs, option_token_ids, run_prompts, s_scores
-from surgery.find.heads.shared_prefix import common_prefix, token_order_groups
+from surgery.find.heads.shared_prefix import common_prefix, last_token_logits, token_order_groups
 from surgery.model.loading import load_model
 from tests.support.binding import CHAT, char_model, write_small_benchmark
 from tests.support.tokenizer import char_tokenizer
@@ -53,6 +53,56 @@ def test_shared_prefix_scores_equal_one_prompt_per_pass(tiny, small, arch):
     window = getattr(model.config.get_text_config(), "sliding_window", None)
     if window:  # the mask keeps the window counted from the prefix's first token
         assert window < max(len(p.ids) for p in prompts), "the tiny config's window must be exercised"
+
+
+def prefix_then_tails(model, rows, pad: int) -> torch.Tensor:
+    """last_token_logits with the prefix pass computing its last position's logits (that nothing
+    reads): the reference its pass without lm_head work must equal bit for bit."""
+    from transformers import DynamicCache
+
+    ids = [r.ids for r in rows]
+    shared = common_prefix(ids)
+    tails = [row[shared:] for row in ids]
+    width = max(len(t) for t in tails)
+    batch = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), shared + width), dtype=torch.long)
+    mask[:, :shared] = 1
+    for b, tail in enumerate(tails):
+        batch[b, : len(tail)] = torch.tensor(tail)
+        mask[b, shared : shared + len(tail)] = 1
+    cache = DynamicCache()
+    prefix = torch.tensor([ids[0][:shared]])
+    model(input_ids=prefix, attention_mask=torch.ones_like(prefix), cache=cache, use_cache=True, logits_to_keep=1)
+    cache = DynamicCache(
+        [(c.keys.expand(len(rows), -1, -1, -1), c.values.expand(len(rows), -1, -1, -1)) for c in cache.layers]
+    )
+    last = torch.tensor([len(t) - 1 for t in tails])
+    keep = torch.unique(last)
+    out = model(input_ids=batch, attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=keep)
+    return out.logits[torch.arange(len(rows)), torch.searchsorted(keep, last)]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_prefix_pass_without_logits_changes_no_bit(tiny, small, arch):
+    """The prefix pass computes no logits (nothing reads them): every row's logits are those of a
+    prefix pass that computed its last position's, bit for bit, on every architecture."""
+    path = char_model(tiny, arch, CHAT)
+    model, tok = load_model(path), char_tokenizer(CHAT)
+    prompts = encode_pairs(tok, small, "knowledge", True)
+    counted = []
+    head = model.get_output_embeddings()
+    handle = head.register_forward_hook(lambda module, args, out: counted.append(args[0].shape[:-1].numel()))
+    try:
+        for group in token_order_groups(prompts, 3):
+            rows = [prompts[i] for i in group]
+            assert common_prefix([r.ids for r in rows]) > 0
+            with torch.inference_mode():
+                counted.clear()
+                ours = last_token_logits(model, rows, 0, torch.device("cpu"))
+                assert counted[0] == 0, "the prefix pass ran lm_head on a position"
+                assert torch.equal(ours, prefix_then_tails(model, rows, 0))
+    finally:
+        handle.remove()
 
 
 def test_common_prefix_leaves_every_row_a_token():
