@@ -21,6 +21,10 @@ Advance = Callable[[int], None]  # one measurement's advance(n); see surgery.cor
 MAX_WINDOW = 1024  # tokens per perplexity window (longer texts are split, without overlap)
 # positions whose logits are turned into log-probabilities at once (bounds the fp32 temporaries)
 ROWS_PER_CHUNK = 256
+# KL prompts go to torchrun ranks this many consecutive prompts at a time, and batches form within
+# such a chunk: a prompt shares its forward pass with the same others in one process as under
+# torchrun, so both give the same bits (a batch's shape can change a row's rounding).
+KL_CHUNK = 16
 
 
 def _device(model) -> torch.device:
@@ -201,27 +205,35 @@ def choose(logliks: Sequence[float], options: Sequence[str], normalize: bool) ->
     return max(range(len(scores)), key=scores.__getitem__)
 
 
+def kl_prompt_shard(n: int) -> list[int]:
+    """The indices of the ``n`` KL prompts this torchrun rank measures (all of them in one process)."""
+    return distributed.shard(range(n), KL_CHUNK)
+
+
 def next_token_logprobs(model, tokenizer, texts: Sequence[str], progress: Advance | None = None) -> list[torch.Tensor]:
     """log-softmax of the next-token logits at every position of each text (fp32, on CPU).
 
-    Texts of similar length run together, right-padded, at most ``ROWS_PER_CHUNK`` positions a
-    forward pass (a longer text alone): one short prompt per pass would leave most of each matrix
-    product's rows unused. Under torchrun, of this rank's texts only (:func:`kl_divergence` adds
-    the ranks up): the reference and the model see the same shard, and vocab-wide rows never travel.
+    Of every ``KL_CHUNK`` consecutive texts, those of similar length run together, right-padded, at
+    most ``ROWS_PER_CHUNK`` positions a forward pass (a longer text alone): one short prompt per pass
+    would leave most of each matrix product's rows unused. Under torchrun, of this rank's texts only
+    (:func:`kl_prompt_shard`; :func:`kl_divergence` adds the ranks up): the reference and the model
+    see the same shard, and vocab-wide rows never travel.
     """
     device = _device(model)
-    work = distributed.Shard(texts)
-    seqs = [tokenizer(text)["input_ids"] for text in work]
+    mine = kl_prompt_shard(len(texts))
+    seqs = [tokenizer(texts[i])["input_ids"] for i in mine]
     out: list[torch.Tensor] = [torch.empty(0)] * len(seqs)
-    for batch in _position_batches([len(s) for s in seqs], ROWS_PER_CHUNK):
-        ids, mask = _pad_right([seqs[i] for i in batch], tokenizer.pad_token_id or 0)
-        with torch.inference_mode():
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-            for row, i in enumerate(batch):
-                out[i] = torch.log_softmax(logits[row, : len(seqs[i])].float(), dim=-1).cpu()
-        if progress:
-            progress(len(batch))
-    work.finish(progress)
+    for start in range(0, len(seqs), KL_CHUNK):  # this rank's chunks lie end to end in ``mine``
+        lengths = [len(s) for s in seqs[start : start + KL_CHUNK]]
+        for batch in ([start + i for i in b] for b in _position_batches(lengths, ROWS_PER_CHUNK)):
+            ids, mask = _pad_right([seqs[i] for i in batch], tokenizer.pad_token_id or 0)
+            with torch.inference_mode():
+                logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+                for row, i in enumerate(batch):
+                    out[i] = torch.log_softmax(logits[row, : len(seqs[i])].float(), dim=-1).cpu()
+            if progress:
+                progress(len(batch))
+    distributed.catch_up(progress, len(mine), len(texts))
     return out
 
 
@@ -270,7 +282,7 @@ def kl_divergence(
     }
     if languages is not None:
         n = len(languages)
-        every = distributed.gather_rows(n, distributed.shard(range(n)), np.array(first, dtype=np.float64))
+        every = distributed.gather_rows(n, kl_prompt_shard(n), np.array(first, dtype=np.float64))
         out["first_token"] = {
             **_spread(every),
             "per_language": {

@@ -35,6 +35,7 @@ from ..core.staging import atomic_write_bytes, atomic_write_text
 from ..core.strict_files import load_json
 from ..model.loading import LoadSpec, compute_dtype
 from ..model.placement import dtype_name, resolve_device
+from .lm import kl_prompt_shard
 
 FORMAT = "surgery-eval-source"
 VERSION = 1
@@ -120,7 +121,7 @@ def read(json_path: Path, tensors_path: Path, key: dict[str, Any], n_prompts: in
             if entry["kl_prompts"] != n_prompts or file_sha256(tensors_path) != entry["tensors_sha256"]:
                 return None
             with safe_open(str(tensors_path), framework="pt") as f:
-                reference = [f.get_tensor(f"prompt.{i}") for i in distributed.shard(range(n_prompts))]
+                reference = [f.get_tensor(f"prompt.{i}") for i in kl_prompt_shard(n_prompts)]
         metrics, details = entry["metrics"], entry["details"]
         if not isinstance(metrics, dict) or not isinstance(details, dict) or entry["sha256"] != _content_sha256(entry):
             return None
@@ -199,7 +200,7 @@ def gather_reference(mine: list[torch.Tensor], n_prompts: int) -> list[torch.Ten
         return mine
     import numpy as np
 
-    indices = distributed.shard(range(n_prompts))
+    indices = kl_prompt_shard(n_prompts)
     lengths = distributed.gather_rows(n_prompts, indices, np.array([len(t) for t in mine], dtype=np.int64))
     starts = np.concatenate([[0], np.cumsum(lengths)])
     rows = [r for i in indices for r in range(int(starts[i]), int(starts[i + 1]))]

@@ -28,10 +28,6 @@ BIAS, BINDING = FIXTURES / "bias_model", FIXTURES / "binding_model"
 PAIRS = BIAS / "pairs.jsonl"
 HEADS = ["--benchmark", BINDING / "benchmark.jsonl", "--max-pairs", "32", "--random-sets", "2", "--confirm", "3"]
 RTOL = 1e-5
-# eval batches each rank's KL prompts together, so a rank's batches differ from one process's: a KL
-# between near-equal distributions takes the log-probabilities' float rounding whole (absolute, not
-# relative to its own small size; tests/evaluation/test_eval_cache.py)
-KL_ATOL = 1e-7
 SKIP_KEYS = {"created", "seconds"}  # the wall clock, not a finding
 
 
@@ -72,7 +68,7 @@ def assert_close(a: Any, b: Any, where: str = "") -> None:
         for i, (x, y) in enumerate(zip(a, b)):
             assert_close(x, y, f"{where}[{i}]")
     elif isinstance(a, float) and not (isinstance(b, float) and math.isnan(a) and math.isnan(b)):
-        assert b == pytest.approx(a, rel=RTOL, abs=KL_ATOL if "kl" in where else 1e-12), where
+        assert b == pytest.approx(a, rel=RTOL, abs=1e-12), where
     else:
         assert a == b, where
 
