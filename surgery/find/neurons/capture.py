@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ...core.errors import SurgeryError
+from ...core.freed_memory import trim_heap
 from ...model.hooks import layer_module, model_architecture
 from ...model.placement import input_device
 
@@ -119,6 +120,8 @@ def capture_pooled(
                 )
             rows = [torch.cat([pooled[layer, m] for m in modules], dim=-1) for layer in chosen]
             on_batch(start, torch.stack(rows, dim=1).cpu())
+            pooled.clear()
+            trim_heap()  # the batch's freed activations: the peak is then one batch's, not every batch's
             progress(len(batch))
     finally:
         for h in handles:

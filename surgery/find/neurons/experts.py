@@ -27,6 +27,7 @@ from torch import nn
 
 from ...core.architectures import Architecture
 from ...core.errors import SurgeryError
+from ...core.freed_memory import trim_heap
 from ...model.expert_twin import expert_blocks, expert_intermediate, routed_inputs
 from ...model.hooks import layer_module, model_architecture
 from ...model.placement import input_device
@@ -201,6 +202,8 @@ def capture_experts(
             rows = [torch.cat([routed[la]] + ([shared[la]] if la in shared else []), dim=-1) for la in layers]
             pooled = torch.stack([_padded(row, width) for row in rows], dim=1)
             on_batch(start, pooled, torch.stack([shares.get(la, no_routing) for la in layers], dim=1))
+            routed.clear(), shares.clear(), shared.clear()
+            trim_heap()  # the batch's freed activations: the peak is then one batch's (core/freed_memory.py)
             progress(len(batch))
     finally:
         for h in handles:
