@@ -24,8 +24,8 @@ from typing import Any
 
 from ...core import e4m3
 from ...core.checkpoint import Checkpoint, TensorInfo
-from ...model.dequantized import Filler, Scaling, attach_scalings, held_dtype, without_quantization
-from .storage import ScaleLayout, dequantize, expand, layout
+from ...model.dequantized import Filler, Scaling, attach_scalings, column_scaler, held_dtype, without_quantization
+from .storage import ScaleLayout, dequantize, layout
 
 
 def whole_blocks(ckpt: Checkpoint) -> bool:
@@ -124,7 +124,7 @@ def load_bytes(ckpt: Checkpoint, config, dtype) -> Any:
         scaling = _fp8_scaling(*_scale_of(ckpt, info))
 
         def decode(raw, parts, scaling=scaling):
-            wide = raw.view(torch.float8_e4m3fn).to(torch.float32)  # e4m3 → float32 is exact
+            wide = _e4m3_values(raw)
             scaling(wide)
             return wide
 
@@ -143,6 +143,18 @@ def attach_scales(model, ckpt: Checkpoint) -> None:
     attach_scalings(model, ckpt.config, ckpt.tensors, scalings, "FP8 weight")
 
 
+def _e4m3_values(raw):
+    """The float32 values of e4m3 bytes (a uint8 tensor), exact: surgery's table of the 256 codes, looked
+    up by numpy on a CPU (4× torch's own conversion there), by torch elsewhere."""
+    import numpy as np
+    import torch
+
+    table = e4m3.values()
+    if raw.device.type == "cpu":
+        return torch.from_numpy(np.take(table, raw.numpy()))
+    return torch.from_numpy(table).to(raw.device)[raw.long()]
+
+
 def _scale_of(ckpt: Checkpoint, info: TensorInfo):
     """The float32 scales of the FP8 weight ``info`` (a numpy array) and its layout."""
     from safetensors import safe_open
@@ -155,7 +167,18 @@ def _scale_of(ckpt: Checkpoint, info: TensorInfo):
 
 
 def _fp8_scaling(scale, lay: ScaleLayout) -> Scaling:
-    """An FP8 weight's scales spread over its elements, as :func:`~.storage.dequantize` applies them."""
+    """An FP8 weight's scales applied to its elements as :func:`~.storage.dequantize` applies them (each
+    element times its block's float32 scale): the scale grid's rows spread over the weight's rows, then
+    each column times its column block's (a view for whole blocks: no weight-sized scale array is made)."""
+    import numpy as np
     import torch
 
-    return lambda block: block.mul_(torch.from_numpy(expand(scale, lay, 0, *block.shape)).to(block.device))
+    grid = torch.from_numpy(np.ascontiguousarray(scale.reshape(-1, 1) if scale.ndim < 2 else scale))
+
+    def apply(block):
+        n_rows, n_cols = block.shape
+        rows = (torch.arange(n_rows) // lay.rows).clamp_(max=grid.shape[0] - 1)
+        cols = (np.arange(n_cols) // lay.cols).clip(max=grid.shape[1] - 1)
+        column_scaler(cols, grid.shape[1])(block, grid.index_select(0, rows))
+
+    return apply
