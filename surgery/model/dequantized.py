@@ -7,7 +7,8 @@ them: the architecture table's ``fused_homes``). For float32 compute, a checkpoi
 weights are stored in one 16-bit dtype (:func:`held_dtype`) is not dequantized whole (4 bytes a
 weight): its weights are held as their stored values, exact in that dtype, and each is multiplied by
 its scales only for its layer's call (:func:`attach_scalings`, model/upcast.py), so memory stays near
-twice the quantized file. surgery/formats/fp8/hold.py and surgery/formats/int_packed/hold.py say what
+twice the quantized file; held as their stored bytes (:func:`hold_packed`), at the file's size, and so
+also where the other weights are all float32. surgery/formats/fp8/hold.py and surgery/formats/int_packed/hold.py say what
 each format holds.
 """
 
