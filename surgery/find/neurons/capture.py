@@ -118,10 +118,14 @@ def capture_pooled(
                     f"the forward pass never reached {site} of layers {missing}; "
                     f"is {arch.model_type} laid out as surgery/core/architectures/ says?"
                 )
-            rows = [torch.cat([pooled[layer, m] for m in modules], dim=-1) for layer in chosen]
-            on_batch(start, torch.stack(rows, dim=1).cpu())
+            batch_pooled = torch.stack(
+                [torch.cat([pooled[layer, m] for m in modules], dim=-1) for layer in chosen], dim=1
+            ).cpu()
             pooled.clear()
-            trim_heap()  # the batch's freed activations: the peak is then one batch's, not every batch's
+            # The batch's freed activations go back before on_batch makes its arrays: the peak is then
+            # one batch's, not every batch's heap holes.
+            trim_heap()
+            on_batch(start, batch_pooled)
             progress(len(batch))
     finally:
         for h in handles:

@@ -201,9 +201,11 @@ def capture_experts(
             no_routing = torch.full((n, g.num_experts), float("nan"))
             rows = [torch.cat([routed[la]] + ([shared[la]] if la in shared else []), dim=-1) for la in layers]
             pooled = torch.stack([_padded(row, width) for row in rows], dim=1)
-            on_batch(start, pooled, torch.stack([shares.get(la, no_routing) for la in layers], dim=1))
+            routing = torch.stack([shares.get(la, no_routing) for la in layers], dim=1)
+            del rows
             routed.clear(), shares.clear(), shared.clear()
-            trim_heap()  # the batch's freed activations: the peak is then one batch's (core/freed_memory.py)
+            trim_heap()  # the batch's freed activations, before on_batch's arrays (core/freed_memory.py)
+            on_batch(start, pooled, routing)
             progress(len(batch))
     finally:
         for h in handles:
