@@ -29,6 +29,14 @@ def return_freed_memory() -> None:
     """Free what only reference cycles still hold (a model's modules and hooks), then give the C heap's
     free pages back to the operating system where the C library can."""
     gc.collect()
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """Give the C heap's free pages back to the operating system where the C library can (no garbage
+    collection: cheap enough, well under a millisecond, to call once per forward pass). A batch's
+    activations freed between the small tensors it keeps leave holes the next batch's do not always fit
+    in, so a loop of forward passes grows the heap by a batch's worth each time otherwise."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)

@@ -7,7 +7,8 @@ them: the architecture table's ``fused_homes``). For float32 compute, a checkpoi
 weights are stored in one 16-bit dtype (:func:`held_dtype`) is not dequantized whole (4 bytes a
 weight): its weights are held as their stored values, exact in that dtype, and each is multiplied by
 its scales only for its layer's call (:func:`attach_scalings`, model/upcast.py), so memory stays near
-twice the quantized file. surgery/formats/fp8/hold.py and surgery/formats/int_packed/hold.py say what
+twice the quantized file; held as their stored bytes (:func:`hold_packed`), at the file's size, and so
+also where the other weights are all float32. surgery/formats/fp8/hold.py and surgery/formats/int_packed/hold.py say what
 each format holds.
 """
 
@@ -112,11 +113,15 @@ def fused_homes(config, stored, loaded) -> dict[str, tuple[str, int, tuple[int, 
     return arch.fused_homes(stored, loaded)
 
 
-def held_dtype(ckpt: Checkpoint, model_class, quantized: set[str]) -> Any:
+def held_dtype(ckpt: Checkpoint, model_class, quantized: set[str], wide: bool = False) -> Any:
     """The 16-bit torch dtype every tensor of ``ckpt`` but its ``quantized`` ones (the stored values and
     their scales) is stored in, or float32 where ``model_class`` (transformers) keeps it in float32
     whatever the load dtype (``_keep_in_fp32_modules_strict``, e.g. DeepSeek-V3's router bias); None
-    when another is wider: loading it in 16 bits would round it."""
+    when another is wider: loading it in 16 bits would round it. ``wide`` (a caller that holds its
+    quantized weights as their stored bytes, :func:`hold_packed`, which needs no 16-bit load): a rest
+    stored wholly in float32, as a float32 import is, is held too, in float32."""
+    import torch
+
     from .upcast import stored_dtype
 
     kept32 = tuple(getattr(model_class, "_keep_in_fp32_modules_strict", None) or ())
@@ -125,7 +130,12 @@ def held_dtype(ckpt: Checkpoint, model_class, quantized: set[str]) -> Any:
         for n, info in ckpt.tensors.items()
         if n not in quantized and not (info.dtype == "F32" and any(k in n for k in kept32))
     }
-    return stored_dtype(rest) if rest else None
+    if not rest:
+        return None
+    floats = {info.dtype for info in rest.values() if info.dtype in ("F64", "F32", "F16", "BF16")}
+    if wide and floats == {"F32"}:
+        return torch.float32
+    return stored_dtype(rest)
 
 
 # A weight's scaling: multiplies its held values, widened to float32 ([rows, cols], contiguous), by its
@@ -185,20 +195,24 @@ def attach_scalings(model, config, stored: Iterable[str], scalings: dict[str, Sc
 
 def hold_packed(model, name: str, packed, parts: dict[str, Any], decode: Callable) -> None:
     """Hold the weight ``name`` of ``model`` (a parameter on the meta device, from model/by_name.py) as its
-    stored bytes ``packed`` (a uint8 tensor, two or more codes a byte) and its stored ``parts`` (scales,
+    stored bytes ``packed`` (a uint8 tensor: one e4m3 value, or two or more codes, a byte) and its stored ``parts`` (scales,
     global scale: buffers of its module named ``<leaf>_<part>``), made its float32 values only for its
     layer's call (model/upcast.py) by ``decode(bytes, parts)``: the parameter's float32 values ([out, in] for
     a linear's weight, [experts, in, out] for gpt-oss's fused experts).
 
-    The bytes are a Parameter of the module's dtype, viewed, not converted (``packed`` must have an even
-    number of bytes a row): the layer's upcast then finds it as it finds a 16-bit weight, and it asks for
+    The bytes are a Parameter of the module's dtype (bfloat16 in a float32 module), viewed, not converted
+    (``packed`` must have an even number of bytes a row): the layer's upcast then finds it as it finds a 16-bit weight, and it asks for
     a gradient as a loaded weight does (torch picks its matmul path by that: model/upcast.py)."""
     import torch
+
+    from .widening import STORED
 
     owner, _, leaf = name.rpartition(".")
     module = model.get_submodule(owner)
     old = module._parameters[leaf]
-    module._parameters[leaf] = torch.nn.Parameter(packed.view(old.dtype), requires_grad=old.requires_grad)
+    # A 16-bit view is what the layer's upcast widens; in a float32 model (a float32 rest) it is bfloat16.
+    view = old.dtype if old.dtype in STORED else torch.bfloat16
+    module._parameters[leaf] = torch.nn.Parameter(packed.view(view), requires_grad=old.requires_grad)
     for part, value in parts.items():
         module.register_buffer(f"{leaf}_{part}", value, persistent=False)
 

@@ -1,7 +1,8 @@
-"""FP8 checkpoints load for computation dequantized, on a CPU: every parameter equals the one of a
-plain float32 copy holding the same values (e4m3 × scale), bit for bit — through transformers'
-dequantization where its blocks are whole, through surgery's own where they are not; and so the logits,
-to float32 summation order (tests.support.models.assert_same_function)."""
+"""FP8 checkpoints load for computation dequantized, on a CPU: every weight (a held one's as its layer
+computes with it) equals the one of a plain float32 copy holding the same values (e4m3 × scale), bit for
+bit — through transformers' dequantization where its blocks are whole, through surgery's own where they
+are not or where the e4m3 bytes are held; and so the logits, to float32 summation order
+(tests.support.models.assert_same_function)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import torch
 
 from surgery.core.checkpoint import Checkpoint
 from surgery.formats.fp8.hold import whole_blocks
+from surgery.model.dequantized import holds_codes
 from surgery.model.loading import LoadSpec, load_model
+from surgery.model.upcast import computed_value
 from tests.support.fp8 import build_fp8, dequantized_copy
 from tests.support.models import assert_same_function
 
@@ -35,8 +38,12 @@ def test_an_fp8_checkpoint_loads_as_its_dequantized_copy(tmp_path, layout, block
     got, want = dict(fp8_model.named_parameters()), dict(plain.named_parameters())
     assert sorted(got) == sorted(want)
     assert str(fp8_model.dtype) == f"torch.{dtype}"
+    # In float32 the e4m3 bytes are held (a float32 rest, loaded by name): the weights are what each layer
+    # computes with; in bfloat16 the model is dequantized whole.
+    assert holds_codes(fp8_model) is (dtype == "float32")
     for name, value in want.items():
-        assert torch.equal(got[name], value), name
+        owner, _, leaf = name.rpartition(".")
+        assert torch.equal(computed_value(fp8_model.get_submodule(owner), leaf).to(value.dtype), value), name
     assert type(fp8_model.model.layers[0].mlp.down_proj) is torch.nn.Linear  # nothing left quantized
 
 
@@ -145,3 +152,40 @@ def test_fp8_is_dequantized_whole_where_holding_it_in_16_bits_would_round_or_is_
     whole = load_model(src, _spec("float32"))
     assert not holds_codes(whole) and {p.dtype for p in whole.parameters()} == {torch.float32}
     assert torch.equal(whole.model.norm.weight, tensors["model.norm.weight"])
+
+
+# A float32 rest (an FP8 checkpoint made from a float32 import): only the e4m3 bytes can be held.
+BYTES = [("block", (8, 8)), ("block", (24, 24)), ("per-tensor", (8, 8)), ("per-channel", (8, 8))]
+
+
+@pytest.mark.parametrize(("layout", "block"), BYTES, ids=["block8", "block24-partial", "per-tensor", "per-channel"])
+def test_a_float32_fp8_checkpoint_holds_its_e4m3_bytes_and_computes_as_the_whole_dequantization(
+    tmp_path, monkeypatch, layout, block
+):
+    """Its other tensors float32: each e4m3 weight's parameter is its file's bytes (one a weight), the model
+    holds at most 1.5× the file, and every weight and the logits, with and without run-time edits, are the
+    model dequantized whole's, bit for bit."""
+    from safetensors import safe_open
+
+    from surgery.formats.fp8 import Fp8
+    from tests.support.held import assert_packed_computes_as_sixteen
+
+    src = build_fp8(tmp_path / "fp8", layout, block)  # every other tensor float32
+    held = load_model(src, _spec("float32"))
+    monkeypatch.setattr(Fp8, "layerwise_dtype", lambda self, ckpt, config: None)  # dequantized whole
+    whole = load_model(src, _spec("float32"))
+    assert holds_codes(held) and not holds_codes(whole)
+    with safe_open(src / "model.safetensors", "pt") as f:
+        for name in f.keys():
+            stored = f.get_tensor(name)
+            if stored.dtype == torch.float8_e4m3fn:
+                assert torch.equal(held.get_parameter(name).detach().view(torch.uint8), stored.view(torch.uint8))
+    assert_packed_computes_as_sixteen(held, whole, src, _batch(int(Checkpoint(src).config["vocab_size"])))
+
+
+def test_fp8_bytes_whose_rows_are_an_odd_number_of_bytes_are_dequantized_whole(tmp_path):
+    """A 16-bit view needs an even number of bytes a row: down_proj 33 wide is not held, and with a float32
+    rest the model is then dequantized whole (float32 compute cannot hold e4m3 values in a float32 load)."""
+    src = build_fp8(tmp_path / "fp8", "per-tensor", (8, 8), intermediate_size=33)
+    model = load_model(src, _spec("float32"))
+    assert not holds_codes(model) and {p.dtype for p in model.parameters()} == {torch.float32}

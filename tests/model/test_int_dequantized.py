@@ -207,3 +207,31 @@ def test_held_as_stored_it_holds_the_file_and_computes_as_the_16_bit_hold_bit_fo
             stored = f.get_tensor(w.codes.name)
             assert torch.equal(packed.get_parameter(name).detach().view(stored.dtype), stored), name
     assert_packed_computes_as_sixteen(packed, sixteen, src, _batch())
+
+
+@pytest.mark.parametrize("layout", ["w4a16-g8", "w4a16-g8-asym", "int8-channel"])
+def test_a_float32_integer_checkpoint_holds_its_codes_as_stored_and_computes_as_its_decoded_copy(tmp_path, layout):
+    """Its other tensors float32 (a float32 import compressed): there is no 16-bit dtype to hold codes less
+    zero points in, but the codes as stored need none: the model holds at most 1.5× the file, its weights as
+    computed are the decoded copy's bit for bit, and its logits, with and without run-time edits, the copy's
+    to float32 summation order."""
+    from surgery.model.dequantized import holds_codes
+    from surgery.model.hooks import applied, model_architecture
+    from surgery.model.upcast import computed_value
+    from tests.support.coverage import proof_edits
+
+    src, copy = int_packed.decoded_pair(tmp_path, layout, dtype=torch.float32)
+    held, plain = load_model(src, CPU), load_model(copy, CPU)
+    assert holds_codes(held) and held_bytes(held) <= 1.5 * file_bytes(src)
+    modules = dict(held.named_modules())
+    for name, value in plain.named_parameters():
+        owner, _, leaf = name.rpartition(".")
+        assert torch.equal(computed_value(modules[owner], leaf), value), name
+    with torch.no_grad():
+        assert_same_function(held(**_batch()).logits, plain(**_batch()).logits, plain)
+        edits = [e for group in proof_edits(model_architecture(plain)).values() for e in group]
+        with applied(plain, edits):
+            want = plain(**_batch()).logits
+        with applied(held, edits):
+            got = held(**_batch()).logits
+    assert_same_function(got, want, plain)

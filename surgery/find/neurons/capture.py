@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ...core.errors import SurgeryError
+from ...core.freed_memory import trim_heap
 from ...model.hooks import layer_module, model_architecture
 from ...model.placement import input_device
 
@@ -117,8 +118,14 @@ def capture_pooled(
                     f"the forward pass never reached {site} of layers {missing}; "
                     f"is {arch.model_type} laid out as surgery/core/architectures/ says?"
                 )
-            rows = [torch.cat([pooled[layer, m] for m in modules], dim=-1) for layer in chosen]
-            on_batch(start, torch.stack(rows, dim=1).cpu())
+            batch_pooled = torch.stack(
+                [torch.cat([pooled[layer, m] for m in modules], dim=-1) for layer in chosen], dim=1
+            ).cpu()
+            pooled.clear()
+            # The batch's freed activations go back before on_batch makes its arrays: the peak is then
+            # one batch's, not every batch's heap holes.
+            trim_heap()
+            on_batch(start, batch_pooled)
             progress(len(batch))
     finally:
         for h in handles:

@@ -27,6 +27,7 @@ from torch import nn
 
 from ...core.architectures import Architecture
 from ...core.errors import SurgeryError
+from ...core.freed_memory import trim_heap
 from ...model.expert_twin import expert_blocks, expert_intermediate, routed_inputs
 from ...model.hooks import layer_module, model_architecture
 from ...model.placement import input_device
@@ -200,7 +201,11 @@ def capture_experts(
             no_routing = torch.full((n, g.num_experts), float("nan"))
             rows = [torch.cat([routed[la]] + ([shared[la]] if la in shared else []), dim=-1) for la in layers]
             pooled = torch.stack([_padded(row, width) for row in rows], dim=1)
-            on_batch(start, pooled, torch.stack([shares.get(la, no_routing) for la in layers], dim=1))
+            routing = torch.stack([shares.get(la, no_routing) for la in layers], dim=1)
+            del rows
+            routed.clear(), shares.clear(), shared.clear()
+            trim_heap()  # the batch's freed activations, before on_batch's arrays (core/freed_memory.py)
+            on_batch(start, pooled, routing)
             progress(len(batch))
     finally:
         for h in handles:

@@ -66,12 +66,12 @@ class PairSums:
             for sums in (self.abs_sum, self.signed_sum, self.mag_sum, self.reached):
                 sums[category] = np.zeros(pooled_1.shape[1:], dtype=np.float64)
         diff = pooled_1 - pooled_2
-        both = np.isfinite(diff)
+        missed = ~np.isfinite(diff)  # an expert a prompt did not reach: counts as 0
         self.counts[category] += diff.shape[0]
-        self.reached[category] += both.sum(axis=0)
-        self.abs_sum[category] += np.where(both, np.abs(diff), 0.0).sum(axis=0)
-        self.signed_sum[category] += np.where(both, diff * signs[:, None, None], 0.0).sum(axis=0)
-        self.mag_sum[category] += np.where(both, np.abs(pooled_1) + np.abs(pooled_2), 0.0).sum(axis=0)
+        self.reached[category] += diff.shape[0] - missed.sum(axis=0)
+        self.abs_sum[category] += _zeroed(np.abs(diff), missed).sum(axis=0)
+        self.signed_sum[category] += _zeroed(diff * signs[:, None, None], missed).sum(axis=0)
+        self.mag_sum[category] += _zeroed(np.abs(pooled_1) + np.abs(pooled_2), missed).sum(axis=0)
 
     def add_routing(self, category: str, share_1: np.ndarray, share_2: np.ndarray, signs: np.ndarray) -> None:
         """Add the routing shares ([pairs, layers, experts]) of some pairs of one category."""
@@ -175,6 +175,12 @@ def accumulate_pair_sums(
             site=site or DOWN_PROJ_INPUT,
         )
     return sums
+
+
+def _zeroed(values: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """``values`` with ``where`` set to 0, in place: one batch-sized array less than ``np.where`` makes."""
+    values[where] = 0.0
+    return values
 
 
 def minmax_rows(x: np.ndarray) -> np.ndarray:

@@ -55,10 +55,17 @@ class Fp8(StoredFormat):
 
     def load(self, ckpt: Checkpoint, config: Any, held: bool, from_pretrained: Callable[..., Any]) -> Any:
         """Dequantized by transformers where that is exact (whole blocks), else by surgery: every weight
-        filled in float32 or, ``held``, its e4m3 values scaled as each layer runs."""
+        filled in float32 or, ``held``, its e4m3 values (its bytes where the model loads by name) scaled
+        as each layer runs."""
         from ...model.dequantized import quiet_load
-        from .hold import attach_scales, fill_weights, load_arguments, whole_blocks
+        from ...model.widening import STORED
+        from .hold import attach_scales, fill_weights, load_arguments, load_bytes, whole_blocks
 
+        if held:
+            dtype = self.layerwise_dtype(ckpt, config)
+            if (model := load_bytes(ckpt, config, dtype)) is not None:
+                return model
+            held = dtype in STORED  # a float32 rest holds only the bytes: else the weights are dequantized whole
         whole = whole_blocks(ckpt)
         with quiet_load(held or not whole):
             model = from_pretrained(**load_arguments(ckpt, config, held=held))

@@ -9,10 +9,13 @@ and each FP8 weight is then replaced by surgery's own dequantization (storage.py
 time (model/dequantized.py's ``Filler``: a mixture of experts stored one tensor per expert goes to its
 rows of the fused 3-D parameters).
 
-For float32 compute, a checkpoint whose other weights are stored in one 16-bit dtype is not
-dequantized whole (4 bytes a weight): its e4m3 values are loaded in that dtype (exact: e4m3 fits
-bfloat16 and float16), and each decoder layer's weights are dequantized, with surgery's own exact
-arithmetic, only for the layer's call (model/upcast.py), so memory stays near twice the FP8 file.
+For float32 compute, a checkpoint whose other weights are stored in one 16-bit dtype, or all in
+float32 (a float32 import quantized), is not dequantized whole (4 bytes a weight): where transformers
+loads every other tensor under its own name (model/by_name.py), each e4m3 weight is held as its stored
+bytes (:func:`load_bytes`, memory near the FP8 file's size), else its e4m3 values are loaded in the
+16-bit dtype (exact: e4m3 fits bfloat16 and float16); either way each decoder layer's weights are
+dequantized, with surgery's own arithmetic, only for the layer's call (model/upcast.py), to the same
+float32 values bit for bit.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from typing import Any
 
 from ...core import e4m3
 from ...core.checkpoint import Checkpoint, TensorInfo
-from ...model.dequantized import Filler, Scaling, attach_scalings, held_dtype, without_quantization
-from .storage import ScaleLayout, dequantize, expand, layout
+from ...model.dequantized import Filler, Scaling, attach_scalings, column_scaler, held_dtype, without_quantization
+from .storage import ScaleLayout, dequantize, layout
 
 
 def whole_blocks(ckpt: Checkpoint) -> bool:
@@ -80,11 +83,54 @@ def fill_weights(model, ckpt: Checkpoint) -> None:
 
 
 def layerwise_dtype(ckpt: Checkpoint, model_class) -> Any:
-    """The 16-bit torch dtype to hold ``ckpt``'s FP8 values in for layer-by-layer dequantization, or
-    None to dequantize it whole (:func:`held_dtype`)."""
-    scheme = ckpt.format.scheme
-    weights = [n for n, info in ckpt.tensors.items() if info.dtype == e4m3.DTYPE]
-    return held_dtype(ckpt, model_class, {*weights, *(scheme.scale_name(n) for n in weights)}) if weights else None
+    """The dtype to load ``ckpt`` in for layer-by-layer dequantization, or None to dequantize it whole
+    (:func:`held_dtype`): its other weights' 16-bit dtype, or float32 where they are all float32 and its
+    e4m3 weights can be held as their bytes (:func:`load_bytes`)."""
+    weights = _fp8_weights(ckpt)
+    if not weights:
+        return None
+    bytes_held = all(len(info.shape) == 2 and info.shape[1] % 2 == 0 for info in weights.values())
+    return held_dtype(ckpt, model_class, _stored_names(ckpt, weights), wide=bytes_held)
+
+
+def _fp8_weights(ckpt: Checkpoint) -> dict[str, TensorInfo]:
+    return {n: info for n, info in ckpt.tensors.items() if info.dtype == e4m3.DTYPE}
+
+
+def _stored_names(ckpt: Checkpoint, weights) -> set[str]:
+    """The FP8 weights' tensors and their scales' (what a held load does not take as it is stored)."""
+    return {*weights, *(ckpt.format.scheme.scale_name(n) for n in weights)}
+
+
+def load_bytes(ckpt: Checkpoint, config, dtype) -> Any:
+    """``ckpt``'s model (transformers ``config``, without its quantization) in ``dtype`` (:func:`layerwise_dtype`),
+    each FP8 weight held as its stored e4m3 bytes (one a weight: half the 16-bit hold, a quarter of float32)
+    and made float32 (e4m3 × its scales, as :func:`attach_scales` does) for its layer's call; None where
+    transformers would not load the other tensors by their names (model/by_name.py: fused experts, a
+    module kept in float32, a tensor such as an activation scale that is no parameter) or a weight's row
+    is an odd number of bytes (not a 16-bit Parameter's)."""
+    import torch
+
+    from ...model.by_name import finish, load_by_name, read_tensor
+    from ...model.dequantized import hold_packed
+
+    weights = _fp8_weights(ckpt)
+    if not weights or any(len(info.shape) != 2 or info.shape[1] % 2 for info in weights.values()):
+        return None
+    model = load_by_name(ckpt, without_quantization(config), dtype, _stored_names(ckpt, weights), weights)
+    if model is None:
+        return None
+    for name, info in weights.items():
+        scaling = _fp8_scaling(*_scale_of(ckpt, info))
+
+        def decode(raw, parts, scaling=scaling):
+            wide = _e4m3_values(raw)
+            scaling(wide)
+            return wide
+
+        hold_packed(model, name, read_tensor(ckpt.path, info).view(torch.uint8), {}, decode)
+    finish(model, ckpt, "FP8 weight")
+    return model
 
 
 def attach_scales(model, ckpt: Checkpoint) -> None:
@@ -95,6 +141,18 @@ def attach_scales(model, ckpt: Checkpoint) -> None:
         info.name: _fp8_scaling(*_scale_of(ckpt, info)) for info in ckpt.tensors.values() if info.dtype == e4m3.DTYPE
     }
     attach_scalings(model, ckpt.config, ckpt.tensors, scalings, "FP8 weight")
+
+
+def _e4m3_values(raw):
+    """The float32 values of e4m3 bytes (a uint8 tensor), exact: surgery's table of the 256 codes, looked
+    up by numpy on a CPU (4× torch's own conversion there), by torch elsewhere."""
+    import numpy as np
+    import torch
+
+    table = e4m3.values()
+    if raw.device.type == "cpu":
+        return torch.from_numpy(np.take(table, raw.numpy()))
+    return torch.from_numpy(table).to(raw.device)[raw.long()]
 
 
 def _scale_of(ckpt: Checkpoint, info: TensorInfo):
@@ -109,7 +167,18 @@ def _scale_of(ckpt: Checkpoint, info: TensorInfo):
 
 
 def _fp8_scaling(scale, lay: ScaleLayout) -> Scaling:
-    """An FP8 weight's scales spread over its elements, as :func:`~.storage.dequantize` applies them."""
+    """An FP8 weight's scales applied to its elements as :func:`~.storage.dequantize` applies them (each
+    element times its block's float32 scale): the scale grid's rows spread over the weight's rows, then
+    each column times its column block's (a view for whole blocks: no weight-sized scale array is made)."""
+    import numpy as np
     import torch
 
-    return lambda block: block.mul_(torch.from_numpy(expand(scale, lay, 0, *block.shape)).to(block.device))
+    grid = torch.from_numpy(np.ascontiguousarray(scale.reshape(-1, 1) if scale.ndim < 2 else scale))
+
+    def apply(block):
+        n_rows, n_cols = block.shape
+        rows = (torch.arange(n_rows) // lay.rows).clamp_(max=grid.shape[0] - 1)
+        cols = (np.arange(n_cols) // lay.cols).clip(max=grid.shape[1] - 1)
+        column_scaler(cols, grid.shape[1])(block, grid.index_select(0, rows))
+
+    return apply

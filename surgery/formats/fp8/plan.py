@@ -114,14 +114,20 @@ def _scaled_lines(
     raw: np.ndarray, start: int, rows: dict[int, float], cols: dict[int, float]
 ) -> tuple[np.ndarray, np.ndarray]:
     """(new e4m3 rows, float32 products) of rows [start, start + len(raw)) with ``rows`` and ``cols`` scaled
-    element by element (cols first, as the byte plan does); an inexact product keeps an arbitrary byte."""
-    x = e4m3.decode(raw).copy()
+    element by element (cols first, as the byte plan does); an inexact product keeps an arbitrary byte.
+    Only the scaled lines are encoded again: every other byte is the source's (each value but NaN has one
+    code, and -0 keeps its sign bit)."""
+    x = e4m3.decode(raw)
+    new = raw.copy()
     if cols:
         idx = np.array(sorted(cols))
         x[:, idx] *= np.array([cols[c] for c in idx], dtype=np.float32)
-    for r in (r for r in rows if start <= r < start + len(raw)):
-        x[r - start] *= np.float32(rows[r])
-    new, _ = e4m3.encode_exact(x)
+        new[:, idx] = e4m3.encode_exact(x[:, idx])[0]
+    here = np.array([r - start for r in rows if start <= r < start + len(raw)], dtype=np.int64)
+    for r in here:
+        x[r] *= np.float32(rows[start + int(r)])
+    if len(here):
+        new[here] = e4m3.encode_exact(x[here])[0]
     return new, x
 
 

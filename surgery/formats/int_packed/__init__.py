@@ -70,14 +70,17 @@ class IntPacked(StoredFormat):
         """By transformers (decompressed by compressed-tensors) where it runs these weights, else, and
         whenever ``held``, without their quantization, each weight then decoded (or held, as stored where
         transformers loads the other tensors by their names) by surgery."""
-        if not (held or self.loads_dequantized):
-            return from_pretrained()
         from ...model.dequantized import quiet_load
+        from ...model.widening import STORED
         from .hold import fill_weights, load_arguments, load_packed
 
-        if held and (model := load_packed(ckpt, config, self.layerwise_dtype(ckpt, config))) is not None:
-            return model
-
+        if held:
+            dtype = self.layerwise_dtype(ckpt, config)
+            if (model := load_packed(ckpt, config, dtype)) is not None:
+                return model
+            held = dtype in STORED  # a float32 rest holds only the stored codes: else they are decoded whole
+        if not (held or self.loads_dequantized):
+            return from_pretrained()
         with quiet_load(True):
             model, info = from_pretrained(**load_arguments(config))
         fill_weights(model, ckpt, info["missing_keys"], held=held)

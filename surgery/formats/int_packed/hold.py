@@ -11,7 +11,7 @@ checks every edit with (plan.py), one weight at a time. Every weight the model
 missed must be one of them, or the load is refused in one line.
 
 For float32 compute, a checkpoint whose other weights are stored in one 16-bit dtype (as llm-compressor
-and AutoAWQ write them) is not decoded whole (4 bytes a weight), on any integer layout, transformers'
+and AutoAWQ write them), or all in float32 where the codes are held as stored (below), is not decoded whole (4 bytes a weight), on any integer layout, transformers'
 own included: each weight is held as its codes less their zero points, small integers exact in that
 dtype, and multiplied by its scales only for its layer's call (model/upcast.py), as FP8 values are
 (surgery/formats/fp8/hold.py). compressed-tensors' float32 decode is that product, so the results are the
@@ -47,9 +47,17 @@ from .storage import IntWeight, Scheme, byte_codes
 
 
 def layerwise_dtype(ckpt: Checkpoint, model_class) -> Any:
-    """The 16-bit torch dtype to hold ``ckpt``'s integer weights in (codes less zero points) for float32
-    compute a layer at a time, or None to decode them whole: the dtype of every other float tensor."""
-    return held_dtype(ckpt, model_class, {w.scale.name for w in weights_of(ckpt).values()})
+    """The dtype to load ``ckpt`` in for float32 compute a layer at a time, or None to decode it whole: the
+    16-bit dtype of every other float tensor (its integer weights held in it as codes less zero points),
+    or float32 where they are all float32 and the codes can be held as stored (:func:`load_packed`)."""
+    weights = weights_of(ckpt)
+    return held_dtype(ckpt, model_class, {w.scale.name for w in weights.values()}, wide=_packable(ckpt, weights))
+
+
+def _packable(ckpt: Checkpoint, weights: dict[str, IntWeight]) -> bool:
+    """Whether :func:`load_packed` can hold ``weights`` as stored, as far as the file says (the model's
+    own names are asked as it loads): compressed-tensors' words, each row an even number of bytes."""
+    return not ckpt.format.scheme.transposed and not any(w.codes.nbytes // w.shape[0] % 2 for w in weights.values())
 
 
 def load_arguments(config) -> dict[str, Any]:
@@ -90,8 +98,8 @@ def fill_weights(model, ckpt: Checkpoint, missing: list[str], held: bool = False
 
 
 def load_packed(ckpt: Checkpoint, config, dtype) -> Any:
-    """``ckpt``'s model (transformers ``config``, without its quantization) in the 16-bit ``dtype``
-    (:func:`layerwise_dtype`), each integer weight held as its stored codes, its scales and zero points,
+    """``ckpt``'s model (transformers ``config``, without its quantization) in ``dtype``
+    (:func:`layerwise_dtype`: 16-bit, or float32), each integer weight held as its stored codes, its scales and zero points,
     decoded for its layer's call; None where transformers would not load the other tensors by their names
     (model/by_name.py) or the codes are not compressed-tensors' own (AutoAWQ's)."""
     import torch
@@ -100,7 +108,7 @@ def load_packed(ckpt: Checkpoint, config, dtype) -> Any:
     weights = weights_of(ckpt)
     if s.packed:
         byte_codes(s.bits)  # compressed-tensors' unpacking, imported and tabulated as the model loads
-    if s.transposed or any(w.codes.nbytes // w.shape[0] % 2 for w in weights.values()):
+    if not _packable(ckpt, weights):
         return None  # AutoAWQ's words, or rows of an odd number of bytes (not a 16-bit Parameter's)
     parts = ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape", "weight_g_idx")
     stored = {s.part(n, p) for n in weights for p in parts} | {w.codes.name for w in weights.values()}
