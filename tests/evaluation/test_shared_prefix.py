@@ -16,9 +16,8 @@ from surgery.core.edits import HeadScale
 from surgery.core.prompts import formatted
 from surgery.evaluation.prefill import Prefills, lowest_layer
 from surgery.evaluation.shared_prefix import layout, next_token_logprobs, prefix_cache, shared_layout
-from surgery.model.hooks import applied
+from surgery.model.hooks import applied, decoder_layers
 from surgery.model.loading import load_model
-from surgery.model.upcast import decoder_layers
 
 PAD = 0
 NEW_TOKENS = 6
@@ -108,7 +107,7 @@ def test_an_edit_replays_the_unedited_shared_prefix_and_rows_bit_for_bit(tiny, l
     with applied(model, edits):
         full_kl = next_token_logprobs(model, rows, PAD, "kl")
         full = _generate(model, lay, prefix_cache(model, lay, "answers"))
-        hook = list(decoder_layers(model))[0].mlp.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+        hook = decoder_layers(model)[0].mlp.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
         fast_kl = next_token_logprobs(model, rows, PAD, "kl", replay)
         fast = _generate(model, lay, prefix_cache(model, lay, "answers", replay), replay("answers"))
         hook.remove()
