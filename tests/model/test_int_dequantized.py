@@ -17,7 +17,12 @@ from surgery.core.checkpoint import Checkpoint
 from surgery.core.errors import CheckpointError
 from surgery.model.loading import LoadSpec, load_model
 from tests.support import awq, int_packed
-from tests.support.held import assert_packed_computes_as_sixteen, file_bytes, held_bytes
+from tests.support.held import (
+    assert_held_computes_as_dequantized,
+    assert_packed_computes_as_sixteen,
+    file_bytes,
+    held_bytes,
+)
 from tests.support.models import assert_same_function
 
 pytest.importorskip("compressed_tensors")
@@ -58,9 +63,7 @@ def test_an_integer_checkpoint_is_held_in_16_bits_and_computes_as_its_decoded_co
     run-time edits, are the copy's to float32 summation order (its weights are read in place from the file,
     at other memory alignments than the held ones decoded per call: another kernel path on some CPUs)."""
     from surgery.model.dequantized import holds_codes
-    from surgery.model.hooks import applied, model_architecture
-    from surgery.model.upcast import compute_dtype_of, computed_value
-    from tests.support.coverage import proof_edits
+    from surgery.model.upcast import compute_dtype_of
 
     src, copy = int_packed.decoded_pair(tmp_path, layout, arch=arch)
     held, plain = load_model(src, CPU), load_model(copy, CPU)
@@ -71,18 +74,7 @@ def test_an_integer_checkpoint_is_held_in_16_bits_and_computes_as_its_decoded_co
         assert held_bytes(held) <= 1.5 * file_bytes(src)
     else:  # AutoAWQ's words, or experts transformers fuses: codes less zero points in 16 bits
         assert _nbytes(held) == _nbytes(plain) // 2  # nothing decoded whole
-    modules = dict(held.named_modules())
-    for name, value in plain.named_parameters():
-        owner, _, leaf = name.rpartition(".")
-        assert torch.equal(computed_value(modules[owner], leaf), value), name  # what PPM reads
-    with torch.no_grad():
-        assert_same_function(held(**_batch()).logits, plain(**_batch()).logits, plain)
-        edits = [e for group in proof_edits(model_architecture(plain)).values() for e in group]
-        with applied(plain, edits):
-            want = plain(**_batch()).logits
-        with applied(held, edits):
-            got = held(**_batch()).logits
-    assert_same_function(got, want, plain)  # the run-time twins see the decoded weights
+    assert_held_computes_as_dequantized(held, plain, _batch())
     assert {p.dtype for p in held.parameters()} == stored
 
 
@@ -216,22 +208,8 @@ def test_a_float32_integer_checkpoint_holds_its_codes_as_stored_and_computes_as_
     computed are the decoded copy's bit for bit, and its logits, with and without run-time edits, the copy's
     to float32 summation order."""
     from surgery.model.dequantized import holds_codes
-    from surgery.model.hooks import applied, model_architecture
-    from surgery.model.upcast import computed_value
-    from tests.support.coverage import proof_edits
 
     src, copy = int_packed.decoded_pair(tmp_path, layout, dtype=torch.float32)
     held, plain = load_model(src, CPU), load_model(copy, CPU)
     assert holds_codes(held) and held_bytes(held) <= 1.5 * file_bytes(src)
-    modules = dict(held.named_modules())
-    for name, value in plain.named_parameters():
-        owner, _, leaf = name.rpartition(".")
-        assert torch.equal(computed_value(modules[owner], leaf), value), name
-    with torch.no_grad():
-        assert_same_function(held(**_batch()).logits, plain(**_batch()).logits, plain)
-        edits = [e for group in proof_edits(model_architecture(plain)).values() for e in group]
-        with applied(plain, edits):
-            want = plain(**_batch()).logits
-        with applied(held, edits):
-            got = held(**_batch()).logits
-    assert_same_function(got, want, plain)
+    assert_held_computes_as_dequantized(held, plain, _batch())

@@ -12,8 +12,12 @@ import torch
 
 from surgery.core.checkpoint import Checkpoint
 from surgery.model.loading import LoadSpec, load_model
-from tests.support.held import assert_packed_computes_as_sixteen, file_bytes, held_bytes
-from tests.support.models import assert_same_function
+from tests.support.held import (
+    assert_held_computes_as_dequantized,
+    assert_packed_computes_as_sixteen,
+    file_bytes,
+    held_bytes,
+)
 from tests.support.mxfp4 import build_mxfp4, dense_copy
 
 pytest.importorskip("compressed_tensors")
@@ -40,9 +44,7 @@ def _sixteen(src, monkeypatch):
 @pytest.mark.parametrize("sizes", [{}, {"intermediate_size": 96}], ids=["experts64", "experts96"])
 def test_an_mxfp4_checkpoint_computes_as_its_decoded_copy(tmp_path, sizes):
     from surgery.model.dequantized import holds_codes
-    from surgery.model.hooks import applied, model_architecture
-    from surgery.model.upcast import compute_dtype_of, computed_value
-    from tests.support.coverage import proof_edits
+    from surgery.model.upcast import compute_dtype_of
 
     src = build_mxfp4(tmp_path / "mx", **sizes)
     copy = dense_copy(src, tmp_path / "dense")
@@ -50,18 +52,7 @@ def test_an_mxfp4_checkpoint_computes_as_its_decoded_copy(tmp_path, sizes):
     held, plain = load_model(src, CPU), load_model(copy, CPU)
     assert holds_codes(held) and compute_dtype_of(held) == torch.float32
     assert {p.dtype for p in held.parameters()} == {torch.bfloat16}  # the release's dtype, widened per layer
-    modules = dict(held.named_modules())
-    for name, value in plain.named_parameters():
-        owner, _, leaf = name.rpartition(".")
-        assert torch.equal(computed_value(modules[owner], leaf), value), name
-    with torch.no_grad():
-        assert_same_function(held(**_batch()).logits, plain(**_batch()).logits, plain)
-        edits = [e for group in proof_edits(model_architecture(plain)).values() for e in group]
-        with applied(plain, edits):
-            want = plain(**_batch()).logits
-        with applied(held, edits):
-            got_logits = held(**_batch()).logits
-    assert_same_function(got_logits, want, plain)
+    assert_held_computes_as_dequantized(held, plain, _batch())
 
 
 def test_the_byte_table_decodes_as_transformers_does():

@@ -14,8 +14,12 @@ from safetensors.torch import load_file, save_file
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.errors import CheckpointError
 from surgery.model.loading import LoadSpec, load_model
-from tests.support.held import assert_packed_computes_as_sixteen, file_bytes, held_bytes
-from tests.support.models import assert_same_function
+from tests.support.held import (
+    assert_held_computes_as_dequantized,
+    assert_packed_computes_as_sixteen,
+    file_bytes,
+    held_bytes,
+)
 from tests.support.nvfp4 import build_nvfp4, dense_copy
 
 pytest.importorskip("compressed_tensors")
@@ -44,9 +48,7 @@ def _nbytes(model) -> int:
 @pytest.mark.parametrize("arch", ARCHS)
 def test_an_nvfp4_checkpoint_is_held_in_16_bits_and_computes_as_its_decoded_copy(tmp_path, arch):
     from surgery.model.dequantized import holds_codes
-    from surgery.model.hooks import applied, model_architecture
-    from surgery.model.upcast import compute_dtype_of, computed_value
-    from tests.support.coverage import proof_edits
+    from surgery.model.upcast import compute_dtype_of
 
     src, copy = _pair(tmp_path, arch)
     held, plain = load_model(src, CPU), load_model(copy, CPU)
@@ -56,18 +58,7 @@ def test_an_nvfp4_checkpoint_is_held_in_16_bits_and_computes_as_its_decoded_copy
         assert held_bytes(held) <= 1.5 * file_bytes(src)
     else:  # fused experts: e2m1 values in 16 bits, nothing decoded whole
         assert _nbytes(held) == _nbytes(plain) // 2
-    modules = dict(held.named_modules())
-    for name, value in plain.named_parameters():
-        owner, _, leaf = name.rpartition(".")
-        assert torch.equal(computed_value(modules[owner], leaf), value), name
-    with torch.no_grad():
-        assert_same_function(held(**_batch()).logits, plain(**_batch()).logits, plain)
-        edits = [e for group in proof_edits(model_architecture(plain)).values() for e in group]
-        with applied(plain, edits):
-            want = plain(**_batch()).logits
-        with applied(held, edits):
-            got = held(**_batch()).logits
-    assert_same_function(got, want, plain)
+    assert_held_computes_as_dequantized(held, plain, _batch())
 
 
 @pytest.mark.parametrize("arch", ARCHS)

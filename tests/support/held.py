@@ -46,3 +46,26 @@ def assert_packed_computes_as_sixteen(packed, sixteen, src: Path, batch: Mapping
         with applied(sixteen, edits):
             want = sixteen(**batch).logits
     assert torch.equal(got, want)
+
+
+def assert_held_computes_as_dequantized(held, plain, batch: Mapping[str, torch.Tensor]) -> None:
+    """``held`` (weights held as stored) computes every weight exactly as ``plain`` (the checkpoint
+    dequantized whole) holds it, and the same logits, with and without run-time edits, up to summation
+    order (tests.support.models.assert_same_function): the run-time twins see the decoded weights."""
+    from surgery.model.hooks import applied, model_architecture
+    from surgery.model.upcast import computed_value
+    from tests.support.coverage import proof_edits
+    from tests.support.models import assert_same_function
+
+    modules = dict(held.named_modules())
+    for name, value in plain.named_parameters():
+        owner, _, leaf = name.rpartition(".")
+        assert torch.equal(computed_value(modules[owner], leaf), value), name  # what PPM reads
+    edits = [e for group in proof_edits(model_architecture(plain)).values() for e in group]
+    with torch.no_grad():
+        assert_same_function(held(**batch).logits, plain(**batch).logits, plain)
+        with applied(plain, edits):
+            want = plain(**batch).logits
+        with applied(held, edits):
+            got = held(**batch).logits
+    assert_same_function(got, want, plain)
