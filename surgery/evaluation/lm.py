@@ -1,7 +1,8 @@
 """Model-level measurements for evaluation: perplexity, log-likelihood of answer options, KL.
 
 Everything runs in inference mode on the model's device and in its dtype; log-probabilities are
-taken in fp32. Sequences are right-padded and masked, so batching never changes a number.
+taken in fp32. Sequences are right-padded and masked, so batching changes a number only by float
+rounding (a batch's shape can change a row's summation order).
 """
 
 from __future__ import annotations
