@@ -145,14 +145,12 @@ def attach_scales(model, ckpt: Checkpoint) -> None:
 
 def _e4m3_values(raw):
     """The float32 values of e4m3 bytes (a uint8 tensor), exact: surgery's table of the 256 codes, looked
-    up by numpy on a CPU (4× torch's own conversion there), by torch elsewhere."""
-    import numpy as np
+    up by numpy on a CPU (:func:`e4m3.decode`, 4× torch's own conversion there), by torch elsewhere."""
     import torch
 
-    table = e4m3.values()
     if raw.device.type == "cpu":
-        return torch.from_numpy(np.take(table, raw.numpy()))
-    return torch.from_numpy(table).to(raw.device)[raw.long()]
+        return torch.from_numpy(e4m3.decode(raw.numpy()))
+    return torch.from_numpy(e4m3.values()).to(raw.device)[raw.long()]
 
 
 def _scale_of(ckpt: Checkpoint, info: TensorInfo):
