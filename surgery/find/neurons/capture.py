@@ -77,14 +77,22 @@ def capture_pooled(
     modules = site_modules(model, site)
     chosen = needed_layers(model, layers)
     last = chosen[-1]
+    slot = {layer: k for k, layer in enumerate(chosen)}
     state: dict = {}
-    pooled: dict[tuple[int, str], torch.Tensor] = {}
+    # Each module's pooled site for the batch, [batch, layers, width]: made at its first layer and filled
+    # in place. A small tensor kept per layer instead sits among the layer's freed activations and widened
+    # weights, and the heap grows by a batch's activations at every layer (80 MB over SmolLM2's 30).
+    pooled: dict[str, torch.Tensor] = {}
+    seen: set[tuple[int, str]] = set()
 
     def keep(layer: int, name: str, x: torch.Tensor) -> None:
         # [batch, tokens, width]; OPT runs its MLP on the tokens flattened to [batch · tokens, width]
         x = x.reshape(*state["mask"].shape[:2], x.shape[-1])
-        pooled[layer, name] = (x.float() * state["mask"]).sum(dim=1) / state["count"]
-        if layer == last and all((last, m) in pooled for m in modules):
+        if name not in pooled:
+            pooled[name] = torch.empty(x.shape[0], len(chosen), x.shape[-1], device=x.device)
+        pooled[name][:, slot[layer]] = (x.float() * state["mask"]).sum(dim=1) / state["count"]
+        seen.add((layer, name))
+        if layer == last and all((last, m) in seen for m in modules):
             raise _StopForward
 
     def hook_for(layer: int, name: str):
@@ -107,20 +115,19 @@ def capture_pooled(
             state["mask"] = mask.unsqueeze(-1).float()
             state["count"] = mask.sum(dim=1, keepdim=True).clamp(min=1).float()
             pooled.clear()
+            seen.clear()
             with torch.inference_mode():
                 try:
                     model(input_ids=enc["input_ids"].to(device), attention_mask=mask, use_cache=False)
                 except _StopForward:
                     pass
-            missing = sorted({layer for layer in chosen for m in modules if (layer, m) not in pooled})
+            missing = sorted({layer for layer in chosen for m in modules if (layer, m) not in seen})
             if missing:  # a model whose forward skips the site (e.g. cached-only path): say so
                 raise SurgeryError(
                     f"the forward pass never reached {site} of layers {missing}; "
                     f"is {arch.model_type} laid out as surgery/core/architectures/ says?"
                 )
-            batch_pooled = torch.stack(
-                [torch.cat([pooled[layer, m] for m in modules], dim=-1) for layer in chosen], dim=1
-            ).cpu()
+            batch_pooled = torch.cat([pooled[m] for m in modules], dim=-1).cpu()
             pooled.clear()
             # The batch's freed activations go back before on_batch makes its arrays: the peak is then
             # one batch's, not every batch's heap holes.
