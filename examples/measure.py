@@ -1,5 +1,5 @@
-"""Peak memory of a child process: the kernel's high-water mark of its resident set (VmHWM) and
-the sampled peak of its anonymous memory (RssAnon).
+"""Peak memory of a child process: the kernel's high-water mark of its resident set (VmHWM, as
+``os.wait4`` reports it when the child is reaped) and the sampled peak of its anonymous memory (RssAnon).
 
 The difference matters for big checkpoints: safetensors weights that transformers maps from the
 file count as resident *file* pages, which the kernel drops and re-reads under memory pressure, so
@@ -8,6 +8,7 @@ a process can run a model larger than RAM; anonymous memory is what it really ho
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 @dataclass
 class Peaks:
-    rss_bytes: int = 0  # VmHWM: the kernel's exact high-water mark (file-backed pages included)
+    rss_bytes: int = 0  # the kernel's high-water mark (file-backed pages included): wait4's ru_maxrss
     anon_bytes: int = 0  # RssAnon, sampled every 20 ms: memory the process itself allocated
 
 
@@ -48,7 +49,16 @@ def run_measured(cmd: Sequence[str], **popen) -> tuple[subprocess.CompletedProce
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    out, err = proc.communicate()
+    # the pipes drained by threads, so that the child is reaped here by wait4 (its exact peak RSS)
+    streams = {"out": proc.stdout, "err": proc.stderr}
+    texts: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda k=k, f=f: texts.update({k: f.read()})) for k, f in streams.items()]
+    for reader in readers:
+        reader.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
     done.set()
-    sampler.join()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), peaks
+    for thread in (sampler, *readers):
+        thread.join()
+    peaks.rss_bytes = max(peaks.rss_bytes, usage.ru_maxrss * 1024)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, texts["out"], texts["err"]), peaks

@@ -76,14 +76,17 @@ def mx_weights(tensors: Mapping[str, Any]) -> dict[str, MxWeight]:
     return found
 
 
-def decode(blocks: np.ndarray, scales: np.ndarray):
-    """float32 values [in, out] of one expert's ``blocks`` [out, in/32, 16] and ``scales`` [out, in/32], by
-    transformers' ``convert_moe_packed_tensors`` (a torch tensor)."""
+def decode_blocks(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """float32 values [n, 32] of ``n`` blocks (bytes [n, 16], E8M0 scales [n]) from anywhere in any
+    experts, by transformers' ``convert_moe_packed_tensors`` in one call (it decodes each block of 16
+    bytes at its own scale: here each block is one row of one expert)."""
     import torch
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
-    b, s = (torch.from_numpy(np.ascontiguousarray(a))[None] for a in (blocks, scales))
-    return convert_moe_packed_tensors(b, s, dtype=torch.float32)[0]
+    n = len(scales)
+    b = torch.from_numpy(np.ascontiguousarray(blocks)).reshape(1, n, 1, BLOCK // 2)
+    s = torch.from_numpy(np.ascontiguousarray(scales)).reshape(1, n, 1)
+    return convert_moe_packed_tensors(b, s, dtype=torch.float32)[0].T.numpy()
 
 
 @functools.cache
