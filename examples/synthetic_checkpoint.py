@@ -229,6 +229,7 @@ def build(
     of the shape's facts (e.g. a narrow gpt-oss-20b for a test)."""
     config = config_for(shape, layers, sizes)
     stamp = {"shape": shape, "seed": seed, "shard_gb": shard_gb, "generator": "pool-windows", "config": config}
+    stamp = json.loads(json.dumps(stamp))  # as it reads back (the config's tuples are lists there)
     if (folder / "synthetic.json").is_file() and json.loads((folder / "synthetic.json").read_text()) == stamp:
         return folder
     tmp = folder.with_name(folder.name + ".partial")
