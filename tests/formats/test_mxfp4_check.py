@@ -78,13 +78,37 @@ def test_a_changed_byte_of_an_edited_expert_is_caught(baked, tmp_path, tensor, k
 
 
 def test_blocks_decode_as_the_whole_tensor():
-    """decode_blocks (any blocks, one call) gives the values of transformers' whole-tensor decode."""
+    """decode_blocks (any blocks, by the table) gives the values of transformers' whole-tensor decode, at
+    every E8M0 scale (255, NaN, included)."""
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
     rng = np.random.default_rng(0)
-    blocks = rng.integers(0, 256, (3, 8, 4, 16), dtype=np.uint8)
-    scales = rng.integers(100, 150, (3, 8, 4), dtype=np.uint8)
+    blocks = rng.integers(0, 256, (3, 256, 4, 16), dtype=np.uint8)
+    scales = np.broadcast_to(np.arange(256, dtype=np.uint8)[None, :, None], (3, 256, 4)).copy()
     whole = convert_moe_packed_tensors(torch.from_numpy(blocks), torch.from_numpy(scales), dtype=torch.float32)
     got = decode_blocks(blocks.reshape(-1, 16), scales.reshape(-1))  # [expert · out · block, 32]
-    want = whole.numpy().transpose(0, 2, 1).reshape(3, 8, 4, 32).reshape(-1, 32)
-    assert np.array_equal(got, want)
+    want = whole.numpy().transpose(0, 2, 1).reshape(3, 256, 4, 32).reshape(-1, 32)
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))  # bit for bit, NaNs and signs included
+
+
+def test_the_decoder_table_is_cached_checked_and_remade(monkeypatch, tmp_path):
+    """The table is written once per transformers version, named by its sha256; a damaged copy is not
+    used: the table is made again by transformers."""
+    from surgery.formats.mxfp4 import storage
+
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path))
+    storage.decoder_values.cache_clear()
+    first = storage.decoder_values().copy()
+    (path,) = (tmp_path / "mxfp4").glob("transformers-*.bin")
+    storage.decoder_values.cache_clear()
+    monkeypatch.setattr(storage, "pair_values", lambda: pytest.fail("the cached table was not used"))
+    assert np.array_equal(storage.decoder_values().view(np.uint32), first.view(np.uint32))
+    damaged = bytearray(path.read_bytes())
+    damaged[12345] ^= 1
+    path.write_bytes(bytes(damaged))
+    storage.decoder_values.cache_clear()
+    monkeypatch.undo()
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path))
+    assert np.array_equal(storage.decoder_values().view(np.uint32), first.view(np.uint32))
+    storage.decoder_values.cache_clear()

@@ -16,9 +16,10 @@ change:
 The plan decodes the result with transformers' own MXFP4 decoder before anything is written: the new
 values must equal the recipe's scales times the source's values exactly in float32. The bake's check
 and ``surgery verify`` compare the same values from the written files. Both decode only the edited
-blocks (the edited output lines' every block, every line's blocks that hold an edited input): a gpt-oss
-expert is 16.6 M weights, an edit a few thousand of them; every other byte of the expert must equal the
-source's.
+blocks (the edited output lines' every block, every line's blocks that hold an edited input), each
+byte by a table of that decoder's values over every (scale, byte) pair (storage.decoder_values): a
+gpt-oss expert is 16.6 M weights, an edit a few thousand of them; every other byte of the expert must
+equal the source's.
 """
 
 from __future__ import annotations
@@ -100,9 +101,9 @@ def _outside_same(p: TensorPatch, before: tuple[np.ndarray, np.ndarray], after: 
 
 
 class Proof:
-    """The edited blocks of many experts, before and after, decoded by transformers' decoder in one call a
-    side (its per-call cost, not the blocks, is what a few thousand small calls would spend): after must be
-    the recipe's scales times before, exactly in float32, and every other byte of each expert the same."""
+    """The edited blocks of many experts, before and after, decoded as transformers' decoder decodes them
+    (storage.decode_blocks): after must be the recipe's scales times before, exactly in float32, and every
+    other byte of each expert the same."""
 
     def __init__(self):
         self.items: list[tuple[object, tuple[np.ndarray, ...], tuple[np.ndarray, ...], np.ndarray]] = []
