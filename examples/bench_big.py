@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import one_line, stamp  # noqa: E402
+from machine import stamp  # noqa: E402
 from measure import run_measured  # noqa: E402
 from synthetic_checkpoint import SHAPES, build  # noqa: E402
 
@@ -99,8 +99,7 @@ def main() -> None:
     if args.child:
         child(*args.child)
         return
-    machine = stamp()
-    print("machine:", one_line(machine), flush=True)
+    machine = stamp()  # prints the machine line
     layers = args.layers or SHAPES[args.shape]["num_hidden_layers"]
     args.scratch.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
