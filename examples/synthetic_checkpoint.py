@@ -120,13 +120,6 @@ def config_for(shape: str, layers: int | None, sizes: dict | None = None) -> dic
     cfg = {**SHAPES[shape], **(sizes or {})}
     if layers is not None:
         cfg["num_hidden_layers"] = layers
-    common = {
-        "tie_word_embeddings": False,
-        "pad_token_id": 0,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "dtype": "bfloat16",
-    }
     if cfg["model_type"] == "gpt_oss":
         from transformers import GptOssConfig
 
@@ -134,7 +127,8 @@ def config_for(shape: str, layers: int | None, sizes: dict | None = None) -> dic
         cfg["layer_types"] = [
             "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(cfg["num_hidden_layers"])
         ]
-        config = GptOssConfig(**cfg, **common).to_dict()
+        ids = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+        config = GptOssConfig(**cfg, **ids, tie_word_embeddings=False, dtype="bfloat16").to_dict()
         config.pop("transformers_version", None)  # the stamp compares configs: the same build under any version
         return {
             **config,
@@ -145,10 +139,14 @@ def config_for(shape: str, layers: int | None, sizes: dict | None = None) -> dic
         "architectures": ["LlamaForCausalLM"],
         **cfg,
         "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
         "hidden_act": "silu",
         "attention_bias": False,
         "mlp_bias": False,
-        **common,
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "dtype": "bfloat16",
     }
 
 
