@@ -1,4 +1,4 @@
-"""The MXFP4 bake's check decodes only the edited blocks (by transformers' decoder, all of them in one call):
+"""The MXFP4 bake's check decodes only the edited blocks (by a table of transformers' decoder):
 it still catches a wrong value inside an edited block and any changed byte elsewhere in an edited expert."""
 
 from __future__ import annotations

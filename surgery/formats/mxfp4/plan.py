@@ -100,42 +100,20 @@ def _outside_same(p: TensorPatch, before: tuple[np.ndarray, np.ndarray], after: 
     return not changed.any()
 
 
-class Proof:
-    """The edited blocks of many experts, before and after, decoded as transformers' decoder decodes them
-    (storage.decode_blocks): after must be the recipe's scales times before, exactly in float32, and every
-    other byte of each expert the same."""
-
-    def __init__(self):
-        self.items: list[tuple[object, tuple[np.ndarray, ...], tuple[np.ndarray, ...], np.ndarray]] = []
-
-    def add(self, label: object, p: TensorPatch, before: tuple[np.ndarray, ...], after: tuple[np.ndarray, ...]) -> bool:
-        """Gather expert ``before`` → ``after`` (blocks, scales) of patch ``p``; False at once when a byte
-        outside its edited blocks changed."""
-        if not _outside_same(p, before, after):
-            return False
-        old, new = _edited(p, *before), _edited(p, *after)
-        inputs = np.ones(before[1].shape[1] * BLOCK, dtype=np.float32)
-        for c, a in p.rows.items():
-            inputs[c] = a
-        lines = np.array([p.cols.get(int(r), 1.0) for r in old[2]], dtype=np.float32)
-        # the reference's order (fp8's _reference): the output line's scale, then the input's
-        factors = (lines, inputs.reshape(-1, BLOCK)[old[3]])
-        self.items.append((label, old[:2], new[:2], factors))
-        return True
-
-    def failures(self) -> list[object]:
-        """The labels whose decoded edited blocks are not the recipe's values exactly."""
-        if not self.items:
-            return []
-        want = decode_blocks(*(np.concatenate([item[1][k] for item in self.items]) for k in (0, 1)))
-        got = decode_blocks(*(np.concatenate([item[2][k] for item in self.items]) for k in (0, 1)))
-        bad, start = [], 0
-        for label, old, _, (lines, inputs) in self.items:
-            end = start + len(old[1])
-            if not np.array_equal(got[start:end], want[start:end] * lines[:, None] * inputs):
-                bad.append(label)
-            start = end
-        return bad
+def _proven(p: TensorPatch, before: tuple[np.ndarray, np.ndarray], after: tuple[np.ndarray, np.ndarray]) -> bool:
+    """Whether expert ``after`` (blocks, scales) is ``before`` with patch ``p``'s scales, exactly: its edited
+    blocks decoded as transformers' decoder decodes them (storage.decode_blocks) equal the source's values
+    times the recipe's scales in float32, and every other byte is the source's."""
+    if not _outside_same(p, before, after):
+        return False
+    old, new = _edited(p, *before), _edited(p, *after)
+    inputs = np.ones(before[1].shape[1] * BLOCK, dtype=np.float32)
+    for c, a in p.rows.items():
+        inputs[c] = a
+    lines = np.array([p.cols.get(int(r), 1.0) for r in old[2]], dtype=np.float32)
+    # the reference's order (fp8's _reference): the output line's scale, then the input's
+    want = decode_blocks(*old[:2]) * lines[:, None] * inputs.reshape(-1, BLOCK)[old[3]]
+    return np.array_equal(decode_blocks(*new[:2]), want)
 
 
 def _inexact(w: MxWeight, p: TensorPatch) -> RecipeError:
@@ -155,9 +133,8 @@ def _shifted(scales: np.ndarray, k: int) -> np.ndarray | None:
     return new.astype(np.uint8) if ((new >= 0) & (new < NAN) & (scales != NAN)).all() else None
 
 
-def _routed(ckpt: Checkpoint, w: MxWeight, p: TensorPatch, proof: Proof) -> list[TensorPatch]:
-    """``p`` (one expert's window of ``w``'s values) as exact patches of its blocks and scales (their values
-    gathered into ``proof``), or a refusal."""
+def _routed(ckpt: Checkpoint, w: MxWeight, p: TensorPatch) -> list[TensorPatch]:
+    """``p`` (one expert's window of ``w``'s values) as exact patches of its blocks and scales, or a refusal."""
     if p.project is not None:
         raise RecipeError(
             f"a direction edit rewrites every weight of '{w.codes.name}', which MXFP4 codes cannot store exactly; "
@@ -195,7 +172,7 @@ def _routed(ckpt: Checkpoint, w: MxWeight, p: TensorPatch, proof: Proof) -> list
     new_blocks[zero_rows] = 0  # +0 codes: both nibbles 0
     for c in zero_ins:  # the even input in the low nibble (transformers' order)
         new_blocks[:, c // BLOCK, (c % BLOCK) // 2] &= np.uint8(0xF0 if c % 2 == 0 else 0x0F)
-    if not proof.add((w, p), p, (blocks, scales), (new_blocks, new_scales)):
+    if not _proven(p, (blocks, scales), (new_blocks, new_scales)):
         raise _inexact(w, p)
     view = new_blocks.reshape(out * groups, BLOCK // 2)
     # the patches keep copies of their bytes, not views: a view would keep the whole expert's copy alive
@@ -228,12 +205,8 @@ def stored_plan(ckpt: Checkpoint, arch: Architecture, edits: Iterable[Edit]) -> 
     """The byte patches of ``edits`` on an MXFP4 checkpoint: the plan on the experts' values, every patch of
     an MXFP4 tensor turned into exact patches of its blocks and scales (or refused)."""
     weights = weights_of(ckpt)
-    patches, proof = patch_plan(MxView(ckpt, weights), arch, edits), Proof()
-    out = [
-        q for p in patches for q in (_routed(ckpt, weights[p.info.name], p, proof) if p.info.name in weights else [p])
-    ]
-    for w, p in proof.failures()[:1]:
-        raise _inexact(w, p)
+    patches = patch_plan(MxView(ckpt, weights), arch, edits)
+    out = [q for p in patches for q in (_routed(ckpt, weights[p.info.name], p) if p.info.name in weights else [p])]
     return sorted(out, key=lambda q: (q.info.name, q.first_row))
 
 
@@ -243,7 +216,7 @@ def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tu
     weights = weights_of(src)
     patches = patch_plan(MxView(src, weights), recipe.validate(src.config), recipe.active())
     out_weights = mx_weights(out.tensors)
-    problems, proof = [], Proof()
+    problems = []
     for p in patches:
         if p.info.name not in weights:
             problems += plain_problems(src, out, p)
@@ -257,6 +230,6 @@ def dequantized_problems(src: Checkpoint, out: Checkpoint, recipe: Recipe) -> tu
             f"{out.path.name}: the dequantized '{p.info.name}' (expert {e}) is not the recipe's scales times the "
             "source's exactly"
         )
-        if not proof.add(what, p, _expert(src, w, e), _expert(out, w_out, e)):
+        if not _proven(p, _expert(src, w, e), _expert(out, w_out, e)):
             problems.append(what)
-    return len(patches), problems + proof.failures()
+    return len(patches), problems
