@@ -27,6 +27,7 @@ from ...core.errors import CheckpointError
 
 BLOCK = 32  # input columns per E8M0 scale
 NAN = 255  # E8M0: the scale of byte s is 2^(s − 127); 255 is NaN
+TABLE_BYTES = 256 * 256 * 2 * 4  # two float32 values for every (E8M0 scale, byte)
 
 
 @dataclass(frozen=True)
@@ -76,14 +77,39 @@ def mx_weights(tensors: Mapping[str, Any]) -> dict[str, MxWeight]:
     return found
 
 
-def decode(blocks: np.ndarray, scales: np.ndarray):
-    """float32 values [in, out] of one expert's ``blocks`` [out, in/32, 16] and ``scales`` [out, in/32], by
-    transformers' ``convert_moe_packed_tensors`` (a torch tensor)."""
-    import torch
-    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+def decode_blocks(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """float32 values [n, 32] of ``n`` blocks (bytes [n, 16], E8M0 scales [n]) from anywhere in any experts:
+    each byte's two values at its block's scale looked up in :func:`decoder_values` (transformers'
+    ``convert_moe_packed_tensors`` of every (scale, byte) pair), the even input's value first as that
+    decoder orders them."""
+    rows = scales.astype(np.int64)[:, None] * 256 + blocks
+    return decoder_values()[rows].reshape(len(scales), BLOCK)
 
-    b, s = (torch.from_numpy(np.ascontiguousarray(a))[None] for a in (blocks, scales))
-    return convert_moe_packed_tensors(b, s, dtype=torch.float32)[0]
+
+@functools.cache
+def decoder_values() -> np.ndarray:
+    """:func:`pair_values` as numpy [65536, 2] float32: transformers' decoder's values over its whole input
+    domain, so that a lookup is its value bit for bit. Read from surgery's cache where a process with this
+    transformers version tabulated them (the file named by its bytes' sha256, checked as it is read), else
+    tabulated now and cached: a bake then decodes without importing torch and transformers (~300 MB, and
+    most of its time on a small file)."""
+    from importlib.metadata import version
+
+    from ...core.cache import cache_dir, sha256_bytes
+    from ...core.staging import atomic_write_bytes
+
+    folder, prefix = cache_dir() / "mxfp4", f"transformers-{version('transformers')}-"
+    for path in sorted(folder.glob(prefix + "*.bin")) if folder.is_dir() else ():
+        data = path.read_bytes()
+        if len(data) == TABLE_BYTES and path.name == f"{prefix}{sha256_bytes(data)}.bin":
+            return np.frombuffer(data, dtype=np.float32).reshape(256 * 256, 2)
+    data = pair_values().numpy().astype("<f4").tobytes()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(folder / f"{prefix}{sha256_bytes(data)}.bin", data)
+    except OSError:
+        pass  # a read-only cache: the table is tabulated again in the next process
+    return np.frombuffer(data, dtype=np.float32).reshape(256 * 256, 2)
 
 
 @functools.cache
