@@ -28,6 +28,9 @@ from torch import nn
 # runs in (evaluation.prefill's recording or replaying of the unedited passes).
 Around = Callable[[Hashable], AbstractContextManager[None]]
 
+# logits_to_keep for a pass whose logits are never read: no position.
+NONE = torch.zeros(0, dtype=torch.long)
+
 
 @dataclass
 class Layout:
@@ -43,14 +46,21 @@ class Layout:
         return (self.mask.long().cumsum(-1) - 1).masked_fill(self.mask == 0, 0)
 
 
+def common_prefix(rows: Sequence[Sequence[int]]) -> int:
+    """Length of the rows' longest common prefix, leaving every row at least its last token (a pass
+    needs a last position a row)."""
+    limit = min(len(r) for r in rows) - 1
+    first = rows[0]
+    n = 0
+    while n < limit and all(r[n] == first[n] for r in rows):
+        n += 1
+    return n
+
+
 def layout(rows: Sequence[Sequence[int]], pad: int, share: bool = True) -> Layout:
     """``rows`` (token ids) as one batch: the longest prefix all of them hold, then each row's other
     tokens right-aligned (at least one token a row stays its own: the pass needs a last position)."""
-    shared = 0
-    if share and len(rows) > 1:
-        shortest = min(len(r) for r in rows)
-        while shared < shortest - 1 and all(r[shared] == rows[0][shared] for r in rows):
-            shared += 1
+    shared = common_prefix(rows) if share and len(rows) > 1 else 0
     width = max(len(r) for r in rows) - shared
     ids = torch.full((len(rows), shared + width), pad, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -63,34 +73,76 @@ def layout(rows: Sequence[Sequence[int]], pad: int, share: bool = True) -> Layou
     return Layout(ids, mask, shared)
 
 
-def plain_cache(model: nn.Module) -> Any:
-    """An empty cache as ``generate`` makes it for ``model``, or None when any of its layers is more
-    than plain keys and values (a window, a state): a prefix cache repeated over rows is only that."""
+# Which cache layers (transformers.cache_utils, by exact class: hybrids subclass these; one a layer, as
+# ``DynamicCache(config=...)`` makes them) let a prefix's pass be shared by a batch's rows, per layout:
+# "padded", padding between the prefix and a row's own tokens (:func:`layout`'s, which ``generate``
+# continues), and "unpadded", each row's tokens right behind the prefix (find.heads' scoring passes).
+# A sliding window or a chunk is counted in cache indices, not positions: padding inside a row would
+# move it, so those layers share a prefix only unpadded, kept full length with the window or chunk
+# applied by the mask. Any other layer (a state-space or linear-attention state, an indexer's keys, a
+# quantized or offloaded cache) shares none: the rows get the batch without a shared prefix.
+SHARING: dict[str, frozenset[str]] = {
+    "DynamicLayer": frozenset({"padded", "unpadded"}),
+    "DynamicSlidingWindowLayer": frozenset({"unpadded"}),
+}
+
+
+def can_share(model: nn.Module, padded: bool) -> bool:
+    """Whether ``model``'s batches may run a prefix once for all their rows (:data:`SHARING`);
+    ``padded``: the layout puts padding between the prefix and a row's own tokens."""
     from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
 
-    cache = DynamicCache(config=model.config)
-    if not getattr(cache, "layers", None) or any(type(layer) is not DynamicLayer for layer in cache.layers):
-        return None
-    return cache
+    layers = getattr(DynamicCache(config=model.config), "layers", None) or []
+    if not layers:  # no layer kinds known: only a cache that grows plain layers as the model fills them
+        return not padded
+    want = "padded" if padded else "unpadded"
+    return all(want in SHARING.get(type(layer).__name__, ()) for layer in layers)
 
 
-def prefix_cache(model: nn.Module, lay: Layout, key: Hashable, around: Around | None = None) -> Any:
-    """The cache after the shared prefix's pass (one row, then repeated over the batch's rows), or None
-    when there is no prefix (``lay.shared`` 0) or the model's cache cannot be shared."""
-    cache = plain_cache(model) if lay.shared else None
+def empty_cache(model: nn.Module, padded: bool) -> Any:
+    """An empty cache of full-length key/value layers (grown as the model fills them), or None where
+    :func:`can_share` says no (the model then makes its own)."""
+    from transformers import DynamicCache
+
+    return DynamicCache() if can_share(model, padded) else None
+
+
+def shared_prefix_cache(
+    model: nn.Module,
+    prefix: Sequence[int],
+    rows: int,
+    padded: bool,
+    key: Hashable = None,
+    around: Around | None = None,
+    device: torch.device | None = None,
+) -> Any:
+    """The cache after one pass of ``prefix`` (token ids), shared by a batch of ``rows`` rows (each
+    layer's keys and values expanded over them: a view, no copy; the rows' pass concatenates its own
+    behind it), or None when there is no prefix or :func:`can_share` says no. ``around(("prefix",
+    key))``: the context the pass runs in; ``device``: the inputs' (default: the first parameter's)."""
+    cache = empty_cache(model, padded) if len(prefix) else None
     if cache is None:
         return None
-    device = next(model.parameters()).device
+    device = next(model.parameters()).device if device is None else device
+    ids = torch.tensor([list(prefix)], dtype=torch.long, device=device)
     with torch.inference_mode(), nullcontext() if around is None else around(("prefix", key)):
-        model(input_ids=lay.ids[:1, : lay.shared].to(device), cache=cache, use_cache=True, logits_to_keep=1)
-    cache.batch_repeat_interleave(lay.ids.shape[0])
+        # only its keys/values are read: no position's logits (an empty index, so no lm_head work)
+        model(input_ids=ids, attention_mask=torch.ones_like(ids), cache=cache, use_cache=True, logits_to_keep=NONE)
+    for layer in cache.layers:
+        layer.keys = layer.keys.expand(rows, -1, -1, -1)
+        layer.values = layer.values.expand(rows, -1, -1, -1)
     return cache
 
 
 def shared_layout(model: nn.Module, rows: Sequence[Sequence[int]], pad: int) -> Layout:
     """:func:`layout` of ``rows``, sharing their prefix only where ``model``'s cache can hold it."""
-    return layout(rows, pad, share=plain_cache(model) is not None)
+    return layout(rows, pad, share=can_share(model, padded=True))
+
+
+def prefix_cache(model: nn.Module, lay: Layout, key: Hashable, around: Around | None = None) -> Any:
+    """The cache a pass of ``lay``'s rows starts from: its shared prefix's (:func:`shared_prefix_cache`),
+    or None when ``lay`` shares none."""
+    return shared_prefix_cache(model, lay.ids[0, : lay.shared].tolist(), lay.ids.shape[0], True, key, around)
 
 
 def next_token_logprobs(
@@ -103,7 +155,7 @@ def next_token_logprobs(
     cache = prefix_cache(model, lay, key, around)
     start = lay.shared if cache is not None else 0
     # a cache even without a prefix: the recorded pass's cache layers are what a replay puts back
-    cache = plain_cache(model) if cache is None else cache
+    cache = empty_cache(model, padded=True) if cache is None else cache
     with torch.inference_mode(), nullcontext() if around is None else around(key):
         out = model(
             input_ids=lay.ids[:, start:].to(device),
