@@ -49,9 +49,10 @@ def _compare(model, rows, pad, stops):
         assert answer == expected, row
 
 
-def test_rows_leaving_the_batch_keep_the_full_batchs_tokens_on_a_tiny_model(tiny):
+@pytest.mark.parametrize("arch", ["llama", "gemma3_text"])  # gemma3: sliding-window cache layers
+def test_rows_leaving_the_batch_keep_the_full_batchs_tokens_on_a_tiny_model(tiny, arch):
     torch.set_num_threads(1)
-    model = load_model(tiny("llama", num_hidden_layers=4))
+    model = load_model(tiny(arch, num_hidden_layers=4))
     model.generation_config.eos_token_id = None
     gen = torch.Generator().manual_seed(0)
     prefix = torch.randint(3, 90, (7,), generator=gen).tolist()
