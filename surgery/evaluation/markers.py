@@ -21,7 +21,7 @@ from ..core import distributed
 from ..core.errors import ParameterError
 from ..core.prompts import formatted
 from .greedy import greedy_answers, plain_greedy
-from .shared_prefix import Around, can_share, prefix_cache, shared_layout
+from .shared_prefix import Around, SharedPrefix, can_share, prefix_cache, shared_layout
 
 
 def read_markers(path: str | Path) -> list[str]:
@@ -43,6 +43,7 @@ def _answers(
     max_new_tokens: int,
     around: Around | None = None,
     until: Sequence[str] = (),
+    prefix: SharedPrefix | None = None,
 ) -> list[str]:
     """Greedy answers (decoded, special tokens dropped) to the already formatted texts of ``batch``, the
     prefix they share computed once (evaluation.shared_prefix), a finished row leaving the batch
@@ -50,8 +51,8 @@ def _answers(
     end a row's answer once it holds one."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     device = next(model.parameters()).device
-    lay = shared_layout(model, [tokenizer(t, add_special_tokens=special)["input_ids"] for t in batch], pad)
-    cache = prefix_cache(model, lay, tuple(batch), around)
+    lay = shared_layout(model, [tokenizer(t, add_special_tokens=special)["input_ids"] for t in batch], pad, prefix)
+    cache = prefix_cache(model, lay, tuple(batch), around, prefix)
     with torch.inference_mode(), nullcontext() if around is None else around(tuple(batch)):
         if plain_greedy(model) and can_share(model, padded=False):  # a cache whose rows can be selected
             holds = _holds(tokenizer, until)
@@ -109,17 +110,18 @@ def marker_hits(
     max_new_tokens: int = 32,
     batch_size: int = 8,
     around: Around | None = None,
+    prefix: SharedPrefix | None = None,
 ) -> np.ndarray:
     """Per prompt (this process's, all of them): whether its greedy answer holds a marker (surgery
     tune's per-prompt rate, whose confidence interval resamples prompts); ``around``: the context each
-    batch's generation runs in."""
+    batch's generation runs in; ``prefix``: a prefix pass other batches share."""
     texts, special = formatted(tokenizer, tuple(prompts), "auto")
     wanted = [m.lower() for m in markers]
     hits = []
     for start in range(0, len(texts), batch_size):
         batch = texts[start : start + batch_size]
         # A hit is a marker anywhere in the answer: a row that holds one needs no more tokens.
-        answers = _answers(model, tokenizer, batch, special, max_new_tokens, around, until=wanted)
+        answers = _answers(model, tokenizer, batch, special, max_new_tokens, around, until=wanted, prefix=prefix)
         hits += [any(m in answer.lower() for m in wanted) for answer in answers]
     return np.array(hits, dtype=bool)
 

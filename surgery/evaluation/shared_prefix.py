@@ -16,6 +16,7 @@ values (sliding windows, state-space layers) get the left-padded batch.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -57,10 +58,22 @@ def common_prefix(rows: Sequence[Sequence[int]]) -> int:
     return n
 
 
-def layout(rows: Sequence[Sequence[int]], pad: int, share: bool = True) -> Layout:
-    """``rows`` (token ids) as one batch: the longest prefix all of them hold, then each row's other
-    tokens right-aligned (at least one token a row stays its own: the pass needs a last position)."""
+@dataclass
+class SharedPrefix:
+    """A prefix the rows of several batches all begin with (``tokens``), run once for all of them under
+    the same edits: ``layers``, its one-row cache layers once run (evaluation runs no batch's prefix
+    longer than this one, so one pass serves every batch)."""
+
+    tokens: tuple[int, ...]
+    layers: list[Any] | None = None
+
+
+def layout(rows: Sequence[Sequence[int]], pad: int, share: bool = True, prefix: SharedPrefix | None = None) -> Layout:
+    """``rows`` (token ids) as one batch: the longest prefix all of them hold (at most ``prefix``'s
+    tokens), then each row's other tokens right-aligned (at least one token a row stays its own: the
+    pass needs a last position)."""
     shared = common_prefix(rows) if share and len(rows) > 1 else 0
+    shared = min(shared, len(prefix.tokens)) if prefix is not None else shared
     width = max(len(r) for r in rows) - shared
     ids = torch.full((len(rows), shared + width), pad, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -109,50 +122,71 @@ def empty_cache(model: nn.Module, padded: bool) -> Any:
 
 def shared_prefix_cache(
     model: nn.Module,
-    prefix: Sequence[int],
+    tokens: Sequence[int],
     rows: int,
     padded: bool,
     key: Hashable = None,
     around: Around | None = None,
     device: torch.device | None = None,
+    prefix: SharedPrefix | None = None,
 ) -> Any:
-    """The cache after one pass of ``prefix`` (token ids), shared by a batch of ``rows`` rows (each
+    """The cache after one pass of ``tokens`` (a prefix's ids), shared by a batch of ``rows`` rows (each
     layer's keys and values expanded over them: a view, no copy; the rows' pass concatenates its own
     behind it), or None when there is no prefix or :func:`can_share` says no. ``around(("prefix",
-    key))``: the context the pass runs in; ``device``: the inputs' (default: the first parameter's)."""
-    cache = empty_cache(model, padded) if len(prefix) else None
+    key))``: the context the pass runs in; ``device``: the inputs' (default: the first parameter's);
+    ``prefix``: where these tokens' pass is kept (run by the first batch that asks, taken by the rest)."""
+    cache = empty_cache(model, padded) if len(tokens) else None
     if cache is None:
         return None
-    device = next(model.parameters()).device if device is None else device
-    ids = torch.tensor([list(prefix)], dtype=torch.long, device=device)
-    with torch.inference_mode(), nullcontext() if around is None else around(("prefix", key)):
-        # only its keys/values are read: no position's logits (an empty index, so no lm_head work)
-        model(input_ids=ids, attention_mask=torch.ones_like(ids), cache=cache, use_cache=True, logits_to_keep=NONE)
+    kept = prefix is not None and prefix.tokens == tuple(tokens)
+    if kept and prefix.layers is not None:
+        # the same pass, same inputs: its layers as that batch got them (a later pass replaces their
+        # tensors, never writes into them)
+        cache.layers.extend(copy.copy(layer) for layer in prefix.layers)
+    else:
+        device = next(model.parameters()).device if device is None else device
+        ids = torch.tensor([list(tokens)], dtype=torch.long, device=device)
+        with torch.inference_mode(), nullcontext() if around is None else around(("prefix", key)):
+            # only its keys/values are read: no position's logits (an empty index, so no lm_head work)
+            model(input_ids=ids, attention_mask=torch.ones_like(ids), cache=cache, use_cache=True, logits_to_keep=NONE)
+        if kept:
+            prefix.layers = [copy.copy(layer) for layer in cache.layers]
     for layer in cache.layers:
         layer.keys = layer.keys.expand(rows, -1, -1, -1)
         layer.values = layer.values.expand(rows, -1, -1, -1)
     return cache
 
 
-def shared_layout(model: nn.Module, rows: Sequence[Sequence[int]], pad: int) -> Layout:
+def shared_layout(
+    model: nn.Module, rows: Sequence[Sequence[int]], pad: int, prefix: SharedPrefix | None = None
+) -> Layout:
     """:func:`layout` of ``rows``, sharing their prefix only where ``model``'s cache can hold it."""
-    return layout(rows, pad, share=can_share(model, padded=True))
+    return layout(rows, pad, share=can_share(model, padded=True), prefix=prefix)
 
 
-def prefix_cache(model: nn.Module, lay: Layout, key: Hashable, around: Around | None = None) -> Any:
+def prefix_cache(
+    model: nn.Module, lay: Layout, key: Hashable, around: Around | None = None, prefix: SharedPrefix | None = None
+) -> Any:
     """The cache a pass of ``lay``'s rows starts from: its shared prefix's (:func:`shared_prefix_cache`),
     or None when ``lay`` shares none."""
-    return shared_prefix_cache(model, lay.ids[0, : lay.shared].tolist(), lay.ids.shape[0], True, key, around)
+    ids = lay.ids[0, : lay.shared].tolist()
+    return shared_prefix_cache(model, ids, lay.ids.shape[0], True, key, around, prefix=prefix)
 
 
 def next_token_logprobs(
-    model: nn.Module, rows: Sequence[Sequence[int]], pad: int, key: Hashable, around: Around | None = None
+    model: nn.Module,
+    rows: Sequence[Sequence[int]],
+    pad: int,
+    key: Hashable,
+    around: Around | None = None,
+    prefix: SharedPrefix | None = None,
 ) -> torch.Tensor:
     """(B, vocab) fp32 log-softmax of the next token after each of ``rows`` (token ids), in one batch
-    with its shared prefix computed once; ``around(key)``: the context its passes run in."""
-    lay = shared_layout(model, rows, pad)
+    with its shared prefix computed once; ``around(key)``: the context its passes run in; ``prefix``:
+    a prefix pass other batches share (:class:`SharedPrefix`)."""
+    lay = shared_layout(model, rows, pad, prefix)
     device = next(model.parameters()).device
-    cache = prefix_cache(model, lay, key, around)
+    cache = prefix_cache(model, lay, key, around, prefix)
     start = lay.shared if cache is not None else 0
     # a cache even without a prefix: the recorded pass's cache layers are what a replay puts back
     cache = empty_cache(model, padded=True) if cache is None else cache
