@@ -2,16 +2,20 @@
 
 Every prompt through a chat template begins with the same tokens (SmolLM2-Instruct's: the system
 turn its template inserts, 24 tokens of its 38 to 53). A left-padded batch computes them once a row;
-here they run once, in a pass of one row, whose key/value cache is repeated over the batch's rows.
-The rows' own tokens follow it right-aligned, the padding between the two::
+here they run once, in a pass of one row, whose keys and values every row of the batch reads (a
+view expanded over the rows, not a copy). The rows' own tokens follow it right-aligned, the padding
+between the two (the layout ``generate`` continues; find.heads' scoring passes put their rows' own
+tokens right behind the prefix instead, padded on the right, through the same prefix pass)::
 
     [shared prefix | pad … | the row's own tokens]      attention mask  1 … | 0 … | 1 …
 
 Each token gets the position it has in the left-padded batch (positions count the mask's ones, as
 ``generate`` counts them) and attends to the same tokens, so greedy answers and logits are those of
 the left-padded batch up to floating-point summation order (tests/evaluation/test_shared_prefix.py).
-A batch of one row, rows that share no token, or a model whose cache is more than plain keys and
-values (sliding windows, state-space layers) get the left-padded batch.
+A batch of one row, rows that share no token, or a model whose cache layers :data:`SHARING` does
+not allow for the layout (sliding windows here, state-space layers anywhere) get the left-padded
+batch. Batches that all begin with the same tokens (a tune's behaviour and neutral prompts) can
+share one prefix pass (:class:`SharedPrefix`).
 """
 
 from __future__ import annotations
