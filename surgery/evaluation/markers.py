@@ -20,7 +20,8 @@ import torch
 from ..core import distributed
 from ..core.errors import ParameterError
 from ..core.prompts import formatted
-from .shared_prefix import Around, prefix_cache, shared_layout
+from .greedy import greedy_answers, plain_greedy
+from .shared_prefix import Around, SharedPrefix, can_share, prefix_cache, shared_layout
 
 
 def read_markers(path: str | Path) -> list[str]:
@@ -42,19 +43,27 @@ def _answers(
     max_new_tokens: int,
     around: Around | None = None,
     until: Sequence[str] = (),
+    prefix: SharedPrefix | None = None,
 ) -> list[str]:
     """Greedy answers (decoded, special tokens dropped) to the already formatted texts of ``batch``, the
-    prefix they share computed once (evaluation.shared_prefix); ``until``: lower-cased markers that end
-    a row's answer once it holds one (see :class:`_UntilMarker`)."""
+    prefix they share computed once (evaluation.shared_prefix), a finished row leaving the batch
+    (evaluation.greedy; ``model.generate`` where that cannot run); ``until``: lower-cased markers that
+    end a row's answer once it holds one."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     device = next(model.parameters()).device
-    lay = shared_layout(model, [tokenizer(t, add_special_tokens=special)["input_ids"] for t in batch], pad)
-    cache = prefix_cache(model, lay, tuple(batch), around)
-    start = lay.ids.shape[1]
-    from transformers import StoppingCriteriaList
-
-    stop = StoppingCriteriaList([_UntilMarker(tokenizer, start, until)] if until else [])
+    lay = shared_layout(model, [tokenizer(t, add_special_tokens=special)["input_ids"] for t in batch], pad, prefix)
+    cache = prefix_cache(model, lay, tuple(batch), around, prefix)
     with torch.inference_mode(), nullcontext() if around is None else around(tuple(batch)):
+        if plain_greedy(model) and can_share(model, padded=False):  # a cache whose rows can be selected
+            holds = _holds(tokenizer, until)
+            rows = greedy_answers(
+                model, lay, cache, max_new_tokens, (lambda row, tokens: holds(tokens)) if until else None
+            )
+            return tokenizer.batch_decode(rows, skip_special_tokens=True)
+        start = lay.ids.shape[1]
+        from transformers import StoppingCriteriaList
+
+        stop = StoppingCriteriaList([_UntilMarker(tokenizer, start, until)] if until else [])
         out = model.generate(
             input_ids=lay.ids.to(device),
             attention_mask=lay.mask.to(device),
@@ -65,6 +74,16 @@ def _answers(
             stopping_criteria=stop,
         )
     return tokenizer.batch_decode(out[:, start:], skip_special_tokens=True)
+
+
+def _holds(tokenizer, wanted: Sequence[str]) -> Callable[[list[int]], bool]:
+    """Whether an answer's tokens so far decode to a text holding one of ``wanted`` (lower-cased)."""
+
+    def holds(tokens: list[int]) -> bool:
+        text = tokenizer.decode(tokens, skip_special_tokens=True).lower()
+        return any(m in text for m in wanted)
+
+    return holds
 
 
 class _UntilMarker:
@@ -91,17 +110,18 @@ def marker_hits(
     max_new_tokens: int = 32,
     batch_size: int = 8,
     around: Around | None = None,
+    prefix: SharedPrefix | None = None,
 ) -> np.ndarray:
     """Per prompt (this process's, all of them): whether its greedy answer holds a marker (surgery
     tune's per-prompt rate, whose confidence interval resamples prompts); ``around``: the context each
-    batch's generation runs in."""
+    batch's generation runs in; ``prefix``: a prefix pass other batches share."""
     texts, special = formatted(tokenizer, tuple(prompts), "auto")
     wanted = [m.lower() for m in markers]
     hits = []
     for start in range(0, len(texts), batch_size):
         batch = texts[start : start + batch_size]
         # A hit is a marker anywhere in the answer: a row that holds one needs no more tokens.
-        answers = _answers(model, tokenizer, batch, special, max_new_tokens, around, until=wanted)
+        answers = _answers(model, tokenizer, batch, special, max_new_tokens, around, until=wanted, prefix=prefix)
         hits += [any(m in answer.lower() for m in wanted) for answer in answers]
     return np.array(hits, dtype=bool)
 

@@ -15,7 +15,14 @@ from surgery.core.direction_edit import DirectionEdit
 from surgery.core.edits import HeadScale
 from surgery.core.prompts import formatted
 from surgery.evaluation.prefill import Prefills, lowest_layer
-from surgery.evaluation.shared_prefix import layout, next_token_logprobs, prefix_cache, shared_layout
+from surgery.evaluation.shared_prefix import (
+    SharedPrefix,
+    common_prefix,
+    layout,
+    next_token_logprobs,
+    prefix_cache,
+    shared_layout,
+)
 from surgery.model.hooks import applied, decoder_layers
 from surgery.model.loading import load_model
 
@@ -88,6 +95,25 @@ def test_a_model_with_sliding_window_layers_gets_the_left_padded_batch(tiny):
         plain = model(input_ids=padded.ids, attention_mask=padded.mask, position_ids=padded.positions())
     expected = plain.logits[:, -1].float().log_softmax(-1)
     torch.testing.assert_close(next_token_logprobs(model, rows, PAD, "k"), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_batches_sharing_one_prefix_pass_get_what_their_own_pass_of_it_gives(tiny):
+    torch.set_num_threads(1)
+    model = load_model(tiny("llama", num_hidden_layers=4))
+    first = _rows()
+    gen = torch.Generator().manual_seed(1)
+    # a second batch holding the first's 7 tokens and 2 more of its own in common
+    second = [first[0][:9] + torch.randint(3, 90, (n,), generator=gen).tolist() for n in (4, 6, 2)]
+    tokens = tuple(first[0][: common_prefix([*first, *second])])
+    assert len(tokens) == 7 and common_prefix(second) == 9
+    held = SharedPrefix(tokens)
+    next_token_logprobs(model, first, PAD, "a", prefix=held)
+    assert held.layers is not None and held.layers[0].keys.shape[0] == 1  # the one-row pass, kept
+    reused = next_token_logprobs(model, second, PAD, "b", prefix=held)
+    own = next_token_logprobs(model, second, PAD, "b", prefix=SharedPrefix(tokens))  # runs the pass itself
+    assert torch.equal(reused, own)
+    assert shared_layout(model, second, PAD, held).shared == 7  # never longer than the held prefix
+    torch.testing.assert_close(reused, next_token_logprobs(model, second, PAD, "b"), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("layer", [0, 2])

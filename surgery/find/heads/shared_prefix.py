@@ -19,9 +19,7 @@ from collections.abc import Sequence
 import torch
 
 from ...core.mcq import Encoded
-
-# logits_to_keep for a pass whose logits are never read: no position.
-NONE = torch.zeros(0, dtype=torch.long)
+from ...evaluation.shared_prefix import common_prefix, empty_cache, shared_prefix_cache
 
 
 def token_order_groups(prompts: Sequence[Encoded], batch_size: int) -> list[list[int]]:
@@ -31,22 +29,14 @@ def token_order_groups(prompts: Sequence[Encoded], batch_size: int) -> list[list
     return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
 
 
-def common_prefix(rows: Sequence[Sequence[int]]) -> int:
-    """Length of the rows' longest common prefix, leaving every row at least its last token."""
-    limit = min(len(r) for r in rows) - 1
-    first = rows[0]
-    n = 0
-    while n < limit and all(r[n] == first[n] for r in rows):
-        n += 1
-    return n
-
-
 def last_token_logits(model, rows: Sequence[Encoded], pad_id: int, device: torch.device) -> torch.Tensor:
-    """(B, vocab) logits at the last token of every row, their common prefix run once."""
-    from transformers import DynamicCache
-
+    """(B, vocab) logits at the last token of every row, their common prefix run once
+    (evaluation.shared_prefix; a model that cannot share one: the rows right-padded, no prefix)."""
     ids = [r.ids for r in rows]
+    # No padding sits inside a row here: a sliding window's layer shares the prefix too.
     shared = common_prefix(ids)
+    cache = shared_prefix_cache(model, ids[0][:shared], len(rows), padded=False, device=device)
+    shared = shared if cache is not None else 0
     tails = [row[shared:] for row in ids]
     width = max(len(t) for t in tails)
     batch = torch.full((len(rows), width), pad_id, dtype=torch.long)
@@ -55,22 +45,7 @@ def last_token_logits(model, rows: Sequence[Encoded], pad_id: int, device: torch
     for b, tail in enumerate(tails):
         batch[b, : len(tail)] = torch.tensor(tail, dtype=torch.long)
         mask[b, shared : shared + len(tail)] = 1
-    # A plain cache of full-length layers, as resume.snapshot's: sliding-window layers keep their
-    # window in the mask, which counts positions from the prefix's first token on.
-    cache = DynamicCache()
-    if shared:
-        prefix = torch.tensor([ids[0][:shared]], dtype=torch.long, device=device)
-        # only its keys/values are read: no position's logits (an empty index, so no lm_head work;
-        # the layers, hence the cache, are the same whatever logits_to_keep says)
-        model(
-            input_ids=prefix, attention_mask=torch.ones_like(prefix), cache=cache, use_cache=True, logits_to_keep=NONE
-        )
-        cache = DynamicCache(
-            [
-                (layer.keys.expand(len(rows), -1, -1, -1), layer.values.expand(len(rows), -1, -1, -1))
-                for layer in cache.layers
-            ]
-        )
+    cache = empty_cache(model, padded=False) if cache is None else cache
     last = torch.tensor([len(t) - 1 for t in tails])
     keep = torch.unique(last)  # the positions whose logits are needed (one per distinct tail length)
     # ``keep`` stays on the CPU: it indexes the last layer's output, which a device map may place on

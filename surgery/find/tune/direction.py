@@ -30,7 +30,7 @@ from ...core.progress import Progress, silent
 from ...core.prompts import formatted
 from ...evaluation.markers import marker_hits
 from ...evaluation.prefill import Prefills, lowest_layer
-from ...evaluation.shared_prefix import next_token_logprobs
+from ...evaluation.shared_prefix import SharedPrefix, common_prefix, next_token_logprobs
 from ...model.hooks import applied
 from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
 from ..directions.ablate import direction_recipe
@@ -102,9 +102,15 @@ class DirectionTrials:
         texts, special = formatted(tokenizer, tuple(neutral), "auto")
         self.neutral = [tuple(tokenizer(t, add_special_tokens=special)["input_ids"]) for t in texts]
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        # The tokens every behaviour and neutral prompt begins with (the chat template's system turn): a
+        # measure runs them once, for all its batches.
+        chat, special = formatted(tokenizer, tuple(prompts), "auto")
+        rows = [*self.neutral, *(tokenizer(t, add_special_tokens=special)["input_ids"] for t in chat)]
+        self.prefix = tuple(rows[0][: common_prefix(rows)]) if len(rows) > 1 else ()
         self.prefills = Prefills()  # the unedited passes (recorded by the unedited measures below)
-        self.neutral_base = self.logprobs(())[1]
-        self.base = self.hits(())
+        prefix = self.shared()
+        self.neutral_base = self.logprobs((), prefix)[1]
+        self.base = self.hits((), prefix)
 
     def around(self, edits):
         """The context of each pass under ``edits``: none records the unedited pass, an edit replays it
@@ -113,7 +119,11 @@ class DirectionTrials:
             return partial(self.prefills.replaying, self.model, below=lowest_layer(self.model, edits))
         return partial(self.prefills.recording, self.model)
 
-    def logprobs(self, edits) -> tuple[list[int], torch.Tensor]:
+    def shared(self) -> SharedPrefix | None:
+        """A fresh holder of the prompts' common prefix pass, for one measure's batches (one edit)."""
+        return SharedPrefix(self.prefix) if self.prefix else None
+
+    def logprobs(self, edits, prefix: SharedPrefix | None = None) -> tuple[list[int], torch.Tensor]:
         """(this rank's neutral prompts, their next-token log-softmax under ``edits``), in batches (under
         torchrun each rank computes whole batches of its own)."""
         size = self.params.batch_size
@@ -124,11 +134,13 @@ class DirectionTrials:
                 batch = work.units[start : start + size]
                 key = ("neutral", *batch)
                 rows.append(
-                    next_token_logprobs(self.model, [self.neutral[i] for i in batch], self.pad, key, self.around(edits))
+                    next_token_logprobs(
+                        self.model, [self.neutral[i] for i in batch], self.pad, key, self.around(edits), prefix
+                    )
                 )
         return work.mine, (torch.cat(rows) if rows else torch.empty((0, 0)))
 
-    def hits(self, edits) -> np.ndarray:
+    def hits(self, edits, prefix: SharedPrefix | None = None) -> np.ndarray:
         """Per prompt: whether its greedy answer under ``edits`` holds a marker (under torchrun each
         rank answers whole batches of its own)."""
         work = distributed.Shard(self.prompts, chunk=self.params.batch_size)
@@ -142,6 +154,7 @@ class DirectionTrials:
                 max_new_tokens=self.params.max_new_tokens,
                 batch_size=self.params.batch_size,
                 around=around,
+                prefix=prefix,
             )
         every = np.zeros(len(self.prompts))
         every[work.mine] = mine
@@ -149,9 +162,10 @@ class DirectionTrials:
 
     def measure(self, edits) -> tuple[np.ndarray, np.ndarray]:
         """(marker hits per prompt, first-token KL per neutral prompt) under ``edits``."""
-        mine, edited = self.logprobs(edits)
+        prefix = self.shared()
+        mine, edited = self.logprobs(edits, prefix)
         kl = distributed.gather_rows(len(self.neutral), mine, first_token_kl(self.neutral_base, edited))
-        return self.hits(edits), kl
+        return self.hits(edits, prefix), kl
 
 
 def tune_direction(
