@@ -1,21 +1,21 @@
 #!/usr/bin/env python3
-"""How OpenMP's wait policy changes torch's CPU speed on a quiet and on a busy machine.
+"""How OpenMP's thread settings change torch's CPU speed on a quiet and on a busy machine.
 
     python examples/bench_wait_policy.py [MODEL] [--questions 120] [--busy 0 2] [--runs 3] [--json FILE]
 
-torch's CPU kernels run on OpenMP threads (GNU libgomp in the PyPI wheels). Between two parallel
-regions libgomp's threads spin, waiting for work, before they sleep; a small model's forward pass
-is hundreds of short regions. When other jobs hold the cores, a spinning thread takes a core from
-the thread that has the work, and every region's barrier waits for a thread the kernel has not
-scheduled: on a 2-core machine at load 8–9, SmolLM2's multiple-choice scoring took 320 s on 2
-threads, 51 s on one. ``OMP_WAIT_POLICY=PASSIVE`` makes the waiting threads sleep at once.
+torch's CPU kernels run on OpenMP threads (GNU libgomp in the PyPI wheels), one per core. Between two
+parallel regions libgomp's threads spin, waiting for work, before they sleep, and a small model's
+forward pass is hundreds of short regions. When other jobs hold the cores, a spinning thread takes a
+core from the thread that has the work, and every region's barrier waits for a thread the kernel has
+not scheduled. ``OMP_WAIT_POLICY=PASSIVE`` makes waiting threads sleep at once; ``OMP_NUM_THREADS=1``
+has no barrier at all.
 
-Each run starts a fresh child process per arm (the wait policy is read when the OpenMP runtime
-starts), interleaved: the child loads MODEL in float32 and times surgery's multiple-choice
-log-likelihoods (``evaluation.lm.option_logliks``, the eval's retention questions) over the first
-``--questions`` questions, on torch's default threads. Arms: the policy unset (libgomp's default)
-or PASSIVE, with 0 or more busy processes (pure Python loops) started beside the child to stand for
-other jobs. Printed per busy count: median seconds of each policy and PASSIVE / default.
+Each run starts a fresh child process per arm (both are read when the OpenMP runtime starts),
+interleaved: the child loads MODEL in float32 and times surgery's multiple-choice log-likelihoods
+(``evaluation.lm.option_logliks``, the eval's retention questions) over the first ``--questions``
+questions. Arms: torch's defaults, ``OMP_WAIT_POLICY=PASSIVE``, ``OMP_NUM_THREADS=1``; each with 0 or
+more busy processes (pure Python loops) started beside the child to stand for other jobs. Printed per
+busy count: each arm's median seconds and its ratio to the defaults.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from machine import stamp  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = Path.home() / ".cache/surgery/models/smollm2-135m-instruct"
-POLICIES = {"default": None, "passive": "PASSIVE"}
+# Each arm's environment for the child, over the caller's (OMP_* variables removed first).
+ARMS = {"default": {}, "passive": {"OMP_WAIT_POLICY": "PASSIVE"}, "1-thread": {"OMP_NUM_THREADS": "1"}}
 
 CHILD = r"""
 import json, sys, time
@@ -52,12 +53,10 @@ print(json.dumps({"seconds": time.perf_counter() - start, "threads": torch.get_n
 """
 
 
-def run_arm(model: Path, questions: int, policy: str | None, busy: int) -> dict:
-    """One child run with ``policy`` and ``busy`` spinning processes beside it."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
-    env["PYTHONPATH"] = str(REPO)
-    if policy:
-        env["OMP_WAIT_POLICY"] = policy
+def run_arm(model: Path, questions: int, arm: dict[str, str], busy: int) -> dict:
+    """One child run with ``arm``'s environment and ``busy`` spinning processes beside it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
+    env.update(arm, PYTHONPATH=str(REPO))
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
     try:
         out = subprocess.run(
@@ -86,21 +85,22 @@ def main() -> None:
     seconds: dict[tuple[int, str], list[float]] = {}
     for run in range(args.runs):
         for busy in args.busy:
-            # alternate which policy goes first, so a drift in the machine's load favours neither
-            order = list(POLICIES) if run % 2 == 0 else list(reversed(POLICIES))
+            # alternate the arms' order, so a drift in the machine's load favours none
+            order = list(ARMS) if run % 2 == 0 else list(reversed(ARMS))
             for name in order:
-                got = run_arm(args.model, args.questions, POLICIES[name], busy)
+                got = run_arm(args.model, args.questions, ARMS[name], busy)
                 seconds.setdefault((busy, name), []).append(got["seconds"])
                 print(
-                    f"run {run + 1} busy {busy} {name:8s} {got['seconds']:7.2f} s on {got['threads']} threads "
+                    f"run {run + 1} busy {busy} {name:9s} {got['seconds']:7.2f} s on {got['threads']} threads "
                     f"(load {os.getloadavg()[0]:.2f})",
                     flush=True,
                 )
     summary = []
     for busy in args.busy:
-        d, p = (statistics.median(seconds[(busy, n)]) for n in POLICIES)
-        summary.append({"busy": busy, "default_s": d, "passive_s": p, "passive_over_default": p / d})
-        print(f"busy {busy}: default {d:.2f} s, PASSIVE {p:.2f} s, PASSIVE / default {p / d:.2f}×")
+        median = {n: statistics.median(seconds[(busy, n)]) for n in ARMS}
+        summary.append({"busy": busy, "median_s": median})
+        ratios = ", ".join(f"{n} {median[n]:.2f} s ({median[n] / median['default']:.2f}×)" for n in ARMS)
+        print(f"busy {busy}: {ratios}")
     if args.json:
         args.json.write_text(json.dumps({"machine": machine, "summary": summary}, indent=1))
 

@@ -88,21 +88,9 @@ def _error(message: str, exc: BaseException | None = None, as_json: bool = False
         click.echo(json.dumps({"error": message, "type": kind}, ensure_ascii=False))
 
 
-def _idle_threads_sleep() -> None:
-    """Let torch's idle OpenMP threads sleep instead of spinning, unless the user chose a policy.
-
-    libgomp's threads spin between parallel regions, and a small model's pass is hundreds of short
-    regions: where other jobs hold the cores, a spinning thread takes the core the working thread
-    needs, and every barrier waits for a thread the kernel has not scheduled (SmolLM2's retention
-    questions: 6× slower on a 2-core machine at load 8; docs/performance.md#busy-machines). Read when
-    torch starts its OpenMP runtime, so it is set before any command imports torch."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, mapping every failure to one line and a non-zero exit."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    _idle_threads_sleep()
     debug = "--debug" in argv
     as_json = "--json" in argv  # the commands' own --json: their errors are JSON on stdout too
     try:
