@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .shared_prefix import Layout
+from ..model.shared_prefix import Layout
 
 # The fewest rows a decode step runs while more remain: oneDNN/MKL's fp32 matrix products give a row
 # the same bits for 4 to 8 rows and other bits for 1 to 3 (measured on SmolLM2's shapes).
@@ -72,7 +72,7 @@ def greedy_answers(
 ) -> list[list[int]]:
     """Each row of ``lay``'s greedy new tokens (up to ``max_new_tokens``; ending at an end-of-sequence
     token, which is kept, or once ``done(row, tokens so far)`` says the row has its answer). ``cache``:
-    its shared prefix's (evaluation.shared_prefix), None for none."""
+    its shared prefix's (model.shared_prefix), None for none."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device

@@ -20,8 +20,8 @@ import torch
 from ..core import distributed
 from ..core.errors import ParameterError
 from ..core.prompts import formatted
+from ..model.shared_prefix import Around, SharedPrefix, can_share, prefix_cache, shared_layout
 from .greedy import greedy_answers, plain_greedy
-from .shared_prefix import Around, SharedPrefix, can_share, prefix_cache, shared_layout
 
 
 def read_markers(path: str | Path) -> list[str]:
@@ -46,7 +46,7 @@ def _answers(
     prefix: SharedPrefix | None = None,
 ) -> list[str]:
     """Greedy answers (decoded, special tokens dropped) to the already formatted texts of ``batch``, the
-    prefix they share computed once (evaluation.shared_prefix), a finished row leaving the batch
+    prefix they share computed once (model.shared_prefix), a finished row leaving the batch
     (evaluation.greedy; ``model.generate`` where that cannot run); ``until``: lower-cased markers that
     end a row's answer once it holds one."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -51,7 +51,7 @@ def _cache_of(kwargs: dict[str, Any]) -> Any:
 
 class Prefills:
     """The unedited prefills of the batches a model answers, keyed by the batch's pass (its formatted
-    texts; their shared prefix's pass: ("prefix", texts), evaluation.shared_prefix)."""
+    texts; their shared prefix's pass: ("prefix", texts), model.shared_prefix)."""
 
     def __init__(self) -> None:
         self.batches: dict[Hashable, _Recorded | None] = {}  # None: not replayable

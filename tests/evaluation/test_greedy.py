@@ -7,8 +7,8 @@ import torch
 
 from surgery.core.prompts import formatted
 from surgery.evaluation.greedy import MIN_ROWS, _kept, greedy_answers, plain_greedy
-from surgery.evaluation.shared_prefix import layout, prefix_cache
 from surgery.model.loading import load_model, load_tokenizer
+from surgery.model.shared_prefix import layout, prefix_cache
 
 NEW_TOKENS = 12
 

@@ -1,4 +1,4 @@
-"""evaluation.shared_prefix: a batch's shared prefix computed once gives the left-padded batch's greedy
+"""model.shared_prefix: a batch's shared prefix computed once gives the left-padded batch's greedy
 answers and next-token distributions (up to summation order), and replays below an edit bit for bit.
 On SmolLM2, a direction trial measures the marker hits and the first-token KL of the plain
 left-padded computation (no shared prefix, no replay)."""
@@ -15,7 +15,9 @@ from surgery.core.direction_edit import DirectionEdit
 from surgery.core.edits import HeadScale
 from surgery.core.prompts import formatted
 from surgery.evaluation.prefill import Prefills, lowest_layer
-from surgery.evaluation.shared_prefix import (
+from surgery.model.hooks import applied, decoder_layers
+from surgery.model.loading import load_model
+from surgery.model.shared_prefix import (
     SharedPrefix,
     common_prefix,
     layout,
@@ -23,8 +25,6 @@ from surgery.evaluation.shared_prefix import (
     prefix_cache,
     shared_layout,
 )
-from surgery.model.hooks import applied, decoder_layers
-from surgery.model.loading import load_model
 
 PAD = 0
 NEW_TOKENS = 6

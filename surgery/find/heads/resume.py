@@ -425,7 +425,7 @@ class Counter:
     def shared(self, prompts: Sequence[Encoded], batch_size: int) -> int:
         """FLOPs of one plain pass over ``prompts`` as run_prompts runs it: each batch's common prefix
         once, then every row's tail right-padded behind it (shared_prefix.py)."""
-        from ...evaluation.shared_prefix import common_prefix
+        from ...model.shared_prefix import common_prefix
         from .shared_prefix import token_order_groups
 
         total = 0

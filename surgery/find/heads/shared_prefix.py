@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 
 from ...core.mcq import Encoded
-from ...evaluation.shared_prefix import common_prefix, empty_cache, shared_prefix_cache
+from ...model.shared_prefix import common_prefix, empty_cache, shared_prefix_cache
 
 
 def token_order_groups(prompts: Sequence[Encoded], batch_size: int) -> list[list[int]]:
@@ -31,7 +31,7 @@ def token_order_groups(prompts: Sequence[Encoded], batch_size: int) -> list[list
 
 def last_token_logits(model, rows: Sequence[Encoded], pad_id: int, device: torch.device) -> torch.Tensor:
     """(B, vocab) logits at the last token of every row, their common prefix run once
-    (evaluation.shared_prefix; a model that cannot share one: the rows right-padded, no prefix)."""
+    (model.shared_prefix; a model that cannot share one: the rows right-padded, no prefix)."""
     ids = [r.ids for r in rows]
     # No padding sits inside a row here: a sliding window's layer shares the prefix too.
     shared = common_prefix(ids)

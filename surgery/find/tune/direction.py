@@ -7,7 +7,7 @@ the marker rate (the share of greedy answers holding one of the user's markers) 
 of the behaviour prompts; the cost the mean first-token KL on the neutral prompts, both read through
 the chat template when the tokenizer has one (as heretic-llm reads its harmless prompts). Answers and
 the KL's passes run with the edit hooked in at run time (model.hooks.applied), the prefix the chat
-template gives every prompt computed once a batch (evaluation.shared_prefix), and the layers below
+template gives every prompt computed once a batch (model.shared_prefix), and the layers below
 the lowest edited one replayed from the unedited passes (evaluation.prefill).
 """
 
@@ -30,9 +30,9 @@ from ...core.progress import Progress, silent
 from ...core.prompts import formatted
 from ...evaluation.markers import marker_hits
 from ...evaluation.prefill import Prefills, lowest_layer
-from ...evaluation.shared_prefix import SharedPrefix, common_prefix, next_token_logprobs
 from ...model.hooks import applied
 from ...model.loading import DEFAULT_LOAD, LoadSpec, load_model, load_tokenizer
+from ...model.shared_prefix import SharedPrefix, common_prefix, next_token_logprobs
 from ..directions.ablate import direction_recipe
 from ..directions.find import DirectionFindings
 from ..directions.params import KernelParams
