@@ -76,14 +76,15 @@ def _answers(
     return tokenizer.batch_decode(out[:, start:], skip_special_tokens=True)
 
 
+def _has_marker(text: str, wanted: Sequence[str]) -> bool:
+    """Whether ``text`` holds one of ``wanted`` (lower-cased markers), in any case."""
+    text = text.lower()
+    return any(m in text for m in wanted)
+
+
 def _holds(tokenizer, wanted: Sequence[str]) -> Callable[[list[int]], bool]:
     """Whether an answer's tokens so far decode to a text holding one of ``wanted`` (lower-cased)."""
-
-    def holds(tokens: list[int]) -> bool:
-        text = tokenizer.decode(tokens, skip_special_tokens=True).lower()
-        return any(m in text for m in wanted)
-
-    return holds
+    return lambda tokens: _has_marker(tokenizer.decode(tokens, skip_special_tokens=True), wanted)
 
 
 class _UntilMarker:
@@ -97,7 +98,7 @@ class _UntilMarker:
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         texts = self.tokenizer.batch_decode(input_ids[:, self.start :], skip_special_tokens=True)
-        held = [any(m in text.lower() for m in self.wanted) for text in texts]
+        held = [_has_marker(text, self.wanted) for text in texts]
         return torch.tensor(held, dtype=torch.bool, device=input_ids.device)
 
 
@@ -122,7 +123,7 @@ def marker_hits(
         batch = texts[start : start + batch_size]
         # A hit is a marker anywhere in the answer: a row that holds one needs no more tokens.
         answers = _answers(model, tokenizer, batch, special, max_new_tokens, around, until=wanted, prefix=prefix)
-        hits += [any(m in answer.lower() for m in wanted) for answer in answers]
+        hits += [_has_marker(answer, wanted) for answer in answers]
     return np.array(hits, dtype=bool)
 
 

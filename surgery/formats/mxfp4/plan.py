@@ -80,14 +80,19 @@ def _expert(ckpt: Checkpoint, w: MxWeight, e: int) -> tuple[np.ndarray, np.ndarr
     return blocks.reshape(out, groups, BLOCK // 2), scales
 
 
-def _edited(p: TensorPatch, blocks: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The blocks of one expert a patch may change: (their bytes [n, 16], E8M0 scales [n], output lines
-    [n], input blocks [n]): every block of its edited output lines, every line's blocks holding an edited
-    input."""
-    edited = np.zeros(scales.shape, dtype=bool)
+def _edited_mask(p: TensorPatch, shape: tuple[int, ...]) -> np.ndarray:
+    """Which blocks ([out lines, input blocks]) of one expert a patch may change: every block of its
+    edited output lines, every line's blocks holding an edited input."""
+    edited = np.zeros(shape, dtype=bool)
     edited[sorted(p.cols)] = True
     edited[:, sorted({c // BLOCK for c in p.rows})] = True
-    lines, groups = np.nonzero(edited)
+    return edited
+
+
+def _edited(p: TensorPatch, blocks: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The blocks of one expert a patch may change (:func:`_edited_mask`): (their bytes [n, 16], E8M0
+    scales [n], output lines [n], input blocks [n])."""
+    lines, groups = np.nonzero(_edited_mask(p, scales.shape))
     return blocks[lines, groups], scales[lines, groups], lines, groups
 
 
@@ -95,9 +100,7 @@ def _outside_same(p: TensorPatch, before: tuple[np.ndarray, np.ndarray], after: 
     """Whether every block and scale of an expert outside the patch's edited blocks kept its bytes."""
     blocks = [np.ascontiguousarray(b).view(np.uint64) for b in (before[0], after[0])]  # a block's 16 bytes: 2 words
     changed = (before[1] != after[1]) | (blocks[0] != blocks[1]).any(axis=-1)
-    changed[sorted(p.cols)] = False
-    changed[:, sorted({c // BLOCK for c in p.rows})] = False
-    return not changed.any()
+    return not (changed & ~_edited_mask(p, changed.shape)).any()
 
 
 def _proven(p: TensorPatch, before: tuple[np.ndarray, np.ndarray], after: tuple[np.ndarray, np.ndarray]) -> bool:
