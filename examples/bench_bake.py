@@ -130,7 +130,7 @@ def build(folder: Path, layers: int) -> Path:
     weight_map, total = {}, 0
     for i, tensors in enumerate(shards):
         fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        write_shard(folder / fname, tensors, rng)
+        write_shard(folder / fname, [(n, s, "BF16") for n, s in tensors], rng)  # all bf16
         weight_map.update({name: fname for name, _ in tensors})
         total += sum(math.prod(s) * 2 for _, s in tensors)
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}

@@ -50,28 +50,45 @@ HEADS = [(5, 2), (17, 6)]
 
 
 def quantize(src: Path, out: Path) -> Path:
-    """``src`` with its decoder linears compressed to NVFP4 by compressed-tensors (written beside, renamed)."""
+    """``src`` with its decoder linears compressed to NVFP4 by compressed-tensors (written beside, renamed).
+
+    Shard by shard and tensor by tensor (a real-shape checkpoint, e.g. examples/synthetic_checkpoint.py's
+    Llama-3.1-8B, needs one shard's output in memory, not the model in float32); a sharded checkpoint's
+    index is rewritten to name the compressed tensors."""
     if out.exists():
         return out
     import torch
     from compressed_tensors.quantization import QuantizationConfig
-    from safetensors.torch import load_file, save_file
+    from safetensors import safe_open
+    from safetensors.torch import save_file
 
+    from surgery.core.strict_files import load_json
     from tests.support.int_packed import IGNORE, LINEARS
     from tests.support.nvfp4 import FORMAT, _compress, scheme
 
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(src, partial, ignore=shutil.ignore_patterns("*.gguf*"))
-    tensors, sch = load_file(partial / "model.safetensors"), scheme()
-    for name in [n for n in tensors if n.endswith(".weight") and n.split(".")[-2] in LINEARS]:
-        for key, value in _compress(tensors.pop(name).to(torch.float32), sch).items():
-            tensors[name.removesuffix("weight") + key] = value.contiguous()
-    for name, value in tensors.items():  # the rest in bfloat16, as llm-compressor saves a model it loaded in bf16
-        if value.dtype == torch.float32 and not name.endswith("_global_scale"):
-            tensors[name] = value.to(torch.bfloat16)
-    save_file(tensors, partial / "model.safetensors", metadata={"format": "pt"})
-    config = json.loads((partial / "config.json").read_text())
+    shutil.copytree(src, partial, ignore=shutil.ignore_patterns("*.gguf*", "*.safetensors"))
+    sch, weight_map, total = scheme(), {}, 0
+    for shard in sorted(src.glob("*.safetensors")):
+        tensors = {}
+        with safe_open(shard, "pt") as f:
+            for name in f.keys():
+                value = f.get_tensor(name)
+                if name.endswith(".weight") and name.split(".")[-2] in LINEARS:
+                    for key, part in _compress(value.to(torch.float32), sch).items():
+                        tensors[name.removesuffix("weight") + key] = part.contiguous()
+                else:  # the rest in bfloat16, as llm-compressor saves a model it loaded in bf16
+                    tensors[name] = value.to(torch.bfloat16) if value.dtype == torch.float32 else value
+        save_file(tensors, partial / shard.name, metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(tensors, shard.name))
+        total += sum(t.nbytes for t in tensors.values())
+        del tensors
+    index = partial / "model.safetensors.index.json"
+    if index.exists():
+        old = load_json(index.read_text())
+        index.write_text(json.dumps({**old, "metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
+    config = load_json((partial / "config.json").read_text())
     cfg = QuantizationConfig(
         config_groups={"group_0": sch}, format=FORMAT, quantization_status="compressed", ignore=IGNORE
     )

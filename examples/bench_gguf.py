@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: baking 40 pruned neurons + 3 heads (α = 2) into a GGUF, against ``cp`` of the same file.
 
-    python examples/bench_gguf.py [GGUF | --synthetic] [--runs 5] [--json FILE]
+    python examples/bench_gguf.py [GGUF | --synthetic] [--runs 5] [--old-tree DIR] [--json FILE]
 
 GGUF defaults to SmolLM2-135M-Instruct Q4_1 where examples/get_models.py puts it. ``--synthetic``: a
 1.1 GB GGUF with Llama-3.1-8B's shapes cut to 4 layers (random Q4_K blocks with sane f16 scales,
@@ -14,14 +14,18 @@ warm page cache, with the child's peak RSS from ``os.wait4``:
   edited blocks, one streaming copy with both sha256s, sidecars;
 * ``cli``: ``surgery apply RECIPE --model SRC --out DST`` as a user runs it (interpreter start and imports
   included);
-* ``sha256``: hashlib over the file, 16 MB reads (the bake hashes its output: a floor with ``cp``).
+* ``sha256``: hashlib over the file, read into one 1 MB buffer (the bake hashes its output: a floor with ``cp``);
+* with ``--old-tree DIR``, ``lib old``: the same library call by that checkout's ``surgery`` right after
+  ``lib``, its output's recorded sha256 compared with ``lib``'s (the same bytes, or the run fails).
 
 ``lib`` also reports where its time goes: imports, open (header and the cached config), prepare
 (plan, the edited blocks read, changed and checked), the streaming copy with the output's sha256
 (``stream_patched``), and the rest (undo and record sidecars, the hash cache).
 
 The transformers config of the GGUF and the source's sha256 are cached by the first bake (a user's
-second bake from a file); ``first`` is one CLI run with empty caches. Medians are printed, with the
+second bake from a file); ``first`` is one CLI run with empty caches, and ``first lib`` one library
+call with empty caches, its open split into check_supported (transformers imported, the architecture
+checked) and the rest of the config (transformers' ``AutoConfig`` reading the GGUF). Medians are printed, with the
 ratio to cp's median.
 """
 
@@ -67,6 +71,9 @@ def timed(name, f):
     return run
 bake.prepare = timed("prepare", bake.prepare)
 bake.stream_patched = timed("copy+sha256", bake.stream_patched)
+import surgery.gguf.model as gguf_model
+gguf_model.check_supported = timed("check_supported", gguf_model.check_supported)
+gguf_model._config = timed("config", gguf_model._config)
 t = time.perf_counter()
 model = open_gguf(sys.argv[1])
 spent["open"] = time.perf_counter() - t
@@ -77,10 +84,10 @@ print(json.dumps(spent))
 """
 HASH_CHILD = """
 import hashlib, sys
-h = hashlib.sha256()
+h, view = hashlib.sha256(), memoryview(bytearray(1 << 20))
 with open(sys.argv[1], "rb", buffering=0) as f:
-    while block := f.read(16 << 20):
-        h.update(block)
+    while n := f.readinto(view):
+        h.update(view[:n])
 """
 # A llama.cpp-style file of Llama-3.1-8B's shapes (hidden 4096, MLP 14336, 32 heads of 128, 8 KV heads).
 SYNTHETIC = MODELS / ".gguf" / "synthetic-llama-3.1-8b-4layers-Q4_K.gguf"
@@ -137,10 +144,10 @@ def recipe_text(layers: int, ffn: int, heads: int, seed: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS in MB, stdout) of ``cmd`` in a child."""
+def timed(cmd: list[str], env: dict[str, str], cwd: Path = REPO) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS in MB, stdout) of ``cmd`` in a child (``python -c`` imports from ``cwd`` first)."""
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
     out = proc.stdout.read().decode()
@@ -150,11 +157,18 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     return wall, usage.ru_maxrss / 1024, out
 
 
+def output_sha256(out: Path) -> str:
+    """The sha256 that a bake's record gives its output GGUF."""
+    record = json.loads(out.with_name(out.name + ".surgery.json").read_text())
+    return record["files"][out.name]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("gguf", nargs="?", type=Path, default=DEFAULT)
     ap.add_argument("--synthetic", action="store_true", help=f"bake {SYNTHETIC.name} (written on first use)")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--old-tree", type=Path, default=None, help="another checkout: its library call after each lib")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     if args.synthetic:
@@ -183,16 +197,29 @@ def main() -> None:
         cli = [sys.executable, "-m", "surgery", "apply", str(recipe), "--model", str(args.gguf), "--out", str(out)]
         first = timed(cli, dict(env, SURGERY_CACHE=str(tmp / "cold")))  # config read from the GGUF, source hashed
         clear()
+        lib = [sys.executable, "-c", LIB_CHILD, str(args.gguf), str(recipe), str(out)]
+        first_lib = json.loads(timed(lib, dict(env, SURGERY_CACHE=str(tmp / "cold-lib")))[2].strip().splitlines()[-1])
+        clear()
         timed(cli, env)  # warm-up: the source's sha256 goes to the hash cache
         clear()
         results: dict[str, list[tuple[float, float]]] = {"cp": [], "lib": [], "cli": [], "sha256": []}
+        if args.old_tree:
+            results["lib old"] = []
         stages: list[dict[str, float]] = []
         for _ in range(args.runs):
             results["cp"].append(timed(["cp", str(args.gguf), str(out)], env)[:2])
             clear()
-            wall, rss, printed = timed([sys.executable, "-c", LIB_CHILD, str(args.gguf), str(recipe), str(out)], env)
+            wall, rss, printed = timed(lib, env)
             stages.append(json.loads(printed.strip().splitlines()[-1]))
             results["lib"].append((stages[-1]["total"], rss))
+            if args.old_tree:
+                ours = output_sha256(out)
+                clear()
+                old = args.old_tree.resolve()
+                wall, rss, printed = timed(lib, dict(env, PYTHONPATH=str(old)), cwd=old)
+                results["lib old"].append((json.loads(printed.strip().splitlines()[-1])["total"], rss))
+                if output_sha256(out) != ours:
+                    raise SystemExit(f"{old}'s bake wrote other bytes than this tree's")
             clear()
             results["cli"].append(timed(cli, env)[:2])
             clear()
@@ -216,9 +243,12 @@ def main() -> None:
         print(f"{name:6} {wall:8.3f} {wall / cp:6.1f} {rss:12.0f}")
         summary[name] = {"median_s": round(wall, 3), "ratio_to_cp": round(wall / cp, 2), "peak_rss_mb": round(rss, 1)}
     print(f"first  {first[0]:8.3f} {first[0] / cp:6.1f} {first[1]:12.0f}   (cli, empty caches)")
-    parts = {k: round(statistics.median(s[k] for s in stages), 3) for k in stages[0]}
+    parts = {k: round(statistics.median(s.get(k, 0.0) for s in stages), 3) for k in stages[0]}
     print(f"lib's time (median s): {', '.join(f'{k} {v:.3f}' for k, v in parts.items())}; python start {python:.3f}")
     summary["lib_parts_s"] = parts
+    first_lib = {k: round(v, 3) for k, v in first_lib.items()}
+    print(f"first lib's time (s, empty caches): {', '.join(f'{k} {v:.3f}' for k, v in first_lib.items())}")
+    summary["first_lib_parts_s"] = first_lib
     summary["python_start_s"] = round(python, 3)
     if args.json:
         args.json.write_text(json.dumps(summary, indent=1) + "\n")

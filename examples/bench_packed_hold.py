@@ -4,6 +4,8 @@ held in 16 bits.
 
     python examples/bench_packed_hold.py --old-tree /work/main [--model ~/.cache/surgery/models/smollm2-135m-instruct]
         [--format nvfp4|w4a16|mxfp4] [--runs 3] [--json FILE]
+    python examples/bench_packed_hold.py --source FOLDER | --model FOLDER --format nvfp4
+        [--steps load find-neurons eval bake verify find-heads] [--pairs 8] [--runs 1] [--old-tree DIR]
 
 Makes SmolLM2 NVFP4 as examples/bench_fp4.py does (compressed-tensors' compressor; ``--format w4a16``:
 W4A16, symmetric, groups of 64, by tests/support/int_packed.py's compressor, the other tensors in bfloat16
@@ -19,6 +21,17 @@ VmHWM, its anonymous memory sampled (examples/measure.py). Printed against the f
 (issue 36): 1.5× the file plus the largest decoder layer in float32, above the imports, each peak saying
 whether it meets it; with the ratios new / old of the same run; the logits of the two loads are compared
 bit for bit.
+
+At real shapes (issue 36: on toys the fixed costs dominate): ``--source`` measures a quantized checkpoint
+as it is (examples/synthetic_checkpoint.py's ``--shape gpt-oss-20b``, MXFP4 experts), ``--model`` with
+``--format nvfp4`` an NVFP4 copy of a folder (e.g. its Llama-3.1-8B shapes, compressed shard by shard by
+examples/bench_fp4.py's ``quantize``). ``--steps`` adds, each in a child process of this tree's CLI
+(``python -m surgery``, every other step after ``load`` measured the same way): ``find-neurons`` on
+``--pairs`` builtin English pairs (a category at a time, those whose prompts are as long in the model's
+tokens: the others are skipped), ``eval`` (retention, ``--limit 2 --batch-size 2``), ``bake`` (``prune-neurons`` of two
+neurons, ``--no-verify``) and ``verify`` of that bake, ``find-heads`` (``--max-pairs 2``, no confirmation,
+one random set). Each step's peak is printed against the same target; ``--old-tree`` is then optional
+(given, every step runs on both trees).
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 MB = 1024**2
+STEPS = ("load", "find-neurons", "eval", "bake", "verify", "find-heads")
 # A gpt-oss small enough for a 2-core VM whose experts are most of the file, as in the releases (gpt-oss-20b:
 # 32 experts of 2880 × 2880 a layer): 4 layers of 32 experts, each [512 → 2 × 512 → 512].
 MXFP4_SIZES = dict(
@@ -87,20 +101,77 @@ def _status(key: str) -> int:
     raise KeyError(key)
 
 
-def measure(cmd: list[str]) -> dict:
+def measure(cmd: list[str], kill_above: int | None = None, **popen) -> dict:
+    """``cmd``'s time and peaks (and the JSON line it printed last); stopped past ``kill_above`` bytes of RSS,
+    which its row then says (``killed``)."""
     sys.path.insert(0, str(HERE))
     from measure import run_measured
 
     started = time.perf_counter()
-    res, peak = run_measured(cmd)
+    res, peak = run_measured(cmd, kill_above=kill_above, **popen)
     wall = time.perf_counter() - started
-    if res.returncode != 0:
-        sys.exit(f"{cmd[3:]} failed:\n{res.stderr[-3000:]}")
     row = {"wall_s": wall, "rss_mb": peak.rss_bytes / MB, "anon_mb": peak.anon_bytes / MB}
+    if peak.killed:
+        print(f"{cmd[3:5]} stopped at {row['rss_mb']:.0f} MB RSS (--max-rss-gb)", flush=True)
+        return {**row, "killed": True}
+    if res.returncode != 0:
+        sys.exit(f"{cmd[3:]} failed:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}")
     lines = [line for line in res.stdout.splitlines() if line.startswith("{")]
     if lines:
         row.update(json.loads(lines[-1]))
     return row
+
+
+def small_pairs(src: Path, out: Path, n: int) -> Path:
+    """The first ``n`` builtin English pairs, a category at a time, whose two prompts are as many of
+    ``src``'s tokens long (find-neurons skips the others: a character-level tokenizer keeps few)."""
+    from transformers import AutoTokenizer
+
+    from surgery.find.neurons.pairs import load_pairs
+
+    tok = AutoTokenizer.from_pretrained(src)
+    by_category: dict[str, list] = {}
+    for pair in load_pairs(language="en").pairs:
+        if len(tok(pair.prompt_1)["input_ids"]) == len(tok(pair.prompt_2)["input_ids"]):
+            by_category.setdefault(pair.category, []).append(pair)
+    chosen, queues = [], list(by_category.values())
+    while len(chosen) < n and any(queues):
+        for queue in queues:
+            if queue and len(chosen) < n:
+                chosen.append(queue.pop(0))
+    out.write_text("".join(json.dumps(p.to_dict(), ensure_ascii=False) + "\n" for p in chosen))
+    return out
+
+
+def step_command(step: str, src: Path, scratch: Path, tag: str, pairs: Path, layers: int, experts: bool) -> list[str]:
+    """The CLI arguments of ``step`` (not ``load``) on ``src`` (of ``layers`` layers, of ``experts``); ``tag``
+    names its outputs in ``scratch``."""
+    cpu = ["--device", "cpu", "--dtype", "float32"]
+    baked = scratch / f"baked-{tag}"
+    if step == "find-neurons":
+        out = ["--pairs", str(pairs), "--recompute", "--out", str(scratch / f"neurons-{tag}.json")]
+        return [step, str(src), *cpu, *out]
+    if step == "eval":
+        # --batch-size 2: perplexity one window a pass, whose logits ([1, ≤ 1024, vocab] in float32) add to the peak
+        small = ["--suite", "retention", "--limit", "2", "--batch-size", "2"]
+        return [step, str(src), *cpu, *small, "--out", str(scratch / f"eval-{tag}.json")]
+    if step == "bake":
+        neurons = f"0:e0:5,{layers - 1}:e1:17" if experts else f"0:5,{layers - 1}:17"  # routed experts 0, 1
+        return ["prune-neurons", str(src), "--neurons", neurons, "--out", str(baked), "--force", "--no-verify"]
+    if step == "verify":
+        return [step, str(src), str(baked), *cpu]
+    if step == "find-heads":
+        small = ["--max-pairs", "2", "--confirm", "0", "--random-sets", "1", "--knockout-heads", "1"]
+        return [step, str(src), *cpu, *small, "--recompute", "--out", str(scratch / f"heads-{tag}.json")]
+    raise ValueError(step)
+
+
+def cli_measured(tree: Path, args: list[str], cache: Path, kill_above: int | None = None) -> dict:
+    """``python -m surgery ARGS`` with the surgery of ``tree``, its cache in ``cache``: its peaks and time."""
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(tree), "SURGERY_CACHE": str(cache)}
+    return measure([sys.executable, "-m", "surgery", *args], kill_above, cwd=tree, env=env)
 
 
 def quantize_int4(src: Path, out: Path) -> Path:
@@ -140,32 +211,44 @@ def quantize_mxfp4(out: Path) -> Path:
     return out
 
 
-def widened_mb(folder: Path) -> tuple[float, float]:
-    """(the largest decoder layer's weights, the embedding table) in float32, from the model built on the
-    meta device: what one layer's call widens, and what the embeddings and a tied head widened whole
-    before model/vocab_table.py."""
+def meta_model(folder: Path):
+    """``folder``'s model built on the meta device, without its quantization (every weight at full size)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(folder)
     del config.quantization_config
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    layer = max(sum(p.numel() for p in block.parameters()) for block in model.model.layers)
-    return layer * 4 / MB, model.get_input_embeddings().weight.numel() * 4 / MB
+        return AutoModelForCausalLM.from_config(config)
+
+
+def widened_layers(folder: Path) -> list[float]:
+    """Each decoder layer's weights in float32, MB: what its call widens."""
+    return [sum(p.numel() for p in block.parameters()) * 4 / MB for block in meta_model(folder).model.layers]
+
+
+def widened_mb(folder: Path) -> tuple[float, float]:
+    """(the largest decoder layer's weights, the embedding table) in float32, from the model built on the
+    meta device: what one layer's call widens, and what the embeddings and a tied head widened whole
+    before model/vocab_table.py."""
+    return max(widened_layers(folder)), meta_model(folder).get_input_embeddings().weight.numel() * 4 / MB
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=Path.home() / ".cache/surgery/models/smollm2-135m-instruct")
-    ap.add_argument("--old-tree", type=Path, help="a checkout whose loader is the one compared (required)")
+    ap.add_argument("--source", type=Path, help="a quantized checkpoint measured as it is (no --format copy)")
+    ap.add_argument("--old-tree", type=Path, help="a checkout whose loader is the one compared")
     ap.add_argument(
         "--format",
         choices=("nvfp4", "w4a16", "mxfp4"),
         default="nvfp4",
-        help="NVFP4 or W4A16 (groups of 64) SmolLM2 (--model), or a random gpt-oss with MXFP4 experts",
+        help="NVFP4 or W4A16 (groups of 64) copy of --model, or a random gpt-oss with MXFP4 experts",
     )
+    ap.add_argument("--steps", nargs="+", choices=STEPS, default=["load"], help="what is measured (default: load)")
+    ap.add_argument("--pairs", type=int, default=8, help="find-neurons' pairs (default 8)")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--max-rss-gb", type=float, help="stop a step whose RSS passes this (a shared machine's budget)")
     ap.add_argument("--scratch", type=Path, default=Path("/tmp/surgery-bench-fp4"))
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--child", nargs=4, metavar=("TASK", "TREE", "SRC", "OUT"), help=argparse.SUPPRESS)
@@ -173,8 +256,9 @@ def main() -> None:
     if args.child:
         child(*args.child)
         return
-    if args.old_tree is None:
-        ap.error("--old-tree is required")
+    steps = [s for s in STEPS if s in args.steps or (s == "bake" and "verify" in args.steps)]
+    if args.old_tree is None and args.steps == ["load"]:
+        ap.error("--old-tree is required to measure the load alone")
     sys.path.insert(0, str(HERE.parent))
     sys.path.insert(0, str(HERE))
     from bench_fp4 import quantize
@@ -182,35 +266,56 @@ def main() -> None:
 
     machine = stamp()
     print("machine:", one_line(machine))
+    args.scratch = args.scratch.resolve()  # the CLI steps run in the tree measured
     args.scratch.mkdir(parents=True, exist_ok=True)
     kind = args.format.upper()
-    if args.format == "w4a16":
+    if args.source is not None:
+        src = args.source.resolve()
+        quantization = json.loads((src / "config.json").read_text()).get("quantization_config", {})
+        kind = str(quantization.get("format") or quantization.get("quant_method") or "unquantized").upper()
+    elif args.format == "w4a16":
         src = quantize_int4(args.model, args.scratch / f"{args.model.name}-w4a16")
     elif args.format == "mxfp4":
         src = quantize_mxfp4(args.scratch / "gpt-oss-mxfp4")
     else:
-        src = quantize(args.model, args.scratch / f"{args.model.name}-nvfp4")
+        src = quantize(args.model.resolve(), args.scratch / f"{args.model.name}-nvfp4")
     file_mb = sum(f.stat().st_size for f in src.glob("*.safetensors")) / MB
-    if args.format == "mxfp4":
-        from surgery.core.checkpoint import Checkpoint
+    from surgery.core.checkpoint import Checkpoint
 
-        tensors = Checkpoint(src).tensors.values()
-        experts = sum(t.nbytes for t in tensors if t.name.endswith(("_blocks", "_scales")))
-        print(f"the MXFP4 experts (blocks and scales) are {experts / MB:.1f} MB of the {file_mb:.1f} MB file")
+    tensors = Checkpoint(src).tensors.values()
+    packed = sum(t.nbytes for t in tensors if t.name.endswith(("_blocks", "_scales", "_packed", "_scale")))
+    print(f"{src}: the packed weights (codes and scales) are {packed / MB:.1f} MB of the {file_mb:.1f} MB file")
     layer_mb, table_mb = widened_mb(src)
-    trees = {"old": args.old_tree.resolve(), "new": HERE.parent}
+    trees = {"new": HERE.parent, **({"old": args.old_tree.resolve()} if args.old_tree else {})}
+    pairs = small_pairs(src, args.scratch / "pairs.jsonl", args.pairs) if "find-neurons" in steps else Path()
+    layers = len(widened_layers(src))
+    config = json.loads((src / "config.json").read_text())
+    experts = bool(config.get("num_local_experts") or config.get("num_experts"))
     runs = []
+    cap = None if args.max_rss_gb is None else int(args.max_rss_gb * 1024**3)
     for k in range(args.runs):
         row = {"imports": measure([sys.executable, __file__, "--child", "imports", str(trees["new"]), str(src), "-"])}
-        for path, tree in trees.items():
-            logits = args.scratch / f"logits-{kind}-{path}.pt"
-            row[path] = measure([sys.executable, __file__, "--child", "load", str(tree), str(src), str(logits)])
+        for step in steps:
+            for path, tree in trees.items():
+                if step == "load":
+                    logits = args.scratch / f"logits-{kind}-{path}.pt"
+                    cmd = [sys.executable, __file__, "--child", "load", str(tree), str(src), str(logits)]
+                    row[f"load/{path}"] = measure(cmd, cap)
+                else:
+                    cmd = step_command(step, src, args.scratch, path, pairs, layers, experts)
+                    row[f"{step}/{path}"] = cli_measured(tree, cmd, args.scratch / f"cache-{path}", cap)
+                print(f"{step}/{path}: {json.dumps(row[f'{step}/{path}'])}", flush=True)
         runs.append(row)
         print(f"run {k}: " + ", ".join(f"{t} {r['wall_s']:.1f} s / {r['rss_mb']:.0f} MB" for t, r in row.items()))
     import torch
 
-    same = torch.equal(*(torch.load(args.scratch / f"logits-{kind}-{p}.pt") for p in trees))
-    med = {t: {m: statistics.median(r[t][m] for r in runs) for m in runs[0][t]} for t in runs[0]}
+    same = None
+    if "load" in steps and len(trees) == 2:
+        same = torch.equal(*(torch.load(args.scratch / f"logits-{kind}-{p}.pt") for p in trees))
+    med = {
+        t: {m: statistics.median(r[t][m] for r in runs) for m in runs[0][t] if all(m in r[t] for r in runs)}
+        for t in runs[0]
+    }
     floor = med["imports"]
     target = 1.5 * file_mb + layer_mb
     print(
@@ -222,24 +327,45 @@ def main() -> None:
     def meets(mb: float) -> str:
         return "meets the target" if mb <= target else f"misses the target by {mb - target:.0f} MB"
 
-    for path in trees:
-        m = med[path]
+    for name, m in med.items():
+        if name == "imports":
+            continue
         above = {k: m[k] - floor[k] for k in ("rss_mb", "anon_mb")}
-        load = m["load_rss_mb"] - floor["rss_mb"]
-        print(
-            f"{path}: held {m['held_bytes'] / MB:.1f} MB = {m['held_bytes'] / MB / file_mb:.2f}× the file; peak "
-            f"above the imports: load alone RSS {load:.0f} MB = {load / file_mb:.2f}× ({meets(load)}); load + "
-            f"forward RSS {above['rss_mb']:.0f} MB = {above['rss_mb'] / file_mb:.2f}× ({meets(above['rss_mb'])}), "
-            f"anonymous {above['anon_mb']:.0f} MB = {above['anon_mb'] / file_mb:.2f}× ({meets(above['anon_mb'])}); "
-            f"load {m['load_s']:.1f} s, forward {m['forward_s']:.2f} s"
+        held = (
+            f"held {m['held_bytes'] / MB:.1f} MB = {m['held_bytes'] / MB / file_mb:.2f}× the file; "
+            if "held_bytes" in m
+            else ""
         )
-    for metric in ("load_rss_mb", "rss_mb", "anon_mb", "load_s", "forward_s"):
-        ratios = [r["new"][metric] / r["old"][metric] for r in runs]
-        print(f"new / old {metric} (same run, median of {args.runs}): {statistics.median(ratios):.2f}×")
-    print(f"logits new == old, bit for bit: {same}")
+        load = ""
+        if "load_rss_mb" in m:
+            alone = m["load_rss_mb"] - floor["rss_mb"]
+            load = f"load alone RSS {alone:.0f} MB = {alone / file_mb:.2f}× ({meets(alone)}); load + forward "
+        if any(r[name].get("killed") for r in runs):
+            mb = above["rss_mb"]
+            print(
+                f"{name}: stopped at the --max-rss-gb cap: at least {mb:.0f} MB above the imports = {mb / file_mb:.2f}× ({meets(mb)})"
+            )
+            continue
+        times = f"load {m['load_s']:.1f} s, forward {m['forward_s']:.2f} s" if "load_s" in m else f"{m['wall_s']:.0f} s"
+        print(
+            f"{name}: {held}peak above the imports: {load}RSS {above['rss_mb']:.0f} MB = "
+            f"{above['rss_mb'] / file_mb:.2f}× ({meets(above['rss_mb'])}), anonymous {above['anon_mb']:.0f} MB = "
+            f"{above['anon_mb'] / file_mb:.2f}× ({meets(above['anon_mb'])}); {times}"
+        )
+    if len(trees) == 2:
+        for step in steps:
+            for metric in runs[0][f"{step}/new"]:
+                if metric.endswith(("_mb", "_s")):
+                    ratios = [r[f"{step}/new"][metric] / r[f"{step}/old"][metric] for r in runs]
+                    print(
+                        f"{step}: new / old {metric} (same run, median of {args.runs}): {statistics.median(ratios):.2f}×"
+                    )
+    if same is not None:
+        print(f"logits new == old, bit for bit: {same}")
     if args.json:
         record = {
             "machine": machine,
+            "source": str(src),
             "file_mb": file_mb,
             "layer_f32_mb": layer_mb,
             "table_f32_mb": table_mb,

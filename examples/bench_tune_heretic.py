@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: ``surgery tune --method direction`` beside heretic-llm 1.4.0's own search, same budget.
 
-    python examples/bench_tune_heretic.py [--model DIR] [--trials 8] [--prompts 16] [--threads 1] [--heretic-first] [--heretic-python PY] [--work DIR] [--json FILE]
+    python examples/bench_tune_heretic.py [--model DIR] [--trials 8] [--prompts 16] [--threads 1] [--trials-at-once 1] [--heretic-first] [--heretic-python PY] [--work DIR] [--json FILE]
 
 Both search the weight kernel of a direction edit of SmolLM2-135M-Instruct (the peak weight, its
 layer, the width and the floor; heretic per writer, surgery per edit with a choice of writers) with
@@ -21,7 +21,9 @@ Optuna's multivariate TPE, minimising two things at once: the behaviour left and
   first-token KL), both over the prompts through SmolLM2's chat template with its system prompt:
   the same tokens.
 * The same number of trials. heretic's random start-up trials are scaled to the budget as its
-  defaults have them (60 of 200); surgery's TPE starts with Optuna's 10.
+  defaults have them (60 of 200); surgery's TPE starts with Optuna's 10, which it measures together
+  (the same draws as one at a time); ``--trials-at-once K`` measures its later trials K at a time too
+  (other draws: Optuna's constant liar).
 * The same threads: both run with ``OMP_NUM_THREADS`` set to ``--threads`` (default 1). On a machine
   shared with other jobs, torch's default (a thread per core) spends most of a small model's time
   waiting for its threads (a surgery trial took 60 s at 2 threads, 8 s at 1, at load 7 on 2 cores).
@@ -45,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -151,6 +154,7 @@ def run_surgery(args, work: Path, env: dict[str, str]) -> dict[str, Any]:
     its own measured process; the process figures are the two together."""
     folder = work / "surgery"
     folder.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(folder / "study", ignore_errors=True)  # a study left by an earlier run would be resumed
     direction = folder / "direction.json"
     cmd = [sys.executable, "-m", "surgery", "find-direction", str(args.model), "--a", str(BEHAVIOUR)]
     cmd += ["--b", str(NEUTRAL), "--recompute", "--out", str(direction)]
@@ -164,6 +168,7 @@ def run_surgery(args, work: Path, env: dict[str, str]) -> dict[str, Any]:
     cmd += ["--findings", str(direction), "--behaviour", str(behaviour), "--markers", str(MARKERS)]
     cmd += ["--neutral", str(neutral), "--max-new-tokens", str(MAX_NEW_TOKENS), "--batch-size", str(BATCH)]
     cmd += ["--trials", str(args.trials), "--seed", str(args.seed), "--out", str(folder / "study"), "--json"]
+    cmd += ["--trials-at-once", str(args.trials_at_once)]
     run = run_measured(cmd, folder, env)
     if run["returncode"] != 0:
         raise SystemExit(f"surgery tune failed ({run['returncode']}): see {folder / 'run.log'}")
@@ -293,6 +298,12 @@ def main() -> None:
         "--prompts", type=int, default=16, help="Questions of each language the tune reads (half are searched on)."
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--trials-at-once",
+        type=int,
+        default=1,
+        help="surgery tune's --trials-at-once: TPE trials drawn and measured together after the start-up ones.",
+    )
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of both tools.")
     parser.add_argument(
         "--heretic-first",
@@ -336,7 +347,8 @@ def main() -> None:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     runs = {"surgery": run_surgery, "heretic": run_heretic}
     order = ["heretic", "surgery"] if args.heretic_first else ["surgery", "heretic"]
-    results = {name: runs[name](args, args.work, env) for name in order}
+    # absolute: each tool runs in its own folder under it, and is given paths into it
+    results = {name: runs[name](args, args.work.resolve(), env) for name in order}
     ratios = report(results, args.trials, args.reference_kl)
     load = [round(x, 2) for x in os.getloadavg()]
     print(f"load average at the end (1, 5, 15 min): {load[0]}, {load[1]}, {load[2]}")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 class Peaks:
     rss_bytes: int = 0  # VmHWM: the kernel's exact high-water mark (file-backed pages included)
     anon_bytes: int = 0  # RssAnon, sampled every 20 ms: memory the process itself allocated
+    killed: bool = False  # stopped by ``kill_above``: the peaks are where it was stopped
 
 
 def _read(pid: int) -> dict[str, int]:
@@ -35,8 +36,11 @@ def _read(pid: int) -> dict[str, int]:
     return out
 
 
-def run_measured(cmd: Sequence[str], **popen) -> tuple[subprocess.CompletedProcess, Peaks]:
-    """Run ``cmd`` (text output captured) and return its result with its memory peaks."""
+def run_measured(
+    cmd: Sequence[str], kill_above: int | None = None, **popen
+) -> tuple[subprocess.CompletedProcess, Peaks]:
+    """Run ``cmd`` (text output captured) and return its result with its memory peaks; killed once its
+    VmHWM passes ``kill_above`` bytes (a shared machine's budget), which its peaks then say."""
     proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
     peaks, done = Peaks(), threading.Event()
 
@@ -48,6 +52,9 @@ def run_measured(cmd: Sequence[str], **popen) -> tuple[subprocess.CompletedProce
                 return
             peaks.rss_bytes = max(peaks.rss_bytes, now.get("VmHWM", 0))
             peaks.anon_bytes = max(peaks.anon_bytes, now.get("RssAnon", 0))
+            if kill_above is not None and peaks.rss_bytes > kill_above and not peaks.killed:
+                peaks.killed = True
+                proc.kill()
             time.sleep(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)

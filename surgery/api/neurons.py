@@ -123,9 +123,7 @@ def neuron_summary(
 ) -> NeuronSelection:
     """The top ``n`` neurons of ``found`` under ``select`` with their evidence (rows, layer
     histogram, category overlap): what find-neurons shows and prints with --json."""
-    from ..find.neurons.find import describe
-
-    return describe(found.scores, found.select(n, select, categories))
+    return found.shown(n, select, categories)
 
 
 def neuron_plans(

@@ -4,7 +4,7 @@ Every file of the source is copied with a kernel copy (content, not symlinks), e
 hold an edited tensor: those are streamed through memory once, the edited byte ranges overlaid on
 the way. A second copy of the weights outside the loaded files (Mistral's consolidated.safetensors)
 is edited the same way, or the bake is refused (surgery/bake/copies.py). Memory stays bounded by
-four 16 MB buffers per shard streamed (two at once), whatever the model size. The output carries
+two 16 MB buffers per shard streamed (two at once), whatever the model size. The output carries
 ``surgery.json`` (provenance, recipe, sha256 of every file) and ``surgery.undo`` (the original bytes
 of every edited slice and of every file the bake replaced), so ``surgery undo`` restores the source
 exactly.

@@ -4,24 +4,28 @@ primitive under every bake that edits bytes in place (safetensors shards, GGUF f
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import ExitStack
 from pathlib import Path
 
 from ..core.errors import CheckpointError
 from ..core.kernel_copy import kernel_copy
+from .stream_hash import FileHasher
 
-STREAM_BLOCK = 16 << 20  # a patched file is streamed through memory this much at a time
+STREAM_BLOCK = 16 << 20  # the most bytes copied, or read through memory, at a time
+PATCH_GRAIN = 1 << 20  # a patch brings this much of the file around it through memory (aligned)
+HASH_LAG = 4  # blocks the hashes may trail the copy by: what they read is still in the page cache
+
+Patch = tuple[int, memoryview]
 
 
 def stream_patched(
     src: Path,
     dst: Path,
-    new_bytes: Callable[[int], Iterator[tuple[int, memoryview]]],
+    new_bytes: Callable[[int], Iterator[Patch]],
     hash_source: bool = True,
     on_bytes: Callable[[int], None] = lambda n: None,
     stop: threading.Event | None = None,
@@ -30,14 +34,14 @@ def stream_patched(
     disjoint), in one streaming pass; return the sha256 of the source (when ``hash_source``) and of
     the output. A set ``stop`` (another shard failed) ends the pass early with an error.
 
-    Each source block is read once: it is hashed as the source, overlaid with the patches' new
-    bytes, hashed as the output and written, the two hashes on two threads (hashlib releases the
-    GIL), so no byte of the file is read back for hashing. A block no patch lands in is written by
-    the kernel (``copy_file_range``, page cache to page cache, as ``cp`` does) while the threads hash
-    the bytes just read, instead of passing through Python a second time. Memory: four 16 MB buffers.
+    Only the ``PATCH_GRAIN``-aligned stretches that patches land in pass through a buffer (read,
+    overlaid, written, hashed from it). Every other stretch is written by the kernel
+    (``copy_file_range``, page cache to page cache, as ``cp`` does) and hashed on a thread straight
+    from the source in cache-sized slices, a few blocks behind the copy. Each sha256 runs on its own
+    thread (hashlib releases the GIL); on a first bake the two are one hash until the first patch,
+    which the output's hash copies there. Memory: two 16 MB buffers, and only where patches land.
     """
     size = os.stat(src).st_size
-    src_h, out_h = hashlib.sha256(), hashlib.sha256()
     dst.parent.mkdir(parents=True, exist_ok=True)
     with ExitStack() as closing:
         fd_src = os.open(src, os.O_RDONLY)
@@ -48,48 +52,86 @@ def stream_patched(
         # Closed here, on an error too: left to the garbage collector, it would end (leave its numpy
         # errstate) in another thread's context, which numpy rejects with a traceback.
         closing.callback(chunks.close)
+        out_h = closing.enter_context(FileHasher(fd_src, src.name, HASH_LAG, STREAM_BLOCK))
+        # A first bake hashes the source on its own thread; until the first patch, the output's bytes
+        # are the source's, so that hash alone covers both, and the output's hash starts as its copy.
+        src_h = closing.enter_context(FileHasher(fd_src, src.name, HASH_LAG, STREAM_BLOCK)) if hash_source else None
+        shared = src_h is not None
         pending = next(chunks, None)
-        # Two buffers each, used in turn: one is filled while the threads still hash the other.
-        # Reused buffers spare the page faults of a fresh 16 MB allocation per block.
-        reads = [bytearray(STREAM_BLOCK) for _ in range(2)]
-        writes: list[bytearray] = []
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            jobs: list = []
-            pos, turn = 0, 0
-            use_kernel = True  # until the kernel refuses to copy between these files
-            while pos < size:
-                if stop is not None and stop.is_set():
-                    raise CheckpointError(f"{src.name}: stopped, another shard failed")
-                raw = memoryview(reads[turn])[: min(STREAM_BLOCK, size - pos)]
-                n = os.preadv(fd_src, [raw], pos)
-                if n == 0:
-                    raise OSError(errno.EIO, f"{src.name} ended early while copying it")
-                raw = raw[:n]
-                for job in jobs:  # the other buffers are free again
+        buffers: list[bytearray] = []  # made at the first patch: a file without one never needs them
+        buffer_jobs: list[list[Future]] = [[], []]  # the hashes reading each buffer, until they are done
+        pos, turn = 0, 0
+        use_kernel = True  # until the kernel refuses to copy between these files
+        grain = min(PATCH_GRAIN, STREAM_BLOCK)
+        while pos < size:
+            if stop is not None and stop.is_set():
+                raise CheckpointError(f"{src.name}: stopped, another shard failed")
+            end = min(size, pos + STREAM_BLOCK)
+            if pending is not None:  # copied up to the grain the next patch lands in
+                end = min(end, pending[0] - pending[0] % grain)
+            overlays: list[Patch] = []
+            if end <= pos:
+                end, pending = _gather(chunks, pending, pos, grain, size, overlays)
+            if not overlays and use_kernel:
+                use_kernel = kernel_copy(fd_src, fd_dst, pos, pos, end - pos)
+            block = None
+            if overlays or not use_kernel:  # through a buffer
+                if not buffers:
+                    buffers = [bytearray(STREAM_BLOCK) for _ in range(2)]
+                for job in buffer_jobs[turn]:
                     job.result()
-                end = pos + n
-                block = raw
-                while pending is not None and pending[0] < end:
-                    offset, data = pending
-                    if block is raw:  # copied only where a patch lands
-                        writes = writes or [bytearray(STREAM_BLOCK) for _ in range(2)]
-                        block = memoryview(writes[turn])[:n]
-                        block[:] = raw
+                block = memoryview(buffers[turn])[: end - pos]
+                _read_exactly(fd_src, block, pos, src.name)
+                for offset, data in overlays:
                     a, b = max(offset, pos), min(offset + len(data), end)
                     block[a - pos : b - pos] = memoryview(data)[a - offset : b - offset]
-                    if offset + len(data) > end:
-                        break  # the rest of this chunk lands in the next block
-                    pending = next(chunks, None)
-                jobs = [pool.submit(out_h.update, block)] + ([pool.submit(src_h.update, raw)] if hash_source else [])
-                if block is raw and use_kernel:
-                    use_kernel = kernel_copy(fd_src, fd_dst, pos, pos, n)
-                if block is not raw or not use_kernel:
-                    if os.pwrite(fd_dst, block, pos) != n:
-                        raise OSError(errno.ENOSPC, "short write")
-                on_bytes(n)
-                pos, turn = end, 1 - turn
-            for job in jobs:
-                job.result()
+                if os.pwrite(fd_dst, block, pos) != end - pos:
+                    raise OSError(errno.ENOSPC, "short write")
+            if shared and overlays:  # the first patch: the output's hash goes on from the source's so far
+                out_h.start_from(src_h)
+                shared = False
+            jobs = []
+            if not shared:
+                jobs.append(out_h.hash_bytes(block) if block is not None else out_h.hash_range(pos, end))
+            if src_h is not None:  # from the buffer where it holds the source's bytes (the kernel refused)
+                same = block is not None and not overlays
+                jobs.append(src_h.hash_bytes(block) if same else src_h.hash_range(pos, end))
+            if block is not None:
+                buffer_jobs[turn], turn = jobs, 1 - turn
+            on_bytes(end - pos)
+            pos = end
         if pending is not None or next(chunks, None) is not None:
             raise CheckpointError(f"{src.name}: an edited tensor lies past the end of the file; it is truncated")
-    return src_h.hexdigest() if hash_source else None, out_h.hexdigest()
+        if shared:  # no patch at all: the output is the source
+            out_h.start_from(src_h)
+        src_sha = src_h.hexdigest() if src_h is not None else None
+        return src_sha, out_h.hexdigest()
+
+
+def _read_exactly(fd: int, block: memoryview, pos: int, name: str) -> None:
+    """Fill ``block`` from ``fd`` at ``pos``, or raise: the file ended early."""
+    done = 0
+    while done < len(block):
+        n = os.preadv(fd, [block[done:]], pos + done)
+        if n == 0:
+            raise OSError(errno.EIO, f"{name} ended early while copying it")
+        done += n
+
+
+def _gather(
+    chunks: Iterator[Patch], pending: Patch, pos: int, grain: int, size: int, overlays: list[Patch]
+) -> tuple[int, Patch | None]:
+    """The end of the stretch from ``pos`` that goes through a buffer: the grain the next patch
+    lands in, and each following grain that a patch lands in too, up to a buffer's size; the patches
+    of the stretch go to ``overlays`` (the last may go on past the end: it is also returned as pending)."""
+    end = min(size, pos + grain)
+    while True:
+        while pending is not None and pending[0] < end:
+            if not overlays or overlays[-1] is not pending:
+                overlays.append(pending)
+            if pending[0] + len(pending[1]) > end:
+                break  # it goes on past this grain
+            pending = next(chunks, None)
+        if pending is None or pending[0] >= end + grain or end + grain - pos > STREAM_BLOCK or end >= size:
+            return end, pending
+        end = min(size, end + grain)

@@ -352,6 +352,7 @@ def numeric(
     """
     import torch
 
+    from ..core.freed_memory import return_freed_memory
     from ..model.dequantized import holds_codes
     from ..model.hooks import applied
     from ..model.loading import load_model, vocab_rows
@@ -379,6 +380,8 @@ def numeric(
             baked = _forward(model, batches)
     else:  # experts or integer codes: the baked model is loaded too (after the source is freed)
         del model
+        # the source's held tensors came from the C heap: its pages go back first, or both models are held
+        return_freed_memory()
         baked_model = load_model(dst_path, load)
         baked = _forward(baked_model, batches)
         model = baked_model

@@ -188,12 +188,18 @@ def is_other_weights(rel: str) -> bool:
     )
 
 
-def file_sha256(path: Path, chunk: int = 8 << 20) -> str:
+# Bytes per sha256 update when hashing a file: read into one reused buffer small enough that sha256
+# finds the slice just read in the core's cache (8 MB reads into fresh bytes objects: 1.27x slower over 2 GB here).
+HASH_SLICE = 1 << 20
+
+
+def file_sha256(path: Path, chunk: int = HASH_SLICE) -> str:
     """sha256 of a file's content (symlinks followed)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
+    view = memoryview(bytearray(chunk))
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(view):
+            h.update(view[:n])
     return h.hexdigest()
 
 

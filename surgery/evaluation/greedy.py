@@ -69,13 +69,15 @@ def greedy_answers(
     cache: Any,
     max_new_tokens: int,
     done: Callable[[int, list[int]], bool] | None = None,
+    keep: Callable[[torch.Tensor], None] | None = None,
 ) -> list[list[int]]:
     """Each row of ``lay``'s greedy new tokens (up to ``max_new_tokens``; ending at an end-of-sequence
     token, which is kept, or once ``done(row, tokens so far)`` says the row has its answer). ``cache``:
-    its shared prefix's (model.shared_prefix), None for none."""
+    its shared prefix's (model.shared_prefix), None for none. ``keep(index)``: told which rows (positions
+    in the batch that ran) the next step runs, before it runs (model.row_hooks follows its rows)."""
     from transformers import DynamicCache
 
-    device = next(model.parameters()).device
+    device, follow = next(model.parameters()).device, keep
     start = lay.shared if cache is not None else 0
     cache = DynamicCache(config=model.config) if cache is None else cache  # as the model makes its own
     mask, positions = lay.mask.to(device), lay.positions().to(device)
@@ -108,6 +110,8 @@ def greedy_answers(
             for layer in cache.layers:
                 layer.keys, layer.values = layer.keys[index], layer.values[index]
             rows, tokens, mask, step_pos = [rows[i] for i in keep], tokens[index], mask[index], step_pos[index]
+            if follow is not None:
+                follow(index)
         mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
         step_ids, step_pos = tokens[:, None], step_pos[:, -1:] + 1
     return answers

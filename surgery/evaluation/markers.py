@@ -55,7 +55,7 @@ def _answers(
     cache = prefix_cache(model, lay, tuple(batch), around, prefix)
     with torch.inference_mode(), nullcontext() if around is None else around(tuple(batch)):
         if plain_greedy(model) and can_share(model, padded=False):  # a cache whose rows can be selected
-            holds = _holds(tokenizer, until)
+            holds = holds_marker(tokenizer, until)
             rows = greedy_answers(
                 model, lay, cache, max_new_tokens, (lambda row, tokens: holds(tokens)) if until else None
             )
@@ -76,15 +76,15 @@ def _answers(
     return tokenizer.batch_decode(out[:, start:], skip_special_tokens=True)
 
 
-def _has_marker(text: str, wanted: Sequence[str]) -> bool:
+def has_marker(text: str, wanted: Sequence[str]) -> bool:
     """Whether ``text`` holds one of ``wanted`` (lower-cased markers), in any case."""
     text = text.lower()
     return any(m in text for m in wanted)
 
 
-def _holds(tokenizer, wanted: Sequence[str]) -> Callable[[list[int]], bool]:
+def holds_marker(tokenizer, wanted: Sequence[str]) -> Callable[[list[int]], bool]:
     """Whether an answer's tokens so far decode to a text holding one of ``wanted`` (lower-cased)."""
-    return lambda tokens: _has_marker(tokenizer.decode(tokens, skip_special_tokens=True), wanted)
+    return lambda tokens: has_marker(tokenizer.decode(tokens, skip_special_tokens=True), wanted)
 
 
 class _UntilMarker:
@@ -98,7 +98,7 @@ class _UntilMarker:
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         texts = self.tokenizer.batch_decode(input_ids[:, self.start :], skip_special_tokens=True)
-        held = [_has_marker(text, self.wanted) for text in texts]
+        held = [has_marker(text, self.wanted) for text in texts]
         return torch.tensor(held, dtype=torch.bool, device=input_ids.device)
 
 
@@ -123,7 +123,7 @@ def marker_hits(
         batch = texts[start : start + batch_size]
         # A hit is a marker anywhere in the answer: a row that holds one needs no more tokens.
         answers = _answers(model, tokenizer, batch, special, max_new_tokens, around, until=wanted, prefix=prefix)
-        hits += [_has_marker(answer, wanted) for answer in answers]
+        hits += [has_marker(answer, wanted) for answer in answers]
     return np.array(hits, dtype=bool)
 
 

@@ -89,10 +89,13 @@ class Prefills:
         self.batches[texts] = _Recorded(outputs, caches) if whole else None
 
     @contextmanager
-    def replaying(self, model: nn.Module, texts: Hashable, below: int) -> Iterator[None]:
+    def replaying(self, model: nn.Module, texts: Hashable, below: int, tiles: int = 1) -> Iterator[None]:
         """Inside this context the generation of ``texts`` takes layers 0…``below``-1's prefill from
-        the recorded unedited one (when there is one); their decode steps run as always."""
+        the recorded unedited one (when there is one); their decode steps run as always. ``tiles``:
+        the batch is the recorded one stacked that many times (several trials' rows, find.tune.trial_batch)."""
         recorded = self.batches.get(texts)
+        if recorded is not None and tiles > 1:
+            recorded = _tiled(recorded, tiles, below)
         if recorded is None or below <= 0:
             yield
             return
@@ -123,6 +126,22 @@ class Prefills:
         finally:
             for i in range(len(layers)):
                 restore(i)
+
+
+def _tiled(recorded: _Recorded, tiles: int, below: int) -> _Recorded:
+    """``recorded``'s layers below ``below`` (those replayed) as the pass of its batch stacked ``tiles``
+    times (rows: the batch, then the batch again, …)."""
+
+    def stack(t: Any) -> Any:
+        return t.repeat(tiles, *([1] * (t.dim() - 1))) if hasattr(t, "repeat") else t
+
+    caches = []
+    for layer in recorded.caches[:below]:
+        layer = copy.copy(layer)
+        layer.keys, layer.values = stack(layer.keys), stack(layer.values)
+        caches.append(layer)
+    outputs = [tuple(stack(t) for t in o) if isinstance(o, tuple) else stack(o) for o in recorded.outputs[:below]]
+    return _Recorded(outputs, caches)
 
 
 def _takes(cache: Any, i: int, layer: Any) -> bool:

@@ -21,12 +21,14 @@ RMSNorms and fused experts and would narrow float32 buffers (rotary frequencies)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
+from .rewiden import Rewidening
 from .widening import STORED, WIDEN_ATTR, weight_count
 
 _SAFETENSORS = {"BF16": torch.bfloat16, "F16": torch.float16}
@@ -39,14 +41,18 @@ class _Upcast:
     """Forward pre/post hooks: swap ``module``'s 16-bit tensors (its subtree's when ``recurse``)
     for float32 copies for the call, and put the stored ones back after, even when the call fails.
 
-    Only tensors still in a 16-bit dtype are swapped, so a hook inside an upcast layer does nothing."""
+    Only tensors still in a 16-bit dtype are swapped, so a hook inside an upcast layer does nothing. With
+    gradients on, the copies autograd saves are saved as their widening (model/rewiden.py): the backward
+    widens them again a call at a time instead of keeping every layer's."""
 
     def __init__(self, recurse: bool):
         self.recurse = recurse
-        self.calls: list[list[tuple[dict, str, torch.Tensor]]] = []  # a stack: a module may run re-entrantly
+        # a stack: a module may run re-entrantly
+        self.calls: list[tuple[list[tuple[dict, str, torch.Tensor]], Rewidening | None]] = []
 
     def pre(self, module: nn.Module, args: tuple) -> None:
         swapped = []
+        rewidening = Rewidening() if torch.is_grad_enabled() else None
         # The copies are made as the stored tensors are, outside inference mode and requiring grad as
         # they do: torch picks its matmul path by that (a weight that requires grad is not folded into
         # one GEMM), and with it the rounding, so only such copies give the whole conversion's bits.
@@ -56,15 +62,29 @@ class _Upcast:
                 for store in (owner._parameters, owner._buffers):
                     for name, tensor in store.items():
                         if tensor is not None and tensor.dtype in STORED:
-                            wide = widen[name](tensor) if name in widen else tensor.detach().to(torch.float32)
-                            store[name] = wide.requires_grad_(tensor.requires_grad)
+                            store[name] = _widened(widen.get(name), tensor)
                             swapped.append((store, name, tensor))
-        self.calls.append(swapped)
+                            if rewidening is not None:
+                                rewidening.add(store[name], functools.partial(_widened, widen.get(name), tensor))
+        if rewidening is not None and swapped:
+            rewidening.__enter__()
+        self.calls.append((swapped, rewidening if swapped else None))
 
     def post(self, module: nn.Module, args: tuple, output):
-        for store, name, tensor in self.calls.pop():
+        swapped, rewidening = self.calls.pop()
+        if rewidening is not None:
+            rewidening.__exit__(None, None, None)
+        for store, name, tensor in swapped:
             store[name] = tensor
         return None
+
+
+def _widened(widen, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s float32 copy, by its widening function ``widen`` (held values) or converted; outside
+    inference mode (also when the backward makes it again) and asking for a gradient as ``tensor`` does."""
+    with torch.inference_mode(False):
+        wide = widen(tensor) if widen is not None else tensor.detach().to(torch.float32)
+        return wide.requires_grad_(tensor.requires_grad)
 
 
 def stored_dtype(tensors: Mapping[str, Any]) -> torch.dtype | None:

@@ -18,11 +18,13 @@ attribute), so the hooks of the twins and finders see the token ids and the outp
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from .rewiden import Rewidening
 from .widening import STORED, WIDEN_ATTR
 
 # The head's chunks start at multiples of this many rows and are as long, but the last. MKL computes a
@@ -105,7 +107,8 @@ def _gathering(module: nn.Embedding, forward: Callable) -> Callable:
 def _chunked(module: nn.Linear, spans: list[slice]) -> Callable:
     """nn.Linear's forward computed a chunk of output rows (``spans``) at a time, each chunk of its weight
     (and bias) widened to float32 for its matmul only; the logits are written into one output
-    (concatenated instead when autograd records the call, which an in-place write would complicate)."""
+    (concatenated instead when autograd records the call, which an in-place write would complicate; the
+    chunks autograd saves are then widened again by the backward, one at a time: model/rewiden.py)."""
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         weight, bias = module.weight, module.bias
@@ -116,8 +119,16 @@ def _chunked(module: nn.Linear, spans: list[slice]) -> Callable:
             wide_bias = None if bias is None else _widened(bias, span)
             return nn.functional.linear(x, _widened(weight, span), wide_bias)
 
+        def saved_part(span: slice) -> torch.Tensor:
+            """:func:`part` whose widened chunk the backward widens again, a chunk at a time (model/rewiden.py)."""
+            wide_bias = None if bias is None else _widened(bias, span)
+            with Rewidening() as rewidening:
+                wide = _widened(weight, span)
+                rewidening.add(wide, functools.partial(_widened, weight, span))
+                return nn.functional.linear(x, wide, wide_bias)
+
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-            return torch.cat([part(span) for span in spans], dim=-1)
+            return torch.cat([saved_part(span) for span in spans], dim=-1)
         out = None
         for span in spans:
             logits = part(span)

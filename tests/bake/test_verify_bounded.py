@@ -109,3 +109,35 @@ def test_verify_in_bfloat16_allows_bfloat16_rounding(tiny, tmp_path):
     assert report.tolerance / report.tolerance_basis.max_abs_logit == pytest.approx(
         2.0**16 * in_float32.tolerance / in_float32.tolerance_basis.max_abs_logit
     )
+
+
+def test_a_quantized_source_is_freed_and_its_heap_returned_before_the_baked_model_loads(tmp_path, monkeypatch):
+    """Held codes (NVFP4 here) are compared by loading the baked model too: the source is gone, and its
+    C heap pages returned (core/freed_memory.py), before it loads, or the command holds both models."""
+    import weakref
+
+    import surgery.core.freed_memory
+    from tests.support.cli import main_code
+    from tests.support.nvfp4 import build_nvfp4
+
+    src = build_nvfp4(tmp_path / "src", "llama")
+    out = tmp_path / "out"
+    assert main_code(["prune-neurons", str(src), "--neurons", "0:3", "--no-verify", "--out", str(out)]) == 0
+    events, models = [], []
+    load, freed = surgery.model.loading.load_model, surgery.core.freed_memory.return_freed_memory
+
+    def loading(path, *args, **kwargs):
+        events.append(("load", path.name, [ref() is None for ref in models]))
+        model = load(path, *args, **kwargs)
+        models.append(weakref.ref(model))
+        return model
+
+    def returning():
+        freed()
+        events.append(("returned", [ref() is None for ref in models]))
+
+    monkeypatch.setattr(surgery.model.loading, "load_model", loading)
+    monkeypatch.setattr(surgery.core.freed_memory, "return_freed_memory", returning)
+    report = verify(Checkpoint(src), out)
+    assert report.ok, report.problems
+    assert events == [("load", "src", []), ("returned", [True]), ("load", "out", [True])]

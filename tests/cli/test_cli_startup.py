@@ -45,16 +45,17 @@ ALSO_NOT_USED = {
     "score-binding": {"surgery.find.neurons": "the neuron finder", "sklearn": "find-heads' L1 discovery only"},
 }
 
-RUN = """
-import json, sys
+# A command run in-process (main with arguments returns), then what the script appends is printed.
+COMMAND = """
+import gc, json, sys
 from surgery.cli.main import main
 try:
     main(sys.argv[1:])
 except SystemExit as exc:
     if exc.code:
         raise
-print("MODULES=" + json.dumps(sorted(sys.modules)))
 """
+RUN = COMMAND + 'print("MODULES=" + json.dumps(sorted(sys.modules)))\n'
 
 RESOLVE = """
 import json, sys
@@ -112,3 +113,26 @@ def test_a_run_imports_nothing_the_command_does_not_use(command, tiny, tmp_path)
     unused = {**NOT_USED, **ALSO_NOT_USED[command]}
     loaded = _loaded(modules, unused)
     assert not loaded, f"surgery {command} imported " + "; ".join(f"{m} ({unused[m]})" for m in loaded)
+
+
+FULL_COLLECTIONS = COMMAND + (
+    'print("FULL=" + str(gc.get_stats()[2]["collections"]) + " THRESHOLD=" + ",".join(map(str, gc.get_threshold())))\n'
+)
+
+
+def test_a_find_neurons_run_walks_every_object_at_most_once(tiny, tmp_path):
+    """A full garbage collection walks every live object (0.15 s once torch and transformers are
+    imported): none while they import, none after the capture when the model was freed by its last
+    reference (surgery.core.freed_memory); CPython's default schedule runs six during the imports."""
+    model = tiny("llama")
+    save_char_tokenizer(model, bos=True)
+    args = [str(a) for a in model_commands(model, tmp_path)["find-neurons"]]
+    env = {**os.environ, "SURGERY_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-c", FULL_COLLECTIONS, *args, "--json"], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = proc.stdout.strip().splitlines()[-1]
+    full, threshold = line.removeprefix("FULL=").split(" THRESHOLD=")
+    assert int(full) <= 1, f"{full} full collections"
+    assert threshold == ",".join(map(str, __import__("gc").get_threshold()))  # put back after the command

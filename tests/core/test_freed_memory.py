@@ -41,3 +41,36 @@ def test_freed_buffers_in_a_cycle_leave_the_process():
     out = subprocess.run([sys.executable, "-c", CHILD], cwd=REPO, capture_output=True, text=True, check=True)
     held, after = map(int, out.stdout.split())
     assert held - after >= 250, (held, after)  # MiB: most of the 300 given back
+
+
+def test_a_full_collection_only_for_what_a_cycle_still_holds(monkeypatch):
+    """A model freed by its last reference needs no collection (it walks every object: 0.15 s with
+    torch and transformers imported); one a reference cycle holds is collected."""
+    import gc
+    import weakref
+
+    from surgery.core import freed_memory
+
+    calls = []
+    monkeypatch.setattr(freed_memory.gc, "collect", lambda *a: calls.append(a) or 0)
+
+    class Model:
+        pass
+
+    gc.disable()  # no automatic collection frees the cycle before the call does
+    try:
+        plain, cyclic = Model(), Model()
+        cyclic.me = cyclic
+        gone, held = weakref.ref(plain), weakref.ref(cyclic)
+        del plain, cyclic
+        freed_memory.return_freed_memory(gone)
+        assert calls == []
+        freed_memory.return_freed_memory(held)
+        assert len(calls) == 1
+        freed_memory.return_freed_memory()  # nothing named: always
+        assert len(calls) == 2
+    finally:
+        gc.enable()
+        monkeypatch.undo()
+    gc.collect()
+    assert held() is None

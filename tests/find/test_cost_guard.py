@@ -56,7 +56,11 @@ def job(tmp_path_factory) -> dict[str, Callable[[], object]]:
     model = char_model(lambda arch, **kw: _tiny(root, arch, **kw))
     bench = write_small_benchmark(root / "small.jsonl")
     pairs = write_pairs(root / "pairs.jsonl")
-    heads = dict(benchmark=str(bench), max_pairs=4, random_sets=1, batch_size=4)
+    # Two heads selected, not the default three: the tiny model's third head has no effect at all (0.0),
+    # so whether the screen leaves one more candidate open then rests on its error against 0, which
+    # moves by tenths of a point between CPUs (6 of 10 knocked out on an AMD EPYC, 7 on an Intel Xeon).
+    # The second head's effect (6.7 %) is far above every other screened effect: the same count everywhere.
+    heads = dict(benchmark=str(bench), max_pairs=4, random_sets=1, batch_size=4, knockout_heads=2)
     return {
         "find-heads": lambda: surgery.find_heads(model, recompute=True, **heads),
         "find-heads --exhaustive": lambda: surgery.find_heads(model, recompute=True, exhaustive=True, **heads),

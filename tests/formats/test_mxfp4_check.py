@@ -93,14 +93,14 @@ def test_blocks_decode_as_the_whole_tensor():
 
 
 def test_the_decoder_table_is_cached_checked_and_remade(monkeypatch, tmp_path):
-    """The table is written once per transformers version, named by its sha256; a damaged copy is not
-    used: the table is made again by transformers."""
+    """The table is written once per decoder (transformers' MXFP4 source and torch's version), named by its
+    sha256; a damaged copy is not used: the table is made again by transformers."""
     from surgery.formats.mxfp4 import storage
 
     monkeypatch.setenv("SURGERY_CACHE", str(tmp_path))
     storage.decoder_values.cache_clear()
     first = storage.decoder_values().copy()
-    (path,) = (tmp_path / "mxfp4").glob("transformers-*.bin")
+    (path,) = (tmp_path / "mxfp4").glob("decoder-*.bin")
     storage.decoder_values.cache_clear()
     monkeypatch.setattr(storage, "pair_values", lambda: pytest.fail("the cached table was not used"))
     assert np.array_equal(storage.decoder_values().view(np.uint32), first.view(np.uint32))
@@ -111,4 +111,26 @@ def test_the_decoder_table_is_cached_checked_and_remade(monkeypatch, tmp_path):
     monkeypatch.undo()
     monkeypatch.setenv("SURGERY_CACHE", str(tmp_path))
     assert np.array_equal(storage.decoder_values().view(np.uint32), first.view(np.uint32))
+    storage.decoder_values.cache_clear()
+
+
+def test_the_decoder_table_is_keyed_by_the_decoders_source(monkeypatch, tmp_path):
+    """A transformers whose MXFP4 decoder changed under the same version string (a patched or editable
+    install) does not reuse the table of the other one: the key is its source file's hash."""
+    from surgery.formats.mxfp4 import storage
+
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path))
+    key = storage._decoder_key()
+    assert key is not None and len(key) == 16
+    storage.decoder_values.cache_clear()
+    storage.decoder_values()
+    assert [p.name.split("-")[1] for p in (tmp_path / "mxfp4").glob("*.bin")] == [key]
+    monkeypatch.setattr(storage, "_decoder_key", lambda: "0" * 16)
+    tabulated = []
+    real = storage.pair_values
+    monkeypatch.setattr(storage, "pair_values", lambda: tabulated.append(1) or real())
+    storage.decoder_values.cache_clear()
+    storage.decoder_values()
+    assert tabulated == [1]  # another decoder's table was not read
+    assert sorted(p.name.split("-")[1] for p in (tmp_path / "mxfp4").glob("*.bin")) == sorted([key, "0" * 16])
     storage.decoder_values.cache_clear()

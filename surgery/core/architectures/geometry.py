@@ -74,6 +74,11 @@ class Geometry:
             )
         return out
 
+    @property
+    def kv_shared_layers(self) -> tuple[int, ...]:
+        """The layers that reuse an earlier layer's keys and values (no k_proj of their own: Gemma 4's)."""
+        return tuple(layer for layer, absent in self.layer_absent if "k_proj" in absent)
+
     def at(self, layer: int) -> Geometry:
         """The sizes of decoder layer ``layer``."""
         return replace(self, **dict(dict(self.layer_sizes).get(layer, ())), layer_sizes=(), layer_absent=())

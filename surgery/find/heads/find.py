@@ -413,7 +413,7 @@ def check_observable(arch: Architecture) -> None:
         raise UnsupportedArchitecture(
             f"{arch.model_type}: find-heads cannot run on it: {arch.layout.limits.find_heads_refusal}; {_BY_NAME}"
         )
-    shared = [layer for layer, absent in arch.geometry.layer_absent if "k_proj" in absent]
+    shared = arch.geometry.kv_shared_layers
     if shared:
         which = f"layer {shared[0]} reuses" if len(shared) == 1 else f"layers {shared[0]}–{shared[-1]} reuse"
         raise UnsupportedArchitecture(

@@ -8,8 +8,9 @@ factor) reads the file and runs no forward pass.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -57,12 +58,32 @@ class NeuronFindings(Found):
     selection of any n from them as a recipe."""
 
     data: NeuronsFindings
+    # Selections already described, by (n, options, categories): find-neurons shows the one its file stores.
+    _shown: dict[tuple, NeuronSelection] = field(default_factory=dict, init=False, repr=False, compare=False)
     kind: ClassVar[str] = "neurons"
     record_type: ClassVar[type[NeuronsFindings]] = NeuronsFindings
+
+    @classmethod
+    def computed(
+        cls, data: NeuronsFindings, path: Path, scores: NeuronScores, summary: NeuronSelection
+    ) -> NeuronFindings:
+        """Findings just computed: ``scores`` are the parsed scores of ``data`` and ``summary`` its
+        summary (under the commands' defaults), kept so that neither is made again."""
+        found = cls(data, path, from_cache=False)
+        found.__dict__["scores"] = scores  # the cached property, already known
+        found._shown[(summary.n, SelectParams(), None)] = summary
+        return found
 
     @functools.cached_property
     def scores(self) -> NeuronScores:
         return scores_of(self.data)
+
+    def shown(self, n: int, options: SelectParams, categories: Sequence[str] | None = None) -> NeuronSelection:
+        """The top ``n`` under ``options`` with its evidence (:func:`describe`), made once per choice."""
+        key = (n, options, tuple(categories) if categories else None)
+        if key not in self._shown:
+            self._shown[key] = describe(self.scores, self.select(n, options, categories))
+        return self._shown[key]
 
     def check(self) -> None:
         _ = self.scores  # parses every layer's scores: a damaged file raises SelectionError here
@@ -244,9 +265,10 @@ def find_neurons(
     stored = NeuronScores.stored(sums, ppm)  # rounded once: what the file holds and what selects
     scores = NeuronScores.from_dict(stored)
     compute = compute_record(model)
+    dropped = weakref.ref(model)
     del model
     # What the model held goes back to the system: a bake that follows (prune-neurons) loads it again.
-    return_freed_memory()
+    return_freed_memory(dropped)
 
     findings = new_findings("neurons", ckpt, pairs.sha256, params, __version__)
     findings["compute"] = compute
@@ -260,9 +282,10 @@ def find_neurons(
     }
     if scores.experts is not None:
         findings["experts"] = expert_report(scores)
-    findings["summary"] = summary(scores, min(SUMMARY_N, scores.shape[0] * scores.shape[1] // 2)).to_dict()
+    shown = summary(scores, min(SUMMARY_N, scores.shape[0] * scores.shape[1] // 2))
+    findings["summary"] = shown.to_dict()
     findings["scores"] = stored
     record = NeuronsFindings.from_dict(findings)
     if distributed.is_main():
         write_findings(record, cached)
-    return NeuronFindings(record, cached, from_cache=False)
+    return NeuronFindings.computed(record, cached, scores, shown)

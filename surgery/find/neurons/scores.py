@@ -27,6 +27,7 @@ import numpy as np
 
 from ...core import distributed
 from ...core.errors import SurgeryError
+from ...core.significant import significant
 from .pairs import PromptPair
 from .params import DEFAULT_BIAS_WEIGHT, SCORES
 
@@ -200,10 +201,13 @@ def fairness_score(bias: np.ndarray, ppm: np.ndarray, weight: float = DEFAULT_BI
 
 
 def rounded(x: np.ndarray) -> list:
-    """Nested lists with DIGITS significant digits (what findings files store); NaN (no score) → null."""
-    return [
-        [None if v != v else float(f"{v:.{DIGITS}g}") for v in row] for row in np.asarray(x, dtype=np.float64).tolist()
-    ]
+    """Nested lists (rows of a 2-D array) with DIGITS significant digits, each value what
+    ``float(f"{v:.6g}")`` gives (what findings files store); NaN (no score) → null."""
+    values = significant(np.asarray(x, dtype=np.float64), DIGITS)
+    rows = values.tolist()
+    for i in np.flatnonzero(np.isnan(values).any(axis=1)):  # only a mixture of experts has unscored neurons
+        rows[i] = [None if v != v else v for v in rows[i]]
+    return rows
 
 
 @dataclass

@@ -67,13 +67,25 @@ def allowed_mask(scores: NeuronScores, layers: Sequence[int] | None, spare_activ
     return mask
 
 
-def _ranking(values: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-    """Flat neuron indices, best first, among the allowed ones (stable for ties)."""
+def _ranking(values: np.ndarray, allowed: np.ndarray, limit: int | None = None) -> np.ndarray:
+    """Flat neuron indices, best first, among the allowed ones (stable for ties); with ``limit``, the
+    first ``limit`` of that ranking only (found without sorting every neuron)."""
     ok = allowed.ravel()
+    scored = ok & ~np.isnan(values.ravel())
     # NaN (an expert neuron this category's pairs never reached) ranks last among the allowed.
-    flat = np.where(ok & ~np.isnan(values.ravel()), values.ravel(), -np.inf)
+    flat = np.where(scored, values.ravel(), -np.inf)
+    if limit is not None and limit < int(scored.sum()):  # the first `limit` are all scored neurons
+        return _first_of_stable_argsort(-flat, limit)
     order = np.argsort(-flat, kind="stable")
-    return order[ok[order]]
+    return order[ok[order]][:limit]
+
+
+def _first_of_stable_argsort(x: np.ndarray, k: int) -> np.ndarray:
+    """``np.argsort(x, kind="stable")[:k]`` of a 1-D array without NaN, 0 < k < len(x): the values up to
+    the k-th smallest (a partition, no sort), sorted stably in index order, so ties keep index order."""
+    kth = np.partition(x, k - 1)[k - 1]
+    candidates = np.flatnonzero(x <= kth)  # ascending indices: a stable sort of them breaks ties by index
+    return candidates[np.argsort(x[candidates], kind="stable")][:k]
 
 
 def select(
@@ -103,10 +115,12 @@ def select(
         )
     width = scores.shape[1]
     if rule == "global":
-        order = list(_ranking(scores.score(score, cats, bias_weight), allowed)[:n])
+        order = list(_ranking(scores.score(score, cats, bias_weight), allowed, n))
         labels = ["pooled"] * n
     elif rule == "per-category":
-        order, labels = _round_robin([_ranking(scores.score(score, [c], bias_weight), allowed) for c in cats], cats, n)
+        # A category's next pick comes after its ranking's taken neurons, fewer than n: its first n suffice.
+        rankings = [_ranking(scores.score(score, [c], bias_weight), allowed, n) for c in cats]
+        order, labels = _round_robin(rankings, cats, n)
     else:
         order = _intersection(
             [_ranking(scores.score(score, [c], bias_weight), allowed) for c in cats],

@@ -44,6 +44,8 @@ from .runtime import first_token_kl
 from .search import front_and_choice, run_search, trial_record
 from .split import split_rows
 from .study import study_description
+from .trial_batch import TrialBatch, answers_held, batchable
+from .trial_batch import next_token_logprobs as batched_logprobs
 
 # The residual writers a trial may edit, as ablate-direction's --modules spells them.
 MODULES = ("attention,mlp", "attention", "mlp")
@@ -167,6 +169,48 @@ class DirectionTrials:
         kl = distributed.gather_rows(len(self.neutral), mine, first_token_kl(self.neutral_base, edited))
         return self.hits(edits, prefix), kl
 
+    def measure_many(self, edit_sets: Sequence[Sequence[Any]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`measure` of each of ``edit_sets``, all in one stacked batch where trial_batch can
+        (each trial's rows under its own edit), else one after the other."""
+        if not batchable(self.model, edit_sets):
+            return [self.measure(edits) for edits in edit_sets]
+        trials = TrialBatch(self.model, list(edit_sets), self.prefills)
+        prefixes = [self.shared() for _ in edit_sets]
+        size = self.params.batch_size
+        # the KL's passes, batch by batch as :meth:`logprobs` runs them (the same keys: the same replays)
+        work = distributed.Shard(range(len(self.neutral)), chunk=size)
+        per: list[list[torch.Tensor]] = [[] for _ in edit_sets]
+        for start in range(0, len(work.units), size):
+            batch = work.units[start : start + size]
+            rows = [self.neutral[i] for i in batch]
+            for t, lp in enumerate(batched_logprobs(trials, rows, self.pad, ("neutral", *batch), prefixes)):
+                per[t].append(lp)
+        kls = [
+            distributed.gather_rows(
+                len(self.neutral),
+                work.mine,
+                first_token_kl(self.neutral_base, torch.cat(p) if p else torch.empty((0, 0))),
+            )
+            for p in per
+        ]
+        # the answers, batch by batch as evaluation.markers.marker_hits runs them
+        prompts = distributed.Shard(self.prompts, chunk=size)
+        texts, special = formatted(self.tokenizer, tuple(prompts.units), "auto")
+        wanted = [m.lower() for m in self.markers]
+        held: list[list[bool]] = [[] for _ in edit_sets]
+        for start in range(0, len(texts), size):
+            batch = texts[start : start + size]
+            for t, got in enumerate(
+                answers_held(trials, self.tokenizer, batch, special, wanted, self.params.max_new_tokens, prefixes)
+            ):
+                held[t] += got
+        hits = []
+        for got in held:
+            every = np.zeros(len(self.prompts))
+            every[prompts.mine] = np.array(got, dtype=float)
+            hits.append(prompts.gather(every)[0] > 0.5)
+        return list(zip(hits, kls))
+
 
 def tune_direction(
     ckpt: Checkpoint,
@@ -210,10 +254,14 @@ def tune_direction(
         hits, kl = tune.measure(recipe.edits)
         return base - float(hits.mean()), float(kl.mean()), {"marker_rate": float(hits.mean())}
 
+    def measure_many(points: list[dict[str, Any]]) -> list[tuple[float, float, dict[str, Any]]]:
+        measured = tune.measure_many([recipe_of(point, found, arch)[0].edits for point in points])
+        return [(base - float(h.mean()), float(kl.mean()), {"marker_rate": float(h.mean())}) for h, kl in measured]
+
     def draw(trial: Any) -> dict[str, Any]:
         return suggest(trial, params, layers)
 
-    finished = run_search(out, key, draw, measure, params, describe, report)
+    finished = run_search(out, key, draw, measure, params, describe, report, measure_many)
     trials = [trial_record(t, extra={"marker_rate": t.user_attrs.get("marker_rate")}) for t in finished]
     front, choice, chosen = front_and_choice(trials, params.max_kl)
     tune = None  # the tune split's recorded passes are done with: free them before the test split's

@@ -41,6 +41,12 @@ class TuneParams:
         kind="int",
         minimum=2,
     )
+    trials_at_once: int = param(
+        1,
+        "direction, TPE: trials drawn and measured together after its start-up ones (they see the others as running, "
+        "Optuna's constant liar); the start-up trials, drawn at random, are always measured together.",
+        minimum=1,
+    )
     max_kl: float | None = param(
         None,
         "Choose the front's best effect with first-token KL at most this (default: the front's knee).",
@@ -113,6 +119,14 @@ class TuneParams:
                 "population",
                 "sampler",
             )
+        if self.trials_at_once > 1 and (self.sampler != "tpe" or self.method != "direction"):
+            raise ParameterError(
+                f"{{trials_at_once}} {self.trials_at_once} measures direction trials together, drawn by TPE; "
+                "give {method} direction and {sampler} tpe with it",
+                "trials_at_once",
+                "method",
+                "sampler",
+            )
         if self.factor_min > self.factor_max:
             raise ParameterError(
                 f"{{factor_min}} {self.factor_min} is above {{factor_max}} {self.factor_max}; give a range low to high",
@@ -131,5 +145,7 @@ class TuneParams:
         return asdict(self)
 
     def study_key(self) -> dict[str, Any]:
-        """What decides the trials: a study run with another key is not resumed (``trials`` may grow)."""
-        return {k: v for k, v in self.to_dict().items() if k not in ("trials", "max_kl", "threads")}
+        """What decides the trials: a study run with another key is not resumed (``trials`` may grow).
+        ``trials_at_once`` 1 draws as studies made before it did: left out then, so that they resume."""
+        skip = ("trials", "max_kl", "threads") + (("trials_at_once",) if self.trials_at_once == 1 else ())
+        return {k: v for k, v in self.to_dict().items() if k not in skip}

@@ -18,7 +18,7 @@ from ...core import distributed
 from .front import Point, choose, pareto_front
 from .params import TuneParams
 from .record import Chosen, Trial
-from .study import Draw, Measure, Study, study_key
+from .study import Draw, Measure, MeasureMany, Study, study_key
 
 
 @dataclass(frozen=True)
@@ -46,21 +46,26 @@ def run_search(
     params: TuneParams,
     describe: Callable[[dict[str, Any]], str],
     report: Callable[[str], None],
+    measure_many: MeasureMany | None = None,
 ) -> list[Done]:
     """Run (or resume) the study in ``folder`` until it holds ``params.trials`` finished trials; the
-    first ``params.trials`` of them, on every rank."""
+    first ``params.trials`` of them, on every rank. ``measure_many``: measures several points together
+    (the trials the sampler draws at random, TPE's start-up, are then drawn at once and measured so)."""
     # every rank must measure what rank 0's study is keyed by: the same model, prompts and options
     distributed.check_agree("the model, the prompts and the tune's options", study_key(key))
     if not distributed.is_main():
         while (message := distributed.broadcast_json())["point"] is not None:
-            measure(message["point"])
+            if measure_many is not None and "points" in message:
+                measure_many(message["points"])
+            else:
+                measure(message["point"])
         if "error" in message:
             raise distributed.StoppedByRank0(f"rank 0 stopped the tune: {message['error']}")
         return [Done(n, p, tuple(v), a) for n, p, v, a in message["finished"]]
     measuring = [False]  # whether the other ranks are inside a trial's collectives
     try:
-        study = Study(folder, key, params.sampler, params.seed, params.population)
-        finished = _search(study, draw, measure, params, describe, report, measuring)
+        study = Study(folder, key, params.sampler, params.seed, params.population, params.trials_at_once)
+        finished = _search(study, draw, measure, params, describe, report, measuring, measure_many)
     except BaseException as exc:
         # Between trials the other ranks wait for the next point: tell them to stop. Inside a trial
         # they wait in its collectives, and torchrun stops them when this process exits.
@@ -79,6 +84,7 @@ def _search(
     describe: Callable[[dict[str, Any]], str],
     report: Callable[[str], None],
     measuring: list[bool],
+    measure_many: MeasureMany | None = None,
 ) -> list[Done]:
     done = len(study.finished())
     if done:
@@ -93,12 +99,23 @@ def _search(
         measuring[0] = True
         return point
 
+    def shared_many(points: list[dict[str, Any]]) -> list[tuple[float, float, dict[str, Any]]]:
+        distributed.broadcast_json({"point": points[0], "points": points})  # every rank measures them all
+        measuring[0] = True
+        return measure_many(points)
+
     while len(study.finished()) < params.trials:
-        frozen = study.run_one(shared, measure)
+        count = study.together(params.trials - len(study.finished())) if measure_many is not None else 1
+        if count > 1:
+            batch = study.run_many(count, draw, shared_many)
+        else:
+            batch = [study.run_one(shared, measure)]
         measuring[0] = False
-        point = Point(frozen.number, *frozen.values)
-        best = better(best, point, params.max_kl)
-        report(trial_line(len(study.finished()), params.trials, describe(frozen.params), point, best))
+        before = len(study.finished()) - len(batch)
+        for i, frozen in enumerate(batch):
+            point = Point(frozen.number, *frozen.values)
+            best = better(best, point, params.max_kl)
+            report(trial_line(before + i + 1, params.trials, describe(frozen.params), point, best))
     return [Done.of(t) for t in study.finished()[: params.trials]]
 
 

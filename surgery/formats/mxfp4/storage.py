@@ -90,15 +90,16 @@ def decode_blocks(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
 def decoder_values() -> np.ndarray:
     """:func:`pair_values` as numpy [65536, 2] float32: transformers' decoder's values over its whole input
     domain, so that a lookup is its value bit for bit. Read from surgery's cache where a process with this
-    transformers version tabulated them (the file named by its bytes' sha256, checked as it is read), else
-    tabulated now and cached: a bake then decodes without importing torch and transformers (~300 MB, and
-    most of its time on a small file)."""
-    from importlib.metadata import version
-
+    decoder tabulated them (the file named by the decoder's key and its own bytes' sha256, checked as it is
+    read), else tabulated now and cached: a bake then decodes without importing torch and transformers
+    (~300 MB, and most of its time on a small file)."""
     from ...core.cache import cache_dir, sha256_bytes
     from ...core.staging import atomic_write_bytes
 
-    folder, prefix = cache_dir() / "mxfp4", f"transformers-{version('transformers')}-"
+    key = _decoder_key()
+    if key is None:  # the decoder's source cannot be read: tabulate it, cache nothing
+        return pair_values().numpy().astype("<f4").reshape(256 * 256, 2)
+    folder, prefix = cache_dir() / "mxfp4", f"decoder-{key}-"
     for path in sorted(folder.glob(prefix + "*.bin")) if folder.is_dir() else ():
         data = path.read_bytes()
         if len(data) == TABLE_BYTES and path.name == f"{prefix}{sha256_bytes(data)}.bin":
@@ -110,6 +111,28 @@ def decoder_values() -> np.ndarray:
     except OSError:
         pass  # a read-only cache: the table is tabulated again in the next process
     return np.frombuffer(data, dtype=np.float32).reshape(256 * 256, 2)
+
+
+def _decoder_key() -> str | None:
+    """The first 16 hex digits of the sha256 of transformers' MXFP4 decoder's source file and torch's version:
+    a patched or reinstalled transformers with the same version string gets a table of its own. Found
+    without importing transformers (find_spec of a top-level package does not run it); None where the file
+    is not on disk (e.g. a zipped install)."""
+    from importlib.metadata import PackageNotFoundError, version
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    from ...core.cache import sha256_bytes
+
+    spec = find_spec("transformers")
+    if spec is None or spec.origin is None:
+        return None
+    try:
+        source = (Path(spec.origin).parent / "integrations" / "mxfp4.py").read_bytes()
+        torch_version = version("torch").encode()
+    except (OSError, PackageNotFoundError):
+        return None
+    return sha256_bytes(source + b"\0" + torch_version)[:16]
 
 
 @functools.cache

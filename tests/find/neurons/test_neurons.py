@@ -11,7 +11,14 @@ import torch
 
 from surgery.find.neurons.pairs import load_pairs
 from surgery.find.neurons.ppm import ppm_scores
-from surgery.find.neurons.scores import NeuronScores, SelectionError, accumulate_pair_sums, fairness_score
+from surgery.find.neurons.scores import (
+    DIGITS,
+    NeuronScores,
+    SelectionError,
+    accumulate_pair_sums,
+    fairness_score,
+    rounded,
+)
 from surgery.find.neurons.select import allowed_mask, category_overlap, layer_distribution, select
 from surgery.model.hooks import layer_module, model_architecture
 from tests.support.neuron_capture import load_with_char_tokenizer, reference_pooled
@@ -214,6 +221,18 @@ def test_scores_survive_the_file_round_trip():
         NeuronScores.from_dict(broken)
 
 
+def test_stored_scores_are_pythons_six_digits_with_null_for_no_score():
+    """What a findings file holds: each score as float(f"{v:.6g}") (the bytes files had before the
+    array rounding), an expert neuron no pair reached as null."""
+    x = np.random.default_rng(3).standard_normal((4, 50)) * 10.0 ** np.arange(-8, 2, 0.05).reshape(4, 50)
+    x[1, 7] = x[3, 0] = np.nan
+    x[2, 2] = -0.0
+    want = [[None if v != v else float(f"{v:.{DIGITS}g}") for v in row] for row in x.tolist()]
+    got = rounded(x)
+    assert json.dumps(got) == json.dumps(want)
+    assert got[1][7] is None and got[0] == want[0]
+
+
 def test_ppm_of_an_ungated_mlp_reads_its_one_input_matrix(tmp_path, monkeypatch):
     """PPM follows the table's MLP input rows: an ungated MLP (Starcoder2's c_fc → c_proj, added as a
     row in this test only) has one input row per neuron, and scoring it needs no gate_proj."""
@@ -240,3 +259,76 @@ def test_ppm_of_an_ungated_mlp_reads_its_one_input_matrix(tmp_path, monkeypatch)
         ]
     )
     np.testing.assert_allclose(ppm_scores(model), up.max(axis=2) + np.abs(up.min(axis=2)), rtol=1e-6)
+
+
+def test_fresh_findings_show_the_summary_their_file_stores(tiny, tmp_path, monkeypatch):
+    """find-neurons computes its summary once: what it shows under the defaults is the file's
+    summary, and equals a selection made anew from the file's scores."""
+    from surgery.api.params import SelectParams
+    from surgery.core.checkpoint import Checkpoint
+    from surgery.find.neurons.find import NeuronFindings, describe, find_neurons
+    from surgery.model.loading import LoadSpec
+    from tests.support.tokenizer import save_char_tokenizer
+
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "cache"))
+    model = save_char_tokenizer(tiny("llama"), bos=True)
+    pairs = load_pairs(str(write_pairs(tmp_path / "pairs.jsonl")))
+    found = find_neurons(Checkpoint(model), pairs, load=LoadSpec(device="cpu"), recompute=True)
+    stored = found.data.summary
+    shown = found.shown(stored.n, SelectParams())
+    assert shown.to_dict() == stored.to_dict()
+    assert found.shown(stored.n, SelectParams()) is shown  # made once
+    again = NeuronFindings.read(found.path, Checkpoint(model))  # the file, parsed anew
+    assert describe(again.scores, again.select(stored.n, SelectParams())).to_dict() == stored.to_dict()
+    assert again.scores.to_dict() == found.scores.to_dict()
+    other = found.shown(3, SelectParams(rule="global"))
+    assert other.n == 3 and other.rule == "global"
+
+
+def _full_ranking(values: np.ndarray, allowed: np.ndarray) -> list[int]:
+    """The ranking by a full stable sort (what selection read before it stopped at the first n)."""
+    ok = allowed.ravel()
+    flat = np.where(ok & ~np.isnan(values.ravel()), values.ravel(), -np.inf)
+    order = np.argsort(-flat, kind="stable")
+    return order[ok[order]].tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_first_n_of_a_ranking_without_sorting_every_neuron(seed):
+    """Ties (scores on a few levels, ±0), unscored (NaN) and disallowed neurons: the first n found by a
+    partition are the full stable ranking's first n, and so are the selections made from them."""
+    from surgery.find.neurons.select import _ranking
+
+    rng = np.random.default_rng(seed)
+    layers, width = 6, 40
+    values = rng.integers(0, 7, (layers, width)) / 4.0  # many ties
+    values[rng.random((layers, width)) < 0.05] = np.nan
+    values[0, :3] = [0.0, -0.0, 0.0]
+    allowed = rng.random((layers, width)) < 0.9
+    full = _full_ranking(values, allowed)
+    for n in (1, 2, 5, 37, len(full) - 1, len(full), len(full) + 3):
+        assert _ranking(values, allowed, n).tolist() == full[:n], n
+    cats = ("A", "B", "C", "D")
+    s = NeuronScores(
+        {c: 3 for c in cats},
+        *({c: rng.integers(0, 5, (layers, width)) / 8.0 for c in cats} for _ in range(3)),
+        rng.random((layers, width)) + 1,
+    )
+    for n, rule, score in product((1, 9, 60, 200), ("global", "per-category"), ("bias", "fairness")):
+        chosen = select(s, n, score=score, rule=rule, spare_active=0.05)
+        allowed = allowed_mask(s, None, 0.05)
+        if rule == "global":
+            want = _full_ranking(s.score(score, s.categories), allowed)[:n]
+        else:  # each category's best untaken neuron in turn, over its full ranking
+            rankings = [_full_ranking(s.score(score, [c]), allowed) for c in cats]
+            taken: dict[int, str] = {}
+            cursors = [0] * len(cats)
+            while len(taken) < n:
+                for k, ranking in enumerate(rankings):
+                    while ranking[cursors[k]] in taken:
+                        cursors[k] += 1
+                    if len(taken) < n:
+                        taken[ranking[cursors[k]]] = cats[k]
+            want = list(taken)
+            assert list(chosen.labels) == list(taken.values())
+        assert [layer * width + i for layer, i in chosen.neurons] == want, (n, rule, score)

@@ -34,6 +34,7 @@ import torch
 from scipy import stats
 
 from tests.planted.bias_brute import BiasProbe, brute_force, effects
+from tests.planted.bias_fixture import load_stock, shipped_fixture, trained_config
 from tests.planted.bias_task import pair_rows
 from tests.planted.bias_train import BiasTrainConfig, build_tokenizer, evaluate, log_odds
 from tests.planted.common import last_logits, retrain, same_float_path
@@ -55,23 +56,18 @@ ENV = cli_env(OMP_NUM_THREADS="1")  # one thread: the model is tiny and the CPU 
 
 @pytest.fixture(scope="module")
 def fixture_dir() -> Path:
-    if not (FIXTURE / "model.safetensors").is_file():
-        pytest.fail(f"{FIXTURE} is missing; rebuild it: python examples/train_bias_model.py --out {FIXTURE}")
-    return FIXTURE
+    return shipped_fixture(FIXTURE, "train_bias_model.py")
 
 
 @pytest.fixture(scope="module")
 def config(fixture_dir) -> BiasTrainConfig:
-    return BiasTrainConfig(**json.loads((fixture_dir / "training.json").read_text())["config"])
+    return trained_config(fixture_dir, BiasTrainConfig)
 
 
 @pytest.fixture(scope="module")
 def loaded(fixture_dir):
     """(model, tokenizer) as stock transformers loads them."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.set_num_threads(1)
-    return AutoModelForCausalLM.from_pretrained(fixture_dir).eval(), AutoTokenizer.from_pretrained(fixture_dir)
+    return load_stock(fixture_dir)
 
 
 @pytest.fixture(scope="module")
