@@ -160,11 +160,19 @@ def verify(
     """Check ``baked`` against ``source``: files, bytes, every sha256 recomputed, and (unless
     ``structural_only``) the logits against the run-time edit. The report's ``ok`` says whether
     all is well and ``problems`` lists what is not. A baked GGUF is checked against its sidecars
-    and the ``source`` file (surgery/bake/gguf_verify.py): no model is loaded."""
+    and the ``source`` file (surgery/bake/gguf_verify.py): no model is loaded. The two swapped (the
+    bake given first) is one line saying so."""
+    from ..bake.provenance import record_file
     from ..core.container import open_container
+    from ..core.errors import VerificationError
 
     load = typed(LoadSpec, options, load)
     no_other_options("verify", options, LoadSpec)
+    # the record of the bake is what verify reads: had only the first argument one, they are swapped
+    if record_file(Path(source)).is_file() and not record_file(Path(baked)).is_file():
+        raise VerificationError(
+            f"{source} was made by surgery and {baked} was not: the source comes first: surgery verify SOURCE BAKED"
+        )
     return open_container(baked).verify(source, structural_only=structural_only, load=load, progress=stages)
 
 

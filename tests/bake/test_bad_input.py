@@ -549,6 +549,11 @@ CASES = [
     ),
     # --- verify / undo on something that is not a bake ---
     Case("verify-not-baked", setups.not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
+    Case(
+        "verify-swapped",
+        setups.swapped_verify,
+        ("was made by surgery", "the source comes first: surgery verify SOURCE BAKED"),
+    ),
     Case("undo-not-baked", setups.undo_not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
     # … on surgery's own other outputs: named as what they are, not "not made by surgery"
     Case(
