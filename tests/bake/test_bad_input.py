@@ -324,6 +324,11 @@ CASES = [
         ("version must be 1", "got 9"),
     ),
     Case(
+        "recipe-without-version",
+        lambda c: c.recipe("edits:\n" + RECIPE_OK_EDIT),
+        ("recipe.yaml has no version", "add 'version: 1'"),
+    ),
+    Case(
         "recipe-unknown-key",
         lambda c: c.recipe("version: 1\nalpha: 2\nedits:\n" + RECIPE_OK_EDIT),
         ("unknown key(s) alpha", "allowed:"),
