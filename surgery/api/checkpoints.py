@@ -50,7 +50,10 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
         return Inspection(**files, model_type=ckpt.config.get("model_type"), supported=False, refused=why)
     arch = architecture(ckpt.config)
     check_layers(ckpt.format.view(ckpt), arch)  # an int4 / int8 weight: its codes' logical shape
-    return _inspection(files, arch, Resolver(arch, ckpt.tensors).prefix)
+    layout = (
+        "fused 3-D" if arch.geometry.sparse_layers and arch.fused_experts(ckpt.tensors) else "one tensor per expert"
+    )
+    return _inspection(files, arch, Resolver(arch, ckpt.tensors).prefix, layout)
 
 
 def _inspect_gguf(path: Path) -> Inspection:
@@ -73,12 +76,20 @@ def _inspect_gguf(path: Path) -> Inspection:
     if why:
         return Inspection(**files, model_type=config.get("model_type"), supported=False, refused=why)
     arch = architecture(config)
-    return _inspection(files, arch, Resolver(arch, GgufModel(path, header, config, arch).hf_names()).prefix)
+    model = GgufModel(path, header, config, arch)
+    # llama.cpp stacks a layer's experts (ffn_*_exps); a bake edits them where the table's per-expert
+    # names map onto the stacks (surgery/gguf/plan.py refuses expert edits otherwise)
+    layout = (
+        "stacked 3-D"
+        if model.expert_names()
+        else "stacked 3-D, its routed experts not editable in the file: edit an import"
+    )
+    return _inspection(files, arch, Resolver(arch, model.hf_names()).prefix, layout)
 
 
-def _inspection(files: dict[str, Any], arch: Architecture, prefix: str) -> Inspection:
+def _inspection(files: dict[str, Any], arch: Architecture, prefix: str, expert_layout: str) -> Inspection:
     """The inspection of a model surgery edits: ``files`` (path, dtypes, shards, tensors, bytes), the
-    sizes of ``arch`` and its layers' ``prefix``."""
+    sizes of ``arch``, its layers' ``prefix`` and (a mixture of experts) how its experts are stored."""
     g = arch.geometry
     sizes: dict[str, Any] = {}
     if g.sparse_layers:  # mixture of experts: neurons are named L:eE:N (routed), L:s:N (shared)
@@ -86,7 +97,7 @@ def _inspection(files: dict[str, Any], arch: Architecture, prefix: str) -> Inspe
             experts=g.num_experts,
             expert_width=g.expert_size,
             expert_layers=f"{len(g.sparse_layers)} of {g.num_layers}",
-            expert_layout="fused 3-D" if arch.fused_experts(ckpt.tensors) else "one tensor per expert",
+            expert_layout=expert_layout,
             shared_expert_width=g.shared_size or None,
         )
     if g.mla:  # multi-head latent attention: head_dim above is a head's width in o_proj (v_head_dim)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from surgery.gguf.header import read_gguf_header
 from tests.support.cli import run_main
+from tests.support.moe_gguf import EXPERTS, write_moe_gguf
 from tests.support.typed_gguf import write_typed_gguf
 
 
@@ -35,3 +36,14 @@ def test_inspect_shows_the_stored_types_and_imports_nothing(tmp_path, capsys):
     assert table.returncode == 0, table.stderr
     assert "F32, Q4_K, Q6_K, Q8_0" in table.stdout
     assert _cached_files(cache) == ["gguf-configs"]
+
+
+def test_inspect_shows_a_moe_files_stacked_experts(tmp_path, capsys):
+    src = tmp_path / "moe.gguf"
+    write_moe_gguf(src, "Q8_0")
+    res = run_main(["inspect", src, "--json"], capsys)
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout)
+    assert info["dtypes"] == ["F32", "Q8_0"] and info["bytes"] == src.stat().st_size
+    assert info["experts"] == EXPERTS and info["expert_layout"] == "stacked 3-D"  # llama.cpp's ffn_*_exps
+    assert _cached_files(Path(os.environ["SURGERY_CACHE"])) == ["gguf-configs"]
