@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.edits import Recipe
 from ..core.progress import StageProgress, silent_stages
+from ..gguf import is_gguf
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
@@ -16,7 +17,7 @@ from .results import Inspection
 
 if TYPE_CHECKING:
     from ..bake.verify import Report
-    from ..core.architectures import LayerEdits
+    from ..core.architectures import Architecture, LayerEdits
 
 
 def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) -> Inspection:
@@ -25,13 +26,17 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
     experts, MLA sizes, and per kind of layer what an edit may touch and what it refuses and why
     (``layer_kinds``; a hybrid model's kinds of layer by name). A model surgery does not edit says why
     (``supported`` False, ``refused`` the one-line reason); a config whose sizes contradict its
-    tensors is an error naming the tensor. ``to_dict()`` is what ``inspect --json`` prints."""
+    tensors is an error naming the tensor. A GGUF file is read as a bake reads it (its header and
+    config, nothing imported): its stored types (``Q4_K`` …) and its size on disk.
+    ``to_dict()`` is what ``inspect --json`` prints."""
     from ..core.architectures import architecture, refusal
     from ..core.patches import check_layers
     from ..core.resolve import Resolver
 
     load = typed(LoadSpec, options, load)
     no_other_options("inspect", options, LoadSpec)
+    if is_gguf(model) and Path(model).is_file():
+        return _inspect_gguf(Path(model))
     ckpt, source = open_checkpoint(str(model), load)
     files = dict(
         path=str(source.path),
@@ -45,6 +50,46 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
         return Inspection(**files, model_type=ckpt.config.get("model_type"), supported=False, refused=why)
     arch = architecture(ckpt.config)
     check_layers(ckpt.format.view(ckpt), arch)  # an int4 / int8 weight: its codes' logical shape
+    layout = (
+        "fused 3-D" if arch.geometry.sparse_layers and arch.fused_experts(ckpt.tensors) else "one tensor per expert"
+    )
+    return _inspection(files, arch, Resolver(arch, ckpt.tensors).prefix, layout)
+
+
+def _inspect_gguf(path: Path) -> Inspection:
+    """A GGUF file as a bake reads it: its header (the stored types, e.g. Q4_K, and the file's size)
+    and its config, nothing dequantized: importing it would write a float32 copy, 4x a 4-bit file,
+    into the cache. The bake's plan checks each edited tensor's shape against the config."""
+    from ..core.architectures import architecture, refusal
+    from ..core.resolve import Resolver
+    from ..gguf.model import GgufModel, read_gguf
+
+    header, config = read_gguf(path)
+    files = dict(
+        path=str(path),
+        dtypes=tuple(sorted(set(header.tensor_types.values()))),
+        shards=1,
+        tensors=len(header.tensors),
+        bytes=path.stat().st_size,
+    )
+    why = refusal(config)
+    if why:
+        return Inspection(**files, model_type=config.get("model_type"), supported=False, refused=why)
+    arch = architecture(config)
+    model = GgufModel(path, header, config, arch)
+    # llama.cpp stacks a layer's experts (ffn_*_exps); a bake edits them where the table's per-expert
+    # names map onto the stacks (surgery/gguf/plan.py refuses expert edits otherwise)
+    layout = (
+        "stacked 3-D"
+        if model.expert_names()
+        else "stacked 3-D, its routed experts not editable in the file: edit an import"
+    )
+    return _inspection(files, arch, Resolver(arch, model.hf_names()).prefix, layout)
+
+
+def _inspection(files: dict[str, Any], arch: Architecture, prefix: str, expert_layout: str) -> Inspection:
+    """The inspection of a model surgery edits: ``files`` (path, dtypes, shards, tensors, bytes), the
+    sizes of ``arch``, its layers' ``prefix`` and (a mixture of experts) how its experts are stored."""
     g = arch.geometry
     sizes: dict[str, Any] = {}
     if g.sparse_layers:  # mixture of experts: neurons are named L:eE:N (routed), L:s:N (shared)
@@ -52,7 +97,7 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
             experts=g.num_experts,
             expert_width=g.expert_size,
             expert_layers=f"{len(g.sparse_layers)} of {g.num_layers}",
-            expert_layout="fused 3-D" if arch.fused_experts(ckpt.tensors) else "one tensor per expert",
+            expert_layout=expert_layout,
             shared_expert_width=g.shared_size or None,
         )
     if g.mla:  # multi-head latent attention: head_dim above is a head's width in o_proj (v_head_dim)
@@ -69,7 +114,7 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
         head_dim=g.head_dim,
         hidden_size=g.hidden_size,
         mlp_width=g.intermediate_size,
-        layer_prefix=Resolver(arch, ckpt.tensors).prefix.format(layer="N"),
+        layer_prefix=prefix.format(layer="N"),
         **sizes,
         layer_kinds=tuple(
             {"layers": list(layers), **kind.to_dict(), "summary": _summary(layers, kind)}
@@ -126,11 +171,19 @@ def verify(
     """Check ``baked`` against ``source``: files, bytes, every sha256 recomputed, and (unless
     ``structural_only``) the logits against the run-time edit. The report's ``ok`` says whether
     all is well and ``problems`` lists what is not. A baked GGUF is checked against its sidecars
-    and the ``source`` file (surgery/bake/gguf_verify.py): no model is loaded."""
+    and the ``source`` file (surgery/bake/gguf_verify.py): no model is loaded. The two swapped (the
+    bake given first) is one line saying so."""
+    from ..bake.provenance import record_file
     from ..core.container import open_container
+    from ..core.errors import VerificationError
 
     load = typed(LoadSpec, options, load)
     no_other_options("verify", options, LoadSpec)
+    # the record of the bake is what verify reads: had only the first argument one, they are swapped
+    if record_file(Path(source)).is_file() and not record_file(Path(baked)).is_file():
+        raise VerificationError(
+            f"{source} was made by surgery and {baked} was not: the source comes first: surgery verify SOURCE BAKED"
+        )
     return open_container(baked).verify(source, structural_only=structural_only, load=load, progress=stages)
 
 

@@ -131,6 +131,8 @@ class Recipe:
             raise RecipeError(
                 f"{where}: unknown key(s) {', '.join(map(str, unknown))} (allowed: version, base_model, edits, notes)"
             )
+        if "version" not in raw:
+            raise RecipeError(f"{where} has no version: add 'version: {RECIPE_VERSION}' (the recipe format's version)")
         version = raw.get("version")
         if version != RECIPE_VERSION:
             raise RecipeError(f"{where}.version must be {RECIPE_VERSION}, got {version!r}")

@@ -158,11 +158,17 @@ def stacked_module(per_expert: str) -> str:
     return per_expert.replace("{expert}.", "")
 
 
-def open_gguf(path: str | Path) -> GgufModel:
-    """Read a GGUF file's header and config and find its architecture row; one-line errors for a
-    file that is not a complete GGUF of an architecture surgery can edit."""
+def read_gguf(path: str | Path) -> tuple[GgufHeader, dict[str, Any]]:
+    """A GGUF file's header and transformers config, nothing dequantized; one-line errors for a file
+    that is not a complete GGUF of an architecture transformers reads."""
     path = Path(path)
     header = read_gguf_header(path)
     check_complete(path, header)
-    config = _config(path, header)
-    return GgufModel(path, header, config, architecture(config))
+    return header, _config(path, header)
+
+
+def open_gguf(path: str | Path) -> GgufModel:
+    """Read a GGUF file's header and config and find its architecture row; one-line errors for a
+    file that is not a complete GGUF of an architecture surgery can edit."""
+    header, config = read_gguf(path)
+    return GgufModel(Path(path), header, config, architecture(config))

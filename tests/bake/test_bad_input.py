@@ -324,6 +324,11 @@ CASES = [
         ("version must be 1", "got 9"),
     ),
     Case(
+        "recipe-without-version",
+        lambda c: c.recipe("edits:\n" + RECIPE_OK_EDIT),
+        ("recipe.yaml has no version", "add 'version: 1'"),
+    ),
+    Case(
         "recipe-unknown-key",
         lambda c: c.recipe("version: 1\nalpha: 2\nedits:\n" + RECIPE_OK_EDIT),
         ("unknown key(s) alpha", "allowed:"),
@@ -549,6 +554,11 @@ CASES = [
     ),
     # --- verify / undo on something that is not a bake ---
     Case("verify-not-baked", setups.not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
+    Case(
+        "verify-swapped",
+        setups.swapped_verify,
+        ("was made by surgery", "the source comes first: surgery verify SOURCE BAKED"),
+    ),
     Case("undo-not-baked", setups.undo_not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
     # … on surgery's own other outputs: named as what they are, not "not made by surgery"
     Case(

@@ -48,6 +48,7 @@ def test_tune_bakes_the_chosen_point_and_records_the_study(tmp_path):
     assert "Baked 1 edit(s)" in res.stdout, res.stdout
     assert sum(line.startswith("note: trial ") for line in res.stderr.splitlines()) == TRIALS, res.stderr
 
+    _assert_study_db_alone(tmp_path / "study", TRIALS)
     record = json.loads((tmp_path / "study" / "tune.json").read_text())
     baked = json.loads((tmp_path / "baked" / "surgery.json").read_text())
     tune = baked["tune"]
@@ -64,6 +65,21 @@ def test_tune_bakes_the_chosen_point_and_records_the_study(tmp_path):
     assert not any(line.startswith("note: trial ") for line in again.stderr.splitlines())
     printed = json.loads(again.stdout)
     assert printed["trials"] == record["trials"] and printed["file"] == str(tmp_path / "study" / "tune.json")
+    _assert_study_db_alone(tmp_path / "study", TRIALS)
+
+
+def _assert_study_db_alone(folder, trials: int) -> None:
+    """The study folder holds study.db (no write-ahead log beside it) and tune.json, and a copy of
+    study.db alone holds every finished trial."""
+    import shutil
+    import sqlite3
+
+    assert sorted(p.name for p in folder.iterdir()) == ["study.db", "tune.json"]
+    copy = folder.parent / "copy.db"
+    shutil.copy(folder / "study.db", copy)
+    with sqlite3.connect(copy) as conn:
+        assert conn.execute("SELECT count(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0] == trials
+    copy.unlink()
 
 
 def test_no_findings_for_the_method_is_one_line(tmp_path):

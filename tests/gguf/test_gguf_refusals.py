@@ -147,6 +147,10 @@ def test_commands_end_to_end(tmp_path, capsys):
     assert summary["tensors_edited"] == 4 and summary["verification"]["max_abs_diff"] == 0.0
     assert "left as is" in " ".join(summary["notes"])  # Q4_1's down columns, and why
     assert run_main(["verify", src, out], capsys).returncode == 0
+    swapped = run_main(["verify", out, src], capsys)
+    assert swapped.returncode != 0 and swapped.stderr.strip().splitlines() == [
+        f"Error: {out} was made by surgery and {src} was not: the source comes first: surgery verify SOURCE BAKED"
+    ], swapped.stderr
     assert run_main(["undo", out, "--out", back], capsys).returncode == 0
     assert back.read_bytes() == src.read_bytes()
     failed = run_main(["amplify-heads", src, "--heads", "0.1", "--alpha", "0.7", "--out", tmp_path / "h.gguf"], capsys)

@@ -165,6 +165,15 @@ def not_baked(c: Ctx) -> list:
     return ["verify", c.src, c.src, "--structural-only"]
 
 
+def swapped_verify(c: Ctx) -> list:
+    """``verify BAKED SOURCE``: the bake given first."""
+    from surgery.bake.bake import bake
+    from surgery.core.edits import HeadScale, Recipe
+
+    bake(Checkpoint(c.src), Recipe((HeadScale(0, 1, 2.0),)), c.tmp / "baked")
+    return ["verify", c.tmp / "baked", c.src, "--structural-only"]
+
+
 def undo_not_baked(c: Ctx) -> list:
     return ["undo", c.src, "--out", c.out]
 

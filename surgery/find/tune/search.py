@@ -65,7 +65,10 @@ def run_search(
     measuring = [False]  # whether the other ranks are inside a trial's collectives
     try:
         study = Study(folder, key, params.sampler, params.seed, params.population, params.trials_at_once)
-        finished = _search(study, draw, measure, params, describe, report, measuring, measure_many)
+        try:
+            finished = _search(study, draw, measure, params, describe, report, measuring, measure_many)
+        finally:
+            study.close()  # finished or failed: the trials folded into study.db, no log left beside it
     except BaseException as exc:
         # Between trials the other ranks wait for the next point: tell them to stop. Inside a trial
         # they wait in its collectives, and torchrun stops them when this process exits.

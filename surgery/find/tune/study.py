@@ -6,6 +6,8 @@ trials an uninterrupted run draws (a trial left running by the kill is marked fa
 The study remembers what decides its trials (the method, its options, the model, the prompts and
 the findings, as one key); a folder holding a study with another key is refused, not mixed in.
 Under torchrun only rank 0 opens the study (search.py hands its draws to the other ranks).
+While it runs the study commits to a write-ahead log beside study.db; :meth:`Study.close` folds the
+log back in, so that a finished study is study.db alone.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sqlite3
 import time
 import warnings
 from collections.abc import Callable, Mapping
+from contextlib import closing
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -107,8 +110,9 @@ class Study:
         folder.mkdir(parents=True, exist_ok=True)
         self.path, self.sampler, self.seed, self.population = folder / DB, sampler, seed, population
         self.at_once = at_once
+        self.storage = _storage(self.path)
         self.study = optuna.create_study(
-            storage=_storage(self.path),
+            storage=self.storage,
             study_name=STUDY_NAME,
             directions=list(DIRECTIONS),
             sampler=_sampler(sampler, seed, population),
@@ -119,6 +123,7 @@ class Study:
         if known is None:
             self.study.set_user_attr(KEY_ATTR, digest)
         elif known != digest:
+            self.close()
             raise ParameterError(
                 f"{folder} holds a tune study of other options, model, prompts or findings; "
                 "give another {out} or remove that folder",
@@ -127,6 +132,19 @@ class Study:
         state = optuna.trial.TrialState
         for stale in self.study.get_trials(deepcopy=False, states=(state.RUNNING, state.WAITING)):
             self.study.tell(stale.number, state=state.FAIL)  # left running by a killed run
+
+    def close(self) -> None:
+        """Fold the write-ahead log into study.db and close the study: study.db then holds every trial
+        alone, with no -wal or -shm file beside it (a resumed study opens the log again).
+
+        The commands leave through ``os._exit`` (cli/leave.py), which closes no connection: without
+        this the trials stay in study.db-wal, and a copy of study.db alone holds none of them.
+        """
+        self.storage.remove_session()
+        self.storage.engine.dispose()  # every pooled connection closed: the log is ours alone to fold
+        with closing(sqlite3.connect(self.path)) as conn:
+            # back to a rollback journal: SQLite checkpoints the log into the file and deletes it
+            conn.execute("PRAGMA journal_mode=DELETE")
 
     def finished(self) -> list[Any]:
         """The completed trials (Optuna's FrozenTrial), in order."""

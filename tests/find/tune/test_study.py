@@ -41,7 +41,7 @@ def test_an_interrupted_study_resumes_with_the_same_trials(tmp_path, sampler):
 def test_a_folder_of_another_study_is_refused(tmp_path):
     from surgery.find.tune.study import Study
 
-    Study(tmp_path, KEY, "tpe", seed=0)
+    Study(tmp_path, KEY, "tpe", seed=0).close()
     with pytest.raises(ParameterError, match=r"holds a tune study of other options.*give another out"):
         Study(tmp_path, {**KEY, "model": "other"}, "tpe", seed=0)
 
@@ -64,3 +64,30 @@ def test_the_study_file_commits_to_a_write_ahead_log(tmp_path):
     with sqlite3.connect(tmp_path / DB) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert len(Study(tmp_path, KEY, "tpe", seed=0).finished()) == 2  # what it committed is there on resume
+
+
+def test_a_closed_study_is_study_db_alone_and_resumes(tmp_path):
+    import shutil
+
+    from surgery.find.tune.study import DB, Study
+
+    study = Study(tmp_path / "study", KEY, "tpe", seed=0)
+    run(study, 3)
+    trials = drawn(study)
+    study.close()
+    assert sorted(p.name for p in (tmp_path / "study").iterdir()) == [DB]  # no -wal or -shm left
+    (tmp_path / "copy").mkdir()
+    shutil.copy(tmp_path / "study" / DB, tmp_path / "copy" / DB)
+    assert drawn(Study(tmp_path / "copy", KEY, "tpe", seed=0)) == trials  # the copy holds every trial
+    resumed = Study(tmp_path / "study", KEY, "tpe", seed=0)
+    run(resumed, 5)
+    assert drawn(resumed)[:3] == trials and len(resumed.finished()) == 5
+
+
+def test_a_refused_folder_is_left_as_study_db_alone(tmp_path):
+    from surgery.find.tune.study import DB, Study
+
+    Study(tmp_path, KEY, "tpe", seed=0).close()
+    with pytest.raises(ParameterError):
+        Study(tmp_path, {**KEY, "model": "other"}, "tpe", seed=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [DB]
