@@ -146,7 +146,7 @@ def bake_sweep(
     :func:`bake_recipe`. With ``bake.push_to`` each value goes to the branch ``<label>`` of that repo.
     """
     from ..bake.lineage import for_source
-    from ..core.staging import check_container
+    from ..core.destinations import check_container
 
     bake = bake_options("bake_sweep", bake, kwargs)
     labels = [p.label for p in plans]

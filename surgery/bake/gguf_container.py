@@ -55,7 +55,7 @@ class GgufContainer(Container):
         return sweep_outputs(out, labels)
 
     def check_free(self, dest: Path, protected: Sequence[Path], force: bool) -> None:
-        from ..core.staging import check_free_file
+        from ..core.destinations import check_free_file
         from .gguf import replaceable
 
         check_free_file(dest, protected, force, replaceable)

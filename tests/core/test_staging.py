@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from surgery.core.edits import HeadScale, Recipe
-from surgery.core.staging import OUTPUT_MARKERS, surgery_output
+from surgery.core.destinations import OUTPUT_MARKERS, surgery_output
 from tests.support.cli import error_line, run_main, staging_leftovers, tree_hashes
 from tests.support.tiny import build_tiny
 
@@ -136,7 +136,7 @@ def test_sweep_writes_into_an_existing_folder_but_force_replaces_only_its_values
 
 
 def test_markers_are_what_the_commands_write():
-    """The marker table of surgery.core.staging names each command's own file and format."""
+    """The marker table of surgery.core.destinations names each command's own file and format."""
     from surgery.bake.provenance import ADAPTER_PROVENANCE_NAME as ADAPTER_PROVENANCE
     from surgery.bake.provenance import FORMAT, PROVENANCE_NAME
     from surgery.gguf.importing import MANIFEST_NAME as GGUF_MANIFEST
