@@ -56,8 +56,9 @@ class GgufContainer(Container):
 
     def check_free(self, dest: Path, protected: Sequence[Path], force: bool) -> None:
         from ..core.destinations import check_free_file
-        from .gguf import replaceable
+        from .gguf import check_gguf_name, replaceable
 
+        check_gguf_name(dest)
         check_free_file(dest, protected, force, replaceable)
 
     def prepare(self, opened: Opened, recipes: Sequence[Any], labels: Sequence[str], options: Any) -> list[Any]:

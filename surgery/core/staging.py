@@ -280,6 +280,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
     The temporary name is chosen before the file is created inside ``try``, so a Ctrl-C at any
     point removes it (``mkstemp`` could be interrupted after creating its file, before returning).
+    A failure is reported for ``path``: the temporary's name means nothing to the reader.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_dead_temporaries(path)
@@ -290,6 +291,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        # the same error (its errno picks the subclass: IsADirectoryError …), naming the destination
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
