@@ -1,7 +1,7 @@
 """Where a command may write, and what ``--force`` may replace: the checks every output passes
 before anything is written (and again when it is published, surgery/core/staging.py).
 
-An output never lies in, nor holds, the source it was made from (:func:`check_outside`), never is a
+An output never lies in, nor holds, the source it was made from (:func:`check_outside`), is never a
 symbolic link, and replaces an existing path only with ``--force`` and only when surgery can tell
 it is its own: an empty folder, a folder holding one of the marker files of ``OUTPUT_MARKERS`` and
 nothing but the files that marker lists (a file the user added since, an eval JSON or a plots/
@@ -184,6 +184,7 @@ def check_parent(dest: Path, target: Path | None = None) -> None:
 def check_makeable(folder: Path, dest: Path) -> None:
     """``folder`` is made when missing, with its parents, and ``dest`` written into it (a sweep's
     folder, a report file's): the nearest existing path at or above it must be a writable folder."""
+    folder = folder.expanduser().resolve()
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     if not existing.is_dir():
         raise _below_file(dest, existing)
