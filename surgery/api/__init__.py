@@ -23,6 +23,7 @@ _EXPORTS = {
     "bake_plans": "baking",
     "bake_recipe": "baking",
     "bake_sweep": "baking",
+    "check_outputs": "baking",
     "sweep_label": "baking",
     "apply": "checkpoints",
     "inspect": "checkpoints",
@@ -53,7 +54,7 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers and documentation tools, which do not run __getattr__
     from .bake_options import BakeOptions
-    from .baking import Baked, Planned, bake_plans, bake_recipe, bake_sweep, sweep_label
+    from .baking import Baked, Planned, bake_plans, bake_recipe, bake_sweep, check_outputs, sweep_label
     from .callbacks import Callbacks
     from .checkpoints import apply, inspect, undo, verify
     from .directions import ablate_direction, direction_findings, find_direction

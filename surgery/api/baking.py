@@ -8,7 +8,8 @@ bake's own check of every edited weight map (surgery.bake.check) unless told not
 files are copied, runs the source once in transformers: surgery.bake.runnable), writes the model
 card and pushes the result when asked; :class:`BakeOptions` holds these switches. :func:`bake_sweep`
 bakes one output per value of a sweep (α or n), every destination and every value checked before the
-first bake.
+first bake. :func:`check_outputs` runs those destination checks alone: the commands that find and then
+bake call it first, so a taken or unwritable ``--out`` is refused before the finder's work, not after it.
 
 A safetensors folder (or Hub id) and a GGUF file take the same path: ``open_container`` decides once
 which container MODEL is (surgery/core/container.py), and the container's own methods open, check,
@@ -99,10 +100,7 @@ def bake_into(
     from ..bake.card import card_hook
     from ..bake.lineage import for_source
 
-    if bake.push_to:
-        from ..ship.hub import preflight
-
-        preflight(bake.push_to, push_revision)  # fail before a long bake, not after it
+    _check_push(bake, push_revision)  # fail before a long bake, not after it
     if evaluation is not None and not isinstance(evaluation, Evaluation):
         evaluation = Evaluation.from_dict(dict(evaluation))
     opened = container.open(load)
@@ -146,27 +144,17 @@ def bake_sweep(
     :func:`bake_recipe`. With ``bake.push_to`` each value goes to the branch ``<label>`` of that repo.
     """
     from ..bake.lineage import for_source
-    from ..core.staging import check_container
 
     bake = bake_options("bake_sweep", bake, kwargs)
     labels = [p.label for p in plans]
-    if None in labels or len(set(labels)) != len(labels):
-        raise RecipeError("sweep labels must be given and unique (each value gets its own folder and branch)")
     load = typed(LoadSpec, kwargs, load)
     stages, note = kwargs.pop("stages", silent_stages), reporter(kwargs.pop("report", None))
     no_other_options("bake_sweep", kwargs, LoadSpec)
     container = open_container(model)
     container.refuse(bake)
     out = Path(out)
-    outputs = container.outputs(out, labels)
     opened = container.open(load)
-    check_container(out, [opened.source.path])  # the sweep's folder may exist: it holds the values
-    for dest in outputs.values():
-        container.check_free(dest, [opened.source.path], bake.force)
-    if bake.push_to:
-        from ..ship.hub import preflight
-
-        preflight(bake.push_to, labels[0])
+    outputs = _sweep_outputs(container, opened.source.path, out, labels, bake)
     recipes = [
         for_source(p.recipe, opened.config, opened.source, allow_other_base=bake.allow_other_base)[0] for p in plans
     ]
@@ -212,3 +200,64 @@ def bake_plans(
             on_each(plans[0].label, baked)
         return baked
     return bake_sweep(model, plans, out, bake=bake, on_each=on_each, **kwargs)
+
+
+@names_bake_options
+def check_outputs(
+    model: str | Path,
+    out: str | Path,
+    *,
+    labels: Sequence[str | None] = (None,),
+    bake: BakeOptions | None = None,
+    load: LoadSpec | None = None,
+    push_revision: str | None = None,
+    **options: Any,
+) -> None:
+    """Refuse, in one line and before any other work, an ``out`` that a bake of ``model`` would refuse
+    only once it starts: taken (unless ``bake.force`` may replace it), inside the source, its folder
+    missing or read-only, a GGUF output not named .gguf, and the push target of ``bake.push_to``.
+
+    ``labels``: one (the default) checks ``out`` as :func:`bake_plans` bakes one plan; several check
+    the sweep's folder ``out`` and each value's output in it. The bake runs the same checks again when
+    it writes. A finder's run takes hours, its bake seconds: the commands that find and then bake
+    (``amplify_heads``, ``prune_neurons``, ``ablate_direction``, ``tune`` with ``bake_out``) call
+    this first. ``options``: load options (``revision`` …, see ``LoadSpec``).
+    """
+    bake = bake_options("check_outputs", bake, options)
+    load = typed(LoadSpec, options, load)
+    no_other_options("check_outputs", options, LoadSpec)
+    container = open_container(model)
+    container.refuse(bake)
+    source = container.open(load).source.path
+    if len(labels) == 1:
+        container.check_out(Path(out), [source], bake.force)
+        _check_push(bake, push_revision)
+    else:
+        _sweep_outputs(container, source, Path(out), labels, bake)
+
+
+def _sweep_outputs(
+    container: Container, source: Path, out: Path, labels: Sequence[str | None], bake: BakeOptions
+) -> dict[str, Path]:
+    """Each value's output by label, once the sweep's folder ``out`` (it may exist: it holds the
+    values; it is made when missing, with its parents), every value's output and the push target
+    are checked: what :func:`bake_sweep` and :func:`check_outputs` refuse before any bake."""
+    from ..core.destinations import check_container, check_makeable
+
+    if None in labels or len(set(labels)) != len(labels):
+        raise RecipeError("sweep labels must be given and unique (each value gets its own folder and branch)")
+    outputs = container.outputs(out, labels)
+    check_container(out, [source])
+    for dest in outputs.values():
+        container.check_free(dest, [source], bake.force)
+    check_makeable(out, out)
+    _check_push(bake, labels[0])
+    return outputs
+
+
+def _check_push(bake: BakeOptions, revision: str | None) -> None:
+    """The push target of ``bake.push_to`` (its id, a token), when the bake pushes."""
+    if bake.push_to:
+        from ..ship.hub import preflight
+
+        preflight(bake.push_to, revision)

@@ -25,7 +25,7 @@ from ..find.directions.params import DirectionParams, KernelParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
-from .baking import Baked, Planned, bake_plans
+from .baking import Baked, Planned, bake_plans, check_outputs
 from .callbacks import Callbacks, callback_options
 from .findings_source import FindingsSource
 
@@ -95,9 +95,13 @@ def find_direction(
     """Per-layer directions between the prompt sets ``a`` and ``b`` of ``model`` (cached; ``recompute``
     captures again); ``out`` also writes the findings JSON there, with its vectors file next to it
     (``out`` with the suffix ``.safetensors``). Options: ``LoadSpec`` and ``DirectionParams`` fields."""
+    from ..core.destinations import check_out_file
     from ..core.distributed import is_main
     from ..find.directions.find import vectors_path, write
 
+    if out is not None:  # both files it writes, refused now rather than after the capture
+        check_out_file(Path(out), "direction.json")
+        check_out_file(vectors_path(Path(out)), "direction.safetensors")
     found = direction_findings(model, recompute=recompute, progress=progress, report=report, **options)
     if out is not None and is_main():  # under torchrun rank 0 alone writes
         from safetensors.numpy import load_file
@@ -135,6 +139,7 @@ def ablate_direction(
     hooks = callback_options("ablate_direction", callbacks, options)
     load, kernel = typed(LoadSpec, options, load), typed(KernelParams, options, kernel)
     no_other_options("ablate_direction", options, LoadSpec, KernelParams)
+    check_outputs(model, out, bake=bake, load=load)  # before the findings are read and checked
     ckpt = open_checkpoint(str(model), load)[0]
     source = FindingsSource(findings=direction, transfer=transfer)
     found = direction_findings(ckpt, source=source, load=load, report=hooks.report)

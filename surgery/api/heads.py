@@ -25,7 +25,7 @@ from ..find.heads.params import FindParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import index_pair, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
-from .baking import Baked, Planned, bake_plans, sweep_label
+from .baking import Baked, Planned, bake_plans, check_outputs, sweep_label
 from .callbacks import Callbacks, callback_options
 from .findings_source import FindingsSource
 
@@ -148,9 +148,12 @@ def find_heads(
     """Find the cultural binding heads of ``model``: scores, discovery, knockout confirmation,
     knockout with controls, optionally the dose-response (cached; ``recompute`` runs again);
     ``out`` also writes the findings JSON there. Options: ``LoadSpec`` and ``FindParams`` fields."""
+    from ..core.destinations import check_out_file
     from ..core.distributed import is_main
     from ..find.findings import save_findings
 
+    if out is not None:  # a folder or an unwritable one is refused now, not after the finder's run
+        check_out_file(Path(out), "findings.json")
     found = head_findings(model, recompute=recompute, progress=progress, report=report, **options)
     if out is not None and is_main():  # under torchrun rank 0 alone writes
         save_findings(found.data, Path(out))
@@ -193,16 +196,18 @@ def amplify_heads(
     source = typed(FindingsSource, options, source)
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
     no_other_options("amplify_heads", options, FindingsSource, LoadSpec, FindParams)
+    if heads is not None and (source.findings or top or source.transfer):
+        raise ParameterError(
+            "{heads} names the heads itself; drop {findings} / {top} / {transfer}, or drop {heads}",
+            "heads",
+            "findings",
+            "top",
+            "transfer",
+        )
+    labels = [sweep_label("alpha", a) for a in alphas]
+    check_outputs(model, out, labels=labels, bake=bake, load=load)  # before the findings: they may take hours
     extra = None
     if heads is not None:  # an empty list is an error (parse_heads says so), not "use findings"
-        if source.findings or top or source.transfer:
-            raise ParameterError(
-                "{heads} names the heads itself; drop {findings} / {top} / {transfer}, or drop {heads}",
-                "heads",
-                "findings",
-                "top",
-                "transfer",
-            )
         chosen = _head_pairs(heads)
     else:
         found = head_findings(
@@ -218,11 +223,11 @@ def amplify_heads(
         extra = {"heads_findings": {**found.record(), "heads": [list(h) for h in chosen]}}
     plans = [
         Planned(
-            sweep_label("alpha", a),
+            label,
             Recipe(tuple(HeadScale(layer, head, a) for layer, head in chosen), named_by="heads" if heads else None),
             extra,
         )
-        for a in alphas
+        for label, a in zip(labels, alphas, strict=True)
     ]
     if hooks.on_plans is not None:
         hooks.on_plans(plans)

@@ -24,7 +24,7 @@ from ..find.neurons.params import CaptureParams, SelectParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import index_pair, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
-from .baking import Baked, Planned, bake_plans, sweep_label
+from .baking import Baked, Planned, bake_plans, check_outputs, sweep_label
 from .callbacks import Callbacks, callback_options
 from .findings_source import FindingsSource
 
@@ -109,9 +109,12 @@ def find_neurons(
     """Score every MLP neuron of ``model`` on contrastive demographic pairs (cached; ``recompute``
     captures again); ``out`` also writes the findings JSON there. Options: ``LoadSpec`` and
     ``CaptureParams`` fields (``pairs``, ``language``, ``categories``, ``batch_size``, ``device`` …)."""
+    from ..core.destinations import check_out_file
     from ..core.distributed import is_main
     from ..find.neurons.find import write_findings
 
+    if out is not None:  # a folder or an unwritable one is refused now, not after the capture
+        check_out_file(Path(out), "findings.json")
     found = neuron_findings(model, recompute=recompute, progress=progress, report=report, **options)
     if out is not None and is_main():  # under torchrun rank 0 alone writes
         write_findings(found.data, Path(out))
@@ -208,12 +211,15 @@ def prune_neurons(
                 "n",
             )
         no_other_options("prune_neurons", options, LoadSpec)
-        plans = [Planned(None, Recipe(_neuron_edits(neurons, factor), named_by="neurons"))]
+        edits = _neuron_edits(neurons, factor)
+        check_outputs(model, out, bake=bake, load=load)
+        plans = [Planned(None, Recipe(edits, named_by="neurons"))]
     else:
         chosen_options = capture is not None or any(name in options for name in NEURONS.param_fields())
         capture, select = typed(CaptureParams, options, capture), typed(SelectParams, options, select)
         no_other_options("prune_neurons", options, LoadSpec, CaptureParams, SelectParams)
-        counts = _counts(n)  # before the findings: they may take a capture
+        counts = _counts(n)  # before the findings: they may take a capture, as the outputs' checks are
+        check_outputs(model, out, labels=[sweep_label("n", c) for c in counts], bake=bake, load=load)
         found = neuron_findings(
             model,
             source=source,

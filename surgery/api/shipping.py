@@ -75,6 +75,10 @@ def evaluate(
     data = typed(EvalData, options, data)
     load, params = typed(LoadSpec, options, load), typed(EvalParams, options, params)
     no_other_options("evaluate", options, EvalData, LoadSpec, EvalParams)
+    if out:  # a folder or an unwritable one is refused now, not after the evaluation
+        from ..core.destinations import check_out_file
+
+        check_out_file(Path(out), "eval.json")
     plan = make_plan(
         params.suites,
         against=against is not None,

@@ -97,6 +97,10 @@ def tune(
             "behaviour",
             "markers",
         )
+    if bake_out is not None:  # the study takes hours, its bake seconds: a taken folder is refused now
+        from .baking import check_outputs
+
+        check_outputs(model, bake_out, bake=bake, load=load)
     note = reporter(report)
     from ..model.threads import threads
 

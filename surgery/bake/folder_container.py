@@ -47,7 +47,7 @@ class FolderContainer(Container):
         return {label: out / label for label in labels}
 
     def check_free(self, dest: Path, protected: Sequence[Path], force: bool) -> None:
-        from ..core.staging import check_free  # on use: `import surgery` registers this class without YAML
+        from ..core.destinations import check_free  # on use: `import surgery` registers this class without YAML
 
         check_free(dest, protected, force)
 

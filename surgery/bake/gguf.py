@@ -116,6 +116,12 @@ def replaceable(path: Path) -> bool:
     return sidecars(path)[0].is_file()
 
 
+def check_gguf_name(out: Path) -> None:
+    """A GGUF model bakes into a GGUF file: refuse an ``out`` named otherwise."""
+    if not is_gguf(out):
+        raise DestinationError(f"--out {out} must end in .gguf: a GGUF model bakes into a GGUF file")
+
+
 def bake_gguf(
     model: GgufModel,
     recipe: Recipe,
@@ -137,8 +143,7 @@ def bake_gguf(
     computed already (a sweep checks every value before it writes the first).
     """
     out = Path(out)
-    if not is_gguf(out):
-        raise DestinationError(f"--out {out} must end in .gguf: a GGUF model bakes into a GGUF file")
+    check_gguf_name(out)
     notes: list[str] = []
 
     def note(msg: str) -> None:

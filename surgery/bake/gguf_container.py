@@ -55,9 +55,10 @@ class GgufContainer(Container):
         return sweep_outputs(out, labels)
 
     def check_free(self, dest: Path, protected: Sequence[Path], force: bool) -> None:
-        from ..core.staging import check_free_file
-        from .gguf import replaceable
+        from ..core.destinations import check_free_file
+        from .gguf import check_gguf_name, replaceable
 
+        check_gguf_name(dest)
         check_free_file(dest, protected, force, replaceable)
 
     def prepare(self, opened: Opened, recipes: Sequence[Any], labels: Sequence[str], options: Any) -> list[Any]:

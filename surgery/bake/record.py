@@ -210,7 +210,7 @@ class AdapterRecord(JsonRecord):
     max_rank: int
     modules: dict[str, int]  # module name → its LoRA rank
     # The sha256 of every other file of the adapter folder (absent from earlier adapters): what
-    # --force may replace (surgery.core.staging).
+    # --force may replace (surgery.core.destinations).
     files: dict[str, str] | None = entry(codec=HASHES, default=None)
 
     LABEL = "surgery_adapter.json"

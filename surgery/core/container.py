@@ -99,6 +99,14 @@ class Container(ABC):
     def check_free(self, dest: Path, protected: Sequence[Path], force: bool) -> None:
         """Refuse ``dest`` as an output (taken, or inside ``protected``) before anything is written."""
 
+    def check_out(self, dest: Path, protected: Sequence[Path], force: bool) -> None:
+        """Refuse ``dest`` as the output of one bake before anything is written: :meth:`check_free`,
+        and the folder it goes into must exist and be writable (as the bake's own staged write checks)."""
+        from .destinations import check_parent
+
+        self.check_free(dest, protected, force)
+        check_parent(dest)
+
     @abstractmethod
     def prepare(self, opened: Opened, recipes: Sequence[Any], labels: Sequence[str], options: Any) -> list[Any]:
         """Check every value of a sweep (its recipe, after lineage) before the first is written: a

@@ -6,12 +6,9 @@ exactly one succeeds. Temporary folders left by a killed run are removed by the 
 proves nobody is still writing them) and reported with their size; an earlier output that a killed
 ``--force`` run had moved aside is put back.
 
-``--force`` replaces only what surgery can tell is its own: an empty folder, a folder holding one
-of the marker files of ``OUTPUT_MARKERS`` and nothing but the files that marker lists (a file the
-user added since, an eval JSON or a plots/ folder, makes it refuse, naming it), or what a command's
-own ``replaceable`` accepts (undo's earlier restore of the same bake). A destination that is a
-symbolic link is refused, never followed: removing "the folder" would remove whatever the link
-points to.
+Where an output may go and what ``--force`` may replace is surgery/core/destinations.py: those
+checks run when the staged write starts, and again under the lock for an output put back by
+recovery.
 
 Every temporary and aside folder is named after its destination and its writer's process
 (``.NAME.surgery-tmp-PID@HOST``): a staged write first removes those that dead writers left
@@ -24,7 +21,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import glob
-import json
 import os
 import secrets
 import shutil
@@ -33,171 +29,24 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .destinations import (
+    Replaceable,
+    already_exists,
+    check_destination,
+    check_free_file,
+    check_parent,
+    check_replaceable,
+)
 from .errors import DestinationError
 from .sizes import human_size
-from .strict_files import load_json
 
 TMP_TAG = ".surgery-tmp-"
 OLD_TAG = ".surgery-old-"
 LOCK_TAG = ".surgery-lock"
-# The file each command writes into its output folder, with the "format" recorded in it: a bake
-# (surgery/bake/provenance.py), export-lora (surgery/bake/lora.py), import-gguf
-# (surgery/gguf/importing.py), report (surgery/ship/report.py). tests/core/test_staging.py
-# checks that these are the names and formats those modules write.
-OUTPUT_MARKERS = {
-    "surgery.json": "surgery-checkpoint",
-    "surgery_adapter.json": "surgery-adapter",
-    "surgery.gguf.json": "surgery-gguf-import",
-    "surgery_report.json": "surgery-report",
-}
-Replaceable = Callable[[Path], bool]
+
 # A temporary's name carries its writer's host: a pid says nothing about another machine's processes
 # (an output folder on a shared filesystem). Only characters that are safe in a file name.
 _HOST = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname()) or "host"
-
-
-def _inside(child: Path, parent: Path) -> bool:
-    return child == parent or parent in child.parents
-
-
-def _marker(folder: Path) -> tuple[str, dict] | None:
-    """The name and content of the marker file of ``OUTPUT_MARKERS`` that ``folder`` holds, if any."""
-    for name, fmt in OUTPUT_MARKERS.items():
-        marker = folder / name
-        if marker.is_file() and not marker.is_symlink():
-            try:
-                doc = load_json(marker.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-                continue
-            if isinstance(doc, dict) and doc.get("format") == fmt:
-                return name, doc
-    return None
-
-
-def surgery_output(folder: Path) -> bool:
-    """True when ``folder`` holds a marker file of ``OUTPUT_MARKERS`` with its format."""
-    return _marker(folder) is not None
-
-
-def _unlisted(folder: Path, listed: set[str]) -> list[str]:
-    """What ``folder`` holds beyond the ``listed`` relative paths: files (links too, never followed)
-    and empty folders (``plots/``), sorted."""
-    extra = []
-    for root, dirs, files in os.walk(folder):
-        rel = Path(root).relative_to(folder)
-        for d in dirs:
-            path = Path(root, d)
-            if path.is_symlink() or not any(path.iterdir()):  # os.walk lists a link to a folder here
-                extra.append(f"{(rel / d).as_posix()}{'' if path.is_symlink() else '/'}")
-        extra += [p for f in files if (p := (rel / f).as_posix()) not in listed]
-    return sorted(extra)
-
-
-def _few(names: list[str], shown: int = 3) -> str:
-    more = len(names) - shown
-    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
-
-
-def _check_replaceable(dest: Path, target: Path, replaceable: Replaceable | None) -> None:
-    """What ``--force`` may remove: an empty folder, a surgery output holding only the files its
-    marker lists, or what ``replaceable`` accepts."""
-    try:
-        empty = not any(target.iterdir())
-    except OSError:  # unreadable: not known to be empty
-        empty = False
-    if empty:
-        return
-    found = _marker(target)
-    if found is not None:
-        name, doc = found
-        listed = doc.get("files")
-        if not isinstance(listed, (dict, list)) or not all(isinstance(n, str) for n in listed):
-            raise DestinationError(
-                f"{dest} was written by an earlier surgery whose {name} does not list its files, so "
-                "--force cannot tell them from files added since: remove it yourself or choose another --out"
-            )
-        extra = _unlisted(target, {name, *listed})
-        if not extra:
-            return
-        raise DestinationError(
-            f"{dest} holds {len(extra)} file{'s' if len(extra) > 1 else ''} that surgery did not write "
-            f"({_few(extra)}); --force would delete {'them' if len(extra) > 1 else 'it'}: move "
-            f"{'them' if len(extra) > 1 else 'it'} out of the folder, or choose another --out"
-        )
-    if replaceable is not None and replaceable(target):
-        return
-    raise DestinationError(
-        f"{dest} exists and was not written by surgery (no {' / '.join(OUTPUT_MARKERS)} "
-        "in it); {force} replaces only surgery's own outputs or an empty folder: remove it "
-        "yourself or choose another {out}",
-        "out",
-        switches=("force",),
-    )
-
-
-def check_outside(dest: Path, protected: Iterable[Path]) -> Path:
-    """Refuse a destination that is, contains, or sits inside a protected (source) folder (a link
-    is followed here: writing through it would reach the source). Returns the resolved path."""
-    target = dest.expanduser().resolve()
-    for src in protected:
-        src = Path(src).resolve()
-        if _inside(target, src):
-            raise DestinationError(
-                f"--out {dest} is {'the source' if target == src else 'inside the source'} "
-                f"{src}; the source is never written: choose a folder outside it"
-            )
-        if _inside(src, target):
-            raise DestinationError(f"--out {dest} contains the source {src}; choose another folder")
-    return target
-
-
-def check_container(dest: Path, protected: Iterable[Path]) -> Path:
-    """A folder that outputs are written into, never replaced itself (a sweep's folder): only
-    :func:`check_outside`, and it must be a folder if it exists. Returns the resolved path."""
-    target = check_outside(dest, protected)
-    if target.exists() and not target.is_dir():
-        raise DestinationError(f"{dest} exists and is not a folder; remove it or choose another --out")
-    return target
-
-
-def check_free(dest: Path, protected: Iterable[Path], force: bool, replaceable: Replaceable | None = None) -> Path:
-    """:func:`check_outside`; then refuse a destination that is a symbolic link, or that is taken
-    (without ``force``; with it, anything but an empty folder or one surgery wrote, see
-    :func:`surgery_output`). Its parent may not exist yet. Returns the resolved destination."""
-    target = check_outside(dest, protected)
-    link = dest.expanduser()
-    if link.is_symlink():
-        raise DestinationError(
-            f"--out {dest} is a symbolic link (to {os.readlink(link)}); surgery never writes "
-            "through or replaces a link: give the folder itself or another --out"
-        )
-    if target.exists():
-        if not force:
-            raise _exists(dest)
-        if not target.is_dir():
-            raise DestinationError(f"{dest} exists and is not a folder; remove it or choose another --out")
-        _check_replaceable(dest, target, replaceable)
-    return target
-
-
-def check_destination(
-    dest: Path, protected: Iterable[Path], force: bool, replaceable: Replaceable | None = None
-) -> Path:
-    """:func:`check_free`, and the parent folder must exist and be writable."""
-    target = check_free(dest, protected, force, replaceable)
-    parent = target.parent
-    if not parent.is_dir():
-        raise DestinationError(f"the parent folder of {dest} does not exist; create {parent} first")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        why = "read-only filesystem" if os.statvfs(parent).f_flag & os.ST_RDONLY else "permission denied"
-        raise DestinationError(f"cannot write into {parent} ({why}); choose another --out")
-    return target
-
-
-def _exists(dest: Path) -> DestinationError:
-    return DestinationError(
-        f"{dest} already exists; pass {{force}} to replace it, or choose another {{out}}", "out", switches=("force",)
-    )
 
 
 @contextmanager
@@ -326,7 +175,7 @@ def staged_output(
 
     On any error (or Ctrl-C) the temporary folder is removed and ``dest`` is left as it was.
     ``replaceable(folder)``: an existing folder, besides surgery's marked outputs, that ``force``
-    may replace (see :func:`check_free`).
+    may replace (see :func:`~surgery.core.destinations.check_free`).
     """
     target = check_destination(Path(dest), protected, force, replaceable)
     with _lock(target):
@@ -334,9 +183,9 @@ def staged_output(
         _clear_parent(target, report)
         if target.exists() or target.is_symlink():
             if not force:
-                raise _exists(Path(dest))  # restored by _recover just now, or made since the check
+                raise already_exists(Path(dest))  # restored by _recover just now, or made since the check
             if restored:  # checked like any taken destination (it was not there at the check)
-                _check_replaceable(Path(dest), target, replaceable)
+                check_replaceable(Path(dest), target, replaceable)
         tmp = target.parent / f".{target.name}{TMP_TAG}{_owner()}"
         try:
             tmp.mkdir()
@@ -366,28 +215,6 @@ def _publish(tmp: Path, target: Path, force: bool) -> None:
         os.rename(tmp, target)
 
 
-def check_free_file(dest: Path, protected: Iterable[Path], force: bool, replaceable: Replaceable | None = None) -> Path:
-    """:func:`check_outside` for a single-file output; then refuse a link, or a taken ``dest``
-    (without ``force``; with it, unless ``replaceable(dest)`` says it is surgery's own). Its parent
-    may not exist yet (a sweep's folder is made after every value is checked). Returns the resolved path."""
-    target = check_outside(dest, protected)
-    if dest.expanduser().is_symlink():
-        raise DestinationError(
-            f"--out {dest} is a symbolic link; surgery never writes through or replaces a link: give another --out"
-        )
-    if target.exists():
-        if not force:
-            raise _exists(dest)
-        if not target.is_file() or replaceable is None or not replaceable(target):
-            raise DestinationError(
-                f"{dest} exists and was not written by surgery; {{force}} replaces only "
-                "surgery's own outputs: remove it yourself or choose another {out}",
-                "out",
-                switches=("force",),
-            )
-    return target
-
-
 @contextmanager
 def staged_files(
     dest: Path,
@@ -407,8 +234,7 @@ def staged_files(
     """
     dest = Path(dest)
     target = check_free_file(dest, protected, force, replaceable)
-    if not target.parent.is_dir():
-        raise DestinationError(f"the parent folder of {dest} does not exist; create {target.parent} first")
+    check_parent(dest, target)
     with _lock(target):
         _recover(target, report)
         _clear_parent(target, report)
@@ -454,6 +280,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
     The temporary name is chosen before the file is created inside ``try``, so a Ctrl-C at any
     point removes it (``mkstemp`` could be interrupted after creating its file, before returning).
+    A failure is reported for ``path``: the temporary's name means nothing to the reader.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_dead_temporaries(path)
@@ -464,6 +291,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        # the same error (its errno picks the subclass: IsADirectoryError …), naming the destination
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

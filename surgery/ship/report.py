@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..find.neurons.record import ExpertReport, NeuronsFindings
 
 REPORT_NAME = "report.md"
-# What the report was drawn from; it marks the folder as surgery's (see surgery.core.staging).
+# What the report was drawn from; it marks the folder as surgery's (see surgery.core.destinations).
 MANIFEST_NAME = "surgery_report.json"
 
 

@@ -82,7 +82,7 @@ def test_allow_zero_is_a_bake_option_in_python_and_a_flag_on_the_command_line(ti
     ):  # rounds to zero
         surgery.amplify_heads(model, tmp_path / "b", heads="0.1", alpha=1e-50)
     line = error_line(
-        run_main(["amplify-heads", model, "--heads", "0.1", "--alpha", "1e-50", "--out", tmp_path], capsys)
+        run_main(["amplify-heads", model, "--heads", "0.1", "--alpha", "1e-50", "--out", tmp_path / "c"], capsys)
     )
     assert "pass --allow-zero if that is what you want" in line
 

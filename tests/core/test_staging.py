@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from surgery.core.destinations import OUTPUT_MARKERS, surgery_output
 from surgery.core.edits import HeadScale, Recipe
-from surgery.core.staging import OUTPUT_MARKERS, surgery_output
+from surgery.core.staging import atomic_write_text
 from tests.support.cli import error_line, run_main, staging_leftovers, tree_hashes
 from tests.support.tiny import build_tiny
 
@@ -136,7 +137,7 @@ def test_sweep_writes_into_an_existing_folder_but_force_replaces_only_its_values
 
 
 def test_markers_are_what_the_commands_write():
-    """The marker table of surgery.core.staging names each command's own file and format."""
+    """The marker table of surgery.core.destinations names each command's own file and format."""
     from surgery.bake.provenance import ADAPTER_PROVENANCE_NAME as ADAPTER_PROVENANCE
     from surgery.bake.provenance import FORMAT, PROVENANCE_NAME
     from surgery.gguf.importing import MANIFEST_NAME as GGUF_MANIFEST
@@ -211,3 +212,11 @@ def test_force_refuses_an_output_whose_marker_lists_no_files(made, tmp_path, cap
     line = error_line(run_main([*args, "--force"], capsys))
     assert "surgery_report.json does not list its files" in line and "remove it yourself" in line, line
     assert tree_hashes(out) == before
+
+
+def test_a_failed_atomic_write_names_its_destination_not_its_temporary(tmp_path):
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(IsADirectoryError) as caught:
+        atomic_write_text(tmp_path / "taken", "{}")
+    assert caught.value.filename == str(tmp_path / "taken") and ".tmp" not in str(caught.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # the temporary is gone
