@@ -33,8 +33,9 @@ from ..core.checkpoint import SKIP_DIRS, Checkpoint, file_sha256, folder_files, 
 from ..core.edits import Recipe
 from ..core.errors import CheckpointError
 from ..core.hash_cache import HashCache
-from ..core.patches import RAW_DTYPES, group_by_file, patched_chunks
+from ..core.patches import group_by_file, patched_chunks
 from ..core.progress import StageProgress, silent_stages
+from ..core.raw_values import RAW_DTYPES
 from ..core.staging import staged_output
 from ..core.vectors import VECTORS_NAME
 from ..model.loading import Source, local_source

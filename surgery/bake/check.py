@@ -39,7 +39,8 @@ import numpy as np
 from ..core.checkpoint import Checkpoint, TensorInfo
 from ..core.edits import Recipe
 from ..core.errors import SurgeryError
-from ..core.patches import CHUNK_BYTES, RAW_DTYPES, to_f32
+from ..core.patches import CHUNK_BYTES
+from ..core.raw_values import RAW_DTYPES, to_f32
 from ..core.resolve import Resolver
 from ..core.sites import all_sites
 from .record import Verification

@@ -27,7 +27,8 @@ from pathlib import Path
 from ..core.architectures import Architecture
 from ..core.checkpoint import INDEX_NAME, Checkpoint, TensorInfo, file_tensors, folder_files
 from ..core.errors import CheckpointError
-from ..core.patches import RAW_DTYPES, TensorPatch, group_by_file, patch_plan
+from ..core.patches import TensorPatch, group_by_file, patch_plan
+from ..core.raw_values import RAW_DTYPES
 from .record import BakeRecord
 
 NON_WEIGHT_FILES = ("adapter_model.safetensors",)

@@ -18,7 +18,8 @@ from ..core import e4m3
 from ..core.checkpoint import Checkpoint
 from ..core.edits import Edit, Recipe
 from ..core.errors import RecipeError
-from ..core.patches import HUGE, from_f32, site_peaks, to_f32
+from ..core.patches import HUGE, site_peaks
+from ..core.raw_values import from_f32, to_f32
 
 
 def scaled_peak(peak: float, scale: float, dtype: str) -> float:

@@ -10,7 +10,8 @@ import numpy as np
 
 from ..core.checkpoint import Checkpoint, TensorInfo, file_tensors
 from ..core.errors import VerificationError
-from ..core.patches import RAW_DTYPES, TensorPatch, restored_chunks
+from ..core.patches import TensorPatch, restored_chunks
+from ..core.raw_values import RAW_DTYPES
 from ..core.staging import staged_output
 from .bake import copy_file, hash_files, source_files
 from .provenance import COPY_BLOCK, OWN_FILES, UNDO_NAME, UndoFile, load_provenance, load_undo

@@ -22,8 +22,9 @@ import numpy as np
 from ..core.checkpoint import Checkpoint, file_sha256, is_other_weights, read_safetensors_header
 from ..core.edits import Recipe
 from ..core.errors import CheckpointError
-from ..core.patches import FLOAT_DTYPES, RAW_DTYPES, TensorPatch, group_by_file, patch_plan, patched_chunks
+from ..core.patches import TensorPatch, group_by_file, patch_plan, patched_chunks
 from ..core.progress import StageProgress, silent_stages
+from ..core.raw_values import FLOAT_DTYPES, RAW_DTYPES
 from ..model.loading import DEFAULT_LOAD, LoadSpec
 from .bake import source_files
 from .copies import copy_patches, unrecorded

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import e4m3
 from .architectures import Architecture
 from .checkpoint import Checkpoint, TensorInfo
 from .edits import Edit
 from .errors import CheckpointError, RecipeError
+from .raw_values import FLOAT_DTYPES, RAW_DTYPES, from_f32, read_raw, to_f32
 from .resolve import Resolver, TensorSlice
 from .sites import Site, all_sites, sites
 
@@ -37,52 +37,6 @@ CHUNK_BYTES = 16 << 20
 # weight is finite and the baked bytes match the run-time edit (surgery.bake.guards refuses scales
 # that get there; a projection refuses it as it computes).
 HUGE = 2.0**64
-# Storage dtype → numpy dtype of the raw elements (bf16 has no numpy type: we keep its bits).
-RAW_DTYPES = {
-    "F32": np.float32,
-    "F16": np.float16,
-    "BF16": np.uint16,
-    e4m3.DTYPE: np.uint8,
-    "I32": np.int32,
-    "I8": np.int8,
-    "U8": np.uint8,
-}
-# The float dtypes every format edits; a format adds its own (StoredFormat.edited_dtypes).
-FLOAT_DTYPES = ("F32", "F16", "BF16")
-# Integer codes (int4 / int8, packed e2m1): never scaled, only replaced (surgery/formats/int_packed/, nvfp4/).
-INT_DTYPES = ("I32", "I8", "U8")
-
-
-def to_f32(raw: np.ndarray, dtype: str) -> np.ndarray:
-    """Raw stored elements → float32 (exact for every supported dtype)."""
-    if dtype == "BF16":
-        return (raw.astype(np.uint32) << 16).view(np.float32)
-    if dtype == e4m3.DTYPE:
-        return e4m3.decode(raw)
-    return raw.astype(np.float32)
-
-
-def from_f32(values: np.ndarray, dtype: str) -> np.ndarray:
-    """float32 → raw stored elements, rounding once to nearest-even (as torch does for bf16)."""
-    values = np.ascontiguousarray(values, dtype=np.float32)
-    if dtype == "BF16":
-        bits = values.view(np.uint32)
-        rounded = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16).astype(np.uint16)
-        nan = np.isnan(values)
-        rounded[nan] = ((bits[nan] >> 16) | 0x40).astype(np.uint16)  # keep NaN a (quiet) NaN
-        return rounded
-    if dtype in INT_DTYPES:
-        raise RecipeError(
-            "integer codes would be scaled as floats; this edit should have been refused. Please report this bug"
-        )
-    if dtype == e4m3.DTYPE:  # never rounded: the FP8 plan (surgery/formats/fp8/plan.py) admits exact scales only
-        raw, exact = e4m3.encode_exact(values)
-        if not exact.all():
-            raise RecipeError(
-                "an FP8 weight would be rounded; this edit should have been refused. Please report this bug"
-            )
-        return raw
-    return values.astype(RAW_DTYPES[dtype])
 
 
 def _scaled(raw: np.ndarray, scale: float, dtype: str) -> np.ndarray:
@@ -244,21 +198,6 @@ def patches_for(ckpt: Checkpoint, slices: Iterable[TensorSlice]) -> dict[str, Te
                 "bake these edits one after the other"
             )
     return {k: patches[k] for k in sorted(patches)}
-
-
-def read_raw(fd: int, info: TensorInfo, first_row: int, n_rows: int, n_cols: int) -> np.ndarray:
-    """Rows [first_row, first_row + n_rows) of a stored tensor, as raw elements."""
-    import os
-
-    itemsize = np.dtype(RAW_DTYPES[info.dtype]).itemsize
-    offset = info.start + first_row * n_cols * itemsize
-    if first_row + n_rows > (int(np.prod(info.shape[:-1])) if len(info.shape) >= 2 else info.shape[0]):
-        raise CheckpointError(f"rows {first_row}..{first_row + n_rows} are outside '{info.name}'")
-    size = n_rows * n_cols * itemsize
-    data = os.pread(fd, size, offset)
-    if len(data) != size:
-        raise CheckpointError(f"{info.file} ended early while reading '{info.name}'; the file is truncated")
-    return np.frombuffer(data, dtype=RAW_DTYPES[info.dtype]).reshape(n_rows, n_cols).copy()
 
 
 def _row_blocks(p: TensorPatch) -> Iterator[tuple[int, int]]:

@@ -294,7 +294,7 @@ def _poke(path, p) -> None:
     """Write 7.0 over the first edited element of patch ``p`` in ``path`` (a bake bug, or bit rot)."""
     import numpy as np
 
-    from surgery.core.patches import RAW_DTYPES, from_f32
+    from surgery.core.raw_values import RAW_DTYPES, from_f32
 
     itemsize = np.dtype(RAW_DTYPES[p.info.dtype]).itemsize
     row, col = (min(p.rows), 0) if p.rows else (0, min(p.cols))

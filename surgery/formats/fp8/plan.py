@@ -28,7 +28,8 @@ from ...core.architectures import Architecture
 from ...core.checkpoint import Checkpoint, TensorInfo
 from ...core.edits import Edit, Recipe
 from ...core.errors import CheckpointError, RecipeError
-from ...core.patches import CHUNK_BYTES, TensorPatch, from_f32, patch_plan, read_raw, to_f32
+from ...core.patches import CHUNK_BYTES, TensorPatch, patch_plan
+from ...core.raw_values import from_f32, read_raw, to_f32
 from ..plain import plain_problems
 from .storage import ScaleLayout, dequantize, layout
 

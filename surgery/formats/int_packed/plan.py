@@ -35,7 +35,8 @@ from ...core.architectures import Architecture
 from ...core.checkpoint import Checkpoint, TensorInfo
 from ...core.edits import Edit, Recipe
 from ...core.errors import CheckpointError, RecipeError
-from ...core.patches import RAW_DTYPES, TensorPatch, from_f32, patch_plan, read_raw, to_f32
+from ...core.patches import TensorPatch, patch_plan
+from ...core.raw_values import RAW_DTYPES, from_f32, read_raw, to_f32
 from ..fp8.plan import _exact_product, _reference, read_scale
 from ..plain import plain_problems
 from . import LOGICAL

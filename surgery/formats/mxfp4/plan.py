@@ -33,7 +33,8 @@ from ...core.architectures import Architecture
 from ...core.checkpoint import Checkpoint
 from ...core.edits import Edit, Recipe
 from ...core.errors import CheckpointError, RecipeError
-from ...core.patches import TensorPatch, patch_plan, read_raw
+from ...core.patches import TensorPatch, patch_plan
+from ...core.raw_values import read_raw
 from ..int_packed.plan import EditView
 from ..plain import plain_problems
 from .storage import BLOCK, NAN, MxWeight, decode_blocks, mx_weights

@@ -30,7 +30,8 @@ from ...core.architectures import Architecture
 from ...core.checkpoint import Checkpoint
 from ...core.edits import Edit, Recipe
 from ...core.errors import CheckpointError, RecipeError
-from ...core.patches import TensorPatch, patch_plan, read_raw
+from ...core.patches import TensorPatch, patch_plan
+from ...core.raw_values import read_raw
 from ..fp8.plan import read_scale
 from ..int_packed.plan import EditView
 from ..plain import plain_problems
