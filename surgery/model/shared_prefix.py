@@ -177,6 +177,24 @@ def prefix_cache(
     return shared_prefix_cache(model, ids, lay.ids.shape[0], True, key, around, prefix=prefix)
 
 
+def logprobs_from(model: nn.Module, lay: Layout, cache: Any) -> torch.Tensor:
+    """(B, vocab) fp32 log-softmax of the next token after each row of ``lay``: one pass from ``cache``
+    (its shared prefix's, :func:`prefix_cache`; None: from the first token), in the caller's context."""
+    start = lay.shared if cache is not None else 0
+    # a cache even without a prefix: the recorded pass's cache layers are what a replay puts back
+    cache = empty_cache(model, padded=True) if cache is None else cache
+    device = next(model.parameters()).device
+    out = model(
+        input_ids=lay.ids[:, start:].to(device),
+        attention_mask=lay.mask.to(device),
+        position_ids=lay.positions()[:, start:].to(device),
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return out.logits[:, -1].float().log_softmax(-1).cpu()
+
+
 def next_token_logprobs(
     model: nn.Module,
     rows: Sequence[Sequence[int]],
@@ -189,18 +207,6 @@ def next_token_logprobs(
     with its shared prefix computed once; ``around(key)``: the context its passes run in; ``prefix``:
     a prefix pass other batches share (:class:`SharedPrefix`)."""
     lay = shared_layout(model, rows, pad, prefix)
-    device = next(model.parameters()).device
     cache = prefix_cache(model, lay, key, around, prefix)
-    start = lay.shared if cache is not None else 0
-    # a cache even without a prefix: the recorded pass's cache layers are what a replay puts back
-    cache = empty_cache(model, padded=True) if cache is None else cache
     with torch.inference_mode(), nullcontext() if around is None else around(key):
-        out = model(
-            input_ids=lay.ids[:, start:].to(device),
-            attention_mask=lay.mask.to(device),
-            position_ids=lay.positions()[:, start:].to(device),
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-    return out.logits[:, -1].float().log_softmax(-1).cpu()
+        return logprobs_from(model, lay, cache)

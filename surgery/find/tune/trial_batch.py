@@ -33,7 +33,7 @@ from ...model.shared_prefix import (
     Layout,
     SharedPrefix,
     can_share,
-    empty_cache,
+    logprobs_from,
     shared_layout,
     shared_prefix_cache,
 )
@@ -133,22 +133,10 @@ def next_token_logprobs(
     model = trials.model
     lay = shared_layout(model, rows, pad, prefixes[0])
     cache = trials.prefix_cache(lay, key, prefixes)
-    start = lay.shared if cache is not None else 0
-    cache = empty_cache(model, padded=True) if cache is None else cache
-    big = trials.stacked(lay)
-    device = next(model.parameters()).device
     with (
         torch.inference_mode(),
         trials.around_all()(key),
         applied_rows(model, trials.edit_sets, trials.rows(len(rows))),
     ):
-        out = model(
-            input_ids=big.ids[:, start:].to(device),
-            attention_mask=big.mask.to(device),
-            position_ids=big.positions()[:, start:].to(device),
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-    logprobs = out.logits[:, -1].float().log_softmax(-1).cpu()
+        logprobs = logprobs_from(model, trials.stacked(lay), cache)
     return list(logprobs.split(len(rows)))
