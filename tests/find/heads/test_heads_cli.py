@@ -245,7 +245,9 @@ def test_sweep_checks_every_destination_before_baking(tiny, tmp_path, capsys):
     sweep = tmp_path / "sweep"
     (sweep / "alpha-3").mkdir(parents=True)
     line = _fails(capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2,3", "--out", sweep)
-    assert "alpha-3 already exists" in line and "--force" in line
+    # the values already baked and those missing, as after an interrupted sweep
+    assert "sweep already holds alpha-3; not yet baked: alpha-2 (sweep only those values" in line
+    assert "pass --force to bake them again" in line
     assert sorted(p.name for p in sweep.iterdir()) == ["alpha-3"]  # alpha-2 was not baked first
     # a sweep folder inside the source is refused before it is created there
     line = _fails(capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2,3", "--out", model / "sweep")
