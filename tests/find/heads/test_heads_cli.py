@@ -163,6 +163,10 @@ def test_score_binding_json(tiny, tmp_path, capsys):
     res = json.loads(main_stdout(capsys, "score-binding", model, "--benchmark", bench, "--max-pairs", "2", "--json"))
     assert res["S"]["n_pairs"] == 2 and res["K"]["n_items"] == 2 and "p" in res["S"]
     assert "give 'builtin'" in _fails(capsys, "score-binding", model, "--benchmark", tmp_path / "none.jsonl")
+    # the table says what S, K and option mass are, not only their numbers
+    table = main_stdout(capsys, "score-binding", model, "--benchmark", bench, "--max-pairs", "2")
+    assert "S: log-odds of the equal-treatment option (c)" in table and "K: the same score" in table
+    assert "option mass: the share of probability on the option letters" in table
 
 
 def test_dose_response_findings_and_edge_alpha_in_generation(tiny, tmp_path):
