@@ -256,3 +256,14 @@ def test_sweep_checks_every_destination_before_baking(tiny, tmp_path, capsys):
     # a sweep folder inside the source is refused before it is created there
     line = _fails(capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2,3", "--out", model / "sweep")
     assert "inside the source" in line and not (model / "sweep").exists()
+
+
+def test_an_alpha_of_1_is_said_to_change_nothing(tiny, tmp_path, capsys):
+    from tests.support.cli import run_main
+
+    model = tiny("llama")
+    done = run_main(["amplify-heads", model, "--heads", "0.1", "--alpha", "1,2", "--out", tmp_path / "s"], capsys)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())  # rich may wrap the note
+    assert "note: 1 of the 1 edit(s) change nothing (α or factor 1, weight 0): head 0.1 (1.0);" in said
+    assert said.count("change nothing") == 1  # α = 2 changes the head: no note
