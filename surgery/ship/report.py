@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..bake.bake import hash_files
 from ..core.errors import FindingsError
-from ..core.evaluation_result import card_summary, load_result
+from ..core.evaluation_result import RESULT_FORMAT, card_summary, load_result
 from ..core.heads_caveats import caveats
 from ..core.staging import staged_output
 from ..core.strict_files import DuplicateKey, load_json
@@ -57,6 +57,8 @@ def read_findings(path: Path) -> Findings | TuneRecord:
         raise FindingsError(f"{path} is not a readable findings JSON file") from None
     if raw.get("format") == TUNE_FORMAT:
         return read_record(path)
+    if raw.get("format") == RESULT_FORMAT:  # a common slip: "findings kind None" would not say it
+        raise FindingsError(f"{path} is an eval result, not findings; give it as --eval {path}")
     if kind not in kinds():
         raise FindingsError(
             f"{path} has findings kind {kind!r}; surgery report reads {', '.join(kinds())} findings and tune records"

@@ -247,3 +247,9 @@ def test_a_folder_given_to_report_is_named_a_folder(inputs, tmp_path):
     said = str(caught.value)
     assert "tuned is a folder" in said and str(tmp_path / "tuned" / "tune.json") in said and "\n" not in said
     assert not (tmp_path / "r").exists()
+
+
+def test_an_eval_result_given_as_findings_is_named_and_pointed_to_eval(inputs, tmp_path):
+    with pytest.raises(SurgeryError) as caught:
+        build_report([inputs["eval"]], [], tmp_path / "r")
+    assert str(caught.value) == f"{inputs['eval']} is an eval result, not findings; give it as --eval {inputs['eval']}"
