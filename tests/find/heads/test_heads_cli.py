@@ -267,3 +267,20 @@ def test_an_alpha_of_1_is_said_to_change_nothing(tiny, tmp_path, capsys):
     said = " ".join(done.stderr.split())  # rich may wrap the note
     assert "note: 1 of the 1 edit(s) change nothing (α or factor 1, weight 0): head 0.1 (1.0);" in said
     assert said.count("change nothing") == 1  # α = 2 changes the head: no note
+
+
+def test_heads_given_by_hand_refuse_find_heads_options_they_would_ignore(tiny, tmp_path, capsys):
+    import surgery
+    from surgery.core.errors import ParameterError
+
+    model, out = tiny("llama"), tmp_path / "amp"
+    line = _fails(capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2", "--max-pairs", "4", "--out", out)
+    assert (
+        line
+        == "Error: --heads names the heads itself, so no findings are read or computed; drop --max-pairs, or drop --heads"
+    )
+    line = _fails(capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2", "--recompute", "--out", out)
+    assert "drop --recompute, or drop --heads" in line
+    with pytest.raises(ParameterError, match="drop max_pairs, or drop heads"):
+        surgery.amplify_heads(model, out, alpha=2.0, heads=[(0, 1)], max_pairs=4)
+    assert not out.exists()
