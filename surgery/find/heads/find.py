@@ -121,6 +121,9 @@ def find_heads(
     n_layers, n_heads = model_architecture(model).head_layers(), cfg.num_attention_heads
     instruct = is_instruct(tokenizer) if params.instruct is None else params.instruct
     report(work_note(len(pairs), params))
+    rule = Sequential(params.random_sets, params.level if params.screened else None)
+    if not rule.reachable:  # known from the options: said before the work, not minutes into it
+        report(unreachable_note(params.random_sets, params.level))
     counter = Counter.of(model)
     screened = params.screened
     binding = encode_pairs(tokenizer, pairs, "binding", instruct)
@@ -185,7 +188,6 @@ def find_heads(
             rows = screen_heads(base, np.concatenate([atp[usable], atp[[n + i for i in usable]]]), n_layers, len(sub))
             delta_base = float(base[: len(sub)].mean() - base[len(sub) :].mean())
             findings["screen"] = screen_record(rows, delta_base, params.screen_candidates())
-        rule = Sequential(params.random_sets, params.level if params.screened else None)
         if params.confirm:
             pool = ranked[: params.confirm]
             put = pool_order(rows, pool)[: params.screen_candidates()] if screened else pool
@@ -215,8 +217,6 @@ def find_heads(
             advance(n)
 
         runner.progress = counted
-        if not rule.reachable:
-            report(unreachable_note(params.random_sets, params.level))
         if params.dose_response:  # both known now: one sweep, one baseline pass per batch for both
             runner.prefetch(
                 [

@@ -284,3 +284,16 @@ def test_heads_given_by_hand_refuse_find_heads_options_they_would_ignore(tiny, t
     with pytest.raises(ParameterError, match="drop max_pairs, or drop heads"):
         surgery.amplify_heads(model, out, alpha=2.0, heads=[(0, 1)], max_pairs=4)
     assert not out.exists()
+
+
+def test_an_unreachable_random_set_level_is_said_before_the_work(tiny, tmp_path, capsys):
+    from tests.support.cli import run_main
+
+    model = char_model(tiny, "llama")
+    bench = write_small_benchmark(tmp_path / "small.jsonl")
+    done = run_main(["find-heads", model, "--benchmark", bench, *FAST], capsys)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    unreachable = said.index("with --random-sets 1 the random-set baseline's smallest p is 1/2")
+    assert unreachable < said.index("scoring prompts")  # not minutes into the run
+    assert said.count("smallest p is") == 1
