@@ -25,7 +25,7 @@ from typing import Any
 
 from ..core.container import BakeCall, Container, open_container
 from ..core.edits import Recipe
-from ..core.errors import RecipeError
+from ..core.errors import DestinationError, RecipeError
 from ..core.evaluation_table import Evaluation
 from ..core.progress import StageProgress, silent_stages
 from ..model.loading import LoadSpec
@@ -248,11 +248,32 @@ def _sweep_outputs(
         raise RecipeError("sweep labels must be given and unique (each value gets its own folder and branch)")
     outputs = container.outputs(out, labels)
     check_container(out, [source])
+    _refuse_taken_values(out, outputs, bake)
     for dest in outputs.values():
         container.check_free(dest, [source], bake.force)
     check_makeable(out, out)
     _check_push(bake, labels[0])
     return outputs
+
+
+def _refuse_taken_values(out: Path, outputs: Mapping[str, Path], bake: BakeOptions) -> None:
+    """Without ``bake.force``, refuse a sweep some of whose values are already baked (an earlier or
+    interrupted run) in one line naming them and the rest: "alpha-2 already exists" alone would not
+    say that the others are missing, nor which values finish the sweep."""
+    taken = [label for label, dest in outputs.items() if dest.expanduser().exists() or dest.expanduser().is_symlink()]
+    if bake.force or not taken:
+        return
+    missing = [label for label in outputs if label not in taken]
+    rest = (
+        f"; not yet baked: {', '.join(missing)} (sweep only those values to finish it)"
+        if missing
+        else " (every value of this sweep)"
+    )
+    raise DestinationError(
+        f"{out} already holds {', '.join(taken)}{rest}; pass {{force}} to bake them again, or choose another {{out}}",
+        "out",
+        switches=("force",),
+    )
 
 
 def _check_push(bake: BakeOptions, revision: str | None) -> None:

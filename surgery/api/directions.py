@@ -95,13 +95,14 @@ def find_direction(
     """Per-layer directions between the prompt sets ``a`` and ``b`` of ``model`` (cached; ``recompute``
     captures again); ``out`` also writes the findings JSON there, with its vectors file next to it
     (``out`` with the suffix ``.safetensors``). Options: ``LoadSpec`` and ``DirectionParams`` fields."""
-    from ..core.destinations import check_out_file
+    from ..core.destinations import check_out_file, surgery_json
     from ..core.distributed import is_main
     from ..find.directions.find import vectors_path, write
 
     if out is not None:  # both files it writes, refused now rather than after the capture
         check_out_file(Path(out), "direction.json")
-        check_out_file(vectors_path(Path(out)), "direction.safetensors")
+        # its vectors file is surgery's when the findings JSON beside it is
+        check_out_file(vectors_path(Path(out)), "direction.safetensors", lambda _: surgery_json(Path(out)))
     found = direction_findings(model, recompute=recompute, progress=progress, report=report, **options)
     if out is not None and is_main():  # under torchrun rank 0 alone writes
         from safetensors.numpy import load_file

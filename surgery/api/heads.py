@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import fields, replace
 from numbers import Real
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -192,7 +192,8 @@ def amplify_heads(
     bake = bake_options("amplify_heads", bake, options)
     hooks = callback_options("amplify_heads", callbacks, options)
     alphas = _alphas(alpha, bake.allow_zero)
-    chosen_options = params is not None or any(name in options for name in HEADS.param_fields())
+    given = sorted(name for name in HEADS.param_fields() if name in options)
+    chosen_options = params is not None or bool(given)
     source = typed(FindingsSource, options, source)
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
     no_other_options("amplify_heads", options, FindingsSource, LoadSpec, FindParams)
@@ -203,6 +204,18 @@ def amplify_heads(
             "findings",
             "top",
             "transfer",
+        )
+    if not given:  # a ready object (the command line's): the fields it sets
+        default = FindParams()
+        given = [f.name for f in fields(FindParams) if getattr(params, f.name) != getattr(default, f.name)]
+    if heads is not None and (given or source.recompute):  # said, not silently ignored
+        named = [*given, *(["recompute"] if source.recompute else [])]
+        raise ParameterError(
+            "{heads} names the heads itself, so no findings are read or computed; drop "
+            + " / ".join(f"{{{n}}}" for n in named)
+            + ", or drop {heads}",
+            "heads",
+            *named,
         )
     labels = [sweep_label("alpha", a) for a in alphas]
     check_outputs(model, out, labels=labels, bake=bake, load=load)  # before the findings: they may take hours

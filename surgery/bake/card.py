@@ -12,6 +12,7 @@ A baked GGUF's card is surgery/bake/gguf_card.py.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -89,7 +90,8 @@ def _source_name(source: Source) -> str:
 
 
 def _fmt(value: Any) -> str:
-    if value is None:
+    # NaN is how findings record a bootstrap that gave no interval: "nan" on a card reads as a bug.
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
     if isinstance(value, float):
         return f"{value:.4g}"

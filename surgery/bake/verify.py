@@ -224,6 +224,15 @@ def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent
         ):
             report.problems.append(f"{fname}: tensor names, shapes, dtypes or offsets differ from the source")
     if report.problems or "config.json" in changed:  # the recipe is planned on the source's config
+        here = src.config.get("model_type")
+        if "config.json" in changed and here != record.model_type:
+            # Another architecture, not a changed source: one line says so instead of one per file.
+            report.problems = [
+                f"{src.path} is a {here} model, but {dst_path} was baked from "
+                f"{record.source.hub_id or record.source.path}, a {record.model_type} model: "
+                "give the source this folder was baked from"
+            ]
+            return report, recipe
         report.problems += [source_changed_line(rel) for rel in sorted(changed)]
         return report, recipe
 

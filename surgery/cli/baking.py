@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..api.bake_options import BakeOptions
 from ..api.baking import Baked
 from ..core.errors import ParameterError
-from .console import out, print_json
+from .console import note, out, print_json
 from .options import PRIVATE_KEY, PUSH_KEY, REQUANTIZE_KEY, context_value
 
 
@@ -34,6 +34,13 @@ def print_baked(baked: Baked) -> None:
     out.print(
         f"[green]Baked[/] {len(record.recipe.edits)} edit(s) into {baked.tensors_edited} tensor(s){check} → {baked.out}"
     )
+    idle = [e for e in record.recipe.edits if e.is_identity()]
+    if idle:  # "Baked 1 edit(s) into 0 tensor(s)" alone does not say why nothing changed
+        named = ", ".join(f"{e.kind} {e.label} ({e.setting})" for e in idle)
+        note(
+            f"{len(idle)} of the {len(record.recipe.edits)} edit(s) change nothing (α or factor 1, weight 0): "
+            f"{named}; {baked.out} holds the source's weights there"
+        )
     if pushed:
         out.print(f"[green]Pushed[/] to {pushed.repo} ({pushed.revision}): {pushed.commit_url}")
 

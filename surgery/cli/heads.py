@@ -45,6 +45,14 @@ def print_scores(scores: BindingScores) -> None:
         )
     print_table(table)
     out.print(f"|ΔK| / |ΔS| = {_fmt(scores.K_over_S, 2)}")
+    # What the columns mean (docs/methods/binding-heads.md): the numbers alone do not say it.
+    out.print(
+        "S: log-odds of the equal-treatment option (c) against (a)/(b), in nats; ΔS < 0: the model "
+        "differentiates more when the related identity is present. K: the same score on the knowledge "
+        "probe (which identity is associated with the item); |ΔK| / |ΔS|: how much more it knows than it "
+        "acts on. option mass: the share of probability on the option letters (near 0: it does not "
+        "answer with a letter)."
+    )
 
 
 def print_confirmation(conf: Confirmation, selected: list[tuple[int, int]]) -> None:
@@ -52,11 +60,11 @@ def print_confirmation(conf: Confirmation, selected: list[tuple[int, int]]) -> N
     screen, its estimate of each and its rank correlation with the exact effects."""
     screened = any(h.screen_rank is not None for h in conf.heads)
     which = (
-        f"{conf.candidates} of discovery's top heads, in the screen's order"
+        f"{conf.candidates} of discovery's top heads knocked out alone, in the screen's order"
         if screened
-        else f"discovery's top {conf.candidates} heads"
+        else f"discovery's top {conf.candidates} heads knocked out alone"
     )
-    table = Table(title=f"Knockout confirmation: each of {which} alone; significant = 95% CI above 0")
+    table = Table(title=f"Knockout confirmation: each of {which}; significant = 95% CI above 0")
     cols = ["head", "disc. rank"] + (["screen rank", "screened %"] if screened else [])
     for col in cols + ["coef", "reduction %", "95% CI", "signif.", "selected"]:
         table.add_column(col, no_wrap=True)

@@ -191,16 +191,36 @@ def check_makeable(folder: Path, dest: Path) -> None:
     _check_writable(existing)
 
 
-def check_out_file(dest: Path, example: str) -> Path:
+def surgery_json(path: Path) -> bool:
+    """True when ``path`` is a JSON file whose "format" is one of surgery's (``surgery-findings``,
+    ``surgery-eval``, …): a file a command may replace without asking."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(1) != b"{":  # not JSON: no need to read a large file through
+                return False
+        doc = load_json(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get("format"), str) and doc["format"].startswith("surgery-")
+
+
+def check_out_file(dest: Path, example: str, replaceable: Replaceable = surgery_json) -> Path:
     """A report file written atomically at ``dest`` (findings, an eval result), its missing folders
-    made: refuse a folder, a path below a file, or a folder that cannot be written, before the work
-    (the write would fail only after it). ``example``: the file name a refused folder is offered
-    with. Returns the resolved path."""
+    made: refuse a folder, a path below a file, a folder that cannot be written, or an existing file
+    that ``replaceable`` does not accept (default: one surgery wrote), before the work (the write
+    would fail or destroy the user's file only after it). ``example``: the file name a refused
+    folder is offered with. Returns the resolved path."""
     dest = Path(dest)
     target = dest.expanduser().resolve()
     if target.is_dir():
         raise DestinationError(
             f"{{out}} {dest} is a folder; give the file to write, e.g. {{out}} {dest / example}", "out"
+        )
+    if target.exists() and not replaceable(target):
+        raise DestinationError(
+            f"{{out}} {dest} exists and was not written by surgery, which replaces only its own files "
+            "(findings, eval results): move it away or choose another {out}",
+            "out",
         )
     check_makeable(target.parent, dest)
     return target

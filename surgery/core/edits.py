@@ -151,6 +151,11 @@ class Recipe:
     @classmethod
     def load(cls, path: str | Path) -> Recipe:
         path = Path(path)
+        if path.is_dir():  # e.g. a baked folder: "does not exist" would be false
+            raise RecipeError(
+                f"recipe file {path} is a folder; give the path of a recipe YAML file (a baked folder "
+                "records its recipe under 'recipe' in its surgery.json)"
+            )
         if not path.is_file():
             raise RecipeError(f"recipe file {path} does not exist; give the path of a recipe YAML file")
         try:

@@ -159,6 +159,11 @@ def load_findings(path: str | Path, kind: str, as_type: type[F] | None = None) -
     :mod:`surgery.find.finders`), as ``as_type`` (the kind's record class; default
     :class:`Findings`, the common head)."""
     path, command = Path(path), finder(kind).find_command
+    if path.is_dir():  # "does not exist" would be false, and the fix is to name the file inside
+        raise FindingsError(
+            f"findings file {path} is a folder; give the findings JSON written by surgery {command} "
+            f"(its --out, e.g. {path / (kind + '.json')})"
+        )
     if not path.is_file():
         raise FindingsError(f"findings file {path} does not exist; give a file written by surgery {command}")
     try:

@@ -8,6 +8,7 @@ so a report of a partial run is still a valid report. The folder is written atom
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..bake.bake import hash_files
 from ..core.errors import FindingsError
-from ..core.evaluation_result import card_summary, load_result
+from ..core.evaluation_result import RESULT_FORMAT, card_summary, load_result
+from ..core.heads_caveats import caveats
 from ..core.staging import staged_output
 from ..core.strict_files import DuplicateKey, load_json
 from ..find.finders import finder, kinds
 from ..find.findings import Findings, load_findings
+from ..find.tune.record import FILE as TUNE_FILE
 from ..find.tune.record import FORMAT as TUNE_FORMAT
 from ..find.tune.record import TuneRecord, read_record
 
@@ -35,6 +38,14 @@ MANIFEST_NAME = "surgery_report.json"
 
 def read_findings(path: Path) -> Findings | TuneRecord:
     """A findings file of any kind (its 'kind' field says which), as that kind's record, or a tune record."""
+    if Path(path).is_dir():  # "not readable" would not say what to give instead
+        inside = Path(path) / TUNE_FILE
+        raise FindingsError(
+            f"{path} is a folder; surgery report reads files: findings JSON (find-heads / find-neurons / "
+            "find-direction --out), a tune record"
+            + (f" (here: {inside})" if inside.is_file() else " (tune.json)")
+            + " and eval results (--eval); a baked checkpoint describes itself in its README.md (surgery card)"
+        )
     try:
         raw = load_json(Path(path).read_text(encoding="utf-8"))
         kind = raw.get("kind")
@@ -46,6 +57,8 @@ def read_findings(path: Path) -> Findings | TuneRecord:
         raise FindingsError(f"{path} is not a readable findings JSON file") from None
     if raw.get("format") == TUNE_FORMAT:
         return read_record(path)
+    if raw.get("format") == RESULT_FORMAT:  # a common slip: "findings kind None" would not say it
+        raise FindingsError(f"{path} is an eval result, not findings; give it as --eval {path}")
     if kind not in kinds():
         raise FindingsError(
             f"{path} has findings kind {kind!r}; surgery report reads {', '.join(kinds())} findings and tune records"
@@ -57,6 +70,10 @@ def _fmt(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else "—" if v is None else str(v)
 
 
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
 def _pct(v: float | None) -> str:
     return "" if v is None else f"{v:.1f}%"
 
@@ -64,19 +81,37 @@ def _pct(v: float | None) -> str:
 def _heads_section(f: HeadsFindings, stem: str, out: Path) -> list[str]:
     from . import plots
 
+    # One bullet per statement: plain lines would run together into one markdown paragraph.
     lines = [f"## Attention heads — {f.model.path or '?'}", ""]
     disc = f.discovery
     selected = f.selected()
     if selected:
-        lines.append("Selected heads (layer.head): " + ", ".join(f"{l}.{h}" for l, h in selected))
+        lines.append("- Selected heads (layer.head): " + ", ".join(f"{l}.{h}" for l, h in selected))
     if disc and disc.auc is not None:
-        lines.append(f"Discovery AUC (grouped cross-validation): {_fmt(disc.auc)}")
+        lines.append(f"- Discovery AUC (grouped cross-validation): {_fmt(disc.auc)}")
+    s = f.scores.S if f.scores else None
+    if s and s.delta is not None:
+        lines.append(
+            f"- Binding effect ΔS = {_fmt(s.delta)} (match − mismatch; paired t-test over {_fmt(s.n_items)} items, "
+            f"p = {_fmt(s.p)})"
+        )
     ko = f.knockout.tested if f.knockout else None
     if ko and ko.effect_pct is not None:
+        # A bootstrap without an interval records [nan, nan]: say nothing rather than "nan – nan"
+        # (the caveat below says why there is none).
+        ci = ko.ci95 if ko.ci95 and all(_finite(v) for v in ko.ci95) else None
         lines.append(
-            f"Edge knockout of the selected heads reduces |ΔS| by {_fmt(ko.effect_pct)}%"
-            + (f" (95% CI {_fmt(ko.ci95[0])} – {_fmt(ko.ci95[1])})" if ko.ci95 else "")
+            f"- Edge knockout of the selected heads reduces |ΔS| by {_fmt(ko.effect_pct)}%"
+            + (f" (95% CI {_fmt(ci[0])} – {_fmt(ci[1])})" if ci else "")
         )
+    rnd = f.knockout.random if f.knockout else None
+    if rnd and rnd.n and rnd.p is not None:
+        lines.append(
+            f"- Random head sets of the same size: {rnd.n} run, mean reduction {_pct(rnd.mean_pct) or '—'}; "
+            f"p = {_fmt(rnd.p)} (Monte-Carlo; small p: the selected heads beat random heads)"
+        )
+    # The same caveats find-heads prints and the model card carries: a number without them overclaims.
+    lines += [f"- **Caveat:** {c}" for c in caveats(f.summary())]
     lines.append("")
     if disc and disc.coef_grid:
         png = plots.head_heatmap(

@@ -1,6 +1,6 @@
 """A command that writes one report file (find-heads, find-neurons, find-direction, eval) refuses an
 --out it cannot write before its work: a folder, a path below a file, a folder that cannot be
-written (surgery.core.destinations.check_out_file). The work is patched to fail the test if it runs."""
+written, a file surgery did not write (surgery.core.destinations.check_out_file). The work is patched to fail the test if it runs."""
 
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ REFUSALS = {
     "a folder": (lambda tmp: tmp, "is a folder; give the file to write, e.g. --out"),
     "below a file": (lambda tmp: tmp / "notes.txt" / "out.json", "lies below"),
     "an unwritable folder": (lambda tmp: tmp / "ro" / "out.json", "(permission denied); choose another --out"),
+    "a file surgery did not write": (lambda tmp: tmp / "notes.txt", "notes.txt exists and was not written by surgery"),
 }
 
 
@@ -64,6 +65,7 @@ def test_an_out_file_that_cannot_be_written_is_refused_before_the_work(
     line = error_line(run_main([*COMMANDS[command](src), "--out", where(tmp_path)], capsys))
     assert expected in line, line
     assert ".tmp" not in line, line
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_find_direction_checks_its_vectors_file_too(src, tmp_path, capsys):
@@ -71,3 +73,11 @@ def test_find_direction_checks_its_vectors_file_too(src, tmp_path, capsys):
     (tmp_path / "d.safetensors").mkdir()
     line = error_line(run_main([*COMMANDS["find-direction"](src), "--out", tmp_path / "d.json"], capsys))
     assert f"{tmp_path / 'd.safetensors'} is a folder" in line, line
+
+
+def test_find_direction_never_replaces_a_vectors_file_it_did_not_write(src, tmp_path, capsys):
+    """d.safetensors beside a d.json that is not surgery's (here: none) may be the user's weights."""
+    (tmp_path / "d.safetensors").write_bytes(b"mine")
+    line = error_line(run_main([*COMMANDS["find-direction"](src), "--out", tmp_path / "d.json"], capsys))
+    assert "d.safetensors exists and was not written by surgery" in line, line
+    assert (tmp_path / "d.safetensors").read_bytes() == b"mine"

@@ -107,7 +107,7 @@ def test_a_refused_out_comes_before_any_finding(command, refusal, src, tmp_path,
 
 
 SWEEP_REFUSALS = {
-    "a value's output taken": (lambda tmp, label: tmp / "sweep", "already exists; pass --force"),
+    "a value's output taken": (lambda tmp, label: tmp / "sweep", "; pass --force to bake them again"),
     "below a file": (lambda tmp, label: tmp / "notes.txt" / "sweep", "which is a file, not a folder"),
     "folder read-only": (lambda tmp, label: tmp / "ro" / "sweep", "(permission denied); choose another --out"),
 }
@@ -152,6 +152,6 @@ def test_the_library_refuses_before_any_finding_too(src, tmp_path):
             bake()
     (tmp_path / "sweep" / "alpha-3").mkdir(parents=True)
     (tmp_path / "sweep" / "alpha-3" / "notes.txt").write_text("mine")
-    with pytest.raises(DestinationError, match="alpha-3 already exists"):
+    with pytest.raises(DestinationError, match="sweep already holds alpha-3; not yet baked: alpha-2"):
         surgery.api.check_outputs(src, tmp_path / "sweep", labels=["alpha-2", "alpha-3"])
     surgery.api.check_outputs(src, tmp_path / "sweep", labels=["alpha-2", "alpha-4"])  # a free value passes

@@ -301,6 +301,12 @@ CASES = [
         lambda c: ["apply", c.tmp / "none.yaml", "--model", c.src, "--out", c.out],
         ("does not exist", "give the path of a recipe"),
     ),
+    # a folder (e.g. a baked one) is not missing: the error says what it is
+    Case(
+        "recipe-a-folder",
+        lambda c: ["apply", c.src, "--model", c.src, "--out", c.out],
+        ("is a folder", "give the path of a recipe YAML file", "surgery.json"),
+    ),
     Case("recipe-empty", lambda c: c.recipe(""), ("is empty", "needs 'version' and 'edits'")),
     Case("recipe-not-yaml", lambda c: c.recipe("version: [1\nedits: {"), ("not valid YAML", "fix the syntax")),
     # two recipes pasted into one file: YAML keeps the second's keys, so the first one's edits were lost

@@ -336,6 +336,17 @@ def test_verify_says_plainly_that_the_source_changed_outside_the_edited_slices(h
         )
 
 
+def test_verify_against_another_architecture_says_so_in_one_line(head_bake, tiny):
+    """Not one "no longer matches the sha256" line per source file: the source is another model."""
+    src, out = head_bake
+    other = tiny("qwen2")
+    report = verify(Checkpoint(other), out, run_model=False)
+    assert report.problems == [
+        f"{other} is a qwen2 model, but {out} was baked from {src.name}, a llama model: "
+        "give the source this folder was baked from"
+    ]
+
+
 def test_edited_shards_streamed_at_once_give_one_layout(tiny, tmp_path, monkeypatch):
     """Edited shards stream on two threads; surgery.undo and the edit records must not depend on
     which shard ends first (slow down the first shard so that the others finish before it)."""

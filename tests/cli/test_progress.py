@@ -35,6 +35,11 @@ def test_every_long_step_reports_in_a_log(model, tmp_path):
     runs = {
         "score-binding": (["score-binding", model, "--benchmark", bench, "--max-pairs", "4"], {"scoring prompts"}),
         "find-neurons": (["find-neurons", model, "--pairs", pairs], {"capturing prompts"}),
+        # 3 random sets cannot reach p ≤ 0.05, so the sequential stop runs one: the bar still ends
+        "find-heads": (
+            ["find-heads", model, "--benchmark", bench, "--max-pairs", "4", "--random-sets", "3", "--confirm", "0"],
+            {"scoring prompts", "causal tests"},
+        ),
         "prune-neurons": (
             ["prune-neurons", model, "--n", "2", "--pairs", pairs, "--out", tmp_path / "p"],
             {"copying", "patching", "running the source", "checking edited weights", "hashing"},

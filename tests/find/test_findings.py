@@ -160,3 +160,11 @@ def test_any_findings_file_round_trips(name, drop, new, order):
             {**json.loads((WRITTEN / "neurons_findings.json").read_text()), "experts": experts}
         )
         assert record.experts.routing["Gender"][0].mean_abs == 0.2 and record.to_dict()["experts"] == experts
+
+
+def test_a_folder_given_as_findings_is_named_a_folder_not_missing(tmp_path):
+    with pytest.raises(FindingsError) as caught:
+        load_findings(tmp_path, "heads", HeadsFindings)
+    said = str(caught.value)
+    assert f"{tmp_path} is a folder" in said and "does not exist" not in said
+    assert "surgery find-heads" in said and "\n" not in said

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -346,3 +347,15 @@ def test_card_names_no_local_path_and_keeps_the_caveats(tmp_path, capsys):
     assert "**Caveat:** 1 of the 1 selected heads have no significant single-head knockout" in heads
     recipe_card = (tmp_path / "recipe" / "README.md").read_text()
     assert "The recipe was written for **other**" in recipe_card and "base_model: org/tiny" in recipe_card
+
+
+def test_a_findings_ci_without_interval_shows_as_a_dash_not_nan():
+    """find-heads records a bootstrap that gave no interval as [NaN, NaN]; the card says "—" and the caveat."""
+    from types import SimpleNamespace
+
+    from surgery.bake.card import why_section
+
+    summary = {"delta_s": 0.0098, "p_s": 0.72, "knockout_effect_pct": -0.04, "knockout_ci95": [math.nan, math.nan]}
+    text = why_section(SimpleNamespace(extra={"heads_findings": summary}, recipe=SimpleNamespace(notes={})))
+    assert "nan" not in text.lower() and "  - knockout_ci95: —, —" in text
+    assert "**Caveat:** the knockout reduction has no 95% CI" in text

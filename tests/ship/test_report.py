@@ -222,3 +222,34 @@ def test_a_registered_finder_without_a_section_gets_its_parameters(tiny, tmp_pat
     md = build_report([tmp_path / "features.json"], [], tmp_path / "report").read_text()
     assert "## features findings (find-features) — " in md
     assert "- width: 16\n- layer: 3\n" in md
+
+
+def test_a_heads_finding_without_significance_is_reported_with_its_caveats(inputs, tmp_path):
+    pytest.importorskip("matplotlib")
+    data = json.loads(inputs["heads"].read_text())
+    data["scores"] = {"S": {"delta": 0.0098, "p": 0.72, "n_items": 8}}
+    data["knockout"]["tested"]["ci95"] = [float("nan"), float("nan")]  # no bootstrap interval
+    data["knockout"]["random"] = {"n": 3, "mean_pct": 5.4, "p": 0.75}
+    inputs["heads"].write_text(json.dumps(data))
+    text = build_report([inputs["heads"]], [], tmp_path / "r").read_text()
+    assert "nan" not in text and "reduces |ΔS| by 14.2%\n" in text
+    assert "ΔS = 0.0098 (match − mismatch; paired t-test over 8 items, p = 0.72)" in text
+    assert "3 run, mean reduction 5.4%; p = 0.75" in text
+    assert "**Caveat:** ΔS itself is not significant (p = 0.720)" in text
+    assert "**Caveat:** the knockout reduction has no 95% CI" in text
+
+
+def test_a_folder_given_to_report_is_named_a_folder(inputs, tmp_path):
+    (tmp_path / "tuned").mkdir()
+    (tmp_path / "tuned" / "tune.json").write_text("{}")
+    with pytest.raises(SurgeryError) as caught:
+        build_report([tmp_path / "tuned"], [], tmp_path / "r")
+    said = str(caught.value)
+    assert "tuned is a folder" in said and str(tmp_path / "tuned" / "tune.json") in said and "\n" not in said
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_eval_result_given_as_findings_is_named_and_pointed_to_eval(inputs, tmp_path):
+    with pytest.raises(SurgeryError) as caught:
+        build_report([inputs["eval"]], [], tmp_path / "r")
+    assert str(caught.value) == f"{inputs['eval']} is an eval result, not findings; give it as --eval {inputs['eval']}"

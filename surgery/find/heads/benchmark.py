@@ -265,11 +265,17 @@ def load_benchmark(spec: str | Path = "builtin") -> Benchmark:
         data, source = builtin_bytes(), "builtin"
     else:
         path = Path(spec)
+        if path.is_dir():  # "does not exist" would be false
+            raise BenchmarkError(f"benchmark {spec} is a folder; give 'builtin' or a JSONL file")
         if not path.is_file():
             raise BenchmarkError(f"benchmark {spec} does not exist; give 'builtin' or a JSONL file")
         data, source = path.read_bytes(), str(path)
     sha = hashlib.sha256(data).hexdigest()
     rows = _read_jsonl(data, source)
+    if not rows:  # else the first check to fail would be about identities, not about the file
+        raise BenchmarkError(
+            f"benchmark {spec} holds no records; give 'builtin' or a JSONL file of templates and items"
+        )
     if is_n4(rows):
         return parse_n4(rows, sha, source)
     return parse_own(rows, sha, source)

@@ -121,6 +121,9 @@ def find_heads(
     n_layers, n_heads = model_architecture(model).head_layers(), cfg.num_attention_heads
     instruct = is_instruct(tokenizer) if params.instruct is None else params.instruct
     report(work_note(len(pairs), params))
+    rule = Sequential(params.random_sets, params.level if params.screened else None)
+    if not rule.reachable:  # known from the options: said before the work, not minutes into it
+        report(unreachable_note(params.random_sets, params.level))
     counter = Counter.of(model)
     screened = params.screened
     binding = encode_pairs(tokenizer, pairs, "binding", instruct)
@@ -185,7 +188,6 @@ def find_heads(
             rows = screen_heads(base, np.concatenate([atp[usable], atp[[n + i for i in usable]]]), n_layers, len(sub))
             delta_base = float(base[: len(sub)].mean() - base[len(sub) :].mean())
             findings["screen"] = screen_record(rows, delta_base, params.screen_candidates())
-        rule = Sequential(params.random_sets, params.level if params.screened else None)
         if params.confirm:
             pool = ranked[: params.confirm]
             put = pool_order(rows, pool)[: params.screen_candidates()] if screened else pool
@@ -208,9 +210,13 @@ def find_heads(
         findings["selected_heads"] = [list(h) for h in chosen]
         grid = dose_alphas(params)
         steps = 2 * len(sub) * (2 + params.random_sets + dose_passes(params))
-        runner.progress = progress("causal tests", steps)
-        if not rule.reachable:
-            report(unreachable_note(params.random_sets, params.level))
+        advance, done = progress("causal tests", steps), [0]
+
+        def counted(n: int = 1) -> None:
+            done[0] += n
+            advance(n)
+
+        runner.progress = counted
         if params.dose_response:  # both known now: one sweep, one baseline pass per batch for both
             runner.prefetch(
                 [
@@ -224,6 +230,9 @@ def find_heads(
         )
         if params.dose_response:
             findings["dose_response"] = dose_response(runner, chosen, grid)
+        # The random sets' sequential stop (and resumed rows) leave steps unrun: close the bar, or a
+        # log's last line says "50 %, ~33s left" of work that is not coming.
+        advance(max(0, steps - done[0]))
         forward = scoring - backward + runner.counter.flops
         # the denominator: every condition of the exhaustive procedure as one full pass
         today = min(params.confirm, len(ranked)) + 2 + params.random_sets + dose_passes(params)

@@ -108,6 +108,11 @@ def test_own_format_file_and_errors(tmp_path):
             load_benchmark(bad)
     with pytest.raises(SurgeryError, match="does not exist"):
         load_benchmark(tmp_path / "missing.jsonl")
+    with pytest.raises(BenchmarkError, match=f"benchmark {tmp_path} is a folder; give 'builtin' or a JSONL file"):
+        load_benchmark(tmp_path)
+    (tmp_path / "empty.jsonl").write_text("\n\n")
+    with pytest.raises(BenchmarkError, match="empty.jsonl holds no records"):
+        load_benchmark(tmp_path / "empty.jsonl")
     one_culture = [r for r in map(json.loads, (tmp_path / "b.jsonl").read_text().splitlines())]
     for r in one_culture:
         if r["kind"] == "item":

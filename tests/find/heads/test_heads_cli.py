@@ -163,6 +163,10 @@ def test_score_binding_json(tiny, tmp_path, capsys):
     res = json.loads(main_stdout(capsys, "score-binding", model, "--benchmark", bench, "--max-pairs", "2", "--json"))
     assert res["S"]["n_pairs"] == 2 and res["K"]["n_items"] == 2 and "p" in res["S"]
     assert "give 'builtin'" in _fails(capsys, "score-binding", model, "--benchmark", tmp_path / "none.jsonl")
+    # the table says what S, K and option mass are, not only their numbers
+    table = main_stdout(capsys, "score-binding", model, "--benchmark", bench, "--max-pairs", "2")
+    assert "S: log-odds of the equal-treatment option (c)" in table and "K: the same score" in table
+    assert "option mass: the share of probability on the option letters" in table
 
 
 def test_dose_response_findings_and_edge_alpha_in_generation(tiny, tmp_path):
@@ -245,8 +249,51 @@ def test_sweep_checks_every_destination_before_baking(tiny, tmp_path, capsys):
     sweep = tmp_path / "sweep"
     (sweep / "alpha-3").mkdir(parents=True)
     line = _fails(capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2,3", "--out", sweep)
-    assert "alpha-3 already exists" in line and "--force" in line
+    # the values already baked and those missing, as after an interrupted sweep
+    assert "sweep already holds alpha-3; not yet baked: alpha-2 (sweep only those values" in line
+    assert "pass --force to bake them again" in line
     assert sorted(p.name for p in sweep.iterdir()) == ["alpha-3"]  # alpha-2 was not baked first
     # a sweep folder inside the source is refused before it is created there
     line = _fails(capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2,3", "--out", model / "sweep")
     assert "inside the source" in line and not (model / "sweep").exists()
+
+
+def test_an_alpha_of_1_is_said_to_change_nothing(tiny, tmp_path, capsys):
+    from tests.support.cli import run_main
+
+    model = tiny("llama")
+    done = run_main(["amplify-heads", model, "--heads", "0.1", "--alpha", "1,2", "--out", tmp_path / "s"], capsys)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())  # rich may wrap the note
+    assert "note: 1 of the 1 edit(s) change nothing (α or factor 1, weight 0): head 0.1 (1.0);" in said
+    assert said.count("change nothing") == 1  # α = 2 changes the head: no note
+
+
+def test_heads_given_by_hand_refuse_find_heads_options_they_would_ignore(tiny, tmp_path, capsys):
+    import surgery
+    from surgery.core.errors import ParameterError
+
+    model, out = tiny("llama"), tmp_path / "amp"
+    line = _fails(capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2", "--max-pairs", "4", "--out", out)
+    assert (
+        line
+        == "Error: --heads names the heads itself, so no findings are read or computed; drop --max-pairs, or drop --heads"
+    )
+    line = _fails(capsys, "amplify-heads", model, "--heads", "0.1", "--alpha", "2", "--recompute", "--out", out)
+    assert "drop --recompute, or drop --heads" in line
+    with pytest.raises(ParameterError, match="drop max_pairs, or drop heads"):
+        surgery.amplify_heads(model, out, alpha=2.0, heads=[(0, 1)], max_pairs=4)
+    assert not out.exists()
+
+
+def test_an_unreachable_random_set_level_is_said_before_the_work(tiny, tmp_path, capsys):
+    from tests.support.cli import run_main
+
+    model = char_model(tiny, "llama")
+    bench = write_small_benchmark(tmp_path / "small.jsonl")
+    done = run_main(["find-heads", model, "--benchmark", bench, *FAST], capsys)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    unreachable = said.index("with --random-sets 1 the random-set baseline's smallest p is 1/2")
+    assert unreachable < said.index("scoring prompts")  # not minutes into the run
+    assert said.count("smallest p is") == 1
