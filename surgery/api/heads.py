@@ -108,7 +108,8 @@ def head_findings(
     runs with the default options, said up front (:func:`surgery.find.findings.unchosen_findings`)."""
     from ..find.findings import unchosen_findings
     from ..find.heads.benchmark import benchmark_awareness_records
-    from ..find.heads.find import HeadFindings, cached_find_heads, work_note
+    from ..find.heads.find import HeadFindings, cached_find_heads
+    from ..find.heads.work import work_note
 
     source = typed(FindingsSource, options, source)
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)

@@ -274,8 +274,8 @@ def test_find_heads_says_how_much_work_it_will_do():
     """Before a long run starts: 4 scoring prompts per pair (2 more for the screen's backward), then
     2 per pair in each knockout pass (confirmations, selection, control, random sets,
     dose-response)."""
-    from surgery.find.heads.find import work_note
     from surgery.find.heads.params import FindParams
+    from surgery.find.heads.work import work_note
 
     # the default is the quickstart's measured procedure: 6.3–12.4 min for 4,608 prompt passes (96
     # pairs, 10 random sets), scaled to this run's 124,032.
