@@ -78,8 +78,8 @@ def phases(model: str, found: dict[str, HeadsFindings], batch_size: int) -> dict
     """Each run's FLOPs by phase, in full passes over the binding prompts (Counter's formulas: what
     the run counted, every knockout priced as a resumed sweep that changes every batch)."""
     from surgery.api.heads import _pairs
+    from surgery.find.heads.flops import Counter
     from surgery.find.heads.params import FindParams
-    from surgery.find.heads.resume import Counter
     from surgery.find.heads.scores import encode_pairs
     from surgery.model.loading import load_model, load_tokenizer
 

@@ -29,9 +29,10 @@ from ...core.mcq import Encoded
 from ...model.placement import input_device
 from .attention import EdgeEdit, edge_heads
 from .baseline import Sequential
+from .flops import Counter
 from .params import DOSE_GRID
 from .prompts import batch_groups, collate
-from .resume import Counter, Snapshot, resume, resume_scaled, snapshot
+from .resume import Snapshot, resume, resume_scaled, snapshot
 from .scores import SPAN_NAMES, delta, pad_id, run_prompts, s_scores
 
 Heads = Sequence[tuple[int, int]]

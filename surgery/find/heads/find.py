@@ -44,10 +44,10 @@ from .causal import (
     single_knockouts,
 )
 from .discovery import discover, rank_heads
+from .flops import Counter
 from .pairs import Pair
 from .params import FindParams
 from .record import HeadsFindings
-from .resume import Counter
 from .scores import encode_pairs, option_token_ids, score_binding
 from .screen import beyond_pool, pool_order, screen_heads, screen_record, spearman, still_open
 from .work import dose_alphas, dose_passes, flops_note, screen_note, work_note

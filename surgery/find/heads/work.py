@@ -9,8 +9,8 @@ from typing import Any
 
 from ...core.mcq import Encoded
 from .baseline import Sequential
+from .flops import Counter
 from .params import FindParams
-from .resume import Counter
 
 # Above this many pairs find-heads is a long job on a CPU (the quickstart uses 96).
 LARGE_RUN_PAIRS = 200

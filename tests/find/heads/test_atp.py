@@ -11,8 +11,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from surgery.find.heads.attention import EdgeEdit, edge_heads, surgery_attention_on
 from surgery.find.heads.benchmark import load_benchmark
+from surgery.find.heads.flops import Counter
 from surgery.find.heads.pairs import build_pairs
-from surgery.find.heads.resume import Counter
 from surgery.find.heads.scores import encode_pairs, option_token_ids, run_prompts
 from surgery.model.loading import load_model, load_tokenizer
 from tests.support.binding import CHAT, char_model, write_small_benchmark

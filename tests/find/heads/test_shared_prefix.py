@@ -115,7 +115,7 @@ def test_common_prefix_leaves_every_row_a_token():
 def test_flop_count_of_shared_prefix_passes(tiny, small):
     """find-heads prints the FLOPs before it starts: the shared passes count fewer than full ones,
     and exactly one prefix row plus the tails when a batch is one prompt repeated."""
-    from surgery.find.heads.resume import Counter
+    from surgery.find.heads.flops import Counter
 
     path = char_model(tiny, "llama", CHAT)
     model, tok = load_model(path), char_tokenizer(CHAT)
