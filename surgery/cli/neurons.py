@@ -125,7 +125,7 @@ def prune_neurons(
             dataset = NeuronsDataset.from_dict(plan.extra["neuron_findings"]["dataset"])
             print_summary(selection, dataset, title=f"n = {selection.n}")
 
-    ns = None if n_spec is None else [v if v != int(v) else int(v) for v in parse_values(n_spec, "n")]
+    ns = None if n_spec is None else [v if v != int(v) else int(v) for v in parse_values(n_spec, "n", "20,40")]
     with both_progress() as (progress, stages):  # stderr, with --json too
         result = api.prune_neurons(
             model,

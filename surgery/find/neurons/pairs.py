@@ -201,6 +201,8 @@ def load_pairs(source: str = BUILTIN, language: str | None = None, categories: S
         label = f"builtin:{language}"
     else:
         path = Path(source).expanduser()
+        if path.is_dir():
+            raise PairsError(f"pairs file {path} is a folder; give a JSON/JSONL file or 'builtin'")
         if not path.is_file():
             raise PairsError(f"pairs file {path} does not exist; give a JSON/JSONL file or 'builtin'")
         try:
