@@ -566,6 +566,9 @@ CASES = [
         ("was made by surgery", "the source comes first: surgery verify SOURCE BAKED"),
     ),
     Case("undo-not-baked", setups.undo_not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
+    Case(  # a typo'd path: not "has no surgery.json", which sends the user looking into a folder that is not there
+        "undo-missing", lambda c: ["undo", c.tmp / "nope", "--out", c.out], ("nope does not exist", "a surgery bake wrote")
+    ),
     # … on surgery's own other outputs: named as what they are, not "not made by surgery"
     Case(
         "verify-a-sweep",
