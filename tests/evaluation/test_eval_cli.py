@@ -107,6 +107,10 @@ def test_eval_every_suite_writes_json_and_updates_the_card(pair, tmp_path):
     assert "## Evaluation: before and after" in card and "General-knowledge MCQ accuracy" in card
     assert verify(Checkpoint(src), baked, run_model=False).ok  # the card update kept hashes consistent
     assert "Perplexity" in r.output and "retained" in r.output
+    # the table says how few items its numbers rest on (--limit 2)
+    assert "measured on 2 passages, 2 MCQ questions, 2 neutral prompts, 2 BBQ items, 4 N4 items" in " ".join(
+        r.output.split()
+    )
 
 
 def test_eval_json_output_and_plain_model(pair):
