@@ -40,7 +40,8 @@ def read_prompts(path: str | Path | None, name: str) -> PromptSet:
         )
     path = Path(path)
     if not path.is_file():
-        raise ParameterError(f"{{{name}}}: {path} does not exist; give a text file (one prompt a line) or JSONL", name)
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise ParameterError(f"{{{name}}}: {path} {what}; give a text file (one prompt a line) or JSONL", name)
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")

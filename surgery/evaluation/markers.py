@@ -28,8 +28,13 @@ def read_markers(path: str | Path) -> list[str]:
     """The markers of ``path``: one a line (blank lines skipped)."""
     path = Path(path)
     if not path.is_file():
-        raise ParameterError(f"{{markers}}: {path} does not exist; give a text file with one marker a line", "markers")
-    markers = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise ParameterError(f"{{markers}}: {path} {what}; give a text file with one marker a line", "markers")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ParameterError(f"{{markers}}: {path} is not UTF-8 text; give one marker a line", "markers") from None
+    markers = [line.strip() for line in text.splitlines() if line.strip()]
     if not markers:
         raise ParameterError(f"{{markers}}: {path} holds no markers; give one marker (a phrase) a line", "markers")
     return markers

@@ -191,6 +191,11 @@ BAD = [
         lambda t, f: ["find-direction", FIXTURE, "--a", t / "none.txt", "--b", FIXTURE / "b.txt"],
         ("none.txt does not exist",),
     ),
+    (  # a folder is there: not "does not exist"
+        "folder",
+        lambda t, f: ["find-direction", FIXTURE, "--a", t, "--b", FIXTURE / "b.txt"],
+        ("is a folder; give a text file",),
+    ),
     (
         "same-prompts",
         lambda t, f: ["find-direction", FIXTURE, "--a", FIXTURE / "a.txt", "--b", FIXTURE / "a.txt"],
