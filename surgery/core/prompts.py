@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ParameterError
+from .errors import ParameterError, not_a_file
 from .strict_files import DuplicateKey, load_json
 
 
@@ -40,8 +40,9 @@ def read_prompts(path: str | Path | None, name: str) -> PromptSet:
         )
     path = Path(path)
     if not path.is_file():
-        what = "is a folder" if path.is_dir() else "does not exist"
-        raise ParameterError(f"{{{name}}}: {path} {what}; give a text file (one prompt a line) or JSONL", name)
+        raise ParameterError(
+            f"{{{name}}}: {path} {not_a_file(path)}; give a text file (one prompt a line) or JSONL", name
+        )
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")

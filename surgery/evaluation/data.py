@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import SurgeryError
+from ..core.errors import SurgeryError, not_a_file
 from ..core.strict_files import DuplicateKey, load_json
 
 DATA = Path(__file__).resolve().parents[1] / "data"  # surgery/data: the shipped sets
@@ -28,7 +28,7 @@ def read_jsonl(path: Path, what: str) -> list[dict[str, Any]]:
     """Records of a JSONL file; a clear error names the file and line that is wrong."""
     path = Path(path)
     if not path.is_file():
-        raise SurgeryError(f"{what} file {path} does not exist")
+        raise SurgeryError(f"{what} file {path} {not_a_file(path)}")
     out = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):

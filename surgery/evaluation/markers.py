@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..core import distributed
-from ..core.errors import ParameterError
+from ..core.errors import ParameterError, not_a_file
 from ..core.prompts import formatted
 from ..model.shared_prefix import Around, SharedPrefix, can_share, prefix_cache, shared_layout
 from .greedy import greedy_answers, plain_greedy
@@ -28,8 +28,9 @@ def read_markers(path: str | Path) -> list[str]:
     """The markers of ``path``: one a line (blank lines skipped)."""
     path = Path(path)
     if not path.is_file():
-        what = "is a folder" if path.is_dir() else "does not exist"
-        raise ParameterError(f"{{markers}}: {path} {what}; give a text file with one marker a line", "markers")
+        raise ParameterError(
+            f"{{markers}}: {path} {not_a_file(path)}; give a text file with one marker a line", "markers"
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
