@@ -588,6 +588,16 @@ CASES = [
         setups.sweep_folder(lambda c, f: ["card", f]),
         ("is a sweep made by surgery", "give one of them"),
     ),
+    Case(  # was "undo did not reproduce the source (notes.txt differs)"
+        "undo-a-file-added",
+        setups.undo_changed_bake(lambda f: (f / "notes.txt").write_text("mine")),
+        ("notes.txt was added after the bake (not in surgery.json)", "move it out of"),
+    ),
+    Case(  # was a bare "No such file or directory"
+        "undo-a-file-removed",
+        setups.undo_changed_bake(lambda f: (f / "config.json").unlink()),
+        ("config.json is recorded in surgery.json but missing", "put it back"),
+    ),
     Case(
         "undo-a-sweep",
         setups.sweep_folder(lambda c, f: ["undo", f, "--out", c.out]),
