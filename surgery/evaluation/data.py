@@ -96,5 +96,8 @@ def bbq_data(paths: Iterable[Path], limit: int | None) -> list[dict[str, Any]]:
 def n4_data(path: Path, limit: int | None) -> list[dict[str, Any]]:
     """Up to ``limit`` questions of each N4 split ("diff", "equal")."""
     n = EXTERNAL_DEFAULT_LIMIT if limit is None else limit
-    records = read_jsonl(path, "N4")
-    return [r for split in ("diff", "equal") for r in subsample([r for r in records if r.get("split") == split], n)]
+    from .awareness import check_records
+
+    # checked before the splits are taken: another file's items (no split) left none, and "—" without a word
+    records = check_records(read_jsonl(path, "N4"))
+    return [r for split in ("diff", "equal") for r in subsample([r for r in records if r["split"] == split], n)]

@@ -134,3 +134,12 @@ def test_eval_card_refuses_another_source_before_evaluating(pair, tiny, capsys, 
     line = error_line(run_main(["eval", baked, "--against", stranger, "--card", "--limit", "1"], capsys))
     assert "which is not the source" in line and "give --against the source it was baked from" in line
     assert (baked / "README.md").read_bytes() == before
+
+
+def test_an_n4_file_of_other_items_is_refused(pair, tmp_path):
+    """Items without a split were filtered out before they were checked: no question, and "—" without a word."""
+    src, _, _, _ = pair
+    other = tmp_path / "pairs.jsonl"
+    other.write_text(json.dumps({"id": "x", "prompt_1": "a", "prompt_2": "b"}) + "\n")
+    r = CliRunner().invoke(cli, ["eval", str(src), "--suite", "awareness", "--n4", str(other), "--limit", "1"])
+    assert "N4 record 0 has no 'question' text" in str(r.exception), r.output  # main() prints it as one line
