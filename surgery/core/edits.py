@@ -20,7 +20,7 @@ import yaml
 from .architectures import Architecture, architecture
 from .direction_edit import DirectionEdit, SteerEdit
 from .edit_kind import FLOAT32_MAX, Edit, edit_from_dict, edit_kinds, edit_to_dict, register_edit_kind
-from .errors import RecipeError, not_a_file
+from .errors import RecipeError
 from .head_edit import HeadScale, parse_heads
 from .neuron_edit import SHARED, NeuronScale, neuron_label, parse_neuron, parse_neurons
 from .strict_files import DuplicateKey, dump_yaml, load_yaml
@@ -157,7 +157,7 @@ class Recipe:
                 "records its recipe under 'recipe' in its surgery.json)"
             )
         if not path.is_file():
-            raise RecipeError(f"recipe file {path} {not_a_file(path)}; give the path of a recipe YAML file")
+            raise RecipeError(f"recipe file {path} does not exist; give the path of a recipe YAML file")
         try:
             raw = load_yaml(path.read_text(encoding="utf-8"))
         except DuplicateKey as exc:  # PyYAML would keep the last one: two recipes in one file lose edits

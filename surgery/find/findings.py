@@ -20,7 +20,7 @@ from typing import Any, ClassVar, TypeVar
 from ..core.architectures import architecture
 from ..core.cache import cache_dir
 from ..core.checkpoint import Checkpoint
-from ..core.errors import FindingsError, SurgeryError, not_a_file
+from ..core.errors import FindingsError, SurgeryError
 from ..core.json_record import TEXT, JsonRecord, Malformed, entry, part
 from ..core.staging import atomic_write_text
 from ..core.strict_files import DuplicateKey, load_json
@@ -165,7 +165,7 @@ def load_findings(path: str | Path, kind: str, as_type: type[F] | None = None) -
             f"(its --out, e.g. {path / (kind + '.json')})"
         )
     if not path.is_file():
-        raise FindingsError(f"findings file {path} {not_a_file(path)}; give a file written by surgery {command}")
+        raise FindingsError(f"findings file {path} does not exist; give a file written by surgery {command}")
     try:
         data = load_json(path.read_text(encoding="utf-8"))
     except DuplicateKey as exc:
