@@ -67,15 +67,8 @@ def neuron_findings(
     ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(str(model), load)[0]
     recompute = source.recompute
     if source.findings is not None:
-        if capture.pairs != "builtin" or capture.language or recompute:
-            raise ParameterError(
-                "{findings} already holds the scores; drop {pairs}/{language}/{recompute}, "
-                "or drop {findings} to compute new ones",
-                "findings",
-                "pairs",
-                "language",
-                "recompute",
-            )
+        if capture.pairs != "builtin" or capture.language or capture.strict or recompute:
+            raise findings_hold_the_scores()
     if (found := source.read(NeuronFindings, ckpt, note)) is not None:
         return found
     pairs = load_pairs(capture.pairs, capture.language, capture.category_list)
@@ -94,6 +87,19 @@ def neuron_findings(
         recompute=recompute,
         progress=progress,
         report=note,
+    )
+
+
+def findings_hold_the_scores() -> ParameterError:
+    """Capture options beside ``findings``: they would be ignored (the file decides the pairs)."""
+    return ParameterError(
+        "{findings} already holds the scores; drop {pairs}/{language}/{strict}/{recompute}, "
+        "or drop {findings} to compute new ones",
+        "findings",
+        "pairs",
+        "language",
+        "strict",
+        "recompute",
     )
 
 

@@ -268,6 +268,12 @@ def load_recipe(path: str | Path, ckpt: Checkpoint) -> Recipe:
     """
     path = Path(path)
     folder = path if path.is_dir() else path.parent if path.name == PROVENANCE_NAME else None
+    if folder is None and (path.suffix.lower() == ".gguf" or path.name.lower().endswith(".gguf.surgery.json")):
+        # read as YAML it was "not valid YAML: fix the syntax" (or a sidecar's keys "unknown")
+        raise RecipeError(
+            f"{path} is a baked GGUF (or its sidecar): export-lora takes a recipe YAML or a folder baked from "
+            'MODEL; write the sidecar\'s "recipe" to a YAML file and give that'
+        )
     if folder is None:
         return Recipe.load(path)
     record = load_provenance(folder)

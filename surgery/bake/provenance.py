@@ -108,6 +108,9 @@ def not_baked(path: Path) -> str:
             f"{path} is a LoRA adapter written by surgery export-lora, not a baked checkpoint; give a folder "
             "that a bake wrote (apply, amplify-heads, prune-neurons)"
         )
+    if not path.exists():
+        # A typo in the path is the likely cause: "not made by surgery" would send the user looking at the folder.
+        return f"{path} does not exist; give the folder (or .gguf file) that a surgery bake wrote"
     values = sweep_values(path)
     if values:
         shown = ", ".join(values[:4]) + (f" and {len(values) - 4} more" if len(values) > 4 else "")

@@ -54,10 +54,17 @@ def check_adapter(folder: Path) -> tuple[str, dict[str, Any]]:
     return "adapter config and weights header", config
 
 
+def refuse_missing(path: Path) -> None:
+    """A path that is not there, in one line (push says it before the token check: a typo first)."""
+    if not path.exists():
+        raise SurgeryError(f"{path} does not exist; give a baked checkpoint or adapter folder, or a baked .gguf file")
+
+
 def check_pushable(folder: str | Path) -> tuple[str, BakeRecord | dict[str, Any]]:
     """Refuse anything but a verified surgery checkpoint or a readable adapter folder; returns how
     it was checked and the bake's record (the adapter's PEFT config)."""
     folder = Path(folder)
+    refuse_missing(folder)
     if not folder.is_dir():
         raise SurgeryError(
             f"{folder} is not a folder; give a baked checkpoint or adapter folder, or a baked .gguf file"

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.checkpoint import Checkpoint, TensorInfo, file_tensors
+from ..core.checkpoint import Checkpoint, TensorInfo, file_tensors, is_other_weights
 from ..core.errors import VerificationError
 from ..core.patches import TensorPatch, restored_chunks
 from ..core.raw_values import RAW_DTYPES
 from ..core.staging import staged_output
 from .bake import copy_file, hash_files, source_files
-from .provenance import COPY_BLOCK, OWN_FILES, UNDO_NAME, UndoFile, load_provenance, load_undo
+from .provenance import COPY_BLOCK, OWN_FILES, PROVENANCE_NAME, UNDO_NAME, UndoFile, load_provenance, load_undo
+from .record import BakeRecord
 
 
 def _restore_whole(fd: int, saved: UndoFile, key: str, start: int, size: int) -> None:
@@ -35,6 +36,22 @@ def earlier_restore(folder: Path, expected: dict[str, str]) -> bool:
     return bool(expected) and names == sorted(expected) and hash_files(folder, names) == expected
 
 
+def _refuse_changed_files(baked: Path, record: BakeRecord) -> None:
+    """A recorded file removed, or a file added since the bake, named before anything is read (the
+    restore's check would call an added file one that "differs", and a removed one was a bare OS error)."""
+    present = {p.relative_to(baked).as_posix() for p in baked.rglob("*") if p.is_file()}
+    missing = sorted(set(record.files) - present)
+    if missing:
+        raise VerificationError(
+            f"{baked / missing[0]} is recorded in {PROVENANCE_NAME} but missing; put it back, then undo"
+        )
+    added = sorted(n for n in present - set(record.files) - set(OWN_FILES) if not is_other_weights(n))
+    if added:
+        raise VerificationError(
+            f"{baked / added[0]} was added after the bake (not in {PROVENANCE_NAME}); move it out of {baked}, then undo"
+        )
+
+
 def undo(
     baked: str | Path, out: str | Path, force: bool = False, report: Callable[[str], None] = lambda msg: None
 ) -> dict[str, str]:
@@ -47,6 +64,7 @@ def undo(
     baked = Path(baked)
     record = load_provenance(baked)
     expected = record.source_files
+    _refuse_changed_files(baked, record)
     mismatched = [n for n, h in hash_files(baked, sorted(record.files)).items() if h != record.files[n]]
     if mismatched:
         raise VerificationError(f"{baked / mismatched[0]} changed after the bake; undo would not give the source")

@@ -61,15 +61,16 @@ def print_result(result: Baked | dict[str, Baked], as_json: bool) -> None:
         print_json([{"label": label, **baked.summary()} for label, baked in result.items()])
 
 
-def parse_values(spec: str, option: str) -> list[float]:
-    """``"1.5,2,2.5"`` → [1.5, 2.0, 2.5] for sweep options (``option`` names the flag in errors)."""
+def parse_values(spec: str, option: str, example: str = "1.5,2,2.5") -> list[float]:
+    """``"1.5,2,2.5"`` → [1.5, 2.0, 2.5] for sweep options (``option`` names the flag in errors,
+    ``example`` is the list the error shows: whole numbers for counts such as --n)."""
     values = []
     for part in filter(None, (p.strip() for p in str(spec).split(","))):
         try:
             values.append(float(part))
         except ValueError:
             raise ParameterError(
-                f"{{{option}}}: '{part}' is not a number (give one value or a list like 1.5,2,2.5)", option
+                f"{{{option}}}: '{part}' is not a number (give one value or a list like {example})", option
             ) from None
     if not values:
         raise ParameterError(f"{{{option}}} is empty; give one value or a comma-separated list", option)

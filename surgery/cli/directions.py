@@ -21,7 +21,15 @@ if TYPE_CHECKING:
 
 def print_layers(data: DirectionsFindings) -> None:
     """One row per layer: the direction's norm, how well it separates the two sets."""
-    table = Table(title="Directions: mean(a) − mean(b) at the last prompt token after each layer")
+    sides = (data.dataset.a, data.dataset.b) if data.dataset else (None, None)
+    counts = ", ".join(
+        f"--{name}: {side.prompts} prompt{'' if side.prompts == 1 else 's'}" for side, name in zip(sides, "ab") if side
+    )
+    table = Table(
+        title="Directions: mean(a) − mean(b) at the last prompt token after each layer",
+        # The accuracy is of the prompts the direction was computed from: with a few, 100 % says little.
+        caption=f"{counts}; separation and accuracy are measured on these same prompts" if counts else None,
+    )
     for col in ("layer", "‖direction‖", "‖mean a‖", "‖mean b‖", "separation (d)", "accuracy", "cos to best"):
         table.add_column(col, justify="right")
     best = data.best_layer

@@ -13,7 +13,7 @@ from .baking import bake_settings, each_line, parse_values, print_result
 from .console import both_progress, note, out, print_json, progress_bars
 from .group import cli
 from .neuron_views import print_experts, print_summary
-from .options import RECOMPUTE, baking_command, findings_options, model_argument, typed_options
+from .options import RECOMPUTE, baking_command, findings_options, given, model_argument, typed_options
 
 
 @cli.command(name="find-neurons")
@@ -125,7 +125,11 @@ def prune_neurons(
             dataset = NeuronsDataset.from_dict(plan.extra["neuron_findings"]["dataset"])
             print_summary(selection, dataset, title=f"n = {selection.n}")
 
-    ns = None if n_spec is None else [v if v != int(v) else int(v) for v in parse_values(n_spec, "n")]
+    if source.findings is not None and given("pairs"):  # --pairs builtin is the default: only the CLI can tell
+        from ..api.neurons import findings_hold_the_scores
+
+        raise findings_hold_the_scores()
+    ns = None if n_spec is None else [v if v != int(v) else int(v) for v in parse_values(n_spec, "n", "20,40")]
     with both_progress() as (progress, stages):  # stderr, with --json too
         result = api.prune_neurons(
             model,

@@ -55,7 +55,7 @@ def _option(field: dataclasses.Field, spec: CliOption) -> Callable:
     )
 
 
-def _given(name: str) -> bool:
+def given(name: str) -> bool:
     """Whether the running command's option ``name`` was given (on the command line or by its
     environment variable), not left at its default."""
     ctx = click.get_current_context()
@@ -80,7 +80,7 @@ def typed_options(
         @functools.wraps(f)
         def command(*args: Any, **kwargs: Any) -> Any:
             raw = {field.name: kwargs.pop(field.name) for field, spec in specs}
-            if optional and not any(_given(name) for name in raw):
+            if optional and not any(given(name) for name in raw):
                 return f(*args, **{into: None}, **kwargs)
             values = {field.name: _value(spec, raw[field.name]) for field, spec in specs}
             return f(*args, **{into: cls(**values)}, **kwargs)

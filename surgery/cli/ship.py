@@ -94,6 +94,23 @@ def _cell(value: Any) -> str:
 
 
 ARROWS = {"higher": "↑", "lower": "↓", "zero": "(0 = none)"}
+# What each count of settings.items is, as the table's caption says it.
+ITEM_NAMES = {
+    "passages": "passages",
+    "mcq": "MCQ questions",
+    "prompts": "neutral prompts",
+    "bbq": "BBQ items",
+    "n4": "N4 items",
+    "marker_prompts": "marker prompts",
+}
+
+
+def items_measured(settings: dict[str, Any]) -> str:
+    """``measured on 5 passages, 5 MCQ questions``: how many items the numbers rest on (with --limit
+    a handful, which the table would otherwise not show)."""
+    counts = settings.get("items") or {}
+    parts = [f"{counts[key]} {name}" for key, name in ITEM_NAMES.items() if counts.get(key)]
+    return f"measured on {', '.join(parts)}; " if parts else ""
 
 
 def eval_table(result: EvalResult) -> Table:
@@ -101,7 +118,10 @@ def eval_table(result: EvalResult) -> Table:
     from ..api.records import metric_info
 
     model, against = result.metrics.model, result.metrics.against or {}
-    table = Table(title=f"surgery eval: {result.model.path}", caption="↑ higher is better, ↓ lower is better")
+    table = Table(
+        title=f"surgery eval: {result.model.path}",
+        caption=f"{items_measured(result.settings)}↑ higher is better, ↓ lower is better",
+    )
     table.add_column("metric")
     if result.against:
         table.add_column("source", justify="right")

@@ -211,6 +211,11 @@ class Checkpoint:
         if not self.path.exists():
             raise CheckpointError(f"{self.path} does not exist; give a checkpoint folder or a Hub id")
         if not self.path.is_dir():
+            if self.path.suffix.lower() == ".gguf":  # the folder that holds a GGUF file is no checkpoint
+                raise CheckpointError(
+                    f"{self.path} is a GGUF file, which this command does not read; import it first: "
+                    f"surgery import-gguf {self.path} --out DIR, and give DIR"
+                )
             raise CheckpointError(f"{self.path} is a file; give the checkpoint folder that holds it")
         self.config = self._read_config()
         self._refuse_unsafe(allow_remote_code)

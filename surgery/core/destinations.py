@@ -126,7 +126,9 @@ def check_outside(dest: Path, protected: Iterable[Path]) -> Path:
         if _inside(target, src):
             raise DestinationError(
                 f"--out {dest} is {'the source' if target == src else 'inside the source'} "
-                f"{src}; the source is never written: choose a folder outside it"
+                f"{src}; the source is never written: "
+                # a file source (a GGUF) has no outside: name what to choose instead
+                f"{'choose another file' if src.is_file() else 'choose a folder outside it'}"
             )
         if _inside(src, target):
             raise DestinationError(f"--out {dest} contains the source {src}; choose another folder")

@@ -70,3 +70,11 @@ class EvaluationError(SurgeryError):
 class ParameterError(SurgeryError):
     """A parameter's value is wrong; the message names it as a ``{name}`` placeholder (see
     :class:`SurgeryError`): ``{n}`` reads ``n`` in Python and ``--n`` on the command line."""
+
+
+def not_a_file(path: object) -> str:
+    """Why a path given for an input file is not one: ``is a folder`` or ``does not exist`` (a folder is
+    there, so "does not exist" would send the user looking for a typo)."""
+    from pathlib import Path
+
+    return "is a folder" if Path(str(path)).is_dir() else "does not exist"

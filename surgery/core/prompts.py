@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ParameterError
+from .errors import ParameterError, not_a_file
 from .strict_files import DuplicateKey, load_json
 
 
@@ -40,7 +40,9 @@ def read_prompts(path: str | Path | None, name: str) -> PromptSet:
         )
     path = Path(path)
     if not path.is_file():
-        raise ParameterError(f"{{{name}}}: {path} does not exist; give a text file (one prompt a line) or JSONL", name)
+        raise ParameterError(
+            f"{{{name}}}: {path} {not_a_file(path)}; give a text file (one prompt a line) or JSONL", name
+        )
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")

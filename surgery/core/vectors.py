@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .checkpoint import file_sha256, file_tensors
-from .errors import CheckpointError, RecipeError
+from .errors import CheckpointError, RecipeError, not_a_file
 
 VECTORS_NAME = "surgery.vectors"
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -97,7 +97,7 @@ class FolderVectors:
         file, name = spec.split("#")
         path = self.folder / file
         if not path.is_file():
-            raise RecipeError(f"{where}.vector: {path} does not exist; the path is relative to the recipe's folder")
+            raise RecipeError(f"{where}.vector: {path} {not_a_file(path)}; the path is relative to the recipe's folder")
         digest = file_sha256(path)
         if sha256 is not None and digest != sha256:
             raise RecipeError(

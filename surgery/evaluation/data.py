@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import SurgeryError
+from ..core.errors import SurgeryError, not_a_file
 from ..core.strict_files import DuplicateKey, load_json
 
 DATA = Path(__file__).resolve().parents[1] / "data"  # surgery/data: the shipped sets
@@ -28,7 +28,7 @@ def read_jsonl(path: Path, what: str) -> list[dict[str, Any]]:
     """Records of a JSONL file; a clear error names the file and line that is wrong."""
     path = Path(path)
     if not path.is_file():
-        raise SurgeryError(f"{what} file {path} does not exist")
+        raise SurgeryError(f"{what} file {path} {not_a_file(path)}")
     out = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -96,5 +96,8 @@ def bbq_data(paths: Iterable[Path], limit: int | None) -> list[dict[str, Any]]:
 def n4_data(path: Path, limit: int | None) -> list[dict[str, Any]]:
     """Up to ``limit`` questions of each N4 split ("diff", "equal")."""
     n = EXTERNAL_DEFAULT_LIMIT if limit is None else limit
-    records = read_jsonl(path, "N4")
-    return [r for split in ("diff", "equal") for r in subsample([r for r in records if r.get("split") == split], n)]
+    from .awareness import check_records
+
+    # checked before the splits are taken: another file's items (no split) left none, and "—" without a word
+    records = check_records(read_jsonl(path, "N4"))
+    return [r for split in ("diff", "equal") for r in subsample([r for r in records if r["split"] == split], n)]

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..core import distributed
-from ..core.errors import ParameterError
+from ..core.errors import ParameterError, not_a_file
 from ..core.prompts import formatted
 from ..model.shared_prefix import Around, SharedPrefix, can_share, prefix_cache, shared_layout
 from .greedy import greedy_answers, plain_greedy
@@ -28,8 +28,14 @@ def read_markers(path: str | Path) -> list[str]:
     """The markers of ``path``: one a line (blank lines skipped)."""
     path = Path(path)
     if not path.is_file():
-        raise ParameterError(f"{{markers}}: {path} does not exist; give a text file with one marker a line", "markers")
-    markers = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        raise ParameterError(
+            f"{{markers}}: {path} {not_a_file(path)}; give a text file with one marker a line", "markers"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ParameterError(f"{{markers}}: {path} is not UTF-8 text; give one marker a line", "markers") from None
+    markers = [line.strip() for line in text.splitlines() if line.strip()]
     if not markers:
         raise ParameterError(f"{{markers}}: {path} holds no markers; give one marker (a phrase) a line", "markers")
     return markers

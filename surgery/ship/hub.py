@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from ..bake.card import CARD_NAME
-from ..bake.pushable import ADAPTER_FILES, check_adapter, check_checkpoint, check_pushable  # noqa: F401 (callers import them from here)
+from ..bake.pushable import ADAPTER_FILES, check_adapter, check_checkpoint, check_pushable, refuse_missing  # noqa: F401 (callers import them from here)
 from ..bake.record import Pushed
 from ..core.errors import SurgeryError
 from ..core.hub_id import HUB_ID
@@ -100,6 +100,7 @@ def push(
     one commit. ``folder`` may be a baked GGUF file: it goes with its two sidecars and a model card
     rendered from its record (:func:`checked_uploads`)."""
     folder = Path(folder)
+    refuse_missing(folder)  # before the token: "no token" would send the user to log in, then to the typo
     preflight(repo_id, revision, create_pr)
     how, files = checked_uploads(folder)
     api = _api()

@@ -139,9 +139,18 @@ def _neurons_section(f: NeuronsFindings, stem: str, out: Path) -> list[str]:
             f"Top {s.n if s.n is not None else len(s.neurons)} neurons by {s.score or '?'} ({s.rule or '?'} "
             f"selection); categories: {', '.join(s.categories or [])}"
         )
-        lines += ["", "| layer | neuron | bias | signed | top category |", "|---|---|---|---|---|"]
+        # The columns find-neurons prints: the score the ranking is by among them, and under the
+        # per-category rule the category whose turn chose the neuron (not its strongest one).
+        per_category = s.rule == "per-category"
         lines += [
-            f"| {r.layer} | {r.name} | {_fmt(r.bias)} | {_fmt(r.signed)} | {r.top_category or ''} |" for r in s.neurons
+            "",
+            f"| layer | neuron | bias | signed | fairness | PPM | {'chosen for' if per_category else 'top category'} |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r.layer} | {r.name} | {_fmt(r.bias)} | {_fmt(r.signed)} | {_fmt(r.fairness)} | {_fmt(r.ppm)} | "
+            f"{(r.chosen_for if per_category else r.top_category) or ''} |"
+            for r in s.neurons
         ]  # every one the header counts
         lines.append("")
     if s and s.layer_distribution:

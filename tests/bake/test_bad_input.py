@@ -49,6 +49,12 @@ def bases(tmp_path_factory) -> dict[str, Path]:
 
 RECIPE_OK_EDIT = "  - {type: head, layer: 0, head: 1, alpha: 2.0}\n"
 
+
+def _file(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
 CASES = [
     # --- the MODEL argument ---
     Case("missing-path", lambda c: c.heads(c.tmp / "nope"), ("does not exist", "give a checkpoint folder")),
@@ -566,6 +572,11 @@ CASES = [
         ("was made by surgery", "the source comes first: surgery verify SOURCE BAKED"),
     ),
     Case("undo-not-baked", setups.undo_not_baked, ("no surgery.json", "give the folder that a surgery bake wrote")),
+    Case(  # a typo'd path: not "has no surgery.json", which sends the user looking into a folder that is not there
+        "undo-missing",
+        lambda c: ["undo", c.tmp / "nope", "--out", c.out],
+        ("nope does not exist", "a surgery bake wrote"),
+    ),
     # … on surgery's own other outputs: named as what they are, not "not made by surgery"
     Case(
         "verify-a-sweep",
@@ -576,6 +587,16 @@ CASES = [
         "card-a-sweep",
         setups.sweep_folder(lambda c, f: ["card", f]),
         ("is a sweep made by surgery", "give one of them"),
+    ),
+    Case(  # was "undo did not reproduce the source (notes.txt differs)"
+        "undo-a-file-added",
+        setups.undo_changed_bake(lambda f: (f / "notes.txt").write_text("mine")),
+        ("notes.txt was added after the bake (not in surgery.json)", "move it out of"),
+    ),
+    Case(  # was a bare "No such file or directory"
+        "undo-a-file-removed",
+        setups.undo_changed_bake(lambda f: (f / "config.json").unlink()),
+        ("config.json is recorded in surgery.json but missing", "put it back"),
     ),
     Case(
         "undo-a-sweep",
@@ -596,6 +617,11 @@ CASES = [
         "export-lora-from-an-adapter",
         setups.adapter_folder(lambda c, f: ["export-lora", c.src, "--recipe", f, "--out", c.out]),
         ("is a LoRA adapter written by surgery export-lora", "give a folder that a bake wrote"),
+    ),
+    Case(  # read as YAML it was "not valid YAML: fix the syntax"
+        "export-lora-from-a-baked-gguf",
+        lambda c: ["export-lora", c.src, "--recipe", _file(c.tmp / "baked.gguf", b"GGUF\x03"), "--out", c.out],
+        ("is a baked GGUF", 'write the sidecar\'s "recipe" to a YAML file'),
     ),
     # --- a tokenizer that encodes the logit check's prompts to nothing ---
     Case(

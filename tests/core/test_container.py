@@ -128,7 +128,7 @@ def test_requantize_is_refused_by_the_folder_container(tmp_path, sources):
 
 def test_pushing_a_missing_gguf_says_what_a_push_takes(tmp_path):
     with pytest.raises(
-        SurgeryError, match="is not a folder; give a baked checkpoint or adapter folder, or a baked .gguf"
+        SurgeryError, match="missing.gguf does not exist; give a baked checkpoint or adapter folder, or a baked .gguf"
     ):
         open_container(tmp_path / "missing.gguf").check_pushable()
 
@@ -152,3 +152,14 @@ def test_the_weights_an_eval_result_names_come_from_the_bake_record(tmp_path, so
     assert open_container(sources["folder"]).recorded_weights() is None  # a source names no bake
     gguf = bake_recipe(sources["gguf"], EXACT, tmp_path / "baked.gguf", bake=FAST).out
     assert open_container(gguf).recorded_weights() is None  # its card takes no eval result
+
+
+def test_a_gguf_file_where_a_folder_is_read_says_to_import_it(tmp_path):
+    """eval reads a checkpoint folder: a .gguf is told to be imported, not "give the folder that holds
+    it" (that folder is no checkpoint)."""
+    from surgery.core.checkpoint import Checkpoint
+
+    gguf = tmp_path / "model.Q4_K_M.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(CheckpointError, match=rf"is a GGUF file, .*surgery import-gguf {gguf} --out DIR"):
+        Checkpoint(gguf)

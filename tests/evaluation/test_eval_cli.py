@@ -107,6 +107,10 @@ def test_eval_every_suite_writes_json_and_updates_the_card(pair, tmp_path):
     assert "## Evaluation: before and after" in card and "General-knowledge MCQ accuracy" in card
     assert verify(Checkpoint(src), baked, run_model=False).ok  # the card update kept hashes consistent
     assert "Perplexity" in r.output and "retained" in r.output
+    # the table says how few items its numbers rest on (--limit 2)
+    assert "measured on 2 passages, 2 MCQ questions, 2 neutral prompts, 2 BBQ items, 4 N4 items" in " ".join(
+        r.output.split()
+    )
 
 
 def test_eval_json_output_and_plain_model(pair):
@@ -130,3 +134,12 @@ def test_eval_card_refuses_another_source_before_evaluating(pair, tiny, capsys, 
     line = error_line(run_main(["eval", baked, "--against", stranger, "--card", "--limit", "1"], capsys))
     assert "which is not the source" in line and "give --against the source it was baked from" in line
     assert (baked / "README.md").read_bytes() == before
+
+
+def test_an_n4_file_of_other_items_is_refused(pair, tmp_path):
+    """Items without a split were filtered out before they were checked: no question, and "—" without a word."""
+    src, _, _, _ = pair
+    other = tmp_path / "pairs.jsonl"
+    other.write_text(json.dumps({"id": "x", "prompt_1": "a", "prompt_2": "b"}) + "\n")
+    r = CliRunner().invoke(cli, ["eval", str(src), "--suite", "awareness", "--n4", str(other), "--limit", "1"])
+    assert "N4 record 0 has no 'question' text" in str(r.exception), r.output  # main() prints it as one line

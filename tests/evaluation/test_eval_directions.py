@@ -73,3 +73,10 @@ def test_the_markers_suite_needs_both_files(tmp_path, capsys, monkeypatch):
         run_main(["eval", FIXTURE, "--prompts", FIXTURE / "a.txt", "--markers", tmp_path / "empty.txt"], capsys)
     )
     assert "--markers:" in line and "holds no markers" in line
+    (tmp_path / "latin1.txt").write_bytes("señal\n".encode("latin-1"))  # was an internal error, not one line
+    line = error_line(
+        run_main(["eval", FIXTURE, "--prompts", FIXTURE / "a.txt", "--markers", tmp_path / "latin1.txt"], capsys)
+    )
+    assert "--markers:" in line and "is not UTF-8 text" in line
+    line = error_line(run_main(["eval", FIXTURE, "--prompts", FIXTURE / "a.txt", "--markers", tmp_path], capsys))
+    assert "--markers:" in line and "is a folder" in line

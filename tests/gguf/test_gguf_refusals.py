@@ -111,8 +111,8 @@ def test_destinations(tmp_path):
     model, recipe = open_gguf(src), Recipe((HeadScale(0, 1, 2.0),))
     with pytest.raises(SurgeryError, match=r"must end in \.gguf"):
         bake_gguf(model, recipe, tmp_path / "out")
-    with pytest.raises(SurgeryError, match="is the source"):
-        bake_gguf(model, recipe, src, force=True)
+    with pytest.raises(SurgeryError, match="is the source .*; the source is never written: choose another file$"):
+        bake_gguf(model, recipe, src, force=True)  # not "a folder outside it": a file has no outside
     bake_gguf(model, recipe, out)
     with pytest.raises(SurgeryError, match=r"already exists; pass force=True to replace it, or choose another out$"):
         bake_gguf(model, recipe, out)

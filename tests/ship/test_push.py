@@ -95,6 +95,14 @@ def test_bad_or_missing_token(baked, tmp_path):
         assert not hub.repos
 
 
+def test_a_missing_folder_is_told_before_the_token(tmp_path):
+    """A typo'd path is named as missing, even without a token (not "no token", then "not a folder")."""
+    with FakeHub(TOKEN) as hub:
+        r = run_surgery(["push", tmp_path / "nope", "--repo", "me/y"], hub_env(hub, tmp_path, token=None))
+        assert r.returncode == 2 and "nope does not exist; give a baked checkpoint" in r.stderr, r.stderr
+        assert not hub.repos
+
+
 def test_sweep_pushes_each_value_to_its_own_branch(tiny, tmp_path):
     src = tiny("llama")
     script = textwrap.dedent(f"""

@@ -96,7 +96,23 @@ def test_report_renders_every_figure(inputs, tmp_path):
         assert w > 200 and h > 150 and p.stat().st_size > 5000, p.name
         assert f"]({p.name})" in text  # every figure is linked from the markdown
     assert "Selected heads (layer.head): 1.2, 2.0" in text and "reduces |ΔS| by 14.2%" in text
-    assert "| 2 | 0 | 0.5 | 0.1 | age |" in text and "| General-knowledge MCQ accuracy | 0.52 | 0.5 | 96.2% |" in text
+    assert (
+        "| 2 | 0 | 0.5 | 0.1 | — | — | age |" in text
+        and "| General-knowledge MCQ accuracy | 0.52 | 0.5 | 96.2% |" in text
+    )
+
+
+def test_neuron_table_shows_the_ranking_score_and_the_choosing_category(inputs, tmp_path):
+    """Ranked by fairness: the fairness and PPM columns are there; per-category: the category that chose it."""
+    pytest.importorskip("matplotlib")
+    data = json.loads(inputs["neurons"].read_text())
+    data["summary"].update(score="fairness", rule="per-category")
+    for row in data["summary"]["neurons"]:
+        row.update(fairness=0.9, ppm=2.5, chosen_for="gender")  # its strongest category is age
+    inputs["neurons"].write_text(json.dumps(data))
+    text = build_report([inputs["neurons"]], [], tmp_path / "r").read_text()
+    assert "| layer | neuron | bias | signed | fairness | PPM | chosen for |" in text
+    assert "| 2 | 0 | 0.5 | 0.1 | 0.9 | 2.5 | gender |" in text
 
 
 def test_partial_findings_still_report(inputs, tmp_path):

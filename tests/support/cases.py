@@ -193,6 +193,20 @@ def sweep_folder(command: Callable[[Ctx, Path], list]) -> Callable[[Ctx], list]:
     return setup
 
 
+def undo_changed_bake(change: Callable[[Path], None]) -> Callable[[Ctx], list]:
+    """``surgery undo`` of a baked folder that ``change`` altered after the bake (a file added or removed)."""
+
+    def setup(c: Ctx) -> list:
+        from surgery.bake.bake import bake
+        from surgery.core.edits import HeadScale, Recipe
+
+        bake(Checkpoint(c.src), Recipe((HeadScale(0, 1, 2.0),)), c.tmp / "baked")
+        change(c.tmp / "baked")
+        return ["undo", c.tmp / "baked", "--out", c.out]
+
+    return setup
+
+
 def adapter_folder(command: Callable[[Ctx, Path], list]) -> Callable[[Ctx], list]:
     """``command`` given an adapter folder that export-lora wrote instead of a baked folder."""
 

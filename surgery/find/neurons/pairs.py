@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ...core.errors import SurgeryError
+from ...core.errors import SurgeryError, not_a_file
 from ...core.strict_files import DuplicateKey, load_json
 
 LANGUAGES = ("en", "es")
@@ -202,7 +202,7 @@ def load_pairs(source: str = BUILTIN, language: str | None = None, categories: S
     else:
         path = Path(source).expanduser()
         if not path.is_file():
-            raise PairsError(f"pairs file {path} does not exist; give a JSON/JSONL file or 'builtin'")
+            raise PairsError(f"pairs file {path} {not_a_file(path)}; give a JSON/JSONL file or 'builtin'")
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:

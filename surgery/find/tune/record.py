@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...core.errors import FindingsError
+from ...core.errors import FindingsError, not_a_file
 from ...core.json_record import JsonRecord, entry, listof, part
 from ...core.staging import atomic_write_text
 from ...core.strict_files import load_json
@@ -134,7 +134,7 @@ def read_record(path: str | Path) -> TuneRecord:
     """A tune record written by ``surgery tune``, checked; a wrong file is a one-line error."""
     path = Path(path)
     if not path.is_file():
-        raise FindingsError(f"tune record {path} does not exist; give the {FILE} that surgery tune wrote")
+        raise FindingsError(f"tune record {path} {not_a_file(path)}; give the {FILE} that surgery tune wrote")
     raw = load_json(path.read_text(encoding="utf-8"))
     if not isinstance(raw, dict) or raw.get("format") != FORMAT or raw.get("version") != TUNE_VERSION:
         raise FindingsError(f"{path} is not a surgery tune record (version {TUNE_VERSION}); give the {FILE} it wrote")

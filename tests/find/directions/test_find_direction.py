@@ -108,6 +108,17 @@ def test_ablate_direction_on_a_mixture_of_experts_edits_every_expert(tiny, tmp_p
     assert surgery.verify(src, tmp_path / "out").ok
 
 
+def test_the_table_says_how_many_prompts_its_accuracy_is_of(tmp_path, monkeypatch, capsys):
+    """100 % accuracy on one prompt says little: the table names each side's count, and that it is in-sample."""
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "cache"))
+    a = _write(tmp_path / "a.txt", (FIXTURE / "a.txt").read_text().splitlines()[0] + "\n")
+    res = run_main(["find-direction", FIXTURE, "--a", a, "--b", FIXTURE / "b.txt", "--device", "cpu"], capsys)
+    assert res.returncode == 0, res.stderr
+    b_count = len([line for line in (FIXTURE / "b.txt").read_text().splitlines() if line.strip()])
+    caption = f"--a: 1 prompt, --b: {b_count} prompts; separation and accuracy are measured on these same prompts"
+    assert caption in " ".join(res.stdout.split())
+
+
 def test_find_direction_on_two_ranks_equals_one_process(prompts, tmp_path, monkeypatch, capsys):
     """torchrun with 2 processes: each runs its own batches, the rows are gathered; same findings."""
     a, b = prompts
@@ -190,6 +201,11 @@ BAD = [
         "missing",
         lambda t, f: ["find-direction", FIXTURE, "--a", t / "none.txt", "--b", FIXTURE / "b.txt"],
         ("none.txt does not exist",),
+    ),
+    (  # a folder is there: not "does not exist"
+        "folder",
+        lambda t, f: ["find-direction", FIXTURE, "--a", t, "--b", FIXTURE / "b.txt"],
+        ("is a folder; give a text file",),
     ),
     (
         "same-prompts",

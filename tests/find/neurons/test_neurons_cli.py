@@ -289,6 +289,10 @@ def test_findings_of_another_model_are_refused(setup, tmp_path, capsys):
         (["--n", "3", "--neurons", "1:2"], "give exactly one of --neurons"),
         ([], "give exactly one of --neurons"),
         (["--n", "2.5"], "--n must be whole numbers"),
+        (["--n", "x"], "--n: 'x' is not a number (give one value or a list like 20,40)"),  # not 1.5,2,2.5
+        # capture options beside --findings were ignored when they equalled the defaults (--pairs builtin)
+        (["--n", "3", "--findings", "f.json", "--pairs", "builtin"], "--findings already holds the scores; drop"),
+        (["--n", "3", "--findings", "f.json", "--pairs", "builtin", "--strict"], "--findings already holds the"),
         (["--n", "3", "--factor", "1"], "--factor 1 leaves every neuron unchanged"),
         (["--n", "3", "--category", "Nationality"], "category Nationality not in these pairs"),
         (["--n", "3", "--layers", "2-1"], "runs backwards"),

@@ -159,6 +159,8 @@ def test_malformed_files_are_clear_errors(tmp_path):
         load_pairs(str(path))
     with pytest.raises(PairsError, match="does not exist"):
         load_pairs(str(tmp_path / "missing.jsonl"))
+    with pytest.raises(PairsError, match="is a folder"):  # not "does not exist": the folder is there
+        load_pairs(str(tmp_path))
     with pytest.raises(PairsError, match="no built-in pairs"):
         builtin_text("fr")
 
