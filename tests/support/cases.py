@@ -1,4 +1,5 @@
-"""The setups of the bad-input table (tests/bake/test_bad_input.py): each breaks one thing.
+"""The setups of the bad-input table (tests/support/bad_*_cases.py, run by tests/bake/test_bad_input.py):
+each breaks one thing.
 
 A setup gets a ``Ctx`` (its own copy of a tiny checkpoint, a default destination, a scratch folder),
 breaks the source, the command line, a recipe, a findings file or the destination, and returns the
