@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.checkpoint import Checkpoint, TensorInfo, file_tensors, is_other_weights
+from ..core.checkpoint import Checkpoint, TensorInfo, file_tensors, folder_files, is_other_weights
 from ..core.errors import VerificationError
 from ..core.patches import TensorPatch, restored_chunks
 from ..core.raw_values import RAW_DTYPES
@@ -39,7 +39,7 @@ def earlier_restore(folder: Path, expected: dict[str, str]) -> bool:
 def _refuse_changed_files(baked: Path, record: BakeRecord) -> None:
     """A recorded file removed, or a file added since the bake, named before anything is read (the
     restore's check would call an added file one that "differs", and a removed one was a bare OS error)."""
-    present = {p.relative_to(baked).as_posix() for p in baked.rglob("*") if p.is_file()}
+    present = set(folder_files(baked))  # as undo reads the folder: .git and .cache are not the model's
     missing = sorted(set(record.files) - present)
     if missing:
         raise VerificationError(

@@ -157,3 +157,17 @@ def test_random_edits_bake_verify_undo(name, sources, edits):
         assert report.ok, report.problems
         undo(out, restored)
         assert tree_hashes(restored) == tree_hashes(src)
+
+
+def test_undo_reads_a_baked_folder_under_version_control(tmp_path):
+    """A baked folder cloned from the Hub or made a git repository to push it holds .git (and a Hub
+    download .cache): not the model's files. undo restores the source as without them (they are not
+    "added after the bake"), and leaves them out of the source it writes."""
+    src = build_tiny("llama", tmp_path / "src")
+    out = tmp_path / "baked"
+    bake(Checkpoint(src), Recipe((HeadScale(0, 1, 2.0),)), out)
+    for extra in (".git/HEAD", ".git/objects/ab/cdef", ".cache/huggingface/download/model.safetensors.lock"):
+        (out / extra).parent.mkdir(parents=True, exist_ok=True)
+        (out / extra).write_text("not the model's\n")
+    undo(out, tmp_path / "restored")
+    assert tree_hashes(tmp_path / "restored") == tree_hashes(src)
