@@ -208,8 +208,8 @@ def surgery_json(path: Path) -> bool:
 
 def check_out_file(dest: Path, example: str, replaceable: Replaceable = surgery_json) -> Path:
     """A report file written atomically at ``dest`` (findings, an eval result), its missing folders
-    made: refuse a folder, a path below a file, a folder that cannot be written, or an existing file
-    that ``replaceable`` does not accept (default: one surgery wrote), before the work (the write
+    made: refuse a folder, a path below a file, a folder that cannot be written, or an existing non-empty
+    file that ``replaceable`` does not accept (default: one surgery wrote), before the work (the write
     would fail or destroy the user's file only after it). ``example``: the file name a refused
     folder is offered with. Returns the resolved path."""
     dest = Path(dest)
@@ -218,7 +218,8 @@ def check_out_file(dest: Path, example: str, replaceable: Replaceable = surgery_
         raise DestinationError(
             f"{{out}} {dest} is a folder; give the file to write, e.g. {{out}} {dest / example}", "out"
         )
-    if target.exists() and not replaceable(target):
+    # an empty file holds nothing to lose: the file `mktemp` made for the report, say
+    if target.exists() and target.stat().st_size > 0 and not replaceable(target):
         raise DestinationError(
             f"{{out}} {dest} exists and was not written by surgery, which replaces only its own files "
             "(findings, eval results): move it away or choose another {out}",

@@ -24,9 +24,15 @@ def test_a_report_file_is_never_a_folder_nor_below_a_file(tmp_path):
         check_out_file(tmp_path / "notes.txt" / "a" / "r.json", "r.json")
 
 
-@pytest.mark.parametrize("content", ["precious notes", "{}", '{"format": "theirs"}', "[1, 2]", ""])
+@pytest.mark.parametrize("content", ["precious notes", "{}", '{"format": "theirs"}', "[1, 2]", " "])
 def test_a_file_surgery_did_not_write_is_never_replaced(tmp_path, content):
     (tmp_path / "notes.txt").write_text(content)
     with pytest.raises(DestinationError, match=r"notes\.txt exists and was not written by surgery"):
         check_out_file(tmp_path / "notes.txt", "r.json")
     assert (tmp_path / "notes.txt").read_text() == content
+
+
+def test_an_empty_file_may_be_replaced(tmp_path):
+    """The file ``mktemp`` makes for a report holds nothing to lose."""
+    (tmp_path / "empty.json").touch()
+    assert check_out_file(tmp_path / "empty.json", "r.json") == tmp_path / "empty.json"
