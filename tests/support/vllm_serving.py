@@ -71,10 +71,12 @@ def bake_recipe(src: Path, out: Path) -> Path:
 
 
 # Measured with vLLM 0.32: on an Intel Xeon (AVX-512, AMX) the same model through the int4 and the dense
-# bfloat16 kernels differs by up to 0.013 (the unedited source against its own decompressed copy: 0.008-0.010),
-# on an AVX-512 AMD EPYC by 0.0; the edit moves them by 0.70-0.83. The bounds sit far from both.
-SAME_MODEL_GAP = 0.05
-EDIT_GAP = 0.25
+# bfloat16 kernels differs by about 0.01 (the unedited source against its own decompressed copy: 0.008-0.010),
+# on an AVX-512 AMD EPYC by 0.0; the edit moves the largest log-probability by 0.83 (the models are built
+# from fixed seeds: the same on every CPU). A bfloat16 logit near 1 is kept to 0.004, so another order of
+# summation may move a log-probability by a few of those: the bounds leave room for that on CPUs not measured.
+SAME_MODEL_GAP = 0.15
+EDIT_GAP = 0.4
 
 
 def assert_serves_the_edit(python: str, baked: Path, reference: Path, src: Path, tmp: Path) -> None:
