@@ -28,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ...core.errors import SurgeryError
+from ...core.errors import SurgeryError, not_a_file
 from ...core.strict_files import DuplicateKey, load_json
 
 QTYPES = {0: "wearing", 1: "selling", 2: "speaker", 3: "casting"}
@@ -265,10 +265,8 @@ def load_benchmark(spec: str | Path = "builtin") -> Benchmark:
         data, source = builtin_bytes(), "builtin"
     else:
         path = Path(spec)
-        if path.is_dir():  # "does not exist" would be false
-            raise BenchmarkError(f"benchmark {spec} is a folder; give 'builtin' or a JSONL file")
         if not path.is_file():
-            raise BenchmarkError(f"benchmark {spec} does not exist; give 'builtin' or a JSONL file")
+            raise BenchmarkError(f"benchmark {spec} {not_a_file(path)}; give 'builtin' or a JSONL file")
         data, source = path.read_bytes(), str(path)
     sha = hashlib.sha256(data).hexdigest()
     rows = _read_jsonl(data, source)
