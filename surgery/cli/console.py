@@ -6,15 +6,15 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.measure import Measurement
-from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeRemainingColumn
-from rich.progress import Progress as Bars
-from rich.table import Table
 
 from ..core.progress import Progress
+
+if TYPE_CHECKING:  # rich's tables and bars are imported where drawn: `surgery --help` stays fast
+    from rich.progress import Progress as Bars
+    from rich.table import Table
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
@@ -91,6 +91,8 @@ def print_table(table: Table) -> None:
     """``table`` on stdout, never cut short with "…": in a pipe or a file as wide as it needs (rich
     would fit it into COLUMNS, or 80, and cut headers and numbers); in a narrower terminal its cells
     wrap instead."""
+    from rich.measure import Measurement
+
     needed = Measurement.get(out, out.options.update_width(_UNBOUNDED), table).maximum
     if needed <= out.width:
         out.print(table)
@@ -107,6 +109,15 @@ def print_json(data: Any) -> None:
     print(json.dumps(data, indent=1, default=str))
 
 
+def _bars(label_width: int, **options: Any) -> Bars:
+    """rich's progress display on stderr: a label, a bar, the percentage, the time left."""
+    from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeRemainingColumn
+    from rich.progress import Progress as Bars
+
+    label = TextColumn(f"{{task.description:<{label_width}}}")
+    return Bars(label, BarColumn(), TaskProgressColumn(), TimeRemainingColumn(), console=err, **options)
+
+
 @contextmanager
 def stage_progress(enabled: bool = True) -> Iterator[Any]:
     """A progress callback ``(stage, done, total)`` drawing one bar per stage on stderr."""
@@ -117,8 +128,7 @@ def stage_progress(enabled: bool = True) -> Iterator[Any]:
         lines = LogLines(_log_line)
         yield lambda stage, done, total: lines.update(STAGE_LABELS.get(stage, stage), done, max(total, 1))
         return
-    columns = [TextColumn("{task.description:<16}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn()]
-    with Bars(*columns, console=err, transient=False) as bar:
+    with _bars(16, transient=False) as bar:
         tasks: dict[str, Any] = {}
 
         def update(stage: str, done: int, total: int) -> None:
@@ -148,9 +158,7 @@ def progress_bars() -> Iterator[Progress]:
 
         yield log_factory
         return
-    with Bars(
-        TextColumn("{task.description:<18}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn(), console=err
-    ) as bar:
+    with _bars(18) as bar:
 
         def factory(description: str, total: int) -> Callable[..., None]:
             task = bar.add_task(description, total=max(total, 1))
@@ -167,9 +175,7 @@ def both_progress() -> Iterator[tuple[Progress, Callable[[str, int, int], None]]
         with progress_bars() as progress, stage_progress() as stages:
             yield progress, stages
         return
-    with Bars(
-        TextColumn("{task.description:<18}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn(), console=err
-    ) as bar:
+    with _bars(18) as bar:
         tasks: dict[str, Any] = {}
 
         def factory(description: str, total: int) -> Callable[..., None]:

@@ -29,11 +29,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import numpy as np
-
 from .errors import SurgeryError
 
-if TYPE_CHECKING:  # torch is imported where the processes talk: `surgery --help` stays fast
+if TYPE_CHECKING:  # imported where they are used: `surgery --help` and argument errors stay fast
+    import numpy as np
     import torch
 
 T = TypeVar("T")
@@ -169,6 +168,8 @@ def shard(items: Sequence[T], chunk: int = 1) -> list[T]:
 def all_reduce(values: np.ndarray, op: str = "sum") -> np.ndarray:
     """The elementwise sum (or max) of ``values`` over all ranks, on every rank: in float64, or in
     int64 when they are whole numbers (counts such as FLOPs pass 2⁵³, where float64 rounds them)."""
+    import numpy as np
+
     values = np.asarray(values)
     values = values.astype(np.int64 if np.issubdtype(values.dtype, np.integer) else np.float64)
     if not _group_ready():
@@ -187,6 +188,8 @@ def gather_rows(n: int, indices: Sequence[int], rows: np.ndarray) -> np.ndarray:
     Every rank passes the rows it computed; each item lands at its original index, so the result
     is the single-process array whatever the split.
     """
+    import numpy as np
+
     rows = np.asarray(rows)
     if not _group_ready():
         out = np.zeros((n,) + rows.shape[1:], dtype=rows.dtype)
@@ -265,6 +268,8 @@ def broadcast_json(value: Any = None) -> Any:
 
 def all_true(flag: bool) -> bool:
     """Whether ``flag`` holds on every rank (e.g. every rank found the findings in its cache)."""
+    import numpy as np
+
     return bool(all_reduce(np.array([0.0 if flag else 1.0]), "max")[0] == 0.0)
 
 
@@ -313,10 +318,14 @@ class Shard(Generic[T]):
         """Each ``[items, …]`` array, filled at this rank's rows, complete on every rank."""
         if not under_torchrun():
             return list(arrays)
+        import numpy as np
+
         return [gather_rows(self.items, self.mine, np.asarray(a)[self.mine]) for a in arrays]
 
     def sum(self, *values: float) -> np.ndarray:
         """The sums of ``values`` over every rank (float64; int64 when they are all whole numbers)."""
+        import numpy as np
+
         return all_reduce(np.array(values))
 
     def finish(self, progress: Callable[[int], None] | None, per_item: int = 1) -> None:

@@ -10,7 +10,6 @@ PyPI, so ``pip install 'llm-surgery[plots]'`` would fail for someone who install
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import json
 import shlex
 from collections.abc import Mapping
@@ -83,6 +82,8 @@ def _direct_url() -> tuple[Mapping[str, Any] | None, bool]:
     ``llm_surgery.egg-info`` (left by the editable build) comes first on ``sys.path`` and carries
     no pip record, while the installed ``.dist-info`` does.
     """
+    import importlib.metadata  # only where an install hint is printed: start-up stays short
+
     found = list(importlib.metadata.distributions(name=DISTRIBUTION))
     text = next((t for d in found if (t := d.read_text("direct_url.json"))), None)
     try:

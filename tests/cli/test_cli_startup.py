@@ -94,6 +94,20 @@ def test_a_command_imports_its_own_module_and_nothing_heavy(command):
     assert not _loaded(modules, heavy), f"surgery {command} imported these before running: {_loaded(modules, heavy)}"
 
 
+# What a command's start does not need (its run may: torch and transformers read package metadata).
+NOT_AT_START = {
+    "importlib.metadata": "an install hint's pip command only",
+    "rich.progress": "progress bars, drawn on a terminal only",
+}
+
+
+@pytest.mark.parametrize("command", ["apply", "verify", "find-neurons"])
+def test_a_command_starts_without_metadata_or_bars(command):
+    modules = _modules(RESOLVE, command)
+    loaded = _loaded(modules, NOT_AT_START)
+    assert not loaded, f"surgery {command} imported " + "; ".join(f"{m} ({NOT_AT_START[m]})" for m in loaded)
+
+
 def test_every_command_is_in_the_table_under_its_module():
     from surgery.cli.group import cli, register_all
 
