@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.finite_json import finite
 from ..core.checkpoint import file_sha256, file_tensors, is_other_weights
 from ..core.errors import CheckpointError, SurgeryError, VerificationError
 from ..core.progress import StageProgress, silent_stages
@@ -51,10 +52,12 @@ def record_file(path: Path) -> Path:
     return sidecars(path)[0] if path.is_file() else path / PROVENANCE_NAME
 
 
-def seal(prov: Mapping[str, Any]) -> str:
-    """The sha256 of ``prov``'s content but the seal itself (key order does not count)."""
+def seal(prov: Mapping[str, Any], allow_nan: bool = False) -> str:
+    """The sha256 of ``prov``'s content but the seal itself (key order does not count; a missing
+    number is null, or with ``allow_nan`` NaN as surgery.json had it before)."""
     body = {k: v for k, v in prov.items() if k != SEAL_KEY}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    body = body if allow_nan else finite(body)
+    return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=allow_nan).encode()).hexdigest()
 
 
 def provenance_text(prov: Mapping[str, Any]) -> str:
@@ -65,8 +68,14 @@ def provenance_text(prov: Mapping[str, Any]) -> str:
     parses to the same content (whitespace, the case of an exponent's 'e') breaks the text.
     Whoever rewrites surgery.json (the card refresh) writes it with this function.
     """
+    return _sealed_text(prov, allow_nan=False)
+
+
+def _sealed_text(prov: Mapping[str, Any], allow_nan: bool) -> str:
+    """surgery.json's text, a missing number as null (``allow_nan``: as NaN, the text of before)."""
     body = {k: v for k, v in prov.items() if k != SEAL_KEY}
-    return json.dumps({**body, SEAL_KEY: seal(body)}, indent=1) + "\n"
+    body = body if allow_nan else finite(body)
+    return json.dumps({**body, SEAL_KEY: seal(body, allow_nan)}, indent=1, allow_nan=allow_nan) + "\n"
 
 
 def record_text(record: BakeRecord) -> str:
@@ -87,7 +96,10 @@ def provenance_intact(path: Path) -> bool:
         data = load_json(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):  # a repeated key too: the seal covers one value
         return False
-    return isinstance(data, dict) and provenance_text(data).encode() == raw
+    if not isinstance(data, dict):
+        return False
+    # a surgery.json written before missing numbers were null holds NaN: sealed as that text
+    return raw in (provenance_text(data).encode(), _sealed_text(data, allow_nan=True).encode())
 
 
 def sweep_values(path: Path) -> list[str]:

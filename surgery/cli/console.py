@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from ..core import finite_json
 from ..core.progress import Progress
 
 if TYPE_CHECKING:  # rich's tables and bars are imported where drawn: `surgery --help` stays fast
@@ -106,7 +107,7 @@ def print_table(table: Table) -> None:
 
 def print_json(data: Any) -> None:
     """Machine-readable output: plain JSON on stdout, nothing else."""
-    print(json.dumps(data, indent=1, default=str))
+    print(finite_json.dumps(data, indent=1, default=str))  # a missing number: null, as jq reads
 
 
 def _bars(label_width: int, **options: Any) -> Bars:

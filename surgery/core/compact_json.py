@@ -11,17 +11,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# allow_nan=False: a list holding NaN or infinity (not numbers in JSON) raises and is indented instead
+from .finite_json import finite
+
+# allow_nan=False: a missing number is null (surgery.core.finite_json), never NaN
 _compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
-_scalar = json.JSONEncoder(ensure_ascii=False).encode
+_scalar = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
 _NUMBERS = {int, float, type(None)}  # by exact type: a bool's JSON is a word, not a number
 
 
 def dumps(obj: Any, indent: int = 1) -> str:
     """``json.dumps(obj, indent=indent, ensure_ascii=False)`` with every list whose items are all
-    ``null``, ints or finite floats written as ``[1,2.5,null]``: no spaces, no line breaks."""
+    ``null``, ints or floats written as ``[1,2.5,null]``: no spaces, no line breaks. A missing
+    number (NaN, infinity) is written as ``null`` (surgery.core.finite_json)."""
     parts: list[str] = []
-    _write(obj, 0, " " * indent, parts)
+    _write(finite(obj), 0, " " * indent, parts)
     return "".join(parts)
 
 
@@ -44,11 +47,8 @@ def _write(obj: Any, level: int, step: str, parts: list[str]) -> None:
         parts.append("\n" + step * level + "}")
     elif isinstance(obj, (list, tuple)):
         if set(map(type, obj)) <= _NUMBERS:
-            try:
-                parts.append(_compact(obj))  # also the empty list: "[]"
-                return
-            except ValueError:
-                pass
+            parts.append(_compact(obj))  # also the empty list: "[]"
+            return
         inner = "\n" + step * (level + 1)
         for i, v in enumerate(obj):
             parts.append(("[" if i == 0 else ",") + inner)

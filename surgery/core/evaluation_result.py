@@ -18,6 +18,7 @@ from typing import Any
 from .checkpoint import Checkpoint
 from .container import open_container
 from .errors import SurgeryError
+from .finite_json import dumps, finite
 from .evaluation_table import Evaluation, EvaluationRow
 from .staging import atomic_write_text
 from .strict_files import DuplicateKey, load_json
@@ -56,14 +57,8 @@ def metric_info(key: str) -> tuple[str, str, bool]:
 
 
 def clean(value: Any) -> Any:
-    """NaN → null (JSON has no NaN), recursively."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    return value
+    """NaN → null (JSON has no NaN), recursively (surgery.core.finite_json)."""
+    return finite(value)
 
 
 def new_result(
@@ -86,7 +81,7 @@ def new_result(
 
 
 def save_result(result: Mapping[str, Any], path: Path) -> None:
-    atomic_write_text(Path(path), json.dumps(clean(result), indent=1, ensure_ascii=False) + "\n")
+    atomic_write_text(Path(path), dumps(result, indent=1, ensure_ascii=False) + "\n")
 
 
 def load_result(path: str | Path) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from ..core import finite_json
 from ..core.architectures import architecture
 from ..core.cache import cache_dir
 from ..core.checkpoint import Checkpoint
@@ -151,7 +152,7 @@ def unchosen_findings(
 
 def save_findings(findings: Findings, path: Path) -> None:
     """Write findings atomically (an interrupted run leaves the old file or none)."""
-    atomic_write_text(Path(path), json.dumps(findings.to_dict(), indent=1, sort_keys=False, default=float) + "\n")
+    atomic_write_text(Path(path), finite_json.dumps(findings.to_dict(), indent=1, sort_keys=False, default=float) + "\n")
 
 
 def load_findings(path: str | Path, kind: str, as_type: type[F] | None = None) -> F:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core.finite_json import number
 from ..core.optional import require
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ def head_heatmap(
 ) -> Path:
     """Layers × heads heatmap of a per-head score (diverging colours around 0); ``marked`` heads boxed."""
     plt = pyplot()
+    grid = [[number(v) for v in row] for row in grid]  # a missing coefficient (null in the file) is blank
     rows, cols = len(grid), len(grid[0]) if grid else 0
     fig, ax = plt.subplots(figsize=(max(4.0, 0.35 * cols + 2), max(3.0, 0.25 * rows + 1.5)))
     peak = max((abs(v) for row in grid for v in row if math.isfinite(v)), default=1.0) or 1.0

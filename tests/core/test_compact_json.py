@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from surgery.core import compact_json
+from surgery.core.finite_json import finite
 
 # The layout's definition: json's indented text with whitespace removed inside every bracket pair
 # that holds only numbers and nulls (how findings files were always written).
@@ -17,7 +18,7 @@ _NUMBER_LIST = re.compile(r"\[(?:[-+0-9.eE,\s]|null)*\]")
 
 
 def reference(obj) -> str:
-    text = json.dumps(obj, indent=1, ensure_ascii=False)
+    text = json.dumps(finite(obj), indent=1, ensure_ascii=False)  # a missing number is null, never NaN
     return _NUMBER_LIST.sub(lambda m: re.sub(r"\s+", "", m.group(0)), text)
 
 
@@ -47,7 +48,7 @@ def test_a_findings_shaped_file_is_laid_out_as_before():
         {},
         [1, 2.5, None, -3, 10**30],
         [True, False, 1],  # booleans are words: indented, as json writes them
-        [1.0, math.nan, 2.0],  # NaN is not JSON's number: indented
+        [1.0, math.nan, 2.0],  # NaN is not JSON's number: a missing one, null
         [math.inf, -math.inf],
         [[], [[]], {}, [{}]],
         (1, 2, (3, 4)),
@@ -60,6 +61,16 @@ def test_a_findings_shaped_file_is_laid_out_as_before():
 )
 def test_every_value_json_writes_is_written_the_same(obj):
     assert compact_json.dumps(obj) == reference(obj)
+
+
+def test_a_missing_number_is_null_and_the_text_is_strict_json():
+    text = compact_json.dumps({"ci95": [math.nan, math.inf], "p": math.nan, "rows": [[1.5, -math.inf]]})
+    assert '"ci95": [null,null]' in text and '"p": null' in text and "[1.5,null]" in text
+    assert json.loads(text, parse_constant=_refuse) == {"ci95": [None, None], "p": None, "rows": [[1.5, None]]}
+
+
+def _refuse(name: str):
+    raise ValueError(f"{name} is not JSON")
 
 
 def test_other_indents_follow_json():

@@ -1,0 +1,37 @@
+"""JSON text with a missing number written as ``null``.
+
+A number that does not exist (the CI of a knockout without interval, a mean over no items) is NaN
+in the code. ``json.dumps`` writes it as ``NaN``, which is not JSON: ``jq``, JavaScript and strict
+parsers refuse the file. Findings files, surgery.json (and an adapter's), evaluation results and
+``--json`` output go through :func:`dumps`, which writes NaN and infinity as ``null``; their
+readers take ``null`` (and the ``NaN`` of files written before) as a missing number,
+:func:`number` turning it back into NaN where code computes with it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from numbers import Integral, Real
+from typing import Any
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float (numpy's too) replaced by None, recursively."""
+    if isinstance(value, Real) and not isinstance(value, Integral) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def dumps(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps(obj, **kwargs)`` with missing numbers as ``null`` (:func:`finite`); never ``NaN``."""
+    return json.dumps(finite(obj), allow_nan=False, **kwargs)
+
+
+def number(value: float | None) -> float:
+    """A number read from surgery's JSON as a float: ``null`` (a missing number) is NaN."""
+    return math.nan if value is None else float(value)

@@ -1,0 +1,68 @@
+"""A missing number (a knockout without CI) is written as null, not NaN: findings files and a baked
+folder's surgery.json parse with a strict JSON parser (jq, JavaScript), read back the same, and the
+files written before (NaN) still read, verify and show "—"."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+from surgery.bake.provenance import integrity_problems, load_provenance
+from surgery.find.findings import load_findings
+from surgery.find.heads import causal
+from surgery.find.heads.find import HeadFindings
+from tests.support.binding import FAST, char_model, write_small_benchmark
+from tests.support.cli import main_output
+
+
+def strict(text: str):
+    """``json.loads`` as jq reads: NaN and Infinity are not JSON."""
+
+    def refuse(name: str):
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_missing_ci_is_null_and_files_with_nan_still_read(tiny, tmp_path, capsys, monkeypatch):
+    """find-heads on a tiny model whose knockouts get no CI (the resamples' sign rule never holds),
+    then amplify-heads from those findings (one run for both halves: it takes most of the time)."""
+    monkeypatch.setattr(causal, "SIGN_KEPT", 1.01)
+    model = char_model(tiny, "llama")
+    bench = write_small_benchmark(tmp_path / "small.jsonl")
+    found = tmp_path / "f.json"
+    code, _, err = main_output(capsys, "find-heads", model, "--benchmark", bench, *FAST, "--out", found)
+    assert code == 0, err
+    baked = tmp_path / "baked"
+    code, _, err = main_output(
+        capsys, "amplify-heads", model, "--findings", found, "--alpha", "2", "--top", "1", "--out", baked
+    )
+    assert code == 0, err
+    data = strict(found.read_text())  # raises on NaN
+    assert data["knockout"]["tested"]["ci95"] == [None, None]
+    findings = load_findings(found, "heads", HeadFindings.record_type)
+    assert findings.knockout.tested.ci95 == [None, None]
+    assert findings.to_dict() == data  # read back the same, key for key
+    record = strict((baked / "surgery.json").read_text())
+    assert record["heads_findings"]["knockout_ci95"] == [None, None]
+    assert integrity_problems(baked, load_provenance(baked)) == []  # the seal holds
+    card = (baked / "README.md").read_text()
+    assert "nan" not in card.lower() and "knockout_ci95: —, —" in card
+
+    # the findings as surgery wrote them before: NaN for the missing bounds
+    old = json.loads(found.read_text())
+    old["knockout"]["tested"]["ci95"] = [math.nan, math.nan]
+    found.write_text(json.dumps(old, indent=1) + "\n")
+    findings = load_findings(found, "heads", HeadFindings.record_type)
+    assert all(math.isnan(v) for v in findings.knockout.tested.ci95)
+    # surgery.json as it was sealed before: the seal over the text with NaN
+    body = json.loads((baked / "surgery.json").read_text())
+    del body["provenance_sha256"]
+    body["heads_findings"]["knockout_ci95"] = [math.nan, math.nan]
+    seal = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    (baked / "surgery.json").write_text(json.dumps({**body, "provenance_sha256": seal}, indent=1) + "\n")
+    assert "NaN" in (baked / "surgery.json").read_text()
+    assert integrity_problems(baked, load_provenance(baked)) == []
+    code, out, err = main_output(capsys, "verify", model, baked)
+    assert code == 0, err + out
