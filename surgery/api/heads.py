@@ -109,7 +109,6 @@ def head_findings(
     from ..find.findings import unchosen_findings
     from ..find.heads.benchmark import benchmark_awareness_records
     from ..find.heads.find import HeadFindings, cached_find_heads
-    from ..find.heads.work import work_note
 
     source = typed(FindingsSource, options, source)
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
@@ -120,7 +119,8 @@ def head_findings(
         return found
     bench, pairs = _pairs(params)
     if newest and not source.recompute:
-        found = unchosen_findings(HeadFindings, ckpt, work_note(len(pairs), params), note)
+        # find-heads starts by saying its work (work_note): the note does not say it too
+        found = unchosen_findings(HeadFindings, ckpt, None, note)
         if found is not None:
             return found
     params = replace(params, extra={"benchmark_sha256": bench.sha256})

@@ -129,12 +129,13 @@ def newest_cached(found_type: type[FoundT], ckpt: Checkpoint) -> FoundT | None:
 
 
 def unchosen_findings(
-    found_type: type[FoundT], ckpt: Checkpoint, work: str, note: Callable[[str], None]
+    found_type: type[FoundT], ckpt: Checkpoint, work: str | None, note: Callable[[str], None]
 ) -> FoundT | None:
     """The rule of a baking command that finds when it must (amplify-heads, prune-neurons) when none
     of the options that decide the findings was given: the newest cached findings of this model
     (said in one line, with the file and its options), else None, after saying up front that the
-    finder runs first with its default options and what that takes (``work``)."""
+    finder runs first with its default options and what that takes (``work``; None: the finder
+    says it in its first line, as find-heads does, so it is not said twice)."""
     command = finder(found_type.kind).find_command
     found = newest_cached(found_type, ckpt)
     if found is not None:
@@ -143,6 +144,7 @@ def unchosen_findings(
             f"give --findings FILE or {command} options to choose others"
         )
         return found
+    work = work or f"{command} says what that takes as it starts"
     note(
         f"no {command} findings are cached for this model: running {command} with its default options first "
         f"({work}); interrupt it and run {command} with the options you want, then bake again"

@@ -67,7 +67,7 @@ def test_amplify_heads_with_nothing_cached_says_up_front_that_find_heads_runs(ti
     assert notes[0].startswith("no find-heads findings are cached for this model: running find-heads with its ")
     ((said, n_pairs, params),) = calls
     assert said == 1 and params.max_pairs is None and n_pairs > 1000  # the defaults, said before the run
-    assert f"({n_pairs} pairs: about " in notes[0] and "prompt passes" in notes[0]  # with its work
+    assert "(find-heads says what that takes as it starts)" in notes[0]  # its work: once, by find-heads
     # options given choose the findings: no "newest" rule, the exact key is looked up (and computed)
     notes.clear()
     with pytest.raises(Started):
@@ -75,6 +75,22 @@ def test_amplify_heads_with_nothing_cached_says_up_front_that_find_heads_runs(ti
             model, tmp_path / "out", alpha=2.5, max_pairs=8, callbacks=surgery.Callbacks(report=notes.append)
         )
     assert notes == [] and calls[-1][2].max_pairs == 8
+
+
+def test_amplify_heads_with_nothing_cached_says_find_heads_work_once(tiny, tmp_path, monkeypatch):
+    """The note says that find-heads runs first; find-heads' own first line says its work: once."""
+    model = char_model(tiny, "llama")
+    notes = []
+
+    class Stop:  # find-heads' FLOPs counter, built after the work note: the run stops there
+        of = staticmethod(_started)
+
+    monkeypatch.setattr(heads_find, "Counter", Stop)
+    with pytest.raises(Started):
+        surgery.amplify_heads(model, tmp_path / "out", alpha=2.5, callbacks=surgery.Callbacks(report=notes.append))
+    assert notes[0].startswith("no find-heads findings are cached for this model: running find-heads")
+    work = [n for n in notes if "prompt passes" in n]
+    assert len(work) == 1 and " pairs: about " in work[0]  # the defaults' work, said once
 
 
 def test_prune_neurons_without_capture_options_uses_the_newest_cached(tiny, tmp_path, capsys, monkeypatch):
