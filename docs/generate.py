@@ -135,7 +135,9 @@ def cli_reference() -> str:
         "",
         inspect.cleandoc(cli.help or ""),
         "",
-        "Every command prints one `Error: …` line and exits non-zero on bad input. Options of the "
+        "Every command prints one `Error: …` line and exits non-zero on bad input: a comma-separated "
+        "value with an empty item (`--alpha 2,,3`, a comma at an end) or a head or neuron named twice "
+        "(`--heads 7.7,7.7`) too. Options of the "
         "group itself go before the command (`surgery --debug find-heads …`):",
         "",
         "| option | what it does |",

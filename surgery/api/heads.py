@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.checkpoint import Checkpoint
+from ..core.comma_list import no_repeats
 from ..core.edits import HeadScale, Recipe, parse_heads
 from ..core.errors import ParameterError
 from ..core.progress import Progress, silent
@@ -289,4 +290,5 @@ def _head_pairs(heads: str | Iterable[tuple[int, int] | str]) -> list[tuple[int,
             pairs.append(index_pair(item, "heads", "(layer, head)", "[(7, 7), (8, 17)] or '7.7,8.17'"))
     if not pairs:
         raise ParameterError("{heads} is empty; give LAYER.HEAD pairs such as 7.7,8.17", "heads")
+    no_repeats((f"{layer}.{head}" for layer, head in pairs), "heads", "head")  # across the list's items too
     return pairs

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.checkpoint import Checkpoint
+from ..core.comma_list import no_repeats
 from ..core.edits import NeuronScale, Recipe, parse_neurons
 from ..core.errors import ParameterError
 from ..core.progress import Progress, silent
@@ -271,4 +272,5 @@ def _neuron_edits(
             edits.append(NeuronScale(layer, neuron, factor))
     if not edits:
         raise ParameterError("{neurons} is empty; give LAYER:NEURON labels such as 28:17,28:901", "neurons")
+    no_repeats((e.label for e in edits), "neurons", "neuron")  # across the list's items too
     return tuple(edits)

@@ -411,7 +411,9 @@ def export_lora(
         save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
         (tmp / "README.md").write_text(adapter_card(record, arch), encoding="utf-8")
         record.files = hash_files(tmp, sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()))
-        (tmp / ADAPTER_PROVENANCE_NAME).write_text(finite_json.dumps(record.to_dict(), indent=1) + "\n", encoding="utf-8")
+        (tmp / ADAPTER_PROVENANCE_NAME).write_text(
+            finite_json.dumps(record.to_dict(), indent=1) + "\n", encoding="utf-8"
+        )
     return record
 
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.finite_json import finite
 from ..core.checkpoint import file_sha256, file_tensors, is_other_weights
 from ..core.errors import CheckpointError, SurgeryError, VerificationError
+from ..core.finite_json import finite
 from ..core.progress import StageProgress, silent_stages
 from ..core.strict_files import DuplicateKey, load_json
 from ..core.vectors import VECTORS_NAME

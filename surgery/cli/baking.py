@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..api.bake_options import BakeOptions
 from ..api.baking import Baked
+from ..core.comma_list import comma_items
 from ..core.errors import ParameterError
 from .console import note, out, print_json
 from .options import PRIVATE_KEY, PUSH_KEY, REQUANTIZE_KEY, context_value
@@ -65,7 +66,7 @@ def parse_values(spec: str, option: str, example: str = "1.5,2,2.5") -> list[flo
     """``"1.5,2,2.5"`` → [1.5, 2.0, 2.5] for sweep options (``option`` names the flag in errors,
     ``example`` is the list the error shows: whole numbers for counts such as --n)."""
     values = []
-    for part in filter(None, (p.strip() for p in str(spec).split(","))):
+    for part in comma_items(spec, option, example):
         try:
             values.append(float(part))
         except ValueError:

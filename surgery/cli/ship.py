@@ -12,6 +12,7 @@ from rich.table import Table
 from .. import api
 from ..api.params import EvalParams
 from ..api.results import EvalResult
+from ..core.comma_list import comma_items
 from ..core.distributed import is_main
 from .console import err, out, print_json, print_table, progress_bars
 from .group import cli
@@ -224,7 +225,7 @@ def eval_cmd(
             data=api.EvalData(
                 bbq=bbq_paths,
                 n4=n4_path,
-                lm_eval=[t.strip() for t in lm_eval_tasks.split(",") if t.strip()],
+                lm_eval=comma_items(lm_eval_tasks, "lm_eval", "hellaswag,arc_easy"),
                 lm_eval_include=lm_eval_include,
                 prompts=prompts_path,
                 markers=markers_path,

@@ -18,8 +18,8 @@ from typing import Any
 from .checkpoint import Checkpoint
 from .container import open_container
 from .errors import SurgeryError
-from .finite_json import dumps, finite
 from .evaluation_table import Evaluation, EvaluationRow
+from .finite_json import dumps, finite
 from .staging import atomic_write_text
 from .strict_files import DuplicateKey, load_json
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from .comma_list import comma_items, no_repeats
 from .edit_kind import Edit, check_layer, check_scale, index, layer_list, number, recipe_key, register_edit_kind
 from .errors import RecipeError
 from .sites import Site
@@ -104,9 +105,10 @@ def check_head_layer(arch: Architecture, layer: int, where: str, what: str = "at
 
 
 def parse_heads(spec: str, alpha: float) -> list[HeadScale]:
-    """Parse ``"7.7,8.17"`` (layer.head pairs) from the command line."""
+    """Parse ``"7.7,8.17"`` (layer.head pairs) from the command line; an empty item or a head
+    named twice is refused."""
     out = []
-    for part in filter(None, (p.strip() for p in spec.split(","))):
+    for part in comma_items(spec, "heads", "7.7,8.17", RecipeError):
         try:
             layer, head = (int(x) for x in part.split("."))
         except ValueError:
@@ -114,4 +116,5 @@ def parse_heads(spec: str, alpha: float) -> list[HeadScale]:
         out.append(HeadScale(layer, head, alpha))
     if not out:
         raise RecipeError("--heads is empty; give LAYER.HEAD pairs such as 7.7,8.17")
+    no_repeats((f"{h.layer}.{h.head}" for h in out), "heads", "head", RecipeError)
     return out

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .architectures import TABLE_LOCATION
+from .comma_list import comma_items, no_repeats
 from .edit_kind import Edit, check_layer, check_scale, index, layer_list, number, recipe_key, register_edit_kind
 from .errors import RecipeError
 from .sites import Site
@@ -217,9 +218,10 @@ def parse_neuron(text: str) -> tuple[int, int, int | str | None]:
 
 
 def parse_neurons(spec: str, factor: float) -> list[NeuronScale]:
-    """Parse ``"28:17,3:e5:17,3:s:2"`` (see :func:`neuron_label`), as the command line and the API take it."""
+    """Parse ``"28:17,3:e5:17,3:s:2"`` (see :func:`neuron_label`), as the command line and the API take
+    it; an empty item or a neuron named twice is refused."""
     out = []
-    for part in filter(None, (p.strip() for p in spec.split(","))):
+    for part in comma_items(spec, "neurons", "28:17,28:901", RecipeError):
         try:
             layer, neuron, expert = parse_neuron(part)
         except RecipeError as exc:
@@ -228,4 +230,5 @@ def parse_neurons(spec: str, factor: float) -> list[NeuronScale]:
         out.append(NeuronScale(layer, neuron, factor, expert))
     if not out:
         raise RecipeError("{neurons} is empty; give LAYER:NEURON pairs such as 28:17,28:901", "neurons")
+    no_repeats((e.label for e in out), "neurons", "neuron", RecipeError)
     return out

@@ -154,7 +154,9 @@ def unchosen_findings(
 
 def save_findings(findings: Findings, path: Path) -> None:
     """Write findings atomically (an interrupted run leaves the old file or none)."""
-    atomic_write_text(Path(path), finite_json.dumps(findings.to_dict(), indent=1, sort_keys=False, default=float) + "\n")
+    atomic_write_text(
+        Path(path), finite_json.dumps(findings.to_dict(), indent=1, sort_keys=False, default=float) + "\n"
+    )
 
 
 def load_findings(path: str | Path, kind: str, as_type: type[F] | None = None) -> F:

@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..core.comma_list import comma_items
 from ..core.errors import CheckpointError
 from ..core.sizes import human_size
 
@@ -110,7 +111,7 @@ def parse_max_memory(text: str | None) -> dict[Any, int] | None:
         return None
     budget: dict[Any, int] = {}
     given: dict[Any, str] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
+    for part in comma_items(text, "max_memory", "0=70GiB,cpu=100GiB", CheckpointError):
         device, sep, size = part.partition("=")
         device = device.strip().lower()
         if not sep or not device:

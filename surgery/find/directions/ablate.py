@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...core.architectures import Architecture
+from ...core.comma_list import comma_items, no_repeats
 from ...core.edit_kind import layer_list
 from ...core.edits import FolderVectors, Recipe
 from ...core.errors import ParameterError
@@ -62,7 +63,8 @@ def layer_weights(kernel: KernelParams, num_layers: int, best: int) -> dict[int,
 
 def sides(kernel: KernelParams) -> list[str]:
     """The sides ``kernel.modules`` lists (attention, mlp)."""
-    names = [m.strip() for m in kernel.modules.split(",") if m.strip()]
+    names = comma_items(kernel.modules, "modules", "attention,mlp")
+    no_repeats(names, "modules", "side")
     bad = [m for m in names if m not in ROLES]
     if bad or not names:
         raise ParameterError(f"{{modules}} must list {' and/or '.join(ROLES)}, got {kernel.modules!r}", "modules")

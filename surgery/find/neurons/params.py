@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.comma_list import comma_items
 from ...core.errors import RecipeError
 from ...core.options import check_options, param
 
@@ -22,7 +23,7 @@ DEFAULT_SPARE = 0.01
 
 def categories_of(values: tuple[str, ...]) -> tuple[str, ...] | None:
     """--category may be repeated or comma-separated; None means every category."""
-    names = tuple(c.strip() for v in values for c in v.split(",") if c.strip())
+    names = tuple(c for v in values for c in comma_items(v, "categories", "Gender,Religion"))
     return names or None
 
 
@@ -31,7 +32,7 @@ def parse_layers(spec: str | None) -> list[int] | None:
     if not spec:
         return None
     layers: list[int] = []
-    for part in filter(None, (p.strip() for p in spec.split(","))):
+    for part in comma_items(spec, "layers", "0,5,28-29", RecipeError):
         try:
             lo, _, hi = part.partition("-")
             first, last = int(lo), int(hi or lo)
