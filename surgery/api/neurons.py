@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.checkpoint import Checkpoint
 from ..core.comma_list import no_repeats
+from ..core.counted import counted
 from ..core.edits import NeuronScale, Recipe, parse_neurons
 from ..core.errors import ParameterError
 from ..core.progress import Progress, silent
@@ -74,7 +75,7 @@ def neuron_findings(
         return found
     pairs = load_pairs(capture.pairs, capture.language, capture.category_list)
     if newest and not recompute:
-        work = f"{len(pairs)} pairs: {2 * len(pairs):,} prompt forward passes"
+        work = f"{counted(len(pairs), 'pair')}: {2 * len(pairs):,} prompt forward passes"
         if (found := unchosen_findings(NeuronFindings, ckpt, work, note)) is not None:
             return found
     if any_categories and capture.categories and (recompute or not cached_path(ckpt, pairs, load).is_file()):

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from .. import api
 from ..api.params import LoadSpec
+from ..core.counted import counted
 from .baking import bake_settings, print_baked, print_result
 from .console import note, out, print_json, print_table, stage_progress
 from .group import cli
@@ -125,7 +126,7 @@ def verify_cmd(source: str, baked: Path, load: LoadSpec, structural_only: bool, 
             else ""
         )
         out.print(
-            f"[green]OK[/]: {report.files_checked} files, {report.tensors_edited} edited tensors match "
+            f"[green]OK[/]: {counted(report.files_checked, 'file')}, {counted(report.tensors_edited, 'edited tensor')} match "
             f"the source and the recipe{diff}"
         )
     else:
@@ -152,4 +153,4 @@ def undo_cmd(baked: Path, out_dir: Path, force: bool, as_json: bool) -> None:
     if as_json:
         print_json({"out": str(out_dir), "files": hashes})
     else:
-        out.print(f"[green]Restored[/] {len(hashes)} files, sha256-identical to the source → {out_dir}")
+        out.print(f"[green]Restored[/] {counted(len(hashes), 'file')}, sha256-identical to the source → {out_dir}")

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from .. import api
 from ..api.params import DirectionParams, KernelParams, LoadSpec
+from ..core.counted import counted
 from .baking import bake_settings, each_line, print_result
 from .console import both_progress, note, out, print_json, print_table, progress_bars
 from .group import cli
@@ -116,7 +117,7 @@ def ablate_direction_cmd(
         if not as_json:
             weights = plans[0].extra["direction_kernel"]["weights"]
             shown = ", ".join(f"{layer}: {w:g}" for layer, w in weights.items())
-            out.print(f"Layer weights: {shown} ({len(plans[0].recipe.edits)} edits)")
+            out.print(f"Layer weights: {shown} ({counted(len(plans[0].recipe.edits), 'edit')})")
 
     with both_progress() as (_, stages):
         result = api.ablate_direction(

@@ -12,6 +12,7 @@ from rich.table import Table
 from .. import api
 from ..api.params import PAIR_FIELDS, SEARCH_FIELDS, FindParams, LoadSpec
 from ..api.records import BindingScores, Confirmation, HeadsFindings, delta_s_caveat, weak_heads_caveat
+from ..core.counted import counted
 from .baking import bake_settings, each_line, parse_values, print_result
 from .console import both_progress, note, out, print_json, print_table, progress_bars
 from .group import cli
@@ -62,7 +63,7 @@ def print_confirmation(conf: Confirmation, selected: list[tuple[int, int]]) -> N
     which = (
         f"{conf.candidates} of discovery's top heads knocked out alone, in the screen's order"
         if screened
-        else f"discovery's top {conf.candidates} heads knocked out alone"
+        else f"discovery's top {counted(conf.candidates, 'head')} knocked out alone"
     )
     table = Table(title=f"Knockout confirmation: each of {which}; significant = 95% CI above 0")
     cols = ["head", "disc. rank"] + (["screen rank", "screened %"] if screened else [])
@@ -85,7 +86,7 @@ def print_confirmation(conf: Confirmation, selected: list[tuple[int, int]]) -> N
     if screened:
         out.print(
             f"Attribution-patching screen: Spearman {_fmt(conf.spearman, 2)} between screened and exact "
-            f"effects of these {conf.candidates} heads"
+            f"effects of these {counted(conf.candidates, 'head')}"
         )
     caveat = weak_heads_caveat(max(0, len(selected) - conf.n_significant), len(selected))
     if caveat:

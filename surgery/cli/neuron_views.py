@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ..api.records import CategoryOverlap, ExpertReport, NeuronsDataset, NeuronSelection
+from ..core.counted import counted
 from .console import out, print_table
 
 BAR_WIDTH = 30
@@ -76,7 +77,7 @@ def print_experts(report: ExpertReport) -> None:
 def print_summary(summary: NeuronSelection, dataset: NeuronsDataset | None, title: str = "") -> None:
     """The rich view of one selection (find-neurons shows the top n; prune-neurons what it bakes)."""
     head = (
-        f"Top {summary.n} neurons by {summary.score} ({summary.rule}"
+        f"Top {counted(summary.n, 'neuron')} by {summary.score} ({summary.rule}"
         + (f", w = {summary.bias_weight:g}" if summary.score == "fairness" else "")
         + (f", sparing the {summary.spare_active:g} most active per layer" if summary.spare_active else "")
         + ")"

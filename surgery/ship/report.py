@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..bake.bake import hash_files
+from ..core.counted import counted
 from ..core.errors import FindingsError
 from ..core.evaluation_result import RESULT_FORMAT, card_summary, load_result
 from ..core.heads_caveats import caveats
@@ -136,7 +137,7 @@ def _neurons_section(f: NeuronsFindings, stem: str, out: Path) -> list[str]:
     lines = [f"## MLP neurons — {f.model.path or '?'}", ""]
     if s and s.neurons:
         lines.append(
-            f"Top {s.n if s.n is not None else len(s.neurons)} neurons by {s.score or '?'} ({s.rule or '?'} "
+            f"Top {counted(s.n if s.n is not None else len(s.neurons), 'neuron')} by {s.score or '?'} ({s.rule or '?'} "
             f"selection); categories: {', '.join(s.categories or [])}"
         )
         # The columns find-neurons prints: the score the ranking is by among them, and under the

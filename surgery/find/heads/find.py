@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ... import __version__
+from ...core import counted as wording
 from ...core import distributed
 from ...core.architectures import Architecture, architecture
 from ...core.cache import cache_path
@@ -185,7 +186,9 @@ def find_heads(
             pool = ranked[: params.confirm]
             put = pool_order(rows, pool)[: params.screen_candidates()] if screened else pool
             # the visible cost: one pass over the binding prompts per candidate
-            runner.progress = progress(f"knockout confirmation ({len(put)} heads)", 2 * len(sub) * len(put))
+            runner.progress = progress(
+                f"knockout confirmation ({wording.counted(len(put), 'head')})", 2 * len(sub) * len(put)
+            )
             confirmed = confirmation(runner, disc, put, params.seed, rows)
             while screened and (
                 more := still_open(rows, pool_order(rows, pool), confirmed["heads"], params.knockout_heads)
@@ -364,7 +367,9 @@ class HeadFindings(Found):
         order = self.data.ranking()  # the knockout-confirmed ranking when the findings have one
         top = top or len(self.data.selected()) or 1
         if top > len(order):
-            raise RecipeError(f"--top {top} but the findings rank only {len(order)} heads; choose a smaller --top")
+            raise RecipeError(
+                f"--top {top} but the findings rank only {wording.counted(len(order), 'head')}; choose a smaller --top"
+            )
         return order[:top]
 
     def record(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...core.counted import counted
 from ...core.mcq import Encoded
 from .baseline import Sequential
 from .flops import Counter
@@ -71,7 +72,7 @@ def work_note(n_pairs: int, params: FindParams) -> str:
             f"{CPU_REFERENCE_MINUTES[1]} min): use those on a CPU, or a GPU"
         )
     screen = " at most, the screen's backward counted as one" if params.screened else ""
-    return f"{n_pairs} pairs: about {total:,} prompt passes ({knockout_passes(params)} knockout passes{screen}){hint}"
+    return f"{counted(n_pairs, 'pair')}: about {total:,} prompt passes ({knockout_passes(params)} knockout passes{screen}){hint}"
 
 
 def flops_note(

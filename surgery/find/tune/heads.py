@@ -15,6 +15,7 @@ from typing import Any
 
 from ... import __version__
 from ...core.checkpoint import Checkpoint
+from ...core.counted import counted
 from ...core.edits import HeadScale
 from ...core.errors import ParameterError
 from ...core.mcq import Encoded, is_instruct
@@ -46,7 +47,7 @@ def head_space(params: TuneParams, found: HeadFindings) -> tuple[list[tuple[int,
     top_max = params.top_max or len(found.data.selected()) or 1
     if top_max > len(ranking):
         raise ParameterError(
-            f"{{top_max}} {top_max} but the findings rank only {len(ranking)} heads; give a smaller {{top_max}}",
+            f"{{top_max}} {top_max} but the findings rank only {counted(len(ranking), 'head')}; give a smaller {{top_max}}",
             "top_max",
         )
     return ranking, top_max
