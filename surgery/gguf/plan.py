@@ -19,11 +19,23 @@ from ..core.edits import Recipe
 from ..core.errors import CheckpointError, RecipeError
 from ..core.resolve import Resolver, TensorSlice
 from ..core.sites import sites
-from .blocks import Edited, block_type
+from .blocks import Edited, PartialEdit, block_type
+from .blocks.base import IMPORT
 from .header import GgufTensor
 from .model import GgufModel
 
 READ_SPAN = 4 << 20  # the most bytes one read of edited blocks spans (the blocks and the gaps between them)
+
+# What a refusal of a part-of-a-block edit says, by the edit kind that scales the columns: a neuron's
+# down column is one value of a block in every row whatever the user picks, and a head's columns
+# cover part of a block by the model's head_dim, so "whole blocks" is no choice the user has.
+PARTIAL = {
+    "neuron": PartialEdit(
+        "a neuron's factor other than 0 (on its down-projection column, one value of each row)",
+        ("prune the neuron instead (factor 0 is exact)", IMPORT),
+    ),
+    "head": PartialEdit("a head's α (on its head_dim columns of each row)"),
+}
 
 
 @dataclass
@@ -37,6 +49,12 @@ class TensorEdit:
     tensor: GgufTensor
     rows: dict[int, float] = field(default_factory=dict)
     cols: dict[tuple[int, int], dict[int, float]] = field(default_factory=dict)
+    col_kinds: set[str] = field(default_factory=set)  # the kinds of the edits that scale columns
+
+    def partial(self) -> PartialEdit:
+        """How a refusal names this tensor's edit where it scales part of a block."""
+        kind = next(iter(self.col_kinds)) if len(self.col_kinds) == 1 else ""
+        return PARTIAL.get(kind, PartialEdit())
 
     @property
     def matrix(self) -> tuple[int, int]:
@@ -133,6 +151,7 @@ def plan_gguf(model: GgufModel, recipe: Recipe) -> GgufPlan:
             te = by_name.setdefault(t.name, TensorEdit(t))
             if not piece.as_rows:
                 te.scale_cols(first, count, piece.lines, piece.scale)
+                te.col_kinds.add(edit.kind)
                 continue
             for i in piece.lines:
                 te.rows[first + i] = te.rows.get(first + i, 1.0) * piece.scale
@@ -231,4 +250,6 @@ def edit_tensor(fd: int, te: TensorEdit, requantize: bool, original: np.ndarray 
     offsets, rows, blocks = te.units()
     kind = block_type(te.tensor.type, te.tensor.name)
     old = read_units(fd, offsets, kind.block_shape[1]) if original is None else original
-    return EditedBlocks(te, offsets, old, kind.edit(old, te.factors(rows, blocks), te.tensor.name, requantize))
+    return EditedBlocks(
+        te, offsets, old, kind.edit(old, te.factors(rows, blocks), te.tensor.name, requantize, te.partial())
+    )

@@ -11,7 +11,16 @@ from surgery.bake.gguf import bake_gguf
 from surgery.bake.gguf_verify import undo_gguf, verify_gguf
 from surgery.core.edits import Recipe, parse_neurons
 from surgery.core.errors import RecipeError, SurgeryError
-from surgery.gguf.blocks import Edited, GgufBlockType, base, block_type, registered, requantizable, supported
+from surgery.gguf.blocks import (
+    Edited,
+    GgufBlockType,
+    PartialEdit,
+    base,
+    block_type,
+    registered,
+    requantizable,
+    supported,
+)
 from surgery.gguf.blocks.floats import FloatValues
 from surgery.gguf.blocks.mxfp4 import MXFP4
 from surgery.gguf.blocks.scaled import Q8_0, KQuantBlocks, ScaledBlocks
@@ -84,7 +93,9 @@ def test_a_block_type_registered_in_a_test_is_dispatched_to(tmp_path, own_regist
         def dequantize(self, blocks: np.ndarray) -> np.ndarray:
             return blocks.view(np.int8).astype(np.float32).reshape(len(blocks), -1)
 
-        def edit(self, blocks: np.ndarray, factors: np.ndarray, tensor: str, requantize: bool) -> Edited:
+        def edit(
+            self, blocks: np.ndarray, factors: np.ndarray, tensor: str, requantize: bool, part: PartialEdit
+        ) -> Edited:
             edited.append(tensor)
             want = self.dequantize(blocks) * factors
             if not ((want == np.round(want)) & (np.abs(want) <= 127)).all():

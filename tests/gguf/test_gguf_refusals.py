@@ -62,8 +62,11 @@ def test_part_of_a_k_quant_super_block_is_refused_even_with_requantize(tmp_path)
     src = tmp_path / "src.gguf"
     write_typed_gguf(src, "Q4_K", heads=4, head_dim=64)  # a head is 64 of a row's 256-value super-block
     recipe = Recipe((HeadScale(0, 1, 2.0),))
-    refused(tmp_path, src, recipe, r"Q4_K\): the edit scales part of a 256-value block .* cannot requantize Q4_K")
-    refused(tmp_path, src, recipe, "gguf-py cannot requantize Q4_K", requantize=True)
+    # head_dim is the model's: "whole blocks" is no choice the user has, importing the GGUF is
+    said = r"Q4_K\): a head's α \(on its head_dim columns of each row\) scales part of a 256-value block, .*; "
+    fix = r"gguf-py cannot requantize Q4_K: import the GGUF \(surgery import-gguf\) and bake the checkpoint$"
+    refused(tmp_path, src, recipe, said + fix)
+    refused(tmp_path, src, recipe, said + fix, requantize=True)
 
 
 def test_a_direction_edit_is_refused_not_skipped(tmp_path):
@@ -84,10 +87,27 @@ def test_a_steer_edit_is_refused(tmp_path):
     refused(tmp_path, src, recipe, "a steer edit adds a vector to biases, which a GGUF block")
 
 
-def test_a_neuron_scaled_not_pruned_needs_its_down_column_alone(tmp_path):
+@pytest.mark.parametrize(
+    "kind, fix",
+    [
+        ("Q4_1", "add --requantize, prune the neuron instead"),
+        ("Q8_0", "add --requantize, prune the neuron instead"),
+        ("Q4_K", "gguf-py cannot requantize Q4_K: prune the neuron instead"),
+    ],
+)
+def test_a_neuron_scaled_not_pruned_needs_its_down_column_alone(kind, fix, tmp_path):
+    """A neuron's down column is one value of a block in every row, whatever neurons the user picks:
+    the refusal offers what fits a neuron (not "edit whole blocks")."""
     src = tmp_path / "src.gguf"
-    write_typed_gguf(src, "Q4_1")
-    refused(tmp_path, src, Recipe(tuple(parse_neurons("0:3", 0.5))), "part of a 32-value block .* --requantize")
+    write_typed_gguf(src, kind)
+    said = r"blk\.0\.ffn_down\.weight \(" + kind + r"\): a neuron's factor other than 0 \(on its down-projection column"
+    rest = r" \(factor 0 is exact\), or import the GGUF \(surgery import-gguf\) and bake the checkpoint$"
+    refused(
+        tmp_path,
+        src,
+        Recipe(tuple(parse_neurons("0:3", 0.5))),
+        said + r".* part of a \d+-value block, .*; " + fix + rest,
+    )
 
 
 def test_inexact_alpha_is_refused_then_requantized_with_its_error_recorded(tmp_path):

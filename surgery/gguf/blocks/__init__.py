@@ -9,7 +9,16 @@ package registers them, in the order that refusals list them. docs/contributing/
 adds one.
 """
 
-from .base import Edited, GgufBlockType, QuantizedBlocks, block_type, registered, requantizable, supported
+from .base import (
+    Edited,
+    GgufBlockType,
+    PartialEdit,
+    QuantizedBlocks,
+    block_type,
+    registered,
+    requantizable,
+    supported,
+)
 
 # isort: off
 from . import floats, scaled, mxfp4, nvfp4  # registered in this order: the order refusals list them in
@@ -18,6 +27,7 @@ from . import floats, scaled, mxfp4, nvfp4  # registered in this order: the orde
 __all__ = [
     "Edited",
     "GgufBlockType",
+    "PartialEdit",
     "QuantizedBlocks",
     "block_type",
     "floats",

@@ -31,6 +31,23 @@ _REGISTRY: dict[str, type[GgufBlockType]] = {}
 ROW_BLOCKS = 256  # blocks handed to gguf-py's dequantizer as one row (it decodes 16 rows per numpy call)
 
 
+IMPORT = "import the GGUF (surgery import-gguf) and bake the checkpoint"
+
+
+@dataclass(frozen=True)
+class PartialEdit:
+    """What an edit that scales part of a block is, as its refusal names it, and what the user can
+    do instead besides ``--requantize`` (the plan knows the edit; a block type only its factors)."""
+
+    what: str = "the edit"
+    instead: tuple[str, ...] = (IMPORT,)
+
+    def options(self, requantize: str | None) -> str:
+        """``requantize`` (when the type can: "add --requantize") and the alternatives, as one clause."""
+        said = [*([requantize] if requantize else []), *self.instead]
+        return said[0] if len(said) == 1 else ", ".join(said[:-1]) + ", or " + said[-1]
+
+
 @dataclass
 class Edited:
     """New bytes of the edited blocks, and what requantizing some of them cost."""
@@ -90,9 +107,12 @@ class GgufBlockType(ABC):
         return np.ascontiguousarray(out).view(np.uint8).reshape(len(values), -1)
 
     @abstractmethod
-    def edit(self, blocks: np.ndarray, factors: np.ndarray, tensor: str, requantize: bool) -> Edited:
+    def edit(
+        self, blocks: np.ndarray, factors: np.ndarray, tensor: str, requantize: bool, part: PartialEdit = PartialEdit()
+    ) -> Edited:
         """New bytes for ``blocks`` (U, bytes) whose values are multiplied by ``factors`` (U, values):
-        exactly, or refused in one line naming ``tensor`` unless ``requantize`` (then the error is measured)."""
+        exactly, or refused in one line naming ``tensor`` unless ``requantize`` (then the error is measured);
+        ``part`` names the edit where it scales part of a block."""
 
 
 class QuantizedBlocks(GgufBlockType):
@@ -117,7 +137,9 @@ class QuantizedBlocks(GgufBlockType):
         """``blocks`` with each value whose factor is 0 set to an exact 0 (types that ``zeroes_values``)."""
         raise NotImplementedError(f"{self.name} cannot zero a single value")
 
-    def edit(self, blocks: np.ndarray, factors: np.ndarray, tensor: str, requantize: bool) -> Edited:
+    def edit(
+        self, blocks: np.ndarray, factors: np.ndarray, tensor: str, requantize: bool, part: PartialEdit = PartialEdit()
+    ) -> Edited:
         old = self.dequantize(blocks)
         with np.errstate(over="ignore", invalid="ignore"):
             want = old * factors.astype(np.float32)
@@ -131,7 +153,7 @@ class QuantizedBlocks(GgufBlockType):
             if self.zeroes_values and np.isin(factors[parts], (0.0, 1.0)).all():
                 new[parts] = self.zeroed(blocks[parts], factors[parts])
             elif not requantize:
-                raise RecipeError(self._part_refusal(tensor, factors.shape[1]))
+                raise RecipeError(self._part_refusal(tensor, factors.shape[1], part))
         exact = (self.dequantize(new) == want).all(axis=1)
         if exact.all():
             return Edited(new)
@@ -142,9 +164,11 @@ class QuantizedBlocks(GgufBlockType):
                 "exactly; a power of two is); use a power of two" + (", or --requantize" if self.requantizable else "")
             )
         if not self.requantizable:
+            if not uniform.all():  # part of a block, which requantizing would have carried: said as without it
+                raise RecipeError(self._part_refusal(tensor, factors.shape[1], part))
             raise RecipeError(
                 f"{tensor} ({self.name}): the edit is not exact in {self.name} and gguf-py cannot requantize "
-                f"{self.name} (only {', '.join(requantizable())}); use a power-of-two factor on whole blocks"
+                f"{self.name} (only {', '.join(requantizable())}); use a power-of-two factor"
             )
         redo = ~exact
         new[redo] = self.quantize(want[redo])
@@ -157,11 +181,12 @@ class QuantizedBlocks(GgufBlockType):
             float(np.sqrt((err.astype(np.float64) ** 2).sum())) / norm if norm else 0.0,
         )
 
-    def _part_refusal(self, tensor: str, values: int) -> str:
-        fix = "add --requantize" if self.requantizable else f"gguf-py cannot requantize {self.name}"
+    def _part_refusal(self, tensor: str, values: int, part: PartialEdit) -> str:
+        fix = part.options("add --requantize") if self.requantizable else part.options(None)
+        cannot = "" if self.requantizable else f"gguf-py cannot requantize {self.name}: "
         return (
-            f"{tensor} ({self.name}): the edit scales part of a {values}-value block and {self.part_reason}; "
-            f"{fix}, or edit whole blocks"
+            f"{tensor} ({self.name}): {part.what} scales part of a {values}-value block, and {self.part_reason}; "
+            f"{cannot}{fix}"
         )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...core.errors import RecipeError
-from .base import Edited, GgufBlockType
+from .base import Edited, GgufBlockType, PartialEdit
 
 
 class FloatValues(GgufBlockType):
@@ -14,7 +14,9 @@ class FloatValues(GgufBlockType):
 
     zeroes_values = True
 
-    def edit(self, blocks: np.ndarray, factors: np.ndarray, tensor: str, requantize: bool) -> Edited:
+    def edit(
+        self, blocks: np.ndarray, factors: np.ndarray, tensor: str, requantize: bool, part: PartialEdit = PartialEdit()
+    ) -> Edited:
         old = self.dequantize(blocks)
         with np.errstate(over="ignore", invalid="ignore"):
             want = old * factors.astype(np.float32)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...core.errors import RecipeError
 from ...core.optional import require
-from .base import Edited, GgufBlockType
+from .base import Edited, GgufBlockType, PartialEdit
 
 GROUPS, GROUP = 4, 16  # a block's groups, and the values of each
 
@@ -35,7 +35,9 @@ class NVFP4(GgufBlockType):
         np.bitwise_and.at(out, (units, at), np.where(j < 8, 0xF0, 0x0F).astype(np.uint8))
         return out
 
-    def edit(self, blocks: np.ndarray, factors: np.ndarray, tensor: str, requantize: bool) -> Edited:
+    def edit(
+        self, blocks: np.ndarray, factors: np.ndarray, tensor: str, requantize: bool, part: PartialEdit = PartialEdit()
+    ) -> Edited:
         """Factors uniform on each group of 16 go through its scale (0 through its codes); single values
         can only be zeroed; every block is then checked against gguf-py's decoder, bit for bit."""
         old = self.dequantize(blocks)
@@ -45,8 +47,8 @@ class NVFP4(GgufBlockType):
         uniform = (groups == groups[:, :, :1]).all(axis=2)  # (U, GROUPS)
         if not (uniform | np.isin(groups, (0.0, 1.0)).all(axis=2)).all():
             raise RecipeError(
-                f"{tensor} ({self.name}): the edit scales part of a group of {GROUP} values, which share one e4m3 "
-                "scale, and gguf-py cannot requantize NVFP4; edit whole groups of 16, or prune"
+                f"{tensor} ({self.name}): {part.what} scales part of a group of {GROUP} values, which share one "
+                f"e4m3 scale, and gguf-py cannot requantize NVFP4: {part.options(None)}"
             )
         factor = np.where(uniform, groups[:, :, 0], 1.0)
         new = self._group_scaled(blocks, np.where(factor == 0, 1.0, factor))
