@@ -8,12 +8,16 @@ import hashlib
 import json
 import math
 
+import surgery
 from surgery.bake.provenance import integrity_problems, load_provenance
 from surgery.find.findings import load_findings
 from surgery.find.heads import causal
 from surgery.find.heads.find import HeadFindings
 from tests.support.binding import FAST, char_model, write_small_benchmark
-from tests.support.cli import main_output
+from tests.support.cli import main_output, run_main
+from tests.support.paths import FIXTURES
+
+DIRECTIONS = FIXTURES / "direction_model"
 
 
 def strict(text: str):
@@ -66,3 +70,19 @@ def test_a_missing_ci_is_null_and_files_with_nan_still_read(tiny, tmp_path, caps
     assert integrity_problems(baked, load_provenance(baked)) == []
     code, out, err = main_output(capsys, "verify", model, baked)
     assert code == 0, err + out
+
+
+def test_an_infinite_separation_is_null_in_the_file_and_read_back_as_infinite(tmp_path, capsys):
+    """One prompt a side: no variance along the direction, Cohen's d is infinite (not a JSON number)."""
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    for path, name in ((a, "a"), (b, "b")):
+        path.write_text((DIRECTIONS / f"{name}.txt").read_text().splitlines()[0] + "\n")
+    found = surgery.find_direction(DIRECTIONS, a=a, b=b, device="cpu")
+    assert all(math.isinf(r.separation) for r in found.data.layers)
+    data = strict(found.path.read_text())  # raises on Infinity
+    assert [r["separation"] for r in data["layers"]] == [None] * len(found.data.layers)
+    again = surgery.find_direction(DIRECTIONS, a=a, b=b, device="cpu")
+    assert again.from_cache and again.data == found.data
+    shown = run_main(["find-direction", DIRECTIONS, "--a", a, "--b", b, "--device", "cpu"], capsys)
+    assert shown.returncode == 0, shown.stderr  # the table prints the cached findings
+    assert "inf" in shown.stdout

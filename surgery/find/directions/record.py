@@ -8,10 +8,11 @@ cosines between layers, the best layer and the vectors file that goes with the J
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...core.json_record import JsonRecord, entry, listof, part
+from ...core.json_record import Codec, JsonRecord, entry, listof, part
 from ..findings import Findings
 
 
@@ -34,6 +35,11 @@ class DirectionsDataset(JsonRecord):
     chat_template: bool | None = None
 
 
+# Cohen's d of two sets without variance along the direction is infinite; JSON has no infinity, so
+# the file holds null (surgery.core.finite_json), read back as what it was.
+UNBOUNDED = Codec(lambda raw, at: math.inf if raw is None else raw, lambda value: value)
+
+
 @dataclass(kw_only=True)
 class LayerDirection(JsonRecord):
     """One layer's direction, mean(a) − mean(b): its norm, the norms of the two means, and how well
@@ -43,7 +49,7 @@ class LayerDirection(JsonRecord):
     norm: float
     norm_a: float | None = None
     norm_b: float | None = None
-    separation: float
+    separation: float = entry(codec=UNBOUNDED)
     accuracy: float | None = None
 
 
