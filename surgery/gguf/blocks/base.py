@@ -182,7 +182,7 @@ class QuantizedBlocks(GgufBlockType):
         )
 
     def _part_refusal(self, tensor: str, values: int, part: PartialEdit) -> str:
-        fix = part.options("add --requantize") if self.requantizable else part.options(None)
+        fix = part.options("add --requantize" if self.requantizable else None)
         cannot = "" if self.requantizable else f"gguf-py cannot requantize {self.name}: "
         return (
             f"{tensor} ({self.name}): {part.what} scales part of a {values}-value block, and {self.part_reason}; "
