@@ -55,7 +55,7 @@ def direction_findings(
     load, params = typed(LoadSpec, options, load), typed(DirectionParams, options, params)
     no_other_options("direction_findings", options, FindingsSource, LoadSpec, DirectionParams)
     note = reporter(report)
-    ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(str(model), load)[0]
+    ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(model, load)[0]
     if source.findings is not None:
         if params.a or params.b or source.recompute:
             raise ParameterError(
@@ -141,7 +141,7 @@ def ablate_direction(
     load, kernel = typed(LoadSpec, options, load), typed(KernelParams, options, kernel)
     no_other_options("ablate_direction", options, LoadSpec, KernelParams)
     check_outputs(model, out, bake=bake, load=load)  # before the findings are read and checked
-    ckpt = open_checkpoint(str(model), load)[0]
+    ckpt = open_checkpoint(model, load)[0]
     source = FindingsSource(findings=direction, transfer=transfer)
     found = direction_findings(ckpt, source=source, load=load, report=hooks.report)
     recipe, record = direction_recipe(found, kernel, architecture(ckpt.config))

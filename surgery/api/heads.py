@@ -64,7 +64,7 @@ def score_binding(
 
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
     no_other_options("score_binding", options, LoadSpec, FindParams)
-    ckpt, _ = open_checkpoint(str(model), load)
+    ckpt, _ = open_checkpoint(model, load)
     check_loadable(ckpt)
     bench, pairs = _pairs(params)
     distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
@@ -115,7 +115,7 @@ def head_findings(
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
     no_other_options("head_findings", options, FindingsSource, LoadSpec, FindParams)
     note = reporter(report)
-    ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(str(model), load)[0]
+    ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(model, load)[0]
     if (found := source.read(HeadFindings, ckpt, note)) is not None:
         return found
     bench, pairs = _pairs(params)

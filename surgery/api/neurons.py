@@ -64,7 +64,7 @@ def neuron_findings(
     load, capture = typed(LoadSpec, options, load), typed(CaptureParams, options, capture)
     no_other_options("neuron_findings", options, FindingsSource, LoadSpec, CaptureParams)
     note = reporter(report)
-    ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(str(model), load)[0]
+    ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(model, load)[0]
     recompute = source.recompute
     if source.findings is not None:
         if capture.pairs != "builtin" or capture.language or capture.strict or recompute:
@@ -244,7 +244,8 @@ def prune_neurons(
 
 def _counts(n: int | Iterable[int]) -> list[int]:
     """``n`` as a list of distinct whole numbers ≥ 1."""
-    values = [n] if isinstance(n, Real) else list(n)  # numpy's numbers too
+    # numpy's numbers too; a string is one value (n="20" is not the counts 2 and 0)
+    values = [n] if isinstance(n, (Real, str, bytes)) else list(n)
     bad = next((v for v in values if isinstance(v, bool) or not isinstance(v, Real) or v != int(v) or v < 1), None)
     if not values or bad is not None:
         raise ParameterError(f"{{n}} must be whole numbers ≥ 1, got {bad if values else n!r}", "n")

@@ -106,7 +106,7 @@ def tune(
 
     # many short passes of a few rows: on busy cores a thread per core waits on its slowest one
     with threads(params.threads):
-        ckpt, _ = open_checkpoint(str(model), load)
+        ckpt, _ = open_checkpoint(model, load)
         found = _findings(params.method, ckpt, model, findings, note)
         texts = neutral_texts(params.neutral)
         key = prompts.to_dict() if params.method == "heads" else asdict(capture)
