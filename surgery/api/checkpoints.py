@@ -147,6 +147,7 @@ def apply(
     out: str | Path,
     *,
     bake: BakeOptions | None = None,
+    load: LoadSpec | None = None,
     stages: StageProgress = silent_stages,
     report: Callable[[str], None] | None = None,
     **options: Any,
@@ -156,7 +157,7 @@ def apply(
     ``bake=BakeOptions(allow_other_base=True)``. Options: ``LoadSpec`` fields (``revision``,
     ``trust_remote_code`` …)."""
     bake = bake_options("apply", bake, options)
-    load = typed(LoadSpec, options, None)
+    load = typed(LoadSpec, options, load)
     no_other_options("apply", options, LoadSpec)  # a typo named as apply's, not bake_recipe's
     require_model_path(model)  # before the recipe: swapped, the model folder would be "a folder, not a recipe"
     recipe = recipe if isinstance(recipe, Recipe) else Recipe.load(given_path(recipe, "recipe"))

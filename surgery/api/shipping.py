@@ -83,13 +83,13 @@ def evaluate(
         params.suites,
         against=against is not None,
         limit=params.limit,
-        bbq=[Path(b) for b in data.bbq],
-        n4=Path(data.n4) if data.n4 else None,
+        bbq=[given_path(b, "bbq") for b in data.bbq],
+        n4=given_path(data.n4, "n4") if data.n4 else None,
         lm_eval_tasks=list(data.lm_eval),
-        lm_eval_include=Path(data.lm_eval_include) if data.lm_eval_include else None,
+        lm_eval_include=given_path(data.lm_eval_include, "lm_eval_include") if data.lm_eval_include else None,
         batch_size=params.batch_size,
-        prompts=Path(data.prompts) if data.prompts else None,
-        markers=Path(data.markers) if data.markers else None,
+        prompts=given_path(data.prompts, "prompts") if data.prompts else None,
+        markers=given_path(data.markers, "markers") if data.markers else None,
         max_new_tokens=params.max_new_tokens,
     )
     # Opened as checkpoints: the same safety checks (remote code, pickles) as every other command.

@@ -112,3 +112,15 @@ def test_paths_given_as_path_objects_still_work(tiny, tmp_path):
     (tmp_path / "recipe.yaml").write_text(RECIPE)
     surgery.apply(Path(tmp_path / "recipe.yaml"), Path(model), tmp_path / "baked")
     assert surgery.inspect(Path(model)).layers == surgery.inspect(str(model)).layers
+
+
+def test_tilde_findings_file_is_read(tmp_path, monkeypatch):
+    """A findings file given as "~/…" (FindingsSource, --findings) was "does not exist"."""
+    from surgery.core.errors import FindingsError
+    from surgery.find.findings import load_findings
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "f.json").write_text("{}")
+    with pytest.raises(FindingsError) as raised:  # read (and refused as no findings), not missing
+        load_findings("~/f.json", "neurons")
+    assert "does not exist" not in str(raised.value)
