@@ -266,7 +266,7 @@ def _alphas(alpha: float | Iterable[float], allow_zero: bool) -> list[float]:
         raise ParameterError("{alpha} lists a value twice; give each value once", "alpha")
     for value in values:
         if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-            raise ParameterError(f"{{alpha}} must be a finite number, got {value}", "alpha")
+            raise ParameterError(f"{{alpha}} must be a finite number, got {value!r}", "alpha")
         if value == 0 and not allow_zero:
             raise ParameterError(
                 "{alpha} 0 does not amplify: it silences the heads entirely (ablation); "

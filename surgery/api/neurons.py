@@ -216,6 +216,7 @@ def prune_neurons(
                 "transfer",
                 "n",
             )
+        _refuse_choosing(options, capture, select)
         no_other_options("prune_neurons", options, LoadSpec)
         edits = _neuron_edits(neurons, factor)
         check_outputs(model, out, bake=bake, load=load)
@@ -240,6 +241,32 @@ def prune_neurons(
     if hooks.on_plans is not None:
         hooks.on_plans(plans)
     return bake_plans(model, plans, out, **bake_kw)
+
+
+def _refuse_choosing(options: dict[str, Any], capture: CaptureParams | None, select: SelectParams | None) -> None:
+    """Options that choose neurons from findings (``score``, ``rule`` …), given beside ``neurons``:
+    they would be ignored (was: silently on the command line, "unknown option" in Python)."""
+    import dataclasses
+
+    given = [
+        name
+        for name in options
+        if name in {f.name for c in (CaptureParams, SelectParams) for f in dataclasses.fields(c)}
+    ]
+    for obj in (capture, select):
+        if obj is not None:
+            given += [f.name for f in dataclasses.fields(obj) if getattr(obj, f.name) != getattr(type(obj)(), f.name)]
+    if given:
+        names = sorted(set(given))
+        raise ParameterError(
+            "{neurons} names the neurons itself; "
+            + ", ".join(f"{{{name}}}" for name in names)
+            + (" choose" if len(names) > 1 else " chooses")
+            + " neurons from findings: drop them, or give {n} instead of {neurons}",
+            "neurons",
+            *names,
+            "n",
+        )
 
 
 def _counts(n: int | Iterable[int]) -> list[int]:

@@ -5,6 +5,7 @@ every parameter that takes a file or folder, as a shell would expand it on the c
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,54 @@ def test_tilde_findings_file_is_read(tmp_path, monkeypatch):
     with pytest.raises(FindingsError) as raised:  # read (and refused as no findings), not missing
         load_findings("~/f.json", "neurons")
     assert "does not exist" not in str(raised.value)
+
+
+def test_choosing_options_beside_named_neurons_are_refused(tiny, tmp_path, capsys):
+    """score / rule beside neurons were ignored on the command line without a word, and in Python
+    called "unknown option(s) score" (prune_neurons takes it, with n)."""
+    from tests.support.cli import main_output
+
+    model = tiny("llama")
+    with pytest.raises(ParameterError, match=r"^neurons names the neurons itself; score chooses neurons from"):
+        surgery.prune_neurons(model, tmp_path / "py", neurons=[(0, 1)], score="bias")
+    code, _, err = main_output(
+        capsys,
+        "prune-neurons",
+        model,
+        "--neurons",
+        "0:1",
+        "--score",
+        "bias",
+        "--select",
+        "global",
+        "--out",
+        tmp_path / "cli",
+    )
+    assert code != 0 and "--neurons names the neurons itself; --select, --score choose neurons" in err
+    assert not (tmp_path / "py").exists() and not (tmp_path / "cli").exists()
+
+
+@pytest.mark.parametrize(
+    "edits, said",
+    [
+        (surgery.HeadScale(layer=0, head=1, alpha=2.0), "Recipe's edits must be a sequence of edits, got HeadScale"),
+        (((0, 1, 2.0),), "edits[0] is a tuple, not an edit"),
+        (({"type": "head", "layer": 0, "head": 1, "alpha": 2.0},), "edits[0] is a dict, not an edit"),
+    ],
+    ids=["bare-edit", "tuple", "dict"],
+)
+def test_a_recipe_of_no_edits_is_one_line(edits, said):
+    """Were "'HeadScale' object is not iterable" and "'tuple' object has no attribute 'target'"."""
+    with pytest.raises(surgery.RecipeError, match=re.escape(said)):
+        surgery.Recipe(edits)
+
+
+def test_a_missing_findings_file_of_report_is_missing(tmp_path):
+    """Was "is not a readable findings JSON file" (the file is not there at all)."""
+    with pytest.raises(surgery.SurgeryError, match=r"nope.json does not exist; give a findings JSON"):
+        surgery.report([tmp_path / "nope.json"], tmp_path / "report")
+
+
+def test_an_alpha_given_as_text_is_quoted(tiny, tmp_path):
+    with pytest.raises(ParameterError, match=r"^alpha must be a finite number, got '2'$"):
+        surgery.amplify_heads(tiny("llama"), tmp_path / "out", alpha=["2", "3"], heads=[(0, 1)])
