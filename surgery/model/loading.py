@@ -158,8 +158,7 @@ class LoadSpec:
     # One option for every command, so its help names the model of each two-model command.
     revision: str | None = param(
         None,
-        "Hub revision (branch, tag or commit) of MODEL (verify: of SOURCE; eval's "
-        "--against is read at its default revision).",
+        "Hub revision (branch, tag or commit) of MODEL.",
         kind="str",
     )
     # the checkpoint's own Python code runs only when the user asks

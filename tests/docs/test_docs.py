@@ -205,6 +205,16 @@ def test_revision_help_says_whose_revision_in_a_two_model_command(command, model
     assert model in revision.help
 
 
+def test_help_of_one_command_speaks_of_that_command_only():
+    """--revision's help was one text for all: "of MODEL (verify: of SOURCE; eval's --against …)" in
+    inspect's and every other command's help; each command now says whose revision it is."""
+    cli = _cli()
+    for name, command in cli.commands.items():
+        for param in command.params:
+            others = [o for o in cli.commands if o != name and re.search(rf"\b{o}(:|'s)", param.help or "")]
+            assert not others, f"surgery {name} {param.opts[0]}'s help speaks of {others}: {param.help}"
+
+
 def test_readme_counts_what_the_coverage_page_counts():
     """The README's one line of coverage numbers is the generated page's, not a copy that drifts."""
     from surgery.core.coverage import coverage
