@@ -176,3 +176,15 @@ def test_a_missing_findings_file_of_report_is_missing(tmp_path):
 def test_an_alpha_given_as_text_is_quoted(tiny, tmp_path):
     with pytest.raises(ParameterError, match=r"^alpha must be a finite number, got '2'$"):
         surgery.amplify_heads(tiny("llama"), tmp_path / "out", alpha=["2", "3"], heads=[(0, 1)])
+
+
+def test_neuron_findings_select_defaults_to_prune_neurons_choice(tiny, tmp_path):
+    """findings.select(5) (the guide's `.select(n, …)`) was "missing 1 required positional argument"."""
+    from tests.support.neuron_pairs import write_pairs
+    from tests.support.tokenizer import save_char_tokenizer
+
+    model = tiny("llama")
+    save_char_tokenizer(model, bos=True)
+    found = surgery.find_neurons(model, pairs=str(write_pairs(tmp_path / "pairs.jsonl")))
+    assert found.select(3) == found.select(3, surgery.SelectParams())
+    assert len(found.select(3).neurons) == 3
