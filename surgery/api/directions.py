@@ -23,7 +23,7 @@ from ..core.errors import ParameterError
 from ..core.progress import Progress, silent
 from ..find.directions.params import DirectionParams, KernelParams
 from ..model.loading import LoadSpec, open_checkpoint
-from ._common import no_other_options, reporter, typed
+from ._common import given_path, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, Planned, bake_plans, check_outputs
 from .callbacks import Callbacks, callback_options
@@ -100,7 +100,8 @@ def find_direction(
     from ..find.directions.find import vectors_path, write
 
     if out is not None:  # both files it writes, refused now rather than after the capture
-        check_out_file(Path(out), "direction.json")
+        out = given_path(out, "out")  # ~ expanded: written where it was checked, not under ./~
+        check_out_file(out, "direction.json")
         # its vectors file is surgery's when the findings JSON beside it is
         check_out_file(vectors_path(Path(out)), "direction.safetensors", lambda _: surgery_json(Path(out)))
     found = direction_findings(model, recompute=recompute, progress=progress, report=report, **options)

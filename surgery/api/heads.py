@@ -23,7 +23,7 @@ from ..core.progress import Progress, silent
 from ..find.heads.finder import HEADS
 from ..find.heads.params import FindParams
 from ..model.loading import LoadSpec, open_checkpoint
-from ._common import index_pair, no_other_options, reporter, typed
+from ._common import given_path, index_pair, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, Planned, bake_plans, check_outputs, sweep_label
 from .callbacks import Callbacks, callback_options
@@ -154,7 +154,8 @@ def find_heads(
     from ..find.findings import save_findings
 
     if out is not None:  # a folder or an unwritable one is refused now, not after the finder's run
-        check_out_file(Path(out), "findings.json")
+        out = given_path(out, "out")  # ~ expanded: written where it was checked, not under ./~
+        check_out_file(out, "findings.json")
     found = head_findings(model, recompute=recompute, progress=progress, report=report, **options)
     if out is not None and is_main():  # under torchrun rank 0 alone writes
         save_findings(found.data, Path(out))

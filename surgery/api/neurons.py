@@ -22,7 +22,7 @@ from ..core.progress import Progress, silent
 from ..find.neurons.finder import NEURONS
 from ..find.neurons.params import CaptureParams, SelectParams
 from ..model.loading import LoadSpec, open_checkpoint
-from ._common import index_pair, no_other_options, reporter, typed
+from ._common import given_path, index_pair, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, Planned, bake_plans, check_outputs, sweep_label
 from .callbacks import Callbacks, callback_options
@@ -120,7 +120,8 @@ def find_neurons(
     from ..find.neurons.find import write_findings
 
     if out is not None:  # a folder or an unwritable one is refused now, not after the capture
-        check_out_file(Path(out), "findings.json")
+        out = given_path(out, "out")  # ~ expanded: written where it was checked, not under ./~
+        check_out_file(out, "findings.json")
     found = neuron_findings(model, recompute=recompute, progress=progress, report=report, **options)
     if out is not None and is_main():  # under torchrun rank 0 alone writes
         write_findings(found.data, Path(out))

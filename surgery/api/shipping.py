@@ -78,7 +78,8 @@ def evaluate(
     if out:  # a folder or an unwritable one is refused now, not after the evaluation
         from ..core.destinations import check_out_file
 
-        check_out_file(Path(out), "eval.json")
+        out = given_path(out, "out")  # ~ expanded: written where it was checked, not under ./~
+        check_out_file(out, "eval.json")
     plan = make_plan(
         params.suites,
         against=against is not None,
@@ -167,7 +168,7 @@ def report(
     findings, evals = given_paths(findings, "findings"), given_paths(evals, "evals")
     if not findings and not evals:
         raise SurgeryError("give at least one findings file or eval result to report on")
-    return build_report(findings, evals, Path(out), force=force)
+    return build_report(findings, evals, given_path(out, "out"), force=force)
 
 
 def import_gguf(

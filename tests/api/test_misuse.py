@@ -188,3 +188,19 @@ def test_neuron_findings_select_defaults_to_prune_neurons_choice(tiny, tmp_path)
     found = surgery.find_neurons(model, pairs=str(write_pairs(tmp_path / "pairs.jsonl")))
     assert found.select(3) == found.select(3, surgery.SelectParams())
     assert len(found.select(3).neurons) == 3
+
+
+def test_a_tilde_out_file_is_written_where_it_was_checked(tiny, tmp_path, monkeypatch):
+    """find_neurons(out="~/f.json") checked ~/f.json but wrote ./~/f.json (a folder named "~")."""
+    from tests.support.neuron_pairs import write_pairs
+    from tests.support.tokenizer import save_char_tokenizer
+
+    model = tiny("llama")
+    save_char_tokenizer(model, bos=True)
+    pairs = write_pairs(tmp_path / "pairs.jsonl")
+    (tmp_path / "home").mkdir()
+    (tmp_path / "work").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path / "work")
+    surgery.find_neurons(model, pairs=str(pairs), out="~/findings.json")
+    assert (tmp_path / "home" / "findings.json").is_file() and not (tmp_path / "work" / "~").exists()
