@@ -164,7 +164,7 @@ class Recipe:
 
     @classmethod
     def load(cls, path: str | Path) -> Recipe:
-        path = Path(path)
+        path = Path(path).expanduser()  # ~ as a shell would: a Python caller's string is not expanded
         if path.is_dir():  # e.g. a baked folder: "does not exist" would be false
             raise RecipeError(
                 f"recipe file {path} is a folder; give the path of a recipe YAML file (a baked folder "

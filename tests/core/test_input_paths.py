@@ -41,3 +41,14 @@ def test_a_folder_is_named_as_a_folder(reader, tmp_path):
         reader(folder)
     with pytest.raises(SurgeryError, match=f"{tmp_path / 'missing'} does not exist"):
         reader(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(
+    "reader", [r for name, r in READERS.items() if name != "vector"], ids=[n for n in READERS if n != "vector"]
+)
+def test_a_tilde_path_is_read_from_home(reader, tmp_path, monkeypatch):
+    """A Python caller's "~/…" was taken literally ("~/given does not exist"); a shell expands it."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "given").mkdir()
+    with pytest.raises(SurgeryError, match=f"{tmp_path / 'given'} is a folder"):
+        reader(Path("~/given"))
