@@ -18,6 +18,7 @@ from surgery.core.vectors import FolderVectors
 from surgery.evaluation.data import read_jsonl
 from surgery.evaluation.markers import read_markers
 from surgery.find.findings import load_findings
+from surgery.find.heads.benchmark import load_benchmark
 from surgery.find.neurons.pairs import load_pairs
 from surgery.find.tune.record import read_record
 
@@ -30,6 +31,7 @@ READERS: dict[str, Callable[[Path], object]] = {
     "vector": lambda p: FolderVectors(p.parent).unit(f"{p.name}#r", None, "edits[0]"),
     "data": lambda p: read_jsonl(p, "N4"),
     "tune record": read_record,
+    "benchmark": load_benchmark,
 }
 
 
