@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from numbers import Integral
+from pathlib import Path
 from typing import Any, TypeVar
 
-from ..core.errors import ParameterError
+from ..core.errors import ParameterError, what_was_given
 
 T = TypeVar("T")
 
@@ -36,11 +38,24 @@ def typed(cls: type[T], options: dict[str, Any], given: T | None = None) -> T:
     """``given``, or ``cls`` built from the options named like its fields (taken out of ``options``)."""
     names = {f.name for f in dataclasses.fields(cls)}
     mine = {k: options.pop(k) for k in list(options) if k in names}
+    if given is not None and not isinstance(given, cls):
+        raise ParameterError(_not_the_object(cls, given))
     if given is not None:
         if mine:
             raise TypeError(f"give either a {cls.__name__} or its options ({', '.join(sorted(mine))}), not both")
         return given
     return cls(**mine)
+
+
+def _not_the_object(cls: type, given: Any) -> str:
+    """Why ``given`` is refused where a ``cls`` belongs (a dict of its options, a bare switch …): read
+    as one, it would fail later on a missing attribute, deep in the code that uses it."""
+    if isinstance(given, dict) and all(isinstance(k, str) for k in given):
+        fields = ", ".join(f"{k}={v!r}" for k, v in given.items())
+        return f"got a dict where a surgery.{cls.__name__} belongs; write surgery.{cls.__name__}({fields})"
+    return (
+        f"got {type(given).__name__} {given!r} where a surgery.{cls.__name__} belongs; write surgery.{cls.__name__}(…)"
+    )
 
 
 def grouped(
@@ -94,3 +109,23 @@ def index_pair(item: Any, name: str, shape: str, example: str) -> tuple[int, int
     if len(pair) != 2 or not all(isinstance(x, Integral) and not isinstance(x, bool) for x in pair):
         raise ParameterError(f"{{{name}}}: {item!r} is not a {shape} pair of whole numbers; give e.g. {example}", name)
     return int(pair[0]), int(pair[1])
+
+
+def given_path(value: Any, name: str) -> Path:
+    """A file or folder given to an API function, with ``~`` expanded as a shell would (the command
+    line gets it expanded; a Python string is read as written); anything but a str or os.PathLike is
+    a one-line ParameterError naming the parameter."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise ParameterError(f"{{{name}}} must be a path (a str or pathlib.Path), got {what_was_given(value)}", name)
+    return Path(value).expanduser()
+
+
+def given_paths(values: Any, name: str) -> list[Path]:
+    """``values`` as paths: a list of them, or one path alone (not iterated letter by letter)."""
+    if isinstance(values, (str, os.PathLike)):
+        return [given_path(values, name)]
+    if not isinstance(values, Iterable):
+        raise ParameterError(
+            f"{{{name}}} must be paths (a list of str or pathlib.Path), got {what_was_given(values)}", name
+        )
+    return [given_path(v, name) for v in values]

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.edits import Recipe
+from ..core.errors import require_model_path
 from ..core.progress import StageProgress, silent_stages
 from ..gguf import is_gguf
 from ..model.loading import LoadSpec, open_checkpoint
-from ._common import no_other_options, reporter, typed
+from ._common import given_path, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, bake_recipe
 from .results import Inspection
@@ -37,7 +38,7 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
     no_other_options("inspect", options, LoadSpec)
     if is_gguf(model) and Path(model).is_file():
         return _inspect_gguf(Path(model))
-    ckpt, source = open_checkpoint(str(model), load)
+    ckpt, source = open_checkpoint(model, load)
     files = dict(
         path=str(source.path),
         dtypes=tuple(sorted({t.dtype for t in ckpt.tensors.values()})),
@@ -146,6 +147,7 @@ def apply(
     out: str | Path,
     *,
     bake: BakeOptions | None = None,
+    load: LoadSpec | None = None,
     stages: StageProgress = silent_stages,
     report: Callable[[str], None] | None = None,
     **options: Any,
@@ -155,8 +157,11 @@ def apply(
     ``bake=BakeOptions(allow_other_base=True)``. Options: ``LoadSpec`` fields (``revision``,
     ``trust_remote_code`` …)."""
     bake = bake_options("apply", bake, options)
-    recipe = recipe if isinstance(recipe, Recipe) else Recipe.load(recipe)
-    return bake_recipe(model, recipe, out, bake=bake, stages=stages, report=report, **options)
+    load = typed(LoadSpec, options, load)
+    no_other_options("apply", options, LoadSpec)  # a typo named as apply's, not bake_recipe's
+    require_model_path(model)  # before the recipe: swapped, the model folder would be "a folder, not a recipe"
+    recipe = recipe if isinstance(recipe, Recipe) else Recipe.load(given_path(recipe, "recipe"))
+    return bake_recipe(model, recipe, out, bake=bake, stages=stages, report=report, load=load)
 
 
 def verify(
@@ -179,8 +184,10 @@ def verify(
 
     load = typed(LoadSpec, options, load)
     no_other_options("verify", options, LoadSpec)
+    require_model_path(source, "source")
+    baked = given_path(baked, "baked")
     # the record of the bake is what verify reads: had only the first argument one, they are swapped
-    if record_file(Path(source)).is_file() and not record_file(Path(baked)).is_file():
+    if record_file(Path(source).expanduser()).is_file() and not record_file(Path(baked)).is_file():
         raise VerificationError(
             f"{source} was made by surgery and {baked} was not: the source comes first: surgery verify SOURCE BAKED"
         )
@@ -195,4 +202,4 @@ def undo(
     file ``out``."""
     from ..core.container import open_container
 
-    return open_container(baked).undo(out, force, report=reporter(report))
+    return open_container(given_path(baked, "baked")).undo(out, force, report=reporter(report))

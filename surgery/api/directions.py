@@ -23,7 +23,7 @@ from ..core.errors import ParameterError
 from ..core.progress import Progress, silent
 from ..find.directions.params import DirectionParams, KernelParams
 from ..model.loading import LoadSpec, open_checkpoint
-from ._common import no_other_options, reporter, typed
+from ._common import given_path, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, Planned, bake_plans, check_outputs
 from .callbacks import Callbacks, callback_options
@@ -55,7 +55,7 @@ def direction_findings(
     load, params = typed(LoadSpec, options, load), typed(DirectionParams, options, params)
     no_other_options("direction_findings", options, FindingsSource, LoadSpec, DirectionParams)
     note = reporter(report)
-    ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(str(model), load)[0]
+    ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(model, load)[0]
     if source.findings is not None:
         if params.a or params.b or source.recompute:
             raise ParameterError(
@@ -100,7 +100,8 @@ def find_direction(
     from ..find.directions.find import vectors_path, write
 
     if out is not None:  # both files it writes, refused now rather than after the capture
-        check_out_file(Path(out), "direction.json")
+        out = given_path(out, "out")  # ~ expanded: written where it was checked, not under ./~
+        check_out_file(out, "direction.json")
         # its vectors file is surgery's when the findings JSON beside it is
         check_out_file(vectors_path(Path(out)), "direction.safetensors", lambda _: surgery_json(Path(out)))
     found = direction_findings(model, recompute=recompute, progress=progress, report=report, **options)
@@ -141,7 +142,7 @@ def ablate_direction(
     load, kernel = typed(LoadSpec, options, load), typed(KernelParams, options, kernel)
     no_other_options("ablate_direction", options, LoadSpec, KernelParams)
     check_outputs(model, out, bake=bake, load=load)  # before the findings are read and checked
-    ckpt = open_checkpoint(str(model), load)[0]
+    ckpt = open_checkpoint(model, load)[0]
     source = FindingsSource(findings=direction, transfer=transfer)
     found = direction_findings(ckpt, source=source, load=load, report=hooks.report)
     recipe, record = direction_recipe(found, kernel, architecture(ckpt.config))

@@ -24,7 +24,7 @@ from ..core.progress import Progress, silent
 from ..find.heads.finder import HEADS
 from ..find.heads.params import FindParams
 from ..model.loading import LoadSpec, open_checkpoint
-from ._common import index_pair, no_other_options, reporter, typed
+from ._common import given_path, index_pair, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, Planned, bake_plans, check_outputs, sweep_label
 from .callbacks import Callbacks, callback_options
@@ -65,7 +65,7 @@ def score_binding(
 
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
     no_other_options("score_binding", options, LoadSpec, FindParams)
-    ckpt, _ = open_checkpoint(str(model), load)
+    ckpt, _ = open_checkpoint(model, load)
     check_loadable(ckpt)
     bench, pairs = _pairs(params)
     distributed.check_agree("the model and the pairs", ckpt.fingerprint(), pairs_sha256(pairs), params.to_dict())
@@ -115,7 +115,7 @@ def head_findings(
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
     no_other_options("head_findings", options, FindingsSource, LoadSpec, FindParams)
     note = reporter(report)
-    ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(str(model), load)[0]
+    ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(model, load)[0]
     if (found := source.read(HeadFindings, ckpt, note)) is not None:
         return found
     bench, pairs = _pairs(params)
@@ -155,7 +155,8 @@ def find_heads(
     from ..find.findings import save_findings
 
     if out is not None:  # a folder or an unwritable one is refused now, not after the finder's run
-        check_out_file(Path(out), "findings.json")
+        out = given_path(out, "out")  # ~ expanded: written where it was checked, not under ./~
+        check_out_file(out, "findings.json")
     found = head_findings(model, recompute=recompute, progress=progress, report=report, **options)
     if out is not None and is_main():  # under torchrun rank 0 alone writes
         save_findings(found.data, Path(out))
@@ -267,7 +268,7 @@ def _alphas(alpha: float | Iterable[float], allow_zero: bool) -> list[float]:
         raise ParameterError("{alpha} lists a value twice; give each value once", "alpha")
     for value in values:
         if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-            raise ParameterError(f"{{alpha}} must be a finite number, got {value}", "alpha")
+            raise ParameterError(f"{{alpha}} must be a finite number, got {value!r}", "alpha")
         if value == 0 and not allow_zero:
             raise ParameterError(
                 "{alpha} 0 does not amplify: it silences the heads entirely (ablation); "

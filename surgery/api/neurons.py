@@ -24,7 +24,7 @@ from ..core.progress import Progress, silent
 from ..find.neurons.finder import NEURONS
 from ..find.neurons.params import CaptureParams, SelectParams
 from ..model.loading import LoadSpec, open_checkpoint
-from ._common import index_pair, no_other_options, reporter, typed
+from ._common import given_path, index_pair, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, Planned, bake_plans, check_outputs, sweep_label
 from .callbacks import Callbacks, callback_options
@@ -66,7 +66,7 @@ def neuron_findings(
     load, capture = typed(LoadSpec, options, load), typed(CaptureParams, options, capture)
     no_other_options("neuron_findings", options, FindingsSource, LoadSpec, CaptureParams)
     note = reporter(report)
-    ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(str(model), load)[0]
+    ckpt = model if isinstance(model, Checkpoint) else open_checkpoint(model, load)[0]
     recompute = source.recompute
     if source.findings is not None:
         if capture.pairs != "builtin" or capture.language or capture.strict or recompute:
@@ -122,7 +122,8 @@ def find_neurons(
     from ..find.neurons.find import write_findings
 
     if out is not None:  # a folder or an unwritable one is refused now, not after the capture
-        check_out_file(Path(out), "findings.json")
+        out = given_path(out, "out")  # ~ expanded: written where it was checked, not under ./~
+        check_out_file(out, "findings.json")
     found = neuron_findings(model, recompute=recompute, progress=progress, report=report, **options)
     if out is not None and is_main():  # under torchrun rank 0 alone writes
         write_findings(found.data, Path(out))
@@ -218,6 +219,7 @@ def prune_neurons(
                 "transfer",
                 "n",
             )
+        _refuse_choosing(options, capture, select)
         no_other_options("prune_neurons", options, LoadSpec)
         edits = _neuron_edits(neurons, factor)
         check_outputs(model, out, bake=bake, load=load)
@@ -244,9 +246,36 @@ def prune_neurons(
     return bake_plans(model, plans, out, **bake_kw)
 
 
+def _refuse_choosing(options: dict[str, Any], capture: CaptureParams | None, select: SelectParams | None) -> None:
+    """Options that choose neurons from findings (``score``, ``rule`` …), given beside ``neurons``:
+    they would be ignored (was: silently on the command line, "unknown option" in Python)."""
+    import dataclasses
+
+    given = [
+        name
+        for name in options
+        if name in {f.name for c in (CaptureParams, SelectParams) for f in dataclasses.fields(c)}
+    ]
+    for obj in (capture, select):
+        if obj is not None:
+            given += [f.name for f in dataclasses.fields(obj) if getattr(obj, f.name) != getattr(type(obj)(), f.name)]
+    if given:
+        names = sorted(set(given))
+        raise ParameterError(
+            "{neurons} names the neurons itself; "
+            + ", ".join(f"{{{name}}}" for name in names)
+            + (" choose" if len(names) > 1 else " chooses")
+            + " neurons from findings: drop them, or give {n} instead of {neurons}",
+            "neurons",
+            *names,
+            "n",
+        )
+
+
 def _counts(n: int | Iterable[int]) -> list[int]:
     """``n`` as a list of distinct whole numbers ≥ 1."""
-    values = [n] if isinstance(n, Real) else list(n)  # numpy's numbers too
+    # numpy's numbers too; a string is one value (n="20" is not the counts 2 and 0)
+    values = [n] if isinstance(n, (Real, str, bytes)) else list(n)
     bad = next((v for v in values if isinstance(v, bool) or not isinstance(v, Real) or v != int(v) or v < 1), None)
     if not values or bad is not None:
         raise ParameterError(f"{{n}} must be whole numbers ≥ 1, got {bad if values else n!r}", "n")

@@ -12,7 +12,7 @@ from ..core.errors import ParameterError, SurgeryError
 from ..core.progress import Progress, StageProgress, silent, silent_stages
 from ..evaluation.params import EvalParams
 from ..model.loading import LoadSpec, open_checkpoint
-from ._common import no_other_options, reporter, typed
+from ._common import given_path, given_paths, no_other_options, reporter, typed
 from .eval_data import EvalData
 from .results import EvalResult, ExportedLora
 
@@ -40,8 +40,8 @@ def export_lora(
 
     load = typed(LoadSpec, options, load)
     no_other_options("export_lora", options, LoadSpec)
-    ckpt, source = open_checkpoint(str(model), load)
-    recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe, ckpt)
+    ckpt, source = open_checkpoint(model, load)
+    recipe = recipe if isinstance(recipe, Recipe) else load_recipe(given_path(recipe, "recipe"), ckpt)
     return ExportedLora(str(out), export(ckpt, recipe, out, vllm=vllm, force=force, source=source))
 
 
@@ -78,23 +78,24 @@ def evaluate(
     if out:  # a folder or an unwritable one is refused now, not after the evaluation
         from ..core.destinations import check_out_file
 
-        check_out_file(Path(out), "eval.json")
+        out = given_path(out, "out")  # ~ expanded: written where it was checked, not under ./~
+        check_out_file(out, "eval.json")
     plan = make_plan(
         params.suites,
         against=against is not None,
         limit=params.limit,
-        bbq=[Path(b) for b in data.bbq],
-        n4=Path(data.n4) if data.n4 else None,
+        bbq=[given_path(b, "bbq") for b in data.bbq],
+        n4=given_path(data.n4, "n4") if data.n4 else None,
         lm_eval_tasks=list(data.lm_eval),
-        lm_eval_include=Path(data.lm_eval_include) if data.lm_eval_include else None,
+        lm_eval_include=given_path(data.lm_eval_include, "lm_eval_include") if data.lm_eval_include else None,
         batch_size=params.batch_size,
-        prompts=Path(data.prompts) if data.prompts else None,
-        markers=Path(data.markers) if data.markers else None,
+        prompts=given_path(data.prompts, "prompts") if data.prompts else None,
+        markers=given_path(data.markers, "markers") if data.markers else None,
         max_new_tokens=params.max_new_tokens,
     )
     # Opened as checkpoints: the same safety checks (remote code, pickles) as every other command.
-    _, source = open_checkpoint(str(model), load)
-    against_path = open_checkpoint(str(against), replace(load, revision=None))[1].path if against else None
+    _, source = open_checkpoint(model, load)
+    against_path = open_checkpoint(against, replace(load, revision=None), name="against")[1].path if against else None
     if card:
         from ..ship.card import check_card_evaluation
 
@@ -130,9 +131,11 @@ def write_card(folder: str | Path, evaluation: str | Path | None = None) -> Path
     from ..core.evaluation_result import load_result
     from ..ship.card import card_with_evaluation, refresh_card
 
+    folder = given_path(folder, "folder")
     if evaluation is None:
         return refresh_card(folder)
-    return card_with_evaluation(folder, load_result(Path(evaluation)), str(evaluation))
+    evaluation = given_path(evaluation, "evaluation")
+    return card_with_evaluation(folder, load_result(evaluation), str(evaluation))
 
 
 def push(
@@ -150,7 +153,9 @@ def push(
     its record, in one commit."""
     from ..ship.hub import push as upload
 
-    return upload(folder, repo, private=private, revision=revision, create_pr=create_pr, message=message)
+    return upload(
+        given_path(folder, "folder"), repo, private=private, revision=revision, create_pr=create_pr, message=message
+    )
 
 
 def report(
@@ -160,10 +165,10 @@ def report(
     into the folder ``out``; returns the report's path."""
     from ..ship.report import build_report
 
-    findings, evals = [Path(f) for f in findings], [Path(e) for e in evals]
+    findings, evals = given_paths(findings, "findings"), given_paths(evals, "evals")
     if not findings and not evals:
         raise SurgeryError("give at least one findings file or eval result to report on")
-    return build_report(findings, evals, Path(out), force=force)
+    return build_report(findings, evals, given_path(out, "out"), force=force)
 
 
 def import_gguf(
@@ -178,4 +183,6 @@ def import_gguf(
     """Dequantize a GGUF file into a safetensors checkpoint (config, weights, tokenizer) at ``out``."""
     from ..gguf.importing import import_gguf as convert
 
-    return convert(gguf_file, out, dtype=dtype, force=force, report=reporter(report), progress=stages)
+    return convert(
+        given_path(gguf_file, "gguf_file"), out, dtype=dtype, force=force, report=reporter(report), progress=stages
+    )

@@ -27,7 +27,7 @@ from ..find.heads.params import FindParams
 from ..find.neurons.params import CaptureParams
 from ..find.tune.params import TuneParams
 from ..model.loading import LoadSpec, open_checkpoint
-from ._common import no_other_options, reporter, typed
+from ._common import given_path, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baked import Baked
 
@@ -106,11 +106,11 @@ def tune(
 
     # many short passes of a few rows: on busy cores a thread per core waits on its slowest one
     with threads(params.threads):
-        ckpt, _ = open_checkpoint(str(model), load)
+        ckpt, _ = open_checkpoint(model, load)
         found = _findings(params.method, ckpt, model, findings, note)
         texts = neutral_texts(params.neutral)
         key = prompts.to_dict() if params.method == "heads" else asdict(capture)
-        folder = Path(out) if out is not None else default_folder(ckpt.model_key(), params, key)
+        folder = given_path(out, "out") if out is not None else default_folder(ckpt.model_key(), params, key)
         if params.method == "heads":
             from ..find.tune.heads import tune_heads
             from .heads import _pairs

@@ -82,7 +82,7 @@ class FolderContainer(Container):
         from ..model.loading import open_checkpoint
         from .verify import verify
 
-        ckpt, _ = open_checkpoint(str(source), load)
+        ckpt, _ = open_checkpoint(source, load)
         return verify(ckpt, self.path, run_model=not structural_only, load=load, progress=progress)
 
     def undo(self, out: str | Path, force: bool, report: Callable[[str], None]) -> dict[str, str]:

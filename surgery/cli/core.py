@@ -104,7 +104,7 @@ def apply(
 @cli.command(name="verify")
 @click.argument("source")
 @click.argument("baked", type=click.Path(path_type=Path))
-@load_options
+@load_options(revision="Hub revision (branch, tag or commit) of SOURCE (BAKED is a local folder or file).")
 @click.option("--structural-only", is_flag=True, help="Skip the logit comparison (no model is loaded).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def verify_cmd(source: str, baked: Path, load: LoadSpec, structural_only: bool, as_json: bool) -> None:

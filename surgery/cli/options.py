@@ -38,10 +38,12 @@ def _shown_default(field: dataclasses.Field, spec: CliOption) -> Any:
     return field.default
 
 
-def _option(field: dataclasses.Field, spec: CliOption) -> Callable:
+def _option(field: dataclasses.Field, spec: CliOption, help: str | None = None) -> Callable:
+    """The click option of ``field``; ``help``: this command's own words for it (default: the field's)."""
     flag = spec.flag or "--" + field.name.replace("_", "-")
+    help = help or spec.help
     if spec.is_flag:
-        return click.option(flag, field.name, is_flag=True, default=bool(field.default), help=spec.help)
+        return click.option(flag, field.name, is_flag=True, default=bool(field.default), help=help)
     shown = _shown_default(field, spec)
     return click.option(
         flag,
@@ -51,7 +53,7 @@ def _option(field: dataclasses.Field, spec: CliOption) -> Callable:
         multiple=spec.multiple,
         show_default=shown not in (None, ()),
         metavar=spec.metavar,
-        help=spec.help,
+        help=help,
     )
 
 
@@ -69,11 +71,18 @@ def _value(spec: CliOption, raw: Any) -> Any:
 
 
 def typed_options(
-    cls: type, *, into: str, only: Sequence[str] | None = None, skip: Sequence[str] = (), optional: bool = False
+    cls: type,
+    *,
+    into: str,
+    only: Sequence[str] | None = None,
+    skip: Sequence[str] = (),
+    optional: bool = False,
+    helps: Mapping[str, str] | None = None,
 ) -> Callable[[Callable], Callable]:
     """Add the options of ``cls``'s fields (``only`` / ``skip`` choose); the command gets ``into=cls(…)``,
     or with ``optional`` None when none of them was given (the library then applies its rule for
-    options not chosen, e.g. amplify-heads' newest cached findings)."""
+    options not chosen, e.g. amplify-heads' newest cached findings). ``helps``: a field's help in this
+    command's words (verify's --revision is SOURCE's)."""
     specs = cli_fields(cls, only, skip)
 
     def decorate(f: Callable) -> Callable:
@@ -86,7 +95,7 @@ def typed_options(
             return f(*args, **{into: cls(**values)}, **kwargs)
 
         for field, spec in reversed(specs):
-            command = _option(field, spec)(command)
+            command = _option(field, spec, (helps or {}).get(field.name))(command)
         return command
 
     return decorate
@@ -149,19 +158,21 @@ def context_value(key: str) -> Any:
     return ctx.meta.get(key) if ctx is not None else None
 
 
-def load_options(f: Callable | None = None, *, runs_model: bool = True) -> Callable:
+def load_options(f: Callable | None = None, *, runs_model: bool = True, revision: str | None = None) -> Callable:
     """--revision, --trust-remote-code and (for commands that run a model) --device, --dtype,
     --device-map, --max-memory and --offload-folder, handed to the command as one ``load: LoadSpec``
-    so that every model load of the command gets all of them."""
-    decorate = typed_options(LoadSpec, into="load", skip=() if runs_model else RUN_FIELDS)
+    so that every model load of the command gets all of them. ``revision``: --revision's help where
+    the command reads two models (whose revision it is)."""
+    helps = {"revision": revision} if revision else None
+    decorate = typed_options(LoadSpec, into="load", skip=() if runs_model else RUN_FIELDS, helps=helps)
     return decorate(f) if f is not None else decorate
 
 
-def model_argument(f: Callable | None = None, *, runs_model: bool = True) -> Callable:
+def model_argument(f: Callable | None = None, *, runs_model: bool = True, revision: str | None = None) -> Callable:
     """MODEL (local folder or Hub id) plus the load options (see :func:`load_options`)."""
 
     def decorate(f: Callable) -> Callable:
-        return click.argument("model")(load_options(f, runs_model=runs_model))
+        return click.argument("model")(load_options(f, runs_model=runs_model, revision=revision))
 
     return decorate(f) if f is not None else decorate
 

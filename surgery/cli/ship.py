@@ -149,7 +149,7 @@ def eval_table(result: EvalResult) -> Table:
 
 
 @cli.command(name="eval")
-@model_argument
+@model_argument(revision="Hub revision (branch, tag or commit) of MODEL; --against is read at its default revision.")
 @click.option(
     "--against",
     default=None,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .errors import CheckpointError, SurgeryError
+from .errors import CheckpointError, SurgeryError, require_model_path
 from .progress import StageProgress, silent_stages
 from .registry import register
 
@@ -159,6 +159,7 @@ def container_class(path: str | Path) -> type[Container] | None:
 
 def open_container(path: str | Path) -> Container:
     """The container ``path`` names, decided once; a path no container holds is refused in one line."""
+    require_model_path(path)
     cls = container_class(path)
     if cls is None:
         names = [c.offered for c in registered()]

@@ -77,7 +77,21 @@ class Recipe:
     named_by: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "edits", deduplicate(self.edits))
+        # a bare edit, or tuples / dicts in place of edits, failed as "not iterable" / "no attribute 'target'"
+        if isinstance(self.edits, Edit) or not isinstance(self.edits, Iterable):
+            raise RecipeError(
+                f"Recipe's edits must be a sequence of edits, got {type(self.edits).__name__}; "
+                "write Recipe((edit,)) for one edit"
+            )
+        edits = tuple(self.edits)
+        for i, e in enumerate(edits):
+            if not isinstance(e, Edit):
+                hint = "; a recipe's mapping is read by Recipe.from_dict" if isinstance(e, Mapping) else ""
+                raise RecipeError(
+                    f"edits[{i}] is a {type(e).__name__}, not an edit: give HeadScale, NeuronScale or "
+                    f"another registered edit kind{hint}"
+                )
+        object.__setattr__(self, "edits", deduplicate(edits))
 
     def of_kind(self, kind: type[Edit]) -> list[Edit]:
         """The edits of one kind, in recipe order."""
@@ -150,7 +164,7 @@ class Recipe:
 
     @classmethod
     def load(cls, path: str | Path) -> Recipe:
-        path = Path(path)
+        path = Path(path).expanduser()  # ~ as a shell would: a Python caller's string is not expanded
         if path.is_dir():  # e.g. a baked folder: "does not exist" would be false
             raise RecipeError(
                 f"recipe file {path} is a folder; give the path of a recipe YAML file (a baked folder "

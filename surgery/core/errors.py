@@ -78,3 +78,29 @@ def not_a_file(path: object) -> str:
     from pathlib import Path
 
     return "is a folder" if Path(str(path)).is_dir() else "does not exist"
+
+
+def require_model_path(model: object, name: str = "model") -> None:
+    """``model`` names a checkpoint (a path or a Hub id), or a ParameterError naming the parameter
+    ``name`` says what it is instead: a loaded model or a recipe in its place would fail deep in path
+    handling, naming neither."""
+    import os
+
+    if isinstance(model, (str, os.PathLike)):
+        return
+    hint = (
+        ": surgery reads and writes the checkpoint's files, not a loaded model; save it with "
+        "save_pretrained(DIR) and give DIR"
+        if hasattr(model, "save_pretrained")
+        else ""
+    )
+    raise ParameterError(
+        f"{{{name}}} must be a checkpoint folder (a str or pathlib.Path) or a Hub id, got {what_was_given(model)}"
+        + hint,
+        name,
+    )
+
+
+def what_was_given(value: object) -> str:
+    """``value`` named by its type in an error (a loaded model's repr is its whole module tree)."""
+    return "None" if value is None else f"an object of type {type(value).__name__}"

@@ -38,7 +38,7 @@ def read_prompts(path: str | Path | None, name: str) -> PromptSet:
             "b",
             name,
         )
-    path = Path(path)
+    path = Path(path).expanduser()  # ~ as a shell would: a Python caller's string is not expanded
     if not path.is_file():
         raise ParameterError(
             f"{{{name}}}: {path} {not_a_file(path)}; give a text file (one prompt a line) or JSONL", name

@@ -26,7 +26,7 @@ EXTERNAL_DEFAULT_LIMIT = 100
 
 def read_jsonl(path: Path, what: str) -> list[dict[str, Any]]:
     """Records of a JSONL file; a clear error names the file and line that is wrong."""
-    path = Path(path)
+    path = Path(path).expanduser()  # ~ as a shell would: a Python caller's string is not expanded
     if not path.is_file():
         raise SurgeryError(f"{what} file {path} {not_a_file(path)}")
     out = []

@@ -276,7 +276,7 @@ def kl_divergence(
     largest = float(distributed.all_reduce(np.array([largest]), "max")[0])
     positions, agree = int(round(positions)), int(round(agree))
     out: dict[str, Any] = {
-        "kl_mean": total / positions if positions else math.nan,
+        "kl_mean": float(total) / positions if positions else math.nan,  # a Python float, not numpy's
         "kl_max": largest,
         "positions": positions,
         "top1_agreement": agree / positions if positions else math.nan,

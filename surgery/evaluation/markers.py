@@ -26,7 +26,7 @@ from .greedy import greedy_answers, plain_greedy
 
 def read_markers(path: str | Path) -> list[str]:
     """The markers of ``path``: one a line (blank lines skipped)."""
-    path = Path(path)
+    path = Path(path).expanduser()  # ~ as a shell would: a Python caller's string is not expanded
     if not path.is_file():
         raise ParameterError(
             f"{{markers}}: {path} {not_a_file(path)}; give a text file with one marker a line", "markers"

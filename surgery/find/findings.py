@@ -163,7 +163,7 @@ def load_findings(path: str | Path, kind: str, as_type: type[F] | None = None) -
     """Read and check a findings file of the given kind (a finder's name, see
     :mod:`surgery.find.finders`), as ``as_type`` (the kind's record class; default
     :class:`Findings`, the common head)."""
-    path, command = Path(path), finder(kind).find_command
+    path, command = Path(path).expanduser(), finder(kind).find_command  # ~ as a shell would, for Python callers
     if path.is_dir():  # "does not exist" would be false, and the fix is to name the file inside
         raise FindingsError(
             f"findings file {path} is a folder; give the findings JSON written by surgery {command} "

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core import distributed
 from ..core.checkpoint import Checkpoint
-from ..core.errors import CheckpointError
+from ..core.errors import CheckpointError, require_model_path
 from ..core.hub_id import HUB_ID
 from ..core.options import check_options, param
 from ..core.strict_files import load_json
@@ -158,8 +158,7 @@ class LoadSpec:
     # One option for every command, so its help names the model of each two-model command.
     revision: str | None = param(
         None,
-        "Hub revision (branch, tag or commit) of MODEL (verify: of SOURCE; eval's "
-        "--against is read at its default revision).",
+        "Hub revision (branch, tag or commit) of MODEL.",
         kind="str",
     )
     # the checkpoint's own Python code runs only when the user asks
@@ -213,11 +212,16 @@ DEFAULT_LOAD = LoadSpec()
 RUN_FIELDS = ("device", "dtype", "device_map", "max_memory", "offload_folder")
 
 
-def open_checkpoint(model: str, load: LoadSpec = DEFAULT_LOAD) -> tuple[Checkpoint, Source]:
+def open_checkpoint(
+    model: str | Path, load: LoadSpec = DEFAULT_LOAD, *, name: str = "model"
+) -> tuple[Checkpoint, Source]:
     """Resolve MODEL and open it as a checked checkpoint (remote code refused unless ``load`` trusts it).
-    A GGUF file opens as its cached import (surgery/gguf/imported.py); its Source is the file."""
+    A GGUF file opens as its cached import (surgery/gguf/imported.py); its Source is the file.
+    ``name``: the parameter that gave it, named when it is no path."""
     from ..gguf import is_gguf
 
+    require_model_path(model, name)
+    model = str(model)
     if is_gguf(model) and Path(model).is_file():
         from ..gguf.imported import imported_checkpoint
 

@@ -47,6 +47,8 @@ def read_findings(path: Path) -> Findings | TuneRecord:
             + (f" (here: {inside})" if inside.is_file() else " (tune.json)")
             + " and eval results (--eval); a baked checkpoint describes itself in its README.md (surgery card)"
         )
+    if not Path(path).exists():  # "not readable" would send the user to the file's content
+        raise FindingsError(f"{path} does not exist; give a findings JSON, a tune record or an eval result")
     try:
         raw = load_json(Path(path).read_text(encoding="utf-8"))
         kind = raw.get("kind")

@@ -18,6 +18,7 @@ from surgery.core.vectors import FolderVectors
 from surgery.evaluation.data import read_jsonl
 from surgery.evaluation.markers import read_markers
 from surgery.find.findings import load_findings
+from surgery.find.heads.benchmark import load_benchmark
 from surgery.find.neurons.pairs import load_pairs
 from surgery.find.tune.record import read_record
 
@@ -30,6 +31,7 @@ READERS: dict[str, Callable[[Path], object]] = {
     "vector": lambda p: FolderVectors(p.parent).unit(f"{p.name}#r", None, "edits[0]"),
     "data": lambda p: read_jsonl(p, "N4"),
     "tune record": read_record,
+    "benchmark": load_benchmark,
 }
 
 
@@ -41,3 +43,14 @@ def test_a_folder_is_named_as_a_folder(reader, tmp_path):
         reader(folder)
     with pytest.raises(SurgeryError, match=f"{tmp_path / 'missing'} does not exist"):
         reader(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(
+    "reader", [r for name, r in READERS.items() if name != "vector"], ids=[n for n in READERS if n != "vector"]
+)
+def test_a_tilde_path_is_read_from_home(reader, tmp_path, monkeypatch):
+    """A Python caller's "~/…" was taken literally ("~/given does not exist"); a shell expands it."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "given").mkdir()
+    with pytest.raises(SurgeryError, match=f"{tmp_path / 'given'} is a folder"):
+        reader(Path("~/given"))

@@ -205,6 +205,16 @@ def test_revision_help_says_whose_revision_in_a_two_model_command(command, model
     assert model in revision.help
 
 
+def test_help_of_one_command_speaks_of_that_command_only():
+    """--revision's help was one text for all: "of MODEL (verify: of SOURCE; eval's --against …)" in
+    inspect's and every other command's help; each command now says whose revision it is."""
+    cli = _cli()
+    for name, command in cli.commands.items():
+        for param in command.params:
+            others = [o for o in cli.commands if o != name and re.search(rf"\b{o}(:|'s)", param.help or "")]
+            assert not others, f"surgery {name} {param.opts[0]}'s help speaks of {others}: {param.help}"
+
+
 def test_readme_counts_what_the_coverage_page_counts():
     """The README's one line of coverage numbers is the generated page's, not a copy that drifts."""
     from surgery.core.coverage import coverage
@@ -218,3 +228,48 @@ def test_readme_counts_what_the_coverage_page_counts():
     )
     assert said, "README.md lost its line 'N model types supported with proof, M refused'"
     assert (int(said[1]), int(said[2])) == (supported, refused), "update the counts in README.md"
+
+
+# "`--flag VALUE` (default)" and "`--flag` …, (default N" in the guides: the flag's default, as the
+# guides state it beside the generated reference page (which test_generated_pages keeps to the code)
+_CLAIMED = (
+    re.compile(r"`(--[a-z][a-z0-9-]*) ([^`\s]+)` \(default\)"),
+    re.compile(r"(?<!… )`(--[a-z][a-z0-9-]*)`[^`(0-9×]{0,30}?,? \(?default:? `?(-?[0-9][0-9.]*)(?![0-9.])"),
+)
+# "`--alpha-min` … `--alpha-max`, default 1 … 4"
+_RANGE = re.compile(r"`(--[a-z][a-z0-9-]*)` … `(--[a-z][a-z0-9-]*)`, default (-?[0-9.]+) … (-?[0-9.]+)")
+
+
+def _same(given: object, stated: str) -> bool:
+    try:
+        return float(given) == float(stated)
+    except (TypeError, ValueError):
+        return str(given) == stated
+
+
+def test_defaults_the_guides_state_are_the_commands_defaults():
+    """A guide's "(default 10)" beside a flag is the default of that flag in a command that has it (or
+    the default its help states, for an option resolved when the command runs, e.g. --population)."""
+    cli = _cli()
+    claims = [
+        (path.name, m[1], m[2])
+        for path in READ
+        if "reference" not in path.parts
+        for pattern in _CLAIMED
+        for m in pattern.finditer(" ".join(path.read_text(encoding="utf-8").split()))
+    ] + [
+        (path.name, m[1 + side], m[3 + side])
+        for path in READ
+        for m in _RANGE.finditer(" ".join(path.read_text(encoding="utf-8").split()))
+        for side in (0, 1)
+    ]
+    assert len(claims) >= 12  # the scan sees the guides' defaults
+    for page, flag, stated in claims:
+        options = [p for c in cli.commands.values() for p in c.params if flag in getattr(p, "opts", ())]
+        assert options, f"{page}: no command has {flag}"
+        said = (
+            _same(p.default, stated) or re.search(rf"\(default:? {re.escape(stated)}\b", p.help or "") for p in options
+        )
+        assert any(said), (
+            f"{page}: {flag} (default {stated}) but its commands' defaults are {[p.default for p in options]}"
+        )

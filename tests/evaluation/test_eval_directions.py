@@ -29,6 +29,8 @@ def test_first_token_kl_per_language():
     assert first["per_language"]["en"]["mean"] == pytest.approx(last[[0, 2]].mean())
     assert first["per_language"]["es"]["n"] == 2
     assert math.isfinite(out["kl_mean"]) and "first_token" not in kl_divergence(reference, model)
+    # EvalResult.metrics showed kl_mean as np.float64(…) beside Python floats
+    assert all(type(out[k]) in (float, int) for k in ("kl_mean", "kl_max", "positions", "top1_agreement"))
 
 
 @pytest.fixture(scope="module")

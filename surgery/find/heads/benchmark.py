@@ -264,9 +264,9 @@ def load_benchmark(spec: str | Path = "builtin") -> Benchmark:
     if str(spec) == "builtin":
         data, source = builtin_bytes(), "builtin"
     else:
-        path = Path(spec)
+        path = Path(spec).expanduser()  # ~ as a shell would: a Python caller's string is not expanded
         if not path.is_file():
-            raise BenchmarkError(f"benchmark {spec} {not_a_file(path)}; give 'builtin' or a JSONL file")
+            raise BenchmarkError(f"benchmark {path} {not_a_file(path)}; give 'builtin' or a JSONL file")
         data, source = path.read_bytes(), str(path)
     sha = hashlib.sha256(data).hexdigest()
     rows = _read_jsonl(data, source)

@@ -94,8 +94,11 @@ class NeuronFindings(Found):
         categories = ", ".join(params.get("categories") or []) or "all categories"
         return f"pairs {dataset.source if dataset else 'unrecorded'}, {categories}"
 
-    def select(self, n: int, options: SelectParams, categories: Sequence[str] | None = None) -> Selection:
-        """The top ``n`` neurons under ``options`` (restricted to ``categories`` when given)."""
+    def select(
+        self, n: int, options: SelectParams = SelectParams(), categories: Sequence[str] | None = None
+    ) -> Selection:
+        """The top ``n`` neurons under ``options`` (default: prune-neurons' score and rule; restricted
+        to ``categories`` when given)."""
         return select(self.scores, n, **options.select_kwargs(categories))
 
     def record(self) -> dict[str, Any]:

@@ -132,7 +132,7 @@ def save_record(record: TuneRecord, path: Path) -> None:
 
 def read_record(path: str | Path) -> TuneRecord:
     """A tune record written by ``surgery tune``, checked; a wrong file is a one-line error."""
-    path = Path(path)
+    path = Path(path).expanduser()  # ~ as a shell would: a Python caller's string is not expanded
     if not path.is_file():
         raise FindingsError(f"tune record {path} {not_a_file(path)}; give the {FILE} that surgery tune wrote")
     raw = load_json(path.read_text(encoding="utf-8"))
