@@ -96,8 +96,9 @@ def same_model(named: str, source: Source) -> bool:
     must be the same folder; a Hub id must equal the id MODEL was downloaded as (or the repo of a
     Hub-cache snapshot folder). Another local MODEL has no Hub id, so a Hub id or a path from another
     machine is compared by its last part with the folder's name: a local copy named after its repo
-    (examples/get_models.py's smollm2-135m-instruct for HuggingFaceTB/SmolLM2-135M-Instruct) is
-    the same model, anything else is another model (surgery.bake.lineage). Findings files carry the
+    (examples/get_models.py's smollm2-135m-instruct for HuggingFaceTB/SmolLM2-135M-Instruct), or a
+    GGUF file named after it with its quantization (SmolLM2-135M-Instruct.Q4_1.gguf), is the same
+    model, anything else is another model (surgery.bake.lineage). Findings files carry the
     model's fingerprint and are checked by it instead (surgery.find.findings.check_model).
     """
     path = Path(named).expanduser()
@@ -109,7 +110,12 @@ def same_model(named: str, source: Source) -> bool:
     if ids and HUB_ID.match(named):
         return False  # two Hub ids: the whole id counts, not just the repo name
     last = named.rstrip("/").rsplit("/", 1)[-1].casefold()
-    return last in {source.path.name.casefold()} | {i.rsplit("/", 1)[-1] for i in ids}
+    names = {source.path.name.casefold()} | {i.rsplit("/", 1)[-1] for i in ids}
+    if source.path.suffix.lower() == ".gguf":  # SmolLM2-135M-Instruct.Q4_1.gguf is SmolLM2-135M-Instruct's
+        from ..gguf.file_name import model_name
+
+        names.add(model_name(source.path).casefold())
+    return last in names
 
 
 def resolve(model: str, revision: str | None = None) -> Source:
