@@ -260,6 +260,12 @@ def _source_difference(record: BakeRecord, ckpt: Checkpoint) -> str | None:
     return None
 
 
+def baked_folder(path: str | Path) -> Path | None:
+    """The baked folder whose recorded recipe ``path`` names (the folder or its surgery.json), or None."""
+    path = Path(path)
+    return path if path.is_dir() else path.parent if path.name == PROVENANCE_NAME else None
+
+
 def load_recipe(path: str | Path, ckpt: Checkpoint) -> Recipe:
     """A recipe YAML, or the recipe recorded by a bake (its folder or its surgery.json).
 
@@ -267,7 +273,7 @@ def load_recipe(path: str | Path, ckpt: Checkpoint) -> Recipe:
     other base the adapter would not reproduce that bake.
     """
     path = Path(path)
-    folder = path if path.is_dir() else path.parent if path.name == PROVENANCE_NAME else None
+    folder = baked_folder(path)
     if folder is None and (path.suffix.lower() == ".gguf" or path.name.lower().endswith(".gguf.surgery.json")):
         # read as YAML it was "not valid YAML: fix the syntax" (or a sidecar's keys "unknown")
         raise RecipeError(

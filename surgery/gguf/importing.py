@@ -22,11 +22,11 @@ from ..core.errors import CheckpointError, UnsupportedArchitecture
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
 from ..core.strict_files import load_json
+from .file_name import MANIFEST_NAME
 from .header import GgufHeader, check_complete, read_gguf_header
 from .import_stream import SHARD_BYTES, plan_streamed, transformers_errors, write_streamed
 from .metadata_once import metadata_read_once, tensor_name_maps_built_once
 
-MANIFEST_NAME = "surgery.gguf.json"  # not surgery.json: that name means "made by a bake"
 DTYPES = ("float32", "bfloat16")
 
 

@@ -4,10 +4,12 @@ them) bakes into it without --allow-other-base, and a recipe of another model is
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from surgery.core.errors import CheckpointError
 from surgery.gguf.file_name import model_name
 from surgery.model.loading import Source, same_model
 from tests.support.cli import error_line, run_main
@@ -57,3 +59,23 @@ def test_apply_bakes_a_recipe_of_the_model_a_gguf_is_named_after(tmp_path, capsy
     line = error_line(run_main(["apply", _recipe(tmp_path, "org/other-model"), "--model", src, "--out", other], capsys))
     assert "the recipe was written for org/other-model" in line and "--allow-other-base" in line, line
     assert not other.exists()
+
+
+def test_an_import_is_the_model_of_the_gguf_file_it_records(tmp_path):
+    """surgery import-gguf's folder holds that file's weights: a recipe of the file (a GGUF bake's
+    sidecar names it) or of its model is the import's, by name or by the file's path."""
+    gguf = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf.write_bytes(b"GGUF")
+    folder = tmp_path / "imported"
+    folder.mkdir()
+    (folder / "surgery.gguf.json").write_text(json.dumps({"gguf": {"file": gguf.name}}))
+    for named in (gguf.name, str(gguf), "HuggingFaceTB/SmolLM2-135M-Instruct"):
+        assert same_model(named, Source(folder)), named
+    assert not same_model("google/gemma-3-270m", Source(folder))
+    assert not same_model(str(gguf), Source(tmp_path / "elsewhere"))
+
+
+def test_an_import_record_that_is_not_one_is_one_line(tmp_path):
+    (tmp_path / "surgery.gguf.json").write_text("{")
+    with pytest.raises(CheckpointError, match="is not the record surgery import-gguf writes; import the file again"):
+        same_model("org/model", Source(tmp_path))
