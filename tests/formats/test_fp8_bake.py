@@ -95,6 +95,8 @@ def test_a_scale_that_is_not_exact_is_refused_in_one_line(tmp_path, layout, bloc
         _bake(src, tmp_path / "out", Recipe((HeadScale(0, 1, 0.7),)))
     msg = str(err.value)
     assert "\n" not in msg and O_PROJ.format(0) in msg and "FP8 layout" in msg and "0.7" in msg
+    # a layout without scale blocks (per-channel, per-tensor) was told to "edit whole scale blocks"
+    assert ("edit whole scale blocks" in msg) == (layout == "block"), msg
     assert not (tmp_path / "out").exists()
 
 
