@@ -40,12 +40,13 @@ def export_lora(
     gets the note). Returns the folder and the adapter's record (``.adapter``: modules, ranks, recipe;
     ``to_dict()``: the JSON ``export-lora --json`` prints)."""
     from ..bake.lineage import for_source
-    from ..bake.lora import baked_folder, load_recipe
+    from ..bake.lora import baked_folder, load_recipe, refuse_quantized
     from ..bake.lora import export_lora as export
 
     load = typed(LoadSpec, options, load)
     no_other_options("export_lora", options, LoadSpec)
     ckpt, source = open_checkpoint(str(model), load)
+    refuse_quantized(ckpt)  # before the recipe's checks: no recipe exports from quantized weights
     # a baked folder's recipe is checked against the source it records instead (load_recipe)
     written = isinstance(recipe, Recipe) or baked_folder(recipe) is None
     recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe, ckpt)

@@ -347,6 +347,17 @@ def peft_config(modules: list[LoraModule], base: str, vllm: bool):
     return LoraConfig(**kw, rank_pattern=other, alpha_pattern=dict(other))
 
 
+def refuse_quantized(ckpt: Checkpoint) -> None:
+    """One line when ``ckpt`` stores quantized weights: an adapter's factors are read from the stored
+    weights, which must be the floats."""
+    if ckpt.format.quantized:
+        raise CheckpointError(
+            f"export-lora writes an adapter from float weights, and {ckpt.path} stores "
+            f"{ckpt.format.describe()} weights: bake the recipe into the checkpoint itself (exact in its own "
+            "format), or export the adapter from the float model it was quantized from"
+        )
+
+
 def export_lora(
     ckpt: Checkpoint,
     recipe: Recipe,
@@ -360,12 +371,7 @@ def export_lora(
     (surgery_adapter.json)."""
     from safetensors.torch import save_file
 
-    if ckpt.format.quantized:  # the factors are read from the stored weights, which must be the floats
-        raise CheckpointError(
-            f"export-lora writes an adapter from float weights, and {ckpt.path} stores "
-            f"{ckpt.format.describe()} weights: bake the recipe into the checkpoint itself (exact in its own "
-            "format), or export the adapter from the float model it was quantized from"
-        )
+    refuse_quantized(ckpt)
     arch = recipe.validate(ckpt.config)
     model = meta_model(ckpt)
     modules = lora_modules(ckpt, recipe, model)

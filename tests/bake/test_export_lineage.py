@@ -47,3 +47,13 @@ def test_a_recipe_of_the_gguf_file_a_folder_was_imported_from_exports(tiny, tmp_
         out = tmp_path / f"adapter-{base.replace('/', '-')}"
         result = run_main(["export-lora", model, "--recipe", _recipe(tmp_path, base), "--out", out], capsys)
         assert result.returncode == 0, result.stderr
+
+
+def test_a_quantized_model_is_refused_for_that_first(tmp_path, capsys):
+    """No recipe exports from quantized weights: that is said before the recipe's model is compared
+    (adding --allow-other-base would only lead to it)."""
+    from tests.support.int_packed import build_int
+
+    src, out = build_int(tmp_path / "src", "w4a16-g8"), tmp_path / "adapter"
+    line = error_line(run_main(["export-lora", src, "--recipe", _recipe(tmp_path, OTHER), "--out", out], capsys))
+    assert line.startswith("Error: export-lora writes an adapter from float weights"), line
