@@ -44,7 +44,7 @@ def model_name(path: Path) -> str:
 def gguf_names(path: Path) -> set[str]:
     """The names the checkpoint at ``path`` goes by as a GGUF: a .gguf file's name and its model's, an
     import's (a folder holding :data:`MANIFEST_NAME`) those of the file it records; none otherwise."""
-    if path.suffix.lower() == ".gguf":
+    if path.suffix.lower() == ".gguf" and not path.is_dir():
         return {path.name, model_name(path)}
     manifest = path / MANIFEST_NAME
     if not manifest.is_file():

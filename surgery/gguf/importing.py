@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import __version__
 from ..core.checkpoint import file_sha256
-from ..core.errors import CheckpointError, UnsupportedArchitecture
+from ..core.errors import CheckpointError, DestinationError, UnsupportedArchitecture
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
 from ..core.strict_files import load_json
@@ -123,6 +123,11 @@ def import_gguf(
     """
     if dtype not in DTYPES:
         raise CheckpointError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if Path(out).suffix.lower() == ".gguf":  # a folder of that name would pass for the GGUF file itself
+        raise DestinationError(
+            f"--out {out} ends in .gguf, but import-gguf writes a checkpoint folder (safetensors, config, "
+            "tokenizer): name the folder otherwise"
+        )
     gguf_path = Path(gguf_path)
     header = read_gguf_header(gguf_path)
     check_supported(header)

@@ -12,7 +12,7 @@ import torch
 
 from surgery.cli.main import main
 from surgery.core.checkpoint import Checkpoint, file_sha256
-from surgery.core.errors import CheckpointError, UnsupportedArchitecture
+from surgery.core.errors import CheckpointError, DestinationError, UnsupportedArchitecture
 from surgery.gguf.header import read_gguf_header
 from surgery.gguf.importing import MANIFEST_NAME, import_gguf
 from tests.support.tiny_gguf import KV_HEADS, LAYERS, QUANTIZED, TOKENS, gguf_source_model, write_tiny_gguf
@@ -131,6 +131,18 @@ def test_not_a_gguf_file(tmp_path):
     truncated.write_bytes(truncated.read_bytes()[:200])
     with pytest.raises(CheckpointError, match="truncated"):
         read_gguf_header(truncated)
+
+
+def test_an_out_named_gguf_and_a_folder_given_as_the_file_are_one_line(tmp_path):
+    """`--out model.gguf` wrote a folder of that name (which then passes for the GGUF file itself); a
+    checkpoint folder given as the GGUF "does not exist or is not a file": it is a folder."""
+    src = tmp_path / "model.Q8_0.gguf"
+    write_tiny_gguf(src, gguf_source_model())
+    with pytest.raises(DestinationError, match="ends in .gguf, but import-gguf writes a checkpoint folder"):
+        import_gguf(src, tmp_path / "imported.gguf")
+    assert not (tmp_path / "imported.gguf").exists()
+    with pytest.raises(CheckpointError, match=f"^{tmp_path} is a folder; give the path of a .gguf file$"):
+        import_gguf(tmp_path, tmp_path / "imported")
 
 
 @pytest.mark.slow(minutes=1)

@@ -66,7 +66,7 @@ def test_an_import_is_the_model_of_the_gguf_file_it_records(tmp_path):
     sidecar names it) or of its model is the import's, by name or by the file's path."""
     gguf = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
     gguf.write_bytes(b"GGUF")
-    folder = tmp_path / "imported"
+    folder = tmp_path / "imported.gguf"  # a folder, named so before import-gguf refused such an --out
     folder.mkdir()
     (folder / "surgery.gguf.json").write_text(json.dumps({"gguf": {"file": gguf.name}}))
     for named in (gguf.name, str(gguf), "HuggingFaceTB/SmolLM2-135M-Instruct"):
