@@ -178,6 +178,26 @@ def test_cli_import_reports_each_step_in_a_log(imported, tmp_path):
         assert f"{step}: {n}/{n} (100 %)" in proc.stderr, proc.stderr
 
 
+def test_a_commands_first_import_of_a_gguf_is_said_and_shown(tmp_path, capsys):
+    """A command that runs a GGUF model imports it into the cache the first time (minutes on a large
+    file): that sat silent before the command's own progress began; it is now a note and the import's
+    progress lines, and the next command on the file says nothing of it."""
+    from tests.support.cli import run_main
+
+    src = tmp_path / "tiny.gguf"
+    write_tiny_gguf(src, gguf_source_model())
+    (tmp_path / "recipe.yaml").write_text("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: 2}\n")
+    args = ["export-lora", src, "--recipe", tmp_path / "recipe.yaml", "--out"]
+    first = run_main([*args, tmp_path / "a"], capsys)
+    assert first.returncode == 0, first.stderr
+    err = " ".join(first.stderr.split())
+    assert f"note: importing {src.name} into surgery's cache as `surgery import-gguf` does, once" in err, err
+    tensors = len(read_gguf_header(src).tensors)
+    assert f"dequantizing: {tensors}/{tensors} (100 %)" in err, err
+    again = run_main([*args, tmp_path / "b"], capsys)
+    assert again.returncode == 0 and "importing" not in again.stderr, again.stderr
+
+
 def test_the_cached_import_hashes_the_gguf_once(tmp_path, monkeypatch):
     """A finder's import of a GGUF reads the file's bytes for its sha256 once (its cache key, then the
     manifest's record), and a direct import computes it itself: the same digest either way."""
