@@ -43,7 +43,8 @@ class FolderContainer(Container):
     def refuse(self, options: Any) -> None:
         if options.requantize:
             raise ParameterError(
-                "{requantize} applies to GGUF models only (a safetensors bake rounds to the stored dtype); drop it",
+                "{requantize} applies to GGUF models only (a checkpoint folder's bake rounds float weights to "
+                "their dtype once, and refuses an edit its quantized weights cannot hold exactly); drop it",
                 "requantize",
             )
 
