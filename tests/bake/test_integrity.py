@@ -196,3 +196,22 @@ def test_undo_of_changed_weights_says_what_to_do(tmp_path):
     with pytest.raises(SurgeryError, match="changed after the bake; undo would not give the source: put the file back"):
         undo(out, tmp_path / "restored")
     assert not (tmp_path / "restored").exists()
+
+
+def test_verify_json_says_which_numeric_check_ran(baked, tmp_path, capsys):
+    """`--json`'s numeric_check said "logits" after --structural-only (no model loaded) and for a baked
+    GGUF (no model runs: its blocks are recomputed)."""
+    import json
+
+    from surgery.bake.gguf import bake_gguf
+    from surgery.gguf.model import open_gguf
+    from tests.support.typed_gguf import write_typed_gguf
+
+    src, out = baked
+    result = run_main(["verify", src, out, "--structural-only", "--json"], capsys)
+    assert json.loads(result.stdout)["numeric_check"] == "none (structural only: no model loaded)"
+    gguf, edited = tmp_path / "src.gguf", tmp_path / "edited.gguf"
+    write_typed_gguf(gguf, "Q8_0")
+    bake_gguf(open_gguf(gguf), Recipe((HeadScale(0, 1, 2.0),)), edited)
+    result = run_main(["verify", gguf, edited, "--json"], capsys)
+    assert json.loads(result.stdout)["numeric_check"].startswith("GGUF blocks: every edited block recomputed")
