@@ -28,20 +28,36 @@ def export_lora(
     *,
     vllm: bool = False,
     force: bool = False,
+    allow_other_base: bool = False,
     load: LoadSpec | None = None,
+    report: Callable[[str], None] | None = None,
     **options: Any,
 ) -> ExportedLora:
     """Write a PEFT LoRA adapter at ``out`` whose effect on ``model`` is exactly ``recipe`` (a Recipe,
     a recipe YAML, or a folder baked from ``model``: the recipe it recorded); ``vllm`` pads every
-    module to one rank vLLM accepts. Returns the folder and the adapter's record (``.adapter``:
-    modules, ranks, recipe; ``to_dict()``: the JSON ``export-lora --json`` prints)."""
+    module to one rank vLLM accepts. A recipe whose ``base_model`` names another model is refused, as
+    ``apply`` refuses it, unless ``allow_other_base`` (the adapter then records both names; ``report``
+    gets the note). Returns the folder and the adapter's record (``.adapter``: modules, ranks, recipe;
+    ``to_dict()``: the JSON ``export-lora --json`` prints)."""
+    from ..bake.lineage import for_source
+    from ..bake.lora import baked_folder, load_recipe, refuse_quantized
     from ..bake.lora import export_lora as export
-    from ..bake.lora import load_recipe
 
     load = typed(LoadSpec, options, load)
     no_other_options("export_lora", options, LoadSpec)
     ckpt, source = open_checkpoint(model, load)
-    recipe = recipe if isinstance(recipe, Recipe) else load_recipe(given_path(recipe, "recipe"), ckpt)
+    refuse_quantized(ckpt)  # before the recipe's checks: no recipe exports from quantized weights
+    if not isinstance(recipe, Recipe):
+        recipe = given_path(recipe, "recipe")
+    # a baked folder's recipe is checked against the source it records instead (load_recipe)
+    written = isinstance(recipe, Recipe) or baked_folder(recipe) is None
+    recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe, ckpt)
+    if written:  # a recipe of another model is refused as apply refuses it: its α and n were chosen there
+        recipe, note = for_source(
+            recipe, ckpt.config, source, allow_other_base=allow_other_base, verb=("export", "exported")
+        )
+        if note:
+            reporter(report)(note)
     return ExportedLora(str(out), export(ckpt, recipe, out, vllm=vllm, force=force, source=source))
 
 

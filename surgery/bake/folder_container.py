@@ -10,12 +10,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.container import BakeCall, Container, Opened
-from ..core.errors import ParameterError
+from ..core.errors import DestinationError, ParameterError
 from ..core.progress import StageProgress
 from ..gguf import is_gguf
 
 if TYPE_CHECKING:
     from .bake import BakeResult
+
+
+def _refuse_gguf_name(dest: Path) -> None:
+    """A folder bakes into a folder: one named .gguf would look like the GGUF file surgery does not make
+    from a folder (a GGUF bake's output is the GGUF source, edited)."""
+    if is_gguf(dest):
+        raise DestinationError(
+            f"--out {dest} ends in .gguf, but MODEL is a checkpoint folder, which bakes into a folder: name "
+            "the output folder otherwise (a .gguf output comes from baking a GGUF file)"
+        )
 
 
 class FolderContainer(Container):
@@ -33,7 +43,8 @@ class FolderContainer(Container):
     def refuse(self, options: Any) -> None:
         if options.requantize:
             raise ParameterError(
-                "{requantize} applies to GGUF models only (a safetensors bake rounds to the stored dtype); drop it",
+                "{requantize} applies to GGUF models only (a checkpoint folder's bake rounds float weights to "
+                "their dtype once, and refuses an edit its quantized weights cannot hold exactly); drop it",
                 "requantize",
             )
 
@@ -44,11 +55,13 @@ class FolderContainer(Container):
         return Opened(ckpt, ckpt.config, source)
 
     def outputs(self, out: Path, labels: Sequence[str]) -> dict[str, Path]:
+        _refuse_gguf_name(out)  # the sweep's folder
         return {label: out / label for label in labels}
 
     def check_free(self, dest: Path, protected: Sequence[Path], force: bool) -> None:
         from ..core.destinations import check_free  # on use: `import surgery` registers this class without YAML
 
+        _refuse_gguf_name(dest)
         check_free(dest, protected, force)
 
     def prepare(self, opened: Opened, recipes: Sequence[Any], labels: Sequence[str], options: Any) -> list[Any]:
@@ -62,6 +75,7 @@ class FolderContainer(Container):
         from .check import edited_check
         from .runnable import runs_alongside
 
+        _refuse_gguf_name(out)
         ckpt, verify = opened.model, call.options.verify
         return bake(
             ckpt,

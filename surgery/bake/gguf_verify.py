@@ -68,9 +68,9 @@ def recorded_hashes(record: BakeRecord) -> tuple[str | None, str | None]:
     return (gguf[0] if len(gguf) == 1 else None), record.files.get(record.undo.file)
 
 
-def load_baked(baked: Path) -> tuple[BakeRecord, list]:
-    """The sidecar record of the baked GGUF ``baked`` and its original blocks (refused in one line when
-    the record is not a GGUF bake's or the undo sidecar is missing)."""
+def _baked_record(baked: Path) -> BakeRecord:
+    """The sidecar record of the baked GGUF ``baked`` (refused in one line when it is not a GGUF bake's
+    or the undo sidecar is missing)."""
     record = load_provenance(baked)
     if len(record.source_files) != 1 or "gguf" not in record.extra:
         raise VerificationError(
@@ -79,24 +79,47 @@ def load_baked(baked: Path) -> tuple[BakeRecord, list]:
     undo_path = sidecars(baked)[1]
     if not undo_path.is_file():
         raise VerificationError(f"{baked} has no undo sidecar {undo_path.name}; copy it next to the file")
-    return record, _originals(record, load_undo(undo_path))
+    return record
+
+
+def _undo_changed(baked: Path, record: BakeRecord) -> str | None:
+    """The problem when the undo sidecar is not the one the bake wrote (checked before it is parsed: a
+    changed byte would otherwise read as a corrupt file to "re-download or re-save")."""
+    undo_path = sidecars(baked)[1]
+    if file_sha256(undo_path) != recorded_hashes(record)[1]:
+        return f"{undo_path.name} changed after the bake (sha256 differs from the record)"
+    return None
+
+
+def load_baked(baked: Path) -> tuple[BakeRecord, list]:
+    """The sidecar record of the baked GGUF ``baked`` and its original blocks (refused in one line when
+    the record is not a GGUF bake's, or the undo sidecar is missing or not the one the bake wrote)."""
+    record = _baked_record(baked)
+    changed = _undo_changed(baked, record)
+    if changed:
+        raise VerificationError(f"{changed}; put back the sidecar the bake wrote")
+    return record, _originals(record, load_undo(sidecars(baked)[1]))
 
 
 def verify_gguf(baked: str | Path, source: str | Path | None = None, progress: StageProgress = silent_stages) -> Report:
     """Check a baked GGUF against its sidecars (and ``source``, when given); see the module docstring."""
     baked = Path(baked)
-    report = Report()
-    record, originals = load_baked(baked)
+    # no model runs (see gguf.md): the blocks are the numeric check; --json said "logits"
+    report = Report(
+        numeric_check="GGUF blocks: every edited block recomputed from its original and the recipe, exactly"
+    )
+    record = _baked_record(baked)
     if not provenance_intact(baked):
         report.problems.append(
             f"{sidecars(baked)[0].name} changed after the bake (its content does not match its seal)"
         )
         return report
-    undo_name = sidecars(baked)[1].name
-    gguf_sha, undo_sha = recorded_hashes(record)
-    if file_sha256(baked.parent / undo_name) != undo_sha:
-        report.problems.append(f"{undo_name} changed after the bake (sha256 differs from the record)")
+    changed = _undo_changed(baked, record)
+    if changed:
+        report.problems.append(changed)
         return report
+    originals = _originals(record, load_undo(sidecars(baked)[1]))
+    gguf_sha = recorded_hashes(record)[0]
     ((source_name, source_sha),) = record.source_files.items()
     progress("hash", 0, 1)
     baked_sha, restored_sha = stream_patched(baked, Path(os.devnull), _restore_chunks(originals))

@@ -21,13 +21,19 @@ WRITTEN_FOR = "written_for"  # the recipe note that keeps the model a recipe was
 
 
 def for_source(
-    recipe: Recipe, config: Mapping[str, Any], source: Source, *, allow_other_base: bool = False
+    recipe: Recipe,
+    config: Mapping[str, Any],
+    source: Source,
+    *,
+    allow_other_base: bool = False,
+    verb: tuple[str, str] = ("bake", "baked"),
 ) -> tuple[Recipe, str | None]:
     """``recipe`` checked against the checkpoint it is baked into and renamed after it, and the note
     to show when it was written for another model (None otherwise).
 
     Refused: edits that do not fit ``config`` (saying whose recipe it is, the likely cause), and a
-    recipe of another model unless ``allow_other_base``.
+    recipe of another model unless ``allow_other_base``. ``verb``: what the caller does with it and its past
+    participle, for the messages.
     """
     edited = source.hub_id or str(source.path)
     other = recipe.base_model if recipe.base_model and not same_model(recipe.base_model, source) else None
@@ -44,12 +50,12 @@ def for_source(
     if not allow_other_base:
         raise RecipeError(
             f"the recipe was written for {other}, not {edited}: its α and n were chosen on that "
-            "model; use a recipe made for this one, or pass {allow_other_base} to bake it anyway "
+            f"model; use a recipe made for this one, or pass {{allow_other_base}} to {verb[0]} it anyway "
             "(the output then records both names)",
             switches=("allow_other_base",),
         )
     note = (
-        f"the recipe was written for {other}, not {edited}; baked as --allow-other-base asks: the output "
+        f"the recipe was written for {other}, not {edited}; {verb[1]} as --allow-other-base asks: the output "
         f"names {edited} as its base model and keeps {other} as the model the recipe was written for"
     )
     return replace(recipe, base_model=edited, notes={**recipe.notes, WRITTEN_FOR: other}), note

@@ -261,6 +261,12 @@ def _source_difference(record: BakeRecord, ckpt: Checkpoint) -> str | None:
     return None
 
 
+def baked_folder(path: str | Path) -> Path | None:
+    """The baked folder whose recorded recipe ``path`` names (the folder or its surgery.json), or None."""
+    path = Path(path)
+    return path if path.is_dir() else path.parent if path.name == PROVENANCE_NAME else None
+
+
 def load_recipe(path: str | Path, ckpt: Checkpoint) -> Recipe:
     """A recipe YAML, or the recipe recorded by a bake (its folder or its surgery.json).
 
@@ -268,7 +274,7 @@ def load_recipe(path: str | Path, ckpt: Checkpoint) -> Recipe:
     other base the adapter would not reproduce that bake.
     """
     path = Path(path)
-    folder = path if path.is_dir() else path.parent if path.name == PROVENANCE_NAME else None
+    folder = baked_folder(path)
     if folder is None and (path.suffix.lower() == ".gguf" or path.name.lower().endswith(".gguf.surgery.json")):
         # read as YAML it was "not valid YAML: fix the syntax" (or a sidecar's keys "unknown")
         raise RecipeError(
@@ -342,6 +348,17 @@ def peft_config(modules: list[LoraModule], base: str, vllm: bool):
     return LoraConfig(**kw, rank_pattern=other, alpha_pattern=dict(other))
 
 
+def refuse_quantized(ckpt: Checkpoint) -> None:
+    """One line when ``ckpt`` stores quantized weights: an adapter's factors are read from the stored
+    weights, which must be the floats."""
+    if ckpt.format.quantized:
+        raise CheckpointError(
+            f"export-lora writes an adapter from float weights, and {ckpt.path} stores "
+            f"{ckpt.format.describe()} weights: bake the recipe into the checkpoint itself (exact in its own "
+            "format), or export the adapter from the float model it was quantized from"
+        )
+
+
 def export_lora(
     ckpt: Checkpoint,
     recipe: Recipe,
@@ -355,12 +372,7 @@ def export_lora(
     (surgery_adapter.json)."""
     from safetensors.torch import save_file
 
-    if ckpt.format.quantized:  # the factors are read from the stored weights, which must be the floats
-        raise CheckpointError(
-            f"export-lora writes an adapter from float weights, and {ckpt.path} stores "
-            f"{ckpt.format.describe()} weights: bake the recipe into the checkpoint itself (exact in its own "
-            "format), or export the adapter from the float model it was quantized from"
-        )
+    refuse_quantized(ckpt)
     arch = recipe.validate(ckpt.config)
     model = meta_model(ckpt)
     modules = lora_modules(ckpt, recipe, model)

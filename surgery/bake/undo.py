@@ -40,7 +40,9 @@ def _refuse_changed_files(baked: Path, record: BakeRecord) -> None:
     """A recorded file removed, or a file added since the bake, named before anything is read (the
     restore's check would call an added file one that "differs", and a removed one was a bare OS error)."""
     present = set(folder_files(baked))  # as undo reads the folder: .git and .cache are not the model's
-    missing = sorted(set(record.files) - present)
+    # The card (README.md) is the bake's, not the source's: undo writes the source's own in its place, so
+    # a card edited or removed by hand since (before a push, say) does not stand in the way.
+    missing = sorted(set(record.files) - present - record.undo.rewritten())
     if missing:
         raise VerificationError(
             f"{baked / missing[0]} is recorded in {PROVENANCE_NAME} but missing; put it back, then undo"
@@ -65,9 +67,13 @@ def undo(
     record = load_provenance(baked)
     expected = record.source_files
     _refuse_changed_files(baked, record)
-    mismatched = [n for n, h in hash_files(baked, sorted(record.files)).items() if h != record.files[n]]
+    read = sorted(set(record.files) - record.undo.rewritten())  # the files undo takes bytes from
+    mismatched = [n for n, h in hash_files(baked, read).items() if h != record.files[n]]
     if mismatched:
-        raise VerificationError(f"{baked / mismatched[0]} changed after the bake; undo would not give the source")
+        raise VerificationError(
+            f"{baked / mismatched[0]} changed after the bake; undo would not give the source: put the file back "
+            f"as the bake wrote it ({PROVENANCE_NAME} has its sha256), or take the source from where it came"
+        )
     saved = load_undo(baked / UNDO_NAME)
     ckpt = Checkpoint(baked, allow_remote_code=True)
     skip = set(OWN_FILES) | record.undo.rewritten()

@@ -426,6 +426,7 @@ def verify(
     source already loaded (e.g. with a device map), used instead of loading it."""
     dst_path = Path(dst_path)
     report, recipe = structural(src, dst_path, progress)
+    report.numeric_check = "logits" if run_model else "none (structural only: no model loaded)"
     if report.ok and run_model and src.quantized:
         # the edit itself, exactly: the edited weights dequantized against the source's times the recipe's
         # scales; then logits, both models loaded dequantized (FP8: surgery/formats/fp8/hold.py; integer codes by

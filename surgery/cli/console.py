@@ -82,6 +82,15 @@ def _log_line(text: str) -> None:
     err.print(text, markup=False, highlight=False)
 
 
+_ASIDE_LINES = LogLines(lambda text: _log_line(text))  # one clock per stage, for the whole command
+
+
+def aside_stage(stage: str, done: int, total: int) -> None:
+    """Work aside (surgery.core.progress.aside) as plain lines, every 30 s and at each end: it may run
+    while a command's own bars are drawn, which a second set of bars would clash with."""
+    _ASIDE_LINES.update(STAGE_LABELS.get(stage, stage), done, max(total, 1))
+
+
 def note(message: str) -> None:
     """A note on stderr (one line in logs): something the user should know, not an error."""
     err.print(f"[yellow]note:[/] {message}")

@@ -13,7 +13,7 @@ from ..core.counted import counted
 from .baking import bake_settings, print_baked, print_result
 from .console import note, out, print_json, print_table, stage_progress
 from .group import cli
-from .options import load_options, model_argument, push_options
+from .options import load_options, model_argument, push_options, requantize_option
 
 
 def _size(n: int) -> str:
@@ -57,7 +57,7 @@ def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
     "out_dir",
     required=True,
     type=click.Path(path_type=Path),
-    help="Output folder (a .gguf file when BAKED is a baked GGUF).",
+    help="Output folder (a .gguf file when MODEL is a GGUF file).",
 )
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 @click.option(
@@ -80,6 +80,7 @@ def inspect(model: str, load: LoadSpec, as_json: bool) -> None:
     help="Accept an alpha or factor that rounds a head's or neuron's "
     "weights to zero in the stored dtype (0 itself needs no flag).",
 )
+@requantize_option
 @push_options
 def apply(
     recipe: Path, model: str, load: LoadSpec, out_dir, force, verify, allow_other_base, as_json, allow_zero

@@ -15,6 +15,7 @@ import click
 
 from ..core import distributed
 from ..core.errors import SurgeryError
+from ..core.progress import Aside, reporting_aside
 from .group import cli
 
 # The commands that split their work across torchrun's processes; any other refuses (N bakes into
@@ -121,6 +122,23 @@ def main(argv: list[str] | None = None) -> None:
         leave(0)
 
 
+def _aside() -> Aside:
+    """Work aside (a GGUF's first import) on stderr: a note and plain progress lines. The console is
+    imported on the first report, not at start-up."""
+
+    def stages(stage: str, done: int, total: int) -> None:
+        from .console import aside_stage
+
+        aside_stage(stage, done, total)
+
+    def said(message: str) -> None:
+        from .console import note
+
+        note(message)
+
+    return Aside(stages, said)
+
+
 def _run(argv: list[str]) -> None:
     """One command line: its errors become one line and an exit code (``SystemExit``)."""
     debug = "--debug" in argv
@@ -128,7 +146,7 @@ def _run(argv: list[str]) -> None:
     try:
         # The command's module is imported when click resolves it, inside the try: a package
         # missing at import time is one line too.
-        with fewer_full_collections(), _sigterm_as_ctrl_c(), _torchrun(argv):
+        with fewer_full_collections(), _sigterm_as_ctrl_c(), _torchrun(argv), reporting_aside(_aside()):
             code = cli.main(args=argv, prog_name="surgery", standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)

@@ -196,17 +196,21 @@ def push_options(f: Callable) -> Callable:
     )(f)
 
 
-def bake_options(f: Callable) -> Callable:
-    """--out, --force, --no-verify, --json, --requantize, --push-to, --private."""
-    f = push_options(f)
-    f = click.option(
+def requantize_option(f: Callable) -> Callable:
+    """--requantize, remembered in the click context (surgery.cli.baking.bake_settings reads it)."""
+    return click.option(
         "--requantize",
         is_flag=True,
         expose_value=False,
         callback=_remember(REQUANTIZE_KEY),
-        help="GGUF MODEL: requantize blocks an edit cannot change exactly (Q4_0/1, Q5_0/1, Q8_0), "
+        help="GGUF MODEL: requantize blocks an edit cannot change exactly (Q4_0/1, Q5_0/1, Q8_0, MXFP4), "
         "recording the error; without it such an edit is refused.",
     )(f)
+
+
+def bake_options(f: Callable) -> Callable:
+    """--out, --force, --no-verify, --json, --requantize, --push-to, --private."""
+    f = requantize_option(push_options(f))
     f = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
     f = click.option(
         "--verify/--no-verify",

@@ -14,7 +14,7 @@ from ..api.params import EvalParams
 from ..api.results import EvalResult
 from ..core.comma_list import comma_items
 from ..core.distributed import is_main
-from .console import err, out, print_json, print_table, progress_bars
+from .console import err, note, out, print_json, print_table, progress_bars
 from .group import cli
 from .options import model_argument, typed_options
 
@@ -34,10 +34,18 @@ from .options import model_argument, typed_options
 )
 @click.option("--vllm", is_flag=True, help="Pad every module to one rank vLLM accepts (8 … 512).")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option(
+    "--allow-other-base",
+    is_flag=True,
+    help="Export a recipe whose base_model names another model "
+    "(refused otherwise: its α and n were chosen there); the adapter records both names.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def export_lora_cmd(model, load, recipe_path, out_dir, vllm, force, as_json):
+def export_lora_cmd(model, load, recipe_path, out_dir, vllm, force, allow_other_base, as_json):
     """Write a PEFT LoRA adapter whose effect on MODEL is exactly the recipe."""
-    exported = api.export_lora(model, recipe_path, out_dir, vllm=vllm, force=force, load=load)
+    exported = api.export_lora(
+        model, recipe_path, out_dir, vllm=vllm, force=force, allow_other_base=allow_other_base, load=load, report=note
+    )
     if as_json:
         print_json(exported.to_dict())
         return

@@ -11,7 +11,7 @@ exported as a LoRA adapter (bake/lora.py) — all three from the sites its kind 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,11 @@ class Recipe:
     # The parameter whose value named the edits (``heads`` for --heads 7.7,8.17), when not a recipe
     # file: its errors then name it and the edit as typed, not ``edits[i]``. Not written anywhere.
     named_by: str | None = field(default=None, compare=False)
+    # The file it was read from (its name) and each edit's place in that file's list (an exact repeat is
+    # dropped, which would shift the later places): its errors then name the file and the place the user
+    # wrote. Not written anywhere.
+    source: str | None = field(default=None, compare=False)
+    places: tuple[int, ...] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # a bare edit, or tuples / dicts in place of edits, failed as "not iterable" / "no attribute 'target'"
@@ -160,7 +165,9 @@ class Recipe:
         if not isinstance(notes, Mapping):
             raise RecipeError(f"{where}.notes must be a mapping")
         parsed = [edit_from_dict(e, f"{where}.edits[{i}]", vectors) for i, e in enumerate(edits)]
-        return cls(tuple(parsed), base, version, dict(notes))
+        recipe = cls(tuple(parsed), base, version, dict(notes))
+        # deduplicate keeps each first occurrence: its place in the file's list
+        return replace(recipe, places=tuple(next(i for i, p in enumerate(parsed) if p is e) for e in recipe.edits))
 
     @classmethod
     def load(cls, path: str | Path) -> Recipe:
@@ -187,7 +194,7 @@ class Recipe:
             raise RecipeError(f"recipe file {path} is not valid YAML ({what}{at}); fix the syntax") from None
         if raw is None:
             raise RecipeError(f"recipe file {path} is empty; it needs 'version' and 'edits'")
-        return cls.from_dict(raw, where=path.name, vectors=FolderVectors(path.parent))
+        return replace(cls.from_dict(raw, where=path.name, vectors=FolderVectors(path.parent)), source=path.name)
 
     def validate(self, config: Mapping[str, Any]) -> Architecture:
         """Check every edit against the model's config; return its architecture. An error names
@@ -195,7 +202,8 @@ class Recipe:
         ``{heads} 9.9: layer = 9 but the model has num_hidden_layers = 3``."""
         arch = architecture(config)
         for i, e in enumerate(self.edits):
-            where = f"edits[{i}]"
+            where = f"edits[{self.places[i] if self.places else i}]"
+            where = f"{self.source}.{where}" if self.source else where
             try:
                 e.check_values(where)
                 e.validate(arch, where)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import CheckpointError
+from ..core.errors import CheckpointError, not_a_file
 from ..core.optional import require
 
 MAGIC = b"GGUF"
@@ -129,7 +129,7 @@ def read_gguf_header(path: str | Path) -> GgufHeader:
 
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"{path} does not exist or is not a file; give the path of a .gguf file")
+        raise CheckpointError(f"{path} {not_a_file(path)}; give the path of a .gguf file")
     with open(path, "rb") as f:
         if f.read(4) != MAGIC:
             raise CheckpointError(f"{path.name} is not a GGUF file (no GGUF magic bytes)")

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..core.cache import cache_dir
 from ..core.checkpoint import Checkpoint, file_sha256
 from ..core.hash_cache import HashCache
+from ..core.progress import aside
 
 
 class ImportedGguf(Checkpoint):
@@ -46,8 +47,15 @@ def imported_checkpoint(path: str | Path, allow_remote_code: bool = False) -> Im
         cache.save()
     folder = cache_dir() / "gguf-imports" / digest
     if not (folder / "config.json").is_file():
+        # minutes on a large file: said and shown, as import-gguf shows it (the command's own progress
+        # starts only once the model is open)
+        report = aside()
+        report.note(
+            f"importing {path.name} into surgery's cache as `surgery import-gguf` does, once: later commands on "
+            "this file reuse it"
+        )
         folder.parent.mkdir(parents=True, exist_ok=True)
-        result = import_gguf(path, folder, force=True, gguf_sha256=digest)
+        result = import_gguf(path, folder, force=True, gguf_sha256=digest, progress=report.stages)
         if result.gguf_config is not None:  # a bake of the file then reads its config without transformers
             remember_config(path, result.gguf_config)
     return ImportedGguf(folder, path, digest, allow_remote_code=allow_remote_code)

@@ -18,15 +18,15 @@ from typing import Any
 
 from .. import __version__
 from ..core.checkpoint import file_sha256
-from ..core.errors import CheckpointError, UnsupportedArchitecture
+from ..core.errors import CheckpointError, DestinationError, UnsupportedArchitecture
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_output
 from ..core.strict_files import load_json
+from .file_name import MANIFEST_NAME
 from .header import GgufHeader, check_complete, read_gguf_header
 from .import_stream import SHARD_BYTES, plan_streamed, transformers_errors, write_streamed
 from .metadata_once import metadata_read_once, tensor_name_maps_built_once
 
-MANIFEST_NAME = "surgery.gguf.json"  # not surgery.json: that name means "made by a bake"
 DTYPES = ("float32", "bfloat16")
 
 
@@ -123,6 +123,11 @@ def import_gguf(
     """
     if dtype not in DTYPES:
         raise CheckpointError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if Path(out).suffix.lower() == ".gguf":  # a folder of that name would pass for the GGUF file itself
+        raise DestinationError(
+            f"--out {out} ends in .gguf, but import-gguf writes a checkpoint folder (safetensors, config, "
+            "tokenizer): name the folder otherwise"
+        )
     gguf_path = Path(gguf_path)
     header = read_gguf_header(gguf_path)
     check_supported(header)

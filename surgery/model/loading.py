@@ -96,20 +96,25 @@ def same_model(named: str, source: Source) -> bool:
     must be the same folder; a Hub id must equal the id MODEL was downloaded as (or the repo of a
     Hub-cache snapshot folder). Another local MODEL has no Hub id, so a Hub id or a path from another
     machine is compared by its last part with the folder's name: a local copy named after its repo
-    (examples/get_models.py's smollm2-135m-instruct for HuggingFaceTB/SmolLM2-135M-Instruct) is
-    the same model, anything else is another model (surgery.bake.lineage). Findings files carry the
+    (examples/get_models.py's smollm2-135m-instruct for HuggingFaceTB/SmolLM2-135M-Instruct), or a
+    GGUF file named after it with its quantization (SmolLM2-135M-Instruct.Q4_1.gguf) or that file's
+    import, is the same model, anything else is another model (surgery.bake.lineage). Findings files carry the
     model's fingerprint and are checked by it instead (surgery.find.findings.check_model).
     """
+    from ..gguf.file_name import gguf_names  # SmolLM2-135M-Instruct.Q4_1.gguf (or its import) is SmolLM2-135M-Instruct
+
     path = Path(named).expanduser()
-    if path.exists():
-        return source.path.exists() and os.path.samefile(path, source.path)
+    if path.exists():  # the same file or folder, or a GGUF file and its import (by the file's name)
+        imported = path.is_file() and source.path.is_dir() and path.name in gguf_names(source.path)
+        return source.path.exists() and (os.path.samefile(path, source.path) or imported)
     ids = {i.casefold() for i in (source.hub_id, hub_cache_repo(source.path)) if i}
     if named.casefold() in ids:
         return True
     if ids and HUB_ID.match(named):
         return False  # two Hub ids: the whole id counts, not just the repo name
     last = named.rstrip("/").rsplit("/", 1)[-1].casefold()
-    return last in {source.path.name.casefold()} | {i.rsplit("/", 1)[-1] for i in ids}
+    names = {source.path.name} | {i.rsplit("/", 1)[-1] for i in ids} | gguf_names(source.path)
+    return last in {n.casefold() for n in names}
 
 
 def resolve(model: str, revision: str | None = None) -> Source:

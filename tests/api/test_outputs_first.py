@@ -155,3 +155,24 @@ def test_the_library_refuses_before_any_finding_too(src, tmp_path):
     with pytest.raises(DestinationError, match="sweep already holds alpha-3; not yet baked: alpha-2"):
         surgery.api.check_outputs(src, tmp_path / "sweep", labels=["alpha-2", "alpha-3"])
     surgery.api.check_outputs(src, tmp_path / "sweep", labels=["alpha-2", "alpha-4"])  # a free value passes
+
+
+@pytest.mark.parametrize("sweep", [False, True], ids=["one", "sweep"])
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_folder_model_refuses_an_out_named_gguf_before_any_finding(command, sweep, src, tmp_path, capsys):
+    """A folder bakes into a folder: `--out model.gguf` wrote a folder named model.gguf, which looks like
+    a GGUF file surgery does not make from a folder (as a GGUF model refuses an --out not named .gguf)."""
+    if sweep and command not in SWEEPS:
+        pytest.skip(f"{command} has no sweep")
+    out = tmp_path / "edited.gguf"
+    line = error_line(run_main([*COMMANDS[command](src, tmp_path, sweep), _out_flag(command), out], capsys))
+    assert "ends in .gguf, but MODEL is a checkpoint folder, which bakes into a folder" in line, line
+    assert not out.exists()
+
+
+def test_apply_of_a_folder_refuses_an_out_named_gguf(src, tmp_path, capsys):
+    (tmp_path / "recipe.yaml").write_text("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: 2}\n")
+    out = tmp_path / "edited.gguf"
+    line = error_line(run_main(["apply", tmp_path / "recipe.yaml", "--model", src, "--out", out], capsys))
+    assert "ends in .gguf, but MODEL is a checkpoint folder" in line, line
+    assert not out.exists()

@@ -171,3 +171,47 @@ def test_undo_reads_a_baked_folder_under_version_control(tmp_path):
         (out / extra).write_text("not the model's\n")
     undo(out, tmp_path / "restored")
     assert tree_hashes(tmp_path / "restored") == tree_hashes(src)
+
+
+@pytest.mark.parametrize("change", ["edited", "removed"])
+def test_undo_restores_the_source_after_the_card_is_edited_by_hand(tmp_path, change):
+    """The card (README.md) is the bake's, and undo writes the source's own in its place: a card a user
+    edited (before a push) or removed was "changed after the bake; undo would not give the source"
+    (or "recorded but missing"). A source with a card of its own gets it back."""
+    src = build_tiny("llama", tmp_path / "src")
+    (src / "README.md").write_text("# the source's own card\n")
+    out = tmp_path / "baked"
+    bake(Checkpoint(src), Recipe((HeadScale(0, 1, 2.0),)), out, card=lambda folder, record: "# the bake's card\n")
+    card = out / "README.md"
+    card.write_text(card.read_text() + "\nMy notes.\n") if change == "edited" else card.unlink()
+    undo(out, tmp_path / "restored")
+    assert tree_hashes(tmp_path / "restored") == tree_hashes(src)
+
+
+def test_undo_of_changed_weights_says_what_to_do(tmp_path):
+    src = build_tiny("llama", tmp_path / "src")
+    out = tmp_path / "baked"
+    bake(Checkpoint(src), Recipe((HeadScale(0, 1, 2.0),)), out)
+    (out / "config.json").write_text((out / "config.json").read_text().replace("{", "{\n", 1))
+    with pytest.raises(SurgeryError, match="changed after the bake; undo would not give the source: put the file back"):
+        undo(out, tmp_path / "restored")
+    assert not (tmp_path / "restored").exists()
+
+
+def test_verify_json_says_which_numeric_check_ran(baked, tmp_path, capsys):
+    """`--json`'s numeric_check said "logits" after --structural-only (no model loaded) and for a baked
+    GGUF (no model runs: its blocks are recomputed)."""
+    import json
+
+    from surgery.bake.gguf import bake_gguf
+    from surgery.gguf.model import open_gguf
+    from tests.support.typed_gguf import write_typed_gguf
+
+    src, out = baked
+    result = run_main(["verify", src, out, "--structural-only", "--json"], capsys)
+    assert json.loads(result.stdout)["numeric_check"] == "none (structural only: no model loaded)"
+    gguf, edited = tmp_path / "src.gguf", tmp_path / "edited.gguf"
+    write_typed_gguf(gguf, "Q8_0")
+    bake_gguf(open_gguf(gguf), Recipe((HeadScale(0, 1, 2.0),)), edited)
+    result = run_main(["verify", gguf, edited, "--json"], capsys)
+    assert json.loads(result.stdout)["numeric_check"].startswith("GGUF blocks: every edited block recomputed")

@@ -132,3 +132,15 @@ def test_a_recipe_number_in_decimal_bakes_that_number(tmp_path):
     path.write_text("version: 1\nedits:\n  - {type: neuron, layer: 1, neuron: 010, factor: 0.0}\n")
     with pytest.raises(RecipeError, match=r"r.yaml.edits\[0\].neuron = '010' is not a plain decimal number"):
         Recipe.load(path)
+
+
+def test_a_recipe_files_edit_out_of_range_names_the_file_and_its_place_in_it(tmp_path):
+    """It said "edits[1].head = 8 …": no file (the syntax errors name it), and the place counted after an
+    exact repeat was dropped, one before the edit the user wrote."""
+    path = tmp_path / "r.yaml"
+    head = "  - {type: head, layer: 1, head: 2, alpha: 2.0}\n"
+    path.write_text(f"version: 1\nedits:\n{head}{head}  - {{type: head, layer: 1, head: 8, alpha: 2.0}}\n")
+    with pytest.raises(RecipeError, match=r"^r\.yaml\.edits\[2\]\.head = 8 but the model has num_attention_heads = 8"):
+        Recipe.load(path).validate(CONFIG)
+    with pytest.raises(RecipeError, match=r"^edits\[0\]\.head = 8"):  # a recipe made in Python: its own list
+        Recipe((HeadScale(1, 8, 2.0),)).validate(CONFIG)

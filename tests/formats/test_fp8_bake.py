@@ -95,6 +95,8 @@ def test_a_scale_that_is_not_exact_is_refused_in_one_line(tmp_path, layout, bloc
         _bake(src, tmp_path / "out", Recipe((HeadScale(0, 1, 0.7),)))
     msg = str(err.value)
     assert "\n" not in msg and O_PROJ.format(0) in msg and "FP8 layout" in msg and "0.7" in msg
+    # a layout without scale blocks (per-channel, per-tensor) was told to "edit whole scale blocks"
+    assert ("edit whole scale blocks" in msg) == (layout == "block"), msg
     assert not (tmp_path / "out").exists()
 
 
@@ -138,3 +140,16 @@ def test_other_quantizations_are_still_refused(tmp_path):
     (src / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="quantized"):
         Checkpoint(src)
+
+
+def test_requantize_on_a_quantized_folder_says_what_the_bake_does_instead(tmp_path, capsys):
+    """It said "a safetensors bake rounds to the stored dtype": an FP8 (or int) checkpoint's bake refuses
+    an inexact edit instead, which is why --requantize was asked for."""
+    from tests.support.cli import error_line, run_main
+
+    src = build_fp8(tmp_path / "src", "per-channel")
+    (tmp_path / "r.yaml").write_text(Recipe((HeadScale(0, 1, 0.7),)).to_yaml())
+    args = ["apply", tmp_path / "r.yaml", "--model", src, "--out", tmp_path / "out", "--requantize"]
+    line = error_line(run_main(args, capsys))
+    assert "applies to GGUF models only" in line and "refuses an edit its quantized weights cannot hold exactly" in line
+    assert not (tmp_path / "out").exists()

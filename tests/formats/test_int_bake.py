@@ -152,6 +152,8 @@ def test_a_head_scale_that_is_not_exact_is_refused_in_one_line(tmp_path, scheme,
         _bake(src, tmp_path / "out", Recipe((HeadScale(0, 1, alpha),)))
     msg = str(err.value)
     assert "\n" not in msg and O_PROJ.format(0) in msg and "layout" in msg and f"{alpha:g}" in msg and why in msg
+    # channel and tensor scales span whole rows: they were told to "edit whole scale groups" too
+    assert ("edit whole scale groups" in msg) == ("-g" in scheme), msg
     assert not (tmp_path / "out").exists()
 
 

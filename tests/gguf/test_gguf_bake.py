@@ -96,6 +96,27 @@ def test_verify_catches_a_changed_byte_and_undo_refuses(tmp_path):
     assert not (tmp_path / "restored.gguf").exists()
 
 
+def test_a_changed_undo_sidecar_is_a_verify_failure_and_undo_says_so(tmp_path):
+    """A byte changed in NAME.gguf.surgery.undo stopped verify with an error (the sidecar "is corrupt
+    (…): re-download or re-save it; cannot undo") before its recorded sha256 was compared: verify now
+    reports it changed after the bake (exit 1), and undo says to put the sidecar back."""
+    from surgery.bake.provenance import sidecars
+    from surgery.core.errors import VerificationError
+
+    src, out = tmp_path / "src.gguf", tmp_path / "out.gguf"
+    write_typed_gguf(src, "Q8_0", head_dim=HEAD_DIM)
+    bake_gguf(open_gguf(src), recipe(), out)
+    undo = sidecars(out)[1]
+    data = bytearray(undo.read_bytes())
+    data[100] ^= 0x01  # in the sidecar's header: no longer parses
+    undo.write_bytes(bytes(data))
+    report = verify_gguf(out, src)
+    assert report.problems == [f"{undo.name} changed after the bake (sha256 differs from the record)"], report.problems
+    with pytest.raises(VerificationError, match="changed after the bake .*; put back the sidecar the bake wrote"):
+        undo_gguf(out, tmp_path / "restored.gguf")
+    assert not (tmp_path / "restored.gguf").exists()
+
+
 def test_verify_recomputes_the_blocks(tmp_path):
     """A bake whose record and hashes were re-made to match wrong bytes still fails: the blocks are
     recomputed from the originals and the recipe."""

@@ -12,7 +12,7 @@ import torch
 
 from surgery.cli.main import main
 from surgery.core.checkpoint import Checkpoint, file_sha256
-from surgery.core.errors import CheckpointError, UnsupportedArchitecture
+from surgery.core.errors import CheckpointError, DestinationError, UnsupportedArchitecture
 from surgery.gguf.header import read_gguf_header
 from surgery.gguf.importing import MANIFEST_NAME, import_gguf
 from tests.support.tiny_gguf import KV_HEADS, LAYERS, QUANTIZED, TOKENS, gguf_source_model, write_tiny_gguf
@@ -133,6 +133,18 @@ def test_not_a_gguf_file(tmp_path):
         read_gguf_header(truncated)
 
 
+def test_an_out_named_gguf_and_a_folder_given_as_the_file_are_one_line(tmp_path):
+    """`--out model.gguf` wrote a folder of that name (which then passes for the GGUF file itself); a
+    checkpoint folder given as the GGUF "does not exist or is not a file": it is a folder."""
+    src = tmp_path / "model.Q8_0.gguf"
+    write_tiny_gguf(src, gguf_source_model())
+    with pytest.raises(DestinationError, match="ends in .gguf, but import-gguf writes a checkpoint folder"):
+        import_gguf(src, tmp_path / "imported.gguf")
+    assert not (tmp_path / "imported.gguf").exists()
+    with pytest.raises(CheckpointError, match=f"^{tmp_path} is a folder; give the path of a .gguf file$"):
+        import_gguf(tmp_path, tmp_path / "imported")
+
+
 @pytest.mark.slow(minutes=1)
 @pytest.mark.parametrize("fixture", ["smollm2", "gemma3_270m"])
 def test_real_imports_know_where_the_eiffel_tower_is(fixture, request):
@@ -164,6 +176,26 @@ def test_cli_import_reports_each_step_in_a_log(imported, tmp_path):
     tensors = len(read_gguf_header(gguf_path).tensors)  # dequantizing counts tensors, the others are one step
     for step, n in (("dequantizing", tensors), ("writing", 1), ("hashing", 1)):
         assert f"{step}: {n}/{n} (100 %)" in proc.stderr, proc.stderr
+
+
+def test_a_commands_first_import_of_a_gguf_is_said_and_shown(tmp_path, capsys):
+    """A command that runs a GGUF model imports it into the cache the first time (minutes on a large
+    file): that sat silent before the command's own progress began; it is now a note and the import's
+    progress lines, and the next command on the file says nothing of it."""
+    from tests.support.cli import run_main
+
+    src = tmp_path / "tiny.gguf"
+    write_tiny_gguf(src, gguf_source_model())
+    (tmp_path / "recipe.yaml").write_text("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: 2}\n")
+    args = ["export-lora", src, "--recipe", tmp_path / "recipe.yaml", "--out"]
+    first = run_main([*args, tmp_path / "a"], capsys)
+    assert first.returncode == 0, first.stderr
+    err = " ".join(first.stderr.split())
+    assert f"note: importing {src.name} into surgery's cache as `surgery import-gguf` does, once" in err, err
+    tensors = len(read_gguf_header(src).tensors)
+    assert f"dequantizing: {tensors}/{tensors} (100 %)" in err, err
+    again = run_main([*args, tmp_path / "b"], capsys)
+    assert again.returncode == 0 and "importing" not in again.stderr, again.stderr
 
 
 def test_the_cached_import_hashes_the_gguf_once(tmp_path, monkeypatch):

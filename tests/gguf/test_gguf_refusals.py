@@ -114,7 +114,10 @@ def test_inexact_alpha_is_refused_then_requantized_with_its_error_recorded(tmp_p
     src, out = tmp_path / "src.gguf", tmp_path / "out.gguf"
     write_typed_gguf(src, "Q4_0", heads=4, head_dim=64)
     recipe = Recipe((HeadScale(1, 2, 0.7),))
-    refused(tmp_path, src, recipe, r"blk\.1\.attn_output\.weight \(Q4_0\): the factor .* not exact .* --requantize")
+    # the factor named (a recipe scales many tensors): it was "the factor times the blocks' scales …"
+    refused(
+        tmp_path, src, recipe, r"blk\.1\.attn_output\.weight \(Q4_0\): the factor 0\.7 .* not exact .* --requantize"
+    )
     result = bake_gguf(open_gguf(src), recipe, out, requantize=True)
     (row,) = result.provenance.extra["gguf"]["tensors"]
     assert row["requantized_blocks"] > 0 and 0 < row["max_abs_error"] < 0.1 and 0 < row["rel_rms_error"] < 0.2

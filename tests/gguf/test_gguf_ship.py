@@ -79,6 +79,23 @@ def test_the_card_records_requantization_errors(tmp_path):
     assert f"--out {out.name} --requantize`" in card
 
 
+def test_apply_takes_requantize_and_the_cards_command_bakes_the_same_file(tmp_path, capsys):
+    """The card's `surgery apply recipe.yaml … --requantize` (and gguf.md's --requantize on every baking
+    command) was "No such option: --requantize": apply had none."""
+    src, out = tmp_path / "src.gguf", tmp_path / "h.gguf"
+    write_typed_gguf(src, "Q4_0", head_dim=HEAD_DIM)
+    recipe = Recipe((HeadScale(0, 1, 0.7),))
+    bake_gguf(open_gguf(src), recipe, out, requantize=True)
+    (tmp_path / "recipe.yaml").write_text(recipe.to_yaml())
+    command = checked_uploads(out)[1]["README.md"].decode().split("`surgery apply ", 1)[1].split("`", 1)[0].split()
+    again = tmp_path / "again"
+    again.mkdir()
+    args = [tmp_path / a if a in ("recipe.yaml", src.name) else again / a if a == out.name else a for a in command]
+    result = run_main(["apply", *args], capsys)
+    assert result.returncode == 0, result.stderr
+    assert file_sha256(again / out.name) == file_sha256(out)
+
+
 def test_a_changed_file_is_refused_before_any_request(baked, tmp_path):
     src, out = baked
     data = bytearray(out.read_bytes())

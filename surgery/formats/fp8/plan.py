@@ -105,9 +105,11 @@ def _scale_route(
 
 
 def _refusal(name: str, lay: ScaleLayout, alpha: float, why: str) -> RecipeError:
+    # only block scales can carry a factor on columns: per-channel and per-tensor ones have no block to edit
+    blocks = " edit whole scale blocks," if lay.kind == "block" else ""
     return RecipeError(
         f"cannot scale '{name}' ({lay.describe()} FP8 layout) by {alpha:g} exactly: {why}; choose a power "
-        "of two that keeps its weights in range, edit whole scale blocks, or bake into the unquantized checkpoint"
+        f"of two that keeps its weights in range,{blocks} or bake into the unquantized checkpoint"
     )
 
 

@@ -79,9 +79,11 @@ def weights_of(ckpt: Checkpoint) -> dict[str, IntWeight]:
 
 
 def _refusal(w: IntWeight, s: Scheme, alpha: float, why: str) -> RecipeError:
+    # only group scales can carry a factor on columns (a head's): channel and tensor scales span whole rows
+    groups = " edit whole scale groups by a scale their scales hold exactly," if s.strategy == "group" else ""
     return RecipeError(
-        f"cannot scale '{w.codes.name}' ({s.describe()} layout) by {alpha:g} exactly: {why}; prune (scale 0), "
-        "edit whole scale groups by a scale their scales hold exactly, or bake into the unquantized checkpoint"
+        f"cannot scale '{w.codes.name}' ({s.describe()} layout) by {alpha:g} exactly: {why}; prune (scale 0),"
+        f"{groups} or bake into the unquantized checkpoint"
     )
 
 

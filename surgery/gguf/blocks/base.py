@@ -158,10 +158,12 @@ class QuantizedBlocks(GgufBlockType):
         if exact.all():
             return Edited(new)
         if not requantize:
+            # name the factor: one recipe's edits scale many tensors, the ready ones by α 2.5
+            named = ", ".join(f"{f:g}" for f in np.unique(factors[~exact, 0]))
             raise RecipeError(
-                f"{tensor} ({self.name}): the factor times the blocks' scales is not exact (it must be "
-                "an f16 (a power of two for an E8M0 exponent) and leave the dequantizer's float32 result scaled "
-                "exactly; a power of two is); use a power of two" + (", or --requantize" if self.requantizable else "")
+                f"{tensor} ({self.name}): the factor {named} times the blocks' scales is not exact (the product "
+                f"must be a {self.name} scale and scale the dequantized float32 values exactly, as a power of two "
+                "does); use a power of two" + (", or --requantize" if self.requantizable else "")
             )
         if not self.requantizable:
             if not uniform.all():  # part of a block, which requantizing would have carried: said as without it
