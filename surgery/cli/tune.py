@@ -73,6 +73,11 @@ def print_tune(record: TuneRecord) -> None:
         f"Held-out confirmation ({c.items} {what}, {c.neutral} neutral prompts, never seen by the search): "
         f"effect {_fmt(c.effect)} {_ci(c.effect_ci95)}, KL {_fmt(c.kl, 3)} {_ci(c.kl_ci95)} (95% CIs); {change}"
     )
+    if not c.effect_ci95[0] > 0:  # the number to expect: the search's own best is flattered by its choice
+        note(
+            f"the held-out effect's 95% CI {_ci(c.effect_ci95)} does not lie above 0: the chosen edit is not "
+            f"shown to work on {what} the search never saw; give more prompts or a larger --test-share"
+        )
 
 
 @cli.command(name="tune")

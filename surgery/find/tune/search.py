@@ -92,6 +92,8 @@ def _search(
     done = len(study.finished())
     if done:
         report(f"resuming the study in {study.path.parent}: {min(done, params.trials)} of {params.trials} trials done")
+    else:  # said now, not at the end: a run stopped midway (Ctrl-C) is resumed from this folder
+        report(f"a new study in {study.path.parent}: stopped midway, the same command resumes it")
     best: Point | None = None
     for frozen in study.finished()[: params.trials]:
         best = better(best, Point(frozen.number, *frozen.values), params.max_kl)

@@ -1,0 +1,45 @@
+"""What ``surgery tune`` prints under its front: a held-out effect not shown above 0 is said in a note."""
+
+from __future__ import annotations
+
+import pytest
+
+from surgery.core.checkpoint import Checkpoint
+
+
+def _record(tiny, ci: list[float]):
+    from surgery.find.findings import ModelIdentity
+    from surgery.find.tune.record import Chosen, HeldOutConfirmation, SplitSizes, Trial, TuneRecord
+
+    return TuneRecord(
+        method="direction",
+        model=ModelIdentity.of(Checkpoint(tiny("llama"))),
+        parameters={"trials": 1},
+        study={"storage": "study.db", "sampler": "tpe", "seed": 0},
+        objectives={"effect": "marker rate removed", "kl": "first-token KL"},
+        split=SplitSizes(seed=0, test_share=0.5, tune_items=[], test_items=[], tune_pairs=4, test_pairs=4, tune_neutral=4, test_neutral=4),
+        trials=[
+            Trial(
+                number=0,
+                params={"weight": 0.8, "position": 1, "width": 1, "floor_share": 0.5, "modules": "mlp"},
+                effect=0.25,
+                kl=0.03,
+            )
+        ],
+        front=[0],
+        chosen=Chosen(number=0, rule="knee"),
+        confirmation=HeldOutConfirmation(
+            effect=sum(ci) / 2, effect_ci95=ci, kl=0.01, kl_ci95=[0.005, 0.02], rate_base=0.25, rate=0.5, items=4
+        ),
+    )
+
+
+@pytest.mark.parametrize("ci, said", [([-0.75, 0.0], True), ([0.0, 0.5], True), ([0.25, 0.75], False)])
+def test_a_held_out_effect_not_above_0_is_a_note(tiny, capsys, ci, said):
+    """On SmolLM2 the chosen point measured -0.25 [-0.75, 0] held out (the marker rate rose) and was baked
+    without a word; the guide says such an interval means the edit is not shown to work."""
+    from surgery.cli.tune import print_tune
+
+    print_tune(_record(tiny, ci))
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("is not shown to work on test prompts the search never saw" in err) == said, err
