@@ -45,8 +45,9 @@ def _row(method: str, t: Trial) -> list[str]:
         heads = ", ".join(f"{la}.{h}" for la, h in t.heads or [])
         return [_fmt(p["alpha"], 3), heads, _fmt(t.effect), _fmt(t.kl, 3), _fmt(t.delta_s)]
     if method == "direction":
-        floor = p["weight"] * p["floor_share"]
-        kernel = [_fmt(p["weight"], 3), str(p["position"]), str(p["width"]), _fmt(floor, 3), p["modules"]]
+        # the floor as the trial lines and the report give it: a share of the peak weight
+        floor = f"{p['floor_share']:.2f}×"
+        kernel = [_fmt(p["weight"], 3), str(p["position"]), str(p["width"]), floor, p["modules"]]
         return [*kernel, _fmt(t.effect), _fmt(t.kl, 3)]
     first = ", ".join((t.neurons or [])[:SHOWN_NEURONS]) + (" …" if len(t.neurons or []) > SHOWN_NEURONS else "")
     return [str(p["n"]), _fmt(p["factor"], 3), f"{p['score']} / {p['rule']}", _fmt(t.effect), _fmt(t.kl, 3), first]

@@ -42,7 +42,10 @@ def test_a_held_out_effect_not_above_0_is_a_note(tiny, capsys, ci, said):
     from surgery.cli.tune import print_tune
 
     print_tune(_record(tiny, ci))
-    err = " ".join(capsys.readouterr().err.split())
+    printed = capsys.readouterr()
+    err = " ".join(printed.err.split())
+    # the floor as the trial lines give it ("floor 0.50×"), not the weight it falls to (0.4)
+    assert "│ 0.50× │" in printed.out and "0.4 " not in printed.out, printed.out
     assert ("is not shown to work on test prompts the search never saw" in err) == said, err
 
 
