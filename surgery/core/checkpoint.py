@@ -20,8 +20,8 @@ from typing import Any
 from . import stored_format
 from .errors import CheckpointError
 from .stored_format import StoredFormat
-from .sweeps import is_a_sweep, sweep_values
 from .strict_files import DuplicateKey, load_json
+from .sweeps import is_a_sweep, sweep_values
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"

@@ -18,7 +18,16 @@ def _record(tiny, ci: list[float]):
         parameters={"trials": 1},
         study={"storage": "study.db", "sampler": "tpe", "seed": 0},
         objectives={"effect": "marker rate removed", "kl": "first-token KL"},
-        split=SplitSizes(seed=0, test_share=0.5, tune_items=[], test_items=[], tune_pairs=4, test_pairs=4, tune_neutral=4, test_neutral=4),
+        split=SplitSizes(
+            seed=0,
+            test_share=0.5,
+            tune_items=[],
+            test_items=[],
+            tune_pairs=4,
+            test_pairs=4,
+            tune_neutral=4,
+            test_neutral=4,
+        ),
         trials=[
             Trial(
                 number=0,

@@ -28,9 +28,9 @@ from ..heads.params import FindParams
 from ..heads.scores import delta, encode_pairs, option_token_ids
 from .confirm import gain_ci, mean_ci
 from .heads_eval import HeadTrials
-from .runtime import held_note
 from .params import TuneParams
 from .record import HeldOutConfirmation, SplitSizes, TuneRecord
+from .runtime import held_note
 from .search import front_and_choice, run_search, trial_record
 from .split import split_groups, split_rows
 from .study import study_description

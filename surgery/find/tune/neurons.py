@@ -28,9 +28,9 @@ from ..neurons.params import RULES, SCORES, SelectParams
 from ..neurons.select import allowed_mask, selected_edits
 from .confirm import mean_ci
 from .neurons_eval import PairTrials
-from .runtime import held_note
 from .params import TuneParams
 from .record import HeldOutConfirmation, SplitSizes, TuneRecord
+from .runtime import held_note
 from .search import front_and_choice, run_search, trial_record
 from .split import split_rows
 from .study import study_description
