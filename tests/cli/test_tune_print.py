@@ -71,3 +71,4 @@ def test_what_the_recording_holds_is_said_before_it():
         "the tune split's baseline passes keep 384 prompts' decoder-layer inputs, keys and values in memory while "
         "it is measured: about 2.7 GB (23,040 tokens); lower --max-pairs when memory is short"
     )
+    assert "about 0.7 MB (6 tokens)" in held_note([Encoded((1,) * 6, {})], smollm2, 4, "x", "y")

@@ -46,9 +46,11 @@ def held_note(prompts: Sequence[Encoded], geometry: Mapping[str, Any], itemsize:
     so that a search too big for the machine is stopped before it runs out of memory."""
     per_token = geometry["num_layers"] * (geometry["hidden_size"] + 2 * geometry["num_kv_heads"] * geometry["head_dim"])
     tokens = sum(len(p.ids) for p in prompts)
+    held = tokens * per_token * itemsize
+    size = f"{held / 1e9:.1f} GB" if held >= 1e8 else f"{held / 1e6:.1f} MB"  # a small split is not "0.0 GB"
     return (
         f"the {what}'s baseline passes keep {len(prompts):,} prompts' decoder-layer inputs, keys and values in "
-        f"memory while it is measured: about {tokens * per_token * itemsize / 1e9:.1f} GB ({tokens:,} tokens); "
+        f"memory while it is measured: about {size} ({tokens:,} tokens); "
         f"{fewer} when memory is short"
     )
 
