@@ -60,7 +60,7 @@ def test_a_held_out_effect_not_above_0_is_a_note(tiny, capsys, ci, said):
 
 def test_what_the_recording_holds_is_said_before_it():
     """The default heads tune of SmolLM2 (1,856 binding prompts) recorded for 20 minutes on a 23 GB machine,
-    then was killed; the guide's own sizes (30 layers, hidden 576, key/value width 192, float32) give 28 GB."""
+    then was killed; the guide's own sizes (30 layers, hidden 576, key/value width 192, float32) give 26.5 GiB."""
     from surgery.core.mcq import Encoded
     from surgery.find.tune.runtime import held_note
 
@@ -69,6 +69,6 @@ def test_what_the_recording_holds_is_said_before_it():
     line = held_note(prompts, smollm2, 4, "tune split", "lower --max-pairs")
     assert line == (
         "the tune split's baseline passes keep 384 prompts' decoder-layer inputs, keys and values in memory while "
-        "it is measured: about 2.7 GB (23,040 tokens); lower --max-pairs when memory is short"
+        "it is measured: about 2.47 GiB (23,040 tokens); lower --max-pairs when memory is short"
     )
-    assert "about 0.7 MB (6 tokens)" in held_note([Encoded((1,) * 6, {})], smollm2, 4, "x", "y")
+    assert "about 675 KiB (6 tokens)" in held_note([Encoded((1,) * 6, {})], smollm2, 4, "x", "y")

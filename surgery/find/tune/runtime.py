@@ -20,6 +20,7 @@ from ...core import distributed
 from ...core.edit_kind import Edit
 from ...core.mcq import Encoded
 from ...core.progress import Advance
+from ...core.sizes import human_size
 from ...model.placement import input_device
 from ..heads.prompts import batch_groups, collate
 from ..heads.resume import Snapshot, resume_scaled, snapshot
@@ -46,11 +47,9 @@ def held_note(prompts: Sequence[Encoded], geometry: Mapping[str, Any], itemsize:
     so that a search too big for the machine is stopped before it runs out of memory."""
     per_token = geometry["num_layers"] * (geometry["hidden_size"] + 2 * geometry["num_kv_heads"] * geometry["head_dim"])
     tokens = sum(len(p.ids) for p in prompts)
-    held = tokens * per_token * itemsize
-    size = f"{held / 1e9:.1f} GB" if held >= 1e8 else f"{held / 1e6:.1f} MB"  # a small split is not "0.0 GB"
     return (
         f"the {what}'s baseline passes keep {len(prompts):,} prompts' decoder-layer inputs, keys and values in "
-        f"memory while it is measured: about {size} ({tokens:,} tokens); "
+        f"memory while it is measured: about {human_size(tokens * per_token * itemsize)} ({tokens:,} tokens); "
         f"{fewer} when memory is short"
     )
 
