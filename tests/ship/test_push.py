@@ -152,6 +152,9 @@ def test_a_sweep_folder_is_named_as_such(baked, tmp_path):
         r"give one of them, .*or bake with --push-to",
     ):
         check_pushable(sweep)
+    with FakeHub(TOKEN) as hub:  # before the token: it was "no Hugging Face token found" first
+        r = run_surgery(["push", sweep, "--repo", "me/y"], hub_env(hub, tmp_path, token=None))
+        assert r.returncode == 2 and "is a sweep made by surgery" in r.stderr, r.stderr
 
 
 def test_push_exported_adapter(tiny, tmp_path):
