@@ -25,7 +25,7 @@ from ..core.errors import ParameterError
 from ..core.progress import Progress, StageProgress, silent, silent_stages
 from ..find.heads.params import FindParams
 from ..find.neurons.params import CaptureParams
-from ..find.tune.params import TuneParams
+from ..find.tune.params import TuneParams, refuse_other_methods
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import given_path, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
@@ -89,6 +89,9 @@ def tune(
     load, params = typed(LoadSpec, options, load), typed(TuneParams, options, params)
     prompts, capture = typed(FindParams, options, prompts), typed(CaptureParams, options, capture)
     no_other_options("tune", options, LoadSpec, TuneParams, FindParams, CaptureParams)
+    # the binding pairs' options are the heads' alone, the fairness pairs' the neurons'
+    refuse_other_methods(params.method, prompts, {"heads": ("benchmark", "max_pairs", "per_identity", "instruct")})
+    refuse_other_methods(params.method, capture, {"neurons": ("pairs", "language", "categories")})
     prompts = replace(prompts, seed=params.seed, batch_size=params.batch_size)
     if params.method == "direction" and (params.behaviour is None or params.markers is None):
         raise ParameterError(

@@ -151,6 +151,19 @@ def _short(value: Any) -> str:
     return _fmt(value)
 
 
+def _tune_caveats(key: str, summary: Mapping[str, Any]) -> list[str]:
+    """A tuned bake whose held-out effect is not shown above 0 says so (its one-line summary above
+    leaves out the interval)."""
+    confirmation = summary.get("confirmation") if key == "tune" else None
+    ci = (confirmation or {}).get("effect_ci95")
+    if not ci or ci[0] > 0:
+        return []
+    return [
+        f"on the held-out split the chosen point's effect was {_fmt(confirmation.get('effect'))} "
+        f"(95% CI {_fmt(ci[0])}, {_fmt(ci[1])}): not shown above 0, the edit is not shown to work there"
+    ]
+
+
 def why_section(record: BakeRecord) -> str:
     """What the baking command recorded about its findings (the ``extra`` entries of surgery.json),
     with the caveats of what it quotes (a ΔS or a knockout reduction that is not significant)."""
@@ -160,7 +173,7 @@ def why_section(record: BakeRecord) -> str:
         if isinstance(value, Mapping):
             lines.append(f"- **{key}**")
             lines += [f"  - {k}: {_short(v)}" for k, v in value.items() if _short(v)]
-            lines += [f"  - **Caveat:** {c}" for c in caveats(value)]
+            lines += [f"  - **Caveat:** {c}" for c in [*caveats(value), *_tune_caveats(key, value)]]
         elif value not in (None, "", [], {}):
             lines.append(f"- **{key}**: {_short(value)}")
     for k, v in record.recipe.notes.items():

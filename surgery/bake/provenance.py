@@ -26,11 +26,12 @@ from ..core.errors import CheckpointError, SurgeryError, VerificationError
 from ..core.finite_json import finite
 from ..core.progress import StageProgress, silent_stages
 from ..core.strict_files import DuplicateKey, load_json
+from ..core.sweeps import RECORD_NAME, is_a_sweep, sweep_values  # noqa: F401 (sweep_values: importable from here)
 from ..core.vectors import VECTORS_NAME
 from .public import public_values
 from .record import FORMAT, BakeRecord  # noqa: F401 (FORMAT stays importable with the file's names)
 
-PROVENANCE_NAME = "surgery.json"
+PROVENANCE_NAME = RECORD_NAME
 UNDO_NAME = "surgery.undo"  # safetensors content, but not *.safetensors: loaders glob for those
 # The bake's own files; VECTORS_NAME (surgery.vectors) holds the unit vectors of direction edits.
 OWN_FILES = (PROVENANCE_NAME, UNDO_NAME, VECTORS_NAME)
@@ -102,12 +103,6 @@ def provenance_intact(path: Path) -> bool:
     return raw in (provenance_text(data).encode(), _sealed_text(data, allow_nan=True).encode())
 
 
-def sweep_values(path: Path) -> list[str]:
-    """The value folders of a sweep (``alpha-2``, ``n-40``, …): subfolders holding a bake's record."""
-    path = Path(path)
-    return sorted(p.name for p in path.iterdir() if (p / PROVENANCE_NAME).is_file()) if path.is_dir() else []
-
-
 def not_baked(path: Path) -> str:
     """Why ``path`` (which has no surgery.json) is not a baked folder, and what to give instead.
 
@@ -125,11 +120,7 @@ def not_baked(path: Path) -> str:
         return f"{path} does not exist; give the folder (or .gguf file) that a surgery bake wrote"
     values = sweep_values(path)
     if values:
-        shown = ", ".join(values[:4]) + (f" and {len(values) - 4} more" if len(values) > 4 else "")
-        return (
-            f"{path} is a sweep made by surgery, one baked folder per value ({shown}); give one of "
-            f"them, e.g. {path / values[0]}"
-        )
+        return is_a_sweep(path, values)
     return f"{path} has no {PROVENANCE_NAME}: it was not made by surgery; give the folder that a surgery bake wrote"
 
 

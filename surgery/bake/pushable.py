@@ -55,9 +55,12 @@ def check_adapter(folder: Path) -> tuple[str, dict[str, Any]]:
 
 
 def refuse_missing(path: Path) -> None:
-    """A path that is not there, in one line (push says it before the token check: a typo first)."""
+    """A path that is not there, or a sweep's folder, in one line (push says it before the token check:
+    the path first, then "log in")."""
     if not path.exists():
         raise SurgeryError(f"{path} does not exist; give a baked checkpoint or adapter folder, or a baked .gguf file")
+    if not (path / PROVENANCE_NAME).is_file() and sweep_values(path):
+        raise VerificationError(f"{not_baked(path)}, or bake with --push-to (one branch per value)")
 
 
 def check_pushable(folder: str | Path) -> tuple[str, BakeRecord | dict[str, Any]]:
@@ -73,8 +76,6 @@ def check_pushable(folder: str | Path) -> tuple[str, BakeRecord | dict[str, Any]
         return check_checkpoint(folder)
     if all((folder / f).is_file() for f in ADAPTER_FILES):
         return check_adapter(folder)
-    if sweep_values(folder):
-        raise VerificationError(f"{not_baked(folder)}, or bake with --push-to (one branch per value)")
     raise VerificationError(
         f"{folder} has no {PROVENANCE_NAME}: only folders written by surgery (bake or export-lora) are pushed"
     )

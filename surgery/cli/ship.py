@@ -78,7 +78,10 @@ def push_cmd(folder, repo_id, private, revision, create_pr, message, as_json):
         print_json(pushed.to_dict())
         return
     out.print(f"Checked: {pushed.checked}")
-    out.print(f"[green]Pushed[/] {folder} to {pushed.repo} ({pushed.revision}): {pushed.pr_url or pushed.commit_url}")
+    if pushed.pr_url:  # nothing reached main: say so, and where the pull request is
+        out.print(f"[green]Opened a pull request[/] with {folder} against {pushed.repo} (main): {pushed.pr_url}")
+        return
+    out.print(f"[green]Pushed[/] {folder} to {pushed.repo} ({pushed.revision}): {pushed.commit_url}")
 
 
 @cli.command(name="card")

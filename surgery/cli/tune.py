@@ -45,8 +45,9 @@ def _row(method: str, t: Trial) -> list[str]:
         heads = ", ".join(f"{la}.{h}" for la, h in t.heads or [])
         return [_fmt(p["alpha"], 3), heads, _fmt(t.effect), _fmt(t.kl, 3), _fmt(t.delta_s)]
     if method == "direction":
-        floor = p["weight"] * p["floor_share"]
-        kernel = [_fmt(p["weight"], 3), str(p["position"]), str(p["width"]), _fmt(floor, 3), p["modules"]]
+        # the floor as the trial lines and the report give it: a share of the peak weight
+        floor = f"{p['floor_share']:.2f}×"
+        kernel = [_fmt(p["weight"], 3), str(p["position"]), str(p["width"]), floor, p["modules"]]
         return [*kernel, _fmt(t.effect), _fmt(t.kl, 3)]
     first = ", ".join((t.neurons or [])[:SHOWN_NEURONS]) + (" …" if len(t.neurons or []) > SHOWN_NEURONS else "")
     return [str(p["n"]), _fmt(p["factor"], 3), f"{p['score']} / {p['rule']}", _fmt(t.effect), _fmt(t.kl, 3), first]
@@ -73,6 +74,11 @@ def print_tune(record: TuneRecord) -> None:
         f"Held-out confirmation ({c.items} {what}, {c.neutral} neutral prompts, never seen by the search): "
         f"effect {_fmt(c.effect)} {_ci(c.effect_ci95)}, KL {_fmt(c.kl, 3)} {_ci(c.kl_ci95)} (95% CIs); {change}"
     )
+    if not c.effect_ci95[0] > 0:  # the number to expect: the search's own best is flattered by its choice
+        note(
+            f"the held-out effect's 95% CI {_ci(c.effect_ci95)} does not lie above 0: the chosen edit is not "
+            f"shown to work on {what} the search never saw; give more prompts or a larger --test-share"
+        )
 
 
 @cli.command(name="tune")

@@ -21,6 +21,7 @@ from . import stored_format
 from .errors import CheckpointError
 from .stored_format import StoredFormat
 from .strict_files import DuplicateKey, load_json
+from .sweeps import is_a_sweep, sweep_values
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -224,6 +225,8 @@ class Checkpoint:
     def _read_config(self) -> dict[str, Any]:
         cfg = self.path / "config.json"
         if not cfg.is_file():
+            if values := sweep_values(self.path):
+                raise CheckpointError(is_a_sweep(self.path, values))
             raise CheckpointError(
                 f"{self.path} has no config.json; give the folder that holds config.json and the *.safetensors weights"
             )

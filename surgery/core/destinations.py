@@ -156,10 +156,10 @@ def check_free(dest: Path, protected: Iterable[Path], force: bool, replaceable: 
             "through or replaces a link: give the folder itself or another --out"
         )
     if target.exists():
+        if not target.is_dir():  # first: --force replaces no file, so "pass --force" would not help
+            raise DestinationError(f"{dest} exists and is not a folder; remove it or choose another --out")
         if not force:
             raise already_exists(dest)
-        if not target.is_dir():
-            raise DestinationError(f"{dest} exists and is not a folder; remove it or choose another --out")
         check_replaceable(dest, target, replaceable)
     return target
 

@@ -126,10 +126,11 @@ def make_plan(
         "bbq": [str(p) for p in io.bbq_files(bbq)] if bbq else [],
         "n4": str(n4) if n4 else None,
         "lm_eval": list(lm_eval_tasks),
+        # what each number rests on: the retention data holds all three sets, each suite reads its own
         "items": {
-            "passages": len(plan.retention.get("passages", [])),
-            "mcq": len(plan.retention.get("mcq", [])),
-            "prompts": len(plan.retention.get("prompts", [])),
+            "passages": len(plan.retention.get("passages", [])) if "retention" in chosen else 0,
+            "mcq": len(plan.retention.get("mcq", [])) if "retention" in chosen else 0,
+            "prompts": len(plan.retention.get("prompts", [])) if "kl" in chosen else 0,
             "bbq": len(plan.bbq),
             "n4": len(plan.n4),
             **({"marker_prompts": len(plan.marker_prompts)} if plan.marker_prompts else {}),

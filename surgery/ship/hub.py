@@ -26,9 +26,15 @@ class HubError(SurgeryError):
 def preflight(repo_id: str, revision: str | None = None, create_pr: bool = False) -> None:
     """What can be checked before any work: the repo id, the options, and that a token exists."""
     from huggingface_hub import get_token
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
 
     if not HUB_ID.match(repo_id):
         raise HubError(f"{repo_id!r} is not a Hub repo id; use NAMESPACE/NAME, e.g. me/model-edited")
+    try:  # the Hub's own rules on names ('..', '--', a leading '-', 96 characters), before any work
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise HubError(f"{repo_id!r} is not a Hub repo id: {exc}") from None
     if create_pr and revision:
         raise HubError("--create-pr opens a pull request against main; drop --revision (or --create-pr)")
     if not get_token():

@@ -218,6 +218,12 @@ def _tune_section(r: TuneRecord, stem: str, out: Path) -> list[str]:
         f"{_fmt(chosen.effect)} and {_fmt(chosen.kl)}.",
         "",
     ]
+    if not c.effect_ci95[0] > 0:  # as `surgery tune` notes and the baked card's caveat say
+        lines += [
+            "**Caveat:** the held-out effect's 95% CI does not lie above 0: the chosen edit is not shown to work "
+            "on prompts the search never saw.",
+            "",
+        ]
     front = [r.trial(n) for n in r.front]
     png = plots.tune_front(
         [(t.kl, t.effect) for t in r.trials],

@@ -79,8 +79,15 @@ def _taken_forced(tmp: Path) -> tuple[Path, list[str]]:
     return _taken(tmp)[0], ["--force"]
 
 
+def _a_file(tmp: Path) -> tuple[Path, list[str]]:
+    (tmp / "notes.txt").write_text("mine")
+    return tmp / "notes.txt", []
+
+
 REFUSALS = {
     "taken": (_taken, "already exists; pass --force to replace it"),
+    # was "already exists; pass --force to replace it", then with --force "exists and is not a folder"
+    "a file, without --force": (_a_file, "notes.txt exists and is not a folder; remove it or choose another --out"),
     "not surgery's, with --force": (_taken_forced, "was not written by surgery"),
     "inside the source": (None, "is inside the source"),
     "parent missing": (lambda tmp: (tmp / "no" / "edited", []), "the parent folder of"),

@@ -119,6 +119,10 @@ def test_eval_json_output_and_plain_model(pair):
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)  # progress lines go to stderr, with --json too
     assert data["against"] is None and set(data["metrics"]["model"]) == {"perplexity", "mcq_accuracy"}
+    # without --against no KL is measured: its neutral prompts are not among the items (they were, "1 neutral prompts")
+    assert data["settings"]["items"] == {"passages": 1, "mcq": 1, "prompts": 0, "bbq": 0, "n4": 0}
+    r = _invoke(["eval", src, "--limit", "1"])
+    assert "measured on 1 passages, 1 MCQ questions;" in " ".join(r.output.split()), r.output
 
 
 def test_eval_card_refuses_another_source_before_evaluating(pair, tiny, capsys, monkeypatch):

@@ -359,3 +359,21 @@ def test_a_findings_ci_without_interval_shows_as_a_dash_not_nan():
     text = why_section(SimpleNamespace(extra={"heads_findings": summary}, recipe=SimpleNamespace(notes={})))
     assert "nan" not in text.lower() and "  - knockout_ci95: —, —" in text
     assert "**Caveat:** the knockout reduction has no 95% CI" in text
+
+
+def test_a_tuned_bake_whose_held_out_effect_is_not_above_0_says_so():
+    """SmolLM2's direction tune baked a point whose held-out effect was -0.25 [-0.75, 0]; the card's tune
+    summary quoted "confirmation: effect: -0.25" and no interval (a list in a mapping is left out)."""
+    from types import SimpleNamespace
+
+    from surgery.bake.card import why_section
+
+    def card(ci: list[float]) -> str:
+        tune = {"method": "direction", "confirmation": {"effect": sum(ci) / 2, "effect_ci95": ci, "items": 4}}
+        return why_section(SimpleNamespace(extra={"tune": tune}, recipe=SimpleNamespace(notes={})))
+
+    assert (
+        "**Caveat:** on the held-out split the chosen point's effect was -0.375 (95% CI -0.75, 0): not shown above 0"
+        in card([-0.75, 0.0])
+    )
+    assert "Caveat" not in card([0.25, 0.75])

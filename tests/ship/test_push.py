@@ -53,6 +53,8 @@ def test_push_to_branch_and_pull_request(baked, tmp_path):
         r = run_surgery(["push", baked, "--repo", "me/x", "--create-pr"], env)
         assert r.returncode == 0, r.stderr
         assert len(hub.repos["me/x"].pulls) == 1 and "discussions/1" in r.stdout
+        # nothing reached main: the line says a pull request was opened, not "Pushed … (main)"
+        assert "Opened a pull request" in r.stdout and "Pushed" not in r.stdout, r.stdout
 
 
 def test_corrupted_folder_is_refused_before_any_request(baked, tmp_path):
@@ -93,6 +95,14 @@ def test_bad_or_missing_token(baked, tmp_path):
         r = run_surgery(["push", baked, "--repo", "me/y"], hub_env(hub, tmp_path, token=None))
         assert r.returncode == 2 and "no Hugging Face token" in r.stderr
         assert not hub.repos
+
+
+def test_a_name_the_hub_refuses_is_told_before_any_request(baked, tmp_path):
+    """'me/..' matches NAMESPACE/NAME but breaks the Hub's rules: one line saying so, not "cannot reach the Hub"."""
+    with FakeHub(TOKEN) as hub:
+        r = run_surgery(["push", baked, "--repo", "me/a--b"], hub_env(hub, tmp_path))
+        assert r.returncode == 2 and "'me/a--b' is not a Hub repo id: " in r.stderr, r.stderr
+        assert "cannot reach" not in r.stderr and not hub.requests
 
 
 def test_a_missing_folder_is_told_before_the_token(tmp_path):
@@ -142,6 +152,9 @@ def test_a_sweep_folder_is_named_as_such(baked, tmp_path):
         r"give one of them, .*or bake with --push-to",
     ):
         check_pushable(sweep)
+    with FakeHub(TOKEN) as hub:  # before the token: it was "no Hugging Face token found" first
+        r = run_surgery(["push", sweep, "--repo", "me/y"], hub_env(hub, tmp_path, token=None))
+        assert r.returncode == 2 and "is a sweep made by surgery" in r.stderr, r.stderr
 
 
 def test_push_exported_adapter(tiny, tmp_path):

@@ -213,6 +213,15 @@ def test_report_draws_a_tune_front_with_its_held_out_confirmation(tiny, tmp_path
     assert [line for line in text.splitlines() if line.startswith("| 1 | alpha 2")] == [
         "| 1 | alpha 2, top 1 | 1 | 0.01 |"
     ]
+    assert "Caveat" not in text
+
+    # a held-out effect not shown above 0 (SmolLM2: -0.25 [-0.75, 0]) was quoted without a word
+    from dataclasses import replace
+
+    record = replace(record, confirmation=replace(record.confirmation, effect=-0.25, effect_ci95=[-0.75, 0.0]))
+    save_record(record, tmp_path / "tune.json")
+    text = build_report([tmp_path / "tune.json"], [], tmp_path / "report-2").read_text()
+    assert "**Caveat:** the held-out effect's 95% CI does not lie above 0: the chosen edit is not shown" in text
 
 
 def test_a_registered_finder_without_a_section_gets_its_parameters(tiny, tmp_path, monkeypatch):

@@ -304,6 +304,16 @@ FILE_CASES = [
         setups.sweep_folder(lambda c, f: ["card", f]),
         ("is a sweep made by surgery", "give one of them"),
     ),
+    Case(  # was "has no config.json" (card, verify, undo already named the sweep)
+        "eval-a-sweep",
+        setups.sweep_folder(lambda c, f: ["eval", f, "--against", c.src, "--limit", "1"]),
+        ("is a sweep made by surgery, one baked folder per value (alpha-2, alpha-3)", "give one of them"),
+    ),
+    Case(
+        "eval-against-a-sweep",
+        setups.sweep_folder(lambda c, f: ["eval", c.src, "--against", f, "--limit", "1"]),
+        ("is a sweep made by surgery", "give one of them"),
+    ),
     Case(  # was "undo did not reproduce the source (notes.txt differs)"
         "undo-a-file-added",
         setups.undo_changed_bake(lambda f: (f / "notes.txt").write_text("mine")),

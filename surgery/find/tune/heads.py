@@ -31,6 +31,7 @@ from .confirm import gain_ci, mean_ci
 from .heads_eval import HeadTrials
 from .params import TuneParams
 from .record import HeldOutConfirmation, SplitSizes, TuneRecord
+from .runtime import held_note
 from .search import front_and_choice, run_search, trial_record
 from .split import split_groups, split_rows
 from .study import study_description
@@ -91,11 +92,13 @@ def tune_heads(
     tokenizer, model = load_tokenizer(ckpt.path, load), load_model(ckpt.path, load)
     instruct = is_instruct(tokenizer) if prompts.instruct is None else prompts.instruct
     ids = option_token_ids(tokenizer)
+    geometry, itemsize = ModelIdentity.of(ckpt).geometry, next(model.parameters()).dtype.itemsize
 
     def part(rows: Sequence[int], texts: Sequence[int], what: str) -> tuple[HeadTrials, list[str]]:
         chosen = [pairs[i] for i in rows]
         binding = encode_pairs(tokenizer, chosen, "binding", instruct)
         plain = _encode_neutral(tokenizer, [neutral[i] for i in texts])
+        report(held_note([*binding, *plain], geometry, itemsize, what, "lower --max-pairs"))
         advance = progress(f"baseline passes ({what})", len(binding) + len(plain))
         return HeadTrials.of(model, binding, plain, ids, params.batch_size, advance), [p.item for p in chosen]
 

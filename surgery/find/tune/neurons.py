@@ -30,6 +30,7 @@ from .confirm import mean_ci
 from .neurons_eval import PairTrials
 from .params import TuneParams
 from .record import HeldOutConfirmation, SplitSizes, TuneRecord
+from .runtime import held_note
 from .search import front_and_choice, run_search, trial_record
 from .split import split_rows
 from .study import study_description
@@ -97,6 +98,7 @@ def tune_neurons(
     by_pair = split_rows(len(pairs), params.test_share, params.seed, "pairs")
     by_text = split_rows(len(neutral), params.test_share, params.seed, "neutral prompts")
     tokenizer, model = load_tokenizer(ckpt.path, load), load_model(ckpt.path, load)
+    geometry, itemsize = ModelIdentity.of(ckpt).geometry, next(model.parameters()).dtype.itemsize
 
     def encode(texts: Sequence[str]) -> list[Encoded]:
         return [Encoded(tuple(tokenizer(t)["input_ids"]), {}) for t in texts]
@@ -105,6 +107,7 @@ def tune_neurons(
         chosen = [pairs.pairs[i] for i in rows]
         first, second = encode([p.prompt_1 for p in chosen]), encode([p.prompt_2 for p in chosen])
         plain = encode([neutral[i] for i in texts])
+        report(held_note([*first, *second, *plain], geometry, itemsize, what, "give fewer pairs (--category)"))
         advance = progress(f"baseline passes ({what})", 2 * len(chosen) + len(plain))
         return PairTrials.of(model, first, second, plain, params.batch_size, advance)
 

@@ -6,7 +6,7 @@ Every field is recorded in the study; a study folder run with other values is no
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ...core.errors import ParameterError
@@ -20,6 +20,35 @@ SAMPLERS = ("tpe", "nsga2")
 # NSGA-II's generation size when none is given: a tune's budget is tens of trials, Optuna's default
 # (50) would leave every one of them to the first, random generation.
 NSGA2_POPULATION = 10
+# The options that only one method reads: given with another method they would be ignored (and,
+# being part of the study's key, start another study), so they are refused.
+METHOD_FIELDS = {
+    "heads": ("alpha_min", "alpha_max", "top_max"),
+    "neurons": ("n_max", "factor_min", "factor_max"),
+    "direction": ("behaviour", "markers", "max_new_tokens", "weight_max"),
+}
+
+
+def refuse_other_methods(method: str, values: Any, owners: dict[str, tuple[str, ...]]) -> None:
+    """Refuse, in one line naming them, the fields of ``values`` (a dataclass) that ``owners`` gives to
+    another method than ``method`` and that are not at their defaults."""
+    defaults = {f.name: f.default for f in fields(values)}
+    stray = [
+        (name, owner)
+        for owner, names in owners.items()
+        if owner != method
+        for name in names
+        if getattr(values, name) != defaults[name]
+    ]
+    if stray:
+        named = ", ".join(f"{{{name}}} ({owner})" for name, owner in stray)
+        it, they = ("them", "they are") if len(stray) > 1 else ("it", "it is")
+        raise ParameterError(
+            f"{named}: not read by {{method}} {method}, which would ignore {it}; drop {it} or give the method "
+            f"{they} for",
+            "method",
+            *(name for name, _ in stray),
+        )
 
 
 @dataclass(frozen=True)
@@ -107,6 +136,13 @@ class TuneParams:
 
     def __post_init__(self) -> None:
         check_options(self)
+        refuse_other_methods(self.method, self, METHOD_FIELDS)
+        if self.weight_max <= 0:
+            raise ParameterError(
+                f"{{weight_max}} {self.weight_max:g} leaves every layer unedited (each weight is drawn from 0 to "
+                "it); give a value above 0 (1 removes the direction)",
+                "weight_max",
+            )
         if self.alpha_min > self.alpha_max:
             raise ParameterError(
                 f"{{alpha_min}} {self.alpha_min} is above {{alpha_max}} {self.alpha_max}; give a range low to high",

@@ -9,8 +9,9 @@ layers below its first edited one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,6 +20,7 @@ from ...core import distributed
 from ...core.edit_kind import Edit
 from ...core.mcq import Encoded
 from ...core.progress import Advance
+from ...core.sizes import human_size
 from ...model.placement import input_device
 from ..heads.prompts import batch_groups, collate
 from ..heads.resume import Snapshot, resume_scaled, snapshot
@@ -37,6 +39,19 @@ class Recorded:
     def mine(self) -> list[int]:
         """The prompts this rank holds, in the order :func:`last_logprobs` returns their rows."""
         return [i for idx, _ in self.batches for i in idx]
+
+
+def held_note(prompts: Sequence[Encoded], geometry: Mapping[str, Any], itemsize: int, what: str, fewer: str) -> str:
+    """What recording ``prompts`` holds in memory for the whole search (each token's input to every
+    decoder layer and its keys and values, padding left out: a lower bound), said before the passes
+    so that a search too big for the machine is stopped before it runs out of memory."""
+    per_token = geometry["num_layers"] * (geometry["hidden_size"] + 2 * geometry["num_kv_heads"] * geometry["head_dim"])
+    tokens = sum(len(p.ids) for p in prompts)
+    return (
+        f"the {what}'s baseline passes keep {len(prompts):,} prompts' decoder-layer inputs, keys and values in "
+        f"memory while it is measured: about {human_size(tokens * per_token * itemsize)} ({tokens:,} tokens); "
+        f"{fewer} when memory is short"
+    )
 
 
 def record(

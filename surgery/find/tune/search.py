@@ -92,6 +92,8 @@ def _search(
     done = len(study.finished())
     if done:
         report(f"resuming the study in {study.path.parent}: {min(done, params.trials)} of {params.trials} trials done")
+    else:  # said now, not at the end: a run stopped midway (Ctrl-C) is resumed from this folder
+        report(f"a new study in {study.path.parent}: stopped midway, the same command resumes it")
     best: Point | None = None
     for frozen in study.finished()[: params.trials]:
         best = better(best, Point(frozen.number, *frozen.values), params.max_kl)
@@ -138,15 +140,16 @@ def trial_record(done: Done, **fields: Any) -> Trial:
 def front_and_choice(trials: Sequence[Trial], max_kl: float | None) -> tuple[list[int], Chosen, Trial]:
     """The numbers of the front of ``trials``, the choice made from it (with the rule that made it) and
     the chosen trial."""
-    front = pareto_front([Point(t.number, t.effect, t.kl) for t in trials])
-    point, rule = choose(front, max_kl)
+    points = [Point(t.number, t.effect, t.kl) for t in trials]
+    front = pareto_front(points)
+    point, rule = choose(front, max_kl, points)
     chosen = next(t for t in trials if t.number == point.number)
     return [p.number for p in front], Chosen(number=point.number, rule=rule, max_kl=max_kl), chosen
 
 
 def better(best: Point | None, point: Point, max_kl: float | None) -> Point | None:
-    """The best point so far: the largest effect (within ``max_kl`` when given)."""
-    if max_kl is not None and point.kl > max_kl:
+    """The best point so far: the largest effect above 0 (within ``max_kl`` when given)."""
+    if point.effect <= 0 or (max_kl is not None and point.kl > max_kl):
         return best
     if best is None or (point.effect, -point.kl) > (best.effect, -best.kl):
         return point

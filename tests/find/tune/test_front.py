@@ -15,6 +15,8 @@ POINTS = [
     Point(4, 0.5, 0.01),
     Point(5, 2.0, 0.20),  # equal to 1: the first trial stays
     Point(6, float("nan"), 0.0),  # a failed measurement never enters
+    Point(7, 0.0, 0.001),  # no effect: matched by the unedited model (0 at KL 0)
+    Point(8, -0.5, 0.0001),  # worse than no edit
 ]
 
 
@@ -39,6 +41,24 @@ def test_a_bound_no_point_meets_names_the_smallest_kl_reached():
     with pytest.raises(ParameterError) as err:
         choose(pareto_front(POINTS), 0.001)
     assert str(err.value) == (
-        "no trial kept first-token KL within max_kl 0.001: the smallest KL reached was 0.01 (trial 4); "
+        "no trial with an effect kept first-token KL within max_kl 0.001: the smallest KL reached was 0.01 (trial 4); "
         "raise max_kl or widen the search"
+    )
+
+
+def test_an_edit_that_does_no_better_than_none_never_enters_the_front():
+    """On SmolLM2 a 2-point front (effect 0 at KL 0.03, effect 0.5 at KL 0.09) had its knee at the edit that
+    removed nothing: the unedited model (0 at KL 0) beats it, so it is no front point."""
+    front = pareto_front([Point(1, 0.0, 0.0301), Point(3, 0.5, 0.088)])
+    assert [p.number for p in front] == [3] and choose(front, None) == (Point(3, 0.5, 0.088), "knee")
+    assert choose(pareto_front(POINTS), 0.05) == (POINTS[4], "max_kl")  # trials 7 and 8 are cheaper, not chosen
+
+
+def test_no_trial_with_an_effect_is_one_line_naming_the_largest():
+    points = [Point(0, 0.0, 0.03), Point(1, -0.25, 0.01)]
+    with pytest.raises(ParameterError) as err:
+        choose(pareto_front(points), None, points)
+    assert str(err.value) == (
+        "no trial had an effect above 0, the unedited model's (the largest: +0, trial 0): every edit tried did "
+        "no better than none; run more trials or widen the search"
     )
