@@ -68,7 +68,11 @@ def test_what_the_recording_holds_is_said_before_it():
     prompts = [Encoded(tuple(range(60)), {})] * 384  # the guide: 7 MB a 60-token prompt, 2.7 GB for 384
     line = held_note(prompts, smollm2, 4, "tune split", "lower --max-pairs")
     assert line == (
-        "the tune split's baseline passes keep 384 prompts' decoder-layer inputs, keys and values in memory while "
-        "it is measured: about 2.47 GiB (23,040 tokens); lower --max-pairs when memory is short"
+        "the tune split's baseline passes would keep 384 prompts' decoder-layer inputs, keys and values: about "
+        "2.47 GiB (23,040 tokens); they keep 2 GiB of them and the other prompts run every layer in each "
+        "trial (slower): lower --max-pairs to keep them all"
     )
-    assert "about 675 KiB (6 tokens)" in held_note([Encoded((1,) * 6, {})], smollm2, 4, "x", "y")
+    assert held_note([Encoded((1,) * 6, {})], smollm2, 4, "x", "y") == (
+        "the x's baseline passes keep 1 prompts' decoder-layer inputs, keys and values: about 675 KiB (6 tokens) "
+        "in memory while it is measured"
+    )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -73,7 +73,15 @@ class Snapshot:
         """Whether every tensor a layer got is an input of the whole pass (positions, masks, token ids),
         so that a layer may rerun from its recorded call. Not so where a layer hands another its output
         (DeepSeek sparse attention's shared indexer layers get the previous layer's top-k keys)."""
-        return all(not isinstance(v, torch.Tensor) or k in _PASS_INPUTS for call in self.calls for k, v in call.items())
+        return bool(self.calls) and all(
+            not isinstance(v, torch.Tensor) or k in _PASS_INPUTS for call in self.calls for k, v in call.items()
+        )
+
+    def without_layers(self) -> Snapshot:
+        """Only the model's inputs and the baseline logits: a pass under an edit then runs in full
+        (resume_scaled's path for passes that cannot resume), in a few kilobytes instead of every
+        layer's inputs, keys and values."""
+        return replace(self, calls=[], keys=[], values=[], final=self.final[:, :0])
 
 
 def tail_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:

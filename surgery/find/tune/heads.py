@@ -31,7 +31,7 @@ from .confirm import gain_ci, mean_ci
 from .heads_eval import HeadTrials
 from .params import TuneParams
 from .record import HeldOutConfirmation, SplitSizes, TuneRecord
-from .runtime import held_note
+from .runtime import Keep, held_note, in_full_note
 from .search import front_and_choice, run_search, trial_record
 from .split import split_groups, split_rows
 from .study import study_description
@@ -99,8 +99,11 @@ def tune_heads(
         binding = encode_pairs(tokenizer, chosen, "binding", instruct)
         plain = _encode_neutral(tokenizer, [neutral[i] for i in texts])
         report(held_note([*binding, *plain], geometry, itemsize, what, "lower --max-pairs"))
-        advance = progress(f"baseline passes ({what})", len(binding) + len(plain))
-        return HeadTrials.of(model, binding, plain, ids, params.batch_size, advance), [p.item for p in chosen]
+        advance, keep = progress(f"baseline passes ({what})", len(binding) + len(plain)), Keep()
+        trials = HeadTrials.of(model, binding, plain, ids, params.batch_size, advance, keep)
+        if keep.in_full:
+            report(in_full_note(keep, len(binding) + len(plain), what))
+        return trials, [p.item for p in chosen]
 
     key = {
         "tune": params.study_key(),

@@ -13,7 +13,7 @@ from ...core.edits import HeadScale
 from ...core.mcq import Encoded
 from ...core.progress import Advance
 from ..heads.scores import s_scores
-from .runtime import Recorded, first_token_kl, gather, last_logprobs, passes, record
+from .runtime import Keep, Recorded, first_token_kl, gather, last_logprobs, passes, record
 
 
 def binding_s(model, recorded: Recorded, scales: Sequence[HeadScale], option_ids) -> np.ndarray:
@@ -43,8 +43,10 @@ class HeadTrials:
         option_ids: dict[str, tuple[int, ...]],
         batch_size: int,
         advance: Advance | None = None,
+        keep: Keep | None = None,
     ) -> HeadTrials:
-        b, n = record(model, binding, batch_size, advance), record(model, neutral, batch_size, advance)
+        b = record(model, binding, batch_size, advance, keep=keep)
+        n = record(model, neutral, batch_size, advance, keep=keep)
         base = binding_s(model, b, (), option_ids)
         return cls(model, b, n, option_ids, last_logprobs(model, n, ()), base)
 

@@ -30,7 +30,7 @@ from .confirm import mean_ci
 from .neurons_eval import PairTrials
 from .params import TuneParams
 from .record import HeldOutConfirmation, SplitSizes, TuneRecord
-from .runtime import held_note
+from .runtime import Keep, held_note, in_full_note
 from .search import front_and_choice, run_search, trial_record
 from .split import split_rows
 from .study import study_description
@@ -108,8 +108,11 @@ def tune_neurons(
         first, second = encode([p.prompt_1 for p in chosen]), encode([p.prompt_2 for p in chosen])
         plain = encode([neutral[i] for i in texts])
         report(held_note([*first, *second, *plain], geometry, itemsize, what, "give fewer pairs (--category)"))
-        advance = progress(f"baseline passes ({what})", 2 * len(chosen) + len(plain))
-        return PairTrials.of(model, first, second, plain, params.batch_size, advance)
+        advance, keep = progress(f"baseline passes ({what})", 2 * len(chosen) + len(plain)), Keep()
+        trials = PairTrials.of(model, first, second, plain, params.batch_size, advance, keep)
+        if keep.in_full:
+            report(in_full_note(keep, 2 * len(chosen) + len(plain), what))
+        return trials
 
     key = {
         "tune": params.study_key(),

@@ -19,7 +19,7 @@ from ...core.edits import NeuronScale
 from ...core.mcq import Encoded
 from ...core.progress import Advance
 from ..heads.prompts import batch_groups
-from .runtime import Recorded, first_token_kl, gather, last_logprobs, record
+from .runtime import Keep, Recorded, first_token_kl, gather, last_logprobs, record
 
 
 def js_divergence(p: torch.Tensor, q: torch.Tensor) -> np.ndarray:
@@ -50,12 +50,14 @@ class PairTrials:
         neutral: Sequence[Encoded],
         batch_size: int,
         advance: Advance | None = None,
+        keep: Keep | None = None,
     ) -> PairTrials:
         # Both sides of a pair in the same batch position (so on the same rank): batches by the longer side.
         longer = [a if len(a.ids) >= len(b.ids) else b for a, b in zip(first, second)]
         groups = batch_groups(longer, batch_size)
-        a, b = record(model, first, batch_size, advance, groups), record(model, second, batch_size, advance, groups)
-        n = record(model, neutral, batch_size, advance)
+        a = record(model, first, batch_size, advance, groups, keep)
+        b = record(model, second, batch_size, advance, groups, keep)
+        n = record(model, neutral, batch_size, advance, keep=keep)
         base = gather(a, js_divergence(last_logprobs(model, a, ()), last_logprobs(model, b, ())))
         return cls(model, a, b, n, last_logprobs(model, n, ()), base)
 

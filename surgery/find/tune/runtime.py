@@ -3,8 +3,9 @@
 Each batch of prompts runs once without an edit (find-heads' resume.snapshot records every decoder
 layer's inputs); a trial then reruns only the layers from its lowest edited one on
 (resume.resume_scaled: the full pass's computation bit for bit, from that layer), with the edit
-hooked in at run time (model.hooks.applied). No trial bakes a checkpoint and none repeats the
-layers below its first edited one.
+hooked in at run time (model.hooks.applied). No trial bakes a checkpoint. A split keeps at most
+find-heads' bound of recordings (causal.KEEP_BYTES, :class:`Keep`): batches past it keep only their
+inputs and run every layer under each trial's edit, so a large tune is slower, never out of memory.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ...core.mcq import Encoded
 from ...core.progress import Advance
 from ...core.sizes import human_size
 from ...model.placement import input_device
+from ..heads.causal import KEEP_BYTES
 from ..heads.prompts import batch_groups, collate
 from ..heads.resume import Snapshot, resume_scaled, snapshot
 from ..heads.scores import SPAN_NAMES, pad_id
@@ -41,16 +43,46 @@ class Recorded:
         return [i for idx, _ in self.batches for i in idx]
 
 
+@dataclass
+class Keep:
+    """The recordings one split may still hold, shared by its prompt sets: a batch that does not fit
+    keeps only its inputs and baseline logits (Snapshot.without_layers) and runs in full per trial."""
+
+    left: int = KEEP_BYTES
+    in_full: int = 0  # prompts whose batches run every layer in each trial
+
+    def __call__(self, snap: Snapshot, rows: int) -> Snapshot:
+        size = snap.nbytes()
+        if size <= self.left:
+            self.left -= size
+            return snap
+        self.in_full += rows
+        return snap.without_layers()
+
+
 def held_note(prompts: Sequence[Encoded], geometry: Mapping[str, Any], itemsize: int, what: str, fewer: str) -> str:
-    """What recording ``prompts`` holds in memory for the whole search (each token's input to every
-    decoder layer and its keys and values, padding left out: a lower bound), said before the passes
-    so that a search too big for the machine is stopped before it runs out of memory."""
+    """What recording ``prompts`` takes (each token's input to every decoder layer and its keys and
+    values, padding left out: a lower bound) and whether it fits :class:`Keep`'s bound, said before
+    the passes: a search past it runs slower, and the user learns why before waiting."""
     per_token = geometry["num_layers"] * (geometry["hidden_size"] + 2 * geometry["num_kv_heads"] * geometry["head_dim"])
     tokens = sum(len(p.ids) for p in prompts)
+    size = tokens * per_token * itemsize
+    held = (
+        f"{len(prompts):,} prompts' decoder-layer inputs, keys and values: about {human_size(size)} ({tokens:,} tokens)"
+    )
+    if size <= KEEP_BYTES:
+        return f"the {what}'s baseline passes keep {held} in memory while it is measured"
     return (
-        f"the {what}'s baseline passes keep {len(prompts):,} prompts' decoder-layer inputs, keys and values in "
-        f"memory while it is measured: about {human_size(tokens * per_token * itemsize)} ({tokens:,} tokens); "
-        f"{fewer} when memory is short"
+        f"the {what}'s baseline passes would keep {held}; they keep {human_size(KEEP_BYTES)} of them and the "
+        f"other prompts run every layer in each trial (slower): {fewer} to keep them all"
+    )
+
+
+def in_full_note(keep: Keep, prompts: int, what: str) -> str:
+    """What a split past the bound holds, said once its passes are recorded."""
+    return (
+        f"{keep.in_full:,} of the {what}'s {prompts:,} prompts run every layer in each trial: their recordings "
+        f"did not fit in {human_size(KEEP_BYTES)}"
     )
 
 
@@ -60,14 +92,17 @@ def record(
     batch_size: int,
     advance: Advance | None = None,
     groups: Sequence[list[int]] | None = None,
+    keep: Keep | None = None,
 ) -> Recorded:
     """The baseline pass of this rank's batches of ``prompts`` (left-padded: the last position is each
-    row's); ``groups``: the batches' rows (default: by length, ``batch_size`` a batch)."""
+    row's); ``groups``: the batches' rows (default: by length, ``batch_size`` a batch); ``keep``: the
+    split's bound on what the recordings hold (None: everything)."""
     device, pad, out = input_device(model), pad_id(model), []
     work = distributed.Shard(batch_groups(prompts, batch_size) if groups is None else groups, len(prompts))
     for idx in work:
         batch = collate([prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
-        out.append((idx, snapshot(model, batch)))
+        snap = snapshot(model, batch)
+        out.append((idx, keep(snap, len(idx)) if keep is not None else snap))
         work.done(idx)
         if advance:
             advance(len(idx))

@@ -104,6 +104,39 @@ def test_a_trial_equals_a_full_pass_with_the_scales_hooked_in(files):
     assert (last_logprobs(model, trials.neutral, scales) - neutral_full[trials.neutral.mine]).abs().max() < SAME
 
 
+def test_recordings_past_the_bound_run_in_full_with_the_same_numbers():
+    """A split whose recordings pass find-heads' bound (the default heads tune of SmolLM2 needs 26.5 GiB)
+    keeps only what fits; the batches past it run every layer under each trial's edit and measure the
+    same S and KL as resumed ones, holding only their inputs."""
+    from surgery.core.edits import HeadScale
+    from surgery.core.mcq import Encoded
+    from surgery.find.heads.benchmark import load_benchmark
+    from surgery.find.heads.pairs import build_pairs
+    from surgery.find.heads.scores import encode_pairs, option_token_ids
+    from surgery.find.tune.heads_eval import HeadTrials
+    from surgery.find.tune.runtime import Keep
+    from surgery.model.loading import load_model, load_tokenizer
+
+    tok, model = load_tokenizer(DOSE), load_model(DOSE)
+    binding = encode_pairs(tok, build_pairs(load_benchmark(str(BENCHMARK)), seed=0, max_pairs=8), "binding", False)
+    neutral = [Encoded(tuple(tok(t)["input_ids"]), {}) for t in ["the volmi is", "who wears the dorter"]]
+    ids = option_token_ids(tok)
+    everything = HeadTrials.of(model, binding, neutral, ids, batch_size=4)
+    first = everything.binding.batches[0][1].nbytes()
+    scales = (HeadScale(*dosed_head(), 2.5), HeadScale(2, 5, 0.5))
+    s, kl = everything.measure(scales)
+    for bound in (0, first):  # nothing kept; the first batch kept, the rest past the bound
+        keep = Keep(left=bound)
+        bounded = HeadTrials.of(model, binding, neutral, ids, batch_size=4, keep=keep)
+        snaps = [snap for r in (bounded.binding, bounded.neutral) for _, snap in r.batches]
+        assert keep.in_full == len(binding) + len(neutral) - (4 if bound else 0)
+        assert sum(snap.nbytes() for snap in snaps if snap.calls) <= bound
+        assert all(not snap.keys and not snap.values for snap in snaps if not snap.calls)
+        s2, kl2 = bounded.measure(scales)
+        assert abs(s2 - s).max() < SAME and abs(kl2 - kl).max() < SAME
+        assert (bounded.binding_base == everything.binding_base).all()
+
+
 def test_bad_inputs_are_one_line_each(files, tuned):
     import surgery
 
