@@ -23,7 +23,7 @@ import yaml
 from ..core.architectures import Architecture, architecture
 from ..core.edits import Recipe
 from ..core.evaluation_table import Evaluation
-from ..core.heads_caveats import caveats
+from ..core.heads_caveats import caveats, held_out_caveat
 from ..core.hub_id import HUB_ID
 from ..core.sites import where_text
 from ..core.strict_files import dump_yaml, load_json, load_yaml
@@ -154,13 +154,13 @@ def _short(value: Any) -> str:
 def _tune_caveats(key: str, summary: Mapping[str, Any]) -> list[str]:
     """A tuned bake whose held-out effect is not shown above 0 says so (its one-line summary above
     leaves out the interval)."""
-    confirmation = summary.get("confirmation") if key == "tune" else None
-    ci = (confirmation or {}).get("effect_ci95")
-    if not ci or ci[0] > 0:
+    shown = held_out_caveat(summary) if key == "tune" else None
+    if shown is None:
         return []
+    effect, low, high = shown
     return [
-        f"on the held-out split the chosen point's effect was {_fmt(confirmation.get('effect'))} "
-        f"(95% CI {_fmt(ci[0])}, {_fmt(ci[1])}): not shown above 0, the edit is not shown to work there"
+        f"on the held-out split the chosen point's effect was {_fmt(effect)} "
+        f"(95% CI {_fmt(low)}, {_fmt(high)}): not shown above 0, the edit is not shown to work there"
     ]
 
 

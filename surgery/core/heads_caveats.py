@@ -1,5 +1,6 @@
 """What a quoted heads finding cannot claim: the caveats that travel with its numbers, wherever they
-are shown (find-heads' tables through the library's records, a baked checkpoint's model card).
+are shown (find-heads' tables through the library's records, a baked checkpoint's model card); and
+the one of a tuned edit whose held-out effect is not shown above 0.
 
 It lives below the finder that makes the numbers and the bake whose card quotes them, so that
 neither imports the other."""
@@ -58,3 +59,16 @@ def caveats(summary: Mapping[str, Any]) -> list[str]:
     if summary.get("weak_heads"):
         found.append(weak_heads_caveat(summary["weak_heads"], len(summary.get("selected_heads") or [])))
     return [c for c in found if c]
+
+
+def held_out_caveat(summary: Mapping[str, Any]) -> tuple[Any, Any, Any] | None:
+    """(effect, CI low, CI high) of a tune summary's held-out confirmation (a bake's ``extra["tune"]``)
+    whose 95% CI does not lie above 0 (a missing bound counts as not above), or None."""
+    confirmation = summary.get("confirmation") or {}
+    ci = confirmation.get("effect_ci95")
+    if not ci:
+        return None
+    low, high = ci
+    if _finite(low) and low > 0:
+        return None
+    return confirmation.get("effect"), low, high

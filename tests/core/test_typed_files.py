@@ -82,8 +82,9 @@ FINDINGS_KEYS = {
 OWNERS = {
     **{key: ("surgery/bake/record.py",) for key in BAKE_KEYS},
     **{key: ("surgery/find/",) for key in FINDINGS_KEYS},
-    # The caveats of a heads summary sit in core, below the finder that writes it and the card that quotes it.
+    # The caveats of a heads or tune summary sit in core, below the finder that writes it and the card that quotes it.
     "selected_heads": ("surgery/find/", "surgery/core/heads_caveats.py"),
+    "confirmation": ("surgery/find/", "surgery/core/heads_caveats.py"),
 }
 
 
