@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.edits import Recipe
-from ..core.errors import require_model_path
+from ..core.errors import ParameterError, RecipeError, require_model_path
 from ..core.progress import StageProgress, silent_stages
 from ..gguf import is_gguf
 from ..model.loading import LoadSpec, open_checkpoint
@@ -161,6 +162,8 @@ def apply(
     no_other_options("apply", options, LoadSpec)  # a typo named as apply's, not bake_recipe's
     require_model_path(model)  # before the recipe: swapped, the model folder would be "a folder, not a recipe"
     recipe = recipe if isinstance(recipe, Recipe) else Recipe.load(given_path(recipe, "recipe"))
+    if not recipe.edits:  # a recipe file without edits is refused as it is read; a Recipe object here
+        raise RecipeError("the recipe has no edits: a bake of it would be a copy of the model; give at least one edit")
     return bake_recipe(model, recipe, out, bake=bake, stages=stages, report=report, load=load)
 
 
@@ -191,6 +194,15 @@ def verify(
         raise VerificationError(
             f"{source} was made by surgery and {baked} was not: the source comes first: surgery verify SOURCE BAKED"
         )
+    if is_gguf(baked):  # checked from its blocks and sidecars: no model is loaded, no option of loading applies
+        given = [f.name for f in fields(LoadSpec) if getattr(load, f.name) != getattr(LoadSpec(), f.name)]
+        if given:
+            raise ParameterError(
+                f"{baked} is a baked GGUF: verify recomputes its edited blocks and runs no model, so "
+                + ", ".join(f"{{{n}}}" for n in given)
+                + (" does not apply; leave it out" if len(given) == 1 else " do not apply; leave them out"),
+                *given,
+            )
     return open_container(baked).verify(source, structural_only=structural_only, load=load, progress=stages)
 
 

@@ -1,0 +1,44 @@
+"""Options a call cannot use are refused in one line, never dropped: verify of a baked GGUF runs no
+model (so no option of loading one applies), and a Recipe object without edits would bake a copy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import surgery
+from surgery.bake.gguf import bake_gguf
+from surgery.core.edits import HeadScale, Recipe
+from surgery.core.errors import ParameterError, RecipeError
+from surgery.gguf.model import open_gguf
+from tests.support.typed_gguf import write_typed_gguf
+
+
+@pytest.fixture
+def baked_gguf(tmp_path):
+    src, out = tmp_path / "src.gguf", tmp_path / "out.gguf"
+    write_typed_gguf(src, "Q8_0", head_dim=256)
+    bake_gguf(open_gguf(src), Recipe((HeadScale(0, 1, 2.0),)), out)
+    return src, out
+
+
+def test_verify_of_a_baked_gguf_refuses_loading_options(baked_gguf):
+    src, out = baked_gguf
+    assert surgery.verify(src, out).ok  # the defaults: nothing refused
+    with pytest.raises(ParameterError, match=r"is a baked GGUF: .* so device, dtype do not apply; leave them out"):
+        surgery.verify(src, out, dtype="bfloat16", device="cpu")
+    run = subprocess.run(
+        [sys.executable, "-m", "surgery", "verify", str(src), str(out), "--dtype", "bfloat16"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2 and "so --dtype does not apply; leave it out" in run.stderr, run.stderr
+
+
+def test_apply_refuses_a_recipe_without_edits(tiny, tmp_path):
+    model = tiny("llama")
+    with pytest.raises(RecipeError, match="the recipe has no edits"):
+        surgery.apply(Recipe(()), model, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
