@@ -174,6 +174,9 @@ def push(
     )
 
 
+REPORT_FILE_SUFFIXES = (".md", ".markdown", ".html", ".pdf", ".txt")  # what a user expects a report file to be
+
+
 def report(
     findings: Iterable[str | Path], out: str | Path, *, evals: Iterable[str | Path] = (), force: bool = False
 ) -> Path:
@@ -184,7 +187,14 @@ def report(
     findings, evals = given_paths(findings, "findings"), given_paths(evals, "evals")
     if not findings and not evals:
         raise SurgeryError("give at least one findings file or eval result to report on")
-    return build_report(findings, evals, given_path(out, "out"), force=force)
+    out = given_path(out, "out")
+    if out.suffix.lower() in REPORT_FILE_SUFFIXES:  # `--out report.md` would become a folder of that name
+        raise ParameterError(
+            f"{{out}} {out} names a file, and report writes a folder (report.md and its figures): give a "
+            f"folder, e.g. {out.with_suffix('')}",
+            "out",
+        )
+    return build_report(findings, evals, out, force=force)
 
 
 def import_gguf(

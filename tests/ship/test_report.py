@@ -278,3 +278,15 @@ def test_an_eval_result_given_as_findings_is_named_and_pointed_to_eval(inputs, t
     with pytest.raises(SurgeryError) as caught:
         build_report([inputs["eval"]], [], tmp_path / "r")
     assert str(caught.value) == f"{inputs['eval']} is an eval result, not findings; give it as --eval {inputs['eval']}"
+
+
+def test_an_out_named_like_a_file_is_refused_before_the_work(inputs, tmp_path):
+    """`report --out report.md` wrote a folder named report.md; a name a user means as a file is refused."""
+    import subprocess
+    import sys
+
+    args = ["report", str(inputs["neurons"]), "--out", str(tmp_path / "report.md")]
+    r = subprocess.run([sys.executable, "-m", "surgery", *args], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert "--out" in r.stderr and "names a file" in r.stderr and str(tmp_path / "report") in r.stderr
+    assert not (tmp_path / "report.md").exists()
