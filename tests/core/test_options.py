@@ -203,5 +203,5 @@ def test_python_callers_get_the_same_checks():
     )
     assert found.select(1) == [(0, 1)]
     for top in (0, -1):  # 0 meant "the default", -1 cut the ranking from its end
-        with pytest.raises(RecipeError, match=f"--top must be ≥ 1, got {top}"):
+        with pytest.raises(RecipeError, match=f"^top must be ≥ 1, got {top}$"):  # Python's spelling; the CLI's: --top
             found.select(top)

@@ -363,12 +363,13 @@ class HeadFindings(Found):
     def select(self, top: int | None = None) -> list[tuple[int, int]]:
         """The first ``top`` heads of the ranking (default: the knocked-out selection)."""
         if top is not None and top < 1:  # 0 would silently mean the default, a negative count cut from the end
-            raise RecipeError(f"--top must be ≥ 1, got {top}")
+            raise RecipeError(f"{{top}} must be ≥ 1, got {top}", "top")
         order = self.data.ranking()  # the knockout-confirmed ranking when the findings have one
         top = top or len(self.data.selected()) or 1
         if top > len(order):
             raise RecipeError(
-                f"--top {top} but the findings rank only {wording.counted(len(order), 'head')}; choose a smaller --top"
+                f"{{top}} {top} but the findings rank only {wording.counted(len(order), 'head')}; choose a smaller {{top}}",
+                "top",
             )
         return order[:top]
 
