@@ -19,6 +19,7 @@ import torch
 
 from ...core import distributed
 from ...core.edit_kind import Edit
+from ...core.freed_memory import trim_heap
 from ...core.mcq import Encoded
 from ...core.progress import Advance
 from ...core.sizes import human_size
@@ -102,7 +103,11 @@ def record(
     for idx in work:
         batch = collate([prompts[i] for i in idx], idx, pad, SPAN_NAMES, device)
         snap = snapshot(model, batch)
-        out.append((idx, keep(snap, len(idx)) if keep is not None else snap))
+        kept = keep(snap, len(idx)) if keep is not None else snap
+        out.append((idx, kept))
+        if kept is not snap:  # the recording just dropped leaves heap holes the next batch's may not fit in
+            del snap
+            trim_heap()
         work.done(idx)
         if advance:
             advance(len(idx))
