@@ -81,7 +81,14 @@ class Snapshot:
         """Only the model's inputs and the baseline logits: a pass under an edit then runs in full
         (resume_scaled's path for passes that cannot resume), in a few kilobytes instead of every
         layer's inputs, keys and values."""
-        return replace(self, calls=[], keys=[], values=[], final=self.final[:, :0])
+        # final: a new empty tensor, not a view (a view would keep the whole output's storage alive)
+        return replace(
+            self,
+            calls=[],
+            keys=[],
+            values=[],
+            final=self.final.new_empty((self.final.shape[0], 0, *self.final.shape[2:])),
+        )
 
 
 def tail_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
