@@ -180,6 +180,9 @@ def _run(argv: list[str]) -> None:
         _error(install_hint(exc.name), exc, as_json)
         sys.exit(2)
     except Exception as exc:  # a bug: still one line, the traceback on request
+        if _while_interrupted(exc):  # raised while Ctrl-C unwound the work: the Ctrl-C is what happened
+            _error("interrupted; nothing was left half-written", None, as_json)
+            sys.exit(130)
         if debug:
             raise
         _error(
@@ -189,6 +192,19 @@ def _run(argv: list[str]) -> None:
             as_json,
         )
         sys.exit(1)
+
+
+def _while_interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while a Ctrl-C propagated (its context chain holds the KeyboardInterrupt):
+    CPython's lock code can fail so when the signal lands inside a wait ("release unlocked lock")."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc.__context__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__context__
+    return False
 
 
 if __name__ == "__main__":

@@ -318,3 +318,20 @@ def test_the_cli_prints_a_wide_table_whole_at_80_columns(tmp_path):
 def test_surgery_error_keeps_its_type_for_callers():
     assert issubclass(ParameterError, SurgeryError)
     assert str(ParameterError("{alpha} is empty", "alpha")) == "alpha is empty"
+
+
+def test_an_error_raised_while_ctrl_c_unwinds_is_the_interruption(tiny, monkeypatch, capsys):
+    """A Ctrl-C landing inside a lock's wait can make CPython raise "release unlocked lock" as the
+    KeyboardInterrupt unwinds; the user pressed Ctrl-C, so that is what they are told (exit 130)."""
+    import surgery.api
+
+    def interrupted_in_a_wait(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise RuntimeError("release unlocked lock")
+
+    monkeypatch.setattr(surgery.api, "inspect", interrupted_in_a_wait)
+    result = run_main(["inspect", tiny("llama")], capsys)
+    assert result.returncode == 130, result.stderr
+    assert "interrupted; nothing was left half-written" in result.stderr and "internal error" not in result.stderr
