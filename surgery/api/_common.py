@@ -38,9 +38,9 @@ def typed(cls: type[T], options: dict[str, Any], given: T | None = None) -> T:
     """``given``, or ``cls`` built from the options named like its fields (taken out of ``options``)."""
     names = {f.name for f in dataclasses.fields(cls)}
     mine = {k: options.pop(k) for k in list(options) if k in names}
-    if given is not None and not isinstance(given, cls):
-        raise ParameterError(_not_the_object(cls, given))
     if given is not None:
+        if not isinstance(given, cls):
+            raise ParameterError(_not_the_object(cls, given))
         if mine:
             raise TypeError(f"give either a {cls.__name__} or its options ({', '.join(sorted(mine))}), not both")
         return given

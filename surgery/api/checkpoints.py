@@ -195,7 +195,8 @@ def verify(
             f"{source} was made by surgery and {baked} was not: the source comes first: surgery verify SOURCE BAKED"
         )
     if is_gguf(baked):  # checked from its blocks and sidecars: no model is loaded, no option of loading applies
-        given = [f.name for f in fields(LoadSpec) if getattr(load, f.name) != getattr(LoadSpec(), f.name)]
+        default = LoadSpec()
+        given = [f.name for f in fields(LoadSpec) if getattr(load, f.name) != getattr(default, f.name)]
         if given:
             raise ParameterError(
                 f"{baked} is a baked GGUF: verify recomputes its edited blocks and runs no model, so "

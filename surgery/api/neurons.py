@@ -251,14 +251,12 @@ def _refuse_choosing(options: dict[str, Any], capture: CaptureParams | None, sel
     they would be ignored (was: silently on the command line, "unknown option" in Python)."""
     import dataclasses
 
-    given = [
-        name
-        for name in options
-        if name in {f.name for c in (CaptureParams, SelectParams) for f in dataclasses.fields(c)}
-    ]
+    choosing = {f.name for c in (CaptureParams, SelectParams) for f in dataclasses.fields(c)}
+    given = [name for name in options if name in choosing]
     for obj in (capture, select):
         if obj is not None:
-            given += [f.name for f in dataclasses.fields(obj) if getattr(obj, f.name) != getattr(type(obj)(), f.name)]
+            default = type(obj)()
+            given += [f.name for f in dataclasses.fields(obj) if getattr(obj, f.name) != getattr(default, f.name)]
     if given:
         names = sorted(set(given))
         raise ParameterError(
