@@ -104,6 +104,7 @@ def bake_into(
     if evaluation is not None and not isinstance(evaluation, Evaluation):
         evaluation = Evaluation.from_dict(dict(evaluation))
     opened = container.open(load)
+    container.check_out(out, [opened.source.path], bake.force)  # before the edited weights are computed
     recipe, lineage = for_source(recipe, opened.config, opened.source, allow_other_base=bake.allow_other_base)
     notes = [lineage] if lineage else []
     if lineage:

@@ -183,3 +183,20 @@ def test_apply_of_a_folder_refuses_an_out_named_gguf(src, tmp_path, capsys):
     line = error_line(run_main(["apply", tmp_path / "recipe.yaml", "--model", src, "--out", out], capsys))
     assert "ends in .gguf, but MODEL is a checkpoint folder" in line, line
     assert not out.exists()
+
+
+@pytest.mark.parametrize("refusal", ["parent missing", "taken"])
+def test_apply_of_a_gguf_refuses_its_out_before_computing_blocks(refusal, tmp_path, capsys, monkeypatch):
+    """`apply` to a GGUF checked its --out only when it wrote: the edited blocks were computed and a
+    note printed first (the folder bake refused at once)."""
+    import surgery.bake.gguf as gguf_bake
+    from tests.support.tiny_gguf import gguf_source_model, write_tiny_gguf
+
+    model = tmp_path / "tiny.gguf"
+    write_tiny_gguf(model, gguf_source_model())
+    (tmp_path / "recipe.yaml").write_text("version: 1\nedits:\n  - {type: neuron, layer: 0, neuron: 1, factor: 0}\n")
+    monkeypatch.setattr(gguf_bake, "prepare", lambda *a, **k: pytest.fail("blocks computed before --out was checked"))
+    out = tmp_path / "no" / "edited.gguf" if refusal == "parent missing" else tmp_path / "taken.gguf"
+    (tmp_path / "taken.gguf").write_bytes(b"mine")
+    line = error_line(run_main(["apply", tmp_path / "recipe.yaml", "--model", model, "--out", out], capsys))
+    assert ("the parent folder of" if refusal == "parent missing" else "already exists; pass --force") in line, line
