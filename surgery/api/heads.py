@@ -22,7 +22,7 @@ from ..core.edits import HeadScale, Recipe, parse_heads
 from ..core.errors import ParameterError
 from ..core.progress import Progress, silent
 from ..find.heads.finder import HEADS
-from ..find.heads.params import FindParams
+from ..find.heads.params import RUN_ONLY, FindParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import given_path, index_pair, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
@@ -196,7 +196,8 @@ def amplify_heads(
     hooks = callback_options("amplify_heads", callbacks, options)
     alphas = _alphas(alpha, bake.allow_zero)
     given = sorted(name for name in HEADS.param_fields() if name in options)
-    chosen_options = params is not None or bool(given)
+    # keep_memory says how find-heads runs, not which findings it finds: alone it chooses none
+    chosen_options = (params is not None and _chooses(params)) or bool(set(given) - set(RUN_ONLY))
     source = typed(FindingsSource, options, source)
     load, params = typed(LoadSpec, options, load), typed(FindParams, options, params)
     no_other_options("amplify_heads", options, FindingsSource, LoadSpec, FindParams)
@@ -257,6 +258,13 @@ def amplify_heads(
         report=hooks.report,
         on_each=hooks.on_each,
     )
+
+
+def _chooses(params: FindParams) -> bool:
+    """Whether ``params`` chooses findings: a FindParams object does, even at the defaults, unless it
+    only sets how find-heads runs (keep_memory)."""
+    default = FindParams()
+    return params == default or params.findings_key() != default.findings_key()
 
 
 def _alphas(alpha: float | Iterable[float], allow_zero: bool) -> list[float]:

@@ -112,7 +112,7 @@ def tune(
         ckpt, _ = open_checkpoint(model, load)
         found = _findings(params.method, ckpt, model, findings, note)
         texts = neutral_texts(params.neutral)
-        key = prompts.to_dict() if params.method == "heads" else asdict(capture)
+        key = prompts.findings_key() if params.method == "heads" else asdict(capture)
         folder = given_path(out, "out") if out is not None else default_folder(ckpt.model_key(), params, key)
         if params.method == "heads":
             from ..find.tune.heads import tune_heads

@@ -223,7 +223,7 @@ def find_heads_cmd(
     help="How many heads from the findings (default: the knocked-out selection); beyond "
     "it, heads follow the knockout-confirmed ranking, then discovery's.",
 )
-@typed_options(FindParams, into="params", only=PAIR_FIELDS + SEARCH_FIELDS, optional=True)
+@typed_options(FindParams, into="params", only=(*PAIR_FIELDS, *SEARCH_FIELDS, "keep_memory"), optional=True)
 def amplify_heads(
     model: str,
     load: LoadSpec,

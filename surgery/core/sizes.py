@@ -1,6 +1,13 @@
-"""Sizes for people: byte counts as the notes and errors show them."""
+"""Sizes for people: byte counts as the notes and errors show them, and as options give them."""
 
 from __future__ import annotations
+
+import math
+import re
+
+# "70GiB", "500 MB", "8G" (a bare K/M/G/T is binary, as 8G of RAM is 8 GiB), "1.5KiB", "4096"
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([KMGT])(i?B)?|B)?\s*$", re.IGNORECASE)
+_POWERS = {"k": 1, "m": 2, "g": 3, "t": 4}
 
 
 def human_size(n: float) -> str:
@@ -10,3 +17,21 @@ def human_size(n: float) -> str:
             return f"{n:.3g} {unit}"
         n /= 1024
     return f"{n:.3g} TiB"
+
+
+def parse_size(text: str) -> int | None:
+    """``"70GiB"``, ``"500MB"``, ``"8G"``, ``"1e9"``, ``"0"`` → bytes; None where ``text`` is no
+    size (each option says so in its own words)."""
+    match = _SIZE.match(text)
+    if match:
+        number, prefix, suffix = match.groups()
+        if prefix is None:
+            return int(float(number))
+        base = 1000 if suffix is not None and suffix.lower() == "b" else 1024  # only "GB" is decimal
+        return int(float(number) * base ** _POWERS[prefix.lower()])
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    # "inf" would overflow int(), "-1" is no size
+    return int(value) if math.isfinite(value) and value >= 0 else None

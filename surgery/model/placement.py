@@ -11,29 +11,17 @@ the user's input and builds accelerate's arguments, it never places weights itse
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..core import sizes
 from ..core.comma_list import comma_items
 from ..core.errors import CheckpointError
 from ..core.sizes import human_size
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICE_MAPS = ("auto",)
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
-_UNITS = {
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
 # A decoder layer's tensors are named "<prefix>.layers.<index>.<rest>" in every supported family.
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -91,18 +79,11 @@ def resolve_dtype(dtype: str, device: str):
 
 
 def parse_size(text: str) -> int:
-    """``"70GiB"``, ``"500MB"``, ``"1e9"`` → bytes."""
-    match = _SIZE.match(text)
-    if not match:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and value >= 0):  # "inf" overflowed int(), "-1" was a negative budget
-            raise CheckpointError(f"--max-memory: {text!r} is not a size (e.g. 70GiB, 500MB)")
-        return int(value)
-    number, unit = match.groups()
-    return int(float(number) * _UNITS[(unit or "B").lower()])
+    """``"70GiB"``, ``"500MB"``, ``"1e9"`` → bytes (core.sizes.parse_size, refused as --max-memory's)."""
+    size = sizes.parse_size(text)
+    if size is None:
+        raise CheckpointError(f"--max-memory: {text!r} is not a size (e.g. 70GiB, 500MB)")
+    return size
 
 
 def parse_max_memory(text: str | None) -> dict[Any, int] | None:

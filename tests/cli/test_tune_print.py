@@ -62,17 +62,24 @@ def test_what_the_recording_holds_is_said_before_it():
     """The default heads tune of SmolLM2 (1,856 binding prompts) recorded for 20 minutes on a 23 GB machine,
     then was killed; the guide's own sizes (30 layers, hidden 576, key/value width 192, float32) give 26.5 GiB."""
     from surgery.core.mcq import Encoded
+    from surgery.find.tune.params import TuneParams
     from surgery.find.tune.runtime import held_note
 
     smollm2 = {"num_layers": 30, "hidden_size": 576, "num_kv_heads": 3, "head_dim": 64}
     prompts = [Encoded(tuple(range(60)), {})] * 384  # the guide: 7 MB a 60-token prompt, 2.7 GB for 384
-    line = held_note(prompts, smollm2, 4, "tune split", "lower --max-pairs")
+    bound = TuneParams().keep_memory  # the default, 2 GiB
+    line = held_note(prompts, smollm2, 4, "tune split", "lower --max-pairs", bound)
     assert line == (
         "the tune split's baseline passes would keep 384 prompts' decoder-layer inputs, keys and values: about "
-        "2.47 GiB (23,040 tokens); they keep 2 GiB of them and the other prompts run every layer in each "
-        "trial (slower): lower --max-pairs to keep them all"
+        "2.47 GiB (23,040 tokens); they keep 2 GiB of them (--keep-memory) and the other prompts run every layer "
+        "in each trial (slower): raise --keep-memory or lower --max-pairs to keep them all"
     )
-    assert held_note([Encoded((1,) * 6, {})], smollm2, 4, "x", "y") == (
+    assert held_note([Encoded((1,) * 6, {})], smollm2, 4, "x", "y", bound) == (
         "the x's baseline passes keep 1 prompts' decoder-layer inputs, keys and values: about 675 KiB (6 tokens) "
-        "in memory while it is measured"
+        "in memory while it is measured (--keep-memory)"
+    )
+    # --keep-memory 3GiB holds the whole split
+    larger = TuneParams(keep_memory="3GiB").keep_memory
+    assert held_note(prompts, smollm2, 4, "tune split", "lower --max-pairs", larger).endswith(
+        "while it is measured (--keep-memory)"
     )

@@ -26,20 +26,21 @@ import numpy as np
 from ...core import distributed
 from ...core.edits import HeadScale
 from ...core.mcq import Encoded
+from ...core.sizes import human_size
 from ...model.placement import input_device
 from .attention import EdgeEdit, edge_heads
 from .baseline import Sequential
 from .flops import Counter
-from .params import DOSE_GRID
+from .params import DOSE_GRID, KEEP_MEMORY, keep_bytes
 from .prompts import batch_groups, collate
 from .resume import Snapshot, resume, resume_scaled, snapshot
 from .scores import SPAN_NAMES, delta, pad_id, run_prompts, s_scores
 
 Heads = Sequence[tuple[int, int]]
-# Baseline passes kept between sweeps, up to this many bytes of recorded layer inputs and keys/values
-# (24 SmolLM2 pairs: 0.79 GB): a later sweep reads them instead of running its baseline pass
-# again (the same recorded inputs: the same S bit for bit); batches beyond it run theirs again.
-KEEP_BYTES = 2 * 2**30
+# Baseline passes kept between sweeps by default (--keep-memory), up to this many bytes of recorded
+# layer inputs and keys/values (24 SmolLM2 pairs: 0.79 GB): a later sweep reads them instead of running
+# its baseline pass again (the same recorded inputs: the same S bit for bit); batches beyond it run theirs again.
+KEEP_BYTES = keep_bytes(KEEP_MEMORY)
 # What one sweep condition edits: identity→item edges (run time only), or whole heads (o_proj slices).
 Condition = EdgeEdit | tuple[HeadScale, ...]
 
@@ -109,7 +110,7 @@ class PairRunner:
     Edge edits run together (:meth:`sweep`): one baseline pass per batch, each edit resumed from its
     first layer and first query token (resume.py); ``counter`` adds up the forward-pass FLOPs. The
     baseline passes are kept (up to ``keep_bytes``; :meth:`keep` takes those of the scoring pass), so
-    that a later sweep runs none of its own.
+    that a later sweep runs none of its own; ``report`` hears once that a batch did not fit.
     Swept S are kept by condition, so that conditions known early can share one sweep (find_heads:
     the knockouts and the dose-response) and later calls read them back. Without a given ``base``
     the baseline S are those of the first sweep's baseline passes (a full pass of its own only when
@@ -126,6 +127,7 @@ class PairRunner:
         base: np.ndarray | None = None,
         progress: Callable[[int], None] | None = None,
         keep_bytes: int = KEEP_BYTES,
+        report: Callable[[str], None] | None = None,
     ):
         self.model, self.prompts, self.items = model, prompts, list(items)
         self.ids, self.batch_size, self.progress = option_ids, batch_size, progress
@@ -136,6 +138,7 @@ class PairRunner:
         self._base = base
         self.kept: dict[tuple[int, ...], Snapshot] = {}  # batch rows → its baseline pass
         self.keep_bytes, self.kept_bytes = keep_bytes, 0
+        self.report, self.over = report, False  # over: a batch's pass did not fit (said once)
 
     def holds_all(self) -> bool:
         """Whether every batch's baseline pass is kept (a sweep then runs none); under torchrun, every
@@ -148,6 +151,12 @@ class PairRunner:
         kept passes stay within ``keep_bytes``; False where it would not fit."""
         size = snap.nbytes()
         if self.kept_bytes + size > self.keep_bytes:
+            if not self.over and self.report is not None:  # said when it happens: the sweeps to come are slower
+                self.report(
+                    f"the baseline passes take more than the {human_size(self.keep_bytes)} they may keep "
+                    "(--keep-memory): the batches past it run theirs again in each sweep (slower, the same findings)"
+                )
+            self.over = True
             return False
         self.kept[tuple(rows)], self.kept_bytes = snap, self.kept_bytes + size
         return True

@@ -138,7 +138,15 @@ def find_heads(
     usable = [i for i, p in enumerate(pairs) if "item" in p.match.spans]
     sub = [pairs[i] for i in usable]
     prompts = encode_pairs(tokenizer, sub, "binding", instruct)
-    runner = PairRunner(model, prompts, [p.item for p in sub], option_token_ids(tokenizer), params.batch_size)
+    runner = PairRunner(
+        model,
+        prompts,
+        [p.item for p in sub],
+        option_token_ids(tokenizer),
+        params.batch_size,
+        keep_bytes=params.keep_memory,
+        report=report,
+    )
     with surgery_attention_on(model):
         # the scoring pass's baseline passes are the knockouts' (the same prompts, the same batches)
         # where every pair is knocked out: the sweeps then run no baseline pass of their own
@@ -305,7 +313,7 @@ def confirmation(
 
 def findings_cache(ckpt: Checkpoint, pairs: Sequence[Pair], params: FindParams, load: LoadSpec = DEFAULT_LOAD) -> Path:
     """Where findings are cached: a model run in bfloat16 gets findings of its own (scores stay float32)."""
-    return cache_path("heads", ckpt.model_key(), pairs_sha256(pairs), {**params.to_dict(), **dtype_key(load)})
+    return cache_path("heads", ckpt.model_key(), pairs_sha256(pairs), {**params.findings_key(), **dtype_key(load)})
 
 
 _BY_NAME = "amplify heads by name instead (amplify-heads --heads L.H; Python: amplify_heads(heads=...))"
@@ -349,7 +357,7 @@ class HeadFindings(Found):
 
     def options(self) -> str:
         """The find-heads options that differ from the defaults, as flags (``--max-pairs 96``)."""
-        default = FindParams().to_dict()
+        default = FindParams().findings_key()  # keep_memory changed the run's time, not these findings
         flags = []
         for name, value in (self.data.parameters or {}).items():
             if name == "extra" or name not in default or value == default[name]:

@@ -1,7 +1,8 @@
 """What find-heads is asked to do: one typed object, from the command line to the findings file.
 
 Torch-free, so that the CLI can build its options from these fields at start-up (surgery.core.options).
-Every field is recorded in the findings and is part of their cache key (``to_dict``).
+Every field is recorded in the findings and is part of their cache key (``findings_key``) but
+``keep_memory``, which decides the run's memory and time, not its findings.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from ...core.errors import ParameterError
 from ...core.options import check_options, param
+from ...core.sizes import parse_size
 from .pairs import DEFAULT_PER_IDENTITY
 
 # α values of the dose-response (edge-level and whole-head), and those at which DiffAware /
@@ -22,6 +24,37 @@ PAIR_FIELDS = ("benchmark", "max_pairs", "per_identity", "seed", "batch_size", "
 # The discovery and causal-test fields that amplify-heads offers too (it finds heads when it must).
 SEARCH_FIELDS = ("knockout_heads", "confirm", "candidates", "random_sets", "level", "exhaustive")
 FORMATS = {"auto": None, "instruct": True, "base": False}
+# What find-heads and tune keep of their baseline passes (every decoder layer's inputs and keys/values
+# per prompt; 24 SmolLM2 pairs take 0.79 GB) unless told otherwise: a later sweep or trial reads them
+# instead of running those layers again. Past it, slower; the same numbers.
+KEEP_MEMORY = "2GiB"
+# The fields that decide how a run goes, not what it finds: left out of the findings' cache key.
+RUN_ONLY = ("keep_memory",)
+
+
+def keep_memory_param(past: str) -> Any:
+    """The ``keep_memory`` option of a command that keeps baseline passes; ``past``: what the batches
+    past the bound do instead (one declaration for find-heads and tune, so they read alike)."""
+    return param(
+        KEEP_MEMORY,
+        "Most memory the baseline passes' recordings (each decoder layer's inputs, keys and values per "
+        f"prompt) may hold, e.g. 2GiB, 512MiB, 8G; 0 keeps none. Batches past it {past}: slower, the same "
+        "numbers.",
+        kind="str",
+        metavar="SIZE",
+    )
+
+
+def keep_bytes(value: int | str) -> int:
+    """``keep_memory`` (bytes, or a size such as ``"2GiB"``) as bytes; a bad value is one line."""
+    size = parse_size(value) if isinstance(value, str) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        size = value
+    if size is None:
+        raise ParameterError(
+            f"{{keep_memory}} {value!r} is not a size; give e.g. 2GiB, 512MiB or 8G (0 keeps none)", "keep_memory"
+        )
+    return size
 
 
 @dataclass(frozen=True)
@@ -94,10 +127,13 @@ class FindParams:
         kind="int",
         minimum=1,
     )
+    keep_memory: int | str = keep_memory_param("run their baseline pass again in each sweep")
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_options(self)
+        # as bytes from here on: the findings record the bound their run kept to, whatever its spelling
+        object.__setattr__(self, "keep_memory", keep_bytes(self.keep_memory))
         if self.candidates is not None and self.candidates < self.knockout_heads:
             raise ParameterError(
                 f"{{candidates}} {self.candidates} puts forward fewer heads than the {self.knockout_heads} that "
@@ -126,3 +162,7 @@ class FindParams:
         d = asdict(self)
         d["dose_grid"], d["awareness_alphas"] = list(self.dose_grid), list(self.awareness_alphas)
         return d
+
+    def findings_key(self) -> dict[str, Any]:
+        """The fields that decide the findings (their cache key): all but ``keep_memory``."""
+        return {k: v for k, v in self.to_dict().items() if k not in RUN_ONLY}

@@ -87,7 +87,7 @@ def flops_note(
     edge_alphas = sum(a != 1.0 for a in dose_alphas(params)) if params.dose_response else 0
     rule = Sequential(params.random_sets, params.level if params.screened else None)
     # the baseline passes of the confirmation's sweep and the knockouts' one or two (the dose-response
-    # shares the first), where the scoring pass's kept ones do not serve (causal.KEEP_BYTES)
+    # shares the first), where the scoring pass's kept ones do not serve (--keep-memory)
     sweeps = (params.confirm > 0) + 1 + (rule.first_chunk() < params.random_sets)
     bound = (
         scoring

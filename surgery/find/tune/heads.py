@@ -98,11 +98,11 @@ def tune_heads(
         chosen = [pairs[i] for i in rows]
         binding = encode_pairs(tokenizer, chosen, "binding", instruct)
         plain = _encode_neutral(tokenizer, [neutral[i] for i in texts])
-        report(held_note([*binding, *plain], geometry, itemsize, what, "lower --max-pairs"))
-        advance, keep = progress(f"baseline passes ({what})", len(binding) + len(plain)), Keep()
+        report(held_note([*binding, *plain], geometry, itemsize, what, "lower --max-pairs", params.keep_memory))
+        advance, keep = progress(f"baseline passes ({what})", len(binding) + len(plain)), Keep(params.keep_memory)
         trials = HeadTrials.of(model, binding, plain, ids, params.batch_size, advance, keep)
         if keep.in_full:
-            report(in_full_note(keep, len(binding) + len(plain), what))
+            report(in_full_note(keep, len(binding) + len(plain), what, params.keep_memory))
         return trials, [p.item for p in chosen]
 
     key = {

@@ -107,11 +107,15 @@ def tune_neurons(
         chosen = [pairs.pairs[i] for i in rows]
         first, second = encode([p.prompt_1 for p in chosen]), encode([p.prompt_2 for p in chosen])
         plain = encode([neutral[i] for i in texts])
-        report(held_note([*first, *second, *plain], geometry, itemsize, what, "give fewer pairs (--category)"))
-        advance, keep = progress(f"baseline passes ({what})", 2 * len(chosen) + len(plain)), Keep()
+        report(
+            held_note(
+                [*first, *second, *plain], geometry, itemsize, what, "give fewer pairs (--category)", params.keep_memory
+            )
+        )
+        advance, keep = progress(f"baseline passes ({what})", 2 * len(chosen) + len(plain)), Keep(params.keep_memory)
         trials = PairTrials.of(model, first, second, plain, params.batch_size, advance, keep)
         if keep.in_full:
-            report(in_full_note(keep, 2 * len(chosen) + len(plain), what))
+            report(in_full_note(keep, 2 * len(chosen) + len(plain), what, params.keep_memory))
         return trials
 
     key = {

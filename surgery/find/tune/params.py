@@ -11,6 +11,7 @@ from typing import Any
 
 from ...core.errors import ParameterError
 from ...core.options import check_options, param
+from ..heads.params import keep_bytes, keep_memory_param
 
 METHODS = ("heads", "neurons", "direction")
 # Most neurons a neurons tune tries by default: fairness pruning removes tens of neurons (its
@@ -133,9 +134,13 @@ class TuneParams:
         kind="int",
         minimum=1,
     )
+    # heads and neurons record baseline passes (direction records none: the bound does not concern it)
+    keep_memory: int | str = keep_memory_param("run every layer under each trial's edit (heads, neurons)")
 
     def __post_init__(self) -> None:
         check_options(self)
+        # as bytes from here on: the record holds the bound the run kept to, whatever its spelling
+        object.__setattr__(self, "keep_memory", keep_bytes(self.keep_memory))
         refuse_other_methods(self.method, self, METHOD_FIELDS)
         if self.weight_max <= 0:
             raise ParameterError(
@@ -181,7 +186,10 @@ class TuneParams:
         return asdict(self)
 
     def study_key(self) -> dict[str, Any]:
-        """What decides the trials: a study run with another key is not resumed (``trials`` may grow).
+        """What decides the trials: a study run with another key is not resumed (``trials`` may grow;
+        ``keep_memory`` changes the time a trial takes, not what it measures).
         ``trials_at_once`` 1 draws as studies made before it did: left out then, so that they resume."""
-        skip = ("trials", "max_kl", "threads") + (("trials_at_once",) if self.trials_at_once == 1 else ())
+        skip = ("trials", "max_kl", "threads", "keep_memory") + (
+            ("trials_at_once",) if self.trials_at_once == 1 else ()
+        )
         return {k: v for k, v in self.to_dict().items() if k not in skip}

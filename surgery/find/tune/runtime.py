@@ -4,8 +4,8 @@ Each batch of prompts runs once without an edit (find-heads' resume.snapshot rec
 layer's inputs); a trial then reruns only the layers from its lowest edited one on
 (resume.resume_scaled: the full pass's computation bit for bit, from that layer), with the edit
 hooked in at run time (model.hooks.applied). No trial bakes a checkpoint. A split keeps at most
-find-heads' bound of recordings (causal.KEEP_BYTES, :class:`Keep`): batches past it keep only their
-inputs and run every layer under each trial's edit, so a large tune is slower, never out of memory.
+``--keep-memory`` of recordings (default find-heads' 2 GiB, :class:`Keep`): batches past it keep only
+their inputs and run every layer under each trial's edit, so a large tune is slower, never out of memory.
 """
 
 from __future__ import annotations
@@ -61,29 +61,32 @@ class Keep:
         return snap.without_layers()
 
 
-def held_note(prompts: Sequence[Encoded], geometry: Mapping[str, Any], itemsize: int, what: str, fewer: str) -> str:
+def held_note(
+    prompts: Sequence[Encoded], geometry: Mapping[str, Any], itemsize: int, what: str, fewer: str, bound: int
+) -> str:
     """What recording ``prompts`` takes (each token's input to every decoder layer and its keys and
-    values, padding left out: a lower bound) and whether it fits :class:`Keep`'s bound, said before
-    the passes: a search past it runs slower, and the user learns why before waiting."""
+    values, padding left out: a lower bound) and whether it fits :class:`Keep`'s ``bound``, said before
+    the passes: a search past it runs slower, and the user learns why (and which option) before waiting."""
     per_token = geometry["num_layers"] * (geometry["hidden_size"] + 2 * geometry["num_kv_heads"] * geometry["head_dim"])
     tokens = sum(len(p.ids) for p in prompts)
     size = tokens * per_token * itemsize
     held = (
         f"{len(prompts):,} prompts' decoder-layer inputs, keys and values: about {human_size(size)} ({tokens:,} tokens)"
     )
-    if size <= KEEP_BYTES:
-        return f"the {what}'s baseline passes keep {held} in memory while it is measured"
+    if size <= bound:
+        return f"the {what}'s baseline passes keep {held} in memory while it is measured (--keep-memory)"
     return (
-        f"the {what}'s baseline passes would keep {held}; they keep {human_size(KEEP_BYTES)} of them and the "
-        f"other prompts run every layer in each trial (slower): {fewer} to keep them all"
+        f"the {what}'s baseline passes would keep {held}; they keep {human_size(bound)} of them (--keep-memory) "
+        f"and the other prompts run every layer in each trial (slower): raise --keep-memory or {fewer} to keep "
+        "them all"
     )
 
 
-def in_full_note(keep: Keep, prompts: int, what: str) -> str:
-    """What a split past the bound holds, said once its passes are recorded."""
+def in_full_note(keep: Keep, prompts: int, what: str, bound: int) -> str:
+    """What a split past ``bound`` holds, said once its passes are recorded."""
     return (
         f"{keep.in_full:,} of the {what}'s {prompts:,} prompts run every layer in each trial: their recordings "
-        f"did not fit in {human_size(KEEP_BYTES)}"
+        f"did not fit in {human_size(bound)} (--keep-memory)"
     )
 
 
