@@ -91,3 +91,32 @@ def test_a_bad_bound_is_one_line(value, tiny, capsys):
         FindParams(keep_memory=value)
     line = error_line(run_main(["find-heads", tiny("llama"), "--keep-memory", value], capsys))
     assert line == f"Error: --keep-memory '{value}' is not a size; give e.g. 2GiB, 512MiB or 8G (0 keeps none)"
+
+
+class Started(Exception):
+    """Raised by a find-heads stand-in: amplify-heads went on to find heads."""
+
+
+def test_amplify_heads_hands_the_bound_to_find_heads_and_chooses_no_findings_by_it(tiny, tmp_path, monkeypatch, capsys):
+    """amplify-heads runs find-heads' passes when no findings are cached: --keep-memory reaches them, and
+    given alone it leaves the rule of no find-heads option (the newest cached findings, else the defaults)."""
+    import surgery
+
+    model, notes, calls = char_model(tiny, "llama"), [], []
+
+    def stand_in(ckpt, pairs, params, **kwargs):
+        calls.append(params)
+        raise Started
+
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(heads_find, "cached_find_heads", stand_in)
+    with pytest.raises(Started):
+        surgery.amplify_heads(
+            model, tmp_path / "out", alpha=2.5, keep_memory="1GiB", callbacks=surgery.Callbacks(report=notes.append)
+        )
+    assert notes[0].startswith("no find-heads findings are cached for this model: running find-heads with its ")
+    assert calls[-1].keep_memory == 2**30 and calls[-1].max_pairs is None  # the defaults, with the bound
+    result = run_main(
+        ["amplify-heads", model, "--alpha", "2.5", "--keep-memory", "512MiB", "--out", tmp_path / "o"], capsys
+    )
+    assert result.returncode != 0 and calls[-1].keep_memory == 512 * 2**20  # the stand-in stopped it there
