@@ -227,6 +227,7 @@ def test_a_gpu_this_machine_lacks_is_one_line_before_loading(tiny, tmp_path, cap
 
 def test_sizes():
     assert parse_size("1.5KiB") == 1536 and parse_size("2 GB") == 2 * 10**9 and parse_size("1e3") == 1000
+    assert parse_size("8G") == parse_size("8GiB") == 8 * 2**30  # a bare prefix is binary, as 8G of RAM
 
 
 @pytest.mark.parametrize(
