@@ -8,6 +8,7 @@ Every field is recorded in the findings and is part of their cache key (``findin
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from numbers import Integral
 from typing import Any
 
 from ...core.errors import ParameterError
@@ -47,9 +48,11 @@ def keep_memory_param(past: str) -> Any:
 
 def keep_bytes(value: int | str) -> int:
     """``keep_memory`` (bytes, or a size such as ``"2GiB"``) as bytes; a bad value is one line."""
-    size = parse_size(value) if isinstance(value, str) else None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        size = value
+    size = None
+    if isinstance(value, str):
+        size = parse_size(value)
+    elif isinstance(value, Integral) and not isinstance(value, bool) and value >= 0:
+        size = int(value)  # numpy's whole numbers too: the record holds a plain int
     if size is None:
         raise ParameterError(
             f"{{keep_memory}} {value!r} is not a size; give e.g. 2GiB, 512MiB or 8G (0 keeps none)", "keep_memory"
