@@ -222,7 +222,7 @@ def test_a_missing_number_is_null_in_the_entry_and_read_back_as_nan(tmp_path):
     import math
 
     from surgery.evaluation import source_cache
-    from tests.find.test_missing_numbers_json import strict
+    from tests.support.strict_json import strict
 
     json_path, tensors_path, key = tmp_path / "e.json", tmp_path / "e.safetensors", {"fingerprint": "f", "limit": None}
     metrics = {"perplexity": 3.5, "mcq_accuracy": math.nan}

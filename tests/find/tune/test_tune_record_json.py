@@ -9,7 +9,7 @@ import math
 
 from surgery.core.checkpoint import Checkpoint
 from surgery.core.finite_json import finite
-from tests.find.test_missing_numbers_json import strict
+from tests.support.strict_json import strict
 
 
 def _record(tiny):
