@@ -40,8 +40,9 @@ def export_lora(
     gets the note). Returns the folder and the adapter's record (``.adapter``: modules, ranks, recipe;
     ``to_dict()``: the JSON ``export-lora --json`` prints)."""
     from ..bake.lineage import for_source
-    from ..bake.lora import baked_folder, load_recipe, refuse_quantized
+    from ..bake.lora import baked_folder, load_recipe, peft_base, refuse_quantized
     from ..bake.lora import export_lora as export
+    from ..gguf import is_gguf
 
     load = typed(LoadSpec, options, load)
     no_other_options("export_lora", options, LoadSpec)
@@ -58,7 +59,14 @@ def export_lora(
         )
         if note:
             reporter(report)(note)
-    return ExportedLora(str(out), export(ckpt, recipe, out, vllm=vllm, force=force, source=source))
+    exported = ExportedLora(str(out), export(ckpt, recipe, out, vllm=vllm, force=force, source=source))
+    if peft_base(source) == str(source.path) and is_gguf(source.path):  # PEFT cannot load a GGUF file as base
+        reporter(report)(
+            f"adapter_config.json names {source.path.name} as the base model (its metadata names no Hub repo), "
+            f"which PEFT cannot load: load its import (`surgery import-gguf {source.path.name} --out DIR`) "
+            "and put the adapter on it with PeftModel.from_pretrained"
+        )
+    return exported
 
 
 def evaluate(
