@@ -19,6 +19,7 @@ from .results import EvalResult, ExportedLora
 if TYPE_CHECKING:
     from ..bake.record import Pushed
     from ..gguf.importing import ImportResult
+    from ..ship.push_plan import PushPlan
 
 
 def export_lora(
@@ -170,16 +171,19 @@ def push(
     revision: str | None = None,
     create_pr: bool = False,
     message: str | None = None,
-) -> Pushed:
+    dry_run: bool = False,
+) -> Pushed | PushPlan:
     """Push a verified baked folder (or exported adapter) to the Hub repo ``repo`` (token from
     ``HF_TOKEN`` or ``hf auth login``, never printed); ``revision``: the branch, created when missing.
     ``folder`` may be a baked .gguf file: it goes with its two sidecars and a model card written from
-    its record, in one commit."""
+    its record, in one commit. ``dry_run``: make every check and return the :class:`PushPlan` (the
+    files and their sizes) without any request to the Hub."""
     from ..ship.hub import push as upload
+    from ..ship.push_plan import plan_push
 
-    return upload(
-        given_path(folder, "folder"), repo, private=private, revision=revision, create_pr=create_pr, message=message
-    )
+    folder = given_path(folder, "folder")
+    run = plan_push if dry_run else upload
+    return run(folder, repo, private=private, revision=revision, create_pr=create_pr, message=message)
 
 
 REPORT_FILE_SUFFIXES = (".md", ".markdown", ".html", ".pdf", ".txt")  # what a user expects a report file to be
