@@ -19,6 +19,7 @@ from .results import EvalResult, ExportedLora
 if TYPE_CHECKING:
     from ..bake.record import Pushed
     from ..gguf.importing import ImportResult
+    from ..ship.push_plan import PushPlan
 
 
 def export_lora(
@@ -40,8 +41,9 @@ def export_lora(
     gets the note). Returns the folder and the adapter's record (``.adapter``: modules, ranks, recipe;
     ``to_dict()``: the JSON ``export-lora --json`` prints)."""
     from ..bake.lineage import for_source
-    from ..bake.lora import baked_folder, load_recipe, refuse_quantized
+    from ..bake.lora import baked_folder, load_recipe, peft_base, refuse_quantized
     from ..bake.lora import export_lora as export
+    from ..gguf import is_gguf
 
     load = typed(LoadSpec, options, load)
     no_other_options("export_lora", options, LoadSpec)
@@ -58,7 +60,14 @@ def export_lora(
         )
         if note:
             reporter(report)(note)
-    return ExportedLora(str(out), export(ckpt, recipe, out, vllm=vllm, force=force, source=source))
+    exported = ExportedLora(str(out), export(ckpt, recipe, out, vllm=vllm, force=force, source=source))
+    if peft_base(source) == str(source.path) and is_gguf(source.path):  # PEFT cannot load a GGUF file as base
+        reporter(report)(
+            f"adapter_config.json names {source.path.name} as the base model (its metadata names no Hub repo), "
+            f"which PEFT cannot load: load its import (`surgery import-gguf {source.path.name} --out DIR`) "
+            "and put the adapter on it with PeftModel.from_pretrained"
+        )
+    return exported
 
 
 def evaluate(
@@ -162,16 +171,19 @@ def push(
     revision: str | None = None,
     create_pr: bool = False,
     message: str | None = None,
-) -> Pushed:
+    dry_run: bool = False,
+) -> Pushed | PushPlan:
     """Push a verified baked folder (or exported adapter) to the Hub repo ``repo`` (token from
     ``HF_TOKEN`` or ``hf auth login``, never printed); ``revision``: the branch, created when missing.
     ``folder`` may be a baked .gguf file: it goes with its two sidecars and a model card written from
-    its record, in one commit."""
+    its record, in one commit. ``dry_run``: make every check and return the :class:`PushPlan` (the
+    files and their sizes) without any request to the Hub."""
     from ..ship.hub import push as upload
+    from ..ship.push_plan import plan_push
 
-    return upload(
-        given_path(folder, "folder"), repo, private=private, revision=revision, create_pr=create_pr, message=message
-    )
+    folder = given_path(folder, "folder")
+    run = plan_push if dry_run else upload
+    return run(folder, repo, private=private, revision=revision, create_pr=create_pr, message=message)
 
 
 REPORT_FILE_SUFFIXES = (".md", ".markdown", ".html", ".pdf", ".txt")  # what a user expects a report file to be

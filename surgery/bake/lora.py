@@ -348,6 +348,16 @@ def peft_config(modules: list[LoraModule], base: str, vllm: bool):
     return LoraConfig(**kw, rank_pattern=other, alpha_pattern=dict(other))
 
 
+def peft_base(source: Source) -> str:
+    """adapter_config.json's ``base_model_name_or_path``: the Hub id, for a GGUF file the Hub repo its
+    metadata says it was converted from (PEFT cannot load the file), else the local path."""
+    from ..gguf import is_gguf
+    from ..gguf.hub_origin import file_hub_origin
+
+    named = source.hub_id or (is_gguf(source.path) and source.path.is_file() and file_hub_origin(source.path))
+    return named or str(source.path)
+
+
 def refuse_quantized(ckpt: Checkpoint) -> None:
     """One line when ``ckpt`` stores quantized weights: an adapter's factors are read from the stored
     weights, which must be the floats."""
@@ -390,7 +400,7 @@ def export_lora(
     if vllm:
         modules = [m.padded(rank) for m in modules]
     source = source or local_source(ckpt.path)
-    base = source.hub_id or str(source.path)
+    base = peft_base(source)
     config = peft_config(modules, base, vllm)
     if moved := peft_moved_targets(config, model):  # an adapter PEFT loads elsewhere is not the recipe
         import peft

@@ -64,8 +64,13 @@ def export_lora_cmd(model, load, recipe_path, out_dir, vllm, force, allow_other_
 @click.option("--revision", default=None, help="Branch to push to (created when missing).")
 @click.option("--create-pr", is_flag=True, help="Open a pull request against main instead of committing.")
 @click.option("--message", default=None, help="Commit message.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Make every check and print what would be uploaded (files and sizes), with no request to the Hub.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def push_cmd(folder, repo_id, private, revision, create_pr, message, as_json):
+def push_cmd(folder, repo_id, private, revision, create_pr, message, dry_run, as_json):
     """Push a verified checkpoint (or exported adapter) FOLDER to the Hub.
 
     FOLDER may be a baked .gguf file: it goes with its two .surgery sidecars and a model card
@@ -73,15 +78,41 @@ def push_cmd(folder, repo_id, private, revision, create_pr, message, as_json):
 
     The token comes from HF_TOKEN or `hf auth login`; it is never printed.
     """
-    pushed = api.push(folder, repo_id, private=private, revision=revision, create_pr=create_pr, message=message)
+    pushed = api.push(
+        folder, repo_id, private=private, revision=revision, create_pr=create_pr, message=message, dry_run=dry_run
+    )
     if as_json:
         print_json(pushed.to_dict())
+        return
+    if dry_run:
+        print_push_plan(folder, pushed)
         return
     out.print(f"Checked: {pushed.checked}")
     if pushed.pr_url:  # nothing reached main: say so, and where the pull request is
         out.print(f"[green]Opened a pull request[/] with {folder} against {pushed.repo} (main): {pushed.pr_url}")
         return
     out.print(f"[green]Pushed[/] {folder} to {pushed.repo} ({pushed.revision}): {pushed.commit_url}")
+
+
+def print_push_plan(folder: Path, plan: Any) -> None:
+    """What ``push --dry-run`` checked and would upload."""
+    from ..core.counted import counted
+    from ..core.sizes import human_size
+
+    out.print(f"Checked: {plan.checked}")
+    out.print(f"Model card: {plan.card or 'none (the repo gets no README.md)'}")
+    table = Table(title=f"Would upload (dry run, nothing sent): {folder}")
+    table.add_column("file", no_wrap=True)
+    table.add_column("size", justify="right", no_wrap=True)
+    for f in plan.files:
+        table.add_row(f.name, human_size(f.size))
+    print_table(table)
+    where = "a pull request against main" if plan.create_pr else f"branch {plan.revision}"
+    visibility = "private" if plan.private else "public"
+    out.print(
+        f"Would push {counted(len(plan.files), 'file')} ({human_size(plan.size)}) to {plan.repo}, {where}, "
+        f"in one commit ({plan.message!r}); a new repo would be {visibility}, an existing one keeps its visibility"
+    )
 
 
 @cli.command(name="card")

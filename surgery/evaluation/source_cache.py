@@ -10,6 +10,10 @@ the data measured, the suites, the compute dtype and device type, and the surger
 hash of the measuring code. Batch size is
 not in it: batching never changes a number beyond float rounding.
 
+A missing number (a mean over no items, NaN) is ``null`` in the JSON (surgery.core.finite_json) and
+NaN again when read, as an entry written before (``NaN`` in the file) reads: the measured numbers
+never hold ``null`` otherwise, so the run read back is the run measured.
+
 A damaged, stale or mismatched entry is never trusted: it is recomputed (and rewritten). The
 folder keeps its most recently used entries up to ``MAX_CACHE_BYTES`` (:func:`prune`, after each
 write): a reading marks an entry used.
@@ -31,6 +35,7 @@ from safetensors import SafetensorError, safe_open
 from ..core import distributed
 from ..core.cache import cache_path
 from ..core.checkpoint import Checkpoint, file_sha256
+from ..core.finite_json import dumps, finite, missing_as_nan
 from ..core.staging import atomic_write_bytes, atomic_write_text
 from ..core.strict_files import load_json
 from ..model.loading import LoadSpec, compute_dtype
@@ -131,7 +136,7 @@ def read(json_path: Path, tensors_path: Path, key: dict[str, Any], n_prompts: in
         os.utime(json_path)  # used now: prune() drops the least recently used entries first
     except OSError:
         pass  # a read-only cache still serves
-    return SourceRun(metrics, details, reference, from_cache=True)
+    return SourceRun(missing_as_nan(metrics), missing_as_nan(details), reference, from_cache=True)
 
 
 def write(json_path: Path, tensors_path: Path, key: dict[str, Any], run: SourceRun, n_prompts: int) -> None:
@@ -143,8 +148,9 @@ def write(json_path: Path, tensors_path: Path, key: dict[str, Any], run: SourceR
         "version": VERSION,
         "key": key,
         "kl_prompts": None,
-        "metrics": run.metrics,
-        "details": run.details,
+        # null for a missing number: the content hash below is over what the file holds
+        "metrics": finite(run.metrics),
+        "details": finite(run.details),
     }
     if run.reference is not None:
         from safetensors.torch import save
@@ -153,7 +159,7 @@ def write(json_path: Path, tensors_path: Path, key: dict[str, Any], run: SourceR
         atomic_write_bytes(tensors_path, save({f"prompt.{i}": t.contiguous() for i, t in enumerate(run.reference)}))
         entry["kl_prompts"], entry["tensors_sha256"] = n_prompts, file_sha256(tensors_path)
     entry["sha256"] = _content_sha256(entry)
-    atomic_write_text(json_path, json.dumps(entry, indent=1) + "\n")
+    atomic_write_text(json_path, dumps(entry, indent=1) + "\n")
     prune(json_path.parent, keep=json_path)
 
 

@@ -26,6 +26,7 @@ from .placement import (
     DTYPES,
     check_budget,
     check_budget_devices,
+    check_device_name,
     largest_layer_bytes,
     parse_max_memory,
     resolve_device,
@@ -207,6 +208,7 @@ class LoadSpec:
     def __post_init__(self) -> None:
         # option combinations and spelling are checked when the options are read, before any work
         check_options(self)
+        check_device_name(self.device)  # "gpu" here, not when a model runs
         if self.device_map is None and (self.max_memory or self.offload_folder):
             raise CheckpointError("--max-memory and --offload-folder place a model with --device-map auto; add it")
         parse_max_memory(self.max_memory)

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core import sizes
 from ..core.comma_list import comma_items
-from ..core.errors import CheckpointError
+from ..core.errors import CheckpointError, ParameterError
 from ..core.sizes import human_size
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -26,27 +26,52 @@ DEVICE_MAPS = ("auto",)
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
+# The devices given every day, checked without importing torch (a LoadSpec is made before any work).
+_COMMON_DEVICE = re.compile(r"^(?:auto|cpu|mps|cuda(?::\d+)?)$")
+
+
+def _torch_device(device: str) -> bool:
+    """Whether torch reads ``device`` as a device (``xpu``, ``meta`` …): torch's own parser decides."""
+    import torch
+
+    try:
+        torch.device(device)
+    except (RuntimeError, ValueError):
+        return False
+    return True
+
+
+def check_device_name(device: object) -> None:
+    """Refuse a ``device`` that names no torch device (``gpu``) where it is given, in one line naming the
+    parameter as the caller spells it (``device``; ``--device`` on the command line). Whether this
+    machine has the device is :func:`check_device`'s question, asked when a model runs."""
+    if isinstance(device, str) and (_COMMON_DEVICE.match(device) or _torch_device(device)):
+        return
+    raise ParameterError(f"{{device}} {device!r} is not a torch device; give auto, cpu, cuda, cuda:N or mps", "device")
+
+
 def check_device(device: str) -> None:
     """Refuse a device this machine does not have, in one line, before a model is loaded."""
     import torch
 
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise CheckpointError(
-            f"--device {device!r} is not a torch device; use auto, cpu, cuda, cuda:N or mps"
-        ) from None
+    check_device_name(device)
+    dev = torch.device(device)
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise CheckpointError(f"--device {device}: this machine has no CUDA GPU usable by torch; use --device cpu")
+            raise CheckpointError(
+                f"{{device}} is {device!r}, but this machine has no CUDA GPU usable by torch; give 'cpu'", "device"
+            )
         if dev.index is not None and dev.index >= count:
             raise CheckpointError(
-                f"--device {device}: there are only {count} CUDA device(s) (cuda:0"
-                f"{f' … cuda:{count - 1}' if count > 1 else ''})"
+                f"{{device}} is {device!r}, but there are only {count} CUDA device(s) (cuda:0"
+                f"{f' … cuda:{count - 1}' if count > 1 else ''})",
+                "device",
             )
     elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise CheckpointError(f"--device {device}: MPS is not available on this machine; use --device cpu")
+        raise CheckpointError(
+            f"{{device}} is {device!r}, but MPS is not available on this machine; give 'cpu'", "device"
+        )
 
 
 def resolve_device(device: str) -> str:

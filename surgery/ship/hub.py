@@ -93,6 +93,28 @@ def checked_uploads(baked: str | Path) -> tuple[str, dict[str, bytes | Path] | N
     return how, {**files, CARD_NAME: container.card(record).encode("utf-8")}
 
 
+def folder_uploads(folder: Path) -> dict[str, Path]:
+    """The files a push of ``folder`` uploads, by name in the repo: every file in it but those
+    huggingface_hub's ``upload_folder`` leaves out (git's, its own cache's), by its own patterns."""
+    from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
+
+    files = {p.relative_to(folder).as_posix(): p for p in sorted(folder.glob("**/*")) if p.is_file()}
+    return {name: files[name] for name in filter_repo_objects(files, ignore_patterns=DEFAULT_IGNORE_PATTERNS)}
+
+
+def checked_push(
+    folder: Path, repo_id: str, revision: str | None, create_pr: bool
+) -> tuple[str, dict[str, bytes | Path] | None]:
+    """Every check a push makes before its first request, in its order (:func:`checked_uploads`'s result)."""
+    refuse_missing(folder)  # before the token: "no token" would send the user to log in, then to the typo
+    preflight(repo_id, revision, create_pr)
+    return checked_uploads(folder)
+
+
+def commit_message(folder: Path, message: str | None) -> str:
+    return message or f"Upload {folder.name} with surgery"
+
+
 def push(
     folder: str | Path,
     repo_id: str,
@@ -106,9 +128,7 @@ def push(
     one commit. ``folder`` may be a baked GGUF file: it goes with its two sidecars and a model card
     rendered from its record (:func:`checked_uploads`)."""
     folder = Path(folder)
-    refuse_missing(folder)  # before the token: "no token" would send the user to log in, then to the typo
-    preflight(repo_id, revision, create_pr)
-    how, files = checked_uploads(folder)
+    how, files = checked_push(folder, repo_id, revision, create_pr)
     api = _api()
     try:
         url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
@@ -119,7 +139,7 @@ def push(
             repo_type="model",
             revision=revision,
             create_pr=create_pr,
-            commit_message=message or f"Upload {folder.name} with surgery",
+            commit_message=commit_message(folder, message),
         )
         if files is None:
             info = api.upload_folder(folder_path=str(folder), **commit)

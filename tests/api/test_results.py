@@ -103,9 +103,8 @@ def test_export_lora_json_is_the_results_dict_byte_for_byte(tiny, tmp_path, caps
 
 
 def test_push_returns_the_record_push_json_prints():
-    """push's result is the bake record's Pushed: its to_dict() is what push --json prints."""
+    """push's result is the bake record's Pushed (with dry_run=True the PushPlan): its to_dict() is what
+    push --json (push --dry-run --json) prints."""
     import inspect
 
-    from surgery.bake.record import Pushed
-
-    assert inspect.signature(surgery.push).return_annotation in ("Pushed", Pushed)
+    assert inspect.signature(surgery.push).return_annotation == "Pushed | PushPlan"

@@ -214,3 +214,34 @@ def test_reading_an_entry_marks_it_used(pair, tmp_path):
     os.utime(json_path, (1, 1))
     assert _evaluate(baked, src)["against"]["from_cache"]
     assert json_path.stat().st_mtime > 1
+
+
+def test_a_missing_number_is_null_in_the_entry_and_read_back_as_nan(tmp_path):
+    """A mean over no items is NaN: the entry holds null (strict JSON), and it reads back as NaN, as
+    an entry written before (NaN in the file) still does: the cached source is the measured one."""
+    import math
+
+    from surgery.evaluation import source_cache
+    from tests.support.strict_json import strict
+
+    json_path, tensors_path, key = tmp_path / "e.json", tmp_path / "e.safetensors", {"fingerprint": "f", "limit": None}
+    metrics = {"perplexity": 3.5, "mcq_accuracy": math.nan}
+    details = {"mcq": {"accuracy": math.nan, "n": 0}, "kl": {"first_token": {"mean": math.nan, "n": 0}}}
+    source_cache.write(json_path, tensors_path, key, source_cache.SourceRun(metrics, details, None, False), 0)
+    entry = strict(json_path.read_text())  # raises on NaN
+    assert entry["metrics"]["mcq_accuracy"] is None and entry["details"]["mcq"]["accuracy"] is None
+
+    def read() -> source_cache.SourceRun:
+        run = source_cache.read(json_path, tensors_path, key, 0)
+        assert run is not None and run.from_cache
+        assert run.metrics["perplexity"] == 3.5 and math.isnan(run.metrics["mcq_accuracy"])
+        assert math.isnan(run.details["kl"]["first_token"]["mean"]) and run.details["mcq"]["n"] == 0
+        return run
+
+    read()
+    # the entry as surgery wrote it before: NaN in the file, its hash over that text
+    old = {**entry, "metrics": metrics, "details": details}
+    old["sha256"] = source_cache._content_sha256(old)
+    json_path.write_text(json.dumps(old, indent=1) + "\n")
+    assert "NaN" in json_path.read_text()
+    read()

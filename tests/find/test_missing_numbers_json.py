@@ -16,17 +16,9 @@ from surgery.find.heads.find import HeadFindings
 from tests.support.binding import FAST, char_model, write_small_benchmark
 from tests.support.cli import main_output, run_main
 from tests.support.paths import FIXTURES
+from tests.support.strict_json import strict
 
 DIRECTIONS = FIXTURES / "direction_model"
-
-
-def strict(text: str):
-    """``json.loads`` as jq reads: NaN and Infinity are not JSON."""
-
-    def refuse(name: str):
-        raise ValueError(f"{name} is not JSON")
-
-    return json.loads(text, parse_constant=refuse)
 
 
 def test_a_missing_ci_is_null_and_files_with_nan_still_read(tiny, tmp_path, capsys, monkeypatch):

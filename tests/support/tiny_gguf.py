@@ -74,12 +74,15 @@ def gguf_source_model():
     return model
 
 
-def write_tiny_gguf(path: Path, model, arch: str = "llama") -> None:
-    """Write ``model`` as a llama.cpp-style GGUF (``QUANTIZED`` in Q8_0, the rest F32)."""
+def write_tiny_gguf(path: Path, model, arch: str = "llama", strings: dict[str, str] | None = None) -> None:
+    """Write ``model`` as a llama.cpp-style GGUF (``QUANTIZED`` in Q8_0, the rest F32), with the metadata
+    ``strings`` (key: value) too."""
     import gguf
 
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name("tiny test llama")
+    for key, value in (strings or {}).items():
+        w.add_string(key, value)
     w.add_context_length(128)
     w.add_block_count(LAYERS)
     w.add_embedding_length(HIDDEN)

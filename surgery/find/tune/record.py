@@ -7,13 +7,14 @@ reads the file back to draw the front.
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ...core import finite_json
 from ...core.errors import FindingsError, not_a_file
-from ...core.json_record import JsonRecord, entry, listof, part
+from ...core.json_record import Codec, JsonRecord, entry, listof, part
 from ...core.staging import atomic_write_text
 from ...core.strict_files import load_json
 from ..findings import ModelIdentity
@@ -22,6 +23,11 @@ FORMAT = "surgery-tune"
 TUNE_VERSION = 1
 FILE = "tune.json"
 
+# A measured number the data gave no value (a CI without interval, an effect over no prompts) is NaN
+# in the code and null in the file (surgery.core.finite_json): read back as NaN, as a record written
+# before (NaN in the file) reads, so what computes on it (the CI's caveat, the front) does as before.
+MEASURED = Codec(lambda raw, at: math.nan if raw is None else raw, lambda value: value)
+
 
 @dataclass(kw_only=True)
 class Trial(JsonRecord):
@@ -29,8 +35,9 @@ class Trial(JsonRecord):
 
     number: int
     params: dict[str, Any]
-    effect: float  # higher is better (heads: ΔS gain in S units; neurons: pair bias removed, nats)
-    kl: float  # first-token KL on the neutral tune prompts, mean (nats)
+    # higher is better (heads: ΔS gain in S units; neurons: pair bias removed, nats)
+    effect: float = entry(codec=MEASURED)
+    kl: float = entry(codec=MEASURED)  # first-token KL on the neutral tune prompts, mean (nats)
     delta_s: float | None = None
     heads: list[list[int]] | None = None
     neurons: list[str] | None = None  # neurons' labels (L:N, L:eE:N), best first
@@ -57,10 +64,10 @@ class HeldOutConfirmation(JsonRecord):
     """The chosen point re-measured on the test split, never seen by the search: 95% bootstrap CIs
     (items for the effect, prompts for the KL)."""
 
-    effect: float
-    effect_ci95: list[float]
-    kl: float
-    kl_ci95: list[float]
+    effect: float = entry(codec=MEASURED)
+    effect_ci95: list[float] = entry(codec=listof(MEASURED))
+    kl: float = entry(codec=MEASURED)
+    kl_ci95: list[float] = entry(codec=listof(MEASURED))
     delta_s_base: float | None = None
     delta_s: float | None = None
     p_base: float | None = None
@@ -126,8 +133,8 @@ class TuneRecord(JsonRecord):
 
 
 def save_record(record: TuneRecord, path: Path) -> None:
-    """Write the record atomically."""
-    atomic_write_text(path, json.dumps(record.to_dict(), indent=1) + "\n")
+    """Write the record atomically; a missing number as ``null`` (strict JSON parsers refuse ``NaN``)."""
+    atomic_write_text(path, finite_json.dumps(record.to_dict(), indent=1) + "\n")
 
 
 def read_record(path: str | Path) -> TuneRecord:
