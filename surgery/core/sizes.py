@@ -11,12 +11,17 @@ _POWERS = {"k": 1, "m": 2, "g": 3, "t": 4}
 
 
 def human_size(n: float) -> str:
-    """``1536`` → ``"1.5 KiB"``."""
+    """``1536`` → ``"1.5 KiB"``, ``1010`` → ``"1010 B"``: three significant digits, never an exponent."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024:
-            return f"{n:.3g} {unit}"
+            return f"{_digits(n)} {unit}"
         n /= 1024
-    return f"{n:.3g} TiB"
+    return f"{_digits(n)} TiB"
+
+
+def _digits(n: float) -> str:
+    # .3g writes 1010 as "1.01e+03": from 1000 to 1023 of a unit the whole number is as short
+    return f"{n:.0f}" if abs(n) >= 1000 else f"{n:.3g}"
 
 
 def parse_size(text: str) -> int | None:
