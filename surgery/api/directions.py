@@ -27,7 +27,7 @@ from ._common import given_path, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, Planned, bake_plans, check_outputs
 from .callbacks import Callbacks, callback_options
-from .findings_source import FindingsSource
+from .findings_source import FindingsSource, findings_path
 
 if TYPE_CHECKING:
     from ..find.directions.find import DirectionFindings
@@ -104,6 +104,8 @@ def find_direction(
         check_out_file(out, "direction.json")
         # its vectors file is surgery's when the findings JSON beside it is
         check_out_file(vectors_path(Path(out)), "direction.safetensors", lambda _: surgery_json(Path(out)))
+    # checked here too: a typo is named as find_direction()'s, not direction_findings()'s
+    no_other_options("find_direction", options, FindingsSource, LoadSpec, DirectionParams, handed_to=direction_findings)
     found = direction_findings(model, recompute=recompute, progress=progress, report=report, **options)
     if out is not None and is_main():  # under torchrun rank 0 alone writes
         from safetensors.numpy import load_file
@@ -120,7 +122,7 @@ def ablate_direction(
     model: str | Path,
     out: str | Path,
     *,
-    direction: str | Path,
+    direction: str | Path | DirectionFindings,
     transfer: bool = False,
     bake: BakeOptions | None = None,
     load: LoadSpec | None = None,
@@ -128,7 +130,8 @@ def ablate_direction(
     callbacks: Callbacks | None = None,
     **options: Any,
 ) -> Baked:
-    """Bake the direction of ``direction`` (a findings file of find-direction) out of ``model``:
+    """Bake the direction of ``direction`` (a findings file of find-direction, or what
+    :func:`find_direction` returned) out of ``model``:
     W ← W − w·r(rᵀW) on the modules and layers ``kernel`` picks, with its per-layer weights; with
     ``add=True`` the control vector b ← b + w·r on their output biases instead (steer edits).
     Options: ``LoadSpec`` and ``KernelParams`` fields (``weight``, ``position``, ``floor``, ``width``,
@@ -137,6 +140,7 @@ def ablate_direction(
     hooks (:class:`~surgery.api.callbacks.Callbacks`)."""
     from ..find.directions.ablate import direction_recipe
 
+    direction = findings_path(direction, "direction")  # not None: that would compute new findings
     bake = bake_options("ablate_direction", bake, options)
     hooks = callback_options("ablate_direction", callbacks, options)
     load, kernel = typed(LoadSpec, options, load), typed(KernelParams, options, kernel)

@@ -124,6 +124,8 @@ def find_neurons(
     if out is not None:  # a folder or an unwritable one is refused now, not after the capture
         out = given_path(out, "out")  # ~ expanded: written where it was checked, not under ./~
         check_out_file(out, "findings.json")
+    # checked here too: a typo is named as find_neurons()'s, not neuron_findings()'s
+    no_other_options("find_neurons", options, FindingsSource, LoadSpec, CaptureParams, handed_to=neuron_findings)
     found = neuron_findings(model, recompute=recompute, progress=progress, report=report, **options)
     if out is not None and is_main():  # under torchrun rank 0 alone writes
         write_findings(found.data, Path(out))

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ParameterError, not_a_file
+from .errors import ParameterError, not_a_file, what_was_given
 from .strict_files import DuplicateKey, load_json
 
 
@@ -36,6 +37,12 @@ def read_prompts(path: str | Path | None, name: str) -> PromptSet:
             f"({{{name}}} is missing)",
             "a",
             "b",
+            name,
+        )
+    if not isinstance(path, (str, os.PathLike)):  # a Python list of prompts, say: Path() would fail on it
+        raise ParameterError(
+            f"{{{name}}} must be a prompts file (a str or pathlib.Path), got {what_was_given(path)}; "
+            "write the prompts to a text file, one a line",
             name,
         )
     path = Path(path).expanduser()  # ~ as a shell would: a Python caller's string is not expanded

@@ -248,6 +248,11 @@ BAD = [
         lambda t, f: ["ablate-direction", FIXTURE, "--direction", f, "--layers", "1-5"],
         ("--layers names layer 5, but the model has layers 0..1",),
     ),
+    (  # an unset shell variable: every layer was edited without a word
+        "layers-empty",
+        lambda t, f: ["ablate-direction", FIXTURE, "--direction", f, "--layers", " "],
+        ("--layers is empty", "leave it out for every layer"),
+    ),
     (
         "modules",
         lambda t, f: ["ablate-direction", FIXTURE, "--direction", f, "--modules", "attention,lm_head"],
