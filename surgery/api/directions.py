@@ -101,6 +101,12 @@ def find_direction(
 
     if out is not None:  # both files it writes, refused now rather than after the capture
         out = given_path(out, "out")  # ~ expanded: written where it was checked, not under ./~
+        if out.suffix == ".safetensors":  # the vectors would go there too, and the JSON over them
+            raise ParameterError(
+                f"{{out}} {out} names the vectors file, which is written next to the findings JSON; "
+                f"give the JSON's name, e.g. {{out}} {out.with_suffix('.json')}",
+                "out",
+            )
         check_out_file(out, "direction.json")
         # its vectors file is surgery's when the findings JSON beside it is
         check_out_file(vectors_path(Path(out)), "direction.safetensors", lambda _: surgery_json(Path(out)))

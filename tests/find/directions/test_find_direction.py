@@ -119,6 +119,24 @@ def test_the_table_says_how_many_prompts_its_accuracy_is_of(tmp_path, monkeypatc
     assert caption in " ".join(res.stdout.split())
 
 
+def test_one_prompt_a_side_has_no_best_layer(tmp_path, monkeypatch, capsys):
+    """Every layer separates one prompt from one other infinitely: "Best separation at layer 0" was
+    the first of the tie, and ablate-direction --width peaked there without a word."""
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "cache"))
+    a, b = (_write(tmp_path / f"{s}.txt", (FIXTURE / f"{s}.txt").read_text().splitlines()[0] + "\n") for s in "ab")
+    found = tmp_path / "one.json"
+    res = run_main(["find-direction", FIXTURE, "--a", a, "--b", b, "--device", "cpu", "--out", found], capsys)
+    assert res.returncode == 0, res.stderr
+    assert "Layers 0, 1 separate equally well (no spread within a set): no best layer." in " ".join(res.stdout.split())
+    falling = ["ablate-direction", FIXTURE, "--direction", found, "--width", "1", "--floor", "0.5"]
+    line = error_line(run_main([*falling, "--out", tmp_path / "o1"], capsys))
+    assert "--position is needed: layers 0, 1 of the findings separate the two sets equally well (inf)" in line
+    assert not (tmp_path / "o1").exists()
+    assert run_main([*falling, "--position", "1", "--out", tmp_path / "o2"], capsys).returncode == 0
+    flat = run_main(["ablate-direction", FIXTURE, "--direction", found, "--out", tmp_path / "o3"], capsys)
+    assert flat.returncode == 0, flat.stderr  # every layer at one weight: no peak to place
+
+
 def test_find_direction_on_two_ranks_equals_one_process(prompts, tmp_path, monkeypatch, capsys):
     """torchrun with 2 processes: each runs its own batches, the rows are gathered; same findings."""
     a, b = prompts
@@ -237,6 +255,20 @@ BAD = [
             "chat",
         ],
         ("no chat template", "use --template plain"),
+    ),
+    (  # the vectors went there, then the findings JSON over them: a pair that never read back
+        "out-names-the-vectors",
+        lambda t, f: [
+            "find-direction",
+            FIXTURE,
+            "--a",
+            FIXTURE / "a.txt",
+            "--b",
+            FIXTURE / "b.txt",
+            "--out",
+            t / "d.safetensors",
+        ],
+        ("d.safetensors names the vectors file", "give the JSON's name, e.g. --out", "d.json"),
     ),
     (
         "weight-nan",
