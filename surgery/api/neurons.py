@@ -298,7 +298,9 @@ def _neuron_edits(
         elif isinstance(item, str):
             edits += parse_neurons(item, factor)
         else:
-            layer, neuron = index_pair(item, "neurons", "(layer, neuron)", "[(28, 17), (28, 901)] or '28:17,28:901'")
+            # an expert's neuron has a label only: a (layer, expert, neuron) triple is read no way
+            example = "[(28, 17), (28, 901)] or '28:17,28:901'; an expert's neuron as '3:e5:17' (shared: '3:s:17')"
+            layer, neuron = index_pair(item, "neurons", "(layer, neuron)", example)
             edits.append(NeuronScale(layer, neuron, factor))
     if not edits:
         raise ParameterError("{neurons} is empty; give LAYER:NEURON labels such as 28:17,28:901", "neurons")

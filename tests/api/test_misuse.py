@@ -235,3 +235,9 @@ def test_ablate_direction_takes_what_find_direction_returned(tmp_path):
     assert surgery.FindingsSource(findings=found).findings == found.path
     with pytest.raises(ParameterError, match=r"^findings must be a path .* got an object of type int$"):
         surgery.FindingsSource(findings=3)
+
+
+def test_an_expert_neuron_as_a_triple_is_shown_its_label(tiny, tmp_path):
+    """(layer, expert, neuron) was refused with dense examples only."""
+    with pytest.raises(ParameterError, match=r"an expert's neuron as '3:e5:17' \(shared: '3:s:17'\)$"):
+        surgery.prune_neurons(tiny("qwen2_moe"), tmp_path / "out", neurons=[(1, 2, 5)])
