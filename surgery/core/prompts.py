@@ -50,6 +50,13 @@ def read_prompts(path: str | Path | None, name: str) -> PromptSet:
         raise ParameterError(
             f"{{{name}}}: {path} {not_a_file(path)}; give a text file (one prompt a line) or JSONL", name
         )
+    if path.suffix == ".json":  # read as text, a JSON array's brackets and a JSONL object's braces were prompts
+        raise ParameterError(
+            f"{{{name}}}: {path} is JSON, not a prompts format (read as text, its brackets and braces would be "
+            "prompts); give a text file (one prompt a line) or JSONL "
+            f'({path.with_suffix(".jsonl").name}: one object with a "prompt" string a line)',
+            name,
+        )
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")

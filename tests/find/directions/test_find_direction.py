@@ -242,6 +242,11 @@ BAD = [
         ],
         ("line 2 of", "fix that line"),
     ),
+    (  # read as text, a JSON array's "[" and each JSONL object's braces were prompts, without a word
+        "json-not-jsonl",
+        lambda t, f: ["find-direction", FIXTURE, "--a", _write(t / "a.json", '["x", "y"]\n'), "--b", FIXTURE / "b.txt"],
+        ("a.json is JSON, not a prompts format", "or JSONL (a.jsonl: one object"),
+    ),
     (
         "no-chat-template",
         lambda t, f: [
