@@ -13,6 +13,7 @@ hooks): their flat keywords of earlier releases still work and warn (:func:`grou
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import os
 import warnings
@@ -85,12 +86,18 @@ def grouped(
     return chosen
 
 
-def no_other_options(function: str, options: dict[str, Any], *accepted: type) -> None:
-    """A keyword no parameter object took is a typo: say which, and what is accepted."""
-    if options:
-        known = sorted({f.name for cls in accepted for f in dataclasses.fields(cls)})
+def no_other_options(
+    function: str, options: dict[str, Any], *accepted: type, handed_to: Callable[..., Any] | None = None
+) -> None:
+    """A keyword none of the ``accepted`` parameter objects has is a typo: say which, and what is
+    accepted. Called with what the objects left, or up front by a function that hands its options
+    on to ``handed_to`` (whose own keywords, ``load=`` …, are accepted too), so that the typo is
+    named as the caller's, not the helper's."""
+    known = {f.name for cls in accepted for f in dataclasses.fields(cls)}
+    own = set(inspect.signature(handed_to).parameters) if handed_to is not None else set()
+    if unknown := sorted(set(options) - known - own):
         raise TypeError(
-            f"{function}() got unknown option(s) {', '.join(sorted(options))}; it also takes: {', '.join(known)}"
+            f"{function}() got unknown option(s) {', '.join(unknown)}; it also takes: {', '.join(sorted(known))}"
         )
 
 

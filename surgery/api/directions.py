@@ -27,7 +27,7 @@ from ._common import given_path, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, Planned, bake_plans, check_outputs
 from .callbacks import Callbacks, callback_options
-from .findings_source import FindingsSource
+from .findings_source import FindingsSource, findings_path
 
 if TYPE_CHECKING:
     from ..find.directions.find import DirectionFindings
@@ -101,9 +101,17 @@ def find_direction(
 
     if out is not None:  # both files it writes, refused now rather than after the capture
         out = given_path(out, "out")  # ~ expanded: written where it was checked, not under ./~
+        if out.suffix == ".safetensors":  # the vectors would go there too, and the JSON over them
+            raise ParameterError(
+                f"{{out}} {out} names the vectors file, which is written next to the findings JSON; "
+                f"give the JSON's name, e.g. {{out}} {out.with_suffix('.json')}",
+                "out",
+            )
         check_out_file(out, "direction.json")
         # its vectors file is surgery's when the findings JSON beside it is
         check_out_file(vectors_path(Path(out)), "direction.safetensors", lambda _: surgery_json(Path(out)))
+    # checked here too: a typo is named as find_direction()'s, not direction_findings()'s
+    no_other_options("find_direction", options, FindingsSource, LoadSpec, DirectionParams, handed_to=direction_findings)
     found = direction_findings(model, recompute=recompute, progress=progress, report=report, **options)
     if out is not None and is_main():  # under torchrun rank 0 alone writes
         from safetensors.numpy import load_file
@@ -120,7 +128,7 @@ def ablate_direction(
     model: str | Path,
     out: str | Path,
     *,
-    direction: str | Path,
+    direction: str | Path | DirectionFindings,
     transfer: bool = False,
     bake: BakeOptions | None = None,
     load: LoadSpec | None = None,
@@ -128,7 +136,8 @@ def ablate_direction(
     callbacks: Callbacks | None = None,
     **options: Any,
 ) -> Baked:
-    """Bake the direction of ``direction`` (a findings file of find-direction) out of ``model``:
+    """Bake the direction of ``direction`` (a findings file of find-direction, or what
+    :func:`find_direction` returned) out of ``model``:
     W ← W − w·r(rᵀW) on the modules and layers ``kernel`` picks, with its per-layer weights; with
     ``add=True`` the control vector b ← b + w·r on their output biases instead (steer edits).
     Options: ``LoadSpec`` and ``KernelParams`` fields (``weight``, ``position``, ``floor``, ``width``,
@@ -137,6 +146,7 @@ def ablate_direction(
     hooks (:class:`~surgery.api.callbacks.Callbacks`)."""
     from ..find.directions.ablate import direction_recipe
 
+    direction = findings_path(direction, "direction")  # not None: that would compute new findings
     bake = bake_options("ablate_direction", bake, options)
     hooks = callback_options("ablate_direction", callbacks, options)
     load, kernel = typed(LoadSpec, options, load), typed(KernelParams, options, kernel)

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core.errors import ParameterError
+from ._common import given_path
 
 if TYPE_CHECKING:
     from ..core.checkpoint import Checkpoint
@@ -22,19 +23,33 @@ if TYPE_CHECKING:
 FoundT = TypeVar("FoundT", bound="Found")
 
 
+def findings_path(value: Any, name: str) -> Path:
+    """A findings file given to an API function: a path (``~`` expanded), or the findings a
+    ``find_*`` function returned (read from their file); anything else is one line naming ``name``."""
+    from ..find.findings import Found
+
+    return value.path if isinstance(value, Found) else given_path(value, name)
+
+
 @dataclass(frozen=True)
 class FindingsSource:
     """Which findings a bake reads.
 
     Attributes:
-        findings: a findings file to read (default: the cache, computed on a miss).
+        findings: a findings file to read, or the findings a ``find_*`` function returned
+            (default: the cache, computed on a miss).
         transfer: accept a findings file of another checkpoint of the same architecture.
         recompute: ignore cached findings and compute them again.
     """
 
-    findings: str | Path | None = None
+    findings: str | Path | Found | None = None
     transfer: bool = False
     recompute: bool = False
+
+    def __post_init__(self) -> None:
+        # the findings find_* returned are their file: `amplify_heads(…, findings=find_heads(…))`
+        if self.findings is not None:
+            object.__setattr__(self, "findings", findings_path(self.findings, "findings"))
 
     def check_file(self) -> None:
         """``transfer`` applies to a findings file only: without one it is an error."""

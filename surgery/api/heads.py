@@ -157,6 +157,8 @@ def find_heads(
     if out is not None:  # a folder or an unwritable one is refused now, not after the finder's run
         out = given_path(out, "out")  # ~ expanded: written where it was checked, not under ./~
         check_out_file(out, "findings.json")
+    # checked here too: a typo is named as find_heads()'s, not head_findings()'s
+    no_other_options("find_heads", options, FindingsSource, LoadSpec, FindParams, handed_to=head_findings)
     found = head_findings(model, recompute=recompute, progress=progress, report=report, **options)
     if out is not None and is_main():  # under torchrun rank 0 alone writes
         save_findings(found.data, Path(out))

@@ -124,6 +124,8 @@ def find_neurons(
     if out is not None:  # a folder or an unwritable one is refused now, not after the capture
         out = given_path(out, "out")  # ~ expanded: written where it was checked, not under ./~
         check_out_file(out, "findings.json")
+    # checked here too: a typo is named as find_neurons()'s, not neuron_findings()'s
+    no_other_options("find_neurons", options, FindingsSource, LoadSpec, CaptureParams, handed_to=neuron_findings)
     found = neuron_findings(model, recompute=recompute, progress=progress, report=report, **options)
     if out is not None and is_main():  # under torchrun rank 0 alone writes
         write_findings(found.data, Path(out))
@@ -296,7 +298,9 @@ def _neuron_edits(
         elif isinstance(item, str):
             edits += parse_neurons(item, factor)
         else:
-            layer, neuron = index_pair(item, "neurons", "(layer, neuron)", "[(28, 17), (28, 901)] or '28:17,28:901'")
+            # an expert's neuron has a label only: a (layer, expert, neuron) triple is read no way
+            example = "[(28, 17), (28, 901)] or '28:17,28:901'; an expert's neuron as '3:e5:17' (shared: '3:s:17')"
+            layer, neuron = index_pair(item, "neurons", "(layer, neuron)", example)
             edits.append(NeuronScale(layer, neuron, factor))
     if not edits:
         raise ParameterError("{neurons} is empty; give LAYER:NEURON labels such as 28:17,28:901", "neurons")

@@ -243,7 +243,8 @@ def structural(src: Checkpoint, dst_path: Path, progress: StageProgress = silent
     except CheckpointError as exc:  # a weights file the bake cannot match: it was copied as is
         report.problems.append(str(exc))
         return report, recipe
-    report.tensors_edited = len(patches) + len(copies)
+    # distinct tensors, as the bake counts them: a fused expert tensor is one patch per expert window
+    report.tensors_edited = len({(p.info.file, p.info.name) for p in patches + copies})
     left_unedited = unrecorded(copies, record)
     report.problems += left_unedited.values()
     by_file = group_by_file(patches + copies)

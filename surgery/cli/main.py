@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import contextmanager, nullcontext, redirect_stderr, redirect_stdout
 
 import click
 
@@ -86,7 +86,10 @@ def _torchrun(argv: list[str]) -> Iterator[None]:
             f"surgery {command} does not run data-parallel; run it without torchrun "
             f"(under torchrun: {', '.join(DATA_PARALLEL)})"
         )
-    with distributed.session():
+    # help and usage need no process group: with RANK and WORLD_SIZE left in the environment,
+    # `surgery --help` waited for processes that never come
+    helping = command is None or not {"--help", "-h"}.isdisjoint(argv)
+    with nullcontext() if helping else distributed.session():
         if distributed.is_main():
             yield
             return
@@ -146,7 +149,8 @@ def _run(argv: list[str]) -> None:
     try:
         # The command's module is imported when click resolves it, inside the try: a package
         # missing at import time is one line too.
-        with fewer_full_collections(), _sigterm_as_ctrl_c(), _torchrun(argv), reporting_aside(_aside()):
+        # the notes aside first: joining torchrun's group says so when the other processes are late
+        with fewer_full_collections(), _sigterm_as_ctrl_c(), reporting_aside(_aside()), _torchrun(argv):
             code = cli.main(args=argv, prog_name="surgery", standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)

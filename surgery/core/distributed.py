@@ -54,6 +54,10 @@ class StoppedByRank0(SurgeryError):
 SAID_BY_RANK_0 = (RanksDisagree, NotDataParallel, StoppedByRank0)
 
 
+# torchrun starts every process at once: a rank still waiting for the others after this long is told why.
+WAIT_SAID_AFTER_S = 10.0
+
+
 @dataclass(frozen=True)
 class World:
     """This process's place among torchrun's: rank, number of processes, rank on this node."""
@@ -130,11 +134,19 @@ def session() -> Iterator[None]:
         yield
         return
 
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    if missing:  # torchrun sets all four; RANK and WORLD_SIZE alone were left in the environment
+        w = world()
+        raise SurgeryError(
+            f"RANK and WORLD_SIZE are set (rank {w.rank} of {w.size}) but {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not: start the command with torchrun, or unset "
+            "RANK and WORLD_SIZE to run one process"
+        )
     backend = "gloo"
     if torch.cuda.is_available() and world().local_rank < torch.cuda.device_count():
         torch.cuda.set_device(world().local_rank)  # "cuda" alone now means this rank's GPU
         backend = "cpu:gloo,cuda:nccl"
-    dist.init_process_group(backend)
+    _join(backend)
     try:
         yield
         # every rank leaves together: a rank that tears its connections down while another still
@@ -142,6 +154,42 @@ def session() -> Iterator[None]:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def _join(backend: str) -> None:
+    """``init_process_group``, waited for from Python. It blocks in C++ until every rank has joined,
+    where Ctrl-C and SIGTERM never reach Python's handlers: a process whose peers never start
+    (RANK and WORLD_SIZE set by hand, or left in the environment) sat there, deaf to both, for the
+    group's 30-minute timeout. It runs in a daemon thread, so that an interrupt ends the main
+    thread's wait as usual (nothing is written yet), and a wait past ``WAIT_SAID_AFTER_S`` is said."""
+    import threading
+
+    import torch.distributed as dist
+
+    from .progress import aside
+
+    failed: list[BaseException] = []
+
+    def join() -> None:
+        try:
+            dist.init_process_group(backend)
+        except BaseException as exc:  # handed to the main thread, which raises it
+            failed.append(exc)
+
+    thread = threading.Thread(target=join, name="surgery-join-group", daemon=True)
+    thread.start()
+    thread.join(WAIT_SAID_AFTER_S)
+    if thread.is_alive():
+        w, env = world(), os.environ
+        aside().note(
+            f"rank {w.rank} of {w.size} is waiting for the other torchrun processes at "
+            f"{env['MASTER_ADDR']}:{env['MASTER_PORT']} (Ctrl-C stops it); without torchrun, "
+            "unset RANK and WORLD_SIZE"
+        )
+    while thread.is_alive():
+        thread.join(0.2)
+    if failed:
+        raise failed[0]
 
 
 def _group_ready() -> bool:

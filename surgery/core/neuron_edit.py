@@ -80,10 +80,11 @@ class NeuronScale(Edit):
         L, N = self.layer, self.neuron
         if self.expert is None:
             if arch.is_sparse(L) and L not in arch.dense_mlp_layers():
+                # both spellings: `where` is a --neurons item or a recipe's edit
                 raise RecipeError(
                     f"{where}: layer {L} is a mixture of experts; name the expert "
-                    f"({L}:eE:{N} for routed expert E"
-                    f"{f', {L}:s:{N} for the shared expert' if ex.shared else ''})"
+                    f"({L}:eE:{N} or a recipe's `expert: E` for routed expert E"
+                    f"{f', {L}:s:{N} or `expert: shared` for the shared expert' if ex.shared else ''})"
                 )
             check_dense_mlp(arch, L, where)
             # the family's own key (OPT's ffn_dim); a family that derives the width has none
@@ -96,7 +97,8 @@ class NeuronScale(Edit):
             )
         elif not arch.is_sparse(L):
             raise RecipeError(
-                f"{where}.expert = {self.expert} but layer {L} is a dense MLP (no experts); drop 'expert'"
+                f"{where}.expert = {self.expert} but layer {L} is a dense MLP (no experts); drop the expert "
+                f"({L}:{N}, or a recipe's edit without `expert`)"
             )
         elif self.expert == SHARED:
             if not ex.shared or not g.shared_size:  # a family whose config may set no shared expert (width 0)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ParameterError, not_a_file
+from .errors import ParameterError, not_a_file, what_was_given
 from .strict_files import DuplicateKey, load_json
 
 
@@ -38,10 +39,23 @@ def read_prompts(path: str | Path | None, name: str) -> PromptSet:
             "b",
             name,
         )
+    if not isinstance(path, (str, os.PathLike)):  # a Python list of prompts, say: Path() would fail on it
+        raise ParameterError(
+            f"{{{name}}} must be a prompts file (a str or pathlib.Path), got {what_was_given(path)}; "
+            "write the prompts to a text file, one a line",
+            name,
+        )
     path = Path(path).expanduser()  # ~ as a shell would: a Python caller's string is not expanded
     if not path.is_file():
         raise ParameterError(
             f"{{{name}}}: {path} {not_a_file(path)}; give a text file (one prompt a line) or JSONL", name
+        )
+    if path.suffix == ".json":  # read as text, a JSON array's brackets and a JSONL object's braces were prompts
+        raise ParameterError(
+            f"{{{name}}}: {path} is JSON, not a prompts format (read as text, its brackets and braces would be "
+            "prompts); give a text file (one prompt a line) or JSONL "
+            f'({path.with_suffix(".jsonl").name}: one object with a "prompt" string a line)',
+            name,
         )
     raw = path.read_bytes()
     try:

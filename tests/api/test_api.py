@@ -107,7 +107,7 @@ def test_a_pair_of_another_shape_is_one_line_naming_the_parameter(given, shown, 
         surgery.prune_neurons(model, tmp_path / "n", neurons=[given])
     assert str(neurons.value) == (
         f"neurons: {shown} is not a (layer, neuron) pair of whole numbers; give e.g. [(28, 17), (28, 901)] "
-        "or '28:17,28:901'"
+        "or '28:17,28:901'; an expert's neuron as '3:e5:17' (shared: '3:s:17')"
     )
     with pytest.raises(ParameterError) as heads:
         surgery.amplify_heads(model, tmp_path / "h", heads=[given], alpha=2.0)

@@ -204,3 +204,40 @@ def test_a_tilde_out_file_is_written_where_it_was_checked(tiny, tmp_path, monkey
     monkeypatch.chdir(tmp_path / "work")
     surgery.find_neurons(model, pairs=str(pairs), out="~/findings.json")
     assert (tmp_path / "home" / "findings.json").is_file() and not (tmp_path / "work" / "~").exists()
+
+
+DIRECTION_MODEL = Path(__file__).parents[1] / "fixtures" / "direction_model"
+
+
+@pytest.mark.parametrize("find", [surgery.find_direction, surgery.find_heads, surgery.find_neurons])
+def test_an_unknown_option_of_a_finder_is_named_as_its_own(find, tmp_path):
+    """find_direction(…, layers=…) named direction_findings() (find_heads: head_findings() …)."""
+    name = find.__name__
+    with pytest.raises(TypeError, match=rf"^{name}\(\) got unknown option\(s\) layerz;"):
+        find(tmp_path / "absent", layerz="1")
+
+
+def test_prompts_given_as_a_list_are_one_line(tmp_path):
+    """a=["…"] was Python's "expected str, bytes or os.PathLike object, not list"."""
+    with pytest.raises(ParameterError, match=r"^a must be a prompts file .* got an object of type list; write"):
+        surgery.find_direction(DIRECTION_MODEL, a=["hola"], b=DIRECTION_MODEL / "b.txt", device="cpu")
+
+
+def test_ablate_direction_takes_what_find_direction_returned(tmp_path):
+    """direction=find_direction(…) was a TypeError; direction=None said "give both a and b"."""
+    found = surgery.find_direction(DIRECTION_MODEL, a=DIRECTION_MODEL / "a.txt", b=DIRECTION_MODEL / "b.txt")
+    with pytest.raises(ParameterError, match=r"^direction must be a path \(a str or pathlib.Path\), got None$"):
+        surgery.ablate_direction(DIRECTION_MODEL, tmp_path / "none", direction=None)
+    baked = surgery.ablate_direction(DIRECTION_MODEL, tmp_path / "out", direction=found, layers="1")
+    assert {e.layer for e in baked.provenance.recipe.edits} == {1}
+    assert not (tmp_path / "none").exists()
+    # the bakes choosing from findings take them the same way (amplify_heads(findings=find_heads(…)))
+    assert surgery.FindingsSource(findings=found).findings == found.path
+    with pytest.raises(ParameterError, match=r"^findings must be a path .* got an object of type int$"):
+        surgery.FindingsSource(findings=3)
+
+
+def test_an_expert_neuron_as_a_triple_is_shown_its_label(tiny, tmp_path):
+    """(layer, expert, neuron) was refused with dense examples only."""
+    with pytest.raises(ParameterError, match=r"an expert's neuron as '3:e5:17' \(shared: '3:s:17'\)$"):
+        surgery.prune_neurons(tiny("qwen2_moe"), tmp_path / "out", neurons=[(1, 2, 5)])

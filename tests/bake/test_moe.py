@@ -349,3 +349,5 @@ def test_fused_bake_counts_tensors_not_expert_windows(tiny, tmp_path, capsys):
     )
     assert json.loads(capsys.readouterr().out)["tensors_edited"] == 2
     assert len(json.loads((tmp_path / "b" / "surgery.json").read_text())["edited_tensors"]) == 4  # windows, for undo
+    main(["verify", str(src), str(tmp_path / "b")])  # said "4 edited tensors" where the bake said 2
+    assert ", 2 edited tensors match the source" in capsys.readouterr().out

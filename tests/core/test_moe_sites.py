@@ -86,8 +86,10 @@ def test_dense_layers_of_a_sparse_model():
     arch = _arch("qwen3_moe", mlp_only_layers=[0], decoder_sparse_step=1)
     assert not arch.is_sparse(0) and arch.is_sparse(1) and arch.is_sparse(2)
     Recipe((NeuronScale(0, 47, 0.0),)).validate(tiny_config("qwen3_moe", mlp_only_layers=[0]).to_dict())
-    with pytest.raises(RecipeError, match="layer 0 is a dense MLP"):
+    with pytest.raises(RecipeError, match="layer 0 is a dense MLP") as raised:
         Recipe((NeuronScale(0, 1, 0.0, 1),)).validate(tiny_config("qwen3_moe", mlp_only_layers=[0]).to_dict())
+    # said "drop 'expert'" (a recipe's field) to a --neurons user too: both spellings are named
+    assert "drop the expert (0:1, or a recipe's edit without `expert`)" in str(raised.value)
     assert _arch("qwen2_moe", decoder_sparse_step=2).geometry.sparse_layers == frozenset({1})
 
 

@@ -168,6 +168,7 @@ def test_every_parameter_object_checks_its_own_bounds_and_choices(cls):
         ),
         (["prune-neurons", "MODEL", "--n", "2", "--spare-active", "nan", "--out", "o"], "--spare-active (SelectParams"),
         (["find-neurons", "MODEL", "--layers", "2-x"], "--layers: '2-x' is not a layer"),  # before the capture
+        (["find-neurons", "MODEL", "--layers", ""], "--layers is empty"),  # was every layer, without a word
     ],
 )
 def test_out_of_range_options_are_one_line_before_any_work(args, needle, capsys, tmp_path):

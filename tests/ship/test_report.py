@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import struct
 import sys
@@ -166,7 +167,16 @@ def test_report_draws_direction_findings(tiny, tmp_path):
     text = md.read_text()
     w, h = _png_size(tmp_path / "report" / "01-direction-directions.png")
     assert w > 400 and h > 200 and "](01-direction-directions.png)" in text
-    assert "best separation at layer 1" in text and "| 1 | 2 | 3 | 100.0% |" in text
+    assert "a: 12 prompts, b: 10 prompts; best separation at layer 1." in text and "| 1 | 2 | 3 | 100.0% |" in text
+    # one prompt a side: every layer infinite, and "layer 0" (the first of the tie) was no finding
+    found.update(
+        dataset={side: {"file": f"{side}.txt", "prompts": 1, "sha256": "5" * 64} for side in "ab"},
+        best_layer=0,
+        layers=[{"layer": i, "norm": 1.0, "separation": math.inf, "accuracy": 1.0} for i in range(3)],
+    )
+    save_findings(DirectionsFindings.from_dict(found), tmp_path / "one.json")
+    text = build_report([tmp_path / "one.json"], [], tmp_path / "one-report").read_text()
+    assert "a: 1 prompt, b: 1 prompt; layers 0, 1, 2 separate equally well (no spread within a set)" in text
 
 
 def test_report_draws_a_tune_front_with_its_held_out_confirmation(tiny, tmp_path):

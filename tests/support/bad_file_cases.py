@@ -82,6 +82,12 @@ FILE_CASES = [
         lambda c: c.recipe("version: 1\nedits:\n  - {type: neuron, layer: 0, neuron: 010, factor: 0}\n"),
         ("edits[0].neuron = '010' is not a plain decimal number", "octal in YAML 1.1 (8)", "drop the leading zeros"),
     ),
+    Case(  # a recipe's own spelling, not only --neurons' 1:eE:5
+        "recipe-neuron-expert-not-named",
+        lambda c: c.recipe("version: 1\nedits:\n  - {type: neuron, layer: 1, neuron: 5, factor: 0}\n"),
+        ("layer 1 is a mixture of experts", "1:eE:5 or a recipe's `expert: E`", "`expert: shared`"),
+        source="qwen2_moe",
+    ),
     Case(
         "recipe-neuron-base-60",
         lambda c: c.recipe("version: 1\nedits:\n  - {type: neuron, layer: 0, neuron: 1:30, factor: 0}\n"),

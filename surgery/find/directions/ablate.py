@@ -102,6 +102,15 @@ def direction_recipe(
             f"{{direction_layer}} {kernel.direction_layer} is not a layer of the findings (0..{n - 1})",
             "direction_layer",
         )
+    tied = found.data.best_layers()
+    falls = kernel.floor is not None or kernel.width is not None  # else flat: the peak's place does not matter
+    if kernel.position is None and falls and len(tied) > 1:
+        raise ParameterError(
+            f"{{position}} is needed: layers {layer_list(tied)} of the findings separate the two sets "
+            f"equally well ({found.layers[tied[0]].separation:g}), so none is the peak "
+            "(one prompt a side has no spread); give {position}, or more prompts a side",
+            "position",
+        )
     weights = layer_weights(kernel, n, found.data.best_layer)
     edited = [layer for layer, weight in sorted(weights.items()) if weight != 0]
     if not any(roles(kernel, arch, layer) for layer in edited):

@@ -73,3 +73,9 @@ class DirectionsFindings(Findings):
     vectors: VectorsFile | None = entry(codec=part(VectorsFile), default=None)  # set once the vectors are written
 
     KIND: ClassVar[str] = "directions"
+
+    def best_layers(self) -> list[int]:
+        """The layers that separate the two sets best: ``best_layer`` alone, unless others tie with it
+        (every layer infinite when each set is one prompt: no spread to divide by)."""
+        top = next((row.separation for row in self.layers if row.layer == self.best_layer), None)
+        return [row.layer for row in self.layers if row.separation == top] or [self.best_layer]

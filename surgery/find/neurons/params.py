@@ -29,10 +29,13 @@ def categories_of(values: tuple[str, ...]) -> tuple[str, ...] | None:
 
 def parse_layers(spec: str | None) -> list[int] | None:
     """``"20-29"`` or ``"0,5,28-29"`` → layer list (None: every layer)."""
-    if not spec:
+    if spec is None:
         return None
+    parts = comma_items(spec, "layers", "0,5,28-29", RecipeError)
+    if not parts:  # `--layers "$LAYERS"` with the variable unset: not "every layer" without a word
+        raise RecipeError("--layers is empty; give layers like 20-29 or 0,5,28-29, or leave it out for every layer")
     layers: list[int] = []
-    for part in comma_items(spec, "layers", "0,5,28-29", RecipeError):
+    for part in parts:
         try:
             lo, _, hi = part.partition("-")
             first, last = int(lo), int(hi or lo)

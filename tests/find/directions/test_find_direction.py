@@ -119,6 +119,24 @@ def test_the_table_says_how_many_prompts_its_accuracy_is_of(tmp_path, monkeypatc
     assert caption in " ".join(res.stdout.split())
 
 
+def test_one_prompt_a_side_has_no_best_layer(tmp_path, monkeypatch, capsys):
+    """Every layer separates one prompt from one other infinitely: "Best separation at layer 0" was
+    the first of the tie, and ablate-direction --width peaked there without a word."""
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "cache"))
+    a, b = (_write(tmp_path / f"{s}.txt", (FIXTURE / f"{s}.txt").read_text().splitlines()[0] + "\n") for s in "ab")
+    found = tmp_path / "one.json"
+    res = run_main(["find-direction", FIXTURE, "--a", a, "--b", b, "--device", "cpu", "--out", found], capsys)
+    assert res.returncode == 0, res.stderr
+    assert "Layers 0, 1 separate equally well (no spread within a set): no best layer." in " ".join(res.stdout.split())
+    falling = ["ablate-direction", FIXTURE, "--direction", found, "--width", "1", "--floor", "0.5"]
+    line = error_line(run_main([*falling, "--out", tmp_path / "o1"], capsys))
+    assert "--position is needed: layers 0, 1 of the findings separate the two sets equally well (inf)" in line
+    assert not (tmp_path / "o1").exists()
+    assert run_main([*falling, "--position", "1", "--out", tmp_path / "o2"], capsys).returncode == 0
+    flat = run_main(["ablate-direction", FIXTURE, "--direction", found, "--out", tmp_path / "o3"], capsys)
+    assert flat.returncode == 0, flat.stderr  # every layer at one weight: no peak to place
+
+
 def test_find_direction_on_two_ranks_equals_one_process(prompts, tmp_path, monkeypatch, capsys):
     """torchrun with 2 processes: each runs its own batches, the rows are gathered; same findings."""
     a, b = prompts
@@ -224,6 +242,11 @@ BAD = [
         ],
         ("line 2 of", "fix that line"),
     ),
+    (  # read as text, a JSON array's "[" and each JSONL object's braces were prompts, without a word
+        "json-not-jsonl",
+        lambda t, f: ["find-direction", FIXTURE, "--a", _write(t / "a.json", '["x", "y"]\n'), "--b", FIXTURE / "b.txt"],
+        ("a.json is JSON, not a prompts format", "or JSONL (a.jsonl: one object"),
+    ),
     (
         "no-chat-template",
         lambda t, f: [
@@ -238,6 +261,20 @@ BAD = [
         ],
         ("no chat template", "use --template plain"),
     ),
+    (  # the vectors went there, then the findings JSON over them: a pair that never read back
+        "out-names-the-vectors",
+        lambda t, f: [
+            "find-direction",
+            FIXTURE,
+            "--a",
+            FIXTURE / "a.txt",
+            "--b",
+            FIXTURE / "b.txt",
+            "--out",
+            t / "d.safetensors",
+        ],
+        ("d.safetensors names the vectors file", "give the JSON's name, e.g. --out", "d.json"),
+    ),
     (
         "weight-nan",
         lambda t, f: ["ablate-direction", FIXTURE, "--direction", f, "--weight", "nan"],
@@ -247,6 +284,11 @@ BAD = [
         "layers-outside",
         lambda t, f: ["ablate-direction", FIXTURE, "--direction", f, "--layers", "1-5"],
         ("--layers names layer 5, but the model has layers 0..1",),
+    ),
+    (  # an unset shell variable: every layer was edited without a word
+        "layers-empty",
+        lambda t, f: ["ablate-direction", FIXTURE, "--direction", f, "--layers", " "],
+        ("--layers is empty", "leave it out for every layer"),
     ),
     (
         "modules",
