@@ -137,7 +137,9 @@ def cli_reference() -> str:
         "",
         "Every command prints one `Error: …` line and exits non-zero on bad input: a comma-separated "
         "value with an empty item (`--alpha 2,,3`, a comma at an end) or a head or neuron named twice "
-        "(`--heads 7.7,7.7`) too. Options of the "
+        "(`--heads 7.7,7.7`) too, and a required option's value given as an argument "
+        "(`surgery apply R.yaml MODEL` says `MODEL goes after --model: surgery apply R.yaml --model MODEL …`). "
+        "Options of the "
         "group itself go before the command (`surgery --debug find-heads …`):",
         "",
         "| option | what it does |",

@@ -11,6 +11,7 @@ import importlib
 import click
 
 from .. import __version__
+from .misplaced import Command
 
 # command → the module of surgery.cli that defines it (tests/cli/test_group.py checks the table)
 COMMANDS = {
@@ -42,7 +43,10 @@ def register_all() -> None:
 
 
 class Commands(click.Group):
-    """A group whose commands are imported on first use (see :data:`COMMANDS`)."""
+    """A group whose commands are imported on first use (see :data:`COMMANDS`); each says where a
+    required option's value given positionally goes (surgery.cli.misplaced)."""
+
+    command_class = Command
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(self.commands) | set(COMMANDS))
