@@ -48,7 +48,9 @@ def test_a_required_option_given_as_an_argument_is_named(name, arguments, option
 
 def test_the_line_to_write_keeps_the_order_and_names_what_is_still_missing():
     line = error_line(run_here(["apply", "R.yaml", "my model"]))
-    assert line == "Error: 'my model' goes after --model: surgery apply R.yaml --model 'my model' --out OUT (see --help)"
+    assert (
+        line == "Error: 'my model' goes after --model: surgery apply R.yaml --model 'my model' --out OUT (see --help)"
+    )
     line = error_line(run_here(["apply", "R.yaml", "M", "O"]))
     assert line == "Error: M and O go after --model and --out: surgery apply R.yaml --model M --out O (see --help)"
     line = error_line(run_here(["export-lora", "M", "--out", "o", "R.yaml"]))
