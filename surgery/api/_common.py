@@ -22,6 +22,7 @@ from numbers import Integral
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..core.counted import in_number
 from ..core.errors import ParameterError, what_was_given
 
 T = TypeVar("T")
@@ -97,7 +98,7 @@ def no_other_options(
     own = set(inspect.signature(handed_to).parameters) if handed_to is not None else set()
     if unknown := sorted(set(options) - known - own):
         raise TypeError(
-            f"{function}() got unknown option(s) {', '.join(unknown)}; it also takes: {', '.join(sorted(known))}"
+            f"{function}() got unknown {in_number(len(unknown), 'option')} {', '.join(unknown)}; it also takes: {', '.join(sorted(known))}"
         )
 
 

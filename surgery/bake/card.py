@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from ..core.architectures import Architecture, architecture
+from ..core.counted import counted
 from ..core.edits import Recipe
 from ..core.evaluation_table import Evaluation
 from ..core.heads_caveats import caveats, held_out_caveat
@@ -245,7 +246,7 @@ def card_text(record: BakeRecord, source_card: str | None = None, arch: Architec
     written_for = public(str(recipe.notes[WRITTEN_FOR])) if recipe.notes.get(WRITTEN_FOR) else None
     sections = [
         f"# {name} — edited with surgery\n\n"
-        f"This is **{name}**{f' (revision `{pinned}`)' if pinned else ''} with {len(recipe.edits)} edit(s) baked into its weights by "
+        f"This is **{name}**{f' (revision `{pinned}`)' if pinned else ''} with {counted(len(recipe.edits), 'edit')} baked into its weights by "
         f"`surgery` {record.tool_version}. Tensor names, shapes, dtypes, shard layout and "
         "config are the source's, so stock transformers, vLLM, TGI and llama.cpp's converter load "
         "it with no custom code and no hooks."
@@ -301,7 +302,7 @@ def adapter_card(record: AdapterRecord, arch: Architecture | None = None) -> str
     body = (
         f"# LoRA adapter: the surgery recipe as an exact low-rank update\n\n"
         f"Applied to **{base or 'its source model'}**, this adapter reproduces the recipe below exactly: "
-        f"{len(record.modules)} module(s), rank {'/'.join(map(str, ranks))}, lora_alpha = r "
+        f"{counted(len(record.modules), 'module')}, rank {'/'.join(map(str, ranks))}, lora_alpha = r "
         f"(scaling 1){', padded to one rank for vLLM' if record.vllm else ''}. "
         "`PeftModel.from_pretrained(base, THIS_FOLDER)` (merged or not) gives the same logits as the "
         "baked checkpoint.\n\n## What it edits\n\n" + edits_section(recipe, arch, adapter=True) + pruned

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..core.architectures import Architecture
 from ..core.checkpoint import INDEX_NAME, Checkpoint, TensorInfo, file_tensors, folder_files
+from ..core.counted import counted
 from ..core.errors import CheckpointError
 from ..core.patches import TensorPatch, group_by_file, patch_plan
 from ..core.raw_values import RAW_DTYPES
@@ -104,7 +105,7 @@ def copy_note(copies: list[TensorPatch]) -> str:
     files = sorted(group_by_file(copies))
     return (
         f"{', '.join(files)} {'holds' if len(files) == 1 else 'hold'} a second copy of the weights (outside the "
-        f"ones transformers loads): edited the same way ({len(copies)} tensor(s))"
+        f"ones transformers loads): edited the same way ({counted(len(copies), 'tensor')})"
     )
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import __version__
 from ..core.checkpoint import file_sha256
+from ..core.counted import counted
 from ..core.edits import Recipe
 from ..core.errors import DestinationError
 from ..core.hash_cache import HashCache
@@ -158,7 +159,7 @@ def bake_gguf(
     requantized = sum(b.result.requantized for b in blocks)
     if requantized:
         note(
-            f"{requantized} block(s) requantized (max |error| {max(b.result.max_abs_error for b in blocks):.3g}); "
+            f"{counted(requantized, 'block')} requantized (max |error| {max(b.result.max_abs_error for b in blocks):.3g}); "
             "recorded in the sidecar"
         )
     record_path, undo_path = sidecars(out)

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..core.counted import counted
 from .card import edits_section, evaluation_section, recipe_yaml, render_card, why_section
 from .provenance import sidecars
 from .public import public
@@ -45,7 +46,7 @@ def gguf_card(baked: Path, record: BakeRecord) -> str:
     requantize = " --requantize" if gguf.get("requantize") else ""
     sections = [
         f"# {source} — edited with surgery\n\n"
-        f"`{name}` is the GGUF file **{source}** (sha256 `{source_sha}`) with {len(recipe.edits)} edit(s) baked "
+        f"`{name}` is the GGUF file **{source}** (sha256 `{source_sha}`) with {counted(len(recipe.edits), 'edit')} baked "
         f"into its quantized blocks by `surgery` {record.tool_version}. Only the bytes of the edited blocks differ "
         "from the source: its metadata, tokenizer and every other tensor are byte-identical, so llama.cpp, Ollama "
         "and LM Studio run it as they run the source.",
@@ -54,7 +55,7 @@ def gguf_card(baked: Path, record: BakeRecord) -> str:
         # the gguf entry has its own section; the findings summaries are the other extras
         "## Why\n\n" + why_section(replace(record, extra={k: v for k, v in record.extra.items() if k != "gguf"})),
         "## Verification\n\n"
-        f"Before publishing, every edited block of the {ver.maps if ver else '?'} edited tensor(s) was checked: "
+        f"Before publishing, every edited block of the {counted(ver.maps, 'edited tensor') if ver else '? edited tensors'} was checked: "
         f"{ver.reference if ver else 'not recorded'} (max |error| {ver.max_abs_diff if ver else 0:.3g}). "
         f"With the original blocks kept in `{undo_name}` put back, `{name}` is the source byte for byte (its "
         f"sha256 is in `{record_name}`); `surgery verify {source_name} {name}` checks both again, no model loaded.",

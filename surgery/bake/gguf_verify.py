@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.checkpoint import file_sha256
+from ..core.counted import counted
 from ..core.errors import DestinationError, SurgeryError, VerificationError
 from ..core.progress import StageProgress, silent_stages
 from ..core.staging import staged_files
@@ -215,7 +216,7 @@ def checked_gguf(baked: str | Path) -> tuple[str, BakeRecord]:
     source = src if src is not None and src.is_file() else None
     report = verify_gguf(baked, source)
     if report.problems:
-        more = f"; {len(report.problems) - 1} more problem(s)" if len(report.problems) > 1 else ""
+        more = f"; {counted(len(report.problems) - 1, 'more problem')}" if len(report.problems) > 1 else ""
         raise VerificationError(
             f"{baked} fails verification ({report.problems[0]}{more}); refusing to push: bake it again"
         )

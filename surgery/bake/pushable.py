@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.checkpoint import Checkpoint, read_safetensors_header
+from ..core.counted import counted
 from ..core.errors import CheckpointError, SurgeryError, VerificationError
 from ..core.strict_files import load_json
 from .provenance import PROVENANCE_NAME, integrity_problems, load_provenance, not_baked, sweep_values
@@ -38,7 +39,7 @@ def check_checkpoint(folder: Path) -> tuple[str, BakeRecord]:
     if problems:
         raise VerificationError(
             f"{folder} fails verification ({problems[0]}"
-            f"{f'; {len(problems) - 1} more problem(s)' if len(problems) > 1 else ''}); "
+            f"{'; ' + counted(len(problems) - 1, 'more problem') if len(problems) > 1 else ''}); "
             "refusing to push: bake it again"
         )
     return how, record

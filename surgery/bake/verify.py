@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..core.checkpoint import Checkpoint, file_sha256, is_other_weights, read_safetensors_header
+from ..core.counted import counted
 from ..core.edits import Recipe
 from ..core.errors import CheckpointError
 from ..core.patches import TensorPatch, group_by_file, patch_plan, patched_chunks
@@ -83,7 +84,7 @@ def _ranges(indices: Iterable[int], limit: int = 4) -> str:
         else:
             runs.append([i, i])
     text = ", ".join(f"{a}–{b}" if b > a else str(a) for a, b in runs[:limit])
-    return text + (f" and {len(runs) - limit} more range(s)" if len(runs) > limit else "")
+    return text + (f" and {counted(len(runs) - limit, 'more range')}" if len(runs) > limit else "")
 
 
 def _differing(p: TensorPatch, offset: int, expected: bytes, actual: bytes) -> tuple[np.ndarray, np.ndarray]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..api.bake_options import BakeOptions
 from ..api.baking import Baked
 from ..core.comma_list import comma_items
+from ..core.counted import counted
 from ..core.errors import ParameterError
 from .console import note, out, print_json
 from .options import PRIVATE_KEY, PUSH_KEY, REQUANTIZE_KEY, context_value
@@ -31,15 +32,18 @@ def bake_settings(
 def print_baked(baked: Baked) -> None:
     """The human summary: what was baked where (and pushed where)."""
     record, ver, pushed = baked.provenance, baked.provenance.verification, baked.provenance.pushed
-    check = "" if not ver else f", {ver.maps} edited map(s) match the run-time edit (max |Δ| {ver.max_abs_diff:.2e})"
-    out.print(
-        f"[green]Baked[/] {len(record.recipe.edits)} edit(s) into {baked.tensors_edited} tensor(s){check} → {baked.out}"
-    )
+    edits = counted(len(record.recipe.edits), "edit")
+    check = ""
+    if ver:
+        matched = f"{counted(ver.maps, 'edited map')} {'matches' if ver.maps == 1 else 'match'}"
+        check = f", {matched} the run-time edit (max |Δ| {ver.max_abs_diff:.2e})"
+    out.print(f"[green]Baked[/] {edits} into {counted(baked.tensors_edited, 'tensor')}{check} → {baked.out}")
     idle = [e for e in record.recipe.edits if e.is_identity()]
-    if idle:  # "Baked 1 edit(s) into 0 tensor(s)" alone does not say why nothing changed
+    if idle:  # "Baked 1 edit into 0 tensors" alone does not say why nothing changed
         named = ", ".join(f"{e.kind} {e.label} ({e.setting})" for e in idle)
+        change = "changes" if len(idle) == 1 else "change"
         note(
-            f"{len(idle)} of the {len(record.recipe.edits)} edit(s) change nothing (α or factor 1, weight 0): "
+            f"{len(idle)} of the {edits} {change} nothing (α or factor 1, weight 0): "
             f"{named}; {baked.out} holds the source's weights there"
         )
     if pushed:

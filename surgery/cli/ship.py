@@ -13,6 +13,7 @@ from .. import api
 from ..api.params import EvalParams
 from ..api.results import EvalResult
 from ..core.comma_list import comma_items
+from ..core.counted import counted
 from ..core.distributed import is_main
 from .console import err, note, out, print_json, print_table, progress_bars
 from .group import cli
@@ -52,7 +53,7 @@ def export_lora_cmd(model, load, recipe_path, out_dir, vllm, force, allow_other_
     modules = exported.adapter.modules
     ranks = sorted(set(modules.values()))
     out.print(
-        f"[green]Exported[/] {len(modules)} LoRA module(s), rank "
+        f"[green]Exported[/] {counted(len(modules), 'LoRA module')}, rank "
         f"{'/'.join(map(str, ranks))}{' (vLLM)' if vllm else ''}, lora_alpha = r → {out_dir}"
     )
 
@@ -96,7 +97,6 @@ def push_cmd(folder, repo_id, private, revision, create_pr, message, dry_run, as
 
 def print_push_plan(folder: Path, plan: Any) -> None:
     """What ``push --dry-run`` checked and would upload."""
-    from ..core.counted import counted
     from ..core.sizes import human_size
 
     out.print(f"Checked: {plan.checked}")
@@ -314,4 +314,4 @@ def report_cmd(findings, evals, out_dir, force):
     (needs matplotlib)."""
     path = api.report(findings, out_dir, evals=evals, force=force)
     pngs = sorted(p.name for p in path.parent.glob("*.png"))
-    out.print(f"[green]Wrote[/] {path} with {len(pngs)} figure(s)")
+    out.print(f"[green]Wrote[/] {path} with {counted(len(pngs), 'figure')}")

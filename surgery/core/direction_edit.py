@@ -129,7 +129,7 @@ class DirectionEdit(Edit):
                 )
             return
         if self.layer is None:
-            raise RecipeError(f"{where}: missing key(s) layer (module {self.module} is in a decoder layer)")
+            raise RecipeError(f"{where}: missing key layer (module {self.module} is in a decoder layer)")
         check_layer(arch, self.layer, where)
         ex, sparse = arch.layout.experts, arch.is_sparse(self.layer)
         if self.module == "attention" and arch.layout.limits.head_refusal:

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .counted import counted, in_number
 from .errors import SurgeryError
 
 if TYPE_CHECKING:  # imported where they are used: `surgery --help` and argument errors stay fast
@@ -100,8 +101,8 @@ def rank_device(requested: str) -> str:
     local = world().local_rank
     if local >= torch.cuda.device_count():
         raise SurgeryError(
-            f"torchrun started local rank {local} but this node has {torch.cuda.device_count()} "
-            "GPU(s); give --nproc-per-node at most the number of GPUs"
+            f"torchrun started local rank {local} but this node has {counted(torch.cuda.device_count(), 'GPU')}; "
+            "give --nproc-per-node at most the number of GPUs"
         )
     return f"cuda:{local}"
 
@@ -286,7 +287,7 @@ def check_agree(what: str, *parts: object) -> None:
     differ = [r for r, d in enumerate(every) if not torch.equal(d, every[0])]
     if differ:
         raise RanksDisagree(
-            f"torchrun ranks disagree about {what}: rank(s) {', '.join(map(str, differ))} "
+            f"torchrun ranks disagree about {what}: {in_number(len(differ), 'rank')} {', '.join(map(str, differ))} "
             "differ from rank 0; give every process the same model and inputs"
         )
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .counted import in_number
 from .errors import RecipeError
 from .strict_files import number_trap
 
@@ -139,11 +140,11 @@ class Edit:
         unknown = sorted(set(raw) - set(keys) - {"type"}, key=str)
         if unknown:
             raise RecipeError(
-                f"{where}: unknown key(s) {', '.join(map(str, unknown))} (allowed: type, {', '.join(keys)})"
+                f"{where}: unknown {in_number(len(unknown), 'key')} {', '.join(map(str, unknown))} (allowed: type, {', '.join(keys)})"
             )
         missing = [k for k in required if k not in raw]
         if missing:
-            raise RecipeError(f"{where}: missing key(s) {', '.join(missing)}")
+            raise RecipeError(f"{where}: missing {in_number(len(missing), 'key')} {', '.join(missing)}")
         values = {
             k: fields[k].metadata["recipe"](raw[k], f"{where}.{k}")
             for k in keys

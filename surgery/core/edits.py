@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from .architectures import Architecture, architecture
+from .counted import in_number
 from .direction_edit import DirectionEdit, SteerEdit
 from .edit_kind import FLOAT32_MAX, Edit, edit_from_dict, edit_kinds, edit_to_dict, register_edit_kind
 from .errors import RecipeError
@@ -148,7 +149,7 @@ class Recipe:
         unknown = sorted(set(raw) - {"version", "base_model", "edits", "notes"})
         if unknown:
             raise RecipeError(
-                f"{where}: unknown key(s) {', '.join(map(str, unknown))} (allowed: version, base_model, edits, notes)"
+                f"{where}: unknown {in_number(len(unknown), 'key')} {', '.join(map(str, unknown))} (allowed: version, base_model, edits, notes)"
             )
         if "version" not in raw:
             raise RecipeError(f"{where} has no version: add 'version: {RECIPE_VERSION}' (the recipe format's version)")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
 
+from .counted import in_number
 from .errors import OptionError
 
 
@@ -51,7 +52,7 @@ def cli_fields(
     fields = {f.name: f for f in dataclasses.fields(cls) if "cli" in f.metadata}
     unknown = set(only or ()) - set(fields) | set(skip) - set(fields)
     if unknown:
-        raise KeyError(f"{cls.__name__} has no option field(s) {sorted(unknown)}")
+        raise KeyError(f"{cls.__name__} has no option {in_number(len(unknown), 'field')} {sorted(unknown)}")
     names = [n for n in (only or fields) if n not in set(skip)]
     return [(fields[n], fields[n].metadata["cli"]) for n in names]
 

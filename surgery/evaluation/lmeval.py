@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core.counted import in_number
 from ..core.errors import SurgeryError
 from ..core.optional import require
 
@@ -36,7 +37,7 @@ def run_lm_eval(
     unknown = [t for t in tasks if t not in manager.all_tasks]
     if unknown:
         raise SurgeryError(
-            f"lm-eval does not know the task(s) {', '.join(unknown)}; list them with "
+            f"lm-eval does not know the {in_number(len(unknown), 'task')} {', '.join(unknown)}; list them with "
             "`lm-eval ls tasks` (or give --lm-eval-include for a folder of task YAML files)"
         )
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.counted import counted
 from ..core.errors import CheckpointError
 from ..core.progress import StageProgress
 from ..core.spooled_safetensors import SpooledSafetensors
@@ -300,7 +301,7 @@ def stream_tensors(
     missing = sorted(kept - loaded)
     if missing:
         raise CheckpointError(
-            f"{header.path.name} holds no tensor for {len(missing)} weight(s) of the "
+            f"{header.path.name} holds no tensor for {counted(len(missing), 'weight')} of the "
             f"{type(model).__name__} it describes ({', '.join(missing[:3])}{', …' if len(missing) > 3 else ''}); "
             "the file is incomplete or not a real model of its architecture"
         )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core.counted import counted
 from ..core.edits import Recipe
 from ..core.errors import CheckpointError, RecipeError
 from ..core.resolve import Resolver, TensorSlice
@@ -163,7 +164,7 @@ def plan_gguf(model: GgufModel, recipe: Recipe) -> GgufPlan:
                     for i in piece.lines:
                         be.rows[first + i] = be.rows.get(first + i, 1.0) * piece.scale
     notes = [
-        f"{n} down-projection column(s) stored as {kind} left as is: {kind} cannot zero a single value "
+        f"{counted(n, 'down-projection column')} stored as {kind} left as is: {kind} cannot zero a single value "
         "exactly; the pruned neurons' zero gate/up rows already silence them"
         for kind, n in sorted(kept.items())
     ]

@@ -77,5 +77,5 @@ def test_findings_source_flat_or_as_one_object_says_the_same(tiny, tmp_path):
 
 
 def test_eval_data_refuses_an_unknown_option_naming_its_fields():
-    with pytest.raises(TypeError, match=r"evaluate\(\) got unknown option\(s\) bqq; it also takes: .*\bbbq\b"):
+    with pytest.raises(TypeError, match=r"evaluate\(\) got unknown option bqq; it also takes: .*\bbbq\b"):
         surgery.evaluate("no-such-model", bqq=["x.jsonl"])

@@ -343,7 +343,7 @@ def test_fused_bake_counts_tensors_not_expert_windows(tiny, tmp_path, capsys):
 
     src = tiny("mixtral", fused=True)
     main(["prune-neurons", str(src), "--neurons", "1:e0:3,1:e1:4", "--no-verify", "--out", str(tmp_path / "a")])
-    assert "Baked 2 edit(s) into 2 tensor(s)" in capsys.readouterr().out
+    assert "Baked 2 edits into 2 tensors" in capsys.readouterr().out
     main(
         ["prune-neurons", str(src), "--neurons", "1:e0:3,1:e1:4", "--no-verify", "--json", "--out", str(tmp_path / "b")]
     )

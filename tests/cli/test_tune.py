@@ -45,7 +45,7 @@ def test_tune_bakes_the_chosen_point_and_records_the_study(tmp_path):
     res = run_here([*args, "--bake", tmp_path / "baked"], env=env)
     assert res.returncode == 0, res.stderr
     assert "Pareto front on the tune split" in res.stdout and "Held-out confirmation" in res.stdout
-    assert "Baked 1 edit(s)" in res.stdout, res.stdout
+    assert "Baked 1 edit into" in res.stdout, res.stdout
     assert sum(line.startswith("note: trial ") for line in res.stderr.splitlines()) == TRIALS, res.stderr
     # where the study is kept is said before the trials, so that a run stopped midway is known to resume
     assert f"note: a new study in {tmp_path / 'study'}: stopped midway, the same command resumes it" in res.stderr

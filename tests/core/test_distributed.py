@@ -190,7 +190,7 @@ def test_four_commands_on_two_ranks_equal_one_process(tmp_path, capsys, monkeypa
 
     errors = [ln for ln in ran.stderr.splitlines() if ln.startswith("Error")]
     assert errors == [
-        "Error: torchrun ranks disagree about the model and the pairs: rank(s) 1 differ from "
+        "Error: torchrun ranks disagree about the model and the pairs: rank 1 differ from "
         "rank 0; give every process the same model and inputs",
         "Error: surgery verify does not run data-parallel; run it without torchrun (under "
         "torchrun: find-neurons, find-heads, score-binding, eval, find-direction, tune)",

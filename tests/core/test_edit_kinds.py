@@ -162,7 +162,7 @@ def test_a_kind_can_refuse_the_adapter_in_one_line(toy_kinds, tiny, tmp_path):
 
 
 def test_recipe_keys_of_a_registered_kind_are_strict(toy_kinds):
-    with pytest.raises(RecipeError, match=r"unknown key\(s\) head \(allowed: type, layer, alpha\)"):
+    with pytest.raises(RecipeError, match=r"unknown key head \(allowed: type, layer, alpha\)"):
         Recipe.from_dict({"version": 1, "edits": [{"type": "layer_attention", "layer": 0, "alpha": 2, "head": 1}]})
     with pytest.raises(RecipeError, match="edits.0..alpha must be a finite number"):
         Recipe.from_dict({"version": 1, "edits": [{"type": "layer_attention", "layer": 0, "alpha": float("nan")}]})

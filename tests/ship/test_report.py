@@ -143,7 +143,7 @@ def test_cli_report(inputs, tmp_path):
         cli, ["report", str(inputs["neurons"]), "--eval", str(inputs["eval"]), "--out", str(tmp_path / "rep")]
     )
     assert r.exit_code == 0, r.output
-    assert "3 figure(s)" in r.output
+    assert "3 figures" in r.output
 
 
 def test_report_draws_direction_findings(tiny, tmp_path):

@@ -59,7 +59,7 @@ FILE_CASES = [
     Case(
         "recipe-unknown-key",
         lambda c: c.recipe("version: 1\nalpha: 2\nedits:\n" + RECIPE_OK_EDIT),
-        ("unknown key(s) alpha", "allowed:"),
+        ("unknown key alpha", "allowed:"),
     ),
     Case(
         "recipe-no-edits",

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from ...core.counted import counted
+
 
 @dataclass(frozen=True)
 class Sequential:
@@ -69,7 +71,7 @@ class Sequential:
         finite = used[np.isfinite(used)]
         k = int(np.sum(finite >= tested)) if math.isfinite(tested) else len(used)
         if at is not None:
-            p, why = self.stop_after / at, f"{self.stop_after} set(s) at least as effective"
+            p, why = self.stop_after / at, f"{counted(self.stop_after, 'set')} at least as effective"
         else:
             p, why = (k + 1) / (len(used) + 1), "all sets" if self.level is None else "cap"
         return {

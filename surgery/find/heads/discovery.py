@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ...core.counted import counted
 from ...core.errors import SurgeryError
 
 C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0)
@@ -87,8 +88,8 @@ def discover(
     n_groups = len(set(groups.tolist()))
     if n_groups < 2 or len(set(y.tolist())) < 2:
         raise SurgeryError(
-            f"discovery needs match and mismatch prompts of ≥ 2 items, got {n_groups} "
-            "item(s); use more pairs (--max-pairs)"
+            f"discovery needs match and mismatch prompts of ≥ 2 items, got "
+            f"{counted(n_groups, 'item')}; use more pairs (--max-pairs)"
         )
     k = min(folds, n_groups)
     top = min(top, x.shape[1])

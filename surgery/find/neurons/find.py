@@ -19,6 +19,7 @@ from ...core import compact_json, distributed
 from ...core.architectures import Architecture, architecture
 from ...core.cache import cache_path
 from ...core.checkpoint import Checkpoint
+from ...core.counted import counted
 from ...core.edit_kind import layer_list
 from ...core.errors import UnsupportedArchitecture
 from ...core.freed_memory import return_freed_memory
@@ -241,7 +242,7 @@ def find_neurons(
         if strict and skipped:  # the cached run skipped pairs that --strict must refuse
             detail = ", ".join(f"{c} {n}" for c, n in skipped.items())
             raise PairsError(
-                f"{sum(skipped.values())} pair(s) tokenize to different lengths in this model's "
+                f"{counted(sum(skipped.values()), 'pair')} tokenize to different lengths in this model's "
                 f"tokenizer ({detail}); fix them or drop --strict to skip them"
             )
         return hit

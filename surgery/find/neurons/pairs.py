@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ...core.counted import counted, in_number
 from ...core.errors import SurgeryError, not_a_file
 from ...core.strict_files import DuplicateKey, load_json
 
@@ -109,7 +110,7 @@ def from_own(record: Any, where: str) -> PromptPair:
         raise PairsError(f"{where}: expected a JSON object with {', '.join(OWN_FIELDS)}")
     missing = [k for k in OWN_FIELDS if k not in record]
     if missing:
-        raise PairsError(f"{where}: missing field(s) {', '.join(missing)}")
+        raise PairsError(f"{where}: missing {in_number(len(missing), 'field')} {', '.join(missing)}")
     stereotyped = record["stereotyped"]
     if stereotyped not in (1, 2) or isinstance(stereotyped, bool):
         raise PairsError(
@@ -125,7 +126,7 @@ def from_public(record: Any, where: str, language: str | None) -> PromptPair:
         raise PairsError(f"{where}: expected a JSON object with {', '.join(PUBLIC_FIELDS)}")
     missing = [k for k in PUBLIC_FIELDS if k not in record]
     if missing:
-        raise PairsError(f"{where}: missing field(s) {', '.join(missing)}")
+        raise PairsError(f"{where}: missing {in_number(len(missing), 'field')} {', '.join(missing)}")
     pair_id = _text(record, "id", where)
     # Public ids start with the language ("EN_Age_…"); a --language fills in when they do not.
     prefix = pair_id.split("_", 1)[0].lower()
@@ -257,7 +258,7 @@ def check_token_counts(pairs: PairSet, tokenizer: Any, strict: bool = False) -> 
     if skipped and strict:
         detail = ", ".join(f"{c} {n}" for c, n in sorted(skipped.items()))
         raise PairsError(
-            f"{sum(skipped.values())} pair(s) tokenize to different lengths in this model's "
+            f"{counted(sum(skipped.values()), 'pair')} tokenize to different lengths in this model's "
             f"tokenizer ({detail}), e.g. {skipped_ids[0]}; fix them or drop --strict to skip them"
         )
     if not kept:

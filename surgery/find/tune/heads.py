@@ -192,4 +192,4 @@ def _finite(x: float) -> float | None:
 
 def describe(drawn: dict[str, Any]) -> str:
     """A drawn point of the heads' space, for the progress line."""
-    return f"α {drawn['alpha']:.3g}, {drawn['top']} head(s)"
+    return f"α {drawn['alpha']:.3g}, {counted(drawn['top'], 'head')}"

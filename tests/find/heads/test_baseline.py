@@ -40,7 +40,7 @@ def test_p_values_stopped_at_the_cap_and_without_stopping():
     rule = Sequential(19, 0.05)
     stopped = rule.summary([1.0, 5.0, 10.0], tested=4.0)  # the 2nd set beats the selection: h = 1
     assert (stopped["n"], stopped["p"], stopped["share_ge_tested"]) == (2, 0.5, 0.5)
-    assert stopped["stopped"] == "1 set(s) at least as effective"
+    assert stopped["stopped"] == "1 set at least as effective"
     capped = rule.summary([1.0] * 19, tested=4.0)
     assert (capped["n"], capped["p"], capped["stopped"]) == (19, 1 / 20, "cap")
     every = Sequential(10).summary([1.0, 5.0, 6.0] + [0.0] * 7, tested=4.0)  # --exhaustive: no stopping

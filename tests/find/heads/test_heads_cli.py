@@ -48,7 +48,7 @@ def test_find_heads_then_amplify_heads(tiny, tmp_path, capsys):
     out = main_stdout(
         capsys, "amplify-heads", model, "--alpha", "2.5", "--top", "2", "--benchmark", bench, *FAST, "--out", baked
     )
-    assert "Heads from findings" in out and "Baked 2 edit(s)" in out
+    assert "Heads from findings" in out and "Baked 2 edits" in out
     prov = json.loads((baked / "surgery.json").read_text())
     heads = [[e["layer"], e["head"]] for e in prov["recipe"]["edits"]]
     assert heads == f["selected_heads"][:2] and all(e["alpha"] == 2.5 for e in prov["recipe"]["edits"])
@@ -59,7 +59,7 @@ def test_find_heads_then_amplify_heads(tiny, tmp_path, capsys):
     assert AutoModelForCausalLM.from_pretrained(baked) is not None
     # the --heads mode still works and refuses to mix with findings options
     out = main_stdout(capsys, "amplify-heads", model, "--heads", "0.1,2.3", "--alpha", "2", "--out", tmp_path / "h")
-    assert "Baked 2 edit(s)" in out
+    assert "Baked 2 edits" in out
     assert "drop --findings" in _fails(
         capsys, "amplify-heads", model, "--heads", "0.1", "--top", "1", "--alpha", "2", "--out", tmp_path / "x"
     )
@@ -81,7 +81,7 @@ def test_find_heads_then_amplify_heads(tiny, tmp_path, capsys):
         tmp_path / "b",
     )
     prov = json.loads((tmp_path / "b" / "surgery.json").read_text())
-    assert "Baked 3 edit(s)" in out and prov["heads_findings"]["transfer"] is True
+    assert "Baked 3 edits" in out and prov["heads_findings"]["transfer"] is True
     gemma = char_model(tiny, "gemma2")
     assert "different model" in _fails(
         capsys,
@@ -265,8 +265,8 @@ def test_an_alpha_of_1_is_said_to_change_nothing(tiny, tmp_path, capsys):
     done = run_main(["amplify-heads", model, "--heads", "0.1", "--alpha", "1,2", "--out", tmp_path / "s"], capsys)
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())  # rich may wrap the note
-    assert "note: 1 of the 1 edit(s) change nothing (α or factor 1, weight 0): head 0.1 (1.0);" in said
-    assert said.count("change nothing") == 1  # α = 2 changes the head: no note
+    assert "note: 1 of the 1 edit changes nothing (α or factor 1, weight 0): head 0.1 (1.0);" in said
+    assert said.count("changes nothing") == 1  # α = 2 changes the head: no note
 
 
 def test_heads_given_by_hand_refuse_find_heads_options_they_would_ignore(tiny, tmp_path, capsys):

@@ -21,7 +21,7 @@ def test_find_heads_then_amplify_heads_on_a_moe(tiny, tmp_path, capsys, arch):
     out = main_stdout(
         capsys, "amplify-heads", model, "--alpha", "2.5", "--top", "2", "--benchmark", bench, *FAST, "--out", baked
     )
-    assert "Baked 2 edit(s)" in out
+    assert "Baked 2 edits" in out
     check = json.loads((baked / "surgery.json").read_text())["verification"]
     assert (
         check["kind"] == "edited maps" and check["maps"] in (1, 2) and check["max_diff_over_bound"] <= 1.0

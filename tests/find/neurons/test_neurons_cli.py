@@ -68,7 +68,7 @@ def test_find_then_prune_any_n_without_a_forward_pass(setup, tmp_path, capsys, m
     code, _, err = main_output(
         capsys, "prune-neurons", model, "--pairs", pairs, "--n", 4, "--strict", "--out", tmp_path / "s"
     )
-    assert code == 2 and "3 pair(s) tokenize to different lengths" in err  # a cache hit is no way around it
+    assert code == 2 and "3 pairs tokenize to different lengths" in err  # a cache hit is no way around it
     for n in (4, 7):
         dest = tmp_path / f"pruned-{n}"
         code, out, err = main_output(capsys, "prune-neurons", model, "--pairs", pairs, "--n", n, "--out", dest)

@@ -182,7 +182,7 @@ def test_token_check_skips_and_reports_per_category(tmp_path):
     assert [p.id for p in check.kept.pairs] == ["same"]
     assert check.skipped == {"Age": 1, "Gender": 1} and check.total_skipped == 2
     assert set(check.skipped_ids) == {"diff", "g"}
-    with pytest.raises(PairsError, match=r"2 pair\(s\) tokenize to different lengths .*Age 1, Gender 1"):
+    with pytest.raises(PairsError, match=r"2 pairs tokenize to different lengths .*Age 1, Gender 1"):
         check_token_counts(pairs, tok, strict=True)
     only_bad = load_pairs(str(path), categories=["Gender"])
     with pytest.raises(PairsError, match="all 1 pairs"):
