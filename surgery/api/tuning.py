@@ -53,6 +53,28 @@ def default_folder(model_key: str, params: TuneParams, prompts: dict[str, Any]) 
     return cache_dir() / "tune" / f"{model_key[:16]}-{params.method}-{key}"
 
 
+# The binding pairs' fields the tune takes from its own TuneParams (one seed for the split and the
+# sampler, one batch size and one bound on kept baseline passes for every trial): prompts' are not read.
+TUNE_OWNED = ("seed", "batch_size", "keep_memory")
+
+
+def _refuse_tune_owned(prompts: FindParams, params: TuneParams) -> None:
+    """A value of ``prompts`` in :data:`TUNE_OWNED` that is neither FindParams' default nor the tune's
+    would be dropped without a word: refuse it in one line naming where it goes."""
+    default = FindParams()
+    stray = [
+        name for name in TUNE_OWNED if getattr(prompts, name) not in (getattr(default, name), getattr(params, name))
+    ]
+    if stray:
+        given = ", ".join(f"{name}={getattr(prompts, name)!r}" for name in stray)
+        raise ParameterError(
+            f"{{prompts}}' {', '.join(stray)} {'is' if len(stray) == 1 else 'are'} not read: the tune uses its own; "
+            f"give params=TuneParams({given}) (or {given} as {'a keyword' if len(stray) == 1 else 'keywords'}) and leave {'it' if len(stray) == 1 else 'them'} "
+            "out of prompts",
+            "prompts",
+        )
+
+
 @names_bake_options
 def tune(
     model: str | Path,
@@ -92,6 +114,7 @@ def tune(
     # the binding pairs' options are the heads' alone, the fairness pairs' the neurons'
     refuse_other_methods(params.method, prompts, {"heads": ("benchmark", "max_pairs", "per_identity", "instruct")})
     refuse_other_methods(params.method, capture, {"neurons": ("pairs", "language", "categories")})
+    _refuse_tune_owned(prompts, params)
     prompts = replace(prompts, seed=params.seed, batch_size=params.batch_size)
     if params.method == "direction" and (params.behaviour is None or params.markers is None):
         raise ParameterError(

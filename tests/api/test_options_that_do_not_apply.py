@@ -1,5 +1,6 @@
 """Options a call cannot use are refused in one line, never dropped: verify of a baked GGUF runs no
-model (so no option of loading one applies), and a Recipe object without edits would bake a copy."""
+model (so no option of loading one applies), a Recipe object without edits would bake a copy, and
+tune reads its own keep_memory (seed, batch size), not its prompts'."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import surgery
 from surgery.bake.gguf import bake_gguf
 from surgery.core.edits import HeadScale, Recipe
-from surgery.core.errors import ParameterError, RecipeError
+from surgery.core.errors import CheckpointError, ParameterError, RecipeError
 from surgery.gguf.model import open_gguf
 from tests.support.typed_gguf import write_typed_gguf
 
@@ -42,3 +43,19 @@ def test_apply_refuses_a_recipe_without_edits(tiny, tmp_path):
     with pytest.raises(RecipeError, match="the recipe has no edits"):
         surgery.apply(Recipe(()), model, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_tune_refuses_a_keep_memory_of_its_prompts_that_it_would_not_read(tmp_path):
+    missing = tmp_path / "no-model"  # a call the check lets through fails on the model, after it
+    with pytest.raises(
+        ParameterError,
+        match=r"^prompts' keep_memory is not read: .* give params=TuneParams\(keep_memory=8589934592\) \(or keep_memory=8589934592 as a keyword\)",
+    ):
+        surgery.tune(missing, prompts=surgery.FindParams(keep_memory="8GiB"))
+    with pytest.raises(ParameterError, match=r"^prompts' seed, keep_memory are not read"):
+        surgery.tune(missing, prompts=surgery.FindParams(keep_memory=0, seed=3), params=surgery.TuneParams(seed=1))
+    # the same bound in both, or prompts' at its default, passes the check (then the model is missing)
+    same = {"prompts": surgery.FindParams(keep_memory="8GiB"), "params": surgery.TuneParams(keep_memory="8GiB")}
+    for call in (same, {"prompts": surgery.FindParams(max_pairs=10), "keep_memory": "8GiB"}):
+        with pytest.raises(CheckpointError):
+            surgery.tune(missing, **call)
