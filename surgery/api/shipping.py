@@ -41,8 +41,9 @@ def export_lora(
     gets the note). Returns the folder and the adapter's record (``.adapter``: modules, ranks, recipe;
     ``to_dict()``: the JSON ``export-lora --json`` prints)."""
     from ..bake.lineage import for_source
-    from ..bake.lora import baked_folder, load_recipe, peft_base, refuse_quantized
     from ..bake.lora import export_lora as export
+    from ..bake.lora import peft_base, refuse_quantized
+    from ..bake.lora_recipe import baked_folder, load_recipe
     from ..gguf import is_gguf
 
     load = typed(LoadSpec, options, load)

@@ -302,3 +302,18 @@ def test_test_folders_mirror_the_package():
         if not folder.parts or not (PACKAGE / folder).is_dir():  # tests/ itself mirrors no package
             misplaced.append(path.relative_to(REPO).as_posix())
     assert not misplaced, f"no surgery/ folder of that name: {misplaced}"
+
+
+# A module says one thing: past this many lines it says two, and one goes to its own module.
+MAX_LINES = 450
+# Modules still past it (the list only shrinks: a module that comes back under leaves it).
+STILL_LONG = {"surgery/bake/verify.py"}
+
+
+def test_modules_stay_short():
+    lengths = {path.relative_to(REPO).as_posix(): len(path.read_text().splitlines()) for path in MODULES.values()}
+    long = {name for name, n in lengths.items() if n > MAX_LINES}
+    assert long <= STILL_LONG, "split one responsibility out of: " + ", ".join(
+        f"{name} ({lengths[name]} lines)" for name in sorted(long - STILL_LONG)
+    )
+    assert long >= STILL_LONG, f"back under {MAX_LINES} lines, drop from STILL_LONG: {sorted(STILL_LONG - long)}"
