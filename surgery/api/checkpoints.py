@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +55,9 @@ def inspect(model: str | Path, *, load: LoadSpec | None = None, **options: Any) 
     layout = (
         "fused 3-D" if arch.geometry.sparse_layers and arch.fused_experts(ckpt.tensors) else "one tensor per expert"
     )
-    return _inspection(files, arch, Resolver(arch, ckpt.tensors).prefix, layout)
+    resolver = Resolver(arch, ckpt.tensors)
+    down = _stored_expert_down(arch, resolver.stored_experts) if arch.geometry.sparse_layers else None
+    return _inspection(files, arch, resolver.prefix, layout, down)
 
 
 def _inspect_gguf(path: Path) -> Inspection:
@@ -89,9 +91,17 @@ def _inspect_gguf(path: Path) -> Inspection:
     return _inspection(files, arch, Resolver(arch, model.hf_names()).prefix, layout)
 
 
-def _inspection(files: dict[str, Any], arch: Architecture, prefix: str, expert_layout: str) -> Inspection:
+def _inspection(
+    files: dict[str, Any],
+    arch: Architecture,
+    prefix: str,
+    expert_layout: str,
+    expert_down: str | None = None,
+) -> Inspection:
     """The inspection of a model surgery edits: ``files`` (path, dtypes, shards, tensors, bytes), the
-    sizes of ``arch``, its layers' ``prefix`` and (a mixture of experts) how its experts are stored."""
+    sizes of ``arch``, its layers' ``prefix`` and (a mixture of experts) how its experts are stored:
+    ``expert_layout`` in words, ``expert_down`` the routed experts' down matrix as the file names it
+    (see :func:`_stored_expert_down`; None: transformers' in-memory name, as for a GGUF)."""
     g = arch.geometry
     sizes: dict[str, Any] = {}
     if g.sparse_layers:  # mixture of experts: neurons are named L:eE:N (routed), L:s:N (shared)
@@ -120,9 +130,34 @@ def _inspection(files: dict[str, Any], arch: Architecture, prefix: str, expert_l
         **sizes,
         layer_kinds=tuple(
             {"layers": list(layers), **kind.to_dict(), "summary": _summary(layers, kind)}
-            for layers, kind in arch.layer_kinds()
+            for layers, kind in (
+                (layers, _as_stored(arch, layers[0], kind, expert_down)) for layers, kind in arch.layer_kinds()
+            )
         ),
     )
+
+
+def _stored_expert_down(arch: Architecture, stored_experts: tuple[str, str] | None) -> str | None:
+    """The routed experts' down matrix, relative to a layer, as a safetensors checkpoint stores it
+    (``stored_experts``: its fused tensors, None: one tensor per expert): Mixtral's
+    ``block_sparse_moe.experts.E.w2`` (E the expert), a release's own fused name, else None."""
+    weights = arch.layout.experts.weights if arch.layout.experts else None
+    if weights is None:
+        return None
+    if stored_experts is not None:
+        return stored_experts[1].removesuffix(".weight")
+    return weights.per_expert[2].format(expert="E") if weights.per_expert else None
+
+
+def _as_stored(arch: Architecture, layer: int, kind: LayerEdits, expert_down: str | None) -> LayerEdits:
+    """``kind`` with its routed experts' residual writer named ``expert_down``, as the file holds it, not
+    transformers' in-memory ``mlp.experts.down_proj``, which no file of a per-expert release holds (a
+    direction edit names the writer by its role, ``experts``, either way)."""
+    in_memory = arch.residual_writers(layer).get("experts")
+    if expert_down is None or in_memory is None:
+        return kind
+    stored = arch.block(layer, expert_down)[1]
+    return replace(kind, writers=tuple(stored if writer == in_memory else writer for writer in kind.writers))
 
 
 def _summary(layers: tuple[int, ...], kind: LayerEdits) -> str:

@@ -46,9 +46,9 @@ def test_layer_kinds_of_a_mixture_of_experts(tiny, no_model):
         "experts": 4,
         "expert_width": 16,
         "shared_width": 24,
-        "writers": ["self_attn.o_proj", "mlp.experts.down_proj", "mlp.shared_expert.down_proj"],
+        "writers": ["self_attn.o_proj", "mlp.experts.E.down_proj", "mlp.shared_expert.down_proj"],
         "summary": "layers 0, 2: 4 heads; 4 experts × 16 neurons; shared expert: 24 neurons; residual writers: "
-        "self_attn.o_proj, mlp.experts.down_proj, mlp.shared_expert.down_proj",
+        "self_attn.o_proj, mlp.experts.E.down_proj, mlp.shared_expert.down_proj",
     }
     assert dense == {
         "layers": [1],
@@ -57,6 +57,23 @@ def test_layer_kinds_of_a_mixture_of_experts(tiny, no_model):
         "writers": ["self_attn.o_proj", "mlp.down_proj"],
         "summary": "layers 1: 4 heads; 48 MLP neurons; residual writers: self_attn.o_proj, mlp.down_proj",
     }
+
+
+def test_expert_writers_are_named_as_the_file_stores_them(tiny, no_model):
+    """Mixtral's files hold block_sparse_moe.experts.E.w2, not transformers' in-memory mlp.experts.down_proj;
+    a checkpoint saved fused holds that one."""
+    from safetensors import safe_open
+
+    for fused, down, tensor in (
+        (False, "block_sparse_moe.experts.E.w2", "block_sparse_moe.experts.3.w2.weight"),
+        (True, "mlp.experts.down_proj", "mlp.experts.down_proj"),  # a 3-D parameter, no .weight
+    ):
+        model = tiny("mixtral", fused=fused)
+        (kind,) = surgery.inspect(model).layer_kinds
+        assert kind["writers"] == ["self_attn.o_proj", down]
+        assert kind["summary"].endswith(f"residual writers: self_attn.o_proj, {down}")
+        with safe_open(model / "model.safetensors", "pt") as f:
+            assert f"model.layers.0.{tensor}" in set(f.keys())
 
 
 def test_a_dense_model_has_one_kind_and_the_cli_prints_it(tiny, no_model, capsys):

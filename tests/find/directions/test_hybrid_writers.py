@@ -162,10 +162,10 @@ def test_writers_the_table_cannot_project_are_named(model_type, config, needle):
 def test_inspect_lists_the_residual_writers_per_kind_of_layer(tmp_path):
     src = build_family("qwen3_next", tmp_path / "src")
     linear, full = surgery.inspect(src).layer_kinds
-    experts = ["mlp.experts.down_proj", "mlp.shared_expert.down_proj"]
+    experts = ["mlp.experts.E.down_proj", "mlp.shared_expert.down_proj"]  # expert E's, as the file holds it
     assert (linear["layers"], linear["writers"]) == ([0, 2], ["linear_attn.out_proj", *experts])
     assert (full["layers"], full["writers"]) == ([1, 3], ["self_attn.o_proj", *experts])
-    assert "residual writers: linear_attn.out_proj, mlp.experts.down_proj" in linear["summary"]
+    assert "residual writers: linear_attn.out_proj, mlp.experts.E.down_proj" in linear["summary"]
     (every,) = surgery.inspect(build_family("falcon_h1", tmp_path / "falcon")).layer_kinds
     assert every["writers"] == ["self_attn.o_proj", "mamba.out_proj", "feed_forward.down_proj"]
 
