@@ -30,6 +30,7 @@ from ..core.evaluation_table import Evaluation
 from ..core.progress import StageProgress, silent_stages
 from ..gguf import is_gguf
 from ..model.loading import LoadSpec
+from ..model.placement import check_offload_outside
 from ._common import no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baked import Baked, Planned, sweep_label  # noqa: F401 (sweep_label: callers import it from here)
@@ -105,6 +106,7 @@ def bake_into(
     if evaluation is not None and not isinstance(evaluation, Evaluation):
         evaluation = Evaluation.from_dict(dict(evaluation))
     opened = container.open(load)
+    check_offload_outside(out, load.offload_folder)  # the source's run would make it there
     container.check_out(out, [opened.source.path], bake.force)  # before the edited weights are computed
     recipe, lineage = for_source(recipe, opened.config, opened.source, allow_other_base=bake.allow_other_base)
     notes = [lineage] if lineage else []
@@ -254,10 +256,12 @@ def check_outputs(
     container.refuse(bake)
     source = container.open(load).source.path
     if len(labels) == 1:
+        check_offload_outside(Path(out), load.offload_folder)
         container.check_out(Path(out), [source], bake.force)
         _check_push(bake, push_revision)
     else:
-        _sweep_outputs(container, source, Path(out), labels, bake)
+        for dest in _sweep_outputs(container, source, Path(out), labels, bake).values():
+            check_offload_outside(dest, load.offload_folder)
 
 
 def _sweep_outputs(

@@ -201,6 +201,18 @@ def check_offload_folder(source: Path, given: str | None) -> None:
         raise CheckpointError(f"--offload-folder {given} is a file, not a folder; give a folder")
 
 
+def check_offload_outside(out: Path, given: str | None) -> None:
+    """Refuse, in one line, an ``--offload-folder`` inside a bake's output ``out``: the source's run made
+    it there, and the bake, finding ``out`` taken, published nothing after all its work."""
+    if given is None:
+        return
+    where, dest = Path(given).expanduser().resolve(), out.expanduser().resolve()
+    if where == dest or dest in where.parents:
+        raise CheckpointError(
+            f"--offload-folder {given} is inside --out {out}, which the bake makes new: give a folder outside it"
+        )
+
+
 def offload_folder(given: str | None) -> str:
     """A new folder of this run's own for the weights accelerate writes to disk (it re-saves those it
     converts as it loads, e.g. fused experts): inside ``given`` (``--offload-folder``, checked by

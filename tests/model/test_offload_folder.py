@@ -94,3 +94,18 @@ def test_a_folder_that_cannot_be_made_is_one_line(tiny, tmp_path):
     blocker.write_text("a file where a parent folder should be")
     with pytest.raises(CheckpointError, match=r"^--offload-folder .*: cannot write there \(.*\); give a writable"):
         load_model(model, _offloaded(model, blocker / "offload"))
+
+
+def test_a_folder_inside_the_bakes_output_is_one_line(tiny, tmp_path, capsys, monkeypatch):
+    """The bake's run of the source made it there; the bake then found --out taken, after all its work."""
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "cache"))  # the source's run is not remembered
+    model = tiny("llama", num_hidden_layers=4)
+    out = tmp_path / "pruned"
+    offload = ["--device-map", "auto", "--max-memory", _offloaded(model, out).max_memory]
+    capsys.readouterr()
+    code = main_code(
+        ["prune-neurons", model, "--neurons", "0:3", "--out", out, "--device", "cpu", *offload, "--offload-folder", out]
+    )
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and not line.startswith("note:")]
+    assert code == 2 and err[-1].startswith(f"Error: --offload-folder {out} is inside --out"), err
+    assert not out.exists()
