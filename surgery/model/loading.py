@@ -255,6 +255,24 @@ def _placement(path: Path, load: LoadSpec, device: str, dtype) -> dict[str, Any]
     accelerate's device_map / max_memory / offload_folder, with the budget checked against one layer."""
     if load.device_map is None:
         return {"device_map": None}
+    budget = _checked_budget(path, load, device, dtype)
+    device_map = _module_map(path, load, budget, dtype)
+    # made last: nothing above can fail and leave it behind
+    return {"device_map": device_map, "offload_folder": offload_folder(load.offload_folder)}
+
+
+def check_placement(path: str | Path, load: LoadSpec) -> None:
+    """Refuse, in one line, a ``--device-map auto`` that the load of ``path`` would refuse (under torchrun,
+    the offload folder, the budget's devices and size): for work that loads the model later, e.g. the
+    bake's run of its source, which starts after the copy."""
+    if load.device_map is not None:
+        device = resolve_device(distributed.rank_device(load.device))
+        _checked_budget(Path(path), load, device, resolve_dtype(load.dtype, device))
+
+
+def _checked_budget(path: Path, load: LoadSpec, device: str, dtype) -> dict | None:
+    """accelerate's ``max_memory`` for ``load`` on ``device`` (None: what accelerate sees free), once
+    ``--device-map auto``'s input is checked."""
     if distributed.under_torchrun():  # every rank would spread a copy of its own over all the devices
         raise CheckpointError(
             "--device-map auto splits one model over several devices; under torchrun each "
@@ -274,9 +292,7 @@ def _placement(path: Path, load: LoadSpec, device: str, dtype) -> dict[str, Any]
     if budget:
         ckpt = Checkpoint(path, allow_remote_code=load.trust_remote_code)
         check_budget(budget, largest_layer_bytes(ckpt.tensors, dtype.itemsize), str(dtype).removeprefix("torch."))
-    device_map = _module_map(path, load, budget, dtype)
-    # made last: nothing above can fail and leave it behind
-    return {"device_map": device_map, "offload_folder": offload_folder(load.offload_folder)}
+    return budget
 
 
 def auto_class(model_type: str):

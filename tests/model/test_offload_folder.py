@@ -1,5 +1,6 @@
 """``--offload-folder DIR``: the run writes into a folder of its own inside DIR, removed with the model, on
-failure and on Ctrl-C; DIR inside the checkpoint, or a file, is one line before anything is written.
+failure and on Ctrl-C; DIR inside the checkpoint or a bake's output, or a file, is one line before anything is
+written. A bake refuses a budget too small before it copies.
 
 transformers re-saves into the offload folder the weights it converts as it loads (a mixture of experts'
 fused expert tensors); the others it reads from the checkpoint's own files.
@@ -109,3 +110,24 @@ def test_a_folder_inside_the_bakes_output_is_one_line(tiny, tmp_path, capsys, mo
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and not line.startswith("note:")]
     assert code == 2 and err[-1].startswith(f"Error: --offload-folder {out} is inside --out"), err
     assert not out.exists()
+
+
+def test_a_budget_too_small_is_refused_before_the_bake_copies(tiny, tmp_path, capsys, monkeypatch):
+    """The bake's run of its source starts with the copy: the budget was refused once the copy and the
+    patching were done (minutes on a large model)."""
+    import surgery.bake.bake as bake_module
+
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "cache"))  # the source's run is not remembered
+    model = tiny("llama", num_hidden_layers=4)
+    copied: list[Path] = []
+    monkeypatch.setattr(bake_module, "_patch_file", lambda source, *a, **k: copied.append(source))
+    small = f"cpu={largest_layer_bytes(Checkpoint(model).tensors, 4) // 2}B"
+    out = tmp_path / "pruned"
+    capsys.readouterr()
+    code = main_code(
+        ["prune-neurons", model, "--neurons", "0:3", "--out", out, "--device", "cpu"]
+        + ["--device-map", "auto", "--max-memory", small]
+    )
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and not line.startswith("note:")]
+    assert code == 2 and len(err) == 1 and "one decoder layer needs" in err[0], err
+    assert not copied and not out.exists()
