@@ -11,6 +11,7 @@ from ..core.errors import RecipeError, require_model_path
 from ..core.progress import StageProgress, silent_stages
 from ..gguf import is_gguf
 from ..model.loading import LoadSpec, open_checkpoint
+from ..model.placement import check_offload_folder
 from ._common import given_path, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baking import Baked, bake_recipe, refuse_load_for_gguf, refuse_load_options
@@ -196,6 +197,7 @@ def verify(
         )
     if is_gguf(baked):  # checked from its blocks and sidecars: no model is loaded, no option of loading applies
         refuse_load_options(load, f"{baked} is a baked GGUF: verify recomputes its edited blocks")
+    check_offload_folder(baked, load.offload_folder)  # verify reads the output, never writes into it
     return open_container(baked).verify(source, structural_only=structural_only, load=load, progress=stages)
 
 

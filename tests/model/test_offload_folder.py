@@ -131,3 +131,25 @@ def test_a_budget_too_small_is_refused_before_the_bake_copies(tiny, tmp_path, ca
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and not line.startswith("note:")]
     assert code == 2 and len(err) == 1 and "one decoder layer needs" in err[0], err
     assert not copied and not out.exists()
+
+
+@pytest.mark.parametrize("command", ["verify", "eval"])
+def test_a_folder_inside_the_other_model_is_one_line(tiny, tmp_path, capsys, monkeypatch, command):
+    """verify and eval load two models: the first load made the folder inside the second (verify: the
+    baked output it only reads)."""
+    monkeypatch.setenv("SURGERY_CACHE", str(tmp_path / "cache"))
+    source = char_model(tiny, "llama", num_hidden_layers=4)
+    baked = tmp_path / "pruned"
+    assert main_code(["prune-neurons", source, "--neurons", "0:3", "--out", baked, "--device", "cpu"]) == 0
+    before = _files(source) + _files(baked)
+    inside = {"verify": baked, "eval": source}[command]
+    args = {
+        "verify": ["verify", source, baked],
+        "eval": ["eval", baked, "--against", source, "--suite", "kl", "--limit", "1", "--recompute"],
+    }[command]
+    offload = ["--device", "cpu", "--device-map", "auto", "--max-memory", _offloaded(source, inside).max_memory]
+    capsys.readouterr()
+    code = main_code([*args, *offload, "--offload-folder", inside / "offload"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and not line.startswith("note:")]
+    assert code == 2 and len(err) == 1 and err[0].startswith("Error: --offload-folder"), err
+    assert _files(source) + _files(baked) == before and not (inside / "offload").exists()
