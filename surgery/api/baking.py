@@ -19,16 +19,18 @@ bake and name the outputs (surgery/bake/folder_container.py, surgery/bake/gguf_c
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 from ..core.container import BakeCall, Container, open_container
 from ..core.edits import Recipe
-from ..core.errors import DestinationError, RecipeError
+from ..core.errors import DestinationError, ParameterError, RecipeError
 from ..core.evaluation_table import Evaluation
 from ..core.progress import StageProgress, silent_stages
+from ..gguf import is_gguf
 from ..model.loading import LoadSpec
+from ..model.placement import check_offload_outside
 from ._common import no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
 from .baked import Baked, Planned, sweep_label  # noqa: F401 (sweep_label: callers import it from here)
@@ -104,6 +106,7 @@ def bake_into(
     if evaluation is not None and not isinstance(evaluation, Evaluation):
         evaluation = Evaluation.from_dict(dict(evaluation))
     opened = container.open(load)
+    check_offload_outside(out, load.offload_folder)  # the source's run would make it there
     container.check_out(out, [opened.source.path], bake.force)  # before the edited weights are computed
     recipe, lineage = for_source(recipe, opened.config, opened.source, allow_other_base=bake.allow_other_base)
     notes = [lineage] if lineage else []
@@ -204,6 +207,28 @@ def bake_plans(
 
 
 @names_bake_options
+def refuse_load_options(load: LoadSpec, subject: str) -> None:
+    """Refuse, in one line, the options of loading a model where none is loaded: ``subject`` says why
+    ("x.gguf is a baked GGUF: verify recomputes its edited blocks"). Silently ignored, a ``--dtype`` or
+    ``--device-map`` reads as if the work ran so."""
+    default = LoadSpec()
+    given = [f.name for f in fields(LoadSpec) if getattr(load, f.name) != getattr(default, f.name)]
+    if given:
+        raise ParameterError(
+            f"{subject} and runs no model, so "
+            + ", ".join(f"{{{n}}}" for n in given)
+            + (" does not apply; leave it out" if len(given) == 1 else " do not apply; leave them out"),
+            *given,
+        )
+
+
+def refuse_load_for_gguf(model: str | Path, load: LoadSpec) -> None:
+    """A GGUF bake of edits the caller names (a recipe, ``--neurons``, ``--heads``) loads no model: its
+    load options are refused (they apply to a GGUF only when findings are computed on its import)."""
+    if is_gguf(model):
+        refuse_load_options(load, f"{model} is a GGUF file: the bake computes each edited block from the file")
+
+
 def check_outputs(
     model: str | Path,
     out: str | Path,
@@ -231,10 +256,12 @@ def check_outputs(
     container.refuse(bake)
     source = container.open(load).source.path
     if len(labels) == 1:
+        check_offload_outside(Path(out), load.offload_folder)
         container.check_out(Path(out), [source], bake.force)
         _check_push(bake, push_revision)
     else:
-        _sweep_outputs(container, source, Path(out), labels, bake)
+        for dest in _sweep_outputs(container, source, Path(out), labels, bake).values():
+            check_offload_outside(dest, load.offload_folder)
 
 
 def _sweep_outputs(

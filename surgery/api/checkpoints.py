@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.edits import Recipe
-from ..core.errors import ParameterError, RecipeError, require_model_path
+from ..core.errors import RecipeError, require_model_path
 from ..core.progress import StageProgress, silent_stages
 from ..gguf import is_gguf
 from ..model.loading import LoadSpec, open_checkpoint
+from ..model.placement import check_offload_folder
 from ._common import given_path, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
-from .baking import Baked, bake_recipe
+from .baking import Baked, bake_recipe, refuse_load_for_gguf, refuse_load_options
 from .results import Inspection
 
 if TYPE_CHECKING:
@@ -196,6 +197,7 @@ def apply(
     load = typed(LoadSpec, options, load)
     no_other_options("apply", options, LoadSpec)  # a typo named as apply's, not bake_recipe's
     require_model_path(model)  # before the recipe: swapped, the model folder would be "a folder, not a recipe"
+    refuse_load_for_gguf(model, load)
     recipe = recipe if isinstance(recipe, Recipe) else Recipe.load(given_path(recipe, "recipe"))
     if not recipe.edits:  # a recipe file without edits is refused as it is read; a Recipe object here
         raise RecipeError("the recipe has no edits: a bake of it would be a copy of the model; give at least one edit")
@@ -230,15 +232,8 @@ def verify(
             f"{source} was made by surgery and {baked} was not: the source comes first: surgery verify SOURCE BAKED"
         )
     if is_gguf(baked):  # checked from its blocks and sidecars: no model is loaded, no option of loading applies
-        default = LoadSpec()
-        given = [f.name for f in fields(LoadSpec) if getattr(load, f.name) != getattr(default, f.name)]
-        if given:
-            raise ParameterError(
-                f"{baked} is a baked GGUF: verify recomputes its edited blocks and runs no model, so "
-                + ", ".join(f"{{{n}}}" for n in given)
-                + (" does not apply; leave it out" if len(given) == 1 else " do not apply; leave them out"),
-                *given,
-            )
+        refuse_load_options(load, f"{baked} is a baked GGUF: verify recomputes its edited blocks")
+    check_offload_folder(baked, load.offload_folder)  # verify reads the output, never writes into it
     return open_container(baked).verify(source, structural_only=structural_only, load=load, progress=stages)
 
 

@@ -26,7 +26,7 @@ from ..find.heads.params import RUN_ONLY, FindParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import given_path, index_pair, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
-from .baking import Baked, Planned, bake_plans, check_outputs, sweep_label
+from .baking import Baked, Planned, bake_plans, check_outputs, refuse_load_for_gguf, sweep_label
 from .callbacks import Callbacks, callback_options
 from .findings_source import FindingsSource
 
@@ -223,6 +223,8 @@ def amplify_heads(
             "heads",
             *named,
         )
+    if heads is not None:
+        refuse_load_for_gguf(model, load)
     labels = [sweep_label("alpha", a) for a in alphas]
     check_outputs(model, out, labels=labels, bake=bake, load=load)  # before the findings: they may take hours
     extra = None

@@ -26,7 +26,7 @@ from ..find.neurons.params import CaptureParams, SelectParams
 from ..model.loading import LoadSpec, open_checkpoint
 from ._common import given_path, index_pair, no_other_options, reporter, typed
 from .bake_options import BakeOptions, bake_options, names_bake_options
-from .baking import Baked, Planned, bake_plans, check_outputs, sweep_label
+from .baking import Baked, Planned, bake_plans, check_outputs, refuse_load_for_gguf, sweep_label
 from .callbacks import Callbacks, callback_options
 from .findings_source import FindingsSource
 
@@ -223,6 +223,7 @@ def prune_neurons(
             )
         _refuse_choosing(options, capture, select)
         no_other_options("prune_neurons", options, LoadSpec)
+        refuse_load_for_gguf(model, load)
         edits = _neuron_edits(neurons, factor)
         check_outputs(model, out, bake=bake, load=load)
         plans = [Planned(None, Recipe(edits, named_by="neurons"))]

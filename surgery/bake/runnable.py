@@ -42,7 +42,7 @@ from ..core.checkpoint import Checkpoint, file_sha256
 from ..core.sizes import human_size
 from ..core.staging import atomic_write_text
 from ..core.strict_files import load_json
-from ..model.loading import LoadSpec
+from ..model.loading import LoadSpec, check_placement
 
 FOLDER = "runnable"
 # Of the memory available now, what the float32 weights may take: the loader's copy, the forward pass's
@@ -141,6 +141,7 @@ def runs_alongside(
     if has_run(key):
         yield None
         return
+    check_placement(ckpt.path, load)  # now, not once the copy is done and the load starts
     why = None if load.device_map else too_big(ckpt)
     if why is not None:
         note(why)

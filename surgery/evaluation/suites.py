@@ -33,6 +33,7 @@ from ..core.evaluation_result import measured, new_result, retained
 from ..core.optional import require
 from ..core.progress import Progress, silent
 from ..model.loading import DEFAULT_LOAD, LoadSpec
+from ..model.placement import check_offload_folder
 from . import bbq as evaluate_bbq
 from . import data as io
 from . import lm
@@ -333,6 +334,8 @@ def evaluate(
     results from the cache); return the result JSON."""
     start = time.time()
     fingerprint = {p: _checkpoint(p).fingerprint() for p in (model_path, against) if p is not None}
+    for path in fingerprint:  # each load checks its own model; the first would make the folder in the other
+        check_offload_folder(path, load.offload_folder)
     result = new_result(
         measured(model_path, fingerprint[model_path]),
         measured(against, fingerprint[against]) if against else None,

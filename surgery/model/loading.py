@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,9 @@ from .placement import (
     check_budget,
     check_budget_devices,
     check_device_name,
+    check_offload_folder,
     largest_layer_bytes,
+    offload_folder,
     parse_max_memory,
     resolve_device,
     resolve_dtype,
@@ -254,11 +255,30 @@ def _placement(path: Path, load: LoadSpec, device: str, dtype) -> dict[str, Any]
     accelerate's device_map / max_memory / offload_folder, with the budget checked against one layer."""
     if load.device_map is None:
         return {"device_map": None}
+    budget = _checked_budget(path, load, device, dtype)
+    device_map = _module_map(path, load, budget, dtype)
+    # made last: nothing above can fail and leave it behind
+    return {"device_map": device_map, "offload_folder": offload_folder(load.offload_folder)}
+
+
+def check_placement(path: str | Path, load: LoadSpec) -> None:
+    """Refuse, in one line, a ``--device-map auto`` that the load of ``path`` would refuse (under torchrun,
+    the offload folder, the budget's devices and size): for work that loads the model later, e.g. the
+    bake's run of its source, which starts after the copy."""
+    if load.device_map is not None:
+        device = resolve_device(distributed.rank_device(load.device))
+        _checked_budget(Path(path), load, device, resolve_dtype(load.dtype, device))
+
+
+def _checked_budget(path: Path, load: LoadSpec, device: str, dtype) -> dict | None:
+    """accelerate's ``max_memory`` for ``load`` on ``device`` (None: what accelerate sees free), once
+    ``--device-map auto``'s input is checked."""
     if distributed.under_torchrun():  # every rank would spread a copy of its own over all the devices
         raise CheckpointError(
             "--device-map auto splits one model over several devices; under torchrun each "
             "process holds a whole copy: run one process with --device-map auto instead"
         )
+    check_offload_folder(path, load.offload_folder)
     budget = parse_max_memory(load.max_memory)
     if budget is not None:
         check_budget_devices(budget)
@@ -272,8 +292,7 @@ def _placement(path: Path, load: LoadSpec, device: str, dtype) -> dict[str, Any]
     if budget:
         ckpt = Checkpoint(path, allow_remote_code=load.trust_remote_code)
         check_budget(budget, largest_layer_bytes(ckpt.tensors, dtype.itemsize), str(dtype).removeprefix("torch."))
-    folder = load.offload_folder or tempfile.mkdtemp(prefix="surgery-offload-")
-    return {"device_map": _module_map(path, load, budget, dtype), "offload_folder": folder}
+    return budget
 
 
 def auto_class(model_type: str):
@@ -352,7 +371,7 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
     placement = _placement(Path(path), load, device, dtype)
     stored = _layerwise_dtype(ckpt, config, placement["device_map"] is None and dtype == torch.float32)
     hf_logging.disable_progress_bar()  # our own progress bars are the ones users should see
-    own_folder = placement.get("offload_folder") if load.offload_folder is None else None
+    own_folder = placement.get("offload_folder")  # this run's own, even inside --offload-folder
 
     def from_pretrained(**arguments):
         return model_class.from_pretrained(
@@ -372,7 +391,7 @@ def load_model(path: str | Path, load: LoadSpec = DEFAULT_LOAD):
         raise
     if placement["device_map"] is None:
         model = model.to(device)
-    elif own_folder:  # our temporary offload folder lives as long as the model
+    elif own_folder:  # our offload folder lives as long as the model
         weakref.finalize(model, shutil.rmtree, own_folder, True)
     if stored is not None:
         attach(model)

@@ -12,7 +12,9 @@ the user's input and builds accelerate's arguments, it never places weights itse
 from __future__ import annotations
 
 import re
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ..core import sizes
@@ -181,6 +183,51 @@ def check_budget(budget: Mapping[Any, int], layer_bytes: int, dtype_name: str) -
             f"--max-memory gives at most {human_size(largest)} to a device, but one decoder "
             f"layer needs {human_size(layer_bytes)} in {dtype_name}: raise it"
         )
+
+
+def check_offload_folder(source: Path, given: str | None) -> None:
+    """Refuse, in one line, an ``--offload-folder`` inside the checkpoint at ``source`` (surgery never
+    writes there) or a file in its place."""
+    if given is None:
+        return
+    where = Path(given).expanduser().resolve()
+    model = source.resolve()
+    if where == model or model in where.parents:
+        raise CheckpointError(
+            f"--offload-folder {given} is inside the model's folder {source}; surgery never writes into a "
+            "checkpoint: give a folder outside it"
+        )
+    if where.exists() and not where.is_dir():
+        raise CheckpointError(f"--offload-folder {given} is a file, not a folder; give a folder")
+
+
+def check_offload_outside(out: Path, given: str | None) -> None:
+    """Refuse, in one line, an ``--offload-folder`` inside a bake's output ``out``: the source's run made
+    it there, and the bake, finding ``out`` taken, published nothing after all its work."""
+    if given is None:
+        return
+    where, dest = Path(given).expanduser().resolve(), out.expanduser().resolve()
+    if where == dest or dest in where.parents:
+        raise CheckpointError(
+            f"--offload-folder {given} is inside --out {out}, which the bake makes new: give a folder outside it"
+        )
+
+
+def offload_folder(given: str | None) -> str:
+    """A new folder of this run's own for the weights accelerate writes to disk (it re-saves those it
+    converts as it loads, e.g. fused experts): inside ``given`` (``--offload-folder``, checked by
+    :func:`check_offload_folder`), else in the system's temporary folder. The caller removes it with the
+    model, so nothing is left behind and two runs given one folder never overwrite each other's files."""
+    if given is None:
+        return tempfile.mkdtemp(prefix="surgery-offload-")
+    where = Path(given).expanduser()
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        return tempfile.mkdtemp(prefix="surgery-offload-", dir=where)
+    except OSError as exc:  # read-only, no permission, no space: the reason is the OS's
+        raise CheckpointError(
+            f"--offload-folder {given}: cannot write there ({exc.strerror or exc}); give a writable folder"
+        ) from None
 
 
 def dtype_name(dtype) -> str:

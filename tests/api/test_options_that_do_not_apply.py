@@ -1,6 +1,7 @@
-"""Options a call cannot use are refused in one line, never dropped: verify of a baked GGUF runs no
-model (so no option of loading one applies), a Recipe object without edits would bake a copy, and
-tune reads its own keep_memory (seed, batch size), not its prompts'."""
+"""Options a call cannot use are refused in one line, never dropped: verify of a baked GGUF, and a GGUF bake
+of edits given by name (a recipe, neurons, heads), run no model (so no option of loading one applies), a
+Recipe object without edits would bake a copy, and tune reads its own keep_memory (seed, batch size), not
+its prompts'."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from surgery.bake.gguf import bake_gguf
 from surgery.core.edits import HeadScale, Recipe
 from surgery.core.errors import CheckpointError, ParameterError, RecipeError
 from surgery.gguf.model import open_gguf
+from tests.support.cli import main_code
 from tests.support.typed_gguf import write_typed_gguf
 
 
@@ -36,6 +38,35 @@ def test_verify_of_a_baked_gguf_refuses_loading_options(baked_gguf):
         text=True,
     )
     assert run.returncode == 2 and "so --dtype does not apply; leave it out" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["prune-neurons", "{src}", "--neurons", "0:3"],
+        ["amplify-heads", "{src}", "--heads", "0.1", "--alpha", "2"],
+        ["apply", "{recipe}", "--model", "{src}"],
+    ],
+    ids=["prune-neurons", "amplify-heads", "apply"],
+)
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        (["--dtype", "bfloat16"], "--dtype does not apply; leave it out"),
+        (["--device-map", "auto", "--offload-folder", "off"], "--device-map, --offload-folder do not apply"),
+    ],
+    ids=["dtype", "device-map"],
+)
+def test_a_gguf_bake_of_named_edits_refuses_loading_options(tmp_path, capsys, command, options, named):
+    src, recipe, out = tmp_path / "src.gguf", tmp_path / "recipe.yaml", tmp_path / "out.gguf"
+    write_typed_gguf(src, "Q8_0", head_dim=256)
+    recipe.write_text("version: 1\nedits:\n  - {type: head, layer: 0, head: 1, alpha: 2.0}\n")
+    args = [a.format(src=src, recipe=recipe) for a in command]
+    code = main_code([*args, "--out", out, *options])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(err) == 1 and "is a GGUF file: the bake computes" in err[0] and named in err[0], err
+    assert not list(tmp_path.glob("out.gguf*"))
+    assert main_code([*args, "--out", out]) == 0 and out.is_file()  # without them it bakes
 
 
 def test_apply_refuses_a_recipe_without_edits(tiny, tmp_path):
