@@ -19,6 +19,7 @@ from typing import Any
 
 from ..core import sizes
 from ..core.comma_list import comma_items
+from ..core.counted import counted
 from ..core.errors import CheckpointError, ParameterError
 from ..core.sizes import human_size
 
@@ -66,7 +67,7 @@ def check_device(device: str) -> None:
             )
         if dev.index is not None and dev.index >= count:
             raise CheckpointError(
-                f"{{device}} is {device!r}, but there are only {count} CUDA device(s) (cuda:0"
+                f"{{device}} is {device!r}, but there are only {counted(count, 'CUDA device')} (cuda:0"
                 f"{f' … cuda:{count - 1}' if count > 1 else ''})",
                 "device",
             )
@@ -151,7 +152,7 @@ def check_budget_devices(budget: Mapping[Any, int]) -> None:
         have, fix = (
             ("no CUDA GPU usable by torch", "cpu and disk only")
             if count == 0
-            else (f"only {count} CUDA device(s)", f"GPUs 0 to {count - 1}, cpu and disk")
+            else (f"only {counted(count, 'CUDA device')}", f"GPUs 0 to {count - 1}, cpu and disk")
         )
         raise CheckpointError(f"--max-memory gives GPU {missing[0]} a budget, but this machine has {have}; give {fix}")
     if "mps" in budget and not torch.backends.mps.is_available():

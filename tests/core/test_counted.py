@@ -12,8 +12,6 @@ PACKAGE = REPO / "surgery"
 
 # a noun with "(s)" glued on: "tensor(s)"; not a call such as len(s)
 MAYBE_PLURAL = re.compile(r"[A-Za-z]{2,}\(s\)")
-# surgery/model/ was being rewritten on another branch when the rest went; its two "device(s)" go next
-NOT_YET = {"surgery/model/placement.py"}
 
 
 def test_one_is_singular_and_the_rest_plural():
@@ -35,7 +33,6 @@ def test_no_message_says_noun_s():
     found = [
         f"{path.relative_to(REPO).as_posix()}: {text.strip()[:60]!r}"
         for path in sorted(PACKAGE.rglob("*.py"))
-        if path.relative_to(REPO).as_posix() not in NOT_YET
         for text in _texts(path)
         if MAYBE_PLURAL.search(text)
     ]
