@@ -42,9 +42,8 @@ def export_lora(
     ``to_dict()``: the JSON ``export-lora --json`` prints)."""
     from ..bake.lineage import for_source
     from ..bake.lora import export_lora as export
-    from ..bake.lora import peft_base, refuse_quantized
+    from ..bake.lora import refuse_quantized
     from ..bake.lora_recipe import baked_folder, load_recipe
-    from ..gguf import is_gguf
 
     load = typed(LoadSpec, options, load)
     no_other_options("export_lora", options, LoadSpec)
@@ -61,14 +60,8 @@ def export_lora(
         )
         if note:
             reporter(report)(note)
-    exported = ExportedLora(str(out), export(ckpt, recipe, out, vllm=vllm, force=force, source=source))
-    if peft_base(source) == str(source.path) and is_gguf(source.path):  # PEFT cannot load a GGUF file as base
-        reporter(report)(
-            f"adapter_config.json names {source.path.name} as the base model (its metadata names no Hub repo), "
-            f"which PEFT cannot load: load its import (`surgery import-gguf {source.path.name} --out DIR`) "
-            "and put the adapter on it with PeftModel.from_pretrained"
-        )
-    return exported
+    adapter = export(ckpt, recipe, out, vllm=vllm, force=force, source=source, report=reporter(report))
+    return ExportedLora(str(out), adapter)
 
 
 def evaluate(

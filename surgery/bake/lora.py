@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -308,10 +309,13 @@ def export_lora(
     vllm: bool = False,
     force: bool = False,
     source: Source | None = None,
+    report: Callable[[str], None] = lambda m: None,
 ) -> AdapterRecord:
     """Write a PEFT LoRA adapter equal to ``recipe`` at ``out`` (atomically); return its record
-    (surgery_adapter.json)."""
+    (surgery_adapter.json). ``report`` hears how to load an adapter whose base PEFT cannot load."""
     from safetensors.torch import save_file
+
+    from ..gguf import is_gguf
 
     refuse_quantized(ckpt)
     arch = recipe.validate(ckpt.config)
@@ -366,6 +370,12 @@ def export_lora(
         record.files = hash_files(tmp, sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()))
         (tmp / ADAPTER_PROVENANCE_NAME).write_text(
             finite_json.dumps(record.to_dict(), indent=1) + "\n", encoding="utf-8"
+        )
+    if base == str(source.path) and is_gguf(source.path):  # PEFT cannot load a GGUF file as base
+        report(
+            f"adapter_config.json names {source.path.name} as the base model (its metadata names no Hub repo), "
+            f"which PEFT cannot load: load its import (`surgery import-gguf {source.path.name} --out DIR`) "
+            "and put the adapter on it with PeftModel.from_pretrained"
         )
     return record
 

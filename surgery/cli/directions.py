@@ -11,7 +11,6 @@ from rich.table import Table
 from .. import api
 from ..api.params import DirectionParams, KernelParams, LoadSpec
 from ..core.counted import counted
-from ..core.edit_kind import layer_list
 from .baking import bake_settings, each_line, print_result
 from .console import both_progress, note, out, print_json, print_table, progress_bars
 from .group import cli
@@ -85,13 +84,8 @@ def find_direction_cmd(
         return
     print_layers(data)
     where = f"{found.path}" + (f" and {out_file}" if out_file else "")
-    tied = data.best_layers()
-    best = (
-        f"Best separation at layer {data.best_layer}."
-        if len(tied) == 1  # one prompt a side: every layer infinite, and "layer 0" would be no finding
-        else f"Layers {layer_list(tied)} separate equally well (no spread within a set): no best layer."
-    )
-    out.print(f"{best} {'Cached' if found.from_cache else 'Saved'} findings: {where}")
+    best = data.best_words()  # one prompt a side: every layer ties, and "layer 0" would be no finding
+    out.print(f"{best[0].upper()}{best[1:]}. {'Cached' if found.from_cache else 'Saved'} findings: {where}")
 
 
 @cli.command(name="ablate-direction")

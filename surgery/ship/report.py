@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..bake.bake import hash_files
 from ..core.counted import counted
-from ..core.edit_kind import layer_list
 from ..core.errors import FindingsError
 from ..core.evaluation_result import RESULT_FORMAT, card_summary, load_result
 from ..core.heads_caveats import caveats
@@ -172,16 +171,10 @@ def _directions_section(f: DirectionsFindings, stem: str, out: Path) -> list[str
 
     sides = (f.dataset.a, f.dataset.b) if f.dataset else (None, None)
     sizes = [counted(side.prompts, "prompt") if side else "? prompts" for side in sides]
-    tied = f.best_layers()
-    best = (
-        f"best separation at layer {f.best_layer}"
-        if len(tied) == 1  # one prompt a side: every layer infinite, no best one
-        else f"layers {layer_list(tied)} separate equally well (no spread within a set): no best layer"
-    )
     lines = [
         f"## Directions — {f.model.path or '?'}",
         "",
-        f"mean(a) − mean(b) at the last prompt token after each layer; a: {sizes[0]}, b: {sizes[1]}; {best}.",
+        f"mean(a) − mean(b) at the last prompt token after each layer; a: {sizes[0]}, b: {sizes[1]}; {f.best_words()}.",
         "",
     ]
     if f.layers:

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ...core.edit_kind import layer_list
 from ...core.json_record import Codec, JsonRecord, entry, listof, part
 from ..findings import Findings
 
@@ -79,3 +80,11 @@ class DirectionsFindings(Findings):
         (every layer infinite when each set is one prompt: no spread to divide by)."""
         top = next((row.separation for row in self.layers if row.layer == self.best_layer), None)
         return [row.layer for row in self.layers if row.separation == top] or [self.best_layer]
+
+    def best_words(self) -> str:
+        """The best layer as the command and the report say it (lower case): ``best separation at
+        layer 7``, or, where layers tie (:meth:`best_layers`), that there is none."""
+        tied = self.best_layers()
+        if len(tied) == 1:
+            return f"best separation at layer {self.best_layer}"
+        return f"layers {layer_list(tied)} separate equally well (no spread within a set): no best layer"

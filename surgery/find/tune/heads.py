@@ -102,7 +102,7 @@ def tune_heads(
         advance, keep = progress(f"baseline passes ({what})", len(binding) + len(plain)), Keep(params.keep_memory)
         trials = HeadTrials.of(model, binding, plain, ids, params.batch_size, advance, keep)
         if keep.in_full:
-            report(in_full_note(keep, len(binding) + len(plain), what, params.keep_memory))
+            report(in_full_note(keep, len(binding) + len(plain), what))
         return trials, [p.item for p in chosen]
 
     key = {

@@ -115,7 +115,7 @@ def tune_neurons(
         advance, keep = progress(f"baseline passes ({what})", 2 * len(chosen) + len(plain)), Keep(params.keep_memory)
         trials = PairTrials.of(model, first, second, plain, params.batch_size, advance, keep)
         if keep.in_full:
-            report(in_full_note(keep, 2 * len(chosen) + len(plain), what, params.keep_memory))
+            report(in_full_note(keep, 2 * len(chosen) + len(plain), what))
         return trials
 
     key = {

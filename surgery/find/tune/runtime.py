@@ -11,7 +11,7 @@ their inputs and run every layer under each trial's edit, so a large tune is slo
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -49,8 +49,12 @@ class Keep:
     """The recordings one split may still hold, shared by its prompt sets: a batch that does not fit
     keeps only its inputs and baseline logits (Snapshot.without_layers) and runs in full per trial."""
 
-    left: int = KEEP_BYTES
+    bound: int = KEEP_BYTES  # --keep-memory
     in_full: int = 0  # prompts whose batches run every layer in each trial
+    left: int = field(init=False)  # of the bound, what the batches kept so far leave
+
+    def __post_init__(self) -> None:
+        self.left = self.bound
 
     def __call__(self, snap: Snapshot, rows: int) -> Snapshot:
         size = snap.nbytes()
@@ -82,11 +86,11 @@ def held_note(
     )
 
 
-def in_full_note(keep: Keep, prompts: int, what: str, bound: int) -> str:
-    """What a split past ``bound`` holds, said once its passes are recorded."""
+def in_full_note(keep: Keep, prompts: int, what: str) -> str:
+    """What a split past ``keep``'s bound holds, said once its passes are recorded."""
     return (
         f"{keep.in_full:,} of the {what}'s {prompts:,} prompts run every layer in each trial: their recordings "
-        f"did not fit in {human_size(bound)} (--keep-memory)"
+        f"did not fit in {human_size(keep.bound)} (--keep-memory)"
     )
 
 

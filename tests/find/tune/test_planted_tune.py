@@ -126,7 +126,7 @@ def test_recordings_past_the_bound_run_in_full_with_the_same_numbers():
     scales = (HeadScale(*dosed_head(), 2.5), HeadScale(2, 5, 0.5))
     s, kl = everything.measure(scales)
     for bound in (0, first):  # nothing kept; the first batch kept, the rest past the bound
-        keep = Keep(left=bound)
+        keep = Keep(bound)
         bounded = HeadTrials.of(model, binding, neutral, ids, batch_size=4, keep=keep)
         snaps = [snap for r in (bounded.binding, bounded.neutral) for _, snap in r.batches]
         assert keep.in_full == len(binding) + len(neutral) - (4 if bound else 0)
